@@ -1,0 +1,39 @@
+# Thin wrapper over CMake so that users type `make`, `make run`, `make test`.
+BUILD ?= build
+ASAN_BUILD ?= build-asan
+JOBS ?= 2
+CMAKE_FLAGS ?=
+
+.PHONY: all deps test-deps build run test test-unit asan format clean
+
+all: build
+
+deps:
+	@scripts/install-deps.sh
+
+test-deps:
+	@scripts/install-deps.sh --test
+
+build: deps
+	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j$(JOBS)
+
+# Train a small model on the embedded corpus, then print a sample.
+run: build
+	@scripts/run-default.sh $(BUILD)/megascale
+
+# The whole suite (skips what this machine cannot run, and says why).
+test: test-deps build
+	@scripts/run-tests.sh $(BUILD)
+
+# Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+asan: deps
+	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMS_SANITIZE=ON >/dev/null
+	@cmake --build $(ASAN_BUILD) -j$(JOBS)
+	@scripts/run-tests.sh $(ASAN_BUILD) -L unit
+
+format:
+	@clang-format -i $$(git ls-files '*.c' '*.h')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

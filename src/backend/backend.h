@@ -1,0 +1,165 @@
+/* backend.h - the compute interface: device memory, copies and every op of
+ * the model with its forward and backward (a table of function pointers plus
+ * a context, like ggml's backend).
+ *
+ * Callers: the model (src/model), the optimiser (src/optim), the trainer.
+ * Memory: be->alloc returns device memory owned by the caller, released with
+ * be->free.  Ops never allocate in the step loop; scratch they need is sized
+ * once by be_reserve() (called by the model at creation).
+ *
+ * Conventions for every op:
+ *  - row-major tensors; N = B*T rows; shapes are written in the comment of
+ *    each op, e.g. out (N,C).
+ *  - dtypes: "act" arguments are in the backend's compute dtype
+ *    (be->act_dtype: fp32 on the CPU, bf16 on CUDA); "f32" arguments are
+ *    always fp32 (master weights, gradients, optimiser state, statistics).
+ *    Integer token arrays are int32 in device memory.
+ *  - "+=" marks an output that is accumulated into; "=" one that is
+ *    overwritten.
+ *  - determinism: the same inputs and thread count give bitwise-equal
+ *    results run after run (no atomics, fixed reduction orders).
+ * Thread-safety: one backend instance is used by one thread at a time.
+ */
+#ifndef BE_BACKEND_H
+#define BE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef enum { BE_F32 = 0, BE_BF16 = 1 } be_dtype;
+
+typedef enum {
+    BE_EPI_NONE = 0, /* C = alpha*op(A)op(B) + beta*C (+ bias)            */
+    BE_EPI_GELU = 1, /* pre = alpha*op(A)op(B) + bias ; C = gelu(pre)     */
+} be_epilogue;
+
+/* Scratch requirements the model announces before the step loop. */
+typedef struct {
+    int B, T, C, NH; /* largest attention shapes used */
+    int Vp;          /* padded vocabulary (classifier) */
+    size_t max_n;    /* largest element count passed to a reduction op */
+} be_limits;
+
+typedef struct be_backend be_backend;
+
+struct be_backend {
+    const char *name; /* "cpu", "cuda" */
+    be_dtype act_dtype;
+    int threads; /* compute threads (CPU) */
+    void *ctx;   /* backend-private */
+
+    /* ---- memory ---- */
+    void *(*alloc)(be_backend *be, size_t bytes); /* zeroed, 64-aligned; NULL on OOM */
+    void (*free)(be_backend *be, void *p);
+    void (*to_device)(be_backend *be, void *dst, const void *src, size_t bytes);
+    void (*to_host)(be_backend *be, void *dst, const void *src, size_t bytes);
+    void (*copy)(be_backend *be, void *dst, const void *src, size_t bytes);
+    void (*zero)(be_backend *be, void *p, size_t bytes);
+    void (*sync)(be_backend *be);
+    /* Size internal scratch for the given limits; may be called again with
+     * larger limits (grows, never shrinks). */
+    ms_status (*reserve)(be_backend *be, const be_limits *lim);
+    void (*destroy)(be_backend *be);
+
+    /* ---- ops ---- */
+
+    /* out (B,T,C) act = wte[tok[b,t]] + wpe[t];  tok (B,T) int32,
+     * wte (Vp,C) act, wpe (Tmax,C) act. */
+    void (*embedding_fwd)(be_backend *be, void *out, const int32_t *tok, const void *wte,
+                          const void *wpe, int B, int T, int C);
+    /* dwte (Vp,C) f32 +=, dwpe (Tmax,C) f32 +=, from dout (B,T,C) act. */
+    void (*embedding_bwd)(be_backend *be, float *dwte, float *dwpe, const void *dout,
+                          const int32_t *tok, int B, int T, int C);
+
+    /* out (N,C) act =, mean/rstd (N) f32 = ; eps 1e-5. */
+    void (*layernorm_fwd)(be_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                          const void *w, const void *b, int N, int C);
+    /* dinp (N,C) act +=, dw/db (C) f32 +=. */
+    void (*layernorm_bwd)(be_backend *be, void *dinp, float *dw, float *db, const void *dout,
+                          const void *inp, const void *w, const float *mean, const float *rstd,
+                          int N, int C);
+
+    /* General matrix multiply, row-major:
+     *   C (M,N) = alpha * op(A) op(B) + beta * C  [+ bias (N) broadcast over rows]
+     * op(A) is (M,K): A is (M,K) with row stride lda, or (K,M) if ta.
+     * op(B) is (K,N): B is (K,N) with row stride ldb, or (N,K) if tb.
+     * A, B, bias: act.  C: act, or f32 when c_f32 (weight gradients).
+     * With BE_EPI_GELU: pre (M,N) act = the matmul + bias (beta must be 0),
+     * and C = gelu_tanh(pre); pre may be NULL only for BE_EPI_NONE. */
+    void (*gemm)(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+                 int lda, const void *Bm, int ldb, float beta, void *C, int ldc, int c_f32,
+                 const void *bias, be_epilogue epi, void *pre);
+    /* dbias (N) f32 += column sums of dout (M,N) act. */
+    void (*bias_bwd)(be_backend *be, float *dbias, const void *dout, int M, int N);
+
+    /* Bytes of per-layer state attention_fwd saves for attention_bwd
+     * (the CPU keeps the probabilities, (B,NH,T,T); CUDA keeps log-sum-exp). */
+    size_t (*attention_state_bytes)(be_backend *be, int B, int T, int NH);
+    /* Causal multi-head attention; window W > 0 lets query t see keys
+     * max(0, t-W+1)..t, W <= 0 means full causal.
+     * qkv (B,T,3C) act: [q | k | v], head h at columns h*hs..(h+1)*hs-1 of
+     * each third (hs = C/NH).  out (B,T,C) act =, state = saved for bwd. */
+    void (*attention_fwd)(be_backend *be, void *out, void *state, const void *qkv, int B, int T,
+                          int C, int NH, int W);
+    /* dqkv (B,T,3C) act =, from dout (B,T,C). */
+    void (*attention_bwd)(be_backend *be, void *dqkv, const void *dout, const void *qkv,
+                          const void *state, int B, int T, int C, int NH, int W);
+
+    /* out = gelu_tanh(inp), n elements act. */
+    void (*gelu_fwd)(be_backend *be, void *out, const void *inp, size_t n);
+    /* dinp = gelu'(inp) * dout (act, =). */
+    void (*gelu_bwd)(be_backend *be, void *dinp, const void *inp, const void *dout, size_t n);
+    /* out = a + b (act; out may alias a or b). */
+    void (*residual_add)(be_backend *be, void *out, const void *a, const void *b, size_t n);
+
+    /* Fused tied classifier + softmax cross-entropy (+ gradient):
+     *   logits (N,Vp) = x (N,C) @ wte (Vp,C)^T, only the first V columns
+     *   take part in the softmax (padded rows never do).
+     *   losses (N) f32 = -log softmax(logits)[target].
+     *   If dx != NULL: dx (N,C) act = dlogits @ wte and dwte (Vp,C) f32 +=
+     *   dlogits^T @ x, where dlogits = dloss * (softmax - onehot(target)).
+     * Never materialises more than a bounded chunk of logits at a time. */
+    void (*classifier_fwd_bwd)(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
+                               const void *wte, const int32_t *targets, int N, int C, int V,
+                               int Vp, float dloss);
+
+    /* AdamW (PyTorch's): g' = g*gscale; m = b1 m + (1-b1) g';
+     * v = b2 v + (1-b2) g'^2; w -= lr*wd*w; w -= lr * mhat/(sqrt(vhat)+eps)
+     * with bias corrections 1-b^t (t >= 1).  w,g,m,v (n) f32.  If w_act is
+     * non-NULL (backends whose act dtype is not f32) it receives w. */
+    void (*adamw_step)(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
+                       size_t n, float lr, float b1, float b2, float eps, float wd, int t,
+                       float gscale);
+    /* LAMB phase 1: update m, v as AdamW and write the update direction
+     * u = mhat/(sqrt(vhat)+eps) + wd*w into g (in place).  Returns on the
+     * host the sums of squares of w and of u (for the trust ratio, which
+     * the caller assembles across shards). */
+    void (*lamb_moments)(be_backend *be, float *g_to_u, const float *w, float *m, float *v,
+                         size_t n, float b1, float b2, float eps, float wd, int t, float gscale,
+                         double *w_sq, double *u_sq);
+    /* w -= step * u (step = lr * trust ratio). */
+    void (*lamb_apply)(be_backend *be, float *w, void *w_act, const float *u, size_t n,
+                       float step);
+
+    /* Sum of squares of x (n) f32, as a double on the host (deterministic). */
+    double (*sum_squares)(be_backend *be, const float *x, size_t n);
+    /* Sum of x (n) f32 (losses), as a double on the host. */
+    double (*sum)(be_backend *be, const float *x, size_t n);
+    /* 1 if any of x (n) f32 is NaN or Inf. */
+    int (*has_nonfinite)(be_backend *be, const float *x, size_t n);
+};
+
+/* Element size of a dtype. */
+static inline size_t be_dtype_size(be_dtype d) { return d == BE_BF16 ? 2 : 4; }
+
+/* Create the CPU backend with `threads` OpenMP threads (0 = all cores).
+ * Always available. */
+ms_status be_cpu_create(be_backend **out, int threads);
+
+/* Create a backend by name ("cpu"; "cuda" when built with CUDA). */
+ms_status be_create(be_backend **out, const char *name, int threads);
+void be_destroy(be_backend *be);
+
+#endif

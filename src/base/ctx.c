@@ -1,0 +1,28 @@
+/* ctx.c - the process-level run context. */
+#include "base/ctx.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static ms_ctx g_ctx = {0, 1, 0, MS_LOG_INFO, 0};
+
+static int env_int(const char *a, const char *b, int def) {
+    const char *v = getenv(a);
+    if (!v) v = getenv(b);
+    return v ? atoi(v) : def;
+}
+
+void ms_ctx_init(void) {
+    g_ctx.rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
+    g_ctx.world = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
+    g_ctx.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", 0);
+    const char *lv = getenv("MS_LOG_LEVEL");
+    if (lv) {
+        if (!strcmp(lv, "debug")) g_ctx.log_level = MS_LOG_DEBUG;
+        else if (!strcmp(lv, "warn")) g_ctx.log_level = MS_LOG_WARN;
+        else if (!strcmp(lv, "error")) g_ctx.log_level = MS_LOG_ERROR;
+    }
+}
+
+const ms_ctx *ms_ctx_get(void) { return &g_ctx; }
+ms_ctx *ms_ctx_mut(void) { return &g_ctx; }

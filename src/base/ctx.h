@@ -1,0 +1,26 @@
+/* ctx.h - the one process-level run context (rank, world, logging level).
+ *
+ * Created by main() (ms_ctx_init) before anything else runs; every other
+ * module only reads it.  This is the single piece of global mutable state the
+ * project allows (STYLE.md).  Not thread-safe to modify; safe to read.
+ */
+#ifndef MS_CTX_H
+#define MS_CTX_H
+
+typedef enum { MS_LOG_DEBUG = 0, MS_LOG_INFO, MS_LOG_WARN, MS_LOG_ERROR } ms_log_level;
+
+typedef struct {
+    int rank;          /* global rank, 0 for a single process */
+    int world;         /* number of ranks */
+    int local_rank;    /* rank on this node */
+    ms_log_level log_level;
+    int log_all_ranks; /* if 0, INFO/DEBUG lines are printed by rank 0 only */
+} ms_ctx;
+
+/* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE) when launched by mpirun,
+ * MS_LOG_LEVEL (debug|info|warn|error). */
+void ms_ctx_init(void);
+const ms_ctx *ms_ctx_get(void);
+ms_ctx *ms_ctx_mut(void); /* main() only */
+
+#endif

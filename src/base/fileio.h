@@ -1,0 +1,59 @@
+/* fileio.h - checked file I/O: every failure returns a status whose message
+ * names the file and the errno text.  Atomic replace follows Redis' rdbSave:
+ * write "<path>.tmp.<pid>", fflush, fsync, rename over <path>, fsync the
+ * directory.  A reader therefore sees either the old file or the new one.
+ * Thread-safe (no shared state).
+ */
+#ifndef MS_FILEIO_H
+#define MS_FILEIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "base/status.h"
+
+/* Size of a regular file. */
+ms_status ms_file_size(const char *path, uint64_t *size);
+
+/* Read a whole file into a malloc'd buffer (caller frees); a NUL byte is
+ * appended (not counted in *len) so text can be parsed in place. */
+ms_status ms_file_read_all(const char *path, char **data, size_t *len);
+
+/* Read exactly n bytes at offset, or fail naming path and what was short. */
+ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t offset);
+
+/* Read-only memory map of a whole file.  ms_file_unmap releases it. */
+ms_status ms_file_map(const char *path, const void **data, size_t *len);
+void ms_file_unmap(const void *data, size_t len);
+
+/* Atomic writer.  ms_atomic_open creates the temp file; ms_atomic_write
+ * appends; ms_atomic_commit flushes, fsyncs, renames and fsyncs the
+ * directory; ms_atomic_abort removes the temp file.  After any failed call the
+ * writer must still be closed with ms_atomic_abort; the target path is never
+ * touched unless commit succeeds. */
+typedef struct {
+    FILE *f;
+    char path[4096];
+    char tmp[4096 + 32];
+} ms_atomic_file;
+
+ms_status ms_atomic_open(ms_atomic_file *af, const char *path);
+ms_status ms_atomic_write(ms_atomic_file *af, const void *data, size_t n);
+ms_status ms_atomic_printf(ms_atomic_file *af, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+ms_status ms_atomic_commit(ms_atomic_file *af);
+void ms_atomic_abort(ms_atomic_file *af);
+
+/* Convenience: atomically replace `path` with `n` bytes. */
+ms_status ms_file_write_atomic(const char *path, const void *data, size_t n);
+
+/* mkdir -p; ok if it exists. */
+ms_status ms_mkdirs(const char *path);
+
+/* Expand a glob pattern into a sorted list of paths (caller frees with
+ * ms_paths_free).  No match is MS_ERR_NOTFOUND naming the pattern. */
+ms_status ms_glob(const char *pattern, char ***paths, int *count);
+void ms_paths_free(char **paths, int count);
+
+#endif

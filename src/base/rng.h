@@ -1,0 +1,33 @@
+/* rng.h - counter-based deterministic random numbers.
+ *
+ * Every number is a pure function of (seed, stream, counter): the value of
+ * element i of parameter tensor k is ms_rng_normal(seed, k, i) whatever rank
+ * or slice computes it, so the same seed gives the same numbers on any
+ * parallel layout.  The stateful ms_rng wraps a (seed, stream, counter)
+ * triple for sequential draws (sampling, shuffling); its state is three
+ * integers, so it can be saved in a checkpoint.  Thread-safe (pure). */
+#ifndef MS_RNG_H
+#define MS_RNG_H
+
+#include <stdint.h>
+
+uint64_t ms_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
+/* Uniform in [0, 1) with 24 random bits. */
+float ms_rng_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
+/* Standard normal (Box-Muller over two draws derived from the counter). */
+float ms_rng_normal(uint64_t seed, uint64_t stream, uint64_t counter);
+
+typedef struct {
+    uint64_t seed, stream, counter;
+} ms_rng;
+
+static inline ms_rng ms_rng_make(uint64_t seed, uint64_t stream) {
+    ms_rng r = {seed, stream, 0};
+    return r;
+}
+uint64_t ms_rng_next_u64(ms_rng *r);
+float ms_rng_next_uniform(ms_rng *r);
+/* Uniform integer in [0, n), n > 0 (unbiased). */
+uint64_t ms_rng_next_below(ms_rng *r, uint64_t n);
+
+#endif

@@ -1,0 +1,56 @@
+/* shard.h - token shard files in llm.c's format.
+ *
+ * Layout: 256 x int32 little-endian header (header[0] = magic 20240520,
+ * header[1] = version, header[2] = token count), then the tokens: uint16 for
+ * version 1, uint32 for version 2 (vocabularies above 65,535).
+ * data_shard_open memory-maps the file and checks magic, version and that the
+ * file size is exactly 1024 + count * token size; every failure names the
+ * file and what is wrong.  The writer streams tokens into a temp file and
+ * commits it atomically, so a half-written shard never appears under its
+ * final name.  Not thread-safe per object; distinct shards are independent.
+ */
+#ifndef DATA_SHARD_H
+#define DATA_SHARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/fileio.h"
+#include "base/status.h"
+
+#define DATA_SHARD_MAGIC 20240520
+#define DATA_SHARD_HEADER_INTS 256
+
+typedef struct {
+    char path[4096];
+    int version;        /* 1: uint16 tokens, 2: uint32 tokens */
+    uint64_t n_tokens;
+    const void *map;    /* whole file */
+    size_t map_len;
+    const uint8_t *tokens; /* map + 1024 */
+} data_shard;
+
+ms_status data_shard_open(data_shard *s, const char *path);
+void data_shard_close(data_shard *s);
+/* Token i (i < n_tokens). */
+static inline uint32_t data_shard_token(const data_shard *s, uint64_t i) {
+    return s->version == 1 ? ((const uint16_t *)s->tokens)[i] : ((const uint32_t *)s->tokens)[i];
+}
+/* Copy n tokens from position pos into dst as int32, checking each against
+ * vocab (MS_ERR_RANGE naming the file and the position if >= vocab). */
+ms_status data_shard_read(const data_shard *s, uint64_t pos, size_t n, int32_t *dst, int vocab);
+
+typedef struct {
+    ms_atomic_file af;
+    int version;
+    uint64_t n_tokens;
+} data_shard_writer;
+
+/* version 1 or 2 */
+ms_status data_shard_writer_open(data_shard_writer *w, const char *path, int version);
+ms_status data_shard_writer_put(data_shard_writer *w, const uint32_t *tok, size_t n);
+/* Rewrites the header with the final count, then commits atomically. */
+ms_status data_shard_writer_commit(data_shard_writer *w);
+void data_shard_writer_abort(data_shard_writer *w);
+
+#endif
