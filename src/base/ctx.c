@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ms_ctx g_ctx = {0, 1, 0, MS_LOG_INFO, 0};
+static ms_ctx g_ctx = {0, 1, 0, MS_LOG_INFO, 0, 0};
 
 static int env_int(const char *a, const char *b, int def) {
     const char *v = getenv(a);
@@ -26,3 +26,21 @@ void ms_ctx_init(void) {
 
 const ms_ctx *ms_ctx_get(void) { return &g_ctx; }
 ms_ctx *ms_ctx_mut(void) { return &g_ctx; }
+
+static void on_signal(int sig) {
+    if (g_ctx.stop) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    g_ctx.stop = 1;
+}
+
+void ms_ctx_catch_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+}

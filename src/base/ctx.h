@@ -7,6 +7,8 @@
 #ifndef MS_CTX_H
 #define MS_CTX_H
 
+#include <signal.h>
+
 typedef enum { MS_LOG_DEBUG = 0, MS_LOG_INFO, MS_LOG_WARN, MS_LOG_ERROR } ms_log_level;
 
 typedef struct {
@@ -15,6 +17,7 @@ typedef struct {
     int local_rank;    /* rank on this node */
     ms_log_level log_level;
     int log_all_ranks; /* if 0, INFO/DEBUG lines are printed by rank 0 only */
+    volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
 } ms_ctx;
 
 /* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE) when launched by mpirun,
@@ -22,5 +25,8 @@ typedef struct {
 void ms_ctx_init(void);
 const ms_ctx *ms_ctx_get(void);
 ms_ctx *ms_ctx_mut(void); /* main() only */
+/* Install SIGINT/SIGTERM handlers that set ms_ctx.stop (a second signal
+ * terminates at once). */
+void ms_ctx_catch_signals(void);
 
 #endif

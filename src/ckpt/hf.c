@@ -1,0 +1,162 @@
+/* hf.c - Hugging Face GPT-2 safetensors import / export of model weights. */
+#include "ckpt/hf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt/safetensors.h"
+
+ms_status ckpt_hf_save(gpt_model *m, const char *path) {
+    const gpt_config *c = gpt_get_config(m);
+    be_backend *be = gpt_backend(m);
+    size_t n = gpt_num_elements(m);
+    float *host = malloc(n * sizeof(float));
+    if (!host) return ms_error(MS_ERR_NOMEM, "%s: out of memory staging weights", path);
+    be->to_host(be, host, gpt_params(m), n * sizeof(float));
+    ckpt_st_writer *w = ckpt_st_writer_create();
+    ms_status st = w ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
+        const gpt_param *p = gpt_tensor(m, i);
+        int64_t shape[2] = {p->shape[0], p->shape[1]};
+        if (!strcmp(p->name, "wte.weight")) shape[0] = c->vocab;
+        st = ckpt_st_writer_add(w, p->name, CKPT_ST_F32, p->ndim, shape, host + p->offset);
+    }
+    char buf[32];
+#define META(k, v)                                                                                 \
+    if (st == MS_OK) {                                                                             \
+        snprintf(buf, sizeof buf, "%d", (v));                                                      \
+        st = ckpt_st_writer_meta(w, k, buf);                                                       \
+    }
+    META("n_layer", c->n_layer);
+    META("n_head", c->n_head);
+    META("n_embd", c->n_embd);
+    META("vocab_size", c->vocab);
+    META("n_positions", c->seq_max);
+    META("attn_window", c->attn_window);
+#undef META
+    if (st == MS_OK) st = ckpt_st_writer_meta(w, "block", gpt_block_name(c->block));
+    if (st == MS_OK) st = ckpt_st_writer_meta(w, "format", "pt");
+    if (st == MS_OK) st = ckpt_st_write(w, path);
+    ckpt_st_writer_destroy(w);
+    free(host);
+    return st;
+}
+
+/* The tensor named `name`, with or without the "transformer." prefix. */
+static const ckpt_st_tensor *find_tensor(const ckpt_st_file *f, const char *name) {
+    const ckpt_st_tensor *t = ckpt_st_find(f, name);
+    if (t) return t;
+    char pref[96];
+    snprintf(pref, sizeof pref, "transformer.%s", name);
+    return ckpt_st_find(f, pref);
+}
+
+static const char *strip_prefix(const char *name) {
+    return strncmp(name, "transformer.", 12) == 0 ? name + 12 : name;
+}
+
+static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
+    int k = snprintf(buf, n, "(");
+    for (int d = 0; d < ndim && (size_t)k < n; d++)
+        k += snprintf(buf + k, n - (size_t)k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if ((size_t)k < n) snprintf(buf + k, n - (size_t)k, ")");
+}
+
+/* Check every file tensor is known to the model (or the tied lm_head). */
+static ms_status check_extra(gpt_model *m, const ckpt_st_file *f, const char *path) {
+    for (int i = 0; i < ckpt_st_count(f); i++) {
+        const char *nm = strip_prefix(ckpt_st_get(f, i)->name);
+        if (!strcmp(nm, "lm_head.weight") || strstr(nm, ".attn.bias") || strstr(nm, ".attn.masked_bias"))
+            continue; /* tied head; HF's causal-mask buffers */
+        if (gpt_find(m, nm) < 0)
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: tensor '%s' is not part of this model (%d layers, %s block)", path,
+                            ckpt_st_get(f, i)->name, gpt_get_config(m)->n_layer,
+                            gpt_block_name(gpt_get_config(m)->block));
+    }
+    return MS_OK;
+}
+
+ms_status ckpt_hf_load(gpt_model *m, const char *path) {
+    const gpt_config *c = gpt_get_config(m);
+    be_backend *be = gpt_backend(m);
+    ckpt_st_file *f = NULL;
+    MS_TRY(ckpt_st_open(&f, path));
+    size_t n = gpt_num_elements(m);
+    float *host = calloc(n, sizeof(float));
+    ms_status st = host ? check_extra(m, f, path) : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
+        const gpt_param *p = gpt_tensor(m, i);
+        const ckpt_st_tensor *t = find_tensor(f, p->name);
+        if (!t) {
+            st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' is missing", path, p->name);
+            break;
+        }
+        int64_t want[2] = {p->shape[0], p->shape[1]};
+        if (!strcmp(p->name, "wte.weight")) want[0] = c->vocab;
+        int ok = t->ndim == p->ndim && t->shape[0] == want[0] && (p->ndim < 2 || t->shape[1] == want[1]);
+        if (!ok) {
+            char got[96], exp[96];
+            fmt_shape(got, sizeof got, t->shape, t->ndim);
+            fmt_shape(exp, sizeof exp, want, p->ndim);
+            st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' has shape %s, the model needs %s", path,
+                          t->name, got, exp);
+            break;
+        }
+        if (t->dtype != CKPT_ST_F32) {
+            st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' has dtype %s; only F32 is supported", path,
+                          t->name, ckpt_st_dtype_name(t->dtype));
+            break;
+        }
+        memcpy(host + p->offset, t->data, t->nbytes);
+    }
+    if (st == MS_OK) {
+        be->to_device(be, gpt_params(m), host, n * sizeof(float));
+        gpt_params_updated(m);
+    }
+    free(host);
+    ckpt_st_close(f);
+    return st;
+}
+
+static int meta_int(const ckpt_st_file *f, const char *key, int def) {
+    const char *v = ckpt_st_meta(f, key);
+    return v ? atoi(v) : def;
+}
+
+ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg) {
+    ckpt_st_file *f = NULL;
+    MS_TRY(ckpt_st_open(&f, path));
+    ms_status st = MS_OK;
+    const ckpt_st_tensor *wte = find_tensor(f, "wte.weight"), *wpe = find_tensor(f, "wpe.weight");
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
+        st = ms_error(MS_ERR_FORMAT, "%s: no 2-D wte.weight / wpe.weight: not GPT-2 weights", path);
+        goto out;
+    }
+    memset(cfg, 0, sizeof *cfg);
+    cfg->vocab = (int)wte->shape[0];
+    cfg->n_embd = (int)wte->shape[1];
+    cfg->seq_max = (int)wpe->shape[0];
+    int L = 0;
+    char nm[64];
+    for (;; L++) {
+        snprintf(nm, sizeof nm, "h.%d.ln_1.weight", L);
+        if (!find_tensor(f, nm)) break;
+    }
+    cfg->n_layer = meta_int(f, "n_layer", L);
+    int hh = heads_hint > 0 ? heads_hint : (cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1);
+    cfg->n_head = meta_int(f, "n_head", hh);
+    cfg->attn_window = meta_int(f, "attn_window", 0);
+    const char *blk = ckpt_st_meta(f, "block");
+    if (blk) {
+        st = gpt_block_parse(blk, &cfg->block);
+    } else {
+        cfg->block = find_tensor(f, "h.0.ln_2.weight") ? GPT_BLOCK_SERIAL : GPT_BLOCK_PARALLEL;
+    }
+    if (st == MS_OK) st = gpt_config_validate(cfg);
+    if (st != MS_OK) ms_error_wrap(st, "%s", path);
+out:
+    ckpt_st_close(f);
+    return st;
+}

@@ -1,0 +1,28 @@
+/* hf.h - model weights as one safetensors file with Hugging Face GPT-2
+ * tensor names and shapes (wte.weight (V,C), wpe.weight (T_max,C),
+ * h.{i}.attn.c_attn.weight (C,3C) ..., Conv1D weights stored (in, out)).
+ *
+ * Used by `train --init-from / --save-weights`, `sample`, and later the
+ * checkpoint export.  Names may carry a "transformer." prefix on load; the
+ * tied "lm_head.weight" is ignored when present.  The model's architecture
+ * travels in the file's metadata (n_layer, n_head, n_embd, vocab_size,
+ * n_positions, block, attn_window) and can also be inferred from the shapes
+ * of a plain Hugging Face file.  Not thread-safe per model.
+ */
+#ifndef CKPT_HF_H
+#define CKPT_HF_H
+
+#include "base/status.h"
+#include "model/gpt.h"
+
+/* Write the model's weights (fp32, padded vocabulary rows dropped). */
+ms_status ckpt_hf_save(gpt_model *m, const char *path);
+/* Load weights into m; every tensor of the model must be present with the
+ * exact shape, otherwise an error names the file, the tensor and both
+ * shapes.  Unknown extra tensors are an error too (a wrong model). */
+ms_status ckpt_hf_load(gpt_model *m, const char *path);
+/* Read the architecture stored in (or implied by) the file.  heads_hint is
+ * used when the file has no metadata (0: C/64). */
+ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg);
+
+#endif

@@ -1,0 +1,71 @@
+/* cmd_train.c - `megascale train`: the option table and the call into the
+ * trainer. */
+#include <stddef.h>
+#include <stdio.h>
+
+#include "base/ctx.h"
+#include "cli/commands.h"
+#include "cli/opts.h"
+#include "train/train.h"
+
+#define O(name, type, field, def, help) {name, type, offsetof(train_config, field), def, help}
+
+static const opts_spec train_opts[] = {
+    O("model", OPT_T_STR, model, "d6", "model preset: d6 d12 (124M) d24 (350M) d36 d48"),
+    O("layers", OPT_T_INT, layers, "0", "number of blocks (0: from the preset)"),
+    O("dim", OPT_T_INT, dim, "0", "model width C (0: from the preset)"),
+    O("heads", OPT_T_INT, heads, "0", "attention heads (0: from the preset)"),
+    O("vocab", OPT_T_INT, vocab, "0", "vocabulary size (0: from the preset, 50257)"),
+    O("seq-max", OPT_T_INT, seq_max, "0", "position-embedding rows (0: from the preset, 1024)"),
+    O("block", OPT_T_STR, block, "serial", "serial or parallel transformer block"),
+    O("attn-window", OPT_T_INT, attn_window, "0", "sliding attention window W (0: full causal)"),
+    O("device", OPT_T_STR, device, "cpu", "compute backend"),
+    O("threads", OPT_T_INT, threads, "0", "CPU threads (0: all cores)"),
+    O("train-data", OPT_T_STR, train_data, NULL, "glob of training token shards (llm.c format)"),
+    O("val-data", OPT_T_STR, val_data, NULL, "glob of validation token shards"),
+    O("data-order", OPT_T_STR, data_order, "shuffle", "shuffle or sequential (llm.c's order)"),
+    O("batch", OPT_T_INT, batch, "8", "sequences per optimiser step"),
+    O("micro-batch", OPT_T_INT, micro_batch, "0", "sequences per forward/backward (0: --batch)"),
+    O("seq", OPT_T_INT, seq, "256", "tokens per sequence T"),
+    O("steps", OPT_T_INT, steps, "100", "optimiser steps"),
+    O("optimizer", OPT_T_STR, optimizer, "adamw", "adamw or lamb"),
+    O("lr", OPT_T_DOUBLE, lr, "6e-4", "peak learning rate"),
+    O("lr-schedule", OPT_T_STR, lr_schedule, "cosine", "constant or cosine"),
+    O("warmup", OPT_T_INT, warmup, "0", "linear warmup steps"),
+    O("lr-floor", OPT_T_DOUBLE, lr_floor, "0.1", "cosine floor as a fraction of --lr"),
+    O("weight-decay", OPT_T_DOUBLE, weight_decay, "0.1", "decoupled weight decay (2-D tensors only)"),
+    O("beta1", OPT_T_DOUBLE, beta1, "0.9", "first-moment decay"),
+    O("beta2", OPT_T_DOUBLE, beta2, "0.95", "second-moment decay"),
+    O("eps", OPT_T_DOUBLE, eps, "1e-8", "optimiser epsilon"),
+    O("grad-clip", OPT_T_DOUBLE, grad_clip, "1.0", "clip the global grad norm to X (0: off)"),
+    O("max-bad-steps", OPT_T_INT, max_bad_steps, "3",
+      "consecutive non-finite steps tolerated (skipped) before the run stops"),
+    O("seed", OPT_T_U64, seed, "1337", "seed for initialisation and data order"),
+    O("init-from", OPT_T_STR, init_from, NULL, "initial weights (HF GPT-2 safetensors)"),
+    O("save-weights", OPT_T_STR, save_weights, NULL, "write final weights (HF GPT-2 safetensors)"),
+    O("metrics", OPT_T_STR, metrics, NULL, "JSONL file: one object per step"),
+    O("val-every", OPT_T_INT, val_every, "100", "steps between validation passes (0: end only)"),
+    O("val-batches", OPT_T_INT, val_batches, "10", "batches per validation pass"),
+    O("peak-flops", OPT_T_DOUBLE, peak_flops, "0", "device peak FLOP/s for MFU (0: probe)"),
+    O("log-every", OPT_T_INT, log_every, "1", "steps between progress lines"),
+};
+#define N_TRAIN_OPTS ((int)(sizeof train_opts / sizeof train_opts[0]))
+
+int cmd_train(int argc, char **argv) {
+    train_config tc = {0};
+    char *pos[1];
+    int npos, help, rc = 0;
+    ms_status st = opts_parse(train_opts, N_TRAIN_OPTS, &tc, argc, argv, pos, 0, &npos, &help);
+    if (help) {
+        opts_print_help(train_opts, N_TRAIN_OPTS,
+                        "usage: megascale train --train-data 'DIR/train_*.bin' [options]");
+    } else if (st != MS_OK) {
+        rc = cli_fail("train", st);
+    } else {
+        ms_ctx_catch_signals();
+        st = train_run(&tc);
+        if (st != MS_OK) rc = cli_fail("train", st);
+    }
+    opts_free(train_opts, N_TRAIN_OPTS, &tc);
+    return rc;
+}

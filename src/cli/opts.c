@@ -1,0 +1,163 @@
+/* opts.c - the declarative option parser. */
+#include "cli/opts.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+
+static const opts_spec *find(const opts_spec *spec, int n, const char *name, size_t len) {
+    for (int i = 0; i < n; i++)
+        if (strlen(spec[i].name) == len && !strncmp(spec[i].name, name, len)) return &spec[i];
+    return NULL;
+}
+
+/* Store text value v for option s, validating its type; `where` names the
+ * source (command line or file:line) for messages. */
+static ms_status set_value(const opts_spec *s, void *dst, const char *v, const char *where) {
+    char *end = NULL;
+    void *p = (char *)dst + s->offset;
+    errno = 0;
+    switch (s->type) {
+    case OPT_T_INT: {
+        long x = strtol(v, &end, 10);
+        if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
+            return ms_error(MS_ERR_ARG, "%s: --%s expects an integer, got '%s'", where, s->name, v);
+        *(int *)p = (int)x;
+        break;
+    }
+    case OPT_T_U64: {
+        unsigned long long x = strtoull(v, &end, 10);
+        if (!*v || *end || errno || *v == '-')
+            return ms_error(MS_ERR_ARG, "%s: --%s expects a non-negative integer, got '%s'", where,
+                            s->name, v);
+        *(uint64_t *)p = x;
+        break;
+    }
+    case OPT_T_DOUBLE: {
+        double x = strtod(v, &end);
+        if (!*v || *end || errno)
+            return ms_error(MS_ERR_ARG, "%s: --%s expects a number, got '%s'", where, s->name, v);
+        *(double *)p = x;
+        break;
+    }
+    case OPT_T_STR: {
+        char **sp = p;
+        free(*sp);
+        *sp = strdup(v);
+        if (!*sp) return ms_error(MS_ERR_NOMEM, "out of memory");
+        break;
+    }
+    }
+    return MS_OK;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+/* Apply a "name = value" config file. */
+static ms_status load_config(const opts_spec *spec, int n, void *dst, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    MS_TRY(ms_file_read_all(path, &text, &len));
+    ms_status st = MS_OK;
+    int lineno = 0;
+    for (char *line = text, *next; line && st == MS_OK; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = 0;
+        char *l = trim(line);
+        if (!*l) continue;
+        char *eq = strchr(l, '=');
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (!eq) {
+            st = ms_error(MS_ERR_ARG, "%s: expected 'name = value', got '%s'", where, l);
+            break;
+        }
+        *eq = 0;
+        char *k = trim(l), *v = trim(eq + 1);
+        if (!strncmp(k, "--", 2)) k += 2;
+        const opts_spec *s = find(spec, n, k, strlen(k));
+        if (!s || !strcmp(k, "config")) {
+            st = ms_error(MS_ERR_ARG, "%s: unknown option '%s'", where, k);
+            break;
+        }
+        st = set_value(s, dst, v, where);
+    }
+    free(text);
+    return st;
+}
+
+ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **argv, char **pos,
+                     int max_pos, int *n_pos, int *help) {
+    *n_pos = 0;
+    *help = 0;
+    for (int i = 0; i < n; i++)
+        if (spec[i].def) MS_TRY(set_value(&spec[i], dst, spec[i].def, "default"));
+    /* the config file first, so the command line overrides it */
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9)) {
+            const char *path = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
+            if (!path) return ms_error(MS_ERR_ARG, "--config needs a file name");
+            MS_TRY(load_config(spec, n, dst, path));
+        }
+    }
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            *help = 1;
+            continue;
+        }
+        if (strncmp(a, "--", 2) != 0) {
+            if (*n_pos >= max_pos) return ms_error(MS_ERR_ARG, "unexpected argument '%s'", a);
+            pos[(*n_pos)++] = argv[i];
+            continue;
+        }
+        const char *name = a + 2, *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        if (len == 6 && !strncmp(name, "config", 6)) {
+            if (!eq) i++;
+            continue;
+        }
+        const opts_spec *s = find(spec, n, name, len);
+        if (!s) return ms_error(MS_ERR_ARG, "unknown option '%.*s' (see --help)", (int)len + 2, a);
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        if (!v) return ms_error(MS_ERR_ARG, "option --%s needs a value", s->name);
+        MS_TRY(set_value(s, dst, v, "command line"));
+    }
+    return MS_OK;
+}
+
+void opts_print_help(const opts_spec *spec, int n, const char *usage) {
+    printf("%s\n\nOptions (also accepted as 'name = value' lines in --config FILE):\n", usage);
+    for (int i = 0; i < n; i++) {
+        const char *t = spec[i].type == OPT_T_STR ? "STR" : spec[i].type == OPT_T_DOUBLE ? "X" : "N";
+        char left[64];
+        snprintf(left, sizeof left, "--%s %s", spec[i].name, t);
+        printf("  %-24s %s", left, spec[i].help);
+        if (spec[i].def && *spec[i].def) printf(" [%s]", spec[i].def);
+        printf("\n");
+    }
+    printf("  %-24s %s\n", "--config FILE", "read options from FILE (command line wins)");
+}
+
+void opts_free(const opts_spec *spec, int n, void *dst) {
+    for (int i = 0; i < n; i++)
+        if (spec[i].type == OPT_T_STR) {
+            char **sp = (char **)((char *)dst + spec[i].offset);
+            free(*sp);
+            *sp = NULL;
+        }
+}

@@ -1,0 +1,179 @@
+/* loader.c - sequential and shuffled batches over token shards. */
+#include "data/loader.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "base/rng.h"
+#include "data/shard.h"
+
+struct data_loader {
+    data_loader_config cfg;
+    data_shard *shards;
+    int n_shards;
+    uint64_t total_tokens;
+    /* shuffle: window w of the epoch is perm[w]; windows of shard s are
+     * numbered from first_window[s] */
+    uint64_t *first_window; /* n_shards + 1 */
+    uint64_t n_windows;
+    uint32_t *perm;
+    uint64_t perm_epoch;
+    data_cursor cur;
+    int32_t *row; /* T+1 tokens being read */
+};
+
+ms_status data_order_parse(const char *s, data_order *out) {
+    if (!strcmp(s, "sequential")) *out = DATA_ORDER_SEQUENTIAL;
+    else if (!strcmp(s, "shuffle")) *out = DATA_ORDER_SHUFFLE;
+    else return ms_error(MS_ERR_ARG, "unknown data order '%s' (sequential or shuffle)", s);
+    return MS_OK;
+}
+
+static void make_perm(data_loader *dl, uint64_t epoch) {
+    for (uint64_t i = 0; i < dl->n_windows; i++) dl->perm[i] = (uint32_t)i;
+    ms_rng r = ms_rng_make(dl->cfg.seed, 0x5eedda7aULL + epoch);
+    for (uint64_t i = dl->n_windows; i > 1; i--) { /* Fisher-Yates */
+        uint64_t j = ms_rng_next_below(&r, i);
+        uint32_t t = dl->perm[i - 1];
+        dl->perm[i - 1] = dl->perm[j];
+        dl->perm[j] = t;
+    }
+    dl->perm_epoch = epoch;
+}
+
+static ms_status open_shards(data_loader *dl) {
+    char **paths = NULL;
+    int n = 0;
+    MS_TRY(ms_glob(dl->cfg.pattern, &paths, &n));
+    ms_status st = MS_OK;
+    dl->shards = calloc((size_t)n, sizeof *dl->shards);
+    dl->first_window = calloc((size_t)n + 1, sizeof *dl->first_window);
+    if (!dl->shards || !dl->first_window) {
+        st = ms_error(MS_ERR_NOMEM, "data loader: out of memory");
+        goto out;
+    }
+    uint64_t need = (uint64_t)dl->cfg.B * dl->cfg.T + 1;
+    for (int i = 0; i < n; i++) {
+        st = data_shard_open(&dl->shards[i], paths[i]);
+        if (st) goto out;
+        dl->n_shards = i + 1;
+        uint64_t nt = dl->shards[i].n_tokens;
+        if (dl->cfg.order == DATA_ORDER_SEQUENTIAL && nt < need) {
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s: shard has %llu tokens, fewer than one batch needs (B*T+1 = %llu)",
+                          paths[i], (unsigned long long)nt, (unsigned long long)need);
+            goto out;
+        }
+        dl->total_tokens += nt;
+        uint64_t w = nt > (uint64_t)dl->cfg.T ? (nt - 1) / (uint64_t)dl->cfg.T : 0;
+        dl->first_window[i + 1] = dl->first_window[i] + w;
+    }
+    dl->n_windows = dl->first_window[n];
+out:
+    ms_paths_free(paths, n);
+    return st;
+}
+
+ms_status data_loader_open(data_loader **out, const data_loader_config *cfg) {
+    *out = NULL;
+    if (cfg->B < 1 || cfg->T < 1) return ms_error(MS_ERR_ARG, "data loader: bad batch shape");
+    data_loader *dl = calloc(1, sizeof *dl);
+    if (!dl) return ms_error(MS_ERR_NOMEM, "data loader: out of memory");
+    dl->cfg = *cfg;
+    dl->row = malloc(sizeof(int32_t) * ((size_t)cfg->T + 1));
+    ms_status st = dl->row ? open_shards(dl) : ms_error(MS_ERR_NOMEM, "data loader: out of memory");
+    if (st == MS_OK && cfg->order == DATA_ORDER_SHUFFLE) {
+        if (dl->n_windows < (uint64_t)cfg->B) {
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s: %llu tokens make only %llu windows of T+1=%d, fewer than B=%d",
+                          cfg->pattern, (unsigned long long)dl->total_tokens,
+                          (unsigned long long)dl->n_windows, cfg->T + 1, cfg->B);
+        } else if (dl->n_windows > UINT32_MAX) {
+            st = ms_error(MS_ERR_RANGE, "%s: too many windows to shuffle", cfg->pattern);
+        } else {
+            dl->perm = malloc(sizeof(uint32_t) * dl->n_windows);
+            if (!dl->perm) st = ms_error(MS_ERR_NOMEM, "data loader: out of memory");
+            else make_perm(dl, 0);
+        }
+    }
+    if (st != MS_OK) {
+        data_loader_close(dl);
+        return st;
+    }
+    *out = dl;
+    return MS_OK;
+}
+
+void data_loader_close(data_loader *dl) {
+    if (!dl) return;
+    for (int i = 0; i < dl->n_shards; i++) data_shard_close(&dl->shards[i]);
+    free(dl->shards);
+    free(dl->first_window);
+    free(dl->perm);
+    free(dl->row);
+    free(dl);
+}
+
+/* Copy T+1 tokens at pos of shard s into row r of inputs/targets. */
+static ms_status read_row(data_loader *dl, int s, uint64_t pos, int r, int32_t *inp, int32_t *tgt,
+                          int32_t *tmp) {
+    int T = dl->cfg.T;
+    MS_TRY(data_shard_read(&dl->shards[s], pos, (size_t)T + 1, tmp, dl->cfg.vocab));
+    memcpy(inp + (size_t)r * T, tmp, sizeof(int32_t) * (size_t)T);
+    memcpy(tgt + (size_t)r * T, tmp + 1, sizeof(int32_t) * (size_t)T);
+    return MS_OK;
+}
+
+static ms_status next_sequential(data_loader *dl, int32_t *inp, int32_t *tgt, int32_t *tmp) {
+    uint64_t BT = (uint64_t)dl->cfg.B * dl->cfg.T;
+    data_cursor *c = &dl->cur;
+    if (c->pos + BT + 1 > dl->shards[c->shard].n_tokens) {
+        c->pos = 0;
+        if (++c->shard == (uint64_t)dl->n_shards) {
+            c->shard = 0;
+            c->epoch++;
+        }
+    }
+    for (int r = 0; r < dl->cfg.B; r++)
+        MS_TRY(read_row(dl, (int)c->shard, c->pos + (uint64_t)r * dl->cfg.T, r, inp, tgt, tmp));
+    c->pos += BT;
+    return MS_OK;
+}
+
+static ms_status next_shuffle(data_loader *dl, int32_t *inp, int32_t *tgt, int32_t *tmp) {
+    data_cursor *c = &dl->cur;
+    for (int r = 0; r < dl->cfg.B; r++) {
+        if (c->pos >= dl->n_windows) {
+            c->pos = 0;
+            c->epoch++;
+        }
+        if (dl->perm_epoch != c->epoch) make_perm(dl, c->epoch);
+        uint64_t w = dl->perm[c->pos++];
+        int s = 0;
+        while (dl->first_window[s + 1] <= w) s++; /* few shards: linear scan */
+        uint64_t pos = (w - dl->first_window[s]) * (uint64_t)dl->cfg.T;
+        MS_TRY(read_row(dl, s, pos, r, inp, tgt, tmp));
+    }
+    return MS_OK;
+}
+
+ms_status data_loader_next(data_loader *dl, int32_t *inputs, int32_t *targets) {
+    return dl->cfg.order == DATA_ORDER_SEQUENTIAL ? next_sequential(dl, inputs, targets, dl->row)
+                                                  : next_shuffle(dl, inputs, targets, dl->row);
+}
+
+data_cursor data_loader_cursor(const data_loader *dl) { return dl->cur; }
+
+void data_loader_seek(data_loader *dl, data_cursor c) {
+    dl->cur = c;
+    if (dl->perm && dl->perm_epoch != c.epoch) make_perm(dl, c.epoch);
+}
+
+void data_loader_rewind(data_loader *dl) {
+    data_cursor c = {0, 0, 0};
+    data_loader_seek(dl, c);
+}
+
+uint64_t data_loader_total_tokens(const data_loader *dl) { return dl->total_tokens; }
+int data_loader_num_shards(const data_loader *dl) { return dl->n_shards; }

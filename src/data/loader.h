@@ -1,0 +1,52 @@
+/* loader.h - batches of (inputs, targets) from token shards.
+ *
+ * Two orders:
+ *  - sequential (llm.c's): batch k is the B*T+1 tokens starting at token
+ *    k*B*T of the current shard, split into B rows of inputs and the same
+ *    shifted by one as targets; when the next batch would run past the end
+ *    of a shard the loader moves to the next shard (wrapping to the first).
+ *  - shuffle: the shards are cut into windows of T+1 tokens at stride T; each
+ *    epoch visits every window once in an order that is a pure function of
+ *    (seed, epoch), B windows per batch.
+ * Each token is checked against the vocabulary as it is read; a token id
+ * >= vocab is an error naming the shard and the position.
+ * The cursor (data_cursor) is plain data, so a checkpoint can store it and a
+ * resumed run continue exactly.  One thread at a time.
+ */
+#ifndef DATA_LOADER_H
+#define DATA_LOADER_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef enum { DATA_ORDER_SEQUENTIAL = 0, DATA_ORDER_SHUFFLE = 1 } data_order;
+
+typedef struct {
+    const char *pattern; /* glob of shard files */
+    int B, T;
+    int vocab;
+    data_order order;
+    uint64_t seed;
+} data_loader_config;
+
+typedef struct {
+    uint64_t epoch;
+    uint64_t shard; /* sequential: current shard index */
+    uint64_t pos;   /* sequential: token position; shuffle: next window of the epoch */
+} data_cursor;
+
+typedef struct data_loader data_loader;
+
+ms_status data_order_parse(const char *s, data_order *out);
+ms_status data_loader_open(data_loader **out, const data_loader_config *cfg);
+void data_loader_close(data_loader *dl);
+/* Fill inputs and targets, each (B,T) int32 on the host. */
+ms_status data_loader_next(data_loader *dl, int32_t *inputs, int32_t *targets);
+data_cursor data_loader_cursor(const data_loader *dl);
+void data_loader_seek(data_loader *dl, data_cursor c);
+void data_loader_rewind(data_loader *dl);
+uint64_t data_loader_total_tokens(const data_loader *dl);
+int data_loader_num_shards(const data_loader *dl);
+
+#endif

@@ -1,0 +1,113 @@
+/* gpt.h - the GPT-2 model: configuration and presets, the parameter table
+ * (Hugging Face GPT-2 names and shapes), initialisation, and the forward /
+ * backward passes over a backend.
+ *
+ * Architecture: learned position embeddings, pre-LN blocks, 4C tanh-GeLU MLP,
+ * final LayerNorm, LM head tied to the token embedding, vocabulary padded to
+ * a multiple of 128 (padded rows never take part in the softmax).  Options
+ * from MegaScale: the parallel block y = x + Attn(LN(x)) + MLP(LN(x)) (one
+ * LayerNorm, ln_1, feeds both branches) and sliding-window attention.
+ *
+ * Memory: gpt_create makes few, large allocations on the backend: one buffer
+ * for the fp32 master parameters, one for their gradients, one for the
+ * activations of a (B, T) micro-batch; every tensor is a view into them.
+ * Parameters are stored in Hugging Face Conv1D layout (in, out).
+ * Callers: the optimiser (through the parameter table), the trainer, the
+ * checkpoint code (through the table and gpt_param_data).  A model is used
+ * by one thread at a time.
+ */
+#ifndef GPT_GPT_H
+#define GPT_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "base/status.h"
+
+typedef enum { GPT_BLOCK_SERIAL = 0, GPT_BLOCK_PARALLEL = 1 } gpt_block;
+
+typedef struct {
+    int n_layer;
+    int n_head;
+    int n_embd;      /* C */
+    int vocab;       /* V, real vocabulary size */
+    int vocab_pad;   /* Vp, V rounded up to a multiple of 128 (set by validate) */
+    int seq_max;     /* rows of wpe: the longest sequence the model supports */
+    gpt_block block;
+    int attn_window; /* W: each token sees itself and the W-1 before it; 0 = full */
+} gpt_config;
+
+/* Fill cfg from a preset name: d6 (6 layers, C=384, 6 heads), d12 (GPT-2 124M),
+ * d24 (350M), d36 (774M), d48 (1.5B); vocab 50257, seq_max 1024, serial. */
+ms_status gpt_config_preset(gpt_config *cfg, const char *name);
+/* Check ranges (heads divide C, positive sizes, window >= 0) and set vocab_pad. */
+ms_status gpt_config_validate(gpt_config *cfg);
+const char *gpt_block_name(gpt_block b);
+ms_status gpt_block_parse(const char *s, gpt_block *out);
+
+/* Parameter count without vocabulary padding (the "N" of 6N). */
+size_t gpt_config_num_params(const gpt_config *cfg);
+/* Training flops per token: 6N + 12 * L * T_eff * C, T_eff = min(T, W). */
+double gpt_flops_per_token(const gpt_config *cfg, int T);
+
+/* One entry of the parameter table. */
+typedef struct {
+    char name[64];   /* Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;        /* 1 or 2 */
+    int shape[2];    /* logical shape as stored (wte is (Vp, C) here) */
+    size_t offset;   /* element offset into the parameter / gradient buffers */
+    size_t numel;
+    int decay;       /* 1 for matrices and embeddings, 0 for biases and LN */
+    float init_std;  /* normal std; 0 means constant init_value */
+    float init_value;
+    int layer;       /* block index, -1 for wte/wpe/ln_f */
+} gpt_param;
+
+typedef struct gpt_model gpt_model;
+
+/* Create a model for micro-batches of at most B sequences of T tokens
+ * (T <= seq_max).  Parameters are zero until gpt_init or a load. */
+ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T);
+void gpt_destroy(gpt_model *m);
+
+const gpt_config *gpt_get_config(const gpt_model *m);
+be_backend *gpt_backend(const gpt_model *m);
+int gpt_num_tensors(const gpt_model *m);
+const gpt_param *gpt_tensor(const gpt_model *m, int i);
+/* Index of a tensor by name, -1 if absent. */
+int gpt_find(const gpt_model *m, const char *name);
+size_t gpt_num_elements(const gpt_model *m); /* total incl. padding */
+float *gpt_params(gpt_model *m);            /* fp32 master weights (device) */
+float *gpt_grads(gpt_model *m);             /* fp32 gradients (device) */
+/* The act-dtype copy of the weights used by the ops (aliases gpt_params on
+ * backends whose act dtype is fp32).  After changing gpt_params outside the
+ * optimiser call gpt_params_updated(). */
+void *gpt_params_act(gpt_model *m);
+void gpt_params_updated(gpt_model *m);
+/* Bytes of activations allocated (for reports). */
+size_t gpt_activation_bytes(const gpt_model *m);
+
+/* GPT-2 initialisation from a seed: weights N(0, 0.02), residual
+ * projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0,
+ * LayerNorm gains 1; padded vocabulary rows 0.  Element i of a tensor gets
+ * the i-th number of a stream keyed by the tensor's name, so any sharding of
+ * the same tensor sees the same values. */
+void gpt_init(gpt_model *m, uint64_t seed);
+
+/* Forward + fused classifier + backward over one micro-batch.
+ * tokens, targets: (B,T) int32 on the host, B <= the B of gpt_create.
+ * Gradients are accumulated (+=) into gpt_grads, each token's loss gradient
+ * scaled by dloss (1/(tokens in the whole batch) for a mean).  Returns the
+ * mean loss of this micro-batch. */
+float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B,
+                           int T, float dloss);
+/* Forward only: the mean loss over the B*T targets. */
+float gpt_forward_loss(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+/* Forward only: logits (B,T,V) fp32 on the host for all positions, or only
+ * for the last position of each row when last_only (then (B,V)). */
+void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int last_only,
+                        float *logits);
+void gpt_zero_grads(gpt_model *m);
+
+#endif

@@ -1,0 +1,33 @@
+/* monitor.h - training telemetry: JSONL metrics, MFU, peak-flops probe,
+ * peak memory.
+ *
+ * mon_metrics writes one JSON object per line and flushes after each, so a
+ * crashed run keeps every completed step.  One thread at a time per writer.
+ */
+#ifndef MON_MONITOR_H
+#define MON_MONITOR_H
+
+#include <stdio.h>
+
+#include "backend/backend.h"
+#include "base/status.h"
+
+typedef struct {
+    FILE *f;
+    char path[4096];
+} mon_metrics;
+
+/* Open (truncate) path for writing; path NULL or "" gives a disabled writer. */
+ms_status mon_metrics_open(mon_metrics *mm, const char *path);
+/* Write one line: `json_object` is the text of an object without newline. */
+ms_status mon_metrics_write(mon_metrics *mm, const char *json_object);
+void mon_metrics_close(mon_metrics *mm);
+
+/* Measure the backend's fp32 GEMM throughput (FLOP/s) with a short probe
+ * (a few square products of size n, best time). */
+double mon_probe_peak_flops(be_backend *be, int n, int reps);
+
+/* Peak resident set size of this process in bytes (getrusage). */
+double mon_peak_rss_bytes(void);
+
+#endif

@@ -1,0 +1,227 @@
+/* train.c - the step loop. */
+#include "train/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/ctx.h"
+#include "base/log.h"
+#include "base/timeutil.h"
+#include "ckpt/hf.h"
+#include "data/loader.h"
+#include "monitor/monitor.h"
+#include "optim/optim.h"
+#include "train/train_internal.h"
+
+typedef struct {
+    const train_config *tc;
+    gpt_config mc;
+    int micro, accum;
+    be_backend *be;
+    gpt_model *model;
+    opt_state *opt;
+    opt_schedule sched;
+    data_loader *train, *val;
+    mon_metrics metrics;
+    int32_t *inp, *tgt;
+    double peak_flops, flops_per_token;
+} trainer;
+
+static ms_status open_loaders(trainer *t) {
+    const train_config *tc = t->tc;
+    data_loader_config dc = {tc->train_data, t->micro, tc->seq, t->mc.vocab, DATA_ORDER_SHUFFLE,
+                             tc->seed};
+    MS_TRY(data_order_parse(tc->data_order, &dc.order));
+    MS_TRY(data_loader_open(&t->train, &dc));
+    ms_info("train data: %s: %d shard(s), %llu tokens, order %s", tc->train_data,
+            data_loader_num_shards(t->train), (unsigned long long)data_loader_total_tokens(t->train),
+            tc->data_order);
+    if (tc->val_data && *tc->val_data) {
+        dc.pattern = tc->val_data;
+        dc.order = DATA_ORDER_SEQUENTIAL;
+        MS_TRY(data_loader_open(&t->val, &dc));
+    }
+    return MS_OK;
+}
+
+static ms_status setup(trainer *t) {
+    const train_config *tc = t->tc;
+    MS_TRY(train_model_config(tc, &t->mc));
+    MS_TRY(train_check(tc, &t->mc, &t->micro, &t->accum));
+    opt_config oc = {OPT_ADAMW, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
+                     (float)tc->weight_decay, (float)tc->grad_clip};
+    MS_TRY(opt_kind_parse(tc->optimizer, &oc.kind));
+    t->sched = (opt_schedule){OPT_SCHED_COSINE, (float)tc->lr, tc->warmup, tc->steps, (float)tc->lr_floor};
+    MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
+    MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
+    MS_TRY(be_create(&t->be, tc->device, tc->threads));
+    MS_TRY(gpt_create(&t->model, &t->mc, t->be, t->micro, tc->seq));
+    if (tc->init_from && *tc->init_from) {
+        MS_TRY(ckpt_hf_load(t->model, tc->init_from));
+        ms_info("weights: loaded %s", tc->init_from);
+    } else {
+        gpt_init(t->model, tc->seed);
+    }
+    MS_TRY(opt_create(&t->opt, &oc, t->model));
+    MS_TRY(mon_metrics_open(&t->metrics, tc->metrics));
+    size_t n = (size_t)t->micro * tc->seq;
+    t->inp = malloc(n * sizeof(int32_t));
+    t->tgt = malloc(n * sizeof(int32_t));
+    if (!t->inp || !t->tgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
+    t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
+    t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 1024, 3);
+    return MS_OK;
+}
+
+static void teardown(trainer *t) {
+    mon_metrics_close(&t->metrics);
+    data_loader_close(t->train);
+    data_loader_close(t->val);
+    opt_destroy(t->opt);
+    gpt_destroy(t->model);
+    if (t->be) be_destroy(t->be);
+    free(t->inp);
+    free(t->tgt);
+}
+
+static void print_layout(const trainer *t) {
+    const gpt_config *c = &t->mc;
+    const train_config *tc = t->tc;
+    ms_info("model: %d layers, dim %d, %d heads, vocab %d (padded %d), seq-max %d, %s block%s%.0d",
+            c->n_layer, c->n_embd, c->n_head, c->vocab, c->vocab_pad, c->seq_max,
+            gpt_block_name(c->block), c->attn_window ? ", window " : "", c->attn_window);
+    ms_info("params: %.2fM (%.1f MB fp32); activations %.1f MB; flops/token %.3g",
+            (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
+            (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
+    ms_info("batch %d x seq %d = %d tokens/step (micro-batch %d x %d accumulation), %d steps, "
+            "%s, lr %g (%s, warmup %d), device %s (%d threads), peak %.1f GFLOP/s%s",
+            tc->batch, tc->seq, tc->batch * tc->seq, t->micro, t->accum, tc->steps, tc->optimizer,
+            tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads, t->peak_flops / 1e9,
+            tc->peak_flops > 0 ? " (given)" : " (probed)");
+}
+
+/* Mean loss over --val-batches sequential batches of the validation data. */
+static ms_status validate(trainer *t, float *loss) {
+    data_loader_rewind(t->val);
+    double sum = 0;
+    int nb = t->tc->val_batches > 0 ? t->tc->val_batches : 1;
+    for (int i = 0; i < nb; i++) {
+        MS_TRY(data_loader_next(t->val, t->inp, t->tgt));
+        sum += gpt_forward_loss(t->model, t->inp, t->tgt, t->micro, t->tc->seq);
+    }
+    *loss = (float)(sum / nb);
+    return MS_OK;
+}
+
+static ms_status log_val(trainer *t, int step) {
+    float vl;
+    MS_TRY(validate(t, &vl));
+    ms_info("step %5d | val loss %.4f", step, vl);
+    char line[128];
+    snprintf(line, sizeof line, "{\"step\":%d,\"val_loss\":%.6f}", step, vl);
+    return mon_metrics_write(&t->metrics, line);
+}
+
+typedef struct {
+    float loss, lr;
+    opt_stats os;
+    double sec, data_sec;
+    int skipped;
+} step_result;
+
+/* One optimiser step over `accum` micro-batches. */
+static ms_status train_step(trainer *t, int step, step_result *r) {
+    const train_config *tc = t->tc;
+    double t0 = ms_now();
+    r->data_sec = 0;
+    r->skipped = 0;
+    gpt_zero_grads(t->model);
+    float dloss = 1.0f / ((float)tc->batch * (float)tc->seq);
+    double loss = 0;
+    for (int k = 0; k < t->accum; k++) {
+        double d0 = ms_now();
+        MS_TRY(data_loader_next(t->train, t->inp, t->tgt));
+        r->data_sec += ms_now() - d0;
+        loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
+    }
+    r->loss = (float)(loss / t->accum);
+    r->lr = opt_lr_at(&t->sched, step);
+    memset(&r->os, 0, sizeof r->os);
+    ms_status st = isfinite(r->loss) ? opt_step(t->opt, r->lr, &r->os)
+                                     : ms_error(MS_ERR_NONFINITE, "non-finite loss");
+    if (st == MS_ERR_NONFINITE) {
+        ms_warn("step %d: %s (loss %g); the update was skipped", step + 1, ms_errmsg(), r->loss);
+        r->skipped = 1;
+    } else if (st != MS_OK) {
+        return st;
+    }
+    r->sec = ms_now() - t0;
+    return MS_OK;
+}
+
+static ms_status report(trainer *t, int step, const step_result *r, double elapsed) {
+    const train_config *tc = t->tc;
+    double tokens = (double)tc->batch * tc->seq;
+    double tok_s = tokens / r->sec;
+    double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / t->peak_flops : 0;
+    char eta[32];
+    ms_fmt_duration(eta, sizeof eta, elapsed / (step + 1) * (tc->steps - step - 1));
+    if (tc->log_every > 0 && ((step + 1) % tc->log_every == 0 || step == 0 || step + 1 == tc->steps))
+        ms_info("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | MFU "
+                "%5.1f%% | data %.1f ms | ETA %s%s",
+                step + 1, tc->steps, r->loss, r->lr, r->os.grad_norm, r->sec * 1e3, tok_s,
+                100 * mfu, r->data_sec * 1e3, eta, r->skipped ? " | SKIPPED" : "");
+    char line[512];
+    snprintf(line, sizeof line,
+             "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
+             "\"tok_s\":%.1f,\"mfu\":%.5f,\"data_ms\":%.3f,\"skipped\":%s}",
+             step + 1, r->loss, r->lr, r->os.grad_norm, r->sec * 1e3, tok_s, mfu,
+             r->data_sec * 1e3, r->skipped ? "true" : "false");
+    return mon_metrics_write(&t->metrics, line);
+}
+
+static ms_status loop(trainer *t) {
+    const train_config *tc = t->tc;
+    double start = ms_now();
+    int bad = 0;
+    for (int step = 0; step < tc->steps; step++) {
+        if (ms_ctx_get()->stop) {
+            ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
+            break;
+        }
+        step_result r;
+        MS_TRY(train_step(t, step, &r));
+        MS_TRY(report(t, step, &r, ms_now() - start));
+        bad = r.skipped ? bad + 1 : 0;
+        if (bad > tc->max_bad_steps)
+            return ms_error(MS_ERR_NONFINITE,
+                            "%d consecutive steps with non-finite loss or gradients (limit "
+                            "--max-bad-steps %d): stopping",
+                            bad, tc->max_bad_steps);
+        int last = step + 1 == tc->steps;
+        if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))
+            MS_TRY(log_val(t, step + 1));
+    }
+    return MS_OK;
+}
+
+ms_status train_run(const train_config *tc) {
+    trainer t;
+    memset(&t, 0, sizeof t);
+    t.tc = tc;
+    ms_status st = setup(&t);
+    if (st == MS_OK) {
+        print_layout(&t);
+        if (t.val) st = log_val(&t, 0);
+    }
+    if (st == MS_OK) st = loop(&t);
+    if (st == MS_OK && tc->save_weights && *tc->save_weights) {
+        st = ckpt_hf_save(t.model, tc->save_weights);
+        if (st == MS_OK) ms_info("weights: saved %s", tc->save_weights);
+    }
+    if (st == MS_OK) ms_info("peak RSS %.1f MB", mon_peak_rss_bytes() / 1e6);
+    teardown(&t);
+    return st;
+}

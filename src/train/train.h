@@ -1,0 +1,45 @@
+/* train.h - the trainer: builds the backend, model, optimiser and data
+ * loaders from a train_config and runs the step loop (micro-batches with
+ * gradient accumulation, optimiser, LR schedule, validation, metrics,
+ * progress lines, weights export).
+ *
+ * Called by the `megascale train` subcommand.  train_run returns a status;
+ * the messages name the file / option at fault.  A SIGINT/SIGTERM during the
+ * loop stops at the next step boundary and still saves --save-weights.
+ */
+#ifndef TRAIN_TRAIN_H
+#define TRAIN_TRAIN_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct {
+    /* model */
+    char *model;        /* preset name */
+    int layers, dim, heads, vocab, seq_max; /* 0: from the preset / weights file */
+    char *block;        /* serial | parallel */
+    int attn_window;
+    /* compute */
+    char *device;
+    int threads;
+    /* data */
+    char *train_data, *val_data, *data_order;
+    int batch, micro_batch, seq;
+    int val_every, val_batches;
+    /* optimisation */
+    int steps;
+    char *optimizer, *lr_schedule;
+    double lr, lr_floor, weight_decay, beta1, beta2, eps, grad_clip;
+    int warmup;
+    int max_bad_steps;
+    uint64_t seed;
+    /* io */
+    char *init_from, *save_weights, *metrics;
+    double peak_flops;
+    int log_every;
+} train_config;
+
+ms_status train_run(const train_config *cfg);
+
+#endif

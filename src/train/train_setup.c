@@ -1,0 +1,61 @@
+/* train_setup.c - turning a train_config into a model configuration and
+ * checking the options against each other before anything is allocated. */
+#include "train/train_internal.h"
+
+#include <string.h>
+
+#include "ckpt/hf.h"
+
+ms_status train_model_config(const train_config *tc, gpt_config *out) {
+    gpt_config c;
+    if (tc->init_from && *tc->init_from) {
+        MS_TRY(ckpt_hf_read_config(tc->init_from, tc->heads, &c));
+        /* explicit flags must agree with the file */
+        struct { const char *flag; int want, have; } chk[] = {
+            {"--layers", tc->layers, c.n_layer}, {"--dim", tc->dim, c.n_embd},
+            {"--heads", tc->heads, c.n_head},    {"--vocab", tc->vocab, c.vocab},
+            {"--seq-max", tc->seq_max, c.seq_max},
+        };
+        for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+            if (chk[i].want > 0 && chk[i].want != chk[i].have)
+                return ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
+                                chk[i].want, tc->init_from, chk[i].have);
+        if (tc->attn_window > 0) c.attn_window = tc->attn_window;
+    } else {
+        MS_TRY(gpt_config_preset(&c, tc->model && *tc->model ? tc->model : "d6"));
+        if (tc->layers > 0) c.n_layer = tc->layers;
+        if (tc->dim > 0) c.n_embd = tc->dim;
+        if (tc->heads > 0) c.n_head = tc->heads;
+        if (tc->vocab > 0) c.vocab = tc->vocab;
+        if (tc->seq_max > 0) c.seq_max = tc->seq_max;
+        if (tc->block && *tc->block) MS_TRY(gpt_block_parse(tc->block, &c.block));
+        c.attn_window = tc->attn_window;
+    }
+    MS_TRY(gpt_config_validate(&c));
+    *out = c;
+    return MS_OK;
+}
+
+ms_status train_check(const train_config *tc, const gpt_config *c, int *micro, int *accum) {
+    if (!tc->train_data || !*tc->train_data)
+        return ms_error(MS_ERR_ARG, "--train-data is required (a glob of token shards)");
+    if (tc->steps < 1) return ms_error(MS_ERR_ARG, "--steps must be >= 1 (got %d)", tc->steps);
+    if (tc->batch < 1) return ms_error(MS_ERR_ARG, "--batch must be >= 1 (got %d)", tc->batch);
+    if (tc->seq < 1 || tc->seq > c->seq_max)
+        return ms_error(MS_ERR_ARG, "--seq %d must be in 1..%d (the model's seq-max)", tc->seq,
+                        c->seq_max);
+    int mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch;
+    if (tc->batch % mb != 0)
+        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --micro-batch %d", tc->batch, mb);
+    if (!(tc->lr > 0)) return ms_error(MS_ERR_ARG, "--lr must be > 0 (got %g)", tc->lr);
+    if (tc->lr_floor < 0 || tc->lr_floor > 1)
+        return ms_error(MS_ERR_ARG, "--lr-floor must be a fraction in 0..1 (got %g)", tc->lr_floor);
+    if (tc->warmup < 0) return ms_error(MS_ERR_ARG, "--warmup must be >= 0");
+    if (tc->grad_clip < 0) return ms_error(MS_ERR_ARG, "--grad-clip must be >= 0 (0 disables)");
+    if (tc->beta1 < 0 || tc->beta1 >= 1 || tc->beta2 < 0 || tc->beta2 >= 1)
+        return ms_error(MS_ERR_ARG, "--beta1/--beta2 must be in [0, 1)");
+    if (!(tc->eps > 0)) return ms_error(MS_ERR_ARG, "--eps must be > 0");
+    *micro = mb;
+    *accum = tc->batch / mb;
+    return MS_OK;
+}

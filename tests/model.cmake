@@ -1,0 +1,5 @@
+# Model, optimiser and trainer tests.
+add_executable(gpt_dump ${CMAKE_CURRENT_SOURCE_DIR}/torch/gpt_dump.c)
+target_link_libraries(gpt_dump PRIVATE mscore)
+ms_script_test(torch_gpt COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_gpt.py $<TARGET_FILE:gpt_dump>
+  LABELS torch)
