@@ -3,7 +3,8 @@ without a sliding window, the C model's logits, loss and every parameter
 gradient match a float64 PyTorch reference on the same weights and batch
 within 1e-5 relative (max|ours-ref| / max|ref| per tensor), and 5 optimiser
 steps of AdamW and of LAMB (with clipping and a warmup+cosine schedule)
-give the same losses and weights.
+give the same losses (1e-5 relative) and weights (1e-5 relative in L2 per
+tensor).
 usage: test_gpt.py GPT_DUMP_BINARY"""
 import os
 import subprocess
@@ -24,19 +25,30 @@ TOL = 1e-5
 passed = failed = 0
 
 
-def check(what, ours, ref, tol=TOL):
+def check(what, ours, ref, tol=TOL, norm="max"):
+    """Relative error max|ours-ref|/max|ref| (norm="max"), or the L2 version
+    |ours-ref|_2/|ref|_2 (norm="l2", for weights after several adaptive
+    steps, where an element with a near-zero gradient may take a step that
+    is only approximately determined)."""
     global passed, failed
     ours = torch.as_tensor(ours, dtype=torch.float64)
     ref = torch.as_tensor(ref, dtype=torch.float64)
-    scale = ref.abs().max().item()
-    err = (ours - ref).abs().max().item() / (scale if scale > 0 else 1.0)
+    if ours.shape != ref.shape:
+        err = float("inf")
+    elif norm == "l2":
+        scale = ref.norm().item()
+        err = (ours - ref).norm().item() / (scale if scale > 0 else 1.0)
+    else:
+        scale = ref.abs().max().item()
+        err = (ours - ref).abs().max().item() / (scale if scale > 0 else 1.0)
     if err <= tol and ours.shape == ref.shape:
         passed += 1
     else:
         failed += 1
+        i = int((ours - ref).abs().flatten().argmax()) if ours.shape == ref.shape else 0
         print(f"  FAIL {what}: rel err {err:.3e} > {tol:.0e} (shape {tuple(ours.shape)} vs "
-              f"{tuple(ref.shape)}; ours[:4]={ours.flatten()[:4].tolist()} "
-              f"ref[:4]={ref.flatten()[:4].tolist()})")
+              f"{tuple(ref.shape)}; worst element {i}: ours {ours.flatten()[i].item():.9g} "
+              f"ref {ref.flatten()[i].item():.9g})")
     return err
 
 
@@ -85,7 +97,23 @@ def run_case(binary, L, C, H, V, TMAX, block, W, B, T, steps, opt, clip):
             gpt_ref.lamb_step(w, {n: w[n].grad for n in names}, state, lr, s + 1, 0.9, 0.95,
                               1e-8, decay)
     for n in names:
-        worst = max(worst, check(f"{label} final {n}", arr["final." + n], w[n].detach()))
+        ours, ref = arr["final." + n], w[n].detach()
+        if n.endswith("attn.c_attn.bias"):
+            # The key bias adds q.b_k to every score of a row, which softmax
+            # ignores: its gradient is exactly zero in exact arithmetic, so
+            # Adam/LAMB turn rounding noise into full-size steps of random
+            # sign in any implementation.  Check that its gradient is noise
+            # (relative to the other biases) and compare the q and v parts.
+            # With W = 1 each token attends only to itself: q gets no
+            # gradient either.
+            g = torch.as_tensor(arr["grad." + n])
+            zero = torch.arange(0 if W == 1 else C, 2 * C)
+            worst = max(worst, check(f"{label} grad {n}[k] is ~0", g[zero] / g.abs().max(),
+                                     torch.zeros(len(zero)), tol=1e-5))
+            keep = torch.cat([torch.arange(0, C) if W != 1 else torch.arange(0),
+                              torch.arange(2 * C, 3 * C)])
+            ours, ref = torch.as_tensor(ours)[keep], ref[keep]
+        worst = max(worst, check(f"{label} final {n}", ours, ref, norm="l2"))
     print(f"{label}: worst rel err {worst:.2e}")
 
 
