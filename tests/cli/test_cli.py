@@ -1,0 +1,177 @@
+"""End-to-end tests of the megascale binary: training, sampling, weights
+round trips, determinism, interruption, and every kind of bad input named by
+the foundation issue (each must fail with a message naming the file and the
+problem, and exit non-zero).  Needs only the Python standard library.
+Environment: MS_BIN (the binary)."""
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BIN = os.environ.get("MS_BIN") or sys.argv[1]
+passed = failed = 0
+TINY = ["--vocab", "256", "--layers", "2", "--dim", "32", "--heads", "2", "--seq-max", "32",
+        "--seq", "16", "--batch", "4", "--threads", "2", "--log-every", "100"]
+
+
+def ok(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL: {what}\n{detail[-3000:]}")
+
+
+def run(*args, expect_rc=0):
+    p = subprocess.run([BIN, *args], capture_output=True, text=True, errors="replace")
+    return p.returncode, p.stdout, p.stderr
+
+
+def expect_error(args, *needles, what):
+    rc, out, err = run(*args)
+    good = rc != 0 and all(n in err for n in needles)
+    ok(good, f"{what}: expected failure mentioning {needles}", f"rc={rc}\nstderr:\n{err}")
+
+
+def write_shard(path, tokens, magic=20240520, version=1, count=None, truncate=0):
+    header = [0] * 256
+    header[0], header[1], header[2] = magic, version, len(tokens) if count is None else count
+    fmt = "H" if version == 1 else "I"
+    data = struct.pack("<256i", *header) + struct.pack(f"<{len(tokens)}{fmt}", *tokens)
+    with open(path, "wb") as f:
+        f.write(data[:len(data) - truncate] if truncate else data)
+
+
+def text_tokens(n):
+    text = ("In the beginning God created the heaven and the earth. " * 400).encode()
+    return list(text[:n])
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="ms_cli_")
+    train = os.path.join(d, "train.bin")
+    val = os.path.join(d, "val.bin")
+    write_shard(train, text_tokens(20000))
+    write_shard(val, text_tokens(3000))
+    base = ["train", "--train-data", train, *TINY]
+
+    # --- a short training run: loss falls, metrics have the fields ---
+    metrics = os.path.join(d, "m.jsonl")
+    w1 = os.path.join(d, "w1.safetensors")
+    rc, out, err = run(*base, "--val-data", val, "--steps", "30", "--lr", "3e-3", "--metrics", metrics,
+                       "--save-weights", w1, "--val-every", "10", "--val-batches", "2")
+    ok(rc == 0, "tiny training run succeeds", err)
+    steps = [json.loads(l) for l in open(metrics)] if rc == 0 else []
+    train_steps = [s for s in steps if "loss" in s]
+    vals = [s for s in steps if "val_loss" in s]
+    ok(len(train_steps) == 30, "one metrics line per step", str(len(train_steps)))
+    ok(all(k in train_steps[0] for k in ("step", "loss", "lr", "grad_norm", "ms", "tok_s", "mfu"))
+       if train_steps else False, "metrics fields", str(train_steps[:1]))
+    ok(train_steps and train_steps[-1]["loss"] < train_steps[0]["loss"] - 1.0, "loss falls",
+       str([s["loss"] for s in train_steps]))
+    ok(len(vals) >= 3 and vals[-1]["val_loss"] < vals[0]["val_loss"], "validation loss falls", str(vals))
+    ok("ETA" in err and "MFU" in err and "tok/s" in err, "progress line", err)
+
+    # --- determinism: same seed, same losses bit for bit ---
+    m2 = os.path.join(d, "m2.jsonl")
+    rc, _, err = run(*base, "--val-data", val, "--steps", "30", "--lr", "3e-3", "--metrics", m2,
+                     "--val-every", "10", "--val-batches", "2")
+    l1 = [s.get("loss", s.get("val_loss")) for s in steps]
+    l2 = [s.get("loss", s.get("val_loss")) for s in map(json.loads, open(m2))] if rc == 0 else []
+    ok(l1 == l2, "same seed gives identical losses", f"{l1[:5]} vs {l2[:5]}")
+
+    # --- weights round trip: --init-from the saved file continues from it ---
+    m3 = os.path.join(d, "m3.jsonl")
+    rc, _, err = run("train", "--train-data", train, "--init-from", w1, "--seq", "16", "--batch", "4",
+                     "--steps", "1", "--val-data", val, "--val-batches", "2", "--metrics", m3,
+                     "--lr", "1e-9")
+    v3 = [json.loads(l) for l in open(m3)] if rc == 0 else []
+    ok(rc == 0 and abs(v3[0]["val_loss"] - vals[-1]["val_loss"]) < 1e-5,
+       "init-from reproduces the saved model's validation loss", err + str(v3[:1]) + str(vals[-1:]))
+
+    # --- sampling ---
+    rc, out, err = run("sample", "--weights", w1, "--prompt", "In the", "--tokens", "40")
+    ok(rc == 0 and out.startswith("In the") and len(out) >= 40, "sample prints text", out + err)
+
+    # --- interruption: SIGINT stops at a step boundary and saves weights ---
+    w4 = os.path.join(d, "w4.safetensors")
+    p = subprocess.Popen([BIN, *base, "--steps", "100000", "--save-weights", w4, "--log-every", "1"],
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    line = ""
+    while time.time() < deadline:  # wait for the first step
+        line = p.stderr.readline()
+        if "step" in line and "loss" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    err = p.communicate(timeout=60)[1]
+    ok(p.returncode == 0 and os.path.exists(w4) and "interrupted" in err,
+       "SIGINT stops cleanly and saves the weights", f"rc={p.returncode}\n{err}")
+
+    # --- bad input, each named ---
+    expect_error(["train", "--bogus-flag", "1"], "--bogus-flag", what="unknown flag")
+    expect_error(["train", "--steps", "ten"], "--steps", "integer", what="non-integer value")
+    expect_error(["train", "--train-data", os.path.join(d, "missing_*.bin"), *TINY[0:2]],
+                 "missing_", what="missing shard")
+    write_shard(os.path.join(d, "trunc.bin"), text_tokens(5000), truncate=100)
+    expect_error(["train", "--train-data", os.path.join(d, "trunc.bin"), *TINY], "trunc.bin",
+                 "truncated", what="truncated shard")
+    write_shard(os.path.join(d, "magic.bin"), text_tokens(5000), magic=12345)
+    expect_error(["train", "--train-data", os.path.join(d, "magic.bin"), *TINY], "magic.bin",
+                 "magic", what="wrong magic")
+    write_shard(os.path.join(d, "big.bin"), [300] * 5000)
+    expect_error(["train", "--train-data", os.path.join(d, "big.bin"), *TINY, "--steps", "2"],
+                 "big.bin", "300", what="token id >= vocab")
+    cfg = os.path.join(d, "bad.cfg")
+    open(cfg, "w").write("steps = 3\nnot_an_option = 4\n")
+    expect_error(["train", "--config", cfg], "bad.cfg:2", "not_an_option", what="bad config file")
+    expect_error(["train", "--train-data", train, *TINY, "--batch", "6", "--micro-batch", "4"],
+                 "--batch 6", what="batch not a multiple of the micro-batch")
+    expect_error(["train", "--train-data", train, *TINY, "--seq", "64"], "--seq 64", what="seq > seq-max")
+    expect_error(["train", "--train-data", train, "--model", "d99"], "d99", what="unknown preset")
+    expect_error(["train", "--train-data", train, "--init-from", w1, "--layers", "3"],
+                 "--layers 3", "w1.safetensors", what="flag contradicting the weights file")
+
+    # safetensors with a wrong shape / a wrong name (edit the header of w1)
+    raw = open(w1, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+
+    def rewrite(name, mutate):
+        h = json.loads(json.dumps(header))
+        mutate(h)
+        hb = json.dumps(h).encode()
+        hb += b" " * ((8 - (8 + len(hb)) % 8) % 8)
+        path = os.path.join(d, name)
+        open(path, "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+        return path
+
+    def reshape(h):
+        e = h["h.0.mlp.c_fc.bias"]
+        e["shape"] = [e["shape"][0] // 2, 2]
+    bad_shape = rewrite("shape.safetensors", reshape)
+    expect_error(["train", "--train-data", train, "--init-from", bad_shape, "--seq", "16", "--batch", "4"],
+                 "shape.safetensors", "h.0.mlp.c_fc.bias", what="safetensors with a wrong shape")
+
+    def rename(h):
+        h["h.0.mlp.c_fc.biass"] = h.pop("h.0.mlp.c_fc.bias")
+    bad_name = rewrite("name.safetensors", rename)
+    expect_error(["train", "--train-data", train, "--init-from", bad_name, "--seq", "16", "--batch", "4"],
+                 "name.safetensors", "h.0.mlp.c_fc.bias", what="safetensors with a wrong name")
+    open(os.path.join(d, "trunc.safetensors"), "wb").write(raw[: len(raw) // 2])
+    expect_error(["sample", "--weights", os.path.join(d, "trunc.safetensors")], "trunc.safetensors",
+                 what="truncated safetensors")
+
+    print(f"{passed} passed, {failed} failed")
+    if not failed:
+        subprocess.run(["rm", "-rf", d])
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
