@@ -1,4 +1,6 @@
-# Model, optimiser and trainer tests.
+# Model, optimiser, loader and option-parser tests.
+ms_c_test(test_model_parts SOURCES unit/test_model_parts.c ${CMAKE_SOURCE_DIR}/src/cli/opts.c LABELS unit)
+
 add_executable(gpt_dump ${CMAKE_CURRENT_SOURCE_DIR}/torch/gpt_dump.c)
 target_link_libraries(gpt_dump PRIVATE mscore)
 ms_script_test(torch_gpt COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_gpt.py $<TARGET_FILE:gpt_dump>

@@ -52,9 +52,10 @@ ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m) {
     o->mom = o->be->alloc(o->be, bytes);
     o->var = o->be->alloc(o->be, bytes);
     if (!o->mom || !o->var) {
+        ms_error(MS_ERR_NOMEM, "optimizer: cannot allocate %.1f MB of state on %s",
+                 2.0 * (double)bytes / 1e6, o->be->name);
         opt_destroy(o);
-        return ms_error(MS_ERR_NOMEM, "optimizer: cannot allocate %.1f MB of state on %s",
-                        2.0 * (double)bytes / 1e6, o->be->name);
+        return MS_ERR_NOMEM;
     }
     *out = o;
     return MS_OK;

@@ -1,0 +1,301 @@
+/* fileio.c - checked file I/O and atomic replace (see fileio.h).
+ *
+ * Every failure is reported with ms_error() as "<path>: <what>: <strerror>",
+ * so a caller can print ms_errmsg() and the user knows which file failed and
+ * why.  The atomic writer follows Redis' rdbSave: temp file next to the
+ * target, fflush + fsync, rename, then fsync of the directory so the rename
+ * itself is durable.
+ */
+#include "base/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* Record "<path>: <op>: <strerror(err)>" and return `code`. */
+static ms_status io_fail(ms_status code, const char *path, const char *op, int err) {
+    return ms_error(code, "%s: %s: %s", path, op, strerror(err));
+}
+
+/* Status for a failed open(2)/stat(2): a missing file is NOTFOUND. */
+static ms_status open_fail(const char *path, const char *op, int err) {
+    return io_fail(err == ENOENT ? MS_ERR_NOTFOUND : MS_ERR_IO, path, op, err);
+}
+
+ms_status ms_file_size(const char *path, uint64_t *size) {
+    struct stat st;
+    if (stat(path, &st) != 0) return open_fail(path, "stat", errno);
+    if (!S_ISREG(st.st_mode)) return ms_error(MS_ERR_IO, "%s: not a regular file", path);
+    *size = (uint64_t)st.st_size;
+    return MS_OK;
+}
+
+/* Reads until EOF (the size from fstat is only a first guess, so files that
+ * report size 0, like those in /proc, also work).  *data is NUL-terminated. */
+ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
+    ms_status rc = MS_OK;
+    char *buf = NULL;
+    size_t cap, n = 0;
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *data = NULL;
+    *len = 0;
+    if (fd < 0) return open_fail(path, "open", errno);
+    if (fstat(fd, &st) != 0) {
+        rc = io_fail(MS_ERR_IO, path, "fstat", errno);
+        goto out;
+    }
+    cap = (st.st_size > 0 ? (size_t)st.st_size : 4096) + 1;
+    for (;;) {
+        if (!buf || n + 1 >= cap) {
+            char *nb;
+            if (buf) cap *= 2;
+            nb = realloc(buf, cap);
+            if (!nb) {
+                rc = ms_error(MS_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, cap);
+                goto out;
+            }
+            buf = nb;
+        }
+        ssize_t r = read(fd, buf + n, cap - 1 - n);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            rc = io_fail(MS_ERR_IO, path, "read", errno);
+            goto out;
+        }
+        if (r == 0) break;
+        n += (size_t)r;
+    }
+    buf[n] = '\0';
+    *data = buf;
+    *len = n;
+    buf = NULL;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t offset) {
+    size_t got;
+    if (offset > (uint64_t)INT64_MAX)
+        return ms_error(MS_ERR_ARG, "%s: offset %llu out of range", path,
+                        (unsigned long long)offset);
+    if (fseeko(f, (off_t)offset, SEEK_SET) != 0) return io_fail(MS_ERR_IO, path, "seek", errno);
+    got = fread(dst, 1, n, f);
+    if (got == n) return MS_OK;
+    if (ferror(f)) return io_fail(MS_ERR_IO, path, "read", errno);
+    return ms_error(MS_ERR_IO, "%s: short read: wanted %zu bytes at offset %llu, got %zu (end of file)",
+                    path, n, (unsigned long long)offset, got);
+}
+
+/* An empty file cannot be mmap'd; it maps to a static empty buffer. */
+static const char ms_empty_map[1];
+
+ms_status ms_file_map(const char *path, const void **data, size_t *len) {
+    ms_status rc = MS_OK;
+    struct stat st;
+    void *p;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    *data = NULL;
+    *len = 0;
+    if (fd < 0) return open_fail(path, "open", errno);
+    if (fstat(fd, &st) != 0) {
+        rc = io_fail(MS_ERR_IO, path, "fstat", errno);
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = ms_error(MS_ERR_IO, "%s: not a regular file", path);
+        goto out;
+    }
+    if (st.st_size == 0) {
+        *data = ms_empty_map;
+        goto out;
+    }
+    p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+        rc = io_fail(MS_ERR_IO, path, "mmap", errno);
+        goto out;
+    }
+    *data = p;
+    *len = (size_t)st.st_size;
+out:
+    close(fd);
+    return rc;
+}
+
+void ms_file_unmap(const void *data, size_t len) {
+    if (data && len > 0 && data != (const void *)ms_empty_map) munmap((void *)data, len);
+}
+
+/* ---- atomic writer ---------------------------------------------------- */
+
+ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
+    af->f = NULL;
+    af->path[0] = '\0';
+    af->tmp[0] = '\0';
+    if (strlen(path) >= sizeof af->path)
+        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path,
+                        sizeof af->path - 1);
+    strcpy(af->path, path);
+    snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%ld", path, (long)getpid());
+    af->f = fopen(af->tmp, "wbe");
+    if (!af->f) {
+        int err = errno;
+        ms_status rc = ms_error(MS_ERR_IO, "%s: create %s: %s", path, af->tmp, strerror(err));
+        af->tmp[0] = '\0'; /* nothing was created: abort must not unlink */
+        return rc;
+    }
+    return MS_OK;
+}
+
+ms_status ms_atomic_write(ms_atomic_file *af, const void *data, size_t n) {
+    if (!af->f) return ms_error(MS_ERR_ARG, "%s: write to a closed atomic file", af->path);
+    if (n > 0 && fwrite(data, 1, n, af->f) != n) return io_fail(MS_ERR_IO, af->tmp, "write", errno);
+    return MS_OK;
+}
+
+ms_status ms_atomic_printf(ms_atomic_file *af, const char *fmt, ...) {
+    va_list ap;
+    int r;
+    if (!af->f) return ms_error(MS_ERR_ARG, "%s: write to a closed atomic file", af->path);
+    va_start(ap, fmt);
+    r = vfprintf(af->f, fmt, ap);
+    va_end(ap);
+    if (r < 0) return io_fail(MS_ERR_IO, af->tmp, "write", errno);
+    return MS_OK;
+}
+
+/* fsync the directory holding `path` so a rename into it is durable.
+ * Filesystems that cannot fsync a directory (EINVAL) are accepted. */
+static ms_status fsync_parent_dir(const char *path) {
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    ms_status rc = MS_OK;
+    int fd;
+    if (!slash) strcpy(dir, ".");
+    else if (slash == path) strcpy(dir, "/");
+    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return io_fail(MS_ERR_IO, dir, "open directory", errno);
+    if (fsync(fd) != 0 && errno != EINVAL) rc = io_fail(MS_ERR_IO, dir, "fsync directory", errno);
+    close(fd);
+    return rc;
+}
+
+/* On success the temp file has become `path` and the writer is empty.  On
+ * failure the temp file is removed here already (the writer is closed either
+ * way); calling ms_atomic_abort afterwards, as the header asks, is harmless.
+ * A failure after the rename (fsync of the directory) leaves the new file in
+ * place but reports that it may not be durable. */
+ms_status ms_atomic_commit(ms_atomic_file *af) {
+    FILE *f = af->f;
+    ms_status rc = MS_OK;
+    if (!f) return ms_error(MS_ERR_ARG, "%s: commit of a closed atomic file", af->path);
+    af->f = NULL; /* closed below whatever happens */
+    if (fflush(f) != 0) rc = io_fail(MS_ERR_IO, af->tmp, "write", errno);
+    else if (fsync(fileno(f)) != 0) rc = io_fail(MS_ERR_IO, af->tmp, "fsync", errno);
+    if (fclose(f) != 0 && rc == MS_OK) rc = io_fail(MS_ERR_IO, af->tmp, "close", errno);
+    if (rc == MS_OK && rename(af->tmp, af->path) != 0)
+        rc = ms_error(MS_ERR_IO, "%s: rename from %s: %s", af->path, af->tmp, strerror(errno));
+    if (rc != MS_OK) {
+        unlink(af->tmp);
+        af->tmp[0] = '\0';
+        return rc;
+    }
+    af->tmp[0] = '\0'; /* the temp name is gone; abort must not unlink */
+    return fsync_parent_dir(af->path);
+}
+
+void ms_atomic_abort(ms_atomic_file *af) {
+    if (af->f) fclose(af->f);
+    af->f = NULL;
+    if (af->tmp[0]) unlink(af->tmp);
+    af->tmp[0] = '\0';
+}
+
+ms_status ms_file_write_atomic(const char *path, const void *data, size_t n) {
+    ms_atomic_file af;
+    ms_status rc = ms_atomic_open(&af, path);
+    if (rc == MS_OK) rc = ms_atomic_write(&af, data, n);
+    if (rc == MS_OK) rc = ms_atomic_commit(&af);
+    ms_atomic_abort(&af); /* no-op after a successful commit */
+    return rc;
+}
+
+/* ---- directories and globs -------------------------------------------- */
+
+ms_status ms_mkdirs(const char *path) {
+    char buf[4096];
+    struct stat st;
+    size_t n = strlen(path);
+    if (n == 0) return ms_error(MS_ERR_ARG, "mkdirs: empty path");
+    if (n >= sizeof buf) return ms_error(MS_ERR_ARG, "%.64s...: path too long", path);
+    memcpy(buf, path, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        if (buf[i - 1] == '/') continue; /* "a//b" */
+        char c = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return io_fail(MS_ERR_IO, buf, "mkdir", errno);
+        buf[i] = c;
+    }
+    if (stat(path, &st) != 0) return io_fail(MS_ERR_IO, path, "stat", errno);
+    if (!S_ISDIR(st.st_mode)) return ms_error(MS_ERR_IO, "%s: exists and is not a directory", path);
+    return MS_OK;
+}
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* glob(3) sorts with the locale's collation; the result is re-sorted with
+ * strcmp so the order is the same on every machine. */
+ms_status ms_glob(const char *pattern, char ***paths, int *count) {
+    glob_t g;
+    ms_status rc = MS_OK;
+    char **out = NULL;
+    size_t i = 0;
+    int r = glob(pattern, 0, NULL, &g);
+    *paths = NULL;
+    *count = 0;
+    if (r == GLOB_NOMATCH) return ms_error(MS_ERR_NOTFOUND, "%s: no files match", pattern);
+    if (r == GLOB_NOSPACE) return ms_error(MS_ERR_NOMEM, "%s: glob: out of memory", pattern);
+    if (r != 0) return ms_error(MS_ERR_IO, "%s: glob: read error", pattern);
+    if (g.gl_pathc > (size_t)INT32_MAX) {
+        rc = ms_error(MS_ERR_RANGE, "%s: too many matches (%zu)", pattern, g.gl_pathc);
+        goto out;
+    }
+    out = calloc(g.gl_pathc ? g.gl_pathc : 1, sizeof *out);
+    if (!out) {
+        rc = ms_error(MS_ERR_NOMEM, "%s: glob: out of memory", pattern);
+        goto out;
+    }
+    for (i = 0; i < g.gl_pathc; i++) {
+        out[i] = strdup(g.gl_pathv[i]);
+        if (!out[i]) {
+            rc = ms_error(MS_ERR_NOMEM, "%s: glob: out of memory", pattern);
+            goto out;
+        }
+    }
+    qsort(out, g.gl_pathc, sizeof *out, cmp_str);
+    *paths = out;
+    *count = (int)g.gl_pathc;
+    out = NULL;
+out:
+    if (out) ms_paths_free(out, (int)i);
+    globfree(&g);
+    return rc;
+}
+
+void ms_paths_free(char **paths, int count) {
+    if (!paths) return;
+    for (int i = 0; i < count; i++) free(paths[i]);
+    free(paths);
+}

@@ -1,0 +1,4 @@
+# Base layer and file formats: fileio / crc32c / rng, safetensors, token shards.
+ms_c_test(test_base SOURCES unit/test_base.c LABELS unit)
+ms_c_test(test_safetensors SOURCES unit/test_safetensors.c LABELS unit)
+ms_c_test(test_shard SOURCES unit/test_shard.c LABELS unit)

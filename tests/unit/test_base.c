@@ -1,0 +1,410 @@
+/* test_base.c - unit tests for the base layer's file I/O (fileio.c), CRC32C
+ * (crc32c.c) and counter-based RNG (rng.c).  Works in a fresh temporary
+ * directory that it removes at the end. */
+#include <errno.h>
+#include <ftw.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/crc32c.h"
+#include "base/fileio.h"
+#include "base/rng.h"
+#include "check.h"
+
+/* Exported by crc32c.c / rng.c for tests only (not in the headers). */
+uint32_t ms_crc32c_portable(uint32_t crc, const void *data, size_t n);
+uint32_t ms_crc32c_hw(uint32_t crc, const void *data, size_t n);
+int ms_crc32c_hw_available(void);
+void ms_rng_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+static char tmpdir[64];
+
+/* "<tmpdir>/<name>" in a static rotating buffer. */
+static const char *tpath(const char *name) {
+    static char buf[4][512];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
+    return buf[k];
+}
+
+static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb, (void)type, (void)ftw;
+    return remove(p);
+}
+
+static int exists(const char *p) { return access(p, F_OK) == 0; }
+
+static void write_raw(const char *p, const char *s) {
+    FILE *f = fopen(p, "wb");
+    fputs(s, f);
+    fclose(f);
+}
+
+/* Content of p (static buffer), "" if unreadable. */
+static const char *slurp(const char *p) {
+    static char buf[256];
+    FILE *f = fopen(p, "rb");
+    size_t n = 0;
+    buf[0] = '\0';
+    if (f) {
+        n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+    }
+    buf[n] = '\0';
+    return buf;
+}
+
+static void test_file_basics(void) {
+    uint64_t size = 0;
+    char *data = NULL;
+    size_t len = 0;
+    const void *map;
+    size_t mlen;
+    const char *p = tpath("hello.txt");
+
+    T_EQ_INT(ms_file_size(tpath("missing.bin"), &size), MS_ERR_NOTFOUND);
+    T_STR_CONTAINS(ms_errmsg(), "missing.bin");
+    T_STR_CONTAINS(ms_errmsg(), "No such file or directory");
+    T_EQ_INT(ms_file_read_all(tpath("missing.bin"), &data, &len), MS_ERR_NOTFOUND);
+    T_STR_CONTAINS(ms_errmsg(), "missing.bin: open: No such file or directory");
+    T_EQ_INT(ms_file_map(tpath("missing.bin"), &map, &mlen), MS_ERR_NOTFOUND);
+    T_STR_CONTAINS(ms_errmsg(), "missing.bin");
+
+    T_EQ_INT(ms_file_write_atomic(p, "hello world", 11), MS_OK);
+    T_EQ_INT(ms_file_size(p, &size), MS_OK);
+    T_EQ_INT(size, 11);
+    T_EQ_INT(ms_file_read_all(p, &data, &len), MS_OK);
+    T_EQ_INT(len, 11);
+    T_OK(data && strcmp(data, "hello world") == 0 && data[len] == '\0');
+    free(data);
+
+    T_EQ_INT(ms_file_map(p, &map, &mlen), MS_OK);
+    T_EQ_INT(mlen, 11);
+    T_OK(memcmp(map, "hello world", 11) == 0);
+    ms_file_unmap(map, mlen);
+
+    /* empty file: maps to length 0, reads to "" */
+    T_EQ_INT(ms_file_write_atomic(tpath("empty"), "", 0), MS_OK);
+    T_EQ_INT(ms_file_map(tpath("empty"), &map, &mlen), MS_OK);
+    T_EQ_INT(mlen, 0);
+    ms_file_unmap(map, mlen);
+    T_EQ_INT(ms_file_read_all(tpath("empty"), &data, &len), MS_OK);
+    T_EQ_INT(len, 0);
+    T_OK(data && data[0] == '\0');
+    free(data);
+
+    /* a directory is not a regular file */
+    T_EQ_INT(ms_file_size(tmpdir, &size), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), tmpdir);
+}
+
+static void test_pread(void) {
+    const char *p = tpath("pread.bin");
+    char buf[16] = {0};
+    FILE *f;
+    write_raw(p, "0123456789");
+    f = fopen(p, "rb");
+    T_OK(f != NULL);
+    if (!f) return;
+    T_EQ_INT(ms_file_pread(f, p, buf, 3, 4), MS_OK);
+    T_OK(memcmp(buf, "456", 3) == 0);
+    T_EQ_INT(ms_file_pread(f, p, buf, 2, 0), MS_OK);
+    T_OK(memcmp(buf, "01", 2) == 0);
+    T_EQ_INT(ms_file_pread(f, p, buf, 8, 6), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "pread.bin: short read: wanted 8 bytes at offset 6, got 4");
+    fclose(f);
+}
+
+static void test_atomic(void) {
+    ms_atomic_file af;
+    char tmp[sizeof af.tmp];
+    const char *p = tpath("atomic.txt");
+    write_raw(p, "old");
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", p, (long)getpid());
+
+    /* abort: target untouched, temp removed */
+    T_EQ_INT(ms_atomic_open(&af, p), MS_OK);
+    T_OK(strcmp(af.tmp, tmp) == 0);
+    T_EQ_INT(ms_atomic_write(&af, "new data", 8), MS_OK);
+    T_OK(exists(tmp));
+    T_OK(strcmp(slurp(p), "old") == 0);
+    ms_atomic_abort(&af);
+    T_OK(!exists(tmp));
+    T_OK(strcmp(slurp(p), "old") == 0);
+    ms_atomic_abort(&af); /* twice is harmless */
+
+    /* commit: target replaced, temp gone */
+    T_EQ_INT(ms_atomic_open(&af, p), MS_OK);
+    T_EQ_INT(ms_atomic_write(&af, "new ", 4), MS_OK);
+    T_EQ_INT(ms_atomic_printf(&af, "%d-%s", 42, "x"), MS_OK);
+    T_OK(strcmp(slurp(p), "old") == 0);
+    T_EQ_INT(ms_atomic_commit(&af), MS_OK);
+    T_OK(strcmp(slurp(p), "new 42-x") == 0);
+    T_OK(!exists(tmp));
+    T_EQ_INT(ms_atomic_write(&af, "x", 1), MS_ERR_ARG); /* closed */
+    ms_atomic_abort(&af);                                /* after commit: must not touch p */
+    T_OK(strcmp(slurp(p), "new 42-x") == 0);
+
+    /* open in a missing directory: error names the path */
+    T_EQ_INT(ms_atomic_open(&af, tpath("nodir/x.bin")), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "nodir/x.bin");
+    T_STR_CONTAINS(ms_errmsg(), "No such file or directory");
+    ms_atomic_abort(&af);
+
+    /* commit fails at rename (target is a non-empty directory): the
+     * directory is untouched and the temp file is gone */
+    T_EQ_INT(ms_mkdirs(tpath("target/sub")), MS_OK);
+    T_EQ_INT(ms_atomic_open(&af, tpath("target")), MS_OK);
+    snprintf(tmp, sizeof tmp, "%s", af.tmp);
+    T_EQ_INT(ms_atomic_write(&af, "abc", 3), MS_OK);
+    T_EQ_INT(ms_atomic_commit(&af), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "target: rename");
+    T_STR_CONTAINS(ms_errmsg(), "Is a directory");
+    T_OK(!exists(tmp));
+    ms_atomic_abort(&af);
+    T_OK(!exists(tmp));
+    T_OK(exists(tpath("target/sub")));
+}
+
+static void test_mkdirs_glob(void) {
+    char **paths = NULL;
+    int n = 0;
+    T_EQ_INT(ms_mkdirs(tpath("d/a/b//c/")), MS_OK);
+    T_OK(exists(tpath("d/a/b/c")));
+    T_EQ_INT(ms_mkdirs(tpath("d/a/b/c")), MS_OK); /* exists: ok */
+    write_raw(tpath("d/file"), "x");
+    T_EQ_INT(ms_mkdirs(tpath("d/file")), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "d/file");
+    T_EQ_INT(ms_mkdirs(tpath("d/file/sub")), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "d/file");
+
+    write_raw(tpath("d/b.bin"), "x");
+    write_raw(tpath("d/a10.bin"), "x");
+    write_raw(tpath("d/a.bin"), "x");
+    write_raw(tpath("d/B.bin"), "x");
+    write_raw(tpath("d/c.txt"), "x");
+    T_EQ_INT(ms_glob(tpath("d/*.bin"), &paths, &n), MS_OK);
+    T_EQ_INT(n, 4);
+    if (n == 4) {
+        T_STR_CONTAINS(paths[0], "d/B.bin"); /* byte order, not locale order */
+        T_STR_CONTAINS(paths[1], "d/a.bin");
+        T_STR_CONTAINS(paths[2], "d/a10.bin");
+        T_STR_CONTAINS(paths[3], "d/b.bin");
+    }
+    ms_paths_free(paths, n);
+    T_EQ_INT(ms_glob(tpath("d/c.txt"), &paths, &n), MS_OK); /* literal path */
+    T_EQ_INT(n, 1);
+    if (n == 1) T_OK(strcmp(paths[0], tpath("d/c.txt")) == 0);
+    ms_paths_free(paths, n);
+    T_EQ_INT(ms_glob(tpath("d/*.none"), &paths, &n), MS_ERR_NOTFOUND);
+    T_EQ_INT(n, 0);
+    T_STR_CONTAINS(ms_errmsg(), "d/*.none");
+}
+
+/* ---- crc32c ---------------------------------------------------------- */
+
+static void test_crc_vectors(void) {
+    uint8_t buf[32];
+    int hw = ms_crc32c_hw_available();
+    printf("crc32c: hardware path %s\n", hw ? "available" : "not available (portable only)");
+    T_EQ_INT(ms_crc32c(0, "123456789", 9), 0xE3069283u);
+    T_EQ_INT(ms_crc32c_portable(0, "123456789", 9), 0xE3069283u);
+    if (hw) T_EQ_INT(ms_crc32c_hw(0, "123456789", 9), 0xE3069283u);
+    T_EQ_INT(ms_crc32c(0, "", 0), 0);
+    /* RFC 3720 (iSCSI) appendix B.4 */
+    memset(buf, 0, 32);
+    T_EQ_INT(ms_crc32c(0, buf, 32), 0x8A9136AAu);
+    T_EQ_INT(ms_crc32c_portable(0, buf, 32), 0x8A9136AAu);
+    memset(buf, 0xFF, 32);
+    T_EQ_INT(ms_crc32c(0, buf, 32), 0x62A8AB43u);
+    T_EQ_INT(ms_crc32c_portable(0, buf, 32), 0x62A8AB43u);
+    for (int i = 0; i < 32; i++) buf[i] = (uint8_t)i;
+    T_EQ_INT(ms_crc32c(0, buf, 32), 0x46DD794Eu);
+    T_EQ_INT(ms_crc32c_portable(0, buf, 32), 0x46DD794Eu);
+    for (int i = 0; i < 32; i++) buf[i] = (uint8_t)(31 - i);
+    T_EQ_INT(ms_crc32c(0, buf, 32), 0x113FDB5Cu);
+    T_EQ_INT(ms_crc32c_portable(0, buf, 32), 0x113FDB5Cu);
+}
+
+static void test_crc_paths_agree(void) {
+    enum { N = 70000 };
+    uint8_t *buf = malloc(N + 16);
+    ms_rng r = ms_rng_make(7, 0);
+    int hw = ms_crc32c_hw_available(), bad_hw = 0, bad_inc = 0, cases = 0;
+    for (int i = 0; i < N + 16; i++) buf[i] = (uint8_t)ms_rng_next_u64(&r);
+    for (size_t len = 0; len < N; len = len < 300 ? len + 1 : len * 3 + 1) {
+        for (size_t off = 0; off < 8; off++) {
+            const uint8_t *p = buf + off;
+            uint32_t sw = ms_crc32c_portable(0, p, len);
+            size_t cut = len ? (size_t)ms_rng_next_below(&r, len + 1) : 0;
+            uint32_t inc = ms_crc32c(ms_crc32c(0, p, cut), p + cut, len - cut);
+            uint32_t inc_sw = ms_crc32c_portable(ms_crc32c_portable(0, p, cut), p + cut, len - cut);
+            if (hw && ms_crc32c_hw(0, p, len) != sw) bad_hw++;
+            if (ms_crc32c(0, p, len) != sw || inc != sw || inc_sw != sw) bad_inc++;
+            cases++;
+        }
+    }
+    printf("crc32c: %d random buffers compared\n", cases);
+    T_EQ_INT(bad_hw, 0);
+    T_EQ_INT(bad_inc, 0);
+    free(buf);
+}
+
+/* ---- rng ------------------------------------------------------------- */
+
+static void test_philox_kat(void) {
+    /* Random123 tests/kat_vectors: counter[4] key[2] -> output[4] */
+    static const uint32_t kat[3][10] = {
+        {0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8},
+        {0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff, 0x408f276d,
+         0x41c83b0e, 0xa20bc7c6, 0x6d5451fd},
+        {0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0, 0xd16cfe09,
+         0x94fdcceb, 0x5001e420, 0x24126ea1},
+    };
+    for (int i = 0; i < 3; i++) {
+        uint32_t out[4];
+        ms_rng_philox4x32_10(kat[i], kat[i] + 4, out);
+        for (int k = 0; k < 4; k++) T_EQ_INT(out[k], kat[i][6 + k]);
+    }
+    /* ms_rng_u64 is the first 64 bits of the block for key = seed,
+     * counter = (counter, stream) */
+    T_EQ_INT(ms_rng_u64(0, 0, 0), 0xe169c58d6627e8d5ull);
+}
+
+static void test_rng_pure(void) {
+    ms_rng r = ms_rng_make(42, 3);
+    int same = 1;
+    T_EQ_INT(ms_rng_u64(1, 2, 3), ms_rng_u64(1, 2, 3));
+    T_OK(ms_rng_u64(1, 2, 3) != ms_rng_u64(1, 2, 4));
+    T_OK(ms_rng_u64(1, 2, 3) != ms_rng_u64(1, 3, 3));
+    T_OK(ms_rng_u64(1, 2, 3) != ms_rng_u64(2, 2, 3));
+    T_OK(ms_rng_normal(5, 1, 9) == ms_rng_normal(5, 1, 9));
+    for (uint64_t i = 0; i < 100; i++) same &= ms_rng_next_u64(&r) == ms_rng_u64(42, 3, i);
+    T_OK(same);
+    T_EQ_INT(r.counter, 100);
+    T_OK(ms_rng_next_uniform(&r) == ms_rng_uniform(42, 3, 100));
+    T_EQ_INT(r.counter, 101);
+}
+
+static void test_rng_uniform(void) {
+    enum { N = 1000000 };
+    double s = 0, s2 = 0;
+    int out_of_range = 0;
+    float lo = 1, hi = 0;
+    for (uint64_t i = 0; i < N; i++) {
+        float u = ms_rng_uniform(123, 0, i);
+        if (!(u >= 0.0f && u < 1.0f)) out_of_range++;
+        lo = u < lo ? u : lo;
+        hi = u > hi ? u : hi;
+        s += u;
+        s2 += (double)u * u;
+    }
+    double mean = s / N, var = s2 / N - mean * mean;
+    T_EQ_INT(out_of_range, 0);
+    T_NEAR(mean, 0.5, 0.002); /* sd of the mean ~0.0003 */
+    T_NEAR(var, 1.0 / 12, 0.001);
+    T_OK(lo < 1e-4 && hi > 1 - 1e-4);
+}
+
+static void test_rng_normal(void) {
+    enum { N = 1000000 };
+    double s = 0, s2 = 0, s4 = 0;
+    int bad = 0, tail = 0;
+    for (uint64_t i = 0; i < N; i++) {
+        double z = ms_rng_normal(2024, 7, i);
+        if (!isfinite(z)) bad++;
+        if (fabs(z) > 3) tail++;
+        s += z;
+        s2 += z * z;
+        s4 += z * z * z * z;
+    }
+    double mean = s / N, var = s2 / N - mean * mean;
+    T_EQ_INT(bad, 0);
+    T_NEAR(mean, 0.0, 0.005);     /* sd of the mean 0.001 */
+    T_NEAR(var, 1.0, 0.01);       /* sd of the variance ~0.0014 */
+    T_NEAR(s4 / N, 3.0, 0.05);    /* kurtosis; sd ~0.01 */
+    T_NEAR((double)tail / N, 0.0027, 0.0005);
+}
+
+/* Pearson correlation of x and y over n samples. */
+static double corr(const double *x, const double *y, int n) {
+    double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
+    for (int i = 0; i < n; i++) mx += x[i], my += y[i];
+    mx /= n, my /= n;
+    for (int i = 0; i < n; i++) {
+        sxy += (x[i] - mx) * (y[i] - my);
+        sxx += (x[i] - mx) * (x[i] - mx);
+        syy += (y[i] - my) * (y[i] - my);
+    }
+    return sxy / sqrt(sxx * syy);
+}
+
+static void test_rng_independence(void) {
+    enum { N = 200000 };
+    double *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b), *c = malloc(N * sizeof *c);
+    double *d = malloc(N * sizeof *d);
+    for (int i = 0; i < N; i++) {
+        a[i] = ms_rng_normal(1, 0, (uint64_t)i);
+        b[i] = ms_rng_normal(1, 1, (uint64_t)i);     /* neighbouring stream */
+        c[i] = ms_rng_normal(2, 0, (uint64_t)i);     /* neighbouring seed */
+        d[i] = ms_rng_normal(1, 0, (uint64_t)i + 1); /* next counter */
+    }
+    /* sd of a correlation estimate is 1/sqrt(N) ~ 0.0022 */
+    T_NEAR(corr(a, b, N), 0.0, 0.012);
+    T_NEAR(corr(a, c, N), 0.0, 0.012);
+    T_NEAR(corr(a, d, N), 0.0, 0.012);
+    T_NEAR(corr(b, c, N), 0.0, 0.012);
+    free(a), free(b), free(c), free(d);
+}
+
+static void test_rng_below(void) {
+    enum { N = 120000 };
+    ms_rng r = ms_rng_make(99, 5);
+    int count[6] = {0}, too_big = 0, below_half = 0;
+    /* n ~ 2/3 * 2^64: plain x % n would return values below 2^64/3 twice as
+     * often (P(result < n/2) = 2/3); rejection makes it 1/2 */
+    const uint64_t big = 0xAAAAAAAAAAAAAAABull;
+    for (int i = 0; i < N; i++) {
+        uint64_t v = ms_rng_next_below(&r, 6);
+        if (v >= 6) too_big++;
+        else count[v]++;
+    }
+    T_EQ_INT(too_big, 0);
+    for (int k = 0; k < 6; k++) T_NEAR((double)count[k] / N, 1.0 / 6, 0.006); /* 5 sd */
+    for (int i = 0; i < N; i++) {
+        uint64_t v = ms_rng_next_below(&r, big);
+        if (v >= big) too_big++;
+        if (v < big / 2) below_half++;
+    }
+    T_EQ_INT(too_big, 0);
+    T_NEAR((double)below_half / N, 0.5, 0.01);
+    T_EQ_INT(ms_rng_next_below(&r, 1), 0);
+    uint64_t before = r.counter;
+    (void)ms_rng_next_below(&r, 1000);
+    T_OK(r.counter > before);
+}
+
+int main(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/ms_test_base_XXXXXX");
+    if (!mkdtemp(tmpdir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    test_file_basics();
+    test_pread();
+    test_atomic();
+    test_mkdirs_glob();
+    test_crc_vectors();
+    test_crc_paths_agree();
+    test_philox_kat();
+    test_rng_pure();
+    test_rng_uniform();
+    test_rng_normal();
+    test_rng_independence();
+    test_rng_below();
+    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    return ms_test_summary("test_base");
+}

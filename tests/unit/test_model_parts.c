@@ -1,0 +1,204 @@
+/* test_model_parts.c - model configuration and parameter table, LR
+ * schedules, the data loader's orders and cursor, and the option parser. */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "cli/opts.h"
+#include "data/loader.h"
+#include "data/shard.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+
+static void test_config(void) {
+    gpt_config c;
+    T_EQ_INT(gpt_config_preset(&c, "d12"), MS_OK);
+    T_EQ_INT(gpt_config_validate(&c), MS_OK);
+    T_EQ_INT(c.vocab_pad, 50304);
+    T_EQ_INT(gpt_config_num_params(&c), 124439808); /* Hugging Face's GPT-2 124M */
+    T_EQ_INT(gpt_config_preset(&c, "d24"), MS_OK);
+    T_EQ_INT(gpt_config_num_params(&c), 354823168); /* GPT-2 medium */
+    T_EQ_INT(gpt_config_preset(&c, "nope"), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "nope");
+    gpt_config_preset(&c, "d6");
+    double f = gpt_flops_per_token(&c, 256);
+    T_NEAR(f, 6.0 * (double)gpt_config_num_params(&c) + 12.0 * 6 * 256 * 384, 1);
+    c.attn_window = 64;
+    T_NEAR(gpt_flops_per_token(&c, 256), 6.0 * (double)gpt_config_num_params(&c) + 12.0 * 6 * 64 * 384, 1);
+    c.n_head = 7;
+    T_EQ_INT(gpt_config_validate(&c), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "not divisible");
+}
+
+static void test_table(void) {
+    be_backend *be;
+    gpt_model *m;
+    gpt_config c = {2, 2, 16, 100, 0, 8, GPT_BLOCK_PARALLEL, 0};
+    T_EQ_INT(be_cpu_create(&be, 1), MS_OK);
+    T_EQ_INT(gpt_create(&m, &c, be, 1, 8), MS_OK);
+    T_EQ_INT(gpt_num_tensors(m), 2 + 2 * 10 + 2); /* no ln_2 in the parallel block */
+    T_OK(gpt_find(m, "h.1.ln_2.weight") < 0);
+    int t = gpt_find(m, "h.1.mlp.c_fc.weight");
+    T_OK(t >= 0);
+    T_EQ_INT(gpt_tensor(m, t)->shape[0], 16);
+    T_EQ_INT(gpt_tensor(m, t)->shape[1], 64);
+    T_EQ_INT(gpt_tensor(m, t)->decay, 1);
+    T_EQ_INT(gpt_tensor(m, gpt_find(m, "h.0.attn.c_attn.bias"))->decay, 0);
+    T_EQ_INT(gpt_tensor(m, gpt_find(m, "wte.weight"))->shape[0], 128); /* padded */
+    /* init: deterministic, LN gains 1, padded rows 0, std about 0.02 */
+    gpt_init(m, 5);
+    const float *w = gpt_params(m);
+    const gpt_param *wte = gpt_tensor(m, gpt_find(m, "wte.weight"));
+    double ss = 0;
+    for (size_t i = 0; i < 100 * 16; i++) ss += (double)w[wte->offset + i] * w[wte->offset + i];
+    T_NEAR(sqrt(ss / 1600), 0.02, 0.002);
+    T_EQ_INT(w[wte->offset + 100 * 16], 0);
+    T_EQ_INT(w[wte->offset + 128 * 16 - 1], 0);
+    T_NEAR(w[gpt_tensor(m, gpt_find(m, "ln_f.weight"))->offset], 1.0, 0);
+    float first = w[wte->offset];
+    gpt_init(m, 5);
+    T_NEAR(gpt_params(m)[wte->offset], first, 0);
+    gpt_destroy(m);
+    be_destroy(be);
+}
+
+static void test_schedule(void) {
+    opt_schedule s = {OPT_SCHED_COSINE, 1.0f, 10, 111, 0.1f};
+    T_NEAR(opt_lr_at(&s, 0), 0.1, 1e-7);
+    T_NEAR(opt_lr_at(&s, 9), 1.0, 1e-7);
+    T_NEAR(opt_lr_at(&s, 10), 1.0, 1e-7);
+    T_NEAR(opt_lr_at(&s, 60), 0.55, 1e-6);
+    T_NEAR(opt_lr_at(&s, 110), 0.1, 1e-7);
+    T_NEAR(opt_lr_at(&s, 500), 0.1, 1e-7);
+    s.kind = OPT_SCHED_CONSTANT;
+    T_NEAR(opt_lr_at(&s, 100), 1.0, 0);
+}
+
+/* A shard whose token i is start + i, so tokens name their position. */
+static void write_seq_shard(const char *path, uint32_t n, uint32_t start) {
+    data_shard_writer w;
+    T_EQ_INT(data_shard_writer_open(&w, path, 1), MS_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t t = start + i;
+        data_shard_writer_put(&w, &t, 1);
+    }
+    T_EQ_INT(data_shard_writer_commit(&w), MS_OK);
+}
+
+static void test_loader(const char *dir) {
+    char path[512], pat[512];
+    snprintf(path, sizeof path, "%s/a_000.bin", dir);
+    write_seq_shard(path, 1000, 0);
+    snprintf(path, sizeof path, "%s/a_001.bin", dir);
+    write_seq_shard(path, 500, 1000);
+    snprintf(pat, sizeof pat, "%s/a_*.bin", dir);
+    int32_t in[4 * 10], tg[4 * 10];
+    /* sequential: batch k = tokens from k*B*T, llm.c's order */
+    data_loader_config c = {pat, 4, 10, 60000, DATA_ORDER_SEQUENTIAL, 1};
+    data_loader *dl;
+    T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
+    T_EQ_INT(data_loader_num_shards(dl), 2);
+    for (int k = 0; k < 3; k++) {
+        T_EQ_INT(data_loader_next(dl, in, tg), MS_OK);
+        T_EQ_INT(in[0], k * 40);
+        T_EQ_INT(in[39], k * 40 + 39);
+        T_EQ_INT(tg[39], k * 40 + 40);
+        T_EQ_INT(tg[9], in[10]);
+    }
+    data_loader_close(dl);
+    /* shuffle: every window once per epoch, deterministic, resumable */
+    c.order = DATA_ORDER_SHUFFLE;
+    c.B = 3;
+    T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
+    int nw = 999 / 10 + 499 / 10; /* 99 + 49 windows */
+    int *seen = calloc(1500, sizeof(int));
+    int32_t in3[30], tg3[30], first[30];
+    for (int b = 0; b < nw / 3; b++) {
+        T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
+        if (b == 0) memcpy(first, in3, sizeof first);
+        for (int r = 0; r < 3; r++) {
+            int off = in3[r * 10] < 1000 ? in3[r * 10] : in3[r * 10] - 1000;
+            T_EQ_INT(off % 10, 0); /* windows start at multiples of T in their shard */
+            T_EQ_INT(tg3[r * 10], in3[r * 10] + 1);
+            seen[in3[r * 10]]++;
+        }
+    }
+    int dup = 0;
+    for (int i = 0; i < 1500; i++) dup += seen[i] > 1;
+    T_EQ_INT(dup, 0);
+    data_cursor cur = data_loader_cursor(dl);
+    T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
+    int32_t after[30];
+    memcpy(after, in3, sizeof after);
+    data_loader_seek(dl, cur);
+    T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
+    T_OK(memcmp(after, in3, sizeof after) == 0);
+    data_loader_close(dl);
+    T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
+    T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
+    T_OK(memcmp(first, in3, sizeof first) == 0);
+    data_loader_close(dl);
+    free(seen);
+    /* too small for one batch */
+    c.order = DATA_ORDER_SEQUENTIAL;
+    c.B = 64;
+    T_EQ_INT(data_loader_open(&dl, &c), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "a_001.bin");
+}
+
+typedef struct {
+    int n;
+    double x;
+    char *s;
+} demo_opts;
+
+static void test_opts(const char *dir) {
+    opts_spec spec[] = {
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int"},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number"},
+        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string"},
+    };
+    demo_opts o = {0};
+    char *pos[2];
+    int np, help;
+    char *a1[] = {"--n", "7", "--s=abc", "file"};
+    T_EQ_INT(opts_parse(spec, 3, &o, 4, a1, pos, 2, &np, &help), MS_OK);
+    T_EQ_INT(o.n, 7);
+    T_NEAR(o.x, 0.5, 0);
+    T_OK(!strcmp(o.s, "abc"));
+    T_EQ_INT(np, 1);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/c.cfg", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "# comment\nn = 9\nx=2.5 # trailing\n");
+    fclose(f);
+    char *a2[] = {"--config", cfg, "--x", "4"};
+    T_EQ_INT(opts_parse(spec, 3, &o, 4, a2, pos, 2, &np, &help), MS_OK);
+    T_EQ_INT(o.n, 9);
+    T_NEAR(o.x, 4, 0); /* command line wins */
+    char *a3[] = {"--n", "1.5"};
+    T_EQ_INT(opts_parse(spec, 3, &o, 2, a3, pos, 2, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "--n expects an integer");
+    char *a4[] = {"--nope", "1"};
+    T_EQ_INT(opts_parse(spec, 3, &o, 2, a4, pos, 2, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "--nope");
+    char *a5[] = {"--n"};
+    T_EQ_INT(opts_parse(spec, 3, &o, 1, a5, pos, 2, &np, &help), MS_ERR_ARG);
+    opts_free(spec, 3, &o);
+}
+
+int main(void) {
+    char dir[] = "/tmp/ms_parts_XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    test_config();
+    test_table();
+    test_schedule();
+    test_loader(dir);
+    test_opts(dir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return ms_test_summary("test_model_parts");
+}
