@@ -1,0 +1,162 @@
+/* cpu_backend.c - the CPU backend object: host memory standing in for device
+ * memory, scratch sizing (reserve), creation and the op table.
+ *
+ * Device memory is host memory: 64-byte aligned, zeroed (ms_alloc_aligned).
+ * The scratch the ops use is owned by the context and only (re)allocated by
+ * cpu_reserve(), which grows and never shrinks.
+ */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "backend/cpu/cpu_internal.h"
+#include "base/arena.h"
+
+static void *cpu_alloc(be_backend *be, size_t bytes) {
+    return ms_alloc_aligned(bytes);
+}
+
+static void cpu_free(be_backend *be, void *p) {
+    ms_free_aligned(p);
+}
+
+static void cpu_memcpy(be_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes) memmove(dst, src, bytes);
+}
+
+static void cpu_zero(be_backend *be, void *p, size_t bytes) {
+    if (bytes) memset(p, 0, bytes);
+}
+
+static void cpu_sync(be_backend *be) {}
+
+void cpu_blas_threads(const cpu_ctx *c) {
+    if (omp_get_max_threads() != c->threads) omp_set_num_threads(c->threads);
+}
+
+void cpu_set_cls_chunk_rows(be_backend *be, int rows) {
+    cpu_ctx_of(be)->cls_max_rows = rows;
+}
+
+static size_t cpu_round_line(size_t floats) {
+    return (floats + CPU_LINE_FLOATS - 1) / CPU_LINE_FLOATS * CPU_LINE_FLOATS;
+}
+
+/* Replace *buf by a zeroed buffer of `floats` floats if it holds fewer. */
+static ms_status cpu_grow(float **buf, size_t *have, size_t floats, const char *what) {
+    if (floats <= *have) return MS_OK;
+    float *p = ms_alloc_aligned(floats * sizeof(float));
+    if (!p)
+        return ms_error(MS_ERR_NOMEM, "cpu backend: cannot allocate %zu MB of %s scratch",
+                        floats * sizeof(float) >> 20, what);
+    ms_free_aligned(*buf);
+    *buf = p;
+    *have = floats;
+    return MS_OK;
+}
+
+/* Size scratch for lim: layernorm partials (2C per thread), attention dS
+ * blocks (CPU_ATT_BLOCK x T per thread), the classifier logits chunk
+ * (min(B*T, ~CPU_CLS_CHUNK_FLOATS/Vp) rows of Vp). */
+static ms_status cpu_reserve(be_backend *be, const be_limits *lim) {
+    cpu_ctx *c = cpu_ctx_of(be);
+    size_t nt = (size_t)c->threads;
+    if (lim->B < 0 || lim->T < 0 || lim->C < 0 || lim->NH < 0 || lim->Vp < 0)
+        return ms_error(MS_ERR_ARG, "cpu backend: negative limits B=%d T=%d C=%d NH=%d Vp=%d",
+                        lim->B, lim->T, lim->C, lim->NH, lim->Vp);
+    if (lim->C > c->part_C) {
+        size_t stride = cpu_round_line(2 * (size_t)lim->C), have = c->part_stride * nt;
+        MS_TRY(cpu_grow(&c->part, &have, stride * nt, "layernorm"));
+        c->part_stride = stride;
+        c->part_C = lim->C;
+    }
+    if (lim->T > c->att_T) {
+        size_t stride = cpu_round_line((size_t)CPU_ATT_BLOCK * (size_t)lim->T);
+        size_t have = c->att_stride * nt;
+        MS_TRY(cpu_grow(&c->att, &have, stride * nt, "attention"));
+        c->att_stride = stride;
+        c->att_T = lim->T;
+    }
+    if (lim->Vp > 0 && lim->B > 0 && lim->T > 0) {
+        size_t rows = CPU_CLS_CHUNK_FLOATS / (size_t)lim->Vp;
+        size_t n = (size_t)lim->B * (size_t)lim->T;
+        if (rows < 16) rows = 16;
+        if (rows > n) rows = n;
+        MS_TRY(cpu_grow(&c->cls, &c->cls_floats, rows * (size_t)lim->Vp, "classifier"));
+    }
+    return MS_OK;
+}
+
+static void cpu_destroy(be_backend *be) {
+    if (!be) return;
+    cpu_ctx *c = cpu_ctx_of(be);
+    if (c) {
+        ms_free_aligned(c->part);
+        ms_free_aligned(c->dpart);
+        ms_free_aligned(c->att);
+        ms_free_aligned(c->cls);
+        free(c);
+    }
+    free(be);
+}
+
+static void cpu_fill_table(be_backend *be) {
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->to_device = cpu_memcpy;
+    be->to_host = cpu_memcpy;
+    be->copy = cpu_memcpy;
+    be->zero = cpu_zero;
+    be->sync = cpu_sync;
+    be->reserve = cpu_reserve;
+    be->destroy = cpu_destroy;
+    be->embedding_fwd = cpu_embedding_fwd;
+    be->embedding_bwd = cpu_embedding_bwd;
+    be->layernorm_fwd = cpu_layernorm_fwd;
+    be->layernorm_bwd = cpu_layernorm_bwd;
+    be->gemm = cpu_gemm;
+    be->bias_bwd = cpu_bias_bwd;
+    be->attention_state_bytes = cpu_attention_state_bytes;
+    be->attention_fwd = cpu_attention_fwd;
+    be->attention_bwd = cpu_attention_bwd;
+    be->gelu_fwd = cpu_gelu_fwd;
+    be->gelu_bwd = cpu_gelu_bwd;
+    be->residual_add = cpu_residual_add;
+    be->classifier_fwd_bwd = cpu_classifier_fwd_bwd;
+    be->adamw_step = cpu_adamw_step;
+    be->lamb_moments = cpu_lamb_moments;
+    be->lamb_apply = cpu_lamb_apply;
+    be->sum_squares = cpu_sum_squares;
+    be->sum = cpu_sum;
+    be->has_nonfinite = cpu_has_nonfinite;
+}
+
+/* Create the CPU backend; threads 0 = omp_get_max_threads().  Sets the
+ * calling thread's OpenMP thread count, which OpenBLAS follows. */
+ms_status be_cpu_create(be_backend **out, int threads) {
+    *out = NULL;
+    if (threads < 0)
+        return ms_error(MS_ERR_ARG, "cpu backend: threads must be >= 0, got %d", threads);
+    if (threads == 0) threads = omp_get_max_threads();
+    be_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    double *dpart = ms_alloc_aligned((size_t)threads * 16 * sizeof(double));
+    if (!be || !c || !dpart) {
+        free(be);
+        free(c);
+        ms_free_aligned(dpart);
+        return ms_error(MS_ERR_NOMEM, "cpu backend: out of memory creating the context");
+    }
+    c->threads = threads;
+    c->dpart = dpart;
+    be->name = "cpu";
+    be->act_dtype = BE_F32;
+    be->threads = threads;
+    be->ctx = c;
+    cpu_fill_table(be);
+    cpu_blas_threads(c);
+    *out = be;
+    return MS_OK;
+}

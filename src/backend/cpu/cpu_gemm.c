@@ -1,0 +1,79 @@
+/* cpu_gemm.c - matrix multiply (OpenBLAS sgemm) with bias / GeLU epilogues,
+ * and the bias gradient. */
+#include <omp.h>
+
+#include <cblas.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* Columns per block in bias_bwd: one thread sums a block over all rows. */
+#define CPU_BIAS_BLOCK 64
+
+/* C (M,N) = alpha op(A) op(B) + beta C [+ bias (N)], or with BE_EPI_GELU
+ * pre (M,N) = alpha op(A) op(B) + bias, C = gelu(pre).  op(A) (M,K) from A
+ * (M,K) or (K,M) if ta; op(B) (K,N) from B (K,N) or (N,K) if tb.  pre has
+ * the row stride ldc of C.  c_f32 is irrelevant here (act is fp32). */
+void cpu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+              int lda, const void *Bm, int ldb, float beta, void *C, int ldc, int c_f32,
+              const void *bias, be_epilogue epi, void *pre) {
+    cpu_ctx *cx = cpu_ctx_of(be);
+    if (M <= 0 || N <= 0) return;
+    float *dst = C;
+    if (epi == BE_EPI_GELU) {
+        MS_CHECKF(pre != NULL && beta == 0.0f, "gemm: the GeLU epilogue needs pre and beta 0");
+        dst = pre;
+    }
+    cpu_blas_threads(cx);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, Bm, ldb, beta, dst, ldc);
+    const float *bs = bias;
+    float *out = C;
+    if (epi == BE_EPI_GELU) {
+#pragma omp parallel for schedule(static) num_threads(cx->threads)
+        for (int r = 0; r < M; r++) {
+            float *restrict p = dst + (size_t)r * ldc;
+            float *restrict y = out + (size_t)r * ldc;
+            if (bs)
+                for (int c = 0; c < N; c++)
+                    p[c] += bs[c];
+            for (int c = 0; c < N; c++)
+                y[c] = cpu_gelu(p[c]);
+        }
+    } else if (bs) {
+#pragma omp parallel for schedule(static) num_threads(cx->threads)
+        for (int r = 0; r < M; r++) {
+            float *restrict y = out + (size_t)r * ldc;
+            for (int c = 0; c < N; c++)
+                y[c] += bs[c];
+        }
+    }
+}
+
+/* dbias (N) += column sums of dout (M,N).  Parallel over blocks of
+ * columns; each block is summed over the rows in order (deterministic for
+ * any thread count). */
+void cpu_bias_bwd(be_backend *be, float *dbias, const void *dout, int M, int N) {
+    const float *d = dout;
+    int nblk = (N + CPU_BIAS_BLOCK - 1) / CPU_BIAS_BLOCK;
+#pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
+    for (int blk = 0; blk < nblk; blk++) {
+        int c0 = blk * CPU_BIAS_BLOCK;
+        int w = N - c0 < CPU_BIAS_BLOCK ? N - c0 : CPU_BIAS_BLOCK;
+        float acc[CPU_BIAS_BLOCK] = {0};
+        if (w == CPU_BIAS_BLOCK) {
+            for (int r = 0; r < M; r++) {
+                const float *restrict g = d + (size_t)r * N + c0;
+                for (int j = 0; j < CPU_BIAS_BLOCK; j++)
+                    acc[j] += g[j];
+            }
+        } else {
+            for (int r = 0; r < M; r++) {
+                const float *restrict g = d + (size_t)r * N + c0;
+                for (int j = 0; j < w; j++)
+                    acc[j] += g[j];
+            }
+        }
+        for (int j = 0; j < w; j++)
+            dbias[c0 + j] += acc[j];
+    }
+}

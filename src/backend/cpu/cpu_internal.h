@@ -1,0 +1,215 @@
+/* cpu_internal.h - private to the CPU backend (the src/backend/cpu files): the
+ * backend context, the scratch it owns, small vectorisable math helpers and
+ * the op entry points each cpu_*.c file contributes to the table.
+ *
+ * All `void *` act arguments are `float *` on the CPU (act dtype fp32).
+ * Scratch is sized by cpu_reserve() only; ops check that it is big enough.
+ * Parallel loops use OpenMP with schedule(static) and the backend's thread
+ * count, so the partition of work (and every reduction order) depends only
+ * on the inputs and the thread count.
+ */
+#ifndef BE_CPU_INTERNAL_H
+#define BE_CPU_INTERNAL_H
+
+#include <float.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "backend/backend.h"
+
+/* Attention processes query rows in blocks of this many rows, so a block
+ * only touches the keys its window can see. */
+#define CPU_ATT_BLOCK 64
+/* Target size of one classifier logits chunk (floats): 64 MB, ~330 rows of
+ * GPT-2's vocabulary; OpenBLAS runs the chunk GEMMs ~10% slower at 160 rows
+ * and ~25% slower at 90. */
+#define CPU_CLS_CHUNK_FLOATS ((size_t)16 << 20)
+/* Floats per cache line; per-thread slices are padded to this. */
+#define CPU_LINE_FLOATS 16
+
+typedef struct {
+    int threads;
+    /* per-thread partial sums: threads * part_stride floats (layernorm dw/db) */
+    float *part;
+    size_t part_stride; /* floats per thread, a multiple of CPU_LINE_FLOATS */
+    int part_C;         /* largest C the partials hold */
+    /* per-thread doubles for the host-side reductions: threads * 16 */
+    double *dpart;
+    /* attention dS scratch: threads * att_stride floats (CPU_ATT_BLOCK x T) */
+    float *att;
+    size_t att_stride;
+    int att_T;
+    /* classifier logits chunk */
+    float *cls;
+    size_t cls_floats;
+    int cls_max_rows; /* test hook: cap on rows per chunk (0 = none) */
+} cpu_ctx;
+
+static inline cpu_ctx *cpu_ctx_of(be_backend *be) {
+    return (cpu_ctx *)be->ctx;
+}
+
+/* The half-open slice [*lo, *hi) of n items that thread tid of nthr owns. */
+static inline void cpu_split(size_t n, int nthr, int tid, size_t *lo, size_t *hi) {
+    *lo = n * (size_t)tid / (size_t)nthr;
+    *hi = n * (size_t)(tid + 1) / (size_t)nthr;
+}
+
+/* expf for x in any range, ~1 ulp (Cephes polynomial), written with plain
+ * arithmetic so loops that call it vectorise.  Inputs are clamped to
+ * [-87, 88]: exp(-87) ~ 1.6e-38 stands in for smaller results. */
+static inline float cpu_expf(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x/ln2) */
+    float r = x - n * 0.693359375f;
+    r = r - n * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* sqrtf for x >= 0 within 1 ulp (correctly rounded for > 99.8% of inputs,
+ * denormals included), from a Newton-refined reciprocal square root: plain
+ * arithmetic, so loops that call it vectorise (sqrtf does not unless
+ * -fno-math-errno).  NaN gives NaN; x < 0 is not supported. */
+static inline float cpu_sqrtf(float x) {
+    int tiny = x < FLT_MIN;
+    float xs = tiny ? x * 16777216.0f : x;  /* 2^24: denormals become normal */
+    float xc = xs > FLT_MIN ? xs : FLT_MIN; /* 0 keeps a finite rsqrt */
+    int32_t bits;
+    memcpy(&bits, &xc, sizeof bits);
+    bits = 0x5f375a86 - (bits >> 1);
+    float y;
+    memcpy(&y, &bits, sizeof y);
+    y = y * (1.5f - 0.5f * xc * y * y);
+    y = y * (1.5f - 0.5f * xc * y * y);
+    float s = xs * y;
+    s = fmaf(0.5f * y, fmaf(-s, s, xs), s); /* Heron step on the exact residual */
+    return tiny ? s * (1.0f / 4096.0f) : s;
+}
+
+/* Sum of x[0..n) with 16 fixed lanes (vectorises; order fixed by n). */
+static inline float cpu_sum_f(const float *restrict x, int n) {
+    float acc[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] += x[i + j];
+    float s = 0.0f;
+    for (int j = 0; j < 16; j++)
+        s += acc[j];
+    for (; i < n; i++)
+        s += x[i];
+    return s;
+}
+
+/* Maximum of x[0..n), n >= 1. */
+static inline float cpu_max_f(const float *restrict x, int n) {
+    float acc[16];
+    for (int j = 0; j < 16; j++)
+        acc[j] = x[0];
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int j = 0; j < 16; j++)
+            acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+    float m = acc[0];
+    for (int j = 1; j < 16; j++)
+        m = acc[j] > m ? acc[j] : m;
+    for (; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    return m;
+}
+
+/* GeLU (tanh approximation) and its derivative, via
+ * 0.5*(1+tanh(u)) = 1/(1+exp(-2u)), u = sqrt(2/pi)*(x+0.044715x^3). */
+#define CPU_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define CPU_GELU_A 0.044715f
+
+static inline float cpu_gelu(float x) {
+    float u2 = 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
+    u2 = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
+    return x / (1.0f + cpu_expf(-u2));
+}
+
+static inline float cpu_gelu_grad(float x) {
+    float u2 = 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
+    u2 = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
+    float e = cpu_expf(-u2);
+    float s = 1.0f / (1.0f + e); /* 0.5*(1+tanh u) */
+    float du = CPU_GELU_K * (1.0f + 3.0f * CPU_GELU_A * x * x);
+    /* 0.5*x*(1-tanh^2 u)*du = 2*x*s*(1-s)*du, with 1-s = e*s */
+    return s + 2.0f * x * s * (e * s) * du;
+}
+
+/* Make sure OpenBLAS (OpenMP flavour) uses the backend's thread count in
+ * calls made from outside our parallel regions. */
+void cpu_blas_threads(const cpu_ctx *c);
+
+/* Test hook: cap the rows of one classifier chunk (0 = no cap), so tests
+ * can run several chunks on small shapes. */
+void cpu_set_cls_chunk_rows(be_backend *be, int rows);
+
+/* ---- op entry points, one group per file ---- */
+
+/* cpu_embedding.c */
+void cpu_embedding_fwd(be_backend *be, void *out, const int32_t *tok, const void *wte,
+                       const void *wpe, int B, int T, int C);
+void cpu_embedding_bwd(be_backend *be, float *dwte, float *dwpe, const void *dout,
+                       const int32_t *tok, int B, int T, int C);
+
+/* cpu_norm.c */
+void cpu_layernorm_fwd(be_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                       const void *w, const void *b, int N, int C);
+void cpu_layernorm_bwd(be_backend *be, void *dinp, float *dw, float *db, const void *dout,
+                       const void *inp, const void *w, const float *mean, const float *rstd, int N,
+                       int C);
+
+/* cpu_gemm.c */
+void cpu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+              int lda, const void *Bm, int ldb, float beta, void *C, int ldc, int c_f32,
+              const void *bias, be_epilogue epi, void *pre);
+void cpu_bias_bwd(be_backend *be, float *dbias, const void *dout, int M, int N);
+
+/* cpu_attention.c */
+size_t cpu_attention_state_bytes(be_backend *be, int B, int T, int NH);
+void cpu_attention_fwd(be_backend *be, void *out, void *state, const void *qkv, int B, int T, int C,
+                       int NH, int W);
+void cpu_attention_bwd(be_backend *be, void *dqkv, const void *dout, const void *qkv,
+                       const void *state, int B, int T, int C, int NH, int W);
+
+/* cpu_elementwise.c */
+void cpu_gelu_fwd(be_backend *be, void *out, const void *inp, size_t n);
+void cpu_gelu_bwd(be_backend *be, void *dinp, const void *inp, const void *dout, size_t n);
+void cpu_residual_add(be_backend *be, void *out, const void *a, const void *b, size_t n);
+
+/* cpu_classifier.c */
+void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
+                            const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
+                            float dloss);
+
+/* cpu_optim.c */
+void cpu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
+                    size_t n, float lr, float b1, float b2, float eps, float wd, int t,
+                    float gscale);
+void cpu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, float *v, size_t n,
+                      float b1, float b2, float eps, float wd, int t, float gscale, double *w_sq,
+                      double *u_sq);
+void cpu_lamb_apply(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step);
+
+/* cpu_reduce.c */
+double cpu_sum_squares(be_backend *be, const float *x, size_t n);
+double cpu_sum(be_backend *be, const float *x, size_t n);
+int cpu_has_nonfinite(be_backend *be, const float *x, size_t n);
+
+#endif

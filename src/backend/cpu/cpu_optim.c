@@ -1,0 +1,129 @@
+/* cpu_optim.c - optimiser updates: AdamW (PyTorch's formulation) and the
+ * two phases of LAMB.  Element-wise, parallel over fixed slices per thread;
+ * LAMB's sums of squares are per-thread doubles combined in thread order. */
+#include <math.h>
+#include <omp.h>
+
+#include "backend/cpu/cpu_internal.h"
+
+/* Constants of one Adam step shared by AdamW and LAMB. */
+typedef struct {
+    float b1, b2, a1, a2; /* betas and 1 - betas */
+    float ibc1, ibc2;     /* 1 / (1 - beta^t) */
+    float eps, gscale;
+} cpu_adam_k;
+
+static cpu_adam_k cpu_adam_consts(float b1, float b2, float eps, int t, float gscale) {
+    MS_CHECKF(t >= 1, "adam: step t must be >= 1, got %d", t);
+    cpu_adam_k k = {b1, b2, 1.0f - b1, 1.0f - b2, 0.0f, 0.0f, eps, gscale};
+    k.ibc1 = (float)(1.0 / (1.0 - pow((double)b1, (double)t)));
+    k.ibc2 = (float)(1.0 / (1.0 - pow((double)b2, (double)t)));
+    return k;
+}
+
+/* Writes the new moments and returns mhat / (sqrt(vhat) + eps). */
+static inline float cpu_adam_dir(const cpu_adam_k *k, float g, float *m, float *v) {
+    float gs = g * k->gscale;
+    float mi = k->b1 * *m + k->a1 * gs;
+    float vi = k->b2 * *v + k->a2 * gs * gs;
+    *m = mi;
+    *v = vi;
+    return (mi * k->ibc1) / (cpu_sqrtf(vi * k->ibc2) + k->eps);
+}
+
+/* AdamW on elements [lo, hi) of w, g, m, v; wa (optional) receives w. */
+static void cpu_adamw_range(const cpu_adam_k *kp, float *restrict w, float *restrict wa,
+                            const float *restrict g, float *restrict m, float *restrict v,
+                            size_t lo, size_t hi, float lr, float decay) {
+    cpu_adam_k k = *kp;
+    if (wa) {
+        for (size_t i = lo; i < hi; i++) {
+            float wi = w[i] * decay - lr * cpu_adam_dir(&k, g[i], &m[i], &v[i]);
+            w[i] = wi;
+            wa[i] = wi;
+        }
+    } else {
+        for (size_t i = lo; i < hi; i++)
+            w[i] = w[i] * decay - lr * cpu_adam_dir(&k, g[i], &m[i], &v[i]);
+    }
+}
+
+/* w, g, m, v (n): m, v updated; w = w*(1 - lr*wd) - lr*mhat/(sqrt(vhat)+eps).
+ * w_act (n), if given and distinct from w, receives w. */
+void cpu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
+                    size_t n, float lr, float b1, float b2, float eps, float wd, int t,
+                    float gscale) {
+    cpu_adam_k k = cpu_adam_consts(b1, b2, eps, t, gscale);
+    float decay = 1.0f - lr * wd;
+    float *wa = w_act != (void *)w ? w_act : NULL;
+#pragma omp parallel num_threads(cpu_ctx_of(be)->threads)
+    {
+        size_t lo, hi;
+        cpu_split(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
+        cpu_adamw_range(&k, w, wa, g, m, v, lo, hi, lr, decay);
+    }
+}
+
+/* LAMB phase 1 on elements [lo, hi): u into g; sums of w^2 and u^2 in
+ * 8 fixed double lanes into sq[0], sq[1]. */
+static void cpu_lamb_range(const cpu_adam_k *kp, float *restrict g, const float *restrict w,
+                           float *restrict m, float *restrict v, size_t lo, size_t hi, float wd,
+                           double *sq) {
+    cpu_adam_k k = *kp;
+    double aw[8] = {0}, au[8] = {0}, sw = 0.0, su = 0.0;
+    size_t i = lo;
+    for (; i + 8 <= hi; i += 8)
+        for (int j = 0; j < 8; j++) {
+            float u = cpu_adam_dir(&k, g[i + j], &m[i + j], &v[i + j]) + wd * w[i + j];
+            g[i + j] = u;
+            aw[j] += (double)w[i + j] * w[i + j];
+            au[j] += (double)u * u;
+        }
+    for (int j = 0; j < 8; j++)
+        sw += aw[j], su += au[j];
+    for (; i < hi; i++) {
+        float u = cpu_adam_dir(&k, g[i], &m[i], &v[i]) + wd * w[i];
+        g[i] = u;
+        sw += (double)w[i] * w[i];
+        su += (double)u * u;
+    }
+    sq[0] = sw;
+    sq[1] = su;
+}
+
+/* LAMB phase 1: m, v (n) updated; g_to_u (n) = mhat/(sqrt(vhat)+eps) + wd*w
+ * in place of the gradient; *w_sq = sum w^2, *u_sq = sum u^2 (doubles,
+ * per-thread slices combined in thread order). */
+void cpu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, float *v, size_t n,
+                      float b1, float b2, float eps, float wd, int t, float gscale, double *w_sq,
+                      double *u_sq) {
+    cpu_ctx *cx = cpu_ctx_of(be);
+    cpu_adam_k k = cpu_adam_consts(b1, b2, eps, t, gscale);
+    int used = 1;
+#pragma omp parallel num_threads(cx->threads)
+    {
+        int tid = omp_get_thread_num(), nthr = omp_get_num_threads();
+        if (tid == 0) used = nthr;
+        size_t lo, hi;
+        cpu_split(n, nthr, tid, &lo, &hi);
+        cpu_lamb_range(&k, g_to_u, w, m, v, lo, hi, wd, cx->dpart + tid * 16);
+    }
+    double sw = 0.0, su = 0.0;
+    for (int i = 0; i < used; i++) {
+        sw += cx->dpart[i * 16];
+        su += cx->dpart[i * 16 + 1];
+    }
+    *w_sq = sw;
+    *u_sq = su;
+}
+
+/* LAMB phase 2: w (n) -= step * u (n); w_act as in adamw_step. */
+void cpu_lamb_apply(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step) {
+    float *wa = w_act != (void *)w ? w_act : NULL;
+#pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
+    for (size_t i = 0; i < n; i++) {
+        float wi = w[i] - step * u[i];
+        w[i] = wi;
+        if (wa) wa[i] = wi;
+    }
+}

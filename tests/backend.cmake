@@ -1,0 +1,10 @@
+# CPU backend tests: every op against naive references and finite
+# differences (unit), and against PyTorch in float64 (torch).
+ms_c_test(test_cpu_ops SOURCES unit/test_cpu_ops.c LABELS unit)
+
+# ops_dump writes every op's inputs and outputs for test_ops.py to check.
+add_executable(ops_dump torch/ops_dump.c)
+target_link_libraries(ops_dump PRIVATE mscore)
+ms_script_test(torch_ops
+  COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ops.py $<TARGET_FILE:ops_dump>
+  LABELS torch)
