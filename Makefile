@@ -26,11 +26,11 @@ run: build
 test: test-deps build
 	@scripts/run-tests.sh $(BUILD)
 
-# Unit tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# Unit and end-to-end tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMS_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
-	@scripts/run-tests.sh $(ASAN_BUILD) -L unit
+	@scripts/run-tests.sh $(ASAN_BUILD) -L "unit|cli"
 
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')

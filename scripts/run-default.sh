@@ -22,8 +22,8 @@ fi
 "$bin" train \
   --train-data "$run/data/kjv_train_*.bin" --val-data "$run/data/kjv_val_*.bin" \
   --vocab 256 --layers 4 --dim 256 --heads 4 --seq-max 128 --seq 128 \
-  --batch 16 --steps 400 --lr 2e-3 --warmup 20 --lr-schedule cosine \
-  --val-every 100 --val-batches 8 --log-every 10 \
+  --batch 16 --steps 600 --lr 2e-3 --warmup 20 --lr-schedule cosine \
+  --val-every 150 --val-batches 8 --log-every 10 \
   --metrics "$run/metrics.jsonl" --save-weights "$run/model.safetensors" \
   ${MS_TRAIN_ARGS:-}
 

@@ -48,6 +48,8 @@ static const opts_spec train_opts[] = {
     O("val-batches", OPT_T_INT, val_batches, "10", "batches per validation pass"),
     O("peak-flops", OPT_T_DOUBLE, peak_flops, "0", "device peak FLOP/s for MFU (0: probe)"),
     O("log-every", OPT_T_INT, log_every, "1", "steps between progress lines"),
+    O("inject-fault", OPT_T_STR, inject_fault, NULL,
+      "test faults: nan-grad@S (step S) or nan-grad@S+ (every step from S)"),
 };
 #define N_TRAIN_OPTS ((int)(sizeof train_opts / sizeof train_opts[0]))
 

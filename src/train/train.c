@@ -27,6 +27,7 @@ typedef struct {
     mon_metrics metrics;
     int32_t *inp, *tgt;
     double peak_flops, flops_per_token;
+    train_fault fault;
 } trainer;
 
 static ms_status open_loaders(trainer *t) {
@@ -50,6 +51,7 @@ static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, &t->micro, &t->accum));
+    MS_TRY(train_fault_parse(tc->inject_fault, &t->fault));
     opt_config oc = {OPT_ADAMW, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
                      (float)tc->weight_decay, (float)tc->grad_clip};
     MS_TRY(opt_kind_parse(tc->optimizer, &oc.kind));
@@ -71,7 +73,7 @@ static ms_status setup(trainer *t) {
     t->tgt = malloc(n * sizeof(int32_t));
     if (!t->inp || !t->tgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
-    t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 1024, 3);
+    t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 2048, 2);
     return MS_OK;
 }
 
@@ -102,6 +104,12 @@ static void print_layout(const trainer *t) {
             tc->peak_flops > 0 ? " (given)" : " (probed)");
 }
 
+/* A number as JSON: NaN and Inf have no JSON spelling, so they are null. */
+static void json_num(char *buf, size_t n, double v) {
+    if (isfinite(v)) snprintf(buf, n, "%.6g", v);
+    else snprintf(buf, n, "null");
+}
+
 /* Mean loss over --val-batches sequential batches of the validation data. */
 static ms_status validate(trainer *t, float *loss) {
     data_loader_rewind(t->val);
@@ -119,8 +127,9 @@ static ms_status log_val(trainer *t, int step) {
     float vl;
     MS_TRY(validate(t, &vl));
     ms_info("step %5d | val loss %.4f", step, vl);
-    char line[128];
-    snprintf(line, sizeof line, "{\"step\":%d,\"val_loss\":%.6f}", step, vl);
+    char line[128], num[32];
+    json_num(num, sizeof num, vl);
+    snprintf(line, sizeof line, "{\"step\":%d,\"val_loss\":%s}", step, num);
     return mon_metrics_write(&t->metrics, line);
 }
 
@@ -145,6 +154,11 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         MS_TRY(data_loader_next(t->train, t->inp, t->tgt));
         r->data_sec += ms_now() - d0;
         loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
+    }
+    if (train_fault_hits(&t->fault, step + 1)) { /* injected: one NaN gradient */
+        float nan = NAN;
+        t->be->to_device(t->be, gpt_grads(t->model), &nan, sizeof nan);
+        ms_warn("step %d: injected fault nan-grad", step + 1);
     }
     r->loss = (float)(loss / t->accum);
     r->lr = opt_lr_at(&t->sched, step);
@@ -173,12 +187,14 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
                 "%5.1f%% | data %.1f ms | ETA %s%s",
                 step + 1, tc->steps, r->loss, r->lr, r->os.grad_norm, r->sec * 1e3, tok_s,
                 100 * mfu, r->data_sec * 1e3, eta, r->skipped ? " | SKIPPED" : "");
-    char line[512];
+    char line[512], loss[32], norm[32];
+    json_num(loss, sizeof loss, r->loss);
+    json_num(norm, sizeof norm, r->os.grad_norm);
     snprintf(line, sizeof line,
-             "{\"step\":%d,\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.6g,\"ms\":%.3f,"
+             "{\"step\":%d,\"loss\":%s,\"lr\":%.6g,\"grad_norm\":%s,\"ms\":%.3f,"
              "\"tok_s\":%.1f,\"mfu\":%.5f,\"data_ms\":%.3f,\"skipped\":%s}",
-             step + 1, r->loss, r->lr, r->os.grad_norm, r->sec * 1e3, tok_s, mfu,
-             r->data_sec * 1e3, r->skipped ? "true" : "false");
+             step + 1, loss, r->lr, norm, r->sec * 1e3, tok_s, mfu, r->data_sec * 1e3,
+             r->skipped ? "true" : "false");
     return mon_metrics_write(&t->metrics, line);
 }
 

@@ -38,6 +38,9 @@ typedef struct {
     char *init_from, *save_weights, *metrics;
     double peak_flops;
     int log_every;
+    /* deterministic fault injection for tests: "nan-grad@S" poisons the
+     * gradients of step S (1-based), "nan-grad@S+" of every step from S */
+    char *inject_fault;
 } train_config;
 
 ms_status train_run(const train_config *cfg);

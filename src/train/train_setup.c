@@ -2,6 +2,7 @@
  * checking the options against each other before anything is allocated. */
 #include "train/train_internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "ckpt/hf.h"
@@ -58,4 +59,22 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int *micro, i
     *micro = mb;
     *accum = tc->batch / mb;
     return MS_OK;
+}
+
+ms_status train_fault_parse(const char *spec, train_fault *out) {
+    memset(out, 0, sizeof *out);
+    if (!spec || !*spec) return MS_OK;
+    int step = 0, n = 0;
+    if (sscanf(spec, "nan-grad@%d%n", &step, &n) != 1 || step < 1 ||
+        (spec[n] && strcmp(spec + n, "+") != 0))
+        return ms_error(MS_ERR_ARG, "--inject-fault '%s': expected nan-grad@STEP or nan-grad@STEP+",
+                        spec);
+    out->nan_grad_step = step;
+    out->persistent = spec[n] == '+';
+    return MS_OK;
+}
+
+int train_fault_hits(const train_fault *f, int step1) {
+    if (!f->nan_grad_step) return 0;
+    return f->persistent ? step1 >= f->nan_grad_step : step1 == f->nan_grad_step;
 }

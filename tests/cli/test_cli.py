@@ -113,6 +113,16 @@ def main():
     ok(p.returncode == 0 and os.path.exists(w4) and "interrupted" in err,
        "SIGINT stops cleanly and saves the weights", f"rc={p.returncode}\n{err}")
 
+    # --- non-finite gradients: a transient one is skipped, a persistent one stops the run ---
+    m5 = os.path.join(d, "m5.jsonl")
+    rc, _, err = run(*base, "--steps", "5", "--metrics", m5, "--inject-fault", "nan-grad@3")
+    s5 = [json.loads(l) for l in open(m5)] if rc == 0 else []
+    ok(rc == 0 and [s["skipped"] for s in s5] == [False, False, True, False, False]
+       and "step 3" in err and "skipped" in err, "a NaN gradient skips that step only", err)
+    expect_error([*base, "--steps", "10", "--inject-fault", "nan-grad@2+", "--max-bad-steps", "2"],
+                 "3 consecutive steps", "--max-bad-steps", what="persistent NaN gradients stop the run")
+    expect_error([*base, "--inject-fault", "nan@x"], "--inject-fault", what="bad fault spec")
+
     # --- bad input, each named ---
     expect_error(["train", "--bogus-flag", "1"], "--bogus-flag", what="unknown flag")
     expect_error(["train", "--steps", "ten"], "--steps", "integer", what="non-integer value")
