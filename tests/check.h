@@ -13,7 +13,8 @@ static int ms_t_pass, ms_t_fail;
 
 #define T_OK(cond)                                                                                 \
     do {                                                                                           \
-        if (cond) ms_t_pass++;                                                                     \
+        if (cond)                                                                                  \
+            ms_t_pass++;                                                                           \
         else {                                                                                     \
             ms_t_fail++;                                                                           \
             fprintf(stderr, "%s:%d: FAIL: %s\n", __FILE__, __LINE__, #cond);                       \
@@ -23,7 +24,8 @@ static int ms_t_pass, ms_t_fail;
 #define T_EQ_INT(a, b)                                                                             \
     do {                                                                                           \
         long long ta_ = (long long)(a), tb_ = (long long)(b);                                      \
-        if (ta_ == tb_) ms_t_pass++;                                                               \
+        if (ta_ == tb_)                                                                            \
+            ms_t_pass++;                                                                           \
         else {                                                                                     \
             ms_t_fail++;                                                                           \
             fprintf(stderr, "%s:%d: FAIL: %s == %s (%lld vs %lld)\n", __FILE__, __LINE__, #a, #b,  \
@@ -34,7 +36,8 @@ static int ms_t_pass, ms_t_fail;
 #define T_NEAR(a, b, tol)                                                                          \
     do {                                                                                           \
         double ta_ = (double)(a), tb_ = (double)(b);                                               \
-        if (fabs(ta_ - tb_) <= (tol)) ms_t_pass++;                                                 \
+        if (fabs(ta_ - tb_) <= (tol))                                                              \
+            ms_t_pass++;                                                                           \
         else {                                                                                     \
             ms_t_fail++;                                                                           \
             fprintf(stderr, "%s:%d: FAIL: %s ~ %s (%.9g vs %.9g, tol %g)\n", __FILE__, __LINE__,   \
@@ -45,7 +48,8 @@ static int ms_t_pass, ms_t_fail;
 #define T_STR_CONTAINS(hay, needle)                                                                \
     do {                                                                                           \
         const char *th_ = (hay), *tn_ = (needle);                                                  \
-        if (th_ && strstr(th_, tn_)) ms_t_pass++;                                                  \
+        if (th_ && strstr(th_, tn_))                                                               \
+            ms_t_pass++;                                                                           \
         else {                                                                                     \
             ms_t_fail++;                                                                           \
             fprintf(stderr, "%s:%d: FAIL: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__,   \

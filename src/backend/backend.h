@@ -122,8 +122,8 @@ struct be_backend {
      *   dlogits^T @ x, where dlogits = dloss * (softmax - onehot(target)).
      * Never materialises more than a bounded chunk of logits at a time. */
     void (*classifier_fwd_bwd)(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
-                               const void *wte, const int32_t *targets, int N, int C, int V,
-                               int Vp, float dloss);
+                               const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
+                               float dloss);
 
     /* AdamW (PyTorch's): g' = g*gscale; m = b1 m + (1-b1) g';
      * v = b2 v + (1-b2) g'^2; w -= lr*wd*w; w -= lr * mhat/(sqrt(vhat)+eps)
@@ -140,8 +140,7 @@ struct be_backend {
                          size_t n, float b1, float b2, float eps, float wd, int t, float gscale,
                          double *w_sq, double *u_sq);
     /* w -= step * u (step = lr * trust ratio). */
-    void (*lamb_apply)(be_backend *be, float *w, void *w_act, const float *u, size_t n,
-                       float step);
+    void (*lamb_apply)(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step);
 
     /* Sum of squares of x (n) f32, as a double on the host (deterministic). */
     double (*sum_squares)(be_backend *be, const float *x, size_t n);
@@ -152,7 +151,9 @@ struct be_backend {
 };
 
 /* Element size of a dtype. */
-static inline size_t be_dtype_size(be_dtype d) { return d == BE_BF16 ? 2 : 4; }
+static inline size_t be_dtype_size(be_dtype d) {
+    return d == BE_BF16 ? 2 : 4;
+}
 
 /* Create the CPU backend with `threads` OpenMP threads (0 = all cores).
  * Always available. */

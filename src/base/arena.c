@@ -21,7 +21,9 @@ void *ms_arena_push(ms_arena *a, size_t bytes) {
     return a->base + off;
 }
 
-size_t ms_arena_used(const ms_arena *a) { return a->used; }
+size_t ms_arena_used(const ms_arena *a) {
+    return a->used;
+}
 
 void *ms_alloc_aligned(size_t bytes) {
     size_t n = (bytes + MS_ARENA_ALIGN - 1) & ~(size_t)(MS_ARENA_ALIGN - 1);
@@ -30,4 +32,6 @@ void *ms_alloc_aligned(size_t bytes) {
     return p;
 }
 
-void ms_free_aligned(void *p) { free(p); }
+void ms_free_aligned(void *p) {
+    free(p);
+}

@@ -30,7 +30,8 @@ static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
 static void crc_init(void) {
     for (uint32_t b = 0; b < 256; b++) {
         uint32_t c = b;
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1u)));
+        for (int k = 0; k < 8; k++)
+            c = (c >> 1) ^ (CRC32C_POLY & (0u - (c & 1u)));
         crc_tab[0][b] = c;
     }
     for (int k = 1; k < 8; k++)
@@ -55,7 +56,8 @@ uint32_t ms_crc32c_portable(uint32_t crc, const void *data, size_t n) {
         p += 8;
         n -= 8;
     }
-    while (n--) c = (c >> 8) ^ crc_tab[0][(c ^ *p++) & 0xFF];
+    while (n--)
+        c = (c >> 8) ^ crc_tab[0][(c ^ *p++) & 0xFF];
     return ~c;
 }
 
@@ -75,7 +77,8 @@ __attribute__((target("sse4.2"))) uint32_t ms_crc32c_hw(uint32_t crc, const void
         p += 8;
         n -= 8;
     }
-    while (n--) c = _mm_crc32_u8((uint32_t)c, *p++);
+    while (n--)
+        c = _mm_crc32_u8((uint32_t)c, *p++);
     return ~(uint32_t)c;
 }
 #else

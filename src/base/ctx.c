@@ -18,14 +18,21 @@ void ms_ctx_init(void) {
     g_ctx.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", 0);
     const char *lv = getenv("MS_LOG_LEVEL");
     if (lv) {
-        if (!strcmp(lv, "debug")) g_ctx.log_level = MS_LOG_DEBUG;
-        else if (!strcmp(lv, "warn")) g_ctx.log_level = MS_LOG_WARN;
-        else if (!strcmp(lv, "error")) g_ctx.log_level = MS_LOG_ERROR;
+        if (!strcmp(lv, "debug"))
+            g_ctx.log_level = MS_LOG_DEBUG;
+        else if (!strcmp(lv, "warn"))
+            g_ctx.log_level = MS_LOG_WARN;
+        else if (!strcmp(lv, "error"))
+            g_ctx.log_level = MS_LOG_ERROR;
     }
 }
 
-const ms_ctx *ms_ctx_get(void) { return &g_ctx; }
-ms_ctx *ms_ctx_mut(void) { return &g_ctx; }
+const ms_ctx *ms_ctx_get(void) {
+    return &g_ctx;
+}
+ms_ctx *ms_ctx_mut(void) {
+    return &g_ctx;
+}
 
 static void on_signal(int sig) {
     if (g_ctx.stop) {

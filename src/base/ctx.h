@@ -12,11 +12,11 @@
 typedef enum { MS_LOG_DEBUG = 0, MS_LOG_INFO, MS_LOG_WARN, MS_LOG_ERROR } ms_log_level;
 
 typedef struct {
-    int rank;          /* global rank, 0 for a single process */
-    int world;         /* number of ranks */
-    int local_rank;    /* rank on this node */
+    int rank;       /* global rank, 0 for a single process */
+    int world;      /* number of ranks */
+    int local_rank; /* rank on this node */
     ms_log_level log_level;
-    int log_all_ranks; /* if 0, INFO/DEBUG lines are printed by rank 0 only */
+    int log_all_ranks;          /* if 0, INFO/DEBUG lines are printed by rank 0 only */
     volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
 } ms_ctx;
 

@@ -91,8 +91,9 @@ ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t
     got = fread(dst, 1, n, f);
     if (got == n) return MS_OK;
     if (ferror(f)) return io_fail(MS_ERR_IO, path, "read", errno);
-    return ms_error(MS_ERR_IO, "%s: short read: wanted %zu bytes at offset %llu, got %zu (end of file)",
-                    path, n, (unsigned long long)offset, got);
+    return ms_error(MS_ERR_IO,
+                    "%s: short read: wanted %zu bytes at offset %llu, got %zu (end of file)", path,
+                    n, (unsigned long long)offset, got);
 }
 
 /* An empty file cannot be mmap'd; it maps to a static empty buffer. */
@@ -179,9 +180,12 @@ static ms_status fsync_parent_dir(const char *path) {
     const char *slash = strrchr(path, '/');
     ms_status rc = MS_OK;
     int fd;
-    if (!slash) strcpy(dir, ".");
-    else if (slash == path) strcpy(dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!slash)
+        strcpy(dir, ".");
+    else if (slash == path)
+        strcpy(dir, "/");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
     fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return io_fail(MS_ERR_IO, dir, "open directory", errno);
     if (fsync(fd) != 0 && errno != EINVAL) rc = io_fail(MS_ERR_IO, dir, "fsync directory", errno);
@@ -199,8 +203,10 @@ ms_status ms_atomic_commit(ms_atomic_file *af) {
     ms_status rc = MS_OK;
     if (!f) return ms_error(MS_ERR_ARG, "%s: commit of a closed atomic file", af->path);
     af->f = NULL; /* closed below whatever happens */
-    if (fflush(f) != 0) rc = io_fail(MS_ERR_IO, af->tmp, "write", errno);
-    else if (fsync(fileno(f)) != 0) rc = io_fail(MS_ERR_IO, af->tmp, "fsync", errno);
+    if (fflush(f) != 0)
+        rc = io_fail(MS_ERR_IO, af->tmp, "write", errno);
+    else if (fsync(fileno(f)) != 0)
+        rc = io_fail(MS_ERR_IO, af->tmp, "fsync", errno);
     if (fclose(f) != 0 && rc == MS_OK) rc = io_fail(MS_ERR_IO, af->tmp, "close", errno);
     if (rc == MS_OK && rename(af->tmp, af->path) != 0)
         rc = ms_error(MS_ERR_IO, "%s: rename from %s: %s", af->path, af->tmp, strerror(errno));
@@ -243,7 +249,8 @@ ms_status ms_mkdirs(const char *path) {
         if (buf[i - 1] == '/') continue; /* "a//b" */
         char c = buf[i];
         buf[i] = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) return io_fail(MS_ERR_IO, buf, "mkdir", errno);
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+            return io_fail(MS_ERR_IO, buf, "mkdir", errno);
         buf[i] = c;
     }
     if (stat(path, &st) != 0) return io_fail(MS_ERR_IO, path, "stat", errno);
@@ -296,6 +303,7 @@ out:
 
 void ms_paths_free(char **paths, int count) {
     if (!paths) return;
-    for (int i = 0; i < count; i++) free(paths[i]);
+    for (int i = 0; i < count; i++)
+        free(paths[i]);
     free(paths);
 }

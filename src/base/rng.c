@@ -76,9 +76,13 @@ float ms_rng_normal(uint64_t seed, uint64_t stream, uint64_t counter) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
 }
 
-uint64_t ms_rng_next_u64(ms_rng *r) { return ms_rng_u64(r->seed, r->stream, r->counter++); }
+uint64_t ms_rng_next_u64(ms_rng *r) {
+    return ms_rng_u64(r->seed, r->stream, r->counter++);
+}
 
-float ms_rng_next_uniform(ms_rng *r) { return ms_rng_uniform(r->seed, r->stream, r->counter++); }
+float ms_rng_next_uniform(ms_rng *r) {
+    return ms_rng_uniform(r->seed, r->stream, r->counter++);
+}
 
 /* Rejection sampling: accept x only above 2^64 mod n, so the accepted range
  * is a whole number of copies of [0, n) and x % n is exactly uniform.  Fewer
@@ -88,7 +92,8 @@ uint64_t ms_rng_next_below(ms_rng *r, uint64_t n) {
     MS_CHECKF(n > 0, "ms_rng_next_below: n must be > 0");
     if (n == 1) return 0;
     threshold = (0 - n) % n; /* == 2^64 mod n */
-    do x = ms_rng_next_u64(r);
+    do
+        x = ms_rng_next_u64(r);
     while (x < threshold);
     return x % n;
 }

@@ -9,15 +9,24 @@ static _Thread_local char ms_msg[2048];
 
 const char *ms_status_name(ms_status s) {
     switch (s) {
-    case MS_OK: return "ok";
-    case MS_ERR_IO: return "io";
-    case MS_ERR_FORMAT: return "format";
-    case MS_ERR_ARG: return "argument";
-    case MS_ERR_NOMEM: return "out of memory";
-    case MS_ERR_RANGE: return "range";
-    case MS_ERR_NOTFOUND: return "not found";
-    case MS_ERR_NONFINITE: return "non-finite";
-    case MS_ERR_INTERNAL: return "internal";
+    case MS_OK:
+        return "ok";
+    case MS_ERR_IO:
+        return "io";
+    case MS_ERR_FORMAT:
+        return "format";
+    case MS_ERR_ARG:
+        return "argument";
+    case MS_ERR_NOMEM:
+        return "out of memory";
+    case MS_ERR_RANGE:
+        return "range";
+    case MS_ERR_NOTFOUND:
+        return "not found";
+    case MS_ERR_NONFINITE:
+        return "non-finite";
+    case MS_ERR_INTERNAL:
+        return "internal";
     }
     return "unknown";
 }
@@ -41,7 +50,9 @@ ms_status ms_error_wrap(ms_status code, const char *fmt, ...) {
     return code;
 }
 
-const char *ms_errmsg(void) { return ms_msg; }
+const char *ms_errmsg(void) {
+    return ms_msg;
+}
 
 void ms_panic(const char *file, int line, const char *fmt, ...) {
     va_list ap;

@@ -31,12 +31,10 @@ const char *ms_status_name(ms_status s);
 
 /* Record a printf-style message for this thread and return `code`.
  * Typical use: return ms_error(MS_ERR_FORMAT, "%s: bad magic %d", path, m); */
-ms_status ms_error(ms_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+ms_status ms_error(ms_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Prefix the current message with more context: "ctx: <old message>". */
-ms_status ms_error_wrap(ms_status code, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+ms_status ms_error_wrap(ms_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* The last message recorded on this thread ("" if none). */
 const char *ms_errmsg(void);
@@ -46,22 +44,21 @@ _Noreturn void ms_panic(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Always-on invariant check (not compiled out in release builds). */
-#define MS_CHECK(cond)                                                         \
-    do {                                                                       \
-        if (__builtin_expect(!(cond), 0))                                      \
-            ms_panic(__FILE__, __LINE__, "check failed: %s", #cond);           \
+#define MS_CHECK(cond)                                                                             \
+    do {                                                                                           \
+        if (__builtin_expect(!(cond), 0)) ms_panic(__FILE__, __LINE__, "check failed: %s", #cond); \
     } while (0)
 
-#define MS_CHECKF(cond, ...)                                                   \
-    do {                                                                       \
-        if (__builtin_expect(!(cond), 0)) ms_panic(__FILE__, __LINE__, __VA_ARGS__); \
+#define MS_CHECKF(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (__builtin_expect(!(cond), 0)) ms_panic(__FILE__, __LINE__, __VA_ARGS__);               \
     } while (0)
 
 /* Propagate a failing status to the caller. */
-#define MS_TRY(expr)                                                           \
-    do {                                                                       \
-        ms_status ms_try_s_ = (expr);                                          \
-        if (ms_try_s_ != MS_OK) return ms_try_s_;                              \
+#define MS_TRY(expr)                                                                               \
+    do {                                                                                           \
+        ms_status ms_try_s_ = (expr);                                                              \
+        if (ms_try_s_ != MS_OK) return ms_try_s_;                                                  \
     } while (0)
 
 #endif

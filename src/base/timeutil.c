@@ -18,7 +18,10 @@ double ms_wall_now(void) {
 
 void ms_fmt_duration(char *buf, size_t n, double s) {
     if (s < 0 || s != s) s = 0;
-    if (s < 60) snprintf(buf, n, "%.1fs", s);
-    else if (s < 3600) snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
-    else snprintf(buf, n, "%dh%02dm", (int)(s / 3600), ((int)s % 3600) / 60);
+    if (s < 60)
+        snprintf(buf, n, "%.1fs", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else
+        snprintf(buf, n, "%dh%02dm", (int)(s / 3600), ((int)s % 3600) / 60);
 }

@@ -4,8 +4,8 @@
 
 #include <stddef.h>
 
-double ms_now(void);          /* seconds, CLOCK_MONOTONIC */
-double ms_wall_now(void);     /* seconds since the epoch */
+double ms_now(void);      /* seconds, CLOCK_MONOTONIC */
+double ms_wall_now(void); /* seconds since the epoch */
 /* Format a duration like "1h02m", "3m05s", "12.3s" into buf. */
 void ms_fmt_duration(char *buf, size_t n, double seconds);
 

@@ -67,7 +67,8 @@ static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
 static ms_status check_extra(gpt_model *m, const ckpt_st_file *f, const char *path) {
     for (int i = 0; i < ckpt_st_count(f); i++) {
         const char *nm = strip_prefix(ckpt_st_get(f, i)->name);
-        if (!strcmp(nm, "lm_head.weight") || strstr(nm, ".attn.bias") || strstr(nm, ".attn.masked_bias"))
+        if (!strcmp(nm, "lm_head.weight") || strstr(nm, ".attn.bias") ||
+            strstr(nm, ".attn.masked_bias"))
             continue; /* tied head; HF's causal-mask buffers */
         if (gpt_find(m, nm) < 0)
             return ms_error(MS_ERR_FORMAT,
@@ -85,7 +86,8 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     MS_TRY(ckpt_st_open(&f, path));
     size_t n = gpt_num_elements(m);
     float *host = calloc(n, sizeof(float));
-    ms_status st = host ? check_extra(m, f, path) : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    ms_status st =
+        host ? check_extra(m, f, path) : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
     for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
         const gpt_param *p = gpt_tensor(m, i);
         const ckpt_st_tensor *t = find_tensor(f, p->name);
@@ -95,7 +97,8 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
         }
         int64_t want[2] = {p->shape[0], p->shape[1]};
         if (!strcmp(p->name, "wte.weight")) want[0] = c->vocab;
-        int ok = t->ndim == p->ndim && t->shape[0] == want[0] && (p->ndim < 2 || t->shape[1] == want[1]);
+        int ok =
+            t->ndim == p->ndim && t->shape[0] == want[0] && (p->ndim < 2 || t->shape[1] == want[1]);
         if (!ok) {
             char got[96], exp[96];
             fmt_shape(got, sizeof got, t->shape, t->ndim);
@@ -105,8 +108,8 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
             break;
         }
         if (t->dtype != CKPT_ST_F32) {
-            st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' has dtype %s; only F32 is supported", path,
-                          t->name, ckpt_st_dtype_name(t->dtype));
+            st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' has dtype %s; only F32 is supported",
+                          path, t->name, ckpt_st_dtype_name(t->dtype));
             break;
         }
         memcpy(host + p->offset, t->data, t->nbytes);

@@ -74,7 +74,8 @@ static int json_uint(const cJSON *v, uint64_t *out) {
 }
 
 /* Parse the dtype and shape of entry `e` named `nm` into *t. */
-static ms_status st_parse_type(const char *path, const char *nm, const cJSON *e, ckpt_st_tensor *t) {
+static ms_status st_parse_type(const char *path, const char *nm, const cJSON *e,
+                               ckpt_st_tensor *t) {
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *d;
@@ -82,7 +83,8 @@ static ms_status st_parse_type(const char *path, const char *nm, const cJSON *e,
     if (!dt) return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": missing \"dtype\"", path, nm);
     if (!cJSON_IsString(dt))
         return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": \"dtype\" is not a string", path, nm);
-    for (k = 0; k < ST_NDTYPES && strcmp(dt->valuestring, st_dtypes[k].name) != 0; k++) {}
+    for (k = 0; k < ST_NDTYPES && strcmp(dt->valuestring, st_dtypes[k].name) != 0; k++) {
+    }
     if (k == ST_NDTYPES)
         return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": unknown dtype \"%s\"", path, nm,
                         dt->valuestring);
@@ -97,8 +99,8 @@ static ms_status st_parse_type(const char *path, const char *nm, const cJSON *e,
     cJSON_ArrayForEach(d, shape) {
         uint64_t v;
         if (cJSON_IsNumber(d) && d->valuedouble < 0)
-            return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": negative dimension %g in shape", path,
-                            nm, d->valuedouble);
+            return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": negative dimension %g in shape",
+                            path, nm, d->valuedouble);
         if (!json_uint(d, &v))
             return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": shape entry %d is not an integer",
                             path, nm, t->ndim);
@@ -121,15 +123,19 @@ static ms_status st_parse_entry(const char *path, const char *nm, const cJSON *e
     if (!offs)
         return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": missing \"data_offsets\"", path, nm);
     if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-        !json_uint(cJSON_GetArrayItem(offs, 0), &b) || !json_uint(cJSON_GetArrayItem(offs, 1), &end))
-        return ms_error(MS_ERR_FORMAT,
-                        "%s: tensor \"%s\": \"data_offsets\" is not [begin, end] with integers >= 0",
-                        path, nm);
+        !json_uint(cJSON_GetArrayItem(offs, 0), &b) ||
+        !json_uint(cJSON_GetArrayItem(offs, 1), &end))
+        return ms_error(
+            MS_ERR_FORMAT,
+            "%s: tensor \"%s\": \"data_offsets\" is not [begin, end] with integers >= 0", path, nm);
     if (end < b)
-        return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
-                        "] end before begin", path, nm, b, end);
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
+                        "] end before begin",
+                        path, nm, b, end);
     if (end > data_len)
-        return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: tensor \"%s\": data_offsets [%" PRIu64 ", %" PRIu64
                         "] beyond the data section (%" PRIu64 " bytes): file truncated?",
                         path, nm, b, end, data_len);
     for (int k = 0; k < t->ndim; k++)
@@ -138,8 +144,9 @@ static ms_status st_parse_entry(const char *path, const char *nm, const cJSON *e
     if (__builtin_mul_overflow(nel, (uint64_t)st_dtypes[t->dtype].size, &nbytes))
         return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": shape product overflows", path, nm);
     if (nbytes != end - b)
-        return ms_error(MS_ERR_FORMAT, "%s: tensor \"%s\": shape has %" PRIu64 " elements of %s (%"
-                        PRIu64 " bytes) but data_offsets span %" PRIu64 " bytes",
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: tensor \"%s\": shape has %" PRIu64 " elements of %s (%" PRIu64
+                        " bytes) but data_offsets span %" PRIu64 " bytes",
                         path, nm, nel, st_dtypes[t->dtype].name, nbytes, end - b);
     t->data = data + b;
     t->nbytes = (size_t)nbytes;
@@ -155,8 +162,9 @@ static ms_status st_check_meta(const char *path, const cJSON *meta) {
         return ms_error(MS_ERR_FORMAT, "%s: \"" ST_META_KEY "\" is not a JSON object", path);
     cJSON_ArrayForEach(kv, meta) {
         if (!cJSON_IsString(kv))
-            return ms_error(MS_ERR_FORMAT, "%s: \"" ST_META_KEY "\" value for key \"%s\" is not a string",
-                            path, kv->string);
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: \"" ST_META_KEY "\" value for key \"%s\" is not a string", path,
+                            kv->string);
         for (prev = meta->child; prev != kv; prev = prev->next)
             if (strcmp(prev->string, kv->string) == 0)
                 return ms_error(MS_ERR_FORMAT, "%s: duplicate \"" ST_META_KEY "\" key \"%s\"", path,
@@ -178,9 +186,11 @@ static ms_status st_check_overlap(const ckpt_st_file *f, st_span *sp, int n) {
     for (int i = 0; i < n; i++) {
         if (sp[i].begin == sp[i].end) continue;
         if (last && sp[i].begin < last->end)
-            return ms_error(MS_ERR_FORMAT, "%s: tensors \"%s\" [%" PRIu64 ", %" PRIu64 ") and \"%s\" [%"
-                            PRIu64 ", %" PRIu64 ") overlap", f->path, f->t[last->idx].name,
-                            last->begin, last->end, f->t[sp[i].idx].name, sp[i].begin, sp[i].end);
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: tensors \"%s\" [%" PRIu64 ", %" PRIu64 ") and \"%s\" [%" PRIu64
+                            ", %" PRIu64 ") overlap",
+                            f->path, f->t[last->idx].name, last->begin, last->end,
+                            f->t[sp[i].idx].name, sp[i].begin, sp[i].end);
         last = &sp[i];
     }
     return MS_OK;
@@ -205,8 +215,9 @@ static ms_status st_parse_json(ckpt_st_file *f, const char *hdr, uint64_t hlen) 
     buf[hlen] = '\0';
     f->root = cJSON_ParseWithLengthOpts(buf, (size_t)hlen + 1, &end, 1);
     if (!f->root)
-        rc = ms_error(MS_ERR_FORMAT, "%s: header is not valid JSON (error near byte %td of %" PRIu64
-                      ")", f->path, end ? end - buf : (ptrdiff_t)-1, hlen);
+        rc = ms_error(MS_ERR_FORMAT,
+                      "%s: header is not valid JSON (error near byte %td of %" PRIu64 ")", f->path,
+                      end ? end - buf : (ptrdiff_t)-1, hlen);
     else if (!cJSON_IsObject(f->root))
         rc = ms_error(MS_ERR_FORMAT, "%s: header is not a JSON object", f->path);
     free(buf);
@@ -220,9 +231,12 @@ static ms_status st_load_entries(ckpt_st_file *f, const uint8_t *data, uint64_t 
     const cJSON *e;
     int n = 0, i = 0;
     cJSON_ArrayForEach(e, f->root) {
-        if (strcmp(e->string, ST_META_KEY) != 0) n++;
-        else if (f->meta) return ms_error(MS_ERR_FORMAT, "%s: duplicate \"" ST_META_KEY "\"", f->path);
-        else f->meta = e;
+        if (strcmp(e->string, ST_META_KEY) != 0)
+            n++;
+        else if (f->meta)
+            return ms_error(MS_ERR_FORMAT, "%s: duplicate \"" ST_META_KEY "\"", f->path);
+        else
+            f->meta = e;
     }
     if (f->meta) MS_TRY(st_check_meta(f->path, f->meta));
     f->t = calloc((size_t)n + 1, sizeof *f->t);
@@ -269,26 +283,33 @@ ms_status ckpt_st_open(ckpt_st_file **out, const char *path) {
     if (rc != MS_OK) goto out;
     p = f->map;
     if (f->map_len < 8) {
-        rc = ms_error(MS_ERR_FORMAT, "%s: file is %zu bytes, shorter than the 8-byte header length: "
-                      "not a safetensors file", path, f->map_len);
+        rc = ms_error(MS_ERR_FORMAT,
+                      "%s: file is %zu bytes, shorter than the 8-byte header length: "
+                      "not a safetensors file",
+                      path, f->map_len);
         goto out;
     }
-    for (int k = 7; k >= 0; k--) hlen = hlen << 8 | p[k];
+    for (int k = 7; k >= 0; k--)
+        hlen = hlen << 8 | p[k];
     if (hlen > ST_MAX_HEADER) {
         rc = ms_error(MS_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the %llu-byte limit",
                       path, hlen, ST_MAX_HEADER);
         goto out;
     }
     if (hlen > f->map_len - 8) {
-        rc = ms_error(MS_ERR_FORMAT, "%s: header length %" PRIu64 " runs past the end of the file "
-                      "(%zu bytes): file truncated?", path, hlen, f->map_len);
+        rc = ms_error(MS_ERR_FORMAT,
+                      "%s: header length %" PRIu64 " runs past the end of the file "
+                      "(%zu bytes): file truncated?",
+                      path, hlen, f->map_len);
         goto out;
     }
     rc = st_parse_json(f, (const char *)p + 8, hlen);
     if (rc == MS_OK) rc = st_load_entries(f, p + 8 + hlen, f->map_len - 8 - hlen);
 out:
-    if (rc != MS_OK) ckpt_st_close(f);
-    else *out = f;
+    if (rc != MS_OK)
+        ckpt_st_close(f);
+    else
+        *out = f;
     return rc;
 }
 
@@ -302,7 +323,9 @@ void ckpt_st_close(ckpt_st_file *f) {
     free(f);
 }
 
-int ckpt_st_count(const ckpt_st_file *f) { return f->n; }
+int ckpt_st_count(const ckpt_st_file *f) {
+    return f->n;
+}
 
 const ckpt_st_tensor *ckpt_st_get(const ckpt_st_file *f, int i) {
     MS_CHECKF(i >= 0 && i < f->n, "ckpt_st_get: index %d out of range [0, %d)", i, f->n);
@@ -314,8 +337,10 @@ const ckpt_st_tensor *ckpt_st_find(const ckpt_st_file *f, const char *name) {
     while (lo < hi) {
         int mid = lo + (hi - lo) / 2, c = strcmp(f->t[f->by_name[mid]].name, name);
         if (c == 0) return &f->t[f->by_name[mid]];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -325,7 +350,9 @@ const char *ckpt_st_meta(const ckpt_st_file *f, const char *key) {
     return v ? v->valuestring : NULL;
 }
 
-const char *ckpt_st_path(const ckpt_st_file *f) { return f->path; }
+const char *ckpt_st_path(const ckpt_st_file *f) {
+    return f->path;
+}
 
 /* ---- writer ----------------------------------------------------------- */
 
@@ -336,11 +363,14 @@ struct ckpt_st_writer {
     char **mkey, **mval; /* owned */
 };
 
-ckpt_st_writer *ckpt_st_writer_create(void) { return calloc(1, sizeof(ckpt_st_writer)); }
+ckpt_st_writer *ckpt_st_writer_create(void) {
+    return calloc(1, sizeof(ckpt_st_writer));
+}
 
 void ckpt_st_writer_destroy(ckpt_st_writer *w) {
     if (!w) return;
-    for (int i = 0; i < w->n; i++) free(w->t[i].name);
+    for (int i = 0; i < w->n; i++)
+        free(w->t[i].name);
     for (int i = 0; i < w->nmeta; i++) {
         free(w->mkey[i]);
         free(w->mval[i]);
@@ -352,20 +382,22 @@ void ckpt_st_writer_destroy(ckpt_st_writer *w) {
 }
 
 /* Check the arguments of ckpt_st_writer_add; computes *nbytes. */
-static ms_status st_check_add(const ckpt_st_writer *w, const char *name, ckpt_st_dtype dt,
-                              int ndim, const int64_t *shape, const void *data, size_t *nbytes) {
+static ms_status st_check_add(const ckpt_st_writer *w, const char *name, ckpt_st_dtype dt, int ndim,
+                              const int64_t *shape, const void *data, size_t *nbytes) {
     uint64_t nel = 1, nb;
     if (!name || !name[0]) return ms_error(MS_ERR_ARG, "safetensors writer: empty tensor name");
     if (strcmp(name, ST_META_KEY) == 0)
         return ms_error(MS_ERR_ARG, "safetensors writer: \"%s\" is reserved", name);
     if (ckpt_st_dtype_size(dt) == 0)
-        return ms_error(MS_ERR_ARG, "safetensors writer: tensor \"%s\": bad dtype %d", name, (int)dt);
+        return ms_error(MS_ERR_ARG, "safetensors writer: tensor \"%s\": bad dtype %d", name,
+                        (int)dt);
     if (ndim < 0 || ndim > CKPT_ST_MAX_DIMS || (ndim > 0 && !shape))
         return ms_error(MS_ERR_ARG, "safetensors writer: tensor \"%s\": bad ndim %d", name, ndim);
     for (int k = 0; k < ndim; k++) {
         if (shape[k] < 0)
-            return ms_error(MS_ERR_ARG, "safetensors writer: tensor \"%s\": negative dimension %" PRId64,
-                            name, shape[k]);
+            return ms_error(MS_ERR_ARG,
+                            "safetensors writer: tensor \"%s\": negative dimension %" PRId64, name,
+                            shape[k]);
         if (__builtin_mul_overflow(nel, (uint64_t)shape[k], &nel))
             return ms_error(MS_ERR_ARG, "safetensors writer: tensor \"%s\": shape overflows", name);
     }
@@ -394,10 +426,12 @@ ms_status ckpt_st_writer_add(ckpt_st_writer *w, const char *name, ckpt_st_dtype 
     }
     t = &w->t[w->n];
     memset(t, 0, sizeof *t);
-    if (!(t->name = strdup(name))) return ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory");
+    if (!(t->name = strdup(name)))
+        return ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory");
     t->dtype = dt;
     t->ndim = ndim;
-    for (int k = 0; k < ndim; k++) t->shape[k] = shape[k];
+    for (int k = 0; k < ndim; k++)
+        t->shape[k] = shape[k];
     t->data = data;
     t->nbytes = nbytes;
     w->n++;
@@ -408,8 +442,10 @@ ms_status ckpt_st_writer_add(ckpt_st_writer *w, const char *name, ckpt_st_dtype 
 ms_status ckpt_st_writer_meta(ckpt_st_writer *w, const char *key, const char *value) {
     char *v;
     int i;
-    if (!key || !value) return ms_error(MS_ERR_ARG, "safetensors writer: NULL metadata key or value");
-    for (i = 0; i < w->nmeta && strcmp(w->mkey[i], key) != 0; i++) {}
+    if (!key || !value)
+        return ms_error(MS_ERR_ARG, "safetensors writer: NULL metadata key or value");
+    for (i = 0; i < w->nmeta && strcmp(w->mkey[i], key) != 0; i++) {
+    }
     if (!(v = strdup(value))) return ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory");
     if (i < w->nmeta) {
         free(w->mval[i]);
@@ -487,7 +523,8 @@ static ms_status st_write_body(ms_atomic_file *af, const ckpt_st_writer *w, cons
     size_t jlen = strlen(json), pad = (8 - jlen % 8) % 8;
     uint64_t hlen = jlen + pad;
     uint8_t le[8];
-    for (int k = 0; k < 8; k++) le[k] = (uint8_t)(hlen >> (8 * k));
+    for (int k = 0; k < 8; k++)
+        le[k] = (uint8_t)(hlen >> (8 * k));
     MS_TRY(ms_atomic_write(af, le, 8));
     MS_TRY(ms_atomic_write(af, json, jlen));
     MS_TRY(ms_atomic_write(af, spaces, pad));
@@ -507,7 +544,8 @@ ms_status ckpt_st_write(ckpt_st_writer *w, const char *path) {
         rc = ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
         goto out;
     }
-    for (int i = 0; i < w->n; i++) order[i] = i;
+    for (int i = 0; i < w->n; i++)
+        order[i] = i;
     qsort_r(order, (size_t)w->n, sizeof *order, cmp_layout, w->t);
     for (int i = 0; i < w->n; i++) {
         off[2 * order[i]] = pos;

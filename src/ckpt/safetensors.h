@@ -22,7 +22,14 @@
 
 #define CKPT_ST_MAX_DIMS 8
 
-typedef enum { CKPT_ST_F32 = 0, CKPT_ST_BF16, CKPT_ST_F16, CKPT_ST_I32, CKPT_ST_I64, CKPT_ST_U8 } ckpt_st_dtype;
+typedef enum {
+    CKPT_ST_F32 = 0,
+    CKPT_ST_BF16,
+    CKPT_ST_F16,
+    CKPT_ST_I32,
+    CKPT_ST_I64,
+    CKPT_ST_U8
+} ckpt_st_dtype;
 
 typedef struct {
     char *name;

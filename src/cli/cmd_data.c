@@ -23,13 +23,15 @@ typedef struct {
     int count;
 } data_config;
 
-#define O(name, type, field, def, help) {name, type, offsetof(data_config, field), def, help}
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(data_config, field), def, help }
 static const opts_spec data_opts[] = {
     O("input", OPT_T_STR, input, NULL, "text file, glob of files, or directory (prepare)"),
     O("out", OPT_T_STR, out, NULL, "output directory for the shards (prepare)"),
     O("tokenizer", OPT_T_STR, tokenizer, "bytes", "tokenizer (prepare): bytes"),
     O("name", OPT_T_STR, name, "data", "shard name prefix: NAME_train_000000.bin (prepare)"),
-    O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "share of tokens for validation (prepare)"),
+    O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01",
+      "share of tokens for validation (prepare)"),
     O("count", OPT_T_INT, count, "32", "tokens to show (inspect)"),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
@@ -53,18 +55,22 @@ static ms_status write_shard(const char *path, const unsigned char *buf, size_t 
     ms_status st = MS_OK;
     for (size_t i = lo; i < hi && st == MS_OK;) {
         size_t k = 0;
-        while (k < 4096 && i < hi) chunk[k++] = buf[i++];
+        while (k < 4096 && i < hi)
+            chunk[k++] = buf[i++];
         st = data_shard_writer_put(&w, chunk, k);
     }
-    if (st == MS_OK) st = data_shard_writer_commit(&w);
-    else data_shard_writer_abort(&w);
+    if (st == MS_OK)
+        st = data_shard_writer_commit(&w);
+    else
+        data_shard_writer_abort(&w);
     return st;
 }
 
 static ms_status prepare(const data_config *dc) {
     if (!dc->input || !dc->out) return ms_error(MS_ERR_ARG, "prepare needs --input and --out");
     if (strcmp(dc->tokenizer, "bytes") != 0)
-        return ms_error(MS_ERR_ARG, "tokenizer '%s' is not available (built in: bytes)", dc->tokenizer);
+        return ms_error(MS_ERR_ARG, "tokenizer '%s' is not available (built in: bytes)",
+                        dc->tokenizer);
     if (!(dc->val_fraction >= 0 && dc->val_fraction < 1))
         return ms_error(MS_ERR_ARG, "--val-fraction must be in [0, 1)");
     char **paths = NULL;
@@ -121,15 +127,19 @@ static ms_status inspect(const char *path, int count) {
         if (t > maxv) maxv = t;
     }
     printf("  largest token id %u\n  first tokens:", maxv);
-    for (uint64_t i = 0; i < s.n_tokens && i < (uint64_t)count; i++) printf(" %u", data_shard_token(&s, i));
+    for (uint64_t i = 0; i < s.n_tokens && i < (uint64_t)count; i++)
+        printf(" %u", data_shard_token(&s, i));
     printf("\n");
     if (maxv < 256) {
         printf("  as bytes: \"");
         for (uint64_t i = 0; i < s.n_tokens && i < (uint64_t)count; i++) {
             int c = (int)data_shard_token(&s, i);
-            if (c == '\n') printf("\\n");
-            else if (c >= 32 && c < 127) putchar(c);
-            else printf("\\x%02x", c);
+            if (c == '\n')
+                printf("\\n");
+            else if (c >= 32 && c < 127)
+                putchar(c);
+            else
+                printf("\\x%02x", c);
         }
         printf("\"\n");
     }

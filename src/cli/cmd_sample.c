@@ -18,9 +18,11 @@ typedef struct {
     uint64_t seed;
 } sample_config;
 
-#define O(name, type, field, def, help) {name, type, offsetof(sample_config, field), def, help}
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(sample_config, field), def, help }
 static const opts_spec sample_opts[] = {
-    O("weights", OPT_T_STR, weights, NULL, "weights file (HF GPT-2 safetensors, from --save-weights)"),
+    O("weights", OPT_T_STR, weights, NULL,
+      "weights file (HF GPT-2 safetensors, from --save-weights)"),
     O("prompt", OPT_T_STR, prompt, NULL, "text to continue (default: a newline)"),
     O("tokens", OPT_T_INT, tokens, "200", "tokens to generate"),
     O("temperature", OPT_T_DOUBLE, temperature, "0.8", "softmax temperature (0: greedy)"),
@@ -67,8 +69,10 @@ static int draw(float *logits, int V, double temp, int top_k, ms_rng *rng, float
 }
 
 static void emit(int tok, int bytes) {
-    if (bytes) putchar(tok);
-    else printf(" %d", tok);
+    if (bytes)
+        putchar(tok);
+    else
+        printf(" %d", tok);
     fflush(stdout);
 }
 
@@ -76,12 +80,16 @@ static ms_status run_sample(const sample_config *sc) {
     if (!sc->weights || !*sc->weights) return ms_error(MS_ERR_ARG, "--weights FILE is required");
     gpt_config c;
     MS_TRY(ckpt_hf_read_config(sc->weights, sc->heads, &c));
-    int bytes = !strcmp(sc->tokenizer, "bytes") || (!strcmp(sc->tokenizer, "auto") && c.vocab <= 256);
+    int bytes =
+        !strcmp(sc->tokenizer, "bytes") || (!strcmp(sc->tokenizer, "auto") && c.vocab <= 256);
     if (bytes && c.vocab < 256)
-        return ms_error(MS_ERR_ARG, "%s: vocab %d is too small for the bytes tokenizer", sc->weights, c.vocab);
+        return ms_error(MS_ERR_ARG, "%s: vocab %d is too small for the bytes tokenizer",
+                        sc->weights, c.vocab);
     const char *prompt = sc->prompt && *sc->prompt ? sc->prompt : "\n";
     int n_prompt = (int)strlen(prompt), T = c.seq_max;
-    if (!bytes) return ms_error(MS_ERR_ARG, "%s: vocab %d needs a tokenizer (only 'bytes' is built in yet)", sc->weights, c.vocab);
+    if (!bytes)
+        return ms_error(MS_ERR_ARG, "%s: vocab %d needs a tokenizer (only 'bytes' is built in yet)",
+                        sc->weights, c.vocab);
     be_backend *be = NULL;
     gpt_model *m = NULL;
     int32_t *ctx = NULL;
@@ -98,7 +106,8 @@ static ms_status run_sample(const sample_config *sc) {
         st = ms_error(MS_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < n_prompt; i++) ctx[i] = (unsigned char)prompt[i];
+    for (int i = 0; i < n_prompt; i++)
+        ctx[i] = (unsigned char)prompt[i];
     fputs(prompt, stdout);
     ms_rng rng = ms_rng_make(sc->seed, 0x5a3b1e);
     for (int n = n_prompt; n < cap; n++) {
@@ -122,8 +131,11 @@ int cmd_sample(int argc, char **argv) {
     char *pos[1];
     int npos, help, rc = 0;
     ms_status st = opts_parse(sample_opts, N_SAMPLE_OPTS, &sc, argc, argv, pos, 0, &npos, &help);
-    if (help) opts_print_help(sample_opts, N_SAMPLE_OPTS, "usage: megascale sample --weights FILE [options]");
-    else if (st != MS_OK || (st = run_sample(&sc)) != MS_OK) rc = cli_fail("sample", st);
+    if (help)
+        opts_print_help(sample_opts, N_SAMPLE_OPTS,
+                        "usage: megascale sample --weights FILE [options]");
+    else if (st != MS_OK || (st = run_sample(&sc)) != MS_OK)
+        rc = cli_fail("sample", st);
     opts_free(sample_opts, N_SAMPLE_OPTS, &sc);
     return rc;
 }

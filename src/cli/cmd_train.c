@@ -8,7 +8,8 @@
 #include "cli/opts.h"
 #include "train/train.h"
 
-#define O(name, type, field, def, help) {name, type, offsetof(train_config, field), def, help}
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(train_config, field), def, help }
 
 static const opts_spec train_opts[] = {
     O("model", OPT_T_STR, model, "d6", "model preset: d6 d12 (124M) d24 (350M) d36 d48"),
@@ -33,7 +34,8 @@ static const opts_spec train_opts[] = {
     O("lr-schedule", OPT_T_STR, lr_schedule, "cosine", "constant or cosine"),
     O("warmup", OPT_T_INT, warmup, "0", "linear warmup steps"),
     O("lr-floor", OPT_T_DOUBLE, lr_floor, "0.1", "cosine floor as a fraction of --lr"),
-    O("weight-decay", OPT_T_DOUBLE, weight_decay, "0.1", "decoupled weight decay (2-D tensors only)"),
+    O("weight-decay", OPT_T_DOUBLE, weight_decay, "0.1",
+      "decoupled weight decay (2-D tensors only)"),
     O("beta1", OPT_T_DOUBLE, beta1, "0.9", "first-moment decay"),
     O("beta2", OPT_T_DOUBLE, beta2, "0.95", "second-moment decay"),
     O("eps", OPT_T_DOUBLE, eps, "1e-8", "optimiser epsilon"),

@@ -21,7 +21,8 @@ int cli_fail(const char *cmd, ms_status st) {
 
 int main(int argc, char **argv) {
     ms_ctx_init();
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+        !strcmp(argv[1], "help")) {
         usage();
         return argc < 2 ? 2 : 0;
     }

@@ -57,9 +57,11 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
 }
 
 static char *trim(char *s) {
-    while (isspace((unsigned char)*s)) s++;
+    while (isspace((unsigned char)*s))
+        s++;
     char *e = s + strlen(s);
-    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
     return s;
 }
 
@@ -143,7 +145,9 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
 void opts_print_help(const opts_spec *spec, int n, const char *usage) {
     printf("%s\n\nOptions (also accepted as 'name = value' lines in --config FILE):\n", usage);
     for (int i = 0; i < n; i++) {
-        const char *t = spec[i].type == OPT_T_STR ? "STR" : spec[i].type == OPT_T_DOUBLE ? "X" : "N";
+        const char *t = spec[i].type == OPT_T_STR      ? "STR"
+                        : spec[i].type == OPT_T_DOUBLE ? "X"
+                                                       : "N";
         char left[64];
         snprintf(left, sizeof left, "--%s %s", spec[i].name, t);
         printf("  %-24s %s", left, spec[i].help);

@@ -18,7 +18,7 @@ typedef struct {
     const char *name; /* without "--" */
     opts_type type;
     size_t offset;
-    const char *def;  /* default as text; NULL for an empty string */
+    const char *def; /* default as text; NULL for an empty string */
     const char *help;
 } opts_spec;
 

@@ -24,14 +24,18 @@ struct data_loader {
 };
 
 ms_status data_order_parse(const char *s, data_order *out) {
-    if (!strcmp(s, "sequential")) *out = DATA_ORDER_SEQUENTIAL;
-    else if (!strcmp(s, "shuffle")) *out = DATA_ORDER_SHUFFLE;
-    else return ms_error(MS_ERR_ARG, "unknown data order '%s' (sequential or shuffle)", s);
+    if (!strcmp(s, "sequential"))
+        *out = DATA_ORDER_SEQUENTIAL;
+    else if (!strcmp(s, "shuffle"))
+        *out = DATA_ORDER_SHUFFLE;
+    else
+        return ms_error(MS_ERR_ARG, "unknown data order '%s' (sequential or shuffle)", s);
     return MS_OK;
 }
 
 static void make_perm(data_loader *dl, uint64_t epoch) {
-    for (uint64_t i = 0; i < dl->n_windows; i++) dl->perm[i] = (uint32_t)i;
+    for (uint64_t i = 0; i < dl->n_windows; i++)
+        dl->perm[i] = (uint32_t)i;
     ms_rng r = ms_rng_make(dl->cfg.seed, 0x5eedda7aULL + epoch);
     for (uint64_t i = dl->n_windows; i > 1; i--) { /* Fisher-Yates */
         uint64_t j = ms_rng_next_below(&r, i);
@@ -93,8 +97,10 @@ ms_status data_loader_open(data_loader **out, const data_loader_config *cfg) {
             st = ms_error(MS_ERR_RANGE, "%s: too many windows to shuffle", cfg->pattern);
         } else {
             dl->perm = malloc(sizeof(uint32_t) * dl->n_windows);
-            if (!dl->perm) st = ms_error(MS_ERR_NOMEM, "data loader: out of memory");
-            else make_perm(dl, 0);
+            if (!dl->perm)
+                st = ms_error(MS_ERR_NOMEM, "data loader: out of memory");
+            else
+                make_perm(dl, 0);
         }
     }
     if (st != MS_OK) {
@@ -107,7 +113,8 @@ ms_status data_loader_open(data_loader **out, const data_loader_config *cfg) {
 
 void data_loader_close(data_loader *dl) {
     if (!dl) return;
-    for (int i = 0; i < dl->n_shards; i++) data_shard_close(&dl->shards[i]);
+    for (int i = 0; i < dl->n_shards; i++)
+        data_shard_close(&dl->shards[i]);
     free(dl->shards);
     free(dl->first_window);
     free(dl->perm);
@@ -151,7 +158,8 @@ static ms_status next_shuffle(data_loader *dl, int32_t *inp, int32_t *tgt, int32
         if (dl->perm_epoch != c->epoch) make_perm(dl, c->epoch);
         uint64_t w = dl->perm[c->pos++];
         int s = 0;
-        while (dl->first_window[s + 1] <= w) s++; /* few shards: linear scan */
+        while (dl->first_window[s + 1] <= w)
+            s++; /* few shards: linear scan */
         uint64_t pos = (w - dl->first_window[s]) * (uint64_t)dl->cfg.T;
         MS_TRY(read_row(dl, s, pos, r, inp, tgt, tmp));
     }
@@ -163,7 +171,9 @@ ms_status data_loader_next(data_loader *dl, int32_t *inputs, int32_t *targets) {
                                                   : next_shuffle(dl, inputs, targets, dl->row);
 }
 
-data_cursor data_loader_cursor(const data_loader *dl) { return dl->cur; }
+data_cursor data_loader_cursor(const data_loader *dl) {
+    return dl->cur;
+}
 
 void data_loader_seek(data_loader *dl, data_cursor c) {
     dl->cur = c;
@@ -175,5 +185,9 @@ void data_loader_rewind(data_loader *dl) {
     data_loader_seek(dl, c);
 }
 
-uint64_t data_loader_total_tokens(const data_loader *dl) { return dl->total_tokens; }
-int data_loader_num_shards(const data_loader *dl) { return dl->n_shards; }
+uint64_t data_loader_total_tokens(const data_loader *dl) {
+    return dl->total_tokens;
+}
+int data_loader_num_shards(const data_loader *dl) {
+    return dl->n_shards;
+}

@@ -12,7 +12,8 @@
 #include <inttypes.h>
 #include <string.h>
 
-_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token shards assume a little-endian host");
+_Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+               "token shards assume a little-endian host");
 
 #define SHARD_HEADER_BYTES (DATA_SHARD_HEADER_INTS * 4)
 #define SHARD_MAX_TOKENS ((uint64_t)INT32_MAX) /* header[2] is an int32 */
@@ -21,7 +22,9 @@ static uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static size_t token_size(int version) { return version == 1 ? 2 : 4; }
+static size_t token_size(int version) {
+    return version == 1 ? 2 : 4;
+}
 
 /* Validate the mapped file in s (map, map_len, path set): magic, version,
  * exact size; fills version, n_tokens and tokens. */
@@ -30,8 +33,10 @@ static ms_status shard_validate(data_shard *s) {
     uint32_t magic, version, count;
     uint64_t want;
     if (s->map_len < SHARD_HEADER_BYTES)
-        return ms_error(MS_ERR_FORMAT, "%s: truncated: file has %zu bytes, less than the %d-byte "
-                        "header: not a token shard", s->path, s->map_len, SHARD_HEADER_BYTES);
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: truncated: file has %zu bytes, less than the %d-byte "
+                        "header: not a token shard",
+                        s->path, s->map_len, SHARD_HEADER_BYTES);
     magic = le32(p);
     version = le32(p + 4);
     count = le32(p + 8);
@@ -46,12 +51,15 @@ static ms_status shard_validate(data_shard *s) {
                         (int32_t)count);
     want = SHARD_HEADER_BYTES + (uint64_t)count * token_size((int)version);
     if (s->map_len < want)
-        return ms_error(MS_ERR_FORMAT, "%s: truncated: header says %" PRIu32 " tokens (%" PRIu64
-                        " bytes) but file has %zu bytes", s->path, count, want, s->map_len);
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: truncated: header says %" PRIu32 " tokens (%" PRIu64
+                        " bytes) but file has %zu bytes",
+                        s->path, count, want, s->map_len);
     if (s->map_len > want)
-        return ms_error(MS_ERR_FORMAT, "%s: size mismatch: header says %" PRIu32 " tokens (%" PRIu64
-                        " bytes) but file has %zu bytes (trailing data)", s->path, count, want,
-                        s->map_len);
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: size mismatch: header says %" PRIu32 " tokens (%" PRIu64
+                        " bytes) but file has %zu bytes (trailing data)",
+                        s->path, count, want, s->map_len);
     s->version = (int)version;
     s->n_tokens = count;
     s->tokens = p + SHARD_HEADER_BYTES;
@@ -62,7 +70,8 @@ ms_status data_shard_open(data_shard *s, const char *path) {
     ms_status rc;
     memset(s, 0, sizeof *s);
     if (strlen(path) >= sizeof s->path)
-        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path, sizeof s->path - 1);
+        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path,
+                        sizeof s->path - 1);
     strcpy(s->path, path);
     rc = ms_file_map(path, &s->map, &s->map_len);
     if (rc == MS_OK) rc = shard_validate(s);
@@ -83,13 +92,16 @@ void data_shard_close(data_shard *s) {
 ms_status data_shard_read(const data_shard *s, uint64_t pos, size_t n, int32_t *dst, int vocab) {
     if (vocab <= 0) return ms_error(MS_ERR_ARG, "%s: vocab size %d must be > 0", s->path, vocab);
     if (pos > s->n_tokens || n > s->n_tokens - pos)
-        return ms_error(MS_ERR_RANGE, "%s: read of %zu tokens at position %" PRIu64
-                        " runs past the end (%" PRIu64 " tokens)", s->path, n, pos, s->n_tokens);
+        return ms_error(MS_ERR_RANGE,
+                        "%s: read of %zu tokens at position %" PRIu64 " runs past the end (%" PRIu64
+                        " tokens)",
+                        s->path, n, pos, s->n_tokens);
     for (size_t i = 0; i < n; i++) {
         uint32_t t = data_shard_token(s, pos + i);
         if (t >= (uint32_t)vocab)
-            return ms_error(MS_ERR_RANGE, "%s: token %" PRIu32 " at position %" PRIu64
-                            " is >= vocab size %d", s->path, t, pos + i, vocab);
+            return ms_error(MS_ERR_RANGE,
+                            "%s: token %" PRIu32 " at position %" PRIu64 " is >= vocab size %d",
+                            s->path, t, pos + i, vocab);
         dst[i] = (int32_t)t;
     }
     return MS_OK;
@@ -123,12 +135,14 @@ ms_status data_shard_writer_put(data_shard_writer *w, const uint32_t *tok, size_
     }
     for (size_t i = 0; i < n; i++)
         if (tok[i] > UINT16_MAX)
-            return ms_error(MS_ERR_RANGE, "%s: token %" PRIu32 " at position %" PRIu64
+            return ms_error(MS_ERR_RANGE,
+                            "%s: token %" PRIu32 " at position %" PRIu64
                             " does not fit a version 1 (uint16) shard; use version 2",
                             w->af.path, tok[i], w->n_tokens + i);
     for (size_t i = 0; i < n;) {
         size_t m = n - i < 4096 ? n - i : 4096;
-        for (size_t k = 0; k < m; k++) buf[k] = (uint16_t)tok[i + k];
+        for (size_t k = 0; k < m; k++)
+            buf[k] = (uint16_t)tok[i + k];
         MS_TRY(ms_atomic_write(&w->af, buf, m * sizeof *buf));
         w->n_tokens += m;
         i += m;
@@ -144,7 +158,8 @@ ms_status data_shard_writer_commit(data_shard_writer *w) {
     uint32_t v[3] = {DATA_SHARD_MAGIC, (uint32_t)w->version, (uint32_t)w->n_tokens};
     if (!w->af.f) return ms_error(MS_ERR_ARG, "%s: commit of a closed shard writer", w->af.path);
     for (int i = 0; i < 3; i++)
-        for (int k = 0; k < 4; k++) hdr[4 * i + k] = (uint8_t)(v[i] >> (8 * k));
+        for (int k = 0; k < 4; k++)
+            hdr[4 * i + k] = (uint8_t)(v[i] >> (8 * k));
     if (fseeko(w->af.f, 0, SEEK_SET) != 0)
         rc = ms_error(MS_ERR_IO, "%s: seek: %s", w->af.tmp, strerror(errno));
     if (rc == MS_OK) rc = ms_atomic_write(&w->af, hdr, sizeof hdr);
@@ -153,4 +168,6 @@ ms_status data_shard_writer_commit(data_shard_writer *w) {
     return rc;
 }
 
-void data_shard_writer_abort(data_shard_writer *w) { ms_atomic_abort(&w->af); }
+void data_shard_writer_abort(data_shard_writer *w) {
+    ms_atomic_abort(&w->af);
+}

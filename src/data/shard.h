@@ -23,9 +23,9 @@
 
 typedef struct {
     char path[4096];
-    int version;        /* 1: uint16 tokens, 2: uint32 tokens */
+    int version; /* 1: uint16 tokens, 2: uint32 tokens */
     uint64_t n_tokens;
-    const void *map;    /* whole file */
+    const void *map; /* whole file */
     size_t map_len;
     const uint8_t *tokens; /* map + 1024 */
 } data_shard;

@@ -30,10 +30,10 @@ typedef enum { GPT_BLOCK_SERIAL = 0, GPT_BLOCK_PARALLEL = 1 } gpt_block;
 typedef struct {
     int n_layer;
     int n_head;
-    int n_embd;      /* C */
-    int vocab;       /* V, real vocabulary size */
-    int vocab_pad;   /* Vp, V rounded up to a multiple of 128 (set by validate) */
-    int seq_max;     /* rows of wpe: the longest sequence the model supports */
+    int n_embd;    /* C */
+    int vocab;     /* V, real vocabulary size */
+    int vocab_pad; /* Vp, V rounded up to a multiple of 128 (set by validate) */
+    int seq_max;   /* rows of wpe: the longest sequence the model supports */
     gpt_block block;
     int attn_window; /* W: each token sees itself and the W-1 before it; 0 = full */
 } gpt_config;
@@ -53,15 +53,15 @@ double gpt_flops_per_token(const gpt_config *cfg, int T);
 
 /* One entry of the parameter table. */
 typedef struct {
-    char name[64];   /* Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
-    int ndim;        /* 1 or 2 */
-    int shape[2];    /* logical shape as stored (wte is (Vp, C) here) */
-    size_t offset;   /* element offset into the parameter / gradient buffers */
+    char name[64]; /* Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
+    int ndim;      /* 1 or 2 */
+    int shape[2];  /* logical shape as stored (wte is (Vp, C) here) */
+    size_t offset; /* element offset into the parameter / gradient buffers */
     size_t numel;
-    int decay;       /* 1 for matrices and embeddings, 0 for biases and LN */
-    float init_std;  /* normal std; 0 means constant init_value */
+    int decay;      /* 1 for matrices and embeddings, 0 for biases and LN */
+    float init_std; /* normal std; 0 means constant init_value */
     float init_value;
-    int layer;       /* block index, -1 for wte/wpe/ln_f */
+    int layer; /* block index, -1 for wte/wpe/ln_f */
 } gpt_param;
 
 typedef struct gpt_model gpt_model;
@@ -78,8 +78,8 @@ const gpt_param *gpt_tensor(const gpt_model *m, int i);
 /* Index of a tensor by name, -1 if absent. */
 int gpt_find(const gpt_model *m, const char *name);
 size_t gpt_num_elements(const gpt_model *m); /* total incl. padding */
-float *gpt_params(gpt_model *m);            /* fp32 master weights (device) */
-float *gpt_grads(gpt_model *m);             /* fp32 gradients (device) */
+float *gpt_params(gpt_model *m);             /* fp32 master weights (device) */
+float *gpt_grads(gpt_model *m);              /* fp32 gradients (device) */
 /* The act-dtype copy of the weights used by the ops (aliases gpt_params on
  * backends whose act dtype is fp32).  After changing gpt_params outside the
  * optimiser call gpt_params_updated(). */

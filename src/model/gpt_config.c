@@ -9,7 +9,7 @@ typedef struct {
 } gpt_preset;
 
 static const gpt_preset presets[] = {
-    {"d6", 6, 384, 6},    {"d12", 12, 768, 12},  {"d24", 24, 1024, 16},
+    {"d6", 6, 384, 6},     {"d12", 12, 768, 12},  {"d24", 24, 1024, 16},
     {"d36", 36, 1280, 20}, {"d48", 48, 1600, 25},
 };
 
@@ -29,12 +29,17 @@ ms_status gpt_config_preset(gpt_config *cfg, const char *name) {
     return ms_error(MS_ERR_ARG, "unknown model preset '%s' (known: d6, d12, d24, d36, d48)", name);
 }
 
-const char *gpt_block_name(gpt_block b) { return b == GPT_BLOCK_PARALLEL ? "parallel" : "serial"; }
+const char *gpt_block_name(gpt_block b) {
+    return b == GPT_BLOCK_PARALLEL ? "parallel" : "serial";
+}
 
 ms_status gpt_block_parse(const char *s, gpt_block *out) {
-    if (!strcmp(s, "serial")) *out = GPT_BLOCK_SERIAL;
-    else if (!strcmp(s, "parallel")) *out = GPT_BLOCK_PARALLEL;
-    else return ms_error(MS_ERR_ARG, "unknown block type '%s' (serial or parallel)", s);
+    if (!strcmp(s, "serial"))
+        *out = GPT_BLOCK_SERIAL;
+    else if (!strcmp(s, "parallel"))
+        *out = GPT_BLOCK_PARALLEL;
+    else
+        return ms_error(MS_ERR_ARG, "unknown block type '%s' (serial or parallel)", s);
     return MS_OK;
 }
 
@@ -48,7 +53,8 @@ ms_status gpt_config_validate(gpt_config *c) {
         return ms_error(MS_ERR_ARG, "dim %d is not divisible by heads %d", c->n_embd, c->n_head);
     if (c->vocab < 2 || c->vocab > (1 << 30))
         return ms_error(MS_ERR_ARG, "vocab must be in 2..2^30 (got %d)", c->vocab);
-    if (c->seq_max < 1) return ms_error(MS_ERR_ARG, "seq-max must be positive (got %d)", c->seq_max);
+    if (c->seq_max < 1)
+        return ms_error(MS_ERR_ARG, "seq-max must be positive (got %d)", c->seq_max);
     if (c->attn_window < 0)
         return ms_error(MS_ERR_ARG, "attn-window must be >= 0 (got %d)", c->attn_window);
     c->vocab_pad = (c->vocab + 127) / 128 * 128;
@@ -57,17 +63,16 @@ ms_status gpt_config_validate(gpt_config *c) {
 
 size_t gpt_config_num_params(const gpt_config *c) {
     size_t C = (size_t)c->n_embd, L = (size_t)c->n_layer;
-    size_t per_layer = 2 * C                /* ln_1 */
-                       + C * 3 * C + 3 * C  /* c_attn */
-                       + C * C + C          /* attn c_proj */
-                       + C * 4 * C + 4 * C  /* c_fc */
-                       + 4 * C * C + C;     /* mlp c_proj */
+    size_t per_layer = 2 * C                              /* ln_1 */
+                       + C * 3 * C + 3 * C                /* c_attn */
+                       + C * C + C                        /* attn c_proj */
+                       + C * 4 * C + 4 * C                /* c_fc */
+                       + 4 * C * C + C;                   /* mlp c_proj */
     if (c->block == GPT_BLOCK_SERIAL) per_layer += 2 * C; /* ln_2 */
     return (size_t)c->vocab * C + (size_t)c->seq_max * C + L * per_layer + 2 * C;
 }
 
 double gpt_flops_per_token(const gpt_config *c, int T) {
     int teff = (c->attn_window > 0 && c->attn_window < T) ? c->attn_window : T;
-    return 6.0 * (double)gpt_config_num_params(c) +
-           12.0 * c->n_layer * (double)teff * c->n_embd;
+    return 6.0 * (double)gpt_config_num_params(c) + 12.0 * c->n_layer * (double)teff * c->n_embd;
 }

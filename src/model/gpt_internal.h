@@ -7,25 +7,35 @@
 
 /* Indices into a layer's parameter tensors. */
 enum {
-    GPT_LN1_W, GPT_LN1_B, GPT_QKV_W, GPT_QKV_B, GPT_ATTPROJ_W, GPT_ATTPROJ_B,
-    GPT_LN2_W, GPT_LN2_B, GPT_FC_W, GPT_FC_B, GPT_FCPROJ_W, GPT_FCPROJ_B,
+    GPT_LN1_W,
+    GPT_LN1_B,
+    GPT_QKV_W,
+    GPT_QKV_B,
+    GPT_ATTPROJ_W,
+    GPT_ATTPROJ_B,
+    GPT_LN2_W,
+    GPT_LN2_B,
+    GPT_FC_W,
+    GPT_FC_B,
+    GPT_FCPROJ_W,
+    GPT_FCPROJ_B,
     GPT_LAYER_TENSORS
 };
 
 /* Saved activations of one layer for a (B,T) micro-batch (act dtype unless
  * noted).  N = B*T. */
 typedef struct {
-    void *resid_in;           /* (N,C) input of the block */
-    void *ln1;                /* (N,C) */
+    void *resid_in;             /* (N,C) input of the block */
+    void *ln1;                  /* (N,C) */
     float *ln1_mean, *ln1_rstd; /* (N) f32 */
-    void *qkv;                /* (N,3C) */
-    void *atty;               /* (N,C) attention output before c_proj */
-    void *att_state;          /* backend-defined, attention_state_bytes */
-    void *resid_mid;          /* (N,C) serial block: input of ln_2 */
-    void *ln2;                /* (N,C) serial block */
+    void *qkv;                  /* (N,3C) */
+    void *atty;                 /* (N,C) attention output before c_proj */
+    void *att_state;            /* backend-defined, attention_state_bytes */
+    void *resid_mid;            /* (N,C) serial block: input of ln_2 */
+    void *ln2;                  /* (N,C) serial block */
     float *ln2_mean, *ln2_rstd;
-    void *fc_pre;             /* (N,4C) before GeLU */
-    void *fc_gelu;            /* (N,4C) */
+    void *fc_pre;  /* (N,4C) before GeLU */
+    void *fc_gelu; /* (N,4C) */
 } gpt_layer_acts;
 
 struct gpt_model {
@@ -46,14 +56,14 @@ struct gpt_model {
     void *act_buf;
     size_t act_bytes;
     gpt_layer_acts *layers;
-    void *x_final;     /* (N,C) output of the last block */
-    void *lnf;         /* (N,C) */
+    void *x_final; /* (N,C) output of the last block */
+    void *lnf;     /* (N,C) */
     float *lnf_mean, *lnf_rstd;
-    float *losses;     /* (N) f32 */
+    float *losses;             /* (N) f32 */
     int32_t *tokens, *targets; /* (N) device */
     /* backward scratch, shared by all layers */
     void *dresid, *dln, *datty, *dqkv, *dfc, *dfc_pre; /* (N,C)x3, (N,3C), (N,4C)x2 */
-    void *tmp;         /* (N,C): c_proj outputs before the residual add */
+    void *tmp;          /* (N,C): c_proj outputs before the residual add */
     float *host_losses; /* (N) host copy */
 };
 

@@ -8,8 +8,8 @@
 #include "base/rng.h"
 #include "model/gpt_internal.h"
 
-static int add_tensor(gpt_model *m, int cap, const char *name, int d0, int d1, int decay,
-                      float std, float value, int layer) {
+static int add_tensor(gpt_model *m, int cap, const char *name, int d0, int d1, int decay, float std,
+                      float value, int layer) {
     MS_CHECK(m->n_tensors < cap);
     gpt_param *p = &m->table[m->n_tensors];
     memset(p, 0, sizeof *p);
@@ -114,9 +114,11 @@ ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int
     *out = NULL;
     gpt_config c = *cfg;
     MS_TRY(gpt_config_validate(&c));
-    if (B < 1 || T < 1) return ms_error(MS_ERR_ARG, "micro-batch %d and sequence %d must be positive", B, T);
+    if (B < 1 || T < 1)
+        return ms_error(MS_ERR_ARG, "micro-batch %d and sequence %d must be positive", B, T);
     if (T > c.seq_max)
-        return ms_error(MS_ERR_ARG, "sequence length %d exceeds the model's seq-max %d", T, c.seq_max);
+        return ms_error(MS_ERR_ARG, "sequence length %d exceeds the model's seq-max %d", T,
+                        c.seq_max);
     gpt_model *m = calloc(1, sizeof *m);
     if (!m) return ms_error(MS_ERR_NOMEM, "model: out of host memory");
     m->cfg = c;
@@ -153,8 +155,10 @@ ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int
     be_limits lim = {B, T, c.n_embd, c.n_head, c.vocab_pad, m->n_elems};
     st = be->reserve(be, &lim);
 out:
-    if (st != MS_OK) gpt_destroy(m);
-    else *out = m;
+    if (st != MS_OK)
+        gpt_destroy(m);
+    else
+        *out = m;
     return st;
 }
 
@@ -172,15 +176,33 @@ void gpt_destroy(gpt_model *m) {
     free(m);
 }
 
-const gpt_config *gpt_get_config(const gpt_model *m) { return &m->cfg; }
-be_backend *gpt_backend(const gpt_model *m) { return m->be; }
-int gpt_num_tensors(const gpt_model *m) { return m->n_tensors; }
-const gpt_param *gpt_tensor(const gpt_model *m, int i) { return &m->table[i]; }
-size_t gpt_num_elements(const gpt_model *m) { return m->n_elems; }
-float *gpt_params(gpt_model *m) { return m->params; }
-float *gpt_grads(gpt_model *m) { return m->grads; }
-void *gpt_params_act(gpt_model *m) { return m->params_act; }
-size_t gpt_activation_bytes(const gpt_model *m) { return m->act_bytes; }
+const gpt_config *gpt_get_config(const gpt_model *m) {
+    return &m->cfg;
+}
+be_backend *gpt_backend(const gpt_model *m) {
+    return m->be;
+}
+int gpt_num_tensors(const gpt_model *m) {
+    return m->n_tensors;
+}
+const gpt_param *gpt_tensor(const gpt_model *m, int i) {
+    return &m->table[i];
+}
+size_t gpt_num_elements(const gpt_model *m) {
+    return m->n_elems;
+}
+float *gpt_params(gpt_model *m) {
+    return m->params;
+}
+float *gpt_grads(gpt_model *m) {
+    return m->grads;
+}
+void *gpt_params_act(gpt_model *m) {
+    return m->params_act;
+}
+size_t gpt_activation_bytes(const gpt_model *m) {
+    return m->act_bytes;
+}
 
 int gpt_find(const gpt_model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
@@ -191,19 +213,24 @@ int gpt_find(const gpt_model *m, const char *name) {
 void *gpt_w(gpt_model *m, int t) {
     return (char *)m->params_act + m->table[t].offset * be_dtype_size(m->be->act_dtype);
 }
-float *gpt_g(gpt_model *m, int t) { return m->grads + m->table[t].offset; }
+float *gpt_g(gpt_model *m, int t) {
+    return m->grads + m->table[t].offset;
+}
 
 void gpt_params_updated(gpt_model *m) {
     MS_CHECKF(!m->own_params_act, "act-dtype weight copies are not implemented for backend %s",
               m->be->name);
 }
 
-void gpt_zero_grads(gpt_model *m) { m->be->zero(m->be, m->grads, m->n_elems * sizeof(float)); }
+void gpt_zero_grads(gpt_model *m) {
+    m->be->zero(m->be, m->grads, m->n_elems * sizeof(float));
+}
 
 /* FNV-1a of the tensor name: the RNG stream of that tensor. */
 static uint64_t name_stream(const char *s) {
     uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
     return h;
 }
 
@@ -220,9 +247,11 @@ void gpt_init(gpt_model *m, uint64_t seed) {
             uint64_t stream = name_stream(p->name);
             float std = p->init_std;
 #pragma omp parallel for schedule(static)
-            for (size_t j = 0; j < n; j++) w[j] = std * ms_rng_normal(seed, stream, j);
+            for (size_t j = 0; j < n; j++)
+                w[j] = std * ms_rng_normal(seed, stream, j);
         } else {
-            for (size_t j = 0; j < n; j++) w[j] = p->init_value;
+            for (size_t j = 0; j < n; j++)
+                w[j] = p->init_value;
         }
     }
     m->be->to_device(m->be, m->params, host, m->n_elems * sizeof(float));

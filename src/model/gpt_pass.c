@@ -38,11 +38,12 @@ static void layer_fwd(gpt_model *m, int l, void *y, int B, int T) {
     int N = B * T, C = c->n_embd;
     size_t nc = (size_t)N * C;
 
-    be->layernorm_fwd(be, la->ln1, la->ln1_mean, la->ln1_rstd, la->resid_in, gpt_w(m, lt[GPT_LN1_W]),
-                      gpt_w(m, lt[GPT_LN1_B]), N, C);
+    be->layernorm_fwd(be, la->ln1, la->ln1_mean, la->ln1_rstd, la->resid_in,
+                      gpt_w(m, lt[GPT_LN1_W]), gpt_w(m, lt[GPT_LN1_B]), N, C);
     linear_fwd(m, la->qkv, la->ln1, lt[GPT_QKV_W], lt[GPT_QKV_B], N, C, 3 * C, BE_EPI_NONE, NULL);
     be->attention_fwd(be, la->atty, la->att_state, la->qkv, B, T, C, c->n_head, c->attn_window);
-    linear_fwd(m, m->tmp, la->atty, lt[GPT_ATTPROJ_W], lt[GPT_ATTPROJ_B], N, C, C, BE_EPI_NONE, NULL);
+    linear_fwd(m, m->tmp, la->atty, lt[GPT_ATTPROJ_W], lt[GPT_ATTPROJ_B], N, C, C, BE_EPI_NONE,
+               NULL);
     const void *mlp_in;
     if (c->block == GPT_BLOCK_SERIAL) {
         be->residual_add(be, la->resid_mid, la->resid_in, m->tmp, nc);
@@ -70,7 +71,8 @@ static void layer_bwd(gpt_model *m, int l, int B, int T) {
     int serial = c->block == GPT_BLOCK_SERIAL;
 
     /* MLP: y = r + c_proj(gelu(c_fc(ln))) */
-    linear_bwd(m, m->dfc, 0, m->dresid, la->fc_gelu, lt[GPT_FCPROJ_W], lt[GPT_FCPROJ_B], N, 4 * C, C);
+    linear_bwd(m, m->dfc, 0, m->dresid, la->fc_gelu, lt[GPT_FCPROJ_W], lt[GPT_FCPROJ_B], N, 4 * C,
+               C);
     be->gelu_bwd(be, m->dfc_pre, la->fc_pre, m->dfc, (size_t)N * 4 * C);
     if (serial) {
         linear_bwd(m, m->dln, 0, m->dfc_pre, la->ln2, lt[GPT_FC_W], lt[GPT_FC_B], N, C, 4 * C);
@@ -122,7 +124,8 @@ float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *t
     be->zero(be, m->dresid, (size_t)N * C * be_dtype_size(be->act_dtype));
     be->layernorm_bwd(be, m->dresid, gpt_g(m, m->t_lnf_w), gpt_g(m, m->t_lnf_b), m->dln, m->x_final,
                       gpt_w(m, m->t_lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
-    for (int l = c->n_layer - 1; l >= 0; l--) layer_bwd(m, l, B, T);
+    for (int l = c->n_layer - 1; l >= 0; l--)
+        layer_bwd(m, l, B, T);
     be->embedding_bwd(be, gpt_g(m, m->t_wte), gpt_g(m, m->t_wpe), m->dresid, m->tokens, B, T, C);
     return mean_loss(m, N);
 }
@@ -156,11 +159,11 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
         int nr = nrows - r0 < rows_per ? nrows - r0 : rows_per;
         for (int i = 0; i < nr; i++) {
             int row = last_only ? (r0 + i) * T + (T - 1) : r0 + i;
-            be->copy(be, (char *)m->dqkv + (size_t)i * C * es, (char *)m->lnf + (size_t)row * C * es,
-                     (size_t)C * es);
+            be->copy(be, (char *)m->dqkv + (size_t)i * C * es,
+                     (char *)m->lnf + (size_t)row * C * es, (size_t)C * es);
         }
-        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, m->dfc, V, 0, NULL,
-                 BE_EPI_NONE, NULL);
+        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, m->dfc, V, 0,
+                 NULL, BE_EPI_NONE, NULL);
         be->to_host(be, logits + (size_t)r0 * V, m->dfc, (size_t)nr * V * sizeof(float));
     }
 }

@@ -36,7 +36,8 @@ double mon_probe_peak_flops(be_backend *be, int n, int reps) {
     void *a = be->alloc(be, bytes), *b = be->alloc(be, bytes), *c = be->alloc(be, bytes);
     double best = 0;
     if (!host || !a || !b || !c) goto out;
-    for (size_t i = 0; i < (size_t)n * n; i++) host[i] = ms_rng_uniform(7, 0, i) - 0.5f;
+    for (size_t i = 0; i < (size_t)n * n; i++)
+        host[i] = ms_rng_uniform(7, 0, i) - 0.5f;
     if (be->act_dtype == BE_F32) {
         be->to_device(be, a, host, bytes);
         be->to_device(be, b, host, bytes);

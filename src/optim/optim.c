@@ -14,18 +14,26 @@ struct opt_state {
 };
 
 ms_status opt_kind_parse(const char *s, opt_kind *out) {
-    if (!strcmp(s, "adamw")) *out = OPT_ADAMW;
-    else if (!strcmp(s, "lamb")) *out = OPT_LAMB;
-    else return ms_error(MS_ERR_ARG, "unknown optimizer '%s' (adamw or lamb)", s);
+    if (!strcmp(s, "adamw"))
+        *out = OPT_ADAMW;
+    else if (!strcmp(s, "lamb"))
+        *out = OPT_LAMB;
+    else
+        return ms_error(MS_ERR_ARG, "unknown optimizer '%s' (adamw or lamb)", s);
     return MS_OK;
 }
 
-const char *opt_kind_name(opt_kind k) { return k == OPT_LAMB ? "lamb" : "adamw"; }
+const char *opt_kind_name(opt_kind k) {
+    return k == OPT_LAMB ? "lamb" : "adamw";
+}
 
 ms_status opt_sched_parse(const char *s, opt_sched_kind *out) {
-    if (!strcmp(s, "constant")) *out = OPT_SCHED_CONSTANT;
-    else if (!strcmp(s, "cosine")) *out = OPT_SCHED_COSINE;
-    else return ms_error(MS_ERR_ARG, "unknown lr schedule '%s' (constant or cosine)", s);
+    if (!strcmp(s, "constant"))
+        *out = OPT_SCHED_CONSTANT;
+    else if (!strcmp(s, "cosine"))
+        *out = OPT_SCHED_COSINE;
+    else
+        return ms_error(MS_ERR_ARG, "unknown lr schedule '%s' (constant or cosine)", s);
     return MS_OK;
 }
 
@@ -68,7 +76,9 @@ void opt_destroy(opt_state *o) {
     free(o);
 }
 
-int opt_steps_done(const opt_state *o) { return o->t; }
+int opt_steps_done(const opt_state *o) {
+    return o->t;
+}
 
 /* LAMB over one tensor: moments + direction, then the trust-ratio step. */
 static void lamb_tensor(opt_state *o, const gpt_param *p, float lr, float gscale, int t) {
@@ -77,8 +87,8 @@ static void lamb_tensor(opt_state *o, const gpt_param *p, float lr, float gscale
     float *w = gpt_params(o->m) + p->offset, *g = gpt_grads(o->m) + p->offset;
     float wd = p->decay ? c->weight_decay : 0.0f;
     double w_sq = 0, u_sq = 0;
-    be->lamb_moments(be, g, w, o->mom + p->offset, o->var + p->offset, p->numel, c->beta1,
-                     c->beta2, c->eps, wd, t, gscale, &w_sq, &u_sq);
+    be->lamb_moments(be, g, w, o->mom + p->offset, o->var + p->offset, p->numel, c->beta1, c->beta2,
+                     c->eps, wd, t, gscale, &w_sq, &u_sq);
     double wn = sqrt(w_sq), un = sqrt(u_sq);
     double ratio = (wn > 0 && un > 0) ? wn / un : 1.0;
     be->lamb_apply(be, w, NULL, g, p->numel, (float)(lr * ratio));

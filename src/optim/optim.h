@@ -26,10 +26,10 @@ typedef enum { OPT_SCHED_CONSTANT = 0, OPT_SCHED_COSINE = 1 } opt_sched_kind;
 
 typedef struct {
     opt_sched_kind kind;
-    float lr;       /* peak learning rate */
-    int warmup;     /* linear warmup steps: lr*(s+1)/warmup for s < warmup */
-    int total;      /* steps of the run; cosine reaches the floor at total-1 */
-    float floor;    /* cosine floor as a fraction of lr (0..1) */
+    float lr;    /* peak learning rate */
+    int warmup;  /* linear warmup steps: lr*(s+1)/warmup for s < warmup */
+    int total;   /* steps of the run; cosine reaches the floor at total-1 */
+    float floor; /* cosine floor as a fraction of lr (0..1) */
 } opt_schedule;
 
 ms_status opt_kind_parse(const char *s, opt_kind *out);
@@ -39,8 +39,8 @@ ms_status opt_sched_parse(const char *s, opt_sched_kind *out);
 float opt_lr_at(const opt_schedule *sc, int s);
 
 typedef struct {
-    double grad_norm;  /* global L2 norm of the gradients before clipping */
-    float clip_scale;  /* factor applied to the gradients (1 when not clipped) */
+    double grad_norm; /* global L2 norm of the gradients before clipping */
+    float clip_scale; /* factor applied to the gradients (1 when not clipped) */
 } opt_stats;
 
 typedef struct opt_state opt_state;

@@ -32,13 +32,13 @@ typedef struct {
 
 static ms_status open_loaders(trainer *t) {
     const train_config *tc = t->tc;
-    data_loader_config dc = {tc->train_data, t->micro, tc->seq, t->mc.vocab, DATA_ORDER_SHUFFLE,
-                             tc->seed};
+    data_loader_config dc = {tc->train_data, t->micro,           tc->seq,
+                             t->mc.vocab,    DATA_ORDER_SHUFFLE, tc->seed};
     MS_TRY(data_order_parse(tc->data_order, &dc.order));
     MS_TRY(data_loader_open(&t->train, &dc));
     ms_info("train data: %s: %d shard(s), %llu tokens, order %s", tc->train_data,
-            data_loader_num_shards(t->train), (unsigned long long)data_loader_total_tokens(t->train),
-            tc->data_order);
+            data_loader_num_shards(t->train),
+            (unsigned long long)data_loader_total_tokens(t->train), tc->data_order);
     if (tc->val_data && *tc->val_data) {
         dc.pattern = tc->val_data;
         dc.order = DATA_ORDER_SEQUENTIAL;
@@ -52,10 +52,11 @@ static ms_status setup(trainer *t) {
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, &t->micro, &t->accum));
     MS_TRY(train_fault_parse(tc->inject_fault, &t->fault));
-    opt_config oc = {OPT_ADAMW, (float)tc->beta1, (float)tc->beta2, (float)tc->eps,
-                     (float)tc->weight_decay, (float)tc->grad_clip};
+    opt_config oc = {OPT_ADAMW,      (float)tc->beta1,        (float)tc->beta2,
+                     (float)tc->eps, (float)tc->weight_decay, (float)tc->grad_clip};
     MS_TRY(opt_kind_parse(tc->optimizer, &oc.kind));
-    t->sched = (opt_schedule){OPT_SCHED_COSINE, (float)tc->lr, tc->warmup, tc->steps, (float)tc->lr_floor};
+    t->sched =
+        (opt_schedule){OPT_SCHED_COSINE, (float)tc->lr, tc->warmup, tc->steps, (float)tc->lr_floor};
     MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
     MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
     MS_TRY(be_create(&t->be, tc->device, tc->threads));
@@ -106,8 +107,10 @@ static void print_layout(const trainer *t) {
 
 /* A number as JSON: NaN and Inf have no JSON spelling, so they are null. */
 static void json_num(char *buf, size_t n, double v) {
-    if (isfinite(v)) snprintf(buf, n, "%.6g", v);
-    else snprintf(buf, n, "null");
+    if (isfinite(v))
+        snprintf(buf, n, "%.6g", v);
+    else
+        snprintf(buf, n, "null");
 }
 
 /* Mean loss over --val-batches sequential batches of the validation data. */
@@ -182,7 +185,8 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
     double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / t->peak_flops : 0;
     char eta[32];
     ms_fmt_duration(eta, sizeof eta, elapsed / (step + 1) * (tc->steps - step - 1));
-    if (tc->log_every > 0 && ((step + 1) % tc->log_every == 0 || step == 0 || step + 1 == tc->steps))
+    if (tc->log_every > 0 &&
+        ((step + 1) % tc->log_every == 0 || step == 0 || step + 1 == tc->steps))
         ms_info("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | MFU "
                 "%5.1f%% | data %.1f ms | ETA %s%s",
                 step + 1, tc->steps, r->loss, r->lr, r->os.grad_norm, r->sec * 1e3, tok_s,

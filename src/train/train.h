@@ -16,9 +16,9 @@
 
 typedef struct {
     /* model */
-    char *model;        /* preset name */
+    char *model;                            /* preset name */
     int layers, dim, heads, vocab, seq_max; /* 0: from the preset / weights file */
-    char *block;        /* serial | parallel */
+    char *block;                            /* serial | parallel */
     int attn_window;
     /* compute */
     char *device;

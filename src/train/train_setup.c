@@ -12,9 +12,12 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
     if (tc->init_from && *tc->init_from) {
         MS_TRY(ckpt_hf_read_config(tc->init_from, tc->heads, &c));
         /* explicit flags must agree with the file */
-        struct { const char *flag; int want, have; } chk[] = {
-            {"--layers", tc->layers, c.n_layer}, {"--dim", tc->dim, c.n_embd},
-            {"--heads", tc->heads, c.n_head},    {"--vocab", tc->vocab, c.vocab},
+        struct {
+            const char *flag;
+            int want, have;
+        } chk[] = {
+            {"--layers", tc->layers, c.n_layer},   {"--dim", tc->dim, c.n_embd},
+            {"--heads", tc->heads, c.n_head},      {"--vocab", tc->vocab, c.vocab},
             {"--seq-max", tc->seq_max, c.seq_max},
         };
         for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
@@ -47,7 +50,8 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int *micro, i
                         c->seq_max);
     int mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch;
     if (tc->batch % mb != 0)
-        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --micro-batch %d", tc->batch, mb);
+        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --micro-batch %d", tc->batch,
+                        mb);
     if (!(tc->lr > 0)) return ms_error(MS_ERR_ARG, "--lr must be > 0 (got %g)", tc->lr);
     if (tc->lr_floor < 0 || tc->lr_floor > 1)
         return ms_error(MS_ERR_ARG, "--lr-floor must be a fraction in 0..1 (got %g)", tc->lr_floor);

@@ -25,7 +25,8 @@ static void add_weights(ckpt_st_writer *w, gpt_model *m, const char *prefix, con
         int64_t shape[2] = {p->shape[0], p->shape[1]};
         if (!strcmp(p->name, "wte.weight")) shape[0] = c->vocab;
         snprintf(names[i], 96, "%s%s", prefix, p->name);
-        MS_CHECK(ckpt_st_writer_add(w, names[i], CKPT_ST_F32, p->ndim, shape, buf + p->offset) == MS_OK);
+        MS_CHECK(ckpt_st_writer_add(w, names[i], CKPT_ST_F32, p->ndim, shape, buf + p->offset) ==
+                 MS_OK);
     }
 }
 
@@ -113,7 +114,14 @@ int main(int argc, char **argv) {
     opt_destroy(o);
     gpt_destroy(m);
     be_destroy(be);
-    free(init); free(grad); free(fin); free(logits); free(tok); free(tgt);
-    free(step_loss); free(step_lr); free(names);
+    free(init);
+    free(grad);
+    free(fin);
+    free(logits);
+    free(tok);
+    free(tgt);
+    free(step_loss);
+    free(step_lr);
+    free(names);
     return 0;
 }

@@ -35,7 +35,9 @@ static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *
     return remove(p);
 }
 
-static int exists(const char *p) { return access(p, F_OK) == 0; }
+static int exists(const char *p) {
+    return access(p, F_OK) == 0;
+}
 
 static void write_raw(const char *p, const char *s) {
     FILE *f = fopen(p, "wb");
@@ -145,7 +147,7 @@ static void test_atomic(void) {
     T_OK(strcmp(slurp(p), "new 42-x") == 0);
     T_OK(!exists(tmp));
     T_EQ_INT(ms_atomic_write(&af, "x", 1), MS_ERR_ARG); /* closed */
-    ms_atomic_abort(&af);                                /* after commit: must not touch p */
+    ms_atomic_abort(&af);                               /* after commit: must not touch p */
     T_OK(strcmp(slurp(p), "new 42-x") == 0);
 
     /* open in a missing directory: error names the path */
@@ -221,10 +223,12 @@ static void test_crc_vectors(void) {
     memset(buf, 0xFF, 32);
     T_EQ_INT(ms_crc32c(0, buf, 32), 0x62A8AB43u);
     T_EQ_INT(ms_crc32c_portable(0, buf, 32), 0x62A8AB43u);
-    for (int i = 0; i < 32; i++) buf[i] = (uint8_t)i;
+    for (int i = 0; i < 32; i++)
+        buf[i] = (uint8_t)i;
     T_EQ_INT(ms_crc32c(0, buf, 32), 0x46DD794Eu);
     T_EQ_INT(ms_crc32c_portable(0, buf, 32), 0x46DD794Eu);
-    for (int i = 0; i < 32; i++) buf[i] = (uint8_t)(31 - i);
+    for (int i = 0; i < 32; i++)
+        buf[i] = (uint8_t)(31 - i);
     T_EQ_INT(ms_crc32c(0, buf, 32), 0x113FDB5Cu);
     T_EQ_INT(ms_crc32c_portable(0, buf, 32), 0x113FDB5Cu);
 }
@@ -234,7 +238,8 @@ static void test_crc_paths_agree(void) {
     uint8_t *buf = malloc(N + 16);
     ms_rng r = ms_rng_make(7, 0);
     int hw = ms_crc32c_hw_available(), bad_hw = 0, bad_inc = 0, cases = 0;
-    for (int i = 0; i < N + 16; i++) buf[i] = (uint8_t)ms_rng_next_u64(&r);
+    for (int i = 0; i < N + 16; i++)
+        buf[i] = (uint8_t)ms_rng_next_u64(&r);
     for (size_t len = 0; len < N; len = len < 300 ? len + 1 : len * 3 + 1) {
         for (size_t off = 0; off < 8; off++) {
             const uint8_t *p = buf + off;
@@ -267,7 +272,8 @@ static void test_philox_kat(void) {
     for (int i = 0; i < 3; i++) {
         uint32_t out[4];
         ms_rng_philox4x32_10(kat[i], kat[i] + 4, out);
-        for (int k = 0; k < 4; k++) T_EQ_INT(out[k], kat[i][6 + k]);
+        for (int k = 0; k < 4; k++)
+            T_EQ_INT(out[k], kat[i][6 + k]);
     }
     /* ms_rng_u64 is the first 64 bits of the block for key = seed,
      * counter = (counter, stream) */
@@ -282,7 +288,8 @@ static void test_rng_pure(void) {
     T_OK(ms_rng_u64(1, 2, 3) != ms_rng_u64(1, 3, 3));
     T_OK(ms_rng_u64(1, 2, 3) != ms_rng_u64(2, 2, 3));
     T_OK(ms_rng_normal(5, 1, 9) == ms_rng_normal(5, 1, 9));
-    for (uint64_t i = 0; i < 100; i++) same &= ms_rng_next_u64(&r) == ms_rng_u64(42, 3, i);
+    for (uint64_t i = 0; i < 100; i++)
+        same &= ms_rng_next_u64(&r) == ms_rng_u64(42, 3, i);
     T_OK(same);
     T_EQ_INT(r.counter, 100);
     T_OK(ms_rng_next_uniform(&r) == ms_rng_uniform(42, 3, 100));
@@ -323,16 +330,17 @@ static void test_rng_normal(void) {
     }
     double mean = s / N, var = s2 / N - mean * mean;
     T_EQ_INT(bad, 0);
-    T_NEAR(mean, 0.0, 0.005);     /* sd of the mean 0.001 */
-    T_NEAR(var, 1.0, 0.01);       /* sd of the variance ~0.0014 */
-    T_NEAR(s4 / N, 3.0, 0.05);    /* kurtosis; sd ~0.01 */
+    T_NEAR(mean, 0.0, 0.005);  /* sd of the mean 0.001 */
+    T_NEAR(var, 1.0, 0.01);    /* sd of the variance ~0.0014 */
+    T_NEAR(s4 / N, 3.0, 0.05); /* kurtosis; sd ~0.01 */
     T_NEAR((double)tail / N, 0.0027, 0.0005);
 }
 
 /* Pearson correlation of x and y over n samples. */
 static double corr(const double *x, const double *y, int n) {
     double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
-    for (int i = 0; i < n; i++) mx += x[i], my += y[i];
+    for (int i = 0; i < n; i++)
+        mx += x[i], my += y[i];
     mx /= n, my /= n;
     for (int i = 0; i < n; i++) {
         sxy += (x[i] - mx) * (y[i] - my);
@@ -369,11 +377,14 @@ static void test_rng_below(void) {
     const uint64_t big = 0xAAAAAAAAAAAAAAABull;
     for (int i = 0; i < N; i++) {
         uint64_t v = ms_rng_next_below(&r, 6);
-        if (v >= 6) too_big++;
-        else count[v]++;
+        if (v >= 6)
+            too_big++;
+        else
+            count[v]++;
     }
     T_EQ_INT(too_big, 0);
-    for (int k = 0; k < 6; k++) T_NEAR((double)count[k] / N, 1.0 / 6, 0.006); /* 5 sd */
+    for (int k = 0; k < 6; k++)
+        T_NEAR((double)count[k] / N, 1.0 / 6, 0.006); /* 5 sd */
     for (int i = 0; i < N; i++) {
         uint64_t v = ms_rng_next_below(&r, big);
         if (v >= big) too_big++;

@@ -26,7 +26,8 @@ static void test_config(void) {
     double f = gpt_flops_per_token(&c, 256);
     T_NEAR(f, 6.0 * (double)gpt_config_num_params(&c) + 12.0 * 6 * 256 * 384, 1);
     c.attn_window = 64;
-    T_NEAR(gpt_flops_per_token(&c, 256), 6.0 * (double)gpt_config_num_params(&c) + 12.0 * 6 * 64 * 384, 1);
+    T_NEAR(gpt_flops_per_token(&c, 256),
+           6.0 * (double)gpt_config_num_params(&c) + 12.0 * 6 * 64 * 384, 1);
     c.n_head = 7;
     T_EQ_INT(gpt_config_validate(&c), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "not divisible");
@@ -52,7 +53,8 @@ static void test_table(void) {
     const float *w = gpt_params(m);
     const gpt_param *wte = gpt_tensor(m, gpt_find(m, "wte.weight"));
     double ss = 0;
-    for (size_t i = 0; i < 100 * 16; i++) ss += (double)w[wte->offset + i] * w[wte->offset + i];
+    for (size_t i = 0; i < 100 * 16; i++)
+        ss += (double)w[wte->offset + i] * w[wte->offset + i];
     T_NEAR(sqrt(ss / 1600), 0.02, 0.002);
     T_EQ_INT(w[wte->offset + 100 * 16], 0);
     T_EQ_INT(w[wte->offset + 128 * 16 - 1], 0);
@@ -126,7 +128,8 @@ static void test_loader(const char *dir) {
         }
     }
     int dup = 0;
-    for (int i = 0; i < 1500; i++) dup += seen[i] > 1;
+    for (int i = 0; i < 1500; i++)
+        dup += seen[i] > 1;
     T_EQ_INT(dup, 0);
     data_cursor cur = data_loader_cursor(dl);
     T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);

@@ -33,10 +33,12 @@ static void write_st(const char *p, int64_t hlen, const char *json, size_t ndata
     FILE *f = fopen(p, "wb");
     uint64_t n = hlen < 0 ? strlen(json) : (uint64_t)hlen;
     uint8_t le[8];
-    for (int k = 0; k < 8; k++) le[k] = (uint8_t)(n >> (8 * k));
+    for (int k = 0; k < 8; k++)
+        le[k] = (uint8_t)(n >> (8 * k));
     fwrite(le, 1, 8, f);
     fwrite(json, 1, strlen(json), f);
-    for (size_t i = 0; i < ndata; i++) fputc((int)(i & 0xFF), f);
+    for (size_t i = 0; i < ndata; i++)
+        fputc((int)(i & 0xFF), f);
     fclose(f);
 }
 
@@ -73,8 +75,8 @@ static void test_round_trip(void) {
     const void *want[6] = {f32, bf16, u8, i64, &scalar, f16};
     const size_t nbytes[6] = {24, 10, 3, 16, 4, 0};
     const int ndim[6] = {2, 1, 1, 1, 0, 2};
-    const ckpt_st_dtype dt[6] = {CKPT_ST_F32, CKPT_ST_BF16, CKPT_ST_U8, CKPT_ST_I64, CKPT_ST_I32,
-                                 CKPT_ST_F16};
+    const ckpt_st_dtype dt[6] = {CKPT_ST_F32, CKPT_ST_BF16, CKPT_ST_U8,
+                                 CKPT_ST_I64, CKPT_ST_I32,  CKPT_ST_F16};
     for (int i = 0; i < 6 && i < ckpt_st_count(f); i++) {
         const ckpt_st_tensor *t = ckpt_st_get(f, i);
         T_OK(strcmp(t->name, names[i]) == 0); /* insertion order */
@@ -106,7 +108,8 @@ static void test_layout(void) {
     uint64_t hlen = 0;
     T_EQ_INT(ms_file_read_all(p, &data, &len), MS_OK);
     if (!data || len < 8) return;
-    for (int k = 7; k >= 0; k--) hlen = hlen << 8 | (uint8_t)data[k];
+    for (int k = 7; k >= 0; k--)
+        hlen = hlen << 8 | (uint8_t)data[k];
     T_EQ_INT((8 + hlen) % 8, 0);
     T_EQ_INT(data[8], '{');
     T_OK(hlen <= len - 8);
@@ -116,7 +119,8 @@ static void test_layout(void) {
     T_EQ_INT(len - 8 - hlen, 57);
     /* 8-byte I64 first, then the 4-byte ones in insertion order */
     T_OK(strstr(data + 8, "\"steps\":{\"dtype\":\"I64\",\"shape\":[2],\"data_offsets\":[0,16]}"));
-    T_OK(strstr(data + 8, "\"w.f32\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[16,40]}"));
+    T_OK(
+        strstr(data + 8, "\"w.f32\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[16,40]}"));
     T_OK(strstr(data + 8, "\"scalar\":{\"dtype\":\"I32\",\"shape\":[],\"data_offsets\":[40,44]}"));
     free(data);
 }
@@ -224,29 +228,37 @@ static void test_corrupt(void) {
                "\"t1\": missing \"shape\"");
     expect_bad("no_offsets.st", -1, "{\"t1\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8,
                "\"t1\": missing \"data_offsets\"");
-    expect_bad("bad_dtype.st", -1, "{\"t1\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}",
-               8, "\"t1\": unknown dtype \"F8_E4M3\"");
+    expect_bad("bad_dtype.st", -1,
+               "{\"t1\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 8,
+               "\"t1\": unknown dtype \"F8_E4M3\"");
     expect_bad("dtype_num.st", -1, "{\"t1\":{\"dtype\":4,\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
                "\"t1\": \"dtype\" is not a string");
-    expect_bad("neg_dim.st", -1, "{\"t1\":{\"dtype\":\"F32\",\"shape\":[-1,2],\"data_offsets\":[0,8]}}",
-               8, "\"t1\": negative dimension -1");
-    expect_bad("frac_dim.st", -1, "{\"t1\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}",
-               8, "\"t1\": shape entry 0 is not an integer");
+    expect_bad("neg_dim.st", -1,
+               "{\"t1\":{\"dtype\":\"F32\",\"shape\":[-1,2],\"data_offsets\":[0,8]}}", 8,
+               "\"t1\": negative dimension -1");
+    expect_bad("frac_dim.st", -1,
+               "{\"t1\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,8]}}", 8,
+               "\"t1\": shape entry 0 is not an integer");
     expect_bad("many_dims.st", -1,
-               "{\"t1\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}", 8,
-               "\"t1\": 9 dimensions");
-    expect_bad("size.st", -1, "{\"t1\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}",
-               16, "\"t1\": shape has 4 elements of F32 (16 bytes) but data_offsets span 12 bytes");
-    expect_bad("past_data.st", -1, "{\"t1\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
-               8, "\"t1\": data_offsets [0, 16] beyond the data section (8 bytes)");
-    expect_bad("backwards.st", -1, "{\"t1\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}}",
-               8, "\"t1\": data_offsets [4, 2] end before begin");
-    expect_bad("offs_shape.st", -1, "{\"t1\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0]}}", 8,
+               "{\"t1\":{\"dtype\":\"U8\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,1]}}",
+               8, "\"t1\": 9 dimensions");
+    expect_bad("size.st", -1,
+               "{\"t1\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", 16,
+               "\"t1\": shape has 4 elements of F32 (16 bytes) but data_offsets span 12 bytes");
+    expect_bad("past_data.st", -1,
+               "{\"t1\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", 8,
+               "\"t1\": data_offsets [0, 16] beyond the data section (8 bytes)");
+    expect_bad("backwards.st", -1,
+               "{\"t1\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[4,2]}}", 8,
+               "\"t1\": data_offsets [4, 2] end before begin");
+    expect_bad("offs_shape.st", -1,
+               "{\"t1\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[0]}}", 8,
                "\"t1\": \"data_offsets\" is not [begin, end]");
-    expect_bad("offs_neg.st", -1, "{\"t1\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[-2,0]}}",
-               8, "\"t1\": \"data_offsets\" is not [begin, end]");
-    snprintf(json, sizeof json, "{%s,\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-             ok_a);
+    expect_bad("offs_neg.st", -1,
+               "{\"t1\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[-2,0]}}", 8,
+               "\"t1\": \"data_offsets\" is not [begin, end]");
+    snprintf(json, sizeof json,
+             "{%s,\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", ok_a);
     expect_bad("overlap.st", -1, json, 16, "tensors \"a\" [0, 8) and \"b\" [4, 12) overlap");
     snprintf(json, sizeof json, "{%s,%s}", ok_a, ok_a);
     expect_bad("dup.st", -1, json, 8, "duplicate tensor \"a\"");

@@ -62,7 +62,8 @@ static void test_round_trip(int version) {
     data_shard s;
     int mismatch = 0;
     snprintf(name, sizeof name, "rt_v%d.bin", version);
-    for (int i = 0; i < N; i++) tok[i] = (uint32_t)(((uint64_t)i * 2654435761u) % limit);
+    for (int i = 0; i < N; i++)
+        tok[i] = (uint32_t)(((uint64_t)i * 2654435761u) % limit);
     tok[0] = limit - 1;
     T_EQ_INT(data_shard_writer_open(&w, tpath(name), version), MS_OK);
     T_EQ_INT(data_shard_writer_put(&w, tok, 1), MS_OK);
@@ -79,7 +80,8 @@ static void test_round_trip(int version) {
     T_EQ_INT(s.version, version);
     T_EQ_INT(s.n_tokens, N);
     T_EQ_INT(s.map_len, 1024 + (size_t)N * (version == 1 ? 2 : 4));
-    for (int i = 0; i < N; i++) mismatch += data_shard_token(&s, (uint64_t)i) != tok[i];
+    for (int i = 0; i < N; i++)
+        mismatch += data_shard_token(&s, (uint64_t)i) != tok[i];
     T_EQ_INT(mismatch, 0);
     /* the header exactly as llm.c reads it */
     const int32_t *h = s.map;
@@ -87,19 +89,22 @@ static void test_round_trip(int version) {
     T_EQ_INT(h[1], version);
     T_EQ_INT(h[2], N);
     int nonzero = 0;
-    for (int i = 3; i < 256; i++) nonzero += h[i] != 0;
+    for (int i = 3; i < 256; i++)
+        nonzero += h[i] != 0;
     T_EQ_INT(nonzero, 0);
 
     T_EQ_INT(data_shard_read(&s, 0, N, got, (int)limit), MS_OK);
     mismatch = 0;
-    for (int i = 0; i < N; i++) mismatch += got[i] != (int32_t)tok[i];
+    for (int i = 0; i < N; i++)
+        mismatch += got[i] != (int32_t)tok[i];
     T_EQ_INT(mismatch, 0);
     T_EQ_INT(data_shard_read(&s, 100, 7, got, (int)limit), MS_OK);
     T_EQ_INT(got[6], tok[106]);
     T_EQ_INT(data_shard_read(&s, N, 0, got, (int)limit), MS_OK); /* empty read at the end */
     T_EQ_INT(data_shard_read(&s, N - 10, 11, got, (int)limit), MS_ERR_RANGE);
     T_STR_CONTAINS(ms_errmsg(), name);
-    T_STR_CONTAINS(ms_errmsg(), "read of 11 tokens at position 4990 runs past the end (5000 tokens)");
+    T_STR_CONTAINS(ms_errmsg(),
+                   "read of 11 tokens at position 4990 runs past the end (5000 tokens)");
     T_EQ_INT(data_shard_read(&s, UINT64_MAX, 2, got, (int)limit), MS_ERR_RANGE);
     T_EQ_INT(data_shard_read(&s, 0, 1, got, (int)(limit - 1)), MS_ERR_RANGE); /* tok[0] = limit-1 */
     T_STR_CONTAINS(ms_errmsg(), "at position 0 is >= vocab size");
@@ -116,7 +121,8 @@ static void test_vocab_check(void) {
     int32_t got[32];
     data_shard_writer w;
     data_shard s;
-    for (int i = 0; i < 32; i++) tok[i] = (uint32_t)i * 1000;
+    for (int i = 0; i < 32; i++)
+        tok[i] = (uint32_t)i * 1000;
     tok[17] = 70000;
     T_EQ_INT(data_shard_writer_open(&w, tpath("train.bin"), 2), MS_OK);
     T_EQ_INT(data_shard_writer_put(&w, tok, 32), MS_OK);
@@ -194,14 +200,16 @@ static void test_bad_files(void) {
     write_llmc(tpath("v3.bin"), 20240520, 3, 10, tok16, 20);
     expect_bad("v3.bin", MS_ERR_FORMAT, "v3.bin: unsupported version 3 (expected 1 or 2)");
     write_llmc(tpath("trunc.bin"), 20240520, 1, 1000, tok16, 2000 - 1024);
-    expect_bad("trunc.bin", MS_ERR_FORMAT,
-               "trunc.bin: truncated: header says 1000 tokens (3024 bytes) but file has 2000 bytes");
+    expect_bad(
+        "trunc.bin", MS_ERR_FORMAT,
+        "trunc.bin: truncated: header says 1000 tokens (3024 bytes) but file has 2000 bytes");
     write_llmc(tpath("trunc2.bin"), 20240520, 2, 10, tok32, 36);
     expect_bad("trunc2.bin", MS_ERR_FORMAT,
                "trunc2.bin: truncated: header says 10 tokens (1064 bytes) but file has 1060 bytes");
     write_llmc(tpath("long.bin"), 20240520, 1, 10, tok16, 22);
-    expect_bad("long.bin", MS_ERR_FORMAT,
-               "long.bin: size mismatch: header says 10 tokens (1044 bytes) but file has 1046 bytes");
+    expect_bad(
+        "long.bin", MS_ERR_FORMAT,
+        "long.bin: size mismatch: header says 10 tokens (1044 bytes) but file has 1046 bytes");
     write_llmc(tpath("negcount.bin"), 20240520, 1, -5, tok16, 0);
     expect_bad("negcount.bin", MS_ERR_FORMAT, "negcount.bin: bad token count -5");
     FILE *f = fopen(tpath("short.bin"), "wb");
@@ -218,7 +226,8 @@ static void test_bad_files(void) {
     T_EQ_INT(data_shard_open(&s, tpath("llmc0.bin")), MS_OK);
     T_EQ_INT(s.n_tokens, 0);
     data_shard_close(&s);
-    for (int i = 0; i < 1000; i++) tok16[i] = (uint16_t)(50256 - i);
+    for (int i = 0; i < 1000; i++)
+        tok16[i] = (uint16_t)(50256 - i);
     write_llmc(tpath("llmc.bin"), 20240520, 1, 1000, tok16, 2000);
     T_EQ_INT(data_shard_open(&s, tpath("llmc.bin")), MS_OK);
     T_EQ_INT(s.n_tokens, 1000);
