@@ -94,6 +94,38 @@ def main():
     ok(rc == 0 and abs(v3[0]["val_loss"] - vals[-1]["val_loss"]) < 1e-5,
        "init-from reproduces the saved model's validation loss", err + str(v3[:1]) + str(vals[-1:]))
 
+    # --- gradient accumulation: 4 micro-batches of 1 = one batch of 4 ---
+    def losses(*extra):
+        mp = os.path.join(d, "acc.jsonl")
+        rc, _, err = run(*base, "--steps", "4", "--data-order", "sequential", "--metrics", mp, *extra)
+        return [s["loss"] for s in map(json.loads, open(mp))] if rc == 0 else [err]
+    whole, accum = losses(), losses("--micro-batch", "1")
+    ok(len(whole) == 4 and len(accum) == 4 and
+       all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(accum, whole)),
+       "gradient accumulation matches the whole batch", f"{accum} vs {whole}")
+
+    # --- other model / optimiser options run and learn ---
+    for extra in (["--optimizer", "lamb", "--lr", "5e-2"], ["--block", "parallel", "--attn-window", "8"],
+                  ["--lr-schedule", "constant", "--warmup", "5", "--grad-clip", "0"]):
+        mp = os.path.join(d, "opt.jsonl")
+        rc, _, err = run(*base, "--steps", "20", "--lr", "3e-3", "--metrics", mp, *extra)
+        ls = [s["loss"] for s in map(json.loads, open(mp))] if rc == 0 else []
+        ok(len(ls) == 20 and ls[-1] < ls[0] - 0.5, f"training with {' '.join(extra)} learns",
+           err + str(ls))
+
+    # --- Hugging Face names with the "transformer." prefix load too ---
+    raw = open(w1, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    hdr = json.loads(raw[8:8 + n])
+    hdr = {(k if k == "__metadata__" else "transformer." + k): v for k, v in hdr.items()}
+    hb = json.dumps(hdr).encode()
+    hb += b" " * ((8 - (8 + len(hb)) % 8) % 8)
+    pref = os.path.join(d, "prefixed.safetensors")
+    open(pref, "wb").write(struct.pack("<Q", len(hb)) + hb + raw[8 + n:])
+    rc, out, err = run("sample", "--weights", pref, "--prompt", "In the", "--tokens", "20", "--seed", "3")
+    rc2, out2, _ = run("sample", "--weights", w1, "--prompt", "In the", "--tokens", "20", "--seed", "3")
+    ok(rc == 0 and out == out2, "a transformer.-prefixed file loads the same weights", err)
+
     # --- sampling ---
     rc, out, err = run("sample", "--weights", w1, "--prompt", "In the", "--tokens", "40")
     ok(rc == 0 and out.startswith("In the") and len(out) >= 40, "sample prints text", out + err)
