@@ -1,10 +1,11 @@
 # Thin wrapper over CMake so that users type `make`, `make run`, `make test`.
 BUILD ?= build
 ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps test-deps build run test test-unit asan format clean
+.PHONY: all deps test-deps build run test test-unit asan tsan format clean
 
 all: build
 
@@ -32,8 +33,14 @@ asan: deps
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
 	@scripts/run-tests.sh $(ASAN_BUILD) -L "unit|cli"
 
+# Tests of the threaded modules under ThreadSanitizer.
+tsan: deps
+	@cmake -S . -B $(TSAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMS_TSAN=ON >/dev/null
+	@cmake --build $(TSAN_BUILD) -j$(JOBS)
+	@scripts/run-tests.sh $(TSAN_BUILD) -L threads
+
 format:
 	@clang-format -i $$(git ls-files '*.c' '*.h')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

@@ -18,7 +18,7 @@ struct data_loader {
     uint64_t *first_window; /* n_shards + 1 */
     uint64_t n_windows;
     uint32_t *perm;
-    uint64_t perm_epoch;
+    uint64_t perm_epoch; /* epoch that perm holds */
     data_cursor cur;
     int32_t *row; /* T+1 tokens being read */
 };
@@ -57,7 +57,7 @@ static ms_status open_shards(data_loader *dl) {
         st = ms_error(MS_ERR_NOMEM, "data loader: out of memory");
         goto out;
     }
-    uint64_t need = (uint64_t)dl->cfg.B * dl->cfg.T + 1;
+    uint64_t need = (uint64_t)dl->cfg.B * dl->cfg.T * (uint64_t)dl->cfg.nranks + 1;
     for (int i = 0; i < n; i++) {
         st = data_shard_open(&dl->shards[i], paths[i]);
         if (st) goto out;
@@ -65,7 +65,7 @@ static ms_status open_shards(data_loader *dl) {
         uint64_t nt = dl->shards[i].n_tokens;
         if (dl->cfg.order == DATA_ORDER_SEQUENTIAL && nt < need) {
             st = ms_error(MS_ERR_FORMAT,
-                          "%s: shard has %llu tokens, fewer than one batch needs (B*T+1 = %llu)",
+                          "%s: shard has %llu tokens, fewer than one batch needs (B*T*ranks+1 = %llu)",
                           paths[i], (unsigned long long)nt, (unsigned long long)need);
             goto out;
         }
@@ -82,17 +82,20 @@ out:
 ms_status data_loader_open(data_loader **out, const data_loader_config *cfg) {
     *out = NULL;
     if (cfg->B < 1 || cfg->T < 1) return ms_error(MS_ERR_ARG, "data loader: bad batch shape");
+    if (cfg->nranks < 1 || cfg->rank < 0 || cfg->rank >= cfg->nranks)
+        return ms_error(MS_ERR_ARG, "data loader: rank %d of %d", cfg->rank, cfg->nranks);
     data_loader *dl = calloc(1, sizeof *dl);
     if (!dl) return ms_error(MS_ERR_NOMEM, "data loader: out of memory");
     dl->cfg = *cfg;
     dl->row = malloc(sizeof(int32_t) * ((size_t)cfg->T + 1));
     ms_status st = dl->row ? open_shards(dl) : ms_error(MS_ERR_NOMEM, "data loader: out of memory");
     if (st == MS_OK && cfg->order == DATA_ORDER_SHUFFLE) {
-        if (dl->n_windows < (uint64_t)cfg->B) {
+        if (dl->n_windows < (uint64_t)cfg->B * (uint64_t)cfg->nranks) {
             st = ms_error(MS_ERR_FORMAT,
-                          "%s: %llu tokens make only %llu windows of T+1=%d, fewer than B=%d",
+                          "%s: %llu tokens make only %llu windows of T+1=%d, fewer than one "
+                          "batch of %d",
                           cfg->pattern, (unsigned long long)dl->total_tokens,
-                          (unsigned long long)dl->n_windows, cfg->T + 1, cfg->B);
+                          (unsigned long long)dl->n_windows, cfg->T + 1, cfg->B * cfg->nranks);
         } else if (dl->n_windows > UINT32_MAX) {
             st = ms_error(MS_ERR_RANGE, "%s: too many windows to shuffle", cfg->pattern);
         } else {
@@ -133,36 +136,37 @@ static ms_status read_row(data_loader *dl, int s, uint64_t pos, int r, int32_t *
 }
 
 static ms_status next_sequential(data_loader *dl, int32_t *inp, int32_t *tgt, int32_t *tmp) {
-    uint64_t BT = (uint64_t)dl->cfg.B * dl->cfg.T;
+    uint64_t BT = (uint64_t)dl->cfg.B * dl->cfg.T, span = BT * (uint64_t)dl->cfg.nranks;
     data_cursor *c = &dl->cur;
-    if (c->pos + BT + 1 > dl->shards[c->shard].n_tokens) {
+    if (c->pos + span + 1 > dl->shards[c->shard].n_tokens) {
         c->pos = 0;
         if (++c->shard == (uint64_t)dl->n_shards) {
             c->shard = 0;
             c->epoch++;
         }
     }
+    uint64_t start = c->pos + BT * (uint64_t)dl->cfg.rank;
     for (int r = 0; r < dl->cfg.B; r++)
-        MS_TRY(read_row(dl, (int)c->shard, c->pos + (uint64_t)r * dl->cfg.T, r, inp, tgt, tmp));
-    c->pos += BT;
+        MS_TRY(read_row(dl, (int)c->shard, start + (uint64_t)r * dl->cfg.T, r, inp, tgt, tmp));
+    c->pos += span;
     return MS_OK;
 }
 
 static ms_status next_shuffle(data_loader *dl, int32_t *inp, int32_t *tgt, int32_t *tmp) {
     data_cursor *c = &dl->cur;
+    uint64_t first = c->pos + (uint64_t)dl->cfg.rank * dl->cfg.B;
     for (int r = 0; r < dl->cfg.B; r++) {
-        if (c->pos >= dl->n_windows) {
-            c->pos = 0;
-            c->epoch++;
-        }
-        if (dl->perm_epoch != c->epoch) make_perm(dl, c->epoch);
-        uint64_t w = dl->perm[c->pos++];
+        uint64_t g = first + (uint64_t)r; /* global window counter */
+        uint64_t epoch = g / dl->n_windows;
+        if (dl->perm_epoch != epoch) make_perm(dl, epoch);
+        uint64_t w = dl->perm[g % dl->n_windows];
         int s = 0;
-        while (dl->first_window[s + 1] <= w)
-            s++; /* few shards: linear scan */
+        while (dl->first_window[s + 1] <= w) s++; /* few shards: linear scan */
         uint64_t pos = (w - dl->first_window[s]) * (uint64_t)dl->cfg.T;
         MS_TRY(read_row(dl, s, pos, r, inp, tgt, tmp));
     }
+    c->pos += (uint64_t)dl->cfg.B * dl->cfg.nranks;
+    c->epoch = c->pos / dl->n_windows;
     return MS_OK;
 }
 
@@ -175,10 +179,7 @@ data_cursor data_loader_cursor(const data_loader *dl) {
     return dl->cur;
 }
 
-void data_loader_seek(data_loader *dl, data_cursor c) {
-    dl->cur = c;
-    if (dl->perm && dl->perm_epoch != c.epoch) make_perm(dl, c.epoch);
-}
+void data_loader_seek(data_loader *dl, data_cursor c) { dl->cur = c; }
 
 void data_loader_rewind(data_loader *dl) {
     data_cursor c = {0, 0, 0};

@@ -8,6 +8,11 @@
  *  - shuffle: the shards are cut into windows of T+1 tokens at stride T; each
  *    epoch visits every window once in an order that is a pure function of
  *    (seed, epoch), B windows per batch.
+ * Data parallelism: with nranks > 1 each optimiser-level batch is the
+ * concatenation of the ranks' batches, so the ranks see disjoint data and
+ * together exactly the data one process with nranks*B rows would see:
+ * sequential rank r reads the B*T+1 tokens at k*nranks*B*T + r*B*T, shuffle
+ * rank r takes windows k*nranks*B + r*B ... of the epoch's permutation.
  * Each token is checked against the vocabulary as it is read; a token id
  * >= vocab is an error naming the shard and the position.
  * The cursor (data_cursor) is plain data, so a checkpoint can store it and a
@@ -28,12 +33,14 @@ typedef struct {
     int vocab;
     data_order order;
     uint64_t seed;
+    int rank, nranks; /* data-parallel slice: this rank of nranks (0 of 1 alone) */
 } data_loader_config;
 
 typedef struct {
     uint64_t epoch;
     uint64_t shard; /* sequential: current shard index */
-    uint64_t pos;   /* sequential: token position; shuffle: next window of the epoch */
+    uint64_t pos;   /* sequential: token position of the global batch; shuffle:
+                       windows consumed by all ranks since the start */
 } data_cursor;
 
 typedef struct data_loader data_loader;

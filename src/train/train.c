@@ -11,6 +11,7 @@
 #include "base/timeutil.h"
 #include "ckpt/hf.h"
 #include "data/loader.h"
+#include "data/prefetch.h"
 #include "monitor/monitor.h"
 #include "optim/optim.h"
 #include "train/train_internal.h"
@@ -24,6 +25,7 @@ typedef struct {
     opt_state *opt;
     opt_schedule sched;
     data_loader *train, *val;
+    data_prefetch *prefetch; /* feeds the training batches */
     mon_metrics metrics;
     int32_t *inp, *tgt;
     double peak_flops, flops_per_token;
@@ -32,8 +34,13 @@ typedef struct {
 
 static ms_status open_loaders(trainer *t) {
     const train_config *tc = t->tc;
-    data_loader_config dc = {tc->train_data, t->micro,           tc->seq,
-                             t->mc.vocab,    DATA_ORDER_SHUFFLE, tc->seed};
+    data_loader_config dc = {.pattern = tc->train_data,
+                             .B = t->micro,
+                             .T = tc->seq,
+                             .vocab = t->mc.vocab,
+                             .seed = tc->seed,
+                             .rank = 0,
+                             .nranks = 1};
     MS_TRY(data_order_parse(tc->data_order, &dc.order));
     MS_TRY(data_loader_open(&t->train, &dc));
     ms_info("train data: %s: %d shard(s), %llu tokens, order %s", tc->train_data,
@@ -75,11 +82,14 @@ static ms_status setup(trainer *t) {
     if (!t->inp || !t->tgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
     t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 2048, 2);
+    /* started last, so the probe above runs on idle cores */
+    MS_TRY(data_prefetch_start(&t->prefetch, t->train, t->micro, tc->seq, 4));
     return MS_OK;
 }
 
 static void teardown(trainer *t) {
     mon_metrics_close(&t->metrics);
+    data_prefetch_stop(t->prefetch);
     data_loader_close(t->train);
     data_loader_close(t->val);
     opt_destroy(t->opt);
@@ -153,9 +163,9 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     float dloss = 1.0f / ((float)tc->batch * (float)tc->seq);
     double loss = 0;
     for (int k = 0; k < t->accum; k++) {
-        double d0 = ms_now();
-        MS_TRY(data_loader_next(t->train, t->inp, t->tgt));
-        r->data_sec += ms_now() - d0;
+        double wait = 0;
+        MS_TRY(data_prefetch_next(t->prefetch, t->inp, t->tgt, &wait));
+        r->data_sec += wait;
         loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
     }
     if (train_fault_hits(&t->fault, step + 1)) { /* injected: one NaN gradient */

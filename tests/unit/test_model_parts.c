@@ -98,7 +98,7 @@ static void test_loader(const char *dir) {
     snprintf(pat, sizeof pat, "%s/a_*.bin", dir);
     int32_t in[4 * 10], tg[4 * 10];
     /* sequential: batch k = tokens from k*B*T, llm.c's order */
-    data_loader_config c = {pat, 4, 10, 60000, DATA_ORDER_SEQUENTIAL, 1};
+    data_loader_config c = {pat, 4, 10, 60000, DATA_ORDER_SEQUENTIAL, 1, 0, 1};
     data_loader *dl;
     T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
     T_EQ_INT(data_loader_num_shards(dl), 2);
@@ -144,6 +144,30 @@ static void test_loader(const char *dir) {
     T_OK(memcmp(first, in3, sizeof first) == 0);
     data_loader_close(dl);
     free(seen);
+    /* data parallel: ranks 0 and 1 with B=2 together read what one rank with
+     * B=4 reads, in both orders, batch after batch (including epoch wraps) */
+    for (int order = 0; order < 2; order++) {
+        data_loader_config one = {pat, 4, 10, 60000, (data_order)order, 7, 0, 1};
+        data_loader_config r0 = {pat, 2, 10, 60000, (data_order)order, 7, 0, 2};
+        data_loader_config r1 = {pat, 2, 10, 60000, (data_order)order, 7, 1, 2};
+        data_loader *l1, *l0r, *l1r;
+        T_EQ_INT(data_loader_open(&l1, &one), MS_OK);
+        T_EQ_INT(data_loader_open(&l0r, &r0), MS_OK);
+        T_EQ_INT(data_loader_open(&l1r, &r1), MS_OK);
+        int same = 1;
+        for (int b = 0; b < 60; b++) {
+            int32_t a[40], at[40], x[20], xt[20], y[20], yt[20];
+            data_loader_next(l1, a, at);
+            data_loader_next(l0r, x, xt);
+            data_loader_next(l1r, y, yt);
+            same &= !memcmp(a, x, sizeof x) && !memcmp(a + 20, y, sizeof y);
+            same &= !memcmp(at, xt, sizeof xt) && !memcmp(at + 20, yt, sizeof yt);
+        }
+        T_OK(same);
+        data_loader_close(l1);
+        data_loader_close(l0r);
+        data_loader_close(l1r);
+    }
     /* too small for one batch */
     c.order = DATA_ORDER_SEQUENTIAL;
     c.B = 64;

@@ -1,0 +1,43 @@
+/* shm_ring.h - one reader per node: a ring of batches in POSIX shared memory.
+ *
+ * Ranks that must see identical batches (a tensor-parallel group on one
+ * node) do not each read the shards: the leader reads (usually through a
+ * data_prefetch) and publishes every batch with data_shm_put; each follower
+ * attaches to the same named segment and takes the batches in order with
+ * data_shm_get.  The leader blocks when the oldest slot has not yet been
+ * read by every follower, so the ring never overwrites an unread batch.
+ * Synchronisation is a process-shared robust mutex and condition variable in
+ * the segment: a follower whose leader died, or a leader whose follower
+ * died, gets an error naming the segment after `timeout_s` (or at once when
+ * the dead process held the lock) instead of waiting forever.
+ * The leader creates and finally unlinks the segment; followers wait up to
+ * timeout_s for it to appear.  One thread per process uses a handle.
+ */
+#ifndef DATA_SHM_RING_H
+#define DATA_SHM_RING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct data_shm data_shm;
+
+typedef struct {
+    const char *name;   /* segment name, e.g. "/megascale-<job>-tp3" */
+    int followers;      /* number of followers that read every batch */
+    size_t batch_ints;  /* int32 elements of inputs (= of targets) per batch */
+    int depth;          /* slots in the ring */
+    double timeout_s;   /* longest wait for a peer */
+} data_shm_config;
+
+ms_status data_shm_open_leader(data_shm **out, const data_shm_config *cfg);
+ms_status data_shm_open_follower(data_shm **out, const data_shm_config *cfg);
+/* Leader: publish the next batch. */
+ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *targets);
+/* Follower: copy the next batch; *wait_sec gets the time spent waiting. */
+ms_status data_shm_get(data_shm *s, int32_t *inputs, int32_t *targets, double *wait_sec);
+/* Detach (the leader also unlinks the name). */
+void data_shm_close(data_shm *s);
+
+#endif

@@ -1,0 +1,169 @@
+/* test_loader.c - the asynchronous prefetcher (same batches and cursors as
+ * the synchronous loader, errors delivered in order, resumable) and the
+ * shared-memory batch ring (one leader, several follower processes,
+ * identical batches, dead peers detected). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "data/loader.h"
+#include "data/prefetch.h"
+#include "data/shard.h"
+#include "data/shm_ring.h"
+
+/* Shard whose token i is (i * 7) % mod, with one bad id at `bad` if >= 0. */
+static void write_shard(const char *path, uint32_t n, uint32_t mod, long bad) {
+    data_shard_writer w;
+    T_EQ_INT(data_shard_writer_open(&w, path, 1), MS_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t t = (uint32_t)(((uint64_t)i * 7) % mod);
+        if ((long)i == bad) t = 60000;
+        data_shard_writer_put(&w, &t, 1);
+    }
+    T_EQ_INT(data_shard_writer_commit(&w), MS_OK);
+}
+
+static void test_prefetch(const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/p.bin", dir);
+    write_shard(path, 5000, 1000, -1);
+    for (int order = 0; order < 2; order++) {
+        data_loader_config c = {path, 3, 16, 1000, (data_order)order, 11, 0, 1};
+        data_loader *sync, *async;
+        T_EQ_INT(data_loader_open(&sync, &c), MS_OK);
+        T_EQ_INT(data_loader_open(&async, &c), MS_OK);
+        data_prefetch *p;
+        T_EQ_INT(data_prefetch_start(&p, async, 3, 16, 4), MS_OK);
+        int same = 1, cursors = 1;
+        int32_t a[48], at[48], b[48], bt[48];
+        for (int k = 0; k < 300; k++) { /* several epochs */
+            data_loader_next(sync, a, at);
+            double wait;
+            T_EQ_INT(data_prefetch_next(p, b, bt, &wait), MS_OK);
+            same &= !memcmp(a, b, sizeof a) && !memcmp(at, bt, sizeof at);
+            data_cursor cs = data_loader_cursor(sync), cp = data_prefetch_cursor(p);
+            cursors &= cs.pos == cp.pos && cs.shard == cp.shard && cs.epoch == cp.epoch;
+        }
+        T_OK(same);
+        T_OK(cursors);
+        /* stop with batches still in the ring: the loader rewinds to the
+         * consumer's cursor, so the next batch is the one after the last used */
+        data_prefetch_stop(p);
+        data_loader_next(sync, a, at);
+        data_loader_next(async, b, bt);
+        T_OK(!memcmp(a, b, sizeof a));
+        data_loader_close(sync);
+        data_loader_close(async);
+    }
+    /* an error in the thread arrives with the batch it belongs to */
+    snprintf(path, sizeof path, "%s/bad.bin", dir);
+    write_shard(path, 2000, 1000, 16 * 3 * 5 + 4); /* inside batch 5 (0-based) */
+    data_loader_config c = {path, 3, 16, 1000, DATA_ORDER_SEQUENTIAL, 1, 0, 1};
+    data_loader *dl;
+    T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
+    data_prefetch *p;
+    T_EQ_INT(data_prefetch_start(&p, dl, 3, 16, 2), MS_OK);
+    int32_t b[48], bt[48];
+    for (int k = 0; k < 5; k++) T_EQ_INT(data_prefetch_next(p, b, bt, NULL), MS_OK);
+    T_EQ_INT(data_prefetch_next(p, b, bt, NULL), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "bad.bin");
+    T_STR_CONTAINS(ms_errmsg(), "60000");
+    T_EQ_INT(data_prefetch_next(p, b, bt, NULL), MS_ERR_RANGE);
+    data_prefetch_stop(p);
+    data_loader_close(dl);
+}
+
+static void fill(int32_t *x, size_t n, int k) {
+    for (size_t i = 0; i < n; i++) x[i] = (int32_t)(k * 1000003 + (int)i);
+}
+
+/* Follower process: read `nb` batches, exit 0 if all are right. */
+static int follower(const data_shm_config *c, int nb, int die_after) {
+    data_shm *s;
+    if (data_shm_open_follower(&s, c) != MS_OK) {
+        fprintf(stderr, "follower: %s\n", ms_errmsg());
+        return 2;
+    }
+    int32_t *in = malloc(c->batch_ints * 4), *tg = malloc(c->batch_ints * 4);
+    int32_t *want = malloc(c->batch_ints * 4);
+    int bad = 0;
+    for (int k = 0; k < nb; k++) {
+        if (k == die_after) _exit(9); /* a follower that dies */
+        if (data_shm_get(s, in, tg, NULL) != MS_OK) {
+            fprintf(stderr, "follower: %s\n", ms_errmsg());
+            return 3;
+        }
+        fill(want, c->batch_ints, k);
+        bad |= memcmp(in, want, c->batch_ints * 4) != 0;
+        fill(want, c->batch_ints, -k);
+        bad |= memcmp(tg, want, c->batch_ints * 4) != 0;
+    }
+    data_shm_close(s);
+    return bad ? 4 : 0;
+}
+
+static void test_shm(void) {
+    char name[64];
+    snprintf(name, sizeof name, "/ms-test-ring-%d", (int)getpid());
+    data_shm_config c = {name, 2, 1000, 3, 5.0};
+    int nb = 200;
+    pid_t kids[2];
+    for (int i = 0; i < 2; i++)
+        if ((kids[i] = fork()) == 0) _exit(follower(&c, nb, -1));
+    data_shm *s;
+    T_EQ_INT(data_shm_open_leader(&s, &c), MS_OK);
+    int32_t in[1000], tg[1000];
+    for (int k = 0; k < nb; k++) {
+        fill(in, 1000, k);
+        fill(tg, 1000, -k);
+        if (data_shm_put(s, in, tg) != MS_OK) {
+            T_OK(!"put failed");
+            fprintf(stderr, "%s\n", ms_errmsg());
+            break;
+        }
+    }
+    for (int i = 0; i < 2; i++) {
+        int ws = 0;
+        waitpid(kids[i], &ws, 0);
+        T_OK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    }
+    data_shm_close(s);
+
+    /* a follower that dies: the leader reports it after the timeout */
+    c.timeout_s = 1.0;
+    c.followers = 1;
+    pid_t k = fork();
+    if (k == 0) _exit(follower(&c, nb, 5));
+    T_EQ_INT(data_shm_open_leader(&s, &c), MS_OK);
+    ms_status st = MS_OK;
+    for (int b = 0; b < 50 && st == MS_OK; b++) {
+        fill(in, 1000, b);
+        fill(tg, 1000, -b);
+        st = data_shm_put(s, in, tg);
+    }
+    T_EQ_INT(st, MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), name);
+    T_STR_CONTAINS(ms_errmsg(), "timed out");
+    waitpid(k, NULL, 0);
+    data_shm_close(s);
+
+    /* no leader: a follower gives up after the timeout, naming the ring */
+    data_shm *f;
+    T_EQ_INT(data_shm_open_follower(&f, &c), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), name);
+}
+
+int main(void) {
+    char dir[] = "/tmp/ms_loader_XXXXXX";
+    if (!mkdtemp(dir)) return 1;
+    test_prefetch(dir);
+    test_shm();
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    return ms_test_summary("test_loader");
+}
