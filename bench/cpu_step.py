@@ -71,8 +71,9 @@ def main():
 
             def parse_ours(_):
                 steps = [json.loads(l) for l in open(metrics) if '"loss"' in l]
-                return [s["ms"] for s in steps], [s["mfu"] for s in steps]
-            (ours_ms, ours_mfu), ours_rss = measure(ours_cmd, env, parse_ours)
+                return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
+                        [s["data_ms"] for s in steps])
+            (ours_ms, ours_mfu, ours_data), ours_rss = measure(ours_cmd, env, parse_ours)
             torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_gpt_step.py"), str(L), str(C),
                          str(H), "50257", str(B), str(T), str(a.steps), str(a.threads)]
             torch_ms, torch_rss = measure(torch_cmd, env,
@@ -80,14 +81,17 @@ def main():
             om = statistics.median(ours_ms[a.warmup:])
             tm = statistics.median(torch_ms[a.warmup:])
             mfu = statistics.median(ours_mfu[a.warmup:])
-            rows.append((case, om, B * T / om * 1e3, ours_rss, mfu, tm, B * T / tm * 1e3, torch_rss))
+            wait = 100 * sum(ours_data[a.warmup:]) / sum(ours_ms[a.warmup:])
+            rows.append((case, om, B * T / om * 1e3, ours_rss, mfu, wait, tm, B * T / tm * 1e3,
+                         torch_rss))
     print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
-          f"{'torch ms':>9} {'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")
-    for case, om, ot, orss, mfu, tm, tt, trss in rows:
-        print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% {tm:9.1f} {tt:11.0f} "
-              f"{trss:8.0f}M {ot / tt:7.2f}x")
+          f"{'data wait':>9} {'torch ms':>9} {'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")
+    for case, om, ot, orss, mfu, wait, tm, tt, trss in rows:
+        print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% {wait:8.3f}% "
+              f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x")
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
-          f"{a.threads} threads; case = model:B:T; MFU against the probed sgemm peak)")
+          f"{a.threads} threads; case = model:B:T; MFU against the probed sgemm peak; "
+          f"data wait = time the step waited for its batch / step time)")
 
 
 if __name__ == "__main__":
