@@ -110,4 +110,15 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
                         float *logits);
 void gpt_zero_grads(gpt_model *m);
 
+/* Called by gpt_forward_backward as soon as the gradients of a contiguous
+ * range [begin, end) of the gradient buffer (element offsets) are final for
+ * the micro-batch: block L-1 first down to block 0, then ln_f and finally the
+ * embeddings (wte, wpe).  Data parallelism uses it to start reducing a
+ * bucket while the backward pass goes on.  fn NULL removes the hook. */
+typedef void (*gpt_grad_ready_fn)(void *ctx, size_t begin, size_t end);
+void gpt_set_grad_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx);
+/* The ranges the hook reports, in order: n_ranges = L + 2; range i is
+ * [bounds[2i], bounds[2i+1]). */
+int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges);
+
 #endif

@@ -65,6 +65,8 @@ struct gpt_model {
     void *dresid, *dln, *datty, *dqkv, *dfc, *dfc_pre; /* (N,C)x3, (N,3C), (N,4C)x2 */
     void *tmp;          /* (N,C): c_proj outputs before the residual add */
     float *host_losses; /* (N) host copy */
+    gpt_grad_ready_fn grad_hook;
+    void *grad_hook_ctx;
 };
 
 /* Device pointer (act dtype) of tensor i of the weights / f32 gradient. */

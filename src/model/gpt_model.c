@@ -258,3 +258,25 @@ void gpt_init(gpt_model *m, uint64_t seed) {
     free(host);
     gpt_params_updated(m);
 }
+
+void gpt_set_grad_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx) {
+    m->grad_hook = fn;
+    m->grad_hook_ctx = ctx;
+}
+
+int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges) {
+    int L = m->cfg.n_layer, n = 0;
+    MS_CHECK(max_ranges >= L + 2);
+    for (int l = L - 1; l >= 0; l--) { /* blocks, last first */
+        bounds[2 * n] = m->table[m->layer_t[l * GPT_LAYER_TENSORS]].offset;
+        bounds[2 * n + 1] = l + 1 < L ? m->table[m->layer_t[(l + 1) * GPT_LAYER_TENSORS]].offset
+                                      : m->table[m->t_lnf_w].offset;
+        n++;
+    }
+    bounds[2 * n] = m->table[m->t_lnf_w].offset; /* ln_f */
+    bounds[2 * n + 1] = m->n_elems;
+    n++;
+    bounds[2 * n] = 0; /* wte, wpe */
+    bounds[2 * n + 1] = m->table[m->layer_t[0]].offset;
+    return n + 1;
+}

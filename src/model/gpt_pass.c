@@ -124,9 +124,20 @@ float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *t
     be->zero(be, m->dresid, (size_t)N * C * be_dtype_size(be->act_dtype));
     be->layernorm_bwd(be, m->dresid, gpt_g(m, m->t_lnf_w), gpt_g(m, m->t_lnf_b), m->dln, m->x_final,
                       gpt_w(m, m->t_lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
-    for (int l = c->n_layer - 1; l >= 0; l--)
+    size_t bounds[2 * 1026]; /* layers are at most 1024 (gpt_config_validate) */
+    int nr = m->grad_hook ? gpt_grad_ranges(m, bounds, 1026) : 0;
+    for (int l = c->n_layer - 1; l >= 0; l--) {
         layer_bwd(m, l, B, T);
+        if (m->grad_hook) {
+            int i = c->n_layer - 1 - l;
+            m->grad_hook(m->grad_hook_ctx, bounds[2 * i], bounds[2 * i + 1]);
+        }
+    }
+    if (m->grad_hook) /* ln_f */
+        m->grad_hook(m->grad_hook_ctx, bounds[2 * (nr - 2)], bounds[2 * (nr - 2) + 1]);
     be->embedding_bwd(be, gpt_g(m, m->t_wte), gpt_g(m, m->t_wpe), m->dresid, m->tokens, B, T, C);
+    if (m->grad_hook) /* wte, wpe */
+        m->grad_hook(m->grad_hook_ctx, bounds[2 * (nr - 1)], bounds[2 * (nr - 1) + 1]);
     return mean_loss(m, N);
 }
 

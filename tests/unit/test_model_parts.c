@@ -33,6 +33,40 @@ static void test_config(void) {
     T_STR_CONTAINS(ms_errmsg(), "not divisible");
 }
 
+typedef struct {
+    size_t b[16];
+    int n;
+} hook_log;
+
+static void log_hook(void *ctx, size_t begin, size_t end) {
+    hook_log *h = ctx;
+    if (h->n < 8) {
+        h->b[2 * h->n] = begin;
+        h->b[2 * h->n + 1] = end;
+    }
+    h->n++;
+}
+
+/* The gradient-ready ranges partition the buffer and arrive in order. */
+static void test_grad_hook(gpt_model *m) {
+    size_t want[16];
+    int n = gpt_grad_ranges(m, want, 8);
+    T_EQ_INT(n, 4); /* 2 blocks, ln_f, embeddings */
+    size_t covered = 0;
+    for (int i = 0; i < n; i++) covered += want[2 * i + 1] - want[2 * i];
+    T_EQ_INT(covered, gpt_num_elements(m));
+    T_EQ_INT(want[2 * (n - 1)], 0);
+    T_EQ_INT(want[1], want[2 * (n - 2)]); /* last block ends where ln_f starts */
+    hook_log h = {{0}, 0};
+    gpt_set_grad_hook(m, log_hook, &h);
+    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tgt[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    gpt_zero_grads(m);
+    gpt_forward_backward(m, tok, tgt, 1, 8, 1.0f / 8);
+    gpt_set_grad_hook(m, NULL, NULL);
+    T_EQ_INT(h.n, n);
+    T_OK(memcmp(h.b, want, sizeof(size_t) * 2 * (size_t)n) == 0);
+}
+
 static void test_table(void) {
     be_backend *be;
     gpt_model *m;
@@ -62,6 +96,7 @@ static void test_table(void) {
     float first = w[wte->offset];
     gpt_init(m, 5);
     T_NEAR(gpt_params(m)[wte->offset], first, 0);
+    test_grad_hook(m);
     gpt_destroy(m);
     be_destroy(be);
 }
