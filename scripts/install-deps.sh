@@ -5,9 +5,9 @@
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev gzip)
+pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev libpcre2-dev gzip)
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(python3 python3-numpy python3-torch)
+  pkgs+=(python3 python3-numpy python3-torch nodejs npm)
 fi
 
 missing=()

@@ -1,0 +1,137 @@
+/* schedule.h - pipeline-parallel schedules as pure functions.
+ *
+ * par_schedule() turns (kind, pp, vpp, n_micro, stage) into the instruction
+ * list one pipeline rank executes for one optimizer step: FWD/BWD of a
+ * (micro-batch, model chunk) pair and the point-to-point traffic between
+ * stages.  Two kinds, both following Megatron-LM:
+ *  - PAR_SCHED_1F1B: non-interleaved 1F1B (PipeDream-Flush); vpp must be 1.
+ *  - PAR_SCHED_INTERLEAVED: interleaved 1F1B with vpp model chunks per rank;
+ *    needs pp >= 2 and n_micro % pp == 0.
+ * Chunk c on stage s holds global model chunk g = c*pp + s, so activations
+ * flow g -> g+1 (stage s -> s+1, wrapping from stage pp-1 to stage 0 and the
+ * next chunk) and gradients g -> g-1.  Global chunk 0 receives no
+ * activation and global chunk pp*vpp-1 receives no gradient (it owns the
+ * loss).
+ *
+ * Communication is non-blocking: SEND_* / RECV_* post an operation and a
+ * later WAIT completes it.  Receives are posted one compute instruction
+ * ahead of their use and waited right before the FWD/BWD that consumes
+ * them; a send is posted right after the compute that produced its data
+ * and waited right before the next compute that rewrites the same send
+ * buffer (one activation and one gradient send buffer per local chunk), or
+ * at the end of the list.  A posted operation completes once its peer has
+ * posted the matching one (rendezvous, like NCCL).
+ *
+ * par_schedule_validate() simulates all ranks' lists together (message
+ * matching, deadlock and protocol checks, timing with a cost per FWD/BWD);
+ * par_schedule_bubble_fraction() uses it to measure the pipeline bubble.
+ *
+ * Memory: lists returned by par_schedule / par_plan_build are malloc'ed and
+ * owned by the caller (free() / par_plan_free()).  All functions are pure
+ * and thread-safe; errors are recorded with ms_error() (thread-local).
+ */
+#ifndef PAR_SCHEDULE_H
+#define PAR_SCHEDULE_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+#include "base/status.h"
+
+typedef enum { PAR_SCHED_1F1B = 0, PAR_SCHED_INTERLEAVED = 1 } par_sched_kind;
+
+typedef enum {
+    PAR_FWD = 0,       /* forward of (mb, chunk) */
+    PAR_BWD = 1,       /* backward of (mb, chunk) */
+    PAR_SEND_ACT = 2,  /* post send of (mb, chunk)'s output activation to `peer` */
+    PAR_RECV_ACT = 3,  /* post receive of (mb, chunk)'s input activation from `peer` */
+    PAR_SEND_GRAD = 4, /* post send of (mb, chunk)'s input gradient to `peer` */
+    PAR_RECV_GRAD = 5, /* post receive of (mb, chunk)'s output gradient from `peer` */
+    PAR_WAIT = 6,      /* block until the posted `waits` op on (mb, chunk) completes */
+} par_op;
+
+typedef struct {
+    par_op op;
+    int mb;       /* micro-batch, 0..n_micro-1 */
+    int chunk;    /* local model chunk on this stage, 0..vpp-1 */
+    int peer;     /* SEND_*: destination stage; RECV_*: source stage; WAIT: the
+                   * waited op's peer; FWD/BWD: -1 */
+    par_op waits; /* WAIT: the posted op it completes (PAR_SEND_ACT..
+                   * PAR_RECV_GRAD); other ops: PAR_WAIT (unused) */
+} par_instr;
+
+/* The lists of all pp ranks for one configuration. */
+typedef struct {
+    par_sched_kind kind;
+    int pp, vpp, n_micro;
+    par_instr **lists; /* lists[s]: stage s's instructions */
+    int *lens;         /* lens[s]: their count */
+} par_plan;
+
+/* What a simulation measured.  Times are in the units of t_fwd/t_bwd. */
+typedef struct {
+    double makespan;        /* when the last rank finishes */
+    double busy;            /* compute time of one rank: n_micro*vpp*(t_fwd+t_bwd) */
+    double bubble_fraction; /* (makespan - busy) / busy */
+    int max_in_flight;      /* max over stages of (mb, chunk) pairs with FWD
+                             * done and BWD not yet done */
+} par_sim_stats;
+
+/* Default cost model of par_schedule_bubble_fraction: one chunk's FWD of one
+ * micro-batch costs 1 unit, its BWD 2 units. */
+#define PAR_COST_FWD 1.0
+#define PAR_COST_BWD 2.0
+
+const char *par_sched_kind_name(par_sched_kind kind);
+
+/* Check a configuration without building anything.  MS_ERR_ARG with a
+ * message naming the values when it is invalid. */
+ms_status par_schedule_check_args(par_sched_kind kind, int pp, int vpp, int n_micro);
+
+/* Instruction list of pipeline rank `stage` (0..pp-1).  On success *out is a
+ * malloc'ed array of *n instructions (caller frees).  MS_ERR_ARG for an
+ * invalid configuration, MS_ERR_NOMEM on allocation failure. */
+ms_status par_schedule(par_sched_kind kind, int pp, int vpp, int n_micro, int stage,
+                       par_instr **out, int *n);
+
+/* Number of warmup FWDs of stage `stage` (Megatron's num_warmup_microbatches):
+ * FWDs run before the first BWD, not counting the steady phase's first one.
+ * The stage keeps at most min(warmup + 1, n_micro*vpp) activations.  Assumes
+ * valid arguments (see par_schedule_check_args). */
+int par_schedule_warmup(par_sched_kind kind, int pp, int vpp, int n_micro, int stage);
+
+/* Build the lists of all ranks into *plan (zeroed on failure).  Free with
+ * par_plan_free, which accepts a zeroed plan. */
+ms_status par_plan_build(par_sched_kind kind, int pp, int vpp, int n_micro, par_plan *plan);
+void par_plan_free(par_plan *plan);
+
+/* Simulate all ranks' lists of `plan` together, FWD costing t_fwd and BWD
+ * t_bwd (both > 0), communication free.  MS_OK when every rank runs to
+ * completion and the protocol holds; otherwise MS_ERR_ARG with a message
+ * starting "deadlock:" (no rank can progress; names each blocked rank and
+ * what it waits for) or "protocol:" (FWD before its activation arrived,
+ * BWD before its FWD or gradient, an unmatched or unwaited send/receive, a
+ * send buffer rewritten before its send completed, wrong peer, a missing or
+ * duplicate FWD/BWD, ...).  `stats` (may be NULL) is filled on success;
+ * `max_in_flight` (may be NULL) receives pp per-stage maxima. */
+ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd,
+                                par_sim_stats *stats, int *max_in_flight);
+
+/* Bubble fraction (idle time / compute time per rank) of a configuration,
+ * measured by simulating its lists under the default cost model
+ * (PAR_COST_FWD, PAR_COST_BWD).  Textbook values: (pp-1)/n_micro for 1F1B,
+ * (pp-1)/(vpp*n_micro) for interleaved. */
+ms_status par_schedule_bubble_fraction(par_sched_kind kind, int pp, int vpp, int n_micro,
+                                       double *frac);
+
+/* Name of an op ("FWD", "SEND_ACT", ...). */
+const char *par_op_name(par_op op);
+
+/* Format one instruction ("FWD(mb=3,c=1)", "SEND_ACT(mb=3,c=1,to=2)",
+ * "WAIT(RECV_GRAD mb=0,c=0,from=1)") into buf; returns buf. */
+const char *par_instr_str(const par_instr *ins, char *buf, size_t size);
+
+/* Debug print of a list, one instruction per line with its index. */
+void par_schedule_print(FILE *f, const par_instr *list, int n);
+
+#endif
