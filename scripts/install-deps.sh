@@ -5,7 +5,7 @@
 # As root it runs apt-get; otherwise it prints the exact command to run.
 set -euo pipefail
 
-pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev libpcre2-dev gzip)
+pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev libpcre2-dev gzip openmpi-bin libopenmpi-dev)
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3 python3-numpy python3-torch nodejs npm)
 fi

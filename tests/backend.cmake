@@ -8,3 +8,7 @@ target_link_libraries(ops_dump PRIVATE mscore)
 ms_script_test(torch_ops
   COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/test_ops.py $<TARGET_FILE:ops_dump>
   LABELS torch)
+
+# Ops for tensor parallelism (vocabulary slices, bias add) against the
+# whole-vocabulary ops.
+ms_c_test(test_cpu_tp_ops SOURCES unit/test_cpu_tp_ops.c LABELS unit)

@@ -72,6 +72,18 @@ struct be_backend {
     /* dwte (Vp,C) f32 +=, dwpe (Tmax,C) f32 +=, from dout (B,T,C) act. */
     void (*embedding_bwd)(be_backend *be, float *dwte, float *dwpe, const void *dout,
                           const int32_t *tok, int B, int T, int C);
+    /* Vocabulary-parallel embedding over one slice of the vocabulary (token
+     * ids v0..v0+Vs-1, held as wte (Vs,C) act):
+     *   out (B,T,C) act = (v0 <= tok < v0+Vs ? wte[tok-v0] : 0) [+ wpe[t]]
+     * wpe (Tmax,C) act may be NULL (no position term).  Summed over the
+     * slices of a partition of the vocabulary, with wpe on one slice only,
+     * this is embedding_fwd exactly (every other term is 0). */
+    void (*embedding_slice_fwd)(be_backend *be, void *out, const int32_t *tok, const void *wte,
+                                const void *wpe, int B, int T, int C, int v0, int Vs);
+    /* dwte (Vs,C) f32 += the rows of dout (B,T,C) act whose token is in the
+     * slice; dwpe (Tmax,C) f32 += dout when dwpe != NULL. */
+    void (*embedding_slice_bwd)(be_backend *be, float *dwte, float *dwpe, const void *dout,
+                                const int32_t *tok, int B, int T, int C, int v0, int Vs);
 
     /* out (N,C) act =, mean/rstd (N) f32 = ; eps 1e-5. */
     void (*layernorm_fwd)(be_backend *be, void *out, float *mean, float *rstd, const void *inp,
@@ -113,6 +125,10 @@ struct be_backend {
     void (*gelu_bwd)(be_backend *be, void *dinp, const void *inp, const void *dout, size_t n);
     /* out = a + b (act; out may alias a or b). */
     void (*residual_add)(be_backend *be, void *out, const void *a, const void *b, size_t n);
+    /* out (M,N) act += bias (N) act, broadcast over the rows. */
+    void (*bias_add)(be_backend *be, void *out, const void *bias, int M, int N);
+    /* y (n) f32 += x (n) f32. */
+    void (*add_f32)(be_backend *be, float *y, const float *x, size_t n);
 
     /* Fused tied classifier + softmax cross-entropy (+ gradient):
      *   logits (N,Vp) = x (N,C) @ wte (Vp,C)^T, only the first V columns
@@ -124,6 +140,28 @@ struct be_backend {
     void (*classifier_fwd_bwd)(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
                                const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
                                float dloss);
+    /* Vocabulary-parallel classifier, in two phases per chunk of R rows, for
+     * one slice of the vocabulary: ids v0..v0+Vs-1 held as wte (Vs,C) act,
+     * all < V (padded ids belong to no slice; Vs may be 0).  Between the
+     * phases the caller gathers the stats of all P slices (a partition of
+     * [0,V)) in slice order.
+     * Phase 1:  logits (R,Vs) act = x (R,C) @ wte^T;  stats (R,3) f32 = per
+     *   row: max of its logits, sum of exp(logit - max), and the logit of
+     *   targets[i] if it lies in the slice, else 0 (Vs = 0: -FLT_MAX, 0, 0). */
+    void (*classifier_slice_stats)(be_backend *be, float *stats, void *logits, const void *x,
+                                   const void *wte, const int32_t *targets, int R, int C, int Vs,
+                                   int v0);
+    /* Phase 2, from stats (P,R,3) f32 of all slices:  lse = log-sum-exp over
+     * the slices (combined in slice order, so every slice gets bitwise the
+     * same value), losses (R) f32 = lse - logit[target] (the same on every
+     * slice).  If dx != NULL: logits become dlogits = dloss * (softmax -
+     * onehot(target)) in place, dx (R,C) act = dlogits @ wte (this slice's
+     * share of the gradient: the sum over slices is the full dx) and dwte
+     * (Vs,C) f32 += dlogits^T @ x. */
+    void (*classifier_slice_finish)(be_backend *be, float *losses, void *dx, float *dwte,
+                                    void *logits, const void *x, const void *wte,
+                                    const int32_t *targets, const float *stats, int P, int R,
+                                    int C, int Vs, int v0, float dloss);
 
     /* AdamW (PyTorch's): g' = g*gscale; m = b1 m + (1-b1) g';
      * v = b2 v + (1-b2) g'^2; w -= lr*wd*w; w -= lr * mhat/(sqrt(vhat)+eps)

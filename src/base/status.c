@@ -27,6 +27,8 @@ const char *ms_status_name(ms_status s) {
         return "non-finite";
     case MS_ERR_INTERNAL:
         return "internal";
+    case MS_ERR_TIMEOUT:
+        return "timeout";
     }
     return "unknown";
 }

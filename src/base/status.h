@@ -24,6 +24,7 @@ typedef enum {
     MS_ERR_NOTFOUND,  /* a file or tensor that must exist does not */
     MS_ERR_NONFINITE, /* NaN/Inf in loss or gradients */
     MS_ERR_INTERNAL,  /* a vendor library call failed */
+    MS_ERR_TIMEOUT,   /* an op did not finish in time (or can never finish: a peer is gone) */
 } ms_status;
 
 /* Short name of a status code ("io", "format", ...). */

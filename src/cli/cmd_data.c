@@ -1,10 +1,8 @@
-/* cmd_data.c - `megascale data`: text to token shards, shard inspection.
- *   data prepare --input FILE|GLOB|DIR --tokenizer bytes --out DIR
- *   data inspect SHARD
- * The byte-level tokenizer (one token per byte, vocab 256) is built in; the
- * BPE tokenizers come with the data pipeline. */
-#include <dirent.h>
-#include <errno.h>
+/* cmd_data.c - `megascale data`: text to token shards, tokenizer training,
+ * shard inspection.
+ *   data prepare --input FILE|GLOB|DIR --tokenizer gpt2|bytes|FILE --out DIR
+ *   data tokenizer-train --input FILE|GLOB|DIR --vocab-size N --out FILE
+ *   data inspect SHARD [--tokenizer gpt2|FILE] */
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,107 +13,137 @@
 #include "base/timeutil.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "data/prepare.h"
 #include "data/shard.h"
+#include "data/tokenizer.h"
 
 typedef struct {
     char *input, *out, *tokenizer, *name;
     double val_fraction;
-    int count;
+    int count, vocab_size, threads;
+    uint64_t shard_tokens;
 } data_config;
 
-#define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(data_config, field), def, help }
+#define O(name, type, field, def, help) {name, type, offsetof(data_config, field), def, help}
 static const opts_spec data_opts[] = {
-    O("input", OPT_T_STR, input, NULL, "text file, glob of files, or directory (prepare)"),
-    O("out", OPT_T_STR, out, NULL, "output directory for the shards (prepare)"),
-    O("tokenizer", OPT_T_STR, tokenizer, "bytes", "tokenizer (prepare): bytes"),
+    O("input", OPT_T_STR, input, NULL, "text: a file, a glob of files, or a directory"),
+    O("out", OPT_T_STR, out, NULL, "output: shard directory (prepare), tokenizer file (train)"),
+    O("tokenizer", OPT_T_STR, tokenizer, "gpt2", "gpt2, bytes, or a tokenizer file"),
     O("name", OPT_T_STR, name, "data", "shard name prefix: NAME_train_000000.bin (prepare)"),
-    O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01",
-      "share of tokens for validation (prepare)"),
+    O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "share of the input for validation"),
+    O("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "tokens per training shard"),
+    O("vocab-size", OPT_T_INT, vocab_size, "4096", "vocabulary size (tokenizer-train)"),
+    O("threads", OPT_T_INT, threads, "0", "encoding threads (0: all cores)"),
     O("count", OPT_T_INT, count, "32", "tokens to show (inspect)"),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
 
 /* Input files: a directory's regular files (sorted) or a glob. */
 static ms_status list_inputs(const char *in, char ***paths, int *n) {
+    if (!in || !*in) return ms_error(MS_ERR_ARG, "--input is required");
     struct stat sb;
     if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         char pat[4200];
         snprintf(pat, sizeof pat, "%s/*", in);
-        return ms_glob(pat, paths, n);
+        ms_status st = ms_glob(pat, paths, n);
+        if (st == MS_ERR_NOTFOUND) return ms_error(st, "%s: directory has no files", in);
+        return st;
     }
     return ms_glob(in, paths, n);
 }
 
-/* Write tokens[lo, hi) of a byte buffer as one version-1 shard. */
-static ms_status write_shard(const char *path, const unsigned char *buf, size_t lo, size_t hi) {
-    data_shard_writer w;
-    MS_TRY(data_shard_writer_open(&w, path, 1));
-    uint32_t chunk[4096];
-    ms_status st = MS_OK;
-    for (size_t i = lo; i < hi && st == MS_OK;) {
-        size_t k = 0;
-        while (k < 4096 && i < hi)
-            chunk[k++] = buf[i++];
-        st = data_shard_writer_put(&w, chunk, k);
-    }
-    if (st == MS_OK)
-        st = data_shard_writer_commit(&w);
-    else
-        data_shard_writer_abort(&w);
-    return st;
+/* NULL tokenizer for "bytes". */
+static ms_status load_tokenizer(const char *name, data_tokenizer **tok) {
+    *tok = NULL;
+    if (!strcmp(name, "bytes")) return MS_OK;
+    return data_tok_load(tok, name);
 }
 
 static ms_status prepare(const data_config *dc) {
-    if (!dc->input || !dc->out) return ms_error(MS_ERR_ARG, "prepare needs --input and --out");
-    if (strcmp(dc->tokenizer, "bytes") != 0)
-        return ms_error(MS_ERR_ARG, "tokenizer '%s' is not available (built in: bytes)",
-                        dc->tokenizer);
-    if (!(dc->val_fraction >= 0 && dc->val_fraction < 1))
-        return ms_error(MS_ERR_ARG, "--val-fraction must be in [0, 1)");
+    if (!dc->out) return ms_error(MS_ERR_ARG, "prepare needs --out DIR");
     char **paths = NULL;
     int n = 0;
     MS_TRY(list_inputs(dc->input, &paths, &n));
-    ms_status st = ms_mkdirs(dc->out);
-    unsigned char *all = NULL;
+    data_tokenizer *tok = NULL;
+    ms_status st = load_tokenizer(dc->tokenizer, &tok);
+    data_prepare_stats ps;
+    if (st == MS_OK) {
+        data_prepare_config pc = {paths,    n,       tok, dc->out, dc->name, dc->val_fraction,
+                                  dc->shard_tokens, dc->threads, 0};
+        st = data_prepare(&pc, &ps);
+    }
+    if (st == MS_OK)
+        fprintf(stderr,
+                "prepared %d document(s), %.1f MB -> %llu tokens (%.2f bytes/token; %llu train, "
+                "%llu val) in %d shard(s) under %s, %.1fs (%.1f MB/s)\n",
+                ps.documents, (double)ps.bytes / 1e6, (unsigned long long)ps.tokens,
+                ps.tokens ? (double)ps.bytes / (double)ps.tokens : 0,
+                (unsigned long long)ps.train_tokens, (unsigned long long)ps.val_tokens, ps.shards,
+                dc->out, ps.seconds, (double)ps.bytes / 1e6 / (ps.seconds > 0 ? ps.seconds : 1e-9));
+    data_tok_free(tok);
+    ms_paths_free(paths, n);
+    return st;
+}
+
+static void train_progress(void *ctx, int done, int total) {
+    double *t0 = ctx;
+    fprintf(stderr, "\r[tokenizer-train] %d/%d merges, %.1fs   ", done, total, ms_now() - *t0);
+}
+
+static ms_status tokenizer_train(const data_config *dc) {
+    if (!dc->out) return ms_error(MS_ERR_ARG, "tokenizer-train needs --out FILE");
+    char **paths = NULL;
+    int n = 0;
+    MS_TRY(list_inputs(dc->input, &paths, &n));
+    char *all = NULL;
     size_t total = 0;
-    double t0 = ms_now();
+    ms_status st = MS_OK;
     for (int i = 0; i < n && st == MS_OK; i++) {
         char *text = NULL;
         size_t len = 0;
         st = ms_file_read_all(paths[i], &text, &len);
         if (st != MS_OK) break;
-        unsigned char *grown = realloc(all, total + len + 1);
-        if (!grown) {
-            free(text);
-            st = ms_error(MS_ERR_NOMEM, "%s: out of memory", paths[i]);
-            break;
+        char *g = realloc(all, total + len + 1);
+        if (!g) st = ms_error(MS_ERR_NOMEM, "%s: out of memory", paths[i]);
+        else {
+            all = g;
+            memcpy(all + total, text, len);
+            total += len;
         }
-        all = grown;
-        memcpy(all + total, text, len);
-        total += len;
         free(text);
-        fprintf(stderr, "\rread %d/%d files, %.1f MB", i + 1, n, (double)total / 1e6);
     }
-    fprintf(stderr, "\n");
-    if (st == MS_OK && total < 2) st = ms_error(MS_ERR_FORMAT, "%s: input is empty", dc->input);
+    if (st == MS_OK && total == 0) st = ms_error(MS_ERR_FORMAT, "%s: input is empty", dc->input);
+    data_tokenizer *tok = NULL;
+    double t0 = ms_now();
+    if (st == MS_OK) st = data_tok_train(all, total, dc->vocab_size, &tok, train_progress, &t0);
+    fputc('\n', stderr);
+    if (st == MS_OK) st = data_tok_save(tok, dc->out);
     if (st == MS_OK) {
-        size_t nval = (size_t)((double)total * dc->val_fraction);
-        char path[4300];
-        snprintf(path, sizeof path, "%s/%s_val_000000.bin", dc->out, dc->name);
-        if (nval >= 2) st = write_shard(path, all, 0, nval);
-        snprintf(path, sizeof path, "%s/%s_train_000000.bin", dc->out, dc->name);
-        if (st == MS_OK) st = write_shard(path, all, nval, total);
+        uint32_t *ids = NULL;
+        size_t nid = 0, cap = 0;
+        st = data_tok_encode_parallel(tok, all, total, dc->threads, &ids, &nid, &cap);
         if (st == MS_OK)
-            fprintf(stderr, "prepared %zu tokens (%zu train, %zu val) in %s in %.1fs\n", total,
-                    total - nval, nval, dc->out, ms_now() - t0);
+            fprintf(stderr, "wrote %s: vocabulary %d, %.2f bytes/token on the training text\n",
+                    dc->out, data_tok_vocab_size(tok), nid ? (double)total / (double)nid : 0);
+        free(ids);
     }
+    data_tok_free(tok);
     free(all);
     ms_paths_free(paths, n);
     return st;
 }
 
-static ms_status inspect(const char *path, int count) {
+static void print_bytes(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\n') printf("\\n");
+        else if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c >= 32 && c != 127) putchar(c);
+        else printf("\\x%02x", c);
+    }
+}
+
+static ms_status inspect(const char *path, const data_config *dc) {
     data_shard s;
     MS_TRY(data_shard_open(&s, path));
     printf("%s\n  magic %d, version %d (%s tokens), %llu tokens, %zu bytes\n", path,
@@ -126,25 +154,35 @@ static ms_status inspect(const char *path, int count) {
         uint32_t t = data_shard_token(&s, i);
         if (t > maxv) maxv = t;
     }
-    printf("  largest token id %u\n  first tokens:", maxv);
-    for (uint64_t i = 0; i < s.n_tokens && i < (uint64_t)count; i++)
-        printf(" %u", data_shard_token(&s, i));
+    size_t n = s.n_tokens < (uint64_t)dc->count ? (size_t)s.n_tokens : (size_t)dc->count;
+    uint32_t *ids = malloc((n ? n : 1) * sizeof(uint32_t));
+    ms_status st = ids ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
+    printf("  largest token id %u\n  first %zu tokens:", maxv, n);
+    for (size_t i = 0; st == MS_OK && i < n; i++) printf(" %u", ids[i] = data_shard_token(&s, i));
     printf("\n");
-    if (maxv < 256) {
-        printf("  as bytes: \"");
-        for (uint64_t i = 0; i < s.n_tokens && i < (uint64_t)count; i++) {
-            int c = (int)data_shard_token(&s, i);
-            if (c == '\n')
-                printf("\\n");
-            else if (c >= 32 && c < 127)
-                putchar(c);
-            else
-                printf("\\x%02x", c);
+    const char *tn = maxv < 256 && !strcmp(dc->tokenizer, "gpt2") ? "bytes" : dc->tokenizer;
+    data_tokenizer *tok = NULL;
+    if (st == MS_OK) st = load_tokenizer(tn, &tok);
+    char *text = NULL;
+    size_t len = 0;
+    if (st == MS_OK && tok) st = data_tok_decode(tok, ids, n, &text, &len);
+    if (st == MS_OK) {
+        printf("  decoded (%s): \"", tok ? data_tok_name(tok) : "bytes");
+        if (tok) {
+            print_bytes(text, len);
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                char c = (char)ids[i];
+                print_bytes(&c, 1);
+            }
         }
         printf("\"\n");
     }
+    free(text);
+    free(ids);
+    data_tok_free(tok);
     data_shard_close(&s);
-    return MS_OK;
+    return st;
 }
 
 int cmd_data(int argc, char **argv) {
@@ -152,19 +190,24 @@ int cmd_data(int argc, char **argv) {
     char *pos[2];
     int npos = 0, help = 0, rc = 0;
     ms_status st = opts_parse(data_opts, N_DATA_OPTS, &dc, argc, argv, pos, 2, &npos, &help);
+    const char *sub = npos > 0 ? pos[0] : "";
     if (help || (st == MS_OK && npos == 0)) {
         opts_print_help(data_opts, N_DATA_OPTS,
-                        "usage: megascale data prepare --input TEXT --out DIR [options]\n"
-                        "       megascale data inspect SHARD");
+                        "usage: megascale data prepare --input TEXT --out DIR [--tokenizer gpt2]\n"
+                        "       megascale data tokenizer-train --input TEXT --vocab-size N --out FILE\n"
+                        "       megascale data inspect SHARD [--tokenizer gpt2|FILE]");
         rc = help ? 0 : 2;
     } else if (st != MS_OK) {
         rc = cli_fail("data", st);
-    } else if (!strcmp(pos[0], "prepare") && npos == 1) {
+    } else if (!strcmp(sub, "prepare") && npos == 1) {
         if ((st = prepare(&dc)) != MS_OK) rc = cli_fail("data prepare", st);
-    } else if (!strcmp(pos[0], "inspect") && npos == 2) {
-        if ((st = inspect(pos[1], dc.count)) != MS_OK) rc = cli_fail("data inspect", st);
+    } else if (!strcmp(sub, "tokenizer-train") && npos == 1) {
+        if ((st = tokenizer_train(&dc)) != MS_OK) rc = cli_fail("data tokenizer-train", st);
+    } else if (!strcmp(sub, "inspect") && npos == 2) {
+        if ((st = inspect(pos[1], &dc)) != MS_OK) rc = cli_fail("data inspect", st);
     } else {
-        fprintf(stderr, "megascale data: error: expected 'prepare' or 'inspect SHARD'\n");
+        fprintf(stderr, "megascale data: error: expected 'prepare', 'tokenizer-train' or "
+                        "'inspect SHARD'\n");
         rc = 2;
     }
     opts_free(data_opts, N_DATA_OPTS, &dc);

@@ -9,6 +9,7 @@
 #include "ckpt/hf.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "data/tokenizer.h"
 #include "model/gpt.h"
 
 typedef struct {
@@ -28,7 +29,8 @@ static const opts_spec sample_opts[] = {
     O("temperature", OPT_T_DOUBLE, temperature, "0.8", "softmax temperature (0: greedy)"),
     O("top-k", OPT_T_INT, top_k, "40", "sample among the k most likely tokens (0: all)"),
     O("seed", OPT_T_U64, seed, "42", "sampling seed"),
-    O("tokenizer", OPT_T_STR, tokenizer, "auto", "bytes, ids, or auto (bytes when vocab <= 256)"),
+    O("tokenizer", OPT_T_STR, tokenizer, "auto",
+      "bytes, gpt2, a tokenizer file, ids, or auto (bytes for vocab <= 256, gpt2 for 50257)"),
     O("heads", OPT_T_INT, heads, "0", "attention heads when the file does not say (0: C/64)"),
     O("device", OPT_T_STR, device, "cpu", "compute backend"),
     O("threads", OPT_T_INT, threads, "0", "CPU threads (0: all cores)"),
@@ -68,53 +70,99 @@ static int draw(float *logits, int V, double temp, int top_k, ms_rng *rng, float
     return best;
 }
 
-static void emit(int tok, int bytes) {
-    if (bytes)
+/* How tokens become text: bytes, a BPE tokenizer, or raw ids. */
+typedef struct {
+    int bytes;
+    data_tokenizer *tok; /* NULL for bytes / ids */
+} sample_text;
+
+static ms_status text_open(sample_text *tx, const char *name, const gpt_config *c, const char *wpath) {
+    memset(tx, 0, sizeof *tx);
+    if (!strcmp(name, "auto")) name = c->vocab <= 256 ? "bytes" : c->vocab == 50257 ? "gpt2" : NULL;
+    if (!name)
+        return ms_error(MS_ERR_ARG, "%s: vocab %d: say which --tokenizer made the data (a file), or ids",
+                        wpath, c->vocab);
+    if (!strcmp(name, "ids")) return MS_OK;
+    if (!strcmp(name, "bytes")) {
+        if (c->vocab < 256)
+            return ms_error(MS_ERR_ARG, "%s: vocab %d is too small for bytes", wpath, c->vocab);
+        tx->bytes = 1;
+        return MS_OK;
+    }
+    MS_TRY(data_tok_load(&tx->tok, name));
+    if (data_tok_vocab_size(tx->tok) > c->vocab)
+        return ms_error(MS_ERR_ARG, "tokenizer %s has %d ids but the model only %d", name,
+                        data_tok_vocab_size(tx->tok), c->vocab);
+    return MS_OK;
+}
+
+/* Encode the prompt into ctx (at most cap ids). */
+static ms_status text_encode(const sample_text *tx, const char *prompt, int32_t *ctx, int cap, int *n) {
+    size_t len = strlen(prompt);
+    *n = 0;
+    if (tx->tok) {
+        uint32_t *ids = NULL;
+        size_t nid = 0, c = 0;
+        MS_TRY(data_tok_encode(tx->tok, prompt, len, &ids, &nid, &c));
+        for (size_t i = 0; i < nid && *n < cap; i++) ctx[(*n)++] = (int32_t)ids[i];
+        free(ids);
+        return MS_OK;
+    }
+    if (!tx->bytes) return ms_error(MS_ERR_ARG, "--tokenizer ids cannot encode a text prompt");
+    for (size_t i = 0; i < len && *n < cap; i++) ctx[(*n)++] = (unsigned char)prompt[i];
+    return MS_OK;
+}
+
+static void emit(const sample_text *tx, int tok) {
+    if (tx->tok) {
+        uint32_t id = (uint32_t)tok;
+        char *out = NULL;
+        size_t len = 0;
+        if (data_tok_decode(tx->tok, &id, 1, &out, &len) == MS_OK) fwrite(out, 1, len, stdout);
+        free(out);
+    } else if (tx->bytes) {
         putchar(tok);
-    else
+    } else {
         printf(" %d", tok);
+    }
     fflush(stdout);
 }
 
 static ms_status run_sample(const sample_config *sc) {
     if (!sc->weights || !*sc->weights) return ms_error(MS_ERR_ARG, "--weights FILE is required");
+    if (sc->tokens < 0) return ms_error(MS_ERR_ARG, "--tokens must be >= 0");
     gpt_config c;
     MS_TRY(ckpt_hf_read_config(sc->weights, sc->heads, &c));
-    int bytes =
-        !strcmp(sc->tokenizer, "bytes") || (!strcmp(sc->tokenizer, "auto") && c.vocab <= 256);
-    if (bytes && c.vocab < 256)
-        return ms_error(MS_ERR_ARG, "%s: vocab %d is too small for the bytes tokenizer",
-                        sc->weights, c.vocab);
-    const char *prompt = sc->prompt && *sc->prompt ? sc->prompt : "\n";
-    int n_prompt = (int)strlen(prompt), T = c.seq_max;
-    if (!bytes)
-        return ms_error(MS_ERR_ARG, "%s: vocab %d needs a tokenizer (only 'bytes' is built in yet)",
-                        sc->weights, c.vocab);
+    sample_text tx;
     be_backend *be = NULL;
     gpt_model *m = NULL;
     int32_t *ctx = NULL;
     float *logits = NULL, *work = NULL;
-    ms_status st = be_create(&be, sc->device, sc->threads);
+    const char *prompt = sc->prompt && *sc->prompt ? sc->prompt : "\n";
+    int T = c.seq_max, cap = (int)strlen(prompt) + sc->tokens, n = 0;
+    ms_status st = text_open(&tx, sc->tokenizer, &c, sc->weights);
+    if (st == MS_OK) st = be_create(&be, sc->device, sc->threads);
     if (st == MS_OK) st = gpt_create(&m, &c, be, 1, T);
     if (st == MS_OK) st = ckpt_hf_load(m, sc->weights);
     if (st != MS_OK) goto out;
-    int cap = n_prompt + sc->tokens;
-    ctx = malloc(sizeof(int32_t) * (size_t)cap);
+    ctx = malloc(sizeof(int32_t) * (size_t)(cap + 1));
     logits = malloc(sizeof(float) * (size_t)c.vocab);
     work = malloc(sizeof(float) * (size_t)c.vocab);
     if (!ctx || !logits || !work) {
         st = ms_error(MS_ERR_NOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < n_prompt; i++)
-        ctx[i] = (unsigned char)prompt[i];
+    if ((st = text_encode(&tx, prompt, ctx, cap, &n)) != MS_OK) goto out;
+    if (n == 0) ctx[n++] = 0;
     fputs(prompt, stdout);
     ms_rng rng = ms_rng_make(sc->seed, 0x5a3b1e);
-    for (int n = n_prompt; n < cap; n++) {
+    int eot = tx.tok ? data_tok_eot(tx.tok) : -1;
+    for (int k = 0; k < sc->tokens; k++, n++) {
         int start = n > T ? n - T : 0;
         gpt_forward_logits(m, ctx + start, 1, n - start, 1, logits);
         ctx[n] = draw(logits, c.vocab, sc->temperature, sc->top_k, &rng, work);
-        emit(ctx[n], bytes);
+        if (ctx[n] == eot) break;
+        emit(&tx, ctx[n]);
     }
     putchar('\n');
 out:
@@ -123,6 +171,7 @@ out:
     free(work);
     gpt_destroy(m);
     if (be) be_destroy(be);
+    data_tok_free(tx.tok);
     return st;
 }
 

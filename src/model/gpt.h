@@ -12,6 +12,12 @@
  * for the fp32 master parameters, one for their gradients, one for the
  * activations of a (B, T) micro-batch; every tensor is a view into them.
  * Parameters are stored in Hugging Face Conv1D layout (in, out).
+ *
+ * Tensor parallelism (gpt_create_tp, Megatron style with sequence
+ * parallelism; the passes are in gpt_tp.c / gpt_tp_vocab.c): each rank of
+ * the tp group holds only its shard of the split tensors (the table records
+ * the split rule and the logical shape), the residual stream is split along
+ * the sequence, and the passes communicate over the group.
  * Callers: the optimiser (through the parameter table), the trainer, the
  * checkpoint code (through the table and gpt_param_data).  A model is used
  * by one thread at a time.
@@ -24,6 +30,7 @@
 
 #include "backend/backend.h"
 #include "base/status.h"
+#include "comm/comm.h"
 
 typedef enum { GPT_BLOCK_SERIAL = 0, GPT_BLOCK_PARALLEL = 1 } gpt_block;
 
@@ -51,13 +58,26 @@ size_t gpt_config_num_params(const gpt_config *cfg);
 /* Training flops per token: 6N + 12 * L * T_eff * C, T_eff = min(T, W). */
 double gpt_flops_per_token(const gpt_config *cfg, int T);
 
+/* How a tensor is split over the tp ranks (rank r of tp holds block r). */
+typedef enum {
+    GPT_SPLIT_NONE = 0, /* replicated: LayerNorms, wpe, row-parallel biases */
+    GPT_SPLIT_QKV,      /* attn.c_attn weight (C,3C) and bias (3C): the q, k and v
+                         * columns of heads r*NH/tp .. (r+1)*NH/tp-1, stored [q|k|v] */
+    GPT_SPLIT_COLS,     /* last dimension in tp blocks: mlp.c_fc weight and bias */
+    GPT_SPLIT_ROWS,     /* first dimension in tp blocks: attn.c_proj and mlp.c_proj
+                         * weights (the rows of this rank's heads / hidden units) */
+    GPT_SPLIT_VOCAB,    /* wte: rows of the padded vocabulary, Vp/tp per rank */
+} gpt_split;
+
 /* One entry of the parameter table. */
 typedef struct {
     char name[64]; /* Hugging Face GPT-2 name, e.g. "h.0.attn.c_attn.weight" */
     int ndim;      /* 1 or 2 */
-    int shape[2];  /* logical shape as stored (wte is (Vp, C) here) */
+    int shape[2];  /* logical shape (wte is (Vp, C) here) */
+    int local[2];  /* shape of this rank's shard as stored (== shape without TP) */
+    gpt_split split;
     size_t offset; /* element offset into the parameter / gradient buffers */
-    size_t numel;
+    size_t numel;  /* elements stored on this rank (local[0] * local[1]) */
     int decay;      /* 1 for matrices and embeddings, 0 for biases and LN */
     float init_std; /* normal std; 0 means constant init_value */
     float init_value;
@@ -69,12 +89,36 @@ typedef struct gpt_model gpt_model;
 /* Create a model for micro-batches of at most B sequences of T tokens
  * (T <= seq_max).  Parameters are zero until gpt_init or a load. */
 ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T);
+/* The same, with every range of gpt_grad_ranges padded to a multiple of
+ * range_align elements (rounded up to a multiple of 16), so that data
+ * parallelism can split each range into equal, aligned shards. */
+ms_status gpt_create_aligned(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T,
+                             size_t range_align);
+/* The same, tensor parallel over the group tp (NULL or size 1: none).
+ * Rank r of the group stores only its shards (gpt_split), the residual
+ * stream of rows [r*N/tp, (r+1)*N/tp) of each (B,T) micro-batch (N = B*T)
+ * and its NH/tp heads; the vocabulary is padded to a multiple of 128*tp.
+ * Errors (MS_ERR_ARG): heads or B*T not divisible by tp, a non-fp32 act
+ * dtype.  Every forward / backward pass is then collective over tp. */
+ms_status gpt_create_tp(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T,
+                        size_t range_align, comm_group *tp);
 void gpt_destroy(gpt_model *m);
 
 const gpt_config *gpt_get_config(const gpt_model *m);
 be_backend *gpt_backend(const gpt_model *m);
 int gpt_num_tensors(const gpt_model *m);
 const gpt_param *gpt_tensor(const gpt_model *m, int i);
+/* Tensor-parallel size, this rank's index and group (NULL without TP). */
+int gpt_tp_size(const gpt_model *m);
+int gpt_tp_rank(const gpt_model *m);
+comm_group *gpt_tp_group(const gpt_model *m);
+/* Row-major index in the logical tensor t (gpt_param.shape) of element j of
+ * tp rank `rank`'s shard. */
+size_t gpt_logical_index(const gpt_model *m, int t, int rank, size_t j);
+/* A communication failure inside the last passes (tensor parallelism): the
+ * first error since the last call, with its message (MS_OK if none).  The
+ * pass that failed returned NaN. */
+ms_status gpt_take_error(gpt_model *m);
 /* Index of a tensor by name, -1 if absent. */
 int gpt_find(const gpt_model *m, const char *name);
 size_t gpt_num_elements(const gpt_model *m); /* total incl. padding */
@@ -92,20 +136,23 @@ size_t gpt_activation_bytes(const gpt_model *m);
  * projections (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2L)), biases 0,
  * LayerNorm gains 1; padded vocabulary rows 0.  Element i of a tensor gets
  * the i-th number of a stream keyed by the tensor's name, so any sharding of
- * the same tensor sees the same values. */
+ * the same tensor sees the same values (a tp shard uses the logical index
+ * of each of its elements). */
 void gpt_init(gpt_model *m, uint64_t seed);
 
 /* Forward + fused classifier + backward over one micro-batch.
  * tokens, targets: (B,T) int32 on the host, B <= the B of gpt_create.
  * Gradients are accumulated (+=) into gpt_grads, each token's loss gradient
  * scaled by dloss (1/(tokens in the whole batch) for a mean).  Returns the
- * mean loss of this micro-batch. */
+ * mean loss of this micro-batch.  With tensor parallelism every rank of the
+ * group passes the same whole micro-batch and gets the same loss. */
 float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B,
                            int T, float dloss);
 /* Forward only: the mean loss over the B*T targets. */
 float gpt_forward_loss(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
 /* Forward only: logits (B,T,V) fp32 on the host for all positions, or only
- * for the last position of each row when last_only (then (B,V)). */
+ * for the last position of each row when last_only (then (B,V)).  Not with
+ * tensor parallelism. */
 void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int last_only,
                         float *logits);
 void gpt_zero_grads(gpt_model *m);
@@ -117,6 +164,11 @@ void gpt_zero_grads(gpt_model *m);
  * bucket while the backward pass goes on.  fn NULL removes the hook. */
 typedef void (*gpt_grad_ready_fn)(void *ctx, size_t begin, size_t end);
 void gpt_set_grad_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx);
+/* Called by every forward pass just before the weights of a range are first
+ * read (the embeddings, block 0 ... block L-1, ln_f, i.e. the ranges of
+ * gpt_grad_ranges in reverse order), so that data parallelism can wait for
+ * that range's all-gather only when it is needed.  fn NULL removes it. */
+void gpt_set_param_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx);
 /* The ranges the hook reports, in order: n_ranges = L + 2; range i is
  * [bounds[2i], bounds[2i+1]). */
 int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges);

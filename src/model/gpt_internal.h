@@ -1,5 +1,6 @@
 /* gpt_internal.h - the model's private state, shared by gpt_model.c (table,
- * allocation, init) and gpt_pass.c (forward / backward).  Not for callers. */
+ * allocation, init), gpt_pass.c (forward / backward) and the tensor-parallel
+ * passes gpt_tp.c / gpt_tp_vocab.c.  Not for callers. */
 #ifndef GPT_INTERNAL_H
 #define GPT_INTERNAL_H
 
@@ -23,17 +24,20 @@ enum {
 };
 
 /* Saved activations of one layer for a (B,T) micro-batch (act dtype unless
- * noted).  N = B*T. */
+ * noted).  N = B*T.  With tensor parallelism over tp ranks, rows marked Nl
+ * hold this rank's N/tp rows of the sequence, rows marked N are all-gathered
+ * (ln1, ln2) or computed for all rows on this rank's heads / hidden units
+ * (widths 3C/tp, C/tp, 4C/tp); without it Nl = N and the widths are full. */
 typedef struct {
-    void *resid_in;             /* (N,C) input of the block */
+    void *resid_in;             /* (Nl,C) input of the block */
     void *ln1;                  /* (N,C) */
-    float *ln1_mean, *ln1_rstd; /* (N) f32 */
+    float *ln1_mean, *ln1_rstd; /* (Nl) f32 */
     void *qkv;                  /* (N,3C) */
     void *atty;                 /* (N,C) attention output before c_proj */
     void *att_state;            /* backend-defined, attention_state_bytes */
-    void *resid_mid;            /* (N,C) serial block: input of ln_2 */
+    void *resid_mid;            /* (Nl,C) serial block: input of ln_2 */
     void *ln2;                  /* (N,C) serial block */
-    float *ln2_mean, *ln2_rstd;
+    float *ln2_mean, *ln2_rstd; /* (Nl) */
     void *fc_pre;  /* (N,4C) before GeLU */
     void *fc_gelu; /* (N,4C) */
 } gpt_layer_acts;
@@ -64,13 +68,64 @@ struct gpt_model {
     /* backward scratch, shared by all layers */
     void *dresid, *dln, *datty, *dqkv, *dfc, *dfc_pre; /* (N,C)x3, (N,3C), (N,4C)x2 */
     void *tmp;          /* (N,C): c_proj outputs before the residual add */
+    void *logit_row; /* (Vp) act: one row of logits for gpt_forward_logits */
     float *host_losses; /* (N) host copy */
-    gpt_grad_ready_fn grad_hook;
-    void *grad_hook_ctx;
+    gpt_grad_ready_fn grad_hook, param_hook;
+    void *grad_hook_ctx, *param_hook_ctx;
+
+    /* tensor parallelism (tp == 1: none).  Activations above: x_final,
+     * dresid (Nl,C); lnf, dln, tmp (N,C); datty (N,C/tp), dqkv (N,3C/tp),
+     * dfc, dfc_pre (N,4C/tp). */
+    comm_group *tpg;
+    int tp, tp_rank;
+    void *dfull;      /* (N,C) all-gathered output gradient of a row-parallel linear */
+    void *cls_logits; /* (cls_rows, Vp/tp) one chunk of this rank's vocabulary logits */
+    float *cls_stats; /* (tp, cls_rows, 3) their statistics, gathered over tp */
+    int cls_rows;
+    float *rep_grads; /* (6C) f32: replicated parameters' gradients before the all-reduce */
+    ms_status err;    /* first communication failure (gpt_take_error) */
+    char errmsg[512];
 };
+
+/* The slice of the padded vocabulary that tp rank r holds: ids v0..v0+Vl-1
+ * (wte rows), of which the first Vs (maybe 0) are real (< V). */
+void gpt_vocab_slice(const gpt_model *m, int r, int *v0, int *Vl, int *Vs);
 
 /* Device pointer (act dtype) of tensor i of the weights / f32 gradient. */
 void *gpt_w(gpt_model *m, int t);
 float *gpt_g(gpt_model *m, int t);
+
+/* gpt_pass.c: out (N,OC) = inp (N,IC) @ W (IC,OC) [+ b] (tb < 0: no bias),
+ * optionally through GeLU (pre receives the value before it). */
+void gpt_linear_fwd(gpt_model *m, void *out, const void *inp, int tw, int tb, int N, int IC, int OC,
+                    be_epilogue epi, void *pre);
+/* Backward of gpt_linear_fwd: dW += inp^T dout, dbias += colsum(dout) when
+ * dbias != NULL, dinp (N,IC) = dout W^T (+= when accumulate). */
+void gpt_linear_bwd(gpt_model *m, void *dinp, int accumulate, const void *dout, const void *inp,
+                    int tw, float *dbias, int N, int IC, int OC);
+
+/* gpt_tp.c: collectives over the tp group (counts in elements; no-ops once
+ * a failure is recorded in m->err) and the tensor-parallel blocks. */
+void gpt_tp_allgather(gpt_model *m, void *full, const void *part, size_t count);
+void gpt_tp_reduce_scatter(gpt_model *m, void *part, const void *full, size_t count);
+void gpt_tp_broadcast_f32(gpt_model *m, float *x, size_t n);
+/* LayerNorm of this rank's rows inp (Nl,C) -> out (N,C) all-gathered. */
+void gpt_tp_ln_gather(gpt_model *m, void *out, float *mean, float *rstd, const void *inp, int tw,
+                      int tb, int N);
+/* One block: la->resid_in (Nl,C) -> y (Nl,C); backward: m->dresid (Nl,C)
+ * holds dL/dy on entry and dL/dx on exit. */
+void gpt_tp_layer_fwd(gpt_model *m, int l, void *y, int B, int T);
+void gpt_tp_layer_bwd(gpt_model *m, int l, int B, int T);
+/* Final LayerNorm backward from the partial sums dln (N,C) (reduce-scattered
+ * in place): m->dresid (Nl,C) =, ln_f gradients all-reduced over tp. */
+void gpt_tp_lnf_bwd(gpt_model *m, int N);
+
+/* gpt_tp_vocab.c: vocabulary-parallel embedding (m->tokens (N) ->
+ * layers[0].resid_in (Nl,C)) and its backward from m->dresid; the
+ * vocabulary-parallel classifier over m->lnf (N,C): m->losses (N) on every
+ * rank, and with grad m->dln (N,C) = this rank's partial dL/dlnf. */
+void gpt_tp_embed_fwd(gpt_model *m, int B, int T);
+void gpt_tp_embed_bwd(gpt_model *m, int B, int T);
+void gpt_tp_classifier(gpt_model *m, int N, float dloss, int grad);
 
 #endif

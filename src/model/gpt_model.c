@@ -1,5 +1,7 @@
-/* gpt_model.c - the parameter table, buffer layout, initialisation. */
+/* gpt_model.c - the parameter table (with each tensor's tensor-parallel
+ * split), buffer layout, initialisation. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +10,10 @@
 #include "base/rng.h"
 #include "model/gpt_internal.h"
 
-static int add_tensor(gpt_model *m, int cap, const char *name, int d0, int d1, int decay, float std,
-                      float value, int layer) {
+/* Append tensor `name` of logical shape (d0) or (d0,d1), of which this rank
+ * stores the shard that `split` gives it. */
+static int add_tensor(gpt_model *m, int cap, const char *name, int d0, int d1, gpt_split split,
+                      int decay, float std, float value, int layer) {
     MS_CHECK(m->n_tensors < cap);
     gpt_param *p = &m->table[m->n_tensors];
     memset(p, 0, sizeof *p);
@@ -17,7 +21,12 @@ static int add_tensor(gpt_model *m, int cap, const char *name, int d0, int d1, i
     p->ndim = d1 > 0 ? 2 : 1;
     p->shape[0] = d0;
     p->shape[1] = d1 > 0 ? d1 : 0;
-    p->numel = (size_t)d0 * (size_t)(d1 > 0 ? d1 : 1);
+    p->local[0] = p->shape[0];
+    p->local[1] = p->shape[1];
+    p->split = m->tp > 1 ? split : GPT_SPLIT_NONE;
+    if (p->split == GPT_SPLIT_ROWS || p->split == GPT_SPLIT_VOCAB) p->local[0] /= m->tp;
+    if (p->split == GPT_SPLIT_QKV || p->split == GPT_SPLIT_COLS) p->local[p->ndim - 1] /= m->tp;
+    p->numel = (size_t)p->local[0] * (size_t)(d1 > 0 ? p->local[1] : 1);
     /* align every tensor to 16 floats so views stay 64-byte aligned */
     p->offset = m->n_elems;
     m->n_elems += (p->numel + 15) & ~(size_t)15;
@@ -28,8 +37,15 @@ static int add_tensor(gpt_model *m, int cap, const char *name, int d0, int d1, i
     return m->n_tensors++;
 }
 
-/* Build the table in Hugging Face order: wte, wpe, h.0 ... h.{L-1}, ln_f. */
-static void build_table(gpt_model *m) {
+/* Round the end of the buffer up to a multiple of align elements. */
+static void pad_to(gpt_model *m, size_t align) {
+    m->n_elems = (m->n_elems + align - 1) / align * align;
+}
+
+/* Build the table in Hugging Face order: wte, wpe, h.0 ... h.{L-1}, ln_f.
+ * Each gradient-ready range (embeddings, one block, ln_f) is padded to a
+ * multiple of align elements. */
+static void build_table(gpt_model *m, size_t align) {
     const gpt_config *c = &m->cfg;
     int C = c->n_embd, L = c->n_layer;
     int cap = 4 + L * GPT_LAYER_TENSORS;
@@ -37,80 +53,139 @@ static void build_table(gpt_model *m) {
     m->layer_t = malloc(sizeof(int) * (size_t)(L * GPT_LAYER_TENSORS));
     MS_CHECK(m->table && m->layer_t);
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    m->t_wte = add_tensor(m, cap, "wte.weight", c->vocab_pad, C, 1, std, 0, -1);
-    m->t_wpe = add_tensor(m, cap, "wpe.weight", c->seq_max, C, 1, std, 0, -1);
+    m->t_wte = add_tensor(m, cap, "wte.weight", c->vocab_pad, C, GPT_SPLIT_VOCAB, 1, std, 0, -1);
+    m->t_wpe = add_tensor(m, cap, "wpe.weight", c->seq_max, C, GPT_SPLIT_NONE, 1, std, 0, -1);
+    pad_to(m, align);
     for (int l = 0; l < L; l++) {
         int *lt = &m->layer_t[l * GPT_LAYER_TENSORS];
         char n[64];
-#define T_(idx, suffix, d0, d1, decay, s, v)                                                       \
+#define T_(idx, suffix, d0, d1, split, decay, s, v)                                                \
     do {                                                                                           \
         snprintf(n, sizeof n, "h.%d.%s", l, suffix);                                               \
-        lt[idx] = add_tensor(m, cap, n, d0, d1, decay, s, v, l);                                   \
+        lt[idx] = add_tensor(m, cap, n, d0, d1, split, decay, s, v, l);                            \
     } while (0)
-        T_(GPT_LN1_W, "ln_1.weight", C, 0, 0, 0, 1);
-        T_(GPT_LN1_B, "ln_1.bias", C, 0, 0, 0, 0);
-        T_(GPT_QKV_W, "attn.c_attn.weight", C, 3 * C, 1, std, 0);
-        T_(GPT_QKV_B, "attn.c_attn.bias", 3 * C, 0, 0, 0, 0);
-        T_(GPT_ATTPROJ_W, "attn.c_proj.weight", C, C, 1, proj_std, 0);
-        T_(GPT_ATTPROJ_B, "attn.c_proj.bias", C, 0, 0, 0, 0);
+        T_(GPT_LN1_W, "ln_1.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1);
+        T_(GPT_LN1_B, "ln_1.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
+        T_(GPT_QKV_W, "attn.c_attn.weight", C, 3 * C, GPT_SPLIT_QKV, 1, std, 0);
+        T_(GPT_QKV_B, "attn.c_attn.bias", 3 * C, 0, GPT_SPLIT_QKV, 0, 0, 0);
+        T_(GPT_ATTPROJ_W, "attn.c_proj.weight", C, C, GPT_SPLIT_ROWS, 1, proj_std, 0);
+        T_(GPT_ATTPROJ_B, "attn.c_proj.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
         if (c->block == GPT_BLOCK_SERIAL) {
-            T_(GPT_LN2_W, "ln_2.weight", C, 0, 0, 0, 1);
-            T_(GPT_LN2_B, "ln_2.bias", C, 0, 0, 0, 0);
+            T_(GPT_LN2_W, "ln_2.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1);
+            T_(GPT_LN2_B, "ln_2.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
         } else {
             lt[GPT_LN2_W] = lt[GPT_LN2_B] = -1;
         }
-        T_(GPT_FC_W, "mlp.c_fc.weight", C, 4 * C, 1, std, 0);
-        T_(GPT_FC_B, "mlp.c_fc.bias", 4 * C, 0, 0, 0, 0);
-        T_(GPT_FCPROJ_W, "mlp.c_proj.weight", 4 * C, C, 1, proj_std, 0);
-        T_(GPT_FCPROJ_B, "mlp.c_proj.bias", C, 0, 0, 0, 0);
+        T_(GPT_FC_W, "mlp.c_fc.weight", C, 4 * C, GPT_SPLIT_COLS, 1, std, 0);
+        T_(GPT_FC_B, "mlp.c_fc.bias", 4 * C, 0, GPT_SPLIT_COLS, 0, 0, 0);
+        T_(GPT_FCPROJ_W, "mlp.c_proj.weight", 4 * C, C, GPT_SPLIT_ROWS, 1, proj_std, 0);
+        T_(GPT_FCPROJ_B, "mlp.c_proj.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
 #undef T_
+        pad_to(m, align);
     }
-    m->t_lnf_w = add_tensor(m, cap, "ln_f.weight", C, 0, 0, 0, 1, -1);
-    m->t_lnf_b = add_tensor(m, cap, "ln_f.bias", C, 0, 0, 0, 0, -1);
+    m->t_lnf_w = add_tensor(m, cap, "ln_f.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1, -1);
+    m->t_lnf_b = add_tensor(m, cap, "ln_f.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0, -1);
+    pad_to(m, align);
 }
 
-/* Lay out the activation buffer; with a NULL-based arena this only sizes it. */
+/* Lay out the activation buffer; with a NULL-based arena this only sizes it.
+ * Rows: N = B*T, Nl = N/tp (this rank's sequence rows); widths of the
+ * split linears: Ca = C/tp (attention), F = 4C/tp (MLP). */
 static void layout_acts(gpt_model *m, ms_arena *a) {
     be_backend *be = m->be;
     size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.n_embd, es = be_dtype_size(be->act_dtype);
-    size_t att = be->attention_state_bytes(be, m->B, m->T, m->cfg.n_head);
+    size_t tp = (size_t)m->tp, Nl = N / tp, Ca = C / tp, F = 4 * C / tp;
+    size_t att = be->attention_state_bytes(be, m->B, m->T, m->cfg.n_head / m->tp);
     int serial = m->cfg.block == GPT_BLOCK_SERIAL;
     for (int l = 0; l < m->cfg.n_layer; l++) {
         gpt_layer_acts *la = &m->layers[l];
         memset(la, 0, sizeof *la);
-        la->resid_in = ms_arena_push(a, N * C * es);
+        la->resid_in = ms_arena_push(a, Nl * C * es);
         la->ln1 = ms_arena_push(a, N * C * es);
-        la->ln1_mean = ms_arena_push(a, N * 4);
-        la->ln1_rstd = ms_arena_push(a, N * 4);
-        la->qkv = ms_arena_push(a, N * 3 * C * es);
-        la->atty = ms_arena_push(a, N * C * es);
+        la->ln1_mean = ms_arena_push(a, Nl * 4);
+        la->ln1_rstd = ms_arena_push(a, Nl * 4);
+        la->qkv = ms_arena_push(a, N * 3 * Ca * es);
+        la->atty = ms_arena_push(a, N * Ca * es);
         la->att_state = ms_arena_push(a, att);
         if (serial) {
-            la->resid_mid = ms_arena_push(a, N * C * es);
+            la->resid_mid = ms_arena_push(a, Nl * C * es);
             la->ln2 = ms_arena_push(a, N * C * es);
-            la->ln2_mean = ms_arena_push(a, N * 4);
-            la->ln2_rstd = ms_arena_push(a, N * 4);
+            la->ln2_mean = ms_arena_push(a, Nl * 4);
+            la->ln2_rstd = ms_arena_push(a, Nl * 4);
         }
-        la->fc_pre = ms_arena_push(a, N * 4 * C * es);
-        la->fc_gelu = ms_arena_push(a, N * 4 * C * es);
+        la->fc_pre = ms_arena_push(a, N * F * es);
+        la->fc_gelu = ms_arena_push(a, N * F * es);
     }
-    m->x_final = ms_arena_push(a, N * C * es);
+    m->x_final = ms_arena_push(a, Nl * C * es);
     m->lnf = ms_arena_push(a, N * C * es);
-    m->lnf_mean = ms_arena_push(a, N * 4);
-    m->lnf_rstd = ms_arena_push(a, N * 4);
+    m->lnf_mean = ms_arena_push(a, Nl * 4);
+    m->lnf_rstd = ms_arena_push(a, Nl * 4);
     m->losses = ms_arena_push(a, N * 4);
     m->tokens = ms_arena_push(a, N * 4);
     m->targets = ms_arena_push(a, N * 4);
-    m->dresid = ms_arena_push(a, N * C * es);
+    m->dresid = ms_arena_push(a, Nl * C * es);
     m->dln = ms_arena_push(a, N * C * es);
-    m->datty = ms_arena_push(a, N * C * es);
+    m->datty = ms_arena_push(a, N * Ca * es);
     m->tmp = ms_arena_push(a, N * C * es);
-    m->dqkv = ms_arena_push(a, N * 3 * C * es);
-    m->dfc = ms_arena_push(a, N * 4 * C * es);
-    m->dfc_pre = ms_arena_push(a, N * 4 * C * es);
+    m->logit_row = ms_arena_push(a, (size_t)m->cfg.vocab_pad * es);
+    m->dqkv = ms_arena_push(a, N * 3 * Ca * es);
+    m->dfc = ms_arena_push(a, N * F * es);
+    m->dfc_pre = ms_arena_push(a, N * F * es);
+    if (tp > 1) {
+        m->dfull = ms_arena_push(a, N * C * es);
+        m->cls_logits = ms_arena_push(a, (size_t)m->cls_rows * (m->cfg.vocab_pad / tp) * es);
+        m->cls_stats = ms_arena_push(a, tp * (size_t)m->cls_rows * 3 * 4);
+        m->rep_grads = ms_arena_push(a, 6 * C * 4);
+    }
+}
+
+/* Rows of one chunk of the vocabulary-parallel classifier: about 64 MB of
+ * logits, at least 16 rows, at most N. */
+static int cls_chunk_rows(const gpt_model *m) {
+    size_t rows = ((size_t)16 << 20) / (size_t)(m->cfg.vocab_pad / m->tp), N = (size_t)m->B * m->T;
+    if (rows < 16) rows = 16;
+    return (int)(rows < N ? rows : N);
+}
+
+/* Tensor-parallel preconditions; sets m->tp, m->tp_rank, the padded
+ * vocabulary (a multiple of 128*tp) and the classifier chunk. */
+static ms_status setup_tp(gpt_model *m, comm_group *tp) {
+    gpt_config *c = &m->cfg;
+    m->tpg = tp && comm_group_size(tp) > 1 ? tp : NULL;
+    m->tp = m->tpg ? comm_group_size(tp) : 1;
+    m->tp_rank = m->tpg ? comm_group_rank(tp) : 0;
+    if (m->tp > 1) {
+        if (c->n_head % m->tp != 0)
+            return ms_error(MS_ERR_ARG,
+                            "tensor parallelism: %d heads are not divisible by tp %d (each rank "
+                            "takes heads/tp heads)",
+                            c->n_head, m->tp);
+        if (((size_t)m->B * m->T) % (size_t)m->tp != 0)
+            return ms_error(MS_ERR_ARG,
+                            "sequence parallelism: B*T = %d*%d rows are not divisible by tp %d "
+                            "(each rank holds B*T/tp rows of the residual stream)",
+                            m->B, m->T, m->tp);
+        if (m->be->act_dtype != BE_F32)
+            return ms_error(MS_ERR_ARG, "tensor parallelism needs an fp32 act dtype (backend %s)",
+                            m->be->name);
+        int q = 128 * m->tp;
+        c->vocab_pad = (c->vocab + q - 1) / q * q;
+    }
+    m->cls_rows = cls_chunk_rows(m);
+    return MS_OK;
 }
 
 ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T) {
+    return gpt_create_aligned(out, cfg, be, B, T, 16);
+}
+
+ms_status gpt_create_aligned(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T,
+                             size_t range_align) {
+    return gpt_create_tp(out, cfg, be, B, T, range_align, NULL);
+}
+
+ms_status gpt_create_tp(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T,
+                        size_t range_align, comm_group *tp) {
     *out = NULL;
     gpt_config c = *cfg;
     MS_TRY(gpt_config_validate(&c));
@@ -125,10 +200,11 @@ ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int
     m->be = be;
     m->B = B;
     m->T = T;
-    build_table(m);
-    m->layers = calloc((size_t)c.n_layer, sizeof *m->layers);
+    ms_status st = setup_tp(m, tp);
+    if (st != MS_OK) goto out;
+    build_table(m, range_align < 16 ? 16 : (range_align + 15) / 16 * 16);
+    m->layers = calloc((size_t)m->cfg.n_layer, sizeof *m->layers);
     m->host_losses = malloc(sizeof(float) * (size_t)B * T);
-    ms_status st = MS_OK;
     size_t pbytes = m->n_elems * sizeof(float);
     m->params = be->alloc(be, pbytes);
     m->grads = be->alloc(be, pbytes);
@@ -152,7 +228,8 @@ ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int
     }
     ms_arena_init(&a, m->act_buf, m->act_bytes);
     layout_acts(m, &a);
-    be_limits lim = {B, T, c.n_embd, c.n_head, c.vocab_pad, m->n_elems};
+    /* the tensor-parallel classifier keeps its chunk in the model */
+    be_limits lim = {B, T, c.n_embd, c.n_head, m->tp > 1 ? 0 : c.vocab_pad, m->n_elems};
     st = be->reserve(be, &lim);
 out:
     if (st != MS_OK)
@@ -204,6 +281,47 @@ size_t gpt_activation_bytes(const gpt_model *m) {
     return m->act_bytes;
 }
 
+int gpt_tp_size(const gpt_model *m) {
+    return m->tp;
+}
+int gpt_tp_rank(const gpt_model *m) {
+    return m->tp_rank;
+}
+comm_group *gpt_tp_group(const gpt_model *m) {
+    return m->tpg;
+}
+
+size_t gpt_logical_index(const gpt_model *m, int t, int rank, size_t j) {
+    const gpt_param *p = &m->table[t];
+    if (p->split == GPT_SPLIT_NONE) return j;
+    size_t lc = (size_t)p->local[p->ndim - 1], cols = (size_t)p->shape[p->ndim - 1];
+    size_t row = j / lc, col = j % lc, r = (size_t)rank;
+    switch (p->split) {
+    case GPT_SPLIT_QKV: { /* columns [q | k | v], each third split by heads */
+        size_t third = lc / 3;
+        return row * cols + (col / third) * (cols / 3) + r * third + col % third;
+    }
+    case GPT_SPLIT_COLS:
+        return row * cols + r * lc + col;
+    default: /* rows: GPT_SPLIT_ROWS, GPT_SPLIT_VOCAB */
+        return (r * (size_t)p->local[0] + row) * cols + col;
+    }
+}
+
+void gpt_vocab_slice(const gpt_model *m, int r, int *v0, int *Vl, int *Vs) {
+    *Vl = m->cfg.vocab_pad / m->tp;
+    *v0 = r * *Vl;
+    int real = m->cfg.vocab - *v0;
+    *Vs = real < 0 ? 0 : (real > *Vl ? *Vl : real);
+}
+
+ms_status gpt_take_error(gpt_model *m) {
+    ms_status st = m->err;
+    if (st == MS_OK) return MS_OK;
+    m->err = MS_OK;
+    return ms_error(st, "%s", m->errmsg);
+}
+
 int gpt_find(const gpt_model *m, const char *name) {
     for (int i = 0; i < m->n_tensors; i++)
         if (!strcmp(m->table[i].name, name)) return i;
@@ -234,6 +352,9 @@ static uint64_t name_stream(const char *s) {
     return h;
 }
 
+/* Element j of this rank's shard of tensor t draws the number of its
+ * logical index; logical elements past the real vocabulary (wte padding)
+ * stay 0. */
 void gpt_init(gpt_model *m, uint64_t seed) {
     float *host = malloc(m->n_elems * sizeof(float));
     MS_CHECK(host);
@@ -241,14 +362,16 @@ void gpt_init(gpt_model *m, uint64_t seed) {
     for (int i = 0; i < m->n_tensors; i++) {
         const gpt_param *p = &m->table[i];
         float *w = host + p->offset;
-        size_t n = p->numel;
-        if (i == m->t_wte) n = (size_t)m->cfg.vocab * (size_t)m->cfg.n_embd; /* padding stays 0 */
+        size_t n = p->numel, lim = SIZE_MAX;
+        if (i == m->t_wte) lim = (size_t)m->cfg.vocab * (size_t)m->cfg.n_embd;
         if (p->init_std > 0) {
             uint64_t stream = name_stream(p->name);
             float std = p->init_std;
 #pragma omp parallel for schedule(static)
-            for (size_t j = 0; j < n; j++)
-                w[j] = std * ms_rng_normal(seed, stream, j);
+            for (size_t j = 0; j < n; j++) {
+                size_t k = gpt_logical_index(m, i, m->tp_rank, j);
+                w[j] = k < lim ? std * ms_rng_normal(seed, stream, k) : 0.0f;
+            }
         } else {
             for (size_t j = 0; j < n; j++)
                 w[j] = p->init_value;
@@ -262,6 +385,11 @@ void gpt_init(gpt_model *m, uint64_t seed) {
 void gpt_set_grad_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx) {
     m->grad_hook = fn;
     m->grad_hook_ctx = ctx;
+}
+
+void gpt_set_param_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx) {
+    m->param_hook = fn;
+    m->param_hook_ctx = ctx;
 }
 
 int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges) {

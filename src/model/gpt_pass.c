@@ -3,28 +3,31 @@
  * Per block (serial):   x1 = x + c_proj(attn(ln_1(x)));  y = x1 + mlp(ln_2(x1))
  * Per block (parallel): y = x + c_proj(attn(ln_1(x))) + mlp(ln_1(x))
  * Linears use HF Conv1D layout: out (N,OC) = inp (N,IC) @ W (IC,OC) + b.
+ * With tensor parallelism (m->tp > 1) the same skeleton (hooks, order of
+ * the gradient-ready ranges) calls the tensor-parallel embedding, blocks
+ * and classifier of gpt_tp.c / gpt_tp_vocab.c.
  */
 #include <string.h>
 
 #include "model/gpt_internal.h"
 
-/* out (N,OC) = inp (N,IC) @ W (IC,OC) + b, optionally through GeLU (pre
+/* out (N,OC) = inp (N,IC) @ W (IC,OC) [+ b], optionally through GeLU (pre
  * receives the value before it). */
-static void linear_fwd(gpt_model *m, void *out, const void *inp, int tw, int tb, int N, int IC,
-                       int OC, be_epilogue epi, void *pre) {
+void gpt_linear_fwd(gpt_model *m, void *out, const void *inp, int tw, int tb, int N, int IC, int OC,
+                    be_epilogue epi, void *pre) {
     be_backend *be = m->be;
-    be->gemm(be, 0, 0, N, OC, IC, 1.0f, inp, IC, gpt_w(m, tw), OC, 0.0f, out, OC, 0, gpt_w(m, tb),
-             epi, pre);
+    be->gemm(be, 0, 0, N, OC, IC, 1.0f, inp, IC, gpt_w(m, tw), OC, 0.0f, out, OC, 0,
+             tb >= 0 ? gpt_w(m, tb) : NULL, epi, pre);
 }
 
-/* Backward of linear_fwd: dW += inp^T dout, db += colsum(dout),
- * dinp = dout W^T (+ dinp when accumulate). */
-static void linear_bwd(gpt_model *m, void *dinp, int accumulate, const void *dout, const void *inp,
-                       int tw, int tb, int N, int IC, int OC) {
+/* Backward of gpt_linear_fwd: dW += inp^T dout, dbias += colsum(dout) (if
+ * dbias), dinp = dout W^T (+ dinp when accumulate). */
+void gpt_linear_bwd(gpt_model *m, void *dinp, int accumulate, const void *dout, const void *inp,
+                    int tw, float *dbias, int N, int IC, int OC) {
     be_backend *be = m->be;
     be->gemm(be, 1, 0, IC, OC, N, 1.0f, inp, IC, dout, OC, 1.0f, gpt_g(m, tw), OC, 1, NULL,
              BE_EPI_NONE, NULL);
-    be->bias_bwd(be, gpt_g(m, tb), dout, N, OC);
+    if (dbias) be->bias_bwd(be, dbias, dout, N, OC);
     be->gemm(be, 0, 1, N, IC, OC, 1.0f, dout, OC, gpt_w(m, tw), OC, accumulate ? 1.0f : 0.0f, dinp,
              IC, 0, NULL, BE_EPI_NONE, NULL);
 }
@@ -40,9 +43,9 @@ static void layer_fwd(gpt_model *m, int l, void *y, int B, int T) {
 
     be->layernorm_fwd(be, la->ln1, la->ln1_mean, la->ln1_rstd, la->resid_in,
                       gpt_w(m, lt[GPT_LN1_W]), gpt_w(m, lt[GPT_LN1_B]), N, C);
-    linear_fwd(m, la->qkv, la->ln1, lt[GPT_QKV_W], lt[GPT_QKV_B], N, C, 3 * C, BE_EPI_NONE, NULL);
+    gpt_linear_fwd(m, la->qkv, la->ln1, lt[GPT_QKV_W], lt[GPT_QKV_B], N, C, 3 * C, BE_EPI_NONE, NULL);
     be->attention_fwd(be, la->atty, la->att_state, la->qkv, B, T, C, c->n_head, c->attn_window);
-    linear_fwd(m, m->tmp, la->atty, lt[GPT_ATTPROJ_W], lt[GPT_ATTPROJ_B], N, C, C, BE_EPI_NONE,
+    gpt_linear_fwd(m, m->tmp, la->atty, lt[GPT_ATTPROJ_W], lt[GPT_ATTPROJ_B], N, C, C, BE_EPI_NONE,
                NULL);
     const void *mlp_in;
     if (c->block == GPT_BLOCK_SERIAL) {
@@ -54,9 +57,9 @@ static void layer_fwd(gpt_model *m, int l, void *y, int B, int T) {
         be->residual_add(be, y, la->resid_in, m->tmp, nc);
         mlp_in = la->ln1;
     }
-    linear_fwd(m, la->fc_gelu, mlp_in, lt[GPT_FC_W], lt[GPT_FC_B], N, C, 4 * C, BE_EPI_GELU,
+    gpt_linear_fwd(m, la->fc_gelu, mlp_in, lt[GPT_FC_W], lt[GPT_FC_B], N, C, 4 * C, BE_EPI_GELU,
                la->fc_pre);
-    linear_fwd(m, m->tmp, la->fc_gelu, lt[GPT_FCPROJ_W], lt[GPT_FCPROJ_B], N, 4 * C, C, BE_EPI_NONE,
+    gpt_linear_fwd(m, m->tmp, la->fc_gelu, lt[GPT_FCPROJ_W], lt[GPT_FCPROJ_B], N, 4 * C, C, BE_EPI_NONE,
                NULL);
     be->residual_add(be, y, c->block == GPT_BLOCK_SERIAL ? la->resid_mid : y, m->tmp, nc);
 }
@@ -71,23 +74,33 @@ static void layer_bwd(gpt_model *m, int l, int B, int T) {
     int serial = c->block == GPT_BLOCK_SERIAL;
 
     /* MLP: y = r + c_proj(gelu(c_fc(ln))) */
-    linear_bwd(m, m->dfc, 0, m->dresid, la->fc_gelu, lt[GPT_FCPROJ_W], lt[GPT_FCPROJ_B], N, 4 * C,
-               C);
+    gpt_linear_bwd(m, m->dfc, 0, m->dresid, la->fc_gelu, lt[GPT_FCPROJ_W],
+                   gpt_g(m, lt[GPT_FCPROJ_B]), N, 4 * C, C);
     be->gelu_bwd(be, m->dfc_pre, la->fc_pre, m->dfc, (size_t)N * 4 * C);
     if (serial) {
-        linear_bwd(m, m->dln, 0, m->dfc_pre, la->ln2, lt[GPT_FC_W], lt[GPT_FC_B], N, C, 4 * C);
+        gpt_linear_bwd(m, m->dln, 0, m->dfc_pre, la->ln2, lt[GPT_FC_W], gpt_g(m, lt[GPT_FC_B]), N,
+                       C, 4 * C);
         be->layernorm_bwd(be, m->dresid, gpt_g(m, lt[GPT_LN2_W]), gpt_g(m, lt[GPT_LN2_B]), m->dln,
                           la->resid_mid, gpt_w(m, lt[GPT_LN2_W]), la->ln2_mean, la->ln2_rstd, N, C);
     }
     /* attention: r = x + c_proj(attn(c_attn(ln_1(x)))) */
-    linear_bwd(m, m->datty, 0, m->dresid, la->atty, lt[GPT_ATTPROJ_W], lt[GPT_ATTPROJ_B], N, C, C);
+    gpt_linear_bwd(m, m->datty, 0, m->dresid, la->atty, lt[GPT_ATTPROJ_W],
+                   gpt_g(m, lt[GPT_ATTPROJ_B]), N, C, C);
     be->attention_bwd(be, m->dqkv, m->datty, la->qkv, la->att_state, B, T, C, c->n_head,
                       c->attn_window);
-    linear_bwd(m, m->dln, 0, m->dqkv, la->ln1, lt[GPT_QKV_W], lt[GPT_QKV_B], N, C, 3 * C);
+    gpt_linear_bwd(m, m->dln, 0, m->dqkv, la->ln1, lt[GPT_QKV_W], gpt_g(m, lt[GPT_QKV_B]), N, C,
+                   3 * C);
     if (!serial) /* the MLP branch also reads ln_1 */
-        linear_bwd(m, m->dln, 1, m->dfc_pre, la->ln1, lt[GPT_FC_W], lt[GPT_FC_B], N, C, 4 * C);
+        gpt_linear_bwd(m, m->dln, 1, m->dfc_pre, la->ln1, lt[GPT_FC_W], gpt_g(m, lt[GPT_FC_B]), N,
+                       C, 4 * C);
     be->layernorm_bwd(be, m->dresid, gpt_g(m, lt[GPT_LN1_W]), gpt_g(m, lt[GPT_LN1_B]), m->dln,
                       la->resid_in, gpt_w(m, lt[GPT_LN1_W]), la->ln1_mean, la->ln1_rstd, N, C);
+}
+
+/* Embedding and all blocks, then ln_f into m->lnf. */
+/* Tell the param hook that range i (of gpt_grad_ranges) is about to be read. */
+static void params_needed(gpt_model *m, const size_t *bounds, int i) {
+    if (m->param_hook) m->param_hook(m->param_hook_ctx, bounds[2 * i], bounds[2 * i + 1]);
 }
 
 /* Embedding and all blocks, then ln_f into m->lnf. */
@@ -97,13 +110,18 @@ static void forward_trunk(gpt_model *m, const int32_t *tokens, int B, int T) {
     MS_CHECKF(B >= 1 && B <= m->B && T >= 1 && T <= m->T,
               "micro-batch (%d,%d) exceeds the model's buffers (%d,%d)", B, T, m->B, m->T);
     int N = B * T, C = c->n_embd, L = c->n_layer;
+    size_t bounds[2 * 1026];
+    if (m->param_hook) gpt_grad_ranges(m, bounds, 1026);
     be->to_device(be, m->tokens, tokens, sizeof(int32_t) * (size_t)N);
+    params_needed(m, bounds, L + 1);
     be->embedding_fwd(be, m->layers[0].resid_in, m->tokens, gpt_w(m, m->t_wte), gpt_w(m, m->t_wpe),
                       B, T, C);
     for (int l = 0; l < L; l++) {
         void *y = l + 1 < L ? m->layers[l + 1].resid_in : m->x_final;
+        params_needed(m, bounds, L - 1 - l);
         layer_fwd(m, l, y, B, T);
     }
+    params_needed(m, bounds, L);
     be->layernorm_fwd(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, gpt_w(m, m->t_lnf_w),
                       gpt_w(m, m->t_lnf_b), N, C);
 }
@@ -158,12 +176,17 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
     const gpt_config *c = &m->cfg;
     int C = c->n_embd, V = c->vocab;
     forward_trunk(m, tokens, B, T);
-    /* Rows of lnf whose logits are wanted; computed one row block at a time
-     * into the dqkv/dfc scratch (N*4C act elements >= rows*V when chunked). */
+    /* Rows of lnf whose logits are wanted are computed a block at a time into
+     * the dfc scratch (N*4C elements), or one row at a time into the
+     * one-row logits buffer when a row does not fit there. */
     size_t es = be_dtype_size(be->act_dtype);
     size_t cap = (size_t)m->B * m->T * 4 * C; /* elements of dfc */
     int rows_per = (int)(cap / (size_t)V);
-    MS_CHECKF(rows_per >= 1, "logits scratch too small for vocab %d", V);
+    void *out = m->dfc;
+    if (rows_per < 1) {
+        rows_per = 1;
+        out = m->logit_row;
+    }
     MS_CHECKF(be->act_dtype == BE_F32, "logits readback needs an fp32 act dtype");
     int nrows = last_only ? B : B * T;
     for (int r0 = 0; r0 < nrows; r0 += rows_per) {
@@ -173,8 +196,8 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
             be->copy(be, (char *)m->dqkv + (size_t)i * C * es,
                      (char *)m->lnf + (size_t)row * C * es, (size_t)C * es);
         }
-        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, m->dfc, V, 0,
+        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, out, V, 0,
                  NULL, BE_EPI_NONE, NULL);
-        be->to_host(be, logits + (size_t)r0 * V, m->dfc, (size_t)nr * V * sizeof(float));
+        be->to_host(be, logits + (size_t)r0 * V, out, (size_t)nr * V * sizeof(float));
     }
 }

@@ -5,11 +5,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A contiguous run of one tensor that this rank updates: the whole tensor
+ * alone, or its intersection with one of the rank's ZeRO shards. */
+typedef struct {
+    int tensor;
+    size_t off;   /* element offset in the parameter / gradient buffers */
+    size_t n;
+    size_t state; /* element offset in the m / v buffers */
+} opt_piece;
+
 struct opt_state {
     opt_config cfg;
     gpt_model *m;
     be_backend *be;
-    float *mom, *var; /* fp32 (n_elems) on the backend */
+    par_zero *zero; /* NULL: this rank holds the whole state */
+    opt_piece *pieces;
+    int n_pieces;
+    size_t n_state;
+    float *mom, *var; /* fp32 (n_state) on the backend */
+    double *norms;    /* LAMB: 2 per tensor, ||w||^2 and ||u||^2 */
     int t;
 };
 
@@ -49,21 +63,54 @@ float opt_lr_at(const opt_schedule *sc, int s) {
     return (float)(lo + coeff * ((double)sc->lr - lo));
 }
 
-ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m) {
+/* Cut the tensors into pieces: whole tensors, or their overlaps with the
+ * owned shards. */
+static ms_status plan_pieces(opt_state *o) {
+    gpt_model *m = o->m;
+    int nt = gpt_num_tensors(m), ns = o->zero ? par_zero_num_shards(o->zero) : 1;
+    o->pieces = calloc((size_t)(nt + ns) * 2, sizeof *o->pieces);
+    if (!o->pieces) return ms_error(MS_ERR_NOMEM, "optimizer: out of memory");
+    for (int s = 0; s < ns; s++) {
+        size_t lo = 0, hi = gpt_num_elements(m);
+        if (o->zero) par_zero_shard(o->zero, s, &lo, &hi);
+        for (int i = 0; i < nt; i++) {
+            const gpt_param *p = gpt_tensor(m, i);
+            size_t a = p->offset > lo ? p->offset : lo;
+            size_t b = p->offset + p->numel < hi ? p->offset + p->numel : hi;
+            if (a >= b) continue;
+            MS_CHECK(o->n_pieces < (nt + ns) * 2);
+            opt_piece *pc = &o->pieces[o->n_pieces++];
+            pc->tensor = i;
+            pc->off = a;
+            pc->n = b - a;
+            pc->state = o->zero ? o->n_state + (a - lo) : a;
+        }
+        o->n_state += hi - lo;
+    }
+    return MS_OK;
+}
+
+ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_zero *zero) {
     *out = NULL;
     opt_state *o = calloc(1, sizeof *o);
     if (!o) return ms_error(MS_ERR_NOMEM, "optimizer: out of host memory");
     o->cfg = *cfg;
     o->m = m;
     o->be = gpt_backend(m);
-    size_t bytes = gpt_num_elements(m) * sizeof(float);
-    o->mom = o->be->alloc(o->be, bytes);
-    o->var = o->be->alloc(o->be, bytes);
-    if (!o->mom || !o->var) {
-        ms_error(MS_ERR_NOMEM, "optimizer: cannot allocate %.1f MB of state on %s",
-                 2.0 * (double)bytes / 1e6, o->be->name);
+    o->zero = zero;
+    ms_status st = plan_pieces(o);
+    size_t bytes = o->n_state * sizeof(float);
+    if (st == MS_OK) {
+        o->mom = o->be->alloc(o->be, bytes);
+        o->var = o->be->alloc(o->be, bytes);
+        o->norms = calloc((size_t)gpt_num_tensors(m) * 2, sizeof(double));
+        if (!o->mom || !o->var || !o->norms)
+            st = ms_error(MS_ERR_NOMEM, "optimizer: cannot allocate %.1f MB of state on %s",
+                          2.0 * (double)bytes / 1e6, o->be->name);
+    }
+    if (st != MS_OK) {
         opt_destroy(o);
-        return MS_ERR_NOMEM;
+        return st;
     }
     *out = o;
     return MS_OK;
@@ -73,6 +120,8 @@ void opt_destroy(opt_state *o) {
     if (!o) return;
     if (o->mom) o->be->free(o->be, o->mom);
     if (o->var) o->be->free(o->be, o->var);
+    free(o->pieces);
+    free(o->norms);
     free(o);
 }
 
@@ -80,31 +129,74 @@ int opt_steps_done(const opt_state *o) {
     return o->t;
 }
 
-/* LAMB over one tensor: moments + direction, then the trust-ratio step. */
-static void lamb_tensor(opt_state *o, const gpt_param *p, float lr, float gscale, int t) {
+int opt_state_pieces(opt_state *o, opt_state_piece *out, int max) {
+    for (int i = 0; i < o->n_pieces && i < max; i++) {
+        const opt_piece *pc = &o->pieces[i];
+        out[i] = (opt_state_piece){pc->tensor, pc->off, pc->n, o->mom + pc->state,
+                                   o->var + pc->state};
+    }
+    return o->n_pieces;
+}
+
+void opt_set_steps(opt_state *o, int t) {
+    o->t = t;
+}
+
+const opt_config *opt_get_config(const opt_state *o) {
+    return &o->cfg;
+}
+
+/* Sum over ranks of the DP group (no-op alone). */
+static ms_status dp_sum(opt_state *o, double *x, size_t n) {
+    if (!o->zero) return MS_OK;
+    return comm_allreduce(par_zero_group(o->zero), x, x, n, COMM_F64, COMM_SUM);
+}
+
+/* Global squared norm of the gradients this rank updates, summed over ranks. */
+static ms_status grad_sq(opt_state *o, double *sq) {
+    *sq = 0;
+    for (int i = 0; i < o->n_pieces; i++)
+        *sq += o->be->sum_squares(o->be, gpt_grads(o->m) + o->pieces[i].off, o->pieces[i].n);
+    return dp_sum(o, sq, 1);
+}
+
+/* LAMB: moments and directions piece by piece, per-tensor norms assembled
+ * over the pieces (and ranks), then the trust-ratio steps. */
+static ms_status lamb_all(opt_state *o, float lr, float gscale, int t) {
     be_backend *be = o->be;
     const opt_config *c = &o->cfg;
-    float *w = gpt_params(o->m) + p->offset, *g = gpt_grads(o->m) + p->offset;
-    float wd = p->decay ? c->weight_decay : 0.0f;
-    double w_sq = 0, u_sq = 0;
-    be->lamb_moments(be, g, w, o->mom + p->offset, o->var + p->offset, p->numel, c->beta1, c->beta2,
-                     c->eps, wd, t, gscale, &w_sq, &u_sq);
-    double wn = sqrt(w_sq), un = sqrt(u_sq);
-    double ratio = (wn > 0 && un > 0) ? wn / un : 1.0;
-    be->lamb_apply(be, w, NULL, g, p->numel, (float)(lr * ratio));
+    int nt = gpt_num_tensors(o->m);
+    memset(o->norms, 0, sizeof(double) * 2 * (size_t)nt);
+    for (int i = 0; i < o->n_pieces; i++) {
+        const opt_piece *pc = &o->pieces[i];
+        float wd = gpt_tensor(o->m, pc->tensor)->decay ? c->weight_decay : 0.0f;
+        double w_sq = 0, u_sq = 0;
+        be->lamb_moments(be, gpt_grads(o->m) + pc->off, gpt_params(o->m) + pc->off,
+                         o->mom + pc->state, o->var + pc->state, pc->n, c->beta1, c->beta2, c->eps,
+                         wd, t, gscale, &w_sq, &u_sq);
+        o->norms[2 * pc->tensor] += w_sq;
+        o->norms[2 * pc->tensor + 1] += u_sq;
+    }
+    MS_TRY(dp_sum(o, o->norms, 2 * (size_t)nt));
+    for (int i = 0; i < o->n_pieces; i++) {
+        const opt_piece *pc = &o->pieces[i];
+        double wn = sqrt(o->norms[2 * pc->tensor]), un = sqrt(o->norms[2 * pc->tensor + 1]);
+        double ratio = (wn > 0 && un > 0) ? wn / un : 1.0;
+        be->lamb_apply(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off, pc->n,
+                       (float)(lr * ratio));
+    }
+    return MS_OK;
 }
 
 ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
     be_backend *be = o->be;
-    gpt_model *m = o->m;
     const opt_config *c = &o->cfg;
-    size_t n = gpt_num_elements(m);
-    float *g = gpt_grads(m);
-    double sq = be->sum_squares(be, g, n);
+    double sq;
+    MS_TRY(grad_sq(o, &sq));
     stats->grad_norm = sqrt(sq);
     stats->clip_scale = 1.0f;
     /* Any NaN/Inf element makes the sum of squares non-finite, so this one
-     * pass is also the non-finite check. */
+     * pass is also the non-finite check (and every rank sees the same sum). */
     if (!isfinite(sq))
         return ms_error(MS_ERR_NONFINITE, "non-finite gradient (global norm %g); update skipped",
                         stats->grad_norm);
@@ -113,18 +205,17 @@ ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
         if (coef < 1.0) stats->clip_scale = (float)coef;
     }
     int t = ++o->t;
-    int nt = gpt_num_tensors(m);
-    for (int i = 0; i < nt; i++) {
-        const gpt_param *p = gpt_tensor(m, i);
-        if (c->kind == OPT_LAMB) {
-            lamb_tensor(o, p, lr, stats->clip_scale, t);
-        } else {
-            float wd = p->decay ? c->weight_decay : 0.0f;
-            be->adamw_step(be, gpt_params(m) + p->offset, NULL, g + p->offset, o->mom + p->offset,
-                           o->var + p->offset, p->numel, lr, c->beta1, c->beta2, c->eps, wd, t,
-                           stats->clip_scale);
+    if (c->kind == OPT_LAMB) {
+        MS_TRY(lamb_all(o, lr, stats->clip_scale, t));
+    } else {
+        for (int i = 0; i < o->n_pieces; i++) {
+            const opt_piece *pc = &o->pieces[i];
+            float wd = gpt_tensor(o->m, pc->tensor)->decay ? c->weight_decay : 0.0f;
+            be->adamw_step(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off,
+                           o->mom + pc->state, o->var + pc->state, pc->n, lr, c->beta1, c->beta2,
+                           c->eps, wd, t, stats->clip_scale);
         }
     }
-    gpt_params_updated(m);
+    if (!o->zero) gpt_params_updated(o->m);
     return MS_OK;
 }

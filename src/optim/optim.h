@@ -2,8 +2,8 @@
  * gradient clipping and non-finite detection.
  *
  * The optimiser owns its fp32 state (m, v: one buffer each on the model's
- * backend, laid out like the model's parameter buffer) and updates the
- * model's parameters in place from its gradients.  Weight decay applies to
+ * backend) and updates the model's parameters in place from its gradients,
+ * tensor by tensor, or only this rank's ZeRO shards of them.  Weight decay applies to
  * the tensors the model's table marks `decay` (matrices and embeddings) and
  * never to biases or LayerNorm parameters.  One thread at a time.
  */
@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "model/gpt.h"
+#include "parallel/zero.h"
 
 typedef enum { OPT_ADAMW = 0, OPT_LAMB = 1 } opt_kind;
 
@@ -45,7 +46,11 @@ typedef struct {
 
 typedef struct opt_state opt_state;
 
-ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m);
+/* zero NULL: one rank updates everything.  With ZeRO-2 (zero != NULL) this
+ * rank keeps m and v only for its shards and updates only those parameters;
+ * the gradient norm and LAMB's per-tensor norms are summed over the DP
+ * group, so every rank takes the same decisions (clip, skip). */
+ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_zero *zero);
 void opt_destroy(opt_state *o);
 /* One update with learning rate lr from the model's accumulated gradients.
  * Returns MS_ERR_NONFINITE (and leaves parameters and state untouched) when
@@ -53,5 +58,21 @@ void opt_destroy(opt_state *o);
 ms_status opt_step(opt_state *o, float lr, opt_stats *stats);
 /* Number of updates applied so far (the t of the bias corrections). */
 int opt_steps_done(const opt_state *o);
+
+/* Checkpoint access.  A run of one tensor whose m and v this rank holds:
+ * the whole tensor alone, its overlap with one owned shard under ZeRO-2. */
+typedef struct {
+    int tensor;       /* index in the model's parameter table */
+    size_t off;       /* element offset in the parameter buffer */
+    size_t n;         /* elements */
+    float *mom, *var; /* this run's m and v (backend memory, n elements each) */
+} opt_state_piece;
+
+/* The pieces in a fixed order (shard by shard, tensor by tensor): returns
+ * how many there are and fills the first min(count, max) of out. */
+int opt_state_pieces(opt_state *o, opt_state_piece *out, int max);
+/* Set the update count (a resumed run continues the bias corrections). */
+void opt_set_steps(opt_state *o, int t);
+const opt_config *opt_get_config(const opt_state *o);
 
 #endif

@@ -5,15 +5,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/ctx.h"
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "ckpt/hf.h"
+#include "comm/comm.h"
+#include "comm/grid.h"
 #include "data/loader.h"
 #include "data/prefetch.h"
 #include "monitor/monitor.h"
 #include "optim/optim.h"
+#include "parallel/zero.h"
 #include "train/train_internal.h"
 
 typedef struct {
@@ -30,6 +34,11 @@ typedef struct {
     int32_t *inp, *tgt;
     double peak_flops, flops_per_token;
     train_fault fault;
+    /* distribution (NULL alone) */
+    comm_world *world;
+    comm_grid *grid;
+    par_zero *zero;
+    int dp, dp_rank, rank;
 } trainer;
 
 static ms_status open_loaders(trainer *t) {
@@ -39,8 +48,8 @@ static ms_status open_loaders(trainer *t) {
                              .T = tc->seq,
                              .vocab = t->mc.vocab,
                              .seed = tc->seed,
-                             .rank = 0,
-                             .nranks = 1};
+                             .rank = t->dp_rank,
+                             .nranks = t->dp};
     MS_TRY(data_order_parse(tc->data_order, &dc.order));
     MS_TRY(data_loader_open(&t->train, &dc));
     ms_info("train data: %s: %d shard(s), %llu tokens, order %s", tc->train_data,
@@ -54,10 +63,43 @@ static ms_status open_loaders(trainer *t) {
     return MS_OK;
 }
 
+/* Start MPI and the rank grid when launched by mpirun or asked for more
+ * than one rank; a plain single process never touches MPI. */
+static ms_status setup_dist(trainer *t) {
+    const train_config *tc = t->tc;
+    t->dp = tc->dp > 0 ? tc->dp : 1;
+    int want = t->dp * (tc->tp > 0 ? tc->tp : 1) * (tc->pp > 0 ? tc->pp : 1);
+    if (tc->tp > 1 || tc->pp > 1 || tc->vpp > 1)
+        return ms_error(MS_ERR_ARG, "--tp %d --pp %d --vpp %d: tensor and pipeline parallelism "
+                                    "are not in the trainer yet (data parallelism is: --dp N)",
+                        tc->tp, tc->pp, tc->vpp);
+    if (want == 1 && ms_ctx_get()->world == 1) return MS_OK;
+    MS_TRY(comm_world_init(&t->world, NULL, NULL, NULL));
+    int world = comm_world_size(t->world);
+    if (world != want)
+        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %d",
+                        world, tc->tp > 0 ? tc->tp : 1, tc->pp > 0 ? tc->pp : 1, t->dp, want);
+    MS_TRY(comm_grid_create(t->world, 1, 1, t->dp, &t->grid));
+    t->rank = comm_world_rank(t->world);
+    t->dp_rank = comm_grid_coord_of(t->grid).dp;
+    return MS_OK;
+}
+
+/* --threads, or the cores shared by the ranks of this node. */
+static int threads_per_rank(const train_config *tc) {
+    if (tc->threads > 0) return tc->threads;
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    int local = ls ? atoi(ls) : 1;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (local <= 1 || cores < 1) return 0;
+    return cores / local > 0 ? (int)(cores / local) : 1;
+}
+
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
+    MS_TRY(setup_dist(t));
     MS_TRY(train_model_config(tc, &t->mc));
-    MS_TRY(train_check(tc, &t->mc, &t->micro, &t->accum));
+    MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_fault_parse(tc->inject_fault, &t->fault));
     opt_config oc = {OPT_ADAMW,      (float)tc->beta1,        (float)tc->beta2,
                      (float)tc->eps, (float)tc->weight_decay, (float)tc->grad_clip};
@@ -66,16 +108,18 @@ static ms_status setup(trainer *t) {
         (opt_schedule){OPT_SCHED_COSINE, (float)tc->lr, tc->warmup, tc->steps, (float)tc->lr_floor};
     MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
     MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
-    MS_TRY(be_create(&t->be, tc->device, tc->threads));
-    MS_TRY(gpt_create(&t->model, &t->mc, t->be, t->micro, tc->seq));
+    MS_TRY(be_create(&t->be, tc->device, threads_per_rank(tc)));
+    MS_TRY(gpt_create_aligned(&t->model, &t->mc, t->be, t->micro, tc->seq, 16 * (size_t)t->dp));
     if (tc->init_from && *tc->init_from) {
         MS_TRY(ckpt_hf_load(t->model, tc->init_from));
         ms_info("weights: loaded %s", tc->init_from);
     } else {
         gpt_init(t->model, tc->seed);
     }
-    MS_TRY(opt_create(&t->opt, &oc, t->model));
-    MS_TRY(mon_metrics_open(&t->metrics, tc->metrics));
+    if (t->dp > 1)
+        MS_TRY(par_zero_create(&t->zero, t->model, comm_grid_group(t->grid, COMM_DIM_DP)));
+    MS_TRY(opt_create(&t->opt, &oc, t->model, t->zero));
+    MS_TRY(mon_metrics_open(&t->metrics, t->rank == 0 ? tc->metrics : NULL));
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
     t->tgt = malloc(n * sizeof(int32_t));
@@ -87,21 +131,42 @@ static ms_status setup(trainer *t) {
     return MS_OK;
 }
 
-static void teardown(trainer *t) {
+/* Free everything; finalize MPI only after a run that every rank finished
+ * (after a failure on one rank the others may be stuck in a collective: the
+ * caller exits non-zero and mpirun ends the job). */
+static void teardown(trainer *t, ms_status st) {
     mon_metrics_close(&t->metrics);
     data_prefetch_stop(t->prefetch);
     data_loader_close(t->train);
     data_loader_close(t->val);
     opt_destroy(t->opt);
+    par_zero_destroy(t->zero);
     gpt_destroy(t->model);
     if (t->be) be_destroy(t->be);
     free(t->inp);
     free(t->tgt);
+    comm_grid_destroy(t->grid);
+    if (t->world && st == MS_OK) {
+        ms_status fs = comm_world_finalize(t->world);
+        if (fs != MS_OK) ms_errorf("%s", ms_errmsg());
+    }
+}
+
+/* Mean of a per-rank value over the data-parallel ranks. */
+static ms_status dp_mean(trainer *t, double *x) {
+    if (!t->zero) return MS_OK;
+    MS_TRY(comm_allreduce(comm_grid_group(t->grid, COMM_DIM_DP), x, x, 1, COMM_F64, COMM_SUM));
+    *x /= t->dp;
+    return MS_OK;
 }
 
 static void print_layout(const trainer *t) {
     const gpt_config *c = &t->mc;
     const train_config *tc = t->tc;
+    if (t->world)
+        ms_info("layout: %d ranks = tp 1 x pp 1 x dp %d (ZeRO-2: optimiser state and updates "
+                "sharded over dp)",
+                comm_world_size(t->world), t->dp);
     ms_info("model: %d layers, dim %d, %d heads, vocab %d (padded %d), seq-max %d, %s block%s%.0d",
             c->n_layer, c->n_embd, c->n_head, c->vocab, c->vocab_pad, c->seq_max,
             gpt_block_name(c->block), c->attn_window ? ", window " : "", c->attn_window);
@@ -132,7 +197,9 @@ static ms_status validate(trainer *t, float *loss) {
         MS_TRY(data_loader_next(t->val, t->inp, t->tgt));
         sum += gpt_forward_loss(t->model, t->inp, t->tgt, t->micro, t->tc->seq);
     }
-    *loss = (float)(sum / nb);
+    sum /= nb;
+    MS_TRY(dp_mean(t, &sum));
+    *loss = (float)sum;
     return MS_OK;
 }
 
@@ -166,14 +233,18 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         double wait = 0;
         MS_TRY(data_prefetch_next(t->prefetch, t->inp, t->tgt, &wait));
         r->data_sec += wait;
+        if (t->zero && k + 1 == t->accum) par_zero_arm(t->zero); /* overlap the reduce-scatter */
         loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
     }
+    if (t->zero) MS_TRY(par_zero_reduce_wait(t->zero));
+    loss /= t->accum;
+    MS_TRY(dp_mean(t, &loss));
     if (train_fault_hits(&t->fault, step + 1)) { /* injected: one NaN gradient */
         float nan = NAN;
         t->be->to_device(t->be, gpt_grads(t->model), &nan, sizeof nan);
         ms_warn("step %d: injected fault nan-grad", step + 1);
     }
-    r->loss = (float)(loss / t->accum);
+    r->loss = (float)loss;
     r->lr = opt_lr_at(&t->sched, step);
     memset(&r->os, 0, sizeof r->os);
     ms_status st = isfinite(r->loss) ? opt_step(t->opt, r->lr, &r->os)
@@ -183,6 +254,8 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         r->skipped = 1;
     } else if (st != MS_OK) {
         return st;
+    } else if (t->zero) {
+        MS_TRY(par_zero_gather_start(t->zero)); /* waited for by the next forward */
     }
     r->sec = ms_now() - t0;
     return MS_OK;
@@ -192,7 +265,8 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
     const train_config *tc = t->tc;
     double tokens = (double)tc->batch * tc->seq;
     double tok_s = tokens / r->sec;
-    double mfu = t->peak_flops > 0 ? t->flops_per_token * tok_s / t->peak_flops : 0;
+    double peak = t->peak_flops * (t->world ? comm_world_size(t->world) : 1);
+    double mfu = peak > 0 ? t->flops_per_token * tok_s / peak : 0;
     char eta[32];
     ms_fmt_duration(eta, sizeof eta, elapsed / (step + 1) * (tc->steps - step - 1));
     if (tc->log_every > 0 &&
@@ -221,6 +295,10 @@ static ms_status loop(trainer *t) {
             ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
             break;
         }
+        if (train_fault_exits(&t->fault, step + 1, t->rank)) { /* injected: a rank dies */
+            ms_errorf("step %d: injected fault: rank %d exits", step + 1, t->rank);
+            _exit(3);
+        }
         step_result r;
         MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));
@@ -247,11 +325,12 @@ ms_status train_run(const train_config *tc) {
         if (t.val) st = log_val(&t, 0);
     }
     if (st == MS_OK) st = loop(&t);
-    if (st == MS_OK && tc->save_weights && *tc->save_weights) {
+    if (st == MS_OK && t.zero) st = par_zero_gather_wait_all(t.zero);
+    if (st == MS_OK && t.rank == 0 && tc->save_weights && *tc->save_weights) {
         st = ckpt_hf_save(t.model, tc->save_weights);
         if (st == MS_OK) ms_info("weights: saved %s", tc->save_weights);
     }
     if (st == MS_OK) ms_info("peak RSS %.1f MB", mon_peak_rss_bytes() / 1e6);
-    teardown(&t);
+    teardown(&t, st);
     return st;
 }

@@ -23,6 +23,7 @@ typedef struct {
     /* compute */
     char *device;
     int threads;
+    int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp) */
     /* data */
     char *train_data, *val_data, *data_order;
     int batch, micro_batch, seq;

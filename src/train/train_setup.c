@@ -40,7 +40,7 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
     return MS_OK;
 }
 
-ms_status train_check(const train_config *tc, const gpt_config *c, int *micro, int *accum) {
+ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *micro, int *accum) {
     if (!tc->train_data || !*tc->train_data)
         return ms_error(MS_ERR_ARG, "--train-data is required (a glob of token shards)");
     if (tc->steps < 1) return ms_error(MS_ERR_ARG, "--steps must be >= 1 (got %d)", tc->steps);
@@ -48,10 +48,12 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int *micro, i
     if (tc->seq < 1 || tc->seq > c->seq_max)
         return ms_error(MS_ERR_ARG, "--seq %d must be in 1..%d (the model's seq-max)", tc->seq,
                         c->seq_max);
-    int mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch;
-    if (tc->batch % mb != 0)
-        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --micro-batch %d", tc->batch,
-                        mb);
+    if (tc->batch % dp != 0)
+        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --dp %d", tc->batch, dp);
+    int mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch / dp;
+    if ((tc->batch / dp) % mb != 0)
+        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --dp %d x --micro-batch %d",
+                        tc->batch, dp, mb);
     if (!(tc->lr > 0)) return ms_error(MS_ERR_ARG, "--lr must be > 0 (got %g)", tc->lr);
     if (tc->lr_floor < 0 || tc->lr_floor > 1)
         return ms_error(MS_ERR_ARG, "--lr-floor must be a fraction in 0..1 (got %g)", tc->lr_floor);
@@ -61,24 +63,42 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int *micro, i
         return ms_error(MS_ERR_ARG, "--beta1/--beta2 must be in [0, 1)");
     if (!(tc->eps > 0)) return ms_error(MS_ERR_ARG, "--eps must be > 0");
     *micro = mb;
-    *accum = tc->batch / mb;
+    *accum = tc->batch / dp / mb;
     return MS_OK;
 }
 
 ms_status train_fault_parse(const char *spec, train_fault *out) {
     memset(out, 0, sizeof *out);
     if (!spec || !*spec) return MS_OK;
-    int step = 0, n = 0;
-    if (sscanf(spec, "nan-grad@%d%n", &step, &n) != 1 || step < 1 ||
-        (spec[n] && strcmp(spec + n, "+") != 0))
-        return ms_error(MS_ERR_ARG, "--inject-fault '%s': expected nan-grad@STEP or nan-grad@STEP+",
-                        spec);
-    out->nan_grad_step = step;
-    out->persistent = spec[n] == '+';
-    return MS_OK;
+    int step = 0, rank = -1, n = 0;
+    if (sscanf(spec, "exit@%d%n", &step, &n) == 1 && step >= 1) {
+        if (spec[n] == ':' && sscanf(spec + n + 1, "%d%n", &rank, &n) == 1 && rank >= 0) {
+            out->exit_step = step;
+            out->exit_rank = rank;
+            return MS_OK;
+        }
+        if (!spec[n]) {
+            out->exit_step = step;
+            out->exit_rank = -1;
+            return MS_OK;
+        }
+    } else if (sscanf(spec, "nan-grad@%d%n", &step, &n) == 1 && step >= 1 &&
+               (!spec[n] || !strcmp(spec + n, "+"))) {
+        out->nan_grad_step = step;
+        out->persistent = spec[n] == '+';
+        return MS_OK;
+    }
+    return ms_error(MS_ERR_ARG,
+                    "--inject-fault '%s': expected nan-grad@STEP, nan-grad@STEP+ or "
+                    "exit@STEP[:RANK]",
+                    spec);
 }
 
 int train_fault_hits(const train_fault *f, int step1) {
     if (!f->nan_grad_step) return 0;
     return f->persistent ? step1 >= f->nan_grad_step : step1 == f->nan_grad_step;
+}
+
+int train_fault_exits(const train_fault *f, int step1, int rank) {
+    return f->exit_step == step1 && (f->exit_rank < 0 || f->exit_rank == rank);
 }

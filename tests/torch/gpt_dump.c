@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     }
     c = *gpt_get_config(m);
     gpt_init(m, 1234);
-    MS_CHECK(opt_create(&o, &oc, m) == MS_OK);
+    MS_CHECK(opt_create(&o, &oc, m, NULL) == MS_OK);
 
     size_t ne = gpt_num_elements(m), bt = (size_t)B * T;
     int nt = gpt_num_tensors(m);

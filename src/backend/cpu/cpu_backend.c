@@ -114,6 +114,8 @@ static void cpu_fill_table(be_backend *be) {
     be->destroy = cpu_destroy;
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
+    be->embedding_slice_fwd = cpu_embedding_slice_fwd;
+    be->embedding_slice_bwd = cpu_embedding_slice_bwd;
     be->layernorm_fwd = cpu_layernorm_fwd;
     be->layernorm_bwd = cpu_layernorm_bwd;
     be->gemm = cpu_gemm;
@@ -124,7 +126,11 @@ static void cpu_fill_table(be_backend *be) {
     be->gelu_fwd = cpu_gelu_fwd;
     be->gelu_bwd = cpu_gelu_bwd;
     be->residual_add = cpu_residual_add;
+    be->bias_add = cpu_bias_add;
+    be->add_f32 = cpu_add_f32;
     be->classifier_fwd_bwd = cpu_classifier_fwd_bwd;
+    be->classifier_slice_stats = cpu_classifier_slice_stats;
+    be->classifier_slice_finish = cpu_classifier_slice_finish;
     be->adamw_step = cpu_adamw_step;
     be->lamb_moments = cpu_lamb_moments;
     be->lamb_apply = cpu_lamb_apply;

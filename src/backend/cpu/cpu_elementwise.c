@@ -1,5 +1,5 @@
-/* cpu_elementwise.c - GeLU forward/backward and the residual add, parallel
- * over elements (memory-bound, vectorised). */
+/* cpu_elementwise.c - GeLU forward/backward, the residual add, the bias add
+ * and the f32 add, parallel over elements (memory-bound, vectorised). */
 #include <omp.h>
 
 #include "backend/cpu/cpu_internal.h"
@@ -29,4 +29,23 @@ void cpu_residual_add(be_backend *be, void *out, const void *a, const void *b, s
 #pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
     for (size_t i = 0; i < n; i++)
         y[i] = p[i] + q[i];
+}
+
+/* out (M,N) += bias (N), broadcast over the rows. */
+void cpu_bias_add(be_backend *be, void *out, const void *bias, int M, int N) {
+    float *y = out;
+    const float *b = bias;
+#pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
+    for (long r = 0; r < (long)M; r++) {
+        float *restrict yr = y + (size_t)r * N;
+        for (int c = 0; c < N; c++)
+            yr[c] += b[c];
+    }
+}
+
+/* y (n) += x (n), f32. */
+void cpu_add_f32(be_backend *be, float *y, const float *x, size_t n) {
+#pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
+    for (size_t i = 0; i < n; i++)
+        y[i] += x[i];
 }

@@ -167,6 +167,10 @@ void cpu_embedding_fwd(be_backend *be, void *out, const int32_t *tok, const void
                        const void *wpe, int B, int T, int C);
 void cpu_embedding_bwd(be_backend *be, float *dwte, float *dwpe, const void *dout,
                        const int32_t *tok, int B, int T, int C);
+void cpu_embedding_slice_fwd(be_backend *be, void *out, const int32_t *tok, const void *wte,
+                             const void *wpe, int B, int T, int C, int v0, int Vs);
+void cpu_embedding_slice_bwd(be_backend *be, float *dwte, float *dwpe, const void *dout,
+                             const int32_t *tok, int B, int T, int C, int v0, int Vs);
 
 /* cpu_norm.c */
 void cpu_layernorm_fwd(be_backend *be, void *out, float *mean, float *rstd, const void *inp,
@@ -192,11 +196,22 @@ void cpu_attention_bwd(be_backend *be, void *dqkv, const void *dout, const void 
 void cpu_gelu_fwd(be_backend *be, void *out, const void *inp, size_t n);
 void cpu_gelu_bwd(be_backend *be, void *dinp, const void *inp, const void *dout, size_t n);
 void cpu_residual_add(be_backend *be, void *out, const void *a, const void *b, size_t n);
+void cpu_bias_add(be_backend *be, void *out, const void *bias, int M, int N);
+void cpu_add_f32(be_backend *be, float *y, const float *x, size_t n);
 
 /* cpu_classifier.c */
 void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
                             const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
                             float dloss);
+
+/* cpu_classifier_slice.c */
+void cpu_classifier_slice_stats(be_backend *be, float *stats, void *logits, const void *x,
+                                const void *wte, const int32_t *targets, int R, int C, int Vs,
+                                int v0);
+void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *dwte,
+                                 void *logits, const void *x, const void *wte,
+                                 const int32_t *targets, const float *stats, int P, int R, int C,
+                                 int Vs, int v0, float dloss);
 
 /* cpu_optim.c */
 void cpu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,

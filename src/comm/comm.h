@@ -1,0 +1,201 @@
+/* comm.h - the communicator interface: a world of ranks, named groups of
+ * ranks, and asynchronous collectives / point-to-point ops with handles.
+ *
+ * Who calls it: the trainer (through the rank grid, comm/grid.h), the
+ * tensor/pipeline/data-parallel layers, checkpoint sharding, benchmarks.
+ * The interface is backend-neutral (no MPI or NCCL types here): today it is
+ * implemented over MPI on host memory; an NCCL implementation will carry the
+ * same calls for device buffers.  Conventions follow NCCL where MPI and NCCL
+ * differ (in-place layouts of all-gather / reduce-scatter, equal blocks).
+ *
+ * Model.  comm_world_init() starts MPI (a single process without mpirun is
+ * a world of size 1) and one communication thread per process.  Every op
+ * (comm_*_start) only enqueues a request and returns a handle at once; the
+ * communication thread posts the MPI non-blocking call and keeps calling
+ * MPI_Testsome, so the op progresses while the caller computes.  comm_wait()
+ * blocks until the op finished (or failed) and frees the handle;
+ * comm_test() polls without blocking.  Ops on one group must be started in
+ * the same order on every member (as in MPI and NCCL); ops on different
+ * groups may interleave freely.
+ *
+ * Timeouts and faults.  Every op has a deadline (options.timeout_s, default
+ * 300 s, environment MS_COMM_TIMEOUT overrides).  An op that misses it
+ * fails with MS_ERR_TIMEOUT and a message naming the op, the group, the
+ * elapsed time and which ranks had not arrived (from the arrival board, see
+ * comm_board.c; on another host their state is "unknown").  A peer whose
+ * process has exited before arriving makes the op fail early (about 1-2 s)
+ * with the same kind of message.  After a timeout the world is "broken":
+ * the timed-out MPI request can never be completed or cancelled, so every
+ * later op fails at once, the communication thread stops calling MPI (no
+ * buffer is touched afterwards), and comm_world_finalize() reports the
+ * failure instead of finalizing MPI.  The process should then exit (the
+ * supervisor restarts the job).  Errors reported by MPI itself are returned
+ * as MS_ERR_INTERNAL with MPI's message; they do not break the world.
+ *
+ * Memory.  comm_world_init/comm_group_create_* allocate objects that the
+ * caller frees with comm_world_finalize/comm_group_destroy.  Buffers passed
+ * to an op belong to the caller and must stay valid and untouched until
+ * comm_wait() returns.  Handles are freed by comm_wait() (or comm_wait_all).
+ *
+ * Thread-safety: every function may be called from any thread, but the ops
+ * of one group must be started in one agreed order (one thread per group,
+ * or the caller serialises).  A handle may be waited on by one thread.
+ * comm_world_init/finalize are called once per process by the main thread
+ * (MPI cannot be initialised twice).  While the world is up, no other code
+ * may call MPI directly: MPI runs at MPI_THREAD_SERIALIZED and the
+ * communication thread makes every call.
+ */
+#ifndef MS_COMM_H
+#define MS_COMM_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+
+typedef struct comm_world comm_world;
+typedef struct comm_group comm_group;
+typedef struct comm_req comm_req;
+
+typedef enum {
+    COMM_F32 = 0,
+    COMM_F64,
+    COMM_I32,
+    COMM_I64,
+    COMM_U8,
+    COMM_BF16, /* 2-byte payload; data movement only (no reductions over MPI) */
+} comm_dtype;
+
+typedef enum { COMM_SUM = 0, COMM_MAX, COMM_MIN } comm_redop;
+
+typedef struct {
+    double timeout_s; /* per-op deadline; <= 0: default 300 s; env MS_COMM_TIMEOUT wins */
+    int poll_max_us;  /* comm thread's longest sleep between MPI_Testsome calls; <= 0: 200 */
+    int no_board;     /* 1: do not create the arrival board (missing ranks then "unknown") */
+} comm_options;
+
+/* Defaults: timeout 300 s, poll 200 us, board on. */
+comm_options comm_options_default(void);
+
+/* Size in bytes of one element of dt. */
+size_t comm_dtype_size(comm_dtype dt);
+/* "f32", "f64", ... */
+const char *comm_dtype_name(comm_dtype dt);
+
+/* ---- world --------------------------------------------------------------- */
+
+/* Initialise MPI (MPI_THREAD_SERIALIZED: all MPI calls after init are made
+ * by the communication thread), the arrival board and the communication
+ * thread.  argc/argv may be NULL.  opt may be NULL (defaults).  If MPI was
+ * already initialised by someone else, it is used and not finalised here.
+ * Errors: MS_ERR_ARG (bad MS_COMM_TIMEOUT), MS_ERR_INTERNAL (MPI, threads). */
+ms_status comm_world_init(comm_world **w, int *argc, char ***argv, const comm_options *opt);
+
+/* Barrier on the world (with the timeout), stop the communication thread,
+ * free the world group and MPI_Finalize.  Groups created from the world
+ * should be destroyed first.  If the world is broken (a timeout happened),
+ * MPI is not finalised (it would hang on the missing rank) and the original
+ * failure is returned: the caller should report it and exit.  Always frees
+ * what it safely can; w may be NULL. */
+ms_status comm_world_finalize(comm_world *w);
+
+int comm_world_rank(const comm_world *w);
+int comm_world_size(const comm_world *w);
+/* The world as a group named "world" (owned by the world). */
+comm_group *comm_world_group(comm_world *w);
+/* Current per-op timeout in seconds; the setter applies to ops started later. */
+double comm_world_timeout(const comm_world *w);
+void comm_world_set_timeout(comm_world *w, double seconds);
+/* 1 after a timeout broke the world (see above). */
+int comm_world_broken(const comm_world *w);
+
+/* ---- groups -------------------------------------------------------------- */
+
+/* Collective over every member of parent: members passing the same color
+ * form a new group named `name`, ordered by key (ties by parent rank).
+ * color < 0: this rank joins no group and *out is NULL.  Costs O(1)
+ * collectives however many groups are formed: a barrier on the parent
+ * (non-blocking, so a missing rank is reported like in any op), one
+ * MPI_Comm_split, and one small all-reduce on the new group (to agree on
+ * its arrival-board slot). */
+ms_status comm_group_create_split(comm_group *parent, int color, int key, const char *name,
+                                  comm_group **out);
+
+/* Collective over the listed members of parent only (MPI_Comm_create_group):
+ * ranks[0..n) are parent ranks, in the order of the new group.  Ranks not in
+ * the list must not call it. */
+ms_status comm_group_create_ranks(comm_group *parent, const int *ranks, int n, const char *name,
+                                  comm_group **out);
+
+/* Free a group created above (not the world group).  Local; NULL is ignored.
+ * No op may be outstanding on it. */
+void comm_group_destroy(comm_group *g);
+
+const char *comm_group_name(const comm_group *g);
+int comm_group_size(const comm_group *g);
+int comm_group_rank(const comm_group *g); /* this process's rank in g */
+/* Global (world) rank of group rank i, 0 <= i < size. */
+int comm_group_global_rank(const comm_group *g, int i);
+comm_world *comm_group_world(const comm_group *g);
+
+/* ---- asynchronous ops ---------------------------------------------------- */
+/* Every _start function validates its arguments (MS_ERR_ARG naming the op
+ * and group), refuses if the world is broken (MS_ERR_TIMEOUT), and otherwise
+ * stores a handle in *req.  count is in elements of dt. */
+
+/* recv[i] = op over ranks of send[i], i < count.  In place: send == recv. */
+ms_status comm_allreduce_start(comm_group *g, const void *send, void *recv, size_t count,
+                               comm_dtype dt, comm_redop op, comm_req **req);
+
+/* send holds size*count elements (block j goes to rank j); recv (count) gets
+ * the reduction of this rank's block.  In place: recv == send + rank*count
+ * (elements); the other blocks of send are then undefined. */
+ms_status comm_reduce_scatter_start(comm_group *g, const void *send, void *recv, size_t count,
+                                    comm_dtype dt, comm_redop op, comm_req **req);
+
+/* recv (size*count) gets every rank's send (count), in rank order.  In
+ * place: send == recv + rank*count (elements). */
+ms_status comm_allgather_start(comm_group *g, const void *send, void *recv, size_t count,
+                               comm_dtype dt, comm_req **req);
+
+/* buf (count) of group rank root is copied to every member's buf. */
+ms_status comm_broadcast_start(comm_group *g, void *buf, size_t count, comm_dtype dt, int root,
+                               comm_req **req);
+
+/* Point-to-point to / from group rank peer.  Messages between two ranks
+ * with the same tag are matched in the order they were started (an NCCL
+ * implementation ignores tags and matches by order only, so callers should
+ * start sends and recvs in the same order on both sides).  A recv must get
+ * exactly count elements. */
+ms_status comm_send_start(comm_group *g, const void *buf, size_t count, comm_dtype dt, int peer,
+                          int tag, comm_req **req);
+ms_status comm_recv_start(comm_group *g, void *buf, size_t count, comm_dtype dt, int peer, int tag,
+                          comm_req **req);
+
+ms_status comm_barrier_start(comm_group *g, comm_req **req);
+
+/* Block until req finished; free it; return its status (with the message
+ * recorded on the calling thread).  req == NULL returns MS_OK. */
+ms_status comm_wait(comm_req *req);
+/* Wait for all n handles (NULL entries skipped), free them all, return the
+ * first failure. */
+ms_status comm_wait_all(comm_req **reqs, int n);
+/* *done = 1 if req has finished (successfully or not); never blocks and
+ * never frees: call comm_wait() afterwards. */
+ms_status comm_test(comm_req *req, int *done);
+/* Monotonic times (ms_now) when req was started and finished (0 if not yet
+ * finished): for timers.  Valid until comm_wait(). */
+void comm_req_times(const comm_req *req, double *t_start, double *t_done);
+
+/* ---- blocking conveniences (start + wait) -------------------------------- */
+
+ms_status comm_allreduce(comm_group *g, const void *send, void *recv, size_t count, comm_dtype dt,
+                         comm_redop op);
+ms_status comm_reduce_scatter(comm_group *g, const void *send, void *recv, size_t count,
+                              comm_dtype dt, comm_redop op);
+ms_status comm_allgather(comm_group *g, const void *send, void *recv, size_t count, comm_dtype dt);
+ms_status comm_broadcast(comm_group *g, void *buf, size_t count, comm_dtype dt, int root);
+ms_status comm_send(comm_group *g, const void *buf, size_t count, comm_dtype dt, int peer, int tag);
+ms_status comm_recv(comm_group *g, void *buf, size_t count, comm_dtype dt, int peer, int tag);
+ms_status comm_barrier(comm_group *g);
+
+#endif

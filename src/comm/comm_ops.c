@@ -1,0 +1,388 @@
+/* comm_ops.c - the public op calls: argument checks, building a request and
+ * queueing it for the communication thread (comm_submit), and the waiting
+ * side (comm_wait / comm_wait_all / comm_test) with its backstop for a
+ * communication thread stuck inside a blocking MPI call.  See comm.h.
+ *
+ * Requests come from a per-world free list (no allocation per op once warm)
+ * and go back to it in comm_wait.  Thread-safe (w->mu).
+ */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/timeutil.h"
+#include "comm/comm_internal.h"
+
+#define COMM_TAG_MAX 32767 /* the smallest MPI_TAG_UB MPI guarantees */
+
+const char *comm_kind_name(comm_kind k) {
+    static const char *names[] = {"all_reduce",   "reduce_scatter", "all_gather", "broadcast",
+                                  "send",         "recv",           "barrier",    "group_split",
+                                  "group_create", "group_free"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "?";
+}
+
+void comm_req_describe(const comm_req *r, char *buf, size_t n) {
+    const comm_group *g = r->g;
+    const char *k = comm_kind_name(r->kind);
+    switch (r->kind) {
+    case COMM_K_SEND:
+    case COMM_K_RECV:
+        snprintf(buf, n, "%s %s rank %d (global %d) tag %d (%zu x %s) on group '%s' (%d ranks)", k,
+                 r->kind == COMM_K_SEND ? "to" : "from", r->peer, g->global[r->peer], r->tag,
+                 r->count, comm_dtype_name(r->dt), g->name, g->size);
+        break;
+    case COMM_K_BARRIER:
+    case COMM_K_SPLIT:
+    case COMM_K_CREATE:
+    case COMM_K_FREE:
+        snprintf(buf, n, "%s #%llu on group '%s' (%d ranks)", k, (unsigned long long)r->seq,
+                 g->name, g->size);
+        break;
+    default:
+        snprintf(buf, n, "%s #%llu (%zu x %s) on group '%s' (%d ranks)", k,
+                 (unsigned long long)r->seq, r->count, comm_dtype_name(r->dt), g->name, g->size);
+    }
+}
+
+comm_req *comm_req_alloc(comm_world *w) {
+    pthread_mutex_lock(&w->mu);
+    comm_req *r = w->free_list;
+    if (r) w->free_list = r->next;
+    pthread_mutex_unlock(&w->mu);
+    if (!r) r = malloc(sizeof *r);
+    if (!r) return NULL;
+    memset(r, 0, sizeof *r);
+    r->w = w;
+    return r;
+}
+
+/* Return r to the free list (w->mu held). */
+static void comm_req_release_locked(comm_world *w, comm_req *r) {
+    r->next = w->free_list;
+    w->free_list = r;
+}
+
+ms_status comm_submit(comm_req *r, int collective) {
+    comm_world *w = r->w;
+    pthread_mutex_lock(&w->mu);
+    if (w->poisoned) {
+        char d[256], pmsg[COMM_MSG_MAX];
+        ms_status code = w->poison_code;
+        comm_req_describe(r, d, sizeof d);
+        snprintf(pmsg, sizeof pmsg, "%s", w->poison_msg);
+        comm_req_release_locked(w, r);
+        pthread_mutex_unlock(&w->mu);
+        return ms_error(code, "comm: %s refused: world broken by an earlier failure: %s", d, pmsg);
+    }
+    if (collective) r->seq = ++r->g->next_seq;
+    r->t_start = ms_now();
+    r->deadline = r->t_start + w->timeout_s;
+    r->state = COMM_REQ_QUEUED;
+    r->next = NULL;
+    if (w->q_tail)
+        w->q_tail->next = r;
+    else
+        w->q_head = r;
+    w->q_tail = r;
+    pthread_cond_signal(&w->submit_cv);
+    pthread_mutex_unlock(&w->mu);
+    return MS_OK;
+}
+
+/* Checks shared by every op; fn names the op in messages. */
+static ms_status comm_check_common(const char *fn, const comm_group *g, size_t count, comm_dtype dt,
+                                   int reduce, comm_redop op, comm_req **req) {
+    if (!g || !req) return ms_error(MS_ERR_ARG, "%s: NULL group or handle pointer", fn);
+    *req = NULL;
+    if ((unsigned)dt > COMM_BF16)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': bad dtype %d", fn, g->name, (int)dt);
+    if (count > INT_MAX)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': count %zu exceeds INT_MAX elements", fn,
+                        g->name, count);
+    if (reduce && (unsigned)op > COMM_MIN)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': bad reduction op %d", fn, g->name, (int)op);
+    if (reduce && dt == COMM_BF16)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': bf16 reductions are not supported over MPI",
+                        fn, g->name);
+    return MS_OK;
+}
+
+/* Do [a, a+na) and [b, b+nb) overlap? */
+static int comm_overlap(const void *a, size_t na, const void *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb && y < x + na;
+}
+
+/* Allocate and fill the common fields of a request. */
+static ms_status comm_req_new(comm_group *g, comm_kind kind, size_t count, comm_dtype dt,
+                              comm_req **out) {
+    comm_req *r = comm_req_alloc(g->w);
+    if (!r) return ms_error(MS_ERR_NOMEM, "comm: out of memory for a request on '%s'", g->name);
+    r->g = g;
+    r->kind = kind;
+    r->count = count;
+    r->dt = dt;
+    *out = r;
+    return MS_OK;
+}
+
+ms_status comm_allreduce_start(comm_group *g, const void *send, void *recv, size_t count,
+                               comm_dtype dt, comm_redop op, comm_req **req) {
+    static const char *fn = "comm_allreduce_start";
+    MS_TRY(comm_check_common(fn, g, count, dt, 1, op, req));
+    size_t bytes = count * comm_dtype_size(dt);
+    if (count && (!send || !recv))
+        return ms_error(MS_ERR_ARG, "%s on group '%s': NULL buffer", fn, g->name);
+    if (send != recv && comm_overlap(send, bytes, recv, bytes))
+        return ms_error(MS_ERR_ARG, "%s on group '%s': send and recv overlap (not in place)", fn,
+                        g->name);
+    comm_req *r = NULL;
+    MS_TRY(comm_req_new(g, COMM_K_ALLREDUCE, count, dt, &r));
+    r->send = send;
+    r->recv = recv;
+    r->op = op;
+    r->inplace = send == recv;
+    MS_TRY(comm_submit(r, 1));
+    *req = r;
+    return MS_OK;
+}
+
+ms_status comm_reduce_scatter_start(comm_group *g, const void *send, void *recv, size_t count,
+                                    comm_dtype dt, comm_redop op, comm_req **req) {
+    static const char *fn = "comm_reduce_scatter_start";
+    MS_TRY(comm_check_common(fn, g, count, dt, 1, op, req));
+    size_t es = comm_dtype_size(dt), bytes = count * es;
+    if (count && (!send || !recv))
+        return ms_error(MS_ERR_ARG, "%s on group '%s': NULL buffer", fn, g->name);
+    int inplace = count && (const char *)recv == (const char *)send + (size_t)g->rank * bytes;
+    if (!inplace && comm_overlap(send, bytes * (size_t)g->size, recv, bytes))
+        return ms_error(MS_ERR_ARG,
+                        "%s on group '%s': recv overlaps send but is not send + rank*count "
+                        "(rank %d)",
+                        fn, g->name, g->rank);
+    comm_req *r = NULL;
+    MS_TRY(comm_req_new(g, COMM_K_REDUCE_SCATTER, count, dt, &r));
+    r->send = send;
+    r->recv = recv;
+    r->op = op;
+    r->inplace = inplace;
+    MS_TRY(comm_submit(r, 1));
+    *req = r;
+    return MS_OK;
+}
+
+ms_status comm_allgather_start(comm_group *g, const void *send, void *recv, size_t count,
+                               comm_dtype dt, comm_req **req) {
+    static const char *fn = "comm_allgather_start";
+    MS_TRY(comm_check_common(fn, g, count, dt, 0, COMM_SUM, req));
+    size_t bytes = count * comm_dtype_size(dt);
+    if (count && (!send || !recv))
+        return ms_error(MS_ERR_ARG, "%s on group '%s': NULL buffer", fn, g->name);
+    int inplace = count && (const char *)send == (const char *)recv + (size_t)g->rank * bytes;
+    if (!inplace && comm_overlap(send, bytes, recv, bytes * (size_t)g->size))
+        return ms_error(MS_ERR_ARG,
+                        "%s on group '%s': send overlaps recv but is not recv + rank*count "
+                        "(rank %d)",
+                        fn, g->name, g->rank);
+    comm_req *r = NULL;
+    MS_TRY(comm_req_new(g, COMM_K_ALLGATHER, count, dt, &r));
+    r->send = send;
+    r->recv = recv;
+    r->inplace = inplace;
+    MS_TRY(comm_submit(r, 1));
+    *req = r;
+    return MS_OK;
+}
+
+ms_status comm_broadcast_start(comm_group *g, void *buf, size_t count, comm_dtype dt, int root,
+                               comm_req **req) {
+    static const char *fn = "comm_broadcast_start";
+    MS_TRY(comm_check_common(fn, g, count, dt, 0, COMM_SUM, req));
+    if (root < 0 || root >= g->size)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': root %d not in [0, %d)", fn, g->name, root,
+                        g->size);
+    if (count && !buf) return ms_error(MS_ERR_ARG, "%s on group '%s': NULL buffer", fn, g->name);
+    comm_req *r = NULL;
+    MS_TRY(comm_req_new(g, COMM_K_BCAST, count, dt, &r));
+    r->recv = buf;
+    r->root = root;
+    MS_TRY(comm_submit(r, 1));
+    *req = r;
+    return MS_OK;
+}
+
+/* Shared by send and recv. */
+static ms_status comm_p2p_start(const char *fn, comm_kind kind, comm_group *g, const void *sbuf,
+                                void *rbuf, size_t count, comm_dtype dt, int peer, int tag,
+                                comm_req **req) {
+    MS_TRY(comm_check_common(fn, g, count, dt, 0, COMM_SUM, req));
+    if (peer < 0 || peer >= g->size)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': peer %d not in [0, %d)", fn, g->name, peer,
+                        g->size);
+    if (tag < 0 || tag > COMM_TAG_MAX)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': tag %d not in [0, %d]", fn, g->name, tag,
+                        COMM_TAG_MAX);
+    if (count && !sbuf && !rbuf)
+        return ms_error(MS_ERR_ARG, "%s on group '%s': NULL buffer", fn, g->name);
+    comm_req *r = NULL;
+    MS_TRY(comm_req_new(g, kind, count, dt, &r));
+    r->send = sbuf;
+    r->recv = rbuf;
+    r->peer = peer;
+    r->tag = tag;
+    MS_TRY(comm_submit(r, 0));
+    *req = r;
+    return MS_OK;
+}
+
+ms_status comm_send_start(comm_group *g, const void *buf, size_t count, comm_dtype dt, int peer,
+                          int tag, comm_req **req) {
+    return comm_p2p_start("comm_send_start", COMM_K_SEND, g, buf, NULL, count, dt, peer, tag, req);
+}
+
+ms_status comm_recv_start(comm_group *g, void *buf, size_t count, comm_dtype dt, int peer, int tag,
+                          comm_req **req) {
+    return comm_p2p_start("comm_recv_start", COMM_K_RECV, g, NULL, buf, count, dt, peer, tag, req);
+}
+
+ms_status comm_barrier_start(comm_group *g, comm_req **req) {
+    MS_TRY(comm_check_common("comm_barrier_start", g, 0, COMM_U8, 0, COMM_SUM, req));
+    comm_req *r = NULL;
+    MS_TRY(comm_req_new(g, COMM_K_BARRIER, 0, COMM_U8, &r));
+    MS_TRY(comm_submit(r, 1));
+    *req = r;
+    return MS_OK;
+}
+
+/* pthread_cond_timedwait on the monotonic clock for `seconds`. */
+static void comm_wait_cv(comm_world *w, double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    long long ns = ts.tv_nsec + (long long)(seconds * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
+}
+
+/* The comm thread did not answer by the deadline (+ grace): it is stuck
+ * in a blocking MPI call.  Give r up (w->mu held) and break the world. */
+static ms_status comm_abandon_locked(comm_world *w, comm_req *r, double now) {
+    char d[256], b[COMM_MSG_MAX], msg[COMM_MSG_MAX];
+    comm_req_describe(r, d, sizeof d);
+    comm_board_describe(w, r, b, sizeof b);
+    snprintf(msg, sizeof msg,
+             "comm: %s timed out after %.1f s (limit %.1f s; communication thread blocked): %s", d,
+             now - r->t_start, r->deadline - r->t_start, b);
+    r->abandoned = 1; /* the comm thread frees it if it ever finishes */
+    comm_poison_locked(w, MS_ERR_TIMEOUT, msg);
+    return ms_error(MS_ERR_TIMEOUT, "%s", msg);
+}
+
+ms_status comm_wait(comm_req *r) {
+    return comm_wait_result(r, NULL);
+}
+
+ms_status comm_wait_result(comm_req *r, comm_group **out) {
+    if (!r) return MS_OK;
+    comm_world *w = r->w;
+    pthread_mutex_lock(&w->mu);
+    while (r->state != COMM_REQ_DONE) {
+        double now = ms_now(), limit = r->deadline + COMM_WAIT_GRACE_S;
+        if (w->poisoned && w->t_poisoned + COMM_WAIT_GRACE_S < limit)
+            limit = w->t_poisoned + COMM_WAIT_GRACE_S;
+        if (now >= limit) {
+            ms_status st = comm_abandon_locked(w, r, now);
+            pthread_mutex_unlock(&w->mu);
+            return st;
+        }
+        comm_wait_cv(w, limit - now);
+    }
+    ms_status st = r->status;
+    if (out) *out = r->out;
+    char msg[COMM_MSG_MAX];
+    if (st != MS_OK) snprintf(msg, sizeof msg, "%s", r->msg);
+    comm_req_release_locked(w, r);
+    pthread_mutex_unlock(&w->mu);
+    return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
+}
+
+ms_status comm_wait_all(comm_req **reqs, int n) {
+    ms_status first = MS_OK;
+    char msg[COMM_MSG_MAX] = "";
+    for (int i = 0; i < n; i++) {
+        ms_status st = comm_wait(reqs[i]);
+        reqs[i] = NULL;
+        if (st != MS_OK && first == MS_OK) {
+            first = st;
+            snprintf(msg, sizeof msg, "%s", ms_errmsg());
+        }
+    }
+    return first == MS_OK ? MS_OK : ms_error(first, "%s", msg);
+}
+
+ms_status comm_test(comm_req *r, int *done) {
+    if (!r) {
+        *done = 1;
+        return MS_OK;
+    }
+    pthread_mutex_lock(&r->w->mu);
+    *done = r->state == COMM_REQ_DONE;
+    pthread_mutex_unlock(&r->w->mu);
+    return MS_OK;
+}
+
+void comm_req_times(const comm_req *r, double *t_start, double *t_done) {
+    pthread_mutex_lock(&r->w->mu);
+    if (t_start) *t_start = r->t_start;
+    if (t_done) *t_done = r->state == COMM_REQ_DONE ? r->t_done : 0;
+    pthread_mutex_unlock(&r->w->mu);
+}
+
+ms_status comm_allreduce(comm_group *g, const void *send, void *recv, size_t count, comm_dtype dt,
+                         comm_redop op) {
+    comm_req *r = NULL;
+    MS_TRY(comm_allreduce_start(g, send, recv, count, dt, op, &r));
+    return comm_wait(r);
+}
+
+ms_status comm_reduce_scatter(comm_group *g, const void *send, void *recv, size_t count,
+                              comm_dtype dt, comm_redop op) {
+    comm_req *r = NULL;
+    MS_TRY(comm_reduce_scatter_start(g, send, recv, count, dt, op, &r));
+    return comm_wait(r);
+}
+
+ms_status comm_allgather(comm_group *g, const void *send, void *recv, size_t count, comm_dtype dt) {
+    comm_req *r = NULL;
+    MS_TRY(comm_allgather_start(g, send, recv, count, dt, &r));
+    return comm_wait(r);
+}
+
+ms_status comm_broadcast(comm_group *g, void *buf, size_t count, comm_dtype dt, int root) {
+    comm_req *r = NULL;
+    MS_TRY(comm_broadcast_start(g, buf, count, dt, root, &r));
+    return comm_wait(r);
+}
+
+ms_status comm_send(comm_group *g, const void *buf, size_t count, comm_dtype dt, int peer,
+                    int tag) {
+    comm_req *r = NULL;
+    MS_TRY(comm_send_start(g, buf, count, dt, peer, tag, &r));
+    return comm_wait(r);
+}
+
+ms_status comm_recv(comm_group *g, void *buf, size_t count, comm_dtype dt, int peer, int tag) {
+    comm_req *r = NULL;
+    MS_TRY(comm_recv_start(g, buf, count, dt, peer, tag, &r));
+    return comm_wait(r);
+}
+
+ms_status comm_barrier(comm_group *g) {
+    comm_req *r = NULL;
+    MS_TRY(comm_barrier_start(g, &r));
+    return comm_wait(r);
+}

@@ -1,0 +1,272 @@
+/* comm_world.c - the world: options, MPI initialisation and finalisation,
+ * dtype/op mapping and MPI error translation.  See comm.h for the model;
+ * comm_thread.c for the communication thread it starts.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/timeutil.h"
+#include "comm/comm_internal.h"
+
+#define COMM_DEFAULT_TIMEOUT_S 300.0
+#define COMM_DEFAULT_POLL_US 200
+
+comm_options comm_options_default(void) {
+    comm_options o = {.timeout_s = COMM_DEFAULT_TIMEOUT_S, .poll_max_us = COMM_DEFAULT_POLL_US};
+    return o;
+}
+
+size_t comm_dtype_size(comm_dtype dt) {
+    switch (dt) {
+    case COMM_F32:
+    case COMM_I32:
+        return 4;
+    case COMM_F64:
+    case COMM_I64:
+        return 8;
+    case COMM_U8:
+        return 1;
+    case COMM_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+const char *comm_dtype_name(comm_dtype dt) {
+    static const char *names[] = {"f32", "f64", "i32", "i64", "u8", "bf16"};
+    return (unsigned)dt < sizeof names / sizeof names[0] ? names[dt] : "?";
+}
+
+MPI_Datatype comm_mpi_dtype(comm_dtype dt) {
+    switch (dt) {
+    case COMM_F32:
+        return MPI_FLOAT;
+    case COMM_F64:
+        return MPI_DOUBLE;
+    case COMM_I32:
+        return MPI_INT32_T;
+    case COMM_I64:
+        return MPI_INT64_T;
+    case COMM_U8:
+        return MPI_UINT8_T;
+    case COMM_BF16:
+        return MPI_UINT16_T;
+    }
+    MS_CHECKF(0, "comm: bad dtype %d", (int)dt);
+}
+
+MPI_Op comm_mpi_op(comm_redop op) {
+    switch (op) {
+    case COMM_SUM:
+        return MPI_SUM;
+    case COMM_MAX:
+        return MPI_MAX;
+    case COMM_MIN:
+        return MPI_MIN;
+    }
+    MS_CHECKF(0, "comm: bad reduction op %d", (int)op);
+}
+
+void comm_mpi_errstr(int rc, const char *call, char *buf, size_t n) {
+    char s[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, s, &len) != MPI_SUCCESS) snprintf(s, sizeof s, "MPI error %d", rc);
+    snprintf(buf, n, "%s failed: %s", call, s);
+}
+
+ms_status comm_mpi_error(int rc, const char *call, const char *ctx) {
+    char s[MPI_MAX_ERROR_STRING + 128];
+    comm_mpi_errstr(rc, call, s, sizeof s);
+    return ms_error(MS_ERR_INTERNAL, "%s: %s", ctx, s);
+}
+
+/* Resolve the timeout: options, then MS_COMM_TIMEOUT (seconds, > 0). */
+static ms_status comm_resolve_options(const comm_options *opt, comm_options *o) {
+    *o = opt ? *opt : comm_options_default();
+    if (!(o->timeout_s > 0)) o->timeout_s = COMM_DEFAULT_TIMEOUT_S;
+    if (o->poll_max_us <= 0) o->poll_max_us = COMM_DEFAULT_POLL_US;
+    const char *env = getenv("MS_COMM_TIMEOUT");
+    if (env && *env) {
+        char *end = NULL;
+        errno = 0;
+        double t = strtod(env, &end);
+        if (errno || end == env || *end || !(t > 0) || !isfinite(t))
+            return ms_error(MS_ERR_ARG,
+                            "comm_world_init: MS_COMM_TIMEOUT='%s' is not a positive "
+                            "number of seconds",
+                            env);
+        o->timeout_s = t;
+    }
+    return MS_OK;
+}
+
+/* MPI_Init_thread (or reuse an initialised MPI) with at least SERIALIZED. */
+static ms_status comm_mpi_start(comm_world *w, int *argc, char ***argv) {
+    int inited = 0, provided = 0, rc;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        rc = MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+        if (rc != MPI_SUCCESS) return comm_mpi_error(rc, "MPI_Init_thread", "comm_world_init");
+        w->own_mpi = 1;
+    } else {
+        MPI_Query_thread(&provided);
+    }
+    if (provided < MPI_THREAD_SERIALIZED)
+        return ms_error(MS_ERR_INTERNAL,
+                        "comm_world_init: MPI provides thread level %d, the communication "
+                        "thread needs MPI_THREAD_SERIALIZED (%d)",
+                        provided, MPI_THREAD_SERIALIZED);
+    rc = MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (rc != MPI_SUCCESS) return comm_mpi_error(rc, "MPI_Comm_set_errhandler", "comm_world_init");
+    MPI_Comm_rank(MPI_COMM_WORLD, &w->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &w->size);
+    return MS_OK;
+}
+
+/* The world group over a duplicate of MPI_COMM_WORLD (our traffic never
+ * mixes with other users of COMM_WORLD); board slot 0. */
+static ms_status comm_world_group_init(comm_world *w) {
+    MPI_Comm dup;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    if (rc != MPI_SUCCESS) return comm_mpi_error(rc, "MPI_Comm_dup", "comm_world_init");
+    char err[256];
+    w->world_group = comm_group_wrap(w, dup, "world", err, sizeof err);
+    if (!w->world_group) {
+        MPI_Comm_free(&dup);
+        return ms_error(MS_ERR_INTERNAL, "comm_world_init: %s", err);
+    }
+    w->world_group->gid = 0;
+    w->next_gid = 1;
+    return MS_OK;
+}
+
+static ms_status comm_sync_init(comm_world *w) {
+    pthread_condattr_t ca;
+    if (pthread_mutex_init(&w->mu, NULL) || pthread_condattr_init(&ca) ||
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_cond_init(&w->submit_cv, &ca) ||
+        pthread_cond_init(&w->done_cv, &ca))
+        return ms_error(MS_ERR_INTERNAL, "comm_world_init: pthread mutex/cond init failed");
+    pthread_condattr_destroy(&ca);
+    return MS_OK;
+}
+
+ms_status comm_world_init(comm_world **out, int *argc, char ***argv, const comm_options *opt) {
+    comm_options o;
+    *out = NULL;
+    MS_TRY(comm_resolve_options(opt, &o));
+    comm_world *w = calloc(1, sizeof *w);
+    if (!w) return ms_error(MS_ERR_NOMEM, "comm_world_init: out of memory");
+    w->timeout_s = o.timeout_s;
+    w->poll_max_us = o.poll_max_us;
+    w->board.local_idx = -1;
+    ms_status st = comm_mpi_start(w, argc, argv);
+    if (st != MS_OK) goto out;
+    if ((st = comm_world_group_init(w)) != MS_OK) goto out;
+    if ((st = comm_board_init(w, !o.no_board)) != MS_OK) goto out;
+    if ((st = comm_sync_init(w)) != MS_OK) goto out;
+    if ((st = comm_thread_start(w)) != MS_OK) goto out;
+    ms_debug("comm: world of %d ranks, timeout %.1f s, arrival board %s", w->size, w->timeout_s,
+             w->board.shm ? "on" : w->board.why_off);
+    *out = w;
+out:
+    if (st != MS_OK) {
+        /* MPI stays initialised: it cannot be initialised twice anyway. */
+        comm_board_free(w);
+        if (w->world_group) comm_group_free_struct(w->world_group);
+        free(w);
+    }
+    return st;
+}
+
+/* Free the world's memory (thread stopped). */
+static void comm_world_free_struct(comm_world *w) {
+    comm_req *r = w->free_list;
+    while (r) {
+        comm_req *n = r->next;
+        free(r);
+        r = n;
+    }
+    free(w->active);
+    free(w->mreqs);
+    free(w->idx);
+    free(w->sts);
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->submit_cv);
+    pthread_cond_destroy(&w->done_cv);
+    free(w);
+}
+
+ms_status comm_world_finalize(comm_world *w) {
+    if (!w) return MS_OK;
+    ms_status st = MS_OK;
+    if (!comm_world_broken(w)) st = comm_barrier(w->world_group);
+    int joined = comm_thread_stop(w, COMM_WAIT_GRACE_S) == 0;
+    pthread_mutex_lock(&w->mu);
+    int broken = w->poisoned;
+    ms_status pcode = w->poison_code;
+    char pmsg[COMM_MSG_MAX];
+    snprintf(pmsg, sizeof pmsg, "%s", w->poison_msg);
+    pthread_mutex_unlock(&w->mu);
+    if (broken || !joined) {
+        /* A timed-out request is still inside MPI: MPI_Finalize would wait
+         * for the missing rank forever.  Leave MPI alone; the caller exits. */
+        comm_board_free(w);
+        if (joined) {
+            comm_group_free_struct(w->world_group);
+            comm_world_free_struct(w);
+        }
+        return ms_error(broken ? pcode : MS_ERR_INTERNAL,
+                        "comm_world_finalize: world is broken, MPI not finalized (exit the "
+                        "process): %s",
+                        broken ? pmsg : "communication thread did not stop");
+    }
+    MPI_Comm_free(&w->world_group->comm);
+    comm_group_free_struct(w->world_group);
+    comm_board_free(w);
+    if (w->own_mpi) {
+        int rc = MPI_Finalize();
+        if (rc != MPI_SUCCESS && st == MS_OK)
+            st = comm_mpi_error(rc, "MPI_Finalize", "comm_world_finalize");
+    }
+    comm_world_free_struct(w);
+    return st;
+}
+
+int comm_world_rank(const comm_world *w) {
+    return w->rank;
+}
+
+int comm_world_size(const comm_world *w) {
+    return w->size;
+}
+
+comm_group *comm_world_group(comm_world *w) {
+    return w->world_group;
+}
+
+double comm_world_timeout(const comm_world *w) {
+    comm_world *m = (comm_world *)w; /* the lock is not part of the logical state */
+    pthread_mutex_lock(&m->mu);
+    double t = m->timeout_s;
+    pthread_mutex_unlock(&m->mu);
+    return t;
+}
+
+void comm_world_set_timeout(comm_world *w, double seconds) {
+    MS_CHECK(seconds > 0);
+    pthread_mutex_lock(&w->mu);
+    w->timeout_s = seconds;
+    pthread_mutex_unlock(&w->mu);
+}
+
+int comm_world_broken(const comm_world *w) {
+    comm_world *m = (comm_world *)w;
+    pthread_mutex_lock(&m->mu);
+    int b = m->poisoned;
+    pthread_mutex_unlock(&m->mu);
+    return b;
+}

@@ -1,0 +1,43 @@
+# Communicator (src/comm): collectives, groups, the rank grid, timeouts and
+# dead peers.  Label mpi.  Multi-rank runs go through tests/comm/mpirun.sh
+# (adds --oversubscribe, and --allow-run-as-root as root; exits 77 without
+# mpirun) or tests/comm/fault.sh (3 ranks, one missing; checks the
+# survivors' reports).  MS_COMM_TIMEOUT=60 turns a hang into a failure long
+# before the CTest timeout.
+set(MS_COMM_RUN ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpirun.sh)
+set(MS_COMM_FAULT ${CMAKE_CURRENT_SOURCE_DIR}/comm/fault.sh)
+set(MS_COMM_ENV "MS_COMM_TIMEOUT=60;OMP_NUM_THREADS=1")
+
+# A world of one process, without mpirun.
+ms_c_test(test_comm SOURCES unit/test_comm.c LABELS unit mpi)
+ms_c_test(test_comm_grid SOURCES unit/test_comm_grid.c LABELS unit mpi)
+set_tests_properties(test_comm test_comm_grid PROPERTIES TIMEOUT 60 ENVIRONMENT "${MS_COMM_ENV}")
+
+# ms_comm_mpi_test(NAME NP TARGET [ARGS...])
+function(ms_comm_mpi_test name np target)
+  add_test(NAME ${name} COMMAND ${MS_COMM_RUN} "${MPIEXEC_EXECUTABLE}" ${MPIEXEC_NUMPROC_FLAG} ${np}
+    $<TARGET_FILE:${target}> ${ARGN})
+  set_tests_properties(${name} PROPERTIES LABELS mpi SKIP_RETURN_CODE 77 TIMEOUT 120
+    ENVIRONMENT "${MS_COMM_ENV}")
+endfunction()
+
+foreach(np 2 3 4 8)
+  ms_comm_mpi_test(test_comm_np${np} ${np} test_comm)
+endforeach()
+foreach(np 2 4 8)
+  ms_comm_mpi_test(test_comm_grid_np${np} ${np} test_comm_grid)
+endforeach()
+
+add_executable(test_comm_fault unit/test_comm_fault.c)
+target_link_libraries(test_comm_fault PRIVATE mscore)
+target_include_directories(test_comm_fault PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+foreach(mode dead split late stopped)
+  add_test(NAME test_comm_fault_${mode} COMMAND ${MS_COMM_FAULT} "${MPIEXEC_EXECUTABLE}"
+    ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:test_comm_fault> ${mode} 3)
+  set_tests_properties(test_comm_fault_${mode} PROPERTIES LABELS "mpi;faults" SKIP_RETURN_CODE 77
+    TIMEOUT 120)
+endforeach()
+
+# bench/init_groups: group-creation time for 8..64 ranks (not a test).
+add_executable(bench_init_groups ${CMAKE_SOURCE_DIR}/bench/init_groups.c)
+target_link_libraries(bench_init_groups PRIVATE mscore)

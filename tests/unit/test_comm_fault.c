@@ -1,0 +1,88 @@
+/* test_comm_fault.c - a collective with a missing rank ends in an error on
+ * every surviving rank, within the timeout, naming the op, the group and
+ * the missing rank.  Run on 3 ranks by tests/comm/fault.sh (which sets
+ * MS_COMM_TIMEOUT and mpirun --enable-recovery, so that mpirun lets the
+ * survivors report when a rank dies):
+ *   dead    rank 2 exits (_exit, no MPI_Finalize) right after a warm-up
+ *           barrier; ranks 0 and 1 enter an all-reduce on the world.
+ *   late    rank 2 stays alive but never enters (sleeps past the timeout).
+ *   split   rank 2 exits; ranks 0 and 1 create a group by split (the
+ *           group_split op must name rank 2 like any collective).
+ *   stopped rank 2 stops itself (SIGSTOP: a hung process; a forked child
+ *           continues it after the survivors have given up).
+ * Survivors print "FAULT-OK r<rank> <seconds>: <message>" when every check
+ * holds and exit without finalising MPI (the world is broken). */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/timeutil.h"
+#include "base/ctx.h"
+#include "check.h"
+#include "comm/comm.h"
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "dead";
+    ms_ctx_init(); /* rank-aware log lines */
+    comm_world *w = NULL;
+    if (comm_world_init(&w, &argc, &argv, NULL) != MS_OK) {
+        fprintf(stderr, "test_comm_fault: %s\n", ms_errmsg());
+        return 1;
+    }
+    int R = comm_world_rank(w), N = comm_world_size(w);
+    double timeout = comm_world_timeout(w);
+    comm_group *g = comm_world_group(w);
+    T_EQ_INT(N, 3);
+    T_EQ_INT(comm_barrier(g), MS_OK); /* everyone is up */
+    if (R == 2) {
+        if (!strcmp(mode, "dead") || !strcmp(mode, "split")) _exit(0);
+        if (!strcmp(mode, "stopped")) {
+            pid_t self = getpid();
+            if (fork() == 0) {
+                sleep((unsigned)(timeout + 3));
+                kill(self, SIGCONT);
+                _exit(0);
+            }
+            raise(SIGSTOP);
+            _exit(0);
+        }
+        sleep((unsigned)(timeout + 2));
+        _exit(0);
+    }
+    double x[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = R + i;
+    int split = !strcmp(mode, "split");
+    comm_group *sub = NULL;
+    double t0 = ms_now();
+    ms_status st = split ? comm_group_create_split(g, 0, R, "sub", &sub)
+                         : comm_allreduce(g, x, x, 64, COMM_F64, COMM_SUM);
+    double el = ms_now() - t0;
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", ms_errmsg());
+    T_EQ_INT(st, MS_ERR_TIMEOUT);
+    T_OK(el <= timeout + 1.0);
+    T_STR_CONTAINS(msg, split ? "group_split" : "all_reduce");
+    T_OK(sub == NULL);
+    T_STR_CONTAINS(msg, "group 'world'");
+    T_STR_CONTAINS(msg, "not arrived: rank 2 (global 2");
+    T_STR_CONTAINS(msg, !strcmp(mode, "dead") || split ? "exited"
+                        : !strcmp(mode, "stopped")     ? "not responding"
+                                                       : "alive");
+    T_OK(strstr(msg, "rank 0 (global") == NULL && strstr(msg, "rank 1 (global") == NULL);
+    T_OK(comm_world_broken(w));
+    /* later ops fail at once, naming the original failure */
+    T_EQ_INT(comm_barrier(g), MS_ERR_TIMEOUT);
+    T_STR_CONTAINS(ms_errmsg(), "world broken");
+    T_EQ_INT(comm_world_finalize(w), MS_ERR_TIMEOUT);
+    T_STR_CONTAINS(ms_errmsg(), "MPI not finalized");
+    if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r%d %.1f s: %s\n", R, el, msg);
+    char name[64];
+    snprintf(name, sizeof name, "test_comm_fault %s r%d", mode, R);
+    int rc = ms_test_summary(name);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc); /* MPI is not finalised: skip atexit handlers */
+}

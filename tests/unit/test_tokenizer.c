@@ -1,0 +1,544 @@
+/* test_tokenizer.c - the BPE tokenizer (src/data/tokenizer*.c): GPT-2 ids
+ * known from js-tiktoken, lossless round trips of arbitrary bytes, parallel
+ * encode == serial encode, concurrent encodes, training on the embedded
+ * corpus, save/load, and the errors for corrupt files and bad ids.
+ * usage: test_tokenizer KJV.txt.gz */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/crc32c.h"
+#include "base/fileio.h"
+#include "base/rng.h"
+#include "base/timeutil.h"
+#include "check.h"
+#include "data/tokenizer.h"
+
+static char tmpdir[] = "/tmp/ms_test_tok_XXXXXX";
+
+/* ---- helpers ---- */
+
+typedef struct {
+    uint32_t *v;
+    size_t n, cap;
+} ids_buf;
+
+static int encode(const data_tokenizer *t, const char *s, size_t len, ids_buf *b) {
+    b->n = 0;
+    ms_status rc = data_tok_encode(t, s, len, &b->v, &b->n, &b->cap);
+    if (rc != MS_OK) fprintf(stderr, "encode: %s\n", ms_errmsg());
+    return rc == MS_OK;
+}
+
+/* decode(encode(s)) == s; prints where it differs. */
+static int round_trip(const data_tokenizer *t, const char *s, size_t len, ids_buf *b) {
+    char *d = NULL;
+    size_t dl = 0;
+    if (!encode(t, s, len, b)) return 0;
+    if (data_tok_decode(t, b->v, b->n, &d, &dl) != MS_OK) {
+        fprintf(stderr, "decode: %s\n", ms_errmsg());
+        return 0;
+    }
+    int ok = dl == len && memcmp(d, s, len) == 0;
+    if (!ok) {
+        size_t i = 0;
+        while (i < len && i < dl && d[i] == s[i])
+            i++;
+        fprintf(stderr, "round trip differs: len %zu vs %zu, first difference at byte %zu\n", len,
+                dl, i);
+    }
+    free(d);
+    return ok;
+}
+
+static int ids_equal(const uint32_t *a, size_t na, const uint32_t *b, size_t nb) {
+    if (na != nb) {
+        fprintf(stderr, "  %zu ids vs %zu ids\n", na, nb);
+        return 0;
+    }
+    for (size_t i = 0; i < na; i++)
+        if (a[i] != b[i]) {
+            fprintf(stderr, "  id %zu: %u vs %u\n", i, a[i], b[i]);
+            return 0;
+        }
+    return 1;
+}
+
+static char *read_gz(const char *path, size_t *len) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "gzip -dc '%s'", path);
+    FILE *f = popen(cmd, "r");
+    size_t cap = 1 << 20, n = 0, r;
+    char *buf = malloc(cap);
+    if (!f || !buf) return NULL;
+    while ((r = fread(buf + n, 1, cap - n, f)) > 0) {
+        n += r;
+        if (n == cap) buf = realloc(buf, cap *= 2);
+    }
+    if (pclose(f) != 0 || n == 0) {
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+/* Random text from pieces that stress the pre-tokeniser and UTF-8 handling. */
+static size_t random_text(ms_rng *r, char *out, size_t max) {
+    static const char *const pieces[] = {
+        " ",
+        "  ",
+        "\t",
+        "\n",
+        "\r\n",
+        "\n\n",
+        "   \n",
+        "\0",
+        "a",
+        "Z",
+        "hello",
+        " world",
+        "'s",
+        "'LL",
+        "'ve",
+        "123",
+        " 4567",
+        ".",
+        ",!?",
+        "--",
+        "é",
+        "東京",
+        "🚀",
+        "ا",
+        "४२",
+        "\xc2\xa0",     /* NBSP: Unicode space */
+        "\xe3\x80\x80", /* ideographic space */
+        "\xc2\x85",     /* NEL */
+        "\xff",
+        "\xfe\xfe",         /* never valid */
+        "\xc0\x80",         /* overlong NUL */
+        "\xed\xa0\x80",     /* surrogate */
+        "\xf4\x90\x80\x80", /* above U+10FFFF */
+        "\xe2\x82",         /* truncated euro sign */
+        "\x80",
+        "\xf0\x9f", /* stray continuation, truncated emoji */
+    };
+    static const size_t lens[] = {1, 2, 1, 1, 2, 2, 4, 1, 1, 1, 5, 6, 2, 3, 3, 3, 5, 1,
+                                  3, 2, 2, 6, 4, 2, 6, 2, 3, 2, 1, 2, 2, 3, 4, 2, 1, 2};
+    size_t np = sizeof pieces / sizeof *pieces, n = 0;
+    MS_CHECK(np == sizeof lens / sizeof *lens);
+    while (n < max) {
+        uint64_t k = ms_rng_next_u64(r) % (np + 1);
+        if (k == np) { /* a uniformly random byte */
+            out[n++] = (char)(ms_rng_next_u64(r) & 0xff);
+            continue;
+        }
+        if (n + lens[k] > max) break;
+        memcpy(out + n, pieces[k], lens[k]);
+        n += lens[k];
+    }
+    return n;
+}
+
+/* ---- tests ---- */
+
+static void test_gpt2_known(const data_tokenizer *t) {
+    static const struct {
+        const char *text;
+        uint32_t ids[32];
+        size_t n;
+    } cases[] = {
+        {"Hello world", {15496, 995}, 2},
+        {"In the beginning God created the heaven and the earth.\n",
+         {818, 262, 3726, 1793, 2727, 262, 9538, 290, 262, 4534, 13, 198},
+         12},
+        {"I'm here, you're there; they've said 'we'll' and I'd DON'T",
+         {40,  1101, 994,  11, 345, 821, 612,  26,    484, 1053, 531,
+          705, 732,  1183, 6,  290, 314, 1549, 23917, 6,   51},
+         21},
+        {"  leading spaces\t\ttabs\n\n\nnewlines   ",
+         {220, 3756, 9029, 197, 197, 8658, 82, 628, 198, 3605, 6615, 220, 220, 220},
+         14},
+        {"1234567 3.14159 x\xc2\xb2", {10163, 2231, 3134, 513, 13, 1415, 19707, 2124, 31185}, 9},
+        {"na\xc3\xafve caf\xc3\xa9 \xe2\x80\x94 \xe6\x9d\xb1\xe4\xba\xac \xf0\x9f\x9a\x80 "
+         "\xd9\x85\xd8\xb1\xd8\xad\xd8\xa8\xd8\xa7 \xe0\xa5\xaa\xe0\xa5\xa8",
+         {2616,  38776, 40304, 851, 10545, 251,   109, 12859, 105, 12520, 248, 222,
+          47048, 26897, 148,   255, 39848, 12919, 220, 24231, 103, 24231, 101},
+         23},
+        /* special-token text is ordinary text */
+        {"<|endoftext|>", {27, 91, 437, 1659, 5239, 91, 29}, 7},
+    };
+    ids_buf b = {0};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        T_OK(encode(t, cases[c].text, strlen(cases[c].text), &b));
+        int same = ids_equal(b.v, b.n, cases[c].ids, cases[c].n);
+        if (!same) fprintf(stderr, "  text: \"%s\"\n", cases[c].text);
+        T_OK(same);
+    }
+    /* 100 'a's: one piece longer than the short-piece path (heap BPE). */
+    char as[201];
+    memset(as, 'a', 200);
+    as[200] = 0;
+    T_OK(encode(t, as, 100, &b));
+    T_EQ_INT(b.n, 25);
+    int all = 1;
+    for (size_t i = 0; i < b.n; i++)
+        all &= b.v[i] == 24794; /* "aaaa" */
+    T_OK(all);
+    /* Appending: the buffer keeps what it had. */
+    b.n = 0;
+    T_EQ_INT(data_tok_encode(t, "Hello", 5, &b.v, &b.n, &b.cap), MS_OK);
+    T_EQ_INT(data_tok_encode(t, " world", 6, &b.v, &b.n, &b.cap), MS_OK);
+    T_EQ_INT(b.n, 2);
+    T_EQ_INT(b.v[0], 15496);
+    T_EQ_INT(b.v[1], 995);
+    /* Empty text: nothing appended. */
+    T_EQ_INT(data_tok_encode(t, "", 0, &b.v, &b.n, &b.cap), MS_OK);
+    T_EQ_INT(b.n, 2);
+    free(b.v);
+}
+
+static void test_round_trips(const data_tokenizer *t) {
+    ms_rng r = ms_rng_make(7, 1);
+    ids_buf b = {0};
+    size_t max = 1 << 16;
+    char *s = malloc(max);
+    int fails = 0, cases = 0;
+    /* Random texts of many lengths (0 .. 64 KiB). */
+    for (size_t len = 0; len < max; len = len < 64 ? len + 1 : len * 5 / 4) {
+        size_t n = random_text(&r, s, len);
+        cases++;
+        if (!round_trip(t, s, n, &b)) fails++;
+    }
+    /* Uniformly random bytes. */
+    for (int k = 0; k < 50; k++) {
+        size_t n = ms_rng_next_u64(&r) % 5000;
+        for (size_t i = 0; i < n; i++)
+            s[i] = (char)(ms_rng_next_u64(&r) & 0xff);
+        cases++;
+        if (!round_trip(t, s, n, &b)) fails++;
+    }
+    T_EQ_INT(fails, 0);
+    printf("round trips: %d random texts ok\n", cases - fails);
+    free(s);
+
+    /* Long runs: one huge whitespace piece, a look-ahead over it, digits,
+     * punctuation, a long run of one letter, NULs. */
+    size_t big = 300000;
+    char *l = malloc(big + 2);
+    const char fills[] = {' ', '\n', '\t', '7', '!', 'x', '\0'};
+    for (size_t f = 0; f < sizeof fills; f++) {
+        memset(l, fills[f], big);
+        l[big] = 'y';
+        T_OK(round_trip(t, l, big, &b));
+        T_OK(round_trip(t, l, big + 1, &b));
+    }
+    /* Spaces then a word: GPT-2 leaves the last space to the word. */
+    memset(l, ' ', 1000);
+    memcpy(l + 1000, "word", 4);
+    T_OK(encode(t, l, 1004, &b));
+    T_OK(b.n >= 2 && b.v[b.n - 1] == 1573); /* " word" */
+    T_OK(round_trip(t, l, 1004, &b));
+    free(l);
+    free(b.v);
+}
+
+static void test_decode_errors(const data_tokenizer *t) {
+    uint32_t ids[3] = {15496, 50257, 995};
+    char *out = NULL;
+    size_t len = 0;
+    T_EQ_INT(data_tok_decode(t, ids, 3, &out, &len), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "50257");
+    T_STR_CONTAINS(ms_errmsg(), "position 1");
+    T_OK(out == NULL);
+    uint32_t eot[2] = {15496, 50256};
+    T_EQ_INT(data_tok_decode(t, eot, 2, &out, &len), MS_OK);
+    T_OK(len == 18 && memcmp(out, "Hello<|endoftext|>", 18) == 0);
+    free(out);
+    T_EQ_INT(data_tok_decode(t, NULL, 0, &out, &len), MS_OK);
+    T_EQ_INT(len, 0);
+    free(out);
+}
+
+/* Parallel encode gives the serial ids, also around places that are not
+ * safe to cut; several threads encoding at once agree with one thread. */
+static void test_parallel(const data_tokenizer *t, const char *kjv, size_t kjv_len) {
+    ids_buf a = {0}, p = {0};
+    T_OK(encode(t, kjv, kjv_len, &a));
+    T_EQ_INT(data_tok_encode_parallel(t, kjv, kjv_len, 2, &p.v, &p.n, &p.cap), MS_OK);
+    T_OK(ids_equal(a.v, a.n, p.v, p.n));
+    printf("gpt2 on the corpus: %zu bytes, %zu tokens, %.3f bytes/token\n", kjv_len, a.n,
+           (double)kjv_len / (double)a.n);
+
+    /* 3 MB of tricky line ends: space before '\n', '\n' before space, blank
+     * lines, Unicode space before '\n', invalid bytes next to '\n'. */
+    static const char *const lines[] = {"a \nb",   "a\n b",   "a\n\nb",     "x\xe3\x80\x80\nz",
+                                        "q\n\xff", "\xfe\nq", "end.\nNext", "7\n8",
+                                        "w\n"};
+    size_t cap = 3 << 20, n = 0;
+    char *s = malloc(cap);
+    ms_rng r = ms_rng_make(3, 3);
+    while (n + 16 < cap) {
+        const char *l = lines[ms_rng_next_u64(&r) % (sizeof lines / sizeof *lines)];
+        size_t m = strlen(l);
+        memcpy(s + n, l, m);
+        n += m;
+    }
+    T_OK(encode(t, s, n, &a));
+    p.n = 0;
+    T_EQ_INT(data_tok_encode_parallel(t, s, n, 3, &p.v, &p.n, &p.cap), MS_OK);
+    T_OK(ids_equal(a.v, a.n, p.v, p.n));
+    /* Random text with newlines, 2.5 MB. */
+    n = random_text(&r, s, 5 << 19);
+    T_OK(encode(t, s, n, &a));
+    p.n = 0;
+    T_EQ_INT(data_tok_encode_parallel(t, s, n, 2, &p.v, &p.n, &p.cap), MS_OK);
+    T_OK(ids_equal(a.v, a.n, p.v, p.n));
+
+    /* Concurrent calls on one tokenizer. */
+    enum { K = 8 };
+    size_t off[K + 1];
+    for (int k = 0; k <= K; k++)
+        off[k] = kjv_len / K * (size_t)k;
+    off[K] = kjv_len;
+    ids_buf mt[K];
+    memset(mt, 0, sizeof mt);
+    int ok[K];
+#pragma omp parallel for num_threads(4) schedule(dynamic, 1)
+    for (int k = 0; k < K; k++)
+        ok[k] = encode(t, kjv + off[k], off[k + 1] - off[k], &mt[k]);
+    int same = 1;
+    for (int k = 0; k < K; k++) {
+        T_OK(ok[k]);
+        T_OK(encode(t, kjv + off[k], off[k + 1] - off[k], &a));
+        same &= ids_equal(a.v, a.n, mt[k].v, mt[k].n);
+        free(mt[k].v);
+    }
+    T_OK(same);
+    free(s);
+    free(a.v);
+    free(p.v);
+}
+
+static void progress(void *ctx, int done, int total) {
+    int *calls = ctx;
+    (*calls)++;
+    (void)done;
+    (void)total;
+}
+
+static void test_train(const char *kjv, size_t kjv_len) {
+    data_tokenizer *t = NULL, *t2 = NULL;
+    int calls = 0;
+    double t0 = ms_now();
+    T_EQ_INT(data_tok_train(kjv, kjv_len, 4096, &t, progress, &calls), MS_OK);
+    double dt = ms_now() - t0;
+    if (!t) {
+        fprintf(stderr, "train: %s\n", ms_errmsg());
+        return;
+    }
+    T_EQ_INT(data_tok_vocab_size(t), 4096);
+    T_EQ_INT(data_tok_eot(t), 4095);
+    T_STR_CONTAINS(data_tok_name(t), "bpe4096");
+    T_OK(calls >= 2);
+    ids_buf a = {0}, b = {0};
+    T_OK(round_trip(t, kjv, kjv_len, &a));
+    double bpt = (double)kjv_len / (double)a.n;
+    printf("trained 4096 on the corpus in %.2fs: %zu tokens, %.3f bytes/token\n", dt, a.n, bpt);
+    T_OK(bpt > 3.5); /* bytes alone would be 1.0; GPT-2 gets ~4.1 */
+    uint32_t maxid = 0;
+    for (size_t i = 0; i < a.n; i++)
+        maxid = a.v[i] > maxid ? a.v[i] : maxid;
+    T_OK(maxid < 4095 && maxid > 3000);
+    /* Save, load: same vocabulary and ids. */
+    char path[256];
+    snprintf(path, sizeof path, "%s/kjv4096.tok", tmpdir);
+    T_EQ_INT(data_tok_save(t, path), MS_OK);
+    T_EQ_INT(data_tok_load(&t2, path), MS_OK);
+    if (t2) {
+        T_EQ_INT(data_tok_vocab_size(t2), 4096);
+        T_EQ_INT(data_tok_eot(t2), 4095);
+        T_STR_CONTAINS(data_tok_name(t2), "bpe4096");
+        T_OK(encode(t2, kjv, kjv_len, &b));
+        T_OK(ids_equal(a.v, a.n, b.v, b.n));
+        data_tok_free(t2);
+    }
+    /* Arbitrary bytes round-trip with a trained vocabulary too. */
+    ms_rng r = ms_rng_make(11, 2);
+    char *s = malloc(20000);
+    size_t n = random_text(&r, s, 20000);
+    T_OK(round_trip(t, s, n, &b));
+    free(s);
+    data_tok_free(t);
+
+    /* Deterministic, and a small corpus stops early with a smaller vocab. */
+    const char *tiny = "ab ab ab abc abc";
+    T_EQ_INT(data_tok_train(tiny, strlen(tiny), 1000, &t, NULL, NULL), MS_OK);
+    T_EQ_INT(data_tok_train(tiny, strlen(tiny), 1000, &t2, NULL, NULL), MS_OK);
+    if (t && t2) {
+        T_OK(data_tok_vocab_size(t) < 1000 && data_tok_vocab_size(t) > 257);
+        T_EQ_INT(data_tok_vocab_size(t), data_tok_vocab_size(t2));
+        T_OK(round_trip(t, tiny, strlen(tiny), &a));
+        T_EQ_INT(a.n, 5); /* "ab", " ab", " ab", " abc", " abc" */
+        T_OK(encode(t2, tiny, strlen(tiny), &b));
+        T_OK(ids_equal(a.v, a.n, b.v, b.n));
+    }
+    data_tok_free(t);
+    data_tok_free(t2);
+    T_EQ_INT(data_tok_train(tiny, strlen(tiny), 256, &t, NULL, NULL), MS_ERR_ARG);
+    T_OK(t == NULL);
+    free(a.v);
+    free(b.v);
+}
+
+/* Load `data` written to a file; expect `code` and a message naming the
+ * file and containing `what`. */
+static void expect_load_error(const void *data, size_t len, ms_status code, const char *what) {
+    char path[256];
+    data_tokenizer *t = NULL;
+    snprintf(path, sizeof path, "%s/bad.tok", tmpdir);
+    MS_CHECK(ms_file_write_atomic(path, data, len) == MS_OK);
+    ms_status rc = data_tok_load(&t, path);
+    T_EQ_INT(rc, code);
+    T_OK(t == NULL);
+    T_STR_CONTAINS(ms_errmsg(), path);
+    T_STR_CONTAINS(ms_errmsg(), what);
+    data_tok_free(t);
+}
+
+static void put32(uint8_t *p, uint32_t v) {
+    memcpy(p, &v, 4);
+}
+static uint32_t get32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+/* Recompute both checksums after an edit (so the content checks run). */
+static void reseal(uint8_t *b, size_t len) {
+    put32(b + 56, ms_crc32c(0, b + 64, len - 64));
+    put32(b + 60, ms_crc32c(0, b, 60));
+}
+
+static void test_files(const data_tokenizer *gpt2) {
+    char path[256], *orig = NULL, *saved = NULL;
+    size_t olen = 0, slen = 0;
+    data_tokenizer *t = NULL;
+    /* Our writer produces the shipped file byte for byte. */
+    snprintf(path, sizeof path, "%s/gpt2.tok", tmpdir);
+    T_EQ_INT(data_tok_save(gpt2, path), MS_OK);
+    T_EQ_INT(ms_file_read_all(path, &saved, &slen), MS_OK);
+    const char *dd = getenv("MS_DATA_DIR");
+    char shipped[4200];
+    snprintf(shipped, sizeof shipped, "%s/gpt2.tok", dd && *dd ? dd : MS_TEST_DATA_DIR);
+    T_EQ_INT(ms_file_read_all(shipped, &orig, &olen), MS_OK);
+    T_OK(orig && saved && olen == slen && memcmp(orig, saved, olen) == 0);
+    T_EQ_INT(data_tok_load(&t, path), MS_OK);
+    if (t) T_EQ_INT(data_tok_vocab_size(t), 50257);
+    data_tok_free(t);
+    if (!orig) return;
+    uint8_t *b = malloc(olen);
+
+    expect_load_error("", 0, MS_ERR_FORMAT, "truncated");
+    expect_load_error(orig, 40, MS_ERR_FORMAT, "truncated");
+    expect_load_error(orig, olen / 2, MS_ERR_FORMAT, "truncated");
+    expect_load_error(orig, olen - 1, MS_ERR_FORMAT, "truncated");
+    const char foreign[] = "{\"this\": \"is a JSON file, not a tokenizer at all, really\"}\n....";
+    expect_load_error(foreign, sizeof foreign, MS_ERR_FORMAT, "bad magic");
+    memcpy(b, orig, olen);
+    b[olen / 2] ^= 0x20; /* one flipped bit in the token bytes */
+    expect_load_error(b, olen, MS_ERR_FORMAT, "body checksum");
+    memcpy(b, orig, olen);
+    b[17] ^= 1; /* token count */
+    expect_load_error(b, olen, MS_ERR_FORMAT, "header checksum");
+    memcpy(b, orig, olen);
+    put32(b + 8, 2);
+    reseal(b, olen);
+    expect_load_error(b, olen, MS_ERR_FORMAT, "version 2");
+    {
+        uint8_t *c = malloc(olen + 7);
+        memcpy(c, orig, olen);
+        memset(c + olen, 0, 7);
+        expect_load_error(c, olen + 7, MS_ERR_FORMAT, "trailing bytes");
+        free(c);
+    }
+    /* Content errors behind valid checksums.  Body: name (4), pattern, then
+     * u16 lengths; the first 256 tokens of GPT-2 are single bytes. */
+    uint32_t name_len = get32((const uint8_t *)orig + 24),
+             pat_len = get32((const uint8_t *)orig + 28);
+    size_t lens = 64 + name_len + pat_len, toks = lens + 2 * 50256;
+    memcpy(b, orig, olen);
+    b[lens] = 2; /* token 0 claims 2 bytes: lengths no longer add up */
+    reseal(b, olen);
+    expect_load_error(b, olen, MS_ERR_FORMAT, "token lengths add up");
+    memcpy(b, orig, olen);
+    b[toks + 1] = b[toks]; /* token 1 = token 0: a duplicate */
+    reseal(b, olen);
+    expect_load_error(b, olen, MS_ERR_FORMAT, "same bytes as token");
+    memcpy(b, orig, olen);
+    b[64 + name_len] = '('; /* unbalanced parenthesis in the pattern */
+    reseal(b, olen);
+    expect_load_error(b, olen, MS_ERR_FORMAT, "pattern");
+    memcpy(b, orig, olen);
+    put32(b + olen - 13 - 8, 7); /* the special token's id */
+    reseal(b, olen);
+    expect_load_error(b, olen, MS_ERR_FORMAT, "special token id 7");
+
+    /* Missing files are NOTFOUND, naming the path; "gpt2" honours MS_DATA_DIR. */
+    snprintf(path, sizeof path, "%s/none.tok", tmpdir);
+    T_EQ_INT(data_tok_load(&t, path), MS_ERR_NOTFOUND);
+    T_STR_CONTAINS(ms_errmsg(), path);
+    char *old = dd ? strdup(dd) : NULL;
+    setenv("MS_DATA_DIR", tmpdir, 1);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/gpt2.tok", tmpdir);
+    T_EQ_INT(data_tok_load(&t, "gpt2"), MS_OK); /* the copy saved above */
+    data_tok_free(t);
+    unlink(path);
+    T_EQ_INT(data_tok_load(&t, "gpt2"), MS_ERR_NOTFOUND);
+    T_STR_CONTAINS(ms_errmsg(), path);
+    if (old)
+        setenv("MS_DATA_DIR", old, 1);
+    else
+        unsetenv("MS_DATA_DIR");
+    free(old);
+    free(b);
+    free(orig);
+    free(saved);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_tokenizer KJV.txt.gz\n");
+        return 2;
+    }
+    MS_CHECK(mkdtemp(tmpdir));
+    data_tokenizer *gpt2 = NULL;
+    T_EQ_INT(data_tok_load(&gpt2, "gpt2"), MS_OK);
+    if (!gpt2) {
+        fprintf(stderr, "load gpt2: %s\n", ms_errmsg());
+        return ms_test_summary("test_tokenizer");
+    }
+    T_EQ_INT(data_tok_vocab_size(gpt2), 50257);
+    T_EQ_INT(data_tok_eot(gpt2), 50256);
+    T_STR_CONTAINS(data_tok_name(gpt2), "gpt2");
+    size_t kjv_len = 0;
+    char *kjv = read_gz(argv[1], &kjv_len);
+    T_OK(kjv != NULL);
+
+    test_gpt2_known(gpt2);
+    test_round_trips(gpt2);
+    test_decode_errors(gpt2);
+    test_files(gpt2);
+    if (kjv) {
+        test_parallel(gpt2, kjv, kjv_len);
+        test_train(kjv, kjv_len);
+    }
+    data_tok_free(gpt2);
+    free(kjv);
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+    return ms_test_summary("test_tokenizer");
+}
