@@ -1,26 +1,99 @@
-/* hf.c - Hugging Face GPT-2 safetensors import / export of model weights. */
+/* hf.c - Hugging Face GPT-2 safetensors import / export of model weights.
+ *
+ * Tensor-parallel models store shards (gpt_param.split): saving gathers
+ * every split tensor over the model's tp group and places each element at
+ * its logical index (gpt_logical_index), loading takes this rank's
+ * elements from the logical tensors of the file. */
 #include "ckpt/hf.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/safetensors.h"
 
+/* The tensor's shape in the file: its logical shape, wte without padding. */
+static void file_shape(const gpt_model *m, const gpt_param *p, int64_t *shape) {
+    shape[0] = p->shape[0];
+    shape[1] = p->shape[1];
+    if (!strcmp(p->name, "wte.weight")) shape[0] = gpt_get_config(m)->vocab;
+}
+
+static size_t file_numel(const gpt_model *m, const gpt_param *p) {
+    int64_t sh[2];
+    file_shape(m, p, sh);
+    return (size_t)sh[0] * (size_t)(p->ndim > 1 ? sh[1] : 1);
+}
+
+/* The logical tensors of a tensor-parallel model on tp rank 0 (*out, one
+ * buffer, tensor i at offs[i]); collective over the tp group.  The other
+ * ranks get *out = NULL. */
+static ms_status gather_logical(gpt_model *m, const float *host, float **out, size_t *offs,
+                                const char *path) {
+    comm_group *g = gpt_tp_group(m);
+    int P = gpt_tp_size(m), r = gpt_tp_rank(m), nt = gpt_num_tensors(m);
+    size_t total = 0, most = 0;
+    for (int i = 0; i < nt; i++) {
+        offs[i] = total;
+        total += file_numel(m, gpt_tensor(m, i));
+        if (gpt_tensor(m, i)->numel > most) most = gpt_tensor(m, i)->numel;
+    }
+    float *full = r == 0 ? malloc(total * sizeof(float)) : NULL;
+    float *parts = malloc((size_t)P * most * sizeof(float));
+    int bad = !parts || (r == 0 && !full);
+    ms_status st = comm_allreduce(g, &bad, &bad, 1, COMM_I32, COMM_MAX);
+    if (st == MS_OK && bad) st = ms_error(MS_ERR_NOMEM, "%s: out of memory gathering weights", path);
+    for (int i = 0; st == MS_OK && i < nt; i++) {
+        const gpt_param *p = gpt_tensor(m, i);
+        size_t lim = file_numel(m, p);
+        if (p->split == GPT_SPLIT_NONE) {
+            if (full) memcpy(full + offs[i], host + p->offset, p->numel * sizeof(float));
+            continue;
+        }
+        st = comm_allgather(g, host + p->offset, parts, p->numel, COMM_F32);
+        for (int q = 0; st == MS_OK && full && q < P; q++)
+            for (size_t j = 0; j < p->numel; j++) {
+                size_t k = gpt_logical_index(m, i, q, j);
+                if (k < lim) full[offs[i] + k] = parts[(size_t)q * p->numel + j];
+            }
+    }
+    free(parts);
+    if (st != MS_OK) {
+        free(full);
+        full = NULL;
+    }
+    *out = full;
+    return st;
+}
+
 ms_status ckpt_hf_save(gpt_model *m, const char *path) {
     const gpt_config *c = gpt_get_config(m);
     be_backend *be = gpt_backend(m);
-    size_t n = gpt_num_elements(m);
-    float *host = malloc(n * sizeof(float));
-    if (!host) return ms_error(MS_ERR_NOMEM, "%s: out of memory staging weights", path);
+    size_t n = gpt_num_elements(m), *offs = malloc(sizeof(size_t) * (size_t)gpt_num_tensors(m));
+    float *host = malloc(n * sizeof(float)), *full = NULL;
+    if (!host || !offs) {
+        free(host);
+        free(offs);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory staging weights", path);
+    }
     be->to_host(be, host, gpt_params(m), n * sizeof(float));
+    ms_status st = MS_OK;
+    if (gpt_tp_size(m) > 1) {
+        st = gather_logical(m, host, &full, offs, path);
+        if (st != MS_OK || !full) goto out; /* tp ranks other than 0 write nothing */
+    } else {
+        for (int i = 0; i < gpt_num_tensors(m); i++)
+            offs[i] = gpt_tensor(m, i)->offset;
+    }
+    const float *src = full ? full : host;
     ckpt_st_writer *w = ckpt_st_writer_create();
-    ms_status st = w ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    st = w ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
     for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
         const gpt_param *p = gpt_tensor(m, i);
-        int64_t shape[2] = {p->shape[0], p->shape[1]};
-        if (!strcmp(p->name, "wte.weight")) shape[0] = c->vocab;
-        st = ckpt_st_writer_add(w, p->name, CKPT_ST_F32, p->ndim, shape, host + p->offset);
+        int64_t shape[2];
+        file_shape(m, p, shape);
+        st = ckpt_st_writer_add(w, p->name, CKPT_ST_F32, p->ndim, shape, src + offs[i]);
     }
     char buf[32];
 #define META(k, v)                                                                                 \
@@ -39,6 +112,9 @@ ms_status ckpt_hf_save(gpt_model *m, const char *path) {
     if (st == MS_OK) st = ckpt_st_writer_meta(w, "format", "pt");
     if (st == MS_OK) st = ckpt_st_write(w, path);
     ckpt_st_writer_destroy(w);
+out:
+    free(full);
+    free(offs);
     free(host);
     return st;
 }
@@ -112,7 +188,15 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
                           path, t->name, ckpt_st_dtype_name(t->dtype));
             break;
         }
-        memcpy(host + p->offset, t->data, t->nbytes);
+        if (p->split == GPT_SPLIT_NONE) {
+            memcpy(host + p->offset, t->data, t->nbytes);
+            continue;
+        }
+        size_t lim = t->nbytes / sizeof(float); /* wte: logical rows past V stay 0 */
+        for (size_t j = 0; j < p->numel; j++) {
+            size_t k = gpt_logical_index(m, i, gpt_tp_rank(m), j);
+            if (k < lim) memcpy(host + p->offset + j, (const char *)t->data + k * 4, 4);
+        }
     }
     if (st == MS_OK) {
         be->to_device(be, gpt_params(m), host, n * sizeof(float));

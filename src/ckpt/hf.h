@@ -15,11 +15,16 @@
 #include "base/status.h"
 #include "model/gpt.h"
 
-/* Write the model's weights (fp32, padded vocabulary rows dropped). */
+/* Write the model's weights (fp32, padded vocabulary rows dropped).  With
+ * tensor parallelism this is collective over the model's tp group: the
+ * shards are gathered and tp rank 0 writes the whole logical tensors (the
+ * same file as a single process); the other ranks write nothing. */
 ms_status ckpt_hf_save(gpt_model *m, const char *path);
 /* Load weights into m; every tensor of the model must be present with the
- * exact shape, otherwise an error names the file, the tensor and both
- * shapes.  Unknown extra tensors are an error too (a wrong model). */
+ * exact (logical) shape, otherwise an error names the file, the tensor and
+ * both shapes.  Unknown extra tensors are an error too (a wrong model).
+ * A tensor-parallel rank takes its own shard of each tensor (no
+ * communication: every rank reads the file). */
 ms_status ckpt_hf_load(gpt_model *m, const char *path);
 /* Read the architecture stored in (or implied by) the file.  heads_hint is
  * used when the file has no metadata (0: C/64). */

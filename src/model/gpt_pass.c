@@ -7,6 +7,7 @@
  * the gradient-ready ranges) calls the tensor-parallel embedding, blocks
  * and classifier of gpt_tp.c / gpt_tp_vocab.c.
  */
+#include <math.h>
 #include <string.h>
 
 #include "model/gpt_internal.h"
@@ -97,7 +98,6 @@ static void layer_bwd(gpt_model *m, int l, int B, int T) {
                       la->resid_in, gpt_w(m, lt[GPT_LN1_W]), la->ln1_mean, la->ln1_rstd, N, C);
 }
 
-/* Embedding and all blocks, then ln_f into m->lnf. */
 /* Tell the param hook that range i (of gpt_grad_ranges) is about to be read. */
 static void params_needed(gpt_model *m, const size_t *bounds, int i) {
     if (m->param_hook) m->param_hook(m->param_hook_ctx, bounds[2 * i], bounds[2 * i + 1]);
@@ -109,24 +109,51 @@ static void forward_trunk(gpt_model *m, const int32_t *tokens, int B, int T) {
     const gpt_config *c = &m->cfg;
     MS_CHECKF(B >= 1 && B <= m->B && T >= 1 && T <= m->T,
               "micro-batch (%d,%d) exceeds the model's buffers (%d,%d)", B, T, m->B, m->T);
+    MS_CHECKF(B * T % m->tp == 0, "micro-batch (%d,%d): B*T not divisible by tp %d", B, T, m->tp);
     int N = B * T, C = c->n_embd, L = c->n_layer;
     size_t bounds[2 * 1026];
     if (m->param_hook) gpt_grad_ranges(m, bounds, 1026);
     be->to_device(be, m->tokens, tokens, sizeof(int32_t) * (size_t)N);
     params_needed(m, bounds, L + 1);
-    be->embedding_fwd(be, m->layers[0].resid_in, m->tokens, gpt_w(m, m->t_wte), gpt_w(m, m->t_wpe),
-                      B, T, C);
+    if (m->tp > 1)
+        gpt_tp_embed_fwd(m, B, T);
+    else
+        be->embedding_fwd(be, m->layers[0].resid_in, m->tokens, gpt_w(m, m->t_wte),
+                          gpt_w(m, m->t_wpe), B, T, C);
     for (int l = 0; l < L; l++) {
         void *y = l + 1 < L ? m->layers[l + 1].resid_in : m->x_final;
         params_needed(m, bounds, L - 1 - l);
-        layer_fwd(m, l, y, B, T);
+        if (m->tp > 1)
+            gpt_tp_layer_fwd(m, l, y, B, T);
+        else
+            layer_fwd(m, l, y, B, T);
     }
     params_needed(m, bounds, L);
-    be->layernorm_fwd(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, gpt_w(m, m->t_lnf_w),
-                      gpt_w(m, m->t_lnf_b), N, C);
+    if (m->tp > 1)
+        gpt_tp_ln_gather(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->t_lnf_w, m->t_lnf_b,
+                         N);
+    else
+        be->layernorm_fwd(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, gpt_w(m, m->t_lnf_w),
+                          gpt_w(m, m->t_lnf_b), N, C);
 }
 
+/* Losses (N) of m->lnf against targets; with grad also dL/dlnf into m->dln
+ * and the classifier's wte gradient. */
+static void classifier(gpt_model *m, const int32_t *targets, int N, float dloss, int grad) {
+    be_backend *be = m->be;
+    const gpt_config *c = &m->cfg;
+    be->to_device(be, m->targets, targets, sizeof(int32_t) * (size_t)N);
+    if (m->tp > 1)
+        gpt_tp_classifier(m, N, dloss, grad);
+    else
+        be->classifier_fwd_bwd(be, m->losses, grad ? m->dln : NULL,
+                               grad ? gpt_g(m, m->t_wte) : NULL, m->lnf, gpt_w(m, m->t_wte),
+                               m->targets, N, c->n_embd, c->vocab, c->vocab_pad, dloss);
+}
+
+/* Mean of the N losses; NaN after a communication failure. */
 static float mean_loss(gpt_model *m, int N) {
+    if (m->err != MS_OK) return NAN;
     return (float)(m->be->sum(m->be, m->losses, (size_t)N) / (double)N);
 }
 
@@ -136,16 +163,21 @@ float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *t
     const gpt_config *c = &m->cfg;
     int N = B * T, C = c->n_embd;
     forward_trunk(m, tokens, B, T);
-    be->to_device(be, m->targets, targets, sizeof(int32_t) * (size_t)N);
-    be->classifier_fwd_bwd(be, m->losses, m->dln, gpt_g(m, m->t_wte), m->lnf, gpt_w(m, m->t_wte),
-                           m->targets, N, C, c->vocab, c->vocab_pad, dloss);
-    be->zero(be, m->dresid, (size_t)N * C * be_dtype_size(be->act_dtype));
-    be->layernorm_bwd(be, m->dresid, gpt_g(m, m->t_lnf_w), gpt_g(m, m->t_lnf_b), m->dln, m->x_final,
-                      gpt_w(m, m->t_lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
+    classifier(m, targets, N, dloss, 1);
+    if (m->tp > 1) {
+        gpt_tp_lnf_bwd(m, N);
+    } else {
+        be->zero(be, m->dresid, (size_t)N * C * be_dtype_size(be->act_dtype));
+        be->layernorm_bwd(be, m->dresid, gpt_g(m, m->t_lnf_w), gpt_g(m, m->t_lnf_b), m->dln,
+                          m->x_final, gpt_w(m, m->t_lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
+    }
     size_t bounds[2 * 1026]; /* layers are at most 1024 (gpt_config_validate) */
     int nr = m->grad_hook ? gpt_grad_ranges(m, bounds, 1026) : 0;
     for (int l = c->n_layer - 1; l >= 0; l--) {
-        layer_bwd(m, l, B, T);
+        if (m->tp > 1)
+            gpt_tp_layer_bwd(m, l, B, T);
+        else
+            layer_bwd(m, l, B, T);
         if (m->grad_hook) {
             int i = c->n_layer - 1 - l;
             m->grad_hook(m->grad_hook_ctx, bounds[2 * i], bounds[2 * i + 1]);
@@ -153,21 +185,20 @@ float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *t
     }
     if (m->grad_hook) /* ln_f */
         m->grad_hook(m->grad_hook_ctx, bounds[2 * (nr - 2)], bounds[2 * (nr - 2) + 1]);
-    be->embedding_bwd(be, gpt_g(m, m->t_wte), gpt_g(m, m->t_wpe), m->dresid, m->tokens, B, T, C);
+    if (m->tp > 1)
+        gpt_tp_embed_bwd(m, B, T);
+    else
+        be->embedding_bwd(be, gpt_g(m, m->t_wte), gpt_g(m, m->t_wpe), m->dresid, m->tokens, B, T,
+                          C);
     if (m->grad_hook) /* wte, wpe */
         m->grad_hook(m->grad_hook_ctx, bounds[2 * (nr - 1)], bounds[2 * (nr - 1) + 1]);
     return mean_loss(m, N);
 }
 
 float gpt_forward_loss(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B, int T) {
-    be_backend *be = m->be;
-    const gpt_config *c = &m->cfg;
-    int N = B * T;
     forward_trunk(m, tokens, B, T);
-    be->to_device(be, m->targets, targets, sizeof(int32_t) * (size_t)N);
-    be->classifier_fwd_bwd(be, m->losses, NULL, NULL, m->lnf, gpt_w(m, m->t_wte), m->targets, N,
-                           c->n_embd, c->vocab, c->vocab_pad, 1.0f);
-    return mean_loss(m, N);
+    classifier(m, targets, B * T, 1.0f, 0);
+    return mean_loss(m, B * T);
 }
 
 void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int last_only,
@@ -175,6 +206,7 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
     be_backend *be = m->be;
     const gpt_config *c = &m->cfg;
     int C = c->n_embd, V = c->vocab;
+    MS_CHECKF(m->tp == 1, "gpt_forward_logits: not with tensor parallelism (tp %d)", m->tp);
     forward_trunk(m, tokens, B, T);
     /* Rows of lnf whose logits are wanted are computed a block at a time into
      * the dfc scratch (N*4C elements), or one row at a time into the

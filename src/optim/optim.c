@@ -152,12 +152,27 @@ static ms_status dp_sum(opt_state *o, double *x, size_t n) {
     return comm_allreduce(par_zero_group(o->zero), x, x, n, COMM_F64, COMM_SUM);
 }
 
+/* Sum over the ranks of the model's TP group (no-op without one). */
+static ms_status tp_sum(opt_state *o, double *x, size_t n) {
+    comm_group *g = gpt_tp_group(o->m);
+    return g ? comm_allreduce(g, x, x, n, COMM_F64, COMM_SUM) : MS_OK;
+}
+
+/* 1 if this rank contributes tensor t to sums over TP: the shards of split
+ * tensors everywhere, replicated tensors (equal on all TP ranks) only on
+ * TP rank 0, so that each is counted once. */
+static int tp_counts(const opt_state *o, int t) {
+    return gpt_tp_rank(o->m) == 0 || gpt_tensor(o->m, t)->split != GPT_SPLIT_NONE;
+}
+
 /* Global squared norm of the gradients this rank updates, summed over ranks. */
 static ms_status grad_sq(opt_state *o, double *sq) {
     *sq = 0;
     for (int i = 0; i < o->n_pieces; i++)
-        *sq += o->be->sum_squares(o->be, gpt_grads(o->m) + o->pieces[i].off, o->pieces[i].n);
-    return dp_sum(o, sq, 1);
+        if (tp_counts(o, o->pieces[i].tensor))
+            *sq += o->be->sum_squares(o->be, gpt_grads(o->m) + o->pieces[i].off, o->pieces[i].n);
+    MS_TRY(dp_sum(o, sq, 1));
+    return tp_sum(o, sq, 1);
 }
 
 /* LAMB: moments and directions piece by piece, per-tensor norms assembled
@@ -178,6 +193,9 @@ static ms_status lamb_all(opt_state *o, float lr, float gscale, int t) {
         o->norms[2 * pc->tensor + 1] += u_sq;
     }
     MS_TRY(dp_sum(o, o->norms, 2 * (size_t)nt));
+    for (int i = 0; i < nt; i++) /* tensor-parallel norms: sum the shards over TP */
+        if (!tp_counts(o, i)) o->norms[2 * i] = o->norms[2 * i + 1] = 0;
+    MS_TRY(tp_sum(o, o->norms, 2 * (size_t)nt));
     for (int i = 0; i < o->n_pieces; i++) {
         const opt_piece *pc = &o->pieces[i];
         double wn = sqrt(o->norms[2 * pc->tensor]), un = sqrt(o->norms[2 * pc->tensor + 1]);

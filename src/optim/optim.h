@@ -49,7 +49,9 @@ typedef struct opt_state opt_state;
 /* zero NULL: one rank updates everything.  With ZeRO-2 (zero != NULL) this
  * rank keeps m and v only for its shards and updates only those parameters;
  * the gradient norm and LAMB's per-tensor norms are summed over the DP
- * group, so every rank takes the same decisions (clip, skip). */
+ * group, so every rank takes the same decisions (clip, skip).  With tensor
+ * parallelism (gpt_tp_group) they are also summed over the TP group: the
+ * shards of split tensors, replicated tensors counted once. */
 ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_zero *zero);
 void opt_destroy(opt_state *o);
 /* One update with learning rate lr from the model's accumulated gradients.

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/timeutil.h"
+
 typedef struct {
     size_t begin, end, count; /* bucket range; count = (end-begin)/dp */
     comm_req *rs, *ag;        /* outstanding reduce-scatter / all-gather */
@@ -17,7 +19,8 @@ struct par_zero {
     bucket *b;
     int nb;
     int armed;
-    ms_status err; /* first failure seen inside a hook */
+    double wait_sec; /* time blocked in waits since par_zero_take_wait */
+    ms_status err;   /* first failure seen inside a hook */
     char errmsg[1024];
 };
 
@@ -51,7 +54,9 @@ static void on_params(void *ctx, size_t begin, size_t end) {
     par_zero *z = ctx;
     bucket *b = find(z, begin);
     if (b->ag) {
+        double t0 = ms_now();
         keep_error(z, comm_wait(b->ag));
+        z->wait_sec += ms_now() - t0;
         b->ag = NULL;
     }
     (void)end;
@@ -126,12 +131,14 @@ static ms_status take_error(par_zero *z) {
 }
 
 ms_status par_zero_reduce_wait(par_zero *z) {
+    double t0 = ms_now();
     z->armed = 0;
     for (int i = 0; i < z->nb; i++) {
         if (!z->b[i].rs) continue;
         keep_error(z, comm_wait(z->b[i].rs));
         z->b[i].rs = NULL;
     }
+    z->wait_sec += ms_now() - t0;
     return take_error(z);
 }
 
@@ -143,6 +150,12 @@ ms_status par_zero_gather_start(par_zero *z) {
                                            w + b->begin, b->count, COMM_F32, &b->ag));
     }
     return take_error(z);
+}
+
+double par_zero_take_wait(par_zero *z) {
+    double w = z->wait_sec;
+    z->wait_sec = 0;
+    return w;
 }
 
 ms_status par_zero_gather_wait_all(par_zero *z) {

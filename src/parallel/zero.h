@@ -41,5 +41,8 @@ void par_zero_arm(par_zero *z);
 ms_status par_zero_reduce_wait(par_zero *z);
 ms_status par_zero_gather_start(par_zero *z);
 ms_status par_zero_gather_wait_all(par_zero *z);
+/* Seconds this rank spent blocked waiting for reduce-scatters and
+ * all-gathers (exposed communication) since the previous call. */
+double par_zero_take_wait(par_zero *z);
 
 #endif

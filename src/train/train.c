@@ -39,6 +39,8 @@ typedef struct {
     comm_grid *grid;
     par_zero *zero;
     int dp, dp_rank, rank;
+    double *prof; /* per step: total, data, exposed comm seconds (3 x steps) */
+    int prof_n;
 } trainer;
 
 static ms_status open_loaders(trainer *t) {
@@ -68,18 +70,19 @@ static ms_status open_loaders(trainer *t) {
 static ms_status setup_dist(trainer *t) {
     const train_config *tc = t->tc;
     t->dp = tc->dp > 0 ? tc->dp : 1;
-    int want = t->dp * (tc->tp > 0 ? tc->tp : 1) * (tc->pp > 0 ? tc->pp : 1);
-    if (tc->tp > 1 || tc->pp > 1 || tc->vpp > 1)
-        return ms_error(MS_ERR_ARG, "--tp %d --pp %d --vpp %d: tensor and pipeline parallelism "
-                                    "are not in the trainer yet (data parallelism is: --dp N)",
-                        tc->tp, tc->pp, tc->vpp);
+    int tp = tc->tp > 0 ? tc->tp : 1;
+    int want = t->dp * tp * (tc->pp > 0 ? tc->pp : 1);
+    if (tc->pp > 1 || tc->vpp > 1)
+        return ms_error(MS_ERR_ARG, "--pp %d --vpp %d: pipeline parallelism is not in the trainer "
+                                    "yet (data and tensor parallelism are: --dp N, --tp N)",
+                        tc->pp, tc->vpp);
     if (want == 1 && ms_ctx_get()->world == 1) return MS_OK;
     MS_TRY(comm_world_init(&t->world, NULL, NULL, NULL));
     int world = comm_world_size(t->world);
     if (world != want)
         return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %d",
                         world, tc->tp > 0 ? tc->tp : 1, tc->pp > 0 ? tc->pp : 1, t->dp, want);
-    MS_TRY(comm_grid_create(t->world, 1, 1, t->dp, &t->grid));
+    MS_TRY(comm_grid_create(t->world, tp, 1, t->dp, &t->grid));
     t->rank = comm_world_rank(t->world);
     t->dp_rank = comm_grid_coord_of(t->grid).dp;
     return MS_OK;
@@ -100,6 +103,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(setup_dist(t));
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
+    MS_TRY(train_check_tp(tc, &t->mc, t->micro));
     MS_TRY(train_fault_parse(tc->inject_fault, &t->fault));
     opt_config oc = {OPT_ADAMW,      (float)tc->beta1,        (float)tc->beta2,
                      (float)tc->eps, (float)tc->weight_decay, (float)tc->grad_clip};
@@ -109,7 +113,8 @@ static ms_status setup(trainer *t) {
     MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
     MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
     MS_TRY(be_create(&t->be, tc->device, threads_per_rank(tc)));
-    MS_TRY(gpt_create_aligned(&t->model, &t->mc, t->be, t->micro, tc->seq, 16 * (size_t)t->dp));
+    comm_group *tpg = t->grid && tc->tp > 1 ? comm_grid_group(t->grid, COMM_DIM_TP) : NULL;
+    MS_TRY(gpt_create_tp(&t->model, &t->mc, t->be, t->micro, tc->seq, 16 * (size_t)t->dp, tpg));
     if (tc->init_from && *tc->init_from) {
         MS_TRY(ckpt_hf_load(t->model, tc->init_from));
         ms_info("weights: loaded %s", tc->init_from);
@@ -123,7 +128,8 @@ static ms_status setup(trainer *t) {
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
     t->tgt = malloc(n * sizeof(int32_t));
-    if (!t->inp || !t->tgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
+    t->prof = malloc(sizeof(double) * 3 * (size_t)tc->steps);
+    if (!t->inp || !t->tgt || !t->prof) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
     t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 2048, 2);
     /* started last, so the probe above runs on idle cores */
@@ -145,11 +151,41 @@ static void teardown(trainer *t, ms_status st) {
     if (t->be) be_destroy(t->be);
     free(t->inp);
     free(t->tgt);
+    free(t->prof);
     comm_grid_destroy(t->grid);
     if (t->world && st == MS_OK) {
         ms_status fs = comm_world_finalize(t->world);
         if (fs != MS_OK) ms_errorf("%s", ms_errmsg());
     }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median of column k of the profile, skipping the first step (warm-up). */
+static double prof_median(const trainer *t, int k) {
+    int n = t->prof_n > 1 ? t->prof_n - 1 : t->prof_n;
+    if (n < 1) return 0;
+    double *v = malloc(sizeof(double) * (size_t)n);
+    if (!v) return 0;
+    for (int i = 0; i < n; i++) v[i] = t->prof[3 * (t->prof_n - n + i) + k];
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double m = v[n / 2];
+    free(v);
+    return m;
+}
+
+/* Every rank: one line with its median step split (for bench/parallel_step). */
+static void print_profile(const trainer *t) {
+    if (!t->prof || t->prof_n == 0) return;
+    double step = prof_median(t, 0), data = prof_median(t, 1), comm = prof_median(t, 2);
+    fprintf(stderr,
+            "[megascale r%d profile] median per step over %d steps: step %.1f ms | compute %.1f "
+            "ms | exposed comm %.1f ms | data wait %.2f ms | bubble 0.0 ms\n",
+            t->rank, t->prof_n > 1 ? t->prof_n - 1 : t->prof_n, step * 1e3,
+            (step - data - comm) * 1e3, comm * 1e3, data * 1e3);
 }
 
 /* Mean of a per-rank value over the data-parallel ranks. */
@@ -161,12 +197,14 @@ static ms_status dp_mean(trainer *t, double *x) {
 }
 
 static void print_layout(const trainer *t) {
-    const gpt_config *c = &t->mc;
+    const gpt_config *c = gpt_get_config(t->model); /* vocab padded for tp */
     const train_config *tc = t->tc;
+    int tp = gpt_tp_size(t->model);
     if (t->world)
-        ms_info("layout: %d ranks = tp 1 x pp 1 x dp %d (ZeRO-2: optimiser state and updates "
+        ms_info("layout: %d ranks = tp %d x pp 1 x dp %d (%sZeRO-2: optimiser state and updates "
                 "sharded over dp)",
-                comm_world_size(t->world), t->dp);
+                comm_world_size(t->world), tp, t->dp,
+                tp > 1 ? "tensor + sequence parallel over tp; " : "");
     ms_info("model: %d layers, dim %d, %d heads, vocab %d (padded %d), seq-max %d, %s block%s%.0d",
             c->n_layer, c->n_embd, c->n_head, c->vocab, c->vocab_pad, c->seq_max,
             gpt_block_name(c->block), c->attn_window ? ", window " : "", c->attn_window);
@@ -197,6 +235,7 @@ static ms_status validate(trainer *t, float *loss) {
         MS_TRY(data_loader_next(t->val, t->inp, t->tgt));
         sum += gpt_forward_loss(t->model, t->inp, t->tgt, t->micro, t->tc->seq);
     }
+    MS_TRY(gpt_take_error(t->model)); /* a tensor-parallel collective failed */
     sum /= nb;
     MS_TRY(dp_mean(t, &sum));
     *loss = (float)sum;
@@ -216,7 +255,7 @@ static ms_status log_val(trainer *t, int step) {
 typedef struct {
     float loss, lr;
     opt_stats os;
-    double sec, data_sec;
+    double sec, data_sec, comm_sec; /* comm: exposed (blocked) communication */
     int skipped;
 } step_result;
 
@@ -236,6 +275,7 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         if (t->zero && k + 1 == t->accum) par_zero_arm(t->zero); /* overlap the reduce-scatter */
         loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
     }
+    MS_TRY(gpt_take_error(t->model)); /* a tensor-parallel collective failed */
     if (t->zero) MS_TRY(par_zero_reduce_wait(t->zero));
     loss /= t->accum;
     MS_TRY(dp_mean(t, &loss));
@@ -258,6 +298,7 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         MS_TRY(par_zero_gather_start(t->zero)); /* waited for by the next forward */
     }
     r->sec = ms_now() - t0;
+    r->comm_sec = t->zero ? par_zero_take_wait(t->zero) : 0;
     return MS_OK;
 }
 
@@ -272,17 +313,18 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
     if (tc->log_every > 0 &&
         ((step + 1) % tc->log_every == 0 || step == 0 || step + 1 == tc->steps))
         ms_info("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | MFU "
-                "%5.1f%% | data %.1f ms | ETA %s%s",
+                "%5.1f%% | data %.1f ms | comm %.1f ms | ETA %s%s",
                 step + 1, tc->steps, r->loss, r->lr, r->os.grad_norm, r->sec * 1e3, tok_s,
-                100 * mfu, r->data_sec * 1e3, eta, r->skipped ? " | SKIPPED" : "");
+                100 * mfu, r->data_sec * 1e3, r->comm_sec * 1e3, eta,
+                r->skipped ? " | SKIPPED" : "");
     char line[512], loss[32], norm[32];
     json_num(loss, sizeof loss, r->loss);
     json_num(norm, sizeof norm, r->os.grad_norm);
     snprintf(line, sizeof line,
              "{\"step\":%d,\"loss\":%s,\"lr\":%.6g,\"grad_norm\":%s,\"ms\":%.3f,"
-             "\"tok_s\":%.1f,\"mfu\":%.5f,\"data_ms\":%.3f,\"skipped\":%s}",
+             "\"tok_s\":%.1f,\"mfu\":%.5f,\"data_ms\":%.3f,\"comm_ms\":%.3f,\"skipped\":%s}",
              step + 1, loss, r->lr, norm, r->sec * 1e3, tok_s, mfu, r->data_sec * 1e3,
-             r->skipped ? "true" : "false");
+             r->comm_sec * 1e3, r->skipped ? "true" : "false");
     return mon_metrics_write(&t->metrics, line);
 }
 
@@ -302,6 +344,10 @@ static ms_status loop(trainer *t) {
         step_result r;
         MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));
+        if (t->prof) {
+            double *p = &t->prof[3 * t->prof_n++];
+            p[0] = r.sec, p[1] = r.data_sec, p[2] = r.comm_sec;
+        }
         bad = r.skipped ? bad + 1 : 0;
         if (bad > tc->max_bad_steps)
             return ms_error(MS_ERR_NONFINITE,
@@ -325,8 +371,11 @@ ms_status train_run(const train_config *tc) {
         if (t.val) st = log_val(&t, 0);
     }
     if (st == MS_OK) st = loop(&t);
+    if (st == MS_OK) print_profile(&t);
     if (st == MS_OK && t.zero) st = par_zero_gather_wait_all(t.zero);
-    if (st == MS_OK && t.rank == 0 && tc->save_weights && *tc->save_weights) {
+    /* with tp, the tp group of world rank 0 gathers the shards (rank 0 writes) */
+    int saver = st == MS_OK && (gpt_tp_size(t.model) > 1 ? t.dp_rank == 0 : t.rank == 0);
+    if (saver && tc->save_weights && *tc->save_weights) {
         st = ckpt_hf_save(t.model, tc->save_weights);
         if (st == MS_OK) ms_info("weights: saved %s", tc->save_weights);
     }

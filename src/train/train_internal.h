@@ -10,6 +10,10 @@ ms_status train_model_config(const train_config *tc, gpt_config *out);
 /* Cross-option checks for dp data-parallel ranks; sets the per-rank
  * micro-batch size and the accumulation steps. */
 ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *micro, int *accum);
+/* Checks for --tp tensor-parallel ranks (with sequence parallelism) on
+ * micro-batches of `micro` sequences: heads and micro*seq divisible by tp,
+ * no pipeline stages. */
+ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro);
 
 /* A parsed --inject-fault. */
 typedef struct {

@@ -67,6 +67,23 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *
     return MS_OK;
 }
 
+ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro) {
+    int tp = tc->tp > 0 ? tc->tp : 1;
+    if (tp == 1) return MS_OK;
+    if (c->n_head % tp != 0)
+        return ms_error(MS_ERR_ARG,
+                        "--tp %d: the model's %d heads are not divisible by %d (tensor "
+                        "parallelism gives each rank heads/tp whole heads)",
+                        tp, c->n_head, tp);
+    if ((long)micro * tc->seq % tp != 0)
+        return ms_error(MS_ERR_ARG,
+                        "--tp %d: a micro-batch of %d x --seq %d = %ld rows is not divisible by "
+                        "%d (sequence parallelism gives each rank micro-batch*seq/tp rows; make "
+                        "--seq or the micro-batch a multiple of --tp)",
+                        tp, micro, tc->seq, (long)micro * tc->seq, tp);
+    return MS_OK;
+}
+
 ms_status train_fault_parse(const char *spec, train_fault *out) {
     memset(out, 0, sizeof *out);
     if (!spec || !*spec) return MS_OK;

@@ -1,0 +1,88 @@
+#!/usr/bin/python3
+"""bench/parallel_step: tokens/s of one model trained by one process against
+the same model under data parallelism (mpirun, ZeRO-2), same global batch,
+same machine, same run; then each rank's median step split into compute,
+exposed communication, data wait and pipeline bubble (from the trainer's
+per-rank profile line).
+usage: bench/parallel_step.py [--bin build/megascale] [--model d12] [--batch 8]
+                              [--seq 64] [--steps 6] [--dp 2]"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def write_shard(path, n, vocab, seed=1):
+    import random
+    rnd = random.Random(seed)
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, n
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *header))
+        f.write(struct.pack(f"<{n}H", *[rnd.randrange(vocab) for _ in range(n)]))
+
+
+def run(cmd, metrics):
+    p = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    if p.returncode != 0:
+        sys.exit(f"bench: {' '.join(cmd[:6])} ... failed:\n{p.stderr[-3000:]}")
+    steps = [json.loads(l) for l in open(metrics) if '"loss"' in l]
+    prof = {}
+    for line in p.stderr.splitlines():
+        m = re.search(r"\[megascale r(\d+) profile\].*step ([\d.]+) ms \| compute ([\d.-]+) ms \| "
+                      r"exposed comm ([\d.]+) ms \| data wait ([\d.]+) ms \| bubble ([\d.]+) ms", line)
+        if m:
+            prof[int(m.group(1))] = [float(x) for x in m.groups()[1:]]
+    return steps, prof
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "megascale"))
+    ap.add_argument("--model", default="d12")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--dp", type=int, default=2)
+    a = ap.parse_args()
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        sys.exit("bench: mpirun not found (apt-get install openmpi-bin)")
+    cores = os.cpu_count()
+    with tempfile.TemporaryDirectory() as d:
+        shard = os.path.join(d, "rand.bin")
+        write_shard(shard, 1 << 20, 50257)
+        common = ["train", "--model", a.model, "--train-data", shard, "--batch", str(a.batch),
+                  "--seq", str(a.seq), "--steps", str(a.steps), "--data-order", "sequential",
+                  "--log-every", "1000"]
+        m1 = os.path.join(d, "one.jsonl")
+        one, p1 = run([a.bin, *common, "--threads", str(cores), "--metrics", m1], m1)
+        m2 = os.path.join(d, "dp.jsonl")
+        dp, p2 = run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(a.dp), a.bin,
+                      *common, "--dp", str(a.dp), "--metrics", m2], m2)
+    med = lambda steps: statistics.median(s["tok_s"] for s in steps[1:])
+    t1, t2 = med(one), med(dp)
+    print(f"\n{a.model}, global batch {a.batch} x {a.seq} tokens, {cores} cores, median of "
+          f"{a.steps - 1} steps after 1 warm-up step")
+    print(f"{'run':<28} {'tok/s':>9} {'ratio':>7}")
+    print(f"{'1 process, ' + str(cores) + ' threads':<28} {t1:9.0f} {1:7.2f}x")
+    print(f"{'dp' + str(a.dp) + ' (ZeRO-2), ' + str(max(1, cores // a.dp)) + ' thread(s)/rank':<28} "
+          f"{t2:9.0f} {t2 / t1:7.2f}x")
+    print(f"\n{'rank':<6} {'step ms':>9} {'compute ms':>11} {'exposed comm ms':>16} "
+          f"{'data wait ms':>13} {'bubble ms':>10}")
+    for label, prof in (("1p", p1), ("dp", p2)):
+        for r in sorted(prof):
+            s, c, x, w, b = prof[r]
+            print(f"{label + ' r' + str(r):<6} {s:9.1f} {c:11.1f} {x:16.1f} {w:13.2f} {b:10.1f}")
+
+
+if __name__ == "__main__":
+    main()
