@@ -52,6 +52,67 @@ def text_tokens(n):
     return list(text[:n])
 
 
+def test_data(d):
+    """`data prepare` / `tokenizer-train` / `inspect`, and their bad input."""
+    docs = os.path.join(d, "docs")
+    os.makedirs(docs)
+    for i in range(3):
+        open(os.path.join(docs, f"doc{i}.txt"), "w").write(
+            f"Document {i}: In the beginning God created the heaven and the earth.\n" * 200)
+    out = os.path.join(d, "shards")
+    rc, _, err = run("data", "prepare", "--input", docs, "--tokenizer", "gpt2", "--out", out,
+                     "--name", "t", "--val-fraction", "0.2", "--shard-tokens", "2000")
+    names = sorted(os.listdir(out)) if rc == 0 else []
+    ok(rc == 0 and "t_val_000000.bin" in names and "t_train_000001.bin" in names
+       and not any(".tmp" in n for n in names), "prepare writes val + rotating train shards",
+       err + str(names))
+    ok("3 document(s)" in err and "bytes/token" in err and "MB/s" in err, "prepare summary", err)
+    # 3 documents -> 3 end-of-text tokens (50256) spread over the shards
+    eots = 0
+    for n in names:
+        raw = open(os.path.join(out, n), "rb").read()
+        toks = struct.unpack(f"<{(len(raw) - 1024) // 2}H", raw[1024:])
+        eots += toks.count(50256)
+        ok(max(toks) < 50257, f"{n}: ids within the GPT-2 vocabulary")
+    ok(eots == 3, "one end-of-text token after each document", str(eots))
+    rc, outp, err = run("data", "inspect", os.path.join(out, "t_val_000000.bin"), "--count", "8")
+    ok(rc == 0 and "Document 0: In the" in outp, "inspect decodes with gpt2", outp + err)
+    # a trained tokenizer round-trips through prepare/inspect
+    tokf = os.path.join(d, "mine.tok")
+    rc, _, err = run("data", "tokenizer-train", "--input", docs, "--vocab-size", "300",
+                     "--out", tokf)
+    ok(rc == 0 and os.path.exists(tokf) and "bytes/token" in err, "tokenizer-train", err)
+    out2 = os.path.join(d, "shards2")
+    rc, _, err = run("data", "prepare", "--input", docs, "--tokenizer", tokf, "--out", out2)
+    rc2, outp, err2 = run("data", "inspect", os.path.join(out2, "data_train_000000.bin"),
+                          "--tokenizer", tokf, "--count", "12")
+    ok(rc == 0 and rc2 == 0 and "Document" in outp, "prepare + inspect with a trained tokenizer",
+       err + err2 + outp)
+    # bad input
+    empty = os.path.join(d, "empty.txt")
+    open(empty, "w").close()
+    expect_error(["data", "prepare", "--input", empty, "--out", os.path.join(d, "o1")],
+                 "empty.txt", "empty", what="prepare: empty input")
+    expect_error(["data", "prepare", "--input", os.path.join(d, "nope*.txt"), "--out",
+                  os.path.join(d, "o2")], "nope*.txt", what="prepare: no input files")
+    unreadable = os.path.join(d, "dir_as_file.txt")
+    os.makedirs(unreadable)
+    expect_error(["data", "prepare", "--input", os.path.join(d, "dir_as_*.txt"), "--out",
+                  os.path.join(d, "o3")],
+                 "dir_as_file.txt", what="prepare: an unreadable input")
+    bad = os.path.join(d, "bad.tok")
+    raw = bytearray(open(tokf, "rb").read())
+    raw[200] ^= 0x40
+    open(bad, "wb").write(raw)
+    expect_error(["data", "prepare", "--input", docs, "--tokenizer", bad, "--out",
+                  os.path.join(d, "o4")], "bad.tok", what="prepare: corrupt tokenizer file")
+    ok(not os.path.exists(os.path.join(d, "o4")) or not os.listdir(os.path.join(d, "o4")),
+       "a failed prepare leaves no shard")
+    write_shard(os.path.join(d, "foreign.bin"), text_tokens(100), magic=777)
+    expect_error(["data", "inspect", os.path.join(d, "foreign.bin")], "foreign.bin", "magic",
+                 what="inspect: a foreign file")
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_cli_")
     train = os.path.join(d, "train.bin")
@@ -209,6 +270,7 @@ def main():
     expect_error(["sample", "--weights", os.path.join(d, "trunc.safetensors")], "trunc.safetensors",
                  what="truncated safetensors")
 
+    test_data(d)
     print(f"{passed} passed, {failed} failed")
     if not failed:
         subprocess.run(["rm", "-rf", d])
