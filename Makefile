@@ -28,10 +28,12 @@ test: test-deps build
 	@scripts/run-tests.sh $(BUILD)
 
 # Unit and end-to-end tests under AddressSanitizer + UndefinedBehaviorSanitizer.
+# The MPI-labelled tests are left out: OpenMPI keeps allocations until exit
+# that LeakSanitizer cannot attribute (tests/comm/lsan.supp explains).
 asan: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMS_SANITIZE=ON >/dev/null
 	@cmake --build $(ASAN_BUILD) -j$(JOBS)
-	@scripts/run-tests.sh $(ASAN_BUILD) -L "unit|cli"
+	@scripts/run-tests.sh $(ASAN_BUILD) -L "unit|cli" -LE mpi
 
 # Tests of the threaded modules under ThreadSanitizer.
 tsan: deps

@@ -12,28 +12,13 @@
 #include "base/fileio.h"
 #include "base/rng.h"
 #include "check.h"
+#include "tmpdir.h"
 
 /* Exported by crc32c.c / rng.c for tests only (not in the headers). */
 uint32_t ms_crc32c_portable(uint32_t crc, const void *data, size_t n);
 uint32_t ms_crc32c_hw(uint32_t crc, const void *data, size_t n);
 int ms_crc32c_hw_available(void);
 void ms_rng_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
-
-static char tmpdir[64];
-
-/* "<tmpdir>/<name>" in a static rotating buffer. */
-static const char *tpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb, (void)type, (void)ftw;
-    return remove(p);
-}
 
 static int exists(const char *p) {
     return access(p, F_OK) == 0;
@@ -399,9 +384,7 @@ static void test_rng_below(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ms_test_base_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (!ms_tmpdir_make("base")) {
         return 1;
     }
     test_file_basics();
@@ -416,6 +399,6 @@ int main(void) {
     test_rng_normal();
     test_rng_independence();
     test_rng_below();
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    ms_tmpdir_remove();
     return ms_test_summary("test_base");
 }

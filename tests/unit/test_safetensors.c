@@ -10,22 +10,8 @@
 
 #include "base/fileio.h"
 #include "check.h"
+#include "tmpdir.h"
 #include "ckpt/safetensors.h"
-
-static char tmpdir[64];
-
-static const char *tpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb, (void)type, (void)ftw;
-    return remove(p);
-}
 
 /* Write a safetensors-like file: header length `hlen` (use -1 for the
  * length of json), the json text, then `ndata` bytes of data. */
@@ -286,9 +272,7 @@ static void test_truncated_file(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ms_test_st_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (!ms_tmpdir_make("st")) {
         return 1;
     }
     T_EQ_INT(ckpt_st_dtype_size(CKPT_ST_BF16), 2);
@@ -299,6 +283,6 @@ int main(void) {
     test_foreign_files();
     test_corrupt();
     test_truncated_file();
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    ms_tmpdir_remove();
     return ms_test_summary("test_safetensors");
 }

@@ -10,22 +10,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "tmpdir.h"
 #include "data/shard.h"
-
-static char tmpdir[64];
-
-static const char *tpath(const char *name) {
-    static char buf[4][512];
-    static int k;
-    k = (k + 1) % 4;
-    snprintf(buf[k], sizeof buf[k], "%s/%s", tmpdir, name);
-    return buf[k];
-}
-
-static int rm_entry(const char *p, const struct stat *sb, int type, struct FTW *ftw) {
-    (void)sb, (void)type, (void)ftw;
-    return remove(p);
-}
 
 /* Number of entries in tmpdir (excluding . and ..). */
 static int dir_entries(void) {
@@ -236,9 +222,7 @@ static void test_bad_files(void) {
 }
 
 int main(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/ms_test_shard_XXXXXX");
-    if (!mkdtemp(tmpdir)) {
-        perror("mkdtemp");
+    if (!ms_tmpdir_make("shard")) {
         return 1;
     }
     test_round_trip(1);
@@ -246,6 +230,6 @@ int main(void) {
     test_vocab_check();
     test_writer_failures();
     test_bad_files();
-    nftw(tmpdir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    ms_tmpdir_remove();
     return ms_test_summary("test_shard");
 }
