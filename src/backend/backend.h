@@ -160,8 +160,8 @@ struct be_backend {
      * (Vs,C) f32 += dlogits^T @ x. */
     void (*classifier_slice_finish)(be_backend *be, float *losses, void *dx, float *dwte,
                                     void *logits, const void *x, const void *wte,
-                                    const int32_t *targets, const float *stats, int P, int R,
-                                    int C, int Vs, int v0, float dloss);
+                                    const int32_t *targets, const float *stats, int P, int R, int C,
+                                    int Vs, int v0, float dloss);
 
     /* AdamW (PyTorch's): g' = g*gscale; m = b1 m + (1-b1) g';
      * v = b2 v + (1-b2) g'^2; w -= lr*wd*w; w -= lr * mhat/(sqrt(vhat)+eps)

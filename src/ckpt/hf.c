@@ -43,7 +43,8 @@ static ms_status gather_logical(gpt_model *m, const float *host, float **out, si
     float *parts = malloc((size_t)P * most * sizeof(float));
     int bad = !parts || (r == 0 && !full);
     ms_status st = comm_allreduce(g, &bad, &bad, 1, COMM_I32, COMM_MAX);
-    if (st == MS_OK && bad) st = ms_error(MS_ERR_NOMEM, "%s: out of memory gathering weights", path);
+    if (st == MS_OK && bad)
+        st = ms_error(MS_ERR_NOMEM, "%s: out of memory gathering weights", path);
     for (int i = 0; st == MS_OK && i < nt; i++) {
         const gpt_param *p = gpt_tensor(m, i);
         size_t lim = file_numel(m, p);

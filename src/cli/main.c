@@ -10,7 +10,8 @@ static void usage(void) {
            "commands:\n"
            "  train    train a GPT model (megascale train --help)\n"
            "  sample   generate text from saved weights\n"
-           "  data     prepare and inspect token shards\n\n"
+           "  data     prepare and inspect token shards\n"
+           "  ckpt     list, inspect, verify, export and reshard checkpoints\n\n"
            "Each command takes --help.\n");
 }
 
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
     usage();
     return 2;

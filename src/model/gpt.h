@@ -76,8 +76,8 @@ typedef struct {
     int shape[2];  /* logical shape (wte is (Vp, C) here) */
     int local[2];  /* shape of this rank's shard as stored (== shape without TP) */
     gpt_split split;
-    size_t offset; /* element offset into the parameter / gradient buffers */
-    size_t numel;  /* elements stored on this rank (local[0] * local[1]) */
+    size_t offset;  /* element offset into the parameter / gradient buffers */
+    size_t numel;   /* elements stored on this rank (local[0] * local[1]) */
     int decay;      /* 1 for matrices and embeddings, 0 for biases and LN */
     float init_std; /* normal std; 0 means constant init_value */
     float init_value;

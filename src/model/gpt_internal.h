@@ -38,8 +38,8 @@ typedef struct {
     void *resid_mid;            /* (Nl,C) serial block: input of ln_2 */
     void *ln2;                  /* (N,C) serial block */
     float *ln2_mean, *ln2_rstd; /* (Nl) */
-    void *fc_pre;  /* (N,4C) before GeLU */
-    void *fc_gelu; /* (N,4C) */
+    void *fc_pre;               /* (N,4C) before GeLU */
+    void *fc_gelu;              /* (N,4C) */
 } gpt_layer_acts;
 
 struct gpt_model {
@@ -68,7 +68,7 @@ struct gpt_model {
     /* backward scratch, shared by all layers */
     void *dresid, *dln, *datty, *dqkv, *dfc, *dfc_pre; /* (N,C)x3, (N,3C), (N,4C)x2 */
     void *tmp;          /* (N,C): c_proj outputs before the residual add */
-    void *logit_row; /* (Vp) act: one row of logits for gpt_forward_logits */
+    void *logit_row;    /* (Vp) act: one row of logits for gpt_forward_logits */
     float *host_losses; /* (N) host copy */
     gpt_grad_ready_fn grad_hook, param_hook;
     void *grad_hook_ctx, *param_hook_ctx;

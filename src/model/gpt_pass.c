@@ -44,10 +44,11 @@ static void layer_fwd(gpt_model *m, int l, void *y, int B, int T) {
 
     be->layernorm_fwd(be, la->ln1, la->ln1_mean, la->ln1_rstd, la->resid_in,
                       gpt_w(m, lt[GPT_LN1_W]), gpt_w(m, lt[GPT_LN1_B]), N, C);
-    gpt_linear_fwd(m, la->qkv, la->ln1, lt[GPT_QKV_W], lt[GPT_QKV_B], N, C, 3 * C, BE_EPI_NONE, NULL);
+    gpt_linear_fwd(m, la->qkv, la->ln1, lt[GPT_QKV_W], lt[GPT_QKV_B], N, C, 3 * C, BE_EPI_NONE,
+                   NULL);
     be->attention_fwd(be, la->atty, la->att_state, la->qkv, B, T, C, c->n_head, c->attn_window);
     gpt_linear_fwd(m, m->tmp, la->atty, lt[GPT_ATTPROJ_W], lt[GPT_ATTPROJ_B], N, C, C, BE_EPI_NONE,
-               NULL);
+                   NULL);
     const void *mlp_in;
     if (c->block == GPT_BLOCK_SERIAL) {
         be->residual_add(be, la->resid_mid, la->resid_in, m->tmp, nc);
@@ -59,9 +60,9 @@ static void layer_fwd(gpt_model *m, int l, void *y, int B, int T) {
         mlp_in = la->ln1;
     }
     gpt_linear_fwd(m, la->fc_gelu, mlp_in, lt[GPT_FC_W], lt[GPT_FC_B], N, C, 4 * C, BE_EPI_GELU,
-               la->fc_pre);
-    gpt_linear_fwd(m, m->tmp, la->fc_gelu, lt[GPT_FCPROJ_W], lt[GPT_FCPROJ_B], N, 4 * C, C, BE_EPI_NONE,
-               NULL);
+                   la->fc_pre);
+    gpt_linear_fwd(m, m->tmp, la->fc_gelu, lt[GPT_FCPROJ_W], lt[GPT_FCPROJ_B], N, 4 * C, C,
+                   BE_EPI_NONE, NULL);
     be->residual_add(be, y, c->block == GPT_BLOCK_SERIAL ? la->resid_mid : y, m->tmp, nc);
 }
 
@@ -228,8 +229,8 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
             be->copy(be, (char *)m->dqkv + (size_t)i * C * es,
                      (char *)m->lnf + (size_t)row * C * es, (size_t)C * es);
         }
-        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, out, V, 0,
-                 NULL, BE_EPI_NONE, NULL);
+        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, out, V, 0, NULL,
+                 BE_EPI_NONE, NULL);
         be->to_host(be, logits + (size_t)r0 * V, out, (size_t)nr * V * sizeof(float));
     }
 }

@@ -10,6 +10,7 @@
 #include "base/ctx.h"
 #include "base/log.h"
 #include "base/timeutil.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/hf.h"
 #include "comm/comm.h"
 #include "comm/grid.h"
@@ -41,6 +42,8 @@ typedef struct {
     int dp, dp_rank, rank;
     double *prof; /* per step: total, data, exposed comm seconds (3 x steps) */
     int prof_n;
+    ckpt_manager *ckpt; /* --ckpt-dir / --resume (NULL: none) */
+    int start, done;    /* first step of this run (after a resume), steps done */
 } trainer;
 
 static ms_status open_loaders(trainer *t) {
@@ -73,8 +76,9 @@ static ms_status setup_dist(trainer *t) {
     int tp = tc->tp > 0 ? tc->tp : 1;
     int want = t->dp * tp * (tc->pp > 0 ? tc->pp : 1);
     if (tc->pp > 1 || tc->vpp > 1)
-        return ms_error(MS_ERR_ARG, "--pp %d --vpp %d: pipeline parallelism is not in the trainer "
-                                    "yet (data and tensor parallelism are: --dp N, --tp N)",
+        return ms_error(MS_ERR_ARG,
+                        "--pp %d --vpp %d: pipeline parallelism is not in the trainer "
+                        "yet (data and tensor parallelism are: --dp N, --tp N)",
                         tc->pp, tc->vpp);
     if (want == 1 && ms_ctx_get()->world == 1) return MS_OK;
     MS_TRY(comm_world_init(&t->world, NULL, NULL, NULL));
@@ -96,6 +100,31 @@ static int threads_per_rank(const train_config *tc) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (local <= 1 || cores < 1) return 0;
     return cores / local > 0 ? (int)(cores / local) : 1;
+}
+
+/* The trainer's state for a checkpoint after `step` steps. */
+static ckpt_train_state ckpt_state(trainer *t, int step) {
+    const train_config *tc = t->tc;
+    ckpt_train_state s = {step, opt_steps_done(t->opt), tc->seed, {0, 0, 0}, t->sched, tc->batch,
+                          tc->seq};
+    s.cursor = t->prefetch ? data_prefetch_cursor(t->prefetch) : data_loader_cursor(t->train);
+    return s;
+}
+
+/* --ckpt-dir / --resume: the checkpoint manager and the state to continue from. */
+static ms_status setup_ckpt(trainer *t) {
+    const train_config *tc = t->tc;
+    if (!(tc->ckpt_dir && *tc->ckpt_dir) && !(tc->resume && *tc->resume)) return MS_OK;
+    ckpt_options o = {tc->ckpt_dir, tc->ckpt_every, tc->ckpt_every_min, tc->ckpt_keep, tc->resume};
+    MS_TRY(ckpt_manager_create(&t->ckpt, &o, t->model, t->opt, t->zero));
+    ckpt_train_state now = ckpt_state(t, 0), saved;
+    int found = 0;
+    MS_TRY(ckpt_manager_resume(t->ckpt, &now, &saved, &found));
+    if (found) {
+        data_loader_seek(t->train, saved.cursor);
+        t->start = t->done = saved.step;
+    }
+    return MS_OK;
 }
 
 static ms_status setup(trainer *t) {
@@ -124,6 +153,7 @@ static ms_status setup(trainer *t) {
     if (t->dp > 1)
         MS_TRY(par_zero_create(&t->zero, t->model, comm_grid_group(t->grid, COMM_DIM_DP)));
     MS_TRY(opt_create(&t->opt, &oc, t->model, t->zero));
+    MS_TRY(setup_ckpt(t)); /* resumes before the prefetch thread reads the loader */
     MS_TRY(mon_metrics_open(&t->metrics, t->rank == 0 ? tc->metrics : NULL));
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
@@ -141,6 +171,7 @@ static ms_status setup(trainer *t) {
  * (after a failure on one rank the others may be stuck in a collective: the
  * caller exits non-zero and mpirun ends the job). */
 static void teardown(trainer *t, ms_status st) {
+    ckpt_manager_destroy(t->ckpt); /* waits for a persist in flight */
     mon_metrics_close(&t->metrics);
     data_prefetch_stop(t->prefetch);
     data_loader_close(t->train);
@@ -201,10 +232,10 @@ static void print_layout(const trainer *t) {
     const train_config *tc = t->tc;
     int tp = gpt_tp_size(t->model);
     if (t->world)
-        ms_info("layout: %d ranks = tp %d x pp 1 x dp %d (%sZeRO-2: optimiser state and updates "
-                "sharded over dp)",
-                comm_world_size(t->world), tp, t->dp,
-                tp > 1 ? "tensor + sequence parallel over tp; " : "");
+        ms_info("layout: %d ranks = tp %d x pp 1 x dp %d (%s%s%s)", comm_world_size(t->world), tp,
+                t->dp, tp > 1 ? "tensor + sequence parallel over tp" : "",
+                tp > 1 && t->dp > 1 ? "; " : "",
+                t->dp > 1 || tp == 1 ? "ZeRO-2: optimiser state and updates sharded over dp" : "");
     ms_info("model: %d layers, dim %d, %d heads, vocab %d (padded %d), seq-max %d, %s block%s%.0d",
             c->n_layer, c->n_embd, c->n_head, c->vocab, c->vocab_pad, c->seq_max,
             gpt_block_name(c->block), c->attn_window ? ", window " : "", c->attn_window);
@@ -309,7 +340,7 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
     double peak = t->peak_flops * (t->world ? comm_world_size(t->world) : 1);
     double mfu = peak > 0 ? t->flops_per_token * tok_s / peak : 0;
     char eta[32];
-    ms_fmt_duration(eta, sizeof eta, elapsed / (step + 1) * (tc->steps - step - 1));
+    ms_fmt_duration(eta, sizeof eta, elapsed / (step + 1 - t->start) * (tc->steps - step - 1));
     if (tc->log_every > 0 &&
         ((step + 1) % tc->log_every == 0 || step == 0 || step + 1 == tc->steps))
         ms_info("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | MFU "
@@ -332,7 +363,7 @@ static ms_status loop(trainer *t) {
     const train_config *tc = t->tc;
     double start = ms_now();
     int bad = 0;
-    for (int step = 0; step < tc->steps; step++) {
+    for (int step = t->start; step < tc->steps; step++) {
         if (ms_ctx_get()->stop) {
             ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
             break;
@@ -357,6 +388,9 @@ static ms_status loop(trainer *t) {
         int last = step + 1 == tc->steps;
         if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))
             MS_TRY(log_val(t, step + 1));
+        t->done = step + 1;
+        ckpt_train_state cs = ckpt_state(t, t->done);
+        if (t->ckpt) MS_TRY(ckpt_manager_step(t->ckpt, &cs)); /* may checkpoint or stop */
     }
     return MS_OK;
 }
@@ -368,11 +402,15 @@ ms_status train_run(const train_config *tc) {
     ms_status st = setup(&t);
     if (st == MS_OK) {
         print_layout(&t);
-        if (t.val) st = log_val(&t, 0);
+        if (t.val) st = log_val(&t, t.start);
     }
     if (st == MS_OK) st = loop(&t);
     if (st == MS_OK) print_profile(&t);
     if (st == MS_OK && t.zero) st = par_zero_gather_wait_all(t.zero);
+    if (st == MS_OK && t.ckpt) { /* the final checkpoint (also after SIGTERM / SIGINT) */
+        ckpt_train_state cs = ckpt_state(&t, t.done);
+        st = ckpt_manager_finish(t.ckpt, &cs);
+    }
     /* with tp, the tp group of world rank 0 gathers the shards (rank 0 writes) */
     int saver = st == MS_OK && (gpt_tp_size(t.model) > 1 ? t.dp_rank == 0 : t.rank == 0);
     if (saver && tc->save_weights && *tc->save_weights) {

@@ -37,6 +37,10 @@ typedef struct {
     uint64_t seed;
     /* io */
     char *init_from, *save_weights, *metrics;
+    /* checkpoints (src/ckpt/ckpt.h) */
+    char *ckpt_dir, *resume;
+    int ckpt_every, ckpt_keep;
+    double ckpt_every_min;
     double peak_flops;
     int log_every;
     /* deterministic fault injection for tests: "nan-grad@S" poisons the

@@ -79,8 +79,8 @@ static void test_embedding_slices(int P) {
     float *ref = frnd((size_t)N * C, 1), *sum = frnd((size_t)N * C, 1), *part = frnd(N * C, 1);
     be->embedding_fwd(be, ref, tok, wte, wpe, B, T, C);
     for (int p = 0; p < P; p++) {
-        be->embedding_slice_fwd(be, p ? part : sum, tok, wte + (size_t)lo[p] * C, p ? NULL : wpe,
-                                B, T, C, lo[p], lo[p + 1] - lo[p]);
+        be->embedding_slice_fwd(be, p ? part : sum, tok, wte + (size_t)lo[p] * C, p ? NULL : wpe, B,
+                                T, C, lo[p], lo[p + 1] - lo[p]);
         if (p) be->residual_add(be, sum, sum, part, (size_t)N * C);
     }
     check_same("embedding slices sum to embedding_fwd", sum, ref, (size_t)N * C * sizeof(float));
@@ -126,9 +126,10 @@ static void test_classifier_slices(int N, int C, int V, int P, int R) {
                                        xc, wte + (size_t)lo[p] * C, tgt + r0, rb, C,
                                        lo[p + 1] - lo[p], lo[p]);
         for (int p = 0; p < P; p++) {
-            be->classifier_slice_finish(be, slos + (size_t)p * N + r0, pdx, sdwte + (size_t)lo[p] * C,
-                                        logits + (size_t)p * R * V, xc, wte + (size_t)lo[p] * C,
-                                        tgt + r0, stats, P, rb, C, lo[p + 1] - lo[p], lo[p], 0.37f);
+            be->classifier_slice_finish(be, slos + (size_t)p * N + r0, pdx,
+                                        sdwte + (size_t)lo[p] * C, logits + (size_t)p * R * V, xc,
+                                        wte + (size_t)lo[p] * C, tgt + r0, stats, P, rb, C,
+                                        lo[p + 1] - lo[p], lo[p], 0.37f);
             if (p == 0)
                 memcpy(sdx + (size_t)r0 * C, pdx, (size_t)rb * C * 4);
             else

@@ -12,12 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "check.h"
 #include "ckpt/hf.h"
 #include "comm/comm.h"
 #include "model/gpt.h"
+#include "tmpdir.h"
 
 #define GRAD_TOL 2e-5 /* relative L2 per tensor: float summation order only */
 
@@ -55,7 +55,8 @@ static double compare(gpt_model *a, const float *abuf, gpt_model *b, const float
         const float *ref = abuf + p->offset;
         double d = 0, r = 0;
         for (size_t j = 0; j < n; j++)
-            d += ((double)full[j] - ref[j]) * ((double)full[j] - ref[j]), r += (double)ref[j] * ref[j];
+            d += ((double)full[j] - ref[j]) * ((double)full[j] - ref[j]),
+                r += (double)ref[j] * ref[j];
         double e = tol < 0 ? (memcmp(full, ref, n * 4) != 0) : sqrt(d) / (r > 0 ? sqrt(r) : 1);
         for (size_t j = 0; tol < 0 && e > 0 && j < n; j++)
             if (full[j] != ref[j]) {
@@ -63,8 +64,9 @@ static double compare(gpt_model *a, const float *abuf, gpt_model *b, const float
                 break;
             }
         if (strstr(p->name, "c_attn.bias")) e = 0; /* the key bias: zero in exact arithmetic */
-        if (!(e <= (tol < 0 ? 0 : tol)))
-            fprintf(stderr, "  %s %s: error %.3g\n", what, p->name, e);
+        if (getenv("MS_TEST_VERBOSE") && comm_group_rank(tp) == 0)
+            printf("  %s %-24s %.3g\n", what, p->name, e);
+        if (!(e <= (tol < 0 ? 0 : tol))) fprintf(stderr, "  %s %s: error %.3g\n", what, p->name, e);
         T_OK(e <= (tol < 0 ? 0 : tol));
         worst = e > worst ? e : worst;
         free(full);
@@ -76,14 +78,15 @@ static void check_table(gpt_model *m, int P) {
     const gpt_param *q = gpt_tensor(m, gpt_find(m, "h.0.attn.c_attn.weight"));
     T_OK(q->split == GPT_SPLIT_QKV && q->shape[1] == 3 * 64 && q->local[1] == 3 * 64 / P);
     const gpt_param *w = gpt_tensor(m, gpt_find(m, "wte.weight"));
-    T_OK(w->split == GPT_SPLIT_VOCAB && w->shape[0] % (128 * P) == 0 && w->local[0] * P == w->shape[0]);
+    T_OK(w->split == GPT_SPLIT_VOCAB && w->shape[0] % (128 * P) == 0 &&
+         w->local[0] * P == w->shape[0]);
     T_EQ_INT(gpt_tensor(m, gpt_find(m, "h.1.mlp.c_proj.weight"))->split, GPT_SPLIT_ROWS);
     T_EQ_INT(gpt_tensor(m, gpt_find(m, "h.1.mlp.c_fc.bias"))->split, GPT_SPLIT_COLS);
     T_EQ_INT(gpt_tensor(m, gpt_find(m, "h.1.attn.c_proj.bias"))->split, GPT_SPLIT_NONE);
     T_EQ_INT(gpt_tensor(m, gpt_find(m, "wpe.weight"))->split, GPT_SPLIT_NONE);
 }
 
-static void run_case(be_backend *be, gpt_block block, int W, int V, const char *dir) {
+static void run_case(be_backend *be, gpt_block block, int W, int V) {
     int P = comm_group_size(tp), B = 2, T = 16, N = B * T;
     gpt_config c = {.n_layer = 2, .n_head = 4, .n_embd = 64, .vocab = V, .seq_max = 20};
     c.block = block, c.attn_window = W;
@@ -110,9 +113,7 @@ static void run_case(be_backend *be, gpt_block block, int W, int V, const char *
     float fa = gpt_forward_loss(a, tok, tgt, B, T), fb = gpt_forward_loss(b, tok, tgt, B, T);
     T_NEAR(fb / fa, 1.0, 2e-6);
     /* a single-process file loads into the shards (and saves back the same) */
-    char f1[256], f2[256];
-    snprintf(f1, sizeof f1, "%s/a.st", dir);
-    snprintf(f2, sizeof f2, "%s/b.st", dir);
+    const char *f1 = tpath("a.st"), *f2 = tpath("b.st");
     if (comm_group_rank(tp) == 0) T_EQ_INT(ckpt_hf_save(a, f1), MS_OK);
     T_EQ_INT(comm_barrier(tp), MS_OK);
     gpt_init(b, 5);
@@ -139,12 +140,11 @@ int main(int argc, char **argv) {
     tp = comm_world_group(w);
     be_backend *be;
     MS_CHECK(be_cpu_create(&be, 1) == MS_OK);
-    char dir[] = "/tmp/ms_tp_model_XXXXXX";
-    if (comm_group_rank(tp) == 0) MS_CHECK(mkdtemp(dir));
-    MS_CHECK(comm_broadcast(tp, dir, sizeof dir, COMM_U8, 0) == MS_OK);
-    run_case(be, GPT_BLOCK_SERIAL, 0, 211, dir);
-    run_case(be, GPT_BLOCK_PARALLEL, 5, 256, dir);
-    run_case(be, GPT_BLOCK_SERIAL, 3, 300, dir);
+    if (comm_group_rank(tp) == 0) MS_CHECK(ms_tmpdir_make("tp_model"));
+    MS_CHECK(comm_broadcast(tp, tmpdir, sizeof tmpdir, COMM_U8, 0) == MS_OK); /* one dir */
+    run_case(be, GPT_BLOCK_SERIAL, 0, 211);
+    run_case(be, GPT_BLOCK_PARALLEL, 5, 256);
+    run_case(be, GPT_BLOCK_SERIAL, 3, 300);
     /* errors: heads not divisible by tp */
     if (comm_group_size(tp) > 1) {
         gpt_config c = {.n_layer = 1, .n_head = 3, .n_embd = 48, .vocab = 100, .seq_max = 8};
@@ -155,12 +155,7 @@ int main(int argc, char **argv) {
         T_EQ_INT(gpt_create_tp(&m, &c, be, 1, 7, 16, tp), MS_ERR_ARG);
         T_STR_CONTAINS(ms_errmsg(), "sequence parallelism");
     }
-    if (comm_group_rank(tp) == 0) {
-        char p[300];
-        snprintf(p, sizeof p, "%s/a.st", dir), remove(p);
-        snprintf(p, sizeof p, "%s/b.st", dir), remove(p);
-        rmdir(dir);
-    }
+    if (comm_group_rank(tp) == 0) ms_tmpdir_remove();
     be_destroy(be);
     int rc = ms_test_summary("test_tp_model");
     MS_CHECK(comm_world_finalize(w) == MS_OK);

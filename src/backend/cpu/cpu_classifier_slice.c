@@ -81,10 +81,10 @@ static double row_sum_exp(const float *stats, int P, int R, int i, float *mx) {
 }
 
 /* losses (R) =; if dx: logits (R,Vs) -> dlogits, dx (R,C) =, dwte (Vs,C) +=. */
-void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *dwte,
-                                 void *logits, const void *x, const void *wte,
-                                 const int32_t *targets, const float *stats, int P, int R, int C,
-                                 int Vs, int v0, float dloss) {
+void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *dwte, void *logits,
+                                 const void *x, const void *wte, const int32_t *targets,
+                                 const float *stats, int P, int R, int C, int Vs, int v0,
+                                 float dloss) {
     cpu_ctx *cx = cpu_ctx_of(be);
     MS_CHECKF(P >= 1 && R >= 0 && Vs >= 0, "classifier slice: bad P=%d R=%d Vs=%d", P, R, Vs);
     float *L = logits;
@@ -112,5 +112,6 @@ void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float 
     cpu_blas_threads(cx);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, Vs, 1.0f, L, Vs, wte, C, 0.0f, dx,
                 C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vs, C, R, 1.0f, L, Vs, x, C, 1.0f, dwte, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vs, C, R, 1.0f, L, Vs, x, C, 1.0f, dwte,
+                C);
 }

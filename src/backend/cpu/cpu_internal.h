@@ -208,10 +208,10 @@ void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte
 void cpu_classifier_slice_stats(be_backend *be, float *stats, void *logits, const void *x,
                                 const void *wte, const int32_t *targets, int R, int C, int Vs,
                                 int v0);
-void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *dwte,
-                                 void *logits, const void *x, const void *wte,
-                                 const int32_t *targets, const float *stats, int P, int R, int C,
-                                 int Vs, int v0, float dloss);
+void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *dwte, void *logits,
+                                 const void *x, const void *wte, const int32_t *targets,
+                                 const float *stats, int P, int R, int C, int Vs, int v0,
+                                 float dloss);
 
 /* cpu_optim.c */
 void cpu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,

@@ -1,0 +1,173 @@
+/* ckpt.h - two-stage asynchronous checkpoints: save, validate, resume,
+ * reshard, export.
+ *
+ * Format (docs/formats.md, "Checkpoints"): DIR/step_00001234/ holds one
+ * safetensors shard per rank ("shard-00000-of-00002.safetensors") and a
+ * manifest.json written last.  Every piece of state is a *slice*: (tensor
+ * name, state "param" | "m" | "v", a box of the logical Hugging Face-shaped
+ * tensor (offset and shape per dimension; today always the whole tensor)
+ * and a flat element range [begin, end) of that box in row-major order),
+ * with the CRC32C of its bytes.  ZeRO shards are flat ranges; tensor
+ * parallelism will add boxes; a loader assembles any set of slices into
+ * logical tensors, so any layout loads any other.  A directory becomes a
+ * commit when the staging directory DIR/.step_00001234.tmp (shards, then
+ * the manifest, all fsynced) is renamed to its final name; DIR/latest is
+ * then replaced atomically.  A directory without a valid manifest does not
+ * exist for the loader.
+ *
+ * Saving (ckpt_manager, used by the trainer): stage 1 copies this rank's
+ * parameters (the runs it owns), m, v and the trainer state into a host
+ * snapshot in /dev/shm (a file that outlives a crashed process; two slots,
+ * so a new snapshot never overwrites one being persisted) and returns;
+ * stage 2, a background thread, writes the shard, agrees with the other
+ * ranks (a private "ckpt" communicator group, so it never interleaves with
+ * the training thread's collectives), and rank 0 commits and keeps the last
+ * K commits.  A failed stage 2 never touches a commit.
+ *
+ * Loading: --resume auto picks the newest commit that validates (sizes,
+ * safetensors headers, every slice's CRC) or a complete /dev/shm snapshot
+ * of the same job (same DIR/job id) that is newer; a damaged commit is
+ * reported (file, tensor) and the previous one is tried.  With data
+ * parallelism the dp group's rank 0 reads and validates, then broadcasts
+ * each logical tensor over the dp group; every rank keeps the parameters
+ * and the m/v runs it owns.  A /dev/shm snapshot is used only when every
+ * rank has one of that step with the same layout; each rank then reads its
+ * own and the parameters are all-gathered.
+ *
+ * Faults for tests: MS_CKPT_FAULT=POINT[@STEP][:RANK] (see ckpt_fault.c).
+ *
+ * Threads: a manager is driven by one thread (the trainer's); it owns the
+ * stage-2 thread.  The offline functions are independent and thread-safe.
+ * Memory: objects returned through out-parameters are owned by the caller
+ * and freed with the matching _free/_destroy.
+ */
+#ifndef CKPT_CKPT_H
+#define CKPT_CKPT_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+#include "data/loader.h"
+#include "model/gpt.h"
+#include "optim/optim.h"
+#include "parallel/zero.h"
+
+#define CKPT_MAX_DIMS 2
+
+typedef struct {
+    const char *dir;  /* --ckpt-dir: where commits go; NULL or "" disables saving */
+    int every_steps;  /* a checkpoint every N steps (0: off) */
+    double every_min; /* and every M minutes (0: off) */
+    int keep;         /* commits kept, >= 1 */
+    const char *resume; /* NULL/"": fresh start; "auto": newest valid; else a step dir or a DIR */
+} ckpt_options;
+
+/* The trainer's state besides the tensors.  The model's initialisation RNG
+ * is counter-based (a pure function of seed, tensor, element) and the data
+ * order a pure function of (seed, cursor), so seed + cursor + step are the
+ * whole random state. */
+typedef struct {
+    int step;      /* optimiser steps done: the loop continues at this index */
+    int opt_steps; /* the optimiser's update count t (steps minus skipped ones) */
+    uint64_t seed;
+    data_cursor cursor; /* the consumer's cursor after the last batch of `step` */
+    opt_schedule sched; /* the LR schedule (a pure function of step) */
+    int batch, seq;
+} ckpt_train_state;
+
+/* ---- the trainer's manager ---------------------------------------------- */
+
+typedef struct ckpt_manager ckpt_manager;
+
+/* zero NULL: one rank.  With zero, collective over the world (creates the
+ * "ckpt" group).  Creates DIR and its job id, and the /dev/shm slots. */
+ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_model *m,
+                              opt_state *opt, par_zero *zero);
+/* Load the checkpoint --resume asks for into the model and optimiser (sets
+ * the optimiser's update count).  *found = 0: nothing to resume (fresh
+ * start).  now: this run's state, compared with the saved one (warnings).
+ * Call before the data prefetch thread starts; seek the loader to
+ * out->cursor.  Collective over the dp group. */
+ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now,
+                              ckpt_train_state *out, int *found);
+/* After each step: agree on a stop across ranks (SIGTERM seen by any rank
+ * stops all at the same step: sets ms_ctx.stop) and checkpoint when
+ * --ckpt-every / --ckpt-every-min say so.  Collective over the dp group. */
+ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st);
+/* Stage 1 now, stage 2 queued. */
+ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st);
+/* Final checkpoint (unless st->step was already saved), then wait for
+ * stage 2; returns the status of that last persist. */
+ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st);
+/* Wait for stage 2 and return the status of the last persist. */
+ms_status ckpt_manager_wait(ckpt_manager *cm);
+/* Stop the stage-2 thread (after the queued persist), free.  The /dev/shm
+ * slots are removed only after a successful ckpt_manager_finish. */
+void ckpt_manager_destroy(ckpt_manager *cm);
+/* Seconds the last stage 1 took (for benchmarks). */
+double ckpt_manager_last_stall(const ckpt_manager *cm);
+
+/* ---- reading checkpoints (tools, loader) --------------------------------- */
+
+typedef struct {
+    char name[64];
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS]; /* logical (Hugging Face) shape */
+} ckpt_tensor_info;
+
+typedef struct {
+    int tensor; /* index into ckpt_manifest.tensors */
+    int kind;   /* 0 param, 1 m, 2 v */
+    int file;   /* index into ckpt_manifest.files */
+    char key[96];
+    int64_t box_off[CKPT_MAX_DIMS], box_shape[CKPT_MAX_DIMS];
+    uint64_t begin, end; /* flat range of the box, row-major */
+    uint32_t crc;
+} ckpt_slice;
+
+typedef struct {
+    char name[64];
+    int rank;
+    uint64_t bytes;
+} ckpt_file_info;
+
+typedef struct {
+    int version;
+    int step;
+    double created; /* unix time */
+    int world, dp, tp, pp;
+    gpt_config model;
+    char optimizer[16];
+    ckpt_train_state trainer;
+    int n_tensors, n_files, n_slices;
+    ckpt_tensor_info *tensors;
+    ckpt_file_info *files;
+    ckpt_slice *slices;
+} ckpt_manifest;
+
+void ckpt_manifest_free(ckpt_manifest *mf);
+const char *ckpt_kind_name(int kind); /* "param", "m", "v" */
+
+/* Validate the step directory `dir` completely (manifest, step number,
+ * file sizes, safetensors headers, every slice's CRC32C and coverage);
+ * fills *mf when mf is not NULL.  The message names the file and tensor. */
+ms_status ckpt_verify(const char *dir, ckpt_manifest *mf);
+
+/* Steps of the directories DIR/step_* in DIR, newest first (caller frees
+ * *steps).  No directory is not an error (*n = 0). */
+ms_status ckpt_list_steps(const char *root, int **steps, int *n);
+/* DIR/step_%08d */
+void ckpt_step_path(char *buf, size_t n, const char *root, int step);
+
+/* One Hugging Face GPT-2-named safetensors file with the parameters of the
+ * checkpoint `dir` (loadable by sample --weights and train --init-from). */
+ms_status ckpt_export_hf(const char *dir, const char *out);
+/* Rewrite the checkpoint `dir` for `dp` data-parallel ranks into
+ * OUT/step_N (a commit, with OUT/latest). */
+ms_status ckpt_reshard(const char *dir, int dp, const char *out_root);
+
+/* /dev/shm snapshots of the job whose checkpoint directory is root:
+ * prints one line per slot to stdout (path, step, rank, complete or not). */
+ms_status ckpt_shm_list(const char *root, int remove);
+
+#endif

@@ -1,0 +1,87 @@
+/* ckpt_fault.c - deterministic fault injection for the checkpoint tests.
+ *
+ * MS_CKPT_FAULT=POINT[@STEP][:RANK]: at POINT of the checkpoint of step
+ * STEP (default: the first checkpoint this process takes) on global rank
+ * RANK (default: every rank):
+ *   stage1:mid            SIGKILL halfway through the stage-1 copy
+ *   stage2:start          SIGKILL before the shard is written
+ *   stage2:mid-shard      half a shard written to its temp file, SIGKILL
+ *   stage2:after-shard    SIGKILL once this rank's shard is fsynced
+ *   stage2:after-manifest SIGKILL after the manifest, before the commit rename
+ *   stage2:after-commit   SIGKILL after the commit, before DIR/latest
+ *   io:enospc-shard       the shard write fails with ENOSPC
+ *   io:eio-fsync-shard    the shard's fsync fails with EIO
+ *   io:enospc-manifest    the manifest write fails with ENOSPC
+ *   io:eio-fsync-manifest the manifest's fsync fails with EIO
+ *   signal:term           SIGTERM to this process after step STEP (a clean,
+ *                         deterministic stop: the trainer saves and exits)
+ * While a fault is armed, stage 1 waits for the previous persist to end, so
+ * every checkpoint is persisted in order (without a fault, a snapshot still
+ * queued when the next one is taken is superseded by it) and the point is
+ * reached deterministically.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/ctx.h"
+#include "ckpt/ckpt_internal.h"
+
+static const char *const points[] = {
+    "stage1:mid",         "stage2:start",          "stage2:mid-shard",   "stage2:after-shard",
+    "stage2:after-manifest", "stage2:after-commit", "io:enospc-shard",    "io:eio-fsync-shard",
+    "io:enospc-manifest", "io:eio-fsync-manifest", "signal:term",
+};
+
+ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f) {
+    memset(f, 0, sizeof *f);
+    f->step = -1;
+    f->rank = -1;
+    if (!spec || !*spec) return MS_OK;
+    const char *at = strchr(spec, '@');
+    size_t n = at ? (size_t)(at - spec) : strlen(spec);
+    int known = 0;
+    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++)
+        if (strlen(points[i]) == n && !strncmp(points[i], spec, n)) known = 1;
+    if (!known || n >= sizeof f->point)
+        return ms_error(MS_ERR_ARG,
+                        "MS_CKPT_FAULT '%s': unknown point (stage1:mid, stage2:start, "
+                        "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
+                        "stage2:after-commit, io:enospc-shard, io:eio-fsync-shard, "
+                        "io:enospc-manifest, io:eio-fsync-manifest, signal:term)",
+                        spec);
+    memcpy(f->point, spec, n);
+    f->point[n] = '\0';
+    if (at) {
+        int k = 0;
+        if (sscanf(at + 1, "%d%n", &f->step, &k) != 1 || f->step < 0 ||
+            (at[1 + k] && (at[1 + k] != ':' || sscanf(at + 2 + k, "%d", &f->rank) != 1)))
+            return ms_error(MS_ERR_ARG, "MS_CKPT_FAULT '%s': expected POINT[@STEP][:RANK]", spec);
+    }
+    return MS_OK;
+}
+
+ms_status ckpt_fault_from_env(ckpt_fault *f) {
+    return ckpt_fault_parse(getenv("MS_CKPT_FAULT"), f);
+}
+
+int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first) {
+    if (!f || !f->point[0] || strcmp(f->point, point)) return 0;
+    if (f->step >= 0 ? f->step != step : !first) return 0;
+    return f->rank < 0 || f->rank == ms_ctx_get()->rank;
+}
+
+void ckpt_fault_kill(const ckpt_fault *f, const char *point, int step, int first) {
+    if (!ckpt_fault_hits(f, point, step, first)) return;
+    fprintf(stderr, "[megascale r%d] injected fault %s at the checkpoint of step %d: SIGKILL\n",
+            ms_ctx_get()->rank, point, step);
+    fflush(stderr);
+    raise(SIGKILL);
+}
+
+ms_status ckpt_fault_io_error(const char *path, const char *op, int err) {
+    return ms_error(MS_ERR_IO, "%s: %s: %s (injected fault)", path, op, strerror(err));
+}

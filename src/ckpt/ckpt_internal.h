@@ -1,0 +1,229 @@
+/* ckpt_internal.h - what the checkpoint files share with each other: the
+ * slice math (ckpt_layout.c), the JSON of manifests and snapshots
+ * (ckpt_manifest.c), fault injection (ckpt_fault.c), the /dev/shm slots
+ * (ckpt_snapshot.c), the shard writer and commit (ckpt_persist.c) and the
+ * reader (ckpt_load.c).  Not part of the module's interface. */
+#ifndef CKPT_INTERNAL_H
+#define CKPT_INTERNAL_H
+
+#include <cjson/cJSON.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckpt/ckpt.h"
+#include "comm/comm.h"
+
+#define CKPT_FORMAT "megascale-checkpoint"
+#define CKPT_VERSION 1
+#define CKPT_MANIFEST "manifest.json"
+
+enum { CKPT_PARAM = 0, CKPT_MOM = 1, CKPT_VAR = 2, CKPT_NKINDS = 3 };
+
+int ckpt_kind_parse(const char *s); /* -1 if unknown */
+
+/* ---- layout (ckpt_layout.c) ---------------------------------------------- */
+
+/* A run of one tensor that a rank holds in all three states: logical
+ * elements [begin, end) of the tensor (row-major over its logical shape). */
+typedef struct {
+    int tensor;           /* index in the model's table (= manifest tensors) */
+    uint64_t begin, end;  /* logical flat range */
+    size_t param_off;     /* element offset of `begin` in the parameter buffer */
+    float *mom, *var;     /* m, v of element `begin` (backend memory); NULL offline */
+    uint64_t data_off;    /* element offset of the run in a snapshot (param, then m, then v) */
+} ckpt_run;
+
+uint64_t ckpt_numel(const ckpt_tensor_info *t);
+/* The model's tensors with their logical shapes (wte: vocab rows, not the
+ * padded count).  Caller frees *out. */
+ms_status ckpt_tensors_of(gpt_model *m, ckpt_tensor_info **out, int *n);
+/* The runs whose m/v this rank's optimiser holds, clipped to the logical
+ * tensors (the padded vocabulary rows are dropped).  Sets data_off.
+ * Caller frees *out. */
+ms_status ckpt_runs_of_opt(gpt_model *m, opt_state *o, ckpt_run **out, int *n);
+/* The runs rank `rank` of `dp` ZeRO-2 ranks would own for model m (created
+ * with gpt_create_aligned(..., 16 * dp)); mom/var NULL. */
+ms_status ckpt_runs_of_dp(gpt_model *m, int dp, int rank, ckpt_run **out, int *n);
+/* Elements of all runs (one state). */
+uint64_t ckpt_runs_elems(const ckpt_run *r, int n);
+/* Copy a slice's elements (end - begin of them, src) into the logical
+ * tensor dst (ckpt_numel(t) elements) through its box and range; checks
+ * that the box lies in the tensor and the range in the box. */
+ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, const float *src,
+                             float *dst, const char *where);
+void ckpt_slice_key(char *buf, size_t n, const char *tensor, int kind, uint64_t begin,
+                    uint64_t end);
+
+/* ---- JSON (ckpt_manifest.c) ---------------------------------------------- */
+
+cJSON *ckpt_json_model(const gpt_config *c);
+ms_status ckpt_json_model_parse(const cJSON *j, gpt_config *c, const char *where);
+cJSON *ckpt_json_trainer(const ckpt_train_state *s);
+ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const char *where);
+/* The slices of one rank's shard (its part of the manifest):
+ * {"file":{"name","rank","bytes"},"slices":[...]}; crcs[3*i+kind]. */
+cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes,
+                      const ckpt_tensor_info *tensors, const ckpt_run *runs, int n_runs,
+                      const uint32_t *crcs);
+/* What describes a commit besides the parts. */
+typedef struct {
+    int step, world, dp;
+    const gpt_config *model;
+    const char *optimizer;
+    const ckpt_train_state *trainer;
+    const ckpt_tensor_info *tensors;
+    int n_tensors;
+} ckpt_commit_info;
+/* The manifest text (malloc'd) from the info and the parts of every rank,
+ * in rank order.  NULL on allocation failure. */
+char *ckpt_manifest_text(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts);
+/* Parse and check DIR/manifest.json (format, version, references), no I/O
+ * on the shards. */
+ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf);
+
+/* ---- faults (ckpt_fault.c) ------------------------------------------------ */
+
+typedef struct {
+    char point[32]; /* "" when no fault is armed */
+    int step;       /* -1: the first checkpoint this process takes */
+    int rank;       /* -1: every rank */
+} ckpt_fault;
+
+/* From MS_CKPT_FAULT (unset: none armed). */
+ms_status ckpt_fault_from_env(ckpt_fault *f);
+ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f);
+/* 1 when the fault `point` is armed for this step on this (global) rank. */
+int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first);
+/* If it hits: print a line and SIGKILL this process. */
+void ckpt_fault_kill(const ckpt_fault *f, const char *point, int step, int first);
+/* The status of an injected I/O error on `path` ("write" + ENOSPC, ...). */
+ms_status ckpt_fault_io_error(const char *path, const char *op, int err);
+
+/* ---- /dev/shm slots (ckpt_snapshot.c) -------------------------------------- */
+
+typedef struct ckpt_slot ckpt_slot; /* one mapped snapshot file */
+
+typedef struct {
+    int step, rank, world, dp;
+    uint64_t job;
+    int complete;
+    gpt_config model;
+    char optimizer[16];
+    ckpt_train_state trainer;
+    ckpt_run *runs; /* tensor, begin, end, data_off from the snapshot */
+    int n_runs;
+    const float *data; /* the mapped data section */
+    uint64_t data_elems;
+} ckpt_snap_view;
+
+/* The job id in root/job (hex); create: make one when it is missing. */
+ms_status ckpt_job_id(const char *root, int create, uint64_t *job);
+/* Directory for snapshots: $MS_CKPT_SHM_DIR or /dev/shm. */
+const char *ckpt_shm_dir(void);
+/* Path of slot `slot` of `rank` for the job whose checkpoint root is root. */
+ms_status ckpt_shm_path(char *buf, size_t n, const char *root, int rank, int slot);
+/* Create (or reuse) and map a slot sized for the runs; pages are populated. */
+ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems,
+                         size_t meta_cap);
+void ckpt_slot_close(ckpt_slot *s, int remove);
+const char *ckpt_slot_path(const ckpt_slot *s);
+/* Stage 1: mark incomplete, write meta (JSON), copy the runs' param/m/v
+ * from backend memory, mark complete. */
+typedef struct {
+    be_backend *be;
+    const float *params;
+    const ckpt_run *runs;
+    int n_runs;
+    const ckpt_fault *fault;
+    int fault_first;
+} ckpt_snap_src;
+ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta,
+                          const ckpt_snap_src *src);
+/* Step of the complete snapshot of job in the slot, -1 if none. */
+int ckpt_slot_step(const ckpt_slot *s, uint64_t job);
+const float *ckpt_slot_data(const ckpt_slot *s);
+/* Read a snapshot file (mapped; *view valid until ckpt_snap_close). */
+ms_status ckpt_snap_open(const char *path, ckpt_snap_view *view, void **handle);
+void ckpt_snap_close(ckpt_snap_view *view, void *handle);
+/* The snapshot's meta JSON. */
+char *ckpt_snap_meta(uint64_t job, int step, int rank, int world, int dp, const gpt_config *model,
+                     const char *optimizer, const ckpt_train_state *tr,
+                     const ckpt_run *runs, int n_runs);
+
+/* ---- shards and commits (ckpt_persist.c) ------------------------------------ */
+
+/* Write one rank's shard (param, m, v of every run, data[data_off ...])
+ * atomically to dir/name; crcs[3*i+kind] receive the slices' CRC32C. */
+ms_status ckpt_shard_write(const char *dir, const char *name, int rank, int step,
+                           const ckpt_tensor_info *tensors, const ckpt_run *runs, int n_runs,
+                           const float *data, uint32_t *crcs, uint64_t *bytes,
+                           const ckpt_fault *fault, int fault_first);
+void ckpt_shard_name(char *buf, size_t n, int rank, int world);
+/* DIR/.step_%08d.tmp */
+void ckpt_staging_path(char *buf, size_t n, const char *root, int step);
+/* rm -rf of a flat directory (files only); missing is fine. */
+ms_status ckpt_rmdir_flat(const char *dir);
+/* Fresh, empty staging directory for step (rank 0). */
+ms_status ckpt_staging_create(const char *root, int step);
+/* Rank 0: write the manifest into the staging dir, fsync, rename to
+ * step_N (swapping out an older directory of the same step), replace
+ * DIR/latest, keep the newest `keep` commits up to this one. */
+ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep,
+                      const ckpt_fault *fault, int fault_first);
+
+/* The stage-2 thread. */
+typedef struct ckpt_persist ckpt_persist;
+typedef struct {
+    const char *root;
+    int keep;
+    int rank, world, dp;
+    comm_group *group; /* "ckpt" group; NULL alone */
+    const gpt_config *model;
+    const char *optimizer;
+    const ckpt_tensor_info *tensors;
+    int n_tensors;
+    const ckpt_run *runs;
+    int n_runs;
+    const ckpt_fault *fault;
+} ckpt_persist_config;
+
+/* Called by the stage-2 thread when a slot's persist has ended. */
+typedef void (*ckpt_persist_done_fn)(void *ctx, int slot, int step, ms_status st);
+
+ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg);
+/* Queue slot (its data, trainer state) for stage 2; replaces a queued,
+ * not yet started one. */
+void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_train_state *tr,
+                          int first);
+/* The slot stage 1 may overwrite: prefer, unless stage 2 is writing it
+ * (then fallback); the slot returned is taken off the queue. */
+int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback);
+/* Block until nothing is queued or running; the status of the last persist
+ * (MS_OK if none ran) and the step of the last commit (-1 none). */
+ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);
+void ckpt_persist_stop(ckpt_persist *p);
+
+/* ---- reading (ckpt_load.c) ----------------------------------------------------- */
+
+typedef struct ckpt_reader ckpt_reader;
+/* Open and validate dir (verify_crc: every slice's CRC too). */
+ms_status ckpt_reader_open(ckpt_reader **out, const char *dir, int verify_crc);
+void ckpt_reader_close(ckpt_reader *r);
+const ckpt_manifest *ckpt_reader_manifest(const ckpt_reader *r);
+/* Assemble logical tensor t's state `kind` into dst (ckpt_numel elements). */
+ms_status ckpt_reader_tensor(ckpt_reader *r, int t, int kind, float *dst);
+/* Check that the manifest's model is m's model (MS_ERR_ARG naming both). */
+ms_status ckpt_check_model(const ckpt_manifest *mf, gpt_model *m, const char *dir);
+/* Load a validated commit: r on the reading rank (dp rank 0, or alone),
+ * NULL on the others, which receive every tensor over dp.  Parameters go to
+ * the model (all of them), m and v to the runs (this rank's). */
+ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckpt_run *runs,
+                         int n_runs);
+/* 1 if a snapshot holds exactly these runs. */
+int ckpt_snap_matches(const ckpt_snap_view *v, const ckpt_run *runs, int n_runs);
+/* Load this rank's snapshot (matching runs), then all-gather the
+ * parameters over zero's group. */
+ms_status ckpt_load_snapshot(const ckpt_snap_view *v, gpt_model *m, const ckpt_run *runs,
+                             int n_runs, par_zero *zero);
+
+#endif

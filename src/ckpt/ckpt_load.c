@@ -1,0 +1,300 @@
+/* ckpt_load.c - reading a commit: validation (manifest, step, file sizes,
+ * safetensors headers, every slice's CRC32C, coverage of every tensor),
+ * assembly of logical tensors from any set of slices, and loading into a
+ * model and optimiser: the reader (rank 0 of the dp group) broadcasts each
+ * logical tensor, every rank keeps the parameters and its own m/v runs. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/crc32c.h"
+#include "base/fileio.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/safetensors.h"
+
+struct ckpt_reader {
+    char dir[4096];
+    ckpt_manifest mf;
+    ckpt_st_file **files;
+    const ckpt_st_tensor **data; /* per slice */
+};
+
+void ckpt_reader_close(ckpt_reader *r) {
+    if (!r) return;
+    for (int i = 0; r->files && i < r->mf.n_files; i++)
+        ckpt_st_close(r->files[i]);
+    free(r->files);
+    free(r->data);
+    ckpt_manifest_free(&r->mf);
+    free(r);
+}
+
+const ckpt_manifest *ckpt_reader_manifest(const ckpt_reader *r) {
+    return &r->mf;
+}
+
+/* The step a directory's name says (step_00001234), -1 if none. */
+static int dir_step(const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    const char *b = dir + n;
+    while (b > dir && b[-1] != '/')
+        b--;
+    int step, len = 0;
+    if (strncmp(b, "step_", 5) || sscanf(b + 5, "%d%n", &step, &len) != 1 ||
+        b + 5 + len != dir + n)
+        return -1;
+    return step;
+}
+
+static ms_status open_files(ckpt_reader *r) {
+    ckpt_manifest *mf = &r->mf;
+    r->files = calloc((size_t)mf->n_files, sizeof *r->files);
+    if (!r->files) return ms_error(MS_ERR_NOMEM, "%s: out of memory", r->dir);
+    for (int i = 0; i < mf->n_files; i++) {
+        char path[4300];
+        uint64_t size = 0;
+        snprintf(path, sizeof path, "%s/%s", r->dir, mf->files[i].name);
+        MS_TRY(ms_file_size(path, &size));
+        if (size != mf->files[i].bytes)
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: %" PRIu64 " bytes, but the manifest says %" PRIu64
+                            " (truncated or overwritten)",
+                            path, size, mf->files[i].bytes);
+        MS_TRY(ckpt_st_open(&r->files[i], path));
+    }
+    return MS_OK;
+}
+
+static ms_status check_slices(ckpt_reader *r, int verify_crc) {
+    ckpt_manifest *mf = &r->mf;
+    r->data = calloc((size_t)mf->n_slices + 1, sizeof *r->data);
+    if (!r->data) return ms_error(MS_ERR_NOMEM, "%s: out of memory", r->dir);
+    for (int i = 0; i < mf->n_slices; i++) {
+        const ckpt_slice *s = &mf->slices[i];
+        const char *tn = mf->tensors[s->tensor].name, *fn = mf->files[s->file].name;
+        const ckpt_st_tensor *t = ckpt_st_find(r->files[s->file], s->key);
+        if (!t)
+            return ms_error(MS_ERR_FORMAT, "%s/%s: tensor '%s' (%s): slice '%s' is missing",
+                            r->dir, fn, tn, ckpt_kind_name(s->kind), s->key);
+        if (t->dtype != CKPT_ST_F32 || s->end < s->begin ||
+            t->nbytes != (s->end - s->begin) * sizeof(float))
+            return ms_error(MS_ERR_FORMAT,
+                            "%s/%s: tensor '%s' (%s): slice '%s' holds %zu bytes of %s, the "
+                            "manifest says %" PRIu64 " F32 elements",
+                            r->dir, fn, tn, ckpt_kind_name(s->kind), s->key, t->nbytes,
+                            ckpt_st_dtype_name(t->dtype), s->end - s->begin);
+        if (verify_crc) {
+            uint32_t crc = ms_crc32c(0, t->data, t->nbytes);
+            if (crc != s->crc)
+                return ms_error(MS_ERR_FORMAT,
+                                "%s/%s: tensor '%s' (%s, elements [%" PRIu64 ", %" PRIu64
+                                ")): CRC32C 0x%08x, the manifest says 0x%08x (damaged data)",
+                                r->dir, fn, tn, ckpt_kind_name(s->kind), s->begin, s->end, crc,
+                                s->crc);
+        }
+        r->data[i] = t;
+    }
+    return MS_OK;
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every (tensor, state) is covered exactly once: the element counts add up
+ * and whole-tensor slices do not overlap. */
+static ms_status check_coverage(ckpt_reader *r) {
+    ckpt_manifest *mf = &r->mf;
+    uint64_t *ranges = malloc(sizeof(uint64_t) * 2 * ((size_t)mf->n_slices + 1));
+    if (!ranges) return ms_error(MS_ERR_NOMEM, "%s: out of memory", r->dir);
+    ms_status st = MS_OK;
+    for (int t = 0; st == MS_OK && t < mf->n_tensors; t++) {
+        uint64_t numel = ckpt_numel(&mf->tensors[t]);
+        for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
+            uint64_t sum = 0;
+            int n = 0, whole = 1;
+            for (int i = 0; i < mf->n_slices; i++) {
+                const ckpt_slice *s = &mf->slices[i];
+                if (s->tensor != t || s->kind != k) continue;
+                for (int d = 0; d < mf->tensors[t].ndim; d++)
+                    if (s->box_off[d] != 0 || s->box_shape[d] != mf->tensors[t].shape[d])
+                        whole = 0;
+                sum += s->end - s->begin;
+                ranges[2 * n] = s->begin;
+                ranges[2 * n + 1] = s->end;
+                n++;
+            }
+            qsort(ranges, (size_t)n, 2 * sizeof(uint64_t), cmp_u64);
+            for (int i = 1; i < n && st == MS_OK; i++)
+                if (whole && ranges[2 * i] < ranges[2 * i - 1])
+                    st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' (%s): slices overlap", r->dir,
+                                  mf->tensors[t].name, ckpt_kind_name(k));
+            if (st == MS_OK && sum != numel)
+                st = ms_error(MS_ERR_FORMAT,
+                              "%s: tensor '%s' (%s): slices hold %" PRIu64 " of %" PRIu64
+                              " elements",
+                              r->dir, mf->tensors[t].name, ckpt_kind_name(k), sum, numel);
+        }
+    }
+    free(ranges);
+    return st;
+}
+
+ms_status ckpt_reader_open(ckpt_reader **out, const char *dir, int verify_crc) {
+    *out = NULL;
+    ckpt_reader *r = calloc(1, sizeof *r);
+    if (!r) return ms_error(MS_ERR_NOMEM, "%s: out of memory", dir);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    ms_status st = ckpt_manifest_read(dir, &r->mf);
+    int ds = dir_step(dir);
+    if (st == MS_OK && ds >= 0 && ds != r->mf.step)
+        st = ms_error(MS_ERR_FORMAT,
+                      "%s/%s holds step %d, but the directory is step %d (a manifest from another "
+                      "step)",
+                      dir, CKPT_MANIFEST, r->mf.step, ds);
+    if (st == MS_OK) st = open_files(r);
+    if (st == MS_OK) st = check_slices(r, verify_crc);
+    if (st == MS_OK) st = check_coverage(r);
+    if (st != MS_OK) {
+        ckpt_reader_close(r);
+        return st;
+    }
+    *out = r;
+    return MS_OK;
+}
+
+ms_status ckpt_reader_tensor(ckpt_reader *r, int t, int kind, float *dst) {
+    const ckpt_manifest *mf = &r->mf;
+    for (int i = 0; i < mf->n_slices; i++) {
+        const ckpt_slice *s = &mf->slices[i];
+        if (s->tensor != t || s->kind != kind) continue;
+        char where[4300];
+        snprintf(where, sizeof where, "%s/%s", r->dir, mf->files[s->file].name);
+        MS_TRY(ckpt_slice_scatter(&mf->tensors[t], s, r->data[i]->data, dst, where));
+    }
+    return MS_OK;
+}
+
+ms_status ckpt_verify(const char *dir, ckpt_manifest *mf) {
+    ckpt_reader *r;
+    MS_TRY(ckpt_reader_open(&r, dir, 1));
+    if (mf) {
+        *mf = r->mf;
+        memset(&r->mf, 0, sizeof r->mf);
+        r->mf.n_files = mf->n_files; /* for closing the files */
+    }
+    ckpt_reader_close(r);
+    return MS_OK;
+}
+
+ms_status ckpt_check_model(const ckpt_manifest *mf, gpt_model *m, const char *dir) {
+    const gpt_config *c = gpt_get_config(m), *s = &mf->model;
+    if (c->n_layer != s->n_layer || c->n_head != s->n_head || c->n_embd != s->n_embd ||
+        c->vocab != s->vocab || c->seq_max != s->seq_max || c->block != s->block ||
+        c->attn_window != s->attn_window)
+        return ms_error(MS_ERR_ARG,
+                        "%s holds another model (%d layers, dim %d, %d heads, vocab %d, seq-max "
+                        "%d, %s block, window %d) than this run's (%d layers, dim %d, %d heads, "
+                        "vocab %d, seq-max %d, %s block, window %d)",
+                        dir, s->n_layer, s->n_embd, s->n_head, s->vocab, s->seq_max,
+                        gpt_block_name(s->block), s->attn_window, c->n_layer, c->n_embd,
+                        c->n_head, c->vocab, c->seq_max, gpt_block_name(c->block),
+                        c->attn_window);
+    ckpt_tensor_info *t = NULL;
+    int n = 0;
+    MS_TRY(ckpt_tensors_of(m, &t, &n));
+    ms_status st = n == mf->n_tensors
+                       ? MS_OK
+                       : ms_error(MS_ERR_ARG, "%s: %d tensors, the model has %d", dir,
+                                  mf->n_tensors, n);
+    for (int i = 0; st == MS_OK && i < n; i++)
+        if (strcmp(t[i].name, mf->tensors[i].name) || t[i].ndim != mf->tensors[i].ndim ||
+            t[i].shape[0] != mf->tensors[i].shape[0] ||
+            (t[i].ndim > 1 && t[i].shape[1] != mf->tensors[i].shape[1]))
+            st = ms_error(MS_ERR_ARG, "%s: tensor %d is '%s' (%" PRId64 " x %" PRId64
+                                      "), the model's is '%s' (%" PRId64 " x %" PRId64 ")",
+                          dir, i, mf->tensors[i].name, mf->tensors[i].shape[0],
+                          mf->tensors[i].shape[1], t[i].name, t[i].shape[0], t[i].shape[1]);
+    free(t);
+    return st;
+}
+
+ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckpt_run *runs,
+                         int n_runs) {
+    be_backend *be = gpt_backend(m);
+    size_t N = gpt_num_elements(m);
+    ckpt_tensor_info *tens = NULL;
+    int nt = 0;
+    MS_TRY(ckpt_tensors_of(m, &tens, &nt));
+    uint64_t maxel = 0;
+    for (int t = 0; t < nt; t++)
+        if (ckpt_numel(&tens[t]) > maxel) maxel = ckpt_numel(&tens[t]);
+    float *host = malloc(N * sizeof(float)), *buf = malloc(maxel * sizeof(float) + 4);
+    ms_status st = host && buf ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint load: out of memory");
+    if (st == MS_OK) be->to_host(be, host, gpt_params(m), N * sizeof(float));
+    for (int t = 0; st == MS_OK && t < nt; t++) {
+        uint64_t numel = ckpt_numel(&tens[t]);
+        size_t off = gpt_tensor(m, t)->offset;
+        for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
+            if (r) st = ckpt_reader_tensor(r, t, k, buf);
+            if (dp) { /* the reader's failure must not leave the others waiting */
+                int32_t bad = st != MS_OK, any = 0;
+                ms_status cs = comm_allreduce(dp, &bad, &any, 1, COMM_I32, COMM_MAX);
+                if (cs != MS_OK) st = cs;
+                else if (any && st == MS_OK)
+                    st = ms_error(MS_ERR_FORMAT, "the reading rank failed (see its log)");
+                if (st == MS_OK) st = comm_broadcast(dp, buf, numel, COMM_F32, 0);
+            }
+            if (st != MS_OK) break;
+            if (k == CKPT_PARAM) {
+                memcpy(host + off, buf, numel * sizeof(float));
+                continue;
+            }
+            for (int i = 0; i < n_runs; i++)
+                if (runs[i].tensor == t)
+                    be->to_device(be, k == CKPT_MOM ? runs[i].mom : runs[i].var,
+                                  buf + runs[i].begin,
+                                  (runs[i].end - runs[i].begin) * sizeof(float));
+        }
+    }
+    if (st == MS_OK) {
+        be->to_device(be, gpt_params(m), host, N * sizeof(float));
+        gpt_params_updated(m);
+    }
+    free(host);
+    free(buf);
+    free(tens);
+    return st;
+}
+
+ms_status ckpt_load_snapshot(const ckpt_snap_view *v, gpt_model *m, const ckpt_run *runs,
+                             int n_runs, par_zero *zero) {
+    be_backend *be = gpt_backend(m);
+    for (int i = 0; i < n_runs; i++) {
+        const ckpt_run *r = &runs[i], *s = &v->runs[i];
+        size_t n = r->end - r->begin, bytes = n * sizeof(float);
+        const float *d = v->data + s->data_off;
+        be->to_device(be, gpt_params(m) + r->param_off, d, bytes);
+        be->to_device(be, r->mom, d + n, bytes);
+        be->to_device(be, r->var, d + 2 * n, bytes);
+    }
+    if (zero) { /* every rank holds its own runs: gather the parameters */
+        MS_TRY(par_zero_gather_start(zero));
+        MS_TRY(par_zero_gather_wait_all(zero));
+    }
+    gpt_params_updated(m);
+    return MS_OK;
+}
+
+int ckpt_snap_matches(const ckpt_snap_view *v, const ckpt_run *runs, int n_runs) {
+    if (v->n_runs != n_runs) return 0;
+    for (int i = 0; i < n_runs; i++)
+        if (v->runs[i].tensor != runs[i].tensor || v->runs[i].begin != runs[i].begin ||
+            v->runs[i].end != runs[i].end)
+            return 0;
+    return 1;
+}

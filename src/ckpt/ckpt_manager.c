@@ -1,0 +1,418 @@
+/* ckpt_manager.c - the trainer's side of checkpointing: when to save,
+ * stage 1 into one of two /dev/shm slots, handing the slot to the stage-2
+ * thread, choosing what to resume from, and the final checkpoint.
+ *
+ * Slots: the snapshot goes to the slot that does not hold the newest
+ * snapshot, unless stage 2 is writing that one; then it replaces the newest
+ * (which is then only queued, never being written).  So stage 1 never
+ * overwrites what stage 2 reads, and a crash during stage 1 leaves the
+ * newest complete snapshot intact.
+ */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "base/ctx.h"
+#include "base/fileio.h"
+#include "base/log.h"
+#include "base/timeutil.h"
+#include "ckpt/ckpt_internal.h"
+
+struct ckpt_manager {
+    ckpt_options o;
+    char root[4096], resume[4096];
+    int saving;
+    gpt_model *m;
+    opt_state *opt;
+    par_zero *zero;
+    be_backend *be;
+    comm_group *dp;    /* the training dp group (NULL alone) */
+    comm_group *group; /* "ckpt": the stage-2 thread's group (NULL alone) */
+    int rank, world, dp_size;
+    ckpt_tensor_info *tensors;
+    int n_tensors;
+    ckpt_run *runs;
+    int n_runs;
+    uint64_t data_elems;
+    ckpt_fault fault;
+    uint64_t job;
+    char optimizer[16];
+    ckpt_slot *slots[2];
+    int slot_step[2]; /* step of the complete snapshot held, -1 none */
+    ckpt_persist *persist;
+    int n_saved, last_saved, finished_ok;
+    double last_save_time, last_stall;
+    char chosen[4300]; /* rank 0: the commit resumed from */
+};
+
+double ckpt_manager_last_stall(const ckpt_manager *cm) {
+    return cm->last_stall;
+}
+
+/* Rank 0's status to every rank of g (others: a generic message). */
+static ms_status share_status(comm_group *g, int rank, ms_status st, const char *what) {
+    if (!g) return st;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ms_errmsg());
+    int32_t v = (int32_t)st;
+    MS_TRY(comm_broadcast(g, &v, 1, COMM_I32, 0));
+    if (rank == 0) return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
+    return v == MS_OK ? MS_OK : ms_error((ms_status)v, "rank 0 could not %s (see its log)", what);
+}
+
+static ms_status setup_dir(ckpt_manager *cm) {
+    ms_status st = MS_OK;
+    if (cm->rank == 0) {
+        st = ms_mkdirs(cm->root);
+        if (st == MS_OK) st = ckpt_job_id(cm->root, 1, &cm->job);
+    }
+    MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
+    if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));
+    ckpt_persist_config pc = {cm->root,    cm->o.keep,      cm->rank,      cm->world,
+                              cm->dp_size, cm->group,       gpt_get_config(cm->m),
+                              cm->optimizer, cm->tensors,   cm->n_tensors, cm->runs,
+                              cm->n_runs,  &cm->fault};
+    return ckpt_persist_start(&cm->persist, &pc);
+}
+
+ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_model *m,
+                              opt_state *opt, par_zero *zero) {
+    *out = NULL;
+    int saving = o->dir && *o->dir;
+    const char *res = o->resume ? o->resume : "";
+    if (saving && o->keep < 1) return ms_error(MS_ERR_ARG, "--ckpt-keep must be >= 1");
+    if (o->every_steps < 0 || o->every_min < 0)
+        return ms_error(MS_ERR_ARG, "--ckpt-every / --ckpt-every-min must be >= 0");
+    if (!strcmp(res, "auto") && !saving)
+        return ms_error(MS_ERR_ARG, "--resume auto needs --ckpt-dir (where to look)");
+    if (!saving && (o->every_steps > 0 || o->every_min > 0))
+        return ms_error(MS_ERR_ARG, "--ckpt-every / --ckpt-every-min need --ckpt-dir");
+    if (gpt_tp_size(m) > 1) /* the slices would be boxes of the logical tensors (ckpt.h) */
+        return ms_error(MS_ERR_ARG, "checkpoints of tensor-parallel runs (--tp %d) are not "
+                                    "implemented yet",
+                        gpt_tp_size(m));
+    ckpt_manager *cm = calloc(1, sizeof *cm);
+    if (!cm) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    cm->o = *o;
+    cm->saving = saving;
+    snprintf(cm->root, sizeof cm->root, "%s", saving ? o->dir : "");
+    snprintf(cm->resume, sizeof cm->resume, "%s", res);
+    cm->m = m;
+    cm->opt = opt;
+    cm->zero = zero;
+    cm->be = gpt_backend(m);
+    cm->world = cm->dp_size = 1;
+    cm->last_saved = -1;
+    cm->slot_step[0] = cm->slot_step[1] = -1;
+    cm->last_save_time = ms_now();
+    snprintf(cm->optimizer, sizeof cm->optimizer, "%s", opt_kind_name(opt_get_config(opt)->kind));
+    ms_status st = ckpt_fault_from_env(&cm->fault);
+    if (st == MS_OK && zero) {
+        comm_world *w = comm_group_world(par_zero_group(zero));
+        cm->dp = par_zero_group(zero);
+        cm->rank = comm_world_rank(w);
+        cm->world = comm_world_size(w);
+        cm->dp_size = comm_group_size(cm->dp);
+        if (saving) st = comm_group_create_split(comm_world_group(w), 0, cm->rank, "ckpt",
+                                                 &cm->group);
+    }
+    if (st == MS_OK) st = ckpt_tensors_of(m, &cm->tensors, &cm->n_tensors);
+    if (st == MS_OK) st = ckpt_runs_of_opt(m, opt, &cm->runs, &cm->n_runs);
+    cm->data_elems = 3 * ckpt_runs_elems(cm->runs, cm->n_runs);
+    if (st == MS_OK && saving) st = setup_dir(cm);
+    if (st != MS_OK) {
+        ckpt_manager_destroy(cm);
+        return st;
+    }
+    *out = cm;
+    return MS_OK;
+}
+
+/* Open both /dev/shm slots (keeping complete snapshots of this job). */
+static ms_status ensure_slots(ckpt_manager *cm) {
+    for (int k = 0; k < 2; k++) {
+        if (cm->slots[k]) continue;
+        char path[4300];
+        MS_TRY(ckpt_shm_path(path, sizeof path, cm->root, cm->rank, k));
+        MS_TRY(ckpt_slot_open(&cm->slots[k], path, cm->data_elems,
+                              8192 + 96 * (size_t)cm->n_runs));
+        cm->slot_step[k] = ckpt_slot_step(cm->slots[k], cm->job);
+    }
+    return MS_OK;
+}
+
+ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st) {
+    if (!cm->saving) return MS_OK;
+    MS_TRY(ensure_slots(cm));
+    /* with a fault armed every checkpoint is persisted, in order (tests) */
+    if (cm->fault.point[0]) (void)ckpt_persist_wait(cm->persist, NULL);
+    int newest = cm->slot_step[1] > cm->slot_step[0] ? 1 : 0;
+    if (cm->slot_step[newest] < 0) newest = 1; /* none: write slot 0 */
+    int s = ckpt_persist_claim(cm->persist, 1 - newest, newest);
+    cm->slot_step[s] = -1;
+    char *meta = ckpt_snap_meta(cm->job, st->step, cm->rank, cm->world, cm->dp_size,
+                                gpt_get_config(cm->m), cm->optimizer, st, cm->runs, cm->n_runs);
+    if (!meta) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    ckpt_snap_src src = {cm->be, gpt_params(cm->m), cm->runs, cm->n_runs, &cm->fault,
+                         cm->n_saved == 0};
+    double t0 = ms_now();
+    ms_status rc = ckpt_slot_write(cm->slots[s], cm->job, st->step, meta, &src);
+    cm->last_stall = ms_now() - t0;
+    free(meta);
+    if (rc != MS_OK) return rc;
+    cm->slot_step[s] = st->step;
+    ckpt_persist_enqueue(cm->persist, s, cm->slots[s], st, cm->n_saved == 0);
+    cm->n_saved++;
+    cm->last_saved = st->step;
+    cm->last_save_time = ms_now();
+    ms_info("checkpoint: step %d: stage 1 copied %.1f MB to %s in %.1f ms; persisting in the "
+            "background",
+            st->step, (double)cm->data_elems * 4 / 1e6, ckpt_slot_path(cm->slots[s]),
+            cm->last_stall * 1e3);
+    return MS_OK;
+}
+
+ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
+    if (ckpt_fault_hits(&cm->fault, "signal:term", st->step, 0)) {
+        ms_warn("injected fault signal:term after step %d", st->step);
+        raise(SIGTERM);
+    }
+    int32_t flags[2] = {ms_ctx_get()->stop != 0,
+                        cm->saving && cm->rank == 0 && cm->o.every_min > 0 &&
+                            ms_now() - cm->last_save_time >= cm->o.every_min * 60};
+    if (cm->dp) MS_TRY(comm_allreduce(cm->dp, flags, flags, 2, COMM_I32, COMM_MAX));
+    if (flags[0] && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
+    if (!cm->saving || flags[0]) return MS_OK; /* stopping: the final checkpoint follows */
+    if ((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])
+        return ckpt_manager_save(cm, st);
+    return MS_OK;
+}
+
+ms_status ckpt_manager_wait(ckpt_manager *cm) {
+    return cm->persist ? ckpt_persist_wait(cm->persist, NULL) : MS_OK;
+}
+
+ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st) {
+    if (!cm->saving) return MS_OK;
+    if (st->step > 0 && st->step != cm->last_saved) MS_TRY(ckpt_manager_save(cm, st));
+    ms_status rc = ckpt_persist_wait(cm->persist, NULL);
+    if (rc != MS_OK)
+        return ms_error_wrap(rc, "the last checkpoint (step %d) was not committed", st->step);
+    cm->finished_ok = 1;
+    return MS_OK;
+}
+
+void ckpt_manager_destroy(ckpt_manager *cm) {
+    if (!cm) return;
+    ckpt_persist_stop(cm->persist);
+    for (int k = 0; k < 2; k++) /* the commit holds it all after a clean finish */
+        ckpt_slot_close(cm->slots[k], cm->finished_ok);
+    comm_group_destroy(cm->group);
+    free(cm->tensors);
+    free(cm->runs);
+    free(cm);
+}
+
+/* ---- resume -------------------------------------------------------------------- */
+
+static int same_model(const gpt_config *a, const gpt_config *b) {
+    return a->n_layer == b->n_layer && a->n_head == b->n_head && a->n_embd == b->n_embd &&
+           a->vocab == b->vocab && a->seq_max == b->seq_max && a->block == b->block &&
+           a->attn_window == b->attn_window;
+}
+
+/* Steps of this rank's usable /dev/shm snapshots (same job, layout, runs). */
+static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
+    for (int k = 0; k < 2; k++) {
+        char path[4300];
+        ckpt_snap_view v;
+        void *h;
+        steps[k] = -1;
+        if (ckpt_shm_path(path, sizeof path, cm->root, cm->rank, k) != MS_OK) continue;
+        struct stat sb;
+        if (stat(path, &sb) != 0) continue;
+        if (ckpt_snap_open(path, &v, &h) != MS_OK) {
+            ms_warn("resume: ignoring %s: %s", path, ms_errmsg());
+            continue;
+        }
+        if (v.job == cm->job && v.rank == cm->rank && v.world == cm->world &&
+            same_model(&v.model, gpt_get_config(cm->m)) &&
+            ckpt_snap_matches(&v, cm->runs, cm->n_runs))
+            steps[k] = v.step;
+        else
+            ms_warn("resume: ignoring %s (another job or layout)", path);
+        ckpt_snap_close(&v, h);
+    }
+}
+
+/* The newest snapshot step every rank of the dp group holds, -1 none. */
+static ms_status shm_common(ckpt_manager *cm, const int64_t mine[2], int64_t *common) {
+    int n = cm->dp ? cm->dp_size : 1;
+    int64_t *all = malloc(sizeof(int64_t) * 2 * (size_t)n);
+    if (!all) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    ms_status st = MS_OK;
+    if (cm->dp)
+        st = comm_allgather(cm->dp, mine, all, 2, COMM_I64);
+    else
+        memcpy(all, mine, sizeof(int64_t) * 2);
+    *common = -1;
+    for (int c = 0; st == MS_OK && c < 2; c++) {
+        int64_t s = all[c]; /* rank 0's candidates */
+        int everywhere = s >= 0;
+        for (int r = 1; everywhere && r < n; r++)
+            everywhere = all[2 * r] == s || all[2 * r + 1] == s;
+        if (everywhere && s > *common) *common = s;
+    }
+    free(all);
+    return st;
+}
+
+enum { RES_NONE = 0, RES_SHM = 1, RES_DISK = 2 };
+
+/* Rank 0: what to resume from.  *reader is the validated commit. */
+static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step,
+                        ckpt_reader **reader) {
+    *kind = RES_NONE;
+    *step = -1;
+    char path[4300];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/%s", cm->resume, CKPT_MANIFEST);
+    int exact = strcmp(cm->resume, "auto") && stat(path, &sb) == 0;
+    if (exact) {
+        MS_TRY(ckpt_reader_open(reader, cm->resume, 1));
+        snprintf(cm->chosen, sizeof cm->chosen, "%s", cm->resume);
+        *kind = RES_DISK;
+        *step = ckpt_reader_manifest(*reader)->step;
+        return ckpt_check_model(ckpt_reader_manifest(*reader), cm->m, cm->resume);
+    }
+    const char *root = strcmp(cm->resume, "auto") ? cm->resume : cm->root;
+    int *steps = NULL, n = 0, bad = 0;
+    MS_TRY(ckpt_list_steps(root, &steps, &n));
+    for (int i = 0; i < n && *kind == RES_NONE; i++) {
+        if (shm_step > steps[i]) break; /* the snapshot is newer than what is left */
+        ckpt_step_path(path, sizeof path, root, steps[i]);
+        if (ckpt_reader_open(reader, path, 1) == MS_OK) {
+            *kind = RES_DISK;
+            *step = steps[i];
+        } else {
+            ms_warn("resume: %s is not usable: %s; trying the previous checkpoint", path,
+                    ms_errmsg());
+            bad++;
+        }
+    }
+    free(steps);
+    if (*kind == RES_NONE && shm_step >= 0) {
+        *kind = RES_SHM;
+        *step = (int)shm_step;
+    }
+    if (*kind == RES_DISK) {
+        ckpt_step_path(cm->chosen, sizeof cm->chosen, root, *step);
+        return ckpt_check_model(ckpt_reader_manifest(*reader), cm->m, cm->chosen);
+    }
+    if (*kind == RES_NONE && (bad || strcmp(cm->resume, "auto")))
+        return ms_error(MS_ERR_NOTFOUND, "%s: no valid checkpoint (%d damaged or incomplete)",
+                        root, bad);
+    return MS_OK;
+}
+
+/* Compare the saved state with this run's and say what differs. */
+static void compare_state(const ckpt_train_state *saved, const ckpt_train_state *now) {
+    if (saved->seed != now->seed)
+        ms_warn("resume: the checkpoint was trained with --seed %" PRIu64 ", this run has %" PRIu64
+                " (the data order follows this run's)",
+                saved->seed, now->seed);
+    if (memcmp(&saved->sched, &now->sched, sizeof saved->sched))
+        ms_warn("resume: the LR schedule differs from the checkpoint's (lr %g/%g, warmup %d/%d, "
+                "steps %d/%d); this run's applies",
+                saved->sched.lr, now->sched.lr, saved->sched.warmup, now->sched.warmup,
+                saved->sched.total, now->sched.total);
+    if (saved->batch != now->batch || saved->seq != now->seq)
+        ms_warn("resume: batch %d x seq %d differs from the checkpoint's %d x %d", now->batch,
+                now->seq, saved->batch, saved->seq);
+}
+
+/* Each rank loads its own snapshot of `step`. */
+static ms_status load_shm(ckpt_manager *cm, int step, ckpt_train_state *out, char *from,
+                          size_t nfrom) {
+    for (int k = 0; k < 2; k++) {
+        char path[4300];
+        ckpt_snap_view v;
+        void *h;
+        MS_TRY(ckpt_shm_path(path, sizeof path, cm->root, cm->rank, k));
+        if (ckpt_snap_open(path, &v, &h) != MS_OK) continue;
+        if (v.step != step || v.job != cm->job) {
+            ckpt_snap_close(&v, h);
+            continue;
+        }
+        ms_status st = ckpt_load_snapshot(&v, cm->m, cm->runs, cm->n_runs, cm->zero);
+        *out = v.trainer;
+        snprintf(from, nfrom, "%s (host-memory snapshot)", path);
+        ckpt_snap_close(&v, h);
+        return st;
+    }
+    return ms_error(MS_ERR_NOTFOUND, "rank %d: the snapshot of step %d vanished", cm->rank, step);
+}
+
+/* After resuming from a snapshot that no commit holds: persist it now. */
+static ms_status persist_resumed(ckpt_manager *cm, int step, const ckpt_train_state *tr) {
+    MS_TRY(ensure_slots(cm));
+    for (int k = 0; k < 2; k++)
+        if (cm->slot_step[k] == step) {
+            ckpt_persist_enqueue(cm->persist, k, cm->slots[k], tr, 0);
+            return MS_OK;
+        }
+    return MS_OK;
+}
+
+ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now,
+                              ckpt_train_state *out, int *found) {
+    *found = 0;
+    if (!cm->resume[0]) return cm->saving ? ensure_slots(cm) : MS_OK;
+    double t0 = ms_now();
+    int64_t mine[2] = {-1, -1}, shm_step = -1;
+    if (cm->saving && !strcmp(cm->resume, "auto")) shm_local(cm, mine);
+    MS_TRY(shm_common(cm, mine, &shm_step));
+    int kind = RES_NONE, step = -1;
+    ckpt_reader *reader = NULL;
+    ms_status st = cm->rank == 0 ? choose(cm, shm_step, &kind, &step, &reader) : MS_OK;
+    st = share_status(cm->dp, cm->rank, st, "choose a checkpoint to resume from");
+    int32_t dec[2] = {kind, step};
+    if (st == MS_OK && cm->dp) st = comm_broadcast(cm->dp, dec, 2, COMM_I32, 0);
+    char from[4400] = "";
+    ckpt_train_state saved;
+    memset(&saved, 0, sizeof saved);
+    if (st == MS_OK && dec[0] == RES_DISK) {
+        if (reader) saved = ckpt_reader_manifest(reader)->trainer;
+        st = ckpt_load_into(reader, cm->dp, cm->m, cm->runs, cm->n_runs);
+        if (st == MS_OK && cm->dp)
+            st = comm_broadcast(cm->dp, &saved, sizeof saved, COMM_U8, 0);
+        snprintf(from, sizeof from, "%s", cm->chosen);
+    } else if (st == MS_OK && dec[0] == RES_SHM) {
+        st = load_shm(cm, dec[1], &saved, from, sizeof from);
+        int32_t bad = st != MS_OK, any = bad;
+        if (cm->dp) {
+            ms_status cs = comm_allreduce(cm->dp, &bad, &any, 1, COMM_I32, COMM_MAX);
+            if (cs != MS_OK && st == MS_OK) st = cs;
+        }
+        if (st == MS_OK && any) st = ms_error(MS_ERR_IO, "another rank could not load its snapshot");
+    }
+    ckpt_reader_close(reader);
+    if (st != MS_OK) return ms_error_wrap(st, "resume");
+    if (dec[0] == RES_NONE) {
+        ms_info("resume: no checkpoint in %s yet; starting from scratch", cm->root);
+        return cm->saving ? ensure_slots(cm) : MS_OK;
+    }
+    opt_set_steps(cm->opt, saved.opt_steps);
+    compare_state(&saved, now);
+    *out = saved;
+    *found = 1;
+    cm->last_saved = saved.step; /* nothing new to save at this step */
+    ms_info("resume: continuing at step %d from %s, loaded in %.1f ms", saved.step, from,
+            (ms_now() - t0) * 1e3);
+    if (cm->saving) MS_TRY(dec[0] == RES_SHM ? persist_resumed(cm, dec[1], &saved)
+                                             : ensure_slots(cm));
+    return MS_OK;
+}

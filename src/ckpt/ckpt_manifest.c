@@ -1,0 +1,411 @@
+/* ckpt_manifest.c - the JSON of checkpoints: manifest.json (built by rank 0
+ * from every rank's part, parsed and cross-checked by the loader), the
+ * model and trainer-state objects shared with the /dev/shm snapshots. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/fileio.h"
+#include "ckpt/ckpt_internal.h"
+
+/* ---- small JSON helpers ---------------------------------------------------- */
+
+static int add_num(cJSON *o, const char *k, double v) {
+    return cJSON_AddNumberToObject(o, k, v) != NULL;
+}
+
+static cJSON *int_array(const int64_t *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < n; i++) {
+        cJSON *x = cJSON_CreateNumber((double)v[i]);
+        if (!x || !cJSON_AddItemToArray(a, x)) {
+            cJSON_Delete(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+/* An integral number in [lo, hi] at o[key]. */
+static ms_status get_i64(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *v,
+                         const char *where) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = 0;
+    if (!cJSON_IsNumber(x))
+        return ms_error(MS_ERR_FORMAT, "%s: field '%s' is missing or not a number", where, key);
+    double d = x->valuedouble;
+    if (d != floor(d) || d < (double)lo || d > (double)hi)
+        return ms_error(MS_ERR_FORMAT, "%s: field '%s' = %.17g is out of range [%" PRId64
+                                       ", %" PRId64 "]",
+                        where, key, d, lo, hi);
+    *v = (int64_t)d;
+    return MS_OK;
+}
+
+static ms_status get_int(const cJSON *o, const char *key, int lo, int hi, int *v,
+                         const char *where) {
+    int64_t x = 0;
+    *v = 0;
+    MS_TRY(get_i64(o, key, lo, hi, &x, where));
+    *v = (int)x;
+    return MS_OK;
+}
+
+static ms_status get_u64(const cJSON *o, const char *key, uint64_t *v, const char *where) {
+    int64_t x = 0;
+    *v = 0;
+    MS_TRY(get_i64(o, key, 0, (int64_t)1 << 53, &x, where));
+    *v = (uint64_t)x;
+    return MS_OK;
+}
+
+static ms_status get_double(const cJSON *o, const char *key, double *v, const char *where) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = 0;
+    if (!cJSON_IsNumber(x))
+        return ms_error(MS_ERR_FORMAT, "%s: field '%s' is missing or not a number", where, key);
+    *v = x->valuedouble;
+    return MS_OK;
+}
+
+static ms_status get_str(const cJSON *o, const char *key, const char **v, const char *where) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = "";
+    if (!cJSON_IsString(x))
+        return ms_error(MS_ERR_FORMAT, "%s: field '%s' is missing or not a string", where, key);
+    *v = x->valuestring;
+    return MS_OK;
+}
+
+static ms_status get_obj(const cJSON *o, const char *key, const cJSON **v, const char *where) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    *v = NULL;
+    if (!cJSON_IsObject(x))
+        return ms_error(MS_ERR_FORMAT, "%s: field '%s' is missing or not an object", where, key);
+    *v = x;
+    return MS_OK;
+}
+
+/* ---- model and trainer state ----------------------------------------------- */
+
+cJSON *ckpt_json_model(const gpt_config *c) {
+    cJSON *o = cJSON_CreateObject();
+    int ok = o && add_num(o, "n_layer", c->n_layer) && add_num(o, "n_head", c->n_head) &&
+             add_num(o, "n_embd", c->n_embd) && add_num(o, "vocab_size", c->vocab) &&
+             add_num(o, "n_positions", c->seq_max) &&
+             cJSON_AddStringToObject(o, "block", gpt_block_name(c->block)) &&
+             add_num(o, "attn_window", c->attn_window);
+    if (!ok) cJSON_Delete(o);
+    return ok ? o : NULL;
+}
+
+ms_status ckpt_json_model_parse(const cJSON *j, gpt_config *c, const char *where) {
+    const char *blk;
+    memset(c, 0, sizeof *c);
+    MS_TRY(get_int(j, "n_layer", 1, 100000, &c->n_layer, where));
+    MS_TRY(get_int(j, "n_head", 1, 100000, &c->n_head, where));
+    MS_TRY(get_int(j, "n_embd", 1, 1 << 20, &c->n_embd, where));
+    MS_TRY(get_int(j, "vocab_size", 1, 1 << 30, &c->vocab, where));
+    MS_TRY(get_int(j, "n_positions", 1, 1 << 30, &c->seq_max, where));
+    MS_TRY(get_int(j, "attn_window", 0, 1 << 30, &c->attn_window, where));
+    MS_TRY(get_str(j, "block", &blk, where));
+    ms_status st = gpt_block_parse(blk, &c->block);
+    if (st == MS_OK) st = gpt_config_validate(c);
+    if (st != MS_OK) return ms_error_wrap(MS_ERR_FORMAT, "%s: model", where);
+    return MS_OK;
+}
+
+cJSON *ckpt_json_trainer(const ckpt_train_state *s) {
+    char seed[24];
+    snprintf(seed, sizeof seed, "%" PRIu64, s->seed);
+    cJSON *o = cJSON_CreateObject(), *rng, *cur, *lr;
+    int ok = o && add_num(o, "step", s->step) && add_num(o, "opt_steps", s->opt_steps) &&
+             cJSON_AddStringToObject(o, "seed", seed) && add_num(o, "batch", s->batch) &&
+             add_num(o, "seq", s->seq) && (rng = cJSON_AddObjectToObject(o, "rng")) &&
+             cJSON_AddStringToObject(rng, "kind", "philox-counter") &&
+             cJSON_AddStringToObject(rng, "seed", seed) &&
+             (cur = cJSON_AddObjectToObject(o, "data_cursor")) &&
+             add_num(cur, "epoch", (double)s->cursor.epoch) &&
+             add_num(cur, "shard", (double)s->cursor.shard) &&
+             add_num(cur, "pos", (double)s->cursor.pos) &&
+             (lr = cJSON_AddObjectToObject(o, "lr_schedule")) &&
+             cJSON_AddStringToObject(lr, "kind",
+                                     s->sched.kind == OPT_SCHED_COSINE ? "cosine" : "constant") &&
+             add_num(lr, "lr", s->sched.lr) && add_num(lr, "warmup", s->sched.warmup) &&
+             add_num(lr, "total", s->sched.total) && add_num(lr, "floor", s->sched.floor);
+    if (!ok) cJSON_Delete(o);
+    return ok ? o : NULL;
+}
+
+ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const char *where) {
+    const cJSON *cur, *lr;
+    const char *seed, *kind;
+    double d;
+    memset(s, 0, sizeof *s);
+    MS_TRY(get_int(j, "step", 0, INT32_MAX, &s->step, where));
+    MS_TRY(get_int(j, "opt_steps", 0, INT32_MAX, &s->opt_steps, where));
+    MS_TRY(get_int(j, "batch", 0, INT32_MAX, &s->batch, where));
+    MS_TRY(get_int(j, "seq", 0, INT32_MAX, &s->seq, where));
+    MS_TRY(get_str(j, "seed", &seed, where));
+    char *end = NULL;
+    s->seed = strtoull(seed, &end, 10);
+    if (!*seed || *end) return ms_error(MS_ERR_FORMAT, "%s: seed '%s' is not a number", where, seed);
+    MS_TRY(get_obj(j, "data_cursor", &cur, where));
+    MS_TRY(get_u64(cur, "epoch", &s->cursor.epoch, where));
+    MS_TRY(get_u64(cur, "shard", &s->cursor.shard, where));
+    MS_TRY(get_u64(cur, "pos", &s->cursor.pos, where));
+    MS_TRY(get_obj(j, "lr_schedule", &lr, where));
+    MS_TRY(get_str(lr, "kind", &kind, where));
+    MS_TRY(opt_sched_parse(kind, &s->sched.kind));
+    MS_TRY(get_double(lr, "lr", &d, where));
+    s->sched.lr = (float)d;
+    MS_TRY(get_double(lr, "floor", &d, where));
+    s->sched.floor = (float)d;
+    MS_TRY(get_int(lr, "warmup", 0, INT32_MAX, &s->sched.warmup, where));
+    MS_TRY(get_int(lr, "total", 0, INT32_MAX, &s->sched.total, where));
+    return MS_OK;
+}
+
+/* ---- one rank's part ------------------------------------------------------- */
+
+cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes,
+                      const ckpt_tensor_info *tensors, const ckpt_run *runs, int n_runs,
+                      const uint32_t *crcs) {
+    cJSON *o = cJSON_CreateObject(), *f, *sl;
+    int ok = o && (f = cJSON_AddObjectToObject(o, "file")) &&
+             cJSON_AddStringToObject(f, "name", file) && add_num(f, "rank", rank) &&
+             add_num(f, "bytes", (double)bytes) && (sl = cJSON_AddArrayToObject(o, "slices"));
+    for (int i = 0; ok && i < n_runs; i++) {
+        const ckpt_run *r = &runs[i];
+        const ckpt_tensor_info *t = &tensors[r->tensor];
+        int64_t off[CKPT_MAX_DIMS] = {0, 0}, range[2] = {(int64_t)r->begin, (int64_t)r->end};
+        for (int k = 0; ok && k < CKPT_NKINDS; k++) {
+            char key[96];
+            ckpt_slice_key(key, sizeof key, t->name, k, r->begin, r->end);
+            cJSON *s = cJSON_CreateObject();
+            if (!s || !cJSON_AddItemToArray(sl, s)) {
+                cJSON_Delete(s);
+                ok = 0;
+                break;
+            }
+            ok = cJSON_AddStringToObject(s, "tensor", t->name) &&
+                 cJSON_AddStringToObject(s, "state", ckpt_kind_name(k)) &&
+                 cJSON_AddStringToObject(s, "file", file) &&
+                 cJSON_AddStringToObject(s, "key", key) &&
+                 cJSON_AddItemToObject(s, "offset", int_array(off, t->ndim)) &&
+                 cJSON_AddItemToObject(s, "shape", int_array(t->shape, t->ndim)) &&
+                 cJSON_AddItemToObject(s, "range", int_array(range, 2)) &&
+                 add_num(s, "crc32c", crcs[3 * i + k]);
+        }
+    }
+    if (!ok) cJSON_Delete(o);
+    return ok ? o : NULL;
+}
+
+/* ---- the manifest ------------------------------------------------------------ */
+
+char *ckpt_manifest_text(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts) {
+    cJSON *o = cJSON_CreateObject(), *lay, *ts, *fs, *sl;
+    int ok = o && cJSON_AddStringToObject(o, "format", CKPT_FORMAT) &&
+             add_num(o, "version", CKPT_VERSION) && add_num(o, "step", ci->step) &&
+             add_num(o, "created", (double)time(NULL)) &&
+             (lay = cJSON_AddObjectToObject(o, "layout")) && add_num(lay, "world", ci->world) &&
+             add_num(lay, "dp", ci->dp) && add_num(lay, "tp", 1) && add_num(lay, "pp", 1) &&
+             add_num(lay, "zero", ci->dp > 1 ? 2 : 0) &&
+             cJSON_AddItemToObject(o, "model", ckpt_json_model(ci->model)) &&
+             cJSON_AddStringToObject(o, "optimizer", ci->optimizer) &&
+             cJSON_AddItemToObject(o, "trainer", ckpt_json_trainer(ci->trainer)) &&
+             (ts = cJSON_AddObjectToObject(o, "tensors"));
+    for (int i = 0; ok && i < ci->n_tensors; i++) {
+        cJSON *t = cJSON_AddObjectToObject(ts, ci->tensors[i].name);
+        ok = t && cJSON_AddItemToObject(t, "shape", int_array(ci->tensors[i].shape,
+                                                              ci->tensors[i].ndim)) &&
+             cJSON_AddStringToObject(t, "dtype", "F32");
+    }
+    ok = ok && (fs = cJSON_AddArrayToObject(o, "files")) &&
+         (sl = cJSON_AddArrayToObject(o, "slices"));
+    for (int r = 0; ok && r < n_parts; r++) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(parts[r], "file"), *s;
+        ok = f && cJSON_AddItemToArray(fs, cJSON_Duplicate(f, 1));
+        cJSON_ArrayForEach(s, cJSON_GetObjectItemCaseSensitive(parts[r], "slices")) {
+            if (ok) ok = cJSON_AddItemToArray(sl, cJSON_Duplicate(s, 1));
+        }
+    }
+    char *text = ok ? cJSON_Print(o) : NULL;
+    cJSON_Delete(o);
+    return text;
+}
+
+void ckpt_manifest_free(ckpt_manifest *mf) {
+    if (!mf) return;
+    free(mf->tensors);
+    free(mf->files);
+    free(mf->slices);
+    memset(mf, 0, sizeof *mf);
+}
+
+/* Array of n integers at o[key] into v. */
+static ms_status get_ints(const cJSON *o, const char *key, int n, int64_t *v, const char *where) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, key), *x;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != n)
+        return ms_error(MS_ERR_FORMAT, "%s: field '%s' is not an array of %d integers", where, key,
+                        n);
+    int i = 0;
+    cJSON_ArrayForEach(x, a) {
+        if (!cJSON_IsNumber(x) || x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+            x->valuedouble > 9007199254740992.0)
+            return ms_error(MS_ERR_FORMAT, "%s: field '%s' holds a bad value", where, key);
+        v[i++] = (int64_t)x->valuedouble;
+    }
+    return MS_OK;
+}
+
+static ms_status parse_tensors(const cJSON *root, ckpt_manifest *mf, const char *where) {
+    const cJSON *ts, *t;
+    MS_TRY(get_obj(root, "tensors", &ts, where));
+    mf->n_tensors = cJSON_GetArraySize(ts);
+    mf->tensors = calloc((size_t)mf->n_tensors + 1, sizeof *mf->tensors);
+    if (!mf->tensors) return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+    int i = 0;
+    cJSON_ArrayForEach(t, ts) {
+        ckpt_tensor_info *ti = &mf->tensors[i++];
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(t, "shape");
+        const char *dt;
+        snprintf(ti->name, sizeof ti->name, "%s", t->string);
+        ti->ndim = cJSON_GetArraySize(sh);
+        if (ti->ndim < 1 || ti->ndim > CKPT_MAX_DIMS)
+            return ms_error(MS_ERR_FORMAT, "%s: tensor '%s' has a bad shape", where, ti->name);
+        MS_TRY(get_ints(t, "shape", ti->ndim, ti->shape, where));
+        MS_TRY(get_str(t, "dtype", &dt, where));
+        if (strcmp(dt, "F32"))
+            return ms_error(MS_ERR_FORMAT, "%s: tensor '%s' has dtype %s (only F32)", where,
+                            ti->name, dt);
+    }
+    return MS_OK;
+}
+
+static int find_tensor(const ckpt_manifest *mf, const char *name) {
+    for (int i = 0; i < mf->n_tensors; i++)
+        if (!strcmp(mf->tensors[i].name, name)) return i;
+    return -1;
+}
+
+static int find_file(const ckpt_manifest *mf, const char *name) {
+    for (int i = 0; i < mf->n_files; i++)
+        if (!strcmp(mf->files[i].name, name)) return i;
+    return -1;
+}
+
+static ms_status parse_files(const cJSON *root, ckpt_manifest *mf, const char *where) {
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(root, "files"), *f;
+    if (!cJSON_IsArray(fs) || cJSON_GetArraySize(fs) < 1)
+        return ms_error(MS_ERR_FORMAT, "%s: no 'files' list", where);
+    mf->n_files = cJSON_GetArraySize(fs);
+    mf->files = calloc((size_t)mf->n_files, sizeof *mf->files);
+    if (!mf->files) return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+    int i = 0;
+    cJSON_ArrayForEach(f, fs) {
+        ckpt_file_info *fi = &mf->files[i++];
+        const char *nm;
+        MS_TRY(get_str(f, "name", &nm, where));
+        if (!*nm || strchr(nm, '/') || !strcmp(nm, "..") || strlen(nm) >= sizeof fi->name)
+            return ms_error(MS_ERR_FORMAT, "%s: bad file name '%s'", where, nm);
+        snprintf(fi->name, sizeof fi->name, "%s", nm);
+        MS_TRY(get_int(f, "rank", 0, INT32_MAX, &fi->rank, where));
+        MS_TRY(get_u64(f, "bytes", &fi->bytes, where));
+    }
+    return MS_OK;
+}
+
+static ms_status parse_slice(const cJSON *s, ckpt_manifest *mf, ckpt_slice *sl,
+                             const char *where) {
+    const char *tn, *kind, *file, *key;
+    int64_t range[2], crc;
+    MS_TRY(get_str(s, "tensor", &tn, where));
+    MS_TRY(get_str(s, "state", &kind, where));
+    MS_TRY(get_str(s, "file", &file, where));
+    MS_TRY(get_str(s, "key", &key, where));
+    if ((sl->tensor = find_tensor(mf, tn)) < 0)
+        return ms_error(MS_ERR_FORMAT, "%s: slice of unknown tensor '%s'", where, tn);
+    if ((sl->kind = ckpt_kind_parse(kind)) < 0)
+        return ms_error(MS_ERR_FORMAT, "%s: tensor '%s': unknown state '%s'", where, tn, kind);
+    if ((sl->file = find_file(mf, file)) < 0)
+        return ms_error(MS_ERR_FORMAT, "%s: tensor '%s': slice in unlisted file '%s'", where, tn,
+                        file);
+    if (strlen(key) >= sizeof sl->key)
+        return ms_error(MS_ERR_FORMAT, "%s: tensor '%s': key too long", where, tn);
+    snprintf(sl->key, sizeof sl->key, "%s", key);
+    int nd = mf->tensors[sl->tensor].ndim;
+    MS_TRY(get_ints(s, "offset", nd, sl->box_off, where));
+    MS_TRY(get_ints(s, "shape", nd, sl->box_shape, where));
+    MS_TRY(get_ints(s, "range", 2, range, where));
+    MS_TRY(get_i64(s, "crc32c", 0, UINT32_MAX, &crc, where));
+    sl->begin = (uint64_t)range[0];
+    sl->end = (uint64_t)range[1];
+    sl->crc = (uint32_t)crc;
+    return MS_OK;
+}
+
+static ms_status parse_root(const cJSON *root, ckpt_manifest *mf, const char *where) {
+    const char *fmt, *opt;
+    const cJSON *lay, *model, *tr, *sl, *s;
+    MS_TRY(get_str(root, "format", &fmt, where));
+    if (strcmp(fmt, CKPT_FORMAT))
+        return ms_error(MS_ERR_FORMAT, "%s: format '%s' is not '%s'", where, fmt, CKPT_FORMAT);
+    MS_TRY(get_int(root, "version", 0, INT32_MAX, &mf->version, where));
+    if (mf->version != CKPT_VERSION)
+        return ms_error(MS_ERR_FORMAT, "%s: version %d; this build reads version %d", where,
+                        mf->version, CKPT_VERSION);
+    MS_TRY(get_int(root, "step", 0, INT32_MAX, &mf->step, where));
+    MS_TRY(get_double(root, "created", &mf->created, where));
+    MS_TRY(get_obj(root, "layout", &lay, where));
+    MS_TRY(get_int(lay, "world", 1, 1 << 24, &mf->world, where));
+    MS_TRY(get_int(lay, "dp", 1, 1 << 24, &mf->dp, where));
+    MS_TRY(get_int(lay, "tp", 1, 1 << 24, &mf->tp, where));
+    MS_TRY(get_int(lay, "pp", 1, 1 << 24, &mf->pp, where));
+    MS_TRY(get_obj(root, "model", &model, where));
+    MS_TRY(ckpt_json_model_parse(model, &mf->model, where));
+    MS_TRY(get_str(root, "optimizer", &opt, where));
+    snprintf(mf->optimizer, sizeof mf->optimizer, "%s", opt);
+    MS_TRY(get_obj(root, "trainer", &tr, where));
+    MS_TRY(ckpt_json_trainer_parse(tr, &mf->trainer, where));
+    if (mf->trainer.step != mf->step)
+        return ms_error(MS_ERR_FORMAT, "%s: trainer step %d differs from step %d", where,
+                        mf->trainer.step, mf->step);
+    MS_TRY(parse_tensors(root, mf, where));
+    MS_TRY(parse_files(root, mf, where));
+    sl = cJSON_GetObjectItemCaseSensitive(root, "slices");
+    if (!cJSON_IsArray(sl)) return ms_error(MS_ERR_FORMAT, "%s: no 'slices' list", where);
+    mf->n_slices = cJSON_GetArraySize(sl);
+    mf->slices = calloc((size_t)mf->n_slices + 1, sizeof *mf->slices);
+    if (!mf->slices) return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+    int i = 0;
+    cJSON_ArrayForEach(s, sl) MS_TRY(parse_slice(s, mf, &mf->slices[i++], where));
+    return MS_OK;
+}
+
+ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf) {
+    char path[4200];
+    char *text = NULL;
+    size_t len = 0;
+    memset(mf, 0, sizeof *mf);
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
+    ms_status st = ms_file_read_all(path, &text, &len);
+    if (st == MS_ERR_NOTFOUND)
+        return ms_error(MS_ERR_NOTFOUND, "%s: no %s: not a committed checkpoint", dir,
+                        CKPT_MANIFEST);
+    if (st != MS_OK) return st;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    if (!root) {
+        st = ms_error(MS_ERR_FORMAT, "%s: not valid JSON (truncated or damaged)", path);
+    } else {
+        st = parse_root(root, mf, path);
+    }
+    cJSON_Delete(root);
+    free(text);
+    if (st != MS_OK) ckpt_manifest_free(mf);
+    return st;
+}

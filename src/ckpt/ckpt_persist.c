@@ -1,0 +1,488 @@
+/* ckpt_persist.c - stage 2: shard files, the commit protocol, keep-last-K,
+ * and the background thread that runs them.
+ *
+ * One persist (for the snapshot of step N), on every rank of the "ckpt"
+ * group: rank 0 makes an empty staging directory DIR/.step_N.tmp; all agree
+ * it exists; each rank writes its shard there (safetensors, temp + fsync +
+ * rename) with a CRC32C per slice; all exchange their parts of the manifest
+ * (file, slices, CRCs, or the error that stopped them); rank 0, when every
+ * rank succeeded, writes manifest.json (fsynced) into the staging directory,
+ * renames it to DIR/step_N (the commit point; an older directory of the
+ * same step is swapped out atomically and removed), fsyncs DIR, replaces
+ * DIR/latest and removes commits beyond the newest K up to N.  Any failure
+ * removes the staging directory and leaves every commit as it was.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/crc32c.h"
+#include "base/fileio.h"
+#include "base/log.h"
+#include "base/timeutil.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/safetensors.h"
+
+/* ---- directories ------------------------------------------------------------- */
+
+void ckpt_step_path(char *buf, size_t n, const char *root, int step) {
+    snprintf(buf, n, "%s/step_%08d", root, step);
+}
+
+void ckpt_staging_path(char *buf, size_t n, const char *root, int step) {
+    snprintf(buf, n, "%s/.step_%08d.tmp", root, step);
+}
+
+void ckpt_shard_name(char *buf, size_t n, int rank, int world) {
+    snprintf(buf, n, "shard-%05d-of-%05d.safetensors", rank, world);
+}
+
+ms_status ckpt_rmdir_flat(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return errno == ENOENT ? MS_OK : ms_error(MS_ERR_IO, "%s: opendir: %s", dir,
+                                                      strerror(errno));
+    struct dirent *e;
+    char path[4400];
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0 && errno != ENOENT) {
+            closedir(d);
+            return ms_error(MS_ERR_IO, "%s: unlink: %s", path, strerror(errno));
+        }
+    }
+    closedir(d);
+    if (rmdir(dir) != 0 && errno != ENOENT)
+        return ms_error(MS_ERR_IO, "%s: rmdir: %s", dir, strerror(errno));
+    return MS_OK;
+}
+
+static int cmp_desc(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x < y) - (x > y);
+}
+
+ms_status ckpt_list_steps(const char *root, int **steps, int *n) {
+    *steps = NULL;
+    *n = 0;
+    DIR *d = opendir(root);
+    if (!d) return errno == ENOENT ? MS_OK : ms_error(MS_ERR_IO, "%s: opendir: %s", root,
+                                                      strerror(errno));
+    int cap = 16, cnt = 0;
+    int *v = malloc(sizeof(int) * (size_t)cap);
+    struct dirent *e;
+    while (v && (e = readdir(d))) {
+        int step, len = 0;
+        if (strncmp(e->d_name, "step_", 5) || sscanf(e->d_name + 5, "%d%n", &step, &len) != 1 ||
+            e->d_name[5 + len] || len < 8 || step < 0)
+            continue;
+        char path[4400];
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) continue;
+        if (cnt == cap) {
+            int *nv = realloc(v, sizeof(int) * (size_t)(cap *= 2));
+            if (!nv) {
+                free(v);
+                v = NULL;
+                break;
+            }
+            v = nv;
+        }
+        v[cnt++] = step;
+    }
+    closedir(d);
+    if (!v) return ms_error(MS_ERR_NOMEM, "%s: out of memory listing checkpoints", root);
+    qsort(v, (size_t)cnt, sizeof *v, cmp_desc);
+    *steps = v;
+    *n = cnt;
+    return MS_OK;
+}
+
+ms_status ckpt_staging_create(const char *root, int step) {
+    char dir[4200];
+    ckpt_staging_path(dir, sizeof dir, root, step);
+    MS_TRY(ckpt_rmdir_flat(dir));
+    if (mkdir(dir, 0777) != 0) return ms_error(MS_ERR_IO, "%s: mkdir: %s", dir, strerror(errno));
+    return MS_OK;
+}
+
+static ms_status fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return ms_error(MS_ERR_IO, "%s: open directory: %s", dir, strerror(errno));
+    ms_status st = MS_OK;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        st = ms_error(MS_ERR_IO, "%s: fsync directory: %s", dir, strerror(errno));
+    close(fd);
+    return st;
+}
+
+/* ---- shards ------------------------------------------------------------------- */
+
+/* Injected faults on a file about to be written: leave half of it in the
+ * writer's temp name (as a crash or a full disk would) and fail or die. */
+static ms_status shard_fault(ckpt_st_writer *w, const char *path, const char *kind_point,
+                             const ckpt_fault *f, int step, int first) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    uint64_t size = 0;
+    MS_TRY(ckpt_st_write(w, tmp));
+    if (ms_file_size(tmp, &size) == MS_OK && truncate(tmp, (off_t)(size / 2)) != 0)
+        return ms_error(MS_ERR_IO, "%s: truncate: %s", tmp, strerror(errno));
+    ckpt_fault_kill(f, "stage2:mid-shard", step, first);
+    unlink(tmp); /* the atomic writer removes its temp file on failure */
+    return ckpt_fault_io_error(tmp, !strcmp(kind_point, "io:enospc-shard") ? "write" : "fsync",
+                               !strcmp(kind_point, "io:enospc-shard") ? ENOSPC : EIO);
+}
+
+ms_status ckpt_shard_write(const char *dir, const char *name, int rank, int step,
+                           const ckpt_tensor_info *tensors, const ckpt_run *runs, int n_runs,
+                           const float *data, uint32_t *crcs, uint64_t *bytes,
+                           const ckpt_fault *fault, int fault_first) {
+    char path[4400], key[96], buf[32];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    ckpt_st_writer *w = ckpt_st_writer_create();
+    ms_status st = w ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; st == MS_OK && i < n_runs; i++) {
+        const ckpt_run *r = &runs[i];
+        int64_t n = (int64_t)(r->end - r->begin);
+        for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
+            const float *src = data + r->data_off + (uint64_t)k * (uint64_t)n;
+            crcs[3 * i + k] = ms_crc32c(0, src, (size_t)n * sizeof(float));
+            ckpt_slice_key(key, sizeof key, tensors[r->tensor].name, k, r->begin, r->end);
+            st = ckpt_st_writer_add(w, key, CKPT_ST_F32, 1, &n, src);
+        }
+    }
+    snprintf(buf, sizeof buf, "%d", step);
+    if (st == MS_OK) st = ckpt_st_writer_meta(w, "format", "megascale-ckpt-shard");
+    if (st == MS_OK) st = ckpt_st_writer_meta(w, "step", buf);
+    snprintf(buf, sizeof buf, "%d", rank);
+    if (st == MS_OK) st = ckpt_st_writer_meta(w, "rank", buf);
+    if (st == MS_OK) {
+        const char *pts[] = {"stage2:mid-shard", "io:enospc-shard", "io:eio-fsync-shard"};
+        for (int i = 0; i < 3; i++)
+            if (ckpt_fault_hits(fault, pts[i], step, fault_first)) {
+                st = shard_fault(w, path, pts[i], fault, step, fault_first);
+                goto out;
+            }
+        st = ckpt_st_write(w, path);
+    }
+    if (st == MS_OK) st = ms_file_size(path, bytes);
+out:
+    ckpt_st_writer_destroy(w);
+    return st;
+}
+
+/* ---- commit -------------------------------------------------------------------- */
+
+/* Remove commits older than `step` beyond the newest keep-1 of them, and
+ * staging directories left by crashed persists. */
+static void prune(const char *root, int step, int keep) {
+    int *steps = NULL, n = 0, kept = 1; /* `step` itself */
+    char path[4200];
+    if (ckpt_list_steps(root, &steps, &n) != MS_OK) return;
+    for (int i = 0; i < n; i++) {
+        if (steps[i] >= step) continue; /* newer ones (another history) stay */
+        if (kept++ < keep) continue;
+        ckpt_step_path(path, sizeof path, root, steps[i]);
+        if (ckpt_rmdir_flat(path) == MS_OK)
+            ms_info("checkpoint: removed %s (keeping the newest %d)", path, keep);
+        else
+            ms_warn("checkpoint: could not remove %s: %s", path, ms_errmsg());
+    }
+    free(steps);
+    DIR *d = opendir(root);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (!strncmp(e->d_name, ".step_", 6) && l > 4 && !strcmp(e->d_name + l - 4, ".tmp")) {
+            snprintf(path, sizeof path, "%s/%s", root, e->d_name);
+            ckpt_rmdir_flat(path);
+        }
+    }
+    if (d) closedir(d);
+}
+
+/* Write the manifest into the staging directory (faults first). */
+static ms_status write_manifest(const char *staging, const char *text, const ckpt_fault *f,
+                                int step, int first) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", staging, CKPT_MANIFEST);
+    int enospc = ckpt_fault_hits(f, "io:enospc-manifest", step, first);
+    if (enospc || ckpt_fault_hits(f, "io:eio-fsync-manifest", step, first)) {
+        char tmp[4500];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+        MS_TRY(ms_file_write_atomic(tmp, text, strlen(text) / 2));
+        unlink(tmp);
+        return ckpt_fault_io_error(tmp, enospc ? "write" : "fsync", enospc ? ENOSPC : EIO);
+    }
+    return ms_file_write_atomic(path, text, strlen(text));
+}
+
+ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep,
+                      const ckpt_fault *fault, int fault_first) {
+    char staging[4200], final[4200], latest[4200], text[64];
+    ckpt_staging_path(staging, sizeof staging, root, step);
+    ckpt_step_path(final, sizeof final, root, step);
+    MS_TRY(write_manifest(staging, manifest, fault, step, fault_first));
+    ckpt_fault_kill(fault, "stage2:after-manifest", step, fault_first);
+    if (rename(staging, final) != 0) {
+        if (errno != ENOTEMPTY && errno != EEXIST)
+            return ms_error(MS_ERR_IO, "%s: rename to %s: %s", staging, final, strerror(errno));
+        /* an older directory of this step (another history, or damaged):
+         * swap atomically, then remove the old one */
+        if (renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
+            return ms_error(MS_ERR_IO, "%s: exchange with %s: %s", staging, final,
+                            strerror(errno));
+        ms_warn("checkpoint: replaced an older %s", final);
+        ckpt_rmdir_flat(staging);
+    }
+    MS_TRY(fsync_dir(root));
+    ckpt_fault_kill(fault, "stage2:after-commit", step, fault_first);
+    snprintf(latest, sizeof latest, "%s/latest", root);
+    int n = snprintf(text, sizeof text, "step_%08d\n", step);
+    ms_status st = ms_file_write_atomic(latest, text, (size_t)n);
+    if (st != MS_OK) /* the commit stands; the loader scans the directory anyway */
+        ms_warn("checkpoint: step %d is committed but %s was not updated: %s", step, latest,
+                ms_errmsg());
+    prune(root, step, keep < 1 ? 1 : keep);
+    return MS_OK;
+}
+
+/* ---- the stage-2 thread ------------------------------------------------------------ */
+
+struct ckpt_persist {
+    ckpt_persist_config cfg;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int quit;
+    int queued, running; /* slot indices, -1 none */
+    ckpt_slot *qslot;
+    ckpt_train_state qtr;
+    int qfirst;
+    ms_status last;
+    char last_msg[1024];
+    int last_commit;
+};
+
+/* All ranks learn whether any rank failed (MAX of the flags). */
+static ms_status agree(const ckpt_persist *p, ms_status mine, const char *what) {
+    if (!p->cfg.group) return mine;
+    int32_t bad = mine != MS_OK, any = 0;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", ms_errmsg());
+    MS_TRY(comm_allreduce(p->cfg.group, &bad, &any, 1, COMM_I32, COMM_MAX));
+    if (mine != MS_OK) return ms_error(mine, "%s", msg);
+    if (any) return ms_error(MS_ERR_IO, "another rank failed to %s (see its log)", what);
+    return MS_OK;
+}
+
+/* Every rank's part (JSON text) gathered to all; parts[r] parsed. */
+static ms_status gather_parts(const ckpt_persist *p, const char *mine, cJSON **parts) {
+    int world = p->cfg.world;
+    if (!p->cfg.group) {
+        parts[0] = cJSON_Parse(mine);
+        return parts[0] ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    }
+    int64_t len = (int64_t)strlen(mine) + 1, maxlen = 0;
+    MS_TRY(comm_allreduce(p->cfg.group, &len, &maxlen, 1, COMM_I64, COMM_MAX));
+    char *send = calloc((size_t)maxlen, 1), *recv = calloc((size_t)maxlen * (size_t)world, 1);
+    ms_status st = send && recv ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == MS_OK) {
+        memcpy(send, mine, (size_t)len);
+        st = comm_allgather(p->cfg.group, send, recv, (size_t)maxlen, COMM_U8);
+    }
+    for (int r = 0; st == MS_OK && r < world; r++) {
+        parts[r] = cJSON_Parse(recv + (size_t)r * (size_t)maxlen);
+        if (!parts[r]) st = ms_error(MS_ERR_FORMAT, "checkpoint: rank %d sent a bad part", r);
+    }
+    free(send);
+    free(recv);
+    return st;
+}
+
+/* Rank 0: the manifest from the parts, or the first rank's error. */
+static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON **parts,
+                              int first) {
+    const ckpt_persist_config *c = &p->cfg;
+    for (int r = 0; r < c->world; r++) {
+        const cJSON *err = cJSON_GetObjectItemCaseSensitive(parts[r], "error");
+        if (cJSON_IsString(err))
+            return ms_error(MS_ERR_IO, "rank %d: %s", r, err->valuestring);
+    }
+    ckpt_commit_info ci = {tr->step, c->world,    c->dp,     c->model,
+                           c->optimizer, tr, c->tensors, c->n_tensors};
+    char *text = ckpt_manifest_text(&ci, parts, c->world);
+    if (!text) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory building the manifest");
+    ms_status st = ckpt_commit(c->root, tr->step, text, c->keep, c->fault, first);
+    free(text);
+    return st;
+}
+
+/* One persist of slot s (see the file comment). */
+static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_state *tr, int first,
+                             uint64_t *bytes) {
+    const ckpt_persist_config *c = &p->cfg;
+    char staging[4200], name[96];
+    int step = tr->step;
+    ckpt_staging_path(staging, sizeof staging, c->root, step);
+    ms_status st = c->rank == 0 ? ckpt_staging_create(c->root, step) : MS_OK;
+    MS_TRY(agree(p, st, "create the staging directory"));
+    ckpt_fault_kill(c->fault, "stage2:start", step, first);
+    ckpt_shard_name(name, sizeof name, c->rank, c->world);
+    uint32_t *crcs = calloc(3 * (size_t)c->n_runs + 1, sizeof *crcs);
+    cJSON **parts = calloc((size_t)c->world, sizeof *parts);
+    cJSON *mine = NULL;
+    char *text = NULL;
+    *bytes = 0;
+    st = crcs && parts ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == MS_OK)
+        st = ckpt_shard_write(staging, name, c->rank, step, c->tensors, c->runs, c->n_runs,
+                              ckpt_slot_data(s), crcs, bytes, c->fault, first);
+    if (st == MS_OK) ckpt_fault_kill(c->fault, "stage2:after-shard", step, first);
+    if (st == MS_OK) {
+        mine = ckpt_json_part(name, c->rank, *bytes, c->tensors, c->runs, c->n_runs, crcs);
+    } else {
+        mine = cJSON_CreateObject();
+        if (mine) cJSON_AddStringToObject(mine, "error", ms_errmsg());
+    }
+    text = mine ? cJSON_PrintUnformatted(mine) : NULL;
+    if (!text) {
+        st = ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+        goto out;
+    }
+    ms_status own = st;
+    char own_msg[1024];
+    snprintf(own_msg, sizeof own_msg, "%s", ms_errmsg());
+    st = gather_parts(p, text, parts); /* also the barrier: every shard is fsynced */
+    if (st == MS_OK && c->rank == 0) {
+        st = commit_parts(p, tr, parts, first);
+        if (st != MS_OK) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", ms_errmsg());
+            ckpt_rmdir_flat(staging);
+            ms_error(st, "%s", msg);
+        }
+    }
+    st = agree(p, st, "commit"); /* every rank learns rank 0's verdict */
+    if (own != MS_OK) st = ms_error(own, "%s", own_msg);
+out:
+    for (int r = 0; parts && r < c->world; r++)
+        cJSON_Delete(parts[r]);
+    free(parts);
+    free(text);
+    cJSON_Delete(mine);
+    free(crcs);
+    return st;
+}
+
+static void *persist_main(void *arg) {
+    ckpt_persist *p = arg;
+    setpriority(PRIO_PROCESS, (id_t)gettid(), 10); /* training comes first */
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (!p->quit && p->queued < 0)
+            pthread_cond_wait(&p->cv, &p->mu);
+        if (p->queued < 0) break;
+        int slot = p->queued, first = p->qfirst;
+        ckpt_slot *s = p->qslot;
+        ckpt_train_state tr = p->qtr;
+        p->queued = -1;
+        p->running = slot;
+        pthread_mutex_unlock(&p->mu);
+
+        double t0 = ms_now();
+        uint64_t bytes = 0;
+        ms_status st = persist_one(p, s, &tr, first, &bytes);
+        double dt = ms_now() - t0;
+        char dir[4200];
+        ckpt_step_path(dir, sizeof dir, p->cfg.root, tr.step);
+        if (st == MS_OK)
+            ms_info("checkpoint: step %d committed to %s (stage 2: %.1f MB from rank 0 in %.2f s, "
+                    "%.0f MB/s)",
+                    tr.step, dir, (double)bytes / 1e6, dt, (double)bytes / 1e6 / (dt > 0 ? dt : 1));
+        else
+            ms_warn("checkpoint: step %d was NOT committed: %s; the older commits are untouched",
+                    tr.step, ms_errmsg());
+
+        pthread_mutex_lock(&p->mu);
+        p->running = -1;
+        p->last = st;
+        snprintf(p->last_msg, sizeof p->last_msg, "%s", st == MS_OK ? "" : ms_errmsg());
+        if (st == MS_OK) p->last_commit = tr.step;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg) {
+    *out = NULL;
+    ckpt_persist *p = calloc(1, sizeof *p);
+    if (!p) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    p->cfg = *cfg;
+    p->queued = p->running = -1;
+    p->last_commit = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (pthread_create(&p->thread, NULL, persist_main, p) != 0) {
+        pthread_mutex_destroy(&p->mu);
+        pthread_cond_destroy(&p->cv);
+        free(p);
+        return ms_error(MS_ERR_INTERNAL, "checkpoint: cannot start the persist thread");
+    }
+    *out = p;
+    return MS_OK;
+}
+
+void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_train_state *tr,
+                          int first) {
+    pthread_mutex_lock(&p->mu);
+    p->queued = slot;
+    p->qslot = s;
+    p->qtr = *tr;
+    p->qfirst = first;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback) {
+    pthread_mutex_lock(&p->mu);
+    int s = p->running == prefer ? fallback : prefer;
+    if (p->queued == s) p->queued = -1;
+    pthread_mutex_unlock(&p->mu);
+    return s;
+}
+
+ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit) {
+    pthread_mutex_lock(&p->mu);
+    while (p->queued >= 0 || p->running >= 0)
+        pthread_cond_wait(&p->cv, &p->mu);
+    ms_status st = p->last;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", p->last_msg);
+    if (last_commit) *last_commit = p->last_commit;
+    pthread_mutex_unlock(&p->mu);
+    return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
+}
+
+void ckpt_persist_stop(ckpt_persist *p) {
+    if (!p) return;
+    pthread_mutex_lock(&p->mu);
+    p->quit = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}

@@ -1,0 +1,126 @@
+/* ckpt_tools.c - offline operations on commits: export to one Hugging
+ * Face GPT-2 safetensors file, and resharding to another data-parallel
+ * layout.  Both validate the whole source commit (every CRC) first. */
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "base/log.h"
+#include "ckpt/ckpt_internal.h"
+#include "ckpt/hf.h"
+
+/* A CPU model of the commit's architecture (activations for one token),
+ * its parameters loaded.  dp > 1: laid out for dp ZeRO ranks. */
+static ms_status open_model(ckpt_reader *r, const char *dir, int dp, be_backend **be,
+                            gpt_model **m) {
+    gpt_config cfg = ckpt_reader_manifest(r)->model;
+    MS_TRY(be_create(be, "cpu", 1));
+    MS_TRY(gpt_create_aligned(m, &cfg, *be, 1, 1, 16 * (size_t)dp));
+    MS_TRY(ckpt_check_model(ckpt_reader_manifest(r), *m, dir));
+    return ckpt_load_into(r, NULL, *m, NULL, 0);
+}
+
+static void close_model(be_backend *be, gpt_model *m) {
+    gpt_destroy(m);
+    if (be) be_destroy(be);
+}
+
+ms_status ckpt_export_hf(const char *dir, const char *out) {
+    ckpt_reader *r = NULL;
+    be_backend *be = NULL;
+    gpt_model *m = NULL;
+    ms_status st = ckpt_reader_open(&r, dir, 1);
+    if (st == MS_OK) st = open_model(r, dir, 1, &be, &m);
+    if (st == MS_OK) st = ckpt_hf_save(m, out);
+    close_model(be, m);
+    ckpt_reader_close(r);
+    return st;
+}
+
+/* Rank `rank`'s shard of the new layout from the logical tensors. */
+static ms_status reshard_rank(const char *root, int step, int rank, int dp, gpt_model *m,
+                              const ckpt_tensor_info *tens, float *const *logical,
+                              cJSON **part) {
+    ckpt_run *runs = NULL;
+    int n = 0;
+    MS_TRY(ckpt_runs_of_dp(m, dp, rank, &runs, &n));
+    uint64_t elems = 3 * ckpt_runs_elems(runs, n), bytes = 0;
+    float *data = malloc(elems * sizeof(float) + 4);
+    uint32_t *crcs = calloc(3 * (size_t)n + 1, sizeof *crcs);
+    ms_status st = data && crcs ? MS_OK : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
+    for (int i = 0; st == MS_OK && i < n; i++) {
+        uint64_t c = runs[i].end - runs[i].begin;
+        for (int k = 0; k < CKPT_NKINDS; k++)
+            memcpy(data + runs[i].data_off + (uint64_t)k * c,
+                   logical[3 * runs[i].tensor + k] + runs[i].begin, c * sizeof(float));
+    }
+    char staging[4200], name[96];
+    ckpt_staging_path(staging, sizeof staging, root, step);
+    ckpt_shard_name(name, sizeof name, rank, dp);
+    if (st == MS_OK)
+        st = ckpt_shard_write(staging, name, rank, step, tens, runs, n, data, crcs, &bytes, NULL,
+                              0);
+    if (st == MS_OK) {
+        *part = ckpt_json_part(name, rank, bytes, tens, runs, n, crcs);
+        if (!*part) st = ms_error(MS_ERR_NOMEM, "reshard: out of memory");
+    }
+    free(data);
+    free(crcs);
+    free(runs);
+    return st;
+}
+
+ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
+    if (dp < 1) return ms_error(MS_ERR_ARG, "reshard: --dp must be >= 1 (got %d)", dp);
+    ckpt_reader *r = NULL;
+    be_backend *be = NULL;
+    gpt_model *m = NULL;
+    ckpt_tensor_info *tens = NULL;
+    float **logical = NULL;
+    cJSON **parts = calloc((size_t)dp, sizeof *parts);
+    char *text = NULL;
+    int nt = 0;
+    uint64_t job;
+    ms_status st = parts ? ckpt_reader_open(&r, dir, 1) : ms_error(MS_ERR_NOMEM, "out of memory");
+    if (st == MS_OK) st = open_model(r, dir, dp, &be, &m);
+    if (st == MS_OK) st = ckpt_tensors_of(m, &tens, &nt);
+    if (st == MS_OK && !(logical = calloc(3 * (size_t)nt, sizeof *logical)))
+        st = ms_error(MS_ERR_NOMEM, "reshard: out of memory");
+    for (int t = 0; st == MS_OK && t < nt; t++)
+        for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
+            logical[3 * t + k] = malloc(ckpt_numel(&tens[t]) * sizeof(float) + 4);
+            st = logical[3 * t + k] ? ckpt_reader_tensor(r, t, k, logical[3 * t + k])
+                                    : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
+        }
+    const ckpt_manifest *mf = r ? ckpt_reader_manifest(r) : NULL;
+    if (st == MS_OK) st = ms_mkdirs(out_root);
+    if (st == MS_OK) st = ckpt_job_id(out_root, 1, &job);
+    if (st == MS_OK) st = ckpt_staging_create(out_root, mf->step);
+    for (int rk = 0; st == MS_OK && rk < dp; rk++)
+        st = reshard_rank(out_root, mf->step, rk, dp, m, tens, logical, &parts[rk]);
+    if (st == MS_OK) {
+        ckpt_commit_info ci = {mf->step,     dp,   dp, &mf->model, mf->optimizer,
+                               &mf->trainer, tens, nt};
+        text = ckpt_manifest_text(&ci, parts, dp);
+        st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0)
+                  : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
+    }
+    if (st != MS_OK && mf) {
+        char staging[4200];
+        ckpt_staging_path(staging, sizeof staging, out_root, mf->step);
+        ckpt_rmdir_flat(staging);
+    }
+    for (int i = 0; parts && i < dp; i++)
+        cJSON_Delete(parts[i]);
+    for (int i = 0; logical && i < 3 * nt; i++)
+        free(logical[i]);
+    free(logical);
+    free(parts);
+    free(text);
+    free(tens);
+    close_model(be, m);
+    ckpt_reader_close(r);
+    return st;
+}

@@ -1,0 +1,234 @@
+/* cmd_ckpt.c - `megascale ckpt`: list, inspect, verify, export and reshard
+ * checkpoints (src/ckpt/ckpt.h), and list / remove host-memory snapshots. */
+#include <inttypes.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "base/fileio.h"
+#include "ckpt/ckpt.h"
+#include "cli/commands.h"
+#include "cli/opts.h"
+
+typedef struct {
+    char *format, *out;
+    int dp, remove;
+} ckpt_cli;
+
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(ckpt_cli, field), def, help }
+static const opts_spec ckpt_opts[] = {
+    O("format", OPT_T_STR, format, "safetensors", "export: output format (safetensors)"),
+    O("out", OPT_T_STR, out, NULL, "export: the output file; reshard: the output directory"),
+    O("dp", OPT_T_INT, dp, "1", "reshard: data-parallel ranks of the new layout"),
+    O("remove", OPT_T_INT, remove, "0", "shm: 1 removes the snapshots listed"),
+};
+#define N_CKPT_OPTS ((int)(sizeof ckpt_opts / sizeof ckpt_opts[0]))
+
+static const char *usage_text =
+    "usage: megascale ckpt <command> PATH [options]\n\n"
+    "  list DIR                  commits in DIR (quick check), latest, /dev/shm snapshots\n"
+    "  inspect PATH              layout, step, sizes, trainer state and tensors of a commit\n"
+    "  verify PATH               check every file size and CRC (a commit, or all in DIR)\n"
+    "  export PATH --format safetensors --out FILE\n"
+    "                            the weights as one Hugging Face GPT-2 file\n"
+    "  reshard PATH --dp N --out DIR\n"
+    "                            rewrite a commit for N data-parallel ranks\n"
+    "  shm DIR [--remove 1]      host-memory snapshots of the job of DIR\n"
+    "PATH is a step directory (DIR/step_00001234) or a checkpoint directory (its newest\n"
+    "valid commit).";
+
+/* A step directory: it has a manifest, or its name is step_N. */
+static int has_manifest(const char *path) {
+    char m[4300];
+    struct stat sb;
+    snprintf(m, sizeof m, "%s/manifest.json", path);
+    if (stat(m, &sb) == 0) return 1;
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    const char *b = path + n;
+    while (b > path && b[-1] != '/')
+        b--;
+    return !strncmp(b, "step_", 5);
+}
+
+/* PATH itself when it is a step directory, else its newest valid commit. */
+static ms_status resolve(const char *path, char *out, size_t n) {
+    if (has_manifest(path)) {
+        snprintf(out, n, "%s", path);
+        return MS_OK;
+    }
+    int *steps = NULL, ns = 0;
+    MS_TRY(ckpt_list_steps(path, &steps, &ns));
+    for (int i = 0; i < ns; i++) {
+        ckpt_step_path(out, n, path, steps[i]);
+        if (ckpt_verify(out, NULL) == MS_OK) {
+            free(steps);
+            return MS_OK;
+        }
+        fprintf(stderr, "megascale ckpt: skipping %s: %s\n", out, ms_errmsg());
+    }
+    free(steps);
+    return ms_error(MS_ERR_NOTFOUND, "%s: no valid checkpoint", path);
+}
+
+static double total_mb(const ckpt_manifest *mf) {
+    uint64_t b = 0;
+    for (int i = 0; i < mf->n_files; i++)
+        b += mf->files[i].bytes;
+    return (double)b / 1e6;
+}
+
+static ms_status do_list(const char *root) {
+    int *steps = NULL, n = 0;
+    char path[4300], *latest = NULL;
+    size_t ll = 0;
+    MS_TRY(ckpt_list_steps(root, &steps, &n));
+    snprintf(path, sizeof path, "%s/latest", root);
+    if (ms_file_read_all(path, &latest, &ll) == MS_OK) latest[strcspn(latest, "\n")] = '\0';
+    if (!n) printf("no checkpoints in %s\n", root);
+    for (int i = 0; i < n; i++) {
+        ckpt_manifest mf;
+        ckpt_step_path(path, sizeof path, root, steps[i]);
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        int is_latest = latest && !strcmp(latest, base);
+        ms_status st = ckpt_verify(path, &mf);
+        if (st == MS_OK) {
+            char when[32];
+            time_t t = (time_t)mf.created;
+            strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+            printf("%s  step %8d  committed  dp %d  %d file(s)  %.1f MB  %s%s\n", path, mf.step,
+                   mf.dp, mf.n_files, total_mb(&mf), when, is_latest ? "  (latest)" : "");
+            ckpt_manifest_free(&mf);
+        } else {
+            printf("%s  step %8d  NOT LOADABLE: %s%s\n", path, steps[i], ms_errmsg(),
+                   is_latest ? "  (latest)" : "");
+        }
+    }
+    free(steps);
+    free(latest);
+    return ckpt_shm_list(root, 0);
+}
+
+static ms_status do_inspect(const char *arg) {
+    char dir[4300];
+    ckpt_manifest mf;
+    MS_TRY(resolve(arg, dir, sizeof dir));
+    MS_TRY(ckpt_verify(dir, &mf));
+    const gpt_config *c = &mf.model;
+    const ckpt_train_state *s = &mf.trainer;
+    uint64_t params = 0;
+    for (int i = 0; i < mf.n_tensors; i++)
+        params += (uint64_t)mf.tensors[i].shape[0] *
+                  (uint64_t)(mf.tensors[i].ndim > 1 ? mf.tensors[i].shape[1] : 1);
+    printf("checkpoint %s (format version %d, all CRCs verified)\n", dir, mf.version);
+    printf("step       %d (optimizer updates %d)\n", mf.step, s->opt_steps);
+    printf("layout     world %d = dp %d x tp %d x pp %d\n", mf.world, mf.dp, mf.tp, mf.pp);
+    printf("model      %d layers, dim %d, %d heads, vocab %d, seq-max %d, %s block, window %d\n",
+           c->n_layer, c->n_embd, c->n_head, c->vocab, c->seq_max, gpt_block_name(c->block),
+           c->attn_window);
+    printf("size       %.2fM parameters; %d tensors x (param, m, v) in %d slices; %.1f MB in "
+           "%d file(s)\n",
+           (double)params / 1e6, mf.n_tensors, mf.n_slices, total_mb(&mf), mf.n_files);
+    printf("optimizer  %s, lr %g (%s, warmup %d, total %d, floor %g)\n", mf.optimizer,
+           (double)s->sched.lr, s->sched.kind == OPT_SCHED_COSINE ? "cosine" : "constant",
+           s->sched.warmup, s->sched.total, (double)s->sched.floor);
+    printf("data       cursor epoch %" PRIu64 ", shard %" PRIu64 ", pos %" PRIu64
+           "; batch %d x seq %d; seed %" PRIu64 "\n",
+           s->cursor.epoch, s->cursor.shard, s->cursor.pos, s->batch, s->seq, s->seed);
+    for (int i = 0; i < mf.n_files; i++)
+        printf("file       %s (rank %d, %" PRIu64 " bytes)\n", mf.files[i].name,
+               mf.files[i].rank, mf.files[i].bytes);
+    for (int t = 0; t < mf.n_tensors; t++) {
+        int ns = 0;
+        for (int i = 0; i < mf.n_slices; i++)
+            ns += mf.slices[i].tensor == t;
+        char shape[64];
+        if (mf.tensors[t].ndim > 1)
+            snprintf(shape, sizeof shape, "(%" PRId64 ", %" PRId64 ")", mf.tensors[t].shape[0],
+                     mf.tensors[t].shape[1]);
+        else
+            snprintf(shape, sizeof shape, "(%" PRId64 ")", mf.tensors[t].shape[0]);
+        printf("tensor     %-28s %-14s F32  %d slice(s)\n", mf.tensors[t].name, shape, ns);
+    }
+    ckpt_manifest_free(&mf);
+    return MS_OK;
+}
+
+static ms_status do_verify(const char *arg) {
+    if (has_manifest(arg)) {
+        MS_TRY(ckpt_verify(arg, NULL));
+        printf("%s: ok\n", arg);
+        return MS_OK;
+    }
+    int *steps = NULL, n = 0, bad = 0;
+    char path[4300];
+    MS_TRY(ckpt_list_steps(arg, &steps, &n));
+    if (!n) {
+        free(steps);
+        return ms_error(MS_ERR_NOTFOUND, "%s: no checkpoints", arg);
+    }
+    for (int i = 0; i < n; i++) {
+        ckpt_step_path(path, sizeof path, arg, steps[i]);
+        if (ckpt_verify(path, NULL) == MS_OK) {
+            printf("%s: ok\n", path);
+        } else {
+            printf("%s: FAILED: %s\n", path, ms_errmsg());
+            bad++;
+        }
+    }
+    free(steps);
+    if (bad) return ms_error(MS_ERR_FORMAT, "%s: %d of %d checkpoints failed", arg, bad, n);
+    return MS_OK;
+}
+
+int cmd_ckpt(int argc, char **argv) {
+    ckpt_cli o = {0};
+    char *pos[2] = {NULL, NULL};
+    int npos = 0, help = 0, rc = 0;
+    ms_status st = opts_parse(ckpt_opts, N_CKPT_OPTS, &o, argc, argv, pos, 2, &npos, &help);
+    if (help || (st == MS_OK && npos == 0)) {
+        opts_print_help(ckpt_opts, N_CKPT_OPTS, usage_text);
+        opts_free(ckpt_opts, N_CKPT_OPTS, &o);
+        return help ? 0 : 2;
+    }
+    const char *cmd = pos[0], *path = npos > 1 ? pos[1] : NULL;
+    char dir[4300];
+    if (st == MS_OK && !path)
+        st = ms_error(MS_ERR_ARG, "ckpt %s: expected a PATH (see megascale ckpt --help)", cmd);
+    if (st != MS_OK) {
+        /* fall through to the error */
+    } else if (!strcmp(cmd, "list")) {
+        st = do_list(path);
+    } else if (!strcmp(cmd, "inspect")) {
+        st = do_inspect(path);
+    } else if (!strcmp(cmd, "verify")) {
+        st = do_verify(path);
+    } else if (!strcmp(cmd, "export")) {
+        if (!o.out || !*o.out)
+            st = ms_error(MS_ERR_ARG, "ckpt export: --out FILE is required");
+        else if (strcmp(o.format, "safetensors"))
+            st = ms_error(MS_ERR_ARG, "ckpt export: --format %s (only safetensors)", o.format);
+        if (st == MS_OK) st = resolve(path, dir, sizeof dir);
+        if (st == MS_OK) st = ckpt_export_hf(dir, o.out);
+        if (st == MS_OK) printf("exported %s to %s\n", dir, o.out);
+    } else if (!strcmp(cmd, "reshard")) {
+        if (!o.out || !*o.out) st = ms_error(MS_ERR_ARG, "ckpt reshard: --out DIR is required");
+        if (st == MS_OK) st = resolve(path, dir, sizeof dir);
+        if (st == MS_OK) st = ckpt_reshard(dir, o.dp, o.out);
+        if (st == MS_OK) printf("resharded %s for dp %d into %s\n", dir, o.dp, o.out);
+    } else if (!strcmp(cmd, "shm")) {
+        st = ckpt_shm_list(path, o.remove);
+    } else {
+        st = ms_error(MS_ERR_ARG, "unknown ckpt command '%s' (list, inspect, verify, export, "
+                                  "reshard, shm)",
+                      cmd);
+    }
+    if (st != MS_OK) rc = cli_fail("ckpt", st);
+    opts_free(ckpt_opts, N_CKPT_OPTS, &o);
+    return rc;
+}

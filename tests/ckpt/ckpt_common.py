@@ -1,0 +1,122 @@
+"""Helpers shared by the checkpoint tests: the binary, a tiny model, a token
+shard, running commands, reading losses, and the pass/fail tally."""
+import hashlib
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+BIN = os.environ.get("MS_BIN") or (sys.argv[1] if len(sys.argv) > 1 else "build/megascale")
+MPIRUN = shutil.which("mpirun")
+TINY = ["--vocab", "256", "--layers", "2", "--dim", "32", "--heads", "2", "--seq-max", "32",
+        "--seq", "16", "--batch", "4", "--threads", "1", "--peak-flops", "1e11",
+        "--log-every", "100", "--lr", "3e-3"]
+
+passed = failed = 0
+
+
+def ok(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL: {what}\n{detail[-3000:]}", flush=True)
+    return cond
+
+
+def summary():
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+class Workspace:
+    """A temporary directory with a token shard, and a private snapshot
+    directory in /dev/shm (MS_CKPT_SHM_DIR) so tests never touch another
+    job's snapshots; both removed by close() when everything passed."""
+
+    def __init__(self, prefix):
+        self.dir = tempfile.mkdtemp(prefix=prefix)
+        shm_root = "/dev/shm" if os.path.isdir("/dev/shm") else self.dir
+        self.shm = tempfile.mkdtemp(prefix=prefix, dir=shm_root)
+        self.shard = self.path("train.bin")
+        text = ("In the beginning God created the heaven and the earth. And the earth was "
+                "without form, and void; and darkness was upon the face of the deep. " * 300)
+        data = text.encode()
+        header = [0] * 256
+        header[0], header[1], header[2] = 20240520, 1, len(data)
+        with open(self.shard, "wb") as f:
+            f.write(struct.pack("<256i", *header) + struct.pack(f"<{len(data)}H", *data))
+        self.env = dict(os.environ, MS_CKPT_SHM_DIR=self.shm, OMP_NUM_THREADS="1")
+        self.env.pop("MS_CKPT_FAULT", None)
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def train_args(self, *extra):
+        return ["train", "--train-data", self.shard, *TINY, *extra]
+
+    def close(self):
+        shutil.rmtree(self.shm, ignore_errors=True)
+        if not failed:
+            shutil.rmtree(self.dir, ignore_errors=True)
+        else:
+            print("kept", self.dir)
+
+
+def run(ws, args, fault=None, timeout=180, env=None):
+    e = dict(env or ws.env)
+    if fault:
+        e["MS_CKPT_FAULT"] = fault
+    return subprocess.run([BIN, *args], capture_output=True, text=True, errors="replace",
+                          env=e, timeout=timeout)
+
+
+def mpi(ws, n, args, fault=None, timeout=180):
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n),
+           "-x", "MS_CKPT_SHM_DIR", "-x", "OMP_NUM_THREADS", "-x", "MS_COMM_TIMEOUT"]
+    e = dict(ws.env, MS_COMM_TIMEOUT="20")
+    if fault:
+        e["MS_CKPT_FAULT"] = fault
+        cmd += ["-x", "MS_CKPT_FAULT"]
+    return subprocess.run(cmd + [BIN, *args], capture_output=True, text=True, errors="replace",
+                          env=e, timeout=timeout)
+
+
+def losses(path):
+    if not os.path.exists(path):
+        return []
+    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+
+
+def sha(path):
+    if not os.path.exists(path):
+        return None
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def rel_err(a, b):
+    if len(a) != len(b) or not a:
+        return float("inf")
+    return max(abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b))
+
+
+def resumed_at(stderr):
+    """The step a run says it continued at (None: it did not resume)."""
+    for line in stderr.splitlines():
+        if "resume: continuing at step" in line:
+            return int(line.split("continuing at step")[1].split()[0])
+    return None
+
+
+def verify(path):
+    r = subprocess.run([BIN, "ckpt", "verify", path], capture_output=True, text=True,
+                       errors="replace")
+    return r.returncode == 0
+
+
+def step_dir(root, step):
+    return os.path.join(root, f"step_{step:08d}")

@@ -1,0 +1,177 @@
+"""Checkpoints end to end on one process (label cli): bitwise resume (2N
+steps straight == N steps, stop, resume N: identical per-step losses and
+final-weights hash) for two configurations, a real SIGTERM mid-run with its
+final checkpoint, keep-K, time-based checkpoints, the `megascale ckpt` tools
+(list, inspect, verify, export -> sample / --init-from, reshard -> resume on
+another layout), the manifest's fields, /dev/shm cleanup after a clean
+finish, and bad arguments.  Environment: MS_BIN."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ckpt_common import (BIN, Workspace, losses, ok, rel_err, resumed_at, run, sha, step_dir,
+                         summary, verify)
+
+
+def bitwise_case(ws, name, extra, shm_env=None):
+    """16 steps straight vs 8, a clean stop (SIGTERM, injected), 8 more."""
+    ref_m, ref_w = ws.path(f"{name}_ref.jsonl"), ws.path(f"{name}_ref.st")
+    c = ws.path(f"{name}_ckpt")
+    r = run(ws, ws.train_args("--steps", "16", *extra, "--metrics", ref_m, "--save-weights", ref_w))
+    ok(r.returncode == 0, f"{name}: straight run", r.stderr)
+    a_m, b_m, b_w = ws.path(f"{name}_a.jsonl"), ws.path(f"{name}_b.jsonl"), ws.path(f"{name}_b.st")
+    r1 = run(ws, ws.train_args("--steps", "16", *extra, "--ckpt-dir", c, "--ckpt-every", "4",
+                               "--metrics", a_m), fault="signal:term@8", env=shm_env)
+    ok(r1.returncode == 0 and "interrupted: stopping after step 8" in r1.stderr,
+       f"{name}: SIGTERM stops at the step boundary", r1.stderr)
+    ok(verify(step_dir(c, 8)), f"{name}: the final checkpoint (step 8) is committed", r1.stderr)
+    r2 = run(ws, ws.train_args("--steps", "16", *extra, "--ckpt-dir", c, "--ckpt-every", "4",
+                               "--resume", "auto", "--metrics", b_m, "--save-weights", b_w),
+             env=shm_env)
+    ok(r2.returncode == 0 and resumed_at(r2.stderr) == 8, f"{name}: resumes at step 8", r2.stderr)
+    ref, got = losses(ref_m), losses(a_m) + losses(b_m)
+    ok(len(ref) == 16 and got == ref, f"{name}: per-step losses bit-identical", f"{ref}\n{got}")
+    ok(sha(ref_w) is not None and sha(ref_w) == sha(b_w), f"{name}: final parameters hash equal")
+    print(f"{name}: 16 losses bit-identical, weights sha256 {str(sha(b_w))[:16]} equal", flush=True)
+    return c
+
+
+def test_manifest(ws, c):
+    m = json.load(open(os.path.join(step_dir(c, 16), "manifest.json")))
+    need = ["format", "version", "step", "created", "layout", "model", "optimizer", "trainer",
+            "tensors", "files", "slices"]
+    ok(all(k in m for k in need) and m["format"] == "megascale-checkpoint" and m["step"] == 16,
+       "manifest top-level fields", str(list(m)))
+    ok(m["layout"] == {"world": 1, "dp": 1, "tp": 1, "pp": 1, "zero": 0}, "manifest layout",
+       str(m["layout"]))
+    tr = m["trainer"]
+    ok(all(k in tr for k in ("step", "opt_steps", "seed", "rng", "data_cursor", "lr_schedule"))
+       and tr["opt_steps"] == 16 and tr["seed"] == "1337", "manifest trainer state", str(tr))
+    ok(m["tensors"]["wte.weight"] == {"shape": [256, 32], "dtype": "F32"},
+       "wte has the logical (vocab) shape", str(m["tensors"]["wte.weight"]))
+    sl = m["slices"]
+    ok(len(sl) == 3 * len(m["tensors"]) and
+       {s["state"] for s in sl} == {"param", "m", "v"} and
+       all(k in sl[0] for k in ("tensor", "file", "key", "offset", "shape", "range", "crc32c")),
+       "slices: param/m/v of every tensor with box, range, CRC", json.dumps(sl[:1]))
+
+
+def test_tools(ws, c, ref_w, ref_m):
+    r = subprocess.run([BIN, "ckpt", "list", c], capture_output=True, text=True)
+    lines = [l for l in r.stdout.splitlines() if "committed" in l]
+    ok(r.returncode == 0 and len(lines) == 3 and "step_00000016" in lines[0] and
+       "(latest)" in lines[0] and "step_00000008" in lines[2],
+       "list: the newest 3 commits (--ckpt-keep 3), latest first", r.stdout + r.stderr)
+    ok("no /dev/shm snapshots" in r.stdout, "no host-memory snapshot left after a clean finish",
+       r.stdout)
+    r = subprocess.run([BIN, "ckpt", "inspect", c], capture_output=True, text=True)
+    ok(r.returncode == 0 and "step       16" in r.stdout and "dp 1" in r.stdout and
+       "wte.weight" in r.stdout and "(256, 32)" in r.stdout and "cursor" in r.stdout,
+       "inspect: step, layout, tensors, data cursor", r.stdout + r.stderr)
+    r = subprocess.run([BIN, "ckpt", "verify", c], capture_output=True, text=True)
+    ok(r.returncode == 0 and r.stdout.count(": ok") == 3, "verify: every commit's CRCs",
+       r.stdout + r.stderr)
+    exp = ws.path("export.safetensors")
+    r = subprocess.run([BIN, "ckpt", "export", c, "--format", "safetensors", "--out", exp],
+                       capture_output=True, text=True)
+    ok(r.returncode == 0 and sha(exp) == sha(ref_w),
+       "export: the same file as --save-weights of the run", r.stdout + r.stderr)
+    r = subprocess.run([BIN, "sample", "--weights", exp, "--tokens", "8", "--prompt", "In"],
+                       capture_output=True, text=True)
+    ok(r.returncode == 0, "sample --weights loads the export", r.stderr)
+    r = run(ws, ["train", "--train-data", ws.shard, "--init-from", exp, "--seq", "16", "--batch",
+                 "4", "--steps", "1", "--threads", "1", "--peak-flops", "1e11"])
+    ok(r.returncode == 0 and "weights: loaded" in r.stderr, "train --init-from loads the export",
+       r.stderr)
+    # offline reshard to dp 2, then a single process resumes from that layout
+    out = ws.path("resharded")
+    r = subprocess.run([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", "2", "--out", out],
+                       capture_output=True, text=True)
+    ok(r.returncode == 0 and verify(step_dir(out, 8)), "reshard --dp 2 writes a valid commit",
+       r.stdout + r.stderr)
+    m = json.load(open(os.path.join(step_dir(out, 8), "manifest.json")))
+    ok(m["layout"]["dp"] == 2 and len(m["files"]) == 2, "the resharded commit has 2 shards",
+       str(m["layout"]))
+    rm = ws.path("reshard_resume.jsonl")
+    r = run(ws, ws.train_args("--steps", "16", "--resume", step_dir(out, 8), "--metrics", rm))
+    err = rel_err(losses(ref_m)[8:], losses(rm))
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 8 and err <= 1e-5,
+       f"resume from the dp2 layout on one process (rel {err:.1e})", r.stderr)
+
+
+def test_sigterm(ws):
+    """A real SIGTERM in the middle of a long run: the step ends, the final
+    checkpoint commits, exit 0; the resume continues from there."""
+    c, m = ws.path("sig_ckpt"), ws.path("sig.jsonl")
+    p = subprocess.Popen([BIN, *ws.train_args("--steps", "1000000", "--lr-schedule", "constant",
+                                              "--ckpt-dir", c, "--ckpt-every", "1000000",
+                                              "--metrics", m)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ws.env)
+    t0 = time.time()
+    while time.time() - t0 < 60 and len(losses(m)) < 20:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    n = len(losses(m))
+    ok(p.returncode == 0 and "interrupted" in err and verify(step_dir(c, n)),
+       f"SIGTERM: final checkpoint of step {n} committed, exit 0", err[-2000:])
+    r = run(ws, ws.train_args("--steps", str(n + 3), "--lr-schedule", "constant", "--ckpt-dir", c,
+                              "--resume", "auto", "--metrics", ws.path("sig2.jsonl")))
+    ok(r.returncode == 0 and resumed_at(r.stderr) == n and len(losses(ws.path("sig2.jsonl"))) == 3,
+       "the resumed run continues at that step", r.stderr)
+
+
+def test_every_min(ws):
+    c = ws.path("min_ckpt")
+    r = run(ws, ws.train_args("--steps", "30", "--ckpt-dir", c, "--ckpt-every-min", "0.00002"))
+    ok(r.returncode == 0 and r.stderr.count("stage 1 copied") >= 3,
+       "--ckpt-every-min: checkpoints by time", r.stderr)
+
+
+def test_errors(ws, c):
+    r = run(ws, ws.train_args("--steps", "2", "--resume", "auto"))
+    ok(r.returncode == 2 and "--resume auto needs --ckpt-dir" in r.stderr,
+       "--resume auto without --ckpt-dir", r.stderr)
+    r = run(ws, ws.train_args("--steps", "2", "--resume", ws.path("nothing")))
+    ok(r.returncode != 0 and "no valid checkpoint" in r.stderr and "nothing" in r.stderr,
+       "--resume of a path without checkpoints is named", r.stderr)
+    r = run(ws, ["train", "--train-data", ws.shard, "--dim", "64", "--vocab", "256", "--layers",
+                 "2", "--heads", "2", "--seq-max", "32", "--seq", "16", "--batch", "4", "--steps",
+                 "2", "--threads", "1", "--resume", c])
+    ok(r.returncode != 0 and "holds another model" in r.stderr and "dim 32" in r.stderr,
+       "resuming another model names both", r.stderr)
+    r = run(ws, ws.train_args("--steps", "2", "--ckpt-dir", ws.path("x")), fault="stage9:boom")
+    ok(r.returncode != 0 and "stage9:boom" in r.stderr, "a bad MS_CKPT_FAULT is named", r.stderr)
+    r = subprocess.run([BIN, "ckpt", "verify", ws.dir], capture_output=True, text=True)
+    ok(r.returncode != 0 and "no checkpoints" in r.stderr, "verify of a directory without any",
+       r.stderr)
+    r = subprocess.run([BIN, "ckpt", "frobnicate", c], capture_output=True, text=True)
+    ok(r.returncode == 2 and "unknown ckpt command" in r.stderr, "unknown ckpt command", r.stderr)
+
+
+def main():
+    ws = Workspace("ms_ckpt_cli_")
+    try:
+        # the default snapshot directory (/dev/shm) for this one
+        env = dict(ws.env)
+        env.pop("MS_CKPT_SHM_DIR")
+        c = bitwise_case(ws, "adamw_shuffle", [], shm_env=env)
+        bitwise_case(ws, "lamb_seq_accum", ["--optimizer", "lamb", "--lr", "2e-2", "--data-order",
+                                            "sequential", "--micro-batch", "2"])
+        r = subprocess.run([BIN, "ckpt", "shm", c], capture_output=True, text=True)
+        ok("no /dev/shm snapshots" in r.stdout, "/dev/shm is clean after a finished run", r.stdout)
+        test_manifest(ws, c)
+        test_tools(ws, c, ws.path("adamw_shuffle_b.st"), ws.path("adamw_shuffle_ref.jsonl"))
+        test_sigterm(ws)
+        test_every_min(ws)
+        test_errors(ws, c)
+    finally:
+        ws.close()
+    sys.exit(summary())
+
+
+if __name__ == "__main__":
+    main()

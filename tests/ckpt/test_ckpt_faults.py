@@ -1,0 +1,197 @@
+"""Checkpoint faults, each its own case (label faults), on one process with
+MS_CKPT_FAULT (src/ckpt/ckpt_fault.c):
+ - kill -9 in stage 1 (mid-copy) and at five points of stage 2 (before the
+   shard, half a shard written, after the shard, after the manifest, after
+   the commit rename): the commit before survives, no damaged directory
+   is loaded, the run resumes from the newest complete /dev/shm snapshot
+   (or, without it, from the newest commit) and continues bit for bit;
+ - a truncated shard, one flipped bit in a shard, a missing manifest, a
+   manifest from another step: the loader names the file (and tensor), falls
+   back to the previous commit and the run continues bit for bit;
+ - a full or failing disk: injected ENOSPC / EIO on the shard's and the
+   manifest's write and fsync (training goes on, nothing is committed for
+   that step, nothing older is touched), the same on the final checkpoint
+   (non-zero exit, resume from the previous commit), and a real ENOSPC on a
+   1 MB tmpfs when this process may mount one.
+Environment: MS_BIN."""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from ckpt_common import (BIN, Workspace, losses, ok, resumed_at, run, sha, step_dir, summary, verify)
+
+
+def leftovers(root):
+    return [n for n in os.listdir(root) if n.startswith(".step_")]
+
+
+def continue_case(ws, label, root, ref_m, ref_w, expect, steps="20", must=None):
+    """Resume in root; the run must start at `expect` and match the reference."""
+    m, w = ws.path("cont.jsonl"), ws.path("cont.st")
+    for f in (m, w):
+        if os.path.exists(f):
+            os.remove(f)
+    r = run(ws, ws.train_args("--steps", steps, "--ckpt-dir", root, "--ckpt-every", "5",
+                              "--resume", "auto", "--metrics", m, "--save-weights", w))
+    got = resumed_at(r.stderr)
+    ref = losses(ref_m)
+    ok(r.returncode == 0 and got == expect, f"{label}: resumes at step {expect} (got {got})",
+       r.stderr)
+    for needle in must or []:
+        ok(needle in r.stderr, f"{label}: the reason is printed ({needle})", r.stderr)
+    ok(got is not None and losses(m) == ref[got:] and sha(w) == sha(ref_w),
+       f"{label}: continues bit for bit", f"{ref}\n{losses(m)}")
+    return r
+
+
+def kill_cases(ws, ref_m, ref_w):
+    points = [("stage1:mid", 5), ("stage2:start", 10), ("stage2:mid-shard", 10),
+              ("stage2:after-shard", 10), ("stage2:after-manifest", 10),
+              ("stage2:after-commit", 10)]
+    for point, from_shm in points:
+        root = ws.path("kill_" + point.replace(":", "_"))
+        r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5"),
+                fault=f"{point}@10")
+        ok(r.returncode == -9 and f"injected fault {point}" in r.stderr,
+           f"{point}: the process is killed (-9)", f"rc={r.returncode}\n{r.stderr}")
+        committed = point == "stage2:after-commit"
+        ok(verify(step_dir(root, 5)), f"{point}: the previous commit (step 5) is intact")
+        ok(os.path.isdir(step_dir(root, 10)) == committed and
+           (not committed or verify(step_dir(root, 10))),
+           f"{point}: step 10 is {'committed' if committed else 'not a commit'}",
+           str(os.listdir(root)))
+        # a copy has no snapshots in /dev/shm (they are keyed by the directory): commits only
+        copy = root + "_noshm"
+        shutil.copytree(root, copy)
+        continue_case(ws, f"{point} (no snapshot)", copy, ref_m, ref_w, 10 if committed else 5)
+        must = ["incomplete snapshot of step 10"] if point == "stage1:mid" else None
+        continue_case(ws, f"{point} (snapshot)", root, ref_m, ref_w, from_shm, must=must)
+        if from_shm == 10 and not committed:
+            ok(verify(step_dir(root, 10)) or verify(step_dir(root, 20)),
+               f"{point}: the resumed snapshot is persisted")
+
+
+def damage_cases(ws, ref_m, ref_w):
+    pristine = ws.path("pristine")
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", pristine, "--ckpt-every", "5"))
+    ok(r.returncode == 0 and verify(step_dir(pristine, 5)) and verify(step_dir(pristine, 10)),
+       "two commits to damage", r.stderr)
+    shard = "shard-00000-of-00001.safetensors"
+
+    def truncate(d):
+        p = os.path.join(d, shard)
+        os.truncate(p, os.path.getsize(p) - 1000)
+
+    def flip(d):
+        p = os.path.join(d, shard)
+        with open(p, "r+b") as f:
+            f.seek(os.path.getsize(p) - 4096)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0x04]))
+
+    def no_manifest(d):
+        os.remove(os.path.join(d, "manifest.json"))
+
+    def other_step(d):
+        shutil.copy(os.path.join(os.path.dirname(d), "step_00000005", "manifest.json"),
+                    os.path.join(d, "manifest.json"))
+
+    cases = [("truncated shard", truncate, [shard, "truncated"]),
+             ("flipped bit", flip, [shard, "CRC32C", "tensor '"]),
+             ("missing manifest", no_manifest, ["no manifest.json"]),
+             ("manifest of another step", other_step, ["holds step 5, but the directory is step 10"])]
+    for label, damage, needles in cases:
+        root = ws.path("damage_" + label.replace(" ", "_"))
+        shutil.copytree(pristine, root)
+        damage(step_dir(root, 10))
+        r = subprocess.run([BIN, "ckpt", "verify",
+                            step_dir(root, 10)], capture_output=True, text=True)
+        ok(r.returncode != 0 and all(n in r.stderr for n in needles),
+           f"{label}: verify names it", r.stderr)
+        continue_case(ws, label, root, ref_m, ref_w, 5, steps="10",
+                      must=["step_00000010 is not usable"] + needles)
+        ok(verify(step_dir(root, 5)), f"{label}: the older commit is untouched")
+
+
+def io_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
+    for point, msg in [("io:enospc-shard", "No space left on device"),
+                       ("io:eio-fsync-shard", "Input/output error"),
+                       ("io:enospc-manifest", "No space left on device"),
+                       ("io:eio-fsync-manifest", "Input/output error")]:
+        root = ws.path(point.replace(":", "_"))
+        m = ws.path("io.jsonl")
+        r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5",
+                                  "--metrics", m), fault=f"{point}@10")
+        ok(r.returncode == 0 and "step 10 was NOT committed" in r.stderr and msg in r.stderr,
+           f"{point}: reported, training goes on", r.stderr)
+        ok(losses(m) == losses(ref20_m), f"{point}: training is unaffected")
+        ok(not os.path.exists(step_dir(root, 10)) and not leftovers(root) and
+           all(verify(step_dir(root, s)) for s in (5, 15, 20)),
+           f"{point}: no step 10, no leftovers, the other commits valid", str(os.listdir(root)))
+    # the final checkpoint fails: exit non-zero, the previous commit stays
+    root = ws.path("final_eio")
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", root, "--ckpt-every", "5"),
+            fault="io:eio-fsync-shard@10")
+    ok(r.returncode == 1 and "the last checkpoint (step 10) was not committed" in r.stderr,
+       "a failed final checkpoint is an error", r.stderr)
+    ok(verify(step_dir(root, 5)) and not os.path.exists(step_dir(root, 10)),
+       "final failure: step 5 intact, no step 10")
+    copy = root + "_noshm"
+    shutil.copytree(root, copy)
+    continue_case(ws, "after a failed final checkpoint (no snapshot)", copy, ref10_m, ref10_w, 5,
+                  steps="10")
+    continue_case(ws, "after a failed final checkpoint (snapshot)", root, ref10_m, ref10_w, 10,
+                  steps="10")
+    ok(verify(step_dir(root, 10)), "the snapshot is persisted after the resume")
+
+
+def tmpfs_case(ws, ref_m, ref_w):
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        print("SKIP: real full disk (needs root to mount a tmpfs)")
+        return
+    mnt = tempfile.mkdtemp(prefix="ms_ckpt_full_")
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1000k", "tmpfs", mnt],
+                      capture_output=True).returncode != 0:
+        print("SKIP: real full disk (mount -t tmpfs failed)")
+        os.rmdir(mnt)
+        return
+    try:
+        root = os.path.join(mnt, "ckpt")
+        r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5",
+                                  "--ckpt-keep", "2"))
+        ok(r.returncode == 1 and "No space left on device" in r.stderr and
+           "NOT committed" in r.stderr, "a full disk (1 MB tmpfs) is reported", r.stderr)
+        ok(verify(step_dir(root, 5)) and verify(step_dir(root, 10)) and not leftovers(root),
+           "full disk: the commits that fit are intact, no partial directory",
+           str(os.listdir(root)))
+        copy = ws.path("full_copy")
+        shutil.copytree(root, copy)
+        continue_case(ws, "after a full disk", copy, ref_m, ref_w, 10)
+    finally:
+        subprocess.run(["umount", mnt])
+        os.rmdir(mnt)
+
+
+def main():
+    ws = Workspace("ms_ckpt_faults_")
+    try:
+        refs = {}
+        for n in ("20", "10"):
+            m, w = ws.path(f"ref{n}.jsonl"), ws.path(f"ref{n}.st")
+            r = run(ws, ws.train_args("--steps", n, "--metrics", m, "--save-weights", w))
+            ok(r.returncode == 0, f"reference run of {n} steps", r.stderr)
+            refs[n] = (m, w)
+        kill_cases(ws, *refs["20"])
+        damage_cases(ws, *refs["10"])
+        io_cases(ws, *refs["20"], *refs["10"])
+        tmpfs_case(ws, *refs["20"])
+    finally:
+        ws.close()
+    sys.exit(summary())
+
+
+if __name__ == "__main__":
+    main()

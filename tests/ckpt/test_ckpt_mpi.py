@@ -1,0 +1,102 @@
+"""Checkpoints under mpirun (labels mpi, faults): with --dp 2 (ZeRO-2: each
+rank saves its own runs of parameters, m and v), 2N steps straight equal N
+steps, a clean stop and N resumed steps bit for bit (losses and final
+weights); a commit saved by dp 2 resumes on one process and one saved by
+one process resumes on dp 2 (losses within 1e-5 relative); rank 1 killed
+after writing its shard: no commit for that step, the survivors resume from
+the snapshots both ranks hold in /dev/shm (or, without them, the previous
+commit) bit for bit; rank 0 killed in stage 1: the ranks agree on the
+newest snapshot they all hold.  Environment: MS_BIN."""
+import os
+import shutil
+import sys
+
+from ckpt_common import (MPIRUN, Workspace, losses, mpi, ok, rel_err, resumed_at, run, sha,
+                         step_dir, summary, verify)
+
+
+def main():
+    if not MPIRUN:
+        print("SKIP: mpirun not found (apt-get install openmpi-bin)")
+        sys.exit(77)
+    ws = Workspace("ms_ckpt_mpi_")
+    try:
+        dp2 = ["--dp", "2"]
+        ref2_m, ref2_w = ws.path("ref2.jsonl"), ws.path("ref2.st")
+        ref1_m = ws.path("ref1.jsonl")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--metrics", ref2_m,
+                                     "--save-weights", ref2_w))
+        ok(r.returncode == 0, "dp2 straight run", r.stderr)
+        r = run(ws, ws.train_args("--steps", "20", "--metrics", ref1_m))
+        ok(r.returncode == 0, "dp1 straight run", r.stderr)
+
+        # dp2: stop at 10, resume: bit for bit
+        c = ws.path("dp2")
+        a_m, b_m, b_w = ws.path("a.jsonl"), ws.path("b.jsonl"), ws.path("b.st")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", c, "--ckpt-every", "5",
+                                     "--metrics", a_m), fault="signal:term@10")
+        ok(r.returncode == 0 and verify(step_dir(c, 10)), "dp2: stop at step 10, committed",
+           r.stderr)
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", c, "--ckpt-every", "5",
+                                     "--resume", "auto", "--metrics", b_m, "--save-weights", b_w))
+        got = losses(a_m) + losses(b_m)
+        ok(r.returncode == 0 and resumed_at(r.stderr) == 10 and got == losses(ref2_m) and
+           sha(b_w) == sha(ref2_w), "dp2: resume is bitwise (losses and weights)",
+           r.stderr + f"\n{losses(ref2_m)}\n{got}")
+        print(f"dp2 stop/resume: {len(got)} losses bit-identical, weights equal", flush=True)
+
+        # layouts: dp2 -> dp1 and dp1 -> dp2
+        x = ws.path("x21")
+        mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", x), fault="signal:term@10")
+        m = ws.path("x21.jsonl")
+        r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", x, "--resume", "auto",
+                                  "--metrics", m))
+        err = rel_err(losses(ref1_m)[10:], losses(m))
+        ok(r.returncode == 0 and resumed_at(r.stderr) == 10 and err <= 1e-5,
+           f"saved by dp2, resumed by one process (rel {err:.1e})", r.stderr)
+        y = ws.path("x12")
+        run(ws, ws.train_args("--steps", "20", "--ckpt-dir", y), fault="signal:term@10")
+        m = ws.path("x12.jsonl")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", y, "--resume", "auto",
+                                     "--metrics", m))
+        err = rel_err(losses(ref2_m)[10:], losses(m))
+        ok(r.returncode == 0 and resumed_at(r.stderr) == 10 and err <= 1e-5,
+           f"saved by one process, resumed by dp2 (rel {err:.1e})", r.stderr)
+
+        # rank 1 killed after its shard of step 10
+        k = ws.path("kill")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", k, "--ckpt-every", "5"),
+                fault="stage2:after-shard@10:1")
+        ok(r.returncode != 0 and verify(step_dir(k, 5)) and not os.path.exists(step_dir(k, 10)),
+           "rank 1 killed in stage 2: step 5 intact, no step 10", r.stderr[-3000:])
+        copy = k + "_noshm"
+        shutil.copytree(k, copy)
+        for root, want in ((k, 10), (copy, 5)):
+            m, w = ws.path("kc.jsonl"), ws.path("kc.st")
+            r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", root, "--ckpt-every",
+                                         "5", "--resume", "auto", "--metrics", m,
+                                         "--save-weights", w))
+            ok(r.returncode == 0 and resumed_at(r.stderr) == want and
+               losses(m) == losses(ref2_m)[want:] and sha(w) == sha(ref2_w),
+               f"after the kill: resume at {want} ({'snapshots' if want == 10 else 'commit'}), "
+               "bitwise", r.stderr)
+
+        # rank 0 killed halfway through stage 1 of step 10: only rank 1 holds
+        # a complete snapshot of 10, so the ranks agree on step 5
+        s1 = ws.path("stage1")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", s1, "--ckpt-every", "5"),
+                fault="stage1:mid@10:0")
+        ok(r.returncode != 0, "rank 0 killed in stage 1", r.stderr[-2000:])
+        m = ws.path("s1.jsonl")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", s1, "--ckpt-every", "5",
+                                     "--resume", "auto", "--metrics", m))
+        ok(r.returncode == 0 and resumed_at(r.stderr) == 5 and losses(m) == losses(ref2_m)[5:] and
+           "incomplete snapshot of step 10" in r.stderr,
+           "the ranks agree on the newest snapshot all of them hold", r.stderr)
+    finally:
+        ws.close()
+    sys.exit(summary())
+
+
+if __name__ == "__main__":
+    main()

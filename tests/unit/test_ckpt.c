@@ -1,0 +1,493 @@
+/* test_ckpt.c - checkpoint unit tests: slice math (boxes, ranges, ZeRO
+ * runs for any dp), the JSON of manifests and trainer state, fault specs,
+ * /dev/shm slots (complete / torn), shards + commit + reader (CRC, sizes,
+ * step, missing manifest), and the manager in-process: two-stage saves,
+ * keep-K, an injected ENOSPC that must leave the older commits alone, and
+ * a resume that restores parameters, m, v and the trainer state bit for bit.
+ * Runs in a temporary directory with MS_CKPT_SHM_DIR pointing into it. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fileio.h"
+#include "ckpt/ckpt_internal.h"
+#include "unit/../check.h"
+
+static char g_tmp[256];
+
+static void path_in(char *buf, size_t n, const char *name) {
+    snprintf(buf, n, "%s/%s", g_tmp, name);
+}
+
+static int exists(const char *p) {
+    struct stat sb;
+    return stat(p, &sb) == 0;
+}
+
+/* A tiny model (vocab 100 -> 128 padded rows) with an optimiser that has
+ * taken one step, so params, m and v are all non-trivial. */
+typedef struct {
+    be_backend *be;
+    gpt_model *m;
+    opt_state *o;
+} fixture;
+
+static void fix_make(fixture *f, uint64_t seed) {
+    gpt_config c = {2, 2, 32, 100, 0, 16, GPT_BLOCK_SERIAL, 0};
+    MS_CHECK(gpt_config_validate(&c) == MS_OK);
+    MS_CHECK(be_create(&f->be, "cpu", 1) == MS_OK);
+    MS_CHECK(gpt_create(&f->m, &c, f->be, 1, 4) == MS_OK);
+    gpt_init(f->m, seed);
+    opt_config oc = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    MS_CHECK(opt_create(&f->o, &oc, f->m, NULL) == MS_OK);
+    int32_t tok[4] = {1, 2, 3, 4}, tgt[4] = {2, 3, 4, 5};
+    gpt_zero_grads(f->m);
+    gpt_forward_backward(f->m, tok, tgt, 1, 4, 0.25f);
+    opt_stats st;
+    MS_CHECK(opt_step(f->o, 1e-3f, &st) == MS_OK);
+}
+
+static void fix_free(fixture *f) {
+    opt_destroy(f->o);
+    gpt_destroy(f->m);
+    be_destroy(f->be);
+}
+
+/* ---- slice math ---------------------------------------------------------- */
+
+static void test_scatter(void) {
+    ckpt_tensor_info t = {"w", 2, {4, 6}};
+    float dst[24], src[24];
+    for (int i = 0; i < 24; i++)
+        src[i] = (float)(100 + i);
+    /* box rows 1..2, cols 2..5 (2 x 4); range [3, 7) of the box */
+    ckpt_slice s = {0, 0, 0, "k", {1, 2}, {2, 4}, 3, 7, 0};
+    memset(dst, 0, sizeof dst);
+    T_OK(ckpt_slice_scatter(&t, &s, src, dst, "x") == MS_OK);
+    /* box element 3 = (row 1, col 5): logical (1, 5) = 11; elements 4..6 = (2, 2..4) */
+    T_NEAR(dst[11], 100, 0);
+    T_NEAR(dst[14], 101, 0);
+    T_NEAR(dst[15], 102, 0);
+    T_NEAR(dst[16], 103, 0);
+    T_NEAR(dst[10], 0, 0);
+    T_NEAR(dst[17], 0, 0);
+    /* whole-tensor flat range */
+    ckpt_slice w = {0, 0, 0, "k", {0, 0}, {4, 6}, 5, 24, 0};
+    memset(dst, 0, sizeof dst);
+    T_OK(ckpt_slice_scatter(&t, &w, src, dst, "x") == MS_OK);
+    T_NEAR(dst[5], 100, 0);
+    T_NEAR(dst[23], 118, 0);
+    T_NEAR(dst[4], 0, 0);
+    /* errors: box outside the tensor, range outside the box */
+    ckpt_slice b1 = {0, 0, 0, "k", {3, 0}, {2, 6}, 0, 1, 0};
+    T_OK(ckpt_slice_scatter(&t, &b1, src, dst, "x") == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "tensor 'w'");
+    ckpt_slice b2 = {0, 0, 0, "k", {0, 0}, {2, 2}, 0, 5, 0};
+    T_OK(ckpt_slice_scatter(&t, &b2, src, dst, "x") == MS_ERR_FORMAT);
+    char key[96];
+    ckpt_slice_key(key, sizeof key, "h.0.ln_1.bias", CKPT_VAR, 16, 32);
+    T_OK(!strcmp(key, "h.0.ln_1.bias/v/16-32"));
+}
+
+/* The runs of dp ranks cover every logical element of every tensor once,
+ * never the padded vocabulary rows; dp 1 equals the optimiser's. */
+static void test_runs(void) {
+    fixture f;
+    fix_make(&f, 1);
+    ckpt_tensor_info *tens;
+    int nt;
+    T_OK(ckpt_tensors_of(f.m, &tens, &nt) == MS_OK);
+    T_EQ_INT(tens[0].shape[0], 100); /* wte: vocab rows, not 128 */
+    ckpt_run *ro, *r1;
+    int no, n1;
+    T_OK(ckpt_runs_of_opt(f.m, f.o, &ro, &no) == MS_OK);
+    T_OK(ckpt_runs_of_dp(f.m, 1, 0, &r1, &n1) == MS_OK);
+    T_EQ_INT(no, n1);
+    for (int i = 0; i < no && i < n1; i++)
+        T_OK(ro[i].tensor == r1[i].tensor && ro[i].begin == r1[i].begin &&
+             ro[i].end == r1[i].end && ro[i].data_off == r1[i].data_off);
+    T_EQ_INT(ro[0].end, 100 * 32);
+    free(ro);
+    free(r1);
+    for (int dp = 2; dp <= 3; dp++) {
+        be_backend *be;
+        gpt_model *m;
+        gpt_config c = *gpt_get_config(f.m);
+        MS_CHECK(be_create(&be, "cpu", 1) == MS_OK);
+        MS_CHECK(gpt_create_aligned(&m, &c, be, 1, 4, 16 * (size_t)dp) == MS_OK);
+        uint64_t *cover = calloc((size_t)nt, sizeof *cover);
+        int overlap = 0;
+        for (int r = 0; r < dp; r++) {
+            ckpt_run *rr;
+            int n;
+            T_OK(ckpt_runs_of_dp(m, dp, r, &rr, &n) == MS_OK);
+            for (int i = 0; i < n; i++) {
+                cover[rr[i].tensor] += rr[i].end - rr[i].begin;
+                if (rr[i].end > ckpt_numel(&tens[rr[i].tensor])) overlap = 1;
+            }
+            free(rr);
+        }
+        int ok = !overlap;
+        for (int t = 0; t < nt; t++)
+            ok &= cover[t] == ckpt_numel(&tens[t]);
+        T_OK(ok);
+        free(cover);
+        gpt_destroy(m);
+        be_destroy(be);
+    }
+    free(tens);
+    fix_free(&f);
+}
+
+/* ---- JSON and faults -------------------------------------------------------- */
+
+static void test_json(void) {
+    ckpt_train_state s = {123, 120, 18446744073709551557ULL, {2, 1, 99999}, {0}, 8, 64};
+    s.sched = (opt_schedule){OPT_SCHED_COSINE, 6e-4f, 10, 1000, 0.1f};
+    cJSON *j = ckpt_json_trainer(&s);
+    ckpt_train_state b;
+    T_OK(j && ckpt_json_trainer_parse(j, &b, "t") == MS_OK);
+    T_OK(b.step == 123 && b.opt_steps == 120 && b.seed == s.seed && b.cursor.epoch == 2 &&
+         b.cursor.shard == 1 && b.cursor.pos == 99999 && b.batch == 8 && b.seq == 64);
+    T_OK(!memcmp(&b.sched, &s.sched, sizeof s.sched));
+    cJSON_DeleteItemFromObject(j, "data_cursor");
+    T_OK(ckpt_json_trainer_parse(j, &b, "m.json") == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "m.json: field 'data_cursor'");
+    cJSON_Delete(j);
+    gpt_config c = {3, 4, 64, 1000, 0, 128, GPT_BLOCK_PARALLEL, 16}, d;
+    MS_CHECK(gpt_config_validate(&c) == MS_OK);
+    j = ckpt_json_model(&c);
+    T_OK(ckpt_json_model_parse(j, &d, "m") == MS_OK);
+    T_OK(d.n_layer == 3 && d.n_head == 4 && d.n_embd == 64 && d.vocab == 1000 &&
+         d.seq_max == 128 && d.block == GPT_BLOCK_PARALLEL && d.attn_window == 16);
+    cJSON_Delete(j);
+}
+
+static void test_fault_spec(void) {
+    ckpt_fault f;
+    T_OK(ckpt_fault_parse("stage2:after-shard@40:1", &f) == MS_OK);
+    T_OK(!strcmp(f.point, "stage2:after-shard") && f.step == 40 && f.rank == 1);
+    T_OK(!ckpt_fault_hits(&f, "stage2:after-shard", 40, 0)); /* we are rank 0 */
+    T_OK(ckpt_fault_parse("io:enospc-shard@7", &f) == MS_OK);
+    T_OK(ckpt_fault_hits(&f, "io:enospc-shard", 7, 0) && !ckpt_fault_hits(&f, "io:enospc-shard", 8, 0));
+    T_OK(ckpt_fault_parse("stage1:mid", &f) == MS_OK);
+    T_OK(ckpt_fault_hits(&f, "stage1:mid", 99, 1) && !ckpt_fault_hits(&f, "stage1:mid", 99, 0));
+    T_OK(ckpt_fault_parse("stage3:boom", &f) == MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "stage3:boom");
+    T_OK(ckpt_fault_parse("stage1:mid@x", &f) == MS_ERR_ARG);
+    T_OK(ckpt_fault_parse("stage1:mid@3:", &f) == MS_ERR_ARG);
+    T_OK(ckpt_fault_parse("", &f) == MS_OK && !f.point[0]);
+}
+
+/* ---- slots ------------------------------------------------------------------ */
+
+static void test_slot(void) {
+    fixture f;
+    fix_make(&f, 2);
+    ckpt_run *runs;
+    int n;
+    T_OK(ckpt_runs_of_opt(f.m, f.o, &runs, &n) == MS_OK);
+    uint64_t elems = 3 * ckpt_runs_elems(runs, n);
+    char path[512];
+    path_in(path, sizeof path, "slot");
+    ckpt_slot *s;
+    T_OK(ckpt_slot_open(&s, path, elems, 65536) == MS_OK);
+    T_EQ_INT(ckpt_slot_step(s, 7), -1);
+    ckpt_train_state tr = {5, 5, 1337, {0, 0, 320}, {OPT_SCHED_CONSTANT, 1e-3f, 0, 10, 0.1f}, 4, 16};
+    char *meta = ckpt_snap_meta(7, 5, 0, 1, 1, gpt_get_config(f.m), "adamw", &tr, runs, n);
+    ckpt_snap_src src = {f.be, gpt_params(f.m), runs, n, NULL, 0};
+    T_OK(ckpt_slot_write(s, 7, 5, meta, &src) == MS_OK);
+    T_EQ_INT(ckpt_slot_step(s, 7), 5);
+    T_EQ_INT(ckpt_slot_step(s, 8), -1); /* another job */
+    ckpt_snap_view v;
+    void *h;
+    T_OK(ckpt_snap_open(path, &v, &h) == MS_OK);
+    T_OK(v.step == 5 && v.job == 7 && v.trainer.cursor.pos == 320 && ckpt_snap_matches(&v, runs, n));
+    /* the data holds param, m, v of the first run */
+    opt_state_piece pc;
+    opt_state_pieces(f.o, &pc, 1);
+    T_OK(!memcmp(v.data, gpt_params(f.m), (runs[0].end - runs[0].begin) * 4));
+    T_OK(!memcmp(v.data + (runs[0].end - runs[0].begin), pc.mom,
+                 (runs[0].end - runs[0].begin) * 4));
+    ckpt_snap_close(&v, h);
+    /* a torn snapshot (complete flag cleared, as a crash in stage 1 leaves it) */
+    ckpt_slot_close(s, 0);
+    FILE *fp = fopen(path, "r+b");
+    uint32_t zero = 0;
+    fseek(fp, 12, SEEK_SET);
+    fwrite(&zero, 4, 1, fp);
+    fclose(fp);
+    T_OK(ckpt_snap_open(path, &v, &h) == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "incomplete snapshot of step 5");
+    /* reopening with the same layout keeps the header, another layout resets it */
+    T_OK(ckpt_slot_open(&s, path, elems + 16, 65536) == MS_OK);
+    T_EQ_INT(ckpt_slot_step(s, 7), -1);
+    ckpt_slot_close(s, 1);
+    T_OK(!exists(path));
+    free(meta);
+    free(runs);
+    fix_free(&f);
+}
+
+/* ---- shards, commit, reader ------------------------------------------------------- */
+
+/* Write a commit of the fixture's state by hand (one rank). */
+static void write_commit(fixture *f, const char *root, int step, int keep) {
+    ckpt_tensor_info *tens;
+    ckpt_run *runs;
+    int nt, n;
+    MS_CHECK(ckpt_tensors_of(f->m, &tens, &nt) == MS_OK);
+    MS_CHECK(ckpt_runs_of_opt(f->m, f->o, &runs, &n) == MS_OK);
+    uint64_t elems = 3 * ckpt_runs_elems(runs, n), bytes = 0;
+    float *data = malloc(elems * 4);
+    for (int i = 0; i < n; i++) {
+        size_t c = runs[i].end - runs[i].begin;
+        memcpy(data + runs[i].data_off, gpt_params(f->m) + runs[i].param_off, c * 4);
+        memcpy(data + runs[i].data_off + c, runs[i].mom, c * 4);
+        memcpy(data + runs[i].data_off + 2 * c, runs[i].var, c * 4);
+    }
+    uint32_t *crcs = calloc(3 * (size_t)n, 4);
+    char staging[512], name[64];
+    MS_CHECK(ms_mkdirs(root) == MS_OK);
+    MS_CHECK(ckpt_staging_create(root, step) == MS_OK);
+    ckpt_staging_path(staging, sizeof staging, root, step);
+    ckpt_shard_name(name, sizeof name, 0, 1);
+    T_OK(ckpt_shard_write(staging, name, 0, step, tens, runs, n, data, crcs, &bytes, NULL, 0) ==
+         MS_OK);
+    cJSON *part = ckpt_json_part(name, 0, bytes, tens, runs, n, crcs);
+    ckpt_train_state tr = {step, step, 9, {0, 0, (uint64_t)step * 64}, {0}, 4, 16};
+    ckpt_commit_info ci = {step, 1, 1, gpt_get_config(f->m), "adamw", &tr, tens, nt};
+    char *text = ckpt_manifest_text(&ci, &part, 1);
+    T_OK(text && ckpt_commit(root, step, text, keep, NULL, 0) == MS_OK);
+    free(text);
+    cJSON_Delete(part);
+    free(crcs);
+    free(data);
+    free(tens);
+    free(runs);
+}
+
+static void flip_bit(const char *path, long off) {
+    FILE *fp = fopen(path, "r+b");
+    fseek(fp, off, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, off, SEEK_SET);
+    fputc(c ^ 0x10, fp);
+    fclose(fp);
+}
+
+static void test_commit_and_read(void) {
+    fixture f;
+    fix_make(&f, 3);
+    char root[512], dir[600], shard[700], p2[700];
+    path_in(root, sizeof root, "c1");
+    write_commit(&f, root, 10, 2);
+    write_commit(&f, root, 20, 2);
+    write_commit(&f, root, 30, 2); /* keep 2: step 10 goes */
+    int *steps, n;
+    T_OK(ckpt_list_steps(root, &steps, &n) == MS_OK);
+    T_OK(n == 2 && steps[0] == 30 && steps[1] == 20);
+    free(steps);
+    char *latest;
+    size_t ll;
+    snprintf(dir, sizeof dir, "%s/latest", root);
+    T_OK(ms_file_read_all(dir, &latest, &ll) == MS_OK && !strcmp(latest, "step_00000030\n"));
+    free(latest);
+
+    /* read back: logical tensors equal the model's */
+    ckpt_step_path(dir, sizeof dir, root, 30);
+    ckpt_reader *r;
+    T_OK(ckpt_reader_open(&r, dir, 1) == MS_OK);
+    const ckpt_manifest *mf = ckpt_reader_manifest(r);
+    T_OK(mf->step == 30 && mf->n_files == 1 && mf->n_slices == 3 * mf->n_tensors &&
+         mf->trainer.cursor.pos == 30 * 64);
+    T_OK(ckpt_check_model(mf, f.m, dir) == MS_OK);
+    int t = gpt_find(f.m, "h.1.mlp.c_fc.weight");
+    float *buf = malloc(ckpt_numel(&mf->tensors[t]) * 4);
+    T_OK(ckpt_reader_tensor(r, t, CKPT_PARAM, buf) == MS_OK);
+    T_OK(!memcmp(buf, gpt_params(f.m) + gpt_tensor(f.m, t)->offset, ckpt_numel(&mf->tensors[t]) * 4));
+    free(buf);
+    ckpt_reader_close(r);
+
+    /* another model is named */
+    fixture g;
+    gpt_config c = {2, 2, 64, 100, 0, 16, GPT_BLOCK_SERIAL, 0};
+    MS_CHECK(gpt_config_validate(&c) == MS_OK);
+    MS_CHECK(be_create(&g.be, "cpu", 1) == MS_OK);
+    MS_CHECK(gpt_create(&g.m, &c, g.be, 1, 4) == MS_OK);
+    ckpt_manifest m2;
+    T_OK(ckpt_verify(dir, &m2) == MS_OK);
+    T_OK(ckpt_check_model(&m2, g.m, dir) == MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "dim 32");
+    ckpt_manifest_free(&m2);
+    gpt_destroy(g.m);
+    be_destroy(g.be);
+
+    /* one flipped bit in the data: CRC mismatch naming file and tensor */
+    snprintf(shard, sizeof shard, "%s/shard-00000-of-00001.safetensors", dir);
+    uint64_t size;
+    ms_file_size(shard, &size);
+    flip_bit(shard, (long)size - 5);
+    T_OK(ckpt_verify(dir, NULL) == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "shard-00000-of-00001.safetensors: tensor '");
+    T_STR_CONTAINS(ms_errmsg(), "CRC32C");
+    flip_bit(shard, (long)size - 5);
+    T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    /* truncated shard */
+    T_OK(truncate(shard, (off_t)size - 100) == 0);
+    T_OK(ckpt_verify(dir, NULL) == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "truncated");
+    /* a manifest from another step */
+    ckpt_step_path(p2, sizeof p2, root, 20);
+    char src[800], dst[800], *text;
+    size_t tl;
+    snprintf(src, sizeof src, "%s/manifest.json", p2);
+    snprintf(dst, sizeof dst, "%s/manifest.json", dir);
+    T_OK(ms_file_read_all(src, &text, &tl) == MS_OK && ms_file_write_atomic(dst, text, tl) == MS_OK);
+    free(text);
+    T_OK(ckpt_verify(dir, NULL) == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "holds step 20, but the directory is step 30");
+    /* no manifest */
+    unlink(dst);
+    T_OK(ckpt_verify(dir, NULL) == MS_ERR_NOTFOUND);
+    T_STR_CONTAINS(ms_errmsg(), "no manifest.json");
+    /* committing step 30 again swaps the damaged directory out */
+    write_commit(&f, root, 30, 5);
+    T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    fix_free(&f);
+}
+
+/* ---- the manager in-process ------------------------------------------------------- */
+
+static ckpt_train_state state_at(fixture *f, int step) {
+    ckpt_train_state s = {step, opt_steps_done(f->o), 42, {0, 0, (uint64_t)step * 64},
+                          {OPT_SCHED_COSINE, 1e-3f, 0, 100, 0.1f}, 4, 16};
+    return s;
+}
+
+static void train_one(fixture *f, int k) {
+    int32_t tok[4] = {k % 90, 2, 3, 4}, tgt[4] = {2, 3, 4, (k * 7) % 90};
+    gpt_zero_grads(f->m);
+    gpt_forward_backward(f->m, tok, tgt, 1, 4, 0.25f);
+    opt_stats st;
+    MS_CHECK(opt_step(f->o, 1e-3f, &st) == MS_OK);
+}
+
+static void test_manager(void) {
+    fixture f;
+    fix_make(&f, 4);
+    char root[512], dir[600];
+    path_in(root, sizeof root, "run");
+    ckpt_options o = {root, 2, 0, 2, ""};
+    ckpt_manager *cm;
+    T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
+    ckpt_train_state now = state_at(&f, 0), got;
+    int found = 1;
+    T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && !found);
+    size_t N = gpt_num_elements(f.m);
+    float *at6 = malloc(N * 4), *mom6 = NULL;
+    for (int step = 1; step <= 6; step++) { /* snapshots at 2, 4, 6 */
+        train_one(&f, step);
+        ckpt_train_state s = state_at(&f, step);
+        T_OK(ckpt_manager_step(cm, &s) == MS_OK);
+        T_OK(ckpt_manager_wait(cm) == MS_OK); /* each one committed (none superseded) */
+        if (step == 6) memcpy(at6, gpt_params(f.m), N * 4);
+    }
+    opt_state_piece pc;
+    opt_state_pieces(f.o, &pc, 1);
+    mom6 = malloc(pc.n * 4);
+    memcpy(mom6, pc.mom, pc.n * 4);
+    T_OK(ckpt_manager_wait(cm) == MS_OK);
+    T_OK(ckpt_manager_last_stall(cm) >= 0);
+    /* injected ENOSPC at step 8: not committed, step 6 stays */
+    T_OK(setenv("MS_CKPT_FAULT", "io:enospc-shard@8", 1) == 0);
+    ckpt_manager_destroy(cm);
+    T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
+    unsetenv("MS_CKPT_FAULT");
+    train_one(&f, 7);
+    train_one(&f, 8);
+    ckpt_train_state s8 = state_at(&f, 8);
+    T_OK(ckpt_manager_save(cm, &s8) == MS_OK);
+    T_OK(ckpt_manager_wait(cm) == MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "No space left on device");
+    ckpt_step_path(dir, sizeof dir, root, 8);
+    T_OK(!exists(dir));
+    ckpt_staging_path(dir, sizeof dir, root, 8);
+    T_OK(!exists(dir));
+    ckpt_step_path(dir, sizeof dir, root, 6);
+    T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    ckpt_manager_destroy(cm); /* not finished: the slots stay */
+
+    /* keep 2: steps 4 and 6 */
+    int *steps, n;
+    T_OK(ckpt_list_steps(root, &steps, &n) == MS_OK);
+    T_OK(n == 2 && steps[0] == 6 && steps[1] == 4);
+    free(steps);
+
+    /* resume in a fresh model: the snapshot of step 8 in /dev/shm is newer
+     * than the commit of step 6 and complete, so it wins */
+    fixture g;
+    fix_make(&g, 99);
+    ckpt_options ro = {root, 2, 0, 2, "auto"};
+    T_OK(ckpt_manager_create(&cm, &ro, g.m, g.o, NULL) == MS_OK);
+    now = state_at(&g, 0);
+    T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && found);
+    T_EQ_INT(got.step, 8);
+    T_EQ_INT(opt_steps_done(g.o), opt_steps_done(f.o));
+    T_OK(!memcmp(gpt_params(g.m), gpt_params(f.m), N * 4));
+    /* a snapshot that no commit holds is persisted right after the resume */
+    T_OK(ckpt_manager_wait(cm) == MS_OK);
+    ckpt_step_path(dir, sizeof dir, root, 8);
+    T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    ckpt_manager_destroy(cm);
+    fix_free(&g);
+
+    /* without the snapshots and with step 8 damaged: the commit of step 6,
+     * bit for bit (parameters, m, trainer state) */
+    T_OK(ckpt_shm_list(root, 1) == MS_OK);
+    char man[700];
+    snprintf(man, sizeof man, "%s/manifest.json", dir);
+    T_OK(truncate(man, 100) == 0);
+    fix_make(&g, 98);
+    T_OK(ckpt_manager_create(&cm, &ro, g.m, g.o, NULL) == MS_OK);
+    T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && found);
+    T_EQ_INT(got.step, 6);
+    T_OK(got.cursor.pos == 6 * 64 && got.seed == 42);
+    T_OK(!memcmp(gpt_params(g.m), at6, N * 4));
+    opt_state_pieces(g.o, &pc, 1);
+    T_OK(!memcmp(pc.mom, mom6, pc.n * 4));
+    T_OK(exists(man)); /* the damaged commit is left for inspection */
+    ckpt_train_state fin = state_at(&g, got.step);
+    T_OK(ckpt_manager_finish(cm, &fin) == MS_OK); /* step 6 is already saved: nothing to do */
+    ckpt_manager_destroy(cm);
+    fix_free(&g);
+    free(at6);
+    free(mom6);
+    fix_free(&f);
+}
+
+int main(void) {
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/ms_test_ckpt_%d", (int)getpid());
+    MS_CHECK(ms_mkdirs(g_tmp) == MS_OK);
+    char shm[300];
+    path_in(shm, sizeof shm, "shm");
+    MS_CHECK(ms_mkdirs(shm) == MS_OK);
+    setenv("MS_CKPT_SHM_DIR", shm, 1);
+    unsetenv("MS_CKPT_FAULT");
+    test_scatter();
+    test_runs();
+    test_json();
+    test_fault_spec();
+    test_slot();
+    test_commit_and_read();
+    test_manager();
+    if (!ms_t_fail) {
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
+        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_tmp);
+    }
+    return ms_test_summary("test_ckpt");
+}
