@@ -16,6 +16,7 @@
 #include "comm/grid.h"
 #include "data/loader.h"
 #include "data/prefetch.h"
+#include "data/shm_ring.h"
 #include "monitor/monitor.h"
 #include "optim/optim.h"
 #include "parallel/zero.h"
@@ -31,6 +32,8 @@ typedef struct {
     opt_schedule sched;
     data_loader *train, *val;
     data_prefetch *prefetch; /* feeds the training batches */
+    data_shm *ring;          /* tp > 1: one reader per tp group shares its batches */
+    int ring_leader;
     mon_metrics metrics;
     int32_t *inp, *tgt;
     double peak_flops, flops_per_token;
@@ -90,6 +93,39 @@ static ms_status setup_dist(trainer *t) {
     t->rank = comm_world_rank(t->world);
     t->dp_rank = comm_grid_coord_of(t->grid).dp;
     return MS_OK;
+}
+
+/* Ranks of a tensor-parallel group need identical batches: its rank 0
+ * reads them (through the prefetcher) and shares them with the others
+ * through a shared-memory ring, instead of every rank reading the shards. */
+static ms_status open_ring(trainer *t) {
+    if (!t->grid || comm_grid_dim_size(t->grid, COMM_DIM_TP) < 2) return MS_OK;
+    comm_group *tp = comm_grid_group(t->grid, COMM_DIM_TP);
+    char name[64] = {0};
+    t->ring_leader = comm_group_rank(tp) == 0;
+    if (t->ring_leader) snprintf(name, sizeof name, "/megascale-%d-batches", (int)getpid());
+    MS_TRY(comm_broadcast(tp, name, sizeof name, COMM_U8, 0));
+    data_shm_config rc = {name, comm_group_size(tp) - 1, (size_t)t->micro * t->tc->seq, 4,
+                          comm_world_timeout(t->world)};
+    if (t->ring_leader) {
+        MS_TRY(data_shm_open_leader(&t->ring, &rc));
+        MS_TRY(comm_barrier(tp)); /* the segment exists before followers look */
+        ms_info("data: tp rank 0 reads, the other %d tp rank(s) get its batches through shared "
+                "memory (%s)",
+                rc.followers, name);
+        return MS_OK;
+    }
+    MS_TRY(comm_barrier(tp));
+    data_prefetch_stop(t->prefetch); /* followers do not read the shards */
+    t->prefetch = NULL;
+    return data_shm_open_follower(&t->ring, &rc);
+}
+
+/* The next micro-batch into t->inp / t->tgt; *wait = time waited for it. */
+static ms_status next_batch(trainer *t, double *wait) {
+    if (t->ring && !t->ring_leader) return data_shm_get(t->ring, t->inp, t->tgt, wait);
+    MS_TRY(data_prefetch_next(t->prefetch, t->inp, t->tgt, wait));
+    return t->ring ? data_shm_put(t->ring, t->inp, t->tgt) : MS_OK;
 }
 
 /* --threads, or the cores shared by the ranks of this node. */
@@ -164,6 +200,7 @@ static ms_status setup(trainer *t) {
     t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 2048, 2);
     /* started last, so the probe above runs on idle cores */
     MS_TRY(data_prefetch_start(&t->prefetch, t->train, t->micro, tc->seq, 4));
+    MS_TRY(open_ring(t));
     return MS_OK;
 }
 
@@ -173,6 +210,7 @@ static ms_status setup(trainer *t) {
 static void teardown(trainer *t, ms_status st) {
     ckpt_manager_destroy(t->ckpt); /* waits for a persist in flight */
     mon_metrics_close(&t->metrics);
+    data_shm_close(t->ring);
     data_prefetch_stop(t->prefetch);
     data_loader_close(t->train);
     data_loader_close(t->val);
@@ -301,7 +339,7 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     double loss = 0;
     for (int k = 0; k < t->accum; k++) {
         double wait = 0;
-        MS_TRY(data_prefetch_next(t->prefetch, t->inp, t->tgt, &wait));
+        MS_TRY(next_batch(t, &wait));
         r->data_sec += wait;
         if (t->zero && k + 1 == t->accum) par_zero_arm(t->zero); /* overlap the reduce-scatter */
         loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);

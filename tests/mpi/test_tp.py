@@ -126,6 +126,8 @@ def main():
         ok(a[-1] < a[0] - 0.3, f"{label}: the loss falls", str(a))
         werr, where = compare_weights(w1, w2, C)
         ok(werr <= 1e-5, f"{label}: final weights = single process (worst {werr:.2e} {where})")
+        ok("through shared memory" in many.stderr,
+           f"{label}: one reader per tp group shares the batches", many.stderr)
         ok("tensor + sequence parallel" in many.stderr, f"{label}: rank 0 prints the layout",
            many.stderr)
         print(f"{label}: loss rel {err:.2e}, weights rel {werr:.2e} ({where})")
