@@ -21,13 +21,15 @@ if [[ ! -f "$run/data/kjv_train_000000.bin" || ! -f "$run/data/.gpt2" ]]; then
 fi
 
 # 16M parameters (13M of them the GPT-2 vocabulary's embedding), 1,024
-# tokens per step: about three and a half minutes on two cores.
+# tokens per step: about three and a half minutes on two cores.  A checkpoint
+# every 50 steps: interrupt it (Ctrl-C) and run it again to continue.
 "$bin" train \
   --train-data "$run/data/kjv_train_*.bin" --val-data "$run/data/kjv_val_*.bin" \
   --vocab 50257 --layers 4 --dim 256 --heads 4 --seq-max 128 --seq 128 \
   --batch 8 --steps 300 --lr 2e-3 --warmup 20 --lr-schedule cosine \
   --val-every 100 --val-batches 4 --log-every 10 \
   --metrics "$run/metrics.jsonl" --save-weights "$run/model.safetensors" \
+  --ckpt-dir "$run/ckpt" --ckpt-every 50 --resume auto \
   ${MS_TRAIN_ARGS:-}
 
 echo

@@ -55,10 +55,10 @@
 #define CKPT_MAX_DIMS 2
 
 typedef struct {
-    const char *dir;  /* --ckpt-dir: where commits go; NULL or "" disables saving */
-    int every_steps;  /* a checkpoint every N steps (0: off) */
-    double every_min; /* and every M minutes (0: off) */
-    int keep;         /* commits kept, >= 1 */
+    const char *dir;    /* --ckpt-dir: where commits go; NULL or "" disables saving */
+    int every_steps;    /* a checkpoint every N steps (0: off) */
+    double every_min;   /* and every M minutes (0: off) */
+    int keep;           /* commits kept, >= 1 */
     const char *resume; /* NULL/"": fresh start; "auto": newest valid; else a step dir or a DIR */
 } ckpt_options;
 
@@ -88,8 +88,8 @@ ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_mod
  * start).  now: this run's state, compared with the saved one (warnings).
  * Call before the data prefetch thread starts; seek the loader to
  * out->cursor.  Collective over the dp group. */
-ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now,
-                              ckpt_train_state *out, int *found);
+ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckpt_train_state *out,
+                              int *found);
 /* After each step: agree on a stop across ranks (SIGTERM seen by any rank
  * stops all at the same step: sets ms_ctx.stop) and checkpoint when
  * --ckpt-every / --ckpt-every-min say so.  Collective over the dp group. */
@@ -152,6 +152,8 @@ const char *ckpt_kind_name(int kind); /* "param", "m", "v" */
  * file sizes, safetensors headers, every slice's CRC32C and coverage);
  * fills *mf when mf is not NULL.  The message names the file and tensor. */
 ms_status ckpt_verify(const char *dir, ckpt_manifest *mf);
+/* The same; check_crc 0 skips the CRCs (reads only the headers: quick). */
+ms_status ckpt_validate(const char *dir, int check_crc, ckpt_manifest *mf);
 
 /* Steps of the directories DIR/step_* in DIR, newest first (caller frees
  * *steps).  No directory is not an error (*n = 0). */
@@ -167,7 +169,10 @@ ms_status ckpt_export_hf(const char *dir, const char *out);
 ms_status ckpt_reshard(const char *dir, int dp, const char *out_root);
 
 /* /dev/shm snapshots of the job whose checkpoint directory is root:
- * prints one line per slot to stdout (path, step, rank, complete or not). */
+ * prints one line per slot to stdout (path, step, rank, complete or not);
+ * remove: unlink them. */
 ms_status ckpt_shm_list(const char *root, int remove);
+/* Remove the job's slots of ranks >= world (left by a run with more ranks). */
+void ckpt_shm_remove_beyond(const char *root, int world);
 
 #endif

@@ -31,9 +31,17 @@
 #include "ckpt/ckpt_internal.h"
 
 static const char *const points[] = {
-    "stage1:mid",         "stage2:start",          "stage2:mid-shard",   "stage2:after-shard",
-    "stage2:after-manifest", "stage2:after-commit", "io:enospc-shard",    "io:eio-fsync-shard",
-    "io:enospc-manifest", "io:eio-fsync-manifest", "signal:term",
+    "stage1:mid",
+    "stage2:start",
+    "stage2:mid-shard",
+    "stage2:after-shard",
+    "stage2:after-manifest",
+    "stage2:after-commit",
+    "io:enospc-shard",
+    "io:eio-fsync-shard",
+    "io:enospc-manifest",
+    "io:eio-fsync-manifest",
+    "signal:term",
 };
 
 ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f) {

@@ -26,11 +26,11 @@ int ckpt_kind_parse(const char *s); /* -1 if unknown */
 /* A run of one tensor that a rank holds in all three states: logical
  * elements [begin, end) of the tensor (row-major over its logical shape). */
 typedef struct {
-    int tensor;           /* index in the model's table (= manifest tensors) */
-    uint64_t begin, end;  /* logical flat range */
-    size_t param_off;     /* element offset of `begin` in the parameter buffer */
-    float *mom, *var;     /* m, v of element `begin` (backend memory); NULL offline */
-    uint64_t data_off;    /* element offset of the run in a snapshot (param, then m, then v) */
+    int tensor;          /* index in the model's table (= manifest tensors) */
+    uint64_t begin, end; /* logical flat range */
+    size_t param_off;    /* element offset of `begin` in the parameter buffer */
+    float *mom, *var;    /* m, v of element `begin` (backend memory); NULL offline */
+    uint64_t data_off;   /* element offset of the run in a snapshot (param, then m, then v) */
 } ckpt_run;
 
 uint64_t ckpt_numel(const ckpt_tensor_info *t);
@@ -62,9 +62,8 @@ cJSON *ckpt_json_trainer(const ckpt_train_state *s);
 ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const char *where);
 /* The slices of one rank's shard (its part of the manifest):
  * {"file":{"name","rank","bytes"},"slices":[...]}; crcs[3*i+kind]. */
-cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes,
-                      const ckpt_tensor_info *tensors, const ckpt_run *runs, int n_runs,
-                      const uint32_t *crcs);
+cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes, const ckpt_tensor_info *tensors,
+                      const ckpt_run *runs, int n_runs, const uint32_t *crcs);
 /* What describes a commit besides the parts. */
 typedef struct {
     int step, world, dp;
@@ -123,8 +122,7 @@ const char *ckpt_shm_dir(void);
 /* Path of slot `slot` of `rank` for the job whose checkpoint root is root. */
 ms_status ckpt_shm_path(char *buf, size_t n, const char *root, int rank, int slot);
 /* Create (or reuse) and map a slot sized for the runs; pages are populated. */
-ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems,
-                         size_t meta_cap);
+ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems, size_t meta_cap);
 void ckpt_slot_close(ckpt_slot *s, int remove);
 const char *ckpt_slot_path(const ckpt_slot *s);
 /* Stage 1: mark incomplete, write meta (JSON), copy the runs' param/m/v
@@ -147,8 +145,8 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *view, void **handle);
 void ckpt_snap_close(ckpt_snap_view *view, void *handle);
 /* The snapshot's meta JSON. */
 char *ckpt_snap_meta(uint64_t job, int step, int rank, int world, int dp, const gpt_config *model,
-                     const char *optimizer, const ckpt_train_state *tr,
-                     const ckpt_run *runs, int n_runs);
+                     const char *optimizer, const ckpt_train_state *tr, const ckpt_run *runs,
+                     int n_runs);
 
 /* ---- shards and commits (ckpt_persist.c) ------------------------------------ */
 

@@ -129,8 +129,8 @@ ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, con
             return ms_error(MS_ERR_FORMAT,
                             "%s: tensor '%s' (%s): slice box [%" PRId64 "+%" PRId64
                             ") lies outside dimension %d of size %" PRId64,
-                            where, t->name, ckpt_kind_name(s->kind), s->box_off[d],
-                            s->box_shape[d], d, t->shape[d]);
+                            where, t->name, ckpt_kind_name(s->kind), s->box_off[d], s->box_shape[d],
+                            d, t->shape[d]);
         box *= (uint64_t)s->box_shape[d];
     }
     if (s->begin > s->end || s->end > box)

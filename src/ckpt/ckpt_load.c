@@ -43,8 +43,7 @@ static int dir_step(const char *dir) {
     while (b > dir && b[-1] != '/')
         b--;
     int step, len = 0;
-    if (strncmp(b, "step_", 5) || sscanf(b + 5, "%d%n", &step, &len) != 1 ||
-        b + 5 + len != dir + n)
+    if (strncmp(b, "step_", 5) || sscanf(b + 5, "%d%n", &step, &len) != 1 || b + 5 + len != dir + n)
         return -1;
     return step;
 }
@@ -77,8 +76,8 @@ static ms_status check_slices(ckpt_reader *r, int verify_crc) {
         const char *tn = mf->tensors[s->tensor].name, *fn = mf->files[s->file].name;
         const ckpt_st_tensor *t = ckpt_st_find(r->files[s->file], s->key);
         if (!t)
-            return ms_error(MS_ERR_FORMAT, "%s/%s: tensor '%s' (%s): slice '%s' is missing",
-                            r->dir, fn, tn, ckpt_kind_name(s->kind), s->key);
+            return ms_error(MS_ERR_FORMAT, "%s/%s: tensor '%s' (%s): slice '%s' is missing", r->dir,
+                            fn, tn, ckpt_kind_name(s->kind), s->key);
         if (t->dtype != CKPT_ST_F32 || s->end < s->begin ||
             t->nbytes != (s->end - s->begin) * sizeof(float))
             return ms_error(MS_ERR_FORMAT,
@@ -121,8 +120,7 @@ static ms_status check_coverage(ckpt_reader *r) {
                 const ckpt_slice *s = &mf->slices[i];
                 if (s->tensor != t || s->kind != k) continue;
                 for (int d = 0; d < mf->tensors[t].ndim; d++)
-                    if (s->box_off[d] != 0 || s->box_shape[d] != mf->tensors[t].shape[d])
-                        whole = 0;
+                    if (s->box_off[d] != 0 || s->box_shape[d] != mf->tensors[t].shape[d]) whole = 0;
                 sum += s->end - s->begin;
                 ranges[2 * n] = s->begin;
                 ranges[2 * n + 1] = s->end;
@@ -180,8 +178,12 @@ ms_status ckpt_reader_tensor(ckpt_reader *r, int t, int kind, float *dst) {
 }
 
 ms_status ckpt_verify(const char *dir, ckpt_manifest *mf) {
+    return ckpt_validate(dir, 1, mf);
+}
+
+ms_status ckpt_validate(const char *dir, int check_crc, ckpt_manifest *mf) {
     ckpt_reader *r;
-    MS_TRY(ckpt_reader_open(&r, dir, 1));
+    MS_TRY(ckpt_reader_open(&r, dir, check_crc));
     if (mf) {
         *mf = r->mf;
         memset(&r->mf, 0, sizeof r->mf);
@@ -201,22 +203,21 @@ ms_status ckpt_check_model(const ckpt_manifest *mf, gpt_model *m, const char *di
                         "%d, %s block, window %d) than this run's (%d layers, dim %d, %d heads, "
                         "vocab %d, seq-max %d, %s block, window %d)",
                         dir, s->n_layer, s->n_embd, s->n_head, s->vocab, s->seq_max,
-                        gpt_block_name(s->block), s->attn_window, c->n_layer, c->n_embd,
-                        c->n_head, c->vocab, c->seq_max, gpt_block_name(c->block),
-                        c->attn_window);
+                        gpt_block_name(s->block), s->attn_window, c->n_layer, c->n_embd, c->n_head,
+                        c->vocab, c->seq_max, gpt_block_name(c->block), c->attn_window);
     ckpt_tensor_info *t = NULL;
     int n = 0;
     MS_TRY(ckpt_tensors_of(m, &t, &n));
-    ms_status st = n == mf->n_tensors
-                       ? MS_OK
-                       : ms_error(MS_ERR_ARG, "%s: %d tensors, the model has %d", dir,
-                                  mf->n_tensors, n);
+    ms_status st = n == mf->n_tensors ? MS_OK
+                                      : ms_error(MS_ERR_ARG, "%s: %d tensors, the model has %d",
+                                                 dir, mf->n_tensors, n);
     for (int i = 0; st == MS_OK && i < n; i++)
         if (strcmp(t[i].name, mf->tensors[i].name) || t[i].ndim != mf->tensors[i].ndim ||
             t[i].shape[0] != mf->tensors[i].shape[0] ||
             (t[i].ndim > 1 && t[i].shape[1] != mf->tensors[i].shape[1]))
-            st = ms_error(MS_ERR_ARG, "%s: tensor %d is '%s' (%" PRId64 " x %" PRId64
-                                      "), the model's is '%s' (%" PRId64 " x %" PRId64 ")",
+            st = ms_error(MS_ERR_ARG,
+                          "%s: tensor %d is '%s' (%" PRId64 " x %" PRId64
+                          "), the model's is '%s' (%" PRId64 " x %" PRId64 ")",
                           dir, i, mf->tensors[i].name, mf->tensors[i].shape[0],
                           mf->tensors[i].shape[1], t[i].name, t[i].shape[0], t[i].shape[1]);
     free(t);
@@ -244,7 +245,8 @@ ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckp
             if (dp) { /* the reader's failure must not leave the others waiting */
                 int32_t bad = st != MS_OK, any = 0;
                 ms_status cs = comm_allreduce(dp, &bad, &any, 1, COMM_I32, COMM_MAX);
-                if (cs != MS_OK) st = cs;
+                if (cs != MS_OK)
+                    st = cs;
                 else if (any && st == MS_OK)
                     st = ms_error(MS_ERR_FORMAT, "the reading rank failed (see its log)");
                 if (st == MS_OK) st = comm_broadcast(dp, buf, numel, COMM_F32, 0);

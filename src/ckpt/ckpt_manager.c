@@ -71,10 +71,19 @@ static ms_status setup_dir(ckpt_manager *cm) {
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
     if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));
-    ckpt_persist_config pc = {cm->root,    cm->o.keep,      cm->rank,      cm->world,
-                              cm->dp_size, cm->group,       gpt_get_config(cm->m),
-                              cm->optimizer, cm->tensors,   cm->n_tensors, cm->runs,
-                              cm->n_runs,  &cm->fault};
+    ckpt_persist_config pc = {cm->root,
+                              cm->o.keep,
+                              cm->rank,
+                              cm->world,
+                              cm->dp_size,
+                              cm->group,
+                              gpt_get_config(cm->m),
+                              cm->optimizer,
+                              cm->tensors,
+                              cm->n_tensors,
+                              cm->runs,
+                              cm->n_runs,
+                              &cm->fault};
     return ckpt_persist_start(&cm->persist, &pc);
 }
 
@@ -91,8 +100,9 @@ ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_mod
     if (!saving && (o->every_steps > 0 || o->every_min > 0))
         return ms_error(MS_ERR_ARG, "--ckpt-every / --ckpt-every-min need --ckpt-dir");
     if (gpt_tp_size(m) > 1) /* the slices would be boxes of the logical tensors (ckpt.h) */
-        return ms_error(MS_ERR_ARG, "checkpoints of tensor-parallel runs (--tp %d) are not "
-                                    "implemented yet",
+        return ms_error(MS_ERR_ARG,
+                        "checkpoints of tensor-parallel runs (--tp %d) are not "
+                        "implemented yet",
                         gpt_tp_size(m));
     ckpt_manager *cm = calloc(1, sizeof *cm);
     if (!cm) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
@@ -116,8 +126,8 @@ ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_mod
         cm->rank = comm_world_rank(w);
         cm->world = comm_world_size(w);
         cm->dp_size = comm_group_size(cm->dp);
-        if (saving) st = comm_group_create_split(comm_world_group(w), 0, cm->rank, "ckpt",
-                                                 &cm->group);
+        if (saving)
+            st = comm_group_create_split(comm_world_group(w), 0, cm->rank, "ckpt", &cm->group);
     }
     if (st == MS_OK) st = ckpt_tensors_of(m, &cm->tensors, &cm->n_tensors);
     if (st == MS_OK) st = ckpt_runs_of_opt(m, opt, &cm->runs, &cm->n_runs);
@@ -137,8 +147,7 @@ static ms_status ensure_slots(ckpt_manager *cm) {
         if (cm->slots[k]) continue;
         char path[4300];
         MS_TRY(ckpt_shm_path(path, sizeof path, cm->root, cm->rank, k));
-        MS_TRY(ckpt_slot_open(&cm->slots[k], path, cm->data_elems,
-                              8192 + 96 * (size_t)cm->n_runs));
+        MS_TRY(ckpt_slot_open(&cm->slots[k], path, cm->data_elems, 8192 + 96 * (size_t)cm->n_runs));
         cm->slot_step[k] = ckpt_slot_step(cm->slots[k], cm->job);
     }
     return MS_OK;
@@ -156,8 +165,8 @@ ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st) {
     char *meta = ckpt_snap_meta(cm->job, st->step, cm->rank, cm->world, cm->dp_size,
                                 gpt_get_config(cm->m), cm->optimizer, st, cm->runs, cm->n_runs);
     if (!meta) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
-    ckpt_snap_src src = {cm->be, gpt_params(cm->m), cm->runs, cm->n_runs, &cm->fault,
-                         cm->n_saved == 0};
+    ckpt_snap_src src = {cm->be,     gpt_params(cm->m), cm->runs,
+                         cm->n_runs, &cm->fault,        cm->n_saved == 0};
     double t0 = ms_now();
     ms_status rc = ckpt_slot_write(cm->slots[s], cm->job, st->step, meta, &src);
     cm->last_stall = ms_now() - t0;
@@ -210,6 +219,7 @@ void ckpt_manager_destroy(ckpt_manager *cm) {
     ckpt_persist_stop(cm->persist);
     for (int k = 0; k < 2; k++) /* the commit holds it all after a clean finish */
         ckpt_slot_close(cm->slots[k], cm->finished_ok);
+    if (cm->finished_ok && cm->rank == 0) ckpt_shm_remove_beyond(cm->root, cm->world);
     comm_group_destroy(cm->group);
     free(cm->tensors);
     free(cm->runs);
@@ -313,8 +323,8 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
         return ckpt_check_model(ckpt_reader_manifest(*reader), cm->m, cm->chosen);
     }
     if (*kind == RES_NONE && (bad || strcmp(cm->resume, "auto")))
-        return ms_error(MS_ERR_NOTFOUND, "%s: no valid checkpoint (%d damaged or incomplete)",
-                        root, bad);
+        return ms_error(MS_ERR_NOTFOUND, "%s: no valid checkpoint (%d damaged or incomplete)", root,
+                        bad);
     return MS_OK;
 }
 
@@ -367,8 +377,8 @@ static ms_status persist_resumed(ckpt_manager *cm, int step, const ckpt_train_st
     return MS_OK;
 }
 
-ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now,
-                              ckpt_train_state *out, int *found) {
+ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckpt_train_state *out,
+                              int *found) {
     *found = 0;
     if (!cm->resume[0]) return cm->saving ? ensure_slots(cm) : MS_OK;
     double t0 = ms_now();
@@ -387,8 +397,7 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now,
     if (st == MS_OK && dec[0] == RES_DISK) {
         if (reader) saved = ckpt_reader_manifest(reader)->trainer;
         st = ckpt_load_into(reader, cm->dp, cm->m, cm->runs, cm->n_runs);
-        if (st == MS_OK && cm->dp)
-            st = comm_broadcast(cm->dp, &saved, sizeof saved, COMM_U8, 0);
+        if (st == MS_OK && cm->dp) st = comm_broadcast(cm->dp, &saved, sizeof saved, COMM_U8, 0);
         snprintf(from, sizeof from, "%s", cm->chosen);
     } else if (st == MS_OK && dec[0] == RES_SHM) {
         st = load_shm(cm, dec[1], &saved, from, sizeof from);
@@ -397,7 +406,8 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now,
             ms_status cs = comm_allreduce(cm->dp, &bad, &any, 1, COMM_I32, COMM_MAX);
             if (cs != MS_OK && st == MS_OK) st = cs;
         }
-        if (st == MS_OK && any) st = ms_error(MS_ERR_IO, "another rank could not load its snapshot");
+        if (st == MS_OK && any)
+            st = ms_error(MS_ERR_IO, "another rank could not load its snapshot");
     }
     ckpt_reader_close(reader);
     if (st != MS_OK) return ms_error_wrap(st, "resume");
@@ -412,7 +422,7 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now,
     cm->last_saved = saved.step; /* nothing new to save at this step */
     ms_info("resume: continuing at step %d from %s, loaded in %.1f ms", saved.step, from,
             (ms_now() - t0) * 1e3);
-    if (cm->saving) MS_TRY(dec[0] == RES_SHM ? persist_resumed(cm, dec[1], &saved)
-                                             : ensure_slots(cm));
+    if (cm->saving)
+        MS_TRY(dec[0] == RES_SHM ? persist_resumed(cm, dec[1], &saved) : ensure_slots(cm));
     return MS_OK;
 }

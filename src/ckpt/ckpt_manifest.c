@@ -38,9 +38,9 @@ static ms_status get_i64(const cJSON *o, const char *key, int64_t lo, int64_t hi
         return ms_error(MS_ERR_FORMAT, "%s: field '%s' is missing or not a number", where, key);
     double d = x->valuedouble;
     if (d != floor(d) || d < (double)lo || d > (double)hi)
-        return ms_error(MS_ERR_FORMAT, "%s: field '%s' = %.17g is out of range [%" PRId64
-                                       ", %" PRId64 "]",
-                        where, key, d, lo, hi);
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: field '%s' = %.17g is out of range [%" PRId64 ", %" PRId64 "]", where,
+                        key, d, lo, hi);
     *v = (int64_t)d;
     return MS_OK;
 }
@@ -152,7 +152,8 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
     MS_TRY(get_str(j, "seed", &seed, where));
     char *end = NULL;
     s->seed = strtoull(seed, &end, 10);
-    if (!*seed || *end) return ms_error(MS_ERR_FORMAT, "%s: seed '%s' is not a number", where, seed);
+    if (!*seed || *end)
+        return ms_error(MS_ERR_FORMAT, "%s: seed '%s' is not a number", where, seed);
     MS_TRY(get_obj(j, "data_cursor", &cur, where));
     MS_TRY(get_u64(cur, "epoch", &s->cursor.epoch, where));
     MS_TRY(get_u64(cur, "shard", &s->cursor.shard, where));
@@ -171,9 +172,8 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
 
 /* ---- one rank's part ------------------------------------------------------- */
 
-cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes,
-                      const ckpt_tensor_info *tensors, const ckpt_run *runs, int n_runs,
-                      const uint32_t *crcs) {
+cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes, const ckpt_tensor_info *tensors,
+                      const ckpt_run *runs, int n_runs, const uint32_t *crcs) {
     cJSON *o = cJSON_CreateObject(), *f, *sl;
     int ok = o && (f = cJSON_AddObjectToObject(o, "file")) &&
              cJSON_AddStringToObject(f, "name", file) && add_num(f, "rank", rank) &&
@@ -221,8 +221,9 @@ char *ckpt_manifest_text(const ckpt_commit_info *ci, cJSON *const *parts, int n_
              (ts = cJSON_AddObjectToObject(o, "tensors"));
     for (int i = 0; ok && i < ci->n_tensors; i++) {
         cJSON *t = cJSON_AddObjectToObject(ts, ci->tensors[i].name);
-        ok = t && cJSON_AddItemToObject(t, "shape", int_array(ci->tensors[i].shape,
-                                                              ci->tensors[i].ndim)) &&
+        ok = t &&
+             cJSON_AddItemToObject(t, "shape",
+                                   int_array(ci->tensors[i].shape, ci->tensors[i].ndim)) &&
              cJSON_AddStringToObject(t, "dtype", "F32");
     }
     ok = ok && (fs = cJSON_AddArrayToObject(o, "files")) &&
@@ -320,8 +321,7 @@ static ms_status parse_files(const cJSON *root, ckpt_manifest *mf, const char *w
     return MS_OK;
 }
 
-static ms_status parse_slice(const cJSON *s, ckpt_manifest *mf, ckpt_slice *sl,
-                             const char *where) {
+static ms_status parse_slice(const cJSON *s, ckpt_manifest *mf, ckpt_slice *sl, const char *where) {
     const char *tn, *kind, *file, *key;
     int64_t range[2], crc;
     MS_TRY(get_str(s, "tensor", &tn, where));

@@ -47,8 +47,9 @@ void ckpt_shard_name(char *buf, size_t n, int rank, int world) {
 
 ms_status ckpt_rmdir_flat(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return errno == ENOENT ? MS_OK : ms_error(MS_ERR_IO, "%s: opendir: %s", dir,
-                                                      strerror(errno));
+    if (!d)
+        return errno == ENOENT ? MS_OK
+                               : ms_error(MS_ERR_IO, "%s: opendir: %s", dir, strerror(errno));
     struct dirent *e;
     char path[4400];
     while ((e = readdir(d))) {
@@ -74,8 +75,9 @@ ms_status ckpt_list_steps(const char *root, int **steps, int *n) {
     *steps = NULL;
     *n = 0;
     DIR *d = opendir(root);
-    if (!d) return errno == ENOENT ? MS_OK : ms_error(MS_ERR_IO, "%s: opendir: %s", root,
-                                                      strerror(errno));
+    if (!d)
+        return errno == ENOENT ? MS_OK
+                               : ms_error(MS_ERR_IO, "%s: opendir: %s", root, strerror(errno));
     int cap = 16, cnt = 0;
     int *v = malloc(sizeof(int) * (size_t)cap);
     struct dirent *e;
@@ -240,8 +242,7 @@ ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep
         /* an older directory of this step (another history, or damaged):
          * swap atomically, then remove the old one */
         if (renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
-            return ms_error(MS_ERR_IO, "%s: exchange with %s: %s", staging, final,
-                            strerror(errno));
+            return ms_error(MS_ERR_IO, "%s: exchange with %s: %s", staging, final, strerror(errno));
         ms_warn("checkpoint: replaced an older %s", final);
         ckpt_rmdir_flat(staging);
     }
@@ -316,11 +317,10 @@ static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON
     const ckpt_persist_config *c = &p->cfg;
     for (int r = 0; r < c->world; r++) {
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(parts[r], "error");
-        if (cJSON_IsString(err))
-            return ms_error(MS_ERR_IO, "rank %d: %s", r, err->valuestring);
+        if (cJSON_IsString(err)) return ms_error(MS_ERR_IO, "rank %d: %s", r, err->valuestring);
     }
-    ckpt_commit_info ci = {tr->step, c->world,    c->dp,     c->model,
-                           c->optimizer, tr, c->tensors, c->n_tensors};
+    ckpt_commit_info ci = {tr->step,     c->world, c->dp,      c->model,
+                           c->optimizer, tr,       c->tensors, c->n_tensors};
     char *text = ckpt_manifest_text(&ci, parts, c->world);
     if (!text) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory building the manifest");
     ms_status st = ckpt_commit(c->root, tr->step, text, c->keep, c->fault, first);

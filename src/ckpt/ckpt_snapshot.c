@@ -140,6 +140,8 @@ ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems,
         goto out;
     }
     s->len = bytes;
+    for (uint64_t off = 0; off < bytes; off += 4096) /* dirty every page now, not in stage 1 */
+        ((volatile uint8_t *)s->map)[off] = s->map[off];
     s->h = (shm_header *)s->map;
     shm_header *h = s->h;
     if ((uint64_t)sb.st_size != bytes || memcmp(h->magic, SHM_MAGIC, 8) ||
@@ -189,8 +191,8 @@ ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta
     shm_header *h = s->h;
     size_t ml = strlen(meta);
     if (ml + 1 > h->meta_cap)
-        return ms_error(MS_ERR_INTERNAL, "%s: snapshot meta of %zu bytes exceeds %" PRIu64,
-                        s->path, ml, h->meta_cap);
+        return ms_error(MS_ERR_INTERNAL, "%s: snapshot meta of %zu bytes exceeds %" PRIu64, s->path,
+                        ml, h->meta_cap);
     if (ckpt_runs_elems(src->runs, src->n_runs) * 3 > h->data_elems)
         return ms_error(MS_ERR_INTERNAL, "%s: snapshot slot too small", s->path);
     __atomic_store_n(&h->complete, 0, __ATOMIC_RELEASE);
@@ -264,8 +266,8 @@ static ms_status parse_meta(const char *path, const char *text, size_t len, ckpt
     NUM("world", v->world);
     NUM("dp", v->dp);
 #undef NUM
-    if (st == MS_OK) st = ckpt_json_model_parse(cJSON_GetObjectItemCaseSensitive(o, "model"),
-                                                &v->model, path);
+    if (st == MS_OK)
+        st = ckpt_json_model_parse(cJSON_GetObjectItemCaseSensitive(o, "model"), &v->model, path);
     if (st == MS_OK)
         st = ckpt_json_trainer_parse(cJSON_GetObjectItemCaseSensitive(o, "trainer"), &v->trainer,
                                      path);
@@ -313,8 +315,8 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
     const uint8_t *p = map;
     ms_status st = MS_OK;
     if (len < HDR_BYTES || memcmp(h->magic, SHM_MAGIC, 8) || h->version != SHM_VERSION)
-        st = ms_error(MS_ERR_FORMAT, "%s: not a megascale snapshot (version %d)", path,
-                      SHM_VERSION);
+        st =
+            ms_error(MS_ERR_FORMAT, "%s: not a megascale snapshot (version %d)", path, SHM_VERSION);
     else if (h->file_bytes != len || h->meta_off + h->meta_cap > len ||
              h->data_off + h->data_elems * sizeof(float) > len || h->meta_len >= h->meta_cap)
         st = ms_error(MS_ERR_FORMAT, "%s: snapshot sizes disagree with the file (%zu bytes)", path,
@@ -358,6 +360,21 @@ void ckpt_snap_close(ckpt_snap_view *v, void *handle) {
         ms_file_unmap(sh->map, sh->len);
         free(sh);
     }
+}
+
+void ckpt_shm_remove_beyond(const char *root, int world) {
+    uint64_t h = 0;
+    char pat[4200];
+    char **paths = NULL;
+    int n = 0;
+    if (root_hash(root, &h) != MS_OK) return;
+    snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(), h);
+    if (ms_glob(pat, &paths, &n) != MS_OK) return;
+    for (int i = 0; i < n; i++) {
+        const char *r = paths[i] + strlen(pat) - 6; /* "-r00001-s0" */
+        if (!strncmp(r, "-r", 2) && atoi(r + 2) >= world) unlink(paths[i]);
+    }
+    ms_paths_free(paths, n);
 }
 
 ms_status ckpt_shm_list(const char *root, int remove) {

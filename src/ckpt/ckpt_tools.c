@@ -41,8 +41,7 @@ ms_status ckpt_export_hf(const char *dir, const char *out) {
 
 /* Rank `rank`'s shard of the new layout from the logical tensors. */
 static ms_status reshard_rank(const char *root, int step, int rank, int dp, gpt_model *m,
-                              const ckpt_tensor_info *tens, float *const *logical,
-                              cJSON **part) {
+                              const ckpt_tensor_info *tens, float *const *logical, cJSON **part) {
     ckpt_run *runs = NULL;
     int n = 0;
     MS_TRY(ckpt_runs_of_dp(m, dp, rank, &runs, &n));
@@ -60,8 +59,8 @@ static ms_status reshard_rank(const char *root, int step, int rank, int dp, gpt_
     ckpt_staging_path(staging, sizeof staging, root, step);
     ckpt_shard_name(name, sizeof name, rank, dp);
     if (st == MS_OK)
-        st = ckpt_shard_write(staging, name, rank, step, tens, runs, n, data, crcs, &bytes, NULL,
-                              0);
+        st =
+            ckpt_shard_write(staging, name, rank, step, tens, runs, n, data, crcs, &bytes, NULL, 0);
     if (st == MS_OK) {
         *part = ckpt_json_part(name, rank, bytes, tens, runs, n, crcs);
         if (!*part) st = ms_error(MS_ERR_NOMEM, "reshard: out of memory");
@@ -101,8 +100,7 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     for (int rk = 0; st == MS_OK && rk < dp; rk++)
         st = reshard_rank(out_root, mf->step, rk, dp, m, tens, logical, &parts[rk]);
     if (st == MS_OK) {
-        ckpt_commit_info ci = {mf->step,     dp,   dp, &mf->model, mf->optimizer,
-                               &mf->trainer, tens, nt};
+        ckpt_commit_info ci = {mf->step, dp, dp, &mf->model, mf->optimizer, &mf->trainer, tens, nt};
         text = ckpt_manifest_text(&ci, parts, dp);
         st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0)
                   : ms_error(MS_ERR_NOMEM, "reshard: out of memory");

@@ -3,7 +3,8 @@
  * Tensor-parallel models store shards (gpt_param.split): saving gathers
  * every split tensor over the model's tp group and places each element at
  * its logical index (gpt_logical_index), loading takes this rank's
- * elements from the logical tensors of the file. */
+ * elements from the logical tensors of the file.  A pipeline stage loads
+ * only its tensors; hf_pipe.c exports a pipeline-parallel model. */
 #include "ckpt/hf.h"
 
 #include <stdint.h>
@@ -11,10 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ckpt/hf_internal.h"
 #include "ckpt/safetensors.h"
 
 /* The tensor's shape in the file: its logical shape, wte without padding. */
-static void file_shape(const gpt_model *m, const gpt_param *p, int64_t *shape) {
+void ckpt_hf_file_shape(const gpt_model *m, const gpt_param *p, int64_t *shape) {
     shape[0] = p->shape[0];
     shape[1] = p->shape[1];
     if (!strcmp(p->name, "wte.weight")) shape[0] = gpt_get_config(m)->vocab;
@@ -22,15 +24,15 @@ static void file_shape(const gpt_model *m, const gpt_param *p, int64_t *shape) {
 
 static size_t file_numel(const gpt_model *m, const gpt_param *p) {
     int64_t sh[2];
-    file_shape(m, p, sh);
+    ckpt_hf_file_shape(m, p, sh);
     return (size_t)sh[0] * (size_t)(p->ndim > 1 ? sh[1] : 1);
 }
 
 /* The logical tensors of a tensor-parallel model on tp rank 0 (*out, one
  * buffer, tensor i at offs[i]); collective over the tp group.  The other
  * ranks get *out = NULL. */
-static ms_status gather_logical(gpt_model *m, const float *host, float **out, size_t *offs,
-                                const char *path) {
+ms_status ckpt_hf_logical(gpt_model *m, const float *host, float **out, size_t *offs,
+                          const char *path) {
     comm_group *g = gpt_tp_group(m);
     int P = gpt_tp_size(m), r = gpt_tp_rank(m), nt = gpt_num_tensors(m);
     size_t total = 0, most = 0;
@@ -68,34 +70,9 @@ static ms_status gather_logical(gpt_model *m, const float *host, float **out, si
     return st;
 }
 
-ms_status ckpt_hf_save(gpt_model *m, const char *path) {
-    const gpt_config *c = gpt_get_config(m);
-    be_backend *be = gpt_backend(m);
-    size_t n = gpt_num_elements(m), *offs = malloc(sizeof(size_t) * (size_t)gpt_num_tensors(m));
-    float *host = malloc(n * sizeof(float)), *full = NULL;
-    if (!host || !offs) {
-        free(host);
-        free(offs);
-        return ms_error(MS_ERR_NOMEM, "%s: out of memory staging weights", path);
-    }
-    be->to_host(be, host, gpt_params(m), n * sizeof(float));
+/* The architecture as the file's metadata. */
+ms_status ckpt_hf_write_meta(ckpt_st_writer *w, const gpt_config *c) {
     ms_status st = MS_OK;
-    if (gpt_tp_size(m) > 1) {
-        st = gather_logical(m, host, &full, offs, path);
-        if (st != MS_OK || !full) goto out; /* tp ranks other than 0 write nothing */
-    } else {
-        for (int i = 0; i < gpt_num_tensors(m); i++)
-            offs[i] = gpt_tensor(m, i)->offset;
-    }
-    const float *src = full ? full : host;
-    ckpt_st_writer *w = ckpt_st_writer_create();
-    st = w ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
-    for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
-        const gpt_param *p = gpt_tensor(m, i);
-        int64_t shape[2];
-        file_shape(m, p, shape);
-        st = ckpt_st_writer_add(w, p->name, CKPT_ST_F32, p->ndim, shape, src + offs[i]);
-    }
     char buf[32];
 #define META(k, v)                                                                                 \
     if (st == MS_OK) {                                                                             \
@@ -111,6 +88,38 @@ ms_status ckpt_hf_save(gpt_model *m, const char *path) {
 #undef META
     if (st == MS_OK) st = ckpt_st_writer_meta(w, "block", gpt_block_name(c->block));
     if (st == MS_OK) st = ckpt_st_writer_meta(w, "format", "pt");
+    return st;
+}
+
+ms_status ckpt_hf_save(gpt_model *m, const char *path) {
+    const gpt_config *c = gpt_get_config(m);
+    be_backend *be = gpt_backend(m);
+    size_t n = gpt_num_elements(m), *offs = malloc(sizeof(size_t) * (size_t)gpt_num_tensors(m));
+    float *host = malloc(n * sizeof(float)), *full = NULL;
+    if (!host || !offs) {
+        free(host);
+        free(offs);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory staging weights", path);
+    }
+    be->to_host(be, host, gpt_params(m), n * sizeof(float));
+    ms_status st = MS_OK;
+    if (gpt_tp_size(m) > 1) {
+        st = ckpt_hf_logical(m, host, &full, offs, path);
+        if (st != MS_OK || !full) goto out; /* tp ranks other than 0 write nothing */
+    } else {
+        for (int i = 0; i < gpt_num_tensors(m); i++)
+            offs[i] = gpt_tensor(m, i)->offset;
+    }
+    const float *src = full ? full : host;
+    ckpt_st_writer *w = ckpt_st_writer_create();
+    st = w ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
+        const gpt_param *p = gpt_tensor(m, i);
+        int64_t shape[2];
+        ckpt_hf_file_shape(m, p, shape);
+        st = ckpt_st_writer_add(w, p->name, CKPT_ST_F32, p->ndim, shape, src + offs[i]);
+    }
+    if (st == MS_OK) st = ckpt_hf_write_meta(w, c);
     if (st == MS_OK) st = ckpt_st_write(w, path);
     ckpt_st_writer_destroy(w);
 out:
@@ -147,7 +156,7 @@ static ms_status check_extra(gpt_model *m, const ckpt_st_file *f, const char *pa
         if (!strcmp(nm, "lm_head.weight") || strstr(nm, ".attn.bias") ||
             strstr(nm, ".attn.masked_bias"))
             continue; /* tied head; HF's causal-mask buffers */
-        if (gpt_find(m, nm) < 0)
+        if (gpt_find(m, nm) < 0 && !gpt_tensor_elsewhere(m, nm))
             return ms_error(MS_ERR_FORMAT,
                             "%s: tensor '%s' is not part of this model (%d layers, %s block)", path,
                             ckpt_st_get(f, i)->name, gpt_get_config(m)->n_layer,

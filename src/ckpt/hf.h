@@ -20,11 +20,19 @@
  * shards are gathered and tp rank 0 writes the whole logical tensors (the
  * same file as a single process); the other ranks write nothing. */
 ms_status ckpt_hf_save(gpt_model *m, const char *path);
+/* The same for a pipeline stage model (gpt_create_stage): collective over
+ * the model's tp group and the pipeline group pp (this (tp, dp) column's
+ * stages, group rank == stage).  Each stage gathers its tp shards; pp rank
+ * 0 (tp rank 0) receives every stage's tensors and writes one file, the
+ * same as a single process (wte from stage 0: the last stage's tied copy
+ * is equal and not sent).  The other ranks write nothing. */
+ms_status ckpt_hf_save_pipeline(gpt_model *m, comm_group *pp, const char *path);
 /* Load weights into m; every tensor of the model must be present with the
  * exact (logical) shape, otherwise an error names the file, the tensor and
  * both shapes.  Unknown extra tensors are an error too (a wrong model).
  * A tensor-parallel rank takes its own shard of each tensor (no
- * communication: every rank reads the file). */
+ * communication: every rank reads the file).  A pipeline stage loads the
+ * tensors it holds (those of other stages are expected in the file). */
 ms_status ckpt_hf_load(gpt_model *m, const char *path);
 /* Read the architecture stored in (or implied by) the file.  heads_hint is
  * used when the file has no metadata (0: C/64). */

@@ -96,7 +96,7 @@ static ms_status do_list(const char *root) {
         ckpt_step_path(path, sizeof path, root, steps[i]);
         const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         int is_latest = latest && !strcmp(latest, base);
-        ms_status st = ckpt_verify(path, &mf);
+        ms_status st = ckpt_validate(path, 0, &mf); /* quick: sizes and headers */
         if (st == MS_OK) {
             char when[32];
             time_t t = (time_t)mf.created;
@@ -141,8 +141,8 @@ static ms_status do_inspect(const char *arg) {
            "; batch %d x seq %d; seed %" PRIu64 "\n",
            s->cursor.epoch, s->cursor.shard, s->cursor.pos, s->batch, s->seq, s->seed);
     for (int i = 0; i < mf.n_files; i++)
-        printf("file       %s (rank %d, %" PRIu64 " bytes)\n", mf.files[i].name,
-               mf.files[i].rank, mf.files[i].bytes);
+        printf("file       %s (rank %d, %" PRIu64 " bytes)\n", mf.files[i].name, mf.files[i].rank,
+               mf.files[i].bytes);
     for (int t = 0; t < mf.n_tensors; t++) {
         int ns = 0;
         for (int i = 0; i < mf.n_slices; i++)
@@ -224,8 +224,9 @@ int cmd_ckpt(int argc, char **argv) {
     } else if (!strcmp(cmd, "shm")) {
         st = ckpt_shm_list(path, o.remove);
     } else {
-        st = ms_error(MS_ERR_ARG, "unknown ckpt command '%s' (list, inspect, verify, export, "
-                                  "reshard, shm)",
+        st = ms_error(MS_ERR_ARG,
+                      "unknown ckpt command '%s' (list, inspect, verify, export, "
+                      "reshard, shm)",
                       cmd);
     }
     if (st != MS_OK) rc = cli_fail("ckpt", st);

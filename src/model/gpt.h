@@ -170,7 +170,61 @@ void gpt_set_grad_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx);
  * that range's all-gather only when it is needed.  fn NULL removes it. */
 void gpt_set_param_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx);
 /* The ranges the hook reports, in order: n_ranges = L + 2; range i is
- * [bounds[2i], bounds[2i+1]). */
+ * [bounds[2i], bounds[2i+1]).  A pipeline stage reports only its own: its
+ * blocks (last first), then ln_f and the embeddings where it holds them. */
 int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges);
+
+/* ---- pipeline stages (gpt_stage.c) ----------------------------------------
+ * A stage model holds only the blocks of its chunks: with pp stages of vpp
+ * chunks each, global chunk g in [0, pp*vpp) holds blocks
+ * [g*cl, (g+1)*cl), cl = L/(pp*vpp), and local chunk c of stage s is global
+ * chunk c*pp + s.  Stage 0 holds the embeddings (wte, wpe), stage pp-1 ln_f
+ * and a copy of wte for the tied classifier (initialised identically; the
+ * trainer sums the two copies' gradients).  Tensor names stay the global
+ * Hugging Face names.  Activations: `slots` sets, each one chunk's blocks
+ * for one micro-batch, plus its tokens and output gradient; a (micro-batch,
+ * chunk) pair in flight owns one set (par_schedule_slots).  The passes run
+ * one chunk on one set; grad-ready hooks fire only for a chunk's final
+ * micro-batch (the embedding range through gpt_embedding_grads_ready). */
+typedef struct {
+    int pp, vpp, stage; /* this rank is stage `stage` of pp, with vpp chunks */
+    int chunk_layers;   /* blocks per chunk: L / (pp*vpp) */
+    int slots;          /* activation sets */
+} gpt_stage;
+
+/* Fill st; MS_ERR_ARG naming the numbers when L is not divisible by pp*vpp
+ * or a size is < 1. */
+ms_status gpt_stage_init(gpt_stage *st, const gpt_config *cfg, int pp, int vpp, int stage,
+                         int slots);
+/* gpt_create_tp for the stage st (copied). */
+ms_status gpt_create_stage(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T,
+                           size_t range_align, comm_group *tp, const gpt_stage *st);
+/* The model's stage, NULL for a whole model. */
+const gpt_stage *gpt_get_stage(const gpt_model *m);
+/* 1 if `name` is a tensor of the whole model that another stage holds. */
+int gpt_tensor_elsewhere(const gpt_model *m, const char *name);
+/* (Nl,C) act buffers of set `slot`: the input activation of local chunk c
+ * (a receive target; unused on global chunk 0) and the gradient of the
+ * chunk's output (a receive target; written by the loss on the last). */
+void *gpt_chunk_input(gpt_model *m, int c, int slot);
+void *gpt_chunk_dout(gpt_model *m, int c, int slot);
+/* Forward of local chunk c on set `slot` for a (B,T) micro-batch.  Global
+ * chunk 0 embeds tokens (B,T host); the others read gpt_chunk_input.  The
+ * output (Nl,C) goes to `out` (device), except on the last global chunk,
+ * which computes the losses against targets (B,T host), and with grad the
+ * backward of the classifier and ln_f (scaled by dloss) into
+ * gpt_chunk_dout, and returns the mean loss (0 elsewhere; NaN after a
+ * tensor-parallel failure).  final: the chunk's last micro-batch (the ln_f
+ * gradients are then ready). */
+float gpt_chunk_forward(gpt_model *m, int c, int slot, const int32_t *tokens,
+                        const int32_t *targets, int B, int T, float dloss, int grad, void *out,
+                        int final);
+/* Backward of local chunk c on set `slot` from gpt_chunk_dout; the input
+ * gradient (Nl,C) goes to din (device), or on global chunk 0 into the
+ * embeddings' gradients.  final: report the blocks' gradient ranges. */
+void gpt_chunk_backward(gpt_model *m, int c, int slot, int B, int T, void *din, int final);
+/* Report the embedding range (wte and wpe, or the wte copy) to the grad
+ * hook: after the trainer summed the tied copies.  No-op without it. */
+void gpt_embedding_grads_ready(gpt_model *m);
 
 #endif

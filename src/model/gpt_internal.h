@@ -85,7 +85,33 @@ struct gpt_model {
     float *rep_grads; /* (6C) f32: replicated parameters' gradients before the all-reduce */
     ms_status err;    /* first communication failure (gpt_take_error) */
     char errmsg[512];
+
+    /* gradient-ready ranges: block l [lrange[2l], lrange[2l+1]), the
+     * embeddings and ln_f (empty when absent on a pipeline stage) */
+    size_t *lrange, erange[2], frange[2];
+    /* pipeline stage (pipe == 0: the whole model).  `layers` is then a view
+     * of set k's blocks (slot_layers[k*cl ..]), set by gpt_stage.c. */
+    int pipe;
+    gpt_stage stage;
+    gpt_layer_acts *slot_layers; /* slots * chunk_layers */
+    int32_t *slot_tokens;        /* (slots, N) device */
+    void *slot_dout;             /* (slots, Nl, C) act */
 };
+
+/* gpt_pass.c, for gpt_stage.c: block l forward (la->resid_in -> y (Nl,C))
+ * and backward (m->dresid: dL/dy in, dL/dx out), tensor parallel or not;
+ * the embedding of m->tokens into layers[0].resid_in and its backward from
+ * m->dresid; the head: ln_f of m->x_final, the classifier against targets
+ * (N host) and with grad the backward into m->dresid (Nl,C).  Returns the
+ * mean loss (NaN after a communication failure). */
+void gpt_block_fwd(gpt_model *m, int l, void *y, int B, int T);
+void gpt_block_bwd(gpt_model *m, int l, int B, int T);
+void gpt_embed_fwd(gpt_model *m, int B, int T);
+void gpt_embed_bwd(gpt_model *m, int B, int T);
+float gpt_head_pass(gpt_model *m, const int32_t *targets, int N, float dloss, int grad);
+
+/* 1 if this model holds block l (always without a pipeline). */
+int gpt_holds_layer(const gpt_model *m, int l);
 
 /* The slice of the padded vocabulary that tp rank r holds: ids v0..v0+Vl-1
  * (wte rows), of which the first Vs (maybe 0) are real (< V). */

@@ -42,79 +42,124 @@ static void pad_to(gpt_model *m, size_t align) {
     m->n_elems = (m->n_elems + align - 1) / align * align;
 }
 
-/* Build the table in Hugging Face order: wte, wpe, h.0 ... h.{L-1}, ln_f.
- * Each gradient-ready range (embeddings, one block, ln_f) is padded to a
- * multiple of align elements. */
-static void build_table(gpt_model *m, size_t align) {
+int gpt_holds_layer(const gpt_model *m, int l) {
+    if (!m->pipe) return 1;
+    const gpt_stage *st = &m->stage;
+    int g = l / st->chunk_layers; /* global chunk of block l */
+    return g % st->pp == st->stage;
+}
+
+/* Add the tensors of block l (HF order) into layer_t. */
+static void add_layer(gpt_model *m, int cap, int l) {
     const gpt_config *c = &m->cfg;
     int C = c->n_embd, L = c->n_layer;
-    int cap = 4 + L * GPT_LAYER_TENSORS;
-    m->table = calloc((size_t)cap, sizeof *m->table);
-    m->layer_t = malloc(sizeof(int) * (size_t)(L * GPT_LAYER_TENSORS));
-    MS_CHECK(m->table && m->layer_t);
     float std = 0.02f, proj_std = 0.02f / sqrtf(2.0f * (float)L);
-    m->t_wte = add_tensor(m, cap, "wte.weight", c->vocab_pad, C, GPT_SPLIT_VOCAB, 1, std, 0, -1);
-    m->t_wpe = add_tensor(m, cap, "wpe.weight", c->seq_max, C, GPT_SPLIT_NONE, 1, std, 0, -1);
-    pad_to(m, align);
-    for (int l = 0; l < L; l++) {
-        int *lt = &m->layer_t[l * GPT_LAYER_TENSORS];
-        char n[64];
+    int *lt = &m->layer_t[l * GPT_LAYER_TENSORS];
+    char n[64];
 #define T_(idx, suffix, d0, d1, split, decay, s, v)                                                \
     do {                                                                                           \
         snprintf(n, sizeof n, "h.%d.%s", l, suffix);                                               \
         lt[idx] = add_tensor(m, cap, n, d0, d1, split, decay, s, v, l);                            \
     } while (0)
-        T_(GPT_LN1_W, "ln_1.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1);
-        T_(GPT_LN1_B, "ln_1.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
-        T_(GPT_QKV_W, "attn.c_attn.weight", C, 3 * C, GPT_SPLIT_QKV, 1, std, 0);
-        T_(GPT_QKV_B, "attn.c_attn.bias", 3 * C, 0, GPT_SPLIT_QKV, 0, 0, 0);
-        T_(GPT_ATTPROJ_W, "attn.c_proj.weight", C, C, GPT_SPLIT_ROWS, 1, proj_std, 0);
-        T_(GPT_ATTPROJ_B, "attn.c_proj.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
-        if (c->block == GPT_BLOCK_SERIAL) {
-            T_(GPT_LN2_W, "ln_2.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1);
-            T_(GPT_LN2_B, "ln_2.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
-        } else {
-            lt[GPT_LN2_W] = lt[GPT_LN2_B] = -1;
-        }
-        T_(GPT_FC_W, "mlp.c_fc.weight", C, 4 * C, GPT_SPLIT_COLS, 1, std, 0);
-        T_(GPT_FC_B, "mlp.c_fc.bias", 4 * C, 0, GPT_SPLIT_COLS, 0, 0, 0);
-        T_(GPT_FCPROJ_W, "mlp.c_proj.weight", 4 * C, C, GPT_SPLIT_ROWS, 1, proj_std, 0);
-        T_(GPT_FCPROJ_B, "mlp.c_proj.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
-#undef T_
-        pad_to(m, align);
+    T_(GPT_LN1_W, "ln_1.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1);
+    T_(GPT_LN1_B, "ln_1.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
+    T_(GPT_QKV_W, "attn.c_attn.weight", C, 3 * C, GPT_SPLIT_QKV, 1, std, 0);
+    T_(GPT_QKV_B, "attn.c_attn.bias", 3 * C, 0, GPT_SPLIT_QKV, 0, 0, 0);
+    T_(GPT_ATTPROJ_W, "attn.c_proj.weight", C, C, GPT_SPLIT_ROWS, 1, proj_std, 0);
+    T_(GPT_ATTPROJ_B, "attn.c_proj.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
+    if (c->block == GPT_BLOCK_SERIAL) {
+        T_(GPT_LN2_W, "ln_2.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1);
+        T_(GPT_LN2_B, "ln_2.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
     }
-    m->t_lnf_w = add_tensor(m, cap, "ln_f.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1, -1);
-    m->t_lnf_b = add_tensor(m, cap, "ln_f.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0, -1);
-    pad_to(m, align);
+    T_(GPT_FC_W, "mlp.c_fc.weight", C, 4 * C, GPT_SPLIT_COLS, 1, std, 0);
+    T_(GPT_FC_B, "mlp.c_fc.bias", 4 * C, 0, GPT_SPLIT_COLS, 0, 0, 0);
+    T_(GPT_FCPROJ_W, "mlp.c_proj.weight", 4 * C, C, GPT_SPLIT_ROWS, 1, proj_std, 0);
+    T_(GPT_FCPROJ_B, "mlp.c_proj.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0);
+#undef T_
 }
 
-/* Lay out the activation buffer; with a NULL-based arena this only sizes it.
- * Rows: N = B*T, Nl = N/tp (this rank's sequence rows); widths of the
- * split linears: Ca = C/tp (attention), F = 4C/tp (MLP). */
-static void layout_acts(gpt_model *m, ms_arena *a) {
+/* Build the table in Hugging Face order: wte, wpe, h.0 ... h.{L-1}, ln_f
+ * (on a pipeline stage only the tensors it holds).  Each gradient-ready
+ * range (embeddings, one block, ln_f) is padded to a multiple of align
+ * elements and recorded. */
+static void build_table(gpt_model *m, size_t align) {
+    const gpt_config *c = &m->cfg;
+    int C = c->n_embd, L = c->n_layer;
+    int cap = 4 + L * GPT_LAYER_TENSORS;
+    int first = !m->pipe || m->stage.stage == 0,
+        last = !m->pipe || m->stage.stage == m->stage.pp - 1;
+    m->table = calloc((size_t)cap, sizeof *m->table);
+    m->layer_t = malloc(sizeof(int) * (size_t)(L * GPT_LAYER_TENSORS));
+    m->lrange = calloc(2 * (size_t)L, sizeof *m->lrange);
+    MS_CHECK(m->table && m->layer_t && m->lrange);
+    float std = 0.02f;
+    m->t_wte = m->t_wpe = m->t_lnf_w = m->t_lnf_b = -1;
+    if (first || last)
+        m->t_wte =
+            add_tensor(m, cap, "wte.weight", c->vocab_pad, C, GPT_SPLIT_VOCAB, 1, std, 0, -1);
+    if (first)
+        m->t_wpe = add_tensor(m, cap, "wpe.weight", c->seq_max, C, GPT_SPLIT_NONE, 1, std, 0, -1);
+    pad_to(m, align);
+    m->erange[1] = m->n_elems;
+    for (int l = 0; l < L; l++) {
+        for (int i = 0; i < GPT_LAYER_TENSORS; i++)
+            m->layer_t[l * GPT_LAYER_TENSORS + i] = -1;
+        if (!gpt_holds_layer(m, l)) continue;
+        m->lrange[2 * l] = m->n_elems;
+        add_layer(m, cap, l);
+        pad_to(m, align);
+        m->lrange[2 * l + 1] = m->n_elems;
+    }
+    m->frange[0] = m->n_elems;
+    if (last) {
+        m->t_lnf_w = add_tensor(m, cap, "ln_f.weight", C, 0, GPT_SPLIT_NONE, 0, 0, 1, -1);
+        m->t_lnf_b = add_tensor(m, cap, "ln_f.bias", C, 0, GPT_SPLIT_NONE, 0, 0, 0, -1);
+    }
+    pad_to(m, align);
+    m->frange[1] = m->n_elems;
+}
+
+/* Push the saved activations of one block (see gpt_layer_acts). */
+static void push_layer(gpt_model *m, ms_arena *a, gpt_layer_acts *la) {
     be_backend *be = m->be;
     size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.n_embd, es = be_dtype_size(be->act_dtype);
     size_t tp = (size_t)m->tp, Nl = N / tp, Ca = C / tp, F = 4 * C / tp;
     size_t att = be->attention_state_bytes(be, m->B, m->T, m->cfg.n_head / m->tp);
-    int serial = m->cfg.block == GPT_BLOCK_SERIAL;
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        gpt_layer_acts *la = &m->layers[l];
-        memset(la, 0, sizeof *la);
-        la->resid_in = ms_arena_push(a, Nl * C * es);
-        la->ln1 = ms_arena_push(a, N * C * es);
-        la->ln1_mean = ms_arena_push(a, Nl * 4);
-        la->ln1_rstd = ms_arena_push(a, Nl * 4);
-        la->qkv = ms_arena_push(a, N * 3 * Ca * es);
-        la->atty = ms_arena_push(a, N * Ca * es);
-        la->att_state = ms_arena_push(a, att);
-        if (serial) {
-            la->resid_mid = ms_arena_push(a, Nl * C * es);
-            la->ln2 = ms_arena_push(a, N * C * es);
-            la->ln2_mean = ms_arena_push(a, Nl * 4);
-            la->ln2_rstd = ms_arena_push(a, Nl * 4);
-        }
-        la->fc_pre = ms_arena_push(a, N * F * es);
-        la->fc_gelu = ms_arena_push(a, N * F * es);
+    memset(la, 0, sizeof *la);
+    la->resid_in = ms_arena_push(a, Nl * C * es);
+    la->ln1 = ms_arena_push(a, N * C * es);
+    la->ln1_mean = ms_arena_push(a, Nl * 4);
+    la->ln1_rstd = ms_arena_push(a, Nl * 4);
+    la->qkv = ms_arena_push(a, N * 3 * Ca * es);
+    la->atty = ms_arena_push(a, N * Ca * es);
+    la->att_state = ms_arena_push(a, att);
+    if (m->cfg.block == GPT_BLOCK_SERIAL) {
+        la->resid_mid = ms_arena_push(a, Nl * C * es);
+        la->ln2 = ms_arena_push(a, N * C * es);
+        la->ln2_mean = ms_arena_push(a, Nl * 4);
+        la->ln2_rstd = ms_arena_push(a, Nl * 4);
+    }
+    la->fc_pre = ms_arena_push(a, N * F * es);
+    la->fc_gelu = ms_arena_push(a, N * F * es);
+}
+
+/* Lay out the activation buffer; with a NULL-based arena this only sizes it.
+ * Rows: N = B*T, Nl = N/tp (this rank's sequence rows); widths of the
+ * split linears: Ca = C/tp (attention), F = 4C/tp (MLP).  A pipeline stage
+ * has `slots` sets of one chunk's blocks (+ tokens, output gradient). */
+static void layout_acts(gpt_model *m, ms_arena *a) {
+    be_backend *be = m->be;
+    size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.n_embd, es = be_dtype_size(be->act_dtype);
+    size_t tp = (size_t)m->tp, Nl = N / tp, Ca = C / tp, F = 4 * C / tp;
+    if (m->pipe) {
+        size_t sets = (size_t)m->stage.slots, cl = (size_t)m->stage.chunk_layers;
+        for (size_t k = 0; k < sets * cl; k++)
+            push_layer(m, a, &m->slot_layers[k]);
+        m->slot_tokens = ms_arena_push(a, sets * N * 4);
+        m->slot_dout = ms_arena_push(a, sets * Nl * C * es);
+    } else {
+        for (int l = 0; l < m->cfg.n_layer; l++)
+            push_layer(m, a, &m->layers[l]);
     }
     m->x_final = ms_arena_push(a, Nl * C * es);
     m->lnf = ms_arena_push(a, N * C * es);
@@ -186,6 +231,11 @@ ms_status gpt_create_aligned(gpt_model **out, const gpt_config *cfg, be_backend 
 
 ms_status gpt_create_tp(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T,
                         size_t range_align, comm_group *tp) {
+    return gpt_create_stage(out, cfg, be, B, T, range_align, tp, NULL);
+}
+
+ms_status gpt_create_stage(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T,
+                           size_t range_align, comm_group *tp, const gpt_stage *stage) {
     *out = NULL;
     gpt_config c = *cfg;
     MS_TRY(gpt_config_validate(&c));
@@ -200,10 +250,19 @@ ms_status gpt_create_tp(gpt_model **out, const gpt_config *cfg, be_backend *be, 
     m->be = be;
     m->B = B;
     m->T = T;
+    if (stage) {
+        m->pipe = 1;
+        m->stage = *stage;
+    }
     ms_status st = setup_tp(m, tp);
     if (st != MS_OK) goto out;
     build_table(m, range_align < 16 ? 16 : (range_align + 15) / 16 * 16);
     m->layers = calloc((size_t)m->cfg.n_layer, sizeof *m->layers);
+    if (m->pipe) {
+        m->slot_layers =
+            calloc((size_t)stage->slots * (size_t)stage->chunk_layers, sizeof *m->slot_layers);
+        MS_CHECK(m->slot_layers); /* a few small structs */
+    }
     m->host_losses = malloc(sizeof(float) * (size_t)B * T);
     size_t pbytes = m->n_elems * sizeof(float);
     m->params = be->alloc(be, pbytes);
@@ -247,6 +306,8 @@ void gpt_destroy(gpt_model *m) {
     if (m->own_params_act && m->params_act) be->free(be, m->params_act);
     if (m->act_buf) be->free(be, m->act_buf);
     free(m->layers);
+    free(m->slot_layers);
+    free(m->lrange);
     free(m->table);
     free(m->layer_t);
     free(m->host_losses);
@@ -396,15 +457,17 @@ int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges) {
     int L = m->cfg.n_layer, n = 0;
     MS_CHECK(max_ranges >= L + 2);
     for (int l = L - 1; l >= 0; l--) { /* blocks, last first */
-        bounds[2 * n] = m->table[m->layer_t[l * GPT_LAYER_TENSORS]].offset;
-        bounds[2 * n + 1] = l + 1 < L ? m->table[m->layer_t[(l + 1) * GPT_LAYER_TENSORS]].offset
-                                      : m->table[m->t_lnf_w].offset;
+        if (!gpt_holds_layer(m, l)) continue;
+        bounds[2 * n] = m->lrange[2 * l];
+        bounds[2 * n + 1] = m->lrange[2 * l + 1];
         n++;
     }
-    bounds[2 * n] = m->table[m->t_lnf_w].offset; /* ln_f */
-    bounds[2 * n + 1] = m->n_elems;
-    n++;
-    bounds[2 * n] = 0; /* wte, wpe */
-    bounds[2 * n + 1] = m->table[m->layer_t[0]].offset;
-    return n + 1;
+    const size_t *tail[2] = {m->frange, m->erange}; /* ln_f, then wte, wpe */
+    for (int i = 0; i < 2; i++) {
+        if (tail[i][1] == tail[i][0]) continue; /* not on this stage */
+        bounds[2 * n] = tail[i][0];
+        bounds[2 * n + 1] = tail[i][1];
+        n++;
+    }
+    return n;
 }

@@ -111,6 +111,7 @@ static void forward_trunk(gpt_model *m, const int32_t *tokens, int B, int T) {
     MS_CHECKF(B >= 1 && B <= m->B && T >= 1 && T <= m->T,
               "micro-batch (%d,%d) exceeds the model's buffers (%d,%d)", B, T, m->B, m->T);
     MS_CHECKF(B * T % m->tp == 0, "micro-batch (%d,%d): B*T not divisible by tp %d", B, T, m->tp);
+    MS_CHECKF(!m->pipe, "a pipeline stage runs its chunks with gpt_chunk_forward/backward");
     int N = B * T, C = c->n_embd, L = c->n_layer;
     size_t bounds[2 * 1026];
     if (m->param_hook) gpt_grad_ranges(m, bounds, 1026);
@@ -233,4 +234,56 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
                  BE_EPI_NONE, NULL);
         be->to_host(be, logits + (size_t)r0 * V, out, (size_t)nr * V * sizeof(float));
     }
+}
+
+/* ---- pieces for the pipeline-stage passes (gpt_stage.c) ---- */
+
+void gpt_block_fwd(gpt_model *m, int l, void *y, int B, int T) {
+    if (m->tp > 1)
+        gpt_tp_layer_fwd(m, l, y, B, T);
+    else
+        layer_fwd(m, l, y, B, T);
+}
+
+void gpt_block_bwd(gpt_model *m, int l, int B, int T) {
+    if (m->tp > 1)
+        gpt_tp_layer_bwd(m, l, B, T);
+    else
+        layer_bwd(m, l, B, T);
+}
+
+void gpt_embed_fwd(gpt_model *m, int B, int T) {
+    if (m->tp > 1)
+        gpt_tp_embed_fwd(m, B, T);
+    else
+        m->be->embedding_fwd(m->be, m->layers[0].resid_in, m->tokens, gpt_w(m, m->t_wte),
+                             gpt_w(m, m->t_wpe), B, T, m->cfg.n_embd);
+}
+
+void gpt_embed_bwd(gpt_model *m, int B, int T) {
+    if (m->tp > 1)
+        gpt_tp_embed_bwd(m, B, T);
+    else
+        m->be->embedding_bwd(m->be, gpt_g(m, m->t_wte), gpt_g(m, m->t_wpe), m->dresid, m->tokens, B,
+                             T, m->cfg.n_embd);
+}
+
+float gpt_head_pass(gpt_model *m, const int32_t *targets, int N, float dloss, int grad) {
+    be_backend *be = m->be;
+    int C = m->cfg.n_embd;
+    if (m->tp > 1)
+        gpt_tp_ln_gather(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->t_lnf_w, m->t_lnf_b,
+                         N);
+    else
+        be->layernorm_fwd(be, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, gpt_w(m, m->t_lnf_w),
+                          gpt_w(m, m->t_lnf_b), N, C);
+    classifier(m, targets, N, dloss, grad);
+    if (grad && m->tp > 1) {
+        gpt_tp_lnf_bwd(m, N);
+    } else if (grad) {
+        be->zero(be, m->dresid, (size_t)N * C * be_dtype_size(be->act_dtype));
+        be->layernorm_bwd(be, m->dresid, gpt_g(m, m->t_lnf_w), gpt_g(m, m->t_lnf_b), m->dln,
+                          m->x_final, gpt_w(m, m->t_lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
+    }
+    return mean_loss(m, N);
 }

@@ -24,6 +24,8 @@ struct opt_state {
     size_t n_state;
     float *mom, *var; /* fp32 (n_state) on the backend */
     double *norms;    /* LAMB: 2 per tensor, ||w||^2 and ||u||^2 */
+    comm_group *pp;   /* pipeline group of the norm sum (NULL: none) */
+    int pp_skip;      /* tensor left out of the norm (-1: none) */
     int t;
 };
 
@@ -98,6 +100,7 @@ ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_z
     o->m = m;
     o->be = gpt_backend(m);
     o->zero = zero;
+    o->pp_skip = -1;
     ms_status st = plan_pieces(o);
     size_t bytes = o->n_state * sizeof(float);
     if (st == MS_OK) {
@@ -125,6 +128,11 @@ void opt_destroy(opt_state *o) {
     free(o);
 }
 
+void opt_set_pipeline(opt_state *o, comm_group *pp, int skip) {
+    o->pp = pp;
+    o->pp_skip = skip;
+}
+
 int opt_steps_done(const opt_state *o) {
     return o->t;
 }
@@ -132,8 +140,8 @@ int opt_steps_done(const opt_state *o) {
 int opt_state_pieces(opt_state *o, opt_state_piece *out, int max) {
     for (int i = 0; i < o->n_pieces && i < max; i++) {
         const opt_piece *pc = &o->pieces[i];
-        out[i] = (opt_state_piece){pc->tensor, pc->off, pc->n, o->mom + pc->state,
-                                   o->var + pc->state};
+        out[i] =
+            (opt_state_piece){pc->tensor, pc->off, pc->n, o->mom + pc->state, o->var + pc->state};
     }
     return o->n_pieces;
 }
@@ -169,10 +177,11 @@ static int tp_counts(const opt_state *o, int t) {
 static ms_status grad_sq(opt_state *o, double *sq) {
     *sq = 0;
     for (int i = 0; i < o->n_pieces; i++)
-        if (tp_counts(o, o->pieces[i].tensor))
+        if (tp_counts(o, o->pieces[i].tensor) && o->pieces[i].tensor != o->pp_skip)
             *sq += o->be->sum_squares(o->be, gpt_grads(o->m) + o->pieces[i].off, o->pieces[i].n);
     MS_TRY(dp_sum(o, sq, 1));
-    return tp_sum(o, sq, 1);
+    MS_TRY(tp_sum(o, sq, 1));
+    return o->pp ? comm_allreduce(o->pp, sq, sq, 1, COMM_F64, COMM_SUM) : MS_OK;
 }
 
 /* LAMB: moments and directions piece by piece, per-tensor norms assembled

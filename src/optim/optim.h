@@ -54,6 +54,12 @@ typedef struct opt_state opt_state;
  * shards of split tensors, replicated tensors counted once. */
 ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_zero *zero);
 void opt_destroy(opt_state *o);
+/* Pipeline parallelism: the global gradient norm (clipping, the non-finite
+ * check) also sums over the pipeline group pp, leaving out tensor `skip`
+ * (the last stage's tied copy of wte, so it counts once; -1: none).  LAMB's
+ * per-tensor norms need no pp sum: each tensor lives on one stage (the two
+ * wte copies hold equal gradients). */
+void opt_set_pipeline(opt_state *o, comm_group *pp, int skip);
 /* One update with learning rate lr from the model's accumulated gradients.
  * Returns MS_ERR_NONFINITE (and leaves parameters and state untouched) when
  * the gradients hold NaN/Inf; stats are filled in either case. */

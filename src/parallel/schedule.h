@@ -124,6 +124,17 @@ ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd
 ms_status par_schedule_bubble_fraction(par_sched_kind kind, int pp, int vpp, int n_micro,
                                        double *frac);
 
+/* Activation sets of one stage's list (list, n) for executing it, one pool
+ * for all local chunks (each chunk has the same number of blocks):
+ * slot[mb*vpp + chunk] (n_micro*vpp entries) is the set that (mb, chunk)
+ * uses from its first instruction (an early RECV_ACT writes its input
+ * there) until its BWD; *n_slots is how many sets the stage needs: the
+ * most pairs alive at once (activations in flight plus early receives).  A
+ * set is reused only after its BWD ran.  MS_ERR_ARG for a list that names
+ * bad indices or misses / repeats a BWD. */
+ms_status par_schedule_slots(const par_instr *list, int n, int vpp, int n_micro, int *slot,
+                             int *n_slots);
+
 /* Name of an op ("FWD", "SEND_ACT", ...). */
 const char *par_op_name(par_op op);
 

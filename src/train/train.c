@@ -42,6 +42,9 @@ typedef struct {
     comm_world *world;
     comm_grid *grid;
     par_zero *zero;
+    train_pipe *pipe;     /* pp > 1: this stage's schedule (NULL: the whole model) */
+    int32_t *pinp, *ptgt; /* pp > 1: the step's micro-batches (accum, micro, seq) */
+    int pp;
     int dp, dp_rank, rank;
     double *prof; /* per step: total, data, exposed comm seconds (3 x steps) */
     int prof_n;
@@ -77,19 +80,25 @@ static ms_status setup_dist(trainer *t) {
     const train_config *tc = t->tc;
     t->dp = tc->dp > 0 ? tc->dp : 1;
     int tp = tc->tp > 0 ? tc->tp : 1;
-    int want = t->dp * tp * (tc->pp > 0 ? tc->pp : 1);
-    if (tc->pp > 1 || tc->vpp > 1)
+    t->pp = tc->pp > 0 ? tc->pp : 1;
+    int want = t->dp * tp * t->pp;
+    if (tc->vpp > 1 && t->pp < 2)
         return ms_error(MS_ERR_ARG,
-                        "--pp %d --vpp %d: pipeline parallelism is not in the trainer "
-                        "yet (data and tensor parallelism are: --dp N, --tp N)",
-                        tc->pp, tc->vpp);
+                        "--vpp %d: virtual pipeline stages need --pp >= 2 (the interleaved "
+                        "schedule)",
+                        tc->vpp);
+    if (t->pp > 1 && ((tc->ckpt_dir && *tc->ckpt_dir) || (tc->resume && *tc->resume)))
+        return ms_error(MS_ERR_ARG,
+                        "--pp %d: checkpoints (--ckpt-dir, --resume) do not record pipeline "
+                        "stages yet (--save-weights / --init-from do)",
+                        t->pp);
     if (want == 1 && ms_ctx_get()->world == 1) return MS_OK;
     MS_TRY(comm_world_init(&t->world, NULL, NULL, NULL));
     int world = comm_world_size(t->world);
     if (world != want)
         return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %d",
                         world, tc->tp > 0 ? tc->tp : 1, tc->pp > 0 ? tc->pp : 1, t->dp, want);
-    MS_TRY(comm_grid_create(t->world, tp, 1, t->dp, &t->grid));
+    MS_TRY(comm_grid_create(t->world, tp, t->pp, t->dp, &t->grid));
     t->rank = comm_world_rank(t->world);
     t->dp_rank = comm_grid_coord_of(t->grid).dp;
     return MS_OK;
@@ -141,8 +150,12 @@ static int threads_per_rank(const train_config *tc) {
 /* The trainer's state for a checkpoint after `step` steps. */
 static ckpt_train_state ckpt_state(trainer *t, int step) {
     const train_config *tc = t->tc;
-    ckpt_train_state s = {step, opt_steps_done(t->opt), tc->seed, {0, 0, 0}, t->sched, tc->batch,
-                          tc->seq};
+    ckpt_train_state s = {.step = step,
+                          .opt_steps = opt_steps_done(t->opt),
+                          .seed = tc->seed,
+                          .sched = t->sched,
+                          .batch = tc->batch,
+                          .seq = tc->seq};
     s.cursor = t->prefetch ? data_prefetch_cursor(t->prefetch) : data_loader_cursor(t->train);
     return s;
 }
@@ -163,6 +176,25 @@ static ms_status setup_ckpt(trainer *t) {
     return MS_OK;
 }
 
+/* The model: whole, or this rank's pipeline stage, whose activation sets
+ * follow from its schedule. */
+static ms_status create_model(trainer *t, comm_group *tpg) {
+    const train_config *tc = t->tc;
+    size_t align = 16 * (size_t)t->dp;
+    if (t->pp == 1) return gpt_create_tp(&t->model, &t->mc, t->be, t->micro, tc->seq, align, tpg);
+    int vpp = tc->vpp > 0 ? tc->vpp : 1, stage = comm_grid_coord_of(t->grid).pp;
+    gpt_stage st;
+    MS_TRY(gpt_stage_init(&st, &t->mc, t->pp, vpp, stage, 1)); /* layers divide? */
+    MS_TRY(train_pipe_plan(&t->pipe, t->grid, t->world, vpp, t->accum));
+    MS_TRY(gpt_stage_init(&st, &t->mc, t->pp, vpp, stage, train_pipe_slots(t->pipe)));
+    MS_TRY(gpt_create_stage(&t->model, &t->mc, t->be, t->micro, tc->seq, align, tpg, &st));
+    size_t n = (size_t)t->accum * t->micro * tc->seq;
+    t->pinp = malloc(n * sizeof(int32_t));
+    t->ptgt = malloc(n * sizeof(int32_t));
+    if (!t->pinp || !t->ptgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
+    return train_pipe_attach(t->pipe, t->model, t->micro, tc->seq);
+}
+
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
@@ -179,7 +211,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
     MS_TRY(be_create(&t->be, tc->device, threads_per_rank(tc)));
     comm_group *tpg = t->grid && tc->tp > 1 ? comm_grid_group(t->grid, COMM_DIM_TP) : NULL;
-    MS_TRY(gpt_create_tp(&t->model, &t->mc, t->be, t->micro, tc->seq, 16 * (size_t)t->dp, tpg));
+    MS_TRY(create_model(t, tpg));
     if (tc->init_from && *tc->init_from) {
         MS_TRY(ckpt_hf_load(t->model, tc->init_from));
         ms_info("weights: loaded %s", tc->init_from);
@@ -189,12 +221,15 @@ static ms_status setup(trainer *t) {
     if (t->dp > 1)
         MS_TRY(par_zero_create(&t->zero, t->model, comm_grid_group(t->grid, COMM_DIM_DP)));
     MS_TRY(opt_create(&t->opt, &oc, t->model, t->zero));
+    if (t->pipe) /* the norm sums over the stages, the last stage's wte copy left out */
+        opt_set_pipeline(t->opt, comm_grid_group(t->grid, COMM_DIM_PP),
+                         train_pipe_last_stage(t->pipe) ? gpt_find(t->model, "wte.weight") : -1);
     MS_TRY(setup_ckpt(t)); /* resumes before the prefetch thread reads the loader */
     MS_TRY(mon_metrics_open(&t->metrics, t->rank == 0 ? tc->metrics : NULL));
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
     t->tgt = malloc(n * sizeof(int32_t));
-    t->prof = malloc(sizeof(double) * 3 * (size_t)tc->steps);
+    t->prof = malloc(sizeof(double) * 4 * (size_t)tc->steps);
     if (!t->inp || !t->tgt || !t->prof) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
     t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 2048, 2);
@@ -216,6 +251,9 @@ static void teardown(trainer *t, ms_status st) {
     data_loader_close(t->val);
     opt_destroy(t->opt);
     par_zero_destroy(t->zero);
+    train_pipe_destroy(t->pipe);
+    free(t->pinp);
+    free(t->ptgt);
     gpt_destroy(t->model);
     if (t->be) be_destroy(t->be);
     free(t->inp);
@@ -239,7 +277,7 @@ static double prof_median(const trainer *t, int k) {
     if (n < 1) return 0;
     double *v = malloc(sizeof(double) * (size_t)n);
     if (!v) return 0;
-    for (int i = 0; i < n; i++) v[i] = t->prof[3 * (t->prof_n - n + i) + k];
+    for (int i = 0; i < n; i++) v[i] = t->prof[4 * (t->prof_n - n + i) + k];
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     double m = v[n / 2];
     free(v);
@@ -250,11 +288,12 @@ static double prof_median(const trainer *t, int k) {
 static void print_profile(const trainer *t) {
     if (!t->prof || t->prof_n == 0) return;
     double step = prof_median(t, 0), data = prof_median(t, 1), comm = prof_median(t, 2);
+    double bubble = prof_median(t, 3); /* waits on pipeline receives */
     fprintf(stderr,
             "[megascale r%d profile] median per step over %d steps: step %.1f ms | compute %.1f "
-            "ms | exposed comm %.1f ms | data wait %.2f ms | bubble 0.0 ms\n",
+            "ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms\n",
             t->rank, t->prof_n > 1 ? t->prof_n - 1 : t->prof_n, step * 1e3,
-            (step - data - comm) * 1e3, comm * 1e3, data * 1e3);
+            (step - data - comm - bubble) * 1e3, comm * 1e3, data * 1e3, bubble * 1e3);
 }
 
 /* Mean of a per-rank value over the data-parallel ranks. */
@@ -270,10 +309,16 @@ static void print_layout(const trainer *t) {
     const train_config *tc = t->tc;
     int tp = gpt_tp_size(t->model);
     if (t->world)
-        ms_info("layout: %d ranks = tp %d x pp 1 x dp %d (%s%s%s)", comm_world_size(t->world), tp,
-                t->dp, tp > 1 ? "tensor + sequence parallel over tp" : "",
+        ms_info("layout: %d ranks = tp %d x pp %d x dp %d (%s%s%s)", comm_world_size(t->world), tp,
+                t->pp, t->dp, tp > 1 ? "tensor + sequence parallel over tp" : "",
                 tp > 1 && t->dp > 1 ? "; " : "",
                 t->dp > 1 || tp == 1 ? "ZeRO-2: optimiser state and updates sharded over dp" : "");
+    const gpt_stage *ps = gpt_get_stage(t->model);
+    if (ps)
+        ms_info("pipeline: %d stages x %d chunks of %d layers, %s schedule, %d micro-batches, "
+                "%d activation sets on rank 0's stage; wte tied over the first and last stage",
+                ps->pp, ps->vpp, ps->chunk_layers, ps->vpp > 1 ? "interleaved 1F1B" : "1F1B",
+                t->accum, ps->slots);
     ms_info("model: %d layers, dim %d, %d heads, vocab %d (padded %d), seq-max %d, %s block%s%.0d",
             c->n_layer, c->n_embd, c->n_head, c->vocab, c->vocab_pad, c->seq_max,
             gpt_block_name(c->block), c->attn_window ? ", window " : "", c->attn_window);
@@ -302,7 +347,13 @@ static ms_status validate(trainer *t, float *loss) {
     int nb = t->tc->val_batches > 0 ? t->tc->val_batches : 1;
     for (int i = 0; i < nb; i++) {
         MS_TRY(data_loader_next(t->val, t->inp, t->tgt));
-        sum += gpt_forward_loss(t->model, t->inp, t->tgt, t->micro, t->tc->seq);
+        if (t->pipe) { /* forward through every stage; the loss comes from the last */
+            double l;
+            MS_TRY(train_pipe_eval(t->pipe, t->inp, t->tgt, t->micro, t->tc->seq, &l));
+            sum += l;
+        } else {
+            sum += gpt_forward_loss(t->model, t->inp, t->tgt, t->micro, t->tc->seq);
+        }
     }
     MS_TRY(gpt_take_error(t->model)); /* a tensor-parallel collective failed */
     sum /= nb;
@@ -325,8 +376,26 @@ typedef struct {
     float loss, lr;
     opt_stats os;
     double sec, data_sec, comm_sec; /* comm: exposed (blocked) communication */
+    double bubble_sec;              /* pp > 1: waited on pipeline receives */
     int skipped;
 } step_result;
+
+/* pp > 1: the step's micro-batches through this stage's schedule; *loss =
+ * the sum of their losses (from the last stage, on every stage). */
+static ms_status pipe_micro_batches(trainer *t, float dloss, double *loss, step_result *r) {
+    size_t n = (size_t)t->micro * t->tc->seq;
+    for (int k = 0; k < t->accum; k++) {
+        double wait = 0;
+        MS_TRY(next_batch(t, &wait));
+        r->data_sec += wait;
+        memcpy(t->pinp + (size_t)k * n, t->inp, n * sizeof(int32_t));
+        memcpy(t->ptgt + (size_t)k * n, t->tgt, n * sizeof(int32_t));
+    }
+    if (t->zero) par_zero_arm(t->zero); /* the hooks fire on each chunk's last micro-batch */
+    MS_TRY(train_pipe_step(t->pipe, t->pinp, t->ptgt, t->micro, t->tc->seq, dloss, loss));
+    r->bubble_sec = train_pipe_bubble(t->pipe);
+    return MS_OK;
+}
 
 /* One optimiser step over `accum` micro-batches. */
 static ms_status train_step(trainer *t, int step, step_result *r) {
@@ -337,7 +406,9 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     gpt_zero_grads(t->model);
     float dloss = 1.0f / ((float)tc->batch * (float)tc->seq);
     double loss = 0;
-    for (int k = 0; k < t->accum; k++) {
+    r->bubble_sec = 0;
+    if (t->pipe) MS_TRY(pipe_micro_batches(t, dloss, &loss, r));
+    for (int k = 0; !t->pipe && k < t->accum; k++) {
         double wait = 0;
         MS_TRY(next_batch(t, &wait));
         r->data_sec += wait;
@@ -414,8 +485,8 @@ static ms_status loop(trainer *t) {
         MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));
         if (t->prof) {
-            double *p = &t->prof[3 * t->prof_n++];
-            p[0] = r.sec, p[1] = r.data_sec, p[2] = r.comm_sec;
+            double *p = &t->prof[4 * t->prof_n++];
+            p[0] = r.sec, p[1] = r.data_sec, p[2] = r.comm_sec, p[3] = r.bubble_sec;
         }
         bad = r.skipped ? bad + 1 : 0;
         if (bad > tc->max_bad_steps)
@@ -427,8 +498,10 @@ static ms_status loop(trainer *t) {
         if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))
             MS_TRY(log_val(t, step + 1));
         t->done = step + 1;
-        ckpt_train_state cs = ckpt_state(t, t->done);
-        if (t->ckpt) MS_TRY(ckpt_manager_step(t->ckpt, &cs)); /* may checkpoint or stop */
+        if (t->ckpt) { /* may checkpoint, or stop every rank at this step */
+            ckpt_train_state cs = ckpt_state(t, t->done);
+            MS_TRY(ckpt_manager_step(t->ckpt, &cs));
+        }
     }
     return MS_OK;
 }
@@ -450,9 +523,12 @@ ms_status train_run(const train_config *tc) {
         st = ckpt_manager_finish(t.ckpt, &cs);
     }
     /* with tp, the tp group of world rank 0 gathers the shards (rank 0 writes) */
-    int saver = st == MS_OK && (gpt_tp_size(t.model) > 1 ? t.dp_rank == 0 : t.rank == 0);
+    /* with pp, all stages of that column send their tensors to world rank 0 */
+    int saver = st == MS_OK && (gpt_tp_size(t.model) > 1 || t.pipe ? t.dp_rank == 0 : t.rank == 0);
     if (saver && tc->save_weights && *tc->save_weights) {
-        st = ckpt_hf_save(t.model, tc->save_weights);
+        st = t.pipe ? ckpt_hf_save_pipeline(t.model, comm_grid_group(t.grid, COMM_DIM_PP),
+                                            tc->save_weights)
+                    : ckpt_hf_save(t.model, tc->save_weights);
         if (st == MS_OK) ms_info("weights: saved %s", tc->save_weights);
     }
     if (st == MS_OK) ms_info("peak RSS %.1f MB", mon_peak_rss_bytes() / 1e6);

@@ -2,6 +2,7 @@
 #ifndef TRAIN_INTERNAL_H
 #define TRAIN_INTERNAL_H
 
+#include "comm/grid.h"
 #include "model/gpt.h"
 #include "train/train.h"
 
@@ -14,6 +15,33 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *
  * micro-batches of `micro` sequences: heads and micro*seq divisible by tp,
  * no pipeline stages. */
 ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro);
+
+/* train_pipeline.c: one stage's pipeline schedule over a stage model.
+ * Usage: train_pipe_plan (collective over the world: creates the
+ * "embedding" group), gpt_stage_init with train_pipe_slots activation
+ * sets, gpt_create_stage, train_pipe_attach; per step train_pipe_step with
+ * the step's n_micro micro-batches (inp, tgt: (n_micro, B, T) host, read
+ * by the stages that need them), ZeRO armed around it by the caller.
+ * Errors: par_schedule's own (n_micro invalid for the interleaved
+ * schedule), communication failures (naming op and peers). */
+typedef struct train_pipe train_pipe;
+ms_status train_pipe_plan(train_pipe **out, comm_grid *grid, comm_world *world, int vpp,
+                          int n_micro);
+int train_pipe_slots(const train_pipe *p);
+/* Allocate the send buffers for (B,T) micro-batches of model m. */
+ms_status train_pipe_attach(train_pipe *p, gpt_model *m, int B, int T);
+void train_pipe_destroy(train_pipe *p);
+/* Run the step's schedule; *loss = the sum of the micro-batches' mean
+ * losses, equal on every stage (broadcast from the last).  The tied wte gradients
+ * are summed over the first and last stage before returning. */
+ms_status train_pipe_step(train_pipe *p, const int32_t *inp, const int32_t *tgt, int B, int T,
+                          float dloss, double *loss);
+/* Forward-only loss of one (B,T) micro-batch through all stages. */
+ms_status train_pipe_eval(train_pipe *p, const int32_t *inp, const int32_t *tgt, int B, int T,
+                          double *loss);
+int train_pipe_last_stage(const train_pipe *p);
+/* Seconds the last step waited on pipeline receives (the bubble). */
+double train_pipe_bubble(const train_pipe *p);
 
 /* A parsed --inject-fault. */
 typedef struct {

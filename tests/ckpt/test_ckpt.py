@@ -62,9 +62,11 @@ def test_manifest(ws, c):
 def test_tools(ws, c, ref_w, ref_m):
     r = subprocess.run([BIN, "ckpt", "list", c], capture_output=True, text=True)
     lines = [l for l in r.stdout.splitlines() if "committed" in l]
-    ok(r.returncode == 0 and len(lines) == 3 and "step_00000016" in lines[0] and
-       "(latest)" in lines[0] and "step_00000008" in lines[2],
-       "list: the newest 3 commits (--ckpt-keep 3), latest first", r.stdout + r.stderr)
+    # (a snapshot still queued when the next one is taken is superseded, so
+    # which older steps exist depends on timing)
+    ok(r.returncode == 0 and 2 <= len(lines) <= 3 and "step_00000016" in lines[0] and
+       "(latest)" in lines[0] and any("step_00000008" in l for l in lines),
+       "list: at most 3 commits (--ckpt-keep 3), the newest first and latest", r.stdout + r.stderr)
     ok("no /dev/shm snapshots" in r.stdout, "no host-memory snapshot left after a clean finish",
        r.stdout)
     r = subprocess.run([BIN, "ckpt", "inspect", c], capture_output=True, text=True)
@@ -72,7 +74,7 @@ def test_tools(ws, c, ref_w, ref_m):
        "wte.weight" in r.stdout and "(256, 32)" in r.stdout and "cursor" in r.stdout,
        "inspect: step, layout, tensors, data cursor", r.stdout + r.stderr)
     r = subprocess.run([BIN, "ckpt", "verify", c], capture_output=True, text=True)
-    ok(r.returncode == 0 and r.stdout.count(": ok") == 3, "verify: every commit's CRCs",
+    ok(r.returncode == 0 and r.stdout.count(": ok") == len(lines), "verify: every commit's CRCs",
        r.stdout + r.stderr)
     exp = ws.path("export.safetensors")
     r = subprocess.run([BIN, "ckpt", "export", c, "--format", "safetensors", "--out", exp],

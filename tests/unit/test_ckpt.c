@@ -107,8 +107,8 @@ static void test_runs(void) {
     T_OK(ckpt_runs_of_dp(f.m, 1, 0, &r1, &n1) == MS_OK);
     T_EQ_INT(no, n1);
     for (int i = 0; i < no && i < n1; i++)
-        T_OK(ro[i].tensor == r1[i].tensor && ro[i].begin == r1[i].begin &&
-             ro[i].end == r1[i].end && ro[i].data_off == r1[i].data_off);
+        T_OK(ro[i].tensor == r1[i].tensor && ro[i].begin == r1[i].begin && ro[i].end == r1[i].end &&
+             ro[i].data_off == r1[i].data_off);
     T_EQ_INT(ro[0].end, 100 * 32);
     free(ro);
     free(r1);
@@ -161,8 +161,8 @@ static void test_json(void) {
     MS_CHECK(gpt_config_validate(&c) == MS_OK);
     j = ckpt_json_model(&c);
     T_OK(ckpt_json_model_parse(j, &d, "m") == MS_OK);
-    T_OK(d.n_layer == 3 && d.n_head == 4 && d.n_embd == 64 && d.vocab == 1000 &&
-         d.seq_max == 128 && d.block == GPT_BLOCK_PARALLEL && d.attn_window == 16);
+    T_OK(d.n_layer == 3 && d.n_head == 4 && d.n_embd == 64 && d.vocab == 1000 && d.seq_max == 128 &&
+         d.block == GPT_BLOCK_PARALLEL && d.attn_window == 16);
     cJSON_Delete(j);
 }
 
@@ -172,7 +172,8 @@ static void test_fault_spec(void) {
     T_OK(!strcmp(f.point, "stage2:after-shard") && f.step == 40 && f.rank == 1);
     T_OK(!ckpt_fault_hits(&f, "stage2:after-shard", 40, 0)); /* we are rank 0 */
     T_OK(ckpt_fault_parse("io:enospc-shard@7", &f) == MS_OK);
-    T_OK(ckpt_fault_hits(&f, "io:enospc-shard", 7, 0) && !ckpt_fault_hits(&f, "io:enospc-shard", 8, 0));
+    T_OK(ckpt_fault_hits(&f, "io:enospc-shard", 7, 0) &&
+         !ckpt_fault_hits(&f, "io:enospc-shard", 8, 0));
     T_OK(ckpt_fault_parse("stage1:mid", &f) == MS_OK);
     T_OK(ckpt_fault_hits(&f, "stage1:mid", 99, 1) && !ckpt_fault_hits(&f, "stage1:mid", 99, 0));
     T_OK(ckpt_fault_parse("stage3:boom", &f) == MS_ERR_ARG);
@@ -196,7 +197,8 @@ static void test_slot(void) {
     ckpt_slot *s;
     T_OK(ckpt_slot_open(&s, path, elems, 65536) == MS_OK);
     T_EQ_INT(ckpt_slot_step(s, 7), -1);
-    ckpt_train_state tr = {5, 5, 1337, {0, 0, 320}, {OPT_SCHED_CONSTANT, 1e-3f, 0, 10, 0.1f}, 4, 16};
+    ckpt_train_state tr = {5, 5, 1337, {0, 0, 320}, {OPT_SCHED_CONSTANT, 1e-3f, 0, 10, 0.1f},
+                           4, 16};
     char *meta = ckpt_snap_meta(7, 5, 0, 1, 1, gpt_get_config(f.m), "adamw", &tr, runs, n);
     ckpt_snap_src src = {f.be, gpt_params(f.m), runs, n, NULL, 0};
     T_OK(ckpt_slot_write(s, 7, 5, meta, &src) == MS_OK);
@@ -205,13 +207,14 @@ static void test_slot(void) {
     ckpt_snap_view v;
     void *h;
     T_OK(ckpt_snap_open(path, &v, &h) == MS_OK);
-    T_OK(v.step == 5 && v.job == 7 && v.trainer.cursor.pos == 320 && ckpt_snap_matches(&v, runs, n));
+    T_OK(v.step == 5 && v.job == 7 && v.trainer.cursor.pos == 320 &&
+         ckpt_snap_matches(&v, runs, n));
     /* the data holds param, m, v of the first run */
     opt_state_piece pc;
     opt_state_pieces(f.o, &pc, 1);
     T_OK(!memcmp(v.data, gpt_params(f.m), (runs[0].end - runs[0].begin) * 4));
-    T_OK(!memcmp(v.data + (runs[0].end - runs[0].begin), pc.mom,
-                 (runs[0].end - runs[0].begin) * 4));
+    T_OK(
+        !memcmp(v.data + (runs[0].end - runs[0].begin), pc.mom, (runs[0].end - runs[0].begin) * 4));
     ckpt_snap_close(&v, h);
     /* a torn snapshot (complete flag cleared, as a crash in stage 1 leaves it) */
     ckpt_slot_close(s, 0);
@@ -308,7 +311,8 @@ static void test_commit_and_read(void) {
     int t = gpt_find(f.m, "h.1.mlp.c_fc.weight");
     float *buf = malloc(ckpt_numel(&mf->tensors[t]) * 4);
     T_OK(ckpt_reader_tensor(r, t, CKPT_PARAM, buf) == MS_OK);
-    T_OK(!memcmp(buf, gpt_params(f.m) + gpt_tensor(f.m, t)->offset, ckpt_numel(&mf->tensors[t]) * 4));
+    T_OK(!memcmp(buf, gpt_params(f.m) + gpt_tensor(f.m, t)->offset,
+                 ckpt_numel(&mf->tensors[t]) * 4));
     free(buf);
     ckpt_reader_close(r);
 
@@ -346,7 +350,8 @@ static void test_commit_and_read(void) {
     size_t tl;
     snprintf(src, sizeof src, "%s/manifest.json", p2);
     snprintf(dst, sizeof dst, "%s/manifest.json", dir);
-    T_OK(ms_file_read_all(src, &text, &tl) == MS_OK && ms_file_write_atomic(dst, text, tl) == MS_OK);
+    T_OK(ms_file_read_all(src, &text, &tl) == MS_OK &&
+         ms_file_write_atomic(dst, text, tl) == MS_OK);
     free(text);
     T_OK(ckpt_verify(dir, NULL) == MS_ERR_FORMAT);
     T_STR_CONTAINS(ms_errmsg(), "holds step 20, but the directory is step 30");
@@ -363,8 +368,13 @@ static void test_commit_and_read(void) {
 /* ---- the manager in-process ------------------------------------------------------- */
 
 static ckpt_train_state state_at(fixture *f, int step) {
-    ckpt_train_state s = {step, opt_steps_done(f->o), 42, {0, 0, (uint64_t)step * 64},
-                          {OPT_SCHED_COSINE, 1e-3f, 0, 100, 0.1f}, 4, 16};
+    ckpt_train_state s = {step,
+                          opt_steps_done(f->o),
+                          42,
+                          {0, 0, (uint64_t)step * 64},
+                          {OPT_SCHED_COSINE, 1e-3f, 0, 100, 0.1f},
+                          4,
+                          16};
     return s;
 }
 

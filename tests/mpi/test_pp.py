@@ -1,0 +1,162 @@
+"""Pipeline parallelism (1F1B and interleaved 1F1B, with the tied wte copy on
+the last stage) against one process: the same 10-step loss curve within 1e-5
+relative and the same final weights (1e-5 relative in L2 per tensor; the
+attention key bias only on its q and v parts, see test_tp.py) for every
+layout of {1,2}^3 with pp2 (pp2, pp2 x dp2, pp2 x tp2, pp2 x tp2 x dp2) and
+--vpp 2 (pp2, pp2 x dp2), the serial and the parallel block (with a sliding
+window), AdamW and LAMB, micro-batches of 1 and 2; --init-from spread over
+the stages; validation through the pipeline; the bubble in the profile
+line; then the layout errors.  --eps 1e-6 for the reason given at the top
+of test_tp.py.  Runs under mpirun --oversubscribe.  Environment: MS_BIN."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
+import gpt_ref  # noqa: E402
+
+BIN = os.environ["MS_BIN"]
+MPIRUN = shutil.which("mpirun")
+passed = failed = 0
+
+
+def ok(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL: {what}\n{detail[-3000:]}")
+
+
+def mpi(n, *args, timeout=300, env=None):
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), BIN, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=env)
+
+
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+
+
+def compare_weights(a, b, C):
+    x, _ = gpt_ref.read_safetensors(a)
+    y, _ = gpt_ref.read_safetensors(b)
+    if sorted(x) != sorted(y):
+        return 1.0, f"tensor names differ: {sorted(set(x) ^ set(y))}"
+    worst, where = 0.0, ""
+    for k in x:
+        u, v = x[k], y[k]
+        if u.shape != v.shape:
+            return 1.0, f"{k}: shape {u.shape} vs {v.shape}"
+        if k.endswith("attn.c_attn.bias"):
+            keep = np.r_[0:C, 2 * C:3 * C]
+            u, v = u[keep], v[keep]
+        e = np.linalg.norm(u - v) / max(np.linalg.norm(u), 1e-30)
+        if e > worst:
+            worst, where = e, k
+    return worst, where
+
+
+def main():
+    if not MPIRUN:
+        print("SKIP: mpirun not found (apt-get install openmpi-bin)")
+        sys.exit(77)
+    d = tempfile.mkdtemp(prefix="ms_pp_")
+    shard = os.path.join(d, "t.bin")
+    text = ("In the beginning God created the heaven and the earth. And the earth was without "
+            "form, and void; and darkness was upon the face of the deep. " * 300).encode()
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(text)
+    open(shard, "wb").write(struct.pack("<256i", *header) + struct.pack(f"<{len(text)}H", *text))
+    C = 64
+    base = ["train", "--train-data", shard, "--vocab", "256", "--layers", "4", "--dim", str(C),
+            "--heads", "4", "--seq-max", "32", "--seq", "32", "--batch", "8", "--steps", "10",
+            "--lr", "3e-3", "--log-every", "100", "--peak-flops", "1e11", "--threads", "1",
+            "--eps", "1e-6"]
+    w_init = os.path.join(d, "init.st")
+    lamb = ["--optimizer", "lamb", "--lr", "2e-2"]
+    par = ["--block", "parallel", "--attn-window", "8"]
+    # (label, ranks, layout flags, options for both runs)
+    cases = [
+        ("pp2 serial adamw mb1", 2, ["--pp", "2"], ["--micro-batch", "1"]),
+        ("pp2 x dp2 parallel window lamb mb2", 4, ["--pp", "2", "--dp", "2"],
+         ["--micro-batch", "2", *lamb, *par]),
+        ("pp2 x tp2 serial lamb mb1", 4, ["--pp", "2", "--tp", "2"], ["--micro-batch", "1", *lamb]),
+        ("pp2 x tp2 x dp2 parallel window adamw mb1", 8, ["--pp", "2", "--tp", "2", "--dp", "2"],
+         ["--micro-batch", "1", *par]),
+        ("pp2 vpp2 serial lamb mb1 (+val)", 2, ["--pp", "2", "--vpp", "2"],
+         ["--micro-batch", "1", *lamb, "--val-data", shard, "--val-every", "5",
+          "--val-batches", "2"]),
+        ("pp2 x dp2 vpp2 parallel window adamw mb2", 4, ["--pp", "2", "--dp", "2", "--vpp", "2"],
+         ["--micro-batch", "2", *par]),
+        ("pp2 init-from", 2, ["--pp", "2"],
+         ["--micro-batch", "2", "--init-from", w_init, "--lr", "1e-3"]),
+    ]
+    for label, n, layout, extra in cases:
+        m1, m2 = os.path.join(d, "m1.jsonl"), os.path.join(d, "m2.jsonl")
+        w1, w2 = os.path.join(d, "w1.st"), os.path.join(d, "w2.st")
+        for f in (m1, m2, w1, w2):
+            if os.path.exists(f):
+                os.remove(f)
+        one = subprocess.run([BIN, *base, *extra, "--metrics", m1, "--save-weights", w1],
+                             capture_output=True, text=True)
+        many = mpi(n, *base, *extra, *layout, "--metrics", m2, "--save-weights", w2)
+        if one.returncode or many.returncode:
+            ok(False, f"{label}: runs succeed", one.stderr + many.stdout + many.stderr)
+            continue
+        if not os.path.exists(w_init):
+            shutil.copy(w1, w_init)  # the first case's final weights start the last case
+        a, b = losses(m1), losses(m2)
+        err = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) == 10 else 1
+        ok(err <= 1e-5, f"{label}: loss curve = single process (rel {err:.2e})", f"{a}\n{b}")
+        ok(a[-1] < a[0] - 0.3, f"{label}: the loss falls", str(a))
+        werr, where = compare_weights(w1, w2, C)
+        ok(werr <= 1e-5, f"{label}: final weights = single process (worst {werr:.2e} {where})")
+        ok("pipeline: 2 stages" in many.stderr, f"{label}: rank 0 prints the pipeline",
+           many.stderr)
+        if "--val-data" in extra:
+            v1 = [json.loads(l)["val_loss"] for l in open(m1) if "val_loss" in l]
+            v2 = [json.loads(l)["val_loss"] for l in open(m2) if "val_loss" in l]
+            verr = max(abs(x - y) / abs(x) for x, y in zip(v1, v2)) if v1 and len(v1) == len(v2) else 1
+            ok(verr <= 1e-5, f"{label}: validation through the pipeline (rel {verr:.2e})",
+               f"{v1}\n{v2}")
+        bub = [float(l.split("bubble ")[1].split()[0]) for l in many.stderr.splitlines()
+               if "profile]" in l]
+        ok(len(bub) == n and max(bub) > 0, f"{label}: the profile reports the bubble", str(bub))
+        print(f"{label}: loss rel {err:.2e}, weights rel {werr:.2e} ({where})")
+
+    # layout errors, each named
+    r = mpi(2, *base, "--pp", "2", "--layers", "3")
+    ok(r.returncode != 0 and "3 layers" in r.stderr and "--pp 2" in r.stderr,
+       "layers not divisible by pp*vpp", r.stderr)
+    r = mpi(2, *base, "--pp", "2", "--vpp", "2", "--layers", "6")
+    ok(r.returncode != 0 and "6 layers" in r.stderr and "--vpp 2" in r.stderr,
+       "layers not divisible by pp*vpp (vpp)", r.stderr)
+    r = mpi(2, *base, "--pp", "2", "--vpp", "2", "--micro-batch", "8")
+    ok(r.returncode != 0 and "n_micro=1" in r.stderr and "interleaved" in r.stderr,
+       "n_micro invalid for the interleaved schedule", r.stderr)
+    r = mpi(2, *base, "--pp", "2", "--dp", "2")
+    ok(r.returncode != 0 and "2 ranks" in r.stderr and "--pp 2" in r.stderr,
+       "world size != tp*pp*dp is named", r.stderr)
+    r = mpi(2, *base, "--pp", "2", "--ckpt-dir", os.path.join(d, "ck"))
+    ok(r.returncode != 0 and "--pp 2" in r.stderr and "checkpoints" in r.stderr,
+       "checkpoints with pp are refused", r.stderr)
+    r = subprocess.run([BIN, *base, "--vpp", "2"], capture_output=True, text=True)
+    ok(r.returncode != 0 and "--pp >= 2" in r.stderr, "--vpp without --pp", r.stderr)
+
+    print(f"{passed} passed, {failed} failed")
+    if not failed:
+        shutil.rmtree(d)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
