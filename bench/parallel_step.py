@@ -1,11 +1,12 @@
 #!/usr/bin/python3
 """bench/parallel_step: tokens/s of one model trained by one process against
-the same model under data parallelism (mpirun, ZeRO-2), same global batch,
+the same model under a parallel layout (mpirun; default dp2 with ZeRO-2;
+--tp/--pp add tensor and pipeline parallelism), same global batch,
 same machine, same run; then each rank's median step split into compute,
 exposed communication, data wait and pipeline bubble (from the trainer's
 per-rank profile line).
 usage: bench/parallel_step.py [--bin build/megascale] [--model d12] [--batch 8]
-                              [--seq 64] [--steps 6] [--dp 2]"""
+                              [--seq 64] [--steps 6] [--dp 2] [--tp 1] [--pp 1]"""
 import argparse
 import json
 import os
@@ -52,6 +53,8 @@ def main():
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--dp", type=int, default=2)
+    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--pp", type=int, default=1)
     a = ap.parse_args()
     mpirun = shutil.which("mpirun")
     if not mpirun:
@@ -66,22 +69,24 @@ def main():
         m1 = os.path.join(d, "one.jsonl")
         one, p1 = run([a.bin, *common, "--threads", str(cores), "--metrics", m1], m1)
         m2 = os.path.join(d, "dp.jsonl")
-        dp, p2 = run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(a.dp), a.bin,
-                      *common, "--dp", str(a.dp), "--metrics", m2], m2)
+        world = a.dp * a.tp * a.pp
+        dp, p2 = run([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", str(world), a.bin,
+                      *common, "--dp", str(a.dp), "--tp", str(a.tp), "--pp", str(a.pp),
+                      "--metrics", m2], m2)
     med = lambda steps: statistics.median(s["tok_s"] for s in steps[1:])
     t1, t2 = med(one), med(dp)
     print(f"\n{a.model}, global batch {a.batch} x {a.seq} tokens, {cores} cores, median of "
           f"{a.steps - 1} steps after 1 warm-up step")
     print(f"{'run':<28} {'tok/s':>9} {'ratio':>7}")
     print(f"{'1 process, ' + str(cores) + ' threads':<28} {t1:9.0f} {1:7.2f}x")
-    print(f"{'dp' + str(a.dp) + ' (ZeRO-2), ' + str(max(1, cores // a.dp)) + ' thread(s)/rank':<28} "
-          f"{t2:9.0f} {t2 / t1:7.2f}x")
-    print(f"\n{'rank':<6} {'step ms':>9} {'compute ms':>11} {'exposed comm ms':>16} "
+    layout = f"dp{a.dp} tp{a.tp} pp{a.pp}, {max(1, cores // world)} thr/rank"
+    print(f"{layout:<28} {t2:9.0f} {t2 / t1:7.2f}x")
+    print(f"\n{'rank':<7} {'step ms':>9} {'compute ms':>11} {'exposed comm ms':>16} "
           f"{'data wait ms':>13} {'bubble ms':>10}")
-    for label, prof in (("1p", p1), ("dp", p2)):
+    for label, prof in (("1p", p1), ("par", p2)):
         for r in sorted(prof):
             s, c, x, w, b = prof[r]
-            print(f"{label + ' r' + str(r):<6} {s:9.1f} {c:11.1f} {x:16.1f} {w:13.2f} {b:10.1f}")
+            print(f"{label + ' r' + str(r):<7} {s:9.1f} {c:11.1f} {x:16.1f} {w:13.2f} {b:10.1f}")
 
 
 if __name__ == "__main__":
