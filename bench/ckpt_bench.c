@@ -4,19 +4,22 @@
  *            into a buffer that is already faulted in;
  *   stage1   the stall of ckpt_manager_save (snapshot into /dev/shm);
  *   persist  stage 2 alone (shard + CRCs + fsync + manifest + commit), MB/s;
- *   steps    wall time per training step over cycles of 10 steps, without
- *            a checkpoint and with one at the start of the cycle (its stage-1
- *            stall, and stage 2 running beside the steps; if stage 2 is not
- *            done by the end of the cycle, the rest of it is counted too),
- *            the two kinds of cycle alternating so both see the same load;
+ *   steps    wall time per training step over blocks of 20 steps, without
+ *            checkpoints and with one every 10 steps (at the block's steps
+ *            0 and 10: the stage-1 stalls, and stage 2 running beside the
+ *            steps as in the trainer), the two kinds of block alternating
+ *            so both see the same machine load; between blocks the last
+ *            persist is waited for, untimed, so a block without
+ *            checkpoints never shares the machine with one;
  *   restore  ckpt_manager_resume from a /dev/shm snapshot and from the
  *            commit on disk (validation of every CRC included).
  * Prints "key value" lines for bench/ckpt to tabulate.
- * usage: ckpt_bench DIR [preset B T cycles reps] */
+ * usage: ckpt_bench DIR [preset B T blocks reps] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/ctx.h"
 #include "base/timeutil.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -79,21 +82,24 @@ static double median(double *v, int n) {
     return n ? v[n / 2] : 0;
 }
 
-/* Seconds per step over a cycle of 10 steps from step s0; with cm, a
- * checkpoint at its start. */
-static double run_cycle(model *x, ckpt_manager *cm, int s0) {
+/* Seconds per step over a block of 20 steps from step s0; with cm, a
+ * checkpoint every 10 steps (as ckpt_manager_step would take them). */
+static double run_block(model *x, ckpt_manager *cm, int s0) {
     double t0 = ms_now();
-    if (cm) {
-        ckpt_train_state st = state(x, s0);
-        MS_CHECK(ckpt_manager_save(cm, &st) == MS_OK);
-    }
-    for (int s = 0; s < 10; s++)
+    for (int s = 0; s < 20; s++) {
+        if (cm && s % 10 == 0) {
+            ckpt_train_state st = state(x, s0 + s);
+            MS_CHECK(ckpt_manager_save(cm, &st) == MS_OK);
+        }
         step(x);
-    if (cm) MS_CHECK(ckpt_manager_wait(cm) == MS_OK);
-    return (ms_now() - t0) / 10;
+    }
+    double dt = (ms_now() - t0) / 20;
+    if (cm) MS_CHECK(ckpt_manager_wait(cm) == MS_OK); /* untimed */
+    return dt;
 }
 
 int main(int argc, char **argv) {
+    ms_ctx_init(); /* MS_LOG_LEVEL */
     if (argc < 2) {
         fprintf(stderr, "usage: ckpt_bench DIR [preset B T steps rounds reps]\n");
         return 2;
@@ -152,14 +158,14 @@ int main(int argc, char **argv) {
     printf("persist_mb_s %.1f\n", (double)elems * 4 / 1e6 / median(p, reps));
     ckpt_manager_destroy(cm);
 
-    /* step time: cycles of 10 steps without / with a checkpoint, alternated */
+    /* step time: blocks without / with checkpoints, alternated */
     double *a = v, *b = v + cycles;
     MS_CHECK(ckpt_manager_create(&cm, &o, x.m, x.o, NULL) == MS_OK);
     MS_CHECK(ckpt_manager_resume(cm, &st0, &got, &found) == MS_OK);
     step(&x); /* warm-up */
     for (int r = 0; r < cycles; r++) {
-        a[r] = run_cycle(&x, NULL, 0);
-        b[r] = run_cycle(&x, cm, 2000 + 10 * r);
+        a[r] = run_block(&x, NULL, 0);
+        b[r] = run_block(&x, cm, 2000 + 20 * r);
     }
     ckpt_manager_destroy(cm);
     double sa = median(a, cycles), sb = median(b, cycles);

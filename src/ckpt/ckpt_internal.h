@@ -219,9 +219,9 @@ ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckp
                          int n_runs);
 /* 1 if a snapshot holds exactly these runs. */
 int ckpt_snap_matches(const ckpt_snap_view *v, const ckpt_run *runs, int n_runs);
-/* Load this rank's snapshot (matching runs), then all-gather the
- * parameters over zero's group. */
+/* Load this rank's snapshot (matching runs) into its parameter runs, m
+ * and v (local; with ZeRO the caller then all-gathers the parameters). */
 ms_status ckpt_load_snapshot(const ckpt_snap_view *v, gpt_model *m, const ckpt_run *runs,
-                             int n_runs, par_zero *zero);
+                             int n_runs);
 
 #endif

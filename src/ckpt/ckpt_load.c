@@ -274,7 +274,7 @@ ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckp
 }
 
 ms_status ckpt_load_snapshot(const ckpt_snap_view *v, gpt_model *m, const ckpt_run *runs,
-                             int n_runs, par_zero *zero) {
+                             int n_runs) {
     be_backend *be = gpt_backend(m);
     for (int i = 0; i < n_runs; i++) {
         const ckpt_run *r = &runs[i], *s = &v->runs[i];
@@ -283,10 +283,6 @@ ms_status ckpt_load_snapshot(const ckpt_snap_view *v, gpt_model *m, const ckpt_r
         be->to_device(be, gpt_params(m) + r->param_off, d, bytes);
         be->to_device(be, r->mom, d + n, bytes);
         be->to_device(be, r->var, d + 2 * n, bytes);
-    }
-    if (zero) { /* every rank holds its own runs: gather the parameters */
-        MS_TRY(par_zero_gather_start(zero));
-        MS_TRY(par_zero_gather_wait_all(zero));
     }
     gpt_params_updated(m);
     return MS_OK;

@@ -357,7 +357,7 @@ static ms_status load_shm(ckpt_manager *cm, int step, ckpt_train_state *out, cha
             ckpt_snap_close(&v, h);
             continue;
         }
-        ms_status st = ckpt_load_snapshot(&v, cm->m, cm->runs, cm->n_runs, cm->zero);
+        ms_status st = ckpt_load_snapshot(&v, cm->m, cm->runs, cm->n_runs);
         *out = v.trainer;
         snprintf(from, nfrom, "%s (host-memory snapshot)", path);
         ckpt_snap_close(&v, h);
@@ -408,6 +408,11 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
         }
         if (st == MS_OK && any)
             st = ms_error(MS_ERR_IO, "another rank could not load its snapshot");
+        if (st == MS_OK && cm->zero) { /* each rank holds its own runs: gather the rest */
+            st = par_zero_gather_start(cm->zero);
+            if (st == MS_OK) st = par_zero_gather_wait_all(cm->zero);
+            gpt_params_updated(cm->m);
+        }
     }
     ckpt_reader_close(reader);
     if (st != MS_OK) return ms_error_wrap(st, "resume");

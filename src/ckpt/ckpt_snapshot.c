@@ -6,7 +6,8 @@
  * step, offsets, sizes, CRC32C of the meta text), the meta text (JSON:
  * model, layout, trainer state, the runs with their data offsets) and the
  * data (per run: param, m, v, fp32).  Stage 1 clears `complete`, writes the
- * meta and the data, then sets `complete` (release order), so a process
+ * meta and the data (the copies cut into 4 MB pieces shared by the OpenMP
+ * threads), then sets `complete` (release order), so a process
  * killed in the middle leaves a slot that the loader rejects.  The file
  * outlives the process; the job id (DIR/job) ties it to one checkpoint
  * directory, so a snapshot of a deleted run is never loaded.  Pages are
@@ -186,6 +187,14 @@ const float *ckpt_slot_data(const ckpt_slot *s) {
     return (const float *)(s->map + s->h->data_off);
 }
 
+#define COPY_CHUNK ((size_t)1 << 20) /* elements */
+
+typedef struct {
+    float *dst;
+    const float *src;
+    size_t n;
+} copy_job;
+
 ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta,
                           const ckpt_snap_src *src) {
     shm_header *h = s->h;
@@ -201,17 +210,38 @@ ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta
     memcpy(s->map + h->meta_off, meta, ml + 1);
     h->meta_len = ml;
     h->meta_crc = ms_crc32c(0, meta, ml);
+    /* the copies, cut into pieces of at most 4 MB, shared by the threads */
     float *data = (float *)(s->map + h->data_off);
     be_backend *be = src->be;
+    size_t nj = 0, cap = 0;
+    copy_job *jobs = NULL;
     for (int i = 0; i < src->n_runs; i++) {
         const ckpt_run *r = &src->runs[i];
-        size_t n = r->end - r->begin, bytes = n * sizeof(float);
-        if (i == src->n_runs / 2) ckpt_fault_kill(src->fault, "stage1:mid", step, src->fault_first);
-        float *d = data + r->data_off;
-        be->to_host(be, d, src->params + r->param_off, bytes);
-        be->to_host(be, d + n, r->mom, bytes);
-        be->to_host(be, d + 2 * n, r->var, bytes);
+        size_t n = r->end - r->begin;
+        const float *from[3] = {src->params + r->param_off, r->mom, r->var};
+        for (int k = 0; k < 3; k++)
+            for (size_t o = 0; o < n; o += COPY_CHUNK) {
+                if (nj == cap) {
+                    cap = cap ? 2 * cap : 256;
+                    copy_job *nj2 = realloc(jobs, cap * sizeof *jobs);
+                    if (!nj2) {
+                        free(jobs);
+                        return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->path);
+                    }
+                    jobs = nj2;
+                }
+                size_t c = n - o < COPY_CHUNK ? n - o : COPY_CHUNK;
+                jobs[nj++] = (copy_job){data + r->data_off + (size_t)k * n + o, from[k] + o, c};
+            }
     }
+    for (int half = 0; half < 2; half++) {
+        long lo = half ? (long)nj / 2 : 0, hi = half ? (long)nj : (long)nj / 2;
+        if (half) ckpt_fault_kill(src->fault, "stage1:mid", step, src->fault_first);
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long j = lo; j < hi; j++)
+            be->to_host(be, jobs[j].dst, jobs[j].src, jobs[j].n * sizeof(float));
+    }
+    free(jobs);
     __atomic_store_n(&h->complete, 1, __ATOMIC_RELEASE);
     return MS_OK;
 }

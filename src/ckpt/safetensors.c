@@ -533,6 +533,50 @@ static ms_status st_write_body(ms_atomic_file *af, const ckpt_st_writer *w, cons
     return MS_OK;
 }
 
+ms_status ckpt_st_writer_header(ckpt_st_writer *w, size_t align, char **hdr, size_t *len) {
+    ms_status rc = MS_OK;
+    int64_t *off = calloc(2 * (size_t)w->n + 2, sizeof *off);
+    int *order = calloc((size_t)w->n + 1, sizeof *order);
+    char *json = NULL;
+    int64_t pos = 0;
+    *hdr = NULL;
+    *len = 0;
+    if (align < 8 || (align & (align - 1)))
+        return ms_error(MS_ERR_ARG, "safetensors writer: alignment %zu", align);
+    if (!off || !order) {
+        rc = ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < w->n; i++)
+        order[i] = i;
+    qsort_r(order, (size_t)w->n, sizeof *order, cmp_layout, w->t);
+    for (int i = 0; i < w->n; i++) {
+        off[2 * order[i]] = pos;
+        pos += (int64_t)w->t[order[i]].nbytes;
+        off[2 * order[i] + 1] = pos;
+    }
+    if (!(json = st_header_json(w, off))) {
+        rc = ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory building the header");
+        goto out;
+    }
+    size_t jlen = strlen(json), total = (8 + jlen + align - 1) / align * align;
+    uint64_t hlen = total - 8;
+    if (!(*hdr = malloc(total))) {
+        rc = ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory");
+        goto out;
+    }
+    for (int k = 0; k < 8; k++)
+        (*hdr)[k] = (char)(uint8_t)(hlen >> (8 * k));
+    memcpy(*hdr + 8, json, jlen);
+    memset(*hdr + 8 + jlen, ' ', total - 8 - jlen);
+    *len = total;
+out:
+    free(json);
+    free(order);
+    free(off);
+    return rc;
+}
+
 ms_status ckpt_st_write(ckpt_st_writer *w, const char *path) {
     ms_status rc = MS_OK;
     ms_atomic_file af = {0};

@@ -61,6 +61,13 @@ ms_status ckpt_st_writer_add(ckpt_st_writer *w, const char *name, ckpt_st_dtype 
                              const int64_t *shape, const void *data);
 ms_status ckpt_st_writer_meta(ckpt_st_writer *w, const char *key, const char *value);
 ms_status ckpt_st_write(ckpt_st_writer *w, const char *path);
+/* The bytes before the data section of the file ckpt_st_write would write
+ * (8-byte length, JSON header, space padding), padded so that the data
+ * section starts at a multiple of `align` bytes (a power of two >= 8).  For
+ * callers whose data already lies in one buffer in the writer's order
+ * (element size descending, then insertion order), to write it themselves
+ * (checkpoint shards, with O_DIRECT).  *hdr is malloc'd (caller frees). */
+ms_status ckpt_st_writer_header(ckpt_st_writer *w, size_t align, char **hdr, size_t *len);
 
 size_t ckpt_st_dtype_size(ckpt_st_dtype dt);
 const char *ckpt_st_dtype_name(ckpt_st_dtype dt); /* "F32", ... */
