@@ -32,6 +32,7 @@ if [[ $ranks -gt 1 ]] && command -v mpirun > /dev/null; then
   [[ $(id -u) -eq 0 ]] && launch+=(--allow-run-as-root)
   layout=(--dp "$ranks")
 fi
+rc=0
 "${launch[@]}" "$bin" train "${layout[@]}" \
   --train-data "$run/data/kjv_train_*.bin" --val-data "$run/data/kjv_val_*.bin" \
   --vocab 50257 --layers 4 --dim 256 --heads 4 --seq-max 128 --seq 128 \
@@ -39,7 +40,12 @@ fi
   --val-every 100 --val-batches 4 --log-every 10 \
   --metrics "$run/metrics.jsonl" --save-weights "$run/model.safetensors" \
   --ckpt-dir "$run/ckpt" --ckpt-every 50 --resume auto \
-  ${MS_TRAIN_ARGS:-}
+  ${MS_TRAIN_ARGS:-} || rc=$?
+if [[ $rc -ne 0 ]]; then
+  echo "megascale: training stopped (exit $rc); the last checkpoint is in $run/ckpt:" \
+    "run 'make run' again to continue from it" >&2
+  exit "$rc"
+fi
 
 echo
 echo "---- sample (megascale sample --weights $run/model.safetensors) ----"

@@ -6,14 +6,35 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "base/fileio.h"
 #include "base/rng.h"
 #include "base/timeutil.h"
 
-ms_status mon_metrics_open(mon_metrics *mm, const char *path) {
+/* Keep the lines of an existing metrics file whose "step" is <= keep. */
+static ms_status trim_metrics(const char *path, int keep) {
+    char *text = NULL;
+    size_t len = 0;
+    if (ms_file_read_all(path, &text, &len) != MS_OK) return MS_OK; /* nothing to keep */
+    ms_atomic_file af;
+    ms_status st = ms_atomic_open(&af, path);
+    for (char *line = text, *next; st == MS_OK && line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        const char *sp = strstr(line, "\"step\":");
+        if (sp && atoi(sp + 7) <= keep) st = ms_atomic_printf(&af, "%s\n", line);
+    }
+    if (st == MS_OK) st = ms_atomic_commit(&af);
+    else ms_atomic_abort(&af);
+    free(text);
+    return st;
+}
+
+ms_status mon_metrics_open(mon_metrics *mm, const char *path, int resume_step) {
     memset(mm, 0, sizeof *mm);
     if (!path || !*path) return MS_OK;
     snprintf(mm->path, sizeof mm->path, "%s", path);
-    mm->f = fopen(path, "w");
+    if (resume_step > 0) MS_TRY(trim_metrics(path, resume_step));
+    mm->f = fopen(path, resume_step > 0 ? "a" : "w");
     if (!mm->f) return ms_error(MS_ERR_IO, "%s: open metrics: %s", path, strerror(errno));
     return MS_OK;
 }

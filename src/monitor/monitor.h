@@ -17,8 +17,11 @@ typedef struct {
     char path[4096];
 } mon_metrics;
 
-/* Open (truncate) path for writing; path NULL or "" gives a disabled writer. */
-ms_status mon_metrics_open(mon_metrics *mm, const char *path);
+/* Open path for writing; path NULL or "" gives a disabled writer.  A run
+ * that starts at step 0 truncates the file; a resumed run (resume_step > 0)
+ * keeps the lines of steps <= resume_step (replacing the file atomically) and
+ * appends after them, so the file reads as one run. */
+ms_status mon_metrics_open(mon_metrics *mm, const char *path, int resume_step);
 /* Write one line: `json_object` is the text of an object without newline. */
 ms_status mon_metrics_write(mon_metrics *mm, const char *json_object);
 void mon_metrics_close(mon_metrics *mm);

@@ -225,7 +225,7 @@ static ms_status setup(trainer *t) {
         opt_set_pipeline(t->opt, comm_grid_group(t->grid, COMM_DIM_PP),
                          train_pipe_last_stage(t->pipe) ? gpt_find(t->model, "wte.weight") : -1);
     MS_TRY(setup_ckpt(t)); /* resumes before the prefetch thread reads the loader */
-    MS_TRY(mon_metrics_open(&t->metrics, t->rank == 0 ? tc->metrics : NULL));
+    MS_TRY(mon_metrics_open(&t->metrics, t->rank == 0 ? tc->metrics : NULL, t->start));
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
     t->tgt = malloc(n * sizeof(int32_t));

@@ -216,6 +216,15 @@ def main():
                  "3 consecutive steps", "--max-bad-steps", what="persistent NaN gradients stop the run")
     expect_error([*base, "--inject-fault", "nan@x"], "--inject-fault", what="bad fault spec")
 
+    # --- a resumed run continues the metrics file (no duplicated steps) ---
+    m6, ck = os.path.join(d, "m6.jsonl"), os.path.join(d, "ck6")
+    run(*base, "--steps", "8", "--metrics", m6, "--ckpt-dir", ck, "--ckpt-every", "3",
+        "--inject-fault", "exit@6")
+    rc, _, err = run(*base, "--steps", "8", "--metrics", m6, "--ckpt-dir", ck, "--resume", "auto")
+    steps6 = [json.loads(l)["step"] for l in open(m6)] if rc == 0 else []
+    ok(steps6 == list(range(1, 9)), "resume keeps the metrics of saved steps, then appends",
+       err + str(steps6))
+
     # --- bad input, each named ---
     expect_error(["train", "--bogus-flag", "1"], "--bogus-flag", what="unknown flag")
     expect_error(["train", "--steps", "ten"], "--steps", "integer", what="non-integer value")
