@@ -7,69 +7,15 @@ accumulation and both data orders.  Then the layout errors, and a rank that
 dies: every other rank must stop with an error naming it, within the
 communicator's timeout.  Runs under mpirun --oversubscribe.
 Environment: MS_BIN."""
-import json
 import os
-import shutil
-import struct
 import subprocess
-import sys
-import tempfile
 import time
 
-import numpy as np
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
-import gpt_ref  # noqa: E402
-
-BIN = os.environ["MS_BIN"]
-MPIRUN = shutil.which("mpirun")
-passed = failed = 0
-
-
-def ok(cond, what, detail=""):
-    global passed, failed
-    if cond:
-        passed += 1
-    else:
-        failed += 1
-        print(f"FAIL: {what}\n{detail[-3000:]}")
-
-
-def mpi(n, *args, timeout=300):
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), BIN, *args]
-    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout)
-
-
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
-
-
-def compare_weights(a, b, C):
-    x, _ = gpt_ref.read_safetensors(a)
-    y, _ = gpt_ref.read_safetensors(b)
-    worst, where = 0.0, ""
-    for k in x:
-        u, v = x[k], y[k]
-        if k.endswith("attn.c_attn.bias"):
-            keep = np.r_[0:C, 2 * C:3 * C]
-            u, v = u[keep], v[keep]
-        e = np.linalg.norm(u - v) / max(np.linalg.norm(u), 1e-30)
-        if e > worst:
-            worst, where = e, k
-    return worst, where
+from mpi_common import BIN, MPIRUN, compare_weights, finish, losses, mpi, ok, start
 
 
 def main():
-    if not MPIRUN:
-        print("SKIP: mpirun not found (apt-get install openmpi-bin)")
-        sys.exit(77)
-    d = tempfile.mkdtemp(prefix="ms_dp_")
-    shard = os.path.join(d, "t.bin")
-    text = ("In the beginning God created the heaven and the earth. And the earth was without "
-            "form, and void; and darkness was upon the face of the deep. " * 300).encode()
-    header = [0] * 256
-    header[0], header[1], header[2] = 20240520, 1, len(text)
-    open(shard, "wb").write(struct.pack("<256i", *header) + struct.pack(f"<{len(text)}H", *text))
+    d, shard = start("ms_dp_")
     C = 64
     base = ["train", "--train-data", shard, "--vocab", "256", "--layers", "2", "--dim", str(C),
             "--heads", "4", "--seq-max", "32", "--seq", "32", "--batch", "8", "--steps", "10",
@@ -118,10 +64,7 @@ def main():
     if named:
         print("survivor says:", named[0][:300])
 
-    print(f"{passed} passed, {failed} failed")
-    if not failed:
-        shutil.rmtree(d)
-    sys.exit(1 if failed else 0)
+    finish(d)
 
 
 if __name__ == "__main__":

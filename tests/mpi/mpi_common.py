@@ -1,0 +1,88 @@
+"""Shared by the multi-rank trainer tests (test_dp.py, test_tp.py,
+test_pp.py): check counting, running the binary under mpirun, reading
+metrics, comparing weights files with one process, and a small text shard.
+Environment: MS_BIN (the megascale binary)."""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "torch"))
+import gpt_ref  # noqa: E402
+
+BIN = os.environ["MS_BIN"]
+MPIRUN = shutil.which("mpirun")
+counts = {"passed": 0, "failed": 0}
+
+
+def ok(cond, what, detail=""):
+    """Count one check; on failure print it with the tail of detail."""
+    if cond:
+        counts["passed"] += 1
+    else:
+        counts["failed"] += 1
+        print(f"FAIL: {what}\n{detail[-3000:]}")
+
+
+def mpi(n, *args, timeout=300, env=None):
+    """Run `megascale ARGS` as n ranks under mpirun --oversubscribe."""
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), BIN, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=env)
+
+
+def losses(path):
+    """The per-step training losses of a --metrics file."""
+    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+
+
+def compare_weights(a, b, C):
+    """Worst per-tensor relative L2 difference of two weights files, and
+    where.  The attention key bias is compared on its q and v parts only: its
+    gradient is exactly zero in exact arithmetic, so Adam/LAMB turn rounding
+    noise into steps of random sign (see tests/torch/test_gpt.py)."""
+    x, _ = gpt_ref.read_safetensors(a)
+    y, _ = gpt_ref.read_safetensors(b)
+    if sorted(x) != sorted(y):
+        return 1.0, f"tensor names differ: {sorted(set(x) ^ set(y))}"
+    worst, where = 0.0, ""
+    for k in x:
+        u, v = x[k], y[k]
+        if u.shape != v.shape:
+            return 1.0, f"{k}: shape {u.shape} vs {v.shape}"
+        if k.endswith("attn.c_attn.bias"):
+            keep = np.r_[0:C, 2 * C:3 * C]
+            u, v = u[keep], v[keep]
+        e = np.linalg.norm(u - v) / max(np.linalg.norm(u), 1e-30)
+        if e > worst:
+            worst, where = e, k
+    return worst, where
+
+
+def start(prefix):
+    """Skip (exit 77) without mpirun; otherwise a temporary directory holding
+    a byte-level text shard t.bin: returns (dir, shard path)."""
+    if not MPIRUN:
+        print("SKIP: mpirun not found (apt-get install openmpi-bin)")
+        sys.exit(77)
+    d = tempfile.mkdtemp(prefix=prefix)
+    shard = os.path.join(d, "t.bin")
+    text = ("In the beginning God created the heaven and the earth. And the earth was without "
+            "form, and void; and darkness was upon the face of the deep. " * 300).encode()
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(text)
+    open(shard, "wb").write(struct.pack("<256i", *header) + struct.pack(f"<{len(text)}H", *text))
+    return d, shard
+
+
+def finish(d):
+    """Print "N passed, N failed", remove d when all passed, exit."""
+    print(f"{counts['passed']} passed, {counts['failed']} failed")
+    if not counts["failed"]:
+        shutil.rmtree(d)
+    sys.exit(1 if counts["failed"] else 0)
