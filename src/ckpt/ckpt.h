@@ -5,11 +5,13 @@
  * safetensors shard per rank ("shard-00000-of-00002.safetensors") and a
  * manifest.json written last.  Every piece of state is a *slice*: (tensor
  * name, state "param" | "m" | "v", a box of the logical Hugging Face-shaped
- * tensor (offset and shape per dimension; today always the whole tensor)
- * and a flat element range [begin, end) of that box in row-major order),
- * with the CRC32C of its bytes.  ZeRO shards are flat ranges; tensor
- * parallelism will add boxes; a loader assembles any set of slices into
- * logical tensors, so any layout loads any other.  A directory becomes a
+ * tensor (offset and shape per dimension) and a flat element range
+ * [begin, end) of that box in row-major order), with the CRC32C of its
+ * bytes.  A tensor-parallel shard is one box (three for c_attn: its q, k,
+ * v columns; wte clipped to the real vocabulary), a ZeRO run one flat
+ * range per box; replicated tensors are saved by tp rank 0 only and wte by
+ * pipeline stage 0 only.  A loader assembles any set of slices into
+ * logical tensors, so any dp / tp / pp layout loads any other.  A directory becomes a
  * commit when the staging directory DIR/.step_00001234.tmp (shards, then
  * the manifest, all fsynced) is renamed to its final name; DIR/latest is
  * then replaced atomically.  A directory without a valid manifest does not
@@ -27,10 +29,10 @@
  * Loading: --resume auto picks the newest commit that validates (sizes,
  * safetensors headers, every slice's CRC) or a complete /dev/shm snapshot
  * of the same job (same DIR/job id) that is newer; a damaged commit is
- * reported (file, tensor) and the previous one is tried.  With data
- * parallelism the dp group's rank 0 reads and validates, then broadcasts
- * each logical tensor over the dp group; every rank keeps the parameters
- * and the m/v runs it owns.  A /dev/shm snapshot is used only when every
+ * reported (file, tensor) and the previous one is tried.  Rank 0 chooses;
+ * dp rank 0 of each (tp, pp) position reads, then broadcasts each logical
+ * tensor its stage holds over the dp group; every rank cuts out its shard's
+ * parameters and the m/v runs it owns.  A /dev/shm snapshot is used only when every
  * rank has one of that step with the same layout; each rank then reads its
  * own and the parameters are all-gathered.
  *
@@ -83,6 +85,11 @@ typedef struct ckpt_manager ckpt_manager;
  * "ckpt" group).  Creates DIR and its job id, and the /dev/shm slots. */
 ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_model *m,
                               opt_state *opt, par_zero *zero);
+/* The same for any tensor / pipeline / data-parallel layout: w is the job's
+ * world (NULL alone), zero the dp sharding (NULL without dp).  Collective
+ * over the world. */
+ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, gpt_model *m,
+                                    opt_state *opt, par_zero *zero, comm_world *w);
 /* Load the checkpoint --resume asks for into the model and optimiser (sets
  * the optimiser's update count).  *found = 0: nothing to resume (fresh
  * start).  now: this run's state, compared with the saved one (warnings).

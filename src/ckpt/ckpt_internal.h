@@ -23,24 +23,45 @@ int ckpt_kind_parse(const char *s); /* -1 if unknown */
 
 /* ---- layout (ckpt_layout.c) ---------------------------------------------- */
 
-/* A run of one tensor that a rank holds in all three states: logical
- * elements [begin, end) of the tensor (row-major over its logical shape). */
+/* A run of one tensor that a rank holds in all three states, as one slice
+ * of the logical tensor: box (offset, shape) and the flat range [begin,
+ * end) of the box.  Box element k lies at element box_loc + (k / width) *
+ * stride + k % width of the local shard (stride == width: contiguous). */
 typedef struct {
-    int tensor;          /* index in the model's table (= manifest tensors) */
-    uint64_t begin, end; /* logical flat range */
+    int tensor;          /* index in the logical tensor list (= manifest tensors) */
+    uint64_t begin, end; /* flat range of the box */
     size_t param_off;    /* element offset of `begin` in the parameter buffer */
-    float *mom, *var;    /* m, v of element `begin` (backend memory); NULL offline */
+    float *mom, *var;    /* m, v of parameter-buffer element state_off; NULL offline */
     uint64_t data_off;   /* element offset of the run in a snapshot (param, then m, then v) */
+    int local;           /* index in the model's table */
+    int64_t box_off[CKPT_MAX_DIMS], box_shape[CKPT_MAX_DIMS];
+    size_t box_loc, width, stride, tensor_off, state_off;
 } ckpt_run;
 
+/* The contiguous piece of run r from box element k (begin <= k < end): its
+ * length; *pos receives its element offset in the parameter buffer. */
+size_t ckpt_run_seg(const ckpt_run *r, uint64_t k, size_t *pos);
+
 uint64_t ckpt_numel(const ckpt_tensor_info *t);
-/* The model's tensors with their logical shapes (wte: vocab rows, not the
- * padded count).  Caller frees *out. */
+/* The whole model's logical tensors (Hugging Face order and shapes, wte:
+ * vocab rows, not the padded count), also on a pipeline stage that holds
+ * only some of them.  Caller frees *out. */
 ms_status ckpt_tensors_of(gpt_model *m, ckpt_tensor_info **out, int *n);
-/* The runs whose m/v this rank's optimiser holds, clipped to the logical
- * tensors (the padded vocabulary rows are dropped).  Sets data_off.
- * Caller frees *out. */
+/* Index of a tensor by name in a list, -1 if absent. */
+int ckpt_tensor_find(const ckpt_tensor_info *t, int n, const char *name);
+/* The runs whose m/v this rank's optimiser holds, as slices of the logical
+ * tensors (tensor-parallel shards are boxes; the padded vocabulary rows are
+ * dropped).  The first *n_save runs are the ones this rank saves; the rest
+ * are replicas that another rank saves (replicated tensors on tp ranks > 0,
+ * the last pipeline stage's wte copy), kept in snapshots only.  Sets
+ * data_off.  Caller frees *out. */
+ms_status ckpt_runs_of_opt_save(gpt_model *m, opt_state *o, ckpt_run **out, int *n, int *n_save);
+/* The same, without the count (every run of a tp = 1, pp = 1 model is saved). */
 ms_status ckpt_runs_of_opt(gpt_model *m, opt_state *o, ckpt_run **out, int *n);
+/* The slices of the local run [off, off+n) of the parameter buffer, in
+ * local tensor i (logical tensor gi); mom/var NULL.  Caller frees *out. */
+ms_status ckpt_runs_of_range(gpt_model *m, int i, int gi, size_t off, size_t n, ckpt_run **out,
+                             int *nr);
 /* The runs rank `rank` of `dp` ZeRO-2 ranks would own for model m (created
  * with gpt_create_aligned(..., 16 * dp)); mom/var NULL. */
 ms_status ckpt_runs_of_dp(gpt_model *m, int dp, int rank, ckpt_run **out, int *n);
@@ -53,6 +74,8 @@ ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, con
                              float *dst, const char *where);
 void ckpt_slice_key(char *buf, size_t n, const char *tensor, int kind, uint64_t begin,
                     uint64_t end);
+/* The same for a run (its box offset in the key unless it is 0). */
+void ckpt_run_key(char *buf, size_t n, const char *tensor, int kind, const ckpt_run *r);
 
 /* ---- JSON (ckpt_manifest.c) ---------------------------------------------- */
 
@@ -76,6 +99,9 @@ typedef struct {
 /* The manifest text (malloc'd) from the info and the parts of every rank,
  * in rank order.  NULL on allocation failure. */
 char *ckpt_manifest_text(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts);
+/* The same with the tensor / pipeline layout (tp, pp, vpp). */
+char *ckpt_manifest_text_layout(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts,
+                                int tp, int pp, int vpp);
 /* Parse and check DIR/manifest.json (format, version, references), no I/O
  * on the shards. */
 ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf);
@@ -183,6 +209,7 @@ typedef struct {
     const ckpt_run *runs;
     int n_runs;
     const ckpt_fault *fault;
+    int tp, pp, vpp;
 } ckpt_persist_config;
 
 /* Called by the stage-2 thread when a slot's persist has ended. */
@@ -217,6 +244,10 @@ ms_status ckpt_check_model(const ckpt_manifest *mf, gpt_model *m, const char *di
  * the model (all of them), m and v to the runs (this rank's). */
 ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckpt_run *runs,
                          int n_runs);
+/* Write the logical tensor `src` (state kind; ckpt_numel(t) elements) into
+ * run r of the model (its parameters or its m / v). */
+void ckpt_run_put(gpt_model *m, const ckpt_run *r, int kind, const ckpt_tensor_info *t,
+                  const float *src);
 /* 1 if a snapshot holds exactly these runs. */
 int ckpt_snap_matches(const ckpt_snap_view *v, const ckpt_run *runs, int n_runs);
 /* Load this rank's snapshot (matching runs) into its parameter runs, m

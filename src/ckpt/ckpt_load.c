@@ -224,24 +224,73 @@ ms_status ckpt_check_model(const ckpt_manifest *mf, gpt_model *m, const char *di
     return st;
 }
 
+void ckpt_run_put(gpt_model *m, const ckpt_run *r, int kind, const ckpt_tensor_info *t,
+                  const float *src) {
+    be_backend *be = gpt_backend(m);
+    uint64_t C = t->ndim > 1 ? (uint64_t)t->shape[1] : 1, bw = r->width;
+    for (uint64_t k = r->begin; k < r->end;) {
+        size_t pos = 0, len = ckpt_run_seg(r, k, &pos);
+        for (size_t done = 0; done < len;) { /* the logical rows of the box */
+            uint64_t kk = k + done, row = kk / bw, col = kk % bw, n = bw - col;
+            if (n > len - done) n = len - done;
+            const float *from =
+                src +
+                (t->ndim > 1 ? ((uint64_t)r->box_off[0] + row) * C + (uint64_t)r->box_off[1]
+                             : (uint64_t)r->box_off[0]) +
+                col + (t->ndim > 1 ? 0 : row * bw);
+            float *to = kind == CKPT_PARAM
+                            ? gpt_params(m) + pos + done
+                            : (kind == CKPT_MOM ? r->mom : r->var) + (pos + done - r->state_off);
+            be->to_device(be, to, from, n * sizeof(float));
+            done += n;
+        }
+        k += len;
+    }
+}
+
+/* Runs covering the whole local tensor i (every element, for parameters). */
+static ms_status whole_runs(gpt_model *m, int i, int gi, ckpt_run **out, int *n) {
+    const gpt_param *p = gpt_tensor(m, i);
+    return ckpt_runs_of_range(m, i, gi, p->offset, p->numel, out, n);
+}
+
 ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckpt_run *runs,
                          int n_runs) {
-    be_backend *be = gpt_backend(m);
-    size_t N = gpt_num_elements(m);
     ckpt_tensor_info *tens = NULL;
     int nt = 0;
     MS_TRY(ckpt_tensors_of(m, &tens, &nt));
     uint64_t maxel = 0;
     for (int t = 0; t < nt; t++)
         if (ckpt_numel(&tens[t]) > maxel) maxel = ckpt_numel(&tens[t]);
-    float *host = malloc(N * sizeof(float)), *buf = malloc(maxel * sizeof(float) + 4);
-    ms_status st = host && buf ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint load: out of memory");
-    if (st == MS_OK) be->to_host(be, host, gpt_params(m), N * sizeof(float));
-    for (int t = 0; st == MS_OK && t < nt; t++) {
+    float *buf = malloc(maxel * sizeof(float) + 4);
+    ms_status st = buf ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint load: out of memory");
+    /* a whole-tensor view of the local table, for the parameters */
+    for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
+        int t = ckpt_tensor_find(tens, nt, gpt_tensor(m, i)->name);
+        if (t < 0) {
+            st = ms_error(MS_ERR_INTERNAL, "checkpoint load: unknown tensor '%s'",
+                          gpt_tensor(m, i)->name);
+            break;
+        }
         uint64_t numel = ckpt_numel(&tens[t]);
-        size_t off = gpt_tensor(m, t)->offset;
+        ckpt_run *whole = NULL;
+        int nw = 0;
+        st = whole_runs(m, i, t, &whole, &nw);
         for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
-            if (r) st = ckpt_reader_tensor(r, t, k, buf);
+            int need = k == CKPT_PARAM;
+            for (int j = 0; !need && j < n_runs; j++)
+                need = runs[j].local == i;
+            if (dp) { /* the same decision on every rank of dp (m/v: any rank) */
+                int32_t v = need, any = 0;
+                st = comm_allreduce(dp, &v, &any, 1, COMM_I32, COMM_MAX);
+                need = any;
+            }
+            if (st != MS_OK || !need) continue;
+            if (r) {
+                int rt = ckpt_tensor_find(r->mf.tensors, r->mf.n_tensors, tens[t].name);
+                st = rt < 0 ? ms_error(MS_ERR_FORMAT, "%s: no tensor '%s'", r->dir, tens[t].name)
+                            : ckpt_reader_tensor(r, rt, k, buf);
+            }
             if (dp) { /* the reader's failure must not leave the others waiting */
                 int32_t bad = st != MS_OK, any = 0;
                 ms_status cs = comm_allreduce(dp, &bad, &any, 1, COMM_I32, COMM_MAX);
@@ -253,21 +302,16 @@ ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckp
             }
             if (st != MS_OK) break;
             if (k == CKPT_PARAM) {
-                memcpy(host + off, buf, numel * sizeof(float));
+                for (int j = 0; j < nw; j++)
+                    ckpt_run_put(m, &whole[j], k, &tens[t], buf);
                 continue;
             }
-            for (int i = 0; i < n_runs; i++)
-                if (runs[i].tensor == t)
-                    be->to_device(be, k == CKPT_MOM ? runs[i].mom : runs[i].var,
-                                  buf + runs[i].begin,
-                                  (runs[i].end - runs[i].begin) * sizeof(float));
+            for (int j = 0; j < n_runs; j++)
+                if (runs[j].local == i) ckpt_run_put(m, &runs[j], k, &tens[t], buf);
         }
+        free(whole);
     }
-    if (st == MS_OK) {
-        be->to_device(be, gpt_params(m), host, N * sizeof(float));
-        gpt_params_updated(m);
-    }
-    free(host);
+    if (st == MS_OK) gpt_params_updated(m);
     free(buf);
     free(tens);
     return st;
@@ -278,11 +322,15 @@ ms_status ckpt_load_snapshot(const ckpt_snap_view *v, gpt_model *m, const ckpt_r
     be_backend *be = gpt_backend(m);
     for (int i = 0; i < n_runs; i++) {
         const ckpt_run *r = &runs[i], *s = &v->runs[i];
-        size_t n = r->end - r->begin, bytes = n * sizeof(float);
+        size_t n = r->end - r->begin;
         const float *d = v->data + s->data_off;
-        be->to_device(be, gpt_params(m) + r->param_off, d, bytes);
-        be->to_device(be, r->mom, d + n, bytes);
-        be->to_device(be, r->var, d + 2 * n, bytes);
+        for (uint64_t k = r->begin; k < r->end;) {
+            size_t pos = 0, len = ckpt_run_seg(r, k, &pos), o = k - r->begin;
+            be->to_device(be, gpt_params(m) + pos, d + o, len * sizeof(float));
+            be->to_device(be, r->mom + (pos - r->state_off), d + n + o, len * sizeof(float));
+            be->to_device(be, r->var + (pos - r->state_off), d + 2 * n + o, len * sizeof(float));
+            k += len;
+        }
     }
     gpt_params_updated(m);
     return MS_OK;
@@ -292,7 +340,8 @@ int ckpt_snap_matches(const ckpt_snap_view *v, const ckpt_run *runs, int n_runs)
     if (v->n_runs != n_runs) return 0;
     for (int i = 0; i < n_runs; i++)
         if (v->runs[i].tensor != runs[i].tensor || v->runs[i].begin != runs[i].begin ||
-            v->runs[i].end != runs[i].end)
+            v->runs[i].end != runs[i].end || v->runs[i].box_off[0] != runs[i].box_off[0] ||
+            v->runs[i].box_off[1] != runs[i].box_off[1])
             return 0;
     return 1;
 }

@@ -30,6 +30,8 @@ struct ckpt_manager {
     par_zero *zero;
     be_backend *be;
     comm_group *dp;    /* the training dp group (NULL alone) */
+    comm_group *wg;    /* every rank of the job (NULL alone) */
+    int n_save;        /* runs[0, n_save) go to this rank's shard */
     comm_group *group; /* "ckpt": the stage-2 thread's group (NULL alone) */
     int rank, world, dp_size;
     ckpt_tensor_info *tensors;
@@ -82,13 +84,22 @@ static ms_status setup_dir(ckpt_manager *cm) {
                               cm->tensors,
                               cm->n_tensors,
                               cm->runs,
-                              cm->n_runs,
-                              &cm->fault};
+                              cm->n_save,
+                              &cm->fault,
+                              gpt_tp_size(cm->m),
+                              gpt_get_stage(cm->m) ? gpt_get_stage(cm->m)->pp : 1,
+                              gpt_get_stage(cm->m) ? gpt_get_stage(cm->m)->vpp : 1};
     return ckpt_persist_start(&cm->persist, &pc);
 }
 
 ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_model *m,
                               opt_state *opt, par_zero *zero) {
+    return ckpt_manager_create_world(out, o, m, opt, zero,
+                                     zero ? comm_group_world(par_zero_group(zero)) : NULL);
+}
+
+ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, gpt_model *m,
+                                    opt_state *opt, par_zero *zero, comm_world *w) {
     *out = NULL;
     int saving = o->dir && *o->dir;
     const char *res = o->resume ? o->resume : "";
@@ -99,11 +110,6 @@ ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_mod
         return ms_error(MS_ERR_ARG, "--resume auto needs --ckpt-dir (where to look)");
     if (!saving && (o->every_steps > 0 || o->every_min > 0))
         return ms_error(MS_ERR_ARG, "--ckpt-every / --ckpt-every-min need --ckpt-dir");
-    if (gpt_tp_size(m) > 1) /* the slices would be boxes of the logical tensors (ckpt.h) */
-        return ms_error(MS_ERR_ARG,
-                        "checkpoints of tensor-parallel runs (--tp %d) are not "
-                        "implemented yet",
-                        gpt_tp_size(m));
     ckpt_manager *cm = calloc(1, sizeof *cm);
     if (!cm) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
     cm->o = *o;
@@ -120,17 +126,19 @@ ms_status ckpt_manager_create(ckpt_manager **out, const ckpt_options *o, gpt_mod
     cm->last_save_time = ms_now();
     snprintf(cm->optimizer, sizeof cm->optimizer, "%s", opt_kind_name(opt_get_config(opt)->kind));
     ms_status st = ckpt_fault_from_env(&cm->fault);
-    if (st == MS_OK && zero) {
-        comm_world *w = comm_group_world(par_zero_group(zero));
+    if (zero) {
         cm->dp = par_zero_group(zero);
+        cm->dp_size = comm_group_size(cm->dp);
+    }
+    if (st == MS_OK && w && comm_world_size(w) > 1) {
+        cm->wg = comm_world_group(w);
         cm->rank = comm_world_rank(w);
         cm->world = comm_world_size(w);
-        cm->dp_size = comm_group_size(cm->dp);
         if (saving)
             st = comm_group_create_split(comm_world_group(w), 0, cm->rank, "ckpt", &cm->group);
     }
     if (st == MS_OK) st = ckpt_tensors_of(m, &cm->tensors, &cm->n_tensors);
-    if (st == MS_OK) st = ckpt_runs_of_opt(m, opt, &cm->runs, &cm->n_runs);
+    if (st == MS_OK) st = ckpt_runs_of_opt_save(m, opt, &cm->runs, &cm->n_runs, &cm->n_save);
     cm->data_elems = 3 * ckpt_runs_elems(cm->runs, cm->n_runs);
     if (st == MS_OK && saving) st = setup_dir(cm);
     if (st != MS_OK) {
@@ -192,7 +200,7 @@ ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
     int32_t flags[2] = {ms_ctx_get()->stop != 0,
                         cm->saving && cm->rank == 0 && cm->o.every_min > 0 &&
                             ms_now() - cm->last_save_time >= cm->o.every_min * 60};
-    if (cm->dp) MS_TRY(comm_allreduce(cm->dp, flags, flags, 2, COMM_I32, COMM_MAX));
+    if (cm->wg) MS_TRY(comm_allreduce(cm->wg, flags, flags, 2, COMM_I32, COMM_MAX));
     if (flags[0] && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
     if (!cm->saving || flags[0]) return MS_OK; /* stopping: the final checkpoint follows */
     if ((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])
@@ -220,7 +228,7 @@ void ckpt_manager_destroy(ckpt_manager *cm) {
     for (int k = 0; k < 2; k++) /* the commit holds it all after a clean finish */
         ckpt_slot_close(cm->slots[k], cm->finished_ok);
     if (cm->finished_ok && cm->rank == 0) ckpt_shm_remove_beyond(cm->root, cm->world);
-    comm_group_destroy(cm->group);
+    comm_group_destroy(cm->group); /* wg and dp belong to the caller */
     free(cm->tensors);
     free(cm->runs);
     free(cm);
@@ -258,14 +266,14 @@ static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
     }
 }
 
-/* The newest snapshot step every rank of the dp group holds, -1 none. */
+/* The newest snapshot step every rank of the job holds, -1 none. */
 static ms_status shm_common(ckpt_manager *cm, const int64_t mine[2], int64_t *common) {
-    int n = cm->dp ? cm->dp_size : 1;
+    int n = cm->wg ? cm->world : 1;
     int64_t *all = malloc(sizeof(int64_t) * 2 * (size_t)n);
     if (!all) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
     ms_status st = MS_OK;
-    if (cm->dp)
-        st = comm_allgather(cm->dp, mine, all, 2, COMM_I64);
+    if (cm->wg)
+        st = comm_allgather(cm->wg, mine, all, 2, COMM_I64);
     else
         memcpy(all, mine, sizeof(int64_t) * 2);
     *common = -1;
@@ -388,31 +396,42 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
     int kind = RES_NONE, step = -1;
     ckpt_reader *reader = NULL;
     ms_status st = cm->rank == 0 ? choose(cm, shm_step, &kind, &step, &reader) : MS_OK;
-    st = share_status(cm->dp, cm->rank, st, "choose a checkpoint to resume from");
+    st = share_status(cm->wg, cm->rank, st, "choose a checkpoint to resume from");
     int32_t dec[2] = {kind, step};
-    if (st == MS_OK && cm->dp) st = comm_broadcast(cm->dp, dec, 2, COMM_I32, 0);
+    if (st == MS_OK && cm->wg) st = comm_broadcast(cm->wg, dec, 2, COMM_I32, 0);
     char from[4400] = "";
     ckpt_train_state saved;
     memset(&saved, 0, sizeof saved);
     if (st == MS_OK && dec[0] == RES_DISK) {
+        /* dp rank 0 of each (tp, pp) position reads the commit rank 0 chose
+         * and broadcasts each logical tensor it needs over its dp group */
+        if (cm->wg) st = comm_broadcast(cm->wg, cm->chosen, sizeof cm->chosen, COMM_U8, 0);
+        int dp_rank = cm->dp ? comm_group_rank(cm->dp) : 0;
+        if (st == MS_OK && !reader && dp_rank == 0) st = ckpt_reader_open(&reader, cm->chosen, 0);
+        if (cm->wg) {
+            int32_t bad = st != MS_OK, any = 0;
+            ms_status cs = comm_allreduce(cm->wg, &bad, &any, 1, COMM_I32, COMM_MAX);
+            if (cs != MS_OK && st == MS_OK) st = cs;
+            if (st == MS_OK && any)
+                st = ms_error(MS_ERR_IO, "another rank could not read %s", cm->chosen);
+        }
         if (reader) saved = ckpt_reader_manifest(reader)->trainer;
-        st = ckpt_load_into(reader, cm->dp, cm->m, cm->runs, cm->n_runs);
-        if (st == MS_OK && cm->dp) st = comm_broadcast(cm->dp, &saved, sizeof saved, COMM_U8, 0);
+        if (st == MS_OK) st = ckpt_load_into(reader, cm->dp, cm->m, cm->runs, cm->n_runs);
         snprintf(from, sizeof from, "%s", cm->chosen);
     } else if (st == MS_OK && dec[0] == RES_SHM) {
         st = load_shm(cm, dec[1], &saved, from, sizeof from);
-        int32_t bad = st != MS_OK, any = bad;
-        if (cm->dp) {
-            ms_status cs = comm_allreduce(cm->dp, &bad, &any, 1, COMM_I32, COMM_MAX);
-            if (cs != MS_OK && st == MS_OK) st = cs;
-        }
-        if (st == MS_OK && any)
-            st = ms_error(MS_ERR_IO, "another rank could not load its snapshot");
         if (st == MS_OK && cm->zero) { /* each rank holds its own runs: gather the rest */
             st = par_zero_gather_start(cm->zero);
             if (st == MS_OK) st = par_zero_gather_wait_all(cm->zero);
             gpt_params_updated(cm->m);
         }
+    }
+    if (dec[0] != RES_NONE && cm->wg) { /* every rank's outcome; rank 0's trainer state */
+        int32_t bad = st != MS_OK, any = bad;
+        ms_status cs = comm_allreduce(cm->wg, &bad, &any, 1, COMM_I32, COMM_MAX);
+        if (cs != MS_OK && st == MS_OK) st = cs;
+        if (st == MS_OK && any) st = ms_error(MS_ERR_IO, "another rank could not load its state");
+        if (st == MS_OK) st = comm_broadcast(cm->wg, &saved, sizeof saved, COMM_U8, 0);
     }
     ckpt_reader_close(reader);
     if (st != MS_OK) return ms_error_wrap(st, "resume");

@@ -181,10 +181,10 @@ cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes, const ckpt_ten
     for (int i = 0; ok && i < n_runs; i++) {
         const ckpt_run *r = &runs[i];
         const ckpt_tensor_info *t = &tensors[r->tensor];
-        int64_t off[CKPT_MAX_DIMS] = {0, 0}, range[2] = {(int64_t)r->begin, (int64_t)r->end};
+        int64_t range[2] = {(int64_t)r->begin, (int64_t)r->end};
         for (int k = 0; ok && k < CKPT_NKINDS; k++) {
             char key[96];
-            ckpt_slice_key(key, sizeof key, t->name, k, r->begin, r->end);
+            ckpt_run_key(key, sizeof key, t->name, k, r);
             cJSON *s = cJSON_CreateObject();
             if (!s || !cJSON_AddItemToArray(sl, s)) {
                 cJSON_Delete(s);
@@ -195,8 +195,8 @@ cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes, const ckpt_ten
                  cJSON_AddStringToObject(s, "state", ckpt_kind_name(k)) &&
                  cJSON_AddStringToObject(s, "file", file) &&
                  cJSON_AddStringToObject(s, "key", key) &&
-                 cJSON_AddItemToObject(s, "offset", int_array(off, t->ndim)) &&
-                 cJSON_AddItemToObject(s, "shape", int_array(t->shape, t->ndim)) &&
+                 cJSON_AddItemToObject(s, "offset", int_array(r->box_off, t->ndim)) &&
+                 cJSON_AddItemToObject(s, "shape", int_array(r->box_shape, t->ndim)) &&
                  cJSON_AddItemToObject(s, "range", int_array(range, 2)) &&
                  add_num(s, "crc32c", crcs[3 * i + k]);
         }
@@ -208,13 +208,18 @@ cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes, const ckpt_ten
 /* ---- the manifest ------------------------------------------------------------ */
 
 char *ckpt_manifest_text(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts) {
+    return ckpt_manifest_text_layout(ci, parts, n_parts, 1, 1, 1);
+}
+
+char *ckpt_manifest_text_layout(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts,
+                                int tp, int pp, int vpp) {
     cJSON *o = cJSON_CreateObject(), *lay, *ts, *fs, *sl;
     int ok = o && cJSON_AddStringToObject(o, "format", CKPT_FORMAT) &&
              add_num(o, "version", CKPT_VERSION) && add_num(o, "step", ci->step) &&
              add_num(o, "created", (double)time(NULL)) &&
              (lay = cJSON_AddObjectToObject(o, "layout")) && add_num(lay, "world", ci->world) &&
-             add_num(lay, "dp", ci->dp) && add_num(lay, "tp", 1) && add_num(lay, "pp", 1) &&
-             add_num(lay, "zero", ci->dp > 1 ? 2 : 0) &&
+             add_num(lay, "dp", ci->dp) && add_num(lay, "tp", tp) && add_num(lay, "pp", pp) &&
+             add_num(lay, "vpp", vpp) && add_num(lay, "zero", ci->dp > 1 ? 2 : 0) &&
              cJSON_AddItemToObject(o, "model", ckpt_json_model(ci->model)) &&
              cJSON_AddStringToObject(o, "optimizer", ci->optimizer) &&
              cJSON_AddItemToObject(o, "trainer", ckpt_json_trainer(ci->trainer)) &&

@@ -223,7 +223,7 @@ ms_status ckpt_shard_write(const char *dir, const char *name, int rank, int step
         for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
             const float *src = data + r->data_off + (uint64_t)k * (uint64_t)n;
             crcs[3 * i + k] = ms_crc32c(0, src, (size_t)n * sizeof(float));
-            ckpt_slice_key(key, sizeof key, tensors[r->tensor].name, k, r->begin, r->end);
+            ckpt_run_key(key, sizeof key, tensors[r->tensor].name, k, r);
             st = ckpt_st_writer_add(w, key, CKPT_ST_F32, 1, &n, src);
         }
     }
@@ -395,7 +395,7 @@ static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON
     }
     ckpt_commit_info ci = {tr->step,     c->world, c->dp,      c->model,
                            c->optimizer, tr,       c->tensors, c->n_tensors};
-    char *text = ckpt_manifest_text(&ci, parts, c->world);
+    char *text = ckpt_manifest_text_layout(&ci, parts, c->world, c->tp, c->pp, c->vpp);
     if (!text) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory building the manifest");
     ms_status st = ckpt_commit(c->root, tr->step, text, c->keep, c->fault, first);
     free(text);

@@ -218,20 +218,26 @@ ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta
     for (int i = 0; i < src->n_runs; i++) {
         const ckpt_run *r = &src->runs[i];
         size_t n = r->end - r->begin;
-        const float *from[3] = {src->params + r->param_off, r->mom, r->var};
         for (int k = 0; k < 3; k++)
-            for (size_t o = 0; o < n; o += COPY_CHUNK) {
-                if (nj == cap) {
-                    cap = cap ? 2 * cap : 256;
-                    copy_job *nj2 = realloc(jobs, cap * sizeof *jobs);
-                    if (!nj2) {
-                        free(jobs);
-                        return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->path);
+            for (uint64_t b = r->begin; b < r->end;) { /* one piece per box row if strided */
+                size_t pos = 0, len = ckpt_run_seg(r, b, &pos);
+                const float *from =
+                    k == 0 ? src->params + pos : (k == 1 ? r->mom : r->var) + (pos - r->state_off);
+                float *to = data + r->data_off + (size_t)k * n + (b - r->begin);
+                for (size_t o = 0; o < len; o += COPY_CHUNK) {
+                    if (nj == cap) {
+                        cap = cap ? 2 * cap : 256;
+                        copy_job *nj2 = realloc(jobs, cap * sizeof *jobs);
+                        if (!nj2) {
+                            free(jobs);
+                            return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->path);
+                        }
+                        jobs = nj2;
                     }
-                    jobs = nj2;
+                    size_t c = len - o < COPY_CHUNK ? len - o : COPY_CHUNK;
+                    jobs[nj++] = (copy_job){to + o, from + o, c};
                 }
-                size_t c = n - o < COPY_CHUNK ? n - o : COPY_CHUNK;
-                jobs[nj++] = (copy_job){data + r->data_off + (size_t)k * n + o, from[k] + o, c};
+                b += len;
             }
     }
     for (int half = 0; half < 2; half++) {
@@ -261,9 +267,10 @@ char *ckpt_snap_meta(uint64_t job, int step, int rank, int world, int dp, const 
              cJSON_AddItemToObject(o, "trainer", ckpt_json_trainer(tr)) &&
              (rs = cJSON_AddArrayToObject(o, "runs"));
     for (int i = 0; ok && i < n_runs; i++) {
-        double v[4] = {runs[i].tensor, (double)runs[i].begin, (double)runs[i].end,
-                       (double)runs[i].data_off};
-        cJSON *a = cJSON_CreateDoubleArray(v, 4);
+        double v[6] = {
+            runs[i].tensor,           (double)runs[i].begin,      (double)runs[i].end,
+            (double)runs[i].data_off, (double)runs[i].box_off[0], (double)runs[i].box_off[1]};
+        cJSON *a = cJSON_CreateDoubleArray(v, 6);
         ok = a && cJSON_AddItemToArray(rs, a);
         if (!ok) cJSON_Delete(a);
     }
@@ -315,16 +322,18 @@ static ms_status parse_meta(const char *path, const char *text, size_t len, ckpt
     int i = 0;
     if (st != MS_OK) rs = NULL;
     cJSON_ArrayForEach(r, rs) {
-        double d[4];
-        for (int k = 0; k < 4; k++) {
+        double d[6] = {0, 0, 0, 0, 0, 0};
+        for (int k = 0; k < 6; k++) {
             const cJSON *e = cJSON_GetArrayItem(r, k);
-            d[k] = cJSON_IsNumber(e) ? e->valuedouble : -1;
+            d[k] = cJSON_IsNumber(e) ? e->valuedouble : (k < 4 ? -1 : 0);
         }
         ckpt_run *run = &v->runs[i++];
         run->tensor = (int)d[0];
         run->begin = (uint64_t)d[1];
         run->end = (uint64_t)d[2];
         run->data_off = (uint64_t)d[3];
+        run->box_off[0] = (int64_t)d[4];
+        run->box_off[1] = (int64_t)d[5];
         if (d[0] < 0 || d[1] < 0 || d[2] < d[1] || d[3] < 0 ||
             run->data_off + 3 * (run->end - run->begin) > v->data_elems) {
             st = ms_error(MS_ERR_FORMAT, "%s: snapshot run %d is out of range", path, i - 1);

@@ -87,11 +87,6 @@ static ms_status setup_dist(trainer *t) {
                         "--vpp %d: virtual pipeline stages need --pp >= 2 (the interleaved "
                         "schedule)",
                         tc->vpp);
-    if (t->pp > 1 && ((tc->ckpt_dir && *tc->ckpt_dir) || (tc->resume && *tc->resume)))
-        return ms_error(MS_ERR_ARG,
-                        "--pp %d: checkpoints (--ckpt-dir, --resume) do not record pipeline "
-                        "stages yet (--save-weights / --init-from do)",
-                        t->pp);
     if (want == 1 && ms_ctx_get()->world == 1) return MS_OK;
     MS_TRY(comm_world_init(&t->world, NULL, NULL, NULL));
     int world = comm_world_size(t->world);
@@ -165,7 +160,7 @@ static ms_status setup_ckpt(trainer *t) {
     const train_config *tc = t->tc;
     if (!(tc->ckpt_dir && *tc->ckpt_dir) && !(tc->resume && *tc->resume)) return MS_OK;
     ckpt_options o = {tc->ckpt_dir, tc->ckpt_every, tc->ckpt_every_min, tc->ckpt_keep, tc->resume};
-    MS_TRY(ckpt_manager_create(&t->ckpt, &o, t->model, t->opt, t->zero));
+    MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
     ckpt_train_state now = ckpt_state(t, 0), saved;
     int found = 0;
     MS_TRY(ckpt_manager_resume(t->ckpt, &now, &saved, &found));
@@ -277,7 +272,8 @@ static double prof_median(const trainer *t, int k) {
     if (n < 1) return 0;
     double *v = malloc(sizeof(double) * (size_t)n);
     if (!v) return 0;
-    for (int i = 0; i < n; i++) v[i] = t->prof[4 * (t->prof_n - n + i) + k];
+    for (int i = 0; i < n; i++)
+        v[i] = t->prof[4 * (t->prof_n - n + i) + k];
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     double m = v[n / 2];
     free(v);

@@ -81,11 +81,6 @@ ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro)
                         "%d (sequence parallelism gives each rank micro-batch*seq/tp rows; make "
                         "--seq or the micro-batch a multiple of --tp)",
                         tp, micro, tc->seq, (long)micro * tc->seq, tp);
-    if ((tc->ckpt_dir && *tc->ckpt_dir) || (tc->resume && *tc->resume))
-        return ms_error(MS_ERR_ARG,
-                        "--tp %d: checkpoints (--ckpt-dir, --resume) do not record "
-                        "tensor-parallel shards yet (--save-weights / --init-from do)",
-                        tp);
     return MS_OK;
 }
 

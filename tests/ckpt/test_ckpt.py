@@ -45,7 +45,8 @@ def test_manifest(ws, c):
             "tensors", "files", "slices"]
     ok(all(k in m for k in need) and m["format"] == "megascale-checkpoint" and m["step"] == 16,
        "manifest top-level fields", str(list(m)))
-    ok(m["layout"] == {"world": 1, "dp": 1, "tp": 1, "pp": 1, "zero": 0}, "manifest layout",
+    ok(m["layout"] == {"world": 1, "dp": 1, "tp": 1, "pp": 1, "vpp": 1,
+                        "zero": 0}, "manifest layout",
        str(m["layout"]))
     tr = m["trainer"]
     ok(all(k in tr for k in ("step", "opt_steps", "seed", "rng", "data_cursor", "lr_schedule"))

@@ -93,9 +93,55 @@ def main():
         ok(r.returncode == 0 and resumed_at(r.stderr) == 5 and losses(m) == losses(ref2_m)[5:] and
            "incomplete snapshot of step 10" in r.stderr,
            "the ranks agree on the newest snapshot all of them hold", r.stderr)
+        layouts(ws)
     finally:
         ws.close()
     sys.exit(summary())
+
+
+# The tensor / pipeline layouts: the model of tests/mpi/test_tp.py (eps 1e-6)
+TP_MODEL = ["--vocab", "256", "--layers", "4", "--dim", "64", "--heads", "4", "--seq-max", "32",
+            "--seq", "32", "--batch", "8", "--micro-batch", "2", "--threads", "1",
+            "--peak-flops", "1e11", "--eps", "1e-6", "--log-every", "100", "--lr", "3e-3"]
+
+
+def layouts(ws):
+    """DP2 x TP2 x PP2 stop / resume bit for bit; tp2 x pp2 -> one process,
+    one process -> tp2 x dp2 (losses within 1e-5 relative)."""
+    def args(*extra):
+        return ["train", "--train-data", ws.shard, *TP_MODEL, "--steps", "8", *extra]
+    g = ["--dp", "2", "--tp", "2", "--pp", "2"]
+    ref_m, ref_w, ref1_m = ws.path("g_ref.jsonl"), ws.path("g_ref.st"), ws.path("g1_ref.jsonl")
+    r = mpi(ws, 8, args(*g, "--metrics", ref_m, "--save-weights", ref_w))
+    ok(r.returncode == 0, "dp2 tp2 pp2 straight run", r.stderr)
+    r = run(ws, args("--metrics", ref1_m))
+    ok(r.returncode == 0, "one process straight run", r.stderr)
+    c, a_m, b_m, b_w = ws.path("g"), ws.path("ga.jsonl"), ws.path("gb.jsonl"), ws.path("gb.st")
+    r = mpi(ws, 8, args(*g, "--ckpt-dir", c, "--metrics", a_m), fault="signal:term@4")
+    ok(r.returncode == 0 and verify(step_dir(c, 4)), "dp2 tp2 pp2: stop at step 4, committed",
+       r.stderr)
+    shutil.rmtree(ws.shm, ignore_errors=True)  # resume from the commit, not the snapshots
+    os.makedirs(ws.shm)
+    r = mpi(ws, 8, args(*g, "--ckpt-dir", c, "--resume", "auto", "--metrics", b_m,
+                        "--save-weights", b_w))
+    got = losses(a_m) + losses(b_m)
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 4 and got == losses(ref_m) and
+       sha(b_w) == sha(ref_w), "dp2 tp2 pp2: resume is bitwise (losses and weights)",
+       r.stderr + f"\n{losses(ref_m)}\n{got}")
+    x, m = ws.path("t22"), ws.path("t22.jsonl")
+    mpi(ws, 4, args("--tp", "2", "--pp", "2", "--ckpt-dir", x), fault="signal:term@4")
+    r = run(ws, args("--ckpt-dir", x, "--resume", "auto", "--metrics", m))
+    err = rel_err(losses(ref1_m)[4:], losses(m))
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 4 and err <= 1e-5,
+       f"saved by tp2 pp2, resumed by one process (rel {err:.1e})", r.stderr)
+    y, m = ws.path("t1"), ws.path("t1.jsonl")
+    run(ws, args("--ckpt-dir", y), fault="signal:term@4")
+    r = mpi(ws, 4, args("--tp", "2", "--dp", "2", "--ckpt-dir", y, "--resume", "auto",
+                        "--metrics", m))
+    err = rel_err(losses(ref1_m)[4:], losses(m))
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 4 and err <= 1e-5,
+       f"saved by one process, resumed by tp2 dp2 (rel {err:.1e})", r.stderr)
+    print("tp/pp layouts: bitwise resume on dp2 tp2 pp2, resharding across layouts", flush=True)
 
 
 if __name__ == "__main__":
