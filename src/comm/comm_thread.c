@@ -128,8 +128,9 @@ static int comm_post_one(comm_req *r, const char **call) {
         *call = "MPI_Ibarrier (before MPI_Comm_split)";
         return MPI_Ibarrier(c, &r->mreq);
     default:
-        MS_CHECKF(0, "comm: kind %d is not a non-blocking op", (int)r->kind);
+        break;
     }
+    ms_panic(__FILE__, __LINE__, "comm: kind %d is not a non-blocking op", (int)r->kind);
 }
 
 /* Post every request of the batch, in submission order. */

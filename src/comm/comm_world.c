@@ -56,7 +56,7 @@ MPI_Datatype comm_mpi_dtype(comm_dtype dt) {
     case COMM_BF16:
         return MPI_UINT16_T;
     }
-    MS_CHECKF(0, "comm: bad dtype %d", (int)dt);
+    ms_panic(__FILE__, __LINE__, "comm: bad dtype %d", (int)dt);
 }
 
 MPI_Op comm_mpi_op(comm_redop op) {
@@ -68,7 +68,7 @@ MPI_Op comm_mpi_op(comm_redop op) {
     case COMM_MIN:
         return MPI_MIN;
     }
-    MS_CHECKF(0, "comm: bad reduction op %d", (int)op);
+    ms_panic(__FILE__, __LINE__, "comm: bad reduction op %d", (int)op);
 }
 
 void comm_mpi_errstr(int rc, const char *call, char *buf, size_t n) {
