@@ -64,6 +64,37 @@ def compare_weights(a, b, C):
     return worst, where
 
 
+def run_against_one(d, label, n, layout, base, extra, C, w_keep=None):
+    """Train `base + extra` in one process and as n ranks with `layout`
+    (both writing metrics and final weights), then check: both succeed, the
+    loss curves agree within 1e-5 relative, the loss falls, and the final
+    weights agree within 1e-5 relative in L2 per tensor.  w_keep: where to
+    copy the single-process weights the first time (for a later
+    --init-from case).  Returns (one, many) CompletedProcess, or None when a
+    run failed."""
+    m1, m2 = os.path.join(d, "m1.jsonl"), os.path.join(d, "m2.jsonl")
+    w1, w2 = os.path.join(d, "w1.st"), os.path.join(d, "w2.st")
+    for f in (m1, m2, w1, w2):
+        if os.path.exists(f):
+            os.remove(f)
+    one = subprocess.run([BIN, *base, *extra, "--metrics", m1, "--save-weights", w1],
+                         capture_output=True, text=True, errors="replace")
+    many = mpi(n, *base, *extra, *layout, "--metrics", m2, "--save-weights", w2)
+    if one.returncode or many.returncode:
+        ok(False, f"{label}: runs succeed", one.stderr + many.stdout + many.stderr)
+        return None
+    if w_keep and not os.path.exists(w_keep):
+        shutil.copy(w1, w_keep)
+    a, b = losses(m1), losses(m2)
+    err = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if a and len(a) == len(b) else 1
+    ok(err <= 1e-5, f"{label}: loss curve = single process (rel {err:.2e})", f"{a}\n{b}")
+    ok(a[-1] < a[0] - 0.3, f"{label}: the loss falls", str(a))
+    werr, where = compare_weights(w1, w2, C)
+    ok(werr <= 1e-5, f"{label}: final weights = single process (worst {werr:.2e} {where})")
+    print(f"{label}: loss rel {err:.2e}, weights rel {werr:.2e} ({where})")
+    return one, many
+
+
 def start(prefix):
     """Skip (exit 77) without mpirun; otherwise a temporary directory holding
     a byte-level text shard t.bin: returns (dir, shard path)."""

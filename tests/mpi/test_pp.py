@@ -10,10 +10,9 @@ line; then the layout errors.  --eps 1e-6 for the reason given at the top
 of test_tp.py.  Runs under mpirun --oversubscribe.  Environment: MS_BIN."""
 import json
 import os
-import shutil
 import subprocess
 
-from mpi_common import BIN, compare_weights, finish, losses, mpi, ok, start
+from mpi_common import BIN, finish, mpi, ok, run_against_one, start
 
 
 def main():
@@ -43,25 +42,11 @@ def main():
          ["--micro-batch", "2", "--init-from", w_init, "--lr", "1e-3"]),
     ]
     for label, n, layout, extra in cases:
-        m1, m2 = os.path.join(d, "m1.jsonl"), os.path.join(d, "m2.jsonl")
-        w1, w2 = os.path.join(d, "w1.st"), os.path.join(d, "w2.st")
-        for f in (m1, m2, w1, w2):
-            if os.path.exists(f):
-                os.remove(f)
-        one = subprocess.run([BIN, *base, *extra, "--metrics", m1, "--save-weights", w1],
-                             capture_output=True, text=True)
-        many = mpi(n, *base, *extra, *layout, "--metrics", m2, "--save-weights", w2)
-        if one.returncode or many.returncode:
-            ok(False, f"{label}: runs succeed", one.stderr + many.stdout + many.stderr)
+        r = run_against_one(d, label, n, layout, base, extra, C, w_keep=w_init)
+        if not r:
             continue
-        if not os.path.exists(w_init):
-            shutil.copy(w1, w_init)  # the first case's final weights start the last case
-        a, b = losses(m1), losses(m2)
-        err = max(abs(x - y) / abs(x) for x, y in zip(a, b)) if len(a) == len(b) == 10 else 1
-        ok(err <= 1e-5, f"{label}: loss curve = single process (rel {err:.2e})", f"{a}\n{b}")
-        ok(a[-1] < a[0] - 0.3, f"{label}: the loss falls", str(a))
-        werr, where = compare_weights(w1, w2, C)
-        ok(werr <= 1e-5, f"{label}: final weights = single process (worst {werr:.2e} {where})")
+        many = r[1]
+        m1, m2 = os.path.join(d, "m1.jsonl"), os.path.join(d, "m2.jsonl")
         ok("pipeline: 2 stages" in many.stderr, f"{label}: rank 0 prints the pipeline",
            many.stderr)
         if "--val-data" in extra:
@@ -73,7 +58,6 @@ def main():
         bub = [float(l.split("bubble ")[1].split()[0]) for l in many.stderr.splitlines()
                if "profile]" in l]
         ok(len(bub) == n and max(bub) > 0, f"{label}: the profile reports the bubble", str(bub))
-        print(f"{label}: loss rel {err:.2e}, weights rel {werr:.2e} ({where})")
 
     # layout errors, each named
     r = mpi(2, *base, "--pp", "2", "--layers", "3")
