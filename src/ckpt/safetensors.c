@@ -517,43 +517,34 @@ static char *st_header_json(const ckpt_st_writer *w, const int64_t *off) {
 }
 
 /* Write header and data to an open atomic file; `order` is the data order. */
-static ms_status st_write_body(ms_atomic_file *af, const ckpt_st_writer *w, const char *json,
-                               const int *order) {
-    static const char spaces[8] = "        ";
-    size_t jlen = strlen(json), pad = (8 - jlen % 8) % 8;
-    uint64_t hlen = jlen + pad;
-    uint8_t le[8];
-    for (int k = 0; k < 8; k++)
-        le[k] = (uint8_t)(hlen >> (8 * k));
-    MS_TRY(ms_atomic_write(af, le, 8));
-    MS_TRY(ms_atomic_write(af, json, jlen));
-    MS_TRY(ms_atomic_write(af, spaces, pad));
-    for (int i = 0; i < w->n; i++)
-        MS_TRY(ms_atomic_write(af, w->t[order[i]].data, w->t[order[i]].nbytes));
-    return MS_OK;
-}
-
-ms_status ckpt_st_writer_header(ckpt_st_writer *w, size_t align, char **hdr, size_t *len) {
+/* Lay the tensors out (larger element sizes first, ties in insertion order,
+ * no gaps) and build the header: 8-byte length, JSON, spaces up to a
+ * multiple of align bytes.  *hdr (malloc'd, *len bytes) and *order (the
+ * data order, malloc'd) are the caller's on success. */
+static ms_status st_plan(ckpt_st_writer *w, size_t align, char **hdr, size_t *len, int **order) {
     ms_status rc = MS_OK;
     int64_t *off = calloc(2 * (size_t)w->n + 2, sizeof *off);
-    int *order = calloc((size_t)w->n + 1, sizeof *order);
+    int *ord = calloc((size_t)w->n + 1, sizeof *ord);
     char *json = NULL;
     int64_t pos = 0;
     *hdr = NULL;
     *len = 0;
-    if (align < 8 || (align & (align - 1)))
-        return ms_error(MS_ERR_ARG, "safetensors writer: alignment %zu", align);
-    if (!off || !order) {
+    *order = NULL;
+    if (align < 8 || (align & (align - 1))) {
+        rc = ms_error(MS_ERR_ARG, "safetensors writer: alignment %zu", align);
+        goto out;
+    }
+    if (!off || !ord) {
         rc = ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory");
         goto out;
     }
     for (int i = 0; i < w->n; i++)
-        order[i] = i;
-    qsort_r(order, (size_t)w->n, sizeof *order, cmp_layout, w->t);
+        ord[i] = i;
+    qsort_r(ord, (size_t)w->n, sizeof *ord, cmp_layout, w->t);
     for (int i = 0; i < w->n; i++) {
-        off[2 * order[i]] = pos;
-        pos += (int64_t)w->t[order[i]].nbytes;
-        off[2 * order[i] + 1] = pos;
+        off[2 * ord[i]] = pos;
+        pos += (int64_t)w->t[ord[i]].nbytes;
+        off[2 * ord[i] + 1] = pos;
     }
     if (!(json = st_header_json(w, off))) {
         rc = ms_error(MS_ERR_NOMEM, "safetensors writer: out of memory building the header");
@@ -570,43 +561,36 @@ ms_status ckpt_st_writer_header(ckpt_st_writer *w, size_t align, char **hdr, siz
     memcpy(*hdr + 8, json, jlen);
     memset(*hdr + 8 + jlen, ' ', total - 8 - jlen);
     *len = total;
+    *order = ord;
+    ord = NULL;
 out:
     free(json);
-    free(order);
+    free(ord);
     free(off);
     return rc;
 }
 
+ms_status ckpt_st_writer_header(ckpt_st_writer *w, size_t align, char **hdr, size_t *len) {
+    int *order = NULL;
+    ms_status rc = st_plan(w, align, hdr, len, &order);
+    free(order);
+    return rc;
+}
+
 ms_status ckpt_st_write(ckpt_st_writer *w, const char *path) {
-    ms_status rc = MS_OK;
     ms_atomic_file af = {0};
-    int64_t *off = calloc(2 * (size_t)w->n + 2, sizeof *off);
-    int *order = calloc((size_t)w->n + 1, sizeof *order);
-    char *json = NULL;
-    int64_t pos = 0;
-    if (!off || !order) {
-        rc = ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
-        goto out;
-    }
-    for (int i = 0; i < w->n; i++)
-        order[i] = i;
-    qsort_r(order, (size_t)w->n, sizeof *order, cmp_layout, w->t);
-    for (int i = 0; i < w->n; i++) {
-        off[2 * order[i]] = pos;
-        pos += (int64_t)w->t[order[i]].nbytes;
-        off[2 * order[i] + 1] = pos;
-    }
-    if (!(json = st_header_json(w, off))) {
-        rc = ms_error(MS_ERR_NOMEM, "%s: out of memory building the header", path);
-        goto out;
-    }
+    char *hdr = NULL;
+    size_t len = 0;
+    int *order = NULL;
+    ms_status rc = st_plan(w, 8, &hdr, &len, &order);
+    if (rc != MS_OK) return ms_error_wrap(rc, "%s", path);
     rc = ms_atomic_open(&af, path);
-    if (rc == MS_OK) rc = st_write_body(&af, w, json, order);
+    if (rc == MS_OK) rc = ms_atomic_write(&af, hdr, len);
+    for (int i = 0; rc == MS_OK && i < w->n; i++)
+        rc = ms_atomic_write(&af, w->t[order[i]].data, w->t[order[i]].nbytes);
     if (rc == MS_OK) rc = ms_atomic_commit(&af);
     ms_atomic_abort(&af); /* removes the temp file on failure; no-op after commit */
-out:
-    free(json);
+    free(hdr);
     free(order);
-    free(off);
     return rc;
 }
