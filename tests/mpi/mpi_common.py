@@ -29,9 +29,12 @@ def ok(cond, what, detail=""):
         print(f"FAIL: {what}\n{detail[-3000:]}")
 
 
-def mpi(n, *args, timeout=300, env=None):
-    """Run `megascale ARGS` as n ranks under mpirun --oversubscribe."""
-    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), BIN, *args]
+def mpi(n, *args, timeout=300, env=None, survive=False):
+    """Run `megascale ARGS` as n ranks under mpirun --oversubscribe.
+    survive: add --enable-recovery, so that when one rank dies mpirun lets
+    the others report it instead of killing them at once (a race)."""
+    extra = ["--enable-recovery"] if survive else []
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", *extra, "-np", str(n), BIN, *args]
     return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
                           env=env)
 
