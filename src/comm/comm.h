@@ -3,10 +3,13 @@
  *
  * Who calls it: the trainer (through the rank grid, comm/grid.h), the
  * tensor/pipeline/data-parallel layers, checkpoint sharding, benchmarks.
- * The interface is backend-neutral (no MPI or NCCL types here): today it is
- * implemented over MPI on host memory; an NCCL implementation will carry the
- * same calls for device buffers.  Conventions follow NCCL where MPI and NCCL
- * differ (in-place layouts of all-gather / reduce-scatter, equal blocks).
+ * The interface is backend-neutral (no MPI, CUDA or NCCL types here).  Two
+ * implementations carry the same calls: MPI (always; host buffers, and
+ * device buffers staged through pinned host memory when the backend has
+ * registered a comm_device), and NCCL (built when NCCL is found; only on
+ * groups that called comm_group_enable_nccl, only for ops whose buffers are
+ * all device memory).  Conventions follow NCCL where MPI and NCCL differ
+ * (in-place layouts of all-gather / reduce-scatter, equal blocks).
  *
  * Model.  comm_world_init() starts MPI (a single process without mpirun is
  * a world of size 1) and one communication thread per process.  Every op
@@ -18,6 +21,39 @@
  * the same order on every member (as in MPI and NCCL); ops on different
  * groups may interleave freely.
  *
+ * Device buffers over MPI (comm_world_set_device).  The backend registers a
+ * table of hooks (is_device, copies, pinned allocation).  An op whose buffer
+ * is device memory is then staged: comm_*_start copies the send data into a
+ * pinned staging buffer (on the caller's thread, before returning) and the
+ * MPI call runs on the staging buffers; comm_wait copies the received data
+ * back into the device buffer (caller's thread) before returning.  The
+ * communication thread only ever sees host memory and makes no device call.
+ * comm_test never copies: after it says done, the device buffer is filled
+ * only by the comm_wait that follows.  Host buffers pass through unchanged.
+ * Staging buffers come from a pool owned by the world: size classes of
+ * 4 KiB and then four steps per power of two (a buffer is at most 25 %
+ * larger than asked), each class a free list; a class grows only when every
+ * buffer of it is in use, so the pool settles at the peak number of
+ * concurrently staged bytes per class (+<= 25 %) and a repeating training
+ * step allocates nothing once warm.  The pool is freed by
+ * comm_world_finalize.
+ *
+ * NCCL (comm_group_enable_nccl).  After the call, an op on that group whose
+ * buffers are all device memory (and count > 0) is enqueued on the group's
+ * own NCCL stream, which first waits for everything already enqueued on the
+ * compute stream given to enable; comm_wait makes the compute stream wait
+ * for the op (the host does not block unless options.nccl_sync) and
+ * comm_test asks the op's event.  Send/recv on an NCCL group are launched
+ * together (one ncclGroupStart/End) at the first wait or test of one of them
+ * or the next collective on the group, so a ring of recv + send started
+ * back to back cannot deadlock; tags are ignored (order matches).  Deadlines
+ * hold as for MPI: a watchdog thread per NCCL group watches every op in
+ * flight; one that misses its deadline aborts the NCCL communicator
+ * (ncclCommAbort) and breaks the world with MS_ERR_TIMEOUT naming the op
+ * and the group (with nccl_sync, the waiting comm_wait reports it itself).
+ * Every member must pick the same path for an op (the same buffers are
+ * device memory on every rank), or the group hangs until the deadline.
+ *
  * Timeouts and faults.  Every op has a deadline (options.timeout_s, default
  * 300 s, environment MS_COMM_TIMEOUT overrides).  An op that misses it
  * fails with MS_ERR_TIMEOUT and a message naming the op, the group, the
@@ -27,7 +63,8 @@
  * with the same kind of message.  After a timeout the world is "broken":
  * the timed-out MPI request can never be completed or cancelled, so every
  * later op fails at once, the communication thread stops calling MPI (no
- * buffer is touched afterwards), and comm_world_finalize() reports the
+ * buffer is touched afterwards; the staging buffers of the failed ops are
+ * never reused), and comm_world_finalize() reports the
  * failure instead of finalizing MPI.  The process should then exit (the
  * supervisor restarts the job).  Errors reported by MPI itself are returned
  * as MS_ERR_INTERNAL with MPI's message; they do not break the world.
@@ -35,7 +72,10 @@
  * Memory.  comm_world_init/comm_group_create_* allocate objects that the
  * caller frees with comm_world_finalize/comm_group_destroy.  Buffers passed
  * to an op belong to the caller and must stay valid and untouched until
- * comm_wait() returns.  Handles are freed by comm_wait() (or comm_wait_all).
+ * comm_wait() returns (for an NCCL op: until the compute stream has passed
+ * the point where comm_wait was called; the host must synchronise with that
+ * stream before reading the result).  Handles are freed by comm_wait() (or
+ * comm_wait_all).
  *
  * Thread-safety: every function may be called from any thread, but the ops
  * of one group must be started in one agreed order (one thread per group,
@@ -62,7 +102,7 @@ typedef enum {
     COMM_I32,
     COMM_I64,
     COMM_U8,
-    COMM_BF16, /* 2-byte payload; data movement only (no reductions over MPI) */
+    COMM_BF16, /* bfloat16; reductions convert to fp32, combine, round to nearest even */
 } comm_dtype;
 
 typedef enum { COMM_SUM = 0, COMM_MAX, COMM_MIN } comm_redop;
@@ -71,9 +111,12 @@ typedef struct {
     double timeout_s; /* per-op deadline; <= 0: default 300 s; env MS_COMM_TIMEOUT wins */
     int poll_max_us;  /* comm thread's longest sleep between MPI_Testsome calls; <= 0: 200 */
     int no_board;     /* 1: do not create the arrival board (missing ranks then "unknown") */
+    int nccl_sync;    /* 1: comm_wait on an NCCL op blocks the host until it finished or
+                         missed its deadline; 0: the compute stream waits, the group's
+                         watchdog enforces the deadline.  Env MS_COMM_NCCL_SYNC=0/1 wins */
 } comm_options;
 
-/* Defaults: timeout 300 s, poll 200 us, board on. */
+/* Defaults: timeout 300 s, poll 200 us, board on, nccl_sync off. */
 comm_options comm_options_default(void);
 
 /* Size in bytes of one element of dt. */
@@ -108,6 +151,31 @@ void comm_world_set_timeout(comm_world *w, double seconds);
 /* 1 after a timeout broke the world (see above). */
 int comm_world_broken(const comm_world *w);
 
+/* Device memory hooks, given by the backend (comm includes no CUDA header).
+ * Every hook is called only on threads that call comm_*_start, comm_wait or
+ * comm_wait_all (never on the communication thread), so a per-thread device
+ * context set by the backend on those threads is in effect.  to_host must
+ * see every write already enqueued to src (e.g. copy on the compute stream,
+ * then synchronise it: a plain cudaMemcpy does not wait for a non-blocking
+ * stream); to_device must finish before returning (the staging buffer is
+ * reused at once). */
+typedef struct {
+    void *ctx;                                  /* passed back to every hook */
+    int (*is_device)(void *ctx, const void *p); /* 1 if p is device memory */
+    void (*to_host)(void *ctx, void *dst, const void *src, size_t n);   /* returns when done */
+    void (*to_device)(void *ctx, void *dst, const void *src, size_t n); /* returns when done */
+    void *(*host_alloc)(void *ctx, size_t n); /* pinned host memory; NULL on failure */
+    void (*host_free)(void *ctx, void *p);
+} comm_device;
+
+/* Register the device hooks (copied; every pointer must be set) so that
+ * MPI ops on device buffers are staged through pinned host memory (see
+ * "Device buffers over MPI" above).  dev NULL: host only again (device
+ * pointers are then handed to MPI as they are).  Call with no op in flight;
+ * frees the staging pool allocated through the previous hooks.
+ * Errors: MS_ERR_ARG (a NULL hook). */
+ms_status comm_world_set_device(comm_world *w, const comm_device *dev);
+
 /* ---- groups -------------------------------------------------------------- */
 
 /* Collective over every member of parent: members passing the same color
@@ -129,6 +197,23 @@ ms_status comm_group_create_ranks(comm_group *parent, const int *ranks, int n, c
 /* Free a group created above (not the world group).  Local; NULL is ignored.
  * No op may be outstanding on it. */
 void comm_group_destroy(comm_group *g);
+
+/* Collective over g: give g an NCCL communicator, so that its ops on device
+ * buffers run as NCCL calls (see "NCCL" above).  cuda_stream (a
+ * cudaStream_t; NULL is the legacy default stream) is the caller's compute
+ * stream: NCCL ops wait for the work enqueued on it, and comm_wait makes it
+ * wait for them.  The CUDA device must already be set on this thread; the
+ * group's ops must then be started and waited on threads using that device.
+ * Rank 0 of g makes the NCCL id and broadcasts it over MPI; all members then
+ * create the communicator (under the op timeout).  Errors (the same on every
+ * member): MS_ERR_INTERNAL when NCCL is not built in, when two members use
+ * the same GPU (NCCL cannot do that: use the MPI staging path for such a
+ * group), or when a CUDA/NCCL call fails; MS_ERR_TIMEOUT if a member never
+ * comes; MS_ERR_ARG if g already has NCCL.  On failure g stays usable over
+ * MPI.  comm_group_destroy / comm_world_finalize free the communicator. */
+ms_status comm_group_enable_nccl(comm_group *g, void *cuda_stream);
+/* 1 if g has an NCCL communicator (comm_group_enable_nccl succeeded). */
+int comm_group_has_nccl(const comm_group *g);
 
 const char *comm_group_name(const comm_group *g);
 int comm_group_size(const comm_group *g);
@@ -183,7 +268,8 @@ ms_status comm_wait_all(comm_req **reqs, int n);
  * never frees: call comm_wait() afterwards. */
 ms_status comm_test(comm_req *req, int *done);
 /* Monotonic times (ms_now) when req was started and finished (0 if not yet
- * finished): for timers.  Valid until comm_wait(). */
+ * finished): for timers.  Valid until comm_wait().  For an NCCL op the
+ * finish time is when comm_test first saw it done (0 until then). */
 void comm_req_times(const comm_req *req, double *t_start, double *t_done);
 
 /* ---- blocking conveniences (start + wait) -------------------------------- */

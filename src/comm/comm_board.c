@@ -22,8 +22,9 @@
  * not share a pid namespace (one container per rank), arrival still works
  * but "exited" cannot be told: no early failure, only the timeout.
  *
- * Writers: the owning rank's communication thread (seq, heartbeat) and init
- * (pid, rank).  Readers: any thread of any rank (lock-free atomics).
+ * Writers: the owning rank's communication thread (seq, heartbeat), the
+ * threads starting NCCL ops (seq, as a running maximum) and init (pid,
+ * rank).  Readers: any thread of any rank (lock-free atomics).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -192,8 +193,13 @@ void comm_board_free(comm_world *w) {
 
 void comm_board_arrive(comm_world *w, const comm_group *g, uint64_t seq) {
     if (!w->board.shm || g->gid < 0) return;
-    atomic_store_explicit(&w->board.shm->slot[w->board.local_idx].seq[g->gid], seq,
-                          memory_order_release);
+    /* Two writers per rank (the comm thread for MPI ops, the caller for NCCL
+     * ops on the same group): keep the largest, so the count never goes back. */
+    _Atomic unsigned long long *p = &w->board.shm->slot[w->board.local_idx].seq[g->gid];
+    unsigned long long cur = atomic_load_explicit(p, memory_order_relaxed);
+    while (cur < seq && !atomic_compare_exchange_weak_explicit(p, &cur, seq, memory_order_release,
+                                                               memory_order_relaxed)) {
+    }
 }
 
 void comm_board_heartbeat(comm_world *w) {
@@ -238,8 +244,7 @@ int comm_board_dead_missing(comm_world *w, const comm_req *r) {
     int n = 0;
     for (int i = 0; i < g->size; i++) {
         comm_board_slot *s = i == g->rank ? NULL : comm_board_slot_of(w, g->global[i]);
-        if (!s || atomic_load_explicit(&s->seq[g->gid], memory_order_acquire) >= r->seq) continue;
-        n += comm_pid_exited(atomic_load(&s->pid));
+        if (s) n += comm_pid_exited(atomic_load(&s->pid));
     }
     return n;
 }
@@ -274,7 +279,7 @@ static void comm_peer_state(const comm_board *b, comm_board_slot *s, char *buf, 
 static void comm_describe_collective(comm_world *w, const comm_req *r, char *buf, size_t n) {
     const comm_group *g = r->g;
     size_t len = 0;
-    int counts[3] = {0, 0, 0};
+    int counts[3] = {0, 0, 0}, exited_after = 0;
     char st[160];
     for (int pass = 0; pass < 3; pass++) {
         int shown = 0, total = 0;
@@ -296,12 +301,26 @@ static void comm_describe_collective(comm_world *w, const comm_req *r, char *buf
                          shown > 1 ? ", " : "", i, g->global[i], st, seq);
             } else {
                 comm_app(buf, n, &len, "%s%d", shown > 1 ? "," : "", i);
+                exited_after +=
+                    pass == 2 && s && w->board.pids_ok && comm_pid_exited(atomic_load(&s->pid));
             }
         }
         if (total > COMM_LIST_MAX) comm_app(buf, n, &len, " ... (%d in all)", total);
         counts[pass] = total;
     }
-    if (counts[0] == 0 && counts[1] == 0)
+    /* arrived, then died: named only when no rank is missing (otherwise a
+     * survivor that already failed and exited would be named too) */
+    if (counts[0] > 0) exited_after = 0;
+    for (int i = 0, shown = 0; exited_after && i < g->size; i++) {
+        comm_board_slot *s = i == g->rank ? NULL : comm_board_slot_of(w, g->global[i]);
+        if (!s || atomic_load_explicit(&s->seq[g->gid], memory_order_acquire) < r->seq ||
+            !comm_pid_exited(atomic_load(&s->pid)) || shown++ >= COMM_LIST_MAX)
+            continue;
+        comm_peer_state(&w->board, s, st, sizeof st);
+        comm_app(buf, n, &len, "%srank %d (global %d, %s)",
+                 shown > 1 ? ", " : "; exited inside the op: ", i, g->global[i], st);
+    }
+    if (counts[0] == 0 && counts[1] == 0 && !exited_after)
         comm_app(buf, n, &len,
                  " (every rank arrived: a peer failed inside the op, or MPI is stuck)");
 }

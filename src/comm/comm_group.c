@@ -15,8 +15,8 @@
  * never reused; past COMM_BOARD_MAX_GROUPS a group has no slot and its
  * timeouts say the missing ranks are unknown.
  *
- * The group owns its member table; comm_group_destroy frees it.  Thread-safe
- * through the request queue.
+ * The group owns its member table (and its NCCL state, comm_nccl.c);
+ * comm_group_destroy frees them.  Thread-safe through the request queue.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,7 +204,9 @@ ms_status comm_group_create_ranks(comm_group *parent, const int *ranks, int n, c
 
 void comm_group_destroy(comm_group *g) {
     if (!g || g == g->w->world_group) return;
-    if (comm_world_broken(g->w)) return; /* the comm thread may still hold it: leak */
+    int broken = comm_world_broken(g->w);
+    if (g->nccl) comm_nccl_group_free(g, broken);
+    if (broken) return; /* the comm thread may still hold it: leak */
     comm_req *r = comm_req_alloc(g->w);
     if (!r) {
         ms_warn("comm_group_destroy '%s': out of memory, group leaked", g->name);
@@ -217,6 +219,10 @@ void comm_group_destroy(comm_group *g) {
     snprintf(r->name, sizeof r->name, "%s", name);
     if (comm_group_run(r, 0, NULL) != MS_OK)
         ms_warn("comm_group_destroy '%s': %s", name, ms_errmsg());
+}
+
+int comm_group_has_nccl(const comm_group *g) {
+    return g && g->nccl != NULL;
 }
 
 const char *comm_group_name(const comm_group *g) {

@@ -1,13 +1,19 @@
-/* comm_internal.h - the MPI implementation's private structures, shared by
+/* comm_internal.h - the implementation's private structures, shared by
  * comm_world.c (init/finalize, options), comm_thread.c (the communication
  * thread: posting, progress, deadlines), comm_ops.c (the public op calls,
- * wait/test), comm_group.c (groups) and comm_board.c (the arrival board).
+ * wait/test), comm_group.c (groups), comm_board.c (the arrival board),
+ * comm_stage.c (device buffers staged through pinned host memory),
+ * comm_bf16.c (bf16 reductions over MPI) and comm_nccl*.c (NCCL groups,
+ * with their own comm_nccl_internal.h).
  * Not for use outside src/comm/.
  *
  * Locking: w->mu guards the submission queue, every request's state /
  * status / abandoned fields, the free list, the poison fields, the timeout
- * and each group's next_seq.  Fields marked "comm thread" are touched only
- * by the communication thread (or by init/finalize while it is not running).
+ * and each group's next_seq.  w->stage_mu guards the staging pool (taken
+ * after w->mu when both are held).  Fields marked "comm thread" are touched
+ * only by the communication thread (or by init/finalize while it is not
+ * running); fields marked "caller" only by the thread that started / waits
+ * on the request.
  */
 #ifndef MS_COMM_INTERNAL_H
 #define MS_COMM_INTERNAL_H
@@ -23,6 +29,7 @@
 #define COMM_BOARD_MAX_GROUPS 256 /* board slots per rank (group ids 0..255) */
 #define COMM_DEAD_GRACE_S 1.0     /* keep progressing this long after a peer is seen dead */
 #define COMM_WAIT_GRACE_S 2.0     /* waiter's backstop beyond the deadline (stuck comm thread) */
+#define COMM_STAGE_CLASSES 256    /* staging pool size classes (see comm_stage.c) */
 
 typedef enum {
     COMM_K_ALLREDUCE = 0,
@@ -38,6 +45,17 @@ typedef enum {
 } comm_kind;
 
 enum { COMM_REQ_QUEUED = 0, COMM_REQ_ACTIVE, COMM_REQ_DONE };
+
+/* A pinned staging buffer of the pool (comm_stage.c). */
+typedef struct comm_stage_buf {
+    void *p;
+    size_t cap; /* bytes; fixed by the size class */
+    int cls;
+    struct comm_stage_buf *next;
+} comm_stage_buf;
+
+/* An NCCL group's state (comm_nccl.c). */
+typedef struct comm_nccl comm_nccl;
 
 /* The arrival board, see comm_board.c. */
 typedef struct comm_board_shm comm_board_shm;
@@ -70,6 +88,16 @@ struct comm_req {
     char msg[COMM_MSG_MAX];
     /* comm thread */
     MPI_Request mreq;
+    size_t got; /* comm thread: elements a recv received */
+    /* device staging (caller): pinned buffers held, and the copy back at
+     * wait: stage_bytes from stage_src (= recv after staging) to stage_out */
+    comm_stage_buf *stage[2];
+    void *stage_out;
+    size_t stage_bytes;
+    /* NCCL (caller): the op runs on g->nccl; slot index of its completion
+     * event, -1 while a send/recv waits to be launched */
+    int on_nccl;
+    int nccl_slot;
     /* group creation: arguments and result */
     int color, key, nranks;
     const int *ranks;
@@ -85,6 +113,7 @@ struct comm_group {
     int size, rank;
     int *global;       /* [size] world rank of each member */
     int gid;           /* arrival-board slot, agreed by all members; -1: none */
+    comm_nccl *nccl;   /* NULL unless comm_group_enable_nccl succeeded */
     uint64_t next_seq; /* under w->mu: last collective sequence number handed out */
 };
 
@@ -92,8 +121,20 @@ struct comm_world {
     int rank, size;
     int own_mpi; /* we called MPI_Init, so we finalize */
     int poll_max_us;
+    int nccl_sync; /* options.nccl_sync */
     comm_group *world_group;
-    int next_gid; /* comm thread: lowest board slot this rank has not used */
+    MPI_Op bf16_op[3]; /* MPI_Op for COMM_BF16 by comm_redop; MPI_OP_NULL: not created */
+
+    /* device staging: hooks (set with no op in flight) and the pool */
+    int has_dev;
+    comm_device dev;
+    pthread_mutex_t stage_mu;
+    /* under stage_mu */
+    comm_stage_buf *stage_free[COMM_STAGE_CLASSES];
+    size_t stage_pinned; /* bytes allocated through dev.host_alloc */
+    int stage_nbuf;      /* buffers allocated */
+    int stage_lost;      /* buffers left to MPI by failed ops (never reused) */
+    int next_gid;        /* comm thread: lowest board slot this rank has not used */
     comm_board board;
 
     pthread_t thread;
@@ -121,9 +162,9 @@ struct comm_world {
 };
 
 /* comm_world.c */
-/* MPI datatype / op for our enums. */
+/* MPI datatype / op for our enums (bf16 reductions use w's own ops). */
 MPI_Datatype comm_mpi_dtype(comm_dtype dt);
-MPI_Op comm_mpi_op(comm_redop op);
+MPI_Op comm_mpi_op(const comm_world *w, comm_dtype dt, comm_redop op);
 /* "MPI_Xxx failed: <MPI_Error_string>" into buf. */
 void comm_mpi_errstr(int rc, const char *call, char *buf, size_t n);
 /* Record an MPI failure as the thread's message (MS_ERR_INTERNAL). */
@@ -139,6 +180,11 @@ void comm_poison_locked(comm_world *w, ms_status code, const char *msg);
 /* comm_ops.c */
 /* Take a request from the free list (w->mu not held); zeroed. */
 comm_req *comm_req_alloc(comm_world *w);
+/* Give a request that was never submitted back to the free list. */
+void comm_req_free(comm_req *r);
+/* Refuse (MS_ERR_TIMEOUT with the original failure) if the world is broken;
+ * otherwise stamp r: sequence number if `collective`, start time, deadline. */
+ms_status comm_req_stamp(comm_req *r, int collective);
 /* Queue req for the comm thread, assigning the collective sequence number
  * when `collective`; fails (and frees req) if the world is broken. */
 ms_status comm_submit(comm_req *req, int collective);
@@ -156,6 +202,48 @@ void comm_group_free_struct(comm_group *g);
 /* Run a group-creation request on the comm thread; sets r->status/msg. */
 void comm_group_exec(comm_world *w, comm_req *r);
 
+/* comm_stage.c */
+/* Stage r's device buffers (w->has_dev): take pinned buffers, copy the send
+ * data to them and point r at them.  Caller's thread, before comm_submit.
+ * On failure nothing is held. */
+ms_status comm_stage_prepare(comm_req *r);
+/* What comm_wait needs from r after r is recycled. */
+typedef struct {
+    comm_stage_buf *buf[2];
+    void *out;
+    const void *src;
+    size_t bytes;
+} comm_stage_hold;
+/* Move r's staging state into h (w->mu held; r is recycled afterwards). */
+void comm_stage_take(comm_req *r, comm_stage_hold *h);
+/* At comm_wait (no lock held): copy the result back to the device when the
+ * op succeeded (or a recv was short: MS_ERR_RANGE), then give the buffers
+ * back to the pool, unless the op failed in a broken world (MPI may still
+ * own them: they are never reused). */
+void comm_stage_finish(comm_world *w, comm_stage_hold *h, ms_status st);
+/* Give buffers back without copying (a request refused before posting). */
+void comm_stage_release(comm_world *w, comm_req *r);
+/* Free the pool (no op in flight); returns the number of buffers freed. */
+int comm_stage_pool_free(comm_world *w);
+
+/* comm_bf16.c */
+/* Create / free the bf16 MPI_Ops (init / finalize, not the comm thread). */
+ms_status comm_bf16_ops_create(comm_world *w);
+void comm_bf16_ops_free(comm_world *w);
+
+/* comm_nccl.c (stubs without MS_HAVE_NCCL) */
+/* 1 if r (built, not yet started) should run on its group's NCCL
+ * communicator: the group has one and every buffer of r is device memory. */
+int comm_nccl_wants(const comm_req *r);
+/* Start r on NCCL (r stamped inside); on failure r is freed. */
+ms_status comm_nccl_start(comm_req *r);
+/* comm_wait / comm_test / comm_req_times for an NCCL request. */
+ms_status comm_nccl_wait(comm_req *r);
+ms_status comm_nccl_test(comm_req *r, int *done);
+/* Free g's NCCL state (g->nccl set; no op in flight); with `broken`, the
+ * communicator is aborted instead of destroyed (it may be stuck). */
+void comm_nccl_group_free(comm_group *g, int broken);
+
 /* comm_board.c */
 /* Create the board over MPI_COMM_WORLD (collective; called by init). */
 ms_status comm_board_init(comm_world *w, int enable);
@@ -163,8 +251,11 @@ void comm_board_free(comm_world *w);
 /* Publish this rank's arrival at collective seq on group g. */
 void comm_board_arrive(comm_world *w, const comm_group *g, uint64_t seq);
 void comm_board_heartbeat(comm_world *w);
-/* Number of peers r waits for whose process is known to have exited before
- * arriving (collective) or the p2p peer if it exited. */
+/* Number of peers of the unfinished op r whose process is known to have
+ * exited: any member of a collective's group (one that exited after
+ * arriving can still leave the op unfinishable: it may have had data left
+ * to forward), or the p2p peer.  The caller waits a grace period first, so
+ * data already in flight can land. */
 int comm_board_dead_missing(comm_world *w, const comm_req *r);
 /* Append "not arrived: ...; arrived: ..." (or the p2p peer's state) to buf. */
 void comm_board_describe(comm_world *w, const comm_req *r, char *buf, size_t n);

@@ -1,7 +1,10 @@
 /* comm_ops.c - the public op calls: argument checks, building a request and
- * queueing it for the communication thread (comm_submit), and the waiting
- * side (comm_wait / comm_wait_all / comm_test) with its backstop for a
- * communication thread stuck inside a blocking MPI call.  See comm.h.
+ * handing it to its path (comm_dispatch): NCCL (comm_nccl.c) when the group
+ * has NCCL and the buffers are device memory, otherwise staging device
+ * buffers (comm_stage.c) and queueing it for the communication thread
+ * (comm_submit); and the waiting side (comm_wait / comm_wait_all /
+ * comm_test) with its backstop for a communication thread stuck inside a
+ * blocking MPI call and the copy back of staged results.  See comm.h.
  *
  * Requests come from a per-world free list (no allocation per op once warm)
  * and go back to it in comm_wait.  Thread-safe (w->mu).
@@ -66,21 +69,41 @@ static void comm_req_release_locked(comm_world *w, comm_req *r) {
     w->free_list = r;
 }
 
-ms_status comm_submit(comm_req *r, int collective) {
+void comm_req_free(comm_req *r) {
+    comm_world *w = r->w;
+    comm_stage_release(w, r);
+    pthread_mutex_lock(&w->mu);
+    comm_req_release_locked(w, r);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* The refusal of r in a broken world (w->mu held). */
+static ms_status comm_refuse_locked(comm_world *w, const comm_req *r) {
+    char d[256];
+    comm_req_describe(r, d, sizeof d);
+    return ms_error(w->poison_code, "comm: %s refused: world broken by an earlier failure: %s", d,
+                    w->poison_msg);
+}
+
+ms_status comm_req_stamp(comm_req *r, int collective) {
     comm_world *w = r->w;
     pthread_mutex_lock(&w->mu);
     if (w->poisoned) {
-        char d[256], pmsg[COMM_MSG_MAX];
-        ms_status code = w->poison_code;
-        comm_req_describe(r, d, sizeof d);
-        snprintf(pmsg, sizeof pmsg, "%s", w->poison_msg);
-        comm_req_release_locked(w, r);
+        ms_status st = comm_refuse_locked(w, r);
         pthread_mutex_unlock(&w->mu);
-        return ms_error(code, "comm: %s refused: world broken by an earlier failure: %s", d, pmsg);
+        return st;
     }
     if (collective) r->seq = ++r->g->next_seq;
     r->t_start = ms_now();
     r->deadline = r->t_start + w->timeout_s;
+    pthread_mutex_unlock(&w->mu);
+    return MS_OK;
+}
+
+/* Queue a stamped request for the comm thread. */
+static void comm_enqueue(comm_req *r) {
+    comm_world *w = r->w;
+    pthread_mutex_lock(&w->mu);
     r->state = COMM_REQ_QUEUED;
     r->next = NULL;
     if (w->q_tail)
@@ -90,6 +113,40 @@ ms_status comm_submit(comm_req *r, int collective) {
     w->q_tail = r;
     pthread_cond_signal(&w->submit_cv);
     pthread_mutex_unlock(&w->mu);
+}
+
+ms_status comm_submit(comm_req *r, int collective) {
+    ms_status st = comm_req_stamp(r, collective);
+    if (st != MS_OK) {
+        comm_req_free(r);
+        return st;
+    }
+    comm_enqueue(r);
+    return MS_OK;
+}
+
+/* Start a built request on its path and hand it to the caller: NCCL, or
+ * MPI after staging its device buffers.  A broken world is refused before
+ * anything is copied.  On failure r is freed. */
+static ms_status comm_dispatch(comm_req *r, int collective, comm_req **req) {
+    if (r->g->nccl && comm_nccl_wants(r)) {
+        MS_TRY(comm_nccl_start(r));
+        *req = r;
+        return MS_OK;
+    }
+    comm_world *w = r->w;
+    ms_status st = MS_OK;
+    pthread_mutex_lock(&w->mu);
+    if (w->poisoned) st = comm_refuse_locked(w, r);
+    pthread_mutex_unlock(&w->mu);
+    if (st == MS_OK) st = comm_stage_prepare(r);
+    if (st == MS_OK) st = comm_req_stamp(r, collective);
+    if (st != MS_OK) {
+        comm_req_free(r);
+        return st;
+    }
+    comm_enqueue(r);
+    *req = r;
     return MS_OK;
 }
 
@@ -105,9 +162,6 @@ static ms_status comm_check_common(const char *fn, const comm_group *g, size_t c
                         g->name, count);
     if (reduce && (unsigned)op > COMM_MIN)
         return ms_error(MS_ERR_ARG, "%s on group '%s': bad reduction op %d", fn, g->name, (int)op);
-    if (reduce && dt == COMM_BF16)
-        return ms_error(MS_ERR_ARG, "%s on group '%s': bf16 reductions are not supported over MPI",
-                        fn, g->name);
     return MS_OK;
 }
 
@@ -146,9 +200,7 @@ ms_status comm_allreduce_start(comm_group *g, const void *send, void *recv, size
     r->recv = recv;
     r->op = op;
     r->inplace = send == recv;
-    MS_TRY(comm_submit(r, 1));
-    *req = r;
-    return MS_OK;
+    return comm_dispatch(r, 1, req);
 }
 
 ms_status comm_reduce_scatter_start(comm_group *g, const void *send, void *recv, size_t count,
@@ -170,9 +222,7 @@ ms_status comm_reduce_scatter_start(comm_group *g, const void *send, void *recv,
     r->recv = recv;
     r->op = op;
     r->inplace = inplace;
-    MS_TRY(comm_submit(r, 1));
-    *req = r;
-    return MS_OK;
+    return comm_dispatch(r, 1, req);
 }
 
 ms_status comm_allgather_start(comm_group *g, const void *send, void *recv, size_t count,
@@ -193,9 +243,7 @@ ms_status comm_allgather_start(comm_group *g, const void *send, void *recv, size
     r->send = send;
     r->recv = recv;
     r->inplace = inplace;
-    MS_TRY(comm_submit(r, 1));
-    *req = r;
-    return MS_OK;
+    return comm_dispatch(r, 1, req);
 }
 
 ms_status comm_broadcast_start(comm_group *g, void *buf, size_t count, comm_dtype dt, int root,
@@ -210,9 +258,7 @@ ms_status comm_broadcast_start(comm_group *g, void *buf, size_t count, comm_dtyp
     MS_TRY(comm_req_new(g, COMM_K_BCAST, count, dt, &r));
     r->recv = buf;
     r->root = root;
-    MS_TRY(comm_submit(r, 1));
-    *req = r;
-    return MS_OK;
+    return comm_dispatch(r, 1, req);
 }
 
 /* Shared by send and recv. */
@@ -234,9 +280,7 @@ static ms_status comm_p2p_start(const char *fn, comm_kind kind, comm_group *g, c
     r->recv = rbuf;
     r->peer = peer;
     r->tag = tag;
-    MS_TRY(comm_submit(r, 0));
-    *req = r;
-    return MS_OK;
+    return comm_dispatch(r, 0, req);
 }
 
 ms_status comm_send_start(comm_group *g, const void *buf, size_t count, comm_dtype dt, int peer,
@@ -253,9 +297,7 @@ ms_status comm_barrier_start(comm_group *g, comm_req **req) {
     MS_TRY(comm_check_common("comm_barrier_start", g, 0, COMM_U8, 0, COMM_SUM, req));
     comm_req *r = NULL;
     MS_TRY(comm_req_new(g, COMM_K_BARRIER, 0, COMM_U8, &r));
-    MS_TRY(comm_submit(r, 1));
-    *req = r;
-    return MS_OK;
+    return comm_dispatch(r, 1, req);
 }
 
 /* pthread_cond_timedwait on the monotonic clock for `seconds`. */
@@ -288,6 +330,7 @@ ms_status comm_wait(comm_req *r) {
 
 ms_status comm_wait_result(comm_req *r, comm_group **out) {
     if (!r) return MS_OK;
+    if (r->on_nccl) return comm_nccl_wait(r);
     comm_world *w = r->w;
     pthread_mutex_lock(&w->mu);
     while (r->state != COMM_REQ_DONE) {
@@ -305,8 +348,11 @@ ms_status comm_wait_result(comm_req *r, comm_group **out) {
     if (out) *out = r->out;
     char msg[COMM_MSG_MAX];
     if (st != MS_OK) snprintf(msg, sizeof msg, "%s", r->msg);
+    comm_stage_hold h;
+    comm_stage_take(r, &h);
     comm_req_release_locked(w, r);
     pthread_mutex_unlock(&w->mu);
+    comm_stage_finish(w, &h, st); /* the copy back to the device, on this thread */
     return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
 }
 
@@ -329,6 +375,7 @@ ms_status comm_test(comm_req *r, int *done) {
         *done = 1;
         return MS_OK;
     }
+    if (r->on_nccl) return comm_nccl_test(r, done);
     pthread_mutex_lock(&r->w->mu);
     *done = r->state == COMM_REQ_DONE;
     pthread_mutex_unlock(&r->w->mu);

@@ -95,15 +95,16 @@ static int comm_post_one(comm_req *r, const char **call) {
     case COMM_K_ALLREDUCE:
         *call = "MPI_Iallreduce";
         return MPI_Iallreduce(r->inplace ? MPI_IN_PLACE : r->send, r->recv, n, t,
-                              comm_mpi_op(r->op), c, &r->mreq);
+                              comm_mpi_op(r->w, r->dt, r->op), c, &r->mreq);
     case COMM_K_REDUCE_SCATTER:
         /* In place, MPI reads the whole buffer and leaves the result at its
          * start; comm_complete moves it to this rank's block. */
         *call = "MPI_Ireduce_scatter_block";
         if (r->inplace)
             return MPI_Ireduce_scatter_block(MPI_IN_PLACE, (void *)r->send, n, t,
-                                             comm_mpi_op(r->op), c, &r->mreq);
-        return MPI_Ireduce_scatter_block(r->send, r->recv, n, t, comm_mpi_op(r->op), c, &r->mreq);
+                                             comm_mpi_op(r->w, r->dt, r->op), c, &r->mreq);
+        return MPI_Ireduce_scatter_block(r->send, r->recv, n, t, comm_mpi_op(r->w, r->dt, r->op), c,
+                                         &r->mreq);
     case COMM_K_ALLGATHER:
         *call = "MPI_Iallgather";
         if (r->inplace)
@@ -173,6 +174,7 @@ static void comm_complete(comm_world *w, comm_req *r, int err, MPI_Status *st) {
     } else if (r->kind == COMM_K_RECV) {
         int got = 0;
         MPI_Get_count(st, comm_mpi_dtype(r->dt), &got);
+        r->got = got > 0 ? (size_t)got : 0;
         if ((size_t)got != r->count) {
             char d[256];
             comm_req_describe(r, d, sizeof d);

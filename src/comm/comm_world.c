@@ -1,6 +1,6 @@
 /* comm_world.c - the world: options, MPI initialisation and finalisation,
- * dtype/op mapping and MPI error translation.  See comm.h for the model;
- * comm_thread.c for the communication thread it starts.
+ * dtype/op mapping, MPI error translation and the device hooks.  See comm.h
+ * for the model; comm_thread.c for the communication thread it starts.
  */
 #include <errno.h>
 #include <math.h>
@@ -59,7 +59,8 @@ MPI_Datatype comm_mpi_dtype(comm_dtype dt) {
     ms_panic(__FILE__, __LINE__, "comm: bad dtype %d", (int)dt);
 }
 
-MPI_Op comm_mpi_op(comm_redop op) {
+MPI_Op comm_mpi_op(const comm_world *w, comm_dtype dt, comm_redop op) {
+    if (dt == COMM_BF16 && (unsigned)op <= COMM_MIN) return w->bf16_op[op];
     switch (op) {
     case COMM_SUM:
         return MPI_SUM;
@@ -84,11 +85,19 @@ ms_status comm_mpi_error(int rc, const char *call, const char *ctx) {
     return ms_error(MS_ERR_INTERNAL, "%s: %s", ctx, s);
 }
 
-/* Resolve the timeout: options, then MS_COMM_TIMEOUT (seconds, > 0). */
+/* Resolve the options: MS_COMM_TIMEOUT (seconds, > 0) and
+ * MS_COMM_NCCL_SYNC (0 or 1) override the caller's. */
 static ms_status comm_resolve_options(const comm_options *opt, comm_options *o) {
     *o = opt ? *opt : comm_options_default();
     if (!(o->timeout_s > 0)) o->timeout_s = COMM_DEFAULT_TIMEOUT_S;
     if (o->poll_max_us <= 0) o->poll_max_us = COMM_DEFAULT_POLL_US;
+    const char *sync = getenv("MS_COMM_NCCL_SYNC");
+    if (sync && *sync) {
+        if (strcmp(sync, "0") && strcmp(sync, "1"))
+            return ms_error(MS_ERR_ARG, "comm_world_init: MS_COMM_NCCL_SYNC='%s' is not 0 or 1",
+                            sync);
+        o->nccl_sync = sync[0] == '1';
+    }
     const char *env = getenv("MS_COMM_TIMEOUT");
     if (env && *env) {
         char *end = NULL;
@@ -146,9 +155,9 @@ static ms_status comm_world_group_init(comm_world *w) {
 
 static ms_status comm_sync_init(comm_world *w) {
     pthread_condattr_t ca;
-    if (pthread_mutex_init(&w->mu, NULL) || pthread_condattr_init(&ca) ||
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_cond_init(&w->submit_cv, &ca) ||
-        pthread_cond_init(&w->done_cv, &ca))
+    if (pthread_mutex_init(&w->mu, NULL) || pthread_mutex_init(&w->stage_mu, NULL) ||
+        pthread_condattr_init(&ca) || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
+        pthread_cond_init(&w->submit_cv, &ca) || pthread_cond_init(&w->done_cv, &ca))
         return ms_error(MS_ERR_INTERNAL, "comm_world_init: pthread mutex/cond init failed");
     pthread_condattr_destroy(&ca);
     return MS_OK;
@@ -162,9 +171,13 @@ ms_status comm_world_init(comm_world **out, int *argc, char ***argv, const comm_
     if (!w) return ms_error(MS_ERR_NOMEM, "comm_world_init: out of memory");
     w->timeout_s = o.timeout_s;
     w->poll_max_us = o.poll_max_us;
+    w->nccl_sync = o.nccl_sync;
     w->board.local_idx = -1;
+    for (int i = 0; i < 3; i++)
+        w->bf16_op[i] = MPI_OP_NULL;
     ms_status st = comm_mpi_start(w, argc, argv);
     if (st != MS_OK) goto out;
+    if ((st = comm_bf16_ops_create(w)) != MS_OK) goto out;
     if ((st = comm_world_group_init(w)) != MS_OK) goto out;
     if ((st = comm_board_init(w, !o.no_board)) != MS_OK) goto out;
     if ((st = comm_sync_init(w)) != MS_OK) goto out;
@@ -175,6 +188,7 @@ ms_status comm_world_init(comm_world **out, int *argc, char ***argv, const comm_
 out:
     if (st != MS_OK) {
         /* MPI stays initialised: it cannot be initialised twice anyway. */
+        comm_bf16_ops_free(w);
         comm_board_free(w);
         if (w->world_group) comm_group_free_struct(w->world_group);
         free(w);
@@ -195,15 +209,42 @@ static void comm_world_free_struct(comm_world *w) {
     free(w->idx);
     free(w->sts);
     pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->stage_mu);
     pthread_cond_destroy(&w->submit_cv);
     pthread_cond_destroy(&w->done_cv);
     free(w);
 }
 
+/* Free the staging pool, with a debug line on what it held. */
+static void comm_world_free_stage(comm_world *w) {
+    if (!w->has_dev) return;
+    pthread_mutex_lock(&w->stage_mu);
+    size_t pinned = w->stage_pinned;
+    int lost = w->stage_lost;
+    pthread_mutex_unlock(&w->stage_mu);
+    int n = comm_stage_pool_free(w);
+    if (n || lost)
+        ms_debug("comm: staging pool freed: %d buffers, %.1f MiB pinned%s", n,
+                 (double)pinned / (1 << 20), lost ? " (some left to a failed MPI op)" : "");
+}
+
+ms_status comm_world_set_device(comm_world *w, const comm_device *dev) {
+    if (!w) return ms_error(MS_ERR_ARG, "comm_world_set_device: NULL world");
+    if (dev && (!dev->is_device || !dev->to_host || !dev->to_device || !dev->host_alloc ||
+                !dev->host_free))
+        return ms_error(MS_ERR_ARG, "comm_world_set_device: every hook must be set");
+    comm_world_free_stage(w);
+    w->has_dev = dev != NULL;
+    if (dev) w->dev = *dev;
+    return MS_OK;
+}
+
 ms_status comm_world_finalize(comm_world *w) {
     if (!w) return MS_OK;
     ms_status st = MS_OK;
-    if (!comm_world_broken(w)) st = comm_barrier(w->world_group);
+    int was_broken = comm_world_broken(w);
+    if (w->world_group->nccl) comm_nccl_group_free(w->world_group, was_broken);
+    if (!was_broken) st = comm_barrier(w->world_group);
     int joined = comm_thread_stop(w, COMM_WAIT_GRACE_S) == 0;
     pthread_mutex_lock(&w->mu);
     int broken = w->poisoned;
@@ -213,9 +254,11 @@ ms_status comm_world_finalize(comm_world *w) {
     pthread_mutex_unlock(&w->mu);
     if (broken || !joined) {
         /* A timed-out request is still inside MPI: MPI_Finalize would wait
-         * for the missing rank forever.  Leave MPI alone; the caller exits. */
+         * for the missing rank forever.  Leave MPI alone; the caller exits.
+         * (The staging buffers still in the pool are safe to free.) */
         comm_board_free(w);
         if (joined) {
+            comm_world_free_stage(w);
             comm_group_free_struct(w->world_group);
             comm_world_free_struct(w);
         }
@@ -227,6 +270,8 @@ ms_status comm_world_finalize(comm_world *w) {
     MPI_Comm_free(&w->world_group->comm);
     comm_group_free_struct(w->world_group);
     comm_board_free(w);
+    comm_bf16_ops_free(w);
+    comm_world_free_stage(w);
     if (w->own_mpi) {
         int rc = MPI_Finalize();
         if (rc != MPI_SUCCESS && st == MS_OK)

@@ -10,6 +10,9 @@
  *           group_split op must name rank 2 like any collective).
  *   stopped rank 2 stops itself (SIGSTOP: a hung process; a forked child
  *           continues it after the survivors have given up).
+ *   dead-dev as dead, with the all-reduce on (fake) device buffers staged
+ *           through pinned memory (tests/comm/fake_device.h): the same
+ *           report, and nothing is copied back to the device.
  * Survivors print "FAULT-OK r<rank> <seconds>: <message>" when every check
  * holds and exit without finalising MPI (the world is broken). */
 #include <signal.h>
@@ -22,6 +25,7 @@
 #include "base/ctx.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/fake_device.h"
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "dead";
@@ -37,7 +41,7 @@ int main(int argc, char **argv) {
     T_EQ_INT(N, 3);
     T_EQ_INT(comm_barrier(g), MS_OK); /* everyone is up */
     if (R == 2) {
-        if (!strcmp(mode, "dead") || !strcmp(mode, "split")) _exit(0);
+        if (!strcmp(mode, "dead") || !strcmp(mode, "split") || !strcmp(mode, "dead-dev")) _exit(0);
         if (!strcmp(mode, "stopped")) {
             pid_t self = getpid();
             if (fork() == 0) {
@@ -51,7 +55,15 @@ int main(int argc, char **argv) {
         sleep((unsigned)(timeout + 2));
         _exit(0);
     }
-    double x[64];
+    int on_dev = !strcmp(mode, "dead-dev");
+    fake_dev fd;
+    comm_device dev;
+    fake_dev_init(&fd, &dev);
+    double xh[64], *x = xh;
+    if (on_dev) {
+        T_EQ_INT(comm_world_set_device(w, &dev), MS_OK);
+        x = fake_dev_alloc(&fd, sizeof xh);
+    }
     for (int i = 0; i < 64; i++)
         x[i] = R + i;
     int split = !strcmp(mode, "split");
@@ -68,11 +80,17 @@ int main(int argc, char **argv) {
     T_OK(sub == NULL);
     T_STR_CONTAINS(msg, "group 'world'");
     T_STR_CONTAINS(msg, "not arrived: rank 2 (global 2");
-    T_STR_CONTAINS(msg, !strcmp(mode, "dead") || split ? "exited"
-                        : !strcmp(mode, "stopped")     ? "not responding"
-                                                       : "alive");
+    T_STR_CONTAINS(msg, !strcmp(mode, "dead") || split || on_dev ? "exited"
+                        : !strcmp(mode, "stopped")               ? "not responding"
+                                                                 : "alive");
     T_OK(strstr(msg, "rank 0 (global") == NULL && strstr(msg, "rank 1 (global") == NULL);
     T_OK(comm_world_broken(w));
+    if (on_dev) { /* staged: copied in, never back; untouched device buffer */
+        T_EQ_INT(fd.to_host, 1);
+        T_EQ_INT(fd.to_device, 0);
+        T_EQ_INT(x[1], R + 1);
+        T_EQ_INT(fd.wrong_thread, 0);
+    }
     /* later ops fail at once, naming the original failure */
     T_EQ_INT(comm_barrier(g), MS_ERR_TIMEOUT);
     T_STR_CONTAINS(ms_errmsg(), "world broken");
