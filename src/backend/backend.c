@@ -1,12 +1,17 @@
 /* backend.c - backend creation by name and destruction.
  *
- * Backends available in this build: "cpu" (always).  A CUDA build adds its
- * own entry here.
+ * Backends: "cpu" (always) and "cuda" when the program was linked with the
+ * CUDA backend (CMake's mscuda object library, built when nvcc is found).
+ * be_cuda_create is referenced weakly so that programs without the CUDA
+ * backend (the unit tests, a build without the toolkit) still link, and say
+ * so when asked for it.
  */
 #include "backend/backend.h"
 
 #include <stddef.h>
 #include <string.h>
+
+#pragma weak be_cuda_create
 
 /* Create the backend called `name` with `threads` compute threads (CPU;
  * 0 = all cores).  MS_ERR_ARG names the available backends if `name` is
@@ -14,8 +19,15 @@
 ms_status be_create(be_backend **out, const char *name, int threads) {
     *out = NULL;
     if (name && strcmp(name, "cpu") == 0) return be_cpu_create(out, threads);
-    return ms_error(MS_ERR_ARG, "unknown backend \"%s\"; available backends: cpu",
-                    name ? name : "(null)");
+    if (name && strcmp(name, "cuda") == 0) {
+        if (!be_cuda_create)
+            return ms_error(MS_ERR_ARG,
+                            "backend \"cuda\" is not built into this program (the CUDA toolkit "
+                            "was not found at build time); available backends: cpu");
+        return be_cuda_create(out, -1);
+    }
+    return ms_error(MS_ERR_ARG, "unknown backend \"%s\"; available backends: cpu%s",
+                    name ? name : "(null)", be_cuda_create ? ", cuda" : "");
 }
 
 /* Release a backend and its scratch (NULL is a no-op).  Memory returned by

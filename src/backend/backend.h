@@ -44,6 +44,8 @@ typedef struct {
 
 typedef struct be_backend be_backend;
 
+#define BE_MARKS 8 /* timer markers per backend */
+
 struct be_backend {
     const char *name; /* "cpu", "cuda" */
     be_dtype act_dtype;
@@ -62,6 +64,25 @@ struct be_backend {
      * larger limits (grows, never shrinks). */
     ms_status (*reserve)(be_backend *be, const be_limits *lim);
     void (*destroy)(be_backend *be);
+
+    /* ---- host interop and timers ---- */
+    /* 1 if p is device memory the host cannot address (always 0 on the
+     * CPU).  Used by the MPI communicator to stage device buffers. */
+    int (*is_device)(be_backend *be, const void *p);
+    /* Page-locked host memory for staging copies (plain memory on the CPU);
+     * NULL on failure.  Released with host_free. */
+    void *(*host_alloc)(be_backend *be, size_t bytes);
+    void (*host_free)(be_backend *be, void *p);
+    /* The stream every op runs on (CUDA: a cudaStream_t; NULL on the CPU),
+     * for libraries that enqueue work after the ops (NCCL). */
+    void *stream;
+    /* Device-side timers: mark(i) records marker i (0 <= i < BE_MARKS) in
+     * the op stream (a CUDA event; the host clock on the CPU), without
+     * waiting.  elapsed_ms(i, j) is the time from marker i to marker j; it
+     * waits for marker j, so call it after the step's own sync point (the
+     * loss read-back) to keep the step loop free of extra synchronisation. */
+    void (*mark)(be_backend *be, int i);
+    double (*elapsed_ms)(be_backend *be, int i, int j);
 
     /* ---- ops ---- */
 
@@ -115,9 +136,11 @@ struct be_backend {
      * each third (hs = C/NH).  out (B,T,C) act =, state = saved for bwd. */
     void (*attention_fwd)(be_backend *be, void *out, void *state, const void *qkv, int B, int T,
                           int C, int NH, int W);
-    /* dqkv (B,T,3C) act =, from dout (B,T,C). */
-    void (*attention_bwd)(be_backend *be, void *dqkv, const void *dout, const void *qkv,
-                          const void *state, int B, int T, int C, int NH, int W);
+    /* dqkv (B,T,3C) act =, from dout (B,T,C) act, the forward's output
+     * out (B,T,C) act (flash attention's backward needs rowsum(dout*out);
+     * the CPU, which keeps the probabilities, ignores it), qkv and state. */
+    void (*attention_bwd)(be_backend *be, void *dqkv, const void *dout, const void *out,
+                          const void *qkv, const void *state, int B, int T, int C, int NH, int W);
 
     /* out = gelu_tanh(inp), n elements act. */
     void (*gelu_fwd)(be_backend *be, void *out, const void *inp, size_t n);
@@ -129,6 +152,10 @@ struct be_backend {
     void (*bias_add)(be_backend *be, void *out, const void *bias, int M, int N);
     /* y (n) f32 += x (n) f32. */
     void (*add_f32)(be_backend *be, float *y, const float *x, size_t n);
+    /* dst (n) act = src (n) f32, rounded to nearest even (the act copy of
+     * the master weights); a copy when the act dtype is f32 (dst may equal
+     * src). */
+    void (*to_act)(be_backend *be, void *dst, const float *src, size_t n);
 
     /* Fused tied classifier + softmax cross-entropy (+ gradient):
      *   logits (N,Vp) = x (N,C) @ wte (Vp,C)^T, only the first V columns
@@ -196,6 +223,12 @@ static inline size_t be_dtype_size(be_dtype d) {
 /* Create the CPU backend with `threads` OpenMP threads (0 = all cores).
  * Always available. */
 ms_status be_cpu_create(be_backend **out, int threads);
+
+/* Create the CUDA backend on GPU `device` (< 0: the process's local MPI
+ * rank modulo the number of GPUs, so ranks sharing a node share its GPUs).
+ * Built when the CUDA toolkit was found (MS_HAVE_CUDA); MS_ERR_NOTFOUND
+ * with the runtime's reason when there is no usable GPU. */
+ms_status be_cuda_create(be_backend **out, int device);
 
 /* Create a backend by name ("cpu"; "cuda" when built with CUDA). */
 ms_status be_create(be_backend **out, const char *name, int threads);

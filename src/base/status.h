@@ -40,8 +40,14 @@ ms_status ms_error_wrap(ms_status code, const char *fmt, ...) __attribute__((for
 /* The last message recorded on this thread ("" if none). */
 const char *ms_errmsg(void);
 
-/* Abort with file:line and a message; used by MS_CHECK. */
-_Noreturn void ms_panic(const char *file, int line, const char *fmt, ...)
+/* Abort with file:line and a message; used by MS_CHECK.  (The header is
+ * also read by the CUDA sources, which nvcc and the emulator compile as C++.) */
+#ifdef __cplusplus
+[[noreturn]]
+#else
+_Noreturn
+#endif
+void ms_panic(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Always-on invariant check (not compiled out in release builds). */

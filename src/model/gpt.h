@@ -43,7 +43,18 @@ typedef struct {
     int seq_max;   /* rows of wpe: the longest sequence the model supports */
     gpt_block block;
     int attn_window; /* W: each token sees itself and the W-1 before it; 0 = full */
+    /* GPT_RECOMPUTE_* flags: activations recomputed in the backward pass
+     * instead of kept from the forward (memory for time; not part of the
+     * architecture, so checkpoints ignore it). */
+    int recompute;
 } gpt_config;
+
+enum {
+    GPT_RECOMPUTE_GELU = 1, /* GeLU outputs (N,4C) per block: one GeLU pass per block again */
+    GPT_RECOMPUTE_LN = 2,   /* LayerNorm outputs (N,C) x 1-2 per block (not with tp > 1) */
+};
+/* Parse "none", "gelu", "ln", "gelu,ln" into GPT_RECOMPUTE_* flags. */
+ms_status gpt_recompute_parse(const char *s, int *flags);
 
 /* Fill cfg from a preset name: d6 (6 layers, C=384, 6 heads), d12 (GPT-2 124M),
  * d24 (350M), d36 (774M), d48 (1.5B); vocab 50257, seq_max 1024, serial. */
@@ -129,6 +140,9 @@ float *gpt_grads(gpt_model *m);              /* fp32 gradients (device) */
  * optimiser call gpt_params_updated(). */
 void *gpt_params_act(gpt_model *m);
 void gpt_params_updated(gpt_model *m);
+/* The same for elements [begin, end) of the parameter buffer only (ZeRO
+ * refreshes each bucket as its all-gather lands). */
+void gpt_params_range_updated(gpt_model *m, size_t begin, size_t end);
 /* Bytes of activations allocated (for reports). */
 size_t gpt_activation_bytes(const gpt_model *m);
 

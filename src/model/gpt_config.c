@@ -1,4 +1,5 @@
 /* gpt_config.c - model presets, validation, parameter and flop counts. */
+#include <stdio.h>
 #include <string.h>
 
 #include "model/gpt.h"
@@ -75,4 +76,24 @@ size_t gpt_config_num_params(const gpt_config *c) {
 double gpt_flops_per_token(const gpt_config *c, int T) {
     int teff = (c->attn_window > 0 && c->attn_window < T) ? c->attn_window : T;
     return 6.0 * (double)gpt_config_num_params(c) + 12.0 * c->n_layer * (double)teff * c->n_embd;
+}
+
+ms_status gpt_recompute_parse(const char *s, int *flags) {
+    *flags = 0;
+    if (!s || !*s || !strcmp(s, "none")) return MS_OK;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+         tok = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(tok, "gelu"))
+            *flags |= GPT_RECOMPUTE_GELU;
+        else if (!strcmp(tok, "ln"))
+            *flags |= GPT_RECOMPUTE_LN;
+        else
+            return ms_error(MS_ERR_ARG,
+                            "--recompute %s: unknown activation '%s' (expected none, gelu, ln or "
+                            "gelu,ln)",
+                            s, tok);
+    }
+    return MS_OK;
 }

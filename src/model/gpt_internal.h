@@ -41,6 +41,10 @@ typedef struct {
     void *fc_pre;               /* (N,4C) before GeLU */
     void *fc_gelu;              /* (N,4C) */
 } gpt_layer_acts;
+/* With cfg.recompute, fc_gelu (GPT_RECOMPUTE_GELU) and ln1/ln2
+ * (GPT_RECOMPUTE_LN) of every block point at one shared buffer of the model
+ * (m->rc_gelu, m->rc_ln): the forward writes them there for its own use and
+ * the backward recomputes them there (gpt_recompute_*) before reading. */
 
 struct gpt_model {
     gpt_config cfg;
@@ -67,9 +71,10 @@ struct gpt_model {
     int32_t *tokens, *targets; /* (N) device */
     /* backward scratch, shared by all layers */
     void *dresid, *dln, *datty, *dqkv, *dfc, *dfc_pre; /* (N,C)x3, (N,3C), (N,4C)x2 */
-    void *tmp;          /* (N,C): c_proj outputs before the residual add */
-    void *logit_row;    /* (Vp) act: one row of logits for gpt_forward_logits */
-    float *host_losses; /* (N) host copy */
+    void *tmp;             /* (N,C): c_proj outputs before the residual add */
+    void *rc_gelu, *rc_ln; /* shared recompute buffers (N,4C/tp), (N,C), or NULL */
+    void *logit_row;       /* (Vp) act: one row of logits for gpt_forward_logits */
+    float *host_losses;    /* (N) host copy */
     gpt_grad_ready_fn grad_hook, param_hook;
     void *grad_hook_ctx, *param_hook_ctx;
 
@@ -130,9 +135,15 @@ void gpt_linear_fwd(gpt_model *m, void *out, const void *inp, int tw, int tb, in
 void gpt_linear_bwd(gpt_model *m, void *dinp, int accumulate, const void *dout, const void *inp,
                     int tw, float *dbias, int N, int IC, int OC);
 
-/* gpt_tp.c: collectives over the tp group (counts in elements; no-ops once
- * a failure is recorded in m->err) and the tensor-parallel blocks. */
+/* gpt_pass.c: with GPT_RECOMPUTE_GELU, la->fc_gelu = gelu(la->fc_pre) again
+ * (n elements) before the backward reads it; a no-op otherwise. */
+void gpt_recompute_gelu(gpt_model *m, gpt_layer_acts *la, size_t n);
+
+/* gpt_tp.c: collectives over the tp group (counts in elements of the act
+ * dtype unless named _f32; no-ops once a failure is recorded in m->err) and
+ * the tensor-parallel blocks. */
 void gpt_tp_allgather(gpt_model *m, void *full, const void *part, size_t count);
+void gpt_tp_allgather_f32(gpt_model *m, float *full, const float *part, size_t count);
 void gpt_tp_reduce_scatter(gpt_model *m, void *part, const void *full, size_t count);
 void gpt_tp_broadcast_f32(gpt_model *m, float *x, size_t n);
 /* LayerNorm of this rank's rows inp (Nl,C) -> out (N,C) all-gathered. */

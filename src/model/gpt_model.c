@@ -126,8 +126,9 @@ static void push_layer(gpt_model *m, ms_arena *a, gpt_layer_acts *la) {
     size_t tp = (size_t)m->tp, Nl = N / tp, Ca = C / tp, F = 4 * C / tp;
     size_t att = be->attention_state_bytes(be, m->B, m->T, m->cfg.n_head / m->tp);
     memset(la, 0, sizeof *la);
+    int rc = m->cfg.recompute;
     la->resid_in = ms_arena_push(a, Nl * C * es);
-    la->ln1 = ms_arena_push(a, N * C * es);
+    la->ln1 = rc & GPT_RECOMPUTE_LN ? m->rc_ln : ms_arena_push(a, N * C * es);
     la->ln1_mean = ms_arena_push(a, Nl * 4);
     la->ln1_rstd = ms_arena_push(a, Nl * 4);
     la->qkv = ms_arena_push(a, N * 3 * Ca * es);
@@ -135,12 +136,12 @@ static void push_layer(gpt_model *m, ms_arena *a, gpt_layer_acts *la) {
     la->att_state = ms_arena_push(a, att);
     if (m->cfg.block == GPT_BLOCK_SERIAL) {
         la->resid_mid = ms_arena_push(a, Nl * C * es);
-        la->ln2 = ms_arena_push(a, N * C * es);
+        la->ln2 = rc & GPT_RECOMPUTE_LN ? m->rc_ln : ms_arena_push(a, N * C * es);
         la->ln2_mean = ms_arena_push(a, Nl * 4);
         la->ln2_rstd = ms_arena_push(a, Nl * 4);
     }
     la->fc_pre = ms_arena_push(a, N * F * es);
-    la->fc_gelu = ms_arena_push(a, N * F * es);
+    la->fc_gelu = rc & GPT_RECOMPUTE_GELU ? m->rc_gelu : ms_arena_push(a, N * F * es);
 }
 
 /* Lay out the activation buffer; with a NULL-based arena this only sizes it.
@@ -151,6 +152,9 @@ static void layout_acts(gpt_model *m, ms_arena *a) {
     be_backend *be = m->be;
     size_t N = (size_t)m->B * m->T, C = (size_t)m->cfg.n_embd, es = be_dtype_size(be->act_dtype);
     size_t tp = (size_t)m->tp, Nl = N / tp, Ca = C / tp, F = 4 * C / tp;
+    /* the shared recompute buffers come first: push_layer points at them */
+    m->rc_gelu = m->cfg.recompute & GPT_RECOMPUTE_GELU ? ms_arena_push(a, N * F * es) : NULL;
+    m->rc_ln = m->cfg.recompute & GPT_RECOMPUTE_LN ? ms_arena_push(a, N * C * es) : NULL;
     if (m->pipe) {
         size_t sets = (size_t)m->stage.slots, cl = (size_t)m->stage.chunk_layers;
         for (size_t k = 0; k < sets * cl; k++)
@@ -172,7 +176,7 @@ static void layout_acts(gpt_model *m, ms_arena *a) {
     m->dln = ms_arena_push(a, N * C * es);
     m->datty = ms_arena_push(a, N * Ca * es);
     m->tmp = ms_arena_push(a, N * C * es);
-    m->logit_row = ms_arena_push(a, (size_t)m->cfg.vocab_pad * es);
+    m->logit_row = ms_arena_push(a, (size_t)m->cfg.vocab_pad * sizeof(float)); /* f32 logits */
     m->dqkv = ms_arena_push(a, N * 3 * Ca * es);
     m->dfc = ms_arena_push(a, N * F * es);
     m->dfc_pre = ms_arena_push(a, N * F * es);
@@ -210,9 +214,12 @@ static ms_status setup_tp(gpt_model *m, comm_group *tp) {
                             "sequence parallelism: B*T = %d*%d rows are not divisible by tp %d "
                             "(each rank holds B*T/tp rows of the residual stream)",
                             m->B, m->T, m->tp);
-        if (m->be->act_dtype != BE_F32)
-            return ms_error(MS_ERR_ARG, "tensor parallelism needs an fp32 act dtype (backend %s)",
-                            m->be->name);
+        if (c->recompute & GPT_RECOMPUTE_LN)
+            return ms_error(MS_ERR_ARG,
+                            "--recompute ln is not supported with tensor parallelism (tp %d): "
+                            "the LayerNorm outputs are all-gathered over the tp ranks; use "
+                            "--recompute gelu",
+                            m->tp);
         int q = 128 * m->tp;
         c->vocab_pad = (c->vocab + q - 1) / q * q;
     }
@@ -396,9 +403,18 @@ float *gpt_g(gpt_model *m, int t) {
     return m->grads + m->table[t].offset;
 }
 
+/* Refresh the act-dtype copy of every weight from the fp32 masters (one
+ * pass over the parameters; a no-op where they are the same buffer). */
 void gpt_params_updated(gpt_model *m) {
-    MS_CHECKF(!m->own_params_act, "act-dtype weight copies are not implemented for backend %s",
-              m->be->name);
+    gpt_params_range_updated(m, 0, m->n_elems);
+}
+
+void gpt_params_range_updated(gpt_model *m, size_t begin, size_t end) {
+    MS_CHECKF(begin <= end && end <= m->n_elems, "parameter range [%zu, %zu) of %zu", begin, end,
+              m->n_elems);
+    if (m->own_params_act && end > begin)
+        m->be->to_act(m->be, (char *)m->params_act + begin * be_dtype_size(m->be->act_dtype),
+                      m->params + begin, end - begin);
 }
 
 void gpt_zero_grads(gpt_model *m) {

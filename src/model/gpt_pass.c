@@ -33,6 +33,12 @@ void gpt_linear_bwd(gpt_model *m, void *dinp, int accumulate, const void *dout, 
              IC, 0, NULL, BE_EPI_NONE, NULL);
 }
 
+/* With GPT_RECOMPUTE_GELU: la->fc_gelu (the shared buffer) = gelu(la->fc_pre)
+ * again, n elements, before the backward reads it. */
+void gpt_recompute_gelu(gpt_model *m, gpt_layer_acts *la, size_t n) {
+    if (m->rc_gelu) m->be->gelu_fwd(m->be, la->fc_gelu, la->fc_pre, n);
+}
+
 /* One block forward: reads la->resid_in, writes the block output to y. */
 static void layer_fwd(gpt_model *m, int l, void *y, int B, int T) {
     be_backend *be = m->be;
@@ -76,10 +82,14 @@ static void layer_bwd(gpt_model *m, int l, int B, int T) {
     int serial = c->block == GPT_BLOCK_SERIAL;
 
     /* MLP: y = r + c_proj(gelu(c_fc(ln))) */
+    gpt_recompute_gelu(m, la, (size_t)N * 4 * C);
     gpt_linear_bwd(m, m->dfc, 0, m->dresid, la->fc_gelu, lt[GPT_FCPROJ_W],
                    gpt_g(m, lt[GPT_FCPROJ_B]), N, 4 * C, C);
     be->gelu_bwd(be, m->dfc_pre, la->fc_pre, m->dfc, (size_t)N * 4 * C);
     if (serial) {
+        if (m->rc_ln)
+            be->layernorm_fwd(be, la->ln2, la->ln2_mean, la->ln2_rstd, la->resid_mid,
+                              gpt_w(m, lt[GPT_LN2_W]), gpt_w(m, lt[GPT_LN2_B]), N, C);
         gpt_linear_bwd(m, m->dln, 0, m->dfc_pre, la->ln2, lt[GPT_FC_W], gpt_g(m, lt[GPT_FC_B]), N,
                        C, 4 * C);
         be->layernorm_bwd(be, m->dresid, gpt_g(m, lt[GPT_LN2_W]), gpt_g(m, lt[GPT_LN2_B]), m->dln,
@@ -88,8 +98,11 @@ static void layer_bwd(gpt_model *m, int l, int B, int T) {
     /* attention: r = x + c_proj(attn(c_attn(ln_1(x)))) */
     gpt_linear_bwd(m, m->datty, 0, m->dresid, la->atty, lt[GPT_ATTPROJ_W],
                    gpt_g(m, lt[GPT_ATTPROJ_B]), N, C, C);
-    be->attention_bwd(be, m->dqkv, m->datty, la->qkv, la->att_state, B, T, C, c->n_head,
+    be->attention_bwd(be, m->dqkv, m->datty, la->atty, la->qkv, la->att_state, B, T, C, c->n_head,
                       c->attn_window);
+    if (m->rc_ln) /* deterministic: the same values (and statistics) as the forward's */
+        be->layernorm_fwd(be, la->ln1, la->ln1_mean, la->ln1_rstd, la->resid_in,
+                          gpt_w(m, lt[GPT_LN1_W]), gpt_w(m, lt[GPT_LN1_B]), N, C);
     gpt_linear_bwd(m, m->dln, 0, m->dqkv, la->ln1, lt[GPT_QKV_W], gpt_g(m, lt[GPT_QKV_B]), N, C,
                    3 * C);
     if (!serial) /* the MLP branch also reads ln_1 */
@@ -211,17 +224,17 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
     MS_CHECKF(m->tp == 1, "gpt_forward_logits: not with tensor parallelism (tp %d)", m->tp);
     forward_trunk(m, tokens, B, T);
     /* Rows of lnf whose logits are wanted are computed a block at a time into
-     * the dfc scratch (N*4C elements), or one row at a time into the
-     * one-row logits buffer when a row does not fit there. */
+     * the dfc scratch (N*4C act elements), or one row at a time into the
+     * one-row logits buffer when a row does not fit there.  The logits are
+     * fp32 whatever the act dtype (the GEMM's f32 output). */
     size_t es = be_dtype_size(be->act_dtype);
-    size_t cap = (size_t)m->B * m->T * 4 * C; /* elements of dfc */
+    size_t cap = (size_t)m->B * m->T * 4 * C * es / sizeof(float); /* floats in dfc */
     int rows_per = (int)(cap / (size_t)V);
     void *out = m->dfc;
     if (rows_per < 1) {
         rows_per = 1;
         out = m->logit_row;
     }
-    MS_CHECKF(be->act_dtype == BE_F32, "logits readback needs an fp32 act dtype");
     int nrows = last_only ? B : B * T;
     for (int r0 = 0; r0 < nrows; r0 += rows_per) {
         int nr = nrows - r0 < rows_per ? nrows - r0 : rows_per;
@@ -230,7 +243,7 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
             be->copy(be, (char *)m->dqkv + (size_t)i * C * es,
                      (char *)m->lnf + (size_t)row * C * es, (size_t)C * es);
         }
-        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, out, V, 0, NULL,
+        be->gemm(be, 0, 1, nr, V, C, 1.0f, m->dqkv, C, gpt_w(m, m->t_wte), C, 0.0f, out, V, 1, NULL,
                  BE_EPI_NONE, NULL);
         be->to_host(be, logits + (size_t)r0 * V, out, (size_t)nr * V * sizeof(float));
     }

@@ -32,13 +32,23 @@ static void keep_error(gpt_model *m, ms_status st) {
     snprintf(m->errmsg, sizeof m->errmsg, "tensor parallel pass: %s", ms_errmsg());
 }
 
+/* The comm dtype of act buffers (bf16 sums are rounded once per step of
+ * the reduction). */
+static comm_dtype act_comm(const gpt_model *m) {
+    return m->be->act_dtype == BE_BF16 ? COMM_BF16 : COMM_F32;
+}
+
 void gpt_tp_allgather(gpt_model *m, void *full, const void *part, size_t count) {
+    if (m->err == MS_OK) keep_error(m, comm_allgather(m->tpg, part, full, count, act_comm(m)));
+}
+
+void gpt_tp_allgather_f32(gpt_model *m, float *full, const float *part, size_t count) {
     if (m->err == MS_OK) keep_error(m, comm_allgather(m->tpg, part, full, count, COMM_F32));
 }
 
 void gpt_tp_reduce_scatter(gpt_model *m, void *part, const void *full, size_t count) {
     if (m->err == MS_OK)
-        keep_error(m, comm_reduce_scatter(m->tpg, full, part, count, COMM_F32, COMM_SUM));
+        keep_error(m, comm_reduce_scatter(m->tpg, full, part, count, act_comm(m), COMM_SUM));
 }
 
 void gpt_tp_broadcast_f32(gpt_model *m, float *x, size_t n) {
@@ -150,6 +160,7 @@ void gpt_tp_layer_bwd(gpt_model *m, int l, int B, int T) {
 
     /* MLP: y = r + c_proj(gelu(c_fc(ln))) */
     row_out_grad(m, rep + 5 * C, serial ? NULL : rep + 2 * C, N);
+    gpt_recompute_gelu(m, la, (size_t)N * F);
     gpt_linear_bwd(m, m->dfc, 0, m->dfull, la->fc_gelu, lt[GPT_FCPROJ_W], NULL, N, F, C);
     be->gelu_bwd(be, m->dfc_pre, la->fc_pre, m->dfc, (size_t)N * F);
     if (serial) {
@@ -161,8 +172,8 @@ void gpt_tp_layer_bwd(gpt_model *m, int l, int B, int T) {
     }
     /* attention: r = x + c_proj(attn(c_attn(ln_1(x)))); m->dfull = dL/dr */
     gpt_linear_bwd(m, m->datty, 0, m->dfull, la->atty, lt[GPT_ATTPROJ_W], NULL, N, Ca, C);
-    be->attention_bwd(be, m->dqkv, m->datty, la->qkv, la->att_state, B, T, Ca, c->n_head / m->tp,
-                      c->attn_window);
+    be->attention_bwd(be, m->dqkv, m->datty, la->atty, la->qkv, la->att_state, B, T, Ca,
+                      c->n_head / m->tp, c->attn_window);
     gpt_linear_bwd(m, m->dln, 0, m->dqkv, la->ln1, lt[GPT_QKV_W], gpt_g(m, lt[GPT_QKV_B]), N, C,
                    3 * Ca);
     if (!serial) /* the MLP branch also reads ln_1 */

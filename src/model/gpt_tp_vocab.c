@@ -53,7 +53,7 @@ void gpt_tp_classifier(gpt_model *m, int N, float dloss, int grad) {
         const void *x = (const char *)m->lnf + (size_t)r0 * C * es;
         float *mine = m->cls_stats + (size_t)m->tp_rank * rb * 3;
         be->classifier_slice_stats(be, mine, m->cls_logits, x, wte, m->targets + r0, rb, C, Vs, v0);
-        gpt_tp_allgather(m, m->cls_stats, mine, (size_t)rb * 3);
+        gpt_tp_allgather_f32(m, m->cls_stats, mine, (size_t)rb * 3);
         be->classifier_slice_finish(be, m->losses + r0,
                                     grad ? (char *)m->dln + (size_t)r0 * C * es : NULL,
                                     grad ? gpt_g(m, m->t_wte) : NULL, m->cls_logits, x, wte,

@@ -2,6 +2,7 @@
 #include "monitor/monitor.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -23,8 +24,10 @@ static ms_status trim_metrics(const char *path, int keep) {
         const char *sp = strstr(line, "\"step\":");
         if (sp && atoi(sp + 7) <= keep) st = ms_atomic_printf(&af, "%s\n", line);
     }
-    if (st == MS_OK) st = ms_atomic_commit(&af);
-    else ms_atomic_abort(&af);
+    if (st == MS_OK)
+        st = ms_atomic_commit(&af);
+    else
+        ms_atomic_abort(&af);
     free(text);
     return st;
 }
@@ -59,10 +62,16 @@ double mon_probe_peak_flops(be_backend *be, int n, int reps) {
     if (!host || !a || !b || !c) goto out;
     for (size_t i = 0; i < (size_t)n * n; i++)
         host[i] = ms_rng_uniform(7, 0, i) - 0.5f;
-    if (be->act_dtype == BE_F32) {
-        be->to_device(be, a, host, bytes);
-        be->to_device(be, b, host, bytes);
+    if (be->act_dtype == BE_BF16) { /* round to bf16 in place (nearest even) */
+        uint16_t *h16 = (uint16_t *)host;
+        for (size_t i = 0; i < (size_t)n * n; i++) {
+            uint32_t u;
+            memcpy(&u, &host[i], 4);
+            h16[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+        }
     }
+    be->to_device(be, a, host, bytes);
+    be->to_device(be, b, host, bytes);
     for (int r = 0; r < reps + 1; r++) { /* the first run warms up */
         be->sync(be);
         double t0 = ms_now();

@@ -26,8 +26,9 @@ ms_status mon_metrics_open(mon_metrics *mm, const char *path, int resume_step);
 ms_status mon_metrics_write(mon_metrics *mm, const char *json_object);
 void mon_metrics_close(mon_metrics *mm);
 
-/* Measure the backend's fp32 GEMM throughput (FLOP/s) with a short probe
- * (a few square products of size n, best time). */
+/* Measure the backend's GEMM throughput (FLOP/s) in its act dtype (fp32 on
+ * the CPU, bf16 on CUDA) with a short probe (a few square products of size
+ * n on random inputs, best time). */
 double mon_probe_peak_flops(be_backend *be, int n, int reps);
 
 /* Peak resident set size of this process in bytes (getrusage). */

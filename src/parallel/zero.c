@@ -58,6 +58,8 @@ static void on_params(void *ctx, size_t begin, size_t end) {
         keep_error(z, comm_wait(b->ag));
         z->wait_sec += ms_now() - t0;
         b->ag = NULL;
+        /* the act-dtype copy of these weights (a no-op on fp32 backends) */
+        if (z->err == MS_OK) gpt_params_range_updated(z->m, b->begin, b->end);
     }
     (void)end;
 }
@@ -84,8 +86,9 @@ ms_status par_zero_create(par_zero **out, gpt_model *m, comm_group *dp) {
         b->begin = bounds[2 * i];
         b->end = bounds[2 * i + 1];
         if ((b->end - b->begin) % ((size_t)z->size * 16) != 0)
-            st = ms_error(MS_ERR_ARG, "zero: bucket [%zu, %zu) does not split into %d aligned shards "
-                                      "(create the model with gpt_create_aligned)",
+            st = ms_error(MS_ERR_ARG,
+                          "zero: bucket [%zu, %zu) does not split into %d aligned shards "
+                          "(create the model with gpt_create_aligned)",
                           b->begin, b->end, z->size);
         b->count = (b->end - b->begin) / (size_t)z->size;
     }
@@ -112,8 +115,12 @@ void par_zero_destroy(par_zero *z) {
     free(z);
 }
 
-comm_group *par_zero_group(const par_zero *z) { return z->dp; }
-int par_zero_num_shards(const par_zero *z) { return z->nb; }
+comm_group *par_zero_group(const par_zero *z) {
+    return z->dp;
+}
+int par_zero_num_shards(const par_zero *z) {
+    return z->nb;
+}
 
 void par_zero_shard(const par_zero *z, int i, size_t *begin, size_t *end) {
     const bucket *b = &z->b[i];
@@ -121,7 +128,9 @@ void par_zero_shard(const par_zero *z, int i, size_t *begin, size_t *end) {
     *end = *begin + b->count;
 }
 
-void par_zero_arm(par_zero *z) { z->armed = 1; }
+void par_zero_arm(par_zero *z) {
+    z->armed = 1;
+}
 
 static ms_status take_error(par_zero *z) {
     if (z->err == MS_OK) return MS_OK;

@@ -22,6 +22,10 @@
 #include "parallel/zero.h"
 #include "train/train_internal.h"
 
+/* Per-step profile columns: total, data wait, exposed comm, bubble (s);
+ * device fwd+bwd, device optimiser (ms). */
+#define PROF_COLS 6
+
 typedef struct {
     const train_config *tc;
     gpt_config mc;
@@ -190,6 +194,59 @@ static ms_status create_model(trainer *t, comm_group *tpg) {
     return train_pipe_attach(t->pipe, t->model, t->micro, tc->seq);
 }
 
+/* comm_device hooks over the backend's table. */
+static int dev_is_device(void *be, const void *p) {
+    return ((be_backend *)be)->is_device(be, p);
+}
+static void dev_to_host(void *be, void *dst, const void *src, size_t n) {
+    ((be_backend *)be)->to_host(be, dst, src, n);
+}
+static void dev_to_device(void *be, void *dst, const void *src, size_t n) {
+    ((be_backend *)be)->to_device(be, dst, src, n);
+}
+static void *dev_host_alloc(void *be, size_t n) {
+    return ((be_backend *)be)->host_alloc(be, n);
+}
+static void dev_host_free(void *be, void *p) {
+    ((be_backend *)be)->host_free(be, p);
+}
+
+/* With a device backend and several ranks: the communicator learns to stage
+ * device buffers through pinned host memory (MPI), and, per --comm, the tp,
+ * dp and pp groups get NCCL communicators.  auto: NCCL on every group whose
+ * ranks have distinct GPUs, MPI staging on the others (several ranks
+ * sharing one GPU, which NCCL cannot do); nccl: NCCL or an error; mpi:
+ * staging only. */
+static ms_status setup_device_comm(trainer *t) {
+    const char *mode = t->tc->comm && *t->tc->comm ? t->tc->comm : "auto";
+    if (strcmp(mode, "auto") && strcmp(mode, "nccl") && strcmp(mode, "mpi"))
+        return ms_error(MS_ERR_ARG, "--comm %s: expected auto, nccl or mpi", mode);
+    if (!t->world || !t->be->stream) return MS_OK; /* one process, or host memory */
+    comm_device dev = {t->be,         dev_is_device,  dev_to_host,
+                       dev_to_device, dev_host_alloc, dev_host_free};
+    MS_TRY(comm_world_set_device(t->world, &dev));
+    if (!strcmp(mode, "mpi")) {
+        ms_info("comm: device buffers staged through pinned host memory (MPI), as --comm mpi asks");
+        return MS_OK;
+    }
+    static const comm_grid_dim dims[] = {COMM_DIM_TP, COMM_DIM_DP, COMM_DIM_PP};
+    static const char *names[] = {"tp", "dp", "pp"};
+    for (int i = 0; i < 3; i++) {
+        comm_group *g = comm_grid_group(t->grid, dims[i]);
+        if (!g || comm_group_size(g) < 2) continue;
+        ms_status st = comm_group_enable_nccl(g, t->be->stream);
+        if (st == MS_OK) {
+            ms_info("comm: %s group (%d ranks) on NCCL", names[i], comm_group_size(g));
+        } else if (!strcmp(mode, "nccl") || st == MS_ERR_TIMEOUT) {
+            return ms_error_wrap(st, "--comm %s: %s group", mode, names[i]);
+        } else {
+            ms_info("comm: %s group: device buffers staged through pinned host memory (MPI): %s",
+                    names[i], ms_errmsg());
+        }
+    }
+    return MS_OK;
+}
+
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
@@ -205,6 +262,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
     MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
     MS_TRY(be_create(&t->be, tc->device, threads_per_rank(tc)));
+    MS_TRY(setup_device_comm(t));
     comm_group *tpg = t->grid && tc->tp > 1 ? comm_grid_group(t->grid, COMM_DIM_TP) : NULL;
     MS_TRY(create_model(t, tpg));
     if (tc->init_from && *tc->init_from) {
@@ -224,10 +282,12 @@ static ms_status setup(trainer *t) {
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
     t->tgt = malloc(n * sizeof(int32_t));
-    t->prof = malloc(sizeof(double) * 4 * (size_t)tc->steps);
+    t->prof = malloc(sizeof(double) * PROF_COLS * (size_t)tc->steps);
     if (!t->inp || !t->tgt || !t->prof) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
-    t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, 2048, 2);
+    /* the GPU needs a large product to reach its peak (8192^3: 1.1 TFLOP) */
+    int probe_n = t->be->act_dtype == BE_BF16 ? 8192 : 2048;
+    t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, probe_n, 2);
     /* started last, so the probe above runs on idle cores */
     MS_TRY(data_prefetch_start(&t->prefetch, t->train, t->micro, tc->seq, 4));
     MS_TRY(open_ring(t));
@@ -273,7 +333,7 @@ static double prof_median(const trainer *t, int k) {
     double *v = malloc(sizeof(double) * (size_t)n);
     if (!v) return 0;
     for (int i = 0; i < n; i++)
-        v[i] = t->prof[4 * (t->prof_n - n + i) + k];
+        v[i] = t->prof[PROF_COLS * (t->prof_n - n + i) + k];
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     double m = v[n / 2];
     free(v);
@@ -287,9 +347,11 @@ static void print_profile(const trainer *t) {
     double bubble = prof_median(t, 3); /* waits on pipeline receives */
     fprintf(stderr,
             "[megascale r%d profile] median per step over %d steps: step %.1f ms | compute %.1f "
-            "ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms\n",
+            "ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms | device: fwd+bwd "
+            "%.1f ms, optimizer %.1f ms\n",
             t->rank, t->prof_n > 1 ? t->prof_n - 1 : t->prof_n, step * 1e3,
-            (step - data - comm - bubble) * 1e3, comm * 1e3, data * 1e3, bubble * 1e3);
+            (step - data - comm - bubble) * 1e3, comm * 1e3, data * 1e3, bubble * 1e3,
+            prof_median(t, 4), prof_median(t, 5));
 }
 
 /* Mean of a per-rank value over the data-parallel ranks. */
@@ -315,9 +377,14 @@ static void print_layout(const trainer *t) {
                 "%d activation sets on rank 0's stage; wte tied over the first and last stage",
                 ps->pp, ps->vpp, ps->chunk_layers, ps->vpp > 1 ? "interleaved 1F1B" : "1F1B",
                 t->accum, ps->slots);
-    ms_info("model: %d layers, dim %d, %d heads, vocab %d (padded %d), seq-max %d, %s block%s%.0d",
-            c->n_layer, c->n_embd, c->n_head, c->vocab, c->vocab_pad, c->seq_max,
-            gpt_block_name(c->block), c->attn_window ? ", window " : "", c->attn_window);
+    ms_info(
+        "model: %d layers, dim %d, %d heads, vocab %d (padded %d), seq-max %d, %s block%s%.0d%s",
+        c->n_layer, c->n_embd, c->n_head, c->vocab, c->vocab_pad, c->seq_max,
+        gpt_block_name(c->block), c->attn_window ? ", window " : "", c->attn_window,
+        c->recompute == (GPT_RECOMPUTE_GELU | GPT_RECOMPUTE_LN) ? ", recompute gelu+ln"
+        : c->recompute == GPT_RECOMPUTE_GELU                    ? ", recompute gelu"
+        : c->recompute == GPT_RECOMPUTE_LN                      ? ", recompute ln"
+                                                                : "");
     ms_info("params: %.2fM (%.1f MB fp32); activations %.1f MB; flops/token %.3g",
             (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
             (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
@@ -373,6 +440,10 @@ typedef struct {
     opt_stats os;
     double sec, data_sec, comm_sec; /* comm: exposed (blocked) communication */
     double bubble_sec;              /* pp > 1: waited on pipeline receives */
+    /* backend timers (CUDA events on a GPU) of the PREVIOUS step: forward +
+     * backward, and gradient sync + optimiser; read one step late so that
+     * reading them never waits (this step's loss read-back came after them) */
+    double dev_fb_ms, dev_opt_ms;
     int skipped;
 } step_result;
 
@@ -397,6 +468,8 @@ static ms_status pipe_micro_batches(trainer *t, float dloss, double *loss, step_
 static ms_status train_step(trainer *t, int step, step_result *r) {
     const train_config *tc = t->tc;
     double t0 = ms_now();
+    int mk = 3 * (step & 1); /* this step's markers: mk..mk+2; the previous step's: 3 - mk.. */
+    t->be->mark(t->be, mk);
     r->data_sec = 0;
     r->skipped = 0;
     gpt_zero_grads(t->model);
@@ -412,6 +485,7 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
     }
     MS_TRY(gpt_take_error(t->model)); /* a tensor-parallel collective failed */
+    t->be->mark(t->be, mk + 1);
     if (t->zero) MS_TRY(par_zero_reduce_wait(t->zero));
     loss /= t->accum;
     MS_TRY(dp_mean(t, &loss));
@@ -433,8 +507,23 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     } else if (t->zero) {
         MS_TRY(par_zero_gather_start(t->zero)); /* waited for by the next forward */
     }
+    t->be->mark(t->be, mk + 2);
+    if (t->world && comm_world_broken(t->world)) {
+        /* an NCCL op failed after its comm_wait returned (its group's watchdog
+         * broke the world): a new op is refused with the original message */
+        comm_req *req = NULL;
+        ms_status st = comm_barrier_start(comm_world_group(t->world), &req);
+        if (st == MS_OK) st = comm_wait(req);
+        return st != MS_OK ? st : ms_error(MS_ERR_TIMEOUT, "comm: the world is broken");
+    }
     r->sec = ms_now() - t0;
     r->comm_sec = t->zero ? par_zero_take_wait(t->zero) : 0;
+    r->dev_fb_ms = r->dev_opt_ms = 0;
+    if (step > t->start) {
+        int pm = 3 - mk;
+        r->dev_fb_ms = t->be->elapsed_ms(t->be, pm, pm + 1);
+        r->dev_opt_ms = t->be->elapsed_ms(t->be, pm + 1, pm + 2);
+    }
     return MS_OK;
 }
 
@@ -481,8 +570,9 @@ static ms_status loop(trainer *t) {
         MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));
         if (t->prof) {
-            double *p = &t->prof[4 * t->prof_n++];
+            double *p = &t->prof[PROF_COLS * t->prof_n++];
             p[0] = r.sec, p[1] = r.data_sec, p[2] = r.comm_sec, p[3] = r.bubble_sec;
+            p[4] = r.dev_fb_ms, p[5] = r.dev_opt_ms;
         }
         bad = r.skipped ? bad + 1 : 0;
         if (bad > tc->max_bad_steps)

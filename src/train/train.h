@@ -20,8 +20,10 @@ typedef struct {
     int layers, dim, heads, vocab, seq_max; /* 0: from the preset / weights file */
     char *block;                            /* serial | parallel */
     int attn_window;
+    char *recompute; /* none | gelu | ln | gelu,ln */
     /* compute */
     char *device;
+    char *comm; /* device buffers between ranks: auto | nccl | mpi (staged) */
     int threads;
     int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp) */
     /* data */

@@ -29,6 +29,7 @@ struct train_pipe {
     gpt_model *m;
     be_backend *be;
     size_t rows;                  /* elements of one (Nl,C) message */
+    comm_dtype act_dt;            /* their dtype: the backend's act dtype */
     void **act_send, **grad_send; /* [vpp] device buffers */
     comm_req **req;               /* [4][n_micro*vpp]: SEND_ACT .. RECV_GRAD */
     double bubble;                /* seconds waited on receives in the last step */
@@ -82,12 +83,13 @@ ms_status train_pipe_attach(train_pipe *p, gpt_model *m, int B, int T) {
     p->m = m;
     p->be = gpt_backend(m);
     p->rows = (size_t)B * T / (size_t)gpt_tp_size(m) * (size_t)gpt_get_config(m)->n_embd;
+    p->act_dt = p->be->act_dtype == BE_BF16 ? COMM_BF16 : COMM_F32;
     p->act_send = calloc((size_t)p->vpp, sizeof(void *));
     p->grad_send = calloc((size_t)p->vpp, sizeof(void *));
     if (!p->act_send || !p->grad_send) return ms_error(MS_ERR_NOMEM, "pipeline: out of memory");
     for (int c2 = 0; c2 < p->vpp; c2++) {
-        p->act_send[c2] = p->be->alloc(p->be, p->rows * sizeof(float));
-        p->grad_send[c2] = p->be->alloc(p->be, p->rows * sizeof(float));
+        p->act_send[c2] = p->be->alloc(p->be, p->rows * be_dtype_size(p->be->act_dtype));
+        p->grad_send[c2] = p->be->alloc(p->be, p->rows * be_dtype_size(p->be->act_dtype));
         if (!p->act_send[c2] || !p->grad_send[c2])
             return ms_error(MS_ERR_NOMEM, "pipeline: cannot allocate send buffers");
     }
@@ -134,17 +136,17 @@ static ms_status run_comm(train_pipe *p, const par_instr *in) {
     int g = in->chunk * p->pp + p->stage, k = p->slot[in->mb * p->vpp + in->chunk];
     switch (in->op) {
     case PAR_SEND_ACT:
-        return comm_send_start(p->ppg, p->act_send[in->chunk], p->rows, COMM_F32, in->peer,
+        return comm_send_start(p->ppg, p->act_send[in->chunk], p->rows, p->act_dt, in->peer,
                                tag_of(p, 0, g, in->mb), req_of(p, in->op, in->mb, in->chunk));
     case PAR_RECV_ACT:
-        return comm_recv_start(p->ppg, gpt_chunk_input(p->m, in->chunk, k), p->rows, COMM_F32,
+        return comm_recv_start(p->ppg, gpt_chunk_input(p->m, in->chunk, k), p->rows, p->act_dt,
                                in->peer, tag_of(p, 0, g - 1, in->mb),
                                req_of(p, in->op, in->mb, in->chunk));
     case PAR_SEND_GRAD:
-        return comm_send_start(p->ppg, p->grad_send[in->chunk], p->rows, COMM_F32, in->peer,
+        return comm_send_start(p->ppg, p->grad_send[in->chunk], p->rows, p->act_dt, in->peer,
                                tag_of(p, 1, g, in->mb), req_of(p, in->op, in->mb, in->chunk));
     case PAR_RECV_GRAD:
-        return comm_recv_start(p->ppg, gpt_chunk_dout(p->m, in->chunk, k), p->rows, COMM_F32,
+        return comm_recv_start(p->ppg, gpt_chunk_dout(p->m, in->chunk, k), p->rows, p->act_dt,
                                in->peer, tag_of(p, 1, g + 1, in->mb),
                                req_of(p, in->op, in->mb, in->chunk));
     case PAR_WAIT: {
@@ -198,12 +200,13 @@ ms_status train_pipe_eval(train_pipe *p, const int32_t *inp, const int32_t *tgt,
     for (int g = p->stage; g < p->G; g += p->pp) {
         int c = g / p->pp;
         if (g > 0)
-            MS_TRY(comm_recv(p->ppg, gpt_chunk_input(p->m, c, 0), p->rows, COMM_F32,
+            MS_TRY(comm_recv(p->ppg, gpt_chunk_input(p->m, c, 0), p->rows, p->act_dt,
                              (p->stage + p->pp - 1) % p->pp, 0));
         l = gpt_chunk_forward(p->m, c, 0, inp, tgt, B, T, 1.0f, 0, p->act_send[c], 0);
         MS_TRY(gpt_take_error(p->m));
         if (g + 1 < p->G)
-            MS_TRY(comm_send(p->ppg, p->act_send[c], p->rows, COMM_F32, (p->stage + 1) % p->pp, 0));
+            MS_TRY(
+                comm_send(p->ppg, p->act_send[c], p->rows, p->act_dt, (p->stage + 1) % p->pp, 0));
     }
     *loss = l;
     return comm_broadcast(p->ppg, loss, 1, COMM_F64, p->pp - 1);

@@ -35,6 +35,7 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
         if (tc->block && *tc->block) MS_TRY(gpt_block_parse(tc->block, &c.block));
         c.attn_window = tc->attn_window;
     }
+    MS_TRY(gpt_recompute_parse(tc->recompute, &c.recompute));
     MS_TRY(gpt_config_validate(&c));
     *out = c;
     return MS_OK;

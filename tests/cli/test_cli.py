@@ -5,6 +5,7 @@ problem, and exit non-zero).  Needs only the Python standard library.
 Environment: MS_BIN (the binary)."""
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -164,6 +165,23 @@ def main():
     ok(len(whole) == 4 and len(accum) == 4 and
        all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(accum, whole)),
        "gradient accumulation matches the whole batch", f"{accum} vs {whole}")
+
+    # --- recomputation: the same bits, less activation memory ---
+    def weights_and_acts(block, rc):
+        wp = os.path.join(d, f"rc_{block}_{rc}.safetensors")
+        code, _, err = run(*base, "--steps", "3", "--block", block, "--recompute", rc,
+                           "--save-weights", wp, "--seq", "32", "--batch", "16", "--layers", "6")
+        acts = re.search(r"activations ([0-9.]+) MB", err)
+        return (open(wp, "rb").read() if code == 0 else err), float(acts.group(1)) if acts else 0
+    for block in ("serial", "parallel"):
+        w_none, a_none = weights_and_acts(block, "none")
+        for rc in ("gelu", "ln", "gelu,ln"):
+            w_rc, a_rc = weights_and_acts(block, rc)
+            ok(w_rc == w_none, f"{block} block: --recompute {rc} gives bitwise the same weights")
+            ok(0 < a_rc < a_none, f"{block} block: --recompute {rc} keeps fewer activations "
+               f"({a_rc} MB vs {a_none} MB)")
+    expect_error(base + ["--recompute", "gelu,mlp"], "--recompute gelu,mlp", "unknown activation",
+                 what="a bad --recompute names the value")
 
     # --- other model / optimiser options run and learn ---
     for extra in (["--optimizer", "lamb", "--lr", "5e-2"], ["--block", "parallel", "--attn-window", "8"],

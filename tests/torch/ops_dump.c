@@ -187,7 +187,7 @@ static void dump_attention(int B, int T, int C, int NH, int W) {
     float *qkv = buf(nq, 2), *o = buf(no, 0), *P = buf(np, 0), *dout = buf(no, 1);
     float *dqkv = buf(nq, 0);
     be->attention_fwd(be, o, P, qkv, B, T, C, NH, W);
-    be->attention_bwd(be, dqkv, dout, qkv, P, B, T, C, NH, W);
+    be->attention_bwd(be, dqkv, dout, o, qkv, P, B, T, C, NH, W);
     char cs[64];
     snprintf(cs, sizeof cs, "attention_T%d_W%d", T, W);
     put_params(cs, 5, (double)B, (double)T, (double)C, (double)NH, (double)W);

@@ -36,7 +36,7 @@ typedef struct {
 } fixture;
 
 static void fix_make(fixture *f, uint64_t seed) {
-    gpt_config c = {2, 2, 32, 100, 0, 16, GPT_BLOCK_SERIAL, 0};
+    gpt_config c = {2, 2, 32, 100, 0, 16, GPT_BLOCK_SERIAL, 0, 0};
     MS_CHECK(gpt_config_validate(&c) == MS_OK);
     MS_CHECK(be_create(&f->be, "cpu", 1) == MS_OK);
     MS_CHECK(gpt_create(&f->m, &c, f->be, 1, 4) == MS_OK);
@@ -157,7 +157,7 @@ static void test_json(void) {
     T_OK(ckpt_json_trainer_parse(j, &b, "m.json") == MS_ERR_FORMAT);
     T_STR_CONTAINS(ms_errmsg(), "m.json: field 'data_cursor'");
     cJSON_Delete(j);
-    gpt_config c = {3, 4, 64, 1000, 0, 128, GPT_BLOCK_PARALLEL, 16}, d;
+    gpt_config c = {3, 4, 64, 1000, 0, 128, GPT_BLOCK_PARALLEL, 16, 0}, d;
     MS_CHECK(gpt_config_validate(&c) == MS_OK);
     j = ckpt_json_model(&c);
     T_OK(ckpt_json_model_parse(j, &d, "m") == MS_OK);
@@ -318,7 +318,7 @@ static void test_commit_and_read(void) {
 
     /* another model is named */
     fixture g;
-    gpt_config c = {2, 2, 64, 100, 0, 16, GPT_BLOCK_SERIAL, 0};
+    gpt_config c = {2, 2, 64, 100, 0, 16, GPT_BLOCK_SERIAL, 0, 0};
     MS_CHECK(gpt_config_validate(&c) == MS_OK);
     MS_CHECK(be_create(&g.be, "cpu", 1) == MS_OK);
     MS_CHECK(gpt_create(&g.m, &c, g.be, 1, 4) == MS_OK);

@@ -472,10 +472,10 @@ static void test_attention_case(int B, int T, int C, int NH, int W, int fd) {
         T_NEAR(e / m, 0.0, 1e-7); /* the naive backward is the true gradient */
     }
     float *dqkv = frnd(nq, 1), *dqkv2 = frnd(nq, 1), *out2 = frnd(no, 1), *P2 = frnd(np, 1);
-    be->attention_bwd(be, dqkv, dout, qkv, P, B, T, C, NH, W);
+    be->attention_bwd(be, dqkv, dout, out, qkv, P, B, T, C, NH, W);
     check_arr("  attention_bwd dqkv =", dqkv, g, nq, BWD_TOL);
     be->attention_fwd(be, out2, P2, qkv, B, T, C, NH, W);
-    be->attention_bwd(be, dqkv2, dout, qkv, P2, B, T, C, NH, W);
+    be->attention_bwd(be, dqkv2, dout, out2, qkv, P2, B, T, C, NH, W);
     check_same("attention_fwd out", out, out2, no * sizeof(float));
     check_same("attention_fwd P", P, P2, np * sizeof(float));
     check_same("attention_bwd", dqkv, dqkv2, nq * sizeof(float));

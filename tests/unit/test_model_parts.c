@@ -53,7 +53,8 @@ static void test_grad_hook(gpt_model *m) {
     int n = gpt_grad_ranges(m, want, 8);
     T_EQ_INT(n, 4); /* 2 blocks, ln_f, embeddings */
     size_t covered = 0;
-    for (int i = 0; i < n; i++) covered += want[2 * i + 1] - want[2 * i];
+    for (int i = 0; i < n; i++)
+        covered += want[2 * i + 1] - want[2 * i];
     T_EQ_INT(covered, gpt_num_elements(m));
     T_EQ_INT(want[2 * (n - 1)], 0);
     T_EQ_INT(want[1], want[2 * (n - 2)]); /* last block ends where ln_f starts */
@@ -70,7 +71,7 @@ static void test_grad_hook(gpt_model *m) {
 static void test_table(void) {
     be_backend *be;
     gpt_model *m;
-    gpt_config c = {2, 2, 16, 100, 0, 8, GPT_BLOCK_PARALLEL, 0};
+    gpt_config c = {2, 2, 16, 100, 0, 8, GPT_BLOCK_PARALLEL, 0, 0};
     T_EQ_INT(be_cpu_create(&be, 1), MS_OK);
     T_EQ_INT(gpt_create(&m, &c, be, 1, 8), MS_OK);
     T_EQ_INT(gpt_num_tensors(m), 2 + 2 * 10 + 2); /* no ln_2 in the parallel block */

@@ -129,8 +129,8 @@ static void cpu_att_bwd_head(float *dq, float *dk, float *dv, const float *dout,
 }
 
 /* dqkv (B,T,3C) =, from dout (B,T,C), qkv (B,T,3C) and the state P. */
-void cpu_attention_bwd(be_backend *be, void *dqkv, const void *dout, const void *qkv,
-                       const void *state, int B, int T, int C, int NH, int W) {
+void cpu_attention_bwd(be_backend *be, void *dqkv, const void *dout, const void *out,
+                       const void *qkv, const void *state, int B, int T, int C, int NH, int W) {
     cpu_ctx *cx = cpu_ctx_of(be);
     MS_CHECKF(NH > 0 && C % NH == 0, "attention: C=%d not divisible by NH=%d", C, NH);
     MS_CHECKF(T <= cx->att_T, "attention_bwd: T=%d exceeds reserved %d (call reserve)", T,

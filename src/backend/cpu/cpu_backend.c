@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "base/arena.h"
+#include "base/timeutil.h"
 
 static void *cpu_alloc(be_backend *be, size_t bytes) {
     return ms_alloc_aligned(bytes);
@@ -31,6 +32,33 @@ static void cpu_zero(be_backend *be, void *p, size_t bytes) {
 }
 
 static void cpu_sync(be_backend *be) {}
+
+static void cpu_to_act(be_backend *be, void *dst, const float *src, size_t n) {
+    if (n && dst != src) memmove(dst, src, n * sizeof(float));
+}
+
+static int cpu_is_device(be_backend *be, const void *p) {
+    return 0;
+}
+
+static void *cpu_host_alloc(be_backend *be, size_t bytes) {
+    return ms_alloc_aligned(bytes);
+}
+
+static void cpu_host_free(be_backend *be, void *p) {
+    ms_free_aligned(p);
+}
+
+/* Ops run synchronously here, so a marker is the host clock. */
+static void cpu_mark(be_backend *be, int i) {
+    MS_CHECKF(i >= 0 && i < BE_MARKS, "timer marker %d", i);
+    cpu_ctx_of(be)->marks[i] = ms_now();
+}
+
+static double cpu_elapsed_ms(be_backend *be, int i, int j) {
+    MS_CHECKF(i >= 0 && i < BE_MARKS && j >= 0 && j < BE_MARKS, "timer markers %d, %d", i, j);
+    return (cpu_ctx_of(be)->marks[j] - cpu_ctx_of(be)->marks[i]) * 1e3;
+}
 
 void cpu_blas_threads(const cpu_ctx *c) {
     if (omp_get_max_threads() != c->threads) omp_set_num_threads(c->threads);
@@ -112,6 +140,12 @@ static void cpu_fill_table(be_backend *be) {
     be->sync = cpu_sync;
     be->reserve = cpu_reserve;
     be->destroy = cpu_destroy;
+    be->to_act = cpu_to_act;
+    be->is_device = cpu_is_device;
+    be->host_alloc = cpu_host_alloc;
+    be->host_free = cpu_host_free;
+    be->mark = cpu_mark;
+    be->elapsed_ms = cpu_elapsed_ms;
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
     be->embedding_slice_fwd = cpu_embedding_slice_fwd;

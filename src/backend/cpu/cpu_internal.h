@@ -44,7 +44,8 @@ typedef struct {
     /* classifier logits chunk */
     float *cls;
     size_t cls_floats;
-    int cls_max_rows; /* test hook: cap on rows per chunk (0 = none) */
+    int cls_max_rows;       /* test hook: cap on rows per chunk (0 = none) */
+    double marks[BE_MARKS]; /* timer markers (host clock, seconds) */
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_ctx_of(be_backend *be) {
@@ -189,8 +190,8 @@ void cpu_bias_bwd(be_backend *be, float *dbias, const void *dout, int M, int N);
 size_t cpu_attention_state_bytes(be_backend *be, int B, int T, int NH);
 void cpu_attention_fwd(be_backend *be, void *out, void *state, const void *qkv, int B, int T, int C,
                        int NH, int W);
-void cpu_attention_bwd(be_backend *be, void *dqkv, const void *dout, const void *qkv,
-                       const void *state, int B, int T, int C, int NH, int W);
+void cpu_attention_bwd(be_backend *be, void *dqkv, const void *dout, const void *out,
+                       const void *qkv, const void *state, int B, int T, int C, int NH, int W);
 
 /* cpu_elementwise.c */
 void cpu_gelu_fwd(be_backend *be, void *out, const void *inp, size_t n);
