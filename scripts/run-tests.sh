@@ -11,5 +11,11 @@ pass=$(grep -cE 'Test +#[0-9]+: .* Passed' "$log")
 fail=$(grep -cE 'Test +#[0-9]+: .*(\*\*\*Failed|\*\*\*Exception|\*\*\*Timeout)' "$log")
 skip=$(grep -cE 'Test +#[0-9]+: .*\*\*\*Skipped' "$log")
 rm -f "$log"
+# Why each skipped test skipped (its "SKIP: reason" line from CTest's log).
+if [[ $skip -gt 0 && -f $build/Testing/Temporary/LastTest.log ]]; then
+  awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3 }
+       /^SKIP/ { sub(/^SKIP: */, ""); print "skipped " name ": " $0 }' \
+    "$build/Testing/Temporary/LastTest.log"
+fi
 echo "$pass passed, $fail failed, $skip skipped"
 exit $rc

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# bench/gpu_step: the one script for the GPU (H200) machine.  It
+#   1. builds megascale with the CUDA backend (Release, sm_90);
+#   2. runs the GPU tests: op-by-op parity with the CPU backend and the
+#      end-to-end CUDA-vs-CPU and several-ranks-on-one-GPU runs (ctest -L gpu);
+#   3. trains GPT-2 124M (d12, B=64, T=1024) and 350M (d24, B=32, T=1024)
+#      with megascale and, in the same run, with PyTorch (eager and
+#      torch.compile; bf16 autocast, SDPA, fused AdamW) on the same shapes,
+#      and prints tokens/s, MFU (6N + 12*L*T*C flops per token against
+#      989 TFLOP/s dense bf16), peak device memory and the ratios.
+# Medians over the steps after warm-up; the numbers go into docs/perf.md.
+# usage: bench/gpu_step.sh [OUT_DIR]   (env: STEPS=30, SKIP_TESTS=1,
+#        SKIP_TORCH=1, SKIP_EAGER=1, CASES="d12:64 d24:32", JOBS=16)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-${OUT:-$root/runs/gpu_step}}
+steps=${STEPS:-30}
+cases=${CASES:-"d12:64 d24:32"}
+jobs=${JOBS:-$(nproc)}
+build=$root/build-gpu
+mkdir -p "$out"
+log() { echo "[gpu_step $(date +%H:%M:%S)] $*" | tee -a "$out/summary.txt"; }
+
+log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
+log "build ($jobs jobs)"
+t0=$(date +%s)
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMS_CUDA=ON > "$out/cmake.log" 2>&1 ||
+  { log "cmake failed"; tail -30 "$out/cmake.log"; exit 1; }
+grep -q "CUDA backend: nvcc" "$out/cmake.log" || { log "CUDA not found by cmake"; exit 1; }
+cmake --build "$build" -j"$jobs" > "$out/build.log" 2>&1 ||
+  { log "build failed"; grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
+log "built in $(( $(date +%s) - t0 )) s"
+bin=$build/megascale
+
+if [[ -z ${SKIP_TESTS:-} ]]; then
+  log "GPU tests (ctest -L gpu)"
+  (cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$out/tests.log" 2>&1
+  tail -15 "$out/tests.log" | tee -a "$out/summary.txt"
+  grep -hE "worst|rel|passed, " "$out/tests.log" | tail -60 > "$out/tests_numbers.txt"
+fi
+
+# data: the embedded corpus with the GPT-2 tokenizer (1M tokens; the steps
+# wrap around it, which changes nothing for speed)
+data=$out/data
+if [[ ! -f $data/kjv_train_000000.bin ]]; then
+  mkdir -p "$data"
+  gzip -dc "$root/data/kjv.txt.gz" > "$data/kjv.txt"
+  "$bin" data prepare --input "$data/kjv.txt" --tokenizer gpt2 --out "$data" --name kjv \
+    --val-fraction 0.005 > "$out/prepare.log" 2>&1 || { log "data prepare failed"; exit 1; }
+fi
+
+declare -A PRESET=([d12]="12 768 12" [d24]="24 1024 16")
+py=$(command -v python3)
+printf "%-5s %-4s %-16s %10s %10s %7s %10s\n" model B program ms/step tok/s MFU peakMB | tee -a "$out/summary.txt"
+for c in $cases; do
+  m=${c%%:*}; B=${c##*:}; T=1024
+  read -r L C H <<< "${PRESET[$m]}"
+  # flops per token: 6N + 12 L T C (N: parameters with the padded vocabulary)
+  N=$(( 50304 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C ))
+  fpt=$(( 6 * N + 12 * L * T * C ))
+  # ours
+  met=$out/ours_$m.jsonl
+  rm -f "$met"
+  "$bin" train --train-data "$data/kjv_train_*.bin" --device cuda --model "$m" --batch "$B" \
+    --seq $T --steps "$steps" --lr 6e-4 --warmup 10 --log-every 10 --val-every 0 \
+    --peak-flops 989e12 --metrics "$met" > "$out/ours_$m.log" 2>&1 ||
+    { log "megascale $m failed:"; tail -20 "$out/ours_$m.log" | tee -a "$out/summary.txt"; }
+  ours=$($py - "$met" "$out/ours_$m.log" "$B" "$T" "$fpt" <<'EOF'
+import json, re, statistics, sys
+met, logf, B, T, fpt = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+try:
+    ms = [json.loads(l)["ms"] for l in open(met) if '"ms"' in l]
+except OSError:
+    ms = []
+if len(ms) < 2:
+    print("nan nan nan nan"); sys.exit()
+med = statistics.median(ms[5:] if len(ms) > 8 else ms[1:])
+tok = B * T / med * 1e3
+m = re.search(r"peak device memory ([0-9.]+) MB", open(logf).read())
+print(f"{med:.2f} {tok:.0f} {100 * tok * fpt / 989e12:.1f} {float(m.group(1)) if m else float('nan'):.0f}")
+EOF
+)
+  read -r oms otok omfu omem <<< "$ours"
+  printf "%-5s %-4s %-16s %10s %10s %6s%% %10s\n" "$m" "$B" megascale "$oms" "$otok" "$omfu" "$omem" | tee -a "$out/summary.txt"
+  [[ -n ${SKIP_TORCH:-} ]] && continue
+  for mode in compile eager; do
+    [[ $mode == eager && -n ${SKIP_EAGER:-} ]] && continue
+    flag=(); [[ $mode == compile ]] && flag=(--compile)
+    $py "$root/bench/gpu_torch.py" --layers "$L" --dim "$C" --heads "$H" --batch "$B" --seq $T \
+      --steps "$steps" "${flag[@]}" > "$out/torch_${mode}_$m.log" 2> "$out/torch_${mode}_$m.err" ||
+      { log "torch $mode $m failed:"; tail -5 "$out/torch_${mode}_$m.err" | tee -a "$out/summary.txt"; continue; }
+    tor=$($py - "$out/torch_${mode}_$m.log" "$B" "$T" "$fpt" <<'EOF'
+import json, sys
+s = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+B, T, fpt = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+print(f"{s['median_ms']:.2f} {s['tok_s']:.0f} {100 * s['tok_s'] * fpt / 989e12:.1f} {s['peak_reserved_mb'] * 1.048576:.0f}")
+EOF
+)
+    read -r tms ttok tmfu tmem <<< "$tor"
+    printf "%-5s %-4s %-16s %10s %10s %6s%% %10s\n" "$m" "$B" "torch $mode" "$tms" "$ttok" "$tmfu" "$tmem" | tee -a "$out/summary.txt"
+    ratio=$($py -c "import sys; a,b=map(float,sys.argv[1:]); print(f'{a/b:.3f}')" "$otok" "$ttok" 2>/dev/null || echo nan)
+    log "ratio megascale / torch $mode ($m): ${ratio}x tokens/s; memory ${omem} MB vs ${tmem} MB (torch: peak reserved)"
+  done
+done
+log "done; logs in $out"

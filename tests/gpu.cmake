@@ -1,0 +1,27 @@
+# GPU tests (the CUDA backend).  Each C program is built twice by
+# ms_cuda_test (tests/cuda_emu.cmake): against the CPU emulator of CUDA
+# (label cuda_emu: runs on every machine, CI included) and, when nvcc was
+# found, against the real backend (label gpu: exits 77, skipped with the
+# reason, on a machine without a GPU).
+if(COMMAND ms_cuda_test)
+  ms_cuda_test(test_cu_ops SOURCES gpu/test_cu_ops.c)
+  ms_cuda_test(test_cu_attention SOURCES gpu/test_cu_attention.c)
+
+endif()
+if(TARGET mscuda_emu)
+  # The trainer with the emulated CUDA backend: end-to-end runs in CI.
+  add_executable(megascale_emu ${MS_CLI_SOURCES})
+  target_link_libraries(megascale_emu PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,mscuda_emu>" mscore)
+  set_target_properties(megascale_emu PROPERTIES LINKER_LANGUAGE CXX)
+  add_test(NAME gpu_train_emu
+    COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_train_cuda.py)
+  set_tests_properties(gpu_train_emu PROPERTIES LABELS "cuda_emu;mpi" SKIP_RETURN_CODE 77
+    TIMEOUT 900
+    ENVIRONMENT "MS_BIN=$<TARGET_FILE:megascale_emu>;MS_GPU_EMU=1;OMP_NUM_THREADS=1")
+endif()
+if(TARGET mscuda)
+  add_test(NAME gpu_train
+    COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_train_cuda.py)
+  set_tests_properties(gpu_train PROPERTIES LABELS "gpu;mpi" SKIP_RETURN_CODE 77 TIMEOUT 900
+    ENVIRONMENT "MS_BIN=$<TARGET_FILE:megascale>;OMP_NUM_THREADS=1")
+endif()
