@@ -10,7 +10,9 @@
 #      989 TFLOP/s dense bf16), peak device memory and the ratios.
 # Medians over the steps after warm-up; the numbers go into docs/perf.md.
 # usage: bench/gpu_step.sh [OUT_DIR]   (env: STEPS=30, SKIP_TESTS=1,
-#        SKIP_TORCH=1, SKIP_EAGER=1, CASES="d12:64 d24:32", JOBS=16)
+#        SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, CASES="d12:64 d24:32",
+#        JOBS=16).  "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as
+#        our kernel, not cuBLASLt's epilogue); the ratios use the default.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${OUT:-$root/runs/gpu_step}}
@@ -50,7 +52,7 @@ if [[ ! -f $data/kjv_train_000000.bin ]]; then
 fi
 
 declare -A PRESET=([d12]="12 768 12" [d24]="24 1024 16")
-py=$(command -v python3)
+py=${PYTHON:-$(command -v python3)}  # the python with torch (env PYTHON)
 printf "%-5s %-4s %-16s %10s %10s %7s %10s\n" model B program ms/step tok/s MFU peakMB | tee -a "$out/summary.txt"
 for c in $cases; do
   m=${c%%:*}; B=${c##*:}; T=1024
@@ -58,14 +60,18 @@ for c in $cases; do
   # flops per token: 6N + 12 L T C (N: parameters with the padded vocabulary)
   N=$(( 50304 * C + 1024 * C + L * (12 * C * C + 13 * C) + 2 * C ))
   fpt=$(( 6 * N + 12 * L * T * C ))
-  # ours
-  met=$out/ours_$m.jsonl
-  rm -f "$met"
-  "$bin" train --train-data "$data/kjv_train_*.bin" --device cuda --model "$m" --batch "$B" \
-    --seq $T --steps "$steps" --lr 6e-4 --warmup 10 --log-every 10 --val-every 0 \
-    --peak-flops 989e12 --metrics "$met" > "$out/ours_$m.log" 2>&1 ||
-    { log "megascale $m failed:"; tail -20 "$out/ours_$m.log" | tee -a "$out/summary.txt"; }
-  ours=$($py - "$met" "$out/ours_$m.log" "$B" "$T" "$fpt" <<'EOF'
+  # ours (on d12 also with GeLU as our kernel instead of cuBLASLt's epilogue)
+  variants=(fused); [[ $m == d12 && -z ${SKIP_VARIANTS:-} ]] && variants+=(unfused)
+  for v in "${variants[@]}"; do
+    tag=$m; [[ $v == unfused ]] && tag=${m}_unfused_gelu
+    met=$out/ours_$tag.jsonl
+    rm -f "$met"
+    fuse=1; [[ $v == unfused ]] && fuse=0
+    MS_CUDA_FUSE_GELU=$fuse "$bin" train --train-data "$data/kjv_train_*.bin" --device cuda \
+      --model "$m" --batch "$B" --seq $T --steps "$steps" --lr 6e-4 --warmup 10 --log-every 10 \
+      --val-every 0 --peak-flops 989e12 --metrics "$met" > "$out/ours_$tag.log" 2>&1 ||
+      { log "megascale $tag failed:"; tail -20 "$out/ours_$tag.log" | tee -a "$out/summary.txt"; }
+    ours=$($py - "$met" "$out/ours_$tag.log" "$B" "$T" "$fpt" <<'EOF2'
 import json, re, statistics, sys
 met, logf, B, T, fpt = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 try:
@@ -78,10 +84,13 @@ med = statistics.median(ms[5:] if len(ms) > 8 else ms[1:])
 tok = B * T / med * 1e3
 m = re.search(r"peak device memory ([0-9.]+) MB", open(logf).read())
 print(f"{med:.2f} {tok:.0f} {100 * tok * fpt / 989e12:.1f} {float(m.group(1)) if m else float('nan'):.0f}")
-EOF
+EOF2
 )
-  read -r oms otok omfu omem <<< "$ours"
-  printf "%-5s %-4s %-16s %10s %10s %6s%% %10s\n" "$m" "$B" megascale "$oms" "$otok" "$omfu" "$omem" | tee -a "$out/summary.txt"
+    read -r vms vtok vmfu vmem <<< "$ours"
+    name=megascale; [[ $v == unfused ]] && name="megascale gelu*"
+    printf "%-5s %-4s %-16s %10s %10s %6s%% %10s\n" "$m" "$B" "$name" "$vms" "$vtok" "$vmfu" "$vmem" | tee -a "$out/summary.txt"
+    if [[ $v == fused ]]; then oms=$vms; otok=$vtok; omfu=$vmfu; omem=$vmem; fi
+  done
   [[ -n ${SKIP_TORCH:-} ]] && continue
   for mode in compile eager; do
     [[ $mode == eager && -n ${SKIP_EAGER:-} ]] && continue

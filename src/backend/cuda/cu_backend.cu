@@ -314,6 +314,7 @@ extern "C" ms_status be_cuda_create(be_backend **out, int device) {
     be->ctx = x;
     cu_fill_table(be);
     c->device = dev;
+    c->fuse_gelu = !(getenv("MS_CUDA_FUSE_GELU") && !strcmp(getenv("MS_CUDA_FUSE_GELU"), "0"));
     CU_TRY_INIT(cudaSetDevice(dev), "cudaSetDevice");
     CU_TRY_INIT(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
     c->sm_count = prop.multiProcessorCount;

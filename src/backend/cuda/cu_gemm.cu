@@ -10,6 +10,11 @@
  * entries): exactly its BIAS epilogue.  GELU_AUX_BIAS writes the pre-GELU
  * values to the aux matrix, which is our `pre` (M,N) with row stride N.
  *
+ * With MS_CUDA_FUSE_GELU=0 the GeLU GEMM is a bias-epilogue GEMM into pre
+ * followed by our GeLU kernel (cuBLASLt's bf16 GELU_AUX epilogue has been
+ * seen to be slower than a separate kernel in some versions: llm.c #338;
+ * bench/gpu_step.sh measures both).
+ *
  * Descriptors and the heuristic's algorithm are cached per shape (the
  * heuristic query costs tens of microseconds of host time; a step runs a few
  * hundred GEMMs of a dozen shapes) in the context.  Pointers are set per
@@ -146,6 +151,13 @@ void cu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, c
     MS_CHECKF(epi != BE_EPI_GELU || (pre != NULL && beta == 0.0f && !c_f32),
               "gemm: the GELU epilogue needs pre, beta 0 and a bf16 output");
     MS_CHECKF(!(bias && c_f32), "gemm: bias with an f32 output is not supported");
+    if (epi == BE_EPI_GELU && !c->fuse_gelu) { /* pre = GEMM + bias, then C = gelu(pre) */
+        cu_gemm(be, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, 0.0f, pre, N, 0, bias, BE_EPI_NONE,
+                NULL);
+        MS_CHECKF(ldc == N, "gemm: unfused GeLU needs a dense output (ldc %d, N %d)", ldc, N);
+        cu_gelu_fwd(be, C, pre, (size_t)M * N);
+        return;
+    }
     int align_all = aligned16(A) && aligned16(Bm) && aligned16(C) && (!pre || aligned16(pre)) &&
                     (!bias || aligned16(bias)) && lda % 8 == 0 && ldb % 8 == 0 &&
                     ldc % (c_f32 ? 4 : 8) == 0;

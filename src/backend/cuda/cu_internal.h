@@ -31,6 +31,8 @@ typedef struct cu_ctx {
     double *host; /* pinned host doubles for results read back */
     int sm_count;
     void *gemm_cache; /* cu_gemm.cu's descriptor/algorithm cache */
+    int fuse_gelu;    /* GeLU as cuBLASLt's GELU_AUX epilogue (1) or our kernel after a
+                         bias-epilogue GEMM (0): env MS_CUDA_FUSE_GELU, default 1 */
     be_limits lim;    /* largest limits reserved so far */
 } cu_ctx;
 
