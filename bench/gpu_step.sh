@@ -52,7 +52,17 @@ if [[ ! -f $data/kjv_train_000000.bin ]]; then
 fi
 
 declare -A PRESET=([d12]="12 768 12" [d24]="24 1024 16")
-py=${PYTHON:-$(command -v python3)}  # the python with torch (env PYTHON)
+# the python with torch: $PYTHON, else the first of these that imports it
+py=${PYTHON:-}
+if [[ -z $py ]]; then
+  for cand in python3 /usr/bin/python3 /usr/local/bin/python3 python; do
+    if command -v "$cand" > /dev/null && "$cand" -c "import torch" 2> /dev/null; then
+      py=$(command -v "$cand"); break
+    fi
+  done
+  [[ -z $py ]] && { py=$(command -v python3); log "no python with torch found (set PYTHON); torch runs will fail"; }
+fi
+log "python for torch: $py"
 printf "%-5s %-4s %-16s %10s %10s %7s %10s\n" model B program ms/step tok/s MFU peakMB | tee -a "$out/summary.txt"
 for c in $cases; do
   m=${c%%:*}; B=${c##*:}; T=1024
