@@ -1,11 +1,25 @@
 /* cuda_emu.cpp - the kernel executor: blocks in order, the threads of a
- * block as cooperative ucontext fibers, barriers, warp collectives and the
- * deadlock check (the model is described in cuda_emu.h).
+ * block as cooperative ucontext fibers, barriers, warp collectives, the
+ * seeded scheduler and the deadlock check (the model is described in
+ * cuda_emu.h).
  *
  * Launches are serialised by one mutex, so the executor state below is
  * process-global and the built-ins are plain globals that the scheduler
  * sets before it resumes a fiber.  Fiber stacks are mapped lazily, once,
  * and kept for the life of the process.
+ *
+ * Scheduling.  There is no scheduler loop: a fiber that reaches a sync
+ * point updates its warp's (or the block's) arrival counts, releases the
+ * warp or block if it was the last to arrive, then picks the next fiber
+ * itself (pick) and switches to it directly; the launching thread gets the
+ * CPU back only when no fiber can run (the block is done, or deadlocked).
+ * Warps have priorities, redrawn at every block barrier: the highest warp
+ * with runnable lanes runs (its lanes in random order), so it runs ahead
+ * to the next __syncthreads before the others start, unless a random
+ * "change point" sends it to a random lower rank first, which interleaves
+ * warps more finely (the probability per pick is drawn for each block from
+ * 0, 2^-10, 2^-7, 2^-4, 2^-2).  One RNG draw per pick, O(1) work per sync point plus O(warps)
+ * per change of warp and O(threads) per block barrier.
  *
  * Context switches: ucontext (makecontext / swapcontext) everywhere; on
  * x86-64 a switch of the callee-saved registers is used instead by default,
@@ -69,12 +83,24 @@ struct Fiber {
     uint64_t bits, result;
 };
 
+/* A warp of the running block: its runnable lanes and who waits where. */
+struct Warp {
+    int run[32];             /* runnable fiber ids, in no order */
+    int nrun;                /* how many */
+    int lanes;               /* 32, fewer in a partial last warp */
+    int nwarp, ncoll, ndone; /* lanes at __syncwarp/wmma, at a collective, exited */
+};
+
 struct Exec {
     std::mutex lock;
     Fiber *f = nullptr;                /* 1024 */
+    Warp *w = nullptr;                 /* 32 */
     size_t stack_bytes = 0, guard = 0; /* mapping size incl. the guard */
     int n = 0, cur = -1, live = 0;
-    int *runq = nullptr, nrun = 0, head = 0;
+    int nw = 0, nblock = 0; /* warps in the block; fibers at __syncthreads */
+    int order[32];          /* warp ids by priority, highest first */
+    int top = -1;           /* the warp being run; -1: choose by order */
+    uint32_t change = 0;    /* P(a change point at a pick) * 2^32, per block */
     Ctx main;
     bool fast = false; /* this launch uses msemu_ctx_switch */
     body_fn fn = nullptr;
@@ -163,8 +189,8 @@ void die_in_block(const char *fmt, ...) {
 void init_once() {
     if (X.f) return;
     X.f = (Fiber *)calloc(1024, sizeof(Fiber));
-    X.runq = (int *)calloc(1024, sizeof(int));
-    if (!X.f || !X.runq) die("out of memory for the fiber table");
+    X.w = (Warp *)calloc(32, sizeof(Warp));
+    if (!X.f || !X.w) die("out of memory for the fiber table");
     size_t page = (size_t)sysconf(_SC_PAGESIZE), kb = 256;
     const char *e = getenv("MS_EMU_STACK_KB");
     if (e && atol(e) >= 64) kb = (size_t)atol(e);
@@ -236,44 +262,105 @@ void ctx_switch(Ctx *save, Ctx *to) {
         setcontext(&to->uc);
 }
 
-void shuffle_push(int *ids, int k) {
-    for (int i = k - 1; i > 0; i--) {
-        int j = (int)(rng_next() % (uint64_t)(i + 1)), t = ids[i];
-        ids[i] = ids[j];
-        ids[j] = t;
-    }
-    for (int i = 0; i < k; i++)
-        X.runq[X.nrun++] = ids[i];
+/* Uniform in [0, k) from 32 random bits. */
+inline int below(uint32_t r, int k) {
+    return (int)(((uint64_t)r * (uint64_t)k) >> 32);
 }
 
-/* Hand the CPU to the next runnable fiber, or to the scheduler when there
- * is none; `save` is where the caller resumes (NULL: it never does). */
+/* New warp priorities (a random order) and a new choice of warp. */
+void draw_priorities() {
+    for (int i = 0; i < X.nw; i++)
+        X.order[i] = i;
+    for (int i = X.nw - 1; i > 0; i--) {
+        int j = below((uint32_t)rng_next(), i + 1), t = X.order[i];
+        X.order[i] = X.order[j];
+        X.order[j] = t;
+    }
+    X.top = -1;
+}
+
+/* A change point: warp w moves to a random rank below its own. */
+void demote(int w) {
+    int r = 0;
+    while (X.order[r] != w)
+        r++;
+    if (r == X.nw - 1) return;
+    int to = r + 1 + below((uint32_t)rng_next(), X.nw - 1 - r);
+    for (int i = r; i < to; i++)
+        X.order[i] = X.order[i + 1];
+    X.order[to] = w;
+}
+
+/* The next fiber to run, taken off its warp's runnable set; -1 if none. */
+int pick() {
+    uint64_t r = rng_next();
+    if (X.top >= 0 && X.w[X.top].nrun && (uint32_t)(r >> 32) < X.change) {
+        demote(X.top);
+        X.top = -1;
+    }
+    if (X.top < 0 || !X.w[X.top].nrun) {
+        X.top = -1;
+        for (int i = 0; i < X.nw && X.top < 0; i++)
+            if (X.w[X.order[i]].nrun) X.top = X.order[i];
+        if (X.top < 0) return -1;
+    }
+    Warp *W = &X.w[X.top];
+    int i = below((uint32_t)r, W->nrun), id = W->run[i];
+    W->run[i] = W->run[--W->nrun];
+    return id;
+}
+
+/* Hand the CPU to the next runnable fiber, or to the launching thread when
+ * there is none; `save` is where the caller resumes (NULL: it never does).
+ * The resumer sets X.cur and threadIdx before it switches. */
 void switch_next(Ctx *save) {
+    int me = X.cur, id = pick();
+    if (id >= 0 && id == me) return; /* released and picked again: no switch */
     Ctx *to = &X.main;
-    X.cur = -1;
-    if (X.head < X.nrun) {
-        X.cur = X.runq[X.head++];
-        threadIdx = X.f[X.cur].tid;
-        to = &X.f[X.cur].ctx;
+    X.cur = id;
+    if (id >= 0) {
+        threadIdx = X.f[id].tid;
+        to = &X.f[id].ctx;
     }
     ctx_switch(save, to);
 }
 
+void release_warp(int w);
+void release_block();
+
 void fiber_entry() {
     X.fn(X.arg);
-    X.f[X.cur].state = F_DONE;
+    int id = X.cur;
+    Warp *W = &X.w[id >> 5];
+    X.f[id].state = F_DONE;
     X.live--;
+    W->ndone++;
+    /* an exited lane no longer holds back __syncwarp, nor an exited thread
+     * __syncthreads (sm_70+) */
+    if (W->nwarp + W->ncoll && W->nwarp + W->ncoll + W->ndone == W->lanes) release_warp(id >> 5);
+    if (X.nblock && X.nblock == X.live) release_block();
     switch_next(nullptr);
     die("an exited fiber was resumed");
 }
 
-/* Give the CPU away until this fiber is released (the releaser sets X.cur
- * and threadIdx back before resuming it). */
+/* Wait at a sync point: count the arrival, release the warp or the block
+ * if this fiber completes it, and give the CPU away until released. */
 Fiber *suspend(int state, const char *what) {
     if (!X.in_kernel || X.cur < 0) die("%s called outside a kernel", what);
-    Fiber *f = &X.f[X.cur];
+    int id = X.cur;
+    Fiber *f = &X.f[id];
     f->state = state;
     f->what = what;
+    if (state == F_BLOCK) {
+        if (++X.nblock == X.live) release_block();
+    } else {
+        Warp *W = &X.w[id >> 5];
+        if (state == F_WARP)
+            W->nwarp++;
+        else
+            W->ncoll++;
+        if (W->nwarp + W->ncoll + W->ndone == W->lanes) release_warp(id >> 5);
+    }
     switch_next(&f->ctx);
     return f;
 }
@@ -329,79 +416,84 @@ void finish_collective(int w) {
     }
 }
 
-/* Release what can be released (see cuda_emu.h); aborts on a deadlock. */
-void release() {
-    int ids[1024], k = 0, nblock = 0;
-    for (int w = 0; w * 32 < X.n; w++) {
-        int lo = w * 32, hi = lo + 32 < X.n ? lo + 32 : X.n, nw = 0, nc = 0, nd = 0;
-        for (int l = lo; l < hi; l++) {
-            int s = X.f[l].state;
-            nw += s == F_WARP;
-            nc += s == F_COLL;
-            nd += s == F_DONE;
-            nblock += s == F_BLOCK;
-        }
-        if (nw + nc == 0 || nw + nc + nd < hi - lo) continue; /* nothing or not all arrived */
-        if (nc) {
-            Fiber *c = &X.f[lo];
-            while (c->state != F_COLL)
-                c++;
-            if (hi - lo < 32)
-                die_in_block(
-                    "%s in warp %d of a block of %d threads: a partial warp (lanes %d..31 do "
-                    "not exist) cannot shuffle with the full mask",
-                    c->what, w, X.n, hi - lo);
-            if (nd) die_in_block("%s in warp %d while %d of its lanes have exited", c->what, w, nd);
-            if (nw)
-                die_in_block("warp %d: %d lanes wait at %s and %d at a warp sync (divergent)", w,
-                             nc, c->what, nw);
-            finish_collective(w);
-        }
-        for (int l = lo; l < hi; l++)
-            if (X.f[l].state != F_DONE) ids[k++] = l;
+/* Every live lane of warp w waits at a warp sync point: check the
+ * collective rules (see cuda_emu.h), compute its results, make the lanes
+ * runnable. */
+void release_warp(int w) {
+    Warp *W = &X.w[w];
+    int lo = w * 32, hi = lo + W->lanes;
+    if (W->ncoll) {
+        Fiber *c = &X.f[lo];
+        while (c->state != F_COLL)
+            c++;
+        if (W->lanes < 32)
+            die_in_block("%s in warp %d of a block of %d threads: a partial warp (lanes %d..31 do "
+                         "not exist) cannot shuffle with the full mask",
+                         c->what, w, X.n, W->lanes);
+        if (W->ndone)
+            die_in_block("%s in warp %d while %d of its lanes have exited", c->what, w, W->ndone);
+        if (W->nwarp)
+            die_in_block("warp %d: %d lanes wait at %s and %d at a warp sync (divergent)", w,
+                         W->ncoll, c->what, W->nwarp);
+        finish_collective(w);
     }
-    if (!k && nblock == X.live) {
-        int sum = 0, all = 1, any = 0;
-        for (int i = 0; i < X.n; i++)
-            if (X.f[i].state == F_BLOCK) {
-                sum += X.f[i].pred != 0;
-                all &= X.f[i].pred != 0;
-                any |= X.f[i].pred != 0;
-            }
-        for (int i = 0; i < X.n; i++)
-            if (X.f[i].state == F_BLOCK) {
-                Fiber *f = &X.f[i];
-                f->result = f->op == PRED_COUNT ? sum : f->op == PRED_AND ? all : any;
-                ids[k++] = i;
-            }
-    }
-    if (!k) dump_and_die("no barrier can be released");
-    for (int i = 0; i < k; i++)
-        X.f[ids[i]].state = F_RUN;
-    X.nrun = X.head = 0;
-    shuffle_push(ids, k);
+    for (int l = lo; l < hi; l++)
+        if (X.f[l].state != F_DONE) {
+            X.f[l].state = F_RUN;
+            W->run[W->nrun++] = l;
+        }
+    W->nwarp = W->ncoll = 0;
+}
+
+/* Every live thread waits at __syncthreads*: compute the predicate, make
+ * them runnable, redraw the warp priorities. */
+void release_block() {
+    int sum = 0, all = 1, any = 0;
+    for (int i = 0; i < X.n; i++)
+        if (X.f[i].state == F_BLOCK) {
+            sum += X.f[i].pred != 0;
+            all &= X.f[i].pred != 0;
+            any |= X.f[i].pred != 0;
+        }
+    for (int i = 0; i < X.n; i++)
+        if (X.f[i].state == F_BLOCK) {
+            Fiber *f = &X.f[i];
+            Warp *W = &X.w[i >> 5];
+            f->result = f->op == PRED_COUNT ? sum : f->op == PRED_AND ? all : any;
+            f->state = F_RUN;
+            W->run[W->nrun++] = i;
+        }
+    X.nblock = 0;
+    draw_priorities();
 }
 
 void run_block(dim3 b) {
-    int ids[1024];
+    /* change-point probabilities per pick, one drawn per block: none (each
+     * warp runs to its next __syncthreads), rare, ..., frequent */
+    static const uint32_t change[] = {0, 1u << 22, 1u << 25, 1u << 28, 1u << 30};
     X.n = (int)(b.x * b.y * b.z);
+    X.nw = (X.n + 31) / 32;
+    for (int w = 0; w < X.nw; w++) {
+        Warp *W = &X.w[w];
+        W->lanes = X.n - w * 32 < 32 ? X.n - w * 32 : 32;
+        W->nrun = W->nwarp = W->ncoll = W->ndone = 0;
+    }
     for (int i = 0; i < X.n; i++) {
         Fiber *f = &X.f[i];
         f->tid = uint3{i % b.x, (i / b.x) % b.y, i / (b.x * b.y)};
         f->state = F_RUN;
         f->what = "";
         ctx_start(i);
-        ids[i] = i;
+        X.w[i >> 5].run[X.w[i >> 5].nrun++] = i;
     }
     if (X.smem) memset(X.smem, 0xA5, X.smem_bytes);
     X.live = X.n;
-    X.nrun = X.head = 0;
-    shuffle_push(ids, X.n);
-    for (;;) {
-        if (X.head < X.nrun) switch_next(&X.main); /* back when no fiber can run */
-        if (!X.live) break;
-        release();
-    }
+    X.nblock = 0;
+    X.change = change[below((uint32_t)rng_next(), 5)];
+    draw_priorities();
+    X.cur = -1;
+    switch_next(&X.main); /* back when no fiber can run */
+    if (X.live) dump_and_die("no barrier can be released");
 }
 
 /* NULL if the configuration can launch, else why not (in why). */
@@ -508,6 +600,14 @@ void launch_impl(const char *name, const void *kernel, dim3 grid, dim3 block, si
     X.in_kernel = launching = false;
     X.fn = nullptr;
     X.name = nullptr;
+}
+
+uint64_t reseed(uint64_t seed) {
+    std::lock_guard<std::mutex> g(X.lock);
+    init_once();
+    uint64_t old = X.rng;
+    X.rng = seed;
+    return old;
 }
 
 void *dyn_smem() {

@@ -8,20 +8,30 @@
  * order (x fastest).  The threads of a block are cooperative fibers (one
  * ucontext each, 256 KiB stacks mapped once and reused, a guard page below
  * each): a thread runs until it reaches a sync point (__syncthreads*,
- * __syncwarp, a shuffle or vote, a wmma operation) or returns.  When no
- * thread can run, the executor releases whatever can be released:
- *  - a warp (32 consecutive linear thread ids) whose live lanes all wait at
- *    __syncwarp / a wmma operation, or whose 32 lanes all wait at a shuffle
- *    or vote (a shuffle with an exited lane, in a partial warp, with a mask
- *    other than 0xffffffff or a width other than 32 aborts, naming it);
+ * __syncwarp, a shuffle or vote, a wmma operation) or returns.  A sync
+ * point is released as soon as its last thread arrives, independently of
+ * the rest of the block:
+ *  - a warp (32 consecutive linear thread ids) when its live lanes all wait
+ *    at __syncwarp / a wmma operation, or its 32 lanes all wait at a
+ *    shuffle or vote (a shuffle with an exited lane, in a partial warp, with
+ *    a mask other than 0xffffffff or a width other than 32 aborts, naming
+ *    it);
  *  - the block, when every live thread waits at __syncthreads (exited
  *    threads do not count, as on sm_70+).
- * If nothing can be released the kernel has a divergent barrier: the
- * process aborts with "deadlock/divergent barrier in kernel" and the state
- * of every warp.  The released threads resume in an order shuffled by a
- * seeded RNG (MS_EMU_SEED, default fixed: runs are reproducible), so a
- * kernel that reads shared memory without the barrier that orders it
- * gives seed-dependent results.
+ * If no thread can run and some have not returned, the kernel has a
+ * divergent barrier: the process aborts with "deadlock/divergent barrier in
+ * kernel" and the state of every warp.
+ * Which runnable thread runs next is chosen by a seeded RNG (MS_EMU_SEED,
+ * default fixed: runs are reproducible; msemu::reseed for tests).  Warps
+ * get random priorities at the start of a block and at every __syncthreads;
+ * the highest warp that can run does (its lanes in random order), so one
+ * warp typically runs ahead to the next __syncthreads while the others have
+ * not started, and which one depends on the seed.  Each block also draws a
+ * probability of "change points" (0 for one block in five) at which the
+ * running warp drops to a random lower priority, which interleaves warps
+ * more finely.  So a kernel that orders shared memory between warps with
+ * anything less than __syncthreads (a __syncwarp, a shuffle, nothing) gives
+ * wrong, seed-dependent results here too; sweep MS_EMU_SEED to find them.
  * Dynamic shared memory (MS_DYN_SMEM) is one buffer of the launch's size,
  * refilled with 0xA5 bytes before every block.  Static __shared__ arrays
  * are function statics: zero before the first block, then whatever the
@@ -31,7 +41,7 @@
  * without cudaFuncSetAttribute, an unknown stream) does not run and leaves
  * the error for cudaGetLastError, like CUDA.
  * A kernel thread that overflows its stack dies by SIGSEGV with a message.
- * Environment: MS_EMU_SEED (resume order), MS_EMU_STACK_KB (fiber stack,
+ * Environment: MS_EMU_SEED (schedule), MS_EMU_STACK_KB (fiber stack,
  * default 256), MS_EMU_UCONTEXT=1 (use swapcontext even on x86-64, where a
  * register switch ~8x faster is the default).
  * Not emulated: anything outside the dialect (float atomics, __CUDA_ARCH__
@@ -74,6 +84,11 @@ void launch(const char *name, K *kernel, dim3 grid, dim3 block, size_t smem, cud
         name, reinterpret_cast<const void *>(kernel), grid, block, smem, stream,
         [](const void *p) { (*(const F *)p)(); }, &body);
 }
+
+/* Reseed the scheduler's RNG (what MS_EMU_SEED sets at the first launch)
+ * for the launches that follow; returns the RNG's state before, which
+ * restores the sequence when passed back.  For tests that sweep seeds. */
+uint64_t reseed(uint64_t seed);
 
 /* The running launch's dynamic shared memory (NULL when it asked for none). */
 void *dyn_smem();

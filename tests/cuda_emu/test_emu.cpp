@@ -231,6 +231,79 @@ void test_votes() {
     cudaFree(order);
 }
 
+/* ---- races between warps: the schedule must expose them ---- */
+
+/* Warp 0 writes s, warp 1 reads it (out (32)), ordered by only a __syncwarp
+ * (how 0), only a shuffle (1) or __syncthreads (2): a race unless 2. */
+__global__ void k_cross_warp(int *out, int base, int how) {
+    __shared__ int s[32];
+    int lane = threadIdx.x & 31;
+    if (threadIdx.x < 32) s[lane] = base + lane;
+    if (how == 0) __syncwarp();
+    if (how == 1) lane = __shfl_xor_sync(FULL, lane, 0);
+    if (how == 2) __syncthreads();
+    if (threadIdx.x >= 32) out[lane] = s[lane];
+}
+
+/* Layernorm backward's pattern: each round, every warp computes a value
+ * with a shuffle and lane 0 publishes it, __syncthreads, every thread sums
+ * all of them (out, one per thread).  Without the trailing barrier a warp
+ * that runs ahead overwrites its value for round 1 while others still read
+ * round 0's. */
+__global__ void k_rounds(int *out, int base, int trailing) {
+    __shared__ int s[32];
+    int warp = threadIdx.x >> 5, nw = blockDim.x >> 5, tot = 0;
+    for (int r = 0; r < 2; r++) {
+        int v = __shfl_xor_sync(FULL, base + 100 * r + warp, 1);
+        if ((threadIdx.x & 31) == 0) s[warp] = v;
+        __syncthreads();
+        for (int k = 0; k < nw; k++)
+            tot += s[k];
+        if (trailing) __syncthreads();
+    }
+    out[threadIdx.x] = tot;
+}
+
+/* Each racy kernel gives a wrong answer with some of 8 seeds and the right
+ * one with others (the schedule depends on the seed); with the barrier it
+ * is right with every seed. */
+void test_races() {
+    const int seeds = 8, nt = 256;
+    int *out = dalloc<int>(nt);
+    uint64_t saved = msemu::reseed(1);
+    int wrong[5] = {0, 0, 0, 0, 0}; /* k_cross_warp how 0..2, k_rounds trailing 0..1 */
+    for (int seed = 1; seed <= seeds; seed++)
+        for (int v = 0; v < 5; v++) {
+            int base = seed * 100000 + v * 1000, bad = 0;
+            msemu::reseed((uint64_t)seed);
+            if (v < 3) {
+                MS_LAUNCH(k_cross_warp, 1, 64, 0, 0, out, base, v);
+                CU_CHECK_LAUNCH();
+                std::vector<int> h = down(out, 32);
+                for (int l = 0; l < 32; l++)
+                    bad += h[l] != base + l;
+            } else {
+                MS_LAUNCH(k_rounds, 1, nt, 0, 0, out, base, v - 3);
+                CU_CHECK_LAUNCH();
+                std::vector<int> h = down(out, nt);
+                int nw = nt / 32, want = 2 * nw * base + 100 * nw + nw * (nw - 1);
+                for (int t = 0; t < nt; t++)
+                    bad += h[t] != want;
+            }
+            wrong[v] += bad != 0;
+        }
+    msemu::reseed(saved);
+    printf("races: wrong with %d, %d of %d seeds (after __syncwarp, a shuffle), %d with "
+           "__syncthreads; %d without the trailing barrier, %d with it\n",
+           wrong[0], wrong[1], seeds, wrong[2], wrong[3], wrong[4]);
+    T_OK(wrong[0] >= 1 && wrong[0] < seeds);
+    T_OK(wrong[1] >= 1 && wrong[1] < seeds);
+    T_EQ_INT(wrong[2], 0);
+    T_OK(wrong[3] >= 1);
+    T_EQ_INT(wrong[4], 0);
+    cudaFree(out);
+}
+
 /* ---- 3-D indexing, dynamic shared memory ---- */
 
 __global__ void k_index(int *hits) {
@@ -935,6 +1008,7 @@ int main(void) {
     test_block_reduce();
     test_shuffles();
     test_votes();
+    test_races();
     test_index();
     test_dyn_smem();
     test_smem_optin();
