@@ -10,9 +10,11 @@
 #      989 TFLOP/s dense bf16), peak device memory and the ratios.
 # Medians over the steps after warm-up; the numbers go into docs/perf.md.
 # usage: bench/gpu_step.sh [OUT_DIR]   (env: STEPS=30, SKIP_TESTS=1,
-#        SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, CASES="d12:64 d24:32",
+#        SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, SKIP_PROFILE=1,
+#        CASES="d12:64 d24:32",
 #        JOBS=16).  "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as
 #        our kernel, not cuBLASLt's epilogue); the ratios use the default.
+#        On d12 a short MS_CUDA_PROFILE=1 run prints the per-op device times.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${1:-${OUT:-$root/runs/gpu_step}}
@@ -101,6 +103,13 @@ EOF2
     printf "%-5s %-4s %-16s %10s %10s %6s%% %10s\n" "$m" "$B" "$name" "$vms" "$vtok" "$vmfu" "$vmem" | tee -a "$out/summary.txt"
     if [[ $v == fused ]]; then oms=$vms; otok=$vtok; omfu=$vmfu; omem=$vmem; fi
   done
+  if [[ $m == d12 && -z ${SKIP_PROFILE:-} ]]; then # where the time goes: per-op device times
+    MS_CUDA_PROFILE=1 "$bin" train --train-data "$data/kjv_train_*.bin" --device cuda \
+      --model "$m" --batch "$B" --seq $T --steps 6 --log-every 10 --val-every 0 \
+      --peak-flops 989e12 > "$out/ours_${m}_profile.log" 2>&1 || log "profile run $m failed"
+    grep -A28 "cuda profile (" "$out/ours_${m}_profile.log" | sed 's/^\[megascale r0 info\] //' |
+      tee -a "$out/summary.txt"
+  fi
   [[ -n ${SKIP_TORCH:-} ]] && continue
   for mode in compile eager; do
     [[ $mode == eager && -n ${SKIP_EAGER:-} ]] && continue

@@ -175,6 +175,14 @@ def main():
                f"{label}: final weights = single GPU within {wtol:g} (worst {werr:.2e} {where})")
             print(f"{label} on one GPU: loss rel {err:.2e}, weights rel {werr:.2e} ({where})")
 
+    # the op profile: every kind of op is timed and the table is printed
+    r = run([*base[:base.index("--steps")], "--steps", "2", "--device", "cuda", "--peak-flops",
+             "1e12"], env=dict(os.environ, MS_CUDA_PROFILE="1"))
+    table = r.stderr[r.stderr.find("cuda profile ("):]
+    ok(r.returncode == 0 and all(op in table for op in (
+        "attention_fwd", "attention_bwd", "layernorm_bwd", "classifier_fwd_bwd", "adamw_step",
+        "gemm NN", "gemm TN", "+gelu")), "MS_CUDA_PROFILE prints the per-op table", r.stderr)
+
     # 3. no GPU: a clear error (the emulator can pretend)
     if EMU:
         env = dict(os.environ, MS_EMU_NO_DEVICE="1")

@@ -208,6 +208,10 @@ static void cu_destroy(be_backend *be) {
     cu_backend_ctx *x = cbx(be);
     if (x) {
         cu_ctx *c = &x->c;
+        if (c->profile) {
+            cu_profile_report(be);
+            cu_profile_free(be);
+        }
         if (c->stream) (void)cudaStreamSynchronize(c->stream);
         if (x->peak)
             ms_info("cuda backend: peak device memory %.1f MB (model, optimiser, activations and "
@@ -333,7 +337,8 @@ extern "C" ms_status be_cuda_create(be_backend **out, int device) {
         goto out;
     }
     ms_info("cuda backend: GPU %d of %d, %s, %d SMs, %.1f GB, sm_%d%d", dev, count, prop.name,
-                c->sm_count, (double)prop.totalGlobalMem / 1e9, prop.major, prop.minor);
+            c->sm_count, (double)prop.totalGlobalMem / 1e9, prop.major, prop.minor);
+    st = cu_profile_install(be);
 out:
     if (st != MS_OK) {
         if (be) {

@@ -31,6 +31,7 @@ typedef struct cu_ctx {
     double *host; /* pinned host doubles for results read back */
     int sm_count;
     void *gemm_cache; /* cu_gemm.cu's descriptor/algorithm cache */
+    void *profile;    /* cu_profile.cu's state when MS_CUDA_PROFILE is set, else NULL */
     int fuse_gelu;    /* GeLU as cuBLASLt's GELU_AUX epilogue (1) or our kernel after a
                          bias-epilogue GEMM (0): env MS_CUDA_FUSE_GELU, default 1 */
     be_limits lim;    /* largest limits reserved so far */
@@ -47,6 +48,11 @@ void cu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, c
              const void *bias, be_epilogue epi, void *pre);
 
 void cu_gemm_cache_free(cu_ctx *c);
+
+/* ---- cu_profile.cu: per-op device times (MS_CUDA_PROFILE=1) ---- */
+ms_status cu_profile_install(be_backend *be);
+void cu_profile_report(be_backend *be); /* at exit: the table, largest first */
+void cu_profile_free(be_backend *be);
 
 /* ---- cu_cast.cu ---- */
 void cu_to_act(be_backend *be, void *dst, const float *src, size_t n);
