@@ -31,21 +31,6 @@
 #define EMB_SKIP 0xFFFFFFFFu /* key of a position whose token is outside the slice */
 #define EMB_RUN_CHUNK 32     /* sorted indices whose runs one block handles */
 
-/* The 8 channels of group g of row p as floats (p NULL: zeros). */
-__device__ static inline void emb_ld8(float *f, const bf16 *p, int g, int vec) {
-    if (!p) {
-        for (int j = 0; j < 8; j++)
-            f[j] = 0.0f;
-    } else if (vec) {
-        cu_bf16x8 a = ((const cu_bf16x8 *)p)[g];
-        for (int j = 0; j < 8; j++)
-            f[j] = bf2f(a.v[j]);
-    } else {
-        for (int j = 0; j < 8; j++)
-            f[j] = bf2f(p[8 * g + j]);
-    }
-}
-
 /* Row r of out (B*T, C) = (v0 <= tok < v0+Vs ? wte[tok-v0] : 0) [+ wpe[r % T]]. */
 __global__ void emb_fwd_kernel(bf16 *out, const int32_t *tok, const bf16 *wte, const bf16 *wpe,
                                int T, int C, int v0, int Vs, int vec) {
@@ -58,8 +43,8 @@ __global__ void emb_fwd_kernel(bf16 *out, const int32_t *tok, const bf16 *wte, c
     for (int g = threadIdx.x; g < G8; g += blockDim.x) {
         float fa[8], fp[8];
         cu_bf16x8 o;
-        emb_ld8(fa, a, g, vec);
-        emb_ld8(fp, p, g, vec);
+        cu_ld8_bf16(fa, a, g, vec);
+        cu_ld8_bf16(fp, p, g, vec);
         for (int j = 0; j < 8; j++)
             o.v[j] = f2bf(a && p ? fa[j] + fp[j] : (a ? fa[j] : fp[j]));
         if (vec)

@@ -30,18 +30,6 @@
 #define LN_MAX_C 16384            /* dw/db accumulators: 8C bytes of shared memory (128 KB) */
 #define LN_SMEM_PLAIN (47 * 1024) /* dynamic shared memory that needs no opt-in */
 
-/* The 8 elements of group g of a row p (vec: one 16-byte load). */
-__device__ static inline void ln_ld8(float *f, const bf16 *p, int g, int vec) {
-    if (vec) {
-        cu_bf16x8 a = ((const cu_bf16x8 *)p)[g];
-        for (int j = 0; j < 8; j++)
-            f[j] = bf2f(a.v[j]);
-    } else {
-        for (int j = 0; j < 8; j++)
-            f[j] = bf2f(p[8 * g + j]);
-    }
-}
-
 /* out (N,C) bf16 = (inp - mean) * rstd * w + b; mean, rstd (N) f32 =. */
 __global__ void ln_fwd_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp, const bf16 *w,
                               const bf16 *b, int N, int C, int vec) {
@@ -52,14 +40,14 @@ __global__ void ln_fwd_kernel(bf16 *out, float *mean, float *rstd, const bf16 *i
     int G8 = C / 8, tail = G8 * 8 + lane;
     float f[8], s = 0.0f;
     for (int g = lane; g < G8; g += 32) {
-        ln_ld8(f, x, g, vec);
+        cu_ld8_bf16(f, x, g, vec);
         for (int j = 0; j < 8; j++)
             s += f[j];
     }
     if (tail < C) s += bf2f(x[tail]);
     float m = cu_warp_sum(s) / (float)C, v = 0.0f;
     for (int g = lane; g < G8; g += 32) {
-        ln_ld8(f, x, g, vec);
+        cu_ld8_bf16(f, x, g, vec);
         for (int j = 0; j < 8; j++)
             v += (f[j] - m) * (f[j] - m);
     }
@@ -67,9 +55,9 @@ __global__ void ln_fwd_kernel(bf16 *out, float *mean, float *rstd, const bf16 *i
     float rs = 1.0f / sqrtf(cu_warp_sum(v) / (float)C + LN_EPS);
     for (int g = lane; g < G8; g += 32) {
         float fw[8], fb[8];
-        ln_ld8(f, x, g, vec);
-        ln_ld8(fw, w, g, vec);
-        ln_ld8(fb, b, g, vec);
+        cu_ld8_bf16(f, x, g, vec);
+        cu_ld8_bf16(fw, w, g, vec);
+        cu_ld8_bf16(fb, b, g, vec);
         cu_bf16x8 o;
         for (int j = 0; j < 8; j++)
             o.v[j] = f2bf((f[j] - m) * rs * fw[j] + fb[j]);
@@ -122,9 +110,9 @@ __global__ void ln_bwd_kernel(float *part, bf16 *dinp, const bf16 *dout, const b
             float m = mean[r], s = rstd[r], sdn = 0.0f, sdnx = 0.0f;
             float fy[8], fx[8], fw[8];
             for (int g = lane; g < G8; g += 32) {
-                ln_ld8(fy, dy, g, vec);
-                ln_ld8(fx, x, g, vec);
-                ln_ld8(fw, w, g, vec);
+                cu_ld8_bf16(fy, dy, g, vec);
+                cu_ld8_bf16(fx, x, g, vec);
+                cu_ld8_bf16(fw, w, g, vec);
                 for (int j = 0; j < 8; j++) {
                     float dn = fy[j] * fw[j];
                     sdn += dn;

@@ -26,6 +26,22 @@ struct alignas(8) cu_bf16x4 {
     bf16 v[4];
 };
 
+/* The 8 elements of group g of row p as floats (vec: one 16-byte load;
+ * p NULL: zeros). */
+__device__ static inline void cu_ld8_bf16(float *f, const bf16 *p, int g, int vec) {
+    if (!p) {
+        for (int j = 0; j < 8; j++)
+            f[j] = 0.0f;
+    } else if (vec) {
+        cu_bf16x8 a = ((const cu_bf16x8 *)p)[g];
+        for (int j = 0; j < 8; j++)
+            f[j] = bf2f(a.v[j]);
+    } else {
+        for (int j = 0; j < 8; j++)
+            f[j] = bf2f(p[8 * g + j]);
+    }
+}
+
 /* 1 if p is 16-byte aligned (NULL counts as aligned). */
 static inline int cu_al16(const void *p) {
     return ((uintptr_t)p & 15u) == 0;
