@@ -8,8 +8,10 @@
    follows the single-GPU run (1% relative per step; final weights within
    5% relative L2 per tensor: tensor parallelism sums partial products in
    bf16), and PP2 x DP2 likewise (final weights within 1%);
-3. --device cuda without a usable GPU fails with a clear message (only where
-   MS_EMU_NO_DEVICE can simulate that: the emulator).
+3. --device cuda without a usable GPU fails with a clear message, a bad
+   --comm is named, --comm nccl without NCCL fails naming the group and
+   --comm mpi stages (only on the emulator, which can pretend to have no GPU
+   and has no NCCL); MS_CUDA_PROFILE prints its per-op table (everywhere).
 
 MS_BIN is the program under test: the real megascale (label gpu, on a GPU
 machine) or megascale_emu (label cuda_emu: the same trainer with the CUDA
@@ -183,8 +185,19 @@ def main():
         "attention_fwd", "attention_bwd", "layernorm_bwd", "classifier_fwd_bwd", "adamw_step",
         "gemm NN", "gemm TN", "+gelu")), "MS_CUDA_PROFILE prints the per-op table", r.stderr)
 
-    # 3. no GPU: a clear error (the emulator can pretend)
+    # 3. no GPU: a clear error (the emulator can pretend); --comm choices
     if EMU:
+        short = [*base[:base.index("--steps")], "--steps", "1", "--device", "cuda",
+                 "--peak-flops", "1e12"]
+        r = run([*short, "--comm", "bogus"])
+        ok(r.returncode != 0 and "--comm bogus" in r.stderr, "a bad --comm is named", r.stderr)
+        if MPIRUN:  # the emulator has no NCCL: auto stages, nccl refuses
+            r = run([*short, "--dp", "2", "--comm", "nccl"], n=2)
+            ok(r.returncode != 0 and "--comm nccl: dp group" in r.stderr,
+               "--comm nccl without NCCL fails naming the group", r.stdout + r.stderr)
+            r = run([*short, "--dp", "2", "--comm", "mpi"], n=2)
+            ok(r.returncode == 0 and "as --comm mpi asks" in r.stderr,
+               "--comm mpi stages device buffers", r.stdout + r.stderr)
         env = dict(os.environ, MS_EMU_NO_DEVICE="1")
         r = run(base + ["--device", "cuda"], env=env)
         ok(r.returncode != 0 and "no usable GPU" in r.stderr,
