@@ -14,43 +14,29 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "comm/comm_internal.h"
-
-static inline float comm_bf16_to_f32(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static inline uint16_t comm_f32_to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 
 /* MPI_User_function: inout[i] = in[i] op inout[i]. */
 static void comm_bf16_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
     const uint16_t *a = in;
     uint16_t *b = inout;
     for (int i = 0; i < *len; i++)
-        b[i] = comm_f32_to_bf16(comm_bf16_to_f32(a[i]) + comm_bf16_to_f32(b[i]));
+        b[i] = ms_f32_to_bf16(ms_bf16_to_f32(a[i]) + ms_bf16_to_f32(b[i]));
 }
 
 static void comm_bf16_max(void *in, void *inout, int *len, MPI_Datatype *dt) {
     const uint16_t *a = in;
     uint16_t *b = inout;
     for (int i = 0; i < *len; i++)
-        if (comm_bf16_to_f32(a[i]) > comm_bf16_to_f32(b[i])) b[i] = a[i];
+        if (ms_bf16_to_f32(a[i]) > ms_bf16_to_f32(b[i])) b[i] = a[i];
 }
 
 static void comm_bf16_min(void *in, void *inout, int *len, MPI_Datatype *dt) {
     const uint16_t *a = in;
     uint16_t *b = inout;
     for (int i = 0; i < *len; i++)
-        if (comm_bf16_to_f32(a[i]) < comm_bf16_to_f32(b[i])) b[i] = a[i];
+        if (ms_bf16_to_f32(a[i]) < ms_bf16_to_f32(b[i])) b[i] = a[i];
 }
 
 ms_status comm_bf16_ops_create(comm_world *w) {

@@ -123,6 +123,9 @@ const gpt_param *gpt_tensor(const gpt_model *m, int i);
 int gpt_tp_size(const gpt_model *m);
 int gpt_tp_rank(const gpt_model *m);
 comm_group *gpt_tp_group(const gpt_model *m);
+/* The comm dtype of activation buffers (the backend's act dtype), for the
+ * tensor- and pipeline-parallel exchanges. */
+comm_dtype gpt_act_comm_dtype(const gpt_model *m);
 /* Row-major index in the logical tensor t (gpt_param.shape) of element j of
  * tp rank `rank`'s shard. */
 size_t gpt_logical_index(const gpt_model *m, int t, int rank, size_t j);

@@ -355,6 +355,10 @@ int gpt_tp_size(const gpt_model *m) {
 int gpt_tp_rank(const gpt_model *m) {
     return m->tp_rank;
 }
+comm_dtype gpt_act_comm_dtype(const gpt_model *m) {
+    return m->be->act_dtype == BE_BF16 ? COMM_BF16 : COMM_F32;
+}
+
 comm_group *gpt_tp_group(const gpt_model *m) {
     return m->tpg;
 }

@@ -32,14 +32,9 @@ static void keep_error(gpt_model *m, ms_status st) {
     snprintf(m->errmsg, sizeof m->errmsg, "tensor parallel pass: %s", ms_errmsg());
 }
 
-/* The comm dtype of act buffers (bf16 sums are rounded once per step of
- * the reduction). */
-static comm_dtype act_comm(const gpt_model *m) {
-    return m->be->act_dtype == BE_BF16 ? COMM_BF16 : COMM_F32;
-}
-
 void gpt_tp_allgather(gpt_model *m, void *full, const void *part, size_t count) {
-    if (m->err == MS_OK) keep_error(m, comm_allgather(m->tpg, part, full, count, act_comm(m)));
+    if (m->err == MS_OK)
+        keep_error(m, comm_allgather(m->tpg, part, full, count, gpt_act_comm_dtype(m)));
 }
 
 void gpt_tp_allgather_f32(gpt_model *m, float *full, const float *part, size_t count) {
@@ -48,7 +43,8 @@ void gpt_tp_allgather_f32(gpt_model *m, float *full, const float *part, size_t c
 
 void gpt_tp_reduce_scatter(gpt_model *m, void *part, const void *full, size_t count) {
     if (m->err == MS_OK)
-        keep_error(m, comm_reduce_scatter(m->tpg, full, part, count, act_comm(m), COMM_SUM));
+        keep_error(m,
+                   comm_reduce_scatter(m->tpg, full, part, count, gpt_act_comm_dtype(m), COMM_SUM));
 }
 
 void gpt_tp_broadcast_f32(gpt_model *m, float *x, size_t n) {

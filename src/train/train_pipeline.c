@@ -83,7 +83,7 @@ ms_status train_pipe_attach(train_pipe *p, gpt_model *m, int B, int T) {
     p->m = m;
     p->be = gpt_backend(m);
     p->rows = (size_t)B * T / (size_t)gpt_tp_size(m) * (size_t)gpt_get_config(m)->n_embd;
-    p->act_dt = p->be->act_dtype == BE_BF16 ? COMM_BF16 : COMM_F32;
+    p->act_dt = gpt_act_comm_dtype(m);
     p->act_send = calloc((size_t)p->vpp, sizeof(void *));
     p->grad_send = calloc((size_t)p->vpp, sizeof(void *));
     if (!p->act_send || !p->grad_send) return ms_error(MS_ERR_NOMEM, "pipeline: out of memory");

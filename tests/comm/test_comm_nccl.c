@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bf16.h"
 #include "base/ctx.h"
 #include "base/rng.h"
 #include "base/timeutil.h"
@@ -77,18 +78,6 @@ static void cu_host_free(void *ctx, void *p) {
 
 /* ---- data ------------------------------------------------------------------- */
 
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 static double ulp_bf16(double m) {
     int e;
     if (m <= 0) return 0;
@@ -127,8 +116,10 @@ static int compare(const char *what, comm_dtype dt, const void *got, const void 
                    int sum, const float *abs_sum, int n) {
     int bad = 0;
     for (size_t i = 0; i < count && bad < 5; i++) {
-        double a = dt == COMM_BF16 ? bf2f(((const uint16_t *)got)[i]) : ((const float *)got)[i];
-        double b = dt == COMM_BF16 ? bf2f(((const uint16_t *)want)[i]) : ((const float *)want)[i];
+        double a =
+            dt == COMM_BF16 ? ms_bf16_to_f32(((const uint16_t *)got)[i]) : ((const float *)got)[i];
+        double b = dt == COMM_BF16 ? ms_bf16_to_f32(((const uint16_t *)want)[i])
+                                   : ((const float *)want)[i];
         double tol = !sum              ? 0
                      : dt == COMM_BF16 ? 2.0 * (n - 1) * ulp_bf16(abs_sum[i]) + 1e-30
                                        : 1e-5 * (1 + abs_sum[i]);
@@ -155,7 +146,7 @@ static void one(comm_group *g, tkind t, comm_dtype dt, comm_redop op, size_t cou
     for (size_t i = 0; i < sn; i++) {
         float x = gen(gr, k, i);
         if (dt == COMM_BF16)
-            ((uint16_t *)hin)[i] = f2bf(x);
+            ((uint16_t *)hin)[i] = ms_f32_to_bf16(x);
         else
             ((float *)hin)[i] = x;
     }
@@ -163,7 +154,7 @@ static void one(comm_group *g, tkind t, comm_dtype dt, comm_redop op, size_t cou
         size_t j = t == T_RS ? (size_t)me * count + i : i;
         for (int r = 0; r < n; r++) {
             float x = gen(comm_group_global_rank(g, r), k, j);
-            abs_sum[i] += fabsf(dt == COMM_BF16 ? bf2f(f2bf(x)) : x);
+            abs_sum[i] += fabsf(dt == COMM_BF16 ? ms_bf16_to_f32(ms_f32_to_bf16(x)) : x);
         }
     }
     /* MPI on host copies (out of place) */

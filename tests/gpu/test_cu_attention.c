@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "base/bf16.h"
 #include "base/status.h"
 #include "check.h"
 
@@ -39,22 +40,6 @@
  * dq and dk (dS = P (dP - D) cancels) only report it. */
 #define SEG_TOL 3e-2
 #define SEG_FLOOR 0.05
-
-/* fp32 -> bf16 bits, round to nearest even (NaN stays NaN). */
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 /* Uniform in [-1, 1) from a 64-bit LCG. */
 static float urand(uint64_t *s) {
@@ -85,7 +70,7 @@ static double rel_err(const uint16_t *g, const float *c, size_t rows, int ld, in
     for (size_t r = 0; r < rows; r++)
         for (int j = c0; j < c0 + w; j++) {
             size_t i = r * (size_t)ld + (size_t)j;
-            double gv = from_bf16(g[i]), cv = c[i];
+            double gv = ms_bf16_to_f32(g[i]), cv = c[i];
             if (!isfinite(gv)) {
                 if (!*bad) *wrow = r, *wcol = j, *wg = gv, *wc = cv;
                 (*bad)++;
@@ -102,7 +87,7 @@ static double rel_err(const uint16_t *g, const float *c, size_t rows, int ld, in
             double sref = 0.0, sdiff = 0.0;
             for (int j = j0; j < j0 + seg; j++) {
                 size_t i = r * (size_t)ld + (size_t)j;
-                double gv = from_bf16(g[i]), cv = c[i];
+                double gv = ms_bf16_to_f32(g[i]), cv = c[i];
                 if (fabs(cv) > sref) sref = fabs(cv);
                 if (fabs(gv - cv) > sdiff) sdiff = fabs(gv - cv);
             }
@@ -186,12 +171,12 @@ static void run_case(be_backend *cpu, be_backend *gpu, const att_case *k, int of
     for (size_t i = 0; i < nx; i++) {
         size_t col = i % (3 * (size_t)C);
         float v = urand(seed) * (col < 2 * (size_t)C ? k->qk : 1.0f);
-        xb[i] = to_bf16(v);
-        x[i] = from_bf16(xb[i]);
+        xb[i] = ms_f32_to_bf16(v);
+        x[i] = ms_bf16_to_f32(xb[i]);
     }
     for (size_t i = 0; i < no; i++) {
-        dyb[i] = to_bf16(urand(seed));
-        dy[i] = from_bf16(dyb[i]);
+        dyb[i] = ms_f32_to_bf16(urand(seed));
+        dy[i] = ms_bf16_to_f32(dyb[i]);
     }
 
     /* CPU reference */

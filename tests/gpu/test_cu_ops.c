@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "base/bf16.h"
 #include "check.h"
 
 #define TOL_BF16 1e-2
@@ -55,28 +56,8 @@ static double urand(void) {
     return (double)(rng_s >> 11) * (1.0 / 9007199254740992.0);
 }
 
-static uint32_t f_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-static float bits_f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-/* fp32 -> bf16 bits, round to nearest even (NaN stays a quiet NaN). */
-static uint16_t f2bf(float f) {
-    uint32_t u = f_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b) {
-    return bits_f((uint32_t)b << 16);
-}
 static float bf_round(float f) {
-    return bf2f(f2bf(f));
+    return ms_bf16_to_f32(ms_f32_to_bf16(f));
 }
 
 /* ---- host and device temporaries (freed after each case) ---- */
@@ -125,7 +106,7 @@ static float *hcopy(const float *x, size_t n) {
 static void *up_bf(const float *x, size_t n, int off) {
     uint16_t *h = hmem(n * 2);
     for (size_t i = 0; i < n; i++)
-        h[i] = f2bf(x[i]);
+        h[i] = ms_f32_to_bf16(x[i]);
     void *d = dmem(n * 2, (size_t)off * 2);
     gpu->to_device(gpu, d, h, n * 2);
     return d;
@@ -153,7 +134,7 @@ static float *down_bf(const void *d, size_t n) {
     float *f = hmem(n * sizeof(float));
     gpu->to_host(gpu, h, d, n * 2);
     for (size_t i = 0; i < n; i++)
-        f[i] = bf2f(h[i]);
+        f[i] = ms_bf16_to_f32(h[i]);
     return f;
 }
 static float *down_f32(const void *d, size_t n) {

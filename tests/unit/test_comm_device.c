@@ -37,6 +37,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/bf16.h"
 #include "base/ctx.h"
 #include "base/rng.h"
 #include "base/timeutil.h"
@@ -55,20 +56,6 @@ static const char *op_names[] = {"all_reduce", "reduce_scatter", "all_gather", "
 
 /* ---- bf16 and data --------------------------------------------------------- */
 
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static uint16_t f2bf(float f) { /* round to nearest even (no NaN here) */
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /* bf16 rounding of a double through fp32 is a double rounding: round the
  * double to bf16 directly (ties to even on the 8-bit mantissa). */
 static uint16_t d2bf(double x) {
@@ -76,7 +63,7 @@ static uint16_t d2bf(double x) {
     int e;
     double m = frexp(fabs(x), &e);            /* x = m 2^e, m in [0.5, 1) */
     double q = ldexp(m, 8), r = nearbyint(q); /* 8 significant bits, ties to even */
-    return f2bf((float)copysign(ldexp(r, e - 8), x));
+    return ms_f32_to_bf16((float)copysign(ldexp(r, e - 8), x));
 }
 
 static double ulp_bf16(double m) {
@@ -90,18 +77,18 @@ static double ulp_bf16(double m) {
  * when dt is bf16). */
 static float gen(int r, int k, size_t i, comm_dtype dt) {
     float x = ms_rng_normal(seed, (uint64_t)r * 1000 + (uint64_t)k, i) * 3.0f;
-    return dt == COMM_BF16 ? bf2f(f2bf(x)) : x;
+    return dt == COMM_BF16 ? ms_bf16_to_f32(ms_f32_to_bf16(x)) : x;
 }
 
 static void put(void *buf, comm_dtype dt, size_t i, float x) {
     if (dt == COMM_BF16)
-        ((uint16_t *)buf)[i] = f2bf(x);
+        ((uint16_t *)buf)[i] = ms_f32_to_bf16(x);
     else
         ((float *)buf)[i] = x;
 }
 
 static float get(const void *buf, comm_dtype dt, size_t i) {
-    return dt == COMM_BF16 ? bf2f(((const uint16_t *)buf)[i]) : ((const float *)buf)[i];
+    return dt == COMM_BF16 ? ms_bf16_to_f32(((const uint16_t *)buf)[i]) : ((const float *)buf)[i];
 }
 
 static void *xmalloc(size_t n) {
@@ -246,10 +233,10 @@ static int check_result(comm_group *g, opkind op, comm_dtype dt, size_t count, i
             }
             if (op != OP_MAX && dt == COMM_BF16 && n == 2) {
                 /* one combining step, the op exactly: fp32 add, round once */
-                want = bf2f(f2bf(gen(comm_group_global_rank(g, 0), k, j, dt) +
-                                 gen(comm_group_global_rank(g, 1), k, j, dt)));
+                want = ms_bf16_to_f32(ms_f32_to_bf16(gen(comm_group_global_rank(g, 0), k, j, dt) +
+                                                     gen(comm_group_global_rank(g, 1), k, j, dt)));
             } else if (op != OP_MAX && dt == COMM_BF16) {
-                want = bf2f(d2bf(want));
+                want = ms_bf16_to_f32(d2bf(want));
                 tol = (n - 1) * ulp_bf16(m);
             } else if (op != OP_MAX) {
                 tol = 1e-5 * (1 + m);
