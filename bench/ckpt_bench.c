@@ -36,7 +36,7 @@ static void model_make(model *x, const char *preset, int B, int T) {
     MS_CHECK(gpt_config_preset(&c, preset) == MS_OK);
     c.seq_max = T;
     MS_CHECK(gpt_config_validate(&c) == MS_OK);
-    MS_CHECK(be_create(&x->be, "cpu", 0) == MS_OK);
+    MS_CHECK(be_cpu_create(&x->be, 0) == MS_OK);
     MS_CHECK(gpt_create(&x->m, &c, x->be, B, T) == MS_OK);
     gpt_init(x->m, 1);
     opt_config oc = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -138,7 +138,8 @@ int main(int argc, char **argv) {
     /* stage 1 stall and stage 2 alone */
     char root[4096];
     snprintf(root, sizeof root, "%s/ckpt", dir);
-    ckpt_options o = {root, 0, 0, 2, ""};
+    const char *shm = getenv("MS_CKPT_SHM_DIR"); /* NULL: /dev/shm */
+    ckpt_options o = {root, 0, 0, 2, "", shm, NULL};
     ckpt_manager *cm;
     MS_CHECK(ckpt_manager_create(&cm, &o, x.m, x.o, NULL) == MS_OK);
     ckpt_train_state st0 = state(&x, 0), got;
@@ -174,9 +175,9 @@ int main(int argc, char **argv) {
 
     /* restore: a snapshot newer than every commit (its persist fails on
      * purpose), then the commit on disk */
-    setenv("MS_CKPT_FAULT", "io:enospc-shard@9000", 1);
-    MS_CHECK(ckpt_manager_create(&cm, &o, x.m, x.o, NULL) == MS_OK);
-    unsetenv("MS_CKPT_FAULT");
+    ckpt_options fo = o;
+    fo.fault = "io:enospc-shard@9000";
+    MS_CHECK(ckpt_manager_create(&cm, &fo, x.m, x.o, NULL) == MS_OK);
     MS_CHECK(ckpt_manager_resume(cm, &st0, &got, &found) == MS_OK);
     ckpt_train_state s9 = state(&x, 9000);
     MS_CHECK(ckpt_manager_save(cm, &s9) == MS_OK);
@@ -184,9 +185,9 @@ int main(int argc, char **argv) {
     ckpt_manager_destroy(cm);
     model y;
     model_make(&y, preset, B, T);
-    ckpt_options ro = {root, 0, 0, 100, "auto"};
+    ckpt_options ro = {root, 0, 0, 100, "auto", shm, NULL};
     for (int r = 0; r < 2; r++) {
-        if (r == 1) MS_CHECK(ckpt_shm_list(root, 1) == MS_OK); /* drop the snapshots */
+        if (r == 1) MS_CHECK(ckpt_shm_list(root, shm, 1) == MS_OK); /* drop the snapshots */
         if (r == 1 && getenv("MS_BENCH_DROP_CACHES"))
             if (system("sync; echo 3 > /proc/sys/vm/drop_caches") != 0)
                 fprintf(stderr, "could not drop the page cache\n");
@@ -198,7 +199,7 @@ int main(int argc, char **argv) {
                got.step);
         ckpt_manager_destroy(cm);
     }
-    MS_CHECK(ckpt_shm_list(root, 1) == MS_OK);
+    MS_CHECK(ckpt_shm_list(root, shm, 1) == MS_OK);
     model_free(&y);
     model_free(&x);
     free(runs);

@@ -15,6 +15,7 @@
 
 #include "base/timeutil.h"
 #include "comm/comm.h"
+#include "comm/env_options.h"
 #include "comm/grid.h"
 
 /* Slowest rank's time for the section that ended now and began at t0. */
@@ -52,7 +53,8 @@ int main(int argc, char **argv) {
     int tp = atoi(argv[1]), pp = atoi(argv[2]), dp = atoi(argv[3]);
     int reps = argc > 4 ? atoi(argv[4]) : 3, naive = argc > 5 && !strcmp(argv[5], "naive");
     comm_world *w = NULL;
-    if (comm_world_init(&w, &argc, &argv, NULL) != MS_OK) {
+    comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    if (comm_world_init(&w, &argc, &argv, &co) != MS_OK) {
         fprintf(stderr, "init_groups: %s\n", ms_errmsg());
         return 1;
     }

@@ -3,7 +3,8 @@
 # (adds --oversubscribe, and --allow-run-as-root as root; exits 77 without
 # mpirun) or tests/comm/fault.sh (3 ranks, one missing; checks the
 # survivors' reports).  MS_COMM_TIMEOUT=60 turns a hang into a failure long
-# before the CTest timeout.
+# before the CTest timeout (the programs read it themselves and pass it in
+# comm_options: tests/comm/env_options.h; the library reads no environment).
 set(MS_COMM_RUN ${CMAKE_CURRENT_SOURCE_DIR}/comm/mpirun.sh)
 set(MS_COMM_FAULT ${CMAKE_CURRENT_SOURCE_DIR}/comm/fault.sh)
 set(MS_COMM_ENV "MS_COMM_TIMEOUT=60;OMP_NUM_THREADS=1")
@@ -69,3 +70,4 @@ endforeach()
 # bench/init_groups: group-creation time for 8..64 ranks (not a test).
 add_executable(bench_init_groups ${CMAKE_SOURCE_DIR}/bench/init_groups.c)
 target_link_libraries(bench_init_groups PRIVATE mscore)
+target_include_directories(bench_init_groups PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})

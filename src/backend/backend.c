@@ -13,18 +13,24 @@
 
 #pragma weak be_cuda_create
 
-/* Create the backend called `name` with `threads` compute threads (CPU;
- * 0 = all cores).  MS_ERR_ARG names the available backends if `name` is
- * unknown. */
-ms_status be_create(be_backend **out, const char *name, int threads) {
+be_options be_options_default(void) {
+    be_options o = {.threads = 0, .cuda_profile = 0, .cuda_fuse_gelu = 1};
+    return o;
+}
+
+/* Create the backend called `name` with the options o (NULL: defaults).
+ * MS_ERR_ARG names the available backends if `name` is unknown. */
+ms_status be_create(be_backend **out, const char *name, const be_options *o) {
+    be_options d = be_options_default();
+    if (!o) o = &d;
     *out = NULL;
-    if (name && strcmp(name, "cpu") == 0) return be_cpu_create(out, threads);
+    if (name && strcmp(name, "cpu") == 0) return be_cpu_create(out, o->threads);
     if (name && strcmp(name, "cuda") == 0) {
         if (!be_cuda_create)
             return ms_error(MS_ERR_ARG,
                             "backend \"cuda\" is not built into this program (the CUDA toolkit "
                             "was not found at build time); available backends: cpu");
-        return be_cuda_create(out, -1);
+        return be_cuda_create(out, -1, o);
     }
     return ms_error(MS_ERR_ARG, "unknown backend \"%s\"; available backends: cpu%s",
                     name ? name : "(null)", be_cuda_create ? ", cuda" : "");

@@ -44,10 +44,9 @@ typedef struct {
 
 typedef struct be_backend be_backend;
 
-#define BE_MARKS 8 /* timer markers per backend */
-
 struct be_backend {
-    const char *name; /* "cpu", "cuda" */
+    const char *name;      /* "cpu", "cuda" */
+    char device_name[128]; /* the processor's own name ("NVIDIA H200", the CPU model) */
     be_dtype act_dtype;
     int threads; /* compute threads (CPU) */
     void *ctx;   /* backend-private */
@@ -76,13 +75,23 @@ struct be_backend {
     /* The stream every op runs on (CUDA: a cudaStream_t; NULL on the CPU),
      * for libraries that enqueue work after the ops (NCCL). */
     void *stream;
-    /* Device-side timers: mark(i) records marker i (0 <= i < BE_MARKS) in
-     * the op stream (a CUDA event; the host clock on the CPU), without
-     * waiting.  elapsed_ms(i, j) is the time from marker i to marker j; it
-     * waits for marker j, so call it after the step's own sync point (the
-     * loss read-back) to keep the step loop free of extra synchronisation. */
-    void (*mark)(be_backend *be, int i);
-    double (*elapsed_ms)(be_backend *be, int i, int j);
+    /* Device timers, an event pool (monitor/devtime.h builds spans on it).
+     * ev_record enqueues a timestamp in the op stream (a CUDA event; the
+     * host clock, read at once, on the CPU) and returns its handle, or -1
+     * when every handle of the pool is in flight; it never waits.
+     * ev_poll(h): if the timestamp has been reached, *t_ns = when, on the
+     * host's monotonic clock (base/events.h ms_ev_now), the handle goes back
+     * to the pool and 1 is returned; 0 while it is pending (never waits).
+     * ev_anchor: call where the stream is likely idle (right after a
+     * synchronous read-back): if it is, device times are re-aligned to the
+     * host clock there (the two clocks drift); it never waits.  One thread,
+     * like the rest of the backend. */
+    int (*ev_record)(be_backend *be);
+    int (*ev_poll)(be_backend *be, int h, int64_t *t_ns);
+    void (*ev_anchor)(be_backend *be);
+    /* The most device memory held at once so far, in bytes (0 on the CPU,
+     * whose memory is the process's). */
+    double (*mem_peak)(be_backend *be);
 
     /* ---- ops ---- */
 
@@ -220,18 +229,33 @@ static inline size_t be_dtype_size(be_dtype d) {
     return d == BE_BF16 ? 2 : 4;
 }
 
+/* How a backend is created (a plain struct: start from be_options_default()
+ * and set what differs; the trainer fills it from its options). */
+typedef struct {
+    int threads;        /* CPU: OpenMP threads (0 = all cores); CUDA: unused */
+    int cuda_profile;   /* CUDA: 1 times every op with CUDA events, a table at exit
+                           (--cuda-profile, env MS_CUDA_PROFILE) */
+    int cuda_fuse_gelu; /* CUDA: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs
+                           them as a kernel of their own (--cuda-fuse-gelu) */
+} be_options;
+
+/* Defaults: all cores, no profile, GeLU fused. */
+be_options be_options_default(void);
+
 /* Create the CPU backend with `threads` OpenMP threads (0 = all cores).
  * Always available. */
 ms_status be_cpu_create(be_backend **out, int threads);
 
 /* Create the CUDA backend on GPU `device` (< 0: the process's local MPI
- * rank modulo the number of GPUs, so ranks sharing a node share its GPUs).
- * Built when the CUDA toolkit was found (MS_HAVE_CUDA); MS_ERR_NOTFOUND
- * with the runtime's reason when there is no usable GPU. */
-ms_status be_cuda_create(be_backend **out, int device);
+ * rank modulo the number of GPUs, so ranks sharing a node share its GPUs);
+ * o NULL: be_options_default().  Built when the CUDA toolkit was found
+ * (MS_HAVE_CUDA); MS_ERR_NOTFOUND with the runtime's reason when there is
+ * no usable GPU. */
+ms_status be_cuda_create(be_backend **out, int device, const be_options *o);
 
-/* Create a backend by name ("cpu"; "cuda" when built with CUDA). */
-ms_status be_create(be_backend **out, const char *name, int threads);
+/* Create a backend by name ("cpu"; "cuda" when built with CUDA); o NULL:
+ * be_options_default(). */
+ms_status be_create(be_backend **out, const char *name, const be_options *o);
 void be_destroy(be_backend *be);
 
 #endif

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ms_ctx g_ctx = {0, 1, 0, MS_LOG_INFO, 0, 0};
+static ms_ctx g_ctx = {.world = 1, .local_size = 1, .log_level = MS_LOG_INFO};
 
 static int env_int(const char *a, const char *b, int def) {
     const char *v = getenv(a);
@@ -16,6 +16,7 @@ void ms_ctx_init(void) {
     g_ctx.rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
     g_ctx.world = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
     g_ctx.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", 0);
+    g_ctx.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", 1);
     const char *lv = getenv("MS_LOG_LEVEL");
     if (lv) {
         if (!strcmp(lv, "debug"))

@@ -15,13 +15,15 @@ typedef struct {
     int rank;       /* global rank, 0 for a single process */
     int world;      /* number of ranks */
     int local_rank; /* rank on this node */
+    int local_size; /* ranks on this node (1 for a single process) */
     ms_log_level log_level;
     int log_all_ranks;          /* if 0, INFO/DEBUG lines are printed by rank 0 only */
     volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
 } ms_ctx;
 
-/* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE) when launched by mpirun,
- * MS_LOG_LEVEL (debug|info|warn|error). */
+/* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE), OMPI_COMM_WORLD_LOCAL_RANK
+ * (or MPI_LOCALRANKID) and OMPI_COMM_WORLD_LOCAL_SIZE (or MPI_LOCALNRANKS) when
+ * launched by mpirun, MS_LOG_LEVEL (debug|info|warn|error). */
 void ms_ctx_init(void);
 const ms_ctx *ms_ctx_get(void);
 ms_ctx *ms_ctx_mut(void); /* main() only */

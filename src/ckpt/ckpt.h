@@ -36,7 +36,8 @@
  * rank has one of that step with the same layout; each rank then reads its
  * own and the parameters are all-gathered.
  *
- * Faults for tests: MS_CKPT_FAULT=POINT[@STEP][:RANK] (see ckpt_fault.c).
+ * Faults for tests: ckpt_options.fault = POINT[@STEP][:RANK] (see ckpt_fault.c;
+ * the trainer's --ckpt-fault, env MS_CKPT_FAULT).
  *
  * Threads: a manager is driven by one thread (the trainer's); it owns the
  * stage-2 thread.  The offline functions are independent and thread-safe.
@@ -62,6 +63,10 @@ typedef struct {
     double every_min;   /* and every M minutes (0: off) */
     int keep;           /* commits kept, >= 1 */
     const char *resume; /* NULL/"": fresh start; "auto": newest valid; else a step dir or a DIR */
+    /* --ckpt-shm-dir: where the host snapshots live; NULL or "": /dev/shm */
+    const char *shm_dir;
+    /* --ckpt-fault (tests): POINT[@STEP][:RANK] (ckpt_fault.c); NULL or "": none */
+    const char *fault;
 } ckpt_options;
 
 /* The trainer's state besides the tensors.  The model's initialisation RNG
@@ -175,11 +180,12 @@ ms_status ckpt_export_hf(const char *dir, const char *out);
  * OUT/step_N (a commit, with OUT/latest). */
 ms_status ckpt_reshard(const char *dir, int dp, const char *out_root);
 
-/* /dev/shm snapshots of the job whose checkpoint directory is root:
- * prints one line per slot to stdout (path, step, rank, complete or not);
- * remove: unlink them. */
-ms_status ckpt_shm_list(const char *root, int remove);
-/* Remove the job's slots of ranks >= world (left by a run with more ranks). */
-void ckpt_shm_remove_beyond(const char *root, int world);
+/* Host-memory snapshots (in shm_dir; NULL/"": /dev/shm) of the job whose
+ * checkpoint directory is root: prints one line per slot to stdout (path,
+ * step, rank, complete or not); remove: unlink them. */
+ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove);
+/* Remove the job's slots in shm_dir of ranks >= world (left by a run with
+ * more ranks). */
+void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world);
 
 #endif

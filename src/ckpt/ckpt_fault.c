@@ -1,6 +1,7 @@
 /* ckpt_fault.c - deterministic fault injection for the checkpoint tests.
  *
- * MS_CKPT_FAULT=POINT[@STEP][:RANK]: at POINT of the checkpoint of step
+ * ckpt_options.fault = POINT[@STEP][:RANK] (the trainer's --ckpt-fault, env
+ * MS_CKPT_FAULT): at POINT of the checkpoint of step
  * STEP (default: the first checkpoint this process takes) on global rank
  * RANK (default: every rank):
  *   stage1:mid            SIGKILL halfway through the stage-1 copy
@@ -56,10 +57,11 @@ ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f) {
         if (strlen(points[i]) == n && !strncmp(points[i], spec, n)) known = 1;
     if (!known || n >= sizeof f->point)
         return ms_error(MS_ERR_ARG,
-                        "MS_CKPT_FAULT '%s': unknown point (stage1:mid, stage2:start, "
-                        "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
-                        "stage2:after-commit, io:enospc-shard, io:eio-fsync-shard, "
-                        "io:enospc-manifest, io:eio-fsync-manifest, signal:term)",
+                        "--ckpt-fault (MS_CKPT_FAULT) '%s': unknown point (stage1:mid, "
+                        "stage2:start, stage2:mid-shard, stage2:after-shard, "
+                        "stage2:after-manifest, stage2:after-commit, io:enospc-shard, "
+                        "io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest, "
+                        "signal:term)",
                         spec);
     memcpy(f->point, spec, n);
     f->point[n] = '\0';
@@ -67,13 +69,11 @@ ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f) {
         int k = 0;
         if (sscanf(at + 1, "%d%n", &f->step, &k) != 1 || f->step < 0 ||
             (at[1 + k] && (at[1 + k] != ':' || sscanf(at + 2 + k, "%d", &f->rank) != 1)))
-            return ms_error(MS_ERR_ARG, "MS_CKPT_FAULT '%s': expected POINT[@STEP][:RANK]", spec);
+            return ms_error(MS_ERR_ARG,
+                            "--ckpt-fault (MS_CKPT_FAULT) '%s': expected POINT[@STEP][:RANK]",
+                            spec);
     }
     return MS_OK;
-}
-
-ms_status ckpt_fault_from_env(ckpt_fault *f) {
-    return ckpt_fault_parse(getenv("MS_CKPT_FAULT"), f);
 }
 
 int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first) {

@@ -114,8 +114,7 @@ typedef struct {
     int rank;       /* -1: every rank */
 } ckpt_fault;
 
-/* From MS_CKPT_FAULT (unset: none armed). */
-ms_status ckpt_fault_from_env(ckpt_fault *f);
+/* spec POINT[@STEP][:RANK] (ckpt_options.fault); NULL or "": none armed. */
 ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f);
 /* 1 when the fault `point` is armed for this step on this (global) rank. */
 int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first);
@@ -143,10 +142,13 @@ typedef struct {
 
 /* The job id in root/job (hex); create: make one when it is missing. */
 ms_status ckpt_job_id(const char *root, int create, uint64_t *job);
-/* Directory for snapshots: $MS_CKPT_SHM_DIR or /dev/shm. */
-const char *ckpt_shm_dir(void);
-/* Path of slot `slot` of `rank` for the job whose checkpoint root is root. */
-ms_status ckpt_shm_path(char *buf, size_t n, const char *root, int rank, int slot);
+/* Directory for snapshots: shm_dir (ckpt_options.shm_dir), or /dev/shm when
+ * it is NULL or "". */
+const char *ckpt_shm_dir(const char *shm_dir);
+/* Path of slot `slot` of `rank` in shm_dir for the job whose checkpoint root
+ * is root. */
+ms_status ckpt_shm_path(char *buf, size_t n, const char *shm_dir, const char *root, int rank,
+                        int slot);
 /* Create (or reuse) and map a slot sized for the runs; pages are populated. */
 ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems, size_t meta_cap);
 void ckpt_slot_close(ckpt_slot *s, int remove);

@@ -23,7 +23,7 @@
 
 struct ckpt_manager {
     ckpt_options o;
-    char root[4096], resume[4096];
+    char root[4096], resume[4096], shm_dir[4096]; /* shm_dir: "" for /dev/shm */
     int saving;
     gpt_model *m;
     opt_state *opt;
@@ -116,6 +116,7 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     cm->saving = saving;
     snprintf(cm->root, sizeof cm->root, "%s", saving ? o->dir : "");
     snprintf(cm->resume, sizeof cm->resume, "%s", res);
+    snprintf(cm->shm_dir, sizeof cm->shm_dir, "%s", o->shm_dir ? o->shm_dir : "");
     cm->m = m;
     cm->opt = opt;
     cm->zero = zero;
@@ -125,7 +126,7 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     cm->slot_step[0] = cm->slot_step[1] = -1;
     cm->last_save_time = ms_now();
     snprintf(cm->optimizer, sizeof cm->optimizer, "%s", opt_kind_name(opt_get_config(opt)->kind));
-    ms_status st = ckpt_fault_from_env(&cm->fault);
+    ms_status st = ckpt_fault_parse(o->fault, &cm->fault);
     if (zero) {
         cm->dp = par_zero_group(zero);
         cm->dp_size = comm_group_size(cm->dp);
@@ -154,7 +155,7 @@ static ms_status ensure_slots(ckpt_manager *cm) {
     for (int k = 0; k < 2; k++) {
         if (cm->slots[k]) continue;
         char path[4300];
-        MS_TRY(ckpt_shm_path(path, sizeof path, cm->root, cm->rank, k));
+        MS_TRY(ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, cm->rank, k));
         MS_TRY(ckpt_slot_open(&cm->slots[k], path, cm->data_elems, 8192 + 96 * (size_t)cm->n_runs));
         cm->slot_step[k] = ckpt_slot_step(cm->slots[k], cm->job);
     }
@@ -227,7 +228,7 @@ void ckpt_manager_destroy(ckpt_manager *cm) {
     ckpt_persist_stop(cm->persist);
     for (int k = 0; k < 2; k++) /* the commit holds it all after a clean finish */
         ckpt_slot_close(cm->slots[k], cm->finished_ok);
-    if (cm->finished_ok && cm->rank == 0) ckpt_shm_remove_beyond(cm->root, cm->world);
+    if (cm->finished_ok && cm->rank == 0) ckpt_shm_remove_beyond(cm->root, cm->shm_dir, cm->world);
     comm_group_destroy(cm->group); /* wg and dp belong to the caller */
     free(cm->tensors);
     free(cm->runs);
@@ -249,7 +250,7 @@ static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
         ckpt_snap_view v;
         void *h;
         steps[k] = -1;
-        if (ckpt_shm_path(path, sizeof path, cm->root, cm->rank, k) != MS_OK) continue;
+        if (ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, cm->rank, k) != MS_OK) continue;
         struct stat sb;
         if (stat(path, &sb) != 0) continue;
         if (ckpt_snap_open(path, &v, &h) != MS_OK) {
@@ -359,7 +360,7 @@ static ms_status load_shm(ckpt_manager *cm, int step, ckpt_train_state *out, cha
         char path[4300];
         ckpt_snap_view v;
         void *h;
-        MS_TRY(ckpt_shm_path(path, sizeof path, cm->root, cm->rank, k));
+        MS_TRY(ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, cm->rank, k));
         if (ckpt_snap_open(path, &v, &h) != MS_OK) continue;
         if (v.step != step || v.job != cm->job) {
             ckpt_snap_close(&v, h);

@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
+#include "base/events.h"
 #include "base/fileio.h"
 #include "base/log.h"
 #include "base/timeutil.h"
@@ -468,6 +469,9 @@ static double thread_cpu(void) {
 static void *persist_main(void *arg) {
     ckpt_persist *p = arg;
     setpriority(PRIO_PROCESS, (id_t)gettid(), 10); /* training comes first */
+    static _Atomic uint16_t c_lane, c_persist;
+    ms_ev_thread_init(ms_ev_id(&c_lane, "ckpt"));
+    uint16_t persist = ms_ev_id(&c_persist, "persist");
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->quit && p->queued < 0)
@@ -481,9 +485,12 @@ static void *persist_main(void *arg) {
         pthread_mutex_unlock(&p->mu);
 
         double t0 = ms_now(), c0 = thread_cpu();
+        int64_t e0 = ms_ev_now();
         uint64_t bytes = 0;
         ms_status st = persist_one(p, s, &tr, first, &bytes);
         double dt = ms_now() - t0;
+        ms_ev_args ea = {.has = MS_EV_STEP | MS_EV_BYTES, .step = tr.step, .bytes = (int64_t)bytes};
+        ms_ev_span(persist, 0, e0, ms_ev_now(), &ea);
         ms_debug("checkpoint: step %d: stage 2 took %.3f s, %.3f s of CPU", tr.step, dt,
                  thread_cpu() - c0);
         char dir[4200];

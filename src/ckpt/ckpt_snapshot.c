@@ -1,6 +1,6 @@
 /* ckpt_snapshot.c - stage 1: host snapshots in /dev/shm.
  *
- * A slot is one file, $MS_CKPT_SHM_DIR (default /dev/shm)/
+ * A slot is one file, SHM_DIR (ckpt_options.shm_dir, default /dev/shm)/
  * megascale-ckpt-<hash of the checkpoint root's real path>-r<rank>-s<slot>,
  * mapped shared: a 4 KiB binary header (magic, version, `complete`, job id,
  * step, offsets, sizes, CRC32C of the meta text), the meta text (JSON:
@@ -57,9 +57,8 @@ static uint64_t round_page(uint64_t x) {
     return (x + 4095) / 4096 * 4096;
 }
 
-const char *ckpt_shm_dir(void) {
-    const char *d = getenv("MS_CKPT_SHM_DIR");
-    return d && *d ? d : "/dev/shm";
+const char *ckpt_shm_dir(const char *shm_dir) {
+    return shm_dir && *shm_dir ? shm_dir : "/dev/shm";
 }
 
 /* FNV-1a 64 of the real path of root. */
@@ -74,10 +73,12 @@ static ms_status root_hash(const char *root, uint64_t *h) {
     return MS_OK;
 }
 
-ms_status ckpt_shm_path(char *buf, size_t n, const char *root, int rank, int slot) {
+ms_status ckpt_shm_path(char *buf, size_t n, const char *shm_dir, const char *root, int rank,
+                        int slot) {
     uint64_t h = 0;
     MS_TRY(root_hash(root, &h));
-    snprintf(buf, n, "%s/megascale-ckpt-%016" PRIx64 "-r%05d-s%d", ckpt_shm_dir(), h, rank, slot);
+    snprintf(buf, n, "%s/megascale-ckpt-%016" PRIx64 "-r%05d-s%d", ckpt_shm_dir(shm_dir), h, rank,
+             slot);
     return MS_OK;
 }
 
@@ -401,13 +402,13 @@ void ckpt_snap_close(ckpt_snap_view *v, void *handle) {
     }
 }
 
-void ckpt_shm_remove_beyond(const char *root, int world) {
+void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world) {
     uint64_t h = 0;
     char pat[4200];
     char **paths = NULL;
     int n = 0;
     if (root_hash(root, &h) != MS_OK) return;
-    snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(), h);
+    snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(shm_dir), h);
     if (ms_glob(pat, &paths, &n) != MS_OK) return;
     for (int i = 0; i < n; i++) {
         const char *r = paths[i] + strlen(pat) - 6; /* "-r00001-s0" */
@@ -416,14 +417,14 @@ void ckpt_shm_remove_beyond(const char *root, int world) {
     ms_paths_free(paths, n);
 }
 
-ms_status ckpt_shm_list(const char *root, int remove) {
+ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
     uint64_t h = 0, job = 0;
     char pat[4200];
     char **paths = NULL;
     int n = 0;
     MS_TRY(root_hash(root, &h));
     if (ckpt_job_id(root, 0, &job) != MS_OK) job = 0;
-    snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(), h);
+    snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(shm_dir), h);
     if (ms_glob(pat, &paths, &n) != MS_OK) {
         printf("no /dev/shm snapshots of %s\n", root);
         return MS_OK;

@@ -16,7 +16,7 @@
 static ms_status open_model(ckpt_reader *r, const char *dir, int dp, be_backend **be,
                             gpt_model **m) {
     gpt_config cfg = ckpt_reader_manifest(r)->model;
-    MS_TRY(be_create(be, "cpu", 1));
+    MS_TRY(be_cpu_create(be, 1));
     MS_TRY(gpt_create_aligned(m, &cfg, *be, 1, 1, 16 * (size_t)dp));
     MS_TRY(ckpt_check_model(ckpt_reader_manifest(r), *m, dir));
     return ckpt_load_into(r, NULL, *m, NULL, 0);

@@ -14,23 +14,27 @@
 #include "cli/opts.h"
 
 typedef struct {
-    char *format, *out;
+    char *format, *out, *shm_dir;
     int dp, remove;
 } ckpt_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(ckpt_cli, field), def, help }
+    { name, type, offsetof(ckpt_cli, field), def, help, NULL }
+#define OE(name, type, field, def, env, help)                                                      \
+    { name, type, offsetof(ckpt_cli, field), def, help, env }
 static const opts_spec ckpt_opts[] = {
     O("format", OPT_T_STR, format, "safetensors", "export: output format (safetensors)"),
     O("out", OPT_T_STR, out, NULL, "export: the output file; reshard: the output directory"),
     O("dp", OPT_T_INT, dp, "1", "reshard: data-parallel ranks of the new layout"),
     O("remove", OPT_T_INT, remove, "0", "shm: 1 removes the snapshots listed"),
+    OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
+       "list, shm: where the training run keeps its host-memory snapshots"),
 };
 #define N_CKPT_OPTS ((int)(sizeof ckpt_opts / sizeof ckpt_opts[0]))
 
 static const char *usage_text =
     "usage: megascale ckpt <command> PATH [options]\n\n"
-    "  list DIR                  commits in DIR (quick check), latest, /dev/shm snapshots\n"
+    "  list DIR                  commits in DIR (quick check), latest, host-memory snapshots\n"
     "  inspect PATH              layout, step, sizes, trainer state and tensors of a commit\n"
     "  verify PATH               check every file size and CRC (a commit, or all in DIR)\n"
     "  export PATH --format safetensors --out FILE\n"
@@ -83,7 +87,7 @@ static double total_mb(const ckpt_manifest *mf) {
     return (double)b / 1e6;
 }
 
-static ms_status do_list(const char *root) {
+static ms_status do_list(const char *root, const char *shm_dir) {
     int *steps = NULL, n = 0;
     char path[4300], *latest = NULL;
     size_t ll = 0;
@@ -111,7 +115,7 @@ static ms_status do_list(const char *root) {
     }
     free(steps);
     free(latest);
-    return ckpt_shm_list(root, 0);
+    return ckpt_shm_list(root, shm_dir, 0);
 }
 
 static ms_status do_inspect(const char *arg) {
@@ -203,7 +207,7 @@ int cmd_ckpt(int argc, char **argv) {
     if (st != MS_OK) {
         /* fall through to the error */
     } else if (!strcmp(cmd, "list")) {
-        st = do_list(path);
+        st = do_list(path, o.shm_dir);
     } else if (!strcmp(cmd, "inspect")) {
         st = do_inspect(path);
     } else if (!strcmp(cmd, "verify")) {
@@ -222,7 +226,7 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK) st = ckpt_reshard(dir, o.dp, o.out);
         if (st == MS_OK) printf("resharded %s for dp %d into %s\n", dir, o.dp, o.out);
     } else if (!strcmp(cmd, "shm")) {
-        st = ckpt_shm_list(path, o.remove);
+        st = ckpt_shm_list(path, o.shm_dir, o.remove);
     } else {
         st = ms_error(MS_ERR_ARG,
                       "unknown ckpt command '%s' (list, inspect, verify, export, "

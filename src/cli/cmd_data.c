@@ -18,17 +18,21 @@
 #include "data/tokenizer.h"
 
 typedef struct {
-    char *input, *out, *tokenizer, *name;
+    char *input, *out, *tokenizer, *name, *data_dir;
     double val_fraction;
     int count, vocab_size, threads;
     uint64_t shard_tokens;
 } data_config;
 
-#define O(name, type, field, def, help) {name, type, offsetof(data_config, field), def, help}
+#define O(name, type, field, def, help) {name, type, offsetof(data_config, field), def, help, NULL}
+#define OE(name, type, field, def, env, help)                                                      \
+    { name, type, offsetof(data_config, field), def, help, env }
 static const opts_spec data_opts[] = {
     O("input", OPT_T_STR, input, NULL, "text: a file, a glob of files, or a directory"),
     O("out", OPT_T_STR, out, NULL, "output: shard directory (prepare), tokenizer file (train)"),
     O("tokenizer", OPT_T_STR, tokenizer, "gpt2", "gpt2, bytes, or a tokenizer file"),
+    OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR",
+       "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
     O("name", OPT_T_STR, name, "data", "shard name prefix: NAME_train_000000.bin (prepare)"),
     O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "share of the input for validation"),
     O("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "tokens per training shard"),
@@ -53,10 +57,10 @@ static ms_status list_inputs(const char *in, char ***paths, int *n) {
 }
 
 /* NULL tokenizer for "bytes". */
-static ms_status load_tokenizer(const char *name, data_tokenizer **tok) {
+static ms_status load_tokenizer(const char *name, const char *data_dir, data_tokenizer **tok) {
     *tok = NULL;
     if (!strcmp(name, "bytes")) return MS_OK;
-    return data_tok_load(tok, name);
+    return data_tok_load(tok, name, data_dir);
 }
 
 static ms_status prepare(const data_config *dc) {
@@ -65,7 +69,7 @@ static ms_status prepare(const data_config *dc) {
     int n = 0;
     MS_TRY(list_inputs(dc->input, &paths, &n));
     data_tokenizer *tok = NULL;
-    ms_status st = load_tokenizer(dc->tokenizer, &tok);
+    ms_status st = load_tokenizer(dc->tokenizer, dc->data_dir, &tok);
     data_prepare_stats ps;
     if (st == MS_OK) {
         data_prepare_config pc = {paths,    n,       tok, dc->out, dc->name, dc->val_fraction,
@@ -162,7 +166,7 @@ static ms_status inspect(const char *path, const data_config *dc) {
     printf("\n");
     const char *tn = maxv < 256 && !strcmp(dc->tokenizer, "gpt2") ? "bytes" : dc->tokenizer;
     data_tokenizer *tok = NULL;
-    if (st == MS_OK) st = load_tokenizer(tn, &tok);
+    if (st == MS_OK) st = load_tokenizer(tn, dc->data_dir, &tok);
     char *text = NULL;
     size_t len = 0;
     if (st == MS_OK && tok) st = data_tok_decode(tok, ids, n, &text, &len);

@@ -13,14 +13,16 @@
 #include "model/gpt.h"
 
 typedef struct {
-    char *weights, *prompt, *device, *tokenizer;
-    int tokens, top_k, threads, heads;
+    char *weights, *prompt, *device, *tokenizer, *data_dir;
+    int tokens, top_k, threads, heads, cuda_profile, cuda_fuse_gelu;
     double temperature;
     uint64_t seed;
 } sample_config;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(sample_config, field), def, help }
+    { name, type, offsetof(sample_config, field), def, help, NULL }
+#define OE(name, type, field, def, env, help)                                                      \
+    { name, type, offsetof(sample_config, field), def, help, env }
 static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
       "weights file (HF GPT-2 safetensors, from --save-weights)"),
@@ -31,9 +33,15 @@ static const opts_spec sample_opts[] = {
     O("seed", OPT_T_U64, seed, "42", "sampling seed"),
     O("tokenizer", OPT_T_STR, tokenizer, "auto",
       "bytes, gpt2, a tokenizer file, ids, or auto (bytes for vocab <= 256, gpt2 for 50257)"),
+    OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR",
+       "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
     O("heads", OPT_T_INT, heads, "0", "attention heads when the file does not say (0: C/64)"),
     O("device", OPT_T_STR, device, "cpu", "compute backend"),
     O("threads", OPT_T_INT, threads, "0", "CPU threads (0: all cores)"),
+    OE("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE",
+       "cuda: 1 times every op on the device and prints a table at exit"),
+    OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU",
+       "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
 };
 #define N_SAMPLE_OPTS ((int)(sizeof sample_opts / sizeof sample_opts[0]))
 
@@ -76,7 +84,8 @@ typedef struct {
     data_tokenizer *tok; /* NULL for bytes / ids */
 } sample_text;
 
-static ms_status text_open(sample_text *tx, const char *name, const gpt_config *c, const char *wpath) {
+static ms_status text_open(sample_text *tx, const char *name, const char *data_dir,
+                           const gpt_config *c, const char *wpath) {
     memset(tx, 0, sizeof *tx);
     if (!strcmp(name, "auto")) name = c->vocab <= 256 ? "bytes" : c->vocab == 50257 ? "gpt2" : NULL;
     if (!name)
@@ -89,7 +98,7 @@ static ms_status text_open(sample_text *tx, const char *name, const gpt_config *
         tx->bytes = 1;
         return MS_OK;
     }
-    MS_TRY(data_tok_load(&tx->tok, name));
+    MS_TRY(data_tok_load(&tx->tok, name, data_dir));
     if (data_tok_vocab_size(tx->tok) > c->vocab)
         return ms_error(MS_ERR_ARG, "tokenizer %s has %d ids but the model only %d", name,
                         data_tok_vocab_size(tx->tok), c->vocab);
@@ -140,8 +149,12 @@ static ms_status run_sample(const sample_config *sc) {
     float *logits = NULL, *work = NULL;
     const char *prompt = sc->prompt && *sc->prompt ? sc->prompt : "\n";
     int T = c.seq_max, cap = (int)strlen(prompt) + sc->tokens, n = 0;
-    ms_status st = text_open(&tx, sc->tokenizer, &c, sc->weights);
-    if (st == MS_OK) st = be_create(&be, sc->device, sc->threads);
+    ms_status st = text_open(&tx, sc->tokenizer, sc->data_dir, &c, sc->weights);
+    be_options bo = be_options_default();
+    bo.threads = sc->threads;
+    bo.cuda_profile = sc->cuda_profile;
+    bo.cuda_fuse_gelu = sc->cuda_fuse_gelu;
+    if (st == MS_OK) st = be_create(&be, sc->device, &bo);
     if (st == MS_OK) st = gpt_create(&m, &c, be, 1, T);
     if (st == MS_OK) st = ckpt_hf_load(m, sc->weights);
     if (st != MS_OK) goto out;

@@ -2,6 +2,7 @@
  * trainer. */
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "base/ctx.h"
 #include "cli/commands.h"
@@ -9,7 +10,9 @@
 #include "train/train.h"
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(train_config, field), def, help }
+    { name, type, offsetof(train_config, field), def, help, NULL }
+#define OE(name, type, field, def, env, help)                                                      \
+    { name, type, offsetof(train_config, field), def, help, env }
 
 static const opts_spec train_opts[] = {
     O("model", OPT_T_STR, model, "d6", "model preset: d6 d12 (124M) d24 (350M) d36 d48"),
@@ -28,6 +31,10 @@ static const opts_spec train_opts[] = {
       "auto (nccl per group where its ranks have distinct GPUs, else mpi)"),
     O("threads", OPT_T_INT, threads, "0",
       "CPU threads per rank (0: the cores / ranks on this node)"),
+    OE("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE",
+       "cuda: 1 times every op on the device and prints a table at exit"),
+    OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU",
+       "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
     O("dp", OPT_T_INT, dp, "1", "data-parallel ranks (ZeRO-2); world = tp x pp x dp"),
     O("tp", OPT_T_INT, tp, "1",
       "tensor-parallel ranks (Megatron + sequence parallel; divides heads and micro-batch*seq)"),
@@ -65,13 +72,25 @@ static const opts_spec train_opts[] = {
     O("ckpt-every-min", OPT_T_DOUBLE, ckpt_every_min, "0", "a checkpoint every M minutes (0: off)"),
     O("ckpt-keep", OPT_T_INT, ckpt_keep, "3", "committed checkpoints kept (the newest K)"),
     O("resume", OPT_T_STR, resume, NULL,
-      "auto (newest valid in --ckpt-dir or /dev/shm) or a checkpoint path"),
+      "auto (newest valid in --ckpt-dir or --ckpt-shm-dir) or a checkpoint path"),
+    OE("ckpt-shm-dir", OPT_T_STR, ckpt_shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
+       "directory of the host-memory snapshots (stage 1 of each checkpoint)"),
     O("val-every", OPT_T_INT, val_every, "100", "steps between validation passes (0: end only)"),
     O("val-batches", OPT_T_INT, val_batches, "10", "batches per validation pass"),
     O("peak-flops", OPT_T_DOUBLE, peak_flops, "0", "device peak FLOP/s for MFU (0: probe)"),
     O("log-every", OPT_T_INT, log_every, "1", "steps between progress lines"),
+    O("trace-dir", OPT_T_STR, trace_dir, NULL,
+      "per-rank event logs and hang dumps (default: DIR/trace next to --metrics; none: off)"),
+    O("trace-clock-every", OPT_T_INT, trace_clock_every, "200",
+      "steps between clock references for the merged timeline (0: only at start)"),
+    OE("comm-timeout", OPT_T_DOUBLE, comm_timeout, "300", "MS_COMM_TIMEOUT",
+       "seconds a collective may take before it fails, naming the missing ranks (hang dumps)"),
+    OE("comm-nccl-sync", OPT_T_INT, comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC",
+       "1: a wait on an NCCL op blocks the host, so the failing wait reports a missed deadline"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
       "test faults: nan-grad@S (step S), nan-grad@S+ (every step from S), exit@S[:RANK]"),
+    OE("ckpt-fault", OPT_T_STR, ckpt_fault, NULL, "MS_CKPT_FAULT",
+       "test faults in checkpoints: POINT[@STEP][:RANK] (src/ckpt/ckpt_fault.c)"),
 };
 #define N_TRAIN_OPTS ((int)(sizeof train_opts / sizeof train_opts[0]))
 
@@ -87,7 +106,9 @@ int cmd_train(int argc, char **argv) {
         rc = cli_fail("train", st);
     } else {
         ms_ctx_catch_signals();
+        tc.config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &tc);
         st = train_run(&tc);
+        free(tc.config_json);
         if (st != MS_OK) rc = cli_fail("train", st);
     }
     opts_free(train_opts, N_TRAIN_OPTS, &tc);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/fileio.h"
 
 static const opts_spec *find(const opts_spec *spec, int n, const char *name, size_t len) {
@@ -116,6 +118,14 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
             MS_TRY(load_config(spec, n, dst, path));
         }
     }
+    for (int i = 0; i < n; i++) { /* then the environment */
+        const char *v = spec[i].env ? getenv(spec[i].env) : NULL;
+        if (v && *v) {
+            char where[80];
+            snprintf(where, sizeof where, "environment %s", spec[i].env);
+            MS_TRY(set_value(&spec[i], dst, v, where));
+        }
+    }
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -152,6 +162,7 @@ void opts_print_help(const opts_spec *spec, int n, const char *usage) {
         snprintf(left, sizeof left, "--%s %s", spec[i].name, t);
         printf("  %-24s %s", left, spec[i].help);
         if (spec[i].def && *spec[i].def) printf(" [%s]", spec[i].def);
+        if (spec[i].env) printf(" (env %s)", spec[i].env);
         printf("\n");
     }
     printf("  %-24s %s\n", "--config FILE", "read options from FILE (command line wins)");
@@ -164,4 +175,33 @@ void opts_free(const opts_spec *spec, int n, void *dst) {
             free(*sp);
             *sp = NULL;
         }
+}
+
+char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; o && i < n; i++) {
+        const void *p = (const char *)dst + spec[i].offset;
+        switch (spec[i].type) {
+        case OPT_T_INT:
+            cJSON_AddNumberToObject(o, spec[i].name, *(const int *)p);
+            break;
+        case OPT_T_U64:
+            cJSON_AddNumberToObject(o, spec[i].name, (double)*(const uint64_t *)p);
+            break;
+        case OPT_T_DOUBLE:
+            cJSON_AddNumberToObject(o, spec[i].name, *(const double *)p);
+            break;
+        case OPT_T_STR: {
+            const char *v = *(char *const *)p;
+            if (v)
+                cJSON_AddStringToObject(o, spec[i].name, v);
+            else
+                cJSON_AddNullToObject(o, spec[i].name);
+            break;
+        }
+        }
+    }
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return text;
 }

@@ -3,7 +3,9 @@
  * --name=VALUE), config files (--config FILE: "name = value" lines, '#'
  * comments) and the generated --help text.  Values are stored into a
  * caller's struct at the declared offsets; strings are malloc'd (freed by
- * opts_free).  Precedence: defaults < config file < command line.
+ * opts_free).  An option may name an environment variable (its env
+ * column), read here and nowhere else: library code never calls getenv.
+ * Precedence: defaults < config file < environment < command line.
  */
 #ifndef CLI_OPTS_H
 #define CLI_OPTS_H
@@ -20,6 +22,7 @@ typedef struct {
     size_t offset;
     const char *def; /* default as text; NULL for an empty string */
     const char *help;
+    const char *env; /* environment variable that sets it (NULL: none) */
 } opts_spec;
 
 /* Parse argv[0..argc) into dst.  Positional arguments (not starting with
@@ -28,5 +31,8 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
                      int max_pos, int *n_pos, int *help);
 void opts_print_help(const opts_spec *spec, int n, const char *usage);
 void opts_free(const opts_spec *spec, int n, void *dst);
+/* The effective value of every option as a JSON object's text ("name":
+ * value, strings quoted, unset strings null); malloc'd, NULL on OOM. */
+char *opts_to_json(const opts_spec *spec, int n, const void *dst);
 
 #endif

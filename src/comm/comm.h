@@ -55,7 +55,7 @@
  * device memory on every rank), or the group hangs until the deadline.
  *
  * Timeouts and faults.  Every op has a deadline (options.timeout_s, default
- * 300 s, environment MS_COMM_TIMEOUT overrides).  An op that misses it
+ * 300 s; the trainer's --comm-timeout, env MS_COMM_TIMEOUT).  An op that misses it
  * fails with MS_ERR_TIMEOUT and a message naming the op, the group, the
  * elapsed time and which ranks had not arrived (from the arrival board, see
  * comm_board.c; on another host their state is "unknown").  A peer whose
@@ -108,12 +108,12 @@ typedef enum {
 typedef enum { COMM_SUM = 0, COMM_MAX, COMM_MIN } comm_redop;
 
 typedef struct {
-    double timeout_s; /* per-op deadline; <= 0: default 300 s; env MS_COMM_TIMEOUT wins */
+    double timeout_s; /* per-op deadline; <= 0: default 300 s (megascale: --comm-timeout) */
     int poll_max_us;  /* comm thread's longest sleep between MPI_Testsome calls; <= 0: 200 */
     int no_board;     /* 1: do not create the arrival board (missing ranks then "unknown") */
     int nccl_sync;    /* 1: comm_wait on an NCCL op blocks the host until it finished or
                          missed its deadline; 0: the compute stream waits, the group's
-                         watchdog enforces the deadline.  Env MS_COMM_NCCL_SYNC=0/1 wins */
+                         watchdog enforces the deadline (megascale: --comm-nccl-sync) */
 } comm_options;
 
 /* Defaults: timeout 300 s, poll 200 us, board on, nccl_sync off. */
@@ -130,7 +130,7 @@ const char *comm_dtype_name(comm_dtype dt);
  * by the communication thread), the arrival board and the communication
  * thread.  argc/argv may be NULL.  opt may be NULL (defaults).  If MPI was
  * already initialised by someone else, it is used and not finalised here.
- * Errors: MS_ERR_ARG (bad MS_COMM_TIMEOUT), MS_ERR_INTERNAL (MPI, threads). */
+ * Errors: MS_ERR_ARG (nccl_sync not 0 or 1), MS_ERR_INTERNAL (MPI, threads). */
 ms_status comm_world_init(comm_world **w, int *argc, char ***argv, const comm_options *opt);
 
 /* Barrier on the world (with the timeout), stop the communication thread,
@@ -175,6 +175,19 @@ typedef struct {
  * frees the staging pool allocated through the previous hooks.
  * Errors: MS_ERR_ARG (a NULL hook). */
 ms_status comm_world_set_device(comm_world *w, const comm_device *dev);
+
+/* Hang dumps (docs/formats.md, "Hang dump"): when an op of this rank
+ * times out or cannot finish (a peer exited), the communication thread
+ * writes a JSON dump of every group's in-flight and last completed ops to
+ * `path` (atomically), and asks the other ranks of this host to write
+ * theirs (each to its own path), which they do within 0.2 s.  path NULL or
+ * "": no dumps (the default).  Errors: MS_ERR_ARG (path too long). */
+ms_status comm_world_set_dump_path(comm_world *w, const char *path);
+/* After this rank's op failed with MS_ERR_TIMEOUT: wait (at most max_s)
+ * until every live, responsive rank of the host has written its dump, so
+ * that exiting (which makes mpirun end the job) does not cut them off.
+ * Returns how many are still missing (a stopped rank never answers). */
+int comm_world_dump_grace(comm_world *w, double max_s);
 
 /* ---- groups -------------------------------------------------------------- */
 

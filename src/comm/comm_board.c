@@ -51,12 +51,14 @@ typedef struct {
     _Atomic long long pid;
     _Atomic long long world_rank;
     _Atomic unsigned long long heartbeat_ns;
+    _Atomic unsigned long long dump_ack; /* the last dump request this rank answered */
     _Atomic unsigned long long seq[COMM_BOARD_MAX_GROUPS];
 } comm_board_slot;
 
 struct comm_board_shm {
     unsigned long long magic;
     int nlocal, max_groups;
+    _Atomic unsigned long long dump_req; /* hang-dump requests made on this host */
     comm_board_slot slot[];
 };
 
@@ -247,6 +249,65 @@ int comm_board_dead_missing(comm_world *w, const comm_req *r) {
         if (s) n += comm_pid_exited(atomic_load(&s->pid));
     }
     return n;
+}
+
+void comm_board_request_dump(comm_world *w) {
+    if (w->board.shm) atomic_fetch_add(&w->board.shm->dump_req, 1);
+}
+
+unsigned long long comm_board_dump_requests(comm_world *w) {
+    return w->board.shm ? atomic_load(&w->board.shm->dump_req) : 0;
+}
+
+void comm_board_ack_dump(comm_world *w, unsigned long long gen) {
+    if (w->board.shm) atomic_store(&w->board.shm->slot[w->board.local_idx].dump_ack, gen);
+}
+
+int comm_board_dump_pending(comm_world *w, unsigned long long gen) {
+    if (!w->board.shm) return 0;
+    int n = 0;
+    unsigned long long now = comm_now_ns();
+    for (int i = 0; i < w->board.shm->nlocal; i++) {
+        comm_board_slot *s = &w->board.shm->slot[i];
+        if (i == w->board.local_idx || atomic_load(&s->dump_ack) >= gen) continue;
+        if (w->board.pids_ok && comm_pid_exited(atomic_load(&s->pid))) continue;
+        unsigned long long hb = atomic_load(&s->heartbeat_ns);
+        if (hb < now && now - hb > (unsigned long long)(COMM_STALE_S * 1e9))
+            continue; /* stopped or stuck: it will not answer */
+        n++;
+    }
+    return n;
+}
+
+void comm_board_host_states(comm_world *w, char *buf, size_t n) {
+    size_t len = 0;
+    int first_u = 1, first_e = 1;
+    char ex[512] = "";
+    size_t elen = 0;
+    buf[0] = 0;
+    len += (size_t)snprintf(buf, n, "\"unresponsive\":[");
+    if (w->board.shm) {
+        unsigned long long now = comm_now_ns();
+        for (int i = 0; i < w->board.shm->nlocal; i++) {
+            comm_board_slot *s = &w->board.shm->slot[i];
+            if (i == w->board.local_idx) continue;
+            long long r = atomic_load(&s->world_rank);
+            if (w->board.pids_ok && comm_pid_exited(atomic_load(&s->pid))) {
+                elen += (size_t)snprintf(ex + elen, elen < sizeof ex ? sizeof ex - elen : 0,
+                                         "%s%lld", first_e ? "" : ",", r);
+                first_e = 0;
+                continue;
+            }
+            unsigned long long hb = atomic_load(&s->heartbeat_ns);
+            double age = hb < now ? (double)(now - hb) / 1e9 : 0; /* it may beat after `now` */
+            if (age <= COMM_STALE_S || len >= n) continue;
+            len += (size_t)snprintf(buf + len, n - len,
+                                    "%s{\"rank\":%lld,\"heartbeat_age_s\":%.3f}",
+                                    first_u ? "" : ",", r, age);
+            first_u = 0;
+        }
+    }
+    if (len < n) snprintf(buf + len, n - len, "],\"exited\":[%s]", elen < sizeof ex ? ex : "");
 }
 
 /* Bounded append to buf (len tracks the used length). */

@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/events.h"
 #include "base/log.h"
 #include "comm/comm_internal.h"
 
@@ -36,7 +37,12 @@ comm_group *comm_group_wrap(comm_world *w, MPI_Comm comm, const char *name, char
     g->w = w;
     g->comm = comm;
     g->gid = -1;
+    g->last_kind = -1;
     snprintf(g->name, sizeof g->name, "%s", name);
+    char lane[COMM_NAME_MAX + 8];
+    snprintf(lane, sizeof lane, "comm:%s", g->name);
+    g->ev_lane = ms_ev_intern(lane);
+    g->ev_name = ms_ev_intern(g->name);
     MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
     MPI_Comm_size(comm, &g->size);
     MPI_Comm_rank(comm, &g->rank);
@@ -54,6 +60,17 @@ comm_group *comm_group_wrap(comm_world *w, MPI_Comm comm, const char *name, char
         comm_mpi_errstr(rc, "MPI_Group_translate_ranks", err, n);
         goto fail;
     }
+    if (w->ngroups == w->cap_groups) { /* the live groups, for hang dumps */
+        int cap = w->cap_groups ? 2 * w->cap_groups : 8;
+        comm_group **a = realloc(w->groups, (size_t)cap * sizeof *a);
+        if (!a) {
+            snprintf(err, n, "out of memory for group '%s'", name);
+            goto fail;
+        }
+        w->groups = a;
+        w->cap_groups = cap;
+    }
+    w->groups[w->ngroups++] = g;
     goto out;
 fail:
     free(g->global);
@@ -68,6 +85,12 @@ out:
 
 void comm_group_free_struct(comm_group *g) {
     if (!g) return;
+    comm_world *w = g->w;
+    for (int i = 0; i < w->ngroups; i++)
+        if (w->groups[i] == g) {
+            w->groups[i] = w->groups[--w->ngroups];
+            break;
+        }
     free(g->global);
     free(g);
 }

@@ -81,6 +81,7 @@ struct comm_req {
     int inplace;
     uint64_t seq; /* collective sequence number on g (1-based), 0 for p2p */
     double t_start, t_done, deadline, t_dead_seen;
+    double t_posted; /* comm thread: when the MPI call was posted (timers) */
     /* under w->mu */
     int state;
     int abandoned; /* the waiter gave up (stuck comm thread): comm thread frees it */
@@ -115,6 +116,14 @@ struct comm_group {
     int gid;           /* arrival-board slot, agreed by all members; -1: none */
     comm_nccl *nccl;   /* NULL unless comm_group_enable_nccl succeeded */
     uint64_t next_seq; /* under w->mu: last collective sequence number handed out */
+    /* comm thread: the last op that completed, for hang dumps (comm_dump.c) */
+    int last_kind;        /* -1: none yet */
+    uint64_t last_seq;
+    size_t last_bytes;
+    int last_peer, last_tag; /* global peer of a p2p op, else -1 */
+    double last_done;
+    uint64_t done_seq; /* the highest collective sequence number completed */
+    uint16_t ev_lane, ev_name; /* event recorder ids: lane "comm:<name>", name */
 };
 
 struct comm_world {
@@ -136,6 +145,17 @@ struct comm_world {
     int stage_lost;      /* buffers left to MPI by failed ops (never reused) */
     int next_gid;        /* comm thread: lowest board slot this rank has not used */
     comm_board board;
+
+    /* timers and hang dumps (comm_dump.c) */
+    uint16_t ev_kind[COMM_K_BARRIER + 1]; /* event names of the ops */
+    uint16_t ev_wait;                      /* "wait": a caller blocked in comm_wait */
+    int has_coord;                         /* set by comm_grid_create */
+    int coord[3], shape[3];                /* (dp, pp, tp) */
+    char dump_path[4096];                  /* "": no hang dumps; set with the world idle */
+    unsigned long long dump_seen;          /* comm thread: board dump requests handled */
+    int dumped;                            /* comm thread: a dump was written */
+    comm_group **groups;                   /* comm thread (and init/finalize): live groups */
+    int ngroups, cap_groups;
 
     pthread_t thread;
     int thread_started;
@@ -244,6 +264,20 @@ ms_status comm_nccl_test(comm_req *r, int *done);
  * communicator is aborted instead of destroyed (it may be stuck). */
 void comm_nccl_group_free(comm_group *g, int broken);
 
+/* comm_dump.c */
+/* Intern the event names of the world (init). */
+void comm_events_init(comm_world *w);
+/* r finished (comm thread): record its span on its group's lane and keep
+ * it as the group's last completed op. */
+void comm_events_finish(comm_world *w, comm_req *r);
+/* Write this rank's hang dump (comm thread; w->dump_path set): every
+ * group's in-flight and last completed ops.  reason: "timeout",
+ * "peer_exited" or "peer_request".  Own timeouts also ask the other ranks of
+ * the host to dump (through the board). */
+void comm_dump_write(comm_world *w, const char *reason, int ask_peers);
+/* Comm thread, periodically: dump if another rank of the host asked. */
+void comm_dump_poll(comm_world *w);
+
 /* comm_board.c */
 /* Create the board over MPI_COMM_WORLD (collective; called by init). */
 ms_status comm_board_init(comm_world *w, int enable);
@@ -259,5 +293,16 @@ void comm_board_heartbeat(comm_world *w);
 int comm_board_dead_missing(comm_world *w, const comm_req *r);
 /* Append "not arrived: ...; arrived: ..." (or the p2p peer's state) to buf. */
 void comm_board_describe(comm_world *w, const comm_req *r, char *buf, size_t n);
+/* Hang dumps: ask every rank of the host to dump (bumps the request
+ * counter); read the counter; acknowledge request `gen` (this rank
+ * dumped); count the live ranks of the host (other than this one) that
+ * have not acknowledged `gen`. */
+void comm_board_request_dump(comm_world *w);
+unsigned long long comm_board_dump_requests(comm_world *w);
+void comm_board_ack_dump(comm_world *w, unsigned long long gen);
+int comm_board_dump_pending(comm_world *w, unsigned long long gen);
+/* For hang dumps: '"unresponsive":[{"rank":R,"heartbeat_age_s":A},...],
+ * "exited":[R,...]' about the other ranks of this host (JSON members). */
+void comm_board_host_states(comm_world *w, char *buf, size_t n);
 
 #endif

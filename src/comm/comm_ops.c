@@ -16,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/events.h"
 #include "base/timeutil.h"
 #include "comm/comm_internal.h"
 
@@ -324,6 +325,21 @@ static ms_status comm_abandon_locked(comm_world *w, comm_req *r, double now) {
     return ms_error(MS_ERR_TIMEOUT, "%s", msg);
 }
 
+/* The caller blocked in comm_wait on r from t0 until now: a "wait" span on
+ * the caller's lane naming the op (w->mu held; r not yet recycled). */
+static void comm_wait_event(const comm_req *r, int64_t t0) {
+    const comm_group *g = r->g;
+    if (r->kind > COMM_K_BARRIER) return;
+    ms_ev_args a = {.has = MS_EV_OP | MS_EV_GROUP | MS_EV_BYTES,
+                    .op = r->w->ev_kind[r->kind],
+                    .group = g->ev_name,
+                    .bytes = (int64_t)(r->count * comm_dtype_size(r->dt))};
+    if (r->seq) a.has |= MS_EV_SEQ, a.seq = (int64_t)r->seq;
+    if (r->kind == COMM_K_SEND || r->kind == COMM_K_RECV)
+        a.has |= MS_EV_PEER | MS_EV_TAG, a.peer = g->global[r->peer], a.tag = r->tag;
+    ms_ev_span(r->w->ev_wait, 0, t0, ms_ev_now(), &a);
+}
+
 ms_status comm_wait(comm_req *r) {
     return comm_wait_result(r, NULL);
 }
@@ -333,6 +349,7 @@ ms_status comm_wait_result(comm_req *r, comm_group **out) {
     if (r->on_nccl) return comm_nccl_wait(r);
     comm_world *w = r->w;
     pthread_mutex_lock(&w->mu);
+    int64_t t_wait = r->state != COMM_REQ_DONE && ms_ev_on() ? ms_ev_now() : 0;
     while (r->state != COMM_REQ_DONE) {
         double now = ms_now(), limit = r->deadline + COMM_WAIT_GRACE_S;
         if (w->poisoned && w->t_poisoned + COMM_WAIT_GRACE_S < limit)
@@ -346,6 +363,7 @@ ms_status comm_wait_result(comm_req *r, comm_group **out) {
     }
     ms_status st = r->status;
     if (out) *out = r->out;
+    if (t_wait) comm_wait_event(r, t_wait);
     char msg[COMM_MSG_MAX];
     if (st != MS_OK) snprintf(msg, sizeof msg, "%s", r->msg);
     comm_stage_hold h;

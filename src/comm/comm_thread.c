@@ -49,9 +49,10 @@ void comm_poison_locked(comm_world *w, ms_status code, const char *msg) {
 
 /* Mark r finished (status/msg already set) and wake its waiter. */
 static void comm_finish(comm_world *w, comm_req *r) {
+    r->t_done = ms_now();
+    comm_events_finish(w, r); /* its span, before the waiter may recycle r */
     pthread_mutex_lock(&w->mu);
     r->state = COMM_REQ_DONE;
-    r->t_done = ms_now();
     if (r->abandoned) {
         r->next = w->free_list;
         w->free_list = r;
@@ -149,6 +150,7 @@ static void comm_post_batch(comm_world *w, comm_req *r) {
             comm_finish(w, r);
         } else {
             const char *call = "?";
+            r->t_posted = ms_now();
             int rc = comm_post_one(r, &call);
             if (rc != MPI_SUCCESS) {
                 comm_finish_mpi_error(w, r, rc, call);
@@ -256,6 +258,7 @@ static int comm_progress(comm_world *w) {
 /* r cannot finish (deadline passed, or a peer it waits for exited): fail it
  * with the arrival report and break the world. */
 static void comm_timeout(comm_world *w, comm_req *r, double now, int dead) {
+    comm_dump_write(w, dead ? "peer_exited" : "timeout", 1); /* r still in flight */
     char d[256], b[COMM_MSG_MAX];
     comm_req_describe(r, d, sizeof d);
     comm_board_describe(w, r, b, sizeof b);
@@ -292,6 +295,7 @@ static void comm_check_deadlines(comm_world *w) {
     }
     if (!w->board.shm || now - w->last_dead_check < COMM_DEAD_CHECK_S) return;
     w->last_dead_check = now;
+    comm_dump_poll(w);
     for (int i = 0; i < w->nactive; i++) {
         comm_req *r = w->active[i];
         if (now - r->t_start < COMM_DEAD_MIN_AGE_S) continue;
@@ -328,6 +332,10 @@ static void *comm_thread_main(void *arg) {
         pthread_mutex_lock(&w->mu);
         while (!w->q_head && w->nactive == 0 && !w->stop) {
             comm_board_heartbeat(w);
+            pthread_mutex_unlock(&w->mu);
+            comm_dump_poll(w); /* another rank of the host asked for hang dumps */
+            pthread_mutex_lock(&w->mu);
+            if (w->q_head || w->stop) break;
             comm_cv_wait_s(&w->submit_cv, &w->mu, COMM_IDLE_WAKE_S);
         }
         if (w->stop && !w->q_head && w->nactive == 0) {

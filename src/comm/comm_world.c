@@ -2,7 +2,6 @@
  * dtype/op mapping, MPI error translation and the device hooks.  See comm.h
  * for the model; comm_thread.c for the communication thread it starts.
  */
-#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,31 +84,17 @@ ms_status comm_mpi_error(int rc, const char *call, const char *ctx) {
     return ms_error(MS_ERR_INTERNAL, "%s: %s", ctx, s);
 }
 
-/* Resolve the options: MS_COMM_TIMEOUT (seconds, > 0) and
- * MS_COMM_NCCL_SYNC (0 or 1) override the caller's. */
+/* Resolve the options: defaults for unset (non-positive) fields; nccl_sync
+ * must be 0 or 1.  (The environment is the command line's business:
+ * megascale reads MS_COMM_TIMEOUT / MS_COMM_NCCL_SYNC into its options.) */
 static ms_status comm_resolve_options(const comm_options *opt, comm_options *o) {
     *o = opt ? *opt : comm_options_default();
-    if (!(o->timeout_s > 0)) o->timeout_s = COMM_DEFAULT_TIMEOUT_S;
+    if (!(o->timeout_s > 0) || !isfinite(o->timeout_s)) o->timeout_s = COMM_DEFAULT_TIMEOUT_S;
     if (o->poll_max_us <= 0) o->poll_max_us = COMM_DEFAULT_POLL_US;
-    const char *sync = getenv("MS_COMM_NCCL_SYNC");
-    if (sync && *sync) {
-        if (strcmp(sync, "0") && strcmp(sync, "1"))
-            return ms_error(MS_ERR_ARG, "comm_world_init: MS_COMM_NCCL_SYNC='%s' is not 0 or 1",
-                            sync);
-        o->nccl_sync = sync[0] == '1';
-    }
-    const char *env = getenv("MS_COMM_TIMEOUT");
-    if (env && *env) {
-        char *end = NULL;
-        errno = 0;
-        double t = strtod(env, &end);
-        if (errno || end == env || *end || !(t > 0) || !isfinite(t))
-            return ms_error(MS_ERR_ARG,
-                            "comm_world_init: MS_COMM_TIMEOUT='%s' is not a positive "
-                            "number of seconds",
-                            env);
-        o->timeout_s = t;
-    }
+    if (o->nccl_sync != 0 && o->nccl_sync != 1)
+        return ms_error(MS_ERR_ARG,
+                        "comm_world_init: nccl_sync (--comm-nccl-sync) %d is not 0 or 1",
+                        o->nccl_sync);
     return MS_OK;
 }
 
@@ -175,6 +160,7 @@ ms_status comm_world_init(comm_world **out, int *argc, char ***argv, const comm_
     w->board.local_idx = -1;
     for (int i = 0; i < 3; i++)
         w->bf16_op[i] = MPI_OP_NULL;
+    comm_events_init(w);
     ms_status st = comm_mpi_start(w, argc, argv);
     if (st != MS_OK) goto out;
     if ((st = comm_bf16_ops_create(w)) != MS_OK) goto out;
@@ -191,6 +177,7 @@ out:
         comm_bf16_ops_free(w);
         comm_board_free(w);
         if (w->world_group) comm_group_free_struct(w->world_group);
+        free(w->groups);
         free(w);
     }
     return st;
@@ -208,6 +195,7 @@ static void comm_world_free_struct(comm_world *w) {
     free(w->mreqs);
     free(w->idx);
     free(w->sts);
+    free(w->groups);
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->stage_mu);
     pthread_cond_destroy(&w->submit_cv);

@@ -1,9 +1,12 @@
 /* grid.c - the 3D rank grid (see grid.h): coordinates from the rank
  * formula, one split per dimension (TP, then DP, then PP). */
+#include "comm/grid.h"
+
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm/grid.h"
+#include "comm/comm_internal.h"
 
 struct comm_grid {
     comm_world *w;
@@ -68,6 +71,11 @@ ms_status comm_grid_create(comm_world *w, int tp, int pp, int dp, comm_grid **ou
     if ((st = comm_grid_split(g, COMM_DIM_TP)) != MS_OK) goto out;
     if ((st = comm_grid_split(g, COMM_DIM_DP)) != MS_OK) goto out;
     if ((st = comm_grid_split(g, COMM_DIM_PP)) != MS_OK) goto out;
+    pthread_mutex_lock(&w->mu); /* for hang dumps (comm_dump.c) */
+    w->has_coord = 1;
+    w->coord[0] = g->me.dp, w->coord[1] = g->me.pp, w->coord[2] = g->me.tp;
+    w->shape[0] = dp, w->shape[1] = pp, w->shape[2] = tp;
+    pthread_mutex_unlock(&w->mu);
     *out = g;
 out:
     if (st != MS_OK) comm_grid_destroy(g);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/events.h"
 #include "base/timeutil.h"
 
 typedef struct {
@@ -28,6 +29,9 @@ struct data_prefetch {
 
 static void *producer(void *arg) {
     data_prefetch *p = arg;
+    static _Atomic uint16_t c_lane, c_load;
+    ms_ev_thread_init(ms_ev_id(&c_lane, "data"));
+    uint16_t load = ms_ev_id(&c_load, "load");
     pthread_mutex_lock(&p->mu);
     while (!p->stop && !p->failed) {
         if (p->produced - p->consumed == (uint64_t)p->depth) {
@@ -36,7 +40,9 @@ static void *producer(void *arg) {
         }
         slot *s = &p->ring[p->produced % (uint64_t)p->depth];
         pthread_mutex_unlock(&p->mu); /* read without the lock: this slot is ours */
+        int64_t t0 = ms_ev_now();
         s->st = data_loader_next(p->dl, s->inp, s->tgt);
+        ms_ev_span(load, 0, t0, ms_ev_now(), NULL);
         s->after = data_loader_cursor(p->dl);
         if (s->st != MS_OK) s->msg = strdup(ms_errmsg());
         pthread_mutex_lock(&p->mu);

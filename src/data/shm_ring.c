@@ -30,6 +30,7 @@ struct data_shm {
     data_shm_config cfg;
     char name[256];
     int leader;
+    int unlinked; /* leader: the name is gone already (data_shm_unlink) */
     shm_header *h;
     size_t bytes;
     uint64_t next; /* follower: next batch index to read */
@@ -224,9 +225,15 @@ ms_status data_shm_get(data_shm *s, int32_t *inputs, int32_t *targets, double *w
     return MS_OK;
 }
 
+void data_shm_unlink(data_shm *s) {
+    if (!s || !s->leader || s->unlinked) return;
+    shm_unlink(s->name);
+    s->unlinked = 1;
+}
+
 void data_shm_close(data_shm *s) {
     if (!s) return;
     if (s->h) munmap(s->h, s->bytes);
-    if (s->leader) shm_unlink(s->name);
+    data_shm_unlink(s);
     free(s);
 }

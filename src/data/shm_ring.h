@@ -37,7 +37,11 @@ ms_status data_shm_open_follower(data_shm **out, const data_shm_config *cfg);
 ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *targets);
 /* Follower: copy the next batch; *wait_sec gets the time spent waiting. */
 ms_status data_shm_get(data_shm *s, int32_t *inputs, int32_t *targets, double *wait_sec);
-/* Detach (the leader also unlinks the name). */
+/* Leader, once every follower has opened the segment: remove its name now,
+ * so that nothing is left in /dev/shm if the processes are killed (the
+ * mappings stay valid). */
+void data_shm_unlink(data_shm *s);
+/* Detach (the leader also unlinks the name, if not done already). */
 void data_shm_close(data_shm *s);
 
 #endif

@@ -299,14 +299,13 @@ fail:
     return rc;
 }
 
-ms_status data_tok_load(data_tokenizer **out, const char *name_or_path) {
+ms_status data_tok_load(data_tokenizer **out, const char *name_or_path, const char *data_dir) {
     char path[4096];
     char *buf = NULL;
     size_t len;
     *out = NULL;
     if (strcmp(name_or_path, "gpt2") == 0) {
-        const char *dir = getenv("MS_DATA_DIR");
-        snprintf(path, sizeof path, "%s/gpt2.tok", dir && *dir ? dir : MS_DATA_DIR);
+        snprintf(path, sizeof path, "%s/gpt2.tok", data_dir && *data_dir ? data_dir : MS_DATA_DIR);
     } else {
         snprintf(path, sizeof path, "%s", name_or_path);
     }

@@ -61,10 +61,11 @@ typedef struct data_tokenizer data_tokenizer;
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 /* Load a tokenizer.  "gpt2" is the shipped GPT-2 vocabulary, read from
- * $MS_DATA_DIR/gpt2.tok (the environment variable, else the repository's
- * data/ directory compiled in); anything else is the path of a tokenizer
- * file.  *out is the caller's (data_tok_free). */
-ms_status data_tok_load(data_tokenizer **out, const char *name_or_path);
+ * DATA_DIR/gpt2.tok, where DATA_DIR is data_dir (megascale's --data-dir, env
+ * MS_DATA_DIR) or, when that is NULL or "", the repository's data/
+ * directory compiled in (the MS_DATA_DIR macro); anything else is the path
+ * of a tokenizer file.  *out is the caller's (data_tok_free). */
+ms_status data_tok_load(data_tokenizer **out, const char *name_or_path, const char *data_dir);
 
 /* Write t to path atomically (temp file, fsync, rename). */
 ms_status data_tok_save(const data_tokenizer *t, const char *path);

@@ -166,6 +166,10 @@ void gpt_init(gpt_model *m, uint64_t seed);
 float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B,
                            int T, float dloss);
 /* Forward only: the mean loss over the B*T targets. */
+/* The micro-batch index that the next forward / backward passes record in
+ * their "fwd" / "bwd" spans (base/events.h; with the step and, for a
+ * pipeline stage, the chunk).  Default 0. */
+void gpt_trace_micro_batch(gpt_model *m, int mb);
 float gpt_forward_loss(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
 /* Forward only: logits (B,T,V) fp32 on the host for all positions, or only
  * for the last position of each row when last_only (then (B,V)).  Not with

@@ -50,6 +50,8 @@ struct gpt_model {
     gpt_config cfg;
     be_backend *be;
     int B, T; /* capacity of the activation buffers */
+    int trace_mb;             /* micro-batch index for the fwd/bwd spans (gpt_trace_micro_batch) */
+    uint16_t ev_fwd, ev_bwd;  /* event recorder names */
 
     gpt_param *table;
     int n_tensors;
@@ -164,5 +166,9 @@ void gpt_tp_lnf_bwd(gpt_model *m, int N);
 void gpt_tp_embed_fwd(gpt_model *m, int B, int T);
 void gpt_tp_embed_bwd(gpt_model *m, int B, int T);
 void gpt_tp_classifier(gpt_model *m, int N, float dloss, int grad);
+
+/* gpt_pass.c: record a forward span [t0, t1] and a backward span [t1, t2]
+ * of model chunk `chunk` (with m->trace_mb); a zero-length span is left out. */
+void gpt_trace_pass(gpt_model *m, int chunk, int64_t t0, int64_t t1, int64_t t2);
 
 #endif

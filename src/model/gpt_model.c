@@ -8,6 +8,7 @@
 
 #include "base/arena.h"
 #include "base/rng.h"
+#include "base/events.h"
 #include "model/gpt_internal.h"
 
 /* Append tensor `name` of logical shape (d0) or (d0,d1), of which this rank
@@ -255,6 +256,8 @@ ms_status gpt_create_stage(gpt_model **out, const gpt_config *cfg, be_backend *b
     if (!m) return ms_error(MS_ERR_NOMEM, "model: out of host memory");
     m->cfg = c;
     m->be = be;
+    m->ev_fwd = ms_ev_intern("fwd");
+    m->ev_bwd = ms_ev_intern("bwd");
     m->B = B;
     m->T = T;
     if (stage) {
@@ -490,4 +493,8 @@ int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges) {
         n++;
     }
     return n;
+}
+
+void gpt_trace_micro_batch(gpt_model *m, int mb) {
+    m->trace_mb = mb;
 }

@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "base/events.h"
 #include "model/gpt_internal.h"
 
 /* out (N,OC) = inp (N,IC) @ W (IC,OC) [+ b], optionally through GeLU (pre
@@ -172,13 +173,21 @@ static float mean_loss(gpt_model *m, int N) {
     return (float)(m->be->sum(m->be, m->losses, (size_t)N) / (double)N);
 }
 
+void gpt_trace_pass(gpt_model *m, int chunk, int64_t t0, int64_t t1, int64_t t2) {
+    ms_ev_args a = {.has = MS_EV_MB | MS_EV_CHUNK, .mb = m->trace_mb, .chunk = chunk};
+    if (t1 > t0) ms_ev_span(m->ev_fwd, 0, t0, t1, &a);
+    if (t2 > t1) ms_ev_span(m->ev_bwd, 0, t1, t2, &a);
+}
+
 float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B,
                            int T, float dloss) {
     be_backend *be = m->be;
     const gpt_config *c = &m->cfg;
     int N = B * T, C = c->n_embd;
+    int64_t t0 = ms_ev_on() ? ms_ev_now() : 0;
     forward_trunk(m, tokens, B, T);
     classifier(m, targets, N, dloss, 1);
+    int64_t t1 = t0 ? ms_ev_now() : 0;
     if (m->tp > 1) {
         gpt_tp_lnf_bwd(m, N);
     } else {
@@ -207,6 +216,7 @@ float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *t
                           C);
     if (m->grad_hook) /* wte, wpe */
         m->grad_hook(m->grad_hook_ctx, bounds[2 * (nr - 1)], bounds[2 * (nr - 1) + 1]);
+    if (t0) gpt_trace_pass(m, 0, t0, t1, ms_ev_now());
     return mean_loss(m, N);
 }
 

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/events.h"
 #include "model/gpt_internal.h"
 
 ms_status gpt_stage_init(gpt_stage *st, const gpt_config *cfg, int pp, int vpp, int stage,
@@ -95,6 +96,7 @@ float gpt_chunk_forward(gpt_model *m, int c, int slot, const int32_t *tokens,
               "micro-batch (%d,%d) exceeds the model's buffers (%d,%d)", B, T, m->B, m->T);
     int g = use_slot(m, c, slot), cl = m->stage.chunk_layers, N = B * T;
     int last = g == m->stage.pp * m->stage.vpp - 1;
+    int64_t t0 = grad && ms_ev_on() ? ms_ev_now() : 0;
     if (g == 0) {
         hook_params(m, m->erange);
         m->be->to_device(m->be, m->tokens, tokens, sizeof(int32_t) * (size_t)N);
@@ -105,7 +107,10 @@ float gpt_chunk_forward(gpt_model *m, int c, int slot, const int32_t *tokens,
         hook_params(m, &m->lrange[2 * l]);
         gpt_block_fwd(m, l, y, B, T);
     }
-    if (!last) return 0;
+    if (!last) {
+        if (t0) gpt_trace_pass(m, c, t0, ms_ev_now(), 0);
+        return 0;
+    }
     hook_params(m, m->frange);
     hook_params(m, m->erange); /* the wte copy */
     float loss = gpt_head_pass(m, targets, N, dloss, grad);
@@ -113,6 +118,7 @@ float gpt_chunk_forward(gpt_model *m, int c, int slot, const int32_t *tokens,
         m->be->copy(m->be, gpt_chunk_dout(m, c, slot), m->dresid, rows_bytes_n(m, (size_t)N));
         if (final) hook_grads(m, m->frange);
     }
+    if (t0) gpt_trace_pass(m, c, t0, ms_ev_now(), 0);
     return loss;
 }
 
@@ -120,6 +126,7 @@ float gpt_chunk_forward(gpt_model *m, int c, int slot, const int32_t *tokens,
 void gpt_chunk_backward(gpt_model *m, int c, int slot, int B, int T, void *din, int final) {
     int g = use_slot(m, c, slot), cl = m->stage.chunk_layers;
     size_t bytes = rows_bytes_n(m, (size_t)B * T);
+    int64_t t0 = ms_ev_on() ? ms_ev_now() : 0;
     m->be->copy(m->be, m->dresid, gpt_chunk_dout(m, c, slot), bytes);
     for (int l = (g + 1) * cl - 1; l >= g * cl; l--) {
         gpt_block_bwd(m, l, B, T);
@@ -129,6 +136,7 @@ void gpt_chunk_backward(gpt_model *m, int c, int slot, int B, int T, void *din, 
         gpt_embed_bwd(m, B, T);
     else
         m->be->copy(m->be, din, m->dresid, bytes);
+    if (t0) gpt_trace_pass(m, c, t0, t0, ms_ev_now());
 }
 
 void gpt_embedding_grads_ready(gpt_model *m) {

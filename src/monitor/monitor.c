@@ -1,8 +1,9 @@
-/* monitor.c - metrics writer, GEMM peak probe, peak RSS. */
+/* monitor.c - the declared peak and MFU, GEMM peak probe, peak RSS. */
 #include "monitor/monitor.h"
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -10,50 +11,8 @@
 #include "base/bf16.h"
 #include "base/fileio.h"
 #include "base/rng.h"
+#include "base/log.h"
 #include "base/timeutil.h"
-
-/* Keep the lines of an existing metrics file whose "step" is <= keep. */
-static ms_status trim_metrics(const char *path, int keep) {
-    char *text = NULL;
-    size_t len = 0;
-    if (ms_file_read_all(path, &text, &len) != MS_OK) return MS_OK; /* nothing to keep */
-    ms_atomic_file af;
-    ms_status st = ms_atomic_open(&af, path);
-    for (char *line = text, *next; st == MS_OK && line && *line; line = next) {
-        next = strchr(line, '\n');
-        if (next) *next++ = 0;
-        const char *sp = strstr(line, "\"step\":");
-        if (sp && atoi(sp + 7) <= keep) st = ms_atomic_printf(&af, "%s\n", line);
-    }
-    if (st == MS_OK)
-        st = ms_atomic_commit(&af);
-    else
-        ms_atomic_abort(&af);
-    free(text);
-    return st;
-}
-
-ms_status mon_metrics_open(mon_metrics *mm, const char *path, int resume_step) {
-    memset(mm, 0, sizeof *mm);
-    if (!path || !*path) return MS_OK;
-    snprintf(mm->path, sizeof mm->path, "%s", path);
-    if (resume_step > 0) MS_TRY(trim_metrics(path, resume_step));
-    mm->f = fopen(path, resume_step > 0 ? "a" : "w");
-    if (!mm->f) return ms_error(MS_ERR_IO, "%s: open metrics: %s", path, strerror(errno));
-    return MS_OK;
-}
-
-ms_status mon_metrics_write(mon_metrics *mm, const char *json_object) {
-    if (!mm->f) return MS_OK;
-    if (fprintf(mm->f, "%s\n", json_object) < 0 || fflush(mm->f) != 0)
-        return ms_error(MS_ERR_IO, "%s: write metrics: %s", mm->path, strerror(errno));
-    return MS_OK;
-}
-
-void mon_metrics_close(mon_metrics *mm) {
-    if (mm->f) fclose(mm->f);
-    mm->f = NULL;
-}
 
 double mon_probe_peak_flops(be_backend *be, int n, int reps) {
     size_t bytes = (size_t)n * n * be_dtype_size(be->act_dtype);
@@ -91,4 +50,72 @@ double mon_peak_rss_bytes(void) {
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
     return (double)ru.ru_maxrss * 1024.0;
+}
+
+/* Dense (not sparse) bf16 tensor-core peaks of the SXM parts, FLOP/s, from
+ * the vendors' data sheets.  Longer names first: "H100 PCIe" before "H100". */
+static const struct {
+    const char *match;
+    double flops;
+} peak_table[] = {
+    {"H100 PCIe", 756e12}, {"H100 NVL", 835e12}, {"GH200", 989e12}, {"H200", 989e12},
+    {"H100", 989e12},      {"H800", 989e12},     {"B200", 2250e12}, {"GB200", 2500e12},
+    {"B100", 1750e12},     {"A100", 312e12},     {"A800", 312e12},  {"L40S", 362e12},
+};
+
+double mon_peak_table(const char *device) {
+    for (size_t i = 0; device && i < sizeof peak_table / sizeof peak_table[0]; i++)
+        if (strstr(device, peak_table[i].match)) return peak_table[i].flops;
+    return 0;
+}
+
+/* The probe's size: the GPU needs a large product to reach its peak
+ * (8192^3 is 1.1 TFLOP). */
+static int probe_n(const be_backend *be) {
+    return be->act_dtype == BE_BF16 ? 8192 : 2048;
+}
+
+static void peak_describe_probe(mon_peak *p, const be_backend *be) {
+    snprintf(p->source, sizeof p->source, "probed: best of %d GEMM probe%s (%d^3, %s) on %s",
+             p->probes, p->probes == 1 ? "" : "s", probe_n(be),
+             be->act_dtype == BE_BF16 ? "bf16" : "fp32", be->device_name);
+}
+
+void mon_peak_init(mon_peak *p, be_backend *be, double given) {
+    memset(p, 0, sizeof *p);
+    double table = be->act_dtype == BE_BF16 ? mon_peak_table(be->device_name) : 0;
+    if (given > 0) {
+        p->flops = given;
+        snprintf(p->source, sizeof p->source, "given (--peak-flops)");
+    } else if (table > 0) {
+        p->flops = table;
+        snprintf(p->source, sizeof p->source, "dense bf16 peak of %s (table)", be->device_name);
+    } else {
+        p->from_probe = 1;
+        p->flops = mon_probe_peak_flops(be, probe_n(be), 2);
+        p->probes = 1;
+        peak_describe_probe(p, be);
+    }
+}
+
+void mon_peak_reprobe(mon_peak *p, be_backend *be) {
+    if (!p->from_probe || p->raised) return;
+    double f = mon_probe_peak_flops(be, probe_n(be), 1);
+    if (f > p->flops) p->flops = f;
+    p->probes++;
+    peak_describe_probe(p, be);
+}
+
+double mon_peak_mfu(mon_peak *p, double flops) {
+    if (!(flops > 0) || !(p->flops > 0)) return 0;
+    if (flops > p->flops) {
+        if (!p->raised)
+            ms_warn("MFU: a step ran at %.1f GFLOP/s, above the peak %.1f GFLOP/s (%s); the peak "
+                    "is raised to the achieved rate, so MFU stays <= 100%%",
+                    flops / 1e9, p->flops / 1e9, p->source);
+        p->raised = 1;
+        p->flops = flops;
+        snprintf(p->source, sizeof p->source, "raised to the best achieved step rate");
+    }
+    return flops / p->flops;
 }

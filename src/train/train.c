@@ -7,7 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/ctx.h"
+#include "base/events.h"
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "ckpt/ckpt.h"
@@ -17,14 +20,15 @@
 #include "data/loader.h"
 #include "data/prefetch.h"
 #include "data/shm_ring.h"
+#include "monitor/devtime.h"
+#include "monitor/evlog.h"
 #include "monitor/monitor.h"
+#include "monitor/step.h"
 #include "optim/optim.h"
 #include "parallel/zero.h"
 #include "train/train_internal.h"
 
-/* Per-step profile columns: total, data wait, exposed comm, bubble (s);
- * device fwd+bwd, device optimiser (ms). */
-#define PROF_COLS 6
+#define CLOCK_PINGS 4 /* round trips per rank for the clock reference */
 
 typedef struct {
     const train_config *tc;
@@ -38,9 +42,15 @@ typedef struct {
     data_prefetch *prefetch; /* feeds the training batches */
     data_shm *ring;          /* tp > 1: one reader per tp group shares its batches */
     int ring_leader;
-    mon_metrics metrics;
+    mon_record *rec;  /* the step record's sinks */
+    mon_evlog *evlog; /* --trace-dir (NULL: tracing off) */
+    char trace_dir[4096];
+    uint16_t ev_data, ev_opt, ev_ckpt, lane_compute;
+    mon_devtime *dev;             /* device spans of the step (read late) */
+    uint16_t ev_dev_fb, ev_dev_opt; /* their names */
     int32_t *inp, *tgt;
-    double peak_flops, flops_per_token;
+    mon_peak peak;
+    double flops_per_token;
     train_fault fault;
     /* distribution (NULL alone) */
     comm_world *world;
@@ -50,8 +60,6 @@ typedef struct {
     int32_t *pinp, *ptgt; /* pp > 1: the step's micro-batches (accum, micro, seq) */
     int pp;
     int dp, dp_rank, rank;
-    double *prof; /* per step: total, data, exposed comm seconds (3 x steps) */
-    int prof_n;
     ckpt_manager *ckpt; /* --ckpt-dir / --resume (NULL: none) */
     int start, done;    /* first step of this run (after a resume), steps done */
 } trainer;
@@ -92,7 +100,10 @@ static ms_status setup_dist(trainer *t) {
                         "schedule)",
                         tc->vpp);
     if (want == 1 && ms_ctx_get()->world == 1) return MS_OK;
-    MS_TRY(comm_world_init(&t->world, NULL, NULL, NULL));
+    comm_options co = comm_options_default();
+    if (tc->comm_timeout > 0) co.timeout_s = tc->comm_timeout;
+    co.nccl_sync = tc->comm_nccl_sync;
+    MS_TRY(comm_world_init(&t->world, NULL, NULL, &co));
     int world = comm_world_size(t->world);
     if (world != want)
         return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %d",
@@ -118,6 +129,8 @@ static ms_status open_ring(trainer *t) {
     if (t->ring_leader) {
         MS_TRY(data_shm_open_leader(&t->ring, &rc));
         MS_TRY(comm_barrier(tp)); /* the segment exists before followers look */
+        MS_TRY(comm_barrier(tp)); /* ... and every follower has mapped it */
+        data_shm_unlink(t->ring); /* a killed job leaves nothing in /dev/shm */
         ms_info("data: tp rank 0 reads, the other %d tp rank(s) get its batches through shared "
                 "memory (%s)",
                 rc.followers, name);
@@ -126,21 +139,31 @@ static ms_status open_ring(trainer *t) {
     MS_TRY(comm_barrier(tp));
     data_prefetch_stop(t->prefetch); /* followers do not read the shards */
     t->prefetch = NULL;
-    return data_shm_open_follower(&t->ring, &rc);
+    ms_status st = data_shm_open_follower(&t->ring, &rc);
+    ms_status bst = comm_barrier(tp); /* even after a failure: the leader waits here */
+    return st != MS_OK ? st : bst;
 }
 
 /* The next micro-batch into t->inp / t->tgt; *wait = time waited for it. */
 static ms_status next_batch(trainer *t, double *wait) {
-    if (t->ring && !t->ring_leader) return data_shm_get(t->ring, t->inp, t->tgt, wait);
-    MS_TRY(data_prefetch_next(t->prefetch, t->inp, t->tgt, wait));
-    return t->ring ? data_shm_put(t->ring, t->inp, t->tgt) : MS_OK;
+    int64_t t0 = ms_ev_now();
+    if (t->ring && !t->ring_leader) {
+        MS_TRY(data_shm_get(t->ring, t->inp, t->tgt, wait));
+    } else {
+        MS_TRY(data_prefetch_next(t->prefetch, t->inp, t->tgt, wait));
+        if (t->ring) MS_TRY(data_shm_put(t->ring, t->inp, t->tgt));
+    }
+    if (*wait > 0) { /* the part of the call spent blocked */
+        int64_t t1 = ms_ev_now(), w = (int64_t)(*wait * 1e9);
+        ms_ev_span(t->ev_data, 0, t1 - w > t0 ? t1 - w : t0, t1, NULL);
+    }
+    return MS_OK;
 }
 
 /* --threads, or the cores shared by the ranks of this node. */
 static int threads_per_rank(const train_config *tc) {
     if (tc->threads > 0) return tc->threads;
-    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    int local = ls ? atoi(ls) : 1;
+    int local = ms_ctx_get()->local_size;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (local <= 1 || cores < 1) return 0;
     return cores / local > 0 ? (int)(cores / local) : 1;
@@ -163,7 +186,8 @@ static ckpt_train_state ckpt_state(trainer *t, int step) {
 static ms_status setup_ckpt(trainer *t) {
     const train_config *tc = t->tc;
     if (!(tc->ckpt_dir && *tc->ckpt_dir) && !(tc->resume && *tc->resume)) return MS_OK;
-    ckpt_options o = {tc->ckpt_dir, tc->ckpt_every, tc->ckpt_every_min, tc->ckpt_keep, tc->resume};
+    ckpt_options o = {tc->ckpt_dir, tc->ckpt_every,   tc->ckpt_every_min, tc->ckpt_keep,
+                      tc->resume,   tc->ckpt_shm_dir, tc->ckpt_fault};
     MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
     ckpt_train_state now = ckpt_state(t, 0), saved;
     int found = 0;
@@ -247,9 +271,94 @@ static ms_status setup_device_comm(trainer *t) {
     return MS_OK;
 }
 
+/* --trace-dir: "" follows --metrics (its folder's trace/), "none" is off. */
+static void resolve_trace_dir(trainer *t) {
+    const train_config *tc = t->tc;
+    const char *d = tc->trace_dir ? tc->trace_dir : "";
+    t->trace_dir[0] = 0;
+    if (!strcmp(d, "none") || !strcmp(d, "off")) return;
+    if (*d) {
+        snprintf(t->trace_dir, sizeof t->trace_dir, "%s", d);
+    } else if (tc->metrics && *tc->metrics) {
+        const char *slash = strrchr(tc->metrics, '/');
+        int n = slash ? (int)(slash - tc->metrics) : 0;
+        snprintf(t->trace_dir, sizeof t->trace_dir, "%.*s%strace", n, tc->metrics,
+                 slash ? "/" : "");
+    }
+}
+
+/* The always-on timers: this rank's event log, its hang-dump path, and the
+ * first clock reference.  Every rank opens its log (collective: the clock). */
+static ms_status setup_trace(trainer *t) {
+    t->ev_data = ms_ev_intern("data_wait");
+    t->ev_opt = ms_ev_intern("optimizer");
+    t->ev_ckpt = ms_ev_intern("ckpt_stall");
+    t->lane_compute = ms_ev_intern("compute");
+    ms_ev_thread_init(t->lane_compute);
+    resolve_trace_dir(t);
+    if (!t->trace_dir[0]) return MS_OK;
+    mon_identity id = {.rank = t->rank, .world = t->world ? comm_world_size(t->world) : 1};
+    if (t->grid) {
+        comm_grid_coord c = comm_grid_coord_of(t->grid);
+        comm_grid_shape sh = comm_grid_shape_of(t->grid);
+        id.has_grid = 1;
+        id.dp = c.dp, id.pp = c.pp, id.tp = c.tp, id.DP = sh.dp, id.PP = sh.pp, id.TP = sh.tp;
+    }
+    MS_TRY(mon_evlog_open(&t->evlog, t->trace_dir, &id, 0));
+    if (!t->world) return MS_OK;
+    char dump[4200];
+    snprintf(dump, sizeof dump, "%s/hang_r%05d.json", t->trace_dir, t->rank);
+    MS_TRY(comm_world_set_dump_path(t->world, dump));
+    long long err_max = 0;
+    MS_TRY(mon_clock_sync(t->world, CLOCK_PINGS, NULL, NULL, &err_max));
+    ms_info("trace: per-rank event logs in %s (clocks aligned to rank 0 within %.1f us)",
+            t->trace_dir, err_max / 1e3);
+    return MS_OK;
+}
+
+/* The effective configuration for the metrics' first line: the options as
+ * given (tc->config_json), the layout, the device and the peak. */
+static char *config_json(const trainer *t) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON *opts = t->tc->config_json ? cJSON_Parse(t->tc->config_json) : NULL;
+    if (opts) cJSON_AddItemToObject(o, "options", opts);
+    cJSON *lay = cJSON_AddObjectToObject(o, "layout");
+    cJSON_AddNumberToObject(lay, "world", t->world ? comm_world_size(t->world) : 1);
+    cJSON_AddNumberToObject(lay, "dp", t->dp);
+    cJSON_AddNumberToObject(lay, "tp", t->tc->tp > 0 ? t->tc->tp : 1);
+    cJSON_AddNumberToObject(lay, "pp", t->pp);
+    cJSON_AddNumberToObject(lay, "vpp", t->tc->vpp > 0 ? t->tc->vpp : 1);
+    cJSON_AddNumberToObject(lay, "micro_batch", t->micro);
+    cJSON_AddNumberToObject(lay, "accumulation", t->accum);
+    cJSON_AddNumberToObject(o, "params", (double)gpt_config_num_params(gpt_get_config(t->model)));
+    cJSON_AddNumberToObject(o, "flops_per_token", t->flops_per_token);
+    cJSON_AddStringToObject(o, "device", t->be->device_name);
+    cJSON_AddNumberToObject(o, "peak_flops", t->peak.flops);
+    cJSON_AddStringToObject(o, "peak_source", t->peak.source);
+    if (t->trace_dir[0]) cJSON_AddStringToObject(o, "trace_dir", t->trace_dir);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return text;
+}
+
+/* The step record: progress line, metrics (rank 0), event log, summary. */
+static ms_status setup_record(trainer *t) {
+    MS_TRY(mon_record_create(&t->rec));
+    MS_TRY(mon_record_add(t->rec, mon_sink_progress(t->tc->log_every)));
+    mon_sink m;
+    char *cfg = config_json(t);
+    ms_status st = mon_sink_metrics(&m, t->rank == 0 ? t->tc->metrics : NULL, t->start, cfg);
+    free(cfg);
+    MS_TRY(st);
+    if (m.on_step) MS_TRY(mon_record_add(t->rec, m));
+    if (t->evlog) MS_TRY(mon_record_add(t->rec, mon_sink_events()));
+    return mon_record_add(t->rec, mon_sink_summary(t->rank));
+}
+
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
+    MS_TRY(setup_trace(t));
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
@@ -261,7 +370,15 @@ static ms_status setup(trainer *t) {
         (opt_schedule){OPT_SCHED_COSINE, (float)tc->lr, tc->warmup, tc->steps, (float)tc->lr_floor};
     MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
     MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
-    MS_TRY(be_create(&t->be, tc->device, threads_per_rank(tc)));
+    be_options bo = be_options_default();
+    bo.threads = threads_per_rank(tc);
+    bo.cuda_profile = tc->cuda_profile;
+    bo.cuda_fuse_gelu = tc->cuda_fuse_gelu;
+    MS_TRY(be_create(&t->be, tc->device, &bo));
+    /* device spans on the trace's device lane (a CPU's would repeat the host ones) */
+    MS_TRY(mon_devtime_create(&t->dev, t->be, t->be->stream != NULL && t->evlog != NULL));
+    t->ev_dev_fb = ms_ev_intern("dev_fwd_bwd");
+    t->ev_dev_opt = ms_ev_intern("dev_optimizer");
     MS_TRY(setup_device_comm(t));
     comm_group *tpg = t->grid && tc->tp > 1 ? comm_grid_group(t->grid, COMM_DIM_TP) : NULL;
     MS_TRY(create_model(t, tpg));
@@ -278,16 +395,13 @@ static ms_status setup(trainer *t) {
         opt_set_pipeline(t->opt, comm_grid_group(t->grid, COMM_DIM_PP),
                          train_pipe_last_stage(t->pipe) ? gpt_find(t->model, "wte.weight") : -1);
     MS_TRY(setup_ckpt(t)); /* resumes before the prefetch thread reads the loader */
-    MS_TRY(mon_metrics_open(&t->metrics, t->rank == 0 ? tc->metrics : NULL, t->start));
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
     t->tgt = malloc(n * sizeof(int32_t));
-    t->prof = malloc(sizeof(double) * PROF_COLS * (size_t)tc->steps);
-    if (!t->inp || !t->tgt || !t->prof) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
+    if (!t->inp || !t->tgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
-    /* the GPU needs a large product to reach its peak (8192^3: 1.1 TFLOP) */
-    int probe_n = t->be->act_dtype == BE_BF16 ? 8192 : 2048;
-    t->peak_flops = tc->peak_flops > 0 ? tc->peak_flops : mon_probe_peak_flops(t->be, probe_n, 2);
+    mon_peak_init(&t->peak, t->be, tc->peak_flops);
+    MS_TRY(setup_record(t));
     /* started last, so the probe above runs on idle cores */
     MS_TRY(data_prefetch_start(&t->prefetch, t->train, t->micro, tc->seq, 4));
     MS_TRY(open_ring(t));
@@ -299,7 +413,7 @@ static ms_status setup(trainer *t) {
  * caller exits non-zero and mpirun ends the job). */
 static void teardown(trainer *t, ms_status st) {
     ckpt_manager_destroy(t->ckpt); /* waits for a persist in flight */
-    mon_metrics_close(&t->metrics);
+    mon_record_destroy(t->rec);
     data_shm_close(t->ring);
     data_prefetch_stop(t->prefetch);
     data_loader_close(t->train);
@@ -310,48 +424,20 @@ static void teardown(trainer *t, ms_status st) {
     free(t->pinp);
     free(t->ptgt);
     gpt_destroy(t->model);
+    mon_devtime_destroy(t->dev);
     if (t->be) be_destroy(t->be);
     free(t->inp);
     free(t->tgt);
-    free(t->prof);
+    if (t->world && st == MS_ERR_TIMEOUT) { /* let the host's other ranks write their dumps */
+        int missing = comm_world_dump_grace(t->world, 3.0);
+        if (missing) ms_warn("hang dumps: %d rank(s) of this host did not answer", missing);
+    }
+    mon_evlog_close(t->evlog); /* after every thread that records has stopped */
     comm_grid_destroy(t->grid);
     if (t->world && st == MS_OK) {
         ms_status fs = comm_world_finalize(t->world);
         if (fs != MS_OK) ms_errorf("%s", ms_errmsg());
     }
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Median of column k of the profile, skipping the first step (warm-up). */
-static double prof_median(const trainer *t, int k) {
-    int n = t->prof_n > 1 ? t->prof_n - 1 : t->prof_n;
-    if (n < 1) return 0;
-    double *v = malloc(sizeof(double) * (size_t)n);
-    if (!v) return 0;
-    for (int i = 0; i < n; i++)
-        v[i] = t->prof[PROF_COLS * (t->prof_n - n + i) + k];
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    double m = v[n / 2];
-    free(v);
-    return m;
-}
-
-/* Every rank: one line with its median step split (for bench/parallel_step). */
-static void print_profile(const trainer *t) {
-    if (!t->prof || t->prof_n == 0) return;
-    double step = prof_median(t, 0), data = prof_median(t, 1), comm = prof_median(t, 2);
-    double bubble = prof_median(t, 3); /* waits on pipeline receives */
-    fprintf(stderr,
-            "[megascale r%d profile] median per step over %d steps: step %.1f ms | compute %.1f "
-            "ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms | device: fwd+bwd "
-            "%.1f ms, optimizer %.1f ms\n",
-            t->rank, t->prof_n > 1 ? t->prof_n - 1 : t->prof_n, step * 1e3,
-            (step - data - comm - bubble) * 1e3, comm * 1e3, data * 1e3, bubble * 1e3,
-            prof_median(t, 4), prof_median(t, 5));
 }
 
 /* Mean of a per-rank value over the data-parallel ranks. */
@@ -389,18 +475,11 @@ static void print_layout(const trainer *t) {
             (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
             (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
     ms_info("batch %d x seq %d = %d tokens/step (micro-batch %d x %d accumulation), %d steps, "
-            "%s, lr %g (%s, warmup %d), device %s (%d threads), peak %.1f GFLOP/s%s",
+            "%s, lr %g (%s, warmup %d), device %s (%d threads)",
             tc->batch, tc->seq, tc->batch * tc->seq, t->micro, t->accum, tc->steps, tc->optimizer,
-            tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads, t->peak_flops / 1e9,
-            tc->peak_flops > 0 ? " (given)" : " (probed)");
-}
-
-/* A number as JSON: NaN and Inf have no JSON spelling, so they are null. */
-static void json_num(char *buf, size_t n, double v) {
-    if (isfinite(v))
-        snprintf(buf, n, "%.6g", v);
-    else
-        snprintf(buf, n, "null");
+            tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads);
+    ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9,
+            t->peak.source);
 }
 
 /* Mean loss over --val-batches sequential batches of the validation data. */
@@ -426,13 +505,12 @@ static ms_status validate(trainer *t, float *loss) {
 }
 
 static ms_status log_val(trainer *t, int step) {
-    float vl;
-    MS_TRY(validate(t, &vl));
-    ms_info("step %5d | val loss %.4f", step, vl);
-    char line[128], num[32];
-    json_num(num, sizeof num, vl);
-    snprintf(line, sizeof line, "{\"step\":%d,\"val_loss\":%s}", step, num);
-    return mon_metrics_write(&t->metrics, line);
+    double t0 = ms_now();
+    mon_val v = {.step = step};
+    MS_TRY(validate(t, &v.val_loss));
+    v.sec = ms_now() - t0;
+    v.wall_s = ms_wall_now();
+    return mon_record_val(t->rec, &v);
 }
 
 typedef struct {
@@ -440,10 +518,11 @@ typedef struct {
     opt_stats os;
     double sec, data_sec, comm_sec; /* comm: exposed (blocked) communication */
     double bubble_sec;              /* pp > 1: waited on pipeline receives */
-    /* backend timers (CUDA events on a GPU) of the PREVIOUS step: forward +
-     * backward, and gradient sync + optimiser; read one step late so that
-     * reading them never waits (this step's loss read-back came after them) */
+    /* device timers (CUDA events on a GPU): forward + backward, and gradient
+     * sync + optimiser, of the last step the device has finished (read late,
+     * so that reading them never waits: usually the previous step's) */
     double dev_fb_ms, dev_opt_ms;
+    int64_t t0_ns, t1_ns;
     int skipped;
 } step_result;
 
@@ -467,9 +546,10 @@ static ms_status pipe_micro_batches(trainer *t, float dloss, double *loss, step_
 /* One optimiser step over `accum` micro-batches. */
 static ms_status train_step(trainer *t, int step, step_result *r) {
     const train_config *tc = t->tc;
+    ms_ev_set_step(step + 1); /* every span recorded from here on belongs to this step */
+    r->t0_ns = ms_ev_now();
     double t0 = ms_now();
-    int mk = 3 * (step & 1); /* this step's markers: mk..mk+2; the previous step's: 3 - mk.. */
-    t->be->mark(t->be, mk);
+    int h_start = mon_devtime_mark(t->dev);
     r->data_sec = 0;
     r->skipped = 0;
     gpt_zero_grads(t->model);
@@ -485,7 +565,8 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
     }
     MS_TRY(gpt_take_error(t->model)); /* a tensor-parallel collective failed */
-    t->be->mark(t->be, mk + 1);
+    int h_fb = mon_devtime_mark(t->dev), h_opt0 = mon_devtime_mark(t->dev);
+    mon_devtime_poll(t->dev); /* after the loss read-back: the stream is idle (anchor) */
     if (t->zero) MS_TRY(par_zero_reduce_wait(t->zero));
     loss /= t->accum;
     MS_TRY(dp_mean(t, &loss));
@@ -497,8 +578,10 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     r->loss = (float)loss;
     r->lr = opt_lr_at(&t->sched, step);
     memset(&r->os, 0, sizeof r->os);
+    int64_t t_opt = ms_ev_now();
     ms_status st = isfinite(r->loss) ? opt_step(t->opt, r->lr, &r->os)
                                      : ms_error(MS_ERR_NONFINITE, "non-finite loss");
+    ms_ev_span(t->ev_opt, 0, t_opt, ms_ev_now(), NULL);
     if (st == MS_ERR_NONFINITE) {
         ms_warn("step %d: %s (loss %g); the update was skipped", step + 1, ms_errmsg(), r->loss);
         r->skipped = 1;
@@ -507,7 +590,9 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     } else if (t->zero) {
         MS_TRY(par_zero_gather_start(t->zero)); /* waited for by the next forward */
     }
-    t->be->mark(t->be, mk + 2);
+    int h_opt = mon_devtime_mark(t->dev);
+    mon_devtime_span(t->dev, t->ev_dev_fb, h_start, h_fb, NULL);
+    mon_devtime_span(t->dev, t->ev_dev_opt, h_opt0, h_opt, NULL);
     if (t->world && comm_world_broken(t->world)) {
         /* an NCCL op failed after its comm_wait returned (its group's watchdog
          * broke the world): a new op is refused with the original message */
@@ -517,40 +602,60 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
         return st != MS_OK ? st : ms_error(MS_ERR_TIMEOUT, "comm: the world is broken");
     }
     r->sec = ms_now() - t0;
+    r->t1_ns = ms_ev_now();
     r->comm_sec = t->zero ? par_zero_take_wait(t->zero) : 0;
-    r->dev_fb_ms = r->dev_opt_ms = 0;
-    if (step > t->start) {
-        int pm = 3 - mk;
-        r->dev_fb_ms = t->be->elapsed_ms(t->be, pm, pm + 1);
-        r->dev_opt_ms = t->be->elapsed_ms(t->be, pm + 1, pm + 2);
-    }
+    mon_devtime_poll(t->dev);
+    r->dev_fb_ms = mon_devtime_last_ms(t->dev, t->ev_dev_fb);
+    r->dev_opt_ms = mon_devtime_last_ms(t->dev, t->ev_dev_opt);
     return MS_OK;
 }
 
+/* The step record of step `step` (0-based) from its result, to every sink. */
 static ms_status report(trainer *t, int step, const step_result *r, double elapsed) {
     const train_config *tc = t->tc;
+    int world = t->world ? comm_world_size(t->world) : 1;
     double tokens = (double)tc->batch * tc->seq;
-    double tok_s = tokens / r->sec;
-    double peak = t->peak_flops * (t->world ? comm_world_size(t->world) : 1);
-    double mfu = peak > 0 ? t->flops_per_token * tok_s / peak : 0;
-    char eta[32];
-    ms_fmt_duration(eta, sizeof eta, elapsed / (step + 1 - t->start) * (tc->steps - step - 1));
-    if (tc->log_every > 0 &&
-        ((step + 1) % tc->log_every == 0 || step == 0 || step + 1 == tc->steps))
-        ms_info("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | MFU "
-                "%5.1f%% | data %.1f ms | comm %.1f ms | ETA %s%s",
-                step + 1, tc->steps, r->loss, r->lr, r->os.grad_norm, r->sec * 1e3, tok_s,
-                100 * mfu, r->data_sec * 1e3, r->comm_sec * 1e3, eta,
-                r->skipped ? " | SKIPPED" : "");
-    char line[512], loss[32], norm[32];
-    json_num(loss, sizeof loss, r->loss);
-    json_num(norm, sizeof norm, r->os.grad_norm);
-    snprintf(line, sizeof line,
-             "{\"step\":%d,\"loss\":%s,\"lr\":%.6g,\"grad_norm\":%s,\"ms\":%.3f,"
-             "\"tok_s\":%.1f,\"mfu\":%.5f,\"data_ms\":%.3f,\"comm_ms\":%.3f,\"skipped\":%s}",
-             step + 1, loss, r->lr, norm, r->sec * 1e3, tok_s, mfu, r->data_sec * 1e3,
-             r->comm_sec * 1e3, r->skipped ? "true" : "false");
-    return mon_metrics_write(&t->metrics, line);
+    mon_step s = {.step = step + 1,
+                  .steps = tc->steps,
+                  .start = t->start,
+                  .loss = r->loss,
+                  .lr = r->lr,
+                  .grad_norm = r->os.grad_norm,
+                  .sec = r->sec,
+                  .tok_s = tokens / r->sec,
+                  .data_ms = r->data_sec * 1e3,
+                  .comm_ms = r->comm_sec * 1e3,
+                  .bubble_ms = r->bubble_sec * 1e3,
+                  .dev_fb_ms = r->dev_fb_ms,
+                  .dev_opt_ms = r->dev_opt_ms,
+                  .tokens = (long long)(step + 1) * tc->batch * tc->seq,
+                  .wall_s = ms_wall_now(),
+                  .elapsed_s = elapsed,
+                  .peak_rss_bytes = mon_peak_rss_bytes(),
+                  .peak_dev_bytes = t->be->mem_peak(t->be),
+                  .t0_ns = r->t0_ns,
+                  .t1_ns = r->t1_ns,
+                  .skipped = r->skipped};
+    s.mfu = mon_peak_mfu(&t->peak, t->flops_per_token * s.tok_s / world);
+    return mon_record_step(t->rec, &s);
+}
+
+/* Another peak probe during warm-up (steps 2 and 3 of a long enough run on
+ * a probed peak), so a busy moment at start-up does not lower it. */
+static void warmup_probe(trainer *t, int step) {
+    if (t->tc->steps - t->start >= 50 && (step == t->start + 1 || step == t->start + 2))
+        mon_peak_reprobe(&t->peak, t->be);
+}
+
+/* The checkpoint hook of the step; its stall (snapshot, or a stop) as a span. */
+static ms_status ckpt_hook(trainer *t) {
+    if (!t->ckpt) return MS_OK;
+    ckpt_train_state cs = ckpt_state(t, t->done);
+    int64_t t0 = ms_ev_now();
+    ms_status st = ckpt_manager_step(t->ckpt, &cs);
+    int64_t t1 = ms_ev_now();
+    if (t1 - t0 > 100000) ms_ev_span(t->ev_ckpt, 0, t0, t1, NULL); /* > 0.1 ms: it did work */
+    return st;
 }
 
 static ms_status loop(trainer *t) {
@@ -569,11 +674,7 @@ static ms_status loop(trainer *t) {
         step_result r;
         MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));
-        if (t->prof) {
-            double *p = &t->prof[PROF_COLS * t->prof_n++];
-            p[0] = r.sec, p[1] = r.data_sec, p[2] = r.comm_sec, p[3] = r.bubble_sec;
-            p[4] = r.dev_fb_ms, p[5] = r.dev_opt_ms;
-        }
+        warmup_probe(t, step);
         bad = r.skipped ? bad + 1 : 0;
         if (bad > tc->max_bad_steps)
             return ms_error(MS_ERR_NONFINITE,
@@ -584,10 +685,10 @@ static ms_status loop(trainer *t) {
         if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))
             MS_TRY(log_val(t, step + 1));
         t->done = step + 1;
-        if (t->ckpt) { /* may checkpoint, or stop every rank at this step */
-            ckpt_train_state cs = ckpt_state(t, t->done);
-            MS_TRY(ckpt_manager_step(t->ckpt, &cs));
-        }
+        MS_TRY(ckpt_hook(t)); /* may checkpoint, or stop every rank at this step */
+        if (t->evlog && t->world && tc->trace_clock_every > 0 &&
+            t->done % tc->trace_clock_every == 0) /* the clocks drift: a new reference */
+            MS_TRY(mon_clock_sync(t->world, CLOCK_PINGS, NULL, NULL, NULL));
     }
     return MS_OK;
 }
@@ -602,7 +703,6 @@ ms_status train_run(const train_config *tc) {
         if (t.val) st = log_val(&t, t.start);
     }
     if (st == MS_OK) st = loop(&t);
-    if (st == MS_OK) print_profile(&t);
     if (st == MS_OK && t.zero) st = par_zero_gather_wait_all(t.zero);
     if (st == MS_OK && t.ckpt) { /* the final checkpoint (also after SIGTERM / SIGINT) */
         ckpt_train_state cs = ckpt_state(&t, t.done);

@@ -25,6 +25,8 @@ typedef struct {
     char *device;
     char *comm; /* device buffers between ranks: auto | nccl | mpi (staged) */
     int threads;
+    /* CUDA backend (be_options): time every op; GeLU in the GEMM epilogue */
+    int cuda_profile, cuda_fuse_gelu;
     int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp) */
     /* data */
     char *train_data, *val_data, *data_order;
@@ -41,10 +43,18 @@ typedef struct {
     char *init_from, *save_weights, *metrics;
     /* checkpoints (src/ckpt/ckpt.h) */
     char *ckpt_dir, *resume;
+    char *ckpt_shm_dir; /* host-memory snapshots (NULL/"": /dev/shm) */
+    char *ckpt_fault;   /* test fault POINT[@STEP][:RANK] (ckpt_fault.c); NULL/"": none */
     int ckpt_every, ckpt_keep;
     double ckpt_every_min;
     double peak_flops;
     int log_every;
+    /* troubleshooting (docs/operations.md) */
+    char *trace_dir;       /* NULL/"": next to --metrics; "none": off */
+    int trace_clock_every; /* steps between clock references (0: start only) */
+    double comm_timeout;   /* seconds per collective (<= 0: the communicator's default) */
+    int comm_nccl_sync;    /* 1: a wait on an NCCL op blocks the host (comm_options) */
+    char *config_json;     /* the effective options as JSON (for the metrics), or NULL */
     /* deterministic fault injection for tests: "nan-grad@S" poisons the
      * gradients of step S (1-based), "nan-grad@S+" of every step from S */
     char *inject_fault;

@@ -179,6 +179,7 @@ ms_status train_pipe_step(train_pipe *p, const int32_t *inp, const int32_t *tgt,
     for (int i = 0; i < p->n; i++) {
         const par_instr *in = &p->list[i];
         int k = p->slot[in->mb * p->vpp + in->chunk], final = in->mb == p->n_micro - 1;
+        if (in->op == PAR_FWD || in->op == PAR_BWD) gpt_trace_micro_batch(p->m, in->mb);
         if (in->op == PAR_FWD)
             sum += gpt_chunk_forward(p->m, in->chunk, k, inp + in->mb * N, tgt + in->mb * N, B, T,
                                      dloss, 1, p->act_send[in->chunk], final);

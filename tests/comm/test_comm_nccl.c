@@ -33,6 +33,7 @@
 #include "base/timeutil.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/env_options.h"
 
 static uint64_t seed;
 static int R, N;
@@ -301,7 +302,8 @@ int main(int argc, char **argv) {
     CK(cudaSetDevice(local % ngpu));
     ms_ctx_init();
     comm_world *w = NULL;
-    if (comm_world_init(&w, &argc, &argv, NULL) != MS_OK) {
+    comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    if (comm_world_init(&w, &argc, &argv, &co) != MS_OK) {
         fprintf(stderr, "test_comm_nccl: comm_world_init: %s\n", ms_errmsg());
         return 1;
     }

@@ -270,7 +270,7 @@ out:
 
 int main(void) {
     be_backend *cpu = NULL, *gpu = NULL;
-    if (be_cuda_create(&gpu, -1) != MS_OK) {
+    if (be_cuda_create(&gpu, -1, NULL) != MS_OK) {
         printf("SKIP: %s\n", ms_errmsg());
         return 77;
     }

@@ -533,7 +533,7 @@ static void test_reduce(size_t n) {
 
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
-    if (be_cuda_create(&gpu, -1) != MS_OK) {
+    if (be_cuda_create(&gpu, -1, NULL) != MS_OK) {
         printf("SKIP: %s\n", ms_errmsg());
         return 77;
     }

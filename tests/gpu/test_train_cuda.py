@@ -11,7 +11,8 @@
 3. --device cuda without a usable GPU fails with a clear message, a bad
    --comm is named, --comm nccl without NCCL fails naming the group and
    --comm mpi stages (only on the emulator, which can pretend to have no GPU
-   and has no NCCL); MS_CUDA_PROFILE prints its per-op table (everywhere).
+   and has no NCCL); MS_CUDA_PROFILE (or --cuda-profile) prints its per-op
+   table and --cuda-fuse-gelu 0 reaches the backend (everywhere).
 
 MS_BIN is the program under test: the real megascale (label gpu, on a GPU
 machine) or megascale_emu (label cuda_emu: the same trainer with the CUDA
@@ -184,6 +185,12 @@ def main():
     ok(r.returncode == 0 and all(op in table for op in (
         "attention_fwd", "attention_bwd", "layernorm_bwd", "classifier_fwd_bwd", "adamw_step",
         "gemm NN", "gemm TN", "+gelu")), "MS_CUDA_PROFILE prints the per-op table", r.stderr)
+    # the same options on the command line (they win over the environment)
+    r = run([*base[:base.index("--steps")], "--steps", "2", "--device", "cuda", "--peak-flops",
+             "1e12", "--cuda-profile", "1", "--cuda-fuse-gelu", "0"],
+            env=dict(os.environ, MS_CUDA_PROFILE="0", MS_CUDA_FUSE_GELU="1"))
+    ok(r.returncode == 0 and "cuda profile (" in r.stderr and "GeLU unfused" in r.stderr,
+       "--cuda-profile 1 and --cuda-fuse-gelu 0 reach the backend", r.stderr)
 
     # 3. no GPU: a clear error (the emulator can pretend); --comm choices
     if EMU:

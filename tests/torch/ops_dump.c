@@ -276,7 +276,7 @@ int main(int argc, char **argv) {
     }
     out_path = argv[1];
     rng_s = argc > 2 ? strtoull(argv[2], NULL, 10) * 2654435761u + 1 : 0x2545F4914F6CDD1Dull;
-    if (be_create(&be, "cpu", 2) != MS_OK) die(ms_errmsg());
+    if (be_cpu_create(&be, 2) != MS_OK) die(ms_errmsg());
     out = fopen(out_path, "wb");
     if (!out) die("cannot open for writing");
     uint32_t version = 1;

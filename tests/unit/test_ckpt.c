@@ -4,7 +4,7 @@
  * step, missing manifest), and the manager in-process: two-stage saves,
  * keep-K, an injected ENOSPC that must leave the older commits alone, and
  * a resume that restores parameters, m, v and the trainer state bit for bit.
- * Runs in a temporary directory with MS_CKPT_SHM_DIR pointing into it. */
+ * Runs in a temporary directory, the snapshots in its shm/ (ckpt_options.shm_dir). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +16,7 @@
 #include "ckpt/ckpt_internal.h"
 #include "unit/../check.h"
 
-static char g_tmp[256];
+static char g_tmp[256], g_shm[300];
 
 static void path_in(char *buf, size_t n, const char *name) {
     snprintf(buf, n, "%s/%s", g_tmp, name);
@@ -38,7 +38,7 @@ typedef struct {
 static void fix_make(fixture *f, uint64_t seed) {
     gpt_config c = {2, 2, 32, 100, 0, 16, GPT_BLOCK_SERIAL, 0, 0};
     MS_CHECK(gpt_config_validate(&c) == MS_OK);
-    MS_CHECK(be_create(&f->be, "cpu", 1) == MS_OK);
+    MS_CHECK(be_cpu_create(&f->be, 1) == MS_OK);
     MS_CHECK(gpt_create(&f->m, &c, f->be, 1, 4) == MS_OK);
     gpt_init(f->m, seed);
     opt_config oc = {OPT_ADAMW, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
@@ -116,7 +116,7 @@ static void test_runs(void) {
         be_backend *be;
         gpt_model *m;
         gpt_config c = *gpt_get_config(f.m);
-        MS_CHECK(be_create(&be, "cpu", 1) == MS_OK);
+        MS_CHECK(be_cpu_create(&be, 1) == MS_OK);
         MS_CHECK(gpt_create_aligned(&m, &c, be, 1, 4, 16 * (size_t)dp) == MS_OK);
         uint64_t *cover = calloc((size_t)nt, sizeof *cover);
         int overlap = 0;
@@ -320,7 +320,7 @@ static void test_commit_and_read(void) {
     fixture g;
     gpt_config c = {2, 2, 64, 100, 0, 16, GPT_BLOCK_SERIAL, 0, 0};
     MS_CHECK(gpt_config_validate(&c) == MS_OK);
-    MS_CHECK(be_create(&g.be, "cpu", 1) == MS_OK);
+    MS_CHECK(be_cpu_create(&g.be, 1) == MS_OK);
     MS_CHECK(gpt_create(&g.m, &c, g.be, 1, 4) == MS_OK);
     ckpt_manifest m2;
     T_OK(ckpt_verify(dir, &m2) == MS_OK);
@@ -394,7 +394,7 @@ static void test_manager(void) {
     fix_make(&f, 4);
     char root[512], dir[600];
     path_in(root, sizeof root, "run");
-    ckpt_options o = {root, 2, 0, 2, ""};
+    ckpt_options o = {root, 2, 0, 2, "", g_shm, NULL};
     ckpt_manager *cm;
     T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
     ckpt_train_state now = state_at(&f, 0), got;
@@ -415,11 +415,20 @@ static void test_manager(void) {
     memcpy(mom6, pc.mom, pc.n * 4);
     T_OK(ckpt_manager_wait(cm) == MS_OK);
     T_OK(ckpt_manager_last_stall(cm) >= 0);
+    /* the slots live in ckpt_options.shm_dir; NULL means /dev/shm */
+    char sp[4400];
+    T_OK(ckpt_shm_path(sp, sizeof sp, g_shm, root, 0, 0) == MS_OK);
+    T_OK(!strncmp(sp, g_shm, strlen(g_shm)) && exists(sp));
+    T_OK(ckpt_shm_path(sp, sizeof sp, NULL, root, 0, 0) == MS_OK);
+    T_OK(!strncmp(sp, "/dev/shm/megascale-ckpt-", 24));
     /* injected ENOSPC at step 8: not committed, step 6 stays */
-    T_OK(setenv("MS_CKPT_FAULT", "io:enospc-shard@8", 1) == 0);
     ckpt_manager_destroy(cm);
-    T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
-    unsetenv("MS_CKPT_FAULT");
+    ckpt_options fo = o;
+    fo.fault = "stage9:boom"; /* a bad fault spec is named */
+    T_OK(ckpt_manager_create(&cm, &fo, f.m, f.o, NULL) == MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "stage9:boom");
+    fo.fault = "io:enospc-shard@8";
+    T_OK(ckpt_manager_create(&cm, &fo, f.m, f.o, NULL) == MS_OK);
     train_one(&f, 7);
     train_one(&f, 8);
     ckpt_train_state s8 = state_at(&f, 8);
@@ -444,7 +453,7 @@ static void test_manager(void) {
      * than the commit of step 6 and complete, so it wins */
     fixture g;
     fix_make(&g, 99);
-    ckpt_options ro = {root, 2, 0, 2, "auto"};
+    ckpt_options ro = {root, 2, 0, 2, "auto", g_shm, NULL};
     T_OK(ckpt_manager_create(&cm, &ro, g.m, g.o, NULL) == MS_OK);
     now = state_at(&g, 0);
     T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && found);
@@ -460,7 +469,7 @@ static void test_manager(void) {
 
     /* without the snapshots and with step 8 damaged: the commit of step 6,
      * bit for bit (parameters, m, trainer state) */
-    T_OK(ckpt_shm_list(root, 1) == MS_OK);
+    T_OK(ckpt_shm_list(root, g_shm, 1) == MS_OK);
     char man[700];
     snprintf(man, sizeof man, "%s/manifest.json", dir);
     T_OK(truncate(man, 100) == 0);
@@ -485,11 +494,8 @@ static void test_manager(void) {
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/ms_test_ckpt_%d", (int)getpid());
     MS_CHECK(ms_mkdirs(g_tmp) == MS_OK);
-    char shm[300];
-    path_in(shm, sizeof shm, "shm");
-    MS_CHECK(ms_mkdirs(shm) == MS_OK);
-    setenv("MS_CKPT_SHM_DIR", shm, 1);
-    unsetenv("MS_CKPT_FAULT");
+    path_in(g_shm, sizeof g_shm, "shm");
+    MS_CHECK(ms_mkdirs(g_shm) == MS_OK);
     test_scatter();
     test_runs();
     test_json();

@@ -16,6 +16,7 @@
 #include "base/ctx.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/env_options.h"
 
 static uint64_t seed;
 static int R, N; /* world rank, size */
@@ -375,7 +376,8 @@ static void test_mpi_errors(comm_group *g) {
 int main(int argc, char **argv) {
     ms_ctx_init(); /* rank-aware log lines */
     comm_world *w = NULL;
-    ms_status st = comm_world_init(&w, &argc, &argv, NULL);
+    comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    ms_status st = comm_world_init(&w, &argc, &argv, &co);
     if (st != MS_OK) {
         fprintf(stderr, "test_comm: comm_world_init: %s\n", ms_errmsg());
         return 1;

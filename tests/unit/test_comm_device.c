@@ -43,6 +43,7 @@
 #include "base/timeutil.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/env_options.h"
 #include "comm/fake_device.h"
 
 static uint64_t seed;
@@ -540,7 +541,8 @@ static int run_timeout(comm_world *w) {
 int main(int argc, char **argv) {
     ms_ctx_init();
     comm_world *w = NULL;
-    if (comm_world_init(&w, &argc, &argv, NULL) != MS_OK) {
+    comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    if (comm_world_init(&w, &argc, &argv, &co) != MS_OK) {
         fprintf(stderr, "test_comm_device: comm_world_init: %s\n", ms_errmsg());
         return 1;
     }

@@ -25,13 +25,15 @@
 #include "base/ctx.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/env_options.h"
 #include "comm/fake_device.h"
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "dead";
     ms_ctx_init(); /* rank-aware log lines */
     comm_world *w = NULL;
-    if (comm_world_init(&w, &argc, &argv, NULL) != MS_OK) {
+    comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    if (comm_world_init(&w, &argc, &argv, &co) != MS_OK) {
         fprintf(stderr, "test_comm_fault: %s\n", ms_errmsg());
         return 1;
     }

@@ -11,6 +11,7 @@
 #include "base/ctx.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/env_options.h"
 #include "comm/grid.h"
 
 static int R, N;
@@ -98,7 +99,8 @@ static void test_errors(comm_world *w) {
 int main(int argc, char **argv) {
     ms_ctx_init(); /* rank-aware log lines */
     comm_world *w = NULL;
-    if (comm_world_init(&w, &argc, &argv, NULL) != MS_OK) {
+    comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    if (comm_world_init(&w, &argc, &argv, &co) != MS_OK) {
         fprintf(stderr, "test_comm_grid: %s\n", ms_errmsg());
         return 1;
     }

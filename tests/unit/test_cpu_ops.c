@@ -127,10 +127,16 @@ static void reserve(int B, int T, int C, int NH, int Vp) {
 
 static void test_create(void) {
     be_backend *b = NULL;
-    T_EQ_INT(be_create(&b, "tpu", 1), MS_ERR_ARG);
+    be_options bo = be_options_default();
+    T_OK(bo.threads == 0 && !bo.cuda_profile && bo.cuda_fuse_gelu == 1);
+    T_EQ_INT(be_create(&b, "tpu", &bo), MS_ERR_ARG);
     T_OK(b == NULL);
     T_STR_CONTAINS(ms_errmsg(), "cpu");
-    T_EQ_INT(be_create(&b, "cpu", 0), MS_OK);
+    bo.threads = 2;
+    T_EQ_INT(be_create(&b, "cpu", &bo), MS_OK);
+    T_OK(b && b->threads == 2);
+    be_destroy(b);
+    T_EQ_INT(be_create(&b, "cpu", NULL), MS_OK); /* NULL: the defaults (all cores) */
     T_OK(b && b->threads >= 1 && b->act_dtype == BE_F32 && strcmp(b->name, "cpu") == 0);
     char *p = b->alloc(b, 1000);
     int zero = 1;
@@ -681,7 +687,7 @@ static void test_gemm_determinism(void) {
 }
 
 static void run_all(int threads) {
-    MS_CHECK(be_create(&be, "cpu", threads) == MS_OK);
+    MS_CHECK(be_cpu_create(&be, threads) == MS_OK);
     printf("-- %d threads\n", be->threads);
     test_create();
     test_expf();

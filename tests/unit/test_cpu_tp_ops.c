@@ -173,7 +173,7 @@ static void test_adds(void) {
 
 int main(void) {
     for (int threads = 2; threads <= 3; threads++) {
-        MS_CHECK(be_create(&be, "cpu", threads) == MS_OK);
+        MS_CHECK(be_cpu_create(&be, threads) == MS_OK);
         test_embedding_slices(2);
         test_embedding_slices(3);
         test_classifier_slices(11, 12, 37, 1, 11);

@@ -219,9 +219,9 @@ typedef struct {
 
 static void test_opts(const char *dir) {
     opts_spec spec[] = {
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int"},
-        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number"},
-        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string"},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X"},
+        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL},
     };
     demo_opts o = {0};
     char *pos[2];
@@ -249,6 +249,21 @@ static void test_opts(const char *dir) {
     T_STR_CONTAINS(ms_errmsg(), "--nope");
     char *a5[] = {"--n"};
     T_EQ_INT(opts_parse(spec, 3, &o, 1, a5, pos, 2, &np, &help), MS_ERR_ARG);
+    /* the environment column: over the config file, under the command line */
+    setenv("MS_TEST_DEMO_X", "6.5", 1);
+    char *a6[] = {"--config", cfg};
+    T_EQ_INT(opts_parse(spec, 3, &o, 2, a6, pos, 2, &np, &help), MS_OK);
+    T_NEAR(o.x, 6.5, 0);
+    T_EQ_INT(opts_parse(spec, 3, &o, 4, a2, pos, 2, &np, &help), MS_OK);
+    T_NEAR(o.x, 4, 0);
+    setenv("MS_TEST_DEMO_X", "six", 1);
+    T_EQ_INT(opts_parse(spec, 3, &o, 0, NULL, pos, 2, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "environment MS_TEST_DEMO_X");
+    unsetenv("MS_TEST_DEMO_X");
+    char *js = opts_to_json(spec, 3, &o);
+    T_STR_CONTAINS(js, "\"n\":");
+    T_STR_CONTAINS(js, "\"s\":\"hi\"");
+    free(js);
     opts_free(spec, 3, &o);
 }
 

@@ -16,6 +16,7 @@
 #include "check.h"
 #include "ckpt/hf.h"
 #include "comm/comm.h"
+#include "comm/env_options.h"
 #include "model/gpt.h"
 #include "tmpdir.h"
 
@@ -136,7 +137,8 @@ static void run_case(be_backend *be, gpt_block block, int W, int V) {
 
 int main(int argc, char **argv) {
     comm_world *w;
-    MS_CHECK(comm_world_init(&w, &argc, &argv, NULL) == MS_OK);
+    comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    MS_CHECK(comm_world_init(&w, &argc, &argv, &co) == MS_OK);
     tp = comm_world_group(w);
     be_backend *be;
     MS_CHECK(be_cpu_create(&be, 1) == MS_OK);

@@ -111,7 +111,8 @@ int main(int argc, char **argv) {
     size_t len;
     uint32_t *ids = NULL;
     size_t n = 0, cap = 0;
-    if (data_tok_load(&t, tok) != MS_OK) return fail("load");
+    /* "gpt2" from $MS_DATA_DIR, as megascale --data-dir would (NULL: compiled in) */
+    if (data_tok_load(&t, tok, getenv("MS_DATA_DIR")) != MS_OK) return fail("load");
     if (ms_file_read_all(in, &text, &len) != MS_OK) {
         rc = fail("read");
         goto out;

@@ -6,6 +6,7 @@
  * cpu_reserve(), which grows and never shrinks.
  */
 #include <omp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -13,6 +14,7 @@
 
 #include "backend/cpu/cpu_internal.h"
 #include "base/arena.h"
+#include "base/events.h"
 #include "base/timeutil.h"
 
 static void *cpu_alloc(be_backend *be, size_t bytes) {
@@ -49,15 +51,31 @@ static void cpu_host_free(be_backend *be, void *p) {
     ms_free_aligned(p);
 }
 
-/* Ops run synchronously here, so a marker is the host clock. */
-static void cpu_mark(be_backend *be, int i) {
-    MS_CHECKF(i >= 0 && i < BE_MARKS, "timer marker %d", i);
-    cpu_ctx_of(be)->marks[i] = ms_now();
+/* Ops run synchronously here, so a timestamp is the host clock now. */
+static int cpu_ev_record(be_backend *be) {
+    cpu_ctx *c = cpu_ctx_of(be);
+    if (!c->ev_nfree) return -1;
+    int h = c->ev_free[--c->ev_nfree];
+    c->ev_t[h] = ms_ev_now();
+    return h;
 }
 
-static double cpu_elapsed_ms(be_backend *be, int i, int j) {
-    MS_CHECKF(i >= 0 && i < BE_MARKS && j >= 0 && j < BE_MARKS, "timer markers %d, %d", i, j);
-    return (cpu_ctx_of(be)->marks[j] - cpu_ctx_of(be)->marks[i]) * 1e3;
+static int cpu_ev_poll(be_backend *be, int h, int64_t *t_ns) {
+    cpu_ctx *c = cpu_ctx_of(be);
+    MS_CHECKF(h >= 0 && h < CPU_EV_POOL && c->ev_nfree < CPU_EV_POOL,
+              "device timer handle %d (given back twice?)", h);
+    *t_ns = c->ev_t[h];
+    c->ev_free[c->ev_nfree++] = h;
+    return 1;
+}
+
+static void cpu_ev_anchor(be_backend *be) {
+    (void)be; /* one clock */
+}
+
+static double cpu_mem_peak(be_backend *be) {
+    (void)be;
+    return 0;
 }
 
 void cpu_blas_threads(const cpu_ctx *c) {
@@ -144,8 +162,10 @@ static void cpu_fill_table(be_backend *be) {
     be->is_device = cpu_is_device;
     be->host_alloc = cpu_host_alloc;
     be->host_free = cpu_host_free;
-    be->mark = cpu_mark;
-    be->elapsed_ms = cpu_elapsed_ms;
+    be->ev_record = cpu_ev_record;
+    be->ev_poll = cpu_ev_poll;
+    be->ev_anchor = cpu_ev_anchor;
+    be->mem_peak = cpu_mem_peak;
     be->embedding_fwd = cpu_embedding_fwd;
     be->embedding_bwd = cpu_embedding_bwd;
     be->embedding_slice_fwd = cpu_embedding_slice_fwd;
@@ -175,6 +195,22 @@ static void cpu_fill_table(be_backend *be) {
 
 /* Create the CPU backend; threads 0 = omp_get_max_threads().  Sets the
  * calling thread's OpenMP thread count, which OpenBLAS follows. */
+/* The CPU's model name from /proc/cpuinfo ("cpu" if it has none). */
+static void cpu_model_name(char *buf, size_t n) {
+    snprintf(buf, n, "cpu");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) || !colon) continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = 0;
+        snprintf(buf, n, "%s", colon);
+        break;
+    }
+    if (f) fclose(f);
+}
+
 ms_status be_cpu_create(be_backend **out, int threads) {
     *out = NULL;
     if (threads < 0)
@@ -191,7 +227,10 @@ ms_status be_cpu_create(be_backend **out, int threads) {
     }
     c->threads = threads;
     c->dpart = dpart;
+    for (int i = 0; i < CPU_EV_POOL; i++)
+        c->ev_free[c->ev_nfree++] = CPU_EV_POOL - 1 - i;
     be->name = "cpu";
+    cpu_model_name(be->device_name, sizeof be->device_name);
     be->act_dtype = BE_F32;
     be->threads = threads;
     be->ctx = c;

@@ -29,6 +29,8 @@
 /* Floats per cache line; per-thread slices are padded to this. */
 #define CPU_LINE_FLOATS 16
 
+#define CPU_EV_POOL 1024 /* device timer handles (be->ev_record) */
+
 typedef struct {
     int threads;
     /* per-thread partial sums: threads * part_stride floats (layernorm dw/db) */
@@ -44,8 +46,10 @@ typedef struct {
     /* classifier logits chunk */
     float *cls;
     size_t cls_floats;
-    int cls_max_rows;       /* test hook: cap on rows per chunk (0 = none) */
-    double marks[BE_MARKS]; /* timer markers (host clock, seconds) */
+    int cls_max_rows; /* test hook: cap on rows per chunk (0 = none) */
+    /* device timers: ops run synchronously, so a timestamp is the host clock */
+    int64_t ev_t[CPU_EV_POOL];
+    int ev_free[CPU_EV_POOL], ev_nfree;
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_ctx_of(be_backend *be) {

@@ -31,7 +31,6 @@ typedef struct {
     void *stage; /* pinned, CU_STAGE_BYTES */
     cudaEvent_t stage_done;
     int stage_pending;
-    cudaEvent_t marks[BE_MARKS]; /* timer markers */
     /* device memory accounting (allocations are few and large) */
     struct {
         void *p;
@@ -147,17 +146,8 @@ static void cu_host_free(be_backend *be, void *p) {
     if (p) CU_CHECK(cudaFreeHost(p));
 }
 
-static void cu_mark(be_backend *be, int i) {
-    MS_CHECKF(i >= 0 && i < BE_MARKS, "timer marker %d", i);
-    CU_CHECK(cudaEventRecord(cbx(be)->marks[i], cu_of(be)->stream));
-}
-
-static double cu_elapsed_ms(be_backend *be, int i, int j) {
-    MS_CHECKF(i >= 0 && i < BE_MARKS && j >= 0 && j < BE_MARKS, "timer markers %d, %d", i, j);
-    float ms = 0;
-    CU_CHECK(cudaEventSynchronize(cbx(be)->marks[j]));
-    CU_CHECK(cudaEventElapsedTime(&ms, cbx(be)->marks[i], cbx(be)->marks[j]));
-    return ms;
+static double cu_mem_peak(be_backend *be) {
+    return (double)cbx(be)->peak;
 }
 
 /* Grow the shared scratch to the largest need of any module for lim. */
@@ -224,8 +214,7 @@ static void cu_destroy(be_backend *be) {
         if (c->host) cudaFreeHost(c->host);
         if (x->stage) cudaFreeHost(x->stage);
         if (x->stage_done) cudaEventDestroy(x->stage_done);
-        for (int i = 0; i < BE_MARKS; i++)
-            if (x->marks[i]) cudaEventDestroy(x->marks[i]);
+        cu_events_free(be);
         if (c->stream) cudaStreamDestroy(c->stream);
         free(x);
     }
@@ -245,8 +234,10 @@ static void cu_fill_table(be_backend *be) {
     be->is_device = cu_is_device;
     be->host_alloc = cu_host_alloc;
     be->host_free = cu_host_free;
-    be->mark = cu_mark;
-    be->elapsed_ms = cu_elapsed_ms;
+    be->ev_record = cu_ev_record;
+    be->ev_poll = cu_ev_poll;
+    be->ev_anchor = cu_ev_anchor;
+    be->mem_peak = cu_mem_peak;
     be->embedding_fwd = cu_embedding_fwd;
     be->embedding_bwd = cu_embedding_bwd;
     be->embedding_slice_fwd = cu_embedding_slice_fwd;
@@ -285,7 +276,9 @@ static void cu_fill_table(be_backend *be) {
         }                                                                                          \
     } while (0)
 
-extern "C" ms_status be_cuda_create(be_backend **out, int device) {
+extern "C" ms_status be_cuda_create(be_backend **out, int device, const be_options *o) {
+    be_options d = be_options_default();
+    if (!o) o = &d;
     *out = NULL;
     int count = 0, dev = device;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -318,14 +311,14 @@ extern "C" ms_status be_cuda_create(be_backend **out, int device) {
     be->ctx = x;
     cu_fill_table(be);
     c->device = dev;
-    c->fuse_gelu = !(getenv("MS_CUDA_FUSE_GELU") && !strcmp(getenv("MS_CUDA_FUSE_GELU"), "0"));
+    c->fuse_gelu = o->cuda_fuse_gelu != 0;
     CU_TRY_INIT(cudaSetDevice(dev), "cudaSetDevice");
     CU_TRY_INIT(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
     c->sm_count = prop.multiProcessorCount;
+    snprintf(be->device_name, sizeof be->device_name, "%.127s", prop.name);
     CU_TRY_INIT(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), "stream creation");
     be->stream = c->stream;
-    for (int i = 0; i < BE_MARKS; i++)
-        CU_TRY_INIT(cudaEventCreate(&x->marks[i]), "event creation");
+    if ((st = cu_events_init(be)) != MS_OK) goto out;
     CU_TRY_INIT(cudaEventCreateWithFlags(&x->stage_done, cudaEventDisableTiming),
                 "event creation");
     CU_TRY_INIT(cudaMallocHost((void **)&c->host, 64 * sizeof(double)), "pinned allocation");
@@ -336,9 +329,10 @@ extern "C" ms_status be_cuda_create(be_backend **out, int device) {
         st = ms_error(MS_ERR_INTERNAL, "cuda backend: cublasLtCreate failed on GPU %d", dev);
         goto out;
     }
-    ms_info("cuda backend: GPU %d of %d, %s, %d SMs, %.1f GB, sm_%d%d", dev, count, prop.name,
-            c->sm_count, (double)prop.totalGlobalMem / 1e9, prop.major, prop.minor);
-    st = cu_profile_install(be);
+    ms_info("cuda backend: GPU %d of %d, %s, %d SMs, %.1f GB, sm_%d%d%s", dev, count, prop.name,
+            c->sm_count, (double)prop.totalGlobalMem / 1e9, prop.major, prop.minor,
+            c->fuse_gelu ? "" : "; GeLU unfused (--cuda-fuse-gelu 0)");
+    if (o->cuda_profile) st = cu_profile_install(be);
 out:
     if (st != MS_OK) {
         if (be) {

@@ -10,7 +10,7 @@
  * entries): exactly its BIAS epilogue.  GELU_AUX_BIAS writes the pre-GELU
  * values to the aux matrix, which is our `pre` (M,N) with row stride N.
  *
- * With MS_CUDA_FUSE_GELU=0 the GeLU GEMM is a bias-epilogue GEMM into pre
+ * With --cuda-fuse-gelu 0 the GeLU GEMM is a bias-epilogue GEMM into pre
  * followed by our GeLU kernel (cuBLASLt's bf16 GELU_AUX epilogue has been
  * seen to be slower than a separate kernel in some versions: llm.c #338;
  * bench/gpu_step.sh measures both).

@@ -31,9 +31,10 @@ typedef struct cu_ctx {
     double *host; /* pinned host doubles for results read back */
     int sm_count;
     void *gemm_cache; /* cu_gemm.cu's descriptor/algorithm cache */
-    void *profile;    /* cu_profile.cu's state when MS_CUDA_PROFILE is set, else NULL */
+    void *profile;    /* cu_profile.cu's state with be_options.cuda_profile, else NULL */
+    void *events;     /* cu_events.cu's timer pool */
     int fuse_gelu;    /* GeLU as cuBLASLt's GELU_AUX epilogue (1) or our kernel after a
-                         bias-epilogue GEMM (0): env MS_CUDA_FUSE_GELU, default 1 */
+                         bias-epilogue GEMM (0): be_options.cuda_fuse_gelu */
     be_limits lim;    /* largest limits reserved so far */
 } cu_ctx;
 
@@ -49,10 +50,17 @@ void cu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, c
 
 void cu_gemm_cache_free(cu_ctx *c);
 
-/* ---- cu_profile.cu: per-op device times (MS_CUDA_PROFILE=1) ---- */
+/* ---- cu_profile.cu: per-op device times (be_options.cuda_profile) ---- */
 ms_status cu_profile_install(be_backend *be);
 void cu_profile_report(be_backend *be); /* at exit: the table, largest first */
 void cu_profile_free(be_backend *be);
+
+/* ---- cu_events.cu: the device timer pool (be->ev_record / ev_poll / ev_anchor) ---- */
+ms_status cu_events_init(be_backend *be); /* the stream exists and is idle */
+void cu_events_free(be_backend *be);
+int cu_ev_record(be_backend *be);
+int cu_ev_poll(be_backend *be, int h, int64_t *t_ns);
+void cu_ev_anchor(be_backend *be);
 
 /* ---- cu_cast.cu ---- */
 void cu_to_act(be_backend *be, void *dst, const float *src, size_t n);

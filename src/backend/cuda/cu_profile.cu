@@ -1,14 +1,16 @@
-/* cu_profile.cu - an op-level profile of the CUDA backend (MS_CUDA_PROFILE=1):
- * every op of the table is timed with a pair of CUDA events and the totals
- * are printed, largest first, when the backend is destroyed (GEMMs per
- * shape, so the table says which product dominates).
+/* cu_profile.cu - an op-level profile of the CUDA backend (--cuda-profile 1):
+ * every op of the table is timed on the device, each op becomes a span on
+ * the event recorder's "device" lane (base/events.h: the merged timeline
+ * shows every kernel's device time), and the totals are printed, largest
+ * first, when the backend is destroyed (GEMMs per shape, so the table says
+ * which product dominates).
  *
  * It wraps the op pointers of the table (the originals are kept in the
- * profiler), so it costs nothing when off.  Events are recorded without
- * waiting; the pending pairs are read when the pool is full (one stream
- * synchronisation per CU_PROF_PAIRS ops) and at the end.  Profiling mode
- * therefore adds a few synchronisations per step: use it to find where the
- * time goes, not to measure the step.
+ * profiler), so it costs nothing when off.  Timestamps come from the
+ * backend's device timer pool (cu_events.cu): recorded without waiting, the
+ * pending pairs are read as they complete (polled, oldest first, at each
+ * op), and only when the pool runs dry does the profiler wait for the
+ * stream.  Use it to find where the time goes, not to measure the step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,25 +19,32 @@
 #include "cu_internal.h"
 
 extern "C" {
+#include "base/events.h"
 #include "base/log.h"
 }
 
-#define CU_PROF_PAIRS 2048
+#define CU_PROF_PAIRS 1024 /* ops in flight (2 timer handles each) */
 #define CU_PROF_KEYS 256
 
 typedef struct {
     char name[64];
+    uint16_t ev_name; /* interned for the recorder */
     double ms;
     long calls;
 } prof_key;
 
 typedef struct {
+    int h0, h1, key;
+    int64_t t0; /* h0's time once polled (-1 before) */
+} prof_pair;
+
+typedef struct {
     be_backend orig; /* the unwrapped table */
-    cudaEvent_t ev[2 * CU_PROF_PAIRS];
-    int key_of[CU_PROF_PAIRS];
-    int n_pending;
+    prof_pair pend[CU_PROF_PAIRS]; /* a ring: oldest at head */
+    int head, n_pending;
     prof_key keys[CU_PROF_KEYS];
     int n_keys;
+    uint16_t lane;
 } cu_prof;
 
 static cu_prof *prof_of(be_backend *be) {
@@ -47,38 +56,70 @@ static int prof_key_index(cu_prof *p, const char *name) {
         if (!strcmp(p->keys[i].name, name)) return i;
     if (p->n_keys < CU_PROF_KEYS - 1) {
         snprintf(p->keys[p->n_keys].name, sizeof p->keys[0].name, "%s", name);
+        p->keys[p->n_keys].ev_name = ms_ev_intern(name);
         return p->n_keys++;
     }
-    if (p->n_keys == CU_PROF_KEYS - 1) /* the last key collects the rest */
-        snprintf(p->keys[p->n_keys++].name, sizeof p->keys[0].name, "(other shapes)");
+    if (p->n_keys == CU_PROF_KEYS - 1) { /* the last key collects the rest */
+        snprintf(p->keys[p->n_keys].name, sizeof p->keys[0].name, "(other shapes)");
+        p->keys[p->n_keys].ev_name = ms_ev_intern("(other shapes)");
+        p->n_keys++;
+    }
     return CU_PROF_KEYS - 1;
 }
 
-/* Read every pending pair (waits for the stream). */
-static void prof_flush(be_backend *be) {
+/* Read the completed pairs, oldest first; stop at the first still pending
+ * (one stream: later ones are pending too). */
+static void prof_poll(be_backend *be) {
     cu_prof *p = prof_of(be);
-    if (!p->n_pending) return;
-    CU_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
-    for (int i = 0; i < p->n_pending; i++) {
-        float ms = 0;
-        CU_CHECK(cudaEventElapsedTime(&ms, p->ev[2 * i], p->ev[2 * i + 1]));
-        p->keys[p->key_of[i]].ms += ms;
-        p->keys[p->key_of[i]].calls++;
+    while (p->n_pending) {
+        prof_pair *q = &p->pend[p->head];
+        int64_t t1 = 0;
+        if (q->h1 < 0) return; /* the op being timed now */
+        if (q->t0 < 0 && !cu_ev_poll(be, q->h0, &q->t0)) {
+            q->t0 = -1;
+            return;
+        }
+        if (!cu_ev_poll(be, q->h1, &t1)) return;
+        prof_key *k = &p->keys[q->key];
+        k->ms += (double)(t1 - q->t0) / 1e6;
+        k->calls++;
+        ms_ev_span(k->ev_name, p->lane, q->t0, t1, NULL);
+        p->head = (p->head + 1) % CU_PROF_PAIRS;
+        p->n_pending--;
     }
-    p->n_pending = 0;
+}
+
+/* Wait for the stream and read every pending pair. */
+static void prof_flush(be_backend *be) {
+    if (!prof_of(be)->n_pending) return;
+    CU_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
+    prof_poll(be);
 }
 
 static int prof_begin(be_backend *be, const char *name) {
     cu_prof *p = prof_of(be);
-    if (p->n_pending == CU_PROF_PAIRS) prof_flush(be);
-    int i = p->n_pending++;
-    p->key_of[i] = prof_key_index(p, name);
-    CU_CHECK(cudaEventRecord(p->ev[2 * i], cu_of(be)->stream));
+    prof_poll(be);
+    int h0 = p->n_pending < CU_PROF_PAIRS ? cu_ev_record(be) : -1;
+    if (h0 < 0) { /* the pool (or the ring) is full: wait once */
+        prof_flush(be);
+        h0 = cu_ev_record(be);
+    }
+    MS_CHECKF(h0 >= 0, "cuda profile: no timer handle free after a flush");
+    int i = (p->head + p->n_pending++) % CU_PROF_PAIRS;
+    p->pend[i] = (prof_pair){h0, -1, prof_key_index(p, name), -1};
     return i;
 }
 
 static void prof_end(be_backend *be, int i) {
-    CU_CHECK(cudaEventRecord(prof_of(be)->ev[2 * i + 1], cu_of(be)->stream));
+    cu_prof *p = prof_of(be);
+    int h1 = cu_ev_record(be);
+    if (h1 < 0) { /* the pool is dry: wait, and give back the pairs before i */
+        CU_CHECK(cudaStreamSynchronize(cu_of(be)->stream));
+        prof_poll(be);
+        h1 = cu_ev_record(be);
+    }
+    MS_CHECKF(h1 >= 0, "cuda profile: no timer handle free");
+    p->pend[i].h1 = h1;
 }
 
 static int cmp_ms(const void *a, const void *b) {
@@ -106,8 +147,6 @@ void cu_profile_report(be_backend *be) {
 void cu_profile_free(be_backend *be) {
     cu_prof *p = prof_of(be);
     if (!p) return;
-    for (int i = 0; i < 2 * CU_PROF_PAIRS; i++)
-        if (p->ev[i]) cudaEventDestroy(p->ev[i]);
     free(p);
     cu_of(be)->profile = NULL;
 }
@@ -178,20 +217,13 @@ static void prof_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float
     prof_end(be, i);
 }
 
-/* Replace the op pointers by the timed wrappers when MS_CUDA_PROFILE is set
- * (and not "0").  Returns an error only when the events cannot be made. */
+/* Replace the op pointers by the timed wrappers (be_options.cuda_profile:
+ * --cuda-profile, env MS_CUDA_PROFILE).  Returns an error only when the
+ * events cannot be made. */
 ms_status cu_profile_install(be_backend *be) {
-    const char *env = getenv("MS_CUDA_PROFILE");
-    if (!env || !*env || !strcmp(env, "0")) return MS_OK;
     cu_prof *p = (cu_prof *)calloc(1, sizeof *p);
     if (!p) return ms_error(MS_ERR_NOMEM, "cuda profile: out of host memory");
-    for (int i = 0; i < 2 * CU_PROF_PAIRS; i++)
-        if (cudaEventCreate(&p->ev[i]) != cudaSuccess) {
-            (void)cudaGetLastError();
-            cu_of(be)->profile = p;
-            cu_profile_free(be);
-            return ms_error(MS_ERR_INTERNAL, "cuda profile: cannot create events");
-        }
+    p->lane = ms_ev_intern("device");
     p->orig = *be;
     cu_of(be)->profile = p;
 #define PW_SET(op) be->op = prof_##op
@@ -212,6 +244,7 @@ ms_status cu_profile_install(be_backend *be) {
     PW_SET(classifier_fwd_bwd);
     PW_SET(adamw_step);
 #undef PW_SET
-    ms_info("cuda profile: timing every op with CUDA events (MS_CUDA_PROFILE=%s)", env);
+    ms_info("cuda profile: timing every op on the device (--cuda-profile / MS_CUDA_PROFILE): a "
+            "table at exit, and each op on the trace's device lane");
     return MS_OK;
 }

@@ -1,0 +1,164 @@
+/* evlog.c - the event log's flusher thread and line format (see evlog.h). */
+#include "monitor/evlog.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/events.h"
+#include "base/fileio.h"
+#include "base/log.h"
+
+struct mon_evlog {
+    FILE *f;
+    char path[4096];
+    double flush_s;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;         /* under mu */
+    uint64_t dropped; /* flusher: drops already reported */
+    int write_failed; /* flusher: warned once */
+};
+
+/* The optional arguments of e as ',"key":value' pairs. */
+static void put_args(FILE *f, const ms_event *e) {
+    const ms_ev_args *a = &e->a;
+    if (a->has & MS_EV_STEP) fprintf(f, ",\"step\":%d", a->step);
+    if (a->has & MS_EV_MB) fprintf(f, ",\"mb\":%d", a->mb);
+    if (a->has & MS_EV_CHUNK) fprintf(f, ",\"chunk\":%d", a->chunk);
+    if (a->has & MS_EV_GROUP) fprintf(f, ",\"group\":\"%s\"", ms_ev_name(a->group));
+    if (a->has & MS_EV_OP) fprintf(f, ",\"op\":\"%s\"", ms_ev_name(a->op));
+    if (a->has & MS_EV_SEQ) fprintf(f, ",\"seq\":%lld", (long long)a->seq);
+    if (a->has & MS_EV_PEER) fprintf(f, ",\"peer\":%d", a->peer);
+    if (a->has & MS_EV_TAG) fprintf(f, ",\"tag\":%d", a->tag);
+    if (a->has & MS_EV_BYTES) fprintf(f, ",\"bytes\":%lld", (long long)a->bytes);
+    if (a->has & MS_EV_POSTED) fprintf(f, ",\"posted\":%lld", (long long)a->posted);
+}
+
+/* One event as one JSON line.  Names are interned identifiers chosen by the
+ * code (letters, digits, '_', ':', '.'), so they need no escaping. */
+static void put_event(void *ctx, const ms_event *e) {
+    FILE *f = ctx;
+    if (e->kind == MS_EV_CLOCK) {
+        fprintf(f, "{\"type\":\"clock\",\"mono_ns\":%lld,\"offset_ns\":%lld,\"err_ns\":%lld}\n",
+                (long long)e->t0, (long long)e->a.bytes, (long long)e->a.seq);
+        return;
+    }
+    if (e->kind == MS_EV_MARK)
+        fprintf(f, "{\"type\":\"mark\",\"name\":\"%s\",\"lane\":\"%s\",\"t\":%lld",
+                ms_ev_name(e->name), ms_ev_name(e->lane), (long long)e->t0);
+    else
+        fprintf(f, "{\"type\":\"span\",\"name\":\"%s\",\"lane\":\"%s\",\"t0\":%lld,\"t1\":%lld",
+                ms_ev_name(e->name), ms_ev_name(e->lane), (long long)e->t0, (long long)e->t1);
+    put_args(f, e);
+    fputs("}\n", f);
+}
+
+/* Write what the recorder holds; report new drops. */
+static void flush_once(mon_evlog *l) {
+    uint64_t dropped = 0;
+    ms_ev_drain(put_event, l->f, &dropped);
+    if (dropped > l->dropped) {
+        fprintf(l->f, "{\"type\":\"dropped\",\"count\":%llu}\n",
+                (unsigned long long)(dropped - l->dropped));
+        l->dropped = dropped;
+    }
+    if ((fflush(l->f) != 0 || ferror(l->f)) && !l->write_failed) {
+        l->write_failed = 1;
+        ms_warn("%s: cannot write the event log: %s (tracing goes on in memory)", l->path,
+                strerror(errno));
+    }
+}
+
+static void *flusher(void *arg) {
+    mon_evlog *l = arg;
+    ms_ev_thread_init(0);
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        long long ns = ts.tv_nsec + (long long)(l->flush_s * 1e9);
+        ts.tv_sec += (time_t)(ns / 1000000000LL);
+        ts.tv_nsec = (long)(ns % 1000000000LL);
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+        pthread_mutex_unlock(&l->mu);
+        flush_once(l);
+        pthread_mutex_lock(&l->mu);
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static void put_header(mon_evlog *l, const mon_identity *id) {
+    char host[256] = "unknown";
+    gethostname(host, sizeof host - 1);
+    for (char *p = host; *p; p++) /* a JSON string: keep it plain */
+        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '_';
+    struct timespec wall;
+    clock_gettime(CLOCK_REALTIME, &wall);
+    long long mono = (long long)ms_ev_now();
+    long long wall_ns = (long long)wall.tv_sec * 1000000000LL + wall.tv_nsec;
+    int dp = id->has_grid ? id->dp : id->rank, DP = id->has_grid ? id->DP : id->world;
+    fprintf(l->f,
+            "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":\"%s\","
+            "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
+            "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld}\n",
+            id->rank, id->world, host, (int)getpid(), dp, id->has_grid ? id->pp : 0,
+            id->has_grid ? id->tp : 0, DP, id->has_grid ? id->PP : 1, id->has_grid ? id->TP : 1,
+            mono, wall_ns);
+}
+
+ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s) {
+    *out = NULL;
+    MS_TRY(ms_mkdirs(dir));
+    mon_evlog *l = calloc(1, sizeof *l);
+    if (!l) return ms_error(MS_ERR_NOMEM, "event log: out of memory");
+    snprintf(l->path, sizeof l->path, "%s/events_r%05d.jsonl", dir, id->rank);
+    l->flush_s = flush_s > 0 ? flush_s : 0.2;
+    l->f = fopen(l->path, "w");
+    if (!l->f) {
+        ms_status st = ms_error(MS_ERR_IO, "%s: open the event log: %s", l->path, strerror(errno));
+        free(l);
+        return st;
+    }
+    put_header(l, id);
+    ms_ev_reset(); /* what was recorded before the log existed has no header */
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv, NULL);
+    ms_ev_enable(1);
+    int rc = pthread_create(&l->thread, NULL, flusher, l);
+    if (rc != 0) {
+        ms_ev_enable(0);
+        fclose(l->f);
+        free(l);
+        return ms_error(MS_ERR_INTERNAL, "event log: cannot start its thread: %s", strerror(rc));
+    }
+    l->started = 1;
+    *out = l;
+    return MS_OK;
+}
+
+void mon_evlog_close(mon_evlog *l) {
+    if (!l) return;
+    ms_ev_enable(0);
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_cond_signal(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+    if (l->started) pthread_join(l->thread, NULL);
+    flush_once(l);
+    fclose(l->f);
+    pthread_mutex_destroy(&l->mu);
+    pthread_cond_destroy(&l->cv);
+    free(l);
+}
+
+const char *mon_evlog_path(const mon_evlog *l) {
+    return l ? l->path : "";
+}

@@ -1,0 +1,92 @@
+/* step.h - the public per-step record and its sinks.
+ *
+ * The trainer fills one mon_step per optimiser step (and one mon_val per
+ * validation pass) and hands it to mon_record, which passes it to every
+ * sink in the order they were added: the progress line, the metrics JSONL,
+ * the event log, and later the heartbeat.  A new consumer of per-step
+ * numbers is a new sink, not an edit of the trainer.
+ *
+ * Who calls it: the trainer.  Memory: mon_record_create allocates the
+ * record; mon_record_destroy closes every sink and frees it.  A sink's ctx
+ * belongs to the sink (freed by its close).  Thread-safety: one thread.
+ */
+#ifndef MON_STEP_H
+#define MON_STEP_H
+
+#include <stdint.h>
+
+#include "base/status.h"
+
+typedef struct {
+    int step, steps;              /* the step just done (1-based), of how many */
+    int start;                    /* first step of this run (after a resume) */
+    float loss, lr, grad_norm;    /* loss: mean over the batch (NaN if non-finite) */
+    double sec;                   /* wall time of the step */
+    double tok_s, mfu;            /* tokens per second; MFU as a fraction (<= 1) */
+    double data_ms, comm_ms;      /* waited for data; exposed (blocked) ZeRO communication */
+    double bubble_ms;             /* pipeline: waited on receives */
+    double dev_fb_ms, dev_opt_ms; /* device timers of the previous step (0: none) */
+    long long tokens;             /* tokens seen so far, this step included */
+    double wall_s;                /* epoch seconds at the end of the step */
+    double elapsed_s;             /* since the loop started (this run) */
+    double peak_rss_bytes;        /* host peak resident set so far */
+    double peak_dev_bytes;        /* device memory peak so far (0: not a device backend) */
+    int64_t t0_ns, t1_ns;         /* the step on the monotonic clock (ms_ev_now) */
+    int skipped;                  /* the update was skipped (non-finite) */
+} mon_step;
+
+typedef struct {
+    int step;       /* steps done when the pass ran */
+    float val_loss; /* NaN if non-finite */
+    double sec;     /* time the pass took */
+    double wall_s;
+} mon_val;
+
+typedef struct {
+    void *ctx;
+    ms_status (*on_step)(void *ctx, const mon_step *s); /* may be NULL */
+    ms_status (*on_val)(void *ctx, const mon_val *v);   /* may be NULL */
+    void (*close)(void *ctx);                           /* may be NULL */
+} mon_sink;
+
+typedef struct mon_record mon_record;
+
+ms_status mon_record_create(mon_record **out);
+/* Add a sink (copied).  At most 8. */
+ms_status mon_record_add(mon_record *r, mon_sink s);
+/* Hand s / v to every sink; the first failure is returned (the later sinks
+ * still run). */
+ms_status mon_record_step(mon_record *r, const mon_step *s);
+ms_status mon_record_val(mon_record *r, const mon_val *v);
+/* Close every sink and free r.  NULL is ignored. */
+void mon_record_destroy(mon_record *r);
+
+/* The progress line ("step 10/300 | loss ... | ETA ..."), printed every
+ * log_every steps, at the first and the last step (log_every <= 0: never),
+ * and the validation line. */
+mon_sink mon_sink_progress(int log_every);
+
+/* The metrics JSONL (docs/formats.md, "Metrics"), written with cJSON and
+ * flushed after each line, so a crashed run keeps every completed step.
+ * path NULL or "": *out gets a sink that does nothing.  The first line of a
+ * run is {"type":"config", ...} with config_json (a JSON object's text:
+ * the effective options and layout; may be NULL).  A run that starts at
+ * step 0 truncates the file; a resumed run (resume_step > 0) keeps the lines
+ * of steps <= resume_step and the earlier config lines (replacing the file
+ * atomically) and appends after them, so the file reads as one run.
+ * Errors: MS_ERR_IO naming the file. */
+ms_status mon_sink_metrics(mon_sink *out, const char *path, int resume_step,
+                           const char *config_json);
+
+/* The event log: each step as a "step" span on the compute lane (with the
+ * step's timers as a mark), each validation as a "val" span. */
+mon_sink mon_sink_events(void);
+
+/* Every rank's summary at the end: one stderr line with the median step
+ * split over the run, the first step (warm-up) left out ("[megascale rN
+ * profile] median per step over S steps: step .. ms | compute .. ms |
+ * exposed comm .. ms | data wait .. ms | bubble .. ms | device: fwd+bwd ..
+ * ms, optimizer .. ms"; read by bench/parallel_step). */
+mon_sink mon_sink_summary(int rank);
+
+#endif
