@@ -10,7 +10,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev
-      libpcre2-dev openmpi-bin libopenmpi-dev gzip)
+      libpcre2-dev libcairo2-dev openmpi-bin libopenmpi-dev gzip)
 optional=()
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3 python3-numpy python3-torch)

@@ -51,3 +51,8 @@ echo
 echo "---- sample (megascale sample --weights $run/model.safetensors) ----"
 "$bin" sample --weights "$run/model.safetensors" --prompt "And God said" --tokens 120 \
   --temperature 0.8 --top-k 40 --tokenizer gpt2
+
+echo
+echo "---- where the time went (megascale trace stragglers $run/trace) ----"
+"$bin" trace stragglers "$run/trace" || true
+echo "timeline of every rank: $bin trace merge $run/trace -o $run/trace.json (open it in ui.perfetto.dev)"

@@ -11,7 +11,8 @@ static void usage(void) {
            "  train    train a GPT model (megascale train --help)\n"
            "  sample   generate text from saved weights\n"
            "  data     prepare and inspect token shards\n"
-           "  ckpt     list, inspect, verify, export and reshard checkpoints\n\n"
+           "  ckpt     list, inspect, verify, export and reshard checkpoints\n"
+           "  trace    merge event logs into one timeline, stragglers, hang analysis\n\n"
            "Each command takes --help.\n");
 }
 
@@ -32,6 +33,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
+    if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
     usage();
     return 2;

@@ -1,0 +1,123 @@
+/* trace.h - offline tools over a run's files: merged timelines, straggler
+ * scores and hang analysis.
+ *
+ * Inputs, both in one run directory DIR:
+ *  - DIR/events_rNNNNN.jsonl, one per global rank: a header line, clock
+ *    lines (offset of this rank's monotonic clock to rank 0's), span and
+ *    mark lines on lanes ("compute", "data", "ckpt", "comm:<group>"), and
+ *    "dropped" counts (docs/formats.md, "Event logs").
+ *  - DIR/hang_rNNNNN.json, written by a rank whose collective timed out:
+ *    its groups with issued / completed sequence numbers and in-flight ops.
+ * Outputs:
+ *  - trace_merge: one Chrome Trace Event Format file (Perfetto,
+ *    chrome://tracing): a process per rank, a thread per lane (comm lanes
+ *    split into non-overlapping sub-threads), clocks aligned, p2p flows.
+ *  - trace_strag_*: per rank and step compute time (fwd + bwd minus the
+ *    waits nested in them), relative and individual scores, a PNG heat map.
+ *  - trace_hang_*: who waits in which op, and the suspects.  Evidence, by
+ *    strength: a rank wrote no dump, or other ranks' dumps saw it
+ *    unresponsive / exited before it dumped itself; a member never entered
+ *    a collective its group waits in; a peer never sent what a rank waits
+ *    to receive.  The suspects are the ranks with the strongest evidence
+ *    present; weaker findings on other ranks are reported as notes.
+ * Callers: `megascale trace` (src/cli/cmd_trace.c), the dashboard.
+ * Layering: depends only on src/base/ (and cJSON, cairo).
+ * Memory: trace_*_load returns an object the caller releases with the
+ * matching trace_*_free; trace_*_json returns a cJSON tree the caller
+ * deletes with cJSON_Delete.
+ * Thread-safety: no global state; distinct objects may be used from
+ * different threads at once.
+ */
+#ifndef MS_TRACE_H
+#define MS_TRACE_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/status.h"
+
+/* A rank's place on the grid (world = dp * pp * tp, TP innermost, then DP,
+ * then PP: rank = tp + TP * (dp + DP * pp)). */
+typedef struct {
+    int dp, pp, tp;
+} trace_coord;
+
+/* ---- merge -------------------------------------------------------------- */
+
+typedef struct {
+    int ranks;           /* event logs merged */
+    int64_t events;      /* complete + instant events written */
+    int flows;           /* matched send -> recv pairs (one arrow each) */
+    int unmatched_sends; /* sends without their recv (and the reverse) */
+    int unmatched_recvs;
+    int clamped;     /* spans cut to nest on their thread */
+    int64_t dropped; /* events the ranks reported lost */
+    double skew_us;  /* largest clock uncertainty of any clock line */
+} trace_merge_stats;
+
+/* Merge DIR's event logs into out_path (atomically replaced).  Errors: DIR
+ * missing or without events_r*.jsonl (NOTFOUND), a malformed line (FORMAT,
+ * naming file:line), I/O. */
+ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *stats);
+
+/* ---- stragglers ---------------------------------------------------------- */
+
+typedef struct {
+    double threshold; /* a score below it marks a straggler (0.75) */
+    int window;       /* steps per window of the individual score (5) */
+} trace_strag_opts;
+
+typedef struct {
+    int rank;
+    trace_coord coord;
+    char host[256];
+    int steps;         /* steps scored (step 1 skipped when >= 3 steps) */
+    double median_ms;  /* median compute time per step */
+    double relative;   /* fastest rank's median / this rank's (1 = fastest) */
+    double individual; /* best window median / last window median */
+    int straggler;
+} trace_strag_rank;
+
+typedef struct {
+    trace_strag_opts opts;
+    char *dir;
+    int n_ranks; /* ranks with an event log, sorted by rank */
+    trace_strag_rank *ranks;
+    int max_step;       /* steps 1..max_step */
+    double *compute_ms; /* [n_ranks][max_step + 1]; < 0 where no data */
+} trace_strag;
+
+/* Score DIR's ranks.  Errors: no event logs, or none with fwd/bwd spans
+ * (NOTFOUND); a malformed line (FORMAT); threshold / window out of range
+ * (ARG). */
+ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_strag **out);
+void trace_strag_free(trace_strag *s);
+/* The table and the "stragglers: ..." line. */
+void trace_strag_print(const trace_strag *s, FILE *f);
+/* {"threshold","window","ranks":[...],"stragglers":[ranks]}; NULL on OOM. */
+cJSON *trace_strag_json(const trace_strag *s);
+/* Heat map: ranks (sorted by pp, dp, tp) x steps, colour = compute time /
+ * the step's median over ranks; straggler rows marked.  Atomic write. */
+ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path);
+
+/* ---- hang analysis ------------------------------------------------------- */
+
+typedef struct trace_hang trace_hang;
+
+/* Load DIR/hang_r*.json (and the events headers for host names) and find
+ * the suspects.  Errors: DIR missing or without hang dumps (NOTFOUND), a
+ * malformed dump (FORMAT, naming the file). */
+ms_status trace_hang_load(const char *dir, trace_hang **out);
+void trace_hang_free(trace_hang *h);
+/* Shape, per-stage dp x tp state tables, oldest in-flight op per rank,
+ * "suspects: ..." lines. */
+void trace_hang_print(const trace_hang *h, FILE *f);
+/* {"world","dir","shape","dumps","missing","suspects":[...],"notes":[...],
+ * "waiting":[...]}; NULL on OOM. */
+cJSON *trace_hang_json(const trace_hang *h);
+/* Number of suspects found (0: none). */
+int trace_hang_n_suspects(const trace_hang *h);
+
+#endif

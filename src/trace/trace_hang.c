@@ -1,0 +1,400 @@
+/* trace_hang.c - load a run's hang dumps (hang_rNNNNN.json) and find the
+ * suspects: ranks that wrote no dump, members of a group that never
+ * entered the collective the others wait in, peers that never sent what a
+ * rank waits to receive. */
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "base/log.h"
+#include "trace/trace_hang_internal.h"
+
+static const char *jstr(const cJSON *o, const char *key, const char *def) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(x) ? x->valuestring : def;
+}
+
+static int64_t jint(const cJSON *o, const char *key, int64_t def) {
+    int64_t v;
+    return trace_json_int(o, key, INT64_MIN / 2, INT64_MAX / 2, &v) ? v : def;
+}
+
+static ms_status parse_op(const cJSON *o, hang_op *op, const char *path, const char *group) {
+    int64_t seq;
+    if (!cJSON_IsObject(o) || !jstr(o, "op", NULL) || !trace_json_int(o, "seq", 0, INT64_MAX, &seq))
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: group '%s': an op needs a string \"op\" and an "
+                        "integer \"seq\"",
+                        path, group);
+    snprintf(op->op, sizeof op->op, "%s", jstr(o, "op", ""));
+    snprintf(op->state, sizeof op->state, "%s", jstr(o, "state", "?"));
+    op->seq = seq;
+    op->peer = jint(o, "peer", -1);
+    op->tag = jint(o, "tag", -1);
+    op->bytes = jint(o, "bytes", 0);
+    const cJSON *age = cJSON_GetObjectItemCaseSensitive(o, "age_s");
+    op->age_s = cJSON_IsNumber(age) ? age->valuedouble : 0;
+    return MS_OK;
+}
+
+static ms_status parse_group(const cJSON *o, hang_group *g, int world, const char *path) {
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(o, "ranks");
+    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(o, "in_flight");
+    const cJSON *last = cJSON_GetObjectItemCaseSensitive(o, "last_completed");
+    if (!cJSON_IsObject(o) || !jstr(o, "name", NULL) || !cJSON_IsArray(ranks) ||
+        !trace_json_int(o, "issued_seq", INT64_MIN / 2, INT64_MAX / 2, &g->issued))
+        return ms_error(MS_ERR_FORMAT, "%s: a group needs \"name\", \"ranks\" and \"issued_seq\"",
+                        path);
+    snprintf(g->name, sizeof g->name, "%s", jstr(o, "name", ""));
+    g->completed = jint(o, "completed_seq", -1);
+    int n = cJSON_GetArraySize(ranks), nf = cJSON_IsArray(fl) ? cJSON_GetArraySize(fl) : 0;
+    g->ranks = malloc(((size_t)n + 1) * sizeof *g->ranks);
+    g->in_flight = calloc((size_t)nf + 1, sizeof *g->in_flight);
+    if (!g->ranks || !g->in_flight) return ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    const cJSON *x;
+    cJSON_ArrayForEach(x, ranks) {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble >= world ||
+            x->valuedouble != (int)x->valuedouble)
+            return ms_error(MS_ERR_FORMAT, "%s: group '%s': member %g is not a rank of world %d",
+                            path, g->name, cJSON_IsNumber(x) ? x->valuedouble : -1.0, world);
+        g->ranks[g->n_ranks++] = (int)x->valuedouble;
+    }
+    if (cJSON_IsObject(last)) {
+        MS_TRY(parse_op(last, &g->last, path, g->name));
+        g->has_last = 1;
+    }
+    cJSON_ArrayForEach(x, fl) {
+        MS_TRY(parse_op(x, &g->in_flight[g->n_in_flight], path, g->name));
+        g->n_in_flight++;
+    }
+    return MS_OK;
+}
+
+/* Append rank `by` to a "1, 2, 3" list. */
+static void list_add(char *buf, size_t n, int *count, int by) {
+    size_t o = strlen(buf);
+    if (o + 16 < n)
+        snprintf(buf + o, n - o, "%s%d", *count ? ", " : "", by);
+    else if (o + 5 < n && !strstr(buf, "..."))
+        snprintf(buf + o, n - o, ", ...");
+    (*count)++;
+}
+
+/* Whether what rank `by` saw of rank u counts: u wrote no dump, or it
+ * was seen before u wrote its own (a late dump of a rank that was stopped
+ * sees the others gone: they gave up on it). */
+static int seen_in_time(const trace_hang *h, int by, int u) {
+    const hang_rank *r = &h->ranks[u], *b = &h->ranks[by];
+    return u != by && (!r->has_dump || !r->wall_s || !b->wall_s || b->wall_s < r->wall_s);
+}
+
+/* The dumps' "unresponsive" ([{"rank","heartbeat_age_s"}]) and "exited"
+ * ([rank]) lists: what each rank saw of the other ranks of its host. */
+static void peer_states(trace_hang *h) {
+    for (int by = 0; by < h->world; by++) {
+        const cJSON *x;
+        cJSON_ArrayForEach(x, h->ranks[by].seen_stale) {
+            int64_t u;
+            const cJSON *age = cJSON_GetObjectItemCaseSensitive(x, "heartbeat_age_s");
+            double a = cJSON_IsNumber(age) ? age->valuedouble : 0;
+            if (!trace_json_int(x, "rank", 0, h->world - 1, &u) || !seen_in_time(h, by, (int)u) ||
+                a > 1e6) /* not a real age: a slot that never beat */
+                continue;
+            hang_rank *r = &h->ranks[u];
+            r->stale_age = a > r->stale_age ? a : r->stale_age;
+            list_add(r->stale_by, sizeof r->stale_by, &r->n_stale_by, by);
+        }
+        cJSON_ArrayForEach(x, h->ranks[by].seen_exited) {
+            int64_t u;
+            if (cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < h->world)
+                u = (int64_t)x->valuedouble;
+            else if (!trace_json_int(x, "rank", 0, h->world - 1, &u))
+                continue;
+            hang_rank *r = &h->ranks[u];
+            if (seen_in_time(h, by, (int)u))
+                list_add(r->exited_by, sizeof r->exited_by, &r->n_exited_by, by);
+        }
+    }
+}
+
+/* One dump into h->ranks[rank]; the first dump fixes world and shape. */
+static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
+    char *text = NULL;
+    size_t len = 0;
+    MS_TRY(ms_file_read_all(path, &text, &len));
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    ms_status st = MS_OK;
+    int64_t rank, world;
+    if (!j || !cJSON_IsObject(j))
+        st = ms_error(MS_ERR_FORMAT, "%s: not a JSON object (a truncated dump?)", path);
+    else if (strcmp(jstr(j, "type", ""), "hang_dump"))
+        st = ms_error(MS_ERR_FORMAT, "%s: \"type\" is not \"hang_dump\"", path);
+    else if (!trace_json_int(j, "rank", 0, 1 << 24, &rank) ||
+             !trace_json_int(j, "world", 1, 1 << 24, &world) || rank >= world)
+        st = ms_error(MS_ERR_FORMAT, "%s: needs integer \"rank\" < \"world\"", path);
+    else if (rank != file_rank)
+        st = ms_error(MS_ERR_FORMAT, "%s: says rank %lld, the file name rank %d", path,
+                      (long long)rank, file_rank);
+    else if (h->world && world != h->world)
+        st = ms_error(MS_ERR_FORMAT, "%s: world %lld, but other dumps say %d", path,
+                      (long long)world, h->world);
+    if (st == MS_OK && !h->world) {
+        h->world = (int)world;
+        h->shape = (trace_coord){(int)world, 1, 1};
+        trace_coord sh;
+        if (trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "shape"), &sh) &&
+            (int64_t)sh.dp * sh.pp * sh.tp == world)
+            h->shape = sh;
+        h->ranks = calloc((size_t)world, sizeof *h->ranks);
+        if (!h->ranks) st = ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (st == MS_OK) {
+        hang_rank *r = &h->ranks[rank];
+        const cJSON *groups = cJSON_GetObjectItemCaseSensitive(j, "groups"), *g;
+        r->has_dump = 1;
+        snprintf(r->host, sizeof r->host, "%s", jstr(j, "host", "unknown"));
+        snprintf(r->reason, sizeof r->reason, "%s", jstr(j, "reason", "?"));
+        if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &r->coord))
+            r->coord = trace_coord_of((int)rank, h->shape);
+        const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
+        r->wall_s = cJSON_IsNumber(wall) ? wall->valuedouble : 0;
+        r->seen_stale = cJSON_DetachItemFromObjectCaseSensitive(j, "unresponsive");
+        r->seen_exited = cJSON_DetachItemFromObjectCaseSensitive(j, "exited");
+        int ng = cJSON_IsArray(groups) ? cJSON_GetArraySize(groups) : 0;
+        if (!(r->groups = calloc((size_t)ng + 1, sizeof *r->groups)))
+            st = ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+        cJSON_ArrayForEach(g, groups) {
+            if (st != MS_OK) break;
+            st = parse_group(g, &r->groups[r->n_groups++], h->world, path);
+        }
+        h->n_dumps++;
+    }
+    cJSON_Delete(j);
+    return st;
+}
+
+static ms_status add_why(hang_rank *r, int cls, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static ms_status add_why(hang_rank *r, int cls, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    for (int i = 0; i < r->n_why; i++)
+        if (!strcmp(r->why[i], buf)) return MS_OK;
+    char **p = realloc(r->why, ((size_t)r->n_why + 1) * sizeof *p);
+    if (!p) return ms_error(MS_ERR_NOMEM, "out of memory");
+    r->why = p;
+    if (!(r->why[r->n_why] = strdup(buf))) return ms_error(MS_ERR_NOMEM, "out of memory");
+    r->n_why++;
+    r->cls = !r->cls || cls < r->cls ? cls : r->cls;
+    return MS_OK;
+}
+
+/* The group of rank r with g's name and member list, or NULL. */
+static const hang_group *same_group(const hang_rank *r, const hang_group *g) {
+    for (int i = 0; i < r->n_groups; i++) {
+        const hang_group *x = &r->groups[i];
+        if (!strcmp(x->name, g->name) && x->n_ranks == g->n_ranks &&
+            !memcmp(x->ranks, g->ranks, (size_t)g->n_ranks * sizeof *g->ranks))
+            return x;
+    }
+    return NULL;
+}
+
+static int is_p2p(const hang_op *op) {
+    return !strcmp(op->op, "send") || !strcmp(op->op, "recv");
+}
+
+/* The collective of gm's group that fellow members of m wait in with the
+ * lowest seq above m's issued_seq (*first, NULL if none), and how many
+ * distinct later ones they wait in too. */
+static void first_missed(const trace_hang *h, const hang_rank *m, const hang_group *gm,
+                         const hang_op **first, int *n_later) {
+    *first = NULL;
+    *n_later = 0;
+    int64_t seen_max = gm->issued; /* later ops counted once each, by seq */
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < gm->n_ranks; k++) {
+            const hang_rank *w = &h->ranks[gm->ranks[k]];
+            const hang_group *gw = w == m || !w->has_dump ? NULL : same_group(w, gm);
+            for (int i = 0; gw && i < gw->n_in_flight; i++) {
+                const hang_op *op = &gw->in_flight[i];
+                if (is_p2p(op) || op->peer >= 0 || op->seq <= gm->issued) continue;
+                if (pass == 0 && (!*first || op->seq < (*first)->seq)) *first = op;
+                if (pass == 1 && op->seq > (*first)->seq && op->seq > seen_max) {
+                    (*n_later)++; /* in-flight lists are in seq order */
+                    seen_max = op->seq;
+                }
+            }
+        }
+}
+
+/* (b) for group gm of rank m: the first collective its fellow members wait
+ * in that m never issued (one reason per group). */
+static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm) {
+    const hang_op *op;
+    int n_later, n = 0;
+    first_missed(h, m, gm, &op, &n_later);
+    if (!op) return MS_OK;
+    char who[256] = "", later[64] = "";
+    size_t o = 0;
+    for (int q = 0; q < gm->n_ranks; q++) { /* every waiter of that op */
+        const hang_rank *x = &h->ranks[gm->ranks[q]];
+        const hang_group *gx = x == m || !x->has_dump ? NULL : same_group(x, gm);
+        int waits = 0;
+        for (int z = 0; gx && z < gx->n_in_flight; z++)
+            waits |= gx->in_flight[z].seq == op->seq && !strcmp(gx->in_flight[z].op, op->op);
+        if (waits && o + 16 < sizeof who)
+            o += (size_t)snprintf(who + o, sizeof who - o, "%s%d", n ? ", " : "", x->rank);
+        n += waits;
+    }
+    if (n_later) snprintf(later, sizeof later, "; %d later op(s) waited in too", n_later);
+    return add_why(m, HANG_BEHIND,
+                   "never entered %s #%lld on group '%s' that rank%s %s wait%s in (issued only "
+                   "up to #%lld%s)",
+                   op->op, (long long)op->seq, gm->name, n > 1 ? "s" : "", who, n > 1 ? "" : "s",
+                   (long long)gm->issued, later);
+}
+
+/* (c) rank r waits in a recv from p: p is suspect if it has no send to r
+ * in flight and waits in nothing itself. */
+static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group *g,
+                            const hang_op *op) {
+    if (strcmp(op->op, "recv") || op->peer < 0 || op->peer >= h->world) return MS_OK;
+    hang_rank *p = &h->ranks[op->peer];
+    if (!p->has_dump) return MS_OK; /* already a suspect: no dump */
+    int waiting = 0;
+    for (int i = 0; i < p->n_groups; i++)
+        waiting += p->groups[i].n_in_flight;
+    if (waiting) return MS_OK;
+    return add_why(p, HANG_NO_SEND,
+                   "rank %d waits to receive from it (tag %lld, group '%s', %.1f s) but it has "
+                   "no send to rank %d in flight and waits in nothing (lower confidence)",
+                   r->rank, (long long)op->tag, g->name, op->age_s, r->rank);
+}
+
+static ms_status find_suspects(trace_hang *h) {
+    for (int rk = 0; rk < h->world; rk++) {
+        hang_rank *r = &h->ranks[rk];
+        r->oldest_g = r->oldest_i = -1;
+        if (!r->has_dump) {
+            MS_TRY(add_why(r, HANG_DEAD, "wrote no dump: stopped, hung in compute, or dead"));
+            continue;
+        }
+        if (r->n_stale_by)
+            MS_TRY(add_why(r, HANG_DEAD,
+                           "unresponsive: its heartbeat was %.1f s old in the dump%s of rank%s %s "
+                           "(stopped or stuck; a late dump of its own proves nothing)",
+                           r->stale_age, r->n_stale_by > 1 ? "s" : "", r->n_stale_by > 1 ? "s" : "",
+                           r->stale_by));
+        if (r->n_exited_by)
+            MS_TRY(add_why(r, HANG_DEAD, "exited: its process was gone in the dump%s of rank%s %s",
+                           r->n_exited_by > 1 ? "s" : "", r->n_exited_by > 1 ? "s" : "",
+                           r->exited_by));
+        for (int g = 0; g < r->n_groups; g++) {
+            MS_TRY(never_entered(h, r, &r->groups[g]));
+            for (int i = 0; i < r->groups[g].n_in_flight; i++) {
+                const hang_op *op = &r->groups[g].in_flight[i];
+                if (r->oldest_g < 0 ||
+                    op->age_s > r->groups[r->oldest_g].in_flight[r->oldest_i].age_s) {
+                    r->oldest_g = g;
+                    r->oldest_i = i;
+                }
+            }
+        }
+    }
+    /* then the lower-confidence reasons, so that they come last */
+    for (int rk = 0; rk < h->world; rk++) {
+        const hang_rank *r = &h->ranks[rk];
+        for (int g = 0; g < r->n_groups; g++)
+            for (int i = 0; i < r->groups[g].n_in_flight; i++)
+                MS_TRY(never_sent(h, r, &r->groups[g], &r->groups[g].in_flight[i]));
+    }
+    for (int rk = 0; rk < h->world; rk++) {
+        int c = h->ranks[rk].cls;
+        h->top_cls = c && (!h->top_cls || c < h->top_cls) ? c : h->top_cls;
+    }
+    return MS_OK;
+}
+
+/* Hosts and coordinates of ranks without a dump, from the events headers. */
+static void fill_missing(trace_hang *h) {
+    int *ranks = NULL, n = 0;
+    char **paths = NULL;
+    for (int rk = 0; rk < h->world; rk++)
+        if (!h->ranks[rk].has_dump) {
+            h->ranks[rk].rank = rk;
+            h->ranks[rk].coord = trace_coord_of(rk, h->shape);
+            snprintf(h->ranks[rk].host, sizeof h->ranks[rk].host, "unknown");
+        }
+    if (trace_rank_files(h->dir, "events_r", ".jsonl", &ranks, &paths, &n) != MS_OK) return;
+    for (int i = 0; i < n; i++) {
+        if (ranks[i] >= h->world || h->ranks[ranks[i]].has_dump) continue;
+        trace_log l;
+        if (trace_log_read_header(paths[i], &l) == MS_OK)
+            snprintf(h->ranks[ranks[i]].host, sizeof h->ranks[ranks[i]].host, "%s", l.host);
+        else
+            ms_warn("%s", ms_errmsg());
+    }
+    trace_rank_files_free(ranks, paths, n);
+}
+
+ms_status trace_hang_load(const char *dir, trace_hang **out) {
+    *out = NULL;
+    int *ranks = NULL, n = 0;
+    char **paths = NULL;
+    MS_TRY(trace_rank_files(dir, "hang_r", ".json", &ranks, &paths, &n));
+    trace_hang *h = calloc(1, sizeof *h);
+    ms_status st = h && (h->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
+    if (st == MS_OK && n == 0)
+        st = ms_error(MS_ERR_NOTFOUND, "%s: no hang dumps (hang_r*.json) in this directory", dir);
+    for (int i = 0; st == MS_OK && i < n; i++) {
+        if (h->world && ranks[i] >= h->world)
+            st = ms_error(MS_ERR_FORMAT, "%s: rank %d is outside world %d", paths[i], ranks[i],
+                          h->world);
+        else
+            st = load_dump(h, paths[i], ranks[i]);
+        if (st == MS_OK) h->ranks[ranks[i]].rank = ranks[i];
+    }
+    trace_rank_files_free(ranks, paths, n);
+    if (st == MS_OK) peer_states(h);
+    if (st == MS_OK) fill_missing(h);
+    if (st == MS_OK) st = find_suspects(h);
+    if (st != MS_OK) {
+        trace_hang_free(h);
+        return st;
+    }
+    *out = h;
+    return MS_OK;
+}
+
+void trace_hang_free(trace_hang *h) {
+    if (!h) return;
+    for (int rk = 0; h->ranks && rk < h->world; rk++) {
+        hang_rank *r = &h->ranks[rk];
+        for (int g = 0; g < r->n_groups; g++) {
+            free(r->groups[g].ranks);
+            free(r->groups[g].in_flight);
+        }
+        free(r->groups);
+        cJSON_Delete(r->seen_stale);
+        cJSON_Delete(r->seen_exited);
+        for (int i = 0; i < r->n_why; i++)
+            free(r->why[i]);
+        free(r->why);
+    }
+    free(h->ranks);
+    free(h->dir);
+    free(h);
+}
+
+int trace_hang_n_suspects(const trace_hang *h) {
+    int n = 0;
+    for (int rk = 0; rk < h->world; rk++)
+        n += hang_is_suspect(h, &h->ranks[rk]);
+    return n;
+}

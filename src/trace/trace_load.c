@@ -1,0 +1,297 @@
+/* trace_load.c - read a run's per-rank event logs (events_rNNNNN.jsonl)
+ * line by line into a trace_set, and align their clocks. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "trace/trace_internal.h"
+
+static int intern(trace_set *s, const char *str) {
+    int i = trace_str_find(s, str);
+    if (i >= 0) return i;
+    if (s->n_strs == s->cap_strs) {
+        int cap = s->cap_strs ? 2 * s->cap_strs : 32;
+        char **p = realloc(s->strs, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        s->strs = p;
+        s->cap_strs = cap;
+    }
+    if (!(s->strs[s->n_strs] = strdup(str))) return -1;
+    return s->n_strs++;
+}
+
+int trace_str_find(const trace_set *s, const char *str) {
+    for (int i = 0; i < s->n_strs; i++)
+        if (!strcmp(s->strs[i], str)) return i;
+    return -1;
+}
+
+int64_t trace_log_offset(const trace_log *l, int64_t t) {
+    if (l->n_clocks == 0) return l->base_offset;
+    int lo = 0, hi = l->n_clocks - 1; /* the latest clock line with mono <= t */
+    if (l->clocks[0].mono > t) return l->clocks[0].offset;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (l->clocks[mid].mono <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return l->clocks[lo].offset;
+}
+
+static const char *str_of(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(x) ? x->valuestring : NULL;
+}
+
+/* The header line: rank, world, host, grid place, the clock pair. */
+static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
+    int64_t rank, world, v;
+    if (!trace_json_int(j, "rank", 0, 1 << 24, &rank) ||
+        !trace_json_int(j, "world", 1, 1 << 24, &world) || rank >= world)
+        return ms_error(MS_ERR_FORMAT, "%s: header needs integer rank < world", where);
+    l->rank = (int)rank;
+    l->world = (int)world;
+    const char *host = str_of(j, "host");
+    snprintf(l->host, sizeof l->host, "%s", host ? host : "unknown");
+    l->pid = trace_json_int(j, "pid", 0, INT32_MAX, &v) ? (int)v : 0;
+    l->shape = (trace_coord){(int)world, 1, 1};
+    if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "shape"), &l->shape) ||
+        (int64_t)l->shape.dp * l->shape.pp * l->shape.tp != world)
+        l->shape = (trace_coord){(int)world, 1, 1};
+    if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &l->coord))
+        l->coord = trace_coord_of(l->rank, l->shape);
+    l->mono_ns = trace_json_int(j, "mono_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
+    l->wall_ns = trace_json_int(j, "wall_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
+    return MS_OK;
+}
+
+static ms_status parse_clock(trace_log *l, const cJSON *j, const char *where) {
+    trace_clock c;
+    if (!trace_json_int(j, "mono_ns", INT64_MIN, INT64_MAX, &c.mono) ||
+        !trace_json_int(j, "offset_ns", INT64_MIN, INT64_MAX, &c.offset))
+        return ms_error(MS_ERR_FORMAT, "%s: clock line needs integer mono_ns and offset_ns", where);
+    if (!trace_json_int(j, "err_ns", 0, INT64_MAX, &c.err)) c.err = 0;
+    if (l->n_clocks && c.mono < l->clocks[l->n_clocks - 1].mono)
+        return ms_error(MS_ERR_FORMAT, "%s: clock line goes back in time (mono_ns %lld < %lld)",
+                        where, (long long)c.mono, (long long)l->clocks[l->n_clocks - 1].mono);
+    if (l->n_clocks == l->cap_clocks) {
+        int cap = l->cap_clocks ? 2 * l->cap_clocks : 16;
+        trace_clock *p = realloc(l->clocks, (size_t)cap * sizeof *p);
+        if (!p) return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+        l->clocks = p;
+        l->cap_clocks = cap;
+    }
+    l->clocks[l->n_clocks++] = c;
+    return MS_OK;
+}
+
+/* Optional int args copied into the span's fields. */
+static void span_ints(trace_span *sp, const cJSON *j) {
+    int64_t v;
+    if (trace_json_int(j, "step", INT32_MIN, INT32_MAX, &v)) {
+        sp->step = (int32_t)v;
+        sp->flags |= TRACE_HAS_STEP;
+    }
+    if (trace_json_int(j, "peer", INT32_MIN, INT32_MAX, &v) && v >= 0) {
+        sp->peer = (int32_t)v;
+        sp->flags |= TRACE_HAS_PEER;
+    }
+    if (trace_json_int(j, "tag", INT32_MIN, INT32_MAX, &v)) {
+        sp->tag = (int32_t)v;
+        sp->flags |= TRACE_HAS_TAG;
+    }
+}
+
+/* A span or mark line (j is consumed: its known keys are removed so that
+ * what is left becomes the args). */
+static ms_status parse_span(trace_set *s, trace_log *l, cJSON *j, int mark, unsigned flags,
+                            const char *where) {
+    const char *name = str_of(j, "name"), *lane = str_of(j, "lane");
+    trace_span sp = {.group = -1};
+    if (!name || !lane)
+        return ms_error(MS_ERR_FORMAT, "%s: %s line needs string \"name\" and \"lane\"", where,
+                        mark ? "mark" : "span");
+    if (mark ? !trace_json_int(j, "t", INT64_MIN, INT64_MAX, &sp.t0)
+             : !trace_json_int(j, "t0", INT64_MIN, INT64_MAX, &sp.t0) ||
+                   !trace_json_int(j, "t1", INT64_MIN, INT64_MAX, &sp.t1))
+        return ms_error(MS_ERR_FORMAT, "%s: %s '%s' needs integer %s", where,
+                        mark ? "mark" : "span", name, mark ? "t" : "t0 and t1");
+    if (mark) {
+        sp.t1 = sp.t0;
+        sp.flags |= TRACE_IS_MARK;
+    }
+    if (sp.t1 < sp.t0)
+        return ms_error(MS_ERR_FORMAT, "%s: span '%s' ends before it starts (t1 %lld < t0 %lld)",
+                        where, name, (long long)sp.t1, (long long)sp.t0);
+    if ((flags & TRACE_LOAD_COMPUTE) && strcmp(lane, "compute")) return MS_OK;
+    const char *group = str_of(j, "group");
+    if (!group && !strncmp(lane, "comm:", 5)) group = lane + 5;
+    sp.name = intern(s, name);
+    sp.lane = intern(s, lane);
+    if (group) sp.group = intern(s, group);
+    if (sp.name < 0 || sp.lane < 0 || (group && sp.group < 0))
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+    span_ints(&sp, j);
+    if (flags & TRACE_LOAD_ARGS) {
+        static const char *known[] = {"type", "name", "lane", "t0", "t1", "t"};
+        for (size_t k = 0; k < sizeof known / sizeof known[0]; k++)
+            cJSON_DeleteItemFromObjectCaseSensitive(j, known[k]);
+        if (j->child && !(sp.args = cJSON_PrintUnformatted(j)))
+            return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+    }
+    if (l->n_spans == l->cap_spans) {
+        int cap = l->cap_spans ? 2 * l->cap_spans : 1024;
+        trace_span *p = realloc(l->spans, (size_t)cap * sizeof *p);
+        if (!p) {
+            free(sp.args);
+            return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+        }
+        l->spans = p;
+        l->cap_spans = cap;
+    }
+    l->spans[l->n_spans++] = sp;
+    return MS_OK;
+}
+
+/* One parsed line; lineno 1 must be the header. */
+static ms_status parse_line(trace_set *s, trace_log *l, cJSON *j, int lineno, unsigned flags,
+                            const char *where) {
+    const char *type = str_of(j, "type");
+    if (!cJSON_IsObject(j) || !type)
+        return ms_error(MS_ERR_FORMAT, "%s: expected a JSON object with a \"type\"", where);
+    if (lineno == 1 || !strcmp(type, "header")) {
+        if (strcmp(type, "header") || lineno != 1)
+            return ms_error(MS_ERR_FORMAT, "%s: the header must be (only) the first line", where);
+        return parse_header(l, j, where);
+    }
+    if (!strcmp(type, "clock")) return parse_clock(l, j, where);
+    if (!strcmp(type, "span")) return parse_span(s, l, j, 0, flags, where);
+    if (!strcmp(type, "mark")) return parse_span(s, l, j, 1, flags, where);
+    if (!strcmp(type, "dropped")) {
+        int64_t n;
+        if (!trace_json_int(j, "count", 0, INT64_MAX, &n))
+            return ms_error(MS_ERR_FORMAT, "%s: dropped line needs a count", where);
+        l->dropped += n;
+    }
+    return MS_OK; /* unknown types: a newer writer */
+}
+
+static int blank(const char *p) {
+    for (; *p; p++)
+        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') return 0;
+    return 1;
+}
+
+/* Read one events file; `header_only` stops after line 1. */
+static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned flags,
+                          int header_only) {
+    FILE *f = fopen(path, "re");
+    if (!f) return ms_error(MS_ERR_IO, "%s: open: %s", path, strerror(errno));
+    char *line = NULL, where[4200];
+    size_t cap = 0;
+    ssize_t len;
+    int lineno = 0;
+    ms_status st = MS_OK;
+    while (st == MS_OK && (len = getline(&line, &cap, f)) >= 0) {
+        lineno++;
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (blank(line)) continue;
+        cJSON *j = cJSON_Parse(line);
+        if (!j && line[len - 1] != '\n' && lineno > 1) { /* a killed writer */
+            ms_warn("%s: incomplete last line ignored", where);
+            break;
+        }
+        if (!j)
+            st = ms_error(MS_ERR_FORMAT, "%s: malformed JSON line", where);
+        else
+            st = parse_line(s, l, j, lineno, flags, where);
+        cJSON_Delete(j);
+        if (header_only) break;
+    }
+    if (st == MS_OK && ferror(f)) st = ms_error(MS_ERR_IO, "%s: read: %s", path, strerror(errno));
+    if (st == MS_OK && lineno == 0) st = ms_error(MS_ERR_FORMAT, "%s: empty event log", path);
+    free(line);
+    fclose(f);
+    return st;
+}
+
+ms_status trace_log_read_header(const char *path, trace_log *l) {
+    trace_set s = {0};
+    memset(l, 0, sizeof *l);
+    ms_status st = load_log(&s, l, path, 0, 1);
+    for (int i = 0; i < s.n_strs; i++)
+        free(s.strs[i]);
+    free(s.strs);
+    return st;
+}
+
+/* Ranks without clock lines: align by their wall clock against the lowest
+ * rank that has none either (NTP accuracy; said once). */
+static void align_without_clocks(trace_set *s) {
+    const trace_log *ref = NULL;
+    for (int i = 0; i < s->n_logs; i++)
+        if (s->logs[i].n_clocks == 0 && s->logs[i].wall_ns && !ref) ref = &s->logs[i];
+    for (int i = 0; i < s->n_logs; i++) {
+        trace_log *l = &s->logs[i];
+        if (l->n_clocks || !ref || !l->wall_ns || l == ref) continue;
+        l->base_offset = (l->wall_ns - l->mono_ns) - (ref->wall_ns - ref->mono_ns);
+        ms_warn("%s: no clock lines; aligned to rank %d by the wall clock (NTP accuracy)", l->path,
+                ref->rank);
+    }
+}
+
+ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
+    *out = NULL;
+    int *ranks = NULL, n = 0;
+    char **paths = NULL;
+    MS_TRY(trace_rank_files(dir, "events_r", ".jsonl", &ranks, &paths, &n));
+    trace_set *s = calloc(1, sizeof *s);
+    ms_status st = s && (s->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
+    if (st == MS_OK && n == 0)
+        st =
+            ms_error(MS_ERR_NOTFOUND, "%s: no event logs (events_r*.jsonl) in this directory", dir);
+    if (st == MS_OK && !(s->logs = calloc((size_t)n, sizeof *s->logs)))
+        st = ms_error(MS_ERR_NOMEM, "out of memory");
+    for (int i = 0; st == MS_OK && i < n; i++) {
+        trace_log *l = &s->logs[s->n_logs++];
+        l->path = paths[i];
+        paths[i] = NULL;
+        st = load_log(s, l, l->path, flags, 0);
+        if (st == MS_OK && l->rank != ranks[i])
+            st = ms_error(MS_ERR_FORMAT, "%s: the header says rank %d, the file name rank %d",
+                          l->path, l->rank, ranks[i]);
+        if (st == MS_OK && l->dropped)
+            ms_warn("%s: the rank dropped %lld events (its buffer was full)", l->path,
+                    (long long)l->dropped);
+    }
+    if (st == MS_OK) align_without_clocks(s);
+    trace_rank_files_free(ranks, paths, n);
+    if (st != MS_OK) {
+        trace_set_free(s);
+        return st;
+    }
+    *out = s;
+    return MS_OK;
+}
+
+void trace_set_free(trace_set *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_logs; i++) {
+        trace_log *l = &s->logs[i];
+        for (int k = 0; k < l->n_spans; k++)
+            free(l->spans[k].args);
+        free(l->spans);
+        free(l->clocks);
+        free(l->path);
+    }
+    for (int i = 0; i < s->n_strs; i++)
+        free(s->strs[i]);
+    free(s->strs);
+    free(s->logs);
+    free(s->dir);
+    free(s);
+}

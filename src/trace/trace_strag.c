@@ -1,0 +1,281 @@
+/* trace_strag.c - straggler scores: per rank and step the compute time
+ * (fwd + bwd spans minus the wait / data_wait spans nested in them), then
+ * a relative score against the fastest rank and an individual score
+ * against the rank's own best window. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "trace/trace_internal.h"
+
+typedef struct {
+    int span, step; /* step: the step a fwd/bwd span counts for (or -1) */
+} nest_entry;
+
+typedef struct {
+    int fwd, bwd, wait, data_wait, step; /* interned names, -1 when absent */
+} strag_names;
+
+static int is_fb(const strag_names *nm, int name) {
+    return name >= 0 && (name == nm->fwd || name == nm->bwd);
+}
+
+static int is_wait(const strag_names *nm, int name) {
+    return name >= 0 && (name == nm->wait || name == nm->data_wait);
+}
+
+/* Add one rank's compute times (ns) into c[1..max_step] (c[s] < 0: no
+ * fwd/bwd in step s yet).  spans are the rank's compute lane. */
+static void rank_compute(trace_log *l, const strag_names *nm, double *c, int max_step, int *idx,
+                         nest_entry *stack) {
+    for (int i = 0; i < l->n_spans; i++)
+        idx[i] = i;
+    trace_nest(l->spans, idx, l->n_spans);
+    int top = 0;
+    for (int k = 0; k < l->n_spans; k++) {
+        const trace_span *s = &l->spans[idx[k]];
+        if (s->flags & TRACE_IS_MARK) continue;
+        while (top && l->spans[stack[top - 1].span].t1 <= s->t0)
+            top--;
+        int fb = -1, in_wait = 0, step_ctx = -1;
+        for (int t = 0; t < top; t++) {
+            const trace_span *a = &l->spans[stack[t].span];
+            if (fb < 0 && is_fb(nm, a->name)) fb = t;
+            in_wait |= is_wait(nm, a->name);
+            if (a->name == nm->step && (a->flags & TRACE_HAS_STEP)) step_ctx = a->step;
+        }
+        int step = -1;
+        double dur = (double)(s->t1 - s->t0);
+        if (is_fb(nm, s->name) && fb < 0) {
+            step = s->flags & TRACE_HAS_STEP ? s->step : step_ctx;
+            if (step >= 1 && step <= max_step) c[step] = (c[step] < 0 ? 0 : c[step]) + dur;
+        } else if (is_wait(nm, s->name) && fb >= 0 && !in_wait) {
+            int fs = stack[fb].step;
+            if (fs >= 1 && fs <= max_step && c[fs] >= dur) c[fs] -= dur;
+        }
+        stack[top++] = (nest_entry){idx[k], fb >= 0 ? stack[fb].step : step};
+    }
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) { /* sorts v */
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Median and individual score of one rank from its row c[0..max_step]. */
+static void rank_scores(trace_strag_rank *r, const double *c, int max_step, int window,
+                        double *tmp) {
+    int n = 0;
+    for (int s = 1; s <= max_step; s++)
+        n += c[s] >= 0;
+    int skip1 = n >= 3 && c[1] >= 0;
+    n = 0;
+    for (int s = skip1 ? 2 : 1; s <= max_step; s++)
+        if (c[s] >= 0) tmp[n++] = c[s];
+    r->steps = n;
+    r->individual = 1.0;
+    if (!n) return;
+    /* windows of `window` steps, the last one ending at the newest step */
+    if (n >= window) {
+        double last = -1, best = -1, *w = tmp + n;
+        for (int end = n; end - window >= 0; end -= window) {
+            memcpy(w, tmp + end - window, (size_t)window * sizeof *w);
+            double m = median(w, window);
+            if (last < 0) last = m;
+            if (best < 0 || m < best) best = m;
+        }
+        r->individual = last > 0 ? best / last : 1.0;
+    }
+    r->median_ms = median(tmp, n);
+}
+
+static ms_status strag_alloc(trace_strag **out, const trace_set *set, const trace_strag_opts *o,
+                             int max_step) {
+    trace_strag *s = calloc(1, sizeof *s);
+    if (!s) return ms_error(MS_ERR_NOMEM, "out of memory");
+    *out = s;
+    s->opts = *o;
+    s->n_ranks = set->n_logs;
+    s->max_step = max_step;
+    s->dir = strdup(set->dir);
+    s->ranks = calloc((size_t)set->n_logs, sizeof *s->ranks);
+    s->compute_ms = malloc((size_t)set->n_logs * ((size_t)max_step + 1) * sizeof *s->compute_ms);
+    if (!s->dir || !s->ranks || !s->compute_ms) return ms_error(MS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < (size_t)set->n_logs * ((size_t)max_step + 1); i++)
+        s->compute_ms[i] = -1;
+    return MS_OK;
+}
+
+/* Compute times of every rank into s->compute_ms (ms); the largest span
+ * count and step bound come from the set. */
+static ms_status fill_compute(trace_strag *s, trace_set *set, const strag_names *nm) {
+    int max_spans = 1;
+    for (int li = 0; li < set->n_logs; li++)
+        max_spans = set->logs[li].n_spans > max_spans ? set->logs[li].n_spans : max_spans;
+    int *idx = malloc((size_t)max_spans * sizeof *idx);
+    nest_entry *stack = malloc((size_t)max_spans * sizeof *stack);
+    if (!idx || !stack) {
+        free(idx);
+        free(stack);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory", set->dir);
+    }
+    for (int li = 0; li < set->n_logs; li++) {
+        double *row = s->compute_ms + (size_t)li * ((size_t)s->max_step + 1);
+        rank_compute(&set->logs[li], nm, row, s->max_step, idx, stack);
+        for (int k = 0; k <= s->max_step; k++)
+            row[k] = row[k] >= 0 ? row[k] / 1e6 : -1;
+    }
+    free(idx);
+    free(stack);
+    return MS_OK;
+}
+
+/* Both scores and the verdict for every rank. */
+static ms_status score(trace_strag *s, const trace_set *set) {
+    double *tmp = malloc(2 * ((size_t)s->max_step + 1) * sizeof *tmp), best = -1;
+    if (!tmp) return ms_error(MS_ERR_NOMEM, "out of memory");
+    for (int li = 0; li < s->n_ranks; li++) {
+        trace_strag_rank *r = &s->ranks[li];
+        const trace_log *l = &set->logs[li];
+        r->rank = l->rank;
+        r->coord = l->coord;
+        snprintf(r->host, sizeof r->host, "%s", l->host);
+        rank_scores(r, s->compute_ms + (size_t)li * ((size_t)s->max_step + 1), s->max_step,
+                    s->opts.window, tmp);
+        if (r->steps && (best < 0 || r->median_ms < best)) best = r->median_ms;
+    }
+    free(tmp);
+    if (best < 0)
+        return ms_error(MS_ERR_NOTFOUND, "%s: no rank has fwd/bwd spans on its compute lane",
+                        s->dir);
+    for (int li = 0; li < s->n_ranks; li++) {
+        trace_strag_rank *r = &s->ranks[li];
+        r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? best / r->median_ms : 1.0;
+        r->straggler =
+            r->steps && (r->relative < s->opts.threshold || r->individual < s->opts.threshold);
+    }
+    return MS_OK;
+}
+
+ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_strag **out) {
+    *out = NULL;
+    if (!(o->threshold > 0 && o->threshold <= 1))
+        return ms_error(MS_ERR_ARG, "--threshold %g: expected a score in (0, 1]", o->threshold);
+    if (o->window < 1 || o->window > 100000)
+        return ms_error(MS_ERR_ARG, "--window %d: expected 1 to 100000 steps", o->window);
+    trace_set *set = NULL;
+    trace_strag *s = NULL;
+    MS_TRY(trace_set_load(dir, TRACE_LOAD_COMPUTE, &set));
+    strag_names nm = {trace_str_find(set, "fwd"), trace_str_find(set, "bwd"),
+                      trace_str_find(set, "wait"), trace_str_find(set, "data_wait"),
+                      trace_str_find(set, "step")};
+    int max_step = 0;
+    for (int li = 0; li < set->n_logs; li++)
+        for (int i = 0; i < set->logs[li].n_spans; i++) {
+            const trace_span *sp = &set->logs[li].spans[i];
+            if ((sp->flags & TRACE_HAS_STEP) && sp->step > max_step && sp->step <= 10000000)
+                max_step = sp->step;
+        }
+    ms_status st = strag_alloc(&s, set, o, max_step);
+    if (st == MS_OK) st = fill_compute(s, set, &nm);
+    if (st == MS_OK) st = score(s, set);
+    trace_set_free(set);
+    if (st != MS_OK) {
+        trace_strag_free(s);
+        return st;
+    }
+    *out = s;
+    return MS_OK;
+}
+
+void trace_strag_free(trace_strag *s) {
+    if (!s) return;
+    free(s->ranks);
+    free(s->compute_ms);
+    free(s->dir);
+    free(s);
+}
+
+void trace_strag_print(const trace_strag *s, FILE *f) {
+    fprintf(f,
+            "stragglers in %s: %d rank(s), steps 1-%d, threshold %g, window %d (step 1 "
+            "skipped as warm-up when a rank has >= 3 steps)\n",
+            s->dir, s->n_ranks, s->max_step, s->opts.threshold, s->opts.window);
+    fprintf(f, "%6s  %-12s %-20s %10s %9s %11s %6s  %s\n", "rank", "(dp,pp,tp)", "host",
+            "median_ms", "relative", "individual", "steps", "verdict");
+    int n_bad = 0;
+    for (int i = 0; i < s->n_ranks; i++) {
+        const trace_strag_rank *r = &s->ranks[i];
+        char c[48];
+        snprintf(c, sizeof c, "(%d,%d,%d)", r->coord.dp, r->coord.pp, r->coord.tp);
+        if (!r->steps)
+            fprintf(f, "%6d  %-12s %-20s %10s %9s %11s %6d  %s\n", r->rank, c, r->host, "-", "-",
+                    "-", 0, "no fwd/bwd spans");
+        else
+            fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11.3f %6d  %s\n", r->rank, c, r->host,
+                    r->median_ms, r->relative, r->individual, r->steps,
+                    r->straggler ? "STRAGGLER" : "ok");
+        n_bad += r->straggler;
+    }
+    fprintf(f, "stragglers:");
+    for (int i = 0, k = 0; i < s->n_ranks; i++) {
+        const trace_strag_rank *r = &s->ranks[i];
+        char c[64];
+        if (r->straggler)
+            fprintf(f, "%s rank %d %s on %s", k++ ? "," : "", r->rank,
+                    trace_coord_str(c, sizeof c, r->coord), r->host);
+    }
+    fprintf(f, "%s\n", n_bad ? "" : " none");
+}
+
+static cJSON *rank_json(const trace_strag_rank *r) {
+    cJSON *o = cJSON_CreateObject(), *c = trace_coord_json(r->coord);
+    if (!o || !c || !cJSON_AddNumberToObject(o, "rank", r->rank) ||
+        !cJSON_AddItemToObject(o, "coord", c)) {
+        cJSON_Delete(o);
+        cJSON_Delete(c);
+        return NULL;
+    }
+    int ok = cJSON_AddStringToObject(o, "host", r->host) != NULL;
+    if (r->steps)
+        ok = ok && cJSON_AddNumberToObject(o, "median_ms", r->median_ms) &&
+             cJSON_AddNumberToObject(o, "relative", r->relative) &&
+             cJSON_AddNumberToObject(o, "individual", r->individual);
+    else
+        ok = ok && cJSON_AddNullToObject(o, "median_ms") && cJSON_AddNullToObject(o, "relative") &&
+             cJSON_AddNullToObject(o, "individual");
+    ok = ok && cJSON_AddBoolToObject(o, "straggler", r->straggler) &&
+         cJSON_AddNumberToObject(o, "steps", r->steps);
+    if (!ok) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
+}
+
+cJSON *trace_strag_json(const trace_strag *s) {
+    cJSON *o = cJSON_CreateObject(), *ranks = cJSON_CreateArray(), *bad = cJSON_CreateArray();
+    int ok = o && ranks && bad && cJSON_AddNumberToObject(o, "threshold", s->opts.threshold) &&
+             cJSON_AddNumberToObject(o, "window", s->opts.window) &&
+             cJSON_AddStringToObject(o, "dir", s->dir);
+    for (int i = 0; ok && i < s->n_ranks; i++) {
+        cJSON *r = rank_json(&s->ranks[i]);
+        ok = r && cJSON_AddItemToArray(ranks, r);
+        if (ok && s->ranks[i].straggler)
+            ok = cJSON_AddItemToArray(bad, cJSON_CreateNumber(s->ranks[i].rank));
+    }
+    if (ok && cJSON_AddItemToObject(o, "ranks", ranks)) {
+        ranks = NULL;
+        if (cJSON_AddItemToObject(o, "stragglers", bad)) return o;
+    }
+    cJSON_Delete(ranks);
+    cJSON_Delete(bad);
+    cJSON_Delete(o);
+    return NULL;
+}

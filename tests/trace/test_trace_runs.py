@@ -1,0 +1,260 @@
+"""The troubleshooting tools on real multi-rank runs (docs/operations.md,
+"Troubleshooting"):
+
+1. the merged timeline of a dp2 x pp2 run (4 ranks): every rank named with
+   its coordinates and host, spans on their lanes, properly nested, no
+   negative durations, one flow arrow per pipeline send, and every receive
+   ending after its send started within the stated clock skew;
+2. a straggler made from outside: rank 1 of a dp2 run stopped and continued
+   (SIGSTOP / SIGCONT, half the time) is named by `trace stragglers`, and
+   rank 0, which waited for it, is not;
+3. a hang: rank 5 of an 8-rank dp2 x tp2 x pp2 run stopped with SIGSTOP;
+   the others time out (--comm-timeout), write hang dumps, and `trace hang`
+   names rank 5, with its coordinates, as the suspect.
+
+Runs under mpirun --oversubscribe.  Environment: MS_BIN."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
+from mpi_common import BIN, MPIRUN, finish, mpi, ok, start  # noqa: E402
+
+TINY = ["--vocab", "256", "--layers", "4", "--dim", "64", "--heads", "4", "--seq-max", "32",
+        "--seq", "32", "--lr", "1e-3", "--log-every", "1", "--peak-flops", "1e11",
+        "--threads", "1"]
+
+
+def tool(*args, timeout=120):
+    return subprocess.run([BIN, "trace", *args], capture_output=True, text=True, errors="replace",
+                          timeout=timeout)
+
+
+def nesting_errors(events):
+    """Complete events per (pid, tid) that partially overlap an earlier one."""
+    by = {}
+    for e in events:
+        by.setdefault((e["pid"], e["tid"]), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
+    bad = []
+    for key, spans in by.items():
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        stack = []
+        for b, e, n in spans:
+            while stack and stack[-1][1] <= b + 1e-3:
+                stack.pop()
+            if stack and e > stack[-1][1] + 1e-3:
+                bad.append((key, n, b, e, stack[-1]))
+            stack.append((b, e, n))
+    return bad
+
+
+def check_merge(d, shard):
+    tdir = os.path.join(d, "t_merge")
+    r = mpi(4, "train", "--train-data", shard, *TINY, "--batch", "8", "--micro-batch", "1",
+            "--steps", "6", "--pp", "2", "--dp", "2", "--trace-dir", tdir)
+    ok(r.returncode == 0, "dp2 x pp2 run with tracing", r.stderr)
+    files = sorted(f for f in os.listdir(tdir) if f.startswith("events_r")) if r.returncode == 0 else []
+    ok(files == [f"events_r{i:05d}.jsonl" for i in range(4)], "one event log per rank", str(files))
+    out = os.path.join(d, "merged.json")
+    m = tool("merge", tdir, "-o", out)
+    ok(m.returncode == 0, "trace merge", m.stderr + m.stdout)
+    if m.returncode != 0:
+        return
+    tr = json.load(open(out))
+    ev = tr["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev
+             if e.get("ph") == "M" and e.get("name") == "process_name"}
+    for rank in range(4):
+        pp, dp = rank // 2, rank % 2  # tp 1: rank = pp*2 + dp
+        ok(f"rank {rank} (dp {dp}, pp {pp}, tp 0)" in names.get(rank, ""),
+           f"rank {rank} named with its coordinates", str(names))
+    order = {e["pid"]: e["args"]["sort_index"] for e in ev
+             if e.get("ph") == "M" and e.get("name") == "process_sort_index"}
+    ok(sorted(order, key=order.get) == [0, 1, 2, 3], "processes sorted by (pp, dp, tp)", str(order))
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+               if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    xs = [e for e in ev if e.get("ph") == "X"]
+    lane = lambda e: threads.get((e["pid"], e["tid"]), "")
+    fb = [e for e in xs if e["name"] in ("fwd", "bwd")]
+    ok(fb and all(lane(e) == "compute" for e in fb), "fwd/bwd spans on the compute lane",
+       str(set(map(lane, fb))))
+    ok(all("step" in e["args"] and "mb" in e["args"] for e in fb), "fwd/bwd carry step and mb")
+    pp_sends = [e for e in xs if e["name"] == "send" and lane(e).startswith("comm:pp")]
+    pp_recvs = [e for e in xs if e["name"] == "recv" and lane(e).startswith("comm:pp")]
+    ok(len(pp_sends) > 0 and len(pp_sends) == len(pp_recvs), "pipeline sends and receives on comm:pp",
+       f"{len(pp_sends)} sends, {len(pp_recvs)} recvs")
+    # every point-to-point op (the pipeline's, and the clock references on comm:world)
+    sends = [e for e in xs if e["name"] == "send" and lane(e).startswith("comm:")]
+    recvs = [e for e in xs if e["name"] == "recv" and lane(e).startswith("comm:")]
+    rs = [e for e in xs if e["name"] == "reduce_scatter" and lane(e).startswith("comm:dp")]
+    ok(len(rs) > 0, "ZeRO reduce-scatters on comm:dp", str(len(rs)))
+    waits = [e for e in xs if e["name"] == "wait" and lane(e) == "compute"]
+    ok(len(waits) > 0, "the compute lane shows its waits on communication", str(len(waits)))
+    ok(all(e["dur"] >= 0 and e["ts"] >= 0 for e in xs), "no negative times or durations")
+    bad = nesting_errors(xs)
+    ok(not bad, "complete events nest properly on every track", str(bad[:5]))
+    fs = {e["id"]: e for e in ev if e.get("ph") == "f"}
+    ss = [e for e in ev if e.get("ph") == "s"]
+    ok(len(ss) == len(sends) and all(s["id"] in fs for s in ss),
+       "one flow arrow per send, each with its end", f"{len(ss)} flows, {len(sends)} sends")
+    ok(sum(1 for s in ss if lane(s).startswith("comm:pp")) == len(pp_sends),
+       "one flow arrow per pipeline send", f"{len(pp_sends)} pipeline sends")
+    skew = tr.get("otherData", {}).get("clock_skew_us", None)
+    ok(isinstance(skew, (int, float)) and skew >= 0, "the residual clock skew is in the metadata",
+       str(tr.get("otherData")))
+    # every receive ends after its send started (within the stated skew)
+    span_at = {}
+    for e in sends + recvs:
+        span_at.setdefault((e["pid"], e["tid"]), []).append(e)
+
+    def enclosing(f):
+        for e in span_at.get((f["pid"], f["tid"]), []):
+            if e["ts"] - 1e-3 <= f["ts"] <= e["ts"] + e["dur"] + 1e-3:
+                return e
+        return None
+    late = 0
+    for s in ss:
+        a, b = enclosing(s), enclosing(fs.get(s["id"], s))
+        if a is None or b is None or b["ts"] + b["dur"] < a["ts"] - (skew or 0) - 1:
+            late += 1
+    ok(late == 0, "clocks aligned: each receive ends after its send starts", f"{late} of {len(ss)}")
+
+
+def rank_pids(tag, n, deadline):
+    """{rank: pid} of the ranks whose environment has MS_TEST_TAG=tag."""
+    found = {}
+    while time.time() < deadline and len(found) < n:
+        for p in os.listdir("/proc"):
+            if not p.isdigit():
+                continue
+            try:
+                env = open(f"/proc/{p}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if f"MS_TEST_TAG={tag}".encode() not in env:
+                continue
+            for kv in env:
+                if kv.startswith(b"OMPI_COMM_WORLD_RANK="):
+                    found[int(kv.split(b"=")[1])] = int(p)
+        time.sleep(0.2)
+    return found
+
+
+def launch(n, args, tag):
+    env = dict(os.environ, MS_TEST_TAG=tag, OMP_NUM_THREADS="1")
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-x", "MS_TEST_TAG", "-np", str(n),
+           BIN, *args]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            errors="replace", env=env)
+
+
+def steps_done(metrics):
+    try:
+        return sum(1 for l in open(metrics) if '"loss"' in l)
+    except OSError:
+        return 0
+
+
+def check_straggler(d, shard):
+    tdir, metrics = os.path.join(d, "t_strag"), os.path.join(d, "strag.jsonl")
+    args = ["train", "--train-data", shard, *TINY, "--dim", "128", "--batch", "16", "--seq", "32",
+            "--steps", "40", "--dp", "2", "--trace-dir", tdir, "--metrics", metrics]
+    p = launch(2, args, "strag")
+    pids = rank_pids("strag", 2, time.time() + 60)
+    t_end = time.time() + 240
+    while steps_done(metrics) < 4 and p.poll() is None and time.time() < t_end:
+        time.sleep(0.1)
+    victim = pids.get(1)
+    cycles = 0
+    while victim and p.poll() is None and time.time() < t_end:  # rank 1 runs a third of the time
+        try:
+            os.kill(victim, signal.SIGSTOP)
+            time.sleep(0.05)
+            os.kill(victim, signal.SIGCONT)
+            time.sleep(0.025)
+            cycles += 1
+        except ProcessLookupError:
+            break
+    out, err = p.communicate(timeout=120)
+    ok(p.returncode == 0 and cycles > 10, "dp2 run with rank 1 stopped and continued",
+       f"rc {p.returncode}, {cycles} cycles, pids {pids}\n{err}")
+    r = tool("stragglers", tdir, "--json")
+    ok(r.returncode == 0, "trace stragglers --json", r.stderr + r.stdout)
+    try:
+        rep = json.loads(r.stdout)
+    except ValueError:
+        rep = {}
+    ok(rep.get("stragglers") == [1], "the stopped rank is the straggler, the waiting one is not",
+       r.stdout + r.stderr)
+    t = tool("stragglers", tdir, "--png", os.path.join(d, "heat.png"))
+    ok(t.returncode == 0 and "rank 1" in t.stdout and "STRAGGLER" in t.stdout,
+       "text report names rank 1", t.stdout + t.stderr)
+    png = open(os.path.join(d, "heat.png"), "rb").read(8) if t.returncode == 0 else b""
+    ok(png == b"\x89PNG\r\n\x1a\n", "heat map written as PNG")
+
+
+def check_hang(d, shard):
+    tdir, metrics = os.path.join(d, "t_hang"), os.path.join(d, "hang.jsonl")
+    args = ["train", "--train-data", shard, *TINY, "--batch", "8", "--micro-batch", "1",
+            "--steps", "100000", "--dp", "2", "--tp", "2", "--pp", "2", "--trace-dir", tdir,
+            "--metrics", metrics, "--comm-timeout", "6"]
+    p = launch(8, args, "hang")
+    pids = rank_pids("hang", 8, time.time() + 90)
+    t_end = time.time() + 200
+    while steps_done(metrics) < 3 and p.poll() is None and time.time() < t_end:
+        time.sleep(0.1)
+    victim = pids.get(5)
+    if victim:
+        os.kill(victim, signal.SIGSTOP)
+    try:
+        out, err = p.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    for pid in pids.values():  # nothing of the job is left behind (SIGKILL ends a stopped
+        try:                   # process; a SIGCONT first would let it write a late dump)
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    ok(victim and p.returncode != 0, "the job with a stopped rank fails after the timeout",
+       f"rc {p.returncode}, pids {pids}\n{err}")
+    # (mpirun sends SIGCONT before it kills the job, so rank 5 may write a late dump too)
+    dumps = sorted(f for f in os.listdir(tdir) if f.startswith("hang_r")) if os.path.isdir(tdir) else []
+    live = [f"hang_r{r:05d}.json" for r in range(8) if r != 5]
+    ok(all(f in dumps for f in live), "every live rank wrote a hang dump", str(dumps) + err[-2000:])
+    stale = []
+    for f in live:
+        try:
+            stale.append([u["rank"] for u in json.load(open(os.path.join(tdir, f)))["unresponsive"]])
+        except (OSError, ValueError, KeyError):
+            stale.append(None)
+    ok(all(s == [5] for s in stale), "their dumps name rank 5 as unresponsive (its heartbeat)",
+       str(stale))
+    r = tool("hang", tdir, "--json")
+    ok(r.returncode == 0, "trace hang --json", r.stderr + r.stdout)
+    try:
+        rep = json.loads(r.stdout)
+    except ValueError:
+        rep = {}
+    sus = rep.get("suspects", [])
+    ok([s.get("rank") for s in sus] == [5], "rank 5 is the suspect", r.stdout)
+    ok(sus and sus[0].get("coord") == {"dp": 0, "pp": 1, "tp": 1}, "with its coordinates",
+       str(sus))
+    t = tool("hang", tdir)
+    ok(t.returncode == 0 and "rank 5 (dp 0, pp 1, tp 1)" in t.stdout, "text report names it",
+       t.stdout + t.stderr)
+
+
+def main():
+    d, shard = start("ms_trace_")
+    check_merge(d, shard)
+    check_straggler(d, shard)
+    check_hang(d, shard)
+    finish(d)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,441 @@
+"""End-to-end tests of `megascale trace merge|stragglers|hang` on synthetic
+run files (tests/trace/trace_fixtures.py): a 4-rank dp2 x pp2 pipeline run
+with p2p, overlapping reduce-scatters, nested waits and skewed clocks; a
+straggler pair; 8-rank hang dumps; and bad input.
+Environment: MS_BIN (the binary)."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trace_fixtures import MS, RankLog, hang_dump, nesting_errors, ok, run, summary  # noqa: E402
+
+# ---- 1. merge --------------------------------------------------------------------------------
+
+SHAPE4 = (2, 2, 1)  # dp, pp, tp: rank = dp + 2 * pp
+CLOCKS4 = {  # rank: [(global from, offset, err)]
+    0: [(0, 0, 0)],
+    1: [(0, 1_000_000, 300)],
+    2: [(0, 5_000_000, 2000), (150 * MS, 5_000_300, 1500)],  # a new sync line mid-run
+    3: [(0, -2_000_000, 800)],
+}
+STEPS, MBS = 3, 2
+
+
+def pipeline_logs():
+    """Every rank's log; step s starts at global 100 ms * s.  Returns the
+    logs and the sends as (src, dst, tag, global t0)."""
+    logs = {r: RankLog(r, 4, SHAPE4, "hostA" if r < 2 else "hostB", CLOCKS4[r]) for r in range(4)}
+    sends = []
+    for s in range(1, STEPS + 1):
+        base = 100 * MS * s
+        for r, log in logs.items():
+            pp, dp = r // 2, r % 2
+            log.span("compute", "step", base, base + 90 * MS, step=s)
+            log.span("data", "prefetch", base + 1 * MS, base + 3 * MS, step=s + 1)
+            # three reduce-scatters in flight at once, then an all-reduce waited on
+            for k, (a, b) in enumerate([(70, 80), (72, 85), (74, 78)]):
+                log.span("comm:dp", "reduce_scatter", base + a * MS, base + b * MS,
+                         posted=log.local(base + a * MS) + 1000, group="dp", seq=3 * s + k,
+                         bytes=1 << 20)
+            log.span("comm:dp", "all_reduce", base + 86 * MS, base + 88 * MS, group="dp",
+                     seq=100 + s, bytes=4)
+            log.span("compute", "wait", base + 86 * MS, base + 88 * MS, op="all_reduce",
+                     group="dp", seq=100 + s, peer=-1, bytes=4)
+            log.mark("compute", "loss", base + 89 * MS, step=s, value=2.5)
+            peer = r + 2 if pp == 0 else r - 2
+            for m in range(MBS):
+                f0 = base + m * 12 * MS
+                b1 = base + 50 * MS + m * 12 * MS
+                if pp == 0:
+                    log.span("compute", "fwd", f0, f0 + 10 * MS, step=s, mb=m, chunk=0)
+                    log.span("compute", "data_wait", f0, f0 + MS // 2, step=s)
+                    log.span("comm:pp", "send", f0 + 10 * MS, f0 + 10 * MS + MS // 2, peer=peer,
+                             tag=0, group="pp", bytes=8192)
+                    sends.append((r, peer, 0, f0 + 10 * MS))
+                    log.span("comm:pp", "recv", b1 + 9 * MS, b1 + 10 * MS + 700_000, peer=peer,
+                             tag=1, group="pp", bytes=8192)
+                    log.span("compute", "bwd", b1 + 11 * MS, b1 + 21 * MS, step=s, mb=m, chunk=0)
+                    log.span("compute", "wait", b1 + 11 * MS, b1 + 11 * MS + 300_000, op="recv",
+                             group="pp", peer=peer)
+                else:
+                    log.span("comm:pp", "recv", f0 + 9 * MS, f0 + 10 * MS + 800_000, peer=peer,
+                             tag=0, group="pp", bytes=8192)
+                    log.span("compute", "fwd", f0 + 11 * MS, f0 + 21 * MS, step=s, mb=m, chunk=0)
+                    log.span("compute", "wait", f0 + 11 * MS, f0 + 11 * MS + 200_000, op="recv",
+                             group="pp", peer=peer)
+                    log.span("compute", "bwd", b1, b1 + 10 * MS, step=s, mb=m, chunk=0)
+                    log.span("comm:pp", "send", b1 + 10 * MS, b1 + 10 * MS + MS // 2, peer=peer,
+                             tag=1, group="pp", bytes=8192)
+                    sends.append((r, peer, 1, b1 + 10 * MS))
+    logs[0].span("ckpt", "persist", 150 * MS, 260 * MS, step=1, bytes=1 << 30)
+    logs[1].raw('{"type":"dropped","count":7}')
+    logs[1].raw('{"type":"future_kind","x":1}')  # unknown types are ignored
+    return logs, sends
+
+
+def check_processes(tr, what):
+    ev = tr["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev
+             if e.get("ph") == "M" and e["name"] == "process_name"}
+    for r in range(4):
+        want = f"rank {r} (dp {r % 2}, pp {r // 2}, tp 0) {'hostA' if r < 2 else 'hostB'}"
+        ok(names.get(r) == want, f"{what}: process {r} named with its place and host",
+           f"want {want!r}, got {names.get(r)!r}")
+    order = {e["pid"]: e["args"]["sort_index"] for e in ev
+             if e.get("ph") == "M" and e["name"] == "process_sort_index"}
+    ok(sorted(order, key=order.get) == [0, 1, 2, 3], f"{what}: processes sorted by (pp, dp, tp)",
+       order)
+    threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev
+               if e.get("ph") == "M" and e["name"] == "thread_name"}
+    ok(threads.get((0, 1)) == "compute" and threads.get((0, 2)) == "data" and
+       threads.get((0, 3)) == "ckpt", f"{what}: compute/data/ckpt are tids 1/2/3", threads)
+    dp_subs = sorted(n for (p, t), n in threads.items() if p == 1 and n.startswith("comm:dp"))
+    ok(dp_subs == ["comm:dp #0", "comm:dp #1", "comm:dp #2"],
+       f"{what}: three overlapping reduce-scatters need three comm:dp sub-threads", dp_subs)
+    ok(all(t >= 10 for (p, t), n in threads.items() if n.startswith("comm:")),
+       f"{what}: comm lanes from tid 10 up", threads)
+
+
+def check_events(tr, logs, what):
+    ev = tr["traceEvents"]
+    xs = [e for e in ev if e.get("ph") == "X"]
+    n_spans = sum(1 for log in logs.values() for l in log.lines
+                  if isinstance(l, dict) and l["type"] == "span")
+    ok(len(xs) == n_spans, f"{what}: one complete event per span", f"{len(xs)} vs {n_spans}")
+    bad = [e for e in xs if e["dur"] < 0 or e["ts"] < 0]
+    ok(not bad, f"{what}: every X event has ts >= 0 and dur >= 0", bad[:3])
+    ok(min(e["ts"] for e in xs) == 0, f"{what}: the earliest event is at ts 0",
+       min(e["ts"] for e in xs))
+    nest = nesting_errors(ev)
+    ok(not nest, f"{what}: complete events nest on every (pid, tid)", nest[:5])
+    # clocks aligned: rank 2's first fwd starts at global 111 ms (origin 100 ms)
+    f2 = min((e for e in xs if e["pid"] == 2 and e["name"] == "fwd"), key=lambda e: e["ts"])
+    ok(abs(f2["ts"] - 11000.0) < 0.01, f"{what}: rank 2's clock offset undone", f2)
+    ok(f2.get("args", {}).get("mb") == 0 and f2["args"].get("step") == 1 and f2["cat"] == "compute",
+       f"{what}: args and cat copied", f2)
+    late = min((e for e in xs if e["pid"] == 2 and e["name"] == "fwd" and e["ts"] > 50000),
+               key=lambda e: e["ts"])
+    ok(abs(late["ts"] - 111000.0) < 0.01, f"{what}: rank 2's second clock line used", late)
+    marks = [e for e in ev if e.get("ph") == "i"]
+    ok(len(marks) == 4 * STEPS and all(e["args"]["value"] == 2.5 for e in marks),
+       f"{what}: marks become instant events", marks[:2])
+
+
+def check_flows(tr, sends, what):
+    ev = tr["traceEvents"]
+    xs = [e for e in ev if e.get("ph") == "X"]
+    skew = tr["otherData"]["clock_skew_us"]
+    starts = {e["id"]: e for e in ev if e.get("ph") == "s"}
+    ends = {e["id"]: e for e in ev if e.get("ph") == "f"}
+    ok(len(starts) == len(sends) == len(ends) and set(starts) == set(ends),
+       f"{what}: one flow pair per send", f"{len(starts)} s, {len(ends)} f, {len(sends)} sends")
+    bad = []
+    for fid, s in starts.items():
+        f = ends.get(fid, {})
+        snd = [x for x in xs if x["pid"] == s["pid"] and x["tid"] == s["tid"] and
+               x["name"] == "send" and x["ts"] <= s["ts"] <= x["ts"] + x["dur"]]
+        rcv = [x for x in xs if x["pid"] == f.get("pid") and x["tid"] == f.get("tid") and
+               x["name"] == "recv" and x["ts"] <= f["ts"] <= x["ts"] + x["dur"]]
+        good = (len(snd) == 1 and len(rcv) == 1 and f.get("bp") == "e" and s["cat"] == "p2p" and
+                rcv[0]["args"]["peer"] == s["pid"] and snd[0]["args"]["peer"] == f["pid"] and
+                rcv[0]["args"]["tag"] == snd[0]["args"]["tag"] and
+                rcv[0]["ts"] + rcv[0]["dur"] >= snd[0]["ts"] - skew)
+        if not good:
+            bad.append((s, f, snd, rcv))
+    ok(not bad, f"{what}: flows bound to their send and recv spans, recv ends after send starts",
+       bad[:2])
+
+
+def test_merge(d):
+    logs, sends = pipeline_logs()
+    for log in logs.values():
+        log.write(d)
+    out = os.path.join(d, "merged.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    ok(rc == 0, "merge exits 0", so + se)
+    if rc:
+        return
+    try:
+        tr = json.load(open(out))
+    except ValueError as e:
+        ok(False, "merge writes valid JSON", e)
+        return
+    ok(tr.get("displayTimeUnit") == "ms" and isinstance(tr.get("traceEvents"), list),
+       "Chrome trace object", list(tr))
+    od = tr.get("otherData", {})
+    ok(od.get("ranks") == 4 and od.get("clock_skew_us") == 2.0 and od.get("dropped_events") == 7
+       and od.get("source") == d, "otherData: ranks, skew (largest err), drops, source", od)
+    ok("4 rank(s)" in so and f"{len(sends)} flow(s)" in so and out in so and "2.000 us" in so,
+       "summary line: ranks, flows, skew, output", so)
+    ok("dropped 7 events" in se, "dropped events reported", se)
+    ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp file left", os.listdir(d))
+    check_processes(tr, "merge")
+    check_events(tr, logs, "merge")
+    check_flows(tr, sends, "merge")
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and os.path.exists(os.path.join(d, "trace.json")), "default output DIR/trace.json",
+       so + se)
+    # the same run without clock correction would put rank 2's recvs before the sends
+    if rc == 0:
+        tr2 = json.load(open(os.path.join(d, "trace.json")))
+        ok(len(tr2["traceEvents"]) == len(tr["traceEvents"]), "both outputs the same size")
+
+
+# ---- 2. stragglers ---------------------------------------------------------------------------
+
+def straggler_logs(d, steps=8):
+    """Rank 0: fwd 25 ms holding a 15 ms data_wait, bwd 40 ms holding a 30 ms
+    wait -> 20 ms of compute; rank 1: fwd 20 + bwd 20 = 40 ms, no waits."""
+    for r in range(2):
+        log = RankLog(r, 2, (2, 1, 1), "hostA" if r == 0 else "hostB")
+        for s in range(1, steps + 1):
+            t = 1000 * MS * s
+            warm = 5 if s == 1 else 1  # a slow first step, skipped as warm-up
+            log.span("compute", "step", t, t + 200 * MS * warm, step=s)
+            if r == 0:
+                log.span("compute", "fwd", t, t + 25 * MS * warm, step=s, mb=0)
+                log.span("compute", "data_wait", t + 1 * MS, t + 16 * MS, step=s)
+                log.span("compute", "bwd", t + 100 * MS * warm, t + 140 * MS * warm, mb=0)
+                log.span("compute", "wait", t + 100 * MS * warm + MS, t + 100 * MS * warm + 31 * MS,
+                         op="all_reduce", group="dp", seq=s)
+            else:
+                log.span("compute", "fwd", t, t + 20 * MS * warm, step=s, mb=0)
+                log.span("compute", "bwd", t + 100 * MS * warm, t + 120 * MS * warm, step=s, mb=0)
+        log.write(d)
+
+
+def test_stragglers(d):
+    straggler_logs(d)
+    rc, so, se = run("trace", "stragglers", d)
+    ok(rc == 0, "stragglers exits 0", so + se)
+    lines = so.splitlines()
+    row = {int(l.split()[0]): l for l in lines if l.strip() and l.split()[0].isdigit()}
+    ok("STRAGGLER" in row.get(1, "") and "ok" in row.get(0, "") and "STRAGGLER" not in row.get(0, ""),
+       "rank 1 is the straggler, rank 0 (long nested waits) is not", so)
+    ok("stragglers: rank 1 (dp 1, pp 0, tp 0) on hostB" in so, "stragglers line", so)
+    png = os.path.join(d, "heat.png")
+    rc, so, se = run("trace", "stragglers", d, "--json", "--png", png, "--threshold", "0.8")
+    try:
+        j = json.loads(so)
+    except ValueError:
+        j = None
+    ok(rc == 0 and j is not None, "--json prints only JSON", so + se)
+    if j:
+        r = {x["rank"]: x for x in j["ranks"]}
+        ok(j["stragglers"] == [1] and j["threshold"] == 0.8 and j["window"] == 5,
+           "JSON stragglers, threshold, window", j)
+        ok(abs(r[0]["median_ms"] - 20.0) < 1e-6 and abs(r[1]["median_ms"] - 40.0) < 1e-6,
+           "compute = fwd + bwd minus the nested waits", r)
+        ok(abs(r[1]["relative"] - 0.5) < 1e-9 and r[0]["relative"] == 1.0 and
+           r[1]["straggler"] is True and r[0]["straggler"] is False, "relative scores", r)
+        ok(r[0]["steps"] == 7 and r[0]["coord"] == {"dp": 0, "pp": 0, "tp": 0} and
+           r[1]["host"] == "hostB", "warm-up step skipped; coord, host", r)
+    data = open(png, "rb").read() if os.path.exists(png) else b""
+    ok(data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, "--png writes a PNG", len(data))
+    ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp PNG left", os.listdir(d))
+
+
+def test_individual(d):
+    """One rank that halves its speed in its last window."""
+    log = RankLog(0, 1, (1, 1, 1), "hostA")
+    for s in range(1, 12):
+        t = 1000 * MS * s
+        dur = 20 * MS if s <= 6 else 40 * MS
+        log.span("compute", "fwd", t, t + dur, step=s, mb=0)
+        log.span("compute", "bwd", t + 100 * MS, t + 100 * MS + dur, step=s, mb=0)
+    log.write(d)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    r = j.get("ranks", [{}])[0]
+    ok(rc == 0 and abs(r.get("individual", 0) - 0.5) < 1e-9 and j.get("stragglers") == [0] and
+       r.get("relative") == 1.0, "individual score: best window / last window", so + se)
+
+
+# ---- 3. hang ---------------------------------------------------------------------------------
+
+SHAPE8 = (2, 2, 2)
+
+
+def groups_of(r):
+    """(name, ranks) of rank r's tp, dp and pp groups on the dp2 pp2 tp2 grid."""
+    tp, dp, pp = r % 2, r // 2 % 2, r // 4
+    return {"tp": [4 * pp + 2 * dp, 4 * pp + 2 * dp + 1], "dp": [4 * pp + tp, 4 * pp + 2 + tp],
+            "pp": [2 * dp + tp, 4 + 2 * dp + tp]}
+
+
+def write_hang(d, skip=(), behind=None, extra=lambda r: {}):
+    """Ranks 0-3 wait for grads from their pp peer (recv); ranks 4-7 wait in
+    tp all_reduce #12; `behind`: a rank that issued only #11 on tp and waits
+    in nothing."""
+    for r in range(8):
+        if r in skip:
+            continue
+        g = groups_of(r)
+        groups = []
+        for name in ("tp", "dp", "pp"):
+            issued = completed = 11 if name == "tp" else 6
+            ops = []
+            if name == "tp" and r >= 4 and r != behind:
+                issued, ops = 12, [("all_reduce", 12, -1, -1, 6.9 + 0.01 * r)]
+            if name == "pp" and r < 4:
+                issued, ops = 7, [("recv", 7, r + 4, 1, 6.5)]
+            groups.append((name, g[name], issued, completed, ops))
+        hang_dump(d, r, 8, SHAPE8, "hostA" if r < 4 else "hostB", groups,
+                  reason="peer_request" if r == behind else "timeout", **extra(r))
+
+
+def test_hang_missing(d):
+    write_hang(d, skip=(5,))
+    RankLog(5, 8, SHAPE8, "hostB5").write(d)  # its host comes from the events header
+    rc, so, se = run("trace", "hang", d, "--json")
+    try:
+        j = json.loads(so)
+    except ValueError:
+        j = {}
+    ok(rc == 0 and j, "hang --json exits 0 with JSON", so + se)
+    sus = [s["rank"] for s in j.get("suspects", [])]
+    ok(sus == [5], "the rank without a dump is the one suspect", sus)
+    if sus == [5]:
+        s = j["suspects"][0]
+        ok(s["host"] == "hostB5" and s["coord"] == {"dp": 0, "pp": 1, "tp": 1} and
+           "wrote no dump" in s["reasons"][0], "suspect host, coord, reason", s)
+    ok(j.get("world") == 8 and j.get("shape") == {"dp": 2, "pp": 2, "tp": 2} and
+       j.get("missing") == [5] and j.get("dumps") == [0, 1, 2, 3, 4, 6, 7],
+       "world, shape, dumps, missing", j)
+    w = {x["rank"]: x for x in j.get("waiting", [])}
+    ok(w.get(4, {}).get("op") == "all_reduce" and w[4]["group"] == "tp" and w[4]["seq"] == 12 and
+       w.get(0, {}).get("op") == "recv", "waiting: each rank's oldest op", w)
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 0 and "world 8 = dp 2 x pp 2 x tp 2" in so and "pp stage 1" in so and
+       "no dump" in so and "all_reduce #12 on 'tp' [4,5]" in so and
+       "suspects: rank 5 (dp 0, pp 1, tp 1) on hostB5: wrote no dump" in so, "hang text report",
+       so + se)
+
+
+def test_hang_behind(d):
+    write_hang(d, behind=6)
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    sus = {s["rank"]: s for s in j.get("suspects", [])}
+    ok(list(sus) == [6], "the member that never entered #12 is the one suspect", so + se)
+    why = " ".join(sus.get(6, {}).get("reasons", []))
+    ok("never entered all_reduce #12 on group 'tp' that rank 7 waits in" in why,
+       "reason names the op, the group and the waiter", why)
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 0 and "SUSPECT" in so and "suspects: rank 6 (dp 1, pp 1, tp 0) on hostB" in so,
+       "text report marks rank 6", so)
+
+
+def test_hang_stale(d):
+    """Rank 5 was stopped: the others' dumps say its heartbeat is stale; its
+    own late dump says they exited (they gave up on it).  Rank 6 is behind
+    on tp, a weaker finding: a note, not a suspect.  An absurd heartbeat age
+    (a slot that never beat) is not evidence."""
+    def extra(r):
+        if r == 5:
+            return dict(wall_s=1.7e9 + 60, exited=[0, 1, 4], unresponsive=[])
+        stale = [dict(rank=5, heartbeat_age_s=6.0)]
+        if r == 7:
+            stale.append(dict(rank=2, heartbeat_age_s=18446744073.7))
+        return dict(wall_s=1.7e9 + r * 0.01, unresponsive=stale, exited=[])
+    write_hang(d, behind=6, extra=extra)
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    sus = [s["rank"] for s in j.get("suspects", [])]
+    notes = [s["rank"] for s in j.get("notes", [])]
+    ok(sus == [5] and notes == [6], "unresponsive rank is the suspect; the one behind a note",
+       so + se)
+    why = " ".join(j["suspects"][0]["reasons"]) if sus else ""
+    ok("unresponsive" in why and "ranks 0, 1, 2, 3, 4, 6, 7" in why, "who saw it stale", why)
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 0 and "suspects: rank 5 (dp 0, pp 1, tp 1) on hostB: unresponsive" in so and
+       "also (weaker evidence): rank 6" in so, "text: suspect and note", so)
+
+
+def test_hang_nogrid(d):
+    for r in range(2):
+        hang_dump(d, r, 2, (2, 1, 1), "h", [("dp", [0, 1], 3, 2, [("all_reduce", 3, -1, -1, 1.0)])],
+                  grid=False)
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(j.get("shape") == {"dp": 2, "pp": 1, "tp": 1} and j.get("suspects") == [],
+       "no grid: dp = world; both waiting, no suspect", so + se)
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 0 and "suspects: none found" in so, "suspects: none found", so)
+
+
+# ---- 4. bad input ----------------------------------------------------------------------------
+
+def test_bad_input(root):
+    d = os.path.join(root, "trunc")
+    os.makedirs(d)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    log.span("compute", "fwd", 0, 10 * MS, step=1)
+    log.span("compute", "bwd", 20 * MS, 30 * MS, step=1)
+    log.write(d, truncate_last=12)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "events_r00000.jsonl:4: incomplete last line ignored" in se,
+       "a truncated last line is ignored with a warning", so + se)
+    d = os.path.join(root, "malformed")
+    os.makedirs(d)
+    path = log.write(d)
+    lines = open(path).read().splitlines()
+    lines[2] = lines[2][:-5]
+    open(path, "w").write("\n".join(lines) + "\n")
+    for cmd in ("merge", "stragglers"):
+        rc, so, se = run("trace", cmd, d)
+        ok(rc == 1 and f"{path}:3: malformed JSON line" in se,
+           f"{cmd}: a malformed middle line fails naming file:line", f"rc={rc}\n{se}")
+    d = os.path.join(root, "backwards")
+    os.makedirs(d)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    log.lines.append(dict(type="span", name="fwd", lane="compute", t0=50, t1=10))
+    path = log.write(d)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 1 and f"{path}:3" in se and "ends before it starts" in se, "t1 < t0 is an error", se)
+    d = os.path.join(root, "empty")
+    os.makedirs(d)
+    for cmd, what in (("merge", "no event logs"), ("stragglers", "no event logs"),
+                      ("hang", "no hang dumps")):
+        rc, so, se = run("trace", cmd, d)
+        ok(rc == 1 and d in se and what in se, f"{cmd} on an empty dir: clear error", se)
+    rc, so, se = run("trace", "merge", os.path.join(root, "nope"))
+    ok(rc == 1 and "nope: no such run directory" in se, "missing DIR named", se)
+    d = os.path.join(root, "nofwd")
+    os.makedirs(d)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    log.span("data", "prefetch", 0, 10)
+    log.write(d)
+    rc, so, se = run("trace", "stragglers", d)
+    ok(rc == 1 and "no rank has fwd/bwd spans" in se, "stragglers without fwd/bwd: exit 1", se)
+    d = os.path.join(root, "baddump")
+    os.makedirs(d)
+    open(os.path.join(d, "hang_r00000.json"), "w").write('{"type":"hang_dump", "rank": 0,')
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 1 and "hang_r00000.json" in se, "a truncated dump is named", se)
+    rc, so, se = run("trace", "stragglers", d, "--threshold", "2")
+    ok(rc == 2 and "--threshold" in se, "bad option value: usage error", se)
+    rc, so, se = run("trace", "frobnicate", d)
+    ok(rc == 2 and "unknown trace command" in se, "unknown subcommand", se)
+    rc, so, se = run("trace", "--help")
+    ok(rc == 0 and "--threshold" in so and "merge DIR" in so and "hang DIR" in so,
+       "--help from the option table", so)
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
+        for name, fn in (("merge", test_merge), ("stragglers", test_stragglers),
+                         ("individual", test_individual), ("hang_missing", test_hang_missing),
+                         ("hang_behind", test_hang_behind), ("hang_stale", test_hang_stale),
+                         ("hang_nogrid", test_hang_nogrid)):
+            d = os.path.join(root, name)
+            os.makedirs(d)
+            fn(d)
+        test_bad_input(root)
+    return summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
