@@ -12,7 +12,7 @@ if(TARGET mscuda_emu)
   # The trainer with the emulated CUDA backend: end-to-end runs in CI.
   add_executable(megascale_emu ${MS_CLI_SOURCES})
   target_compile_definitions(megascale_emu PRIVATE MS_DATA_DIR="${MS_DATA_DIR}")
-  target_link_libraries(megascale_emu PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,mscuda_emu>" mstrace mscore)
+  target_link_libraries(megascale_emu PRIVATE "$<LINK_LIBRARY:WHOLE_ARCHIVE,mscuda_emu>" mssup mstrace mscore)
   set_target_properties(megascale_emu PROPERTIES LINKER_LANGUAGE CXX)
   add_test(NAME gpu_train_emu
     COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/gpu/test_train_cuda.py)

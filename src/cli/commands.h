@@ -11,6 +11,7 @@ int cmd_sample(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
 
 /* Print "megascale <cmd>: error: <message>" and return the exit code. */
 int cli_fail(const char *cmd, ms_status st);

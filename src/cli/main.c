@@ -12,7 +12,8 @@ static void usage(void) {
            "  sample   generate text from saved weights\n"
            "  data     prepare and inspect token shards\n"
            "  ckpt     list, inspect, verify, export and reshard checkpoints\n"
-           "  trace    merge event logs into one timeline, stragglers, hang analysis\n\n"
+           "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
+           "  launch   run a training job under the supervisor (restarts it on faults)\n\n"
            "Each command takes --help.\n");
 }
 
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
+    if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
     usage();
     return 2;

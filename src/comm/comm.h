@@ -189,6 +189,10 @@ ms_status comm_world_set_dump_path(comm_world *w, const char *path);
  * Returns how many are still missing (a stopped rank never answers). */
 int comm_world_dump_grace(comm_world *w, double max_s);
 
+/* Bytes moved by this rank's completed ops so far (the MPI path; for the
+ * heartbeats).  Thread-safe. */
+long long comm_world_bytes(comm_world *w);
+
 /* ---- groups -------------------------------------------------------------- */
 
 /* Collective over every member of parent: members passing the same color

@@ -57,6 +57,8 @@ void comm_events_finish(comm_world *w, comm_req *r) {
     g->last_tag = p2p ? r->tag : -1;
     g->last_done = r->t_done;
     if (r->seq > g->done_seq && r->status == MS_OK) g->done_seq = r->seq;
+    if (r->status == MS_OK)
+        atomic_fetch_add_explicit(&w->bytes_done, (long long)bytes, memory_order_relaxed);
     if (!ms_ev_on()) return;
     ms_ev_args a = {.has = MS_EV_GROUP | MS_EV_BYTES, .group = g->ev_name, .bytes = (int64_t)bytes};
     if (r->seq) a.has |= MS_EV_SEQ, a.seq = (int64_t)r->seq;
@@ -207,4 +209,8 @@ int comm_world_dump_grace(comm_world *w, double max_s) {
         pending = comm_board_dump_pending(w, gen);
     }
     return pending;
+}
+
+long long comm_world_bytes(comm_world *w) {
+    return w ? atomic_load_explicit(&w->bytes_done, memory_order_relaxed) : 0;
 }

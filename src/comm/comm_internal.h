@@ -20,6 +20,7 @@
 
 #include <mpi.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "comm/comm.h"
@@ -154,6 +155,7 @@ struct comm_world {
     char dump_path[4096];                  /* "": no hang dumps; set with the world idle */
     unsigned long long dump_seen;          /* comm thread: board dump requests handled */
     int dumped;                            /* comm thread: a dump was written */
+    _Atomic long long bytes_done;          /* bytes of the ops completed (comm_world_bytes) */
     comm_group **groups;                   /* comm thread (and init/finalize): live groups */
     int ngroups, cap_groups;
 

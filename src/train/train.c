@@ -22,6 +22,7 @@
 #include "data/shm_ring.h"
 #include "monitor/devtime.h"
 #include "monitor/evlog.h"
+#include "monitor/heartbeat.h"
 #include "monitor/monitor.h"
 #include "monitor/step.h"
 #include "optim/optim.h"
@@ -44,6 +45,7 @@ typedef struct {
     int ring_leader;
     mon_record *rec;  /* the step record's sinks */
     mon_evlog *evlog; /* --trace-dir (NULL: tracing off) */
+    mon_heartbeat *hb; /* --heartbeat (NULL: not supervised) */
     char trace_dir[4096];
     uint16_t ev_data, ev_opt, ev_ckpt, lane_compute;
     mon_devtime *dev;             /* device spans of the step (read late) */
@@ -316,6 +318,23 @@ static ms_status setup_trace(trainer *t) {
     return MS_OK;
 }
 
+static long long hb_comm_bytes(void *w) {
+    return comm_world_bytes(w);
+}
+
+/* --heartbeat: beats to the supervisor (megascale launch). */
+static ms_status setup_heartbeat(trainer *t) {
+    const train_config *tc = t->tc;
+    if (!tc->heartbeat || !*tc->heartbeat) return MS_OK;
+    mon_heartbeat_config c = {.addr = tc->heartbeat,
+                              .token = tc->heartbeat_token,
+                              .rank = t->rank,
+                              .world = t->world ? comm_world_size(t->world) : 1,
+                              .comm_bytes = t->world ? hb_comm_bytes : NULL,
+                              .comm_ctx = t->world};
+    return mon_heartbeat_open(&t->hb, &c);
+}
+
 /* The effective configuration for the metrics' first line: the options as
  * given (tc->config_json), the layout, the device and the peak. */
 static char *config_json(const trainer *t) {
@@ -352,6 +371,7 @@ static ms_status setup_record(trainer *t) {
     MS_TRY(st);
     if (m.on_step) MS_TRY(mon_record_add(t->rec, m));
     if (t->evlog) MS_TRY(mon_record_add(t->rec, mon_sink_events()));
+    if (t->hb) MS_TRY(mon_record_add(t->rec, mon_sink_heartbeat(t->hb)));
     return mon_record_add(t->rec, mon_sink_summary(t->rank));
 }
 
@@ -359,6 +379,7 @@ static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
     MS_TRY(setup_trace(t));
+    MS_TRY(setup_heartbeat(t));
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
@@ -412,6 +433,8 @@ static ms_status setup(trainer *t) {
  * (after a failure on one rank the others may be stuck in a collective: the
  * caller exits non-zero and mpirun ends the job). */
 static void teardown(trainer *t, ms_status st) {
+    char why[1024]; /* the failure's message: the heartbeat's last word, and kept for main */
+    snprintf(why, sizeof why, "%s", st == MS_OK ? "" : ms_errmsg());
     ckpt_manager_destroy(t->ckpt); /* waits for a persist in flight */
     mon_record_destroy(t->rec);
     data_shm_close(t->ring);
@@ -433,11 +456,17 @@ static void teardown(trainer *t, ms_status st) {
         if (missing) ms_warn("hang dumps: %d rank(s) of this host did not answer", missing);
     }
     mon_evlog_close(t->evlog); /* after every thread that records has stopped */
+    if (st != MS_OK)
+        mon_heartbeat_error(t->hb, why);
+    else
+        mon_heartbeat_phase(t->hb, "done");
+    mon_heartbeat_close(t->hb);
     comm_grid_destroy(t->grid);
     if (t->world && st == MS_OK) {
         ms_status fs = comm_world_finalize(t->world);
         if (fs != MS_OK) ms_errorf("%s", ms_errmsg());
     }
+    if (st != MS_OK) ms_error(st, "%s", why); /* what main reports */
 }
 
 /* Mean of a per-rank value over the data-parallel ranks. */
@@ -506,6 +535,7 @@ static ms_status validate(trainer *t, float *loss) {
 
 static ms_status log_val(trainer *t, int step) {
     double t0 = ms_now();
+    mon_heartbeat_phase(t->hb, "val");
     mon_val v = {.step = step};
     MS_TRY(validate(t, &v.val_loss));
     v.sec = ms_now() - t0;

@@ -55,6 +55,9 @@ typedef struct {
     double comm_timeout;   /* seconds per collective (<= 0: the communicator's default) */
     int comm_nccl_sync;    /* 1: a wait on an NCCL op blocks the host (comm_options) */
     char *config_json;     /* the effective options as JSON (for the metrics), or NULL */
+    /* supervision (megascale launch sets these through the environment) */
+    char *heartbeat;       /* HOST:PORT of the driver, or NULL */
+    char *heartbeat_token; /* the job's token */
     /* deterministic fault injection for tests: "nan-grad@S" poisons the
      * gradients of step S (1-based), "nan-grad@S+" of every step from S */
     char *inject_fault;

@@ -131,7 +131,8 @@ def test_data(d):
 ENV_OPTIONS = {
     "train": {"MS_COMM_TIMEOUT": "comm-timeout", "MS_COMM_NCCL_SYNC": "comm-nccl-sync",
               "MS_CKPT_SHM_DIR": "ckpt-shm-dir", "MS_CKPT_FAULT": "ckpt-fault",
-              "MS_CUDA_PROFILE": "cuda-profile", "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu"},
+              "MS_CUDA_PROFILE": "cuda-profile", "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu",
+              "MS_HEARTBEAT": "heartbeat", "MS_HEARTBEAT_TOKEN": "heartbeat-token"},
     "sample": {"MS_DATA_DIR": "data-dir", "MS_CUDA_PROFILE": "cuda-profile",
                "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu"},
     "data": {"MS_DATA_DIR": "data-dir"},

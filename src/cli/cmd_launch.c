@@ -1,0 +1,98 @@
+/* cmd_launch.c - `megascale launch [launch options] -- [train options]`:
+ * the supervisor (src/supervisor/sup.h). */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/opts.h"
+#include "supervisor/sup.h"
+
+typedef struct {
+    int np, nodes, max_restarts, no_progress;
+    double hb_timeout, progress_factor, startup_timeout, grace, backoff;
+    char *run_dir, *events, *hostfile, *mpirun, *bin, *bind;
+} launch_cli;
+
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(launch_cli, field), def, help, NULL }
+
+static const opts_spec launch_opts[] = {
+    O("np", OPT_T_INT, np, "1", "ranks of the job"),
+    O("nodes", OPT_T_INT, nodes, "1",
+      "split the ranks into N nodes on this host (contiguous ranks), named in events"),
+    O("hostfile", OPT_T_STR, hostfile, NULL, "mpirun's hostfile (real hosts; use --bind too)"),
+    O("run-dir", OPT_T_STR, run_dir, NULL, "the driver's directory: events.jsonl (required)"),
+    O("events", OPT_T_STR, events, NULL, "the events JSONL (default RUN_DIR/events.jsonl)"),
+    O("max-restarts", OPT_T_INT, max_restarts, "10", "restarts before giving up (exit 3)"),
+    O("no-progress-restarts", OPT_T_INT, no_progress, "3",
+      "restarts in a row without a new step before stopping (exit 4: do not requeue)"),
+    O("heartbeat-timeout", OPT_T_DOUBLE, hb_timeout, "30",
+      "seconds without a beat from a rank before it is declared hung"),
+    O("progress-factor", OPT_T_DOUBLE, progress_factor, "5",
+      "hung when no new step for this many times the longest step seen (at least the "
+      "heartbeat timeout)"),
+    O("startup-timeout", OPT_T_DOUBLE, startup_timeout, "600",
+      "seconds from a launch to every rank's first step"),
+    O("grace", OPT_T_DOUBLE, grace, "10", "seconds between SIGTERM and SIGKILL when stopping"),
+    O("backoff", OPT_T_DOUBLE, backoff, "1", "seconds before the first restart (doubled, <= 30)"),
+    O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),
+    O("bin", OPT_T_STR, bin, NULL, "the megascale binary of the ranks (default: this one)"),
+    O("bind", OPT_T_STR, bind, "127.0.0.1", "heartbeat address (loopback unless hosts need it)"),
+};
+#define N_LAUNCH_OPTS ((int)(sizeof launch_opts / sizeof launch_opts[0]))
+
+int cmd_launch(int argc, char **argv) {
+    int sep = argc;
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--")) {
+            sep = i;
+            break;
+        }
+    launch_cli o = {0};
+    char *pos[1];
+    int npos, help;
+    ms_status st = opts_parse(launch_opts, N_LAUNCH_OPTS, &o, sep, argv, pos, 0, &npos, &help);
+    int rc = 0;
+    char self[4096] = "";
+    if (help) {
+        opts_print_help(
+            launch_opts, N_LAUNCH_OPTS,
+            "usage: megascale launch --np N --run-dir DIR [options] -- "
+            "--ckpt-dir DIR [train options]\n\n"
+            "Starts `megascale train` under mpirun, watches its heartbeats, and restarts "
+            "it from its newest checkpoint after a crash or a hang.\nExit codes: 0 "
+            "done, 1 driver error, 2 usage, 3 restart budget spent, 4 no progress "
+            "(do not requeue), 5 stopped by a signal.");
+    } else if (st != MS_OK) {
+        rc = cli_fail("launch", st);
+    } else if (sep == argc) {
+        fprintf(stderr, "megascale launch: error: no train options: put them after '--' "
+                        "(see megascale launch --help)\n");
+        rc = 2;
+    } else {
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n > 0) self[n] = 0;
+        sup_config c = {.np = o.np,
+                        .nodes = o.nodes,
+                        .hostfile = o.hostfile,
+                        .max_restarts = o.max_restarts,
+                        .hb_timeout = o.hb_timeout,
+                        .progress_factor = o.progress_factor,
+                        .startup_timeout = o.startup_timeout,
+                        .grace = o.grace,
+                        .backoff = o.backoff,
+                        .no_progress_limit = o.no_progress > 0 ? o.no_progress : 1,
+                        .run_dir = o.run_dir,
+                        .events = o.events,
+                        .mpirun = o.mpirun,
+                        .bin = o.bin && *o.bin ? o.bin : self,
+                        .bind = o.bind,
+                        .train_argc = argc - sep - 1,
+                        .train_argv = argv + sep + 1};
+        rc = sup_run(&c);
+    }
+    opts_free(launch_opts, N_LAUNCH_OPTS, &o);
+    return rc;
+}

@@ -1,0 +1,265 @@
+/* heartbeat.c - the heartbeat client and its thread (see heartbeat.h). */
+#include "monitor/heartbeat.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <netdb.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/timeutil.h"
+
+#define HB_CONNECT_S 5.0
+#define HB_RECONNECT_S 5.0
+#define HB_TOKEN_MAX 64
+
+struct mon_heartbeat {
+    char host[256], port[16], token[HB_TOKEN_MAX + 1], hostname[128];
+    int rank, world;
+    double period_s;
+    long long (*comm_bytes)(void *);
+    void *comm_ctx;
+    int fd;                 /* thread: -1 while disconnected */
+    double next_connect;    /* thread */
+    unsigned long long seq; /* thread */
+    int warned;             /* thread */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    /* under mu */
+    int stop, dirty;
+    int step;
+    double step_ms, loss, grad_norm;
+    char phase[16];
+    char error[1024];
+};
+
+static ms_status parse_addr(mon_heartbeat *hb, const char *addr) {
+    const char *colon = addr ? strrchr(addr, ':') : NULL;
+    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof hb->host || !colon[1] ||
+        strlen(colon + 1) >= sizeof hb->port ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return ms_error(MS_ERR_ARG, "--heartbeat '%s': expected HOST:PORT", addr ? addr : "");
+    snprintf(hb->host, sizeof hb->host, "%.*s", (int)(colon - addr), addr);
+    snprintf(hb->port, sizeof hb->port, "%s", colon + 1);
+    return MS_OK;
+}
+
+/* A connected socket, or -1 (errno set) within HB_CONNECT_S. */
+static int dial(const mon_heartbeat *hb) {
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(hb->host, hb->port, &hints, &res) != 0 || !res) {
+        errno = EHOSTUNREACH;
+        return -1;
+    }
+    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int rc = fd < 0 ? -1 : connect(fd, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    if (fd >= 0 && rc != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        int err = 0;
+        socklen_t len = sizeof err;
+        if (poll(&p, 1, (int)(HB_CONNECT_S * 1000)) == 1 &&
+            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+            rc = 0;
+        else
+            errno = err ? err : ETIMEDOUT;
+    }
+    if (rc != 0) {
+        int e = errno;
+        if (fd >= 0) close(fd);
+        errno = e;
+        return -1;
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+    struct timeval tv = {1, 0}; /* a send never blocks training for long */
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    return fd;
+}
+
+static void add_num(cJSON *o, const char *k, double v) {
+    if (isfinite(v))
+        cJSON_AddNumberToObject(o, k, v);
+    else
+        cJSON_AddNullToObject(o, k);
+}
+
+/* This beat's line (malloc'd, newline-terminated), from the state under mu. */
+static char *beat_line(mon_heartbeat *hb) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "v", 1);
+    cJSON_AddStringToObject(o, "token", hb->token);
+    cJSON_AddNumberToObject(o, "rank", hb->rank);
+    cJSON_AddNumberToObject(o, "world", hb->world);
+    cJSON_AddNumberToObject(o, "pid", (double)getpid());
+    cJSON_AddStringToObject(o, "host", hb->hostname);
+    cJSON_AddNumberToObject(o, "seq", (double)++hb->seq);
+    pthread_mutex_lock(&hb->mu);
+    cJSON_AddNumberToObject(o, "step", hb->step);
+    cJSON_AddStringToObject(o, "phase", hb->phase);
+    add_num(o, "step_ms", hb->step_ms);
+    add_num(o, "loss", hb->loss);
+    add_num(o, "grad_norm", hb->grad_norm);
+    if (hb->error[0]) cJSON_AddStringToObject(o, "error", hb->error);
+    hb->dirty = 0;
+    pthread_mutex_unlock(&hb->mu);
+    cJSON_AddNumberToObject(o, "comm_bytes",
+                            hb->comm_bytes ? (double)hb->comm_bytes(hb->comm_ctx) : 0);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    size_t n = text ? strlen(text) : 0;
+    char *line = text ? realloc(text, n + 2) : NULL;
+    if (!line) {
+        free(text);
+        return NULL;
+    }
+    line[n] = '\n', line[n + 1] = 0;
+    return line;
+}
+
+/* Send one beat; (re)connect when due.  Thread only. */
+static void send_beat(mon_heartbeat *hb) {
+    double now = ms_now();
+    if (hb->fd < 0 && now >= hb->next_connect) {
+        hb->fd = dial(hb);
+        hb->next_connect = now + HB_RECONNECT_S;
+    }
+    if (hb->fd < 0) return;
+    char *line = beat_line(hb);
+    size_t n = line ? strlen(line) : 0;
+    if (line && n <= MON_HB_LINE_MAX && send(hb->fd, line, n, MSG_NOSIGNAL) == (ssize_t)n) {
+        free(line);
+        return;
+    }
+    if (!hb->warned)
+        ms_warn("heartbeat: lost the driver at %s:%s (%s); training goes on, reconnecting",
+                hb->host, hb->port, strerror(errno));
+    hb->warned = 1;
+    free(line);
+    close(hb->fd);
+    hb->fd = -1;
+}
+
+static void *beat_main(void *arg) {
+    mon_heartbeat *hb = arg;
+    pthread_mutex_lock(&hb->mu);
+    while (!hb->stop) {
+        if (!hb->dirty) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            long long ns = ts.tv_nsec + (long long)(hb->period_s * 1e9);
+            ts.tv_sec += (time_t)(ns / 1000000000LL);
+            ts.tv_nsec = (long)(ns % 1000000000LL);
+            pthread_cond_timedwait(&hb->cv, &hb->mu, &ts);
+            if (hb->stop) break;
+        }
+        pthread_mutex_unlock(&hb->mu);
+        send_beat(hb);
+        pthread_mutex_lock(&hb->mu);
+    }
+    pthread_mutex_unlock(&hb->mu);
+    send_beat(hb); /* the last word: "done" or "error" */
+    return NULL;
+}
+
+ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c) {
+    *out = NULL;
+    if (!c->token || !*c->token || strlen(c->token) > HB_TOKEN_MAX ||
+        strspn(c->token, "0123456789abcdefABCDEF") != strlen(c->token))
+        return ms_error(MS_ERR_ARG, "--heartbeat-token: expected up to %d hex digits",
+                        HB_TOKEN_MAX);
+    mon_heartbeat *hb = calloc(1, sizeof *hb);
+    if (!hb) return ms_error(MS_ERR_NOMEM, "heartbeat: out of memory");
+    ms_status st = parse_addr(hb, c->addr);
+    if (st != MS_OK) {
+        free(hb);
+        return st;
+    }
+    snprintf(hb->token, sizeof hb->token, "%s", c->token);
+    gethostname(hb->hostname, sizeof hb->hostname - 1);
+    hb->rank = c->rank, hb->world = c->world;
+    hb->period_s = c->period_s > 0 ? c->period_s : 1.0;
+    hb->comm_bytes = c->comm_bytes, hb->comm_ctx = c->comm_ctx;
+    snprintf(hb->phase, sizeof hb->phase, "start");
+    hb->loss = hb->grad_norm = NAN;
+    hb->fd = dial(hb);
+    if (hb->fd < 0) {
+        st = ms_error(MS_ERR_IO, "--heartbeat %s: cannot connect to the driver: %s", c->addr,
+                      strerror(errno));
+        free(hb);
+        return st;
+    }
+    hb->next_connect = ms_now() + HB_RECONNECT_S;
+    hb->dirty = 1;
+    pthread_mutex_init(&hb->mu, NULL);
+    pthread_cond_init(&hb->cv, NULL);
+    int rc = pthread_create(&hb->thread, NULL, beat_main, hb);
+    if (rc != 0) {
+        close(hb->fd);
+        free(hb);
+        return ms_error(MS_ERR_INTERNAL, "heartbeat: cannot start its thread: %s", strerror(rc));
+    }
+    *out = hb;
+    return MS_OK;
+}
+
+static void update(mon_heartbeat *hb, const char *phase, const char *error) {
+    pthread_mutex_lock(&hb->mu);
+    if (phase) snprintf(hb->phase, sizeof hb->phase, "%s", phase);
+    if (error) {
+        snprintf(hb->error, sizeof hb->error, "%s", error);
+        for (char *p = hb->error; *p; p++) /* one line: the driver takes no control bytes */
+            if ((unsigned char)*p < 0x20) *p = ' ';
+    }
+    hb->dirty = 1;
+    pthread_cond_signal(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
+}
+
+void mon_heartbeat_phase(mon_heartbeat *hb, const char *phase) {
+    if (hb) update(hb, phase, NULL);
+}
+
+void mon_heartbeat_error(mon_heartbeat *hb, const char *msg) {
+    if (hb) update(hb, "error", msg && *msg ? msg : "unknown error");
+}
+
+static ms_status hb_step(void *ctx, const mon_step *s) {
+    mon_heartbeat *hb = ctx;
+    pthread_mutex_lock(&hb->mu);
+    hb->step = s->step;
+    hb->step_ms = s->sec * 1e3;
+    hb->loss = s->loss;
+    hb->grad_norm = s->grad_norm;
+    snprintf(hb->phase, sizeof hb->phase, "train");
+    hb->dirty = 1;
+    pthread_cond_signal(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
+    return MS_OK;
+}
+
+mon_sink mon_sink_heartbeat(mon_heartbeat *hb) {
+    return (mon_sink){hb, hb_step, NULL, NULL};
+}
+
+void mon_heartbeat_close(mon_heartbeat *hb) {
+    if (!hb) return;
+    pthread_mutex_lock(&hb->mu);
+    hb->stop = 1;
+    pthread_cond_signal(&hb->cv);
+    pthread_mutex_unlock(&hb->mu);
+    pthread_join(hb->thread, NULL);
+    if (hb->fd >= 0) close(hb->fd);
+    pthread_mutex_destroy(&hb->mu);
+    pthread_cond_destroy(&hb->cv);
+    free(hb);
+}

@@ -1,0 +1,51 @@
+/* heartbeat.h - the rank side of the supervisor's heartbeats
+ * (docs/formats.md, "Heartbeats"): a background thread sends one JSON line
+ * per beat over TCP to the driver (`megascale launch`), every period and
+ * at once after each step, with the job's token, this rank's identity and
+ * its progress (step, phase, step time, loss, grad norm, bytes
+ * communicated) and, at the end, the error line of a failed run.
+ *
+ * The beats come from their own thread, so a rank whose training thread is
+ * stuck keeps beating without progress (the driver's "no progress"
+ * detector), while a stopped or dead process stops beating ("no beat").
+ * Sending never blocks training: the thread sends with a timeout, and a
+ * driver that went away is reconnected every few seconds.
+ *
+ * Who calls it: the trainer (open when --heartbeat is given, a sink of the
+ * step record, close at the end).  Memory: open allocates, close frees.
+ * Thread-safety: the setters may be called from any thread.
+ */
+#ifndef MON_HEARTBEAT_H
+#define MON_HEARTBEAT_H
+
+#include "base/status.h"
+#include "monitor/step.h"
+
+#define MON_HB_LINE_MAX 4096 /* a beat's line, newline included, is at most this long */
+
+typedef struct {
+    const char *addr;  /* "HOST:PORT" of the driver (numeric IPv4 or a name) */
+    const char *token; /* the job's token (printable, no quotes) */
+    int rank, world;
+    double period_s;                    /* <= 0: 1 s */
+    long long (*comm_bytes)(void *ctx); /* bytes communicated so far (may be NULL) */
+    void *comm_ctx;
+} mon_heartbeat_config;
+
+typedef struct mon_heartbeat mon_heartbeat;
+
+/* Connect (within 5 s) and start beating with phase "start".  Errors:
+ * MS_ERR_ARG (a malformed address or token), MS_ERR_IO (cannot connect),
+ * each naming the address. */
+ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c);
+/* The step record's sink: each step updates the beat and sends it now. */
+mon_sink mon_sink_heartbeat(mon_heartbeat *hb);
+/* The current phase: "start", "train", "val", "ckpt", "done", "error". */
+void mon_heartbeat_phase(mon_heartbeat *hb, const char *phase);
+/* A failed run: send phase "error" with this message (cut to fit) now. */
+void mon_heartbeat_error(mon_heartbeat *hb, const char *msg);
+/* Send a last beat (phase as set: "done" after a finished run), stop, free.
+ * NULL is ignored. */
+void mon_heartbeat_close(mon_heartbeat *hb);
+
+#endif

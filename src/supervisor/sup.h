@@ -1,0 +1,70 @@
+/* sup.h - the robust-training driver (`megascale launch`): a separate
+ * process that never calls MPI.  It starts the job through mpirun, listens
+ * for the ranks' heartbeats (monitor/heartbeat.h) on a TCP socket bound to
+ * loopback with a random per-job token, detects faults (a rank that exits
+ * or reports an error, a rank that stops beating, a job that stops making
+ * progress), stops every rank (SIGTERM, then SIGKILL after a grace period),
+ * and restarts the job from its newest checkpoint (--resume auto), within a
+ * restart budget and until the job finishes.  Everything it sees and does
+ * goes to an events JSONL in the run directory, and a summary (faults by
+ * kind, detection and recovery times, steps redone, effective training
+ * time ratio) ends the run.  See docs/operations.md, "The supervisor".
+ *
+ * Who calls it: src/cli/cmd_launch.c.  Memory: everything is owned inside
+ * sup_run.  Thread-safety: one thread (a poll loop).
+ */
+#ifndef SUP_SUP_H
+#define SUP_SUP_H
+
+/* Exit codes of `megascale launch` (docs/operations.md). */
+enum {
+    SUP_EXIT_DONE = 0,        /* the training finished */
+    SUP_EXIT_ERROR = 1,       /* the driver itself failed (run directory, socket, spawn) */
+    SUP_EXIT_USAGE = 2,       /* bad launch or train options */
+    SUP_EXIT_GAVE_UP = 3,     /* the restart budget is spent */
+    SUP_EXIT_NO_PROGRESS = 4, /* restarts made no progress: do not requeue */
+    SUP_EXIT_STOPPED = 5,     /* stopped by SIGINT / SIGTERM to the driver */
+};
+
+typedef struct {
+    int np;                   /* ranks */
+    int nodes;                /* split the ranks into this many nodes on one host (0/1: one) */
+    const char *hostfile;     /* passed to mpirun (real hosts); NULL: this host */
+    int max_restarts;         /* restarts allowed before giving up */
+    double hb_timeout;        /* no beat from a rank for this long: it is hung (s) */
+    double progress_factor;   /* no new step for factor x the longest step seen: hung */
+    double startup_timeout;   /* from launch to every rank's first step (s) */
+    double grace;             /* SIGTERM -> SIGKILL (s) */
+    double backoff;           /* first wait before a restart (s), doubled each time, <= 30 */
+    int no_progress_limit;    /* restarts in a row without a new step: stop (do not requeue) */
+    const char *run_dir;      /* events, state; created */
+    const char *events;       /* the events JSONL (NULL: RUN_DIR/events.jsonl) */
+    const char *mpirun;       /* mpirun's path (NULL: "mpirun" on PATH) */
+    const char *bin;          /* the megascale binary the ranks run (NULL: this one) */
+    const char *bind;         /* heartbeat address (NULL: 127.0.0.1) */
+    const char *extra_mpirun; /* more mpirun arguments, space-separated (may be NULL) */
+    int train_argc;
+    char **train_argv; /* the train options (after "--") */
+} sup_config;
+
+/* Run the job to its end; returns the exit code (SUP_EXIT_*), having
+ * printed why. */
+int sup_run(const sup_config *c);
+
+/* The heartbeat message parser, public for its tests (sup_beat.c). */
+typedef struct {
+    int rank, world, pid;
+    char host[128];
+    unsigned long long seq;
+    int step;
+    char phase[16];                              /* start train val ckpt done error */
+    double step_ms, loss, grad_norm, comm_bytes; /* NaN when absent or null */
+    char error[1024];
+} sup_beat;
+/* Parse one line (without its newline) strictly: JSON object, version 1,
+ * the job's token, every required field with its type and range, no
+ * unknown field.  Returns 0, or -1 with *why set to a static reason. */
+int sup_beat_parse(const char *line, size_t len, const char *token, int world, sup_beat *out,
+                   const char **why);
+
+#endif

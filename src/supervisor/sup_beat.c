@@ -1,0 +1,123 @@
+/* sup_beat.c - the heartbeat message parser (sup_beat_parse).
+ *
+ * A beat is one line of at most MON_HB_LINE_MAX bytes holding a JSON
+ * object (docs/formats.md, "Heartbeats").  Nothing in a message is ever
+ * executed or used as a path: the driver only stores numbers and copies
+ * the host and error strings (bounded) into its events.  Strict: version
+ * 1, the job's token (compared in constant time), every required field
+ * with its JSON type and range, no unknown field, no NUL byte.
+ */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "supervisor/sup.h"
+
+static const char *const known[] = {"v",    "token",     "rank",       "world", "pid",
+                                    "host", "seq",       "step",       "phase", "step_ms",
+                                    "loss", "grad_norm", "comm_bytes", "error"};
+
+static int is_known(const char *k) {
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(k, known[i])) return 1;
+    return 0;
+}
+
+/* An integer field in [lo, hi]; 0 on success. */
+static int get_int(const cJSON *o, const char *k, double lo, double hi, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble) ||
+        x->valuedouble != floor(x->valuedouble) || x->valuedouble < lo || x->valuedouble > hi)
+        return -1;
+    *v = x->valuedouble;
+    return 0;
+}
+
+/* An optional number (null or absent: NaN). */
+static int get_opt_num(const cJSON *o, const char *k, double *v) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    *v = NAN;
+    if (!x || cJSON_IsNull(x)) return 0;
+    if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) return -1;
+    *v = x->valuedouble;
+    return 0;
+}
+
+/* A string field of at most n-1 printable bytes. */
+static int get_str(const cJSON *o, const char *k, char *dst, size_t n, int required) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    dst[0] = 0;
+    if (!x) return required ? -1 : 0;
+    if (!cJSON_IsString(x) || strlen(x->valuestring) >= n) return -1;
+    for (const unsigned char *p = (const unsigned char *)x->valuestring; *p; p++)
+        if (*p < 0x20 && *p != '\t') return -1;
+    snprintf(dst, n, "%s", x->valuestring);
+    return 0;
+}
+
+static int token_ok(const cJSON *o, const char *token) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "token");
+    if (!cJSON_IsString(x)) return 0;
+    size_t a = strlen(x->valuestring), b = strlen(token);
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < b; i++) /* constant time in the token's length */
+        diff |= (unsigned)(unsigned char)(i < a ? x->valuestring[i] : 0) ^ (unsigned char)token[i];
+    return diff == 0;
+}
+
+static int phase_ok(const char *p) {
+    static const char *const ph[] = {"start", "train", "val", "ckpt", "done", "error"};
+    for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++)
+        if (!strcmp(p, ph[i])) return 1;
+    return 0;
+}
+
+static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
+    double v = 0;
+    *why = "bad or missing field";
+    if (get_int(o, "v", 1, 1, &v)) return *why = "not version 1", -1;
+    if (get_int(o, "rank", 0, world - 1, &v)) return *why = "rank out of range", -1;
+    b->rank = (int)v;
+    if (get_int(o, "world", world, world, &v)) return *why = "another world size", -1;
+    b->world = (int)v;
+    if (get_int(o, "pid", 1, 4194304, &v)) return -1;
+    b->pid = (int)v;
+    if (get_int(o, "seq", 1, 9007199254740991.0, &v)) return -1;
+    b->seq = (unsigned long long)v;
+    if (get_int(o, "step", 0, 2147483647, &v)) return -1;
+    b->step = (int)v;
+    if (get_str(o, "host", b->host, sizeof b->host, 1)) return -1;
+    if (get_str(o, "phase", b->phase, sizeof b->phase, 1) || !phase_ok(b->phase))
+        return *why = "unknown phase", -1;
+    if (get_opt_num(o, "step_ms", &b->step_ms) || get_opt_num(o, "loss", &b->loss) ||
+        get_opt_num(o, "grad_norm", &b->grad_norm) || get_opt_num(o, "comm_bytes", &b->comm_bytes))
+        return -1;
+    if (get_str(o, "error", b->error, sizeof b->error, 0)) return -1;
+    return 0;
+}
+
+int sup_beat_parse(const char *line, size_t len, const char *token, int world, sup_beat *out,
+                   const char **why) {
+    memset(out, 0, sizeof *out);
+    if (len == 0 || memchr(line, 0, len)) return *why = "empty line or a NUL byte", -1;
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+    if (!o || !cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return *why = "not a JSON object", -1;
+    }
+    while (end && end < line + len && (*end == ' ' || *end == '\r' || *end == '\t'))
+        end++;
+    int rc = end == line + len ? 0 : -1;
+    if (rc) *why = "text after the object";
+    for (const cJSON *it = o->child; rc == 0 && it; it = it->next) {
+        if (!it->string || !is_known(it->string)) rc = -1, *why = "unknown field";
+        for (const cJSON *j = o->child; rc == 0 && j != it; j = j->next)
+            if (!strcmp(j->string, it->string)) rc = -1, *why = "duplicate field";
+    }
+    if (rc == 0 && !token_ok(o, token)) rc = -1, *why = "wrong token";
+    if (rc == 0) rc = fill(o, world, out, why);
+    cJSON_Delete(o);
+    return rc;
+}

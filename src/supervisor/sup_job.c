@@ -1,0 +1,92 @@
+/* sup_job.c - the job: mpirun as a child in its own process group, and
+ * stopping it with nothing left behind. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/timeutil.h"
+#include "supervisor/sup_internal.h"
+
+int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token, char *why,
+                  size_t n) {
+    memset(j, 0, sizeof *j);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(why, n, "fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        setpgid(0, 0); /* one group: the driver stops mpirun and its ranks together */
+        setenv("MS_HEARTBEAT", hb_addr, 1);
+        setenv("MS_HEARTBEAT_TOKEN", token, 1);
+        execvp(argv[0], argv);
+        fprintf(stderr, "megascale launch: cannot run %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    setpgid(pid, pid); /* also here: no race with the child's own call */
+    j->pid = pid;
+    return 0;
+}
+
+int sup_job_poll(sup_job *j) {
+    if (j->exited || !j->pid) return 1;
+    int st = 0;
+    pid_t r = waitpid(j->pid, &st, WNOHANG);
+    if (r == j->pid || (r < 0 && errno == ECHILD)) {
+        j->status = r == j->pid ? st : 0;
+        j->exited = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/* Reap every exited child: the driver is a child subreaper (sup_run), so
+ * ranks that lose mpirun become its children. */
+static void reap_orphans(void) {
+    int st;
+    while (waitpid(-1, &st, WNOHANG) > 0) {
+    }
+}
+
+static int alive(pid_t pid) {
+    reap_orphans();
+    return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+double sup_job_stop(sup_job *j, double grace, const int *pids, int n) {
+    double t0 = ms_now();
+    if (j->pid && !sup_job_poll(j)) {
+        kill(-j->pid, SIGCONT); /* a stopped rank must run to see SIGTERM */
+        kill(-j->pid, SIGTERM);
+        while (!sup_job_poll(j) && ms_now() - t0 < grace)
+            usleep(20000);
+        if (!j->exited) kill(-j->pid, SIGKILL);
+    }
+    for (int i = 0; i < n; i++) /* ranks outside the group (or not yet gone) */
+        if (pids[i] > 0 && alive(pids[i])) kill(pids[i], SIGKILL);
+    if (j->pid) {
+        kill(-j->pid, SIGKILL); /* anything of the group still there */
+        while (!sup_job_poll(j))
+            usleep(10000);
+        reap_orphans();
+    }
+    for (int i = 0; i < n; i++) /* wait until the ranks are gone (they are not our children) */
+        for (int k = 0; k < 500 && pids[i] > 0 && alive(pids[i]); k++)
+            usleep(10000);
+    return ms_now() - t0;
+}
+
+void sup_job_describe(const sup_job *j, char *buf, size_t n) {
+    if (WIFEXITED(j->status))
+        snprintf(buf, n, "exit code %d", WEXITSTATUS(j->status));
+    else if (WIFSIGNALED(j->status))
+        snprintf(buf, n, "killed by signal %d", WTERMSIG(j->status));
+    else
+        snprintf(buf, n, "status %d", j->status);
+}

@@ -1,0 +1,175 @@
+"""The supervisor (`megascale launch`, src/supervisor) on real faults, each
+against a fault-free run of the same job (dp2, 2 ranks, checkpoints every 4
+steps):
+
+1. kill -9 of rank 1 mid-run: detected as a crash of rank 1 (its heartbeat
+   connection closes), the job is stopped and restarted from the newest
+   commit, finishes by itself, and its final weights are bitwise equal to
+   the fault-free run's;
+2. SIGSTOP of rank 0: detected as a hang of rank 0 (no heartbeat), the same
+   recovery, bitwise-equal weights;
+3. a crash loop (rank 1 exits at step 10 in every attempt): stopped after
+   --no-progress-restarts restarts with exit code 4 ("do not requeue");
+4. the heartbeat socket: beats with a wrong token, a malformed line, an
+   oversized line and an out-of-order sequence number are rejected (events
+   "beat_rejected") and do not disturb the job.
+
+Environment: MS_BIN (the megascale binary)."""
+import hashlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
+from mpi_common import BIN, finish, ok, start  # noqa: E402
+
+TRAIN = ["--vocab", "256", "--layers", "4", "--dim", "128", "--heads", "4", "--seq-max", "32",
+         "--seq", "32", "--batch", "16", "--steps", "40", "--dp", "2", "--threads", "1",
+         "--lr", "1e-3", "--log-every", "10", "--peak-flops", "1e11", "--ckpt-every", "4",
+         "--data-order", "sequential"]
+LAUNCH = ["--np", "2", "--heartbeat-timeout", "4", "--backoff", "0.2", "--grace", "3",
+          "--startup-timeout", "120"]
+
+
+def events(run):
+    try:
+        return [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
+    except OSError:
+        return []
+
+
+def sha(path):
+    try:
+        return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    except OSError:
+        return None
+
+
+def launch(d, name, shard, extra_train=(), extra_launch=()):
+    run = os.path.join(d, name)
+    cmd = [BIN, "launch", *LAUNCH, "--run-dir", run, *extra_launch, "--", "--train-data", shard,
+           *TRAIN, "--ckpt-dir", os.path.join(run, "ckpt"), "--metrics",
+           os.path.join(run, "m.jsonl"), "--save-weights", os.path.join(run, "w.safetensors"),
+           *extra_train]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return run, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 errors="replace", env=env)
+
+
+def wait_step(run, step, p, timeout=120):
+    """The pids of the ranks once rank 0 has logged `step` steps."""
+    t_end = time.time() + timeout
+    while time.time() < t_end and p.poll() is None:
+        try:
+            n = sum(1 for l in open(os.path.join(run, "m.jsonl")) if '"loss"' in l)
+        except OSError:
+            n = 0
+        if n >= step:
+            break
+        time.sleep(0.02)
+    pids = {}
+    for e in events(run):
+        if e["event"] == "rank_up":
+            pids[e["rank"]] = e["pid"]
+    return pids
+
+
+def finished(p, timeout=300):
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+    return p.returncode, err
+
+
+def faults(run):
+    return [(e["kind"], e["rank"]) for e in events(run) if e["event"] == "fault_detected"]
+
+
+def check_recovery(d, shard, ref_w, name, sig, victim):
+    run, p = launch(d, name, shard)
+    pids = wait_step(run, 12, p)
+    if victim in pids:
+        os.kill(pids[victim], sig)
+    rc, err = finished(p)
+    ev = events(run)
+    kind = "crash" if sig == signal.SIGKILL else "hang"
+    ok(rc == 0, f"{name}: the job finishes by itself", err[-3000:])
+    ok(faults(run)[:1] == [(kind, victim)], f"{name}: the fault is a {kind} of rank {victim}",
+       str(faults(run)) + err[-2000:])
+    ok(any(e["event"] == "restart" for e in ev) and ev[-1]["event"] == "job_done",
+       f"{name}: restarted, then done", str([e["event"] for e in ev]))
+    ok(sha(os.path.join(run, "w.safetensors")) == ref_w,
+       f"{name}: final weights bitwise equal to the fault-free run")
+    summ = [e for e in ev if e["event"] == "summary"]
+    ok(summ and summ[0]["faults"] == {kind: 1} and summ[0]["restarts"] == 1
+       and 0 < summ[0]["ettr"] <= 1, f"{name}: the summary counts it", str(summ))
+    det = [e["detect_s"] for e in ev if e["event"] == "fault_detected"]
+    limit = 1.0 if kind == "crash" else 4 + 1.0
+    ok(det and det[0] <= limit, f"{name}: detected within {limit} s", str(det))
+    print(f"{name}: detected in {det[0] if det else '?'} s; {err.strip().splitlines()[-1]}")
+
+
+def check_crash_loop(d, shard):
+    run, p = launch(d, "loop", shard, ["--inject-fault", "exit@10:1"],
+                    ["--no-progress-restarts", "2", "--max-restarts", "8"])
+    rc, err = finished(p)
+    ev = events(run)
+    ok(rc == 4, "crash loop: exit code 4 (no progress, do not requeue)", f"rc {rc}\n{err[-3000:]}")
+    ok("no progress" in err and ev and ev[-1]["event"] == "job_failed",
+       "crash loop: says why and records it", err[-2000:])
+    ok(len([e for e in ev if e["event"] == "launch"]) == 3, "crash loop: two restarts, then stop",
+       str([e["event"] for e in ev]))
+
+
+def check_bad_beats(d, shard):
+    run, p = launch(d, "beats", shard)
+    wait_step(run, 2, p)
+    hb = [e["heartbeat"] for e in events(run) if e["event"] == "job_start"]
+    sent = 0
+    if hb:
+        host, port = hb[0].rsplit(":", 1)
+        lines = [b'{"v":1,"token":"00000000000000000000000000000000","rank":0,"world":2,"pid":1,'
+                 b'"host":"x","seq":1,"step":999,"phase":"train"}\n',
+                 b'{"v":1, not json\n', b'x' * 10000 + b'\n',
+                 b'{"v":1,"rank":0}\n', b'\x00\xff\xfe garbage\n']
+        for line in lines:
+            try:
+                s = socket.create_connection((host, int(port)), timeout=5)
+                s.sendall(line)
+                time.sleep(0.3)
+                s.close()
+                sent += 1
+            except OSError:
+                pass
+    rc, err = finished(p)
+    rej = [e for e in events(run) if e["event"] == "beat_rejected"]
+    ok(rc == 0 and sent == 5 and len(rej) >= 4, "bad beats are rejected, the job is undisturbed",
+       f"rc {rc}, sent {sent}, rejected {[e['why'] for e in rej]}\n{err[-2000:]}")
+    ok(not faults(run), "bad beats raise no fault", str(faults(run)))
+    whys = {e["why"] for e in rej}
+    ok("wrong token" in whys and "not a JSON object" in whys and "line too long" in whys,
+       "each named", str(whys))
+
+
+def main():
+    d, shard = start("ms_sup_")
+    run, p = launch(d, "ref", shard)
+    rc, err = finished(p)
+    ok(rc == 0 and not faults(run), "the fault-free run", err[-3000:])
+    ref_w = sha(os.path.join(run, "w.safetensors"))
+    ok(ref_w is not None, "the fault-free run saved its weights")
+    check_recovery(d, shard, ref_w, "kill9", signal.SIGKILL, 1)
+    check_recovery(d, shard, ref_w, "sigstop", signal.SIGSTOP, 0)
+    check_crash_loop(d, shard)
+    check_bad_beats(d, shard)
+    finish(d)
+
+
+if __name__ == "__main__":
+    main()
