@@ -1,9 +1,10 @@
 /* ckpt_fault.c - deterministic fault injection for the checkpoint tests.
  *
- * ckpt_options.fault = POINT[@STEP][:RANK] (the trainer's --ckpt-fault, env
- * MS_CKPT_FAULT): at POINT of the checkpoint of step
- * STEP (default: the first checkpoint this process takes) on global rank
- * RANK (default: every rank):
+ * ckpt_options.fault is a fault plan (base/fault.h, the one syntax of every
+ * injected fault; the trainer passes its --inject-fault and --ckpt-fault,
+ * env MS_CKPT_FAULT): an entry POINT[@STEP][:RANK] fires at POINT of the
+ * checkpoint of step STEP (default: the first checkpoint this process
+ * takes) on global rank RANK (default: every rank):
  *   stage1:mid            SIGKILL halfway through the stage-1 copy
  *   stage2:start          SIGKILL before the shard is written
  *   stage2:mid-shard      half a shard written to its temp file, SIGKILL
@@ -47,39 +48,18 @@ static const char *const points[] = {
 
 ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f) {
     memset(f, 0, sizeof *f);
-    f->step = -1;
-    f->rank = -1;
-    if (!spec || !*spec) return MS_OK;
-    const char *at = strchr(spec, '@');
-    size_t n = at ? (size_t)(at - spec) : strlen(spec);
-    int known = 0;
-    for (size_t i = 0; i < sizeof points / sizeof points[0]; i++)
-        if (strlen(points[i]) == n && !strncmp(points[i], spec, n)) known = 1;
-    if (!known || n >= sizeof f->point)
-        return ms_error(MS_ERR_ARG,
-                        "--ckpt-fault (MS_CKPT_FAULT) '%s': unknown point (stage1:mid, "
-                        "stage2:start, stage2:mid-shard, stage2:after-shard, "
-                        "stage2:after-manifest, stage2:after-commit, io:enospc-shard, "
-                        "io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest, "
-                        "signal:term)",
-                        spec);
-    memcpy(f->point, spec, n);
-    f->point[n] = '\0';
-    if (at) {
-        int k = 0;
-        if (sscanf(at + 1, "%d%n", &f->step, &k) != 1 || f->step < 0 ||
-            (at[1 + k] && (at[1 + k] != ':' || sscanf(at + 2 + k, "%d", &f->rank) != 1)))
-            return ms_error(MS_ERR_ARG,
-                            "--ckpt-fault (MS_CKPT_FAULT) '%s': expected POINT[@STEP][:RANK]",
-                            spec);
-    }
+    MS_TRY(ms_fault_parse(&f->plan, spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
+    for (int j = 0; j < f->plan.n; j++) /* armed on every rank, whichever rank it hits */
+        for (size_t i = 0; i < sizeof points / sizeof points[0]; i++)
+            f->armed |= !strcmp(f->plan.f[j].kind, points[i]);
     return MS_OK;
 }
 
 int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first) {
-    if (!f || !f->point[0] || strcmp(f->point, point)) return 0;
-    if (f->step >= 0 ? f->step != step : !first) return 0;
-    return f->rank < 0 || f->rank == ms_ctx_get()->rank;
+    if (!f || !f->armed) return 0;
+    int rank = ms_ctx_get()->rank;
+    return ms_fault_find(&f->plan, point, step, rank) != NULL ||
+           (first && ms_fault_find(&f->plan, point, -1, rank) != NULL);
 }
 
 void ckpt_fault_kill(const ckpt_fault *f, const char *point, int step, int first) {

@@ -10,6 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/fault.h"
+
 #include "ckpt/ckpt.h"
 #include "comm/comm.h"
 
@@ -109,12 +111,13 @@ ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf);
 /* ---- faults (ckpt_fault.c) ------------------------------------------------ */
 
 typedef struct {
-    char point[32]; /* "" when no fault is armed */
-    int step;       /* -1: the first checkpoint this process takes */
-    int rank;       /* -1: every rank */
+    ms_fault_plan plan; /* base/fault.h: the checkpoint's points are looked up in it */
+    int armed;          /* some checkpoint point is in the plan (for this rank) */
 } ckpt_fault;
 
-/* spec POINT[@STEP][:RANK] (ckpt_options.fault); NULL or "": none armed. */
+/* spec: a fault plan (base/fault.h; ckpt_options.fault, the trainer's
+ * --inject-fault and --ckpt-fault together); the checkpoint points in it
+ * are armed, the other kinds are the trainer's.  NULL or "": none. */
 ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f);
 /* 1 when the fault `point` is armed for this step on this (global) rank. */
 int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first);

@@ -166,7 +166,7 @@ ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st) {
     if (!cm->saving) return MS_OK;
     MS_TRY(ensure_slots(cm));
     /* with a fault armed every checkpoint is persisted, in order (tests) */
-    if (cm->fault.point[0]) (void)ckpt_persist_wait(cm->persist, NULL);
+    if (cm->fault.armed) (void)ckpt_persist_wait(cm->persist, NULL);
     int newest = cm->slot_step[1] > cm->slot_step[0] ? 1 : 0;
     if (cm->slot_step[newest] < 0) newest = 1; /* none: write slot 0 */
     int s = ckpt_persist_claim(cm->persist, 1 - newest, newest);

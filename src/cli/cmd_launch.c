@@ -12,7 +12,7 @@
 typedef struct {
     int np, nodes, max_restarts, no_progress;
     double hb_timeout, progress_factor, startup_timeout, grace, backoff;
-    char *run_dir, *events, *hostfile, *mpirun, *bin, *bind;
+    char *run_dir, *events, *hostfile, *mpirun, *bin, *bind, *faults;
 } launch_cli;
 
 #define O(name, type, field, def, help)                                                            \
@@ -40,6 +40,9 @@ static const opts_spec launch_opts[] = {
     O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),
     O("bin", OPT_T_STR, bin, NULL, "the megascale binary of the ranks (default: this one)"),
     O("bind", OPT_T_STR, bind, "127.0.0.1", "heartbeat address (loopback unless hosts need it)"),
+    O("faults", OPT_T_STR, faults, NULL,
+      "chaos: a fault plan (--inject-fault's syntax, e.g. random=SEED/N/MAXSTEP/WORLD); each "
+      "start gets the faults still ahead"),
 };
 #define N_LAUNCH_OPTS ((int)(sizeof launch_opts / sizeof launch_opts[0]))
 
@@ -89,6 +92,7 @@ int cmd_launch(int argc, char **argv) {
                         .mpirun = o.mpirun,
                         .bin = o.bin && *o.bin ? o.bin : self,
                         .bind = o.bind,
+                        .faults = o.faults,
                         .train_argc = argc - sep - 1,
                         .train_argv = argv + sep + 1};
         rc = sup_run(&c);

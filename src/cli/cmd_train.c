@@ -92,9 +92,11 @@ static const opts_spec train_opts[] = {
     OE("comm-nccl-sync", OPT_T_INT, comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC",
        "1: a wait on an NCCL op blocks the host, so the failing wait reports a missed deadline"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
-      "test faults: nan-grad@S (step S), nan-grad@S+ (every step from S), exit@S[:RANK]"),
+      "faults for tests and chaos runs (docs/operations.md): KIND[=ARG][@STEP[+]][:RANK],... "
+      "with KIND exit, kill, stop, hang, slow=MS, nan-grad or a checkpoint point; "
+      "random=SEED/N/MAXSTEP/WORLD"),
     OE("ckpt-fault", OPT_T_STR, ckpt_fault, NULL, "MS_CKPT_FAULT",
-       "test faults in checkpoints: POINT[@STEP][:RANK] (src/ckpt/ckpt_fault.c)"),
+       "more faults, same syntax as --inject-fault (the checkpoint's points, for tests)"),
 };
 #define N_TRAIN_OPTS ((int)(sizeof train_opts / sizeof train_opts[0]))
 

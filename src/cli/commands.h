@@ -1,6 +1,6 @@
 /* commands.h - the subcommands of the megascale binary.  Each takes the
- * arguments after its name and returns a process exit code (0 ok, 1 run-time
- * failure, 2 usage error), printing its own errors. */
+ * arguments after its name and returns a process exit code (0 ok, else
+ * cli_exit_code's), printing its own errors. */
 #ifndef CLI_COMMANDS_H
 #define CLI_COMMANDS_H
 
@@ -12,8 +12,20 @@ int cmd_data(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
+int cmd_diag(int argc, char **argv);
 
-/* Print "megascale <cmd>: error: <message>" and return the exit code. */
+/* `megascale diag`: a check of the node failed (its hardware is suspect;
+ * the supervisor evicts it).  Not a status class: the run itself worked. */
+#define CLI_EXIT_DIAG_FAIL 9
+
+/* The process exit code of a failure, by its class (docs/operations.md):
+ * 2 usage, 3 bad input, 4 storage, 5 communication (a peer lost), 6
+ * persistent non-finite, 7 device / library, 8 out of memory, 1 other.
+ * Chosen here only, so the supervisor can tell a full disk from a dead
+ * peer. */
+int cli_exit_code(ms_status st);
+/* Print "megascale <cmd>: error[ (rank R on HOST)]: <message>" and return
+ * cli_exit_code(st). */
 int cli_fail(const char *cmd, ms_status st);
 
 #endif

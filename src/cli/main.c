@@ -1,6 +1,7 @@
 /* main.c - the megascale binary: dispatch to subcommands. */
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/ctx.h"
 #include "cli/commands.h"
@@ -13,13 +14,45 @@ static void usage(void) {
            "  data     prepare and inspect token shards\n"
            "  ckpt     list, inspect, verify, export and reshard checkpoints\n"
            "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
-           "  launch   run a training job under the supervisor (restarts it on faults)\n\n"
+           "  launch   run a training job under the supervisor (restarts it on faults)\n"
+           "  diag     node self-test: gemm, memory, comm, storage (exit 9 on a failed check)\n\n"
            "Each command takes --help.\n");
 }
 
+int cli_exit_code(ms_status st) {
+    switch (st) {
+    case MS_OK:
+        return 0;
+    case MS_ERR_ARG:
+        return 2; /* usage */
+    case MS_ERR_FORMAT:
+    case MS_ERR_RANGE:
+    case MS_ERR_NOTFOUND:
+        return 3; /* bad input: a file, a shard, a checkpoint */
+    case MS_ERR_IO:
+        return 4; /* storage */
+    case MS_ERR_TIMEOUT:
+        return 5; /* communication: a peer lost or stuck */
+    case MS_ERR_NONFINITE:
+        return 6; /* persistent non-finite loss or gradients */
+    case MS_ERR_INTERNAL:
+        return 7; /* a device or library call failed */
+    case MS_ERR_NOMEM:
+        return 8;
+    }
+    return 1;
+}
+
 int cli_fail(const char *cmd, ms_status st) {
-    fprintf(stderr, "megascale %s: error: %s\n", cmd, ms_errmsg());
-    return st == MS_ERR_ARG ? 2 : 1;
+    const ms_ctx *c = ms_ctx_get();
+    char host[128] = "";
+    if (c->world > 1) gethostname(host, sizeof host - 1);
+    if (c->world > 1)
+        fprintf(stderr, "megascale %s: error (rank %d on %s): %s\n", cmd, c->rank, host,
+                ms_errmsg());
+    else
+        fprintf(stderr, "megascale %s: error: %s\n", cmd, ms_errmsg());
+    return cli_exit_code(st);
 }
 
 int main(int argc, char **argv) {
@@ -36,6 +69,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
+    if (!strcmp(cmd, "diag")) return cmd_diag(argc - 2, argv + 2);
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
     usage();
     return 2;

@@ -229,6 +229,14 @@ void mon_heartbeat_phase(mon_heartbeat *hb, const char *phase) {
     if (hb) update(hb, phase, NULL);
 }
 
+void mon_heartbeat_train(mon_heartbeat *hb, int step) {
+    if (!hb) return;
+    pthread_mutex_lock(&hb->mu);
+    hb->step = step;
+    pthread_mutex_unlock(&hb->mu);
+    update(hb, "train", NULL);
+}
+
 void mon_heartbeat_error(mon_heartbeat *hb, const char *msg) {
     if (hb) update(hb, "error", msg && *msg ? msg : "unknown error");
 }

@@ -42,6 +42,9 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
 mon_sink mon_sink_heartbeat(mon_heartbeat *hb);
 /* The current phase: "start", "train", "val", "ckpt", "done", "error". */
 void mon_heartbeat_phase(mon_heartbeat *hb, const char *phase);
+/* Entering the training loop with `step` steps already done (a resumed run:
+ * the step it resumed at): phase "train", sent now.  NULL is ignored. */
+void mon_heartbeat_train(mon_heartbeat *hb, int step);
 /* A failed run: send phase "error" with this message (cut to fit) now. */
 void mon_heartbeat_error(mon_heartbeat *hb, const char *msg);
 /* Send a last beat (phase as set: "done" after a finished run), stop, free.

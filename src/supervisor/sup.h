@@ -43,6 +43,8 @@ typedef struct {
     const char *bin;          /* the megascale binary the ranks run (NULL: this one) */
     const char *bind;         /* heartbeat address (NULL: 127.0.0.1) */
     const char *extra_mpirun; /* more mpirun arguments, space-separated (may be NULL) */
+    const char *faults;       /* a fault plan (base/fault.h) the driver hands out: each
+                                 attempt gets the faults still ahead (chaos runs) */
     int train_argc;
     char **train_argv; /* the train options (after "--") */
 } sup_config;

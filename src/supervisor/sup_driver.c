@@ -31,6 +31,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/fault.h"
 #include "base/fileio.h"
 #include "base/timeutil.h"
 #include "monitor/heartbeat.h"
@@ -48,7 +49,9 @@ typedef struct {
 
 typedef struct {
     int connected, pid, step, first_step, done, failed;
-    double last_beat, last_progress, max_interval;
+    int started;     /* in the training loop (phase train, or a step done) */
+    int resume_step; /* the step it started the loop at (-1: not yet) */
+    double last_beat, last_progress;
     char host[128], phase[16], error[1024];
 } rank_state;
 
@@ -71,8 +74,12 @@ typedef struct {
     int best_step, start_step, restarts, no_progress, pending_recovery, redone_booked;
     double t_recovery_from;
     int step_at_fault;
+    ms_fault_plan plan;   /* --faults: the faults to hand out */
+    int faults_through;   /* the faults at steps <= this have fired */
+    char fault_arg[8192]; /* this attempt's --inject-fault */
     double step_ms_sum;
     long step_ms_n;
+    double max_interval; /* the longest step seen, over ranks and attempts (s) */
 } driver;
 
 static volatile sig_atomic_t g_stop;
@@ -129,7 +136,7 @@ static void set_fault(driver *d, const char *kind, int rank, double t_stall, con
     d->fault = 1;
     snprintf(d->kind, sizeof d->kind, "%s", kind);
     d->fault_rank = rank;
-    d->fault_step = rank >= 0 ? d->r[rank].step : d->best_step;
+    d->fault_step = rank >= 0 && d->r[rank].step > 0 ? d->r[rank].step : d->best_step;
     d->t_detect = ms_now();
     d->t_stall = t_stall > 0 ? t_stall : d->t_detect;
     va_list ap;
@@ -172,11 +179,17 @@ static void on_beat(driver *d, conn *k, const sup_beat *b) {
     s->last_beat = now;
     snprintf(s->host, sizeof s->host, "%s", b->host);
     snprintf(s->phase, sizeof s->phase, "%s", b->phase);
-    if (b->step > s->step || s->first_step < 0) {
-        if (s->step > 0 && b->step > s->step && now - s->last_progress > s->max_interval)
-            s->max_interval = now - s->last_progress;
-        if (b->step > 0 && s->first_step < 0) s->first_step = b->step;
-        if (b->step > s->step) s->last_progress = now;
+    if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
+        s->started = 1; /* the progress clock starts here: the first step is timed too */
+        s->last_progress = now;
+        s->resume_step = b->step; /* beats carry the steps done: a resumed run's start */
+        s->step = b->step;
+    }
+    if (b->step > s->step) {
+        if (s->first_step >= 0 && now - s->last_progress > d->max_interval)
+            d->max_interval = now - s->last_progress;
+        if (s->first_step < 0) s->first_step = b->step;
+        s->last_progress = now;
         s->step = b->step;
         if (b->rank == 0 && isfinite(b->step_ms) && b->step > d->best_step)
             d->step_ms_sum += b->step_ms, d->step_ms_n++;
@@ -264,14 +277,17 @@ static void serve(driver *d) {
     free(p);
 }
 
-/* The rank whose last beat is oldest, if it is older than three beat
- * periods (a live rank beats every second), else -1. */
+/* The rank whose last beat is oldest, if it has missed about two beats (a
+ * live rank beats every second: silence past min(3 s, 0.6 x the heartbeat
+ * timeout)), else -1. */
 static int silent_rank(const driver *d, double now) {
     int best = -1;
+    double quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
     for (int i = 0; i < d->c->np; i++) {
         const rank_state *s = &d->r[i];
         if (s->done || s->failed || !s->connected) continue;
-        if (now - s->last_beat > 3.0 && (best < 0 || s->last_beat < d->r[best].last_beat)) best = i;
+        if (now - s->last_beat > quiet && (best < 0 || s->last_beat < d->r[best].last_beat))
+            best = i;
     }
     return best;
 }
@@ -283,12 +299,12 @@ static void watch(driver *d) {
     for (int i = 0; i < c->np && !d->fault; i++) {
         rank_state *s = &d->r[i];
         if (s->done || s->failed) continue;
-        if (!s->connected || s->first_step < 0) {
+        if (!s->connected || !s->started) {
             if (now - d->t_launch > c->startup_timeout)
                 set_fault(d, "startup", i, d->t_launch,
                           "rank %d did not %s within %.0f s "
                           "(--startup-timeout)",
-                          i, s->connected ? "reach its first step" : "send a heartbeat",
+                          i, s->connected ? "start training" : "send a heartbeat",
                           c->startup_timeout);
             continue;
         }
@@ -300,8 +316,9 @@ static void watch(driver *d) {
     }
     for (int i = 0; i < c->np && !d->fault; i++) {
         rank_state *s = &d->r[i];
-        if (s->done || s->failed || !s->connected || s->first_step < 0) continue;
-        double limit = fmax(c->hb_timeout, c->progress_factor * s->max_interval);
+        if (s->done || s->failed || !s->connected || !s->started) continue;
+        double limit = fmax(c->hb_timeout, c->progress_factor * d->max_interval);
+        if (d->max_interval <= 0) limit = fmax(limit, c->startup_timeout); /* no step seen yet */
         if (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")) limit *= 10; /* no steps */
         if (now - s->last_progress <= limit) continue;
         /* every rank of a hung job stops making steps; the culprit is the one
@@ -347,6 +364,10 @@ static char **job_argv(driver *d, char *np) {
         a[n++] = c->train_argv[i];
     }
     if (!has_resume) a[n++] = "--resume", a[n++] = "auto"; /* every start continues */
+    if (d->plan.n) {
+        ms_fault_format(&d->plan, d->faults_through, d->fault_arg, sizeof d->fault_arg);
+        if (d->fault_arg[0]) a[n++] = "--inject-fault", a[n++] = d->fault_arg;
+    }
     return a;
 }
 
@@ -390,10 +411,10 @@ static int attempt(driver *d, int k, char *why, size_t n) {
             sup_events_put(&d->ev, "recovered", g);
             d->pending_recovery = 0;
         }
-        if (!d->redone_booked && d->r[0].first_step > 0) { /* where this attempt resumed */
-            if (d->restarts > 0 && d->step_at_fault > d->r[0].first_step - 1)
-                d->ev.redone += d->step_at_fault - (d->r[0].first_step - 1);
-            if (d->restarts == 0) d->start_step = d->r[0].first_step - 1;
+        if (!d->redone_booked && d->r[0].started) { /* where this attempt resumed */
+            if (d->restarts > 0 && d->step_at_fault > d->r[0].resume_step)
+                d->ev.redone += d->step_at_fault - d->r[0].resume_step;
+            if (d->restarts == 0) d->start_step = d->r[0].resume_step;
             d->redone_booked = 1;
         }
         if (g_stop) return 2;
@@ -431,6 +452,7 @@ static void book_fault(driver *d) {
         e->n_faults++;
     }
     d->step_at_fault = d->best_step;
+    d->faults_through = d->best_step + 1; /* an injected fault fires at the start of its step */
     d->t_recovery_from = d->t_detect;
     d->pending_recovery = 1;
 }
@@ -567,30 +589,43 @@ int sup_run(const sup_config *c) {
         fprintf(stderr, "megascale launch: error: --np and --run-dir are required\n");
         return SUP_EXIT_USAGE;
     }
+    if (c->faults && *c->faults && has_opt(c, "--inject-fault")) {
+        fprintf(stderr, "megascale launch: error: --faults and the train option --inject-fault "
+                        "exclude each other (the driver hands out --faults)\n");
+        return SUP_EXIT_USAGE;
+    }
     if (!has_opt(c, "--ckpt-dir")) {
         fprintf(stderr, "megascale launch: error: the train options need --ckpt-dir: the driver "
                         "restarts the job from its checkpoints\n");
         return SUP_EXIT_USAGE;
     }
-    driver d;
-    memset(&d, 0, sizeof d);
-    d.c = c;
-    d.lfd = -1;
-    char why[4400] = "", events[4200];
-    if (ms_mkdirs(c->run_dir) != MS_OK) {
-        fprintf(stderr, "megascale launch: error: %s\n", ms_errmsg());
+    driver *d = calloc(1, sizeof *d); /* large (the fault plan): not on the stack */
+    if (!d) {
+        fprintf(stderr, "megascale launch: error: out of memory\n");
         return SUP_EXIT_ERROR;
     }
+    d->c = c;
+    d->lfd = -1;
+    char why[4400] = "", events[4200];
+    int code = SUP_EXIT_USAGE;
+    if (ms_fault_parse(&d->plan, c->faults, "--faults") != MS_OK) {
+        fprintf(stderr, "megascale launch: error: %s\n", ms_errmsg());
+        goto out;
+    }
+    code = SUP_EXIT_ERROR;
+    if (ms_mkdirs(c->run_dir) != MS_OK) {
+        fprintf(stderr, "megascale launch: error: %s\n", ms_errmsg());
+        goto out;
+    }
     snprintf(events, sizeof events, "%s/events.jsonl", c->run_dir);
-    d.r = calloc((size_t)c->np, sizeof *d.r);
-    d.conns = calloc((size_t)4 * c->np + 16, sizeof *d.conns);
-    int code = SUP_EXIT_ERROR;
-    if (!d.r || !d.conns || make_token(d.token) != 0) {
+    d->r = calloc((size_t)c->np, sizeof *d->r);
+    d->conns = calloc((size_t)4 * c->np + 16, sizeof *d->conns);
+    if (!d->r || !d->conns || make_token(d->token) != 0) {
         fprintf(stderr, "megascale launch: error: out of memory or no random token\n");
         goto out;
     }
-    if (sup_events_open(&d.ev, c->events ? c->events : events, why, sizeof why) != 0 ||
-        listen_on(&d, why, sizeof why) != 0) {
+    if (sup_events_open(&d->ev, c->events ? c->events : events, why, sizeof why) != 0 ||
+        listen_on(d, why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;
     }
@@ -602,18 +637,20 @@ int sup_run(const sup_config *c) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "np", c->np);
     cJSON_AddNumberToObject(f, "nodes", c->nodes > 1 ? c->nodes : 1);
-    cJSON_AddStringToObject(f, "heartbeat", d.addr);
+    cJSON_AddStringToObject(f, "heartbeat", d->addr);
     cJSON_AddNumberToObject(f, "pid", getpid());
-    sup_events_put(&d.ev, "job_start", f);
-    fprintf(stderr, "megascale launch: %d rank(s), heartbeats on %s, events in %s\n", c->np, d.addr,
-            d.ev.path);
-    code = run_loop(&d);
+    if (d->plan.n) cJSON_AddNumberToObject(f, "faults_planned", d->plan.n);
+    sup_events_put(&d->ev, "job_start", f);
+    fprintf(stderr, "megascale launch: %d rank(s), heartbeats on %s, events in %s\n", c->np,
+            d->addr, d->ev.path);
+    code = run_loop(d);
 out:
-    if (d.lfd >= 0) close(d.lfd);
-    for (int i = 0; i < d.n_conns; i++)
-        close(d.conns[i].fd);
-    sup_events_close(&d.ev);
-    free(d.conns);
-    free(d.r);
+    if (d->lfd >= 0) close(d->lfd);
+    for (int i = 0; i < d->n_conns; i++)
+        close(d->conns[i].fd);
+    sup_events_close(&d->ev);
+    free(d->conns);
+    free(d->r);
+    free(d);
     return code;
 }

@@ -11,6 +11,7 @@
 
 #include "base/ctx.h"
 #include "base/events.h"
+#include "base/fault.h"
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "ckpt/ckpt.h"
@@ -53,7 +54,8 @@ typedef struct {
     int32_t *inp, *tgt;
     mon_peak peak;
     double flops_per_token;
-    train_fault fault;
+    ms_fault_plan fault; /* --inject-fault and --ckpt-fault: the trainer's kinds */
+    char fault_spec[8192]; /* both, for the checkpoint manager (its points) */
     /* distribution (NULL alone) */
     comm_world *world;
     comm_grid *grid;
@@ -189,7 +191,7 @@ static ms_status setup_ckpt(trainer *t) {
     const train_config *tc = t->tc;
     if (!(tc->ckpt_dir && *tc->ckpt_dir) && !(tc->resume && *tc->resume)) return MS_OK;
     ckpt_options o = {tc->ckpt_dir, tc->ckpt_every,   tc->ckpt_every_min, tc->ckpt_keep,
-                      tc->resume,   tc->ckpt_shm_dir, tc->ckpt_fault};
+                      tc->resume,   tc->ckpt_shm_dir, t->fault_spec};
     MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
     ckpt_train_state now = ckpt_state(t, 0), saved;
     int found = 0;
@@ -383,7 +385,10 @@ static ms_status setup(trainer *t) {
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
-    MS_TRY(train_fault_parse(tc->inject_fault, &t->fault));
+    snprintf(t->fault_spec, sizeof t->fault_spec, "%s%s%s", tc->inject_fault ? tc->inject_fault : "",
+             tc->inject_fault && *tc->inject_fault && tc->ckpt_fault && *tc->ckpt_fault ? "," : "",
+             tc->ckpt_fault ? tc->ckpt_fault : "");
+    MS_TRY(ms_fault_parse(&t->fault, t->fault_spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
     opt_config oc = {OPT_ADAMW,      (float)tc->beta1,        (float)tc->beta2,
                      (float)tc->eps, (float)tc->weight_decay, (float)tc->grad_clip};
     MS_TRY(opt_kind_parse(tc->optimizer, &oc.kind));
@@ -600,7 +605,7 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     if (t->zero) MS_TRY(par_zero_reduce_wait(t->zero));
     loss /= t->accum;
     MS_TRY(dp_mean(t, &loss));
-    if (train_fault_hits(&t->fault, step + 1)) { /* injected: one NaN gradient */
+    if (ms_fault_find(&t->fault, "nan-grad", step + 1, t->rank)) { /* injected: a NaN gradient */
         float nan = NAN;
         t->be->to_device(t->be, gpt_grads(t->model), &nan, sizeof nan);
         ms_warn("step %d: injected fault nan-grad", step + 1);
@@ -697,10 +702,7 @@ static ms_status loop(trainer *t) {
             ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
             break;
         }
-        if (train_fault_exits(&t->fault, step + 1, t->rank)) { /* injected: a rank dies */
-            ms_errorf("step %d: injected fault: rank %d exits", step + 1, t->rank);
-            _exit(3);
-        }
+        ms_fault_fire_process(&t->fault, step + 1, t->rank); /* injected: exit, kill, hang... */
         step_result r;
         MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));
@@ -732,6 +734,7 @@ ms_status train_run(const train_config *tc) {
         print_layout(&t);
         if (t.val) st = log_val(&t, t.start);
     }
+    mon_heartbeat_train(t.hb, t.start); /* the driver times the first step from here */
     if (st == MS_OK) st = loop(&t);
     if (st == MS_OK && t.zero) st = par_zero_gather_wait_all(t.zero);
     if (st == MS_OK && t.ckpt) { /* the final checkpoint (also after SIGTERM / SIGINT) */

@@ -58,8 +58,8 @@ typedef struct {
     /* supervision (megascale launch sets these through the environment) */
     char *heartbeat;       /* HOST:PORT of the driver, or NULL */
     char *heartbeat_token; /* the job's token */
-    /* deterministic fault injection for tests: "nan-grad@S" poisons the
-     * gradients of step S (1-based), "nan-grad@S+" of every step from S */
+    /* injected faults (base/fault.h): --inject-fault, and --ckpt-fault
+     * appended to it; one registry serves the trainer and the checkpoints */
     char *inject_fault;
 } train_config;
 

@@ -43,17 +43,4 @@ int train_pipe_last_stage(const train_pipe *p);
 /* Seconds the last step waited on pipeline receives (the bubble). */
 double train_pipe_bubble(const train_pipe *p);
 
-/* A parsed --inject-fault. */
-typedef struct {
-    int nan_grad_step; /* 1-based step whose gradients get a NaN; 0: none */
-    int persistent;    /* also every later step */
-    int exit_step;     /* 1-based step at whose start a rank exits; 0: none */
-    int exit_rank;     /* the global rank that exits (-1: every rank) */
-} train_fault;
-
-ms_status train_fault_parse(const char *spec, train_fault *out);
-int train_fault_hits(const train_fault *f, int step1);
-/* 1 if this rank should die at the start of step1 (fault exit@S[:R]). */
-int train_fault_exits(const train_fault *f, int step1, int rank);
-
 #endif

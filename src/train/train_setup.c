@@ -84,39 +84,3 @@ ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro)
                         tp, micro, tc->seq, (long)micro * tc->seq, tp);
     return MS_OK;
 }
-
-ms_status train_fault_parse(const char *spec, train_fault *out) {
-    memset(out, 0, sizeof *out);
-    if (!spec || !*spec) return MS_OK;
-    int step = 0, rank = -1, n = 0;
-    if (sscanf(spec, "exit@%d%n", &step, &n) == 1 && step >= 1) {
-        if (spec[n] == ':' && sscanf(spec + n + 1, "%d%n", &rank, &n) == 1 && rank >= 0) {
-            out->exit_step = step;
-            out->exit_rank = rank;
-            return MS_OK;
-        }
-        if (!spec[n]) {
-            out->exit_step = step;
-            out->exit_rank = -1;
-            return MS_OK;
-        }
-    } else if (sscanf(spec, "nan-grad@%d%n", &step, &n) == 1 && step >= 1 &&
-               (!spec[n] || !strcmp(spec + n, "+"))) {
-        out->nan_grad_step = step;
-        out->persistent = spec[n] == '+';
-        return MS_OK;
-    }
-    return ms_error(MS_ERR_ARG,
-                    "--inject-fault '%s': expected nan-grad@STEP, nan-grad@STEP+ or "
-                    "exit@STEP[:RANK]",
-                    spec);
-}
-
-int train_fault_hits(const train_fault *f, int step1) {
-    if (!f->nan_grad_step) return 0;
-    return f->persistent ? step1 >= f->nan_grad_step : step1 == f->nan_grad_step;
-}
-
-int train_fault_exits(const train_fault *f, int step1, int rank) {
-    return f->exit_step == step1 && (f->exit_rank < 0 || f->exit_rank == rank);
-}

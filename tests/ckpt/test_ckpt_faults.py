@@ -142,7 +142,7 @@ def io_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
     root = ws.path("final_eio")
     r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", root, "--ckpt-every", "5"),
             fault="io:eio-fsync-shard@10")
-    ok(r.returncode == 1 and "the last checkpoint (step 10) was not committed" in r.stderr,
+    ok(r.returncode == 4 and "the last checkpoint (step 10) was not committed" in r.stderr,
        "a failed final checkpoint is an error", r.stderr)
     ok(verify(step_dir(root, 5)) and not os.path.exists(step_dir(root, 10)),
        "final failure: step 5 intact, no step 10")
@@ -169,7 +169,7 @@ def tmpfs_case(ws, ref_m, ref_w):
         root = os.path.join(mnt, "ckpt")
         r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5",
                                   "--ckpt-keep", "2"))
-        ok(r.returncode == 1 and "No space left on device" in r.stderr and
+        ok(r.returncode == 4 and "No space left on device" in r.stderr and
            "NOT committed" in r.stderr, "a full disk (600 KB tmpfs) is reported", r.stderr)
         # which checkpoints fit depends on which snapshots were superseded
         steps = sorted(int(n[5:]) for n in os.listdir(root) if n.startswith("step_"))

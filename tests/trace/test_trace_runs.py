@@ -169,19 +169,22 @@ def check_straggler(d, shard):
         time.sleep(0.1)
     victim = pids.get(1)
     cycles = 0
-    while victim and p.poll() is None and time.time() < t_end:  # rank 1 runs a third of the time
+    while victim and p.poll() is None and time.time() < t_end:  # rank 1 runs a quarter of the time
         try:
             os.kill(victim, signal.SIGSTOP)
-            time.sleep(0.05)
+            time.sleep(0.06)
             os.kill(victim, signal.SIGCONT)
-            time.sleep(0.025)
+            time.sleep(0.02)
             cycles += 1
         except ProcessLookupError:
             break
     out, err = p.communicate(timeout=120)
     ok(p.returncode == 0 and cycles > 10, "dp2 run with rank 1 stopped and continued",
        f"rc {p.returncode}, {cycles} cycles, pids {pids}\n{err}")
-    r = tool("stragglers", tdir, "--json")
+    # the relative score only (a window longer than the run turns the individual one off):
+    # a loaded CI machine slows every rank now and then, which the individual score sees
+    # as drift; it is tested on synthetic logs in test_trace_tools.py
+    r = tool("stragglers", tdir, "--json", "--window", "1000")
     ok(r.returncode == 0, "trace stragglers --json", r.stderr + r.stdout)
     try:
         rep = json.loads(r.stdout)
@@ -189,7 +192,7 @@ def check_straggler(d, shard):
         rep = {}
     ok(rep.get("stragglers") == [1], "the stopped rank is the straggler, the waiting one is not",
        r.stdout + r.stderr)
-    t = tool("stragglers", tdir, "--png", os.path.join(d, "heat.png"))
+    t = tool("stragglers", tdir, "--window", "1000", "--png", os.path.join(d, "heat.png"))
     ok(t.returncode == 0 and "rank 1" in t.stdout and "STRAGGLER" in t.stdout,
        "text report names rank 1", t.stdout + t.stderr)
     png = open(os.path.join(d, "heat.png"), "rb").read(8) if t.returncode == 0 else b""
@@ -231,8 +234,9 @@ def check_hang(d, shard):
             stale.append([u["rank"] for u in json.load(open(os.path.join(tdir, f)))["unresponsive"]])
         except (OSError, ValueError, KeyError):
             stale.append(None)
-    ok(all(s == [5] for s in stale), "their dumps name rank 5 as unresponsive (its heartbeat)",
-       str(stale))
+    # (a dump written after mpirun's SIGCONT let rank 5 beat again may not name it)
+    ok(sum(s == [5] for s in stale) >= 4 and all(s in ([5], []) for s in stale),
+       "their dumps name rank 5 as unresponsive (its heartbeat), and no other rank", str(stale))
     r = tool("hang", tdir, "--json")
     ok(r.returncode == 0, "trace hang --json", r.stderr + r.stdout)
     try:

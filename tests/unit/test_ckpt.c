@@ -169,8 +169,11 @@ static void test_json(void) {
 static void test_fault_spec(void) {
     ckpt_fault f;
     T_OK(ckpt_fault_parse("stage2:after-shard@40:1", &f) == MS_OK);
-    T_OK(!strcmp(f.point, "stage2:after-shard") && f.step == 40 && f.rank == 1);
+    T_OK(f.armed && f.plan.n == 1 && f.plan.f[0].step == 40 && f.plan.f[0].rank == 1);
     T_OK(!ckpt_fault_hits(&f, "stage2:after-shard", 40, 0)); /* we are rank 0 */
+    T_OK(ckpt_fault_parse("exit@5,nan-grad@2+", &f) == MS_OK && !f.armed); /* the trainer's */
+    T_OK(ckpt_fault_parse("exit@5,io:enospc-shard@7:0", &f) == MS_OK && f.armed);
+    T_OK(ckpt_fault_hits(&f, "io:enospc-shard", 7, 0));
     T_OK(ckpt_fault_parse("io:enospc-shard@7", &f) == MS_OK);
     T_OK(ckpt_fault_hits(&f, "io:enospc-shard", 7, 0) &&
          !ckpt_fault_hits(&f, "io:enospc-shard", 8, 0));
@@ -180,7 +183,7 @@ static void test_fault_spec(void) {
     T_STR_CONTAINS(ms_errmsg(), "stage3:boom");
     T_OK(ckpt_fault_parse("stage1:mid@x", &f) == MS_ERR_ARG);
     T_OK(ckpt_fault_parse("stage1:mid@3:", &f) == MS_ERR_ARG);
-    T_OK(ckpt_fault_parse("", &f) == MS_OK && !f.point[0]);
+    T_OK(ckpt_fault_parse("", &f) == MS_OK && !f.armed);
 }
 
 /* ---- slots ------------------------------------------------------------------ */

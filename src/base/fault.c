@@ -1,0 +1,175 @@
+/* fault.c - the fault-injection registry (see fault.h).  The only library
+ * code that ends the process: an injected crash is a crash. */
+#include "base/fault.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/log.h"
+#include "base/rng.h"
+
+static const char *const kinds[] = {
+    "exit",
+    "kill",
+    "stop",
+    "hang",
+    "slow",
+    "nan-grad",
+    "stage1:mid",
+    "stage2:start",
+    "stage2:mid-shard",
+    "stage2:after-shard",
+    "stage2:after-manifest",
+    "stage2:after-commit",
+    "io:enospc-shard",
+    "io:eio-fsync-shard",
+    "io:enospc-manifest",
+    "io:eio-fsync-manifest",
+    "signal:term",
+    "diag:gemm",    "diag:memory",
+    "diag:comm",    "diag:storage",
+};
+
+static int known_kind(const char *k) {
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (!strcmp(k, kinds[i])) return 1;
+    return 0;
+}
+
+static ms_status add(ms_fault_plan *p, const ms_fault *f, const char *what) {
+    if (p->n == MS_FAULT_MAX)
+        return ms_error(MS_ERR_ARG, "%s: more than %d faults", what, MS_FAULT_MAX);
+    p->f[p->n++] = *f;
+    return MS_OK;
+}
+
+/* random=SEED/N/MAXSTEP/WORLD: N crash and hang faults at distinct steps. */
+static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *what) {
+    unsigned long long seed = 0;
+    int n = 0, maxstep = 0, world = 0, k = 0;
+    if (sscanf(arg, "%llu/%d/%d/%d%n", &seed, &n, &maxstep, &world, &k) != 4 || arg[k] || n < 1 ||
+        world < 1 || maxstep < n + 1)
+        return ms_error(MS_ERR_ARG,
+                        "%s: 'random=%s': expected random=SEED/N/MAXSTEP/WORLD with N >= 1 "
+                        "faults at distinct steps in [2, MAXSTEP]",
+                        what, arg);
+    static const char *const mix[] = {"exit", "kill", "stop", "hang"};
+    ms_rng r = ms_rng_make(seed, 0xfa017);
+    int placed = 0;
+    while (placed < n) { /* distinct steps: one fault per step */
+        int step = 2 + (int)ms_rng_next_below(&r, (uint64_t)(maxstep - 1));
+        int taken = 0;
+        for (int i = 0; i < p->n; i++)
+            taken |= p->f[i].step == step;
+        if (taken) continue;
+        ms_fault f = {.step = step, .rank = (int)ms_rng_next_below(&r, (uint64_t)world)};
+        snprintf(f.kind, sizeof f.kind, "%s", mix[ms_rng_next_below(&r, 4)]);
+        MS_TRY(add(p, &f, what));
+        placed++;
+    }
+    return MS_OK;
+}
+
+/* One entry KIND[=ARG][@STEP[+]][:RANK]. */
+static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
+    ms_fault f = {.step = -1, .rank = -1};
+    size_t kn = strcspn(e, "=@"); /* a kind may hold a ':' (stage1:mid): RANK needs @STEP */
+    if (kn == 0 || kn >= sizeof f.kind)
+        return ms_error(MS_ERR_ARG, "%s: '%s': expected KIND[=ARG][@STEP[+]][:RANK]", what, e);
+    memcpy(f.kind, e, kn);
+    if (!strcmp(f.kind, "random") && e[kn] == '=') return expand_random(p, e + kn + 1, what);
+    if (!known_kind(f.kind))
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': unknown fault '%s' (exit, kill, stop, hang, slow=MS, nan-grad, "
+                        "the checkpoint points stage1:mid, stage2:start, stage2:mid-shard, "
+                        "stage2:after-shard, stage2:after-manifest, stage2:after-commit, "
+                        "io:enospc-shard, io:eio-fsync-shard, io:enospc-manifest, "
+                        "io:eio-fsync-manifest, signal:term, the self-test's diag:gemm, "
+                        "diag:memory, diag:comm, diag:storage, or random=SEED/N/MAXSTEP/WORLD)",
+                        what, e, f.kind);
+    const char *q = e + kn;
+    int k = 0;
+    if (*q == '=') {
+        if (sscanf(q + 1, "%lf%n", &f.arg, &k) != 1 || !(f.arg >= 0)) goto bad;
+        q += 1 + k;
+    }
+    if (!strcmp(f.kind, "slow") && !(f.arg > 0))
+        return ms_error(MS_ERR_ARG, "%s: '%s': slow needs =MS (milliseconds per step)", what, e);
+    if (*q == '@') {
+        if (sscanf(q + 1, "%d%n", &f.step, &k) != 1 || f.step < 0) goto bad;
+        q += 1 + k;
+        if (*q == '+') f.from = 1, q++;
+    }
+    if (*q == ':') {
+        if (sscanf(q + 1, "%d%n", &f.rank, &k) != 1 || f.rank < 0) goto bad;
+        q += 1 + k;
+    }
+    if (*q) goto bad;
+    return add(p, &f, what);
+bad:
+    return ms_error(MS_ERR_ARG, "%s: '%s': expected KIND[=ARG][@STEP[+]][:RANK]", what, e);
+}
+
+ms_status ms_fault_parse(ms_fault_plan *p, const char *spec, const char *what) {
+    if (!spec || !*spec) return MS_OK;
+    char buf[4096];
+    if (strlen(spec) >= sizeof buf) return ms_error(MS_ERR_ARG, "%s: too long", what);
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *save = NULL, *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save))
+        MS_TRY(parse_one(p, e, what));
+    return MS_OK;
+}
+
+const ms_fault *ms_fault_find(const ms_fault_plan *p, const char *kind, int step, int rank) {
+    for (int i = 0; p && i < p->n; i++) {
+        const ms_fault *f = &p->f[i];
+        if (strcmp(f->kind, kind) || (f->rank >= 0 && f->rank != rank)) continue;
+        if (step < 0 ? f->step < 0 : (f->step == step || (f->from && step > f->step))) return f;
+    }
+    return NULL;
+}
+
+int ms_fault_any(const ms_fault_plan *p, const char *kind, int rank) {
+    for (int i = 0; p && i < p->n; i++)
+        if (!strcmp(p->f[i].kind, kind) && (p->f[i].rank < 0 || p->f[i].rank == rank)) return 1;
+    return 0;
+}
+
+void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < p->n && len < n; i++) {
+        const ms_fault *f = &p->f[i];
+        if (f->step >= 0 && f->step <= after_step && !f->from) continue;
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", f->kind);
+        if (f->arg > 0 && len < n) len += (size_t)snprintf(buf + len, n - len, "=%g", f->arg);
+        if (f->step >= 0 && len < n)
+            len += (size_t)snprintf(buf + len, n - len, "@%d%s", f->step, f->from ? "+" : "");
+        if (f->rank >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, ":%d", f->rank);
+    }
+}
+
+void ms_fault_fire_process(const ms_fault_plan *p, int step, int rank) {
+    const ms_fault *f;
+    if ((f = ms_fault_find(p, "slow", step, rank)) != NULL) usleep((useconds_t)(f->arg * 1e3));
+    if (ms_fault_find(p, "exit", step, rank)) {
+        ms_errorf("step %d: injected fault: rank %d exits", step, rank);
+        _exit(42);
+    }
+    if (ms_fault_find(p, "kill", step, rank)) {
+        ms_errorf("step %d: injected fault: rank %d is killed (SIGKILL)", step, rank);
+        raise(SIGKILL);
+    }
+    if (ms_fault_find(p, "stop", step, rank)) {
+        ms_errorf("step %d: injected fault: rank %d stops (SIGSTOP)", step, rank);
+        raise(SIGSTOP);
+    }
+    if (ms_fault_find(p, "hang", step, rank)) {
+        ms_errorf("step %d: injected fault: rank %d hangs (no more progress)", step, rank);
+        for (;;)
+            pause();
+    }
+}

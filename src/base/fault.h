@@ -1,0 +1,73 @@
+/* fault.h - the fault-injection registry: one syntax for every fault a test
+ * or a chaos run injects, queried by name by the layer that owns the fault
+ * point (docs/operations.md, "Injected faults").
+ *
+ * A plan is a comma-separated list of entries KIND[=ARG][@STEP[+]][:RANK]:
+ * KIND names the fault point, ARG a number some kinds take (slow=MS), STEP
+ * the 1-based optimiser step it fires at ("+": that step and every later
+ * one; no STEP: kinds of the checkpoint fire at the first checkpoint this
+ * process takes, others at step 1), RANK the global rank it fires on (no
+ * RANK: every rank).  "random=SEED/N/MAXSTEP/WORLD" expands to N entries of
+ * mixed crash and hang kinds at distinct steps in [2, MAXSTEP] on ranks in
+ * [0, WORLD), the same on every process that expands it (for chaos runs).
+ *
+ * Kinds: the trainer's `exit` (the process exits with code 42 at the start
+ * of the step), `kill` (SIGKILL to itself), `stop` (SIGSTOP to itself: no
+ * more heartbeats), `hang` (the training thread stops making progress; the
+ * process lives and beats), `slow=MS` (MS ms more per step: a straggler),
+ * `nan-grad` (a NaN in the step's gradients); the checkpoint's points
+ * (stage1:mid, stage2:start, stage2:mid-shard, stage2:after-shard,
+ * stage2:after-manifest, stage2:after-commit, io:enospc-shard,
+ * io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest,
+ * signal:term; see src/ckpt/ckpt_fault.c); the self-test's diag:gemm,
+ * diag:memory, diag:comm, diag:storage (that check fails as on bad
+ * hardware; src/diag/diag.h).
+ *
+ * Who calls it: the trainer (its kinds) and the checkpoint manager (its
+ * points); the supervisor, to hand each attempt the faults still ahead.
+ * Memory: a plan is a value (fixed capacity).  Thread-safety: read-only
+ * after parsing.
+ */
+#ifndef MS_FAULT_H
+#define MS_FAULT_H
+
+#include <stddef.h>
+
+#include "base/status.h"
+
+#define MS_FAULT_MAX 256
+#define MS_FAULT_KIND_MAX 24
+
+typedef struct {
+    char kind[MS_FAULT_KIND_MAX];
+    double arg; /* slow=MS: MS; else 0 */
+    int step;   /* 1-based; -1: not given */
+    int from;   /* "+": this step and later */
+    int rank;   /* -1: every rank */
+} ms_fault;
+
+typedef struct {
+    ms_fault f[MS_FAULT_MAX];
+    int n;
+} ms_fault_plan;
+
+/* Parse spec (NULL or "" is an empty plan) and append it to *p.  `what`
+ * names the option in messages ("--inject-fault").  Errors: MS_ERR_ARG
+ * naming the entry and what is wrong (an unknown kind, a bad step or rank,
+ * too many entries). */
+ms_status ms_fault_parse(ms_fault_plan *p, const char *spec, const char *what);
+/* The first entry of `kind` that fires at `step` on `rank` (step -1: the
+ * kinds given without a step only), or NULL. */
+const ms_fault *ms_fault_find(const ms_fault_plan *p, const char *kind, int step, int rank);
+/* 1 if any entry of `kind` exists for `rank`. */
+int ms_fault_any(const ms_fault_plan *p, const char *kind, int rank);
+/* The plan as a spec string (entries with step > after_step only, so a
+ * restarted run does not meet again the faults it already met); "" if none. */
+void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n);
+/* Fire the trainer's process faults of `step` on `rank`: exit, kill, stop
+ * (these end or stop the process, with a line naming the fault first), hang
+ * (never returns), slow (sleeps).  Returns after the faults that let the
+ * process go on. */
+void ms_fault_fire_process(const ms_fault_plan *p, int step, int rank);
+
+#endif

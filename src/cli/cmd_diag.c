@@ -1,0 +1,138 @@
+/* cmd_diag.c - `megascale diag`: the node self-test (src/diag/diag.h).
+ * Exit code 0 when every check passes, CLI_EXIT_DIAG_FAIL (9) when one
+ * fails, 2 on a usage error. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fault.h"
+#include "cli/commands.h"
+#include "cli/opts.h"
+#include "diag/diag.h"
+
+typedef struct {
+    char *device, *history, *storage_dir, *inject_fault;
+    int threads, gemm_n, gemm_speed_n, mem_mb, storage_mb, json;
+    double slow_factor, min_mem_gbps, comm_timeout;
+} diag_cli;
+
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(diag_cli, field), def, help, NULL }
+static const opts_spec diag_opts[] = {
+    O("device", OPT_T_STR, device, "cpu", "the backend whose GEMM is checked: cpu or cuda"),
+    O("threads", OPT_T_INT, threads, "0", "CPU threads for the GEMM and memory checks (0: all)"),
+    O("gemm-n", OPT_T_INT, gemm_n, "256",
+      "gemm: size of the products checked against the host reference (n x n x n)"),
+    O("gemm-speed-n", OPT_T_INT, gemm_speed_n, "0",
+      "gemm: size of the timed product (0: 2048 in fp32, 8192 in bf16)"),
+    O("history", OPT_T_STR, history, NULL,
+      "JSON-lines file of this node's past gemm and memory results: compared with, and "
+      "appended to when a check passes (default: none)"),
+    O("slow-factor", OPT_T_DOUBLE, slow_factor, "0.7",
+      "gemm, memory: fail below this fraction of the history's median"),
+    O("mem-mb", OPT_T_INT, mem_mb, "256", "memory: MB of each of the two copied buffers"),
+    O("min-mem-gbps", OPT_T_DOUBLE, min_mem_gbps, "0",
+      "memory: fail below this bandwidth in GB/s (0: report only)"),
+    O("comm-timeout", OPT_T_DOUBLE, comm_timeout, "30",
+      "comm: seconds an op may take before the check fails (a broken peer)"),
+    O("storage-dir", OPT_T_STR, storage_dir, NULL,
+      "storage: directory to write the test file into (default: the check is skipped)"),
+    O("storage-mb", OPT_T_INT, storage_mb, "64", "storage: MB written, fsynced and read back"),
+    O("json", OPT_T_INT, json, "0",
+      "1 prints one JSON object instead of the table (a bare "
+      "--json means 1)"),
+    O("inject-fault", OPT_T_STR, inject_fault, NULL,
+      "faults for tests (docs/operations.md): diag:gemm, diag:memory, diag:comm, diag:storage "
+      "make that check fail as on bad hardware (KIND@1:RANK: one rank only)"),
+};
+#define N_DIAG_OPTS ((int)(sizeof diag_opts / sizeof diag_opts[0]))
+
+static const char *usage_text =
+    "usage: megascale diag [--device cpu|cuda] [--history FILE] [--storage-dir DIR] [--json]\n\n"
+    "Node self-test: gemm (correctness against a host reference, speed against --history),\n"
+    "memory (bandwidth), comm (loopback and all-reduce; run it under mpirun for several ranks)\n"
+    "and storage (write, fsync, read back in --storage-dir).  Prints a table and\n"
+    "'diag: PASS' or 'diag: FAIL (checks)'.  Exit code 0: all passed, 9: a check failed,\n"
+    "2: usage error.";
+
+/* The whole report in one write, so the reports of ranks under mpirun do
+ * not interleave line by line. */
+static ms_status emit(const diag_report *r, void *arg) {
+    int json = *(const int *)arg;
+    char *text = NULL;
+    size_t len = 0;
+    if (json) {
+        text = diag_report_json(r);
+        len = text ? strlen(text) : 0;
+    } else {
+        FILE *m = open_memstream(&text, &len);
+        if (m) diag_report_print(r, m);
+        if (m) fclose(m);
+    }
+    if (!text) return ms_error(MS_ERR_NOMEM, "out of memory formatting the report");
+    fwrite(text, 1, len, stdout);
+    if (json) fputc('\n', stdout);
+    fflush(stdout);
+    free(text);
+    return MS_OK;
+}
+
+/* --inject-fault, with the self-test's kinds only (a trainer's "exit"
+ * would never fire here: better say so). */
+static ms_status parse_faults(ms_fault_plan *plan, const char *spec) {
+    MS_TRY(ms_fault_parse(plan, spec, "--inject-fault"));
+    for (int i = 0; i < plan->n; i++)
+        if (strncmp(plan->f[i].kind, "diag:", 5))
+            return ms_error(MS_ERR_ARG,
+                            "--inject-fault: '%s' is not a fault of the self-test (diag:gemm, "
+                            "diag:memory, diag:comm, diag:storage)",
+                            plan->f[i].kind);
+    return MS_OK;
+}
+
+static void to_config(const diag_cli *o, const ms_fault_plan *plan, diag_config *c) {
+    *c = (diag_config){.device = o->device,
+                       .threads = o->threads,
+                       .gemm_n = o->gemm_n,
+                       .gemm_speed_n = o->gemm_speed_n,
+                       .slow_factor = o->slow_factor,
+                       .history = o->history,
+                       .mem_mb = o->mem_mb,
+                       .min_mem_gbps = o->min_mem_gbps,
+                       .comm_timeout = o->comm_timeout,
+                       .storage_mb = o->storage_mb,
+                       .storage_dir = o->storage_dir,
+                       .faults = plan,
+                       .emit = emit,
+                       .emit_arg = (void *)&o->json};
+}
+
+int cmd_diag(int argc, char **argv) {
+    diag_cli o = {0};
+    char *pos[1], **av = calloc((size_t)argc + 1, sizeof *av);
+    int npos = 0, help = 0, rc = 0;
+    if (!av) return cli_fail("diag", ms_error(MS_ERR_NOMEM, "out of memory"));
+    for (int i = 0; i < argc; i++)
+        av[i] = strcmp(argv[i], "--json") ? argv[i] : "--json=1";
+    ms_status st = opts_parse(diag_opts, N_DIAG_OPTS, &o, argc, av, pos, 0, &npos, &help);
+    free(av);
+    ms_fault_plan plan = {.n = 0};
+    diag_config c;
+    diag_report r;
+    if (help) {
+        opts_print_help(diag_opts, N_DIAG_OPTS, usage_text);
+        goto out;
+    }
+    if (st == MS_OK) st = parse_faults(&plan, o.inject_fault);
+    to_config(&o, &plan, &c);
+    if (st == MS_OK) st = diag_config_check(&c);
+    if (st == MS_OK) st = diag_run(&c, &r);
+    if (st != MS_OK)
+        rc = cli_fail("diag", st);
+    else
+        rc = r.ok ? 0 : CLI_EXIT_DIAG_FAIL;
+out:
+    opts_free(diag_opts, N_DIAG_OPTS, &o);
+    return rc;
+}

@@ -1,0 +1,153 @@
+/* diag.c - the node self-test: runs the checks in order and renders the
+ * report as a text table or one JSON object (see diag.h). */
+#include "diag/diag.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/ctx.h"
+#include "diag/diag_internal.h"
+
+ms_status diag_config_check(const diag_config *c) {
+    if (c->gemm_n < 1 || c->gemm_n > 4096)
+        return ms_error(MS_ERR_ARG, "--gemm-n %d: expected 1..4096", c->gemm_n);
+    if (c->gemm_speed_n < 0 || c->gemm_speed_n > 32768)
+        return ms_error(MS_ERR_ARG, "--gemm-speed-n %d: expected 0 (auto) or 1..32768",
+                        c->gemm_speed_n);
+    if (!(c->slow_factor >= 0 && c->slow_factor <= 1))
+        return ms_error(MS_ERR_ARG, "--slow-factor %g: expected 0..1", c->slow_factor);
+    if (c->mem_mb < 1 || c->mem_mb > 65536)
+        return ms_error(MS_ERR_ARG, "--mem-mb %d: expected 1..65536", c->mem_mb);
+    if (!(c->min_mem_gbps >= 0))
+        return ms_error(MS_ERR_ARG, "--min-mem-gbps %g: expected >= 0", c->min_mem_gbps);
+    if (!(c->comm_timeout > 0))
+        return ms_error(MS_ERR_ARG, "--comm-timeout %g: expected > 0 seconds", c->comm_timeout);
+    if (c->storage_mb < 1 || c->storage_mb > 1048576)
+        return ms_error(MS_ERR_ARG, "--storage-mb %d: expected 1..1048576", c->storage_mb);
+    if (c->threads < 0) return ms_error(MS_ERR_ARG, "--threads %d: expected >= 0", c->threads);
+    return MS_OK;
+}
+
+void diag_detail(diag_result *r, const char *fmt, ...) {
+    size_t len = strlen(r->detail);
+    if (len + 3 >= sizeof r->detail) return;
+    if (len) len += (size_t)snprintf(r->detail + len, sizeof r->detail - len, "; ");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->detail + len, sizeof r->detail - len, fmt, ap);
+    va_end(ap);
+}
+
+int diag_fault(const diag_config *c, const char *kind, int rank) {
+    return ms_fault_find(c->faults, kind, -1, rank) || ms_fault_find(c->faults, kind, 1, rank);
+}
+
+ms_status diag_run(const diag_config *c, diag_report *r) {
+    const ms_ctx *ctx = ms_ctx_get();
+    comm_world *w = NULL;
+    memset(r, 0, sizeof *r);
+    gethostname(r->host, sizeof r->host - 1);
+    r->rank = ctx->rank;
+    r->world = ctx->world;
+    snprintf(r->device, sizeof r->device, "%s", c->device);
+    MS_TRY(diag_check_gemm(c, r, &r->checks[r->n++]));
+    diag_check_memory(c, r, &r->checks[r->n++]);
+    diag_check_comm(c, r, &r->checks[r->n++], &w);
+    diag_check_storage(c, r, &r->checks[r->n++]);
+    r->ok = 1;
+    for (int i = 0; i < r->n; i++)
+        r->ok &= r->checks[i].ok;
+    ms_status st = c->emit ? c->emit(r, c->emit_arg) : MS_OK;
+    diag_comm_close(w); /* a barrier: no rank exits before every report is out */
+    return st;
+}
+
+/* "12.3 GFLOP/s" with a precision that suits the magnitude. */
+static void fmt_value(char *buf, size_t n, double v, const char *unit) {
+    if (v >= 100 || v == 0)
+        snprintf(buf, n, "%.0f %s", v, unit);
+    else if (v >= 1)
+        snprintf(buf, n, "%.2f %s", v, unit);
+    else
+        snprintf(buf, n, "%.3g %s", v, unit);
+}
+
+static const char *verdict(const diag_result *c) {
+    return c->skipped ? "SKIP" : c->ok ? "PASS" : "FAIL";
+}
+
+void diag_report_print(const diag_report *r, FILE *f) {
+    fprintf(f, "diag on %s (rank %d of %d), device %s\n", r->host, r->rank, r->world, r->device);
+    fprintf(f, "%-8s  %-18s  %-22s  %s\n", "check", "value", "limit", "verdict");
+    for (int i = 0; i < r->n; i++) {
+        const diag_result *c = &r->checks[i];
+        char val[48] = "-", lim[48] = "-", l[40];
+        if (!c->skipped) fmt_value(val, sizeof val, c->value, c->unit);
+        if (c->has_limit) {
+            fmt_value(l, sizeof l, c->limit, c->unit);
+            snprintf(lim, sizeof lim, "%s %s", c->limit_is_max ? "<=" : ">=", l);
+        }
+        fprintf(f, "%-8s  %-18s  %-22s  %s\n", c->name, val, lim, verdict(c));
+    }
+    for (int i = 0; i < r->n; i++)
+        fprintf(f, "  %s: %s\n", r->checks[i].name, r->checks[i].detail);
+    char failed[128] = "";
+    size_t len = 0;
+    for (int i = 0; i < r->n; i++)
+        if (!r->checks[i].ok)
+            len += (size_t)snprintf(failed + len, sizeof failed - len, "%s%s", len ? ", " : "",
+                                    r->checks[i].name);
+    if (r->ok)
+        fprintf(f, "diag: PASS\n");
+    else
+        fprintf(f, "diag: FAIL (%s)\n", failed);
+}
+
+static cJSON *check_json(const diag_result *c) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return NULL;
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON_AddBoolToObject(o, "ok", c->ok);
+    cJSON_AddBoolToObject(o, "skipped", c->skipped);
+    if (c->skipped)
+        cJSON_AddNullToObject(o, "value");
+    else
+        cJSON_AddNumberToObject(o, "value", c->value);
+    cJSON_AddStringToObject(o, "unit", c->unit);
+    if (c->has_limit)
+        cJSON_AddNumberToObject(o, "limit", c->limit);
+    else
+        cJSON_AddNullToObject(o, "limit");
+    cJSON_AddStringToObject(o, "limit_kind", c->limit_is_max ? "max" : "min");
+    if (c->aux_name && !c->skipped) cJSON_AddNumberToObject(o, c->aux_name, c->aux);
+    cJSON_AddStringToObject(o, "detail", c->detail);
+    return o;
+}
+
+char *diag_report_json(const diag_report *r) {
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_CreateArray();
+    char *text = NULL;
+    if (!o || !a) goto out;
+    cJSON_AddStringToObject(o, "host", r->host);
+    cJSON_AddNumberToObject(o, "rank", r->rank);
+    cJSON_AddNumberToObject(o, "world", r->world);
+    cJSON_AddStringToObject(o, "device", r->device);
+    for (int i = 0; i < r->n; i++) {
+        cJSON *c = check_json(&r->checks[i]);
+        if (!c) goto out;
+        cJSON_AddItemToArray(a, c);
+    }
+    cJSON_AddItemToObject(o, "checks", a);
+    a = NULL;
+    cJSON_AddBoolToObject(o, "ok", r->ok);
+    text = cJSON_PrintUnformatted(o);
+out:
+    cJSON_Delete(a);
+    cJSON_Delete(o);
+    return text;
+}

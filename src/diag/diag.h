@@ -1,0 +1,106 @@
+/* diag.h - the node self-test (`megascale diag`): a few checks of the
+ * hardware a rank runs on, each with a measured value, a limit and a
+ * verdict, so that the supervisor can evict a node that fails one.
+ *
+ * Checks, in order:
+ *  - gemm: the backend's GEMM against a naive double-precision product on
+ *    the host (fresh random inputs, three layouts; relative max error <=
+ *    1e-4 in fp32, 2e-2 in bf16), then its speed (GFLOP/s of a large square
+ *    product, monitor's probe) against this node's history.
+ *  - memory: host memory bandwidth (a parallel copy, best of a few, GB/s;
+ *    the copy is verified), against a floor and the history.
+ *  - comm: a loopback send/recv with the neighbour rank (a self-send in a
+ *    world of one) and an all-reduce over the world, both checked exactly,
+ *    under the communicator's deadline.
+ *  - storage: write, fsync, read back (CRC32C) and remove a file in a
+ *    directory; MB/s both ways.
+ * A check given no way to run (no storage directory) is skipped with a
+ * reason; a skipped check does not fail the node.  Injected faults
+ * (diag:gemm, diag:memory, diag:comm, diag:storage; base/fault.h) make a
+ * check fail as if the hardware were bad: they corrupt the data it checks.
+ *
+ * History: a JSON-lines file, one object per passing gemm or memory result
+ * ({"check","value","unit","device","size","local_rank","host","time"});
+ * a check compares with the median of the newest DIAG_HISTORY_MEDIAN
+ * entries of the same check, device, size and local rank, and appends its
+ * own when it passes (read, append, write a temp file, rename, under an
+ * flock of FILE.lock so ranks sharing the file do not lose each other's).
+ *
+ * Who calls it: cli/cmd_diag.c.  diag_run initialises (and finalises) the
+ * communicator itself, so it runs once per process, on the main thread.
+ * Memory: a report is a value; diag_report_json returns malloc'd text.
+ * Thread-safety: none needed (one call per process).
+ */
+#ifndef DIAG_DIAG_H
+#define DIAG_DIAG_H
+
+#include <stdio.h>
+
+#include "base/fault.h"
+#include "base/status.h"
+
+#define DIAG_MAX_CHECKS 4
+#define DIAG_HISTORY_MEDIAN 25 /* the newest entries the median is taken over */
+#define DIAG_HISTORY_KEEP 2000 /* the newest lines a history file keeps */
+
+typedef struct diag_report diag_report;
+
+typedef struct {
+    const char *device;          /* backend: "cpu" or "cuda" */
+    int threads;                 /* CPU threads (0: all cores) */
+    int gemm_n;                  /* correctness product size (n x n x n) */
+    int gemm_speed_n;            /* speed product size (0: 2048 in fp32, 8192 in bf16) */
+    double slow_factor;          /* fail below slow_factor x the history's median */
+    const char *history;         /* JSON-lines history file (NULL: none) */
+    int mem_mb;                  /* each of the two buffers of the memory check */
+    double min_mem_gbps;         /* memory floor (0: none) */
+    double comm_timeout;         /* seconds per collective */
+    int storage_mb;              /* size of the storage check's file */
+    const char *storage_dir;     /* where it is written (NULL: the check is skipped) */
+    const ms_fault_plan *faults; /* injected faults (NULL: none) */
+    /* Called with the finished report while the communicator is still up
+     * (so under mpirun no rank exits, and makes mpirun end the job, before
+     * every rank has written its report); NULL: none.  Its status is
+     * diag_run's. */
+    ms_status (*emit)(const diag_report *r, void *arg);
+    void *emit_arg;
+} diag_config;
+
+typedef struct {
+    const char *name; /* "gemm", "memory", "comm", "storage" */
+    int ok;           /* 1: passed (or skipped) */
+    int skipped;      /* 1: not run; detail says why */
+    double value;     /* the measured value, in unit */
+    const char *unit;
+    int has_limit;    /* 0: report only */
+    int limit_is_max; /* 1: value must be <= limit; 0: >= limit */
+    double limit;
+    const char *aux_name; /* a second measured value (storage: "read_mbps"), or NULL */
+    double aux;
+    char detail[640];
+} diag_result;
+
+struct diag_report {
+    char host[128];
+    int rank, world;
+    char device[16];
+    diag_result checks[DIAG_MAX_CHECKS];
+    int n;
+    int ok; /* every check passed */
+};
+
+/* Check the values of c: MS_ERR_ARG naming the option (--gemm-n ...). */
+ms_status diag_config_check(const diag_config *c);
+/* Run every check into *r.  Failing checks are verdicts in *r, not errors;
+ * the status is MS_ERR_ARG only for a backend this program lacks (--device
+ * cuda in a CPU build), else c->emit's. */
+ms_status diag_run(const diag_config *c, diag_report *r);
+/* The report as a text table (check, value, limit, verdict), the details,
+ * and a last line "diag: PASS" or "diag: FAIL (gemm, storage)". */
+void diag_report_print(const diag_report *r, FILE *f);
+/* The report as one JSON object (malloc'd, one line; NULL on OOM):
+ * {"host","rank","world","device","checks":[{"name","ok","skipped","value",
+ * "unit","limit","detail"}...],"ok"}; limit is null when there is none. */
+char *diag_report_json(const diag_report *r);
+
+#endif

@@ -1,0 +1,151 @@
+/* diag_history.c - this node's past results (a JSON-lines file): the median
+ * a check is compared with, and the atomic append of a passing result (see
+ * diag.h, "History"). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/fileio.h"
+#include "base/log.h"
+#include "base/timeutil.h"
+#include "diag/diag_internal.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* 1 if the object o is an entry of key k; its value in *v. */
+static int entry_matches(const cJSON *o, const diag_hist_key *k, double *v) {
+    const cJSON *ch = cJSON_GetObjectItemCaseSensitive(o, "check");
+    const cJSON *dev = cJSON_GetObjectItemCaseSensitive(o, "device");
+    const cJSON *size = cJSON_GetObjectItemCaseSensitive(o, "size");
+    const cJSON *lr = cJSON_GetObjectItemCaseSensitive(o, "local_rank");
+    const cJSON *val = cJSON_GetObjectItemCaseSensitive(o, "value");
+    if (!cJSON_IsString(ch) || strcmp(ch->valuestring, k->check)) return 0;
+    if (!cJSON_IsString(dev) || strcmp(dev->valuestring, k->device)) return 0;
+    if (!cJSON_IsNumber(size) || size->valueint != k->size) return 0;
+    if (cJSON_IsNumber(lr) && lr->valueint != k->local_rank) return 0;
+    if (!cJSON_IsNumber(val) || !(val->valuedouble > 0)) return 0;
+    *v = val->valuedouble;
+    return 1;
+}
+
+ms_status diag_history_median(const char *path, const diag_hist_key *k, double *median, int *n) {
+    char *text = NULL;
+    size_t len = 0;
+    double vals[DIAG_HISTORY_MEDIAN];
+    int nv = 0, seen = 0, lineno = 0;
+    *median = 0;
+    *n = 0;
+    ms_status st = ms_file_read_all(path, &text, &len);
+    if (st == MS_ERR_NOTFOUND) return MS_OK; /* the first run */
+    MS_TRY(st);
+    for (char *line = text, *next; line && *line; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        lineno++;
+        if (!line[strspn(line, " \t\r")]) continue;
+        cJSON *o = cJSON_Parse(line);
+        double v;
+        if (!cJSON_IsObject(o))
+            ms_warn("diag: %s:%d: not a JSON object; line skipped", path, lineno);
+        else if (entry_matches(o, k, &v))
+            vals[seen++ % DIAG_HISTORY_MEDIAN] = v; /* a ring: the newest entries */
+        cJSON_Delete(o);
+    }
+    free(text);
+    nv = seen < DIAG_HISTORY_MEDIAN ? seen : DIAG_HISTORY_MEDIAN;
+    if (!nv) return MS_OK;
+    qsort(vals, (size_t)nv, sizeof vals[0], cmp_double);
+    *median = nv % 2 ? vals[nv / 2] : 0.5 * (vals[nv / 2 - 1] + vals[nv / 2]);
+    *n = nv;
+    return MS_OK;
+}
+
+/* The start of the newest `keep` lines of text (len bytes). */
+static size_t keep_tail(const char *text, size_t len, int keep) {
+    int lines = 0;
+    for (size_t i = len; i > 0; i--)
+        if (text[i - 1] == '\n' && i != len && ++lines == keep) return i;
+    return 0;
+}
+
+static ms_status append_locked(const char *path, const char *line) {
+    char *text = NULL;
+    size_t len = 0;
+    ms_status st = ms_file_read_all(path, &text, &len);
+    if (st == MS_ERR_NOTFOUND) st = MS_OK, len = 0;
+    if (st != MS_OK) return st;
+    size_t from = text ? keep_tail(text, len, DIAG_HISTORY_KEEP - 1) : 0;
+    ms_atomic_file af;
+    st = ms_atomic_open(&af, path);
+    if (st == MS_OK && len > from) st = ms_atomic_write(&af, text + from, len - from);
+    if (st == MS_OK && len > from && text[len - 1] != '\n') st = ms_atomic_write(&af, "\n", 1);
+    if (st == MS_OK) st = ms_atomic_printf(&af, "%s\n", line);
+    if (st == MS_OK) st = ms_atomic_commit(&af);
+    if (st != MS_OK) ms_atomic_abort(&af);
+    free(text);
+    return st;
+}
+
+ms_status diag_history_append(const char *path, const diag_hist_key *k, double value,
+                              const char *host) {
+    cJSON *o = cJSON_CreateObject();
+    if (!o) return ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    cJSON_AddStringToObject(o, "check", k->check);
+    cJSON_AddNumberToObject(o, "value", value);
+    cJSON_AddStringToObject(o, "unit", k->unit);
+    cJSON_AddStringToObject(o, "device", k->device);
+    cJSON_AddNumberToObject(o, "size", k->size);
+    cJSON_AddNumberToObject(o, "local_rank", k->local_rank);
+    cJSON_AddStringToObject(o, "host", host);
+    cJSON_AddNumberToObject(o, "time", ms_wall_now());
+    char *line = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!line) return ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s.lock", path);
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ms_status st = MS_OK;
+    if (fd < 0)
+        st = ms_error(MS_ERR_IO, "%s: open: %s", lock, strerror(errno));
+    else if (flock(fd, LOCK_EX) != 0)
+        st = ms_error(MS_ERR_IO, "%s: flock: %s", lock, strerror(errno));
+    if (st == MS_OK) st = append_locked(path, line);
+    if (fd >= 0) close(fd); /* releases the lock */
+    free(line);
+    return st;
+}
+
+int diag_history_judge(const diag_config *c, const diag_hist_key *k, diag_result *r) {
+    if (!c->history || !*c->history) {
+        diag_detail(r, "no history (--history FILE)");
+        return 1;
+    }
+    double med = 0;
+    int n = 0;
+    if (diag_history_median(c->history, k, &med, &n) != MS_OK) {
+        diag_detail(r, "history unreadable, not compared: %s", ms_errmsg());
+        return 1;
+    }
+    if (!n) {
+        diag_detail(r, "no comparable history yet in %s", c->history);
+        return 1;
+    }
+    double floor = c->slow_factor * med;
+    if (!r->has_limit || floor > r->limit) r->has_limit = 1, r->limit = floor, r->limit_is_max = 0;
+    if (r->value < floor) {
+        diag_detail(r, "SLOW: %.4g %s < %.2f x median %.4g %s of %d run(s) in %s", r->value,
+                    k->unit, c->slow_factor, med, k->unit, n, c->history);
+        return 0;
+    }
+    diag_detail(r, "%.2f x the median %.4g %s of %d run(s) in %s", r->value / med, med, k->unit, n,
+                c->history);
+    return 1;
+}

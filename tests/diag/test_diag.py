@@ -1,0 +1,207 @@
+"""Tests of `megascale diag`, the node self-test: every check passes on this
+machine; --json is one valid object with every check; each injected fault
+(diag:gemm, diag:memory, diag:comm, diag:storage) fails exactly its check
+with exit code 9; a history of much faster GEMMs fails the gemm check as
+slow, and passing results are appended to the history; a storage directory
+that cannot be written fails storage naming the path; bad options exit 2.
+With --mpi: the comm check on 2 ranks under mpirun (loopback + all-reduce),
+and a fault injected on one rank fails that rank only.
+Small sizes keep it short.  Needs only the Python standard library.
+Environment: MS_BIN (the binary)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+BIN = os.environ.get("MS_BIN") or sys.argv[1]
+CHECKS = ["gemm", "memory", "comm", "storage"]
+SMALL = ["--gemm-n", "48", "--gemm-speed-n", "192", "--mem-mb", "8", "--storage-mb", "4",
+         "--threads", "2"]
+passed = failed = 0
+
+
+def ok(cond, what, detail=""):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print(f"FAIL: {what}\n{detail[-3000:]}")
+
+
+def run(*args, mpi=0):
+    pre = []
+    if mpi:
+        pre = [shutil.which("mpirun"), "--allow-run-as-root", "--oversubscribe", "-np", str(mpi)]
+    p = subprocess.run([*pre, BIN, "diag", *SMALL, *args], capture_output=True, text=True,
+                       errors="replace", timeout=120)
+    return p.returncode, p.stdout, p.stderr
+
+
+def run_json(*args, mpi=0):
+    """(rc, [report per rank], raw output); a report that is not JSON is None."""
+    rc, out, err = run("--json", *args, mpi=mpi)
+    reports = []
+    for line in out.splitlines():
+        try:
+            reports.append(json.loads(line))
+        except ValueError:
+            reports.append(None)
+    return rc, reports, out + err
+
+
+def verdicts(rep):
+    return {c["name"]: c["ok"] for c in rep["checks"]} if rep else {}
+
+
+def test_pass(d):
+    sd = os.path.join(d, "store")
+    os.mkdir(sd)
+    rc, out, err = run("--storage-dir", sd)
+    lines = out.splitlines()
+    ok(rc == 0 and lines and lines[-1] == "diag: PASS", "all checks pass (text)", out + err)
+    for name in CHECKS:
+        row = [l for l in lines if l.startswith(name + " ")]
+        ok(row and row[0].split()[-1] == "PASS", f"table row {name}: PASS", out)
+    ok("CRC32C match" in out and "read" in out, "storage reports both rates", out)
+    ok(os.listdir(sd) == [], "the storage test file is removed", str(os.listdir(sd)))
+    rc, reps, raw = run_json("--storage-dir", sd)
+    ok(rc == 0 and len(reps) == 1 and reps[0] is not None, "--json prints one JSON object", raw)
+    r = reps[0] if reps and reps[0] else {}
+    ok(r.get("ok") is True and isinstance(r.get("host"), str) and r.get("rank") == 0,
+       "JSON: host, rank, ok", raw)
+    ok([c["name"] for c in r.get("checks", [])] == CHECKS, "JSON: every check, in order", raw)
+    for c in r.get("checks", []):
+        ok(c["ok"] is True and not c["skipped"] and isinstance(c["value"], (int, float))
+           and c["value"] > 0 and isinstance(c["unit"], str) and isinstance(c["detail"], str),
+           f"JSON check {c['name']}: ok with a positive value", json.dumps(c))
+    st = {c["name"]: c for c in r.get("checks", [])}.get("storage", {})
+    ok(st.get("read_mbps", 0) > 0 and st.get("unit") == "MB/s", "JSON storage: read MB/s", raw)
+    rc, reps, raw = run_json()
+    st = {c["name"]: c for c in reps[0]["checks"]}.get("storage", {}) if reps and reps[0] else {}
+    ok(rc == 0 and st.get("skipped") is True and "--storage-dir" in st.get("detail", ""),
+       "no --storage-dir: storage skipped with a reason, still a pass", raw)
+
+
+def test_faults(d):
+    sd = os.path.join(d, "store_f")
+    os.mkdir(sd)
+    for name in CHECKS:
+        rc, reps, raw = run_json("--storage-dir", sd, "--inject-fault", f"diag:{name}")
+        v = verdicts(reps[0] if reps else None)
+        want = {n: n != name for n in CHECKS}
+        ok(rc == 9 and v == want, f"diag:{name} fails exactly {name}, exit 9", f"rc={rc}\n{raw}")
+        detail = {c["name"]: c["detail"] for c in reps[0]["checks"]}.get(name, "") if v else ""
+        ok(f"injected fault diag:{name}" in detail, f"diag:{name}: the detail says so", raw)
+    rc, out, err = run("--storage-dir", sd, "--inject-fault", "diag:gemm,diag:storage")
+    ok(rc == 9 and out.splitlines()[-1:] == ["diag: FAIL (gemm, storage)"],
+       "text: the last line names the failed checks", out + err)
+    ok(os.listdir(sd) == [], "storage file removed after a failure", str(os.listdir(sd)))
+    rc, reps, raw = run_json("--min-mem-gbps", "1e9")
+    ok(rc == 9 and verdicts(reps[0] if reps else None).get("memory") is False,
+       "--min-mem-gbps above the bandwidth fails memory", raw)
+
+
+def test_history(d):
+    h = os.path.join(d, "hist.jsonl")
+    fast = {"check": "gemm", "value": 1e7, "unit": "GFLOP/s", "device": "cpu", "size": 192,
+            "local_rank": 0}
+    with open(h, "w") as f:
+        for _ in range(3):
+            f.write(json.dumps(fast) + "\n")
+    rc, reps, raw = run_json("--history", h)
+    g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}
+    ok(rc == 9 and g.get("ok") is False and "SLOW" in g.get("detail", "") and h in g["detail"],
+       "a history of 1e7 GFLOP/s makes gemm fail as slow, naming the file", raw)
+    ok(abs(g.get("limit", 0) - 0.7 * 1e7) < 1, "the limit is 0.7 x the median", json.dumps(g))
+    lines = open(h).read().splitlines()
+    ok(len(lines) == 4 and json.loads(lines[-1])["check"] == "memory",
+       "a failing gemm is not recorded; the passing memory result is", "\n".join(lines))
+    rc, reps, raw = run_json("--history", h, "--slow-factor", "0")
+    lines = open(h).read().splitlines()
+    ok(rc == 0 and len(lines) == 6, "--slow-factor 0 passes; both results appended", raw)
+    last = [json.loads(l) for l in lines[-2:]]
+    ok(sorted(e["check"] for e in last) == ["gemm", "memory"] and
+       all(e["value"] > 0 and e["size"] in (192, 8) and e["device"] in ("cpu", "host")
+           for e in last), "history entries: check, value, device, size", "\n".join(lines))
+    ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp files left", str(os.listdir(d)))
+    h2 = os.path.join(d, "hist2.jsonl")
+    for i in range(2):  # a lenient factor: tiny products on a loaded 2-core machine vary 30x
+        rc, reps, raw = run_json("--history", h2, "--slow-factor", "0.001")
+        ok(rc == 0, f"a fresh history: run {i + 1} passes", raw)
+    g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}
+    ok("median" in g.get("detail", "") and g.get("limit") is not None,
+       "the second run compares with the first", json.dumps(g))
+
+
+def test_storage_errors(d):
+    f = os.path.join(d, "plainfile")
+    open(f, "w").write("x")
+    bad = os.path.join(f, "sub")
+    rc, reps, raw = run_json("--storage-dir", bad)
+    st = {c["name"]: c for c in reps[0]["checks"]}.get("storage", {}) if reps and reps[0] else {}
+    ok(rc == 9 and st.get("ok") is False and bad in st.get("detail", "")
+       and "Not a directory" in st.get("detail", ""),
+       "an unwritable storage dir fails storage naming the path and errno", raw)
+    missing = os.path.join(d, "no", "such", "dir")
+    rc, out, err = run("--storage-dir", missing)
+    ok(rc == 9 and missing in out and "diag: FAIL (storage)" in out,
+       "a missing storage dir fails storage naming it", out + err)
+
+
+def test_usage():
+    for args, needle in [(["--no-such-option", "1"], "--no-such-option"),
+                         (["--gemm-n", "0"], "--gemm-n"), (["--slow-factor", "2"], "--slow-factor"),
+                         (["--mem-mb", "x"], "--mem-mb"), (["--comm-timeout", "0"], "--comm-timeout"),
+                         (["--inject-fault", "diag:bogus"], "diag:bogus"),
+                         (["--inject-fault", "exit"], "not a fault of the self-test"),
+                         (["--device", "nosuch"], "nosuch"), (["extra"], "extra")]:
+        rc, out, err = run(*args)
+        ok(rc == 2 and needle in err, f"bad option {args}: exit 2 naming it", f"rc={rc}\n{err}")
+    p = subprocess.run([BIN, "diag", "--help"], capture_output=True, text=True)
+    ok(p.returncode == 0 and "--storage-dir" in p.stdout and "9" in p.stdout, "--help", p.stdout)
+
+
+def test_mpi(d):
+    rc, reps, raw = run_json("--threads", "1", mpi=2)
+    ok(rc == 0 and len(reps) == 2 and all(reps), "2 ranks: one JSON report each", raw)
+    ranks = sorted(r["rank"] for r in reps if r)
+    ok(ranks == [0, 1] and all(r["world"] == 2 and r["ok"] for r in reps if r),
+       "2 ranks: both pass", raw)
+    for r in reps:
+        c = {x["name"]: x for x in r["checks"]}.get("comm", {}) if r else {}
+        ok(c.get("ok") is True and "over 2 rank(s)" in c.get("detail", "")
+           and "previous rank" in c.get("detail", ""), f"rank {r and r['rank']}: comm over 2",
+           json.dumps(c))
+    rc, reps, raw = run_json("--threads", "1", "--inject-fault", "diag:comm@1:1", mpi=2)
+    by = {r["rank"]: r for r in reps if r}
+    ok(rc == 9 and sorted(by) == [0, 1], "a fault on rank 1: both report, mpirun exits 9",
+       f"rc={rc}\n{raw}")
+    ok(by.get(0, {}).get("ok") is True and verdicts(by.get(1)) ==
+       {"gemm": True, "memory": True, "comm": False, "storage": True},
+       "only rank 1's comm check fails", raw)
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="ms_diag_")
+    if "--mpi" in sys.argv:
+        if not shutil.which("mpirun"):
+            print("SKIP: mpirun not found (apt-get install openmpi-bin)")
+            sys.exit(77)
+        test_mpi(d)
+    else:
+        test_pass(d)
+        test_faults(d)
+        test_history(d)
+        test_storage_errors(d)
+        test_usage()
+    print(f"{passed} passed, {failed} failed")
+    if not failed:
+        shutil.rmtree(d)
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
