@@ -39,6 +39,13 @@ static int known_kind(const char *k) {
     return 0;
 }
 
+int ms_fault_is_ckpt(const char *kind) {
+    static const char *const prefix[] = {"stage1:", "stage2:", "io:", "signal:"};
+    for (size_t i = 0; i < sizeof prefix / sizeof prefix[0]; i++)
+        if (!strncmp(kind, prefix[i], strlen(prefix[i]))) return known_kind(kind);
+    return 0;
+}
+
 static ms_status add(ms_fault_plan *p, const ms_fault *f, const char *what) {
     if (p->n == MS_FAULT_MAX)
         return ms_error(MS_ERR_ARG, "%s: more than %d faults", what, MS_FAULT_MAX);

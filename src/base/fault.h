@@ -59,6 +59,9 @@ ms_status ms_fault_parse(ms_fault_plan *p, const char *spec, const char *what);
 /* The first entry of `kind` that fires at `step` on `rank` (step -1: the
  * kinds given without a step only), or NULL. */
 const ms_fault *ms_fault_find(const ms_fault_plan *p, const char *kind, int step, int rank);
+/* 1 if kind is one of the checkpoint's points (stage1:*, stage2:*, io:*,
+ * signal:*). */
+int ms_fault_is_ckpt(const char *kind);
 /* 1 if any entry of `kind` exists for `rank`. */
 int ms_fault_any(const ms_fault_plan *p, const char *kind, int rank);
 /* The plan as a spec string (entries with step > after_step only, so a

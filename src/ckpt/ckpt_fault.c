@@ -32,26 +32,11 @@
 #include "base/ctx.h"
 #include "ckpt/ckpt_internal.h"
 
-static const char *const points[] = {
-    "stage1:mid",
-    "stage2:start",
-    "stage2:mid-shard",
-    "stage2:after-shard",
-    "stage2:after-manifest",
-    "stage2:after-commit",
-    "io:enospc-shard",
-    "io:eio-fsync-shard",
-    "io:enospc-manifest",
-    "io:eio-fsync-manifest",
-    "signal:term",
-};
-
 ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f) {
     memset(f, 0, sizeof *f);
     MS_TRY(ms_fault_parse(&f->plan, spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
     for (int j = 0; j < f->plan.n; j++) /* armed on every rank, whichever rank it hits */
-        for (size_t i = 0; i < sizeof points / sizeof points[0]; i++)
-            f->armed |= !strcmp(f->plan.f[j].kind, points[i]);
+        f->armed |= ms_fault_is_ckpt(f->plan.f[j].kind);
     return MS_OK;
 }
 
