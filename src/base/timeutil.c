@@ -25,3 +25,12 @@ void ms_fmt_duration(char *buf, size_t n, double s) {
     else
         snprintf(buf, n, "%dh%02dm", (int)(s / 3600), ((int)s % 3600) / 60);
 }
+
+struct timespec ms_deadline(clockid_t clock, double seconds) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    long long ns = ts.tv_nsec + (long long)(seconds * 1e9);
+    ts.tv_sec += (time_t)(ns / 1000000000LL);
+    ts.tv_nsec = (long)(ns % 1000000000LL);
+    return ts;
+}

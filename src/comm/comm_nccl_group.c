@@ -31,11 +31,7 @@ static void *comm_nccl_watchdog_main(void *arg) {
     pthread_mutex_lock(&n->mu);
     while (!n->stop) {
         comm_nccl_watch_locked(n);
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        long long ns = ts.tv_nsec + (long long)(COMM_NCCL_WATCH_S * 1e9);
-        ts.tv_sec += (time_t)(ns / 1000000000LL);
-        ts.tv_nsec = (long)(ns % 1000000000LL);
+        struct timespec ts = ms_deadline(CLOCK_MONOTONIC, COMM_NCCL_WATCH_S);
         pthread_cond_timedwait(&n->cv, &n->mu, &ts);
     }
     pthread_mutex_unlock(&n->mu);

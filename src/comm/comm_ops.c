@@ -303,11 +303,7 @@ ms_status comm_barrier_start(comm_group *g, comm_req **req) {
 
 /* pthread_cond_timedwait on the monotonic clock for `seconds`. */
 static void comm_wait_cv(comm_world *w, double seconds) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long ns = ts.tv_nsec + (long long)(seconds * 1e9);
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
+    struct timespec ts = ms_deadline(CLOCK_MONOTONIC, seconds);
     pthread_cond_timedwait(&w->done_cv, &w->mu, &ts);
 }
 

@@ -27,11 +27,7 @@
 
 /* Wait on cv (w->mu held) for at most `seconds` (CLOCK_MONOTONIC cv). */
 static void comm_cv_wait_s(pthread_cond_t *cv, pthread_mutex_t *mu, double seconds) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    long long ns = ts.tv_nsec + (long long)(seconds * 1e9);
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
+    struct timespec ts = ms_deadline(CLOCK_MONOTONIC, seconds);
     pthread_cond_timedwait(cv, mu, &ts);
 }
 
@@ -380,11 +376,7 @@ int comm_thread_stop(comm_world *w, double wait_s) {
     w->stop = 1;
     pthread_cond_broadcast(&w->submit_cv);
     pthread_mutex_unlock(&w->mu);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts); /* pthread_timedjoin_np's clock */
-    long long ns = ts.tv_nsec + (long long)(wait_s * 1e9);
-    ts.tv_sec += (time_t)(ns / 1000000000LL);
-    ts.tv_nsec = (long)(ns % 1000000000LL);
+    struct timespec ts = ms_deadline(CLOCK_REALTIME, wait_s); /* pthread_timedjoin_np's clock */
     if (pthread_timedjoin_np(w->thread, NULL, &ts) != 0) return -1;
     w->thread_started = 0;
     return 0;

@@ -12,6 +12,7 @@
 #include "base/events.h"
 #include "base/fileio.h"
 #include "base/log.h"
+#include "base/timeutil.h"
 
 struct mon_evlog {
     FILE *f;
@@ -81,11 +82,7 @@ static void *flusher(void *arg) {
     ms_ev_thread_init(0);
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        long long ns = ts.tv_nsec + (long long)(l->flush_s * 1e9);
-        ts.tv_sec += (time_t)(ns / 1000000000LL);
-        ts.tv_nsec = (long)(ns % 1000000000LL);
+        struct timespec ts = ms_deadline(CLOCK_REALTIME, l->flush_s);
         pthread_cond_timedwait(&l->cv, &l->mu, &ts);
         pthread_mutex_unlock(&l->mu);
         flush_once(l);

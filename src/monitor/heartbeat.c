@@ -154,11 +154,7 @@ static void *beat_main(void *arg) {
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
         if (!hb->dirty) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            long long ns = ts.tv_nsec + (long long)(hb->period_s * 1e9);
-            ts.tv_sec += (time_t)(ns / 1000000000LL);
-            ts.tv_nsec = (long)(ns % 1000000000LL);
+            struct timespec ts = ms_deadline(CLOCK_REALTIME, hb->period_s);
             pthread_cond_timedwait(&hb->cv, &hb->mu, &ts);
             if (hb->stop) break;
         }
