@@ -4,3 +4,5 @@ ms_c_test(test_safetensors SOURCES unit/test_safetensors.c LABELS unit)
 ms_c_test(test_shard SOURCES unit/test_shard.c LABELS unit)
 # The event recorder and the per-rank event log (threads: also under TSan).
 ms_c_test(test_events SOURCES unit/test_events.c LABELS unit threads)
+# The fault-injection registry and node maps: parse / format / find round trips.
+ms_c_test(test_fault SOURCES unit/test_fault.c LABELS unit)

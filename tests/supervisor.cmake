@@ -11,3 +11,14 @@ target_link_libraries(test_sup_beat PRIVATE mssup)
 ms_script_test(chaos_short COMMAND ${MS_PYTHON} ${CMAKE_SOURCE_DIR}/bench/chaos --faults 10 --check
   --bin $<TARGET_FILE:megascale> LABELS mpi faults)
 set_tests_properties(chaos_short PROPERTIES TIMEOUT 600)
+# The control message parser (fuzzed), the loss-spike and straggler
+# detectors, the node pool and the blocklist.
+ms_c_test(test_sup_parts SOURCES unit/test_sup_parts.c LABELS unit)
+target_link_libraries(test_sup_parts PRIVATE mssup)
+# Nodes and spares: a persistent NaN and a node failing diag replaced by a
+# spare, a manual eviction, a transient NaN redone in place, the driver
+# killed and taken over, a straggler evicted, a loss spike, storage failing
+# everywhere (exit 7).
+ms_script_test(supervisor_nodes COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_nodes.py
+  LABELS mpi faults)
+set_tests_properties(supervisor_nodes PROPERTIES TIMEOUT 900)

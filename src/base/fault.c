@@ -18,6 +18,7 @@ static const char *const kinds[] = {
     "hang",
     "slow",
     "nan-grad",
+    "spike",
     "stage1:mid",
     "stage2:start",
     "stage2:mid-shard",
@@ -29,8 +30,10 @@ static const char *const kinds[] = {
     "io:enospc-manifest",
     "io:eio-fsync-manifest",
     "signal:term",
-    "diag:gemm",    "diag:memory",
-    "diag:comm",    "diag:storage",
+    "diag:gemm",
+    "diag:memory",
+    "diag:comm",
+    "diag:storage",
 };
 
 static int known_kind(const char *k) {
@@ -80,24 +83,51 @@ static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *wh
     return MS_OK;
 }
 
-/* One entry KIND[=ARG][@STEP[+]][:RANK]. */
+#define FAULT_FORM "KIND[=ARG][@STEP[+]][:RANK | :node=NAME]"
+
+/* The ":node=NAME" target at the end of entry e (its head is e[0..*head_n))
+ * into f->node.  No such target: *head_n = strlen(e). */
+static ms_status parse_node(const char *e, ms_fault *f, size_t *head_n, const char *what) {
+    const char *t = strstr(e, ":node=");
+    *head_n = t ? (size_t)(t - e) : strlen(e);
+    if (!t) return MS_OK;
+    const char *name = t + strlen(":node=");
+    if (!ms_node_name_ok(name))
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': node name '%s': expected 1 to %d characters of [A-Za-z0-9._-]",
+                        what, e, name, MS_NODE_NAME_MAX - 1);
+    snprintf(f->node, sizeof f->node, "%s", name);
+    return MS_OK;
+}
+
+/* One entry KIND[=ARG][@STEP[+]][:RANK | :node=NAME]. */
 static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     ms_fault f = {.step = -1, .rank = -1};
-    size_t kn = strcspn(e, "=@"); /* a kind may hold a ':' (stage1:mid): RANK needs @STEP */
-    if (kn == 0 || kn >= sizeof f.kind)
-        return ms_error(MS_ERR_ARG, "%s: '%s': expected KIND[=ARG][@STEP[+]][:RANK]", what, e);
-    memcpy(f.kind, e, kn);
-    if (!strcmp(f.kind, "random") && e[kn] == '=') return expand_random(p, e + kn + 1, what);
+    char head[256];
+    size_t hn;
+    MS_TRY(parse_node(e, &f, &hn, what));
+    if (hn >= sizeof head) goto bad;
+    memcpy(head, e, hn);
+    head[hn] = 0;
+    size_t kn = strcspn(head, "=@"); /* a kind may hold a ':' (stage1:mid): RANK needs @STEP */
+    if (kn == 0 || kn >= sizeof f.kind) goto bad;
+    memcpy(f.kind, head, kn);
+    if (!strcmp(f.kind, "random") && head[kn] == '=') {
+        if (f.node[0])
+            return ms_error(MS_ERR_ARG, "%s: '%s': random=... takes no node target", what, e);
+        return expand_random(p, head + kn + 1, what);
+    }
     if (!known_kind(f.kind))
         return ms_error(MS_ERR_ARG,
                         "%s: '%s': unknown fault '%s' (exit, kill, stop, hang, slow=MS, nan-grad, "
-                        "the checkpoint points stage1:mid, stage2:start, stage2:mid-shard, "
-                        "stage2:after-shard, stage2:after-manifest, stage2:after-commit, "
-                        "io:enospc-shard, io:eio-fsync-shard, io:enospc-manifest, "
-                        "io:eio-fsync-manifest, signal:term, the self-test's diag:gemm, "
-                        "diag:memory, diag:comm, diag:storage, or random=SEED/N/MAXSTEP/WORLD)",
+                        "spike=X, the checkpoint points stage1:mid, stage2:start, "
+                        "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
+                        "stage2:after-commit, io:enospc-shard, io:eio-fsync-shard, "
+                        "io:enospc-manifest, io:eio-fsync-manifest, signal:term, the self-test's "
+                        "diag:gemm, diag:memory, diag:comm, diag:storage, or "
+                        "random=SEED/N/MAXSTEP/WORLD)",
                         what, e, f.kind);
-    const char *q = e + kn;
+    const char *q = head + kn;
     int k = 0;
     if (*q == '=') {
         if (sscanf(q + 1, "%lf%n", &f.arg, &k) != 1 || !(f.arg >= 0)) goto bad;
@@ -105,19 +135,29 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     }
     if (!strcmp(f.kind, "slow") && !(f.arg > 0))
         return ms_error(MS_ERR_ARG, "%s: '%s': slow needs =MS (milliseconds per step)", what, e);
+    if (!strcmp(f.kind, "spike") && !(f.arg > 0))
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': spike needs =X (the step's lr is multiplied by X > 0)", what, e);
     if (*q == '@') {
         if (sscanf(q + 1, "%d%n", &f.step, &k) != 1 || f.step < 0) goto bad;
         q += 1 + k;
         if (*q == '+') f.from = 1, q++;
     }
     if (*q == ':') {
+        if (f.node[0])
+            return ms_error(MS_ERR_ARG, "%s: '%s': one target only, :RANK or :node=NAME", what, e);
         if (sscanf(q + 1, "%d%n", &f.rank, &k) != 1 || f.rank < 0) goto bad;
         q += 1 + k;
     }
     if (*q) goto bad;
+    if (!strcmp(f.kind, "spike") && (f.rank >= 0 || f.node[0]))
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': spike takes no rank or node target (it applies on every rank, "
+                        "so the replicas stay equal)",
+                        what, e);
     return add(p, &f, what);
 bad:
-    return ms_error(MS_ERR_ARG, "%s: '%s': expected KIND[=ARG][@STEP[+]][:RANK]", what, e);
+    return ms_error(MS_ERR_ARG, "%s: '%s': expected " FAULT_FORM, what, e);
 }
 
 ms_status ms_fault_parse(ms_fault_plan *p, const char *spec, const char *what) {
@@ -130,10 +170,20 @@ ms_status ms_fault_parse(ms_fault_plan *p, const char *spec, const char *what) {
     return MS_OK;
 }
 
+void ms_fault_plan_set_node(ms_fault_plan *p, const char *name) {
+    snprintf(p->self_node, sizeof p->self_node, "%s", name ? name : "");
+}
+
+/* 1 if f is an entry of `kind` for `rank` and p's node. */
+static int targets(const ms_fault_plan *p, const ms_fault *f, const char *kind, int rank) {
+    if (strcmp(f->kind, kind) || (f->rank >= 0 && f->rank != rank)) return 0;
+    return !f->node[0] || (p->self_node[0] && !strcmp(f->node, p->self_node));
+}
+
 const ms_fault *ms_fault_find(const ms_fault_plan *p, const char *kind, int step, int rank) {
     for (int i = 0; p && i < p->n; i++) {
         const ms_fault *f = &p->f[i];
-        if (strcmp(f->kind, kind) || (f->rank >= 0 && f->rank != rank)) continue;
+        if (!targets(p, f, kind, rank)) continue;
         if (step < 0 ? f->step < 0 : (f->step == step || (f->from && step > f->step))) return f;
     }
     return NULL;
@@ -141,8 +191,14 @@ const ms_fault *ms_fault_find(const ms_fault_plan *p, const char *kind, int step
 
 int ms_fault_any(const ms_fault_plan *p, const char *kind, int rank) {
     for (int i = 0; p && i < p->n; i++)
-        if (!strcmp(p->f[i].kind, kind) && (p->f[i].rank < 0 || p->f[i].rank == rank)) return 1;
+        if (targets(p, &p->f[i], kind, rank)) return 1;
     return 0;
+}
+
+/* x as the shortest of %.15g / %.17g that reads back as x. */
+static void fmt_arg(char *out, size_t n, double x) {
+    snprintf(out, n, "%.15g", x);
+    if (strtod(out, NULL) != x) snprintf(out, n, "%.17g", x);
 }
 
 void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n) {
@@ -152,16 +208,24 @@ void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n
         const ms_fault *f = &p->f[i];
         if (f->step >= 0 && f->step <= after_step && !f->from) continue;
         len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", f->kind);
-        if (f->arg > 0 && len < n) len += (size_t)snprintf(buf + len, n - len, "=%g", f->arg);
+        if (f->arg > 0 && len < n) {
+            char a[32];
+            fmt_arg(a, sizeof a, f->arg);
+            len += (size_t)snprintf(buf + len, n - len, "=%s", a);
+        }
         if (f->step >= 0 && len < n)
             len += (size_t)snprintf(buf + len, n - len, "@%d%s", f->step, f->from ? "+" : "");
         if (f->rank >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, ":%d", f->rank);
+        if (f->node[0] && len < n) len += (size_t)snprintf(buf + len, n - len, ":node=%s", f->node);
     }
 }
 
+void ms_fault_fire_slow(const ms_fault_plan *p, int step, int rank) {
+    const ms_fault *f = ms_fault_find(p, "slow", step, rank);
+    if (f) usleep((useconds_t)(f->arg * 1e3));
+}
+
 void ms_fault_fire_process(const ms_fault_plan *p, int step, int rank) {
-    const ms_fault *f;
-    if ((f = ms_fault_find(p, "slow", step, rank)) != NULL) usleep((useconds_t)(f->arg * 1e3));
     if (ms_fault_find(p, "exit", step, rank)) {
         ms_errorf("step %d: injected fault: rank %d exits", step, rank);
         _exit(42);

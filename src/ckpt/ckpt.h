@@ -108,8 +108,17 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
 ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st);
 /* Stage 1 now, stage 2 queued. */
 ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st);
-/* Final checkpoint (unless st->step was already saved), then wait for
- * stage 2; returns the status of that last persist. */
+/* hold 1: the trainer is in a streak of skipped (non-finite) steps, so
+ * ckpt_manager_step still agrees on stops but takes no checkpoint, and
+ * ckpt_manager_finish takes no final one (the newest checkpoint never holds
+ * a skipped step); hold 0: the normal schedule again.  Every rank must pass
+ * the same value at the same step. */
+void ckpt_manager_hold(ckpt_manager *cm, int hold);
+/* This process's node name (base/node.h), for the checkpoint's fault
+ * entries with a ":node=NAME" target (NULL or "": they never fire). */
+void ckpt_manager_set_node(ckpt_manager *cm, const char *node);
+/* Final checkpoint (unless st->step was already saved, or a hold is on),
+ * then wait for stage 2; returns the status of that last persist. */
 ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st);
 /* Wait for stage 2 and return the status of the last persist. */
 ms_status ckpt_manager_wait(ckpt_manager *cm);

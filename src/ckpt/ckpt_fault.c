@@ -2,9 +2,10 @@
  *
  * ckpt_options.fault is a fault plan (base/fault.h, the one syntax of every
  * injected fault; the trainer passes its --inject-fault and --ckpt-fault,
- * env MS_CKPT_FAULT): an entry POINT[@STEP][:RANK] fires at POINT of the
- * checkpoint of step STEP (default: the first checkpoint this process
- * takes) on global rank RANK (default: every rank):
+ * env MS_CKPT_FAULT): an entry POINT[@STEP][:RANK | :node=NAME] fires at
+ * POINT of the checkpoint of step STEP (default: the first checkpoint this
+ * process takes) on global rank RANK or the ranks of node NAME
+ * (ckpt_manager_set_node; default: every rank):
  *   stage1:mid            SIGKILL halfway through the stage-1 copy
  *   stage2:start          SIGKILL before the shard is written
  *   stage2:mid-shard      half a shard written to its temp file, SIGKILL

@@ -25,6 +25,7 @@ struct ckpt_manager {
     ckpt_options o;
     char root[4096], resume[4096], shm_dir[4096]; /* shm_dir: "" for /dev/shm */
     int saving;
+    int hold; /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
     gpt_model *m;
     opt_state *opt;
     par_zero *zero;
@@ -204,8 +205,12 @@ ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
     if (cm->wg) MS_TRY(comm_allreduce(cm->wg, flags, flags, 2, COMM_I32, COMM_MAX));
     if (flags[0] && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
     if (!cm->saving || flags[0]) return MS_OK; /* stopping: the final checkpoint follows */
-    if ((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])
-        return ckpt_manager_save(cm, st);
+    if (!((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])) return MS_OK;
+    if (!cm->hold) return ckpt_manager_save(cm, st);
+    if (cm->rank == 0)
+        ms_warn("checkpoint: step %d: none taken, in a streak of skipped (non-finite) steps; the "
+                "schedule resumes after a clean step",
+                st->step);
     return MS_OK;
 }
 
@@ -213,9 +218,25 @@ ms_status ckpt_manager_wait(ckpt_manager *cm) {
     return cm->persist ? ckpt_persist_wait(cm->persist, NULL) : MS_OK;
 }
 
+void ckpt_manager_hold(ckpt_manager *cm, int hold) {
+    cm->hold = hold;
+}
+
+void ckpt_manager_set_node(ckpt_manager *cm, const char *node) {
+    ms_fault_plan_set_node(&cm->fault.plan, node);
+}
+
 ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st) {
     if (!cm->saving) return MS_OK;
-    if (st->step > 0 && st->step != cm->last_saved) MS_TRY(ckpt_manager_save(cm, st));
+    if (cm->hold && cm->last_saved >= 0)
+        ms_warn("no final checkpoint: step %d ends a streak of skipped (non-finite) steps; the "
+                "newest checkpoint is step %d",
+                st->step, cm->last_saved);
+    else if (cm->hold)
+        ms_warn("no final checkpoint: step %d ends a streak of skipped (non-finite) steps",
+                st->step);
+    else if (st->step > 0 && st->step != cm->last_saved)
+        MS_TRY(ckpt_manager_save(cm, st));
     ms_status rc = ckpt_persist_wait(cm->persist, NULL);
     if (rc != MS_OK)
         return ms_error_wrap(rc, "the last checkpoint (step %d) was not committed", st->step);

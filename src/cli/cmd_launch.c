@@ -10,8 +10,9 @@
 #include "supervisor/sup.h"
 
 typedef struct {
-    int np, nodes, max_restarts, no_progress;
+    int np, nodes, spares, max_restarts, no_progress, diag, straggler_rounds;
     double hb_timeout, progress_factor, startup_timeout, grace, backoff;
+    double diag_timeout, diag_slow_factor, straggler_score, loss_spike_z;
     char *run_dir, *events, *hostfile, *mpirun, *bin, *bind, *faults;
 } launch_cli;
 
@@ -22,6 +23,8 @@ static const opts_spec launch_opts[] = {
     O("np", OPT_T_INT, np, "1", "ranks of the job"),
     O("nodes", OPT_T_INT, nodes, "1",
       "split the ranks into N nodes on this host (contiguous ranks), named in events"),
+    O("spares", OPT_T_INT, spares, "0",
+      "nodes held back: one takes the place of each node the driver evicts"),
     O("hostfile", OPT_T_STR, hostfile, NULL, "mpirun's hostfile (real hosts; use --bind too)"),
     O("run-dir", OPT_T_STR, run_dir, NULL, "the driver's directory: events.jsonl (required)"),
     O("events", OPT_T_STR, events, NULL, "the events JSONL (default RUN_DIR/events.jsonl)"),
@@ -37,6 +40,21 @@ static const opts_spec launch_opts[] = {
       "seconds from a launch to every rank's first step"),
     O("grace", OPT_T_DOUBLE, grace, "10", "seconds between SIGTERM and SIGKILL when stopping"),
     O("backoff", OPT_T_DOUBLE, backoff, "1", "seconds before the first restart (doubled, <= 30)"),
+    O("diag", OPT_T_INT, diag, "1",
+      "run `megascale diag` on every node after a fault and evict the nodes that fail (0: off)"),
+    O("diag-timeout", OPT_T_DOUBLE, diag_timeout, "120",
+      "seconds the self-test may take; a node without a report by then fails"),
+    O("diag-slow-factor", OPT_T_DOUBLE, diag_slow_factor, "0.5",
+      "a node fails the self-test below this fraction of its own history's GEMM or memory "
+      "speed (RUN_DIR/diag/NODE.jsonl)"),
+    O("straggler-score", OPT_T_DOUBLE, straggler_score, "0.6",
+      "a straggler computes at less than this fraction of the other ranks' median speed..."),
+    O("straggler-rounds", OPT_T_INT, straggler_rounds, "10",
+      "...for this many steps in a row; its node is evicted when a spare can replace it (0: "
+      "off)"),
+    O("loss-spike-z", OPT_T_DOUBLE, loss_spike_z, "6",
+      "a loss this many standard deviations above the last 32 steps is a spike (an anomaly "
+      "event; 0: off)"),
     O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),
     O("bin", OPT_T_STR, bin, NULL, "the megascale binary of the ranks (default: this one)"),
     O("bind", OPT_T_STR, bind, "127.0.0.1", "heartbeat address (loopback unless hosts need it)"),
@@ -47,6 +65,13 @@ static const opts_spec launch_opts[] = {
 #define N_LAUNCH_OPTS ((int)(sizeof launch_opts / sizeof launch_opts[0]))
 
 int cmd_launch(int argc, char **argv) {
+    if (argc >= 1 && !strcmp(argv[0], "--ctl")) { /* a command to a running driver */
+        if (argc < 3) {
+            fprintf(stderr, "usage: megascale launch --ctl RUN_DIR evict NODE | status\n");
+            return SUP_EXIT_USAGE;
+        }
+        return sup_ctl_client(argv[1], argc - 2, argv + 2);
+    }
     int sep = argc;
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--")) {
@@ -63,11 +88,15 @@ int cmd_launch(int argc, char **argv) {
         opts_print_help(
             launch_opts, N_LAUNCH_OPTS,
             "usage: megascale launch --np N --run-dir DIR [options] -- "
-            "--ckpt-dir DIR [train options]\n\n"
+            "--ckpt-dir DIR [train options]\n"
+            "       megascale launch --ctl RUN_DIR evict NODE | status\n\n"
             "Starts `megascale train` under mpirun, watches its heartbeats, and restarts "
-            "it from its newest checkpoint after a crash or a hang.\nExit codes: 0 "
-            "done, 1 driver error, 2 usage, 3 restart budget spent, 4 no progress "
-            "(do not requeue), 5 stopped by a signal.");
+            "it from its newest checkpoint after a crash, a hang, a persistent NaN or a "
+            "straggler, running `megascale diag` on the nodes and replacing the ones that fail "
+            "with spares.  Run the same command again after the driver itself died: it takes "
+            "over from RUN_DIR.\nExit codes: 0 done, 1 driver error, 2 usage, 3 restart budget "
+            "spent, 4 no progress (do not requeue), 5 stopped by a signal, 6 too few healthy "
+            "nodes, 7 the checkpoint storage fails on every node.");
     } else if (st != MS_OK) {
         rc = cli_fail("launch", st);
     } else if (sep == argc) {
@@ -79,6 +108,13 @@ int cmd_launch(int argc, char **argv) {
         if (n > 0) self[n] = 0;
         sup_config c = {.np = o.np,
                         .nodes = o.nodes,
+                        .spares = o.spares,
+                        .diag = o.diag,
+                        .diag_timeout = o.diag_timeout,
+                        .diag_slow_factor = o.diag_slow_factor,
+                        .straggler_score = o.straggler_score,
+                        .straggler_rounds = o.straggler_rounds,
+                        .loss_spike_z = o.loss_spike_z,
                         .hostfile = o.hostfile,
                         .max_restarts = o.max_restarts,
                         .hb_timeout = o.hb_timeout,

@@ -63,6 +63,9 @@ static const opts_spec train_opts[] = {
     O("grad-clip", OPT_T_DOUBLE, grad_clip, "1.0", "clip the global grad norm to X (0: off)"),
     O("max-bad-steps", OPT_T_INT, max_bad_steps, "3",
       "consecutive non-finite steps tolerated (skipped) before the run stops"),
+    OE("nonfinite-redo", OPT_T_INT, nonfinite_redo, "1", "MS_NONFINITE_REDO",
+       "recomputations of a step whose loss or gradients are NaN/Inf, from the same "
+       "micro-batches, before its update is skipped (0: skip at once)"),
     O("seed", OPT_T_U64, seed, "1337", "seed for initialisation and data order"),
     O("init-from", OPT_T_STR, init_from, NULL, "initial weights (HF GPT-2 safetensors)"),
     O("save-weights", OPT_T_STR, save_weights, NULL, "write final weights (HF GPT-2 safetensors)"),
@@ -87,14 +90,17 @@ static const opts_spec train_opts[] = {
        "send heartbeats to the supervisor at HOST:PORT (set by megascale launch)"),
     OE("heartbeat-token", OPT_T_STR, heartbeat_token, NULL, "MS_HEARTBEAT_TOKEN",
        "the job's heartbeat token (set by megascale launch)"),
+    OE("node-map", OPT_T_STR, node_map, NULL, "MS_NODE_MAP",
+       "node names NAME,NAME,... ([A-Za-z0-9._-], up to 4096): world rank r is on node "
+       "names[r * n / world] (default: the host name); for :node=NAME faults and the heartbeats"),
     OE("comm-timeout", OPT_T_DOUBLE, comm_timeout, "300", "MS_COMM_TIMEOUT",
        "seconds a collective may take before it fails, naming the missing ranks (hang dumps)"),
     OE("comm-nccl-sync", OPT_T_INT, comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC",
        "1: a wait on an NCCL op blocks the host, so the failing wait reports a missed deadline"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
-      "faults for tests and chaos runs (docs/operations.md): KIND[=ARG][@STEP[+]][:RANK],... "
-      "with KIND exit, kill, stop, hang, slow=MS, nan-grad or a checkpoint point; "
-      "random=SEED/N/MAXSTEP/WORLD"),
+      "faults for tests and chaos runs (docs/operations.md): "
+      "KIND[=ARG][@STEP[+]][:RANK | :node=NAME],... with KIND exit, kill, stop, hang, slow=MS, "
+      "nan-grad, spike=X or a checkpoint point; random=SEED/N/MAXSTEP/WORLD"),
     OE("ckpt-fault", OPT_T_STR, ckpt_fault, NULL, "MS_CKPT_FAULT",
        "more faults, same syntax as --inject-fault (the checkpoint's points, for tests)"),
 };

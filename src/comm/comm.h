@@ -192,6 +192,12 @@ int comm_world_dump_grace(comm_world *w, double max_s);
 /* Bytes moved by this rank's completed ops so far (the MPI path; for the
  * heartbeats).  Thread-safe. */
 long long comm_world_bytes(comm_world *w);
+/* Nanoseconds the threads of this process have spent blocked in comm_wait
+ * (and the blocking conveniences built on it) so far, all threads together
+ * (the trainer's, and a checkpoint's stage-2 thread while it persists); a
+ * step's delta is its time waiting on communication.  NULL: 0.
+ * Thread-safe. */
+long long comm_world_wait_ns(const comm_world *w);
 
 /* ---- groups -------------------------------------------------------------- */
 

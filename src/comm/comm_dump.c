@@ -214,3 +214,7 @@ int comm_world_dump_grace(comm_world *w, double max_s) {
 long long comm_world_bytes(comm_world *w) {
     return w ? atomic_load_explicit(&w->bytes_done, memory_order_relaxed) : 0;
 }
+
+long long comm_world_wait_ns(const comm_world *w) {
+    return w ? atomic_load_explicit(&w->wait_ns, memory_order_relaxed) : 0;
+}

@@ -118,12 +118,12 @@ struct comm_group {
     comm_nccl *nccl;   /* NULL unless comm_group_enable_nccl succeeded */
     uint64_t next_seq; /* under w->mu: last collective sequence number handed out */
     /* comm thread: the last op that completed, for hang dumps (comm_dump.c) */
-    int last_kind;        /* -1: none yet */
+    int last_kind; /* -1: none yet */
     uint64_t last_seq;
     size_t last_bytes;
     int last_peer, last_tag; /* global peer of a p2p op, else -1 */
     double last_done;
-    uint64_t done_seq; /* the highest collective sequence number completed */
+    uint64_t done_seq;         /* the highest collective sequence number completed */
     uint16_t ev_lane, ev_name; /* event recorder ids: lane "comm:<name>", name */
 };
 
@@ -149,14 +149,15 @@ struct comm_world {
 
     /* timers and hang dumps (comm_dump.c) */
     uint16_t ev_kind[COMM_K_BARRIER + 1]; /* event names of the ops */
-    uint16_t ev_wait;                      /* "wait": a caller blocked in comm_wait */
-    int has_coord;                         /* set by comm_grid_create */
-    int coord[3], shape[3];                /* (dp, pp, tp) */
-    char dump_path[4096];                  /* "": no hang dumps; set with the world idle */
-    unsigned long long dump_seen;          /* comm thread: board dump requests handled */
-    int dumped;                            /* comm thread: a dump was written */
-    _Atomic long long bytes_done;          /* bytes of the ops completed (comm_world_bytes) */
-    comm_group **groups;                   /* comm thread (and init/finalize): live groups */
+    uint16_t ev_wait;                     /* "wait": a caller blocked in comm_wait */
+    int has_coord;                        /* set by comm_grid_create */
+    int coord[3], shape[3];               /* (dp, pp, tp) */
+    char dump_path[4096];                 /* "": no hang dumps; set with the world idle */
+    unsigned long long dump_seen;         /* comm thread: board dump requests handled */
+    int dumped;                           /* comm thread: a dump was written */
+    _Atomic long long bytes_done;         /* bytes of the ops completed (comm_world_bytes) */
+    _Atomic long long wait_ns;            /* callers' time in comm_wait (comm_world_wait_ns) */
+    comm_group **groups;                  /* comm thread (and init/finalize): live groups */
     int ngroups, cap_groups;
 
     pthread_t thread;

@@ -340,9 +340,8 @@ ms_status comm_wait(comm_req *r) {
     return comm_wait_result(r, NULL);
 }
 
-ms_status comm_wait_result(comm_req *r, comm_group **out) {
-    if (!r) return MS_OK;
-    if (r->on_nccl) return comm_nccl_wait(r);
+/* comm_wait_result of a host (MPI) op. */
+static ms_status comm_wait_host(comm_req *r, comm_group **out) {
     comm_world *w = r->w;
     pthread_mutex_lock(&w->mu);
     int64_t t_wait = r->state != COMM_REQ_DONE && ms_ev_on() ? ms_ev_now() : 0;
@@ -368,6 +367,15 @@ ms_status comm_wait_result(comm_req *r, comm_group **out) {
     pthread_mutex_unlock(&w->mu);
     comm_stage_finish(w, &h, st); /* the copy back to the device, on this thread */
     return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
+}
+
+ms_status comm_wait_result(comm_req *r, comm_group **out) {
+    if (!r) return MS_OK;
+    comm_world *w = r->w; /* r is freed by the wait */
+    int64_t t0 = ms_ev_now();
+    ms_status st = r->on_nccl ? comm_nccl_wait(r) : comm_wait_host(r, out);
+    atomic_fetch_add_explicit(&w->wait_ns, (long long)(ms_ev_now() - t0), memory_order_relaxed);
+    return st;
 }
 
 ms_status comm_wait_all(comm_req **reqs, int n) {

@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/ctx.h"
+#include "base/fileio.h"
 #include "diag/diag_internal.h"
 
 ms_status diag_config_check(const diag_config *c) {
@@ -30,6 +31,14 @@ ms_status diag_config_check(const diag_config *c) {
     if (c->storage_mb < 1 || c->storage_mb > 1048576)
         return ms_error(MS_ERR_ARG, "--storage-mb %d: expected 1..1048576", c->storage_mb);
     if (c->threads < 0) return ms_error(MS_ERR_ARG, "--threads %d: expected >= 0", c->threads);
+    if (c->history && *c->history && c->history_dir && *c->history_dir)
+        return ms_error(MS_ERR_ARG,
+                        "--history %s and --history-dir %s: give one (a file, or a directory "
+                        "with a file per node)",
+                        c->history, c->history_dir);
+    if (c->node && *c->node && !ms_node_name_ok(c->node))
+        return ms_error(MS_ERR_ARG, "node name '%s': expected 1 to %d characters of [A-Za-z0-9._-]",
+                        c->node, MS_NODE_NAME_MAX - 1);
     return MS_OK;
 }
 
@@ -47,14 +56,33 @@ int diag_fault(const diag_config *c, const char *kind, int rank) {
     return ms_fault_find(c->faults, kind, -1, rank) || ms_fault_find(c->faults, kind, 1, rank);
 }
 
-ms_status diag_run(const diag_config *c, diag_report *r) {
+/* --history-dir: this node's history file DIR/NODE.jsonl in cc->history
+ * (path: its buffer); DIR is created if missing. */
+static ms_status node_history(diag_config *cc, const char *node, char *path, size_t n) {
+    if (!cc->history_dir || !*cc->history_dir) return MS_OK;
+    ms_status st = ms_mkdirs(cc->history_dir);
+    if (st != MS_OK) return ms_error_wrap(st, "--history-dir %s", cc->history_dir);
+    if ((size_t)snprintf(path, n, "%s/%s.jsonl", cc->history_dir, node) >= n)
+        return ms_error(MS_ERR_ARG, "--history-dir %s: path too long", cc->history_dir);
+    cc->history = path;
+    return MS_OK;
+}
+
+ms_status diag_run(const diag_config *c0, diag_report *r) {
     const ms_ctx *ctx = ms_ctx_get();
     comm_world *w = NULL;
     memset(r, 0, sizeof *r);
     gethostname(r->host, sizeof r->host - 1);
     r->rank = ctx->rank;
     r->world = ctx->world;
-    snprintf(r->device, sizeof r->device, "%s", c->device);
+    snprintf(r->device, sizeof r->device, "%s", c0->device);
+    if (c0->node && *c0->node)
+        snprintf(r->node, sizeof r->node, "%s", c0->node);
+    else
+        MS_TRY(ms_node_of(NULL, r->rank, r->world, r->node, "node")); /* the host name */
+    diag_config cfg = *c0, *c = &cfg;
+    char hist[4200];
+    MS_TRY(node_history(c, r->node, hist, sizeof hist));
     MS_TRY(diag_check_gemm(c, r, &r->checks[r->n++]));
     diag_check_memory(c, r, &r->checks[r->n++]);
     diag_check_comm(c, r, &r->checks[r->n++], &w);
@@ -82,7 +110,8 @@ static const char *verdict(const diag_result *c) {
 }
 
 void diag_report_print(const diag_report *r, FILE *f) {
-    fprintf(f, "diag on %s (rank %d of %d), device %s\n", r->host, r->rank, r->world, r->device);
+    fprintf(f, "diag on %s, node %s (rank %d of %d), device %s\n", r->host, r->node, r->rank,
+            r->world, r->device);
     fprintf(f, "%-8s  %-18s  %-22s  %s\n", "check", "value", "limit", "verdict");
     for (int i = 0; i < r->n; i++) {
         const diag_result *c = &r->checks[i];
@@ -134,6 +163,7 @@ char *diag_report_json(const diag_report *r) {
     char *text = NULL;
     if (!o || !a) goto out;
     cJSON_AddStringToObject(o, "host", r->host);
+    cJSON_AddStringToObject(o, "node", r->node);
     cJSON_AddNumberToObject(o, "rank", r->rank);
     cJSON_AddNumberToObject(o, "world", r->world);
     cJSON_AddStringToObject(o, "device", r->device);

@@ -19,12 +19,17 @@
  * (diag:gemm, diag:memory, diag:comm, diag:storage; base/fault.h) make a
  * check fail as if the hardware were bad: they corrupt the data it checks.
  *
+ * Node: every report names the node it ran on (diag_config.node: the
+ * caller's --node-map entry for this rank, else the host name).
+ *
  * History: a JSON-lines file, one object per passing gemm or memory result
  * ({"check","value","unit","device","size","local_rank","host","time"});
  * a check compares with the median of the newest DIAG_HISTORY_MEDIAN
  * entries of the same check, device, size and local rank, and appends its
  * own when it passes (read, append, write a temp file, rename, under an
  * flock of FILE.lock so ranks sharing the file do not lose each other's).
+ * With a history directory instead, each node has its own file,
+ * DIR/NODE.jsonl (DIR is created if missing).
  *
  * Who calls it: cli/cmd_diag.c.  diag_run initialises (and finalises) the
  * communicator itself, so it runs once per process, on the main thread.
@@ -37,6 +42,7 @@
 #include <stdio.h>
 
 #include "base/fault.h"
+#include "base/node.h"
 #include "base/status.h"
 
 #define DIAG_MAX_CHECKS 4
@@ -52,6 +58,8 @@ typedef struct {
     int gemm_speed_n;            /* speed product size (0: 2048 in fp32, 8192 in bf16) */
     double slow_factor;          /* fail below slow_factor x the history's median */
     const char *history;         /* JSON-lines history file (NULL: none) */
+    const char *history_dir;     /* or a directory of them, DIR/NODE.jsonl (NULL: none) */
+    const char *node;            /* this rank's node name (NULL or "": the host name) */
     int mem_mb;                  /* each of the two buffers of the memory check */
     double min_mem_gbps;         /* memory floor (0: none) */
     double comm_timeout;         /* seconds per collective */
@@ -82,6 +90,7 @@ typedef struct {
 
 struct diag_report {
     char host[128];
+    char node[MS_NODE_NAME_MAX];
     int rank, world;
     char device[16];
     diag_result checks[DIAG_MAX_CHECKS];
@@ -89,17 +98,19 @@ struct diag_report {
     int ok; /* every check passed */
 };
 
-/* Check the values of c: MS_ERR_ARG naming the option (--gemm-n ...). */
+/* Check the values of c: MS_ERR_ARG naming the option (--gemm-n ...;
+ * --history with --history-dir). */
 ms_status diag_config_check(const diag_config *c);
 /* Run every check into *r.  Failing checks are verdicts in *r, not errors;
  * the status is MS_ERR_ARG only for a backend this program lacks (--device
- * cuda in a CPU build), else c->emit's. */
+ * cuda in a CPU build), MS_ERR_IO for a history directory that cannot be
+ * created (naming it), else c->emit's. */
 ms_status diag_run(const diag_config *c, diag_report *r);
 /* The report as a text table (check, value, limit, verdict), the details,
  * and a last line "diag: PASS" or "diag: FAIL (gemm, storage)". */
 void diag_report_print(const diag_report *r, FILE *f);
 /* The report as one JSON object (malloc'd, one line; NULL on OOM):
- * {"host","rank","world","device","checks":[{"name","ok","skipped","value",
+ * {"host","node","rank","world","device","checks":[{"name","ok","skipped","value",
  * "unit","limit","detail"}...],"ok"}; limit is null when there is none. */
 char *diag_report_json(const diag_report *r);
 

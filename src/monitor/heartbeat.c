@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/log.h"
+#include "base/node.h"
 #include "base/timeutil.h"
 
 #define HB_CONNECT_S 5.0
@@ -24,6 +25,7 @@
 
 struct mon_heartbeat {
     char host[256], port[16], token[HB_TOKEN_MAX + 1], hostname[128];
+    char node[MS_NODE_NAME_MAX]; /* "": not sent */
     int rank, world;
     double period_s;
     long long (*comm_bytes)(void *);
@@ -38,7 +40,8 @@ struct mon_heartbeat {
     /* under mu */
     int stop, dirty;
     int step;
-    double step_ms, loss, grad_norm;
+    int redone; /* steps redone after a non-finite result, cumulative */
+    double step_ms, compute_ms, loss, grad_norm;
     char phase[16];
     char error[1024];
 };
@@ -102,13 +105,16 @@ static char *beat_line(mon_heartbeat *hb) {
     cJSON_AddNumberToObject(o, "world", hb->world);
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     cJSON_AddStringToObject(o, "host", hb->hostname);
+    if (hb->node[0]) cJSON_AddStringToObject(o, "node", hb->node);
     cJSON_AddNumberToObject(o, "seq", (double)++hb->seq);
     pthread_mutex_lock(&hb->mu);
     cJSON_AddNumberToObject(o, "step", hb->step);
     cJSON_AddStringToObject(o, "phase", hb->phase);
     add_num(o, "step_ms", hb->step_ms);
+    add_num(o, "compute_ms", hb->compute_ms);
     add_num(o, "loss", hb->loss);
     add_num(o, "grad_norm", hb->grad_norm);
+    cJSON_AddNumberToObject(o, "redone", hb->redone);
     if (hb->error[0]) cJSON_AddStringToObject(o, "error", hb->error);
     hb->dirty = 0;
     pthread_mutex_unlock(&hb->mu);
@@ -181,12 +187,13 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
         return st;
     }
     snprintf(hb->token, sizeof hb->token, "%s", c->token);
+    if (c->node && ms_node_name_ok(c->node)) snprintf(hb->node, sizeof hb->node, "%s", c->node);
     gethostname(hb->hostname, sizeof hb->hostname - 1);
     hb->rank = c->rank, hb->world = c->world;
     hb->period_s = c->period_s > 0 ? c->period_s : 1.0;
     hb->comm_bytes = c->comm_bytes, hb->comm_ctx = c->comm_ctx;
     snprintf(hb->phase, sizeof hb->phase, "start");
-    hb->loss = hb->grad_norm = NAN;
+    hb->loss = hb->grad_norm = hb->compute_ms = NAN;
     hb->fd = dial(hb);
     if (hb->fd < 0) {
         st = ms_error(MS_ERR_IO, "--heartbeat %s: cannot connect to the driver: %s", c->addr,
@@ -242,6 +249,8 @@ static ms_status hb_step(void *ctx, const mon_step *s) {
     pthread_mutex_lock(&hb->mu);
     hb->step = s->step;
     hb->step_ms = s->sec * 1e3;
+    hb->compute_ms = s->compute_ms;
+    hb->redone += s->redone > 0;
     hb->loss = s->loss;
     hb->grad_norm = s->grad_norm;
     snprintf(hb->phase, sizeof hb->phase, "train");

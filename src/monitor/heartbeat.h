@@ -1,9 +1,10 @@
 /* heartbeat.h - the rank side of the supervisor's heartbeats
  * (docs/formats.md, "Heartbeats"): a background thread sends one JSON line
  * per beat over TCP to the driver (`megascale launch`), every period and
- * at once after each step, with the job's token, this rank's identity and
- * its progress (step, phase, step time, loss, grad norm, bytes
- * communicated) and, at the end, the error line of a failed run.
+ * at once after each step, with the job's token, this rank's identity
+ * (rank, world, pid, host, node) and its progress (step, phase, step time,
+ * its compute part, loss, grad norm, bytes communicated, steps redone after
+ * a non-finite result) and, at the end, the error line of a failed run.
  *
  * The beats come from their own thread, so a rank whose training thread is
  * stuck keeps beating without progress (the driver's "no progress"
@@ -26,6 +27,7 @@
 typedef struct {
     const char *addr;  /* "HOST:PORT" of the driver (numeric IPv4 or a name) */
     const char *token; /* the job's token (printable, no quotes) */
+    const char *node;  /* this rank's node name (base/node.h; NULL or "": not sent) */
     int rank, world;
     double period_s;                    /* <= 0: 1 s */
     long long (*comm_bytes)(void *ctx); /* bytes communicated so far (may be NULL) */
@@ -38,7 +40,9 @@ typedef struct mon_heartbeat mon_heartbeat;
  * MS_ERR_ARG (a malformed address or token), MS_ERR_IO (cannot connect),
  * each naming the address. */
 ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c);
-/* The step record's sink: each step updates the beat and sends it now. */
+/* The step record's sink: each step updates the beat (step, step_ms,
+ * compute_ms, loss, grad_norm; redone counts the steps with s->redone > 0)
+ * and sends it now. */
 mon_sink mon_sink_heartbeat(mon_heartbeat *hb);
 /* The current phase: "start", "train", "val", "ckpt", "done", "error". */
 void mon_heartbeat_phase(mon_heartbeat *hb, const char *phase);

@@ -72,9 +72,10 @@ static ms_status progress_step(void *ctx, const mon_step *s) {
     int done = s->step - s->start;
     ms_fmt_duration(eta, sizeof eta, done > 0 ? s->elapsed_s / done * (s->steps - s->step) : 0);
     ms_info("step %5d/%d | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %8.0f tok/s | MFU "
-            "%5.1f%% | data %.1f ms | comm %.1f ms | ETA %s%s",
+            "%5.1f%% | data %.1f ms | comm %.1f ms | ETA %s%s%s",
             s->step, s->steps, s->loss, s->lr, s->grad_norm, s->sec * 1e3, s->tok_s, 100 * s->mfu,
-            s->data_ms, s->comm_ms, eta, s->skipped ? " | SKIPPED" : "");
+            s->data_ms, s->comm_ms, eta, s->redone ? " | REDONE" : "",
+            s->skipped ? " | SKIPPED" : "");
     return MS_OK;
 }
 
@@ -130,11 +131,14 @@ static ms_status metrics_step(void *ctx, const mon_step *s) {
     add_round(o, "data_ms", s->data_ms, 1e-3);
     add_round(o, "comm_ms", s->comm_ms, 1e-3);
     add_round(o, "bubble_ms", s->bubble_ms, 1e-3);
+    add_round(o, "wait_ms", s->wait_ms, 1e-3);
+    add_round(o, "compute_ms", s->compute_ms, 1e-3);
     cJSON_AddNumberToObject(o, "tokens", (double)s->tokens);
     add_round(o, "wall", s->wall_s, 1e-3);
     add_round(o, "peak_rss_mb", s->peak_rss_bytes / 1e6, 0.1);
     if (s->peak_dev_bytes > 0) add_round(o, "peak_dev_mb", s->peak_dev_bytes / 1e6, 0.1);
     cJSON_AddBoolToObject(o, "skipped", s->skipped);
+    cJSON_AddNumberToObject(o, "redone", s->redone);
     return metrics_put(m, o);
 }
 

@@ -24,6 +24,8 @@ typedef struct {
     double sec;                   /* wall time of the step */
     double tok_s, mfu;            /* tokens per second; MFU as a fraction (<= 1) */
     double data_ms, comm_ms;      /* waited for data; exposed (blocked) ZeRO communication */
+    double wait_ms;               /* blocked in any communication wait (comm_world_wait_ns) */
+    double compute_ms;            /* sec - wait_ms - data_ms, at least 0 */
     double bubble_ms;             /* pipeline: waited on receives */
     double dev_fb_ms, dev_opt_ms; /* device timers of the previous step (0: none) */
     long long tokens;             /* tokens seen so far, this step included */
@@ -33,6 +35,7 @@ typedef struct {
     double peak_dev_bytes;        /* device memory peak so far (0: not a device backend) */
     int64_t t0_ns, t1_ns;         /* the step on the monotonic clock (ms_ev_now) */
     int skipped;                  /* the update was skipped (non-finite) */
+    int redone;                   /* redos of this step after a non-finite result (0: none) */
 } mon_step;
 
 typedef struct {

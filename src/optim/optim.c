@@ -9,7 +9,7 @@
  * alone, or its intersection with one of the rank's ZeRO shards. */
 typedef struct {
     int tensor;
-    size_t off;   /* element offset in the parameter / gradient buffers */
+    size_t off; /* element offset in the parameter / gradient buffers */
     size_t n;
     size_t state; /* element offset in the m / v buffers */
 } opt_piece;
@@ -225,8 +225,7 @@ ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
     /* Any NaN/Inf element makes the sum of squares non-finite, so this one
      * pass is also the non-finite check (and every rank sees the same sum). */
     if (!isfinite(sq))
-        return ms_error(MS_ERR_NONFINITE, "non-finite gradient (global norm %g); update skipped",
-                        stats->grad_norm);
+        return ms_error(MS_ERR_NONFINITE, "non-finite gradient (global norm %g)", stats->grad_norm);
     if (c->grad_clip > 0) { /* torch.nn.utils.clip_grad_norm_ */
         double coef = c->grad_clip / (stats->grad_norm + 1e-6);
         if (coef < 1.0) stats->clip_scale = (float)coef;

@@ -16,6 +16,8 @@
 #ifndef SUP_SUP_H
 #define SUP_SUP_H
 
+#include <stddef.h>
+
 /* Exit codes of `megascale launch` (docs/operations.md). */
 enum {
     SUP_EXIT_DONE = 0,        /* the training finished */
@@ -24,11 +26,14 @@ enum {
     SUP_EXIT_GAVE_UP = 3,     /* the restart budget is spent */
     SUP_EXIT_NO_PROGRESS = 4, /* restarts made no progress: do not requeue */
     SUP_EXIT_STOPPED = 5,     /* stopped by SIGINT / SIGTERM to the driver */
+    SUP_EXIT_NO_NODES = 6,    /* too few healthy nodes left (see the blocklist) */
+    SUP_EXIT_STORAGE = 7,     /* the checkpoint storage fails on every node */
 };
 
 typedef struct {
     int np;                   /* ranks */
     int nodes;                /* split the ranks into this many nodes on one host (0/1: one) */
+    int spares;               /* nodes held back to replace evicted ones */
     const char *hostfile;     /* passed to mpirun (real hosts); NULL: this host */
     int max_restarts;         /* restarts allowed before giving up */
     double hb_timeout;        /* no beat from a rank for this long: it is hung (s) */
@@ -45,6 +50,12 @@ typedef struct {
     const char *extra_mpirun; /* more mpirun arguments, space-separated (may be NULL) */
     const char *faults;       /* a fault plan (base/fault.h) the driver hands out: each
                                  attempt gets the faults still ahead (chaos runs) */
+    int diag;                 /* run megascale diag on the nodes after a fault (1) */
+    double diag_timeout;      /* seconds the self-test may take */
+    double diag_slow_factor;  /* diag --slow-factor (speed against the node's history) */
+    double straggler_score;   /* a rank's score (others' median compute / its own) below this... */
+    int straggler_rounds;     /* ...for this many steps in a row: a straggler (0: off) */
+    double loss_spike_z;      /* a loss this many standard deviations above the window (0: off) */
     int train_argc;
     char **train_argv; /* the train options (after "--") */
 } sup_config;
@@ -57,10 +68,12 @@ int sup_run(const sup_config *c);
 typedef struct {
     int rank, world, pid;
     char host[128];
+    char node[64]; /* "" when not sent */
     unsigned long long seq;
     int step;
-    char phase[16];                              /* start train val ckpt done error */
-    double step_ms, loss, grad_norm, comm_bytes; /* NaN when absent or null */
+    char phase[16];                                          /* start train val ckpt done error */
+    double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
+    int redone; /* steps redone after a non-finite result, cumulative (0: absent) */
     char error[1024];
 } sup_beat;
 /* Parse one line (without its newline) strictly: JSON object, version 1,
@@ -68,5 +81,22 @@ typedef struct {
  * unknown field.  Returns 0, or -1 with *why set to a static reason. */
 int sup_beat_parse(const char *line, size_t len, const char *token, int world, sup_beat *out,
                    const char **why);
+
+/* The control socket (sup_ctl.c): one line a connection. */
+#define SUP_CTL_LINE_MAX 1024
+typedef struct {
+    char cmd[16];  /* "evict", "status" */
+    char node[64]; /* evict's node */
+} sup_ctl_msg;
+/* Parse one control line strictly (version 1, the job's token, a known
+ * command and its argument, no other field).  0, or -1 with *why set. */
+int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *out,
+                  const char **why);
+/* `megascale launch --ctl RUN_DIR CMD [ARG]`: send one command to the
+ * driver of RUN_DIR and print its reply; returns the exit code. */
+int sup_ctl_client(const char *run_dir, int argc, char **argv);
+
+/* 1 if name is a node name: 1 to 63 bytes of [A-Za-z0-9._-]. */
+int sup_node_name_ok(const char *name);
 
 #endif

@@ -14,9 +14,9 @@
 
 #include "supervisor/sup.h"
 
-static const char *const known[] = {"v",    "token",     "rank",       "world", "pid",
-                                    "host", "seq",       "step",       "phase", "step_ms",
-                                    "loss", "grad_norm", "comm_bytes", "error"};
+static const char *const known[] = {
+    "v",     "token",   "rank", "world",     "pid",        "host",       "node",   "seq",  "step",
+    "phase", "step_ms", "loss", "grad_norm", "comm_bytes", "compute_ms", "redone", "error"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -66,6 +66,11 @@ static int token_ok(const cJSON *o, const char *token) {
     return diff == 0;
 }
 
+/* A node name: empty (not sent) or [A-Za-z0-9._-]+ (sup_node_name_ok). */
+static int node_ok(const char *n) {
+    return !*n || sup_node_name_ok(n);
+}
+
 static int phase_ok(const char *p) {
     static const char *const ph[] = {"start", "train", "val", "ckpt", "done", "error"};
     for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++)
@@ -94,6 +99,14 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
         get_opt_num(o, "grad_norm", &b->grad_norm) || get_opt_num(o, "comm_bytes", &b->comm_bytes))
         return -1;
     if (get_str(o, "error", b->error, sizeof b->error, 0)) return -1;
+    if (get_str(o, "node", b->node, sizeof b->node, 0) || !node_ok(b->node))
+        return *why = "bad node name", -1;
+    if (get_opt_num(o, "compute_ms", &b->compute_ms)) return -1;
+    b->redone = 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, "redone")) {
+        if (get_int(o, "redone", 0, 2147483647, &v)) return -1;
+        b->redone = (int)v;
+    }
     return 0;
 }
 

@@ -1,94 +1,48 @@
-/* sup_driver.c - the driver's loop (see sup.h): heartbeat server,
- * detection, stop, restart policy, summary.
+/* sup_driver.c - the driver's loop (see sup.h): attempts, the restart
+ * policy, the summary.  What it watches is in sup_watch.c, what it does
+ * after a fault (diag, eviction, spares) and its state file in
+ * sup_recover.c.
  *
- * Detection, each checked every 0.2 s:
+ * Detection, each checked every 0.2 s (docs/operations.md, "Faults"):
  *  - a rank's heartbeat connection closes before it said "done" or "error"
  *    (the process died: kill -9, a crash, OOM): at once;
  *  - a rank's beat carries phase "error" (it failed, and says why: a peer
- *    lost, storage, non-finite loss, ...): at once;
+ *    lost, storage, a checkpoint that did not commit, a persistent
+ *    non-finite loss, ...): at once;
  *  - mpirun exits with a non-zero status: at once;
  *  - no beat from a rank for --heartbeat-timeout (the process is stopped
  *    or its beat thread cannot run);
  *  - beats without a new step for max(--heartbeat-timeout,
  *    --progress-factor x the longest step seen) (hung in compute or in a
- *    collective), or no first step within --startup-timeout.
+ *    collective), or no first step within --startup-timeout;
+ *  - a straggler: a rank whose compute time per step stays above the
+ *    others' (score < --straggler-score for --straggler-rounds steps);
+ *  - a transient non-finite step (redone in place by the ranks) and a loss
+ *    spike (z-score): events, no restart;
+ *  - a manual eviction through the control socket.
  */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
-#include <arpa/inet.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/fault.h"
 #include "base/fileio.h"
 #include "base/timeutil.h"
-#include "monitor/heartbeat.h"
 #include "supervisor/sup_internal.h"
-
-#define SUP_TICK_MS 200
-#define SUP_MAX_CONNS 4096
-
-typedef struct {
-    int fd, rank; /* rank -1 until its first valid beat */
-    unsigned long long seq;
-    size_t len;
-    char buf[MON_HB_LINE_MAX + 1];
-} conn;
-
-typedef struct {
-    int connected, pid, step, first_step, done, failed;
-    int started;     /* in the training loop (phase train, or a step done) */
-    int resume_step; /* the step it started the loop at (-1: not yet) */
-    double last_beat, last_progress;
-    char host[128], phase[16], error[1024];
-} rank_state;
-
-typedef struct {
-    const sup_config *c;
-    sup_events ev;
-    char token[33], addr[64];
-    int lfd;
-    conn *conns;
-    int n_conns;
-    rank_state *r;
-    sup_job job;
-    double t_launch;
-    /* the fault of this attempt */
-    int fault;
-    char kind[24], detail[1100];
-    int fault_rank, fault_step;
-    double t_detect, t_stall; /* when it was detected; when the rank went silent/stuck */
-    /* across attempts */
-    int best_step, start_step, restarts, no_progress, pending_recovery, redone_booked;
-    double t_recovery_from;
-    int step_at_fault;
-    ms_fault_plan plan;   /* --faults: the faults to hand out */
-    int faults_through;   /* the faults at steps <= this have fired */
-    char fault_arg[8192]; /* this attempt's --inject-fault */
-    double step_ms_sum;
-    long step_ms_n;
-    double max_interval; /* the longest step seen, over ranks and attempts (s) */
-} driver;
 
 static volatile sig_atomic_t g_stop;
 static void on_signal(int sig) {
     g_stop = sig;
-}
-
-static int node_of(const driver *d, int rank) {
-    return d->c->nodes > 1 ? (int)((long long)rank * d->c->nodes / d->c->np) : 0;
 }
 
 static int make_token(char *out) {
@@ -99,248 +53,47 @@ static int make_token(char *out) {
     return 0;
 }
 
-static int listen_on(driver *d, char *why, size_t n) {
-    const char *bind_addr = d->c->bind ? d->c->bind : "127.0.0.1";
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    if (inet_pton(AF_INET, bind_addr, &sa.sin_addr) != 1) {
-        snprintf(why, n, "--bind %s: not an IPv4 address", bind_addr);
-        return -1;
+/* The value of train option `name` (--name V or --name=V; the last one
+ * given, as the option parser takes it), or NULL. */
+static const char *opt_value(const sup_config *c, const char *name) {
+    size_t n = strlen(name);
+    const char *v = NULL;
+    for (int i = 0; i < c->train_argc; i++) {
+        const char *a = c->train_argv[i];
+        if (strncmp(a, name, n)) continue;
+        if (a[n] == '=') v = a + n + 1;
+        if (a[n] == 0 && i + 1 < c->train_argc) v = c->train_argv[i + 1];
     }
-    d->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    socklen_t len = sizeof sa;
-    if (d->lfd < 0 || bind(d->lfd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
-        listen(d->lfd, 128) != 0 || getsockname(d->lfd, (struct sockaddr *)&sa, &len) != 0) {
-        snprintf(why, n, "heartbeat socket on %s: %s", bind_addr, strerror(errno));
-        return -1;
-    }
-    snprintf(d->addr, sizeof d->addr, "%s:%d", bind_addr, ntohs(sa.sin_port));
-    return 0;
+    return v;
 }
 
-static cJSON *fault_fields(driver *d) {
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddStringToObject(f, "kind", d->kind);
-    cJSON_AddNumberToObject(f, "rank", d->fault_rank);
-    cJSON_AddNumberToObject(f, "node", d->fault_rank >= 0 ? node_of(d, d->fault_rank) : -1);
-    if (d->fault_rank >= 0) cJSON_AddStringToObject(f, "host", d->r[d->fault_rank].host);
-    cJSON_AddNumberToObject(f, "step", d->fault_step);
-    cJSON_AddStringToObject(f, "detail", d->detail);
-    return f;
+/* The step of CKPT_DIR/latest ("step_00000040"), or -1. */
+static int latest_commit(const sup_driver *d) {
+    char path[4200], buf[64] = "";
+    snprintf(path, sizeof path, "%s/latest", d->ckpt_dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    int step = -1;
+    return sscanf(buf, "step_%d", &step) == 1 ? step : -1;
 }
 
-/* The first fault of an attempt wins (later ones are its consequences). */
-static void set_fault(driver *d, const char *kind, int rank, double t_stall, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-static void set_fault(driver *d, const char *kind, int rank, double t_stall, const char *fmt, ...) {
-    if (d->fault) return;
-    d->fault = 1;
-    snprintf(d->kind, sizeof d->kind, "%s", kind);
-    d->fault_rank = rank;
-    d->fault_step = rank >= 0 && d->r[rank].step > 0 ? d->r[rank].step : d->best_step;
-    d->t_detect = ms_now();
-    d->t_stall = t_stall > 0 ? t_stall : d->t_detect;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(d->detail, sizeof d->detail, fmt, ap);
-    va_end(ap);
-    cJSON *f = fault_fields(d);
-    cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
-    sup_events_put(&d->ev, "fault_detected", f);
-    fprintf(stderr, "megascale launch: fault: %s, rank %d (node %d), step %d: %s\n", kind, rank,
-            rank >= 0 ? node_of(d, rank) : -1, d->fault_step, d->detail);
+/* An adopted job ended (no exit status): it finished if every rank said so,
+ * or, when it ended before its ranks reconnected, if its final checkpoint
+ * (at --steps) is committed. */
+static int adopted_job_finished(const sup_driver *d) {
+    int all_done = 1;
+    for (int i = 0; i < d->c->np; i++)
+        all_done &= d->r[i].done;
+    const char *steps = opt_value(d->c, "--steps");
+    return all_done || (steps && latest_commit(d) == atoi(steps));
 }
 
-/* What an error line says about the fault's class. */
-static const char *classify(const char *err) {
-    if (strstr(err, "timed out") || strstr(err, "cannot complete") || strstr(err, "world broken"))
-        return "comm";
-    if (strstr(err, "No space") || strstr(err, "Input/output") || strstr(err, "fsync"))
-        return "storage";
-    if (strstr(err, "non-finite")) return "nonfinite";
-    if (strstr(err, "CUDA") || strstr(err, "cuda")) return "device";
-    return "error";
-}
-
-static void on_beat(driver *d, conn *k, const sup_beat *b) {
-    rank_state *s = &d->r[b->rank];
-    double now = ms_now();
-    if (k->rank < 0) {
-        k->rank = b->rank;
-        s->connected = 1;
-        s->first_step = -1;
-        cJSON *f = cJSON_CreateObject();
-        cJSON_AddNumberToObject(f, "rank", b->rank);
-        cJSON_AddNumberToObject(f, "node", node_of(d, b->rank));
-        cJSON_AddStringToObject(f, "host", b->host);
-        cJSON_AddNumberToObject(f, "pid", b->pid);
-        sup_events_put(&d->ev, "rank_up", f);
-    }
-    s->pid = b->pid;
-    s->last_beat = now;
-    snprintf(s->host, sizeof s->host, "%s", b->host);
-    snprintf(s->phase, sizeof s->phase, "%s", b->phase);
-    if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
-        s->started = 1; /* the progress clock starts here: the first step is timed too */
-        s->last_progress = now;
-        s->resume_step = b->step; /* beats carry the steps done: a resumed run's start */
-        s->step = b->step;
-    }
-    if (b->step > s->step) {
-        if (s->first_step >= 0 && now - s->last_progress > d->max_interval)
-            d->max_interval = now - s->last_progress;
-        if (s->first_step < 0) s->first_step = b->step;
-        s->last_progress = now;
-        s->step = b->step;
-        if (b->rank == 0 && isfinite(b->step_ms) && b->step > d->best_step)
-            d->step_ms_sum += b->step_ms, d->step_ms_n++;
-    }
-    if (b->step > d->best_step) d->best_step = b->step;
-    if (!strcmp(b->phase, "done")) s->done = 1;
-    if (!strcmp(b->phase, "error") && !s->failed) {
-        s->failed = 1;
-        snprintf(s->error, sizeof s->error, "%s", b->error);
-        set_fault(d, classify(b->error), b->rank, 0, "%s", b->error);
-    }
-}
-
-/* Read what k has; 0 to keep it, -1 to drop it. */
-static int read_conn(driver *d, conn *k) {
-    for (;;) {
-        ssize_t got = recv(k->fd, k->buf + k->len, sizeof k->buf - 1 - k->len, MSG_DONTWAIT);
-        if (got == 0) return -1;
-        if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-        k->len += (size_t)got;
-        char *nl;
-        while ((nl = memchr(k->buf, '\n', k->len)) != NULL) {
-            size_t n = (size_t)(nl - k->buf);
-            sup_beat b;
-            const char *why = "";
-            if (sup_beat_parse(k->buf, n, d->token, d->c->np, &b, &why) != 0 || b.seq <= k->seq ||
-                (k->rank >= 0 && b.rank != k->rank) || (k->rank < 0 && d->r[b.rank].connected)) {
-                cJSON *f = cJSON_CreateObject();
-                cJSON_AddStringToObject(f, "why", b.seq && b.seq <= k->seq ? "out of order" : why);
-                sup_events_put(&d->ev, "beat_rejected", f);
-                return -1;
-            }
-            k->seq = b.seq;
-            on_beat(d, k, &b);
-            memmove(k->buf, nl + 1, k->len - n - 1);
-            k->len -= n + 1;
-        }
-        if (k->len >= sizeof k->buf - 1) { /* a line longer than allowed */
-            cJSON *f = cJSON_CreateObject();
-            cJSON_AddStringToObject(f, "why", "line too long");
-            sup_events_put(&d->ev, "beat_rejected", f);
-            return -1;
-        }
-    }
-}
-
-static void drop_conn(driver *d, int i) {
-    conn *k = &d->conns[i];
-    if (k->rank >= 0) {
-        rank_state *s = &d->r[k->rank];
-        s->connected = 0;
-        if (!s->done && !s->failed && !d->fault && d->job.pid && !sup_job_poll(&d->job))
-            set_fault(d, "crash", k->rank, 0,
-                      "rank %d (pid %d) is gone: its heartbeat "
-                      "connection closed before it finished",
-                      k->rank, s->pid);
-    }
-    close(k->fd);
-    d->conns[i] = d->conns[--d->n_conns];
-}
-
-/* Accept, read every connection, handle EOFs. */
-static void serve(driver *d) {
-    struct pollfd *p = calloc((size_t)d->n_conns + 1, sizeof *p);
-    if (!p) return;
-    p[0] = (struct pollfd){d->lfd, POLLIN, 0};
-    for (int i = 0; i < d->n_conns; i++)
-        p[i + 1] = (struct pollfd){d->conns[i].fd, POLLIN, 0};
-    int n = d->n_conns;
-    if (poll(p, (nfds_t)n + 1, SUP_TICK_MS) > 0) {
-        for (int i = n - 1; i >= 0; i--)
-            if (p[i + 1].revents && read_conn(d, &d->conns[i]) != 0) drop_conn(d, i);
-        if (p[0].revents & POLLIN)
-            for (;;) {
-                int fd = accept4(d->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-                if (fd < 0) break;
-                if (d->n_conns >= SUP_MAX_CONNS || d->n_conns >= 4 * d->c->np + 16) {
-                    close(fd);
-                    continue;
-                }
-                conn *k = &d->conns[d->n_conns++];
-                k->fd = fd, k->rank = -1, k->seq = 0, k->len = 0;
-            }
-    }
-    free(p);
-}
-
-/* The rank whose last beat is oldest, if it has missed about two beats (a
- * live rank beats every second: silence past min(3 s, 0.6 x the heartbeat
- * timeout)), else -1. */
-static int silent_rank(const driver *d, double now) {
-    int best = -1;
-    double quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
-    for (int i = 0; i < d->c->np; i++) {
-        const rank_state *s = &d->r[i];
-        if (s->done || s->failed || !s->connected) continue;
-        if (now - s->last_beat > quiet && (best < 0 || s->last_beat < d->r[best].last_beat))
-            best = i;
-    }
-    return best;
-}
-
-/* The hang and start-up detectors. */
-static void watch(driver *d) {
-    const sup_config *c = d->c;
-    double now = ms_now();
-    for (int i = 0; i < c->np && !d->fault; i++) {
-        rank_state *s = &d->r[i];
-        if (s->done || s->failed) continue;
-        if (!s->connected || !s->started) {
-            if (now - d->t_launch > c->startup_timeout)
-                set_fault(d, "startup", i, d->t_launch,
-                          "rank %d did not %s within %.0f s "
-                          "(--startup-timeout)",
-                          i, s->connected ? "start training" : "send a heartbeat",
-                          c->startup_timeout);
-            continue;
-        }
-        if (now - s->last_beat > c->hb_timeout)
-            set_fault(d, "hang", i, s->last_beat,
-                      "no heartbeat from rank %d (pid %d) for %.1f s "
-                      "(--heartbeat-timeout %.0f s): stopped or stuck",
-                      i, s->pid, now - s->last_beat, c->hb_timeout);
-    }
-    for (int i = 0; i < c->np && !d->fault; i++) {
-        rank_state *s = &d->r[i];
-        if (s->done || s->failed || !s->connected || !s->started) continue;
-        double limit = fmax(c->hb_timeout, c->progress_factor * d->max_interval);
-        if (d->max_interval <= 0) limit = fmax(limit, c->startup_timeout); /* no step seen yet */
-        if (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")) limit *= 10; /* no steps */
-        if (now - s->last_progress <= limit) continue;
-        /* every rank of a hung job stops making steps; the culprit is the one
-         * that also went silent, if any (the others are waiting for it) */
-        int silent = silent_rank(d, now);
-        if (silent >= 0)
-            set_fault(d, "hang", silent, d->r[silent].last_beat,
-                      "no step for %.1f s, and rank "
-                      "%d (pid %d) has sent no heartbeat for %.1f s: stopped or stuck",
-                      now - s->last_progress, silent, d->r[silent].pid,
-                      now - d->r[silent].last_beat);
-        else
-            set_fault(d, "hang", i, s->last_progress,
-                      "rank %d beats but made no step for %.1f s "
-                      "(limit %.1f s: %.1f x the longest step seen, at least the heartbeat "
-                      "timeout)",
-                      i, now - s->last_progress, limit, c->progress_factor);
-    }
-}
-
-/* mpirun's argv for the job (NULL-terminated, malloc'd; strings borrowed). */
-static char **job_argv(driver *d, char *np) {
+/* mpirun's argv for the job (NULL-terminated, malloc'd; strings borrowed):
+ * the train options, --resume auto, and this attempt's injected faults. */
+static char **job_argv(sup_driver *d, char *np) {
     const sup_config *c = d->c;
     int n = 0, cap = 32 + c->train_argc;
     char **a = calloc((size_t)cap, sizeof *a);
@@ -354,7 +107,9 @@ static char **job_argv(driver *d, char *np) {
     a[n++] = "MS_HEARTBEAT";
     a[n++] = "-x";
     a[n++] = "MS_HEARTBEAT_TOKEN";
-    if (c->hostfile) a[n++] = "--hostfile", a[n++] = (char *)c->hostfile;
+    a[n++] = "-x";
+    a[n++] = "MS_NODE_MAP";
+    if (c->hostfile) a[n++] = "--hostfile", a[n++] = d->hostfile_path;
     a[n++] = (char *)c->bin;
     a[n++] = "train";
     int has_resume = 0;
@@ -364,44 +119,57 @@ static char **job_argv(driver *d, char *np) {
         a[n++] = c->train_argv[i];
     }
     if (!has_resume) a[n++] = "--resume", a[n++] = "auto"; /* every start continues */
-    if (d->plan.n) {
-        ms_fault_format(&d->plan, d->faults_through, d->fault_arg, sizeof d->fault_arg);
+    if (d->plan.n) { /* the trainer's faults still ahead (the diag:* ones go to diag) */
+        ms_fault_plan *sub = calloc(1, sizeof *sub);
+        for (int i = 0; sub && i < d->plan.n; i++)
+            if (strncmp(d->plan.f[i].kind, "diag:", 5)) sub->f[sub->n++] = d->plan.f[i];
+        if (sub) ms_fault_format(sub, d->faults_through, d->fault_arg, sizeof d->fault_arg);
+        free(sub);
         if (d->fault_arg[0]) a[n++] = "--inject-fault", a[n++] = d->fault_arg;
     }
     return a;
 }
 
-static void reset_ranks(driver *d) {
-    memset(d->r, 0, sizeof *d->r * (size_t)d->c->np);
-    for (int i = 0; i < d->c->np; i++)
-        d->r[i].first_step = -1;
-    while (d->n_conns) {
-        close(d->conns[d->n_conns - 1].fd);
-        d->n_conns--;
-    }
-    d->fault = 0;
-    d->kind[0] = d->detail[0] = 0;
-    d->fault_rank = -1;
-    d->redone_booked = 0;
-}
-
 /* One attempt: launch, watch until it finishes or a fault; 1 if done. */
-static int attempt(driver *d, int k, char *why, size_t n) {
+static int attempt(sup_driver *d, char *why, size_t n) {
     char np[16];
     snprintf(np, sizeof np, "%d", d->c->np);
-    char **argv = job_argv(d, np);
-    if (!argv) return snprintf(why, n, "out of memory"), -1;
-    reset_ranks(d);
+    sup_reset_ranks(d);
+    sup_nodes_map(d->pool, d->pool->active, d->pool->needed, d->node_map, sizeof d->node_map);
     d->t_launch = ms_now();
-    int rc = sup_job_start(&d->job, argv, d->addr, d->token, why, n);
-    free(argv);
-    if (rc != 0) return -1;
+    int adopted = d->adopt_pid > 0;
+    if (adopted) { /* an earlier driver's job: it goes on, its ranks reconnect */
+        sup_job_adopt(&d->job, d->adopt_pid);
+        for (int i = 0; i < d->c->np; i++)
+            d->r[i].pid = d->adopt_pids[i];
+        d->adopt_pid = 0;
+        d->redone_booked = 1;
+    } else {
+        d->attempt_no++;
+        if (d->c->hostfile &&
+            sup_nodes_write_hostfile(d->pool, d->pool->active, d->pool->needed, d->pool->per_node,
+                                     d->hostfile_path, why, n) != 0)
+            return -1;
+        char **argv = job_argv(d, np);
+        if (!argv) return snprintf(why, n, "out of memory"), -1;
+        int rc = sup_job_start(&d->job, argv, d->addr, d->token, d->node_map, why, n);
+        free(argv);
+        if (rc != 0) return -1;
+    }
     cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "attempt", k);
+    cJSON_AddNumberToObject(f, "attempt", d->attempt_no);
     cJSON_AddNumberToObject(f, "pid", d->job.pid);
+    cJSON_AddStringToObject(f, "nodes", d->node_map);
+    if (adopted) cJSON_AddBoolToObject(f, "adopted", 1);
     sup_events_put(&d->ev, "launch", f);
+    sup_state_save(d, 0);
+    d->t_saved = ms_now();
     for (;;) {
-        serve(d);
+        sup_serve(d);
+        if (ms_now() - d->t_saved > 1.0) { /* the pids and the counters, for a new driver */
+            sup_state_save(d, 0);
+            d->t_saved = ms_now();
+        }
         if (d->pending_recovery && d->best_step > d->step_at_fault) { /* caught up */
             double rec = ms_now() - d->t_recovery_from;
             if (d->ev.n_faults <= SUP_MAX_FAULTS) d->ev.recover_s[d->ev.n_faults - 1] = rec;
@@ -419,20 +187,26 @@ static int attempt(driver *d, int k, char *why, size_t n) {
         }
         if (g_stop) return 2;
         if (sup_job_poll(&d->job)) {
-            serve(d); /* the last beats */
-            char st[64];
+            sup_serve(d); /* the last beats */
+            char st[96];
             sup_job_describe(&d->job, st, sizeof st);
-            if (WIFEXITED(d->job.status) && WEXITSTATUS(d->job.status) == 0 && !d->fault) return 1;
-            set_fault(d, "exit", -1, 0, "mpirun ended with %s", st);
+            if (!d->fault &&
+                (d->job.adopted ? adopted_job_finished(d)
+                                : WIFEXITED(d->job.status) && WEXITSTATUS(d->job.status) == 0)) {
+                if (d->job.adopted && latest_commit(d) > d->best_step)
+                    d->best_step = latest_commit(d);
+                return 1;
+            }
+            sup_set_fault(d, "exit", -1, 0, "mpirun ended with %s", st);
             return 0;
         }
-        watch(d);
+        sup_watch(d);
         if (d->fault) return 0;
     }
 }
 
 /* Stop the attempt and book the fault for the summary. */
-static void stop_attempt(driver *d) {
+static void stop_attempt(sup_driver *d) {
     int *pids = calloc((size_t)d->c->np, sizeof *pids);
     for (int i = 0; pids && i < d->c->np; i++)
         pids[i] = d->r[i].pid;
@@ -443,7 +217,7 @@ static void stop_attempt(driver *d) {
     sup_events_put(&d->ev, "job_stopped", f);
 }
 
-static void book_fault(driver *d) {
+static void book_fault(sup_driver *d) {
     sup_events *e = &d->ev;
     if (e->n_faults < SUP_MAX_FAULTS) {
         snprintf(e->kinds[e->n_faults], sizeof e->kinds[0], "%s", d->kind);
@@ -476,7 +250,7 @@ static void stats(const double *v, int n, double *med, double *worst) {
 
 /* The bottom line: faults by kind, detection and recovery times, steps
  * redone, effective training time ratio; printed and in the events. */
-static void summary(driver *d, const char *outcome) {
+static void summary(sup_driver *d, const char *outcome) {
     sup_events *e = &d->ev;
     int n = e->n_faults < SUP_MAX_FAULTS ? e->n_faults : SUP_MAX_FAULTS;
     double wall = ms_wall_now() - e->t0, dmed, dmax, rmed, rmax;
@@ -525,7 +299,7 @@ static int has_opt(const sup_config *c, const char *name) {
 }
 
 /* The restart policy after a fault: 0 to go on, else the exit code. */
-static int policy(driver *d, int prev_best) {
+static int policy(sup_driver *d, int prev_best) {
     d->no_progress = d->best_step > prev_best ? 0 : d->no_progress + 1;
     if (d->no_progress >= d->c->no_progress_limit) {
         fprintf(stderr,
@@ -552,39 +326,109 @@ static int policy(driver *d, int prev_best) {
     return 0;
 }
 
-static int run_loop(driver *d) {
+static void finish(sup_driver *d, const char *outcome, int code) {
+    summary(d, outcome);
+    if (code == SUP_EXIT_DONE) {
+        sup_events_put(&d->ev, "job_done", NULL);
+    } else if (code != SUP_EXIT_STOPPED) {
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "exit", code);
+        cJSON_AddStringToObject(f, "outcome", outcome);
+        sup_events_put(&d->ev, "job_failed", f);
+    }
+    sup_state_save(d, code != SUP_EXIT_STOPPED); /* a stopped job resumes on the next launch */
+}
+
+static int run_loop(sup_driver *d) {
     char why[512] = "";
-    for (int k = 1;; k++) {
+    for (;;) {
         int prev_best = d->best_step;
-        int r = attempt(d, k, why, sizeof why);
+        if (sup_nodes_choose(d->pool) != 0) {
+            fprintf(stderr,
+                    "megascale launch: error: %d healthy node(s) for a job of %d (see %s)\n",
+                    sup_nodes_usable(d->pool), d->pool->needed, d->pool->blocklist_path);
+            finish(d, "no nodes", SUP_EXIT_NO_NODES);
+            return SUP_EXIT_NO_NODES;
+        }
+        int r = attempt(d, why, sizeof why);
         if (r < 0) {
             fprintf(stderr, "megascale launch: error: %s\n", why);
+            stop_attempt(d);
             return SUP_EXIT_ERROR;
         }
         if (r == 1) {
-            summary(d, "done");
-            sup_events_put(&d->ev, "job_done", NULL);
+            finish(d, "done", SUP_EXIT_DONE);
             return SUP_EXIT_DONE;
         }
         if (r == 2) { /* asked to stop: the ranks checkpoint on SIGTERM */
             stop_attempt(d);
-            summary(d, "stopped");
+            finish(d, "stopped", SUP_EXIT_STOPPED);
             return SUP_EXIT_STOPPED;
         }
         book_fault(d);
         stop_attempt(d);
-        int code = policy(d, prev_best);
+        int code = sup_recover(d);
+        if (!code) code = policy(d, prev_best);
         if (code) {
-            summary(d, code == SUP_EXIT_NO_PROGRESS ? "no progress" : "gave up");
-            cJSON *f = cJSON_CreateObject();
-            cJSON_AddNumberToObject(f, "exit", code);
-            sup_events_put(&d->ev, "job_failed", f);
+            finish(d,
+                   code == SUP_EXIT_NO_PROGRESS ? "no progress"
+                   : code == SUP_EXIT_NO_NODES  ? "no nodes"
+                   : code == SUP_EXIT_STORAGE   ? "storage"
+                                                : "gave up",
+                   code);
             return code;
         }
     }
 }
 
-int sup_run(const sup_config *c) {
+/* The run directory's lock: one driver at a time. */
+static int lock_run_dir(sup_driver *d, char *why, size_t n) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/driver.lock", d->c->run_dir);
+    d->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (d->lock_fd < 0) return snprintf(why, n, "%s: %s", path, strerror(errno)), -1;
+    if (flock(d->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return snprintf(why, n,
+                        "another driver runs with --run-dir %s (%s is locked); use "
+                        "`megascale launch --ctl %s status`",
+                        d->c->run_dir, path, d->c->run_dir),
+               -1;
+    return 0;
+}
+
+/* The heartbeat socket: the earlier driver's address when its job is taken
+ * over (its ranks reconnect there), else a new port. */
+static int open_sockets(sup_driver *d, char *why, size_t n) {
+    const char *bind_addr = d->c->bind ? d->c->bind : "127.0.0.1";
+    if (d->adopt_pid) {
+        const char *colon = strrchr(d->addr, ':');
+        int port = colon ? atoi(colon + 1) : 0;
+        char host[64];
+        snprintf(host, sizeof host, "%.*s", colon ? (int)(colon - d->addr) : 0, d->addr);
+        for (int k = 0; k < 50 && d->lfd < 0; k++) { /* the old socket may linger a moment */
+            if (sup_listen(host, port, &d->lfd, d->addr, sizeof d->addr, why, n) != 0)
+                usleep(100000);
+        }
+        if (d->lfd < 0) { /* cannot take it over: stop it, restart from its checkpoint */
+            fprintf(stderr,
+                    "megascale launch: cannot listen where the job beats (%s); stopping "
+                    "it and restarting from its newest checkpoint\n",
+                    why);
+            sup_job_adopt(&d->job, d->adopt_pid);
+            sup_job_stop(&d->job, d->c->grace, d->adopt_pids, d->c->np);
+            memset(&d->job, 0, sizeof d->job);
+            d->adopt_pid = 0;
+            if (make_token(d->token) != 0) return snprintf(why, n, "no random token"), -1;
+        }
+    }
+    if (d->lfd < 0 && sup_listen(bind_addr, 0, &d->lfd, d->addr, sizeof d->addr, why, n) != 0)
+        return -1;
+    if (sup_listen(bind_addr, 0, &d->ctl_fd, d->ctl_addr, sizeof d->ctl_addr, why, n) != 0)
+        return -1;
+    return sup_ctl_write(d->c->run_dir, d->ctl_addr, d->token, why, n);
+}
+
+static int check_config(const sup_config *c) {
     if (c->np < 1 || !c->run_dir || !*c->run_dir) {
         fprintf(stderr, "megascale launch: error: --np and --run-dir are required\n");
         return SUP_EXIT_USAGE;
@@ -594,22 +438,47 @@ int sup_run(const sup_config *c) {
                         "exclude each other (the driver hands out --faults)\n");
         return SUP_EXIT_USAGE;
     }
+    if (has_opt(c, "--node-map")) {
+        fprintf(stderr, "megascale launch: error: the driver sets --node-map (MS_NODE_MAP) "
+                        "itself; drop it from the train options\n");
+        return SUP_EXIT_USAGE;
+    }
     if (!has_opt(c, "--ckpt-dir")) {
         fprintf(stderr, "megascale launch: error: the train options need --ckpt-dir: the driver "
                         "restarts the job from its checkpoints\n");
         return SUP_EXIT_USAGE;
     }
-    driver *d = calloc(1, sizeof *d); /* large (the fault plan): not on the stack */
-    if (!d) {
+    if (c->straggler_rounds < 0 || !(c->straggler_score > 0 && c->straggler_score <= 1) ||
+        !(c->loss_spike_z >= 0) || !(c->diag_timeout > 0) || !(c->diag_slow_factor >= 0)) {
+        fprintf(stderr, "megascale launch: error: --straggler-score must be in (0, 1], "
+                        "--straggler-rounds, --loss-spike-z and --diag-slow-factor >= 0, "
+                        "--diag-timeout > 0\n");
+        return SUP_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int sup_run(const sup_config *c) {
+    int code = check_config(c);
+    if (code) return code;
+    sup_driver *d = calloc(1, sizeof *d); /* large (the fault plan, the pool): not on the stack */
+    if (d) d->pool = calloc(1, sizeof *d->pool);
+    if (!d || !d->pool) {
         fprintf(stderr, "megascale launch: error: out of memory\n");
+        if (d) free(d);
         return SUP_EXIT_ERROR;
     }
     d->c = c;
-    d->lfd = -1;
+    d->lfd = d->ctl_fd = d->lock_fd = -1;
+    d->evict_node = -1;
     char why[4400] = "", events[4200];
-    int code = SUP_EXIT_USAGE;
+    code = SUP_EXIT_USAGE;
     if (ms_fault_parse(&d->plan, c->faults, "--faults") != MS_OK) {
         fprintf(stderr, "megascale launch: error: %s\n", ms_errmsg());
+        goto out;
+    }
+    if (sup_nodes_init(d->pool, c, why, sizeof why) != 0) {
+        fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;
     }
     code = SUP_EXIT_ERROR;
@@ -618,14 +487,23 @@ int sup_run(const sup_config *c) {
         goto out;
     }
     snprintf(events, sizeof events, "%s/events.jsonl", c->run_dir);
+    snprintf(d->state_path, sizeof d->state_path, "%s/driver.json", c->run_dir);
+    snprintf(d->hostfile_path, sizeof d->hostfile_path, "%s/hostfile.active", c->run_dir);
+    snprintf(d->diag_dir, sizeof d->diag_dir, "%s/diag", c->run_dir);
+    const char *ckpt = opt_value(c, "--ckpt-dir");
+    snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", ckpt ? ckpt : "");
     d->r = calloc((size_t)c->np, sizeof *d->r);
+    d->adopt_pids = calloc((size_t)c->np, sizeof *d->adopt_pids);
     d->conns = calloc((size_t)4 * c->np + 16, sizeof *d->conns);
-    if (!d->r || !d->conns || make_token(d->token) != 0) {
+    if (!d->r || !d->adopt_pids || !d->conns || make_token(d->token) != 0 ||
+        sup_straggler_init(&d->strag, c->np) != 0) {
         fprintf(stderr, "megascale launch: error: out of memory or no random token\n");
         goto out;
     }
-    if (sup_events_open(&d->ev, c->events ? c->events : events, why, sizeof why) != 0 ||
-        listen_on(d, why, sizeof why) != 0) {
+    if (lock_run_dir(d, why, sizeof why) != 0 ||
+        sup_events_open(&d->ev, c->events ? c->events : events, why, sizeof why) != 0 ||
+        sup_nodes_load_blocklist(d->pool, why, sizeof why) != 0 ||
+        sup_state_resume(d, why, sizeof why) != 0 || open_sockets(d, why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;
     }
@@ -636,21 +514,33 @@ int sup_run(const sup_config *c) {
     signal(SIGPIPE, SIG_IGN);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "np", c->np);
-    cJSON_AddNumberToObject(f, "nodes", c->nodes > 1 ? c->nodes : 1);
+    cJSON_AddNumberToObject(f, "nodes", d->pool->needed);
+    cJSON_AddNumberToObject(f, "spares", d->pool->n - d->pool->needed);
     cJSON_AddStringToObject(f, "heartbeat", d->addr);
+    cJSON_AddStringToObject(f, "control", d->ctl_addr);
     cJSON_AddNumberToObject(f, "pid", getpid());
     if (d->plan.n) cJSON_AddNumberToObject(f, "faults_planned", d->plan.n);
     sup_events_put(&d->ev, "job_start", f);
-    fprintf(stderr, "megascale launch: %d rank(s), heartbeats on %s, events in %s\n", c->np,
-            d->addr, d->ev.path);
+    fprintf(stderr,
+            "megascale launch: %d rank(s) on %d node(s) (+%d spare), heartbeats on %s, control "
+            "on %s, events in %s\n",
+            c->np, d->pool->needed, d->pool->n - d->pool->needed, d->addr, d->ctl_addr, d->ev.path);
     code = run_loop(d);
 out:
     if (d->lfd >= 0) close(d->lfd);
+    if (d->ctl_fd >= 0) close(d->ctl_fd);
     for (int i = 0; i < d->n_conns; i++)
         close(d->conns[i].fd);
+    for (int i = 0; i < d->n_ctl; i++)
+        close(d->ctl[i].fd);
+    if (d->lock_fd >= 0) close(d->lock_fd);
     sup_events_close(&d->ev);
+    sup_nodes_free(d->pool);
+    sup_straggler_free(&d->strag);
     free(d->conns);
+    free(d->adopt_pids);
     free(d->r);
+    free(d->pool);
     free(d);
     return code;
 }

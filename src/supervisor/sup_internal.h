@@ -13,15 +13,24 @@
 /* ---- sup_job.c: one attempt of the job ---------------------------------- */
 
 typedef struct {
-    pid_t pid;  /* mpirun, leader of its own process group; 0: not running */
-    int status; /* waitpid status once it exited */
-    int exited; /* 1 once reaped */
+    pid_t pid;   /* mpirun, leader of its own process group; 0: not running */
+    int status;  /* waitpid status once it exited */
+    int exited;  /* 1 once reaped (or, adopted, once gone) */
+    int adopted; /* started by an earlier driver: not our child, no status */
 } sup_job;
 
 /* Start mpirun (argv NULL-terminated) in a new process group, with the
- * heartbeat address and token in its environment.  0, or -1 with buf set. */
-int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token, char *why,
-                  size_t n);
+ * heartbeat address and token and the node map (MS_NODE_MAP: the node of
+ * each block of ranks) in its environment.  0, or -1 with why set. */
+int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
+                  const char *node_map, char *why, size_t n);
+/* Take over the job an earlier driver started (pid: its mpirun). */
+void sup_job_adopt(sup_job *j, pid_t pid);
+/* 1 if pid is a live process (not a zombie). */
+int sup_pid_alive(pid_t pid);
+/* The start time of pid in clock ticks since boot (/proc/PID/stat), 0 if unknown:
+ * with the pid it names a process for good (pids are reused). */
+unsigned long long sup_pid_start(pid_t pid);
 /* 1 if mpirun has exited (reaps it), 0 while it runs. */
 int sup_job_poll(sup_job *j);
 /* Stop the job: SIGTERM to its process group, SIGKILL after `grace`
@@ -52,5 +61,204 @@ int sup_events_open(sup_events *e, const char *path, char *why, size_t n);
 struct cJSON;
 void sup_events_put(sup_events *e, const char *event, struct cJSON *fields);
 void sup_events_close(sup_events *e);
+
+/* ---- sup_nodes.c: the node pool and the blocklist ---------------------- */
+
+#define SUP_MAX_NODES 1024
+#define SUP_NODE_NAME 64
+
+typedef struct {
+    int n;        /* nodes in the pool: the job's and the spares */
+    int needed;   /* nodes one attempt runs on */
+    int per_node; /* ranks per node */
+    char name[SUP_MAX_NODES][SUP_NODE_NAME];
+    int slots[SUP_MAX_NODES];         /* hostfile slots (0: one host) */
+    char blocked[SUP_MAX_NODES][160]; /* "" or why it is on the blocklist */
+    int active[SUP_MAX_NODES];        /* [needed]: the pool index of the attempt's k-th node */
+    char blocklist_path[4200];
+    struct cJSON *doc; /* the blocklist file's entries (kept, appended to) */
+} sup_nodes;
+
+/* The pool from --nodes/--spares or --hostfile; 0, or -1 with why set. */
+int sup_nodes_init(sup_nodes *p, const sup_config *c, char *why, size_t n);
+/* Read RUN_DIR/blocklist.json if there is one (strictly). */
+int sup_nodes_load_blocklist(sup_nodes *p, char *why, size_t n);
+/* Put node i on the blocklist and rewrite the file atomically. */
+int sup_nodes_block(sup_nodes *p, int i, const char *reason, char *why, size_t n);
+int sup_nodes_find(const sup_nodes *p, const char *name); /* index or -1 */
+int sup_nodes_usable(const sup_nodes *p);                 /* nodes not blocked */
+/* The attempt's nodes: the first `needed` not blocked; -1 if too few. */
+int sup_nodes_choose(sup_nodes *p);
+int sup_nodes_is_active(const sup_nodes *p, int i);
+int sup_nodes_of_rank(const sup_nodes *p, int rank); /* pool index of rank's node */
+const char *sup_nodes_rank_name(const sup_nodes *p, int rank);
+/* "a,b,c": the names of nodes idx[0..k). */
+void sup_nodes_map(const sup_nodes *p, const int *idx, int k, char *buf, size_t n);
+/* A hostfile of nodes idx[0..k) with `slots` each, written atomically. */
+int sup_nodes_write_hostfile(const sup_nodes *p, const int *idx, int k, int slots, const char *path,
+                             char *why, size_t n);
+void sup_nodes_free(sup_nodes *p);
+
+/* ---- sup_diag.c: megascale diag on the nodes ------------------------------ */
+
+typedef struct {
+    int ok;          /* every check passed */
+    int reported;    /* 0: no report came back (crashed, timed out) */
+    char failed[96]; /* "gemm, storage" */
+    char detail[600];
+} sup_diag_result;
+
+typedef struct {
+    const char *mpirun, *bin, *storage_dir, *history_dir;
+    const char *faults; /* the diag:* entries of the fault plan (may be NULL) */
+    double timeout, slow_factor;
+    int threads;           /* per node (0: diag's default) */
+    const sup_nodes *pool; /* with a hostfile: mpirun gets one slot per node */
+    const char *hostfile;  /* where to write that hostfile (NULL: one host) */
+} sup_diag_config;
+
+/* Run the self-test on nodes idx[0..k) of the pool at once (one rank
+ * each, one mpirun: the comm check is an all-reduce among them); out[j] is
+ * node idx[j]'s result.  0, or -1 with why set (could not run at all). */
+int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_result *out, char *why,
+                 size_t n);
+
+/* ---- sup_ctl.c: the control socket's server side -------------------------- */
+
+/* The control file RUN_DIR/control.json (mode 0600): address and token. */
+int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char *why, size_t n);
+
+/* ---- sup_detect.c: the detectors fed by beats ----------------------------- */
+
+#define SUP_SPIKE_WINDOW 32
+
+typedef struct {
+    double v[SUP_SPIKE_WINDOW]; /* the last changes of the loss, step to step */
+    double prev;                /* the last loss */
+    int n, next, last_step, have_prev, skip_next;
+} sup_spike;
+
+/* Feed rank 0's loss of `step` (once per step); returns the z-score of its
+ * change from the step before when that is a spike (z > z_max against the
+ * changes of at least 16 earlier steps), else 0.  *mean: the loss it
+ * jumped from; *sd: the spread of the changes. */
+double sup_spike_feed(sup_spike *s, int step, double loss, double z_max, double *mean, double *sd);
+
+typedef struct {
+    int n;           /* ranks */
+    double *compute; /* [n]: the latest compute_ms of each rank (NaN: none) */
+    int *step;       /* [n]: the step of that value */
+    int *strikes;    /* [n]: rounds in a row below the score */
+    int round_step;  /* the step of the last round scored */
+} sup_straggler;
+
+int sup_straggler_init(sup_straggler *s, int n);
+void sup_straggler_free(sup_straggler *s);
+void sup_straggler_reset(sup_straggler *s);
+/* Rank r's compute_ms for `step`. */
+void sup_straggler_feed(sup_straggler *s, int r, int step, double compute_ms);
+/* Once every rank has a value past the last round: score each rank
+ * (median compute_ms of the others / its own), count strikes below
+ * `score`, and return the rank with at least `rounds` strikes (the worst),
+ * or -1; *out_score is its score. */
+int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_score);
+
+/* ---- the driver (sup_driver.c, sup_watch.c, sup_recover.c) ------------------ */
+
+#include "base/fault.h"
+#include "monitor/heartbeat.h"
+
+#define SUP_TICK_MS 200
+#define SUP_MAX_CONNS 4096
+#define SUP_MAX_CTL 8
+
+typedef struct {
+    int fd, rank; /* rank -1 until its first valid beat */
+    unsigned long long seq;
+    size_t len;
+    char buf[MON_HB_LINE_MAX + 1];
+} sup_conn;
+
+typedef struct {
+    int fd;
+    double t_open;
+    size_t len;
+    char buf[SUP_CTL_LINE_MAX + 1];
+} sup_ctl_conn;
+
+typedef struct {
+    int connected, pid, step, first_step, done, failed, redone;
+    int started;     /* in the training loop (phase train, or a step done) */
+    int resume_step; /* the step it started the loop at (-1: not yet) */
+    double last_beat, last_progress;
+    unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
+    char host[128], phase[16], error[1024];
+} sup_rank;
+
+typedef struct {
+    const sup_config *c;
+    sup_events ev;
+    sup_nodes *pool;
+    char token[33], addr[64], ctl_addr[64], state_path[4200], hostfile_path[4200];
+    char diag_dir[4200], ckpt_dir[4096];
+    int lfd, ctl_fd, lock_fd;
+    sup_conn *conns;
+    int n_conns;
+    sup_ctl_conn ctl[SUP_MAX_CTL];
+    int n_ctl;
+    sup_rank *r;
+    sup_job job;
+    double t_launch;
+    int attempt_no;
+    /* the fault of this attempt */
+    int fault;
+    char kind[24], detail[1100];
+    int fault_rank, fault_step;
+    double t_detect, t_stall; /* when it was detected; when the rank went silent/stuck */
+    int evict_node;           /* a node the detectors or the control socket named (-1) */
+    char evict_reason[160];
+    /* detectors */
+    sup_spike spike;
+    sup_straggler strag;
+    int straggler_warned, nan_step;
+    /* across attempts */
+    int best_step, start_step, restarts, no_progress, pending_recovery, redone_booked;
+    double t_recovery_from;
+    int step_at_fault;
+    ms_fault_plan plan;   /* --faults: the faults to hand out */
+    int faults_through;   /* the faults at steps <= this have fired */
+    char fault_arg[8192]; /* this attempt's --inject-fault */
+    char node_map[SUP_MAX_NODES * SUP_NODE_NAME];
+    double step_ms_sum;
+    long step_ms_n;
+    double max_interval; /* the longest step seen, over ranks and attempts (s) */
+    int n_anomalies;
+    /* an earlier driver's job to take over (sup_recover.c) */
+    pid_t adopt_pid;
+    pid_t *adopt_pids; /* [np]: its ranks (0: unknown or gone) */
+    double t_saved;    /* when driver.json was last written */
+} sup_driver;
+
+/* sup_watch.c: the sockets and the detectors. */
+int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, char *why,
+               size_t n);
+void sup_serve(sup_driver *d); /* one tick: accept, read beats and control lines */
+void sup_watch(sup_driver *d); /* the hang, start-up and straggler detectors */
+void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+const char *sup_node_name(const sup_driver *d, int rank); /* the rank's node, "" if none */
+void sup_reset_ranks(sup_driver *d);
+
+/* sup_recover.c: diagnosis, eviction, the driver's state file. */
+/* After a stopped attempt: diag on the nodes, evictions; 0 to go on, else
+ * the exit code (SUP_EXIT_*). */
+int sup_recover(sup_driver *d);
+/* Evict pool node i (reason, `by` "diag", "straggler", "manual"). */
+int sup_evict(sup_driver *d, int i, const char *by, const char *reason);
+void sup_state_save(sup_driver *d, int finished);
+/* Read RUN_DIR/driver.json left by an earlier driver that did not finish:
+ * the counters, and whether its job still runs (then d->adopt_pid and the
+ * heartbeat address/token to bind).  0, or -1 with why set. */
+int sup_state_resume(sup_driver *d, char *why, size_t n);
 
 #endif

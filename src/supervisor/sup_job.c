@@ -12,8 +12,8 @@
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
-int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token, char *why,
-                  size_t n) {
+int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
+                  const char *node_map, char *why, size_t n) {
     memset(j, 0, sizeof *j);
     fflush(NULL);
     pid_t pid = fork();
@@ -25,6 +25,7 @@ int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const cha
         setpgid(0, 0); /* one group: the driver stops mpirun and its ranks together */
         setenv("MS_HEARTBEAT", hb_addr, 1);
         setenv("MS_HEARTBEAT_TOKEN", token, 1);
+        setenv("MS_NODE_MAP", node_map, 1);
         execvp(argv[0], argv);
         fprintf(stderr, "megascale launch: cannot run %s: %s\n", argv[0], strerror(errno));
         _exit(127);
@@ -34,8 +35,57 @@ int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const cha
     return 0;
 }
 
+void sup_job_adopt(sup_job *j, pid_t pid) {
+    memset(j, 0, sizeof *j);
+    j->pid = pid;
+    j->adopted = 1;
+}
+
+/* Field 3 (state) and 22 (start time) of /proc/PID/stat; -1 if gone. */
+static int proc_stat(pid_t pid, char *state, unsigned long long *start) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    if (!p) return -1;
+    unsigned long long v = 0;
+    int field = 2;
+    *state = '?';
+    for (char *save = NULL, *t = strtok_r(p + 1, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
+        field++;
+        if (field == 3) *state = t[0];
+        if (field == 22) {
+            v = strtoull(t, NULL, 10);
+            break;
+        }
+    }
+    if (start) *start = v;
+    return 0;
+}
+
+int sup_pid_alive(pid_t pid) {
+    char state;
+    if (pid <= 0) return 0;
+    if (proc_stat(pid, &state, NULL) != 0) return kill(pid, 0) == 0 || errno == EPERM;
+    return state != 'Z' && state != 'X';
+}
+
+unsigned long long sup_pid_start(pid_t pid) {
+    char state;
+    unsigned long long start = 0;
+    return pid > 0 && proc_stat(pid, &state, &start) == 0 ? start : 0;
+}
+
 int sup_job_poll(sup_job *j) {
     if (j->exited || !j->pid) return 1;
+    if (j->adopted) { /* not our child: gone is all we can know */
+        if (!sup_pid_alive(j->pid)) j->exited = 1;
+        return j->exited;
+    }
     int st = 0;
     pid_t r = waitpid(j->pid, &st, WNOHANG);
     if (r == j->pid || (r < 0 && errno == ECHILD)) {
@@ -56,7 +106,7 @@ static void reap_orphans(void) {
 
 static int alive(pid_t pid) {
     reap_orphans();
-    return kill(pid, 0) == 0 || errno == EPERM;
+    return sup_pid_alive(pid);
 }
 
 double sup_job_stop(sup_job *j, double grace, const int *pids, int n) {
@@ -72,7 +122,7 @@ double sup_job_stop(sup_job *j, double grace, const int *pids, int n) {
         if (pids[i] > 0 && alive(pids[i])) kill(pids[i], SIGKILL);
     if (j->pid) {
         kill(-j->pid, SIGKILL); /* anything of the group still there */
-        while (!sup_job_poll(j))
+        for (int k = 0; !sup_job_poll(j) && (!j->adopted || k < 500); k++)
             usleep(10000);
         reap_orphans();
     }
@@ -83,7 +133,9 @@ double sup_job_stop(sup_job *j, double grace, const int *pids, int n) {
 }
 
 void sup_job_describe(const sup_job *j, char *buf, size_t n) {
-    if (WIFEXITED(j->status))
+    if (j->adopted)
+        snprintf(buf, n, "an unknown status (it was started by an earlier driver)");
+    else if (WIFEXITED(j->status))
         snprintf(buf, n, "exit code %d", WEXITSTATUS(j->status));
     else if (WIFSIGNALED(j->status))
         snprintf(buf, n, "killed by signal %d", WTERMSIG(j->status));

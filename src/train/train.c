@@ -13,6 +13,7 @@
 #include "base/events.h"
 #include "base/fault.h"
 #include "base/log.h"
+#include "base/node.h"
 #include "base/timeutil.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/hf.h"
@@ -44,24 +45,28 @@ typedef struct {
     data_prefetch *prefetch; /* feeds the training batches */
     data_shm *ring;          /* tp > 1: one reader per tp group shares its batches */
     int ring_leader;
-    mon_record *rec;  /* the step record's sinks */
-    mon_evlog *evlog; /* --trace-dir (NULL: tracing off) */
+    mon_record *rec;   /* the step record's sinks */
+    mon_evlog *evlog;  /* --trace-dir (NULL: tracing off) */
     mon_heartbeat *hb; /* --heartbeat (NULL: not supervised) */
     char trace_dir[4096];
     uint16_t ev_data, ev_opt, ev_ckpt, lane_compute;
-    mon_devtime *dev;             /* device spans of the step (read late) */
+    mon_devtime *dev;               /* device spans of the step (read late) */
     uint16_t ev_dev_fb, ev_dev_opt; /* their names */
-    int32_t *inp, *tgt;
+    int32_t *inp, *tgt;             /* validation batches (micro, seq) */
+    /* the step's micro-batches (accum, micro, seq): filled by its first
+     * computation, replayed by a redo of a non-finite step (replay = 1) */
+    int32_t *rinp, *rtgt;
+    int replay;
     mon_peak peak;
     double flops_per_token;
-    ms_fault_plan fault; /* --inject-fault and --ckpt-fault: the trainer's kinds */
-    char fault_spec[8192]; /* both, for the checkpoint manager (its points) */
+    ms_fault_plan fault;         /* --inject-fault and --ckpt-fault: the trainer's kinds */
+    char node[MS_NODE_NAME_MAX]; /* this rank's node (--node-map, or the host name) */
+    char fault_spec[8192];       /* both, for the checkpoint manager (its points) */
     /* distribution (NULL alone) */
     comm_world *world;
     comm_grid *grid;
     par_zero *zero;
-    train_pipe *pipe;     /* pp > 1: this stage's schedule (NULL: the whole model) */
-    int32_t *pinp, *ptgt; /* pp > 1: the step's micro-batches (accum, micro, seq) */
+    train_pipe *pipe; /* pp > 1: this stage's schedule (NULL: the whole model) */
     int pp;
     int dp, dp_rank, rank;
     ckpt_manager *ckpt; /* --ckpt-dir / --resume (NULL: none) */
@@ -148,14 +153,24 @@ static ms_status open_ring(trainer *t) {
     return st != MS_OK ? st : bst;
 }
 
-/* The next micro-batch into t->inp / t->tgt; *wait = time waited for it. */
-static ms_status next_batch(trainer *t, double *wait) {
+/* Micro-batch k of the step: *inp, *tgt (micro, seq) point at slot k of
+ * the replay buffer; *wait = time waited for it.  The step's first
+ * computation fetches it (prefetcher, or the tp leader's shared-memory
+ * ring) into the slot; a redo (t->replay) serves the slot as it is, so
+ * every rank recomputes the same step from its own copy and the data
+ * cursor does not move. */
+static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_t **tgt,
+                            double *wait) {
+    size_t n = (size_t)t->micro * t->tc->seq;
+    int32_t *bi = t->rinp + (size_t)k * n, *bt = t->rtgt + (size_t)k * n;
+    *inp = bi, *tgt = bt, *wait = 0;
+    if (t->replay) return MS_OK;
     int64_t t0 = ms_ev_now();
     if (t->ring && !t->ring_leader) {
-        MS_TRY(data_shm_get(t->ring, t->inp, t->tgt, wait));
+        MS_TRY(data_shm_get(t->ring, bi, bt, wait));
     } else {
-        MS_TRY(data_prefetch_next(t->prefetch, t->inp, t->tgt, wait));
-        if (t->ring) MS_TRY(data_shm_put(t->ring, t->inp, t->tgt));
+        MS_TRY(data_prefetch_next(t->prefetch, bi, bt, wait));
+        if (t->ring) MS_TRY(data_shm_put(t->ring, bi, bt));
     }
     if (*wait > 0) { /* the part of the call spent blocked */
         int64_t t1 = ms_ev_now(), w = (int64_t)(*wait * 1e9);
@@ -193,6 +208,7 @@ static ms_status setup_ckpt(trainer *t) {
     ckpt_options o = {tc->ckpt_dir, tc->ckpt_every,   tc->ckpt_every_min, tc->ckpt_keep,
                       tc->resume,   tc->ckpt_shm_dir, t->fault_spec};
     MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
+    ckpt_manager_set_node(t->ckpt, t->node);
     ckpt_train_state now = ckpt_state(t, 0), saved;
     int found = 0;
     MS_TRY(ckpt_manager_resume(t->ckpt, &now, &saved, &found));
@@ -215,10 +231,6 @@ static ms_status create_model(trainer *t, comm_group *tpg) {
     MS_TRY(train_pipe_plan(&t->pipe, t->grid, t->world, vpp, t->accum));
     MS_TRY(gpt_stage_init(&st, &t->mc, t->pp, vpp, stage, train_pipe_slots(t->pipe)));
     MS_TRY(gpt_create_stage(&t->model, &t->mc, t->be, t->micro, tc->seq, align, tpg, &st));
-    size_t n = (size_t)t->accum * t->micro * tc->seq;
-    t->pinp = malloc(n * sizeof(int32_t));
-    t->ptgt = malloc(n * sizeof(int32_t));
-    if (!t->pinp || !t->ptgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     return train_pipe_attach(t->pipe, t->model, t->micro, tc->seq);
 }
 
@@ -330,6 +342,7 @@ static ms_status setup_heartbeat(trainer *t) {
     if (!tc->heartbeat || !*tc->heartbeat) return MS_OK;
     mon_heartbeat_config c = {.addr = tc->heartbeat,
                               .token = tc->heartbeat_token,
+                              .node = t->node,
                               .rank = t->rank,
                               .world = t->world ? comm_world_size(t->world) : 1,
                               .comm_bytes = t->world ? hb_comm_bytes : NULL,
@@ -380,15 +393,20 @@ static ms_status setup_record(trainer *t) {
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
+    MS_TRY(ms_node_of(tc->node_map, t->rank, t->world ? comm_world_size(t->world) : 1, t->node,
+                      "--node-map (MS_NODE_MAP)"));
     MS_TRY(setup_trace(t));
     MS_TRY(setup_heartbeat(t));
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
-    snprintf(t->fault_spec, sizeof t->fault_spec, "%s%s%s", tc->inject_fault ? tc->inject_fault : "",
+    snprintf(t->fault_spec, sizeof t->fault_spec, "%s%s%s",
+             tc->inject_fault ? tc->inject_fault : "",
              tc->inject_fault && *tc->inject_fault && tc->ckpt_fault && *tc->ckpt_fault ? "," : "",
              tc->ckpt_fault ? tc->ckpt_fault : "");
-    MS_TRY(ms_fault_parse(&t->fault, t->fault_spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
+    MS_TRY(
+        ms_fault_parse(&t->fault, t->fault_spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
+    ms_fault_plan_set_node(&t->fault, t->node); /* ":node=NAME" entries fire on this node only */
     opt_config oc = {OPT_ADAMW,      (float)tc->beta1,        (float)tc->beta2,
                      (float)tc->eps, (float)tc->weight_decay, (float)tc->grad_clip};
     MS_TRY(opt_kind_parse(tc->optimizer, &oc.kind));
@@ -424,7 +442,10 @@ static ms_status setup(trainer *t) {
     size_t n = (size_t)t->micro * tc->seq;
     t->inp = malloc(n * sizeof(int32_t));
     t->tgt = malloc(n * sizeof(int32_t));
-    if (!t->inp || !t->tgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
+    t->rinp = malloc((size_t)t->accum * n * sizeof(int32_t));
+    t->rtgt = malloc((size_t)t->accum * n * sizeof(int32_t));
+    if (!t->inp || !t->tgt || !t->rinp || !t->rtgt)
+        return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
     mon_peak_init(&t->peak, t->be, tc->peak_flops);
     MS_TRY(setup_record(t));
@@ -449,13 +470,13 @@ static void teardown(trainer *t, ms_status st) {
     opt_destroy(t->opt);
     par_zero_destroy(t->zero);
     train_pipe_destroy(t->pipe);
-    free(t->pinp);
-    free(t->ptgt);
     gpt_destroy(t->model);
     mon_devtime_destroy(t->dev);
     if (t->be) be_destroy(t->be);
     free(t->inp);
     free(t->tgt);
+    free(t->rinp);
+    free(t->rtgt);
     if (t->world && st == MS_ERR_TIMEOUT) { /* let the host's other ranks write their dumps */
         int missing = comm_world_dump_grace(t->world, 3.0);
         if (missing) ms_warn("hang dumps: %d rank(s) of this host did not answer", missing);
@@ -512,8 +533,7 @@ static void print_layout(const trainer *t) {
             "%s, lr %g (%s, warmup %d), device %s (%d threads)",
             tc->batch, tc->seq, tc->batch * tc->seq, t->micro, t->accum, tc->steps, tc->optimizer,
             tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads);
-    ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9,
-            t->peak.source);
+    ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9, t->peak.source);
 }
 
 /* Mean loss over --val-batches sequential batches of the validation data. */
@@ -551,53 +571,70 @@ static ms_status log_val(trainer *t, int step) {
 typedef struct {
     float loss, lr;
     opt_stats os;
-    double sec, data_sec, comm_sec; /* comm: exposed (blocked) communication */
+    double sec, data_sec, comm_sec; /* comm: exposed (blocked) ZeRO communication */
+    double wait_sec;                /* blocked in any comm_wait (comm_world_wait_ns) */
     double bubble_sec;              /* pp > 1: waited on pipeline receives */
     /* device timers (CUDA events on a GPU): forward + backward, and gradient
      * sync + optimiser, of the last step the device has finished (read late,
      * so that reading them never waits: usually the previous step's) */
     double dev_fb_ms, dev_opt_ms;
     int64_t t0_ns, t1_ns;
-    int skipped;
+    int skipped, redone;
+    char why[256]; /* the non-finite result of the last computation ("" if finite) */
 } step_result;
 
 /* pp > 1: the step's micro-batches through this stage's schedule; *loss =
  * the sum of their losses (from the last stage, on every stage). */
 static ms_status pipe_micro_batches(trainer *t, float dloss, double *loss, step_result *r) {
-    size_t n = (size_t)t->micro * t->tc->seq;
     for (int k = 0; k < t->accum; k++) {
+        const int32_t *inp, *tgt;
         double wait = 0;
-        MS_TRY(next_batch(t, &wait));
+        MS_TRY(next_batch(t, k, &inp, &tgt, &wait)); /* into the replay buffer's slot k */
         r->data_sec += wait;
-        memcpy(t->pinp + (size_t)k * n, t->inp, n * sizeof(int32_t));
-        memcpy(t->ptgt + (size_t)k * n, t->tgt, n * sizeof(int32_t));
     }
     if (t->zero) par_zero_arm(t->zero); /* the hooks fire on each chunk's last micro-batch */
-    MS_TRY(train_pipe_step(t->pipe, t->pinp, t->ptgt, t->micro, t->tc->seq, dloss, loss));
-    r->bubble_sec = train_pipe_bubble(t->pipe);
+    MS_TRY(train_pipe_step(t->pipe, t->rinp, t->rtgt, t->micro, t->tc->seq, dloss, loss));
+    r->bubble_sec += train_pipe_bubble(t->pipe);
     return MS_OK;
 }
 
-/* One optimiser step over `accum` micro-batches. */
-static ms_status train_step(trainer *t, int step, step_result *r) {
+/* Injected nan-grad: a NaN where this rank's optimiser reads it, at the
+ * start of each of its ZeRO shards (or of each tensor), so that the
+ * non-finite check sees it whichever rank it is injected on. */
+static void poison_grads(trainer *t) {
+    float nan = NAN, *g = gpt_grads(t->model);
+    int n = t->zero ? par_zero_num_shards(t->zero) : gpt_num_tensors(t->model);
+    for (int i = 0; i < n; i++) {
+        size_t b, e;
+        if (t->zero) {
+            par_zero_shard(t->zero, i, &b, &e);
+        } else {
+            b = gpt_tensor(t->model, i)->offset;
+            e = b + gpt_tensor(t->model, i)->numel;
+        }
+        if (e > b) t->be->to_device(t->be, g + b, &nan, sizeof nan);
+    }
+}
+
+/* One computation of the step (attempt 0: the first; later ones: redos
+ * from the replay buffer), then the optimiser at r->lr.  r->why is set
+ * when the loss or a gradient is not finite (nothing was updated); other
+ * failures are returned. */
+static ms_status compute_update(trainer *t, int step, int attempt, step_result *r) {
     const train_config *tc = t->tc;
-    ms_ev_set_step(step + 1); /* every span recorded from here on belongs to this step */
-    r->t0_ns = ms_ev_now();
-    double t0 = ms_now();
     int h_start = mon_devtime_mark(t->dev);
-    r->data_sec = 0;
-    r->skipped = 0;
+    r->why[0] = 0;
     gpt_zero_grads(t->model);
     float dloss = 1.0f / ((float)tc->batch * (float)tc->seq);
     double loss = 0;
-    r->bubble_sec = 0;
     if (t->pipe) MS_TRY(pipe_micro_batches(t, dloss, &loss, r));
     for (int k = 0; !t->pipe && k < t->accum; k++) {
+        const int32_t *inp, *tgt;
         double wait = 0;
-        MS_TRY(next_batch(t, &wait));
+        MS_TRY(next_batch(t, k, &inp, &tgt, &wait));
         r->data_sec += wait;
         if (t->zero && k + 1 == t->accum) par_zero_arm(t->zero); /* overlap the reduce-scatter */
-        loss += gpt_forward_backward(t->model, t->inp, t->tgt, t->micro, tc->seq, dloss);
+        loss += gpt_forward_backward(t->model, inp, tgt, t->micro, tc->seq, dloss);
     }
     MS_TRY(gpt_take_error(t->model)); /* a tensor-parallel collective failed */
     int h_fb = mon_devtime_mark(t->dev), h_opt0 = mon_devtime_mark(t->dev);
@@ -605,21 +642,19 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     if (t->zero) MS_TRY(par_zero_reduce_wait(t->zero));
     loss /= t->accum;
     MS_TRY(dp_mean(t, &loss));
-    if (ms_fault_find(&t->fault, "nan-grad", step + 1, t->rank)) { /* injected: a NaN gradient */
-        float nan = NAN;
-        t->be->to_device(t->be, gpt_grads(t->model), &nan, sizeof nan);
+    const ms_fault *nan_f = ms_fault_find(&t->fault, "nan-grad", step + 1, t->rank);
+    if (nan_f && (attempt == 0 || nan_f->from)) { /* injected: @S the first computation only */
+        poison_grads(t);
         ms_warn("step %d: injected fault nan-grad", step + 1);
     }
     r->loss = (float)loss;
-    r->lr = opt_lr_at(&t->sched, step);
     memset(&r->os, 0, sizeof r->os);
     int64_t t_opt = ms_ev_now();
     ms_status st = isfinite(r->loss) ? opt_step(t->opt, r->lr, &r->os)
                                      : ms_error(MS_ERR_NONFINITE, "non-finite loss");
     ms_ev_span(t->ev_opt, 0, t_opt, ms_ev_now(), NULL);
     if (st == MS_ERR_NONFINITE) {
-        ms_warn("step %d: %s (loss %g); the update was skipped", step + 1, ms_errmsg(), r->loss);
-        r->skipped = 1;
+        snprintf(r->why, sizeof r->why, "%s", ms_errmsg());
     } else if (st != MS_OK) {
         return st;
     } else if (t->zero) {
@@ -628,6 +663,47 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     int h_opt = mon_devtime_mark(t->dev);
     mon_devtime_span(t->dev, t->ev_dev_fb, h_start, h_fb, NULL);
     mon_devtime_span(t->dev, t->ev_dev_opt, h_opt0, h_opt, NULL);
+    return MS_OK;
+}
+
+/* The step's computations: the first, and while the result is not finite
+ * up to --nonfinite-redo redos of the same micro-batches; when they are
+ * all non-finite the update is skipped (r->skipped). */
+static ms_status compute_step(trainer *t, int step, step_result *r) {
+    int redo = t->tc->nonfinite_redo > 0 ? t->tc->nonfinite_redo : 0;
+    for (int attempt = 0;; attempt++) {
+        t->replay = attempt > 0;
+        ms_status st = compute_update(t, step, attempt, r);
+        t->replay = 0;
+        MS_TRY(st);
+        if (!r->why[0]) return MS_OK;
+        if (attempt == redo) break;
+        ms_warn("step %d: %s (loss %g); redoing the step (%d of %d)", step + 1, r->why, r->loss,
+                attempt + 1, redo);
+        r->redone++;
+    }
+    ms_warn("step %d: %s (loss %g); the update was skipped%s", step + 1, r->why, r->loss,
+            redo ? " (the redos were non-finite too)" : "");
+    r->skipped = 1;
+    return MS_OK;
+}
+
+/* One optimiser step over `accum` micro-batches. */
+static ms_status train_step(trainer *t, int step, step_result *r) {
+    ms_ev_set_step(step + 1); /* every span recorded from here on belongs to this step */
+    r->t0_ns = ms_ev_now();
+    double t0 = ms_now();
+    long long wait0 = comm_world_wait_ns(t->world);
+    ms_fault_fire_slow(&t->fault, step + 1, t->rank); /* injected: a straggler's compute */
+    r->data_sec = r->bubble_sec = 0;
+    r->skipped = r->redone = 0;
+    r->lr = opt_lr_at(&t->sched, step);
+    const ms_fault *spike = ms_fault_find(&t->fault, "spike", step + 1, t->rank);
+    if (spike) { /* injected: every rank, so the replicas stay equal */
+        r->lr *= (float)spike->arg;
+        ms_warn("step %d: injected fault spike: lr x %g = %g", step + 1, spike->arg, r->lr);
+    }
+    MS_TRY(compute_step(t, step, r));
     if (t->world && comm_world_broken(t->world)) {
         /* an NCCL op failed after its comm_wait returned (its group's watchdog
          * broke the world): a new op is refused with the original message */
@@ -639,6 +715,7 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     r->sec = ms_now() - t0;
     r->t1_ns = ms_ev_now();
     r->comm_sec = t->zero ? par_zero_take_wait(t->zero) : 0;
+    r->wait_sec = (double)(comm_world_wait_ns(t->world) - wait0) / 1e9;
     mon_devtime_poll(t->dev);
     r->dev_fb_ms = mon_devtime_last_ms(t->dev, t->ev_dev_fb);
     r->dev_opt_ms = mon_devtime_last_ms(t->dev, t->ev_dev_opt);
@@ -660,6 +737,7 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
                   .tok_s = tokens / r->sec,
                   .data_ms = r->data_sec * 1e3,
                   .comm_ms = r->comm_sec * 1e3,
+                  .wait_ms = r->wait_sec * 1e3,
                   .bubble_ms = r->bubble_sec * 1e3,
                   .dev_fb_ms = r->dev_fb_ms,
                   .dev_opt_ms = r->dev_opt_ms,
@@ -670,7 +748,10 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
                   .peak_dev_bytes = t->be->mem_peak(t->be),
                   .t0_ns = r->t0_ns,
                   .t1_ns = r->t1_ns,
-                  .skipped = r->skipped};
+                  .skipped = r->skipped,
+                  .redone = r->redone};
+    s.compute_ms = s.sec * 1e3 - s.wait_ms - s.data_ms;
+    if (s.compute_ms < 0) s.compute_ms = 0;
     s.mfu = mon_peak_mfu(&t->peak, t->flops_per_token * s.tok_s / world);
     return mon_record_step(t->rec, &s);
 }
@@ -713,6 +794,7 @@ static ms_status loop(trainer *t) {
                             "%d consecutive steps with non-finite loss or gradients (limit "
                             "--max-bad-steps %d): stopping",
                             bad, tc->max_bad_steps);
+        if (t->ckpt) ckpt_manager_hold(t->ckpt, bad > 0); /* no checkpoint holds a skipped step */
         int last = step + 1 == tc->steps;
         if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))
             MS_TRY(log_val(t, step + 1));

@@ -37,7 +37,8 @@ typedef struct {
     char *optimizer, *lr_schedule;
     double lr, lr_floor, weight_decay, beta1, beta2, eps, grad_clip;
     int warmup;
-    int max_bad_steps;
+    int max_bad_steps;  /* consecutive skipped (non-finite) steps tolerated */
+    int nonfinite_redo; /* recomputations of a non-finite step before it is skipped */
     uint64_t seed;
     /* io */
     char *init_from, *save_weights, *metrics;
@@ -58,6 +59,7 @@ typedef struct {
     /* supervision (megascale launch sets these through the environment) */
     char *heartbeat;       /* HOST:PORT of the driver, or NULL */
     char *heartbeat_token; /* the job's token */
+    char *node_map;        /* node names, comma-separated (base/node.h); NULL/"": the host name */
     /* injected faults (base/fault.h): --inject-fault, and --ckpt-fault
      * appended to it; one registry serves the trainer and the checkpoints */
     char *inject_fault;

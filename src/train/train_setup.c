@@ -63,6 +63,8 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *
     if (tc->beta1 < 0 || tc->beta1 >= 1 || tc->beta2 < 0 || tc->beta2 >= 1)
         return ms_error(MS_ERR_ARG, "--beta1/--beta2 must be in [0, 1)");
     if (!(tc->eps > 0)) return ms_error(MS_ERR_ARG, "--eps must be > 0");
+    if (tc->nonfinite_redo < 0)
+        return ms_error(MS_ERR_ARG, "--nonfinite-redo must be >= 0 (got %d)", tc->nonfinite_redo);
     *micro = mb;
     *accum = tc->batch / dp / mb;
     return MS_OK;

@@ -3,6 +3,7 @@ round trips, determinism, interruption, and every kind of bad input named by
 the foundation issue (each must fail with a message naming the file and the
 problem, and exit non-zero).  Needs only the Python standard library.
 Environment: MS_BIN (the binary)."""
+import hashlib
 import json
 import os
 import re
@@ -132,7 +133,8 @@ ENV_OPTIONS = {
     "train": {"MS_COMM_TIMEOUT": "comm-timeout", "MS_COMM_NCCL_SYNC": "comm-nccl-sync",
               "MS_CKPT_SHM_DIR": "ckpt-shm-dir", "MS_CKPT_FAULT": "ckpt-fault",
               "MS_CUDA_PROFILE": "cuda-profile", "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu",
-              "MS_HEARTBEAT": "heartbeat", "MS_HEARTBEAT_TOKEN": "heartbeat-token"},
+              "MS_HEARTBEAT": "heartbeat", "MS_HEARTBEAT_TOKEN": "heartbeat-token",
+              "MS_NONFINITE_REDO": "nonfinite-redo", "MS_NODE_MAP": "node-map"},
     "sample": {"MS_DATA_DIR": "data-dir", "MS_CUDA_PROFILE": "cuda-profile",
                "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu"},
     "data": {"MS_DATA_DIR": "data-dir"},
@@ -202,6 +204,91 @@ def test_env_options(d, base):
                 if "getenv(" in open(path, errors="replace").read():
                     readers.append(rel)
         ok(not readers, "no library code calls getenv", str(readers))
+
+
+def sha256(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest() if os.path.exists(path) else path
+
+
+def step_lines(path):
+    return [json.loads(l) for l in open(path) if '"loss"' in l] if os.path.exists(path) else []
+
+
+def test_nonfinite(d, base):
+    """A transient NaN gradient (nan-grad@3) is redone from the same
+    micro-batches: bitwise the run without it; --nonfinite-redo 0 skips the
+    step, and no checkpoint holds it; a persistent one stops the run."""
+    w0, m0 = os.path.join(d, "nf0.safetensors"), os.path.join(d, "nf0.jsonl")
+    w1, m1 = os.path.join(d, "nf1.safetensors"), os.path.join(d, "nf1.jsonl")
+    run(*base, "--steps", "5", "--metrics", m0, "--save-weights", w0)
+    rc, _, err = run(*base, "--steps", "5", "--metrics", m1, "--save-weights", w1,
+                     "--inject-fault", "nan-grad@3")
+    s1 = step_lines(m1)
+    ok(rc == 0 and [s["redone"] for s in s1] == [0, 0, 1, 0, 0]
+       and not any(s["skipped"] for s in s1), "a transient NaN gradient: step 3 redone, none skipped",
+       err + str(s1))
+    ok("step 3: non-finite gradient" in err and "redoing the step (1 of 1)" in err,
+       "a warning names the redone step", err)
+    ok(rc == 0 and sha256(w1) == sha256(w0), "after the redo the weights are bitwise those of a run "
+       "without the fault", f"{sha256(w1)} vs {sha256(w0)}")
+    ok([s["loss"] for s in s1] == [s["loss"] for s in step_lines(m0)],
+       "after the redo the losses are those of a run without the fault")
+    ok(all(isinstance(s.get("wait_ms"), (int, float)) and s["compute_ms"] >= 0 and
+           abs(s["compute_ms"] - max(0, s["ms"] - s["wait_ms"] - s["data_ms"])) < 0.01 for s in s1),
+       "metrics: compute_ms = ms - wait_ms - data_ms", str(s1[:2]))
+    ck, shm = os.path.join(d, "ck_nf"), os.path.join(d, "shm_nf")
+    os.makedirs(shm)
+    rc, _, err = run(*base, "--steps", "4", "--metrics", m1, "--nonfinite-redo", "0",
+                     "--inject-fault", "nan-grad@3", "--ckpt-dir", ck, "--ckpt-every", "3",
+                     "--ckpt-shm-dir", shm)
+    s1 = step_lines(m1)
+    ok(rc == 0 and [s["skipped"] for s in s1] == [False, False, True, False]
+       and [s["redone"] for s in s1] == [0] * 4 and "the update was skipped" in err,
+       "--nonfinite-redo 0: the NaN step is skipped", err)
+    steps = sorted(n for n in os.listdir(ck) if n.startswith("step_")) if rc == 0 else []
+    ok(steps == ["step_00000004"] and "none taken, in a streak of skipped" in err,
+       "no checkpoint of a skipped step; the next clean step's is taken", err + str(steps))
+    expect_error([*base, "--steps", "10", "--inject-fault", "nan-grad@2+", "--max-bad-steps", "2"],
+                 "3 consecutive steps", "--max-bad-steps", what="persistent NaN gradients stop the run")
+    expect_error([*base, "--inject-fault", "nan@x"], "--inject-fault", what="bad fault spec")
+    expect_error([*base, "--nonfinite-redo", "-1"], "--nonfinite-redo", what="a negative redo count")
+
+
+def test_spike(d, base):
+    """spike=X multiplies the step's lr: the loss jumps after it."""
+    m0, m1 = os.path.join(d, "sp0.jsonl"), os.path.join(d, "sp1.jsonl")
+    run(*base, "--steps", "5", "--lr", "3e-3", "--metrics", m0)
+    rc, _, err = run(*base, "--steps", "5", "--lr", "3e-3", "--metrics", m1,
+                     "--inject-fault", "spike=3000@3")
+    a, b = step_lines(m0), step_lines(m1)
+    ok(rc == 0 and len(a) == len(b) == 5 and [s["loss"] for s in a[:3]] == [s["loss"] for s in b[:3]]
+       and b[3]["loss"] > a[3]["loss"] + 1.0 and abs(b[2]["lr"] - 3000 * a[2]["lr"]) < 1e-3 * b[2]["lr"],
+       "spike=3000@3: lr x 3000 at step 3, the loss at step 4 well above the run without it",
+       err + str([s["loss"] for s in a]) + str([s["loss"] for s in b]))
+    ok("injected fault spike" in err, "a warning names the spike", err)
+    expect_error([*base, "--inject-fault", "spike=2@3:1"], "spike=2@3:1", "no rank or node target",
+                 what="spike with a rank target")
+    expect_error([*base, "--inject-fault", "spike=2@3:node=a"], "no rank or node target",
+                 what="spike with a node target")
+    expect_error([*base, "--inject-fault", "spike@3"], "spike needs =X", what="spike without X")
+
+
+def test_node_targets(d, base):
+    """A :node=NAME fault fires only on the node --node-map names (one
+    process: rank 0 is the first name)."""
+    rc, _, err = run(*base, "--steps", "3", "--node-map", "a", "--inject-fault", "exit@2:node=b")
+    ok(rc == 0, "exit@2:node=b does not fire on node a", err)
+    rc, _, err = run(*base, "--steps", "3", "--inject-fault", "exit@2:node=a",
+                     env=clean_env(MS_NODE_MAP="a,b"))
+    ok(rc == 42 and "step 2: injected fault: rank 0 exits" in err,
+       "exit@2:node=a fires on node a (MS_NODE_MAP)", f"rc={rc}\n{err}")
+    expect_error([*base, "--node-map", "a,,b"], "--node-map", "node name 2 is empty",
+                 what="an empty node name")
+    expect_error([*base, "--node-map", "a,b/c"], "node name 2 'b/c'", what="a bad node name")
+    expect_error([*base, "--inject-fault", "exit@2:node=x y"], "exit@2:node=x y", "node name",
+                 what="a bad node target")
+    expect_error([*base, "--inject-fault", "exit@2:0:node=a"], "one target only",
+                 what="a rank and a node target")
 
 
 def main():
@@ -327,15 +414,9 @@ def main():
     ok(p.returncode == 0 and os.path.exists(w4) and "interrupted" in err,
        "SIGINT stops cleanly and saves the weights", f"rc={p.returncode}\n{err}")
 
-    # --- non-finite gradients: a transient one is skipped, a persistent one stops the run ---
-    m5 = os.path.join(d, "m5.jsonl")
-    rc, _, err = run(*base, "--steps", "5", "--metrics", m5, "--inject-fault", "nan-grad@3")
-    s5 = [json.loads(l) for l in open(m5) if '"step"' in l] if rc == 0 else []
-    ok(rc == 0 and [s["skipped"] for s in s5] == [False, False, True, False, False]
-       and "step 3" in err and "skipped" in err, "a NaN gradient skips that step only", err)
-    expect_error([*base, "--steps", "10", "--inject-fault", "nan-grad@2+", "--max-bad-steps", "2"],
-                 "3 consecutive steps", "--max-bad-steps", what="persistent NaN gradients stop the run")
-    expect_error([*base, "--inject-fault", "nan@x"], "--inject-fault", what="bad fault spec")
+    test_nonfinite(d, base)
+    test_spike(d, base)
+    test_node_targets(d, base)
 
     # --- a resumed run continues the metrics file (no duplicated steps) ---
     m6, ck = os.path.join(d, "m6.jsonl"), os.path.join(d, "ck6")

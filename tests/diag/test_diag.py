@@ -2,10 +2,13 @@
 machine; --json is one valid object with every check; each injected fault
 (diag:gemm, diag:memory, diag:comm, diag:storage) fails exactly its check
 with exit code 9; a history of much faster GEMMs fails the gemm check as
-slow, and passing results are appended to the history; a storage directory
-that cannot be written fails storage naming the path; bad options exit 2.
-With --mpi: the comm check on 2 ranks under mpirun (loopback + all-reduce),
-and a fault injected on one rank fails that rank only.
+slow, and passing results are appended to the history; --node-map names the
+report's node and --history-dir keeps one history per node; a storage
+directory that cannot be written fails storage naming the path; bad options
+exit 2.  With --mpi: the comm check on 2 ranks under mpirun (loopback +
+all-reduce), a fault injected on one rank fails that rank only, and one
+injected on a node (--node-map) fails that node's rank only, each node with
+its own history file.
 Small sizes keep it short.  Needs only the Python standard library.
 Environment: MS_BIN (the binary)."""
 import json
@@ -136,6 +139,33 @@ def test_history(d):
        "the second run compares with the first", json.dumps(g))
 
 
+def test_nodes(d):
+    hd = os.path.join(d, "hist_nodes", "sub")  # created if missing; a lenient factor: see above
+    rc, reps, raw = run_json("--node-map", "node0", "--history-dir", hd)
+    r = reps[0] if reps and reps[0] else {}
+    ok(rc == 0 and r.get("node") == "node0", "JSON: the node --node-map names", raw)
+    f = os.path.join(hd, "node0.jsonl")
+    lines = open(f).read().splitlines() if os.path.exists(f) else []
+    ok(sorted(json.loads(l)["check"] for l in lines) == ["gemm", "memory"],
+       "--history-dir: the passing results go to DIR/NODE.jsonl", str(os.listdir(d)))
+    g = {c["name"]: c for c in r.get("checks", [])}.get("gemm", {})
+    ok("no comparable history yet in " + f in g.get("detail", ""),
+       "the gemm check reads the node's file", json.dumps(g))
+    rc, out, err = run("--node-map", "node0", "--history-dir", hd, "--slow-factor", "0.001")
+    ok(rc == 0 and "node node0" in out.splitlines()[0] and len(open(f).read().splitlines()) == 4,
+       "text: the first line names the node; the second run appends to its file", out + err)
+    rc, reps, raw = run_json()
+    r = reps[0] if reps and reps[0] else {}
+    ok(rc == 0 and isinstance(r.get("node"), str) and r.get("node"),
+       "without --node-map the node is the host name", raw)
+    rc, reps, raw = run_json("--inject-fault", "diag:memory:node=other", "--node-map", "node0")
+    ok(rc == 0 and verdicts(reps[0] if reps else None).get("memory") is True,
+       "diag:memory:node=other does not fire on node0", raw)
+    rc, reps, raw = run_json("--inject-fault", "diag:memory:node=node0", "--node-map", "node0")
+    ok(rc == 9 and verdicts(reps[0] if reps else None).get("memory") is False,
+       "diag:memory:node=node0 fires on node0", raw)
+
+
 def test_storage_errors(d):
     f = os.path.join(d, "plainfile")
     open(f, "w").write("x")
@@ -157,6 +187,9 @@ def test_usage():
                          (["--mem-mb", "x"], "--mem-mb"), (["--comm-timeout", "0"], "--comm-timeout"),
                          (["--inject-fault", "diag:bogus"], "diag:bogus"),
                          (["--inject-fault", "exit"], "not a fault of the self-test"),
+                         (["--node-map", "a,,b"], "--node-map: node name 2 is empty"),
+                         (["--node-map", "a b"], "--node-map: node name 1 'a b'"),
+                         (["--history", "h.jsonl", "--history-dir", "hd"], "--history-dir hd"),
                          (["--device", "nosuch"], "nosuch"), (["extra"], "extra")]:
         rc, out, err = run(*args)
         ok(rc == 2 and needle in err, f"bad option {args}: exit 2 naming it", f"rc={rc}\n{err}")
@@ -182,6 +215,21 @@ def test_mpi(d):
     ok(by.get(0, {}).get("ok") is True and verdicts(by.get(1)) ==
        {"gemm": True, "memory": True, "comm": False, "storage": True},
        "only rank 1's comm check fails", raw)
+    hd = os.path.join(d, "hist_mpi")
+    rc, reps, raw = run_json("--threads", "1", "--node-map", "node0,node1", "--history-dir", hd,
+                             "--inject-fault", "diag:gemm:node=node1", mpi=2)
+    by = {r["rank"]: r for r in reps if r}
+    ok(rc == 9 and by.get(0, {}).get("node") == "node0" and by.get(1, {}).get("node") == "node1",
+       "2 ranks, --node-map node0,node1: each report names its node", f"rc={rc}\n{raw}")
+    ok(by.get(0, {}).get("ok") is True and verdicts(by.get(1)) ==
+       {"gemm": False, "memory": True, "comm": True, "storage": True},
+       "diag:gemm:node=node1 fails rank 1's gemm only", raw)
+    files = sorted(os.listdir(hd)) if os.path.isdir(hd) else []
+    hist = {n: [json.loads(l)["check"] for l in open(os.path.join(hd, n))]
+            for n in files if n.endswith(".jsonl")}
+    ok(sorted(hist) == ["node0.jsonl", "node1.jsonl"] and sorted(hist["node0.jsonl"]) ==
+       ["gemm", "memory"] and hist["node1.jsonl"] == ["memory"],
+       "one history per node; node1's failing gemm is not recorded", str(hist))
 
 
 def main():
@@ -195,6 +243,7 @@ def main():
         test_pass(d)
         test_faults(d)
         test_history(d)
+        test_nodes(d)
         test_storage_errors(d)
         test_usage()
     print(f"{passed} passed, {failed} failed")

@@ -98,6 +98,27 @@ def run_against_one(d, label, n, layout, base, extra, C, w_keep=None):
     return one, many
 
 
+def redo_bitwise(d, label, n, layout, base, extra=()):
+    """A transient NaN gradient on the last rank (nan-grad@3:N-1) is redone
+    by every rank from its own copy of the step's micro-batches: check that
+    the fault's run redid step 3 and skipped nothing, and that its final
+    weights are bitwise those of the same layout without the fault."""
+    w0, w1 = os.path.join(d, "redo0.st"), os.path.join(d, "redo1.st")
+    m1 = os.path.join(d, "redo1.jsonl")
+    args = [*base, *layout, *extra, "--steps", "4"]
+    r0 = mpi(n, *args, "--save-weights", w0)
+    r1 = mpi(n, *args, "--save-weights", w1, "--metrics", m1, "--inject-fault",
+             f"nan-grad@3:{n - 1}")
+    if r0.returncode or r1.returncode:
+        ok(False, f"{label} redo: runs succeed", r0.stderr + r1.stderr)
+        return
+    steps = [json.loads(l) for l in open(m1) if '"loss"' in l]
+    ok([s["redone"] for s in steps] == [0, 0, 1, 0] and not any(s["skipped"] for s in steps),
+       f"{label}: a NaN gradient on rank {n - 1} makes every rank redo step 3", r1.stderr)
+    ok(open(w0, "rb").read() == open(w1, "rb").read(),
+       f"{label}: after the redo the weights are bitwise those of a run without the fault")
+
+
 def start(prefix):
     """Skip (exit 77) without mpirun; otherwise a temporary directory holding
     a byte-level text shard t.bin: returns (dir, shard path)."""

@@ -3,14 +3,16 @@ within 1e-5 relative, and the same final weights (1e-5 relative in L2 per
 tensor; the attention key bias, whose gradient is exactly zero in exact
 arithmetic, is compared only on its q and v parts - see tests/torch/test_gpt.py),
 for the serial and the parallel block, AdamW and LAMB, with gradient
-accumulation and both data orders.  Then the layout errors, and a rank that
+accumulation and both data orders; a transient NaN gradient on one rank redone
+by all, bitwise; a fault targeted at a node (--node-map) firing there only.
+Then the layout errors, and a rank that
 dies: every other rank must stop with an error naming it, within the
 communicator's timeout.  Runs under mpirun --oversubscribe.
 Environment: MS_BIN."""
 import os
 import time
 
-from mpi_common import finish, mpi, ok, run_against_one, start
+from mpi_common import finish, mpi, ok, redo_bitwise, run_against_one, start
 
 
 def main():
@@ -27,6 +29,19 @@ def main():
         r = run_against_one(d, label, 2, ["--dp", "2"], base, extra, C)
         if r:
             ok("ZeRO-2" in r[1].stderr, f"{label}: rank 0 prints the layout", r[1].stderr)
+
+    # a transient NaN gradient on one rank: every rank redoes the step, bitwise
+    redo_bitwise(d, "dp2", 2, ["--dp", "2"], base)
+
+    # a node-targeted fault fires only on its node: rank 1 is node b
+    env = dict(os.environ, MS_COMM_TIMEOUT="20")
+    r = mpi(2, *base, "--dp", "2", "--steps", "4", "--node-map", "a,b", "--inject-fault",
+            "exit@2:node=b", env=env, timeout=120, survive=True)
+    ok("step 2: injected fault: rank 1 exits" in r.stderr and "rank 0 exits" not in r.stderr,
+       "exit@2:node=b with --node-map a,b: rank 1 exits, rank 0 does not", r.stderr)
+    r = mpi(2, *base, "--dp", "2", "--steps", "2", "--inject-fault", "exit@2:node=c",
+            env=dict(os.environ, MS_NODE_MAP="a,b"))
+    ok(r.returncode == 0, "a fault on a node of no rank never fires (MS_NODE_MAP)", r.stderr)
 
     # layout errors
     r = mpi(2, *base, "--dp", "3")

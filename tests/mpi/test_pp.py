@@ -6,13 +6,14 @@ layout of {1,2}^3 with pp2 (pp2, pp2 x dp2, pp2 x tp2, pp2 x tp2 x dp2) and
 --vpp 2 (pp2, pp2 x dp2), the serial and the parallel block (with a sliding
 window), AdamW and LAMB, micro-batches of 1 and 2; --init-from spread over
 the stages; validation through the pipeline; the bubble in the profile
-line; then the layout errors.  --eps 1e-6 for the reason given at the top
+line; the redo of a transient NaN gradient on the last stage (bitwise);
+then the layout errors.  --eps 1e-6 for the reason given at the top
 of test_tp.py.  Runs under mpirun --oversubscribe.  Environment: MS_BIN."""
 import json
 import os
 import subprocess
 
-from mpi_common import BIN, finish, mpi, ok, run_against_one, start
+from mpi_common import BIN, finish, mpi, ok, redo_bitwise, run_against_one, start
 
 
 def main():
@@ -58,6 +59,9 @@ def main():
         bub = [float(l.split("bubble ")[1].split()[0]) for l in many.stderr.splitlines()
                if "profile]" in l]
         ok(len(bub) == n and max(bub) > 0, f"{label}: the profile reports the bubble", str(bub))
+
+    # a transient NaN gradient on the last stage: every stage redoes the step
+    redo_bitwise(d, "pp2", 2, ["--pp", "2"], base, ["--micro-batch", "2"])
 
     # layout errors, each named
     r = mpi(2, *base, "--pp", "2", "--layers", "3")

@@ -6,7 +6,8 @@ zero in exact arithmetic, is compared only on its q and v parts - see
 tests/torch/test_gpt.py), for tp2 and tp2 x dp2 (ZeRO-2 on top), the serial
 and the parallel block (with a sliding window), AdamW and LAMB, gradient
 accumulation, and --init-from scattering a file over the tp ranks.  Then the
-layout errors and a tensor-parallel peer that dies.  Runs under mpirun
+redo of a transient NaN gradient on the follower (bitwise), the layout
+errors and a tensor-parallel peer that dies.  Runs under mpirun
 --oversubscribe.  Environment: MS_BIN.
 
 The runs use --eps 1e-6.  Tensor parallelism changes the order of float
@@ -22,7 +23,7 @@ linear regime (worst seen over 8 seeds x AdamW/LAMB: 5e-6)."""
 import os
 import time
 
-from mpi_common import finish, mpi, ok, run_against_one, start
+from mpi_common import finish, mpi, ok, redo_bitwise, run_against_one, start
 
 
 def main():
@@ -54,6 +55,9 @@ def main():
                f"{label}: one reader per tp group shares the batches", many.stderr)
             ok("tensor + sequence parallel" in many.stderr, f"{label}: rank 0 prints the layout",
                many.stderr)
+
+    # a transient NaN gradient on the tp follower: both redo the step from their own copy
+    redo_bitwise(d, "tp2", 2, ["--tp", "2"], base)
 
     # layout errors, each named
     r = mpi(3, *base, "--tp", "3")

@@ -1,0 +1,224 @@
+/* sup_ctl.c - the control socket (docs/formats.md, "Control messages"):
+ * `megascale launch --ctl RUN_DIR CMD [ARG]` reads the driver's address
+ * and token from RUN_DIR/control.json (mode 0600: only the job's owner
+ * can read the token), sends one line {"v": 1, "token": T, "cmd": CMD,
+ * "node": NODE} and prints the one-line reply.  The driver parses the line
+ * strictly (sup_ctl_parse) and answers {"ok": bool, "msg": TEXT}. */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/fileio.h"
+#include "base/timeutil.h"
+#include "supervisor/sup_internal.h"
+
+#define CTL_FILE_MAX 4096
+#define CTL_REPLY_MAX 65536
+
+int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char *why, size_t n) {
+    char path[4200], text[512];
+    snprintf(path, sizeof path, "%s/control.json", run_dir);
+    snprintf(text, sizeof text, "{\"v\": 1, \"addr\": \"%s\", \"token\": \"%s\", \"pid\": %d}\n",
+             addr, token, (int)getpid());
+    ms_atomic_file af;
+    ms_status st = ms_atomic_open(&af, path);
+    if (st == MS_OK && fchmod(fileno(af.f), 0600) != 0)
+        st = ms_error(MS_ERR_IO, "%s: chmod: %s", path, strerror(errno));
+    if (st == MS_OK) st = ms_atomic_write(&af, text, strlen(text));
+    if (st == MS_OK) st = ms_atomic_commit(&af);
+    if (st != MS_OK) {
+        ms_atomic_abort(&af);
+        return snprintf(why, n, "%s", ms_errmsg()), -1;
+    }
+    return 0;
+}
+
+static int token_eq(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned diff = (unsigned)(la ^ lb);
+    for (size_t i = 0; i < lb; i++) /* constant time in the token's length */
+        diff |= (unsigned)(unsigned char)(i < la ? a[i] : 0) ^ (unsigned char)b[i];
+    return diff == 0;
+}
+
+int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *out,
+                  const char **why) {
+    memset(out, 0, sizeof *out);
+    if (len == 0 || len > SUP_CTL_LINE_MAX || memchr(line, 0, len))
+        return *why = "empty, oversized or a NUL byte", -1;
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
+    int rc = -1;
+    *why = "not a JSON object";
+    if (!cJSON_IsObject(o)) goto out;
+    while (end && end < line + len && (*end == ' ' || *end == '\r' || *end == '\t'))
+        end++;
+    if (end != line + len) {
+        *why = "text after the object";
+        goto out;
+    }
+    for (const cJSON *it = o->child; it; it = it->next) {
+        static const char *const known[] = {"v", "token", "cmd", "node"};
+        int k = 0;
+        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+            k |= it->string && !strcmp(it->string, known[i]);
+        for (const cJSON *j = o->child; k && j != it; j = j->next)
+            if (!strcmp(j->string, it->string)) k = 0;
+        if (!k) {
+            *why = "unknown or duplicate field";
+            goto out;
+        }
+    }
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "v");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(o, "token");
+    const cJSON *cmd = cJSON_GetObjectItemCaseSensitive(o, "cmd");
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(o, "node");
+    if (!cJSON_IsNumber(v) || v->valuedouble != 1) {
+        *why = "not version 1";
+        goto out;
+    }
+    if (!cJSON_IsString(tok) || !token_eq(tok->valuestring, token)) {
+        *why = "wrong token";
+        goto out;
+    }
+    if (!cJSON_IsString(cmd) ||
+        (strcmp(cmd->valuestring, "evict") && strcmp(cmd->valuestring, "status"))) {
+        *why = "unknown command (evict, status)";
+        goto out;
+    }
+    snprintf(out->cmd, sizeof out->cmd, "%s", cmd->valuestring);
+    if (!strcmp(out->cmd, "evict")) {
+        if (!cJSON_IsString(node) || !sup_node_name_ok(node->valuestring)) {
+            *why = "evict needs a node name";
+            goto out;
+        }
+        snprintf(out->node, sizeof out->node, "%s", node->valuestring);
+    } else if (node) {
+        *why = "status takes no node";
+        goto out;
+    }
+    rc = 0;
+out:
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* RUN_DIR/control.json: the address and the token. */
+static int read_control(const char *run_dir, char *addr, size_t an, char *token, size_t tn) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/control.json", run_dir);
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr,
+                "megascale launch --ctl: error: %s: %s (is a driver running with --run-dir "
+                "%s?)\n",
+                path, strerror(errno), run_dir);
+        return -1;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (sb.st_size > CTL_FILE_MAX || ms_file_read_all(path, &text, &len) != MS_OK) {
+        fprintf(stderr, "megascale launch --ctl: error: %s: %s\n", path,
+                sb.st_size > CTL_FILE_MAX ? "too large for a control file" : ms_errmsg());
+        return -1;
+    }
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "addr");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "token");
+    int ok = cJSON_IsString(a) && cJSON_IsString(t) && strlen(a->valuestring) < an &&
+             strlen(t->valuestring) < tn;
+    if (ok) {
+        snprintf(addr, an, "%s", a->valuestring);
+        snprintf(token, tn, "%s", t->valuestring);
+    } else {
+        fprintf(stderr, "megascale launch --ctl: error: %s: not a control file (addr, token)\n",
+                path);
+    }
+    cJSON_Delete(o);
+    return ok ? 0 : -1;
+}
+
+int sup_ctl_client(const char *run_dir, int argc, char **argv) {
+    if (argc < 1 || (strcmp(argv[0], "evict") && strcmp(argv[0], "status")) ||
+        (!strcmp(argv[0], "evict") && argc != 2) || (!strcmp(argv[0], "status") && argc != 1)) {
+        fprintf(stderr, "usage: megascale launch --ctl RUN_DIR evict NODE | status\n");
+        return SUP_EXIT_USAGE;
+    }
+    if (argc == 2 && !sup_node_name_ok(argv[1])) {
+        fprintf(stderr, "megascale launch --ctl: error: '%s' is not a node name\n", argv[1]);
+        return SUP_EXIT_USAGE;
+    }
+    char addr[128], token[128];
+    if (read_control(run_dir, addr, sizeof addr, token, sizeof token) != 0) return SUP_EXIT_ERROR;
+    char *colon = strrchr(addr, ':');
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    if (colon) *colon = 0;
+    if (!colon || inet_pton(AF_INET, addr, &sa.sin_addr) != 1 || atoi(colon + 1) <= 0 ||
+        atoi(colon + 1) > 65535) {
+        fprintf(stderr, "megascale launch --ctl: error: %s/control.json: bad address\n", run_dir);
+        return SUP_EXIT_ERROR;
+    }
+    sa.sin_port = htons((uint16_t)atoi(colon + 1));
+    *colon = ':';
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {.tv_sec = 10};
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        fprintf(stderr, "megascale launch --ctl: error: cannot reach the driver at %s: %s\n", addr,
+                strerror(errno));
+        if (fd >= 0) close(fd);
+        return SUP_EXIT_ERROR;
+    }
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddNumberToObject(m, "v", 1);
+    cJSON_AddStringToObject(m, "token", token);
+    cJSON_AddStringToObject(m, "cmd", argv[0]);
+    if (argc == 2) cJSON_AddStringToObject(m, "node", argv[1]);
+    char *line = cJSON_PrintUnformatted(m);
+    cJSON_Delete(m);
+    int rc = SUP_EXIT_ERROR;
+    char *reply = malloc(CTL_REPLY_MAX + 1);
+    size_t len = 0;
+    if (line && reply && send(fd, line, strlen(line), MSG_NOSIGNAL) == (ssize_t)strlen(line) &&
+        send(fd, "\n", 1, MSG_NOSIGNAL) == 1) {
+        ssize_t got;
+        while (len < CTL_REPLY_MAX && (got = recv(fd, reply + len, CTL_REPLY_MAX - len, 0)) > 0)
+            len += (size_t)got;
+        reply[len] = 0;
+        cJSON *r = cJSON_Parse(reply);
+        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(r, "ok");
+        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(r, "msg");
+        if (cJSON_IsBool(ok)) {
+            if (cJSON_IsTrue(ok) && !strcmp(argv[0], "status"))
+                printf("%s", reply); /* the state, as JSON */
+            else
+                fprintf(cJSON_IsTrue(ok) ? stdout : stderr, "megascale launch --ctl: %s%s\n",
+                        cJSON_IsTrue(ok) ? "" : "refused: ",
+                        cJSON_IsString(msg) ? msg->valuestring : "");
+            rc = cJSON_IsTrue(ok) ? 0 : SUP_EXIT_ERROR;
+        } else {
+            fprintf(stderr, "megascale launch --ctl: error: no reply from the driver at %s\n",
+                    addr);
+        }
+        cJSON_Delete(r);
+    } else {
+        fprintf(stderr, "megascale launch --ctl: error: cannot send to the driver at %s\n", addr);
+    }
+    cJSON_free(line);
+    free(reply);
+    close(fd);
+    return rc;
+}

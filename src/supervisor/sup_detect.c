@@ -1,0 +1,122 @@
+/* sup_detect.c - the detectors the beats feed (docs/operations.md, "The
+ * supervisor"): a loss spike (a z-score of the change of rank 0's loss
+ * from the step before, against the changes of the last SUP_SPIKE_WINDOW
+ * steps, so a loss that falls fast is not a spike) and a straggler (a rank whose compute time per
+ * step is well above the others', round after round: the compute-span
+ * score of `megascale trace stragglers`, live). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "supervisor/sup_internal.h"
+
+#define SPIKE_MIN_HISTORY 16
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double sup_spike_feed(sup_spike *s, int step, double loss, double z_max, double *mean, double *sd) {
+    if (step <= s->last_step || !isfinite(loss)) return 0;
+    s->last_step = step;
+    int have_prev = s->have_prev;
+    double d = loss - s->prev; /* the step-to-step change: a falling loss is not a spike */
+    s->prev = loss;
+    s->have_prev = 1;
+    if (!have_prev) return 0;
+    if (s->skip_next) { /* the fall back after a spike is not the new normal either */
+        s->skip_next = 0;
+        return 0;
+    }
+    double z = 0, m = 0, v = 0;
+    if (s->n >= SPIKE_MIN_HISTORY) {
+        /* a robust z-score: the median and the median absolute deviation
+         * (x 1.4826, the standard deviation of a normal), so the large
+         * changes of the first steps do not hide a later spike */
+        double t[SUP_SPIKE_WINDOW];
+        memcpy(t, s->v, sizeof(double) * (size_t)s->n);
+        m = median(t, s->n);
+        for (int i = 0; i < s->n; i++)
+            t[i] = fabs(s->v[i] - m);
+        v = 1.4826 * median(t, s->n);
+        /* a floor on the spread: a flat loss must not make noise a spike */
+        double floor = 1e-3 * fabs(loss) + 1e-6;
+        z = (d - m) / (v > floor ? v : floor);
+    }
+    if (mean) *mean = loss - d; /* the loss it jumped from */
+    if (sd) *sd = v;
+    if (z > z_max) {
+        s->skip_next = 1;
+        return z; /* a spike stays out of the window */
+    }
+    s->v[s->next] = d;
+    s->next = (s->next + 1) % SUP_SPIKE_WINDOW;
+    if (s->n < SUP_SPIKE_WINDOW) s->n++;
+    return 0;
+}
+
+int sup_straggler_init(sup_straggler *s, int n) {
+    memset(s, 0, sizeof *s);
+    s->n = n;
+    s->compute = calloc((size_t)n, sizeof *s->compute);
+    s->step = calloc((size_t)n, sizeof *s->step);
+    s->strikes = calloc((size_t)n, sizeof *s->strikes);
+    if (!s->compute || !s->step || !s->strikes) return -1;
+    sup_straggler_reset(s);
+    return 0;
+}
+
+void sup_straggler_free(sup_straggler *s) {
+    free(s->compute);
+    free(s->step);
+    free(s->strikes);
+    memset(s, 0, sizeof *s);
+}
+
+void sup_straggler_reset(sup_straggler *s) {
+    for (int i = 0; i < s->n; i++) {
+        s->compute[i] = NAN;
+        s->step[i] = 0;
+        s->strikes[i] = 0;
+    }
+    s->round_step = 0;
+}
+
+void sup_straggler_feed(sup_straggler *s, int r, int step, double compute_ms) {
+    if (r < 0 || r >= s->n || step <= s->step[r] || !isfinite(compute_ms)) return;
+    s->compute[r] = compute_ms;
+    s->step[r] = step;
+}
+
+int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_score) {
+    if (s->n < 2) return -1;
+    int newest = 0;
+    for (int i = 0; i < s->n; i++) {
+        if (s->step[i] <= s->round_step) return -1; /* a rank has not reported this round */
+        if (s->step[i] > newest) newest = s->step[i];
+    }
+    s->round_step = newest;
+    double *others = malloc(sizeof(double) * (size_t)s->n);
+    if (!others) return -1;
+    int worst = -1;
+    double worst_score = 1;
+    for (int r = 0; r < s->n; r++) {
+        int m = 0;
+        for (int i = 0; i < s->n; i++)
+            if (i != r) others[m++] = s->compute[i];
+        double med = median(others, m);
+        /* below 1 ms a step is noise, not a straggler */
+        double sc = s->compute[r] > 1.0 ? med / s->compute[r] : 1.0;
+        s->strikes[r] = sc < score ? s->strikes[r] + 1 : 0;
+        if (s->strikes[r] >= rounds && sc < worst_score) worst = r, worst_score = sc;
+    }
+    free(others);
+    if (out_score) *out_score = worst_score;
+    return worst;
+}

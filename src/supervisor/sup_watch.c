@@ -1,0 +1,512 @@
+/* sup_watch.c - what the driver sees: the heartbeat and control sockets,
+ * and the detectors (see sup_driver.c for the list and their latency). */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/timeutil.h"
+#include "supervisor/sup_internal.h"
+
+#define CTL_READ_S 2.0 /* a control connection must say its line within this */
+
+int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, char *why,
+               size_t n) {
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    if (inet_pton(AF_INET, bind_addr, &sa.sin_addr) != 1) {
+        snprintf(why, n, "--bind %s: not an IPv4 address", bind_addr);
+        return -1;
+    }
+    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int one = 1;
+    if (*fd >= 0) setsockopt(*fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t len = sizeof sa;
+    if (*fd < 0 || bind(*fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(*fd, 128) != 0 ||
+        getsockname(*fd, (struct sockaddr *)&sa, &len) != 0) {
+        snprintf(why, n, "socket on %s:%d: %s", bind_addr, port, strerror(errno));
+        if (*fd >= 0) close(*fd);
+        *fd = -1;
+        return -1;
+    }
+    snprintf(addr, an, "%s:%d", bind_addr, ntohs(sa.sin_port));
+    return 0;
+}
+
+const char *sup_node_name(const sup_driver *d, int rank) {
+    return rank >= 0 && rank < d->c->np ? sup_nodes_rank_name(d->pool, rank) : "";
+}
+
+static cJSON *fault_fields(sup_driver *d) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "kind", d->kind);
+    cJSON_AddNumberToObject(f, "rank", d->fault_rank);
+    cJSON_AddStringToObject(f, "node",
+                            d->fault_rank < 0 && d->evict_node >= 0
+                                ? d->pool->name[d->evict_node]
+                                : sup_node_name(d, d->fault_rank));
+    if (d->fault_rank >= 0) cJSON_AddStringToObject(f, "host", d->r[d->fault_rank].host);
+    cJSON_AddNumberToObject(f, "step", d->fault_step);
+    cJSON_AddStringToObject(f, "detail", d->detail);
+    return f;
+}
+
+/* The first fault of an attempt wins (later ones are its consequences). */
+void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, const char *fmt,
+                   ...) {
+    if (d->fault) return;
+    d->fault = 1;
+    snprintf(d->kind, sizeof d->kind, "%s", kind);
+    d->fault_rank = rank;
+    d->fault_step = rank >= 0 && d->r[rank].step > 0 ? d->r[rank].step : d->best_step;
+    d->t_detect = ms_now();
+    d->t_stall = t_stall > 0 ? t_stall : d->t_detect;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->detail, sizeof d->detail, fmt, ap);
+    va_end(ap);
+    cJSON *f = fault_fields(d);
+    cJSON_AddStringToObject(f, "action", "restart"); /* the attempt stops; see sup_recover */
+    cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
+    sup_events_put(&d->ev, "fault_detected", f);
+    fprintf(stderr, "megascale launch: fault: %s, rank %d (node %s), step %d: %s\n", kind, rank,
+            rank >= 0 ? sup_node_name(d, rank) : "-", d->fault_step, d->detail);
+}
+
+/* What an error line says about the fault's class. */
+static const char *classify(const char *err) {
+    if (strstr(err, "No space")) return "storage";
+    if (strstr(err, "not committed")) return "ckpt_commit";
+    if (strstr(err, "Input/output") || strstr(err, "fsync")) return "storage";
+    if (strstr(err, "timed out") || strstr(err, "cannot complete") || strstr(err, "world broken"))
+        return "comm";
+    if (strstr(err, "non-finite")) return "nonfinite";
+    if (strstr(err, "CUDA") || strstr(err, "cuda")) return "device";
+    return "error";
+}
+
+/* A step redone after a non-finite loss or gradient (every rank redoes it:
+ * the check is on the global norm): one event per step. */
+static void on_redone(sup_driver *d, const sup_beat *b) {
+    if (b->step + 1 == d->nan_step) return;
+    d->nan_step = b->step + 1;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "kind", "nonfinite");
+    cJSON_AddStringToObject(f, "action", "redo");
+    cJSON_AddNumberToObject(f, "rank", b->rank);
+    cJSON_AddStringToObject(f, "node", sup_node_name(d, b->rank));
+    cJSON_AddNumberToObject(f, "step", b->step);
+    cJSON_AddStringToObject(f, "detail",
+                            "a non-finite loss or gradient (global norm): every rank redoes the "
+                            "step from the same micro-batches");
+    cJSON_AddNumberToObject(f, "detect_s", 0);
+    sup_events_put(&d->ev, "fault_detected", f);
+    sup_events *e = &d->ev;
+    if (e->n_faults < SUP_MAX_FAULTS) {
+        snprintf(e->kinds[e->n_faults], sizeof e->kinds[0], "nonfinite");
+        e->detect_s[e->n_faults] = 0;
+        e->recover_s[e->n_faults] = isfinite(b->step_ms) ? b->step_ms / 1e3 : 0;
+        e->n_faults++;
+    }
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddNumberToObject(g, "step", b->step);
+    cJSON_AddNumberToObject(g, "recover_s", isfinite(b->step_ms) ? b->step_ms / 1e3 : 0);
+    cJSON_AddBoolToObject(g, "in_place", 1);
+    sup_events_put(&d->ev, "recovered", g);
+    fprintf(stderr, "megascale launch: step %d: non-finite result redone in place\n", b->step);
+}
+
+static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
+    cJSON_AddStringToObject(f, "kind", kind);
+    sup_events_put(&d->ev, "anomaly", f);
+    d->n_anomalies++;
+}
+
+static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
+    sup_rank *s = &d->r[b->rank];
+    double now = ms_now();
+    if (k->rank < 0) {
+        k->rank = b->rank;
+        s->connected = 1;
+        s->first_step = -1;
+        if (s->pid != b->pid) s->pid_start = sup_pid_start(b->pid);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "rank", b->rank);
+        cJSON_AddStringToObject(f, "node", sup_node_name(d, b->rank));
+        cJSON_AddStringToObject(f, "host", b->host);
+        cJSON_AddNumberToObject(f, "pid", b->pid);
+        sup_events_put(&d->ev, "rank_up", f);
+    }
+    s->pid = b->pid;
+    s->last_beat = now;
+    snprintf(s->host, sizeof s->host, "%s", b->host);
+    snprintf(s->phase, sizeof s->phase, "%s", b->phase);
+    if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
+        s->started = 1; /* the progress clock starts here: the first step is timed too */
+        s->last_progress = now;
+        s->resume_step = b->step; /* beats carry the steps done: a resumed run's start */
+        s->step = b->step;
+    }
+    if (b->redone > s->redone) {
+        s->redone = b->redone;
+        on_redone(d, b);
+    }
+    if (b->step > s->step) {
+        if (s->first_step >= 0 && now - s->last_progress > d->max_interval)
+            d->max_interval = now - s->last_progress;
+        if (s->first_step < 0) s->first_step = b->step;
+        s->last_progress = now;
+        s->step = b->step;
+        if (b->rank == 0 && isfinite(b->step_ms) && b->step > d->best_step)
+            d->step_ms_sum += b->step_ms, d->step_ms_n++;
+        sup_straggler_feed(&d->strag, b->rank, b->step, b->compute_ms);
+        double mean = 0, sd = 0, z;
+        if (b->rank == 0 && d->c->loss_spike_z > 0 &&
+            (z = sup_spike_feed(&d->spike, b->step, b->loss, d->c->loss_spike_z, &mean, &sd)) > 0) {
+            cJSON *f = cJSON_CreateObject();
+            cJSON_AddNumberToObject(f, "rank", 0);
+            cJSON_AddNumberToObject(f, "step", b->step);
+            cJSON_AddNumberToObject(f, "loss", b->loss);
+            cJSON_AddNumberToObject(f, "from", mean);
+            cJSON_AddNumberToObject(f, "sd", sd);
+            cJSON_AddNumberToObject(f, "z", z);
+            anomaly(d, "loss_spike", f);
+            fprintf(stderr,
+                    "megascale launch: step %d: loss spike: %.4g from %.4g, %.1f standard "
+                    "deviations above the last %d steps' changes\n",
+                    b->step, b->loss, mean, z, d->spike.n);
+        }
+    }
+    if (b->step > d->best_step) d->best_step = b->step;
+    if (!strcmp(b->phase, "done")) s->done = 1;
+    if (!strcmp(b->phase, "error") && !s->failed) {
+        s->failed = 1;
+        snprintf(s->error, sizeof s->error, "%s", b->error);
+        sup_set_fault(d, classify(b->error), b->rank, 0, "%s", b->error);
+    }
+}
+
+static void reject(sup_driver *d, const char *what, const char *why) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "why", why);
+    sup_events_put(&d->ev, what, f);
+}
+
+/* Read what k has; 0 to keep it, -1 to drop it. */
+static int read_conn(sup_driver *d, sup_conn *k) {
+    for (;;) {
+        ssize_t got = recv(k->fd, k->buf + k->len, sizeof k->buf - 1 - k->len, MSG_DONTWAIT);
+        if (got == 0) return -1;
+        if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+        k->len += (size_t)got;
+        char *nl;
+        while ((nl = memchr(k->buf, '\n', k->len)) != NULL) {
+            size_t n = (size_t)(nl - k->buf);
+            sup_beat b;
+            const char *why = "";
+            if (sup_beat_parse(k->buf, n, d->token, d->c->np, &b, &why) != 0 || b.seq <= k->seq ||
+                (k->rank >= 0 && b.rank != k->rank) || (k->rank < 0 && d->r[b.rank].connected)) {
+                reject(d, "beat_rejected",
+                       b.seq && b.seq <= k->seq ? "out of order"
+                       : why[0]                 ? why
+                                                : "a second connection for the rank");
+                return -1;
+            }
+            k->seq = b.seq;
+            on_beat(d, k, &b);
+            memmove(k->buf, nl + 1, k->len - n - 1);
+            k->len -= n + 1;
+        }
+        if (k->len >= sizeof k->buf - 1) { /* a line longer than allowed */
+            reject(d, "beat_rejected", "line too long");
+            return -1;
+        }
+    }
+}
+
+static void drop_conn(sup_driver *d, int i) {
+    sup_conn *k = &d->conns[i];
+    if (k->rank >= 0) {
+        sup_rank *s = &d->r[k->rank];
+        s->connected = 0;
+        if (!s->done && !s->failed && !d->fault && d->job.pid && !sup_job_poll(&d->job))
+            sup_set_fault(d, "crash", k->rank, 0,
+                          "rank %d (pid %d) is gone: its heartbeat connection closed before it "
+                          "finished",
+                          k->rank, s->pid);
+    }
+    close(k->fd);
+    d->conns[i] = d->conns[--d->n_conns];
+}
+
+/* ---- the control socket ------------------------------------------------- */
+
+static void ctl_reply(int fd, int ok, const char *msg, cJSON *extra) {
+    cJSON *o = extra ? extra : cJSON_CreateObject();
+    cJSON_AddBoolToObject(o, "ok", ok);
+    cJSON_AddStringToObject(o, "msg", msg);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (text) {
+        (void)!send(fd, text, strlen(text), MSG_NOSIGNAL | MSG_DONTWAIT);
+        (void)!send(fd, "\n", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    cJSON_free(text);
+}
+
+static cJSON *status_json(sup_driver *d) {
+    cJSON *o = cJSON_CreateObject(), *nodes = cJSON_AddArrayToObject(o, "nodes");
+    cJSON_AddNumberToObject(o, "step", d->best_step);
+    cJSON_AddNumberToObject(o, "restarts", d->restarts);
+    cJSON_AddNumberToObject(o, "attempt", d->attempt_no);
+    cJSON_AddNumberToObject(o, "faults", d->ev.n_faults);
+    for (int i = 0; i < d->pool->n; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "node", d->pool->name[i]);
+        cJSON_AddStringToObject(e, "state",
+                                d->pool->blocked[i][0]            ? "blocked"
+                                : sup_nodes_is_active(d->pool, i) ? "active"
+                                                                  : "spare");
+        if (d->pool->blocked[i][0]) cJSON_AddStringToObject(e, "reason", d->pool->blocked[i]);
+        cJSON_AddItemToArray(nodes, e);
+    }
+    return o;
+}
+
+static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
+    char msg[512];
+    if (!strcmp(m->cmd, "status")) {
+        ctl_reply(fd, 1, "status", status_json(d));
+        return;
+    }
+    int i = sup_nodes_find(d->pool, m->node);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "cmd", "evict");
+    cJSON_AddStringToObject(f, "node", m->node);
+    if (i < 0) {
+        snprintf(msg, sizeof msg, "no node '%s' in this job's pool", m->node);
+    } else if (d->pool->blocked[i][0]) {
+        snprintf(msg, sizeof msg, "node %s is already on the blocklist (%s)", m->node,
+                 d->pool->blocked[i]);
+    } else if (sup_nodes_is_active(d->pool, i) && sup_nodes_usable(d->pool) <= d->pool->needed) {
+        snprintf(msg, sizeof msg,
+                 "evicting node %s would leave %d healthy node(s) for a job of %d: no spare",
+                 m->node, sup_nodes_usable(d->pool) - 1, d->pool->needed);
+    } else if (sup_nodes_is_active(d->pool, i)) {
+        if (d->evict_node < 0 && !d->fault) {
+            d->evict_node = i;
+            snprintf(d->evict_reason, sizeof d->evict_reason,
+                     "manual eviction (megascale launch --ctl)");
+            sup_set_fault(d, "evicted", -1, 0, "node %s evicted by the control socket", m->node);
+            snprintf(msg, sizeof msg, "node %s: evicting; the job restarts on a spare", m->node);
+            cJSON_AddBoolToObject(f, "ok", 1);
+            sup_events_put(&d->ev, "ctl", f);
+            ctl_reply(fd, 1, msg, NULL);
+            return;
+        }
+        snprintf(msg, sizeof msg, "a recovery is under way; try again");
+    } else {
+        sup_evict(d, i, "manual", "manual eviction (megascale launch --ctl)");
+        snprintf(msg, sizeof msg, "spare node %s is on the blocklist", m->node);
+        cJSON_AddBoolToObject(f, "ok", 1);
+        sup_events_put(&d->ev, "ctl", f);
+        ctl_reply(fd, 1, msg, NULL);
+        return;
+    }
+    cJSON_AddBoolToObject(f, "ok", 0);
+    cJSON_AddStringToObject(f, "why", msg);
+    sup_events_put(&d->ev, "ctl", f);
+    ctl_reply(fd, 0, msg, NULL);
+}
+
+/* 1 when connection k is done (answered, or dropped). */
+static int read_ctl(sup_driver *d, sup_ctl_conn *k) {
+    ssize_t got = recv(k->fd, k->buf + k->len, sizeof k->buf - 1 - k->len, MSG_DONTWAIT);
+    if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) return 1;
+    if (got > 0) k->len += (size_t)got;
+    char *nl = memchr(k->buf, '\n', k->len);
+    if (!nl && k->len < sizeof k->buf - 1) return 0;
+    sup_ctl_msg m;
+    const char *why = "line too long";
+    if (nl && sup_ctl_parse(k->buf, (size_t)(nl - k->buf), d->token, &m, &why) == 0) {
+        on_ctl(d, k->fd, &m);
+    } else {
+        reject(d, "ctl_rejected", why);
+        ctl_reply(k->fd, 0, why, NULL);
+    }
+    return 1;
+}
+
+static void drop_ctl(sup_driver *d, int i) {
+    close(d->ctl[i].fd);
+    d->ctl[i] = d->ctl[--d->n_ctl];
+}
+
+static void accept_all(sup_driver *d, int lfd, int ctl) {
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) return;
+        if (ctl) {
+            if (d->n_ctl >= SUP_MAX_CTL) {
+                close(fd);
+                continue;
+            }
+            sup_ctl_conn *k = &d->ctl[d->n_ctl++];
+            k->fd = fd, k->len = 0, k->t_open = ms_now();
+            continue;
+        }
+        if (d->n_conns >= SUP_MAX_CONNS || d->n_conns >= 4 * d->c->np + 16) {
+            close(fd);
+            continue;
+        }
+        sup_conn *k = &d->conns[d->n_conns++];
+        k->fd = fd, k->rank = -1, k->seq = 0, k->len = 0;
+    }
+}
+
+void sup_serve(sup_driver *d) {
+    int n = d->n_conns, m = d->n_ctl;
+    struct pollfd *p = calloc((size_t)(n + m) + 2, sizeof *p);
+    if (!p) return;
+    p[0] = (struct pollfd){d->lfd, POLLIN, 0};
+    p[1] = (struct pollfd){d->ctl_fd, POLLIN, 0};
+    for (int i = 0; i < n; i++)
+        p[i + 2] = (struct pollfd){d->conns[i].fd, POLLIN, 0};
+    for (int i = 0; i < m; i++)
+        p[n + 2 + i] = (struct pollfd){d->ctl[i].fd, POLLIN, 0};
+    if (poll(p, (nfds_t)(n + m) + 2, SUP_TICK_MS) > 0) {
+        for (int i = m - 1; i >= 0; i--)
+            if (p[n + 2 + i].revents && read_ctl(d, &d->ctl[i])) drop_ctl(d, i);
+        for (int i = n - 1; i >= 0; i--)
+            if (p[i + 2].revents && read_conn(d, &d->conns[i]) != 0) drop_conn(d, i);
+        if (p[0].revents & POLLIN) accept_all(d, d->lfd, 0);
+        if (p[1].revents & POLLIN) accept_all(d, d->ctl_fd, 1);
+    }
+    free(p);
+    double now = ms_now();
+    for (int i = d->n_ctl - 1; i >= 0; i--) /* a silent client does not hold a slot */
+        if (now - d->ctl[i].t_open > CTL_READ_S) {
+            reject(d, "ctl_rejected", "no line within 2 s");
+            drop_ctl(d, i);
+        }
+}
+
+/* The rank whose last beat is oldest, if it has missed about two beats (a
+ * live rank beats every second: silence past min(3 s, 0.6 x the heartbeat
+ * timeout)), else -1. */
+static int silent_rank(const sup_driver *d, double now) {
+    int best = -1;
+    double quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (s->done || s->failed || !s->connected) continue;
+        if (now - s->last_beat > quiet && (best < 0 || s->last_beat < d->r[best].last_beat))
+            best = i;
+    }
+    return best;
+}
+
+/* A straggler: evicted when a spare can take its node's place, else said once. */
+static void watch_straggler(sup_driver *d) {
+    const sup_config *c = d->c;
+    double score = 1;
+    int r = c->straggler_rounds > 0
+                ? sup_straggler_check(&d->strag, c->straggler_score, c->straggler_rounds, &score)
+                : -1;
+    if (r < 0) return;
+    int node = sup_nodes_of_rank(d->pool, r);
+    if (sup_nodes_usable(d->pool) > d->pool->needed && node >= 0) {
+        d->evict_node = node;
+        snprintf(d->evict_reason, sizeof d->evict_reason,
+                 "straggler: rank %d's compute time per step is %.0f%% of the others' for %d "
+                 "steps",
+                 r, score > 0 ? 100 / score : 0, c->straggler_rounds);
+        sup_set_fault(d, "straggler", r, 0,
+                      "rank %d (node %s) computes at %.2f x the others' speed for %d steps in a "
+                      "row (--straggler-score %.2f)",
+                      r, d->pool->name[node], score, c->straggler_rounds, c->straggler_score);
+    } else if (!d->straggler_warned) {
+        d->straggler_warned = 1;
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddNumberToObject(f, "rank", r);
+        cJSON_AddStringToObject(f, "node", sup_node_name(d, r));
+        cJSON_AddNumberToObject(f, "step", d->r[r].step);
+        cJSON_AddNumberToObject(f, "score", score);
+        cJSON_AddStringToObject(f, "detail", "no spare node to take its place: the job goes on");
+        anomaly(d, "straggler", f);
+        fprintf(stderr,
+                "megascale launch: straggler: rank %d (node %s) at %.2f x the others' speed; no "
+                "spare node, so the job goes on\n",
+                r, sup_node_name(d, r), score);
+    }
+}
+
+void sup_watch(sup_driver *d) {
+    const sup_config *c = d->c;
+    double now = ms_now();
+    for (int i = 0; i < c->np && !d->fault; i++) {
+        sup_rank *s = &d->r[i];
+        if (s->done || s->failed) continue;
+        if (!s->connected || !s->started) {
+            if (now - d->t_launch > c->startup_timeout)
+                sup_set_fault(d, "startup", i, d->t_launch,
+                              "rank %d did not %s within %.0f s (--startup-timeout)", i,
+                              s->connected ? "start training" : "send a heartbeat",
+                              c->startup_timeout);
+            continue;
+        }
+        if (now - s->last_beat > c->hb_timeout)
+            sup_set_fault(d, "hang", i, s->last_beat,
+                          "no heartbeat from rank %d (pid %d) for %.1f s (--heartbeat-timeout "
+                          "%.0f s): stopped or stuck",
+                          i, s->pid, now - s->last_beat, c->hb_timeout);
+    }
+    for (int i = 0; i < c->np && !d->fault; i++) {
+        sup_rank *s = &d->r[i];
+        if (s->done || s->failed || !s->connected || !s->started) continue;
+        double limit = fmax(c->hb_timeout, c->progress_factor * d->max_interval);
+        if (d->max_interval <= 0) limit = fmax(limit, c->startup_timeout); /* no step seen yet */
+        if (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")) limit *= 10; /* no steps */
+        if (now - s->last_progress <= limit) continue;
+        /* every rank of a hung job stops making steps; the culprit is the one
+         * that also went silent, if any (the others are waiting for it) */
+        int silent = silent_rank(d, now);
+        if (silent >= 0)
+            sup_set_fault(d, "hang", silent, d->r[silent].last_beat,
+                          "no step for %.1f s, and rank %d (pid %d) has sent no heartbeat for "
+                          "%.1f s: stopped or stuck",
+                          now - s->last_progress, silent, d->r[silent].pid,
+                          now - d->r[silent].last_beat);
+        else
+            sup_set_fault(d, "hang", i, s->last_progress,
+                          "rank %d beats but made no step for %.1f s (limit %.1f s: %.1f x the "
+                          "longest step seen, at least the heartbeat timeout)",
+                          i, now - s->last_progress, limit, c->progress_factor);
+    }
+    if (!d->fault) watch_straggler(d);
+}
+
+void sup_reset_ranks(sup_driver *d) {
+    memset(d->r, 0, sizeof *d->r * (size_t)d->c->np);
+    for (int i = 0; i < d->c->np; i++)
+        d->r[i].first_step = -1;
+    while (d->n_conns) {
+        close(d->conns[d->n_conns - 1].fd);
+        d->n_conns--;
+    }
+    d->fault = 0;
+    d->kind[0] = d->detail[0] = 0;
+    d->fault_rank = -1;
+    d->redone_booked = 0;
+    d->evict_node = -1;
+    d->evict_reason[0] = 0;
+    d->straggler_warned = 0;
+    sup_straggler_reset(&d->strag);
+}

@@ -1,0 +1,248 @@
+"""The supervisor with nodes and spares (`megascale launch --nodes 2 --spares 1`:
+two nodes of one rank each on this host, and a spare), each case against the
+fault-free run of the same job (dp2, checkpoints every 4 steps):
+
+1. a persistent NaN on node1 (nan-grad from step 6 on that node, and its GEMM
+   failing the self-test): detected as a persistent non-finite fault, diag
+   names node1, it is evicted, the spare takes its place, the job finishes
+   with weights bitwise equal to the fault-free run's;
+2. a node failing diag: rank 1 is killed, diag finds node0's memory bad,
+   node0 is evicted (not node1, where the crash was), the spare takes over;
+3. a manual eviction (`megascale launch --ctl RUN evict node1`) while the job
+   runs, `--ctl status`, and control lines that are refused (an unknown node,
+   a wrong token, garbage);
+4. a transient NaN (nan-grad at step 7 on rank 1, once): the step is redone in
+   place, no restart, weights bitwise equal;
+5. the driver itself killed (kill -9) and started again with the same command:
+   it takes over the running job from the run directory, which finishes with
+   no restart and bitwise-equal weights;
+6. a straggler (node1 300 ms slower per step from step 4): detected by its
+   compute-time score, node1 evicted, the spare takes over, bitwise equal;
+7. a loss spike (lr x 100 at step 24): an anomaly event, no restart;
+8. the checkpoint storage failing the self-test on every node after a
+   checkpoint write fails: exit code 7, saying why, nothing evicted.
+
+Environment: MS_BIN (the megascale binary)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_launch import BIN, TRAIN, events, finished, sha, wait_step  # noqa: E402
+from mpi_common import finish, ok, start  # noqa: E402
+
+NODES = ["--np", "2", "--nodes", "2", "--spares", "1", "--heartbeat-timeout", "4",
+         "--backoff", "0.2", "--grace", "3", "--startup-timeout", "120",
+         "--straggler-rounds", "0", "--diag-slow-factor", "0.05"]
+
+
+def cmd(d, name, shard, extra_launch=(), extra_train=()):
+    run = os.path.join(d, name)
+    return run, [BIN, "launch", *NODES, "--run-dir", run, *extra_launch, "--", "--train-data",
+                 shard, *TRAIN, "--ckpt-dir", os.path.join(run, "ckpt"), "--metrics",
+                 os.path.join(run, "m.jsonl"), "--save-weights",
+                 os.path.join(run, "w.safetensors"), *extra_train]
+
+
+def launch(d, name, shard, extra_launch=(), extra_train=()):
+    run, c = cmd(d, name, shard, extra_launch, extra_train)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return run, subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 errors="replace", env=env)
+
+
+def of(run, event):
+    return [e for e in events(run) if e["event"] == event]
+
+
+def node_sets(run):
+    return [e.get("nodes") for e in of(run, "launch")]
+
+
+def check_done(run, rc, err, ref_w, name):
+    ok(rc == 0 and events(run) and events(run)[-1]["event"] == "job_done",
+       f"{name}: the job finishes by itself", f"rc {rc}\n{err[-3000:]}")
+    ok(sha(os.path.join(run, "w.safetensors")) == ref_w,
+       f"{name}: final weights bitwise equal to the fault-free run")
+
+
+def persistent_nan(d, shard, ref_w):
+    run, p = launch(d, "nan", shard,
+                    ["--faults", "nan-grad@6+:node=node1,diag:gemm:node=node1"],
+                    ["--max-bad-steps", "0"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "persistent NaN")
+    f = [e for e in of(run, "fault_detected") if e.get("action") != "redo"]
+    ok(f and f[0]["kind"] == "nonfinite", "persistent NaN: detected as non-finite",
+       str(f) + err[-2000:])
+    diag = {e["node"]: e["ok"] for e in of(run, "diag") if "node" in e}
+    ok(diag == {"node0": True, "node1": False, "node2": True},
+       "persistent NaN: diag ran on every node and names node1", str(diag))
+    ev = [(e["node"], e["by"]) for e in of(run, "evict")]
+    ok(ev == [("node1", "diag")], "persistent NaN: node1 evicted by diag", str(ev))
+    ok(node_sets(run) == ["node0,node1", "node0,node2"], "persistent NaN: the spare took over",
+       str(node_sets(run)))
+    try:
+        bl = json.load(open(os.path.join(run, "blocklist.json")))
+    except (OSError, ValueError):
+        bl = {"blocked": []}
+    ok([b["node"] for b in bl["blocked"]] == ["node1"], "persistent NaN: node1 on the blocklist",
+       str(bl))
+
+
+def diag_fails(d, shard, ref_w):
+    run, p = launch(d, "diagnode", shard, ["--faults", "kill@6:1,diag:memory:node=node0"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "diag failure")
+    f = of(run, "fault_detected")
+    ok(f and (f[0]["kind"], f[0]["rank"], f[0]["node"]) == ("crash", 1, "node1"),
+       "diag failure: the crash is rank 1 on node1", str(f))
+    ev = [(e["node"], e["by"]) for e in of(run, "evict")]
+    ok(ev == [("node0", "diag")], "diag failure: node0 (memory) evicted, not node1", str(ev))
+    ok(node_sets(run) == ["node0,node1", "node1,node2"], "diag failure: the spare took over",
+       str(node_sets(run)))
+
+
+def ctl(run, *args):
+    r = subprocess.run([BIN, "launch", "--ctl", run, *args], capture_output=True, text=True,
+                       timeout=30)
+    return r.returncode, r.stdout, r.stderr
+
+
+def manual_evict(d, shard, ref_w):
+    run, p = launch(d, "evict", shard)
+    wait_step(run, 8, p)
+    rc_s, out_s, _ = ctl(run, "status")
+    try:
+        st = json.loads(out_s)
+    except ValueError:
+        st = {}
+    ok(rc_s == 0 and [(n["node"], n["state"]) for n in st.get("nodes", [])] ==
+       [("node0", "active"), ("node1", "active"), ("node2", "spare")],
+       "--ctl status: the nodes and their state", out_s)
+    rc_x, _, err_x = ctl(run, "evict", "node9")
+    ok(rc_x == 1 and "no node" in err_x, "--ctl evict of an unknown node is refused", err_x)
+    rc_b, _, _ = ctl(run, "evict", "../x")
+    ok(rc_b == 2, "--ctl evict of a bad name is a usage error")
+    addr = json.load(open(os.path.join(run, "control.json")))["addr"]
+    ok(oct(os.stat(os.path.join(run, "control.json")).st_mode & 0o777) == "0o600",
+       "control.json is readable by its owner only")
+    host, port = addr.rsplit(":", 1)
+    for line in [b'{"v":1,"token":"00000000000000000000000000000000","cmd":"status"}\n',
+                 b'{"v":1, garbage\n', b"y" * 5000 + b"\n"]:
+        try:
+            s = socket.create_connection((host, int(port)), timeout=5)
+            s.sendall(line)
+            s.recv(4096)
+            s.close()
+        except OSError:
+            pass
+    rc_e, out_e, err_e = ctl(run, "evict", "node1")
+    ok(rc_e == 0 and "evicting" in out_e, "--ctl evict node1 is accepted", out_e + err_e)
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "manual eviction")
+    rej = {e["why"] for e in of(run, "ctl_rejected")}
+    ok({"wrong token", "not a JSON object"} <= rej and len(of(run, "ctl_rejected")) >= 3,
+       "bad control lines are refused, each named", str(rej))
+    f = of(run, "fault_detected")
+    ok(f and (f[0]["kind"], f[0]["node"]) == ("evicted", "node1"),
+       "manual eviction: the event names node1", str(f))
+    ok([(e["node"], e["by"]) for e in of(run, "evict")] == [("node1", "manual")] and
+       node_sets(run) == ["node0,node1", "node0,node2"] and not of(run, "diag"),
+       "manual eviction: no diag, the spare took over", str(node_sets(run)))
+
+
+def transient_nan(d, shard, ref_w):
+    run, p = launch(d, "transient", shard, ["--faults", "nan-grad@7:1"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "transient NaN")
+    f = of(run, "fault_detected")
+    ok(len(f) == 1 and f[0]["kind"] == "nonfinite" and f[0]["action"] == "redo" and
+       f[0]["step"] in (6, 7), "transient NaN: one event, the step redone in place", str(f))
+    ok(not of(run, "restart") and len(of(run, "launch")) == 1, "transient NaN: no restart")
+
+
+def driver_killed(d, shard):
+    # long enough that the job outlives the driver's restart (its ranks
+    # reconnect within a few seconds)
+    run, c = cmd(d, "driver", shard, extra_train=["--steps", "150"])
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    os.makedirs(run, exist_ok=True)
+    log1 = open(os.path.join(run, "driver1.log"), "w")
+    p1 = subprocess.Popen(c, stdout=log1, stderr=log1, env=env)
+    wait_step(run, 8, p1)
+    os.kill(p1.pid, signal.SIGKILL)
+    p1.wait()
+    log1.close()
+    time.sleep(0.5)
+    p2 = subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          errors="replace", env=env)
+    rc, err = finished(p2)
+    ok(rc == 0 and events(run) and events(run)[-1]["event"] == "job_done",
+       "driver killed: the job finishes by itself", f"rc {rc}\n{err[-3000:]}")
+    res = of(run, "driver_resumed")
+    ok(res and res[0]["adopted"] is True, "driver killed: the new driver takes over the job",
+       str(res) + err[-2000:])
+    ok(not of(run, "restart") and not of(run, "fault_detected"),
+       "driver killed: no restart, no fault", str([e["event"] for e in events(run)]))
+    summ = of(run, "summary")
+    ok(summ and summ[-1]["steps"] == 150, "driver killed: the summary covers the whole job",
+       str(summ))
+
+
+def straggler(d, shard, ref_w):
+    run, p = launch(d, "straggler", shard,
+                    ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "3"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "straggler")
+    f = of(run, "fault_detected")
+    ok(f and (f[0]["kind"], f[0]["rank"], f[0]["node"]) == ("straggler", 1, "node1"),
+       "straggler: detected on rank 1, node1", str(f) + err[-2000:])
+    ok([(e["node"], e["by"]) for e in of(run, "evict")] == [("node1", "straggler")] and
+       node_sets(run) == ["node0,node1", "node0,node2"], "straggler: evicted, the spare took over",
+       str(of(run, "evict")))
+
+
+def spike(d, shard):
+    run, p = launch(d, "spike", shard, ["--faults", "spike=100@24"])
+    rc, err = finished(p)
+    a = of(run, "anomaly")
+    ok(rc == 0 and a and a[0]["kind"] == "loss_spike" and 24 <= a[0]["step"] <= 27,
+       "loss spike: an anomaly event at the spike", str(a) + err[-2000:])
+    ok(not of(run, "restart"), "loss spike: no restart")
+
+
+def storage_everywhere(d, shard):
+    run, p = launch(d, "storage", shard, ["--faults", "exit@6:0,diag:storage"])
+    rc, err = finished(p)
+    ok(rc == 7 and "storage" in err and "every node" in err,
+       "storage failing on every node: exit 7, saying why", f"rc {rc}\n{err[-2000:]}")
+    ok(not of(run, "evict") and of(run, "job_failed"), "storage: nothing evicted, job_failed")
+
+
+def main():
+    d, shard = start("ms_sup_nodes_")
+    run, p = launch(d, "ref", shard)
+    rc, err = finished(p)
+    ok(rc == 0 and not of(run, "fault_detected"), "the fault-free run", err[-3000:])
+    ref_w = sha(os.path.join(run, "w.safetensors"))
+    ok(ref_w is not None, "the fault-free run saved its weights")
+    cases = {"nan": lambda: persistent_nan(d, shard, ref_w),
+             "diag": lambda: diag_fails(d, shard, ref_w),
+             "evict": lambda: manual_evict(d, shard, ref_w),
+             "transient": lambda: transient_nan(d, shard, ref_w),
+             "driver": lambda: driver_killed(d, shard),
+             "straggler": lambda: straggler(d, shard, ref_w),
+             "spike": lambda: spike(d, shard),
+             "storage": lambda: storage_everywhere(d, shard)}
+    for name in sys.argv[1:] or cases:  # a few by name while developing
+        cases[name]()
+    finish(d)
+
+
+if __name__ == "__main__":
+    main()

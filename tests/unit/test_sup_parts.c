@@ -1,0 +1,219 @@
+/* test_sup_parts.c - the supervisor's parts that need no job: the control
+ * message parser (valid lines, each rejection, every truncation, 20000
+ * random mutations that never crash it: run under ASan/UBSan by `make
+ * asan`), the loss-spike and straggler detectors, the node pool (one host,
+ * a hostfile, bad hostfiles) and the blocklist (kept across a reload,
+ * malformed files refused, nothing overwritten). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "base/rng.h"
+#include "check.h"
+#include "supervisor/sup_internal.h"
+
+#define TOK "0123456789abcdef0123456789abcdef"
+#define EVICT "{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"evict\",\"node\":\"node1\"}"
+
+static int ctl(const char *s) {
+    sup_ctl_msg m;
+    const char *why = "";
+    return sup_ctl_parse(s, strlen(s), TOK, &m, &why);
+}
+
+static void test_ctl(void) {
+    sup_ctl_msg m;
+    const char *why = "";
+    T_EQ_INT(sup_ctl_parse(EVICT, strlen(EVICT), TOK, &m, &why), 0);
+    T_OK(!strcmp(m.cmd, "evict") && !strcmp(m.node, "node1"));
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\"}"), 0);
+    /* each rejection */
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"0123456789abcdef0123456789abcdee\",\"cmd\":\"status\"}"),
+             -1);
+    T_EQ_INT(ctl("{\"v\":2,\"token\":\"" TOK "\",\"cmd\":\"status\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"reboot\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"evict\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"evict\",\"node\":\"../etc\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"evict\",\"node\":\"a b\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\",\"node\":\"n\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\",\"x\":1}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\"} x"), -1);
+    T_EQ_INT(ctl("[1]"), -1);
+    T_EQ_INT(ctl(""), -1);
+    char big[SUP_CTL_LINE_MAX + 64];
+    memset(big, ' ', sizeof big);
+    memcpy(big, EVICT, strlen(EVICT));
+    big[sizeof big - 1] = 0;
+    T_EQ_INT(ctl(big), -1); /* oversized, even with a valid object first */
+    const char nul[] = "{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\"}\0";
+    T_EQ_INT(sup_ctl_parse(nul, sizeof nul - 1, TOK, &m, &why), -1);
+    /* every truncation */
+    for (size_t n = 0; n < strlen(EVICT); n++)
+        T_EQ_INT(sup_ctl_parse(EVICT, n, TOK, &m, &why), -1);
+    /* random mutations never crash it, and what parses is well-formed */
+    char buf[sizeof EVICT];
+    int parsed = 0;
+    for (uint64_t i = 0; i < 20000; i++) {
+        memcpy(buf, EVICT, sizeof EVICT);
+        int flips = 1 + (int)(ms_rng_u64(7, i, 0) % 4);
+        for (int k = 0; k < flips; k++) {
+            size_t at = ms_rng_u64(7, i, 1 + 2 * (uint64_t)k) % (sizeof EVICT - 1);
+            buf[at] = (char)(ms_rng_u64(7, i, 2 + 2 * (uint64_t)k) & 0xff);
+        }
+        if (sup_ctl_parse(buf, sizeof EVICT - 1, TOK, &m, &why) == 0) {
+            parsed++;
+            T_OK(!strcmp(m.cmd, "evict") && sup_node_name_ok(m.node));
+        }
+    }
+    T_OK(parsed < 20000);
+}
+
+static void test_spike(void) {
+    sup_spike s = {0};
+    double mean, sd;
+    int spikes = 0;
+    for (int step = 1; step <= 60; step++) { /* a falling, noisy loss: no spike */
+        double loss = 5.0 - 0.02 * step + 0.05 * sin(step * 1.7);
+        spikes += sup_spike_feed(&s, step, loss, 6, &mean, &sd) > 0;
+    }
+    T_EQ_INT(spikes, 0);
+    T_OK(sup_spike_feed(&s, 61, 9.0, 6, &mean, &sd) > 6);        /* a jump */
+    T_NEAR(mean, 5.0 - 0.02 * 60, 0.1);                          /* from where it jumped */
+    T_EQ_INT(sup_spike_feed(&s, 61, 9.0, 6, NULL, NULL) > 0, 0); /* once per step */
+    T_EQ_INT(sup_spike_feed(&s, 62, 3.9, 6, NULL, NULL) > 0, 0); /* back to normal */
+    T_EQ_INT(sup_spike_feed(&s, 63, NAN, 6, NULL, NULL) > 0, 0);
+    sup_spike flat = {0}; /* a flat loss: a tiny wiggle is not a spike */
+    for (int step = 1; step <= 40; step++)
+        T_EQ_INT(sup_spike_feed(&flat, step, 2.0 + (step % 2) * 1e-7, 6, NULL, NULL) > 0, 0);
+}
+
+static void test_straggler(void) {
+    sup_straggler s;
+    T_EQ_INT(sup_straggler_init(&s, 4), 0);
+    double score = 0;
+    int found = -1;
+    for (int step = 1; step <= 6 && found < 0; step++) {
+        for (int r = 0; r < 4; r++)
+            sup_straggler_feed(&s, r, step, r == 2 ? 300.0 : 100.0 + r);
+        found = sup_straggler_check(&s, 0.6, 5, &score);
+        if (step < 5) T_EQ_INT(found, -1);
+    }
+    T_EQ_INT(found, 2);
+    T_NEAR(score, 101.0 / 300.0, 0.01);
+    /* a round is scored only when every rank has reported past it */
+    sup_straggler_reset(&s);
+    sup_straggler_feed(&s, 0, 1, 100);
+    T_EQ_INT(sup_straggler_check(&s, 0.6, 1, &score), -1);
+    /* an even spread, and a rank slow only now and then: none */
+    sup_straggler_reset(&s);
+    for (int step = 1; step <= 20; step++) {
+        for (int r = 0; r < 4; r++)
+            sup_straggler_feed(&s, r, step, r == 1 && step % 3 == 0 ? 400.0 : 100.0);
+        T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
+    }
+    sup_straggler_free(&s);
+    T_OK(sup_straggler_init(&s, 2) == 0); /* two ranks: each against the other */
+    for (int step = 1; step <= 3; step++) {
+        sup_straggler_feed(&s, 0, step, 50);
+        sup_straggler_feed(&s, 1, step, 400);
+        found = sup_straggler_check(&s, 0.6, 3, &score);
+    }
+    T_EQ_INT(found, 1);
+    sup_straggler_free(&s);
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    T_OK(f != NULL);
+    if (f) fputs(text, f), fclose(f);
+}
+
+static void test_nodes(void) {
+    char dir[] = "/tmp/ms_sup_nodes_XXXXXX";
+    T_OK(mkdtemp(dir) != NULL);
+    sup_nodes *p = calloc(1, sizeof *p);
+    char why[1024];
+    sup_config c = {.np = 4, .nodes = 2, .spares = 1, .run_dir = dir};
+    T_EQ_INT(sup_nodes_init(p, &c, why, sizeof why), 0);
+    T_EQ_INT(p->n, 3);
+    T_EQ_INT(p->needed, 2);
+    T_EQ_INT(p->per_node, 2);
+    T_EQ_INT(sup_nodes_load_blocklist(p, why, sizeof why), 0); /* none yet */
+    T_EQ_INT(sup_nodes_choose(p), 0);
+    T_OK(!strcmp(sup_nodes_rank_name(p, 3), "node1"));
+    T_EQ_INT(sup_nodes_block(p, 1, "diag failed: gemm", why, sizeof why), 0);
+    T_EQ_INT(sup_nodes_choose(p), 0);
+    T_OK(!strcmp(sup_nodes_rank_name(p, 3), "node2")); /* the spare took its place */
+    char map[256];
+    sup_nodes_map(p, p->active, p->needed, map, sizeof map);
+    T_OK(!strcmp(map, "node0,node2"));
+    sup_nodes_free(p);
+    /* a new driver reads the blocklist back */
+    T_EQ_INT(sup_nodes_init(p, &c, why, sizeof why), 0);
+    T_EQ_INT(sup_nodes_load_blocklist(p, why, sizeof why), 0);
+    T_OK(!strcmp(p->blocked[1], "diag failed: gemm"));
+    T_EQ_INT(sup_nodes_usable(p), 2);
+    T_EQ_INT(sup_nodes_block(p, 0, "manual", why, sizeof why), 0);
+    T_EQ_INT(sup_nodes_choose(p), -1); /* one node left for a job of two */
+    sup_nodes_free(p);
+    /* a malformed blocklist is refused by name and left as it is */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/blocklist.json", dir);
+    write_file(path, "{\"v\":1,\"blocked\":[{\"node\":\"../x\"}]}");
+    T_EQ_INT(sup_nodes_init(p, &c, why, sizeof why), 0);
+    T_EQ_INT(sup_nodes_load_blocklist(p, why, sizeof why), -1);
+    T_OK(strstr(why, "blocklist.json") != NULL);
+    write_file(path, "not json");
+    T_EQ_INT(sup_nodes_load_blocklist(p, why, sizeof why), -1);
+    sup_nodes_free(p);
+    unlink(path);
+    /* np must split over the nodes */
+    c.np = 3;
+    T_EQ_INT(sup_nodes_init(p, &c, why, sizeof why), -1);
+    T_OK(strstr(why, "--np 3") != NULL);
+    /* a hostfile: its hosts are the nodes, the last --spares ones held back */
+    snprintf(path, sizeof path, "%s/hosts", dir);
+    write_file(path, "# the cluster\nhostA slots=2\nhostB slots=2 max_slots=4\n\nhostC slots=2\n");
+    sup_config h = {.np = 4, .spares = 1, .run_dir = dir, .hostfile = path};
+    T_EQ_INT(sup_nodes_init(p, &h, why, sizeof why), 0);
+    T_EQ_INT(p->n, 3);
+    T_EQ_INT(p->needed, 2);
+    T_EQ_INT(sup_nodes_choose(p), 0);
+    T_OK(!strcmp(sup_nodes_rank_name(p, 2), "hostB"));
+    char hf[4300];
+    snprintf(hf, sizeof hf, "%s/hostfile.active", dir);
+    T_EQ_INT(sup_nodes_write_hostfile(p, p->active, p->needed, 2, hf, why, sizeof why), 0);
+    char text[256] = "";
+    FILE *f = fopen(hf, "r");
+    if (f) text[fread(text, 1, sizeof text - 1, f)] = 0, fclose(f);
+    T_OK(!strcmp(text, "hostA slots=2\nhostB slots=2\n"));
+    sup_nodes_free(p);
+    write_file(path, "hostA slots=1\nhostB slots=1\n"); /* too few slots for 2 ranks a node */
+    h.spares = 0;
+    T_EQ_INT(sup_nodes_init(p, &h, why, sizeof why), -1);
+    write_file(path, "hostA slots=2\nhostA slots=2\n");
+    T_EQ_INT(sup_nodes_init(p, &h, why, sizeof why), -1);
+    T_OK(strstr(why, "twice") != NULL);
+    write_file(path, "hostA bogus=1\n");
+    T_EQ_INT(sup_nodes_init(p, &h, why, sizeof why), -1);
+    T_OK(strstr(why, ":1:") != NULL);
+    unlink(hf);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/blocklist.json", dir);
+    unlink(path);
+    rmdir(dir);
+    free(p);
+}
+
+int main(void) {
+    test_ctl();
+    test_spike();
+    test_straggler();
+    test_nodes();
+    return ms_test_summary("test_sup_parts");
+}
