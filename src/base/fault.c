@@ -56,7 +56,7 @@ static ms_status add(ms_fault_plan *p, const ms_fault *f, const char *what) {
     return MS_OK;
 }
 
-/* random=SEED/N/MAXSTEP/WORLD: N crash and hang faults at distinct steps. */
+/* random=SEED/N/MAXSTEP/WORLD: N crash, hang and transient NaN faults at distinct steps. */
 static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *what) {
     unsigned long long seed = 0;
     int n = 0, maxstep = 0, world = 0, k = 0;
@@ -66,7 +66,7 @@ static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *wh
                         "%s: 'random=%s': expected random=SEED/N/MAXSTEP/WORLD with N >= 1 "
                         "faults at distinct steps in [2, MAXSTEP]",
                         what, arg);
-    static const char *const mix[] = {"exit", "kill", "stop", "hang"};
+    static const char *const mix[] = {"exit", "kill", "stop", "hang", "nan-grad"};
     ms_rng r = ms_rng_make(seed, 0xfa017);
     int placed = 0;
     while (placed < n) { /* distinct steps: one fault per step */
@@ -76,7 +76,7 @@ static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *wh
             taken |= p->f[i].step == step;
         if (taken) continue;
         ms_fault f = {.step = step, .rank = (int)ms_rng_next_below(&r, (uint64_t)world)};
-        snprintf(f.kind, sizeof f.kind, "%s", mix[ms_rng_next_below(&r, 4)]);
+        snprintf(f.kind, sizeof f.kind, "%s", mix[ms_rng_next_below(&r, 5)]);
         MS_TRY(add(p, &f, what));
         placed++;
     }

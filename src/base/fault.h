@@ -10,9 +10,9 @@
  * step 1), RANK the global rank it fires on, NAME the node it fires on
  * ([A-Za-z0-9._-]{1,63}; base/node.h: the plan's self_node, set with
  * ms_fault_plan_set_node); no target: every rank.  "random=SEED/N/MAXSTEP/
- * WORLD" expands to N entries of mixed crash and hang kinds at distinct
- * steps in [2, MAXSTEP] on ranks in [0, WORLD), the same on every process
- * that expands it (for chaos runs).
+ * WORLD" expands to N entries of mixed kinds (exit, kill, stop, hang and a
+ * transient nan-grad) at distinct steps in [2, MAXSTEP] on ranks in
+ * [0, WORLD), the same on every process that expands it (for chaos runs).
  *
  * Kinds: the trainer's `exit` (the process exits with code 42 at the start
  * of the step), `kill` (SIGKILL to itself), `stop` (SIGSTOP to itself: no

@@ -114,6 +114,11 @@ ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st);
  * a skipped step); hold 0: the normal schedule again.  Every rank must pass
  * the same value at the same step. */
 void ckpt_manager_hold(ckpt_manager *cm, int hold);
+/* Without blocking, for the supervisor's heartbeat: the step of this
+ * rank's last commit (-1 none), the checkpoints that failed to commit since
+ * (0: the last one committed) and the last failure's message. */
+void ckpt_manager_commit_status(ckpt_manager *cm, int *last_commit, int *fail_streak, char *msg,
+                                size_t n);
 /* This process's node name (base/node.h), for the checkpoint's fault
  * entries with a ":node=NAME" target (NULL or "": they never fire). */
 void ckpt_manager_set_node(ckpt_manager *cm, const char *node);

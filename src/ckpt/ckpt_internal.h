@@ -231,6 +231,11 @@ int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback);
 /* Block until nothing is queued or running; the status of the last persist
  * (MS_OK if none ran) and the step of the last commit (-1 none). */
 ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);
+/* Without blocking: the step of the last commit (-1 none), the persists
+ * that failed since (0: the last one committed), and the last failure's
+ * message ("" when fail_streak is 0). */
+void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg,
+                         size_t n);
 void ckpt_persist_stop(ckpt_persist *p);
 
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */

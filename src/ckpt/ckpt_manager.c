@@ -218,6 +218,13 @@ ms_status ckpt_manager_wait(ckpt_manager *cm) {
     return cm->persist ? ckpt_persist_wait(cm->persist, NULL) : MS_OK;
 }
 
+void ckpt_manager_commit_status(ckpt_manager *cm, int *last_commit, int *fail_streak, char *msg,
+                                size_t n) {
+    *last_commit = -1, *fail_streak = 0;
+    if (msg && n) msg[0] = 0;
+    if (cm && cm->persist) ckpt_persist_status(cm->persist, last_commit, fail_streak, msg, n);
+}
+
 void ckpt_manager_hold(ckpt_manager *cm, int hold) {
     cm->hold = hold;
 }

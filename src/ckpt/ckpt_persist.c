@@ -348,6 +348,7 @@ struct ckpt_persist {
     ms_status last;
     char last_msg[1024];
     int last_commit;
+    int fail_streak; /* persists that failed since the last commit */
 };
 
 /* All ranks learn whether any rank failed (MAX of the flags). */
@@ -508,6 +509,7 @@ static void *persist_main(void *arg) {
         p->last = st;
         snprintf(p->last_msg, sizeof p->last_msg, "%s", st == MS_OK ? "" : ms_errmsg());
         if (st == MS_OK) p->last_commit = tr.step;
+        p->fail_streak = st == MS_OK ? 0 : p->fail_streak + 1;
         pthread_cond_broadcast(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -562,6 +564,14 @@ ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit) {
     if (last_commit) *last_commit = p->last_commit;
     pthread_mutex_unlock(&p->mu);
     return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
+}
+
+void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg, size_t n) {
+    pthread_mutex_lock(&p->mu);
+    *last_commit = p->last_commit;
+    *fail_streak = p->fail_streak;
+    if (msg && n) snprintf(msg, n, "%s", p->fail_streak ? p->last_msg : "");
+    pthread_mutex_unlock(&p->mu);
 }
 
 void ckpt_persist_stop(ckpt_persist *p) {

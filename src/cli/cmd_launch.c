@@ -10,7 +10,7 @@
 #include "supervisor/sup.h"
 
 typedef struct {
-    int np, nodes, spares, max_restarts, no_progress, diag, straggler_rounds;
+    int np, nodes, spares, max_restarts, no_progress, diag, straggler_rounds, ckpt_fail_limit;
     double hb_timeout, progress_factor, startup_timeout, grace, backoff;
     double diag_timeout, diag_slow_factor, straggler_score, loss_spike_z;
     char *run_dir, *events, *hostfile, *mpirun, *bin, *bind, *faults;
@@ -39,7 +39,8 @@ static const opts_spec launch_opts[] = {
     O("startup-timeout", OPT_T_DOUBLE, startup_timeout, "600",
       "seconds from a launch to every rank's first step"),
     O("grace", OPT_T_DOUBLE, grace, "10", "seconds between SIGTERM and SIGKILL when stopping"),
-    O("backoff", OPT_T_DOUBLE, backoff, "1", "seconds before the first restart (doubled, <= 30)"),
+    O("backoff", OPT_T_DOUBLE, backoff, "1",
+      "seconds before a restart (doubled for each restart in a row without progress, <= 30)"),
     O("diag", OPT_T_INT, diag, "1",
       "run `megascale diag` on every node after a fault and evict the nodes that fail (0: off)"),
     O("diag-timeout", OPT_T_DOUBLE, diag_timeout, "120",
@@ -55,6 +56,9 @@ static const opts_spec launch_opts[] = {
     O("loss-spike-z", OPT_T_DOUBLE, loss_spike_z, "6",
       "a loss this many standard deviations above the last 32 steps is a spike (an anomaly "
       "event; 0: off)"),
+    O("ckpt-fail-limit", OPT_T_INT, ckpt_fail_limit, "2",
+      "checkpoints failing to commit in a row (disk full, I/O errors) before the job is stopped "
+      "and the storage checked; fewer: the job goes on and retries"),
     O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),
     O("bin", OPT_T_STR, bin, NULL, "the megascale binary of the ranks (default: this one)"),
     O("bind", OPT_T_STR, bind, "127.0.0.1", "heartbeat address (loopback unless hosts need it)"),
@@ -115,6 +119,7 @@ int cmd_launch(int argc, char **argv) {
                         .straggler_score = o.straggler_score,
                         .straggler_rounds = o.straggler_rounds,
                         .loss_spike_z = o.loss_spike_z,
+                        .ckpt_fail_limit = o.ckpt_fail_limit,
                         .hostfile = o.hostfile,
                         .max_restarts = o.max_restarts,
                         .hb_timeout = o.hb_timeout,

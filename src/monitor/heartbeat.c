@@ -20,7 +20,7 @@
 #include "base/timeutil.h"
 
 #define HB_CONNECT_S 5.0
-#define HB_RECONNECT_S 5.0
+#define HB_RECONNECT_S 2.0
 #define HB_TOKEN_MAX 64
 
 struct mon_heartbeat {
@@ -40,7 +40,9 @@ struct mon_heartbeat {
     /* under mu */
     int stop, dirty;
     int step;
-    int redone; /* steps redone after a non-finite result, cumulative */
+    int redone;                   /* steps redone after a non-finite result, cumulative */
+    int ckpt_commit, ckpt_failed; /* mon_heartbeat_ckpt (-1, 0: nothing to say) */
+    char ckpt_error[512];
     double step_ms, compute_ms, loss, grad_norm;
     char phase[16];
     char error[1024];
@@ -115,6 +117,11 @@ static char *beat_line(mon_heartbeat *hb) {
     add_num(o, "loss", hb->loss);
     add_num(o, "grad_norm", hb->grad_norm);
     cJSON_AddNumberToObject(o, "redone", hb->redone);
+    if (hb->ckpt_commit >= 0) cJSON_AddNumberToObject(o, "ckpt_commit", hb->ckpt_commit);
+    if (hb->ckpt_failed > 0) {
+        cJSON_AddNumberToObject(o, "ckpt_failed", hb->ckpt_failed);
+        cJSON_AddStringToObject(o, "ckpt_error", hb->ckpt_error);
+    }
     if (hb->error[0]) cJSON_AddStringToObject(o, "error", hb->error);
     hb->dirty = 0;
     pthread_mutex_unlock(&hb->mu);
@@ -194,6 +201,7 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
     hb->comm_bytes = c->comm_bytes, hb->comm_ctx = c->comm_ctx;
     snprintf(hb->phase, sizeof hb->phase, "start");
     hb->loss = hb->grad_norm = hb->compute_ms = NAN;
+    hb->ckpt_commit = -1;
     hb->fd = dial(hb);
     if (hb->fd < 0) {
         st = ms_error(MS_ERR_IO, "--heartbeat %s: cannot connect to the driver: %s", c->addr,
@@ -238,6 +246,22 @@ void mon_heartbeat_train(mon_heartbeat *hb, int step) {
     hb->step = step;
     pthread_mutex_unlock(&hb->mu);
     update(hb, "train", NULL);
+}
+
+void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, const char *msg) {
+    if (!hb) return;
+    pthread_mutex_lock(&hb->mu);
+    int changed = hb->ckpt_commit != last_commit || hb->ckpt_failed != fail_streak;
+    hb->ckpt_commit = last_commit;
+    hb->ckpt_failed = fail_streak;
+    snprintf(hb->ckpt_error, sizeof hb->ckpt_error, "%s", fail_streak > 0 && msg ? msg : "");
+    for (char *c = hb->ckpt_error; *c; c++) /* one line, printable */
+        if ((unsigned char)*c < 0x20) *c = ' ';
+    if (changed) {
+        hb->dirty = 1;
+        pthread_cond_signal(&hb->cv);
+    }
+    pthread_mutex_unlock(&hb->mu);
 }
 
 void mon_heartbeat_error(mon_heartbeat *hb, const char *msg) {

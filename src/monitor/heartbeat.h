@@ -49,6 +49,10 @@ void mon_heartbeat_phase(mon_heartbeat *hb, const char *phase);
 /* Entering the training loop with `step` steps already done (a resumed run:
  * the step it resumed at): phase "train", sent now.  NULL is ignored. */
 void mon_heartbeat_train(mon_heartbeat *hb, int step);
+/* The checkpoints: the step of this rank's last commit (-1 none), the
+ * checkpoints that failed to commit since (0 normally) and the last
+ * failure's message; sent with the next beat.  NULL is ignored. */
+void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, const char *msg);
 /* A failed run: send phase "error" with this message (cut to fit) now. */
 void mon_heartbeat_error(mon_heartbeat *hb, const char *msg);
 /* Send a last beat (phase as set: "done" after a finished run), stop, free.

@@ -40,7 +40,7 @@ typedef struct {
     double progress_factor;   /* no new step for factor x the longest step seen: hung */
     double startup_timeout;   /* from launch to every rank's first step (s) */
     double grace;             /* SIGTERM -> SIGKILL (s) */
-    double backoff;           /* first wait before a restart (s), doubled each time, <= 30 */
+    double backoff;           /* wait before a restart (s), doubled per restart without progress */
     int no_progress_limit;    /* restarts in a row without a new step: stop (do not requeue) */
     const char *run_dir;      /* events, state; created */
     const char *events;       /* the events JSONL (NULL: RUN_DIR/events.jsonl) */
@@ -56,6 +56,7 @@ typedef struct {
     double straggler_score;   /* a rank's score (others' median compute / its own) below this... */
     int straggler_rounds;     /* ...for this many steps in a row: a straggler (0: off) */
     double loss_spike_z;      /* a loss this many standard deviations above the window (0: off) */
+    int ckpt_fail_limit;      /* checkpoints failing to commit in a row before a restart */
     int train_argc;
     char **train_argv; /* the train options (after "--") */
 } sup_config;
@@ -74,6 +75,8 @@ typedef struct {
     char phase[16];                                          /* start train val ckpt done error */
     double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
     int redone; /* steps redone after a non-finite result, cumulative (0: absent) */
+    int ckpt_commit, ckpt_failed; /* last commit (-1: absent), failed commits since (0) */
+    char ckpt_error[512];
     char error[1024];
 } sup_beat;
 /* Parse one line (without its newline) strictly: JSON object, version 1,

@@ -15,8 +15,9 @@
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
-    "v",     "token",   "rank", "world",     "pid",        "host",       "node",   "seq",  "step",
-    "phase", "step_ms", "loss", "grad_norm", "comm_bytes", "compute_ms", "redone", "error"};
+    "v",          "token",  "rank",        "world",       "pid",        "host",      "node",
+    "seq",        "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
+    "compute_ms", "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -107,6 +108,16 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
         if (get_int(o, "redone", 0, 2147483647, &v)) return -1;
         b->redone = (int)v;
     }
+    b->ckpt_commit = -1, b->ckpt_failed = 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, "ckpt_commit")) {
+        if (get_int(o, "ckpt_commit", 0, 2147483647, &v)) return -1;
+        b->ckpt_commit = (int)v;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(o, "ckpt_failed")) {
+        if (get_int(o, "ckpt_failed", 0, 2147483647, &v)) return -1;
+        b->ckpt_failed = (int)v;
+    }
+    if (get_str(o, "ckpt_error", b->ckpt_error, sizeof b->ckpt_error, 0)) return -1;
     return 0;
 }
 

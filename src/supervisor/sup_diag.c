@@ -80,6 +80,7 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     argv[a++] = "--gemm-n", argv[a++] = "128";
     argv[a++] = "--mem-mb", argv[a++] = "64";
     argv[a++] = "--storage-mb", argv[a++] = "8";
+    if (c->device) argv[a++] = "--device", argv[a++] = c->device;
     if (c->history_dir) argv[a++] = "--history-dir", argv[a++] = c->history_dir;
     if (c->storage_dir) argv[a++] = "--storage-dir", argv[a++] = c->storage_dir;
     if (c->faults && *c->faults) argv[a++] = "--inject-fault", argv[a++] = c->faults;

@@ -165,14 +165,16 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     sup_state_save(d, 0);
     d->t_saved = ms_now();
     for (;;) {
-        sup_serve(d);
         if (ms_now() - d->t_saved > 1.0) { /* the pids and the counters, for a new driver */
             sup_state_save(d, 0);
             d->t_saved = ms_now();
         }
+        /* then the beats: whatever the driver itself was doing, the
+         * detectors below see every beat that arrived meanwhile */
+        sup_serve(d);
         if (d->pending_recovery && d->best_step > d->step_at_fault) { /* caught up */
             double rec = ms_now() - d->t_recovery_from;
-            if (d->ev.n_faults <= SUP_MAX_FAULTS) d->ev.recover_s[d->ev.n_faults - 1] = rec;
+            if (d->pending_fault >= 0) d->ev.recover_s[d->pending_fault] = rec;
             cJSON *g = cJSON_CreateObject();
             cJSON_AddNumberToObject(g, "step", d->best_step);
             cJSON_AddNumberToObject(g, "recover_s", rec);
@@ -205,12 +207,18 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     }
 }
 
+/* While a stopping job takes its final checkpoint, its beats still count
+ * (a step redone in the grace period is seen). */
+static void serve_tick(void *arg) {
+    sup_serve(arg);
+}
+
 /* Stop the attempt and book the fault for the summary. */
 static void stop_attempt(sup_driver *d) {
     int *pids = calloc((size_t)d->c->np, sizeof *pids);
     for (int i = 0; pids && i < d->c->np; i++)
         pids[i] = d->r[i].pid;
-    double took = sup_job_stop(&d->job, d->c->grace, pids, pids ? d->c->np : 0);
+    double took = sup_job_stop(&d->job, d->c->grace, pids, pids ? d->c->np : 0, serve_tick, d);
     free(pids);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "stop_s", took);
@@ -219,16 +227,27 @@ static void stop_attempt(sup_driver *d) {
 
 static void book_fault(sup_driver *d) {
     sup_events *e = &d->ev;
+    d->pending_fault = -1;
     if (e->n_faults < SUP_MAX_FAULTS) {
-        snprintf(e->kinds[e->n_faults], sizeof e->kinds[0], "%s", d->kind);
-        e->detect_s[e->n_faults] = d->t_detect - d->t_stall;
-        e->recover_s[e->n_faults] = NAN;
-        e->n_faults++;
+        d->pending_fault = e->n_faults++;
+        snprintf(e->kinds[d->pending_fault], sizeof e->kinds[0], "%s", d->kind);
+        e->detect_s[d->pending_fault] = d->t_detect - d->t_stall;
+        e->recover_s[d->pending_fault] = NAN;
     }
-    d->step_at_fault = d->best_step;
-    d->faults_through = d->best_step + 1; /* an injected fault fires at the start of its step */
+    /* an injected fault fires at the start of its step: the one that did
+     * is at most the step after the last one done */
+    d->faults_through = d->best_step + 1;
     d->t_recovery_from = d->t_detect;
     d->pending_recovery = 1;
+}
+
+/* After the stop: the ranks may have gone on a few steps in the grace
+ * period (a SIGTERM'd job finishes its step and takes a final checkpoint;
+ * no injected fault fires once it is stopping), so where the job stands,
+ * and the faults it has passed, are known only now. */
+static void book_stop(sup_driver *d) {
+    d->step_at_fault = d->best_step;
+    if (d->best_step > d->faults_through) d->faults_through = d->best_step;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -315,7 +334,9 @@ static int policy(sup_driver *d, int prev_best) {
                 d->c->max_restarts);
         return SUP_EXIT_GAVE_UP;
     }
-    double wait = d->c->backoff * (double)(1 << (d->restarts < 5 ? d->restarts : 5));
+    /* doubled for each restart in a row that reached no new step (a fault
+     * that comes back), back to --backoff once a restart made progress */
+    double wait = d->c->backoff * (double)(1 << (d->no_progress < 5 ? d->no_progress : 5));
     if (wait > 30) wait = 30;
     usleep((useconds_t)(wait * 1e6));
     d->restarts++;
@@ -367,6 +388,7 @@ static int run_loop(sup_driver *d) {
         }
         book_fault(d);
         stop_attempt(d);
+        book_stop(d);
         int code = sup_recover(d);
         if (!code) code = policy(d, prev_best);
         if (code) {
@@ -415,7 +437,7 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
                     "it and restarting from its newest checkpoint\n",
                     why);
             sup_job_adopt(&d->job, d->adopt_pid);
-            sup_job_stop(&d->job, d->c->grace, d->adopt_pids, d->c->np);
+            sup_job_stop(&d->job, d->c->grace, d->adopt_pids, d->c->np, NULL, NULL);
             memset(&d->job, 0, sizeof d->job);
             d->adopt_pid = 0;
             if (make_token(d->token) != 0) return snprintf(why, n, "no random token"), -1;
@@ -449,10 +471,11 @@ static int check_config(const sup_config *c) {
         return SUP_EXIT_USAGE;
     }
     if (c->straggler_rounds < 0 || !(c->straggler_score > 0 && c->straggler_score <= 1) ||
-        !(c->loss_spike_z >= 0) || !(c->diag_timeout > 0) || !(c->diag_slow_factor >= 0)) {
+        !(c->loss_spike_z >= 0) || !(c->diag_timeout > 0) || !(c->diag_slow_factor >= 0) ||
+        c->ckpt_fail_limit < 1) {
         fprintf(stderr, "megascale launch: error: --straggler-score must be in (0, 1], "
                         "--straggler-rounds, --loss-spike-z and --diag-slow-factor >= 0, "
-                        "--diag-timeout > 0\n");
+                        "--diag-timeout > 0, --ckpt-fail-limit >= 1\n");
         return SUP_EXIT_USAGE;
     }
     return 0;
@@ -471,6 +494,7 @@ int sup_run(const sup_config *c) {
     d->c = c;
     d->lfd = d->ctl_fd = d->lock_fd = -1;
     d->evict_node = -1;
+    d->ckpt_fault = d->pending_fault = -1;
     char why[4400] = "", events[4200];
     code = SUP_EXIT_USAGE;
     if (ms_fault_parse(&d->plan, c->faults, "--faults") != MS_OK) {
@@ -492,6 +516,8 @@ int sup_run(const sup_config *c) {
     snprintf(d->diag_dir, sizeof d->diag_dir, "%s/diag", c->run_dir);
     const char *ckpt = opt_value(c, "--ckpt-dir");
     snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", ckpt ? ckpt : "");
+    const char *device = opt_value(c, "--device"); /* diag checks the device the job uses */
+    snprintf(d->device, sizeof d->device, "%s", device && !strcmp(device, "cuda") ? "cuda" : "");
     d->r = calloc((size_t)c->np, sizeof *d->r);
     d->adopt_pids = calloc((size_t)c->np, sizeof *d->adopt_pids);
     d->conns = calloc((size_t)4 * c->np + 16, sizeof *d->conns);

@@ -33,10 +33,13 @@ int sup_pid_alive(pid_t pid);
 unsigned long long sup_pid_start(pid_t pid);
 /* 1 if mpirun has exited (reaps it), 0 while it runs. */
 int sup_job_poll(sup_job *j);
-/* Stop the job: SIGTERM to its process group, SIGKILL after `grace`
- * seconds, then SIGKILL to every pid in pids[0..n) (ranks mpirun may have
- * left behind) and reap mpirun.  Returns the seconds it took. */
-double sup_job_stop(sup_job *j, double grace, const int *pids, int n);
+/* Stop the job: SIGCONT to it and its ranks pids[0..n), SIGTERM to mpirun's
+ * process group (it forwards it: the ranks take a final checkpoint),
+ * SIGKILL after `grace` seconds, then SIGKILL to every rank still there
+ * and reap mpirun.  While it waits it calls wait(arg) (which must block
+ * a little) if given.  Returns the seconds it took. */
+double sup_job_stop(sup_job *j, double grace, const int *pids, int n, void (*wait)(void *),
+                    void *arg);
 /* "exit code 3", "killed by signal 9" for the reaped status. */
 void sup_job_describe(const sup_job *j, char *buf, size_t n);
 
@@ -110,6 +113,7 @@ typedef struct {
 
 typedef struct {
     const char *mpirun, *bin, *storage_dir, *history_dir;
+    const char *device; /* the job's --device (NULL: diag's default, cpu) */
     const char *faults; /* the diag:* entries of the fault plan (may be NULL) */
     double timeout, slow_factor;
     int threads;           /* per node (0: diag's default) */
@@ -188,6 +192,7 @@ typedef struct {
 
 typedef struct {
     int connected, pid, step, first_step, done, failed, redone;
+    int ckpt_failed; /* its last beat's failed commits in a row */
     int started;     /* in the training loop (phase train, or a step done) */
     int resume_step; /* the step it started the loop at (-1: not yet) */
     double last_beat, last_progress;
@@ -200,7 +205,7 @@ typedef struct {
     sup_events ev;
     sup_nodes *pool;
     char token[33], addr[64], ctl_addr[64], state_path[4200], hostfile_path[4200];
-    char diag_dir[4200], ckpt_dir[4096];
+    char diag_dir[4200], ckpt_dir[4096], device[16]; /* device: the job's --device */
     int lfd, ctl_fd, lock_fd;
     sup_conn *conns;
     int n_conns;
@@ -221,8 +226,12 @@ typedef struct {
     sup_spike spike;
     sup_straggler strag;
     int straggler_warned, nan_step;
+    int ckpt_streak;    /* checkpoints of this attempt that failed to commit in a row */
+    int ckpt_fault;     /* its fault's index in the summary (-1: none pending) */
+    double t_ckpt_fail; /* when the first of them was seen */
     /* across attempts */
     int best_step, start_step, restarts, no_progress, pending_recovery, redone_booked;
+    int pending_fault; /* the summary's entry of the fault being recovered from (-1) */
     double t_recovery_from;
     int step_at_fault;
     ms_fault_plan plan;   /* --faults: the faults to hand out */
@@ -237,6 +246,7 @@ typedef struct {
     pid_t adopt_pid;
     pid_t *adopt_pids; /* [np]: its ranks (0: unknown or gone) */
     double t_saved;    /* when driver.json was last written */
+    int state_warned;  /* it could not be: said once */
 } sup_driver;
 
 /* sup_watch.c: the sockets and the detectors. */

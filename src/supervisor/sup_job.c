@@ -109,13 +109,24 @@ static int alive(pid_t pid) {
     return sup_pid_alive(pid);
 }
 
-double sup_job_stop(sup_job *j, double grace, const int *pids, int n) {
+double sup_job_stop(sup_job *j, double grace, const int *pids, int n, void (*wait)(void *),
+                    void *arg) {
     double t0 = ms_now();
     if (j->pid && !sup_job_poll(j)) {
-        kill(-j->pid, SIGCONT); /* a stopped rank must run to see SIGTERM */
+        /* SIGTERM to the ranks themselves too (they have process groups of
+         * their own; mpirun's forwarding takes a while): a rank stops at
+         * its next step, taking no injected fault of a later one; then
+         * SIGCONT, so a stopped rank runs to see it */
         kill(-j->pid, SIGTERM);
-        while (!sup_job_poll(j) && ms_now() - t0 < grace)
-            usleep(20000);
+        for (int i = 0; i < n; i++)
+            if (pids[i] > 0 && alive(pids[i])) kill(pids[i], SIGTERM), kill(pids[i], SIGCONT);
+        kill(-j->pid, SIGCONT);
+        while (!sup_job_poll(j) && ms_now() - t0 < grace) {
+            if (wait)
+                wait(arg); /* the driver goes on reading beats meanwhile */
+            else
+                usleep(20000);
+        }
         if (!j->exited) kill(-j->pid, SIGKILL);
     }
     for (int i = 0; i < n; i++) /* ranks outside the group (or not yet gone) */

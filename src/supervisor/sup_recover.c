@@ -5,6 +5,7 @@
  * docs/operations.md, "The supervisor"; docs/formats.md, "Driver state". */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -65,6 +66,7 @@ static int diagnose(sup_driver *d) {
                           .bin = c->bin,
                           .storage_dir = d->ckpt_dir[0] ? d->ckpt_dir : NULL,
                           .history_dir = d->diag_dir,
+                          .device = d->device[0] ? d->device : NULL,
                           .faults = faults,
                           .timeout = c->diag_timeout,
                           .slow_factor = c->diag_slow_factor,
@@ -188,17 +190,23 @@ void sup_state_save(sup_driver *d, int finished) {
     }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    ms_atomic_file af;
-    ms_status st = text ? ms_atomic_open(&af, d->state_path) : MS_ERR_NOMEM;
-    if (st == MS_OK) {
-        fchmod(fileno(af.f), 0600); /* it holds the job's token */
-        st = ms_atomic_printf(&af, "%s\n", text);
-        if (st == MS_OK) st = ms_atomic_commit(&af);
-        if (st != MS_OK) ms_atomic_abort(&af);
+    /* written to a temp file and renamed over (a reader never sees half a
+     * state), but not fsynced: it is rewritten every second, and an fsync
+     * behind a checkpoint's writes could stall the driver for seconds */
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
+    int fd = text ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+    size_t len = text ? strlen(text) : 0;
+    int ok = fd >= 0 && write(fd, text, len) == (ssize_t)len && write(fd, "\n", 1) == 1;
+    if (fd >= 0) ok &= close(fd) == 0;
+    ok = ok && rename(tmp, d->state_path) == 0;
+    if (!ok) {
+        if (!d->state_warned)
+            fprintf(stderr, "megascale launch: warning: %s not saved: %s\n", d->state_path,
+                    text ? strerror(errno) : "out of memory");
+        d->state_warned = 1;
+        unlink(tmp);
     }
-    if (st != MS_OK)
-        fprintf(stderr, "megascale launch: warning: %s not saved: %s\n", d->state_path,
-                text ? ms_errmsg() : "out of memory");
     cJSON_free(text);
 }
 

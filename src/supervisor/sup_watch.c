@@ -123,6 +123,61 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
     fprintf(stderr, "megascale launch: step %d: non-finite result redone in place\n", b->step);
 }
 
+/* Checkpoints that fail to commit (the rank's persist reports it; the
+ * older commits are intact): the job goes on and retries at its next
+ * checkpoint, until --ckpt-fail-limit fail in a row; then it is stopped
+ * and the storage diagnosed.  A commit after a failure is its recovery. */
+static void on_ckpt(sup_driver *d, const sup_beat *b) {
+    sup_events *e = &d->ev;
+    d->r[b->rank].ckpt_failed = b->ckpt_failed;
+    int streak = 0; /* the ranks learn of a failed commit at different times: the most any says */
+    for (int i = 0; i < d->c->np; i++)
+        if (d->r[i].ckpt_failed > streak) streak = d->r[i].ckpt_failed;
+    if (streak > d->ckpt_streak) {
+        d->ckpt_streak = streak;
+        int full = strstr(b->ckpt_error, "No space") != NULL;
+        if (d->ckpt_streak >= d->c->ckpt_fail_limit) {
+            sup_set_fault(d, "ckpt_commit", b->rank, 0,
+                          "%d checkpoint(s) in a row failed to commit (--ckpt-fail-limit %d)%s: "
+                          "%s",
+                          d->ckpt_streak, d->c->ckpt_fail_limit, full ? ", the disk is full" : "",
+                          b->ckpt_error);
+            return;
+        }
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "kind", "ckpt_commit");
+        cJSON_AddNumberToObject(f, "rank", b->rank);
+        cJSON_AddStringToObject(f, "node", sup_node_name(d, b->rank));
+        cJSON_AddNumberToObject(f, "step", b->step);
+        cJSON_AddStringToObject(f, "detail", b->ckpt_error);
+        cJSON_AddBoolToObject(f, "disk_full", full);
+        cJSON_AddStringToObject(f, "action", "watch");
+        cJSON_AddNumberToObject(f, "detect_s", 0);
+        sup_events_put(e, "fault_detected", f);
+        fprintf(stderr,
+                "megascale launch: step %d: a checkpoint failed to commit (%d in a row; the job "
+                "goes on and retries): %s\n",
+                b->step, d->ckpt_streak, b->ckpt_error);
+        if (d->ckpt_fault < 0 && e->n_faults < SUP_MAX_FAULTS) {
+            d->ckpt_fault = e->n_faults++;
+            snprintf(e->kinds[d->ckpt_fault], sizeof e->kinds[0], "ckpt_commit");
+            e->detect_s[d->ckpt_fault] = 0;
+            e->recover_s[d->ckpt_fault] = NAN;
+            d->t_ckpt_fail = ms_now();
+        }
+    } else if (streak == 0 && d->ckpt_streak > 0 && b->ckpt_commit >= 0) {
+        d->ckpt_streak = 0;
+        double rec = ms_now() - d->t_ckpt_fail;
+        if (d->ckpt_fault >= 0) e->recover_s[d->ckpt_fault] = rec;
+        d->ckpt_fault = -1;
+        cJSON *g = cJSON_CreateObject();
+        cJSON_AddNumberToObject(g, "step", b->ckpt_commit);
+        cJSON_AddNumberToObject(g, "recover_s", rec);
+        cJSON_AddBoolToObject(g, "commit", 1);
+        sup_events_put(e, "recovered", g);
+    }
+}
+
 static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
     cJSON_AddStringToObject(f, "kind", kind);
     sup_events_put(&d->ev, "anomaly", f);
@@ -158,8 +213,11 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         s->redone = b->redone;
         on_redone(d, b);
     }
+    if (!d->fault) on_ckpt(d, b);
     if (b->step > s->step) {
-        if (s->first_step >= 0 && now - s->last_progress > d->max_interval)
+        /* the step a stopping job finishes after a fault waited for the
+         * faulty rank: not a step time to learn the hang limit from */
+        if (!d->fault && s->first_step >= 0 && now - s->last_progress > d->max_interval)
             d->max_interval = now - s->last_progress;
         if (s->first_step < 0) s->first_step = b->step;
         s->last_progress = now;
@@ -508,5 +566,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->evict_node = -1;
     d->evict_reason[0] = 0;
     d->straggler_warned = 0;
+    d->ckpt_streak = 0;
+    d->ckpt_fault = -1;
     sup_straggler_reset(&d->strag);
 }

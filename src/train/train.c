@@ -799,7 +799,13 @@ static ms_status loop(trainer *t) {
         if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))
             MS_TRY(log_val(t, step + 1));
         t->done = step + 1;
-        MS_TRY(ckpt_hook(t)); /* may checkpoint, or stop every rank at this step */
+        MS_TRY(ckpt_hook(t));   /* may checkpoint, or stop every rank at this step */
+        if (t->hb && t->ckpt) { /* a checkpoint that did not commit: the driver decides */
+            int last = -1, failed = 0;
+            char msg[512];
+            ckpt_manager_commit_status(t->ckpt, &last, &failed, msg, sizeof msg);
+            mon_heartbeat_ckpt(t->hb, last, failed, msg);
+        }
         if (t->evlog && t->world && tc->trace_clock_every > 0 &&
             t->done % tc->trace_clock_every == 0) /* the clocks drift: a new reference */
             MS_TRY(mon_clock_sync(t->world, CLOCK_PINGS, NULL, NULL, NULL));

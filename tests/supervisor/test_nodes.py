@@ -19,8 +19,13 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
 6. a straggler (node1 300 ms slower per step from step 4): detected by its
    compute-time score, node1 evicted, the spare takes over, bitwise equal;
 7. a loss spike (lr x 100 at step 24): an anomaly event, no restart;
-8. the checkpoint storage failing the self-test on every node after a
-   checkpoint write fails: exit code 7, saying why, nothing evicted.
+8. a checkpoint that fails to commit once (an fsync I/O error at step 8):
+   reported and watched, the next checkpoint commits, no restart, bitwise
+   equal weights;
+9. a full disk (every checkpoint from step 8 fails with ENOSPC, and the
+   storage check fails on every node): after --ckpt-fail-limit (2) failed
+   commits the job is stopped, and the driver exits 7, saying why, nothing
+   evicted.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -216,12 +221,29 @@ def spike(d, shard):
     ok(not of(run, "restart"), "loss spike: no restart")
 
 
-def storage_everywhere(d, shard):
-    run, p = launch(d, "storage", shard, ["--faults", "exit@6:0,diag:storage"])
+def commit_once(d, shard, ref_w):
+    run, p = launch(d, "commit", shard, ["--faults", "io:eio-fsync-shard@8"])
     rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "a failed commit")
+    f = of(run, "fault_detected")
+    ok(len(f) == 1 and (f[0]["kind"], f[0]["action"]) == ("ckpt_commit", "watch")
+       and 8 <= f[0]["step"] <= 12 and "step_00000008" in f[0]["detail"]
+       and "Input/output" in f[0]["detail"], "a failed commit: step 8's, reported, watched", str(f))
+    rec = [e for e in of(run, "recovered") if e.get("commit")]
+    ok(rec and rec[0]["step"] == 12 and not of(run, "restart"),
+       "a failed commit: the next one commits, no restart", str(rec))
+
+
+def storage_full(d, shard):
+    run, p = launch(d, "storage", shard, ["--faults", "io:enospc-shard@8+,diag:storage"])
+    rc, err = finished(p)
+    f = of(run, "fault_detected")
+    ok([(e["kind"], e["action"]) for e in f] == [("ckpt_commit", "watch"),
+                                                  ("ckpt_commit", "restart")]
+       and f[0]["disk_full"], "a full disk: two failed commits, then the job is stopped", str(f))
     ok(rc == 7 and "storage" in err and "every node" in err,
-       "storage failing on every node: exit 7, saying why", f"rc {rc}\n{err[-2000:]}")
-    ok(not of(run, "evict") and of(run, "job_failed"), "storage: nothing evicted, job_failed")
+       "a full disk failing diag on every node: exit 7, saying why", f"rc {rc}\n{err[-2000:]}")
+    ok(not of(run, "evict") and of(run, "job_failed"), "a full disk: nothing evicted, job_failed")
 
 
 def main():
@@ -238,7 +260,8 @@ def main():
              "driver": lambda: driver_killed(d, shard),
              "straggler": lambda: straggler(d, shard, ref_w),
              "spike": lambda: spike(d, shard),
-             "storage": lambda: storage_everywhere(d, shard)}
+             "commit": lambda: commit_once(d, shard, ref_w),
+             "storage": lambda: storage_full(d, shard)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)

@@ -55,6 +55,15 @@ static void test_valid(void) {
     T_NEAR(b.step_ms, 512.5, 0);
     T_OK(isnan(b.grad_norm)); /* null */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"error\":\"disk \\\"full\\\"\""), 0);
+    /* the optional fields: node, compute_ms, redone, the checkpoint's */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576",
+                        "\"node\":\"node3\",\"compute_ms\":null,\"redone\":2,\"ckpt_commit\":"
+                        "56,\"ckpt_failed\":1,\"ckpt_error\":\"No space left on device\""),
+             0);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_failed\":-1"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_commit\":1.5"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"redone\":\"2\""), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"node\":\"../etc\""), -1);
 }
 
 static void test_rejected(void) {
