@@ -5,10 +5,12 @@
 #include <ftw.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/fileio.h"
+#include "base/timeutil.h"
 #include "check.h"
 #include "tmpdir.h"
 #include "ckpt/safetensors.h"
@@ -255,6 +257,37 @@ static void test_corrupt(void) {
 }
 
 /* A good file cut short: the last tensor's span leaves the data section. */
+/* Issue 13, defect 7: a header with many metadata keys must not take
+ * quadratic time (the duplicate check was O(n^2): 200k keys, minutes),
+ * and a duplicate among them is still found, by name. */
+static void test_many_meta_keys(void) {
+    enum { N = 100000 };
+    size_t cap = (size_t)N * 24 + 256, len = 0;
+    char *json = malloc(cap);
+    T_OK(json != NULL);
+    if (!json) return;
+    len += (size_t)snprintf(json + len, cap - len, "{\"__metadata__\":{");
+    for (int i = 0; i < N; i++)
+        len += (size_t)snprintf(json + len, cap - len, "%s\"k%d\":\"v\"", i ? "," : "", i);
+    snprintf(json + len, cap - len,
+             "},\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}");
+    write_st(tpath("meta.safetensors"), -1, json, 8);
+    ckpt_st_file *f = NULL;
+    double t0 = ms_now();
+    T_EQ_INT(ckpt_st_open(&f, tpath("meta.safetensors")), MS_OK);
+    double took = ms_now() - t0;
+    T_OK(took < 10.0); /* about 0.1 s; the quadratic check took minutes */
+    if (f) ckpt_st_close(f);
+    char *dup = strstr(json, "\"k77777\"");
+    T_OK(dup != NULL);
+    if (dup) memcpy(dup, "\"k12345\"", 8); /* the same length: a duplicate of an earlier key */
+    write_st(tpath("meta_dup.safetensors"), -1, json, 8);
+    f = (ckpt_st_file *)1;
+    T_EQ_INT(ckpt_st_open(&f, tpath("meta_dup.safetensors")), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "duplicate \"__metadata__\" key \"k12345\"");
+    free(json);
+}
+
 static void test_truncated_file(void) {
     char *data = NULL;
     size_t len = 0;
@@ -283,6 +316,7 @@ int main(void) {
     test_foreign_files();
     test_corrupt();
     test_truncated_file();
+    test_many_meta_keys();
     ms_tmpdir_remove();
     return ms_test_summary("test_safetensors");
 }
