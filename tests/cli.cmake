@@ -1,3 +1,7 @@
 # End-to-end tests of the megascale binary (training, sampling, bad input).
 ms_script_test(cli_end_to_end COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_cli.py
   LABELS cli)
+# Signals and pipes: the log's reader gone, SIGHUP, Ctrl-C behind `| tee`
+# are stop requests with a final checkpoint.
+ms_script_test(cli_signals COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_signals.py
+  LABELS cli)

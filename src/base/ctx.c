@@ -51,4 +51,9 @@ void ms_ctx_catch_signals(void) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed ssh session: stop, with a final checkpoint */
+    /* a log reader that went away (`| tee` killed by the same Ctrl-C, a
+     * closed ssh session) must not kill the run: the write fails with
+     * EPIPE instead, which ms_log turns into a stop request */
+    signal(SIGPIPE, SIG_IGN);
 }

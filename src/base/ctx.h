@@ -27,8 +27,9 @@ typedef struct {
 void ms_ctx_init(void);
 const ms_ctx *ms_ctx_get(void);
 ms_ctx *ms_ctx_mut(void); /* main() only */
-/* Install SIGINT/SIGTERM handlers that set ms_ctx.stop (a second signal
- * terminates at once). */
+/* Install SIGINT/SIGTERM/SIGHUP handlers that set ms_ctx.stop (a second
+ * signal terminates at once), and ignore SIGPIPE: a write to a log nobody
+ * reads fails with EPIPE, which ms_log turns into a stop request. */
 void ms_ctx_catch_signals(void);
 
 #endif

@@ -1,6 +1,7 @@
 /* log.c - rank-aware logging. */
 #include "base/log.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -15,5 +16,6 @@ void ms_log(ms_log_level lvl, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "%s\n", line);
+    if (fprintf(stderr, "%s\n", line) < 0 && errno == EPIPE)
+        ms_ctx_mut()->stop = 1; /* nobody reads the log any more: stop, with a final checkpoint */
 }
