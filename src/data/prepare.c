@@ -175,6 +175,13 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     if (!(cfg->val_fraction >= 0 && cfg->val_fraction < 1))
         return ms_error(MS_ERR_ARG, "val fraction must be in [0, 1) (got %g)", cfg->val_fraction);
     if (cfg->shard_tokens < 1) return ms_error(MS_ERR_ARG, "shard size must be >= 1 token");
+    /* the name becomes part of a file name under --out: nothing that leaves it */
+    if (!cfg->name || !*cfg->name || strchr(cfg->name, '/') || cfg->name[0] == '.' ||
+        strlen(cfg->name) > 200)
+        return ms_error(MS_ERR_ARG,
+                        "--name '%s': a shard name prefix is a plain file name (no '/', not "
+                        "starting with '.', at most 200 bytes)",
+                        cfg->name ? cfg->name : "");
     prep p;
     memset(&p, 0, sizeof p);
     p.cfg = cfg;

@@ -97,6 +97,10 @@ def test_data(d):
                  "empty.txt", "empty", what="prepare: empty input")
     expect_error(["data", "prepare", "--input", os.path.join(d, "nope*.txt"), "--out",
                   os.path.join(d, "o2")], "nope*.txt", what="prepare: no input files")
+    for name in ("../x", "a/b", ".hidden", ""):  # issue 13: --name never leaves --out
+        expect_error(["data", "prepare", "--input", docs, "--out", os.path.join(d, "o4"),
+                      "--name", name], "--name", "plain file name", what=f"prepare: --name '{name}'")
+    ok(not os.path.exists(os.path.join(d, "x_train_000000.bin")), "prepare: nothing outside --out")
     unreadable = os.path.join(d, "dir_as_file.txt")
     os.makedirs(unreadable)
     expect_error(["data", "prepare", "--input", os.path.join(d, "dir_as_*.txt"), "--out",
