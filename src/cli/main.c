@@ -16,7 +16,24 @@ static void usage(void) {
            "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
            "  launch   run a training job under the supervisor (restarts it on faults)\n"
            "  diag     node self-test: gemm, memory, comm, storage (exit 9 on a failed check)\n\n"
-           "Each command takes --help.\n");
+           "Each command takes --help; megascale --version says which build this is.\n");
+}
+
+#ifndef MS_VERSION /* set by CMake for the megascale target; other programs built from main.c */
+#define MS_VERSION "unknown"
+#endif
+#ifndef MS_GIT
+#define MS_GIT "unknown"
+#endif
+
+static int version(void) {
+#ifdef MS_VERSION_CUDA
+    const char *backends = "cpu, cuda";
+#else
+    const char *backends = "cpu";
+#endif
+    printf("megascale %s (git %s), backends: %s\n", MS_VERSION, MS_GIT, backends);
+    return 0;
 }
 
 int cli_exit_code(ms_status st) {
@@ -63,6 +80,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) return version();
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);

@@ -97,6 +97,9 @@ def test_data(d):
                  "empty.txt", "empty", what="prepare: empty input")
     expect_error(["data", "prepare", "--input", os.path.join(d, "nope*.txt"), "--out",
                   os.path.join(d, "o2")], "nope*.txt", what="prepare: no input files")
+    rc, ver, _ = run("--version")
+    ok(rc == 0 and re.match(r"megascale \d+\.\d+\.\d+ \(git [0-9a-z-]+\), backends: cpu", ver),
+       "--version names the release, the commit and the backends", ver)
     for name in ("../x", "a/b", ".hidden", ""):  # issue 13: --name never leaves --out
         expect_error(["data", "prepare", "--input", docs, "--out", os.path.join(d, "o4"),
                       "--name", name], "--name", "plain file name", what=f"prepare: --name '{name}'")
