@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <string.h>
+#include <sys/stat.h>
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "token shards assume a little-endian host");
@@ -74,6 +75,10 @@ ms_status data_shard_open(data_shard *s, const char *path) {
                         sizeof s->path - 1);
     strcpy(s->path, path);
     rc = ms_file_map(path, &s->map, &s->map_len);
+    struct stat sb;
+    if (rc == MS_OK && stat(path, &sb) != 0)
+        rc = ms_error(MS_ERR_IO, "%s: stat: %s", path, strerror(errno));
+    if (rc == MS_OK) s->dev = (uint64_t)sb.st_dev, s->ino = (uint64_t)sb.st_ino;
     if (rc == MS_OK) rc = shard_validate(s);
     if (rc != MS_OK) data_shard_close(s);
     return rc;
@@ -96,6 +101,20 @@ ms_status data_shard_read(const data_shard *s, uint64_t pos, size_t n, int32_t *
                         "%s: read of %zu tokens at position %" PRIu64 " runs past the end (%" PRIu64
                         " tokens)",
                         s->path, n, pos, s->n_tokens);
+    struct stat sb; /* a truncated map page is a SIGBUS: look before reading */
+    const char *changed = NULL;
+    if (n > 0 && stat(s->path, &sb) != 0)
+        changed = strerror(errno);
+    else if (n > 0 && ((uint64_t)sb.st_dev != s->dev || (uint64_t)sb.st_ino != s->ino))
+        changed = "another file now has its name";
+    else if (n > 0 && (uint64_t)sb.st_size != s->map_len)
+        changed = "its size changed";
+    if (changed)
+        return ms_error(MS_ERR_IO,
+                        "%s: the shard changed on disk while the run read it (%s; it had %zu "
+                        "bytes): was it rewritten or truncated? The run stops here; its "
+                        "checkpoints are intact",
+                        s->path, changed, s->map_len);
     for (size_t i = 0; i < n; i++) {
         uint32_t t = data_shard_token(s, pos + i);
         if (t >= (uint32_t)vocab)

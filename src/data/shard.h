@@ -28,6 +28,7 @@ typedef struct {
     const void *map; /* whole file */
     size_t map_len;
     const uint8_t *tokens; /* map + 1024 */
+    uint64_t dev, ino;     /* the file mapped: data_shard_read checks it is still that file */
 } data_shard;
 
 ms_status data_shard_open(data_shard *s, const char *path);
@@ -37,7 +38,10 @@ static inline uint32_t data_shard_token(const data_shard *s, uint64_t i) {
     return s->version == 1 ? ((const uint16_t *)s->tokens)[i] : ((const uint32_t *)s->tokens)[i];
 }
 /* Copy n tokens from position pos into dst as int32, checking each against
- * vocab (MS_ERR_RANGE naming the file and the position if >= vocab). */
+ * vocab (MS_ERR_RANGE naming the file and the position if >= vocab).  It
+ * first checks that the file on disk is still the one mapped, at its size:
+ * a shard truncated or replaced under a running trainer is an MS_ERR_IO
+ * naming it, not a SIGBUS on the next read of the map. */
 ms_status data_shard_read(const data_shard *s, uint64_t pos, size_t n, int32_t *dst, int vocab);
 
 typedef struct {

@@ -95,6 +95,12 @@ static void test_round_trip(int version) {
     T_EQ_INT(data_shard_read(&s, 0, 1, got, (int)(limit - 1)), MS_ERR_RANGE); /* tok[0] = limit-1 */
     T_STR_CONTAINS(ms_errmsg(), "at position 0 is >= vocab size");
     T_EQ_INT(data_shard_read(&s, 0, 1, got, 0), MS_ERR_ARG);
+    /* issue 13, defect 9: truncated under a reader (it was a SIGBUS in the
+     * next read of the map), then replaced by another file */
+    T_EQ_INT(truncate(tpath(name), 2048), 0);
+    T_EQ_INT(data_shard_read(&s, 100, 7, got, (int)limit), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "changed on disk while the run read it (its size changed");
+    T_STR_CONTAINS(ms_errmsg(), name);
     data_shard_close(&s);
     data_shard_close(&s); /* twice is harmless */
     free(tok);
