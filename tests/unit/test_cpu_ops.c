@@ -161,6 +161,11 @@ static void test_expf(void) {
     }
     if (verbose) printf("  cpu_expf max rel err %.3g\n", worst);
     T_NEAR(worst, 0.0, 3e-7);
+    /* issue 13: NaN in, NaN out, and no undefined behaviour on the way (the
+     * exponent of a NaN was converted to int and shifted: UBSan's abort) */
+    volatile float nan = NAN;
+    T_OK(isnan(cpu_expf(nan)));
+    T_OK(cpu_expf(INFINITY) > 1e38f && cpu_expf(-INFINITY) < 1e-37f);
 }
 
 /* ---- embedding ---- */

@@ -64,7 +64,8 @@ static inline void cpu_split(size_t n, int nthr, int tid, size_t *lo, size_t *hi
 
 /* expf for x in any range, ~1 ulp (Cephes polynomial), written with plain
  * arithmetic so loops that call it vectorise.  Inputs are clamped to
- * [-87, 88]: exp(-87) ~ 1.6e-38 stands in for smaller results. */
+ * [-87, 88]: exp(-87) ~ 1.6e-38 stands in for smaller results; NaN gives
+ * NaN. */
 static inline float cpu_expf(float x) {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
@@ -78,6 +79,7 @@ static inline float cpu_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
+    n = n == n ? n : 0.0f; /* NaN stays NaN (in p), but never reaches the int conversion */
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
