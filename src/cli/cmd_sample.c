@@ -1,4 +1,5 @@
 /* cmd_sample.c - `megascale sample`: generate text from saved weights. */
+#include <errno.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -78,19 +79,26 @@ static int draw(float *logits, int V, double temp, int top_k, ms_rng *rng, float
     return best;
 }
 
+/* Generated tokens and prompt bytes, each at most this many: their sum is
+ * an int (it was a signed overflow). */
+#define SAMPLE_MAX_TOKENS (1 << 24)
+
 /* How tokens become text: bytes, a BPE tokenizer, or raw ids. */
 typedef struct {
     int bytes;
+    int vocab;           /* the model's: ids must be below it */
     data_tokenizer *tok; /* NULL for bytes / ids */
 } sample_text;
 
 static ms_status text_open(sample_text *tx, const char *name, const char *data_dir,
                            const gpt_config *c, const char *wpath) {
     memset(tx, 0, sizeof *tx);
+    tx->vocab = c->vocab;
     if (!strcmp(name, "auto")) name = c->vocab <= 256 ? "bytes" : c->vocab == 50257 ? "gpt2" : NULL;
     if (!name)
-        return ms_error(MS_ERR_ARG, "%s: vocab %d: say which --tokenizer made the data (a file), or ids",
-                        wpath, c->vocab);
+        return ms_error(MS_ERR_ARG,
+                        "%s: vocab %d: say which --tokenizer made the data (a file), or ids", wpath,
+                        c->vocab);
     if (!strcmp(name, "ids")) return MS_OK;
     if (!strcmp(name, "bytes")) {
         if (c->vocab < 256)
@@ -106,19 +114,40 @@ static ms_status text_open(sample_text *tx, const char *name, const char *data_d
 }
 
 /* Encode the prompt into ctx (at most cap ids). */
-static ms_status text_encode(const sample_text *tx, const char *prompt, int32_t *ctx, int cap, int *n) {
+static ms_status text_encode(const sample_text *tx, const char *prompt, int32_t *ctx, int cap,
+                             int *n) {
     size_t len = strlen(prompt);
     *n = 0;
     if (tx->tok) {
         uint32_t *ids = NULL;
         size_t nid = 0, c = 0;
         MS_TRY(data_tok_encode(tx->tok, prompt, len, &ids, &nid, &c));
-        for (size_t i = 0; i < nid && *n < cap; i++) ctx[(*n)++] = (int32_t)ids[i];
+        for (size_t i = 0; i < nid && *n < cap; i++)
+            ctx[(*n)++] = (int32_t)ids[i];
         free(ids);
         return MS_OK;
     }
-    if (!tx->bytes) return ms_error(MS_ERR_ARG, "--tokenizer ids cannot encode a text prompt");
-    for (size_t i = 0; i < len && *n < cap; i++) ctx[(*n)++] = (unsigned char)prompt[i];
+    if (!tx->bytes) { /* ids: the prompt is the ids themselves, "464 2068 7586" */
+        for (const char *p = prompt; *p && *n < cap;) {
+            if (*p == ' ' || *p == ',' || *p == '\n' || *p == '\t') {
+                p++;
+                continue;
+            }
+            char *end = NULL;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v >= tx->vocab)
+                return ms_error(MS_ERR_ARG,
+                                "--prompt with --tokenizer ids: '%.20s' is not a token id in [0, "
+                                "%d) (give ids separated by spaces or commas)",
+                                p, tx->vocab);
+            ctx[(*n)++] = (int32_t)v;
+            p = end;
+        }
+        return MS_OK;
+    }
+    for (size_t i = 0; i < len && *n < cap; i++)
+        ctx[(*n)++] = (unsigned char)prompt[i];
     return MS_OK;
 }
 
@@ -139,7 +168,11 @@ static void emit(const sample_text *tx, int tok) {
 
 static ms_status run_sample(const sample_config *sc) {
     if (!sc->weights || !*sc->weights) return ms_error(MS_ERR_ARG, "--weights FILE is required");
-    if (sc->tokens < 0) return ms_error(MS_ERR_ARG, "--tokens must be >= 0");
+    if (sc->tokens < 0 || sc->tokens > SAMPLE_MAX_TOKENS)
+        return ms_error(MS_ERR_ARG, "--tokens must be in [0, %d] (got %d)", SAMPLE_MAX_TOKENS,
+                        sc->tokens);
+    if (sc->prompt && strlen(sc->prompt) > SAMPLE_MAX_TOKENS)
+        return ms_error(MS_ERR_ARG, "--prompt: longer than %d bytes", SAMPLE_MAX_TOKENS);
     gpt_config c;
     MS_TRY(ckpt_hf_read_config(sc->weights, sc->heads, &c));
     sample_text tx;

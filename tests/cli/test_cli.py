@@ -405,6 +405,17 @@ def main():
     # --- sampling ---
     rc, out, err = run("sample", "--weights", w1, "--prompt", "In the", "--tokens", "40")
     ok(rc == 0 and out.startswith("In the") and len(out) >= 40, "sample prints text", out + err)
+    # issue 13: --tokenizer ids takes ids in, gives ids out; --tokens is bounded
+    rc, out, err = run("sample", "--weights", w1, "--tokenizer", "ids", "--prompt", "73 110,32",
+                       "--tokens", "5")
+    ok(rc == 0 and re.fullmatch(r"73 110,32( \d+){5}\n", out), "sample --tokenizer ids runs",
+       out + err)
+    expect_error(["sample", "--weights", w1, "--tokenizer", "ids", "--prompt", "In the"],
+                 "'In the' is not a token id", what="sample: ids prompt that is text")
+    expect_error(["sample", "--weights", w1, "--tokenizer", "ids", "--prompt", "999"],
+                 "[0, 256)", what="sample: an id out of the vocabulary")
+    expect_error(["sample", "--weights", w1, "--tokens", "2147483647"], "--tokens must be in",
+                 what="sample: --tokens too large (was a signed overflow)")
 
     # --- interruption: SIGINT stops at a step boundary and saves weights ---
     w4 = os.path.join(d, "w4.safetensors")
