@@ -190,7 +190,9 @@ ms_status ckpt_shard_write(const char *dir, const char *name, int rank, int step
 void ckpt_shard_name(char *buf, size_t n, int rank, int world);
 /* DIR/.step_%08d.tmp */
 void ckpt_staging_path(char *buf, size_t n, const char *root, int step);
-/* rm -rf of a flat directory (files only); missing is fine. */
+/* rm -rf of a flat directory (files only); missing is fine.  Never follows
+ * a symbolic link: dir itself being one is an error, links in it are
+ * removed themselves. */
 ms_status ckpt_rmdir_flat(const char *dir);
 /* Fresh, empty staging directory for step (rank 0). */
 ms_status ckpt_staging_create(const char *root, int step);
@@ -234,8 +236,7 @@ ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);
 /* Without blocking: the step of the last commit (-1 none), the persists
  * that failed since (0: the last one committed), and the last failure's
  * message ("" when fail_streak is 0). */
-void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg,
-                         size_t n);
+void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg, size_t n);
 void ckpt_persist_stop(ckpt_persist *p);
 
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */
