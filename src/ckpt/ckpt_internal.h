@@ -239,6 +239,15 @@ ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);
 void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg, size_t n);
 void ckpt_persist_stop(ckpt_persist *p);
 
+/* ---- guards (ckpt_guard.c) ------------------------------------------------------ */
+
+/* Take the exclusive lock of the checkpoint directory root (flock on
+ * root/lock, held until ckpt_dir_unlock or the process's death; waits up
+ * to 2 s for a holder that is exiting).  Another holder: MS_ERR_ARG naming
+ * root and the holder (pid, host, since when).  *fd: the lock's descriptor. */
+ms_status ckpt_dir_lock(const char *root, int *fd);
+void ckpt_dir_unlock(int fd); /* fd < 0: nothing */
+
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */
 
 typedef struct ckpt_reader ckpt_reader;
