@@ -247,6 +247,11 @@ void ckpt_persist_stop(ckpt_persist *p);
  * root and the holder (pid, host, since when).  *fd: the lock's descriptor. */
 ms_status ckpt_dir_lock(const char *root, int *fd);
 void ckpt_dir_unlock(int fd); /* fd < 0: nothing */
+/* A tool's output (tool: "ckpt export", ...) may not be the commit src, its
+ * directory, a checkpoint directory (step_* / .step_* entries, latest, job,
+ * lock, a manifest), a file in one, or a file of src: MS_ERR_ARG naming
+ * out and what it is.  Call before writing anything. */
+ms_status ckpt_out_check(const char *src, const char *out, const char *tool);
 
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */
 

@@ -1,11 +1,14 @@
-"""Checkpoint directories against a user's mistakes (label cli; issue 13),
-on one process:
+"""Checkpoint directories against a user's mistakes (label cli; issue 13,
+defects 2, 3 and 11), on one process:
  - pruning (--ckpt-keep) never follows a step_* symbolic link: the link
    survives and the directory it points into is untouched;
  - a second `megascale train` on a --ckpt-dir that a running trainer holds
    fails fast (exit 2) naming the directory and the holder (pid, host); the
    first finishes normally; a trainer killed with -9 leaves the lock free
-   for the run that resumes after it.
+   for the run that resumes after it;
+ - `ckpt reshard --out` and `ckpt export --out` refuse a checkpoint
+   directory (the source's own, another run's), the commit itself and its
+   files, and change nothing; a fresh --out still works.
 Environment: MS_BIN."""
 import os
 import signal
@@ -91,11 +94,57 @@ def test_lock(ws):
        "after kill -9 the next trainer takes the lock and resumes", r.stderr)
 
 
+def refused(r, needle):
+    return r.returncode == 2 and needle in r.stderr and "nothing was written" in r.stderr
+
+
+def test_out_refusals(ws):
+    src_root, other = ws.path("lock_run"), ws.path("other_run")
+    steps = sorted(n for n in os.listdir(src_root) if n.startswith("step_"))
+    src = os.path.join(src_root, steps[-1])
+    shard = os.path.join(src, sorted(n for n in os.listdir(src) if n.endswith(".safetensors"))[0])
+    before_src, before_other = tree(src_root), tree(other)
+    cases = [
+        (["reshard", src, "--dp", "2", "--out", src_root], "reshard into the source's directory",
+         "is the checkpoint"),
+        (["reshard", src, "--dp", "2", "--out", src], "reshard into the commit itself",
+         "is the checkpoint"),
+        (["reshard", src, "--dp", "2", "--out", other], "reshard into another run's directory",
+         "is a checkpoint directory"),
+        (["reshard", src, "--dp", "2", "--out", os.path.join(other, "sub")],
+         "reshard into a new directory inside a checkpoint directory", "lies in"),
+        (["export", src, "--out", shard], "export over the commit's own shard", "a file of the"),
+        (["export", src, "--out", os.path.join(src, "manifest.json")],
+         "export over the commit's manifest", "a file of the"),
+        (["export", src_root, "--out", os.path.join(src_root, "latest")],
+         "export over the directory's latest", "lies in"),
+        (["export", src, "--out", os.path.join(other, "model.safetensors")],
+         "export into another run's checkpoint directory", "lies in"),
+    ]
+    for args, what, needle in cases:
+        r = subprocess.run([BIN, "ckpt", *args], capture_output=True, text=True, errors="replace")
+        ok(refused(r, needle), f"{what}: refused (exit 2)", f"rc={r.returncode}\n{r.stderr}")
+    ok(tree(src_root) == before_src, "the source's directory is unchanged",
+       f"{before_src}\n{tree(src_root)}")
+    ok(tree(other) == before_other, "the other run's directory is unchanged",
+       f"{before_other}\n{tree(other)}")
+    ok(verify(src), "the source commit still verifies")
+    out, exp = ws.path("fresh_reshard"), ws.path("fresh.safetensors")
+    r = subprocess.run([BIN, "ckpt", "reshard", src, "--dp", "2", "--out", out],
+                       capture_output=True, text=True)
+    n = int(os.path.basename(src)[5:])
+    ok(r.returncode == 0 and verify(step_dir(out, n)), "reshard into a new directory works",
+       r.stderr)
+    r = subprocess.run([BIN, "ckpt", "export", src, "--out", exp], capture_output=True, text=True)
+    ok(r.returncode == 0 and os.path.getsize(exp) > 0, "export to a new file works", r.stderr)
+
+
 def main():
     ws = Workspace("ms_ckpt_guard_")
     try:
         test_prune_symlink(ws)
         test_lock(ws)
+        test_out_refusals(ws)
     finally:
         ws.close()
     sys.exit(summary())
