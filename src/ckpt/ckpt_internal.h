@@ -69,6 +69,9 @@ ms_status ckpt_runs_of_range(gpt_model *m, int i, int gi, size_t off, size_t n, 
 ms_status ckpt_runs_of_dp(gpt_model *m, int dp, int rank, ckpt_run **out, int *n);
 /* Elements of all runs (one state). */
 uint64_t ckpt_runs_elems(const ckpt_run *r, int n);
+/* The slice's box lies in the tensor and its range in the box
+ * (MS_ERR_FORMAT naming where, the tensor and the state otherwise). */
+ms_status ckpt_slice_check(const ckpt_tensor_info *t, const ckpt_slice *s, const char *where);
 /* Copy a slice's elements (end - begin of them, src) into the logical
  * tensor dst (ckpt_numel(t) elements) through its box and range; checks
  * that the box lies in the tensor and the range in the box. */

@@ -297,8 +297,7 @@ uint64_t ckpt_runs_elems(const ckpt_run *r, int n) {
     return e;
 }
 
-ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, const float *src,
-                             float *dst, const char *where) {
+ms_status ckpt_slice_check(const ckpt_tensor_info *t, const ckpt_slice *s, const char *where) {
     uint64_t box = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (s->box_off[d] < 0 || s->box_shape[d] < 0 ||
@@ -315,6 +314,12 @@ ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, con
                         "%s: tensor '%s' (%s): slice range [%" PRIu64 ", %" PRIu64
                         ") outside its box of %" PRIu64 " elements",
                         where, t->name, ckpt_kind_name(s->kind), s->begin, s->end, box);
+    return MS_OK;
+}
+
+ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, const float *src,
+                             float *dst, const char *where) {
+    MS_TRY(ckpt_slice_check(t, s, where));
     if (t->ndim == 1) {
         memcpy(dst + s->box_off[0] + s->begin, src, sizeof(float) * (s->end - s->begin));
         return MS_OK;

@@ -92,7 +92,7 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         st = ms_error(MS_ERR_NOMEM, "reshard: out of memory");
     for (int t = 0; st == MS_OK && t < nt; t++)
         for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
-            logical[3 * t + k] = malloc(ckpt_numel(&tens[t]) * sizeof(float) + 4);
+            logical[3 * t + k] = calloc(ckpt_numel(&tens[t]) + 1, sizeof(float));
             st = logical[3 * t + k] ? ckpt_reader_tensor(r, t, k, logical[3 * t + k])
                                     : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
         }
