@@ -49,6 +49,8 @@ uint64_t ckpt_numel(const ckpt_tensor_info *t);
  * vocab rows, not the padded count), also on a pipeline stage that holds
  * only some of them.  Caller frees *out. */
 ms_status ckpt_tensors_of(gpt_model *m, ckpt_tensor_info **out, int *n);
+/* The same from a configuration alone (a manifest's model). */
+ms_status ckpt_tensors_of_config(const gpt_config *c, ckpt_tensor_info **out, int *n);
 /* Index of a tensor by name in a list, -1 if absent. */
 int ckpt_tensor_find(const ckpt_tensor_info *t, int n, const char *name);
 /* The runs whose m/v this rank's optimiser holds, as slices of the logical

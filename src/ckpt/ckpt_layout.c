@@ -36,7 +36,10 @@ static void put_tensor(ckpt_tensor_info *t, int *n, const char *name, int64_t d0
 }
 
 ms_status ckpt_tensors_of(gpt_model *m, ckpt_tensor_info **out, int *n) {
-    const gpt_config *c = gpt_get_config(m);
+    return ckpt_tensors_of_config(gpt_get_config(m), out, n);
+}
+
+ms_status ckpt_tensors_of_config(const gpt_config *c, ckpt_tensor_info **out, int *n) {
     int64_t C = c->n_embd;
     ckpt_tensor_info *t = calloc(4 + (size_t)c->n_layer * 12, sizeof *t);
     if (!t) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");

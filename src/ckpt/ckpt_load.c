@@ -1,7 +1,7 @@
-/* ckpt_load.c - reading a commit: validation (manifest, step, file sizes,
- * safetensors headers, every slice's CRC32C, each box and range, every
- * element covered exactly once: ckpt_reader_open, the one routine behind
- * verify, inspect and load),
+/* ckpt_load.c - reading a commit: validation (manifest, step, the tensors
+ * against the manifest's model, file sizes, safetensors headers, every
+ * slice's CRC32C, each box and range, every element covered exactly once:
+ * ckpt_reader_open, the one routine behind verify, inspect and load),
  * assembly of logical tensors from any set of slices, and loading into a
  * model and optimiser: the reader (rank 0 of the dp group) broadcasts each
  * logical tensor, every rank keeps the parameters and its own m/v runs. */
@@ -190,6 +190,35 @@ static ms_status check_coverage(ckpt_reader *r) {
     return st;
 }
 
+/* The manifest's tensors are exactly the ones its model has (names,
+ * shapes, order): what loading builds a model from must agree with what
+ * the slices are checked against. */
+static ms_status check_tensors(ckpt_reader *r) {
+    const ckpt_manifest *mf = &r->mf;
+    const gpt_config *c = &mf->model;
+    ckpt_tensor_info *t = NULL;
+    int n = 0;
+    MS_TRY(ckpt_tensors_of_config(c, &t, &n));
+    ms_status st = MS_OK;
+    if (n != mf->n_tensors)
+        st = ms_error(MS_ERR_FORMAT,
+                      "%s/%s lists %d tensors, but its model (%d layers, %s block) has %d", r->dir,
+                      CKPT_MANIFEST, mf->n_tensors, c->n_layer, gpt_block_name(c->block), n);
+    for (int i = 0; st == MS_OK && i < n; i++) {
+        const ckpt_tensor_info *a = &t[i], *b = &mf->tensors[i];
+        if (strcmp(a->name, b->name) || a->ndim != b->ndim || a->shape[0] != b->shape[0] ||
+            (a->ndim > 1 && a->shape[1] != b->shape[1]))
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s/%s: tensor %d is '%s' (%" PRId64 " x %" PRId64
+                          "), but its model (dim %d, vocab %d, seq-max %d) has '%s' (%" PRId64
+                          " x %" PRId64 ") there",
+                          r->dir, CKPT_MANIFEST, i, b->name, b->shape[0], b->shape[1], c->n_embd,
+                          c->vocab, c->seq_max, a->name, a->shape[0], a->shape[1]);
+    }
+    free(t);
+    return st;
+}
+
 ms_status ckpt_reader_open(ckpt_reader **out, const char *dir, int verify_crc) {
     *out = NULL;
     ckpt_reader *r = calloc(1, sizeof *r);
@@ -202,6 +231,7 @@ ms_status ckpt_reader_open(ckpt_reader **out, const char *dir, int verify_crc) {
                       "%s/%s holds step %d, but the directory is step %d (a manifest from another "
                       "step)",
                       dir, CKPT_MANIFEST, r->mf.step, ds);
+    if (st == MS_OK) st = check_tensors(r);
     if (st == MS_OK) st = open_files(r);
     if (st == MS_OK) st = check_slices(r, verify_crc);
     if (st == MS_OK) st = check_coverage(r);

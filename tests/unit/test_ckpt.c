@@ -387,7 +387,7 @@ static void test_commit_and_read(void) {
     fix_free(&f);
 }
 
-/* ---- crafted manifests (issue 13, defect 4b) --------------------------------- */
+/* ---- crafted manifests (issue 13, defects 4b and 12) --------------------------------- */
 
 /* A box of a crafted slice: offset, shape, flat range [begin, end). */
 typedef struct {
@@ -489,6 +489,16 @@ static void test_crafted(void) {
         T_OK(ckpt_reader_open(&r, dir, 0) == MS_ERR_FORMAT); /* quick: the same checks */
         ckpt_reader_close(r);
     }
+    /* the model in the manifest contradicts its tensors (vocab 120, the
+     * tensors are vocab 100's) */
+    gpt_config other = *gpt_get_config(f.m);
+    other.vocab = 120;
+    MS_CHECK(gpt_config_validate(&other) == MS_OK);
+    box whole = {0, 0, 32, 0, 0, 32};
+    commit_crafted(&f, root, step, "ln_f.bias", &whole, 1, &other);
+    ckpt_step_path(dir, sizeof dir, root, step++);
+    T_OK(ckpt_verify(dir, NULL) == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "but its model (dim 32, vocab 120");
     /* a legitimate split: wpe in two column boxes, ZeRO-like ranges */
     box split[2] = {{0, 0, 16, 16, 0, 256}, {0, 16, 16, 16, 0, 256}};
     commit_crafted(&f, root, step, "wpe.weight", split, 2, NULL);
