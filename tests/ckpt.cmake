@@ -11,7 +11,11 @@ ms_script_test(ckpt_faults COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt
   LABELS faults)
 ms_script_test(ckpt_mpi COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/test_ckpt_mpi.py
   LABELS mpi faults)
-set_tests_properties(ckpt_cli ckpt_faults ckpt_mpi PROPERTIES TIMEOUT 300)
+# Directories against a user's mistakes: pruning through step_* links, two
+# trainers on one --ckpt-dir, reshard / export --out onto commits.
+ms_script_test(ckpt_guard COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/ckpt/test_ckpt_guard.py
+  LABELS cli)
+set_tests_properties(ckpt_cli ckpt_faults ckpt_mpi ckpt_guard PROPERTIES TIMEOUT 300)
 
 # bench/ckpt's measuring program (not a test).
 add_executable(bench_ckpt ${CMAKE_SOURCE_DIR}/bench/ckpt_bench.c)

@@ -49,6 +49,8 @@ uint64_t ckpt_numel(const ckpt_tensor_info *t);
  * vocab rows, not the padded count), also on a pipeline stage that holds
  * only some of them.  Caller frees *out. */
 ms_status ckpt_tensors_of(gpt_model *m, ckpt_tensor_info **out, int *n);
+/* The same from a configuration alone (a manifest's model). */
+ms_status ckpt_tensors_of_config(const gpt_config *c, ckpt_tensor_info **out, int *n);
 /* Index of a tensor by name in a list, -1 if absent. */
 int ckpt_tensor_find(const ckpt_tensor_info *t, int n, const char *name);
 /* The runs whose m/v this rank's optimiser holds, as slices of the logical
@@ -69,6 +71,9 @@ ms_status ckpt_runs_of_range(gpt_model *m, int i, int gi, size_t off, size_t n, 
 ms_status ckpt_runs_of_dp(gpt_model *m, int dp, int rank, ckpt_run **out, int *n);
 /* Elements of all runs (one state). */
 uint64_t ckpt_runs_elems(const ckpt_run *r, int n);
+/* The slice's box lies in the tensor and its range in the box
+ * (MS_ERR_FORMAT naming where, the tensor and the state otherwise). */
+ms_status ckpt_slice_check(const ckpt_tensor_info *t, const ckpt_slice *s, const char *where);
 /* Copy a slice's elements (end - begin of them, src) into the logical
  * tensor dst (ckpt_numel(t) elements) through its box and range; checks
  * that the box lies in the tensor and the range in the box. */
@@ -190,7 +195,9 @@ ms_status ckpt_shard_write(const char *dir, const char *name, int rank, int step
 void ckpt_shard_name(char *buf, size_t n, int rank, int world);
 /* DIR/.step_%08d.tmp */
 void ckpt_staging_path(char *buf, size_t n, const char *root, int step);
-/* rm -rf of a flat directory (files only); missing is fine. */
+/* rm -rf of a flat directory (files only); missing is fine.  Never follows
+ * a symbolic link: dir itself being one is an error, links in it are
+ * removed themselves. */
 ms_status ckpt_rmdir_flat(const char *dir);
 /* Fresh, empty staging directory for step (rank 0). */
 ms_status ckpt_staging_create(const char *root, int step);
@@ -234,9 +241,22 @@ ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);
 /* Without blocking: the step of the last commit (-1 none), the persists
  * that failed since (0: the last one committed), and the last failure's
  * message ("" when fail_streak is 0). */
-void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg,
-                         size_t n);
+void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg, size_t n);
 void ckpt_persist_stop(ckpt_persist *p);
+
+/* ---- guards (ckpt_guard.c) ------------------------------------------------------ */
+
+/* Take the exclusive lock of the checkpoint directory root (flock on
+ * root/lock, held until ckpt_dir_unlock or the process's death; waits up
+ * to 2 s for a holder that is exiting).  Another holder: MS_ERR_ARG naming
+ * root and the holder (pid, host, since when).  *fd: the lock's descriptor. */
+ms_status ckpt_dir_lock(const char *root, int *fd);
+void ckpt_dir_unlock(int fd); /* fd < 0: nothing */
+/* A tool's output (tool: "ckpt export", ...) may not be the commit src, its
+ * directory, a checkpoint directory (step_* / .step_* entries, latest, job,
+ * lock, a manifest), a file in one, or a file of src: MS_ERR_ARG naming
+ * out and what it is.  Call before writing anything. */
+ms_status ckpt_out_check(const char *src, const char *out, const char *tool);
 
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */
 

@@ -36,7 +36,10 @@ static void put_tensor(ckpt_tensor_info *t, int *n, const char *name, int64_t d0
 }
 
 ms_status ckpt_tensors_of(gpt_model *m, ckpt_tensor_info **out, int *n) {
-    const gpt_config *c = gpt_get_config(m);
+    return ckpt_tensors_of_config(gpt_get_config(m), out, n);
+}
+
+ms_status ckpt_tensors_of_config(const gpt_config *c, ckpt_tensor_info **out, int *n) {
     int64_t C = c->n_embd;
     ckpt_tensor_info *t = calloc(4 + (size_t)c->n_layer * 12, sizeof *t);
     if (!t) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
@@ -297,8 +300,7 @@ uint64_t ckpt_runs_elems(const ckpt_run *r, int n) {
     return e;
 }
 
-ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, const float *src,
-                             float *dst, const char *where) {
+ms_status ckpt_slice_check(const ckpt_tensor_info *t, const ckpt_slice *s, const char *where) {
     uint64_t box = 1;
     for (int d = 0; d < t->ndim; d++) {
         if (s->box_off[d] < 0 || s->box_shape[d] < 0 ||
@@ -315,6 +317,12 @@ ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, con
                         "%s: tensor '%s' (%s): slice range [%" PRIu64 ", %" PRIu64
                         ") outside its box of %" PRIu64 " elements",
                         where, t->name, ckpt_kind_name(s->kind), s->begin, s->end, box);
+    return MS_OK;
+}
+
+ms_status ckpt_slice_scatter(const ckpt_tensor_info *t, const ckpt_slice *s, const float *src,
+                             float *dst, const char *where) {
+    MS_TRY(ckpt_slice_check(t, s, where));
     if (t->ndim == 1) {
         memcpy(dst + s->box_off[0] + s->begin, src, sizeof(float) * (s->end - s->begin));
         return MS_OK;

@@ -1,5 +1,7 @@
-/* ckpt_load.c - reading a commit: validation (manifest, step, file sizes,
- * safetensors headers, every slice's CRC32C, coverage of every tensor),
+/* ckpt_load.c - reading a commit: validation (manifest, step, the tensors
+ * against the manifest's model, file sizes, safetensors headers, every
+ * slice's CRC32C, each box and range, every element covered exactly once:
+ * ckpt_reader_open, the one routine behind verify, inspect and load),
  * assembly of logical tensors from any set of slices, and loading into a
  * model and optimiser: the reader (rank 0 of the dp group) broadcasts each
  * logical tensor, every rank keeps the parameters and its own m/v runs. */
@@ -99,46 +101,121 @@ static ms_status check_slices(ckpt_reader *r, int verify_crc) {
     return MS_OK;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
+/* Mark the bits [lo, hi) of bm; the first one already set goes to *twice
+ * (returns 1), else 0. */
+static int bits_claim(uint64_t *bm, uint64_t lo, uint64_t hi, uint64_t *twice) {
+    int clash = 0;
+    while (lo < hi) {
+        uint64_t w = lo / 64, b = lo % 64, n = hi - lo < 64 - b ? hi - lo : 64 - b;
+        uint64_t mask = (n == 64 ? ~(uint64_t)0 : (((uint64_t)1 << n) - 1)) << b;
+        if (!clash && (bm[w] & mask)) {
+            clash = 1;
+            *twice = w * 64 + (uint64_t)__builtin_ctzll(bm[w] & mask);
+        }
+        bm[w] |= mask;
+        lo += n;
+    }
+    return clash;
 }
 
-/* Every (tensor, state) is covered exactly once: the element counts add up
- * and whole-tensor slices do not overlap. */
+/* Mark the logical elements of slice s (checked: its box lies in t) in bm,
+ * one contiguous piece per box row; 1 and *twice if one was marked already. */
+static int claim_slice(uint64_t *bm, const ckpt_tensor_info *t, const ckpt_slice *s,
+                       uint64_t *twice) {
+    if (t->ndim == 1)
+        return bits_claim(bm, (uint64_t)s->box_off[0] + s->begin, (uint64_t)s->box_off[0] + s->end,
+                          twice);
+    uint64_t bc = (uint64_t)s->box_shape[1], C = (uint64_t)t->shape[1];
+    if (bc == C) { /* whole rows: one piece */
+        uint64_t lo = (uint64_t)s->box_off[0] * C + s->begin;
+        return bits_claim(bm, lo, lo + (s->end - s->begin), twice);
+    }
+    int clash = 0;
+    uint64_t at = 0;
+    for (uint64_t k = s->begin; k < s->end;) {
+        uint64_t row = k / bc, col = k % bc, len = bc - col;
+        if (len > s->end - k) len = s->end - k;
+        uint64_t lo = ((uint64_t)s->box_off[0] + row) * C + (uint64_t)s->box_off[1] + col;
+        if (bits_claim(bm, lo, lo + len, &at) && !clash) clash = 1, *twice = at;
+        k += len;
+    }
+    return clash;
+}
+
+/* Every (tensor, state) is covered exactly once (docs/formats.md): each
+ * slice's box lies in its tensor and its range in the box, the element
+ * counts add up, and no element is held by two slices (so none is missing
+ * either). */
 static ms_status check_coverage(ckpt_reader *r) {
     ckpt_manifest *mf = &r->mf;
-    uint64_t *ranges = malloc(sizeof(uint64_t) * 2 * ((size_t)mf->n_slices + 1));
-    if (!ranges) return ms_error(MS_ERR_NOMEM, "%s: out of memory", r->dir);
-    ms_status st = MS_OK;
-    for (int t = 0; st == MS_OK && t < mf->n_tensors; t++) {
-        uint64_t numel = ckpt_numel(&mf->tensors[t]);
-        for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
-            uint64_t sum = 0;
-            int n = 0, whole = 1;
-            for (int i = 0; i < mf->n_slices; i++) {
-                const ckpt_slice *s = &mf->slices[i];
-                if (s->tensor != t || s->kind != k) continue;
-                for (int d = 0; d < mf->tensors[t].ndim; d++)
-                    if (s->box_off[d] != 0 || s->box_shape[d] != mf->tensors[t].shape[d]) whole = 0;
-                sum += s->end - s->begin;
-                ranges[2 * n] = s->begin;
-                ranges[2 * n + 1] = s->end;
-                n++;
-            }
-            qsort(ranges, (size_t)n, 2 * sizeof(uint64_t), cmp_u64);
-            for (int i = 1; i < n && st == MS_OK; i++)
-                if (whole && ranges[2 * i] < ranges[2 * i - 1])
-                    st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' (%s): slices overlap", r->dir,
-                                  mf->tensors[t].name, ckpt_kind_name(k));
-            if (st == MS_OK && sum != numel)
-                st = ms_error(MS_ERR_FORMAT,
-                              "%s: tensor '%s' (%s): slices hold %" PRIu64 " of %" PRIu64
-                              " elements",
-                              r->dir, mf->tensors[t].name, ckpt_kind_name(k), sum, numel);
-        }
+    uint64_t maxel = 0;
+    for (int i = 0; i < mf->n_slices; i++) {
+        const ckpt_slice *s = &mf->slices[i];
+        char where[4400];
+        snprintf(where, sizeof where, "%s/%s", r->dir, mf->files[s->file].name);
+        MS_TRY(ckpt_slice_check(&mf->tensors[s->tensor], s, where));
     }
-    free(ranges);
+    for (int t = 0; t < mf->n_tensors; t++)
+        for (int k = 0; k < CKPT_NKINDS; k++) {
+            uint64_t sum = 0, numel = ckpt_numel(&mf->tensors[t]);
+            for (int i = 0; i < mf->n_slices; i++)
+                if (mf->slices[i].tensor == t && mf->slices[i].kind == k)
+                    sum += mf->slices[i].end - mf->slices[i].begin;
+            if (sum != numel) /* before the bitmap: numel is then backed by real bytes */
+                return ms_error(MS_ERR_FORMAT,
+                                "%s: tensor '%s' (%s): slices hold %" PRIu64 " of %" PRIu64
+                                " elements",
+                                r->dir, mf->tensors[t].name, ckpt_kind_name(k), sum, numel);
+            if (numel > maxel) maxel = numel;
+        }
+    size_t words = (size_t)((maxel + 63) / 64);
+    uint64_t *bm = malloc(words * sizeof *bm + 8);
+    if (!bm) return ms_error(MS_ERR_NOMEM, "%s: out of memory", r->dir);
+    ms_status st = MS_OK;
+    for (int t = 0; st == MS_OK && t < mf->n_tensors; t++)
+        for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
+            const ckpt_tensor_info *ti = &mf->tensors[t];
+            memset(bm, 0, (size_t)((ckpt_numel(ti) + 63) / 64) * sizeof *bm);
+            for (int i = 0; st == MS_OK && i < mf->n_slices; i++) {
+                const ckpt_slice *s = &mf->slices[i];
+                uint64_t twice = 0;
+                if (s->tensor == t && s->kind == k && claim_slice(bm, ti, s, &twice))
+                    st = ms_error(MS_ERR_FORMAT,
+                                  "%s: tensor '%s' (%s): slices overlap: element %" PRIu64
+                                  " is held twice (again by '%s'), so others are missing",
+                                  r->dir, ti->name, ckpt_kind_name(k), twice, s->key);
+            }
+        }
+    free(bm);
+    return st;
+}
+
+/* The manifest's tensors are exactly the ones its model has (names,
+ * shapes, order): what loading builds a model from must agree with what
+ * the slices are checked against. */
+static ms_status check_tensors(ckpt_reader *r) {
+    const ckpt_manifest *mf = &r->mf;
+    const gpt_config *c = &mf->model;
+    ckpt_tensor_info *t = NULL;
+    int n = 0;
+    MS_TRY(ckpt_tensors_of_config(c, &t, &n));
+    ms_status st = MS_OK;
+    if (n != mf->n_tensors)
+        st = ms_error(MS_ERR_FORMAT,
+                      "%s/%s lists %d tensors, but its model (%d layers, %s block) has %d", r->dir,
+                      CKPT_MANIFEST, mf->n_tensors, c->n_layer, gpt_block_name(c->block), n);
+    for (int i = 0; st == MS_OK && i < n; i++) {
+        const ckpt_tensor_info *a = &t[i], *b = &mf->tensors[i];
+        if (strcmp(a->name, b->name) || a->ndim != b->ndim || a->shape[0] != b->shape[0] ||
+            (a->ndim > 1 && a->shape[1] != b->shape[1]))
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s/%s: tensor %d is '%s' (%" PRId64 " x %" PRId64
+                          "), but its model (dim %d, vocab %d, seq-max %d) has '%s' (%" PRId64
+                          " x %" PRId64 ") there",
+                          r->dir, CKPT_MANIFEST, i, b->name, b->shape[0], b->shape[1], c->n_embd,
+                          c->vocab, c->seq_max, a->name, a->shape[0], a->shape[1]);
+    }
+    free(t);
     return st;
 }
 
@@ -154,6 +231,7 @@ ms_status ckpt_reader_open(ckpt_reader **out, const char *dir, int verify_crc) {
                       "%s/%s holds step %d, but the directory is step %d (a manifest from another "
                       "step)",
                       dir, CKPT_MANIFEST, r->mf.step, ds);
+    if (st == MS_OK) st = check_tensors(r);
     if (st == MS_OK) st = open_files(r);
     if (st == MS_OK) st = check_slices(r, verify_crc);
     if (st == MS_OK) st = check_coverage(r);
@@ -262,7 +340,7 @@ ms_status ckpt_load_into(ckpt_reader *r, comm_group *dp, gpt_model *m, const ckp
     uint64_t maxel = 0;
     for (int t = 0; t < nt; t++)
         if (ckpt_numel(&tens[t]) > maxel) maxel = ckpt_numel(&tens[t]);
-    float *buf = malloc(maxel * sizeof(float) + 4);
+    float *buf = calloc(maxel + 1, sizeof(float));
     ms_status st = buf ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint load: out of memory");
     /* a whole-tensor view of the local table, for the parameters */
     for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {

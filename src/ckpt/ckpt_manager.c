@@ -25,7 +25,8 @@ struct ckpt_manager {
     ckpt_options o;
     char root[4096], resume[4096], shm_dir[4096]; /* shm_dir: "" for /dev/shm */
     int saving;
-    int hold; /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
+    int lock_fd; /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
+    int hold;    /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
     gpt_model *m;
     opt_state *opt;
     par_zero *zero;
@@ -70,6 +71,7 @@ static ms_status setup_dir(ckpt_manager *cm) {
     ms_status st = MS_OK;
     if (cm->rank == 0) {
         st = ms_mkdirs(cm->root);
+        if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
         if (st == MS_OK) st = ckpt_job_id(cm->root, 1, &cm->job);
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
@@ -115,6 +117,7 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     if (!cm) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
     cm->o = *o;
     cm->saving = saving;
+    cm->lock_fd = -1;
     snprintf(cm->root, sizeof cm->root, "%s", saving ? o->dir : "");
     snprintf(cm->resume, sizeof cm->resume, "%s", res);
     snprintf(cm->shm_dir, sizeof cm->shm_dir, "%s", o->shm_dir ? o->shm_dir : "");
@@ -257,6 +260,7 @@ void ckpt_manager_destroy(ckpt_manager *cm) {
     for (int k = 0; k < 2; k++) /* the commit holds it all after a clean finish */
         ckpt_slot_close(cm->slots[k], cm->finished_ok);
     if (cm->finished_ok && cm->rank == 0) ckpt_shm_remove_beyond(cm->root, cm->shm_dir, cm->world);
+    ckpt_dir_unlock(cm->lock_fd);  /* after the last commit */
     comm_group_destroy(cm->group); /* wg and dp belong to the caller */
     free(cm->tensors);
     free(cm->runs);

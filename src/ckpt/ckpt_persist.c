@@ -50,24 +50,31 @@ void ckpt_shard_name(char *buf, size_t n, int rank, int world) {
 }
 
 ms_status ckpt_rmdir_flat(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d)
-        return errno == ENOENT ? MS_OK
-                               : ms_error(MS_ERR_IO, "%s: opendir: %s", dir, strerror(errno));
+    /* never through a symbolic link: a step_* link into another run's
+     * directory must not cost that run its files */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOENT) return MS_OK;
+    if (fd < 0 && (errno == ELOOP || errno == ENOTDIR))
+        return ms_error(MS_ERR_IO, "%s: not removed: a symbolic link or not a directory", dir);
+    if (fd < 0) return ms_error(MS_ERR_IO, "%s: open directory: %s", dir, strerror(errno));
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return ms_error(MS_ERR_IO, "%s: opendir: %s", dir, strerror(errno));
+    }
+    ms_status st = MS_OK;
     struct dirent *e;
-    char path[4400];
-    while ((e = readdir(d))) {
+    while (st == MS_OK && (e = readdir(d))) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (unlink(path) != 0 && errno != ENOENT) {
-            closedir(d);
-            return ms_error(MS_ERR_IO, "%s: unlink: %s", path, strerror(errno));
-        }
+        /* a link inside is removed itself, never its target; a
+         * subdirectory fails (EISDIR): a step directory holds none */
+        if (unlinkat(dirfd(d), e->d_name, 0) != 0 && errno != ENOENT)
+            st = ms_error(MS_ERR_IO, "%s/%s: unlink: %s", dir, e->d_name, strerror(errno));
     }
     closedir(d);
-    if (rmdir(dir) != 0 && errno != ENOENT)
-        return ms_error(MS_ERR_IO, "%s: rmdir: %s", dir, strerror(errno));
-    return MS_OK;
+    if (st == MS_OK && rmdir(dir) != 0 && errno != ENOENT)
+        st = ms_error(MS_ERR_IO, "%s: rmdir: %s", dir, strerror(errno));
+    return st;
 }
 
 static int cmp_desc(const void *a, const void *b) {
@@ -261,15 +268,21 @@ out:
 /* ---- commit -------------------------------------------------------------------- */
 
 /* Remove commits older than `step` beyond the newest keep-1 of them, and
- * staging directories left by crashed persists. */
+ * staging directories left by crashed persists.  Symbolic links and
+ * non-directories named step_* are left alone. */
 static void prune(const char *root, int step, int keep) {
     int *steps = NULL, n = 0, kept = 1; /* `step` itself */
     char path[4200];
     if (ckpt_list_steps(root, &steps, &n) != MS_OK) return;
     for (int i = 0; i < n; i++) {
         if (steps[i] >= step) continue; /* newer ones (another history) stay */
-        if (kept++ < keep) continue;
         ckpt_step_path(path, sizeof path, root, steps[i]);
+        struct stat sb; /* a link (into another run?) is not ours: neither counted nor removed */
+        if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            ms_info("checkpoint: not pruning %s: a symbolic link or not a directory", path);
+            continue;
+        }
+        if (kept++ < keep) continue;
         if (ckpt_rmdir_flat(path) == MS_OK)
             ms_info("checkpoint: removed %s (keeping the newest %d)", path, keep);
         else

@@ -1,6 +1,7 @@
 /* ckpt_tools.c - offline operations on commits: export to one Hugging
  * Face GPT-2 safetensors file, and resharding to another data-parallel
- * layout.  Both validate the whole source commit (every CRC) first. */
+ * layout.  Both validate the whole source commit (every CRC) first, and
+ * refuse an output that could overwrite a commit (ckpt_out_check). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,8 @@ ms_status ckpt_export_hf(const char *dir, const char *out) {
     ckpt_reader *r = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;
-    ms_status st = ckpt_reader_open(&r, dir, 1);
+    ms_status st = ckpt_out_check(dir, out, "ckpt export");
+    if (st == MS_OK) st = ckpt_reader_open(&r, dir, 1);
     if (st == MS_OK) st = open_model(r, dir, 1, &be, &m);
     if (st == MS_OK) st = ckpt_hf_save(m, out);
     close_model(be, m);
@@ -73,6 +75,7 @@ static ms_status reshard_rank(const char *root, int step, int rank, int dp, gpt_
 
 ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     if (dp < 1) return ms_error(MS_ERR_ARG, "reshard: --dp must be >= 1 (got %d)", dp);
+    MS_TRY(ckpt_out_check(dir, out_root, "ckpt reshard"));
     ckpt_reader *r = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;
@@ -89,7 +92,7 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         st = ms_error(MS_ERR_NOMEM, "reshard: out of memory");
     for (int t = 0; st == MS_OK && t < nt; t++)
         for (int k = 0; st == MS_OK && k < CKPT_NKINDS; k++) {
-            logical[3 * t + k] = malloc(ckpt_numel(&tens[t]) * sizeof(float) + 4);
+            logical[3 * t + k] = calloc(ckpt_numel(&tens[t]) + 1, sizeof(float));
             st = logical[3 * t + k] ? ckpt_reader_tensor(r, t, k, logical[3 * t + k])
                                     : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
         }

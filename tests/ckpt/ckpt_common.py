@@ -120,3 +120,20 @@ def verify(path):
 
 def step_dir(root, step):
     return os.path.join(root, f"step_{step:08d}")
+
+
+def tree(root):
+    """Every entry under root (links not followed): relative path -> the
+    link's target, 'dir', or the file's sha256; to show nothing changed."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            rel = os.path.relpath(p, root)
+            if os.path.islink(p):
+                out[rel] = "-> " + os.readlink(p)
+            elif os.path.isdir(p):
+                out[rel] = "dir"
+            else:
+                out[rel] = sha(p)
+    return out

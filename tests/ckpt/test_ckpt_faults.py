@@ -6,7 +6,9 @@ MS_CKPT_FAULT (src/ckpt/ckpt_fault.c):
    is loaded, the run resumes from the newest complete /dev/shm snapshot
    (or, without it, from the newest commit) and continues bit for bit;
  - a truncated shard, one flipped bit in a shard, a missing manifest, a
-   manifest from another step: the loader names the file (and tensor), falls
+   manifest from another step, a manifest whose model contradicts its
+   tensors, a slice range outside its box (verify and load share one
+   validation): the loader names the file (and tensor), falls
    back to the previous commit and the run continues bit for bit;
  - a full or failing disk: injected ENOSPC / EIO on the shard's and the
    manifest's write and fsync (training goes on, nothing is committed for
@@ -14,6 +16,7 @@ MS_CKPT_FAULT (src/ckpt/ckpt_fault.c):
    (non-zero exit, resume from the previous commit), and a real ENOSPC on a
    600 KB tmpfs when this process may mount one.
 Environment: MS_BIN."""
+import json
 import os
 import shutil
 import subprocess
@@ -106,10 +109,26 @@ def damage_cases(ws, ref_m, ref_w):
         shutil.copy(os.path.join(os.path.dirname(d), "step_00000005", "manifest.json"),
                     os.path.join(d, "manifest.json"))
 
+    def edit_manifest(d, edit):
+        p = os.path.join(d, "manifest.json")
+        m = json.load(open(p))
+        edit(m)
+        json.dump(m, open(p, "w"))
+
+    def model_contradicts(d):  # the tensors are vocab 256's
+        edit_manifest(d, lambda m: m["model"].update(vocab_size=300))
+
+    def box_too_small(d):  # ln_f.bias's range [0, 32) in a box of 16
+        edit_manifest(d, lambda m: next(s for s in m["slices"] if s["tensor"] == "ln_f.bias"
+                                        and s["state"] == "param").update(shape=[16]))
+
     cases = [("truncated shard", truncate, [shard, "truncated"]),
              ("flipped bit", flip, [shard, "CRC32C", "tensor '"]),
              ("missing manifest", no_manifest, ["no manifest.json"]),
-             ("manifest of another step", other_step, ["holds step 5, but the directory is step 10"])]
+             ("manifest of another step", other_step, ["holds step 5, but the directory is step 10"]),
+             # what loading rejects, verify rejects too, and resume falls back
+             ("model contradicting its tensors", model_contradicts, ["but its model", "vocab 300"]),
+             ("slice range outside its box", box_too_small, ["ln_f.bias", "outside its box of 16"])]
     for label, damage, needles in cases:
         root = ws.path("damage_" + label.replace(" ", "_"))
         shutil.copytree(pristine, root)

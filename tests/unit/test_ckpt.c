@@ -170,7 +170,7 @@ static void test_fault_spec(void) {
     ckpt_fault f;
     T_OK(ckpt_fault_parse("stage2:after-shard@40:1", &f) == MS_OK);
     T_OK(f.armed && f.plan.n == 1 && f.plan.f[0].step == 40 && f.plan.f[0].rank == 1);
-    T_OK(!ckpt_fault_hits(&f, "stage2:after-shard", 40, 0)); /* we are rank 0 */
+    T_OK(!ckpt_fault_hits(&f, "stage2:after-shard", 40, 0));               /* we are rank 0 */
     T_OK(ckpt_fault_parse("exit@5,nan-grad@2+", &f) == MS_OK && !f.armed); /* the trainer's */
     T_OK(ckpt_fault_parse("exit@5,io:enospc-shard@7:0", &f) == MS_OK && f.armed);
     T_OK(ckpt_fault_hits(&f, "io:enospc-shard", 7, 0));
@@ -240,21 +240,26 @@ static void test_slot(void) {
 
 /* ---- shards, commit, reader ------------------------------------------------------- */
 
-/* Write a commit of the fixture's state by hand (one rank). */
-static void write_commit(fixture *f, const char *root, int step, int keep) {
-    ckpt_tensor_info *tens;
-    ckpt_run *runs;
-    int nt, n;
-    MS_CHECK(ckpt_tensors_of(f->m, &tens, &nt) == MS_OK);
-    MS_CHECK(ckpt_runs_of_opt(f->m, f->o, &runs, &n) == MS_OK);
-    uint64_t elems = 3 * ckpt_runs_elems(runs, n), bytes = 0;
-    float *data = malloc(elems * 4);
+/* The fixture's param, m, v of the runs, laid out by their data_off, with
+ * room for `extra` more elements. */
+static float *runs_data(fixture *f, const ckpt_run *runs, int n, uint64_t extra) {
+    uint64_t elems = 3 * ckpt_runs_elems(runs, n);
+    float *data = calloc(elems + extra + 1, 4);
     for (int i = 0; i < n; i++) {
         size_t c = runs[i].end - runs[i].begin;
         memcpy(data + runs[i].data_off, gpt_params(f->m) + runs[i].param_off, c * 4);
         memcpy(data + runs[i].data_off + c, runs[i].mom, c * 4);
         memcpy(data + runs[i].data_off + 2 * c, runs[i].var, c * 4);
     }
+    return data;
+}
+
+/* Commit the runs (data at their data_off) as one rank's shard, with
+ * `model` in the manifest. */
+static void commit_runs(const char *root, int step, int keep, const gpt_config *model,
+                        const ckpt_tensor_info *tens, int nt, const ckpt_run *runs, int n,
+                        const float *data) {
+    uint64_t bytes = 0;
     uint32_t *crcs = calloc(3 * (size_t)n, 4);
     char staging[512], name[64];
     MS_CHECK(ms_mkdirs(root) == MS_OK);
@@ -265,12 +270,23 @@ static void write_commit(fixture *f, const char *root, int step, int keep) {
          MS_OK);
     cJSON *part = ckpt_json_part(name, 0, bytes, tens, runs, n, crcs);
     ckpt_train_state tr = {step, step, 9, {0, 0, (uint64_t)step * 64}, {0}, 4, 16};
-    ckpt_commit_info ci = {step, 1, 1, gpt_get_config(f->m), "adamw", &tr, tens, nt};
+    ckpt_commit_info ci = {step, 1, 1, model, "adamw", &tr, tens, nt};
     char *text = ckpt_manifest_text(&ci, &part, 1);
     T_OK(text && ckpt_commit(root, step, text, keep, NULL, 0) == MS_OK);
     free(text);
     cJSON_Delete(part);
     free(crcs);
+}
+
+/* Write a commit of the fixture's state by hand (one rank). */
+static void write_commit(fixture *f, const char *root, int step, int keep) {
+    ckpt_tensor_info *tens;
+    ckpt_run *runs;
+    int nt, n;
+    MS_CHECK(ckpt_tensors_of(f->m, &tens, &nt) == MS_OK);
+    MS_CHECK(ckpt_runs_of_opt(f->m, f->o, &runs, &n) == MS_OK);
+    float *data = runs_data(f, runs, n, 0);
+    commit_runs(root, step, keep, gpt_get_config(f->m), tens, nt, runs, n, data);
     free(data);
     free(tens);
     free(runs);
@@ -368,6 +384,134 @@ static void test_commit_and_read(void) {
     /* committing step 30 again swaps the damaged directory out */
     write_commit(&f, root, 30, 5);
     T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    fix_free(&f);
+}
+
+/* ---- crafted manifests (issue 13, defects 4b and 12) --------------------------------- */
+
+/* A box of a crafted slice: offset, shape, flat range [begin, end). */
+typedef struct {
+    int64_t off0, off1, shape0, shape1;
+    uint64_t begin, end;
+} box;
+
+/* Commit step `step` in root with tensor `name`'s run replaced by the
+ * boxes (their param data cut from the tensor through the box), and
+ * `model` in the manifest (NULL: the fixture's). */
+static void commit_crafted(fixture *f, const char *root, int step, const char *name, const box *bx,
+                           int nb, const gpt_config *model) {
+    ckpt_tensor_info *tens;
+    ckpt_run *runs;
+    int nt, n;
+    MS_CHECK(ckpt_tensors_of(f->m, &tens, &nt) == MS_OK);
+    MS_CHECK(ckpt_runs_of_opt(f->m, f->o, &runs, &n) == MS_OK);
+    int gi = ckpt_tensor_find(tens, nt, name), j = 0;
+    while (j < n && runs[j].tensor != gi)
+        j++;
+    MS_CHECK(gi >= 0 && j < n && runs[j].begin == 0 && runs[j].end == ckpt_numel(&tens[gi]));
+    uint64_t extra = 0;
+    for (int b = 0; b < nb; b++)
+        extra += 3 * (bx[b].end - bx[b].begin);
+    float *data = runs_data(f, runs, n, extra);
+    ckpt_run *x = calloc((size_t)(n + nb), sizeof *x);
+    memcpy(x, runs, (size_t)n * sizeof *x);
+    const float *logical = gpt_params(f->m) + runs[j].param_off;
+    uint64_t at = 3 * ckpt_runs_elems(runs, n), C = tens[gi].ndim > 1 ? tens[gi].shape[1] : 1;
+    for (int b = 0; b < nb; b++) {
+        ckpt_run *r = b == 0 ? &x[j] : &x[n + b - 1];
+        *r = runs[j];
+        r->box_off[0] = bx[b].off0, r->box_off[1] = bx[b].off1;
+        r->box_shape[0] = bx[b].shape0, r->box_shape[1] = bx[b].shape1;
+        r->begin = bx[b].begin, r->end = bx[b].end, r->data_off = at;
+        uint64_t bw = tens[gi].ndim > 1 ? (uint64_t)bx[b].shape1 : 1;
+        for (uint64_t k = r->begin; k < r->end; k++) { /* in the tensor: the element there */
+            uint64_t row = k / bw, col = k % bw;
+            uint64_t li = tens[gi].ndim > 1 ? (bx[b].off0 + row) * C + bx[b].off1 + col
+                                            : (uint64_t)bx[b].off0 + k;
+            data[at + (k - r->begin)] = li < ckpt_numel(&tens[gi]) ? logical[li] : 7.0f;
+        }
+        at += 3 * (r->end - r->begin);
+    }
+    commit_runs(root, step, 100, model ? model : gpt_get_config(f->m), tens, nt, x, n + nb - 1,
+                data);
+    free(x);
+    free(data);
+    free(tens);
+    free(runs);
+}
+
+/* verify must reject what loading would reject or fill from nowhere, with
+ * the reason; a legitimate split of a tensor into boxes still loads. */
+static void test_crafted(void) {
+    fixture f;
+    fix_make(&f, 5);
+    char root[512], dir[600];
+    path_in(root, sizeof root, "crafted");
+    struct {
+        const char *what, *tensor, *needle;
+        box bx[2];
+        int nb;
+    } cases[] = {
+        /* wpe is (16, 32): two column boxes, the second over columns 16..19
+         * again, so columns 28..31 are missing; the counts add up */
+        {"overlapping column boxes",
+         "wpe.weight",
+         "slices overlap",
+         {{0, 0, 16, 20, 0, 320}, {0, 16, 16, 12, 0, 192}},
+         2},
+        /* ln_f.bias is (32): [0, 16) and [8, 24) */
+        {"overlapping 1-d boxes",
+         "ln_f.bias",
+         "slices overlap",
+         {{0, 0, 16, 0, 0, 16}, {8, 0, 16, 0, 0, 16}},
+         2},
+        {"a box outside its tensor",
+         "ln_f.bias",
+         "lies outside dimension 0",
+         {{0, 0, 20, 0, 0, 20}, {20, 0, 16, 0, 0, 12}},
+         2},
+        {"a range outside its box",
+         "ln_f.bias",
+         "outside its box of 16",
+         {{0, 0, 16, 0, 0, 32}},
+         1},
+    };
+    int step = 1;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++, step++) {
+        commit_crafted(&f, root, step, cases[c].tensor, cases[c].bx, cases[c].nb, NULL);
+        ckpt_step_path(dir, sizeof dir, root, step);
+        ms_status st = ckpt_verify(dir, NULL);
+        if (st == MS_OK) fprintf(stderr, "case: %s: verify accepted it\n", cases[c].what);
+        T_OK(st == MS_ERR_FORMAT);
+        T_STR_CONTAINS(ms_errmsg(), cases[c].needle);
+        T_STR_CONTAINS(ms_errmsg(), cases[c].tensor);
+        ckpt_reader *r = NULL;
+        T_OK(ckpt_reader_open(&r, dir, 0) == MS_ERR_FORMAT); /* quick: the same checks */
+        ckpt_reader_close(r);
+    }
+    /* the model in the manifest contradicts its tensors (vocab 120, the
+     * tensors are vocab 100's) */
+    gpt_config other = *gpt_get_config(f.m);
+    other.vocab = 120;
+    MS_CHECK(gpt_config_validate(&other) == MS_OK);
+    box whole = {0, 0, 32, 0, 0, 32};
+    commit_crafted(&f, root, step, "ln_f.bias", &whole, 1, &other);
+    ckpt_step_path(dir, sizeof dir, root, step++);
+    T_OK(ckpt_verify(dir, NULL) == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "but its model (dim 32, vocab 120");
+    /* a legitimate split: wpe in two column boxes, ZeRO-like ranges */
+    box split[2] = {{0, 0, 16, 16, 0, 256}, {0, 16, 16, 16, 0, 256}};
+    commit_crafted(&f, root, step, "wpe.weight", split, 2, NULL);
+    ckpt_step_path(dir, sizeof dir, root, step);
+    ckpt_reader *r = NULL;
+    T_OK(ckpt_reader_open(&r, dir, 1) == MS_OK);
+    if (r) {
+        int t = gpt_find(f.m, "wpe.weight");
+        float buf[512];
+        T_OK(ckpt_reader_tensor(r, t, CKPT_PARAM, buf) == MS_OK);
+        T_OK(!memcmp(buf, gpt_params(f.m) + gpt_tensor(f.m, t)->offset, sizeof buf));
+        ckpt_reader_close(r);
+    }
     fix_free(&f);
 }
 
@@ -505,6 +649,7 @@ int main(void) {
     test_fault_spec();
     test_slot();
     test_commit_and_read();
+    test_crafted();
     test_manager();
     if (!ms_t_fail) {
         char cmd[400];

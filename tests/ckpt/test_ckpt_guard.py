@@ -1,0 +1,154 @@
+"""Checkpoint directories against a user's mistakes (label cli; issue 13,
+defects 2, 3 and 11), on one process:
+ - pruning (--ckpt-keep) never follows a step_* symbolic link: the link
+   survives and the directory it points into is untouched;
+ - a second `megascale train` on a --ckpt-dir that a running trainer holds
+   fails fast (exit 2) naming the directory and the holder (pid, host); the
+   first finishes normally; a trainer killed with -9 leaves the lock free
+   for the run that resumes after it;
+ - `ckpt reshard --out` and `ckpt export --out` refuse a checkpoint
+   directory (the source's own, another run's), the commit itself and its
+   files, and change nothing; a fresh --out still works.
+Environment: MS_BIN."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from ckpt_common import (BIN, Workspace, losses, ok, resumed_at, run, step_dir, summary, tree,
+                         verify)
+
+
+def test_prune_symlink(ws):
+    other = ws.path("other_run")
+    r = run(ws, ws.train_args("--steps", "2", "--ckpt-dir", other))
+    ok(r.returncode == 0 and verify(step_dir(other, 2)), "the other run commits step 2", r.stderr)
+    before = tree(other)
+    mine = ws.path("prune_run")
+    os.makedirs(mine)
+    os.symlink(step_dir(other, 2), step_dir(mine, 1))
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", mine, "--ckpt-every", "2",
+                              "--ckpt-keep", "1"))
+    ok(r.returncode == 0 and verify(step_dir(mine, 6)), "the pruning run commits step 6", r.stderr)
+    ok(not os.path.exists(step_dir(mine, 2)) and not os.path.exists(step_dir(mine, 4)),
+       "--ckpt-keep 1 still prunes the run's own older commits", str(sorted(os.listdir(mine))))
+    ok(os.path.islink(step_dir(mine, 1)), "the step_* symbolic link survives pruning",
+       str(sorted(os.listdir(mine))) + "\n" + r.stderr)
+    ok(tree(other) == before, "the linked directory's files are untouched",
+       f"{before}\n{tree(other)}")
+    ok(verify(step_dir(other, 2)), "the other run's commit still verifies")
+
+
+def wait_losses(m, n, p, limit=60):
+    t0 = time.time()
+    while time.time() - t0 < limit and len(losses(m)) < n and p.poll() is None:
+        time.sleep(0.05)
+    return len(losses(m)) >= n
+
+
+def long_run(ws, c, m, *extra):
+    return subprocess.Popen([BIN, *ws.train_args("--steps", "1000000", "--lr-schedule", "constant",
+                                                 "--ckpt-dir", c, "--ckpt-every", "1000000",
+                                                 "--metrics", m, *extra)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ws.env)
+
+
+def test_lock(ws):
+    c, m1 = ws.path("lock_run"), ws.path("lock1.jsonl")
+    p = long_run(ws, c, m1)
+    try:
+        ok(wait_losses(m1, 3, p), "the first trainer runs")
+        t0 = time.time()
+        r = run(ws, ws.train_args("--steps", "3", "--ckpt-dir", c, "--metrics",
+                                  ws.path("lock2.jsonl")), timeout=60)
+        dt = time.time() - t0
+        ok(r.returncode == 2 and "in use by another run" in r.stderr and c in r.stderr and
+           f"pid {p.pid}" in r.stderr and socket.gethostname() in r.stderr,
+           "a second trainer on the same --ckpt-dir is refused, naming the directory and holder",
+           f"rc={r.returncode}\n{r.stderr}")
+        ok(dt < 20, f"... and fails fast ({dt:.1f} s)")
+        ok(not losses(ws.path("lock2.jsonl")), "the refused trainer trained nothing")
+        ok(p.poll() is None, "the first trainer is still running")
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    n = len(losses(m1))
+    ok(p.returncode == 0 and verify(step_dir(c, n)), f"the first finishes: step {n} committed",
+       err[-2000:])
+    # a trainer killed with -9 (the supervisor's stop) leaves the lock free
+    m3 = ws.path("lock3.jsonl")
+    p = long_run(ws, c, m3, "--resume", "auto")
+    try:
+        ok(wait_losses(m3, 2, p), "a resumed trainer runs")
+    finally:
+        p.kill()
+        p.wait()
+    r = run(ws, ws.train_args("--steps", str(n + 2), "--lr-schedule", "constant", "--ckpt-dir", c,
+                              "--resume", "auto"))
+    ok(r.returncode == 0 and resumed_at(r.stderr) == n,
+       "after kill -9 the next trainer takes the lock and resumes", r.stderr)
+
+
+def refused(r, needle):
+    return r.returncode == 2 and needle in r.stderr and "nothing was written" in r.stderr
+
+
+def test_out_refusals(ws):
+    src_root, other = ws.path("lock_run"), ws.path("other_run")
+    steps = sorted(n for n in os.listdir(src_root) if n.startswith("step_"))
+    src = os.path.join(src_root, steps[-1])
+    shard = os.path.join(src, sorted(n for n in os.listdir(src) if n.endswith(".safetensors"))[0])
+    before_src, before_other = tree(src_root), tree(other)
+    cases = [
+        (["reshard", src, "--dp", "2", "--out", src_root], "reshard into the source's directory",
+         "is the checkpoint"),
+        (["reshard", src, "--dp", "2", "--out", src], "reshard into the commit itself",
+         "is the checkpoint"),
+        (["reshard", src, "--dp", "2", "--out", other], "reshard into another run's directory",
+         "is a checkpoint directory"),
+        (["reshard", src, "--dp", "2", "--out", os.path.join(other, "sub")],
+         "reshard into a new directory inside a checkpoint directory", "lies in"),
+        (["export", src, "--out", shard], "export over the commit's own shard", "a file of the"),
+        (["export", src, "--out", os.path.join(src, "manifest.json")],
+         "export over the commit's manifest", "a file of the"),
+        (["export", src_root, "--out", os.path.join(src_root, "latest")],
+         "export over the directory's latest", "lies in"),
+        (["export", src, "--out", os.path.join(other, "model.safetensors")],
+         "export into another run's checkpoint directory", "lies in"),
+    ]
+    for args, what, needle in cases:
+        r = subprocess.run([BIN, "ckpt", *args], capture_output=True, text=True, errors="replace")
+        ok(refused(r, needle), f"{what}: refused (exit 2)", f"rc={r.returncode}\n{r.stderr}")
+    ok(tree(src_root) == before_src, "the source's directory is unchanged",
+       f"{before_src}\n{tree(src_root)}")
+    ok(tree(other) == before_other, "the other run's directory is unchanged",
+       f"{before_other}\n{tree(other)}")
+    ok(verify(src), "the source commit still verifies")
+    out, exp = ws.path("fresh_reshard"), ws.path("fresh.safetensors")
+    r = subprocess.run([BIN, "ckpt", "reshard", src, "--dp", "2", "--out", out],
+                       capture_output=True, text=True)
+    n = int(os.path.basename(src)[5:])
+    ok(r.returncode == 0 and verify(step_dir(out, n)), "reshard into a new directory works",
+       r.stderr)
+    r = subprocess.run([BIN, "ckpt", "export", src, "--out", exp], capture_output=True, text=True)
+    ok(r.returncode == 0 and os.path.getsize(exp) > 0, "export to a new file works", r.stderr)
+
+
+def main():
+    ws = Workspace("ms_ckpt_guard_")
+    try:
+        test_prune_symlink(ws)
+        test_lock(ws)
+        test_out_refusals(ws)
+    finally:
+        ws.close()
+    sys.exit(summary())
+
+
+if __name__ == "__main__":
+    main()
