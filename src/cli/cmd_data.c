@@ -24,9 +24,12 @@ typedef struct {
     uint64_t shard_tokens;
 } data_config;
 
-#define O(name, type, field, def, help) {name, type, offsetof(data_config, field), def, help, NULL}
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(data_config, field), def, help, NULL, NULL }
+#define R(name, type, field, def, range, help)                                                     \
+    { name, type, offsetof(data_config, field), def, help, NULL, range }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(data_config, field), def, help, env }
+    { name, type, offsetof(data_config, field), def, help, env, NULL }
 static const opts_spec data_opts[] = {
     O("input", OPT_T_STR, input, NULL, "text: a file, a glob of files, or a directory"),
     O("out", OPT_T_STR, out, NULL, "output: shard directory (prepare), tokenizer file (train)"),
@@ -37,7 +40,7 @@ static const opts_spec data_opts[] = {
     O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "share of the input for validation"),
     O("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "tokens per training shard"),
     O("vocab-size", OPT_T_INT, vocab_size, "4096", "vocabulary size (tokenizer-train)"),
-    O("threads", OPT_T_INT, threads, "0", "encoding threads (0: all cores)"),
+    R("threads", OPT_T_INT, threads, "0", "[0,1024]", "encoding threads (0: all cores)"),
     O("count", OPT_T_INT, count, "32", "tokens to show (inspect)"),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))

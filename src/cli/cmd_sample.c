@@ -20,9 +20,11 @@ typedef struct {
 } sample_config;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(sample_config, field), def, help, NULL }
+    { name, type, offsetof(sample_config, field), def, help, NULL, NULL }
+#define R(name, type, field, def, range, help)                                                     \
+    { name, type, offsetof(sample_config, field), def, help, NULL, range }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(sample_config, field), def, help, env }
+    { name, type, offsetof(sample_config, field), def, help, env, NULL }
 static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
       "weights file (HF GPT-2 safetensors, from --save-weights)"),
@@ -37,7 +39,7 @@ static const opts_spec sample_opts[] = {
        "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
     O("heads", OPT_T_INT, heads, "0", "attention heads when the file does not say (0: C/64)"),
     O("device", OPT_T_STR, device, "cpu", "compute backend"),
-    O("threads", OPT_T_INT, threads, "0", "CPU threads (0: all cores)"),
+    R("threads", OPT_T_INT, threads, "0", "[0,1024]", "CPU threads (0: all cores)"),
     OE("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE",
        "cuda: 1 times every op on the device and prints a table at exit"),
     OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU",

@@ -254,6 +254,42 @@ def test_nonfinite(d, base):
     expect_error([*base, "--nonfinite-redo", "-1"], "--nonfinite-redo", what="a negative redo count")
 
 
+def test_option_ranges(d, base):
+    """Each numeric option is checked against its range in the option table,
+    non-finite numbers refused: before anything runs (issue 13, defects 8, 9
+    and the silently coerced ints of 13)."""
+    mp = os.path.join(d, "range.jsonl")
+    for opt, val, needle in [("--lr", "inf", "finite"), ("--lr", "0", "> 0"),
+                             ("--lr-floor", "nan", "finite"), ("--beta1", "nan", "finite"),
+                             ("--beta2", "1", "in [0,1)"), ("--weight-decay", "nan", "finite"),
+                             ("--weight-decay", "-0.1", ">= 0"), ("--eps", "inf", "finite"),
+                             ("--eps", "0", "> 0"), ("--grad-clip", "nan", "finite"),
+                             ("--threads", "100000", "in [0,1024]"), ("--dp", "0", "[1,65536]"),
+                             ("--micro-batch", "-1", "[0,"), ("--val-batches", "0", ">= 1"),
+                             ("--comm-timeout", "0", "> 0"), ("--steps", "0", ">= 1")]:
+        if os.path.exists(mp):
+            os.remove(mp)
+        rc, _, err = run(*base, "--steps", "1", "--metrics", mp, opt, val)
+        ok(rc == 2 and f"{opt} " in err and f"'{val}'" in err and needle in err
+           and not os.path.exists(mp), f"{opt} {val} is refused at start-up naming the range",
+           f"rc={rc}\n{err}")
+    cfg = os.path.join(d, "range.cfg")
+    open(cfg, "w").write("beta1 = 1.5\n")
+    expect_error([*base, "--config", cfg], "range.cfg:1", "--beta1 must be in [0,1)",
+                 what="a config file's value is held to the range")
+    expect_error([*base, "--steps", "1"], "environment MS_NONFINITE_REDO", "--nonfinite-redo",
+                 what="an environment value is held to the range",
+                 env=clean_env(MS_NONFINITE_REDO="-2"))
+    for cmd in (["sample", "--weights", "w.safetensors"], ["data", "inspect", "x.bin"],
+                ["diag"]):
+        expect_error([*cmd, "--threads", "100000"], "--threads must be in [0,1024]",
+                     what=f"{cmd[0]} --threads 100000 is refused")
+    _, out, _ = run("train", "--help")
+    ok(re.search(r"^  --beta1 X .*\[0\.9\] \(in \[0,1\)\)$", out, re.M)
+       and re.search(r"^  --threads N .*\(in \[0,1024\]\)$", out, re.M),
+       "--help shows each option's range", out)
+
+
 def test_spike(d, base):
     """spike=X multiplies the step's lr: the loss jumps after it."""
     m0, m1 = os.path.join(d, "sp0.jsonl"), os.path.join(d, "sp1.jsonl")
@@ -416,6 +452,7 @@ def main():
 
     test_nonfinite(d, base)
     test_spike(d, base)
+    test_option_ranges(d, base)
     test_node_targets(d, base)
 
     # --- a resumed run continues the metrics file (no duplicated steps) ---

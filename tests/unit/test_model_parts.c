@@ -215,13 +215,74 @@ typedef struct {
     int n;
     double x;
     char *s;
+    int k;
+    double b, r;
 } demo_opts;
+
+/* The range column: each bound, open or closed, from every source; a
+ * DOUBLE is finite even without a range. */
+static void test_opts_ranges(const char *dir) {
+    opts_spec spec[] = {
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "any number", NULL, NULL},
+        {"k", OPT_T_INT, offsetof(demo_opts, k), "1", "a count", "MS_TEST_DEMO_K", "[1,8]"},
+        {"b", OPT_T_DOUBLE, offsetof(demo_opts, b), "0.9", "a decay", NULL, "[0,1)"},
+        {"r", OPT_T_DOUBLE, offsetof(demo_opts, r), "1e-3", "a rate", NULL, "(0,)"},
+    };
+    const int n = (int)(sizeof spec / sizeof spec[0]);
+    demo_opts o = {0};
+    char *pos[1];
+    int np, help;
+    char *good[] = {"--k", "8", "--b", "0", "--r", "1e-30", "--x", "-1e300"};
+    T_EQ_INT(opts_parse(spec, n, &o, 8, good, pos, 0, &np, &help), MS_OK);
+    T_EQ_INT(o.k, 8);
+    T_NEAR(o.b, 0, 0);
+    struct {
+        const char *opt, *val, *needle;
+    } bad[] = {
+        {"--k", "0", "--k must be in [1,8], got '0'"},
+        {"--k", "9", "--k must be in [1,8], got '9'"},
+        {"--k", "-1", "--k must be in [1,8]"},
+        {"--b", "1", "--b must be in [0,1), got '1'"},
+        {"--b", "-0.1", "--b must be in [0,1)"},
+        {"--b", "nan", "--b expects a finite number, got 'nan'"},
+        {"--r", "0", "--r must be > 0, got '0'"},
+        {"--r", "-inf", "--r expects a finite number"},
+        {"--r", "inf", "--r expects a finite number"},
+        {"--x", "inf", "--x expects a finite number, got 'inf'"},
+        {"--x", "NaN", "--x expects a finite number"},
+        {"--x", "1e999", "--x expects a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *a[] = {(char *)bad[i].opt, (char *)bad[i].val};
+        T_EQ_INT(opts_parse(spec, n, &o, 2, a, pos, 0, &np, &help), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), bad[i].needle);
+        T_STR_CONTAINS(ms_errmsg(), "command line");
+    }
+    /* a config file and the environment are held to the same range */
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/range.cfg", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "k = 2\nb = 1.5\n");
+    fclose(f);
+    char *a1[] = {"--config", cfg};
+    T_EQ_INT(opts_parse(spec, n, &o, 2, a1, pos, 0, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "range.cfg:2: --b must be in [0,1), got '1.5'");
+    setenv("MS_TEST_DEMO_K", "100", 1);
+    T_EQ_INT(opts_parse(spec, n, &o, 0, NULL, pos, 0, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "environment MS_TEST_DEMO_K: --k must be in [1,8], got '100'");
+    unsetenv("MS_TEST_DEMO_K");
+    /* a default outside its range is refused like any other value */
+    spec[1].def = "0";
+    T_EQ_INT(opts_parse(spec, n, &o, 0, NULL, pos, 0, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "default: --k");
+    opts_free(spec, n, &o);
+}
 
 static void test_opts(const char *dir) {
     opts_spec spec[] = {
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL},
-        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X"},
-        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X", NULL},
+        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL, NULL},
     };
     demo_opts o = {0};
     char *pos[2];
@@ -275,6 +336,7 @@ int main(void) {
     test_schedule();
     test_loader(dir);
     test_opts(dir);
+    test_opts_ranges(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
