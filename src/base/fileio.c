@@ -258,6 +258,57 @@ ms_status ms_mkdirs(const char *path) {
     return MS_OK;
 }
 
+/* d, a path, cut to its directory in place ("a/b/" -> "a", "b" -> ".",
+ * "/a" -> "/"). */
+static void dir_of(char *d) {
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/')
+        d[--n] = 0;
+    char *slash = strrchr(d, '/');
+    if (!slash)
+        strcpy(d, ".");
+    else if (slash == d)
+        d[1] = 0;
+    else
+        *slash = 0;
+}
+
+ms_status ms_path_check_writable(const char *path, int is_dir) {
+    char d[4096];
+    struct stat st;
+    size_t n = strlen(path);
+    if (n == 0) return ms_error(MS_ERR_ARG, "empty path");
+    if (n >= sizeof d) return ms_error(MS_ERR_ARG, "%.64s...: path too long", path);
+    if (stat(path, &st) == 0) {
+        if (is_dir && !S_ISDIR(st.st_mode))
+            return ms_error(MS_ERR_ARG, "%s: exists and is not a directory", path);
+        if (!is_dir && S_ISDIR(st.st_mode))
+            return ms_error(MS_ERR_ARG, "%s: is a directory, not a file", path);
+        if (access(path, W_OK | (is_dir ? X_OK : 0)) != 0)
+            return ms_error(MS_ERR_ARG, "%s: not writable: %s", path, strerror(errno));
+        if (is_dir) return MS_OK;
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+        return ms_error(MS_ERR_ARG, "%s: stat: %s", path, strerror(errno));
+    }
+    memcpy(d, path, n + 1);
+    for (;;) { /* the directory that will hold it, or the nearest existing ancestor */
+        dir_of(d);
+        if (stat(d, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return ms_error(MS_ERR_ARG, "%s: '%s' is not a directory", path, d);
+            if (access(d, W_OK | X_OK) != 0)
+                return ms_error(MS_ERR_ARG, "%s: directory '%s' is not writable: %s", path, d,
+                                strerror(errno));
+            return MS_OK;
+        }
+        if (errno == ENOTDIR) continue; /* a file further up: named when reached */
+        if (errno != ENOENT)
+            return ms_error(MS_ERR_ARG, "%s: directory '%s': %s", path, d, strerror(errno));
+        if (!is_dir || !strcmp(d, ".") || !strcmp(d, "/")) /* the latter: a removed cwd */
+            return ms_error(MS_ERR_ARG, "%s: directory '%s' does not exist", path, d);
+    }
+}
+
 static int cmp_str(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }

@@ -51,6 +51,15 @@ ms_status ms_file_write_atomic(const char *path, const void *data, size_t n);
 /* mkdir -p; ok if it exists. */
 ms_status ms_mkdirs(const char *path);
 
+/* Whether a later write to `path` can succeed, checked before the work
+ * that produces it (an output path named by an option).  is_dir 0: a file
+ * written there (created, replaced atomically or appended): path is not a
+ * directory, its directory exists and is writable, and an existing file is
+ * writable.  is_dir 1: a directory made with ms_mkdirs: it is a writable
+ * directory, or its nearest existing ancestor is.  MS_ERR_ARG naming the
+ * path and the directory at fault. */
+ms_status ms_path_check_writable(const char *path, int is_dir);
+
 /* Expand a glob pattern into a sorted list of paths (caller frees with
  * ms_paths_free).  No match is MS_ERR_NOTFOUND naming the pattern. */
 ms_status ms_glob(const char *pattern, char ***paths, int *count);

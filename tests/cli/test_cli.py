@@ -290,6 +290,33 @@ def test_option_ranges(d, base):
        "--help shows each option's range", out)
 
 
+def test_output_paths(d, base):
+    """Every output path is checked at start-up, before any training: a bad
+    --save-weights used to fail only after the whole run, losing its weights
+    (issue 13, defect 5)."""
+    mp, afile = os.path.join(d, "out.jsonl"), os.path.join(d, "out_file")
+    open(afile, "w").write("x")
+    nodir = os.path.join(d, "no_such_dir")
+    for opt, path, needle in [("--save-weights", os.path.join(nodir, "w.safetensors"),
+                               "does not exist"),
+                              ("--save-weights", d, "is a directory"),
+                              ("--metrics", os.path.join(afile, "m.jsonl"), "is not a directory"),
+                              ("--ckpt-dir", afile, "not a directory"),
+                              ("--ckpt-dir", os.path.join(afile, "a", "b"), "is not a directory"),
+                              ("--trace-dir", os.path.join(afile, "t"), "is not a directory")]:
+        if os.path.exists(mp):
+            os.remove(mp)
+        extra = [] if opt == "--metrics" else ["--metrics", mp]
+        rc, _, err = run(*base, "--steps", "3", *extra, opt, path)
+        ok(rc == 2 and f"{opt}: {path}" in err and needle in err and "step " not in err
+           and not os.path.exists(mp), f"a bad {opt} ({needle}) fails at start-up, before training",
+           f"rc={rc}\n{err}")
+    deep = os.path.join(d, "new_ck", "a", "b")
+    rc, _, err = run(*base, "--steps", "1", "--ckpt-dir", deep, "--trace-dir",
+                     os.path.join(d, "new_tr", "x"), "--ckpt-shm-dir", d)
+    ok(rc == 0 and os.path.isdir(deep), "--ckpt-dir and --trace-dir are created where missing", err)
+
+
 def test_spike(d, base):
     """spike=X multiplies the step's lr: the loss jumps after it."""
     m0, m1 = os.path.join(d, "sp0.jsonl"), os.path.join(d, "sp1.jsonl")
@@ -453,6 +480,7 @@ def main():
     test_nonfinite(d, base)
     test_spike(d, base)
     test_option_ranges(d, base)
+    test_output_paths(d, base)
     test_node_targets(d, base)
 
     # --- a resumed run continues the metrics file (no duplicated steps) ---
