@@ -214,7 +214,9 @@ static ms_status setup_ckpt(trainer *t) {
     int found = 0;
     MS_TRY(ckpt_manager_resume(t->ckpt, &now, &saved, &found));
     if (found) {
-        data_loader_seek(t->train, saved.cursor);
+        if (data_loader_seek(t->train, saved.cursor) != MS_OK) /* the log names the commit */
+            return ms_error_wrap(MS_ERR_RANGE, "resume at step %d (--data-order sequential)",
+                                 saved.step);
         t->start = t->done = saved.step;
     }
     return MS_OK;

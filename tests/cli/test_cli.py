@@ -317,6 +317,34 @@ def test_output_paths(d, base):
     ok(rc == 0 and os.path.isdir(deep), "--ckpt-dir and --trace-dir are created where missing", err)
 
 
+def test_resume_changed_data(d):
+    """--data-order sequential resumed on a data set that changed since the
+    checkpoint: the saved shard index or position is checked against the
+    shards, and the run stops naming them, instead of reading out of bounds
+    (issue 13, defect 1)."""
+    ds = os.path.join(d, "rds")
+    os.makedirs(ds)
+    write_shard(os.path.join(ds, "s_000.bin"), text_tokens(200))  # steps 1-3 (64 tokens each)
+    write_shard(os.path.join(ds, "s_001.bin"), text_tokens(5000))  # steps 4, 5: pos 128
+    ck = os.path.join(d, "ck_rds")
+    args = ["train", *TINY, "--data-order", "sequential", "--ckpt-dir", ck, "--ckpt-shm-dir", ds]
+    rc, _, err = run(*args, "--train-data", os.path.join(ds, "s_*.bin"), "--steps", "5")
+    ok(rc == 0, "a sequential run with a checkpoint in its second shard", err)
+    one = os.path.join(ds, "s_000.bin")
+    rc, _, err = run(*args, "--train-data", one, "--steps", "8", "--resume", "auto")
+    ok(rc == 3 and "resume at step 5" in err and "shard index 1, but the data has 1 shard(s)" in err
+       and one in err, "resume on fewer shards names the shard index and the count", f"rc={rc}\n{err}")
+    write_shard(os.path.join(ds, "s_001.bin"), text_tokens(100))
+    rc, _, err = run(*args, "--train-data", os.path.join(ds, "s_*.bin"), "--steps", "8",
+                     "--resume", "auto")
+    ok(rc == 3 and "token 128 of shard index 1" in err and "only 100 tokens" in err,
+       "resume on a shorter shard names the position and the shard's size", f"rc={rc}\n{err}")
+    write_shard(os.path.join(ds, "s_001.bin"), text_tokens(5000))
+    rc, _, err = run(*args, "--train-data", os.path.join(ds, "s_*.bin"), "--steps", "8",
+                     "--resume", "auto")
+    ok(rc == 0 and "continuing at step 5" in err, "the same data resumes", err)
+
+
 def test_spike(d, base):
     """spike=X multiplies the step's lr: the loss jumps after it."""
     m0, m1 = os.path.join(d, "sp0.jsonl"), os.path.join(d, "sp1.jsonl")
@@ -481,6 +509,7 @@ def main():
     test_spike(d, base)
     test_option_ranges(d, base)
     test_output_paths(d, base)
+    test_resume_changed_data(d)
     test_node_targets(d, base)
 
     # --- a resumed run continues the metrics file (no duplicated steps) ---

@@ -145,6 +145,27 @@ static void test_loader(const char *dir) {
         T_EQ_INT(tg[39], k * 40 + 40);
         T_EQ_INT(tg[9], in[10]);
     }
+    /* a checkpoint's cursor that the shards cannot hold (the data set
+     * changed): refused, naming the pattern, the index and the count, and the
+     * loader stays where it was (issue 13, defect 1) */
+    data_cursor here = data_loader_cursor(dl), far = {0, 2, 0}, huge = {0, 1ull << 40, 0};
+    data_cursor past = {0, 1, 501}, end = {0, 1, 480};
+    T_EQ_INT(data_loader_seek(dl, far), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "a_*.bin");
+    T_STR_CONTAINS(ms_errmsg(), "shard index 2, but the data has 2 shard(s)");
+    T_EQ_INT(data_loader_seek(dl, huge), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "shard index 1099511627776");
+    T_EQ_INT(data_loader_seek(dl, past), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "token 501 of shard index 1");
+    T_STR_CONTAINS(ms_errmsg(), "a_001.bin), which has only 500 tokens");
+    T_EQ_INT((int)data_loader_cursor(dl).pos, (int)here.pos);
+    T_EQ_INT(data_loader_next(dl, in, tg), MS_OK);
+    T_EQ_INT(in[0], 3 * 40);
+    /* near the end of the last shard: the next batch wraps to the first */
+    T_EQ_INT(data_loader_seek(dl, end), MS_OK);
+    T_EQ_INT(data_loader_next(dl, in, tg), MS_OK);
+    T_EQ_INT(in[0], 0);
+    T_EQ_INT((int)data_loader_cursor(dl).epoch, 1);
     data_loader_close(dl);
     /* shuffle: every window once per epoch, deterministic, resumable */
     c.order = DATA_ORDER_SHUFFLE;
@@ -171,7 +192,7 @@ static void test_loader(const char *dir) {
     T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
     int32_t after[30];
     memcpy(after, in3, sizeof after);
-    data_loader_seek(dl, cur);
+    T_EQ_INT(data_loader_seek(dl, cur), MS_OK);
     T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
     T_OK(memcmp(after, in3, sizeof after) == 0);
     data_loader_close(dl);
