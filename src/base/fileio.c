@@ -39,6 +39,10 @@ ms_status ms_file_size(const char *path, uint64_t *size) {
 /* Reads until EOF (the size from fstat is only a first guess, so files that
  * report size 0, like those in /proc, also work).  *data is NUL-terminated. */
 ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
+    return ms_file_read_max(path, SIZE_MAX / 2, data, len);
+}
+
+ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *len) {
     ms_status rc = MS_OK;
     char *buf = NULL;
     size_t cap, n = 0;
@@ -51,7 +55,9 @@ ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
         rc = io_fail(MS_ERR_IO, path, "fstat", errno);
         goto out;
     }
-    cap = (st.st_size > 0 ? (size_t)st.st_size : 4096) + 1;
+    cap = (st.st_size > 0 ? (size_t)st.st_size : 4096);
+    if (cap > max) cap = max; /* the first read past max fails */
+    cap += 2;
     for (;;) {
         if (!buf || n + 1 >= cap) {
             char *nb;
@@ -71,6 +77,10 @@ ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
         }
         if (r == 0) break;
         n += (size_t)r;
+        if (n > max) {
+            rc = ms_error(MS_ERR_FORMAT, "%s: larger than %zu bytes", path, max);
+            goto out;
+        }
     }
     buf[n] = '\0';
     *data = buf;

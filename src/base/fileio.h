@@ -19,6 +19,10 @@ ms_status ms_file_size(const char *path, uint64_t *size);
 /* Read a whole file into a malloc'd buffer (caller frees); a NUL byte is
  * appended (not counted in *len) so text can be parsed in place. */
 ms_status ms_file_read_all(const char *path, char **data, size_t *len);
+/* The same for a file that must hold at most max bytes (a config file):
+ * more is MS_ERR_FORMAT naming the file and the limit, without reading
+ * further (/dev/zero ends). */
+ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *len);
 
 /* Read exactly n bytes at offset, or fail naming path and what was short. */
 ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t offset);

@@ -129,12 +129,25 @@ static char *trim(char *s) {
     return s;
 }
 
-/* Apply a "name = value" config file. */
+#define CONFIG_MAX_BYTES (1 << 20) /* a config file is a page of text, not a data file */
+
+/* Apply a "name = value" config file: text of at most CONFIG_MAX_BYTES, no
+ * NUL byte (the parser would stop there silently). */
 static ms_status load_config(const opts_spec *spec, int n, void *dst, const char *path) {
     char *text = NULL;
     size_t len = 0;
-    MS_TRY(ms_file_read_all(path, &text, &len));
-    ms_status st = MS_OK;
+    ms_status st = ms_file_read_max(path, CONFIG_MAX_BYTES, &text, &len);
+    if (st != MS_OK) return ms_error_wrap(st, "--config");
+    const char *nul = memchr(text, 0, len);
+    if (nul) {
+        int at = 1;
+        size_t off = (size_t)(nul - text);
+        for (const char *c = text; c < nul; c++)
+            at += *c == '\n';
+        free(text);
+        return ms_error(MS_ERR_FORMAT, "%s:%d: a NUL byte (byte %zu): a config file is text", path,
+                        at, off);
+    }
     int lineno = 0;
     for (char *line = text, *next; line && st == MS_OK; line = next) {
         next = strchr(line, '\n');

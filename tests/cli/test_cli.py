@@ -542,6 +542,9 @@ def main():
     cfg = os.path.join(d, "bad.cfg")
     open(cfg, "w").write("steps = 3\nnot_an_option = 4\n")
     expect_error(["train", "--config", cfg], "bad.cfg:2", "not_an_option", what="bad config file")
+    open(cfg, "wb").write(b"steps = 3\nlr = 1e-3\x00\nsteps = x\n")
+    expect_error(["train", "--config", cfg], "bad.cfg:2: a NUL byte",
+                 what="a NUL byte in a config file is named, not a silent end")
     expect_error(["train", "--train-data", train, *TINY, "--batch", "6", "--micro-batch", "4"],
                  "--batch 6", what="batch not a multiple of the micro-batch")
     expect_error(["train", "--train-data", train, *TINY, "--seq", "64"], "--seq 64", what="seq > seq-max")

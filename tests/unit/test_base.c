@@ -191,6 +191,23 @@ static void test_mkdirs_glob(void) {
     T_STR_CONTAINS(ms_errmsg(), "d/*.none");
 }
 
+/* A bounded read: max bytes are fine, one more is an error, and an endless
+ * file ends (issue 13, defect 13: the config parser read /dev/zero forever). */
+static void test_read_max(void) {
+    char *data = NULL;
+    size_t len = 0;
+    write_raw(tpath("ten"), "0123456789");
+    T_EQ_INT(ms_file_read_max(tpath("ten"), 10, &data, &len), MS_OK);
+    T_EQ_INT((int)len, 10);
+    T_OK(data && data[10] == 0);
+    free(data);
+    T_EQ_INT(ms_file_read_max(tpath("ten"), 9, &data, &len), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "ten: larger than 9 bytes");
+    T_OK(data == NULL && len == 0);
+    T_EQ_INT(ms_file_read_max("/dev/zero", 100000, &data, &len), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "/dev/zero: larger than 100000 bytes");
+}
+
 /* Output paths checked before the work that writes them (issue 13, defect 5). */
 static void test_path_writable(void) {
     ms_mkdirs(tpath("w/sub"));
@@ -428,6 +445,7 @@ int main(void) {
     test_atomic();
     test_mkdirs_glob();
     test_path_writable();
+    test_read_max();
     test_crc_vectors();
     test_crc_paths_agree();
     test_philox_kat();

@@ -342,6 +342,15 @@ static void test_opts(const char *dir) {
     T_EQ_INT(opts_parse(spec, 3, &o, 0, NULL, pos, 2, &np, &help), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "environment MS_TEST_DEMO_X");
     unsetenv("MS_TEST_DEMO_X");
+    /* a NUL byte is named, not a silent end of the file; /dev/zero ends */
+    f = fopen(cfg, "wb");
+    fwrite("n = 9\nx = 1\0\ns = 1\n", 1, 20, f);
+    fclose(f);
+    T_EQ_INT(opts_parse(spec, 3, &o, 2, a6, pos, 2, &np, &help), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "c.cfg:2: a NUL byte");
+    char *a7[] = {"--config", "/dev/zero"};
+    T_EQ_INT(opts_parse(spec, 3, &o, 2, a7, pos, 2, &np, &help), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "/dev/zero: larger than");
     char *js = opts_to_json(spec, 3, &o);
     T_STR_CONTAINS(js, "\"n\":");
     T_STR_CONTAINS(js, "\"s\":\"hi\"");
