@@ -125,6 +125,29 @@ def test_data(d):
     write_shard(os.path.join(d, "foreign.bin"), text_tokens(100), magic=777)
     expect_error(["data", "inspect", os.path.join(d, "foreign.bin")], "foreign.bin", "magic",
                  what="inspect: a foreign file")
+    # prepare into a directory that holds another data set's shards: refused
+    # without --force (issue 13, defect 6); --force leaves no stale shard
+    fo = os.path.join(d, "shards_f")
+    prep = ["data", "prepare", "--input", docs, "--tokenizer", "bytes", "--out", fo,
+            "--val-fraction", "0.1"]
+    rc, _, err = run(*prep, "--shard-tokens", "3000")
+    before = sorted(os.listdir(fo)) if rc == 0 else []
+    open(os.path.join(fo, "notes.txt"), "w").write("not a shard")
+    ok(rc == 0 and len(before) > 4, "prepare: several shards", err + str(before))
+    old = open(os.path.join(fo, "data_train_000000.bin"), "rb").read() if before else b""
+    rc, _, err = run(*prep, "--shard-tokens", "100000")
+    ok(rc == 2 and "already holds" in err and "--force" in err and "data_train_000000.bin" in err
+       and sorted(os.listdir(fo)) == sorted(before + ["notes.txt"])
+       and open(os.path.join(fo, "data_train_000000.bin"), "rb").read() == old,
+       "prepare into another data set's shards is refused and changes nothing", err)
+    rc, _, err = run(*prep, "--shard-tokens", "100000", "--name", "other")
+    ok(rc == 0, "another --name in the same --out is fine", err)
+    rc, _, err = run(*prep, "--shard-tokens", "100000", "--force", "1")
+    names = sorted(os.listdir(fo))
+    ok(rc == 0 and [n for n in names if n.startswith("data_")] ==
+       ["data_train_000000.bin", "data_val_000000.bin"] and "notes.txt" in names
+       and "other_train_000000.bin" in names and f"removed {len(before) - 2} old shard(s)" in err,
+       "--force replaces the shards and removes the stale ones, nothing else", err + str(names))
 
 
 # Every environment variable megascale reads besides the launcher's, by
