@@ -29,9 +29,9 @@ static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
       "weights file (HF GPT-2 safetensors, from --save-weights)"),
     O("prompt", OPT_T_STR, prompt, NULL, "text to continue (default: a newline)"),
-    O("tokens", OPT_T_INT, tokens, "200", "tokens to generate"),
-    O("temperature", OPT_T_DOUBLE, temperature, "0.8", "softmax temperature (0: greedy)"),
-    O("top-k", OPT_T_INT, top_k, "40", "sample among the k most likely tokens (0: all)"),
+    R("tokens", OPT_T_INT, tokens, "200", "[0,16777216]", "tokens to generate"),
+    R("temperature", OPT_T_DOUBLE, temperature, "0.8", "[0,)", "softmax temperature (0: greedy)"),
+    R("top-k", OPT_T_INT, top_k, "40", "[0,)", "sample among the k most likely tokens (0: all)"),
     O("seed", OPT_T_U64, seed, "42", "sampling seed"),
     O("tokenizer", OPT_T_STR, tokenizer, "auto",
       "bytes, gpt2, a tokenizer file, ids, or auto (bytes for vocab <= 256, gpt2 for 50257)"),
@@ -141,7 +141,6 @@ static void emit(const sample_text *tx, int tok) {
 
 static ms_status run_sample(const sample_config *sc) {
     if (!sc->weights || !*sc->weights) return ms_error(MS_ERR_ARG, "--weights FILE is required");
-    if (sc->tokens < 0) return ms_error(MS_ERR_ARG, "--tokens must be >= 0");
     gpt_config c;
     MS_TRY(ckpt_hf_read_config(sc->weights, sc->heads, &c));
     sample_text tx;

@@ -307,6 +307,10 @@ def test_option_ranges(d, base):
                 ["diag"]):
         expect_error([*cmd, "--threads", "100000"], "--threads must be in [0,1024]",
                      what=f"{cmd[0]} --threads 100000 is refused")
+    expect_error(["sample", "--weights", "w.safetensors", "--tokens", "2147483647"],
+                 "--tokens must be in [0,16777216]", what="sample --tokens near 2^31 is refused")
+    expect_error(["sample", "--weights", "w.safetensors", "--temperature", "nan"],
+                 "--temperature expects a finite number", what="sample --temperature nan")
     _, out, _ = run("train", "--help")
     ok(re.search(r"^  --beta1 X .*\[0\.9\] \(in \[0,1\)\)$", out, re.M)
        and re.search(r"^  --threads N .*\(in \[0,1024\]\)$", out, re.M),
