@@ -39,6 +39,10 @@ ms_status ms_file_size(const char *path, uint64_t *size) {
 /* Reads until EOF (the size from fstat is only a first guess, so files that
  * report size 0, like those in /proc, also work).  *data is NUL-terminated. */
 ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
+    return ms_file_read_max(path, SIZE_MAX / 2, data, len);
+}
+
+ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *len) {
     ms_status rc = MS_OK;
     char *buf = NULL;
     size_t cap, n = 0;
@@ -51,7 +55,9 @@ ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
         rc = io_fail(MS_ERR_IO, path, "fstat", errno);
         goto out;
     }
-    cap = (st.st_size > 0 ? (size_t)st.st_size : 4096) + 1;
+    cap = (st.st_size > 0 ? (size_t)st.st_size : 4096);
+    if (cap > max) cap = max; /* the first read past max fails */
+    cap += 2;
     for (;;) {
         if (!buf || n + 1 >= cap) {
             char *nb;
@@ -71,6 +77,10 @@ ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
         }
         if (r == 0) break;
         n += (size_t)r;
+        if (n > max) {
+            rc = ms_error(MS_ERR_FORMAT, "%s: larger than %zu bytes", path, max);
+            goto out;
+        }
     }
     buf[n] = '\0';
     *data = buf;
@@ -256,6 +266,57 @@ ms_status ms_mkdirs(const char *path) {
     if (stat(path, &st) != 0) return io_fail(MS_ERR_IO, path, "stat", errno);
     if (!S_ISDIR(st.st_mode)) return ms_error(MS_ERR_IO, "%s: exists and is not a directory", path);
     return MS_OK;
+}
+
+/* d, a path, cut to its directory in place ("a/b/" -> "a", "b" -> ".",
+ * "/a" -> "/"). */
+static void dir_of(char *d) {
+    size_t n = strlen(d);
+    while (n > 1 && d[n - 1] == '/')
+        d[--n] = 0;
+    char *slash = strrchr(d, '/');
+    if (!slash)
+        strcpy(d, ".");
+    else if (slash == d)
+        d[1] = 0;
+    else
+        *slash = 0;
+}
+
+ms_status ms_path_check_writable(const char *path, int is_dir) {
+    char d[4096];
+    struct stat st;
+    size_t n = strlen(path);
+    if (n == 0) return ms_error(MS_ERR_ARG, "empty path");
+    if (n >= sizeof d) return ms_error(MS_ERR_ARG, "%.64s...: path too long", path);
+    if (stat(path, &st) == 0) {
+        if (is_dir && !S_ISDIR(st.st_mode))
+            return ms_error(MS_ERR_ARG, "%s: exists and is not a directory", path);
+        if (!is_dir && S_ISDIR(st.st_mode))
+            return ms_error(MS_ERR_ARG, "%s: is a directory, not a file", path);
+        if (access(path, W_OK | (is_dir ? X_OK : 0)) != 0)
+            return ms_error(MS_ERR_ARG, "%s: not writable: %s", path, strerror(errno));
+        if (is_dir) return MS_OK;
+    } else if (errno != ENOENT && errno != ENOTDIR) {
+        return ms_error(MS_ERR_ARG, "%s: stat: %s", path, strerror(errno));
+    }
+    memcpy(d, path, n + 1);
+    for (;;) { /* the directory that will hold it, or the nearest existing ancestor */
+        dir_of(d);
+        if (stat(d, &st) == 0) {
+            if (!S_ISDIR(st.st_mode))
+                return ms_error(MS_ERR_ARG, "%s: '%s' is not a directory", path, d);
+            if (access(d, W_OK | X_OK) != 0)
+                return ms_error(MS_ERR_ARG, "%s: directory '%s' is not writable: %s", path, d,
+                                strerror(errno));
+            return MS_OK;
+        }
+        if (errno == ENOTDIR) continue; /* a file further up: named when reached */
+        if (errno != ENOENT)
+            return ms_error(MS_ERR_ARG, "%s: directory '%s': %s", path, d, strerror(errno));
+        if (!is_dir || !strcmp(d, ".") || !strcmp(d, "/")) /* the latter: a removed cwd */
+            return ms_error(MS_ERR_ARG, "%s: directory '%s' does not exist", path, d);
+    }
 }
 
 static int cmp_str(const void *a, const void *b) {

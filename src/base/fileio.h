@@ -19,6 +19,10 @@ ms_status ms_file_size(const char *path, uint64_t *size);
 /* Read a whole file into a malloc'd buffer (caller frees); a NUL byte is
  * appended (not counted in *len) so text can be parsed in place. */
 ms_status ms_file_read_all(const char *path, char **data, size_t *len);
+/* The same for a file that must hold at most max bytes (a config file):
+ * more is MS_ERR_FORMAT naming the file and the limit, without reading
+ * further (/dev/zero ends). */
+ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *len);
 
 /* Read exactly n bytes at offset, or fail naming path and what was short. */
 ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t offset);
@@ -50,6 +54,15 @@ ms_status ms_file_write_atomic(const char *path, const void *data, size_t n);
 
 /* mkdir -p; ok if it exists. */
 ms_status ms_mkdirs(const char *path);
+
+/* Whether a later write to `path` can succeed, checked before the work
+ * that produces it (an output path named by an option).  is_dir 0: a file
+ * written there (created, replaced atomically or appended): path is not a
+ * directory, its directory exists and is writable, and an existing file is
+ * writable.  is_dir 1: a directory made with ms_mkdirs: it is a writable
+ * directory, or its nearest existing ancestor is.  MS_ERR_ARG naming the
+ * path and the directory at fault. */
+ms_status ms_path_check_writable(const char *path, int is_dir);
 
 /* Expand a glob pattern into a sorted list of paths (caller frees with
  * ms_paths_free).  No match is MS_ERR_NOTFOUND naming the pattern. */

@@ -20,13 +20,16 @@
 typedef struct {
     char *input, *out, *tokenizer, *name, *data_dir;
     double val_fraction;
-    int count, vocab_size, threads;
+    int count, vocab_size, threads, force;
     uint64_t shard_tokens;
 } data_config;
 
-#define O(name, type, field, def, help) {name, type, offsetof(data_config, field), def, help, NULL}
+#define O(name, type, field, def, help)                                                            \
+    { name, type, offsetof(data_config, field), def, help, NULL, NULL }
+#define R(name, type, field, def, range, help)                                                     \
+    { name, type, offsetof(data_config, field), def, help, NULL, range }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(data_config, field), def, help, env }
+    { name, type, offsetof(data_config, field), def, help, env, NULL }
 static const opts_spec data_opts[] = {
     O("input", OPT_T_STR, input, NULL, "text: a file, a glob of files, or a directory"),
     O("out", OPT_T_STR, out, NULL, "output: shard directory (prepare), tokenizer file (train)"),
@@ -37,8 +40,11 @@ static const opts_spec data_opts[] = {
     O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "share of the input for validation"),
     O("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "tokens per training shard"),
     O("vocab-size", OPT_T_INT, vocab_size, "4096", "vocabulary size (tokenizer-train)"),
-    O("threads", OPT_T_INT, threads, "0", "encoding threads (0: all cores)"),
+    R("threads", OPT_T_INT, threads, "0", "[0,1024]", "encoding threads (0: all cores)"),
     O("count", OPT_T_INT, count, "32", "tokens to show (inspect)"),
+    R("force", OPT_T_INT, force, "0", "[0,1]",
+      "prepare: 1 replaces shards of --name already in --out (0: refuse; the old ones not "
+      "rewritten are removed)"),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
 
@@ -72,8 +78,9 @@ static ms_status prepare(const data_config *dc) {
     ms_status st = load_tokenizer(dc->tokenizer, dc->data_dir, &tok);
     data_prepare_stats ps;
     if (st == MS_OK) {
-        data_prepare_config pc = {paths,    n,       tok, dc->out, dc->name, dc->val_fraction,
-                                  dc->shard_tokens, dc->threads, 0};
+        data_prepare_config pc = {
+            paths,       n, tok,      dc->out, dc->name, dc->val_fraction, dc->shard_tokens,
+            dc->threads, 0, dc->force};
         st = data_prepare(&pc, &ps);
     }
     if (st == MS_OK)
@@ -84,6 +91,9 @@ static ms_status prepare(const data_config *dc) {
                 ps.tokens ? (double)ps.bytes / (double)ps.tokens : 0,
                 (unsigned long long)ps.train_tokens, (unsigned long long)ps.val_tokens, ps.shards,
                 dc->out, ps.seconds, (double)ps.bytes / 1e6 / (ps.seconds > 0 ? ps.seconds : 1e-9));
+    if (st == MS_OK && ps.stale_removed)
+        fprintf(stderr, "--force: removed %d old shard(s) of %s that this run did not rewrite\n",
+                ps.stale_removed, dc->name);
     data_tok_free(tok);
     ms_paths_free(paths, n);
     return st;

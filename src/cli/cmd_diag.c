@@ -20,10 +20,13 @@ typedef struct {
 } diag_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(diag_cli, field), def, help, NULL }
+    { name, type, offsetof(diag_cli, field), def, help, NULL, NULL }
+#define R(name, type, field, def, range, help)                                                     \
+    { name, type, offsetof(diag_cli, field), def, help, NULL, range }
 static const opts_spec diag_opts[] = {
     O("device", OPT_T_STR, device, "cpu", "the backend whose GEMM is checked: cpu or cuda"),
-    O("threads", OPT_T_INT, threads, "0", "CPU threads for the GEMM and memory checks (0: all)"),
+    R("threads", OPT_T_INT, threads, "0", "[0,1024]",
+      "CPU threads for the GEMM and memory checks (0: all)"),
     O("gemm-n", OPT_T_INT, gemm_n, "256",
       "gemm: size of the products checked against the host reference (n x n x n)"),
     O("gemm-speed-n", OPT_T_INT, gemm_speed_n, "0",

@@ -17,7 +17,7 @@ typedef struct {
 } launch_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(launch_cli, field), def, help, NULL }
+    { name, type, offsetof(launch_cli, field), def, help, NULL, NULL }
 
 static const opts_spec launch_opts[] = {
     O("np", OPT_T_INT, np, "1", "ranks of the job"),

@@ -21,16 +21,18 @@ typedef struct {
 } sample_config;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(sample_config, field), def, help, NULL }
+    { name, type, offsetof(sample_config, field), def, help, NULL, NULL }
+#define R(name, type, field, def, range, help)                                                     \
+    { name, type, offsetof(sample_config, field), def, help, NULL, range }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(sample_config, field), def, help, env }
+    { name, type, offsetof(sample_config, field), def, help, env, NULL }
 static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
       "weights file (HF GPT-2 safetensors, from --save-weights)"),
     O("prompt", OPT_T_STR, prompt, NULL, "text to continue (default: a newline)"),
-    O("tokens", OPT_T_INT, tokens, "200", "tokens to generate"),
-    O("temperature", OPT_T_DOUBLE, temperature, "0.8", "softmax temperature (0: greedy)"),
-    O("top-k", OPT_T_INT, top_k, "40", "sample among the k most likely tokens (0: all)"),
+    R("tokens", OPT_T_INT, tokens, "200", "[0,16777216]", "tokens to generate"),
+    R("temperature", OPT_T_DOUBLE, temperature, "0.8", "[0,)", "softmax temperature (0: greedy)"),
+    R("top-k", OPT_T_INT, top_k, "40", "[0,)", "sample among the k most likely tokens (0: all)"),
     O("seed", OPT_T_U64, seed, "42", "sampling seed"),
     O("tokenizer", OPT_T_STR, tokenizer, "auto",
       "bytes, gpt2, a tokenizer file, ids, or auto (bytes for vocab <= 256, gpt2 for 50257)"),
@@ -38,7 +40,7 @@ static const opts_spec sample_opts[] = {
        "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
     O("heads", OPT_T_INT, heads, "0", "attention heads when the file does not say (0: C/64)"),
     O("device", OPT_T_STR, device, "cpu", "compute backend"),
-    O("threads", OPT_T_INT, threads, "0", "CPU threads (0: all cores)"),
+    R("threads", OPT_T_INT, threads, "0", "[0,1024]", "CPU threads (0: all cores)"),
     OE("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE",
        "cuda: 1 times every op on the device and prints a table at exit"),
     OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU",
@@ -168,9 +170,7 @@ static void emit(const sample_text *tx, int tok) {
 
 static ms_status run_sample(const sample_config *sc) {
     if (!sc->weights || !*sc->weights) return ms_error(MS_ERR_ARG, "--weights FILE is required");
-    if (sc->tokens < 0 || sc->tokens > SAMPLE_MAX_TOKENS)
-        return ms_error(MS_ERR_ARG, "--tokens must be in [0, %d] (got %d)", SAMPLE_MAX_TOKENS,
-                        sc->tokens);
+    /* --tokens has its range in the table (SAMPLE_MAX_TOKENS) */
     if (sc->prompt && strlen(sc->prompt) > SAMPLE_MAX_TOKENS)
         return ms_error(MS_ERR_ARG, "--prompt: longer than %d bytes", SAMPLE_MAX_TOKENS);
     gpt_config c;

@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,61 @@ static const opts_spec *find(const opts_spec *spec, int n, const char *name, siz
     return NULL;
 }
 
+/* An option's declared range (opts_spec.range), parsed. */
+typedef struct {
+    double lo, hi;        /* -inf / inf: unbounded */
+    int lo_open, hi_open; /* 1: the bound itself is excluded */
+} opt_range;
+
+static opt_range range_of(const opts_spec *s) {
+    const char *r = s->range;
+    char *end;
+    opt_range g = {-INFINITY, INFINITY, 1, 1};
+    MS_CHECKF(s->type != OPT_T_STR, "option --%s: a string option has no range", s->name);
+    MS_CHECKF(r[0] == '[' || r[0] == '(', "option --%s: bad range '%s'", s->name, r);
+    g.lo_open = r[0] == '(';
+    r++;
+    if (*r != ',') {
+        g.lo = strtod(r, &end);
+        MS_CHECKF(end != r && *end == ',', "option --%s: bad range '%s'", s->name, s->range);
+        r = end;
+    }
+    r++;
+    if (*r != ']' && *r != ')') {
+        g.hi = strtod(r, &end);
+        MS_CHECKF(end != r, "option --%s: bad range '%s'", s->name, s->range);
+        r = end;
+    }
+    MS_CHECKF((*r == ']' || *r == ')') && !r[1] && g.lo <= g.hi, "option --%s: bad range '%s'",
+              s->name, s->range);
+    g.hi_open = *r == ')';
+    return g;
+}
+
+/* The range in words: "> 0", ">= 1", "in [0,1)". */
+static void range_text(const opts_spec *s, char *buf, size_t size) {
+    opt_range g = range_of(s);
+    if (isinf(g.hi))
+        snprintf(buf, size, "%s %g", g.lo_open ? ">" : ">=", g.lo);
+    else if (isinf(g.lo))
+        snprintf(buf, size, "%s %g", g.hi_open ? "<" : "<=", g.hi);
+    else
+        snprintf(buf, size, "in %s", s->range);
+}
+
+static int in_range(const opts_spec *s, double x) {
+    opt_range g = range_of(s);
+    return (g.lo_open ? x > g.lo : x >= g.lo) && (g.hi_open ? x < g.hi : x <= g.hi);
+}
+
+/* x, the value v of option s as a number, against the option's range. */
+static ms_status check_range(const opts_spec *s, double x, const char *v, const char *where) {
+    if (!s->range || in_range(s, x)) return MS_OK;
+    char r[128];
+    range_text(s, r, sizeof r);
+    return ms_error(MS_ERR_ARG, "%s: --%s must be %s, got '%s'", where, s->name, r, v);
+}
+
 /* Store text value v for option s, validating its type; `where` names the
  * source (command line or file:line) for messages. */
 static ms_status set_value(const opts_spec *s, void *dst, const char *v, const char *where) {
@@ -29,6 +85,7 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
         long x = strtol(v, &end, 10);
         if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
             return ms_error(MS_ERR_ARG, "%s: --%s expects an integer, got '%s'", where, s->name, v);
+        MS_TRY(check_range(s, (double)x, v, where));
         *(int *)p = (int)x;
         break;
     }
@@ -37,6 +94,7 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
         if (!*v || *end || errno || *v == '-')
             return ms_error(MS_ERR_ARG, "%s: --%s expects a non-negative integer, got '%s'", where,
                             s->name, v);
+        MS_TRY(check_range(s, (double)x, v, where));
         *(uint64_t *)p = x;
         break;
     }
@@ -44,6 +102,10 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
         double x = strtod(v, &end);
         if (!*v || *end || errno)
             return ms_error(MS_ERR_ARG, "%s: --%s expects a number, got '%s'", where, s->name, v);
+        if (!isfinite(x))
+            return ms_error(MS_ERR_ARG, "%s: --%s expects a finite number, got '%s'", where,
+                            s->name, v);
+        MS_TRY(check_range(s, x, v, where));
         *(double *)p = x;
         break;
     }
@@ -67,12 +129,25 @@ static char *trim(char *s) {
     return s;
 }
 
-/* Apply a "name = value" config file. */
+#define CONFIG_MAX_BYTES (1 << 20) /* a config file is a page of text, not a data file */
+
+/* Apply a "name = value" config file: text of at most CONFIG_MAX_BYTES, no
+ * NUL byte (the parser would stop there silently). */
 static ms_status load_config(const opts_spec *spec, int n, void *dst, const char *path) {
     char *text = NULL;
     size_t len = 0;
-    MS_TRY(ms_file_read_all(path, &text, &len));
-    ms_status st = MS_OK;
+    ms_status st = ms_file_read_max(path, CONFIG_MAX_BYTES, &text, &len);
+    if (st != MS_OK) return ms_error_wrap(st, "--config");
+    const char *nul = memchr(text, 0, len);
+    if (nul) {
+        int at = 1;
+        size_t off = (size_t)(nul - text);
+        for (const char *c = text; c < nul; c++)
+            at += *c == '\n';
+        free(text);
+        return ms_error(MS_ERR_FORMAT, "%s:%d: a NUL byte (byte %zu): a config file is text", path,
+                        at, off);
+    }
     int lineno = 0;
     for (char *line = text, *next; line && st == MS_OK; line = next) {
         next = strchr(line, '\n');
@@ -162,6 +237,11 @@ void opts_print_help(const opts_spec *spec, int n, const char *usage) {
         snprintf(left, sizeof left, "--%s %s", spec[i].name, t);
         printf("  %-24s %s", left, spec[i].help);
         if (spec[i].def && *spec[i].def) printf(" [%s]", spec[i].def);
+        if (spec[i].range) {
+            char r[128];
+            range_text(&spec[i], r, sizeof r);
+            printf(" (%s)", r);
+        }
         if (spec[i].env) printf(" (env %s)", spec[i].env);
         printf("\n");
     }

@@ -5,6 +5,8 @@
  * caller's struct at the declared offsets; strings are malloc'd (freed by
  * opts_free).  An option may name an environment variable (its env
  * column), read here and nowhere else: library code never calls getenv.
+ * A numeric option may declare a range (its range column), checked by the
+ * parser wherever the value comes from; a DOUBLE must also be finite.
  * Precedence: defaults < config file < environment < command line.
  */
 #ifndef CLI_OPTS_H
@@ -23,6 +25,11 @@ typedef struct {
     const char *def; /* default as text; NULL for an empty string */
     const char *help;
     const char *env; /* environment variable that sets it (NULL: none) */
+    /* INT, U64, DOUBLE: the values allowed, "[lo,hi]" with '(' or ')' for an
+     * open end and an empty bound for none: "(0,)" is > 0, "[0,1)" is 0 <= x
+     * < 1, "[1,1024]" is 1..1024.  NULL: any value of the type.  A malformed
+     * range is a broken invariant (the parser aborts). */
+    const char *range;
 } opts_spec;
 
 /* Parse argv[0..argc) into dst.  Positional arguments (not starting with

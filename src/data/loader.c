@@ -179,11 +179,29 @@ data_cursor data_loader_cursor(const data_loader *dl) {
     return dl->cur;
 }
 
-void data_loader_seek(data_loader *dl, data_cursor c) { dl->cur = c; }
+ms_status data_loader_seek(data_loader *dl, data_cursor c) {
+    if (dl->cfg.order == DATA_ORDER_SEQUENTIAL) {
+        if (c.shard >= (uint64_t)dl->n_shards)
+            return ms_error(MS_ERR_RANGE,
+                            "%s: the data position to continue from is shard index %llu, but the "
+                            "data has %d shard(s) (indices 0..%d): the data set changed",
+                            dl->cfg.pattern, (unsigned long long)c.shard, dl->n_shards,
+                            dl->n_shards - 1);
+        const data_shard *s = &dl->shards[c.shard];
+        if (c.pos > s->n_tokens)
+            return ms_error(MS_ERR_RANGE,
+                            "%s: the data position to continue from is token %llu of shard index "
+                            "%llu (%s), which has only %llu tokens: the data set changed",
+                            dl->cfg.pattern, (unsigned long long)c.pos, (unsigned long long)c.shard,
+                            s->path, (unsigned long long)s->n_tokens);
+    }
+    dl->cur = c;
+    return MS_OK;
+}
 
 void data_loader_rewind(data_loader *dl) {
     data_cursor c = {0, 0, 0};
-    data_loader_seek(dl, c);
+    dl->cur = c;
 }
 
 uint64_t data_loader_total_tokens(const data_loader *dl) {

@@ -51,7 +51,13 @@ void data_loader_close(data_loader *dl);
 /* Fill inputs and targets, each (B,T) int32 on the host. */
 ms_status data_loader_next(data_loader *dl, int32_t *inputs, int32_t *targets);
 data_cursor data_loader_cursor(const data_loader *dl);
-void data_loader_seek(data_loader *dl, data_cursor c);
+/* Continue from cursor c (a checkpoint's).  Sequential order: c must lie
+ * in the shards opened now, shard < the shard count and pos <= that
+ * shard's tokens; otherwise (the data set changed since c was saved)
+ * MS_ERR_RANGE naming the pattern, the index, the count or the shard's
+ * size, and the loader is left where it was.  Shuffle order: every cursor
+ * is valid (the window count is taken modulo the epoch's windows). */
+ms_status data_loader_seek(data_loader *dl, data_cursor c);
 void data_loader_rewind(data_loader *dl);
 uint64_t data_loader_total_tokens(const data_loader *dl);
 int data_loader_num_shards(const data_loader *dl);

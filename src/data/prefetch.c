@@ -124,7 +124,8 @@ void data_prefetch_stop(data_prefetch *p) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     pthread_join(p->thread, NULL);
-    data_loader_seek(p->dl, p->last); /* batches still in the ring are read again */
+    /* batches still in the ring are read again; the loader made this cursor */
+    MS_CHECK(data_loader_seek(p->dl, p->last) == MS_OK);
     for (int i = 0; i < p->depth; i++) {
         free(p->ring[i].inp);
         free(p->ring[i].tgt);

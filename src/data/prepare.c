@@ -1,6 +1,7 @@
 /* prepare.c - documents -> tokens -> shards, with progress. */
 #include "data/prepare.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,8 @@ typedef struct {
     double t0, last_report;
     uint32_t *ids;
     size_t n_ids, cap_ids;
+    char **old; /* NAME's shards in out_dir before the run */
+    int n_old, val_written;
 } prep;
 
 static int printable(unsigned char c) { return c >= 0x21 && c <= 0x7e; }
@@ -131,6 +134,56 @@ static ms_status do_document(prep *p, const char *text, size_t len) {
     return MS_OK;
 }
 
+/* NAME's shards already in out_dir into p->old; without force, an error
+ * naming them (a new data set would overwrite some and mix with the rest). */
+static ms_status find_old(prep *p) {
+    const data_prepare_config *c = p->cfg;
+    static const char *kinds[] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        char pat[4400], **paths = NULL;
+        int n = 0;
+        snprintf(pat, sizeof pat, "%s/%s_%s_*.bin", c->out_dir, c->name, kinds[k]);
+        ms_status st = ms_glob(pat, &paths, &n);
+        if (st == MS_ERR_NOTFOUND) continue;
+        MS_TRY(st);
+        char **all = realloc(p->old, sizeof *all * (size_t)(p->n_old + n));
+        if (!all) {
+            ms_paths_free(paths, n);
+            return ms_error(MS_ERR_NOMEM, "out of memory");
+        }
+        p->old = all;
+        memcpy(p->old + p->n_old, paths, sizeof *paths * (size_t)n);
+        p->n_old += n;
+        free(paths); /* the strings now belong to p->old */
+    }
+    if (p->n_old == 0 || c->force) return MS_OK;
+    return ms_error(MS_ERR_ARG,
+                    "%s already holds %d shard(s) named %s_* (%s%s): the new ones would "
+                    "overwrite some and mix with the others; --force replaces them (the old "
+                    "shards are removed), or choose another --out or --name",
+                    c->out_dir, p->n_old, c->name, p->old[0], p->n_old > 1 ? ", ..." : "");
+}
+
+/* force: remove the old shards that this run did not rewrite. */
+static ms_status remove_stale(prep *p) {
+    const data_prepare_config *c = p->cfg;
+    for (int i = 0; i < p->n_old; i++) {
+        char mine[4400];
+        int rewritten = 0;
+        snprintf(mine, sizeof mine, "%s/%s_val_000000.bin", c->out_dir, c->name);
+        rewritten = p->val_written && !strcmp(p->old[i], mine);
+        for (int k = 0; !rewritten && k < p->train_index; k++) {
+            snprintf(mine, sizeof mine, "%s/%s_train_%06d.bin", c->out_dir, c->name, k);
+            rewritten = !strcmp(p->old[i], mine);
+        }
+        if (rewritten) continue;
+        if (remove(p->old[i]) != 0)
+            return ms_error(MS_ERR_IO, "%s: remove the old shard: %s", p->old[i], strerror(errno));
+        p->st->stale_removed++;
+    }
+    return MS_OK;
+}
+
 static ms_status run(prep *p) {
     const data_prepare_config *c = p->cfg;
     for (int i = 0; i < c->n_inputs; i++) {
@@ -142,6 +195,7 @@ static ms_status run(prep *p) {
         return ms_error(MS_ERR_FORMAT, "%s: input is empty (%d file(s), 0 bytes)",
                         c->n_inputs ? c->inputs[0] : "(no input)", c->n_inputs);
     p->val_bytes = (uint64_t)((double)p->total_bytes * c->val_fraction);
+    MS_TRY(find_old(p));
     MS_TRY(ms_mkdirs(c->out_dir));
     if (p->val_bytes > 0) {
         char path[4400];
@@ -161,13 +215,14 @@ static ms_status run(prep *p) {
         p->val_open = 0;
         MS_TRY(data_shard_writer_commit(&p->val));
         p->st->shards++;
+        p->val_written = 1;
     }
     if (p->train_open) {
         p->train_open = 0;
         MS_TRY(data_shard_writer_commit(&p->train));
         p->st->shards++;
     }
-    return MS_OK;
+    return remove_stale(p);
 }
 
 ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats) {
@@ -193,6 +248,7 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     if (p.train_open) data_shard_writer_abort(&p.train);
     if (p.val_open) data_shard_writer_abort(&p.val);
     free(p.ids);
+    ms_paths_free(p.old, p.n_old);
     stats->bytes = p.done_bytes;
     stats->seconds = ms_now() - p.t0;
     if (st == MS_OK) progress(&p, 1);

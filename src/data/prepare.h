@@ -8,7 +8,11 @@
  * rest to NAME_train_NNNNNN.bin shards of at most shard_tokens tokens.
  * Shards use version 1 (uint16) when every id fits, version 2 (uint32)
  * otherwise.  Each shard is written atomically, so a failure never leaves a
- * half-written shard under its final name.  Progress (bytes, MB/s, ETA) goes
+ * half-written shard under its final name.  Shards of NAME already in the
+ * directory (NAME_train_*.bin, NAME_val_*.bin: another data set, which the
+ * new shards would partly overwrite and partly mix with) are refused before
+ * anything is read, unless force: then those the run does not rewrite are
+ * removed once every new shard is committed.  Progress (bytes, MB/s, ETA) goes
  * to stderr about once a second.  Not thread-safe (uses its own threads).
  */
 #ifndef DATA_PREPARE_H
@@ -29,12 +33,14 @@ typedef struct {
     uint64_t shard_tokens;
     int threads;
     int quiet; /* no progress lines */
+    int force; /* replace NAME's shards already in out_dir (0: refuse) */
 } data_prepare_config;
 
 typedef struct {
     int documents;
     uint64_t bytes, tokens, train_tokens, val_tokens;
     int shards;
+    int stale_removed; /* force: old shards of NAME that were not rewritten */
     double seconds;
 } data_prepare_stats;
 

@@ -12,6 +12,7 @@
 #include "base/ctx.h"
 #include "base/events.h"
 #include "base/fault.h"
+#include "base/fileio.h"
 #include "base/log.h"
 #include "base/node.h"
 #include "base/timeutil.h"
@@ -213,7 +214,9 @@ static ms_status setup_ckpt(trainer *t) {
     int found = 0;
     MS_TRY(ckpt_manager_resume(t->ckpt, &now, &saved, &found));
     if (found) {
-        data_loader_seek(t->train, saved.cursor);
+        if (data_loader_seek(t->train, saved.cursor) != MS_OK) /* the log names the commit */
+            return ms_error_wrap(MS_ERR_RANGE, "resume at step %d (--data-order sequential)",
+                                 saved.step);
         t->start = t->done = saved.step;
     }
     return MS_OK;
@@ -301,6 +304,29 @@ static void resolve_trace_dir(trainer *t) {
         snprintf(t->trace_dir, sizeof t->trace_dir, "%.*s%strace", n, tc->metrics,
                  slash ? "/" : "");
     }
+}
+
+/* Every output path, before anything is read, allocated or trained: a bad
+ * one would otherwise fail only when first written (--save-weights: after
+ * the whole run, losing the trained weights).  Rank 0 writes the weights
+ * and the metrics; every rank writes its trace and checkpoint shards. */
+static ms_status check_outputs(trainer *t) {
+    const train_config *tc = t->tc;
+    resolve_trace_dir(t);
+    const struct {
+        const char *opt, *path;
+        int is_dir, here;
+    } out[] = {
+        {"--save-weights", tc->save_weights, 0, t->rank == 0},
+        {"--metrics", tc->metrics, 0, t->rank == 0},
+        {"--ckpt-dir", tc->ckpt_dir, 1, 1},
+        {"--trace-dir", t->trace_dir, 1, 1},
+    };
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+        if (out[i].here && out[i].path && *out[i].path &&
+            ms_path_check_writable(out[i].path, out[i].is_dir) != MS_OK)
+            return ms_error_wrap(MS_ERR_ARG, "%s", out[i].opt);
+    return MS_OK;
 }
 
 /* The always-on timers: this rank's event log, its hang-dump path, and the
@@ -393,6 +419,7 @@ static ms_status setup_record(trainer *t) {
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
+    MS_TRY(check_outputs(t));
     MS_TRY(ms_node_of(tc->node_map, t->rank, t->world ? comm_world_size(t->world) : 1, t->node,
                       "--node-map (MS_NODE_MAP)"));
     MS_TRY(setup_trace(t));

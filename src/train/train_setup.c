@@ -41,12 +41,12 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
     return MS_OK;
 }
 
+/* The options against each other and the model; each option's own range
+ * is checked by the option table (src/cli/cmd_train.c). */
 ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *micro, int *accum) {
     if (!tc->train_data || !*tc->train_data)
         return ms_error(MS_ERR_ARG, "--train-data is required (a glob of token shards)");
-    if (tc->steps < 1) return ms_error(MS_ERR_ARG, "--steps must be >= 1 (got %d)", tc->steps);
-    if (tc->batch < 1) return ms_error(MS_ERR_ARG, "--batch must be >= 1 (got %d)", tc->batch);
-    if (tc->seq < 1 || tc->seq > c->seq_max)
+    if (tc->seq > c->seq_max)
         return ms_error(MS_ERR_ARG, "--seq %d must be in 1..%d (the model's seq-max)", tc->seq,
                         c->seq_max);
     if (tc->batch % dp != 0)
@@ -55,16 +55,6 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *
     if ((tc->batch / dp) % mb != 0)
         return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --dp %d x --micro-batch %d",
                         tc->batch, dp, mb);
-    if (!(tc->lr > 0)) return ms_error(MS_ERR_ARG, "--lr must be > 0 (got %g)", tc->lr);
-    if (tc->lr_floor < 0 || tc->lr_floor > 1)
-        return ms_error(MS_ERR_ARG, "--lr-floor must be a fraction in 0..1 (got %g)", tc->lr_floor);
-    if (tc->warmup < 0) return ms_error(MS_ERR_ARG, "--warmup must be >= 0");
-    if (tc->grad_clip < 0) return ms_error(MS_ERR_ARG, "--grad-clip must be >= 0 (0 disables)");
-    if (tc->beta1 < 0 || tc->beta1 >= 1 || tc->beta2 < 0 || tc->beta2 >= 1)
-        return ms_error(MS_ERR_ARG, "--beta1/--beta2 must be in [0, 1)");
-    if (!(tc->eps > 0)) return ms_error(MS_ERR_ARG, "--eps must be > 0");
-    if (tc->nonfinite_redo < 0)
-        return ms_error(MS_ERR_ARG, "--nonfinite-redo must be >= 0 (got %d)", tc->nonfinite_redo);
     *micro = mb;
     *accum = tc->batch / dp / mb;
     return MS_OK;

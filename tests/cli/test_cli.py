@@ -132,6 +132,29 @@ def test_data(d):
     write_shard(os.path.join(d, "foreign.bin"), text_tokens(100), magic=777)
     expect_error(["data", "inspect", os.path.join(d, "foreign.bin")], "foreign.bin", "magic",
                  what="inspect: a foreign file")
+    # prepare into a directory that holds another data set's shards: refused
+    # without --force (issue 13, defect 6); --force leaves no stale shard
+    fo = os.path.join(d, "shards_f")
+    prep = ["data", "prepare", "--input", docs, "--tokenizer", "bytes", "--out", fo,
+            "--val-fraction", "0.1"]
+    rc, _, err = run(*prep, "--shard-tokens", "3000")
+    before = sorted(os.listdir(fo)) if rc == 0 else []
+    open(os.path.join(fo, "notes.txt"), "w").write("not a shard")
+    ok(rc == 0 and len(before) > 4, "prepare: several shards", err + str(before))
+    old = open(os.path.join(fo, "data_train_000000.bin"), "rb").read() if before else b""
+    rc, _, err = run(*prep, "--shard-tokens", "100000")
+    ok(rc == 2 and "already holds" in err and "--force" in err and "data_train_000000.bin" in err
+       and sorted(os.listdir(fo)) == sorted(before + ["notes.txt"])
+       and open(os.path.join(fo, "data_train_000000.bin"), "rb").read() == old,
+       "prepare into another data set's shards is refused and changes nothing", err)
+    rc, _, err = run(*prep, "--shard-tokens", "100000", "--name", "other")
+    ok(rc == 0, "another --name in the same --out is fine", err)
+    rc, _, err = run(*prep, "--shard-tokens", "100000", "--force", "1")
+    names = sorted(os.listdir(fo))
+    ok(rc == 0 and [n for n in names if n.startswith("data_")] ==
+       ["data_train_000000.bin", "data_val_000000.bin"] and "notes.txt" in names
+       and "other_train_000000.bin" in names and f"removed {len(before) - 2} old shard(s)" in err,
+       "--force replaces the shards and removes the stale ones, nothing else", err + str(names))
 
 
 # Every environment variable megascale reads besides the launcher's, by
@@ -259,6 +282,101 @@ def test_nonfinite(d, base):
                  "3 consecutive steps", "--max-bad-steps", what="persistent NaN gradients stop the run")
     expect_error([*base, "--inject-fault", "nan@x"], "--inject-fault", what="bad fault spec")
     expect_error([*base, "--nonfinite-redo", "-1"], "--nonfinite-redo", what="a negative redo count")
+
+
+def test_option_ranges(d, base):
+    """Each numeric option is checked against its range in the option table,
+    non-finite numbers refused: before anything runs (issue 13, defects 8, 9
+    and the silently coerced ints of 13)."""
+    mp = os.path.join(d, "range.jsonl")
+    for opt, val, needle in [("--lr", "inf", "finite"), ("--lr", "0", "> 0"),
+                             ("--lr-floor", "nan", "finite"), ("--beta1", "nan", "finite"),
+                             ("--beta2", "1", "in [0,1)"), ("--weight-decay", "nan", "finite"),
+                             ("--weight-decay", "-0.1", ">= 0"), ("--eps", "inf", "finite"),
+                             ("--eps", "0", "> 0"), ("--grad-clip", "nan", "finite"),
+                             ("--threads", "100000", "in [0,1024]"), ("--dp", "0", "[1,65536]"),
+                             ("--micro-batch", "-1", "[0,"), ("--val-batches", "0", ">= 1"),
+                             ("--comm-timeout", "0", "> 0"), ("--steps", "0", ">= 1")]:
+        if os.path.exists(mp):
+            os.remove(mp)
+        rc, _, err = run(*base, "--steps", "1", "--metrics", mp, opt, val)
+        ok(rc == 2 and f"{opt} " in err and f"'{val}'" in err and needle in err
+           and not os.path.exists(mp), f"{opt} {val} is refused at start-up naming the range",
+           f"rc={rc}\n{err}")
+    cfg = os.path.join(d, "range.cfg")
+    open(cfg, "w").write("beta1 = 1.5\n")
+    expect_error([*base, "--config", cfg], "range.cfg:1", "--beta1 must be in [0,1)",
+                 what="a config file's value is held to the range")
+    expect_error([*base, "--steps", "1"], "environment MS_NONFINITE_REDO", "--nonfinite-redo",
+                 what="an environment value is held to the range",
+                 env=clean_env(MS_NONFINITE_REDO="-2"))
+    for cmd in (["sample", "--weights", "w.safetensors"], ["data", "inspect", "x.bin"],
+                ["diag"]):
+        expect_error([*cmd, "--threads", "100000"], "--threads must be in [0,1024]",
+                     what=f"{cmd[0]} --threads 100000 is refused")
+    expect_error(["sample", "--weights", "w.safetensors", "--tokens", "2147483647"],
+                 "--tokens must be in [0,16777216]", what="sample --tokens near 2^31 is refused")
+    expect_error(["sample", "--weights", "w.safetensors", "--temperature", "nan"],
+                 "--temperature expects a finite number", what="sample --temperature nan")
+    _, out, _ = run("train", "--help")
+    ok(re.search(r"^  --beta1 X .*\[0\.9\] \(in \[0,1\)\)$", out, re.M)
+       and re.search(r"^  --threads N .*\(in \[0,1024\]\)$", out, re.M),
+       "--help shows each option's range", out)
+
+
+def test_output_paths(d, base):
+    """Every output path is checked at start-up, before any training: a bad
+    --save-weights used to fail only after the whole run, losing its weights
+    (issue 13, defect 5)."""
+    mp, afile = os.path.join(d, "out.jsonl"), os.path.join(d, "out_file")
+    open(afile, "w").write("x")
+    nodir = os.path.join(d, "no_such_dir")
+    for opt, path, needle in [("--save-weights", os.path.join(nodir, "w.safetensors"),
+                               "does not exist"),
+                              ("--save-weights", d, "is a directory"),
+                              ("--metrics", os.path.join(afile, "m.jsonl"), "is not a directory"),
+                              ("--ckpt-dir", afile, "not a directory"),
+                              ("--ckpt-dir", os.path.join(afile, "a", "b"), "is not a directory"),
+                              ("--trace-dir", os.path.join(afile, "t"), "is not a directory")]:
+        if os.path.exists(mp):
+            os.remove(mp)
+        extra = [] if opt == "--metrics" else ["--metrics", mp]
+        rc, _, err = run(*base, "--steps", "3", *extra, opt, path)
+        ok(rc == 2 and f"{opt}: {path}" in err and needle in err and "step " not in err
+           and not os.path.exists(mp), f"a bad {opt} ({needle}) fails at start-up, before training",
+           f"rc={rc}\n{err}")
+    deep = os.path.join(d, "new_ck", "a", "b")
+    rc, _, err = run(*base, "--steps", "1", "--ckpt-dir", deep, "--trace-dir",
+                     os.path.join(d, "new_tr", "x"), "--ckpt-shm-dir", d)
+    ok(rc == 0 and os.path.isdir(deep), "--ckpt-dir and --trace-dir are created where missing", err)
+
+
+def test_resume_changed_data(d):
+    """--data-order sequential resumed on a data set that changed since the
+    checkpoint: the saved shard index or position is checked against the
+    shards, and the run stops naming them, instead of reading out of bounds
+    (issue 13, defect 1)."""
+    ds = os.path.join(d, "rds")
+    os.makedirs(ds)
+    write_shard(os.path.join(ds, "s_000.bin"), text_tokens(200))  # steps 1-3 (64 tokens each)
+    write_shard(os.path.join(ds, "s_001.bin"), text_tokens(5000))  # steps 4, 5: pos 128
+    ck = os.path.join(d, "ck_rds")
+    args = ["train", *TINY, "--data-order", "sequential", "--ckpt-dir", ck, "--ckpt-shm-dir", ds]
+    rc, _, err = run(*args, "--train-data", os.path.join(ds, "s_*.bin"), "--steps", "5")
+    ok(rc == 0, "a sequential run with a checkpoint in its second shard", err)
+    one = os.path.join(ds, "s_000.bin")
+    rc, _, err = run(*args, "--train-data", one, "--steps", "8", "--resume", "auto")
+    ok(rc == 3 and "resume at step 5" in err and "shard index 1, but the data has 1 shard(s)" in err
+       and one in err, "resume on fewer shards names the shard index and the count", f"rc={rc}\n{err}")
+    write_shard(os.path.join(ds, "s_001.bin"), text_tokens(100))
+    rc, _, err = run(*args, "--train-data", os.path.join(ds, "s_*.bin"), "--steps", "8",
+                     "--resume", "auto")
+    ok(rc == 3 and "token 128 of shard index 1" in err and "only 100 tokens" in err,
+       "resume on a shorter shard names the position and the shard's size", f"rc={rc}\n{err}")
+    write_shard(os.path.join(ds, "s_001.bin"), text_tokens(5000))
+    rc, _, err = run(*args, "--train-data", os.path.join(ds, "s_*.bin"), "--steps", "8",
+                     "--resume", "auto")
+    ok(rc == 0 and "continuing at step 5" in err, "the same data resumes", err)
 
 
 def test_spike(d, base):
@@ -434,6 +552,9 @@ def main():
 
     test_nonfinite(d, base)
     test_spike(d, base)
+    test_option_ranges(d, base)
+    test_output_paths(d, base)
+    test_resume_changed_data(d)
     test_node_targets(d, base)
 
     # --- a resumed run continues the metrics file (no duplicated steps) ---
@@ -466,6 +587,9 @@ def main():
     cfg = os.path.join(d, "bad.cfg")
     open(cfg, "w").write("steps = 3\nnot_an_option = 4\n")
     expect_error(["train", "--config", cfg], "bad.cfg:2", "not_an_option", what="bad config file")
+    open(cfg, "wb").write(b"steps = 3\nlr = 1e-3\x00\nsteps = x\n")
+    expect_error(["train", "--config", cfg], "bad.cfg:2: a NUL byte",
+                 what="a NUL byte in a config file is named, not a silent end")
     expect_error(["train", "--train-data", train, *TINY, "--batch", "6", "--micro-batch", "4"],
                  "--batch 6", what="batch not a multiple of the micro-batch")
     expect_error(["train", "--train-data", train, *TINY, "--seq", "64"], "--seq 64", what="seq > seq-max")

@@ -191,6 +191,59 @@ static void test_mkdirs_glob(void) {
     T_STR_CONTAINS(ms_errmsg(), "d/*.none");
 }
 
+/* A bounded read: max bytes are fine, one more is an error, and an endless
+ * file ends (issue 13, defect 13: the config parser read /dev/zero forever). */
+static void test_read_max(void) {
+    char *data = NULL;
+    size_t len = 0;
+    write_raw(tpath("ten"), "0123456789");
+    T_EQ_INT(ms_file_read_max(tpath("ten"), 10, &data, &len), MS_OK);
+    T_EQ_INT((int)len, 10);
+    T_OK(data && data[10] == 0);
+    free(data);
+    T_EQ_INT(ms_file_read_max(tpath("ten"), 9, &data, &len), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "ten: larger than 9 bytes");
+    T_OK(data == NULL && len == 0);
+    T_EQ_INT(ms_file_read_max("/dev/zero", 100000, &data, &len), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "/dev/zero: larger than 100000 bytes");
+}
+
+/* Output paths checked before the work that writes them (issue 13, defect 5). */
+static void test_path_writable(void) {
+    ms_mkdirs(tpath("w/sub"));
+    write_raw(tpath("w/file"), "x");
+    T_EQ_INT(ms_path_check_writable(tpath("w/new.bin"), 0), MS_OK);
+    T_EQ_INT(ms_path_check_writable(tpath("w/file"), 0), MS_OK); /* replaced */
+    T_EQ_INT(ms_path_check_writable(tpath("w/sub"), 1), MS_OK);
+    T_EQ_INT(ms_path_check_writable(tpath("w/new/deeper/"), 1), MS_OK); /* ms_mkdirs makes it */
+    struct {
+        const char *path;
+        int is_dir;
+        const char *needle;
+    } bad[] = {
+        {"w/none/x.bin", 0, "directory '"},
+        {"w/sub", 0, "is a directory"},
+        {"w/file", 1, "exists and is not a directory"},
+        {"w/file/x.bin", 0, "w/file' is not a directory"},
+        {"w/file/a/b", 1, "w/file' is not a directory"},
+        {"", 0, "empty path"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *p = *bad[i].path ? tpath(bad[i].path) : "";
+        T_EQ_INT(ms_path_check_writable(p, bad[i].is_dir), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), bad[i].needle);
+    }
+    T_STR_CONTAINS((ms_path_check_writable(tpath("w/none/x.bin"), 0), ms_errmsg()),
+                   "w/none' does not exist");
+    if (geteuid() != 0) { /* root writes anywhere */
+        chmod(tpath("w/sub"), 0555);
+        T_EQ_INT(ms_path_check_writable(tpath("w/sub/x.bin"), 0), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), "not writable");
+        T_EQ_INT(ms_path_check_writable(tpath("w/sub/a/b"), 1), MS_ERR_ARG);
+        chmod(tpath("w/sub"), 0755);
+    }
+}
+
 /* ---- crc32c ---------------------------------------------------------- */
 
 static void test_crc_vectors(void) {
@@ -391,6 +444,8 @@ int main(void) {
     test_pread();
     test_atomic();
     test_mkdirs_glob();
+    test_path_writable();
+    test_read_max();
     test_crc_vectors();
     test_crc_paths_agree();
     test_philox_kat();

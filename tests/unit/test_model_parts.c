@@ -145,6 +145,27 @@ static void test_loader(const char *dir) {
         T_EQ_INT(tg[39], k * 40 + 40);
         T_EQ_INT(tg[9], in[10]);
     }
+    /* a checkpoint's cursor that the shards cannot hold (the data set
+     * changed): refused, naming the pattern, the index and the count, and the
+     * loader stays where it was (issue 13, defect 1) */
+    data_cursor here = data_loader_cursor(dl), far = {0, 2, 0}, huge = {0, 1ull << 40, 0};
+    data_cursor past = {0, 1, 501}, end = {0, 1, 480};
+    T_EQ_INT(data_loader_seek(dl, far), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "a_*.bin");
+    T_STR_CONTAINS(ms_errmsg(), "shard index 2, but the data has 2 shard(s)");
+    T_EQ_INT(data_loader_seek(dl, huge), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "shard index 1099511627776");
+    T_EQ_INT(data_loader_seek(dl, past), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "token 501 of shard index 1");
+    T_STR_CONTAINS(ms_errmsg(), "a_001.bin), which has only 500 tokens");
+    T_EQ_INT((int)data_loader_cursor(dl).pos, (int)here.pos);
+    T_EQ_INT(data_loader_next(dl, in, tg), MS_OK);
+    T_EQ_INT(in[0], 3 * 40);
+    /* near the end of the last shard: the next batch wraps to the first */
+    T_EQ_INT(data_loader_seek(dl, end), MS_OK);
+    T_EQ_INT(data_loader_next(dl, in, tg), MS_OK);
+    T_EQ_INT(in[0], 0);
+    T_EQ_INT((int)data_loader_cursor(dl).epoch, 1);
     data_loader_close(dl);
     /* shuffle: every window once per epoch, deterministic, resumable */
     c.order = DATA_ORDER_SHUFFLE;
@@ -171,7 +192,7 @@ static void test_loader(const char *dir) {
     T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
     int32_t after[30];
     memcpy(after, in3, sizeof after);
-    data_loader_seek(dl, cur);
+    T_EQ_INT(data_loader_seek(dl, cur), MS_OK);
     T_EQ_INT(data_loader_next(dl, in3, tg3), MS_OK);
     T_OK(memcmp(after, in3, sizeof after) == 0);
     data_loader_close(dl);
@@ -215,13 +236,74 @@ typedef struct {
     int n;
     double x;
     char *s;
+    int k;
+    double b, r;
 } demo_opts;
+
+/* The range column: each bound, open or closed, from every source; a
+ * DOUBLE is finite even without a range. */
+static void test_opts_ranges(const char *dir) {
+    opts_spec spec[] = {
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "any number", NULL, NULL},
+        {"k", OPT_T_INT, offsetof(demo_opts, k), "1", "a count", "MS_TEST_DEMO_K", "[1,8]"},
+        {"b", OPT_T_DOUBLE, offsetof(demo_opts, b), "0.9", "a decay", NULL, "[0,1)"},
+        {"r", OPT_T_DOUBLE, offsetof(demo_opts, r), "1e-3", "a rate", NULL, "(0,)"},
+    };
+    const int n = (int)(sizeof spec / sizeof spec[0]);
+    demo_opts o = {0};
+    char *pos[1];
+    int np, help;
+    char *good[] = {"--k", "8", "--b", "0", "--r", "1e-30", "--x", "-1e300"};
+    T_EQ_INT(opts_parse(spec, n, &o, 8, good, pos, 0, &np, &help), MS_OK);
+    T_EQ_INT(o.k, 8);
+    T_NEAR(o.b, 0, 0);
+    struct {
+        const char *opt, *val, *needle;
+    } bad[] = {
+        {"--k", "0", "--k must be in [1,8], got '0'"},
+        {"--k", "9", "--k must be in [1,8], got '9'"},
+        {"--k", "-1", "--k must be in [1,8]"},
+        {"--b", "1", "--b must be in [0,1), got '1'"},
+        {"--b", "-0.1", "--b must be in [0,1)"},
+        {"--b", "nan", "--b expects a finite number, got 'nan'"},
+        {"--r", "0", "--r must be > 0, got '0'"},
+        {"--r", "-inf", "--r expects a finite number"},
+        {"--r", "inf", "--r expects a finite number"},
+        {"--x", "inf", "--x expects a finite number, got 'inf'"},
+        {"--x", "NaN", "--x expects a finite number"},
+        {"--x", "1e999", "--x expects a number"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *a[] = {(char *)bad[i].opt, (char *)bad[i].val};
+        T_EQ_INT(opts_parse(spec, n, &o, 2, a, pos, 0, &np, &help), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), bad[i].needle);
+        T_STR_CONTAINS(ms_errmsg(), "command line");
+    }
+    /* a config file and the environment are held to the same range */
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/range.cfg", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "k = 2\nb = 1.5\n");
+    fclose(f);
+    char *a1[] = {"--config", cfg};
+    T_EQ_INT(opts_parse(spec, n, &o, 2, a1, pos, 0, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "range.cfg:2: --b must be in [0,1), got '1.5'");
+    setenv("MS_TEST_DEMO_K", "100", 1);
+    T_EQ_INT(opts_parse(spec, n, &o, 0, NULL, pos, 0, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "environment MS_TEST_DEMO_K: --k must be in [1,8], got '100'");
+    unsetenv("MS_TEST_DEMO_K");
+    /* a default outside its range is refused like any other value */
+    spec[1].def = "0";
+    T_EQ_INT(opts_parse(spec, n, &o, 0, NULL, pos, 0, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "default: --k");
+    opts_free(spec, n, &o);
+}
 
 static void test_opts(const char *dir) {
     opts_spec spec[] = {
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL},
-        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X"},
-        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X", NULL},
+        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL, NULL},
     };
     demo_opts o = {0};
     char *pos[2];
@@ -260,6 +342,15 @@ static void test_opts(const char *dir) {
     T_EQ_INT(opts_parse(spec, 3, &o, 0, NULL, pos, 2, &np, &help), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "environment MS_TEST_DEMO_X");
     unsetenv("MS_TEST_DEMO_X");
+    /* a NUL byte is named, not a silent end of the file; /dev/zero ends */
+    f = fopen(cfg, "wb");
+    fwrite("n = 9\nx = 1\0\ns = 1\n", 1, 20, f);
+    fclose(f);
+    T_EQ_INT(opts_parse(spec, 3, &o, 2, a6, pos, 2, &np, &help), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "c.cfg:2: a NUL byte");
+    char *a7[] = {"--config", "/dev/zero"};
+    T_EQ_INT(opts_parse(spec, 3, &o, 2, a7, pos, 2, &np, &help), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "/dev/zero: larger than");
     char *js = opts_to_json(spec, 3, &o);
     T_STR_CONTAINS(js, "\"n\":");
     T_STR_CONTAINS(js, "\"s\":\"hi\"");
@@ -275,6 +366,7 @@ int main(void) {
     test_schedule();
     test_loader(dir);
     test_opts(dir);
+    test_opts_ranges(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
