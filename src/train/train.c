@@ -326,6 +326,10 @@ static ms_status check_outputs(trainer *t) {
         if (out[i].here && out[i].path && *out[i].path &&
             ms_path_check_writable(out[i].path, out[i].is_dir) != MS_OK)
             return ms_error_wrap(MS_ERR_ARG, "%s", out[i].opt);
+    if (t->rank == 0 && !(tc->save_weights && *tc->save_weights) &&
+        !(tc->ckpt_dir && *tc->ckpt_dir))
+        ms_warn("this run saves no model: neither --save-weights nor --ckpt-dir is given, so "
+                "the trained weights are lost when it ends");
     return MS_OK;
 }
 

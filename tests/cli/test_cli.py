@@ -446,6 +446,9 @@ def main():
        and "peak_source" in cfg and cfg["peak_flops"] > 0,
        "the metrics open with the run's effective configuration", str(cfg)[:2000])
     ok("MFU against a peak of" in err, "the start-up line says which peak is used", err)
+    ok("saves no model" not in err, "no warning when the run saves its weights", err)
+    rc, _, err = run(*base, "--steps", "1")
+    ok(rc == 0 and "saves no model" in err, "a run that saves nothing says so at start", err)
     tdir = os.path.join(d, "trace")
     ok(os.path.exists(os.path.join(tdir, "events_r00000.jsonl")),
        "tracing is on by default next to the metrics", str(os.listdir(d)))
