@@ -99,7 +99,8 @@ int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *
  * driver of RUN_DIR and print its reply; returns the exit code. */
 int sup_ctl_client(const char *run_dir, int argc, char **argv);
 
-/* 1 if name is a node name: 1 to 63 bytes of [A-Za-z0-9._-]. */
-int sup_node_name_ok(const char *name);
+/* 1 if the string got equals the job's token, compared in constant time
+ * in the token's length (the heartbeat and control parsers). */
+int sup_token_eq(const char *got, const char *token);
 
 #endif

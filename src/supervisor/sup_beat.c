@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/node.h"
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
@@ -57,19 +58,22 @@ static int get_str(const cJSON *o, const char *k, char *dst, size_t n, int requi
     return 0;
 }
 
-static int token_ok(const cJSON *o, const char *token) {
-    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "token");
-    if (!cJSON_IsString(x)) return 0;
-    size_t a = strlen(x->valuestring), b = strlen(token);
+int sup_token_eq(const char *got, const char *token) {
+    size_t a = strlen(got), b = strlen(token);
     unsigned diff = (unsigned)(a ^ b);
     for (size_t i = 0; i < b; i++) /* constant time in the token's length */
-        diff |= (unsigned)(unsigned char)(i < a ? x->valuestring[i] : 0) ^ (unsigned char)token[i];
+        diff |= (unsigned)(unsigned char)(i < a ? got[i] : 0) ^ (unsigned char)token[i];
     return diff == 0;
 }
 
-/* A node name: empty (not sent) or [A-Za-z0-9._-]+ (sup_node_name_ok). */
+static int token_ok(const cJSON *o, const char *token) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, "token");
+    return cJSON_IsString(x) && sup_token_eq(x->valuestring, token);
+}
+
+/* A node name: empty (not sent) or [A-Za-z0-9._-]{1,63} (base/node.h). */
 static int node_ok(const char *n) {
-    return !*n || sup_node_name_ok(n);
+    return !*n || ms_node_name_ok(n);
 }
 
 static int phase_ok(const char *p) {

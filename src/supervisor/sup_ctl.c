@@ -42,14 +42,6 @@ int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char
     return 0;
 }
 
-static int token_eq(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned diff = (unsigned)(la ^ lb);
-    for (size_t i = 0; i < lb; i++) /* constant time in the token's length */
-        diff |= (unsigned)(unsigned char)(i < la ? a[i] : 0) ^ (unsigned char)b[i];
-    return diff == 0;
-}
-
 int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *out,
                   const char **why) {
     memset(out, 0, sizeof *out);
@@ -86,7 +78,7 @@ int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *
         *why = "not version 1";
         goto out;
     }
-    if (!cJSON_IsString(tok) || !token_eq(tok->valuestring, token)) {
+    if (!cJSON_IsString(tok) || !sup_token_eq(tok->valuestring, token)) {
         *why = "wrong token";
         goto out;
     }
@@ -97,7 +89,7 @@ int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *
     }
     snprintf(out->cmd, sizeof out->cmd, "%s", cmd->valuestring);
     if (!strcmp(out->cmd, "evict")) {
-        if (!cJSON_IsString(node) || !sup_node_name_ok(node->valuestring)) {
+        if (!cJSON_IsString(node) || !ms_node_name_ok(node->valuestring)) {
             *why = "evict needs a node name";
             goto out;
         }
@@ -126,9 +118,8 @@ static int read_control(const char *run_dir, char *addr, size_t an, char *token,
     }
     char *text = NULL;
     size_t len = 0;
-    if (sb.st_size > CTL_FILE_MAX || ms_file_read_all(path, &text, &len) != MS_OK) {
-        fprintf(stderr, "megascale launch --ctl: error: %s: %s\n", path,
-                sb.st_size > CTL_FILE_MAX ? "too large for a control file" : ms_errmsg());
+    if (ms_file_read_max(path, CTL_FILE_MAX, &text, &len) != MS_OK) {
+        fprintf(stderr, "megascale launch --ctl: error: %s\n", ms_errmsg());
         return -1;
     }
     cJSON *o = cJSON_ParseWithLength(text, len);
@@ -154,7 +145,7 @@ int sup_ctl_client(const char *run_dir, int argc, char **argv) {
         fprintf(stderr, "usage: megascale launch --ctl RUN_DIR evict NODE | status\n");
         return SUP_EXIT_USAGE;
     }
-    if (argc == 2 && !sup_node_name_ok(argv[1])) {
+    if (argc == 2 && !ms_node_name_ok(argv[1])) {
         fprintf(stderr, "megascale launch --ctl: error: '%s' is not a node name\n", argv[1]);
         return SUP_EXIT_USAGE;
     }

@@ -120,11 +120,7 @@ static char **job_argv(sup_driver *d, char *np) {
     }
     if (!has_resume) a[n++] = "--resume", a[n++] = "auto"; /* every start continues */
     if (d->plan.n) { /* the trainer's faults still ahead (the diag:* ones go to diag) */
-        ms_fault_plan *sub = calloc(1, sizeof *sub);
-        for (int i = 0; sub && i < d->plan.n; i++)
-            if (strncmp(d->plan.f[i].kind, "diag:", 5)) sub->f[sub->n++] = d->plan.f[i];
-        if (sub) ms_fault_format(sub, d->faults_through, d->fault_arg, sizeof d->fault_arg);
-        free(sub);
+        sup_faults_format(d, 0, d->faults_through, d->fault_arg, sizeof d->fault_arg);
         if (d->fault_arg[0]) a[n++] = "--inject-fault", a[n++] = d->fault_arg;
     }
     return a;
@@ -250,18 +246,13 @@ static void book_stop(sup_driver *d) {
     if (d->best_step > d->faults_through) d->faults_through = d->best_step;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* Median and worst of the finite values of v[0..n). */
 static void stats(const double *v, int n, double *med, double *worst) {
     double *t = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
     int m = 0;
     for (int i = 0; t && i < n; i++)
         if (isfinite(v[i])) t[m++] = v[i];
-    if (t && m) qsort(t, (size_t)m, sizeof *t, cmp_double);
+    if (t && m) qsort(t, (size_t)m, sizeof *t, sup_cmp_double);
     *med = t && m ? t[m / 2] : NAN;
     *worst = t && m ? t[m - 1] : NAN;
     free(t);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <sys/types.h>
 
+#include "base/node.h"
 #include "supervisor/sup.h"
 
 /* ---- sup_job.c: one attempt of the job ---------------------------------- */
@@ -68,7 +69,7 @@ void sup_events_close(sup_events *e);
 /* ---- sup_nodes.c: the node pool and the blocklist ---------------------- */
 
 #define SUP_MAX_NODES 1024
-#define SUP_NODE_NAME 64
+#define SUP_NODE_NAME MS_NODE_NAME_MAX /* base/node.h */
 
 typedef struct {
     int n;        /* nodes in the pool: the job's and the spares */
@@ -133,6 +134,9 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
 int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char *why, size_t n);
 
 /* ---- sup_detect.c: the detectors fed by beats ----------------------------- */
+
+/* qsort's comparison of doubles, ascending. */
+int sup_cmp_double(const void *a, const void *b);
 
 #define SUP_SPIKE_WINDOW 32
 
@@ -266,6 +270,10 @@ int sup_recover(sup_driver *d);
 /* Evict pool node i (reason, `by` "diag", "straggler", "manual"). */
 int sup_evict(sup_driver *d, int i, const char *by, const char *reason);
 void sup_state_save(sup_driver *d, int finished);
+/* The --faults plan as a spec: the diag:* entries (diag 1, for the
+ * self-test) or the others (diag 0, for the trainer), those past
+ * after_step only (ms_fault_format). */
+void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf, size_t n);
 /* Read RUN_DIR/driver.json left by an earlier driver that did not finish:
  * the counters, and whether its job still runs (then d->adopt_pid and the
  * heartbeat address/token to bind).  0, or -1 with why set. */

@@ -8,7 +8,6 @@
  * rewritten atomically at each eviction, so a restarted driver keeps it;
  * entries naming nodes outside this pool are kept as they are. */
 #include <cjson/cJSON.h>
-#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,23 +16,15 @@
 
 #include "base/fileio.h"
 #include "base/log.h"
+#include "base/node.h"
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
 #define BLOCKLIST_MAX_BYTES (1 << 20)
 
-int sup_node_name_ok(const char *name) {
-    size_t n = strlen(name);
-    if (n == 0 || n >= SUP_NODE_NAME) return 0;
-    for (size_t i = 0; i < n; i++)
-        if (!isalnum((unsigned char)name[i]) && name[i] != '.' && name[i] != '_' && name[i] != '-')
-            return 0;
-    return 1;
-}
-
 static int add_node(sup_nodes *p, const char *name, int slots, char *why, size_t n) {
     if (p->n == SUP_MAX_NODES) return snprintf(why, n, "more than %d nodes", SUP_MAX_NODES), -1;
-    if (!sup_node_name_ok(name))
+    if (!ms_node_name_ok(name))
         return snprintf(why, n, "'%s' is not a node name ([A-Za-z0-9._-], 1 to 63 bytes)", name),
                -1;
     if (sup_nodes_find(p, name) >= 0)
@@ -138,11 +129,7 @@ int sup_nodes_load_blocklist(sup_nodes *p, char *why, size_t n) {
         if (errno == ENOENT) return 0; /* none yet */
         return snprintf(why, n, "%s: %s", p->blocklist_path, strerror(errno)), -1;
     }
-    if (sb.st_size > BLOCKLIST_MAX_BYTES)
-        return snprintf(why, n, "%s: %lld bytes, more than a blocklist may hold (%d)",
-                        p->blocklist_path, (long long)sb.st_size, BLOCKLIST_MAX_BYTES),
-               -1;
-    if (ms_file_read_all(p->blocklist_path, &text, &len) != MS_OK)
+    if (ms_file_read_max(p->blocklist_path, BLOCKLIST_MAX_BYTES, &text, &len) != MS_OK)
         return snprintf(why, n, "%s", ms_errmsg()), -1;
     cJSON *doc = cJSON_ParseWithLength(text, len);
     free(text);
@@ -160,7 +147,7 @@ int sup_nodes_load_blocklist(sup_nodes *p, char *why, size_t n) {
     for (const cJSON *e = list->child; e; e = e->next, k++) {
         const cJSON *node = cJSON_GetObjectItemCaseSensitive(e, "node");
         const cJSON *reason = cJSON_GetObjectItemCaseSensitive(e, "reason");
-        if (!cJSON_IsString(node) || !sup_node_name_ok(node->valuestring) ||
+        if (!cJSON_IsString(node) || !ms_node_name_ok(node->valuestring) ||
             (reason && !cJSON_IsString(reason))) {
             cJSON_Delete(doc);
             return snprintf(why, n, "%s: entry %d: expected {\"node\": NAME, \"reason\": TEXT}",

@@ -38,14 +38,13 @@ int sup_evict(sup_driver *d, int i, const char *by, const char *reason) {
     return rc;
 }
 
-/* The diag:* entries of the fault plan, for the self-test's --inject-fault. */
-static void diag_faults(const sup_driver *d, char *buf, size_t n) {
+void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf, size_t n) {
     ms_fault_plan *sub = calloc(1, sizeof *sub);
     buf[0] = 0;
     if (!sub) return;
     for (int i = 0; i < d->plan.n; i++)
-        if (!strncmp(d->plan.f[i].kind, "diag:", 5)) sub->f[sub->n++] = d->plan.f[i];
-    ms_fault_format(sub, -1, buf, n);
+        if (!strncmp(d->plan.f[i].kind, "diag:", 5) == !!diag) sub->f[sub->n++] = d->plan.f[i];
+    ms_fault_format(sub, after_step, buf, n);
     free(sub);
 }
 
@@ -60,7 +59,7 @@ static int diagnose(sup_driver *d) {
     if (!k) return 0;
     sup_diag_result *res = calloc((size_t)k, sizeof *res);
     char faults[4096], why[600] = "";
-    diag_faults(d, faults, sizeof faults);
+    sup_faults_format(d, 1, -1, faults, sizeof faults);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     sup_diag_config dc = {.mpirun = c->mpirun ? c->mpirun : "mpirun",
                           .bin = c->bin,
@@ -231,11 +230,8 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     if (stat(d->state_path, &sb) != 0) return 0; /* a new job */
     char *text = NULL;
     size_t len = 0;
-    if (sb.st_size > STATE_MAX_BYTES || ms_file_read_all(d->state_path, &text, &len) != MS_OK)
-        return snprintf(why, n, "%s: %s", d->state_path,
-                        sb.st_size > STATE_MAX_BYTES ? "too large for a driver state"
-                                                     : ms_errmsg()),
-               -1;
+    if (ms_file_read_max(d->state_path, STATE_MAX_BYTES, &text, &len) != MS_OK)
+        return snprintf(why, n, "%s", ms_errmsg()), -1;
     cJSON *o = cJSON_ParseWithLength(text, len);
     free(text);
     int bad = !cJSON_IsObject(o) || num(o, "v", &bad) != 1;

@@ -95,8 +95,8 @@ static const char *classify(const char *err) {
 /* A step redone after a non-finite loss or gradient (every rank redoes it:
  * the check is on the global norm): one event per step. */
 static void on_redone(sup_driver *d, const sup_beat *b) {
-    if (b->step + 1 == d->nan_step) return;
-    d->nan_step = b->step + 1;
+    if (b->step == d->nan_step) return; /* steps count from 1: 0 is none */
+    d->nan_step = b->step;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "kind", "nonfinite");
     cJSON_AddStringToObject(f, "action", "redo");

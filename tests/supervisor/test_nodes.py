@@ -107,7 +107,8 @@ def diag_fails(d, shard, ref_w):
     ok(f and (f[0]["kind"], f[0]["rank"], f[0]["node"]) == ("crash", 1, "node1"),
        "diag failure: the crash is rank 1 on node1", str(f))
     ev = [(e["node"], e["by"]) for e in of(run, "evict")]
-    ok(ev == [("node0", "diag")], "diag failure: node0 (memory) evicted, not node1", str(ev))
+    ok(ev == [("node0", "diag")], "diag failure: node0 (memory) evicted, not node1",
+       str(ev) + str(of(run, "diag")) + err[-3000:])
     ok(node_sets(run) == ["node0,node1", "node1,node2"], "diag failure: the spare took over",
        str(node_sets(run)))
 

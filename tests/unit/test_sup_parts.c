@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/rng.h"
+#include "base/node.h"
 #include "check.h"
 #include "supervisor/sup_internal.h"
 
@@ -67,7 +68,7 @@ static void test_ctl(void) {
         }
         if (sup_ctl_parse(buf, sizeof EVICT - 1, TOK, &m, &why) == 0) {
             parsed++;
-            T_OK(!strcmp(m.cmd, "evict") && sup_node_name_ok(m.node));
+            T_OK(!strcmp(m.cmd, "evict") && ms_node_name_ok(m.node));
         }
     }
     T_OK(parsed < 20000);
