@@ -139,6 +139,7 @@ int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char
 int sup_cmp_double(const void *a, const void *b);
 
 #define SUP_SPIKE_WINDOW 32
+#define SUP_STRAGGLER_WARMUP 3 /* steps of each attempt the straggler detector does not score */
 
 typedef struct {
     double v[SUP_SPIKE_WINDOW]; /* the last changes of the loss, step to step */

@@ -74,7 +74,16 @@ static int diagnose(sup_driver *d) {
                           .hostfile = c->hostfile ? d->hostfile_path : NULL};
     double t0 = ms_now();
     ms_mkdirs(d->diag_dir); /* here, not by each diag rank at once */
-    if (!res || sup_diag_run(&dc, idx, k, res, why, sizeof why) != 0) {
+    int rc = res ? sup_diag_run(&dc, idx, k, res, why, sizeof why) : -1;
+    int any = 0;
+    for (int j = 0; rc == 0 && j < k; j++)
+        any |= res[j].reported;
+    if (res && (rc != 0 || !any)) { /* mpirun itself failed to start (a busy host): once more */
+        fprintf(stderr, "megascale launch: diag: %s; running it again\n",
+                rc ? why : "no node reported");
+        rc = sup_diag_run(&dc, idx, k, res, why, sizeof why);
+    }
+    if (!res || rc != 0) {
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "error", res ? why : "out of memory");
         sup_events_put(&d->ev, "diag", f);

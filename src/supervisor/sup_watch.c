@@ -222,9 +222,12 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         if (s->first_step < 0) s->first_step = b->step;
         s->last_progress = now;
         s->step = b->step;
-        if (b->rank == 0 && isfinite(b->step_ms) && b->step > d->best_step)
+        /* the mean step time of the ETTR: not the steps a stopping job
+         * finishes (one of them waited for the faulty rank) */
+        if (b->rank == 0 && !d->fault && isfinite(b->step_ms) && b->step > d->best_step)
             d->step_ms_sum += b->step_ms, d->step_ms_n++;
-        sup_straggler_feed(&d->strag, b->rank, b->step, b->compute_ms);
+        if (b->step > s->resume_step + SUP_STRAGGLER_WARMUP) /* not the first steps' set-up */
+            sup_straggler_feed(&d->strag, b->rank, b->step, b->compute_ms);
         double mean = 0, sd = 0, z;
         if (b->rank == 0 && d->c->loss_spike_z > 0 &&
             (z = sup_spike_feed(&d->spike, b->step, b->loss, d->c->loss_spike_z, &mean, &sd)) > 0) {

@@ -202,7 +202,7 @@ def driver_killed(d, shard):
 
 def straggler(d, shard, ref_w):
     run, p = launch(d, "straggler", shard,
-                    ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "3"])
+                    ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "4"])
     rc, err = finished(p)
     check_done(run, rc, err, ref_w, "straggler")
     f = of(run, "fault_detected")
