@@ -119,6 +119,19 @@ void ckpt_manager_hold(ckpt_manager *cm, int hold);
  * (0: the last one committed) and the last failure's message. */
 void ckpt_manager_commit_status(ckpt_manager *cm, int *last_commit, int *fail_streak, char *msg,
                                 size_t n);
+/* One committed checkpoint, as rank 0 saw it. */
+typedef struct {
+    int step;          /* the checkpoint's step */
+    uint64_t bytes;    /* its size: the shard files of every rank together */
+    double stall_ms;   /* its stage 1 on this rank (NaN: unknown, e.g. a snapshot resumed from) */
+    double persist_ms; /* its stage 2 on this rank, from the persist's start to the commit */
+    double wall_s;     /* epoch seconds of the commit */
+} ckpt_commit_record;
+/* Without blocking: move up to max of the commits not yet taken into out,
+ * oldest (lowest step) first; returns how many.  Rank 0 only (the other
+ * ranks never hold any: only rank 0 knows every shard's size); the
+ * stage-2 thread keeps the newest 64 between calls. */
+int ckpt_manager_take_commits(ckpt_manager *cm, ckpt_commit_record *out, int max);
 /* This process's node name (base/node.h), for the checkpoint's fault
  * entries with a ":node=NAME" target (NULL or "": they never fire). */
 void ckpt_manager_set_node(ckpt_manager *cm, const char *node);

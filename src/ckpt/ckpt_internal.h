@@ -228,10 +228,11 @@ typedef struct {
 typedef void (*ckpt_persist_done_fn)(void *ctx, int slot, int step, ms_status st);
 
 ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg);
-/* Queue slot (its data, trainer state) for stage 2; replaces a queued,
- * not yet started one. */
+/* Queue slot (its data, trainer state, the stage 1 that wrote it:
+ * stall_ms, NaN if unknown) for stage 2; replaces a queued, not yet
+ * started one. */
 void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_train_state *tr,
-                          int first);
+                          int first, double stall_ms);
 /* The slot stage 1 may overwrite: prefer, unless stage 2 is writing it
  * (then fallback); the slot returned is taken off the queue. */
 int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback);
@@ -242,6 +243,10 @@ ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);
  * that failed since (0: the last one committed), and the last failure's
  * message ("" when fail_streak is 0). */
 void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg, size_t n);
+/* Without blocking: up to max of the commit records not yet taken (rank 0
+ * keeps the newest CKPT_COMMIT_QUEUE), oldest first; returns how many. */
+#define CKPT_COMMIT_QUEUE 64
+int ckpt_persist_take_commits(ckpt_persist *p, ckpt_commit_record *out, int max);
 void ckpt_persist_stop(ckpt_persist *p);
 
 /* ---- guards (ckpt_guard.c) ------------------------------------------------------ */

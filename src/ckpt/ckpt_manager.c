@@ -9,6 +9,7 @@
  * newest complete snapshot intact.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,7 +187,7 @@ ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st) {
     free(meta);
     if (rc != MS_OK) return rc;
     cm->slot_step[s] = st->step;
-    ckpt_persist_enqueue(cm->persist, s, cm->slots[s], st, cm->n_saved == 0);
+    ckpt_persist_enqueue(cm->persist, s, cm->slots[s], st, cm->n_saved == 0, cm->last_stall * 1e3);
     cm->n_saved++;
     cm->last_saved = st->step;
     cm->last_save_time = ms_now();
@@ -226,6 +227,10 @@ void ckpt_manager_commit_status(ckpt_manager *cm, int *last_commit, int *fail_st
     *last_commit = -1, *fail_streak = 0;
     if (msg && n) msg[0] = 0;
     if (cm && cm->persist) ckpt_persist_status(cm->persist, last_commit, fail_streak, msg, n);
+}
+
+int ckpt_manager_take_commits(ckpt_manager *cm, ckpt_commit_record *out, int max) {
+    return cm && cm->persist && max > 0 ? ckpt_persist_take_commits(cm->persist, out, max) : 0;
 }
 
 void ckpt_manager_hold(ckpt_manager *cm, int hold) {
@@ -412,7 +417,7 @@ static ms_status persist_resumed(ckpt_manager *cm, int step, const ckpt_train_st
     MS_TRY(ensure_slots(cm));
     for (int k = 0; k < 2; k++)
         if (cm->slot_step[k] == step) {
-            ckpt_persist_enqueue(cm->persist, k, cm->slots[k], tr, 0);
+            ckpt_persist_enqueue(cm->persist, k, cm->slots[k], tr, 0, NAN); /* stage 1: before */
             return MS_OK;
         }
     return MS_OK;

@@ -358,11 +358,22 @@ struct ckpt_persist {
     ckpt_slot *qslot;
     ckpt_train_state qtr;
     int qfirst;
+    double qstall_ms; /* stage 1 of the queued slot */
     ms_status last;
     char last_msg[1024];
     int last_commit;
     int fail_streak; /* persists that failed since the last commit */
+    /* rank 0: the commits not yet taken (ckpt_persist_take_commits), oldest first */
+    ckpt_commit_record commits[CKPT_COMMIT_QUEUE];
+    int n_commits;
 };
+
+/* What one persist learnt: this rank's shard size; on rank 0, after the
+ * commit, the size of every rank's shard together and when it committed. */
+typedef struct {
+    uint64_t bytes, total;
+    double commit_mono, commit_wall; /* ms_now(), ms_wall_now() */
+} persist_result;
 
 /* All ranks learn whether any rank failed (MAX of the flags). */
 static ms_status agree(const ckpt_persist *p, ms_status mine, const char *what) {
@@ -400,13 +411,18 @@ static ms_status gather_parts(const ckpt_persist *p, const char *mine, cJSON **p
     return st;
 }
 
-/* Rank 0: the manifest from the parts, or the first rank's error. */
-static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON **parts,
-                              int first) {
+/* Rank 0: the manifest from the parts, or the first rank's error; *total:
+ * the bytes of every rank's shard (the parts' "file" entries). */
+static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON **parts, int first,
+                              uint64_t *total) {
     const ckpt_persist_config *c = &p->cfg;
+    *total = 0;
     for (int r = 0; r < c->world; r++) {
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(parts[r], "error");
         if (cJSON_IsString(err)) return ms_error(MS_ERR_IO, "rank %d: %s", r, err->valuestring);
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(parts[r], "file");
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(f, "bytes");
+        if (cJSON_IsNumber(b)) *total += (uint64_t)b->valuedouble;
     }
     ckpt_commit_info ci = {tr->step,     c->world, c->dp,      c->model,
                            c->optimizer, tr,       c->tensors, c->n_tensors};
@@ -419,7 +435,7 @@ static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON
 
 /* One persist of slot s (see the file comment). */
 static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_state *tr, int first,
-                             uint64_t *bytes) {
+                             persist_result *res) {
     const ckpt_persist_config *c = &p->cfg;
     char staging[4200], name[96];
     int step = tr->step;
@@ -432,7 +448,8 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
     cJSON **parts = calloc((size_t)c->world, sizeof *parts);
     cJSON *mine = NULL;
     char *text = NULL;
-    *bytes = 0;
+    uint64_t *bytes = &res->bytes;
+    memset(res, 0, sizeof *res);
     st = crcs && parts ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
     if (st == MS_OK)
         st = ckpt_shard_write(staging, name, c->rank, step, c->tensors, c->runs, c->n_runs,
@@ -454,7 +471,9 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
     snprintf(own_msg, sizeof own_msg, "%s", ms_errmsg());
     st = gather_parts(p, text, parts); /* also the barrier: every shard is fsynced */
     if (st == MS_OK && c->rank == 0) {
-        st = commit_parts(p, tr, parts, first);
+        st = commit_parts(p, tr, parts, first, &res->total);
+        res->commit_mono = ms_now(); /* committed (DIR/latest and the pruning done too) */
+        res->commit_wall = ms_wall_now();
         if (st != MS_OK) {
             char msg[1024];
             snprintf(msg, sizeof msg, "%s", ms_errmsg());
@@ -494,15 +513,17 @@ static void *persist_main(void *arg) {
         int slot = p->queued, first = p->qfirst;
         ckpt_slot *s = p->qslot;
         ckpt_train_state tr = p->qtr;
+        double stall_ms = p->qstall_ms;
         p->queued = -1;
         p->running = slot;
         pthread_mutex_unlock(&p->mu);
 
         double t0 = ms_now(), c0 = thread_cpu();
         int64_t e0 = ms_ev_now();
-        uint64_t bytes = 0;
-        ms_status st = persist_one(p, s, &tr, first, &bytes);
+        persist_result res;
+        ms_status st = persist_one(p, s, &tr, first, &res);
         double dt = ms_now() - t0;
+        uint64_t bytes = res.bytes;
         ms_ev_args ea = {.has = MS_EV_STEP | MS_EV_BYTES, .step = tr.step, .bytes = (int64_t)bytes};
         ms_ev_span(persist, 0, e0, ms_ev_now(), &ea);
         ms_debug("checkpoint: step %d: stage 2 took %.3f s, %.3f s of CPU", tr.step, dt,
@@ -523,6 +544,15 @@ static void *persist_main(void *arg) {
         snprintf(p->last_msg, sizeof p->last_msg, "%s", st == MS_OK ? "" : ms_errmsg());
         if (st == MS_OK) p->last_commit = tr.step;
         p->fail_streak = st == MS_OK ? 0 : p->fail_streak + 1;
+        if (st == MS_OK && p->cfg.rank == 0) {
+            ckpt_commit_record c = {tr.step, res.total, stall_ms, (res.commit_mono - t0) * 1e3,
+                                    res.commit_wall};
+            if (p->n_commits == CKPT_COMMIT_QUEUE) { /* nobody takes them: drop the oldest */
+                memmove(p->commits, p->commits + 1, sizeof *p->commits * (CKPT_COMMIT_QUEUE - 1));
+                p->n_commits--;
+            }
+            p->commits[p->n_commits++] = c;
+        }
         pthread_cond_broadcast(&p->cv);
     }
     pthread_mutex_unlock(&p->mu);
@@ -549,12 +579,13 @@ ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg)
 }
 
 void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_train_state *tr,
-                          int first) {
+                          int first, double stall_ms) {
     pthread_mutex_lock(&p->mu);
     p->queued = slot;
     p->qslot = s;
     p->qtr = *tr;
     p->qfirst = first;
+    p->qstall_ms = stall_ms;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
@@ -585,6 +616,18 @@ void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, ch
     *fail_streak = p->fail_streak;
     if (msg && n) snprintf(msg, n, "%s", p->fail_streak ? p->last_msg : "");
     pthread_mutex_unlock(&p->mu);
+}
+
+int ckpt_persist_take_commits(ckpt_persist *p, ckpt_commit_record *out, int max) {
+    pthread_mutex_lock(&p->mu);
+    int n = p->n_commits < max ? p->n_commits : max;
+    if (n > 0) {
+        memcpy(out, p->commits, sizeof *out * (size_t)n);
+        memmove(p->commits, p->commits + n, sizeof *p->commits * (size_t)(p->n_commits - n));
+        p->n_commits -= n;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n > 0 ? n : 0;
 }
 
 void ckpt_persist_stop(ckpt_persist *p) {

@@ -2,10 +2,13 @@
  * runs for any dp), the JSON of manifests and trainer state, fault specs,
  * /dev/shm slots (complete / torn), shards + commit + reader (CRC, sizes,
  * step, missing manifest), and the manager in-process: two-stage saves,
- * keep-K, an injected ENOSPC that must leave the older commits alone, and
+ * keep-K, the commit records (step, every shard's bytes, stall, persist
+ * time, wall time; each once, in step order; none for a failed persist), an
+ * injected ENOSPC that must leave the older commits alone, and
  * a resume that restores parameters, m, v and the trainer state bit for bit.
  * Runs in a temporary directory, the snapshots in its shm/ (ckpt_options.shm_dir). */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +16,7 @@
 #include <unistd.h>
 
 #include "base/fileio.h"
+#include "base/timeutil.h"
 #include "ckpt/ckpt_internal.h"
 #include "unit/../check.h"
 
@@ -536,6 +540,15 @@ static void train_one(fixture *f, int k) {
     MS_CHECK(opt_step(f->o, 1e-3f, &st) == MS_OK);
 }
 
+/* Size of the one shard of step `step` under root (0 if missing). */
+static uint64_t shard_bytes(const char *root, int step) {
+    char dir[600], path[700];
+    uint64_t n = 0;
+    ckpt_step_path(dir, sizeof dir, root, step);
+    snprintf(path, sizeof path, "%s/shard-00000-of-00001.safetensors", dir);
+    return ms_file_size(path, &n) == MS_OK ? n : 0;
+}
+
 static void test_manager(void) {
     fixture f;
     fix_make(&f, 4);
@@ -549,6 +562,9 @@ static void test_manager(void) {
     T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && !found);
     size_t N = gpt_num_elements(f.m);
     float *at6 = malloc(N * 4), *mom6 = NULL;
+    ckpt_commit_record cr[8];
+    T_EQ_INT(ckpt_manager_take_commits(cm, cr, 8), 0);
+    double w0 = ms_wall_now(), t0 = ms_now();
     for (int step = 1; step <= 6; step++) { /* snapshots at 2, 4, 6 */
         train_one(&f, step);
         ckpt_train_state s = state_at(&f, step);
@@ -562,6 +578,22 @@ static void test_manager(void) {
     memcpy(mom6, pc.mom, pc.n * 4);
     T_OK(ckpt_manager_wait(cm) == MS_OK);
     T_OK(ckpt_manager_last_stall(cm) >= 0);
+    /* three commits since the last look: all of them, oldest first, once */
+    double w1 = ms_wall_now(), t1 = ms_now();
+    T_EQ_INT(ckpt_manager_take_commits(cm, cr, 8), 3);
+    for (int i = 0; i < 3; i++) {
+        T_EQ_INT(cr[i].step, 2 * (i + 1));
+        T_OK(cr[i].wall_s >= w0 && cr[i].wall_s <= w1 &&
+             (i == 0 || cr[i].wall_s >= cr[i - 1].wall_s));
+        T_OK(cr[i].persist_ms >= 0 && cr[i].persist_ms <= (t1 - t0) * 1e3);
+        T_OK(isfinite(cr[i].stall_ms) && cr[i].stall_ms >= 0);
+    }
+    T_OK(shard_bytes(root, 6) > 0);
+    T_EQ_INT(cr[2].bytes, shard_bytes(root, 6));
+    T_EQ_INT(cr[1].bytes, shard_bytes(root, 4));
+    T_EQ_INT(cr[0].bytes, cr[1].bytes); /* step 2 is pruned (keep 2); the same model */
+    T_NEAR(cr[2].stall_ms, ckpt_manager_last_stall(cm) * 1e3, 1e-9);
+    T_EQ_INT(ckpt_manager_take_commits(cm, cr, 8), 0);
     /* the slots live in ckpt_options.shm_dir; NULL means /dev/shm */
     char sp[4400];
     T_OK(ckpt_shm_path(sp, sizeof sp, g_shm, root, 0, 0) == MS_OK);
@@ -582,6 +614,7 @@ static void test_manager(void) {
     T_OK(ckpt_manager_save(cm, &s8) == MS_OK);
     T_OK(ckpt_manager_wait(cm) == MS_ERR_IO);
     T_STR_CONTAINS(ms_errmsg(), "No space left on device");
+    T_EQ_INT(ckpt_manager_take_commits(cm, cr, 8), 0); /* no record of a failed persist */
     ckpt_step_path(dir, sizeof dir, root, 8);
     T_OK(!exists(dir));
     ckpt_staging_path(dir, sizeof dir, root, 8);
@@ -607,10 +640,14 @@ static void test_manager(void) {
     T_EQ_INT(got.step, 8);
     T_EQ_INT(opt_steps_done(g.o), opt_steps_done(f.o));
     T_OK(!memcmp(gpt_params(g.m), gpt_params(f.m), N * 4));
-    /* a snapshot that no commit holds is persisted right after the resume */
+    /* a snapshot that no commit holds is persisted right after the resume;
+     * its stage 1 was another process's: unknown */
     T_OK(ckpt_manager_wait(cm) == MS_OK);
     ckpt_step_path(dir, sizeof dir, root, 8);
     T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    T_EQ_INT(ckpt_manager_take_commits(cm, cr, 1), 1);
+    T_OK(cr[0].step == 8 && isnan(cr[0].stall_ms) && cr[0].bytes == shard_bytes(root, 8));
+    T_EQ_INT(ckpt_manager_take_commits(cm, cr, 8), 0);
     ckpt_manager_destroy(cm);
     fix_free(&g);
 
