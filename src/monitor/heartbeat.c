@@ -285,7 +285,7 @@ static ms_status hb_step(void *ctx, const mon_step *s) {
 }
 
 mon_sink mon_sink_heartbeat(mon_heartbeat *hb) {
-    return (mon_sink){hb, hb_step, NULL, NULL};
+    return (mon_sink){.ctx = hb, .on_step = hb_step};
 }
 
 void mon_heartbeat_close(mon_heartbeat *hb) {

@@ -55,6 +55,16 @@ ms_status mon_record_val(mon_record *r, const mon_val *v) {
     return first;
 }
 
+ms_status mon_record_ckpt(mon_record *r, const mon_ckpt *c) {
+    ms_status first = MS_OK;
+    for (int i = 0; i < r->n; i++) {
+        if (!r->sink[i].on_ckpt) continue;
+        ms_status st = r->sink[i].on_ckpt(r->sink[i].ctx, c);
+        if (st != MS_OK && first == MS_OK) first = st;
+    }
+    return first;
+}
+
 void mon_record_destroy(mon_record *r) {
     if (!r) return;
     for (int i = 0; i < r->n; i++)
@@ -85,7 +95,8 @@ static ms_status progress_val(void *ctx, const mon_val *v) {
 }
 
 mon_sink mon_sink_progress(int log_every) {
-    return (mon_sink){(void *)(intptr_t)log_every, progress_step, progress_val, NULL};
+    return (mon_sink){
+        .ctx = (void *)(intptr_t)log_every, .on_step = progress_step, .on_val = progress_val};
 }
 
 /* ---- metrics JSONL -------------------------------------------------------- */
@@ -152,14 +163,26 @@ static ms_status metrics_val(void *ctx, const mon_val *v) {
     return metrics_put(m, o);
 }
 
+static ms_status metrics_ckpt(void *ctx, const mon_ckpt *c) {
+    metrics_sink *m = ctx;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "ckpt");
+    cJSON_AddNumberToObject(o, "step", c->step);
+    cJSON_AddNumberToObject(o, "bytes", (double)c->bytes);
+    add_round(o, "stall_ms", c->stall_ms, 1e-3);
+    add_round(o, "persist_ms", c->persist_ms, 1e-3);
+    add_round(o, "wall", c->wall_s, 1e-3);
+    return metrics_put(m, o);
+}
+
 static void metrics_close(void *ctx) {
     metrics_sink *m = ctx;
     if (m->f) fclose(m->f);
     free(m);
 }
 
-/* Keep the lines of an existing metrics file whose "step" is <= keep, and
- * its config lines. */
+/* Keep the lines of an existing metrics file whose "step" is <= keep
+ * (steps, validations, commits), and its config lines. */
 static ms_status trim_metrics(const char *path, int keep) {
     char *text = NULL;
     size_t len = 0;
@@ -218,7 +241,11 @@ ms_status mon_sink_metrics(mon_sink *out, const char *path, int resume_step,
         metrics_close(m);
         return st;
     }
-    *out = (mon_sink){m, metrics_step, metrics_val, metrics_close};
+    *out = (mon_sink){.ctx = m,
+                      .on_step = metrics_step,
+                      .on_val = metrics_val,
+                      .on_ckpt = metrics_ckpt,
+                      .close = metrics_close};
     return MS_OK;
 }
 
@@ -240,7 +267,7 @@ static ms_status events_val(void *ctx, const mon_val *v) {
 }
 
 mon_sink mon_sink_events(void) {
-    return (mon_sink){NULL, events_step, events_val, NULL};
+    return (mon_sink){.on_step = events_step, .on_val = events_val};
 }
 
 /* ---- summary -------------------------------------------------------------- */
@@ -304,5 +331,5 @@ mon_sink mon_sink_summary(int rank) {
     summary_sink *m = calloc(1, sizeof *m);
     if (!m) return (mon_sink){0};
     m->rank = rank;
-    return (mon_sink){m, summary_step, NULL, summary_close};
+    return (mon_sink){.ctx = m, .on_step = summary_step, .close = summary_close};
 }

@@ -1,9 +1,10 @@
 /* step.h - the public per-step record and its sinks.
  *
- * The trainer fills one mon_step per optimiser step (and one mon_val per
- * validation pass) and hands it to mon_record, which passes it to every
- * sink in the order they were added: the progress line, the metrics JSONL,
- * the event log, and later the heartbeat.  A new consumer of per-step
+ * The trainer fills one mon_step per optimiser step (one mon_val per
+ * validation pass, one mon_ckpt per committed checkpoint, on rank 0 as
+ * soon as it learns of the commit) and hands it to mon_record, which
+ * passes it to every sink in the order they were added: the progress line,
+ * the metrics JSONL, the event log, and later the heartbeat.  A new consumer of per-step
  * numbers is a new sink, not an edit of the trainer.
  *
  * Who calls it: the trainer.  Memory: mon_record_create allocates the
@@ -46,9 +47,18 @@ typedef struct {
 } mon_val;
 
 typedef struct {
+    int step;          /* the committed checkpoint's step */
+    int64_t bytes;     /* its size: every rank's shard files together */
+    double stall_ms;   /* its stage 1 (the snapshot that stalls training); NaN: unknown */
+    double persist_ms; /* its stage 2, from the persist's start to the commit */
+    double wall_s;     /* epoch seconds of the commit */
+} mon_ckpt;
+
+typedef struct {
     void *ctx;
     ms_status (*on_step)(void *ctx, const mon_step *s); /* may be NULL */
     ms_status (*on_val)(void *ctx, const mon_val *v);   /* may be NULL */
+    ms_status (*on_ckpt)(void *ctx, const mon_ckpt *c); /* may be NULL */
     void (*close)(void *ctx);                           /* may be NULL */
 } mon_sink;
 
@@ -57,10 +67,11 @@ typedef struct mon_record mon_record;
 ms_status mon_record_create(mon_record **out);
 /* Add a sink (copied).  At most 8. */
 ms_status mon_record_add(mon_record *r, mon_sink s);
-/* Hand s / v to every sink; the first failure is returned (the later sinks
- * still run). */
+/* Hand s / v / c to every sink; the first failure is returned (the later
+ * sinks still run). */
 ms_status mon_record_step(mon_record *r, const mon_step *s);
 ms_status mon_record_val(mon_record *r, const mon_val *v);
+ms_status mon_record_ckpt(mon_record *r, const mon_ckpt *c);
 /* Close every sink and free r.  NULL is ignored. */
 void mon_record_destroy(mon_record *r);
 
@@ -73,10 +84,12 @@ mon_sink mon_sink_progress(int log_every);
  * flushed after each line, so a crashed run keeps every completed step.
  * path NULL or "": *out gets a sink that does nothing.  The first line of a
  * run is {"type":"config", ...} with config_json (a JSON object's text:
- * the effective options and layout; may be NULL).  A run that starts at
- * step 0 truncates the file; a resumed run (resume_step > 0) keeps the lines
- * of steps <= resume_step and the earlier config lines (replacing the file
- * atomically) and appends after them, so the file reads as one run.
+ * the effective options and layout; may be NULL); then a line per step,
+ * per validation and per commit ({"type":"ckpt", ...}).  A run that starts
+ * at step 0 truncates the file; a resumed run (resume_step > 0) keeps the
+ * lines of steps <= resume_step (step, validation and ckpt lines alike) and
+ * the earlier config lines (replacing the file atomically) and appends
+ * after them, so the file reads as one run.
  * Errors: MS_ERR_IO naming the file. */
 ms_status mon_sink_metrics(mon_sink *out, const char *path, int resume_step,
                            const char *config_json);

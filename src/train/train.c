@@ -486,12 +486,35 @@ static ms_status setup(trainer *t) {
     return MS_OK;
 }
 
+/* Rank 0: the checkpoints committed since the last call, oldest first, one
+ * mon_ckpt each to the step record (the metrics' "ckpt" lines); the first
+ * sink failure is returned. */
+static ms_status report_commits(trainer *t) {
+    ckpt_commit_record c[16];
+    ms_status first = MS_OK;
+    for (int n; t->rec && (n = ckpt_manager_take_commits(t->ckpt, c, 16)) > 0;)
+        for (int i = 0; i < n; i++) {
+            mon_ckpt m = {.step = c[i].step,
+                          .bytes = (int64_t)c[i].bytes,
+                          .stall_ms = c[i].stall_ms,
+                          .persist_ms = c[i].persist_ms,
+                          .wall_s = c[i].wall_s};
+            ms_status st = mon_record_ckpt(t->rec, &m);
+            if (st != MS_OK && first == MS_OK) first = st;
+        }
+    return first;
+}
+
 /* Free everything; finalize MPI only after a run that every rank finished
  * (after a failure on one rank the others may be stuck in a collective: the
  * caller exits non-zero and mpirun ends the job). */
 static void teardown(trainer *t, ms_status st) {
     char why[1024]; /* the failure's message: the heartbeat's last word, and kept for main */
     snprintf(why, sizeof why, "%s", st == MS_OK ? "" : ms_errmsg());
+    if (t->ckpt && st != MS_OK) { /* a failed run: the commits of the persist in flight too */
+        (void)ckpt_manager_wait(t->ckpt); /* as long as destroy would wait for it */
+        (void)report_commits(t);
+    }
     ckpt_manager_destroy(t->ckpt); /* waits for a persist in flight */
     mon_record_destroy(t->rec);
     data_shm_close(t->ring);
@@ -830,7 +853,8 @@ static ms_status loop(trainer *t) {
         if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))
             MS_TRY(log_val(t, step + 1));
         t->done = step + 1;
-        MS_TRY(ckpt_hook(t));   /* may checkpoint, or stop every rank at this step */
+        MS_TRY(ckpt_hook(t)); /* may checkpoint, or stop every rank at this step */
+        MS_TRY(report_commits(t));
         if (t->hb && t->ckpt) { /* a checkpoint that did not commit: the driver decides */
             int last = -1, failed = 0;
             char msg[512];
@@ -859,6 +883,8 @@ ms_status train_run(const train_config *tc) {
     if (st == MS_OK && t.ckpt) { /* the final checkpoint (also after SIGTERM / SIGINT) */
         ckpt_train_state cs = ckpt_state(&t, t.done);
         st = ckpt_manager_finish(t.ckpt, &cs);
+        ms_status rs = report_commits(&t); /* also after a failed last persist: the earlier ones */
+        if (st == MS_OK) st = rs;
     }
     /* with tp, the tp group of world rank 0 gathers the shards (rank 0 writes) */
     /* with pp, all stages of that column send their tensors to world rank 0 */

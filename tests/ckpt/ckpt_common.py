@@ -1,5 +1,6 @@
 """Helpers shared by the checkpoint tests: the binary, a tiny model, a token
-shard, running commands, reading losses, and the pass/fail tally."""
+shard, running commands, reading losses and commit lines, the sizes of a
+commit's shards, and the pass/fail tally."""
 import hashlib
 import json
 import os
@@ -92,6 +93,13 @@ def losses(path):
     return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
 
 
+def ckpt_lines(path):
+    """The metrics file's commit lines ({"type":"ckpt", ...}), in file order."""
+    if not os.path.exists(path):
+        return []
+    return [o for o in map(json.loads, open(path)) if o.get("type") == "ckpt"]
+
+
 def sha(path):
     if not os.path.exists(path):
         return None
@@ -112,6 +120,13 @@ def resumed_at(stderr):
     return None
 
 
+def committed_steps(stderr):
+    """The steps rank 0's log says were committed ("checkpoint: step N
+    committed to ..."), in log order."""
+    return [int(l.split("checkpoint: step ")[1].split()[0]) for l in stderr.splitlines()
+            if "checkpoint: step " in l and " committed to " in l]
+
+
 def verify(path):
     r = subprocess.run([BIN, "ckpt", "verify", path], capture_output=True, text=True,
                        errors="replace")
@@ -120,6 +135,20 @@ def verify(path):
 
 def step_dir(root, step):
     return os.path.join(root, f"step_{step:08d}")
+
+
+def shard_sizes(root, step):
+    """The sizes on disk of the shard files of the commit step_N under root,
+    and the sizes its manifest lists for them: (disk, manifest), each a
+    {name: bytes} dict ({} when missing)."""
+    d = step_dir(root, step)
+    if not os.path.isdir(d):
+        return {}, {}
+    disk = {n: os.path.getsize(os.path.join(d, n)) for n in os.listdir(d)
+            if n.endswith(".safetensors")}
+    mf = os.path.join(d, "manifest.json")
+    listed = {f["name"]: f["bytes"] for f in json.load(open(mf))["files"]} if os.path.exists(mf) else {}
+    return disk, listed
 
 
 def tree(root):

@@ -4,7 +4,8 @@ final-weights hash) for two configurations, a real SIGTERM mid-run with its
 final checkpoint, keep-K, time-based checkpoints, the `megascale ckpt` tools
 (list, inspect, verify, export -> sample / --init-from, reshard -> resume on
 another layout), the manifest's fields, /dev/shm cleanup after a clean
-finish, and bad arguments.  Environment: MS_BIN."""
+finish, the metrics' line per commit (and a resumed run's trim of them),
+and bad arguments.  Environment: MS_BIN."""
 import json
 import os
 import signal
@@ -12,8 +13,8 @@ import subprocess
 import sys
 import time
 
-from ckpt_common import (BIN, Workspace, losses, ok, rel_err, resumed_at, run, sha, step_dir,
-                         summary, verify)
+from ckpt_common import (BIN, Workspace, ckpt_lines, committed_steps, losses, ok, rel_err,
+                         resumed_at, run, sha, shard_sizes, step_dir, summary, verify)
 
 
 def bitwise_case(ws, name, extra, shm_env=None):
@@ -127,6 +128,72 @@ def test_sigterm(ws):
        "the resumed run continues at that step", r.stderr)
 
 
+def check_ckpt_lines(m, c, want, t0, t1, what):
+    """The commit lines of metrics file m: exactly the steps `want`, in that
+    order, each once, with the fields of docs/formats.md, its bytes the sum
+    of the shard files of c/step_N on disk (and in its manifest), stall and
+    persist times >= 0, committed between t0 and t1, after its step's line."""
+    lines = [json.loads(l) for l in open(m)] if os.path.exists(m) else []
+    got = ckpt_lines(m)
+    ok([g["step"] for g in got] == want, f"{what}: one ckpt line per commit, in step order",
+       json.dumps(got))
+    ok(all(list(g) == ["type", "step", "bytes", "stall_ms", "persist_ms", "wall"] for g in got),
+       f"{what}: ckpt line fields", json.dumps(got[:1]))
+    for g in got:
+        disk, listed = shard_sizes(c, g["step"])
+        ok(g["bytes"] > 0 and g["bytes"] == sum(disk.values()) == sum(listed.values()) and disk,
+           f"{what}: step {g['step']}: bytes = the shard files on disk",
+           f"{g} vs {disk} / {listed}")
+        ok(g["persist_ms"] >= 0 and g["stall_ms"] is not None and g["stall_ms"] >= 0,
+           f"{what}: step {g['step']}: stall and persist times", str(g))
+        ok(t0 <= g["wall"] <= t1, f"{what}: step {g['step']}: wall is the commit's time",
+           f"{t0} <= {g['wall']} <= {t1}")
+        at = [i for i, o in enumerate(lines) if "loss" in o and o["step"] == g["step"]]
+        ok(len(at) == 1 and lines.index(g) > at[0],
+           f"{what}: step {g['step']}: the ckpt line follows its step's line", str(at))
+    ok(all(a["wall"] <= b["wall"] for a, b in zip(got, got[1:])), f"{what}: walls in order",
+       json.dumps(got))
+
+
+def test_metrics_ckpt_lines(ws):
+    """--ckpt-every 5 --steps 12: a ckpt line per commit the log reports
+    (a snapshot still queued when the next one is taken is superseded and
+    never commits), the final 12 among them; with every checkpoint
+    persisted in order (an armed fault that never fires), exactly 5, 10 and
+    12.  Stopped at 7 and resumed from the commit of 5: the ckpt line of 7
+    is dropped with the step lines after 5, then 10 and 12 follow."""
+    c, m = ws.path("ml_ckpt"), ws.path("ml.jsonl")
+    t0 = time.time()
+    r = run(ws, ws.train_args("--steps", "12", "--ckpt-dir", c, "--ckpt-every", "5",
+                              "--metrics", m))
+    want = committed_steps(r.stderr)
+    ok(r.returncode == 0 and want[-1:] == [12] and set(want) <= {5, 10, 12},
+       "metrics ckpt lines: the run commits the final checkpoint", r.stderr)
+    check_ckpt_lines(m, c, want, t0, time.time(), "ckpt-every 5, 12 steps")
+    c, m = ws.path("ml_ord_ckpt"), ws.path("ml_ord.jsonl")
+    t0 = time.time()
+    r = run(ws, ws.train_args("--steps", "12", "--ckpt-dir", c, "--ckpt-every", "5",
+                              "--metrics", m), fault="signal:term@1000")
+    ok(r.returncode == 0 and committed_steps(r.stderr) == [5, 10, 12],
+       "metrics ckpt lines: persisted in order, three commits", r.stderr)
+    check_ckpt_lines(m, c, [5, 10, 12], t0, time.time(), "in order, 12 steps")
+
+    c2, m2 = ws.path("ml2_ckpt"), ws.path("ml2.jsonl")
+    t0 = time.time()
+    keep = ["--ckpt-keep", "4"]  # 5, 7, 10, 12 all stay, to compare with the lines
+    r = run(ws, ws.train_args("--steps", "12", "--ckpt-dir", c2, "--ckpt-every", "5", *keep,
+                              "--metrics", m2), fault="signal:term@7")
+    ok(r.returncode == 0 and [g["step"] for g in ckpt_lines(m2)] == [5, 7],
+       "stopped at 7: the lines of 5 and of the final 7", r.stderr + str(ckpt_lines(m2)))
+    r = run(ws, ws.train_args("--steps", "12", "--ckpt-dir", c2, "--ckpt-every", "5", *keep,
+                              "--resume", step_dir(c2, 5), "--metrics", m2),
+            fault="signal:term@1000")
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 5, "resumed from the commit of 5", r.stderr)
+    steps = [o["step"] for o in map(json.loads, open(m2)) if "loss" in o]
+    ok(steps == list(range(1, 13)), "the resumed metrics hold each step once", str(steps))
+    check_ckpt_lines(m2, c2, [5, 10, 12], t0, time.time(), "resumed at 5")
+
+
 def test_every_min(ws):
     c = ws.path("min_ckpt")
     r = run(ws, ws.train_args("--steps", "30", "--ckpt-dir", c, "--ckpt-every-min", "0.00002"))
@@ -169,6 +236,7 @@ def main():
         test_manifest(ws, c)
         test_tools(ws, c, ws.path("adamw_shuffle_b.st"), ws.path("adamw_shuffle_ref.jsonl"))
         test_sigterm(ws)
+        test_metrics_ckpt_lines(ws)
         test_every_min(ws)
         test_errors(ws, c)
     finally:

@@ -1,7 +1,8 @@
 """Checkpoints under mpirun (labels mpi, faults): with --dp 2 (ZeRO-2: each
 rank saves its own runs of parameters, m and v), 2N steps straight equal N
 steps, a clean stop and N resumed steps bit for bit (losses and final
-weights); a commit saved by dp 2 resumes on one process and one saved by
+weights), rank 0's metrics with a line per commit whose bytes are both
+ranks' shards together; a commit saved by dp 2 resumes on one process and one saved by
 one process resumes on dp 2 (losses within 1e-5 relative); rank 1 killed
 after writing its shard: no commit for that step, the survivors resume from
 the snapshots both ranks hold in /dev/shm (or, without them, the previous
@@ -11,8 +12,8 @@ import os
 import shutil
 import sys
 
-from ckpt_common import (MPIRUN, Workspace, losses, mpi, ok, rel_err, resumed_at, run, sha,
-                         step_dir, summary, verify)
+from ckpt_common import (MPIRUN, Workspace, ckpt_lines, committed_steps, losses, mpi, ok,
+                         rel_err, resumed_at, run, sha, shard_sizes, step_dir, summary, verify)
 
 
 def main():
@@ -37,6 +38,7 @@ def main():
                                      "--metrics", a_m), fault="signal:term@10")
         ok(r.returncode == 0 and verify(step_dir(c, 10)), "dp2: stop at step 10, committed",
            r.stderr)
+        check_ckpt_bytes(a_m, c, [5, 10], "dp2: stopped at 10")  # in order: a fault is armed
         r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", c, "--ckpt-every", "5",
                                      "--resume", "auto", "--metrics", b_m, "--save-weights", b_w))
         got = losses(a_m) + losses(b_m)
@@ -44,6 +46,9 @@ def main():
            sha(b_w) == sha(ref2_w), "dp2: resume is bitwise (losses and weights)",
            r.stderr + f"\n{losses(ref2_m)}\n{got}")
         print(f"dp2 stop/resume: {len(got)} losses bit-identical, weights equal", flush=True)
+        want = committed_steps(r.stderr)  # 15 may be superseded by 20 (no fault armed)
+        ok(want[-1:] == [20] and set(want) <= {15, 20}, "dp2: resumed run commits 20", r.stderr)
+        check_ckpt_bytes(b_m, c, want, "dp2: resumed at 10")
 
         # layouts: dp2 -> dp1 and dp1 -> dp2
         x = ws.path("x21")
@@ -97,6 +102,18 @@ def main():
     finally:
         ws.close()
     sys.exit(summary())
+
+
+def check_ckpt_bytes(m, c, want, what):
+    """Rank 0's metrics m have one commit line per step of `want`, in order,
+    each with bytes = the sum of both ranks' shard files of c/step_N."""
+    got = ckpt_lines(m)
+    ok([g["step"] for g in got] == want, f"{what}: a ckpt line per commit", str(got))
+    for g in got:
+        disk, listed = shard_sizes(c, g["step"])
+        ok(len(disk) == 2 and g["bytes"] == sum(disk.values()) == sum(listed.values()) and
+           g["bytes"] > max(disk.values()) and g["persist_ms"] >= 0,
+           f"{what}: step {g['step']}: bytes = both ranks' shards", f"{g} vs {disk} / {listed}")
 
 
 # The tensor / pipeline layouts: the model of tests/mpi/test_tp.py (eps 1e-6)

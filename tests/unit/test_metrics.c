@@ -1,0 +1,177 @@
+/* test_metrics.c - the metrics JSONL sink (monitor/step.h): a run's config,
+ * step, validation and "ckpt" lines with their fields (an unknown stall is
+ * null), sinks without on_ckpt are skipped, and a resumed run keeps the
+ * lines of steps <= resume_step (commits by the same rule as steps) and
+ * drops the later ones. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/fileio.h"
+#include "check.h"
+#include "monitor/step.h"
+#include "tmpdir.h"
+
+#define MAX_LINES 64
+
+typedef struct {
+    int n;
+    cJSON *o[MAX_LINES];
+} lines;
+
+/* Every line of path, parsed (NULL for a line that is not JSON). */
+static void lines_read(const char *path, lines *l) {
+    char *text = NULL;
+    size_t len = 0;
+    memset(l, 0, sizeof *l);
+    if (ms_file_read_all(path, &text, &len) != MS_OK) return;
+    for (char *s = text, *next; s && *s && l->n < MAX_LINES; s = next) {
+        next = strchr(s, '\n');
+        if (next) *next++ = 0;
+        l->o[l->n++] = cJSON_Parse(s);
+    }
+    free(text);
+}
+
+static void lines_free(lines *l) {
+    for (int i = 0; i < l->n; i++)
+        cJSON_Delete(l->o[i]);
+}
+
+static const char *str_of(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+static double num_of(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : NAN;
+}
+
+/* "s3 v3 c3 k ..." : one word per line (s: step, v: validation, c: ckpt,
+ * k: config) with its step, to compare a file's shape in one string. */
+static void shape_of(const lines *l, char *buf, size_t n) {
+    size_t off = 0;
+    buf[0] = 0;
+    for (int i = 0; i < l->n && off < n; i++) {
+        const cJSON *o = l->o[i];
+        const char *type = str_of(o, "type");
+        char w = !strcmp(type, "config")                           ? 'k'
+                 : !strcmp(type, "ckpt")                           ? 'c'
+                 : cJSON_GetObjectItemCaseSensitive(o, "val_loss") ? 'v'
+                                                                   : 's';
+        if (w == 'k')
+            off += (size_t)snprintf(buf + off, n - off, "%sk", i ? " " : "");
+        else
+            off +=
+                (size_t)snprintf(buf + off, n - off, "%s%c%g", i ? " " : "", w, num_of(o, "step"));
+    }
+}
+
+static mon_step step_at(int step) {
+    mon_step s = {.step = step, .steps = 8, .loss = 3.5f - 0.25f * (float)step, .lr = 1e-3f};
+    s.sec = 0.01, s.tok_s = 6400, s.wall_s = 1796115200.0 + step;
+    return s;
+}
+
+static mon_ckpt ckpt_at(int step, double stall_ms) {
+    mon_ckpt c = {.step = step,
+                  .bytes = 1000000 + step,
+                  .stall_ms = stall_ms,
+                  .persist_ms = 812.5,
+                  .wall_s = 1796115260.125};
+    return c;
+}
+
+/* A fresh run: 6 steps, a validation at 4, commits of 3 and 6 (6 with an
+ * unknown stall), written through a record whose progress sink has no
+ * on_ckpt. */
+static void test_lines(const char *path) {
+    mon_record *r = NULL;
+    mon_sink m;
+    T_OK(mon_record_create(&r) == MS_OK);
+    T_OK(mon_record_add(r, mon_sink_progress(0)) == MS_OK);
+    T_OK(mon_sink_metrics(&m, path, 0, "{\"options\":{\"steps\":8}}") == MS_OK);
+    T_OK(m.on_ckpt != NULL);
+    T_OK(mon_record_add(r, m) == MS_OK);
+    for (int k = 1; k <= 6; k++) {
+        mon_step s = step_at(k);
+        T_OK(mon_record_step(r, &s) == MS_OK);
+        if (k == 4) {
+            mon_val v = {.step = 4, .val_loss = 2.5f, .sec = 0.02, .wall_s = 1796115204.5};
+            T_OK(mon_record_val(r, &v) == MS_OK);
+            mon_ckpt c = ckpt_at(3, 41.2); /* noticed a step after it was taken */
+            T_OK(mon_record_ckpt(r, &c) == MS_OK);
+        }
+    }
+    mon_ckpt c6 = ckpt_at(6, NAN);
+    T_OK(mon_record_ckpt(r, &c6) == MS_OK);
+    mon_record_destroy(r);
+
+    lines l;
+    char shape[512];
+    lines_read(path, &l);
+    shape_of(&l, shape, sizeof shape);
+    T_OK(!strcmp(shape, "k s1 s2 s3 s4 v4 c3 s5 s6 c6"));
+    if (strcmp(shape, "k s1 s2 s3 s4 v4 c3 s5 s6 c6")) fprintf(stderr, "shape: %s\n", shape);
+    /* the exact text of a ckpt line: key order, rounding, null for NaN */
+    char *text = NULL;
+    size_t len = 0;
+    T_OK(ms_file_read_all(path, &text, &len) == MS_OK);
+    T_STR_CONTAINS(text, "\n{\"type\":\"ckpt\",\"step\":3,\"bytes\":1000003,\"stall_ms\":41.2,"
+                         "\"persist_ms\":812.5,\"wall\":1796115260.125}\n");
+    T_STR_CONTAINS(text, "{\"type\":\"ckpt\",\"step\":6,\"bytes\":1000006,\"stall_ms\":null,");
+    free(text);
+    const cJSON *c = l.n > 6 ? l.o[6] : NULL;
+    T_OK(c && !cJSON_GetObjectItemCaseSensitive(c, "loss")); /* readers of steps skip it */
+    lines_free(&l);
+}
+
+/* Resume at step 4 (the commit of step 3 is kept, 6 and the steps after
+ * 4 are dropped), then steps 5..8 with the commit of 8. */
+static void test_resume(const char *path) {
+    mon_sink m;
+    T_OK(mon_sink_metrics(&m, path, 4, "{\"options\":{\"steps\":8}}") == MS_OK);
+    for (int k = 5; k <= 8; k++) {
+        mon_step s = step_at(k);
+        T_OK(m.on_step(m.ctx, &s) == MS_OK);
+    }
+    mon_ckpt c8 = ckpt_at(8, 40);
+    T_OK(m.on_ckpt(m.ctx, &c8) == MS_OK);
+    m.close(m.ctx);
+
+    lines l;
+    char shape[512];
+    const char *want = "k s1 s2 s3 s4 v4 c3 k s5 s6 s7 s8 c8";
+    lines_read(path, &l);
+    shape_of(&l, shape, sizeof shape);
+    T_OK(!strcmp(shape, want));
+    if (strcmp(shape, want)) fprintf(stderr, "shape: %s\nwant:  %s\n", shape, want);
+    T_NEAR(l.n > 7 ? num_of(l.o[7], "resume_step") : -1, 4, 0);
+    T_NEAR(l.n > 6 ? num_of(l.o[6], "bytes") : -1, 1000003, 0);
+    T_NEAR(l.n > 6 ? num_of(l.o[6], "stall_ms") : -1, 41.2, 1e-9);
+    lines_free(&l);
+
+    /* resumed at the commit of step 6 (the file has no line of it: the
+     * run died before noticing): nothing is kept twice */
+    T_OK(mon_sink_metrics(&m, path, 6, NULL) == MS_OK);
+    m.close(m.ctx);
+    lines_read(path, &l);
+    shape_of(&l, shape, sizeof shape);
+    want = "k s1 s2 s3 s4 v4 c3 k s5 s6 k";
+    T_OK(!strcmp(shape, want));
+    if (strcmp(shape, want)) fprintf(stderr, "shape: %s\nwant:  %s\n", shape, want);
+    lines_free(&l);
+}
+
+int main(void) {
+    if (!ms_tmpdir_make("metrics")) return 1;
+    const char *path = tpath("m.jsonl");
+    char p[512];
+    snprintf(p, sizeof p, "%s", path);
+    test_lines(p);
+    test_resume(p);
+    if (!ms_t_fail) ms_tmpdir_remove();
+    return ms_test_summary("test_metrics");
+}
