@@ -22,3 +22,15 @@ target_link_libraries(test_sup_parts PRIVATE mssup)
 ms_script_test(supervisor_nodes COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_nodes.py
   LABELS mpi faults)
 set_tests_properties(supervisor_nodes PROPERTIES TIMEOUT 900)
+# The dashboard: its model of a run (curves, states, heat map, bounds), the
+# incremental file reader, the compute rows, and its server (token, paths,
+# methods) while the live view is pushed from another thread.
+ms_c_test(test_sup_dash SOURCES unit/test_sup_dash.c LABELS unit threads)
+target_link_libraries(test_sup_dash PRIVATE mssup)
+# The dashboard on a real 4-rank job with a fault: the API (token, paths,
+# bounds), headless Chromium watching it live (skipped with the reason where
+# Chromium or playwright-core is missing), the finished run served from its
+# files.
+ms_script_test(dashboard COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_dashboard.py
+  LABELS mpi faults)
+set_tests_properties(dashboard PROPERTIES TIMEOUT 600)

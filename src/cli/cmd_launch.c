@@ -11,9 +11,10 @@
 
 typedef struct {
     int np, nodes, spares, max_restarts, no_progress, diag, straggler_rounds, ckpt_fail_limit;
+    int dashboard;
     double hb_timeout, progress_factor, startup_timeout, grace, backoff;
     double diag_timeout, diag_slow_factor, straggler_score, loss_spike_z;
-    char *run_dir, *events, *hostfile, *mpirun, *bin, *bind, *faults;
+    char *run_dir, *events, *hostfile, *mpirun, *bin, *bind, *faults, *dashboard_bind;
 } launch_cli;
 
 #define O(name, type, field, def, help)                                                            \
@@ -59,6 +60,12 @@ static const opts_spec launch_opts[] = {
     O("ckpt-fail-limit", OPT_T_INT, ckpt_fail_limit, "2",
       "checkpoints failing to commit in a row (disk full, I/O errors) before the job is stopped "
       "and the storage checked; fewer: the job goes on and retries"),
+    {"dashboard", OPT_T_INT, offsetof(launch_cli, dashboard), "-1",
+     "serve the live dashboard on this port (0: any free one; it prints the URL with the job's "
+     "token, also in RUN_DIR/dashboard.json; -1: off)",
+     NULL, "[-1,65535]"},
+    O("dashboard-bind", OPT_T_STR, dashboard_bind, "127.0.0.1",
+      "the dashboard's address (loopback unless you mean to show it to other hosts)"),
     O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),
     O("bin", OPT_T_STR, bin, NULL, "the megascale binary of the ranks (default: this one)"),
     O("bind", OPT_T_STR, bind, "127.0.0.1", "heartbeat address (loopback unless hosts need it)"),
@@ -120,6 +127,8 @@ int cmd_launch(int argc, char **argv) {
                         .straggler_rounds = o.straggler_rounds,
                         .loss_spike_z = o.loss_spike_z,
                         .ckpt_fail_limit = o.ckpt_fail_limit,
+                        .dashboard_port = o.dashboard,
+                        .dashboard_bind = o.dashboard_bind,
                         .hostfile = o.hostfile,
                         .max_restarts = o.max_restarts,
                         .hb_timeout = o.hb_timeout,

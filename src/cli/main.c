@@ -15,7 +15,8 @@ static void usage(void) {
            "  ckpt     list, inspect, verify, export and reshard checkpoints\n"
            "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
            "  launch   run a training job under the supervisor (restarts it on faults)\n"
-           "  diag     node self-test: gemm, memory, comm, storage (exit 9 on a failed check)\n\n"
+           "  diag     node self-test: gemm, memory, comm, storage (exit 9 on a failed check)\n"
+           "  dashboard  serve the dashboard of a job's run directory in a browser\n\n"
            "Each command takes --help; megascale --version says which build this is.\n");
 }
 
@@ -88,6 +89,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "diag")) return cmd_diag(argc - 2, argv + 2);
+    if (!strcmp(cmd, "dashboard")) return cmd_dashboard(argc - 2, argv + 2);
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
     usage();
     return 2;

@@ -57,6 +57,8 @@ typedef struct {
     int straggler_rounds;     /* ...for this many steps in a row: a straggler (0: off) */
     double loss_spike_z;      /* a loss this many standard deviations above the window (0: off) */
     int ckpt_fail_limit;      /* checkpoints failing to commit in a row before a restart */
+    int dashboard_port;       /* serve the dashboard on this port (0: any free one; < 0: off) */
+    const char *dashboard_bind; /* its address (NULL: 127.0.0.1) */
     int train_argc;
     char **train_argv; /* the train options (after "--") */
 } sup_config;

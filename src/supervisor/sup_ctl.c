@@ -29,6 +29,10 @@ int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char
     snprintf(path, sizeof path, "%s/control.json", run_dir);
     snprintf(text, sizeof text, "{\"v\": 1, \"addr\": \"%s\", \"token\": \"%s\", \"pid\": %d}\n",
              addr, token, (int)getpid());
+    return sup_file_private(path, text, why, n);
+}
+
+int sup_file_private(const char *path, const char *text, char *why, size_t n) {
     ms_atomic_file af;
     ms_status st = ms_atomic_open(&af, path);
     if (st == MS_OK && fchmod(fileno(af.f), 0600) != 0)

@@ -45,7 +45,7 @@ static void on_signal(int sig) {
     g_stop = sig;
 }
 
-static int make_token(char *out) {
+int sup_make_token(char *out) {
     unsigned char raw[16];
     if (getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) return -1;
     for (int i = 0; i < 16; i++)
@@ -118,7 +118,8 @@ static char **job_argv(sup_driver *d, char *np) {
             !strcmp(c->train_argv[i], "--resume") || !strncmp(c->train_argv[i], "--resume=", 9);
         a[n++] = c->train_argv[i];
     }
-    if (!has_resume) a[n++] = "--resume", a[n++] = "auto"; /* every start continues */
+    if (!has_resume) a[n++] = "--resume", a[n++] = "auto";              /* every start continues */
+    if (d->own_metrics) a[n++] = "--metrics", a[n++] = d->metrics_path; /* the dashboard's */
     if (d->plan.n) { /* the trainer's faults still ahead (the diag:* ones go to diag) */
         sup_faults_format(d, 0, d->faults_through, d->fault_arg, sizeof d->fault_arg);
         if (d->fault_arg[0]) a[n++] = "--inject-fault", a[n++] = d->fault_arg;
@@ -161,6 +162,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     sup_state_save(d, 0);
     d->t_saved = ms_now();
     for (;;) {
+        sup_dash_update(d, 0);
         if (ms_now() - d->t_saved > 1.0) { /* the pids and the counters, for a new driver */
             sup_state_save(d, 0);
             d->t_saved = ms_now();
@@ -260,12 +262,19 @@ static void stats(const double *v, int n, double *med, double *worst) {
 
 /* The bottom line: faults by kind, detection and recovery times, steps
  * redone, effective training time ratio; printed and in the events. */
+/* The steps made (past where the job started) at the mean step time, over
+ * the wall time since the job started. */
+double sup_ettr(const sup_driver *d) {
+    double wall = ms_wall_now() - d->ev.t0;
+    double step_s = d->step_ms_n ? d->step_ms_sum / (double)d->step_ms_n / 1e3 : 0;
+    return wall > 0 ? (double)(d->best_step - d->start_step) * step_s / wall : 0;
+}
+
 static void summary(sup_driver *d, const char *outcome) {
     sup_events *e = &d->ev;
     int n = e->n_faults < SUP_MAX_FAULTS ? e->n_faults : SUP_MAX_FAULTS;
     double wall = ms_wall_now() - e->t0, dmed, dmax, rmed, rmax;
-    double step_s = d->step_ms_n ? d->step_ms_sum / (double)d->step_ms_n / 1e3 : 0;
-    double ettr = wall > 0 ? (double)(d->best_step - d->start_step) * step_s / wall : 0;
+    double ettr = sup_ettr(d);
     stats(e->detect_s, n, &dmed, &dmax);
     stats(e->recover_s, n, &rmed, &rmax);
     cJSON *f = cJSON_CreateObject(), *kinds = cJSON_AddObjectToObject(f, "faults");
@@ -339,6 +348,7 @@ static int policy(sup_driver *d, int prev_best) {
 }
 
 static void finish(sup_driver *d, const char *outcome, int code) {
+    sup_heatlog_flush(&d->heat);
     summary(d, outcome);
     if (code == SUP_EXIT_DONE) {
         sup_events_put(&d->ev, "job_done", NULL);
@@ -378,7 +388,9 @@ static int run_loop(sup_driver *d) {
             return SUP_EXIT_STOPPED;
         }
         book_fault(d);
+        sup_dash_update(d, 1); /* the culprit, before the stop takes its time */
         stop_attempt(d);
+        sup_heatlog_flush(&d->heat);
         book_stop(d);
         int code = sup_recover(d);
         if (!code) code = policy(d, prev_best);
@@ -431,7 +443,7 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
             sup_job_stop(&d->job, d->c->grace, d->adopt_pids, d->c->np, NULL, NULL);
             memset(&d->job, 0, sizeof d->job);
             d->adopt_pid = 0;
-            if (make_token(d->token) != 0) return snprintf(why, n, "no random token"), -1;
+            if (sup_make_token(d->token) != 0) return snprintf(why, n, "no random token"), -1;
         }
     }
     if (d->lfd < 0 && sup_listen(bind_addr, 0, &d->lfd, d->addr, sizeof d->addr, why, n) != 0)
@@ -439,6 +451,81 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
     if (sup_listen(bind_addr, 0, &d->ctl_fd, d->ctl_addr, sizeof d->ctl_addr, why, n) != 0)
         return -1;
     return sup_ctl_write(d->c->run_dir, d->ctl_addr, d->token, why, n);
+}
+
+/* The value of option `name` (without "--") in the train options' --config
+ * file ("name = value" lines, '#' comments: cli/opts.c's format) into out;
+ * 0 if absent or unreadable (the trainer reports a bad file itself). */
+static int config_value(const sup_config *c, const char *name, char *out, size_t n) {
+    const char *path = opt_value(c, "--config");
+    char *text = NULL;
+    size_t len = 0;
+    if (!path || ms_file_read_max(path, 1 << 20, &text, &len) != MS_OK) return 0;
+    int found = 0;
+    for (char *line = text, *next; line && line < text + len; line = next) {
+        next = memchr(line, '\n', (size_t)(text + len - line));
+        if (next) *next++ = 0;
+        char *hash = strchr(line, '#'), *eq = strchr(line, '=');
+        if (hash) *hash = 0;
+        if (!eq || (hash && hash < eq)) continue;
+        char *k = line, *v = eq + 1, *e = eq;
+        while (*k == ' ' || *k == '\t')
+            k++;
+        if (!strncmp(k, "--", 2)) k += 2;
+        while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
+            e--;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        size_t vl = strlen(v);
+        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t' || v[vl - 1] == '\r'))
+            vl--;
+        if ((size_t)(e - k) == strlen(name) && !strncmp(k, name, strlen(name))) {
+            snprintf(out, n, "%.*s", (int)vl, v);
+            found = 1; /* the last line counts, as in the parser */
+        }
+    }
+    free(text);
+    return found;
+}
+
+/* The job's metrics file (the train option, on the command line or in its
+ * --config file, else RUN_DIR/metrics.jsonl, which the driver then adds),
+ * absolute: the dashboard reads it from anywhere. */
+static void set_metrics_path(sup_driver *d) {
+    const char *m = opt_value(d->c, "--metrics");
+    char rel[4200], cwd[4096];
+    d->own_metrics = 0;
+    if (m) {
+        snprintf(rel, sizeof rel, "%s", m);
+    } else if (!config_value(d->c, "metrics", rel, sizeof rel)) {
+        snprintf(rel, sizeof rel, "%s/metrics.jsonl", d->c->run_dir);
+        d->own_metrics = 1;
+    }
+    if (rel[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(d->metrics_path, sizeof d->metrics_path, "%s/%s", cwd, rel);
+    else
+        snprintf(d->metrics_path, sizeof d->metrics_path, "%s", rel);
+}
+
+/* RUN_DIR/compute.jsonl, and the dashboard with --dashboard: its URL
+ * printed and in RUN_DIR/dashboard.json (mode 0600: it holds the token). */
+static int open_dashboard(sup_driver *d, char *why, size_t n) {
+    const sup_config *c = d->c;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/compute.jsonl", c->run_dir);
+    if (sup_heatlog_open(&d->heat, path, c->np, why, n) != 0) return -1;
+    if (c->dashboard_port < 0) return 0;
+    d->dash_ranks = calloc((size_t)c->np, sizeof *d->dash_ranks);
+    if (!d->dash_ranks) return snprintf(why, n, "out of memory"), -1;
+    sup_dash_config dc = {c->run_dir, c->dashboard_bind, c->dashboard_port, 1};
+    if (sup_dash_start(&d->dash, &dc, why, n) != 0) return -1;
+    char text[512];
+    snprintf(path, sizeof path, "%s/dashboard.json", c->run_dir);
+    snprintf(text, sizeof text, "{\"v\": 1, \"url\": \"%s\", \"token\": \"%s\", \"pid\": %d}\n",
+             sup_dash_url(d->dash), sup_dash_token(d->dash), (int)getpid());
+    if (sup_file_private(path, text, why, n) != 0) return -1;
+    fprintf(stderr, "megascale launch: dashboard: %s\n", sup_dash_url(d->dash));
+    return 0;
 }
 
 static int check_config(const sup_config *c) {
@@ -505,6 +592,7 @@ int sup_run(const sup_config *c) {
     snprintf(d->state_path, sizeof d->state_path, "%s/driver.json", c->run_dir);
     snprintf(d->hostfile_path, sizeof d->hostfile_path, "%s/hostfile.active", c->run_dir);
     snprintf(d->diag_dir, sizeof d->diag_dir, "%s/diag", c->run_dir);
+    set_metrics_path(d);
     const char *ckpt = opt_value(c, "--ckpt-dir");
     snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", ckpt ? ckpt : "");
     const char *device = opt_value(c, "--device"); /* diag checks the device the job uses */
@@ -512,7 +600,7 @@ int sup_run(const sup_config *c) {
     d->r = calloc((size_t)c->np, sizeof *d->r);
     d->adopt_pids = calloc((size_t)c->np, sizeof *d->adopt_pids);
     d->conns = calloc((size_t)4 * c->np + 16, sizeof *d->conns);
-    if (!d->r || !d->adopt_pids || !d->conns || make_token(d->token) != 0 ||
+    if (!d->r || !d->adopt_pids || !d->conns || sup_make_token(d->token) != 0 ||
         sup_straggler_init(&d->strag, c->np) != 0) {
         fprintf(stderr, "megascale launch: error: out of memory or no random token\n");
         goto out;
@@ -521,6 +609,10 @@ int sup_run(const sup_config *c) {
         sup_events_open(&d->ev, c->events ? c->events : events, why, sizeof why) != 0 ||
         sup_nodes_load_blocklist(d->pool, why, sizeof why) != 0 ||
         sup_state_resume(d, why, sizeof why) != 0 || open_sockets(d, why, sizeof why) != 0) {
+        fprintf(stderr, "megascale launch: error: %s\n", why);
+        goto out;
+    }
+    if (open_dashboard(d, why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;
     }
@@ -537,6 +629,15 @@ int sup_run(const sup_config *c) {
     cJSON_AddStringToObject(f, "control", d->ctl_addr);
     cJSON_AddNumberToObject(f, "pid", getpid());
     if (d->plan.n) cJSON_AddNumberToObject(f, "faults_planned", d->plan.n);
+    char pool[sizeof d->node_map];
+    int all[SUP_MAX_NODES];
+    for (int i = 0; i < d->pool->n; i++)
+        all[i] = i;
+    sup_nodes_map(d->pool, all, d->pool->n, pool, sizeof pool);
+    cJSON_AddStringToObject(f, "pool", pool);
+    cJSON_AddStringToObject(f, "metrics", d->metrics_path);
+    cJSON_AddNumberToObject(f, "straggler_score", c->straggler_score);
+    if (d->dash) cJSON_AddStringToObject(f, "dashboard", sup_dash_addr(d->dash)); /* no token */
     sup_events_put(&d->ev, "job_start", f);
     fprintf(stderr,
             "megascale launch: %d rank(s) on %d node(s) (+%d spare), heartbeats on %s, control "
@@ -551,6 +652,9 @@ out:
     for (int i = 0; i < d->n_ctl; i++)
         close(d->ctl[i].fd);
     if (d->lock_fd >= 0) close(d->lock_fd);
+    sup_dash_stop(d->dash);
+    free(d->dash_ranks);
+    sup_heatlog_close(&d->heat);
     sup_events_close(&d->ev);
     sup_nodes_free(d->pool);
     sup_straggler_free(&d->strag);

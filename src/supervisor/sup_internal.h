@@ -10,6 +10,7 @@
 
 #include "base/node.h"
 #include "supervisor/sup.h"
+#include "supervisor/sup_dash.h"
 
 /* ---- sup_job.c: one attempt of the job ---------------------------------- */
 
@@ -132,6 +133,8 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
 
 /* The control file RUN_DIR/control.json (mode 0600): address and token. */
 int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char *why, size_t n);
+/* Write text to path atomically, mode 0600 (it holds a token). */
+int sup_file_private(const char *path, const char *text, char *why, size_t n);
 
 /* ---- sup_detect.c: the detectors fed by beats ----------------------------- */
 
@@ -171,6 +174,26 @@ void sup_straggler_feed(sup_straggler *s, int r, int step, double compute_ms);
  * `score`, and return the rank with at least `rounds` strikes (the worst),
  * or -1; *out_score is its score. */
 int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_score);
+
+/* ---- sup_heatlog.c: every rank's compute time per step (compute.jsonl) ---- */
+
+#define SUP_HEAT_PENDING 32 /* steps whose row is being filled */
+
+typedef struct {
+    FILE *f;
+    int np, attempt;
+    int step[SUP_HEAT_PENDING]; /* -1: free */
+    int *have;                  /* [SUP_HEAT_PENDING]: ranks reported */
+    double *ms;                 /* [SUP_HEAT_PENDING][np], NaN: not yet */
+} sup_heatlog;
+
+/* Append to path; 0, or -1 with why set. */
+int sup_heatlog_open(sup_heatlog *h, const char *path, int np, char *why, size_t n);
+/* Rank's compute_ms of step (in attempt: a new attempt flushes the rows
+ * of the last one). */
+void sup_heatlog_feed(sup_heatlog *h, int attempt, int rank, int step, double ms);
+void sup_heatlog_flush(sup_heatlog *h); /* the pending rows, incomplete */
+void sup_heatlog_close(sup_heatlog *h); /* flushes; a zeroed h is fine */
 
 /* ---- the driver (sup_driver.c, sup_watch.c, sup_recover.c) ------------------ */
 
@@ -252,7 +275,17 @@ typedef struct {
     pid_t *adopt_pids; /* [np]: its ranks (0: unknown or gone) */
     double t_saved;    /* when driver.json was last written */
     int state_warned;  /* it could not be: said once */
+    /* the dashboard (NULL: off) and its files */
+    sup_dash *dash;
+    sup_dash_rank *dash_ranks; /* [np] */
+    double t_dash;             /* when the live view was last pushed */
+    sup_heatlog heat;          /* RUN_DIR/compute.jsonl */
+    char metrics_path[4200];   /* the job's metrics (absolute) */
+    int own_metrics;           /* the train options name none: the driver adds it */
 } sup_driver;
+
+/* 32 random hex digits and a NUL into out[33] (sup_driver.c); 0, or -1. */
+int sup_make_token(char *out);
 
 /* sup_watch.c: the sockets and the detectors. */
 int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, char *why,
@@ -263,6 +296,11 @@ void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, co
     __attribute__((format(printf, 5, 6)));
 const char *sup_node_name(const sup_driver *d, int rank); /* the rank's node, "" if none */
 void sup_reset_ranks(sup_driver *d);
+/* Push the driver's view to the dashboard (at most 4 times a second unless
+ * now is set). */
+void sup_dash_update(sup_driver *d, int now);
+/* The effective training time ratio so far. */
+double sup_ettr(const sup_driver *d);
 
 /* sup_recover.c: diagnosis, eviction, the driver's state file. */
 /* After a stopped attempt: diag on the nodes, evictions; 0 to go on, else

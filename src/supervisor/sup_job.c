@@ -12,24 +12,69 @@
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
+/* environ with NAME=value set for the three variables (malloc'd: the
+ * array and the three strings; the child gets it ready-made, since a fork
+ * of a process with threads (the dashboard's) may only exec). */
+static char **job_env(const char *hb_addr, const char *token, const char *node_map) {
+    extern char **environ;
+    static const char *const names[3] = {"MS_HEARTBEAT=", "MS_HEARTBEAT_TOKEN=", "MS_NODE_MAP="};
+    const char *vals[3] = {hb_addr, token, node_map};
+    size_t n = 0;
+    while (environ[n])
+        n++;
+    char **env = calloc(n + 4, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ours = 0;
+        for (int v = 0; v < 3; v++)
+            ours |= !strncmp(environ[i], names[v], strlen(names[v]));
+        if (!ours) env[k++] = environ[i];
+    }
+    for (int v = 0; v < 3; v++) {
+        size_t len = strlen(names[v]) + strlen(vals[v]) + 1;
+        if (!(env[k] = malloc(len))) return env; /* caller frees: a short env fails below */
+        snprintf(env[k++], len, "%s%s", names[v], vals[v]);
+    }
+    return env;
+}
+
+static void job_env_free(char **env) {
+    size_t n = 0;
+    while (env && env[n])
+        n++;
+    for (size_t i = n >= 3 ? n - 3 : 0; env && i < n; i++)
+        free(env[i]);
+    free(env);
+}
+
 int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
                   const char *node_map, char *why, size_t n) {
     memset(j, 0, sizeof *j);
+    char **env = job_env(hb_addr, token, node_map);
+    size_t ne = 0;
+    while (env && env[ne])
+        ne++;
+    if (!env || !strstr(env[ne - 1], "MS_NODE_MAP=")) {
+        job_env_free(env);
+        return snprintf(why, n, "out of memory"), -1;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(why, n, "fork: %s", strerror(errno));
+        job_env_free(env);
         return -1;
     }
     if (pid == 0) {
         setpgid(0, 0); /* one group: the driver stops mpirun and its ranks together */
-        setenv("MS_HEARTBEAT", hb_addr, 1);
-        setenv("MS_HEARTBEAT_TOKEN", token, 1);
-        setenv("MS_NODE_MAP", node_map, 1);
-        execvp(argv[0], argv);
-        fprintf(stderr, "megascale launch: cannot run %s: %s\n", argv[0], strerror(errno));
+        execvpe(argv[0], argv, env);
+        const char *parts[3] = {"megascale launch: cannot run ", argv[0], "\n"};
+        for (int i = 0; i < 3; i++) /* write(2) only: nothing that may lock */
+            if (write(2, parts[i], strlen(parts[i])) < 0) break;
         _exit(127);
     }
+    job_env_free(env);
     setpgid(pid, pid); /* also here: no race with the child's own call */
     j->pid = pid;
     return 0;

@@ -228,6 +228,7 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
             d->step_ms_sum += b->step_ms, d->step_ms_n++;
         if (b->step > s->resume_step + SUP_STRAGGLER_WARMUP) /* not the first steps' set-up */
             sup_straggler_feed(&d->strag, b->rank, b->step, b->compute_ms);
+        sup_heatlog_feed(&d->heat, d->attempt_no, b->rank, b->step, b->compute_ms);
         double mean = 0, sd = 0, z;
         if (b->rank == 0 && d->c->loss_spike_z > 0 &&
             (z = sup_spike_feed(&d->spike, b->step, b->loss, d->c->loss_spike_z, &mean, &sd)) > 0) {
@@ -552,6 +553,37 @@ void sup_watch(sup_driver *d) {
                           i, now - s->last_progress, limit, c->progress_factor);
     }
     if (!d->fault) watch_straggler(d);
+}
+
+void sup_dash_update(sup_driver *d, int now) {
+    if (!d->dash || (!now && ms_now() - d->t_dash < 0.25)) return;
+    d->t_dash = ms_now();
+    double t = ms_now(), quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        sup_dash_rank *x = &d->dash_ranks[i];
+        x->step = s->step;
+        x->beat_age_s = s->connected ? t - s->last_beat : NAN;
+        x->compute_ms = d->strag.compute[i];
+        x->state = !s->connected              ? SUP_DASH_STARTING
+                   : s->done                  ? SUP_DASH_DONE
+                   : s->failed                ? SUP_DASH_DEAD
+                   : t - s->last_beat > quiet ? SUP_DASH_HUNG
+                   : d->strag.strikes[i] > 0  ? SUP_DASH_SLOW
+                                              : SUP_DASH_RUNNING;
+        if (d->fault) /* stopping: the events tell the culprit; the others wait */
+            x->state = i == d->fault_rank
+                           ? (strcmp(d->kind, "hang") ? SUP_DASH_DEAD : SUP_DASH_HUNG)
+                           : SUP_DASH_STOPPED;
+    }
+    sup_dash_live l = {.attempt = d->attempt_no,
+                       .restarts = d->restarts,
+                       .best_step = d->best_step,
+                       .recovering = d->fault || d->pending_recovery,
+                       .ettr = sup_ettr(d),
+                       .n_ranks = d->c->np,
+                       .ranks = d->dash_ranks};
+    sup_dash_push(d->dash, &l);
 }
 
 void sup_reset_ranks(sup_driver *d) {

@@ -1,0 +1,82 @@
+/* cmd_dashboard.c - `megascale dashboard RUN_DIR`: the dashboard of a
+ * finished or running job, served from its run directory's files (the
+ * pages and API of `megascale launch --dashboard`, without the driver's
+ * live view), until SIGINT or SIGTERM. */
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli/commands.h"
+#include "cli/opts.h"
+#include "supervisor/sup_dash.h"
+
+typedef struct {
+    int port;
+    char *bind;
+} dash_cli;
+
+static const opts_spec dash_opts[] = {
+    {"port", OPT_T_INT, offsetof(dash_cli, port), "0", "the port (0: any free one)", NULL,
+     "[0,65535]"},
+    {"bind", OPT_T_STR, offsetof(dash_cli, bind), "127.0.0.1",
+     "the address (loopback unless you mean to show it to other hosts)", NULL, NULL},
+};
+#define N_DASH_OPTS ((int)(sizeof dash_opts / sizeof dash_opts[0]))
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    g_stop = sig;
+}
+
+int cmd_dashboard(int argc, char **argv) {
+    dash_cli o = {0};
+    char *pos[2];
+    int npos = 0, help = 0, rc = 0;
+    ms_status st = opts_parse(dash_opts, N_DASH_OPTS, &o, argc, argv, pos, 2, &npos, &help);
+    struct stat sb;
+    if (help) {
+        opts_print_help(dash_opts, N_DASH_OPTS,
+                        "usage: megascale dashboard RUN_DIR [--port P] [--bind ADDR]\n\n"
+                        "Serves the dashboard of the job whose `megascale launch --run-dir` "
+                        "was RUN_DIR, from its files (events.jsonl, compute.jsonl and the "
+                        "metrics the events name), live while it runs; prints the URL with "
+                        "this server's token.  Ctrl-C stops it.");
+    } else if (st != MS_OK) {
+        rc = cli_fail("dashboard", st);
+    } else if (npos != 1) {
+        fprintf(stderr, "megascale dashboard: error: one RUN_DIR expected (see --help)\n");
+        rc = 2;
+    } else if (stat(pos[0], &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "megascale dashboard: error: %s: not a directory\n", pos[0]);
+        rc = 3;
+    } else {
+        char events[4200];
+        snprintf(events, sizeof events, "%s/events.jsonl", pos[0]);
+        if (access(events, R_OK) != 0)
+            fprintf(stderr,
+                    "megascale dashboard: warning: %s: no events file (yet): is RUN_DIR "
+                    "the --run-dir of a `megascale launch`?\n",
+                    events);
+        sup_dash *d = NULL;
+        char why[512];
+        sup_dash_config c = {pos[0], o.bind, o.port, 0};
+        if (sup_dash_start(&d, &c, why, sizeof why) != 0) {
+            fprintf(stderr, "megascale dashboard: error: %s\n", why);
+            rc = 1;
+        } else {
+            struct sigaction sa = {.sa_handler = on_signal};
+            sigaction(SIGINT, &sa, NULL);
+            sigaction(SIGTERM, &sa, NULL);
+            printf("megascale dashboard: %s\n", sup_dash_url(d));
+            fflush(stdout);
+            while (!g_stop)
+                pause();
+            sup_dash_stop(d);
+        }
+    }
+    opts_free(dash_opts, N_DASH_OPTS, &o);
+    return rc;
+}

@@ -1,0 +1,276 @@
+/* sup_dash.c - the dashboard's HTTP server (libmicrohttpd, one internal
+ * thread): the token check, the fixed table of paths, the API replies from
+ * the model, refreshed from the run's files at most every 0.25 s (a file is
+ * read only as far as it grew).  See sup_dash.h. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/timeutil.h"
+#include "supervisor/sup_dash_internal.h"
+#include "supervisor/sup_internal.h"
+
+#define REFRESH_S 0.25
+#define READ_PER_REFRESH                                                                           \
+    (16u << 20) /* bytes of each file per refresh (a long run's first look takes a few) */
+#define REPLY_MAX (64u << 20)
+#define CONN_LIMIT 64
+#define CONN_MEMORY (64u << 10) /* a request's line and headers: more gets 431 / 414 */
+
+struct sup_dash {
+    struct MHD_Daemon *mhd;
+    int fd;
+    int live;
+    char run_dir[4096], token[33], addr[64], url[160];
+    pthread_mutex_t mu; /* the model, the files' readers, the live view */
+    dash_model *model;
+    dash_tail events, metrics, compute;
+    double t_refresh;
+    sup_dash_live view;
+    sup_dash_rank *ranks;
+    int ranks_cap, have_view;
+};
+
+/* ---- the files ------------------------------------------------------------ */
+
+static void event_line(void *arg, const char *line, size_t len) {
+    dash_model_event_line(arg, line, len);
+}
+static void metrics_line(void *arg, const char *line, size_t len) {
+    dash_model_metrics_line(arg, line, len);
+}
+static void compute_line(void *arg, const char *line, size_t len) {
+    dash_model_compute_line(arg, line, len);
+}
+static void metrics_replaced(void *arg) {
+    dash_model_metrics_reset(arg);
+}
+
+/* Read what the files gained (d->mu held). */
+static void refresh(sup_dash *d) {
+    double now = ms_now();
+    if (now - d->t_refresh < REFRESH_S) return;
+    d->t_refresh = now;
+    dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d->model, NULL);
+    const char *mp = dash_model_metrics_path(d->model);
+    char want[4200];
+    if (*mp)
+        snprintf(want, sizeof want, "%s", mp);
+    else
+        snprintf(want, sizeof want, "%s/metrics.jsonl", d->run_dir);
+    if (strcmp(want, d->metrics.path)) { /* the events named another metrics file */
+        dash_tail_free(&d->metrics);
+        dash_tail_init(&d->metrics, want);
+        dash_model_metrics_reset(d->model);
+    }
+    dash_tail_read(&d->metrics, READ_PER_REFRESH, metrics_line, d->model, metrics_replaced);
+    dash_tail_read(&d->compute, READ_PER_REFRESH, compute_line, d->model, NULL);
+}
+
+void sup_dash_push(sup_dash *d, const sup_dash_live *l) {
+    if (!d) return;
+    pthread_mutex_lock(&d->mu);
+    if (l->n_ranks > d->ranks_cap) {
+        sup_dash_rank *r = realloc(d->ranks, sizeof *r * (size_t)l->n_ranks);
+        if (r) d->ranks = r, d->ranks_cap = l->n_ranks;
+    }
+    if (l->n_ranks <= d->ranks_cap) {
+        d->view = *l;
+        if (l->n_ranks) memcpy(d->ranks, l->ranks, sizeof *d->ranks * (size_t)l->n_ranks);
+        d->view.ranks = d->ranks;
+        d->have_view = 1;
+    }
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- replies ---------------------------------------------------------------- */
+
+static enum MHD_Result send_reply(struct MHD_Connection *c, unsigned status, const char *type,
+                                  const void *body, size_t len) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    if (type) MHD_add_response_header(r, "Content-Type", type);
+    MHD_add_response_header(r, "Cache-Control", "no-store");
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer"); /* the token is in the URL */
+    MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    MHD_add_response_header(r, "Content-Security-Policy",
+                            "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' "
+                            "data:; frame-ancestors 'none'");
+    enum MHD_Result ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, cJSON *o) {
+    char *text = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!text)
+        return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14);
+    size_t n = strlen(text);
+    enum MHD_Result ret = n > REPLY_MAX ? send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
+                                                     "text/plain", "reply too large\n", 16)
+                                        : send_reply(c, MHD_HTTP_OK, "application/json", text, n);
+    cJSON_free(text);
+    return ret;
+}
+
+/* The page with its token filled in. */
+static enum MHD_Result send_page(sup_dash *d, struct MHD_Connection *c, const dash_asset *a) {
+    if (!a->templated) return send_reply(c, MHD_HTTP_OK, a->type, a->data, a->len);
+    static const char mark[] = "{{token}}";
+    size_t ml = sizeof mark - 1, tl = strlen(d->token), cap = a->len + 1, n = 0;
+    for (size_t i = 0; i + ml <= a->len; i++)
+        if (!memcmp(a->data + i, mark, ml)) cap += tl;
+    char *out = malloc(cap);
+    if (!out) return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "", 0);
+    for (size_t i = 0; i < a->len;) {
+        if (i + ml <= a->len && !memcmp(a->data + i, mark, ml)) {
+            memcpy(out + n, d->token, tl);
+            n += tl;
+            i += ml;
+        } else {
+            out[n++] = (char)a->data[i++];
+        }
+    }
+    enum MHD_Result ret = send_reply(c, MHD_HTTP_OK, a->type, out, n);
+    free(out);
+    return ret;
+}
+
+/* The request's token: ?token=T, or "Authorization: Bearer T". */
+static int authorized(const sup_dash *d, struct MHD_Connection *c) {
+    const char *t = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
+    if (t && sup_token_eq(t, d->token)) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    return h && !strncmp(h, "Bearer ", 7) && sup_token_eq(h + 7, d->token);
+}
+
+/* ?name=N, an integer in [lo, hi] (absent: def); -2 when malformed. */
+static long query_long(struct MHD_Connection *c, const char *name, long lo, long hi, long def) {
+    const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+    if (!v) return def;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || errno || x < lo || x > hi) return -2;
+    return x;
+}
+
+static enum MHD_Result bad_request(struct MHD_Connection *c, const char *why) {
+    return send_reply(c, MHD_HTTP_BAD_REQUEST, "text/plain", why, strlen(why));
+}
+
+static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *url) {
+    long since = query_long(c, "since", -1, 2000000000L, -1);
+    if (since == -2) return bad_request(c, "since: an integer >= -1\n");
+    pthread_mutex_lock(&d->mu);
+    refresh(d);
+    cJSON *o = NULL;
+    int known = 1;
+    if (!strcmp(url, "/api/status"))
+        o = dash_model_status(d->model, d->live && d->have_view ? &d->view : NULL, d->run_dir,
+                              ms_wall_now());
+    else if (!strcmp(url, "/api/metrics"))
+        o = dash_model_metrics(d->model, since < 0 ? 0 : since, DASH_METRICS_REPLY);
+    else if (!strcmp(url, "/api/events"))
+        o = dash_model_events(d->model, since, DASH_EVENTS_REPLY);
+    else if (!strcmp(url, "/api/heatmap"))
+        o = dash_model_heatmap(d->model, DASH_HEAT_COLS);
+    else if (!strcmp(url, "/api/checkpoints"))
+        o = dash_model_checkpoints(d->model);
+    else
+        known = 0;
+    pthread_mutex_unlock(&d->mu);
+    if (!known) return send_reply(c, MHD_HTTP_NOT_FOUND, "text/plain", "not found\n", 10);
+    return send_json(c, o);
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **req) {
+    sup_dash *d = cls;
+    if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
+        return send_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "", 0);
+    if (!authorized(d, c)) return send_reply(c, MHD_HTTP_UNAUTHORIZED, NULL, "", 0);
+    const dash_asset *a = dash_asset_find(url);
+    if (a) return send_page(d, c, a);
+    if (!strncmp(url, "/api/", 5)) return api(d, c, url);
+    return send_reply(c, MHD_HTTP_NOT_FOUND, "text/plain", "not found\n", 10);
+}
+
+/* ---- start, stop ---------------------------------------------------------------- */
+
+int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n) {
+    *out = NULL;
+    sup_dash *d = calloc(1, sizeof *d);
+    if (!d || !(d->model = dash_model_new()) || sup_make_token(d->token) != 0) {
+        if (d) dash_model_free(d->model);
+        free(d);
+        return snprintf(why, n, "out of memory or no random token"), -1;
+    }
+    d->fd = -1;
+    d->live = c->live;
+    snprintf(d->run_dir, sizeof d->run_dir, "%s", c->run_dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/events.jsonl", c->run_dir);
+    dash_tail_init(&d->events, path);
+    snprintf(path, sizeof path, "%s/compute.jsonl", c->run_dir);
+    dash_tail_init(&d->compute, path);
+    dash_tail_init(&d->metrics, "");
+    pthread_mutex_init(&d->mu, NULL);
+    d->t_refresh = -1e9;
+    if (sup_listen(c->bind ? c->bind : "127.0.0.1", c->port, &d->fd, d->addr, sizeof d->addr, why,
+                   n) != 0) {
+        sup_dash_stop(d);
+        return -1;
+    }
+    d->mhd = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0, NULL, NULL, handle, d,
+        MHD_OPTION_LISTEN_SOCKET, d->fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        (size_t)CONN_MEMORY, MHD_OPTION_END);
+    if (!d->mhd) {
+        snprintf(why, n, "dashboard: libmicrohttpd could not start its server on %s", d->addr);
+        sup_dash_stop(d);
+        return -1;
+    }
+    snprintf(d->url, sizeof d->url, "http://%s/?token=%s", d->addr, d->token);
+    *out = d;
+    return 0;
+}
+
+const char *sup_dash_url(const sup_dash *d) {
+    return d->url;
+}
+
+const char *sup_dash_token(const sup_dash *d) {
+    return d->token;
+}
+
+const char *sup_dash_addr(const sup_dash *d) {
+    return d->addr;
+}
+
+void sup_dash_stop(sup_dash *d) {
+    if (!d) return;
+    if (d->mhd) {
+        MHD_quiesce_daemon(d->mhd); /* the listening socket stays ours to close */
+        MHD_stop_daemon(d->mhd);
+    }
+    if (d->fd >= 0) close(d->fd);
+    dash_tail_free(&d->events);
+    dash_tail_free(&d->metrics);
+    dash_tail_free(&d->compute);
+    dash_model_free(d->model);
+    pthread_mutex_destroy(&d->mu);
+    free(d->ranks);
+    free(d);
+}

@@ -1,0 +1,726 @@
+/* sup_dash_model.c - what the dashboard knows of a run, built line by line
+ * from its files: the metrics (curves, checkpoints, the layout), the
+ * supervisor's events (the log, each rank's and node's state, the bottom
+ * line) and the compute rows (the heat map); and the API's replies from it
+ * (docs/formats.md, "Dashboard API").  No I/O here: sup_dash.c feeds it. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "supervisor/sup_dash_internal.h"
+#include "supervisor/sup_internal.h"
+
+typedef struct {
+    int step;
+    double wall, loss, lr, grad_norm, tok_s, mfu, ms, tokens;
+} point;
+
+typedef struct {
+    int step;
+    double wall, loss;
+} val_point;
+
+typedef struct {
+    int step;
+    double bytes, stall_ms, persist_ms, wall;
+} ckpt_rec;
+
+typedef enum { R_STARTING, R_RUNNING, R_SLOW, R_HUNG, R_DEAD, R_EVICTED, R_STOPPED, R_DONE } rstate;
+static const char *const RSTATE[] = {"starting", "running", "slow",    "hung",
+                                     "dead",     "evicted", "stopped", "done"};
+
+typedef struct {
+    char node[SUP_NODE_NAME], host[128], last_fault[96];
+    rstate state;
+    int faults, step;
+} rank_rec;
+
+typedef enum { N_ACTIVE, N_SPARE, N_EVICTED } nstate;
+static const char *const NSTATE[] = {"active", "spare", "evicted"};
+
+typedef struct {
+    char name[SUP_NODE_NAME], reason[160];
+    nstate state;
+} node_rec;
+
+struct dash_model {
+    /* metrics */
+    point *pts;
+    int n_pts;
+    val_point *val;
+    int n_val;
+    ckpt_rec *ckpts;
+    int n_ckpts;
+    long epoch;
+    int world, dp, pp, tp, steps;
+    char model[64];
+    /* events */
+    char **ev; /* ring of DASH_MAX_EVENTS lines */
+    long first_seq, next_seq;
+    char metrics_path[4200];
+    double t0, started, straggler_score;
+    char job_state[16], outcome[32];
+    int attempt, restarts, faults, best_step;
+    cJSON *summary;
+    int np;
+    rank_rec *ranks;
+    node_rec nodes[SUP_MAX_NODES];
+    int n_nodes;
+    /* compute rows: slot k holds step heat_step[k] (-1: empty) */
+    int heat_keep;
+    int *heat_step;
+    double *heat_ms; /* [heat_keep][np] */
+    long bad;
+};
+
+dash_model *dash_model_new(void) {
+    dash_model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    m->pts = malloc(DASH_MAX_POINTS * sizeof *m->pts);
+    m->val = malloc(DASH_MAX_VAL * sizeof *m->val);
+    m->ckpts = malloc(DASH_MAX_CKPTS * sizeof *m->ckpts);
+    m->ev = calloc(DASH_MAX_EVENTS, sizeof *m->ev);
+    if (!m->pts || !m->val || !m->ckpts || !m->ev) {
+        dash_model_free(m);
+        return NULL;
+    }
+    m->straggler_score = 0.6;
+    m->t0 = m->started = NAN;
+    snprintf(m->job_state, sizeof m->job_state, "starting");
+    return m;
+}
+
+void dash_model_free(dash_model *m) {
+    if (!m) return;
+    for (int i = 0; m->ev && i < DASH_MAX_EVENTS; i++)
+        free(m->ev[i]);
+    free(m->ev);
+    free(m->pts);
+    free(m->val);
+    free(m->ckpts);
+    free(m->ranks);
+    free(m->heat_step);
+    free(m->heat_ms);
+    cJSON_Delete(m->summary);
+    free(m);
+}
+
+const char *dash_model_metrics_path(const dash_model *m) {
+    return m->metrics_path;
+}
+
+long dash_model_bad_lines(const dash_model *m) {
+    return m->bad;
+}
+
+/* ---- small JSON helpers ------------------------------------------------- */
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(v) && isfinite(v->valuedouble) ? v->valuedouble : NAN;
+}
+
+static int int_in(const cJSON *o, const char *key, int lo, int hi, int def) {
+    double v = num(o, key);
+    return isfinite(v) && v >= lo && v <= hi && v == floor(v) ? (int)v : def;
+}
+
+static const char *str(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static cJSON *jnum(double v) {
+    return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull();
+}
+
+static void add_num(cJSON *o, const char *key, double v) {
+    cJSON_AddItemToObject(o, key, jnum(v));
+}
+
+static cJSON *parse_object(dash_model *m, const char *line, size_t len) {
+    if (!len) return NULL;
+    cJSON *o = cJSON_ParseWithLength(line, len);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        m->bad++;
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- metrics -------------------------------------------------------------- */
+
+void dash_model_metrics_reset(dash_model *m) {
+    m->n_pts = m->n_val = m->n_ckpts = 0;
+    m->epoch++;
+}
+
+/* Past the cap, every other older point goes (the newest stays): a long
+ * run's curve thins out towards its start. */
+static void thin_points(dash_model *m) {
+    int k = 0;
+    for (int i = 0; i < m->n_pts; i++)
+        if (i % 2 == 0 || i == m->n_pts - 1) m->pts[k++] = m->pts[i];
+    m->n_pts = k;
+}
+
+static void on_config(dash_model *m, const cJSON *o) {
+    const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
+    m->world = int_in(lay, "world", 1, DASH_MAX_RANKS, m->world);
+    m->dp = int_in(lay, "dp", 1, DASH_MAX_RANKS, m->dp);
+    m->pp = int_in(lay, "pp", 1, DASH_MAX_RANKS, m->pp);
+    m->tp = int_in(lay, "tp", 1, DASH_MAX_RANKS, m->tp);
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(o, "options");
+    m->steps = int_in(opt, "steps", 0, 2000000000, m->steps);
+    const char *model = str(opt, "model");
+    if (model) snprintf(m->model, sizeof m->model, "%s", model);
+}
+
+static void on_step(dash_model *m, const cJSON *o, int step) {
+    if (m->n_pts && step <= m->pts[m->n_pts - 1].step) { /* the same steps again: redone */
+        while (m->n_pts && m->pts[m->n_pts - 1].step >= step)
+            m->n_pts--;
+        m->epoch++;
+    }
+    if (m->n_pts == DASH_MAX_POINTS) thin_points(m);
+    m->pts[m->n_pts++] = (point){step,          num(o, "wall"),      num(o, "loss"),
+                                 num(o, "lr"),  num(o, "grad_norm"), num(o, "tok_s"),
+                                 num(o, "mfu"), num(o, "ms"),        num(o, "tokens")};
+}
+
+void dash_model_metrics_line(dash_model *m, const char *line, size_t len) {
+    cJSON *o = parse_object(m, line, len);
+    if (!o) return;
+    const char *type = str(o, "type");
+    int step = int_in(o, "step", 0, 2000000000, -1);
+    if (type && !strcmp(type, "config")) {
+        on_config(m, o);
+    } else if (type && !strcmp(type, "ckpt")) {
+        if (step >= 0) {
+            if (m->n_ckpts == DASH_MAX_CKPTS) /* the oldest goes */
+                memmove(m->ckpts, m->ckpts + 1, (DASH_MAX_CKPTS - 1) * sizeof *m->ckpts);
+            else
+                m->n_ckpts++;
+            m->ckpts[m->n_ckpts - 1] = (ckpt_rec){step, num(o, "bytes"), num(o, "stall_ms"),
+                                                  num(o, "persist_ms"), num(o, "wall")};
+        }
+    } else if (step >= 0 && cJSON_GetObjectItemCaseSensitive(o, "val_loss")) {
+        if (m->n_val == DASH_MAX_VAL) {
+            memmove(m->val, m->val + 1, (DASH_MAX_VAL - 1) * sizeof *m->val);
+            m->n_val--;
+        }
+        m->val[m->n_val++] = (val_point){step, num(o, "wall"), num(o, "val_loss")};
+    } else if (step >= 1 && cJSON_GetObjectItemCaseSensitive(o, "loss")) {
+        on_step(m, o, step);
+    } else {
+        m->bad++;
+    }
+    cJSON_Delete(o);
+}
+
+/* ---- events ----------------------------------------------------------------- */
+
+static int find_node(dash_model *m, const char *name, int add) {
+    for (int i = 0; i < m->n_nodes; i++)
+        if (!strcmp(m->nodes[i].name, name)) return i;
+    if (!add || m->n_nodes == SUP_MAX_NODES || !*name) return -1;
+    node_rec *n = &m->nodes[m->n_nodes];
+    memset(n, 0, sizeof *n);
+    snprintf(n->name, sizeof n->name, "%s", name);
+    n->state = N_SPARE;
+    return m->n_nodes++;
+}
+
+/* Each name of a comma-separated list: fn(m, name, k). */
+static void each_name(dash_model *m, const char *list,
+                      void (*fn)(dash_model *, const char *, int)) {
+    char name[SUP_NODE_NAME];
+    int k = 0;
+    for (const char *p = list; p && *p;) {
+        size_t n = strcspn(p, ",");
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        fn(m, name, k++);
+        p += n + (p[n] == ',');
+    }
+}
+
+static void pool_node(dash_model *m, const char *name, int k) {
+    find_node(m, name, 1);
+}
+
+static void set_ranks(dash_model *m, int np) {
+    if (np == m->np || np < 1 || np > DASH_MAX_RANKS) return;
+    rank_rec *r = calloc((size_t)np, sizeof *r);
+    int heat = (int)fmin(DASH_HEAT_KEEP, 8e6 / np); /* at most 64 MB of rows */
+    int *hs = malloc((size_t)(heat > 0 ? heat : 1) * sizeof *hs);
+    double *hm = malloc((size_t)(heat > 0 ? heat : 1) * (size_t)np * sizeof *hm);
+    if (!r || !hs || !hm) {
+        free(r), free(hs), free(hm);
+        return;
+    }
+    free(m->ranks);
+    free(m->heat_step);
+    free(m->heat_ms);
+    m->ranks = r;
+    m->np = np;
+    m->heat_keep = heat;
+    m->heat_step = hs;
+    m->heat_ms = hm;
+    for (int k = 0; k < heat; k++)
+        hs[k] = -1;
+}
+
+static void launch_node(dash_model *m, const char *name, int k) {
+    int i = find_node(m, name, 1);
+    if (i >= 0) m->nodes[i].state = N_ACTIVE;
+}
+
+/* The attempt's nodes, in rank order: contiguous blocks of ranks each. */
+static void on_launch(dash_model *m, const cJSON *o) {
+    m->attempt = int_in(o, "attempt", 0, 1 << 30, m->attempt);
+    const char *list = str(o, "nodes");
+    for (int i = 0; i < m->n_nodes; i++)
+        if (m->nodes[i].state == N_ACTIVE) m->nodes[i].state = N_SPARE;
+    each_name(m, list, launch_node);
+    int count = 0;
+    for (const char *p = list; p && *p; p++)
+        count += *p == ',';
+    count += list && *list;
+    char name[SUP_NODE_NAME];
+    for (int r = 0; r < m->np; r++) {
+        rank_rec *x = &m->ranks[r];
+        x->state = R_STARTING;
+        x->host[0] = x->node[0] = 0;
+        if (count <= 0) continue;
+        int per = (m->np + count - 1) / count, want = r / per, k = 0;
+        for (const char *p = list; *p; k++) {
+            size_t n = strcspn(p, ",");
+            if (k == want) {
+                snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1),
+                         p);
+                snprintf(x->node, sizeof x->node, "%s", name);
+                break;
+            }
+            p += n + (p[n] == ',');
+        }
+    }
+    snprintf(m->job_state, sizeof m->job_state, "starting");
+}
+
+static void on_fault(dash_model *m, const cJSON *o) {
+    m->faults++;
+    const char *kind = str(o, "kind"), *action = str(o, "action");
+    int r = int_in(o, "rank", 0, m->np - 1, -1), step = int_in(o, "step", 0, 2000000000, -1);
+    if (!action || !strcmp(action, "restart"))
+        snprintf(m->job_state, sizeof m->job_state, "recovering");
+    if (r < 0 || !kind) return;
+    rank_rec *x = &m->ranks[r];
+    x->faults++;
+    if (step >= 0)
+        snprintf(x->last_fault, sizeof x->last_fault, "%s at step %d", kind, step);
+    else
+        snprintf(x->last_fault, sizeof x->last_fault, "%s", kind);
+    if (action && strcmp(action, "restart")) return; /* redone in place, or watched */
+    if (!strcmp(kind, "hang") || !strcmp(kind, "startup"))
+        x->state = R_HUNG;
+    else if (!strcmp(kind, "straggler"))
+        x->state = R_SLOW;
+    else if (strcmp(kind, "evicted"))
+        x->state = R_DEAD;
+}
+
+static void on_evict(dash_model *m, const cJSON *o) {
+    const char *node = str(o, "node");
+    int i = node ? find_node(m, node, 1) : -1;
+    if (i < 0) return;
+    m->nodes[i].state = N_EVICTED;
+    const char *why = str(o, "reason");
+    snprintf(m->nodes[i].reason, sizeof m->nodes[i].reason, "%s", why ? why : "");
+    for (int r = 0; r < m->np; r++)
+        if (!strcmp(m->ranks[r].node, node)) m->ranks[r].state = R_EVICTED;
+}
+
+static void all_ranks(dash_model *m, rstate s, int only_live) {
+    for (int r = 0; r < m->np; r++)
+        if (!only_live || m->ranks[r].state <= R_SLOW) m->ranks[r].state = s;
+}
+
+static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
+    if (!strcmp(ev, "job_start")) {
+        set_ranks(m, int_in(o, "np", 1, DASH_MAX_RANKS, 0));
+        all_ranks(m, R_STARTING, 0);
+        m->started = num(o, "time");
+        if (!isfinite(m->t0)) m->t0 = m->started;
+        const char *mp = str(o, "metrics");
+        if (mp) snprintf(m->metrics_path, sizeof m->metrics_path, "%s", mp);
+        double s = num(o, "straggler_score");
+        if (s > 0) m->straggler_score = s;
+        each_name(m, str(o, "pool"), pool_node);
+        snprintf(m->job_state, sizeof m->job_state, "starting");
+        m->outcome[0] = 0;
+        cJSON_Delete(m->summary);
+        m->summary = NULL;
+    } else if (!strcmp(ev, "launch")) {
+        on_launch(m, o);
+    } else if (!strcmp(ev, "rank_up")) {
+        int r = int_in(o, "rank", 0, m->np - 1, -1);
+        if (r < 0) return;
+        const char *host = str(o, "host"), *node = str(o, "node");
+        if (host) snprintf(m->ranks[r].host, sizeof m->ranks[r].host, "%s", host);
+        if (node && *node) snprintf(m->ranks[r].node, sizeof m->ranks[r].node, "%s", node);
+        m->ranks[r].state = R_RUNNING;
+        int up = 1;
+        for (int i = 0; i < m->np; i++)
+            up &= m->ranks[i].state == R_RUNNING;
+        if (up && strcmp(m->job_state, "recovering"))
+            snprintf(m->job_state, sizeof m->job_state, "running");
+    } else if (!strcmp(ev, "fault_detected")) {
+        on_fault(m, o);
+    } else if (!strcmp(ev, "job_stopped")) {
+        all_ranks(m, R_STOPPED, 1);
+    } else if (!strcmp(ev, "evict")) {
+        on_evict(m, o);
+    } else if (!strcmp(ev, "restart")) {
+        m->restarts = int_in(o, "restart", 0, 1 << 30, m->restarts);
+    } else if (!strcmp(ev, "recovered")) {
+        if (!strcmp(m->job_state, "recovering"))
+            snprintf(m->job_state, sizeof m->job_state, "running");
+    } else if (!strcmp(ev, "anomaly")) {
+        const char *kind = str(o, "kind");
+        int r = int_in(o, "rank", 0, m->np - 1, -1);
+        if (kind && !strcmp(kind, "straggler") && r >= 0 && m->ranks[r].state == R_RUNNING)
+            m->ranks[r].state = R_SLOW;
+    } else if (!strcmp(ev, "driver_resumed")) {
+        m->restarts = int_in(o, "restarts", 0, 1 << 30, m->restarts);
+    } else if (!strcmp(ev, "summary")) {
+        cJSON_Delete(m->summary);
+        m->summary = cJSON_Duplicate(o, 1);
+        const char *out = str(o, "outcome");
+        snprintf(m->outcome, sizeof m->outcome, "%s", out ? out : "");
+        m->best_step = int_in(o, "steps", 0, 2000000000, m->best_step);
+        if (out && !strcmp(out, "stopped")) {
+            snprintf(m->job_state, sizeof m->job_state, "stopped");
+            all_ranks(m, R_STOPPED, 1);
+        }
+    } else if (!strcmp(ev, "job_done")) {
+        snprintf(m->job_state, sizeof m->job_state, "done");
+        all_ranks(m, R_DONE, 0);
+    } else if (!strcmp(ev, "job_failed")) {
+        snprintf(m->job_state, sizeof m->job_state, "failed");
+        all_ranks(m, R_STOPPED, 1);
+    }
+}
+
+void dash_model_event_line(dash_model *m, const char *line, size_t len) {
+    cJSON *o = parse_object(m, line, len);
+    if (!o) return;
+    const char *ev = str(o, "event");
+    if (!ev) {
+        m->bad++;
+        cJSON_Delete(o);
+        return;
+    }
+    apply_event(m, o, ev);
+    cJSON_AddNumberToObject(o, "seq", (double)m->next_seq);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return;
+    long slot = m->next_seq % DASH_MAX_EVENTS;
+    free(m->ev[slot]);
+    m->ev[slot] = strdup(text); /* malloc'd: freed with free() */
+    cJSON_free(text);
+    m->next_seq++;
+    if (m->next_seq - m->first_seq > DASH_MAX_EVENTS) m->first_seq = m->next_seq - DASH_MAX_EVENTS;
+}
+
+/* ---- compute rows ---------------------------------------------------------------- */
+
+void dash_model_compute_line(dash_model *m, const char *line, size_t len) {
+    cJSON *o = parse_object(m, line, len);
+    if (!o) return;
+    int step = int_in(o, "step", 1, 2000000000, -1);
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(o, "compute_ms");
+    if (step < 0 || !cJSON_IsArray(ms) || !m->np || cJSON_GetArraySize(ms) != m->np) {
+        m->bad++;
+        cJSON_Delete(o);
+        return;
+    }
+    int k = step % m->heat_keep; /* a newer row of the same step (redone) replaces it */
+    m->heat_step[k] = step;
+    double *row = m->heat_ms + (size_t)k * (size_t)m->np;
+    int r = 0;
+    for (const cJSON *v = ms->child; v && r < m->np; v = v->next, r++) {
+        row[r] = cJSON_IsNumber(v) && v->valuedouble >= 0 ? v->valuedouble : NAN;
+        if (isfinite(row[r])) m->ranks[r].step = step; /* its last step heard */
+    }
+    cJSON_Delete(o);
+}
+
+/* ---- replies ------------------------------------------------------------------------ */
+
+static void rank_coord(const dash_model *m, int r, int *dp, int *pp, int *tp) {
+    int TP = m->tp > 0 ? m->tp : 1, DP = m->dp > 0 ? m->dp : 1;
+    *tp = r % TP;
+    *dp = (r / TP) % DP;
+    *pp = r / (TP * DP);
+}
+
+cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const char *run_dir,
+                         double now) {
+    cJSON *o = cJSON_CreateObject(), *job = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "v", 1);
+    cJSON_AddBoolToObject(o, "live", live != NULL);
+    cJSON_AddStringToObject(o, "run_dir", run_dir);
+    add_num(o, "now", now);
+    const char *state = m->job_state;
+    int ended = !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped");
+    if (live && live->recovering && !ended) state = "recovering";
+    cJSON_AddStringToObject(job, "state", state);
+    int best = m->n_pts ? m->pts[m->n_pts - 1].step : 0;
+    if (m->best_step > best) best = m->best_step;
+    if (live && live->best_step > best) best = live->best_step;
+    cJSON_AddNumberToObject(job, "attempt", live && live->attempt ? live->attempt : m->attempt);
+    cJSON_AddNumberToObject(job, "restarts", live ? live->restarts : m->restarts);
+    cJSON_AddNumberToObject(job, "step", best);
+    add_num(job, "steps", m->steps > 0 ? m->steps : NAN);
+    cJSON_AddNumberToObject(job, "faults", m->faults);
+    double ettr = m->summary ? num(m->summary, "ettr") : live ? live->ettr : NAN;
+    add_num(job, "ettr", ettr);
+    if (m->outcome[0])
+        cJSON_AddStringToObject(job, "outcome", m->outcome);
+    else
+        cJSON_AddNullToObject(job, "outcome");
+    add_num(job, "started", m->started);
+    double wall = m->summary             ? num(m->summary, "wall_s")
+                  : isfinite(m->started) ? now - m->started
+                                         : NAN;
+    add_num(job, "wall_s", wall);
+    if (m->model[0])
+        cJSON_AddStringToObject(job, "model", m->model);
+    else
+        cJSON_AddNullToObject(job, "model");
+    add_num(job, "tokens", m->n_pts ? m->pts[m->n_pts - 1].tokens : NAN);
+    cJSON_AddItemToObject(o, "job", job);
+    if (m->world) {
+        cJSON *lay = cJSON_AddObjectToObject(o, "layout");
+        cJSON_AddNumberToObject(lay, "world", m->world);
+        cJSON_AddNumberToObject(lay, "dp", m->dp ? m->dp : 1);
+        cJSON_AddNumberToObject(lay, "pp", m->pp ? m->pp : 1);
+        cJSON_AddNumberToObject(lay, "tp", m->tp ? m->tp : 1);
+    } else {
+        cJSON_AddNullToObject(o, "layout");
+    }
+    cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
+    for (int r = 0; r < m->np; r++) {
+        const rank_rec *x = &m->ranks[r];
+        const sup_dash_rank *l = live && r < live->n_ranks ? &live->ranks[r] : NULL;
+        rstate s = x->state;
+        /* the driver's live view refines a rank the events call live */
+        if (l && s <= R_SLOW && l->state <= SUP_DASH_HUNG) s = (rstate)l->state;
+        int dp, pp, tp;
+        rank_coord(m, r, &dp, &pp, &tp);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", r);
+        cJSON_AddNumberToObject(e, "dp", dp);
+        cJSON_AddNumberToObject(e, "pp", pp);
+        cJSON_AddNumberToObject(e, "tp", tp);
+        cJSON_AddStringToObject(e, "node", x->node);
+        cJSON_AddStringToObject(e, "host", x->host);
+        cJSON_AddStringToObject(e, "state", RSTATE[s]);
+        cJSON_AddNumberToObject(e, "step", l ? l->step : x->step);
+        add_num(e, "beat_age_s", l ? l->beat_age_s : NAN);
+        add_num(e, "compute_ms", l ? l->compute_ms : NAN);
+        cJSON_AddNumberToObject(e, "faults", x->faults);
+        if (x->last_fault[0])
+            cJSON_AddStringToObject(e, "last_fault", x->last_fault);
+        else
+            cJSON_AddNullToObject(e, "last_fault");
+        cJSON_AddItemToArray(ranks, e);
+    }
+    cJSON *nodes = cJSON_AddArrayToObject(o, "nodes");
+    for (int i = 0; i < m->n_nodes; i++) {
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "node", m->nodes[i].name);
+        cJSON_AddStringToObject(e, "state", NSTATE[m->nodes[i].state]);
+        cJSON_AddStringToObject(e, "reason", m->nodes[i].reason);
+        cJSON_AddItemToArray(nodes, e);
+    }
+    if (m->n_pts) {
+        const point *p = &m->pts[m->n_pts - 1];
+        cJSON *last = cJSON_AddObjectToObject(o, "last");
+        cJSON_AddNumberToObject(last, "step", p->step);
+        add_num(last, "loss", p->loss);
+        add_num(last, "lr", p->lr);
+        add_num(last, "grad_norm", p->grad_norm);
+        add_num(last, "tok_s", p->tok_s);
+        add_num(last, "mfu", p->mfu);
+        add_num(last, "ms", p->ms);
+    } else {
+        cJSON_AddNullToObject(o, "last");
+    }
+    if (m->summary)
+        cJSON_AddItemToObject(o, "summary", cJSON_Duplicate(m->summary, 1));
+    else
+        cJSON_AddNullToObject(o, "summary");
+    return o;
+}
+
+static cJSON *row(const double *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++)
+        cJSON_AddItemToArray(a, jnum(v[i]));
+    return a;
+}
+
+cJSON *dash_model_metrics(const dash_model *m, long since, int max) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "epoch", (double)m->epoch);
+    cJSON_AddNumberToObject(o, "since", (double)since);
+    cJSON_AddNumberToObject(o, "last_step", m->n_pts ? m->pts[m->n_pts - 1].step : 0);
+    add_num(o, "t0", m->t0);
+    cJSON *cols = cJSON_AddArrayToObject(o, "columns");
+    static const char *const C[] = {"step",      "wall",  "loss", "lr",
+                                    "grad_norm", "tok_s", "mfu",  "ms"};
+    for (int i = 0; i < 8; i++)
+        cJSON_AddItemToArray(cols, cJSON_CreateString(C[i]));
+    /* the first point past `since` (binary search: the steps increase) */
+    int lo = 0, hi = m->n_pts;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (m->pts[mid].step <= since)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    cJSON *steps = cJSON_AddArrayToObject(o, "steps");
+    int n = 0;
+    for (int i = lo; i < m->n_pts && n < max; i++, n++) {
+        const point *p = &m->pts[i];
+        double v[8] = {p->step, p->wall, p->loss, p->lr, p->grad_norm, p->tok_s, p->mfu, p->ms};
+        cJSON_AddItemToArray(steps, row(v, 8));
+    }
+    cJSON_AddBoolToObject(o, "more", lo + n < m->n_pts);
+    cJSON *val = cJSON_AddArrayToObject(o, "val");
+    for (int i = 0; i < m->n_val; i++)
+        if (m->val[i].step > since) {
+            double v[3] = {m->val[i].step, m->val[i].wall, m->val[i].loss};
+            cJSON_AddItemToArray(val, row(v, 3));
+        }
+    return o;
+}
+
+cJSON *dash_model_events(const dash_model *m, long since, int max) {
+    cJSON *o = cJSON_CreateObject(), *evs = cJSON_CreateArray();
+    long from = since + 1 > m->first_seq ? since + 1 : m->first_seq, k = from;
+    for (; k < m->next_seq && k - from < max; k++) {
+        const char *text = m->ev[k % DASH_MAX_EVENTS];
+        cJSON *e = text ? cJSON_Parse(text) : NULL;
+        if (e) cJSON_AddItemToArray(evs, e);
+    }
+    cJSON_AddNumberToObject(o, "next", (double)(k - 1));
+    cJSON_AddBoolToObject(o, "more", k < m->next_seq);
+    cJSON_AddItemToObject(o, "events", evs);
+    return o;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct {
+    const dash_model *m;
+    int r;
+    int dp, pp, tp;
+} rank_order;
+
+static int cmp_rank(const void *a, const void *b) {
+    const rank_order *x = a, *y = b;
+    if (x->pp != y->pp) return x->pp - y->pp;
+    if (x->dp != y->dp) return x->dp - y->dp;
+    if (x->tp != y->tp) return x->tp - y->tp;
+    return x->r - y->r;
+}
+
+cJSON *dash_model_heatmap(const dash_model *m, int cols) {
+    cJSON *o = cJSON_CreateObject();
+    int np = m->np;
+    if (np > 0 && cols > DASH_HEAT_CELLS / np) cols = DASH_HEAT_CELLS / np;
+    if (cols < 1) cols = 1;
+    int *steps = malloc(sizeof(int) * (size_t)(m->heat_keep + 1));
+    rank_order *ord = malloc(sizeof *ord * (size_t)(np + 1));
+    double *med = malloc(sizeof(double) * (size_t)(cols + 1)),
+           *tmp = malloc(sizeof(double) * (size_t)(np + cols + 1));
+    int n = 0;
+    for (int k = 0; steps && k < m->heat_keep; k++)
+        if (m->heat_step[k] >= 0) steps[n++] = m->heat_step[k];
+    if (steps) qsort(steps, (size_t)n, sizeof *steps, cmp_int);
+    int first = n > cols ? n - cols : 0;
+    cJSON *js = cJSON_AddArrayToObject(o, "steps"), *jr = cJSON_AddArrayToObject(o, "ranks");
+    cJSON *jl = cJSON_AddArrayToObject(o, "labels"), *ratio = cJSON_AddArrayToObject(o, "ratio");
+    cJSON *cms = cJSON_AddArrayToObject(o, "compute_ms"),
+          *strag = cJSON_AddArrayToObject(o, "stragglers");
+    add_num(o, "threshold", m->straggler_score);
+    if (!steps || !ord || !med || !tmp) goto out;
+    int nc = n - first;
+    for (int c = 0; c < nc; c++) {
+        cJSON_AddItemToArray(js, cJSON_CreateNumber(steps[first + c]));
+        const double *rw = m->heat_ms + (size_t)(steps[first + c] % m->heat_keep) * (size_t)np;
+        int k = 0;
+        for (int r = 0; r < np; r++)
+            if (isfinite(rw[r])) tmp[k++] = rw[r];
+        qsort(tmp, (size_t)k, sizeof *tmp, sup_cmp_double);
+        med[c] = k ? (k % 2 ? tmp[k / 2] : 0.5 * (tmp[k / 2 - 1] + tmp[k / 2])) : NAN;
+    }
+    for (int r = 0; r < np; r++) {
+        ord[r] = (rank_order){m, r, 0, 0, 0};
+        rank_coord(m, r, &ord[r].dp, &ord[r].pp, &ord[r].tp);
+    }
+    qsort(ord, (size_t)np, sizeof *ord, cmp_rank);
+    for (int i = 0; i < np; i++) {
+        int r = ord[i].r;
+        char label[160];
+        snprintf(label, sizeof label, "r%d dp%d pp%d tp%d %s", r, ord[i].dp, ord[i].pp, ord[i].tp,
+                 m->ranks[r].node);
+        cJSON_AddItemToArray(jr, cJSON_CreateNumber(r));
+        cJSON_AddItemToArray(jl, cJSON_CreateString(label));
+        cJSON *a = cJSON_CreateArray(), *b = cJSON_CreateArray();
+        int k = 0;
+        for (int c = 0; c < nc; c++) {
+            double v = m->heat_ms[(size_t)(steps[first + c] % m->heat_keep) * (size_t)np + r];
+            double q = isfinite(v) && med[c] > 0 ? v / med[c] : NAN;
+            cJSON_AddItemToArray(a, jnum(isfinite(q) ? round(q * 1000) / 1000 : NAN));
+            cJSON_AddItemToArray(b, jnum(isfinite(v) ? round(v * 1000) / 1000 : NAN));
+            if (isfinite(q) && q > 0) tmp[k++] = 1 / q; /* the score: others' median / own */
+        }
+        cJSON_AddItemToArray(ratio, a);
+        cJSON_AddItemToArray(cms, b);
+        if (k >= 5) {
+            qsort(tmp, (size_t)k, sizeof *tmp, sup_cmp_double);
+            if (tmp[k / 2] < m->straggler_score) cJSON_AddItemToArray(strag, cJSON_CreateNumber(r));
+        }
+    }
+out:
+    free(steps);
+    free(ord);
+    free(med);
+    free(tmp);
+    return o;
+}
+
+cJSON *dash_model_checkpoints(const dash_model *m) {
+    cJSON *o = cJSON_CreateObject(), *a = cJSON_AddArrayToObject(o, "checkpoints");
+    for (int i = 0; i < m->n_ckpts; i++) {
+        const ckpt_rec *c = &m->ckpts[i];
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "step", c->step);
+        add_num(e, "bytes", c->bytes);
+        add_num(e, "stall_ms", c->stall_ms);
+        add_num(e, "persist_ms", c->persist_ms);
+        add_num(e, "wall", c->wall);
+        cJSON_AddItemToArray(a, e);
+    }
+    return o;
+}

@@ -1,0 +1,102 @@
+/* sup_dash_tail.c - a growing file read incrementally: what was appended
+ * since the last read, line by line, a cut last line kept until it is
+ * complete, and a replaced (another inode) or truncated file read again
+ * from its start.  The run's files are only ever appended to or replaced
+ * atomically (the metrics file after a restart), so this sees every line
+ * once per version of the file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "supervisor/sup_dash_internal.h"
+
+void dash_tail_init(dash_tail *t, const char *path) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->path, sizeof t->path, "%s", path);
+}
+
+void dash_tail_free(dash_tail *t) {
+    free(t->partial);
+    t->partial = NULL;
+    t->plen = t->pcap = 0;
+}
+
+static int keep_partial(dash_tail *t, const char *p, size_t n) {
+    if (t->skipping) return 0;
+    if (t->plen + n > DASH_LINE_MAX) { /* an over-long line: skipped to its newline */
+        t->skipping = 1;
+        t->plen = 0;
+        return 0;
+    }
+    if (t->plen + n > t->pcap) {
+        size_t cap = t->pcap ? t->pcap : 4096;
+        while (cap < t->plen + n)
+            cap *= 2;
+        char *q = realloc(t->partial, cap);
+        if (!q) return -1;
+        t->partial = q;
+        t->pcap = cap;
+    }
+    memcpy(t->partial + t->plen, p, n);
+    t->plen += n;
+    return 0;
+}
+
+int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
+                   void (*replaced)(void *arg)) {
+    int fd = open(t->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    int again = 0;
+    if (t->ino && (st.st_ino != t->ino || st.st_dev != t->dev || st.st_size < t->off)) {
+        again = 1; /* another file now, or cut: from its start */
+        t->off = 0;
+        t->plen = 0;
+        t->skipping = 0;
+        if (replaced) replaced(arg);
+    }
+    t->ino = st.st_ino;
+    t->dev = st.st_dev;
+    char buf[65536];
+    size_t total = 0;
+    while (total < max_bytes) {
+        size_t want = sizeof buf < max_bytes - total ? sizeof buf : max_bytes - total;
+        ssize_t got = pread(fd, buf, want, t->off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) break;
+        t->off += got;
+        total += (size_t)got;
+        const char *p = buf, *end = buf + got;
+        while (p < end) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            if (!nl) {
+                if (keep_partial(t, p, (size_t)(end - p)) != 0) {
+                    close(fd);
+                    return -1;
+                }
+                break;
+            }
+            size_t n = (size_t)(nl - p);
+            if (t->skipping) {
+                t->skipping = 0;
+            } else if (t->plen) {
+                if (keep_partial(t, p, n) == 0 && !t->skipping) line(arg, t->partial, t->plen);
+                t->plen = 0;
+                t->skipping = 0;
+            } else if (n <= DASH_LINE_MAX) {
+                line(arg, p, n);
+            }
+            p = nl + 1;
+        }
+    }
+    close(fd);
+    return again;
+}

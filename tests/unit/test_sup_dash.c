@@ -1,0 +1,463 @@
+/* test_sup_dash.c - the dashboard's parts: the model fed line by line
+ * (curves, a redone step range, the thinning of a long run, val and
+ * checkpoint lines, the rank and node states from the events, the heat map
+ * and its stragglers, replies bounded), the incremental file reader (cut
+ * lines, over-long lines, a replaced file), the compute rows the driver
+ * writes, and the server itself: the token (401 with an empty body), the
+ * fixed paths (404, nothing from the file system), the methods, while
+ * another thread pushes the live view (run under ThreadSanitizer by `make
+ * tsan`). */
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "supervisor/sup_dash_internal.h"
+#include "supervisor/sup_internal.h"
+#include "tmpdir.h"
+
+static void feed(void (*fn)(dash_model *, const char *, size_t), dash_model *m, const char *s) {
+    fn(m, s, strlen(s));
+}
+
+static cJSON *item(const cJSON *o, const char *k) {
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+static const char *state_of(const cJSON *status, int rank) {
+    const cJSON *r = cJSON_GetArrayItem(item(status, "ranks"), rank);
+    const cJSON *s = item(r, "state");
+    return cJSON_IsString(s) ? s->valuestring : "?";
+}
+
+static void test_metrics(void) {
+    dash_model *m = dash_model_new();
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"version\":1,\"options\":{\"model\":\"d6\",\"steps\":300},"
+         "\"layout\":{\"world\":8,\"dp\":2,\"tp\":2,\"pp\":2}}");
+    char line[256];
+    for (int s = 1; s <= 20; s++) {
+        snprintf(
+            line, sizeof line,
+            "{\"step\":%d,\"loss\":%g,\"lr\":0.001,\"grad_norm\":null,\"ms\":10,\"tok_s\":1000,"
+            "\"mfu\":0.5,\"wall\":%d,\"tokens\":%d}",
+            s, 10.0 / s, 100 + s, 64 * s);
+        feed(dash_model_metrics_line, m, line);
+    }
+    feed(dash_model_metrics_line, m, "{\"step\":10,\"val_loss\":2.5,\"val_ms\":3,\"wall\":111}");
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"ckpt\",\"step\":10,\"bytes\":1000,\"stall_ms\":4,\"persist_ms\":50,\"wall\":"
+         "112}");
+    feed(dash_model_metrics_line, m, "not json");
+    feed(dash_model_metrics_line, m, "{\"what\":1}");
+    T_EQ_INT(dash_model_bad_lines(m), 2);
+    cJSON *r = dash_model_metrics(m, 15, 100);
+    T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 5);
+    T_EQ_INT(cJSON_GetArrayItem(cJSON_GetArrayItem(item(r, "steps"), 0), 0)->valueint, 16);
+    T_OK(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetArrayItem(item(r, "steps"), 0), 4)));
+    T_EQ_INT(item(r, "last_step")->valueint, 20);
+    T_OK(cJSON_IsFalse(item(r, "more")));
+    long epoch = (long)item(r, "epoch")->valuedouble;
+    cJSON_Delete(r);
+    r = dash_model_metrics(m, 0, 7); /* bounded: the rest follows with since=7 */
+    T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 7);
+    T_OK(cJSON_IsTrue(item(r, "more")));
+    T_EQ_INT(cJSON_GetArraySize(item(r, "val")), 1);
+    cJSON_Delete(r);
+    /* the same steps again (redone after a restart): the newer replace them */
+    feed(dash_model_metrics_line, m, "{\"step\":18,\"loss\":7,\"wall\":200}");
+    r = dash_model_metrics(m, 0, 100);
+    T_EQ_INT(item(r, "last_step")->valueint, 18);
+    T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 18);
+    T_OK((long)item(r, "epoch")->valuedouble != epoch);
+    cJSON_Delete(r);
+    cJSON *c = dash_model_checkpoints(m);
+    const cJSON *c0 = cJSON_GetArrayItem(item(c, "checkpoints"), 0);
+    T_EQ_INT(item(c0, "step")->valueint, 10);
+    T_NEAR(item(c0, "persist_ms")->valuedouble, 50, 0);
+    cJSON_Delete(c);
+    cJSON *st = dash_model_status(m, NULL, "run", 1000);
+    T_EQ_INT(item(item(st, "layout"), "pp")->valueint, 2);
+    T_EQ_INT(item(item(st, "job"), "steps")->valueint, 300);
+    T_OK(!strcmp(item(item(st, "job"), "model")->valuestring, "d6"));
+    T_NEAR(item(item(st, "last"), "loss")->valuedouble, 7, 0);
+    cJSON_Delete(st);
+    /* the file replaced: everything forgotten, a new epoch */
+    dash_model_metrics_reset(m);
+    r = dash_model_metrics(m, 0, 100);
+    T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 0);
+    cJSON_Delete(r);
+    /* a long run thins out but keeps its newest point and its order */
+    for (int s = 1; s <= DASH_MAX_POINTS + 10; s++) {
+        snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1,\"wall\":%d}", s, s);
+        feed(dash_model_metrics_line, m, line);
+    }
+    r = dash_model_metrics(m, 0, DASH_MAX_POINTS);
+    int n = cJSON_GetArraySize(item(r, "steps")), sorted = 1, prev = 0;
+    for (const cJSON *p = item(r, "steps")->child; p; p = p->next) {
+        sorted &= p->child->valueint > prev;
+        prev = p->child->valueint;
+    }
+    T_OK(n <= DASH_MAX_POINTS && n > DASH_MAX_POINTS / 2);
+    T_OK(sorted);
+    T_EQ_INT(prev, DASH_MAX_POINTS + 10);
+    cJSON_Delete(r);
+    dash_model_free(m);
+}
+
+static void test_events(void) {
+    dash_model *m = dash_model_new();
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"layout\":{\"world\":4,\"dp\":2,\"tp\":2,\"pp\":1}}");
+    feed(dash_model_event_line, m,
+         "{\"time\":100,\"t\":0,\"event\":\"job_start\",\"np\":4,\"pool\":\"n0,n1,n2\","
+         "\"metrics\":\"/x/m.jsonl\",\"straggler_score\":0.7}");
+    feed(dash_model_event_line, m,
+         "{\"time\":101,\"t\":1,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0,n1\"}");
+    T_OK(!strcmp(dash_model_metrics_path(m), "/x/m.jsonl"));
+    char line[256];
+    for (int r = 0; r < 4; r++) {
+        snprintf(line, sizeof line,
+                 "{\"time\":102,\"t\":2,\"event\":\"rank_up\",\"rank\":%d,\"node\":\"n%d\","
+                 "\"host\":\"h%d\",\"pid\":%d}",
+                 r, r / 2, r / 2, 10 + r);
+        feed(dash_model_event_line, m, line);
+    }
+    cJSON *st = dash_model_status(m, NULL, "run", 103);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "running"));
+    T_OK(!strcmp(state_of(st, 3), "running"));
+    T_OK(!strcmp(item(cJSON_GetArrayItem(item(st, "ranks"), 3), "node")->valuestring, "n1"));
+    T_OK(!strcmp(item(cJSON_GetArrayItem(item(st, "nodes"), 2), "state")->valuestring, "spare"));
+    cJSON_Delete(st);
+    /* a live view refines a running rank, never a dead one */
+    sup_dash_rank lr[4] = {{SUP_DASH_RUNNING, 5, 0.1, 10},
+                           {SUP_DASH_SLOW, 5, 0.1, 30},
+                           {SUP_DASH_RUNNING, 5, 0.1, 10},
+                           {SUP_DASH_HUNG, 4, 9, NAN}};
+    sup_dash_live live = {.attempt = 1, .best_step = 5, .ettr = 0.5, .n_ranks = 4, .ranks = lr};
+    st = dash_model_status(m, &live, "run", 103);
+    T_OK(!strcmp(state_of(st, 1), "slow"));
+    T_OK(!strcmp(state_of(st, 3), "hung"));
+    T_OK(cJSON_IsTrue(item(st, "live")));
+    T_NEAR(item(item(st, "job"), "ettr")->valuedouble, 0.5, 0);
+    cJSON_Delete(st);
+    feed(dash_model_event_line, m,
+         "{\"time\":110,\"t\":10,\"event\":\"fault_detected\",\"kind\":\"crash\",\"rank\":3,"
+         "\"node\":\"n1\",\"step\":7,\"action\":\"restart\"}");
+    feed(dash_model_event_line, m, "{\"time\":111,\"t\":11,\"event\":\"job_stopped\"}");
+    feed(dash_model_event_line, m,
+         "{\"time\":112,\"t\":12,\"event\":\"evict\",\"node\":\"n1\",\"by\":\"diag\",\"reason\":"
+         "\"gemm\"}");
+    st = dash_model_status(m, &live, "run", 113);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "recovering"));
+    T_OK(!strcmp(state_of(st, 3), "evicted"));
+    T_OK(!strcmp(state_of(st, 0), "stopped"));
+    const cJSON *r3 = cJSON_GetArrayItem(item(st, "ranks"), 3);
+    T_EQ_INT(item(r3, "faults")->valueint, 1);
+    T_OK(!strcmp(item(r3, "last_fault")->valuestring, "crash at step 7"));
+    T_OK(!strcmp(item(cJSON_GetArrayItem(item(st, "nodes"), 1), "state")->valuestring, "evicted"));
+    cJSON_Delete(st);
+    feed(dash_model_event_line, m,
+         "{\"time\":113,\"t\":13,\"event\":\"launch\",\"attempt\":2,\"nodes\":\"n0,n2\"}");
+    st = dash_model_status(m, NULL, "run", 114);
+    T_OK(!strcmp(item(cJSON_GetArrayItem(item(st, "ranks"), 3), "node")->valuestring, "n2"));
+    T_OK(!strcmp(state_of(st, 3), "starting"));
+    T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 3), "faults")->valueint, 1); /* kept */
+    cJSON_Delete(st);
+    feed(dash_model_event_line, m,
+         "{\"time\":120,\"t\":20,\"event\":\"summary\",\"outcome\":\"done\",\"ettr\":0.8,\"steps\":"
+         "40,\"wall_s\":20}");
+    feed(dash_model_event_line, m, "{\"time\":120,\"t\":20,\"event\":\"job_done\"}");
+    feed(dash_model_event_line, m, "{\"no_event\":1}");
+    st = dash_model_status(m, NULL, "run", 121);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "done"));
+    T_NEAR(item(item(st, "job"), "ettr")->valuedouble, 0.8, 0);
+    T_EQ_INT(item(item(st, "job"), "step")->valueint, 40);
+    T_OK(!strcmp(state_of(st, 2), "done"));
+    cJSON_Delete(st);
+    /* the log: by sequence number, bounded */
+    cJSON *e = dash_model_events(m, -1, 3);
+    T_EQ_INT(cJSON_GetArraySize(item(e, "events")), 3);
+    T_EQ_INT(item(e, "next")->valueint, 2);
+    T_OK(cJSON_IsTrue(item(e, "more")));
+    cJSON_Delete(e);
+    e = dash_model_events(m, 2, 1000);
+    const cJSON *first = cJSON_GetArrayItem(item(e, "events"), 0);
+    T_EQ_INT(item(first, "seq")->valueint, 3);
+    T_OK(!strcmp(item(first, "event")->valuestring, "rank_up"));
+    T_OK(cJSON_IsFalse(item(e, "more")));
+    T_EQ_INT(cJSON_GetArraySize(item(e, "events")), 12 - 3);
+    cJSON_Delete(e);
+    T_EQ_INT(dash_model_bad_lines(m), 1);
+    /* more events than kept: the oldest go */
+    for (int i = 0; i < DASH_MAX_EVENTS + 5; i++)
+        feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"ctl\"}");
+    e = dash_model_events(m, -1, 1);
+    T_EQ_INT(item(cJSON_GetArrayItem(item(e, "events"), 0), "seq")->valueint, 17);
+    cJSON_Delete(e);
+    dash_model_free(m);
+}
+
+static void test_heatmap(void) {
+    dash_model *m = dash_model_new();
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"layout\":{\"world\":4,\"dp\":2,\"tp\":1,\"pp\":2}}");
+    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":4}");
+    char line[256];
+    for (int s = 1; s <= 300; s++) { /* rank 2 at half speed */
+        snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,11,%d,%s]}", s,
+                 20, s % 7 ? "10.5" : "null");
+        feed(dash_model_compute_line, m, line);
+    }
+    feed(dash_model_compute_line, m, "{\"step\":5,\"compute_ms\":[1,2]}"); /* wrong width */
+    T_EQ_INT(dash_model_bad_lines(m), 1);
+    cJSON *h = dash_model_heatmap(m, DASH_HEAT_COLS);
+    T_EQ_INT(cJSON_GetArraySize(item(h, "steps")), DASH_HEAT_COLS);
+    T_EQ_INT(cJSON_GetArrayItem(item(h, "steps"), DASH_HEAT_COLS - 1)->valueint, 300);
+    /* rows by (pp, dp, tp): ranks 0, 1 are pp 0 */
+    T_EQ_INT(cJSON_GetArrayItem(item(h, "ranks"), 2)->valueint, 2);
+    T_EQ_INT(cJSON_GetArraySize(item(h, "stragglers")), 1);
+    T_EQ_INT(cJSON_GetArrayItem(item(h, "stragglers"), 0)->valueint, 2);
+    const cJSON *row2 = cJSON_GetArrayItem(item(h, "ratio"), 2);
+    T_OK(cJSON_GetArrayItem(row2, 0)->valuedouble > 1.5);
+    int nulls = 0;
+    for (const cJSON *v = cJSON_GetArrayItem(item(h, "ratio"), 3)->child; v; v = v->next)
+        nulls += cJSON_IsNull(v);
+    T_OK(nulls > 20);
+    cJSON_Delete(h);
+    /* a redone step's newer row replaces the older */
+    feed(dash_model_compute_line, m, "{\"step\":300,\"attempt\":2,\"compute_ms\":[10,10,10,10]}");
+    h = dash_model_heatmap(m, 1);
+    T_NEAR(cJSON_GetArrayItem(cJSON_GetArrayItem(item(h, "ratio"), 2), 0)->valuedouble, 1, 1e-9);
+    cJSON_Delete(h);
+    dash_model_free(m);
+}
+
+typedef struct {
+    char lines[16][64];
+    int n, replaced;
+} sink;
+
+static void on_line(void *arg, const char *l, size_t n) {
+    sink *s = arg;
+    if (s->n < 16) snprintf(s->lines[s->n++], 64, "%.*s", (int)n, l);
+}
+
+static void on_replaced(void *arg) {
+    ((sink *)arg)->replaced++;
+}
+
+static void append(const char *path, const char *text, const char *mode) {
+    FILE *f = fopen(path, mode);
+    fputs(text, f);
+    fclose(f);
+}
+
+static void test_tail(void) {
+    const char *p = tpath("grow.jsonl");
+    dash_tail t;
+    sink s = {0};
+    dash_tail_init(&t, p);
+    T_EQ_INT(dash_tail_read(&t, 1 << 20, on_line, &s, on_replaced), 0); /* missing: nothing */
+    append(p, "one\ntw", "w");
+    dash_tail_read(&t, 1 << 20, on_line, &s, on_replaced);
+    T_EQ_INT(s.n, 1);
+    append(p, "o\nthree\n", "a");
+    dash_tail_read(&t, 1 << 20, on_line, &s, on_replaced);
+    T_EQ_INT(s.n, 3);
+    T_OK(!strcmp(s.lines[1], "two") && !strcmp(s.lines[2], "three"));
+    /* an over-long line is skipped, the next one is read */
+    FILE *f = fopen(p, "a");
+    for (int i = 0; i < DASH_LINE_MAX + 10; i++)
+        fputc('x', f);
+    fputs("\nafter\n", f);
+    fclose(f);
+    for (int i = 0; i < 40; i++) /* small reads: the long line spans many */
+        dash_tail_read(&t, 65536, on_line, &s, on_replaced);
+    T_EQ_INT(s.n, 4);
+    T_OK(!strcmp(s.lines[3], "after"));
+    /* replaced atomically (another inode): from its start */
+    const char *q = tpath("grow.tmp");
+    append(q, "new\n", "w");
+    rename(q, p);
+    T_EQ_INT(dash_tail_read(&t, 1 << 20, on_line, &s, on_replaced), 1);
+    T_EQ_INT(s.replaced, 1);
+    T_OK(!strcmp(s.lines[4], "new"));
+    dash_tail_free(&t);
+}
+
+static void test_heatlog(void) {
+    const char *p = tpath("compute.jsonl");
+    sup_heatlog h;
+    char why[256];
+    T_EQ_INT(sup_heatlog_open(&h, p, 3, why, sizeof why), 0);
+    sup_heatlog_feed(&h, 1, 0, 1, 5);
+    sup_heatlog_feed(&h, 1, 1, 1, 6);
+    sup_heatlog_feed(&h, 1, 2, 1, 7); /* complete: written */
+    sup_heatlog_feed(&h, 1, 0, 2, 5); /* rank 1 and 2 never report step 2 */
+    for (int s = 3; s <= 12; s++)
+        for (int r = 0; r < 3; r++)
+            sup_heatlog_feed(&h, 1, r, s, 1);
+    sup_heatlog_feed(&h, 2, 0, 11, 2); /* a new attempt flushes the old rows */
+    sup_heatlog_close(&h);
+    dash_model *m = dash_model_new();
+    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
+    dash_tail t;
+    dash_tail_init(&t, p);
+    dash_tail_read(&t, 1 << 20, (dash_line_fn)dash_model_compute_line, m, NULL);
+    dash_tail_free(&t);
+    T_EQ_INT(dash_model_bad_lines(m), 0);
+    cJSON *hm = dash_model_heatmap(m, 100);
+    T_EQ_INT(cJSON_GetArraySize(item(hm, "steps")), 12);
+    const cJSON *r1 = cJSON_GetArrayItem(item(hm, "compute_ms"), 1);
+    T_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 6, 0);
+    T_OK(cJSON_IsNull(cJSON_GetArrayItem(r1, 1))); /* step 2: incomplete, written anyway */
+    const cJSON *r0 = cJSON_GetArrayItem(item(hm, "compute_ms"), 0);
+    T_NEAR(cJSON_GetArrayItem(r0, 10)->valuedouble, 2, 0); /* attempt 2's step 11 */
+    cJSON_Delete(hm);
+    dash_model_free(m);
+}
+
+/* ---- the server -------------------------------------------------------------- */
+
+/* One request (raw HTTP/1.0); the status code, the body into body[n]. */
+static int http(const char *addr, const char *req, char *body, size_t n) {
+    char host[64];
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    *colon = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) return close(fd), -1;
+    if (write(fd, req, strlen(req)) < 0) return close(fd), -1;
+    static char buf[1 << 20];
+    size_t len = 0;
+    ssize_t got;
+    while (len < sizeof buf - 1 && (got = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+        len += (size_t)got;
+    buf[len] = 0;
+    close(fd);
+    int code = -1;
+    sscanf(buf, "HTTP/1.%*d %d", &code);
+    const char *b = strstr(buf, "\r\n\r\n");
+    snprintf(body, n, "%s", b ? b + 4 : "");
+    return code;
+}
+
+static int get(const char *addr, const char *path, const char *extra, char *body, size_t n) {
+    char req[2048];
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n%s\r\n", path, extra ? extra : "");
+    return http(addr, req, body, n);
+}
+
+typedef struct {
+    sup_dash *d;
+    atomic_int stop;
+} pusher;
+
+static void *push_loop(void *arg) {
+    pusher *p = arg;
+    sup_dash_rank r[2] = {{SUP_DASH_RUNNING, 0, 0.1, 1}, {SUP_DASH_SLOW, 0, 0.2, 2}};
+    for (int i = 0; !atomic_load(&p->stop); i++) {
+        r[0].step = r[1].step = i;
+        sup_dash_live l = {.attempt = 1, .best_step = i, .n_ranks = 2, .ranks = r};
+        sup_dash_push(p->d, &l);
+        usleep(1000);
+    }
+    return NULL;
+}
+
+static void test_server(void) {
+    append(tpath("events.jsonl"),
+           "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2,\"pool\":\"node0\"}\n", "w");
+    sup_dash *d = NULL;
+    char why[256], body[1 << 16], path[512];
+    sup_dash_config c = {tmpdir, NULL, 0, 1};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    const char *addr = sup_dash_addr(d), *tok = sup_dash_token(d);
+    T_OK(!strncmp(addr, "127.0.0.1:", 10));
+    T_OK(strstr(sup_dash_url(d), tok) != NULL);
+    pusher p;
+    p.d = d;
+    atomic_init(&p.stop, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, push_loop, &p);
+    /* no token, a wrong one, one of the wrong length: 401 and nothing else */
+    T_EQ_INT(get(addr, "/api/status", NULL, body, sizeof body), 401);
+    T_OK(!*body);
+    T_EQ_INT(get(addr, "/?token=0123456789abcdef0123456789abcdef", NULL, body, sizeof body), 401);
+    T_EQ_INT(get(addr, "/?token=abc", NULL, body, sizeof body), 401);
+    T_EQ_INT(get(addr, "/../../etc/passwd", NULL, body, sizeof body), 401);
+    /* with it */
+    snprintf(path, sizeof path, "/api/status?token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    cJSON *st = cJSON_Parse(body);
+    T_OK(cJSON_IsTrue(item(st, "live")));
+    T_EQ_INT(cJSON_GetArraySize(item(st, "ranks")), 2);
+    cJSON_Delete(st);
+    char auth[128];
+    snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", tok);
+    T_EQ_INT(get(addr, "/api/events?since=-1", auth, body, sizeof body), 200);
+    T_OK(strstr(body, "\"job_start\"") != NULL);
+    T_EQ_INT(get(addr, "/", auth, body, sizeof body), 200);
+    T_OK(strstr(body, "{{token}}") == NULL); /* the page has the token filled in */
+    T_EQ_INT(get(addr, "/static/chart.js", auth, body, sizeof body), 200);
+    /* nothing but the table: no file is ever opened for a request */
+    static const char *const bad[] = {"/../../../etc/passwd",
+                                      "/static/../../etc/passwd",
+                                      "/etc/passwd",
+                                      "//etc/passwd",
+                                      "/%2e%2e/etc/passwd",
+                                      "/static/",
+                                      "/api/",
+                                      "/api/status/../metrics",
+                                      "/events.jsonl",
+                                      "/api/../events.jsonl"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int code = get(addr, bad[i], auth, body, sizeof body);
+        T_EQ_INT(code, 404);
+        T_OK(!strstr(body, "root:") && !strstr(body, "job_start"));
+    }
+    snprintf(path, sizeof path, "/api/metrics?since=x&token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 400);
+    char req[256];
+    snprintf(req, sizeof req, "POST /api/status?token=%s HTTP/1.0\r\nContent-Length: 3\r\n\r\nabc",
+             tok);
+    T_EQ_INT(http(addr, req, body, sizeof body), 405);
+    /* a request line and headers beyond the bound: refused, the server lives on */
+    char *big = malloc(200000);
+    snprintf(big, 200000, "GET /api/status?token=%s HTTP/1.0\r\nX-Big: ", tok);
+    size_t L = strlen(big);
+    memset(big + L, 'a', 150000);
+    strcpy(big + L + 150000, "\r\n\r\n");
+    int code = http(addr, big, body, sizeof body);
+    T_OK(code == 431 || code == 413 || code == 414 || code == -1);
+    free(big);
+    snprintf(path, sizeof path, "/api/heatmap?token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    atomic_store(&p.stop, 1);
+    pthread_join(th, NULL);
+    sup_dash_stop(d);
+}
+
+int main(void) {
+    if (!ms_tmpdir_make("sup_dash")) return 1;
+    test_metrics();
+    test_events();
+    test_heatmap();
+    test_tail();
+    test_heatlog();
+    test_server();
+    ms_tmpdir_remove();
+    return ms_test_summary("test_sup_dash");
+}
