@@ -487,6 +487,7 @@
   // Rebuilds every series from the raw rows (after a toggle, an epoch change
   // or a replaced tail), then redraws the charts and their data-points.
   function updateCharts() {
+    const dirty = st.chartsDirty;
     if (st.chartsDirty) {
       st.chartsDirty = false;
       for (const c of charts) {
@@ -499,6 +500,12 @@
       }
     }
     for (const c of charts) {
+      // Redraw only a chart whose points changed (the page costs the
+      // training host nothing it need not).
+      const key = `${c.pts.length}:${c.valPts.length}:${st.xMode}:${st.faultMarks.length}:` +
+        `${c.pts.length ? c.pts[c.pts.length - 1].x : ''}`;
+      if (key === c.drawn && !dirty) continue;
+      c.drawn = key;
       // Assign rather than push into dataset.data: the decimation plugin
       // turns that property into a getter for its decimated copy.
       const ds = c.chart.data.datasets;
@@ -644,7 +651,13 @@
   }
 
   async function pollHeatmap() {
-    st.heat = await getJson('api/heatmap');
+    const h = await getJson('api/heatmap');
+    // Redraw only when it changed: new steps, other ranks or stragglers.
+    const s = h.steps || [];
+    const key = `${s.length}:${s[0]}:${s[s.length - 1]}:${(h.ranks || []).length}:${h.stragglers}`;
+    st.heat = h;
+    if (key === st.heatKey) return;
+    st.heatKey = key;
     drawHeatmap();
   }
 
@@ -666,9 +679,10 @@
     const g = heatGeometry({ steps, ranks }, width);
     const height = Math.max(g.height, 60);
     const dpr = window.devicePixelRatio || 1;
-    canvas.width = Math.round(width * dpr);
-    canvas.height = Math.round(height * dpr);
-    canvas.style.height = `${height}px`;
+    // Resize only when the size changes: a resize lays the page out again.
+    if (canvas.width !== Math.round(width * dpr)) canvas.width = Math.round(width * dpr);
+    if (canvas.height !== Math.round(height * dpr)) canvas.height = Math.round(height * dpr);
+    if (canvas.style.height !== `${height}px`) canvas.style.height = `${height}px`;
     const ctx = canvas.getContext('2d');
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.clearRect(0, 0, width, height);
