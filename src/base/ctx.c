@@ -6,17 +6,54 @@
 
 static ms_ctx g_ctx = {.world = 1, .local_size = 1, .log_level = MS_LOG_INFO};
 
-static int env_int(const char *a, const char *b, int def) {
-    const char *v = getenv(a);
-    if (!v) v = getenv(b);
+/* The first of the variables names[0..] (NULL-terminated) that is set. */
+static const char *env_first(const char *const *names) {
+    for (; *names; names++) {
+        const char *v = getenv(*names);
+        if (v && *v) return v;
+    }
+    return NULL;
+}
+
+static int env_int(const char *const *names, int def) {
+    const char *v = env_first(names);
     return v ? atoi(v) : def;
 }
 
+/* Slurm's tasks on this node: SLURM_TASKS_PER_NODE is "8(x2),4" (8 tasks
+ * on each of the first two nodes, 4 on the third); SLURM_NODEID says which. */
+static int slurm_local_size(void) {
+    const char *t = getenv("SLURM_TASKS_PER_NODE"), *id = getenv("SLURM_NODEID");
+    if (!t || !id) return 0;
+    int node = atoi(id), at = 0;
+    for (const char *p = t; *p;) {
+        char *end;
+        long n = strtol(p, &end, 10), times = 1;
+        if (end == p || n < 1) return 0;
+        if (*end == '(' && end[1] == 'x') times = strtol(end + 2, &end, 10), end += *end == ')';
+        if (times < 1) return 0;
+        if (node < at + times) return (int)n;
+        at += (int)times;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return 0;
+    }
+    return 0;
+}
+
 void ms_ctx_init(void) {
-    g_ctx.rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
-    g_ctx.world = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);
-    g_ctx.local_rank = env_int("OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", 0);
-    g_ctx.local_size = env_int("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", 1);
+    /* Open MPI's mpirun, then MPICH / PMI, PMIx, then Slurm's srun (whose
+     * ranks get no OMPI_* variables: --mpi=pmix) */
+    static const char *const rank[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK",
+                                       "SLURM_PROCID", NULL};
+    static const char *const world[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
+    static const char *const lrank[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+                                        "SLURM_LOCALID", NULL};
+    static const char *const lsize[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", NULL};
+    g_ctx.rank = env_int(rank, 0);
+    g_ctx.world = env_int(world, 1);
+    g_ctx.local_rank = env_int(lrank, 0);
+    int slurm = slurm_local_size();
+    g_ctx.local_size = env_int(lsize, slurm > 0 ? slurm : 1);
     const char *lv = getenv("MS_LOG_LEVEL");
     if (lv) {
         if (!strcmp(lv, "debug"))

@@ -167,8 +167,17 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
         *eq = 0;
         char *k = trim(l), *v = trim(eq + 1);
         if (!strncmp(k, "--", 2)) k += 2;
-        const opts_spec *s = find(spec, n, k, strlen(k));
-        if (!s || !strcmp(k, "config")) {
+        char name[128]; /* train_data is train-data (TOML and YAML habits) */
+        snprintf(name, sizeof name, "%s", k);
+        for (char *c = name; *c; c++)
+            if (*c == '_') *c = '-';
+        size_t vl = strlen(v); /* "a value" and 'a value': the quotes are not part of it */
+        if (vl >= 2 && (v[0] == '"' || v[0] == '\'') && v[vl - 1] == v[0]) {
+            v[vl - 1] = 0;
+            v++;
+        }
+        const opts_spec *s = find(spec, n, name, strlen(name));
+        if (!s || !strcmp(name, "config")) {
             st = ms_error(MS_ERR_ARG, "%s: unknown option '%s'", where, k);
             break;
         }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
+#include "base/ctx.h"
 #include "base/fileio.h"
 #include "base/rng.h"
 #include "check.h"
@@ -436,6 +437,54 @@ static void test_rng_below(void) {
     T_OK(r.counter > before);
 }
 
+/* The launchers' variables: Open MPI's first, then PMI / PMIx, then
+ * Slurm's (srun --mpi=pmix sets no OMPI_* variables). */
+static void test_ctx_launchers(void) {
+    static const char *const vars[] = {"OMPI_COMM_WORLD_RANK",
+                                       "OMPI_COMM_WORLD_SIZE",
+                                       "OMPI_COMM_WORLD_LOCAL_RANK",
+                                       "OMPI_COMM_WORLD_LOCAL_SIZE",
+                                       "PMI_RANK",
+                                       "PMI_SIZE",
+                                       "PMIX_RANK",
+                                       "MPI_LOCALRANKID",
+                                       "MPI_LOCALNRANKS",
+                                       "SLURM_PROCID",
+                                       "SLURM_NTASKS",
+                                       "SLURM_LOCALID",
+                                       "SLURM_TASKS_PER_NODE",
+                                       "SLURM_NODEID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    ms_ctx_init();
+    T_EQ_INT(ms_ctx_get()->world, 1);
+    T_EQ_INT(ms_ctx_get()->local_size, 1);
+    setenv("SLURM_PROCID", "13", 1);
+    setenv("SLURM_NTASKS", "20", 1);
+    setenv("SLURM_LOCALID", "5", 1);
+    setenv("SLURM_TASKS_PER_NODE", "8(x2),4", 1);
+    setenv("SLURM_NODEID", "1", 1);
+    ms_ctx_init();
+    T_EQ_INT(ms_ctx_get()->rank, 13);
+    T_EQ_INT(ms_ctx_get()->world, 20);
+    T_EQ_INT(ms_ctx_get()->local_rank, 5);
+    T_EQ_INT(ms_ctx_get()->local_size, 8);
+    setenv("SLURM_NODEID", "2", 1); /* the third node has 4 */
+    ms_ctx_init();
+    T_EQ_INT(ms_ctx_get()->local_size, 4);
+    setenv("SLURM_TASKS_PER_NODE", "garbage", 1);
+    ms_ctx_init();
+    T_EQ_INT(ms_ctx_get()->local_size, 1);
+    setenv("OMPI_COMM_WORLD_RANK", "3", 1); /* mpirun's own win */
+    setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+    ms_ctx_init();
+    T_EQ_INT(ms_ctx_get()->rank, 3);
+    T_EQ_INT(ms_ctx_get()->local_size, 2);
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        unsetenv(vars[i]);
+    ms_ctx_init();
+}
+
 int main(void) {
     if (!ms_tmpdir_make("base")) {
         return 1;
@@ -454,6 +503,7 @@ int main(void) {
     test_rng_normal();
     test_rng_independence();
     test_rng_below();
+    test_ctx_launchers();
     ms_tmpdir_remove();
     return ms_test_summary("test_base");
 }

@@ -351,6 +351,19 @@ static void test_opts(const char *dir) {
     char *a7[] = {"--config", "/dev/zero"};
     T_EQ_INT(opts_parse(spec, 3, &o, 2, a7, pos, 2, &np, &help), MS_ERR_FORMAT);
     T_STR_CONTAINS(ms_errmsg(), "/dev/zero: larger than");
+    /* train_data = "a b.bin": the key's underscores are dashes, the quotes go */
+    opts_spec named[] = {
+        {"train-data", OPT_T_STR, offsetof(demo_opts, s), NULL, "a path", NULL, NULL},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL},
+    };
+    demo_opts q = {0};
+    f = fopen(cfg, "w");
+    fprintf(f, "train_data = \"shards/a b.bin\"  # quoted\nn = '5'\n");
+    fclose(f);
+    T_EQ_INT(opts_parse(named, 2, &q, 2, a6, pos, 2, &np, &help), MS_OK);
+    T_OK(q.s && !strcmp(q.s, "shards/a b.bin"));
+    T_EQ_INT(q.n, 5);
+    opts_free(named, 2, &q);
     char *js = opts_to_json(spec, 3, &o);
     T_STR_CONTAINS(js, "\"n\":");
     T_STR_CONTAINS(js, "\"s\":\"hi\"");
