@@ -118,7 +118,8 @@ static ms_status tokenizer_train(const data_config *dc) {
         st = ms_file_read_all(paths[i], &text, &len);
         if (st != MS_OK) break;
         char *g = realloc(all, total + len + 1);
-        if (!g) st = ms_error(MS_ERR_NOMEM, "%s: out of memory", paths[i]);
+        if (!g)
+            st = ms_error(MS_ERR_NOMEM, "%s: out of memory", paths[i]);
         else {
             all = g;
             memcpy(all + total, text, len);
@@ -150,19 +151,23 @@ static ms_status tokenizer_train(const data_config *dc) {
 static void print_bytes(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\n') printf("\\n");
-        else if (c == '"' || c == '\\') printf("\\%c", c);
-        else if (c >= 32 && c != 127) putchar(c);
-        else printf("\\x%02x", c);
+        if (c == '\n')
+            printf("\\n");
+        else if (c == '"' || c == '\\')
+            printf("\\%c", c);
+        else if (c >= 32 && c != 127)
+            putchar(c);
+        else
+            printf("\\x%02x", c);
     }
 }
 
 static ms_status inspect(const char *path, const data_config *dc) {
     data_shard s;
     MS_TRY(data_shard_open(&s, path));
-    printf("%s\n  magic %d, version %d (%s tokens), %llu tokens, %zu bytes\n", path,
-           DATA_SHARD_MAGIC, s.version, s.version == 1 ? "uint16" : "uint32",
-           (unsigned long long)s.n_tokens, s.map_len);
+    printf("%s\n  magic %u%s, version %d (%s tokens), %llu tokens, %zu bytes\n", path, s.magic,
+           s.magic == DATA_SHARD_MAGIC_LLAMA3 ? " (llm.c llama-3)" : "", s.version,
+           s.token_bytes == 2 ? "uint16" : "uint32", (unsigned long long)s.n_tokens, s.map_len);
     uint32_t maxv = 0;
     for (uint64_t i = 0; i < s.n_tokens; i++) {
         uint32_t t = data_shard_token(&s, i);
@@ -172,7 +177,8 @@ static ms_status inspect(const char *path, const data_config *dc) {
     uint32_t *ids = malloc((n ? n : 1) * sizeof(uint32_t));
     ms_status st = ids ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
     printf("  largest token id %u\n  first %zu tokens:", maxv, n);
-    for (size_t i = 0; st == MS_OK && i < n; i++) printf(" %u", ids[i] = data_shard_token(&s, i));
+    for (size_t i = 0; st == MS_OK && i < n; i++)
+        printf(" %u", ids[i] = data_shard_token(&s, i));
     printf("\n");
     const char *tn = maxv < 256 && !strcmp(dc->tokenizer, "gpt2") ? "bytes" : dc->tokenizer;
     data_tokenizer *tok = NULL;
@@ -206,10 +212,11 @@ int cmd_data(int argc, char **argv) {
     ms_status st = opts_parse(data_opts, N_DATA_OPTS, &dc, argc, argv, pos, 2, &npos, &help);
     const char *sub = npos > 0 ? pos[0] : "";
     if (help || (st == MS_OK && npos == 0)) {
-        opts_print_help(data_opts, N_DATA_OPTS,
-                        "usage: megascale data prepare --input TEXT --out DIR [--tokenizer gpt2]\n"
-                        "       megascale data tokenizer-train --input TEXT --vocab-size N --out FILE\n"
-                        "       megascale data inspect SHARD [--tokenizer gpt2|FILE]");
+        opts_print_help(
+            data_opts, N_DATA_OPTS,
+            "usage: megascale data prepare --input TEXT --out DIR [--tokenizer gpt2]\n"
+            "       megascale data tokenizer-train --input TEXT --vocab-size N --out FILE\n"
+            "       megascale data inspect SHARD [--tokenizer gpt2|FILE]");
         rc = help ? 0 : 2;
     } else if (st != MS_OK) {
         rc = cli_fail("data", st);

@@ -2,7 +2,9 @@
  * reader, and a streaming writer that commits atomically.
  *
  * Header: 256 little-endian int32; [0] magic 20240520, [1] version (1: uint16
- * tokens, 2: uint32 tokens), [2] token count; the rest zero.  Tokens are read
+ * tokens, 2: uint32 tokens), [2] token count; the rest zero.  llm.c's
+ * llama-3 shards (magic 20240801, version 7, uint32 tokens) are read too.
+ * Tokens are read
  * in place from the map, which assumes a little-endian host (checked at
  * compile time).
  */
@@ -23,10 +25,6 @@ static uint32_t le32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static size_t token_size(int version) {
-    return version == 1 ? 2 : 4;
-}
-
 /* Validate the mapped file in s (map, map_len, path set): magic, version,
  * exact size; fills version, n_tokens and tokens. */
 static ms_status shard_validate(data_shard *s) {
@@ -41,16 +39,23 @@ static ms_status shard_validate(data_shard *s) {
     magic = le32(p);
     version = le32(p + 4);
     count = le32(p + 8);
-    if (magic != DATA_SHARD_MAGIC)
-        return ms_error(MS_ERR_FORMAT, "%s: bad magic %" PRId32 " (expected %d): not a token shard",
-                        s->path, (int32_t)magic, DATA_SHARD_MAGIC);
-    if (version != 1 && version != 2)
+    if (magic != DATA_SHARD_MAGIC && magic != DATA_SHARD_MAGIC_LLAMA3)
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: bad magic %" PRId32 " (expected %d, or %d for llm.c's llama-3 "
+                        "shards): not a token shard",
+                        s->path, (int32_t)magic, DATA_SHARD_MAGIC, DATA_SHARD_MAGIC_LLAMA3);
+    if (magic == DATA_SHARD_MAGIC && version != 1 && version != 2)
         return ms_error(MS_ERR_FORMAT, "%s: unsupported version %" PRId32 " (expected 1 or 2)",
                         s->path, (int32_t)version);
+    if (magic == DATA_SHARD_MAGIC_LLAMA3 && version != DATA_SHARD_VERSION_LLAMA3)
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: unsupported version %" PRId32 " of a llama-3 shard (expected %d)",
+                        s->path, (int32_t)version, DATA_SHARD_VERSION_LLAMA3);
+    int bytes = magic == DATA_SHARD_MAGIC && version == 1 ? 2 : 4;
     if (count > SHARD_MAX_TOKENS)
         return ms_error(MS_ERR_FORMAT, "%s: bad token count %" PRId32 " in header", s->path,
                         (int32_t)count);
-    want = SHARD_HEADER_BYTES + (uint64_t)count * token_size((int)version);
+    want = SHARD_HEADER_BYTES + (uint64_t)count * (uint64_t)bytes;
     if (s->map_len < want)
         return ms_error(MS_ERR_FORMAT,
                         "%s: truncated: header says %" PRIu32 " tokens (%" PRIu64
@@ -61,7 +66,9 @@ static ms_status shard_validate(data_shard *s) {
                         "%s: size mismatch: header says %" PRIu32 " tokens (%" PRIu64
                         " bytes) but file has %zu bytes (trailing data)",
                         s->path, count, want, s->map_len);
+    s->magic = magic;
     s->version = (int)version;
+    s->token_bytes = bytes;
     s->n_tokens = count;
     s->tokens = p + SHARD_HEADER_BYTES;
     return MS_OK;

@@ -19,11 +19,15 @@
 #include "base/status.h"
 
 #define DATA_SHARD_MAGIC 20240520
+#define DATA_SHARD_MAGIC_LLAMA3 20240801 /* llm.c's llama-3 shards: version 7, uint32 tokens */
+#define DATA_SHARD_VERSION_LLAMA3 7
 #define DATA_SHARD_HEADER_INTS 256
 
 typedef struct {
     char path[4096];
-    int version; /* 1: uint16 tokens, 2: uint32 tokens */
+    uint32_t magic;  /* DATA_SHARD_MAGIC or DATA_SHARD_MAGIC_LLAMA3 */
+    int version;     /* GPT-2 magic: 1 (uint16 tokens) or 2 (uint32); llama-3: 7 */
+    int token_bytes; /* 2 or 4 */
     uint64_t n_tokens;
     const void *map; /* whole file */
     size_t map_len;
@@ -35,7 +39,8 @@ ms_status data_shard_open(data_shard *s, const char *path);
 void data_shard_close(data_shard *s);
 /* Token i (i < n_tokens). */
 static inline uint32_t data_shard_token(const data_shard *s, uint64_t i) {
-    return s->version == 1 ? ((const uint16_t *)s->tokens)[i] : ((const uint32_t *)s->tokens)[i];
+    return s->token_bytes == 2 ? ((const uint16_t *)s->tokens)[i]
+                               : ((const uint32_t *)s->tokens)[i];
 }
 /* Copy n tokens from position pos into dst as int32, checking each against
  * vocab (MS_ERR_RANGE naming the file and the position if >= vocab).  It

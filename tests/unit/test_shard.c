@@ -188,7 +188,8 @@ static void test_bad_files(void) {
     data_shard s;
     write_llmc(tpath("train.bin"), 12345, 1, 10, tok16, 20);
     expect_bad("train.bin", MS_ERR_FORMAT,
-               "train.bin: bad magic 12345 (expected 20240520): not a token shard");
+               "train.bin: bad magic 12345 (expected 20240520, or 20240801 for llm.c's llama-3 "
+               "shards): not a token shard");
     write_llmc(tpath("v3.bin"), 20240520, 3, 10, tok16, 20);
     expect_bad("v3.bin", MS_ERR_FORMAT, "v3.bin: unsupported version 3 (expected 1 or 2)");
     write_llmc(tpath("trunc.bin"), 20240520, 1, 1000, tok16, 2000 - 1024);
@@ -225,6 +226,26 @@ static void test_bad_files(void) {
     T_EQ_INT(s.n_tokens, 1000);
     T_EQ_INT(data_shard_token(&s, 999), 50256 - 999);
     data_shard_close(&s);
+
+    /* llm.c's llama-3 shards: magic 20240801, version 7, uint32 tokens */
+    uint32_t big[10];
+    for (int i = 0; i < 10; i++)
+        big[i] = 128000u + (uint32_t)i * 25; /* above uint16 */
+    write_llmc(tpath("llama3.bin"), 20240801, 7, 10, big, 40);
+    T_EQ_INT(data_shard_open(&s, tpath("llama3.bin")), MS_OK);
+    T_EQ_INT(s.n_tokens, 10);
+    T_EQ_INT(s.token_bytes, 4);
+    T_EQ_INT(data_shard_token(&s, 9), 128225);
+    int32_t got[10];
+    T_EQ_INT(data_shard_read(&s, 0, 10, got, 128256), MS_OK);
+    T_EQ_INT(got[1], 128025);
+    T_EQ_INT(data_shard_read(&s, 0, 10, got, 50257), MS_ERR_RANGE); /* a GPT-2 vocabulary */
+    data_shard_close(&s);
+    write_llmc(tpath("llama3v1.bin"), 20240801, 1, 10, big, 40);
+    expect_bad("llama3v1.bin", MS_ERR_FORMAT,
+               "llama3v1.bin: unsupported version 1 of a llama-3 shard (expected 7)");
+    write_llmc(tpath("llama3short.bin"), 20240801, 7, 10, big, 20); /* uint16-sized body */
+    expect_bad("llama3short.bin", MS_ERR_FORMAT, "header says 10 tokens (1064 bytes)");
 }
 
 int main(void) {
