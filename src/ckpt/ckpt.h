@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "ckpt/safetensors.h"
 #include "data/loader.h"
 #include "model/gpt.h"
 #include "optim/optim.h"
@@ -202,7 +203,7 @@ void ckpt_step_path(char *buf, size_t n, const char *root, int step);
 
 /* One Hugging Face GPT-2-named safetensors file with the parameters of the
  * checkpoint `dir` (loadable by sample --weights and train --init-from). */
-ms_status ckpt_export_hf(const char *dir, const char *out);
+ms_status ckpt_export_hf(const char *dir, const char *out, ckpt_st_dtype dtype);
 /* Rewrite the checkpoint `dir` for `dp` data-parallel ranks into
  * OUT/step_N (a commit, with OUT/latest). */
 ms_status ckpt_reshard(const char *dir, int dp, const char *out_root);

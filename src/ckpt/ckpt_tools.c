@@ -28,14 +28,14 @@ static void close_model(be_backend *be, gpt_model *m) {
     if (be) be_destroy(be);
 }
 
-ms_status ckpt_export_hf(const char *dir, const char *out) {
+ms_status ckpt_export_hf(const char *dir, const char *out, ckpt_st_dtype dtype) {
     ckpt_reader *r = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;
     ms_status st = ckpt_out_check(dir, out, "ckpt export");
     if (st == MS_OK) st = ckpt_reader_open(&r, dir, 1);
     if (st == MS_OK) st = open_model(r, dir, 1, &be, &m);
-    if (st == MS_OK) st = ckpt_hf_save(m, out);
+    if (st == MS_OK) st = ckpt_hf_save(m, out, dtype);
     close_model(be, m);
     ckpt_reader_close(r);
     return st;

@@ -12,6 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/bf16.h"
+#include "base/fileio.h"
+#include "base/log.h"
 #include "ckpt/hf_internal.h"
 #include "ckpt/safetensors.h"
 
@@ -91,11 +94,99 @@ ms_status ckpt_hf_write_meta(ckpt_st_writer *w, const gpt_config *c) {
     return st;
 }
 
-ms_status ckpt_hf_save(gpt_model *m, const char *path) {
+ms_status ckpt_hf_add(ckpt_st_writer *w, ckpt_hf_conv *cv, const char *name, int ndim,
+                      const int64_t *shape, const float *src) {
+    if (cv->dtype == CKPT_ST_F32) return ckpt_st_writer_add(w, name, CKPT_ST_F32, ndim, shape, src);
+    size_t n = 1;
+    for (int k = 0; k < ndim; k++)
+        n *= (size_t)shape[k];
+    if (cv->n == cv->cap) {
+        int cap = cv->cap ? 2 * cv->cap : 64;
+        uint16_t **b = realloc(cv->bufs, sizeof *b * (size_t)cap);
+        if (!b) return ms_error(MS_ERR_NOMEM, "out of memory converting to bf16");
+        cv->bufs = b;
+        cv->cap = cap;
+    }
+    uint16_t *h = malloc(n * sizeof *h + 2);
+    if (!h) return ms_error(MS_ERR_NOMEM, "out of memory converting to bf16");
+    cv->bufs[cv->n++] = h;
+    for (size_t i = 0; i < n; i++)
+        h[i] = ms_f32_to_bf16(src[i]);
+    return ckpt_st_writer_add(w, name, CKPT_ST_BF16, ndim, shape, h);
+}
+
+void ckpt_hf_conv_free(ckpt_hf_conv *cv) {
+    for (int i = 0; i < cv->n; i++)
+        free(cv->bufs[i]);
+    free(cv->bufs);
+    cv->bufs = NULL;
+    cv->n = cv->cap = 0;
+}
+
+ms_status ckpt_hf_dtype_parse(const char *s, ckpt_st_dtype *dt) {
+    if (!s || !strcmp(s, "f32") || !strcmp(s, "fp32") || !strcmp(s, "float32")) {
+        *dt = CKPT_ST_F32;
+    } else if (!strcmp(s, "bf16") || !strcmp(s, "bfloat16")) {
+        *dt = CKPT_ST_BF16;
+    } else {
+        return ms_error(MS_ERR_ARG, "--save-dtype %s: expected f32 or bf16", s);
+    }
+    return MS_OK;
+}
+
+void ckpt_hf_config_path(const char *path, char *out, size_t n) {
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t dir = (size_t)(base - path), len = strlen(path);
+    if (!strcmp(base, "model.safetensors")) {
+        snprintf(out, n, "%.*sconfig.json", (int)dir, path);
+        return;
+    }
+    size_t stem = len > 12 && !strcmp(path + len - 12, ".safetensors") ? len - 12 : len;
+    snprintf(out, n, "%.*s.config.json", (int)stem, path);
+}
+
+/* transformers' GPT2Config for this model, written atomically; a model
+ * GPT2LMHeadModel cannot run (a parallel block, sliding-window attention)
+ * gets none, and a line says why. */
+static ms_status write_config_json(const gpt_config *c, ckpt_st_dtype dtype, const char *path) {
+    char cfg[4200];
+    ckpt_hf_config_path(path, cfg, sizeof cfg);
+    if (c->block != GPT_BLOCK_SERIAL || c->attn_window > 0) {
+        ms_info("weights: no %s: a %s block%s is not GPT-2's architecture for transformers", cfg,
+                gpt_block_name(c->block),
+                c->attn_window > 0 ? " with sliding-window attention" : "");
+        return MS_OK;
+    }
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+             "  \"vocab_size\": %d,\n  \"n_positions\": %d,\n  \"n_ctx\": %d,\n"
+             "  \"n_embd\": %d,\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_inner\": null,\n"
+             "  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+             "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
+             "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": true,\n"
+             "  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"torch_dtype\": \"%s\"\n}\n",
+             c->vocab, c->seq_max, c->seq_max, c->n_embd, c->n_layer, c->n_head,
+             c->vocab > 50256 ? 50256 : c->vocab - 1, c->vocab > 50256 ? 50256 : c->vocab - 1,
+             dtype == CKPT_ST_BF16 ? "bfloat16" : "float32");
+    return ms_error_wrap(ms_file_write_atomic(cfg, text, strlen(text)), "weights' config.json");
+}
+
+ms_status ckpt_hf_finish(ckpt_st_writer *w, const gpt_config *c, ckpt_st_dtype dtype,
+                         const char *path) {
+    ms_status st = ckpt_hf_write_meta(w, c);
+    if (st == MS_OK) st = ckpt_st_writer_meta(w, "dtype", dtype == CKPT_ST_BF16 ? "bf16" : "f32");
+    if (st == MS_OK) st = ckpt_st_write(w, path);
+    if (st == MS_OK) st = write_config_json(c, dtype, path);
+    return st;
+}
+
+ms_status ckpt_hf_save(gpt_model *m, const char *path, ckpt_st_dtype dtype) {
     const gpt_config *c = gpt_get_config(m);
     be_backend *be = gpt_backend(m);
     size_t n = gpt_num_elements(m), *offs = malloc(sizeof(size_t) * (size_t)gpt_num_tensors(m));
     float *host = malloc(n * sizeof(float)), *full = NULL;
+    ckpt_hf_conv cv = {.dtype = dtype};
     if (!host || !offs) {
         free(host);
         free(offs);
@@ -117,12 +208,12 @@ ms_status ckpt_hf_save(gpt_model *m, const char *path) {
         const gpt_param *p = gpt_tensor(m, i);
         int64_t shape[2];
         ckpt_hf_file_shape(m, p, shape);
-        st = ckpt_st_writer_add(w, p->name, CKPT_ST_F32, p->ndim, shape, src + offs[i]);
+        st = ckpt_hf_add(w, &cv, p->name, p->ndim, shape, src + offs[i]);
     }
-    if (st == MS_OK) st = ckpt_hf_write_meta(w, c);
-    if (st == MS_OK) st = ckpt_st_write(w, path);
+    if (st == MS_OK) st = ckpt_hf_finish(w, c, dtype, path);
     ckpt_st_writer_destroy(w);
 out:
+    ckpt_hf_conv_free(&cv);
     free(full);
     free(offs);
     free(host);
@@ -193,19 +284,29 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
                           t->name, got, exp);
             break;
         }
-        if (t->dtype != CKPT_ST_F32) {
-            st = ms_error(MS_ERR_FORMAT, "%s: tensor '%s' has dtype %s; only F32 is supported",
-                          path, t->name, ckpt_st_dtype_name(t->dtype));
+        if (t->dtype != CKPT_ST_F32 && t->dtype != CKPT_ST_BF16) {
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s: tensor '%s' has dtype %s; only F32 and BF16 are supported", path,
+                          t->name, ckpt_st_dtype_name(t->dtype));
             break;
         }
-        if (p->split == GPT_SPLIT_NONE) {
+        size_t es = t->dtype == CKPT_ST_BF16 ? 2 : 4,
+               lim = t->nbytes / es; /* wte: rows past V stay 0 */
+        if (es == 4 && p->split == GPT_SPLIT_NONE) {
             memcpy(host + p->offset, t->data, t->nbytes);
             continue;
         }
-        size_t lim = t->nbytes / sizeof(float); /* wte: logical rows past V stay 0 */
         for (size_t j = 0; j < p->numel; j++) {
-            size_t k = gpt_logical_index(m, i, gpt_tp_rank(m), j);
-            if (k < lim) memcpy(host + p->offset + j, (const char *)t->data + k * 4, 4);
+            size_t k = p->split == GPT_SPLIT_NONE ? j : gpt_logical_index(m, i, gpt_tp_rank(m), j);
+            if (k >= lim) continue;
+            const char *at = (const char *)t->data + k * es;
+            if (es == 4) {
+                memcpy(host + p->offset + j, at, 4);
+            } else {
+                uint16_t h;
+                memcpy(&h, at, 2);
+                host[p->offset + j] = ms_bf16_to_f32(h);
+            }
         }
     }
     if (st == MS_OK) {

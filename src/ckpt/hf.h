@@ -15,19 +15,31 @@
 #include "base/status.h"
 #include "model/gpt.h"
 
-/* Write the model's weights (fp32, padded vocabulary rows dropped).  With
+/* Write the model's weights in dtype (CKPT_ST_F32, or CKPT_ST_BF16: rounded
+ * to nearest even; padded vocabulary rows dropped), and transformers'
+ * config.json beside them when the architecture is GPT-2's
+ * (ckpt_hf_config_path).  With
  * tensor parallelism this is collective over the model's tp group: the
  * shards are gathered and tp rank 0 writes the whole logical tensors (the
  * same file as a single process); the other ranks write nothing. */
-ms_status ckpt_hf_save(gpt_model *m, const char *path);
+#include "ckpt/safetensors.h"
+ms_status ckpt_hf_save(gpt_model *m, const char *path, ckpt_st_dtype dtype);
 /* The same for a pipeline stage model (gpt_create_stage): collective over
  * the model's tp group and the pipeline group pp (this (tp, dp) column's
  * stages, group rank == stage).  Each stage gathers its tp shards; pp rank
  * 0 (tp rank 0) receives every stage's tensors and writes one file, the
  * same as a single process (wte from stage 0: the last stage's tied copy
  * is equal and not sent).  The other ranks write nothing. */
-ms_status ckpt_hf_save_pipeline(gpt_model *m, comm_group *pp, const char *path);
-/* Load weights into m; every tensor of the model must be present with the
+ms_status ckpt_hf_save_pipeline(gpt_model *m, comm_group *pp, const char *path,
+                                ckpt_st_dtype dtype);
+/* Where the config.json of weights at path goes: DIR/config.json for
+ * DIR/model.safetensors (the layout transformers' from_pretrained(DIR)
+ * reads), else PATH's stem + ".config.json" (nothing else's config.json is
+ * replaced). */
+void ckpt_hf_config_path(const char *path, char *out, size_t n);
+/* "f32" / "bf16" (the --save-dtype values) into *dt; MS_ERR_ARG otherwise. */
+ms_status ckpt_hf_dtype_parse(const char *s, ckpt_st_dtype *dt);
+/* Load weights into m (F32 or BF16 tensors); every tensor of the model must be present with the
  * exact (logical) shape, otherwise an error names the file, the tensor and
  * both shapes.  Unknown extra tensors are an error too (a wrong model).
  * A tensor-parallel rank takes its own shard of each tensor (no

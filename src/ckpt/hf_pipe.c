@@ -80,7 +80,7 @@ static ms_status recv_stage(comm_group *pp, int s, hf_entry *e, int *n, int cap,
 
 /* Stage 0: gather every stage's entries and write the file. */
 static ms_status write_all(gpt_model *m, comm_group *pp, const float *src, const size_t *offs,
-                           const char *path) {
+                           const char *path, ckpt_st_dtype dtype) {
     const gpt_config *c = gpt_get_config(m);
     int cap = 4 + 16 * c->n_layer, n = 0, nt = gpt_num_tensors(m), local = 0;
     hf_entry *e = calloc((size_t)cap, sizeof *e);
@@ -100,19 +100,20 @@ static ms_status write_all(gpt_model *m, comm_group *pp, const float *src, const
     ckpt_st_writer *w = st == MS_OK ? ckpt_st_writer_create() : NULL;
     if (st == MS_OK && !w) st = ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
     qsort(e, (size_t)n, sizeof *e, cmp_entry);
+    ckpt_hf_conv cv = {.dtype = dtype};
     for (int i = 0; st == MS_OK && i < n; i++)
-        st = ckpt_st_writer_add(w, e[i].h.name, CKPT_ST_F32, (int)e[i].h.ndim, e[i].h.shape,
-                                e[i].data);
-    if (st == MS_OK) st = ckpt_hf_write_meta(w, c);
-    if (st == MS_OK) st = ckpt_st_write(w, path);
+        st = ckpt_hf_add(w, &cv, e[i].h.name, (int)e[i].h.ndim, e[i].h.shape, e[i].data);
+    if (st == MS_OK) st = ckpt_hf_finish(w, c, dtype, path);
     ckpt_st_writer_destroy(w);
+    ckpt_hf_conv_free(&cv);
     for (int i = 0; i < n; i++) /* received data (entries past the local ones) */
         if (e[i].idx >= local) free((void *)e[i].data);
     free(e);
     return st;
 }
 
-ms_status ckpt_hf_save_pipeline(gpt_model *m, comm_group *pp, const char *path) {
+ms_status ckpt_hf_save_pipeline(gpt_model *m, comm_group *pp, const char *path,
+                                ckpt_st_dtype dtype) {
     be_backend *be = gpt_backend(m);
     size_t n = gpt_num_elements(m), *offs = malloc(sizeof(size_t) * (size_t)gpt_num_tensors(m));
     float *host = malloc(n * sizeof(float)), *full = NULL;
@@ -131,7 +132,7 @@ ms_status ckpt_hf_save_pipeline(gpt_model *m, comm_group *pp, const char *path) 
     }
     const float *src = full ? full : host;
     if (comm_group_rank(pp) == 0)
-        st = write_all(m, pp, src, offs, path);
+        st = write_all(m, pp, src, offs, path, dtype);
     else
         st = send_stage(m, pp, src, offs);
 out:

@@ -10,11 +10,12 @@
 
 #include "base/fileio.h"
 #include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 
 typedef struct {
-    char *format, *out, *shm_dir;
+    char *format, *out, *shm_dir, *save_dtype;
     int dp, remove;
 } ckpt_cli;
 
@@ -25,6 +26,7 @@ typedef struct {
 static const opts_spec ckpt_opts[] = {
     O("format", OPT_T_STR, format, "safetensors", "export: output format (safetensors)"),
     O("out", OPT_T_STR, out, NULL, "export: the output file; reshard: the output directory"),
+    O("save-dtype", OPT_T_STR, save_dtype, "f32", "export: the weights' dtype, f32 or bf16"),
     O("dp", OPT_T_INT, dp, "1", "reshard: data-parallel ranks of the new layout"),
     O("remove", OPT_T_INT, remove, "0", "shm: 1 removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
@@ -218,7 +220,9 @@ int cmd_ckpt(int argc, char **argv) {
         else if (strcmp(o.format, "safetensors"))
             st = ms_error(MS_ERR_ARG, "ckpt export: --format %s (only safetensors)", o.format);
         if (st == MS_OK) st = resolve(path, dir, sizeof dir);
-        if (st == MS_OK) st = ckpt_export_hf(dir, o.out);
+        ckpt_st_dtype dt = CKPT_ST_F32;
+        if (st == MS_OK) st = ckpt_hf_dtype_parse(o.save_dtype, &dt);
+        if (st == MS_OK) st = ckpt_export_hf(dir, o.out, dt);
         if (st == MS_OK) printf("exported %s to %s\n", dir, o.out);
     } else if (!strcmp(cmd, "reshard")) {
         if (!o.out || !*o.out) st = ms_error(MS_ERR_ARG, "ckpt reshard: --out DIR is required");

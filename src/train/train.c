@@ -70,8 +70,9 @@ typedef struct {
     train_pipe *pipe; /* pp > 1: this stage's schedule (NULL: the whole model) */
     int pp;
     int dp, dp_rank, rank;
-    ckpt_manager *ckpt; /* --ckpt-dir / --resume (NULL: none) */
-    int start, done;    /* first step of this run (after a resume), steps done */
+    ckpt_manager *ckpt;       /* --ckpt-dir / --resume (NULL: none) */
+    int start, done;          /* first step of this run (after a resume), steps done */
+    ckpt_st_dtype save_dtype; /* --save-dtype */
 } trainer;
 
 static ms_status open_loaders(trainer *t) {
@@ -326,6 +327,7 @@ static ms_status check_outputs(trainer *t) {
         if (out[i].here && out[i].path && *out[i].path &&
             ms_path_check_writable(out[i].path, out[i].is_dir) != MS_OK)
             return ms_error_wrap(MS_ERR_ARG, "%s", out[i].opt);
+    MS_TRY(ckpt_hf_dtype_parse(tc->save_dtype, &t->save_dtype));
     if (t->rank == 0 && !(tc->save_weights && *tc->save_weights) &&
         !(tc->ckpt_dir && *tc->ckpt_dir))
         ms_warn("this run saves no model: neither --save-weights nor --ckpt-dir is given, so "
@@ -891,8 +893,8 @@ ms_status train_run(const train_config *tc) {
     int saver = st == MS_OK && (gpt_tp_size(t.model) > 1 || t.pipe ? t.dp_rank == 0 : t.rank == 0);
     if (saver && tc->save_weights && *tc->save_weights) {
         st = t.pipe ? ckpt_hf_save_pipeline(t.model, comm_grid_group(t.grid, COMM_DIM_PP),
-                                            tc->save_weights)
-                    : ckpt_hf_save(t.model, tc->save_weights);
+                                            tc->save_weights, t.save_dtype)
+                    : ckpt_hf_save(t.model, tc->save_weights, t.save_dtype);
         if (st == MS_OK) ms_info("weights: saved %s", tc->save_weights);
     }
     if (st == MS_OK) ms_info("peak RSS %.1f MB", mon_peak_rss_bytes() / 1e6);

@@ -42,6 +42,7 @@ typedef struct {
     uint64_t seed;
     /* io */
     char *init_from, *save_weights, *metrics;
+    char *save_dtype; /* --save-weights' dtype: "f32" (NULL too) or "bf16" */
     /* checkpoints (src/ckpt/ckpt.h) */
     char *ckpt_dir, *resume;
     char *ckpt_shm_dir; /* host-memory snapshots (NULL/"": /dev/shm) */

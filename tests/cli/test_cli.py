@@ -416,6 +416,60 @@ def test_node_targets(d, base):
                  what="a rank and a node target")
 
 
+def st_header(path):
+    raw = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    return json.loads(raw[8:8 + n]), raw[8 + n:]
+
+
+def test_save_dtype(d, base, val):
+    """--save-dtype bf16 writes BF16 tensors (each the f32 value rounded to
+    nearest even), the file loads again (sample, --init-from), and
+    transformers' config.json lands beside the weights: DIR/config.json for
+    DIR/model.safetensors, STEM.config.json otherwise."""
+    out = os.path.join(d, "hf")
+    os.makedirs(out)
+    f32, b16 = os.path.join(out, "model.safetensors"), os.path.join(d, "w16.safetensors")
+    common = [*base, "--steps", "3", "--seed", "7"]
+    rc, _, err = run(*common, "--save-weights", f32)
+    rc2, _, err2 = run(*common, "--save-weights", b16, "--save-dtype", "bf16")
+    ok(rc == 0 and rc2 == 0, "runs with --save-dtype f32 / bf16", err + err2)
+    if rc or rc2:
+        return
+    h32, d32 = st_header(f32)
+    h16, d16 = st_header(b16)
+    names = [k for k in h32 if k != "__metadata__"]
+    ok(all(h16[k]["dtype"] == "BF16" and h16[k]["shape"] == h32[k]["shape"] for k in names)
+       and h16["__metadata__"].get("dtype") == "bf16", "bf16: every tensor is BF16, same shapes")
+    ok(len(d16) * 2 <= len(d32) + 64, f"bf16: half the bytes ({len(d16)} vs {len(d32)})")
+    e32, e16 = h32["wte.weight"]["data_offsets"], h16["wte.weight"]["data_offsets"]
+    a = struct.unpack(f"<{(e32[1] - e32[0]) // 4}f", d32[e32[0]:e32[1]])
+    b = struct.unpack(f"<{(e16[1] - e16[0]) // 2}H", d16[e16[0]:e16[1]])
+
+    def to_bf16(x):  # round to nearest even
+        (u,) = struct.unpack("<I", struct.pack("<f", x))
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+    ok(len(a) == len(b) and all(to_bf16(x) == y for x, y in zip(a, b)),
+       "bf16: each weight is its f32 value rounded to nearest even")
+    cfg = json.load(open(os.path.join(out, "config.json")))
+    ok(cfg["model_type"] == "gpt2" and cfg["n_layer"] == 2 and cfg["n_embd"] == 32 and
+       cfg["n_head"] == 2 and cfg["vocab_size"] == 256 and cfg["n_positions"] == 32 and
+       cfg["torch_dtype"] == "float32", "config.json beside model.safetensors", json.dumps(cfg))
+    cfg16 = json.load(open(os.path.join(d, "w16.config.json")))
+    ok(cfg16["torch_dtype"] == "bfloat16", "STEM.config.json beside w16.safetensors")
+    rc, out_s, err = run("sample", "--weights", b16, "--tokenizer", "bytes", "--prompt", "In",
+                         "--tokens", "4")
+    ok(rc == 0, "sample loads the bf16 weights", err)
+    rc, _, err = run(*base, "--steps", "1", "--init-from", b16)
+    ok(rc == 0, "--init-from takes the bf16 weights", err)
+    expect_error([*base, "--steps", "1", "--save-weights", b16, "--save-dtype", "f16"],
+                 "--save-dtype f16", what="an unknown --save-dtype")
+    par = os.path.join(d, "par.safetensors")
+    rc, _, err = run(*base, "--steps", "1", "--block", "parallel", "--save-weights", par)
+    ok(rc == 0 and not os.path.exists(os.path.join(d, "par.config.json")) and
+       "not GPT-2's architecture" in err, "no config.json for a parallel block", err)
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_cli_")
     train = os.path.join(d, "train.bin")
@@ -636,6 +690,7 @@ def main():
 
     test_env_options(d, base)
     test_data(d)
+    test_save_dtype(d, base, val)
     print(f"{passed} passed, {failed} failed")
     if not failed:
         subprocess.run(["rm", "-rf", d])

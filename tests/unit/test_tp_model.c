@@ -115,12 +115,12 @@ static void run_case(be_backend *be, gpt_block block, int W, int V) {
     T_NEAR(fb / fa, 1.0, 2e-6);
     /* a single-process file loads into the shards (and saves back the same) */
     const char *f1 = tpath("a.st"), *f2 = tpath("b.st");
-    if (comm_group_rank(tp) == 0) T_EQ_INT(ckpt_hf_save(a, f1), MS_OK);
+    if (comm_group_rank(tp) == 0) T_EQ_INT(ckpt_hf_save(a, f1, CKPT_ST_F32), MS_OK);
     T_EQ_INT(comm_barrier(tp), MS_OK);
     gpt_init(b, 5);
     T_EQ_INT(ckpt_hf_load(b, f1), MS_OK);
     compare(a, gpt_params(a), b, gpt_params(b), -1, "load");
-    T_EQ_INT(ckpt_hf_save(b, f2), MS_OK);
+    T_EQ_INT(ckpt_hf_save(b, f2, CKPT_ST_F32), MS_OK);
     T_EQ_INT(comm_barrier(tp), MS_OK);
     gpt_init(a, 5);
     T_EQ_INT(ckpt_hf_load(a, f2), MS_OK);
