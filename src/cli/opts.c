@@ -83,8 +83,11 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     switch (s->type) {
     case OPT_T_INT: {
         long x = strtol(v, &end, 10);
-        if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
+        if (!*v || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects an integer, got '%s'", where, s->name, v);
+        if (errno == ERANGE || x < INT32_MIN || x > INT32_MAX) /* a 32-bit int in the code */
+            return ms_error(MS_ERR_ARG, "%s: --%s must be %s %ld, got '%s'", where, s->name,
+                            x < 0 ? "at least" : "at most", x < 0 ? (long)INT32_MIN : INT32_MAX, v);
         MS_TRY(check_range(s, (double)x, v, where));
         *(int *)p = (int)x;
         break;

@@ -6,7 +6,8 @@
  * opts_free).  An option may name an environment variable (its env
  * column), read here and nowhere else: library code never calls getenv.
  * A numeric option may declare a range (its range column), checked by the
- * parser wherever the value comes from; a DOUBLE must also be finite.
+ * parser wherever the value comes from; a DOUBLE must also be finite, an
+ * INT fit in 32 bits.
  * Precedence: defaults < config file < environment < command line.
  */
 #ifndef CLI_OPTS_H
