@@ -260,10 +260,12 @@ void opts_free(const opts_spec *spec, int n, void *dst) {
         }
 }
 
-char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
+/* The options as a JSON object's text; shared_only: those without per_rank. */
+static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_only) {
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < n; i++) {
         const void *p = (const char *)dst + spec[i].offset;
+        if (shared_only && spec[i].per_rank) continue;
         switch (spec[i].type) {
         case OPT_T_INT:
             cJSON_AddNumberToObject(o, spec[i].name, *(const int *)p);
@@ -287,4 +289,12 @@ char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return text;
+}
+
+char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
+    return to_json(spec, n, dst, 0);
+}
+
+char *opts_to_json_shared(const opts_spec *spec, int n, const void *dst) {
+    return to_json(spec, n, dst, 1);
 }
