@@ -2,3 +2,9 @@
 ms_script_test(mpi_data_parallel COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_dp.py
   LABELS mpi)
 set_tests_properties(mpi_data_parallel PROPERTIES TIMEOUT 300)
+# The ranks and the layout: options compared across ranks at start-up, --dp
+# inferred from the world size, the warning of a pipeline short of
+# micro-batches (label mpi).
+ms_script_test(mpi_ranks COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_ranks.py
+  LABELS mpi)
+set_tests_properties(mpi_ranks PROPERTIES TIMEOUT 600)

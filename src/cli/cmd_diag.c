@@ -20,9 +20,9 @@ typedef struct {
 } diag_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(diag_cli, field), def, help, NULL, NULL }
+    { name, type, offsetof(diag_cli, field), def, help, NULL, NULL, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(diag_cli, field), def, help, NULL, range }
+    { name, type, offsetof(diag_cli, field), def, help, NULL, range, 0 }
 static const opts_spec diag_opts[] = {
     O("device", OPT_T_STR, device, "cpu", "the backend whose GEMM is checked: cpu or cuda"),
     R("threads", OPT_T_INT, threads, "0", "[0,1024]",

@@ -18,7 +18,7 @@ typedef struct {
 } launch_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(launch_cli, field), def, help, NULL, NULL }
+    { name, type, offsetof(launch_cli, field), def, help, NULL, NULL, 0 }
 
 static const opts_spec launch_opts[] = {
     O("np", OPT_T_INT, np, "1", "ranks of the job"),
@@ -63,7 +63,7 @@ static const opts_spec launch_opts[] = {
     {"dashboard", OPT_T_INT, offsetof(launch_cli, dashboard), "-1",
      "serve the live dashboard on this port (0: any free one; it prints the URL with the job's "
      "token, also in RUN_DIR/dashboard.json; -1: off)",
-     NULL, "[-1,65535]"},
+     NULL, "[-1,65535]", 0},
     O("dashboard-bind", OPT_T_STR, dashboard_bind, "127.0.0.1",
       "the dashboard's address (loopback unless you mean to show it to other hosts)"),
     O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),

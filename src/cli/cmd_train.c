@@ -10,13 +10,20 @@
 #include "train/train.h"
 
 /* O: any value of the type; R: a value in `range` (opts.h); OE: set by
- * the environment variable `env` too, in `range` (NULL: any). */
+ * the environment variable `env` too, in `range` (NULL: any).  RL, OEL:
+ * the same, for an option that may differ between the ranks of a job
+ * (opts_spec.per_rank: it acts on its rank alone, so the start-up check
+ * that the ranks agree leaves it out; docs/user-guide.md, "Layout"). */
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(train_config, field), def, help, NULL, NULL }
+    { name, type, offsetof(train_config, field), def, help, NULL, NULL, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(train_config, field), def, help, NULL, range }
+    { name, type, offsetof(train_config, field), def, help, NULL, range, 0 }
 #define OE(name, type, field, def, env, range, help)                                               \
-    { name, type, offsetof(train_config, field), def, help, env, range }
+    { name, type, offsetof(train_config, field), def, help, env, range, 0 }
+#define RL(name, type, field, def, range, help)                                                    \
+    { name, type, offsetof(train_config, field), def, help, NULL, range, 1 }
+#define OEL(name, type, field, def, env, range, help)                                              \
+    { name, type, offsetof(train_config, field), def, help, env, range, 1 }
 
 static const opts_spec train_opts[] = {
     O("model", OPT_T_STR, model, "d6", "model preset: d6 d12 (124M) d24 (350M) d36 d48"),
@@ -35,13 +42,14 @@ static const opts_spec train_opts[] = {
     O("comm", OPT_T_STR, comm, "auto",
       "device buffers between ranks (cuda): nccl, mpi (staged through pinned host memory), or "
       "auto (nccl per group where its ranks have distinct GPUs, else mpi)"),
-    R("threads", OPT_T_INT, threads, "0", "[0,1024]",
-      "CPU threads per rank (0: the cores / ranks on this node)"),
-    OE("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE", "[0,1]",
-       "cuda: 1 times every op on the device and prints a table at exit"),
+    RL("threads", OPT_T_INT, threads, "0", "[0,1024]",
+       "CPU threads per rank (0: the cores / ranks on this node)"),
+    OEL("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE", "[0,1]",
+        "cuda: 1 times every op on the device and prints a table at exit"),
     OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU", "[0,1]",
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
-    R("dp", OPT_T_INT, dp, "1", "[1,65536]", "data-parallel ranks (ZeRO-2); world = tp x pp x dp"),
+    R("dp", OPT_T_INT, dp, NULL, "[1,65536]",
+      "data-parallel ranks (ZeRO-2); world = tp x pp x dp (not given: world / (tp x pp))"),
     R("tp", OPT_T_INT, tp, "1", "[1,65536]",
       "tensor-parallel ranks (Megatron + sequence parallel; divides heads and micro-batch*seq)"),
     R("pp", OPT_T_INT, pp, "1", "[1,65536]",
@@ -93,23 +101,24 @@ static const opts_spec train_opts[] = {
     R("val-every", OPT_T_INT, val_every, "100", "[0,)",
       "steps between validation passes (0: end only)"),
     R("val-batches", OPT_T_INT, val_batches, "10", "[1,)", "batches per validation pass"),
-    R("peak-flops", OPT_T_DOUBLE, peak_flops, "0", "[0,)", "device peak FLOP/s for MFU (0: probe)"),
-    R("log-every", OPT_T_INT, log_every, "1", "[0,)", "steps between progress lines"),
+    RL("peak-flops", OPT_T_DOUBLE, peak_flops, "0", "[0,)",
+       "device peak FLOP/s for MFU (0: probe)"),
+    RL("log-every", OPT_T_INT, log_every, "1", "[0,)", "steps between progress lines"),
     O("trace-dir", OPT_T_STR, trace_dir, NULL,
       "per-rank event logs and hang dumps (default: DIR/trace next to --metrics; none: off)"),
     R("trace-clock-every", OPT_T_INT, trace_clock_every, "200", "[0,)",
       "steps between clock references for the merged timeline (0: only at start)"),
-    OE("heartbeat", OPT_T_STR, heartbeat, NULL, "MS_HEARTBEAT", NULL,
-       "send heartbeats to the supervisor at HOST:PORT (set by megascale launch)"),
-    OE("heartbeat-token", OPT_T_STR, heartbeat_token, NULL, "MS_HEARTBEAT_TOKEN", NULL,
-       "the job's heartbeat token (set by megascale launch)"),
-    OE("node-map", OPT_T_STR, node_map, NULL, "MS_NODE_MAP", NULL,
-       "node names NAME,NAME,... ([A-Za-z0-9._-], up to 4096): world rank r is on node "
-       "names[r * n / world] (default: the host name); for :node=NAME faults and the heartbeats"),
-    OE("comm-timeout", OPT_T_DOUBLE, comm_timeout, "300", "MS_COMM_TIMEOUT", "(0,)",
-       "seconds a collective may take before it fails, naming the missing ranks (hang dumps)"),
-    OE("comm-nccl-sync", OPT_T_INT, comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC", "[0,1]",
-       "1: a wait on an NCCL op blocks the host, so the failing wait reports a missed deadline"),
+    OEL("heartbeat", OPT_T_STR, heartbeat, NULL, "MS_HEARTBEAT", NULL,
+        "send heartbeats to the supervisor at HOST:PORT (set by megascale launch)"),
+    OEL("heartbeat-token", OPT_T_STR, heartbeat_token, NULL, "MS_HEARTBEAT_TOKEN", NULL,
+        "the job's heartbeat token (set by megascale launch)"),
+    OEL("node-map", OPT_T_STR, node_map, NULL, "MS_NODE_MAP", NULL,
+        "node names NAME,NAME,... ([A-Za-z0-9._-], up to 4096): world rank r is on node "
+        "names[r * n / world] (default: the host name); for :node=NAME faults and the heartbeats"),
+    OEL("comm-timeout", OPT_T_DOUBLE, comm_timeout, "300", "MS_COMM_TIMEOUT", "(0,)",
+        "seconds a collective may take before it fails, naming the missing ranks (hang dumps)"),
+    OEL("comm-nccl-sync", OPT_T_INT, comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC", "[0,1]",
+        "1: a wait on an NCCL op blocks the host, so the failing wait reports a missed deadline"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
       "faults for tests and chaos runs (docs/operations.md): "
       "KIND[=ARG][@STEP[+]][:RANK | :node=NAME],... with KIND exit, kill, stop, hang, slow=MS, "
@@ -132,8 +141,11 @@ int cmd_train(int argc, char **argv) {
     } else {
         ms_ctx_catch_signals();
         tc.config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &tc);
-        st = train_run(&tc);
+        tc.shared_json = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &tc);
+        st = tc.config_json && tc.shared_json ? train_run(&tc)
+                                              : ms_error(MS_ERR_NOMEM, "train: out of memory");
         free(tc.config_json);
+        free(tc.shared_json);
         if (st != MS_OK) rc = cli_fail("train", st);
     }
     opts_free(train_opts, N_TRAIN_OPTS, &tc);

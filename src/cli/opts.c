@@ -83,8 +83,11 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     switch (s->type) {
     case OPT_T_INT: {
         long x = strtol(v, &end, 10);
-        if (!*v || *end || errno || x < INT32_MIN || x > INT32_MAX)
+        if (!*v || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects an integer, got '%s'", where, s->name, v);
+        if (errno == ERANGE || x < INT32_MIN || x > INT32_MAX) /* a 32-bit int in the code */
+            return ms_error(MS_ERR_ARG, "%s: --%s must be %s %ld, got '%s'", where, s->name,
+                            x < 0 ? "at least" : "at most", x < 0 ? (long)INT32_MIN : INT32_MAX, v);
         MS_TRY(check_range(s, (double)x, v, where));
         *(int *)p = (int)x;
         break;
@@ -266,10 +269,12 @@ void opts_free(const opts_spec *spec, int n, void *dst) {
         }
 }
 
-char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
+/* The options as a JSON object's text; shared_only: those without per_rank. */
+static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_only) {
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < n; i++) {
         const void *p = (const char *)dst + spec[i].offset;
+        if (shared_only && spec[i].per_rank) continue;
         switch (spec[i].type) {
         case OPT_T_INT:
             cJSON_AddNumberToObject(o, spec[i].name, *(const int *)p);
@@ -293,4 +298,12 @@ char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
     return text;
+}
+
+char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
+    return to_json(spec, n, dst, 0);
+}
+
+char *opts_to_json_shared(const opts_spec *spec, int n, const void *dst) {
+    return to_json(spec, n, dst, 1);
 }

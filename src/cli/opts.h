@@ -6,7 +6,8 @@
  * opts_free).  An option may name an environment variable (its env
  * column), read here and nowhere else: library code never calls getenv.
  * A numeric option may declare a range (its range column), checked by the
- * parser wherever the value comes from; a DOUBLE must also be finite.
+ * parser wherever the value comes from; a DOUBLE must also be finite, an
+ * INT fit in 32 bits.
  * Precedence: defaults < config file < environment < command line.
  */
 #ifndef CLI_OPTS_H
@@ -30,6 +31,11 @@ typedef struct {
      * < 1, "[1,1024]" is 1..1024.  NULL: any value of the type.  A malformed
      * range is a broken invariant (the parser aborts). */
     const char *range;
+    /* 1: the option may differ between the ranks of one job (it acts on
+     * this rank alone: its threads, its deadlines, its supervision), so
+     * opts_to_json_shared leaves it out; 0: every rank must give the same
+     * value (`megascale train` compares them at start-up). */
+    int per_rank;
 } opts_spec;
 
 /* Parse argv[0..argc) into dst.  Positional arguments (not starting with
@@ -41,5 +47,8 @@ void opts_free(const opts_spec *spec, int n, void *dst);
 /* The effective value of every option as a JSON object's text ("name":
  * value, strings quoted, unset strings null); malloc'd, NULL on OOM. */
 char *opts_to_json(const opts_spec *spec, int n, const void *dst);
+/* The same, of the options without per_rank only: the configuration every
+ * rank of a job must share. */
+char *opts_to_json_shared(const opts_spec *spec, int n, const void *dst);
 
 #endif

@@ -4,6 +4,7 @@
  * line) and the compute rows (the heat map); and the API's replies from it
  * (docs/formats.md, "Dashboard API").  No I/O here: sup_dash.c feeds it. */
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,7 +174,7 @@ static void on_config(dash_model *m, const cJSON *o) {
     m->pp = int_in(lay, "pp", 1, DASH_MAX_RANKS, m->pp);
     m->tp = int_in(lay, "tp", 1, DASH_MAX_RANKS, m->tp);
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(o, "options");
-    m->steps = int_in(opt, "steps", 0, 2000000000, m->steps);
+    m->steps = int_in(opt, "steps", 0, INT_MAX, m->steps);
     const char *model = str(opt, "model");
     if (model) snprintf(m->model, sizeof m->model, "%s", model);
 }
@@ -194,7 +195,7 @@ void dash_model_metrics_line(dash_model *m, const char *line, size_t len) {
     cJSON *o = parse_object(m, line, len);
     if (!o) return;
     const char *type = str(o, "type");
-    int step = int_in(o, "step", 0, 2000000000, -1);
+    int step = int_in(o, "step", 0, INT_MAX, -1);
     if (type && !strcmp(type, "config")) {
         on_config(m, o);
     } else if (type && !strcmp(type, "ckpt")) {
@@ -312,7 +313,7 @@ static void on_launch(dash_model *m, const cJSON *o) {
 static void on_fault(dash_model *m, const cJSON *o) {
     m->faults++;
     const char *kind = str(o, "kind"), *action = str(o, "action");
-    int r = int_in(o, "rank", 0, m->np - 1, -1), step = int_in(o, "step", 0, 2000000000, -1);
+    int r = int_in(o, "rank", 0, m->np - 1, -1), step = int_in(o, "step", 0, INT_MAX, -1);
     if (!action || !strcmp(action, "restart"))
         snprintf(m->job_state, sizeof m->job_state, "recovering");
     if (r < 0 || !kind) return;
@@ -399,7 +400,7 @@ static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
         m->summary = cJSON_Duplicate(o, 1);
         const char *out = str(o, "outcome");
         snprintf(m->outcome, sizeof m->outcome, "%s", out ? out : "");
-        m->best_step = int_in(o, "steps", 0, 2000000000, m->best_step);
+        m->best_step = int_in(o, "steps", 0, INT_MAX, m->best_step);
         if (out && !strcmp(out, "stopped")) {
             snprintf(m->job_state, sizeof m->job_state, "stopped");
             all_ranks(m, R_STOPPED, 1);
@@ -440,7 +441,7 @@ void dash_model_event_line(dash_model *m, const char *line, size_t len) {
 void dash_model_compute_line(dash_model *m, const char *line, size_t len) {
     cJSON *o = parse_object(m, line, len);
     if (!o) return;
-    int step = int_in(o, "step", 1, 2000000000, -1);
+    int step = int_in(o, "step", 1, INT_MAX, -1);
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(o, "compute_ms");
     if (step < 0 || !cJSON_IsArray(ms) || !m->np || cJSON_GetArraySize(ms) != m->np) {
         m->bad++;

@@ -98,29 +98,23 @@ static ms_status open_loaders(trainer *t) {
 }
 
 /* Start MPI and the rank grid when launched by mpirun or asked for more
- * than one rank; a plain single process never touches MPI. */
+ * than one rank; a plain single process never touches MPI.  The ranks
+ * compare their options (train_agree) before anything that depends on
+ * them: the layout's checks, the grid's groups. */
 static ms_status setup_dist(trainer *t) {
     const train_config *tc = t->tc;
-    t->dp = tc->dp > 0 ? tc->dp : 1;
     int tp = tc->tp > 0 ? tc->tp : 1;
     t->pp = tc->pp > 0 ? tc->pp : 1;
-    int want = t->dp * tp * t->pp;
-    if (tc->vpp > 1 && t->pp < 2)
-        return ms_error(MS_ERR_ARG,
-                        "--vpp %d: virtual pipeline stages need --pp >= 2 (the interleaved "
-                        "schedule)",
-                        tc->vpp);
-    if (want == 1 && ms_ctx_get()->world == 1) return MS_OK;
+    if (ms_ctx_get()->world == 1) return train_check_layout(tc, 1, &t->dp);
     comm_options co = comm_options_default();
     if (tc->comm_timeout > 0) co.timeout_s = tc->comm_timeout;
     co.nccl_sync = tc->comm_nccl_sync;
     MS_TRY(comm_world_init(&t->world, NULL, NULL, &co));
     int world = comm_world_size(t->world);
-    if (world != want)
-        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %d",
-                        world, tc->tp > 0 ? tc->tp : 1, tc->pp > 0 ? tc->pp : 1, t->dp, want);
-    MS_TRY(comm_grid_create(t->world, tp, t->pp, t->dp, &t->grid));
     t->rank = comm_world_rank(t->world);
+    MS_TRY(train_agree(t->world, tc->shared_json, train_dp_of(tc, world)));
+    MS_TRY(train_check_layout(tc, world, &t->dp));
+    MS_TRY(comm_grid_create(t->world, tp, t->pp, t->dp, &t->grid));
     t->dp_rank = comm_grid_coord_of(t->grid).dp;
     return MS_OK;
 }
@@ -433,6 +427,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
+    if (t->rank == 0) train_warn_pipeline(tc, t->dp, t->pp, t->accum);
     snprintf(t->fault_spec, sizeof t->fault_spec, "%s%s%s",
              tc->inject_fault ? tc->inject_fault : "",
              tc->inject_fault && *tc->inject_fault && tc->ckpt_fault && *tc->ckpt_fault ? "," : "",
@@ -585,10 +580,10 @@ static void print_layout(const trainer *t) {
     ms_info("params: %.2fM (%.1f MB fp32); activations %.1f MB; flops/token %.3g",
             (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
             (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
-    ms_info("batch %d x seq %d = %d tokens/step (micro-batch %d x %d accumulation), %d steps, "
+    ms_info("batch %d x seq %d = %lld tokens/step (micro-batch %d x %d accumulation), %d steps, "
             "%s, lr %g (%s, warmup %d), device %s (%d threads)",
-            tc->batch, tc->seq, tc->batch * tc->seq, t->micro, t->accum, tc->steps, tc->optimizer,
-            tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads);
+            tc->batch, tc->seq, (long long)tc->batch * tc->seq, t->micro, t->accum, tc->steps,
+            tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads);
     ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9, t->peak.source);
 }
 

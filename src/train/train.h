@@ -27,7 +27,7 @@ typedef struct {
     int threads;
     /* CUDA backend (be_options): time every op; GeLU in the GEMM epilogue */
     int cuda_profile, cuda_fuse_gelu;
-    int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp) */
+    int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp; dp 0: world / (tp*pp)) */
     /* data */
     char *train_data, *val_data, *data_order;
     int batch, micro_batch, seq;
@@ -57,6 +57,9 @@ typedef struct {
     double comm_timeout;   /* seconds per collective (<= 0: the communicator's default) */
     int comm_nccl_sync;    /* 1: a wait on an NCCL op blocks the host (comm_options) */
     char *config_json;     /* the effective options as JSON (for the metrics), or NULL */
+    /* the options every rank must share (opts_spec.per_rank 0) as JSON,
+     * compared over the ranks at start-up; NULL: nothing is compared */
+    char *shared_json;
     /* supervision (megascale launch sets these through the environment) */
     char *heartbeat;       /* HOST:PORT of the driver, or NULL */
     char *heartbeat_token; /* the job's token */

@@ -16,6 +16,28 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *
  * no pipeline stages. */
 ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro);
 
+/* The data-parallel size of a world of `world` ranks: --dp, or when it is
+ * not given world / (tp x pp); 0 when that does not divide. */
+int train_dp_of(const train_config *tc, int world);
+/* The layout's checks for a world of `world` ranks (*dp: train_dp_of):
+ * MS_ERR_ARG naming --tp, --pp and the world when they do not divide it
+ * (--dp not given), naming all four when tp x pp x dp is not the world,
+ * and for --vpp > 1 without --pp >= 2. */
+ms_status train_check_layout(const train_config *tc, int world, int *dp);
+/* Rank 0, pp > 1: one warning when the step's accum micro-batches are
+ * fewer than the pp stages, with the schedule's bubble and the
+ * --micro-batch (or --batch) that gives one micro-batch per stage. */
+void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum);
+
+/* train_agree.c: collective over the world, before any collective whose
+ * shape or count follows from the options: shared_json (train_config;
+ * "dp" taken as dp when dp > 0) against every other rank's.  MS_ERR_ARG on
+ * every rank, with the same message, when they differ: "the ranks' options
+ * differ: --dim is 128 on ranks 0-2 but 64 on rank 3; ..." (up to three
+ * options with their values, then the names of the others); communication
+ * errors (a rank that never came) as the communicator reports them. */
+ms_status train_agree(comm_world *w, const char *shared_json, int dp);
+
 /* train_pipeline.c: one stage's pipeline schedule over a stage model.
  * Usage: train_pipe_plan (collective over the world: creates the
  * "embedding" group), gpt_stage_init with train_pipe_slots activation

@@ -1,11 +1,14 @@
-/* train_setup.c - turning a train_config into a model configuration and
- * checking the options against each other before anything is allocated. */
+/* train_setup.c - turning a train_config into a model configuration and a
+ * layout, and checking the options against each other before anything is
+ * allocated. */
 #include "train/train_internal.h"
 
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "ckpt/hf.h"
+#include "parallel/schedule.h"
 
 ms_status train_model_config(const train_config *tc, gpt_config *out) {
     gpt_config c;
@@ -75,4 +78,52 @@ ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro)
                         "--seq or the micro-batch a multiple of --tp)",
                         tp, micro, tc->seq, (long)micro * tc->seq, tp);
     return MS_OK;
+}
+
+int train_dp_of(const train_config *tc, int world) {
+    if (tc->dp > 0) return tc->dp;
+    int tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1;
+    return world % (tp * pp) == 0 ? world / (tp * pp) : 0;
+}
+
+ms_status train_check_layout(const train_config *tc, int world, int *dp) {
+    int tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1;
+    *dp = train_dp_of(tc, world);
+    if (tc->vpp > 1 && pp < 2)
+        return ms_error(MS_ERR_ARG,
+                        "--vpp %d: virtual pipeline stages need --pp >= 2 (the interleaved "
+                        "schedule)",
+                        tc->vpp);
+    if (*dp == 0)
+        return ms_error(MS_ERR_ARG,
+                        "the job has %d ranks, which --tp %d x --pp %d = %d does not divide "
+                        "(--dp is not given, so it would be world / (tp x pp))",
+                        world, tp, pp, tp * pp);
+    if ((long)tp * pp * *dp != world)
+        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %ld",
+                        world, tp, pp, *dp, (long)tp * pp * *dp);
+    return MS_OK;
+}
+
+void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum) {
+    if (pp < 2 || accum >= pp) return;
+    int vpp = tc->vpp > 0 ? tc->vpp : 1;
+    double f = 0; /* the schedule's idle time / compute time */
+    if (par_schedule_bubble_fraction(vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B, pp, vpp,
+                                     accum, &f) != MS_OK)
+        f = (double)(pp - 1) / accum; /* the textbook 1F1B number */
+    int per = tc->batch / dp, mb = 0; /* sequences per rank and step; a micro-batch for pp */
+    for (int d = per / pp; d >= 1 && !mb; d--)
+        if (per % d == 0) mb = d;
+    char fix[160];
+    if (mb)
+        snprintf(fix, sizeof fix, "--micro-batch %d gives %d micro-batches per step", mb, per / mb);
+    else
+        snprintf(fix, sizeof fix,
+                 "--batch %d (--pp x --dp) with --micro-batch 1 gives %d micro-batches per step",
+                 pp * dp, pp);
+    ms_warn("pipeline: %d micro-batch%s per step for %d stages, fewer micro-batches than stages: "
+            "the bubble idles each stage for %.0f%% of the step (1F1B: (pp-1)/(m+pp-1) with m "
+            "micro-batches); %s (more make the bubble smaller)",
+            accum, accum == 1 ? "" : "es", pp, 100 * f / (1 + f), fix);
 }

@@ -287,7 +287,9 @@ def test_nonfinite(d, base):
 def test_option_ranges(d, base):
     """Each numeric option is checked against its range in the option table,
     non-finite numbers refused: before anything runs (issue 13, defects 8, 9
-    and the silently coerced ints of 13)."""
+    and the silently coerced ints of 13); a count past 2^31 - 1, the largest
+    the trainer's int steps hold, is named as such, not "expects an
+    integer"."""
     mp = os.path.join(d, "range.jsonl")
     for opt, val, needle in [("--lr", "inf", "finite"), ("--lr", "0", "> 0"),
                              ("--lr-floor", "nan", "finite"), ("--beta1", "nan", "finite"),
@@ -296,7 +298,8 @@ def test_option_ranges(d, base):
                              ("--eps", "0", "> 0"), ("--grad-clip", "nan", "finite"),
                              ("--threads", "100000", "in [0,1024]"), ("--dp", "0", "[1,65536]"),
                              ("--micro-batch", "-1", "[0,"), ("--val-batches", "0", ">= 1"),
-                             ("--comm-timeout", "0", "> 0"), ("--steps", "0", ">= 1")]:
+                             ("--comm-timeout", "0", "> 0"), ("--steps", "0", ">= 1"),
+                             ("--steps", "3000000000", "must be at most 2147483647")]:
         if os.path.exists(mp):
             os.remove(mp)
         rc, _, err = run(*base, "--steps", "1", "--metrics", mp, opt, val)

@@ -1,6 +1,7 @@
 """Shared by the multi-rank trainer tests (test_dp.py, test_tp.py,
-test_pp.py): check counting, running the binary under mpirun, reading
-metrics, comparing weights files with one process, and a small text shard.
+test_pp.py, test_ranks.py): check counting, running the binary under mpirun
+(one program, or several: MPMD), reading metrics, comparing weights files
+with one process, and a small text shard.
 Environment: MS_BIN (the megascale binary)."""
 import json
 import os
@@ -35,6 +36,20 @@ def mpi(n, *args, timeout=300, env=None, survive=False):
     the others report it instead of killing them at once (a race)."""
     extra = ["--enable-recovery"] if survive else []
     cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", *extra, "-np", str(n), BIN, *args]
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
+                          env=env)
+
+
+def mpmd(apps, timeout=300, env=None):
+    """Run one job of several programs (Open MPI's MPMD syntax: `mpirun -np
+    N1 PROG1 : -np N2 PROG2 ...`), ranks numbered in the order given.  apps:
+    a list of (n, args), args being megascale's arguments, or a whole
+    command when it starts with "env" (to set a variable on those ranks
+    only)."""
+    cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe"]
+    for i, (n, args) in enumerate(apps):
+        prog = list(args) if args[0] == "env" else [BIN, *args]
+        cmd += ([":"] if i else []) + ["-np", str(n), *prog]
     return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=timeout,
                           env=env)
 

@@ -244,10 +244,10 @@ typedef struct {
  * DOUBLE is finite even without a range. */
 static void test_opts_ranges(const char *dir) {
     opts_spec spec[] = {
-        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "any number", NULL, NULL},
-        {"k", OPT_T_INT, offsetof(demo_opts, k), "1", "a count", "MS_TEST_DEMO_K", "[1,8]"},
-        {"b", OPT_T_DOUBLE, offsetof(demo_opts, b), "0.9", "a decay", NULL, "[0,1)"},
-        {"r", OPT_T_DOUBLE, offsetof(demo_opts, r), "1e-3", "a rate", NULL, "(0,)"},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "any number", NULL, NULL, 0},
+        {"k", OPT_T_INT, offsetof(demo_opts, k), "1", "a count", "MS_TEST_DEMO_K", "[1,8]", 0},
+        {"b", OPT_T_DOUBLE, offsetof(demo_opts, b), "0.9", "a decay", NULL, "[0,1)", 0},
+        {"r", OPT_T_DOUBLE, offsetof(demo_opts, r), "1e-3", "a rate", NULL, "(0,)", 0},
     };
     const int n = (int)(sizeof spec / sizeof spec[0]);
     demo_opts o = {0};
@@ -301,9 +301,9 @@ static void test_opts_ranges(const char *dir) {
 
 static void test_opts(const char *dir) {
     opts_spec spec[] = {
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL},
-        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X", NULL},
-        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL, NULL},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X", NULL, 0},
+        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL, NULL, 0},
     };
     demo_opts o = {0};
     char *pos[2];
@@ -353,8 +353,8 @@ static void test_opts(const char *dir) {
     T_STR_CONTAINS(ms_errmsg(), "/dev/zero: larger than");
     /* train_data = "a b.bin": the key's underscores are dashes, the quotes go */
     opts_spec named[] = {
-        {"train-data", OPT_T_STR, offsetof(demo_opts, s), NULL, "a path", NULL, NULL},
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL},
+        {"train-data", OPT_T_STR, offsetof(demo_opts, s), NULL, "a path", NULL, NULL, 0},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0},
     };
     demo_opts q = {0};
     f = fopen(cfg, "w");
