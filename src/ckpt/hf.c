@@ -345,6 +345,10 @@ ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg)
     cfg->n_layer = meta_int(f, "n_layer", L);
     int hh = heads_hint > 0 ? heads_hint : (cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1);
     cfg->n_head = meta_int(f, "n_head", hh);
+    if (!ckpt_st_meta(f, "n_head") && heads_hint <= 0) /* the shapes do not say: never silently */
+        ms_warn("%s has no n_head metadata: assuming %d heads (width %d / 64); pass --heads N if "
+                "the model has another head count (a wrong one trains and samples garbage)",
+                path, hh, cfg->n_embd);
     cfg->attn_window = meta_int(f, "attn_window", 0);
     const char *blk = ckpt_st_meta(f, "block");
     if (blk) {

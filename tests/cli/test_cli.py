@@ -687,6 +687,14 @@ def main():
     bad_name = rewrite("name.safetensors", rename)
     expect_error(["train", "--train-data", train, "--init-from", bad_name, "--seq", "16", "--batch", "4"],
                  "name.safetensors", "h.0.mlp.c_fc.bias", what="safetensors with a wrong name")
+    # a file without metadata: the head count is guessed, never silently
+    nometa = rewrite("nometa.safetensors", lambda h: h.pop("__metadata__"))
+    rc, _, err = run("sample", "--weights", nometa, "--tokens", "2", "--tokenizer", "bytes")
+    ok(rc == 0 and "no n_head metadata: assuming 1 heads" in err and "--heads" in err,
+       "a file without metadata: the guessed head count is said", err)
+    rc, _, err = run("sample", "--weights", nometa, "--tokens", "2", "--tokenizer", "bytes",
+                     "--heads", "2")
+    ok(rc == 0 and "n_head metadata" not in err, "--heads given: no guess, no warning", err)
     open(os.path.join(d, "trunc.safetensors"), "wb").write(raw[: len(raw) // 2])
     expect_error(["sample", "--weights", os.path.join(d, "trunc.safetensors")], "trunc.safetensors",
                  what="truncated safetensors")
