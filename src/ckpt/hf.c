@@ -7,6 +7,7 @@
  * only its tensors; hf_pipe.c exports a pipeline-parallel model. */
 #include "ckpt/hf.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,6 +253,13 @@ static ms_status check_extra(gpt_model *m, const ckpt_st_file *f, const char *pa
                             "%s: tensor '%s' is not part of this model (%d layers, %s block)", path,
                             ckpt_st_get(f, i)->name, gpt_get_config(m)->n_layer,
                             gpt_block_name(gpt_get_config(m)->block));
+        char pref[96];
+        snprintf(pref, sizeof pref, "transformer.%s", nm);
+        if (nm == ckpt_st_get(f, i)->name && ckpt_st_find(f, pref)) /* which one is meant? */
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: both '%s' and '%s' are present: ambiguous, the file holds two "
+                            "copies of the tensor",
+                            path, nm, pref);
     }
     return MS_OK;
 }
@@ -308,6 +316,17 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
                 host[p->offset + j] = ms_bf16_to_f32(h);
             }
         }
+    }
+    for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) { /* NaN or Inf: say where */
+        const gpt_param *p = gpt_tensor(m, i);
+        for (size_t e = 0; e < p->numel; e++)
+            if (!isfinite(host[p->offset + e])) {
+                st = ms_error(MS_ERR_FORMAT,
+                              "%s: tensor '%s' holds a non-finite value (%g at element %zu): the "
+                              "weights are corrupt or diverged",
+                              path, p->name, (double)host[p->offset + e], e);
+                break;
+            }
     }
     if (st == MS_OK) {
         be->to_device(be, gpt_params(m), host, n * sizeof(float));

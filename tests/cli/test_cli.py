@@ -687,6 +687,26 @@ def main():
     bad_name = rewrite("name.safetensors", rename)
     expect_error(["train", "--train-data", train, "--init-from", bad_name, "--seq", "16", "--batch", "4"],
                  "name.safetensors", "h.0.mlp.c_fc.bias", what="safetensors with a wrong name")
+    # two copies of a tensor (with and without the prefix): ambiguous, an error
+    body = raw[8 + n:]
+    a0, a1 = header["wte.weight"]["data_offsets"]
+    h2 = json.loads(json.dumps(header))
+    h2["transformer.wte.weight"] = dict(h2["wte.weight"], data_offsets=[len(body),
+                                                                        len(body) + a1 - a0])
+    hb = json.dumps(h2).encode()
+    hb += b" " * ((8 - (8 + len(hb)) % 8) % 8)
+    dup = os.path.join(d, "dup.safetensors")
+    open(dup, "wb").write(struct.pack("<Q", len(hb)) + hb + body + body[a0:a1])
+    expect_error(["sample", "--weights", dup, "--tokens", "1"], "dup.safetensors",
+                 "both 'wte.weight' and 'transformer.wte.weight'", what="ambiguous tensor names")
+    # a NaN in the weights is named at load, not trained on
+    off = header["h.1.mlp.c_fc.bias"]["data_offsets"][0] + 8 + n + 4 * 3
+    nan = raw[:off] + struct.pack("<f", float("nan")) + raw[off + 4:]
+    open(os.path.join(d, "nan.safetensors"), "wb").write(nan)
+    expect_error(["train", "--train-data", train, "--init-from", os.path.join(d, "nan.safetensors"),
+                  "--seq", "16", "--batch", "4", "--steps", "1"], "nan.safetensors",
+                 "h.1.mlp.c_fc.bias", "non-finite value", "element 3",
+                 what="NaN weights at load")
     # a file without metadata: the head count is guessed, never silently
     nometa = rewrite("nometa.safetensors", lambda h: h.pop("__metadata__"))
     rc, _, err = run("sample", "--weights", nometa, "--tokens", "2", "--tokenizer", "bytes")
