@@ -67,7 +67,12 @@ static void step(model *x) {
 }
 
 static ckpt_train_state state(model *x, int s) {
-    ckpt_train_state st = {s, opt_steps_done(x->o), 1, {0, 0, (uint64_t)s}, {0}, x->B, x->T};
+    ckpt_train_state st = {.step = s,
+                           .opt_steps = opt_steps_done(x->o),
+                           .seed = 1,
+                           .cursor = {0, 0, (uint64_t)s},
+                           .batch = x->B,
+                           .seq = x->T};
     st.sched = (opt_schedule){OPT_SCHED_CONSTANT, 1e-4f, 0, 1000000, 0.1f};
     return st;
 }

@@ -81,6 +81,10 @@ typedef struct {
     data_cursor cursor; /* the consumer's cursor after the last batch of `step` */
     opt_schedule sched; /* the LR schedule (a pure function of step) */
     int batch, seq;
+    /* what a resume compares and names (absent in older commits: "" / NaN) */
+    char optimizer[16];
+    double beta1, beta2, eps, weight_decay, grad_clip;
+    char train_data[1024], val_data[1024]; /* the globs as given */
 } ckpt_train_state;
 
 /* ---- the trainer's manager ---------------------------------------------- */

@@ -388,6 +388,30 @@ static void compare_state(const ckpt_train_state *saved, const ckpt_train_state 
     if (saved->batch != now->batch || saved->seq != now->seq)
         ms_warn("resume: batch %d x seq %d differs from the checkpoint's %d x %d", now->batch,
                 now->seq, saved->batch, saved->seq);
+    if (saved->optimizer[0] && now->optimizer[0] && strcmp(saved->optimizer, now->optimizer))
+        ms_warn("resume: --optimizer %s differs from the checkpoint's %s; its moments are taken "
+                "as they are",
+                now->optimizer, saved->optimizer);
+    const struct {
+        const char *opt;
+        double was, is;
+    } hp[] = {{"--beta1", saved->beta1, now->beta1},
+              {"--beta2", saved->beta2, now->beta2},
+              {"--eps", saved->eps, now->eps},
+              {"--weight-decay", saved->weight_decay, now->weight_decay},
+              {"--grad-clip", saved->grad_clip, now->grad_clip}};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (isfinite(hp[i].was) && isfinite(hp[i].is) && hp[i].was != hp[i].is)
+            ms_warn("resume: %s %g differs from the checkpoint's %g; this run's applies", hp[i].opt,
+                    hp[i].is, hp[i].was);
+    if (saved->train_data[0] && strcmp(saved->train_data, now->train_data))
+        ms_warn("resume: --train-data '%s' differs from the checkpoint's '%s': the data cursor "
+                "(epoch, shard, position) continues in the new data",
+                now->train_data, saved->train_data);
+    if (saved->train_data[0] && strcmp(saved->val_data, now->val_data))
+        ms_warn("resume: --val-data '%s' differs from the checkpoint's '%s': validation losses "
+                "are not comparable across the resume",
+                now->val_data, saved->val_data);
 }
 
 /* Each rank loads its own snapshot of `step`. */

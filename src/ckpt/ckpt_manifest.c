@@ -136,6 +136,17 @@ cJSON *ckpt_json_trainer(const ckpt_train_state *s) {
                                      s->sched.kind == OPT_SCHED_COSINE ? "cosine" : "constant") &&
              add_num(lr, "lr", s->sched.lr) && add_num(lr, "warmup", s->sched.warmup) &&
              add_num(lr, "total", s->sched.total) && add_num(lr, "floor", s->sched.floor);
+    cJSON *opt = ok && s->optimizer[0] ? cJSON_AddObjectToObject(o, "optimizer") : NULL;
+    if (opt)
+        ok = cJSON_AddStringToObject(opt, "name", s->optimizer) &&
+             add_num(opt, "beta1", s->beta1) && add_num(opt, "beta2", s->beta2) &&
+             add_num(opt, "eps", s->eps) && add_num(opt, "weight_decay", s->weight_decay) &&
+             add_num(opt, "grad_clip", s->grad_clip);
+    cJSON *data =
+        ok && (s->train_data[0] || s->val_data[0]) ? cJSON_AddObjectToObject(o, "data") : NULL;
+    if (data)
+        ok = cJSON_AddStringToObject(data, "train", s->train_data) &&
+             cJSON_AddStringToObject(data, "val", s->val_data);
     if (!ok) cJSON_Delete(o);
     return ok ? o : NULL;
 }
@@ -167,6 +178,27 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
     s->sched.floor = (float)d;
     MS_TRY(get_int(lr, "warmup", 0, INT32_MAX, &s->sched.warmup, where));
     MS_TRY(get_int(lr, "total", 0, INT32_MAX, &s->sched.total, where));
+    /* optional (commits before they were recorded have neither) */
+    s->beta1 = s->beta2 = s->eps = s->weight_decay = s->grad_clip = NAN;
+    const cJSON *opt = cJSON_GetObjectItemCaseSensitive(j, "optimizer");
+    if (opt) {
+        const char *name;
+        MS_TRY(get_str(opt, "name", &name, where));
+        snprintf(s->optimizer, sizeof s->optimizer, "%s", name);
+        MS_TRY(get_double(opt, "beta1", &s->beta1, where));
+        MS_TRY(get_double(opt, "beta2", &s->beta2, where));
+        MS_TRY(get_double(opt, "eps", &s->eps, where));
+        MS_TRY(get_double(opt, "weight_decay", &s->weight_decay, where));
+        MS_TRY(get_double(opt, "grad_clip", &s->grad_clip, where));
+    }
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(j, "data");
+    if (data) {
+        const char *tr, *va;
+        MS_TRY(get_str(data, "train", &tr, where));
+        MS_TRY(get_str(data, "val", &va, where));
+        snprintf(s->train_data, sizeof s->train_data, "%s", tr);
+        snprintf(s->val_data, sizeof s->val_data, "%s", va);
+    }
     return MS_OK;
 }
 

@@ -194,6 +194,14 @@ static ckpt_train_state ckpt_state(trainer *t, int step) {
                           .batch = tc->batch,
                           .seq = tc->seq};
     s.cursor = t->prefetch ? data_prefetch_cursor(t->prefetch) : data_loader_cursor(t->train);
+    snprintf(s.optimizer, sizeof s.optimizer, "%s", tc->optimizer ? tc->optimizer : "");
+    s.beta1 = tc->beta1;
+    s.beta2 = tc->beta2;
+    s.eps = tc->eps;
+    s.weight_decay = tc->weight_decay;
+    s.grad_clip = tc->grad_clip;
+    snprintf(s.train_data, sizeof s.train_data, "%s", tc->train_data ? tc->train_data : "");
+    snprintf(s.val_data, sizeof s.val_data, "%s", tc->val_data ? tc->val_data : "");
     return s;
 }
 

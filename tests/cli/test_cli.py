@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import struct
 import subprocess
@@ -473,6 +474,30 @@ def test_save_dtype(d, base, val):
        "not GPT-2's architecture" in err, "no config.json for a parallel block", err)
 
 
+def test_resume_record(d, train):
+    """A commit records the optimizer's hyperparameters and the data paths,
+    and a resume that changes them says so (nothing said when they agree)."""
+    ck = os.path.join(d, "rec")
+    other = os.path.join(d, "train2.bin")
+    shutil.copy(train, other)
+    common = ["train", *TINY, "--ckpt-dir", ck, "--ckpt-every", "2"]
+    rc, _, err = run(*common, "--train-data", train, "--steps", "2")
+    step = open(os.path.join(ck, "latest")).read().strip() if rc == 0 else ""
+    man = json.load(open(os.path.join(ck, step, "manifest.json"))) if step else {}
+    tr = man.get("trainer", {})
+    ok(tr.get("optimizer", {}).get("beta2") == 0.95 and tr.get("data", {}).get("train") == train,
+       "the commit records the optimizer and the data", json.dumps(tr)[:600] + err)
+    rc, _, err = run(*common, "--train-data", train, "--steps", "4", "--resume", "auto")
+    ok(rc == 0 and "--beta2" not in err and "--train-data" not in err,
+       "a resume with the same options says nothing of them", err)
+    rc, _, err = run(*common, "--train-data", other, "--steps", "6", "--resume", "auto",
+                     "--beta2", "0.9", "--weight-decay", "0.5")
+    ok(rc == 0 and "resume: --beta2 0.9 differs from the checkpoint's 0.95" in err and
+       "resume: --weight-decay 0.5 differs" in err and
+       f"resume: --train-data '{other}' differs from the checkpoint's '{train}'" in err,
+       "a resume with other hyperparameters and data says so", err)
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_cli_")
     train = os.path.join(d, "train.bin")
@@ -722,6 +747,7 @@ def main():
     test_env_options(d, base)
     test_data(d)
     test_save_dtype(d, base, val)
+    test_resume_record(d, train)
     print(f"{passed} passed, {failed} failed")
     if not failed:
         subprocess.run(["rm", "-rf", d])

@@ -149,7 +149,12 @@ static void test_runs(void) {
 /* ---- JSON and faults -------------------------------------------------------- */
 
 static void test_json(void) {
-    ckpt_train_state s = {123, 120, 18446744073709551557ULL, {2, 1, 99999}, {0}, 8, 64};
+    ckpt_train_state s = {.step = 123,
+                          .opt_steps = 120,
+                          .seed = 18446744073709551557ULL,
+                          .cursor = {2, 1, 99999},
+                          .batch = 8,
+                          .seq = 64};
     s.sched = (opt_schedule){OPT_SCHED_COSINE, 6e-4f, 10, 1000, 0.1f};
     cJSON *j = ckpt_json_trainer(&s);
     ckpt_train_state b;
@@ -204,8 +209,13 @@ static void test_slot(void) {
     ckpt_slot *s;
     T_OK(ckpt_slot_open(&s, path, elems, 65536) == MS_OK);
     T_EQ_INT(ckpt_slot_step(s, 7), -1);
-    ckpt_train_state tr = {5, 5, 1337, {0, 0, 320}, {OPT_SCHED_CONSTANT, 1e-3f, 0, 10, 0.1f},
-                           4, 16};
+    ckpt_train_state tr = {.step = 5,
+                           .opt_steps = 5,
+                           .seed = 1337,
+                           .cursor = {0, 0, 320},
+                           .sched = {OPT_SCHED_CONSTANT, 1e-3f, 0, 10, 0.1f},
+                           .batch = 4,
+                           .seq = 16};
     char *meta = ckpt_snap_meta(7, 5, 0, 1, 1, gpt_get_config(f.m), "adamw", &tr, runs, n);
     ckpt_snap_src src = {f.be, gpt_params(f.m), runs, n, NULL, 0};
     T_OK(ckpt_slot_write(s, 7, 5, meta, &src) == MS_OK);
@@ -273,7 +283,12 @@ static void commit_runs(const char *root, int step, int keep, const gpt_config *
     T_OK(ckpt_shard_write(staging, name, 0, step, tens, runs, n, data, crcs, &bytes, NULL, 0) ==
          MS_OK);
     cJSON *part = ckpt_json_part(name, 0, bytes, tens, runs, n, crcs);
-    ckpt_train_state tr = {step, step, 9, {0, 0, (uint64_t)step * 64}, {0}, 4, 16};
+    ckpt_train_state tr = {.step = step,
+                           .opt_steps = step,
+                           .seed = 9,
+                           .cursor = {0, 0, (uint64_t)step * 64},
+                           .batch = 4,
+                           .seq = 16};
     ckpt_commit_info ci = {step, 1, 1, model, "adamw", &tr, tens, nt};
     char *text = ckpt_manifest_text(&ci, &part, 1);
     T_OK(text && ckpt_commit(root, step, text, keep, NULL, 0) == MS_OK);
@@ -522,13 +537,13 @@ static void test_crafted(void) {
 /* ---- the manager in-process ------------------------------------------------------- */
 
 static ckpt_train_state state_at(fixture *f, int step) {
-    ckpt_train_state s = {step,
-                          opt_steps_done(f->o),
-                          42,
-                          {0, 0, (uint64_t)step * 64},
-                          {OPT_SCHED_COSINE, 1e-3f, 0, 100, 0.1f},
-                          4,
-                          16};
+    ckpt_train_state s = {.step = step,
+                          .opt_steps = opt_steps_done(f->o),
+                          .seed = 42,
+                          .cursor = {0, 0, (uint64_t)step * 64},
+                          .sched = {OPT_SCHED_COSINE, 1e-3f, 0, 100, 0.1f},
+                          .batch = 4,
+                          .seq = 16};
     return s;
 }
 
