@@ -68,6 +68,11 @@ typedef struct {
     const char *shm_dir;
     /* --ckpt-fault (tests): POINT[@STEP][:RANK] (ckpt_fault.c); NULL or "": none */
     const char *fault;
+    /* a fresh start (resume "") in a DIR that holds commits: 0 refuses (they
+     * would mix with this run's, and --resume auto would later pick the
+     * older run's higher step); 1 (--new-run) moves them to
+     * DIR/previous-YYYYmmdd-HHMMSS/ first */
+    int new_run;
 } ckpt_options;
 
 /* The trainer's state besides the tensors.  The model's initialisation RNG

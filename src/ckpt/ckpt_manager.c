@@ -8,6 +8,8 @@
  * overwrites what stage 2 reads, and a crash during stage 1 leaves the
  * newest complete snapshot intact.
  */
+#include <dirent.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -15,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "base/ctx.h"
 #include "base/fileio.h"
@@ -68,11 +71,66 @@ static ms_status share_status(comm_group *g, int rank, ms_status st, const char 
     return v == MS_OK ? MS_OK : ms_error((ms_status)v, "rank 0 could not %s (see its log)", what);
 }
 
+/* Rank 0, a fresh start (no --resume), the directory locked: an earlier
+ * run's commits (step_* directories; links are not followed) are refused,
+ * or with --new-run moved, with DIR/latest and DIR/job (a new job id then
+ * disowns that run's /dev/shm snapshots), into DIR/previous-STAMP/. */
+static ms_status fresh_start(ckpt_manager *cm) {
+    DIR *dir = opendir(cm->root);
+    if (!dir) return ms_error(MS_ERR_IO, "%s: %s", cm->root, strerror(errno));
+    char newest[256] = "", path[4400];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", cm->root, e->d_name);
+        if (strncmp(e->d_name, "step_", 5) || lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            continue;
+        n++;
+        if (strcmp(e->d_name, newest) > 0) snprintf(newest, sizeof newest, "%s", e->d_name);
+    }
+    closedir(dir);
+    if (!n) return MS_OK;
+    if (!cm->o.new_run)
+        return ms_error(MS_ERR_ARG,
+                        "%s already holds the checkpoints of a run (%d commit(s), the newest %s): "
+                        "pass --resume auto to continue it, or --new-run to start a new run there "
+                        "(its commits are moved to %s/previous-<date>/ first)",
+                        cm->root, n, newest, cm->root);
+    char stamp[32], aside[4300];
+    time_t now = time(NULL);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+    snprintf(aside, sizeof aside, "%s/previous-%s", cm->root, stamp);
+    for (int k = 2; mkdir(aside, 0755) != 0; k++) {
+        if (errno != EEXIST || k > 99) return ms_error(MS_ERR_IO, "%s: %s", aside, strerror(errno));
+        snprintf(aside, sizeof aside, "%s/previous-%s-%d", cm->root, stamp, k);
+    }
+    dir = opendir(cm->root);
+    if (!dir) return ms_error(MS_ERR_IO, "%s: %s", cm->root, strerror(errno));
+    ms_status st = MS_OK;
+    while (st == MS_OK && (e = readdir(dir))) {
+        struct stat sb;
+        snprintf(path, sizeof path, "%s/%s", cm->root, e->d_name);
+        int step = !strncmp(e->d_name, "step_", 5) && lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        if (!step && strcmp(e->d_name, "latest") && strcmp(e->d_name, "job")) continue;
+        char to[4600];
+        snprintf(to, sizeof to, "%s/%s", aside, e->d_name);
+        if (rename(path, to) != 0)
+            st = ms_error(MS_ERR_IO, "--new-run: move %s to %s: %s", path, aside, strerror(errno));
+    }
+    closedir(dir);
+    if (st == MS_OK)
+        ms_warn("--new-run: the earlier run's %d commit(s) (newest %s) are now in %s", n, newest,
+                aside);
+    return st;
+}
+
 static ms_status setup_dir(ckpt_manager *cm) {
     ms_status st = MS_OK;
     if (cm->rank == 0) {
         st = ms_mkdirs(cm->root);
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
+        if (st == MS_OK && !cm->resume[0]) st = fresh_start(cm);
         if (st == MS_OK) st = ckpt_job_id(cm->root, 1, &cm->job);
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));

@@ -210,7 +210,7 @@ static ms_status setup_ckpt(trainer *t) {
     const train_config *tc = t->tc;
     if (!(tc->ckpt_dir && *tc->ckpt_dir) && !(tc->resume && *tc->resume)) return MS_OK;
     ckpt_options o = {tc->ckpt_dir, tc->ckpt_every,   tc->ckpt_every_min, tc->ckpt_keep,
-                      tc->resume,   tc->ckpt_shm_dir, t->fault_spec};
+                      tc->resume,   tc->ckpt_shm_dir, t->fault_spec,      tc->new_run};
     MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
     ckpt_manager_set_node(t->ckpt, t->node);
     ckpt_train_state now = ckpt_state(t, 0), saved;

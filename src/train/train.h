@@ -49,6 +49,7 @@ typedef struct {
     char *ckpt_fault;   /* test fault POINT[@STEP][:RANK] (ckpt_fault.c); NULL/"": none */
     int ckpt_every, ckpt_keep;
     double ckpt_every_min;
+    int new_run; /* --new-run: a fresh start in a --ckpt-dir with commits moves them aside */
     double peak_flops;
     int log_every;
     /* troubleshooting (docs/operations.md) */

@@ -498,6 +498,30 @@ def test_resume_record(d, train):
        "a resume with other hyperparameters and data says so", err)
 
 
+def test_new_run(d, train):
+    """A fresh start in a --ckpt-dir holding another run's commits is refused
+    (they would mix, and --resume auto would later pick the older run's
+    higher step); --new-run moves them to DIR/previous-<date>/ first."""
+    ck = os.path.join(d, "twice")
+    common = ["train", "--train-data", train, *TINY, "--ckpt-dir", ck, "--ckpt-every", "2"]
+    rc, _, err = run(*common, "--steps", "4")
+    ok(rc == 0, "a first run with checkpoints", err)
+    before = sorted(os.listdir(ck))
+    rc, _, err = run(*common, "--steps", "2")
+    ok(rc == 2 and "already holds the checkpoints of a run" in err and "--resume auto" in err and
+       "--new-run" in err and sorted(os.listdir(ck)) == before,
+       "a second fresh run in the same --ckpt-dir is refused, nothing touched", err)
+    rc, _, err = run(*common, "--steps", "2", "--new-run", "1")
+    aside = [e for e in os.listdir(ck) if e.startswith("previous-")]
+    ok(rc == 0 and len(aside) == 1 and
+       "step_00000004" in os.listdir(os.path.join(ck, aside[0])) and
+       not os.path.exists(os.path.join(ck, "step_00000004")),
+       "--new-run moves the earlier run's commits aside", err + str(os.listdir(ck)))
+    rc, _, err = run(*common, "--steps", "3", "--resume", "auto")
+    ok(rc == 0 and "continuing at step 2" in err,
+       "--resume auto then continues the new run, not the older run's step 4", err)
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_cli_")
     train = os.path.join(d, "train.bin")
@@ -748,6 +772,7 @@ def main():
     test_data(d)
     test_save_dtype(d, base, val)
     test_resume_record(d, train)
+    test_new_run(d, train)
     print(f"{passed} passed, {failed} failed")
     if not failed:
         subprocess.run(["rm", "-rf", d])

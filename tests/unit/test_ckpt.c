@@ -569,7 +569,7 @@ static void test_manager(void) {
     fix_make(&f, 4);
     char root[512], dir[600];
     path_in(root, sizeof root, "run");
-    ckpt_options o = {root, 2, 0, 2, "", g_shm, NULL};
+    ckpt_options o = {root, 2, 0, 2, "", g_shm, NULL, 0};
     ckpt_manager *cm;
     T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
     ckpt_train_state now = state_at(&f, 0), got;
@@ -618,6 +618,7 @@ static void test_manager(void) {
     /* injected ENOSPC at step 8: not committed, step 6 stays */
     ckpt_manager_destroy(cm);
     ckpt_options fo = o;
+    fo.resume = "auto"; /* the same run goes on: a fresh start here is refused */
     fo.fault = "stage9:boom"; /* a bad fault spec is named */
     T_OK(ckpt_manager_create(&cm, &fo, f.m, f.o, NULL) == MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "stage9:boom");
@@ -648,7 +649,7 @@ static void test_manager(void) {
      * than the commit of step 6 and complete, so it wins */
     fixture g;
     fix_make(&g, 99);
-    ckpt_options ro = {root, 2, 0, 2, "auto", g_shm, NULL};
+    ckpt_options ro = {root, 2, 0, 2, "auto", g_shm, NULL, 0};
     T_OK(ckpt_manager_create(&cm, &ro, g.m, g.o, NULL) == MS_OK);
     now = state_at(&g, 0);
     T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && found);
