@@ -10,6 +10,9 @@
 # looked for as commands, since they are often installed from outside
 # Debian (nodesource ships its own npm, which conflicts with Debian's); when
 # they cannot be installed, that one test says so and is skipped.
+# clang with its libFuzzer runtime (libclang-rt-dev: libclang-rt-14-dev on
+# Debian 12) builds the fuzz harnesses (tests/fuzz); without them their
+# smoke test is skipped.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev
@@ -20,6 +23,8 @@ if [[ "${1:-}" == "--test" ]]; then
   command -v node > /dev/null || optional+=(nodejs)
   [[ -x /usr/bin/chromium ]] || optional+=(chromium)
   command -v npm > /dev/null || optional+=(npm)
+  compgen -G '/usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-*.a' > /dev/null &&
+    command -v clang > /dev/null || optional+=(clang libclang-rt-dev)
 fi
 
 missing=()
@@ -58,7 +63,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   $cmd "${missing[@]}" >&2
 fi
 if [[ ${#optional[@]} -gt 0 ]]; then
-  echo "megascale: installing ${optional[*]} (optional: the tokenizer parity and browser tests)" >&2
+  echo "megascale: installing ${optional[*]} (optional: the tokenizer parity, browser and fuzz tests)" >&2
   $cmd "${optional[@]}" >&2 ||
     echo "megascale: could not install ${optional[*]}; the tests that need them will say so and be skipped" >&2
 fi

@@ -171,7 +171,8 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
     MS_TRY(get_u64(cur, "pos", &s->cursor.pos, where));
     MS_TRY(get_obj(j, "lr_schedule", &lr, where));
     MS_TRY(get_str(lr, "kind", &kind, where));
-    MS_TRY(opt_sched_parse(kind, &s->sched.kind));
+    if (opt_sched_parse(kind, &s->sched.kind) != MS_OK) /* a damaged file, not a usage error */
+        return ms_error_wrap(MS_ERR_FORMAT, "%s: lr_schedule", where);
     MS_TRY(get_double(lr, "lr", &d, where));
     s->sched.lr = (float)d;
     MS_TRY(get_double(lr, "floor", &d, where));
