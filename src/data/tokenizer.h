@@ -78,6 +78,9 @@ int data_tok_vocab_size(const data_tokenizer *t);
 int data_tok_eot(const data_tokenizer *t);
 /* The vocabulary's name ("gpt2", "bpe4096", ...); owned by t. */
 const char *data_tok_name(const data_tokenizer *t);
+/* Bytes that id decodes to (a special token: its text); 0 for an id >= the
+ * vocabulary size.  Lets a caller cut a token stream at a byte offset. */
+size_t data_tok_token_len(const data_tokenizer *t, uint32_t id);
 
 /* Ordinary encoding of text[0, len) (any bytes; special-token text is encoded
  * as ordinary text, like tiktoken's encode_ordinary).  Ids are appended to
