@@ -8,6 +8,7 @@
 
 #include "base/fileio.h"
 #include "base/timeutil.h"
+#include "data/docbatch.h"
 #include "data/docs.h"
 #include "data/shard.h"
 
@@ -15,7 +16,8 @@
 
 typedef struct {
     data_docs *docs;
-    int done; /* ran out */
+    data_docbatch *batch; /* reads docs ahead, encodes the small ones */
+    int done;             /* ran out */
 } source;
 
 typedef struct {
@@ -148,10 +150,26 @@ static size_t val_cut(const prep *p, uint64_t pos, uint64_t used, size_t len) {
     return cut > 0 ? cut : 1;
 }
 
-/* One document at input position pos (used input bytes): blocks at safe
- * cuts, the val/train split in the token stream (see val_cut), then the
- * end-of-text token on the side of its last token. */
-static ms_status do_document(prep *p, const char *text, size_t len, uint64_t used) {
+/* The end of a document whose val/train cut was `cut` (see val_cut): its
+ * end-of-text token on the side of its last token, the counts. */
+static ms_status end_document(prep *p, size_t cut, size_t len, uint64_t pos0, uint64_t used) {
+    p->done_bytes = pos0 + used;
+    int eot = p->cfg->tok ? data_tok_eot(p->cfg->tok) : -1;
+    if (eot >= 0) {
+        uint32_t e = (uint32_t)eot;
+        MS_TRY(emit(p, &e, 1, cut >= len));
+    }
+    if (cut >= len) p->st->val_documents++;
+    if (cut > 0 && cut < len) p->st->val_cut = 1;
+    p->st->documents++;
+    p->st->text_bytes += len;
+    progress(p, 0);
+    return MS_OK;
+}
+
+/* A large document, as text: encoded in blocks at safe cuts, the val/train
+ * split in the token stream (see val_cut). */
+static ms_status do_text(prep *p, const char *text, size_t len, uint64_t used) {
     uint64_t pos0 = p->done_bytes;
     size_t cut = val_cut(p, pos0, used, len);
     size_t pos = 0;
@@ -164,17 +182,17 @@ static ms_status do_document(prep *p, const char *text, size_t len, uint64_t use
         p->done_bytes = pos0 + (uint64_t)((double)used * (double)pos / (double)len);
         progress(p, 0);
     }
-    p->done_bytes = pos0 + used;
-    int eot = p->cfg->tok ? data_tok_eot(p->cfg->tok) : -1;
-    if (eot >= 0) {
-        uint32_t e = (uint32_t)eot;
-        MS_TRY(emit(p, &e, 1, cut >= len));
-    }
-    if (cut >= len) p->st->val_documents++;
-    if (cut > 0 && cut < len) p->st->val_cut = 1;
-    p->st->documents++;
-    p->st->text_bytes += len;
-    return MS_OK;
+    return end_document(p, cut, len, pos0, used);
+}
+
+/* A small document, already encoded: ids (n) of its len bytes. */
+static ms_status do_ids(prep *p, const uint32_t *ids, size_t n, size_t len, uint64_t used) {
+    uint64_t pos0 = p->done_bytes;
+    size_t cut = val_cut(p, pos0, used, len);
+    size_t k = cut >= len ? n : token_cut(p->cfg->tok, ids, n, cut);
+    if (k > 0) MS_TRY(emit(p, ids, k, 1));
+    if (k < n) MS_TRY(emit(p, ids + k, n - k, 0));
+    return end_document(p, cut, len, pos0, used);
 }
 
 /* NAME's shards already in out_dir into p->old; without force, an error
@@ -246,32 +264,43 @@ static int pick(const prep *p) {
     return best;
 }
 
+/* Input s ran out (after `used` more bytes). */
+static void ran_out(prep *p, int s, uint64_t used) {
+    p->done_bytes += used;
+    p->st->in[s].bytes += used;
+    p->src[s].done = 1;
+    if (p->st->first_out >= 0) return;
+    p->st->first_out = s; /* the first to run out: the blend's end */
+    p->st->mixed_tokens = p->st->tokens;
+    for (int i = 0; i < p->cfg->n_inputs; i++)
+        p->st->in[i].mixed_tokens = p->st->in[i].tokens;
+}
+
 /* Documents from the inputs, in the blended order, into the shards. */
 static ms_status blend(prep *p) {
     const data_prepare_config *c = p->cfg;
-    for (int i = 0; i < c->n_inputs; i++)
+    for (int i = 0; i < c->n_inputs; i++) {
         MS_TRY(data_docs_open(&p->src[i].docs, c->inputs[i].paths, c->inputs[i].n_paths,
                               c->jsonl_field, c->jsonl_skip_bad));
+        MS_TRY(data_docbatch_create(&p->src[i].batch, p->src[i].docs, c->tok, c->threads));
+    }
     for (int s; (s = pick(p)) >= 0;) {
         data_prepare_input_stats *is = &p->st->in[s];
-        const char *text;
-        size_t len;
-        uint64_t used, t0 = p->st->tokens;
-        MS_TRY(data_docs_next(p->src[s].docs, &text, &len, &used));
-        is->bytes += used;
-        if (!text) {
-            p->done_bytes += used;
-            p->src[s].done = 1;
-            if (p->st->first_out < 0) { /* the first to run out: the blend's end */
-                p->st->first_out = s;
-                p->st->mixed_tokens = p->st->tokens;
-                for (int i = 0; i < c->n_inputs; i++)
-                    p->st->in[i].mixed_tokens = p->st->in[i].tokens;
-            }
+        data_docbatch_doc d;
+        int end;
+        uint64_t t0 = p->st->tokens;
+        MS_TRY(data_docbatch_next(p->src[s].batch, &d, &end));
+        if (end) {
+            ran_out(p, s, d.used);
             continue;
         }
-        ms_status st = do_document(p, text, len, used);
-        if (st != MS_OK) return ms_error_wrap(st, "%s", data_docs_path(p->src[s].docs));
+        is->bytes += d.used;
+        if (d.text) { /* the last document read: the reader names its file */
+            ms_status st = do_text(p, d.text, d.len, d.used);
+            if (st != MS_OK) return ms_error_wrap(st, "%s", data_docs_path(p->src[s].docs));
+        } else {
+            MS_TRY(do_ids(p, d.ids, d.n_ids, d.len, d.used));
+        }
         is->documents++;
         is->tokens += p->st->tokens - t0;
     }
@@ -355,8 +384,10 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     if (p.train_open) data_shard_writer_abort(&p.train);
     if (p.val_open) data_shard_writer_abort(&p.val);
     free(p.ids);
-    for (int i = 0; i < cfg->n_inputs; i++)
+    for (int i = 0; i < cfg->n_inputs; i++) {
+        data_docbatch_free(p.src[i].batch);
         data_docs_close(p.src[i].docs);
+    }
     ms_paths_free(p.old, p.n_old);
     stats->bytes = p.done_bytes;
     stats->seconds = ms_now() - p.t0;

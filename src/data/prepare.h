@@ -2,9 +2,10 @@
  *
  * Documents come from one or more inputs, each a list of files read by
  * data/docs.h (a plain file is one document, a .jsonl file one document per
- * line).  Documents are encoded in order (large ones in blocks cut where the
- * tokenisation cannot change, on all threads) and an end-of-text token
- * follows each document when the tokenizer has one.
+ * line).  Documents are encoded on all threads (small ones a batch at a
+ * time, data/docbatch.h; large ones in blocks cut where the tokenisation
+ * cannot change) and emitted in order, an end-of-text token after each
+ * when the tokenizer has one.
  *
  * Several inputs: without weights their documents follow one another (input
  * 1's, then input 2's, ...).  With weights they are blended: the next
@@ -62,9 +63,9 @@ typedef struct {
     const char *name;
     double val_fraction;
     uint64_t shard_tokens;
-    int threads;
-    int quiet; /* no progress lines */
-    int force; /* replace NAME's shards already in out_dir (0: refuse) */
+    int threads; /* encoding threads (<= 0: all cores) */
+    int quiet;   /* no progress lines */
+    int force;   /* replace NAME's shards already in out_dir (0: refuse) */
 } data_prepare_config;
 
 typedef struct {

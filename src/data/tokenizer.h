@@ -90,7 +90,8 @@ size_t data_tok_token_len(const data_tokenizer *t, uint32_t id);
 ms_status data_tok_encode(const data_tokenizer *t, const char *text, size_t len, uint32_t **ids,
                           size_t *n, size_t *cap);
 
-/* Same ids as data_tok_encode, computed by `threads` threads (OpenMP) on
+/* Same ids as data_tok_encode, computed by `threads` threads (OpenMP; <= 0:
+ * omp_get_max_threads(), all cores unless OMP_NUM_THREADS says less) on
  * chunks of about 1 MB.  Chunks are cut only where the result cannot change:
  * just after a '\n' that follows a printable non-space ASCII byte (0x21-0x7e)
  * and precedes another one.  There the serial regex ends a piece at the '\n'

@@ -180,6 +180,48 @@ def test_jsonl(d):
     ok(rc == 0 and os.path.exists(tok), "tokenizer-train reads JSONL documents", err)
 
 
+def test_batches(d):
+    """Small documents are encoded in batches on all threads, a large one (over
+    1 MiB) alone in blocks: the ids are each document's serial encoding
+    (tok_encode), in order, whatever the batch."""
+    enc = os.path.join(os.environ.get("MS_BUILD", ""), "tests", "tok_encode")
+    if not os.path.exists(enc):
+        print(f"skipped test_batches: no {enc} (MS_BUILD)")
+        return
+    distinct = [f"Text {k}: " + "lorem ipsum dolor sit amet, consectetur " * (1 + 7 * k % 23)
+                + "\n\n  end." * (k % 3) for k in range(20)]
+    distinct.append("Big. " + "The quick brown fox jumps over the lazy dog.\n" * 40000)  # 1.8 MB
+    order = [k % 20 for k in range(150)] + [20] + [(7 * k) % 20 for k in range(150)] + [20, 3]
+    ids = []
+    for k, t in enumerate(distinct):
+        src, dst = os.path.join(d, f"t{k}.txt"), os.path.join(d, f"t{k}.ids")
+        open(src, "w").write(t)
+        rc, _, err = run_enc(enc, src, dst)
+        raw = open(dst, "rb").read() if rc == 0 else b""
+        ids.append(list(struct.unpack(f"<{len(raw) // 4}I", raw)))
+    want = [t for k in order for t in ids[k] + [EOT]]
+    jl = os.path.join(d, "batch.jsonl")
+    write_jsonl(jl, [{"text": distinct[k]} for k in order])
+    for threads in ("1", "2", "0"):
+        rc, err, _, got = prepare(os.path.join(d, "b"), jl,
+                                  extra=["--val-fraction", "0", "--threads", threads])
+        ok(rc == 0 and got == want, f"--threads {threads}: batched ids are each document's own, "
+           "in order", err)
+    rc, err, val, train = prepare(os.path.join(d, "bv"), jl, extra=["--val-fraction", "0.01"])
+    ok(rc == 0 and val + train == want and val and not split_docs(val)[1],
+       "batched: val takes whole small documents, val + train unchanged", err)
+    rc, err, val, train = prepare(os.path.join(d, "bv"), jl, extra=["--val-fraction", "0.3"])
+    ok(rc == 0 and val + train == want and len(split_docs(val)[0]) == 150
+       and split_docs(val)[1] and "cut between two of its tokens" in err,
+       "batched: the large document crossing the mark is cut in its tokens", err)
+
+
+def run_enc(enc, src, dst):
+    import subprocess
+    p = subprocess.run([enc, src, dst], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
 def sources(d):
     """Three inputs of distinct documents: short ones, long ones, files."""
     a, b, c = (os.path.join(d, n) for n in ("a.jsonl", "b.jsonl", "c"))
@@ -270,7 +312,7 @@ def test_blend(d):
 
 def main():
     d = tempfile.mkdtemp(prefix="ms_prep_")
-    for t in (test_val_cut, test_val_documents, test_jsonl, test_blend):
+    for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)
