@@ -5,3 +5,6 @@ ms_script_test(cli_end_to_end COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/c
 # are stop requests with a final checkpoint.
 ms_script_test(cli_signals COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_signals.py
   LABELS cli)
+# data prepare (issue 13): the val split in the token stream, JSONL, blending.
+ms_script_test(cli_prepare COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_prepare.py
+  LABELS cli)

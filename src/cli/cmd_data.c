@@ -1,7 +1,7 @@
 /* cmd_data.c - `megascale data`: text to token shards, tokenizer training,
  * shard inspection.
- *   data prepare --input FILE|GLOB|DIR --tokenizer gpt2|bytes|FILE --out DIR
- *   data tokenizer-train --input FILE|GLOB|DIR --vocab-size N --out FILE
+ *   data prepare --input FILE|GLOB|DIR[:WEIGHT] ... --tokenizer gpt2|bytes|FILE --out DIR
+ *   data tokenizer-train --input FILE|GLOB|DIR ... --vocab-size N --out FILE
  *   data inspect SHARD [--tokenizer gpt2|FILE] */
 #include <stddef.h>
 #include <stdio.h>
@@ -13,14 +13,16 @@
 #include "base/timeutil.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
+#include "data/docs.h"
 #include "data/prepare.h"
 #include "data/shard.h"
 #include "data/tokenizer.h"
 
 typedef struct {
-    char *input, *out, *tokenizer, *name, *data_dir;
+    opts_list input;
+    char *out, *tokenizer, *name, *data_dir, *jsonl_field;
     double val_fraction;
-    int count, vocab_size, threads, force;
+    int count, vocab_size, threads, force, jsonl_skip_bad;
     uint64_t shard_tokens;
 } data_config;
 
@@ -31,7 +33,9 @@ typedef struct {
 #define OE(name, type, field, def, env, help)                                                      \
     { name, type, offsetof(data_config, field), def, help, env, NULL, 0 }
 static const opts_spec data_opts[] = {
-    O("input", OPT_T_STR, input, NULL, "text: a file, a glob of files, or a directory"),
+    O("input", OPT_T_LIST, input, NULL,
+      "text: a file, a glob of files, or a directory; several --input are read in order, or "
+      "blended by tokens when each ends in :WEIGHT (prepare)"),
     O("out", OPT_T_STR, out, NULL, "output: shard directory (prepare), tokenizer file (train)"),
     O("tokenizer", OPT_T_STR, tokenizer, "gpt2", "gpt2, bytes, or a tokenizer file"),
     OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR",
@@ -42,6 +46,10 @@ static const opts_spec data_opts[] = {
     O("vocab-size", OPT_T_INT, vocab_size, "4096", "vocabulary size (tokenizer-train)"),
     R("threads", OPT_T_INT, threads, "0", "[0,1024]", "encoding threads (0: all cores)"),
     O("count", OPT_T_INT, count, "32", "tokens to show (inspect)"),
+    O("jsonl-field", OPT_T_STR, jsonl_field, "text",
+      "the member of each JSON object that holds the text, in .jsonl inputs"),
+    R("jsonl-skip-bad", OPT_T_INT, jsonl_skip_bad, "0", "[0,1]",
+      "1: skip bad .jsonl lines and count them (0: a bad line is an error naming FILE:LINE)"),
     R("force", OPT_T_INT, force, "0", "[0,1]",
       "prepare: 1 replaces shards of --name already in --out (0: refuse; the old ones not "
       "rewritten are removed)"),
@@ -50,7 +58,6 @@ static const opts_spec data_opts[] = {
 
 /* Input files: a directory's regular files (sorted) or a glob. */
 static ms_status list_inputs(const char *in, char ***paths, int *n) {
-    if (!in || !*in) return ms_error(MS_ERR_ARG, "--input is required");
     struct stat sb;
     if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         char pat[4200];
@@ -62,6 +69,55 @@ static ms_status list_inputs(const char *in, char ***paths, int *n) {
     return ms_glob(in, paths, n);
 }
 
+/* The --input values, each FILE|GLOB|DIR with an optional ":WEIGHT" (the
+ * text after the last ':' when it is a number; "a:3:1" is the file "a:3"
+ * with weight 1), expanded into files.  *in[i].name is the path part
+ * (malloc'd, like the paths); free with free_inputs. */
+typedef struct {
+    data_prepare_input v[DATA_PREPARE_MAX_INPUTS];
+    int n;
+} inputs;
+
+static void free_inputs(inputs *in) {
+    for (int i = 0; i < in->n; i++) {
+        ms_paths_free(in->v[i].paths, in->v[i].n_paths);
+        free((char *)in->v[i].name);
+    }
+    in->n = 0;
+}
+
+static ms_status parse_inputs(const opts_list *l, inputs *in) {
+    memset(in, 0, sizeof *in);
+    if (l->n == 0) return ms_error(MS_ERR_ARG, "--input is required");
+    if (l->n > DATA_PREPARE_MAX_INPUTS)
+        return ms_error(MS_ERR_ARG, "at most %d --input (got %d)", DATA_PREPARE_MAX_INPUTS, l->n);
+    for (int i = 0; i < l->n; i++) {
+        const char *v = l->v[i], *colon = strrchr(v, ':');
+        char *end = NULL;
+        double w = colon && colon[1] ? strtod(colon + 1, &end) : 0;
+        int weighted = colon && colon[1] && end && !*end;
+        size_t plen = weighted ? (size_t)(colon - v) : strlen(v);
+        if (weighted && !(w > 0 && w <= 1e9))
+            return ms_error(MS_ERR_ARG, "--input %s: the weight must be a number in (0, 1e9]", v);
+        if (plen == 0) return ms_error(MS_ERR_ARG, "--input '%s': no file, glob or directory", v);
+        data_prepare_input *d = &in->v[in->n];
+        char *name = strndup(v, plen);
+        if (!name) return ms_error(MS_ERR_NOMEM, "out of memory");
+        d->name = name;
+        d->weight = weighted ? w : 0;
+        in->n++;
+        MS_TRY(list_inputs(name, &d->paths, &d->n_paths));
+    }
+    for (int i = 0; i < in->n; i++)
+        if ((in->v[i].weight > 0) != (in->v[0].weight > 0))
+            return ms_error(MS_ERR_ARG,
+                            "--input %s has %s weight and --input %s %s: give every --input a "
+                            ":WEIGHT (blending) or none (read in order)",
+                            in->v[0].name, in->v[0].weight > 0 ? "a" : "no", in->v[i].name,
+                            in->v[i].weight > 0 ? "has one" : "has none");
+    return MS_OK;
+}
+
 /* NULL tokenizer for "bytes". */
 static ms_status load_tokenizer(const char *name, const char *data_dir, data_tokenizer **tok) {
     *tok = NULL;
@@ -69,33 +125,81 @@ static ms_status load_tokenizer(const char *name, const char *data_dir, data_tok
     return data_tok_load(tok, name, data_dir);
 }
 
+/* The summary's lines for each input (several inputs only). */
+static void print_inputs(const inputs *in, const data_prepare_stats *ps) {
+    double wsum = 0;
+    for (int i = 0; i < in->n; i++)
+        wsum += in->v[i].weight;
+    uint64_t mixed = ps->mixed_tokens ? ps->mixed_tokens : ps->tokens;
+    for (int i = 0; i < in->n; i++) {
+        const data_prepare_input_stats *s = &ps->in[i];
+        fprintf(stderr, "  input %s: %llu document(s), %llu tokens (%.1f%% of all", in->v[i].name,
+                (unsigned long long)s->documents, (unsigned long long)s->tokens,
+                ps->tokens ? 100.0 * (double)s->tokens / (double)ps->tokens : 0);
+        if (wsum > 0)
+            fprintf(stderr, "; weight %g asks %.1f%%, got %.1f%% while every input lasted",
+                    in->v[i].weight, 100.0 * in->v[i].weight / wsum,
+                    mixed ? 100.0 * (double)s->mixed_tokens / (double)mixed : 0);
+        fprintf(stderr, ")\n");
+    }
+    if (wsum > 0 && ps->first_out >= 0 && mixed < ps->tokens)
+        fprintf(stderr,
+                "  every input lasted for the first %llu tokens (%.1f%%): then %s ran out and the "
+                "others went on without it (no input is repeated)\n",
+                (unsigned long long)mixed, 100.0 * (double)mixed / (double)ps->tokens,
+                in->v[ps->first_out].name);
+}
+
 static ms_status prepare(const data_config *dc) {
     if (!dc->out) return ms_error(MS_ERR_ARG, "prepare needs --out DIR");
-    char **paths = NULL;
-    int n = 0;
-    MS_TRY(list_inputs(dc->input, &paths, &n));
+    inputs in;
+    ms_status st = parse_inputs(&dc->input, &in);
     data_tokenizer *tok = NULL;
-    ms_status st = load_tokenizer(dc->tokenizer, dc->data_dir, &tok);
+    if (st == MS_OK) st = load_tokenizer(dc->tokenizer, dc->data_dir, &tok);
     data_prepare_stats ps;
     if (st == MS_OK) {
-        data_prepare_config pc = {
-            paths,       n, tok,      dc->out, dc->name, dc->val_fraction, dc->shard_tokens,
-            dc->threads, 0, dc->force};
+        data_prepare_config pc = {.inputs = in.v,
+                                  .n_inputs = in.n,
+                                  .jsonl_field = dc->jsonl_field,
+                                  .jsonl_skip_bad = dc->jsonl_skip_bad,
+                                  .tok = tok,
+                                  .out_dir = dc->out,
+                                  .name = dc->name,
+                                  .val_fraction = dc->val_fraction,
+                                  .shard_tokens = dc->shard_tokens,
+                                  .threads = dc->threads,
+                                  .force = dc->force};
         st = data_prepare(&pc, &ps);
     }
-    if (st == MS_OK)
+    if (st == MS_OK) {
+        char text[64] = ""; /* JSONL: the texts are less than the files */
+        if (ps.text_bytes != ps.bytes)
+            snprintf(text, sizeof text, " (%.1f MB of text)", (double)ps.text_bytes / 1e6);
         fprintf(stderr,
-                "prepared %d document(s), %.1f MB -> %llu tokens (%.2f bytes/token; %llu train, "
-                "%llu val) in %d shard(s) under %s, %.1fs (%.1f MB/s)\n",
-                ps.documents, (double)ps.bytes / 1e6, (unsigned long long)ps.tokens,
-                ps.tokens ? (double)ps.bytes / (double)ps.tokens : 0,
+                "prepared %llu document(s), %.1f MB%s -> %llu tokens (%.2f bytes/token; "
+                "%llu train, %llu val) in %d shard(s) under %s, %.1fs (%.1f MB/s)\n",
+                (unsigned long long)ps.documents, (double)ps.bytes / 1e6, text,
+                (unsigned long long)ps.tokens,
+                ps.tokens ? (double)ps.text_bytes / (double)ps.tokens : 0,
                 (unsigned long long)ps.train_tokens, (unsigned long long)ps.val_tokens, ps.shards,
                 dc->out, ps.seconds, (double)ps.bytes / 1e6 / (ps.seconds > 0 ? ps.seconds : 1e-9));
+        if (ps.val_tokens)
+            fprintf(stderr, "  val: %llu whole document(s)%s, %.2f%% of the tokens\n",
+                    (unsigned long long)ps.val_documents,
+                    ps.val_cut ? " and the head of the next, cut between two of its tokens" : "",
+                    100.0 * (double)ps.val_tokens / (double)ps.tokens);
+        if (in.n > 1) print_inputs(&in, &ps);
+        for (int i = 0; i < in.n; i++)
+            if (ps.in[i].skipped)
+                fprintf(stderr,
+                        "--jsonl-skip-bad: skipped %llu bad line(s) of %s (the first: %s)\n",
+                        (unsigned long long)ps.in[i].skipped, in.v[i].name, ps.in[i].first_skipped);
+    }
     if (st == MS_OK && ps.stale_removed)
         fprintf(stderr, "--force: removed %d old shard(s) of %s that this run did not rewrite\n",
                 ps.stale_removed, dc->name);
     data_tok_free(tok);
-    ms_paths_free(paths, n);
+    free_inputs(&in);
     return st;
 }
 
@@ -104,30 +208,52 @@ static void train_progress(void *ctx, int done, int total) {
     fprintf(stderr, "\r[tokenizer-train] %d/%d merges, %.1fs   ", done, total, ms_now() - *t0);
 }
 
+/* Every document of the inputs, in order, concatenated (a JSONL file's
+ * texts, not its JSON) into *all (malloc'd). */
+static ms_status read_documents(const data_config *dc, const inputs *in, char **all,
+                                size_t *total) {
+    ms_status st = MS_OK;
+    *all = NULL;
+    *total = 0;
+    for (int i = 0; i < in->n && st == MS_OK; i++) {
+        if (in->v[i].weight > 0) {
+            st = ms_error(MS_ERR_ARG,
+                          "--input %s:%g: tokenizer-train reads every input once, without "
+                          "weights",
+                          in->v[i].name, in->v[i].weight);
+            break;
+        }
+        data_docs *d = NULL;
+        st = data_docs_open(&d, in->v[i].paths, in->v[i].n_paths, dc->jsonl_field,
+                            dc->jsonl_skip_bad);
+        for (;;) {
+            const char *text;
+            size_t len;
+            uint64_t used;
+            if (st == MS_OK) st = data_docs_next(d, &text, &len, &used);
+            if (st != MS_OK || !text) break;
+            char *g = realloc(*all, *total + len + 1);
+            if (!g) {
+                st = ms_error(MS_ERR_NOMEM, "%s: out of memory", data_docs_path(d));
+                break;
+            }
+            *all = g;
+            memcpy(*all + *total, text, len);
+            *total += len;
+        }
+        data_docs_close(d);
+    }
+    return st;
+}
+
 static ms_status tokenizer_train(const data_config *dc) {
     if (!dc->out) return ms_error(MS_ERR_ARG, "tokenizer-train needs --out FILE");
-    char **paths = NULL;
-    int n = 0;
-    MS_TRY(list_inputs(dc->input, &paths, &n));
+    inputs in;
     char *all = NULL;
     size_t total = 0;
-    ms_status st = MS_OK;
-    for (int i = 0; i < n && st == MS_OK; i++) {
-        char *text = NULL;
-        size_t len = 0;
-        st = ms_file_read_all(paths[i], &text, &len);
-        if (st != MS_OK) break;
-        char *g = realloc(all, total + len + 1);
-        if (!g)
-            st = ms_error(MS_ERR_NOMEM, "%s: out of memory", paths[i]);
-        else {
-            all = g;
-            memcpy(all + total, text, len);
-            total += len;
-        }
-        free(text);
-    }
-    if (st == MS_OK && total == 0) st = ms_error(MS_ERR_FORMAT, "%s: input is empty", dc->input);
+    ms_status st = parse_inputs(&dc->input, &in);
+    if (st == MS_OK) st = read_documents(dc, &in, &all, &total);
+    if (st == MS_OK && total == 0) st = ms_error(MS_ERR_FORMAT, "%s: input is empty", in.v[0].name);
     data_tokenizer *tok = NULL;
     double t0 = ms_now();
     if (st == MS_OK) st = data_tok_train(all, total, dc->vocab_size, &tok, train_progress, &t0);
@@ -144,7 +270,7 @@ static ms_status tokenizer_train(const data_config *dc) {
     }
     data_tok_free(tok);
     free(all);
-    ms_paths_free(paths, n);
+    free_inputs(&in);
     return st;
 }
 
@@ -214,7 +340,7 @@ int cmd_data(int argc, char **argv) {
     if (help || (st == MS_OK && npos == 0)) {
         opts_print_help(
             data_opts, N_DATA_OPTS,
-            "usage: megascale data prepare --input TEXT --out DIR [--tokenizer gpt2]\n"
+            "usage: megascale data prepare --input TEXT[:WEIGHT] ... --out DIR [--tokenizer gpt2]\n"
             "       megascale data tokenizer-train --input TEXT --vocab-size N --out FILE\n"
             "       megascale data inspect SHARD [--tokenizer gpt2|FILE]");
         rc = help ? 0 : 2;

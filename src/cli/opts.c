@@ -29,7 +29,8 @@ static opt_range range_of(const opts_spec *s) {
     const char *r = s->range;
     char *end;
     opt_range g = {-INFINITY, INFINITY, 1, 1};
-    MS_CHECKF(s->type != OPT_T_STR, "option --%s: a string option has no range", s->name);
+    MS_CHECKF(s->type != OPT_T_STR && s->type != OPT_T_LIST,
+              "option --%s: a string option has no range", s->name);
     MS_CHECKF(r[0] == '[' || r[0] == '(', "option --%s: bad range '%s'", s->name, r);
     g.lo_open = r[0] == '(';
     r++;
@@ -74,9 +75,18 @@ static ms_status check_range(const opts_spec *s, double x, const char *v, const 
     return ms_error(MS_ERR_ARG, "%s: --%s must be %s, got '%s'", where, s->name, r, v);
 }
 
+static void list_clear(opts_list *l) {
+    for (int i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+    memset(l, 0, sizeof *l);
+}
+
 /* Store text value v for option s, validating its type; `where` names the
- * source (command line or file:line) for messages. */
-static ms_status set_value(const opts_spec *s, void *dst, const char *v, const char *where) {
+ * source (command line or file:line) for messages, `from` tells the sources
+ * apart (a list's first value from a new source replaces the old ones). */
+static ms_status set_value(const opts_spec *s, void *dst, const char *v, const char *where,
+                           int from) {
     char *end = NULL;
     void *p = (char *)dst + s->offset;
     errno = 0;
@@ -119,6 +129,17 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
         if (!*sp) return ms_error(MS_ERR_NOMEM, "out of memory");
         break;
     }
+    case OPT_T_LIST: {
+        opts_list *l = p;
+        if (l->from != from) list_clear(l);
+        l->from = from;
+        char **g = realloc(l->v, sizeof *g * (size_t)(l->n + 1));
+        if (!g) return ms_error(MS_ERR_NOMEM, "out of memory");
+        l->v = g;
+        if (!(l->v[l->n] = strdup(v))) return ms_error(MS_ERR_NOMEM, "out of memory");
+        l->n++;
+        break;
+    }
     }
     return MS_OK;
 }
@@ -136,7 +157,7 @@ static char *trim(char *s) {
 
 /* Apply a "name = value" config file: text of at most CONFIG_MAX_BYTES, no
  * NUL byte (the parser would stop there silently). */
-static ms_status load_config(const opts_spec *spec, int n, void *dst, const char *path) {
+static ms_status load_config(const opts_spec *spec, int n, void *dst, const char *path, int from) {
     char *text = NULL;
     size_t len = 0;
     ms_status st = ms_file_read_max(path, CONFIG_MAX_BYTES, &text, &len);
@@ -184,7 +205,7 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
             st = ms_error(MS_ERR_ARG, "%s: unknown option '%s'", where, k);
             break;
         }
-        st = set_value(s, dst, v, where);
+        st = set_value(s, dst, v, where, from);
     }
     free(text);
     return st;
@@ -192,17 +213,20 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
 
 ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **argv, char **pos,
                      int max_pos, int *n_pos, int *help) {
+    enum { FROM_DEFAULT = 1, FROM_ENV, FROM_ARGV, FROM_CONFIG }; /* config files: +i */
     *n_pos = 0;
     *help = 0;
     for (int i = 0; i < n; i++)
-        if (spec[i].def) MS_TRY(set_value(&spec[i], dst, spec[i].def, "default"));
+        if (spec[i].type == OPT_T_LIST) list_clear((opts_list *)((char *)dst + spec[i].offset));
+    for (int i = 0; i < n; i++)
+        if (spec[i].def) MS_TRY(set_value(&spec[i], dst, spec[i].def, "default", FROM_DEFAULT));
     /* the config file first, so the command line overrides it */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9)) {
             const char *path = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
             if (!path) return ms_error(MS_ERR_ARG, "--config needs a file name");
-            MS_TRY(load_config(spec, n, dst, path));
+            MS_TRY(load_config(spec, n, dst, path, FROM_CONFIG + i));
         }
     }
     for (int i = 0; i < n; i++) { /* then the environment */
@@ -210,7 +234,7 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
         if (v && *v) {
             char where[80];
             snprintf(where, sizeof where, "environment %s", spec[i].env);
-            MS_TRY(set_value(&spec[i], dst, v, where));
+            MS_TRY(set_value(&spec[i], dst, v, where, FROM_ENV));
         }
     }
     for (int i = 0; i < argc; i++) {
@@ -234,7 +258,7 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
         if (!s) return ms_error(MS_ERR_ARG, "unknown option '%.*s' (see --help)", (int)len + 2, a);
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
         if (!v) return ms_error(MS_ERR_ARG, "option --%s needs a value", s->name);
-        MS_TRY(set_value(s, dst, v, "command line"));
+        MS_TRY(set_value(s, dst, v, "command line", FROM_ARGV));
     }
     return MS_OK;
 }
@@ -243,6 +267,7 @@ void opts_print_help(const opts_spec *spec, int n, const char *usage) {
     printf("%s\n\nOptions (also accepted as 'name = value' lines in --config FILE):\n", usage);
     for (int i = 0; i < n; i++) {
         const char *t = spec[i].type == OPT_T_STR      ? "STR"
+                        : spec[i].type == OPT_T_LIST   ? "STR..."
                         : spec[i].type == OPT_T_DOUBLE ? "X"
                                                        : "N";
         char left[64];
@@ -255,6 +280,7 @@ void opts_print_help(const opts_spec *spec, int n, const char *usage) {
             printf(" (%s)", r);
         }
         if (spec[i].env) printf(" (env %s)", spec[i].env);
+        if (spec[i].type == OPT_T_LIST) printf(" (repeatable)");
         printf("\n");
     }
     printf("  %-24s %s\n", "--config FILE", "read options from FILE (command line wins)");
@@ -266,6 +292,8 @@ void opts_free(const opts_spec *spec, int n, void *dst) {
             char **sp = (char **)((char *)dst + spec[i].offset);
             free(*sp);
             *sp = NULL;
+        } else if (spec[i].type == OPT_T_LIST) {
+            list_clear((opts_list *)((char *)dst + spec[i].offset));
         }
 }
 
@@ -291,6 +319,13 @@ static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_o
                 cJSON_AddStringToObject(o, spec[i].name, v);
             else
                 cJSON_AddNullToObject(o, spec[i].name);
+            break;
+        }
+        case OPT_T_LIST: {
+            const opts_list *l = p;
+            cJSON *a = cJSON_AddArrayToObject(o, spec[i].name);
+            for (int k = 0; a && k < l->n; k++)
+                cJSON_AddItemToArray(a, cJSON_CreateString(l->v[k]));
             break;
         }
         }

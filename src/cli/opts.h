@@ -17,7 +17,18 @@
 
 #include "base/status.h"
 
-typedef enum { OPT_T_INT, OPT_T_U64, OPT_T_DOUBLE, OPT_T_STR } opts_type;
+/* OPT_T_LIST is a repeatable string option stored as an opts_list: each
+ * occurrence appends one value (`--input a --input b`, or two "input = ..."
+ * lines), and the first occurrence in a source (a config file, the
+ * environment, the command line) replaces what an earlier source set, so
+ * the command line still overrides a config file. */
+typedef enum { OPT_T_INT, OPT_T_U64, OPT_T_DOUBLE, OPT_T_STR, OPT_T_LIST } opts_type;
+
+typedef struct {
+    char **v; /* n malloc'd values, in order (freed by opts_free) */
+    int n;
+    int from; /* the parser's: the source that set the values */
+} opts_list;
 
 typedef struct {
     const char *name; /* without "--" */

@@ -8,9 +8,17 @@
 
 #include "base/fileio.h"
 #include "base/timeutil.h"
+#include "data/docbatch.h"
+#include "data/docs.h"
 #include "data/shard.h"
 
 #define BLOCK_BYTES (16u << 20) /* encode large documents in ~16 MB blocks */
+
+typedef struct {
+    data_docs *docs;
+    data_docbatch *batch; /* reads docs ahead, encodes the small ones */
+    int done;             /* ran out */
+} source;
 
 typedef struct {
     const data_prepare_config *cfg;
@@ -25,16 +33,20 @@ typedef struct {
     size_t n_ids, cap_ids;
     char **old; /* NAME's shards in out_dir before the run */
     int n_old, val_written;
+    source src[DATA_PREPARE_MAX_INPUTS];
 } prep;
 
-static int printable(unsigned char c) { return c >= 0x21 && c <= 0x7e; }
+static int printable(unsigned char c) {
+    return c >= 0x21 && c <= 0x7e;
+}
 
 /* A cut at or after `from` where tokenisation cannot change (the rule of
  * data_tok_encode_parallel: just after a '\n' between two printable ASCII
  * bytes), or len if there is none. */
 static size_t safe_cut(const char *t, size_t len, size_t from) {
     for (size_t i = from > 0 ? from : 1; i + 1 < len; i++)
-        if (t[i] == '\n' && printable((unsigned char)t[i - 1]) && printable((unsigned char)t[i + 1]))
+        if (t[i] == '\n' && printable((unsigned char)t[i - 1]) &&
+            printable((unsigned char)t[i + 1]))
             return i + 1;
     return len;
 }
@@ -88,12 +100,24 @@ static ms_status emit(prep *p, const uint32_t *ids, size_t n, int to_val) {
     return MS_OK;
 }
 
-/* Encode text[0, len) and emit it. */
-static ms_status encode_emit(prep *p, const char *text, size_t len, int to_val) {
+/* Bytes of ids[0, n) up to and including the first token that reaches
+ * `bytes`: the number of those tokens (n if they never reach it). */
+static size_t token_cut(const data_tokenizer *tok, const uint32_t *ids, size_t n, size_t bytes) {
+    size_t at = 0, k = 0;
+    while (k < n && at < bytes)
+        at += tok ? data_tok_token_len(tok, ids[k++]) : (k++, 1);
+    return k;
+}
+
+/* Encode text[0, len) and emit it: tokens that start before byte `cut` to
+ * val, the rest to train (cut 0: all train; cut >= len: all val).  The text
+ * is cut nowhere else than the caller's safe places, so a cut inside it
+ * falls between two tokens of the unbroken tokenisation. */
+static ms_status encode_emit(prep *p, const char *text, size_t len, size_t cut) {
     p->n_ids = 0;
     if (p->cfg->tok) {
-        MS_TRY(data_tok_encode_parallel(p->cfg->tok, text, len, p->cfg->threads, &p->ids,
-                                        &p->n_ids, &p->cap_ids));
+        MS_TRY(data_tok_encode_parallel(p->cfg->tok, text, len, p->cfg->threads, &p->ids, &p->n_ids,
+                                        &p->cap_ids));
     } else {
         if (p->cap_ids < len) {
             uint32_t *g = realloc(p->ids, len * sizeof(uint32_t));
@@ -101,37 +125,74 @@ static ms_status encode_emit(prep *p, const char *text, size_t len, int to_val) 
             p->ids = g;
             p->cap_ids = len;
         }
-        for (size_t i = 0; i < len; i++) p->ids[i] = (unsigned char)text[i];
+        for (size_t i = 0; i < len; i++)
+            p->ids[i] = (unsigned char)text[i];
         p->n_ids = len;
     }
-    return emit(p, p->ids, p->n_ids, to_val);
+    size_t k = cut >= len ? p->n_ids : token_cut(p->cfg->tok, p->ids, p->n_ids, cut);
+    if (k > 0) MS_TRY(emit(p, p->ids, k, 1));
+    return k < p->n_ids ? emit(p, p->ids + k, p->n_ids - k, 0) : MS_OK;
 }
 
-/* One document: blocks at safe cuts; the val/train boundary at a line break. */
-static ms_status do_document(prep *p, const char *text, size_t len) {
-    size_t pos = 0;
-    while (pos < len) {
-        int to_val = p->done_bytes < p->val_bytes;
-        size_t want = pos + BLOCK_BYTES;
-        if (to_val && p->done_bytes + BLOCK_BYTES > p->val_bytes) {
-            size_t b = pos + (size_t)(p->val_bytes - p->done_bytes);
-            const char *nl = b < len ? memchr(text + b, '\n', len - b) : NULL;
-            want = nl ? (size_t)(nl - text) + 1 : len;
-        } else {
-            want = want < len ? safe_cut(text, len, want) : len;
-        }
-        MS_TRY(encode_emit(p, text + pos, want - pos, to_val));
-        p->done_bytes += want - pos;
-        pos = want;
-        progress(p, 0);
-    }
+/* Where a document of `used` input bytes at input position pos goes: the
+ * text offset of its val/train cut (0: all train, len: all val).  Whole
+ * documents go to the side holding more of their bytes; one that crosses
+ * the mark and is larger than the val share is cut at the mark. */
+static size_t val_cut(const prep *p, uint64_t pos, uint64_t used, size_t len) {
+    uint64_t mark = p->val_bytes;
+    if (mark == 0 || pos >= mark) return 0;
+    if (pos + used <= mark) return len;
+    if (used <= mark) return 2 * (mark - pos) >= used ? len : 0;
+    /* the crossing document is cut: at the mark, in its text's bytes (JSONL:
+     * scaled from the line's bytes), at least one byte */
+    double c = (double)(mark - pos) * (double)len / (double)used;
+    size_t cut = (size_t)c < len ? (size_t)c : len - 1;
+    return cut > 0 ? cut : 1;
+}
+
+/* The end of a document whose val/train cut was `cut` (see val_cut): its
+ * end-of-text token on the side of its last token, the counts. */
+static ms_status end_document(prep *p, size_t cut, size_t len, uint64_t pos0, uint64_t used) {
+    p->done_bytes = pos0 + used;
     int eot = p->cfg->tok ? data_tok_eot(p->cfg->tok) : -1;
     if (eot >= 0) {
         uint32_t e = (uint32_t)eot;
-        MS_TRY(emit(p, &e, 1, p->done_bytes <= p->val_bytes && p->val_bytes > 0));
+        MS_TRY(emit(p, &e, 1, cut >= len));
     }
+    if (cut >= len) p->st->val_documents++;
+    if (cut > 0 && cut < len) p->st->val_cut = 1;
     p->st->documents++;
+    p->st->text_bytes += len;
+    progress(p, 0);
     return MS_OK;
+}
+
+/* A large document, as text: encoded in blocks at safe cuts, the val/train
+ * split in the token stream (see val_cut). */
+static ms_status do_text(prep *p, const char *text, size_t len, uint64_t used) {
+    uint64_t pos0 = p->done_bytes;
+    size_t cut = val_cut(p, pos0, used, len);
+    size_t pos = 0;
+    while (pos < len) {
+        size_t want = pos + BLOCK_BYTES;
+        want = want < len ? safe_cut(text, len, want) : len;
+        size_t c = cut <= pos ? 0 : cut - pos; /* relative to the block */
+        MS_TRY(encode_emit(p, text + pos, want - pos, c));
+        pos = want;
+        p->done_bytes = pos0 + (uint64_t)((double)used * (double)pos / (double)len);
+        progress(p, 0);
+    }
+    return end_document(p, cut, len, pos0, used);
+}
+
+/* A small document, already encoded: ids (n) of its len bytes. */
+static ms_status do_ids(prep *p, const uint32_t *ids, size_t n, size_t len, uint64_t used) {
+    uint64_t pos0 = p->done_bytes;
+    size_t cut = val_cut(p, pos0, used, len);
+    size_t k = cut >= len ? n : token_cut(p->cfg->tok, ids, n, cut);
+    if (k > 0) MS_TRY(emit(p, ids, k, 1));
+    if (k < n) MS_TRY(emit(p, ids + k, n - k, 0));
+    return end_document(p, cut, len, pos0, used);
 }
 
 /* NAME's shards already in out_dir into p->old; without force, an error
@@ -184,16 +245,88 @@ static ms_status remove_stale(prep *p) {
     return MS_OK;
 }
 
-static ms_status run(prep *p) {
+/* The input the next document comes from, or -1 when all ran out: the
+ * first one left, or when blending the one with the fewest tokens per unit
+ * of weight (ties to the earlier one). */
+static int pick(const prep *p) {
+    int best = -1;
+    double bv = 0;
+    for (int i = 0; i < p->cfg->n_inputs; i++) {
+        if (p->src[i].done) continue;
+        const data_prepare_input *in = &p->cfg->inputs[i];
+        if (in->weight <= 0) return i;
+        double v = (double)p->st->in[i].tokens / in->weight;
+        if (best < 0 || v < bv) {
+            best = i;
+            bv = v;
+        }
+    }
+    return best;
+}
+
+/* Input s ran out (after `used` more bytes). */
+static void ran_out(prep *p, int s, uint64_t used) {
+    p->done_bytes += used;
+    p->st->in[s].bytes += used;
+    p->src[s].done = 1;
+    if (p->st->first_out >= 0) return;
+    p->st->first_out = s; /* the first to run out: the blend's end */
+    p->st->mixed_tokens = p->st->tokens;
+    for (int i = 0; i < p->cfg->n_inputs; i++)
+        p->st->in[i].mixed_tokens = p->st->in[i].tokens;
+}
+
+/* Documents from the inputs, in the blended order, into the shards. */
+static ms_status blend(prep *p) {
     const data_prepare_config *c = p->cfg;
     for (int i = 0; i < c->n_inputs; i++) {
-        uint64_t sz;
-        MS_TRY(ms_file_size(c->inputs[i], &sz));
-        p->total_bytes += sz;
+        MS_TRY(data_docs_open(&p->src[i].docs, c->inputs[i].paths, c->inputs[i].n_paths,
+                              c->jsonl_field, c->jsonl_skip_bad));
+        MS_TRY(data_docbatch_create(&p->src[i].batch, p->src[i].docs, c->tok, c->threads));
     }
+    for (int s; (s = pick(p)) >= 0;) {
+        data_prepare_input_stats *is = &p->st->in[s];
+        data_docbatch_doc d;
+        int end;
+        uint64_t t0 = p->st->tokens;
+        MS_TRY(data_docbatch_next(p->src[s].batch, &d, &end));
+        if (end) {
+            ran_out(p, s, d.used);
+            continue;
+        }
+        is->bytes += d.used;
+        if (d.text) { /* the last document read: the reader names its file */
+            ms_status st = do_text(p, d.text, d.len, d.used);
+            if (st != MS_OK) return ms_error_wrap(st, "%s", data_docs_path(p->src[s].docs));
+        } else {
+            MS_TRY(do_ids(p, d.ids, d.n_ids, d.len, d.used));
+        }
+        is->documents++;
+        is->tokens += p->st->tokens - t0;
+    }
+    for (int i = 0; i < c->n_inputs; i++) {
+        const char *first;
+        p->st->in[i].skipped = data_docs_skipped(p->src[i].docs, &first);
+        snprintf(p->st->in[i].first_skipped, sizeof p->st->in[i].first_skipped, "%s", first);
+    }
+    if (p->st->documents == 0)
+        return ms_error(MS_ERR_FORMAT, "%s: no documents in the input (%llu bytes)",
+                        c->inputs[0].name, (unsigned long long)p->total_bytes);
+    return MS_OK;
+}
+
+static ms_status run(prep *p) {
+    const data_prepare_config *c = p->cfg;
+    for (int i = 0; i < c->n_inputs; i++)
+        for (int k = 0; k < c->inputs[i].n_paths; k++) {
+            uint64_t sz;
+            MS_TRY(ms_file_size(c->inputs[i].paths[k], &sz));
+            p->total_bytes += sz;
+        }
     if (p->total_bytes == 0)
         return ms_error(MS_ERR_FORMAT, "%s: input is empty (%d file(s), 0 bytes)",
-                        c->n_inputs ? c->inputs[0] : "(no input)", c->n_inputs);
+                        c->inputs[0].n_paths ? c->inputs[0].paths[0] : c->inputs[0].name,
+                        c->inputs[0].n_paths);
     p->val_bytes = (uint64_t)((double)p->total_bytes * c->val_fraction);
     MS_TRY(find_old(p));
     MS_TRY(ms_mkdirs(c->out_dir));
@@ -203,14 +336,7 @@ static ms_status run(prep *p) {
         MS_TRY(data_shard_writer_open(&p->val, path, p->version));
         p->val_open = 1;
     }
-    for (int i = 0; i < c->n_inputs; i++) {
-        char *text = NULL;
-        size_t len = 0;
-        MS_TRY(ms_file_read_all(c->inputs[i], &text, &len));
-        ms_status st = len ? do_document(p, text, len) : MS_OK;
-        free(text);
-        if (st != MS_OK) return ms_error_wrap(st, "%s", c->inputs[i]);
-    }
+    MS_TRY(blend(p));
     if (p->val_open) {
         p->val_open = 0;
         MS_TRY(data_shard_writer_commit(&p->val));
@@ -227,9 +353,19 @@ static ms_status run(prep *p) {
 
 ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats) {
     memset(stats, 0, sizeof *stats);
+    stats->first_out = -1;
     if (!(cfg->val_fraction >= 0 && cfg->val_fraction < 1))
         return ms_error(MS_ERR_ARG, "val fraction must be in [0, 1) (got %g)", cfg->val_fraction);
     if (cfg->shard_tokens < 1) return ms_error(MS_ERR_ARG, "shard size must be >= 1 token");
+    if (cfg->n_inputs < 1 || cfg->n_inputs > DATA_PREPARE_MAX_INPUTS)
+        return ms_error(MS_ERR_ARG, "prepare takes 1 to %d inputs (got %d)",
+                        DATA_PREPARE_MAX_INPUTS, cfg->n_inputs);
+    for (int i = 0; i < cfg->n_inputs; i++)
+        if (!(cfg->inputs[i].weight >= 0) ||
+            (cfg->inputs[i].weight > 0) != (cfg->inputs[0].weight > 0))
+            return ms_error(MS_ERR_ARG,
+                            "input %s: weight %g: give every input a weight > 0, or none",
+                            cfg->inputs[i].name, cfg->inputs[i].weight);
     /* the name becomes part of a file name under --out: nothing that leaves it */
     if (!cfg->name || !*cfg->name || strchr(cfg->name, '/') || cfg->name[0] == '.' ||
         strlen(cfg->name) > 200)
@@ -248,10 +384,16 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     if (p.train_open) data_shard_writer_abort(&p.train);
     if (p.val_open) data_shard_writer_abort(&p.val);
     free(p.ids);
+    for (int i = 0; i < cfg->n_inputs; i++) {
+        data_docbatch_free(p.src[i].batch);
+        data_docs_close(p.src[i].docs);
+    }
     ms_paths_free(p.old, p.n_old);
     stats->bytes = p.done_bytes;
     stats->seconds = ms_now() - p.t0;
-    if (st == MS_OK) progress(&p, 1);
-    else if (!cfg->quiet) fputc('\n', stderr);
+    if (st == MS_OK)
+        progress(&p, 1);
+    else if (!cfg->quiet)
+        fputc('\n', stderr);
     return st;
 }

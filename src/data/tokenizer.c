@@ -174,6 +174,9 @@ int data_tok_eot(const data_tokenizer *t) {
 const char *data_tok_name(const data_tokenizer *t) {
     return t->name;
 }
+size_t data_tok_token_len(const data_tokenizer *t, uint32_t id) {
+    return id < t->n_tokens + t->n_special ? (size_t)(t->off[id + 1] - t->off[id]) : 0;
+}
 
 static char *dup_n(const uint8_t *p, size_t n) {
     char *s = malloc(n + 1);

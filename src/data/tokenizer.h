@@ -78,6 +78,9 @@ int data_tok_vocab_size(const data_tokenizer *t);
 int data_tok_eot(const data_tokenizer *t);
 /* The vocabulary's name ("gpt2", "bpe4096", ...); owned by t. */
 const char *data_tok_name(const data_tokenizer *t);
+/* Bytes that id decodes to (a special token: its text); 0 for an id >= the
+ * vocabulary size.  Lets a caller cut a token stream at a byte offset. */
+size_t data_tok_token_len(const data_tokenizer *t, uint32_t id);
 
 /* Ordinary encoding of text[0, len) (any bytes; special-token text is encoded
  * as ordinary text, like tiktoken's encode_ordinary).  Ids are appended to
@@ -87,7 +90,8 @@ const char *data_tok_name(const data_tokenizer *t);
 ms_status data_tok_encode(const data_tokenizer *t, const char *text, size_t len, uint32_t **ids,
                           size_t *n, size_t *cap);
 
-/* Same ids as data_tok_encode, computed by `threads` threads (OpenMP) on
+/* Same ids as data_tok_encode, computed by `threads` threads (OpenMP; <= 0:
+ * omp_get_max_threads(), all cores unless OMP_NUM_THREADS says less) on
  * chunks of about 1 MB.  Chunks are cut only where the result cannot change:
  * just after a '\n' that follows a printable non-space ASCII byte (0x21-0x7e)
  * and precedes another one.  There the serial regex ends a piece at the '\n'

@@ -9,6 +9,7 @@
  * memory is per call, so any number of threads can encode at once. */
 #include "data/tokenizer_internal.h"
 
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -290,6 +291,7 @@ static int safe_cut(const uint8_t *s, size_t i) {
 ms_status data_tok_encode_parallel(const data_tokenizer *t, const char *text, size_t len,
                                    int threads, uint32_t **ids, size_t *n, size_t *cap) {
     const uint8_t *s = (const uint8_t *)text;
+    if (threads <= 0) threads = omp_get_max_threads();
     if (threads <= 1 || len < 2 * (size_t)PAR_CHUNK)
         return data_tok_encode(t, text, len, ids, n, cap);
     /* Chunk k covers [cut[k], cut[k + 1]). */

@@ -238,6 +238,7 @@ typedef struct {
     char *s;
     int k;
     double b, r;
+    opts_list l;
 } demo_opts;
 
 /* The range column: each bound, open or closed, from every source; a
@@ -297,6 +298,45 @@ static void test_opts_ranges(const char *dir) {
     T_EQ_INT(opts_parse(spec, n, &o, 0, NULL, pos, 0, &np, &help), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "default: --k");
     opts_free(spec, n, &o);
+}
+
+/* A repeatable option: each occurrence appends, a later source replaces an
+ * earlier one's list (the command line a config file's), JSON as an array. */
+static void test_opts_list(const char *dir) {
+    opts_spec spec[] = {
+        {"in", OPT_T_LIST, offsetof(demo_opts, l), "d", "inputs", NULL, NULL, 0},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0},
+    };
+    demo_opts o = {0};
+    char *pos[1];
+    int np, help;
+    T_EQ_INT(opts_parse(spec, 2, &o, 0, NULL, pos, 0, &np, &help), MS_OK);
+    T_EQ_INT(o.l.n, 1);
+    T_OK(!strcmp(o.l.v[0], "d"));
+    char *a1[] = {"--in", "a", "--n", "4", "--in=b:2"};
+    T_EQ_INT(opts_parse(spec, 2, &o, 5, a1, pos, 0, &np, &help), MS_OK);
+    T_EQ_INT(o.l.n, 2);
+    T_OK(!strcmp(o.l.v[0], "a") && !strcmp(o.l.v[1], "b:2"));
+    char *js = opts_to_json(spec, 2, &o);
+    T_STR_CONTAINS(js, "\"in\":[\"a\",\"b:2\"]");
+    free(js);
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/list.cfg", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "in = x\nn = 5\nin = y\n");
+    fclose(f);
+    char *a2[] = {"--config", cfg};
+    T_EQ_INT(opts_parse(spec, 2, &o, 2, a2, pos, 0, &np, &help), MS_OK);
+    T_EQ_INT(o.l.n, 2);
+    T_OK(!strcmp(o.l.v[0], "x") && !strcmp(o.l.v[1], "y"));
+    char *a3[] = {"--config", cfg, "--in", "z"};
+    T_EQ_INT(opts_parse(spec, 2, &o, 4, a3, pos, 0, &np, &help), MS_OK);
+    T_EQ_INT(o.l.n, 1);
+    T_OK(!strcmp(o.l.v[0], "z"));
+    T_EQ_INT(o.n, 5);
+    opts_free(spec, 2, &o);
+    T_EQ_INT(o.l.n, 0);
+    T_OK(o.l.v == NULL);
 }
 
 static void test_opts(const char *dir) {
@@ -379,6 +419,7 @@ int main(void) {
     test_schedule();
     test_loader(dir);
     test_opts(dir);
+    test_opts_list(dir);
     test_opts_ranges(dir);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

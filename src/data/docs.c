@@ -1,0 +1,217 @@
+/* docs.c - documents from plain files and JSON Lines. */
+#include "data/docs.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "base/fileio.h"
+
+struct data_docs {
+    char *const *paths;
+    int n_paths, next_file;
+    const char *field;
+    int skip_bad;
+    const char *path; /* the file mapped now, or "" */
+    const char *map;  /* NULL: none mapped */
+    size_t map_len, pos;
+    int jsonl;
+    uint64_t line;    /* JSONL: lines read from this file */
+    cJSON *json;      /* the object the last JSONL document lives in */
+    uint64_t pending; /* input bytes read since the last document */
+    uint64_t skipped;
+    char first_bad[600];
+};
+
+ms_status data_docs_open(data_docs **out, char *const *paths, int n, const char *field,
+                         int skip_bad) {
+    data_docs *d = calloc(1, sizeof *d);
+    *out = d;
+    if (!d) return ms_error(MS_ERR_NOMEM, "out of memory");
+    d->paths = paths;
+    d->n_paths = n;
+    d->field = field && *field ? field : "text";
+    d->skip_bad = skip_bad;
+    d->path = "";
+    return MS_OK;
+}
+
+static void unmap(data_docs *d) {
+    if (d->map) ms_file_unmap(d->map, d->map_len);
+    d->map = NULL;
+    d->map_len = d->pos = 0;
+}
+
+void data_docs_close(data_docs *d) {
+    if (!d) return;
+    cJSON_Delete(d->json);
+    unmap(d);
+    free(d);
+}
+
+const char *data_docs_path(const data_docs *d) {
+    return d->path;
+}
+
+uint64_t data_docs_skipped(const data_docs *d, const char **first) {
+    *first = d->first_bad;
+    return d->skipped;
+}
+
+static int ends_with(const char *s, const char *tail) {
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && !strcmp(s + a - b, tail);
+}
+
+/* The compression format whose magic bytes p[0, n) start with, or NULL. */
+static const char *compressed(const unsigned char *p, size_t n) {
+    if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b) return "gzip";
+    if (n >= 4 && !memcmp(p, "\x28\xb5\x2f\xfd", 4)) return "zstd";
+    if (n >= 6 && !memcmp(p,
+                          "\xfd"
+                          "7zXZ\0",
+                          6))
+        return "xz";
+    if (n >= 10 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9' &&
+        !memcmp(p + 4, "\x31\x41\x59\x26\x53\x59", 6))
+        return "bzip2";
+    return NULL;
+}
+
+/* Map the next file; *more 0 when there is none. */
+static ms_status next_file(data_docs *d, int *more) {
+    *more = d->next_file < d->n_paths;
+    if (!*more) return MS_OK;
+    d->path = d->paths[d->next_file++];
+    const void *m;
+    MS_TRY(ms_file_map(d->path, &m, &d->map_len));
+    d->map = m;
+    d->pos = 0;
+    d->line = 0;
+    d->jsonl = ends_with(d->path, ".jsonl");
+    const char *z = compressed((const unsigned char *)d->map, d->map_len);
+    if (z)
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: a %s-compressed file: data prepare reads plain text and JSONL, not "
+                        "compressed files; decompress it first",
+                        d->path, z);
+    return MS_OK;
+}
+
+static int blank(const char *s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
+    return 1;
+}
+
+static const char *json_kind(const cJSON *j) {
+    return cJSON_IsNumber(j)   ? "a number"
+           : cJSON_IsBool(j)   ? "a boolean"
+           : cJSON_IsNull(j)   ? "null"
+           : cJSON_IsArray(j)  ? "an array"
+           : cJSON_IsObject(j) ? "an object"
+                               : "not a string";
+}
+
+/* A bad line: the error, or with skip_bad a count (and the first reason). */
+static ms_status bad_line(data_docs *d, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static ms_status bad_line(data_docs *d, const char *fmt, ...) {
+    char why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    if (!d->skip_bad)
+        return ms_error(MS_ERR_FORMAT, "%s:%llu: %s", d->path, (unsigned long long)d->line, why);
+    if (d->skipped++ == 0)
+        snprintf(d->first_bad, sizeof d->first_bad, "%s:%llu: %s", d->path,
+                 (unsigned long long)d->line, why);
+    return MS_OK;
+}
+
+/* The next document of the mapped JSONL file into d->json, or *text NULL at
+ * the file's end. */
+static ms_status next_line(data_docs *d, const char **text, size_t *len) {
+    *text = NULL;
+    while (d->pos < d->map_len) {
+        const char *s = d->map + d->pos;
+        size_t rest = d->map_len - d->pos;
+        size_t look = rest < DATA_DOCS_MAX_LINE + 1 ? rest : DATA_DOCS_MAX_LINE + 1;
+        const char *nl = memchr(s, '\n', look);
+        size_t n = nl ? (size_t)(nl - s) : look;
+        d->line++;
+        if (n > DATA_DOCS_MAX_LINE) {
+            MS_TRY(bad_line(d,
+                            "a line of more than %zu MiB (a JSONL document is one line of at "
+                            "most %zu MiB)",
+                            DATA_DOCS_MAX_LINE >> 20, DATA_DOCS_MAX_LINE >> 20));
+            nl = memchr(s, '\n', rest); /* skipped: on to its real end */
+            n = nl ? (size_t)(nl - s) : rest;
+            d->pos += n + (nl != NULL);
+            d->pending += n + (nl != NULL);
+            continue;
+        }
+        d->pos += n + (nl != NULL);
+        d->pending += n + (nl != NULL);
+        if (blank(s, n)) continue;
+        const char *end = NULL;
+        cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+        if (!j || !blank(end, (size_t)(s + n - end))) {
+            size_t at = end && end >= s && end <= s + n ? (size_t)(end - s) : 0;
+            cJSON_Delete(j);
+            MS_TRY(bad_line(d, "not valid JSON (at byte %zu of the line)", at + 1));
+            continue;
+        }
+        const cJSON *f = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, d->field) : NULL;
+        if (!cJSON_IsObject(j) || !f || !cJSON_IsString(f)) {
+            const char *kind = json_kind(f ? f : j);
+            ms_status st = !cJSON_IsObject(j) ? bad_line(d, "%s, not a JSON object", kind)
+                           : !f ? bad_line(d, "no member \"%s\" (--jsonl-field)", d->field)
+                                : bad_line(d, "member \"%s\" is %s, not a string", d->field, kind);
+            cJSON_Delete(j);
+            MS_TRY(st);
+            continue;
+        }
+        size_t l = strlen(f->valuestring);
+        if (l == 0) {
+            cJSON_Delete(j);
+            continue;
+        }
+        d->json = j;
+        *text = f->valuestring;
+        *len = l;
+        return MS_OK;
+    }
+    return MS_OK;
+}
+
+ms_status data_docs_next(data_docs *d, const char **text, size_t *len, uint64_t *consumed) {
+    cJSON_Delete(d->json);
+    d->json = NULL;
+    *text = NULL;
+    *len = 0;
+    *consumed = 0;
+    for (;;) {
+        if (d->map && d->jsonl) {
+            MS_TRY(next_line(d, text, len));
+            if (*text) break;
+        }
+        unmap(d); /* a plain file's document, or a JSONL file read to its end */
+        int more;
+        MS_TRY(next_file(d, &more));
+        if (!more) break;
+        if (!d->jsonl) {
+            d->pending += d->map_len;
+            if (d->map_len == 0) continue;
+            *text = d->map;
+            *len = d->map_len;
+            break;
+        }
+    }
+    *consumed = d->pending;
+    d->pending = 0;
+    return MS_OK;
+}

@@ -1,0 +1,326 @@
+"""`megascale data prepare` (issue 13): the validation split cuts the token
+stream, never the text (before, a cut inside "\\n\\n" re-tokenised both
+sides); JSONL inputs (--jsonl-field, bad lines named FILE:LINE,
+--jsonl-skip-bad); several inputs, read in order or blended by tokens with
+:WEIGHT, deterministically.  Needs only the Python standard library and the
+shipped GPT-2 tokenizer.  Environment: MS_BIN (the binary)."""
+import gzip
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_cli import expect_error, ok, run  # noqa: E402
+
+EOT = 50256
+
+
+def tokens(path):
+    raw = open(path, "rb").read()
+    return list(struct.unpack(f"<{(len(raw) - 1024) // 2}H", raw[1024:]))
+
+
+def prepare(out, *inputs, extra=()):
+    """Run prepare into out (replaced); (rc, stderr, val tokens, train tokens)."""
+    shutil.rmtree(out, ignore_errors=True)
+    args = ["data", "prepare", "--tokenizer", "gpt2", "--out", out, "--threads", "2", *extra]
+    for i in inputs:
+        args += ["--input", i]
+    rc, _, err = run(*args)
+    names = sorted(os.listdir(out)) if rc == 0 else []
+    val = [t for n in names if "_val_" in n for t in tokens(os.path.join(out, n))]
+    train = [t for n in names if "_train_" in n for t in tokens(os.path.join(out, n))]
+    return rc, err, val, train
+
+
+def split_docs(toks):
+    """Token lists of the documents (each ends with EOT, dropped here)."""
+    docs, cur = [], []
+    for t in toks:
+        if t == EOT:
+            docs.append(cur)
+            cur = []
+        else:
+            cur.append(t)
+    return docs, cur
+
+
+def test_val_cut(d):
+    """A single document cut at the val mark: val + train is exactly the
+    document's own tokens, wherever the mark falls (inside "\\n\\n" followed
+    by an indent, inside a word, on a space)."""
+    text = "".join(f"   Section {i}. Permission is hereby granted, free of charge, to any person."
+                   f"\n\n" for i in range(80))
+    path = os.path.join(d, "license.txt")
+    open(path, "w").write(text)
+    rc, err, val0, ref = prepare(os.path.join(d, "ref"), path, extra=["--val-fraction", "0"])
+    ok(rc == 0 and not val0 and ref and ref[-1] == EOT, "val-fraction 0: every token in train", err)
+    nn = text.index("\n\n", 2000)
+    word = text.index("Permission", 3000) + 4
+    space = text.index(" free", 1000)
+    for what, mark in (("on the first \\n of \\n\\n", nn), ("on the second \\n", nn + 1),
+                       ("inside a word", word), ("on a space", space)):
+        frac = (mark + 0.5) / len(text)
+        rc, err, val, train = prepare(os.path.join(d, "cut"), path,
+                                      extra=["--val-fraction", repr(frac)])
+        ok(rc == 0 and val and val + train == ref,
+           f"val cut {what} (byte {mark}): val + train are the text's own tokens",
+           f"{err}\nval[-5:]={val[-5:]} train[:5]={train[:5]} ref around the cut="
+           f"{ref[len(val) - 5:len(val) + 5]}")
+        ok(EOT not in val and "cut between two of its tokens" in err,
+           f"val cut {what}: the document's end-of-text goes to train; the summary says so", err)
+
+
+def test_val_documents(d):
+    """Several documents: val takes the first ones whole, about the asked
+    share of the bytes."""
+    docs = os.path.join(d, "docs")
+    os.makedirs(docs)
+    texts = [f"Doc {i}. " + "The quick brown fox jumps over the lazy dog.\n\n " * (3 + i % 11)
+             for i in range(40)]
+    for i, t in enumerate(texts):
+        open(os.path.join(docs, f"d{i:03d}.txt"), "w").write(t)
+    rc, err, _, ref = prepare(os.path.join(d, "ref"), docs, extra=["--val-fraction", "0"])
+    ref_docs, rest = split_docs(ref)
+    ok(rc == 0 and len(ref_docs) == 40 and not rest, "40 documents, one end-of-text each", err)
+    for frac in (0.05, 0.2, 0.5):
+        rc, err, val, train = prepare(os.path.join(d, "vd"), docs,
+                                      extra=["--val-fraction", str(frac)])
+        vdocs, vrest = split_docs(val)
+        k = len(vdocs)
+        mark = frac * sum(map(len, texts))
+        got = sum(map(len, texts[:k]))
+        ok(rc == 0 and val + train == ref and not vrest and vdocs == ref_docs[:k]
+           and mark / 2 <= got <= 1.5 * mark and f"val: {k} whole document(s)" in err,
+           f"--val-fraction {frac}: val is the first {k} documents, whole "
+           f"({got} bytes for a mark at {mark:.0f})", err)
+
+
+def write_jsonl(path, rows, raw_lines=()):
+    with open(path, "w", newline="") as f:
+        for r in rows:
+            f.write((r if isinstance(r, str) else json.dumps(r)) + "\n")
+        for r in raw_lines:
+            f.write(r)
+
+
+def test_jsonl(d):
+    texts = ["Hello, world.\n", "naïve café 東京 \"quoted\"\n\ttab\\slash", "x" * 5000,
+             "One more line.\n\n  indented", "last"]
+    plain = os.path.join(d, "plain")
+    os.makedirs(plain)
+    for i, t in enumerate(texts):
+        open(os.path.join(plain, f"p{i}.txt"), "w", encoding="utf-8").write(t)
+    rc, err, _, ref = prepare(os.path.join(d, "pref"), plain, extra=["--val-fraction", "0"])
+    ok(rc == 0, "the texts as plain files", err)
+    jl = os.path.join(d, "docs.jsonl")
+    with open(jl, "w", encoding="utf-8", newline="") as f:
+        f.write(json.dumps({"id": 0, "text": texts[0]}) + "\n\n")  # a blank line is skipped
+        f.write(json.dumps({"text": texts[1], "meta": {"text": "not this"}},
+                           ensure_ascii=False) + "\r\n")
+        f.write(json.dumps({"text": ""}) + "\n")  # an empty document: skipped
+        f.write("  " + json.dumps({"text": texts[2]}) + "  \n")
+        for t in texts[3:]:
+            f.write(json.dumps({"text": t}) + "\n")
+    rc, err, _, got = prepare(os.path.join(d, "jref"), jl, extra=["--val-fraction", "0"])
+    ok(rc == 0 and got == ref and "prepared 5 document(s)" in err,
+       "JSONL: each line's \"text\" is one document, like a file of that text", err)
+    other = os.path.join(d, "content.jsonl")
+    write_jsonl(other, [{"content": t, "text": 1} for t in texts])
+    rc, err, _, got = prepare(os.path.join(d, "jc"), other,
+                              extra=["--val-fraction", "0", "--jsonl-field", "content"])
+    ok(rc == 0 and got == ref, "--jsonl-field content reads that member", err)
+
+    good = json.dumps({"text": "fine"})
+    bad = {"obj": ("[1, 2]", "an array, not a JSON object"),
+           "json": ('{"text": "unterminated', "not valid JSON"),
+           "trailing": ('{"text": "a"} x', "not valid JSON"),
+           "missing": ('{"body": "x"}', 'no member "text"'),
+           "number": ('{"text": 5}', 'member "text" is a number, not a string')}
+    for name, (line, needle) in bad.items():
+        p = os.path.join(d, f"bad_{name}.jsonl")
+        write_jsonl(p, [good, line, good])
+        out = os.path.join(d, f"o_{name}")
+        expect_error(["data", "prepare", "--input", p, "--out", out], f"bad_{name}.jsonl:2:",
+                     needle, what=f"JSONL {name}")
+        ok(not os.path.exists(out) or not os.listdir(out), f"JSONL {name}: no shard is left")
+    huge = os.path.join(d, "huge.jsonl")
+    with open(huge, "w") as f:
+        f.write(good + "\n")
+        f.write('{"text": "' + "a" * (64 << 20) + '"}\n')
+        f.write(good + "\n")
+    expect_error(["data", "prepare", "--input", huge, "--out", os.path.join(d, "o_huge")],
+                 "huge.jsonl:2:", "more than 64 MiB", what="JSONL: a line over 64 MiB")
+    mixed = os.path.join(d, "mixed.jsonl")
+    write_jsonl(mixed, [good, "[1]", good, '{"body": 1}', '{"text": null}', good])
+    rc, err, _, got = prepare(os.path.join(d, "skip"), mixed,
+                              extra=["--val-fraction", "0", "--jsonl-skip-bad", "1"])
+    ok(rc == 0 and len(split_docs(got)[0]) == 3 and "skipped 3 bad line(s)" in err
+       and "mixed.jsonl:2: an array, not a JSON object" in err,
+       "--jsonl-skip-bad 1: bad lines are counted and skipped, the first is named", err)
+    rc, err, _, got = prepare(os.path.join(d, "skiphuge"), huge,
+                              extra=["--val-fraction", "0", "--jsonl-skip-bad", "1"])
+    ok(rc == 0 and len(split_docs(got)[0]) == 2 and "skipped 1 bad line(s)" in err,
+       "--jsonl-skip-bad 1 skips a line over 64 MiB too", err)
+    os.remove(huge)
+    empty = os.path.join(d, "blank.jsonl")
+    open(empty, "w").write("\n  \n")
+    expect_error(["data", "prepare", "--input", empty, "--out", os.path.join(d, "o_blank")],
+                 "blank.jsonl", "no documents", what="JSONL of blank lines only")
+    gz = os.path.join(d, "docs.jsonl.gz")
+    open(gz, "wb").write(gzip.compress(open(jl, "rb").read()))
+    expect_error(["data", "prepare", "--input", gz, "--out", os.path.join(d, "o_gz")],
+                 "docs.jsonl.gz", "gzip-compressed", "decompress it first",
+                 what="a compressed input is refused, not tokenised as text")
+    tok = os.path.join(d, "j.tok")
+    rc, _, err = run("data", "tokenizer-train", "--input", jl, "--vocab-size", "280", "--out", tok)
+    ok(rc == 0 and os.path.exists(tok), "tokenizer-train reads JSONL documents", err)
+
+
+def test_batches(d):
+    """Small documents are encoded in batches on all threads, a large one (over
+    1 MiB) alone in blocks: the ids are each document's serial encoding
+    (tok_encode), in order, whatever the batch."""
+    enc = os.path.join(os.environ.get("MS_BUILD", ""), "tests", "tok_encode")
+    if not os.path.exists(enc):
+        print(f"skipped test_batches: no {enc} (MS_BUILD)")
+        return
+    distinct = [f"Text {k}: " + "lorem ipsum dolor sit amet, consectetur " * (1 + 7 * k % 23)
+                + "\n\n  end." * (k % 3) for k in range(20)]
+    distinct.append("Big. " + "The quick brown fox jumps over the lazy dog.\n" * 40000)  # 1.8 MB
+    order = [k % 20 for k in range(150)] + [20] + [(7 * k) % 20 for k in range(150)] + [20, 3]
+    ids = []
+    for k, t in enumerate(distinct):
+        src, dst = os.path.join(d, f"t{k}.txt"), os.path.join(d, f"t{k}.ids")
+        open(src, "w").write(t)
+        rc, _, err = run_enc(enc, src, dst)
+        raw = open(dst, "rb").read() if rc == 0 else b""
+        ids.append(list(struct.unpack(f"<{len(raw) // 4}I", raw)))
+    want = [t for k in order for t in ids[k] + [EOT]]
+    jl = os.path.join(d, "batch.jsonl")
+    write_jsonl(jl, [{"text": distinct[k]} for k in order])
+    for threads in ("1", "2", "0"):
+        rc, err, _, got = prepare(os.path.join(d, "b"), jl,
+                                  extra=["--val-fraction", "0", "--threads", threads])
+        ok(rc == 0 and got == want, f"--threads {threads}: batched ids are each document's own, "
+           "in order", err)
+    rc, err, val, train = prepare(os.path.join(d, "bv"), jl, extra=["--val-fraction", "0.01"])
+    ok(rc == 0 and val + train == want and val and not split_docs(val)[1],
+       "batched: val takes whole small documents, val + train unchanged", err)
+    rc, err, val, train = prepare(os.path.join(d, "bv"), jl, extra=["--val-fraction", "0.3"])
+    ok(rc == 0 and val + train == want and len(split_docs(val)[0]) == 150
+       and split_docs(val)[1] and "cut between two of its tokens" in err,
+       "batched: the large document crossing the mark is cut in its tokens", err)
+
+
+def run_enc(enc, src, dst):
+    import subprocess
+    p = subprocess.run([enc, src, dst], capture_output=True, text=True)
+    return p.returncode, p.stdout, p.stderr
+
+
+def sources(d):
+    """Three inputs of distinct documents: short ones, long ones, files."""
+    a, b, c = (os.path.join(d, n) for n in ("a.jsonl", "b.jsonl", "c"))
+    write_jsonl(a, [{"text": f"alpha {i} " + "ant " * (2 + i % 9)} for i in range(300)])
+    write_jsonl(b, [{"text": f"beta {i} " + "bear and bison " * (4 + i % 7)} for i in range(300)])
+    os.makedirs(c)
+    for i in range(80):
+        open(os.path.join(c, f"c{i:03d}.txt"), "w").write(f"gamma {i} " + "cat " * (5 + i % 13))
+    return a, b, c
+
+
+def test_blend(d):
+    a, b, c = sources(d)
+    refs = []
+    for s in (a, b, c):
+        rc, err, _, t = prepare(os.path.join(d, "r"), s, extra=["--val-fraction", "0"])
+        refs.append(split_docs(t)[0])
+        ok(rc == 0, f"{os.path.basename(s)} alone", err)
+    # no weights: the inputs follow one another
+    rc, err, _, t = prepare(os.path.join(d, "cat"), a, c, extra=["--val-fraction", "0"])
+    ok(rc == 0 and split_docs(t)[0] == refs[0] + refs[2],
+       "several --input without weights: their documents in order, one input after the other",
+       err)
+    # weights 2:1:1, by tokens
+    weights = [2, 1, 1]
+    ins = [f"{a}:2", f"{b}:1", f"{c}:1"]
+    out1 = os.path.join(d, "blend1")
+    extra = ["--val-fraction", "0.05", "--shard-tokens", "3000"]
+    rc, err, val, train = prepare(out1, *ins, extra=extra)
+    docs, rest = split_docs(val + train)
+    where = [0, 0, 0]
+    order = []  # the input of each output document, checked against each input's order
+    for doc in docs:
+        k = next((i for i in range(3) if where[i] < len(refs[i]) and refs[i][where[i]] == doc),
+                 None)
+        if k is None:
+            break
+        order.append(k)
+        where[k] += 1
+    ok(rc == 0 and not rest and len(order) == len(docs) and where == [len(r) for r in refs],
+       "blend: every document of every input once, each input's documents in order", err)
+    ok(not split_docs(val)[1], "blend: val holds whole documents", str(val[-5:]))
+    # shares while every input lasted (up to the first one's last document)
+    first_out = min(range(3), key=lambda i: max(j for j, k in enumerate(order) if k == i))
+    end = max(j for j, k in enumerate(order) if k == first_out) + 1
+    got = [0, 0, 0]
+    for doc, k in zip(docs[:end], order[:end]):
+        got[k] += len(doc) + 1
+    share = [g / sum(got) for g in got]
+    want = [w / sum(weights) for w in weights]
+    ok(all(abs(s - w) < 0.015 for s, w in zip(share, want)),
+       f"blend by tokens: shares {[round(s, 4) for s in share]} within 1.5% of {want} "
+       f"over the first {end} documents", err)
+    ndocs = [order[:end].count(i) for i in range(3)]
+    ok(ndocs[0] > 2 * ndocs[1], "the weights count tokens, not documents "
+       f"(short alpha documents outnumber the long beta ones: {ndocs})")
+    ok("weight 2 asks 50.0%, got " in err and "weight 1 asks 25.0%, got 2" in err
+       and "ran out and the others went on without it" in err,
+       "the summary gives each input's share asked and achieved", err)
+    # determinism: byte-equal shards
+    out2 = os.path.join(d, "blend2")
+    shutil.copytree(out1, os.path.join(d, "blend1_keep"))
+    rc, err, _, _ = prepare(out2, *ins, extra=extra)
+    k1 = os.path.join(d, "blend1_keep")
+    n1, n2 = sorted(os.listdir(k1)), sorted(os.listdir(out2)) if rc == 0 else []
+    ok(rc == 0 and n1 == n2 and len(n1) > 2 and all(
+        open(os.path.join(k1, n), "rb").read() == open(os.path.join(out2, n), "rb").read()
+        for n in n1), "blend: the same inputs give byte-identical shards", err + str(n1 + n2))
+    # a config file gives the same list; the command line replaces it
+    cfg = os.path.join(d, "blend.cfg")
+    open(cfg, "w").write("".join(f"input = {i}\n" for i in ins))
+    rc, err, v3, t3 = prepare(os.path.join(d, "bcfg"), extra=["--config", cfg, *extra])
+    ok(rc == 0 and v3 + t3 == val + train, "input = ... lines in --config: the same blend", err)
+    rc, err, _, t4 = prepare(os.path.join(d, "bcfg2"), a,
+                             extra=["--config", cfg, "--val-fraction", "0"])
+    ok(rc == 0 and split_docs(t4)[0] == refs[0],
+       "--input on the command line replaces the config file's list", err)
+    # bad weights
+    expect_error(["data", "prepare", "--input", f"{a}:3", "--input", b, "--out",
+                  os.path.join(d, "bw")], "every --input", ":WEIGHT",
+                 what="weights on some inputs only")
+    for w in ("0", "-1", "inf"):
+        expect_error(["data", "prepare", "--input", f"{a}:{w}", "--out", os.path.join(d, "bw")],
+                     f"{a}:{w}", "weight", what=f"weight {w}")
+    expect_error(["data", "tokenizer-train", "--input", f"{a}:2", "--out",
+                  os.path.join(d, "t.tok")], "without weights", what="tokenizer-train weights")
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="ms_prep_")
+    for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend):
+        sub = os.path.join(d, t.__name__)
+        os.makedirs(sub)
+        t(sub)
+    shutil.rmtree(d, ignore_errors=True)
+    from test_cli import passed, failed  # noqa: E402  (the counters ok() kept)
+    print(f"{passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
