@@ -24,7 +24,7 @@
  * `spike=X` (the optimiser uses lr x X at that step, X > 0: a loss spike;
  * every rank, so it takes no target); the checkpoint's points
  * (stage1:mid, stage2:start, stage2:mid-shard, stage2:after-shard,
- * stage2:after-manifest, stage2:after-commit, io:enospc-shard,
+ * stage2:after-manifest, stage2:after-commit, stage2:flip-shm, io:enospc-shard,
  * io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest,
  * signal:term; see src/ckpt/ckpt_fault.c); the self-test's diag:gemm,
  * diag:memory, diag:comm, diag:storage (that check fails as on bad

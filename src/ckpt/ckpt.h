@@ -219,10 +219,19 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root);
 
 /* Host-memory snapshots (in shm_dir; NULL/"": /dev/shm) of the job whose
  * checkpoint directory is root: prints one line per slot to stdout (path,
- * step, rank, complete or not); remove: unlink them. */
+ * step, rank, or why it is invalid: incomplete, a data CRC mismatch, ...);
+ * remove: unlink them, except those a live process holds. */
 ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove);
 /* Remove the job's slots in shm_dir of ranks >= world (left by a run with
- * more ranks). */
+ * more ranks), except those a live process holds. */
 void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world);
+/* Orphans: the slots in shm_dir (NULL/"": /dev/shm) of this user whose
+ * recorded checkpoint directory no longer exists, so nothing can resume
+ * from them or list them by directory, and that no live process holds.
+ * print: a line per slot considered to stdout (orphan / removed / held
+ * by a live process / of an older format, which records no directory),
+ * then a summary; remove: unlink the orphans.  *n, *bytes (either may be
+ * NULL): the orphans found and their size. */
+ms_status ckpt_shm_orphans(const char *shm_dir, int remove, int print, int *n, uint64_t *bytes);
 
 #endif

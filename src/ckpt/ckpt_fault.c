@@ -12,6 +12,9 @@
  *   stage2:after-shard    SIGKILL once this rank's shard is fsynced
  *   stage2:after-manifest SIGKILL after the manifest, before the commit rename
  *   stage2:after-commit   SIGKILL after the commit, before DIR/latest
+ *   stage2:flip-shm       one bit of the snapshot's data flipped in /dev/shm
+ *                         before stage 2 reads it (memory damaged after stage
+ *                         1): the persist must fail, the commits stay as they were
  *   io:enospc-shard       the shard write fails with ENOSPC
  *   io:eio-fsync-shard    the shard's fsync fails with EIO
  *   io:enospc-manifest    the manifest write fails with ENOSPC

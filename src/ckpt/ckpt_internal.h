@@ -146,6 +146,7 @@ typedef struct {
     int n_runs;
     const float *data; /* the mapped data section */
     uint64_t data_elems;
+    uint32_t data_crc; /* its CRC32C as stage 1 recorded it (ckpt_snap_verify checks it) */
 } ckpt_snap_view;
 
 /* The job id in root/job (hex); create: make one when it is missing. */
@@ -157,12 +158,17 @@ const char *ckpt_shm_dir(const char *shm_dir);
  * is root. */
 ms_status ckpt_shm_path(char *buf, size_t n, const char *shm_dir, const char *root, int rank,
                         int slot);
-/* Create (or reuse) and map a slot sized for the runs; pages are populated. */
-ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems, size_t meta_cap);
+/* Create (or reuse) and map a slot sized for the runs; pages are populated.
+ * Records root's real path (the checkpoint directory: ckpt_shm_orphans)
+ * and holds a shared flock on the file until ckpt_slot_close (a live
+ * holder: never removed by the tools). */
+ms_status ckpt_slot_open(ckpt_slot **out, const char *path, const char *root, uint64_t data_elems,
+                         size_t meta_cap);
 void ckpt_slot_close(ckpt_slot *s, int remove);
 const char *ckpt_slot_path(const ckpt_slot *s);
 /* Stage 1: mark incomplete, write meta (JSON), copy the runs' param/m/v
- * from backend memory, mark complete. */
+ * from backend memory (runs in data_off order) and record the data's
+ * CRC32C, mark complete. */
 typedef struct {
     be_backend *be;
     const float *params;
@@ -173,12 +179,20 @@ typedef struct {
 } ckpt_snap_src;
 ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta,
                           const ckpt_snap_src *src);
+/* The data against the CRC stage 1 recorded (one thread: for stage 2):
+ * MS_ERR_FORMAT naming the slot file and the step on a mismatch. */
+ms_status ckpt_slot_verify(const ckpt_slot *s);
+/* Flip one bit of the slot's data (the fault stage2:flip-shm). */
+void ckpt_slot_damage(ckpt_slot *s);
 /* Step of the complete snapshot of job in the slot, -1 if none. */
 int ckpt_slot_step(const ckpt_slot *s, uint64_t job);
 const float *ckpt_slot_data(const ckpt_slot *s);
 /* Read a snapshot file (mapped; *view valid until ckpt_snap_close). */
 ms_status ckpt_snap_open(const char *path, ckpt_snap_view *view, void **handle);
 void ckpt_snap_close(ckpt_snap_view *view, void *handle);
+/* The view's data against its CRC (over the OpenMP threads): MS_ERR_FORMAT
+ * naming path and the step on a mismatch. */
+ms_status ckpt_snap_verify(const char *path, const ckpt_snap_view *view);
 /* The snapshot's meta JSON. */
 char *ckpt_snap_meta(uint64_t job, int step, int rank, int world, int dp, const gpt_config *model,
                      const char *optimizer, const ckpt_train_state *tr, const ckpt_run *runs,

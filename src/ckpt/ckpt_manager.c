@@ -205,6 +205,13 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     if (st == MS_OK) st = ckpt_runs_of_opt_save(m, opt, &cm->runs, &cm->n_runs, &cm->n_save);
     cm->data_elems = 3 * ckpt_runs_elems(cm->runs, cm->n_runs);
     if (st == MS_OK && saving) st = setup_dir(cm);
+    int n_orphans = 0;
+    uint64_t orphan_bytes = 0;
+    if (st == MS_OK && saving && cm->rank == 0 &&
+        ckpt_shm_orphans(cm->shm_dir, 0, 0, &n_orphans, &orphan_bytes) == MS_OK && n_orphans)
+        ms_warn("checkpoint: %d snapshot(s) in %s (%.1f MB) belong to checkpoint directories that "
+                "are gone; `megascale ckpt shm-orphans --remove 1` removes them",
+                n_orphans, ckpt_shm_dir(cm->shm_dir), (double)orphan_bytes / 1e6);
     if (st != MS_OK) {
         ckpt_manager_destroy(cm);
         return st;
@@ -219,7 +226,8 @@ static ms_status ensure_slots(ckpt_manager *cm) {
         if (cm->slots[k]) continue;
         char path[4300];
         MS_TRY(ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, cm->rank, k));
-        MS_TRY(ckpt_slot_open(&cm->slots[k], path, cm->data_elems, 8192 + 96 * (size_t)cm->n_runs));
+        MS_TRY(ckpt_slot_open(&cm->slots[k], path, cm->root, cm->data_elems,
+                              8192 + 96 * (size_t)cm->n_runs));
         cm->slot_step[k] = ckpt_slot_step(cm->slots[k], cm->job);
     }
     return MS_OK;
@@ -338,7 +346,8 @@ static int same_model(const gpt_config *a, const gpt_config *b) {
            a->attn_window == b->attn_window;
 }
 
-/* Steps of this rank's usable /dev/shm snapshots (same job, layout, runs). */
+/* Steps of this rank's usable /dev/shm snapshots (same job, layout, runs;
+ * the data's CRC is checked only for the one chosen: shm_verify). */
 static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
     for (int k = 0; k < 2; k++) {
         char path[4300];
@@ -432,6 +441,60 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
     return MS_OK;
 }
 
+/* Open this rank's snapshot of `step` of this job (path: its slot file,
+ * 4300 bytes); MS_ERR_NOTFOUND when neither slot holds it. */
+static ms_status shm_open_step(ckpt_manager *cm, int step, char *path, ckpt_snap_view *v,
+                               void **h) {
+    for (int k = 0; k < 2; k++) {
+        MS_TRY(ckpt_shm_path(path, 4300, cm->shm_dir, cm->root, cm->rank, k));
+        if (ckpt_snap_open(path, v, h) != MS_OK) continue;
+        if (v->step == step && v->job == cm->job) return MS_OK;
+        ckpt_snap_close(v, *h);
+    }
+    return ms_error(MS_ERR_NOTFOUND, "rank %d: the snapshot of step %d vanished", cm->rank, step);
+}
+
+/* This rank's snapshot of `step` against its data CRC (a warning naming
+ * the slot file if it fails). */
+static ms_status shm_verify(ckpt_manager *cm, int step) {
+    char path[4300];
+    ckpt_snap_view v;
+    void *h;
+    ms_status st = shm_open_step(cm, step, path, &v, &h);
+    if (st == MS_OK) {
+        st = ckpt_snap_verify(path, &v);
+        ckpt_snap_close(&v, h);
+    }
+    if (st != MS_OK) ms_warn("resume: not resuming from %s", ms_errmsg());
+    return st;
+}
+
+/* What to resume from, on every rank: rank 0 chooses (dec: kind, step;
+ * *reader: the validated commit), the others learn it.  A /dev/shm
+ * snapshot chosen is first checked against its data CRC on every rank;
+ * when one fails, that step is dropped from mine (every rank's candidate
+ * steps) and the choice is made again: the other snapshot or a commit.
+ * So the data is read for its CRC only when a snapshot is to be loaded. */
+static ms_status decide(ckpt_manager *cm, int64_t mine[2], int32_t dec[2], ckpt_reader **reader) {
+    for (int round = 0;; round++) {
+        MS_CHECK(round < 3); /* each round drops one of the two candidates */
+        int64_t shm_step = -1;
+        MS_TRY(shm_common(cm, mine, &shm_step));
+        int kind = RES_NONE, step = -1;
+        ms_status st = cm->rank == 0 ? choose(cm, shm_step, &kind, &step, reader) : MS_OK;
+        st = share_status(cm->wg, cm->rank, st, "choose a checkpoint to resume from");
+        dec[0] = kind;
+        dec[1] = step;
+        if (st == MS_OK && cm->wg) st = comm_broadcast(cm->wg, dec, 2, COMM_I32, 0);
+        if (st != MS_OK || dec[0] != RES_SHM) return st;
+        int32_t bad = shm_verify(cm, dec[1]) != MS_OK, any = bad;
+        if (cm->wg) MS_TRY(comm_allreduce(cm->wg, &bad, &any, 1, COMM_I32, COMM_MAX));
+        if (!any) return MS_OK;
+        for (int k = 0; k < 2; k++)
+            if (mine[k] == dec[1]) mine[k] = -1;
+    }
+}
+
 /* Compare the saved state with this run's and say what differs. */
 static void compare_state(const ckpt_train_state *saved, const ckpt_train_state *now) {
     if (saved->seed != now->seed)
@@ -475,23 +538,15 @@ static void compare_state(const ckpt_train_state *saved, const ckpt_train_state 
 /* Each rank loads its own snapshot of `step`. */
 static ms_status load_shm(ckpt_manager *cm, int step, ckpt_train_state *out, char *from,
                           size_t nfrom) {
-    for (int k = 0; k < 2; k++) {
-        char path[4300];
-        ckpt_snap_view v;
-        void *h;
-        MS_TRY(ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, cm->rank, k));
-        if (ckpt_snap_open(path, &v, &h) != MS_OK) continue;
-        if (v.step != step || v.job != cm->job) {
-            ckpt_snap_close(&v, h);
-            continue;
-        }
-        ms_status st = ckpt_load_snapshot(&v, cm->m, cm->runs, cm->n_runs);
-        *out = v.trainer;
-        snprintf(from, nfrom, "%s (host-memory snapshot)", path);
-        ckpt_snap_close(&v, h);
-        return st;
-    }
-    return ms_error(MS_ERR_NOTFOUND, "rank %d: the snapshot of step %d vanished", cm->rank, step);
+    char path[4300];
+    ckpt_snap_view v;
+    void *h;
+    MS_TRY(shm_open_step(cm, step, path, &v, &h));
+    ms_status st = ckpt_load_snapshot(&v, cm->m, cm->runs, cm->n_runs);
+    *out = v.trainer;
+    snprintf(from, nfrom, "%s (host-memory snapshot)", path);
+    ckpt_snap_close(&v, h);
+    return st;
 }
 
 /* After resuming from a snapshot that no commit holds: persist it now. */
@@ -510,15 +565,11 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
     *found = 0;
     if (!cm->resume[0]) return cm->saving ? ensure_slots(cm) : MS_OK;
     double t0 = ms_now();
-    int64_t mine[2] = {-1, -1}, shm_step = -1;
+    int64_t mine[2] = {-1, -1};
     if (cm->saving && !strcmp(cm->resume, "auto")) shm_local(cm, mine);
-    MS_TRY(shm_common(cm, mine, &shm_step));
-    int kind = RES_NONE, step = -1;
+    int32_t dec[2] = {RES_NONE, -1};
     ckpt_reader *reader = NULL;
-    ms_status st = cm->rank == 0 ? choose(cm, shm_step, &kind, &step, &reader) : MS_OK;
-    st = share_status(cm->wg, cm->rank, st, "choose a checkpoint to resume from");
-    int32_t dec[2] = {kind, step};
-    if (st == MS_OK && cm->wg) st = comm_broadcast(cm->wg, dec, 2, COMM_I32, 0);
+    ms_status st = decide(cm, mine, dec, &reader);
     char from[4400] = "";
     ckpt_train_state saved;
     memset(&saved, 0, sizeof saved);

@@ -3,7 +3,9 @@
  *
  * One persist (for the snapshot of step N), on every rank of the "ckpt"
  * group: rank 0 makes an empty staging directory DIR/.step_N.tmp; all agree
- * it exists; each rank writes its shard there (safetensors: the header from
+ * it exists; each rank checks its snapshot's data against the CRC stage 1
+ * recorded (a byte damaged in /dev/shm fails the persist, never becomes a
+ * commit) and writes its shard there (safetensors: the header from
  * the writer, padded to 4 KiB, then the snapshot's data as it lies in
  * /dev/shm, with O_DIRECT where the filesystem has it; temp + fsync +
  * rename) with a CRC32C per slice; all exchange their parts of the manifest
@@ -451,6 +453,13 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
     uint64_t *bytes = &res->bytes;
     memset(res, 0, sizeof *res);
     st = crcs && parts ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
+    if (st == MS_OK && ckpt_fault_hits(c->fault, "stage2:flip-shm", step, first)) {
+        ms_warn("injected fault stage2:flip-shm at the checkpoint of step %d: one bit of %s "
+                "flipped",
+                step, ckpt_slot_path(s));
+        ckpt_slot_damage(s);
+    }
+    if (st == MS_OK) st = ckpt_slot_verify(s); /* what goes to disk is what stage 1 copied */
     if (st == MS_OK)
         st = ckpt_shard_write(staging, name, c->rank, step, c->tensors, c->runs, c->n_runs,
                               ckpt_slot_data(s), crcs, bytes, c->fault, first);

@@ -2,24 +2,41 @@
  *
  * A slot is one file, SHM_DIR (ckpt_options.shm_dir, default /dev/shm)/
  * megascale-ckpt-<hash of the checkpoint root's real path>-r<rank>-s<slot>,
- * mapped shared: a 4 KiB binary header (magic, version, `complete`, job id,
- * step, offsets, sizes, CRC32C of the meta text), the meta text (JSON:
- * model, layout, trainer state, the runs with their data offsets) and the
- * data (per run: param, m, v, fp32).  Stage 1 clears `complete`, writes the
- * meta and the data (the copies cut into 4 MB pieces shared by the OpenMP
- * threads), then sets `complete` (release order), so a process
- * killed in the middle leaves a slot that the loader rejects.  The file
- * outlives the process; the job id (DIR/job) ties it to one checkpoint
- * directory, so a snapshot of a deleted run is never loaded.  Pages are
- * allocated when the slot is opened (fallocate), so stage 1 is a copy into
- * memory that is already there, and /dev/shm running full shows up then.
+ * mapped shared: an 8 KiB binary header (magic, version, `complete`, job
+ * id, step, offsets, sizes, CRC32C of the meta text and of the data, the
+ * pid that opened it, the checkpoint root's real path), the meta text
+ * (JSON: model, layout, trainer state, the runs with their data offsets)
+ * and the data (per run: param, m, v, fp32).  Stage 1 clears `complete`,
+ * writes the meta and the data (the copies cut into 4 MB pieces shared by
+ * the OpenMP threads, each piece's CRC32C taken during its copy from host
+ * memory or right after its copy from a device, while it is still in the
+ * cache; the pieces' CRCs joined into the data's), then sets `complete`
+ * (release order), so a process killed in the middle
+ * leaves a slot that the loader rejects.  The data CRC is checked before a
+ * snapshot is resumed from (ckpt_snap_verify) and before stage 2 writes it
+ * to disk (ckpt_slot_verify), so a byte damaged in host memory is never
+ * loaded nor committed.  The file outlives the process; the job id (DIR/job)
+ * ties it to one checkpoint directory, so a snapshot of a deleted run is
+ * never loaded.  Pages are allocated when the slot is opened (fallocate),
+ * so stage 1 is a copy into memory that is already there, and /dev/shm
+ * running full shows up then.
+ *
+ * A process holds a shared flock on each slot it has open (ckpt_slot_open
+ * to ckpt_slot_close; the kernel drops it when the process dies), so
+ * removal (ckpt_shm_list, ckpt_shm_remove_beyond, ckpt_shm_orphans) can
+ * tell a live run's slot (never removed) from a dead one's: it takes the
+ * exclusive lock without waiting first.  ckpt_shm_orphans finds (and
+ * removes) the slots of this user whose recorded checkpoint directory no
+ * longer exists: no path reaches them.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -31,23 +48,35 @@
 #include "ckpt/ckpt_internal.h"
 
 #define SHM_MAGIC "MSCKSHM"
-#define SHM_VERSION 1
-#define HDR_BYTES 4096
+#define SHM_VERSION 2
+#define HDR_BYTES 8192
+#define SHM_ROOT_MAX 4096
 
+/* docs/formats.md, "Host-memory snapshots": little-endian, these offsets. */
 typedef struct {
-    char magic[8];
-    uint32_t version;
-    uint32_t complete; /* 1 once meta and data are written */
-    uint64_t job;
-    int64_t step;
-    uint64_t meta_off, meta_len, meta_cap;
-    uint64_t data_off, data_elems;
-    uint64_t file_bytes;
-    uint32_t meta_crc, pad;
+    char magic[8];                         /* 0: "MSCKSHM\0" */
+    uint32_t version;                      /* 8: SHM_VERSION */
+    uint32_t complete;                     /* 12: 1 once meta and data are written */
+    uint64_t job;                          /* 16 */
+    int64_t step;                          /* 24 */
+    uint64_t meta_off, meta_len, meta_cap; /* 32, 40, 48: bytes */
+    uint64_t data_off, data_elems;         /* 56 (bytes), 64 (floats) */
+    uint64_t file_bytes;                   /* 72 */
+    uint32_t meta_crc;                     /* 80: CRC32C of the meta text */
+    uint32_t data_crc;                     /* 84: CRC32C of the data_elems * 4 data bytes */
+    uint32_t pid;                          /* 88: the process that opened the slot last */
+    uint32_t root_len;                     /* 92: strlen(root); 0: none recorded */
+    char root[SHM_ROOT_MAX]; /* 96: real path of the checkpoint directory, NUL-terminated */
 } shm_header;
+
+_Static_assert(sizeof(shm_header) <= HDR_BYTES, "the snapshot header outgrew its bytes");
+_Static_assert(offsetof(shm_header, complete) == 12 && offsetof(shm_header, data_off) == 56 &&
+                   offsetof(shm_header, data_crc) == 84 && offsetof(shm_header, root) == 96,
+               "docs/formats.md gives these offsets");
 
 struct ckpt_slot {
     char path[4096];
+    int fd; /* open while the slot is: it holds the shared flock */
     uint8_t *map;
     size_t len;
     shm_header *h;
@@ -111,15 +140,44 @@ ms_status ckpt_job_id(const char *root, int create, uint64_t *job) {
     return MS_OK;
 }
 
-ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems, size_t meta_cap) {
+/* Open (creating) path and take its shared lock; again when a remover
+ * unlinked it between the open and the lock (its exclusive lock, taken
+ * first, makes this wait), so the lock is always on the file the name
+ * holds.  -1 and errno on failure. */
+static int open_locked(const char *path) {
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fd < 0) return -1;
+        struct stat a, b;
+        int rc;
+        while ((rc = flock(fd, LOCK_SH)) != 0 && errno == EINTR) {
+        }
+        if (rc == 0 && fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino)
+            return fd;
+        int err = errno;
+        close(fd);
+        if (rc != 0) {
+            errno = err;
+            return -1;
+        }
+    }
+    errno = EAGAIN;
+    return -1;
+}
+
+ms_status ckpt_slot_open(ckpt_slot **out, const char *path, const char *root, uint64_t data_elems,
+                         size_t meta_cap) {
     ms_status st = MS_OK;
     ckpt_slot *s = calloc(1, sizeof *s);
     if (!s) return ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
     snprintf(s->path, sizeof s->path, "%s", path);
+    s->fd = -1;
     uint64_t moff = HDR_BYTES, mcap = round_page(meta_cap), doff = moff + mcap;
     uint64_t bytes = round_page(doff + data_elems * sizeof(float));
     struct stat sb;
-    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    char *rp = root ? realpath(root, NULL) : NULL;
+    int fd = s->fd = open_locked(path);
     if (fd < 0) {
         st = ms_error(MS_ERR_IO, "%s: open snapshot: %s", path, strerror(errno));
         goto out;
@@ -158,8 +216,14 @@ ms_status ckpt_slot_open(ckpt_slot **out, const char *path, uint64_t data_elems,
         h->file_bytes = bytes;
         h->step = -1;
     }
+    /* who holds it, and the directory it belongs to (ckpt_shm_orphans) */
+    h->pid = (uint32_t)getpid();
+    size_t rl = rp && strlen(rp) < SHM_ROOT_MAX ? strlen(rp) : 0;
+    memset(h->root, 0, sizeof h->root);
+    memcpy(h->root, rp ? rp : "", rl);
+    h->root_len = (uint32_t)rl;
 out:
-    if (fd >= 0) close(fd);
+    free(rp);
     if (st != MS_OK) {
         ckpt_slot_close(s, 0);
         return st;
@@ -171,7 +235,8 @@ out:
 void ckpt_slot_close(ckpt_slot *s, int remove) {
     if (!s) return;
     if (s->map) munmap(s->map, s->len);
-    if (remove) unlink(s->path);
+    if (remove) unlink(s->path); /* before the lock goes: nobody removes a newer file */
+    if (s->fd >= 0) close(s->fd);
     free(s);
 }
 
@@ -192,9 +257,92 @@ const float *ckpt_slot_data(const ckpt_slot *s) {
 
 typedef struct {
     float *dst;
-    const float *src;
+    const float *src; /* NULL: data no run covers, only CRC'd */
     size_t n;
+    int host;     /* src is host memory: copied and CRC'd in one pass (ms_crc32c_copy) */
+    uint32_t crc; /* of dst[0, n) once done */
 } copy_job;
+
+/* The CRC32C of n bytes at p, in COPY_CHUNK pieces over the OpenMP threads
+ * when parallel (joined with ms_crc32c_combine). */
+static uint32_t data_crc(const uint8_t *p, uint64_t n, int parallel) {
+    const uint64_t piece = COPY_CHUNK * sizeof(float);
+    long np = (long)((n + piece - 1) / piece);
+    uint32_t *c = parallel && np > 1 ? malloc(sizeof *c * (size_t)np) : NULL;
+    if (!c) return ms_crc32c(0, p, n);
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long i = 0; i < np; i++) {
+        uint64_t off = (uint64_t)i * piece;
+        c[i] = ms_crc32c(0, p + off, n - off < piece ? n - off : piece);
+    }
+    uint32_t crc = 0;
+    for (long i = 0; i < np; i++) {
+        uint64_t off = (uint64_t)i * piece;
+        crc = ms_crc32c_combine(crc, c[i], n - off < piece ? n - off : piece);
+    }
+    free(c);
+    return crc;
+}
+
+/* Append the jobs for dst[0, n) (from src, or CRC only when src is NULL),
+ * COPY_CHUNK elements at most each. */
+static ms_status add_jobs(copy_job **jobs, size_t *nj, size_t *cap, float *dst, const float *src,
+                          size_t n, int host, const char *path) {
+    for (size_t o = 0; o < n; o += COPY_CHUNK) {
+        if (*nj == *cap) {
+            size_t nc = *cap ? 2 * *cap : 256;
+            copy_job *j2 = realloc(*jobs, nc * sizeof **jobs);
+            if (!j2) return ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+            *jobs = j2;
+            *cap = nc;
+        }
+        size_t c = n - o < COPY_CHUNK ? n - o : COPY_CHUNK;
+        (*jobs)[(*nj)++] = (copy_job){dst + o, src ? src + o : NULL, c, host, 0};
+    }
+    return MS_OK;
+}
+
+/* The jobs that fill the data section in order: the runs' pieces, and CRC-
+ * only jobs for what no run covers (so the jobs' CRCs join into the whole
+ * section's). */
+static ms_status plan_copies(const ckpt_slot *s, const ckpt_snap_src *src, copy_job **out,
+                             size_t *n_out) {
+    float *data = (float *)(s->map + s->h->data_off);
+    copy_job *jobs = NULL;
+    size_t nj = 0, cap = 0;
+    uint64_t at = 0; /* the next element of the section not yet planned */
+    ms_status st = MS_OK;
+    for (int i = 0; st == MS_OK && i < src->n_runs; i++) {
+        const ckpt_run *r = &src->runs[i];
+        size_t n = r->end - r->begin;
+        for (int k = 0; st == MS_OK && k < 3; k++)
+            for (uint64_t b = r->begin; st == MS_OK && b < r->end;) { /* a piece per box row */
+                size_t pos = 0, len = ckpt_run_seg(r, b, &pos);
+                const float *from =
+                    k == 0 ? src->params + pos : (k == 1 ? r->mom : r->var) + (pos - r->state_off);
+                uint64_t to = r->data_off + (uint64_t)k * n + (b - r->begin);
+                if (to < at)
+                    st = ms_error(MS_ERR_INTERNAL, "%s: snapshot runs overlap or are out of order",
+                                  s->path);
+                if (st == MS_OK && to > at)
+                    st = add_jobs(&jobs, &nj, &cap, data + at, NULL, to - at, 0, s->path);
+                if (st == MS_OK)
+                    st = add_jobs(&jobs, &nj, &cap, data + to, from, len,
+                                  !src->be->is_device(src->be, from), s->path);
+                at = to + len;
+                b += len;
+            }
+    }
+    if (st == MS_OK && at < s->h->data_elems)
+        st = add_jobs(&jobs, &nj, &cap, data + at, NULL, s->h->data_elems - at, 0, s->path);
+    if (st != MS_OK) {
+        free(jobs);
+        return st;
+    }
+    *out = jobs;
+    *n_out = nj;
+    return MS_OK;
+}
 
 ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta,
                           const ckpt_snap_src *src) {
@@ -205,52 +353,58 @@ ms_status ckpt_slot_write(ckpt_slot *s, uint64_t job, int step, const char *meta
                         ml, h->meta_cap);
     if (ckpt_runs_elems(src->runs, src->n_runs) * 3 > h->data_elems)
         return ms_error(MS_ERR_INTERNAL, "%s: snapshot slot too small", s->path);
+    copy_job *jobs = NULL;
+    size_t nj = 0;
+    MS_TRY(plan_copies(s, src, &jobs, &nj));
     __atomic_store_n(&h->complete, 0, __ATOMIC_RELEASE);
     h->job = job;
     h->step = step;
     memcpy(s->map + h->meta_off, meta, ml + 1);
     h->meta_len = ml;
     h->meta_crc = ms_crc32c(0, meta, ml);
-    /* the copies, cut into pieces of at most 4 MB, shared by the threads */
-    float *data = (float *)(s->map + h->data_off);
+    /* the copies, shared by the threads: from host memory copied and CRC'd
+     * in one pass; from a device one to_host per piece, then its CRC while
+     * it is in the cache (and other threads' copies run meanwhile) */
     be_backend *be = src->be;
-    size_t nj = 0, cap = 0;
-    copy_job *jobs = NULL;
-    for (int i = 0; i < src->n_runs; i++) {
-        const ckpt_run *r = &src->runs[i];
-        size_t n = r->end - r->begin;
-        for (int k = 0; k < 3; k++)
-            for (uint64_t b = r->begin; b < r->end;) { /* one piece per box row if strided */
-                size_t pos = 0, len = ckpt_run_seg(r, b, &pos);
-                const float *from =
-                    k == 0 ? src->params + pos : (k == 1 ? r->mom : r->var) + (pos - r->state_off);
-                float *to = data + r->data_off + (size_t)k * n + (b - r->begin);
-                for (size_t o = 0; o < len; o += COPY_CHUNK) {
-                    if (nj == cap) {
-                        cap = cap ? 2 * cap : 256;
-                        copy_job *nj2 = realloc(jobs, cap * sizeof *jobs);
-                        if (!nj2) {
-                            free(jobs);
-                            return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->path);
-                        }
-                        jobs = nj2;
-                    }
-                    size_t c = len - o < COPY_CHUNK ? len - o : COPY_CHUNK;
-                    jobs[nj++] = (copy_job){to + o, from + o, c};
-                }
-                b += len;
-            }
-    }
+    be->sync(be); /* what a host-memory source holds is final */
     for (int half = 0; half < 2; half++) {
         long lo = half ? (long)nj / 2 : 0, hi = half ? (long)nj : (long)nj / 2;
         if (half) ckpt_fault_kill(src->fault, "stage1:mid", step, src->fault_first);
 #pragma omp parallel for schedule(dynamic, 1)
-        for (long j = lo; j < hi; j++)
-            be->to_host(be, jobs[j].dst, jobs[j].src, jobs[j].n * sizeof(float));
+        for (long j = lo; j < hi; j++) {
+            copy_job *c = &jobs[j];
+            size_t bytes = c->n * sizeof(float);
+            if (c->host) {
+                c->crc = ms_crc32c_copy(0, c->dst, c->src, bytes);
+                continue;
+            }
+            if (c->src) be->to_host(be, c->dst, c->src, bytes);
+            c->crc = ms_crc32c(0, c->dst, bytes);
+        }
     }
+    uint32_t crc = 0;
+    for (size_t j = 0; j < nj; j++)
+        crc = ms_crc32c_combine(crc, jobs[j].crc, jobs[j].n * sizeof(float));
     free(jobs);
+    h->data_crc = crc;
     __atomic_store_n(&h->complete, 1, __ATOMIC_RELEASE);
     return MS_OK;
+}
+
+ms_status ckpt_slot_verify(const ckpt_slot *s) {
+    const shm_header *h = s->h;
+    uint32_t crc = data_crc(s->map + h->data_off, h->data_elems * sizeof(float), 0);
+    if (crc == h->data_crc) return MS_OK;
+    return ms_error(MS_ERR_FORMAT,
+                    "%s: the snapshot of step %" PRId64
+                    " fails its data CRC (CRC32C 0x%08x, the header says 0x%08x): damaged in "
+                    "host memory",
+                    s->path, h->step, crc, h->data_crc);
+}
+
+void ckpt_slot_damage(ckpt_slot *s) {
+    uint64_t bytes = s->h->data_elems * sizeof(float);
+    if (bytes) s->map[s->h->data_off + bytes / 2] ^= 0x10;
 }
 
 char *ckpt_snap_meta(uint64_t job, int step, int rank, int world, int dp, const gpt_config *model,
@@ -354,9 +508,11 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
     const shm_header *h = map;
     const uint8_t *p = map;
     ms_status st = MS_OK;
-    if (len < HDR_BYTES || memcmp(h->magic, SHM_MAGIC, 8) || h->version != SHM_VERSION)
-        st =
-            ms_error(MS_ERR_FORMAT, "%s: not a megascale snapshot (version %d)", path, SHM_VERSION);
+    if (len < HDR_BYTES || memcmp(h->magic, SHM_MAGIC, 8))
+        st = ms_error(MS_ERR_FORMAT, "%s: not a megascale snapshot", path);
+    else if (h->version != SHM_VERSION)
+        st = ms_error(MS_ERR_FORMAT, "%s: a snapshot of format version %u, this build reads %d",
+                      path, h->version, SHM_VERSION);
     else if (h->file_bytes != len || h->meta_off + h->meta_cap > len ||
              h->data_off + h->data_elems * sizeof(float) > len || h->meta_len >= h->meta_cap)
         st = ms_error(MS_ERR_FORMAT, "%s: snapshot sizes disagree with the file (%zu bytes)", path,
@@ -370,6 +526,7 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
         st = ms_error(MS_ERR_FORMAT, "%s: snapshot meta fails its CRC", path);
     if (st == MS_OK) {
         v->data_elems = h->data_elems;
+        v->data_crc = h->data_crc;
         v->job = h->job;
         v->complete = 1;
         st = parse_meta(path, (const char *)p + h->meta_off, h->meta_len, v);
@@ -392,6 +549,15 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
     return MS_OK;
 }
 
+ms_status ckpt_snap_verify(const char *path, const ckpt_snap_view *v) {
+    uint32_t crc = data_crc((const uint8_t *)v->data, v->data_elems * sizeof(float), 1);
+    if (crc == v->data_crc) return MS_OK;
+    return ms_error(MS_ERR_FORMAT,
+                    "%s: the snapshot of step %d fails its data CRC (CRC32C 0x%08x, the header "
+                    "says 0x%08x): damaged in host memory",
+                    path, v->step, crc, v->data_crc);
+}
+
 void ckpt_snap_close(ckpt_snap_view *v, void *handle) {
     snap_handle *sh = handle;
     free(v->runs);
@@ -402,17 +568,48 @@ void ckpt_snap_close(ckpt_snap_view *v, void *handle) {
     }
 }
 
+/* Unlink path if it still names the file fd (whose exclusive lock the
+ * caller holds): 0, or -1 and errno. */
+static int unlink_locked(int fd, const char *path) {
+    struct stat a, b;
+    if (fstat(fd, &a) != 0 || stat(path, &b) != 0) return -1;
+    if (a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+        errno = ENOENT; /* replaced since: that file is not ours to remove */
+        return -1;
+    }
+    return unlink(path);
+}
+
+/* Remove the slot file path unless a live process holds it: its exclusive
+ * lock, without waiting.  0 removed (or already gone), 1 held (*pid: the
+ * process that opened it last), -1 and errno. */
+static int slot_remove(const char *path, uint32_t *pid) {
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    shm_header h;
+    *pid = pread(fd, &h, sizeof h, 0) >= (ssize_t)offsetof(shm_header, root) ? h.pid : 0;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0)
+        rc = errno == EWOULDBLOCK ? 1 : -1;
+    else if (unlink_locked(fd, path) != 0)
+        rc = errno == ENOENT ? 0 : -1;
+    int err = errno;
+    close(fd);
+    errno = err;
+    return rc;
+}
+
 void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world) {
     uint64_t h = 0;
     char pat[4200];
     char **paths = NULL;
     int n = 0;
+    uint32_t pid;
     if (root_hash(root, &h) != MS_OK) return;
     snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(shm_dir), h);
     if (ms_glob(pat, &paths, &n) != MS_OK) return;
     for (int i = 0; i < n; i++) {
         const char *r = paths[i] + strlen(pat) - 6; /* "-r00001-s0" */
-        if (!strncmp(r, "-r", 2) && atoi(r + 2) >= world) unlink(paths[i]);
+        if (!strncmp(r, "-r", 2) && atoi(r + 2) >= world) slot_remove(paths[i], &pid);
     }
     ms_paths_free(paths, n);
 }
@@ -432,15 +629,94 @@ ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
     for (int i = 0; i < n; i++) {
         ckpt_snap_view v;
         void *hd;
-        if (ckpt_snap_open(paths[i], &v, &hd) == MS_OK) {
+        if (ckpt_snap_open(paths[i], &v, &hd) == MS_OK && ckpt_snap_verify(paths[i], &v) == MS_OK) {
             printf("shm  step %8d  rank %d of %d  %s%s\n", v.step, v.rank, v.world, paths[i],
                    v.job == job ? "" : "  (another job: ignored)");
-            ckpt_snap_close(&v, hd);
         } else {
             printf("shm  invalid         %s  (%s)\n", paths[i], ms_errmsg());
         }
-        if (remove && unlink(paths[i]) == 0) printf("     removed %s\n", paths[i]);
+        ckpt_snap_close(&v, hd);
+        uint32_t pid = 0;
+        int rc = remove ? slot_remove(paths[i], &pid) : 0;
+        if (remove && rc == 0) printf("     removed %s\n", paths[i]);
+        if (remove && rc == 1)
+            printf("     kept %s: a live process holds it (pid %u opened it)\n", paths[i], pid);
+        if (remove && rc < 0) printf("     could not remove %s: %s\n", paths[i], strerror(errno));
     }
     ms_paths_free(paths, n);
+    return MS_OK;
+}
+
+/* One slot for ckpt_shm_orphans: 0 not an orphan (or not this user's, or
+ * held), 1 an orphan (removed when remove), 2 no directory recorded (an
+ * older format); *bytes its size. */
+static int orphan_one(const char *path, int remove, int print, uint64_t *bytes) {
+    struct stat sb;
+    shm_header h;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+    if (fd < 0) return 0;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) goto out;
+    *bytes = (uint64_t)sb.st_size;
+    if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, SHM_MAGIC, 8) ||
+        h.version != SHM_VERSION || h.root_len == 0 || h.root_len >= SHM_ROOT_MAX) {
+        if (print)
+            printf("unknown  %s  (no checkpoint directory recorded: format version %u; kept)\n",
+                   path, memcmp(h.magic, SHM_MAGIC, 8) ? 0 : h.version);
+        rc = 2;
+        goto out;
+    }
+    h.root[h.root_len] = 0;
+    struct stat rb;
+    if (stat(h.root, &rb) == 0 || (errno != ENOENT && errno != ENOTDIR)) goto out;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (print)
+            printf("held     %s  (%s is gone, but a live process holds it: pid %u; kept)\n", path,
+                   h.root, h.pid);
+        goto out;
+    }
+    rc = 1;
+    if (remove && unlink_locked(fd, path) == 0) {
+        if (print)
+            printf("removed  %s  (%s is gone; %.1f MB)\n", path, h.root, (double)*bytes / 1e6);
+    } else if (remove) { /* ENOENT: replaced by a new run's slot since */
+        if (print && errno != ENOENT) printf("failed   %s: unlink: %s\n", path, strerror(errno));
+        rc = 0;
+    } else if (print) {
+        printf("orphan   %s  (%s is gone; %.1f MB)\n", path, h.root, (double)*bytes / 1e6);
+    }
+out:
+    close(fd);
+    return rc;
+}
+
+ms_status ckpt_shm_orphans(const char *shm_dir, int remove, int print, int *n_orphans,
+                           uint64_t *orphan_bytes) {
+    char pat[4200];
+    char **paths = NULL;
+    int n = 0, found = 0, unknown = 0;
+    uint64_t total = 0;
+    const char *dir = ckpt_shm_dir(shm_dir);
+    snprintf(pat, sizeof pat, "%s/megascale-ckpt-*-r*-s*", dir);
+    if (ms_glob(pat, &paths, &n) != MS_OK) n = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t b = 0;
+        int rc = orphan_one(paths[i], remove, print, &b);
+        if (rc == 1) found++, total += b;
+        unknown += rc == 2;
+    }
+    ms_paths_free(paths, n);
+    if (print && !found)
+        printf("no orphaned snapshots in %s (of %d snapshot file(s))\n", dir, n);
+    else if (print)
+        printf("%d orphaned snapshot(s), %.1f MB%s\n", found, (double)total / 1e6,
+               remove ? ", removed" : "; --remove 1 removes them");
+    if (print && unknown)
+        printf(
+            "%d snapshot file(s) of an older format record no directory: `megascale ckpt shm DIR "
+            "--remove 1` removes those of an existing DIR, rm the others when no run uses "
+            "them\n",
+            unknown);
+    if (n_orphans) *n_orphans = found;
+    if (orphan_bytes) *orphan_bytes = total;
     return MS_OK;
 }

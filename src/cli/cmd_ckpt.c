@@ -1,5 +1,6 @@
 /* cmd_ckpt.c - `megascale ckpt`: list, inspect, verify, export and reshard
- * checkpoints (src/ckpt/ckpt.h), and list / remove host-memory snapshots. */
+ * checkpoints (src/ckpt/ckpt.h), and list / remove host-memory snapshots
+ * (of one checkpoint directory, or the orphans whose directory is gone). */
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -28,9 +29,9 @@ static const opts_spec ckpt_opts[] = {
     O("out", OPT_T_STR, out, NULL, "export: the output file; reshard: the output directory"),
     O("save-dtype", OPT_T_STR, save_dtype, "f32", "export: the weights' dtype, f32 or bf16"),
     O("dp", OPT_T_INT, dp, "1", "reshard: data-parallel ranks of the new layout"),
-    O("remove", OPT_T_INT, remove, "0", "shm: 1 removes the snapshots listed"),
+    O("remove", OPT_T_INT, remove, "0", "shm, shm-orphans: 1 removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
-       "list, shm: where the training run keeps its host-memory snapshots"),
+       "list, shm, shm-orphans: where the training run keeps its host-memory snapshots"),
 };
 #define N_CKPT_OPTS ((int)(sizeof ckpt_opts / sizeof ckpt_opts[0]))
 
@@ -44,6 +45,8 @@ static const char *usage_text =
     "  reshard PATH --dp N --out DIR\n"
     "                            rewrite a commit for N data-parallel ranks\n"
     "  shm DIR [--remove 1]      host-memory snapshots of the job of DIR\n"
+    "  shm-orphans [--remove 1]  your host-memory snapshots whose checkpoint directory is gone\n"
+    "                            (never one that a live process holds)\n"
     "PATH is a step directory (DIR/step_00001234) or a checkpoint directory (its newest\n"
     "valid commit).";
 
@@ -204,7 +207,7 @@ int cmd_ckpt(int argc, char **argv) {
     }
     const char *cmd = pos[0], *path = npos > 1 ? pos[1] : NULL;
     char dir[4300];
-    if (st == MS_OK && !path)
+    if (st == MS_OK && !path && strcmp(cmd, "shm-orphans"))
         st = ms_error(MS_ERR_ARG, "ckpt %s: expected a PATH (see megascale ckpt --help)", cmd);
     if (st != MS_OK) {
         /* fall through to the error */
@@ -231,10 +234,16 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK) printf("resharded %s for dp %d into %s\n", dir, o.dp, o.out);
     } else if (!strcmp(cmd, "shm")) {
         st = ckpt_shm_list(path, o.shm_dir, o.remove);
+    } else if (!strcmp(cmd, "shm-orphans")) {
+        if (path)
+            st = ms_error(MS_ERR_ARG, "ckpt shm-orphans takes no PATH (--ckpt-shm-dir DIR: "
+                                      "where to look)");
+        else
+            st = ckpt_shm_orphans(o.shm_dir, o.remove, 1, NULL, NULL);
     } else {
         st = ms_error(MS_ERR_ARG,
                       "unknown ckpt command '%s' (list, inspect, verify, export, "
-                      "reshard, shm)",
+                      "reshard, shm, shm-orphans)",
                       cmd);
     }
     if (st != MS_OK) rc = cli_fail("ckpt", st);

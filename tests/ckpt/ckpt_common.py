@@ -1,6 +1,7 @@
 """Helpers shared by the checkpoint tests: the binary, a tiny model, a token
 shard, running commands, reading losses and commit lines, the sizes of a
-commit's shards, and the pass/fail tally."""
+commit's shards, the /dev/shm snapshots (their step, one byte of their data
+flipped), and the pass/fail tally."""
 import hashlib
 import json
 import os
@@ -166,3 +167,32 @@ def tree(root):
             else:
                 out[rel] = sha(p)
     return out
+
+
+def slots(shm, root):
+    """The snapshot files in shm of the checkpoint directory root (named by
+    the FNV-1a 64 of its real path): {path: (step, complete)} from their
+    header (docs/formats.md, "Host-memory snapshots")."""
+    h = 1469598103934665603
+    for b in os.path.realpath(root).encode():
+        h = ((h ^ b) * 1099511628211) & (2**64 - 1)
+    out = {}
+    for n in sorted(os.listdir(shm)):
+        if n.startswith(f"megascale-ckpt-{h:016x}-"):
+            with open(os.path.join(shm, n), "rb") as f:
+                hdr = f.read(32)
+            complete, = struct.unpack_from("<I", hdr, 12)
+            step, = struct.unpack_from("<q", hdr, 24)
+            out[os.path.join(shm, n)] = (step, complete)
+    return out
+
+
+def flip_snapshot_byte(path):
+    """Flip one bit of a byte in the middle of the snapshot's data."""
+    with open(path, "r+b") as f:
+        data_off, data_elems = struct.unpack_from("<QQ", f.read(72), 56)
+        at = data_off + data_elems * 4 // 2 + 2
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0x10]))

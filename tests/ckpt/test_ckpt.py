@@ -5,9 +5,13 @@ final checkpoint, keep-K, time-based checkpoints, the `megascale ckpt` tools
 (list, inspect, verify, export -> sample / --init-from, reshard -> resume on
 another layout), the manifest's fields, /dev/shm cleanup after a clean
 finish, the metrics' line per commit (and a resumed run's trim of them),
-and bad arguments.  Environment: MS_BIN."""
+orphaned host-memory snapshots (`ckpt shm-orphans`: their directory gone,
+never one a live process holds; the trainer's warning), and bad arguments.
+Environment: MS_BIN."""
+import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -201,6 +205,57 @@ def test_every_min(ws):
        "--ckpt-every-min: checkpoints by time", r.stderr)
 
 
+def test_shm_orphans(ws):
+    """A run killed mid-persist leaves its two slots; once its directory is
+    deleted nothing reaches them: `ckpt shm-orphans` lists them, --remove 1
+    removes them, except one that a live process holds (here a shared flock,
+    as a running trainer holds its slots); the next run warns about them."""
+    shm = os.path.join(ws.shm, "orphans")  # a private snapshot directory
+    os.mkdir(shm)
+    env = dict(ws.env, MS_CKPT_SHM_DIR=shm)
+    root = ws.path("orphans_run")
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", root, "--ckpt-every", "5"),
+            fault="stage2:start@10", env=env)
+    slots = sorted(os.path.join(shm, n) for n in os.listdir(shm))
+    ok(r.returncode == -9 and len(slots) == 2, "orphans: a killed run leaves its two slots",
+       r.stderr + str(slots))
+
+    def orphans(*extra):
+        return subprocess.run([BIN, "ckpt", "shm-orphans", *extra], capture_output=True,
+                              text=True, env=env)
+
+    r = orphans("--remove", "1")
+    ok(r.returncode == 0 and "no orphaned snapshots" in r.stdout and
+       all(os.path.exists(p) for p in slots), "orphans: none while the directory exists",
+       r.stdout + r.stderr)
+    shutil.rmtree(root)
+    r = orphans()
+    ok(r.returncode == 0 and all(f"orphan   {p}" in r.stdout for p in slots) and
+       f"{os.path.realpath(root)} is gone" in r.stdout and "2 orphaned snapshot(s)" in r.stdout and
+       all(os.path.exists(p) for p in slots), "orphans: listed (directory gone), not removed",
+       r.stdout + r.stderr)
+    fd = os.open(slots[0], os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        r = orphans("--remove", "1")
+        ok(r.returncode == 0 and f"removed  {slots[1]}" in r.stdout and
+           f"held     {slots[0]}" in r.stdout and os.path.exists(slots[0]) and
+           not os.path.exists(slots[1]), "orphans: removed, except the one a process holds",
+           r.stdout + r.stderr)
+    finally:
+        os.close(fd)
+    r = run(ws, ws.train_args("--steps", "1", "--ckpt-dir", ws.path("orphans_next")), env=env)
+    ok(r.returncode == 0 and "1 snapshot(s) in " + shm in r.stderr and
+       "belong to checkpoint directories that are gone" in r.stderr and
+       "megascale ckpt shm-orphans --remove 1" in r.stderr,
+       "orphans: the next run warns about them", r.stderr)
+    r = orphans("--remove", "1")
+    ok(r.returncode == 0 and f"removed  {slots[0]}" in r.stdout and os.listdir(shm) == [],
+       "orphans: the last one removed once nobody holds it", r.stdout + str(os.listdir(shm)))
+    r = orphans(shm)
+    ok(r.returncode == 2 and "takes no PATH" in r.stderr, "orphans: a PATH is refused", r.stderr)
+
+
 def test_errors(ws, c):
     r = run(ws, ws.train_args("--steps", "2", "--resume", "auto"))
     ok(r.returncode == 2 and "--resume auto needs --ckpt-dir" in r.stderr,
@@ -238,6 +293,7 @@ def main():
         test_sigterm(ws)
         test_metrics_ckpt_lines(ws)
         test_every_min(ws)
+        test_shm_orphans(ws)
         test_errors(ws, c)
     finally:
         ws.close()

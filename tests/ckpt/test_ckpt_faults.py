@@ -10,6 +10,11 @@ MS_CKPT_FAULT (src/ckpt/ckpt_fault.c):
    tensors, a slice range outside its box (verify and load share one
    validation): the loader names the file (and tensor), falls
    back to the previous commit and the run continues bit for bit;
+ - a snapshot damaged in /dev/shm (one byte of its data flipped after a
+   killed run; the fault stage2:flip-shm before a persist): the resume
+   warns naming the slot file and takes the commit instead (final weights
+   and the commits it makes equal to a clean resume from that commit), the
+   persist fails naming the slot and leaves the commits as they were;
  - a full or failing disk: injected ENOSPC / EIO on the shard's and the
    manifest's write and fsync (training goes on, nothing is committed for
    that step, nothing older is touched), the same on the final checkpoint
@@ -23,7 +28,8 @@ import subprocess
 import sys
 import tempfile
 
-from ckpt_common import (BIN, Workspace, losses, ok, resumed_at, run, sha, step_dir, summary, verify)
+from ckpt_common import (BIN, Workspace, flip_snapshot_byte, losses, ok, resumed_at, run, sha,
+                         slots, step_dir, summary, tree, verify)
 
 
 def leftovers(root):
@@ -174,6 +180,79 @@ def io_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
     ok(verify(step_dir(root, 10)), "the snapshot is persisted after the resume")
 
 
+SHARD = "shard-00000-of-00001.safetensors"
+
+
+def shm_damage_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
+    # (a) a run killed before the persist of step 10 leaves a complete
+    # snapshot of step 10 (newer than the commit of step 5); one byte of it
+    # flipped in /dev/shm: the resume must not use it
+    root = ws.path("shm_flip")
+    r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5"),
+            fault="stage2:start@10")
+    ok(r.returncode == -9 and verify(step_dir(root, 5)), "shm flip: killed before persisting 10",
+       r.stderr)
+    clean = root + "_clean"  # the same commits, no snapshot: a clean resume from step 5
+    shutil.copytree(root, clean)
+    s10 = [p for p, (step, complete) in slots(ws.shm, root).items() if step == 10 and complete]
+    ok(len(s10) == 1, "shm flip: one complete snapshot of step 10", str(slots(ws.shm, root)))
+    if len(s10) != 1:
+        return
+    flip_snapshot_byte(s10[0])
+    r = subprocess.run([BIN, "ckpt", "shm", root], capture_output=True, text=True, env=ws.env)
+    ok(r.returncode == 0 and "fails its data CRC" in r.stdout and s10[0] in r.stdout,
+       "shm flip: `ckpt shm` shows the snapshot as damaged", r.stdout + r.stderr)
+    continue_case(ws, "clean resume from the commit", clean, ref20_m, ref20_w, 5)
+    clean_w = sha(ws.path("cont.st"))
+    continue_case(ws, "resume past a damaged snapshot", root, ref20_m, ref20_w, 5,
+                  must=["resume: not resuming from " + s10[0], "fails its data CRC"])
+    ok(sha(ws.path("cont.st")) == clean_w, "shm flip: final weights equal the clean resume's")
+    # what the resumed run committed is what the clean one did (which steps
+    # are committed besides the final one depends on timing: superseded
+    # snapshots), so no damaged data became a commit
+    steps = [s for s in (10, 15, 20) if os.path.isdir(step_dir(root, s))]
+    ok(20 in steps and all(verify(step_dir(root, s)) for s in steps),
+       "shm flip: the resumed run's commits are valid", str(os.listdir(root)))
+    for step in steps:
+        if os.path.isdir(step_dir(clean, step)):
+            ok(sha(os.path.join(step_dir(root, step), SHARD)) ==
+               sha(os.path.join(step_dir(clean, step), SHARD)),
+               f"shm flip: commit {step} equals the clean resume's")
+
+    # (b) stage2:flip-shm: a bit of the snapshot flipped in /dev/shm after
+    # stage 1, before its persist: that persist fails, training goes on
+    root = ws.path("persist_flip")
+    m = ws.path("persist_flip.jsonl")
+    r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5",
+                              "--metrics", m), fault="stage2:flip-shm@10")
+    named = [l for l in r.stderr.splitlines() if "step 10 was NOT committed" in l]
+    ok(r.returncode == 0 and len(named) == 1 and "fails its data CRC" in named[0] and
+       ws.shm in named[0] and "megascale-ckpt-" in named[0],
+       "persist flip: step 10 is not committed, the slot is named", r.stderr)
+    ok(losses(m) == losses(ref20_m), "persist flip: training is unaffected")
+    ok(os.path.isdir(root) and not os.path.exists(step_dir(root, 10)) and
+       not leftovers(root) and all(verify(step_dir(root, s)) for s in (5, 15, 20)),
+       "persist flip: no step 10, no leftovers, the other commits valid",
+       str(os.listdir(root) if os.path.isdir(root) else root))
+    # the final checkpoint: the commit before stays as it was, byte for byte;
+    # the resume afterwards passes over the damaged snapshot
+    root = ws.path("final_flip")
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", root, "--ckpt-every", "5"),
+            fault="signal:term@5")
+    ok(r.returncode == 0 and verify(step_dir(root, 5)), "final flip: commit of step 5", r.stderr)
+    before, latest = tree(step_dir(root, 5)), sha(os.path.join(root, "latest"))
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", root, "--ckpt-every", "5",
+                              "--resume", "auto"), fault="stage2:flip-shm@10")
+    ok(r.returncode == 3 and "the last checkpoint (step 10) was not committed" in r.stderr and
+       "fails its data CRC" in r.stderr, "final flip: a failed final checkpoint is an error (3)",
+       r.stderr)
+    ok(tree(step_dir(root, 5)) == before and not os.path.exists(step_dir(root, 10)) and
+       not leftovers(root) and sha(os.path.join(root, "latest")) == latest,
+       "final flip: step 5 as it was, no step 10, latest unchanged", str(os.listdir(root)))
+    continue_case(ws, "after a damaged final snapshot", root, ref10_m, ref10_w, 5, steps="10",
+                  must=["resume: not resuming from ", "fails its data CRC"])
+
+
 def tmpfs_case(ws, ref_m, ref_w):
     if os.geteuid() != 0 or not shutil.which("mount"):
         print("SKIP: real full disk (needs root to mount a tmpfs)")
@@ -215,6 +294,7 @@ def main():
         kill_cases(ws, *refs["20"])
         damage_cases(ws, *refs["10"])
         io_cases(ws, *refs["20"], *refs["10"])
+        shm_damage_cases(ws, *refs["20"], *refs["10"])
         tmpfs_case(ws, *refs["20"])
     finally:
         ws.close()

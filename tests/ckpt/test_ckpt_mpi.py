@@ -6,14 +6,17 @@ ranks' shards together; a commit saved by dp 2 resumes on one process and one sa
 one process resumes on dp 2 (losses within 1e-5 relative); rank 1 killed
 after writing its shard: no commit for that step, the survivors resume from
 the snapshots both ranks hold in /dev/shm (or, without them, the previous
-commit) bit for bit; rank 0 killed in stage 1: the ranks agree on the
-newest snapshot they all hold.  Environment: MS_BIN."""
+commit) bit for bit; the same with rank 1's snapshot of that step damaged
+in /dev/shm (one byte flipped): rank 1 names it, every rank passes over it
+to the commit, bit for bit; rank 0 killed in stage 1: the ranks agree on
+the newest snapshot they all hold.  Environment: MS_BIN."""
 import os
 import shutil
 import sys
 
-from ckpt_common import (MPIRUN, Workspace, ckpt_lines, committed_steps, losses, mpi, ok,
-                         rel_err, resumed_at, run, sha, shard_sizes, step_dir, summary, verify)
+from ckpt_common import (MPIRUN, Workspace, ckpt_lines, committed_steps, flip_snapshot_byte, losses,
+                         mpi, ok, rel_err, resumed_at, run, sha, shard_sizes, slots, step_dir,
+                         summary, verify)
 
 
 def main():
@@ -85,6 +88,25 @@ def main():
                losses(m) == losses(ref2_m)[want:] and sha(w) == sha(ref2_w),
                f"after the kill: resume at {want} ({'snapshots' if want == 10 else 'commit'}), "
                "bitwise", r.stderr)
+
+        # the same kill, then one byte of rank 1's snapshot of step 10 flipped:
+        # no rank may load step 10, all of them go back to the commit of 5
+        k = ws.path("kill_flip")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", k, "--ckpt-every", "5"),
+                fault="stage2:after-shard@10:1")
+        bad = [p for p, (step, complete) in slots(ws.shm, k).items()
+               if "-r00001-" in p and step == 10 and complete]
+        ok(r.returncode != 0 and len(bad) == 1, "rank 1 killed again: its snapshot of step 10",
+           r.stderr[-2000:] + str(slots(ws.shm, k)))
+        for p in bad:
+            flip_snapshot_byte(p)
+        m, w = ws.path("kf.jsonl"), ws.path("kf.st")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", k, "--ckpt-every", "5",
+                                     "--resume", "auto", "--metrics", m, "--save-weights", w))
+        ok(r.returncode == 0 and resumed_at(r.stderr) == 5 and bad and
+           f"resume: not resuming from {bad[0]}" in r.stderr and "fails its data CRC" in r.stderr
+           and losses(m) == losses(ref2_m)[5:] and sha(w) == sha(ref2_w),
+           "rank 1's snapshot damaged: every rank resumes from the commit of 5, bitwise", r.stderr)
 
         # rank 0 killed halfway through stage 1 of step 10: only rank 1 holds
         # a complete snapshot of 10, so the ranks agree on step 5

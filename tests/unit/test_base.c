@@ -273,7 +273,7 @@ static void test_crc_vectors(void) {
 }
 
 static void test_crc_paths_agree(void) {
-    enum { N = 70000 };
+    enum { N = 200000 }; /* past 3 x 8 KiB: the hardware path's three-chain loop */
     uint8_t *buf = malloc(N + 16);
     ms_rng r = ms_rng_make(7, 0);
     int hw = ms_crc32c_hw_available(), bad_hw = 0, bad_inc = 0, cases = 0;
@@ -295,6 +295,41 @@ static void test_crc_paths_agree(void) {
     T_EQ_INT(bad_hw, 0);
     T_EQ_INT(bad_inc, 0);
     free(buf);
+}
+
+/* ms_crc32c_copy copies and gives ms_crc32c's value; ms_crc32c_combine
+ * joins the CRCs of two adjacent pieces; around the three-chain loop's
+ * block sizes (3 x 256, 3 x 8192) and at odd offsets. */
+static void test_crc_copy_combine(void) {
+    enum { N = 100000 };
+    uint8_t *src = malloc(N + 16), *dst = malloc(N + 16);
+    ms_rng r = ms_rng_make(11, 0);
+    for (int i = 0; i < N + 16; i++)
+        src[i] = (uint8_t)ms_rng_next_u64(&r);
+    const size_t lens[] = {0, 1, 7, 8, 767, 768, 769, 24575, 24576, 24577, 49153, 99999};
+    int bad_copy = 0, bad_comb = 0, cases = 0;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+        for (size_t off = 0; off < 8; off += 3) {
+            size_t len = lens[li];
+            const uint8_t *p = src + off;
+            uint32_t want = ms_crc32c_portable(0, p, len);
+            memset(dst, 0, N + 16);
+            uint32_t got = ms_crc32c_copy(0, dst + (off ^ 5), p, len);
+            if (got != want || memcmp(dst + (off ^ 5), p, len)) bad_copy++;
+            size_t cut = len ? (size_t)ms_rng_next_below(&r, len + 1) : 0;
+            uint32_t a = ms_crc32c(0, p, cut), b = ms_crc32c(0, p + cut, len - cut);
+            if (ms_crc32c_combine(a, b, len - cut) != want) bad_comb++;
+            /* a copy that continues a running CRC */
+            if (ms_crc32c_copy(a, dst, p + cut, len - cut) != want) bad_copy++;
+            cases++;
+        }
+    T_EQ_INT(ms_crc32c_combine(0, 0, 0), 0);
+    T_EQ_INT(ms_crc32c_combine(ms_crc32c(0, "1234", 4), ms_crc32c(0, "56789", 5), 5), 0xE3069283u);
+    printf("crc32c: copy and combine on %d cases\n", cases);
+    T_EQ_INT(bad_copy, 0);
+    T_EQ_INT(bad_comb, 0);
+    free(src);
+    free(dst);
 }
 
 /* ---- rng ------------------------------------------------------------- */
@@ -497,6 +532,7 @@ int main(void) {
     test_read_max();
     test_crc_vectors();
     test_crc_paths_agree();
+    test_crc_copy_combine();
     test_philox_kat();
     test_rng_pure();
     test_rng_uniform();

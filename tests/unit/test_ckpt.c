@@ -5,7 +5,11 @@
  * keep-K, the commit records (step, every shard's bytes, stall, persist
  * time, wall time; each once, in step order; none for a failed persist), an
  * injected ENOSPC that must leave the older commits alone, and
- * a resume that restores parameters, m, v and the trainer state bit for bit.
+ * a resume that restores parameters, m, v and the trainer state bit for bit;
+ * the snapshots' data CRC (recorded by stage 1 on both copy paths, a
+ * flipped byte caught before a persist, which then fails and leaves the
+ * commits alone, and before a resume, which takes the commit instead), and
+ * the removal of orphaned snapshots (directory gone, no live holder).
  * Runs in a temporary directory, the snapshots in its shm/ (ckpt_options.shm_dir). */
 #include <inttypes.h>
 #include <math.h>
@@ -15,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/crc32c.h"
 #include "base/fileio.h"
 #include "base/timeutil.h"
 #include "ckpt/ckpt_internal.h"
@@ -207,7 +212,7 @@ static void test_slot(void) {
     char path[512];
     path_in(path, sizeof path, "slot");
     ckpt_slot *s;
-    T_OK(ckpt_slot_open(&s, path, elems, 65536) == MS_OK);
+    T_OK(ckpt_slot_open(&s, path, g_tmp, elems, 65536) == MS_OK);
     T_EQ_INT(ckpt_slot_step(s, 7), -1);
     ckpt_train_state tr = {.step = 5,
                            .opt_steps = 5,
@@ -243,10 +248,84 @@ static void test_slot(void) {
     T_OK(ckpt_snap_open(path, &v, &h) == MS_ERR_FORMAT);
     T_STR_CONTAINS(ms_errmsg(), "incomplete snapshot of step 5");
     /* reopening with the same layout keeps the header, another layout resets it */
-    T_OK(ckpt_slot_open(&s, path, elems + 16, 65536) == MS_OK);
+    T_OK(ckpt_slot_open(&s, path, g_tmp, elems + 16, 65536) == MS_OK);
     T_EQ_INT(ckpt_slot_step(s, 7), -1);
     ckpt_slot_close(s, 1);
     T_OK(!exists(path));
+    free(meta);
+    free(runs);
+    fix_free(&f);
+}
+
+/* A backend whose memory counts as a device's: stage 1 takes the to_host
+ * path (copy a piece, then CRC it) instead of the one-pass host copy. */
+static int always_device(be_backend *be, const void *p) {
+    (void)be;
+    (void)p;
+    return 1;
+}
+
+/* Flip one bit of byte `at` of the data section of the slot file path. */
+static void flip_data_byte(const char *path, uint64_t at) {
+    FILE *fp = fopen(path, "r+b");
+    uint64_t doff = 0;
+    MS_CHECK(fp && fseek(fp, 56, SEEK_SET) == 0 && fread(&doff, 8, 1, fp) == 1);
+    unsigned char b = 0;
+    MS_CHECK(fseek(fp, (long)(doff + at), SEEK_SET) == 0 && fread(&b, 1, 1, fp) == 1);
+    b ^= 0x08;
+    MS_CHECK(fseek(fp, (long)(doff + at), SEEK_SET) == 0 && fwrite(&b, 1, 1, fp) == 1);
+    fclose(fp);
+}
+
+/* Stage 1 records the CRC32C of the whole data section (the one-pass host
+ * copy and the device path agree; data no run covers is included), and
+ * one flipped byte fails both checks, naming the slot file. */
+static void test_slot_crc(void) {
+    fixture f;
+    fix_make(&f, 3);
+    ckpt_run *runs;
+    int n;
+    T_OK(ckpt_runs_of_opt(f.m, f.o, &runs, &n) == MS_OK);
+    uint64_t elems = 3 * ckpt_runs_elems(runs, n);
+    ckpt_train_state tr = {.step = 5, .opt_steps = 5, .seed = 1337, .cursor = {0, 0, 320},
+                           .sched = {OPT_SCHED_CONSTANT, 1e-3f, 0, 10, 0.1f}, .batch = 4,
+                           .seq = 16};
+    char *meta = ckpt_snap_meta(7, 5, 0, 1, 1, gpt_get_config(f.m), "adamw", &tr, runs, n);
+    be_backend dev = *f.be;
+    dev.is_device = always_device;
+    uint32_t want[2] = {0, 0};
+    for (int pass = 0; pass < 2; pass++) { /* 0: host memory, 1: "device" memory */
+        char path[512];
+        path_in(path, sizeof path, pass ? "slot_crc_dev" : "slot_crc_host");
+        ckpt_slot *s;
+        T_OK(ckpt_slot_open(&s, path, g_tmp, elems + 40, 65536) == MS_OK); /* 40 not covered */
+        ckpt_snap_src src = {pass ? &dev : f.be, gpt_params(f.m), runs, n, NULL, 0};
+        T_OK(ckpt_slot_write(s, 7, 5, meta, &src) == MS_OK);
+        T_OK(ckpt_slot_verify(s) == MS_OK);
+        ckpt_snap_view v;
+        void *h;
+        T_OK(ckpt_snap_open(path, &v, &h) == MS_OK);
+        T_OK(ckpt_snap_verify(path, &v) == MS_OK);
+        want[pass] = ms_crc32c(0, v.data, (elems + 40) * 4);
+        T_EQ_INT(v.data_crc, want[pass]);
+        ckpt_snap_close(&v, h);
+        /* one bit of a byte of the data (in m of the first run) flipped */
+        flip_data_byte(path, (runs[0].end - runs[0].begin) * 4 + 5);
+        T_OK(ckpt_slot_verify(s) == MS_ERR_FORMAT);
+        T_STR_CONTAINS(ms_errmsg(), path);
+        T_STR_CONTAINS(ms_errmsg(), "snapshot of step 5 fails its data CRC");
+        T_OK(ckpt_snap_open(path, &v, &h) == MS_OK); /* the header and meta are fine */
+        T_OK(ckpt_snap_verify(path, &v) == MS_ERR_FORMAT);
+        T_STR_CONTAINS(ms_errmsg(), path);
+        ckpt_snap_close(&v, h);
+        /* flipped back it passes again; a byte that no run covers counts too */
+        flip_data_byte(path, (runs[0].end - runs[0].begin) * 4 + 5);
+        T_OK(ckpt_slot_verify(s) == MS_OK);
+        flip_data_byte(path, elems * 4 + 3);
+        T_OK(ckpt_slot_verify(s) == MS_ERR_FORMAT);
+        ckpt_slot_close(s, 1);
+    }
+    T_EQ_INT(want[0], want[1]);
     free(meta);
     free(runs);
     fix_free(&f);
@@ -691,6 +770,137 @@ static void test_manager(void) {
     fix_free(&f);
 }
 
+/* The bytes of the files of the commit `step` under root (manifest, then
+ * shard), malloc'd; NULL if either is missing. */
+static char *commit_bytes(const char *root, int step, size_t *len) {
+    char dir[600], path[700];
+    char *a = NULL, *b = NULL, *out = NULL;
+    size_t la = 0, lb = 0;
+    ckpt_step_path(dir, sizeof dir, root, step);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (ms_file_read_all(path, &a, &la) != MS_OK) return NULL;
+    snprintf(path, sizeof path, "%s/shard-00000-of-00001.safetensors", dir);
+    if (ms_file_read_all(path, &b, &lb) == MS_OK && (out = malloc(la + lb + 1))) {
+        memcpy(out, a, la);
+        memcpy(out + la, b, lb);
+        *len = la + lb;
+    }
+    free(a);
+    free(b);
+    return out;
+}
+
+/* A snapshot damaged in /dev/shm after stage 1 (the fault stage2:flip-shm):
+ * its persist fails naming the slot, the commits stay byte for byte, the
+ * next checkpoint commits; a resume then passes over the damaged snapshot
+ * (newer than every commit) to the commit, bit for bit. */
+static void test_manager_damaged(void) {
+    fixture f;
+    fix_make(&f, 5);
+    char root[512], dir[600], shm[512];
+    path_in(root, sizeof root, "run_damaged");
+    path_in(shm, sizeof shm, "shm_damaged");
+    MS_CHECK(ms_mkdirs(shm) == MS_OK);
+    ckpt_options o = {root, 2, 0, 3, "", shm, "stage2:flip-shm@4", 0};
+    ckpt_manager *cm;
+    T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
+    ckpt_train_state now = state_at(&f, 0), got;
+    int found = 1;
+    T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && !found);
+    size_t N = gpt_num_elements(f.m), len2 = 0, len2b = 0;
+    float *at2 = malloc(N * 4);
+    char *c2 = NULL, *c2b = NULL;
+    for (int step = 1; step <= 4; step++) {
+        train_one(&f, step);
+        ckpt_train_state s = state_at(&f, step);
+        T_OK(ckpt_manager_step(cm, &s) == MS_OK);
+        ms_status st = ckpt_manager_wait(cm);
+        if (step == 2) {
+            T_OK(st == MS_OK);
+            memcpy(at2, gpt_params(f.m), N * 4);
+            c2 = commit_bytes(root, 2, &len2);
+        }
+        if (step == 4) {
+            char sp[4400], sq[4400];
+            T_OK(ckpt_shm_path(sp, sizeof sp, shm, root, 0, 0) == MS_OK);
+            T_OK(ckpt_shm_path(sq, sizeof sq, shm, root, 0, 1) == MS_OK);
+            T_EQ_INT(st, MS_ERR_FORMAT);
+            T_STR_CONTAINS(ms_errmsg(), "fails its data CRC");
+            T_OK(strstr(ms_errmsg(), sp) || strstr(ms_errmsg(), sq)); /* names the slot */
+        }
+    }
+    ckpt_step_path(dir, sizeof dir, root, 4);
+    T_OK(!exists(dir));
+    ckpt_staging_path(dir, sizeof dir, root, 4);
+    T_OK(!exists(dir));
+    c2b = commit_bytes(root, 2, &len2b);
+    T_OK(c2 && c2b && len2 == len2b && !memcmp(c2, c2b, len2)); /* untouched */
+    ckpt_manager_destroy(cm); /* not finished: both slots stay (steps 2 and 4) */
+
+    /* resume: the snapshot of step 4 is the newest, but damaged */
+    fixture g;
+    fix_make(&g, 97);
+    ckpt_options ro = {root, 2, 0, 3, "auto", shm, NULL, 0};
+    T_OK(ckpt_manager_create(&cm, &ro, g.m, g.o, NULL) == MS_OK);
+    now = state_at(&g, 0);
+    T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && found);
+    T_EQ_INT(got.step, 2);
+    T_OK(!memcmp(gpt_params(g.m), at2, N * 4));
+    T_OK(ckpt_manager_wait(cm) == MS_OK); /* nothing persisted from the bad snapshot */
+    ckpt_step_path(dir, sizeof dir, root, 4);
+    T_OK(!exists(dir));
+    ckpt_manager_destroy(cm);
+    fix_free(&g);
+    T_OK(ckpt_shm_list(root, shm, 1) == MS_OK);
+    free(c2);
+    free(c2b);
+    free(at2);
+    fix_free(&f);
+}
+
+/* Orphaned slots: once their checkpoint directory is gone and no process
+ * holds them, ckpt_shm_orphans finds and removes them; a held slot, a slot
+ * of an existing directory and a file of the older format stay. */
+static void test_orphans(void) {
+    char shm[512], gone[512], here[512], sp[4400], sq[4400], old[700];
+    path_in(shm, sizeof shm, "shm_orphans");
+    path_in(gone, sizeof gone, "orphan_run");
+    path_in(here, sizeof here, "living_run");
+    MS_CHECK(ms_mkdirs(shm) == MS_OK && ms_mkdirs(gone) == MS_OK && ms_mkdirs(here) == MS_OK);
+    ckpt_slot *a, *b;
+    T_OK(ckpt_shm_path(sp, sizeof sp, shm, gone, 3, 1) == MS_OK);
+    T_OK(ckpt_shm_path(sq, sizeof sq, shm, here, 0, 0) == MS_OK);
+    T_OK(ckpt_slot_open(&a, sp, gone, 1000, 4096) == MS_OK);
+    T_OK(ckpt_slot_open(&b, sq, here, 1000, 4096) == MS_OK);
+    ckpt_slot_close(b, 0);
+    snprintf(old, sizeof old, "%s/megascale-ckpt-0123456789abcdef-r00000-s0", shm);
+    FILE *fp = fopen(old, "wb");
+    char hdr[8192] = "MSCKSHM";
+    hdr[8] = 1; /* format version 1: no directory recorded */
+    MS_CHECK(fp && fwrite(hdr, sizeof hdr, 1, fp) == 1);
+    fclose(fp);
+    int n = -1;
+    uint64_t bytes = 0;
+    T_OK(ckpt_shm_orphans(shm, 1, 1, &n, &bytes) == MS_OK);
+    T_EQ_INT(n, 0); /* every directory exists */
+    T_OK(rmdir(gone) == 0);
+    T_OK(ckpt_shm_orphans(shm, 1, 1, &n, &bytes) == MS_OK);
+    T_EQ_INT(n, 0); /* the directory is gone, but a live process (this one) holds it */
+    T_OK(exists(sp));
+    T_OK(ckpt_shm_list(here, shm, 1) == MS_OK); /* "shm --remove" keeps a held slot too */
+    T_OK(!exists(sq));
+    ckpt_slot_close(a, 0); /* as a killed run leaves it */
+    T_OK(ckpt_shm_orphans(shm, 0, 1, &n, &bytes) == MS_OK);
+    T_EQ_INT(n, 1);
+    T_OK(bytes > 4000 && exists(sp)); /* listed, not removed */
+    T_OK(ckpt_shm_orphans(shm, 1, 1, &n, &bytes) == MS_OK);
+    T_EQ_INT(n, 1);
+    T_OK(!exists(sp) && exists(old));
+    T_OK(ckpt_shm_orphans(shm, 1, 1, &n, &bytes) == MS_OK);
+    T_EQ_INT(n, 0);
+    unlink(old);
+}
+
 int main(void) {
     snprintf(g_tmp, sizeof g_tmp, "/tmp/ms_test_ckpt_%d", (int)getpid());
     MS_CHECK(ms_mkdirs(g_tmp) == MS_OK);
@@ -701,9 +911,12 @@ int main(void) {
     test_json();
     test_fault_spec();
     test_slot();
+    test_slot_crc();
+    test_orphans();
     test_commit_and_read();
     test_crafted();
     test_manager();
+    test_manager_damaged();
     if (!ms_t_fail) {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);
