@@ -175,9 +175,13 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     refresh(d);
     cJSON *o = NULL;
     int known = 1;
+    static const sup_dash_live none = {.ettr = NAN}; /* a driver that has not pushed yet */
     if (!strcmp(url, "/api/status"))
-        o = dash_model_status(d->model, d->live && d->have_view ? &d->view : NULL, d->run_dir,
-                              ms_wall_now());
+        o = dash_model_status(d->model,
+                              !d->live       ? NULL
+                              : d->have_view ? &d->view
+                                             : &none,
+                              d->run_dir, ms_wall_now());
     else if (!strcmp(url, "/api/metrics"))
         o = dash_model_metrics(d->model, since < 0 ? 0 : since, DASH_METRICS_REPLY);
     else if (!strcmp(url, "/api/events"))
