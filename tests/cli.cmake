@@ -5,3 +5,7 @@ ms_script_test(cli_end_to_end COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/c
 # are stop requests with a final checkpoint.
 ms_script_test(cli_signals COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_signals.py
   LABELS cli)
+# The fixed validation set (the same loss for every micro-batch size) and
+# `megascale eval` on weights and checkpoints, with its bad input.
+ms_script_test(cli_eval COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_eval.py
+  LABELS cli)
