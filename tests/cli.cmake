@@ -8,3 +8,7 @@ ms_script_test(cli_signals COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/
 # data prepare (issue 13): the val split in the token stream, JSONL, blending.
 ms_script_test(cli_prepare COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_prepare.py
   LABELS cli)
+# The fixed validation set (the same loss for every micro-batch size) and
+# `megascale eval` on weights and checkpoints, with its bad input.
+ms_script_test(cli_eval COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_eval.py
+  LABELS cli)

@@ -8,3 +8,8 @@ set_tests_properties(mpi_data_parallel PROPERTIES TIMEOUT 300)
 ms_script_test(mpi_ranks COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_ranks.py
   LABELS mpi)
 set_tests_properties(mpi_ranks PROPERTIES TIMEOUT 600)
+# The fixed validation set across layouts (dp, tp, pp) and `megascale eval`
+# under mpirun, on weights and on a dp2 run's checkpoint (label mpi).
+ms_script_test(mpi_validation COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_val.py
+  LABELS mpi)
+set_tests_properties(mpi_validation PROPERTIES TIMEOUT 300)

@@ -210,6 +210,22 @@ ms_status ckpt_list_steps(const char *root, int **steps, int *n);
 /* DIR/step_%08d */
 void ckpt_step_path(char *buf, size_t n, const char *root, int step);
 
+/* 1 if path is a step directory: it holds a manifest, or its name is
+ * step_N (N a number). */
+int ckpt_is_step_dir(const char *path);
+/* path itself when it is a step directory, else the newest commit of the
+ * checkpoint directory path that verifies (every file size and CRC), into
+ * out; each commit skipped is a warning naming it and why.
+ * MS_ERR_NOTFOUND naming path when none does. */
+ms_status ckpt_find_commit(const char *path, char *out, size_t n);
+/* The parameters (not the optimiser state) of the commit dir into m, for
+ * any layout of m (tp shards, a pipeline stage) whatever layout wrote it;
+ * the commit's model must be m's (MS_ERR_ARG naming both).  dp NULL: this
+ * rank reads and verifies the commit (every CRC); else rank 0 of the dp
+ * group does and broadcasts each tensor to the others (collective over
+ * dp; its failure fails every rank of the group). */
+ms_status ckpt_load_params(const char *dir, gpt_model *m, comm_group *dp);
+
 /* One Hugging Face GPT-2-named safetensors file with the parameters of the
  * checkpoint `dir` (loadable by sample --weights and train --init-from). */
 ms_status ckpt_export_hf(const char *dir, const char *out, ckpt_st_dtype dtype);

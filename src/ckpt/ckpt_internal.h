@@ -280,6 +280,9 @@ ms_status ckpt_out_check(const char *src, const char *out, const char *tool);
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */
 
 typedef struct ckpt_reader ckpt_reader;
+/* The step a directory's name says (.../step_00001234, trailing '/'
+ * allowed), -1 if none. */
+int ckpt_dir_step(const char *dir);
 /* Open and validate dir (verify_crc: every slice's CRC too). */
 ms_status ckpt_reader_open(ckpt_reader **out, const char *dir, int verify_crc);
 void ckpt_reader_close(ckpt_reader *r);

@@ -36,8 +36,7 @@ const ckpt_manifest *ckpt_reader_manifest(const ckpt_reader *r) {
     return &r->mf;
 }
 
-/* The step a directory's name says (step_00001234), -1 if none. */
-static int dir_step(const char *dir) {
+int ckpt_dir_step(const char *dir) {
     size_t n = strlen(dir);
     while (n > 1 && dir[n - 1] == '/')
         n--;
@@ -225,7 +224,7 @@ ms_status ckpt_reader_open(ckpt_reader **out, const char *dir, int verify_crc) {
     if (!r) return ms_error(MS_ERR_NOMEM, "%s: out of memory", dir);
     snprintf(r->dir, sizeof r->dir, "%s", dir);
     ms_status st = ckpt_manifest_read(dir, &r->mf);
-    int ds = dir_step(dir);
+    int ds = ckpt_dir_step(dir);
     if (st == MS_OK && ds >= 0 && ds != r->mf.step)
         st = ms_error(MS_ERR_FORMAT,
                       "%s/%s holds step %d, but the directory is step %d (a manifest from another "

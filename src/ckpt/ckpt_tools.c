@@ -1,16 +1,65 @@
-/* ckpt_tools.c - offline operations on commits: export to one Hugging
+/* ckpt_tools.c - offline operations on commits: finding the newest valid
+ * one, loading its parameters alone (megascale eval), export to one Hugging
  * Face GPT-2 safetensors file, and resharding to another data-parallel
- * layout.  Both validate the whole source commit (every CRC) first, and
- * refuse an output that could overwrite a commit (ckpt_out_check). */
+ * layout.  Export and reshard validate the whole source commit (every
+ * CRC) first, and refuse an output that could overwrite a commit
+ * (ckpt_out_check). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/fileio.h"
 #include "base/log.h"
 #include "ckpt/ckpt_internal.h"
 #include "ckpt/hf.h"
+
+int ckpt_is_step_dir(const char *path) {
+    char m[4300];
+    struct stat sb;
+    snprintf(m, sizeof m, "%s/%s", path, CKPT_MANIFEST);
+    return stat(m, &sb) == 0 || ckpt_dir_step(path) >= 0;
+}
+
+ms_status ckpt_find_commit(const char *path, char *out, size_t n) {
+    if (ckpt_is_step_dir(path)) {
+        snprintf(out, n, "%s", path);
+        return MS_OK;
+    }
+    int *steps = NULL, ns = 0;
+    MS_TRY(ckpt_list_steps(path, &steps, &ns));
+    for (int i = 0; i < ns; i++) {
+        ckpt_step_path(out, n, path, steps[i]);
+        if (ckpt_verify(out, NULL) == MS_OK) {
+            free(steps);
+            return MS_OK;
+        }
+        ms_warn("checkpoint: skipping %s: %s", out, ms_errmsg());
+    }
+    free(steps);
+    return ms_error(MS_ERR_NOTFOUND, "%s: no valid checkpoint", path);
+}
+
+ms_status ckpt_load_params(const char *dir, gpt_model *m, comm_group *dp) {
+    ckpt_reader *r = NULL;
+    ms_status st = MS_OK;
+    if (!dp || comm_group_rank(dp) == 0) {
+        st = ckpt_reader_open(&r, dir, 1);
+        if (st == MS_OK) st = ckpt_check_model(ckpt_reader_manifest(r), m, dir);
+    }
+    if (dp) { /* the reader's failure must not leave the others waiting */
+        int32_t bad = st != MS_OK, any = 0;
+        ms_status cs = comm_allreduce(dp, &bad, &any, 1, COMM_I32, COMM_MAX);
+        if (cs != MS_OK)
+            st = cs;
+        else if (any && st == MS_OK)
+            st = ms_error(MS_ERR_FORMAT, "%s: the reading rank failed (see its log)", dir);
+    }
+    if (st == MS_OK) st = ckpt_load_into(r, dp, m, NULL, 0);
+    ckpt_reader_close(r);
+    return st;
+}
 
 /* A CPU model of the commit's architecture (activations for one token),
  * its parameters loaded.  dp > 1: laid out for dp ZeRO ranks. */

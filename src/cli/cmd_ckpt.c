@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "base/fileio.h"
@@ -50,41 +49,6 @@ static const char *usage_text =
     "PATH is a step directory (DIR/step_00001234) or a checkpoint directory (its newest\n"
     "valid commit).";
 
-/* A step directory: it has a manifest, or its name is step_N. */
-static int has_manifest(const char *path) {
-    char m[4300];
-    struct stat sb;
-    snprintf(m, sizeof m, "%s/manifest.json", path);
-    if (stat(m, &sb) == 0) return 1;
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/')
-        n--;
-    const char *b = path + n;
-    while (b > path && b[-1] != '/')
-        b--;
-    return !strncmp(b, "step_", 5);
-}
-
-/* PATH itself when it is a step directory, else its newest valid commit. */
-static ms_status resolve(const char *path, char *out, size_t n) {
-    if (has_manifest(path)) {
-        snprintf(out, n, "%s", path);
-        return MS_OK;
-    }
-    int *steps = NULL, ns = 0;
-    MS_TRY(ckpt_list_steps(path, &steps, &ns));
-    for (int i = 0; i < ns; i++) {
-        ckpt_step_path(out, n, path, steps[i]);
-        if (ckpt_verify(out, NULL) == MS_OK) {
-            free(steps);
-            return MS_OK;
-        }
-        fprintf(stderr, "megascale ckpt: skipping %s: %s\n", out, ms_errmsg());
-    }
-    free(steps);
-    return ms_error(MS_ERR_NOTFOUND, "%s: no valid checkpoint", path);
-}
-
 static double total_mb(const ckpt_manifest *mf) {
     uint64_t b = 0;
     for (int i = 0; i < mf->n_files; i++)
@@ -126,7 +90,7 @@ static ms_status do_list(const char *root, const char *shm_dir) {
 static ms_status do_inspect(const char *arg) {
     char dir[4300];
     ckpt_manifest mf;
-    MS_TRY(resolve(arg, dir, sizeof dir));
+    MS_TRY(ckpt_find_commit(arg, dir, sizeof dir));
     MS_TRY(ckpt_verify(dir, &mf));
     const gpt_config *c = &mf.model;
     const ckpt_train_state *s = &mf.trainer;
@@ -169,7 +133,7 @@ static ms_status do_inspect(const char *arg) {
 }
 
 static ms_status do_verify(const char *arg) {
-    if (has_manifest(arg)) {
+    if (ckpt_is_step_dir(arg)) {
         MS_TRY(ckpt_verify(arg, NULL));
         printf("%s: ok\n", arg);
         return MS_OK;
@@ -222,14 +186,14 @@ int cmd_ckpt(int argc, char **argv) {
             st = ms_error(MS_ERR_ARG, "ckpt export: --out FILE is required");
         else if (strcmp(o.format, "safetensors"))
             st = ms_error(MS_ERR_ARG, "ckpt export: --format %s (only safetensors)", o.format);
-        if (st == MS_OK) st = resolve(path, dir, sizeof dir);
+        if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
         ckpt_st_dtype dt = CKPT_ST_F32;
         if (st == MS_OK) st = ckpt_hf_dtype_parse(o.save_dtype, &dt);
         if (st == MS_OK) st = ckpt_export_hf(dir, o.out, dt);
         if (st == MS_OK) printf("exported %s to %s\n", dir, o.out);
     } else if (!strcmp(cmd, "reshard")) {
         if (!o.out || !*o.out) st = ms_error(MS_ERR_ARG, "ckpt reshard: --out DIR is required");
-        if (st == MS_OK) st = resolve(path, dir, sizeof dir);
+        if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
         if (st == MS_OK) st = ckpt_reshard(dir, o.dp, o.out);
         if (st == MS_OK) printf("resharded %s for dp %d into %s\n", dir, o.dp, o.out);
     } else if (!strcmp(cmd, "shm")) {

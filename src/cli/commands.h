@@ -8,6 +8,7 @@
 
 int cmd_train(int argc, char **argv);
 int cmd_sample(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_ckpt(int argc, char **argv);
 int cmd_trace(int argc, char **argv);

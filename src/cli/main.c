@@ -11,6 +11,7 @@ static void usage(void) {
            "commands:\n"
            "  train    train a GPT model (megascale train --help)\n"
            "  sample   generate text from saved weights\n"
+           "  eval     validation loss of saved weights or a checkpoint on a data set\n"
            "  data     prepare and inspect token shards\n"
            "  ckpt     list, inspect, verify, export and reshard checkpoints\n"
            "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
@@ -84,6 +85,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) return version();
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
     if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
     if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);

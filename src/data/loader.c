@@ -64,9 +64,10 @@ static ms_status open_shards(data_loader *dl) {
         dl->n_shards = i + 1;
         uint64_t nt = dl->shards[i].n_tokens;
         if (dl->cfg.order == DATA_ORDER_SEQUENTIAL && nt < need) {
-            st = ms_error(MS_ERR_FORMAT,
-                          "%s: shard has %llu tokens, fewer than one batch needs (B*T*ranks+1 = %llu)",
-                          paths[i], (unsigned long long)nt, (unsigned long long)need);
+            st = ms_error(
+                MS_ERR_FORMAT,
+                "%s: shard has %llu tokens, fewer than one batch needs (B*T*ranks+1 = %llu)",
+                paths[i], (unsigned long long)nt, (unsigned long long)need);
             goto out;
         }
         dl->total_tokens += nt;
@@ -152,18 +153,29 @@ static ms_status next_sequential(data_loader *dl, int32_t *inp, int32_t *tgt, in
     return MS_OK;
 }
 
+/* Window w (in file order) into row r. */
+static ms_status read_window(data_loader *dl, uint64_t w, int r, int32_t *inp, int32_t *tgt,
+                             int32_t *tmp) {
+    int s = 0;
+    while (dl->first_window[s + 1] <= w)
+        s++; /* few shards: linear scan */
+    uint64_t pos = (w - dl->first_window[s]) * (uint64_t)dl->cfg.T;
+    return read_row(dl, s, pos, r, inp, tgt, tmp);
+}
+
+/* Shuffle, and file order (the identity permutation). */
 static ms_status next_shuffle(data_loader *dl, int32_t *inp, int32_t *tgt, int32_t *tmp) {
     data_cursor *c = &dl->cur;
+    if (dl->n_windows == 0)
+        return ms_error(MS_ERR_FORMAT, "%s: no window of T+1=%d tokens", dl->cfg.pattern,
+                        dl->cfg.T + 1);
     uint64_t first = c->pos + (uint64_t)dl->cfg.rank * dl->cfg.B;
     for (int r = 0; r < dl->cfg.B; r++) {
         uint64_t g = first + (uint64_t)r; /* global window counter */
         uint64_t epoch = g / dl->n_windows;
-        if (dl->perm_epoch != epoch) make_perm(dl, epoch);
-        uint64_t w = dl->perm[g % dl->n_windows];
-        int s = 0;
-        while (dl->first_window[s + 1] <= w) s++; /* few shards: linear scan */
-        uint64_t pos = (w - dl->first_window[s]) * (uint64_t)dl->cfg.T;
-        MS_TRY(read_row(dl, s, pos, r, inp, tgt, tmp));
+        if (dl->perm && dl->perm_epoch != epoch) make_perm(dl, epoch);
+        uint64_t w = dl->perm ? dl->perm[g % dl->n_windows] : g % dl->n_windows;
+        MS_TRY(read_window(dl, w, r, inp, tgt, tmp));
     }
     c->pos += (uint64_t)dl->cfg.B * dl->cfg.nranks;
     c->epoch = c->pos / dl->n_windows;
@@ -173,6 +185,20 @@ static ms_status next_shuffle(data_loader *dl, int32_t *inp, int32_t *tgt, int32
 ms_status data_loader_next(data_loader *dl, int32_t *inputs, int32_t *targets) {
     return dl->cfg.order == DATA_ORDER_SEQUENTIAL ? next_sequential(dl, inputs, targets, dl->row)
                                                   : next_shuffle(dl, inputs, targets, dl->row);
+}
+
+ms_status data_loader_windows(data_loader *dl, uint64_t first, int n, int32_t *inputs,
+                              int32_t *targets) {
+    MS_CHECK(n >= 1);
+    if (first + (uint64_t)n > dl->n_windows)
+        return ms_error(MS_ERR_RANGE,
+                        "%s: windows %llu..%llu of T+1=%d tokens asked, but the data holds %llu",
+                        dl->cfg.pattern, (unsigned long long)first,
+                        (unsigned long long)(first + (uint64_t)n - 1), dl->cfg.T + 1,
+                        (unsigned long long)dl->n_windows);
+    for (int r = 0; r < n; r++)
+        MS_TRY(read_window(dl, first + (uint64_t)r, r, inputs, targets, dl->row));
+    return MS_OK;
 }
 
 data_cursor data_loader_cursor(const data_loader *dl) {
@@ -206,6 +232,9 @@ void data_loader_rewind(data_loader *dl) {
 
 uint64_t data_loader_total_tokens(const data_loader *dl) {
     return dl->total_tokens;
+}
+uint64_t data_loader_num_windows(const data_loader *dl) {
+    return dl->n_windows;
 }
 int data_loader_num_shards(const data_loader *dl) {
     return dl->n_shards;

@@ -8,6 +8,11 @@
  *  - shuffle: the shards are cut into windows of T+1 tokens at stride T; each
  *    epoch visits every window once in an order that is a pure function of
  *    (seed, epoch), B windows per batch.
+ *  - file (for evaluation; not a --data-order): the same windows as shuffle,
+ *    in file order (shard by shard in glob order, each from its start),
+ *    with no permutation and no per-shard size check: a shard shorter
+ *    than T+1 tokens holds no window.  data_loader_windows reads any of
+ *    them by index, whatever the order the loader was opened with.
  * Data parallelism: with nranks > 1 each optimiser-level batch is the
  * concatenation of the ranks' batches, so the ranks see disjoint data and
  * together exactly the data one process with nranks*B rows would see:
@@ -25,7 +30,7 @@
 
 #include "base/status.h"
 
-typedef enum { DATA_ORDER_SEQUENTIAL = 0, DATA_ORDER_SHUFFLE = 1 } data_order;
+typedef enum { DATA_ORDER_SEQUENTIAL = 0, DATA_ORDER_SHUFFLE = 1, DATA_ORDER_FILE = 2 } data_order;
 
 typedef struct {
     const char *pattern; /* glob of shard files */
@@ -45,6 +50,7 @@ typedef struct {
 
 typedef struct data_loader data_loader;
 
+/* "sequential" or "shuffle" (the --data-order values; file is internal). */
 ms_status data_order_parse(const char *s, data_order *out);
 ms_status data_loader_open(data_loader **out, const data_loader_config *cfg);
 void data_loader_close(data_loader *dl);
@@ -60,6 +66,15 @@ data_cursor data_loader_cursor(const data_loader *dl);
 ms_status data_loader_seek(data_loader *dl, data_cursor c);
 void data_loader_rewind(data_loader *dl);
 uint64_t data_loader_total_tokens(const data_loader *dl);
+/* The windows of T+1 tokens at stride T over all shards (the file order's
+ * and the shuffle's units): shard s holds (n_tokens - 1) / T of them. */
+uint64_t data_loader_num_windows(const data_loader *dl);
+/* Windows [first, first + n) in file order into rows 0..n-1 of inputs and
+ * targets ((n,T) int32, host; any n >= 1); the cursor does not move.
+ * MS_ERR_RANGE naming the pattern past the last window; a token >= vocab
+ * is an error naming the shard and the position. */
+ms_status data_loader_windows(data_loader *dl, uint64_t first, int n, int32_t *inputs,
+                              int32_t *targets);
 int data_loader_num_shards(const data_loader *dl);
 
 #endif

@@ -165,12 +165,18 @@ void gpt_init(gpt_model *m, uint64_t seed);
  * group passes the same whole micro-batch and gets the same loss. */
 float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B,
                            int T, float dloss);
-/* Forward only: the mean loss over the B*T targets. */
 /* The micro-batch index that the next forward / backward passes record in
  * their "fwd" / "bwd" spans (base/events.h; with the step and, for a
  * pipeline stage, the chunk).  Default 0. */
 void gpt_trace_micro_batch(gpt_model *m, int mb);
+/* Forward only: the mean loss over the B*T targets. */
 float gpt_forward_loss(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B, int T);
+/* The per-token losses of the last pass that computed them (gpt_forward_loss,
+ * gpt_forward_backward, the last global chunk's gpt_chunk_forward), for its
+ * (B,T) micro-batch: row i's T losses summed in double in position order
+ * into sums[i] (B, host).  With tensor parallelism every rank holds them
+ * all; on a pipeline stage only the last. */
+void gpt_row_losses(gpt_model *m, int B, int T, double *sums);
 /* Forward only: logits (B,T,V) fp32 on the host for all positions, or only
  * for the last position of each row when last_only (then (B,V)).  Not with
  * tensor parallelism. */

@@ -226,6 +226,18 @@ float gpt_forward_loss(gpt_model *m, const int32_t *tokens, const int32_t *targe
     return mean_loss(m, B * T);
 }
 
+void gpt_row_losses(gpt_model *m, int B, int T, double *sums) {
+    MS_CHECK(B >= 1 && B <= m->B && T >= 1 && T <= m->T);
+    m->be->to_host(m->be, m->host_losses, m->losses, sizeof(float) * (size_t)B * T);
+    for (int i = 0; i < B; i++) {
+        const float *l = m->host_losses + (size_t)i * T;
+        double s = 0;
+        for (int t = 0; t < T; t++)
+            s += l[t];
+        sums[i] = s;
+    }
+}
+
 void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int last_only,
                         float *logits) {
     be_backend *be = m->be;

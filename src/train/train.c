@@ -42,7 +42,8 @@ typedef struct {
     gpt_model *model;
     opt_state *opt;
     opt_schedule sched;
-    data_loader *train, *val;
+    data_loader *train;
+    train_val *val;          /* --val-data: the fixed validation set */
     data_prefetch *prefetch; /* feeds the training batches */
     data_shm *ring;          /* tp > 1: one reader per tp group shares its batches */
     int ring_leader;
@@ -53,7 +54,6 @@ typedef struct {
     uint16_t ev_data, ev_opt, ev_ckpt, lane_compute;
     mon_devtime *dev;               /* device spans of the step (read late) */
     uint16_t ev_dev_fb, ev_dev_opt; /* their names */
-    int32_t *inp, *tgt;             /* validation batches (micro, seq) */
     /* the step's micro-batches (accum, micro, seq): filled by its first
      * computation, replayed by a redo of a non-finite step (replay = 1) */
     int32_t *rinp, *rtgt;
@@ -90,31 +90,28 @@ static ms_status open_loaders(trainer *t) {
             data_loader_num_shards(t->train),
             (unsigned long long)data_loader_total_tokens(t->train), tc->data_order);
     if (tc->val_data && *tc->val_data) {
-        dc.pattern = tc->val_data;
-        dc.order = DATA_ORDER_SEQUENTIAL;
-        MS_TRY(data_loader_open(&t->val, &dc));
+        train_val_config vc = {.pattern = tc->val_data,
+                               .batches = tc->val_batches,
+                               .batch = tc->batch,
+                               .T = tc->seq,
+                               .micro = t->micro,
+                               .vocab = t->mc.vocab,
+                               .world = t->world,
+                               .grid = t->grid};
+        MS_TRY(train_val_open(&t->val, &vc));
     }
     return MS_OK;
 }
 
-/* Start MPI and the rank grid when launched by mpirun or asked for more
- * than one rank; a plain single process never touches MPI.  The ranks
- * compare their options (train_agree) before anything that depends on
- * them: the layout's checks, the grid's groups. */
+/* Start MPI and the rank grid when launched by mpirun (train_dist_open: the
+ * ranks compare their options before anything that depends on them, the
+ * layout's checks and the grid's groups); a plain single process never
+ * touches MPI. */
 static ms_status setup_dist(trainer *t) {
-    const train_config *tc = t->tc;
-    int tp = tc->tp > 0 ? tc->tp : 1;
-    t->pp = tc->pp > 0 ? tc->pp : 1;
-    if (ms_ctx_get()->world == 1) return train_check_layout(tc, 1, &t->dp);
-    comm_options co = comm_options_default();
-    if (tc->comm_timeout > 0) co.timeout_s = tc->comm_timeout;
-    co.nccl_sync = tc->comm_nccl_sync;
-    MS_TRY(comm_world_init(&t->world, NULL, NULL, &co));
-    int world = comm_world_size(t->world);
+    t->pp = t->tc->pp > 0 ? t->tc->pp : 1;
+    MS_TRY(train_dist_open(t->tc, &t->world, &t->grid, &t->dp));
+    if (!t->world) return MS_OK;
     t->rank = comm_world_rank(t->world);
-    MS_TRY(train_agree(t->world, tc->shared_json, train_dp_of(tc, world)));
-    MS_TRY(train_check_layout(tc, world, &t->dp));
-    MS_TRY(comm_grid_create(t->world, tp, t->pp, t->dp, &t->grid));
     t->dp_rank = comm_grid_coord_of(t->grid).dp;
     return MS_OK;
 }
@@ -221,74 +218,6 @@ static ms_status setup_ckpt(trainer *t) {
             return ms_error_wrap(MS_ERR_RANGE, "resume at step %d (--data-order sequential)",
                                  saved.step);
         t->start = t->done = saved.step;
-    }
-    return MS_OK;
-}
-
-/* The model: whole, or this rank's pipeline stage, whose activation sets
- * follow from its schedule. */
-static ms_status create_model(trainer *t, comm_group *tpg) {
-    const train_config *tc = t->tc;
-    size_t align = 16 * (size_t)t->dp;
-    if (t->pp == 1) return gpt_create_tp(&t->model, &t->mc, t->be, t->micro, tc->seq, align, tpg);
-    int vpp = tc->vpp > 0 ? tc->vpp : 1, stage = comm_grid_coord_of(t->grid).pp;
-    gpt_stage st;
-    MS_TRY(gpt_stage_init(&st, &t->mc, t->pp, vpp, stage, 1)); /* layers divide? */
-    MS_TRY(train_pipe_plan(&t->pipe, t->grid, t->world, vpp, t->accum));
-    MS_TRY(gpt_stage_init(&st, &t->mc, t->pp, vpp, stage, train_pipe_slots(t->pipe)));
-    MS_TRY(gpt_create_stage(&t->model, &t->mc, t->be, t->micro, tc->seq, align, tpg, &st));
-    return train_pipe_attach(t->pipe, t->model, t->micro, tc->seq);
-}
-
-/* comm_device hooks over the backend's table. */
-static int dev_is_device(void *be, const void *p) {
-    return ((be_backend *)be)->is_device(be, p);
-}
-static void dev_to_host(void *be, void *dst, const void *src, size_t n) {
-    ((be_backend *)be)->to_host(be, dst, src, n);
-}
-static void dev_to_device(void *be, void *dst, const void *src, size_t n) {
-    ((be_backend *)be)->to_device(be, dst, src, n);
-}
-static void *dev_host_alloc(void *be, size_t n) {
-    return ((be_backend *)be)->host_alloc(be, n);
-}
-static void dev_host_free(void *be, void *p) {
-    ((be_backend *)be)->host_free(be, p);
-}
-
-/* With a device backend and several ranks: the communicator learns to stage
- * device buffers through pinned host memory (MPI), and, per --comm, the tp,
- * dp and pp groups get NCCL communicators.  auto: NCCL on every group whose
- * ranks have distinct GPUs, MPI staging on the others (several ranks
- * sharing one GPU, which NCCL cannot do); nccl: NCCL or an error; mpi:
- * staging only. */
-static ms_status setup_device_comm(trainer *t) {
-    const char *mode = t->tc->comm && *t->tc->comm ? t->tc->comm : "auto";
-    if (strcmp(mode, "auto") && strcmp(mode, "nccl") && strcmp(mode, "mpi"))
-        return ms_error(MS_ERR_ARG, "--comm %s: expected auto, nccl or mpi", mode);
-    if (!t->world || !t->be->stream) return MS_OK; /* one process, or host memory */
-    comm_device dev = {t->be,         dev_is_device,  dev_to_host,
-                       dev_to_device, dev_host_alloc, dev_host_free};
-    MS_TRY(comm_world_set_device(t->world, &dev));
-    if (!strcmp(mode, "mpi")) {
-        ms_info("comm: device buffers staged through pinned host memory (MPI), as --comm mpi asks");
-        return MS_OK;
-    }
-    static const comm_grid_dim dims[] = {COMM_DIM_TP, COMM_DIM_DP, COMM_DIM_PP};
-    static const char *names[] = {"tp", "dp", "pp"};
-    for (int i = 0; i < 3; i++) {
-        comm_group *g = comm_grid_group(t->grid, dims[i]);
-        if (!g || comm_group_size(g) < 2) continue;
-        ms_status st = comm_group_enable_nccl(g, t->be->stream);
-        if (st == MS_OK) {
-            ms_info("comm: %s group (%d ranks) on NCCL", names[i], comm_group_size(g));
-        } else if (!strcmp(mode, "nccl") || st == MS_ERR_TIMEOUT) {
-            return ms_error_wrap(st, "--comm %s: %s group", mode, names[i]);
-        } else {
-            ms_info("comm: %s group: device buffers staged through pinned host memory (MPI): %s",
-                    names[i], ms_errmsg());
-        }
     }
     return MS_OK;
 }
@@ -459,9 +388,9 @@ static ms_status setup(trainer *t) {
     MS_TRY(mon_devtime_create(&t->dev, t->be, t->be->stream != NULL && t->evlog != NULL));
     t->ev_dev_fb = ms_ev_intern("dev_fwd_bwd");
     t->ev_dev_opt = ms_ev_intern("dev_optimizer");
-    MS_TRY(setup_device_comm(t));
-    comm_group *tpg = t->grid && tc->tp > 1 ? comm_grid_group(t->grid, COMM_DIM_TP) : NULL;
-    MS_TRY(create_model(t, tpg));
+    MS_TRY(train_dist_device(tc, t->world, t->grid, t->be));
+    MS_TRY(train_model_create(tc, &t->mc, t->be, t->world, t->grid, t->micro, t->accum,
+                              16 * (size_t)t->dp, &t->model, &t->pipe));
     if (tc->init_from && *tc->init_from) {
         MS_TRY(ckpt_hf_load(t->model, tc->init_from));
         ms_info("weights: loaded %s", tc->init_from);
@@ -476,12 +405,9 @@ static ms_status setup(trainer *t) {
                          train_pipe_last_stage(t->pipe) ? gpt_find(t->model, "wte.weight") : -1);
     MS_TRY(setup_ckpt(t)); /* resumes before the prefetch thread reads the loader */
     size_t n = (size_t)t->micro * tc->seq;
-    t->inp = malloc(n * sizeof(int32_t));
-    t->tgt = malloc(n * sizeof(int32_t));
     t->rinp = malloc((size_t)t->accum * n * sizeof(int32_t));
     t->rtgt = malloc((size_t)t->accum * n * sizeof(int32_t));
-    if (!t->inp || !t->tgt || !t->rinp || !t->rtgt)
-        return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
+    if (!t->rinp || !t->rtgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
     mon_peak_init(&t->peak, t->be, tc->peak_flops);
     MS_TRY(setup_record(t));
@@ -525,15 +451,13 @@ static void teardown(trainer *t, ms_status st) {
     data_shm_close(t->ring);
     data_prefetch_stop(t->prefetch);
     data_loader_close(t->train);
-    data_loader_close(t->val);
+    train_val_close(t->val);
     opt_destroy(t->opt);
     par_zero_destroy(t->zero);
     train_pipe_destroy(t->pipe);
     gpt_destroy(t->model);
     mon_devtime_destroy(t->dev);
     if (t->be) be_destroy(t->be);
-    free(t->inp);
-    free(t->tgt);
     free(t->rinp);
     free(t->rtgt);
     if (t->world && st == MS_ERR_TIMEOUT) { /* let the host's other ranks write their dumps */
@@ -593,27 +517,14 @@ static void print_layout(const trainer *t) {
             tc->batch, tc->seq, (long long)tc->batch * tc->seq, t->micro, t->accum, tc->steps,
             tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads);
     ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9, t->peak.source);
+    if (t->val) train_val_log(t->val);
 }
 
-/* Mean loss over --val-batches sequential batches of the validation data. */
+/* The loss over the fixed validation set (train_val). */
 static ms_status validate(trainer *t, float *loss) {
-    data_loader_rewind(t->val);
-    double sum = 0;
-    int nb = t->tc->val_batches > 0 ? t->tc->val_batches : 1;
-    for (int i = 0; i < nb; i++) {
-        MS_TRY(data_loader_next(t->val, t->inp, t->tgt));
-        if (t->pipe) { /* forward through every stage; the loss comes from the last */
-            double l;
-            MS_TRY(train_pipe_eval(t->pipe, t->inp, t->tgt, t->micro, t->tc->seq, &l));
-            sum += l;
-        } else {
-            sum += gpt_forward_loss(t->model, t->inp, t->tgt, t->micro, t->tc->seq);
-        }
-    }
-    MS_TRY(gpt_take_error(t->model)); /* a tensor-parallel collective failed */
-    sum /= nb;
-    MS_TRY(dp_mean(t, &sum));
-    *loss = (float)sum;
+    double l = 0;
+    MS_TRY(train_val_run(t->val, t->model, t->pipe, &l));
+    *loss = (float)l;
     return MS_OK;
 }
 

@@ -3,9 +3,10 @@
  * gradient accumulation, optimiser, LR schedule, validation, metrics,
  * progress lines, weights export).
  *
- * Called by the `megascale train` subcommand.  train_run returns a status;
- * the messages name the file / option at fault.  A SIGINT/SIGTERM during the
- * loop stops at the next step boundary and still saves --save-weights.
+ * Called by the `megascale train` and `megascale eval` subcommands.
+ * train_run returns a status; the messages name the file / option at
+ * fault.  A SIGINT/SIGTERM during the loop stops at the next step boundary
+ * and still saves --save-weights.
  */
 #ifndef TRAIN_TRAIN_H
 #define TRAIN_TRAIN_H
@@ -71,5 +72,26 @@ typedef struct {
 } train_config;
 
 ms_status train_run(const train_config *cfg);
+
+/* `megascale eval`: the validation loss of saved weights over the fixed
+ * validation set, by the code of training's validation passes (no step).
+ * Reads from cfg: init_from (a weights file) or resume (a commit, or a
+ * checkpoint directory: its newest valid commit), exactly one; val_data,
+ * val_batches, batch and seq (0: the checkpoint's, or 8 and 256 for a
+ * weights file), micro_batch, tp, pp (dp is world / (tp x pp)), heads (a
+ * weights file without the count), device, comm, threads, the cuda
+ * switches, comm_timeout, comm_nccl_sync and shared_json (compared over
+ * the ranks).  Alone or under mpirun; every rank gets the same *out.
+ * Errors name the file: missing or damaged weights, no valid checkpoint,
+ * too little data for the set, a token outside the model's vocabulary. */
+typedef struct {
+    double loss;               /* mean per target; perplexity exp(loss) */
+    int64_t sequences, tokens; /* the set: sequences x seq targets */
+    int batches, batch, seq, micro;
+    int world, dp, tp, pp;
+    int step;          /* the commit's step; -1 for a weights file */
+    char source[4300]; /* the weights file, or the commit evaluated */
+} train_eval_result;
+ms_status train_eval(const train_config *cfg, train_eval_result *out);
 
 #endif

@@ -11,6 +11,10 @@ ms_status train_model_config(const train_config *tc, gpt_config *out);
 /* Cross-option checks for dp data-parallel ranks; sets the per-rank
  * micro-batch size and the accumulation steps. */
 ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *micro, int *accum);
+/* --batch against the dp ranks and --micro-batch (0: batch / dp): batch a
+ * multiple of dp, batch / dp a multiple of the micro-batch (MS_ERR_ARG
+ * naming them); sets the micro-batch and the accumulation steps. */
+ms_status train_check_batch(int batch, int micro_batch, int dp, int *micro, int *accum);
 /* Checks for --tp tensor-parallel ranks (with sequence parallelism) on
  * micro-batches of `micro` sequences: heads and micro*seq divisible by tp,
  * no pipeline stages. */
@@ -29,6 +33,30 @@ ms_status train_check_layout(const train_config *tc, int world, int *dp);
  * --micro-batch (or --batch) that gives one micro-batch per stage. */
 void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum);
 
+/* train_dist.c.  train_dist_open: alone (the run context's world is 1)
+ * only the layout's checks, *world and *grid NULL; under mpirun MPI with
+ * --comm-timeout, the ranks' agreement on shared_json (train_agree), the
+ * layout's checks (*dp) and the rank grid (tp x pp x dp).  The caller
+ * destroys the grid, then finalizes the world. */
+typedef struct train_pipe train_pipe;
+ms_status train_dist_open(const train_config *tc, comm_world **world, comm_grid **grid, int *dp);
+/* With a device backend and several ranks: the communicator learns to stage
+ * device buffers through pinned host memory (MPI), and, per --comm, the tp,
+ * dp and pp groups get NCCL communicators.  auto: NCCL on every group whose
+ * ranks have distinct GPUs, MPI staging on the others (several ranks
+ * sharing one GPU, which NCCL cannot do); nccl: NCCL or an error; mpi:
+ * staging only.  MS_ERR_ARG for another --comm. */
+ms_status train_dist_device(const train_config *tc, comm_world *world, comm_grid *grid,
+                            be_backend *be);
+/* The model for micro-batches of `micro` x --seq: whole (tensor parallel
+ * over the grid's tp group when --tp > 1), or with --pp this rank's stage,
+ * its activation sets following from the schedule of n_micro micro-batches
+ * (*pipe: that schedule, attached; NULL without --pp).  align: the
+ * gradient ranges' alignment (16 x dp for ZeRO).  Parameters are zero. */
+ms_status train_model_create(const train_config *tc, const gpt_config *mc, be_backend *be,
+                             comm_world *world, comm_grid *grid, int micro, int n_micro,
+                             size_t align, gpt_model **m, train_pipe **pipe);
+
 /* train_agree.c: collective over the world, before any collective whose
  * shape or count follows from the options: shared_json (train_config;
  * "dp" taken as dp when dp > 0) against every other rank's.  MS_ERR_ARG on
@@ -46,7 +74,6 @@ ms_status train_agree(comm_world *w, const char *shared_json, int dp);
  * by the stages that need them), ZeRO armed around it by the caller.
  * Errors: par_schedule's own (n_micro invalid for the interleaved
  * schedule), communication failures (naming op and peers). */
-typedef struct train_pipe train_pipe;
 ms_status train_pipe_plan(train_pipe **out, comm_grid *grid, comm_world *world, int vpp,
                           int n_micro);
 int train_pipe_slots(const train_pipe *p);
@@ -58,11 +85,42 @@ void train_pipe_destroy(train_pipe *p);
  * are summed over the first and last stage before returning. */
 ms_status train_pipe_step(train_pipe *p, const int32_t *inp, const int32_t *tgt, int B, int T,
                           float dloss, double *loss);
-/* Forward-only loss of one (B,T) micro-batch through all stages. */
-ms_status train_pipe_eval(train_pipe *p, const int32_t *inp, const int32_t *tgt, int B, int T,
-                          double *loss);
+/* Forward only of one (B,T) micro-batch (B <= the attached B) through all
+ * stages: the last stage's model then holds its losses (gpt_row_losses). */
+ms_status train_pipe_eval(train_pipe *p, const int32_t *inp, const int32_t *tgt, int B, int T);
 int train_pipe_last_stage(const train_pipe *p);
 /* Seconds the last step waited on pipeline receives (the bubble). */
 double train_pipe_bubble(const train_pipe *p);
+
+/* train_val.c: the validation loss over a fixed set of sequences, the same
+ * for every layout and micro-batch size.  The set is the first batches x
+ * batch windows of T+1 tokens at stride T of `pattern` in file order;
+ * data-parallel rank r of dp evaluates the contiguous block of S/dp of
+ * them (S = batches x batch) in chunks of micro, and the loss is the mean
+ * over the S x T targets, summed in sequence order (the same bits on every
+ * rank; across layouts equal up to the per-token losses' rounding). */
+typedef struct {
+    const char *pattern;   /* --val-data (must outlive the train_val) */
+    int batches, batch, T; /* the set: batches x batch sequences of T targets */
+    int micro;             /* sequences per forward pass: the model's B (train_check_batch) */
+    int vocab;             /* tokens must be below it */
+    comm_world *world;     /* the job (NULL: one process) */
+    comm_grid *grid;       /* its grid: dp split, tp rank, pipeline stage */
+} train_val_config;
+typedef struct train_val train_val;
+/* Open the data and check that the set fits: MS_ERR_FORMAT naming the
+ * pattern, its tokens, the sequences they hold and the set asked
+ * (--val-batches x --batch) when it does not; the loader's errors (no
+ * shard, a bad header). */
+ms_status train_val_open(train_val **out, const train_val_config *c);
+void train_val_close(train_val *v);
+int64_t train_val_sequences(const train_val *v);
+/* Rank 0's info line: what the set is, and this rank's share. */
+void train_val_log(const train_val *v);
+/* One pass over the set on model m (pipe: this stage's pipeline, or NULL);
+ * *loss = the mean loss per target, the same on every rank.  Collective
+ * over the job (c->world).  A token >= vocab or a read error: the error naming the
+ * shard on the rank that read it, and on the others one saying so. */
+ms_status train_val_run(train_val *v, gpt_model *m, train_pipe *pipe, double *loss);
 
 #endif

@@ -52,14 +52,18 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *
     if (tc->seq > c->seq_max)
         return ms_error(MS_ERR_ARG, "--seq %d must be in 1..%d (the model's seq-max)", tc->seq,
                         c->seq_max);
-    if (tc->batch % dp != 0)
-        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --dp %d", tc->batch, dp);
-    int mb = tc->micro_batch > 0 ? tc->micro_batch : tc->batch / dp;
-    if ((tc->batch / dp) % mb != 0)
+    return train_check_batch(tc->batch, tc->micro_batch, dp, micro, accum);
+}
+
+ms_status train_check_batch(int batch, int micro_batch, int dp, int *micro, int *accum) {
+    if (batch % dp != 0)
+        return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --dp %d", batch, dp);
+    int mb = micro_batch > 0 ? micro_batch : batch / dp;
+    if ((batch / dp) % mb != 0)
         return ms_error(MS_ERR_ARG, "--batch %d is not a multiple of --dp %d x --micro-batch %d",
-                        tc->batch, dp, mb);
+                        batch, dp, mb);
     *micro = mb;
-    *accum = tc->batch / dp / mb;
+    *accum = batch / dp / mb;
     return MS_OK;
 }
 

@@ -168,6 +168,8 @@ ENV_OPTIONS = {
               "MS_NONFINITE_REDO": "nonfinite-redo", "MS_NODE_MAP": "node-map"},
     "sample": {"MS_DATA_DIR": "data-dir", "MS_CUDA_PROFILE": "cuda-profile",
                "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu"},
+    "eval": {"MS_COMM_TIMEOUT": "comm-timeout", "MS_COMM_NCCL_SYNC": "comm-nccl-sync",
+             "MS_CUDA_PROFILE": "cuda-profile", "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu"},
     "data": {"MS_DATA_DIR": "data-dir"},
     "ckpt": {"MS_CKPT_SHM_DIR": "ckpt-shm-dir"},
 }

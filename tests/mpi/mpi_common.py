@@ -1,4 +1,4 @@
-"""Shared by the multi-rank trainer tests (test_dp.py, test_tp.py,
+"""Shared by the multi-rank trainer tests (test_dp.py, test_tp.py, test_val.py,
 test_pp.py, test_ranks.py): check counting, running the binary under mpirun
 (one program, or several: MPMD), reading metrics, comparing weights files
 with one process, and a small text shard.

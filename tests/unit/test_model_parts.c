@@ -1,5 +1,6 @@
 /* test_model_parts.c - model configuration and parameter table, LR
- * schedules, the data loader's orders and cursor, and the option parser. */
+ * schedules, the data loader's orders, cursor and windows, and the option
+ * parser. */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,55 @@ static void write_seq_shard(const char *path, uint32_t n, uint32_t start) {
     T_EQ_INT(data_shard_writer_commit(&w), MS_OK);
 }
 
+/* The file order and data_loader_windows (the fixed validation set):
+ * windows of T+1 at stride T, shard by shard from each start, read by
+ * index without moving the cursor; no per-shard size check, and a range
+ * past the last window is an error naming the pattern. */
+static void test_windows(const char *pat, const char *dir) {
+    data_loader_config c = {pat, 64, 10, 60000, DATA_ORDER_FILE, 1, 0, 1}; /* B > a shard */
+    data_loader *dl;
+    T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
+    T_EQ_INT((int)data_loader_num_windows(dl), 99 + 49);
+    int32_t in[3 * 10], tg[3 * 10];
+    T_EQ_INT(data_loader_windows(dl, 0, 3, in, tg), MS_OK);
+    T_EQ_INT(in[0], 0);
+    T_EQ_INT(in[10], 10);
+    T_EQ_INT(in[29], 29);
+    T_EQ_INT(tg[9], 10);
+    T_EQ_INT(tg[29], 30);
+    T_EQ_INT(data_loader_windows(dl, 98, 2, in, tg),
+             MS_OK); /* the last of a_000, the first of a_001 */
+    T_EQ_INT(in[0], 980);
+    T_EQ_INT(tg[9], 990);
+    T_EQ_INT(in[10], 1000);
+    T_EQ_INT(tg[19], 1010);
+    T_EQ_INT(data_loader_windows(dl, 147, 1, in, tg), MS_OK);
+    T_EQ_INT(in[0], 1480);
+    T_EQ_INT(tg[9], 1490);
+    T_EQ_INT(data_loader_windows(dl, 147, 2, in, tg), MS_ERR_RANGE);
+    T_STR_CONTAINS(ms_errmsg(), "a_*.bin");
+    T_STR_CONTAINS(ms_errmsg(), "holds 148");
+    int32_t b[64 * 10], bt[64 * 10]; /* the cursor did not move: batch 0 is windows 0..63 */
+    T_EQ_INT(data_loader_next(dl, b, bt), MS_OK);
+    T_EQ_INT(b[0], 0);
+    T_EQ_INT(b[63 * 10], 630);
+    data_loader_close(dl);
+    /* a shard shorter than T+1 holds no window, and is no error */
+    char path[512], tiny[512];
+    snprintf(path, sizeof path, "%s/t_000.bin", dir);
+    write_seq_shard(path, 5, 0);
+    snprintf(path, sizeof path, "%s/t_001.bin", dir);
+    write_seq_shard(path, 21, 100);
+    snprintf(tiny, sizeof tiny, "%s/t_*.bin", dir);
+    c.pattern = tiny;
+    T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
+    T_EQ_INT((int)data_loader_num_windows(dl), 2);
+    T_EQ_INT(data_loader_windows(dl, 0, 2, in, tg), MS_OK);
+    T_EQ_INT(in[0], 100);
+    T_EQ_INT(in[10], 110);
+    data_loader_close(dl);
+}
+
 static void test_loader(const char *dir) {
     char path[512], pat[512];
     snprintf(path, sizeof path, "%s/a_000.bin", dir);
@@ -230,6 +280,7 @@ static void test_loader(const char *dir) {
     c.B = 64;
     T_EQ_INT(data_loader_open(&dl, &c), MS_ERR_FORMAT);
     T_STR_CONTAINS(ms_errmsg(), "a_001.bin");
+    test_windows(pat, dir);
 }
 
 typedef struct {

@@ -1,0 +1,91 @@
+/* train_dist.c - a job's ranks and its model, for the trainer and for
+ * `megascale eval`: MPI and the rank grid (after the ranks agreed on their
+ * options), the communicator's device hooks and NCCL groups, and the model
+ * (whole, or this rank's pipeline stage with its schedule). */
+#include <string.h>
+
+#include "base/ctx.h"
+#include "base/log.h"
+#include "comm/comm.h"
+#include "comm/grid.h"
+#include "train/train_internal.h"
+
+ms_status train_dist_open(const train_config *tc, comm_world **world, comm_grid **grid, int *dp) {
+    *world = NULL;
+    *grid = NULL;
+    if (ms_ctx_get()->world == 1) return train_check_layout(tc, 1, dp);
+    int tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1;
+    comm_options co = comm_options_default();
+    if (tc->comm_timeout > 0) co.timeout_s = tc->comm_timeout;
+    co.nccl_sync = tc->comm_nccl_sync;
+    MS_TRY(comm_world_init(world, NULL, NULL, &co));
+    int n = comm_world_size(*world);
+    MS_TRY(train_agree(*world, tc->shared_json, train_dp_of(tc, n)));
+    MS_TRY(train_check_layout(tc, n, dp));
+    return comm_grid_create(*world, tp, pp, *dp, grid);
+}
+
+/* comm_device hooks over the backend's table. */
+static int dev_is_device(void *be, const void *p) {
+    return ((be_backend *)be)->is_device(be, p);
+}
+static void dev_to_host(void *be, void *dst, const void *src, size_t n) {
+    ((be_backend *)be)->to_host(be, dst, src, n);
+}
+static void dev_to_device(void *be, void *dst, const void *src, size_t n) {
+    ((be_backend *)be)->to_device(be, dst, src, n);
+}
+static void *dev_host_alloc(void *be, size_t n) {
+    return ((be_backend *)be)->host_alloc(be, n);
+}
+static void dev_host_free(void *be, void *p) {
+    ((be_backend *)be)->host_free(be, p);
+}
+
+ms_status train_dist_device(const train_config *tc, comm_world *world, comm_grid *grid,
+                            be_backend *be) {
+    const char *mode = tc->comm && *tc->comm ? tc->comm : "auto";
+    if (strcmp(mode, "auto") && strcmp(mode, "nccl") && strcmp(mode, "mpi"))
+        return ms_error(MS_ERR_ARG, "--comm %s: expected auto, nccl or mpi", mode);
+    if (!world || !be->stream) return MS_OK; /* one process, or host memory */
+    comm_device dev = {be,           dev_is_device, dev_to_host, dev_to_device, dev_host_alloc,
+                       dev_host_free};
+    MS_TRY(comm_world_set_device(world, &dev));
+    if (!strcmp(mode, "mpi")) {
+        ms_info("comm: device buffers staged through pinned host memory (MPI), as --comm mpi asks");
+        return MS_OK;
+    }
+    static const comm_grid_dim dims[] = {COMM_DIM_TP, COMM_DIM_DP, COMM_DIM_PP};
+    static const char *names[] = {"tp", "dp", "pp"};
+    for (int i = 0; i < 3; i++) {
+        comm_group *g = comm_grid_group(grid, dims[i]);
+        if (!g || comm_group_size(g) < 2) continue;
+        ms_status st = comm_group_enable_nccl(g, be->stream);
+        if (st == MS_OK) {
+            ms_info("comm: %s group (%d ranks) on NCCL", names[i], comm_group_size(g));
+        } else if (!strcmp(mode, "nccl") || st == MS_ERR_TIMEOUT) {
+            return ms_error_wrap(st, "--comm %s: %s group", mode, names[i]);
+        } else {
+            ms_info("comm: %s group: device buffers staged through pinned host memory (MPI): %s",
+                    names[i], ms_errmsg());
+        }
+    }
+    return MS_OK;
+}
+
+ms_status train_model_create(const train_config *tc, const gpt_config *mc, be_backend *be,
+                             comm_world *world, comm_grid *grid, int micro, int n_micro,
+                             size_t align, gpt_model **m, train_pipe **pipe) {
+    *m = NULL;
+    *pipe = NULL;
+    int pp = tc->pp > 0 ? tc->pp : 1;
+    comm_group *tpg = grid && tc->tp > 1 ? comm_grid_group(grid, COMM_DIM_TP) : NULL;
+    if (pp == 1) return gpt_create_tp(m, mc, be, micro, tc->seq, align, tpg);
+    int vpp = tc->vpp > 0 ? tc->vpp : 1, stage = comm_grid_coord_of(grid).pp;
+    gpt_stage st;
+    MS_TRY(gpt_stage_init(&st, mc, pp, vpp, stage, 1)); /* layers divide? */
+    MS_TRY(train_pipe_plan(pipe, grid, world, vpp, n_micro));
+    MS_TRY(gpt_stage_init(&st, mc, pp, vpp, stage, train_pipe_slots(*pipe)));
+    MS_TRY(gpt_create_stage(m, mc, be, micro, tc->seq, align, tpg, &st));
+    return train_pipe_attach(*pipe, *m, micro, tc->seq);
+}

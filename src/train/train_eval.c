@@ -1,0 +1,133 @@
+/* train_eval.c - `megascale eval`: saved weights (a weights file or a
+ * checkpoint's parameters) into a model of this job's layout, then one
+ * pass of the fixed validation set (train_val.c), the code of training's
+ * validation passes. */
+#include <stdio.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/log.h"
+#include "ckpt/ckpt.h"
+#include "ckpt/hf.h"
+#include "comm/comm.h"
+#include "comm/grid.h"
+#include "train/train_internal.h"
+
+#define EVAL_BATCH 8 /* train's defaults, for a weights file */
+#define EVAL_SEQ 256
+
+/* Rank 0 picks the commit of --ckpt PATH; every rank gets it, or rank 0's
+ * error (with its message). */
+static ms_status find_commit(const char *path, comm_world *w, char *dir, size_t n) {
+    struct {
+        int32_t st;
+        char text[4300]; /* the commit, or the error */
+    } msg = {0};
+    if (!w || comm_world_rank(w) == 0) {
+        msg.st = ckpt_find_commit(path, msg.text, sizeof msg.text);
+        if (msg.st != MS_OK) snprintf(msg.text, sizeof msg.text, "%s", ms_errmsg());
+    }
+    if (w) MS_TRY(comm_broadcast(comm_world_group(w), &msg, sizeof msg, COMM_U8, 0));
+    if (msg.st != MS_OK) return ms_error((ms_status)msg.st, "%s", msg.text);
+    snprintf(dir, n, "%s", msg.text);
+    return MS_OK;
+}
+
+/* The model of the weights (--weights, --heads) or of the commit, and the
+ * set's --batch / --seq left at 0 from the commit (or train's defaults). */
+static ms_status eval_source(train_config *tc, comm_world *w, gpt_config *mc,
+                             train_eval_result *r) {
+    int batch = EVAL_BATCH, seq = EVAL_SEQ;
+    if (tc->init_from && *tc->init_from) {
+        MS_TRY(train_model_config(tc, mc));
+        snprintf(r->source, sizeof r->source, "%s", tc->init_from);
+    } else {
+        MS_TRY(find_commit(tc->resume, w, r->source, sizeof r->source));
+        ckpt_manifest mf;
+        MS_TRY(ckpt_validate(r->source, 0, &mf)); /* the CRCs: when the parameters are read */
+        *mc = mf.model;
+        r->step = mf.step;
+        batch = mf.trainer.batch > 0 ? mf.trainer.batch : batch;
+        seq = mf.trainer.seq > 0 ? mf.trainer.seq : seq;
+        ckpt_manifest_free(&mf);
+        mc->recompute = 0;
+        MS_TRY(gpt_config_validate(mc));
+    }
+    if (tc->batch == 0) tc->batch = batch;
+    if (tc->seq == 0) tc->seq = seq;
+    if (tc->seq > mc->seq_max)
+        return ms_error(MS_ERR_ARG, "--seq %d: the model of %s has seq-max %d", tc->seq, r->source,
+                        mc->seq_max);
+    return MS_OK;
+}
+
+/* The parameters into m: each rank its tp shard / stage of the weights
+ * file, or dp rank 0 of each (tp, pp) position reads the commit and
+ * broadcasts it over its dp group. */
+static ms_status eval_load(const train_config *tc, comm_grid *grid, gpt_model *m,
+                           const char *source) {
+    if (tc->init_from && *tc->init_from) return ckpt_hf_load(m, source);
+    return ckpt_load_params(source, m, grid ? comm_grid_group(grid, COMM_DIM_DP) : NULL);
+}
+
+ms_status train_eval(const train_config *cfg, train_eval_result *r) {
+    train_config tc = *cfg; /* --batch / --seq may come from the checkpoint */
+    memset(r, 0, sizeof *r);
+    r->step = -1;
+    comm_world *world = NULL;
+    comm_grid *grid = NULL;
+    be_backend *be = NULL;
+    gpt_model *m = NULL;
+    train_pipe *pipe = NULL;
+    train_val *val = NULL;
+    gpt_config mc;
+    int dp = 1, micro = 0, accum = 0;
+    int weights = tc.init_from && *tc.init_from, ckpt = tc.resume && *tc.resume;
+    ms_status st = MS_OK;
+    if (weights == ckpt)
+        st = ms_error(MS_ERR_ARG, "eval: give --weights FILE or --ckpt PATH (%s)",
+                      weights ? "not both" : "neither is given");
+    else if (!tc.val_data || !*tc.val_data)
+        st = ms_error(MS_ERR_ARG, "eval: --val-data GLOB is required (the token shards to score)");
+    if (st == MS_OK) st = train_dist_open(&tc, &world, &grid, &dp);
+    if (st == MS_OK) st = eval_source(&tc, world, &mc, r);
+    if (st == MS_OK) st = train_check_batch(tc.batch, tc.micro_batch, dp, &micro, &accum);
+    if (st == MS_OK) st = train_check_tp(&tc, &mc, micro);
+    be_options bo = be_options_default();
+    bo.threads = tc.threads;
+    bo.cuda_profile = tc.cuda_profile;
+    bo.cuda_fuse_gelu = tc.cuda_fuse_gelu;
+    if (st == MS_OK) st = be_create(&be, tc.device, &bo);
+    if (st == MS_OK) st = train_dist_device(&tc, world, grid, be);
+    if (st == MS_OK) st = train_model_create(&tc, &mc, be, world, grid, micro, 1, 16, &m, &pipe);
+    if (st == MS_OK) st = eval_load(&tc, grid, m, r->source);
+    train_val_config vc = {.pattern = tc.val_data,
+                           .batches = tc.val_batches,
+                           .batch = tc.batch,
+                           .T = tc.seq,
+                           .micro = micro,
+                           .vocab = mc.vocab,
+                           .world = world,
+                           .grid = grid};
+    if (st == MS_OK) st = train_val_open(&val, &vc);
+    if (st == MS_OK) {
+        r->batches = tc.val_batches, r->batch = tc.batch, r->seq = tc.seq, r->micro = micro;
+        r->sequences = train_val_sequences(val);
+        r->tokens = r->sequences * tc.seq;
+        r->world = world ? comm_world_size(world) : 1;
+        r->dp = dp, r->tp = tc.tp > 0 ? tc.tp : 1, r->pp = tc.pp > 0 ? tc.pp : 1;
+        ms_info("eval: %s (%d layers, dim %d, %d heads, vocab %d) on %s", r->source, mc.n_layer,
+                mc.n_embd, mc.n_head, mc.vocab, be->name);
+        train_val_log(val);
+        st = train_val_run(val, m, pipe, &r->loss);
+    }
+    train_val_close(val);
+    train_pipe_destroy(pipe);
+    gpt_destroy(m);
+    if (be) be_destroy(be);
+    comm_grid_destroy(grid);
+    if (world && st == MS_OK) { /* after a failure the others may wait: mpirun ends the job */
+        st = comm_world_finalize(world);
+    }
+    return st;
+}
