@@ -75,12 +75,16 @@ static int diagnose(sup_driver *d) {
     double t0 = ms_now();
     ms_mkdirs(d->diag_dir); /* here, not by each diag rank at once */
     int rc = res ? sup_diag_run(&dc, idx, k, res, why, sizeof why) : -1;
-    int any = 0;
+    int missing = 0;
     for (int j = 0; rc == 0 && j < k; j++)
-        any |= res[j].reported;
-    if (res && (rc != 0 || !any)) { /* mpirun itself failed to start (a busy host): once more */
-        fprintf(stderr, "megascale launch: diag: %s; running it again\n",
-                rc ? why : "no node reported");
+        missing += !res[j].reported;
+    /* mpirun failed to start, or some ranks gave no report (seen right after
+     * a stopped job, on the nodes it ran on: 2 of 3 in a few CI runs):
+     * once more before a node is evicted for silence */
+    if (res && (rc != 0 || missing)) {
+        char what[64];
+        snprintf(what, sizeof what, "%d node(s) gave no report", missing);
+        fprintf(stderr, "megascale launch: diag: %s; running it again\n", rc ? why : what);
         rc = sup_diag_run(&dc, idx, k, res, why, sizeof why);
     }
     if (!res || rc != 0) {
