@@ -12,3 +12,7 @@ ms_script_test(cli_prepare COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/
 # `megascale eval` on weights and checkpoints, with its bad input.
 ms_script_test(cli_eval COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_eval.py
   LABELS cli)
+# llm.c's model files (versions 3 and 5) as --init-from / eval / sample
+# weights, with their bad headers.
+ms_script_test(cli_llmc COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_llmc.py
+  LABELS cli)

@@ -17,6 +17,7 @@
 #include "base/fileio.h"
 #include "base/log.h"
 #include "ckpt/hf_internal.h"
+#include "ckpt/llmc.h"
 #include "ckpt/safetensors.h"
 
 /* The tensor's shape in the file: its logical shape, wte without padding. */
@@ -221,13 +222,51 @@ out:
     return st;
 }
 
+/* The tensors of a weights file: safetensors, or llm.c's model file (its
+ * tensors under Hugging Face names and shapes, llmc.h). */
+typedef struct {
+    ckpt_st_file *st;
+    ckpt_llmc_file *llmc;
+} weights_file;
+
+static ms_status wf_open(weights_file *w, const char *path) {
+    *w = (weights_file){0};
+    return ckpt_llmc_probe(path) ? ckpt_llmc_open(&w->llmc, path) : ckpt_st_open(&w->st, path);
+}
+
+static void wf_close(weights_file *w) {
+    ckpt_st_close(w->st);
+    ckpt_llmc_close(w->llmc);
+}
+
+static int wf_count(const weights_file *w) {
+    return w->st ? ckpt_st_count(w->st) : ckpt_llmc_count(w->llmc);
+}
+
+static const ckpt_st_tensor *wf_get(const weights_file *w, int i) {
+    return w->st ? ckpt_st_get(w->st, i) : ckpt_llmc_get(w->llmc, i);
+}
+
+static const ckpt_st_tensor *wf_find_exact(const weights_file *w, const char *name) {
+    if (w->st) return ckpt_st_find(w->st, name);
+    for (int i = 0; i < wf_count(w); i++)
+        if (!strcmp(wf_get(w, i)->name, name)) return wf_get(w, i);
+    return NULL;
+}
+
+/* The metadata value of key; llm.c's files have none (their header is the
+ * whole architecture). */
+static const char *wf_meta(const weights_file *w, const char *key) {
+    return w->st ? ckpt_st_meta(w->st, key) : NULL;
+}
+
 /* The tensor named `name`, with or without the "transformer." prefix. */
-static const ckpt_st_tensor *find_tensor(const ckpt_st_file *f, const char *name) {
-    const ckpt_st_tensor *t = ckpt_st_find(f, name);
+static const ckpt_st_tensor *find_tensor(const weights_file *f, const char *name) {
+    const ckpt_st_tensor *t = wf_find_exact(f, name);
     if (t) return t;
     char pref[96];
     snprintf(pref, sizeof pref, "transformer.%s", name);
-    return ckpt_st_find(f, pref);
+    return wf_find_exact(f, pref);
 }
 
 static const char *strip_prefix(const char *name) {
@@ -242,20 +281,20 @@ static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
 }
 
 /* Check every file tensor is known to the model (or the tied lm_head). */
-static ms_status check_extra(gpt_model *m, const ckpt_st_file *f, const char *path) {
-    for (int i = 0; i < ckpt_st_count(f); i++) {
-        const char *nm = strip_prefix(ckpt_st_get(f, i)->name);
+static ms_status check_extra(gpt_model *m, const weights_file *f, const char *path) {
+    for (int i = 0; i < wf_count(f); i++) {
+        const char *nm = strip_prefix(wf_get(f, i)->name);
         if (!strcmp(nm, "lm_head.weight") || strstr(nm, ".attn.bias") ||
             strstr(nm, ".attn.masked_bias"))
             continue; /* tied head; HF's causal-mask buffers */
         if (gpt_find(m, nm) < 0 && !gpt_tensor_elsewhere(m, nm))
             return ms_error(MS_ERR_FORMAT,
                             "%s: tensor '%s' is not part of this model (%d layers, %s block)", path,
-                            ckpt_st_get(f, i)->name, gpt_get_config(m)->n_layer,
+                            wf_get(f, i)->name, gpt_get_config(m)->n_layer,
                             gpt_block_name(gpt_get_config(m)->block));
         char pref[96];
         snprintf(pref, sizeof pref, "transformer.%s", nm);
-        if (nm == ckpt_st_get(f, i)->name && ckpt_st_find(f, pref)) /* which one is meant? */
+        if (nm == wf_get(f, i)->name && wf_find_exact(f, pref)) /* which one is meant? */
             return ms_error(MS_ERR_FORMAT,
                             "%s: both '%s' and '%s' are present: ambiguous, the file holds two "
                             "copies of the tensor",
@@ -267,8 +306,8 @@ static ms_status check_extra(gpt_model *m, const ckpt_st_file *f, const char *pa
 ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     const gpt_config *c = gpt_get_config(m);
     be_backend *be = gpt_backend(m);
-    ckpt_st_file *f = NULL;
-    MS_TRY(ckpt_st_open(&f, path));
+    weights_file wf, *f = &wf;
+    MS_TRY(wf_open(f, path));
     size_t n = gpt_num_elements(m);
     float *host = calloc(n, sizeof(float));
     ms_status st =
@@ -333,18 +372,19 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
         gpt_params_updated(m);
     }
     free(host);
-    ckpt_st_close(f);
+    wf_close(f);
     return st;
 }
 
-static int meta_int(const ckpt_st_file *f, const char *key, int def) {
-    const char *v = ckpt_st_meta(f, key);
+static int meta_int(const weights_file *f, const char *key, int def) {
+    const char *v = wf_meta(f, key);
     return v ? atoi(v) : def;
 }
 
 ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg) {
-    ckpt_st_file *f = NULL;
-    MS_TRY(ckpt_st_open(&f, path));
+    if (ckpt_llmc_probe(path)) return ckpt_llmc_read_config(path, cfg);
+    weights_file wf, *f = &wf;
+    MS_TRY(wf_open(f, path));
     ms_status st = MS_OK;
     const ckpt_st_tensor *wte = find_tensor(f, "wte.weight"), *wpe = find_tensor(f, "wpe.weight");
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
@@ -364,12 +404,12 @@ ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg)
     cfg->n_layer = meta_int(f, "n_layer", L);
     int hh = heads_hint > 0 ? heads_hint : (cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1);
     cfg->n_head = meta_int(f, "n_head", hh);
-    if (!ckpt_st_meta(f, "n_head") && heads_hint <= 0) /* the shapes do not say: never silently */
+    if (!wf_meta(f, "n_head") && heads_hint <= 0) /* the shapes do not say: never silently */
         ms_warn("%s has no n_head metadata: assuming %d heads (width %d / 64); pass --heads N if "
                 "the model has another head count (a wrong one trains and samples garbage)",
                 path, hh, cfg->n_embd);
     cfg->attn_window = meta_int(f, "attn_window", 0);
-    const char *blk = ckpt_st_meta(f, "block");
+    const char *blk = wf_meta(f, "block");
     if (blk) {
         st = gpt_block_parse(blk, &cfg->block);
     } else {
@@ -378,6 +418,6 @@ ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg)
     if (st == MS_OK) st = gpt_config_validate(cfg);
     if (st != MS_OK) ms_error_wrap(st, "%s", path);
 out:
-    ckpt_st_close(f);
+    wf_close(f);
     return st;
 }

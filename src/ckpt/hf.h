@@ -7,7 +7,10 @@
  * tied "lm_head.weight" is ignored when present.  The model's architecture
  * travels in the file's metadata (n_layer, n_head, n_embd, vocab_size,
  * n_positions, block, attn_window) and can also be inferred from the shapes
- * of a plain Hugging Face file.  Not thread-safe per model.
+ * of a plain Hugging Face file.  The readers (ckpt_hf_load,
+ * ckpt_hf_read_config) also take llm.c's model files (gpt2_124M.bin:
+ * versions 3, fp32, and 5, bf16; llmc.h), told apart by their magic.  Not
+ * thread-safe per model.
  */
 #ifndef CKPT_HF_H
 #define CKPT_HF_H

@@ -94,6 +94,30 @@ def shard(version, tokens, count=None):
     return hdr + bytes(1024 - len(hdr)) + body
 
 
+def llmc(version=3, L=1, H=2, C=8, V=16, Vp=24, T=8, cut=0, words=None):
+    """An llm.c model file (src/ckpt/llmc.h) of small counting values."""
+    hdr = [20240326, version, T, V, L, H, C, Vp] + [0] * 248
+    for i, v in (words or {}).items():
+        hdr[i] = v
+    n = Vp * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    vals = [((i * 37) % 101 - 50) / 64.0 for i in range(max(n, 0))]
+    body = (struct.pack(f"<{len(vals)}f", *vals) if version == 3 else
+            struct.pack(f"<{len(vals)}H", *(struct.unpack("<I", struct.pack("<f", v))[0] >> 16
+                                             for v in vals)))
+    data = struct.pack("<256i", *hdr) + body
+    return data[:len(data) - cut] if cut else data
+
+
+def llmc_seeds(c):
+    c.put("llmc", "v3-two-layers.bin", llmc(L=2))
+    c.put("llmc", "v5-padded.bin", llmc(version=5, V=13, Vp=16))
+    c.put("llmc", "bad-truncated.bin", llmc(cut=3))
+    c.put("llmc", "bad-version.bin", llmc(version=4))
+    c.put("llmc", "bad-heads.bin", llmc(H=3))
+    c.put("llmc", "bad-padded-vocab.bin", llmc(V=30, Vp=24))
+    c.put("llmc", "header-only.bin", llmc()[:1024])
+
+
 def tokenizer(pattern, specials=(b"<|endoftext|>",), extra=(), name=b"fuzz"):
     """A tokenizer file (tokenizer.h): the 256 bytes, `extra` merged tokens,
     the specials; both CRC32Cs right."""
@@ -221,6 +245,7 @@ def valid_seeds(c, binary, work):
 
 
 def malformed_seeds(c):
+    llmc_seeds(c)
     st = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}
     c.put("safetensors", "bad-hlen-past-end.safetensors", safetensors(st, bytes(8), hlen=1 << 20))
     c.put("safetensors", "bad-truncated-data.safetensors", safetensors(st, bytes(4)))

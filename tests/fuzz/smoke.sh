@@ -11,7 +11,7 @@
 # Options: --seconds N (time per harness, the corpus included; 0: the
 # corpus only), --build DIR (default: $MS_BUILD/fuzz under CTest, else
 # build-fuzz), --merge (merge the inputs that reached new code into
-# tests/fuzz/corpus/NAME).  Harnesses: safetensors manifest shard tokenizer
+# tests/fuzz/corpus/NAME).  Harnesses: safetensors llmc manifest shard tokenizer
 # config beat dash (with or without the fuzz_ prefix); none named: all.
 #
 # Any crash, sanitizer report (AddressSanitizer, UBSan, LeakSanitizer), input
@@ -29,7 +29,7 @@ build=${build:-$src/build-fuzz}
 seconds=10
 merge=0
 names=()
-all=(safetensors manifest shard tokenizer config beat dash)
+all=(safetensors llmc manifest shard tokenizer config beat dash)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a number}; shift 2 ;;
