@@ -16,3 +16,7 @@ ms_script_test(cli_eval COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/tes
 # weights, with their bad headers.
 ms_script_test(cli_llmc COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_llmc.py
   LABELS cli)
+# --out-dir (every output under one directory, train.cfg, train.log) and
+# --log-file.
+ms_script_test(cli_outdir COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_outdir.py
+  LABELS cli)

@@ -13,3 +13,7 @@ set_tests_properties(mpi_ranks PROPERTIES TIMEOUT 600)
 ms_script_test(mpi_validation COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_val.py
   LABELS mpi)
 set_tests_properties(mpi_validation PROPERTIES TIMEOUT 300)
+# A multi-rank command's errors printed once, by rank 0, naming the ranks.
+ms_script_test(mpi_errors COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_errors.py
+  LABELS mpi)
+set_tests_properties(mpi_errors PROPERTIES TIMEOUT 600)

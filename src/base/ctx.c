@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ms_ctx g_ctx = {.world = 1, .local_size = 1, .log_level = MS_LOG_INFO};
+static ms_ctx g_ctx = {.world = 1, .local_size = 1, .log_level = MS_LOG_INFO, .log_fd = -1};
 
 /* The first of the variables names[0..] (NULL-terminated) that is set. */
 static const char *env_first(const char *const *names) {

@@ -19,6 +19,7 @@ typedef struct {
     ms_log_level log_level;
     int log_all_ranks;          /* if 0, INFO/DEBUG lines are printed by rank 0 only */
     volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
+    int log_fd; /* the log file every printed line is appended to (-1: none; base/log.h) */
 } ms_ctx;
 
 /* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE), OMPI_COMM_WORLD_LOCAL_RANK

@@ -6,6 +6,7 @@
 #include <string.h>
 
 static _Thread_local char ms_msg[2048];
+static _Thread_local int ms_reported;
 
 const char *ms_status_name(ms_status s) {
     switch (s) {
@@ -38,7 +39,16 @@ ms_status ms_error(ms_status code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(ms_msg, sizeof ms_msg, fmt, ap);
     va_end(ap);
+    ms_reported = 0;
     return code;
+}
+
+void ms_error_set_reported(int reported) {
+    ms_reported = reported;
+}
+
+int ms_error_reported(void) {
+    return ms_reported;
 }
 
 ms_status ms_error_wrap(ms_status code, const char *fmt, ...) {

@@ -40,6 +40,13 @@ ms_status ms_error_wrap(ms_status code, const char *fmt, ...) __attribute__((for
 /* The last message recorded on this thread ("" if none). */
 const char *ms_errmsg(void);
 
+/* Whether the current message was already printed for the whole job (a
+ * multi-rank command's rank 0 printed every rank's error once:
+ * src/train/train_gate.c), so that main prints nothing more.  ms_error
+ * clears it; ms_error_wrap keeps it. */
+void ms_error_set_reported(int reported);
+int ms_error_reported(void);
+
 /* Abort with file:line and a message; used by MS_CHECK.  (The header is
  * also read by the CUDA sources, which nvcc and the emulator compile as C++.) */
 #ifdef __cplusplus

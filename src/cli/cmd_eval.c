@@ -128,7 +128,7 @@ int cmd_eval(int argc, char **argv) {
     if (help) {
         opts_print_help(eval_opts, N_EVAL_OPTS, usage_text);
     } else if (st != MS_OK) {
-        rc = cli_fail("eval", st);
+        rc = cli_fail("eval", train_gate_early("eval", st));
     } else {
         train_eval_result r;
         o.tc.shared_json = opts_to_json_shared(eval_opts, N_EVAL_OPTS, &o);

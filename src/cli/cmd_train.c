@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/ctx.h"
 #include "cli/commands.h"
@@ -88,6 +89,13 @@ static const opts_spec train_opts[] = {
       "write final weights (HF GPT-2 safetensors, and transformers' config.json beside them)"),
     O("save-dtype", OPT_T_STR, save_dtype, "f32", "--save-weights' dtype: f32 or bf16"),
     O("metrics", OPT_T_STR, metrics, NULL, "JSONL file: one object per step"),
+    O("out-dir", OPT_T_STR, out_dir, NULL,
+      "one directory for the run's outputs, created at start-up: metrics.jsonl, "
+      "model.safetensors, ckpt/, trace/, train.log and train.cfg (the effective options, a "
+      "--config file); an option naming one of them itself wins"),
+    O("log-file", OPT_T_STR, log_file, NULL,
+      "append every line the ranks print here too, each after its UTC time (default with "
+      "--out-dir: DIR/train.log)"),
     O("ckpt-dir", OPT_T_STR, ckpt_dir, NULL, "checkpoint directory (DIR/step_N, DIR/latest)"),
     R("ckpt-every", OPT_T_INT, ckpt_every, "0", "[0,)",
       "a checkpoint every N steps (0: only at the end)"),
@@ -131,6 +139,33 @@ static const opts_spec train_opts[] = {
 };
 #define N_TRAIN_OPTS ((int)(sizeof train_opts / sizeof train_opts[0]))
 
+/* --out-dir DIR: the outputs it implies, for the options left unset. */
+static ms_status apply_out_dir(train_config *tc) {
+    const char *dir = tc->out_dir;
+    if (!dir || !*dir) return MS_OK;
+    struct {
+        char **field;
+        const char *name;
+    } outs[] = {{&tc->metrics, "metrics.jsonl"}, {&tc->save_weights, "model.safetensors"},
+                {&tc->ckpt_dir, "ckpt"},         {&tc->trace_dir, "trace"},
+                {&tc->log_file, "train.log"}};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        if (*outs[i].field && **outs[i].field) continue;
+        size_t n = strlen(dir) + strlen(outs[i].name) + 2;
+        char *p = malloc(n);
+        if (!p) return ms_error(MS_ERR_NOMEM, "--out-dir: out of memory");
+        snprintf(p, n, "%s%s%s", dir, dir[strlen(dir) - 1] == '/' ? "" : "/", outs[i].name);
+        free(*outs[i].field);
+        *outs[i].field = p;
+    }
+    return MS_OK;
+}
+
+/* Left out of train.cfg: set by `megascale launch` for one job (its
+ * driver's address and token: a secret), or a test's faults. */
+static const char *const not_in_cfg[] = {"heartbeat", "heartbeat-token", "node-map",
+                                         "inject-fault", "ckpt-fault", NULL};
+
 int cmd_train(int argc, char **argv) {
     train_config tc = {0};
     char *pos[1];
@@ -140,15 +175,23 @@ int cmd_train(int argc, char **argv) {
         opts_print_help(train_opts, N_TRAIN_OPTS,
                         "usage: megascale train --train-data 'DIR/train_*.bin' [options]");
     } else if (st != MS_OK) {
-        rc = cli_fail("train", st);
+        rc = cli_fail("train", train_gate_early("train", st));
     } else {
         ms_ctx_catch_signals();
+        st = apply_out_dir(&tc);
         tc.config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &tc);
         tc.shared_json = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &tc);
-        st = tc.config_json && tc.shared_json ? train_run(&tc)
-                                              : ms_error(MS_ERR_NOMEM, "train: out of memory");
+        tc.config_text = opts_to_config(
+            train_opts, N_TRAIN_OPTS, &tc, not_in_cfg,
+            "# megascale train: the effective options of this run (megascale train --config "
+            "FILE runs it again)\n");
+        if (st == MS_OK)
+            st = tc.config_json && tc.shared_json && tc.config_text
+                     ? train_run(&tc)
+                     : ms_error(MS_ERR_NOMEM, "train: out of memory");
         free(tc.config_json);
         free(tc.shared_json);
+        free(tc.config_text);
         if (st != MS_OK) rc = cli_fail("train", st);
     }
     opts_free(train_opts, N_TRAIN_OPTS, &tc);

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "base/ctx.h"
+#include "base/log.h"
 #include "cli/commands.h"
 
 static void usage(void) {
@@ -64,13 +65,14 @@ int cli_exit_code(ms_status st) {
 
 int cli_fail(const char *cmd, ms_status st) {
     const ms_ctx *c = ms_ctx_get();
+    if (ms_error_reported()) return cli_exit_code(st); /* rank 0 printed it for every rank */
     char host[128] = "";
     if (c->world > 1) gethostname(host, sizeof host - 1);
     if (c->world > 1)
-        fprintf(stderr, "megascale %s: error (rank %d on %s): %s\n", cmd, c->rank, host,
-                ms_errmsg());
+        ms_log_raw("megascale %s: error (rank %d of %d on %s): %s", cmd, c->rank, c->world, host,
+                   ms_errmsg());
     else
-        fprintf(stderr, "megascale %s: error: %s\n", cmd, ms_errmsg());
+        ms_log_raw("megascale %s: error: %s", cmd, ms_errmsg());
     return cli_exit_code(st);
 }
 

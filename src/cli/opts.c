@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -341,4 +342,90 @@ char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
 
 char *opts_to_json_shared(const opts_spec *spec, int n, const void *dst) {
     return to_json(spec, n, dst, 1);
+}
+
+/* One "name = value" line into *buf (grown as needed); 0 on OOM. */
+static int cfg_line(char **buf, size_t *len, size_t *cap, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int need = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (need < 0) return 0;
+    if (*len + (size_t)need + 1 > *cap) {
+        size_t c = (*cap ? *cap * 2 : 4096) + (size_t)need;
+        char *b = realloc(*buf, c);
+        if (!b) return 0;
+        *buf = b;
+        *cap = c;
+    }
+    va_start(ap, fmt);
+    vsnprintf(*buf + *len, *cap - *len, fmt, ap);
+    va_end(ap);
+    *len += (size_t)need;
+    return 1;
+}
+
+/* A string the config parser reads back as it is: no '#' (a comment),
+ * no line break, no control character. */
+static int cfg_safe(const char *v) {
+    for (; *v; v++)
+        if (*v == '#' || (unsigned char)*v < 0x20) return 0;
+    return 1;
+}
+
+char *opts_to_config(const opts_spec *spec, int n, const void *dst, const char *const *skip,
+                     const char *header) {
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    int good = cfg_line(&buf, &len, &cap, "%s", header ? header : "");
+    for (int i = 0; good && i < n; i++) {
+        int skipped = !strcmp(spec[i].name, "config");
+        for (int k = 0; skip && skip[k]; k++)
+            skipped |= !strcmp(spec[i].name, skip[k]);
+        if (skipped) continue;
+        const void *p = (const char *)dst + spec[i].offset;
+        const char *nm = spec[i].name;
+        if (!spec[i].def && ((spec[i].type == OPT_T_INT && *(const int *)p == 0) ||
+                             (spec[i].type == OPT_T_U64 && *(const uint64_t *)p == 0) ||
+                             (spec[i].type == OPT_T_DOUBLE && *(const double *)p == 0)))
+            continue; /* a number without a default, not given (--dp: inferred) */
+        switch (spec[i].type) {
+        case OPT_T_INT:
+            good = cfg_line(&buf, &len, &cap, "%s = %d\n", nm, *(const int *)p);
+            break;
+        case OPT_T_U64:
+            good = cfg_line(&buf, &len, &cap, "%s = %llu\n", nm,
+                            (unsigned long long)*(const uint64_t *)p);
+            break;
+        case OPT_T_DOUBLE:
+            good = cfg_line(&buf, &len, &cap, "%s = %.17g\n", nm, *(const double *)p);
+            break;
+        case OPT_T_STR: {
+            const char *v = *(char *const *)p;
+            if (!v) break; /* unset: the default */
+            good = cfg_safe(v) ? cfg_line(&buf, &len, &cap, "%s = \"%s\"\n", nm, v)
+                               : cfg_line(&buf, &len, &cap,
+                                          "# %s: its value holds a '#' or a control character, "
+                                          "which a config file cannot: give it on the command "
+                                          "line\n",
+                                          nm);
+            break;
+        }
+        case OPT_T_LIST: {
+            const opts_list *l = p;
+            for (int k = 0; good && k < l->n; k++)
+                good = cfg_safe(l->v[k]) ? cfg_line(&buf, &len, &cap, "%s = \"%s\"\n", nm, l->v[k])
+                                         : cfg_line(&buf, &len, &cap,
+                                                    "# %s: a value holds a '#' or a control "
+                                                    "character: give it on the command line\n",
+                                                    nm);
+            break;
+        }
+        }
+    }
+    if (!good) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }

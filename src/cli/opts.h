@@ -61,5 +61,14 @@ char *opts_to_json(const opts_spec *spec, int n, const void *dst);
 /* The same, of the options without per_rank only: the configuration every
  * rank of a job must share. */
 char *opts_to_json_shared(const opts_spec *spec, int n, const void *dst);
+/* The effective value of every option as a config file (--config) that
+ * gives the same values back: header (may be NULL), then "name = value"
+ * lines in the table's order, strings quoted, unset strings left out (a
+ * value a config file cannot hold, with a '#' or a control character: a
+ * comment line saying so), lists one line a value.  "config" and the
+ * names in skip (NULL-terminated, may be NULL) are left out.  malloc'd;
+ * NULL on OOM. */
+char *opts_to_config(const opts_spec *spec, int n, const void *dst, const char *const *skip,
+                     const char *header);
 
 #endif

@@ -315,12 +315,11 @@ static void summary_close(void *ctx) {
         double med[SUMMARY_COLS];
         for (int k = 0; k < SUMMARY_COLS; k++)
             med[k] = summary_median(m, k, tmp);
-        fprintf(stderr,
-                "[megascale r%d profile] median per step over %d steps: step %.1f ms | compute "
-                "%.1f ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms | device: "
-                "fwd+bwd %.1f ms, optimizer %.1f ms\n",
-                m->rank, m->n > 1 ? m->n - 1 : m->n, med[0], med[0] - med[1] - med[2] - med[3],
-                med[2], med[1], med[3], med[4], med[5]);
+        ms_log_raw("[megascale r%d profile] median per step over %d steps: step %.1f ms | compute "
+                   "%.1f ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms | device: "
+                   "fwd+bwd %.1f ms, optimizer %.1f ms",
+                   m->rank, m->n > 1 ? m->n - 1 : m->n, med[0], med[0] - med[1] - med[2] - med[3],
+                   med[2], med[1], med[3], med[4], med[5]);
     }
     free(tmp);
     free(m->v);

@@ -479,6 +479,10 @@ static int config_value(const sup_config *c, const char *name, char *out, size_t
         size_t vl = strlen(v);
         while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t' || v[vl - 1] == '\r'))
             vl--;
+        if (vl >= 2 && (v[0] == '"' || v[0] == '\'') && v[vl - 1] == v[0]) { /* as the parser */
+            v++;
+            vl -= 2;
+        }
         if ((size_t)(e - k) == strlen(name) && !strncmp(k, name, strlen(name))) {
             snprintf(out, n, "%.*s", (int)vl, v);
             found = 1; /* the last line counts, as in the parser */
@@ -489,17 +493,22 @@ static int config_value(const sup_config *c, const char *name, char *out, size_t
 }
 
 /* The job's metrics file (the train option, on the command line or in its
- * --config file, else RUN_DIR/metrics.jsonl, which the driver then adds),
- * absolute: the dashboard reads it from anywhere. */
+ * --config file; else OUT/metrics.jsonl of an --out-dir OUT given either
+ * way; else RUN_DIR/metrics.jsonl, which the driver then adds), absolute:
+ * the dashboard reads it from anywhere. */
 static void set_metrics_path(sup_driver *d) {
-    const char *m = opt_value(d->c, "--metrics");
-    char rel[4200], cwd[4096];
+    const char *m = opt_value(d->c, "--metrics"), *o = opt_value(d->c, "--out-dir");
+    char rel[4200], cwd[4096], out[4096];
     d->own_metrics = 0;
     if (m) {
         snprintf(rel, sizeof rel, "%s", m);
     } else if (!config_value(d->c, "metrics", rel, sizeof rel)) {
-        snprintf(rel, sizeof rel, "%s/metrics.jsonl", d->c->run_dir);
-        d->own_metrics = 1;
+        if (o || config_value(d->c, "out-dir", out, sizeof out)) {
+            snprintf(rel, sizeof rel, "%s/metrics.jsonl", o ? o : out); /* the trainer's default */
+        } else {
+            snprintf(rel, sizeof rel, "%s/metrics.jsonl", d->c->run_dir);
+            d->own_metrics = 1;
+        }
     }
     if (rel[0] != '/' && getcwd(cwd, sizeof cwd))
         snprintf(d->metrics_path, sizeof d->metrics_path, "%s/%s", cwd, rel);
@@ -543,9 +552,9 @@ static int check_config(const sup_config *c) {
                         "itself; drop it from the train options\n");
         return SUP_EXIT_USAGE;
     }
-    if (!has_opt(c, "--ckpt-dir")) {
-        fprintf(stderr, "megascale launch: error: the train options need --ckpt-dir: the driver "
-                        "restarts the job from its checkpoints\n");
+    if (!has_opt(c, "--ckpt-dir") && !has_opt(c, "--out-dir")) {
+        fprintf(stderr, "megascale launch: error: the train options need --ckpt-dir (or "
+                        "--out-dir): the driver restarts the job from its checkpoints\n");
         return SUP_EXIT_USAGE;
     }
     if (c->straggler_rounds < 0 || !(c->straggler_score > 0 && c->straggler_score <= 1) ||
@@ -593,8 +602,11 @@ int sup_run(const sup_config *c) {
     snprintf(d->hostfile_path, sizeof d->hostfile_path, "%s/hostfile.active", c->run_dir);
     snprintf(d->diag_dir, sizeof d->diag_dir, "%s/diag", c->run_dir);
     set_metrics_path(d);
-    const char *ckpt = opt_value(c, "--ckpt-dir");
-    snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", ckpt ? ckpt : "");
+    const char *ckpt = opt_value(c, "--ckpt-dir"), *out = opt_value(c, "--out-dir");
+    if (ckpt || !out) /* else the trainer's default under --out-dir */
+        snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", ckpt ? ckpt : "");
+    else
+        snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s/ckpt", out);
     const char *device = opt_value(c, "--device"); /* diag checks the device the job uses */
     snprintf(d->device, sizeof d->device, "%s", device && !strcmp(device, "cuda") ? "cuda" : "");
     d->r = calloc((size_t)c->np, sizeof *d->r);

@@ -66,6 +66,7 @@ typedef struct {
     /* distribution (NULL alone) */
     comm_world *world;
     comm_grid *grid;
+    train_gate *gate; /* errors printed once, by rank 0 (train_gate.c) */
     par_zero *zero;
     train_pipe *pipe; /* pp > 1: this stage's schedule (NULL: the whole model) */
     int pp;
@@ -109,7 +110,7 @@ static ms_status open_loaders(trainer *t) {
  * touches MPI. */
 static ms_status setup_dist(trainer *t) {
     t->pp = t->tc->pp > 0 ? t->tc->pp : 1;
-    MS_TRY(train_dist_open(t->tc, &t->world, &t->grid, &t->dp));
+    MS_TRY(train_dist_open(t->tc, "train", &t->world, &t->grid, &t->dp, &t->gate));
     if (!t->world) return MS_OK;
     t->rank = comm_world_rank(t->world);
     t->dp_rank = comm_grid_coord_of(t->grid).dp;
@@ -244,6 +245,15 @@ static void resolve_trace_dir(trainer *t) {
  * and the metrics; every rank writes its trace and checkpoint shards. */
 static ms_status check_outputs(trainer *t) {
     const train_config *tc = t->tc;
+    if (tc->out_dir && *tc->out_dir) { /* every rank: the hosts may not share a file system */
+        if (ms_path_check_writable(tc->out_dir, 1) != MS_OK || ms_mkdirs(tc->out_dir) != MS_OK)
+            return ms_error_wrap(MS_ERR_ARG, "--out-dir");
+    }
+    if (tc->log_file && *tc->log_file) {
+        if (ms_path_check_writable(tc->log_file, 0) != MS_OK)
+            return ms_error_wrap(MS_ERR_ARG, "--log-file");
+        MS_TRY(ms_log_open_file(tc->log_file));
+    }
     resolve_trace_dir(t);
     const struct {
         const char *opt, *path;
@@ -440,8 +450,9 @@ static ms_status report_commits(trainer *t) {
  * (after a failure on one rank the others may be stuck in a collective: the
  * caller exits non-zero and mpirun ends the job). */
 static void teardown(trainer *t, ms_status st) {
-    char why[1024]; /* the failure's message: the heartbeat's last word, and kept for main */
+    char why[2048]; /* the failure's message: the heartbeat's last word, and kept for main */
     snprintf(why, sizeof why, "%s", st == MS_OK ? "" : ms_errmsg());
+    int reported = st != MS_OK && ms_error_reported(); /* every rank knows: a clean end */
     if (t->ckpt && st != MS_OK) { /* a failed run: the commits of the persist in flight too */
         (void)ckpt_manager_wait(t->ckpt); /* as long as destroy would wait for it */
         (void)report_commits(t);
@@ -471,11 +482,13 @@ static void teardown(trainer *t, ms_status st) {
         mon_heartbeat_phase(t->hb, "done");
     mon_heartbeat_close(t->hb);
     comm_grid_destroy(t->grid);
-    if (t->world && st == MS_OK) {
+    train_gate_close(t->gate);
+    if (t->world && (st == MS_OK || reported)) {
         ms_status fs = comm_world_finalize(t->world);
         if (fs != MS_OK) ms_errorf("%s", ms_errmsg());
     }
     if (st != MS_OK) ms_error(st, "%s", why); /* what main reports */
+    ms_error_set_reported(reported);
 }
 
 /* Mean of a per-rank value over the data-parallel ranks. */
@@ -784,11 +797,25 @@ static ms_status loop(trainer *t) {
     return MS_OK;
 }
 
+/* --out-dir: the effective options as DIR/train.cfg, once set-up passed
+ * (a run refused at start-up leaves the last run's file alone). */
+static ms_status write_config(const trainer *t) {
+    const train_config *tc = t->tc;
+    if (!tc->out_dir || !*tc->out_dir || !tc->config_text) return MS_OK;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/train.cfg", tc->out_dir);
+    MS_TRY(ms_file_write_atomic(path, tc->config_text, strlen(tc->config_text)));
+    ms_info("out-dir %s: metrics, weights, checkpoints, traces and train.log; options in %s",
+            tc->out_dir, path);
+    return MS_OK;
+}
+
 ms_status train_run(const train_config *tc) {
     trainer t;
     memset(&t, 0, sizeof t);
     t.tc = tc;
-    ms_status st = setup(&t);
+    ms_status st = train_gate_pass(t.gate, setup(&t));
+    if (st == MS_OK && t.rank == 0) st = write_config(&t);
     if (st == MS_OK) {
         print_layout(&t);
         if (t.val) st = log_val(&t, t.start);
@@ -811,6 +838,7 @@ ms_status train_run(const train_config *tc) {
                     : ckpt_hf_save(t.model, tc->save_weights, t.save_dtype);
         if (st == MS_OK) ms_info("weights: saved %s", tc->save_weights);
     }
+    st = train_gate_pass(t.gate, st);
     if (st == MS_OK) ms_info("peak RSS %.1f MB", mon_peak_rss_bytes() / 1e6);
     teardown(&t, st);
     return st;

@@ -43,6 +43,12 @@ typedef struct {
     uint64_t seed;
     /* io */
     char *init_from, *save_weights, *metrics;
+    /* --out-dir: one directory for the run's outputs (the CLI fills the
+     * paths it implies into the unset options above and below); the
+     * trainer creates it, and rank 0 writes config_text there as train.cfg */
+    char *out_dir;
+    char *log_file;    /* every printed line appended here too (base/log.h); NULL: none */
+    char *config_text; /* the effective options as a config file, or NULL */
     char *save_dtype; /* --save-weights' dtype: "f32" (NULL too) or "bf16" */
     /* checkpoints (src/ckpt/ckpt.h) */
     char *ckpt_dir, *resume;
@@ -72,6 +78,12 @@ typedef struct {
 } train_config;
 
 ms_status train_run(const train_config *cfg);
+
+/* A command's options failed before MPI started (st != MS_OK): under
+ * mpirun, MPI with the default options and the error gate (train_gate.c),
+ * so that rank 0 prints every rank's error once, naming the ranks, and
+ * ms_error_reported() tells main it was printed.  Alone: st, as it is. */
+ms_status train_gate_early(const char *cmd, ms_status st);
 
 /* `megascale eval`: the validation loss of saved weights over the fixed
  * validation set, by the code of training's validation passes (no step).

@@ -10,15 +10,18 @@
 #include "comm/grid.h"
 #include "train/train_internal.h"
 
-ms_status train_dist_open(const train_config *tc, comm_world **world, comm_grid **grid, int *dp) {
+ms_status train_dist_open(const train_config *tc, const char *cmd, comm_world **world,
+                          comm_grid **grid, int *dp, train_gate **gate) {
     *world = NULL;
     *grid = NULL;
+    *gate = NULL;
     if (ms_ctx_get()->world == 1) return train_check_layout(tc, 1, dp);
     int tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1;
     comm_options co = comm_options_default();
     if (tc->comm_timeout > 0) co.timeout_s = tc->comm_timeout;
     co.nccl_sync = tc->comm_nccl_sync;
     MS_TRY(comm_world_init(world, NULL, NULL, &co));
+    MS_TRY(train_gate_open(*world, cmd, MS_OK, gate)); /* before any other collective */
     int n = comm_world_size(*world);
     MS_TRY(train_agree(*world, tc->shared_json, train_dp_of(tc, n)));
     MS_TRY(train_check_layout(tc, n, dp));

@@ -76,6 +76,7 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
     r->step = -1;
     comm_world *world = NULL;
     comm_grid *grid = NULL;
+    train_gate *gate = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;
     train_pipe *pipe = NULL;
@@ -89,7 +90,8 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
                       weights ? "not both" : "neither is given");
     else if (!tc.val_data || !*tc.val_data)
         st = ms_error(MS_ERR_ARG, "eval: --val-data GLOB is required (the token shards to score)");
-    if (st == MS_OK) st = train_dist_open(&tc, &world, &grid, &dp);
+    st = st == MS_OK ? train_dist_open(&tc, "eval", &world, &grid, &dp, &gate)
+                     : train_gate_early("eval", st);
     if (st == MS_OK) st = eval_source(&tc, world, &mc, r);
     if (st == MS_OK) st = train_check_batch(tc.batch, tc.micro_batch, dp, &micro, &accum);
     if (st == MS_OK) st = train_check_tp(&tc, &mc, micro);
@@ -121,13 +123,24 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
         train_val_log(val);
         st = train_val_run(val, m, pipe, &r->loss);
     }
+    st = train_gate_pass(gate, st);
+    int reported = st != MS_OK && ms_error_reported();
+    char why[2048];
+    snprintf(why, sizeof why, "%s", ms_errmsg());
     train_val_close(val);
     train_pipe_destroy(pipe);
     gpt_destroy(m);
     if (be) be_destroy(be);
     comm_grid_destroy(grid);
-    if (world && st == MS_OK) { /* after a failure the others may wait: mpirun ends the job */
-        st = comm_world_finalize(world);
+    train_gate_close(gate);
+    /* after an unreported failure the others may wait: mpirun ends the job */
+    if (world && (st == MS_OK || reported)) {
+        ms_status fs = comm_world_finalize(world);
+        if (st == MS_OK) st = fs;
+    }
+    if (reported) {
+        ms_error(st, "%s", why);
+        ms_error_set_reported(1);
     }
     return st;
 }

@@ -33,13 +33,31 @@ ms_status train_check_layout(const train_config *tc, int world, int *dp);
  * --micro-batch (or --batch) that gives one micro-batch per stage. */
 void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum);
 
+/* train_gate.c: a multi-rank command's errors printed once, by rank 0,
+ * naming the failing ranks.  train_gate_open: collective over the world
+ * (the gate's own communicator), then the first pass with st.
+ * train_gate_pass: collective over the world; st MS_OK on every rank
+ * returns MS_OK; when some rank failed, rank 0 prints one line per
+ * distinct message ("megascale CMD: error (ranks 0-2 of 8): ..."), and
+ * every rank returns a failure marked reported (ms_error_reported): its
+ * own, or the first failed rank's (the message names it).  A failed rank
+ * whose gate times out (GATE_WAIT_S: the others are elsewhere) returns st
+ * unreported, for main to print.  NULL g: st.  train_gate_early: train.h. */
+typedef struct train_gate train_gate;
+ms_status train_gate_open(comm_world *w, const char *cmd, ms_status st, train_gate **out);
+ms_status train_gate_pass(train_gate *g, ms_status st);
+void train_gate_close(train_gate *g); /* before the world is finalized; NULL ignored */
+
 /* train_dist.c.  train_dist_open: alone (the run context's world is 1)
- * only the layout's checks, *world and *grid NULL; under mpirun MPI with
- * --comm-timeout, the ranks' agreement on shared_json (train_agree), the
- * layout's checks (*dp) and the rank grid (tp x pp x dp).  The caller
- * destroys the grid, then finalizes the world. */
+ * only the layout's checks, *world, *grid and *gate NULL; under mpirun MPI
+ * with --comm-timeout, the error gate of command cmd (its first pass), the
+ * ranks' agreement on shared_json (train_agree), the layout's checks (*dp)
+ * and the rank grid (tp x pp x dp).  The caller passes its later results
+ * through the gate, closes it and destroys the grid, then finalizes the
+ * world. */
 typedef struct train_pipe train_pipe;
-ms_status train_dist_open(const train_config *tc, comm_world **world, comm_grid **grid, int *dp);
+ms_status train_dist_open(const train_config *tc, const char *cmd, comm_world **world,
+                          comm_grid **grid, int *dp, train_gate **gate);
 /* With a device backend and several ranks: the communicator learns to stage
  * device buffers through pinned host memory (MPI), and, per --comm, the tp,
  * dp and pp groups get NCCL communicators.  auto: NCCL on every group whose

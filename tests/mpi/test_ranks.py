@@ -42,8 +42,9 @@ def main():
                      [(2, [*base, "--dp", "3", "--batch", "6"]),
                       (1, [*base, "--dp", "3", "--batch", "6", "--dim", "128"])],
                      "the ranks' options differ", "--dim is 64 on ranks 0-1 but 128 on rank 2")
-    ok(err.count("megascale train: error (rank ") >= 1 and "Segmentation" not in err,
-       "the mismatch is an error line of the trainer, not a crash", err)
+    ok(err.count("megascale train: error (all 3 ranks): ") == 1 and
+       err.count("megascale train: error") == 1 and "Segmentation" not in err,
+       "the mismatch is one error line of the trainer (rank 0's, for all), not a crash", err)
     fails_fast("--steps 3 on rank 0, 20 on rank 1",
                [(1, [*base, "--dp", "2"]), (1, [*base, "--dp", "2", "--steps", "20"])],
                "--steps is 3 on rank 0 but 20 on rank 1")
