@@ -17,6 +17,7 @@
 #include "supervisor/sup_internal.h"
 
 #define DIAG_OUT_MAX (1 << 20)
+#define DIAG_ERR_TAIL 2048
 
 /* One report line into the result of its node. */
 static void take_report(const char *line, size_t len, const sup_nodes *pool, const int *idx, int k,
@@ -86,17 +87,22 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     if (c->faults && *c->faults) argv[a++] = "--inject-fault", argv[a++] = c->faults;
     argv[a] = NULL;
 
-    int fds[2];
+    int fds[2], efd[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return snprintf(why, n, "pipe: %s", strerror(errno)), -1;
+    if (pipe2(efd, O_CLOEXEC) != 0) {
+        close(fds[0]), close(fds[1]);
+        return snprintf(why, n, "pipe: %s", strerror(errno)), -1;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        close(fds[0]), close(fds[1]);
+        close(fds[0]), close(fds[1]), close(efd[0]), close(efd[1]);
         return snprintf(why, n, "fork: %s", strerror(errno)), -1;
     }
     if (pid == 0) {
         setpgid(0, 0);
         dup2(fds[1], 1);
+        dup2(efd[1], 2);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0) dup2(devnull, 0);
         execvp(argv[0], (char *const *)argv);
@@ -105,30 +111,67 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     }
     setpgid(pid, pid);
     close(fds[1]);
+    close(efd[1]);
     char *buf = malloc(DIAG_OUT_MAX + 1);
     size_t len = 0;
+    char err[DIAG_ERR_TAIL + 1]; /* the tail of what mpirun and the ranks said on stderr */
+    size_t elen = 0;
     double t_end = ms_now() + c->timeout;
-    int timed_out = 0;
-    for (;;) {
+    int timed_out = 0, open_fds = 2;
+    struct pollfd p[2] = {{.fd = fds[0], .events = POLLIN}, {.fd = efd[0], .events = POLLIN}};
+    double out_closed = 0; /* when stdout closed: stderr gets 1 s more, not the timeout */
+    while (open_fds > 0 && !(out_closed > 0 && ms_now() > out_closed + 1.0)) {
         int left = (int)((t_end - ms_now()) * 1e3);
         if (left <= 0) {
             timed_out = 1;
             break;
         }
-        struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        if (poll(&p, 1, left < 200 ? left : 200) < 0 && errno != EINTR) break;
-        if (!(p.revents & (POLLIN | POLLHUP))) continue;
-        ssize_t got = buf && len < DIAG_OUT_MAX ? read(fds[0], buf + len, DIAG_OUT_MAX - len)
-                                                : read(fds[0], (char[256]){0}, 256);
-        if (got <= 0) break;
-        if (buf && len < DIAG_OUT_MAX) len += (size_t)got;
+        if (poll(p, 2, left < 200 ? left : 200) < 0 && errno != EINTR) break;
+        if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+            ssize_t got = buf && len < DIAG_OUT_MAX ? read(fds[0], buf + len, DIAG_OUT_MAX - len)
+                                                    : read(fds[0], (char[256]){0}, 256);
+            if (got <= 0) p[0].fd = -1, open_fds--, out_closed = ms_now();
+            if (got > 0 && buf && len < DIAG_OUT_MAX) len += (size_t)got;
+        }
+        if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+            char chunk[1024];
+            _Static_assert(sizeof chunk < DIAG_ERR_TAIL, "one read fits the tail");
+            ssize_t got = read(efd[0], chunk, sizeof chunk);
+            if (got <= 0) {
+                p[1].fd = -1, open_fds--;
+            } else { /* passed on (the driver's log), and its tail kept */
+                ssize_t w = write(2, chunk, (size_t)got);
+                (void)w;
+                size_t g = (size_t)got; /* < DIAG_ERR_TAIL (chunk's size) */
+                size_t keep = elen + g > DIAG_ERR_TAIL ? DIAG_ERR_TAIL - g : elen;
+                memmove(err, err + elen - keep, keep);
+                memcpy(err + keep, chunk, g);
+                elen = keep + g;
+            }
+        }
     }
     close(fds[0]);
+    close(efd[0]);
     if (timed_out) kill(-pid, SIGKILL);
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     kill(-pid, SIGKILL); /* anything of its group left */
+    err[elen] = 0;
+    char said[DIAG_ERR_TAIL + 64]; /* its last lines on one line, for the event */
+    size_t sl = 0;
+    for (size_t i = 0; i < elen && sl + 2 < sizeof said; i++) {
+        char ch = err[i] == '\n' || err[i] == '\r' || err[i] == '\t' ? ' ' : err[i];
+        if ((unsigned char)ch < 0x20 || (ch == ' ' && sl && said[sl - 1] == ' ')) continue;
+        said[sl++] = ch;
+    }
+    said[sl] = 0;
+    char status[64];
+    if (WIFEXITED(st))
+        snprintf(status, sizeof status, "mpirun exited %d", WEXITSTATUS(st));
+    else
+        snprintf(status, sizeof status, "mpirun killed by signal %d",
+                 WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     for (size_t i = 0; buf && i < len;) {
         char *nl = memchr(buf + i, '\n', len - i);
         size_t e = nl ? (size_t)(nl - buf) : len;
@@ -138,8 +181,10 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     free(buf);
     for (int j = 0; j < k; j++)
         if (!out[j].reported)
-            snprintf(out[j].detail, sizeof out[j].detail, "no report from node %s %s",
+            snprintf(out[j].detail, sizeof out[j].detail, "no report from node %s %s (%s%s%.300s)",
                      c->pool->name[idx[j]],
-                     timed_out ? "within the diag timeout" : "(the self-test did not run there)");
+                     timed_out ? "within the diag timeout" : "(the self-test did not run there)",
+                     timed_out ? "killed at the timeout" : status, sl ? "; its stderr ends: " : "",
+                     sl > 300 ? said + sl - 300 : said);
     return 0;
 }

@@ -82,8 +82,12 @@ static int diagnose(sup_driver *d) {
      * a stopped job, on the nodes it ran on: 2 of 3 in a few CI runs):
      * once more before a node is evicted for silence */
     if (res && (rc != 0 || missing)) {
-        char what[64];
-        snprintf(what, sizeof what, "%d node(s) gave no report", missing);
+        char what[700];
+        int first = 0;
+        while (first < k && res[first].reported)
+            first++;
+        snprintf(what, sizeof what, "%d node(s) gave no report (%s)", missing,
+                 first < k ? res[first].detail : "");
         fprintf(stderr, "megascale launch: diag: %s; running it again\n", rc ? why : what);
         rc = sup_diag_run(&dc, idx, k, res, why, sizeof why);
     }
