@@ -8,3 +8,12 @@ ms_c_test(test_events SOURCES unit/test_events.c LABELS unit threads)
 ms_c_test(test_metrics SOURCES unit/test_metrics.c LABELS unit)
 # The fault-injection registry and node maps: parse / format / find round trips.
 ms_c_test(test_fault SOURCES unit/test_fault.c LABELS unit)
+# The instruction-set check before main: a binary built for an extension the
+# CPU lacks is refused with a clear error (x86-64 only).
+if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
+  add_executable(isa_probe_amx unit/isa_probe.c ${CMAKE_SOURCE_DIR}/src/base/cpu_isa.c)
+  target_include_directories(isa_probe_amx PRIVATE ${CMAKE_SOURCE_DIR}/src)
+  target_compile_options(isa_probe_amx PRIVATE -mamx-tile)
+  ms_script_test(cpu_isa COMMAND env MS_PROBE=$<TARGET_FILE:isa_probe_amx>
+    bash ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cpu_isa.sh LABELS unit)
+endif()

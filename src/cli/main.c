@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/cpu_isa.h"
 #include "base/ctx.h"
 #include "base/log.h"
 #include "cli/commands.h"
@@ -35,7 +36,8 @@ static int version(void) {
 #else
     const char *backends = "cpu";
 #endif
-    printf("megascale %s (git %s), backends: %s\n", MS_VERSION, MS_GIT, backends);
+    printf("megascale %s (git %s), backends: %s; compiled for x86-64 with %s\n", MS_VERSION,
+           MS_GIT, backends, ms_cpu_isa_built());
     return 0;
 }
 

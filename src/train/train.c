@@ -12,6 +12,7 @@
 #include "base/ctx.h"
 #include "base/events.h"
 #include "base/fault.h"
+#include "base/cpu_isa.h"
 #include "base/fileio.h"
 #include "base/log.h"
 #include "base/node.h"
@@ -340,6 +341,7 @@ static char *config_json(const trainer *t) {
     cJSON_AddNumberToObject(o, "params", (double)gpt_config_num_params(gpt_get_config(t->model)));
     cJSON_AddNumberToObject(o, "flops_per_token", t->flops_per_token);
     cJSON_AddStringToObject(o, "device", t->be->device_name);
+    cJSON_AddStringToObject(o, "cpu_isa", ms_cpu_isa_built()); /* what the binary needs */
     cJSON_AddNumberToObject(o, "peak_flops", t->peak.flops);
     cJSON_AddStringToObject(o, "peak_source", t->peak.source);
     if (t->trace_dir[0]) cJSON_AddStringToObject(o, "trace_dir", t->trace_dir);
@@ -526,9 +528,10 @@ static void print_layout(const trainer *t) {
             (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
             (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
     ms_info("batch %d x seq %d = %lld tokens/step (micro-batch %d x %d accumulation), %d steps, "
-            "%s, lr %g (%s, warmup %d), device %s (%d threads)",
+            "%s, lr %g (%s, warmup %d), device %s (%d threads; compiled for %s)",
             tc->batch, tc->seq, (long long)tc->batch * tc->seq, t->micro, t->accum, tc->steps,
-            tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads);
+            tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads,
+            ms_cpu_isa_built());
     ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9, t->peak.source);
     if (t->val) train_val_log(t->val);
 }
