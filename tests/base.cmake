@@ -11,7 +11,8 @@ ms_c_test(test_fault SOURCES unit/test_fault.c LABELS unit)
 # The instruction-set check before main: a binary built for an extension the
 # CPU lacks is refused with a clear error (x86-64 only).
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
-  add_executable(isa_probe_amx unit/isa_probe.c ${CMAKE_SOURCE_DIR}/src/base/cpu_isa.c)
+  add_executable(isa_probe_amx unit/isa_probe.c ${CMAKE_SOURCE_DIR}/src/base/cpu_isa.c
+    ${CMAKE_SOURCE_DIR}/src/cli/isa_check.c)
   target_include_directories(isa_probe_amx PRIVATE ${CMAKE_SOURCE_DIR}/src)
   target_compile_options(isa_probe_amx PRIVATE -mamx-tile)
   ms_script_test(cpu_isa COMMAND env MS_PROBE=$<TARGET_FILE:isa_probe_amx>

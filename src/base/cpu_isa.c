@@ -1,10 +1,9 @@
 /* cpu_isa.c - the compiled-for instruction set against the CPU (cpu_isa.h).
- * Everything here runs before main on any x86-64 CPU: the functions are
- * compiled for the x86-64 baseline whatever -march the file gets, and call
- * nothing but libgcc's CPU probe and write(2). */
+ * Called before main on any x86-64 CPU (src/cli/isa_check.c): the
+ * functions are compiled for the x86-64 baseline whatever -march the file
+ * gets, and call nothing but libgcc's CPU probe and string functions. */
 #include "base/cpu_isa.h"
 
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -105,27 +104,6 @@ BASELINE const char *ms_cpu_isa_built(void) {
         if (!k) append(names, sizeof names, &k, "baseline");
     }
     return names;
-}
-
-BASELINE static void put(const char *s) {
-    ssize_t w = write(2, s, strlen(s));
-    (void)w;
-}
-
-/* Before main (and before the other constructors of the binary). */
-__attribute__((constructor(101))) BASELINE static void isa_check(void) {
-    const char *skip = getenv("MS_ISA_CHECK");
-    if (skip && !strcmp(skip, "0")) return;
-    char missing[256];
-    ms_cpu_isa_missing(missing, sizeof missing);
-    if (!missing[0]) return;
-    put("megascale: error: this binary was compiled for a CPU with ");
-    put(ms_cpu_isa_built());
-    put(", but this CPU lacks ");
-    put(missing);
-    put(" (it would die of an illegal instruction). Build it on this machine (make), or for "
-        "every x86-64 CPU: cmake -DMS_NATIVE=OFF (docs/user-guide.md, \"Building\")\n");
-    _exit(2);
 }
 
 #else

@@ -5,12 +5,12 @@
  * A binary built with -march=native on a machine with AVX-512 dies of
  * SIGILL somewhere in the first step on one without (a cluster of mixed
  * nodes, a build directory on a shared file system, a container image).
- * Instead, a constructor that runs before main (compiled for the x86-64
- * baseline, so that it can run anywhere) compares the compiler's feature
- * macros with what the CPU reports and, when an extension is missing,
- * prints what and how to build a binary for this CPU, and exits with code
- * 2.  MS_ISA_CHECK=0 in the environment skips it (at one's own risk).
- * Elsewhere than x86-64 it does nothing.  Thread-safe (reads only).
+ * Instead, the program's constructor (src/cli/isa_check.c, before main)
+ * compares the compiler's feature macros, through these functions
+ * (compiled for the x86-64 baseline, so that they run anywhere), with what
+ * the CPU reports and, when an extension is missing, prints what and how
+ * to build a binary for this CPU, and exits with code 2.  Elsewhere than
+ * x86-64 they report nothing missing.  Thread-safe (reads only).
  */
 #ifndef MS_CPU_ISA_H
 #define MS_CPU_ISA_H
@@ -22,7 +22,8 @@
  * benchmarks. */
 const char *ms_cpu_isa_built(void);
 
-/* Those this CPU lacks, written into out ("" when none). */
+/* Those this CPU lacks, written into out ("" when none).  Runs on any
+ * x86-64 CPU. */
 void ms_cpu_isa_missing(char *out, size_t n);
 
 #endif
