@@ -2,7 +2,14 @@
 """bench/cpu_step: megascale vs PyTorch on the CPU, same model, same
 threads, same run.  For each case it trains N steps with each program on
 random tokens and reports the median ms/step (first steps dropped as warm-up),
-tokens/s, peak RSS and the ratio megascale/PyTorch in tokens/s.
+tokens/s, peak RSS and the ratio megascale/PyTorch in tokens/s.  It also
+measures the machine's limits in the same run (`megascale diag`: the sgemm
+rate at 2048^3 and the memory copy bandwidth, before and after the cases,
+the better of the two) and prints, for megascale, the step's fraction of
+the sgemm peak (the model's FLOPs per step / step time / peak) and the
+optimizer's fraction of the bandwidth (32 bytes a parameter: the gradient
+norm reads g, AdamW reads w, g, m, v and writes w, m, v / its time), and
+the instruction set the binary was compiled for and the CPU has.
 usage: bench/cpu_step.py [--bin build/megascale] [--steps N] [--threads 2]
                          [--cases d12:4:64,d6:8:256]"""
 import argparse
@@ -47,6 +54,28 @@ def measure(cmd, env, parse):
     return parse(out), ru.ru_maxrss / 1024.0
 
 
+def machine_limits(binary, threads):
+    """(sgemm GFLOP/s, memory GB/s) from one `megascale diag --json` run."""
+    out = subprocess.run([binary, "diag", "--json", "--threads", str(threads), "--fail-exit", "0"],
+                         capture_output=True, text=True).stdout
+    checks = {c["name"]: c for c in json.loads(out)["checks"]}
+    return checks["gemm"]["value"], checks["memory"]["value"]
+
+
+def isa_line(binary):
+    ver = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
+    flags = set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    cpu = "AVX-512" if "avx512f" in flags else "AVX2 (no AVX-512)" if "avx2" in flags else "SSE"
+    return f"{ver.split('; ')[-1] if '; ' in ver else ver}; the CPU has {cpu}"
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "megascale"))
@@ -56,6 +85,7 @@ def main():
     ap.add_argument("--cases", default="d12:4:64,d6:8:256")
     a = ap.parse_args()
     rows = []
+    gemm0, bw0 = machine_limits(a.bin, a.threads)
     with tempfile.TemporaryDirectory() as d:
         shard = os.path.join(d, "rand.bin")
         write_shard(shard, 1 << 20, 50257)
@@ -70,10 +100,14 @@ def main():
                         "--data-order", "sequential", "--metrics", metrics, "--log-every", "1000"]
 
             def parse_ours(_):
-                steps = [json.loads(l) for l in open(metrics) if '"loss"' in l]
+                lines = [json.loads(l) for l in open(metrics)]
+                cfg = next(l for l in lines if l.get("type") == "config")
+                steps = [l for l in lines if "loss" in l]
                 return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
-                        [s["data_ms"] for s in steps])
-            (ours_ms, ours_mfu, ours_data), ours_rss = measure(ours_cmd, env, parse_ours)
+                        [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
+                        cfg["flops_per_token"], cfg["params"])
+            (ours_ms, ours_mfu, ours_data, ours_opt, fpt, params), ours_rss = measure(
+                ours_cmd, env, parse_ours)
             torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_gpt_step.py"), str(L), str(C),
                          str(H), "50257", str(B), str(T), str(a.steps), str(a.threads)]
             torch_ms, torch_rss = measure(torch_cmd, env,
@@ -82,15 +116,27 @@ def main():
             tm = statistics.median(torch_ms[a.warmup:])
             mfu = statistics.median(ours_mfu[a.warmup:])
             wait = 100 * sum(ours_data[a.warmup:]) / sum(ours_ms[a.warmup:])
+            opt = statistics.median(ours_opt[a.warmup + 1:] or [0])  # of the previous step
             rows.append((case, om, B * T / om * 1e3, ours_rss, mfu, wait, tm, B * T / tm * 1e3,
-                         torch_rss))
+                         torch_rss, fpt * B * T, opt, params))
+    gemm1, bw1 = machine_limits(a.bin, a.threads)
+    gemm, bw = max(gemm0, gemm1), max(bw0, bw1)
+    print(f"\nmachine: sgemm {gemm:.1f} GFLOP/s at 2048^3 (runs: {gemm0:.1f}, {gemm1:.1f}), "
+          f"memory copy {bw:.2f} GB/s (runs: {bw0:.2f}, {bw1:.2f}), {a.threads} threads; "
+          f"{isa_line(a.bin)}")
     print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
-          f"{'data wait':>9} {'torch ms':>9} {'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")
-    for case, om, ot, orss, mfu, wait, tm, tt, trss in rows:
-        print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% {wait:8.3f}% "
+          f"{'of sgemm':>8} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} {'torch ms':>9} "
+          f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")
+    for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params in rows:
+        of_gemm = flops / (om / 1e3) / (gemm * 1e9)
+        opt_bw = 32 * params / (opt / 1e3) / (bw * 1e9) if opt > 0 else 0
+        print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
+              f"{100 * of_gemm:7.1f}% {opt:7.1f} {100 * opt_bw:6.1f}% {wait:8.3f}% "
               f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x")
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
-          f"{a.threads} threads; case = model:B:T; MFU against the probed sgemm peak; "
+          f"{a.threads} threads; case = model:B:T; MFU against the trainer's probed peak; of sgemm = "
+          f"the step's FLOPs / time / the sgemm rate above; opt bw = 32 B a parameter / the "
+          f"optimizer's time / the copy bandwidth; "
           f"data wait = time the step waited for its batch / step time)")
 
 

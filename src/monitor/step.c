@@ -144,6 +144,8 @@ static ms_status metrics_step(void *ctx, const mon_step *s) {
     add_round(o, "bubble_ms", s->bubble_ms, 1e-3);
     add_round(o, "wait_ms", s->wait_ms, 1e-3);
     add_round(o, "compute_ms", s->compute_ms, 1e-3);
+    if (s->dev_fb_ms > 0) add_round(o, "dev_fb_ms", s->dev_fb_ms, 1e-3); /* the device's own */
+    if (s->dev_opt_ms > 0) add_round(o, "dev_opt_ms", s->dev_opt_ms, 1e-3);
     cJSON_AddNumberToObject(o, "tokens", (double)s->tokens);
     add_round(o, "wall", s->wall_s, 1e-3);
     add_round(o, "peak_rss_mb", s->peak_rss_bytes / 1e6, 0.1);

@@ -86,26 +86,6 @@ static inline float cpu_expf(float x) {
     return p * scale;
 }
 
-/* sqrtf for x >= 0 within 1 ulp (correctly rounded for > 99.8% of inputs,
- * denormals included), from a Newton-refined reciprocal square root: plain
- * arithmetic, so loops that call it vectorise (sqrtf does not unless
- * -fno-math-errno).  NaN gives NaN; x < 0 is not supported. */
-static inline float cpu_sqrtf(float x) {
-    int tiny = x < FLT_MIN;
-    float xs = tiny ? x * 16777216.0f : x;  /* 2^24: denormals become normal */
-    float xc = xs > FLT_MIN ? xs : FLT_MIN; /* 0 keeps a finite rsqrt */
-    int32_t bits;
-    memcpy(&bits, &xc, sizeof bits);
-    bits = 0x5f375a86 - (bits >> 1);
-    float y;
-    memcpy(&y, &bits, sizeof y);
-    y = y * (1.5f - 0.5f * xc * y * y);
-    y = y * (1.5f - 0.5f * xc * y * y);
-    float s = xs * y;
-    s = fmaf(0.5f * y, fmaf(-s, s, xs), s); /* Heron step on the exact residual */
-    return tiny ? s * (1.0f / 4096.0f) : s;
-}
-
 /* Sum of x[0..n) with 16 fixed lanes (vectorises; order fixed by n). */
 static inline float cpu_sum_f(const float *restrict x, int n) {
     float acc[16] = {0};
