@@ -66,4 +66,13 @@ static inline void fuzz_said(const char *what, ms_status rc) {
         fprintf(stderr, "%s: %s: %s\n", what, ms_status_name(rc), ms_errmsg());
 }
 
+/* Every byte of p[0, n), so that a pointer outside the reader's buffers
+ * faults here, under AddressSanitizer. */
+static inline uint8_t fuzz_touch(const void *p, size_t n) {
+    volatile uint8_t x = 0;
+    for (size_t i = 0; i < n; i++)
+        x ^= ((const uint8_t *)p)[i];
+    return x;
+}
+
 #endif

@@ -19,13 +19,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-static uint8_t touch(const void *p, size_t n) {
-    volatile uint8_t x = 0;
-    for (size_t i = 0; i < n; i++)
-        x ^= ((const uint8_t *)p)[i];
-    return x;
-}
-
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const char *path = fuzz_file("in.bin", data, size);
     ckpt_llmc_file *f = NULL;
@@ -57,7 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         es = e;
         size_t nel = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
         MS_CHECK(nel * e == t->nbytes);
-        touch(t->data, t->nbytes);
+        fuzz_touch(t->data, t->nbytes);
         total += t->nbytes;
         for (int j = 0; j < i; j++)
             MS_CHECKF(strcmp(ckpt_llmc_get(f, j)->name, t->name) != 0, "two tensors named %s",

@@ -19,14 +19,6 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
-/* Every byte of p[0, n), so that a pointer outside the map faults here. */
-static uint8_t touch(const void *p, size_t n) {
-    volatile uint8_t x = 0;
-    for (size_t i = 0; i < n; i++)
-        x ^= ((const uint8_t *)p)[i];
-    return x;
-}
-
 static void check_tensor(const ckpt_st_file *f, const ckpt_st_tensor *t) {
     uint64_t nel = 1;
     MS_CHECK(t->name && ckpt_st_find(f, t->name) == t);
@@ -37,7 +29,7 @@ static void check_tensor(const ckpt_st_file *f, const ckpt_st_tensor *t) {
     }
     MS_CHECK(nel * ckpt_st_dtype_size(t->dtype) == t->nbytes);
     MS_CHECK(strcmp(ckpt_st_dtype_name(t->dtype), "unknown") != 0);
-    touch(t->data, t->nbytes);
+    fuzz_touch(t->data, t->nbytes);
 }
 
 /* Write f's tensors with the writer and check that they read back equal.

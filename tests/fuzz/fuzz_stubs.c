@@ -71,6 +71,9 @@ void par_zero_shard(const par_zero *z, int i, size_t *begin, size_t *end) {
 ms_status train_run(const train_config *cfg) {
     UNREACHED("train_run");
 }
+ms_status train_gate_early(const char *cmd, ms_status st) {
+    UNREACHED("train_gate_early");
+}
 void ms_ctx_catch_signals(void) {
     UNREACHED("ms_ctx_catch_signals");
 }
