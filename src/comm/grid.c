@@ -1,5 +1,6 @@
-/* grid.c - the 3D rank grid (see grid.h): coordinates from the rank
- * formula, one split per dimension (TP, then DP, then PP). */
+/* grid.c - the 3D rank grid (see grid.h): grid positions host by host,
+ * coordinates from the position formula, one split per dimension (TP,
+ * then DP, then PP). */
 #include "comm/grid.h"
 
 #include <pthread.h>
@@ -13,6 +14,8 @@ struct comm_grid {
     comm_grid_shape shape;
     comm_grid_coord me;
     comm_group *groups[3]; /* indexed by comm_grid_dim */
+    int *rank_of;          /* [world]: the world rank at each grid position */
+    int placed;            /* 1 if that is not the identity (ranks reordered by host) */
 };
 
 int comm_grid_rank_at(comm_grid_shape s, comm_grid_coord c) {
@@ -66,8 +69,20 @@ ms_status comm_grid_create(comm_world *w, int tp, int pp, int dp, comm_grid **ou
     if (!g) return ms_error(MS_ERR_NOMEM, "comm_grid_create: out of memory");
     g->w = w;
     g->shape = (comm_grid_shape){.tp = tp, .pp = pp, .dp = dp};
-    g->me = comm_grid_coord_at(g->shape, comm_world_rank(w));
-    ms_status st;
+    ms_status st = MS_OK;
+    if (!(g->rank_of = malloc((size_t)ws * sizeof *g->rank_of))) {
+        st = ms_error(MS_ERR_NOMEM, "comm_grid_create: out of memory");
+        goto out;
+    }
+    int me = 0;
+    for (int h = 0, pos = 0; h < comm_world_n_hosts(w); h++) /* host by host, ranks in order */
+        for (int r = 0; r < ws; r++)
+            if (comm_world_host_index(w, r) == h) {
+                if (r == comm_world_rank(w)) me = pos;
+                g->placed |= r != pos;
+                g->rank_of[pos++] = r;
+            }
+    g->me = comm_grid_coord_at(g->shape, me);
     if ((st = comm_grid_split(g, COMM_DIM_TP)) != MS_OK) goto out;
     if ((st = comm_grid_split(g, COMM_DIM_DP)) != MS_OK) goto out;
     if ((st = comm_grid_split(g, COMM_DIM_PP)) != MS_OK) goto out;
@@ -86,6 +101,7 @@ void comm_grid_destroy(comm_grid *g) {
     if (!g) return;
     for (int d = 2; d >= 0; d--)
         comm_group_destroy(g->groups[d]);
+    free(g->rank_of);
     free(g);
 }
 
@@ -108,7 +124,21 @@ int comm_grid_dim_size(const comm_grid *g, comm_grid_dim dim) {
 }
 
 int comm_grid_rank_of(const comm_grid *g, int tp, int dp, int pp) {
-    return comm_grid_rank_at(g->shape, (comm_grid_coord){.tp = tp, .pp = pp, .dp = dp});
+    int pos = comm_grid_rank_at(g->shape, (comm_grid_coord){.tp = tp, .pp = pp, .dp = dp});
+    return pos < 0 ? -1 : g->rank_of[pos];
+}
+
+comm_grid_coord comm_grid_coord_of_rank(const comm_grid *g, int rank) {
+    int n = g->shape.tp * g->shape.pp * g->shape.dp;
+    MS_CHECK(rank >= 0 && rank < n);
+    for (int pos = 0; pos < n; pos++)
+        if (g->rank_of[pos] == rank) return comm_grid_coord_at(g->shape, pos);
+    MS_CHECK(0 && "a world rank without a grid position");
+    return g->me;
+}
+
+int comm_grid_placed(const comm_grid *g) {
+    return g->placed;
 }
 
 int comm_grid_stage_rank(const comm_grid *g, int stage) {
