@@ -9,3 +9,10 @@
 ms_script_test(hosts COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hosts/test_hosts.py
   LABELS mpi faults hosts)
 set_tests_properties(hosts PROPERTIES TIMEOUT 300 RESOURCE_LOCK hosts)
+# The supervisor on a hostfile of 3 such hosts (dp2 + a spare): host 2's
+# link goes down for good at step 40; diag finds it silent (run on each host
+# alone), it is evicted and the job finishes on the spare, bitwise equal to
+# a run without the fault (labels mpi, faults, hosts).
+ms_script_test(hosts_supervisor COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/hosts/test_hosts_sup.py
+  LABELS mpi faults hosts)
+set_tests_properties(hosts_supervisor PROPERTIES TIMEOUT 300 RESOURCE_LOCK hosts)

@@ -78,14 +78,27 @@ static int diagnose(sup_driver *d) {
     int missing = 0;
     for (int j = 0; rc == 0 && j < k; j++)
         missing += !res[j].reported;
-    /* mpirun failed to start, or some ranks gave no report (seen right after
-     * a stopped job, on the nodes it ran on: 2 of 3 in a few CI runs):
-     * once more before a node is evicted for silence */
+    /* mpirun failed to start, or some nodes gave no report: once more before
+     * a node is evicted for silence, each silent node alone.  Alone, because
+     * one unreachable host (a link down: its daemon never calls back) stops
+     * the one mpirun of every node, so that nobody reports; and a node that
+     * stays silent even alone is the one at fault.  (A second try also
+     * covers the reports seen missing right after a stopped job, on the
+     * nodes it ran on: 2 of 3 in a few CI runs.) */
     if (res && (rc != 0 || missing)) {
         char what[64];
         snprintf(what, sizeof what, "%d node(s) gave no report", missing);
-        fprintf(stderr, "megascale launch: diag: %s; running it again\n", rc ? why : what);
-        rc = sup_diag_run(&dc, idx, k, res, why, sizeof why);
+        fprintf(stderr, "megascale launch: diag: %s; running it again on each of them alone\n",
+                rc ? why : what);
+        if (rc != 0) memset(res, 0, sizeof *res * (size_t)k);
+        rc = 0;
+        for (int j = 0; j < k; j++) {
+            if (res[j].reported) continue;
+            char why1[600] = "";
+            if (sup_diag_run(&dc, &idx[j], 1, &res[j], why1, sizeof why1) != 0)
+                snprintf(res[j].detail, sizeof res[j].detail, "diag could not run there: %s",
+                         why1);
+        }
     }
     if (!res || rc != 0) {
         cJSON *f = cJSON_CreateObject();

@@ -112,12 +112,14 @@ class Bed:
         return subprocess.run(self.cmd(n, hostfile, args, mpirun_args), capture_output=True,
                               text=True, errors="replace", env=self.env(), timeout=timeout)
 
-    def popen(self, n, hostfile, args, mpirun_args=(), argv=None, env=None):
-        """mpirun (or argv) in the background, stdout and stderr together;
-        killed by down() if it still runs."""
-        p = subprocess.Popen(argv or self.cmd(n, hostfile, args, mpirun_args),
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             errors="replace", env=env or self.env())
+    def popen(self, n, hostfile, args, mpirun_args=(), argv=None, out=subprocess.PIPE):
+        """mpirun (or argv) in the background, stdout and stderr together
+        (into a pipe, or the open file `out`: a pipe stays open as long as
+        any process that inherited it, e.g. a daemon left on a host whose
+        link is down); killed by down() if it still runs."""
+        p = subprocess.Popen(argv or self.cmd(n, hostfile, args, mpirun_args), stdout=out,
+                             stderr=subprocess.STDOUT, text=True, errors="replace",
+                             env=self.env())
         self.procs.append(p)
         return p
 
@@ -138,6 +140,23 @@ class Bed:
         if os.path.exists(p):
             os.remove(p)
 
+    def kill_left(self):
+        """Kill, by pid, processes of this bed left in the root namespace (an
+        mpirun whose driver was killed): those whose command line names the
+        bed's prefix (its hostfiles, its node names)."""
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit() or int(pid) == os.getpid():
+                continue
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if self.prefix in cmd and "test_hosts" not in cmd:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except OSError:
+                    pass
+
     def down(self):
         """Remove the bed (namespaces, veths, bridge, qdiscs, its processes)."""
         if getattr(self, "_downed", False):
@@ -145,9 +164,14 @@ class Bed:
         self._downed = True
         for p in getattr(self, "procs", []):
             if p.poll() is None:
-                p.kill()
-                p.wait()
-        self.tool("down")
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.tool("down")  # kills what runs in the namespaces
+        self.kill_left()
         shutil.rmtree(self.dir, ignore_errors=True)
         left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         if self.prefix in left:
