@@ -26,7 +26,8 @@ static int probe_sees(const char *dir, const char *token, int r) {
     size_t len = 0;
     probe_path(path, sizeof path, dir, token, r);
     snprintf(want, sizeof want, "megascale ckpt-dir probe %s rank %d\n", token, r);
-    int ok = ms_file_read_max(path, 4096, &text, &len) == MS_OK && len == strlen(want) && !memcmp(text, want, len);
+    int ok = ms_file_read_max(path, 4096, &text, &len) == MS_OK && len == strlen(want) &&
+             !memcmp(text, want, len);
     free(text);
     return ok;
 }
@@ -81,10 +82,10 @@ ms_status ckpt_dir_probe(const char *dir, comm_world *w) {
                                     len ? "; " : "", r, comm_world_host(w, r),
                                     r == rank && werr[0] ? ": " : "", r == rank ? werr : "");
         else
-            len += (size_t)snprintf(list + len, sizeof list - len,
-                                    "%srank %d (on %s) cannot see the probe file of rank %d (on %s)",
-                                    len ? "; " : "", r, comm_world_host(w, r), other,
-                                    comm_world_host(w, other));
+            len += (size_t)snprintf(
+                list + len, sizeof list - len,
+                "%srank %d (on %s) cannot see the probe file of rank %d (on %s)", len ? "; " : "",
+                r, comm_world_host(w, r), other, comm_world_host(w, other));
         if (len >= sizeof list) len = sizeof list - 1;
     }
     free(all);
