@@ -29,6 +29,17 @@ comm_grid_coord comm_grid_coord_at(comm_grid_shape s, int rank) {
     return c;
 }
 
+int comm_grid_place(const int *host_of, int n, int *rank_of) {
+    int placed = 0, pos = 0;
+    for (int h = 0; pos < n; h++) /* host by host, each host's ranks in order */
+        for (int r = 0; r < n; r++)
+            if (host_of[r] == h) {
+                placed |= r != pos;
+                rank_of[pos++] = r;
+            }
+    return placed;
+}
+
 /* One split along dim: members share the other two coordinates, ordered by
  * their coordinate along dim. */
 static ms_status comm_grid_split(comm_grid *g, comm_grid_dim dim) {
@@ -74,14 +85,18 @@ ms_status comm_grid_create(comm_world *w, int tp, int pp, int dp, comm_grid **ou
         st = ms_error(MS_ERR_NOMEM, "comm_grid_create: out of memory");
         goto out;
     }
+    int *host_of = malloc((size_t)ws * sizeof *host_of);
+    if (!host_of) {
+        st = ms_error(MS_ERR_NOMEM, "comm_grid_create: out of memory");
+        goto out;
+    }
+    for (int r = 0; r < ws; r++)
+        host_of[r] = comm_world_host_index(w, r);
+    g->placed = comm_grid_place(host_of, ws, g->rank_of);
+    free(host_of);
     int me = 0;
-    for (int h = 0, pos = 0; h < comm_world_n_hosts(w); h++) /* host by host, ranks in order */
-        for (int r = 0; r < ws; r++)
-            if (comm_world_host_index(w, r) == h) {
-                if (r == comm_world_rank(w)) me = pos;
-                g->placed |= r != pos;
-                g->rank_of[pos++] = r;
-            }
+    while (g->rank_of[me] != comm_world_rank(w))
+        me++;
     g->me = comm_grid_coord_at(g->shape, me);
     if ((st = comm_grid_split(g, COMM_DIM_TP)) != MS_OK) goto out;
     if ((st = comm_grid_split(g, COMM_DIM_DP)) != MS_OK) goto out;

@@ -49,6 +49,12 @@ int comm_grid_rank_at(comm_grid_shape s, comm_grid_coord c);
 /* Inverse of comm_grid_rank_at (position must be in [0, tp*pp*dp)). */
 comm_grid_coord comm_grid_coord_at(comm_grid_shape s, int rank);
 
+/* The grid positions of n ranks whose hosts are host_of[r] (0.., numbered
+ * in the order of their lowest rank, as comm_world_host_index does):
+ * rank_of[pos] = the rank at position pos, host by host, each host's ranks
+ * in rank order.  Returns 1 if that is not the identity.  Pure. */
+int comm_grid_place(const int *host_of, int n, int *rank_of);
+
 /* Collective over the world.  Errors: MS_ERR_ARG when a size is < 1 or the
  * world size is not tp*pp*dp (message gives both); group creation errors
  * (MS_ERR_TIMEOUT / MS_ERR_INTERNAL) naming the dimension. */
