@@ -7,7 +7,9 @@ faults:
    one process (1e-5 relative), the layout line naming each rank's host,
    one batch reader per host;
 2. the same with mpirun dealing ranks out round-robin (--map-by node): the
-   grid is placed host by host (tp groups inside a host), same losses;
+   grid is placed host by host (tp groups inside a host), same losses; and
+   with host 2's link 1 ms slower each way and losing 5 % of its frames
+   (test-hosts delay / loss): same losses;
 3. pp2 x dp2 on 4 hosts x 1 slot: the losses of one process;
 4. a checkpoint written by dp2 x tp2 across 2 hosts resumes on one host
    (4 slots) bit-exact: the final weights equal those of the run across
@@ -112,6 +114,17 @@ def placement(bed, d, shard):
     ok(want in hosts_line(r.stderr) and "placed host by host" in hosts_line(r.stderr),
        "--map-by node: the grid is placed host by host", hosts_line(r.stderr) or r.stderr)
     ok("span hosts" not in r.stderr, "--map-by node: no tp group spans hosts", r.stderr)
+
+    # a slow, lossy link (1 ms each way, 5 % of the frames lost): TCP hides it
+    why = bed.delay(2, 1) or bed.loss(2, 5)
+    try:
+        if why:
+            ok(False, "test-hosts delay / loss", why)
+        else:
+            r = against_one(bed, d, "dp2 x tp2, host 2 +1 ms and 5 % loss", 4, hf, args, lay,
+                            one=one)
+    finally:
+        bed.delay(2, 0), bed.loss(2, 0)
 
     hf4 = bed.hostfile([(1, 1), (2, 1), (3, 1), (4, 1)])
     args = [*base(shard), "--micro-batch", "2"]

@@ -128,8 +128,15 @@ class Bed:
         assert r.returncode == 0, r.stderr
 
     def delay(self, i, ms):
+        """MS ms more in each direction of host i's link (netem); None, or
+        test-hosts' message when it cannot (a kernel without netem)."""
         r = self.tool("delay", self.name(i), str(ms))
-        assert r.returncode == 0, r.stderr
+        return r.stderr.strip() or "failed" if r.returncode else None
+
+    def loss(self, i, pct):
+        """PCT % of host i's frames lost in each direction; None or why not."""
+        r = self.tool("loss", self.name(i), str(pct))
+        return r.stderr.strip() or "failed" if r.returncode else None
 
     def private(self, i, path):
         r = self.tool("private", self.name(i), path)
