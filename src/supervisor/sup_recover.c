@@ -79,7 +79,8 @@ static int diagnose(sup_driver *d) {
     for (int j = 0; rc == 0 && j < k; j++)
         missing += !res[j].reported;
     /* mpirun failed to start, or some nodes gave no report: once more before
-     * a node is evicted for silence, each silent node alone.  Alone, because
+     * a node is evicted for silence, each silent node alone (all at once,
+     * within one timeout).  Alone, because
      * one unreachable host (a link down: its daemon never calls back) stops
      * the one mpirun of every node, so that nobody reports; and a node that
      * stays silent even alone is the one at fault.  (A second try also
@@ -91,14 +92,15 @@ static int diagnose(sup_driver *d) {
         fprintf(stderr, "megascale launch: diag: %s; running it again on each of them alone\n",
                 rc ? why : what);
         if (rc != 0) memset(res, 0, sizeof *res * (size_t)k);
-        rc = 0;
-        for (int j = 0; j < k; j++) {
-            if (res[j].reported) continue;
-            char why1[600] = "";
-            if (sup_diag_run(&dc, &idx[j], 1, &res[j], why1, sizeof why1) != 0)
-                snprintf(res[j].detail, sizeof res[j].detail, "diag could not run there: %s",
-                         why1);
-        }
+        int silent[SUP_MAX_NODES], ns = 0;
+        sup_diag_result *again = calloc((size_t)k, sizeof *again);
+        for (int j = 0; j < k; j++)
+            if (!res[j].reported) silent[ns++] = idx[j];
+        if (!again) snprintf(why, sizeof why, "out of memory");
+        rc = again ? sup_diag_run_each(&dc, silent, ns, again, why, sizeof why) : -1;
+        for (int j = 0, s = 0; again && j < k; j++)
+            if (!res[j].reported) res[j] = again[s++];
+        free(again);
     }
     if (!res || rc != 0) {
         cJSON *f = cJSON_CreateObject();
