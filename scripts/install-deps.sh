@@ -13,13 +13,15 @@
 # clang with its libFuzzer runtime (libclang-rt-dev: libclang-rt-14-dev on
 # Debian 12) builds the fuzz harnesses (tests/fuzz); without them their
 # smoke test is skipped.
+# iproute2 (ip netns, veth, tc netem) is the several-hosts test bed
+# (scripts/test-hosts); without it, or without root, those tests are skipped.
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev
       libpcre2-dev libcairo2-dev openmpi-bin libopenmpi-dev gzip libmicrohttpd-dev libjs-chart.js)
 optional=()
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(python3 python3-numpy python3-torch)
+  pkgs+=(python3 python3-numpy python3-torch iproute2)
   command -v node > /dev/null || optional+=(nodejs)
   [[ -x /usr/bin/chromium ]] || optional+=(chromium)
   command -v npm > /dev/null || optional+=(npm)

@@ -92,6 +92,19 @@ typedef struct {
     char train_data[1024], val_data[1024]; /* the globs as given */
 } ckpt_train_state;
 
+/* ---- the checkpoint directory across hosts ---------------------------------- */
+
+/* Collective over the world (nothing alone or without dir): every rank
+ * writes a probe file DIR/.probe-TOKEN-rRANK (atomically: fsync, rename;
+ * TOKEN random, from rank 0), then reads rank 0's and its neighbour's
+ * (rank+1), and the probes are removed.  MS_ERR_ARG on every rank, with
+ * the same message, when a rank could not write its probe or could not
+ * see another's, naming the ranks and their hosts ("rank 2 (on gpu-b)
+ * cannot see the probe file of rank 0 (on gpu-a)"): DIR is not one
+ * directory that every host shares.  Communication errors as the
+ * communicator reports them. */
+ms_status ckpt_dir_probe(const char *dir, comm_world *w);
+
 /* ---- the trainer's manager ---------------------------------------------- */
 
 typedef struct ckpt_manager ckpt_manager;

@@ -150,6 +150,14 @@ double comm_world_timeout(const comm_world *w);
 void comm_world_set_timeout(comm_world *w, double seconds);
 /* 1 after a timeout broke the world (see above). */
 int comm_world_broken(const comm_world *w);
+/* Hosts (comm_hosts.c): the host name of world rank `rank` (its
+ * gethostname(), at most 63 bytes; "?" for a rank outside the world), its
+ * host's index (hosts numbered 0.. in the order of their lowest world
+ * rank), and the number of hosts.  Gathered once by comm_world_init;
+ * read-only afterwards, so thread-safe. */
+const char *comm_world_host(const comm_world *w, int rank);
+int comm_world_host_index(const comm_world *w, int rank);
+int comm_world_n_hosts(const comm_world *w);
 
 /* Device memory hooks, given by the backend (comm includes no CUDA header).
  * Every hook is called only on threads that call comm_*_start, comm_wait or

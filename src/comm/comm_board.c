@@ -14,7 +14,8 @@
  * 0), zombies count as exited), its heartbeat whether it is stopped.
  *
  * Limits: the board spans one host.  Ranks on other hosts are reported as
- * "unknown (other host)" and are only caught by the timeout; a multi-host
+ * "unknown (other host)" with their host's name (comm_hosts.c), and are
+ * only caught by the timeout (a network outage, a remote host gone); a multi-host
  * version would publish the same counters through MPI one-sided windows or
  * the supervisor's heartbeats.  Groups past COMM_BOARD_MAX_GROUPS slots and
  * point-to-point ops get liveness only, not arrival.  If /dev/shm is not
@@ -353,13 +354,16 @@ static void comm_describe_collective(comm_world *w, const comm_req *r, char *buf
             if (total++ == 0)
                 comm_app(buf, n, &len, "%s%s", len ? "; " : "",
                          pass == 0   ? "not arrived: "
-                         : pass == 1 ? "unknown (other host): ranks "
+                         : pass == 1 ? "unknown (other host): "
                                      : "arrived: ranks ");
             if (shown++ >= COMM_LIST_MAX) continue;
             if (pass == 0) {
                 comm_peer_state(&w->board, s, st, sizeof st);
                 comm_app(buf, n, &len, "%srank %d (global %d, %s, at #%llu of this group)",
                          shown > 1 ? ", " : "", i, g->global[i], st, seq);
+            } else if (pass == 1) { /* a network or a remote host: name it */
+                comm_app(buf, n, &len, "%srank %d (global %d on host %s)", shown > 1 ? ", " : "",
+                         i, g->global[i], comm_world_host(w, g->global[i]));
             } else {
                 comm_app(buf, n, &len, "%s%d", shown > 1 ? "," : "", i);
                 exited_after +=
@@ -396,8 +400,11 @@ void comm_board_describe(comm_world *w, const comm_req *r, char *buf, size_t n) 
     } else if (r->kind == COMM_K_SEND || r->kind == COMM_K_RECV) {
         comm_board_slot *s = comm_board_slot_of(w, g->global[r->peer]);
         if (s) comm_peer_state(&w->board, s, st, sizeof st);
-        snprintf(buf, n, "peer rank %d (global %d): %s", r->peer, g->global[r->peer],
-                 s ? st : "on another host, state unknown");
+        if (s)
+            snprintf(buf, n, "peer rank %d (global %d): %s", r->peer, g->global[r->peer], st);
+        else
+            snprintf(buf, n, "peer rank %d (global %d) on host %s (another host), state unknown",
+                     r->peer, g->global[r->peer], comm_world_host(w, g->global[r->peer]));
     } else if (comm_is_collective(r)) {
         comm_describe_collective(w, r, buf, n);
     } else {

@@ -58,6 +58,12 @@ typedef struct comm_stage_buf {
 /* An NCCL group's state (comm_nccl.c). */
 typedef struct comm_nccl comm_nccl;
 
+#define COMM_HOST_MAX 64 /* bytes of a host name, NUL included (longer ones are cut) */
+/* comm_hosts.c: gather the host names (collective over MPI_COMM_WORLD,
+ * before the communication thread starts); free them. */
+ms_status comm_hosts_init(comm_world *w);
+void comm_hosts_free(comm_world *w);
+
 /* The arrival board, see comm_board.c. */
 typedef struct comm_board_shm comm_board_shm;
 typedef struct {
@@ -146,6 +152,10 @@ struct comm_world {
     int stage_lost;      /* buffers left to MPI by failed ops (never reused) */
     int next_gid;        /* comm thread: lowest board slot this rank has not used */
     comm_board board;
+    /* hosts (comm_hosts.c): every rank's gethostname(), set at init */
+    char (*host_name)[COMM_HOST_MAX]; /* [size] */
+    int *host_of;                     /* [size]: host index, in order of the lowest rank */
+    int n_hosts;
 
     /* timers and hang dumps (comm_dump.c) */
     uint16_t ev_kind[COMM_K_BARRIER + 1]; /* event names of the ops */

@@ -165,6 +165,7 @@ ms_status comm_world_init(comm_world **out, int *argc, char ***argv, const comm_
     if (st != MS_OK) goto out;
     if ((st = comm_bf16_ops_create(w)) != MS_OK) goto out;
     if ((st = comm_world_group_init(w)) != MS_OK) goto out;
+    if ((st = comm_hosts_init(w)) != MS_OK) goto out;
     if ((st = comm_board_init(w, !o.no_board)) != MS_OK) goto out;
     if ((st = comm_sync_init(w)) != MS_OK) goto out;
     if ((st = comm_thread_start(w)) != MS_OK) goto out;
@@ -176,6 +177,7 @@ out:
         /* MPI stays initialised: it cannot be initialised twice anyway. */
         comm_bf16_ops_free(w);
         comm_board_free(w);
+        comm_hosts_free(w);
         if (w->world_group) comm_group_free_struct(w->world_group);
         free(w->groups);
         free(w);
@@ -196,6 +198,7 @@ static void comm_world_free_struct(comm_world *w) {
     free(w->idx);
     free(w->sts);
     free(w->groups);
+    comm_hosts_free(w);
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->stage_mu);
     pthread_cond_destroy(&w->submit_cv);

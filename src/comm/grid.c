@@ -1,5 +1,6 @@
-/* grid.c - the 3D rank grid (see grid.h): coordinates from the rank
- * formula, one split per dimension (TP, then DP, then PP). */
+/* grid.c - the 3D rank grid (see grid.h): grid positions host by host,
+ * coordinates from the position formula, one split per dimension (TP,
+ * then DP, then PP). */
 #include "comm/grid.h"
 
 #include <pthread.h>
@@ -13,6 +14,8 @@ struct comm_grid {
     comm_grid_shape shape;
     comm_grid_coord me;
     comm_group *groups[3]; /* indexed by comm_grid_dim */
+    int *rank_of;          /* [world]: the world rank at each grid position */
+    int placed;            /* 1 if that is not the identity (ranks reordered by host) */
 };
 
 int comm_grid_rank_at(comm_grid_shape s, comm_grid_coord c) {
@@ -24,6 +27,17 @@ comm_grid_coord comm_grid_coord_at(comm_grid_shape s, int rank) {
     MS_CHECK(rank >= 0 && rank < s.tp * s.pp * s.dp);
     comm_grid_coord c = {.tp = rank % s.tp, .dp = (rank / s.tp) % s.dp, .pp = rank / (s.tp * s.dp)};
     return c;
+}
+
+int comm_grid_place(const int *host_of, int n, int *rank_of) {
+    int placed = 0, pos = 0;
+    for (int h = 0; pos < n; h++) /* host by host, each host's ranks in order */
+        for (int r = 0; r < n; r++)
+            if (host_of[r] == h) {
+                placed |= r != pos;
+                rank_of[pos++] = r;
+            }
+    return placed;
 }
 
 /* One split along dim: members share the other two coordinates, ordered by
@@ -66,8 +80,24 @@ ms_status comm_grid_create(comm_world *w, int tp, int pp, int dp, comm_grid **ou
     if (!g) return ms_error(MS_ERR_NOMEM, "comm_grid_create: out of memory");
     g->w = w;
     g->shape = (comm_grid_shape){.tp = tp, .pp = pp, .dp = dp};
-    g->me = comm_grid_coord_at(g->shape, comm_world_rank(w));
-    ms_status st;
+    ms_status st = MS_OK;
+    if (!(g->rank_of = malloc((size_t)ws * sizeof *g->rank_of))) {
+        st = ms_error(MS_ERR_NOMEM, "comm_grid_create: out of memory");
+        goto out;
+    }
+    int *host_of = malloc((size_t)ws * sizeof *host_of);
+    if (!host_of) {
+        st = ms_error(MS_ERR_NOMEM, "comm_grid_create: out of memory");
+        goto out;
+    }
+    for (int r = 0; r < ws; r++)
+        host_of[r] = comm_world_host_index(w, r);
+    g->placed = comm_grid_place(host_of, ws, g->rank_of);
+    free(host_of);
+    int me = 0;
+    while (g->rank_of[me] != comm_world_rank(w))
+        me++;
+    g->me = comm_grid_coord_at(g->shape, me);
     if ((st = comm_grid_split(g, COMM_DIM_TP)) != MS_OK) goto out;
     if ((st = comm_grid_split(g, COMM_DIM_DP)) != MS_OK) goto out;
     if ((st = comm_grid_split(g, COMM_DIM_PP)) != MS_OK) goto out;
@@ -86,6 +116,7 @@ void comm_grid_destroy(comm_grid *g) {
     if (!g) return;
     for (int d = 2; d >= 0; d--)
         comm_group_destroy(g->groups[d]);
+    free(g->rank_of);
     free(g);
 }
 
@@ -108,7 +139,21 @@ int comm_grid_dim_size(const comm_grid *g, comm_grid_dim dim) {
 }
 
 int comm_grid_rank_of(const comm_grid *g, int tp, int dp, int pp) {
-    return comm_grid_rank_at(g->shape, (comm_grid_coord){.tp = tp, .pp = pp, .dp = dp});
+    int pos = comm_grid_rank_at(g->shape, (comm_grid_coord){.tp = tp, .pp = pp, .dp = dp});
+    return pos < 0 ? -1 : g->rank_of[pos];
+}
+
+comm_grid_coord comm_grid_coord_of_rank(const comm_grid *g, int rank) {
+    int n = g->shape.tp * g->shape.pp * g->shape.dp;
+    MS_CHECK(rank >= 0 && rank < n);
+    for (int pos = 0; pos < n; pos++)
+        if (g->rank_of[pos] == rank) return comm_grid_coord_at(g->shape, pos);
+    MS_CHECK(0 && "a world rank without a grid position");
+    return g->me;
+}
+
+int comm_grid_placed(const comm_grid *g) {
+    return g->placed;
 }
 
 int comm_grid_stage_rank(const comm_grid *g, int stage) {

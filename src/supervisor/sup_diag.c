@@ -1,7 +1,8 @@
 /* sup_diag.c - `megascale diag` on the nodes after a fault: one mpirun,
  * one rank a node (so the comm check is an all-reduce among the nodes),
  * each printing its report as one JSON line; a node whose report does
- * not come back within the timeout failed. */
+ * not come back within the timeout failed.  Or one mpirun per node, all
+ * at once (sup_diag_run_each: the second try, when some gave no report). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,7 +18,6 @@
 #include "supervisor/sup_internal.h"
 
 #define DIAG_OUT_MAX (1 << 20)
-#define DIAG_ERR_TAIL 2048
 
 /* One report line into the result of its node. */
 static void take_report(const char *line, size_t len, const sup_nodes *pool, const int *idx, int k,
@@ -53,23 +53,32 @@ static void take_report(const char *line, size_t len, const sup_nodes *pool, con
     cJSON_Delete(o);
 }
 
-int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_result *out, char *why,
-                 size_t n) {
-    memset(out, 0, sizeof *out * (size_t)k);
+/* One diag mpirun in flight: its process group and the read end of its
+ * stdout; what it printed so far. */
+typedef struct {
+    pid_t pid;
+    int fd;
+    char *buf;
+    size_t len;
+} diag_proc;
+
+/* Start diag on nodes idx[0..k) (hostfile: where their hostfile goes). */
+static int diag_spawn(const sup_diag_config *c, const int *idx, int k, const char *hostfile,
+                      diag_proc *dp, char *why, size_t n) {
+    memset(dp, 0, sizeof *dp);
+    dp->fd = -1;
     char map[SUP_MAX_NODES * SUP_NODE_NAME], np[16], threads[16], slow[32];
     sup_nodes_map(c->pool, idx, k, map, sizeof map);
     snprintf(np, sizeof np, "%d", k);
     snprintf(threads, sizeof threads, "%d", c->threads);
     snprintf(slow, sizeof slow, "%g", c->slow_factor);
-    if (c->hostfile && sup_nodes_write_hostfile(c->pool, idx, k, 1, c->hostfile, why, n) != 0)
-        return -1;
+    if (hostfile && sup_nodes_write_hostfile(c->pool, idx, k, 1, hostfile, why, n) != 0) return -1;
     const char *argv[48];
     int a = 0;
     argv[a++] = c->mpirun;
     if (getuid() == 0) argv[a++] = "--allow-run-as-root";
-    if (c->hostfile)
-        argv[a++] = "--hostfile", argv[a++] = c->hostfile, argv[a++] = "--map-by",
-        argv[a++] = "node";
+    if (hostfile)
+        argv[a++] = "--hostfile", argv[a++] = hostfile, argv[a++] = "--map-by", argv[a++] = "node";
     else
         argv[a++] = "--oversubscribe";
     argv[a++] = "-np", argv[a++] = np;
@@ -87,22 +96,22 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     if (c->faults && *c->faults) argv[a++] = "--inject-fault", argv[a++] = c->faults;
     argv[a] = NULL;
 
-    int fds[2], efd[2];
+    int fds[2];
     if (pipe2(fds, O_CLOEXEC) != 0) return snprintf(why, n, "pipe: %s", strerror(errno)), -1;
-    if (pipe2(efd, O_CLOEXEC) != 0) {
+    if (!(dp->buf = malloc(DIAG_OUT_MAX + 1))) {
         close(fds[0]), close(fds[1]);
-        return snprintf(why, n, "pipe: %s", strerror(errno)), -1;
+        return snprintf(why, n, "out of memory"), -1;
     }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
-        close(fds[0]), close(fds[1]), close(efd[0]), close(efd[1]);
+        close(fds[0]), close(fds[1]);
+        free(dp->buf), dp->buf = NULL;
         return snprintf(why, n, "fork: %s", strerror(errno)), -1;
     }
     if (pid == 0) {
         setpgid(0, 0);
         dup2(fds[1], 1);
-        dup2(efd[1], 2);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0) dup2(devnull, 0);
         execvp(argv[0], (char *const *)argv);
@@ -111,80 +120,97 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     }
     setpgid(pid, pid);
     close(fds[1]);
-    close(efd[1]);
-    char *buf = malloc(DIAG_OUT_MAX + 1);
-    size_t len = 0;
-    char err[DIAG_ERR_TAIL + 1]; /* the tail of what mpirun and the ranks said on stderr */
-    size_t elen = 0;
-    double t_end = ms_now() + c->timeout;
-    int timed_out = 0, open_fds = 2;
-    struct pollfd p[2] = {{.fd = fds[0], .events = POLLIN}, {.fd = efd[0], .events = POLLIN}};
-    double out_closed = 0; /* when stdout closed: stderr gets 1 s more, not the timeout */
-    while (open_fds > 0 && !(out_closed > 0 && ms_now() > out_closed + 1.0)) {
+    dp->pid = pid;
+    dp->fd = fds[0];
+    return 0;
+}
+
+/* Read every run's output until it closes or the timeout passes (then its
+ * process group is killed); 1 if the timeout passed. */
+static int diag_collect(diag_proc *dp, int m, double timeout) {
+    double t_end = ms_now() + timeout;
+    int open_n = m, timed_out = 0;
+    struct pollfd p[SUP_MAX_NODES];
+    while (open_n > 0) {
         int left = (int)((t_end - ms_now()) * 1e3);
         if (left <= 0) {
             timed_out = 1;
             break;
         }
-        if (poll(p, 2, left < 200 ? left : 200) < 0 && errno != EINTR) break;
-        if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-            ssize_t got = buf && len < DIAG_OUT_MAX ? read(fds[0], buf + len, DIAG_OUT_MAX - len)
-                                                    : read(fds[0], (char[256]){0}, 256);
-            if (got <= 0) p[0].fd = -1, open_fds--, out_closed = ms_now();
-            if (got > 0 && buf && len < DIAG_OUT_MAX) len += (size_t)got;
-        }
-        if (p[1].revents & (POLLIN | POLLHUP | POLLERR)) {
-            char chunk[1024];
-            _Static_assert(sizeof chunk < DIAG_ERR_TAIL, "one read fits the tail");
-            ssize_t got = read(efd[0], chunk, sizeof chunk);
-            if (got <= 0) {
-                p[1].fd = -1, open_fds--;
-            } else { /* passed on (the driver's log), and its tail kept */
-                ssize_t w = write(2, chunk, (size_t)got);
-                (void)w;
-                size_t g = (size_t)got; /* < DIAG_ERR_TAIL (chunk's size) */
-                size_t keep = elen + g > DIAG_ERR_TAIL ? DIAG_ERR_TAIL - g : elen;
-                memmove(err, err + elen - keep, keep);
-                memcpy(err + keep, chunk, g);
-                elen = keep + g;
-            }
+        for (int i = 0; i < m; i++)
+            p[i] = (struct pollfd){.fd = dp[i].fd, .events = POLLIN};
+        if (poll(p, (nfds_t)m, left < 200 ? left : 200) < 0 && errno != EINTR) break;
+        for (int i = 0; i < m; i++) {
+            if (dp[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            ssize_t got = dp[i].len < DIAG_OUT_MAX
+                              ? read(dp[i].fd, dp[i].buf + dp[i].len, DIAG_OUT_MAX - dp[i].len)
+                              : read(dp[i].fd, (char[256]){0}, 256);
+            if (got > 0 && dp[i].len < DIAG_OUT_MAX) dp[i].len += (size_t)got;
+            if (got <= 0) close(dp[i].fd), dp[i].fd = -1, open_n--;
         }
     }
-    close(fds[0]);
-    close(efd[0]);
-    if (timed_out) kill(-pid, SIGKILL);
-    int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    for (int i = 0; i < m; i++) {
+        if (dp[i].fd >= 0) close(dp[i].fd), dp[i].fd = -1;
+        if (timed_out) kill(-dp[i].pid, SIGKILL);
+        int st = 0;
+        while (waitpid(dp[i].pid, &st, 0) < 0 && errno == EINTR) {
+        }
+        kill(-dp[i].pid, SIGKILL); /* anything of its group left */
     }
-    kill(-pid, SIGKILL); /* anything of its group left */
-    err[elen] = 0;
-    char said[DIAG_ERR_TAIL + 64]; /* its last lines on one line, for the event */
-    size_t sl = 0;
-    for (size_t i = 0; i < elen && sl + 2 < sizeof said; i++) {
-        char ch = err[i] == '\n' || err[i] == '\r' || err[i] == '\t' ? ' ' : err[i];
-        if ((unsigned char)ch < 0x20 || (ch == ' ' && sl && said[sl - 1] == ' ')) continue;
-        said[sl++] = ch;
-    }
-    said[sl] = 0;
-    char status[64];
-    if (WIFEXITED(st))
-        snprintf(status, sizeof status, "mpirun exited %d", WEXITSTATUS(st));
-    else
-        snprintf(status, sizeof status, "mpirun killed by signal %d",
-                 WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    for (size_t i = 0; buf && i < len;) {
-        char *nl = memchr(buf + i, '\n', len - i);
-        size_t e = nl ? (size_t)(nl - buf) : len;
-        if (e > i && buf[i] == '{') take_report(buf + i, e - i, c->pool, idx, k, out);
+    return timed_out;
+}
+
+/* The reports in a run's output into out (nodes idx[0..k)); frees it. */
+static void diag_take(diag_proc *dp, const sup_nodes *pool, const int *idx, int k,
+                      sup_diag_result *out, int timed_out) {
+    for (size_t i = 0; dp->buf && i < dp->len;) {
+        char *nl = memchr(dp->buf + i, '\n', dp->len - i);
+        size_t e = nl ? (size_t)(nl - dp->buf) : dp->len;
+        if (e > i && dp->buf[i] == '{') take_report(dp->buf + i, e - i, pool, idx, k, out);
         i = e + 1;
     }
-    free(buf);
+    free(dp->buf);
+    dp->buf = NULL;
     for (int j = 0; j < k; j++)
         if (!out[j].reported)
-            snprintf(out[j].detail, sizeof out[j].detail, "no report from node %s %s (%s%s%.300s)",
-                     c->pool->name[idx[j]],
-                     timed_out ? "within the diag timeout" : "(the self-test did not run there)",
-                     timed_out ? "killed at the timeout" : status, sl ? "; its stderr ends: " : "",
-                     sl > 300 ? said + sl - 300 : said);
+            snprintf(out[j].detail, sizeof out[j].detail, "no report from node %s %s",
+                     pool->name[idx[j]],
+                     timed_out ? "within the diag timeout" : "(the self-test did not run there)");
+}
+
+int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_result *out, char *why,
+                 size_t n) {
+    memset(out, 0, sizeof *out * (size_t)k);
+    diag_proc dp;
+    if (diag_spawn(c, idx, k, c->hostfile, &dp, why, n) != 0) return -1;
+    int timed_out = diag_collect(&dp, 1, c->timeout);
+    diag_take(&dp, c->pool, idx, k, out, timed_out);
     return 0;
+}
+
+int sup_diag_run_each(const sup_diag_config *c, const int *idx, int k, sup_diag_result *out,
+                      char *why, size_t n) {
+    diag_proc dp[SUP_MAX_NODES];
+    int m = 0, rc = 0;
+    MS_CHECK(k <= SUP_MAX_NODES);
+    for (int j = 0; j < k; j++) {
+        memset(&out[j], 0, sizeof out[j]);
+        char hf[4300];
+        if (c->hostfile) snprintf(hf, sizeof hf, "%s.%s", c->hostfile, c->pool->name[idx[j]]);
+        if (diag_spawn(c, &idx[j], 1, c->hostfile ? hf : NULL, &dp[m], why, n) != 0) {
+            rc = -1;
+            break;
+        }
+        m++;
+    }
+    int timed_out = m ? diag_collect(dp, m, c->timeout) : 0;
+    for (int j = 0; j < m; j++) {
+        diag_take(&dp[j], c->pool, &idx[j], 1, &out[j], timed_out);
+        if (c->hostfile) { /* the per-node hostfiles are of this run only */
+            char hf[4300];
+            snprintf(hf, sizeof hf, "%s.%s", c->hostfile, c->pool->name[idx[j]]);
+            unlink(hf);
+        }
+    }
+    return rc;
 }

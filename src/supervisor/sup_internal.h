@@ -128,6 +128,13 @@ typedef struct {
  * node idx[j]'s result.  0, or -1 with why set (could not run at all). */
 int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_result *out, char *why,
                  size_t n);
+/* The same on each node alone: one mpirun of one rank per node, all at
+ * once, within one timeout (with a hostfile: HOSTFILE.NODE each, removed
+ * afterwards).  A node that cannot be reached fails without holding up the
+ * others.  0, or -1 with why set (a run could not start; the nodes started
+ * before it still have their results). */
+int sup_diag_run_each(const sup_diag_config *c, const int *idx, int k, sup_diag_result *out,
+                      char *why, size_t n);
 
 /* ---- sup_ctl.c: the control socket's server side -------------------------- */
 

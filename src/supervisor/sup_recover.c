@@ -78,18 +78,29 @@ static int diagnose(sup_driver *d) {
     int missing = 0;
     for (int j = 0; rc == 0 && j < k; j++)
         missing += !res[j].reported;
-    /* mpirun failed to start, or some ranks gave no report (seen right after
-     * a stopped job, on the nodes it ran on: 2 of 3 in a few CI runs):
-     * once more before a node is evicted for silence */
+    /* mpirun failed to start, or some nodes gave no report: once more before
+     * a node is evicted for silence, each silent node alone (all at once,
+     * within one timeout).  Alone, because
+     * one unreachable host (a link down: its daemon never calls back) stops
+     * the one mpirun of every node, so that nobody reports; and a node that
+     * stays silent even alone is the one at fault.  (A second try also
+     * covers the reports seen missing right after a stopped job, on the
+     * nodes it ran on: 2 of 3 in a few CI runs.) */
     if (res && (rc != 0 || missing)) {
-        char what[700];
-        int first = 0;
-        while (first < k && res[first].reported)
-            first++;
-        snprintf(what, sizeof what, "%d node(s) gave no report (%s)", missing,
-                 first < k ? res[first].detail : "");
-        fprintf(stderr, "megascale launch: diag: %s; running it again\n", rc ? why : what);
-        rc = sup_diag_run(&dc, idx, k, res, why, sizeof why);
+        char what[64];
+        snprintf(what, sizeof what, "%d node(s) gave no report", missing);
+        fprintf(stderr, "megascale launch: diag: %s; running it again on each of them alone\n",
+                rc ? why : what);
+        if (rc != 0) memset(res, 0, sizeof *res * (size_t)k);
+        int silent[SUP_MAX_NODES], ns = 0;
+        sup_diag_result *again = calloc((size_t)k, sizeof *again);
+        for (int j = 0; j < k; j++)
+            if (!res[j].reported) silent[ns++] = idx[j];
+        if (!again) snprintf(why, sizeof why, "out of memory");
+        rc = again ? sup_diag_run_each(&dc, silent, ns, again, why, sizeof why) : -1;
+        for (int j = 0, s = 0; again && j < k; j++)
+            if (!res[j].reported) res[j] = again[s++];
+        free(again);
     }
     if (!res || rc != 0) {
         cJSON *f = cJSON_CreateObject();

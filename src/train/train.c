@@ -46,7 +46,8 @@ typedef struct {
     data_loader *train;
     train_val *val;          /* --val-data: the fixed validation set */
     data_prefetch *prefetch; /* feeds the training batches */
-    data_shm *ring;          /* tp > 1: one reader per tp group shares its batches */
+    data_shm *ring;          /* tp > 1: one reader per host and tp group shares its batches */
+    comm_group *ring_group;  /* the ranks of this rank's tp group on its host */
     int ring_leader;
     mon_record *rec;   /* the step record's sinks */
     mon_evlog *evlog;  /* --trace-dir (NULL: tracing off) */
@@ -118,33 +119,47 @@ static ms_status setup_dist(trainer *t) {
     return MS_OK;
 }
 
-/* Ranks of a tensor-parallel group need identical batches: its rank 0
- * reads them (through the prefetcher) and shares them with the others
- * through a shared-memory ring, instead of every rank reading the shards. */
+/* Ranks of a tensor-parallel group need identical batches: on each host
+ * the group's lowest rank there reads them (through the prefetcher) and
+ * shares them with the group's other ranks of that host through a
+ * shared-memory ring, instead of every rank reading the shards.  A group
+ * spanning hosts has one reader per host (shared memory does not cross
+ * hosts); a rank alone of its group on its host reads for itself. */
 static ms_status open_ring(trainer *t) {
     if (!t->grid || comm_grid_dim_size(t->grid, COMM_DIM_TP) < 2) return MS_OK;
     comm_group *tp = comm_grid_group(t->grid, COMM_DIM_TP);
+    MS_TRY(comm_group_create_split(tp, comm_world_host_index(t->world, t->rank),
+                                   comm_group_rank(tp), "ring", &t->ring_group));
+    comm_group *g = t->ring_group;
+    if (comm_group_size(g) < 2) {
+        ms_info("data: every rank reads its own batches (its tensor-parallel group has no other "
+                "rank on its host)");
+        return MS_OK;
+    }
     char name[64] = {0};
-    t->ring_leader = comm_group_rank(tp) == 0;
+    t->ring_leader = comm_group_rank(g) == 0;
     if (t->ring_leader) snprintf(name, sizeof name, "/megascale-%d-batches", (int)getpid());
-    MS_TRY(comm_broadcast(tp, name, sizeof name, COMM_U8, 0));
-    data_shm_config rc = {name, comm_group_size(tp) - 1, (size_t)t->micro * t->tc->seq, 4,
+    MS_TRY(comm_broadcast(g, name, sizeof name, COMM_U8, 0));
+    data_shm_config rc = {name, comm_group_size(g) - 1, (size_t)t->micro * t->tc->seq, 4,
                           comm_world_timeout(t->world)};
     if (t->ring_leader) {
         MS_TRY(data_shm_open_leader(&t->ring, &rc));
-        MS_TRY(comm_barrier(tp)); /* the segment exists before followers look */
-        MS_TRY(comm_barrier(tp)); /* ... and every follower has mapped it */
+        MS_TRY(comm_barrier(g)); /* the segment exists before followers look */
+        MS_TRY(comm_barrier(g)); /* ... and every follower has mapped it */
         data_shm_unlink(t->ring); /* a killed job leaves nothing in /dev/shm */
-        ms_info("data: tp rank 0 reads, the other %d tp rank(s) get its batches through shared "
-                "memory (%s)",
-                rc.followers, name);
+        ms_info("data: one reader per host and tp group: rank %d reads, the other %d tp rank(s) "
+                "of host %s get its batches through shared memory (%s)%s",
+                t->rank, rc.followers, comm_world_host(t->world, t->rank), name,
+                comm_group_size(g) < comm_group_size(tp) ? " (the tp group spans hosts: one "
+                                                           "reader on each)"
+                                                         : "");
         return MS_OK;
     }
-    MS_TRY(comm_barrier(tp));
+    MS_TRY(comm_barrier(g));
     data_prefetch_stop(t->prefetch); /* followers do not read the shards */
     t->prefetch = NULL;
     ms_status st = data_shm_open_follower(&t->ring, &rc);
-    ms_status bst = comm_barrier(tp); /* even after a failure: the leader waits here */
+    ms_status bst = comm_barrier(g); /* even after a failure: the leader waits here */
     return st != MS_OK ? st : bst;
 }
 
@@ -210,6 +225,8 @@ static ms_status setup_ckpt(trainer *t) {
     if (!(tc->ckpt_dir && *tc->ckpt_dir) && !(tc->resume && *tc->resume)) return MS_OK;
     ckpt_options o = {tc->ckpt_dir, tc->ckpt_every,   tc->ckpt_every_min, tc->ckpt_keep,
                       tc->resume,   tc->ckpt_shm_dir, t->fault_spec,      tc->new_run};
+    if (tc->ckpt_dir && *tc->ckpt_dir) /* one directory for every host? */
+        MS_TRY(ckpt_dir_probe(tc->ckpt_dir, t->world));
     MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
     ckpt_manager_set_node(t->ckpt, t->node);
     ckpt_train_state now = ckpt_state(t, 0), saved;
@@ -483,6 +500,7 @@ static void teardown(trainer *t, ms_status st) {
     else
         mon_heartbeat_phase(t->hb, "done");
     mon_heartbeat_close(t->hb);
+    comm_group_destroy(t->ring_group);
     comm_grid_destroy(t->grid);
     train_gate_close(t->gate);
     if (t->world && (st == MS_OK || reported)) {
@@ -510,6 +528,7 @@ static void print_layout(const trainer *t) {
                 t->pp, t->dp, tp > 1 ? "tensor + sequence parallel over tp" : "",
                 tp > 1 && t->dp > 1 ? "; " : "",
                 t->dp > 1 || tp == 1 ? "ZeRO-2: optimiser state and updates sharded over dp" : "");
+    train_dist_log_hosts(t->world, t->grid);
     const gpt_stage *ps = gpt_get_stage(t->model);
     if (ps)
         ms_info("pipeline: %d stages x %d chunks of %d layers, %s schedule, %d micro-batches, "

@@ -2,6 +2,7 @@
  * `megascale eval`: MPI and the rank grid (after the ranks agreed on their
  * options), the communicator's device hooks and NCCL groups, and the model
  * (whole, or this rank's pipeline stage with its schedule). */
+#include <stdio.h>
 #include <string.h>
 
 #include "base/ctx.h"
@@ -91,4 +92,41 @@ ms_status train_model_create(const train_config *tc, const gpt_config *mc, be_ba
     MS_TRY(gpt_stage_init(&st, mc, pp, vpp, stage, train_pipe_slots(*pipe)));
     MS_TRY(gpt_create_stage(m, mc, be, micro, tc->seq, align, tpg, &st));
     return train_pipe_attach(*pipe, *m, micro, tc->seq);
+}
+
+/* Rank 0: the layout line naming each rank's host and grid coordinate
+ * (the first 64 ranks), and a warning when tensor-parallel groups span
+ * hosts (tp does not divide the ranks of a host). */
+void train_dist_log_hosts(comm_world *w, const comm_grid *g) {
+    if (!w || !g || comm_world_rank(w) != 0) return;
+    int n = comm_world_size(w), nh = comm_world_n_hosts(w);
+    char line[4096];
+    size_t len = 0;
+    for (int r = 0; r < n && r < 64 && len < sizeof line; r++) {
+        comm_grid_coord c = comm_grid_coord_of_rank(g, r);
+        len += (size_t)snprintf(line + len, sizeof line - len, "%sr%d %s (tp%d dp%d pp%d)",
+                                r ? ", " : "", r, comm_world_host(w, r), c.tp, c.dp, c.pp);
+    }
+    if (n > 64 && len < sizeof line) snprintf(line + len, sizeof line - len, ", ...");
+    ms_info("hosts: %d rank(s) on %d host(s)%s: %s", n, nh,
+            comm_grid_placed(g) ? " (mpirun did not number them host by host: the grid is "
+                                  "placed host by host)"
+                                : "",
+            line);
+    comm_grid_shape s = comm_grid_shape_of(g);
+    int spanning = 0, groups = s.dp * s.pp, first = -1;
+    for (int q = 0; q < groups && s.tp > 1; q++) {
+        int h0 = comm_world_host_index(w, comm_grid_rank_of(g, 0, q % s.dp, q / s.dp));
+        for (int t = 1; t < s.tp; t++)
+            if (comm_world_host_index(w, comm_grid_rank_of(g, t, q % s.dp, q / s.dp)) != h0) {
+                if (first < 0) first = comm_grid_rank_of(g, 0, q % s.dp, q / s.dp);
+                spanning++;
+                break;
+            }
+    }
+    if (spanning)
+        ms_warn("hosts: %d of %d tensor-parallel group(s) span hosts (the first: the group of "
+                "rank %d on %s): their all-reduces in every layer cross the network; give each "
+                "host a multiple of --tp %d ranks",
+                spanning, groups, first, comm_world_host(w, first), s.tp);
 }

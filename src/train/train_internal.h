@@ -58,6 +58,9 @@ void train_gate_close(train_gate *g); /* before the world is finalized; NULL ign
 typedef struct train_pipe train_pipe;
 ms_status train_dist_open(const train_config *tc, const char *cmd, comm_world **world,
                           comm_grid **grid, int *dp, train_gate **gate);
+/* Rank 0 (others: nothing): the line naming every rank's host and
+ * coordinate, and a warning when a tensor-parallel group spans hosts. */
+void train_dist_log_hosts(comm_world *w, const comm_grid *g);
 /* With a device backend and several ranks: the communicator learns to stage
  * device buffers through pinned host memory (MPI), and, per --comm, the tp,
  * dp and pp groups get NCCL communicators.  auto: NCCL on every group whose

@@ -59,7 +59,7 @@ def main():
     el = time.time() - t0
     named = [l for l in r.stderr.splitlines() if "error" in l and "rank 1" in l and "r1 " not in l]
     # with --enable-recovery mpirun itself exits 0; each survivor's own exit
-    # is its "megascale train: error (rank R on HOST):" line (it then exits 5:
+    # is its "megascale train: error (rank R of N on HOST):" line (it then exits 5:
     # communication)
     ok(named and el < 60 and r.stderr.count("megascale train: error (rank ") >= 2,
        f"a dead rank is named by the survivors ({el:.1f}s)", r.stderr)

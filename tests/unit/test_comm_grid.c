@@ -4,7 +4,8 @@
  * (sizes, ranks, members) and the pipeline neighbours are checked against
  * rank = pp*(DP*TP) + dp*TP + tp, and an all-reduce in each group checks
  * that the groups really connect those members.  Also: the pure helpers on
- * larger shapes, and the errors for a world that is not tp*pp*dp. */
+ * larger shapes, placement host by host (comm_grid_place), and the errors
+ * for a world that is not tp*pp*dp. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -84,6 +85,30 @@ static void test_formula(void) {
     }
 }
 
+/* Placement host by host: round-robin numbering (--map-by node) gives each
+ * host consecutive positions, so tp2 groups stay inside a host; rank 0
+ * keeps position 0; numbering already host by host is the identity. */
+static void test_place(void) {
+    int rr[] = {0, 1, 0, 1}, rank_of[8]; /* 2 hosts, ranks dealt out in turn */
+    T_EQ_INT(comm_grid_place(rr, 4, rank_of), 1);
+    int want[] = {0, 2, 1, 3};
+    for (int i = 0; i < 4; i++)
+        T_EQ_INT(rank_of[i], want[i]);
+    comm_grid_shape s = {.tp = 2, .pp = 1, .dp = 2};
+    for (int q = 0; q < 2; q++) /* both members of tp group q on one host */
+        T_EQ_INT(rr[rank_of[comm_grid_rank_at(s, (comm_grid_coord){.tp = 0, .dp = q})]],
+                 rr[rank_of[comm_grid_rank_at(s, (comm_grid_coord){.tp = 1, .dp = q})]]);
+    int blocks[] = {0, 0, 1, 1, 2, 2, 3, 3};
+    T_EQ_INT(comm_grid_place(blocks, 8, rank_of), 0);
+    for (int i = 0; i < 8; i++)
+        T_EQ_INT(rank_of[i], i);
+    int odd[] = {0, 1, 2, 1, 0, 2}; /* 3 hosts, uneven order */
+    T_EQ_INT(comm_grid_place(odd, 6, rank_of), 1);
+    int want3[] = {0, 4, 1, 3, 2, 5};
+    for (int i = 0; i < 6; i++)
+        T_EQ_INT(rank_of[i], want3[i]);
+}
+
 static void test_errors(comm_world *w) {
     comm_grid *grid = (comm_grid *)1;
     T_EQ_INT(comm_grid_create(w, 3, 1, N + 1, &grid), MS_ERR_ARG);
@@ -106,6 +131,7 @@ int main(int argc, char **argv) {
     }
     R = comm_world_rank(w), N = comm_world_size(w);
     test_formula();
+    test_place();
     test_errors(w);
     int layouts = 0;
     for (int tp = 1; tp <= N; tp++)
