@@ -4,3 +4,9 @@ ms_c_test(test_schedule SOURCES unit/test_schedule.c LABELS unit)
 # Table 3 with the shipped A100 cluster file.
 ms_c_test(test_plan_megascale SOURCES unit/test_plan_megascale.c LABELS unit
   ARGS ${CMAKE_SOURCE_DIR}/data/clusters/a100-megascale.json)
+# The planner against our own CPU runs: one process, dp2, tp2, pp2 and
+# dp2 x tp2 x pp2, each predicted within 15% from a cost table measured in
+# the same test (`megascale plan measure`).
+ms_script_test(plan_cpu_runs COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cpu.py
+  LABELS mpi)
+set_tests_properties(plan_cpu_runs PROPERTIES TIMEOUT 600)

@@ -79,6 +79,9 @@ typedef struct {
     double mem_gb;      /* device memory per GPU */
     double reserved_gb; /* of it, taken by the runtime, workspaces, fragmentation */
     double hbm_gbps, hbm_eff;
+    double opt_ns_per_param; /* measured AdamW time per parameter (0: by its bytes) */
+    double transc_gbps; /* element-wise operators with a transcendental function per element
+                         * (GeLU's tanh, softmax's exp): bytes per second (0: hbm's) */
     double attn_eff;    /* fused attention FLOP/s as a fraction of peak */
     double launch_us;   /* fixed cost of one operator (kernel launch, dispatch) */
     int n_gemm;         /* the GEMM curve: efficiency (fraction of peak) at size n */

@@ -1,7 +1,7 @@
 /* plan_cluster.c - cluster files: read, validate, write (docs/formats.md,
  * "Cluster files").  One JSON object, "format": "megascale-cluster",
- * "version": 1; every key below is required except "source", "cores" and
- * "threads"; an unknown key is an error (a misspelt key would otherwise
+ * "version": 1; every key below is required except "source", "cores",
+ * "threads", "opt_ns_per_param" and "transc_gbps"; an unknown key is an error (a misspelt key would otherwise
  * silently keep a default). */
 #include <math.h>
 #include <stdlib.h>
@@ -33,6 +33,8 @@ static const num_key top_keys[] = {
     F("hbm_gbps", hbm_gbps, 0, 1e6, 0, 0),
     F("hbm_eff", hbm_eff, 0, 1, 0, 0),
     F("attn_eff", attn_eff, 0, 1, 0, 0),
+    F("opt_ns_per_param", opt_ns_per_param, 0, 1e6, 1, 1),
+    F("transc_gbps", transc_gbps, 0, 1e6, 1, 1),
     F("launch_us", launch_us, 0, 1e6, 1, 0),
     F("act_bytes", act_bytes, 0, 8, 0, 0),
     F("grad_bytes", grad_bytes, 0, 8, 0, 0),

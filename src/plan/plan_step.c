@@ -68,6 +68,14 @@ static double passes_s(const plan_cluster *c, int passes, double elems, double t
     return passes * plan_bytes_s(c, tensors * elems * c->act_bytes);
 }
 
+/* The same for an operator that evaluates tanh or exp per element: at the
+ * cluster's transcendental rate when it has one and it is the slower. */
+static double transc_s(const plan_cluster *c, int passes, double elems, double tensors) {
+    double bytes = tensors * elems * c->act_bytes, t = plan_bytes_s(c, bytes);
+    if (c->transc_gbps > 0) t = fmax(t, bytes / (c->transc_gbps * 1e9) + c->launch_us * 1e-6);
+    return passes * t;
+}
+
 static layer_cost layer(const plan_model *m, const plan_features *f, const plan_cluster *c, int t,
                         int b) {
     layer_cost r;
@@ -87,8 +95,8 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
     int n_ln = m->parallel_block ? 1 : 2, n_res = m->parallel_block ? 1 : 2;
     r.fwd += n_ln * passes_s(c, LN_PASSES_FWD(f->fused), Nl * h, 2);
     r.bwd += n_ln * passes_s(c, LN_PASSES_BWD(f->fused), Nl * h, 2);
-    r.fwd += passes_s(c, GELU_PASSES_FWD(f->fused), N * 4 * h / t, 2);
-    r.bwd += passes_s(c, GELU_PASSES_BWD(f->fused), N * 4 * h / t, 2);
+    r.fwd += transc_s(c, GELU_PASSES_FWD(f->fused), N * 4 * h / t, 2);
+    r.bwd += transc_s(c, GELU_PASSES_BWD(f->fused), N * 4 * h / t, 2);
     r.fwd += n_res * passes_s(c, 1, Nl * h, 4); /* bias + dropout + residual */
     r.bwd += n_res * passes_s(c, 1, Nl * h, 3);
     if (t > 1) { /* sequence parallel: all-gather in, reduce-scatter out, per branch */
@@ -107,10 +115,12 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
                 r.tp_fwd += chunked_exposed(ag, gf[0]) + chunked_exposed(rs, gf[1]);
                 r.tp_bwd += chunked_exposed(rs, gd[0] + gw[0]) + chunked_exposed(ag, gd[1] + gw[1]);
             }
-        } else { /* blocking; the backward's re-gather for the wgrad runs under the dgrad */
+        } else { /* blocking, as in the trainer (model/gpt_tp.c) */
             r.tp_fwd = n * (ag + rs);
-            r.tp_bwd = n * (ag + rs) + n * fmax(0, ag - gd[2]);
+            r.tp_bwd = n * (ag + rs);
         }
+        /* the replicated LayerNorm and bias gradients summed over tp once a layer */
+        r.tp_bwd += plan_coll_s(l, PLAN_ALLREDUCE, t, (m->parallel_block ? 4 : 6) * h * 4.0);
     }
     if (f->recompute == PLAN_RECOMPUTE_FULL) r.bwd += r.fwd, r.tp_bwd += r.tp_fwd;
     return r;
@@ -124,14 +134,22 @@ static void ends_cost(const plan_model *m, const plan_features *f, const plan_cl
     *emb_b = passes_s(c, 1, N * h / t, 3) + passes_s(c, 1, Vl * h, 1); /* scatter-add, zero */
     double ln = passes_s(c, LN_PASSES_FWD(f->fused), N * h / t, 2);
     double logits = N * Vl * 4.0 / c->act_bytes; /* fp32 logits, in act-sized elements */
-    *cls_f = ln + plan_gemm_s(c, N, Vl, h) + passes_s(c, XENT_PASSES_FWD(f->fused), logits, 1);
+    *cls_f = ln + plan_gemm_s(c, N, Vl, h) + transc_s(c, XENT_PASSES_FWD(f->fused), logits, 2);
     *cls_b = 2 * ln + plan_gemm_s(c, N, h, Vl) + plan_gemm_s(c, h, Vl, N) +
-             passes_s(c, XENT_PASSES_BWD(f->fused), logits, 1);
-    if (t > 1) { /* vocab-parallel: max, sum and target logit all-reduced; the input gathered */
+             transc_s(c, XENT_PASSES_BWD(f->fused), logits, 2);
+    if (t > 1) { /* as model/gpt_tp_vocab.c: the embedding's sum reduce-scattered to the
+                  * sequence shards; the final LN's output gathered, the vocabulary slices'
+                  * softmax statistics (max, sum, target logit) gathered; backward: the
+                  * mirror images, the position-embedding gradient and ln_f's summed */
         const plan_link *l = plan_link_of(c, t, 1);
-        *cls_f += 3 * plan_coll_s(l, PLAN_ALLREDUCE, t, N * 4.0) +
-                  plan_coll_s(l, PLAN_ALLGATHER, t, N * h * c->act_bytes);
-        *cls_b += plan_coll_s(l, PLAN_REDUCE_SCATTER, t, N * h * c->act_bytes);
+        double act = N * h * c->act_bytes;
+        *emb_f += plan_coll_s(l, PLAN_REDUCE_SCATTER, t, act);
+        *emb_b += plan_coll_s(l, PLAN_ALLGATHER, t, act) +
+                  plan_coll_s(l, PLAN_ALLGATHER, t, (double)m->seq * h * 4.0);
+        *cls_f += plan_coll_s(l, PLAN_ALLGATHER, t, act) +
+                  plan_coll_s(l, PLAN_ALLGATHER, t, N * 3 * 4.0 * t);
+        *cls_b += plan_coll_s(l, PLAN_REDUCE_SCATTER, t, act) +
+                  plan_coll_s(l, PLAN_ALLREDUCE, t, 2 * h * 4.0);
     }
 }
 
@@ -320,8 +338,10 @@ static double optimizer_s(const step_ctx *x) {
     double bytes = n * (x->f->lamb ? LAMB_BYTES : ADAM_BYTES);
     double launches = 2.0 * x->m->layers / x->p; /* multi-tensor kernels, a few per layer */
     double norm = plan_coll_s(&x->c->inter, PLAN_ALLREDUCE, x->l->gpus, 8); /* the grad norm */
-    return x->slow * (bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff)) +
-           launches * x->c->launch_us * 1e-6 + norm;
+    double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
+    if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
+        update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
+    return x->slow * update + launches * x->c->launch_us * 1e-6 + norm;
 }
 
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
