@@ -78,7 +78,8 @@ static void do_gelu(be_backend *be, void *p) {
 }
 static void do_adamw(be_backend *be, void *p) {
     op_arg *o = p;
-    be->adamw_step(be, o->a, NULL, o->b, o->c, o->d, o->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1,
+    void *w_act = be->act_dtype == BE_F32 ? NULL : (void *)(o->d + o->n); /* the act copy */
+    be->adamw_step(be, o->a, w_act, o->b, o->c, o->d, o->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1,
                    1.0f);
 }
 static void do_attention(be_backend *be, void *p) {
@@ -88,11 +89,17 @@ static void do_attention(be_backend *be, void *p) {
 }
 static void do_copy(be_backend *be, void *p) {
     op_arg *o = p;
-    memcpy(o->c, o->a, o->n * sizeof(float));
+    be->copy(be, o->c, o->a, o->n * sizeof(float));
 }
 
-static void fill(float *p, size_t n) {
-    for (size_t i = 0; i < n; i++) p[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+/* Small values in a device (or host) buffer of n floats, through the host. */
+static ms_status fill(be_backend *be, float *dev, size_t n) {
+    float *h = malloc(n * sizeof *h);
+    if (!h) return ms_error(MS_ERR_NOMEM, "measure: a host buffer of %zu floats", n);
+    for (size_t i = 0; i < n; i++) h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    be->to_device(be, dev, h, n * sizeof *h);
+    free(h);
+    return MS_OK;
 }
 
 static ms_status storage_speed(const char *dir, double *gbps) {
@@ -144,13 +151,15 @@ static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, dou
 static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag_costs *r) {
     size_t big = 1u << 22; /* floats in each buffer */
     float *buf[4];
+    ms_status st = MS_OK;
     for (int i = 0; i < 4; i++) buf[i] = be->alloc(be, big * sizeof(float));
-    if (!buf[0] || !buf[1] || !buf[2] || !buf[3]) return ms_error(MS_ERR_NOMEM, "measure buffers");
-    for (int i = 0; i < 4; i++) fill(buf[i], big);
+    for (int i = 0; i < 4 && st == MS_OK; i++)
+        st = buf[i] ? fill(be, buf[i], big) : ms_error(MS_ERR_NOMEM, "measure buffers");
     op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .d = buf[3]};
     be_limits lim = {.B = cfg->attn_b, .T = cfg->attn_t, .C = cfg->attn_c, .NH = cfg->attn_heads,
                      .Vp = 128, .max_n = big};
-    MS_TRY(be->reserve(be, &lim));
+    if (st == MS_OK) st = be->reserve(be, &lim);
+    if (st != MS_OK) goto out;
     double v[PASSES][PASS_FIGURES], med[PASS_FIGURES], col[PASSES];
     for (int p = 0; p < PASSES; p++) one_pass(be, &o, cfg, v[p]);
     for (int k = 0; k < PASS_FIGURES; k++) {
@@ -166,16 +175,17 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
     r->opt_ns_per_param = med[N_GEMM + 3] * 1e9;
     r->attn_s = med[N_GEMM + 4];
     r->memcpy_gbps = 2.0 * big * sizeof(float) / med[N_GEMM + 5] / 1e9;
-    for (int i = 0; i < 4; i++) be->free(be, buf[i]);
     r->storage_gbps = 0;
-    if (cfg->storage_dir && *cfg->storage_dir)
-        MS_TRY(storage_speed(cfg->storage_dir, &r->storage_gbps));
+    if (cfg->storage_dir && *cfg->storage_dir) st = storage_speed(cfg->storage_dir, &r->storage_gbps);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     r->mem_gb = (double)pages * psize / 1e9;
     r->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
     r->threads = be->threads;
     snprintf(r->device, sizeof r->device, "%s", be->device_name);
-    return MS_OK;
+out:
+    for (int i = 0; i < 4; i++)
+        if (buf[i]) be->free(be, buf[i]);
+    return st;
 }
 
 /* All-reduce of `n` doubles over g: median seconds of `reps` (slowest rank). */
@@ -205,8 +215,8 @@ static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_co
     for (int i = 0; i < 3; i++) buf[i] = be->alloc(be, n * sizeof(float));
     ms_status st = MS_OK;
     if (!buf[0] || !buf[1] || !buf[2]) st = ms_error(MS_ERR_NOMEM, "measure buffers");
+    for (int i = 0; st == MS_OK && i < 3; i++) st = fill(be, buf[i], n);
     if (st == MS_OK) {
-        for (int i = 0; i < 3; i++) fill(buf[i], n);
         op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2]};
         st = comm_barrier(comm_world_group(w));
         double rate = st == MS_OK ? gemm_rate(be, &o, 256, 128, 64) : 0;

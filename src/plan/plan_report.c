@@ -15,7 +15,7 @@ void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l,
             m->dim, m->heads, m->vocab, m->seq, m->parallel_block ? "parallel" : "serial",
             m->window ? "" : "\n");
     if (m->window) fprintf(f, ", window %d\n", m->window);
-    fprintf(f, "cluster: %s (%d GPUs a node, %.0f TFLOP/s, %.0f GB)\n", c->name, c->gpus_per_node,
+    fprintf(f, "cluster: %s (%d GPUs a node, %.3g TFLOP/s, %.0f GB)\n", c->name, c->gpus_per_node,
             c->peak_flops / 1e12, c->mem_gb);
     fprintf(f, "layout: %d GPUs = tp %d x pp %d x dp %d, vpp %d; batch %d = %d micro-batches of "
                "%d per DP rank\n",
