@@ -104,12 +104,12 @@ static int measure(const measure_cli *o) {
     } else {
         if (d.rank != 0) return 0;
         c.gpus_per_node = d.ranks;
-        c.intra = c.inter = (plan_link){.gbps = d.link_gbps, .lat_us = d.lat_us, .eff = 1};
+        /* the latency a step sees: between compute phases, if that is the larger */
+        double lat = d.busy_lat_us > d.lat_us ? d.busy_lat_us : d.lat_us;
+        c.intra = c.inter = (plan_link){.gbps = d.link_gbps, .lat_us = lat, .eff = 1};
         c.store_op_us = d.lat_us > 0 ? d.lat_us : 1;
-        /* the cores the ranks share, in effect: N x (rate of one rank with all N running /
-         * rate of a rank alone, from the base measurement's curve) */
-        double alone = c.peak_flops * plan_gemm_eff(&c, 256, 128, 64) / 1e9;
-        double cores = d.ranks * d.shared_gflops / alone;
+        /* the cores the ranks share, in effect (measured with all of them running) */
+        double cores = d.shared_cores;
         c.cores = cores < 0.25 ? 0.25 : cores > d.ranks ? d.ranks : cores;
         c.comm_init_ms = d.group_init_ms;
         char *cut = strstr(c.source, "; links not measured");

@@ -144,9 +144,10 @@ typedef struct {
     int ranks, rank;
     double lat_us, link_gbps; /* all-reduce ring step latency, bandwidth per rank */
     double group_init_ms;     /* one group of comm_grid_create */
-    /* the layer-shaped GEMM of size shared_n (as gemm_n) on every rank at once: GFLOP/s of
-     * one rank, so that rank-alone / shared tells how many cores the ranks really have */
-    double shared_gflops, shared_n;
+    /* the cores the ranks have in effect: ranks x (a layer-shaped GEMM's time on one rank
+     * alone / on every rank at once), the machine's other load included */
+    double shared_cores;
+    double busy_lat_us; /* lat_us of an all-reduce between compute phases on every rank */
 } diag_costs;
 
 /* Errors: the backend's, MS_ERR_NOMEM, MS_ERR_IO (storage), the

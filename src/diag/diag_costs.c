@@ -147,7 +147,7 @@ static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, dou
 /* The compute figures, each the median of PASSES passes over all of them
  * in turn: on a shared machine the load drifts, and this way every figure
  * sees the same load on average. */
-#define PASSES 5
+#define PASSES 7
 static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag_costs *r) {
     size_t big = 1u << 22; /* floats in each buffer */
     float *buf[4];
@@ -204,7 +204,38 @@ static ms_status time_allreduce(comm_group *g, double *buf, size_t n, int reps, 
     return MS_OK;
 }
 
-/* The GEMM rate of every rank at once (the cores shared), mean over the ranks. */
+/* Seconds of `iters` rounds of four layer-shaped GEMMs, each round followed by an
+ * all-reduce of one double over g when `coll`. */
+static ms_status gemm_rounds(comm_group *g, be_backend *be, op_arg *o, int iters, int coll,
+                             double *sec) {
+    double x = 1, t0 = ms_now();
+    for (int i = 0; i < iters; i++) {
+        for (int k = 0; k < 4; k++) do_gemm(be, o);
+        be->sync(be);
+        if (coll) MS_TRY(comm_allreduce(g, &x, &x, 1, COMM_F64, COMM_SUM));
+    }
+    *sec = ms_now() - t0;
+    return MS_OK;
+}
+
+/* One sample of: rank 0's GEMM rounds alone (the others wait in a barrier), every rank's at
+ * once, and every rank's with an all-reduce after each round; the slowest rank's times. */
+#define ROUNDS 200 /* ~30 ms a phase: long enough for the scheduler's fair share */
+static ms_status shared_sample(comm_group *g, be_backend *be, op_arg *o, double t[3]) {
+    MS_TRY(comm_barrier(g));
+    t[0] = 0;
+    if (comm_group_rank(g) == 0) MS_TRY(gemm_rounds(g, be, o, ROUNDS, 0, &t[0]));
+    for (int k = 1; k < 3; k++) {
+        MS_TRY(comm_barrier(g));
+        MS_TRY(gemm_rounds(g, be, o, ROUNDS, k == 2, &t[k]));
+    }
+    return comm_allreduce(g, t, t, 3, COMM_F64, COMM_MAX);
+}
+
+/* How many cores the ranks really have (n x alone / together), and the latency of a small
+ * all-reduce between compute phases, as in a step (a peer sharing a core may not be running
+ * when its partner arrives): medians of 9 samples, each taken within a fraction of a second,
+ * so that the machine's other load is about the same for all three figures. */
 static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_costs *r) {
     be_options bo = be_options_default();
     bo.threads = cfg->threads;
@@ -216,14 +247,20 @@ static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_co
     ms_status st = MS_OK;
     if (!buf[0] || !buf[1] || !buf[2]) st = ms_error(MS_ERR_NOMEM, "measure buffers");
     for (int i = 0; st == MS_OK && i < 3; i++) st = fill(be, buf[i], n);
+    enum { SAMPLES = 9 };
+    double v[3][SAMPLES];
+    op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .M = 256, .N = 128, .K = 64};
+    comm_group *g = comm_world_group(w);
+    for (int k = 0; st == MS_OK && k < SAMPLES; k++) {
+        double t[3];
+        st = shared_sample(g, be, &o, t);
+        for (int j = 0; j < 3; j++) v[j][k] = t[j];
+    }
     if (st == MS_OK) {
-        op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2]};
-        st = comm_barrier(comm_world_group(w));
-        double rate = st == MS_OK ? gemm_rate(be, &o, 256, 128, 64) : 0;
-        if (st == MS_OK)
-            st = comm_allreduce(comm_world_group(w), &rate, &rate, 1, COMM_F64, COMM_SUM);
-        r->shared_gflops = rate / comm_world_size(w);
-        r->shared_n = 128;
+        double alone = median(v[0], SAMPLES), both = median(v[1], SAMPLES);
+        double mixed = median(v[2], SAMPLES), steps = 2 * ceil(log2(comm_world_size(w)));
+        r->shared_cores = comm_world_size(w) * alone / both;
+        r->busy_lat_us = fmax(0, mixed - both) / ROUNDS / steps * 1e6;
     }
     for (int i = 0; i < 3; i++)
         if (buf[i]) be->free(be, buf[i]);

@@ -215,7 +215,10 @@ typedef struct {
     const plan_features *f;
     const plan_cluster *c;
     int t, p, v, d, b, n_micro, lc; /* lc: layers per chunk */
-    double slow;                    /* CPU machines: cores shared by more threads than there are */
+    /* CPU machines: the compute slowdown when the ranks of a node share fewer cores than
+     * they have threads (every rank counts, busy or not: a waiting rank's communication
+     * thread and MPI keep polling, so an idle stage does not free its core) */
+    double slow;
     layer_cost lay;
     double emb_f, emb_b, cls_f, cls_b, t_p2p;
 } step_ctx;
