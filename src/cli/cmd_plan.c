@@ -29,8 +29,10 @@ typedef struct {
 } plan_cli;
 
 #define O(n, t, f, d, r, h)                                                                        \
-    {.name = n, .type = t, .offset = offsetof(plan_cli, f), .def = d, .help = h, .env = NULL,      \
-     .range = r, .per_rank = 0}
+    {                                                                                              \
+        .name = n, .type = t, .offset = offsetof(plan_cli, f), .def = d, .help = h, .env = NULL,   \
+        .range = r, .per_rank = 0                                                                  \
+    }
 static const opts_spec plan_opts[] = {
     O("model", OPT_T_STR, model, NULL, NULL,
       "model preset: megascale-175b (96 x 12288, 128 heads, vocab 64000, seq 2048), gpt3-175b, "
@@ -103,18 +105,23 @@ static ms_status model_of(const plan_cli *o, plan_model *m) {
     memset(m, 0, sizeof *m);
     if (o->model) {
         size_t i = 0;
-        while (i < sizeof presets / sizeof presets[0] && strcmp(presets[i].name, o->model)) i++;
+        while (i < sizeof presets / sizeof presets[0] && strcmp(presets[i].name, o->model))
+            i++;
         if (i < sizeof presets / sizeof presets[0]) {
             *m = presets[i].m;
         } else {
             gpt_config g;
             ms_status st = gpt_config_preset(&g, o->model);
             if (st != MS_OK)
-                return ms_error(MS_ERR_ARG, "--model %s: unknown (megascale-175b, gpt3-175b, "
-                                            "megascale-530b, d6, d12, d24, d36, d48)",
+                return ms_error(MS_ERR_ARG,
+                                "--model %s: unknown (megascale-175b, gpt3-175b, "
+                                "megascale-530b, d6, d12, d24, d36, d48)",
                                 o->model);
-            *m = (plan_model){.layers = g.n_layer, .dim = g.n_embd, .heads = g.n_head,
-                              .vocab = g.vocab, .seq = g.seq_max};
+            *m = (plan_model){.layers = g.n_layer,
+                              .dim = g.n_embd,
+                              .heads = g.n_head,
+                              .vocab = g.vocab,
+                              .seq = g.seq_max};
         }
     }
     if (o->layers) m->layers = o->layers;
@@ -134,19 +141,28 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
         f->recompute = PLAN_RECOMPUTE_SELECTIVE;
         return MS_OK;
     }
-    if (!strcmp(s, "megascale")) s = "parallel,window,tp-overlap,pp-overlap,dp-overlap,fused,data,lamb";
+    if (!strcmp(s, "megascale"))
+        s = "parallel,window,tp-overlap,pp-overlap,dp-overlap,fused,data,lamb";
     if (!strcmp(s, "ours")) s = "pp-overlap,dp-overlap,fused,data";
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        if (!strcmp(t, "parallel")) *parallel = 1;
-        else if (!strcmp(t, "window")) *window = 1;
-        else if (!strcmp(t, "tp-overlap")) f->tp_overlap = 1;
-        else if (!strcmp(t, "pp-overlap")) f->pp_overlap = 1;
-        else if (!strcmp(t, "dp-overlap")) f->dp_overlap = 1;
-        else if (!strcmp(t, "fused")) f->fused = 1;
-        else if (!strcmp(t, "data")) f->async_data = 1;
-        else if (!strcmp(t, "lamb")) f->lamb = 1;
+        if (!strcmp(t, "parallel"))
+            *parallel = 1;
+        else if (!strcmp(t, "window"))
+            *window = 1;
+        else if (!strcmp(t, "tp-overlap"))
+            f->tp_overlap = 1;
+        else if (!strcmp(t, "pp-overlap"))
+            f->pp_overlap = 1;
+        else if (!strcmp(t, "dp-overlap"))
+            f->dp_overlap = 1;
+        else if (!strcmp(t, "fused"))
+            f->fused = 1;
+        else if (!strcmp(t, "data"))
+            f->async_data = 1;
+        else if (!strcmp(t, "lamb"))
+            f->lamb = 1;
         else if (strcmp(t, "none"))
             return ms_error(MS_ERR_ARG,
                             "--features: unknown feature '%s' (megatron, megascale, ours, or a "
@@ -162,22 +178,31 @@ static ms_status inputs(const plan_cli *o, plan_model *m, plan_layout *l, plan_f
     int parallel, window;
     MS_TRY(features_of(o->features, f, &parallel, &window));
     m->parallel_block = parallel;
-    if (o->block && !strcmp(o->block, "parallel")) m->parallel_block = 1;
-    else if (o->block && !strcmp(o->block, "serial")) m->parallel_block = 0;
+    if (o->block && !strcmp(o->block, "parallel"))
+        m->parallel_block = 1;
+    else if (o->block && !strcmp(o->block, "serial"))
+        m->parallel_block = 0;
     else if (o->block)
         return ms_error(MS_ERR_ARG, "--block %s: serial or parallel", o->block);
     m->window = o->window >= 0 ? o->window : window ? 512 : 0;
     if (o->recompute) {
-        if (!strcmp(o->recompute, "none")) f->recompute = PLAN_RECOMPUTE_NONE;
-        else if (!strcmp(o->recompute, "selective")) f->recompute = PLAN_RECOMPUTE_SELECTIVE;
-        else if (!strcmp(o->recompute, "full")) f->recompute = PLAN_RECOMPUTE_FULL;
+        if (!strcmp(o->recompute, "none"))
+            f->recompute = PLAN_RECOMPUTE_NONE;
+        else if (!strcmp(o->recompute, "selective"))
+            f->recompute = PLAN_RECOMPUTE_SELECTIVE;
+        else if (!strcmp(o->recompute, "full"))
+            f->recompute = PLAN_RECOMPUTE_FULL;
         else
             return ms_error(MS_ERR_ARG, "--recompute %s: none, selective or full", o->recompute);
     }
     if (o->gpus < 1) return ms_error(MS_ERR_ARG, "--gpus: give the job's GPU count (>= 1)");
     if (o->batch < 1) return ms_error(MS_ERR_ARG, "--batch: give the global batch (sequences)");
-    *l = (plan_layout){.gpus = o->gpus, .tp = o->tp, .pp = o->pp, .vpp = o->vpp,
-                       .batch = o->batch, .micro = o->micro};
+    *l = (plan_layout){.gpus = o->gpus,
+                       .tp = o->tp,
+                       .pp = o->pp,
+                       .vpp = o->vpp,
+                       .batch = o->batch,
+                       .micro = o->micro};
     return plan_check(m, l);
 }
 
@@ -212,9 +237,11 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
         }
     }
     free(best);
-    return n ? 0 : cli_fail("plan", ms_error(MS_ERR_ARG, "no layout of the %d tried fits in %.0f "
-                                                         "GB per GPU",
-                                             tried, c->mem_gb));
+    return n ? 0
+             : cli_fail("plan", ms_error(MS_ERR_ARG,
+                                         "no layout of the %d tried fits in %.0f "
+                                         "GB per GPU",
+                                         tried, c->mem_gb));
 }
 
 /* argv with bare --json / --search made "--json=1" (a flag without a value). */
@@ -268,8 +295,8 @@ int cmd_plan(int argc, char **argv) {
         rc = cli_fail("plan", st);
         goto out;
     }
-    plan_scale_args sa = {.mtbf_hours = o.mtbf_hours, .restart_s = o.restart_s,
-                          .ckpt_every = o.ckpt_every};
+    plan_scale_args sa = {
+        .mtbf_hours = o.mtbf_hours, .restart_s = o.restart_s, .ckpt_every = o.ckpt_every};
     rc = plan_cli_report(stdout, o.json, &m, &l, &c, &r, &sa);
 out:
     opts_free(plan_opts, N_PLAN_OPTS, &o);

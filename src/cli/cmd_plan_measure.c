@@ -20,8 +20,10 @@ typedef struct {
 } measure_cli;
 
 #define O(n, t, f, d, r, h)                                                                        \
-    {.name = n, .type = t, .offset = offsetof(measure_cli, f), .def = d, .help = h, .env = NULL,   \
-     .range = r, .per_rank = 0}
+    {                                                                                              \
+        .name = n, .type = t, .offset = offsetof(measure_cli, f), .def = d, .help = h,             \
+        .env = NULL, .range = r, .per_rank = 0                                                     \
+    }
 static const opts_spec measure_opts[] = {
     O("out", OPT_T_STR, out, NULL, NULL, "the cluster file to write"),
     O("base", OPT_T_STR, base, NULL, NULL,
@@ -87,9 +89,13 @@ static void compute_to_cluster(const measure_cli *o, const diag_costs *d, plan_c
 }
 
 static int measure(const measure_cli *o) {
-    diag_cost_config cfg = {.device = o->device, .threads = o->threads, .comm_only = !!o->base,
-                            .storage_dir = o->storage_dir, .attn_b = o->attn_b,
-                            .attn_t = o->attn_t, .attn_c = o->attn_c,
+    diag_cost_config cfg = {.device = o->device,
+                            .threads = o->threads,
+                            .comm_only = !!o->base,
+                            .storage_dir = o->storage_dir,
+                            .attn_b = o->attn_b,
+                            .attn_t = o->attn_t,
+                            .attn_c = o->attn_c,
                             .attn_heads = o->attn_heads};
     plan_cluster c;
     if (o->base) {
@@ -134,7 +140,8 @@ int cmd_plan_measure(int argc, char **argv) {
     if (help)
         opts_print_help(measure_opts, N_MEASURE_OPTS, usage_text);
     else if (st == MS_OK && !o.out)
-        rc = cli_fail("plan measure", ms_error(MS_ERR_ARG, "--out: give the cluster file to write"));
+        rc =
+            cli_fail("plan measure", ms_error(MS_ERR_ARG, "--out: give the cluster file to write"));
     else if (st != MS_OK)
         rc = cli_fail("plan measure", st);
     else

@@ -12,9 +12,9 @@
 typedef struct {
     plan_ckpt_cost ck;
     int nodes;
-    double opt_s;     /* Young/Daly's interval */
-    int every;        /* steps: the user's, or the optimum's */
-    double ettr;      /* at `every` */
+    double opt_s; /* Young/Daly's interval */
+    int every;    /* steps: the user's, or the optimum's */
+    double ettr;  /* at `every` */
 } scale_view;
 
 static scale_view scale_of(const plan_model *m, const plan_layout *l, const plan_cluster *c,
@@ -30,8 +30,10 @@ static scale_view scale_of(const plan_model *m, const plan_layout *l, const plan
 
 static void print_scale(FILE *f, const plan_model *m, const plan_layout *l, const plan_cluster *c,
                         const plan_result *r, const plan_scale_args *sa) {
-    fprintf(f, "\ngroup initialisation (tp %d, pp %d): ranks, groups, ours (one split per "
-               "dimension), a store barrier per group\n", l->tp, l->pp);
+    fprintf(f,
+            "\ngroup initialisation (tp %d, pp %d): ranks, groups, ours (one split per "
+            "dimension), a store barrier per group\n",
+            l->tp, l->pp);
     for (int n = 1024; n <= 16384; n *= 2) {
         if (n % (l->tp * l->pp)) continue;
         plan_init_cost g = plan_init_time(c, n, l->tp, l->pp);
@@ -39,29 +41,31 @@ static void print_scale(FILE *f, const plan_model *m, const plan_layout *l, cons
                 g.barrier_s);
     }
     scale_view v = scale_of(m, l, c, r, sa);
-    fprintf(f, "checkpoint: %.2f GB per GPU; stall %.2f s (to host memory), persist %.1f s in "
-               "the background, restore %.1f s (one reader per shard + broadcast; %.1f s if "
-               "every rank reads)\n",
+    fprintf(f,
+            "checkpoint: %.2f GB per GPU; stall %.2f s (to host memory), persist %.1f s in "
+            "the background, restore %.1f s (one reader per shard + broadcast; %.1f s if "
+            "every rank reads)\n",
             v.ck.state_gb_per_gpu, v.ck.stall_s, v.ck.persist_s, v.ck.restore_s,
             v.ck.restore_all_s);
     fprintf(f, "failures: %d nodes, node MTBF %.0f h -> a failure every %.1f h; restart %.0f s\n",
             v.nodes, sa->mtbf_hours, sa->mtbf_hours / v.nodes, sa->restart_s);
     fprintf(f, "ETTR by checkpoint interval (steps) and node MTBF:\n  %10s", "every");
     static const double mt[] = {0.25, 0.5, 1, 2};
-    for (int j = 0; j < 4; j++) fprintf(f, " %8.0fh", sa->mtbf_hours * mt[j]);
+    for (int j = 0; j < 4; j++)
+        fprintf(f, " %8.0fh", sa->mtbf_hours * mt[j]);
     fprintf(f, "\n");
     int opt = (int)fmax(1, round(v.opt_s / r->iter_s));
     int every[] = {(int)fmax(1, opt / 4), (int)fmax(1, opt / 2), opt, opt * 2, opt * 4};
     for (int i = 0; i < 5; i++) {
         fprintf(f, "  %10d", every[i]);
         for (int j = 0; j < 4; j++)
-            fprintf(f, " %8.1f%%", 100 * plan_ettr(sa->mtbf_hours * mt[j], v.nodes,
-                                                    every[i] * r->iter_s, v.ck.stall_s,
-                                                    sa->restart_s));
+            fprintf(f, " %8.1f%%",
+                    100 * plan_ettr(sa->mtbf_hours * mt[j], v.nodes, every[i] * r->iter_s,
+                                    v.ck.stall_s, sa->restart_s));
         fprintf(f, "%s\n", every[i] == opt ? "   <- Young/Daly" : "");
     }
-    fprintf(f, "choose --ckpt-every %d (every %.0f s): ETTR %.1f%%\n", v.every,
-            v.every * r->iter_s, 100 * v.ettr);
+    fprintf(f, "choose --ckpt-every %d (every %.0f s): ETTR %.1f%%\n", v.every, v.every * r->iter_s,
+            100 * v.ettr);
 }
 
 static char *scale_json(const plan_model *m, const plan_layout *l, const plan_cluster *c,
@@ -80,11 +84,12 @@ static char *scale_json(const plan_model *m, const plan_layout *l, const plan_cl
                 first ? "" : ",", n, g.groups, g.ours_s, g.barrier_s);
         first = 0;
     }
-    fprintf(mf, "],\"ckpt\":{\"state_gb_per_gpu\":%.6g,\"stall_s\":%.6g,\"persist_s\":%.6g,"
-                "\"restore_s\":%.6g,\"restore_all_s\":%.6g},\"nodes\":%d,\"ckpt_interval_opt_s\":"
-                "%.6g,\"ckpt_every\":%d,\"ettr\":%.6g}",
-            v.ck.state_gb_per_gpu, v.ck.stall_s, v.ck.persist_s, v.ck.restore_s,
-            v.ck.restore_all_s, v.nodes, v.opt_s, v.every, v.ettr);
+    fprintf(mf,
+            "],\"ckpt\":{\"state_gb_per_gpu\":%.6g,\"stall_s\":%.6g,\"persist_s\":%.6g,"
+            "\"restore_s\":%.6g,\"restore_all_s\":%.6g},\"nodes\":%d,\"ckpt_interval_opt_s\":"
+            "%.6g,\"ckpt_every\":%d,\"ettr\":%.6g}",
+            v.ck.state_gb_per_gpu, v.ck.stall_s, v.ck.persist_s, v.ck.restore_s, v.ck.restore_all_s,
+            v.nodes, v.opt_s, v.every, v.ettr);
     fclose(mf);
     return s;
 }

@@ -121,10 +121,10 @@ char *diag_report_json(const diag_report *r);
  * (these run together, so the figures hold for a job of that many ranks on
  * this machine, its other load included). */
 typedef struct {
-    const char *device;     /* backend: "cpu" or "cuda" */
-    int threads;            /* CPU threads (0: all cores) */
-    int comm_only;          /* 1: the links only (needs >= 2 ranks) */
-    const char *storage_dir; /* where the storage speed is measured (NULL: not) */
+    const char *device;                     /* backend: "cpu" or "cuda" */
+    int threads;                            /* CPU threads (0: all cores) */
+    int comm_only;                          /* 1: the links only (needs >= 2 ranks) */
+    const char *storage_dir;                /* where the storage speed is measured (NULL: not) */
     int attn_b, attn_t, attn_c, attn_heads; /* the attention shape timed */
 } diag_cost_config;
 

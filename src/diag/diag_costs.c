@@ -36,7 +36,8 @@ static double time_op(be_backend *be, timed_fn fn, void *arg, int inner) {
     for (int r = 0; r < REPS; r++) {
         be->sync(be);
         double t0 = ms_now();
-        for (int i = 0; i < inner; i++) fn(be, arg);
+        for (int i = 0; i < inner; i++)
+            fn(be, arg);
         be->sync(be);
         t[r] = (ms_now() - t0) / inner;
     }
@@ -63,7 +64,8 @@ static double gemm_rate(be_backend *be, op_arg *o, int M, int N, int K) {
     double flops = 2.0 * M * N * K, t = 0;
     int inner = (int)fmin(500, fmax(1, 1e8 / flops)); /* ~2 ms at 50 GFLOP/s */
     o->M = M, o->N = N, o->K = K;
-    for (o->layout = 0; o->layout < 3; o->layout++) t += time_op(be, do_gemm, o, inner) / 3;
+    for (o->layout = 0; o->layout < 3; o->layout++)
+        t += time_op(be, do_gemm, o, inner) / 3;
     o->layout = 0;
     return flops / t / 1e9;
 }
@@ -96,7 +98,8 @@ static void do_copy(be_backend *be, void *p) {
 static ms_status fill(be_backend *be, float *dev, size_t n) {
     float *h = malloc(n * sizeof *h);
     if (!h) return ms_error(MS_ERR_NOMEM, "measure: a host buffer of %zu floats", n);
-    for (size_t i = 0; i < n; i++) h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (size_t i = 0; i < n; i++)
+        h[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     be->to_device(be, dev, h, n * sizeof *h);
     free(h);
     return MS_OK;
@@ -152,22 +155,30 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
     size_t big = 1u << 22; /* floats in each buffer */
     float *buf[4];
     ms_status st = MS_OK;
-    for (int i = 0; i < 4; i++) buf[i] = be->alloc(be, big * sizeof(float));
+    for (int i = 0; i < 4; i++)
+        buf[i] = be->alloc(be, big * sizeof(float));
     for (int i = 0; i < 4 && st == MS_OK; i++)
         st = buf[i] ? fill(be, buf[i], big) : ms_error(MS_ERR_NOMEM, "measure buffers");
     op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .d = buf[3]};
-    be_limits lim = {.B = cfg->attn_b, .T = cfg->attn_t, .C = cfg->attn_c, .NH = cfg->attn_heads,
-                     .Vp = 128, .max_n = big};
+    be_limits lim = {.B = cfg->attn_b,
+                     .T = cfg->attn_t,
+                     .C = cfg->attn_c,
+                     .NH = cfg->attn_heads,
+                     .Vp = 128,
+                     .max_n = big};
     if (st == MS_OK) st = be->reserve(be, &lim);
     if (st != MS_OK) goto out;
     double v[PASSES][PASS_FIGURES], med[PASS_FIGURES], col[PASSES];
-    for (int p = 0; p < PASSES; p++) one_pass(be, &o, cfg, v[p]);
+    for (int p = 0; p < PASSES; p++)
+        one_pass(be, &o, cfg, v[p]);
     for (int k = 0; k < PASS_FIGURES; k++) {
-        for (int p = 0; p < PASSES; p++) col[p] = v[p][k];
+        for (int p = 0; p < PASSES; p++)
+            col[p] = v[p][k];
         med[k] = median(col, PASSES);
     }
     r->n_gemm = N_GEMM;
-    for (int i = 0; i < N_GEMM; i++) r->gemm_n[i] = 2 * (4 << i), r->gemm_gflops[i] = med[i];
+    for (int i = 0; i < N_GEMM; i++)
+        r->gemm_n[i] = 2 * (4 << i), r->gemm_gflops[i] = med[i];
     double bytes = 2.0 * 256 * 256 * sizeof(float); /* read and write */
     r->launch_us = med[N_GEMM] * 1e6;
     r->elem_gbps = bytes / med[N_GEMM + 1] / 1e9;
@@ -176,7 +187,8 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
     r->attn_s = med[N_GEMM + 4];
     r->memcpy_gbps = 2.0 * big * sizeof(float) / med[N_GEMM + 5] / 1e9;
     r->storage_gbps = 0;
-    if (cfg->storage_dir && *cfg->storage_dir) st = storage_speed(cfg->storage_dir, &r->storage_gbps);
+    if (cfg->storage_dir && *cfg->storage_dir)
+        st = storage_speed(cfg->storage_dir, &r->storage_gbps);
     long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
     r->mem_gb = (double)pages * psize / 1e9;
     r->cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
@@ -210,7 +222,8 @@ static ms_status gemm_rounds(comm_group *g, be_backend *be, op_arg *o, int iters
                              double *sec) {
     double x = 1, t0 = ms_now();
     for (int i = 0; i < iters; i++) {
-        for (int k = 0; k < 4; k++) do_gemm(be, o);
+        for (int k = 0; k < 4; k++)
+            do_gemm(be, o);
         be->sync(be);
         if (coll) MS_TRY(comm_allreduce(g, &x, &x, 1, COMM_F64, COMM_SUM));
     }
@@ -243,10 +256,12 @@ static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_co
     MS_TRY(be_create(&be, cfg->device, &bo));
     size_t n = 1u << 16;
     float *buf[3];
-    for (int i = 0; i < 3; i++) buf[i] = be->alloc(be, n * sizeof(float));
+    for (int i = 0; i < 3; i++)
+        buf[i] = be->alloc(be, n * sizeof(float));
     ms_status st = MS_OK;
     if (!buf[0] || !buf[1] || !buf[2]) st = ms_error(MS_ERR_NOMEM, "measure buffers");
-    for (int i = 0; st == MS_OK && i < 3; i++) st = fill(be, buf[i], n);
+    for (int i = 0; st == MS_OK && i < 3; i++)
+        st = fill(be, buf[i], n);
     enum { SAMPLES = 9 };
     double v[3][SAMPLES];
     op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .M = 256, .N = 128, .K = 64};
@@ -254,7 +269,8 @@ static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_co
     for (int k = 0; st == MS_OK && k < SAMPLES; k++) {
         double t[3];
         st = shared_sample(g, be, &o, t);
-        for (int j = 0; j < 3; j++) v[j][k] = t[j];
+        for (int j = 0; j < 3; j++)
+            v[j][k] = t[j];
     }
     if (st == MS_OK) {
         double alone = median(v[0], SAMPLES), both = median(v[1], SAMPLES);

@@ -27,7 +27,7 @@ typedef struct {
 
 typedef struct {
     const par_plan *plan;
-    int pp, vpp, m, G; /* G: number of global chunks */
+    int pp, vpp, m, G;           /* G: number of global chunks */
     const double *t_fwd, *t_bwd; /* [pp * vpp]: cost of (stage, chunk) */
     double t_p2p;
     int *pc;                              /* [pp] next instruction */
@@ -201,8 +201,8 @@ static ms_status exec_wait(sim *S, int s, const par_instr *ins, int *blocked) {
         *blocked = 1;
         return MS_OK;
     }
-    double t = msg->time[1 - r.side] > msg->time[r.side] ? msg->time[1 - r.side]
-                                                          : msg->time[r.side];
+    double t =
+        msg->time[1 - r.side] > msg->time[r.side] ? msg->time[1 - r.side] : msg->time[r.side];
     t += S->t_p2p; /* the transfer starts once both sides are posted */
     if (t > S->clock[s]) S->clock[s] = t;
     msg->waited[r.side] = 1;
@@ -349,8 +349,9 @@ ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd
                         t_bwd);
     size_t n = (size_t)plan->pp * (size_t)plan->vpp;
     double *f = malloc(2 * n * sizeof *f);
-    if (!f) return ms_error(MS_ERR_NOMEM, "pipeline validate: costs for pp=%d vpp=%d", plan->pp,
-                            plan->vpp);
+    if (!f)
+        return ms_error(MS_ERR_NOMEM, "pipeline validate: costs for pp=%d vpp=%d", plan->pp,
+                        plan->vpp);
     for (size_t i = 0; i < n; i++)
         f[i] = t_fwd, f[n + i] = t_bwd;
     par_sim_costs c = {.t_fwd = f, .t_bwd = f + n, .t_p2p = 0};

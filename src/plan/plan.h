@@ -41,16 +41,20 @@ typedef struct {
     int window;         /* sliding attention window (0: full causal) */
 } plan_model;
 
-typedef enum { PLAN_RECOMPUTE_NONE = 0, PLAN_RECOMPUTE_SELECTIVE, PLAN_RECOMPUTE_FULL } plan_recompute;
+typedef enum {
+    PLAN_RECOMPUTE_NONE = 0,
+    PLAN_RECOMPUTE_SELECTIVE,
+    PLAN_RECOMPUTE_FULL
+} plan_recompute;
 
 typedef struct {
-    int tp_overlap;  /* TP all-gather / reduce-scatter chunked under the FFN GEMMs */
-    int pp_overlap;  /* pipeline sends and receives posted early, waited late */
-    int dp_overlap;  /* ZeRO reduce-scatter in backward, all-gather prefetched in forward */
-    int fused;       /* FlashAttention-2 (else -1), one-kernel LayerNorm and GeLU, fused
-                      * cross entropy */
-    int async_data;  /* data loaded ahead by a loader per node (not on the step) */
-    int lamb;        /* optimizer LAMB (else AdamW) */
+    int tp_overlap; /* TP all-gather / reduce-scatter chunked under the FFN GEMMs */
+    int pp_overlap; /* pipeline sends and receives posted early, waited late */
+    int dp_overlap; /* ZeRO reduce-scatter in backward, all-gather prefetched in forward */
+    int fused;      /* FlashAttention-2 (else -1), one-kernel LayerNorm and GeLU, fused
+                     * cross entropy */
+    int async_data; /* data loaded ahead by a loader per node (not on the step) */
+    int lamb;       /* optimizer LAMB (else AdamW) */
     plan_recompute recompute;
 } plan_features;
 
@@ -80,21 +84,21 @@ typedef struct {
     double reserved_gb; /* of it, taken by the runtime, workspaces, fragmentation */
     double hbm_gbps, hbm_eff;
     double opt_ns_per_param; /* measured AdamW time per parameter (0: by its bytes) */
-    double transc_gbps; /* element-wise operators with a transcendental function per element
-                         * (GeLU's tanh, softmax's exp): bytes per second (0: hbm's) */
-    double attn_eff;    /* fused attention FLOP/s as a fraction of peak */
-    double launch_us;   /* fixed cost of one operator (kernel launch, dispatch) */
-    int n_gemm;         /* the GEMM curve: efficiency (fraction of peak) at size n */
+    double transc_gbps;      /* element-wise operators with a transcendental function per element
+                              * (GeLU's tanh, softmax's exp): bytes per second (0: hbm's) */
+    double attn_eff;         /* fused attention FLOP/s as a fraction of peak */
+    double launch_us;        /* fixed cost of one operator (kernel launch, dispatch) */
+    int n_gemm;              /* the GEMM curve: efficiency (fraction of peak) at size n */
     double gemm_n[PLAN_GEMM_POINTS], gemm_eff[PLAN_GEMM_POINTS];
-    plan_link intra, inter; /* inside a node; between nodes */
+    plan_link intra, inter;       /* inside a node; between nodes */
     double act_bytes, grad_bytes; /* bytes per activation / per reduced gradient element */
-    double cores;       /* CPU machines: cores per node shared by the ranks (0: a GPU each) */
-    double threads;     /* CPU machines: threads per rank the measurement used */
-    double data_ms;     /* host time to load one micro-batch when it is on the step */
-    double step_ms;     /* fixed host time per step (launching, clipping, logging) */
-    double pcie_gbps;   /* device to host copy, per GPU (checkpoint stage 1) */
+    double cores;        /* CPU machines: cores per node shared by the ranks (0: a GPU each) */
+    double threads;      /* CPU machines: threads per rank the measurement used */
+    double data_ms;      /* host time to load one micro-batch when it is on the step */
+    double step_ms;      /* fixed host time per step (launching, clipping, logging) */
+    double pcie_gbps;    /* device to host copy, per GPU (checkpoint stage 1) */
     double storage_gbps; /* persistent storage, per node, read and write */
-    double store_op_us; /* one operation of the rendezvous store (group init barriers) */
+    double store_op_us;  /* one operation of the rendezvous store (group init barriers) */
     double comm_init_ms; /* creating one communicator on a rank */
 } plan_cluster;
 
@@ -140,20 +144,20 @@ const plan_link *plan_link_of(const plan_cluster *c, int ranks, int stride);
 typedef struct {
     /* the step, seconds on the slowest stage */
     double iter_s;
-    double compute_s;  /* forward + backward compute of this stage's micro-batches */
-    double tp_s;       /* exposed tensor-parallel communication */
-    double pp_s;       /* exposed pipeline transfers */
-    double dp_s;       /* exposed data-parallel (ZeRO) communication */
-    double bubble_s;   /* pipeline idle time */
+    double compute_s; /* forward + backward compute of this stage's micro-batches */
+    double tp_s;      /* exposed tensor-parallel communication */
+    double pp_s;      /* exposed pipeline transfers */
+    double dp_s;      /* exposed data-parallel (ZeRO) communication */
+    double bubble_s;  /* pipeline idle time */
     double optimizer_s;
-    double data_s;     /* data loading and fixed host time on the step */
+    double data_s; /* data loading and fixed host time on the step */
     /* derived */
-    double mfu;        /* Megatron's FLOPs (72 l h^2 (1 + s/6h + V/16lh) per token) / peak */
+    double mfu; /* Megatron's FLOPs (72 l h^2 (1 + s/6h + V/16lh) per token) / peak */
     double tokens_per_s;
     double model_flops_per_token;
-    double memory_gb;  /* per GPU, the busiest stage */
+    double memory_gb; /* per GPU, the busiest stage */
     double mem_params_gb, mem_grads_gb, mem_optim_gb, mem_act_gb, mem_reserved_gb;
-    int fits;          /* memory_gb <= the cluster's mem_gb */
+    int fits; /* memory_gb <= the cluster's mem_gb */
     /* the layout as resolved */
     int dp, n_micro, in_flight;
     double bubble_fraction; /* bubble_s / (compute and exposed comm of the stage) */
@@ -169,6 +173,11 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
                        const plan_cluster *c, plan_result *r);
 /* Megatron's model FLOPs per token (the MFU convention). */
 double plan_megatron_flops_per_token(const plan_model *m);
+/* The model's own counts (model/gpt.h: gpt_config_num_params and
+ * gpt_flops_per_token, 6N + 12 L T_eff C, what the trainer's MFU uses):
+ * parameters of one layer and of the rest (wte, wpe up to seq, ln_f). */
+void plan_params(const plan_model *m, double *layer, double *embed);
+double plan_flops_per_token_6n(const plan_model *m);
 
 /* Activation bytes of one layer for one micro-batch of b sequences
  * (Korthikanti et al., Table 2 and Sec. 5: s b h (34 + 5 a s / h) with no
@@ -204,9 +213,9 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
 
 typedef struct {
     int ranks;
-    int groups;         /* communication groups the layout needs */
-    double ours_s;      /* one split per dimension (comm/grid.h): 3 collectives */
-    double barrier_s;   /* a global barrier over the store after every group */
+    int groups;       /* communication groups the layout needs */
+    double ours_s;    /* one split per dimension (comm/grid.h): 3 collectives */
+    double barrier_s; /* a global barrier over the store after every group */
 } plan_init_cost;
 
 /* Group initialisation at `ranks` ranks with the layout's tp and pp. */
@@ -235,8 +244,8 @@ double plan_ckpt_interval_opt(double mtbf_node_h, int nodes, double stall_s);
 
 /* ---- output (plan_report.c) ---------------------------------------------- */
 
-void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l,
-                       const plan_cluster *c, const plan_result *r);
+void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l, const plan_cluster *c,
+                       const plan_result *r);
 /* {"mfu","iter_s","tokens_per_s","memory_gb_per_gpu","fits","layout":{...},
  *  "parts":{"compute","tp","pp","dp","bubble","optimizer","data"},"memory":{...}}
  * malloc'd, one line; NULL on OOM. */

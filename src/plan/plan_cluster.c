@@ -1,8 +1,8 @@
 /* plan_cluster.c - cluster files: read, validate, write (docs/formats.md,
  * "Cluster files").  One JSON object, "format": "megascale-cluster",
  * "version": 1; every key below is required except "source", "cores",
- * "threads", "opt_ns_per_param" and "transc_gbps"; an unknown key is an error (a misspelt key would otherwise
- * silently keep a default). */
+ * "threads", "opt_ns_per_param" and "transc_gbps"; an unknown key is an error (a misspelt key would
+ * otherwise silently keep a default). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +25,8 @@ typedef struct {
     int lo_incl, optional;
 } num_key;
 
-#define F(k, field, lo, hi, incl, opt) {k, offsetof(plan_cluster, field), lo, hi, incl, opt}
+#define F(k, field, lo, hi, incl, opt)                                                             \
+    { k, offsetof(plan_cluster, field), lo, hi, incl, opt }
 static const num_key top_keys[] = {
     F("peak_tflops", peak_flops, 0, 1e6, 0, 0),
     F("mem_gb", mem_gb, 0, 1e6, 0, 0),
@@ -49,8 +50,8 @@ static const num_key top_keys[] = {
 };
 #undef F
 #define N_TOP ((int)(sizeof top_keys / sizeof top_keys[0]))
-static const char *other_keys[] = {"format", "version", "name", "source", "gpus_per_node",
-                                   "gemm", "links"};
+static const char *other_keys[] = {"format",        "version", "name", "source",
+                                   "gpus_per_node", "gemm",    "links"};
 
 static double *num_at(plan_cluster *c, size_t off) {
     return (double *)((char *)c + off);
@@ -97,25 +98,28 @@ ms_status plan_cluster_check(const plan_cluster *c, const char *what) {
                             "in (0, 1]",
                             what, i, c->gemm_n[i], c->gemm_eff[i]);
         if (i && !(c->gemm_n[i] > c->gemm_n[i - 1]))
-            return ms_error(MS_ERR_FORMAT, "%s: \"gemm\" points must have increasing n (%g after %g)",
-                            what, c->gemm_n[i], c->gemm_n[i - 1]);
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: \"gemm\" points must have increasing n (%g after %g)", what,
+                            c->gemm_n[i], c->gemm_n[i - 1]);
     }
     MS_TRY(check_link(what, "intra", &c->intra));
     return check_link(what, "inter", &c->inter);
 }
 
-static ms_status read_link(const char *what, const cJSON *links, const char *name,
-                           plan_link *l) {
+static ms_status read_link(const char *what, const cJSON *links, const char *name, plan_link *l) {
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(links, name);
     if (!cJSON_IsObject(o)) return ms_error(MS_ERR_FORMAT, "%s: missing \"links.%s\"", what, name);
     const char *keys[3] = {"gbps", "lat_us", "eff"};
     double *dst[3] = {&l->gbps, &l->lat_us, &l->eff};
     for (const cJSON *it = o->child; it; it = it->next) {
         int k = 0;
-        while (k < 3 && strcmp(it->string, keys[k])) k++;
+        while (k < 3 && strcmp(it->string, keys[k]))
+            k++;
         if (k == 3)
-            return ms_error(MS_ERR_FORMAT, "%s: unknown key \"links.%s.%s\" (known: gbps, lat_us, "
-                                           "eff)", what, name, it->string);
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: unknown key \"links.%s.%s\" (known: gbps, lat_us, "
+                            "eff)",
+                            what, name, it->string);
     }
     for (int k = 0; k < 3; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[k]);
@@ -128,7 +132,8 @@ static ms_status read_link(const char *what, const cJSON *links, const char *nam
 }
 
 static ms_status read_gemm(const char *what, const cJSON *g, plan_cluster *c) {
-    if (!cJSON_IsArray(g)) return bad(what, "missing or not an array of [n, efficiency]", "\"gemm\"");
+    if (!cJSON_IsArray(g))
+        return bad(what, "missing or not an array of [n, efficiency]", "\"gemm\"");
     c->n_gemm = 0;
     for (const cJSON *p = g->child; p; p = p->next) {
         if (c->n_gemm == PLAN_GEMM_POINTS)
@@ -162,7 +167,8 @@ static ms_status parse(const char *what, const cJSON *o, plan_cluster *c) {
     if (!cJSON_IsNumber(ver) || ver->valuedouble != CLUSTER_VERSION)
         return ms_error(MS_ERR_FORMAT, "%s: \"version\" must be %d (this program reads version %d)",
                         what, CLUSTER_VERSION, CLUSTER_VERSION);
-    for (const cJSON *it = o->child; it; it = it->next) MS_TRY(known_key(what, it->string));
+    for (const cJSON *it = o->child; it; it = it->next)
+        MS_TRY(known_key(what, it->string));
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(o, "name");
     if (!cJSON_IsString(name) || !*name->valuestring || strlen(name->valuestring) >= PLAN_NAME_MAX)
         return ms_error(MS_ERR_FORMAT, "%s: \"name\" missing or not a string of 1..%d characters",
@@ -203,8 +209,9 @@ ms_status plan_cluster_load(const char *path, plan_cluster *c) {
     if (st != MS_OK) return ms_error_wrap(st, "cluster file");
     cJSON *o = cJSON_ParseWithLength(text, len);
     free(text);
-    if (!o) return ms_error(MS_ERR_FORMAT, "%s: not valid JSON (a cluster file, docs/formats.md)",
-                            path);
+    if (!o)
+        return ms_error(MS_ERR_FORMAT, "%s: not valid JSON (a cluster file, docs/formats.md)",
+                        path);
     st = parse(path, o, c);
     cJSON_Delete(o);
     return st;

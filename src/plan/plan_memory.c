@@ -8,7 +8,7 @@
 double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompute rc, int flash,
                             double act_bytes) {
     double s = m->seq, b = micro, h = m->dim, a = m->heads;
-    double sbh = s * b * h / tp; /* with sequence parallelism everything is split over tp */
+    double sbh = s * b * h / tp;  /* with sequence parallelism everything is split over tp */
     double scale = act_bytes / 2; /* the formulas count 16-bit activations */
     if (rc == PLAN_RECOMPUTE_FULL) return 2 * sbh * scale; /* the layer's input only */
     /* 34 s b h: 11 attention (QKV input, Q K V, AV input, proj input, dropout mask), 19 MLP,
@@ -25,15 +25,15 @@ void plan_memory(const plan_model *m, const plan_layout *l, const plan_features 
                  const plan_cluster *c, int in_flight, plan_result *r) {
     int t = l->tp, p = l->pp, d = l->gpus / (l->tp * l->pp);
     double h = m->dim, gb = 1e9;
-    double lp = 12 * h * h + 13 * h - (m->parallel_block ? 2 * h : 0);
-    double emb = ((double)m->vocab + m->seq) * h;
+    double lp, emb;
+    plan_params(m, &lp, &emb);
     /* the busiest stage: the first (embeddings) or, with pp > 1, the last (the tied copy of
      * wte, the logits); both hold L/p layers */
     double n = ((double)m->layers / p * lp + emb) / t;
     double master = c->act_bytes < 4 ? 4 : 0; /* fp32 master weights beside 16-bit ones */
     r->mem_params_gb = n * c->act_bytes / gb;
-    r->mem_grads_gb = n * c->grad_bytes / gb;           /* the accumulation buffer, whole */
-    r->mem_optim_gb = n * (8 + master) / d / gb;        /* Adam/LAMB m, v (+ master): ZeRO shard */
+    r->mem_grads_gb = n * c->grad_bytes / gb;    /* the accumulation buffer, whole */
+    r->mem_optim_gb = n * (8 + master) / d / gb; /* Adam/LAMB m, v (+ master): ZeRO shard */
     double lc = (double)m->layers / (p * l->vpp);
     double per_layer = plan_layer_act_bytes(m, t, l->micro, f->recompute, 1, c->act_bytes);
     double N = (double)l->micro * m->seq;
@@ -41,7 +41,7 @@ void plan_memory(const plan_model *m, const plan_layout *l, const plan_features 
     double emb_out = N * h / t * c->act_bytes * in_flight;
     r->mem_act_gb = (in_flight * lc * per_layer + fmax(logits, emb_out)) / gb;
     r->mem_reserved_gb = c->reserved_gb;
-    r->memory_gb = r->mem_params_gb + r->mem_grads_gb + r->mem_optim_gb + r->mem_act_gb +
-                   r->mem_reserved_gb;
+    r->memory_gb =
+        r->mem_params_gb + r->mem_grads_gb + r->mem_optim_gb + r->mem_act_gb + r->mem_reserved_gb;
     r->fits = r->memory_gb <= c->mem_gb;
 }

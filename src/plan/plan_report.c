@@ -9,16 +9,17 @@ static void part(FILE *f, const char *name, double s, double iter) {
     fprintf(f, "  %-26s %10.4f s  %5.1f%%\n", name, s, 100 * s / iter);
 }
 
-void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l,
-                       const plan_cluster *c, const plan_result *r) {
+void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l, const plan_cluster *c,
+                       const plan_result *r) {
     fprintf(f, "model: %d layers, dim %d, %d heads, vocab %d, seq %d, %s block%s", m->layers,
             m->dim, m->heads, m->vocab, m->seq, m->parallel_block ? "parallel" : "serial",
             m->window ? "" : "\n");
     if (m->window) fprintf(f, ", window %d\n", m->window);
     fprintf(f, "cluster: %s (%d GPUs a node, %.3g TFLOP/s, %.0f GB)\n", c->name, c->gpus_per_node,
             c->peak_flops / 1e12, c->mem_gb);
-    fprintf(f, "layout: %d GPUs = tp %d x pp %d x dp %d, vpp %d; batch %d = %d micro-batches of "
-               "%d per DP rank\n",
+    fprintf(f,
+            "layout: %d GPUs = tp %d x pp %d x dp %d, vpp %d; batch %d = %d micro-batches of "
+            "%d per DP rank\n",
             l->gpus, l->tp, l->pp, r->dp, l->vpp, l->batch, r->n_micro, l->micro);
     fprintf(f, "iteration %.4f s | %.0f tokens/s | MFU %.1f%% | memory %.1f GB per GPU%s\n",
             r->iter_s, r->tokens_per_s, 100 * r->mfu, r->memory_gb,
@@ -31,8 +32,9 @@ void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l,
     part(f, "data-parallel comm", r->dp_s, r->iter_s);
     part(f, "optimizer", r->optimizer_s, r->iter_s);
     part(f, "data + host", r->data_s, r->iter_s);
-    fprintf(f, "memory per GPU: weights %.2f GB, gradients %.2f, optimizer %.2f, activations "
-               "%.2f (%d micro-batch chunks in flight), reserved %.2f\n",
+    fprintf(f,
+            "memory per GPU: weights %.2f GB, gradients %.2f, optimizer %.2f, activations "
+            "%.2f (%d micro-batch chunks in flight), reserved %.2f\n",
             r->mem_params_gb, r->mem_grads_gb, r->mem_optim_gb, r->mem_act_gb, r->in_flight,
             r->mem_reserved_gb);
 }
@@ -71,8 +73,8 @@ char *plan_result_json(const plan_model *m, const plan_layout *l, const plan_clu
     cJSON_AddNumberToObject(mem, "reserved_gb", r->mem_reserved_gb);
     cJSON_AddNumberToObject(mem, "in_flight", r->in_flight);
     cJSON_AddNumberToObject(o, "model_flops_per_token", r->model_flops_per_token);
+    cJSON_AddNumberToObject(o, "flops_per_token_6n", plan_flops_per_token_6n(m));
     cJSON_AddNumberToObject(o, "bubble_fraction", r->bubble_fraction);
-    (void)m;
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     return text;

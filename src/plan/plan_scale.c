@@ -20,8 +20,8 @@ plan_init_cost plan_init_time(const plan_cluster *c, int ranks, int tp, int pp) 
     /* ours (comm/grid.h): per dimension one split (an all-gather of (color, key) pairs, log n
      * rounds) and one small all-reduce; each rank then initialises its own 3 communicators,
      * all ranks in parallel; one barrier through the store at the end */
-    r.ours_s = 3 * (2 * lg * a + (ranks * 8.0) / (c->inter.gbps * 1e9 * c->inter.eff)) +
-               3 * init + ranks * store;
+    r.ours_s = 3 * (2 * lg * a + (ranks * 8.0) / (c->inter.gbps * 1e9 * c->inter.eff)) + 3 * init +
+               ranks * store;
     /* a barrier through the single-threaded store after every group: n store operations each
      * (every rank checks in), and every rank takes part in creating every group */
     r.barrier_s = r.groups * (ranks * store + init);
@@ -31,9 +31,9 @@ plan_init_cost plan_init_time(const plan_cluster *c, int ranks, int tp, int pp) 
 plan_ckpt_cost plan_ckpt_time(const plan_model *m, const plan_layout *l, const plan_cluster *c) {
     plan_ckpt_cost r;
     int t = l->tp, p = l->pp, d = l->gpus / (l->tp * l->pp);
-    double h = m->dim;
-    double lp = 12 * h * h + 13 * h - (m->parallel_block ? 2 * h : 0);
-    double n = ((double)m->layers / p * lp + ((double)m->vocab + m->seq) * h) / t;
+    double lp, emb;
+    plan_params(m, &lp, &emb);
+    double n = ((double)m->layers / p * lp + emb) / t;
     /* a rank snapshots fp32 weights of its model shard and its ZeRO shard of m and v; the
      * weights are the same on all dp ranks, so each saves 1/d of them (load-balanced) */
     double bytes = n * 4.0 / d + n * 8.0 / d;

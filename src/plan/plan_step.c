@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
 
@@ -28,10 +29,10 @@
 #define LAMB_BYTES 38.0   /* + one more pass over update and weight for the norms */
 
 typedef struct {
-    double fwd, bwd;           /* compute of one layer, one micro-batch */
-    double tp_fwd, tp_bwd;     /* exposed TP communication of it */
-    double attn_fwd;           /* the attention core's forward (selective recompute) */
-    double tp_comm_fwd;        /* the forward's TP collectives, all of them (full recompute) */
+    double fwd, bwd;       /* compute of one layer, one micro-batch */
+    double tp_fwd, tp_bwd; /* exposed TP communication of it */
+    double attn_fwd;       /* the attention core's forward (selective recompute) */
+    double tp_comm_fwd;    /* the forward's TP collectives, all of them (full recompute) */
 } layer_cost;
 
 /* Keys a query attends to, on average (causal; window w: itself and the w-1
@@ -153,13 +154,37 @@ static void ends_cost(const plan_model *m, const plan_features *f, const plan_cl
     }
 }
 
-/* Parameters of one layer and of the embeddings (the "N" of 6N). */
+/* The model's own counts (model/gpt.h) for a plan_model: positions up to seq. */
+static gpt_config gpt_of(const plan_model *m, int layers) {
+    gpt_config g;
+    memset(&g, 0, sizeof g);
+    g.n_layer = layers, g.n_embd = m->dim, g.n_head = m->heads, g.vocab = m->vocab;
+    g.seq_max = m->seq, g.attn_window = m->window;
+    g.block = m->parallel_block ? GPT_BLOCK_PARALLEL : GPT_BLOCK_SERIAL;
+    return g;
+}
+
+void plan_params(const plan_model *m, double *layer, double *embed) {
+    gpt_config one = gpt_of(m, 1), none = gpt_of(m, 0);
+    double p0 = (double)gpt_config_num_params(&none); /* wte, wpe, ln_f */
+    *layer = (double)gpt_config_num_params(&one) - p0;
+    *embed = p0;
+}
+
+double plan_flops_per_token_6n(const plan_model *m) {
+    gpt_config g = gpt_of(m, m->layers);
+    return gpt_flops_per_token(&g, m->seq);
+}
+
 static double layer_params(const plan_model *m) {
-    double h = m->dim;
-    return 12 * h * h + 13 * h - (m->parallel_block ? 2 * h : 0);
+    double l, e;
+    plan_params(m, &l, &e);
+    return l;
 }
 static double embed_params(const plan_model *m) {
-    return ((double)m->vocab + m->seq) * m->dim;
+    double l, e;
+    plan_params(m, &l, &e);
+    return e;
 }
 
 double plan_megatron_flops_per_token(const plan_model *m) {
@@ -169,15 +194,17 @@ double plan_megatron_flops_per_token(const plan_model *m) {
 
 ms_status plan_check(const plan_model *m, const plan_layout *l) {
     if (m->layers < 1 || m->dim < 1 || m->heads < 1 || m->vocab < 2 || m->seq < 1)
-        return ms_error(MS_ERR_ARG, "the model needs --layers, --dim, --heads, --vocab and --seq "
-                                    "(or --model): got %d, %d, %d, %d, %d",
+        return ms_error(MS_ERR_ARG,
+                        "the model needs --layers, --dim, --heads, --vocab and --seq "
+                        "(or --model): got %d, %d, %d, %d, %d",
                         m->layers, m->dim, m->heads, m->vocab, m->seq);
     if (m->dim % m->heads)
         return ms_error(MS_ERR_ARG, "--dim %d is not divisible by --heads %d", m->dim, m->heads);
     if (m->window < 0) return ms_error(MS_ERR_ARG, "--window %d must be >= 0", m->window);
     if (l->gpus < 1 || l->tp < 1 || l->pp < 1 || l->vpp < 1 || l->batch < 1 || l->micro < 1)
-        return ms_error(MS_ERR_ARG, "--gpus, --tp, --pp, --vpp, --batch and --micro-batch must be "
-                                    ">= 1 (got %d, %d, %d, %d, %d, %d)",
+        return ms_error(MS_ERR_ARG,
+                        "--gpus, --tp, --pp, --vpp, --batch and --micro-batch must be "
+                        ">= 1 (got %d, %d, %d, %d, %d, %d)",
                         l->gpus, l->tp, l->pp, l->vpp, l->batch, l->micro);
     if (m->heads % l->tp)
         return ms_error(MS_ERR_ARG, "--tp %d does not divide --heads %d", l->tp, m->heads);
@@ -193,8 +220,7 @@ ms_status plan_check(const plan_model *m, const plan_layout *l) {
     if (m->layers % (l->pp * l->vpp))
         return ms_error(MS_ERR_ARG, "%d layers do not divide into --pp %d x --vpp %d chunks",
                         m->layers, l->pp, l->vpp);
-    if (l->vpp > 1 && l->pp < 2)
-        return ms_error(MS_ERR_ARG, "--vpp %d needs --pp >= 2", l->vpp);
+    if (l->vpp > 1 && l->pp < 2) return ms_error(MS_ERR_ARG, "--vpp %d needs --pp >= 2", l->vpp);
     int n_micro = l->batch / (dp * l->micro);
     if (l->pp > 1) {
         ms_status st = par_schedule_check_args(l->vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B,
@@ -223,8 +249,8 @@ typedef struct {
     double emb_f, emb_b, cls_f, cls_b, t_p2p;
 } step_ctx;
 
-static void ctx_init(step_ctx *x, const plan_model *m, const plan_layout *l,
-                     const plan_features *f, const plan_cluster *c) {
+static void ctx_init(step_ctx *x, const plan_model *m, const plan_layout *l, const plan_features *f,
+                     const plan_cluster *c) {
     memset(x, 0, sizeof *x);
     x->m = m, x->l = l, x->f = f, x->c = c;
     x->t = l->tp, x->p = l->pp, x->v = l->vpp, x->b = l->micro;
@@ -267,8 +293,8 @@ static void chunk_costs(const step_ctx *x, double *fwd, double *bwd, double *com
 
 /* The pipeline part of the step: makespan of the stage lists under the
  * chunk costs, and the stage that finishes last. */
-static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bwd,
-                          double *makespan, int *in_flight) {
+static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bwd, double *makespan,
+                          int *in_flight) {
     if (x->p == 1) {
         *makespan = x->n_micro * (fwd[0] + bwd[0]);
         *in_flight = 1;
@@ -281,8 +307,8 @@ static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bw
     ms_status rc = par_plan_build(x->v > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B, x->p, x->v,
                                   x->n_micro, &plan);
     if (rc == MS_OK) {
-        par_sim_costs costs = {.t_fwd = fwd, .t_bwd = bwd,
-                               .t_p2p = x->f->pp_overlap ? x->t_p2p : 0};
+        par_sim_costs costs = {
+            .t_fwd = fwd, .t_bwd = bwd, .t_p2p = x->f->pp_overlap ? x->t_p2p : 0};
         rc = par_schedule_simulate(&plan, &costs, &st, mif);
         par_plan_free(&plan);
     }

@@ -11,8 +11,8 @@
 #include "check.h"
 #include "plan/plan.h"
 
-static const plan_model gpt175 = {.layers = 96, .dim = 12288, .heads = 128, .vocab = 64000,
-                                  .seq = 2048};
+static const plan_model gpt175 = {
+    .layers = 96, .dim = 12288, .heads = 128, .vocab = 64000, .seq = 2048};
 
 /* Megatron-LM as MegaScale ran it: serial block, full attention, blocking
  * TP / PP / DP communication, unfused operators, data on the step, AdamW,
@@ -42,15 +42,15 @@ typedef struct {
 } row;
 
 static const row table2[] = {
-    {"Megatron-LM", 768, 256, 40.0, 53.0},   {"Megatron-LM", 768, 512, 21.2, 49.9},
-    {"Megatron-LM", 768, 768, 15.2, 46.7},   {"Megatron-LM", 768, 1024, 11.9, 44.7},
+    {"Megatron-LM", 768, 256, 40.0, 53.0},    {"Megatron-LM", 768, 512, 21.2, 49.9},
+    {"Megatron-LM", 768, 768, 15.2, 46.7},    {"Megatron-LM", 768, 1024, 11.9, 44.7},
     {"Megatron-LM", 6144, 3072, 29.02, 48.7}, {"Megatron-LM", 6144, 6144, 14.78, 47.8},
     {"Megatron-LM", 6144, 8192, 12.24, 43.3}, {"Megatron-LM", 6144, 12288, 8.57, 41.2},
-    {"MegaScale", 768, 256, 32.0, 65.3},     {"MegaScale", 6144, 12288, 6.34, 55.2},
+    {"MegaScale", 768, 256, 32.0, 65.3},      {"MegaScale", 6144, 12288, 6.34, 55.2},
 };
 
-static double predict(const plan_cluster *c, const plan_model *m, const plan_features *f,
-                      int gpus, int batch, plan_result *r) {
+static double predict(const plan_cluster *c, const plan_model *m, const plan_features *f, int gpus,
+                      int batch, plan_result *r) {
     plan_layout l = {.gpus = gpus, .tp = 8, .pp = 8, .vpp = 6, .batch = batch, .micro = 1};
     ms_status st = plan_predict(m, &l, f, c, r);
     if (st != MS_OK) {
