@@ -203,6 +203,10 @@ static ms_status inputs(const plan_cli *o, plan_model *m, plan_layout *l, plan_f
                        .vpp = o->vpp,
                        .batch = o->batch,
                        .micro = o->micro};
+    if (o->search) { /* the model and the batch only: the search picks the layout */
+        plan_layout one = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 1, .micro = 1};
+        return plan_check(m, &one);
+    }
     return plan_check(m, l);
 }
 

@@ -67,6 +67,11 @@ def main():
     ok(0 < len(its) <= 5 and its == sorted(its), "search: ranked by iteration time", r.stdout)
     ok(all(x["fits"] for x in s["layouts"]), "search: only layouts that fit", r.stdout)
     ok(s["tried"] > len(its), "search: tried more than it shows", r.stdout)
+    # the search picks the layout: tp 1 x pp 1 (dp 12288 > batch 6144) is not checked
+    r = plan("--cluster", "a100-megascale", "--gpus", "12288", "--batch", "6144", "--model",
+             "megascale-175b", "--search", "--top", "3")
+    ok(r.returncode == 0 and "fit in 80 GB" in r.stdout, "search without a valid base layout",
+       r.stdout + r.stderr)
 
     src = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
     for f in sorted(os.listdir(os.path.join(src, "data", "clusters"))):
