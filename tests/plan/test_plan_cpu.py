@@ -86,6 +86,8 @@ def main():
         print("SKIP: mpirun not found")
         return 77
     d = tempfile.mkdtemp(prefix="ms_plan_cpu_")
+    # the shard of tests/mpi/mpi_common.start(), written here: that module pulls in numpy and
+    # torch (through gpt_ref), which this test does not need
     shard = os.path.join(d, "t.bin")
     text = ("In the beginning God created the heaven and the earth. And the earth was without "
             "form, and void; and darkness was upon the face of the deep. " * 300).encode()
