@@ -11,7 +11,8 @@ ms_c_test(test_plan_megascale SOURCES unit/test_plan_megascale.c LABELS unit
 # the same test (`megascale plan measure`).
 ms_script_test(plan_cpu_runs COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cpu.py
   LABELS mpi)
-set_tests_properties(plan_cpu_runs PROPERTIES TIMEOUT 600)
+# A timing test: it runs alone, not beside another test on the same cores.
+set_tests_properties(plan_cpu_runs PROPERTIES TIMEOUT 600 RUN_SERIAL TRUE)
 # `megascale plan` end to end: JSON, text, --search, plan measure, the
 # shipped cluster files, bad input.
 ms_script_test(plan_cli COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cli.py
