@@ -23,6 +23,12 @@ static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
+static double min_of(const double *v, int n) {
+    double m = v[0];
+    for (int i = 1; i < n; i++)
+        if (v[i] < m) m = v[i];
+    return m;
+}
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_d);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
@@ -147,9 +153,10 @@ static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, dou
     v[N_GEMM + 5] = time_op(be, do_copy, o, 3);
 }
 
-/* The compute figures, each the median of PASSES passes over all of them
- * in turn: on a shared machine the load drifts, and this way every figure
- * sees the same load on average. */
+/* The compute figures, each the best of PASSES passes over all of them in
+ * turn: on a shared machine the load comes in bursts, and the best pass is
+ * the one a burst left alone (the figures describe the machine, not its
+ * neighbours; the CPU validation compares them with a run's fast steps). */
 #define PASSES 7
 static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag_costs *r) {
     size_t big = 1u << 22; /* floats in each buffer */
@@ -174,7 +181,7 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
     for (int k = 0; k < PASS_FIGURES; k++) {
         for (int p = 0; p < PASSES; p++)
             col[p] = v[p][k];
-        med[k] = median(col, PASSES);
+        med[k] = min_of(col, PASSES);
     }
     r->n_gemm = N_GEMM;
     for (int i = 0; i < N_GEMM; i++)
@@ -247,8 +254,8 @@ static ms_status shared_sample(comm_group *g, be_backend *be, op_arg *o, double 
 
 /* How many cores the ranks really have (n x alone / together), and the latency of a small
  * all-reduce between compute phases, as in a step (a peer sharing a core may not be running
- * when its partner arrives): medians of 9 samples, each taken within a fraction of a second,
- * so that the machine's other load is about the same for all three figures. */
+ * when its partner arrives): from the best of 9 samples of each phase, each taken within a
+ * fraction of a second (the least disturbed by the machine's other load). */
 static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_costs *r) {
     be_options bo = be_options_default();
     bo.threads = cfg->threads;
@@ -273,8 +280,8 @@ static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_co
             v[j][k] = t[j];
     }
     if (st == MS_OK) {
-        double alone = median(v[0], SAMPLES), both = median(v[1], SAMPLES);
-        double mixed = median(v[2], SAMPLES), steps = 2 * ceil(log2(comm_world_size(w)));
+        double alone = min_of(v[0], SAMPLES), both = min_of(v[1], SAMPLES);
+        double mixed = min_of(v[2], SAMPLES), steps = 2 * ceil(log2(comm_world_size(w)));
         r->shared_cores = comm_world_size(w) * alone / both;
         r->busy_lat_us = fmax(0, mixed - both) / ROUNDS / steps * 1e6;
     }
