@@ -1,2 +1,15 @@
 # Parallelism: pipeline schedules (pure instruction lists, simulated).
 ms_c_test(test_schedule SOURCES unit/test_schedule.c LABELS unit)
+# The scale planner (src/plan): its cost models, cluster files and errors.
+ms_c_test(test_plan SOURCES unit/test_plan.c LABELS unit)
+# The planner against MegaScale's published Table 2 and
+# Table 3 with the shipped A100 cluster file.
+ms_c_test(test_plan_megascale SOURCES unit/test_plan_megascale.c LABELS unit
+  ARGS ${CMAKE_SOURCE_DIR}/data/clusters/a100-megascale.json)
+# (The planner against our own CPU runs is a benchmark, bench/plan_cpu: its
+# verdict is a timing on a shared machine.)
+# `megascale plan` end to end: JSON, text, --search, plan measure, the
+# shipped cluster files, bad input.
+ms_script_test(plan_cli COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cli.py
+  LABELS cli)
+set_tests_properties(plan_cli PROPERTIES TIMEOUT 300)

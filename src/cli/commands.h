@@ -15,6 +15,7 @@ int cmd_trace(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_diag(int argc, char **argv);
 int cmd_dashboard(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 /* `megascale diag`: a check of the node failed (its hardware is suspect;
  * the supervisor evicts it).  Not a status class: the run itself worked. */

@@ -19,7 +19,8 @@ static void usage(void) {
            "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
            "  launch   run a training job under the supervisor (restarts it on faults)\n"
            "  diag     node self-test: gemm, memory, comm, storage (exit 9 on a failed check)\n"
-           "  dashboard  serve the dashboard of a job's run directory in a browser\n\n"
+           "  dashboard  serve the dashboard of a job's run directory in a browser\n"
+           "  plan     predict step time, MFU and memory of a model on a cluster and layout\n\n"
            "Each command takes --help; megascale --version says which build this is.\n");
 }
 
@@ -96,6 +97,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
     if (!strcmp(cmd, "diag")) return cmd_diag(argc - 2, argv + 2);
     if (!strcmp(cmd, "dashboard")) return cmd_dashboard(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
     usage();
     return 2;

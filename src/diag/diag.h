@@ -114,4 +114,44 @@ void diag_report_print(const diag_report *r, FILE *f);
  * "unit","limit","detail"}...],"ok"}; limit is null when there is none. */
 char *diag_report_json(const diag_report *r);
 
+/* ---- the planner's cost table of this machine (diag_costs.c) ------------
+ * `megascale plan measure` turns it into a cluster file (src/plan).  In one
+ * process (comm_only 0) it times the backend; under mpirun (comm_only 1)
+ * the communicator over all ranks, and the GEMM speed of every rank at once
+ * (these run together, so the figures hold for a job of that many ranks on
+ * this machine, its other load included). */
+typedef struct {
+    const char *device;                     /* backend: "cpu" or "cuda" */
+    int threads;                            /* CPU threads (0: all cores) */
+    int comm_only;                          /* 1: the links only (needs >= 2 ranks) */
+    const char *storage_dir;                /* where the storage speed is measured (NULL: not) */
+    int attn_b, attn_t, attn_c, attn_heads; /* the attention shape timed */
+} diag_cost_config;
+
+#define DIAG_COST_GEMMS 8
+typedef struct {
+    int n_gemm;
+    double gemm_n[DIAG_COST_GEMMS], gemm_gflops[DIAG_COST_GEMMS]; /* square products */
+    double launch_us;        /* a 1 x 1 x 1 product: the operator's fixed cost */
+    double elem_gbps;        /* LayerNorm forward, bytes read + written per second */
+    double transc_gbps;      /* GeLU forward + backward: 3 passes, bytes read + written / s */
+    double opt_ns_per_param; /* AdamW */
+    double attn_s;           /* attention forward + backward of the configured shape */
+    double memcpy_gbps, storage_gbps, mem_gb;
+    int cores, threads;
+    char device[128];
+    /* comm_only */
+    int ranks, rank;
+    double lat_us, link_gbps; /* all-reduce ring step latency, bandwidth per rank */
+    double group_init_ms;     /* one group of comm_grid_create */
+    /* the cores the ranks have in effect: ranks x (a layer-shaped GEMM's time on one rank
+     * alone / on every rank at once), the machine's other load included */
+    double shared_cores;
+    double busy_lat_us; /* lat_us of an all-reduce between compute phases on every rank */
+} diag_costs;
+
+/* Errors: the backend's, MS_ERR_NOMEM, MS_ERR_IO (storage), the
+ * communicator's; MS_ERR_ARG for comm_only in a world of one. */
+ms_status diag_measure_costs(const diag_cost_config *cfg, diag_costs *r);
+
 #endif

@@ -117,6 +117,20 @@ void par_plan_free(par_plan *plan);
 ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd,
                                 par_sim_stats *stats, int *max_in_flight);
 
+/* Costs of par_schedule_simulate: t_fwd[s * vpp + c] / t_bwd[...] are the
+ * FWD / BWD of local chunk c on stage s (all > 0); a message completes
+ * t_p2p (>= 0) after both of its sides were posted. */
+typedef struct {
+    const double *t_fwd, *t_bwd;
+    double t_p2p;
+} par_sim_costs;
+
+/* par_schedule_validate with a cost per stage and chunk and a transfer
+ * time (the planner's timing of a step, src/plan).  stats->busy is the
+ * busiest stage's compute time.  Same errors as par_schedule_validate. */
+ms_status par_schedule_simulate(const par_plan *plan, const par_sim_costs *costs,
+                                par_sim_stats *stats, int *max_in_flight);
+
 /* Bubble fraction (idle time / compute time per rank) of a configuration,
  * measured by simulating its lists under the default cost model
  * (PAR_COST_FWD, PAR_COST_BWD).  Textbook values: (pp-1)/n_micro for 1F1B,

@@ -9,9 +9,11 @@
  * are not there.  A message is named by (direction, mb, destination global
  * chunk).  Each local chunk has one activation and one gradient send
  * buffer: the FWD (BWD) that writes it must come after the WAIT of the
- * previous send from it.  Time: each rank has a clock; FWD adds t_fwd, BWD
- * t_bwd, a WAIT moves the clock to when the peer posted if that is later;
- * communication itself is free. */
+ * previous send from it.  Time: each rank has a clock; FWD adds its cost
+ * (t_fwd, or the stage's and chunk's in par_schedule_simulate), BWD its
+ * t_bwd; a message completes t_p2p after both sides posted, and a WAIT
+ * moves the clock to that time if it is later (par_schedule_validate:
+ * communication is free, t_p2p = 0). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,8 +27,9 @@ typedef struct {
 
 typedef struct {
     const par_plan *plan;
-    int pp, vpp, m, G; /* G: number of global chunks */
-    double t_fwd, t_bwd;
+    int pp, vpp, m, G;           /* G: number of global chunks */
+    const double *t_fwd, *t_bwd; /* [pp * vpp]: cost of (stage, chunk) */
+    double t_p2p;
     int *pc;                              /* [pp] next instruction */
     double *clock;                        /* [pp] */
     int *in_flight, *max_in_flight;       /* [pp] */
@@ -55,11 +58,11 @@ static void sim_free(sim *S) {
 }
 
 /* Allocate and reset the simulation state; MS_ERR_NOMEM on failure. */
-static ms_status sim_init(sim *S, const par_plan *plan, double t_fwd, double t_bwd) {
+static ms_status sim_init(sim *S, const par_plan *plan, const par_sim_costs *c) {
     memset(S, 0, sizeof *S);
     S->plan = plan;
     S->pp = plan->pp, S->vpp = plan->vpp, S->m = plan->n_micro, S->G = plan->pp * plan->vpp;
-    S->t_fwd = t_fwd, S->t_bwd = t_bwd;
+    S->t_fwd = c->t_fwd, S->t_bwd = c->t_bwd, S->t_p2p = c->t_p2p;
     size_t pp = (size_t)S->pp, pairs = pp * (size_t)S->vpp * (size_t)S->m;
     size_t bufs = pp * (size_t)S->vpp * 2;
     S->pc = calloc(pp, sizeof *S->pc);
@@ -157,7 +160,8 @@ static ms_status exec_compute(sim *S, int s, const par_instr *ins) {
     }
     (bwd ? S->bwd : S->fwd)[ix] = 1;
     S->buf_mb[b] = ins->mb;
-    S->clock[s] += bwd ? S->t_bwd : S->t_fwd;
+    int sc = s * S->vpp + ins->chunk;
+    S->clock[s] += bwd ? S->t_bwd[sc] : S->t_fwd[sc];
     S->in_flight[s] += bwd ? -1 : 1;
     if (S->in_flight[s] > S->max_in_flight[s]) S->max_in_flight[s] = S->in_flight[s];
     return MS_OK;
@@ -197,7 +201,9 @@ static ms_status exec_wait(sim *S, int s, const par_instr *ins, int *blocked) {
         *blocked = 1;
         return MS_OK;
     }
-    double t = msg->time[1 - r.side];
+    double t =
+        msg->time[1 - r.side] > msg->time[r.side] ? msg->time[1 - r.side] : msg->time[r.side];
+    t += S->t_p2p; /* the transfer starts once both sides are posted */
     if (t > S->clock[s]) S->clock[s] = t;
     msg->waited[r.side] = 1;
     int ix = pair_ix(S, s, ins->mb, ins->chunk);
@@ -298,6 +304,42 @@ static ms_status sim_run(sim *S) {
     }
 }
 
+ms_status par_schedule_simulate(const par_plan *plan, const par_sim_costs *costs,
+                                par_sim_stats *stats, int *max_in_flight) {
+    if (!plan || !plan->lists || !plan->lens || plan->pp < 1 || plan->vpp < 1 || plan->n_micro < 1)
+        return ms_error(MS_ERR_ARG, "pipeline validate: empty or malformed plan");
+    int n = plan->pp * plan->vpp;
+    if (!costs || !costs->t_fwd || !costs->t_bwd || !(costs->t_p2p >= 0))
+        return ms_error(MS_ERR_ARG, "pipeline simulate: missing costs or t_p2p < 0");
+    for (int i = 0; i < n; i++)
+        if (!(costs->t_fwd[i] > 0) || !(costs->t_bwd[i] > 0))
+            return ms_error(MS_ERR_ARG,
+                            "pipeline validate: costs t_fwd=%g t_bwd=%g (stage %d chunk %d) must "
+                            "be > 0",
+                            costs->t_fwd[i], costs->t_bwd[i], i / plan->vpp, i % plan->vpp);
+    sim S;
+    MS_TRY(sim_init(&S, plan, costs));
+    ms_status st = sim_run(&S);
+    if (st == MS_OK) {
+        par_sim_stats r = {0, 0, 0, 0};
+        double busy = 0;
+        for (int s = 0; s < S.pp; s++) {
+            double b = 0;
+            for (int c = 0; c < S.vpp; c++)
+                b += (double)S.m * (S.t_fwd[s * S.vpp + c] + S.t_bwd[s * S.vpp + c]);
+            if (b > busy) busy = b;
+            if (S.clock[s] > r.makespan) r.makespan = S.clock[s];
+            if (S.max_in_flight[s] > r.max_in_flight) r.max_in_flight = S.max_in_flight[s];
+            if (max_in_flight) max_in_flight[s] = S.max_in_flight[s];
+        }
+        r.busy = busy;
+        r.bubble_fraction = (r.makespan - r.busy) / r.busy;
+        if (stats) *stats = r;
+    }
+    sim_free(&S);
+    return st;
+}
+
 ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd,
                                 par_sim_stats *stats, int *max_in_flight) {
     if (!plan || !plan->lists || !plan->lens || plan->pp < 1 || plan->vpp < 1 || plan->n_micro < 1)
@@ -305,21 +347,16 @@ ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd
     if (!(t_fwd > 0) || !(t_bwd > 0))
         return ms_error(MS_ERR_ARG, "pipeline validate: costs t_fwd=%g t_bwd=%g must be > 0", t_fwd,
                         t_bwd);
-    sim S;
-    MS_TRY(sim_init(&S, plan, t_fwd, t_bwd));
-    ms_status st = sim_run(&S);
-    if (st == MS_OK) {
-        par_sim_stats r = {0, 0, 0, 0};
-        for (int s = 0; s < S.pp; s++) {
-            if (S.clock[s] > r.makespan) r.makespan = S.clock[s];
-            if (S.max_in_flight[s] > r.max_in_flight) r.max_in_flight = S.max_in_flight[s];
-            if (max_in_flight) max_in_flight[s] = S.max_in_flight[s];
-        }
-        r.busy = (double)S.m * S.vpp * (t_fwd + t_bwd);
-        r.bubble_fraction = (r.makespan - r.busy) / r.busy;
-        if (stats) *stats = r;
-    }
-    sim_free(&S);
+    size_t n = (size_t)plan->pp * (size_t)plan->vpp;
+    double *f = malloc(2 * n * sizeof *f);
+    if (!f)
+        return ms_error(MS_ERR_NOMEM, "pipeline validate: costs for pp=%d vpp=%d", plan->pp,
+                        plan->vpp);
+    for (size_t i = 0; i < n; i++)
+        f[i] = t_fwd, f[n + i] = t_bwd;
+    par_sim_costs c = {.t_fwd = f, .t_bwd = f + n, .t_p2p = 0};
+    ms_status st = par_schedule_simulate(plan, &c, stats, max_in_flight);
+    free(f);
     return st;
 }
 

@@ -1,0 +1,308 @@
+/* cmd_plan.c - `megascale plan`: the scale planner (src/plan/plan.h).
+ *   megascale plan [--model NAME | --layers --dim --heads --vocab --seq] --gpus N
+ *                  --cluster FILE|NAME [--tp --pp --vpp --batch --micro-batch]
+ *                  [--features megatron|megascale|ours|LIST] [--search] [--json]
+ *   megascale plan measure --out FILE [--base FILE]   (cmd_plan_measure.c)
+ * Exit codes: 0, 2 usage (a bad option, a layout that does not divide), 3
+ * a bad cluster file. */
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/opts.h"
+#include "cli/plan_cli.h"
+#include "model/gpt.h"
+#include "plan/plan.h"
+
+#ifndef MS_DATA_DIR
+#define MS_DATA_DIR "data"
+#endif
+
+typedef struct {
+    char *model, *block, *cluster, *features, *recompute, *data_dir;
+    int layers, dim, heads, vocab, seq, window;
+    int gpus, tp, pp, vpp, batch, micro;
+    int json, search, top, max_vpp, max_micro, ckpt_every;
+    double mtbf_hours, restart_s;
+} plan_cli;
+
+#define O(n, t, f, d, r, h)                                                                        \
+    {                                                                                              \
+        .name = n, .type = t, .offset = offsetof(plan_cli, f), .def = d, .help = h, .env = NULL,   \
+        .range = r, .per_rank = 0                                                                  \
+    }
+static const opts_spec plan_opts[] = {
+    O("model", OPT_T_STR, model, NULL, NULL,
+      "model preset: megascale-175b (96 x 12288, 128 heads, vocab 64000, seq 2048), gpt3-175b, "
+      "megascale-530b, or d6 d12 d24 d36 d48 (GPT-2); --layers ... override it"),
+    O("layers", OPT_T_INT, layers, "0", "[0,100000]", "blocks (0: the preset's)"),
+    O("dim", OPT_T_INT, dim, "0", "[0,1000000]", "model width (0: the preset's)"),
+    O("heads", OPT_T_INT, heads, "0", "[0,100000]", "attention heads (0: the preset's)"),
+    O("vocab", OPT_T_INT, vocab, "0", "[0,100000000]", "vocabulary (0: the preset's)"),
+    O("seq", OPT_T_INT, seq, "0", "[0,10000000]", "tokens per sequence (0: the preset's)"),
+    O("block", OPT_T_STR, block, NULL, NULL,
+      "serial or parallel (default: from --features: parallel with megascale)"),
+    O("window", OPT_T_INT, window, "-1", "[-1,10000000]",
+      "sliding attention window (0: full; -1: 512 when --features has window, else full)"),
+    O("gpus", OPT_T_INT, gpus, "0", "[0,16777216]", "GPUs (ranks) of the job"),
+    O("cluster", OPT_T_STR, cluster, NULL, NULL,
+      "cluster file, or a shipped one: a100-megascale, h100-node, h200-node (data/clusters)"),
+    O("tp", OPT_T_INT, tp, "1", "[1,65536]", "tensor-parallel ranks (inside a node)"),
+    O("pp", OPT_T_INT, pp, "1", "[1,65536]", "pipeline stages"),
+    O("vpp", OPT_T_INT, vpp, "1", "[1,65536]", "model chunks per stage (> 1: interleaved 1F1B)"),
+    O("batch", OPT_T_INT, batch, "0", "[0,1073741824]", "sequences per optimizer step, global"),
+    O("micro-batch", OPT_T_INT, micro, "1", "[1,1073741824]", "sequences per micro-batch"),
+    O("features", OPT_T_STR, features, "megascale", NULL,
+      "megatron, megascale, ours (this trainer: PP and DP overlap, fused, async data) or a "
+      "comma list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, data, lamb "
+      "(none: Megatron-LM's baseline)"),
+    O("recompute", OPT_T_STR, recompute, NULL, NULL,
+      "activation recomputation: none, selective, full (default: selective with megatron, "
+      "else none)"),
+    O("json", OPT_T_INT, json, "0", "[0,1]", "1 (or a bare --json): one JSON object"),
+    O("search", OPT_T_INT, search, "0", "[0,1]",
+      "1 (or a bare --search): rank the layouts (tp, pp, vpp, micro-batch) that fit in memory"),
+    O("top", OPT_T_INT, top, "10", "[1,1000]", "--search: layouts shown"),
+    O("max-vpp", OPT_T_INT, max_vpp, "8", "[1,64]", "--search: largest vpp tried"),
+    O("max-micro", OPT_T_INT, max_micro, "8", "[1,4096]", "--search: largest micro-batch tried"),
+    O("mtbf-hours", OPT_T_DOUBLE, mtbf_hours, "20000", "(0,)",
+      "mean time between failures of one node, hours (for the ETTR)"),
+    O("restart-s", OPT_T_DOUBLE, restart_s, "600", "[0,)",
+      "seconds from a failure to training again (detect, evict, restart, restore)"),
+    O("ckpt-every", OPT_T_INT, ckpt_every, "0", "[0,)",
+      "steps between checkpoints for the ETTR (0: Young/Daly's optimum)"),
+    O("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, NULL,
+      "where the shipped cluster files are (DIR/clusters/NAME.json)"),
+};
+#undef O
+#define N_PLAN_OPTS ((int)(sizeof plan_opts / sizeof plan_opts[0]))
+
+static const char *usage_text =
+    "usage: megascale plan --cluster FILE|NAME --gpus N [--model NAME | --layers L --dim H\n"
+    "                      --heads A --vocab V --seq S] --batch B [--micro-batch b]\n"
+    "                      [--tp T --pp P --vpp V] [--features megatron|megascale|ours|LIST]\n"
+    "                      [--search] [--json]\n"
+    "       megascale plan measure --out FILE [--base FILE] (megascale plan measure --help)\n\n"
+    "Predicts the step time, MFU and memory per GPU of training the model on the cluster\n"
+    "with the layout (dp = gpus / (tp x pp)), part by part, and what scale costs: group\n"
+    "initialisation, checkpoint stall and restore, the effective training time ratio with\n"
+    "failures.  --search ranks the layouts that fit.  docs/planning.md.";
+
+typedef struct {
+    const char *name;
+    plan_model m;
+} model_preset;
+
+static const model_preset presets[] = {
+    {"megascale-175b", {.layers = 96, .dim = 12288, .heads = 128, .vocab = 64000, .seq = 2048}},
+    {"gpt3-175b", {.layers = 96, .dim = 12288, .heads = 96, .vocab = 50257, .seq = 2048}},
+    {"megascale-530b", {.layers = 105, .dim = 20480, .heads = 160, .vocab = 64000, .seq = 2048}},
+};
+
+static ms_status model_of(const plan_cli *o, plan_model *m) {
+    memset(m, 0, sizeof *m);
+    if (o->model) {
+        size_t i = 0;
+        while (i < sizeof presets / sizeof presets[0] && strcmp(presets[i].name, o->model))
+            i++;
+        if (i < sizeof presets / sizeof presets[0]) {
+            *m = presets[i].m;
+        } else {
+            gpt_config g;
+            ms_status st = gpt_config_preset(&g, o->model);
+            if (st != MS_OK)
+                return ms_error(MS_ERR_ARG,
+                                "--model %s: unknown (megascale-175b, gpt3-175b, "
+                                "megascale-530b, d6, d12, d24, d36, d48)",
+                                o->model);
+            *m = (plan_model){.layers = g.n_layer,
+                              .dim = g.n_embd,
+                              .heads = g.n_head,
+                              .vocab = g.vocab,
+                              .seq = g.seq_max};
+        }
+    }
+    if (o->layers) m->layers = o->layers;
+    if (o->dim) m->dim = o->dim;
+    if (o->heads) m->heads = o->heads;
+    if (o->vocab) m->vocab = o->vocab;
+    if (o->seq) m->seq = o->seq;
+    return MS_OK;
+}
+
+/* --features: a preset or a list; also sets the block and window defaults
+ * (*parallel, *window: 1 / 512 when the list names them). */
+static ms_status features_of(const char *s, plan_features *f, int *parallel, int *window) {
+    memset(f, 0, sizeof *f);
+    *parallel = *window = 0;
+    if (!strcmp(s, "megatron")) {
+        f->recompute = PLAN_RECOMPUTE_SELECTIVE;
+        return MS_OK;
+    }
+    if (!strcmp(s, "megascale"))
+        s = "parallel,window,tp-overlap,pp-overlap,dp-overlap,fused,data,lamb";
+    if (!strcmp(s, "ours")) s = "pp-overlap,dp-overlap,fused,data";
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "parallel"))
+            *parallel = 1;
+        else if (!strcmp(t, "window"))
+            *window = 1;
+        else if (!strcmp(t, "tp-overlap"))
+            f->tp_overlap = 1;
+        else if (!strcmp(t, "pp-overlap"))
+            f->pp_overlap = 1;
+        else if (!strcmp(t, "dp-overlap"))
+            f->dp_overlap = 1;
+        else if (!strcmp(t, "fused"))
+            f->fused = 1;
+        else if (!strcmp(t, "data"))
+            f->async_data = 1;
+        else if (!strcmp(t, "lamb"))
+            f->lamb = 1;
+        else if (strcmp(t, "none"))
+            return ms_error(MS_ERR_ARG,
+                            "--features: unknown feature '%s' (megatron, megascale, ours, or a "
+                            "list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, "
+                            "data, lamb, none)",
+                            t);
+    }
+    return MS_OK;
+}
+
+static ms_status inputs(const plan_cli *o, plan_model *m, plan_layout *l, plan_features *f) {
+    MS_TRY(model_of(o, m));
+    int parallel, window;
+    MS_TRY(features_of(o->features, f, &parallel, &window));
+    m->parallel_block = parallel;
+    if (o->block && !strcmp(o->block, "parallel"))
+        m->parallel_block = 1;
+    else if (o->block && !strcmp(o->block, "serial"))
+        m->parallel_block = 0;
+    else if (o->block)
+        return ms_error(MS_ERR_ARG, "--block %s: serial or parallel", o->block);
+    m->window = o->window >= 0 ? o->window : window ? 512 : 0;
+    if (o->recompute) {
+        if (!strcmp(o->recompute, "none"))
+            f->recompute = PLAN_RECOMPUTE_NONE;
+        else if (!strcmp(o->recompute, "selective"))
+            f->recompute = PLAN_RECOMPUTE_SELECTIVE;
+        else if (!strcmp(o->recompute, "full"))
+            f->recompute = PLAN_RECOMPUTE_FULL;
+        else
+            return ms_error(MS_ERR_ARG, "--recompute %s: none, selective or full", o->recompute);
+    }
+    if (o->gpus < 1) return ms_error(MS_ERR_ARG, "--gpus: give the job's GPU count (>= 1)");
+    if (o->batch < 1) return ms_error(MS_ERR_ARG, "--batch: give the global batch (sequences)");
+    *l = (plan_layout){.gpus = o->gpus,
+                       .tp = o->tp,
+                       .pp = o->pp,
+                       .vpp = o->vpp,
+                       .batch = o->batch,
+                       .micro = o->micro};
+    if (o->search) { /* the model and the batch only: the search picks the layout */
+        plan_layout one = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 1, .micro = 1};
+        return plan_check(m, &one);
+    }
+    return plan_check(m, l);
+}
+
+static int run_search(const plan_cli *o, const plan_model *m, const plan_layout *l,
+                      const plan_features *f, const plan_cluster *c) {
+    plan_candidate *best = calloc((size_t)o->top, sizeof *best);
+    if (!best) return cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory"));
+    int n = 0, tried = 0;
+    ms_status st = plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried);
+    if (st != MS_OK) {
+        free(best);
+        return cli_fail("plan", st);
+    }
+    if (o->json) {
+        printf("{\"tried\":%d,\"layouts\":[", tried);
+        for (int i = 0; i < n; i++) {
+            char *j = plan_result_json(m, &best[i].layout, c, &best[i].result);
+            printf("%s%s", i ? "," : "", j ? j : "null");
+            free(j);
+        }
+        printf("]}\n");
+    } else {
+        printf("%d layouts tried on %d GPUs of %s; %d fit in %.0f GB, the best:\n", tried, l->gpus,
+               c->name, n, c->mem_gb);
+        printf("%4s %4s %4s %4s %5s | %9s %7s %9s\n", "tp", "pp", "vpp", "dp", "micro", "iter s",
+               "MFU", "mem GB");
+        for (int i = 0; i < n; i++) {
+            const plan_layout *b = &best[i].layout;
+            const plan_result *r = &best[i].result;
+            printf("%4d %4d %4d %4d %5d | %9.3f %6.1f%% %9.1f\n", b->tp, b->pp, b->vpp, r->dp,
+                   b->micro, r->iter_s, 100 * r->mfu, r->memory_gb);
+        }
+    }
+    free(best);
+    return n ? 0
+             : cli_fail("plan", ms_error(MS_ERR_ARG,
+                                         "no layout of the %d tried fits in %.0f "
+                                         "GB per GPU",
+                                         tried, c->mem_gb));
+}
+
+/* argv with bare --json / --search made "--json=1" (a flag without a value). */
+static char **flags_to_values(int argc, char **argv) {
+    char **av = calloc((size_t)argc + 1, sizeof *av);
+    for (int i = 0; av && i < argc; i++)
+        av[i] = !strcmp(argv[i], "--json")     ? "--json=1"
+                : !strcmp(argv[i], "--search") ? "--search=1"
+                                               : argv[i];
+    return av;
+}
+
+int cmd_plan(int argc, char **argv) {
+    if (argc >= 1 && !strcmp(argv[0], "measure")) return cmd_plan_measure(argc - 1, argv + 1);
+    plan_cli o;
+    memset(&o, 0, sizeof o);
+    char *pos[1], **av = flags_to_values(argc, argv);
+    int npos = 0, help = 0, rc = 0;
+    if (!av) return cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory"));
+    ms_status st = opts_parse(plan_opts, N_PLAN_OPTS, &o, argc, av, pos, 1, &npos, &help);
+    free(av);
+    plan_model m;
+    plan_layout l;
+    plan_features f;
+    plan_cluster c;
+    if (help) {
+        opts_print_help(plan_opts, N_PLAN_OPTS, usage_text);
+        goto out;
+    }
+    if (st == MS_OK && npos)
+        st = ms_error(MS_ERR_ARG, "unexpected argument '%s' (plan takes options, or 'measure')",
+                      pos[0]);
+    if (st == MS_OK && !o.cluster)
+        st = ms_error(MS_ERR_ARG, "--cluster: give a cluster file or a shipped name "
+                                  "(a100-megascale, h100-node, h200-node)");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/clusters", o.data_dir ? o.data_dir : MS_DATA_DIR);
+    if (st == MS_OK) st = plan_cluster_find(o.cluster, dir, &c);
+    if (st == MS_OK) st = inputs(&o, &m, &l, &f);
+    if (st != MS_OK) {
+        rc = cli_fail("plan", st);
+        goto out;
+    }
+    if (o.search) {
+        rc = run_search(&o, &m, &l, &f, &c);
+        goto out;
+    }
+    plan_result r;
+    st = plan_predict(&m, &l, &f, &c, &r);
+    if (st != MS_OK) {
+        rc = cli_fail("plan", st);
+        goto out;
+    }
+    plan_scale_args sa = {
+        .mtbf_hours = o.mtbf_hours, .restart_s = o.restart_s, .ckpt_every = o.ckpt_every};
+    rc = plan_cli_report(stdout, o.json, &m, &l, &c, &r, &sa);
+out:
+    opts_free(plan_opts, N_PLAN_OPTS, &o);
+    return rc;
+}

@@ -1,0 +1,115 @@
+/* cmd_plan_report.c - `megascale plan`'s output: the step's breakdown and
+ * what running at scale costs (group initialisation at 1k-16k ranks,
+ * checkpoint stall and restore, ETTR against failure rate and checkpoint
+ * interval, the --ckpt-every to choose). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/plan_cli.h"
+
+typedef struct {
+    plan_ckpt_cost ck;
+    int nodes;
+    double opt_s; /* Young/Daly's interval */
+    int every;    /* steps: the user's, or the optimum's */
+    double ettr;  /* at `every` */
+} scale_view;
+
+static scale_view scale_of(const plan_model *m, const plan_layout *l, const plan_cluster *c,
+                           const plan_result *r, const plan_scale_args *sa) {
+    scale_view v;
+    v.ck = plan_ckpt_time(m, l, c);
+    v.nodes = (l->gpus + c->gpus_per_node - 1) / c->gpus_per_node;
+    v.opt_s = plan_ckpt_interval_opt(sa->mtbf_hours, v.nodes, v.ck.stall_s);
+    v.every = sa->ckpt_every > 0 ? sa->ckpt_every : (int)fmax(1, round(v.opt_s / r->iter_s));
+    v.ettr = plan_ettr(sa->mtbf_hours, v.nodes, v.every * r->iter_s, v.ck.stall_s, sa->restart_s);
+    return v;
+}
+
+static void print_scale(FILE *f, const plan_model *m, const plan_layout *l, const plan_cluster *c,
+                        const plan_result *r, const plan_scale_args *sa) {
+    fprintf(f,
+            "\ngroup initialisation (tp %d, pp %d): ranks, groups, ours (one split per "
+            "dimension), a store barrier per group\n",
+            l->tp, l->pp);
+    for (int n = 1024; n <= 16384; n *= 2) {
+        if (n % (l->tp * l->pp)) continue;
+        plan_init_cost g = plan_init_time(c, n, l->tp, l->pp);
+        fprintf(f, "  %6d ranks %6d groups  %8.1f s  %10.1f s\n", n, g.groups, g.ours_s,
+                g.barrier_s);
+    }
+    scale_view v = scale_of(m, l, c, r, sa);
+    fprintf(f,
+            "checkpoint: %.2f GB per GPU; stall %.2f s (to host memory), persist %.1f s in "
+            "the background, restore %.1f s (one reader per shard + broadcast; %.1f s if "
+            "every rank reads)\n",
+            v.ck.state_gb_per_gpu, v.ck.stall_s, v.ck.persist_s, v.ck.restore_s,
+            v.ck.restore_all_s);
+    fprintf(f, "failures: %d nodes, node MTBF %.0f h -> a failure every %.1f h; restart %.0f s\n",
+            v.nodes, sa->mtbf_hours, sa->mtbf_hours / v.nodes, sa->restart_s);
+    fprintf(f, "ETTR by checkpoint interval (steps) and node MTBF:\n  %10s", "every");
+    static const double mt[] = {0.25, 0.5, 1, 2};
+    for (int j = 0; j < 4; j++)
+        fprintf(f, " %8.0fh", sa->mtbf_hours * mt[j]);
+    fprintf(f, "\n");
+    int opt = (int)fmax(1, round(v.opt_s / r->iter_s));
+    int every[] = {(int)fmax(1, opt / 4), (int)fmax(1, opt / 2), opt, opt * 2, opt * 4};
+    for (int i = 0; i < 5; i++) {
+        fprintf(f, "  %10d", every[i]);
+        for (int j = 0; j < 4; j++)
+            fprintf(f, " %8.1f%%",
+                    100 * plan_ettr(sa->mtbf_hours * mt[j], v.nodes, every[i] * r->iter_s,
+                                    v.ck.stall_s, sa->restart_s));
+        fprintf(f, "%s\n", every[i] == opt ? "   <- Young/Daly" : "");
+    }
+    fprintf(f, "choose --ckpt-every %d (every %.0f s): ETTR %.1f%%\n", v.every, v.every * r->iter_s,
+            100 * v.ettr);
+}
+
+static char *scale_json(const plan_model *m, const plan_layout *l, const plan_cluster *c,
+                        const plan_result *r, const plan_scale_args *sa) {
+    scale_view v = scale_of(m, l, c, r, sa);
+    char *s = NULL;
+    size_t len = 0;
+    FILE *mf = open_memstream(&s, &len);
+    if (!mf) return NULL;
+    fprintf(mf, "{\"init\":[");
+    int first = 1;
+    for (int n = 1024; n <= 16384; n *= 2) {
+        if (n % (l->tp * l->pp)) continue;
+        plan_init_cost g = plan_init_time(c, n, l->tp, l->pp);
+        fprintf(mf, "%s{\"ranks\":%d,\"groups\":%d,\"ours_s\":%.6g,\"barrier_s\":%.6g}",
+                first ? "" : ",", n, g.groups, g.ours_s, g.barrier_s);
+        first = 0;
+    }
+    fprintf(mf,
+            "],\"ckpt\":{\"state_gb_per_gpu\":%.6g,\"stall_s\":%.6g,\"persist_s\":%.6g,"
+            "\"restore_s\":%.6g,\"restore_all_s\":%.6g},\"nodes\":%d,\"ckpt_interval_opt_s\":"
+            "%.6g,\"ckpt_every\":%d,\"ettr\":%.6g}",
+            v.ck.state_gb_per_gpu, v.ck.stall_s, v.ck.persist_s, v.ck.restore_s, v.ck.restore_all_s,
+            v.nodes, v.opt_s, v.every, v.ettr);
+    fclose(mf);
+    return s;
+}
+
+int plan_cli_report(FILE *f, int json, const plan_model *m, const plan_layout *l,
+                    const plan_cluster *c, const plan_result *r, const plan_scale_args *sa) {
+    if (!json) {
+        plan_result_print(f, m, l, c, r);
+        print_scale(f, m, l, c, r, sa);
+        return 0;
+    }
+    char *j = plan_result_json(m, l, c, r), *s = scale_json(m, l, c, r, sa);
+    int rc = 0;
+    if (!j || !s || !*j) {
+        rc = cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory formatting the result"));
+    } else {
+        j[strlen(j) - 1] = 0; /* drop the closing brace, add "scale" */
+        fprintf(f, "%s,\"scale\":%s}\n", j, s);
+    }
+    free(j);
+    free(s);
+    return rc;
+}

@@ -1,0 +1,255 @@
+/* plan.h - the scale planner (`megascale plan`): predicts the step time,
+ * MFU and memory per GPU of a GPT model on a cluster with a given 3D
+ * layout, without running it, and ranks the layouts that fit.
+ *
+ * The model (docs/planning.md says what it covers and what not):
+ *  - compute from per-operation FLOPs at a GEMM efficiency that depends on
+ *    the product's shape (a curve from the cluster file), attention at a
+ *    fused-kernel efficiency or by the bytes of its score matrix, element-
+ *    wise operators and the optimizer by the bytes they move (a roofline);
+ *  - collectives by ring (and tree, for all-reduce) cost models per link
+ *    class: inside a node or between nodes, each with bandwidth, latency and
+ *    efficiency;
+ *  - the pipeline from the trainer's own schedules (parallel/schedule.h),
+ *    simulated with the per-stage costs and the p2p transfer time;
+ *  - overlap by the trainer's rules (ZeRO buckets reduce-scattered while the
+ *    backward goes on, all-gathers waited layer by layer; non-blocking
+ *    pipeline transfers; MegaScale's chunked TP overlap);
+ *  - memory from parameters, gradients, ZeRO-sharded optimizer state and
+ *    activations (Korthikanti et al. 2022, with sequence parallelism and
+ *    recomputation), the activations in flight taken from the schedule.
+ * Also the scale-out costs: group initialisation, checkpoint stall and
+ * restore, and the effective training time ratio (Young/Daly).
+ *
+ * Who calls it: cli/cmd_plan.c and the tests.  No device is needed.
+ * Memory: results are values; plan_result_json returns malloc'd text, a
+ * search fills a caller's array.  Thread-safety: pure functions (errors go
+ * to the thread-local ms_error).
+ */
+#ifndef PLAN_PLAN_H
+#define PLAN_PLAN_H
+
+#include <stdio.h>
+
+#include "base/status.h"
+
+/* ---- inputs ---------------------------------------------------------- */
+
+typedef struct {
+    int layers, dim, heads, vocab, seq;
+    int parallel_block; /* 1: y = x + Attn(LN(x)) + MLP(LN(x)) (one LN, one AG/RS per layer) */
+    int window;         /* sliding attention window (0: full causal) */
+} plan_model;
+
+typedef enum {
+    PLAN_RECOMPUTE_NONE = 0,
+    PLAN_RECOMPUTE_SELECTIVE,
+    PLAN_RECOMPUTE_FULL
+} plan_recompute;
+
+typedef struct {
+    int tp_overlap; /* TP all-gather / reduce-scatter chunked under the FFN GEMMs */
+    int pp_overlap; /* pipeline sends and receives posted early, waited late */
+    int dp_overlap; /* ZeRO reduce-scatter in backward, all-gather prefetched in forward */
+    int fused;      /* FlashAttention-2 (else -1), one-kernel LayerNorm and GeLU, fused
+                     * cross entropy */
+    int async_data; /* data loaded ahead by a loader per node (not on the step) */
+    int lamb;       /* optimizer LAMB (else AdamW) */
+    plan_recompute recompute;
+} plan_features;
+
+typedef struct {
+    int gpus;         /* world size */
+    int tp, pp, vpp;  /* dp = gpus / (tp * pp) */
+    int batch, micro; /* sequences per step (global) and per micro-batch */
+} plan_layout;
+
+/* A link class: bandwidth per GPU in one direction (GB/s = 1e9 B/s), the
+ * latency of one step of a collective, and the fraction of the bandwidth a
+ * collective reaches. */
+typedef struct {
+    double gbps, lat_us, eff;
+} plan_link;
+
+#define PLAN_GEMM_POINTS 16
+#define PLAN_NAME_MAX 64
+
+/* A cluster file (docs/formats.md, "Cluster files"). */
+typedef struct {
+    char name[PLAN_NAME_MAX];
+    char source[512];   /* where its numbers come from (free text) */
+    int gpus_per_node;  /* ranks per node (a CPU machine: the ranks it runs) */
+    double peak_flops;  /* per GPU, the dtype trained in (the MFU denominator) */
+    double mem_gb;      /* device memory per GPU */
+    double reserved_gb; /* of it, taken by the runtime, workspaces, fragmentation */
+    double hbm_gbps, hbm_eff;
+    double opt_ns_per_param; /* measured AdamW time per parameter (0: by its bytes) */
+    double transc_gbps;      /* element-wise operators with a transcendental function per element
+                              * (GeLU's tanh, softmax's exp): bytes per second (0: hbm's) */
+    double attn_eff;         /* fused attention FLOP/s as a fraction of peak */
+    double launch_us;        /* fixed cost of one operator (kernel launch, dispatch) */
+    int n_gemm;              /* the GEMM curve: efficiency (fraction of peak) at size n */
+    double gemm_n[PLAN_GEMM_POINTS], gemm_eff[PLAN_GEMM_POINTS];
+    plan_link intra, inter;       /* inside a node; between nodes */
+    double act_bytes, grad_bytes; /* bytes per activation / per reduced gradient element */
+    double cores;        /* CPU machines: cores per node shared by the ranks (0: a GPU each) */
+    double threads;      /* CPU machines: threads per rank the measurement used */
+    double data_ms;      /* host time to load one micro-batch when it is on the step */
+    double step_ms;      /* fixed host time per step (launching, clipping, logging) */
+    double pcie_gbps;    /* device to host copy, per GPU (checkpoint stage 1) */
+    double storage_gbps; /* persistent storage, per node, read and write */
+    double store_op_us;  /* one operation of the rendezvous store (group init barriers) */
+    double comm_init_ms; /* creating one communicator on a rank */
+} plan_cluster;
+
+/* ---- cluster files (plan_cluster.c) ------------------------------------ */
+
+/* Read and validate a cluster file.  Errors name the file and the key:
+ * MS_ERR_IO (unreadable), MS_ERR_FORMAT (not JSON, wrong "format" or
+ * "version", a missing or unknown key, a value out of range). */
+ms_status plan_cluster_load(const char *path, plan_cluster *c);
+/* FILE, or NAME: DIR/NAME.json (dir: the shipped data/clusters). */
+ms_status plan_cluster_find(const char *name_or_file, const char *dir, plan_cluster *c);
+/* Check ranges (the same rules as the loader); MS_ERR_FORMAT naming `what`. */
+ms_status plan_cluster_check(const plan_cluster *c, const char *what);
+/* Write c as a cluster file, atomically.  MS_ERR_IO naming the file. */
+ms_status plan_cluster_save(const plan_cluster *c, const char *path);
+
+/* ---- cost models (plan_cost.c) ------------------------------------------ */
+
+/* Efficiency of an (M x K) * (K x N) product: the curve (measured on
+ * square products) at n = cbrt(M N K), log-linear between points. */
+double plan_gemm_eff(const plan_cluster *c, double M, double N, double K);
+/* Seconds of that product plus one launch: 2 M N K flops at that
+ * efficiency, or, when slower (a thin product), its three matrices through
+ * memory at the same efficiency of the memory bandwidth (a roofline). */
+double plan_gemm_s(const plan_cluster *c, double M, double N, double K);
+/* Seconds for an element-wise operator moving `bytes` through memory. */
+double plan_bytes_s(const plan_cluster *c, double bytes);
+
+typedef enum { PLAN_ALLREDUCE, PLAN_REDUCE_SCATTER, PLAN_ALLGATHER, PLAN_P2P } plan_coll;
+/* Seconds of a collective over `ranks` ranks of `bytes` (the whole buffer:
+ * the all-reduced one, the gathered output, the scattered input; for P2P
+ * the message) on link l: ring (n-1 steps, (n-1)/n of the buffer per rank;
+ * all-reduce twice that), or for all-reduce a double binary tree
+ * (2 log2 n steps, 2 buffers) when faster.  0 for one rank. */
+double plan_coll_s(const plan_link *l, plan_coll kind, int ranks, double bytes);
+/* The link of a group of `ranks` ranks whose members are `stride` ranks
+ * apart in the world (TP 1, DP tp, PP tp*dp): inside a node when the group
+ * fits in one. */
+const plan_link *plan_link_of(const plan_cluster *c, int ranks, int stride);
+
+/* ---- the step (plan_step.c) --------------------------------------------- */
+
+typedef struct {
+    /* the step, seconds on the slowest stage */
+    double iter_s;
+    double compute_s; /* forward + backward compute of this stage's micro-batches */
+    double tp_s;      /* exposed tensor-parallel communication */
+    double pp_s;      /* exposed pipeline transfers */
+    double dp_s;      /* exposed data-parallel (ZeRO) communication */
+    double bubble_s;  /* pipeline idle time */
+    double optimizer_s;
+    double data_s; /* data loading and fixed host time on the step */
+    /* derived */
+    double mfu; /* Megatron's FLOPs (72 l h^2 (1 + s/6h + V/16lh) per token) / peak */
+    double tokens_per_s;
+    double model_flops_per_token;
+    double memory_gb; /* per GPU, the busiest stage */
+    double mem_params_gb, mem_grads_gb, mem_optim_gb, mem_act_gb, mem_reserved_gb;
+    int fits; /* memory_gb <= the cluster's mem_gb */
+    /* the layout as resolved */
+    int dp, n_micro, in_flight;
+    double bubble_fraction; /* bubble_s / (compute and exposed comm of the stage) */
+} plan_result;
+
+/* Check the inputs: MS_ERR_ARG naming the option (--tp 3 does not divide
+ * --heads 16, --gpus 100 is not a multiple of --tp x --pp, --batch not a
+ * multiple of dp x --micro-batch, layers not divisible by pp x vpp, an
+ * interleaved schedule whose micro-batch count is not a multiple of pp). */
+ms_status plan_check(const plan_model *m, const plan_layout *l);
+/* Predict one configuration. */
+ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
+                       const plan_cluster *c, plan_result *r);
+/* Megatron's model FLOPs per token (the MFU convention). */
+double plan_megatron_flops_per_token(const plan_model *m);
+/* The model's own counts (model/gpt.h: gpt_config_num_params and
+ * gpt_flops_per_token, 6N + 12 L T_eff C, what the trainer's MFU uses):
+ * parameters of one layer and of the rest (wte, wpe up to seq, ln_f). */
+void plan_params(const plan_model *m, double *layer, double *embed);
+double plan_flops_per_token_6n(const plan_model *m);
+
+/* Activation bytes of one layer for one micro-batch of b sequences
+ * (Korthikanti et al., Table 2 and Sec. 5: s b h (34 + 5 a s / h) with no
+ * parallelism; /t with TP + SP; selective recompute drops the 5as/h term,
+ * as does a flash attention (flash 1); full recompute keeps only the layer
+ * input 2 s b h / t), times act_bytes / 2.  The planner's attention is
+ * always a flash kernel (FlashAttention-1 or -2). */
+double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompute rc, int flash,
+                            double act_bytes);
+/* The memory parts of r (params, grads, optimizer, activations) for the
+ * stage holding the most (plan_memory.c); in_flight: the (micro-batch,
+ * chunk) pairs that stage keeps (from the schedule). */
+void plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
+                 const plan_cluster *c, int in_flight, plan_result *r);
+
+/* ---- search (plan_search.c) ---------------------------------------------- */
+
+typedef struct {
+    plan_layout layout;
+    plan_result result;
+} plan_candidate;
+
+/* Every (tp, pp, vpp, micro) with tp a divisor of heads up to the node,
+ * pp a divisor of layers, vpp up to max_vpp, micro a power of two up to
+ * max_micro, that is valid and fits in memory, ranked by iteration time;
+ * the best `max` into out, their count into *n, the number evaluated into
+ * *tried. */
+ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
+                      const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
+                      int max, int *n, int *tried);
+
+/* ---- scale-out costs (plan_scale.c) --------------------------------------- */
+
+typedef struct {
+    int ranks;
+    int groups;       /* communication groups the layout needs */
+    double ours_s;    /* one split per dimension (comm/grid.h): 3 collectives */
+    double barrier_s; /* a global barrier over the store after every group */
+} plan_init_cost;
+
+/* Group initialisation at `ranks` ranks with the layout's tp and pp. */
+plan_init_cost plan_init_time(const plan_cluster *c, int ranks, int tp, int pp);
+
+typedef struct {
+    double state_gb_per_gpu; /* what a rank snapshots: fp32 weights + optimizer shard */
+    double stall_s;          /* stage 1: device to host memory, on the step */
+    double persist_s;        /* stage 2: host memory to storage, in the background */
+    double restore_s;        /* one reader per shard from storage, broadcast over DP */
+    double restore_all_s;    /* every rank reading its own copy */
+} plan_ckpt_cost;
+
+plan_ckpt_cost plan_ckpt_time(const plan_model *m, const plan_layout *l, const plan_cluster *c);
+
+/* Effective training time ratio of a job of `nodes` nodes with a mean time
+ * between failures of one node mtbf_h hours, checkpointing every
+ * interval_s (stall_s each), restarting in restart_s plus the lost work
+ * (half an interval on average):
+ *   ETTR = interval / (interval + stall) * (1 - (restart + interval/2) / MTBF_job),
+ * MTBF_job = MTBF_node / nodes (0 when that is negative). */
+double plan_ettr(double mtbf_node_h, int nodes, double interval_s, double stall_s,
+                 double restart_s);
+/* Young/Daly's optimal interval sqrt(2 stall MTBF_job), seconds. */
+double plan_ckpt_interval_opt(double mtbf_node_h, int nodes, double stall_s);
+
+/* ---- output (plan_report.c) ---------------------------------------------- */
+
+void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l, const plan_cluster *c,
+                       const plan_result *r);
+/* {"mfu","iter_s","tokens_per_s","memory_gb_per_gpu","fits","layout":{...},
+ *  "parts":{"compute","tp","pp","dp","bubble","optimizer","data"},"memory":{...}}
+ * malloc'd, one line; NULL on OOM. */
+char *plan_result_json(const plan_model *m, const plan_layout *l, const plan_cluster *c,
+                       const plan_result *r);
+
+#endif

@@ -1,0 +1,51 @@
+/* plan_search.c - the layouts that fit, ranked by iteration time. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "plan/plan.h"
+
+static int by_iter(const void *a, const void *b) {
+    double x = ((const plan_candidate *)a)->result.iter_s;
+    double y = ((const plan_candidate *)b)->result.iter_s;
+    return x < y ? -1 : x > y;
+}
+
+/* Keep the best `max` of *n candidates in out (sorted), adding one. */
+static void keep(plan_candidate *out, int max, int *n, const plan_candidate *c) {
+    if (*n < max) {
+        out[(*n)++] = *c;
+    } else if (c->result.iter_s < out[max - 1].result.iter_s) {
+        out[max - 1] = *c;
+    } else {
+        return;
+    }
+    qsort(out, (size_t)*n, sizeof *out, by_iter);
+}
+
+ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
+                      const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
+                      int max, int *n, int *tried) {
+    *n = 0, *tried = 0;
+    if (max < 1) return ms_error(MS_ERR_ARG, "plan search: room for no result");
+    for (int tp = 1; tp <= m->heads && tp <= c->gpus_per_node; tp++) {
+        if (m->heads % tp || c->gpus_per_node % tp) continue;
+        for (int pp = 1; pp <= m->layers && tp * pp <= base->gpus; pp++) {
+            if (m->layers % pp || base->gpus % (tp * pp)) continue;
+            for (int vpp = 1; vpp <= (pp > 1 ? max_vpp : 1); vpp++) {
+                if (m->layers % (pp * vpp)) continue;
+                for (int micro = 1; micro <= max_micro; micro *= 2) {
+                    plan_candidate cand = {.layout = *base};
+                    cand.layout.tp = tp, cand.layout.pp = pp, cand.layout.vpp = vpp;
+                    cand.layout.micro = micro;
+                    if (plan_check(m, &cand.layout) != MS_OK) continue;
+                    ms_status st = plan_predict(m, &cand.layout, f, c, &cand.result);
+                    if (st == MS_ERR_NOMEM) return st;
+                    if (st != MS_OK) continue;
+                    (*tried)++;
+                    if (cand.result.fits) keep(out, max, n, &cand);
+                }
+            }
+        }
+    }
+    return MS_OK;
+}

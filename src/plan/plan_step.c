@@ -1,0 +1,412 @@
+/* plan_step.c - the planner's step: per-layer costs, the pipeline through
+ * the trainer's schedules, data-parallel overlap by bucket, and the parts
+ * of the iteration (see plan.h).
+ *
+ * Names: h dim, a heads, s seq, V vocab, L layers, t tp, p pp, v vpp, b
+ * micro-batch, d dp, m micro-batches per step, N = b s tokens of a micro-
+ * batch, Nl = N / t its sequence-parallel shard. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model/gpt.h"
+#include "parallel/schedule.h"
+#include "plan/plan.h"
+
+/* How the operators move memory: passes over their tensor (each a read
+ * and a write, one launch), by implementation.  Unfused: Megatron's
+ * LayerNorm and GeLU as several element-wise kernels, cross entropy in a
+ * few passes; fused: one kernel each. */
+#define LN_PASSES_FWD(f) ((f) ? 1 : 4)
+#define LN_PASSES_BWD(f) ((f) ? 2 : 6)
+#define GELU_PASSES_FWD(f) ((f) ? 1 : 3)
+#define GELU_PASSES_BWD(f) ((f) ? 2 : 4)
+#define XENT_PASSES_FWD(f) ((f) ? 1 : 4)
+#define XENT_PASSES_BWD(f) ((f) ? 1 : 2)
+#define FA_BWD_FACTOR 2.5 /* flash attention backward / forward FLOPs (recomputes) */
+#define TP_CHUNKS 4       /* MegaScale's TP overlap: GEMM and collective in 4 chunks */
+#define ADAM_BYTES 30.0   /* fp32 p, g, m, v read; p, m, v written; act copy written */
+#define LAMB_BYTES 38.0   /* + one more pass over update and weight for the norms */
+
+typedef struct {
+    double fwd, bwd;       /* compute of one layer, one micro-batch */
+    double tp_fwd, tp_bwd; /* exposed TP communication of it */
+    double attn_fwd;       /* the attention core's forward (selective recompute) */
+    double tp_comm_fwd;    /* the forward's TP collectives, all of them (full recompute) */
+} layer_cost;
+
+/* Keys a query attends to, on average (causal; window w: itself and the w-1
+ * before it). */
+static double keys_per_query(int s, int w) {
+    if (w <= 0 || w >= s) return (s + 1) / 2.0;
+    return ((double)w * (w + 1) / 2 + (double)(s - w) * w) / s;
+}
+
+/* A collective hidden under a GEMM of g seconds, both in TP_CHUNKS chunks:
+ * what is left exposed. */
+static double chunked_exposed(double comm, double g) {
+    double k = TP_CHUNKS;
+    return comm / k + fmax(comm, g) * (k - 1) / k + g / k - g;
+}
+
+/* Flash attention (causal, or a sliding window): its FLOPs at the cluster's
+ * fused-attention efficiency; without the efficient operators, at half of
+ * it (FlashAttention-1, which Megatron-LM runs with --use-flash-attn:
+ * FlashAttention-2 is about twice as fast, Dao 2023).  No score matrix is
+ * stored, so selective recomputation costs nothing here. */
+static void attention_cost(const plan_model *m, const plan_features *f, const plan_cluster *c,
+                           int t, int b, double *fwd, double *bwd) {
+    double s = m->seq, hl = (double)m->heads / t, dh = (double)m->dim / m->heads;
+    double kv = keys_per_query(m->seq, m->window);
+    double flops = 4.0 * b * hl * s * kv * dh;
+    double rate = c->peak_flops * c->attn_eff * (f->fused ? 1 : 0.5);
+    *fwd = flops / rate + c->launch_us * 1e-6;
+    *bwd = FA_BWD_FACTOR * flops / rate + c->launch_us * 1e-6;
+}
+
+/* Passes of an element-wise operator over `elems` elements. */
+static double passes_s(const plan_cluster *c, int passes, double elems, double tensors) {
+    return passes * plan_bytes_s(c, tensors * elems * c->act_bytes);
+}
+
+/* The same for an operator that evaluates tanh or exp per element: at the
+ * cluster's transcendental rate when it has one and it is the slower. */
+static double transc_s(const plan_cluster *c, int passes, double elems, double tensors) {
+    double bytes = tensors * elems * c->act_bytes, t = plan_bytes_s(c, bytes);
+    if (c->transc_gbps > 0) t = fmax(t, bytes / (c->transc_gbps * 1e9) + c->launch_us * 1e-6);
+    return passes * t;
+}
+
+static layer_cost layer(const plan_model *m, const plan_features *f, const plan_cluster *c, int t,
+                        int b) {
+    layer_cost r;
+    memset(&r, 0, sizeof r);
+    double h = m->dim, N = (double)b * m->seq, Nl = N / t;
+    double G[4][3] = {{N, 3 * h / t, h}, {N, h, h / t}, {N, 4 * h / t, h}, {N, h, 4 * h / t}};
+    double gf[4], gd[4], gw[4];
+    for (int i = 0; i < 4; i++) {
+        gf[i] = plan_gemm_s(c, G[i][0], G[i][1], G[i][2]);
+        gd[i] = plan_gemm_s(c, G[i][0], G[i][2], G[i][1]); /* dX = dY W^T */
+        gw[i] = plan_gemm_s(c, G[i][2], G[i][1], G[i][0]); /* dW = X^T dY */
+        r.fwd += gf[i], r.bwd += gd[i] + gw[i];
+    }
+    double af, ab;
+    attention_cost(m, f, c, t, b, &af, &ab);
+    r.fwd += af, r.bwd += ab, r.attn_fwd = af;
+    int n_ln = m->parallel_block ? 1 : 2, n_res = m->parallel_block ? 1 : 2;
+    r.fwd += n_ln * passes_s(c, LN_PASSES_FWD(f->fused), Nl * h, 2);
+    r.bwd += n_ln * passes_s(c, LN_PASSES_BWD(f->fused), Nl * h, 2);
+    r.fwd += transc_s(c, GELU_PASSES_FWD(f->fused), N * 4 * h / t, 2);
+    r.bwd += transc_s(c, GELU_PASSES_BWD(f->fused), N * 4 * h / t, 2);
+    r.fwd += n_res * passes_s(c, 1, Nl * h, 4); /* bias + dropout + residual */
+    r.bwd += n_res * passes_s(c, 1, Nl * h, 3);
+    if (t > 1) { /* sequence parallel: all-gather in, reduce-scatter out, per branch */
+        const plan_link *l = plan_link_of(c, t, 1);
+        double ag = plan_coll_s(l, PLAN_ALLGATHER, t, N * h * c->act_bytes);
+        double rs = plan_coll_s(l, PLAN_REDUCE_SCATTER, t, N * h * c->act_bytes);
+        int n = m->parallel_block ? 1 : 2; /* a parallel block's AG and RS serve both branches */
+        r.tp_comm_fwd = n * (ag + rs);
+        if (f->tp_overlap) { /* under the FFN GEMMs (with the QKV/proj ones for a parallel block) */
+            double g_in = gf[2] + (m->parallel_block ? gf[0] : 0);
+            double g_out = gf[3] + (m->parallel_block ? gf[1] : 0);
+            double b_in = gd[3] + gw[3], b_out = gd[2] + gw[2];
+            r.tp_fwd = chunked_exposed(ag, g_in) + chunked_exposed(rs, g_out);
+            r.tp_bwd = chunked_exposed(rs, b_out) + chunked_exposed(ag, b_in);
+            if (!m->parallel_block) { /* the attention half's AG / RS, under its own GEMMs */
+                r.tp_fwd += chunked_exposed(ag, gf[0]) + chunked_exposed(rs, gf[1]);
+                r.tp_bwd += chunked_exposed(rs, gd[0] + gw[0]) + chunked_exposed(ag, gd[1] + gw[1]);
+            }
+        } else { /* blocking, as in the trainer (model/gpt_tp.c) */
+            r.tp_fwd = n * (ag + rs);
+            r.tp_bwd = n * (ag + rs);
+        }
+        /* the replicated LayerNorm and bias gradients summed over tp once a layer */
+        r.tp_bwd += plan_coll_s(l, PLAN_ALLREDUCE, t, (m->parallel_block ? 4 : 6) * h * 4.0);
+    }
+    if (f->recompute == PLAN_RECOMPUTE_FULL) r.bwd += r.fwd, r.tp_bwd += r.tp_fwd;
+    return r;
+}
+
+/* Embedding (first global chunk) and final LN + classifier + loss (last). */
+static void ends_cost(const plan_model *m, const plan_features *f, const plan_cluster *c, int t,
+                      int b, double *emb_f, double *emb_b, double *cls_f, double *cls_b) {
+    double h = m->dim, N = (double)b * m->seq, Vl = (double)m->vocab / t;
+    *emb_f = passes_s(c, 1, N * h / t, 3); /* gather of wte + wpe rows, add */
+    *emb_b = passes_s(c, 1, N * h / t, 3) + passes_s(c, 1, Vl * h, 1); /* scatter-add, zero */
+    double ln = passes_s(c, LN_PASSES_FWD(f->fused), N * h / t, 2);
+    double logits = N * Vl * 4.0 / c->act_bytes; /* fp32 logits, in act-sized elements */
+    *cls_f = ln + plan_gemm_s(c, N, Vl, h) + transc_s(c, XENT_PASSES_FWD(f->fused), logits, 2);
+    *cls_b = 2 * ln + plan_gemm_s(c, N, h, Vl) + plan_gemm_s(c, h, Vl, N) +
+             transc_s(c, XENT_PASSES_BWD(f->fused), logits, 2);
+    if (t > 1) { /* as model/gpt_tp_vocab.c: the embedding's sum reduce-scattered to the
+                  * sequence shards; the final LN's output gathered, the vocabulary slices'
+                  * softmax statistics (max, sum, target logit) gathered; backward: the
+                  * mirror images, the position-embedding gradient and ln_f's summed */
+        const plan_link *l = plan_link_of(c, t, 1);
+        double act = N * h * c->act_bytes;
+        *emb_f += plan_coll_s(l, PLAN_REDUCE_SCATTER, t, act);
+        *emb_b += plan_coll_s(l, PLAN_ALLGATHER, t, act) +
+                  plan_coll_s(l, PLAN_ALLGATHER, t, (double)m->seq * h * 4.0);
+        *cls_f += plan_coll_s(l, PLAN_ALLGATHER, t, act) +
+                  plan_coll_s(l, PLAN_ALLGATHER, t, N * 3 * 4.0 * t);
+        *cls_b += plan_coll_s(l, PLAN_REDUCE_SCATTER, t, act) +
+                  plan_coll_s(l, PLAN_ALLREDUCE, t, 2 * h * 4.0);
+    }
+}
+
+/* The model's own counts (model/gpt.h) for a plan_model: positions up to seq. */
+static gpt_config gpt_of(const plan_model *m, int layers) {
+    gpt_config g;
+    memset(&g, 0, sizeof g);
+    g.n_layer = layers, g.n_embd = m->dim, g.n_head = m->heads, g.vocab = m->vocab;
+    g.seq_max = m->seq, g.attn_window = m->window;
+    g.block = m->parallel_block ? GPT_BLOCK_PARALLEL : GPT_BLOCK_SERIAL;
+    return g;
+}
+
+void plan_params(const plan_model *m, double *layer, double *embed) {
+    gpt_config one = gpt_of(m, 1), none = gpt_of(m, 0);
+    double p0 = (double)gpt_config_num_params(&none); /* wte, wpe, ln_f */
+    *layer = (double)gpt_config_num_params(&one) - p0;
+    *embed = p0;
+}
+
+double plan_flops_per_token_6n(const plan_model *m) {
+    gpt_config g = gpt_of(m, m->layers);
+    return gpt_flops_per_token(&g, m->seq);
+}
+
+static double layer_params(const plan_model *m) {
+    double l, e;
+    plan_params(m, &l, &e);
+    return l;
+}
+static double embed_params(const plan_model *m) {
+    double l, e;
+    plan_params(m, &l, &e);
+    return e;
+}
+
+double plan_megatron_flops_per_token(const plan_model *m) {
+    double l = m->layers, h = m->dim, s = m->seq, V = m->vocab;
+    return 72 * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+ms_status plan_check(const plan_model *m, const plan_layout *l) {
+    if (m->layers < 1 || m->dim < 1 || m->heads < 1 || m->vocab < 2 || m->seq < 1)
+        return ms_error(MS_ERR_ARG,
+                        "the model needs --layers, --dim, --heads, --vocab and --seq "
+                        "(or --model): got %d, %d, %d, %d, %d",
+                        m->layers, m->dim, m->heads, m->vocab, m->seq);
+    if (m->dim % m->heads)
+        return ms_error(MS_ERR_ARG, "--dim %d is not divisible by --heads %d", m->dim, m->heads);
+    if (m->window < 0) return ms_error(MS_ERR_ARG, "--window %d must be >= 0", m->window);
+    if (l->gpus < 1 || l->tp < 1 || l->pp < 1 || l->vpp < 1 || l->batch < 1 || l->micro < 1)
+        return ms_error(MS_ERR_ARG,
+                        "--gpus, --tp, --pp, --vpp, --batch and --micro-batch must be "
+                        ">= 1 (got %d, %d, %d, %d, %d, %d)",
+                        l->gpus, l->tp, l->pp, l->vpp, l->batch, l->micro);
+    if (m->heads % l->tp)
+        return ms_error(MS_ERR_ARG, "--tp %d does not divide --heads %d", l->tp, m->heads);
+    if (l->gpus % (l->tp * l->pp))
+        return ms_error(MS_ERR_ARG, "--gpus %d is not a multiple of --tp %d x --pp %d", l->gpus,
+                        l->tp, l->pp);
+    int dp = l->gpus / (l->tp * l->pp);
+    if (l->batch % ((long)dp * l->micro))
+        return ms_error(MS_ERR_ARG,
+                        "--batch %d is not a multiple of dp %d x --micro-batch %d (dp = --gpus "
+                        "%d / (--tp %d x --pp %d))",
+                        l->batch, dp, l->micro, l->gpus, l->tp, l->pp);
+    if (m->layers % (l->pp * l->vpp))
+        return ms_error(MS_ERR_ARG, "%d layers do not divide into --pp %d x --vpp %d chunks",
+                        m->layers, l->pp, l->vpp);
+    if (l->vpp > 1 && l->pp < 2) return ms_error(MS_ERR_ARG, "--vpp %d needs --pp >= 2", l->vpp);
+    int n_micro = l->batch / (dp * l->micro);
+    if (l->pp > 1) {
+        ms_status st = par_schedule_check_args(l->vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B,
+                                               l->pp, l->vpp, n_micro);
+        if (st != MS_OK)
+            return ms_error_wrap(st,
+                                 "%d micro-batches per step (--batch %d / (dp %d x --micro-batch "
+                                 "%d)) for --pp %d --vpp %d",
+                                 n_micro, l->batch, dp, l->micro, l->pp, l->vpp);
+    }
+    return MS_OK;
+}
+
+/* Everything about one configuration the step assembly needs. */
+typedef struct {
+    const plan_model *m;
+    const plan_layout *l;
+    const plan_features *f;
+    const plan_cluster *c;
+    int t, p, v, d, b, n_micro, lc; /* lc: layers per chunk */
+    /* CPU machines: the compute slowdown when the ranks of a node share fewer cores than
+     * they have threads (every rank counts, busy or not: a waiting rank's communication
+     * thread and MPI keep polling, so an idle stage does not free its core) */
+    double slow;
+    layer_cost lay;
+    double emb_f, emb_b, cls_f, cls_b, t_p2p;
+} step_ctx;
+
+static void ctx_init(step_ctx *x, const plan_model *m, const plan_layout *l, const plan_features *f,
+                     const plan_cluster *c) {
+    memset(x, 0, sizeof *x);
+    x->m = m, x->l = l, x->f = f, x->c = c;
+    x->t = l->tp, x->p = l->pp, x->v = l->vpp, x->b = l->micro;
+    x->d = l->gpus / (l->tp * l->pp);
+    x->n_micro = l->batch / (x->d * l->micro);
+    x->lc = m->layers / (l->pp * l->vpp);
+    int per_node = l->gpus < c->gpus_per_node ? l->gpus : c->gpus_per_node;
+    x->slow = c->cores > 0 ? fmax(1, per_node * c->threads / c->cores) : 1;
+    x->lay = layer(m, f, c, x->t, x->b);
+    ends_cost(m, f, c, x->t, x->b, &x->emb_f, &x->emb_b, &x->cls_f, &x->cls_b);
+    if (x->p > 1) /* each TP rank sends its sequence shard to the same TP rank of the next stage */
+        x->t_p2p = plan_coll_s(plan_link_of(c, 2, x->t * x->d), PLAN_P2P, 2,
+                               (double)x->b * m->seq * m->dim / x->t * c->act_bytes);
+}
+
+/* FWD and BWD cost of every (stage, chunk), into fwd / bwd [p * v]; the
+ * compute, exposed TP and exposed PP parts of each stage into the [p]
+ * arrays. */
+static void chunk_costs(const step_ctx *x, double *fwd, double *bwd, double *comp, double *tp,
+                        double *pp) {
+    int G = x->p * x->v;
+    double p2p = x->p > 1 && !x->f->pp_overlap ? x->t_p2p : 0; /* blocking send + receive */
+    for (int s = 0; s < x->p; s++) {
+        comp[s] = tp[s] = pp[s] = 0;
+        for (int ch = 0; ch < x->v; ch++) {
+            int g = ch * x->p + s, i = s * x->v + ch;
+            double cf = x->lc * x->lay.fwd, cb = x->lc * x->lay.bwd;
+            if (g == 0) cf += x->emb_f, cb += x->emb_b;
+            if (g == G - 1) cf += x->cls_f, cb += x->cls_b;
+            double tf = x->lc * x->lay.tp_fwd, tb = x->lc * x->lay.tp_bwd;
+            double pf = g < G - 1 ? p2p : 0, pb = g > 0 ? p2p : 0; /* the send; its receive */
+            fwd[i] = x->slow * cf + tf + pf;
+            bwd[i] = x->slow * cb + tb + pb;
+            comp[s] += x->n_micro * x->slow * (cf + cb);
+            tp[s] += x->n_micro * (tf + tb);
+            pp[s] += x->n_micro * (pf + pb);
+        }
+    }
+}
+
+/* The pipeline part of the step: makespan of the stage lists under the
+ * chunk costs, and the stage that finishes last. */
+static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bwd, double *makespan,
+                          int *in_flight) {
+    if (x->p == 1) {
+        *makespan = x->n_micro * (fwd[0] + bwd[0]);
+        *in_flight = 1;
+        return MS_OK;
+    }
+    par_plan plan;
+    par_sim_stats st;
+    int *mif = calloc((size_t)x->p, sizeof *mif);
+    if (!mif) return ms_error(MS_ERR_NOMEM, "plan: pipeline of %d stages", x->p);
+    ms_status rc = par_plan_build(x->v > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B, x->p, x->v,
+                                  x->n_micro, &plan);
+    if (rc == MS_OK) {
+        par_sim_costs costs = {
+            .t_fwd = fwd, .t_bwd = bwd, .t_p2p = x->f->pp_overlap ? x->t_p2p : 0};
+        rc = par_schedule_simulate(&plan, &costs, &st, mif);
+        par_plan_free(&plan);
+    }
+    if (rc == MS_OK) {
+        *makespan = st.makespan;
+        *in_flight = mif[0]; /* stage 0 keeps the most activations */
+        for (int s = 1; s < x->p; s++)
+            if (mif[s] > *in_flight) *in_flight = mif[s];
+    }
+    free(mif);
+    return rc;
+}
+
+/* Exposed ZeRO communication of one step.  Without overlap: the reduce-
+ * scatter of all gradients after the backward, the all-gather of the
+ * updated weights after the optimizer.  With it (the trainer's rule,
+ * parallel/zero.h): one bucket per layer, reduce-scattered one after the
+ * other as the last micro-batch's backward finishes each layer, and
+ * all-gathered before the next forward reaches it. */
+static double dp_exposed(const step_ctx *x) {
+    if (x->d == 1) return 0;
+    const plan_cluster *c = x->c;
+    const plan_link *lk = plan_link_of(c, x->d, x->t);
+    double lp = layer_params(x->m) / x->t, n_lay = (double)x->m->layers / x->p;
+    double ep = embed_params(x->m) / x->t; /* on the first stage (and the tied copy on the last) */
+    double rs1 = plan_coll_s(lk, PLAN_REDUCE_SCATTER, x->d, lp * c->grad_bytes);
+    double ag1 = plan_coll_s(lk, PLAN_ALLGATHER, x->d, lp * c->act_bytes);
+    double rse = plan_coll_s(lk, PLAN_REDUCE_SCATTER, x->d, ep * c->grad_bytes);
+    double age = plan_coll_s(lk, PLAN_ALLGATHER, x->d, ep * c->act_bytes);
+    if (!x->f->dp_overlap) return n_lay * (rs1 + ag1) + rse + age;
+    /* reduce-scatter: buckets ready every layer-backward; one channel */
+    double tb = x->slow * x->lay.bwd + x->lay.tp_bwd, tf = x->slow * x->lay.fwd + x->lay.tp_fwd;
+    double ready = 0, end = 0;
+    for (int i = 0; i < (int)n_lay; i++) {
+        ready += tb;
+        end = fmax(end, ready) + rs1;
+    }
+    end = fmax(end, ready) + rse; /* the embeddings come last */
+    double rs_exposed = end - ready;
+    /* all-gather: the embeddings first, then layer i needed after i layer-forwards (with
+     * interleaving, chunk c's first use comes after c * p warm-up forwards of the others) */
+    double ag_end = age, ag_exposed = age;
+    for (int i = 0; i < (int)n_lay; i++) {
+        int ch = i / x->lc, j = i % x->lc;
+        double need = (x->v > 1 ? ch * x->p * x->lc * tf : 0) + j * tf;
+        if (x->v == 1) need = i * tf;
+        ag_end += ag1;
+        ag_exposed = fmax(ag_exposed, ag_end - need);
+    }
+    return rs_exposed + ag_exposed;
+}
+
+static double optimizer_s(const step_ctx *x) {
+    double n = ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) / x->t /
+               x->d; /* this rank's shard, the busiest stage */
+    double bytes = n * (x->f->lamb ? LAMB_BYTES : ADAM_BYTES);
+    double launches = 2.0 * x->m->layers / x->p; /* multi-tensor kernels, a few per layer */
+    double norm = plan_coll_s(&x->c->inter, PLAN_ALLREDUCE, x->l->gpus, 8); /* the grad norm */
+    double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
+    if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
+        update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
+    return x->slow * update + launches * x->c->launch_us * 1e-6 + norm;
+}
+
+ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
+                       const plan_cluster *c, plan_result *r) {
+    memset(r, 0, sizeof *r);
+    MS_TRY(plan_check(m, l));
+    MS_TRY(plan_cluster_check(c, c->name));
+    step_ctx x;
+    ctx_init(&x, m, l, f, c);
+    size_t n = (size_t)x.p * (size_t)x.v;
+    double *buf = calloc(2 * n + 3 * (size_t)x.p, sizeof *buf);
+    if (!buf) return ms_error(MS_ERR_NOMEM, "plan: costs of %zu chunks", n);
+    double *fwd = buf, *bwd = buf + n, *comp = bwd + n, *tp = comp + x.p, *pp = tp + x.p;
+    chunk_costs(&x, fwd, bwd, comp, tp, pp);
+    double makespan = 0;
+    ms_status st = pipeline(&x, fwd, bwd, &makespan, &r->in_flight);
+    if (st == MS_OK) {
+        int s = 0; /* the parts of the busiest stage */
+        for (int i = 1; i < x.p; i++)
+            if (comp[i] + tp[i] + pp[i] > comp[s] + tp[s] + pp[s]) s = i;
+        r->compute_s = comp[s], r->tp_s = tp[s], r->pp_s = pp[s];
+        r->bubble_s = fmax(0, makespan - (comp[s] + tp[s] + pp[s]));
+        r->bubble_fraction = r->bubble_s / (comp[s] + tp[s] + pp[s]);
+        r->dp_s = dp_exposed(&x);
+        if (x.p > 1) /* the tied embedding's gradients summed over the first and last stage */
+            r->dp_s += plan_coll_s(plan_link_of(c, 2, x.t * x.d * (x.p - 1)), PLAN_ALLREDUCE, 2,
+                                   (double)m->vocab * m->dim / x.t * c->grad_bytes);
+        r->optimizer_s = optimizer_s(&x);
+        r->data_s = c->step_ms * 1e-3 + (f->async_data ? 0 : x.n_micro * c->data_ms * 1e-3);
+        r->iter_s = makespan + r->dp_s + r->optimizer_s + r->data_s;
+        r->dp = x.d, r->n_micro = x.n_micro;
+        r->model_flops_per_token = plan_megatron_flops_per_token(m);
+        r->tokens_per_s = (double)l->batch * m->seq / r->iter_s;
+        r->mfu = r->model_flops_per_token * r->tokens_per_s / ((double)l->gpus * c->peak_flops);
+        plan_memory(m, l, f, c, r->in_flight, r);
+    }
+    free(buf);
+    return st;
+}

@@ -1,0 +1,129 @@
+"""`megascale plan` end to end: the JSON object and its parts, the text
+breakdown, --search, `plan measure`, every shipped cluster file, and bad
+input (each error names the option or the file and key, with the exit code
+of its class: 2 usage, 3 bad input).  Environment: MS_BIN."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+BIN = os.environ["MS_BIN"]
+counts = {"passed": 0, "failed": 0}
+M175 = ["--model", "megascale-175b", "--tp", "8", "--pp", "8", "--vpp", "6"]
+
+
+def ok(cond, what, detail=""):
+    counts["passed" if cond else "failed"] += 1
+    if not cond:
+        print(f"FAIL: {what}\n{detail[-3000:]}")
+
+
+def plan(*args):
+    return subprocess.run([BIN, "plan", *args], capture_output=True, text=True, timeout=120)
+
+
+def main():
+    r = plan("--help")
+    ok(r.returncode == 0 and "--cluster" in r.stdout and "--search" in r.stdout, "--help", r.stdout)
+
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", *M175, "--json")
+    ok(r.returncode == 0, "json run", r.stderr)
+    d = json.loads(r.stdout)
+    for k in ("mfu", "iter_s", "tokens_per_s", "memory_gb_per_gpu", "parts", "scale"):
+        ok(k in d, f"json has {k}", r.stdout)
+    parts = d["parts"]
+    for k in ("compute", "tp", "pp", "dp", "bubble", "optimizer", "data"):
+        ok(k in parts and parts[k] >= 0, f"parts has {k}", r.stdout)
+    ok(0 < d["mfu"] < 1, "mfu is a fraction", r.stdout)
+    ok(abs(sum(parts.values()) - d["iter_s"]) < 1e-6 * d["iter_s"], "the parts add up to iter_s",
+       r.stdout)
+    ok(abs(d["tokens_per_s"] - 768 * 2048 / d["iter_s"]) < 1e-6 * d["tokens_per_s"],
+       "tokens_per_s = batch x seq / iter_s", r.stdout)
+    ok(abs(d["mfu"] - 0.653) < 0.05, "MegaScale 175B on 256 GPUs: MFU near the paper's 65.3%",
+       r.stdout)
+    sc = d["scale"]
+    ok([x["ranks"] for x in sc["init"]] == [1024, 2048, 4096, 8192, 16384], "init at 1k..16k",
+       r.stdout)
+    ok(all(x["barrier_s"] > 10 * x["ours_s"] for x in sc["init"]), "ours beats a barrier per "
+       "group", r.stdout)
+    ok(sc["ckpt_every"] >= 1 and 0 < sc["ettr"] <= 1, "a --ckpt-every and its ETTR", r.stdout)
+
+    meg = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", *M175, "--json",
+               "--features", "megatron")
+    ok(meg.returncode == 0 and json.loads(meg.stdout)["mfu"] < d["mfu"],
+       "megatron's features are slower than megascale's", meg.stderr)
+
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", *M175)
+    for s in ("MFU", "pipeline bubble", "data-parallel comm", "group initialisation",
+              "Young/Daly", "choose --ckpt-every"):
+        ok(s in r.stdout, f"text output has '{s}'", r.stdout)
+
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
+             "megascale-175b", "--search", "--json", "--top", "5")
+    ok(r.returncode == 0, "search runs", r.stderr)
+    s = json.loads(r.stdout)
+    its = [x["iter_s"] for x in s["layouts"]]
+    ok(0 < len(its) <= 5 and its == sorted(its), "search: ranked by iteration time", r.stdout)
+    ok(all(x["fits"] for x in s["layouts"]), "search: only layouts that fit", r.stdout)
+    ok(s["tried"] > len(its), "search: tried more than it shows", r.stdout)
+    # the search picks the layout: tp 1 x pp 1 (dp 12288 > batch 6144) is not checked
+    r = plan("--cluster", "a100-megascale", "--gpus", "12288", "--batch", "6144", "--model",
+             "megascale-175b", "--search", "--top", "3")
+    ok(r.returncode == 0 and "fit in 80 GB" in r.stdout, "search without a valid base layout",
+       r.stdout + r.stderr)
+
+    src = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+    for f in sorted(os.listdir(os.path.join(src, "data", "clusters"))):
+        name = f[:-5]
+        r = plan("--cluster", name, "--gpus", "16", "--batch", "16", "--model", "d12", "--tp",
+                 "2", "--pp", "2", "--json")
+        ok(r.returncode == 0 and json.loads(r.stdout)["iter_s"] > 0, f"shipped cluster {name}",
+           r.stderr)
+
+    d = tempfile.mkdtemp(prefix="ms_plan_cli_")
+    one = os.path.join(d, "one.json")
+    r = subprocess.run([BIN, "plan", "measure", "--out", one, "--storage-dir", d],
+                       capture_output=True, text=True, timeout=120)
+    ok(r.returncode == 0 and json.load(open(one))["format"] == "megascale-cluster",
+       "plan measure writes a cluster file", r.stderr)
+    r = plan("--cluster", one, "--gpus", "1", "--batch", "8", "--model", "d6", "--seq", "64",
+             "--features", "ours", "--json")
+    ok(r.returncode == 0, "a measured cluster file plans", r.stderr)
+    r = subprocess.run([BIN, "plan", "measure", "--base", one, "--out", one + "2"],
+                       capture_output=True, text=True, timeout=120)
+    ok(r.returncode == 2 and "mpirun" in r.stderr, "measure --base alone: needs mpirun",
+       r.stderr)
+
+    # bad input, each error naming what is wrong
+    base = ["--gpus", "256", "--batch", "768", *M175]
+    cases = [
+        (["--cluster", "nonesuch", *base], 3, "nonesuch"),
+        (["--gpus", "256", "--batch", "768", *M175], 2, "--cluster"),
+        (["--cluster", "a100-megascale", *base, "--tp", "3"], 2, "--tp 3"),
+        (["--cluster", "a100-megascale", *base, "--gpus", "100"], 2, "--gpus 100"),
+        (["--cluster", "a100-megascale", *base, "--batch", "770"], 2, "--batch 770"),
+        (["--cluster", "a100-megascale", *base, "--features", "warp-drive"], 2, "warp-drive"),
+        (["--cluster", "a100-megascale", *base, "--model", "gpt9"], 2, "gpt9"),
+        (["--cluster", "a100-megascale", *base, "--recompute", "some"], 2, "--recompute some"),
+        (["--cluster", "a100-megascale", "--model", "d12", "--batch", "8"], 2, "--gpus"),
+        (["--cluster", "a100-megascale", *base, "--tpp", "2"], 2, "tpp"),
+    ]
+    bad = os.path.join(d, "bad.json")
+    cfg = json.load(open(one))
+    del cfg["hbm_gbps"]
+    json.dump(cfg, open(bad, "w"))
+    cases.append((["--cluster", bad, *base], 3, "hbm_gbps"))
+    open(bad + "x", "w").write("{ not json")
+    cases.append((["--cluster", bad + "x", *base], 3, "bad.jsonx"))
+    for args, code, needle in cases:
+        r = plan(*args)
+        ok(r.returncode == code and needle in r.stderr,
+           f"bad input {' '.join(args[-2:])}: exit {code}, names '{needle}'",
+           f"exit {r.returncode}: {r.stderr}")
+    print(f"{counts['passed']} passed, {counts['failed']} failed")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

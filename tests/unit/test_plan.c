@@ -1,0 +1,286 @@
+/* test_plan.c - the planner's cost models (src/plan): the pipeline bubble
+ * against the schedule simulator, ring / tree collective costs, the
+ * activation memory of a known configuration (Korthikanti et al.), the
+ * GEMM curve, cluster files (round trip and every kind of bad file, each
+ * error naming the file and the key), layout errors naming the option,
+ * Young/Daly, and that each overlap feature only ever hides time. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "parallel/schedule.h"
+#include "plan/plan.h"
+#include "tmpdir.h"
+
+static plan_cluster cluster(void) {
+    plan_cluster c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "test");
+    c.gpus_per_node = 8;
+    c.peak_flops = 100e12, c.mem_gb = 80, c.reserved_gb = 2;
+    c.hbm_gbps = 2000, c.hbm_eff = 1, c.attn_eff = 0.5, c.launch_us = 0;
+    c.n_gemm = 3;
+    c.gemm_n[0] = 100, c.gemm_n[1] = 1000, c.gemm_n[2] = 10000;
+    c.gemm_eff[0] = 0.2, c.gemm_eff[1] = 0.6, c.gemm_eff[2] = 0.8;
+    c.intra = (plan_link){.gbps = 100, .lat_us = 10, .eff = 1};
+    c.inter = (plan_link){.gbps = 10, .lat_us = 20, .eff = 0.5};
+    c.act_bytes = 2, c.grad_bytes = 4;
+    c.pcie_gbps = 20, c.storage_gbps = 2, c.store_op_us = 500, c.comm_init_ms = 100;
+    return c;
+}
+
+static void test_collectives(void) {
+    plan_link l = {.gbps = 100, .lat_us = 10, .eff = 1};
+    double S = 1e9;
+    /* ring all-reduce over 8: 2 * 7 steps of latency, 2 * 7/8 of the buffer through each link */
+    T_NEAR(plan_coll_s(&l, PLAN_ALLREDUCE, 8, S), 2 * 7 * 10e-6 + 2 * 7.0 / 8 * S / 100e9, 1e-12);
+    /* a small one takes the tree: 2 log2(8) steps and twice the (tiny) buffer */
+    T_NEAR(plan_coll_s(&l, PLAN_ALLREDUCE, 8, 8), 2 * 3 * 10e-6 + 2 * 8 / 100e9, 1e-12);
+    T_NEAR(plan_coll_s(&l, PLAN_ALLGATHER, 4, S), 3 * 10e-6 + 0.75 * S / 100e9, 1e-12);
+    T_NEAR(plan_coll_s(&l, PLAN_REDUCE_SCATTER, 4, S), 3 * 10e-6 + 0.75 * S / 100e9, 1e-12);
+    T_NEAR(plan_coll_s(&l, PLAN_P2P, 2, S), 10e-6 + S / 100e9, 1e-12);
+    T_NEAR(plan_coll_s(&l, PLAN_ALLREDUCE, 1, S), 0, 0);
+    plan_link half = l;
+    half.eff = 0.5; /* efficiency scales the bandwidth term only */
+    T_NEAR(plan_coll_s(&half, PLAN_ALLGATHER, 2, S) - 10e-6,
+           2 * (plan_coll_s(&l, PLAN_ALLGATHER, 2, S) - 10e-6), 1e-12);
+    plan_cluster c = cluster();
+    T_OK(plan_link_of(&c, 8, 1) == &c.intra); /* tp 8 in a node of 8 */
+    T_OK(plan_link_of(&c, 2, 8) == &c.inter); /* dp peers 8 ranks apart */
+    T_OK(plan_link_of(&c, 4, 2) == &c.intra); /* 4 x 2 fit in the node */
+}
+
+static void test_gemm_curve(void) {
+    plan_cluster c = cluster();
+    T_NEAR(plan_gemm_eff(&c, 1000, 1000, 1000), 0.6, 1e-9);
+    T_NEAR(plan_gemm_eff(&c, 1e5, 1e5, 1e5), 0.8, 1e-9); /* flat past the end */
+    T_NEAR(plan_gemm_eff(&c, 100 * sqrt(10.0), 100 * sqrt(10.0), 100 * sqrt(10.0)), 0.4,
+           1e-9);                                     /* log-mid */
+    T_NEAR(plan_gemm_eff(&c, 50, 50, 50), 0.1, 1e-9); /* below: proportional */
+    /* a big product runs at the curve; a thin one (K = 1) is memory-bound */
+    T_NEAR(plan_gemm_s(&c, 1e4, 1e4, 1e4), 2e12 / (100e12 * 0.8), 1e-12);
+    double thin = plan_gemm_s(&c, 1e4, 1e4, 1);
+    T_OK(thin > 2e8 / (100e12 * plan_gemm_eff(&c, 1e4, 1e4, 1)) * 0.999);
+}
+
+/* The planner's bubble of a model whose ends cost nothing against the
+ * simulator's bubble fraction of the same schedule. */
+static void test_bubble(void) {
+    plan_cluster c = cluster();
+    plan_model m = {.layers = 16, .dim = 4096, .heads = 32, .vocab = 2, .seq = 1024};
+    plan_features f = {.pp_overlap = 1, .dp_overlap = 1, .fused = 1, .async_data = 1};
+    struct {
+        int pp, vpp, batch;
+    } cases[] = {{4, 1, 8}, {4, 1, 16}, {4, 2, 8}, {2, 4, 8}, {8, 2, 16}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        plan_layout l = {.gpus = cases[i].pp,
+                         .tp = 1,
+                         .pp = cases[i].pp,
+                         .vpp = cases[i].vpp,
+                         .batch = cases[i].batch,
+                         .micro = 1};
+        plan_result r;
+        T_EQ_INT(plan_predict(&m, &l, &f, &c, &r), MS_OK);
+        double want = 0;
+        T_EQ_INT(par_schedule_bubble_fraction(l.vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B,
+                                              l.pp, l.vpp, l.batch, &want),
+                 MS_OK);
+        /* the simulator's costs are FWD 1 : BWD 2; the planner's backward is about twice its
+         * forward too, and the p2p transfers are hidden: within 10% of the fraction */
+        double got = r.bubble_fraction;
+        if (fabs(got - want) > 0.1 * want)
+            fprintf(stderr, "pp %d vpp %d m %d: bubble %.4f, simulator %.4f\n", l.pp, l.vpp,
+                    l.batch, got, want);
+        T_NEAR(got, want, 0.1 * want);
+        T_OK(r.bubble_s > 0);
+    }
+    /* per-stage costs and a transfer time in the simulator itself: a slower stage and a p2p
+     * delay both lengthen the makespan, t_p2p 0 and uniform costs give validate's result */
+    par_plan plan;
+    T_EQ_INT(par_plan_build(PAR_SCHED_1F1B, 4, 1, 8, &plan), MS_OK);
+    double fw[4] = {1, 1, 1, 1}, bw[4] = {2, 2, 2, 2};
+    par_sim_costs pc = {.t_fwd = fw, .t_bwd = bw, .t_p2p = 0};
+    par_sim_stats a, b, s2, s3;
+    T_EQ_INT(par_schedule_simulate(&plan, &pc, &a, NULL), MS_OK);
+    T_EQ_INT(par_schedule_validate(&plan, 1, 2, &b, NULL), MS_OK);
+    T_NEAR(a.makespan, b.makespan, 1e-12);
+    T_NEAR(a.makespan, (8 + 3) * 3.0, 1e-12); /* (m + p - 1)(f + b) */
+    fw[2] = 2, bw[2] = 4;
+    T_EQ_INT(par_schedule_simulate(&plan, &pc, &s2, NULL), MS_OK);
+    /* the slow stage sets the pace: its own work, plus at least the other stages' fill */
+    T_OK(s2.makespan >= 8 * 6.0 + 3 * 1.0 && s2.makespan <= 8 * 6.0 + 3 * 3.0);
+    fw[2] = 1, bw[2] = 2, pc.t_p2p = 0.25;
+    T_EQ_INT(par_schedule_simulate(&plan, &pc, &s3, NULL), MS_OK);
+    /* at least fill and drain's 2 (p-1) hops, at most one per FWD and BWD on the path */
+    T_OK(s3.makespan >= a.makespan + 2 * 3 * 0.25 && s3.makespan <= a.makespan + 2 * 11 * 0.25);
+    par_plan_free(&plan);
+}
+
+/* Korthikanti et al. (2022) for GPT-3 175B (s 2048, b 1, h 12288, a 96) with t = 8 and
+ * sequence parallelism: s b h / t (34 + 5 a s / h) = 3.1457e6 x 114 bytes a layer; 34 with
+ * selective recomputation; 2 s b h / t with full recomputation. */
+static void test_memory(void) {
+    plan_model m = {.layers = 96, .dim = 12288, .heads = 96, .vocab = 50257, .seq = 2048};
+    double sbh = 2048.0 * 12288 / 8;
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_NONE, 0, 2), sbh * 114, 1);
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_SELECTIVE, 0, 2), sbh * 34, 1);
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_NONE, 1, 2), sbh * 34, 1);
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_FULL, 0, 2), sbh * 2, 1);
+    T_NEAR(plan_layer_act_bytes(&m, 8, 2, PLAN_RECOMPUTE_SELECTIVE, 0, 2), 2 * sbh * 34, 1);
+    /* a whole configuration by hand: tp 8, pp 8, dp 4, one chunk, 1F1B */
+    plan_cluster c = cluster();
+    plan_layout l = {.gpus = 256, .tp = 8, .pp = 8, .vpp = 1, .batch = 64, .micro = 1};
+    plan_features f = {.recompute = PLAN_RECOMPUTE_SELECTIVE};
+    plan_result r;
+    T_EQ_INT(plan_predict(&m, &l, &f, &c, &r), MS_OK);
+    /* this stage: 12 layers of 12h^2 + 13h, wte and wpe (V + s) h and ln_f 2h, over tp 8 */
+    double h = 12288, n = (12.0 * (12 * h * h + 13 * h) + (50257.0 + 2048) * h + 2 * h) / 8;
+    T_NEAR(r.mem_params_gb, n * 2 / 1e9, 1e-9);
+    T_NEAR(r.mem_grads_gb, n * 4 / 1e9, 1e-9);
+    T_NEAR(r.mem_optim_gb, n * 12 / 4 / 1e9, 1e-9);
+    T_EQ_INT(r.in_flight, 8); /* 1F1B: stage 0 keeps pp micro-batches */
+    double logits = 2048.0 * 50257 / 8 * 4;
+    T_NEAR(r.mem_act_gb, (8 * 12 * sbh * 34 + logits) / 1e9, 1e-9);
+    T_NEAR(r.memory_gb, r.mem_params_gb + r.mem_grads_gb + r.mem_optim_gb + r.mem_act_gb + 2, 1e-9);
+    T_OK(r.fits == (r.memory_gb <= 80));
+}
+
+static void write_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+static const char *good =
+    "{\"format\":\"megascale-cluster\",\"version\":1,\"name\":\"t\",\"gpus_per_node\":8,"
+    "\"peak_tflops\":312,\"mem_gb\":80,\"reserved_gb\":5,\"hbm_gbps\":2039,\"hbm_eff\":0.8,"
+    "\"attn_eff\":0.5,\"launch_us\":5,\"gemm\":[[256,0.3],[4096,0.8]],"
+    "\"links\":{\"intra\":{\"gbps\":300,\"lat_us\":10,\"eff\":0.6},"
+    "\"inter\":{\"gbps\":25,\"lat_us\":20,\"eff\":0.5}},\"act_bytes\":2,\"grad_bytes\":4,"
+    "\"data_ms\":4,\"step_ms\":300,\"pcie_gbps\":20,\"storage_gbps\":2,\"store_op_us\":590,"
+    "\"comm_init_ms\":100}";
+
+/* good with `from` replaced by `to`: loading must fail naming the file and `needle`. */
+static void bad_file(const char *dir, const char *from, const char *to, const char *needle) {
+    char path[512], text[4096];
+    snprintf(path, sizeof path, "%s/bad.json", dir);
+    const char *at = strstr(good, from);
+    MS_CHECK(at);
+    snprintf(text, sizeof text, "%.*s%s%s", (int)(at - good), good, to, at + strlen(from));
+    write_file(path, text);
+    plan_cluster c;
+    ms_status st = plan_cluster_load(path, &c);
+    T_EQ_INT(st, MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), path);
+    T_STR_CONTAINS(ms_errmsg(), needle);
+}
+
+static void test_cluster_files(void) {
+    if (!ms_tmpdir_make("plan")) {
+        T_OK(0);
+        return;
+    }
+    const char *dir = tmpdir;
+    char path[512], out[512];
+    snprintf(path, sizeof path, "%s/good.json", dir);
+    snprintf(out, sizeof out, "%s/again.json", dir);
+    write_file(path, good);
+    plan_cluster c, d;
+    T_EQ_INT(plan_cluster_load(path, &c), MS_OK);
+    T_NEAR(c.peak_flops, 312e12, 1);
+    T_NEAR(c.inter.eff, 0.5, 0);
+    T_EQ_INT(c.n_gemm, 2);
+    T_EQ_INT(plan_cluster_save(&c, out), MS_OK); /* round trip */
+    T_EQ_INT(plan_cluster_load(out, &d), MS_OK);
+    T_OK(!memcmp(&c.gemm_eff, &d.gemm_eff, sizeof c.gemm_eff) && c.peak_flops == d.peak_flops &&
+         c.intra.lat_us == d.intra.lat_us && c.store_op_us == d.store_op_us);
+    T_EQ_INT(plan_cluster_find("good", dir, &d), MS_OK); /* NAME: DIR/NAME.json */
+    T_EQ_INT(plan_cluster_find("nonesuch", dir, &d), MS_ERR_NOTFOUND);
+    T_STR_CONTAINS(ms_errmsg(), "nonesuch");
+    bad_file(dir, "\"version\":1", "\"version\":2", "version");
+    bad_file(dir, "megascale-cluster", "other", "format");
+    bad_file(dir, "\"hbm_eff\":0.8", "\"hbm_eff\":1.8", "hbm_eff");
+    bad_file(dir, "\"mem_gb\":80,", "", "mem_gb");               /* missing */
+    bad_file(dir, "\"mem_gb\":80", "\"mem_gbs\":80", "mem_gbs"); /* unknown (a typo) */
+    bad_file(dir, "[4096,0.8]", "[128,0.8]", "gemm");            /* not increasing */
+    bad_file(dir, "\"eff\":0.5}", "\"eff\":0}", "links.inter.eff");
+    bad_file(dir, "\"lat_us\":10,", "\"latency\":10,", "links.intra.latency");
+    bad_file(dir, "\"gpus_per_node\":8", "\"gpus_per_node\":8.5", "gpus_per_node");
+    bad_file(dir, "{\"format\"", "[\"format\"", "JSON");
+    snprintf(path, sizeof path, "%s/none.json", dir);
+    T_EQ_INT(plan_cluster_load(path, &c) == MS_OK, 0);
+    T_STR_CONTAINS(ms_errmsg(), "none.json");
+    ms_tmpdir_remove();
+}
+
+static void test_layout_errors(void) {
+    plan_model m = {.layers = 96, .dim = 12288, .heads = 96, .vocab = 50257, .seq = 2048};
+    struct {
+        plan_layout l;
+        const char *needle;
+    } cases[] = {
+        {{.gpus = 256, .tp = 5, .pp = 8, .vpp = 1, .batch = 64, .micro = 1}, "--tp 5"},
+        {{.gpus = 100, .tp = 8, .pp = 8, .vpp = 1, .batch = 64, .micro = 1}, "--gpus 100"},
+        {{.gpus = 256, .tp = 8, .pp = 8, .vpp = 1, .batch = 66, .micro = 1}, "--batch 66"},
+        {{.gpus = 256, .tp = 8, .pp = 8, .vpp = 5, .batch = 64, .micro = 1}, "--vpp 5"},
+        {{.gpus = 256, .tp = 8, .pp = 8, .vpp = 2, .batch = 36, .micro = 1}, "micro-batches"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        T_EQ_INT(plan_check(&m, &cases[i].l), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), cases[i].needle);
+    }
+}
+
+static void test_scale(void) {
+    /* Young/Daly: sqrt(2 x stall x MTBF of the job); the ETTR is highest near it */
+    double opt = plan_ckpt_interval_opt(10000, 100, 5);
+    T_NEAR(opt, sqrt(2 * 5 * 10000 * 3600 / 100.0), 1e-9);
+    double e = plan_ettr(10000, 100, opt, 5, 600);
+    T_OK(e > plan_ettr(10000, 100, opt / 4, 5, 600) && e > plan_ettr(10000, 100, opt * 4, 5, 600));
+    T_OK(e < 1 && e > 0.9);
+    T_OK(plan_ettr(10000, 100, opt, 5, 600) > plan_ettr(5000, 100, opt, 5, 600));
+    plan_cluster c = cluster();
+    plan_init_cost a = plan_init_time(&c, 2048, 8, 8), b = plan_init_time(&c, 4096, 8, 8);
+    T_OK(a.ours_s < 5 && a.barrier_s > 100 * a.ours_s);
+    T_OK(b.barrier_s > 3.5 * a.barrier_s); /* a barrier per group: quadratic in the ranks */
+    T_OK(b.ours_s < 2.5 * a.ours_s);       /* ours: linear at most */
+}
+
+/* Each overlap feature, turned on alone over Megatron's baseline, only hides time. */
+static void test_features(void) {
+    plan_cluster c = cluster();
+    plan_model m = {.layers = 32, .dim = 4096, .heads = 32, .vocab = 50257, .seq = 2048};
+    plan_layout l = {.gpus = 64, .tp = 4, .pp = 4, .vpp = 2, .batch = 64, .micro = 1};
+    plan_features base = {0};
+    plan_result r0, r;
+    T_EQ_INT(plan_predict(&m, &l, &base, &c, &r0), MS_OK);
+    T_OK(r0.tp_s > 0 && r0.pp_s > 0 && r0.dp_s > 0);
+    plan_features f = base;
+    f.tp_overlap = 1;
+    plan_predict(&m, &l, &f, &c, &r);
+    T_OK(r.tp_s < r0.tp_s && r.iter_s < r0.iter_s);
+    f = base, f.pp_overlap = 1;
+    plan_predict(&m, &l, &f, &c, &r);
+    T_OK(r.pp_s == 0 && r.iter_s < r0.iter_s);
+    f = base, f.dp_overlap = 1;
+    plan_predict(&m, &l, &f, &c, &r);
+    T_OK(r.dp_s < r0.dp_s && r.iter_s < r0.iter_s);
+    T_NEAR(r0.iter_s,
+           r0.compute_s + r0.tp_s + r0.pp_s + r0.bubble_s + r0.dp_s + r0.optimizer_s + r0.data_s,
+           1e-9);
+}
+
+int main(void) {
+    test_collectives();
+    test_gemm_curve();
+    test_bubble();
+    test_memory();
+    test_cluster_files();
+    test_layout_errors();
+    test_scale();
+    test_features();
+    return ms_test_summary("test_plan");
+}
