@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "base/ctx.h"
 #include "base/fileio.h"
 #include "base/timeutil.h"
 #include "comm/comm.h"
@@ -328,6 +329,9 @@ ms_status diag_measure_costs(const diag_cost_config *cfg, diag_costs *r) {
         be->destroy(be);
         return st;
     }
+    if (ms_ctx_get()->world < 2) /* said before MPI starts (it would keep memory until exit) */
+        return ms_error(MS_ERR_ARG, "measuring the links needs at least 2 ranks: run it under "
+                                    "mpirun -np N (N: the ranks a job runs)");
     comm_options co = comm_options_default();
     comm_world *w = NULL;
     MS_TRY(comm_world_init(&w, NULL, NULL, &co));
