@@ -10,73 +10,54 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define BASELINE __attribute__((target("arch=x86-64")))
 
-typedef struct {
-    const char *name;
-} isa_feature;
-
-/* The extensions enabled in this build, in the compiler's names. */
-static const isa_feature built[] = {
+/* Each extension enabled in this build, in the compiler's names, and
+ * whether this CPU has it (__builtin_cpu_supports takes a literal: one
+ * line per name).  One list serves what the binary needs and what is
+ * missing. */
+#define ISA(s) ((missing_only && __builtin_cpu_supports(s)) ? (void)0 : each(ctx, s))
+BASELINE static void isa_each(int missing_only, void (*each)(void *, const char *), void *ctx) {
 #ifdef __SSE4_2__
-    {"sse4.2"},
+    ISA("sse4.2");
 #endif
 #ifdef __AVX__
-    {"avx"},
+    ISA("avx");
 #endif
 #ifdef __AVX2__
-    {"avx2"},
+    ISA("avx2");
 #endif
 #ifdef __FMA__
-    {"fma"},
+    ISA("fma");
 #endif
 #ifdef __F16C__
-    {"f16c"},
+    ISA("f16c");
 #endif
 #ifdef __BMI2__
-    {"bmi2"},
+    ISA("bmi2");
 #endif
 #ifdef __AVX512F__
-    {"avx512f"},
+    ISA("avx512f");
 #endif
 #ifdef __AVX512BW__
-    {"avx512bw"},
+    ISA("avx512bw");
 #endif
 #ifdef __AVX512VL__
-    {"avx512vl"},
+    ISA("avx512vl");
 #endif
 #ifdef __AVX512DQ__
-    {"avx512dq"},
+    ISA("avx512dq");
 #endif
 #ifdef __AVX512VNNI__
-    {"avx512vnni"},
+    ISA("avx512vnni");
 #endif
 #ifdef __AVX512BF16__
-    {"avx512bf16"},
+    ISA("avx512bf16");
 #endif
 #ifdef __AMX_TILE__
-    {"amx-tile"},
+    ISA("amx-tile");
 #endif
-    {NULL}};
-
-/* __builtin_cpu_supports takes a literal: one test per name. */
-BASELINE static int cpu_has(const char *name) {
-#define HAS(s)                                                                                     \
-    if (!strcmp(name, s)) return __builtin_cpu_supports(s) != 0;
-    HAS("sse4.2")
-    HAS("avx")
-    HAS("avx2")
-    HAS("fma")
-    HAS("f16c")
-    HAS("bmi2")
-    HAS("avx512f")
-    HAS("avx512bw")
-    HAS("avx512vl")
-    HAS("avx512dq")
-    HAS("avx512vnni")
-    HAS("avx512bf16")
-    HAS("amx-tile")
-#undef HAS
-    return 1; /* not a name we test */
+    (void)missing_only, (void)each, (void)ctx;
 }
+#undef ISA
 
 BASELINE static void append(char *out, size_t n, size_t *k, const char *s) {
     size_t l = strlen(s);
@@ -87,21 +68,29 @@ BASELINE static void append(char *out, size_t n, size_t *k, const char *s) {
     out[*k] = 0;
 }
 
+typedef struct {
+    char *out;
+    size_t n, k;
+} isa_list;
+
+BASELINE static void list_add(void *ctx, const char *name) {
+    isa_list *l = ctx;
+    append(l->out, l->n, &l->k, name);
+}
+
 BASELINE void ms_cpu_isa_missing(char *out, size_t n) {
-    size_t k = 0;
+    isa_list l = {out, n, 0};
     if (n) out[0] = 0;
     __builtin_cpu_init();
-    for (const isa_feature *f = built; f->name; f++)
-        if (!cpu_has(f->name)) append(out, n, &k, f->name);
+    isa_each(1, list_add, &l);
 }
 
 BASELINE const char *ms_cpu_isa_built(void) {
     static char names[256];
     if (!names[0]) {
-        size_t k = 0;
-        for (const isa_feature *f = built; f->name; f++)
-            append(names, sizeof names, &k, f->name);
-        if (!k) append(names, sizeof names, &k, "baseline");
+        isa_list l = {names, sizeof names, 0};
+        isa_each(0, list_add, &l);
+        if (!l.k) append(names, sizeof names, &l.k, "baseline");
     }
     return names;
 }

@@ -56,16 +56,22 @@ static ms_status parse_header(const int32_t *w, uint64_t file_size, const char *
             return ms_error(MS_ERR_FORMAT, "%s: header %s = %d is out of range 1..%d", path,
                             dims[i].what, dims[i].v, dims[i].max);
     if (w[7] < w[3])
-        return ms_error(MS_ERR_FORMAT, "%s: padded_vocab_size %d is below vocab_size %d", path, w[7],
-                        w[3]);
-    *h = (llmc_header){.version = w[1], .max_t = w[2], .vocab = w[3], .layers = w[4],
-                       .heads = w[5], .ch = w[6], .vocab_pad = w[7], .esize = w[1] == 3 ? 4 : 2};
+        return ms_error(MS_ERR_FORMAT, "%s: padded_vocab_size %d is below vocab_size %d", path,
+                        w[7], w[3]);
+    *h = (llmc_header){.version = w[1],
+                       .max_t = w[2],
+                       .vocab = w[3],
+                       .layers = w[4],
+                       .heads = w[5],
+                       .ch = w[6],
+                       .vocab_pad = w[7],
+                       .esize = w[1] == 3 ? 4 : 2};
     uint64_t C = (uint64_t)h->ch, L = (uint64_t)h->layers;
     /* at most 2^17 squared times 12 times 4096 layers: no overflow in 64 bits */
-    h->numel = (uint64_t)h->vocab_pad * C + (uint64_t)h->max_t * C +
-               L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C +
-                    C) +
-               2 * C;
+    h->numel =
+        (uint64_t)h->vocab_pad * C + (uint64_t)h->max_t * C +
+        L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) +
+        2 * C;
     uint64_t want = HEADER_WORDS * 4 + h->numel * h->esize;
     if (file_size != want)
         return ms_error(MS_ERR_FORMAT,
@@ -76,17 +82,6 @@ static ms_status parse_header(const int32_t *w, uint64_t file_size, const char *
                         h->vocab_pad, h->max_t, h->version == 3 ? "fp32" : "bf16",
                         (unsigned long long)want);
     return MS_OK;
-}
-
-static ms_status read_header(FILE *f, const char *path, llmc_header *h) {
-    uint64_t size = 0;
-    MS_TRY(ms_file_size(path, &size));
-    int32_t w[HEADER_WORDS];
-    if (size < sizeof w)
-        return ms_error(MS_ERR_FORMAT, "%s: %llu bytes, shorter than llm.c's 1024-byte header",
-                        path, (unsigned long long)size);
-    MS_TRY(ms_file_pread(f, path, w, sizeof w, 0));
-    return parse_header(w, size, path, h);
 }
 
 static void header_config(const llmc_header *h, gpt_config *cfg) {
@@ -100,16 +95,29 @@ static void header_config(const llmc_header *h, gpt_config *cfg) {
     cfg->attn_window = 0;
 }
 
+/* The header of the open file f checked against its size, and the model
+ * it describes (validated) into *cfg. */
+static ms_status read_header(FILE *f, const char *path, llmc_header *h, gpt_config *cfg) {
+    uint64_t size = 0;
+    MS_TRY(ms_file_size(path, &size));
+    int32_t w[HEADER_WORDS];
+    if (size < sizeof w)
+        return ms_error(MS_ERR_FORMAT, "%s: %llu bytes, shorter than llm.c's 1024-byte header",
+                        path, (unsigned long long)size);
+    MS_TRY(ms_file_pread(f, path, w, sizeof w, 0));
+    MS_TRY(parse_header(w, size, path, h));
+    header_config(h, cfg);
+    if (gpt_config_validate(cfg) != MS_OK) return ms_error_wrap(MS_ERR_FORMAT, "%s", path);
+    return MS_OK;
+}
+
 ms_status ckpt_llmc_read_config(const char *path, gpt_config *cfg) {
     FILE *f = fopen(path, "rb");
     if (!f) return ms_error(MS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     llmc_header h;
-    ms_status st = read_header(f, path, &h);
+    ms_status st = read_header(f, path, &h, cfg);
     fclose(f);
-    if (st != MS_OK) return st;
-    header_config(&h, cfg);
-    if (gpt_config_validate(cfg) != MS_OK) return ms_error_wrap(MS_ERR_FORMAT, "%s", path);
-    return MS_OK;
+    return st;
 }
 
 /* Reads tensor `name` of shape (d0[, d1]) from the file into the next free
@@ -150,8 +158,7 @@ static ms_status add(builder *b, const char *name, int64_t d0, int64_t d1, int t
 
 /* One per-layer tensor of every layer: the file holds them layer after
  * layer, one kind at a time (all ln1w, then all ln1b, ...). */
-static ms_status add_layers(builder *b, const char *suffix, int64_t d0, int64_t d1,
-                            int transpose) {
+static ms_status add_layers(builder *b, const char *suffix, int64_t d0, int64_t d1, int transpose) {
     for (int l = 0; l < b->f->h.layers; l++) {
         char nm[48];
         snprintf(nm, sizeof nm, "h.%d.%s", l, suffix);
@@ -187,12 +194,8 @@ ms_status ckpt_llmc_open(ckpt_llmc_file **out, const char *path) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return ms_error(MS_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     ckpt_llmc_file *f = calloc(1, sizeof *f);
-    ms_status st = f ? read_header(fp, path, &f->h) : ms_error(MS_ERR_NOMEM, "out of memory");
-    if (st == MS_OK) {
-        gpt_config c;
-        header_config(&f->h, &c);
-        if (gpt_config_validate(&c) != MS_OK) st = ms_error_wrap(MS_ERR_FORMAT, "%s", path);
-    }
+    gpt_config c;
+    ms_status st = f ? read_header(fp, path, &f->h, &c) : ms_error(MS_ERR_NOMEM, "out of memory");
     builder b = {.f = f, .fp = fp, .path = path, .at = HEADER_WORDS * 4};
     if (st == MS_OK) {
         size_t C = (size_t)f->h.ch, cap = 4 + 12 * (size_t)f->h.layers;
@@ -224,10 +227,14 @@ void ckpt_llmc_close(ckpt_llmc_file *f) {
     free(f);
 }
 
-int ckpt_llmc_count(const ckpt_llmc_file *f) { return f->n; }
+int ckpt_llmc_count(const ckpt_llmc_file *f) {
+    return f->n;
+}
 
 const ckpt_st_tensor *ckpt_llmc_get(const ckpt_llmc_file *f, int i) {
     return i >= 0 && i < f->n ? &f->t[i] : NULL;
 }
 
-void ckpt_llmc_config(const ckpt_llmc_file *f, gpt_config *cfg) { header_config(&f->h, cfg); }
+void ckpt_llmc_config(const ckpt_llmc_file *f, gpt_config *cfg) {
+    header_config(&f->h, cfg);
+}

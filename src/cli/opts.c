@@ -373,6 +373,15 @@ static int cfg_safe(const char *v) {
     return 1;
 }
 
+/* "name = \"value\"", or a comment saying the value cannot be written. */
+static int cfg_string(char **buf, size_t *len, size_t *cap, const char *nm, const char *v) {
+    return cfg_safe(v) ? cfg_line(buf, len, cap, "%s = \"%s\"\n", nm, v)
+                       : cfg_line(buf, len, cap,
+                                  "# %s: a value holds a '#' or a control character, which a "
+                                  "config file cannot: give it on the command line\n",
+                                  nm);
+}
+
 char *opts_to_config(const opts_spec *spec, int n, const void *dst, const char *const *skip,
                      const char *header) {
     char *buf = NULL;
@@ -402,23 +411,13 @@ char *opts_to_config(const opts_spec *spec, int n, const void *dst, const char *
             break;
         case OPT_T_STR: {
             const char *v = *(char *const *)p;
-            if (!v) break; /* unset: the default */
-            good = cfg_safe(v) ? cfg_line(&buf, &len, &cap, "%s = \"%s\"\n", nm, v)
-                               : cfg_line(&buf, &len, &cap,
-                                          "# %s: its value holds a '#' or a control character, "
-                                          "which a config file cannot: give it on the command "
-                                          "line\n",
-                                          nm);
+            if (v) good = cfg_string(&buf, &len, &cap, nm, v); /* unset: the default */
             break;
         }
         case OPT_T_LIST: {
             const opts_list *l = p;
             for (int k = 0; good && k < l->n; k++)
-                good = cfg_safe(l->v[k]) ? cfg_line(&buf, &len, &cap, "%s = \"%s\"\n", nm, l->v[k])
-                                         : cfg_line(&buf, &len, &cap,
-                                                    "# %s: a value holds a '#' or a control "
-                                                    "character: give it on the command line\n",
-                                                    nm);
+                good = cfg_string(&buf, &len, &cap, nm, l->v[k]);
             break;
         }
         }

@@ -144,8 +144,8 @@ static ms_status open_ring(trainer *t) {
                           comm_world_timeout(t->world)};
     if (t->ring_leader) {
         MS_TRY(data_shm_open_leader(&t->ring, &rc));
-        MS_TRY(comm_barrier(g)); /* the segment exists before followers look */
-        MS_TRY(comm_barrier(g)); /* ... and every follower has mapped it */
+        MS_TRY(comm_barrier(g));  /* the segment exists before followers look */
+        MS_TRY(comm_barrier(g));  /* ... and every follower has mapped it */
         data_shm_unlink(t->ring); /* a killed job leaves nothing in /dev/shm */
         ms_info("data: one reader per host and tp group: rank %d reads, the other %d tp rank(s) "
                 "of host %s get its batches through shared memory (%s)%s",
@@ -471,7 +471,7 @@ static ms_status report_commits(trainer *t) {
 static void teardown(trainer *t, ms_status st) {
     char why[2048]; /* the failure's message: the heartbeat's last word, and kept for main */
     snprintf(why, sizeof why, "%s", st == MS_OK ? "" : ms_errmsg());
-    int reported = st != MS_OK && ms_error_reported(); /* every rank knows: a clean end */
+    int reported = st != MS_OK && ms_error_reported(); /* every rank knows it */
     if (t->ckpt && st != MS_OK) { /* a failed run: the commits of the persist in flight too */
         (void)ckpt_manager_wait(t->ckpt); /* as long as destroy would wait for it */
         (void)report_commits(t);
@@ -502,13 +502,11 @@ static void teardown(trainer *t, ms_status st) {
     mon_heartbeat_close(t->hb);
     comm_group_destroy(t->ring_group);
     comm_grid_destroy(t->grid);
-    train_gate_close(t->gate);
-    if (t->world && (st == MS_OK || reported)) {
-        ms_status fs = comm_world_finalize(t->world);
-        if (fs != MS_OK) ms_errorf("%s", ms_errmsg());
+    if (st != MS_OK) { /* what main reports */
+        ms_error(st, "%s", why);
+        ms_error_set_reported(reported);
     }
-    if (st != MS_OK) ms_error(st, "%s", why); /* what main reports */
-    ms_error_set_reported(reported);
+    if (train_gate_end(t->gate, t->world, st) != MS_OK && st == MS_OK) ms_errorf("%s", ms_errmsg());
 }
 
 /* Mean of a per-rank value over the data-parallel ranks. */

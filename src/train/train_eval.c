@@ -124,23 +124,10 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
         st = train_val_run(val, m, pipe, &r->loss);
     }
     st = train_gate_pass(gate, st);
-    int reported = st != MS_OK && ms_error_reported();
-    char why[2048];
-    snprintf(why, sizeof why, "%s", ms_errmsg());
     train_val_close(val);
     train_pipe_destroy(pipe);
     gpt_destroy(m);
     if (be) be_destroy(be);
     comm_grid_destroy(grid);
-    train_gate_close(gate);
-    /* after an unreported failure the others may wait: mpirun ends the job */
-    if (world && (st == MS_OK || reported)) {
-        ms_status fs = comm_world_finalize(world);
-        if (st == MS_OK) st = fs;
-    }
-    if (reported) {
-        ms_error(st, "%s", why);
-        ms_error_set_reported(1);
-    }
-    return st;
+    return train_gate_end(gate, world, st);
 }

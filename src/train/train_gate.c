@@ -215,20 +215,27 @@ void train_gate_close(train_gate *g) {
     free(g);
 }
 
+ms_status train_gate_end(train_gate *g, comm_world *w, ms_status st) {
+    int reported = st != MS_OK && ms_error_reported();
+    char why[2048];
+    snprintf(why, sizeof why, "%s", st == MS_OK ? "" : ms_errmsg());
+    train_gate_close(g);
+    /* after a failure no rank reported, the others may still wait: mpirun ends the job */
+    ms_status fs = w && (st == MS_OK || reported) ? comm_world_finalize(w) : MS_OK;
+    if (st == MS_OK) return fs;
+    ms_error(st, "%s", why);
+    ms_error_set_reported(reported);
+    return st;
+}
+
 ms_status train_gate_early(const char *cmd, ms_status st) {
     if (st == MS_OK || ms_ctx_get()->world <= 1) return st;
     char own[2048];
     snprintf(own, sizeof own, "%s", ms_errmsg());
     comm_world *w = NULL;
     train_gate *g = NULL;
-    ms_status ws = comm_world_init(&w, NULL, NULL, NULL); /* the defaults: options failed */
-    if (ws != MS_OK) return ms_error(st, "%s", own);
+    if (comm_world_init(&w, NULL, NULL, NULL) != MS_OK) /* the defaults: options failed */
+        return ms_error(st, "%s", own);
     st = train_gate_open(w, cmd, ms_error(st, "%s", own), &g);
-    int reported = ms_error_reported();
-    snprintf(own, sizeof own, "%s", ms_errmsg());
-    train_gate_close(g);
-    if (reported) (void)comm_world_finalize(w); /* every rank is here: a clean end */
-    ms_error(st, "%s", own);
-    ms_error_set_reported(reported);
-    return st;
+    return train_gate_end(g, w, st);
 }

@@ -47,6 +47,12 @@ typedef struct train_gate train_gate;
 ms_status train_gate_open(comm_world *w, const char *cmd, ms_status st, train_gate **out);
 ms_status train_gate_pass(train_gate *g, ms_status st);
 void train_gate_close(train_gate *g); /* before the world is finalized; NULL ignored */
+/* A command's end under the gate (after its groups were destroyed): the
+ * gate closed, then MPI finalized when that is safe: every rank succeeded,
+ * or they all know of the failure (reported).  st != MS_OK: returned with
+ * its message and reported mark kept; else the finalize's status.  g and
+ * w may be NULL. */
+ms_status train_gate_end(train_gate *g, comm_world *w, ms_status st);
 
 /* train_dist.c.  train_dist_open: alone (the run context's world is 1)
  * only the layout's checks, *world, *grid and *gate NULL; under mpirun MPI
