@@ -206,6 +206,11 @@ long long comm_world_bytes(comm_world *w);
  * step's delta is its time waiting on communication.  NULL: 0.
  * Thread-safe. */
 long long comm_world_wait_ns(const comm_world *w);
+/* The same for the ops of group g alone (a parallel dimension's exposed
+ * communication: the trainer reads the tp, dp and pp groups'; a group
+ * split later, such as pp's "embedding", counts on its own).  NULL: 0.
+ * Thread-safe. */
+long long comm_group_wait_ns(const comm_group *g);
 
 /* ---- groups -------------------------------------------------------------- */
 

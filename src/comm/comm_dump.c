@@ -218,3 +218,7 @@ long long comm_world_bytes(comm_world *w) {
 long long comm_world_wait_ns(const comm_world *w) {
     return w ? atomic_load_explicit(&w->wait_ns, memory_order_relaxed) : 0;
 }
+
+long long comm_group_wait_ns(const comm_group *g) {
+    return g ? atomic_load_explicit(&g->wait_ns, memory_order_relaxed) : 0;
+}

@@ -131,6 +131,7 @@ struct comm_group {
     double last_done;
     uint64_t done_seq;         /* the highest collective sequence number completed */
     uint16_t ev_lane, ev_name; /* event recorder ids: lane "comm:<name>", name */
+    _Atomic long long wait_ns; /* callers' time in comm_wait on this group's ops */
 };
 
 struct comm_world {

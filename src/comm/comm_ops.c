@@ -372,9 +372,15 @@ static ms_status comm_wait_host(comm_req *r, comm_group **out) {
 ms_status comm_wait_result(comm_req *r, comm_group **out) {
     if (!r) return MS_OK;
     comm_world *w = r->w; /* r is freed by the wait */
+    /* a group op's group may be gone after the wait (COMM_K_FREE frees it) */
+    comm_group *g = r->kind == COMM_K_FREE || r->kind == COMM_K_CREATE || r->kind == COMM_K_SPLIT
+                        ? NULL
+                        : r->g;
     int64_t t0 = ms_ev_now();
     ms_status st = r->on_nccl ? comm_nccl_wait(r) : comm_wait_host(r, out);
-    atomic_fetch_add_explicit(&w->wait_ns, (long long)(ms_ev_now() - t0), memory_order_relaxed);
+    long long dt = (long long)(ms_ev_now() - t0);
+    atomic_fetch_add_explicit(&w->wait_ns, dt, memory_order_relaxed);
+    if (g) atomic_fetch_add_explicit(&g->wait_ns, dt, memory_order_relaxed);
     return st;
 }
 

@@ -123,6 +123,12 @@ const gpt_param *gpt_tensor(const gpt_model *m, int i);
 int gpt_tp_size(const gpt_model *m);
 int gpt_tp_rank(const gpt_model *m);
 comm_group *gpt_tp_group(const gpt_model *m);
+/* Tensor-parallel overlap (--overlap tp, the default): 1 pipelines each
+ * column-parallel GEMM with the all-gather of its input and each
+ * row-parallel GEMM with the reduce-scatter of its output, chunk by chunk
+ * (gpt_tp.c); 0 waits for each chunk's communication at once.  Both give
+ * the same bits.  No-op without TP. */
+void gpt_set_tp_overlap(gpt_model *m, int on);
 /* The comm dtype of activation buffers (the backend's act dtype), for the
  * tensor- and pipeline-parallel exchanges. */
 comm_dtype gpt_act_comm_dtype(const gpt_model *m);

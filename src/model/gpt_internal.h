@@ -85,6 +85,7 @@ struct gpt_model {
      * dfc, dfc_pre (N,4C/tp). */
     comm_group *tpg;
     int tp, tp_rank;
+    int tp_overlap; /* gpt_set_tp_overlap */
     void *dfull;      /* (N,C) all-gathered output gradient of a row-parallel linear */
     void *cls_logits; /* (cls_rows, Vp/tp) one chunk of this rank's vocabulary logits */
     float *cls_stats; /* (tp, cls_rows, 3) their statistics, gathered over tp */

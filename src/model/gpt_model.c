@@ -203,6 +203,7 @@ static ms_status setup_tp(gpt_model *m, comm_group *tp) {
     gpt_config *c = &m->cfg;
     m->tpg = tp && comm_group_size(tp) > 1 ? tp : NULL;
     m->tp = m->tpg ? comm_group_size(tp) : 1;
+    m->tp_overlap = 1; /* gpt_set_tp_overlap */
     m->tp_rank = m->tpg ? comm_group_rank(tp) : 0;
     if (m->tp > 1) {
         if (c->n_head % m->tp != 0)
@@ -360,6 +361,10 @@ int gpt_tp_rank(const gpt_model *m) {
 }
 comm_dtype gpt_act_comm_dtype(const gpt_model *m) {
     return m->be->act_dtype == BE_BF16 ? COMM_BF16 : COMM_F32;
+}
+
+void gpt_set_tp_overlap(gpt_model *m, int on) {
+    m->tp_overlap = on;
 }
 
 comm_group *gpt_tp_group(const gpt_model *m) {

@@ -143,6 +143,9 @@ static ms_status metrics_step(void *ctx, const mon_step *s) {
     add_round(o, "comm_ms", s->comm_ms, 1e-3);
     add_round(o, "bubble_ms", s->bubble_ms, 1e-3);
     add_round(o, "wait_ms", s->wait_ms, 1e-3);
+    add_round(o, "tp_wait_ms", s->tp_ms, 1e-3);
+    add_round(o, "dp_wait_ms", s->dp_ms, 1e-3);
+    add_round(o, "pp_wait_ms", s->pp_ms, 1e-3);
     add_round(o, "compute_ms", s->compute_ms, 1e-3);
     if (s->dev_fb_ms > 0) add_round(o, "dev_fb_ms", s->dev_fb_ms, 1e-3); /* the device's own */
     if (s->dev_opt_ms > 0) add_round(o, "dev_opt_ms", s->dev_opt_ms, 1e-3);

@@ -28,6 +28,7 @@ typedef struct {
     double wait_ms;               /* blocked in any communication wait (comm_world_wait_ns) */
     double compute_ms;            /* sec - wait_ms - data_ms, at least 0 */
     double bubble_ms;             /* pipeline: waited on receives */
+    double tp_ms, dp_ms, pp_ms;   /* blocked on each dimension's communication (exposed) */
     double dev_fb_ms, dev_opt_ms; /* device timers of the previous step (0: none) */
     long long tokens;             /* tokens seen so far, this step included */
     double wall_s;                /* epoch seconds at the end of the step */

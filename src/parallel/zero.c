@@ -19,6 +19,7 @@ struct par_zero {
     bucket *b;
     int nb;
     int armed;
+    int overlap; /* par_zero_set_overlap */
     double wait_sec; /* time blocked in waits since par_zero_take_wait */
     ms_status err;   /* first failure seen inside a hook */
     char errmsg[1024];
@@ -76,6 +77,7 @@ ms_status par_zero_create(par_zero **out, gpt_model *m, comm_group *dp) {
     }
     z->m = m;
     z->dp = dp;
+    z->overlap = 1;
     z->size = comm_group_size(dp);
     z->rank = comm_group_rank(dp);
     z->nb = gpt_grad_ranges(m, bounds, L + 2);
@@ -126,6 +128,10 @@ void par_zero_shard(const par_zero *z, int i, size_t *begin, size_t *end) {
     const bucket *b = &z->b[i];
     *begin = b->begin + (size_t)z->rank * b->count;
     *end = *begin + b->count;
+}
+
+void par_zero_set_overlap(par_zero *z, int on) {
+    z->overlap = on;
 }
 
 void par_zero_arm(par_zero *z) {

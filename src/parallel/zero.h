@@ -37,6 +37,12 @@ comm_group *par_zero_group(const par_zero *z);
 int par_zero_num_shards(const par_zero *z);
 void par_zero_shard(const par_zero *z, int i, size_t *begin, size_t *end);
 
+/* Data-parallel overlap (--overlap dp, the default): 1 starts each
+ * bucket's reduce-scatter when its gradients are ready and waits for each
+ * all-gather where the next forward reads it; 0 waits for every op at
+ * once (the same bits, the communication exposed).  Default 1. */
+void par_zero_set_overlap(par_zero *z, int on);
+
 void par_zero_arm(par_zero *z);
 ms_status par_zero_reduce_wait(par_zero *z);
 ms_status par_zero_gather_start(par_zero *z);

@@ -73,6 +73,7 @@ typedef struct {
     train_pipe *pipe; /* pp > 1: this stage's schedule (NULL: the whole model) */
     int pp;
     int dp, dp_rank, rank;
+    int overlap; /* --overlap: TRAIN_OVERLAP_* bits */
     ckpt_manager *ckpt;       /* --ckpt-dir / --resume (NULL: none) */
     int start, done;          /* first step of this run (after a resume), steps done */
     ckpt_st_dtype save_dtype; /* --save-dtype */
@@ -393,6 +394,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(train_model_config(tc, &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
+    MS_TRY(train_overlap_parse(tc->overlap, &t->overlap));
     if (t->rank == 0) train_warn_pipeline(tc, t->dp, t->pp, t->accum);
     snprintf(t->fault_spec, sizeof t->fault_spec, "%s%s%s",
              tc->inject_fault ? tc->inject_fault : "",
@@ -420,6 +422,8 @@ static ms_status setup(trainer *t) {
     MS_TRY(train_dist_device(tc, t->world, t->grid, t->be));
     MS_TRY(train_model_create(tc, &t->mc, t->be, t->world, t->grid, t->micro, t->accum,
                               16 * (size_t)t->dp, &t->model, &t->pipe));
+    gpt_set_tp_overlap(t->model, (t->overlap & TRAIN_OVERLAP_TP) != 0);
+    if (t->pipe) train_pipe_set_overlap(t->pipe, (t->overlap & TRAIN_OVERLAP_PP) != 0);
     if (tc->init_from && *tc->init_from) {
         MS_TRY(ckpt_hf_load(t->model, tc->init_from));
         ms_info("weights: loaded %s", tc->init_from);
@@ -428,6 +432,7 @@ static ms_status setup(trainer *t) {
     }
     if (t->dp > 1)
         MS_TRY(par_zero_create(&t->zero, t->model, comm_grid_group(t->grid, COMM_DIM_DP)));
+    if (t->zero) par_zero_set_overlap(t->zero, (t->overlap & TRAIN_OVERLAP_DP) != 0);
     MS_TRY(opt_create(&t->opt, &oc, t->model, t->zero));
     if (t->pipe) /* the norm sums over the stages, the last stage's wte copy left out */
         opt_set_pipeline(t->opt, comm_grid_group(t->grid, COMM_DIM_PP),
@@ -577,6 +582,7 @@ typedef struct {
     double sec, data_sec, comm_sec; /* comm: exposed (blocked) ZeRO communication */
     double wait_sec;                /* blocked in any comm_wait (comm_world_wait_ns) */
     double bubble_sec;              /* pp > 1: waited on pipeline receives */
+    double dim_sec[3];              /* blocked on the tp, dp, pp groups (exposed, per dimension) */
     /* device timers (CUDA events on a GPU): forward + backward, and gradient
      * sync + optimiser, of the last step the device has finished (read late,
      * so that reading them never waits: usually the previous step's) */
@@ -691,12 +697,21 @@ static ms_status compute_step(trainer *t, int step, step_result *r) {
     return MS_OK;
 }
 
+/* Nanoseconds blocked so far on the tp, dp and pp groups (the pipeline's
+ * embedding group with pp): the exposed communication of each dimension. */
+static void dim_wait_ns(const trainer *t, long long ns[3]) {
+    ns[0] = t->grid ? comm_group_wait_ns(comm_grid_group(t->grid, COMM_DIM_TP)) : 0;
+    ns[1] = t->grid ? comm_group_wait_ns(comm_grid_group(t->grid, COMM_DIM_DP)) : 0;
+    ns[2] = t->pipe ? train_pipe_wait_ns(t->pipe) : 0;
+}
+
 /* One optimiser step over `accum` micro-batches. */
 static ms_status train_step(trainer *t, int step, step_result *r) {
     ms_ev_set_step(step + 1); /* every span recorded from here on belongs to this step */
     r->t0_ns = ms_ev_now();
     double t0 = ms_now();
-    long long wait0 = comm_world_wait_ns(t->world);
+    long long wait0 = comm_world_wait_ns(t->world), dim0[3];
+    dim_wait_ns(t, dim0);
     ms_fault_fire_slow(&t->fault, step + 1, t->rank); /* injected: a straggler's compute */
     r->data_sec = r->bubble_sec = 0;
     r->skipped = r->redone = 0;
@@ -719,6 +734,9 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     r->t1_ns = ms_ev_now();
     r->comm_sec = t->zero ? par_zero_take_wait(t->zero) : 0;
     r->wait_sec = (double)(comm_world_wait_ns(t->world) - wait0) / 1e9;
+    long long dim1[3];
+    dim_wait_ns(t, dim1);
+    for (int d = 0; d < 3; d++) r->dim_sec[d] = (double)(dim1[d] - dim0[d]) / 1e9;
     mon_devtime_poll(t->dev);
     r->dev_fb_ms = mon_devtime_last_ms(t->dev, t->ev_dev_fb);
     r->dev_opt_ms = mon_devtime_last_ms(t->dev, t->ev_dev_opt);
@@ -742,6 +760,9 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
                   .comm_ms = r->comm_sec * 1e3,
                   .wait_ms = r->wait_sec * 1e3,
                   .bubble_ms = r->bubble_sec * 1e3,
+                  .tp_ms = r->dim_sec[0] * 1e3,
+                  .dp_ms = r->dim_sec[1] * 1e3,
+                  .pp_ms = r->dim_sec[2] * 1e3,
                   .dev_fb_ms = r->dev_fb_ms,
                   .dev_opt_ms = r->dev_opt_ms,
                   .tokens = (long long)(step + 1) * tc->batch * tc->seq,

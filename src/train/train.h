@@ -15,6 +15,9 @@
 
 #include "base/status.h"
 
+/* --overlap: the dimensions whose communication is hidden behind compute */
+enum { TRAIN_OVERLAP_DP = 1, TRAIN_OVERLAP_TP = 2, TRAIN_OVERLAP_PP = 4, TRAIN_OVERLAP_ALL = 7 };
+
 typedef struct {
     /* model */
     char *model;                            /* preset name */
@@ -29,6 +32,7 @@ typedef struct {
     /* CUDA backend (be_options): time every op; GeLU in the GEMM epilogue */
     int cuda_profile, cuda_fuse_gelu;
     int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp; dp 0: world / (tp*pp)) */
+    char *overlap;       /* all | none | a list of dp, tp, pp (train_overlap_parse) */
     /* data */
     char *train_data, *val_data, *data_order;
     int batch, micro_batch, seq;

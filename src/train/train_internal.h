@@ -118,6 +118,16 @@ ms_status train_pipe_eval(train_pipe *p, const int32_t *inp, const int32_t *tgt,
 int train_pipe_last_stage(const train_pipe *p);
 /* Seconds the last step waited on pipeline receives (the bubble). */
 double train_pipe_bubble(const train_pipe *p);
+/* Pipeline overlap (--overlap pp, the default): 1 posts sends and receives
+ * where the schedule says and waits late; 0 waits for each at once.
+ * Default 1. */
+void train_pipe_set_overlap(train_pipe *p, int on);
+/* Nanoseconds blocked on the pipeline's groups so far (pp and the tied
+ * embedding's): comm_group_wait_ns of both. */
+long long train_pipe_wait_ns(const train_pipe *p);
+/* --overlap: "all", "none" or a comma list of dp, tp, pp -> TRAIN_OVERLAP_*
+ * bits (MS_ERR_ARG naming the option otherwise). */
+ms_status train_overlap_parse(const char *s, int *mask);
 
 /* train_val.c: the validation loss over a fixed set of sequences, the same
  * for every layout and micro-batch size.  The set is the first batches x

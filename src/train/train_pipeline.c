@@ -33,6 +33,7 @@ struct train_pipe {
     void **act_send, **grad_send; /* [vpp] device buffers */
     comm_req **req;               /* [4][n_micro*vpp]: SEND_ACT .. RECV_GRAD */
     double bubble;                /* seconds waited on receives in the last step */
+    int overlap;                  /* train_pipe_set_overlap */
 };
 
 ms_status train_pipe_plan(train_pipe **out, comm_grid *grid, comm_world *world, int vpp,
@@ -43,6 +44,7 @@ ms_status train_pipe_plan(train_pipe **out, comm_grid *grid, comm_world *world, 
     comm_grid_coord me = comm_grid_coord_of(grid);
     comm_grid_shape sh = comm_grid_shape_of(grid);
     p->ppg = comm_grid_group(grid, COMM_DIM_PP);
+    p->overlap = 1;
     p->pp = sh.pp, p->vpp = vpp, p->stage = me.pp, p->n_micro = n_micro, p->G = sh.pp * vpp;
     par_sched_kind kind = vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B;
     ms_status st = par_schedule(kind, p->pp, vpp, n_micro, p->stage, &p->list, &p->n);
@@ -119,6 +121,14 @@ int train_pipe_last_stage(const train_pipe *p) {
 
 double train_pipe_bubble(const train_pipe *p) {
     return p->bubble;
+}
+
+void train_pipe_set_overlap(train_pipe *p, int on) {
+    p->overlap = on;
+}
+
+long long train_pipe_wait_ns(const train_pipe *p) {
+    return comm_group_wait_ns(p->ppg) + comm_group_wait_ns(p->emb);
 }
 
 /* The request slot of a posted op on (mb, chunk). */

@@ -84,6 +84,32 @@ ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro)
     return MS_OK;
 }
 
+ms_status train_overlap_parse(const char *s, int *mask) {
+    *mask = TRAIN_OVERLAP_ALL;
+    if (!s || !*s || !strcmp(s, "all")) return MS_OK;
+    *mask = 0;
+    if (!strcmp(s, "none")) return MS_OK;
+    char buf[64];
+    if (strlen(s) >= sizeof buf)
+        return ms_error(MS_ERR_ARG, "--overlap %.40s...: all, none, or a list of dp, tp, pp", s);
+    snprintf(buf, sizeof buf, "%s", s);
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "dp"))
+            *mask |= TRAIN_OVERLAP_DP;
+        else if (!strcmp(t, "tp"))
+            *mask |= TRAIN_OVERLAP_TP;
+        else if (!strcmp(t, "pp"))
+            *mask |= TRAIN_OVERLAP_PP;
+        else
+            return ms_error(MS_ERR_ARG,
+                            "--overlap %s: '%s' is not a dimension (all, none, or a list of dp, "
+                            "tp, pp)",
+                            s, t);
+    }
+    return MS_OK;
+}
+
 int train_dp_of(const train_config *tc, int world) {
     if (tc->dp > 0) return tc->dp;
     int tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1;
