@@ -17,3 +17,9 @@ endforeach()
 ms_script_test(mpi_tensor_parallel COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_tp.py
   LABELS mpi)
 set_tests_properties(mpi_tensor_parallel PROPERTIES TIMEOUT 300)
+
+# --overlap on the tensor-parallel exchanges: bitwise the same losses and
+# weights as waiting for each message at once (tp2, tp4, tp2 x dp2).
+ms_script_test(mpi_overlap_tp COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_overlap_tp.py
+  LABELS mpi)
+set_tests_properties(mpi_overlap_tp PROPERTIES TIMEOUT 300)

@@ -86,6 +86,8 @@ struct gpt_model {
     comm_group *tpg;
     int tp, tp_rank;
     int tp_overlap; /* gpt_set_tp_overlap */
+    void *tp_rsbuf;    /* (N,C): the peers' partial products of this rank's rows, and their sum */
+    comm_req **tp_req; /* [2*tp]: receive from / send to peer p at [p] / [tp+p] (gpt_tp.c) */
     void *dfull;      /* (N,C) all-gathered output gradient of a row-parallel linear */
     void *cls_logits; /* (cls_rows, Vp/tp) one chunk of this rank's vocabulary logits */
     float *cls_stats; /* (tp, cls_rows, 3) their statistics, gathered over tp */

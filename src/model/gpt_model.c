@@ -183,6 +183,7 @@ static void layout_acts(gpt_model *m, ms_arena *a) {
     m->dfc_pre = ms_arena_push(a, N * F * es);
     if (tp > 1) {
         m->dfull = ms_arena_push(a, N * C * es);
+        m->tp_rsbuf = ms_arena_push(a, N * C * es);
         m->cls_logits = ms_arena_push(a, (size_t)m->cls_rows * (m->cfg.vocab_pad / tp) * es);
         m->cls_stats = ms_arena_push(a, tp * (size_t)m->cls_rows * 3 * 4);
         m->rep_grads = ms_arena_push(a, 6 * C * 4);
@@ -205,6 +206,8 @@ static ms_status setup_tp(gpt_model *m, comm_group *tp) {
     m->tp = m->tpg ? comm_group_size(tp) : 1;
     m->tp_overlap = 1; /* gpt_set_tp_overlap */
     m->tp_rank = m->tpg ? comm_group_rank(tp) : 0;
+    m->tp_req = calloc(2 * (size_t)m->tp, sizeof *m->tp_req);
+    if (!m->tp_req) return ms_error(MS_ERR_NOMEM, "tensor parallelism: out of memory");
     if (m->tp > 1) {
         if (c->n_head % m->tp != 0)
             return ms_error(MS_ERR_ARG,
@@ -322,6 +325,7 @@ void gpt_destroy(gpt_model *m) {
     free(m->table);
     free(m->layer_t);
     free(m->host_losses);
+    free(m->tp_req);
     free(m);
 }
 
