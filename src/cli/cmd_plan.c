@@ -55,7 +55,7 @@ static const opts_spec plan_opts[] = {
     O("batch", OPT_T_INT, batch, "0", "[0,1073741824]", "sequences per optimizer step, global"),
     O("micro-batch", OPT_T_INT, micro, "1", "[1,1073741824]", "sequences per micro-batch"),
     O("features", OPT_T_STR, features, "megascale", NULL,
-      "megatron, megascale, ours (this trainer: PP and DP overlap, fused, async data) or a "
+      "megatron, megascale, ours (this trainer: TP, PP and DP overlap, fused, async data) or a "
       "comma list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, data, lamb "
       "(none: Megatron-LM's baseline)"),
     O("recompute", OPT_T_STR, recompute, NULL, NULL,
@@ -143,7 +143,7 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
     }
     if (!strcmp(s, "megascale"))
         s = "parallel,window,tp-overlap,pp-overlap,dp-overlap,fused,data,lamb";
-    if (!strcmp(s, "ours")) s = "pp-overlap,dp-overlap,fused,data";
+    if (!strcmp(s, "ours")) s = "tp-overlap,pp-overlap,dp-overlap,fused,data";
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {

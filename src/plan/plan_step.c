@@ -116,7 +116,7 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
                 r.tp_fwd += chunked_exposed(ag, gf[0]) + chunked_exposed(rs, gf[1]);
                 r.tp_bwd += chunked_exposed(rs, gd[0] + gw[0]) + chunked_exposed(ag, gd[1] + gw[1]);
             }
-        } else { /* blocking, as in the trainer (model/gpt_tp.c) */
+        } else { /* blocking (the trainer with --overlap without tp) */
             r.tp_fwd = n * (ag + rs);
             r.tp_bwd = n * (ag + rs);
         }
