@@ -58,7 +58,8 @@ static void wait_op(par_zero *z, comm_req **req) {
     *req = NULL;
 }
 
-/* Every bucket must lie inside or outside a span the model reports. */
+/* 1 if bucket b lies inside [begin, end): the model reports spans of whole
+ * buckets (one, or the pipeline's embedding span: wte and wpe). */
 static int in_span(const bucket *b, size_t begin, size_t end) {
     return b->begin >= begin && b->end <= end;
 }
