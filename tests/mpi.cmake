@@ -17,3 +17,10 @@ set_tests_properties(mpi_validation PROPERTIES TIMEOUT 300)
 ms_script_test(mpi_errors COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_errors.py
   LABELS mpi)
 set_tests_properties(mpi_errors PROPERTIES TIMEOUT 600)
+# Data-parallel overlap (--overlap): dp2 with the ZeRO communication hidden
+# behind compute is bitwise the run that waits for every op at once (losses
+# and final weights), serial and parallel block, AdamW and LAMB, gradient
+# accumulation; a bad --overlap value is named (label mpi).
+ms_script_test(mpi_overlap_dp COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_overlap_dp.py
+  LABELS mpi)
+set_tests_properties(mpi_overlap_dp PROPERTIES TIMEOUT 300)

@@ -258,8 +258,8 @@ ms_status ckpt_runs_of_range(gpt_model *m, int i, int gi, size_t off, size_t n, 
 
 ms_status ckpt_runs_of_dp(gpt_model *m, int dp, int rank, ckpt_run **out, int *n) {
     int nt = gpt_num_tensors(m), L = gpt_get_config(m)->n_layer;
-    size_t *bounds = malloc(sizeof(size_t) * 2 * (size_t)(L + 2));
-    ckpt_run *runs = calloc((size_t)(nt + L + 2) * 6, sizeof *runs);
+    size_t *bounds = malloc(sizeof(size_t) * 2 * (size_t)(L + 3));
+    ckpt_run *runs = calloc((size_t)(nt + L + 3) * 6, sizeof *runs);
     if (!bounds || !runs) {
         free(bounds);
         free(runs);
@@ -267,7 +267,7 @@ ms_status ckpt_runs_of_dp(gpt_model *m, int dp, int rank, ckpt_run **out, int *n
     }
     int nb = 1, nr = 0;
     if (dp > 1) {
-        nb = gpt_grad_ranges(m, bounds, L + 2);
+        nb = gpt_grad_ranges(m, bounds, L + 3);
     } else {
         bounds[0] = 0;
         bounds[1] = gpt_num_elements(m);

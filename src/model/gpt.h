@@ -191,21 +191,46 @@ void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int l
 void gpt_zero_grads(gpt_model *m);
 
 /* Called by gpt_forward_backward as soon as the gradients of a contiguous
- * range [begin, end) of the gradient buffer (element offsets) are final for
- * the micro-batch: block L-1 first down to block 0, then ln_f and finally the
- * embeddings (wte, wpe).  Data parallelism uses it to start reducing a
- * bucket while the backward pass goes on.  fn NULL removes the hook. */
+ * span [begin, end) of the gradient buffer (element offsets) are final for
+ * the micro-batch; a span is one range of gpt_grad_ranges or several
+ * consecutive ones (the pipeline's embedding span: wte and wpe).  Order:
+ * ln_f (right after its backward, at the start of the backward pass),
+ * block L-1 down to block 0, then the embeddings (wte and wpe) - or, while
+ * a rows hook is set (gpt_set_rows_hook), wte right after the classifier,
+ * before the blocks, and wpe alone at the end.  Data parallelism uses it to
+ * start reducing a bucket while the backward pass goes on.  fn NULL
+ * removes the hook. */
 typedef void (*gpt_grad_ready_fn)(void *ctx, size_t begin, size_t end);
 void gpt_set_grad_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx);
-/* Called by every forward pass just before the weights of a range are first
- * read (the embeddings, block 0 ... block L-1, ln_f, i.e. the ranges of
- * gpt_grad_ranges in reverse order), so that data parallelism can wait for
- * that range's all-gather only when it is needed.  fn NULL removes it. */
+/* Called by every forward pass just before the weights of a span are first
+ * read (in the order of gpt_grad_ranges: the embeddings, block 0 ... block
+ * L-1, ln_f; a pipeline stage's last chunk reads its wte copy after ln_f),
+ * so that data parallelism can wait for that span's all-gather only when it
+ * is needed.  fn NULL removes it. */
 void gpt_set_param_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx);
-/* The ranges the hook reports, in order: n_ranges = L + 2; range i is
- * [bounds[2i], bounds[2i+1]).  A pipeline stage reports only its own: its
- * blocks (last first), then ln_f and the embeddings where it holds them. */
+/* The ranges the hooks report, in the order the forward pass first reads
+ * them: wte, wpe, block 0 ... block L-1, ln_f for a whole model (a pipeline
+ * stage: its own only, and a last stage's wte copy after ln_f).  At most
+ * L + 3 of them (max_ranges must allow that); range i is [bounds[2i],
+ * bounds[2i+1]).  Each is padded to the model's range alignment. */
 int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges);
+
+/* wte's gradient in two parts (data parallelism reduces the big classifier
+ * part while the backward runs): while fn is set, gpt_forward_backward
+ * reports wte's range to the grad hook right after the classifier (the
+ * classifier's part, with earlier micro-batches' whole gradients, is then
+ * final) and does not add this micro-batch's embedding-lookup rows into
+ * wte's gradient: it calls fn once at the end of the backward with them,
+ * ids (n, host, ascending, distinct token ids) and rows (gpt_rows_max
+ * rows x C, f32 backend memory: row j < n is token ids[j]'s gradient, the
+ * rest 0), valid until the next pass.  The caller must add them (wte's
+ * gradient = what the grad hook saw + the rows).  A model that cannot
+ * (gpt_rows_max 0) ignores fn.  fn NULL: one gradient, as usual. */
+typedef void (*gpt_rows_ready_fn)(void *ctx, const int32_t *ids, int n, const float *rows);
+void gpt_set_rows_hook(gpt_model *m, gpt_rows_ready_fn fn, void *ctx);
+/* Rows the rows hook passes (B*T of gpt_create), 0 when the model cannot
+ * keep them apart (tensor parallelism, a pipeline stage). */
+int gpt_rows_max(const gpt_model *m);
 
 /* ---- pipeline stages (gpt_stage.c) ----------------------------------------
  * A stage model holds only the blocks of its chunks: with pp stages of vpp

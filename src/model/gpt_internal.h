@@ -97,8 +97,19 @@ struct gpt_model {
     char errmsg[512];
 
     /* gradient-ready ranges: block l [lrange[2l], lrange[2l+1]), the
-     * embeddings and ln_f (empty when absent on a pipeline stage) */
-    size_t *lrange, erange[2], frange[2];
+     * embeddings (erange: wte then wpe, each padded on its own: wrange and
+     * prange) and ln_f (empty when absent on a pipeline stage) */
+    size_t *lrange, erange[2], wrange[2], prange[2], frange[2];
+    /* wte's lookup rows kept apart (gpt_set_rows_hook; tp 1, whole model
+     * only): row_grads (N,C) f32 device = the gradient rows of the
+     * micro-batch's distinct tokens row_ids (N host, ascending), n_rows of
+     * them; row_tokens (N) device = each position's row; row_of (Vp) host
+     * scratch, -1 between passes */
+    gpt_rows_ready_fn rows_hook;
+    void *rows_hook_ctx;
+    float *row_grads;
+    int32_t *row_tokens, *row_ids, *row_of, *row_host;
+    int n_rows;
     /* pipeline stage (pipe == 0: the whole model).  `layers` is then a view
      * of set k's blocks (slot_layers[k*cl ..]), set by gpt_stage.c. */
     int pipe;

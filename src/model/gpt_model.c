@@ -98,10 +98,12 @@ static void build_table(gpt_model *m, size_t align) {
     if (first || last)
         m->t_wte =
             add_tensor(m, cap, "wte.weight", c->vocab_pad, C, GPT_SPLIT_VOCAB, 1, std, 0, -1);
+    pad_to(m, align); /* wte alone: its reduce-scatter may start before wpe's gradient is final */
+    m->wrange[1] = m->prange[0] = m->n_elems;
     if (first)
         m->t_wpe = add_tensor(m, cap, "wpe.weight", c->seq_max, C, GPT_SPLIT_NONE, 1, std, 0, -1);
     pad_to(m, align);
-    m->erange[1] = m->n_elems;
+    m->erange[1] = m->prange[1] = m->n_elems;
     for (int l = 0; l < L; l++) {
         for (int i = 0; i < GPT_LAYER_TENSORS; i++)
             m->layer_t[l * GPT_LAYER_TENSORS + i] = -1;
@@ -181,6 +183,10 @@ static void layout_acts(gpt_model *m, ms_arena *a) {
     m->dqkv = ms_arena_push(a, N * 3 * Ca * es);
     m->dfc = ms_arena_push(a, N * F * es);
     m->dfc_pre = ms_arena_push(a, N * F * es);
+    if (tp == 1 && !m->pipe) { /* gpt_set_rows_hook */
+        m->row_grads = ms_arena_push(a, N * C * sizeof(float));
+        m->row_tokens = ms_arena_push(a, N * sizeof(int32_t));
+    }
     if (tp > 1) {
         m->dfull = ms_arena_push(a, N * C * es);
         m->tp_rsbuf = ms_arena_push(a, N * C * es);
@@ -278,6 +284,14 @@ ms_status gpt_create_stage(gpt_model **out, const gpt_config *cfg, be_backend *b
         MS_CHECK(m->slot_layers); /* a few small structs */
     }
     m->host_losses = malloc(sizeof(float) * (size_t)B * T);
+    if (m->tp == 1 && !m->pipe) { /* gpt_set_rows_hook's host side */
+        m->row_ids = malloc(sizeof(int32_t) * (size_t)B * T);
+        m->row_host = malloc(sizeof(int32_t) * (size_t)B * T);
+        m->row_of = malloc(sizeof(int32_t) * (size_t)m->cfg.vocab_pad);
+        MS_CHECK(m->row_ids && m->row_host && m->row_of); /* a few small arrays */
+        for (int v = 0; v < m->cfg.vocab_pad; v++)
+            m->row_of[v] = -1;
+    }
     size_t pbytes = m->n_elems * sizeof(float);
     m->params = be->alloc(be, pbytes);
     m->grads = be->alloc(be, pbytes);
@@ -326,6 +340,9 @@ void gpt_destroy(gpt_model *m) {
     free(m->layer_t);
     free(m->host_losses);
     free(m->tp_req);
+    free(m->row_ids);
+    free(m->row_host);
+    free(m->row_of);
     free(m);
 }
 
@@ -485,22 +502,37 @@ void gpt_set_param_hook(gpt_model *m, gpt_grad_ready_fn fn, void *ctx) {
     m->param_hook_ctx = ctx;
 }
 
+void gpt_set_rows_hook(gpt_model *m, gpt_rows_ready_fn fn, void *ctx) {
+    m->rows_hook = m->row_grads ? fn : NULL;
+    m->rows_hook_ctx = ctx;
+}
+
+int gpt_rows_max(const gpt_model *m) {
+    return m->row_grads ? m->B * m->T : 0;
+}
+
+/* Append range r to bounds (n so far) unless it is empty; the new n. */
+static int add_range(size_t *bounds, int n, const size_t *r) {
+    if (r[1] == r[0]) return n; /* not on this pipeline stage */
+    bounds[2 * n] = r[0];
+    bounds[2 * n + 1] = r[1];
+    return n + 1;
+}
+
+/* Forward read order: the embeddings (wte, wpe) where this model embeds
+ * the tokens, its blocks, ln_f, and a last stage's wte copy after it. */
 int gpt_grad_ranges(const gpt_model *m, size_t *bounds, int max_ranges) {
     int L = m->cfg.n_layer, n = 0;
-    MS_CHECK(max_ranges >= L + 2);
-    for (int l = L - 1; l >= 0; l--) { /* blocks, last first */
-        if (!gpt_holds_layer(m, l)) continue;
-        bounds[2 * n] = m->lrange[2 * l];
-        bounds[2 * n + 1] = m->lrange[2 * l + 1];
-        n++;
+    MS_CHECK(max_ranges >= L + 3);
+    int embeds = m->prange[1] > m->prange[0]; /* holds wpe: a whole model or the first stage */
+    if (embeds) {
+        n = add_range(bounds, n, m->wrange);
+        n = add_range(bounds, n, m->prange);
     }
-    const size_t *tail[2] = {m->frange, m->erange}; /* ln_f, then wte, wpe */
-    for (int i = 0; i < 2; i++) {
-        if (tail[i][1] == tail[i][0]) continue; /* not on this stage */
-        bounds[2 * n] = tail[i][0];
-        bounds[2 * n + 1] = tail[i][1];
-        n++;
-    }
+    for (int l = 0; l < L; l++)
+        if (gpt_holds_layer(m, l)) n = add_range(bounds, n, &m->lrange[2 * l]);
+    n = add_range(bounds, n, m->frange);
+    if (!embeds) n = add_range(bounds, n, m->wrange); /* the last stage's tied copy */
     return n;
 }
 

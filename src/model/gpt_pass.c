@@ -113,9 +113,14 @@ static void layer_bwd(gpt_model *m, int l, int B, int T) {
                       la->resid_in, gpt_w(m, lt[GPT_LN1_W]), la->ln1_mean, la->ln1_rstd, N, C);
 }
 
-/* Tell the param hook that range i (of gpt_grad_ranges) is about to be read. */
-static void params_needed(gpt_model *m, const size_t *bounds, int i) {
-    if (m->param_hook) m->param_hook(m->param_hook_ctx, bounds[2 * i], bounds[2 * i + 1]);
+/* Tell the param hook that the span r = [r[0], r[1]) is about to be read. */
+static void params_needed(gpt_model *m, const size_t *r) {
+    if (m->param_hook && r[1] > r[0]) m->param_hook(m->param_hook_ctx, r[0], r[1]);
+}
+
+/* Tell the grad hook that the span r is final. */
+static void grads_ready(gpt_model *m, const size_t *r) {
+    if (m->grad_hook && r[1] > r[0]) m->grad_hook(m->grad_hook_ctx, r[0], r[1]);
 }
 
 /* Embedding and all blocks, then ln_f into m->lnf. */
@@ -127,10 +132,8 @@ static void forward_trunk(gpt_model *m, const int32_t *tokens, int B, int T) {
     MS_CHECKF(B * T % m->tp == 0, "micro-batch (%d,%d): B*T not divisible by tp %d", B, T, m->tp);
     MS_CHECKF(!m->pipe, "a pipeline stage runs its chunks with gpt_chunk_forward/backward");
     int N = B * T, C = c->n_embd, L = c->n_layer;
-    size_t bounds[2 * 1026];
-    if (m->param_hook) gpt_grad_ranges(m, bounds, 1026);
     be->to_device(be, m->tokens, tokens, sizeof(int32_t) * (size_t)N);
-    params_needed(m, bounds, L + 1);
+    params_needed(m, m->erange);
     if (m->tp > 1)
         gpt_tp_embed_fwd(m, B, T);
     else
@@ -138,13 +141,13 @@ static void forward_trunk(gpt_model *m, const int32_t *tokens, int B, int T) {
                           gpt_w(m, m->t_wpe), B, T, C);
     for (int l = 0; l < L; l++) {
         void *y = l + 1 < L ? m->layers[l + 1].resid_in : m->x_final;
-        params_needed(m, bounds, L - 1 - l);
+        params_needed(m, &m->lrange[2 * l]);
         if (m->tp > 1)
             gpt_tp_layer_fwd(m, l, y, B, T);
         else
             layer_fwd(m, l, y, B, T);
     }
-    params_needed(m, bounds, L);
+    params_needed(m, m->frange);
     if (m->tp > 1)
         gpt_tp_ln_gather(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->x_final, m->t_lnf_w, m->t_lnf_b,
                          N);
@@ -179,11 +182,41 @@ void gpt_trace_pass(gpt_model *m, int chunk, int64_t t0, int64_t t1, int64_t t2)
     if (t2 > t1) ms_ev_span(m->ev_bwd, 0, t1, t2, &a);
 }
 
+/* The embedding backward with wte's lookup rows kept apart (the rows
+ * hook): the micro-batch's distinct tokens (ascending) become rows
+ * 0..n-1 of m->row_grads, each position's token is mapped to its row, and
+ * the ordinary embedding backward runs on that compact table, so each row
+ * sums the same terms in the same (position) order as it would in wte's
+ * gradient.  wpe's gradient is accumulated as usual.  tokens (N) host. */
+static void embed_rows_bwd(gpt_model *m, const int32_t *tokens, int B, int T) {
+    be_backend *be = m->be;
+    int N = B * T, C = m->cfg.n_embd, Vp = m->cfg.vocab_pad, n = 0;
+    for (int i = 0; i < N; i++) {
+        MS_CHECKF(tokens[i] >= 0 && tokens[i] < Vp, "embedding: token id %d outside [0, %d)",
+                  (int)tokens[i], Vp);
+        m->row_of[tokens[i]] = 0;
+    }
+    for (int v = 0; v < Vp && n < N; v++) /* ascending ids; O(Vp), no sort */
+        if (m->row_of[v] == 0) {
+            m->row_of[v] = n;
+            m->row_ids[n++] = v;
+        }
+    for (int i = 0; i < N; i++)
+        m->row_host[i] = m->row_of[tokens[i]];
+    for (int j = 0; j < n; j++)
+        m->row_of[m->row_ids[j]] = -1;
+    m->n_rows = n;
+    be->to_device(be, m->row_tokens, m->row_host, sizeof(int32_t) * (size_t)N);
+    be->zero(be, m->row_grads, (size_t)m->B * m->T * C * sizeof(float));
+    be->embedding_bwd(be, m->row_grads, gpt_g(m, m->t_wpe), m->dresid, m->row_tokens, B, T, C);
+}
+
 float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *targets, int B,
                            int T, float dloss) {
     be_backend *be = m->be;
     const gpt_config *c = &m->cfg;
     int N = B * T, C = c->n_embd;
+    int rows = m->rows_hook != NULL; /* wte's lookup rows apart (gpt_set_rows_hook) */
     int64_t t0 = ms_ev_on() ? ms_ev_now() : 0;
     forward_trunk(m, tokens, B, T);
     classifier(m, targets, N, dloss, 1);
@@ -195,27 +228,27 @@ float gpt_forward_backward(gpt_model *m, const int32_t *tokens, const int32_t *t
         be->layernorm_bwd(be, m->dresid, gpt_g(m, m->t_lnf_w), gpt_g(m, m->t_lnf_b), m->dln,
                           m->x_final, gpt_w(m, m->t_lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
     }
-    size_t bounds[2 * 1026]; /* layers are at most 1024 (gpt_config_validate) */
-    int nr = m->grad_hook ? gpt_grad_ranges(m, bounds, 1026) : 0;
+    grads_ready(m, m->frange);
+    if (rows) grads_ready(m, m->wrange); /* the classifier's part: the lookup rows come apart */
     for (int l = c->n_layer - 1; l >= 0; l--) {
         if (m->tp > 1)
             gpt_tp_layer_bwd(m, l, B, T);
         else
             layer_bwd(m, l, B, T);
-        if (m->grad_hook) {
-            int i = c->n_layer - 1 - l;
-            m->grad_hook(m->grad_hook_ctx, bounds[2 * i], bounds[2 * i + 1]);
-        }
+        grads_ready(m, &m->lrange[2 * l]);
     }
-    if (m->grad_hook) /* ln_f */
-        m->grad_hook(m->grad_hook_ctx, bounds[2 * (nr - 2)], bounds[2 * (nr - 2) + 1]);
-    if (m->tp > 1)
-        gpt_tp_embed_bwd(m, B, T);
-    else
-        be->embedding_bwd(be, gpt_g(m, m->t_wte), gpt_g(m, m->t_wpe), m->dresid, m->tokens, B, T,
-                          C);
-    if (m->grad_hook) /* wte, wpe */
-        m->grad_hook(m->grad_hook_ctx, bounds[2 * (nr - 1)], bounds[2 * (nr - 1) + 1]);
+    if (rows) {
+        embed_rows_bwd(m, tokens, B, T);
+        grads_ready(m, m->prange);
+        m->rows_hook(m->rows_hook_ctx, m->row_ids, m->n_rows, m->row_grads);
+    } else {
+        if (m->tp > 1)
+            gpt_tp_embed_bwd(m, B, T);
+        else
+            be->embedding_bwd(be, gpt_g(m, m->t_wte), gpt_g(m, m->t_wpe), m->dresid, m->tokens, B,
+                              T, C);
+        grads_ready(m, m->erange); /* wte and wpe */
+    }
     if (t0) gpt_trace_pass(m, 0, t0, t1, ms_ev_now());
     return mean_loss(m, N);
 }

@@ -277,7 +277,9 @@ mon_sink mon_sink_events(void) {
 
 /* ---- summary -------------------------------------------------------------- */
 
-#define SUMMARY_COLS 6 /* step, data, comm, bubble (ms); device fwd+bwd, optimizer (ms) */
+/* step, data, comm, bubble (ms); device fwd+bwd, optimizer (ms); blocked on
+ * the tp, dp, pp groups (ms) */
+#define SUMMARY_COLS 9
 
 typedef struct {
     int rank, n, cap;
@@ -296,6 +298,7 @@ static ms_status summary_step(void *ctx, const mon_step *s) {
     double *p = &m->v[SUMMARY_COLS * m->n++];
     p[0] = s->sec * 1e3, p[1] = s->data_ms, p[2] = s->comm_ms, p[3] = s->bubble_ms;
     p[4] = s->dev_fb_ms, p[5] = s->dev_opt_ms;
+    p[6] = s->tp_ms, p[7] = s->dp_ms, p[8] = s->pp_ms;
     return MS_OK;
 }
 
@@ -322,9 +325,10 @@ static void summary_close(void *ctx) {
             med[k] = summary_median(m, k, tmp);
         ms_log_raw("[megascale r%d profile] median per step over %d steps: step %.1f ms | compute "
                    "%.1f ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms | device: "
-                   "fwd+bwd %.1f ms, optimizer %.1f ms",
+                   "fwd+bwd %.1f ms, optimizer %.1f ms | blocked on tp %.1f ms, dp %.1f ms, pp "
+                   "%.1f ms",
                    m->rank, m->n > 1 ? m->n - 1 : m->n, med[0], med[0] - med[1] - med[2] - med[3],
-                   med[2], med[1], med[3], med[4], med[5]);
+                   med[2], med[1], med[3], med[4], med[5], med[6], med[7], med[8]);
     }
     free(tmp);
     free(m->v);

@@ -18,9 +18,11 @@ struct opt_state {
     opt_config cfg;
     gpt_model *m;
     be_backend *be;
-    par_zero *zero; /* NULL: this rank holds the whole state */
-    opt_piece *pieces;
+    par_zero *zero;    /* NULL: this rank holds the whole state */
+    opt_piece *pieces; /* shard by shard (forward order), tensor by tensor */
     int n_pieces;
+    int n_shards;     /* 1 without ZeRO */
+    int *shard_first; /* (n_shards + 1): shard s holds pieces [first[s], first[s+1]) */
     size_t n_state;
     float *mom, *var; /* fp32 (n_state) on the backend */
     double *norms;    /* LAMB: 2 per tensor, ||w||^2 and ||u||^2 */
@@ -71,8 +73,11 @@ static ms_status plan_pieces(opt_state *o) {
     gpt_model *m = o->m;
     int nt = gpt_num_tensors(m), ns = o->zero ? par_zero_num_shards(o->zero) : 1;
     o->pieces = calloc((size_t)(nt + ns) * 2, sizeof *o->pieces);
-    if (!o->pieces) return ms_error(MS_ERR_NOMEM, "optimizer: out of memory");
+    o->shard_first = calloc((size_t)ns + 1, sizeof *o->shard_first);
+    if (!o->pieces || !o->shard_first) return ms_error(MS_ERR_NOMEM, "optimizer: out of memory");
+    o->n_shards = ns;
     for (int s = 0; s < ns; s++) {
+        o->shard_first[s] = o->n_pieces;
         size_t lo = 0, hi = gpt_num_elements(m);
         if (o->zero) par_zero_shard(o->zero, s, &lo, &hi);
         for (int i = 0; i < nt; i++) {
@@ -89,6 +94,7 @@ static ms_status plan_pieces(opt_state *o) {
         }
         o->n_state += hi - lo;
     }
+    o->shard_first[ns] = o->n_pieces;
     return MS_OK;
 }
 
@@ -124,6 +130,7 @@ void opt_destroy(opt_state *o) {
     if (o->mom) o->be->free(o->be, o->mom);
     if (o->var) o->be->free(o->be, o->var);
     free(o->pieces);
+    free(o->shard_first);
     free(o->norms);
     free(o);
 }
@@ -184,6 +191,12 @@ static ms_status grad_sq(opt_state *o, double *sq) {
     return o->pp ? comm_allreduce(o->pp, sq, sq, 1, COMM_F64, COMM_SUM) : MS_OK;
 }
 
+/* This rank's shard s is updated: with ZeRO-2 its bucket's all-gather
+ * starts now (forward order), overlapping the remaining shards' updates. */
+static ms_status shard_done(opt_state *o, int s) {
+    return o->zero ? par_zero_gather_shard(o->zero, s) : MS_OK;
+}
+
 /* LAMB: moments and directions piece by piece, per-tensor norms assembled
  * over the pieces (and ranks), then the trust-ratio steps. */
 static ms_status lamb_all(opt_state *o, float lr, float gscale, int t) {
@@ -205,18 +218,37 @@ static ms_status lamb_all(opt_state *o, float lr, float gscale, int t) {
     for (int i = 0; i < nt; i++) /* tensor-parallel norms: sum the shards over TP */
         if (!tp_counts(o, i)) o->norms[2 * i] = o->norms[2 * i + 1] = 0;
     MS_TRY(tp_sum(o, o->norms, 2 * (size_t)nt));
-    for (int i = 0; i < o->n_pieces; i++) {
-        const opt_piece *pc = &o->pieces[i];
-        double wn = sqrt(o->norms[2 * pc->tensor]), un = sqrt(o->norms[2 * pc->tensor + 1]);
-        double ratio = (wn > 0 && un > 0) ? wn / un : 1.0;
-        be->lamb_apply(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off, pc->n,
-                       (float)(lr * ratio));
+    for (int s = 0; s < o->n_shards; s++) {
+        for (int i = o->shard_first[s]; i < o->shard_first[s + 1]; i++) {
+            const opt_piece *pc = &o->pieces[i];
+            double wn = sqrt(o->norms[2 * pc->tensor]), un = sqrt(o->norms[2 * pc->tensor + 1]);
+            double ratio = (wn > 0 && un > 0) ? wn / un : 1.0;
+            be->lamb_apply(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off, pc->n,
+                           (float)(lr * ratio));
+        }
+        MS_TRY(shard_done(o, s));
+    }
+    return MS_OK;
+}
+
+/* AdamW, shard by shard. */
+static ms_status adamw_all(opt_state *o, float lr, float gscale, int t) {
+    be_backend *be = o->be;
+    const opt_config *c = &o->cfg;
+    for (int s = 0; s < o->n_shards; s++) {
+        for (int i = o->shard_first[s]; i < o->shard_first[s + 1]; i++) {
+            const opt_piece *pc = &o->pieces[i];
+            float wd = gpt_tensor(o->m, pc->tensor)->decay ? c->weight_decay : 0.0f;
+            be->adamw_step(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off,
+                           o->mom + pc->state, o->var + pc->state, pc->n, lr, c->beta1, c->beta2,
+                           c->eps, wd, t, gscale);
+        }
+        MS_TRY(shard_done(o, s));
     }
     return MS_OK;
 }
 
 ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
-    be_backend *be = o->be;
     const opt_config *c = &o->cfg;
     double sq;
     MS_TRY(grad_sq(o, &sq));
@@ -231,17 +263,10 @@ ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
         if (coef < 1.0) stats->clip_scale = (float)coef;
     }
     int t = ++o->t;
-    if (c->kind == OPT_LAMB) {
+    if (c->kind == OPT_LAMB)
         MS_TRY(lamb_all(o, lr, stats->clip_scale, t));
-    } else {
-        for (int i = 0; i < o->n_pieces; i++) {
-            const opt_piece *pc = &o->pieces[i];
-            float wd = gpt_tensor(o->m, pc->tensor)->decay ? c->weight_decay : 0.0f;
-            be->adamw_step(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off,
-                           o->mom + pc->state, o->var + pc->state, pc->n, lr, c->beta1, c->beta2,
-                           c->eps, wd, t, stats->clip_scale);
-        }
-    }
+    else
+        MS_TRY(adamw_all(o, lr, stats->clip_scale, t));
     if (!o->zero) gpt_params_updated(o->m);
     return MS_OK;
 }

@@ -61,8 +61,15 @@ void opt_destroy(opt_state *o);
  * wte copies hold equal gradients). */
 void opt_set_pipeline(opt_state *o, comm_group *pp, int skip);
 /* One update with learning rate lr from the model's accumulated gradients.
- * Returns MS_ERR_NONFINITE (and leaves parameters and state untouched) when
- * the gradients hold NaN/Inf; stats are filled in either case. */
+ * Returns MS_ERR_NONFINITE (and leaves parameters and state untouched, and
+ * starts no all-gather) when the gradients hold NaN/Inf; stats are filled
+ * in either case.  Order: the global norm (clipping and the non-finite
+ * check need every shard's gradients, summed over the groups), LAMB's
+ * moments and per-tensor norms (one sum for all tensors), then the updates
+ * shard by shard in forward order (par_zero_shard: wte, wpe, block 0 ...,
+ * ln_f); with ZeRO-2 each shard's all-gather starts as soon as its update
+ * is done (par_zero_gather_shard), so the gathers overlap the rest of the
+ * optimiser and the first layers' weights arrive first. */
 ms_status opt_step(opt_state *o, float lr, opt_stats *stats);
 /* Number of updates applied so far (the t of the bias corrections). */
 int opt_steps_done(const opt_state *o);
@@ -76,8 +83,9 @@ typedef struct {
     float *mom, *var; /* this run's m and v (backend memory, n elements each) */
 } opt_state_piece;
 
-/* The pieces in a fixed order (shard by shard, tensor by tensor): returns
- * how many there are and fills the first min(count, max) of out. */
+/* The pieces in a fixed order (shard by shard in forward order, tensor by
+ * tensor): returns how many there are and fills the first min(count, max)
+ * of out. */
 int opt_state_pieces(opt_state *o, opt_state_piece *out, int max);
 /* Set the update count (a resumed run continues the bias corrections). */
 void opt_set_steps(opt_state *o, int t);

@@ -1,4 +1,10 @@
-/* zero.c - bucketed reduce-scatter / all-gather around the model's hooks. */
+/* zero.c - bucketed reduce-scatter / all-gather around the model's hooks.
+ *
+ * Order of the ops on the DP group (the same on every rank, as the
+ * communicator requires): the reduce-scatters in the order the grad hook
+ * reports the buckets (ln_f, wte's classifier part, block L-1 .. 0, wpe),
+ * then the two all-gathers of wte's lookup rows (ids, rows); after the
+ * optimiser's norm sums, one all-gather per bucket in forward order. */
 #include "parallel/zero.h"
 
 #include <stdio.h>
@@ -14,15 +20,26 @@ typedef struct {
 
 struct par_zero {
     gpt_model *m;
+    be_backend *be;
     comm_group *dp;
     int size, rank;
-    bucket *b;
+    bucket *b; /* in forward order (gpt_grad_ranges): shard i is bucket i's */
     int nb;
     int armed;
-    int overlap; /* par_zero_set_overlap */
+    int overlap;     /* par_zero_set_overlap */
     double wait_sec; /* time blocked in waits since par_zero_take_wait */
     ms_status err;   /* first failure seen inside a hook */
     char errmsg[1024];
+    /* wte's lookup rows (gpt_set_rows_hook; rows_max 0: the model keeps
+     * one gradient and wte's bucket is reduced whole) */
+    int rows_max, C;
+    bucket *wte;       /* the bucket holding wte alone */
+    size_t wte_off;    /* wte's element offset */
+    int32_t *ids_mine; /* (rows_max) host: this rank's ids, -1 after the last */
+    int32_t *ids_all;  /* (size, rows_max) host */
+    float *rows_all;   /* (size, rows_max, C) f32 backend */
+    comm_req *ids_ag, *rows_ag;
+    int rows_pending; /* the rows of this step were exchanged: add them */
 };
 
 static void keep_error(par_zero *z, ms_status st) {
@@ -32,55 +49,115 @@ static void keep_error(par_zero *z, ms_status st) {
     }
 }
 
-static bucket *find(par_zero *z, size_t begin) {
-    for (int i = 0; i < z->nb; i++)
-        if (z->b[i].begin == begin) return &z->b[i];
-    MS_CHECKF(0, "no bucket starts at %zu", begin);
-    return NULL;
+/* Wait for *req (if any), counting the time blocked; clears *req. */
+static void wait_op(par_zero *z, comm_req **req) {
+    if (!*req) return;
+    double t0 = ms_now();
+    keep_error(z, comm_wait(*req));
+    z->wait_sec += ms_now() - t0;
+    *req = NULL;
 }
 
-/* Grad hook: this bucket's gradients are final on this rank. */
+/* 1 if bucket b lies inside [begin, end): the model reports spans of whole
+ * buckets (one, or the pipeline's embedding span: wte and wpe). */
+static int in_span(const bucket *b, size_t begin, size_t end) {
+    return b->begin >= begin && b->end <= end;
+}
+
+/* Grad hook: the gradients of the buckets in [begin, end) are final on
+ * this rank (for wte while the rows hook is set: its classifier part). */
 static void on_grads(void *ctx, size_t begin, size_t end) {
     par_zero *z = ctx;
     if (!z->armed || z->err) return;
-    bucket *b = find(z, begin);
-    float *g = gpt_grads(z->m) + b->begin;
-    keep_error(z, comm_reduce_scatter_start(z->dp, g, g + (size_t)z->rank * b->count, b->count,
-                                            COMM_F32, COMM_SUM, &b->rs));
-    (void)end;
+    int hit = 0;
+    for (int i = 0; i < z->nb; i++) {
+        bucket *b = &z->b[i];
+        if (!in_span(b, begin, end)) continue;
+        hit = 1;
+        float *g = gpt_grads(z->m) + b->begin;
+        keep_error(z, comm_reduce_scatter_start(z->dp, g, g + (size_t)z->rank * b->count, b->count,
+                                                COMM_F32, COMM_SUM, &b->rs));
+        if (!z->overlap) wait_op(z, &b->rs);
+    }
+    MS_CHECKF(hit, "zero: no bucket inside the gradient span [%zu, %zu)", begin, end);
 }
 
-/* Param hook: the forward pass is about to read this bucket's weights. */
+/* Rows hook: this micro-batch's lookup rows of wte (ids ascending, rows
+ * rows_max x C with zeros past n): every rank's, to every rank. */
+static void on_rows(void *ctx, const int32_t *ids, int n, const float *rows) {
+    par_zero *z = ctx;
+    if (!z->armed || z->err) return;
+    memcpy(z->ids_mine, ids, sizeof(int32_t) * (size_t)n);
+    for (int j = n; j < z->rows_max; j++)
+        z->ids_mine[j] = -1;
+    size_t R = (size_t)z->rows_max;
+    keep_error(z, comm_allgather_start(z->dp, z->ids_mine, z->ids_all, R, COMM_I32, &z->ids_ag));
+    if (z->err == MS_OK)
+        keep_error(z, comm_allgather_start(z->dp, rows, z->rows_all, R * (size_t)z->C, COMM_F32,
+                                           &z->rows_ag));
+    if (!z->overlap) {
+        wait_op(z, &z->ids_ag);
+        wait_op(z, &z->rows_ag);
+    }
+    z->rows_pending = 1;
+}
+
+/* Param hook: the forward pass is about to read the buckets in [begin, end). */
 static void on_params(void *ctx, size_t begin, size_t end) {
     par_zero *z = ctx;
-    bucket *b = find(z, begin);
-    if (b->ag) {
-        double t0 = ms_now();
-        keep_error(z, comm_wait(b->ag));
-        z->wait_sec += ms_now() - t0;
-        b->ag = NULL;
+    for (int i = 0; i < z->nb; i++) {
+        bucket *b = &z->b[i];
+        if (!b->ag || !in_span(b, begin, end)) continue;
+        wait_op(z, &b->ag);
         /* the act-dtype copy of these weights (a no-op on fp32 backends) */
         if (z->err == MS_OK) gpt_params_range_updated(z->m, b->begin, b->end);
     }
-    (void)end;
+}
+
+/* The lookup-row exchange: the wte bucket holding wte alone, and buffers. */
+static ms_status setup_rows(par_zero *z) {
+    z->rows_max = gpt_rows_max(z->m);
+    int t = gpt_find(z->m, "wte.weight");
+    if (z->rows_max == 0 || t < 0) {
+        z->rows_max = 0;
+        return MS_OK;
+    }
+    const gpt_param *p = gpt_tensor(z->m, t);
+    z->wte_off = p->offset;
+    z->C = p->local[1];
+    for (int i = 0; i < z->nb; i++)
+        if (z->b[i].begin <= p->offset && p->offset < z->b[i].end) z->wte = &z->b[i];
+    int tw = gpt_find(z->m, "wpe.weight"); /* the model pads wte to a range of its own */
+    MS_CHECKF(z->wte && z->wte->begin == p->offset &&
+                  (tw < 0 || gpt_tensor(z->m, tw)->offset >= z->wte->end),
+              "zero: wte at %zu is not alone in its bucket", p->offset);
+    size_t R = (size_t)z->rows_max;
+    z->ids_mine = malloc(sizeof(int32_t) * R);
+    z->ids_all = malloc(sizeof(int32_t) * R * (size_t)z->size);
+    z->rows_all = z->be->alloc(z->be, sizeof(float) * R * (size_t)z->C * (size_t)z->size);
+    if (!z->ids_mine || !z->ids_all || !z->rows_all)
+        return ms_error(MS_ERR_NOMEM, "zero: cannot allocate %.1f MB for the embedding rows",
+                        4.0 * (double)R * z->C * z->size / 1e6);
+    return MS_OK;
 }
 
 ms_status par_zero_create(par_zero **out, gpt_model *m, comm_group *dp) {
     *out = NULL;
     par_zero *z = calloc(1, sizeof *z);
     int L = gpt_get_config(m)->n_layer;
-    size_t *bounds = malloc(sizeof(size_t) * 2 * (size_t)(L + 2));
+    size_t *bounds = malloc(sizeof(size_t) * 2 * (size_t)(L + 3));
     if (!z || !bounds) {
         free(z);
         free(bounds);
         return ms_error(MS_ERR_NOMEM, "zero: out of memory");
     }
     z->m = m;
+    z->be = gpt_backend(m);
     z->dp = dp;
     z->overlap = 1;
     z->size = comm_group_size(dp);
     z->rank = comm_group_rank(dp);
-    z->nb = gpt_grad_ranges(m, bounds, L + 2);
+    z->nb = gpt_grad_ranges(m, bounds, L + 3);
     z->b = calloc((size_t)z->nb, sizeof *z->b);
     ms_status st = z->b ? MS_OK : ms_error(MS_ERR_NOMEM, "zero: out of memory");
     for (int i = 0; st == MS_OK && i < z->nb; i++) {
@@ -95,6 +172,7 @@ ms_status par_zero_create(par_zero **out, gpt_model *m, comm_group *dp) {
         b->count = (b->end - b->begin) / (size_t)z->size;
     }
     free(bounds);
+    if (st == MS_OK) st = setup_rows(z);
     if (st != MS_OK) {
         par_zero_destroy(z);
         return st;
@@ -111,8 +189,14 @@ void par_zero_destroy(par_zero *z) {
         if (z->b[i].rs) comm_wait(z->b[i].rs);
         if (z->b[i].ag) comm_wait(z->b[i].ag);
     }
+    if (z->ids_ag) comm_wait(z->ids_ag);
+    if (z->rows_ag) comm_wait(z->rows_ag);
     gpt_set_grad_hook(z->m, NULL, NULL);
     gpt_set_param_hook(z->m, NULL, NULL);
+    gpt_set_rows_hook(z->m, NULL, NULL);
+    if (z->rows_all) z->be->free(z->be, z->rows_all);
+    free(z->ids_mine);
+    free(z->ids_all);
     free(z->b);
     free(z);
 }
@@ -136,6 +220,7 @@ void par_zero_set_overlap(par_zero *z, int on) {
 
 void par_zero_arm(par_zero *z) {
     z->armed = 1;
+    if (z->rows_max) gpt_set_rows_hook(z->m, on_rows, z);
 }
 
 static ms_status take_error(par_zero *z) {
@@ -145,26 +230,56 @@ static ms_status take_error(par_zero *z) {
     return ms_error(st, "%s", z->errmsg);
 }
 
+/* Add every rank's lookup rows (in rank order, so each element sums the
+ * same terms in the same order on every run) to this rank's shard of
+ * wte's reduced gradient.  A row [wte + id*C, +C) may straddle the shard's
+ * ends: only its overlap is added. */
+static void add_rows(par_zero *z) {
+    size_t lo, hi, R = (size_t)z->rows_max, C = (size_t)z->C;
+    par_zero_shard(z, (int)(z->wte - z->b), &lo, &hi);
+    float *g = gpt_grads(z->m);
+    for (int k = 0; k < z->size; k++)
+        for (size_t j = 0; j < R; j++) {
+            int32_t id = z->ids_all[(size_t)k * R + j];
+            if (id < 0) break; /* ascending, then -1 */
+            size_t e0 = z->wte_off + (size_t)id * C, e1 = e0 + C;
+            size_t a = e0 > lo ? e0 : lo, b = e1 < hi ? e1 : hi;
+            if (a < b)
+                z->be->add_f32(z->be, g + a, z->rows_all + ((size_t)k * R + j) * C + (a - e0),
+                               b - a);
+        }
+}
+
 ms_status par_zero_reduce_wait(par_zero *z) {
-    double t0 = ms_now();
     z->armed = 0;
-    for (int i = 0; i < z->nb; i++) {
-        if (!z->b[i].rs) continue;
-        keep_error(z, comm_wait(z->b[i].rs));
-        z->b[i].rs = NULL;
+    gpt_set_rows_hook(z->m, NULL, NULL);
+    for (int i = 0; i < z->nb; i++)
+        wait_op(z, &z->b[i].rs);
+    wait_op(z, &z->ids_ag);
+    wait_op(z, &z->rows_ag);
+    if (z->rows_pending && z->err == MS_OK) add_rows(z);
+    z->rows_pending = 0;
+    return take_error(z);
+}
+
+ms_status par_zero_gather_shard(par_zero *z, int i) {
+    MS_CHECKF(i >= 0 && i < z->nb, "zero: shard %d of %d", i, z->nb);
+    bucket *b = &z->b[i];
+    float *w = gpt_params(z->m);
+    if (z->err == MS_OK)
+        keep_error(z, comm_allgather_start(z->dp, w + b->begin + (size_t)z->rank * b->count,
+                                           w + b->begin, b->count, COMM_F32, &b->ag));
+    if (!z->overlap && b->ag) {
+        wait_op(z, &b->ag);
+        if (z->err == MS_OK) gpt_params_range_updated(z->m, b->begin, b->end);
     }
-    z->wait_sec += ms_now() - t0;
     return take_error(z);
 }
 
 ms_status par_zero_gather_start(par_zero *z) {
-    float *w = gpt_params(z->m);
-    for (int i = 0; i < z->nb && z->err == MS_OK; i++) {
-        bucket *b = &z->b[i];
-        keep_error(z, comm_allgather_start(z->dp, w + b->begin + (size_t)z->rank * b->count,
-                                           w + b->begin, b->count, COMM_F32, &b->ag));
-    }
-    return take_error(z);
+    for (int i = 0; i < z->nb; i++)
+        MS_TRY(par_zero_gather_shard(z, i));
+    return MS_OK;
 }
 
 double par_zero_take_wait(par_zero *z) {
@@ -174,11 +289,8 @@ double par_zero_take_wait(par_zero *z) {
 }
 
 ms_status par_zero_gather_wait_all(par_zero *z) {
-    for (int i = 0; i < z->nb; i++) {
-        if (!z->b[i].ag) continue;
-        keep_error(z, comm_wait(z->b[i].ag));
-        z->b[i].ag = NULL;
-    }
+    for (int i = 0; i < z->nb; i++)
+        wait_op(z, &z->b[i].ag);
     if (z->err == MS_OK) gpt_params_updated(z->m);
     return take_error(z);
 }

@@ -662,12 +662,12 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
     ms_status st = isfinite(r->loss) ? opt_step(t->opt, r->lr, &r->os)
                                      : ms_error(MS_ERR_NONFINITE, "non-finite loss");
     ms_ev_span(t->ev_opt, 0, t_opt, ms_ev_now(), NULL);
+    /* with ZeRO-2 the optimiser started each shard's all-gather as it updated
+     * it; the next forward waits for each where it reads it */
     if (st == MS_ERR_NONFINITE) {
         snprintf(r->why, sizeof r->why, "%s", ms_errmsg());
     } else if (st != MS_OK) {
         return st;
-    } else if (t->zero) {
-        MS_TRY(par_zero_gather_start(t->zero)); /* waited for by the next forward */
     }
     int h_opt = mon_devtime_mark(t->dev);
     mon_devtime_span(t->dev, t->ev_dev_fb, h_start, h_fb, NULL);

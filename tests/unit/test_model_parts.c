@@ -1,6 +1,7 @@
 /* test_model_parts.c - model configuration and parameter table, LR
  * schedules, the data loader's orders, cursor and windows, and the option
  * parser. */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,25 +49,82 @@ static void log_hook(void *ctx, size_t begin, size_t end) {
     h->n++;
 }
 
-/* The gradient-ready ranges partition the buffer and arrive in order. */
+typedef struct {
+    int32_t ids[8];
+    float rows[8 * 16];
+    int n, calls;
+} rows_log;
+
+static void log_rows(void *ctx, const int32_t *ids, int n, const float *rows) {
+    rows_log *r = ctx;
+    r->calls++;
+    r->n = n;
+    memcpy(r->ids, ids, sizeof(int32_t) * (size_t)n);
+    memcpy(r->rows, rows, sizeof(float) * 8 * 16); /* CPU backend: host memory */
+}
+
+/* One (1,8) micro-batch's gradients into g (host, n_elems). */
+static void grads_of(gpt_model *m, const int32_t *tok, const int32_t *tgt, float *g) {
+    gpt_zero_grads(m);
+    gpt_forward_backward(m, tok, tgt, 1, 8, 1.0f / 8);
+    memcpy(g, gpt_grads(m), sizeof(float) * gpt_num_elements(m));
+}
+
+/* The ranges partition the buffer in forward order (wte, wpe, blocks,
+ * ln_f); the grad hook reports ln_f, the blocks last first, then the
+ * embeddings; with a rows hook wte comes right after ln_f, wpe alone at
+ * the end, and wte's gradient seen then plus the rows is the whole one. */
 static void test_grad_hook(gpt_model *m) {
     size_t want[16];
     int n = gpt_grad_ranges(m, want, 8);
-    T_EQ_INT(n, 4); /* 2 blocks, ln_f, embeddings */
-    size_t covered = 0;
-    for (int i = 0; i < n; i++)
-        covered += want[2 * i + 1] - want[2 * i];
-    T_EQ_INT(covered, gpt_num_elements(m));
-    T_EQ_INT(want[2 * (n - 1)], 0);
-    T_EQ_INT(want[1], want[2 * (n - 2)]); /* last block ends where ln_f starts */
+    T_EQ_INT(n, 5); /* wte, wpe, 2 blocks, ln_f */
+    T_EQ_INT(want[0], 0);
+    for (int i = 1; i < n; i++)
+        T_EQ_INT(want[2 * i], want[2 * i - 1]); /* contiguous, in buffer order */
+    T_EQ_INT(want[2 * n - 1], gpt_num_elements(m));
+    const gpt_param *wte = gpt_tensor(m, gpt_find(m, "wte.weight"));
+    const gpt_param *wpe = gpt_tensor(m, gpt_find(m, "wpe.weight"));
+    T_EQ_INT(want[1] <= wpe->offset, 1); /* wte alone in its range */
     hook_log h = {{0}, 0};
     gpt_set_grad_hook(m, log_hook, &h);
-    int32_t tok[8] = {1, 2, 3, 4, 5, 6, 7, 8}, tgt[8] = {2, 3, 4, 5, 6, 7, 8, 9};
-    gpt_zero_grads(m);
-    gpt_forward_backward(m, tok, tgt, 1, 8, 1.0f / 8);
+    int32_t tok[8] = {5, 2, 3, 5, 9, 2, 7, 5}, tgt[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    size_t ne = gpt_num_elements(m);
+    float *g0 = malloc(ne * sizeof(float)), *g1 = malloc(ne * sizeof(float));
+    T_OK(g0 && g1);
+    grads_of(m, tok, tgt, g0);
+    size_t order[] = {8, 9, 6, 7, 4, 5, 0, 3}; /* ln_f, block 1, block 0, wte..wpe */
+    T_EQ_INT(h.n, 4);
+    for (int i = 0; i < 8; i++)
+        T_EQ_INT(h.b[i], want[order[i]]);
+    h.n = 0;
+    rows_log r = {{0}, {0}, 0, 0};
+    T_EQ_INT(gpt_rows_max(m), 8);
+    gpt_set_rows_hook(m, log_rows, &r);
+    grads_of(m, tok, tgt, g1);
+    gpt_set_rows_hook(m, NULL, NULL);
     gpt_set_grad_hook(m, NULL, NULL);
-    T_EQ_INT(h.n, n);
-    T_OK(memcmp(h.b, want, sizeof(size_t) * 2 * (size_t)n) == 0);
+    size_t order2[] = {8, 9, 0, 1, 6, 7, 4, 5, 2, 3}; /* ln_f, wte, block 1, block 0, wpe */
+    T_EQ_INT(h.n, 5);
+    for (int i = 0; i < 10; i++)
+        T_EQ_INT(h.b[i], want[order2[i]]);
+    T_EQ_INT(r.calls, 1);
+    T_EQ_INT(r.n, 5); /* distinct tokens 2 3 5 7 9, ascending */
+    int32_t ids[5] = {2, 3, 5, 7, 9};
+    T_OK(memcmp(r.ids, ids, sizeof ids) == 0);
+    int C = wte->local[1];
+    for (int j = 0; j < r.n; j++)
+        for (int c = 0; c < C; c++)
+            g1[wte->offset + (size_t)ids[j] * C + c] += r.rows[j * C + c];
+    for (int k = r.n * C; k < 8 * C; k++)
+        T_NEAR(r.rows[k], 0, 0);
+    double worst = 0;
+    for (size_t k = 0; k < ne; k++) {
+        double d = fabs((double)g1[k] - g0[k]) / (fabs(g0[k]) + 1e-6);
+        if (d > worst) worst = d;
+    }
+    T_NEAR(worst, 0, 1e-5);
+    free(g0);
+    free(g1);
 }
 
 static void test_table(void) {
