@@ -91,6 +91,9 @@ static void test_args(void) {
     T_STR_CONTAINS(ms_errmsg(), "stage=2");
     T_EQ_INT(par_schedule((par_sched_kind)7, 2, 1, 4, 0, &list, &n), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "unknown kind 7");
+    T_EQ_INT(par_schedule_comm(PAR_SCHED_1F1B, (par_comm)5, 2, 1, 4, 0, &list, &n), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "unknown communication mode 5");
+    T_OK(list == NULL && n == 0);
     double f = -1;
     T_EQ_INT(par_schedule_bubble_fraction(PAR_SCHED_INTERLEAVED, 3, 2, 4, &f), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "n_micro=4");
