@@ -4,8 +4,8 @@ computes bitwise what the coupled blocking schedule with the blocking
 all-reduce computes (--overlap none, and --overlap dp,tp: pp off alone):
 the same per-step losses in the metrics files and byte-identical
 --save-weights files, for pp2 and pp2 --vpp 2, the serial and the parallel
-block, and pp2 x dp2 --vpp 2 (ZeRO's embedding reduce-scatter after the
-exchange).  Also: the metrics carry the per-dimension waits.  Runs under
+block, pp2 x dp2 --vpp 2 (ZeRO's embedding reduce-scatter after the
+exchange) and pp2 x tp2, parallel block (pp off alone).  Also: the metrics carry the per-dimension waits.  Runs under
 mpirun --oversubscribe.  Environment: MS_BIN."""
 import json
 import os
@@ -44,6 +44,7 @@ def main():
         ("pp2 vpp2 serial", 2, ["--pp", "2", "--vpp", "2"], MODES),
         ("pp2 vpp2 parallel", 2, ["--pp", "2", "--vpp", "2", *par], MODES),
         ("pp2 x dp2 vpp2 serial", 4, ["--pp", "2", "--dp", "2", "--vpp", "2"], ["all", "none"]),
+        ("pp2 x tp2 parallel", 4, ["--pp", "2", "--tp", "2", *par], ["all", "dp,tp"]),
     ]
     for label, n, extra, modes in cases:
         runs = {mode: run(d, n, [*base, *extra], mode) for mode in modes}
