@@ -8,3 +8,10 @@ ms_c_test(test_schedule_slots SOURCES unit/test_schedule_slots.c LABELS unit)
 ms_script_test(mpi_pipeline_parallel COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_pp.py
   LABELS mpi)
 set_tests_properties(mpi_pipeline_parallel PROPERTIES TIMEOUT 600)
+
+# --overlap all / none / dp,tp with --pp (and --vpp, --dp, both blocks): the
+# decoupled schedule and the overlapped embedding exchange give bitwise the
+# losses and final weights of the blocking schedule and all-reduce.
+ms_script_test(mpi_overlap_pp COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_overlap_pp.py
+  LABELS mpi)
+set_tests_properties(mpi_overlap_pp PROPERTIES TIMEOUT 300)

@@ -3,10 +3,12 @@
  *
  * Two passes: compute_order() gives the order of FWD/BWD on a stage, exactly
  * as Megatron-LM's forward_backward_pipelining_{without,with}_interleaving
- * runs them; emit_list() then places the non-blocking communication around
- * that order (receives posted one compute ahead and waited right before
- * use, sends posted right after the producing compute and waited before
- * their buffer is rewritten or at the end). */
+ * runs them; then the communication is placed around that order, either
+ * decoupled (emit_overlap: receives posted one compute ahead and waited
+ * right before use, sends posted right after the producing compute and
+ * waited before their buffer is rewritten, two computes of the chunk and
+ * direction later, or at the end) or coupled and blocking (emit_blocking).
+ * Both keep the compute order, so they compute the same bits. */
 #include "parallel/schedule.h"
 
 #include <stdlib.h>
@@ -151,19 +153,20 @@ static void post_recv(const par_step *st, int pp, int vpp, int stage, par_instr 
     if (op >= 0) out[(*n)++] = mk((par_op)op, st->mb, st->chunk, peer);
 }
 
-/* Turn a compute order into the full instruction list (see file comment).
- * pend[2*vpp] holds the unwaited send of each (chunk, direction) buffer
- * (op == PAR_WAIT when none).  out has room for 5*n_steps + 2*vpp. */
-static int emit_list(const par_step *steps, int n_steps, int pp, int vpp, int stage,
-                     par_instr *pend, par_instr *out) {
+/* PAR_COMM_OVERLAP: place decoupled communication around a compute order
+ * (see schedule.h).  pend[(chunk*2 + dir)*PAR_SEND_BUFS + mb%PAR_SEND_BUFS]
+ * holds the unwaited send of each send buffer (op == PAR_WAIT when none).
+ * out has room for 5*n_steps + 2*vpp*PAR_SEND_BUFS. */
+static int emit_overlap(const par_step *steps, int n_steps, int pp, int vpp, int stage,
+                        par_instr *pend, par_instr *out) {
     int n = 0;
-    for (int b = 0; b < 2 * vpp; b++)
+    for (int b = 0; b < 2 * vpp * PAR_SEND_BUFS; b++)
         pend[b].op = PAR_WAIT;
     for (int i = 0; i < n_steps; i++) {
         const par_step *st = &steps[i];
         if (i == 0) post_recv(st, pp, vpp, stage, out, &n);
         if (i + 1 < n_steps) post_recv(&steps[i + 1], pp, vpp, stage, out, &n);
-        par_instr *buf = &pend[st->chunk * 2 + st->bwd];
+        par_instr *buf = &pend[(st->chunk * 2 + st->bwd) * PAR_SEND_BUFS + st->mb % PAR_SEND_BUFS];
         if (buf->op != PAR_WAIT) { /* this step rewrites a buffer still being sent */
             out[n++] = mk_wait(buf);
             buf->op = PAR_WAIT;
@@ -180,23 +183,67 @@ static int emit_list(const par_step *steps, int n_steps, int pp, int vpp, int st
             *buf = out[n++];
         }
     }
-    for (int b = 0; b < 2 * vpp; b++)
+    for (int b = 0; b < 2 * vpp * PAR_SEND_BUFS; b++)
         if (pend[b].op != PAR_WAIT) out[n++] = mk_wait(&pend[b]);
     return n;
 }
 
-ms_status par_schedule(par_sched_kind kind, int pp, int vpp, int n_micro, int stage,
-                       par_instr **out, int *n) {
+/* PAR_COMM_BLOCKING: the computes in units, and at every boundary between
+ * two units the sends of the unit before and the receives of the unit
+ * after are posted together and all waited at once, so no transfer
+ * overlaps a compute.  The units are Megatron-LM's: every compute of 1F1B,
+ * and in interleaved 1F1B every warm-up FWD, every cool-down BWD and every
+ * steady (FWD, BWD) pair (send_forward_backward_recv_forward_backward).
+ * Posting the whole boundary before waiting any of it keeps this
+ * deadlock-free under rendezvous (par_schedule_validate, every
+ * configuration of the unit tests); single computes as units in
+ * interleaved's steady phase are not (with pp 8, vpp 2, 16 micro-batches,
+ * a ring of stages each blocks sending a gradient that its neighbour only
+ * receives at its following boundary).
+ * `pair_from` / `pair_to`: the step indices of the steady phase whose
+ * (FWD, BWD) pairs are units (pair_from == pair_to: none).  out has room
+ * for 5*n_steps (a compute, its receive and send, two WAITs). */
+static int emit_blocking(const par_step *steps, int n_steps, int pair_from, int pair_to, int pp,
+                         int vpp, int stage, par_instr *out) {
+    int n = 0, unit = 0; /* steps[unit..i) is the unit before the boundary at i */
+    for (int i = 0; i <= n_steps; i++) {
+        if (i < n_steps && i > pair_from && i < pair_to && (i - pair_from) % 2) {
+            out[n++] = mk(steps[i].bwd ? PAR_BWD : PAR_FWD, steps[i].mb, steps[i].chunk, -1);
+            continue; /* the BWD of a steady pair: same unit as its FWD */
+        }
+        int end = i < n_steps && i >= pair_from && i < pair_to ? i + 2 : i + 1;
+        if (end > n_steps) end = n_steps;
+        int first = n, peer, op;
+        for (int j = unit; j < i; j++)
+            if ((op = step_send(&steps[j], pp, vpp, stage, &peer)) >= 0)
+                out[n++] = mk((par_op)op, steps[j].mb, steps[j].chunk, peer);
+        for (int j = i; j < end; j++)
+            post_recv(&steps[j], pp, vpp, stage, out, &n);
+        for (int j = first, posted = n; j < posted; j++)
+            out[n++] = mk_wait(&out[j]);
+        if (i < n_steps)
+            out[n++] = mk(steps[i].bwd ? PAR_BWD : PAR_FWD, steps[i].mb, steps[i].chunk, -1);
+        unit = i;
+    }
+    return n;
+}
+
+ms_status par_schedule_comm(par_sched_kind kind, par_comm comm, int pp, int vpp, int n_micro,
+                            int stage, par_instr **out, int *n) {
     *out = NULL;
     *n = 0;
     MS_TRY(par_schedule_check_args(kind, pp, vpp, n_micro));
+    if (comm != PAR_COMM_OVERLAP && comm != PAR_COMM_BLOCKING)
+        return ms_error(MS_ERR_ARG, "pipeline schedule %s: unknown communication mode %d",
+                        par_sched_kind_name(kind), (int)comm);
     if (stage < 0 || stage >= pp)
         return ms_error(MS_ERR_ARG, "pipeline schedule %s: stage=%d out of range (pp=%d)",
                         par_sched_kind_name(kind), stage, pp);
     size_t n_steps = 2 * (size_t)n_micro * (size_t)vpp;
-    size_t cap = 5 * n_steps + 2 * (size_t)vpp;
+    size_t n_bufs = 2 * (size_t)vpp * PAR_SEND_BUFS;
+    size_t cap = 5 * n_steps + n_bufs;
     par_step *steps = malloc(n_steps * sizeof *steps);
-    par_instr *pend = malloc(2 * (size_t)vpp * sizeof *pend);
+    par_instr *pend = malloc(n_bufs * sizeof *pend);
     par_instr *list = malloc(cap * sizeof *list);
     if (!steps || !pend || !list) {
         free(steps), free(pend), free(list);
@@ -205,7 +252,14 @@ ms_status par_schedule(par_sched_kind kind, int pp, int vpp, int n_micro, int st
     }
     int ns = compute_order(kind, pp, vpp, n_micro, stage, steps);
     MS_CHECK((size_t)ns == n_steps);
-    int len = emit_list(steps, ns, pp, vpp, stage, pend, list);
+    int len;
+    if (comm == PAR_COMM_OVERLAP) {
+        len = emit_overlap(steps, ns, pp, vpp, stage, pend, list);
+    } else { /* interleaved: the steady phase's (FWD, BWD) pairs are units */
+        int warm = par_schedule_warmup(kind, pp, vpp, n_micro, stage);
+        int steady = kind == PAR_SCHED_INTERLEAVED ? n_micro * vpp - warm : 0;
+        len = emit_blocking(steps, ns, warm, warm + 2 * steady, pp, vpp, stage, list);
+    }
     MS_CHECK((size_t)len <= cap);
     free(steps);
     free(pend);
@@ -214,8 +268,14 @@ ms_status par_schedule(par_sched_kind kind, int pp, int vpp, int n_micro, int st
     return MS_OK;
 }
 
-ms_status par_plan_build(par_sched_kind kind, int pp, int vpp, int n_micro, par_plan *plan) {
-    par_plan p = {kind, pp, vpp, n_micro, NULL, NULL};
+ms_status par_schedule(par_sched_kind kind, int pp, int vpp, int n_micro, int stage,
+                       par_instr **out, int *n) {
+    return par_schedule_comm(kind, PAR_COMM_OVERLAP, pp, vpp, n_micro, stage, out, n);
+}
+
+ms_status par_plan_build_comm(par_sched_kind kind, par_comm comm, int pp, int vpp, int n_micro,
+                              par_plan *plan) {
+    par_plan p = {kind, comm, pp, vpp, n_micro, NULL, NULL};
     *plan = p;
     MS_TRY(par_schedule_check_args(kind, pp, vpp, n_micro));
     p.lists = calloc((size_t)pp, sizeof *p.lists);
@@ -225,7 +285,7 @@ ms_status par_plan_build(par_sched_kind kind, int pp, int vpp, int n_micro, par_
         return ms_error(MS_ERR_NOMEM, "pipeline plan: %d stages", pp);
     }
     for (int s = 0; s < pp; s++) {
-        ms_status st = par_schedule(kind, pp, vpp, n_micro, s, &p.lists[s], &p.lens[s]);
+        ms_status st = par_schedule_comm(kind, comm, pp, vpp, n_micro, s, &p.lists[s], &p.lens[s]);
         if (st != MS_OK) {
             par_plan_free(&p);
             return st;
@@ -233,6 +293,10 @@ ms_status par_plan_build(par_sched_kind kind, int pp, int vpp, int n_micro, par_
     }
     *plan = p;
     return MS_OK;
+}
+
+ms_status par_plan_build(par_sched_kind kind, int pp, int vpp, int n_micro, par_plan *plan) {
+    return par_plan_build_comm(kind, PAR_COMM_OVERLAP, pp, vpp, n_micro, plan);
 }
 
 void par_plan_free(par_plan *plan) {

@@ -14,13 +14,35 @@
  * loss).
  *
  * Communication is non-blocking: SEND_* / RECV_* post an operation and a
- * later WAIT completes it.  Receives are posted one compute instruction
- * ahead of their use and waited right before the FWD/BWD that consumes
- * them; a send is posted right after the compute that produced its data
- * and waited right before the next compute that rewrites the same send
- * buffer (one activation and one gradient send buffer per local chunk), or
- * at the end of the list.  A posted operation completes once its peer has
- * posted the matching one (rendezvous, like NCCL).
+ * later WAIT completes it.  A posted operation completes once its peer has
+ * posted the matching one (rendezvous, like NCCL and MPI's large
+ * messages).  Where the posts and WAITs go is the list's communication
+ * mode (par_comm); the FWD/BWD order is the same in both, so both compute
+ * the same bits:
+ *  - PAR_COMM_OVERLAP (the default; MegaScale section 3.2): sends and
+ *    receives are decoupled, each posted as early and waited as late as
+ *    its data allows.  A receive is posted one compute instruction ahead
+ *    of its use and waited right before the FWD/BWD that consumes it; a
+ *    send is posted right after the compute that produced its data and
+ *    waited only before a later compute rewrites the same send buffer, or
+ *    at the end of the list.  Each (local chunk, direction) has
+ *    PAR_SEND_BUFS send buffers, micro-batch mb writing buffer
+ *    mb % PAR_SEND_BUFS, so consecutive computes of one chunk never wait
+ *    for each other's sends: in warm-up a FWD depends only on its
+ *    activation's receive, not on the send of the FWD before it (which
+ *    may still be in flight), in cool-down a BWD only on its gradient's
+ *    receive, and in the steady 1F1B phase the receive posted before a BWD
+ *    feeds the next FWD while the BWD's send overlaps that FWD.  With free
+ *    communication this is the bubble of the compute order; with a
+ *    transfer time, the only stall is each message's own latency on the
+ *    dependency chain (tests/unit/test_schedule.c checks this against a
+ *    dependency-only lower bound).
+ *  - PAR_COMM_BLOCKING (--overlap without pp): at every compute boundary
+ *    the send of the compute before and the receive of the compute after
+ *    are posted together and both waited at once (Megatron's
+ *    send_forward_recv_backward and its siblings: coupled, blocking on the
+ *    slower one), so no transfer overlaps a compute.  Posting both before
+ *    waiting either keeps it deadlock-free.
  *
  * par_schedule_validate() simulates all ranks' lists together (message
  * matching, deadlock and protocol checks, timing with a cost per FWD/BWD);
@@ -39,6 +61,18 @@
 #include "base/status.h"
 
 typedef enum { PAR_SCHED_1F1B = 0, PAR_SCHED_INTERLEAVED = 1 } par_sched_kind;
+
+/* Where a list's communication waits (see the top of this file). */
+typedef enum { PAR_COMM_OVERLAP = 0, PAR_COMM_BLOCKING = 1 } par_comm;
+
+/* Send buffers per (local chunk, direction): micro-batch mb's send uses
+ * buffer mb % PAR_SEND_BUFS.  Executors allocate this many.  With one, a
+ * warm-up FWD waits for the previous FWD's send; two still leave stalls in
+ * interleaved cool-down with pp 8 (the receiver, one stage around the
+ * ring, posts its receive a compute later than the sender's pace); three
+ * is the smallest count at which the simulator finds no compute delayed by
+ * a send over the unit tests' grid, for transfer times up to one FWD. */
+#define PAR_SEND_BUFS 3
 
 typedef enum {
     PAR_FWD = 0,       /* forward of (mb, chunk) */
@@ -63,6 +97,7 @@ typedef struct {
 /* The lists of all pp ranks for one configuration. */
 typedef struct {
     par_sched_kind kind;
+    par_comm comm;
     int pp, vpp, n_micro;
     par_instr **lists; /* lists[s]: stage s's instructions */
     int *lens;         /* lens[s]: their count */
@@ -75,6 +110,10 @@ typedef struct {
     double bubble_fraction; /* (makespan - busy) / busy */
     int max_in_flight;      /* max over stages of (mb, chunk) pairs with FWD
                              * done and BWD not yet done */
+    double recv_wait;       /* all stages' clock time spent in WAITs on receives */
+    double send_stall;      /* ... in WAITs on sends that a later FWD/BWD of the
+                             * stage came after: compute delayed by a send (the
+                             * waits after a stage's last compute not counted) */
 } par_sim_stats;
 
 /* Default cost model of par_schedule_bubble_fraction: one chunk's FWD of one
@@ -88,9 +127,13 @@ const char *par_sched_kind_name(par_sched_kind kind);
  * message naming the values when it is invalid. */
 ms_status par_schedule_check_args(par_sched_kind kind, int pp, int vpp, int n_micro);
 
-/* Instruction list of pipeline rank `stage` (0..pp-1).  On success *out is a
- * malloc'ed array of *n instructions (caller frees).  MS_ERR_ARG for an
- * invalid configuration, MS_ERR_NOMEM on allocation failure. */
+/* Instruction list of pipeline rank `stage` (0..pp-1) in communication
+ * mode `comm`.  On success *out is a malloc'ed array of *n instructions
+ * (caller frees).  MS_ERR_ARG for an invalid configuration or mode,
+ * MS_ERR_NOMEM on allocation failure. */
+ms_status par_schedule_comm(par_sched_kind kind, par_comm comm, int pp, int vpp, int n_micro,
+                            int stage, par_instr **out, int *n);
+/* par_schedule_comm with PAR_COMM_OVERLAP. */
 ms_status par_schedule(par_sched_kind kind, int pp, int vpp, int n_micro, int stage,
                        par_instr **out, int *n);
 
@@ -100,8 +143,11 @@ ms_status par_schedule(par_sched_kind kind, int pp, int vpp, int n_micro, int st
  * valid arguments (see par_schedule_check_args). */
 int par_schedule_warmup(par_sched_kind kind, int pp, int vpp, int n_micro, int stage);
 
-/* Build the lists of all ranks into *plan (zeroed on failure).  Free with
- * par_plan_free, which accepts a zeroed plan. */
+/* Build the lists of all ranks in mode `comm` into *plan (zeroed on
+ * failure).  Free with par_plan_free, which accepts a zeroed plan. */
+ms_status par_plan_build_comm(par_sched_kind kind, par_comm comm, int pp, int vpp, int n_micro,
+                              par_plan *plan);
+/* par_plan_build_comm with PAR_COMM_OVERLAP. */
 ms_status par_plan_build(par_sched_kind kind, int pp, int vpp, int n_micro, par_plan *plan);
 void par_plan_free(par_plan *plan);
 
@@ -112,8 +158,8 @@ void par_plan_free(par_plan *plan);
  * what it waits for) or "protocol:" (FWD before its activation arrived,
  * BWD before its FWD or gradient, an unmatched or unwaited send/receive, a
  * send buffer rewritten before its send completed, wrong peer, a missing or
- * duplicate FWD/BWD, ...).  `stats` (may be NULL) is filled on success;
- * `max_in_flight` (may be NULL) receives pp per-stage maxima. */
+ * duplicate FWD/BWD, ...; send buffers as PAR_SEND_BUFS says).  `stats` (may be NULL) is filled on
+ * success; `max_in_flight` (may be NULL) receives pp per-stage maxima. */
 ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd,
                                 par_sim_stats *stats, int *max_in_flight);
 

@@ -7,9 +7,10 @@
  * does not complete before its receive is posted, and vice versa); WAIT
  * blocks until completion; FWD/BWD never block but fail if their inputs
  * are not there.  A message is named by (direction, mb, destination global
- * chunk).  Each local chunk has one activation and one gradient send
- * buffer: the FWD (BWD) that writes it must come after the WAIT of the
- * previous send from it.  Time: each rank has a clock; FWD adds its cost
+ * chunk).  Each local chunk has PAR_SEND_BUFS activation and as many
+ * gradient send buffers, micro-batch mb writing buffer mb % PAR_SEND_BUFS:
+ * the FWD (BWD) that writes one must come after the WAIT of the previous
+ * send from it.  Time: each rank has a clock; FWD adds its cost
  * (t_fwd, or the stage's and chunk's in par_schedule_simulate), BWD its
  * t_bwd; a message completes t_p2p after both sides posted, and a WAIT
  * moves the clock to that time if it is later (par_schedule_validate:
@@ -32,10 +33,12 @@ typedef struct {
     double t_p2p;
     int *pc;                              /* [pp] next instruction */
     double *clock;                        /* [pp] */
+    double recv_wait, send_stall;         /* par_sim_stats */
+    double *send_pending;                 /* [pp] send-wait time not yet followed by a compute */
     int *in_flight, *max_in_flight;       /* [pp] */
     sim_msg *msgs;                        /* [2 * m * G] */
     unsigned char *fwd, *bwd, *act, *grd; /* [pp * vpp * m]: done / input ready */
-    int *buf_mb, *buf_pend;               /* [pp * vpp * 2]: send buffer content / pending msg */
+    int *buf_mb, *buf_pend; /* [pp * vpp * 2 * PAR_SEND_BUFS]: send buffer content / pending msg */
 } sim;
 
 /* Where a communication instruction's message lives. */
@@ -48,12 +51,14 @@ typedef struct {
 static int pair_ix(const sim *S, int s, int mb, int c) {
     return (s * S->vpp + c) * S->m + mb;
 }
-static int buf_ix(const sim *S, int s, int c, int dir) {
-    return (s * S->vpp + c) * 2 + dir;
+/* The send buffer that (mb, chunk c, direction dir) of stage s writes. */
+static int buf_ix(const sim *S, int s, int c, int dir, int mb) {
+    return ((s * S->vpp + c) * 2 + dir) * PAR_SEND_BUFS + mb % PAR_SEND_BUFS;
 }
 
 static void sim_free(sim *S) {
-    free(S->pc), free(S->clock), free(S->in_flight), free(S->max_in_flight), free(S->msgs);
+    free(S->pc), free(S->clock), free(S->send_pending), free(S->in_flight), free(S->max_in_flight),
+        free(S->msgs);
     free(S->fwd), free(S->bwd), free(S->act), free(S->grd), free(S->buf_mb), free(S->buf_pend);
 }
 
@@ -64,9 +69,10 @@ static ms_status sim_init(sim *S, const par_plan *plan, const par_sim_costs *c) 
     S->pp = plan->pp, S->vpp = plan->vpp, S->m = plan->n_micro, S->G = plan->pp * plan->vpp;
     S->t_fwd = c->t_fwd, S->t_bwd = c->t_bwd, S->t_p2p = c->t_p2p;
     size_t pp = (size_t)S->pp, pairs = pp * (size_t)S->vpp * (size_t)S->m;
-    size_t bufs = pp * (size_t)S->vpp * 2;
+    size_t bufs = pp * (size_t)S->vpp * 2 * PAR_SEND_BUFS;
     S->pc = calloc(pp, sizeof *S->pc);
     S->clock = calloc(pp, sizeof *S->clock);
+    S->send_pending = calloc(pp, sizeof *S->send_pending);
     S->in_flight = calloc(pp, sizeof *S->in_flight);
     S->max_in_flight = calloc(pp, sizeof *S->max_in_flight);
     S->msgs = calloc(2 * (size_t)S->m * (size_t)S->G, sizeof *S->msgs);
@@ -74,8 +80,8 @@ static ms_status sim_init(sim *S, const par_plan *plan, const par_sim_costs *c) 
     S->act = calloc(pairs, 1), S->grd = calloc(pairs, 1);
     S->buf_mb = malloc(bufs * sizeof *S->buf_mb);
     S->buf_pend = malloc(bufs * sizeof *S->buf_pend);
-    if (!S->pc || !S->clock || !S->in_flight || !S->max_in_flight || !S->msgs || !S->fwd ||
-        !S->bwd || !S->act || !S->grd || !S->buf_mb || !S->buf_pend) {
+    if (!S->pc || !S->clock || !S->send_pending || !S->in_flight || !S->max_in_flight || !S->msgs ||
+        !S->fwd || !S->bwd || !S->act || !S->grd || !S->buf_mb || !S->buf_pend) {
         sim_free(S);
         return ms_error(MS_ERR_NOMEM, "pipeline validate: state for pp=%d vpp=%d n_micro=%d", S->pp,
                         S->vpp, S->m);
@@ -148,7 +154,7 @@ static ms_status exec_compute(sim *S, int s, const par_instr *ins) {
                      bwd ? "BWD before its gradient arrived (no completed RECV_GRAD)"
                          : "FWD before its activation arrived (no completed RECV_ACT)",
                      NULL);
-    int b = buf_ix(S, s, ins->chunk, bwd);
+    int b = buf_ix(S, s, ins->chunk, bwd, ins->mb);
     if (sends && S->buf_pend[b] >= 0) {
         char why[96];
         snprintf(why, sizeof why, " (mb=%d) has not completed: buffer reused before its WAIT",
@@ -162,6 +168,8 @@ static ms_status exec_compute(sim *S, int s, const par_instr *ins) {
     S->buf_mb[b] = ins->mb;
     int sc = s * S->vpp + ins->chunk;
     S->clock[s] += bwd ? S->t_bwd[sc] : S->t_fwd[sc];
+    S->send_stall += S->send_pending[s];
+    S->send_pending[s] = 0;
     S->in_flight[s] += bwd ? -1 : 1;
     if (S->in_flight[s] > S->max_in_flight[s]) S->max_in_flight[s] = S->in_flight[s];
     return MS_OK;
@@ -174,7 +182,8 @@ static ms_status exec_post(sim *S, int s, const par_instr *ins) {
     sim_msg *msg = &S->msgs[r.key];
     if (msg->posted[r.side]) return proto(S, s, "posted twice", NULL);
     if (r.side == 0) {
-        int ix = pair_ix(S, s, ins->mb, ins->chunk), b = buf_ix(S, s, ins->chunk, r.dir);
+        int ix = pair_ix(S, s, ins->mb, ins->chunk);
+        int b = buf_ix(S, s, ins->chunk, r.dir, ins->mb);
         if (!(r.dir ? S->bwd : S->fwd)[ix])
             return proto(S, s,
                          r.dir ? "sends a gradient before its BWD"
@@ -204,13 +213,19 @@ static ms_status exec_wait(sim *S, int s, const par_instr *ins, int *blocked) {
     double t =
         msg->time[1 - r.side] > msg->time[r.side] ? msg->time[1 - r.side] : msg->time[r.side];
     t += S->t_p2p; /* the transfer starts once both sides are posted */
-    if (t > S->clock[s]) S->clock[s] = t;
+    if (t > S->clock[s]) {
+        if (r.side)
+            S->recv_wait += t - S->clock[s];
+        else
+            S->send_pending[s] += t - S->clock[s];
+        S->clock[s] = t;
+    }
     msg->waited[r.side] = 1;
     int ix = pair_ix(S, s, ins->mb, ins->chunk);
     if (r.side == 1)
         (r.dir ? S->grd : S->act)[ix] = 1;
     else {
-        int b = buf_ix(S, s, ins->chunk, r.dir);
+        int b = buf_ix(S, s, ins->chunk, r.dir, ins->mb);
         if (S->buf_pend[b] == r.key) S->buf_pend[b] = -1;
     }
     return MS_OK;
@@ -321,7 +336,7 @@ ms_status par_schedule_simulate(const par_plan *plan, const par_sim_costs *costs
     MS_TRY(sim_init(&S, plan, costs));
     ms_status st = sim_run(&S);
     if (st == MS_OK) {
-        par_sim_stats r = {0, 0, 0, 0};
+        par_sim_stats r = {0, 0, 0, 0, S.recv_wait, S.send_stall};
         double busy = 0;
         for (int s = 0; s < S.pp; s++) {
             double b = 0;
@@ -363,7 +378,7 @@ ms_status par_schedule_validate(const par_plan *plan, double t_fwd, double t_bwd
 ms_status par_schedule_bubble_fraction(par_sched_kind kind, int pp, int vpp, int n_micro,
                                        double *frac) {
     par_plan plan;
-    par_sim_stats stats = {0, 0, 0, 0};
+    par_sim_stats stats = {0, 0, 0, 0, 0, 0};
     *frac = 0;
     MS_TRY(par_plan_build(kind, pp, vpp, n_micro, &plan));
     ms_status st = par_schedule_validate(&plan, PAR_COST_FWD, PAR_COST_BWD, &stats, NULL);

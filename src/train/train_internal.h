@@ -108,8 +108,9 @@ int train_pipe_slots(const train_pipe *p);
 ms_status train_pipe_attach(train_pipe *p, gpt_model *m, int B, int T);
 void train_pipe_destroy(train_pipe *p);
 /* Run the step's schedule; *loss = the sum of the micro-batches' mean
- * losses, equal on every stage (broadcast from the last).  The tied wte gradients
- * are summed over the first and last stage before returning. */
+ * losses, equal on every stage (broadcast from the last).  The tied wte
+ * gradients are summed over the first and last stage (and reported to the
+ * grad hook, gpt_embedding_grads_ready) before returning. */
 ms_status train_pipe_step(train_pipe *p, const int32_t *inp, const int32_t *tgt, int B, int T,
                           float dloss, double *loss);
 /* Forward only of one (B,T) micro-batch (B <= the attached B) through all
@@ -118,8 +119,11 @@ ms_status train_pipe_eval(train_pipe *p, const int32_t *inp, const int32_t *tgt,
 int train_pipe_last_stage(const train_pipe *p);
 /* Seconds the last step waited on pipeline receives (the bubble). */
 double train_pipe_bubble(const train_pipe *p);
-/* Pipeline overlap (--overlap pp, the default): 1 posts sends and receives
- * where the schedule says and waits late; 0 waits for each at once.
+/* Pipeline overlap (--overlap pp, the default): 1 runs the decoupled list
+ * (PAR_COMM_OVERLAP: each send and receive posted early and waited late)
+ * and overlaps the tied-embedding sum with the first stage's cool-down; 0
+ * runs the coupled blocking list (PAR_COMM_BLOCKING) and sums the
+ * embedding with a blocking all-reduce after it.  Same bits either way.
  * Default 1. */
 void train_pipe_set_overlap(train_pipe *p, int on);
 /* Nanoseconds blocked on the pipeline's groups so far (pp and the tied

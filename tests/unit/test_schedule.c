@@ -4,7 +4,12 @@
  * independent scans of the lists (FWD/BWD exactly once on the right stage,
  * FWD before BWD, receives posted early and waited late, in-flight bound),
  * bubble fractions against the textbook formulas, and broken schedules the
- * validator must reject (it can fail). */
+ * validator must reject (it can fail).  Both communication modes: the
+ * decoupled lists reach the dependency-only bound with a transfer time and
+ * never stall a compute on a send; the blocking lists are deadlock-free,
+ * hold nothing in flight across a compute and run the same computes; in
+ * both, each stage's sends to a peer come in the order the peer receives
+ * them. */
 #include <stdlib.h>
 
 #include "check.h"
@@ -86,6 +91,9 @@ static void test_args(void) {
     T_STR_CONTAINS(ms_errmsg(), "stage=2");
     T_EQ_INT(par_schedule((par_sched_kind)7, 2, 1, 4, 0, &list, &n), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "unknown kind 7");
+    T_EQ_INT(par_schedule_comm(PAR_SCHED_1F1B, (par_comm)5, 2, 1, 4, 0, &list, &n), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "unknown communication mode 5");
+    T_OK(list == NULL && n == 0);
     double f = -1;
     T_EQ_INT(par_schedule_bubble_fraction(PAR_SCHED_INTERLEAVED, 3, 2, 4, &f), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "n_micro=4");
@@ -161,35 +169,192 @@ static int scan_stage(const par_plan *p, int s, int *in_flight_out) {
     return bad;
 }
 
-/* All checks for one valid configuration; returns 1 if all passed. */
+/* Blocking lists: every op posted after a compute is waited before the
+ * next compute (nothing in flight across a FWD/BWD).  Problems printed. */
+static int scan_blocking(const par_plan *p, int s) {
+    int open = 0, bad = 0; /* posted and not yet waited */
+    for (int i = 0; i < p->lens[s]; i++) {
+        par_op op = p->lists[s][i].op;
+        if (op == PAR_FWD || op == PAR_BWD) {
+            if (open)
+                fprintf(stderr, "  stage %d #%d: %d ops in flight over a compute\n", s, i, open);
+            bad += open != 0;
+        } else {
+            open += op == PAR_WAIT ? -1 : 1;
+        }
+    }
+    return bad + (open != 0);
+}
+
+/* Both modes run the same FWD/BWD sequence on every stage (the reason they
+ * compute the same bits).  Returns the number of differences. */
+static int same_compute_order(const par_plan *a, const par_plan *b) {
+    int bad = 0;
+    for (int s = 0; s < a->pp; s++) {
+        int i = 0, j = 0;
+        for (;;) {
+            while (i < a->lens[s] && a->lists[s][i].op != PAR_FWD && a->lists[s][i].op != PAR_BWD)
+                i++;
+            while (j < b->lens[s] && b->lists[s][j].op != PAR_FWD && b->lists[s][j].op != PAR_BWD)
+                j++;
+            if (i == a->lens[s] || j == b->lens[s]) {
+                bad += i != a->lens[s] || j != b->lens[s];
+                break;
+            }
+            const par_instr *x = &a->lists[s][i++], *y = &b->lists[s][j++];
+            bad += x->op != y->op || x->mb != y->mb || x->chunk != y->chunk;
+        }
+    }
+    return bad;
+}
+
+/* For every ordered pair of stages (a -> b): a's sends to b and b's
+ * receives from a name the same messages in the same order (NCCL matches
+ * point-to-point by order, not by tag; see comm.h).  Problems printed. */
+static int same_peer_order(const par_plan *p) {
+    int G = p->pp * p->vpp, m = p->n_micro, bad = 0;
+    int *key = malloc(sizeof(int) * 2 * (size_t)m * (size_t)G);
+    for (int a = 0; a < p->pp; a++)
+        for (int b = 0; b < p->pp; b++) {
+            int ns = 0, nr = 0, wrong = 0;
+            for (int i = 0; i < p->lens[a]; i++) { /* (dir, mb, destination chunk) */
+                const par_instr *in = &p->lists[a][i];
+                int g = in->chunk * p->pp + a;
+                if ((in->op == PAR_SEND_ACT || in->op == PAR_SEND_GRAD) && in->peer == b)
+                    key[ns++] =
+                        in->op == PAR_SEND_ACT ? in->mb * G + g + 1 : (m + in->mb) * G + g - 1;
+            }
+            for (int i = 0; i < p->lens[b] && !wrong; i++) {
+                const par_instr *in = &p->lists[b][i];
+                int g = in->chunk * p->pp + b;
+                if ((in->op == PAR_RECV_ACT || in->op == PAR_RECV_GRAD) && in->peer == a) {
+                    int k = ((in->op == PAR_RECV_GRAD ? m : 0) + in->mb) * G + g;
+                    wrong = nr >= ns || key[nr] != k;
+                    nr++;
+                }
+            }
+            if (wrong || nr != ns)
+                fprintf(stderr, "  stage %d -> %d: sends and receives differ at message %d\n", a, b,
+                        nr - 1);
+            bad += wrong || nr != ns;
+        }
+    free(key);
+    return bad;
+}
+
+/* The makespan that only the compute order and each message's transfer
+ * time t_p2p allow: a FWD/BWD starts when its stage finished the compute
+ * before it and its input arrived (producer's end + t_p2p).  Computed here
+ * from the lists' FWD/BWD alone, with FWD costing 1 and BWD 2, as a bound
+ * no placement of waits can beat.  -1 if the order cannot finish. */
+static double dependency_bound(const par_plan *p, double t_p2p) {
+    int pp = p->pp, m = p->n_micro, G = pp * p->vpp;
+    double *end = malloc(sizeof(double) * 2 * (size_t)G * (size_t)m), *clk = calloc((size_t)pp, 8);
+    int *pc = calloc((size_t)pp, sizeof(int));
+    for (int i = 0; i < 2 * G * m; i++)
+        end[i] = -1; /* [bwd][g][mb]: not run yet */
+    double makespan = 0;
+    for (int moved = 1; moved;) {
+        moved = 0;
+        for (int s = 0; s < pp; s++)
+            for (; pc[s] < p->lens[s]; pc[s]++) {
+                const par_instr *in = &p->lists[s][pc[s]];
+                if (in->op != PAR_FWD && in->op != PAR_BWD) continue;
+                int bwd = in->op == PAR_BWD, g = in->chunk * pp + s;
+                int dep = bwd ? (g + 1 < G ? g + 1 : -1) : g - 1;
+                double t = clk[s];
+                if (dep >= 0) {
+                    double d = end[(bwd * G + dep) * m + in->mb];
+                    if (d < 0) break; /* input not produced yet */
+                    if (d + t_p2p > t) t = d + t_p2p;
+                }
+                clk[s] = end[(bwd * G + g) * m + in->mb] = t + (bwd ? 2 : 1);
+                if (clk[s] > makespan) makespan = clk[s];
+                moved = 1;
+            }
+    }
+    for (int s = 0; s < pp; s++)
+        if (pc[s] < p->lens[s]) makespan = -1;
+    free(end), free(clk), free(pc);
+    return makespan;
+}
+
+/* With a transfer time: the decoupled lists reach the dependency bound and
+ * no stage ever waits on a send before a compute (MegaScale's rules); the
+ * blocking ones are never faster.  Returns the number of problems. */
+static int check_transfer(const par_plan *over, const par_plan *blk) {
+    int n = over->pp * over->vpp, bad = 0;
+    double *f = malloc(sizeof(double) * 2 * (size_t)n);
+    for (int i = 0; i < n; i++)
+        f[i] = 1, f[n + i] = 2;
+    static const double t_p2p[] = {0.1, 0.25, 0.5, 1.0};
+    for (int k = 0; k < 4; k++) {
+        par_sim_costs c = {.t_fwd = f, .t_bwd = f + n, .t_p2p = t_p2p[k]};
+        par_sim_stats so, sb;
+        if (par_schedule_simulate(over, &c, &so, NULL) != MS_OK ||
+            par_schedule_simulate(blk, &c, &sb, NULL) != MS_OK) {
+            fprintf(stderr, "  t_p2p %g: %s\n", t_p2p[k], ms_errmsg());
+            bad++;
+            continue;
+        }
+        double lb = dependency_bound(over, t_p2p[k]);
+        if (fabs(so.makespan - lb) > 1e-9 || so.send_stall != 0 || sb.makespan < so.makespan) {
+            fprintf(stderr,
+                    "  t_p2p %g: decoupled makespan %g (bound %g, send stall %g), blocking %g\n",
+                    t_p2p[k], so.makespan, lb, so.send_stall, sb.makespan);
+            bad++;
+        }
+    }
+    free(f);
+    return bad;
+}
+
+/* All checks for one valid configuration, both communication modes;
+ * returns 1 if all passed. */
 static int check_config(par_sched_kind kind, int pp, int vpp, int m) {
-    par_plan p;
-    par_sim_stats st12, st11;
-    int sim_if[MAX_PP], bad = 0;
+    par_plan p, b;
+    par_sim_stats st12, st11, stb;
+    int sim_if[MAX_PP], blk_if[MAX_PP], bad = 0;
     if (par_plan_build(kind, pp, vpp, m, &p) != MS_OK) {
         fprintf(stderr, "  build failed: %s\n", ms_errmsg());
         return 0;
     }
+    if (par_plan_build_comm(kind, PAR_COMM_BLOCKING, pp, vpp, m, &b) != MS_OK) {
+        fprintf(stderr, "  blocking build failed: %s\n", ms_errmsg());
+        par_plan_free(&p);
+        return 0;
+    }
+    double want = (double)(pp - 1) / (vpp * m);
     if (par_schedule_validate(&p, 1, 2, &st12, sim_if) != MS_OK ||
         par_schedule_validate(&p, 1, 1, &st11, NULL) != MS_OK) {
         fprintf(stderr, "  validate failed: %s\n", ms_errmsg());
         bad++;
-    } else {
-        double want = (double)(pp - 1) / (vpp * m);
-        if (fabs(st12.bubble_fraction - want) > 1e-12 || fabs(st11.bubble_fraction - want) > 1e-12)
-            fprintf(stderr, "  bubble %.9g (tb=2) %.9g (tb=1), formula %.9g\n",
-                    st12.bubble_fraction, st11.bubble_fraction, want),
-                bad++;
+    } else if (fabs(st12.bubble_fraction - want) > 1e-12 ||
+               fabs(st11.bubble_fraction - want) > 1e-12) {
+        fprintf(stderr, "  bubble %.9g (tb=2) %.9g (tb=1), formula %.9g\n", st12.bubble_fraction,
+                st11.bubble_fraction, want);
+        bad++;
     }
+    /* blocking: deadlock-free, and with free communication the same bubble */
+    if (par_schedule_validate(&b, 1, 2, &stb, blk_if) != MS_OK) {
+        fprintf(stderr, "  blocking validate failed: %s\n", ms_errmsg());
+        bad++;
+    } else if (fabs(stb.bubble_fraction - want) > 1e-12) {
+        fprintf(stderr, "  blocking bubble %.9g, formula %.9g\n", stb.bubble_fraction, want);
+        bad++;
+    }
+    bad += same_compute_order(&p, &b) + same_peer_order(&p) + same_peer_order(&b);
+    if (!bad) bad += check_transfer(&p, &b);
     for (int s = 0; s < pp && !bad; s++) {
         int mif, bound = in_flight_bound(kind, pp, vpp, m, s);
-        bad += scan_stage(&p, s, &mif);
-        if (mif > bound || mif != sim_if[s])
-            fprintf(stderr, "  stage %d in flight %d (simulator %d), bound %d\n", s, mif, sim_if[s],
-                    bound),
+        bad += scan_stage(&p, s, &mif) + scan_blocking(&b, s);
+        if (mif > bound || mif != sim_if[s] || blk_if[s] != sim_if[s])
+            fprintf(stderr, "  stage %d in flight %d (simulator %d, blocking %d), bound %d\n", s,
+                    mif, sim_if[s], blk_if[s], bound),
                 bad++;
     }
     par_plan_free(&p);
+    par_plan_free(&b);
     if (bad)
         fprintf(stderr, "  ^ %s pp=%d vpp=%d n_micro=%d\n", par_sched_kind_name(kind), pp, vpp, m);
     return !bad;

@@ -5,7 +5,8 @@
  * e.g. an early receive into their input, until their BWD) share a set, no
  * set index reaches what was allocated (activations in flight never exceed
  * the allocation), and the count stays within the validator's max
- * activations in flight plus one early receive.
+ * activations in flight plus one early receive; for both communication
+ * modes (the blocking lists post receives later, so they need no more).
  * Also the errors on a broken list. */
 #include <stdlib.h>
 
@@ -39,34 +40,37 @@ static int replay(const par_instr *list, int n, int vpp, int n_micro, const int 
 
 static void test_grid(void) {
     int checked = 0;
-    for (int kind = 0; kind < 2; kind++)
-        for (int pp = 1; pp <= 6; pp++)
-            for (int vpp = 1; vpp <= 4; vpp++)
-                for (int m = 1; m <= 12; m++) {
-                    if (par_schedule_check_args(kind, pp, vpp, m) != MS_OK) continue;
-                    par_plan plan;
-                    T_EQ_INT(par_plan_build(kind, pp, vpp, m, &plan), MS_OK);
-                    int inflight[8];
-                    T_EQ_INT(par_schedule_validate(&plan, 1, 2, NULL, inflight), MS_OK);
-                    for (int s = 0; s < pp; s++) {
-                        int slot[4 * 12], total = 0;
-                        T_EQ_INT(
-                            par_schedule_slots(plan.lists[s], plan.lens[s], vpp, m, slot, &total),
-                            MS_OK);
-                        int sound = replay(plan.lists[s], plan.lens[s], vpp, m, slot, total);
-                        /* at most one receive posted ahead of its FWD */
-                        int bounded = total >= inflight[s] && total <= inflight[s] + 1;
-                        if (!sound || !bounded)
-                            fprintf(stderr,
-                                    "%s pp %d vpp %d m %d stage %d: sets %d, in flight %d\n",
-                                    par_sched_kind_name(kind), pp, vpp, m, s, total, inflight[s]);
-                        T_OK(sound);
-                        T_OK(bounded);
-                        checked++;
+    for (int comm = 0; comm < 2; comm++) /* PAR_COMM_OVERLAP, PAR_COMM_BLOCKING */
+        for (int kind = 0; kind < 2; kind++)
+            for (int pp = 1; pp <= 6; pp++)
+                for (int vpp = 1; vpp <= 4; vpp++)
+                    for (int m = 1; m <= 12; m++) {
+                        if (par_schedule_check_args(kind, pp, vpp, m) != MS_OK) continue;
+                        par_plan plan;
+                        T_EQ_INT(par_plan_build_comm(kind, (par_comm)comm, pp, vpp, m, &plan),
+                                 MS_OK);
+                        int inflight[8];
+                        T_EQ_INT(par_schedule_validate(&plan, 1, 2, NULL, inflight), MS_OK);
+                        for (int s = 0; s < pp; s++) {
+                            int slot[4 * 12], total = 0;
+                            T_EQ_INT(par_schedule_slots(plan.lists[s], plan.lens[s], vpp, m, slot,
+                                                        &total),
+                                     MS_OK);
+                            int sound = replay(plan.lists[s], plan.lens[s], vpp, m, slot, total);
+                            /* at most one receive posted ahead of its FWD */
+                            int bounded = total >= inflight[s] && total <= inflight[s] + 1;
+                            if (!sound || !bounded)
+                                fprintf(stderr,
+                                        "%s%s pp %d vpp %d m %d stage %d: sets %d, in flight %d\n",
+                                        par_sched_kind_name(kind), comm ? " blocking" : "", pp, vpp,
+                                        m, s, total, inflight[s]);
+                            T_OK(sound);
+                            T_OK(bounded);
+                            checked++;
+                        }
+                        par_plan_free(&plan);
                     }
-                    par_plan_free(&plan);
-                }
-    T_OK(checked > 100);
+    T_OK(checked > 200);
 }
 
 static void test_errors(void) {
