@@ -59,7 +59,8 @@ static const opts_spec train_opts[] = {
       "model chunks per pipeline stage (> 1: interleaved 1F1B, micro-batches a multiple of pp)"),
     O("overlap", OPT_T_STR, overlap, "all",
       "communication hidden behind compute: all, none, or a list of dp (ZeRO buckets), tp "
-      "(chunked GEMMs), pp (early sends and receives); the same bits either way"),
+      "(chunked GEMMs), pp (decoupled sends and receives, the tied-embedding sum in the cool-down); "
+      "the same bits either way"),
     O("train-data", OPT_T_STR, train_data, NULL, "glob of training token shards (llm.c format)"),
     O("val-data", OPT_T_STR, val_data, NULL, "glob of validation token shards"),
     O("data-order", OPT_T_STR, data_order, "shuffle", "shuffle or sequential (llm.c's order)"),

@@ -3,8 +3,9 @@ pipelined with the all-gathers and reduce-scatters give bitwise the losses
 and final weights of the same run waiting for each message at once
 (--overlap none, and --overlap dp,pp: tp off, the others on), for tp2 with
 the serial and the parallel block, tp4 (sums of four partial products, in
-rank order), and tp2 x dp2 with gradient accumulation; the metrics carry
-the per-dimension waits.  Runs under mpirun --oversubscribe.  Environment:
+rank order), tp2 x dp2 with gradient accumulation, and dp2 x tp2 x pp2
+(with --vpp 2 and the parallel block too: every dimension on, tp alone
+off, tp alone on, all off); the metrics carry the per-dimension waits.  Runs under mpirun --oversubscribe.  Environment:
 MS_BIN."""
 import json
 import os
@@ -46,9 +47,16 @@ def main():
         ("tp4 parallel", 4, ["--tp", "4", "--block", "parallel"]),
         ("tp2 x dp2 serial accum lamb", 4,
          ["--tp", "2", "--dp", "2", "--micro-batch", "2", "--optimizer", "lamb"]),
+        # all three dimensions at once (each on, each off, all off)
+        ("dp2 x tp2 x pp2 serial", 8,
+         ["--dp", "2", "--tp", "2", "--pp", "2", "--layers", "4", "--micro-batch", "1"]),
+        ("dp2 x tp2 x pp2 vpp2 parallel", 8,
+         ["--dp", "2", "--tp", "2", "--pp", "2", "--vpp", "2", "--layers", "4",
+          "--micro-batch", "1", "--block", "parallel"]),
     ]
     for label, n, layout in cases:
-        m = bitwise(d, label, n, base + layout)
+        modes = ("all", "none", "dp,pp", "tp") if n == 8 else ("all", "none", "dp,pp")
+        m = bitwise(d, label, n, base + layout, modes)
         if m and label == "tp2 serial":
             step = [json.loads(l) for l in open(m) if '"loss"' in l][-1]
             ok(all(k in step for k in ("tp_wait_ms", "dp_wait_ms", "pp_wait_ms")),
