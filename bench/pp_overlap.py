@@ -57,17 +57,26 @@ def step_stats(trace_dir, skip):
     return out
 
 
-def report(label, stats, want):
-    ranks = sorted({r for s in stats.values() for r in s})
-    steps = [s for s in stats.values() if len(s) == len(ranks) and all(x["fb"] for x in s.values())]
-    if not steps:
-        sys.exit(f"bench: {label}: no complete step in the event logs")
+def bubble_fracs(steps):
+    """The measured bubble of each complete step (a {rank: stats} of
+    step_stats): (makespan - busy) / busy, the makespan from the first FWD
+    to the last BWD over all ranks (one host: one monotonic clock), busy the
+    busiest rank's compute."""
     fracs = []
     for s in steps:
         t0 = min(a for x in s.values() for a, _ in x["fb"])
         t1 = max(b for x in s.values() for _, b in x["fb"])
         busy = max(x["busy"] for x in s.values())
         fracs.append(((t1 - t0) / 1e6 - busy) / busy)
+    return fracs
+
+
+def report(label, stats, want):
+    ranks = sorted({r for s in stats.values() for r in s})
+    steps = [s for s in stats.values() if len(s) == len(ranks) and all(x["fb"] for x in s.values())]
+    if not steps:
+        sys.exit(f"bench: {label}: no complete step in the event logs")
+    fracs = bubble_fracs(steps)
     print(f"--overlap {label} ({len(steps)} steps)")
     for r in ranks:
         med = {k: statistics.median(s[r][k] for s in steps)

@@ -109,14 +109,14 @@ typedef enum { COMM_SUM = 0, COMM_MAX, COMM_MIN } comm_redop;
 
 typedef struct {
     double timeout_s; /* per-op deadline; <= 0: default 300 s (megascale: --comm-timeout) */
-    int poll_max_us;  /* comm thread's longest sleep between MPI_Testsome calls; <= 0: 200 */
+    int poll_max_us;  /* comm thread's longest sleep between MPI_Testsome calls; <= 0: 1000 */
     int no_board;     /* 1: do not create the arrival board (missing ranks then "unknown") */
     int nccl_sync;    /* 1: comm_wait on an NCCL op blocks the host until it finished or
                          missed its deadline; 0: the compute stream waits, the group's
                          watchdog enforces the deadline (megascale: --comm-nccl-sync) */
 } comm_options;
 
-/* Defaults: timeout 300 s, poll 200 us, board on, nccl_sync off. */
+/* Defaults: timeout 300 s, poll 1000 us, board on, nccl_sync off. */
 comm_options comm_options_default(void);
 
 /* Size in bytes of one element of dt. */

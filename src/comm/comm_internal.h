@@ -27,6 +27,7 @@
 
 #define COMM_NAME_MAX 32
 #define COMM_MSG_MAX 1536
+#define COMM_HARD_POLL_S 0.005 /* a wait's first 5 ms: the comm thread polls without sleeping */
 #define COMM_BOARD_MAX_GROUPS 256 /* board slots per rank (group ids 0..255) */
 #define COMM_DEAD_GRACE_S 1.0     /* keep progressing this long after a peer is seen dead */
 #define COMM_WAIT_GRACE_S 2.0     /* waiter's backstop beyond the deadline (stuck comm thread) */
@@ -180,6 +181,8 @@ struct comm_world {
     double timeout_s;
     comm_req *q_head, *q_tail;
     comm_req *free_list;
+    int n_waiting;         /* callers blocked in comm_wait on a host op */
+    double hard_poll_until; /* until then, with n_waiting > 0, the comm thread polls hard */
     int stop;
     int poisoned;
     double t_poisoned;

@@ -345,17 +345,25 @@ static ms_status comm_wait_host(comm_req *r, comm_group **out) {
     comm_world *w = r->w;
     pthread_mutex_lock(&w->mu);
     int64_t t_wait = r->state != COMM_REQ_DONE && ms_ev_on() ? ms_ev_now() : 0;
+    int waiting = r->state != COMM_REQ_DONE;
+    if (waiting) { /* wake a backed-off comm thread: this caller's core is idle now */
+        w->n_waiting++;
+        w->hard_poll_until = ms_now() + COMM_HARD_POLL_S;
+        pthread_cond_signal(&w->submit_cv);
+    }
     while (r->state != COMM_REQ_DONE) {
         double now = ms_now(), limit = r->deadline + COMM_WAIT_GRACE_S;
         if (w->poisoned && w->t_poisoned + COMM_WAIT_GRACE_S < limit)
             limit = w->t_poisoned + COMM_WAIT_GRACE_S;
         if (now >= limit) {
+            if (waiting) w->n_waiting--;
             ms_status st = comm_abandon_locked(w, r, now);
             pthread_mutex_unlock(&w->mu);
             return st;
         }
         comm_wait_cv(w, limit - now);
     }
+    if (waiting) w->n_waiting--;
     ms_status st = r->status;
     if (out) *out = r->out;
     if (t_wait) comm_wait_event(r, t_wait);

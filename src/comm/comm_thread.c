@@ -307,7 +307,15 @@ static void comm_check_deadlines(comm_world *w) {
 }
 
 /* Sleep a little when polling found nothing: yield first, then back off
- * exponentially up to poll_max_us; a new submission wakes us at once. */
+ * exponentially up to poll_max_us; a new submission wakes us at once.
+ * While a caller is blocked in comm_wait its core is idle, so the thread
+ * only yields: every protocol step of a message (a rendezvous needs
+ * several on each side) then costs microseconds instead of up to
+ * poll_max_us, which a pipeline pays on its critical path.  Only for the
+ * first COMM_HARD_POLL_S of a wait: a longer one waits for a peer, not for
+ * the protocol, and must not spin a core that a rank sharing the node may
+ * need.  While the callers compute, the back-off keeps the polling off
+ * their cores. */
 static void comm_backoff(comm_world *w, unsigned *sleep_us) {
     if (*sleep_us == 0) {
         sched_yield();
@@ -315,6 +323,12 @@ static void comm_backoff(comm_world *w, unsigned *sleep_us) {
         return;
     }
     pthread_mutex_lock(&w->mu);
+    if (w->n_waiting > 0 && ms_now() < w->hard_poll_until) {
+        pthread_mutex_unlock(&w->mu);
+        sched_yield();
+        *sleep_us = 1;
+        return;
+    }
     if (!w->q_head && !w->stop) comm_cv_wait_s(&w->submit_cv, &w->mu, *sleep_us * 1e-6);
     pthread_mutex_unlock(&w->mu);
     *sleep_us *= 2;

@@ -12,7 +12,7 @@
 #include "comm/comm_internal.h"
 
 #define COMM_DEFAULT_TIMEOUT_S 300.0
-#define COMM_DEFAULT_POLL_US 200
+#define COMM_DEFAULT_POLL_US 1000
 
 comm_options comm_options_default(void) {
     comm_options o = {.timeout_s = COMM_DEFAULT_TIMEOUT_S, .poll_max_us = COMM_DEFAULT_POLL_US};
