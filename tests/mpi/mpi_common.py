@@ -113,6 +113,24 @@ def run_against_one(d, label, n, layout, base, extra, C, w_keep=None):
     return one, many
 
 
+def overlap_run(d, n, args, mode):
+    """Train `args` as n ranks with --overlap mode, writing metrics and
+    final weights in d (named after the mode): (losses, weights bytes,
+    metrics records), or None when the run failed (counted as a failed
+    check).  For the bitwise on/off comparisons of test_overlap_*.py."""
+    tag = mode.replace(",", "_")
+    m, w = os.path.join(d, f"m_{tag}.jsonl"), os.path.join(d, f"w_{tag}.st")
+    for f in (m, w):
+        if os.path.exists(f):
+            os.remove(f)
+    r = mpi(n, *args, "--overlap", mode, "--metrics", m, "--save-weights", w)
+    if r.returncode:
+        ok(False, f"{' '.join(args[-6:])} --overlap {mode}: the run succeeds", r.stdout + r.stderr)
+        return None
+    recs = [json.loads(l) for l in open(m) if '"loss"' in l]
+    return losses(m), open(w, "rb").read(), recs
+
+
 def redo_bitwise(d, label, n, layout, base, extra=()):
     """A transient NaN gradient on the last rank (nan-grad@3:N-1) is redone
     by every rank from its own copy of the step's micro-batches: check that

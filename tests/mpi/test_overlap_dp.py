@@ -9,26 +9,14 @@ parallel block, AdamW and LAMB, gradient accumulation (--micro-batch 2: only
 the last micro-batch's backward communicates).  Then a bad --overlap value
 is refused with a message naming it.  Runs under mpirun --oversubscribe.
 Environment: MS_BIN."""
-import json
-import os
-
-from mpi_common import finish, losses, mpi, ok, start
+from mpi_common import finish, mpi, ok, overlap_run, start
 
 
 def run(d, base, extra, overlap):
     """One dp2 run with --overlap `overlap`: (losses, weights bytes, dp_wait
     per step), or None when it failed."""
-    m, w = os.path.join(d, f"m_{overlap}.jsonl"), os.path.join(d, f"w_{overlap}.st")
-    for f in (m, w):
-        if os.path.exists(f):
-            os.remove(f)
-    r = mpi(2, *base, *extra, "--dp", "2", "--overlap", overlap, "--metrics", m,
-            "--save-weights", w)
-    if r.returncode:
-        ok(False, f"{' '.join(extra)} --overlap {overlap}: the run succeeds", r.stderr)
-        return None
-    waits = [json.loads(l)["dp_wait_ms"] for l in open(m) if '"loss"' in l]
-    return losses(m), open(w, "rb").read(), waits
+    r = overlap_run(d, 2, [*base, *extra, "--dp", "2"], overlap)
+    return r and (r[0], r[1], [x["dp_wait_ms"] for x in r[2]])
 
 
 def main():

@@ -7,28 +7,9 @@ the same per-step losses in the metrics files and byte-identical
 block, pp2 x dp2 --vpp 2 (ZeRO's embedding reduce-scatter after the
 exchange) and pp2 x tp2, parallel block (pp off alone).  Also: the metrics carry the per-dimension waits.  Runs under
 mpirun --oversubscribe.  Environment: MS_BIN."""
-import json
-import os
-
-from mpi_common import finish, losses, mpi, ok, start
+from mpi_common import finish, ok, overlap_run, start
 
 MODES = ["all", "none", "dp,tp"]
-
-
-def run(d, n, args, mode):
-    """Train with --overlap mode; returns (losses, weights bytes, metrics
-    records) or None when the run failed (counted)."""
-    tag = mode.replace(",", "_")
-    m, w = os.path.join(d, f"m_{tag}.jsonl"), os.path.join(d, f"w_{tag}.st")
-    for f in (m, w):
-        if os.path.exists(f):
-            os.remove(f)
-    r = mpi(n, *args, "--overlap", mode, "--metrics", m, "--save-weights", w)
-    if r.returncode:
-        ok(False, f"--overlap {mode}: run succeeds", r.stdout + r.stderr)
-        return None
-    recs = [json.loads(l) for l in open(m) if '"loss"' in l]
-    return losses(m), open(w, "rb").read(), recs
 
 
 def main():
@@ -47,7 +28,7 @@ def main():
         ("pp2 x tp2 parallel", 4, ["--pp", "2", "--tp", "2", *par], ["all", "dp,tp"]),
     ]
     for label, n, extra, modes in cases:
-        runs = {mode: run(d, n, [*base, *extra], mode) for mode in modes}
+        runs = {mode: overlap_run(d, n, [*base, *extra], mode) for mode in modes}
         ref = runs["all"]
         if not ref:
             continue

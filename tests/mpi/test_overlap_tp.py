@@ -7,33 +7,28 @@ rank order), tp2 x dp2 with gradient accumulation, and dp2 x tp2 x pp2
 (with --vpp 2 and the parallel block too: every dimension on, tp alone
 off, tp alone on, all off); the metrics carry the per-dimension waits.  Runs under mpirun --oversubscribe.  Environment:
 MS_BIN."""
-import json
-import os
-
-from mpi_common import finish, losses, mpi, ok, start
+from mpi_common import finish, mpi, ok, overlap_run, start
 
 
 def bitwise(d, label, n, args, modes=("all", "none", "dp,pp")):
     """Run `args` as n ranks once per --overlap mode; check each run
-    succeeds and all give the same losses and the same weights file."""
-    ref = None
+    succeeds and all give the same losses and the same weights file.
+    Returns the first mode's metrics records (None after a failed run)."""
+    ref, recs = None, None
     for mode in modes:
-        tag = mode.replace(",", "_")
-        m, w = os.path.join(d, f"m_{tag}.jsonl"), os.path.join(d, f"w_{tag}.st")
-        r = mpi(n, *args, "--overlap", mode, "--metrics", m, "--save-weights", w)
-        if r.returncode:
-            ok(False, f"{label} --overlap {mode}: the run succeeds", r.stdout + r.stderr)
+        r = overlap_run(d, n, args, mode)
+        if not r:
             return None
-        got = (losses(m), open(w, "rb").read())
+        got = r[:2]
         if ref is None:
-            ref = got
+            ref, recs = got, r[2]
             ok(len(got[0]) > 0 and got[0][-1] < got[0][0], f"{label}: the loss falls", str(got[0]))
         else:
             ok(got[0] == ref[0], f"{label}: --overlap {mode} gives the losses of --overlap "
                f"{modes[0]} bitwise", f"{got[0]}\n{ref[0]}")
             ok(got[1] == ref[1], f"{label}: --overlap {mode} gives the final weights of "
                f"--overlap {modes[0]} bitwise")
-    return os.path.join(d, f"m_{modes[0].replace(',', '_')}.jsonl")
+    return recs
 
 
 def main():
@@ -56,9 +51,9 @@ def main():
     ]
     for label, n, layout in cases:
         modes = ("all", "none", "dp,pp", "tp") if n == 8 else ("all", "none", "dp,pp")
-        m = bitwise(d, label, n, base + layout, modes)
-        if m and label == "tp2 serial":
-            step = [json.loads(l) for l in open(m) if '"loss"' in l][-1]
+        recs = bitwise(d, label, n, base + layout, modes)
+        if recs and label == "tp2 serial":
+            step = recs[-1]
             ok(all(k in step for k in ("tp_wait_ms", "dp_wait_ms", "pp_wait_ms")),
                "the metrics carry each dimension's waits", str(step))
             ok(step["tp_wait_ms"] <= step["wait_ms"] + 1e-3 and step["dp_wait_ms"] == 0,
