@@ -68,6 +68,9 @@ int par_zero_num_shards(const par_zero *z) {
 void par_zero_shard(const par_zero *z, int i, size_t *begin, size_t *end) {
     UNREACHED("par_zero_shard");
 }
+ms_status par_zero_gather_shard(par_zero *z, int i) {
+    UNREACHED("par_zero_gather_shard");
+}
 ms_status train_run(const train_config *cfg) {
     UNREACHED("train_run");
 }
