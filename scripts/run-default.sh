@@ -54,5 +54,7 @@ echo "---- sample (megascale sample --weights $run/model.safetensors) ----"
 
 echo
 echo "---- where the time went (megascale trace stragglers $run/trace) ----"
-"$bin" trace stragglers "$run/trace" || true
+"$bin" trace stragglers "$run/trace" ||
+  echo "(no summary; when this run resumed a finished one, as the warning above says," \
+    "it trained no step: MS_TRAIN_ARGS=\"--steps N\" make run trains on to step N)"
 echo "timeline of every rank: $bin trace merge $run/trace -o $run/trace.json (open it in ui.perfetto.dev)"

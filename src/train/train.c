@@ -859,6 +859,10 @@ ms_status train_run(const train_config *tc) {
     if (st == MS_OK && t.rank == 0) st = write_config(&t);
     if (st == MS_OK) {
         print_layout(&t);
+        if (t.start >= tc->steps && t.rank == 0) /* a finished run started again */
+            ms_warn("resume: the checkpoint is at step %d and --steps is %d: nothing to train "
+                    "(raise --steps to go on with this run)",
+                    t.start, tc->steps);
         if (t.val) st = log_val(&t, t.start);
     }
     mon_heartbeat_train(t.hb, t.start); /* the driver times the first step from here */

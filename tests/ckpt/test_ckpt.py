@@ -40,6 +40,13 @@ def bitwise_case(ws, name, extra, shm_env=None):
     ref, got = losses(ref_m), losses(a_m) + losses(b_m)
     ok(len(ref) == 16 and got == ref, f"{name}: per-step losses bit-identical", f"{ref}\n{got}")
     ok(sha(ref_w) is not None and sha(ref_w) == sha(b_w), f"{name}: final parameters hash equal")
+    if not extra:  # the finished run started again: it says so, and its weights stay
+        r3 = run(ws, ws.train_args("--steps", "16", "--ckpt-dir", c, "--resume", "auto",
+                                   "--save-weights", b_w), env=shm_env)
+        ok(r3.returncode == 0 and "the checkpoint is at step 16 and --steps is 16: nothing to "
+           "train" in r3.stderr, f"{name}: a finished run started again says it has nothing to "
+           "train", r3.stderr)
+        ok(sha(b_w) == sha(ref_w), f"{name}: ... and its final weights are the same")
     print(f"{name}: 16 losses bit-identical, weights sha256 {str(sha(b_w))[:16]} equal", flush=True)
     return c
 
