@@ -34,6 +34,7 @@ typedef struct {
     float *scratch;
     comm_req **xr;
     int xpending; /* the exchange of this step was started: sum it */
+    int started;  /* when its reduction was started this step (1, 2, ...; 0: not) */
 } bucket;
 
 #define XCHG_TAG 29
@@ -46,6 +47,7 @@ struct par_zero {
     bucket *b; /* in forward order (gpt_grad_ranges): shard i is bucket i's */
     int nb;
     int armed;
+    int n_started;   /* reductions started this step (bucket.started) */
     int overlap;     /* par_zero_set_overlap */
     double wait_sec; /* time blocked in waits since par_zero_take_wait */
     ms_status err;   /* first failure seen inside a hook */
@@ -129,6 +131,7 @@ static void on_grads(void *ctx, size_t begin, size_t end) {
         bucket *b = &z->b[i];
         if (!in_span(b, begin, end)) continue;
         hit = 1;
+        b->started = ++z->n_started;
         float *g = gpt_grads(z->m) + b->begin;
         if (b->xr) {
             xchg_start(z, b, g);
@@ -340,10 +343,19 @@ static void add_rows(par_zero *z) {
 ms_status par_zero_reduce_wait(par_zero *z) {
     z->armed = 0;
     gpt_set_rows_hook(z->m, NULL, NULL);
-    for (int i = 0; i < z->nb; i++) {
+    /* in the order they were started: the first to miss its deadline is
+     * then the first error kept (the later ones only say the world broke) */
+    for (int k = 1; k <= z->n_started; k++)
+        for (int i = 0; i < z->nb; i++) {
+            bucket *b = &z->b[i];
+            if (b->started != k) continue;
+            wait_op(z, &b->rs);
+            if (b->xr) xchg_finish(z, b);
+            b->started = 0;
+        }
+    z->n_started = 0;
+    for (int i = 0; i < z->nb; i++) /* a failed hook may have started some without a mark */
         wait_op(z, &z->b[i].rs);
-        if (z->b[i].xr) xchg_finish(z, &z->b[i]);
-    }
     wait_op(z, &z->ids_ag);
     wait_op(z, &z->rows_ag);
     if (z->rows_pending && z->err == MS_OK) add_rows(z);
