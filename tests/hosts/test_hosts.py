@@ -257,8 +257,9 @@ def outage(bed, d, shard):
     p = bed.popen(4, bed.hostfile([(1, 2), (2, 2)]), [*args, "--metrics", m])
     out = Reader(p)
     h2 = bed.name(2)
-    pat = re.compile(r"error \(rank [01] of 4 on \S+\): comm: (\w+) #\d+ .* timed out .*" +
-                     re.escape(f"on host {h2}"))
+    # "tensor parallel pass: " and the like may come before the op's own words
+    pat = re.compile(r"error \(rank [01] of 4 on \S+\): (?:[\w ]+: )?comm: (\w+) #\d+ .* "
+                     r"timed out .*" + re.escape(f"on host {h2}"))
     seen = None
     try:
         if not wait_steps(m, 20, p):
