@@ -1,10 +1,12 @@
 /* cmd_diag.c - `megascale diag`: the node self-test (src/diag/diag.h).
  * Exit code 0 when every check passes, CLI_EXIT_DIAG_FAIL (9) when one
  * fails, 2 on a usage error. */
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/ctx.h"
 #include "base/fault.h"
@@ -87,10 +89,22 @@ static ms_status emit(const diag_report *r, void *arg) {
         if (m) diag_report_print(r, m);
         if (m) fclose(m);
     }
-    if (!text) return ms_error(MS_ERR_NOMEM, "out of memory formatting the report");
-    fwrite(text, 1, len, stdout);
-    if (json) fputc('\n', stdout);
+    char *nl = text && json ? realloc(text, len + 2) : text;
+    if (!nl) {
+        free(text);
+        return ms_error(MS_ERR_NOMEM, "out of memory formatting the report");
+    }
+    text = nl;
+    if (json) text[len++] = '\n';
+    /* one write(2), not stdio's: a pipe's 4 KB buffer split a report in two
+     * writes, and another rank's report landed between them under mpirun */
     fflush(stdout);
+    for (size_t off = 0; off < len;) {
+        ssize_t n = write(STDOUT_FILENO, text + off, len - off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        off += (size_t)n;
+    }
     free(text);
     return MS_OK;
 }
