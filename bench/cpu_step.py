@@ -4,12 +4,15 @@ threads, same run.  For each case it trains N steps with each program on
 random tokens and reports the median ms/step (first steps dropped as warm-up),
 tokens/s, peak RSS and the ratio megascale/PyTorch in tokens/s.  It also
 measures the machine's limits in the same run (`megascale diag`: the sgemm
-rate at 2048^3 and the memory copy bandwidth, before and after the cases,
-the better of the two) and prints, for megascale, the step's fraction of
-the sgemm peak (the model's FLOPs per step / step time / peak) and the
-optimizer's fraction of the bandwidth (32 bytes a parameter: the gradient
-norm reads g, AdamW reads w, g, m, v and writes w, m, v / its time), and
-the instruction set the binary was compiled for and the CPU has.
+rate at 2048^3 and the memory bandwidth of three STREAM-style kernels,
+copy, triad and an in-place update, before and after the cases, the better
+of the two) and prints, for megascale, the step's fraction of the sgemm
+peak (the model's FLOPs per step / step time / peak) and the optimizer's
+fraction of the bandwidth (32 bytes a parameter: the gradient norm reads g,
+AdamW reads w, g, m, v and writes w, m, v / its time; against the best of
+the three kernels, the in-place update as a rule, which has the
+optimizer's access pattern), and the instruction set the binary was
+compiled for and the CPU has.
 usage: bench/cpu_step.py [--bin build/megascale] [--steps N] [--threads 2]
                          [--cases d12:4:64,d6:8:256]"""
 import argparse
@@ -55,11 +58,14 @@ def measure(cmd, env, parse):
 
 
 def machine_limits(binary, threads):
-    """(sgemm GFLOP/s, memory GB/s) from one `megascale diag --json` run."""
+    """(sgemm GFLOP/s, {copy, triad, update} GB/s) from one `megascale diag
+    --json` run."""
     out = subprocess.run([binary, "diag", "--json", "--threads", str(threads), "--fail-exit", "0"],
                          capture_output=True, text=True).stdout
     checks = {c["name"]: c for c in json.loads(out)["checks"]}
-    return checks["gemm"]["value"], checks["memory"]["value"]
+    mem = checks["memory"]
+    return checks["gemm"]["value"], {"copy": mem["value"], "triad": mem.get("triad_gbps", 0),
+                                     "update": mem.get("update_gbps", 0)}
 
 
 def isa_line(binary):
@@ -120,10 +126,14 @@ def main():
             rows.append((case, om, B * T / om * 1e3, ours_rss, mfu, wait, tm, B * T / tm * 1e3,
                          torch_rss, fpt * B * T, opt, params))
     gemm1, bw1 = machine_limits(a.bin, a.threads)
-    gemm, bw = max(gemm0, gemm1), max(bw0, bw1)
-    print(f"\nmachine: sgemm {gemm:.1f} GFLOP/s at 2048^3 (runs: {gemm0:.1f}, {gemm1:.1f}), "
-          f"memory copy {bw:.2f} GB/s (runs: {bw0:.2f}, {bw1:.2f}), {a.threads} threads; "
-          f"{isa_line(a.bin)}")
+    gemm = max(gemm0, gemm1)
+    kinds = {k: max(bw0[k], bw1[k]) for k in bw0}
+    best = max(kinds, key=kinds.get)
+    bw = kinds[best]
+    print(f"\nmachine: sgemm {gemm:.1f} GFLOP/s at 2048^3 (runs: {gemm0:.1f}, {gemm1:.1f}); memory "
+          + ", ".join(f"{k} {v:.2f}" for k, v in kinds.items())
+          + f" GB/s (runs: " + "; ".join(f"{k} {bw0[k]:.2f}, {bw1[k]:.2f}" for k in kinds)
+          + f"), bandwidth = {best} {bw:.2f} GB/s; {a.threads} threads; {isa_line(a.bin)}")
     print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
           f"{'of sgemm':>8} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} {'torch ms':>9} "
           f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")
@@ -136,7 +146,7 @@ def main():
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
           f"{a.threads} threads; case = model:B:T; MFU against the trainer's probed peak; of sgemm = "
           f"the step's FLOPs / time / the sgemm rate above; opt bw = 32 B a parameter / the "
-          f"optimizer's time / the copy bandwidth; "
+          f"optimizer's time / the bandwidth above; "
           f"data wait = time the step waited for its batch / step time)")
 
 

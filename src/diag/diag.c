@@ -153,7 +153,8 @@ static cJSON *check_json(const diag_result *c) {
     else
         cJSON_AddNullToObject(o, "limit");
     cJSON_AddStringToObject(o, "limit_kind", c->limit_is_max ? "max" : "min");
-    if (c->aux_name && !c->skipped) cJSON_AddNumberToObject(o, c->aux_name, c->aux);
+    for (int i = 0; i < DIAG_MAX_AUX; i++)
+        if (c->aux_name[i] && !c->skipped) cJSON_AddNumberToObject(o, c->aux_name[i], c->aux[i]);
     cJSON_AddStringToObject(o, "detail", c->detail);
     return o;
 }

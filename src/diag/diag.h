@@ -46,6 +46,7 @@
 #include "base/status.h"
 
 #define DIAG_MAX_CHECKS 4
+#define DIAG_MAX_AUX 2
 #define DIAG_HISTORY_MEDIAN 25 /* the newest entries the median is taken over */
 #define DIAG_HISTORY_KEEP 2000 /* the newest lines a history file keeps */
 
@@ -83,8 +84,10 @@ typedef struct {
     int has_limit;    /* 0: report only */
     int limit_is_max; /* 1: value must be <= limit; 0: >= limit */
     double limit;
-    const char *aux_name; /* a second measured value (storage: "read_mbps"), or NULL */
-    double aux;
+    /* further measured values (storage: "read_mbps"; memory: "triad_gbps",
+     * "update_gbps"), each NULL-named when unused */
+    const char *aux_name[DIAG_MAX_AUX];
+    double aux[DIAG_MAX_AUX];
     char detail[640];
 } diag_result;
 

@@ -1,6 +1,14 @@
 /* diag_memory.c - the memory check: host memory bandwidth of a parallel
  * copy (STREAM's "copy": bytes read + bytes written per second, best of a
- * few), verified byte for byte, against --min-mem-gbps and the history. */
+ * few), verified byte for byte, against --min-mem-gbps and the history.
+ * Two more STREAM-style kernels are reported beside it (not judged):
+ *  - triad, a = b + s*c, counted as STREAM counts it (12 bytes an element);
+ *  - update, a = a*s + b, in place (12 bytes an element): the access
+ *    pattern of an optimizer step, which writes back only lines it has
+ *    just read.  Plain stores into a line not read first (the copy's, the
+ *    triad's) also read it (write-allocate), which STREAM does not count;
+ *    the update has none of that traffic, so it reads higher, and it is
+ *    the yardstick of a read-modify-write pass (bench/cpu_step). */
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -25,6 +33,49 @@ static void par_copy(char *dst, const char *src, size_t n, int threads) {
     }
 }
 
+/* a = b + s*c (n floats each), the triad. */
+static void par_triad(float *restrict a, const float *restrict b, const float *restrict c,
+                      size_t n, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long i = 0; i < (long)n; i++)
+        a[i] = b[i] + 0.5f * c[i];
+}
+
+/* a = a*s + b (n floats each), in place. */
+static void par_update(float *restrict a, const float *restrict b, size_t n, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long i = 0; i < (long)n; i++)
+        a[i] = a[i] * 0.5f + b[i];
+}
+
+/* Fill p (n floats) with v, on the threads that use them. */
+static void par_fill_f(float *p, size_t n, float v, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long i = 0; i < (long)n; i++)
+        p[i] = v;
+}
+
+/* GB/s (bytes / seconds) of the best of MEM_REPS runs of the triad
+ * (kind 0: a = dst's first half, b and c src's halves) or the update
+ * (kind 1: a = dst, b = src), on buffers of normal floats (random words
+ * would make some denormal, which the FPU may handle slowly). */
+static double stream_best(int kind, float *dst, float *src, size_t n_bytes, int threads) {
+    size_t n = n_bytes / sizeof(float), h = n / 2;
+    par_fill_f(src, n, 1.0f, threads);
+    par_fill_f(dst, n, 2.0f, threads);
+    double best = 0;
+    for (int i = 0; i < MEM_REPS; i++) {
+        double t0 = ms_now();
+        if (kind == 0)
+            par_triad(dst, src, src + h, h, threads);
+        else
+            par_update(dst, src, n, threads);
+        double dt = ms_now() - t0, bytes = 12.0 * (double)(kind == 0 ? h : n);
+        if (dt > 0 && bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+    }
+    return best;
+}
+
 /* Fill p (n bytes, a multiple of 8) with random words (this also faults the
  * pages in, on the threads that copy them later). */
 static void par_fill(uint64_t *p, size_t words, uint64_t seed, int threads) {
@@ -45,7 +96,8 @@ static long long first_diff(const char *a, const char *b, size_t n) {
 }
 
 void diag_check_memory(const diag_config *c, const diag_report *rep, diag_result *r) {
-    *r = (diag_result){.name = "memory", .ok = 1, .unit = "GB/s"};
+    *r = (diag_result){
+        .name = "memory", .ok = 1, .unit = "GB/s", .aux_name = {"triad_gbps", "update_gbps"}};
     size_t n = (size_t)c->mem_mb << 20;
     int threads = c->threads > 0 ? c->threads : omp_get_num_procs();
     uint64_t *src = aligned_alloc(64, n), *dst = aligned_alloc(64, n);
@@ -72,6 +124,10 @@ void diag_check_memory(const diag_config *c, const diag_report *rep, diag_result
         r->ok = 0;
         diag_detail(r, "CORRUPTED: the copy differs at byte %lld of %zu%s", bad, n,
                     corrupt ? " [injected fault diag:memory]" : "");
+    } else { /* the buffers are checked: reuse them */
+        r->aux[0] = stream_best(0, (float *)dst, (float *)src, n, threads);
+        r->aux[1] = stream_best(1, (float *)dst, (float *)src, n, threads);
+        diag_detail(r, "triad %.3g GB/s, in-place update %.3g GB/s", r->aux[0], r->aux[1]);
     }
     if (c->min_mem_gbps > 0) {
         r->has_limit = 1, r->limit = c->min_mem_gbps;

@@ -84,7 +84,7 @@ static ms_status round_trip(const diag_config *c, const char *path, int corrupt,
     if (unlink(path) != 0 && errno != ENOENT && st == MS_OK) st = io_err(path, "remove");
     MS_TRY(st);
     r->value = c->storage_mb * 1.048576 / (t1 - t0 > 0 ? t1 - t0 : 1e-9);
-    r->aux = c->storage_mb * 1.048576 / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
+    r->aux[0] = c->storage_mb * 1.048576 / (t2 - t1 > 0 ? t2 - t1 : 1e-9);
     if (wcrc != rcrc)
         return ms_error(MS_ERR_IO, "%s: read back CRC32C %08x != written %08x (%d MB)", path, rcrc,
                         wcrc, c->storage_mb);
@@ -92,7 +92,7 @@ static ms_status round_trip(const diag_config *c, const char *path, int corrupt,
 }
 
 void diag_check_storage(const diag_config *c, const diag_report *rep, diag_result *r) {
-    *r = (diag_result){.name = "storage", .ok = 1, .unit = "MB/s", .aux_name = "read_mbps"};
+    *r = (diag_result){.name = "storage", .ok = 1, .unit = "MB/s", .aux_name = {"read_mbps"}};
     if (!c->storage_dir || !*c->storage_dir) {
         r->skipped = 1;
         diag_detail(r, "skipped: no --storage-dir DIR given");
@@ -110,5 +110,5 @@ void diag_check_storage(const diag_config *c, const diag_report *rep, diag_resul
         return;
     }
     diag_detail(r, "%d MB in %s: write + fsync %.0f MB/s, read %.0f MB/s, CRC32C match",
-                c->storage_mb, c->storage_dir, r->value, r->aux);
+                c->storage_mb, c->storage_dir, r->value, r->aux[0]);
 }

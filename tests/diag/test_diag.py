@@ -5,7 +5,8 @@ with exit code 9; a history of much faster GEMMs fails the gemm check as
 slow, and passing results are appended to the history; --node-map names the
 report's node and --history-dir keeps one history per node; a storage
 directory that cannot be written fails storage naming the path; bad options
-exit 2.  With --mpi: the comm check on 2 ranks under mpirun (loopback +
+exit 2.  The memory check reports STREAM's triad and an in-place update
+beside its copy.  With --mpi: the comm check on 2 ranks under mpirun (loopback +
 all-reduce), a fault injected on one rank fails that rank only, and one
 injected on a node (--node-map) fails that node's rank only, each node with
 its own history file.
@@ -82,6 +83,10 @@ def test_pass(d):
            f"JSON check {c['name']}: ok with a positive value", json.dumps(c))
     st = {c["name"]: c for c in r.get("checks", [])}.get("storage", {})
     ok(st.get("read_mbps", 0) > 0 and st.get("unit") == "MB/s", "JSON storage: read MB/s", raw)
+    mem = {c["name"]: c for c in r.get("checks", [])}.get("memory", {})
+    ok(mem.get("triad_gbps", 0) > 0 and mem.get("update_gbps", 0) > 0
+       and "triad" in mem.get("detail", "") and "in-place update" in mem.get("detail", ""),
+       "JSON memory: the triad's and the in-place update's GB/s beside the copy's", raw)
     rc, reps, raw = run_json()
     st = {c["name"]: c for c in reps[0]["checks"]}.get("storage", {}) if reps and reps[0] else {}
     ok(rc == 0 and st.get("skipped") is True and "--storage-dir" in st.get("detail", ""),
