@@ -118,6 +118,7 @@ static int measure(const measure_cli *o) {
         double cores = d.shared_cores;
         c.cores = cores < 0.25 ? 0.25 : cores > d.ranks ? d.ranks : cores;
         c.comm_init_ms = d.group_init_ms;
+        c.overlap_exposed = 1 - d.overlap_eff;
         char *cut = strstr(c.source, "; links not measured");
         if (cut) *cut = 0;
         size_t len = strlen(c.source);

@@ -151,6 +151,10 @@ typedef struct {
      * alone / on every rank at once), the machine's other load included */
     double shared_cores;
     double busy_lat_us; /* lat_us of an all-reduce between compute phases on every rank */
+    /* the fraction of a transfer's time that compute running beside it hides: 1 where
+     * the bytes move without the cores (DMA, a NIC), near 0 where the cores copy them
+     * (shared memory) or the transfer moves only while its rank waits on it */
+    double overlap_eff;
 } diag_costs;
 
 /* Errors: the backend's, MS_ERR_NOMEM, MS_ERR_IO (storage), the

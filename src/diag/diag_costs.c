@@ -56,6 +56,7 @@ typedef struct {
     float *a, *b, *c, *d;
     size_t n;
     int B, T, C, NH;
+    float *x_in, *x_out; /* the shared-rate exchange's host buffers */
 } op_arg;
 
 static void do_gemm(be_backend *be, void *p) {
@@ -224,68 +225,105 @@ static ms_status time_allreduce(comm_group *g, double *buf, size_t n, int reps, 
     return MS_OK;
 }
 
-/* Seconds of `iters` rounds of four layer-shaped GEMMs, each round followed by an
- * all-reduce of one double over g when `coll`. */
-static ms_status gemm_rounds(comm_group *g, be_backend *be, op_arg *o, int iters, int coll,
-                             double *sec) {
+/* What one phase of the shared-rate sample runs on every rank, `ROUNDS` times:
+ * four layer-shaped GEMMs (gemm), then an all-reduce of one double (coll), and an
+ * exchange of `xbytes` with the partner rank (rank ^ 1) started before the GEMMs
+ * and waited for after them (xchg). */
+typedef struct {
+    int gemm, coll, xchg;
+} phase;
+
+static ms_status exchange_start(comm_group *g, op_arg *o, size_t xfloats, comm_req **req) {
+    int me = comm_group_rank(g), peer = me ^ 1;
+    req[0] = req[1] = NULL;
+    if (peer >= comm_group_size(g)) return MS_OK; /* the odd rank out: no partner */
+    MS_TRY(comm_recv_start(g, o->x_in, xfloats, COMM_F32, peer, 11, &req[0]));
+    return comm_send_start(g, o->x_out, xfloats, COMM_F32, peer, 11, &req[1]);
+}
+
+static ms_status exchange_wait(comm_req **req) {
+    ms_status st = req[0] ? comm_wait(req[0]) : MS_OK, s2 = req[1] ? comm_wait(req[1]) : MS_OK;
+    return st != MS_OK ? st : s2;
+}
+
+/* Seconds of ROUNDS rounds of phase ph. */
+static ms_status phase_rounds(comm_group *g, be_backend *be, op_arg *o, size_t xfloats, phase ph,
+                              int rounds, double *sec) {
     double x = 1, t0 = ms_now();
-    for (int i = 0; i < iters; i++) {
-        for (int k = 0; k < 4; k++)
+    for (int i = 0; i < rounds; i++) {
+        comm_req *req[2] = {NULL, NULL};
+        if (ph.xchg) MS_TRY(exchange_start(g, o, xfloats, req));
+        for (int k = 0; ph.gemm && k < 4; k++)
             do_gemm(be, o);
         be->sync(be);
-        if (coll) MS_TRY(comm_allreduce(g, &x, &x, 1, COMM_F64, COMM_SUM));
+        if (ph.xchg) MS_TRY(exchange_wait(req));
+        if (ph.coll) MS_TRY(comm_allreduce(g, &x, &x, 1, COMM_F64, COMM_SUM));
     }
     *sec = ms_now() - t0;
     return MS_OK;
 }
 
-/* One sample of: rank 0's GEMM rounds alone (the others wait in a barrier), every rank's at
- * once, and every rank's with an all-reduce after each round; the slowest rank's times. */
+/* One sample of: rank 0's GEMM rounds alone (the others wait in a barrier); every rank's
+ * at once; every rank's with an all-reduce after each round; every rank's exchanges alone;
+ * and every rank's GEMM rounds with an exchange in flight during each.  The slowest
+ * rank's times. */
 #define ROUNDS 200 /* ~30 ms a phase: long enough for the scheduler's fair share */
-static ms_status shared_sample(comm_group *g, be_backend *be, op_arg *o, double t[3]) {
+#define SHARED_PHASES 5
+static ms_status shared_sample(comm_group *g, be_backend *be, op_arg *o, size_t xfloats,
+                               double t[SHARED_PHASES]) {
+    static const phase ph[SHARED_PHASES] = {{1, 0, 0}, {1, 0, 0}, {1, 1, 0}, {0, 0, 1}, {1, 0, 1}};
     MS_TRY(comm_barrier(g));
     t[0] = 0;
-    if (comm_group_rank(g) == 0) MS_TRY(gemm_rounds(g, be, o, ROUNDS, 0, &t[0]));
-    for (int k = 1; k < 3; k++) {
+    if (comm_group_rank(g) == 0) MS_TRY(phase_rounds(g, be, o, xfloats, ph[0], ROUNDS, &t[0]));
+    for (int k = 1; k < SHARED_PHASES; k++) {
         MS_TRY(comm_barrier(g));
-        MS_TRY(gemm_rounds(g, be, o, ROUNDS, k == 2, &t[k]));
+        MS_TRY(phase_rounds(g, be, o, xfloats, ph[k], ROUNDS, &t[k]));
     }
-    return comm_allreduce(g, t, t, 3, COMM_F64, COMM_MAX);
+    return comm_allreduce(g, t, t, SHARED_PHASES, COMM_F64, COMM_MAX);
 }
 
-/* How many cores the ranks really have (n x alone / together), and the latency of a small
- * all-reduce between compute phases, as in a step (a peer sharing a core may not be running
- * when its partner arrives): from the best of 9 samples of each phase, each taken within a
- * fraction of a second (the least disturbed by the machine's other load). */
+/* How many cores the ranks really have (n x alone / together); the latency of a small
+ * all-reduce between compute phases, as in a step (a peer sharing a core may not be
+ * running when its partner arrives); and how much of a transfer compute hides (an
+ * exchange of about one GEMM round's time in flight during the round: hidden =
+ * GEMMs + exchanges - both, over the smaller of the two).  From the best of 9 samples of
+ * each phase, each taken within a fraction of a second (the least disturbed by the
+ * machine's other load). */
 static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_costs *r) {
     be_options bo = be_options_default();
     bo.threads = cfg->threads;
     be_backend *be = NULL;
     MS_TRY(be_create(&be, cfg->device, &bo));
-    size_t n = 1u << 16;
+    size_t n = 1u << 16, xfloats = 1u << 15; /* 128 KB each way */
     float *buf[3];
     for (int i = 0; i < 3; i++)
         buf[i] = be->alloc(be, n * sizeof(float));
+    float *xb = calloc(2 * xfloats, sizeof(float)); /* host buffers: the links' own path */
     ms_status st = MS_OK;
-    if (!buf[0] || !buf[1] || !buf[2]) st = ms_error(MS_ERR_NOMEM, "measure buffers");
+    if (!buf[0] || !buf[1] || !buf[2] || !xb) st = ms_error(MS_ERR_NOMEM, "measure buffers");
     for (int i = 0; st == MS_OK && i < 3; i++)
         st = fill(be, buf[i], n);
     enum { SAMPLES = 9 };
-    double v[3][SAMPLES];
+    double v[SHARED_PHASES][SAMPLES];
     op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .M = 256, .N = 128, .K = 64};
+    o.x_in = xb, o.x_out = xb ? xb + xfloats : NULL;
     comm_group *g = comm_world_group(w);
     for (int k = 0; st == MS_OK && k < SAMPLES; k++) {
-        double t[3];
-        st = shared_sample(g, be, &o, t);
-        for (int j = 0; j < 3; j++)
+        double t[SHARED_PHASES];
+        st = shared_sample(g, be, &o, xfloats, t);
+        for (int j = 0; j < SHARED_PHASES; j++)
             v[j][k] = t[j];
     }
     if (st == MS_OK) {
         double alone = min_of(v[0], SAMPLES), both = min_of(v[1], SAMPLES);
         double mixed = min_of(v[2], SAMPLES), steps = 2 * ceil(log2(comm_world_size(w)));
+        double xchg = min_of(v[3], SAMPLES), over = min_of(v[4], SAMPLES);
         r->shared_cores = comm_world_size(w) * alone / both;
         r->busy_lat_us = fmax(0, mixed - both) / ROUNDS / steps * 1e6;
+        double hidden = both + xchg - over, most = fmin(both, xchg);
+        r->overlap_eff = most > 0 ? fmin(1, fmax(0, hidden / most)) : 1;
     }
+    free(xb);
     for (int i = 0; i < 3; i++)
         if (buf[i]) be->free(be, buf[i]);
     be->destroy(be);

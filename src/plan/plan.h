@@ -100,6 +100,10 @@ typedef struct {
     double storage_gbps; /* persistent storage, per node, read and write */
     double store_op_us;  /* one operation of the rendezvous store (group init barriers) */
     double comm_init_ms; /* creating one communicator on a rank */
+    /* the fraction of an overlapped transfer's time that compute does not hide: 0 where
+     * DMA engines or NICs move the bytes (GPUs), near 1 where the cores copy them or the
+     * transfer moves only while its rank waits (a CPU machine's shared memory) */
+    double overlap_exposed;
 } plan_cluster;
 
 /* ---- cluster files (plan_cluster.c) ------------------------------------ */

@@ -1,7 +1,8 @@
 /* plan_cluster.c - cluster files: read, validate, write (docs/formats.md,
  * "Cluster files").  One JSON object, "format": "megascale-cluster",
  * "version": 1; every key below is required except "source", "cores",
- * "threads", "opt_ns_per_param" and "transc_gbps"; an unknown key is an error (a misspelt key would
+ * "threads", "opt_ns_per_param", "transc_gbps" and "overlap_exposed" (absent: 0);
+ * an unknown key is an error (a misspelt key would
  * otherwise silently keep a default). */
 #include <math.h>
 #include <stdlib.h>
@@ -47,6 +48,7 @@ static const num_key top_keys[] = {
     F("storage_gbps", storage_gbps, 0, 1e6, 0, 0),
     F("store_op_us", store_op_us, 0, 1e9, 0, 0),
     F("comm_init_ms", comm_init_ms, 0, 1e9, 1, 0),
+    F("overlap_exposed", overlap_exposed, 0, 1, 1, 1),
 };
 #undef F
 #define N_TOP ((int)(sizeof top_keys / sizeof top_keys[0]))

@@ -42,11 +42,19 @@ static double keys_per_query(int s, int w) {
     return ((double)w * (w + 1) / 2 + (double)(s - w) * w) / s;
 }
 
+/* What of an overlapped transfer of `full` seconds stays exposed, when the
+ * schedule alone would leave `ideal` of it: the part the schedule hides,
+ * less the cluster's overlap_exposed fraction of it (the cores copy the
+ * bytes, or the transfer moves only while its rank waits). */
+static double overlapped(const plan_cluster *c, double full, double ideal) {
+    return ideal + c->overlap_exposed * fmax(0, full - ideal);
+}
+
 /* A collective hidden under a GEMM of g seconds, both in TP_CHUNKS chunks:
  * what is left exposed. */
-static double chunked_exposed(double comm, double g) {
+static double chunked_exposed(const plan_cluster *c, double comm, double g) {
     double k = TP_CHUNKS;
-    return comm / k + fmax(comm, g) * (k - 1) / k + g / k - g;
+    return overlapped(c, comm, comm / k + fmax(comm, g) * (k - 1) / k + g / k - g);
 }
 
 /* Flash attention (causal, or a sliding window): its FLOPs at the cluster's
@@ -110,11 +118,11 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
             double g_in = gf[2] + (m->parallel_block ? gf[0] : 0);
             double g_out = gf[3] + (m->parallel_block ? gf[1] : 0);
             double b_in = gd[3] + gw[3], b_out = gd[2] + gw[2];
-            r.tp_fwd = chunked_exposed(ag, g_in) + chunked_exposed(rs, g_out);
-            r.tp_bwd = chunked_exposed(rs, b_out) + chunked_exposed(ag, b_in);
+            r.tp_fwd = chunked_exposed(c, ag, g_in) + chunked_exposed(c, rs, g_out);
+            r.tp_bwd = chunked_exposed(c, rs, b_out) + chunked_exposed(c, ag, b_in);
             if (!m->parallel_block) { /* the attention half's AG / RS, under its own GEMMs */
-                r.tp_fwd += chunked_exposed(ag, gf[0]) + chunked_exposed(rs, gf[1]);
-                r.tp_bwd += chunked_exposed(rs, gd[0] + gw[0]) + chunked_exposed(ag, gd[1] + gw[1]);
+                r.tp_fwd += chunked_exposed(c, ag, gf[0]) + chunked_exposed(c, rs, gf[1]);
+                r.tp_bwd += chunked_exposed(c, rs, gd[0] + gw[0]) + chunked_exposed(c, ag, gd[1] + gw[1]);
             }
         } else { /* blocking (the trainer with --overlap without tp) */
             r.tp_fwd = n * (ag + rs);
@@ -272,7 +280,8 @@ static void ctx_init(step_ctx *x, const plan_model *m, const plan_layout *l, con
 static void chunk_costs(const step_ctx *x, double *fwd, double *bwd, double *comp, double *tp,
                         double *pp) {
     int G = x->p * x->v;
-    double p2p = x->p > 1 && !x->f->pp_overlap ? x->t_p2p : 0; /* blocking send + receive */
+    double p2p = x->p > 1 ? overlapped(x->c, x->t_p2p, x->f->pp_overlap ? 0 : x->t_p2p) : 0;
+    /* blocking send + receive, or what of the decoupled ones the compute does not hide */
     for (int s = 0; s < x->p; s++) {
         comp[s] = tp[s] = pp[s] = 0;
         for (int ch = 0; ch < x->v; ch++) {
@@ -308,7 +317,9 @@ static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bw
                                   x->n_micro, &plan);
     if (rc == MS_OK) {
         par_sim_costs costs = {
-            .t_fwd = fwd, .t_bwd = bwd, .t_p2p = x->f->pp_overlap ? x->t_p2p : 0};
+            .t_fwd = fwd,
+            .t_bwd = bwd, /* the transfer's time the cores do not spend (chunk_costs) */
+            .t_p2p = x->f->pp_overlap ? (1 - x->c->overlap_exposed) * x->t_p2p : 0};
         rc = par_schedule_simulate(&plan, &costs, &st, mif);
         par_plan_free(&plan);
     }
@@ -347,7 +358,7 @@ static double dp_exposed(const step_ctx *x) {
         end = fmax(end, ready) + rs1;
     }
     end = fmax(end, ready) + rse; /* the embeddings come last */
-    double rs_exposed = end - ready;
+    double rs_exposed = overlapped(c, n_lay * rs1 + rse, end - ready);
     /* all-gather: the embeddings first, then layer i needed after i layer-forwards (with
      * interleaving, chunk c's first use comes after c * p warm-up forwards of the others) */
     double ag_end = age, ag_exposed = age;
@@ -358,7 +369,7 @@ static double dp_exposed(const step_ctx *x) {
         ag_end += ag1;
         ag_exposed = fmax(ag_exposed, ag_end - need);
     }
-    return rs_exposed + ag_exposed;
+    return rs_exposed + overlapped(c, n_lay * ag1 + age, ag_exposed);
 }
 
 static double optimizer_s(const step_ctx *x) {

@@ -3,7 +3,8 @@
  * activation memory of a known configuration (Korthikanti et al.), the
  * GEMM curve, cluster files (round trip and every kind of bad file, each
  * error naming the file and the key), layout errors naming the option,
- * Young/Daly, and that each overlap feature only ever hides time. */
+ * Young/Daly, that each overlap feature only ever hides time, and that a
+ * cluster whose cores copy the bytes (overlap_exposed) hides less. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,6 +204,8 @@ static void test_cluster_files(void) {
     bad_file(dir, "\"version\":1", "\"version\":2", "version");
     bad_file(dir, "megascale-cluster", "other", "format");
     bad_file(dir, "\"hbm_eff\":0.8", "\"hbm_eff\":1.8", "hbm_eff");
+    bad_file(dir, "\"hbm_eff\":0.8", "\"hbm_eff\":0.8,\"overlap_exposed\":1.5", "overlap_exposed");
+    T_NEAR(c.overlap_exposed, 0, 0); /* absent: 0, the bytes move beside the compute */
     bad_file(dir, "\"mem_gb\":80,", "", "mem_gb");               /* missing */
     bad_file(dir, "\"mem_gb\":80", "\"mem_gbs\":80", "mem_gbs"); /* unknown (a typo) */
     bad_file(dir, "[4096,0.8]", "[128,0.8]", "gemm");            /* not increasing */
@@ -271,6 +274,22 @@ static void test_features(void) {
     T_NEAR(r0.iter_s,
            r0.compute_s + r0.tp_s + r0.pp_s + r0.bubble_s + r0.dp_s + r0.optimizer_s + r0.data_s,
            1e-9);
+    /* a cluster whose cores copy the bytes (overlap_exposed 1) hides nothing by overlap:
+     * every overlap on predicts the blocking step; half of it lands in between */
+    plan_features all = base;
+    all.tp_overlap = all.pp_overlap = all.dp_overlap = 1;
+    plan_result ra, rh, rf;
+    T_EQ_INT(plan_predict(&m, &l, &all, &c, &ra), MS_OK);
+    c.overlap_exposed = 1;
+    T_EQ_INT(plan_predict(&m, &l, &all, &c, &rf), MS_OK);
+    T_NEAR(rf.tp_s, r0.tp_s, 1e-12 * r0.tp_s);
+    T_NEAR(rf.dp_s, r0.dp_s, 1e-12 * r0.dp_s);
+    T_NEAR(rf.pp_s, r0.pp_s, 1e-12 * r0.pp_s);
+    T_NEAR(rf.iter_s, r0.iter_s, 1e-9 * r0.iter_s);
+    c.overlap_exposed = 0.5;
+    T_EQ_INT(plan_predict(&m, &l, &all, &c, &rh), MS_OK);
+    T_OK(rh.tp_s > ra.tp_s && rh.tp_s < rf.tp_s && rh.dp_s > ra.dp_s && rh.dp_s < rf.dp_s);
+    T_OK(rh.iter_s > ra.iter_s && rh.iter_s < rf.iter_s);
 }
 
 int main(void) {
