@@ -19,6 +19,8 @@
 #include "diag/diag.h"
 
 #define REPS 3
+#define OP_REP_S 0.05 /* an op's repetitions are cut to about this long */
+#define OP_LONG_S 0.05 /* an op at least this long is timed by one call */
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -39,7 +41,15 @@ static double median(double *v, int n) {
 typedef void (*timed_fn)(be_backend *be, void *arg);
 static double time_op(be_backend *be, timed_fn fn, void *arg, int inner) {
     double t[REPS];
+    be->sync(be);
+    double w0 = ms_now();
     fn(be, arg); /* warm caches and scratch */
+    be->sync(be);
+    double warm = ms_now() - w0;
+    /* an op this slow (a large attention shape) is its own measurement: caches do not
+     * matter at this length, and 3 x inner more calls of every pass would take minutes */
+    if (warm >= OP_LONG_S) return warm;
+    if (warm * inner > OP_REP_S) inner = (int)(OP_REP_S / warm) + 1;
     for (int r = 0; r < REPS; r++) {
         be->sync(be);
         double t0 = ms_now();
@@ -161,13 +171,24 @@ static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, dou
  * neighbours; the CPU validation compares them with a run's fast steps). */
 #define PASSES 7
 static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag_costs *r) {
-    size_t big = 1u << 22; /* floats in each buffer */
+    size_t big = 1u << 22; /* floats in each buffer, at least */
+    /* and what the attention shape needs: a, b qkv (B,T,3C), c out (B,T,C), d its state */
+    size_t btc = (size_t)cfg->attn_b * cfg->attn_t * cfg->attn_c;
+    size_t state = be->attention_state_bytes(be, cfg->attn_b, cfg->attn_t, cfg->attn_heads);
+    size_t need[4] = {3 * btc, 3 * btc, btc, (state + sizeof(float) - 1) / sizeof(float)};
     float *buf[4];
     ms_status st = MS_OK;
-    for (int i = 0; i < 4; i++)
-        buf[i] = be->alloc(be, big * sizeof(float));
+    for (int i = 0; i < 4; i++) {
+        if (need[i] < big) need[i] = big;
+        buf[i] = be->alloc(be, need[i] * sizeof(float));
+    }
     for (int i = 0; i < 4 && st == MS_OK; i++)
-        st = buf[i] ? fill(be, buf[i], big) : ms_error(MS_ERR_NOMEM, "measure buffers");
+        st = buf[i] ? fill(be, buf[i], need[i])
+                    : ms_error(MS_ERR_NOMEM,
+                               "measure: %.1f MB for the attention shape --attn-batch %d "
+                               "--attn-seq %d --attn-dim %d (--attn-heads %d)",
+                               need[i] * sizeof(float) / 1e6, cfg->attn_b, cfg->attn_t,
+                               cfg->attn_c, cfg->attn_heads);
     op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .d = buf[3]};
     be_limits lim = {.B = cfg->attn_b,
                      .T = cfg->attn_t,

@@ -91,6 +91,18 @@ def main():
     r = plan("--cluster", one, "--gpus", "1", "--batch", "8", "--model", "d6", "--seq", "64",
              "--features", "ours", "--json")
     ok(r.returncode == 0, "a measured cluster file plans", r.stderr)
+    # an attention shape whose state (B x heads x T x T) outgrows the other figures' buffers
+    # (it crashed before), timed in seconds, not minutes
+    big = os.path.join(d, "big.json")
+    r = subprocess.run([BIN, "plan", "measure", "--out", big, "--storage-dir", d, "--threads", "1",
+                        "--attn-batch", "1", "--attn-seq", "2048", "--attn-dim", "64",
+                        "--attn-heads", "2"], capture_output=True, text=True, timeout=120)
+    ok(r.returncode == 0 and 0 < json.load(open(big))["attn_eff"] <= 1,
+       "plan measure: a long attention shape", r.stderr)
+    r = subprocess.run([BIN, "plan", "measure", "--out", big, "--attn-dim", "65", "--attn-heads",
+                        "4"], capture_output=True, text=True, timeout=60)
+    ok(r.returncode == 2 and "--attn-dim 65" in r.stderr and "--attn-heads 4" in r.stderr,
+       "plan measure: --attn-dim not divisible by --attn-heads is refused", r.stderr)
     r = subprocess.run([BIN, "plan", "measure", "--base", one, "--out", one + "2"],
                        capture_output=True, text=True, timeout=120)
     ok(r.returncode == 2 and "mpirun" in r.stderr, "measure --base alone: needs mpirun",
