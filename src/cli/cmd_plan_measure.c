@@ -74,6 +74,7 @@ static void compute_to_cluster(const measure_cli *o, const diag_costs *d, plan_c
     c->launch_us = d->launch_us;
     c->opt_ns_per_param = d->opt_ns_per_param;
     c->transc_gbps = d->transc_gbps;
+    c->ln_bwd_passes = d->ln_bwd_ratio; /* the planner's fused forward is one pass */
     /* the planner's attention: 3.5 x 4 b h s kv dh flops (forward + backward, kv = (s+1)/2) */
     double s = o->attn_t, flops = 3.5 * 4.0 * o->attn_b * o->attn_t * ((s + 1) / 2) * o->attn_c;
     double t = d->attn_s - 2 * d->launch_us * 1e-6;

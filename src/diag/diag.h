@@ -135,8 +135,10 @@ typedef struct {
 typedef struct {
     int n_gemm;
     double gemm_n[DIAG_COST_GEMMS], gemm_gflops[DIAG_COST_GEMMS]; /* square products */
-    double launch_us;        /* a 1 x 1 x 1 product: the operator's fixed cost */
+    double launch_us;        /* the operator's fixed cost: the slower of a 1 x 1 x 1 product
+                              * and a one-element AdamW (an element-wise operator's) */
     double elem_gbps;        /* LayerNorm forward, bytes read + written per second */
+    double ln_bwd_ratio;     /* LayerNorm backward time / forward time, same shape */
     double transc_gbps;      /* GeLU forward + backward: 3 passes, bytes read + written / s */
     double opt_ns_per_param; /* AdamW */
     double attn_s;           /* attention forward + backward of the configured shape */

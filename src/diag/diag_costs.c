@@ -91,6 +91,12 @@ static void do_layernorm(be_backend *be, void *p) {
     op_arg *o = p;
     be->layernorm_fwd(be, o->c, o->d, o->d + o->M, o->a, o->b, o->b + o->N, o->M, o->N);
 }
+/* After do_layernorm (its mean and rstd): dinp into c, dw and db after them in d. */
+static void do_layernorm_bwd(be_backend *be, void *p) {
+    op_arg *o = p;
+    be->layernorm_bwd(be, o->c, o->d + 2 * o->M, o->d + 2 * o->M + o->N, o->a, o->a, o->b, o->d,
+                      o->d + o->M, o->M, o->N);
+}
 static void do_gelu(be_backend *be, void *p) {
     op_arg *o = p;
     be->gelu_fwd(be, o->c, o->a, o->n);
@@ -101,6 +107,13 @@ static void do_adamw(be_backend *be, void *p) {
     void *w_act = be->act_dtype == BE_F32 ? NULL : (void *)(o->d + o->n); /* the act copy */
     be->adamw_step(be, o->a, w_act, o->b, o->c, o->d, o->n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 1,
                    1.0f);
+}
+static void do_adamw_1(be_backend *be, void *p) {
+    op_arg *o = p;
+    size_t n = o->n;
+    o->n = 1;
+    do_adamw(be, p);
+    o->n = n;
 }
 static void do_attention(be_backend *be, void *p) {
     op_arg *o = p; /* a: qkv (B,T,3C), c: out, d: state, b: dout then dqkv */
@@ -141,10 +154,10 @@ static ms_status storage_speed(const char *dir, double *gbps) {
 }
 
 /* One pass over every compute figure into v[] (PASS_FIGURES entries: the
- * GEMM sizes, launch, LayerNorm, GeLU, AdamW, attention, copy seconds or
- * rates). */
+ * GEMM sizes, launch, LayerNorm, GeLU, AdamW, attention, copy, LayerNorm
+ * backward, a one-element AdamW: seconds or rates). */
 #define N_GEMM 7
-#define PASS_FIGURES (N_GEMM + 6)
+#define PASS_FIGURES (N_GEMM + 8)
 static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, double *v) {
     /* products shaped like a layer's (tokens x 2 width x width: 4n x 2n x n), at the size
      * n_eff = cbrt(M N K) = 2n the planner looks them up by */
@@ -156,9 +169,11 @@ static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, dou
     v[N_GEMM] = time_op(be, do_gemm, o, 2000);
     o->M = 256, o->N = 256, o->n = (size_t)o->M * o->N;
     v[N_GEMM + 1] = time_op(be, do_layernorm, o, 50);
+    v[N_GEMM + 6] = time_op(be, do_layernorm_bwd, o, 50);
     v[N_GEMM + 2] = time_op(be, do_gelu, o, 20);
     o->n = 1u << 18;
     v[N_GEMM + 3] = time_op(be, do_adamw, o, 10) / o->n;
+    v[N_GEMM + 7] = time_op(be, do_adamw_1, o, 2000);
     o->B = cfg->attn_b, o->T = cfg->attn_t, o->C = cfg->attn_c, o->NH = cfg->attn_heads;
     v[N_GEMM + 4] = time_op(be, do_attention, o, 20);
     o->n = 1u << 22;
@@ -192,7 +207,7 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
     op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .d = buf[3]};
     be_limits lim = {.B = cfg->attn_b,
                      .T = cfg->attn_t,
-                     .C = cfg->attn_c,
+                     .C = cfg->attn_c > 256 ? cfg->attn_c : 256, /* and LayerNorm's */
                      .NH = cfg->attn_heads,
                      .Vp = 128,
                      .max_n = big};
@@ -210,8 +225,9 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
     for (int i = 0; i < N_GEMM; i++)
         r->gemm_n[i] = 2 * (4 << i), r->gemm_gflops[i] = med[i];
     double bytes = 2.0 * 256 * 256 * sizeof(float); /* read and write */
-    r->launch_us = med[N_GEMM] * 1e6;
+    r->launch_us = fmax(med[N_GEMM], med[N_GEMM + 7]) * 1e6;
     r->elem_gbps = bytes / med[N_GEMM + 1] / 1e9;
+    r->ln_bwd_ratio = med[N_GEMM + 6] / med[N_GEMM + 1];
     r->transc_gbps = 3 * bytes / med[N_GEMM + 2] / 1e9; /* the planner's GeLU: 1 + 2 passes */
     r->opt_ns_per_param = med[N_GEMM + 3] * 1e9;
     r->attn_s = med[N_GEMM + 4];

@@ -66,6 +66,9 @@ ms_status gpt_block_parse(const char *s, gpt_block *out);
 
 /* Parameter count without vocabulary padding (the "N" of 6N). */
 size_t gpt_config_num_params(const gpt_config *cfg);
+/* Tensors of one block, and of the embeddings and final norm (wte, wpe, ln_f). */
+int gpt_config_layer_tensors(const gpt_config *cfg);
+#define GPT_EMBED_TENSORS 4
 /* Training flops per token: 6N + 12 * L * T_eff * C, T_eff = min(T, W). */
 double gpt_flops_per_token(const gpt_config *cfg, int T);
 

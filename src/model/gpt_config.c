@@ -73,6 +73,12 @@ size_t gpt_config_num_params(const gpt_config *c) {
     return (size_t)c->vocab * C + (size_t)c->seq_max * C + L * per_layer + 2 * C;
 }
 
+int gpt_config_layer_tensors(const gpt_config *c) {
+    /* ln_1 w, b; c_attn w, b; c_proj w, b; c_fc w, b; mlp c_proj w, b; a serial block's
+     * ln_2 w, b (gpt_model.c's table) */
+    return c->block == GPT_BLOCK_SERIAL ? 12 : 10;
+}
+
 double gpt_flops_per_token(const gpt_config *c, int T) {
     int teff = (c->attn_window > 0 && c->attn_window < T) ? c->attn_window : T;
     return 6.0 * (double)gpt_config_num_params(c) + 12.0 * c->n_layer * (double)teff * c->n_embd;

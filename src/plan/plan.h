@@ -86,6 +86,8 @@ typedef struct {
     double opt_ns_per_param; /* measured AdamW time per parameter (0: by its bytes) */
     double transc_gbps;      /* element-wise operators with a transcendental function per element
                               * (GeLU's tanh, softmax's exp): bytes per second (0: hbm's) */
+    double ln_bwd_passes;    /* the fused LayerNorm backward, in passes of its forward's cost
+                              * (0: LN_PASSES_BWD's 2) */
     double attn_eff;         /* fused attention FLOP/s as a fraction of peak */
     double launch_us;        /* fixed cost of one operator (kernel launch, dispatch) */
     int n_gemm;              /* the GEMM curve: efficiency (fraction of peak) at size n */

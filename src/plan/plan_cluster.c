@@ -1,7 +1,8 @@
 /* plan_cluster.c - cluster files: read, validate, write (docs/formats.md,
  * "Cluster files").  One JSON object, "format": "megascale-cluster",
  * "version": 1; every key below is required except "source", "cores",
- * "threads", "opt_ns_per_param", "transc_gbps" and "overlap_exposed" (absent: 0);
+ * "threads", "opt_ns_per_param", "transc_gbps", "ln_bwd_passes" and "overlap_exposed"
+ * (absent: 0);
  * an unknown key is an error (a misspelt key would
  * otherwise silently keep a default). */
 #include <math.h>
@@ -37,6 +38,7 @@ static const num_key top_keys[] = {
     F("attn_eff", attn_eff, 0, 1, 0, 0),
     F("opt_ns_per_param", opt_ns_per_param, 0, 1e6, 1, 1),
     F("transc_gbps", transc_gbps, 0, 1e6, 1, 1),
+    F("ln_bwd_passes", ln_bwd_passes, 0, 1e3, 1, 1),
     F("launch_us", launch_us, 0, 1e6, 1, 0),
     F("act_bytes", act_bytes, 0, 8, 0, 0),
     F("grad_bytes", grad_bytes, 0, 8, 0, 0),

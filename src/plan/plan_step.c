@@ -73,7 +73,7 @@ static void attention_cost(const plan_model *m, const plan_features *f, const pl
 }
 
 /* Passes of an element-wise operator over `elems` elements. */
-static double passes_s(const plan_cluster *c, int passes, double elems, double tensors) {
+static double passes_s(const plan_cluster *c, double passes, double elems, double tensors) {
     return passes * plan_bytes_s(c, tensors * elems * c->act_bytes);
 }
 
@@ -83,6 +83,12 @@ static double transc_s(const plan_cluster *c, int passes, double elems, double t
     double bytes = tensors * elems * c->act_bytes, t = plan_bytes_s(c, bytes);
     if (c->transc_gbps > 0) t = fmax(t, bytes / (c->transc_gbps * 1e9) + c->launch_us * 1e-6);
     return passes * t;
+}
+
+/* LayerNorm backward passes: the cluster's measured ones for the fused
+ * kernel, else the rule's. */
+static double ln_bwd_passes(const plan_cluster *c, const plan_features *f) {
+    return f->fused && c->ln_bwd_passes > 0 ? c->ln_bwd_passes : LN_PASSES_BWD(f->fused);
 }
 
 static layer_cost layer(const plan_model *m, const plan_features *f, const plan_cluster *c, int t,
@@ -103,7 +109,7 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
     r.fwd += af, r.bwd += ab, r.attn_fwd = af;
     int n_ln = m->parallel_block ? 1 : 2, n_res = m->parallel_block ? 1 : 2;
     r.fwd += n_ln * passes_s(c, LN_PASSES_FWD(f->fused), Nl * h, 2);
-    r.bwd += n_ln * passes_s(c, LN_PASSES_BWD(f->fused), Nl * h, 2);
+    r.bwd += n_ln * passes_s(c, ln_bwd_passes(c, f), Nl * h, 2);
     r.fwd += transc_s(c, GELU_PASSES_FWD(f->fused), N * 4 * h / t, 2);
     r.bwd += transc_s(c, GELU_PASSES_BWD(f->fused), N * 4 * h / t, 2);
     r.fwd += n_res * passes_s(c, 1, Nl * h, 4); /* bias + dropout + residual */
@@ -144,7 +150,8 @@ static void ends_cost(const plan_model *m, const plan_features *f, const plan_cl
     double ln = passes_s(c, LN_PASSES_FWD(f->fused), N * h / t, 2);
     double logits = N * Vl * 4.0 / c->act_bytes; /* fp32 logits, in act-sized elements */
     *cls_f = ln + plan_gemm_s(c, N, Vl, h) + transc_s(c, XENT_PASSES_FWD(f->fused), logits, 2);
-    *cls_b = 2 * ln + plan_gemm_s(c, N, h, Vl) + plan_gemm_s(c, h, Vl, N) +
+    *cls_b = passes_s(c, ln_bwd_passes(c, f), N * h / t, 2) + plan_gemm_s(c, N, h, Vl) +
+             plan_gemm_s(c, h, Vl, N) +
              transc_s(c, XENT_PASSES_BWD(f->fused), logits, 2);
     if (t > 1) { /* as model/gpt_tp_vocab.c: the embedding's sum reduce-scattered to the
                   * sequence shards; the final LN's output gathered, the vocabulary slices'
@@ -376,7 +383,10 @@ static double optimizer_s(const step_ctx *x) {
     double n = ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) / x->t /
                x->d; /* this rank's shard, the busiest stage */
     double bytes = n * (x->f->lamb ? LAMB_BYTES : ADAM_BYTES);
-    double launches = 2.0 * x->m->layers / x->p; /* multi-tensor kernels, a few per layer */
+    gpt_config g = gpt_of(x->m, 1);
+    /* as optim.c: a sum of squares and an update for each tensor of the stage */
+    double launches = 2.0 * ((double)x->m->layers / x->p * gpt_config_layer_tensors(&g) +
+                             GPT_EMBED_TENSORS);
     double norm = plan_coll_s(&x->c->inter, PLAN_ALLREDUCE, x->l->gpus, 8); /* the grad norm */
     double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
     if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */

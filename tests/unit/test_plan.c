@@ -206,6 +206,7 @@ static void test_cluster_files(void) {
     bad_file(dir, "\"hbm_eff\":0.8", "\"hbm_eff\":1.8", "hbm_eff");
     bad_file(dir, "\"hbm_eff\":0.8", "\"hbm_eff\":0.8,\"overlap_exposed\":1.5", "overlap_exposed");
     T_NEAR(c.overlap_exposed, 0, 0); /* absent: 0, the bytes move beside the compute */
+    bad_file(dir, "\"hbm_eff\":0.8", "\"hbm_eff\":0.8,\"ln_bwd_passes\":-1", "ln_bwd_passes");
     bad_file(dir, "\"mem_gb\":80,", "", "mem_gb");               /* missing */
     bad_file(dir, "\"mem_gb\":80", "\"mem_gbs\":80", "mem_gbs"); /* unknown (a typo) */
     bad_file(dir, "[4096,0.8]", "[128,0.8]", "gemm");            /* not increasing */
@@ -274,6 +275,17 @@ static void test_features(void) {
     T_NEAR(r0.iter_s,
            r0.compute_s + r0.tp_s + r0.pp_s + r0.bubble_s + r0.dp_s + r0.optimizer_s + r0.data_s,
            1e-9);
+    /* a measured LayerNorm backward slower than the rule's 2 passes costs more compute, with
+     * the fused kernels only (the unfused ones keep their 6 passes) */
+    plan_features fu = base;
+    fu.fused = 1;
+    plan_result r2, r6, rn;
+    T_EQ_INT(plan_predict(&m, &l, &fu, &c, &r2), MS_OK);
+    c.ln_bwd_passes = 6;
+    T_EQ_INT(plan_predict(&m, &l, &fu, &c, &r6), MS_OK);
+    T_EQ_INT(plan_predict(&m, &l, &base, &c, &rn), MS_OK);
+    T_OK(r6.compute_s > r2.compute_s && rn.compute_s == r0.compute_s);
+    c.ln_bwd_passes = 0;
     /* a cluster whose cores copy the bytes (overlap_exposed 1) hides nothing by overlap:
      * every overlap on predicts the blocking step; half of it lands in between */
     plan_features all = base;
