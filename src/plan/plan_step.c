@@ -391,7 +391,10 @@ static double optimizer_s(const step_ctx *x) {
     double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
     if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
         update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
-    return x->slow * update + launches * x->c->launch_us * 1e-6 + norm;
+    /* and the stage's gradients zeroed for the next step: one write pass over them */
+    double zero = plan_bytes_s(x->c, ((double)x->m->layers / x->p * layer_params(x->m) +
+                                      embed_params(x->m)) / x->t * x->c->grad_bytes);
+    return x->slow * (update + zero) + launches * x->c->launch_us * 1e-6 + norm;
 }
 
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
