@@ -13,3 +13,7 @@ ms_c_test(test_plan_megascale SOURCES unit/test_plan_megascale.c LABELS unit
 ms_script_test(plan_cli COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cli.py
   LABELS cli)
 set_tests_properties(plan_cli PROPERTIES TIMEOUT 300)
+# `plan measure --base` under mpirun: the links, the shared cores, overlap_exposed.
+ms_script_test(plan_measure_mpi COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cli.py --mpi
+  LABELS mpi)
+set_tests_properties(plan_measure_mpi PROPERTIES TIMEOUT 300)
