@@ -234,8 +234,11 @@ def check_hang(d, shard):
             stale.append([u["rank"] for u in json.load(open(os.path.join(tdir, f)))["unresponsive"]])
         except (OSError, ValueError, KeyError):
             stale.append(None)
-    # (a dump written after mpirun's SIGCONT let rank 5 beat again may not name it)
-    ok(sum(s == [5] for s in stale) >= 4 and all(s in ([5], []) for s in stale),
+    # A dump may not name it: one written after mpirun's SIGCONT let rank 5 beat again, or
+    # one asked for by a rank whose op timed out less than the board's 2 s staleness after
+    # the stop (an op's deadline runs from its start: on a loaded machine an op may have
+    # waited seconds before rank 5 stopped).  A CI run under load had 3 of 7 name it.
+    ok(sum(s == [5] for s in stale) >= 2 and all(s in ([5], []) for s in stale),
        "their dumps name rank 5 as unresponsive (its heartbeat), and no other rank", str(stale))
     r = tool("hang", tdir, "--json")
     ok(r.returncode == 0, "trace hang --json", r.stderr + r.stdout)
