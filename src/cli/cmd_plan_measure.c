@@ -147,9 +147,9 @@ int cmd_plan_measure(int argc, char **argv) {
     else if (st != MS_OK)
         rc = cli_fail("plan measure", st);
     else if (o.attn_c % o.attn_heads)
-        rc = cli_fail("plan measure", ms_error(MS_ERR_ARG,
-                                               "--attn-dim %d is not divisible by --attn-heads %d",
-                                               o.attn_c, o.attn_heads));
+        rc = cli_fail("plan measure",
+                      ms_error(MS_ERR_ARG, "--attn-dim %d is not divisible by --attn-heads %d",
+                               o.attn_c, o.attn_heads));
     else
         rc = measure(&o);
     opts_free(measure_opts, N_MEASURE_OPTS, &o);

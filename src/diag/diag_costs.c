@@ -19,7 +19,7 @@
 #include "diag/diag.h"
 
 #define REPS 3
-#define OP_REP_S 0.05 /* an op's repetitions are cut to about this long */
+#define OP_REP_S 0.05  /* an op's repetitions are cut to about this long */
 #define OP_LONG_S 0.05 /* an op at least this long is timed by one call */
 
 static int cmp_d(const void *a, const void *b) {
@@ -202,8 +202,8 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
                     : ms_error(MS_ERR_NOMEM,
                                "measure: %.1f MB for the attention shape --attn-batch %d "
                                "--attn-seq %d --attn-dim %d (--attn-heads %d)",
-                               need[i] * sizeof(float) / 1e6, cfg->attn_b, cfg->attn_t,
-                               cfg->attn_c, cfg->attn_heads);
+                               need[i] * sizeof(float) / 1e6, cfg->attn_b, cfg->attn_t, cfg->attn_c,
+                               cfg->attn_heads);
     op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .d = buf[3]};
     be_limits lim = {.B = cfg->attn_b,
                      .T = cfg->attn_t,
@@ -264,7 +264,7 @@ static ms_status time_allreduce(comm_group *g, double *buf, size_t n, int reps, 
 
 /* What one phase of the shared-rate sample runs on every rank, `ROUNDS` times:
  * four layer-shaped GEMMs (gemm), then an all-reduce of one double (coll), and an
- * exchange of `xbytes` with the partner rank (rank ^ 1) started before the GEMMs
+ * exchange of `xfloats` floats with the partner rank (rank ^ 1) started before the GEMMs
  * and waited for after them (xchg). */
 typedef struct {
     int gemm, coll, xchg;

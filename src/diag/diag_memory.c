@@ -34,8 +34,8 @@ static void par_copy(char *dst, const char *src, size_t n, int threads) {
 }
 
 /* a = b + s*c (n floats each), the triad. */
-static void par_triad(float *restrict a, const float *restrict b, const float *restrict c,
-                      size_t n, int threads) {
+static void par_triad(float *restrict a, const float *restrict b, const float *restrict c, size_t n,
+                      int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (long i = 0; i < (long)n; i++)
         a[i] = b[i] + 0.5f * c[i];

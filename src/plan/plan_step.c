@@ -128,7 +128,8 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
             r.tp_bwd = chunked_exposed(c, rs, b_out) + chunked_exposed(c, ag, b_in);
             if (!m->parallel_block) { /* the attention half's AG / RS, under its own GEMMs */
                 r.tp_fwd += chunked_exposed(c, ag, gf[0]) + chunked_exposed(c, rs, gf[1]);
-                r.tp_bwd += chunked_exposed(c, rs, gd[0] + gw[0]) + chunked_exposed(c, ag, gd[1] + gw[1]);
+                r.tp_bwd +=
+                    chunked_exposed(c, rs, gd[0] + gw[0]) + chunked_exposed(c, ag, gd[1] + gw[1]);
             }
         } else { /* blocking (the trainer with --overlap without tp) */
             r.tp_fwd = n * (ag + rs);
@@ -151,8 +152,7 @@ static void ends_cost(const plan_model *m, const plan_features *f, const plan_cl
     double logits = N * Vl * 4.0 / c->act_bytes; /* fp32 logits, in act-sized elements */
     *cls_f = ln + plan_gemm_s(c, N, Vl, h) + transc_s(c, XENT_PASSES_FWD(f->fused), logits, 2);
     *cls_b = passes_s(c, ln_bwd_passes(c, f), N * h / t, 2) + plan_gemm_s(c, N, h, Vl) +
-             plan_gemm_s(c, h, Vl, N) +
-             transc_s(c, XENT_PASSES_BWD(f->fused), logits, 2);
+             plan_gemm_s(c, h, Vl, N) + transc_s(c, XENT_PASSES_BWD(f->fused), logits, 2);
     if (t > 1) { /* as model/gpt_tp_vocab.c: the embedding's sum reduce-scattered to the
                   * sequence shards; the final LN's output gathered, the vocabulary slices'
                   * softmax statistics (max, sum, target logit) gathered; backward: the
@@ -385,15 +385,16 @@ static double optimizer_s(const step_ctx *x) {
     double bytes = n * (x->f->lamb ? LAMB_BYTES : ADAM_BYTES);
     gpt_config g = gpt_of(x->m, 1);
     /* as optim.c: a sum of squares and an update for each tensor of the stage */
-    double launches = 2.0 * ((double)x->m->layers / x->p * gpt_config_layer_tensors(&g) +
-                             GPT_EMBED_TENSORS);
+    double launches =
+        2.0 * ((double)x->m->layers / x->p * gpt_config_layer_tensors(&g) + GPT_EMBED_TENSORS);
     double norm = plan_coll_s(&x->c->inter, PLAN_ALLREDUCE, x->l->gpus, 8); /* the grad norm */
     double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
     if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
         update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
     /* and the stage's gradients zeroed for the next step: one write pass over them */
-    double zero = plan_bytes_s(x->c, ((double)x->m->layers / x->p * layer_params(x->m) +
-                                      embed_params(x->m)) / x->t * x->c->grad_bytes);
+    double zero =
+        plan_bytes_s(x->c, ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) /
+                               x->t * x->c->grad_bytes);
     return x->slow * (update + zero) + launches * x->c->launch_us * 1e-6 + norm;
 }
 
