@@ -92,6 +92,17 @@ out:
     return rc;
 }
 
+ms_status ms_fd_write_all(int fd, const char *what, const void *buf, size_t n) {
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(fd, (const char *)buf + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) return ms_error(MS_ERR_IO, "%s: write: %s", what, strerror(errno));
+        if (w == 0) return ms_error(MS_ERR_IO, "%s: short write", what);
+        off += (size_t)w;
+    }
+    return MS_OK;
+}
+
 ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t offset) {
     size_t got;
     if (offset > (uint64_t)INT64_MAX)

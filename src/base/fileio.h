@@ -24,6 +24,11 @@ ms_status ms_file_read_all(const char *path, char **data, size_t *len);
  * further (/dev/zero ends). */
 ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *len);
 
+/* Write all n bytes of buf to fd (retrying short writes and EINTR), or fail
+ * naming `what` (a path, "stdout") and the errno text ("short write" when
+ * write returns 0). */
+ms_status ms_fd_write_all(int fd, const char *what, const void *buf, size_t n);
+
 /* Read exactly n bytes at offset, or fail naming path and what was short. */
 ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t offset);
 

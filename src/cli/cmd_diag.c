@@ -1,7 +1,6 @@
 /* cmd_diag.c - `megascale diag`: the node self-test (src/diag/diag.h).
  * Exit code 0 when every check passes, CLI_EXIT_DIAG_FAIL (9) when one
  * fails, 2 on a usage error. */
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +9,7 @@
 
 #include "base/ctx.h"
 #include "base/fault.h"
+#include "base/fileio.h"
 #include "base/node.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
@@ -99,12 +99,7 @@ static ms_status emit(const diag_report *r, void *arg) {
     /* one write(2), not stdio's: a pipe's 4 KB buffer split a report in two
      * writes, and another rank's report landed between them under mpirun */
     fflush(stdout);
-    for (size_t off = 0; off < len;) {
-        ssize_t n = write(STDOUT_FILENO, text + off, len - off);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        off += (size_t)n;
-    }
+    (void)ms_fd_write_all(STDOUT_FILENO, "stdout", text, len); /* as stdio: not an error */
     free(text);
     return MS_OK;
 }

@@ -19,8 +19,9 @@
 #include "diag/diag.h"
 
 #define REPS 3
-#define OP_REP_S 0.05  /* an op's repetitions are cut to about this long */
-#define OP_LONG_S 0.05 /* an op at least this long is timed by one call */
+/* An op's repetitions are cut to about this long, and an op this long or
+ * longer is timed by its one warm-up call. */
+#define OP_BUDGET_S 0.05
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -48,8 +49,8 @@ static double time_op(be_backend *be, timed_fn fn, void *arg, int inner) {
     double warm = ms_now() - w0;
     /* an op this slow (a large attention shape) is its own measurement: caches do not
      * matter at this length, and 3 x inner more calls of every pass would take minutes */
-    if (warm >= OP_LONG_S) return warm;
-    if (warm * inner > OP_REP_S) inner = (int)(OP_REP_S / warm) + 1;
+    if (warm >= OP_BUDGET_S) return warm;
+    if (warm * inner > OP_BUDGET_S) inner = (int)(OP_BUDGET_S / warm) + 1;
     for (int r = 0; r < REPS; r++) {
         be->sync(be);
         double t0 = ms_now();

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
+#include "base/fileio.h"
 #include "base/rng.h"
 #include "base/timeutil.h"
 #include "diag/diag_internal.h"
@@ -31,14 +32,7 @@ static ms_status write_file(const char *path, uint64_t *buf, int mb, uint64_t se
         for (size_t i = 0; i < ST_CHUNK / 8; i++)
             buf[i] = ms_rng_u64(seed, 4, (uint64_t)c * (ST_CHUNK / 8) + i);
         *crc = ms_crc32c(*crc, buf, ST_CHUNK);
-        for (size_t off = 0; off < ST_CHUNK && st == MS_OK;) {
-            ssize_t w = write(fd, (char *)buf + off, ST_CHUNK - off);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0)
-                st = w < 0 ? io_err(path, "write") : ms_error(MS_ERR_IO, "%s: short write", path);
-            else
-                off += (size_t)w;
-        }
+        st = ms_fd_write_all(fd, path, buf, ST_CHUNK);
     }
     if (st == MS_OK && fsync(fd) != 0) st = io_err(path, "fsync");
     if (st == MS_OK) posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); /* read from the device */

@@ -86,12 +86,17 @@ static int in_span(const bucket *b, size_t begin, size_t end) {
     return b->begin >= begin && b->end <= end;
 }
 
+/* Where peer p's partial sum of this rank's shard of b arrives. */
+static float *xchg_slot(const par_zero *z, const bucket *b, int p) {
+    return b->scratch + (size_t)(p - (p > z->rank)) * b->count;
+}
+
 /* Start the exchange reduce-scatter of bucket b (gradients g). */
 static void xchg_start(par_zero *z, bucket *b, float *g) {
     for (int p = 0; p < z->size && z->err == MS_OK; p++) {
         if (p == z->rank) continue;
-        float *slot = b->scratch + (size_t)(p - (p > z->rank)) * b->count;
-        keep_error(z, comm_recv_start(z->dp, slot, b->count, COMM_F32, p, XCHG_TAG, &b->xr[p]));
+        keep_error(z, comm_recv_start(z->dp, xchg_slot(z, b, p), b->count, COMM_F32, p, XCHG_TAG,
+                                      &b->xr[p]));
         if (z->err == MS_OK)
             keep_error(z, comm_send_start(z->dp, g + (size_t)p * b->count, b->count, COMM_F32, p,
                                           XCHG_TAG, &b->xr[z->size + p]));
@@ -106,18 +111,15 @@ static void xchg_start(par_zero *z, bucket *b, float *g) {
 static void xchg_finish(par_zero *z, bucket *b) {
     for (int i = 0; i < 2 * z->size; i++)
         wait_op(z, &b->xr[i]);
-    if (!b->xpending || z->err != MS_OK) {
-        b->xpending = 0;
-        return;
-    }
+    int pending = b->xpending;
     b->xpending = 0;
+    if (!pending || z->err != MS_OK) return;
     be_backend *be = z->be;
     float *own = gpt_grads(z->m) + b->begin + (size_t)z->rank * b->count;
     /* rank 0 first: the sum accumulates in its term (own, or rank 0's slot) */
     float *acc = z->rank == 0 ? own : b->scratch;
     for (int r = 1; r < z->size; r++)
-        be->add_f32(be, acc, r == z->rank ? own : b->scratch + (size_t)(r - (r > z->rank)) * b->count,
-                    b->count);
+        be->add_f32(be, acc, r == z->rank ? own : xchg_slot(z, b, r), b->count);
     if (acc != own) be->copy(be, own, acc, b->count * sizeof(float));
 }
 

@@ -380,8 +380,9 @@ static double dp_exposed(const step_ctx *x) {
 }
 
 static double optimizer_s(const step_ctx *x) {
-    double n = ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) / x->t /
-               x->d; /* this rank's shard, the busiest stage */
+    /* this rank's part of the busiest stage's parameters, and its ZeRO shard of them */
+    double stage = ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) / x->t;
+    double n = stage / x->d;
     double bytes = n * (x->f->lamb ? LAMB_BYTES : ADAM_BYTES);
     gpt_config g = gpt_of(x->m, 1);
     /* as optim.c: a sum of squares and an update for each tensor of the stage */
@@ -392,9 +393,7 @@ static double optimizer_s(const step_ctx *x) {
     if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
         update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
     /* and the stage's gradients zeroed for the next step: one write pass over them */
-    double zero =
-        plan_bytes_s(x->c, ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) /
-                               x->t * x->c->grad_bytes);
+    double zero = plan_bytes_s(x->c, stage * x->c->grad_bytes);
     return x->slow * (update + zero) + launches * x->c->launch_us * 1e-6 + norm;
 }
 
