@@ -22,6 +22,8 @@
 /* An op's repetitions are cut to about this long, and an op this long or
  * longer is timed by its one warm-up call. */
 #define OP_BUDGET_S 0.05
+/* Floats in each of the compute measurement's buffers, at least (16 MB). */
+#define BIG_FLOATS ((size_t)1 << 22)
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -65,16 +67,26 @@ static double time_op(be_backend *be, timed_fn fn, void *arg, int inner) {
 typedef struct {
     int M, N, K, layout; /* layout: 0 forward (NN), 1 dgrad (NT), 2 wgrad (TN) */
     float *a, *b, *c, *d;
-    size_t n;
+    size_t n, pool; /* pool: floats in each of a, b, c, d */
+    unsigned turn;  /* do_gemm's calls so far: which operand slot it takes */
     int B, T, C, NH;
     float *x_in, *x_out; /* the shared-rate exchange's host buffers */
 } op_arg;
 
+/* One product, its operands the next slot of the pools.  In a step an operand was last touched
+ * an operator or more ago, and a core's own cache (L2) holds about one operator's operands, so
+ * a small product timed on the same operands over and over would run from a cache it does not
+ * have in a step (measured: 15-20% too fast at the planner's CPU validation shapes).  The slots
+ * cycle through pools of several L2s each (operand_pool): each call's operands are out of the
+ * core's cache, and where the last-level cache is larger, in it, as in a step. */
 static void do_gemm(be_backend *be, void *p) {
     op_arg *o = p;
     int ta = o->layout == 2, tb = o->layout == 1;
-    be->gemm(be, ta, tb, o->M, o->N, o->K, 1.0f, o->a, ta ? o->M : o->K, o->b, tb ? o->K : o->N,
-             0.0f, o->c, o->N, 0, NULL, BE_EPI_NONE, NULL);
+    size_t sa = (size_t)o->M * o->K, sb = (size_t)o->K * o->N, sc = (size_t)o->M * o->N;
+    size_t most = sa > sb ? sa : sb, slots = o->pool / (most > sc ? most : sc);
+    size_t k = slots > 1 ? o->turn++ % slots : 0;
+    be->gemm(be, ta, tb, o->M, o->N, o->K, 1.0f, o->a + k * sa, ta ? o->M : o->K, o->b + k * sb,
+             tb ? o->K : o->N, 0.0f, o->c + k * sc, o->N, 0, NULL, BE_EPI_NONE, NULL);
 }
 
 /* GFLOP/s of an (M x K)(K x N) product, the mean time over the three layouts a layer's passes
@@ -87,6 +99,14 @@ static double gemm_rate(be_backend *be, op_arg *o, int M, int N, int K) {
         t += time_op(be, do_gemm, o, inner) / 3;
     o->layout = 0;
     return flops / t / 1e9;
+}
+/* Floats in each GEMM operand pool: 4 L2 caches of this core (2 MB where it does not say), and
+ * within the `big` floats each buffer has. */
+static size_t operand_pool(size_t big) {
+    long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    size_t n = (l2 > 0 ? (size_t)l2 : 512u << 10) * 4 / sizeof(float);
+    if (n < (1u << 16)) n = 1u << 16;
+    return n < big ? n : big;
 }
 static void do_layernorm(be_backend *be, void *p) {
     op_arg *o = p;
@@ -172,12 +192,16 @@ static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, dou
     v[N_GEMM + 1] = time_op(be, do_layernorm, o, 50);
     v[N_GEMM + 6] = time_op(be, do_layernorm_bwd, o, 50);
     v[N_GEMM + 2] = time_op(be, do_gelu, o, 20);
-    o->n = 1u << 18;
+    /* AdamW over 4 x 16 MB of state, more than a last-level cache: a model's optimizer state
+     * is, and in a step the forward and backward passes have been through the caches since
+     * the optimizer last ran (timed over 1 MB arrays it read 0.4 ns a parameter, and the
+     * trainer's AdamW 1.5) */
+    o->n = BIG_FLOATS;
     v[N_GEMM + 3] = time_op(be, do_adamw, o, 10) / o->n;
     v[N_GEMM + 7] = time_op(be, do_adamw_1, o, 2000);
     o->B = cfg->attn_b, o->T = cfg->attn_t, o->C = cfg->attn_c, o->NH = cfg->attn_heads;
     v[N_GEMM + 4] = time_op(be, do_attention, o, 20);
-    o->n = 1u << 22;
+    o->n = BIG_FLOATS;
     v[N_GEMM + 5] = time_op(be, do_copy, o, 3);
 }
 
@@ -187,7 +211,7 @@ static void one_pass(be_backend *be, op_arg *o, const diag_cost_config *cfg, dou
  * neighbours; the CPU validation compares them with a run's fast steps). */
 #define PASSES 7
 static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag_costs *r) {
-    size_t big = 1u << 22; /* floats in each buffer, at least */
+    size_t big = BIG_FLOATS;
     /* and what the attention shape needs: a, b qkv (B,T,3C), c out (B,T,C), d its state */
     size_t btc = (size_t)cfg->attn_b * cfg->attn_t * cfg->attn_c;
     size_t state = be->attention_state_bytes(be, cfg->attn_b, cfg->attn_t, cfg->attn_heads);
@@ -195,7 +219,9 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
     float *buf[4];
     ms_status st = MS_OK;
     for (int i = 0; i < 4; i++) {
-        if (need[i] < big) need[i] = big;
+        /* d: AdamW's second moment, then its 16-bit copy of the weights (do_adamw) */
+        size_t least = i == 3 ? big + big / 2 : big;
+        if (need[i] < least) need[i] = least;
         buf[i] = be->alloc(be, need[i] * sizeof(float));
     }
     for (int i = 0; i < 4 && st == MS_OK; i++)
@@ -205,7 +231,7 @@ static ms_status compute_costs(be_backend *be, const diag_cost_config *cfg, diag
                                "--attn-seq %d --attn-dim %d (--attn-heads %d)",
                                need[i] * sizeof(float) / 1e6, cfg->attn_b, cfg->attn_t, cfg->attn_c,
                                cfg->attn_heads);
-    op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .d = buf[3]};
+    op_arg o = {.a = buf[0], .b = buf[1], .c = buf[2], .d = buf[3], .pool = operand_pool(big)};
     be_limits lim = {.B = cfg->attn_b,
                      .T = cfg->attn_t,
                      .C = cfg->attn_c > 256 ? cfg->attn_c : 256, /* and LayerNorm's */

@@ -388,13 +388,16 @@ static double optimizer_s(const step_ctx *x) {
     /* as optim.c: a sum of squares and an update for each tensor of the stage */
     double launches =
         2.0 * ((double)x->m->layers / x->p * gpt_config_layer_tensors(&g) + GPT_EMBED_TENSORS);
-    double norm = plan_coll_s(&x->c->inter, PLAN_ALLREDUCE, x->l->gpus, 8); /* the grad norm */
+    /* the grad norm's all-reduce over every rank: inside a node when they all are */
+    double norm = plan_coll_s(plan_link_of(x->c, x->l->gpus, 1), PLAN_ALLREDUCE, x->l->gpus, 8);
     double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
     if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
         update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
-    /* and the stage's gradients zeroed for the next step: one write pass over them */
+    /* the sum of squares reads this rank's gradients once, and the stage's gradients are
+     * zeroed for the next step: one write pass over them */
+    double sq = plan_bytes_s(x->c, n * x->c->grad_bytes);
     double zero = plan_bytes_s(x->c, stage * x->c->grad_bytes);
-    return x->slow * (update + zero) + launches * x->c->launch_us * 1e-6 + norm;
+    return x->slow * (sq + update + zero) + launches * x->c->launch_us * 1e-6 + norm;
 }
 
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
