@@ -397,7 +397,7 @@ static double optimizer_s(const step_ctx *x) {
      * zeroed for the next step: one write pass over them */
     double sq = plan_bytes_s(x->c, n * x->c->grad_bytes);
     double zero = plan_bytes_s(x->c, stage * x->c->grad_bytes);
-    return x->slow * (sq + update + zero) + launches * x->c->launch_us * 1e-6 + norm;
+    return x->slow * (sq + update + zero + launches * x->c->launch_us * 1e-6) + norm;
 }
 
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,

@@ -105,7 +105,8 @@ static ms_status cpu_grow(float **buf, size_t *have, size_t floats, const char *
 
 /* Size scratch for lim: layernorm partials (2C per thread), attention dS
  * blocks (CPU_ATT_BLOCK x T per thread), the classifier logits chunk
- * (min(B*T, ~CPU_CLS_CHUNK_FLOATS/Vp) rows of Vp). */
+ * (B*T rows of Vp in the fewest equal chunks of at most
+ * CPU_CLS_CHUNK_FLOATS). */
 static ms_status cpu_reserve(be_backend *be, const be_limits *lim) {
     cpu_ctx *c = cpu_ctx_of(be);
     size_t nt = (size_t)c->threads;
@@ -130,6 +131,8 @@ static ms_status cpu_reserve(be_backend *be, const be_limits *lim) {
         size_t n = (size_t)lim->B * (size_t)lim->T;
         if (rows < 16) rows = 16;
         if (rows > n) rows = n;
+        size_t chunks = (n + rows - 1) / rows; /* the classifier's equal chunks of n rows */
+        rows = (n + chunks - 1) / chunks;
         MS_TRY(cpu_grow(&c->cls, &c->cls_floats, rows * (size_t)lim->Vp, "classifier"));
     }
     return MS_OK;

@@ -22,10 +22,13 @@
 /* Attention processes query rows in blocks of this many rows, so a block
  * only touches the keys its window can see. */
 #define CPU_ATT_BLOCK 64
-/* Target size of one classifier logits chunk (floats): 64 MB, ~330 rows of
- * GPT-2's vocabulary; OpenBLAS runs the chunk GEMMs ~10% slower at 160 rows
- * and ~25% slower at 90. */
-#define CPU_CLS_CHUNK_FLOATS ((size_t)16 << 20)
+/* Most floats of one classifier logits chunk: 256 MB, ~1300 rows of GPT-2's
+ * vocabulary (1024 in two equal chunks of a 2048-token batch).  On 2 AVX2
+ * cores OpenBLAS runs the three chunk GEMMs (K = 384) at 122 / 123 / 114
+ * GFLOP/s with 1024 rows, 102 / 115 / 116 with 293 (64 MB), 87 / 96 / 93
+ * with 128; the d6 step was 6-16% faster with 256 MB than with 64 MB
+ * (docs/perf.md). */
+#define CPU_CLS_CHUNK_FLOATS ((size_t)64 << 20)
 /* Floats per cache line; per-thread slices are padded to this. */
 #define CPU_LINE_FLOATS 16
 
