@@ -76,9 +76,9 @@ typedef struct {
 /* One product, its operands the next slot of the pools.  In a step an operand was last touched
  * an operator or more ago, and a core's own cache (L2) holds about one operator's operands, so
  * a small product timed on the same operands over and over would run from a cache it does not
- * have in a step (measured: 15-20% too fast at the planner's CPU validation shapes).  The slots
- * cycle through pools of several L2s each (operand_pool): each call's operands are out of the
- * core's cache, and where the last-level cache is larger, in it, as in a step. */
+ * have in a step.  The slots cycle through pools of several L2s each (operand_pool): each
+ * call's operands are out of the core's cache, and where the last-level cache is larger, in
+ * it, as in a step (docs/planning.md: pools larger than the last-level cache overshot). */
 static void do_gemm(be_backend *be, void *p) {
     op_arg *o = p;
     int ta = o->layout == 2, tb = o->layout == 1;
