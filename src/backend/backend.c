@@ -14,7 +14,7 @@
 #pragma weak be_cuda_create
 
 be_options be_options_default(void) {
-    be_options o = {.threads = 0, .cuda_profile = 0, .cuda_fuse_gelu = 1};
+    be_options o = {.threads = 0, .cuda_profile = 0, .cuda_fuse_gelu = 1, .cpu_profile = 0};
     return o;
 }
 
@@ -24,7 +24,15 @@ ms_status be_create(be_backend **out, const char *name, const be_options *o) {
     be_options d = be_options_default();
     if (!o) o = &d;
     *out = NULL;
-    if (name && strcmp(name, "cpu") == 0) return be_cpu_create(out, o->threads);
+    if (name && strcmp(name, "cpu") == 0) {
+        MS_TRY(be_cpu_create(out, o->threads));
+        ms_status st = o->cpu_profile ? be_cpu_profile(*out) : MS_OK;
+        if (st != MS_OK) {
+            be_destroy(*out);
+            *out = NULL;
+        }
+        return st;
+    }
     if (name && strcmp(name, "cuda") == 0) {
         if (!be_cuda_create)
             return ms_error(MS_ERR_ARG,

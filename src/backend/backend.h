@@ -237,6 +237,8 @@ typedef struct {
                            (--cuda-profile, env MS_CUDA_PROFILE) */
     int cuda_fuse_gelu; /* CUDA: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs
                            them as a kernel of their own (--cuda-fuse-gelu) */
+    int cpu_profile;    /* CPU: 1 times every op on the host clock, a table at exit
+                           (--cpu-profile, env MS_CPU_PROFILE) */
 } be_options;
 
 /* Defaults: all cores, no profile, GeLU fused. */
@@ -245,6 +247,9 @@ be_options be_options_default(void);
 /* Create the CPU backend with `threads` OpenMP threads (0 = all cores).
  * Always available. */
 ms_status be_cpu_create(be_backend **out, int threads);
+/* Time every op of a CPU backend from now on, and print a table of them when
+ * it is destroyed (be_options.cpu_profile). */
+ms_status be_cpu_profile(be_backend *be);
 
 /* Create the CUDA backend on GPU `device` (< 0: the process's local MPI
  * rank modulo the number of GPUs, so ranks sharing a node share its GPUs);

@@ -413,6 +413,7 @@ static ms_status setup(trainer *t) {
     be_options bo = be_options_default();
     bo.threads = threads_per_rank(tc);
     bo.cuda_profile = tc->cuda_profile;
+    bo.cpu_profile = tc->cpu_profile;
     bo.cuda_fuse_gelu = tc->cuda_fuse_gelu;
     MS_TRY(be_create(&t->be, tc->device, &bo));
     /* device spans on the trace's device lane (a CPU's would repeat the host ones) */

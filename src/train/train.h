@@ -31,6 +31,7 @@ typedef struct {
     int threads;
     /* CUDA backend (be_options): time every op; GeLU in the GEMM epilogue */
     int cuda_profile, cuda_fuse_gelu;
+    int cpu_profile; /* CPU backend (be_options): time every op */
     int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp; dp 0: world / (tp*pp)) */
     char *overlap;       /* all | none | a list of dp, tp, pp (train_overlap_parse) */
     /* data */

@@ -164,7 +164,7 @@ ENV_OPTIONS = {
     "train": {"MS_COMM_TIMEOUT": "comm-timeout", "MS_COMM_NCCL_SYNC": "comm-nccl-sync",
               "MS_CKPT_SHM_DIR": "ckpt-shm-dir", "MS_CKPT_FAULT": "ckpt-fault",
               "MS_CUDA_PROFILE": "cuda-profile", "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu",
-              "MS_HEARTBEAT": "heartbeat", "MS_HEARTBEAT_TOKEN": "heartbeat-token",
+              "MS_CPU_PROFILE": "cpu-profile", "MS_HEARTBEAT": "heartbeat", "MS_HEARTBEAT_TOKEN": "heartbeat-token",
               "MS_NONFINITE_REDO": "nonfinite-redo", "MS_NODE_MAP": "node-map"},
     "sample": {"MS_DATA_DIR": "data-dir", "MS_CUDA_PROFILE": "cuda-profile",
                "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu"},
@@ -531,6 +531,23 @@ def main():
     write_shard(train, text_tokens(20000))
     write_shard(val, text_tokens(3000))
     base = ["train", "--train-data", train, *TINY]
+
+    # --- --cpu-profile: a table of every op at exit, GEMMs by shape with their rate; the
+    # losses are those of a run without it ---
+    m0, m1 = os.path.join(d, "prof0.jsonl"), os.path.join(d, "prof1.jsonl")
+    rc0, _, err0 = run(*base, "--steps", "3", "--metrics", m0, "--data-order", "sequential")
+    rc, _, err = run(*base, "--steps", "3", "--metrics", m1, "--data-order", "sequential",
+                     "--cpu-profile", "1")
+    rows = re.findall(r"^\[megascale r0 info\]   (gemm [NT]{2} \d+x\d+x\d+[^\n]*?)\s+(\d+)\s+"
+                      r"([\d.]+)\s+([\d.]+)%\s+([\d.]+)\s+([\d.]+)$", err, re.M)
+    ops = re.findall(r"^\[megascale r0 info\]   (\w+)\s+(\d+)\s+[\d.]+\s+[\d.]+%", err, re.M)
+    names = {o for o, _ in ops}
+    loss = lambda p: [json.loads(l)["loss"] for l in open(p) if '"loss"' in l]  # noqa: E731
+    ok(rc0 == 0 and rc == 0 and "cpu profile (--cpu-profile" in err and len(rows) >= 4
+       and all(float(r[5]) > 0 for r in rows)
+       and {"adamw_step", "attention_fwd", "attention_bwd", "layernorm_bwd"} <= names
+       and loss(m0) == loss(m1) and "cpu profile" not in err0,
+       "--cpu-profile prints every op, GEMMs with GFLOP/s, and changes no loss", err[-3000:])
 
     # --- a short training run: loss falls, metrics have the fields ---
     metrics = os.path.join(d, "m.jsonl")

@@ -128,7 +128,7 @@ static void reserve(int B, int T, int C, int NH, int Vp) {
 static void test_create(void) {
     be_backend *b = NULL;
     be_options bo = be_options_default();
-    T_OK(bo.threads == 0 && !bo.cuda_profile && bo.cuda_fuse_gelu == 1);
+    T_OK(bo.threads == 0 && !bo.cuda_profile && bo.cuda_fuse_gelu == 1 && !bo.cpu_profile);
     T_EQ_INT(be_create(&b, "tpu", &bo), MS_ERR_ARG);
     T_OK(b == NULL);
     T_STR_CONTAINS(ms_errmsg(), "cpu");

@@ -141,6 +141,10 @@ static ms_status cpu_reserve(be_backend *be, const be_limits *lim) {
 static void cpu_destroy(be_backend *be) {
     if (!be) return;
     cpu_ctx *c = cpu_ctx_of(be);
+    if (c && c->profile) {
+        cpu_profile_report(be);
+        cpu_profile_free(be);
+    }
     if (c) {
         ms_free_aligned(c->part);
         ms_free_aligned(c->dpart);
@@ -241,4 +245,9 @@ ms_status be_cpu_create(be_backend **out, int threads) {
     cpu_blas_threads(c);
     *out = be;
     return MS_OK;
+}
+
+ms_status be_cpu_profile(be_backend *be) {
+    MS_CHECKF(be && be->destroy == cpu_destroy, "be_cpu_profile: not a CPU backend");
+    return cpu_ctx_of(be)->profile ? MS_OK : cpu_profile_install(be);
 }

@@ -50,6 +50,7 @@ typedef struct {
     float *cls;
     size_t cls_floats;
     int cls_max_rows; /* test hook: cap on rows per chunk (0 = none) */
+    void *profile; /* cpu_profile.c's state with --cpu-profile, else NULL */
     /* device timers: ops run synchronously, so a timestamp is the host clock */
     int64_t ev_t[CPU_EV_POOL];
     int ev_free[CPU_EV_POOL], ev_nfree;
@@ -211,6 +212,11 @@ void cpu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, f
                       float b1, float b2, float eps, float wd, int t, float gscale, double *w_sq,
                       double *u_sq);
 void cpu_lamb_apply(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step);
+
+/* cpu_profile.c: per-op host times (be_options.cpu_profile) */
+ms_status cpu_profile_install(be_backend *be);
+void cpu_profile_report(be_backend *be);
+void cpu_profile_free(be_backend *be);
 
 /* cpu_reduce.c */
 double cpu_sum_squares(be_backend *be, const float *x, size_t n);
