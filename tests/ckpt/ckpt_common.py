@@ -89,9 +89,12 @@ def mpi(ws, n, args, fault=None, timeout=180):
 
 
 def losses(path):
+    """The losses of a --metrics file, read while its trainer may still be writing: a line
+    without its newline yet is being appended (a write across a page boundary shows its first
+    part to a reader first) and is left for the next read."""
     if not os.path.exists(path):
         return []
-    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l and l.endswith("\n")]
 
 
 def ckpt_lines(path):

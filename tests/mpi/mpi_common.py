@@ -55,8 +55,9 @@ def mpmd(apps, timeout=300, env=None):
 
 
 def losses(path):
-    """The per-step training losses of a --metrics file."""
-    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+    """The per-step training losses of a --metrics file (a last line without its newline is
+    still being written)."""
+    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l and l.endswith("\n")]
 
 
 def compare_weights(a, b, C):
