@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend_ops.h"
 #include "backend/cpu/cpu_internal.h"
 #include "base/log.h"
 #include "base/timeutil.h"
@@ -88,7 +89,8 @@ void cpu_profile_free(be_backend *be) {
     cpu_ctx_of(be)->profile = NULL;
 }
 
-/* Wrappers: PW_VOID(op, (params), (args)) times be->op under its name. */
+/* Wrappers: PW_VOID(op, (params), (args)) times be->op under its name (backend_ops.h lists
+ * the ops both profilers time). */
 #define PW_VOID(op, params, args)                                                                  \
     static void prof_##op params {                                                                 \
         double t0_ = ms_now();                                                                     \
@@ -96,45 +98,8 @@ void cpu_profile_free(be_backend *be) {
         prof_add(be, #op, t0_, 0);                                                                 \
     }
 
-PW_VOID(embedding_fwd,
-        (be_backend * be, void *out, const int32_t *tok, const void *wte, const void *wpe, int B,
-         int T, int C),
-        (be, out, tok, wte, wpe, B, T, C))
-PW_VOID(embedding_bwd,
-        (be_backend * be, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B,
-         int T, int C),
-        (be, dwte, dwpe, dout, tok, B, T, C))
-PW_VOID(layernorm_fwd,
-        (be_backend * be, void *out, float *mean, float *rstd, const void *inp, const void *w,
-         const void *b, int N, int C),
-        (be, out, mean, rstd, inp, w, b, N, C))
-PW_VOID(layernorm_bwd,
-        (be_backend * be, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-         const void *w, const float *mean, const float *rstd, int N, int C),
-        (be, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-PW_VOID(bias_bwd, (be_backend * be, float *dbias, const void *dout, int M, int N),
-        (be, dbias, dout, M, N))
-PW_VOID(attention_fwd,
-        (be_backend * be, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
-         int W),
-        (be, out, state, qkv, B, T, C, NH, W))
-PW_VOID(attention_bwd,
-        (be_backend * be, void *dqkv, const void *dout, const void *out, const void *qkv,
-         const void *state, int B, int T, int C, int NH, int W),
-        (be, dqkv, dout, out, qkv, state, B, T, C, NH, W))
-PW_VOID(gelu_fwd, (be_backend * be, void *out, const void *inp, size_t n), (be, out, inp, n))
-PW_VOID(gelu_bwd, (be_backend * be, void *dinp, const void *inp, const void *dout, size_t n),
-        (be, dinp, inp, dout, n))
-PW_VOID(residual_add, (be_backend * be, void *out, const void *a, const void *b, size_t n),
-        (be, out, a, b, n))
-PW_VOID(bias_add, (be_backend * be, void *out, const void *bias, int M, int N),
-        (be, out, bias, M, N))
-PW_VOID(add_f32, (be_backend * be, float *y, const float *x, size_t n), (be, y, x, n))
+BE_VOID_OPS(PW_VOID)
 PW_VOID(zero, (be_backend * be, void *ptr, size_t bytes), (be, ptr, bytes))
-PW_VOID(adamw_step,
-        (be_backend * be, float *w, void *w_act, const float *g, float *m, float *v, size_t n,
-         float lr, float b1, float b2, float eps, float wd, int t, float gscale),
-        (be, w, w_act, g, m, v, n, lr, b1, b2, eps, wd, t, gscale))
 PW_VOID(lamb_moments,
         (be_backend * be, float *g_to_u, const float *w, float *m, float *v, size_t n, float b1,
          float b2, float eps, float wd, int t, float gscale, double *w_sq, double *u_sq),
@@ -182,23 +147,11 @@ ms_status cpu_profile_install(be_backend *be) {
     if (!p) return ms_error(MS_ERR_NOMEM, "cpu profile: out of memory");
     p->orig = *be;
     cpu_ctx_of(be)->profile = p;
+    BE_VOID_OPS(BE_OP_INSTALL)
 #define PW_SET(op) be->op = prof_##op
-    PW_SET(embedding_fwd);
-    PW_SET(embedding_bwd);
-    PW_SET(layernorm_fwd);
-    PW_SET(layernorm_bwd);
     PW_SET(gemm);
-    PW_SET(bias_bwd);
-    PW_SET(attention_fwd);
-    PW_SET(attention_bwd);
-    PW_SET(gelu_fwd);
-    PW_SET(gelu_bwd);
-    PW_SET(residual_add);
-    PW_SET(bias_add);
-    PW_SET(add_f32);
     PW_SET(zero);
     PW_SET(classifier_fwd_bwd);
-    PW_SET(adamw_step);
     PW_SET(lamb_moments);
     PW_SET(lamb_apply);
     PW_SET(sum_squares);

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cu_internal.h"
+#include "backend/backend_ops.h"
 
 extern "C" {
 #include "base/events.h"
@@ -151,7 +152,8 @@ void cu_profile_free(be_backend *be) {
     cu_of(be)->profile = NULL;
 }
 
-/* Wrappers: PW_VOID(op, (params), (args)) times be->op under its name. */
+/* Wrappers: PW_VOID(op, (params), (args)) times be->op under its name (backend_ops.h lists
+ * the ops both profilers time). */
 #define PW_VOID(op, params, args)                                                                  \
     static void prof_##op params {                                                                 \
         int i_ = prof_begin(be, #op);                                                              \
@@ -159,49 +161,12 @@ void cu_profile_free(be_backend *be) {
         prof_end(be, i_);                                                                          \
     }
 
-PW_VOID(embedding_fwd,
-        (be_backend * be, void *out, const int32_t *tok, const void *wte, const void *wpe, int B,
-         int T, int C),
-        (be, out, tok, wte, wpe, B, T, C))
-PW_VOID(embedding_bwd,
-        (be_backend * be, float *dwte, float *dwpe, const void *dout, const int32_t *tok, int B,
-         int T, int C),
-        (be, dwte, dwpe, dout, tok, B, T, C))
-PW_VOID(layernorm_fwd,
-        (be_backend * be, void *out, float *mean, float *rstd, const void *inp, const void *w,
-         const void *b, int N, int C),
-        (be, out, mean, rstd, inp, w, b, N, C))
-PW_VOID(layernorm_bwd,
-        (be_backend * be, void *dinp, float *dw, float *db, const void *dout, const void *inp,
-         const void *w, const float *mean, const float *rstd, int N, int C),
-        (be, dinp, dw, db, dout, inp, w, mean, rstd, N, C))
-PW_VOID(bias_bwd, (be_backend * be, float *dbias, const void *dout, int M, int N),
-        (be, dbias, dout, M, N))
-PW_VOID(attention_fwd,
-        (be_backend * be, void *out, void *state, const void *qkv, int B, int T, int C, int NH,
-         int W),
-        (be, out, state, qkv, B, T, C, NH, W))
-PW_VOID(attention_bwd,
-        (be_backend * be, void *dqkv, const void *dout, const void *out, const void *qkv,
-         const void *state, int B, int T, int C, int NH, int W),
-        (be, dqkv, dout, out, qkv, state, B, T, C, NH, W))
-PW_VOID(gelu_fwd, (be_backend * be, void *out, const void *inp, size_t n), (be, out, inp, n))
-PW_VOID(gelu_bwd, (be_backend * be, void *dinp, const void *inp, const void *dout, size_t n),
-        (be, dinp, inp, dout, n))
-PW_VOID(residual_add, (be_backend * be, void *out, const void *a, const void *b, size_t n),
-        (be, out, a, b, n))
-PW_VOID(bias_add, (be_backend * be, void *out, const void *bias, int M, int N),
-        (be, out, bias, M, N))
-PW_VOID(add_f32, (be_backend * be, float *y, const float *x, size_t n), (be, y, x, n))
+BE_VOID_OPS(PW_VOID)
 PW_VOID(to_act, (be_backend * be, void *dst, const float *src, size_t n), (be, dst, src, n))
 PW_VOID(classifier_fwd_bwd,
         (be_backend * be, float *losses, void *dx, float *dwte, const void *x, const void *wte,
          const int32_t *targets, int N, int C, int V, int Vp, float dloss),
         (be, losses, dx, dwte, x, wte, targets, N, C, V, Vp, dloss))
-PW_VOID(adamw_step,
-        (be_backend * be, float *w, void *w_act, const float *g, float *m, float *v, size_t n,
-         float lr, float b1, float b2, float eps, float wd, int t, float gscale),
-        (be, w, w_act, g, m, v, n, lr, b1, b2, eps, wd, t, gscale))
 
 /* GEMMs are keyed by shape: "gemm NT 768x3072x65536 bf16" etc. */
 static void prof_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha,
@@ -226,23 +191,11 @@ ms_status cu_profile_install(be_backend *be) {
     p->lane = ms_ev_intern("device");
     p->orig = *be;
     cu_of(be)->profile = p;
+    BE_VOID_OPS(BE_OP_INSTALL)
 #define PW_SET(op) be->op = prof_##op
-    PW_SET(embedding_fwd);
-    PW_SET(embedding_bwd);
-    PW_SET(layernorm_fwd);
-    PW_SET(layernorm_bwd);
     PW_SET(gemm);
-    PW_SET(bias_bwd);
-    PW_SET(attention_fwd);
-    PW_SET(attention_bwd);
-    PW_SET(gelu_fwd);
-    PW_SET(gelu_bwd);
-    PW_SET(residual_add);
-    PW_SET(bias_add);
-    PW_SET(add_f32);
     PW_SET(to_act);
     PW_SET(classifier_fwd_bwd);
-    PW_SET(adamw_step);
 #undef PW_SET
     ms_info("cuda profile: timing every op on the device (--cuda-profile / MS_CUDA_PROFILE): a "
             "table at exit, and each op on the trace's device lane");
