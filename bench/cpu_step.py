@@ -69,6 +69,8 @@ def machine_limits(binary, threads):
 
 
 def isa_line(binary):
+    """(the line naming the binary's and the CPU's instruction sets and the OpenBLAS
+    core, the core's name or None, whether megascale chose it over OpenBLAS's own)."""
     ver = subprocess.run([binary, "--version"], capture_output=True, text=True).stdout.strip()
     flags = set()
     try:
@@ -79,7 +81,12 @@ def isa_line(binary):
     except OSError:
         pass
     cpu = "AVX-512" if "avx512f" in flags else "AVX2 (no AVX-512)" if "avx2" in flags else "SSE"
-    return f"{ver.split('; ')[-1] if '; ' in ver else ver}; the CPU has {cpu}"
+    parts = ver.split("; ")
+    built = next((p for p in parts if p.startswith("compiled for")), ver)
+    blas = next((p for p in parts if p.startswith("OpenBLAS core")), "")
+    core = blas.split()[2] if blas else None
+    return (f"{built}; the CPU has {cpu}; {blas or 'OpenBLAS core unknown'}", core,
+            "set by megascale" in blas)
 
 
 def main():
@@ -89,7 +96,12 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--cases", default="d12:4:64,d6:8:256")
+    ap.add_argument("--torch-blas", choices=("same", "own"), default="same",
+                    help="same: when megascale replaced OpenBLAS's own choice of kernels "
+                         "(OPENBLAS_CORETYPE), PyTorch runs with the same kernels; own: with "
+                         "what OpenBLAS picks by itself")
     a = ap.parse_args()
+    isa, core, chosen = isa_line(a.bin)
     rows = []
     gemm0, bw0 = machine_limits(a.bin, a.threads)
     with tempfile.TemporaryDirectory() as d:
@@ -116,7 +128,10 @@ def main():
                 ours_cmd, env, parse_ours)
             torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_gpt_step.py"), str(L), str(C),
                          str(H), "50257", str(B), str(T), str(a.steps), str(a.threads)]
-            torch_ms, torch_rss = measure(torch_cmd, env,
+            torch_env = dict(env)
+            if a.torch_blas == "same" and chosen and core:
+                torch_env["OPENBLAS_CORETYPE"] = core
+            torch_ms, torch_rss = measure(torch_cmd, torch_env,
                                           lambda out: [json.loads(l)["ms"] for l in out.splitlines() if l.startswith("{")])
             om = statistics.median(ours_ms[a.warmup:])
             tm = statistics.median(torch_ms[a.warmup:])
@@ -133,7 +148,12 @@ def main():
     print(f"\nmachine: sgemm {gemm:.1f} GFLOP/s at 2048^3 (runs: {gemm0:.1f}, {gemm1:.1f}); memory "
           + ", ".join(f"{k} {v:.2f}" for k, v in kinds.items())
           + f" GB/s (runs: " + "; ".join(f"{k} {bw0[k]:.2f}, {bw1[k]:.2f}" for k in kinds)
-          + f"), bandwidth = {best} {bw:.2f} GB/s; {a.threads} threads; {isa_line(a.bin)}")
+          + f"), bandwidth = {best} {bw:.2f} GB/s; {a.threads} threads; {isa}")
+    if chosen:
+        print("PyTorch ran with " + (f"OPENBLAS_CORETYPE={core} too (the same kernels; "
+                                     "--torch-blas own for OpenBLAS's own choice)"
+                                     if a.torch_blas == "same" else
+                                     "the kernels OpenBLAS picks by itself (--torch-blas own)"))
     print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
           f"{'of sgemm':>8} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} {'torch ms':>9} "
           f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")

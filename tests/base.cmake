@@ -18,3 +18,8 @@ if(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64|AMD64")
   ms_script_test(cpu_isa COMMAND env MS_PROBE=$<TARGET_FILE:isa_probe_amx>
     bash ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_cpu_isa.sh LABELS unit)
 endif()
+# The OpenBLAS kernels megascale runs on fit the CPU (an OpenBLAS older than
+# the CPU falls back to SSE3 ones; main() runs itself again with the right
+# ones); OPENBLAS_CORETYPE from the user is obeyed.
+ms_script_test(blas_core COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/unit/test_blas_core.sh
+  LABELS unit cli)

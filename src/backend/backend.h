@@ -251,6 +251,31 @@ ms_status be_cpu_create(be_backend **out, int threads);
  * it is destroyed (be_options.cpu_profile). */
 ms_status be_cpu_profile(be_backend *be);
 
+/* The OpenBLAS kernel set the CPU backend's GEMMs run on (OpenBLAS's
+ * openblas_get_corename(): "SkylakeX", "Haswell", "Prescott", ...).  A
+ * DYNAMIC_ARCH OpenBLAS picks it when the library loads, from the CPU's
+ * model number; a release older than the CPU falls back to old kernels
+ * (Debian 12's picks the SSE3 "Prescott" set on an Emerald Rapids Xeon, a
+ * fifth of the speed of its AVX-512 set there).  Only the environment
+ * variable OPENBLAS_CORETYPE, read at load, changes it, so the program's
+ * main() asks be_cpu_blas_core_suggest() and, when it names a core, sets the
+ * variable and executes itself again (src/cli/main.c). */
+const char *be_cpu_blas_core(void);
+/* The core to ask for (OPENBLAS_CORETYPE) on this CPU, or NULL when the
+ * one OpenBLAS chose already uses the best instruction set it has kernels
+ * for (AVX-512: "SkylakeX", AVX2 with FMA: "Haswell"). */
+const char *be_cpu_blas_core_suggest(void);
+/* The decision itself, pure: the core to ask for when OpenBLAS chose
+ * `chosen` on a CPU with (has_avx512: F, CD, BW, DQ and VL) and
+ * (has_avx2_fma), or NULL.  Only a known older core is replaced, never a
+ * name this code does not know (a newer OpenBLAS's). */
+const char *be_cpu_blas_core_for(const char *chosen, int has_avx512, int has_avx2_fma);
+/* main() says where the core came from ("OPENBLAS_CORETYPE", or "set by
+ * megascale: OpenBLAS detected Prescott"); call before any thread starts. */
+void be_cpu_blas_set_origin(const char *origin);
+/* "OpenBLAS core SkylakeX (origin)" into buf, for start-up lines; buf. */
+const char *be_cpu_blas_describe(char *buf, size_t n);
+
 /* Create the CUDA backend on GPU `device` (< 0: the process's local MPI
  * rank modulo the number of GPUs, so ranks sharing a node share its GPUs);
  * o NULL: be_options_default().  Built when the CUDA toolkit was found

@@ -1,8 +1,11 @@
 /* main.c - the megascale binary: dispatch to subcommands. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "base/cpu_isa.h"
 #include "base/ctx.h"
 #include "base/log.h"
@@ -37,9 +40,51 @@ static int version(void) {
 #else
     const char *backends = "cpu";
 #endif
-    printf("megascale %s (git %s), backends: %s; compiled for x86-64 with %s\n", MS_VERSION,
-           MS_GIT, backends, ms_cpu_isa_built());
+    char blas[224];
+    printf("megascale %s (git %s), backends: %s; compiled for x86-64 with %s; %s\n", MS_VERSION,
+           MS_GIT, backends, ms_cpu_isa_built(), be_cpu_blas_describe(blas, sizeof blas));
     return 0;
+}
+
+/* OpenBLAS chose its kernels when it loaded, from the CPU's model number.
+ * When they are older than this CPU's instruction set (a release that
+ * predates the CPU falls back to SSE3 ones), set OPENBLAS_CORETYPE to the
+ * kernels that fit and execute this program again, once: the variable is
+ * read only at load.  A variable already set (by the user, a launcher, or
+ * the first run, which also leaves MS_BLAS_CORE_FROM = what OpenBLAS
+ * detected) is obeyed; MS_BLAS_CORE=keep keeps OpenBLAS's own choice.
+ * Before anything else starts: no thread, no MPI. */
+static void blas_core(char **argv) {
+    const char *set = getenv("OPENBLAS_CORETYPE"), *from = getenv("MS_BLAS_CORE_FROM");
+    const char *keep = getenv("MS_BLAS_CORE");
+    char origin[160];
+    if (set && *set) {
+        if (!(from && *from))
+            snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE");
+        else if (strcasecmp(be_cpu_blas_core(), set))
+            snprintf(origin, sizeof origin,
+                     "OpenBLAS detected %s and has no kernels named %s (OPENBLAS_CORETYPE)", from,
+                     set);
+        else
+            snprintf(origin, sizeof origin, "set by megascale: OpenBLAS detected %s", from);
+        be_cpu_blas_set_origin(origin);
+        return;
+    }
+    const char *core = be_cpu_blas_core_suggest();
+    if (!core) return;
+    if (keep && !strcmp(keep, "keep")) {
+        snprintf(origin, sizeof origin, "MS_BLAS_CORE=keep; this CPU could run %s", core);
+        be_cpu_blas_set_origin(origin);
+        return;
+    }
+    if (setenv("MS_BLAS_CORE_FROM", be_cpu_blas_core(), 1) == 0 &&
+        setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+        execv("/proc/self/exe", argv);
+    /* still here: run on OpenBLAS's own choice, and say so */
+    unsetenv("OPENBLAS_CORETYPE");
+    unsetenv("MS_BLAS_CORE_FROM");
+    snprintf(origin, sizeof origin, "could not run again with OPENBLAS_CORETYPE=%s", core);
+    be_cpu_blas_set_origin(origin);
 }
 
 int cli_exit_code(ms_status st) {
@@ -80,6 +125,7 @@ int cli_fail(const char *cmd, ms_status st) {
 }
 
 int main(int argc, char **argv) {
+    blas_core(argv);
     ms_ctx_init();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

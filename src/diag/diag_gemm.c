@@ -122,7 +122,13 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
         diag_detail(r, "speed: could not allocate the %d^3 product on %s", sn, be->name);
         return;
     }
-    diag_detail(r, "speed %.4g GFLOP/s at %d^3", r->value, sn);
+    char blas[224] = "";
+    if (!strcmp(be->name, "cpu")) {
+        blas[0] = ' ', blas[1] = '(';
+        be_cpu_blas_describe(blas + 2, sizeof blas - 3);
+        strcat(blas, ")");
+    }
+    diag_detail(r, "speed %.4g GFLOP/s at %d^3%s", r->value, sn, blas);
     diag_hist_key k = {"gemm", "GFLOP/s", be->name, sn, ms_ctx_get()->local_rank};
     if (!diag_history_judge(c, &k, r)) r->ok = 0;
     if (r->ok && c->history && *c->history &&

@@ -712,8 +712,28 @@ static void run_all(int threads) {
     be = NULL;
 }
 
+/* The OpenBLAS kernels to ask for (be_cpu_blas_core_for): a known older core
+ * on a CPU that can run newer kernels is replaced, a fitting or unknown one
+ * never. */
+static void test_blas_core_choice(void) {
+    const char *s;
+    T_OK((s = be_cpu_blas_core_for("Prescott", 1, 1)) && !strcmp(s, "SkylakeX"));
+    T_OK((s = be_cpu_blas_core_for("Nehalem", 0, 1)) && !strcmp(s, "Haswell"));
+    T_OK((s = be_cpu_blas_core_for("Haswell", 1, 1)) && !strcmp(s, "SkylakeX"));
+    T_OK((s = be_cpu_blas_core_for("sandybridge", 0, 1)) && !strcmp(s, "Haswell"));
+    T_OK(be_cpu_blas_core_for("SkylakeX", 1, 1) == NULL);
+    T_OK(be_cpu_blas_core_for("Cooperlake", 1, 1) == NULL);
+    T_OK(be_cpu_blas_core_for("Zen", 0, 1) == NULL);
+    T_OK(be_cpu_blas_core_for("SkylakeX", 0, 1) == NULL); /* never downward */
+    T_OK(be_cpu_blas_core_for("Prescott", 0, 0) == NULL); /* no kernels to gain */
+    T_OK(be_cpu_blas_core_for("GraniteRapids", 1, 1) == NULL);
+    T_OK(be_cpu_blas_core_for(NULL, 1, 1) == NULL);
+    T_OK(strlen(be_cpu_blas_core()) > 0);
+}
+
 int main(void) {
     verbose = getenv("MS_TEST_VERBOSE") != NULL;
+    test_blas_core_choice();
     run_all(2);
     run_all(3);
     return ms_test_summary("test_cpu_ops");

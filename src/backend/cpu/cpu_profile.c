@@ -77,8 +77,12 @@ void cpu_profile_report(be_backend *be) {
     for (int i = 0; i < p->n_keys; i++) {
         const prof_key *k = &p->keys[i];
         char rate[16] = "";
-        if (k->flops > 0 && k->sec > 0)
-            snprintf(rate, sizeof rate, "%.1f", k->flops / k->sec / 1e9);
+        /* more decimals below 10, so a slow run's tiny GEMM (sanitizers, a loaded core)
+         * never reads 0.0 */
+        if (k->flops > 0 && k->sec > 0) {
+            double g = k->flops / k->sec / 1e9;
+            snprintf(rate, sizeof rate, "%.*f", g >= 10 ? 1 : g >= 0.01 ? 3 : 6, g);
+        }
         ms_info("  %-40s %8ld %12.2f %6.1f%% %10.1f %8s", k->name, k->calls, k->sec * 1e3,
                 total > 0 ? 100 * k->sec / total : 0, k->calls ? 1e6 * k->sec / k->calls : 0, rate);
     }

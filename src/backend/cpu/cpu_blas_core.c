@@ -1,0 +1,83 @@
+/* cpu_blas_core.c - which OpenBLAS kernel set ("core") the CPU backend's
+ * GEMMs run on, and the one to ask for when OpenBLAS's own detection fell
+ * back to an older one (backend.h, be_cpu_blas_*).
+ *
+ * A DYNAMIC_ARCH OpenBLAS picks its kernels once, when the library loads,
+ * from the CPU's family and model numbers.  A release older than the CPU
+ * does not know its model and falls back: Debian 12's OpenBLAS 0.3.21 runs
+ * the SSE3 "Prescott" kernels on an Emerald Rapids Xeon (family 6, model
+ * 207), 59 GFLOP/s at 2048^3 on two cores where its SkylakeX kernels, forced
+ * with OPENBLAS_CORETYPE, reach 313 (docs/perf.md).  The kernels to ask for
+ * follow from the instruction set the CPU reports, which does not age. */
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+#include "backend/backend.h"
+
+/* OpenBLAS's own (cblas.h of its flavours; declared here so that any
+ * cblas.h the build finds will do). */
+char *openblas_get_corename(void);
+
+/* The instruction-set tier of an OpenBLAS x86-64 core name: 3 for its
+ * AVX-512 kernels, 2 for AVX2 + FMA, 1 for AVX, 0 for the older ones it
+ * falls back to; -1 for a name not listed here (a newer OpenBLAS's), which
+ * is never replaced. */
+static int core_tier(const char *core) {
+    static const struct {
+        const char *name;
+        int tier;
+    } cores[] = {
+        {"SkylakeX", 3},    {"Cooperlake", 3},  {"SapphireRapids", 3}, {"Haswell", 2},
+        {"Zen", 2},         {"Sandybridge", 1}, {"Bulldozer", 1},      {"Piledriver", 1},
+        {"Steamroller", 1}, {"Excavator", 1},   {"Katmai", 0},         {"Coppermine", 0},
+        {"Northwood", 0},   {"Prescott", 0},    {"Banias", 0},         {"Atom", 0},
+        {"Core2", 0},       {"Penryn", 0},      {"Dunnington", 0},     {"Nehalem", 0},
+        {"Athlon", 0},      {"Opteron", 0},     {"Opteron(SSE3)", 0},  {"Barcelona", 0},
+        {"Nano", 0},        {"Bobcat", 0},
+    };
+    for (size_t i = 0; i < sizeof cores / sizeof *cores; i++)
+        if (!strcasecmp(core, cores[i].name)) return cores[i].tier;
+    return -1;
+}
+
+const char *be_cpu_blas_core_for(const char *chosen, int has_avx512, int has_avx2_fma) {
+    int want = has_avx512 ? 3 : has_avx2_fma ? 2 : 0;
+    int have = chosen ? core_tier(chosen) : -1;
+    if (want == 0 || have < 0 || have >= want) return NULL;
+    return want == 3 ? "SkylakeX" : "Haswell";
+}
+
+const char *be_cpu_blas_core(void) {
+    const char *c = openblas_get_corename();
+    return c && *c ? c : "unknown";
+}
+
+/* Where the core came from, as main() found it (be_cpu_blas_set_origin). */
+static char g_origin[160];
+
+void be_cpu_blas_set_origin(const char *origin) {
+    snprintf(g_origin, sizeof g_origin, "%s", origin ? origin : "");
+}
+
+const char *be_cpu_blas_describe(char *buf, size_t n) {
+    if (g_origin[0])
+        snprintf(buf, n, "OpenBLAS core %s (%s)", be_cpu_blas_core(), g_origin);
+    else
+        snprintf(buf, n, "OpenBLAS core %s", be_cpu_blas_core());
+    return buf;
+}
+
+const char *be_cpu_blas_core_suggest(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    /* OpenBLAS's SkylakeX kernels need F, CD, BW, DQ and VL (its own check) */
+    int avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+                 __builtin_cpu_supports("avx512vl");
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return be_cpu_blas_core_for(be_cpu_blas_core(), avx512, avx2);
+#else
+    return NULL;
+#endif
+}
