@@ -243,13 +243,17 @@ typedef void (*ckpt_persist_done_fn)(void *ctx, int slot, int step, ms_status st
 
 ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg);
 /* Queue slot (its data, trainer state, the stage 1 that wrote it:
- * stall_ms, NaN if unknown) for stage 2; replaces a queued, not yet
- * started one. */
+ * stall_ms, NaN if unknown) for stage 2.  The caller makes sure no other
+ * is queued (ckpt_persist_queued_step): replacing a queued one is a
+ * decision every rank must take alike, and one rank's persist thread may
+ * have started it already. */
 void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_train_state *tr,
                           int first, double stall_ms);
 /* The slot stage 1 may overwrite: prefer, unless stage 2 is writing it
  * (then fallback); the slot returned is taken off the queue. */
 int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback);
+/* The step of the snapshot queued for stage 2 and not yet started, or -1. */
+int ckpt_persist_queued_step(ckpt_persist *p);
 /* Block until nothing is queued or running; the status of the last persist
  * (MS_OK if none ran) and the step of the last commit (-1 none). */
 ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);

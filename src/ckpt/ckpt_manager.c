@@ -29,8 +29,10 @@ struct ckpt_manager {
     ckpt_options o;
     char root[4096], resume[4096], shm_dir[4096]; /* shm_dir: "" for /dev/shm */
     int saving;
-    int lock_fd; /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
-    int hold;    /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
+    int lock_fd;        /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
+    int hold;           /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
+    int n_skipped_busy; /* checkpoints skipped while stage 2 still had one queued */
+    int busy_step;      /* the queued snapshot the last skip waited on (-1: none yet) */
     gpt_model *m;
     opt_state *opt;
     par_zero *zero;
@@ -186,6 +188,7 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     cm->be = gpt_backend(m);
     cm->world = cm->dp_size = 1;
     cm->last_saved = -1;
+    cm->busy_step = -1;
     cm->slot_step[0] = cm->slot_step[1] = -1;
     cm->last_save_time = ms_now();
     snprintf(cm->optimizer, sizeof cm->optimizer, "%s", opt_kind_name(opt_get_config(opt)->kind));
@@ -269,13 +272,27 @@ ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
         ms_warn("injected fault signal:term after step %d", st->step);
         raise(SIGTERM);
     }
-    int32_t flags[2] = {ms_ctx_get()->stop != 0,
+    /* [2]: the step of a snapshot still queued for stage 2 on some rank (-1: none).  While
+     * one is, every rank skips the checkpoint: on one rank the persist thread may have
+     * started it, on another not, so replacing it would set the ranks' persists out of
+     * step (each then writes a different step's shard; none commits again). */
+    int32_t flags[3] = {ms_ctx_get()->stop != 0,
                         cm->saving && cm->rank == 0 && cm->o.every_min > 0 &&
-                            ms_now() - cm->last_save_time >= cm->o.every_min * 60};
-    if (cm->wg) MS_TRY(comm_allreduce(cm->wg, flags, flags, 2, COMM_I32, COMM_MAX));
+                            ms_now() - cm->last_save_time >= cm->o.every_min * 60,
+                        cm->persist ? ckpt_persist_queued_step(cm->persist) : -1};
+    if (cm->wg) MS_TRY(comm_allreduce(cm->wg, flags, flags, 3, COMM_I32, COMM_MAX));
     if (flags[0] && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
     if (!cm->saving || flags[0]) return MS_OK; /* stopping: the final checkpoint follows */
     if (!((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])) return MS_OK;
+    if (flags[2] >= 0) { /* said once per snapshot that holds the queue */
+        cm->n_skipped_busy++;
+        if (cm->rank == 0 && flags[2] != cm->busy_step)
+            ms_warn("checkpoint: step %d: none taken, the one of step %d still waits for stage 2 "
+                    "(persisting is slower than the checkpoint interval; %d skipped so far)",
+                    st->step, flags[2], cm->n_skipped_busy);
+        cm->busy_step = flags[2];
+        return MS_OK;
+    }
     if (!cm->hold) return ckpt_manager_save(cm, st);
     if (cm->rank == 0)
         ms_warn("checkpoint: step %d: none taken, in a streak of skipped (non-finite) steps; the "
@@ -316,8 +333,12 @@ ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st) {
     else if (cm->hold)
         ms_warn("no final checkpoint: step %d ends a streak of skipped (non-finite) steps",
                 st->step);
-    else if (st->step > 0 && st->step != cm->last_saved)
+    else if (st->step > 0 && st->step != cm->last_saved) {
+        /* the last one is never skipped: wait for the queue (a collective-free way to keep
+         * every rank's persists in the same order); its own status is reported below */
+        if (cm->persist) (void)ckpt_persist_wait(cm->persist, NULL);
         MS_TRY(ckpt_manager_save(cm, st));
+    }
     ms_status rc = ckpt_persist_wait(cm->persist, NULL);
     if (rc != MS_OK)
         return ms_error_wrap(rc, "the last checkpoint (step %d) was not committed", st->step);

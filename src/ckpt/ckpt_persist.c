@@ -419,6 +419,14 @@ static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON
                               uint64_t *total) {
     const ckpt_persist_config *c = &p->cfg;
     *total = 0;
+    for (int r = 0; r < c->world; r++) { /* the ranks persist the same steps in the same order */
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(parts[r], "step");
+        if (!cJSON_IsNumber(ps) || (int)ps->valuedouble != tr->step)
+            return ms_error(MS_ERR_INTERNAL,
+                            "rank %d persisted the checkpoint of step %d while rank 0 persisted "
+                            "step %d (the ranks' checkpoints went out of step)",
+                            r, cJSON_IsNumber(ps) ? (int)ps->valuedouble : -1, tr->step);
+    }
     for (int r = 0; r < c->world; r++) {
         const cJSON *err = cJSON_GetObjectItemCaseSensitive(parts[r], "error");
         if (cJSON_IsString(err)) return ms_error(MS_ERR_IO, "rank %d: %s", r, err->valuestring);
@@ -469,6 +477,11 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
     } else {
         mine = cJSON_CreateObject();
         if (mine) cJSON_AddStringToObject(mine, "error", ms_errmsg());
+    }
+    /* the step travels with the part: rank 0 commits only parts of its own step */
+    if (mine && !cJSON_AddNumberToObject(mine, "step", step)) {
+        cJSON_Delete(mine);
+        mine = NULL;
     }
     text = mine ? cJSON_PrintUnformatted(mine) : NULL;
     if (!text) {
@@ -597,6 +610,13 @@ void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_tr
     p->qstall_ms = stall_ms;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
+}
+
+int ckpt_persist_queued_step(ckpt_persist *p) {
+    pthread_mutex_lock(&p->mu);
+    int step = p->queued >= 0 ? p->qtr.step : -1;
+    pthread_mutex_unlock(&p->mu);
+    return step;
 }
 
 int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback) {

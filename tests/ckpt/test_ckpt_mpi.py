@@ -9,7 +9,9 @@ the snapshots both ranks hold in /dev/shm (or, without them, the previous
 commit) bit for bit; the same with rank 1's snapshot of that step damaged
 in /dev/shm (one byte flipped): rank 1 names it, every rank passes over it
 to the commit, bit for bit; rank 0 killed in stage 1: the ranks agree on
-the newest snapshot they all hold.  Environment: MS_BIN."""
+the newest snapshot they all hold; a checkpoint every step, faster than
+stage 2 persists them: the ranks persist the same steps and every persist
+commits.  Environment: MS_BIN."""
 import os
 import shutil
 import sys
@@ -120,6 +122,20 @@ def main():
         ok(r.returncode == 0 and resumed_at(r.stderr) == 5 and losses(m) == losses(ref2_m)[5:] and
            "incomplete snapshot of step 10" in r.stderr,
            "the ranks agree on the newest snapshot all of them hold", r.stderr)
+
+        # a checkpoint every step of a fast model: stage 2 falls behind.  A snapshot still
+        # queued for it on one rank used to be replaced there and not on the other (whose
+        # persist thread had started it), so the ranks persisted different steps and no
+        # checkpoint committed again; now every rank skips while one is queued anywhere
+        fast = ws.path("fast")
+        r = mpi(ws, 2, ws.train_args("--steps", "300", *dp2, "--ckpt-dir", fast, "--ckpt-every",
+                                     "1", "--ckpt-keep", "2"))
+        done = committed_steps(r.stderr)
+        ok(r.returncode == 0 and "NOT committed" not in r.stderr and "out of step" not in r.stderr
+           and done and done[-1] == 300 and done == sorted(set(done))
+           and verify(step_dir(fast, 300)),
+           "a checkpoint every step: every persist commits, in order, the last at step 300",
+           r.stderr[-3000:])
         layouts(ws)
     finally:
         ws.close()
