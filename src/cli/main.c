@@ -53,8 +53,17 @@ static int version(void) {
  * read only at load.  A variable already set (by the user, a launcher, or
  * the first run, which also leaves MS_BLAS_CORE_FROM = what OpenBLAS
  * detected) is obeyed; MS_BLAS_CORE=keep keeps OpenBLAS's own choice.
- * Before anything else starts: no thread, no MPI. */
-static void blas_core(char **argv) {
+ * Before anything else starts: no thread, no MPI.  Only the commands that
+ * compute (and --version, which reports it) pay for the second start (the
+ * CUDA libraries load again: 0.1-0.2 s); launch's ranks check for
+ * themselves. */
+static void blas_core(int argc, char **argv) {
+    static const char *const compute[] = {"train", "eval",      "sample", "diag",
+                                          "plan",  "--version", "version"};
+    int computes = 0;
+    for (size_t i = 0; argc >= 2 && i < sizeof compute / sizeof *compute; i++)
+        computes |= !strcmp(argv[1], compute[i]);
+    if (!computes) return;
     const char *set = getenv("OPENBLAS_CORETYPE"), *from = getenv("MS_BLAS_CORE_FROM");
     const char *keep = getenv("MS_BLAS_CORE");
     char origin[160];
@@ -125,7 +134,7 @@ int cli_fail(const char *cmd, ms_status st) {
 }
 
 int main(int argc, char **argv) {
-    blas_core(argv);
+    blas_core(argc, argv);
     ms_ctx_init();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
