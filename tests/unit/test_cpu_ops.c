@@ -144,6 +144,19 @@ static void test_create(void) {
         zero &= p[i] == 0;
     T_OK(zero && ((uintptr_t)p & 63) == 0);
     b->free(b, p);
+    /* zero: one thread below 4 MB, the threads' slices above; every byte of
+     * an odd length, none past it */
+    size_t lens[] = {1000, ((size_t)4 << 20) + 37, ((size_t)9 << 20) + 64 * 3 + 5};
+    for (int k = 0; k < 3; k++) {
+        unsigned char *q = b->alloc(b, lens[k] + 64);
+        memset(q, 0xAB, lens[k] + 64);
+        b->zero(b, q + 1, lens[k]);
+        int good = q[0] == 0xAB && q[lens[k] + 1] == 0xAB;
+        for (size_t i = 1; i <= lens[k]; i++)
+            good &= q[i] == 0;
+        T_OK(good);
+        b->free(b, q);
+    }
     be_limits small = {1, 8, 16, 2, 64, 10}, big = {2, 100, 64, 4, 512, 10};
     T_EQ_INT(b->reserve(b, &small), MS_OK);
     T_EQ_INT(b->reserve(b, &big), MS_OK);
