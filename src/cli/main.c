@@ -86,9 +86,16 @@ static void blas_core(int argc, char **argv) {
         be_cpu_blas_set_origin(origin);
         return;
     }
-    if (setenv("MS_BLAS_CORE_FROM", be_cpu_blas_core(), 1) == 0 &&
-        setenv("OPENBLAS_CORETYPE", core, 1) == 0)
-        execv("/proc/self/exe", argv);
+    /* the binary's own path (readlink: a tool that runs the program, such as valgrind,
+     * answers with the program's, where the link itself names the tool) */
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) {
+        self[n] = 0;
+        if (setenv("MS_BLAS_CORE_FROM", be_cpu_blas_core(), 1) == 0 &&
+            setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+            execv(self, argv);
+    }
     /* still here: run on OpenBLAS's own choice, and say so */
     unsetenv("OPENBLAS_CORETYPE");
     unsetenv("MS_BLAS_CORE_FROM");
