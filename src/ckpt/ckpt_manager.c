@@ -284,7 +284,9 @@ ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
     if (flags[0] && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
     if (!cm->saving || flags[0]) return MS_OK; /* stopping: the final checkpoint follows */
     if (!((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])) return MS_OK;
-    if (flags[2] >= 0) { /* said once per snapshot that holds the queue */
+    /* with a fault armed (on every rank alike) the save waits for the queue instead, so
+     * that every checkpoint the test plans is taken */
+    if (flags[2] >= 0 && !cm->fault.armed) { /* said once per snapshot that holds the queue */
         cm->n_skipped_busy++;
         if (cm->rank == 0 && flags[2] != cm->busy_step)
             ms_warn("checkpoint: step %d: none taken, the one of step %d still waits for stage 2 "
