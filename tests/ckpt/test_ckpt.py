@@ -168,8 +168,8 @@ def check_ckpt_lines(m, c, want, t0, t1, what):
 
 def test_metrics_ckpt_lines(ws):
     """--ckpt-every 5 --steps 12: a ckpt line per commit the log reports
-    (a snapshot still queued when the next one is taken is superseded and
-    never commits), the final 12 among them; with every checkpoint
+    (a checkpoint due while the one before is still queued for stage 2 is
+    not taken), the final 12 among them; with every checkpoint
     persisted in order (an armed fault that never fires), exactly 5, 10 and
     12.  Stopped at 7 and resumed from the commit of 5: the ckpt line of 7
     is dropped with the step lines after 5, then 10 and 12 follow."""
