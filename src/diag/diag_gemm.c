@@ -122,13 +122,10 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
         diag_detail(r, "speed: could not allocate the %d^3 product on %s", sn, be->name);
         return;
     }
-    char blas[224] = "";
-    if (!strcmp(be->name, "cpu")) {
-        blas[0] = ' ', blas[1] = '(';
-        be_cpu_blas_describe(blas + 2, sizeof blas - 3);
-        strcat(blas, ")");
-    }
-    diag_detail(r, "speed %.4g GFLOP/s at %d^3%s", r->value, sn, blas);
+    char blas[224];
+    const char *kernels = strcmp(be->name, "cpu") ? NULL : be_cpu_blas_describe(blas, sizeof blas);
+    diag_detail(r, "speed %.4g GFLOP/s at %d^3%s%s%s", r->value, sn, kernels ? " (" : "",
+                kernels ? kernels : "", kernels ? ")" : "");
     diag_hist_key k = {"gemm", "GFLOP/s", be->name, sn, ms_ctx_get()->local_rank};
     if (!diag_history_judge(c, &k, r)) r->ok = 0;
     if (r->ok && c->history && *c->history &&

@@ -554,16 +554,14 @@ static void print_layout(const trainer *t) {
     ms_info("params: %.2fM (%.1f MB fp32); activations %.1f MB; flops/token %.3g",
             (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
             (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
-    char blas[224] = "";
-    if (!strcmp(t->be->name, "cpu")) {
-        blas[0] = ';', blas[1] = ' ';
-        be_cpu_blas_describe(blas + 2, sizeof blas - 2);
-    }
+    char blas[224];
+    const char *kernels =
+        strcmp(t->be->name, "cpu") ? NULL : be_cpu_blas_describe(blas, sizeof blas);
     ms_info("batch %d x seq %d = %lld tokens/step (micro-batch %d x %d accumulation), %d steps, "
-            "%s, lr %g (%s, warmup %d), device %s (%d threads; compiled for %s%s)",
+            "%s, lr %g (%s, warmup %d), device %s (%d threads; compiled for %s%s%s)",
             tc->batch, tc->seq, (long long)tc->batch * tc->seq, t->micro, t->accum, tc->steps,
             tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads,
-            ms_cpu_isa_built(), blas);
+            ms_cpu_isa_built(), kernels ? "; " : "", kernels ? kernels : "");
     ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9, t->peak.source);
     if (t->val) train_val_log(t->val);
 }
