@@ -250,7 +250,7 @@ ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg)
 void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_train_state *tr,
                           int first, double stall_ms);
 /* The slot stage 1 may overwrite: prefer, unless stage 2 is writing it
- * (then fallback); the slot returned is taken off the queue. */
+ * (then fallback).  Nothing may be queued (the caller skipped or waited). */
 int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback);
 /* The step of the snapshot queued for stage 2 and not yet started, or -1. */
 int ckpt_persist_queued_step(ckpt_persist *p);

@@ -621,9 +621,10 @@ int ckpt_persist_queued_step(ckpt_persist *p) {
 
 int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback) {
     pthread_mutex_lock(&p->mu);
-    int s = p->running == prefer ? fallback : prefer;
-    if (p->queued == s) p->queued = -1;
+    int s = p->running == prefer ? fallback : prefer, queued = p->queued;
     pthread_mutex_unlock(&p->mu);
+    /* replacing a queued snapshot here, on one rank only, set the ranks' persists out of step */
+    MS_CHECKF(queued < 0, "checkpoint: stage 1 found slot %d still queued for stage 2", queued);
     return s;
 }
 
