@@ -10,6 +10,16 @@ sum's share of pp_wait) and compute (the step's FWD + BWD spans).  The
 measured bubble is the simulator's definition (schedule.h) on real times:
 (makespan - busy) / busy, makespan from the first FWD to the last BWD over
 all stages, busy the busiest stage's compute.
+
+Next to it, the bubble of the same schedule replayed with the step's own
+measured FWD and BWD times and free messages (replay_fracs): each stage
+runs its ops in the order it ran them, an op starting when the stage's
+previous op and its input (the FWD of the previous virtual stage, the BWD
+of the next one) are done.  The (p-1)/(v*m) formula holds for stages of
+equal speed; on shared cores one stage often computes slower than the
+other, and the replay gives what the schedule alone makes of that.  The
+measured bubble minus the replayed one is what the messages and the
+waking of threads added.
 usage: bench/pp_overlap.py [--bin build/megascale] [--pp 2] [--vpp 1]
          [--layers 4] [--dim 256] [--heads 4] [--vocab 50257] [--seq 64]
          [--batch 8] [--micro-batch 1] [--steps 8] [--skip 2] [--repeat 1]
@@ -34,16 +44,19 @@ def step_stats(trace_dir, skip):
     out = {}
     for f in sorted(glob.glob(os.path.join(trace_dir, "events_r*.jsonl"))):
         ev = [json.loads(l) for l in open(f)]
-        rank, stage = ev[0]["rank"], ev[0]["coord"]["pp"]
+        rank, coord = ev[0]["rank"], ev[0]["coord"]
+        stage, pp = coord["pp"], ev[0]["shape"]["pp"]
         spans = [e for e in ev if e.get("type") == "span" and e.get("lane") == "compute"]
         windows = {e["step"]: (e["t0"], e["t1"]) for e in spans if e["name"] == "step"}
         for k, (t0, t1) in windows.items():
             if k <= skip:
                 continue
-            r = dict(stage=stage, step=(t1 - t0) / 1e6, pp_wait=0.0, bubble=0.0, emb=0.0, fb=[])
+            r = dict(stage=stage, pp=pp, pipe=(coord.get("dp", 0), coord.get("tp", 0)),
+                     step=(t1 - t0) / 1e6, pp_wait=0.0, bubble=0.0, emb=0.0, fb=[], ops=[])
             for e in spans:
                 if e["name"] in ("fwd", "bwd") and e.get("step") == k:
                     r["fb"].append((e["t0"], e["t1"]))
+                    r["ops"].append((e["t0"], e["t1"], e["name"], e.get("mb", 0), e.get("chunk", 0)))
                 if e["name"] == "wait" and t0 <= e["t0"] <= t1:
                     ms = (e["t1"] - e["t0"]) / 1e6
                     if e.get("group") in ("pp", "embedding"):
@@ -71,6 +84,58 @@ def bubble_fracs(steps):
     return fracs
 
 
+def replay(ranks):
+    """The makespan (ns) of one pipeline's step replayed with its measured
+    op times and free messages.  ranks: the stats of one pipeline's ranks,
+    one per stage.  Virtual stage v = chunk * pp + stage (the interleaved
+    schedule's layout); FWD(mb, v) needs FWD(mb, v - 1), BWD(mb, v) needs
+    BWD(mb, v + 1).  None when the ops cannot be replayed in their order (a
+    trace with ops missing)."""
+    pp = ranks[0]["pp"]
+    lists = {x["stage"]: sorted(x["ops"]) for x in ranks}
+    nv = pp * (1 + max(c for ops in lists.values() for *_, c in ops))
+    done, free, pos = {}, {s: 0.0 for s in lists}, {s: 0 for s in lists}
+    left = sum(len(o) for o in lists.values())
+    while left:
+        moved = False
+        for s, ops in lists.items():
+            while pos[s] < len(ops):
+                t0, t1, name, mb, c = ops[pos[s]]
+                v = c * pp + s
+                dep = (name, mb, v - 1) if name == "fwd" else (name, mb, v + 1)
+                if not (0 <= dep[2] < nv):
+                    dep = None
+                if dep is not None and dep not in done:
+                    break
+                start = max(free[s], done[dep] if dep is not None else 0.0)
+                free[s] = done[(name, mb, v)] = start + (t1 - t0)
+                pos[s] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            return None
+    return max(free.values())
+
+
+def replay_fracs(steps):
+    """For each complete step (as bubble_fracs takes them), the bubble of
+    the schedule replayed with the step's own op times and free messages
+    (replay): (longest pipeline's replayed makespan - busy) / busy, busy
+    the busiest rank's compute, as in bubble_fracs.  Steps that cannot be
+    replayed are left out."""
+    fracs = []
+    for s in steps:
+        pipes = {}
+        for x in s.values():
+            pipes.setdefault(x["pipe"], []).append(x)
+        spans = [replay(p) for p in pipes.values()]
+        if any(m is None for m in spans):
+            continue
+        busy = max(x["busy"] for x in s.values())
+        fracs.append((max(spans) / 1e6 - busy) / busy)
+    return fracs
+
+
 def report(label, stats, want):
     ranks = sorted({r for s in stats.values() for r in s})
     steps = [s for s in stats.values() if len(s) == len(ranks) and all(x["fb"] for x in s.values())]
@@ -86,6 +151,12 @@ def report(label, stats, want):
               f" ms | compute {med['busy']:.1f} ms")
     f = statistics.median(fracs)
     print(f"  measured bubble {f:.4f}, schedule (p-1)/(v*m) {want:.4f} (ratio {f / want:.2f})")
+    rf = replay_fracs(steps)
+    if rf:
+        g = statistics.median(rf)
+        print(f"  the schedule replayed with these compute times and free messages: {g:.4f} "
+              f"(ratio {g / want:.2f}); the messages added {f - g:+.4f} "
+              f"({(f - g) / want:+.2f} of the formula)")
 
 
 def main():
