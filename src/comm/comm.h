@@ -82,8 +82,9 @@
  * or the caller serialises).  A handle may be waited on by one thread.
  * comm_world_init/finalize are called once per process by the main thread
  * (MPI cannot be initialised twice).  While the world is up, no other code
- * may call MPI directly: MPI runs at MPI_THREAD_SERIALIZED and the
- * communication thread makes every call.
+ * may call MPI directly: MPI runs at MPI_THREAD_SERIALIZED, and every call
+ * is made under the world's MPI lock, by the communication thread or by a
+ * thread starting an op that posts it at once (comm_thread.c).
  */
 #ifndef MS_COMM_H
 #define MS_COMM_H

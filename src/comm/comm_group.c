@@ -1,6 +1,6 @@
 /* comm_group.c - groups of ranks: creation by split or by rank list,
  * destruction, accessors.  Creation is collective and runs on the
- * communication thread (the only thread that calls MPI after init): the
+ * communication thread (never posted by the caller itself): the
  * public call queues a request and waits for it like any op, so it obeys
  * the timeout too.  A split first passes a non-blocking barrier on the
  * parent (so a missing or dead rank is caught and named like in any

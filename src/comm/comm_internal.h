@@ -174,6 +174,12 @@ struct comm_world {
 
     pthread_t thread;
     int thread_started;
+    /* Held by whichever thread calls MPI once the comm thread runs (MPI is
+     * initialised SERIALIZED): the comm thread while it takes the queue,
+     * posts, progresses and checks deadlines, or a caller posting its own
+     * request (comm_enqueue).  Taken before mu, never while holding it
+     * (callers only try it). Guards the "posted requests" below. */
+    pthread_mutex_t mpi_mu;
     pthread_mutex_t mu;
     pthread_cond_t submit_cv; /* comm thread waits here when idle */
     pthread_cond_t done_cv;   /* waiters wait here */
@@ -181,7 +187,8 @@ struct comm_world {
     double timeout_s;
     comm_req *q_head, *q_tail;
     comm_req *free_list;
-    int n_waiting;         /* callers blocked in comm_wait on a host op */
+    int kicked;             /* a caller posted a request itself: the comm thread must poll */
+    int n_waiting;          /* callers blocked in comm_wait on a host op */
     double hard_poll_until; /* until then, with n_waiting > 0, the comm thread polls hard */
     int stop;
     int poisoned;
@@ -189,7 +196,7 @@ struct comm_world {
     ms_status poison_code;
     char poison_msg[COMM_MSG_MAX];
 
-    /* comm thread: posted requests */
+    /* under mpi_mu: posted requests */
     comm_req **active;
     MPI_Request *mreqs;
     int *idx;
@@ -213,6 +220,9 @@ ms_status comm_thread_start(comm_world *w);
 int comm_thread_stop(comm_world *w, double wait_s);
 /* Mark the world broken (w->mu held); the first failure wins. */
 void comm_poison_locked(comm_world *w, ms_status code, const char *msg);
+/* Post a chain of requests in order (w->mpi_mu held): each becomes active,
+ * or finishes at once (a group request, or the MPI call failed). */
+void comm_post_batch(comm_world *w, comm_req *r);
 
 /* comm_ops.c */
 /* Take a request from the free list (w->mu not held); zeroed. */

@@ -101,17 +101,39 @@ ms_status comm_req_stamp(comm_req *r, int collective) {
     return MS_OK;
 }
 
-/* Queue a stamped request for the comm thread. */
+/* Hand a stamped request to the comm thread.  When that thread is not in
+ * MPI (w->mpi_mu free) and nothing is queued ahead, post it here: the call
+ * (a send's first fragment, a receive's match) happens now, on this core,
+ * instead of when the comm thread is next scheduled - on cores shared with
+ * other ranks that wait was up to milliseconds on a pipeline's critical
+ * path.  The comm thread still drives it to completion.  Group creation
+ * and splits (blocking MPI calls) always go through the queue. */
 static void comm_enqueue(comm_req *r) {
     comm_world *w = r->w;
+    int direct =
+        w->thread_started && r->kind <= COMM_K_BARRIER && pthread_mutex_trylock(&w->mpi_mu) == 0;
     pthread_mutex_lock(&w->mu);
     r->state = COMM_REQ_QUEUED;
     r->next = NULL;
-    if (w->q_tail)
-        w->q_tail->next = r;
-    else
-        w->q_head = r;
-    w->q_tail = r;
+    if (direct && (w->q_head || w->poisoned || w->stop)) {
+        pthread_mutex_unlock(&w->mpi_mu);
+        direct = 0;
+    }
+    if (!direct) {
+        if (w->q_tail)
+            w->q_tail->next = r;
+        else
+            w->q_head = r;
+        w->q_tail = r;
+        pthread_cond_signal(&w->submit_cv);
+        pthread_mutex_unlock(&w->mu);
+        return;
+    }
+    pthread_mutex_unlock(&w->mu);
+    comm_post_batch(w, r); /* r may be finished (and recycled) once this returns */
+    pthread_mutex_unlock(&w->mpi_mu);
+    pthread_mutex_lock(&w->mu);
+    w->kicked = 1;
     pthread_cond_signal(&w->submit_cv);
     pthread_mutex_unlock(&w->mu);
 }

@@ -5,10 +5,14 @@
  * peer whose process exited (seen on the arrival board), fails with
  * MS_ERR_TIMEOUT and breaks the world (comm_poison_locked).
  *
- * Started by comm_world_init, stopped by comm_world_finalize.  After init it
- * is the only thread that calls MPI (hence MPI_THREAD_SERIALIZED).  Idle, it
- * sleeps on w->submit_cv (waking every 200 ms for the heartbeat); with ops
- * in flight it polls with a short exponential back-off (<= poll_max_us).
+ * Started by comm_world_init, stopped by comm_world_finalize.  After init,
+ * MPI is called under w->mpi_mu only (hence MPI_THREAD_SERIALIZED): by this
+ * thread, and by a caller that posts its own request when the thread is
+ * not in MPI and nothing is queued ahead of it (comm_enqueue): a send then
+ * leaves when it is submitted, not when this thread next gets a core.
+ * Idle, the thread sleeps on w->submit_cv (waking every 200 ms for the
+ * heartbeat); with ops in flight it polls with a short exponential
+ * back-off (<= poll_max_us).
  */
 #include <errno.h>
 #include <sched.h>
@@ -131,8 +135,8 @@ static int comm_post_one(comm_req *r, const char **call) {
     ms_panic(__FILE__, __LINE__, "comm: kind %d is not a non-blocking op", (int)r->kind);
 }
 
-/* Post every request of the batch, in submission order. */
-static void comm_post_batch(comm_world *w, comm_req *r) {
+/* Post every request of the batch, in submission order (w->mpi_mu held). */
+void comm_post_batch(comm_world *w, comm_req *r) {
     while (r) {
         comm_req *next = r->next;
         r->next = NULL;
@@ -329,7 +333,8 @@ static void comm_backoff(comm_world *w, unsigned *sleep_us) {
         *sleep_us = 1;
         return;
     }
-    if (!w->q_head && !w->stop) comm_cv_wait_s(&w->submit_cv, &w->mu, *sleep_us * 1e-6);
+    if (!w->q_head && !w->kicked && !w->stop)
+        comm_cv_wait_s(&w->submit_cv, &w->mu, *sleep_us * 1e-6);
     pthread_mutex_unlock(&w->mu);
     *sleep_us *= 2;
     if (*sleep_us > (unsigned)w->poll_max_us) *sleep_us = (unsigned)w->poll_max_us;
@@ -338,36 +343,50 @@ static void comm_backoff(comm_world *w, unsigned *sleep_us) {
 static void *comm_thread_main(void *arg) {
     comm_world *w = arg;
     unsigned sleep_us = 0;
+    int nactive = 0; /* w->nactive as last seen under mpi_mu */
     for (;;) {
         pthread_mutex_lock(&w->mu);
-        while (!w->q_head && w->nactive == 0 && !w->stop) {
+        while (!w->q_head && !w->kicked && nactive == 0 && !w->stop) {
             comm_board_heartbeat(w);
             pthread_mutex_unlock(&w->mu);
+            pthread_mutex_lock(&w->mpi_mu);
             comm_dump_poll(w); /* another rank of the host asked for hang dumps */
+            nactive = w->nactive;
+            pthread_mutex_unlock(&w->mpi_mu);
             pthread_mutex_lock(&w->mu);
-            if (w->q_head || w->stop) break;
+            if (w->q_head || w->kicked || nactive || w->stop) break;
             comm_cv_wait_s(&w->submit_cv, &w->mu, COMM_IDLE_WAKE_S);
         }
-        if (w->stop && !w->q_head && w->nactive == 0) {
+        if (w->stop && !w->q_head && !w->kicked && nactive == 0) {
             pthread_mutex_unlock(&w->mu);
             break;
         }
+        pthread_mutex_unlock(&w->mu);
+        /* mpi_mu before taking the queue: a caller that finds the queue
+         * empty and posts its own request cannot overtake a batch taken
+         * but not yet posted. */
+        pthread_mutex_lock(&w->mpi_mu);
+        pthread_mutex_lock(&w->mu);
         comm_req *batch = w->q_head;
         w->q_head = w->q_tail = NULL;
-        int poisoned = w->poisoned;
+        int poisoned = w->poisoned, kicked = w->kicked;
+        w->kicked = 0;
         pthread_mutex_unlock(&w->mu);
+        int progress = batch != NULL || kicked;
         if (poisoned) {
             comm_fail_all(w, batch);
-            continue;
+        } else {
+            comm_post_batch(w, batch);
+            if (w->nactive) progress |= comm_progress(w);
+            if (w->nactive) comm_check_deadlines(w);
+            comm_board_heartbeat(w);
         }
-        int progress = batch != NULL;
-        comm_post_batch(w, batch);
-        if (w->nactive) progress |= comm_progress(w);
-        if (w->nactive) comm_check_deadlines(w);
-        comm_board_heartbeat(w);
+        nactive = w->nactive;
+        pthread_mutex_unlock(&w->mpi_mu);
+        if (poisoned) continue;
         if (progress)
             sleep_us = 0;
-        else if (w->nactive)
+        else if (nactive)
             comm_backoff(w, &sleep_us);
     }
     return NULL;

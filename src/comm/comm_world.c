@@ -141,6 +141,7 @@ static ms_status comm_world_group_init(comm_world *w) {
 static ms_status comm_sync_init(comm_world *w) {
     pthread_condattr_t ca;
     if (pthread_mutex_init(&w->mu, NULL) || pthread_mutex_init(&w->stage_mu, NULL) ||
+        pthread_mutex_init(&w->mpi_mu, NULL) ||
         pthread_condattr_init(&ca) || pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) ||
         pthread_cond_init(&w->submit_cv, &ca) || pthread_cond_init(&w->done_cv, &ca))
         return ms_error(MS_ERR_INTERNAL, "comm_world_init: pthread mutex/cond init failed");
@@ -201,6 +202,7 @@ static void comm_world_free_struct(comm_world *w) {
     comm_hosts_free(w);
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->stage_mu);
+    pthread_mutex_destroy(&w->mpi_mu);
     pthread_cond_destroy(&w->submit_cv);
     pthread_cond_destroy(&w->done_cv);
     free(w);

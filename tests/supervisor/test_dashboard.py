@@ -33,8 +33,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from mpi_common import BIN, finish, ok, start  # noqa: E402
 
 SRC = os.environ.get("MS_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+# Long enough that the browser (a few seconds to start on two busy cores)
+# sees the job train before it ends: 220 steps were once enough, and ended
+# first after the communication thread got faster.
+STEPS = 500
 TRAIN = ["--vocab", "256", "--layers", "4", "--dim", "128", "--heads", "4", "--seq-max", "32",
-         "--seq", "32", "--batch", "16", "--steps", "220", "--dp", "2", "--tp", "2",
+         "--seq", "32", "--batch", "16", "--steps", str(STEPS), "--dp", "2", "--tp", "2",
          "--threads", "1", "--lr", "1e-3", "--log-every", "50", "--peak-flops", "1e11",
          "--ckpt-every", "10", "--val-every", "50", "--data-order", "sequential"]
 LAUNCH = ["--np", "4", "--heartbeat-timeout", "10", "--backoff", "0.2", "--grace", "5",
@@ -190,7 +194,7 @@ def check_offline(run, d):
         pts, last = all_metrics(base, token)
         file_steps = sorted({json.loads(l)["step"] for l in open(os.path.join(run, "metrics.jsonl"))
                              if '"loss"' in l})
-        ok([p[0] for p in pts] == file_steps and file_steps[-1] == 220,
+        ok([p[0] for p in pts] == file_steps and file_steps[-1] == STEPS,
            f"afterwards: every step of the metrics file ({len(pts)} of {len(file_steps)})")
         ok(len(last["val"]) >= 4, "afterwards: the validation points", json.dumps(last["val"]))
         evs, since = [], -1
@@ -207,7 +211,7 @@ def check_offline(run, d):
         ok(len(ck) >= 10 and all(c["bytes"] and c["bytes"] > 0 for c in ck),
            f"afterwards: the checkpoints with their sizes ({len(ck)})", json.dumps(ck[:2]))
         hm = api(base, token, "/api/heatmap")
-        ok(hm and len(hm["ranks"]) == 4 and len(hm["steps"]) == 200 and hm["steps"][-1] == 220,
+        ok(hm and len(hm["ranks"]) == 4 and len(hm["steps"]) == 200 and hm["steps"][-1] == STEPS,
            "afterwards: the heat map of the last 200 steps",
            json.dumps(hm and hm["steps"][-3:]))
     finally:
