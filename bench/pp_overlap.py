@@ -136,9 +136,16 @@ def replay_fracs(steps):
     return fracs
 
 
+def complete_steps(stats):
+    """The steps of step_stats that every rank traced, each with its FWDs
+    and BWDs (what bubble_fracs and replay_fracs take)."""
+    ranks = {r for s in stats.values() for r in s}
+    return [s for s in stats.values() if len(s) == len(ranks) and all(x["fb"] for x in s.values())]
+
+
 def report(label, stats, want):
     ranks = sorted({r for s in stats.values() for r in s})
-    steps = [s for s in stats.values() if len(s) == len(ranks) and all(x["fb"] for x in s.values())]
+    steps = complete_steps(stats)
     if not steps:
         sys.exit(f"bench: {label}: no complete step in the event logs")
     fracs = bubble_fracs(steps)

@@ -24,9 +24,7 @@ MODES = ["all", "none", "dp,tp"]
 def check_replay(d, label, want):
     """The replay of the last run's traced steps (d/trace): at most the
     measured bubble of each step, and `want` with unit costs."""
-    st = pp_overlap.step_stats(os.path.join(d, "trace"), 1)
-    ranks = {r for s in st.values() for r in s}
-    steps = [s for s in st.values() if len(s) == len(ranks) and all(x["fb"] for x in s.values())]
+    steps = pp_overlap.complete_steps(pp_overlap.step_stats(os.path.join(d, "trace"), 1))
     measured, replayed = pp_overlap.bubble_fracs(steps), pp_overlap.replay_fracs(steps)
     ok(len(steps) >= 3 and len(replayed) == len(steps),
        f"{label}: every traced step replays", f"{len(steps)} steps, {len(replayed)} replayed")
