@@ -1,6 +1,7 @@
 /* fuzz_shard.c - libFuzzer harness of the token shard reader
  * (src/data/shard.c, data_shard_open / data_shard_read): llm.c's format,
- * versions 1 (uint16 tokens) and 2 (uint32).
+ * versions 1 (uint16 tokens) and 2 (uint32), and its llama-3 shards
+ * (magic 20240801, version 7, uint32).
  *
  * The input is the shard.  The reader must reject it with a status or
  * accept it; never crash or read outside the file.  On a shard it accepts,
@@ -31,7 +32,10 @@ static void check_shard(const data_shard *s, const uint8_t *data, size_t size) {
     int32_t buf[256];
     uint32_t max = 0;
     uint64_t at = 0; /* where max is first */
-    MS_CHECK(s->version == 1 || s->version == 2);
+    uint32_t magic = (uint32_t)(data[0] | data[1] << 8 | data[2] << 16) | (uint32_t)data[3] << 24;
+    MS_CHECK(magic == DATA_SHARD_MAGIC ? s->version == 1 || s->version == 2
+                                       : magic == DATA_SHARD_MAGIC_LLAMA3 &&
+                                             s->version == DATA_SHARD_VERSION_LLAMA3);
     MS_CHECK(s->map_len == size && size == 4 * DATA_SHARD_HEADER_INTS + s->n_tokens * tsize);
     for (uint64_t pos = 0; pos < s->n_tokens;) {
         size_t n = s->n_tokens - pos < 256 ? (size_t)(s->n_tokens - pos) : 256, k = 0;

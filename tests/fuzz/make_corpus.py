@@ -88,8 +88,8 @@ def safetensors(header, data=b"", hlen=None):
     return struct.pack("<Q", len(h) if hlen is None else hlen) + h + data
 
 
-def shard(version, tokens, count=None):
-    hdr = struct.pack("<3i", 20240520, version, len(tokens) if count is None else count)
+def shard(version, tokens, count=None, magic=20240520):
+    hdr = struct.pack("<3i", magic, version, len(tokens) if count is None else count)
     body = struct.pack(f"<{len(tokens)}{'H' if version == 1 else 'I'}", *tokens)
     return hdr + bytes(1024 - len(hdr)) + body
 
@@ -265,6 +265,8 @@ def malformed_seeds(c):
     c.put("shard", "v2-big-ids.bin", shard(2, [0, 65535, 65536, 100000, 2**31 - 1, 2**32 - 1]))
     c.put("shard", "bad-count.bin", shard(1, [1, 2, 3], count=4))
     c.put("shard", "bad-version.bin", shard(3, [1, 2]))
+    c.put("shard", "llama3.bin", shard(7, [0, 128000, 128255, 2**31 - 1], magic=20240801))
+    c.put("shard", "llama3-bad-version.bin", shard(2, [1, 2], magic=20240801))
     c.put("shard", "header-only.bin", shard(1, []))
 
     pat = b"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
