@@ -202,8 +202,11 @@ struct be_backend {
     /* AdamW (PyTorch's): g' = g*gscale; m = b1 m + (1-b1) g';
      * v = b2 v + (1-b2) g'^2; w -= lr*wd*w; w -= lr * mhat/(sqrt(vhat)+eps)
      * with bias corrections 1-b^t (t >= 1).  w,g,m,v (n) f32.  If w_act is
-     * non-NULL (backends whose act dtype is not f32) it receives w. */
-    void (*adamw_step)(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
+     * non-NULL (backends whose act dtype is not f32) it receives w.  The
+     * update consumes the gradient: g is 0 on return, so the next step's
+     * accumulation needs no zeroing pass of its own (the store goes to a
+     * line the update has just read). */
+    void (*adamw_step)(be_backend *be, float *w, void *w_act, float *g, float *m, float *v,
                        size_t n, float lr, float b1, float b2, float eps, float wd, int t,
                        float gscale);
     /* LAMB phase 1: update m, v as AdamW and write the update direction
@@ -213,8 +216,9 @@ struct be_backend {
     void (*lamb_moments)(be_backend *be, float *g_to_u, const float *w, float *m, float *v,
                          size_t n, float b1, float b2, float eps, float wd, int t, float gscale,
                          double *w_sq, double *u_sq);
-    /* w -= step * u (step = lr * trust ratio). */
-    void (*lamb_apply)(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step);
+    /* w -= step * u (step = lr * trust ratio); u (the gradient's buffer) is
+     * 0 on return, as adamw_step leaves g. */
+    void (*lamb_apply)(be_backend *be, float *w, void *w_act, float *u, size_t n, float step);
 
     /* Sum of squares of x (n) f32, as a double on the host (deterministic). */
     double (*sum_squares)(be_backend *be, const float *x, size_t n);

@@ -45,7 +45,7 @@
       (be, out, bias, M, N))                                                                       \
     X(add_f32, (be_backend * be, float *y, const float *x, size_t n), (be, y, x, n))               \
     X(adamw_step,                                                                                  \
-      (be_backend * be, float *w, void *w_act, const float *g, float *m, float *v, size_t n,       \
+      (be_backend * be, float *w, void *w_act, float *g, float *m, float *v, size_t n,             \
        float lr, float b1, float b2, float eps, float wd, int t, float gscale),                    \
       (be, w, w_act, g, m, v, n, lr, b1, b2, eps, wd, t, gscale))
 

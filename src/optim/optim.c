@@ -14,6 +14,11 @@ typedef struct {
     size_t state; /* element offset in the m / v buffers */
 } opt_piece;
 
+/* Elements [off, off + n) of the gradient buffer. */
+typedef struct {
+    size_t off, n;
+} opt_range;
+
 struct opt_state {
     opt_config cfg;
     gpt_model *m;
@@ -23,6 +28,8 @@ struct opt_state {
     int n_pieces;
     int n_shards;     /* 1 without ZeRO */
     int *shard_first; /* (n_shards + 1): shard s holds pieces [first[s], first[s+1]) */
+    opt_range *gaps;  /* the gradient elements no piece covers (other ranks' shards) */
+    int n_gaps;
     size_t n_state;
     float *mom, *var; /* fp32 (n_state) on the backend */
     double *norms;    /* LAMB: 2 per tensor, ||w||^2 and ||u||^2 */
@@ -67,6 +74,34 @@ float opt_lr_at(const opt_schedule *sc, int s) {
     return (float)(lo + coeff * ((double)sc->lr - lo));
 }
 
+static int range_cmp(const void *a, const void *b) {
+    size_t x = ((const opt_range *)a)->off, y = ((const opt_range *)b)->off;
+    return (x > y) - (x < y);
+}
+
+/* The complement of the pieces in [0, elements): what the update does not
+ * consume, zeroed at the end of each step (with ZeRO, the other ranks'
+ * shards, whose gradients this rank only sent). */
+static ms_status plan_gaps(opt_state *o) {
+    size_t total = gpt_num_elements(o->m), at = 0;
+    opt_range *r = malloc(((size_t)o->n_pieces + 1) * sizeof *r);
+    o->gaps = malloc(((size_t)o->n_pieces + 1) * sizeof *o->gaps);
+    if (!r || !o->gaps) {
+        free(r);
+        return ms_error(MS_ERR_NOMEM, "optimizer: out of memory");
+    }
+    for (int i = 0; i < o->n_pieces; i++)
+        r[i] = (opt_range){o->pieces[i].off, o->pieces[i].n};
+    qsort(r, (size_t)o->n_pieces, sizeof *r, range_cmp);
+    for (int i = 0; i <= o->n_pieces; i++) {
+        size_t next = i < o->n_pieces ? r[i].off : total;
+        if (next > at) o->gaps[o->n_gaps++] = (opt_range){at, next - at};
+        if (i < o->n_pieces && r[i].off + r[i].n > at) at = r[i].off + r[i].n;
+    }
+    free(r);
+    return MS_OK;
+}
+
 /* Cut the tensors into pieces: whole tensors, or their overlaps with the
  * owned shards. */
 static ms_status plan_pieces(opt_state *o) {
@@ -95,7 +130,7 @@ static ms_status plan_pieces(opt_state *o) {
         o->n_state += hi - lo;
     }
     o->shard_first[ns] = o->n_pieces;
-    return MS_OK;
+    return plan_gaps(o);
 }
 
 ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_zero *zero) {
@@ -131,6 +166,7 @@ void opt_destroy(opt_state *o) {
     if (o->var) o->be->free(o->be, o->var);
     free(o->pieces);
     free(o->shard_first);
+    free(o->gaps);
     free(o->norms);
     free(o);
 }
@@ -267,6 +303,8 @@ ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
         MS_TRY(lamb_all(o, lr, stats->clip_scale, t));
     else
         MS_TRY(adamw_all(o, lr, stats->clip_scale, t));
+    for (int i = 0; i < o->n_gaps; i++) /* the updates consumed the rest */
+        o->be->zero(o->be, gpt_grads(o->m) + o->gaps[i].off, o->gaps[i].n * sizeof(float));
     if (!o->zero) gpt_params_updated(o->m);
     return MS_OK;
 }

@@ -69,7 +69,12 @@ void opt_set_pipeline(opt_state *o, comm_group *pp, int skip);
  * shard by shard in forward order (par_zero_shard: wte, wpe, block 0 ...,
  * ln_f); with ZeRO-2 each shard's all-gather starts as soon as its update
  * is done (par_zero_gather_shard), so the gathers overlap the rest of the
- * optimiser and the first layers' weights arrive first. */
+ * optimiser and the first layers' weights arrive first.
+ * On MS_OK every element of the model's gradient buffer is 0: each update
+ * leaves 0 where it read its gradient (adamw_step, lamb_apply), and what
+ * no update reads (other ranks' ZeRO shards, padding) is zeroed here, so
+ * the next step accumulates without a zeroing pass of its own.  On an
+ * error the gradients are as they were (MS_ERR_NONFINITE) or unspecified. */
 ms_status opt_step(opt_state *o, float lr, opt_stats *stats);
 /* Number of updates applied so far (the t of the bias corrections). */
 int opt_steps_done(const opt_state *o);

@@ -25,8 +25,8 @@
 #define XENT_PASSES_BWD(f) ((f) ? 1 : 2)
 #define FA_BWD_FACTOR 2.5 /* flash attention backward / forward FLOPs (recomputes) */
 #define TP_CHUNKS 4       /* MegaScale's TP overlap: GEMM and collective in 4 chunks */
-#define ADAM_BYTES 30.0   /* fp32 p, g, m, v read; p, m, v written; act copy written */
-#define LAMB_BYTES 38.0   /* + one more pass over update and weight for the norms */
+#define ADAM_BYTES 34.0   /* fp32 p, g, m, v read; p, m, v, g (= 0) written; act copy written */
+#define LAMB_BYTES 42.0   /* + one more pass over update and weight for the norms */
 
 typedef struct {
     double fwd, bwd;       /* compute of one layer, one micro-batch */
@@ -393,10 +393,10 @@ static double optimizer_s(const step_ctx *x) {
     double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
     if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
         update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
-    /* the sum of squares reads this rank's gradients once, and the stage's gradients are
-     * zeroed for the next step: one write pass over them */
+    /* the sum of squares reads this rank's gradients once; the update leaves them 0 for the
+     * next step (in its bytes), and a write pass zeroes the rest (the other ranks' shards) */
     double sq = plan_bytes_s(x->c, n * x->c->grad_bytes);
-    double zero = plan_bytes_s(x->c, stage * x->c->grad_bytes);
+    double zero = stage > n ? plan_bytes_s(x->c, (stage - n) * x->c->grad_bytes) : 0;
     return x->slow * (sq + update + zero + launches * x->c->launch_us * 1e-6) + norm;
 }
 

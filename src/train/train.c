@@ -60,6 +60,9 @@ typedef struct {
      * computation, replayed by a redo of a non-finite step (replay = 1) */
     int32_t *rinp, *rtgt;
     int replay;
+    /* the gradient buffer is all 0: a successful opt_step leaves it so,
+     * and the next computation then skips its zeroing pass */
+    int grads_zero;
     mon_peak peak;
     double flops_per_token;
     ms_fault_plan fault;         /* --inject-fault and --ckpt-fault: the trainer's kinds */
@@ -641,7 +644,8 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
     const train_config *tc = t->tc;
     int h_start = mon_devtime_mark(t->dev);
     r->why[0] = 0;
-    gpt_zero_grads(t->model);
+    if (!t->grads_zero) gpt_zero_grads(t->model); /* the first step, or after a skipped one */
+    t->grads_zero = 0;
     float dloss = 1.0f / ((float)tc->batch * (float)tc->seq);
     double loss = 0;
     if (t->pipe) MS_TRY(pipe_micro_batches(t, dloss, &loss, r));
@@ -670,6 +674,7 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
     ms_status st = isfinite(r->loss) ? opt_step(t->opt, r->lr, &r->os)
                                      : ms_error(MS_ERR_NONFINITE, "non-finite loss");
     ms_ev_span(t->ev_opt, 0, t_opt, ms_ev_now(), NULL);
+    t->grads_zero = st == MS_OK;
     /* with ZeRO-2 the optimiser started each shard's all-gather as it updated
      * it; the next forward waits for each where it reads it */
     if (st == MS_ERR_NONFINITE) {

@@ -209,6 +209,13 @@ static void check_same(const char *name, const char *shape, const void *a, const
     T_OK(same);
 }
 
+/* n floats all +0.0 (an update consumed its gradient). */
+static int all_zero(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (x[i] != 0.0f || signbit(x[i])) return 0;
+    return 1;
+}
+
 /* ---- layernorm ---- */
 
 static void test_layernorm(int N, int C, int off) {
@@ -445,17 +452,20 @@ static void test_adamw(size_t n, int t, int with_act, int off) {
     const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.7f;
     float *w = rnd(n, -1, 1, 0), *g = rnd(n, -1, 1, 0), *m = rnd(n, -0.1, 0.1, 0);
     float *v = rnd(n, 1e-6, 1e-2, 0);
-    float *cw = hcopy(w, n), *cm = hcopy(m, n), *cv = hcopy(v, n);
-    cpu->adamw_step(cpu, cw, NULL, g, cm, cv, n, lr, b1, b2, eps, wd, t, gs);
-    float *dw[2], *dm[2], *dv[2], *dg = up_f32(g, n, off);
+    float *cw = hcopy(w, n), *cm = hcopy(m, n), *cv = hcopy(v, n), *cg = hcopy(g, n);
+    cpu->adamw_step(cpu, cw, NULL, cg, cm, cv, n, lr, b1, b2, eps, wd, t, gs);
+    float *dw[2], *dm[2], *dv[2], *dg[2];
     void *da[2] = {NULL, NULL};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2; k++) { /* the update consumes the gradient: one copy each */
+        dg[k] = up_f32(g, n, off);
         dw[k] = up_f32(w, n, off);
         dm[k] = up_f32(m, n, off);
         dv[k] = up_f32(v, n, off);
         if (with_act) da[k] = dnan(n * 2, off * 2);
-        gpu->adamw_step(gpu, dw[k], da[k], dg, dm[k], dv[k], n, lr, b1, b2, eps, wd, t, gs);
+        gpu->adamw_step(gpu, dw[k], da[k], dg[k], dm[k], dv[k], n, lr, b1, b2, eps, wd, t, gs);
     }
+    T_OK(all_zero(cg, n));
+    T_OK(all_zero(down_f32(dg[0], n), n));
     check_rel("adamw w", sh, down_f32(dw[0], n), cw, n, TOL_F32);
     check_rel("adamw m", sh, down_f32(dm[0], n), cm, n, TOL_F32);
     check_rel("adamw v", sh, down_f32(dv[0], n), cv, n, TOL_F32);
@@ -478,7 +488,8 @@ static void test_lamb(size_t n, int t, int off) {
     float *cu = hcopy(g, n), *cm = hcopy(m, n), *cv = hcopy(v, n), *cw = hcopy(w, n);
     double cws, cus, gws[2], gus[2];
     cpu->lamb_moments(cpu, cu, w, cm, cv, n, b1, b2, eps, wd, t, gs, &cws, &cus);
-    cpu->lamb_apply(cpu, cw, NULL, cu, n, step);
+    float *cu_used = hcopy(cu, n); /* lamb_apply consumes it; cu stays the reference */
+    cpu->lamb_apply(cpu, cw, NULL, cu_used, n, step);
     float *dw = up_f32(w, n, off), *du[2], *dm[2], *dv[2];
     for (int k = 0; k < 2; k++) {
         du[k] = up_f32(g, n, off);
@@ -499,6 +510,8 @@ static void test_lamb(size_t n, int t, int off) {
     void *da = dnan(n * 2, off * 2);
     gpu->lamb_apply(gpu, dw, da, du[0], n, step);
     check_rel("lamb_apply w", sh, down_f32(dw, n), cw, n, TOL_F32);
+    T_OK(all_zero(cu_used, n));
+    T_OK(all_zero(down_f32(du[0], n), n));
     check_rel("lamb_apply w_act", sh, down_bf(da, n), cw, n, TOL_BF16);
     float *dw2 = up_f32(w, n, off);
     gpu->lamb_apply(gpu, dw2, NULL, du[1], n, step);

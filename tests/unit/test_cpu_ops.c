@@ -607,6 +607,15 @@ static void test_classifier(void) {
 
 /* ---- optimisers ---- */
 
+/* The update left +0.0 in every element of its gradient. */
+static void check_zeroed(const char *what, const float *g, size_t n) {
+    size_t bad = n;
+    for (size_t i = 0; i < n && bad == n; i++)
+        if (g[i] != 0.0f || signbit(g[i])) bad = i;
+    if (bad < n) fprintf(stderr, "  %s: element %zu is %g\n", what, bad, (double)g[bad]);
+    T_OK(bad == n);
+}
+
 static void test_adamw(void) {
     size_t n = 1001;
     float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
@@ -624,6 +633,7 @@ static void test_adamw(void) {
                 rw[i] * (1.0 - (double)lr * wd) - lr * (rm[i] / bc1) / (sqrt(rv[i] / bc2) + eps);
         }
         be->adamw_step(be, w, t == 3 ? wa : NULL, g, m, v, n, lr, b1, b2, eps, wd, t, gs);
+        check_zeroed("adamw consumes g", g, n);
     }
     check_arr("adamw w", w, rw, n, FWD_TOL);
     check_arr("adamw m", m, rm, n, FWD_TOL);
@@ -661,6 +671,7 @@ static void test_lamb(void) {
     float *wa = tmp(n * 4);
     be->lamb_apply(be, w, wa, g, n, step);
     check_arr("lamb_apply w", w, rw, n, FWD_TOL);
+    check_zeroed("lamb_apply consumes u", g, n);
     check_same("lamb_apply w_act receives w", w, wa, n * sizeof(float));
     tmp_free_all();
 }

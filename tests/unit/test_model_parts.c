@@ -161,6 +161,54 @@ static void test_table(void) {
     be_destroy(be);
 }
 
+/* opt_step consumes the gradients: on success every element of the buffer
+ * is +0.0, so the next micro-batch accumulates the same gradients as after
+ * gpt_zero_grads; a non-finite step leaves them as they were. */
+static void test_opt_consumes(opt_kind kind) {
+    be_backend *be;
+    gpt_model *m;
+    opt_state *o;
+    gpt_config c = {2, 2, 16, 100, 0, 8, GPT_BLOCK_SERIAL, 0, 0};
+    T_EQ_INT(be_cpu_create(&be, 2), MS_OK);
+    T_EQ_INT(gpt_create(&m, &c, be, 1, 8), MS_OK);
+    gpt_init(m, 7);
+    opt_config oc = {kind, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f};
+    T_EQ_INT(opt_create(&o, &oc, m, NULL), MS_OK);
+    size_t ne = gpt_num_elements(m);
+    float *g = gpt_grads(m), *want = malloc(ne * sizeof(float)), *was = malloc(ne * sizeof(float));
+    T_OK(want && was);
+    int32_t tok[8] = {5, 2, 3, 5, 9, 2, 7, 5}, tgt[8] = {2, 3, 4, 5, 6, 7, 8, 9};
+    opt_stats st;
+    for (int s = 0; s < 2; s++) {
+        if (s == 0) gpt_zero_grads(m);
+        gpt_forward_backward(m, tok, tgt, 1, 8, 1.0f / 8);
+        if (s == 1) { /* no zeroing since the first update: the same as zeroed */
+            memcpy(was, g, ne * sizeof(float));
+            grads_of(m, tok, tgt, want);
+            T_OK(memcmp(was, want, ne * sizeof(float)) == 0);
+        }
+        size_t nonzero = 0;
+        for (size_t i = 0; i < ne; i++)
+            nonzero += g[i] != 0.0f;
+        T_OK(nonzero > ne / 2);
+        T_EQ_INT(opt_step(o, 1e-3f, &st), MS_OK);
+        size_t left = 0;
+        for (size_t i = 0; i < ne; i++)
+            left += g[i] != 0.0f || signbit(g[i]);
+        T_EQ_INT(left, 0);
+    }
+    gpt_forward_backward(m, tok, tgt, 1, 8, 1.0f / 8);
+    g[ne / 2] = NAN;
+    memcpy(was, g, ne * sizeof(float));
+    T_EQ_INT(opt_step(o, 1e-3f, &st), MS_ERR_NONFINITE);
+    T_OK(memcmp(was, g, ne * sizeof(float)) == 0);
+    free(want);
+    free(was);
+    opt_destroy(o);
+    gpt_destroy(m);
+    be_destroy(be);
+}
+
 static void test_schedule(void) {
     opt_schedule s = {OPT_SCHED_COSINE, 1.0f, 10, 111, 0.1f};
     T_NEAR(opt_lr_at(&s, 0), 0.1, 1e-7);
@@ -526,6 +574,8 @@ int main(void) {
     test_config();
     test_table();
     test_schedule();
+    test_opt_consumes(OPT_ADAMW);
+    test_opt_consumes(OPT_LAMB);
     test_loader(dir);
     test_opts(dir);
     test_opts_list(dir);

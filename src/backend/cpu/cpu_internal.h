@@ -50,7 +50,7 @@ typedef struct {
     float *cls;
     size_t cls_floats;
     int cls_max_rows; /* test hook: cap on rows per chunk (0 = none) */
-    void *profile; /* cpu_profile.c's state with --cpu-profile, else NULL */
+    void *profile;    /* cpu_profile.c's state with --cpu-profile, else NULL */
     /* device timers: ops run synchronously, so a timestamp is the host clock */
     int64_t ev_t[CPU_EV_POOL];
     int ev_free[CPU_EV_POOL], ev_nfree;
@@ -205,13 +205,12 @@ void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float 
                                  float dloss);
 
 /* cpu_optim.c */
-void cpu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
-                    size_t n, float lr, float b1, float b2, float eps, float wd, int t,
-                    float gscale);
+void cpu_adamw_step(be_backend *be, float *w, void *w_act, float *g, float *m, float *v, size_t n,
+                    float lr, float b1, float b2, float eps, float wd, int t, float gscale);
 void cpu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, float *v, size_t n,
                       float b1, float b2, float eps, float wd, int t, float gscale, double *w_sq,
                       double *u_sq);
-void cpu_lamb_apply(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step);
+void cpu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, float step);
 
 /* cpu_profile.c: per-op host times (be_options.cpu_profile) */
 ms_status cpu_profile_install(be_backend *be);

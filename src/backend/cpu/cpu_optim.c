@@ -37,28 +37,32 @@ static inline float cpu_adam_dir(const cpu_adam_k *k, float g, float *m, float *
     return (mi * k->ibc1) / (sqrtf(vi * k->ibc2) + k->eps);
 }
 
-/* AdamW on elements [lo, hi) of w, g, m, v; wa (optional) receives w. */
+/* AdamW on elements [lo, hi) of w, g, m, v; wa (optional) receives w; g
+ * is left 0 (its line is in the cache: the store costs the write-back
+ * that a separate memset of the gradients would cost, without the pass). */
 static void cpu_adamw_range(const cpu_adam_k *kp, float *restrict w, float *restrict wa,
-                            const float *restrict g, float *restrict m, float *restrict v,
-                            size_t lo, size_t hi, float lr, float decay) {
+                            float *restrict g, float *restrict m, float *restrict v, size_t lo,
+                            size_t hi, float lr, float decay) {
     cpu_adam_k k = *kp;
     if (wa) {
         for (size_t i = lo; i < hi; i++) {
             float wi = w[i] * decay - lr * cpu_adam_dir(&k, g[i], &m[i], &v[i]);
             w[i] = wi;
             wa[i] = wi;
+            g[i] = 0.0f;
         }
     } else {
-        for (size_t i = lo; i < hi; i++)
+        for (size_t i = lo; i < hi; i++) {
             w[i] = w[i] * decay - lr * cpu_adam_dir(&k, g[i], &m[i], &v[i]);
+            g[i] = 0.0f;
+        }
     }
 }
 
-/* w, g, m, v (n): m, v updated; w = w*(1 - lr*wd) - lr*mhat/(sqrt(vhat)+eps).
- * w_act (n), if given and distinct from w, receives w. */
-void cpu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
-                    size_t n, float lr, float b1, float b2, float eps, float wd, int t,
-                    float gscale) {
+/* w, g, m, v (n): m, v updated; w = w*(1 - lr*wd) - lr*mhat/(sqrt(vhat)+eps);
+ * g = 0.  w_act (n), if given and distinct from w, receives w. */
+void cpu_adamw_step(be_backend *be, float *w, void *w_act, float *g, float *m, float *v, size_t n,
+                    float lr, float b1, float b2, float eps, float wd, int t, float gscale) {
     cpu_adam_k k = cpu_adam_consts(b1, b2, eps, t, gscale);
     float decay = 1.0f - lr * wd;
     float *wa = w_act != (void *)w ? w_act : NULL;
@@ -123,13 +127,14 @@ void cpu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, f
     *u_sq = su;
 }
 
-/* LAMB phase 2: w (n) -= step * u (n); w_act as in adamw_step. */
-void cpu_lamb_apply(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step) {
+/* LAMB phase 2: w (n) -= step * u (n), u = 0; w_act as in adamw_step. */
+void cpu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, float step) {
     float *wa = w_act != (void *)w ? w_act : NULL;
 #pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
     for (size_t i = 0; i < n; i++) {
         float wi = w[i] - step * u[i];
         w[i] = wi;
+        u[i] = 0.0f;
         if (wa) wa[i] = wi;
     }
 }

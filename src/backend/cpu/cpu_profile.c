@@ -108,7 +108,7 @@ PW_VOID(lamb_moments,
         (be_backend * be, float *g_to_u, const float *w, float *m, float *v, size_t n, float b1,
          float b2, float eps, float wd, int t, float gscale, double *w_sq, double *u_sq),
         (be, g_to_u, w, m, v, n, b1, b2, eps, wd, t, gscale, w_sq, u_sq))
-PW_VOID(lamb_apply, (be_backend * be, float *w, void *w_act, const float *u, size_t n, float step),
+PW_VOID(lamb_apply, (be_backend * be, float *w, void *w_act, float *u, size_t n, float step),
         (be, w, w_act, u, n, step))
 
 static double prof_sum_squares(be_backend *be, const float *x, size_t n) {

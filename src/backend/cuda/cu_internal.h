@@ -115,13 +115,12 @@ void cu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *
 size_t cu_classifier_scratch_bytes(const be_limits *lim);
 
 /* ---- cu_optim.cu ---- */
-void cu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
-                   size_t n, float lr, float b1, float b2, float eps, float wd, int t,
-                   float gscale);
+void cu_adamw_step(be_backend *be, float *w, void *w_act, float *g, float *m, float *v, size_t n,
+                   float lr, float b1, float b2, float eps, float wd, int t, float gscale);
 void cu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, float *v, size_t n,
                      float b1, float b2, float eps, float wd, int t, float gscale, double *w_sq,
                      double *u_sq);
-void cu_lamb_apply(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step);
+void cu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, float step);
 size_t cu_optim_scratch_bytes(const be_limits *lim);
 
 /* ---- cu_reduce.cu ---- */

@@ -69,8 +69,8 @@ __device__ static inline void opt_st4_bf(bf16 *x, size_t grp, int cnt, int vec, 
         x[4 * grp + j] = f2bf(r.v[j]);
 }
 
-/* w, g, m, v (n) f32; wa (n) bf16 or NULL receives w. */
-__global__ void adamw_kernel(float *w, bf16 *wa, const float *g, float *m, float *v, size_t n,
+/* w, g, m, v (n) f32; wa (n) bf16 or NULL receives w; g = 0. */
+__global__ void adamw_kernel(float *w, bf16 *wa, float *g, float *m, float *v, size_t n,
                              adam_k k, float lr, float decay, int vec) {
     size_t grp = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (grp * 4 >= n) return;
@@ -82,12 +82,13 @@ __global__ void adamw_kernel(float *w, bf16 *wa, const float *g, float *m, float
     opt_st4(w, grp, cnt, vec, W);
     opt_st4(m, grp, cnt, vec, M);
     opt_st4(v, grp, cnt, vec, V);
+    opt_st4(g, grp, cnt, vec, cu_f32x4{});
     if (wa) opt_st4_bf(wa, grp, cnt, vec, W);
 }
 
 /* AdamW: m, v (n) updated; w = w*(1 - lr*wd) - lr*mhat/(sqrt(vhat)+eps);
- * w_act (n) bf16, if given, receives w. */
-void cu_adamw_step(be_backend *be, float *w, void *w_act, const float *g, float *m, float *v,
+ * g (n) = 0 (the update consumes it); w_act (n) bf16, if given, receives w. */
+void cu_adamw_step(be_backend *be, float *w, void *w_act, float *g, float *m, float *v,
                    size_t n, float lr, float b1, float b2, float eps, float wd, int t,
                    float gscale) {
     adam_k k = adam_consts(b1, b2, eps, t, gscale);
@@ -154,9 +155,8 @@ void cu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, fl
     *u_sq = r[1];
 }
 
-/* w (n) -= step * u (n); wa (n) bf16 or NULL receives w. */
-__global__ void lamb_apply_kernel(float *w, bf16 *wa, const float *u, size_t n, float step,
-                                  int vec) {
+/* w (n) -= step * u (n), u = 0; wa (n) bf16 or NULL receives w. */
+__global__ void lamb_apply_kernel(float *w, bf16 *wa, float *u, size_t n, float step, int vec) {
     size_t grp = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (grp * 4 >= n) return;
     int cnt = n - grp * 4 < 4 ? (int)(n - grp * 4) : 4;
@@ -164,11 +164,13 @@ __global__ void lamb_apply_kernel(float *w, bf16 *wa, const float *u, size_t n, 
     for (int j = 0; j < 4; j++)
         W.v[j] = W.v[j] - step * U.v[j];
     opt_st4(w, grp, cnt, vec, W);
+    opt_st4(u, grp, cnt, vec, cu_f32x4{});
     if (wa) opt_st4_bf(wa, grp, cnt, vec, W);
 }
 
-/* LAMB phase 2: w (n) -= step * u (n); w_act (n) bf16, if given, receives w. */
-void cu_lamb_apply(be_backend *be, float *w, void *w_act, const float *u, size_t n, float step) {
+/* LAMB phase 2: w (n) -= step * u (n), u = 0; w_act (n) bf16, if given,
+ * receives w. */
+void cu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, float step) {
     if (n == 0) return;
     if (w_act == (void *)w) w_act = NULL;
     int vec = cu_al16(w) && cu_al16(u) && ((uintptr_t)w_act & 7) == 0;
