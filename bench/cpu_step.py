@@ -8,8 +8,9 @@ rate at 2048^3 and the memory bandwidth of three STREAM-style kernels,
 copy, triad and an in-place update, before and after the cases, the better
 of the two) and prints, for megascale, the step's fraction of the sgemm
 peak (the model's FLOPs per step / step time / peak) and the optimizer's
-fraction of the bandwidth (32 bytes a parameter: the gradient norm reads g,
-AdamW reads w, g, m, v and writes w, m, v / its time; against the best of
+fraction of the bandwidth (36 bytes a parameter: the gradient norm reads g,
+AdamW reads w, g, m, v and writes w, m, v and g = 0, the next step's zeroed
+gradients / its time; against the best of
 the three kernels, the in-place update as a rule, which has the
 optimizer's access pattern), and the instruction set the binary was
 compiled for and the CPU has.
@@ -159,13 +160,13 @@ def main():
           f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")
     for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params in rows:
         of_gemm = flops / (om / 1e3) / (gemm * 1e9)
-        opt_bw = 32 * params / (opt / 1e3) / (bw * 1e9) if opt > 0 else 0
+        opt_bw = 36 * params / (opt / 1e3) / (bw * 1e9) if opt > 0 else 0
         print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
               f"{100 * of_gemm:7.1f}% {opt:7.1f} {100 * opt_bw:6.1f}% {wait:8.3f}% "
               f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x")
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
           f"{a.threads} threads; case = model:B:T; MFU against the trainer's probed peak; of sgemm = "
-          f"the step's FLOPs / time / the sgemm rate above; opt bw = 32 B a parameter / the "
+          f"the step's FLOPs / time / the sgemm rate above; opt bw = 36 B a parameter / the "
           f"optimizer's time / the bandwidth above; "
           f"data wait = time the step waited for its batch / step time)")
 
