@@ -18,11 +18,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+static uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
 static uint32_t token_at(const uint8_t *data, size_t tsize, uint64_t i) {
     const uint8_t *p = data + 4 * DATA_SHARD_HEADER_INTS + i * tsize;
-    return tsize == 2
-               ? (uint32_t)(p[0] | p[1] << 8)
-               : (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    return tsize == 2 ? (uint32_t)(p[0] | p[1] << 8) : le32(p);
 }
 
 /* The largest vocabulary (INT32_MAX ids): a token >= INT32_MAX is out of
@@ -32,10 +34,11 @@ static void check_shard(const data_shard *s, const uint8_t *data, size_t size) {
     int32_t buf[256];
     uint32_t max = 0;
     uint64_t at = 0; /* where max is first */
-    uint32_t magic = (uint32_t)(data[0] | data[1] << 8 | data[2] << 16) | (uint32_t)data[3] << 24;
-    MS_CHECK(magic == DATA_SHARD_MAGIC ? s->version == 1 || s->version == 2
-                                       : magic == DATA_SHARD_MAGIC_LLAMA3 &&
-                                             s->version == DATA_SHARD_VERSION_LLAMA3);
+    uint32_t magic = le32(data);
+    MS_CHECK(s->magic == magic);
+    MS_CHECK(magic == DATA_SHARD_MAGIC
+                 ? s->version == 1 || s->version == 2
+                 : magic == DATA_SHARD_MAGIC_LLAMA3 && s->version == DATA_SHARD_VERSION_LLAMA3);
     MS_CHECK(s->map_len == size && size == 4 * DATA_SHARD_HEADER_INTS + s->n_tokens * tsize);
     for (uint64_t pos = 0; pos < s->n_tokens;) {
         size_t n = s->n_tokens - pos < 256 ? (size_t)(s->n_tokens - pos) : 256, k = 0;
