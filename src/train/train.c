@@ -644,7 +644,7 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
     const train_config *tc = t->tc;
     int h_start = mon_devtime_mark(t->dev);
     r->why[0] = 0;
-    if (!t->grads_zero) gpt_zero_grads(t->model); /* the first step, or after a skipped one */
+    if (!t->grads_zero) gpt_zero_grads(t->model); /* the first step, or after a failed update */
     t->grads_zero = 0;
     float dloss = 1.0f / ((float)tc->batch * (float)tc->seq);
     double loss = 0;
