@@ -120,7 +120,10 @@ def ctl(run, *args):
 
 
 def manual_evict(d, shard, ref_w):
-    run, p = launch(d, "evict", shard)
+    # from step 6 every step sleeps 150 ms (the slow fault: no change to the numerics; the
+    # straggler check is off here), so that the job is still running when the control
+    # commands below arrive: unslowed, its 40 steps take under half a second on a fast core
+    run, p = launch(d, "evict", shard, ["--faults", "slow=150@6+"])
     wait_step(run, 8, p)
     rc_s, out_s, _ = ctl(run, "status")
     try:

@@ -160,7 +160,7 @@ def steps_done(metrics):
 
 def check_straggler(d, shard):
     tdir, metrics = os.path.join(d, "t_strag"), os.path.join(d, "strag.jsonl")
-    args = ["train", "--train-data", shard, *TINY, "--dim", "128", "--batch", "16", "--seq", "32",
+    args = ["train", "--train-data", shard, *TINY, "--dim", "128", "--batch", "64", "--seq", "32",
             "--steps", "40", "--dp", "2", "--trace-dir", tdir, "--metrics", metrics]
     p = launch(2, args, "strag")
     pids = rank_pids("strag", 2, time.time() + 60)
@@ -169,7 +169,11 @@ def check_straggler(d, shard):
         time.sleep(0.1)
     victim = pids.get(1)
     cycles = 0
-    while victim and p.poll() is None and time.time() < t_end:  # rank 1 runs a quarter of the time
+    # rank 1 runs a quarter of the time, in windows of 20 ms: a step's compute must be longer
+    # than a window (batch 64: ~40 ms on a fast AMD Zen 5 core) so that every step of rank 1 is
+    # stopped inside its compute; with ~10 ms steps most fit in a window and the stops land
+    # in rank 1's waits instead, which do not count as compute
+    while victim and p.poll() is None and time.time() < t_end:
         try:
             os.kill(victim, signal.SIGSTOP)
             time.sleep(0.06)
@@ -190,6 +194,8 @@ def check_straggler(d, shard):
         rep = json.loads(r.stdout)
     except ValueError:
         rep = {}
+    print("note: compute medians " + ", ".join(f"rank {r.get('rank')} {r.get('median_ms') or 0:.1f} ms"
+                                               for r in rep.get("ranks", [])))
     ok(rep.get("stragglers") == [1], "the stopped rank is the straggler, the waiting one is not",
        r.stdout + r.stderr)
     t = tool("stragglers", tdir, "--window", "1000", "--png", os.path.join(d, "heat.png"))
