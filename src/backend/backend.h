@@ -272,8 +272,11 @@ const char *be_cpu_blas_core_suggest(void);
 /* The decision itself, pure: the core to ask for when OpenBLAS chose
  * `chosen` on a CPU with (has_avx512: F, CD, BW, DQ and VL) and
  * (has_avx2_fma), or NULL.  Only a known older core is replaced, never a
- * name this code does not know (a newer OpenBLAS's). */
-const char *be_cpu_blas_core_for(const char *chosen, int has_avx512, int has_avx2_fma);
+ * name this code does not know (a newer OpenBLAS's); AVX2 kernels are kept
+ * where the CPU splits each 512-bit operation in two (avx512_split: AMD's
+ * Zen 4), whose AVX-512 kernels are no faster. */
+const char *be_cpu_blas_core_for(const char *chosen, int has_avx512, int avx512_split,
+                                 int has_avx2_fma);
 /* main() says where the core came from ("OPENBLAS_CORETYPE", or "set by
  * megascale: OpenBLAS detected Prescott"); call before any thread starts. */
 void be_cpu_blas_set_origin(const char *origin);

@@ -40,23 +40,26 @@ static int version(void) {
 #else
     const char *backends = "cpu";
 #endif
-    char blas[224];
+    char blas[320];
     printf("megascale %s (git %s), backends: %s; compiled for x86-64 with %s; %s\n", MS_VERSION,
            MS_GIT, backends, ms_cpu_isa_built(), be_cpu_blas_describe(blas, sizeof blas));
     return 0;
 }
 
-/* OpenBLAS chose its kernels when it loaded, from the CPU's model number.
- * When they are older than this CPU's instruction set (a release that
- * predates the CPU falls back to SSE3 ones), set OPENBLAS_CORETYPE to the
- * kernels that fit and execute this program again, once: the variable is
- * read only at load.  A variable already set (by the user, a launcher, or
- * the first run, which also leaves MS_BLAS_CORE_FROM = what OpenBLAS
- * detected) is obeyed; MS_BLAS_CORE=keep keeps OpenBLAS's own choice.
- * Before anything else starts: no thread, no MPI.  Only the commands that
- * compute (and --version, which reports it) pay for the second start (the
- * CUDA libraries load again: 0.1-0.2 s); launch's ranks check for
- * themselves. */
+/* OpenBLAS chose its kernels when it loaded: from the CPU's model number,
+ * or from OPENBLAS_CORETYPE when the environment sets it.  When they are
+ * older than this CPU's instruction set (a release that predates the CPU
+ * falls back to SSE3 ones; a machine image that pins "Haswell" for every
+ * program runs half as fast on an AVX-512 CPU), set OPENBLAS_CORETYPE to
+ * the kernels that fit and execute this program again, once: the variable
+ * is read only at load.  The first run leaves MS_BLAS_CORE_FROM (what was
+ * replaced, in words), so the second obeys the variable and says why.
+ * MS_BLAS_CORE=keep keeps what OpenBLAS runs (its own choice, or the
+ * environment's OPENBLAS_CORETYPE), for a fleet that pins one kernel set
+ * for the same bits everywhere.  Before anything else starts: no thread, no
+ * MPI.  Only the commands that compute (and --version, which reports it)
+ * pay for the second start (the CUDA libraries load again: 0.1-0.2 s);
+ * launch's ranks check for themselves. */
 static void blas_core(int argc, char **argv) {
     static const char *const compute[] = {"train", "eval",      "sample", "diag",
                                           "plan",  "--version", "version"};
@@ -66,40 +69,55 @@ static void blas_core(int argc, char **argv) {
     if (!computes) return;
     const char *set = getenv("OPENBLAS_CORETYPE"), *from = getenv("MS_BLAS_CORE_FROM");
     const char *keep = getenv("MS_BLAS_CORE");
-    char origin[160];
-    if (set && *set) {
-        if (!(from && *from))
-            snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE");
-        else if (strcasecmp(be_cpu_blas_core(), set))
-            snprintf(origin, sizeof origin,
-                     "OpenBLAS detected %s and has no kernels named %s (OPENBLAS_CORETYPE)", from,
-                     set);
+    int pinned = set && *set, kept = keep && !strcmp(keep, "keep");
+    char pin[64], origin[224];
+    snprintf(pin, sizeof pin, "%s", pinned ? set : ""); /* setenv may move it */
+    if (pinned && from && *from) {                      /* the second run */
+        if (strcasecmp(be_cpu_blas_core(), set))
+            snprintf(origin, sizeof origin, "%s; OpenBLAS has no kernels named %s", from, set);
         else
-            snprintf(origin, sizeof origin, "set by megascale: OpenBLAS detected %s", from);
+            snprintf(origin, sizeof origin, "set by megascale: %s", from);
         be_cpu_blas_set_origin(origin);
         return;
     }
     const char *core = be_cpu_blas_core_suggest();
-    if (!core) return;
-    if (keep && !strcmp(keep, "keep")) {
-        snprintf(origin, sizeof origin, "MS_BLAS_CORE=keep; this CPU could run %s", core);
+    if (!core || kept) {
+        if (pinned && core)
+            snprintf(origin, sizeof origin,
+                     "OPENBLAS_CORETYPE, kept: MS_BLAS_CORE=keep; this CPU could run %s", core);
+        else if (pinned && strcasecmp(be_cpu_blas_core(), pin))
+            snprintf(origin, sizeof origin,
+                     "OPENBLAS_CORETYPE=%s names no kernels of this OpenBLAS", pin);
+        else if (pinned)
+            snprintf(origin, sizeof origin, "OPENBLAS_CORETYPE");
+        else if (core)
+            snprintf(origin, sizeof origin, "MS_BLAS_CORE=keep; this CPU could run %s", core);
+        else
+            origin[0] = 0;
         be_cpu_blas_set_origin(origin);
         return;
     }
+    char was[128];
+    if (pinned)
+        snprintf(was, sizeof was, "the environment had OPENBLAS_CORETYPE=%s", pin);
+    else
+        snprintf(was, sizeof was, "OpenBLAS detected %.40s", be_cpu_blas_core());
     /* the binary's own path (readlink: a tool that runs the program, such as valgrind,
      * answers with the program's, where the link itself names the tool) */
     char self[4096];
     ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     if (n > 0) {
         self[n] = 0;
-        if (setenv("MS_BLAS_CORE_FROM", be_cpu_blas_core(), 1) == 0 &&
-            setenv("OPENBLAS_CORETYPE", core, 1) == 0)
+        if (setenv("MS_BLAS_CORE_FROM", was, 1) == 0 && setenv("OPENBLAS_CORETYPE", core, 1) == 0)
             execv(self, argv);
     }
-    /* still here: run on OpenBLAS's own choice, and say so */
-    unsetenv("OPENBLAS_CORETYPE");
+    /* still here: run on what OpenBLAS loaded, and say so */
+    if (pinned)
+        setenv("OPENBLAS_CORETYPE", pin, 1);
+    else
+        unsetenv("OPENBLAS_CORETYPE");
     unsetenv("MS_BLAS_CORE_FROM");
-    snprintf(origin, sizeof origin, "could not run again with OPENBLAS_CORETYPE=%s", core);
+    snprintf(origin, sizeof origin, "%s; could not run again with OPENBLAS_CORETYPE=%s", was, core);
     be_cpu_blas_set_origin(origin);
 }
 

@@ -122,7 +122,7 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
         diag_detail(r, "speed: could not allocate the %d^3 product on %s", sn, be->name);
         return;
     }
-    char blas[224];
+    char blas[320];
     const char *kernels = strcmp(be->name, "cpu") ? NULL : be_cpu_blas_describe(blas, sizeof blas);
     diag_detail(r, "speed %.4g GFLOP/s at %d^3%s%s%s", r->value, sn, kernels ? " (" : "",
                 kernels ? kernels : "", kernels ? ")" : "");

@@ -364,7 +364,7 @@ static char *config_json(const trainer *t) {
     cJSON_AddStringToObject(o, "device", t->be->device_name);
     cJSON_AddStringToObject(o, "cpu_isa", ms_cpu_isa_built()); /* what the binary needs */
     if (!strcmp(t->be->name, "cpu")) {
-        char blas[224];
+        char blas[320];
         cJSON_AddStringToObject(o, "cpu_blas", be_cpu_blas_describe(blas, sizeof blas));
     }
     cJSON_AddNumberToObject(o, "peak_flops", t->peak.flops);
@@ -557,7 +557,7 @@ static void print_layout(const trainer *t) {
     ms_info("params: %.2fM (%.1f MB fp32); activations %.1f MB; flops/token %.3g",
             (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
             (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
-    char blas[224];
+    char blas[320];
     const char *kernels =
         strcmp(t->be->name, "cpu") ? NULL : be_cpu_blas_describe(blas, sizeof blas);
     ms_info("batch %d x seq %d = %lld tokens/step (micro-batch %d x %d accumulation), %d steps, "

@@ -741,17 +741,21 @@ static void run_all(int threads) {
  * never. */
 static void test_blas_core_choice(void) {
     const char *s;
-    T_OK((s = be_cpu_blas_core_for("Prescott", 1, 1)) && !strcmp(s, "SkylakeX"));
-    T_OK((s = be_cpu_blas_core_for("Nehalem", 0, 1)) && !strcmp(s, "Haswell"));
-    T_OK((s = be_cpu_blas_core_for("Haswell", 1, 1)) && !strcmp(s, "SkylakeX"));
-    T_OK((s = be_cpu_blas_core_for("sandybridge", 0, 1)) && !strcmp(s, "Haswell"));
-    T_OK(be_cpu_blas_core_for("SkylakeX", 1, 1) == NULL);
-    T_OK(be_cpu_blas_core_for("Cooperlake", 1, 1) == NULL);
-    T_OK(be_cpu_blas_core_for("Zen", 0, 1) == NULL);
-    T_OK(be_cpu_blas_core_for("SkylakeX", 0, 1) == NULL); /* never downward */
-    T_OK(be_cpu_blas_core_for("Prescott", 0, 0) == NULL); /* no kernels to gain */
-    T_OK(be_cpu_blas_core_for("GraniteRapids", 1, 1) == NULL);
-    T_OK(be_cpu_blas_core_for(NULL, 1, 1) == NULL);
+    T_OK((s = be_cpu_blas_core_for("Prescott", 1, 0, 1)) && !strcmp(s, "SkylakeX"));
+    T_OK((s = be_cpu_blas_core_for("Nehalem", 0, 0, 1)) && !strcmp(s, "Haswell"));
+    T_OK((s = be_cpu_blas_core_for("Haswell", 1, 0, 1)) && !strcmp(s, "SkylakeX"));
+    T_OK((s = be_cpu_blas_core_for("sandybridge", 0, 0, 1)) && !strcmp(s, "Haswell"));
+    T_OK(be_cpu_blas_core_for("SkylakeX", 1, 0, 1) == NULL);
+    T_OK(be_cpu_blas_core_for("Cooperlake", 1, 0, 1) == NULL);
+    T_OK(be_cpu_blas_core_for("Zen", 0, 0, 1) == NULL);
+    T_OK(be_cpu_blas_core_for("SkylakeX", 0, 0, 1) == NULL); /* never downward */
+    T_OK(be_cpu_blas_core_for("Prescott", 0, 0, 0) == NULL); /* no kernels to gain */
+    T_OK(be_cpu_blas_core_for("GraniteRapids", 1, 0, 1) == NULL);
+    T_OK(be_cpu_blas_core_for(NULL, 1, 0, 1) == NULL);
+    /* AVX-512 in two halves (Zen 4): AVX2 kernels stay, older ones still go */
+    T_OK(be_cpu_blas_core_for("Haswell", 1, 1, 1) == NULL);
+    T_OK(be_cpu_blas_core_for("Zen", 1, 1, 1) == NULL);
+    T_OK((s = be_cpu_blas_core_for("Prescott", 1, 1, 1)) && !strcmp(s, "SkylakeX"));
     T_OK(strlen(be_cpu_blas_core()) > 0);
 }
 

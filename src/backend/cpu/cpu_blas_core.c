@@ -41,12 +41,36 @@ static int core_tier(const char *core) {
     return -1;
 }
 
-const char *be_cpu_blas_core_for(const char *chosen, int has_avx512, int has_avx2_fma) {
+const char *be_cpu_blas_core_for(const char *chosen, int has_avx512, int avx512_split,
+                                 int has_avx2_fma) {
     int want = has_avx512 ? 3 : has_avx2_fma ? 2 : 0;
     int have = chosen ? core_tier(chosen) : -1;
     if (want == 0 || have < 0 || have >= want) return NULL;
+    /* AVX2 kernels on a CPU that splits each 512-bit operation in two run as
+     * fast as the AVX-512 ones: nothing to gain from running again */
+    if (want == 3 && avx512_split && have == 2) return NULL;
     return want == 3 ? "SkylakeX" : "Haswell";
 }
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
+
+/* 1 on a CPU whose AVX-512 units are 256 bits wide (each 512-bit operation
+ * runs as two halves): AMD's Zen 4 (family 0x19).  Its peak is then the
+ * AVX2 kernels' peak, and OpenBLAS's "Haswell" kernels measured faster there
+ * than its AVX-512 "Cooperlake" ones (216 against 200 GFLOP/s at 2048^3 on
+ * two cores, docs/perf.md); Zen 5 (family 0x1a) has full-width units (its
+ * AVX-512 kernels reach 337-370 against the AVX2 kernels' 182-203). */
+static int avx512_split(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0, &a, &b, &c, &d) || b != 0x68747541u) /* "Auth"enticAMD */
+        return 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return 0;
+    unsigned family = (a >> 8) & 0xf;
+    if (family == 0xf) family += (a >> 20) & 0xff;
+    return family < 0x1a;
+}
+#endif
 
 const char *be_cpu_blas_core(void) {
     const char *c = openblas_get_corename();
@@ -54,7 +78,7 @@ const char *be_cpu_blas_core(void) {
 }
 
 /* Where the core came from, as main() found it (be_cpu_blas_set_origin). */
-static char g_origin[160];
+static char g_origin[256];
 
 void be_cpu_blas_set_origin(const char *origin) {
     snprintf(g_origin, sizeof g_origin, "%s", origin ? origin : "");
@@ -76,7 +100,7 @@ const char *be_cpu_blas_core_suggest(void) {
                  __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
                  __builtin_cpu_supports("avx512vl");
     int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return be_cpu_blas_core_for(be_cpu_blas_core(), avx512, avx2);
+    return be_cpu_blas_core_for(be_cpu_blas_core(), avx512, avx512 && avx512_split(), avx2);
 #else
     return NULL;
 #endif
