@@ -4,6 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "base/status.h"
 
@@ -25,8 +26,25 @@ size_t ms_arena_used(const ms_arena *a) {
     return a->used;
 }
 
+/* Buffers of at least this size ask for transparent huge pages (2 MB). */
+#define MS_HUGE_MIN ((size_t)8 << 20)
+#define MS_HUGE_PAGE ((size_t)2 << 20)
+
 void *ms_alloc_aligned(size_t bytes) {
     size_t n = (bytes + MS_ARENA_ALIGN - 1) & ~(size_t)(MS_ARENA_ALIGN - 1);
+    if (n >= MS_HUGE_MIN) {
+        /* Aligned to a huge page, and advised as such before the first
+         * touch: the zeroing below then faults in 2 MB pages instead of
+         * 4 KB ones (a 124M-parameter model's 2.4 GB is 600,000 faults), and
+         * the streaming passes (the optimizer) miss the TLB less.  Where
+         * THP is off the advice is ignored. */
+        void *p = NULL;
+        size_t r = (n + MS_HUGE_PAGE - 1) & ~(MS_HUGE_PAGE - 1);
+        if (posix_memalign(&p, MS_HUGE_PAGE, r) != 0) return NULL;
+        madvise(p, r, MADV_HUGEPAGE);
+        memset(p, 0, r);
+        return p;
+    }
     void *p = aligned_alloc(MS_ARENA_ALIGN, n ? n : MS_ARENA_ALIGN);
     if (p) memset(p, 0, n);
     return p;

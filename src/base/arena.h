@@ -27,7 +27,9 @@ void ms_arena_init(ms_arena *a, void *base, size_t cap);
 void *ms_arena_push(ms_arena *a, size_t bytes);
 size_t ms_arena_used(const ms_arena *a);
 
-/* Host allocation helpers: 64-byte aligned, zeroed; NULL on failure. */
+/* Host allocation helpers: 64-byte aligned, zeroed; NULL on failure.  From
+ * 8 MB on, 2 MB aligned and advised as transparent huge pages (fewer
+ * faults at start-up, fewer TLB misses in the streaming passes). */
 void *ms_alloc_aligned(size_t bytes);
 void ms_free_aligned(void *p);
 
