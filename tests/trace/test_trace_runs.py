@@ -194,8 +194,8 @@ def check_straggler(d, shard):
         rep = json.loads(r.stdout)
     except ValueError:
         rep = {}
-    print("note: compute medians " + ", ".join(f"rank {r.get('rank')} {r.get('median_ms') or 0:.1f} ms"
-                                               for r in rep.get("ranks", [])))
+    medians = [f"rank {k.get('rank')} {k.get('median_ms') or 0:.1f} ms" for k in rep.get("ranks", [])]
+    print("note: compute medians " + ", ".join(medians))
     ok(rep.get("stragglers") == [1], "the stopped rank is the straggler, the waiting one is not",
        r.stdout + r.stderr)
     t = tool("stragglers", tdir, "--window", "1000", "--png", os.path.join(d, "heat.png"))
