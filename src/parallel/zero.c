@@ -71,6 +71,20 @@ static void keep_error(par_zero *z, ms_status st) {
     }
 }
 
+/* The first failure inside wte's exchange says which collective it was
+ * part of: its own ops are a send and a receive per peer, and "recv from
+ * rank 1 tag 29" alone would not tell a user that the data parallel
+ * reduce-scatter of the gradients is what stalled (err: z->err before). */
+static void name_xchg_error(par_zero *z, ms_status err) {
+    if (err != MS_OK || z->err == MS_OK) return;
+    char m[sizeof z->errmsg];
+    snprintf(m, sizeof m, "%s", z->errmsg);
+    snprintf(z->errmsg, sizeof z->errmsg,
+             "data parallel reduce-scatter of wte's gradient (one send and one receive per "
+             "peer): %s",
+             m);
+}
+
 /* Wait for *req (if any), counting the time blocked; clears *req. */
 static void wait_op(par_zero *z, comm_req **req) {
     if (!*req) return;
@@ -93,6 +107,7 @@ static float *xchg_slot(const par_zero *z, const bucket *b, int p) {
 
 /* Start the exchange reduce-scatter of bucket b (gradients g). */
 static void xchg_start(par_zero *z, bucket *b, float *g) {
+    ms_status err = z->err;
     for (int p = 0; p < z->size && z->err == MS_OK; p++) {
         if (p == z->rank) continue;
         keep_error(z, comm_recv_start(z->dp, xchg_slot(z, b, p), b->count, COMM_F32, p, XCHG_TAG,
@@ -104,13 +119,16 @@ static void xchg_start(par_zero *z, bucket *b, float *g) {
     b->xpending = 1;
     for (int i = 0; !z->overlap && i < 2 * z->size; i++)
         wait_op(z, &b->xr[i]);
+    name_xchg_error(z, err);
 }
 
 /* Finish bucket b's exchange: this rank's shard = the sum in rank order
  * of every rank's partial sum of it (its own in place). */
 static void xchg_finish(par_zero *z, bucket *b) {
+    ms_status err = z->err;
     for (int i = 0; i < 2 * z->size; i++)
         wait_op(z, &b->xr[i]);
+    name_xchg_error(z, err);
     int pending = b->xpending;
     b->xpending = 0;
     if (!pending || z->err != MS_OK) return;

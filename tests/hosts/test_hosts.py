@@ -257,8 +257,11 @@ def outage(bed, d, shard):
     p = bed.popen(4, bed.hostfile([(1, 2), (2, 2)]), [*args, "--metrics", m])
     out = Reader(p)
     h2 = bed.name(2)
-    # "tensor parallel pass: " and the like may come before the op's own words
-    pat = re.compile(r"error \(rank [01] of 4 on \S+\): (?:[\w ]+: )?comm: (\w+) #\d+ .* "
+    # "tensor parallel pass: " and the like may come before the op's own words;
+    # the op is a collective ("all_reduce #12") or, when the link went down
+    # inside wte's reduce-scatter by exchange, its receive from host 2
+    pat = re.compile(r"error \(rank [01] of 4 on \S+\): (?:[^:]+: )?comm: "
+                     r"(\w+ #\d+|recv from rank \d+|send to rank \d+) .* "
                      r"timed out .*" + re.escape(f"on host {h2}"))
     seen = None
     try:
@@ -280,7 +283,10 @@ def outage(bed, d, shard):
         p.wait()
     out.t.join(5)
     after = seen[0] - t_down if seen else float("inf")
-    ok(seen is not None and after <= timeout + 5 and rc != 0,
+    # a send or receive names the collective it belongs to
+    named = seen is not None and ("#" in pat.search(seen[1]).group(1) or
+                                  "reduce-scatter of wte" in seen[1])
+    ok(seen is not None and named and after <= timeout + 5 and rc != 0,
        f"outage: the ranks of host 1 fail naming the op and host {h2} "
        f"({after:.1f} s after the link went down, --comm-timeout {timeout})", out.text())
     if seen:
