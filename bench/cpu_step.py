@@ -14,8 +14,11 @@ gradients / its time; against the best of
 the three kernels, the in-place update as a rule, which has the
 optimizer's access pattern), and the instruction set the binary was
 compiled for and the CPU has.
+With --cpu-dtype fp32,bf16 (the default) each case also runs megascale's
+bf16 mode (--cpu-dtype bf16: bf16 activations and GEMMs, fp32 master
+weights) against the same fp32 PyTorch run, where the CPU has AVX512-BF16.
 usage: bench/cpu_step.py [--bin build/megascale] [--steps N] [--threads 2]
-                         [--cases d12:4:64,d6:8:256]"""
+                         [--cases d12:4:64,d6:8:256] [--cpu-dtype fp32,bf16]"""
 import argparse
 import json
 import os
@@ -69,6 +72,17 @@ def machine_limits(binary, threads):
                                      "update": mem.get("update_gbps", 0)}
 
 
+def bf16_refused(binary):
+    """None if `megascale train --cpu-dtype bf16` starts here, else its
+    reason (no oneDNN in the build, a CPU without AVX512-BF16)."""
+    r = subprocess.run([binary, "train", "--cpu-dtype", "bf16", "--steps", "1"],
+                       capture_output=True, text=True)
+    for line in r.stderr.splitlines():
+        if "--cpu-dtype bf16: " in line:
+            return line.split("--cpu-dtype bf16: ", 1)[1]
+    return None
+
+
 def isa_line(binary):
     """(the line naming the binary's and the CPU's instruction sets and the OpenBLAS
     core, the core's name or None, whether megascale chose it over OpenBLAS's own)."""
@@ -101,8 +115,15 @@ def main():
                     help="same: when megascale replaced OpenBLAS's own choice of kernels "
                          "(OPENBLAS_CORETYPE), PyTorch runs with the same kernels; own: with "
                          "what OpenBLAS picks by itself")
+    ap.add_argument("--cpu-dtype", default="fp32,bf16",
+                    help="megascale's --cpu-dtype values to run, each against the same PyTorch "
+                         "(fp32) run; bf16 is left out, with the reason, where the CPU lacks it")
     a = ap.parse_args()
     isa, core, chosen = isa_line(a.bin)
+    dtypes = a.cpu_dtype.split(",")
+    bf16_missing = bf16_refused(a.bin) if "bf16" in dtypes else None
+    if bf16_missing:
+        print(f"bf16 rows left out: {bf16_missing}")
     rows = []
     gemm0, bw0 = machine_limits(a.bin, a.threads)
     with tempfile.TemporaryDirectory() as d:
@@ -114,19 +135,6 @@ def main():
             B, T = int(B), int(T)
             L, C, H = PRESETS[model]
             metrics = os.path.join(d, "m.jsonl")
-            ours_cmd = [a.bin, "train", "--model", model, "--train-data", shard, "--batch", str(B),
-                        "--seq", str(T), "--steps", str(a.steps), "--threads", str(a.threads),
-                        "--data-order", "sequential", "--metrics", metrics, "--log-every", "1000"]
-
-            def parse_ours(_):
-                lines = [json.loads(l) for l in open(metrics)]
-                cfg = next(l for l in lines if l.get("type") == "config")
-                steps = [l for l in lines if "loss" in l]
-                return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
-                        [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
-                        cfg["flops_per_token"], cfg["params"])
-            (ours_ms, ours_mfu, ours_data, ours_opt, fpt, params), ours_rss = measure(
-                ours_cmd, env, parse_ours)
             torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_gpt_step.py"), str(L), str(C),
                          str(H), "50257", str(B), str(T), str(a.steps), str(a.threads)]
             torch_env = dict(env)
@@ -134,13 +142,31 @@ def main():
                 torch_env["OPENBLAS_CORETYPE"] = core
             torch_ms, torch_rss = measure(torch_cmd, torch_env,
                                           lambda out: [json.loads(l)["ms"] for l in out.splitlines() if l.startswith("{")])
-            om = statistics.median(ours_ms[a.warmup:])
             tm = statistics.median(torch_ms[a.warmup:])
-            mfu = statistics.median(ours_mfu[a.warmup:])
-            wait = 100 * sum(ours_data[a.warmup:]) / sum(ours_ms[a.warmup:])
-            opt = statistics.median(ours_opt[a.warmup + 1:] or [0])  # of the previous step
-            rows.append((case, om, B * T / om * 1e3, ours_rss, mfu, wait, tm, B * T / tm * 1e3,
-                         torch_rss, fpt * B * T, opt, params))
+            for dt in dtypes:
+                ours_cmd = [a.bin, "train", "--model", model, "--train-data", shard, "--batch",
+                            str(B), "--seq", str(T), "--steps", str(a.steps), "--threads",
+                            str(a.threads), "--data-order", "sequential", "--metrics", metrics,
+                            "--log-every", "1000", "--cpu-dtype", dt]
+
+                def parse_ours(_):
+                    lines = [json.loads(l) for l in open(metrics)]
+                    cfg = next(l for l in lines if l.get("type") == "config")
+                    steps = [l for l in lines if "loss" in l]
+                    return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
+                            [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
+                            cfg["flops_per_token"], cfg["params"])
+                if dt == "bf16" and bf16_missing:
+                    continue
+                (ours_ms, ours_mfu, ours_data, ours_opt, fpt, params), ours_rss = measure(
+                    ours_cmd, env, parse_ours)
+                om = statistics.median(ours_ms[a.warmup:])
+                mfu = statistics.median(ours_mfu[a.warmup:])
+                wait = 100 * sum(ours_data[a.warmup:]) / sum(ours_ms[a.warmup:])
+                opt = statistics.median(ours_opt[a.warmup + 1:] or [0])  # of the previous step
+                label = case if dt == "fp32" else f"{case} {dt}"
+                rows.append((label, om, B * T / om * 1e3, ours_rss, mfu, wait, tm,
+                             B * T / tm * 1e3, torch_rss, fpt * B * T, opt, params))
     gemm1, bw1 = machine_limits(a.bin, a.threads)
     gemm = max(gemm0, gemm1)
     kinds = {k: max(bw0[k], bw1[k]) for k in bw0}
@@ -165,8 +191,10 @@ def main():
               f"{100 * of_gemm:7.1f}% {opt:7.1f} {100 * opt_bw:6.1f}% {wait:8.3f}% "
               f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x")
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
-          f"{a.threads} threads; case = model:B:T; MFU against the trainer's probed peak; of sgemm = "
-          f"the step's FLOPs / time / the sgemm rate above; opt bw = 36 B a parameter / the "
+          f"{a.threads} threads; case = model:B:T, and bf16: --cpu-dtype bf16 against the same "
+          f"fp32 PyTorch run; MFU against the trainer's probed peak (a bf16 GEMM's in bf16); of "
+          f"sgemm = the step's FLOPs / time / the fp32 sgemm rate above (bf16 GEMMs can exceed "
+          f"it); opt bw = 36 B a parameter / the "
           f"optimizer's time / the bandwidth above; "
           f"data wait = time the step waited for its batch / step time)")
 

@@ -3,6 +3,7 @@
 #   scripts/install-deps.sh          build + run dependencies
 #   scripts/install-deps.sh --test   also what the test suite needs
 # As root it runs apt-get; otherwise it prints the exact command to run.
+# libdnnl-dev (oneDNN) runs the bf16 GEMMs of --cpu-dtype bf16.
 # libmicrohttpd and Chart.js (libjs-chart.js) serve the dashboard; Chromium
 # is the dashboard's browser test (with playwright-core from npm, which the
 # test installs into tests/dashboard/node_modules; --test does it here too).
@@ -18,7 +19,7 @@
 set -euo pipefail
 
 pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcjson-dev
-      libpcre2-dev libcairo2-dev openmpi-bin libopenmpi-dev gzip libmicrohttpd-dev libjs-chart.js)
+      libpcre2-dev libcairo2-dev openmpi-bin libopenmpi-dev gzip libmicrohttpd-dev libjs-chart.js libdnnl-dev)
 optional=()
 if [[ "${1:-}" == "--test" ]]; then
   pkgs+=(python3 python3-numpy python3-torch iproute2)

@@ -1,6 +1,10 @@
 # CPU backend tests: every op against naive references and finite
 # differences (unit), and against PyTorch in float64 (torch).
 ms_c_test(test_cpu_ops SOURCES unit/test_cpu_ops.c LABELS unit)
+# The bf16 mode (--cpu-dtype bf16) op by op against the fp32 mode: exact
+# where it computes in fp32 and rounds once, bf16 tolerances for the GEMMs
+# and the classifier; skipped with the reason without oneDNN or AVX512-BF16.
+ms_c_test(test_cpu_bf16 SOURCES unit/test_cpu_bf16.c LABELS unit)
 
 # ops_dump writes every op's inputs and outputs for test_ops.py to check.
 add_executable(ops_dump torch/ops_dump.c)

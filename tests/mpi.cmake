@@ -24,3 +24,10 @@ set_tests_properties(mpi_errors PROPERTIES TIMEOUT 600)
 ms_script_test(mpi_overlap_dp COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_overlap_dp.py
   LABELS mpi)
 set_tests_properties(mpi_overlap_dp PROPERTIES TIMEOUT 300)
+# The CPU backend's bf16 mode (--cpu-dtype bf16) end to end: one process
+# against fp32, dp2 / tp2 / pp2 x dp2 against one process, a bitwise
+# resume, the refusals (label mpi); skipped with the reason where the CPU
+# has no AVX512-BF16.
+ms_script_test(mpi_cpu_bf16 COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_cpu_bf16.py
+  LABELS mpi)
+set_tests_properties(mpi_cpu_bf16 PROPERTIES TIMEOUT 300)

@@ -14,8 +14,25 @@
 #pragma weak be_cuda_create
 
 be_options be_options_default(void) {
-    be_options o = {.threads = 0, .cuda_profile = 0, .cuda_fuse_gelu = 1, .cpu_profile = 0};
+    be_options o = {.threads = 0, .cuda_profile = 0, .cuda_fuse_gelu = 1, .cpu_profile = 0,
+                     .cpu_dtype = BE_F32};
     return o;
+}
+
+ms_status be_dtype_parse(const char *s, const char *device, be_dtype *out) {
+    *out = BE_F32;
+    if (!s || !strcmp(s, "fp32")) return MS_OK;
+    if (strcmp(s, "bf16"))
+        return ms_error(MS_ERR_ARG, "--cpu-dtype: \"%s\" is not fp32 or bf16", s);
+    if (device && strcmp(device, "cpu"))
+        return ms_error(MS_ERR_ARG,
+                        "--cpu-dtype bf16 is for --device cpu (the %s backend computes in its own "
+                        "dtype)",
+                        device);
+    const char *why = be_cpu_bf16_missing();
+    if (why) return ms_error(MS_ERR_ARG, "--cpu-dtype bf16: %s", why);
+    *out = BE_BF16;
+    return MS_OK;
 }
 
 /* Create the backend called `name` with the options o (NULL: defaults).
@@ -25,7 +42,7 @@ ms_status be_create(be_backend **out, const char *name, const be_options *o) {
     if (!o) o = &d;
     *out = NULL;
     if (name && strcmp(name, "cpu") == 0) {
-        MS_TRY(be_cpu_create(out, o->threads));
+        MS_TRY(be_cpu_create_dtype(out, o->threads, o->cpu_dtype));
         ms_status st = o->cpu_profile ? be_cpu_profile(*out) : MS_OK;
         if (st != MS_OK) {
             be_destroy(*out);

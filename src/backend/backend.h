@@ -243,7 +243,15 @@ typedef struct {
                            them as a kernel of their own (--cuda-fuse-gelu) */
     int cpu_profile;    /* CPU: 1 times every op on the host clock, a table at exit
                            (--cpu-profile, env MS_CPU_PROFILE) */
+    be_dtype cpu_dtype; /* CPU: the act dtype, BE_F32 (default) or BE_BF16
+                           (--cpu-dtype, env MS_CPU_DTYPE) */
 } be_options;
+
+/* --cpu-dtype's value (NULL or "fp32": BE_F32, "bf16": BE_BF16) into *out;
+ * MS_ERR_ARG names the choices, says that bf16 asked of a device other than
+ * the CPU has no effect there (the CUDA backend is always bf16), or why the
+ * CPU cannot run it (be_cpu_bf16_missing). */
+ms_status be_dtype_parse(const char *s, const char *device, be_dtype *out);
 
 /* Defaults: all cores, no profile, GeLU fused. */
 be_options be_options_default(void);
@@ -251,6 +259,19 @@ be_options be_options_default(void);
 /* Create the CPU backend with `threads` OpenMP threads (0 = all cores).
  * Always available. */
 ms_status be_cpu_create(be_backend **out, int threads);
+/* The same with act dtype dt: BE_BF16 is the bf16 mode (activations and
+ * the act copy of the weights in bf16, bf16 GEMMs through oneDNN with fp32
+ * accumulation; master weights, gradients and optimiser state fp32): the
+ * CUDA backend's numerics on the CPU.  MS_ERR_ARG with
+ * be_cpu_bf16_missing()'s reason where it cannot run. */
+ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt);
+/* NULL if the bf16 mode can run here, else why not: the program was built
+ * without oneDNN, or the CPU has neither AVX512-BF16 nor AMX-BF16 (the
+ * products would be emulated, slower than fp32). */
+const char *be_cpu_bf16_missing(void);
+/* Tests: refuse the bf16 mode as on a CPU without it (main() calls it when
+ * MS_CPU_BF16_DENY is set).  Call before any thread starts. */
+void be_cpu_bf16_deny(int on);
 /* Time every op of a CPU backend from now on, and print a table of them when
  * it is destroyed (be_options.cpu_profile). */
 ms_status be_cpu_profile(be_backend *be);

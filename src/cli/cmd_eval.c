@@ -57,6 +57,8 @@ static const opts_spec eval_opts[] = {
     RL("threads", OPT_T_INT, tc.threads, "0", "[0,1024]", "CPU threads per rank (0: all cores)"),
     OEL("cuda-profile", OPT_T_INT, tc.cuda_profile, "0", "MS_CUDA_PROFILE", "[0,1]",
         "cuda: 1 times every op on the device and prints a table at exit"),
+    OE("cpu-dtype", OPT_T_STR, tc.cpu_dtype, "fp32", "MS_CPU_DTYPE", NULL,
+       "cpu: fp32, or bf16 (activations and GEMMs in bf16; needs AVX512-BF16 or AMX)"),
     OE("cuda-fuse-gelu", OPT_T_INT, tc.cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU", "[0,1]",
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
     OEL("comm-timeout", OPT_T_DOUBLE, tc.comm_timeout, "300", "MS_COMM_TIMEOUT", "(0,)",

@@ -49,6 +49,9 @@ static const opts_spec train_opts[] = {
         "cuda: 1 times every op on the device and prints a table at exit"),
     OEL("cpu-profile", OPT_T_INT, cpu_profile, "0", "MS_CPU_PROFILE", "[0,1]",
         "cpu: 1 times every op and prints a table at exit (GEMMs by shape, with GFLOP/s)"),
+    OE("cpu-dtype", OPT_T_STR, cpu_dtype, "fp32", "MS_CPU_DTYPE", NULL,
+       "cpu: fp32, or bf16 (activations and GEMMs in bf16 with fp32 accumulation, fp32 master "
+       "weights; needs AVX512-BF16 or AMX)"),
     OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU", "[0,1]",
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
     R("dp", OPT_T_INT, dp, NULL, "[1,65536]",

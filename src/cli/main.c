@@ -160,6 +160,9 @@ int cli_fail(const char *cmd, ms_status st) {
 
 int main(int argc, char **argv) {
     blas_core(argc, argv);
+    /* tests: the refusal of --cpu-dtype bf16 on a CPU without bf16, shown
+     * on one that has it (tests/mpi/test_cpu_bf16.py) */
+    if (getenv("MS_CPU_BF16_DENY")) be_cpu_bf16_deny(1);
     ms_ctx_init();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {

@@ -422,6 +422,7 @@ static ms_status setup(trainer *t) {
     bo.cuda_profile = tc->cuda_profile;
     bo.cpu_profile = tc->cpu_profile;
     bo.cuda_fuse_gelu = tc->cuda_fuse_gelu;
+    MS_TRY(be_dtype_parse(tc->cpu_dtype, tc->device, &bo.cpu_dtype));
     MS_TRY(be_create(&t->be, tc->device, &bo));
     /* device spans on the trace's device lane (a CPU's would repeat the host ones) */
     MS_TRY(mon_devtime_create(&t->dev, t->be, t->be->stream != NULL && t->evlog != NULL));

@@ -32,6 +32,7 @@ typedef struct {
     /* CUDA backend (be_options): time every op; GeLU in the GEMM epilogue */
     int cuda_profile, cuda_fuse_gelu;
     int cpu_profile; /* CPU backend (be_options): time every op */
+    char *cpu_dtype; /* CPU backend: fp32 | bf16 (be_dtype_parse) */
     int tp, pp, dp, vpp; /* parallel layout (world = tp*pp*dp; dp 0: world / (tp*pp)) */
     char *overlap;       /* all | none | a list of dp, tp, pp (train_overlap_parse) */
     /* data */

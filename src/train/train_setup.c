@@ -47,6 +47,8 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
 /* The options against each other and the model; each option's own range
  * is checked by the option table (src/cli/cmd_train.c). */
 ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *micro, int *accum) {
+    be_dtype dt; /* a bf16 mode this CPU cannot run is named before anything else */
+    MS_TRY(be_dtype_parse(tc->cpu_dtype, tc->device, &dt));
     if (!tc->train_data || !*tc->train_data)
         return ms_error(MS_ERR_ARG, "--train-data is required (a glob of token shards)");
     if (tc->seq > c->seq_max)

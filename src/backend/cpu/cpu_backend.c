@@ -5,6 +5,7 @@
  * The scratch the ops use is owned by the context and only (re)allocated by
  * cpu_reserve(), which grows and never shrinks.
  */
+#include <cpuid.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,6 +121,35 @@ static ms_status cpu_grow(float **buf, size_t *have, size_t floats, const char *
     return MS_OK;
 }
 
+/* The bf16 mode's scratch: three fp32 copies of act tensors (B*T*4C each:
+ * the widest is the MLP's), a layer norm's weights, the classifier
+ * chunk's bf16 dlogits. */
+static ms_status cpu16_reserve(cpu_ctx *c, const be_limits *lim) {
+    size_t x = (size_t)lim->B * (size_t)lim->T * 4 * (size_t)lim->C;
+    if (x > c->x_floats) {
+        for (int k = 0; k < 3; k++) {
+            size_t have = c->x_floats;
+            MS_TRY(cpu_grow(&c->x[k], &have, x, "bf16 conversion"));
+        }
+        c->x_floats = x;
+    }
+    if (lim->C > c->wb_C) {
+        MS_TRY(cpu_grow(&c->wb, &c->wb_have, 2 * (size_t)lim->C, "bf16 layernorm"));
+        c->wb_C = lim->C;
+    }
+    if (c->cls_floats > c->cls16_n) {
+        uint16_t *p = ms_alloc_aligned(c->cls_floats * sizeof(uint16_t));
+        if (!p)
+            return ms_error(MS_ERR_NOMEM, "cpu backend: cannot allocate %zu MB of bf16 classifier "
+                                          "scratch",
+                            c->cls_floats * sizeof(uint16_t) >> 20);
+        ms_free_aligned(c->cls16);
+        c->cls16 = p;
+        c->cls16_n = c->cls_floats;
+    }
+    return MS_OK;
+}
+
 /* Size scratch for lim: layernorm partials (2C per thread), attention dS
  * blocks (CPU_ATT_BLOCK x T per thread), the classifier logits chunk
  * (B*T rows of Vp in the fewest equal chunks of at most
@@ -152,6 +182,7 @@ static ms_status cpu_reserve(be_backend *be, const be_limits *lim) {
         rows = (n + chunks - 1) / chunks;
         MS_TRY(cpu_grow(&c->cls, &c->cls_floats, rows * (size_t)lim->Vp, "classifier"));
     }
+    if (be->act_dtype == BE_BF16) MS_TRY(cpu16_reserve(c, lim));
     return MS_OK;
 }
 
@@ -167,6 +198,11 @@ static void cpu_destroy(be_backend *be) {
         ms_free_aligned(c->dpart);
         ms_free_aligned(c->att);
         ms_free_aligned(c->cls);
+        for (int k = 0; k < 3; k++)
+            ms_free_aligned(c->x[k]);
+        ms_free_aligned(c->wb);
+        ms_free_aligned(c->cls16);
+        cpu_dnnl_free(c->dnnl);
         free(c);
     }
     free(be);
@@ -217,6 +253,66 @@ static void cpu_fill_table(be_backend *be) {
     be->has_nonfinite = cpu_has_nonfinite;
 }
 
+static void cpu_model_name(char *buf, size_t n);
+
+/* The bf16 mode's ops in place of the fp32 ones (act arguments in bf16). */
+static void cpu16_fill_table(be_backend *be) {
+    be->to_act = cpu16_to_act;
+    be->embedding_fwd = cpu16_embedding_fwd;
+    be->embedding_bwd = cpu16_embedding_bwd;
+    be->embedding_slice_fwd = cpu16_embedding_slice_fwd;
+    be->embedding_slice_bwd = cpu16_embedding_slice_bwd;
+    be->layernorm_fwd = cpu16_layernorm_fwd;
+    be->layernorm_bwd = cpu16_layernorm_bwd;
+    be->gemm = cpu16_gemm;
+    be->bias_bwd = cpu16_bias_bwd;
+    be->attention_fwd = cpu16_attention_fwd;
+    be->attention_bwd = cpu16_attention_bwd;
+    be->gelu_fwd = cpu16_gelu_fwd;
+    be->gelu_bwd = cpu16_gelu_bwd;
+    be->residual_add = cpu16_residual_add;
+    be->bias_add = cpu16_bias_add;
+    be->classifier_fwd_bwd = cpu16_classifier_fwd_bwd;
+    be->classifier_slice_stats = cpu16_classifier_slice_stats;
+    be->classifier_slice_finish = cpu16_classifier_slice_finish;
+}
+
+/* 1 if the CPU multiplies bf16 in hardware: AVX512-BF16 (CPUID leaf 7
+ * subleaf 1, EAX bit 5) with AVX-512 enabled by the OS, or AMX-BF16 (leaf 7,
+ * EDX bit 22). */
+static int cpu_has_bf16(void) {
+    unsigned a, b, c, d;
+    int avx512bf16 = 0, amx = 0;
+    if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) avx512bf16 = (a >> 5) & 1;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) amx = (d >> 22) & 1;
+    return (avx512bf16 && __builtin_cpu_supports("avx512f")) || amx;
+}
+
+static int g_bf16_deny;
+
+void be_cpu_bf16_deny(int on) {
+    g_bf16_deny = on;
+}
+
+const char *be_cpu_bf16_missing(void) {
+    static char why[256];
+    const char *dn = cpu_dnnl_available();
+    if (dn) return dn;
+    if (g_bf16_deny) /* tests: the refusal on a CPU that has it */
+        return "this CPU has neither AVX512-BF16 nor AMX-BF16 (denied for a test: "
+               "MS_CPU_BF16_DENY is set)";
+    if (!cpu_has_bf16()) {
+        char model[128];
+        cpu_model_name(model, sizeof model);
+        snprintf(why, sizeof why,
+                 "this CPU (%s) has neither AVX512-BF16 nor AMX-BF16: bf16 products would be "
+                 "emulated, slower than fp32; use --cpu-dtype fp32",
+                 model);
+        return why;
+    }
+    return NULL;
+}
+
 /* Create the CPU backend; threads 0 = omp_get_max_threads().  Sets the
  * calling thread's OpenMP thread count, which OpenBLAS follows. */
 /* The CPU's model name from /proc/cpuinfo ("cpu" if it has none). */
@@ -236,7 +332,15 @@ static void cpu_model_name(char *buf, size_t n) {
 }
 
 ms_status be_cpu_create(be_backend **out, int threads) {
+    return be_cpu_create_dtype(out, threads, BE_F32);
+}
+
+ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
     *out = NULL;
+    if (dt == BE_BF16) {
+        const char *why = be_cpu_bf16_missing();
+        if (why) return ms_error(MS_ERR_ARG, "--cpu-dtype bf16: %s", why);
+    }
     if (threads < 0)
         return ms_error(MS_ERR_ARG, "cpu backend: threads must be >= 0, got %d", threads);
     if (threads == 0) threads = omp_get_max_threads();
@@ -255,10 +359,18 @@ ms_status be_cpu_create(be_backend **out, int threads) {
         c->ev_free[c->ev_nfree++] = CPU_EV_POOL - 1 - i;
     be->name = "cpu";
     cpu_model_name(be->device_name, sizeof be->device_name);
-    be->act_dtype = BE_F32;
+    be->act_dtype = dt;
     be->threads = threads;
     be->ctx = c;
     cpu_fill_table(be);
+    if (dt == BE_BF16) {
+        ms_status st = cpu_dnnl_create(&c->dnnl);
+        if (st != MS_OK) {
+            cpu_destroy(be);
+            return st;
+        }
+        cpu16_fill_table(be);
+    }
     cpu_blas_threads(c);
     *out = be;
     return MS_OK;

@@ -19,7 +19,7 @@
 
 /* One row of logits l (V) in place: returns the loss; if grad, l becomes
  * dloss * (softmax(l) - onehot(tgt)), else l holds exp(l - max). */
-static float cpu_cls_row(float *restrict l, int V, int tgt, int grad, float dloss) {
+float cpu_cls_row(float *restrict l, int V, int tgt, int grad, float dloss) {
     float m = cpu_max_f(l, V), lt = l[tgt];
     for (int j = 0; j < V; j++)
         l[j] = cpu_expf(l[j] - m);

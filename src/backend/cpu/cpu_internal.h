@@ -2,7 +2,9 @@
  * backend context, the scratch it owns, small vectorisable math helpers and
  * the op entry points each cpu_*.c file contributes to the table.
  *
- * All `void *` act arguments are `float *` on the CPU (act dtype fp32).
+ * `void *` act arguments are `float *` (act dtype fp32, the default) or
+ * bf16 halves (`uint16_t *`) in the bf16 mode (be_cpu_create_dtype,
+ * cpu_bf16.c, whose ops are the cpu16_* entry points).
  * Scratch is sized by cpu_reserve() only; ops check that it is big enough.
  * Parallel loops use OpenMP with schedule(static) and the backend's thread
  * count, so the partition of work (and every reduction order) depends only
@@ -34,6 +36,9 @@
 
 #define CPU_EV_POOL 1024 /* device timer handles (be->ev_record) */
 
+/* oneDNN's matmul for the bf16 mode (cpu_dnnl.c) */
+typedef struct cpu_dnnl cpu_dnnl;
+
 typedef struct {
     int threads;
     /* per-thread partial sums: threads * part_stride floats (layernorm dw/db) */
@@ -50,6 +55,15 @@ typedef struct {
     float *cls;
     size_t cls_floats;
     int cls_max_rows; /* test hook: cap on rows per chunk (0 = none) */
+    /* the bf16 mode (act dtype bf16; all NULL / 0 in the fp32 mode) */
+    cpu_dnnl *dnnl;
+    float *x[3];        /* fp32 copies of act tensors: x_floats each (B*T*4C) */
+    size_t x_floats;
+    float *wb;          /* a layer norm's weight and bias in fp32: 2 * wb_C */
+    size_t wb_have;
+    int wb_C;
+    uint16_t *cls16;    /* dlogits of a classifier chunk in bf16: cls_floats */
+    size_t cls16_n;
     void *profile;    /* cpu_profile.c's state with --cpu-profile, else NULL */
     /* device timers: ops run synchronously, so a timestamp is the host clock */
     int64_t ev_t[CPU_EV_POOL];
@@ -190,7 +204,8 @@ void cpu_residual_add(be_backend *be, void *out, const void *a, const void *b, s
 void cpu_bias_add(be_backend *be, void *out, const void *bias, int M, int N);
 void cpu_add_f32(be_backend *be, float *y, const float *x, size_t n);
 
-/* cpu_classifier.c */
+/* cpu_classifier.c; cpu_cls_row: one row of logits in place, its loss */
+float cpu_cls_row(float *restrict l, int V, int tgt, int grad, float dloss);
 void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
                             const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
                             float dloss);
@@ -211,6 +226,54 @@ void cpu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, f
                       float b1, float b2, float eps, float wd, int t, float gscale, double *w_sq,
                       double *u_sq);
 void cpu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, float step);
+
+/* cpu_dnnl.c: C (M,N) = alpha op(A) op(B) + beta C [+ bias (N)], A, B
+ * and bias bf16 (row-major, strides as cblas), C bf16 or f32 (c_f32) */
+ms_status cpu_dnnl_create(cpu_dnnl **out);
+void cpu_dnnl_free(cpu_dnnl *d);
+void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha,
+                   const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, void *C,
+                   int ldc, int c_f32, const uint16_t *bias);
+/* NULL when this build has oneDNN, else why the bf16 mode is missing */
+const char *cpu_dnnl_available(void);
+
+/* cpu_bf16.c: the bf16 mode's ops (same contracts as the fp32 ones) */
+void cpu16_to_act(be_backend *be, void *dst, const float *src, size_t n);
+void cpu16_embedding_fwd(be_backend *be, void *out, const int32_t *tok, const void *wte,
+                         const void *wpe, int B, int T, int C);
+void cpu16_embedding_bwd(be_backend *be, float *dwte, float *dwpe, const void *dout,
+                         const int32_t *tok, int B, int T, int C);
+void cpu16_embedding_slice_fwd(be_backend *be, void *out, const int32_t *tok, const void *wte,
+                               const void *wpe, int B, int T, int C, int v0, int Vs);
+void cpu16_embedding_slice_bwd(be_backend *be, float *dwte, float *dwpe, const void *dout,
+                               const int32_t *tok, int B, int T, int C, int v0, int Vs);
+void cpu16_layernorm_fwd(be_backend *be, void *out, float *mean, float *rstd, const void *inp,
+                         const void *w, const void *b, int N, int C);
+void cpu16_layernorm_bwd(be_backend *be, void *dinp, float *dw, float *db, const void *dout,
+                         const void *inp, const void *w, const float *mean, const float *rstd,
+                         int N, int C);
+void cpu16_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, const void *A,
+                int lda, const void *Bm, int ldb, float beta, void *C, int ldc, int c_f32,
+                const void *bias, be_epilogue epi, void *pre);
+void cpu16_bias_bwd(be_backend *be, float *dbias, const void *dout, int M, int N);
+void cpu16_attention_fwd(be_backend *be, void *out, void *state, const void *qkv, int B, int T,
+                         int C, int NH, int W);
+void cpu16_attention_bwd(be_backend *be, void *dqkv, const void *dout, const void *out,
+                         const void *qkv, const void *state, int B, int T, int C, int NH, int W);
+void cpu16_gelu_fwd(be_backend *be, void *out, const void *inp, size_t n);
+void cpu16_gelu_bwd(be_backend *be, void *dinp, const void *inp, const void *dout, size_t n);
+void cpu16_residual_add(be_backend *be, void *out, const void *a, const void *b, size_t n);
+void cpu16_bias_add(be_backend *be, void *out, const void *bias, int M, int N);
+void cpu16_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
+                              const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
+                              float dloss);
+void cpu16_classifier_slice_stats(be_backend *be, float *stats, void *logits, const void *x,
+                                  const void *wte, const int32_t *targets, int R, int C, int Vs,
+                                  int v0);
+void cpu16_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *dwte,
+                                   void *logits, const void *x, const void *wte,
+                                   const int32_t *targets, const float *stats, int P, int R, int C,
+                                   int Vs, int v0, float dloss);
 
 /* cpu_profile.c: per-op host times (be_options.cpu_profile) */
 ms_status cpu_profile_install(be_backend *be);

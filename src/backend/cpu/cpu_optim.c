@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "base/bf16.h"
 
 /* Constants of one Adam step shared by AdamW and LAMB. */
 typedef struct {
@@ -37,18 +38,26 @@ static inline float cpu_adam_dir(const cpu_adam_k *k, float g, float *m, float *
     return (mi * k->ibc1) / (sqrtf(vi * k->ibc2) + k->eps);
 }
 
-/* AdamW on elements [lo, hi) of w, g, m, v; wa (optional) receives w; g
- * is left 0 (its line is in the cache: the store costs the write-back
- * that a separate memset of the gradients would cost, without the pass). */
+/* AdamW on elements [lo, hi) of w, g, m, v; the act copy, if any,
+ * receives w: wa as floats, or wh rounded to bf16 (the bf16 mode); g is
+ * left 0 (its line is in the cache: the store costs the write-back that a
+ * separate memset of the gradients would cost, without the pass). */
 static void cpu_adamw_range(const cpu_adam_k *kp, float *restrict w, float *restrict wa,
-                            float *restrict g, float *restrict m, float *restrict v, size_t lo,
-                            size_t hi, float lr, float decay) {
+                            uint16_t *restrict wh, float *restrict g, float *restrict m,
+                            float *restrict v, size_t lo, size_t hi, float lr, float decay) {
     cpu_adam_k k = *kp;
     if (wa) {
         for (size_t i = lo; i < hi; i++) {
             float wi = w[i] * decay - lr * cpu_adam_dir(&k, g[i], &m[i], &v[i]);
             w[i] = wi;
             wa[i] = wi;
+            g[i] = 0.0f;
+        }
+    } else if (wh) {
+        for (size_t i = lo; i < hi; i++) {
+            float wi = w[i] * decay - lr * cpu_adam_dir(&k, g[i], &m[i], &v[i]);
+            w[i] = wi;
+            wh[i] = ms_f32_to_bf16(wi);
             g[i] = 0.0f;
         }
     } else {
@@ -60,17 +69,19 @@ static void cpu_adamw_range(const cpu_adam_k *kp, float *restrict w, float *rest
 }
 
 /* w, g, m, v (n): m, v updated; w = w*(1 - lr*wd) - lr*mhat/(sqrt(vhat)+eps);
- * g = 0.  w_act (n), if given and distinct from w, receives w. */
+ * g = 0.  w_act (n, act dtype), if given and distinct from w, receives w. */
 void cpu_adamw_step(be_backend *be, float *w, void *w_act, float *g, float *m, float *v, size_t n,
                     float lr, float b1, float b2, float eps, float wd, int t, float gscale) {
     cpu_adam_k k = cpu_adam_consts(b1, b2, eps, t, gscale);
     float decay = 1.0f - lr * wd;
-    float *wa = w_act != (void *)w ? w_act : NULL;
+    void *act = w_act != (void *)w ? w_act : NULL;
+    float *wa = be->act_dtype == BE_F32 ? act : NULL;
+    uint16_t *wh = be->act_dtype == BE_BF16 ? act : NULL;
 #pragma omp parallel num_threads(cpu_ctx_of(be)->threads)
     {
         size_t lo, hi;
         cpu_split(n, omp_get_num_threads(), omp_get_thread_num(), &lo, &hi);
-        cpu_adamw_range(&k, w, wa, g, m, v, lo, hi, lr, decay);
+        cpu_adamw_range(&k, w, wa, wh, g, m, v, lo, hi, lr, decay);
     }
 }
 
@@ -129,12 +140,15 @@ void cpu_lamb_moments(be_backend *be, float *g_to_u, const float *w, float *m, f
 
 /* LAMB phase 2: w (n) -= step * u (n), u = 0; w_act as in adamw_step. */
 void cpu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, float step) {
-    float *wa = w_act != (void *)w ? w_act : NULL;
+    void *act = w_act != (void *)w ? w_act : NULL;
+    float *wa = be->act_dtype == BE_F32 ? act : NULL;
+    uint16_t *wh = be->act_dtype == BE_BF16 ? act : NULL;
 #pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
     for (size_t i = 0; i < n; i++) {
         float wi = w[i] - step * u[i];
         w[i] = wi;
         u[i] = 0.0f;
         if (wa) wa[i] = wi;
+        if (wh) wh[i] = ms_f32_to_bf16(wi);
     }
 }
