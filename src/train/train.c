@@ -390,6 +390,22 @@ static ms_status setup_record(trainer *t) {
     return mon_record_add(t->rec, mon_sink_summary(t->rank));
 }
 
+/* --cpu-dtype bf16 pays only where the CPU's bf16 products outrun its fp32
+ * ones: AMD's Zen 5 runs them at twice the rate, an Intel Xeon without AMX
+ * at half (docs/perf.md).  With the peak probed in bf16, probe fp32 too
+ * (~0.1 s) and say so when fp32 would be faster. */
+static void check_cpu_bf16(trainer *t) {
+    if (strcmp(t->be->name, "cpu") || t->be->act_dtype != BE_BF16 || !t->peak.from_probe) return;
+    be_backend *f = NULL;
+    if (be_cpu_create(&f, t->be->threads) != MS_OK) return;
+    double f32 = mon_probe_peak_flops(f, 2048, 1);
+    be_destroy(f);
+    if (f32 > t->peak.flops)
+        ms_warn("--cpu-dtype bf16: this CPU's bf16 GEMMs ran at %.1f GFLOP/s, its fp32 ones at "
+                "%.1f: --cpu-dtype fp32 would likely be faster here",
+                t->peak.flops / 1e9, f32 / 1e9);
+}
+
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
@@ -453,6 +469,7 @@ static ms_status setup(trainer *t) {
     if (!t->rinp || !t->rtgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
     mon_peak_init(&t->peak, t->be, tc->peak_flops);
+    check_cpu_bf16(t);
     MS_TRY(setup_record(t));
     /* started last, so the probe above runs on idle cores */
     MS_TRY(data_prefetch_start(&t->prefetch, t->train, t->micro, tc->seq, 4));
@@ -561,10 +578,13 @@ static void print_layout(const trainer *t) {
     char blas[320];
     const char *kernels =
         strcmp(t->be->name, "cpu") ? NULL : be_cpu_blas_describe(blas, sizeof blas);
+    const char *bf16 = kernels && t->be->act_dtype == BE_BF16
+                           ? ", bf16 (--cpu-dtype bf16: oneDNN's bf16 GEMMs)"
+                           : "";
     ms_info("batch %d x seq %d = %lld tokens/step (micro-batch %d x %d accumulation), %d steps, "
-            "%s, lr %g (%s, warmup %d), device %s (%d threads; compiled for %s%s%s)",
+            "%s, lr %g (%s, warmup %d), device %s (%d threads%s; compiled for %s%s%s)",
             tc->batch, tc->seq, (long long)tc->batch * tc->seq, t->micro, t->accum, tc->steps,
-            tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads,
+            tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads, bf16,
             ms_cpu_isa_built(), kernels ? "; " : "", kernels ? kernels : "");
     ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9, t->peak.source);
     if (t->val) train_val_log(t->val);
