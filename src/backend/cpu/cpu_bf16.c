@@ -253,13 +253,7 @@ void cpu16_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dw
                               float dloss) {
     cpu_ctx *cx = cpu_ctx_of(be);
     MS_CHECKF(V > 0 && V <= Vp, "classifier: V=%d must be in [1, Vp=%d]", V, Vp);
-    size_t R = cx->cls_floats / (size_t)V;
-    if (cx->cls_max_rows > 0 && R > (size_t)cx->cls_max_rows) R = (size_t)cx->cls_max_rows;
-    MS_CHECKF(R >= 1, "classifier: no logits scratch for V=%d (call reserve)", V);
-    if (N > 0) {
-        size_t nchunks = ((size_t)N + R - 1) / R;
-        R = ((size_t)N + nchunks - 1) / nchunks;
-    }
+    size_t R = cpu_cls_rows(cx, N, V);
     const bf16 *xs = x, *w = wte;
     bf16 *dxs = dx, *L16 = cx->cls16;
     float *L = cx->cls;
@@ -363,18 +357,9 @@ void cpu16_classifier_slice_finish(be_backend *be, float *losses, void *dx, floa
     int grad = dx != NULL;
 #pragma omp parallel for schedule(static) num_threads(cx->threads)
     for (int i = 0; i < R; i++) {
-        float M = -FLT_MAX;
-        for (int p = 0; p < P; p++) {
-            float m = stats[((size_t)p * R + i) * 3];
-            M = m > M ? m : M;
-        }
-        double S = 0.0, lt = 0.0;
-        for (int p = 0; p < P; p++) {
-            const float *st = stats + ((size_t)p * R + i) * 3;
-            if (st[1] > 0.0f) S += (double)st[1] * exp((double)st[0] - (double)M);
-            lt += (double)st[2];
-        }
-        losses[i] = (float)((double)M + log(S) - lt);
+        float M;
+        double S = cpu_cls_row_sum_exp(stats, P, R, i, &M);
+        losses[i] = cpu_cls_slice_loss(stats, P, R, i, M, S);
         if (!grad || Vs == 0) continue;
         bf16 *restrict l = L + (size_t)i * Vs; /* softmax = exp(l - M) / S */
         float s = (float)((double)dloss / S);

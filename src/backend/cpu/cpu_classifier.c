@@ -41,13 +41,8 @@ float cpu_cls_row(float *restrict l, int V, int tgt, int grad, float dloss) {
     return (float)((double)m + log(sum) - (double)lt);
 }
 
-/* losses (N) =; if dx: dx (N,C) =, dwte (Vp,C) += (rows < V only).
- * x (N,C), wte (Vp,C), targets (N) in [0,V). */
-void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
-                            const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
-                            float dloss) {
-    cpu_ctx *cx = cpu_ctx_of(be);
-    MS_CHECKF(V > 0 && V <= Vp, "classifier: V=%d must be in [1, Vp=%d]", V, Vp);
+size_t cpu_cls_rows(const cpu_ctx *cx, int N, int V) {
+    MS_CHECKF(V > 0, "classifier: V=%d must be positive", V);
     size_t R = cx->cls_floats / (size_t)V;
     if (cx->cls_max_rows > 0 && R > (size_t)cx->cls_max_rows) R = (size_t)cx->cls_max_rows;
     MS_CHECKF(R >= 1, "classifier: no logits scratch for V=%d (call reserve)", V);
@@ -55,6 +50,17 @@ void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte
         size_t nchunks = ((size_t)N + R - 1) / R;
         R = ((size_t)N + nchunks - 1) / nchunks;
     }
+    return R;
+}
+
+/* losses (N) =; if dx: dx (N,C) =, dwte (Vp,C) += (rows < V only).
+ * x (N,C), wte (Vp,C), targets (N) in [0,V). */
+void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
+                            const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
+                            float dloss) {
+    cpu_ctx *cx = cpu_ctx_of(be);
+    MS_CHECKF(V > 0 && V <= Vp, "classifier: V=%d must be in [1, Vp=%d]", V, Vp);
+    size_t R = cpu_cls_rows(cx, N, V);
     const float *xs = x, *w = wte;
     float *dxs = dx, *L = cx->cls;
     int grad = dx != NULL;

@@ -63,9 +63,7 @@ void cpu_classifier_slice_stats(be_backend *be, float *stats, void *logits, cons
     }
 }
 
-/* Row i's global max (*mx) and sum of exp(logit - max) over all slices,
- * from stats (P,R,3), combined in slice order. */
-static double row_sum_exp(const float *stats, int P, int R, int i, float *mx) {
+double cpu_cls_row_sum_exp(const float *stats, int P, int R, int i, float *mx) {
     float M = -FLT_MAX;
     for (int p = 0; p < P; p++) {
         float m = stats[((size_t)p * R + i) * 3];
@@ -80,6 +78,13 @@ static double row_sum_exp(const float *stats, int P, int R, int i, float *mx) {
     return S;
 }
 
+float cpu_cls_slice_loss(const float *stats, int P, int R, int i, float M, double S) {
+    double lse = (double)M + log(S), lt = 0.0;
+    for (int p = 0; p < P; p++)
+        lt += (double)stats[((size_t)p * R + i) * 3 + 2];
+    return (float)(lse - lt);
+}
+
 /* losses (R) =; if dx: logits (R,Vs) -> dlogits, dx (R,C) =, dwte (Vs,C) +=. */
 void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float *dwte, void *logits,
                                  const void *x, const void *wte, const int32_t *targets,
@@ -92,10 +97,8 @@ void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float 
 #pragma omp parallel for schedule(static) num_threads(cx->threads)
     for (int i = 0; i < R; i++) {
         float M;
-        double S = row_sum_exp(stats, P, R, i, &M), lse = (double)M + log(S), lt = 0.0;
-        for (int p = 0; p < P; p++)
-            lt += (double)stats[((size_t)p * R + i) * 3 + 2];
-        losses[i] = (float)(lse - lt);
+        double S = cpu_cls_row_sum_exp(stats, P, R, i, &M);
+        losses[i] = cpu_cls_slice_loss(stats, P, R, i, M, S);
         if (!grad || Vs == 0) continue;
         float *restrict l = L + (size_t)i * Vs; /* softmax = exp(l - M) / S */
         float s = (float)((double)dloss / S);

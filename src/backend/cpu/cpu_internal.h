@@ -204,13 +204,20 @@ void cpu_residual_add(be_backend *be, void *out, const void *a, const void *b, s
 void cpu_bias_add(be_backend *be, void *out, const void *bias, int M, int N);
 void cpu_add_f32(be_backend *be, float *y, const float *x, size_t n);
 
-/* cpu_classifier.c; cpu_cls_row: one row of logits in place, its loss */
+/* cpu_classifier.c; cpu_cls_row: one row of logits in place, its loss;
+ * cpu_cls_rows: the rows of each of the equal chunks N rows of V logits
+ * are split into (the scratch's capacity, the test hook's cap) */
 float cpu_cls_row(float *restrict l, int V, int tgt, int grad, float dloss);
+size_t cpu_cls_rows(const cpu_ctx *cx, int N, int V);
 void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte, const void *x,
                             const void *wte, const int32_t *targets, int N, int C, int V, int Vp,
                             float dloss);
 
-/* cpu_classifier_slice.c */
+/* cpu_classifier_slice.c; of phase 2, for row i of stats (P,R,3): the
+ * global max (*mx) and sum of exp(logit - max) over all slices, combined
+ * in slice order, and the loss lse - the target's logit */
+double cpu_cls_row_sum_exp(const float *stats, int P, int R, int i, float *mx);
+float cpu_cls_slice_loss(const float *stats, int P, int R, int i, float M, double S);
 void cpu_classifier_slice_stats(be_backend *be, float *stats, void *logits, const void *x,
                                 const void *wte, const int32_t *targets, int R, int C, int Vs,
                                 int v0);
