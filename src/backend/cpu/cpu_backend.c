@@ -5,7 +5,6 @@
  * The scratch the ops use is owned by the context and only (re)allocated by
  * cpu_reserve(), which grows and never shrinks.
  */
-#include <cpuid.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,6 +279,8 @@ static void cpu16_fill_table(be_backend *be) {
 /* 1 if the CPU multiplies bf16 in hardware: AVX512-BF16 (CPUID leaf 7
  * subleaf 1, EAX bit 5) with AVX-512 enabled by the OS, or AMX-BF16 (leaf 7,
  * EDX bit 22). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <cpuid.h>
 static int cpu_has_bf16(void) {
     unsigned a, b, c, d;
     int avx512bf16 = 0, amx = 0;
@@ -287,6 +288,11 @@ static int cpu_has_bf16(void) {
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) amx = (d >> 22) & 1;
     return (avx512bf16 && __builtin_cpu_supports("avx512f")) || amx;
 }
+#else
+static int cpu_has_bf16(void) {
+    return 0; /* the bf16 mode is built for x86-64's AVX512-BF16 / AMX */
+}
+#endif
 
 static int g_bf16_deny;
 
