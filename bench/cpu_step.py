@@ -124,6 +124,7 @@ def main():
     bf16_missing = bf16_refused(a.bin) if "bf16" in dtypes else None
     if bf16_missing:
         print(f"bf16 rows left out: {bf16_missing}")
+        dtypes.remove("bf16")
     rows = []
     gemm0, bw0 = machine_limits(a.bin, a.threads)
     with tempfile.TemporaryDirectory() as d:
@@ -143,21 +144,19 @@ def main():
             torch_ms, torch_rss = measure(torch_cmd, torch_env,
                                           lambda out: [json.loads(l)["ms"] for l in out.splitlines() if l.startswith("{")])
             tm = statistics.median(torch_ms[a.warmup:])
+
+            def parse_ours(_):
+                lines = [json.loads(l) for l in open(metrics)]
+                cfg = next(l for l in lines if l.get("type") == "config")
+                steps = [l for l in lines if "loss" in l]
+                return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
+                        [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
+                        cfg["flops_per_token"], cfg["params"])
             for dt in dtypes:
                 ours_cmd = [a.bin, "train", "--model", model, "--train-data", shard, "--batch",
                             str(B), "--seq", str(T), "--steps", str(a.steps), "--threads",
                             str(a.threads), "--data-order", "sequential", "--metrics", metrics,
                             "--log-every", "1000", "--cpu-dtype", dt]
-
-                def parse_ours(_):
-                    lines = [json.loads(l) for l in open(metrics)]
-                    cfg = next(l for l in lines if l.get("type") == "config")
-                    steps = [l for l in lines if "loss" in l]
-                    return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
-                            [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
-                            cfg["flops_per_token"], cfg["params"])
-                if dt == "bf16" and bf16_missing:
-                    continue
                 (ours_ms, ours_mfu, ours_data, ours_opt, fpt, params), ours_rss = measure(
                     ours_cmd, env, parse_ours)
                 om = statistics.median(ours_ms[a.warmup:])
