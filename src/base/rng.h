@@ -9,13 +9,19 @@
 #ifndef MS_RNG_H
 #define MS_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 uint64_t ms_rng_u64(uint64_t seed, uint64_t stream, uint64_t counter);
 /* Uniform in [0, 1) with 24 random bits. */
 float ms_rng_uniform(uint64_t seed, uint64_t stream, uint64_t counter);
-/* Standard normal (Box-Muller over two draws derived from the counter). */
+/* Standard normal (Box-Muller over two draws derived from the counter);
+ * the same bits on every CPU. */
 float ms_rng_normal(uint64_t seed, uint64_t stream, uint64_t counter);
+/* out[j] = scale * ms_rng_normal(seed, stream, counter + j), j < n, bit for
+ * bit; vectorised (one thread: call it on disjoint ranges in parallel). */
+void ms_rng_normal_fill(uint64_t seed, uint64_t stream, uint64_t counter, float scale, float *out,
+                        size_t n);
 
 typedef struct {
     uint64_t seed, stream, counter;

@@ -462,13 +462,42 @@ static uint64_t name_stream(const char *s) {
     return h;
 }
 
+/* How many elements from j on (at most n - j) have consecutive logical
+ * indices: the rest of the shard, of a row of a column shard, or of one
+ * third of a row of the q|k|v shard (gpt_logical_index). */
+static size_t logical_run(const gpt_param *p, size_t j, size_t n) {
+    size_t lc = (size_t)p->local[p->ndim - 1], run = n - j;
+    if (p->split == GPT_SPLIT_COLS) run = lc - j % lc;
+    if (p->split == GPT_SPLIT_QKV) run = lc / 3 - j % lc % (lc / 3);
+    return run < n - j ? run : n - j;
+}
+
+/* Elements [j0, j1) of tensor i's shard into w: element j draws the number
+ * of its logical index k, std * ms_rng_normal(seed, stream, k), or 0 past
+ * lim (wte's padding rows), a run of consecutive k at a time. */
+static void init_range(const gpt_model *m, int i, uint64_t seed, uint64_t stream, size_t lim,
+                       float *w, size_t j0, size_t j1) {
+    const gpt_param *p = &m->table[i];
+    for (size_t j = j0; j < j1;) {
+        size_t len = logical_run(p, j, j1), k = gpt_logical_index(m, i, m->tp_rank, j);
+        MS_CHECKF(gpt_logical_index(m, i, m->tp_rank, j + len - 1) == k + len - 1,
+                  "init: %s: elements %zu..%zu are not one logical run", p->name, j, j + len - 1);
+        size_t real = k >= lim ? 0 : (lim - k < len ? lim - k : len);
+        ms_rng_normal_fill(seed, stream, k, p->init_std, w + j, real);
+        memset(w + j + real, 0, (len - real) * sizeof(float));
+        j += len;
+    }
+}
+
 /* Element j of this rank's shard of tensor t draws the number of its
  * logical index; logical elements past the real vocabulary (wte padding)
- * stay 0. */
+ * stay 0.  Written in place where the host can address the parameters
+ * (the CPU backend), else through a host copy. */
 void gpt_init(gpt_model *m, uint64_t seed) {
-    float *host = malloc(m->n_elems * sizeof(float));
+    enum { BLOCK = 16384 }; /* elements a thread draws at a time */
+    int direct = !m->be->is_device(m->be, m->params);
+    float *host = direct ? m->params : calloc(m->n_elems, sizeof(float));
     MS_CHECK(host);
-    memset(host, 0, m->n_elems * sizeof(float));
     for (int i = 0; i < m->n_tensors; i++) {
         const gpt_param *p = &m->table[i];
         float *w = host + p->offset;
@@ -476,19 +505,20 @@ void gpt_init(gpt_model *m, uint64_t seed) {
         if (i == m->t_wte) lim = (size_t)m->cfg.vocab * (size_t)m->cfg.n_embd;
         if (p->init_std > 0) {
             uint64_t stream = name_stream(p->name);
-            float std = p->init_std;
-#pragma omp parallel for schedule(static)
-            for (size_t j = 0; j < n; j++) {
-                size_t k = gpt_logical_index(m, i, m->tp_rank, j);
-                w[j] = k < lim ? std * ms_rng_normal(seed, stream, k) : 0.0f;
-            }
+            size_t nblk = (n + BLOCK - 1) / BLOCK;
+#pragma omp parallel for schedule(static) if (nblk > 1)
+            for (size_t b = 0; b < nblk; b++)
+                init_range(m, i, seed, stream, lim, w, b * BLOCK,
+                           (b + 1) * BLOCK < n ? (b + 1) * BLOCK : n);
         } else {
             for (size_t j = 0; j < n; j++)
                 w[j] = p->init_value;
         }
     }
-    m->be->to_device(m->be, m->params, host, m->n_elems * sizeof(float));
-    free(host);
+    if (!direct) {
+        m->be->to_device(m->be, m->params, host, m->n_elems * sizeof(float));
+        free(host);
+    }
     gpt_params_updated(m);
 }
 

@@ -410,6 +410,58 @@ static void test_rng_normal(void) {
     T_NEAR((double)tail / N, 0.0027, 0.0005);
 }
 
+/* The Box-Muller normal with libm's log and cos, as it was computed before
+ * rng.c's own polynomials. */
+static float normal_libm(uint64_t seed, uint64_t stream, uint64_t counter) {
+    uint32_t ctr[4] = {(uint32_t)counter, (uint32_t)(counter >> 32), (uint32_t)stream,
+                       (uint32_t)(stream >> 32)};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)}, o[4];
+    ms_rng_philox4x32_10(ctr, key, o);
+    uint64_t w0 = o[0] | (uint64_t)o[1] << 32, w1 = o[2] | (uint64_t)o[3] << 32;
+    double u1 = (double)((w0 >> 11) + 1) * 0x1.0p-53, u2 = (double)(w1 >> 11) * 0x1.0p-53;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586476925 * u2));
+}
+
+/* The normals are the same bits on every CPU (pinned here), the fill is the
+ * scalar function bit for bit, and both are libm's Box-Muller rounded to
+ * float but for rare one-ulp differences (~1 in 20M). */
+static void test_rng_normal_bits(void) {
+    static const struct {
+        uint64_t seed, stream, counter;
+        float z;
+    } pin[] = {
+        {1, 0, 0, -0x1.d1a254p-4},
+        {1, 0, 1, -0x1.27859ep-2},
+        {2024, 7, 123456789, 0x1.cf99ap+0},
+        {16045690984503111693ULL, 81985529216486895ULL, 4294967295ULL, -0x1.68b2f4p-3},
+        {5, 1, 9, -0x1.4e2ae8p+0},
+    };
+    for (size_t i = 0; i < sizeof pin / sizeof pin[0]; i++)
+        T_OK(ms_rng_normal(pin[i].seed, pin[i].stream, pin[i].counter) == pin[i].z);
+    static float out[1003];
+    const int lens[] = {0, 1, 7, 33, 1003};
+    for (int l = 0; l < 5; l++) { /* the counter's low word wraps inside the run */
+        uint64_t c0 = 0xfffffff0ULL - (uint64_t)lens[l] / 2;
+        out[0] = 123.0f;
+        ms_rng_normal_fill(77, 0xabcdef, c0, 0.02f, out, (size_t)lens[l]);
+        int same = 1;
+        for (int j = 0; j < lens[l]; j++)
+            same &= out[j] == 0.02f * ms_rng_normal(77, 0xabcdef, c0 + (uint64_t)j);
+        T_OK(same);
+        if (lens[l] == 0) T_OK(out[0] == 123.0f); /* n = 0 writes nothing */
+    }
+    enum { N = 1000000 };
+    int differ = 0, worse = 0;
+    for (uint64_t i = 0; i < N; i++) {
+        float a = ms_rng_normal(31, 4, i), b = normal_libm(31, 4, i);
+        if (a == b) continue;
+        differ++;
+        if (nextafterf(b, a) != a) worse++;
+    }
+    T_OK(differ <= 3);
+    T_EQ_INT(worse, 0);
+}
+
 /* Pearson correlation of x and y over n samples. */
 static double corr(const double *x, const double *y, int n) {
     double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
@@ -537,6 +589,7 @@ int main(void) {
     test_rng_pure();
     test_rng_uniform();
     test_rng_normal();
+    test_rng_normal_bits();
     test_rng_independence();
     test_rng_below();
     test_ctx_launchers();
