@@ -90,6 +90,33 @@ static dnnl_memory_desc_t md2(int rows, int cols, dnnl_data_type_t dt, dnnl_dim_
     return md;
 }
 
+/* The weight gradients (A transposed, fp32 C += ...): oneDNN 2.6 picks its
+ * brgemm kernels, which run them at 400-460 GFLOP/s on d12's shapes and the
+ * classifier's dwte at 290; its gemm:jit kernels run the same at 510-610
+ * (docs/perf.md).  The first "gemm:" implementation the iterator offers, or
+ * NULL for oneDNN's own first choice.  Chosen by this fixed rule, never by
+ * timing, so a shape gets the same kernel, hence the same bits, every run. */
+static dnnl_primitive_desc_t pick_gemm_jit(cpu_dnnl *d, const dnnl_matmul_desc_t *desc,
+                                           const_dnnl_primitive_attr_t attr) {
+    dnnl_primitive_desc_iterator_t it;
+    if (dnnl_primitive_desc_iterator_create(&it, desc, attr, d->eng, NULL) != dnnl_success)
+        return NULL;
+    dnnl_primitive_desc_t found = NULL;
+    do {
+        dnnl_primitive_desc_t pd = dnnl_primitive_desc_iterator_fetch(it);
+        const char *impl = NULL;
+        if (!pd) break;
+        if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+            impl && !strncmp(impl, "gemm:", 5)) {
+            found = pd;
+            break;
+        }
+        dnnl_primitive_desc_destroy(pd);
+    } while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+    dnnl_primitive_desc_iterator_destroy(it);
+    return found;
+}
+
 static void entry_build(cpu_dnnl *d, mm_entry *e, const mm_key *k) {
     dnnl_memory_desc_t a = k->ta ? md2(k->M, k->K, dnnl_bf16, 1, k->lda)
                                  : md2(k->M, k->K, dnnl_bf16, k->lda, 1);
@@ -110,8 +137,8 @@ static void entry_build(cpu_dnnl *d, mm_entry *e, const mm_key *k) {
         dn_check(dnnl_primitive_attr_set_post_ops(attr, po), "post-ops");
         dnnl_post_ops_destroy(po);
     }
-    dnnl_primitive_desc_t pd;
-    dn_check(dnnl_primitive_desc_create(&pd, &desc, attr, d->eng, NULL), "matmul");
+    dnnl_primitive_desc_t pd = k->ta ? pick_gemm_jit(d, &desc, attr) : NULL;
+    if (!pd) dn_check(dnnl_primitive_desc_create(&pd, &desc, attr, d->eng, NULL), "matmul");
     dnnl_primitive_attr_destroy(attr);
     dn_check(dnnl_primitive_create(&e->prim, pd), "matmul primitive");
     dnnl_primitive_desc_destroy(pd);
