@@ -3,9 +3,10 @@
  * OpenBLAS, so both follow the backend's OpenMP thread count).
  *
  * Debian's OpenBLAS is built without bf16 (no sbgemm), and oneDNN's
- * brgemm kernels use AVX512-BF16's dot products: on a 2-core AMD Zen 5
- * they run d12's layer shapes at 600-700 GFLOP/s against OpenBLAS sgemm's
- * 290-320 (docs/perf.md).
+ * kernels use AVX512-BF16's dot products: on a 2-core AMD Zen 5 they run
+ * d12's layer shapes at 580-700 GFLOP/s against OpenBLAS sgemm's 290-350
+ * (docs/perf.md): brgemm for the forward and dX GEMMs, gemm:jit for the
+ * weight gradients (pick_gemm_jit).
  *
  * A matmul primitive is built once per shape (M, N, K, strides, output
  * dtype, bias, alpha, beta) and kept in a small cache; each call only sets
@@ -118,10 +119,10 @@ static dnnl_primitive_desc_t pick_gemm_jit(cpu_dnnl *d, const dnnl_matmul_desc_t
 }
 
 static void entry_build(cpu_dnnl *d, mm_entry *e, const mm_key *k) {
-    dnnl_memory_desc_t a = k->ta ? md2(k->M, k->K, dnnl_bf16, 1, k->lda)
-                                 : md2(k->M, k->K, dnnl_bf16, k->lda, 1);
-    dnnl_memory_desc_t b = k->tb ? md2(k->K, k->N, dnnl_bf16, 1, k->ldb)
-                                 : md2(k->K, k->N, dnnl_bf16, k->ldb, 1);
+    dnnl_memory_desc_t a =
+        k->ta ? md2(k->M, k->K, dnnl_bf16, 1, k->lda) : md2(k->M, k->K, dnnl_bf16, k->lda, 1);
+    dnnl_memory_desc_t b =
+        k->tb ? md2(k->K, k->N, dnnl_bf16, 1, k->ldb) : md2(k->K, k->N, dnnl_bf16, k->ldb, 1);
     dnnl_memory_desc_t c = md2(k->M, k->N, k->c_f32 ? dnnl_f32 : dnnl_bf16, k->ldc, 1);
     dnnl_memory_desc_t bias = md2(1, k->N, dnnl_bf16, k->N, 1);
     dnnl_matmul_desc_t desc;
@@ -145,14 +146,15 @@ static void entry_build(cpu_dnnl *d, mm_entry *e, const mm_key *k) {
     dn_check(dnnl_memory_create(&e->a, &a, d->eng, DNNL_MEMORY_NONE), "memory");
     dn_check(dnnl_memory_create(&e->b, &b, d->eng, DNNL_MEMORY_NONE), "memory");
     dn_check(dnnl_memory_create(&e->c, &c, d->eng, DNNL_MEMORY_NONE), "memory");
-    if (k->has_bias) dn_check(dnnl_memory_create(&e->bias, &bias, d->eng, DNNL_MEMORY_NONE), "memory");
+    if (k->has_bias)
+        dn_check(dnnl_memory_create(&e->bias, &bias, d->eng, DNNL_MEMORY_NONE), "memory");
     e->key = *k;
     e->used = 1;
 }
 
-void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha,
-                   const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, void *C,
-                   int ldc, int c_f32, const uint16_t *bias) {
+void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                   int lda, const uint16_t *B, int ldb, float beta, void *C, int ldc, int c_f32,
+                   const uint16_t *bias) {
     mm_key k;
     memset(&k, 0, sizeof k); /* the key is compared bytewise */
     k.ta = ta, k.tb = tb, k.M = M, k.N = N, k.K = K, k.lda = lda, k.ldb = ldb, k.ldc = ldc;
@@ -169,7 +171,9 @@ void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha
     dn_check(dnnl_memory_set_data_handle(e->a, (void *)A), "set handle");
     dn_check(dnnl_memory_set_data_handle(e->b, (void *)B), "set handle");
     dn_check(dnnl_memory_set_data_handle(e->c, C), "set handle");
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a}, {DNNL_ARG_WEIGHTS, e->b}, {DNNL_ARG_DST, e->c},
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->a},
+                               {DNNL_ARG_WEIGHTS, e->b},
+                               {DNNL_ARG_DST, e->c},
                                {DNNL_ARG_BIAS, e->bias}};
     if (bias) dn_check(dnnl_memory_set_data_handle(e->bias, (void *)bias), "set handle");
     dn_check(dnnl_primitive_execute(e->prim, d->st, bias ? 4 : 3, args), "matmul");
@@ -191,9 +195,9 @@ void cpu_dnnl_free(cpu_dnnl *d) {
     (void)d;
 }
 
-void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha,
-                   const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, void *C,
-                   int ldc, int c_f32, const uint16_t *bias) {
+void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                   int lda, const uint16_t *B, int ldb, float beta, void *C, int ldc, int c_f32,
+                   const uint16_t *bias) {
     MS_CHECKF(0, "cpu bf16 gemm: this program was built without oneDNN");
 }
 
