@@ -98,6 +98,33 @@ static inline uint64_t double_bits(double d) {
     return b;
 }
 
+/* The series' coefficients, highest power first: 1/(2k+1) for k = 10..1
+ * (log), (-1)^k/(2k)! for k = 8..0 (cos), (-1)^k/(2k+1)! for k = 8..1 (sin). */
+static const double LOG_C[] = {0.047619047619047616, 0.05263157894736842, 0.058823529411764705,
+                               0.06666666666666667,  0.07692307692307693, 0.09090909090909091,
+                               0.1111111111111111,   0.14285714285714285, 0.2,
+                               0.3333333333333333};
+static const double COS_C[] = {4.779477332387385e-14,
+                               -1.1470745597729725e-11,
+                               2.08767569878681e-09,
+                               -2.755731922398589e-07,
+                               2.48015873015873e-05,
+                               -0.001388888888888889,
+                               0.041666666666666664,
+                               -0.5,
+                               1.0};
+static const double SIN_C[] = {
+    2.8114572543455206e-15, -7.647163731819816e-13, 1.6059043836821613e-10, -2.505210838544172e-08,
+    2.7557319223985893e-06, -0.0001984126984126984, 0.008333333333333333,   -0.16666666666666666};
+
+/* c[0] z^(n-1) + ... + c[n-1], by Horner's rule (a fixed order of roundings). */
+static inline double horner(double z, const double *c, int n) {
+    double p = c[0];
+    for (int i = 1; i < n; i++)
+        p = p * z + c[i];
+    return p;
+}
+
 /* log(n * 2^-53) for an integer n in [1, 2^53]: n = 2^e m with m in
  * [sqrt(1/2), sqrt(2)), log m = 2 atanh(s) with s = (m-1)/(m+1), |s| < 0.172,
  * summed to s^21 (the next term is below 2^-60 of the sum); e ln 2 in two
@@ -111,16 +138,7 @@ static inline double rng_log_u(uint64_t n) {
     m = big ? m * 0.5 : m;
     e = big ? e + 1 : e;
     double s = (m - 1.0) / (m + 1.0), z = s * s;
-    double p = 0.047619047619047616; /* 1/21 */
-    p = p * z + 0.05263157894736842;
-    p = p * z + 0.058823529411764705;
-    p = p * z + 0.06666666666666667;
-    p = p * z + 0.07692307692307693;
-    p = p * z + 0.09090909090909091;
-    p = p * z + 0.1111111111111111;
-    p = p * z + 0.14285714285714285;
-    p = p * z + 0.2;
-    p = p * z + 0.3333333333333333;
+    double p = horner(z, LOG_C, sizeof LOG_C / sizeof LOG_C[0]);
     double logm = 2.0 * s + 2.0 * s * (z * p);
     double de = (double)e;
     return de * LN2_HI + (de * LN2_LO + logm);
@@ -134,23 +152,8 @@ static inline double rng_cos_turn(uint64_t n) {
     uint64_t q = (n + (1ULL << 50)) >> 51;
     double r = (double)((int64_t)n - (int64_t)(q << 51)) * 0x1.0p-53;
     double t = r * 0x1.921fb54442d18p+2, z = t * t; /* 2 pi */
-    double c = 4.779477332387385e-14;
-    c = c * z - 1.1470745597729725e-11;
-    c = c * z + 2.08767569878681e-09;
-    c = c * z - 2.755731922398589e-07;
-    c = c * z + 2.48015873015873e-05;
-    c = c * z - 0.001388888888888889;
-    c = c * z + 0.041666666666666664;
-    c = c * z - 0.5;
-    c = c * z + 1.0;
-    double sn = 2.8114572543455206e-15;
-    sn = sn * z - 7.647163731819816e-13;
-    sn = sn * z + 1.6059043836821613e-10;
-    sn = sn * z - 2.505210838544172e-08;
-    sn = sn * z + 2.7557319223985893e-06;
-    sn = sn * z - 0.0001984126984126984;
-    sn = sn * z + 0.008333333333333333;
-    sn = sn * z - 0.16666666666666666;
+    double c = horner(z, COS_C, sizeof COS_C / sizeof COS_C[0]);
+    double sn = horner(z, SIN_C, sizeof SIN_C / sizeof SIN_C[0]);
     sn = t + t * (z * sn);
     /* cos(t + q pi/2) for q mod 4 = 0, 1, 2, 3: cos t, -sin t, -cos t, sin t */
     double v = (q & 1) ? sn : c;
