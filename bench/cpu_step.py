@@ -17,8 +17,14 @@ compiled for and the CPU has.
 With --cpu-dtype fp32,bf16 (the default) each case also runs megascale's
 bf16 mode (--cpu-dtype bf16: bf16 activations and GEMMs, fp32 master
 weights) against the same fp32 PyTorch run, where the CPU has AVX512-BF16.
+With --llmc DIR (or LLMC_DIR), a checkout of karpathy/llm.c that the user
+provides (megascale neither ships nor fetches it), each case also runs
+llm.c's CPU trainer: bench/llmc_step.c, built here against DIR/train_gpt2.c
+with llm.c's own flags (-Ofast -march=native -fopenmp), on a random model
+file in llm.c's format of the case's shape and the same tokens.
 usage: bench/cpu_step.py [--bin build/megascale] [--steps N] [--threads 2]
-                         [--cases d12:4:64,d6:8:256] [--cpu-dtype fp32,bf16]"""
+                         [--cases d12:4:64,d6:8:256] [--cpu-dtype fp32,bf16]
+                         [--llmc DIR]"""
 import argparse
 import json
 import os
@@ -40,6 +46,46 @@ def write_shard(path, n, vocab, seed=1):
     with open(path, "wb") as f:
         f.write(struct.pack("<256i", *header))
         f.write(struct.pack(f"<{n}H", *[rnd.randrange(vocab) for _ in range(n)]))
+
+
+def write_llmc_model(path, L, C, H, V=50257, Vp=50304, max_t=1024, seed=1):
+    """A model file in llm.c's format (gpt2_build_from_checkpoint: 256 int32
+    header words, then the fp32 tensors in its order) of the given shape:
+    layer-norm weights 1, biases 0, the rest N(0, 0.02)."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    header = np.zeros(256, np.int32)
+    header[:8] = [20240326, 3, max_t, V, L, H, C, Vp]
+    tensors = [((Vp, C), "n"), ((max_t, C), "n"), ((L, C), 1), ((L, C), 0), ((L, 3 * C, C), "n"),
+               ((L, 3 * C), 0), ((L, C, C), "n"), ((L, C), 0), ((L, C), 1), ((L, C), 0),
+               ((L, 4 * C, C), "n"), ((L, 4 * C), 0), ((L, C, 4 * C), "n"), ((L, C), 0),
+               ((C,), 1), ((C,), 0)]
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        for shape, init in tensors:
+            if init == "n":
+                a = rng.standard_normal(shape, dtype=np.float32) * np.float32(0.02)
+            else:
+                a = np.full(shape, init, np.float32)
+            f.write(a.tobytes())
+
+
+def build_llmc(src, out_dir):
+    """(path of bench/llmc_step built against the llm.c checkout src, None) or
+    (None, why not)."""
+    if not src:
+        return None, ("no llm.c checkout given (--llmc DIR or LLMC_DIR: a clone of "
+                      "karpathy/llm.c, built here with its own flags)")
+    if not os.path.isfile(os.path.join(src, "train_gpt2.c")):
+        return None, f"{src}/train_gpt2.c does not exist (--llmc names a checkout of llm.c)"
+    exe = os.path.join(out_dir, "llmc_step")
+    cc = os.environ.get("CC", "cc")
+    r = subprocess.run([cc, "-Ofast", "-march=native", "-fopenmp", "-DOMP", "-Wno-unused-result",
+                        "-I", src, os.path.join(HERE, "llmc_step.c"), "-o", exe, "-lm"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None, f"building llm.c's train_gpt2.c from {src} failed: {r.stderr.strip()[-400:]}"
+    return exe, None
 
 
 def measure(cmd, env, parse):
@@ -115,6 +161,9 @@ def main():
                     help="same: when megascale replaced OpenBLAS's own choice of kernels "
                          "(OPENBLAS_CORETYPE), PyTorch runs with the same kernels; own: with "
                          "what OpenBLAS picks by itself")
+    ap.add_argument("--llmc", default=os.environ.get("LLMC_DIR"),
+                    help="a checkout of karpathy/llm.c: each case also runs its CPU trainer "
+                         "(train_gpt2.c, built with -Ofast -march=native -fopenmp)")
     ap.add_argument("--cpu-dtype", default="fp32,bf16",
                     help="megascale's --cpu-dtype values to run, each against the same PyTorch "
                          "(fp32) run; bf16 is left out, with the reason, where the CPU lacks it")
@@ -131,6 +180,9 @@ def main():
         shard = os.path.join(d, "rand.bin")
         write_shard(shard, 1 << 20, 50257)
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads), MS_BENCH_DIR=d)
+        llmc, llmc_missing = build_llmc(a.llmc, d)
+        if llmc_missing:
+            print(f"llm.c column left out: {llmc_missing}")
         for case in a.cases.split(","):
             model, B, T = case.split(":")
             B, T = int(B), int(T)
@@ -144,6 +196,15 @@ def main():
             torch_ms, torch_rss = measure(torch_cmd, torch_env,
                                           lambda out: [json.loads(l)["ms"] for l in out.splitlines() if l.startswith("{")])
             tm = statistics.median(torch_ms[a.warmup:])
+            lm = lrss = None
+            if llmc:
+                model_file = os.path.join(d, "llmc_model.bin")
+                write_llmc_model(model_file, L, C, H)
+                llmc_ms, lrss = measure([llmc, model_file, shard, str(B), str(T), str(a.steps)], env,
+                                        lambda out: [json.loads(l)["ms"] for l in out.splitlines()
+                                                     if l.startswith("{")])
+                lm = statistics.median(llmc_ms[a.warmup:])
+                os.remove(model_file)
 
             def parse_ours(_):
                 lines = [json.loads(l) for l in open(metrics)]
@@ -165,7 +226,7 @@ def main():
                 opt = statistics.median(ours_opt[a.warmup + 1:] or [0])  # of the previous step
                 label = case if dt == "fp32" else f"{case} {dt}"
                 rows.append((label, om, B * T / om * 1e3, ours_rss, mfu, wait, tm,
-                             B * T / tm * 1e3, torch_rss, fpt * B * T, opt, params))
+                             B * T / tm * 1e3, torch_rss, fpt * B * T, opt, params, lm, lrss))
     gemm1, bw1 = machine_limits(a.bin, a.threads)
     gemm = max(gemm0, gemm1)
     kinds = {k: max(bw0[k], bw1[k]) for k in bw0}
@@ -182,19 +243,21 @@ def main():
                                      "the kernels OpenBLAS picks by itself (--torch-blas own)"))
     print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
           f"{'of sgemm':>8} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} {'torch ms':>9} "
-          f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}")
-    for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params in rows:
+          f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}"
+          + (f" {'llm.c ms':>9} {'llm.c RSS':>9} {'vs llm.c':>8}" if llmc else ""))
+    for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params, lm, lrss in rows:
         of_gemm = flops / (om / 1e3) / (gemm * 1e9)
         opt_bw = 36 * params / (opt / 1e3) / (bw * 1e9) if opt > 0 else 0
         print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
               f"{100 * of_gemm:7.1f}% {opt:7.1f} {100 * opt_bw:6.1f}% {wait:8.3f}% "
-              f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x")
+              f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x"
+              + (f" {lm:9.1f} {lrss:8.0f}M {lm / om:7.2f}x" if lm else ""))
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
           f"{a.threads} threads; case = model:B:T, and bf16: --cpu-dtype bf16 against the same "
           f"fp32 PyTorch run; MFU against the trainer's probed peak (a bf16 GEMM's in bf16); of "
           f"sgemm = the step's FLOPs / time / the fp32 sgemm rate above (bf16 GEMMs can exceed "
           f"it); opt bw = 36 B a parameter / the "
-          f"optimizer's time / the bandwidth above; "
+          f"optimizer's time / the bandwidth above; vs llm.c = llm.c's ms / ours; "
           f"data wait = time the step waited for its batch / step time)")
 
 
