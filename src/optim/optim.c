@@ -233,6 +233,15 @@ static ms_status shard_done(opt_state *o, int s) {
     return o->zero ? par_zero_gather_shard(o->zero, s) : MS_OK;
 }
 
+/* Where the update writes piece pc's act copy (the bf16 weights the ops
+ * read) in the same pass: without ZeRO, whose all-gather refreshes the copy
+ * instead, and where the copy is not the fp32 buffer itself. */
+static void *act_of(opt_state *o, const opt_piece *pc) {
+    char *act = gpt_params_act(o->m);
+    if (o->zero || act == (char *)gpt_params(o->m)) return NULL;
+    return act + pc->off * be_dtype_size(o->be->act_dtype);
+}
+
 /* LAMB: moments and directions piece by piece, per-tensor norms assembled
  * over the pieces (and ranks), then the trust-ratio steps. */
 static ms_status lamb_all(opt_state *o, float lr, float gscale, int t) {
@@ -259,8 +268,8 @@ static ms_status lamb_all(opt_state *o, float lr, float gscale, int t) {
             const opt_piece *pc = &o->pieces[i];
             double wn = sqrt(o->norms[2 * pc->tensor]), un = sqrt(o->norms[2 * pc->tensor + 1]);
             double ratio = (wn > 0 && un > 0) ? wn / un : 1.0;
-            be->lamb_apply(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off, pc->n,
-                           (float)(lr * ratio));
+            be->lamb_apply(be, gpt_params(o->m) + pc->off, act_of(o, pc), gpt_grads(o->m) + pc->off,
+                           pc->n, (float)(lr * ratio));
         }
         MS_TRY(shard_done(o, s));
     }
@@ -275,7 +284,7 @@ static ms_status adamw_all(opt_state *o, float lr, float gscale, int t) {
         for (int i = o->shard_first[s]; i < o->shard_first[s + 1]; i++) {
             const opt_piece *pc = &o->pieces[i];
             float wd = gpt_tensor(o->m, pc->tensor)->decay ? c->weight_decay : 0.0f;
-            be->adamw_step(be, gpt_params(o->m) + pc->off, NULL, gpt_grads(o->m) + pc->off,
+            be->adamw_step(be, gpt_params(o->m) + pc->off, act_of(o, pc), gpt_grads(o->m) + pc->off,
                            o->mom + pc->state, o->var + pc->state, pc->n, lr, c->beta1, c->beta2,
                            c->eps, wd, t, gscale);
         }
@@ -305,6 +314,6 @@ ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
         MS_TRY(adamw_all(o, lr, stats->clip_scale, t));
     for (int i = 0; i < o->n_gaps; i++) /* the updates consumed the rest */
         o->be->zero(o->be, gpt_grads(o->m) + o->gaps[i].off, o->gaps[i].n * sizeof(float));
-    if (!o->zero) gpt_params_updated(o->m);
+    /* the act copy: written by the updates (act_of), or by ZeRO's gathers */
     return MS_OK;
 }
