@@ -47,8 +47,8 @@ int gpt_num_tensors(const gpt_model *m) {
 float *gpt_params(gpt_model *m) {
     UNREACHED("gpt_params");
 }
-void gpt_params_updated(gpt_model *m) {
-    UNREACHED("gpt_params_updated");
+void *gpt_params_act(gpt_model *m) {
+    UNREACHED("gpt_params_act");
 }
 const gpt_param *gpt_tensor(const gpt_model *m, int i) {
     UNREACHED("gpt_tensor");
