@@ -88,6 +88,12 @@ def build_llmc(src, out_dir):
     return exe, None
 
 
+def json_ms(out):
+    """The "ms" of each JSON line a peer prints, one a step (torch_gpt_step.py,
+    llmc_step.c)."""
+    return [json.loads(l)["ms"] for l in out.splitlines() if l.startswith("{")]
+
+
 def measure(cmd, env, parse):
     """Run cmd as a child, return (ms list, peak RSS MB)."""
     import resource
@@ -193,16 +199,14 @@ def main():
             torch_env = dict(env)
             if a.torch_blas == "same" and chosen and core:
                 torch_env["OPENBLAS_CORETYPE"] = core
-            torch_ms, torch_rss = measure(torch_cmd, torch_env,
-                                          lambda out: [json.loads(l)["ms"] for l in out.splitlines() if l.startswith("{")])
+            torch_ms, torch_rss = measure(torch_cmd, torch_env, json_ms)
             tm = statistics.median(torch_ms[a.warmup:])
             lm = lrss = None
             if llmc:
                 model_file = os.path.join(d, "llmc_model.bin")
                 write_llmc_model(model_file, L, C, H)
                 llmc_ms, lrss = measure([llmc, model_file, shard, str(B), str(T), str(a.steps)], env,
-                                        lambda out: [json.loads(l)["ms"] for l in out.splitlines()
-                                                     if l.startswith("{")])
+                                        json_ms)
                 lm = statistics.median(llmc_ms[a.warmup:])
                 os.remove(model_file)
 
