@@ -151,9 +151,10 @@ def isa_line(binary):
     parts = ver.split("; ")
     built = next((p for p in parts if p.startswith("compiled for")), ver)
     blas = next((p for p in parts if p.startswith("OpenBLAS core")), "")
+    gemm = next((p for p in parts if p.startswith("fp32 GEMMs")), "")
     core = blas.split()[2] if blas else None
-    return (f"{built}; the CPU has {cpu}; {blas or 'OpenBLAS core unknown'}", core,
-            "set by megascale" in blas)
+    return (f"{built}; the CPU has {cpu}; {gemm + '; ' if gemm else ''}"
+            f"{blas or 'OpenBLAS core unknown'}", core, "set by megascale" in blas)
 
 
 def main():

@@ -5,6 +5,10 @@ ms_c_test(test_cpu_ops SOURCES unit/test_cpu_ops.c LABELS unit)
 # where it computes in fp32 and rounds once, bf16 tolerances for the GEMMs
 # and the classifier; skipped with the reason without oneDNN or AVX512-BF16.
 ms_c_test(test_cpu_bf16 SOURCES unit/test_cpu_bf16.c LABELS unit)
+# The own fp32 GEMM (cpu_sgemm.c) against float64, and its bits under row,
+# column and thread splits; skipped with the reason without full-width
+# AVX-512.
+ms_c_test(test_cpu_sgemm SOURCES unit/test_cpu_sgemm.c LABELS unit)
 
 # ops_dump writes every op's inputs and outputs for test_ops.py to check.
 add_executable(ops_dump torch/ops_dump.c)
@@ -16,3 +20,8 @@ ms_script_test(torch_ops
 # Ops for tensor parallelism (vocabulary slices, bias add) against the
 # whole-vocabulary ops.
 ms_c_test(test_cpu_tp_ops SOURCES unit/test_cpu_tp_ops.c LABELS unit)
+
+# bench/cpu_gemm.c's measuring program (not a test): the own fp32 GEMM
+# against OpenBLAS at a step's shapes.
+add_executable(bench_cpu_gemm ${CMAKE_SOURCE_DIR}/bench/cpu_gemm.c)
+target_link_libraries(bench_cpu_gemm PRIVATE mscore)

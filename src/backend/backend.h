@@ -304,6 +304,23 @@ void be_cpu_blas_set_origin(const char *origin);
 /* "OpenBLAS core SkylakeX (origin)" into buf, for start-up lines; buf. */
 const char *be_cpu_blas_describe(char *buf, size_t n);
 
+/* The CPU backend's fp32 GEMMs run on megascale's own kernel
+ * (src/backend/cpu/cpu_sgemm.c) where the CPU has full-width AVX-512
+ * (be_cpu_sgemm_runs_here), else on OpenBLAS.  The environment variable
+ * MS_CPU_GEMM, read into the run context (ms_ctx.cpu_gemm), chooses: "auto"
+ * (unset: the default), "own" or "openblas".  be_cpu_gemm_pick sets *own,
+ * or fails with MS_ERR_ARG naming the variable (an unknown value; "own"
+ * where the CPU cannot run it). */
+int be_cpu_sgemm_runs_here(void);
+ms_status be_cpu_gemm_pick(int *own);
+/* "fp32 GEMMs: own AVX-512 kernel" (or OpenBLAS, and why) into buf; buf. */
+const char *be_cpu_gemm_describe(char *buf, size_t n);
+/* This CPU backend's fp32 GEMMs: 1 on the own kernel, 0 on OpenBLAS. */
+int be_cpu_gemm_own(const be_backend *be);
+/* Switch them (tests; the peak probe tries both); MS_ERR_ARG where the own
+ * kernel cannot run here, MS_ERR_NOMEM without its buffers. */
+ms_status be_cpu_gemm_set(be_backend *be, int own);
+
 /* Create the CUDA backend on GPU `device` (< 0: the process's local MPI
  * rank modulo the number of GPUs, so ranks sharing a node share its GPUs);
  * o NULL: be_options_default().  Built when the CUDA toolkit was found

@@ -1,6 +1,7 @@
 /* ctx.c - the process-level run context. */
 #include "base/ctx.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,8 @@ void ms_ctx_init(void) {
     g_ctx.local_rank = env_int(lrank, 0);
     int slurm = slurm_local_size();
     g_ctx.local_size = env_int(lsize, slurm > 0 ? slurm : 1);
+    const char *gm = getenv("MS_CPU_GEMM");
+    snprintf(g_ctx.cpu_gemm, sizeof g_ctx.cpu_gemm, "%s", gm ? gm : "");
     const char *lv = getenv("MS_LOG_LEVEL");
     if (lv) {
         if (!strcmp(lv, "debug"))

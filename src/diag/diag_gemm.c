@@ -122,8 +122,13 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
         diag_detail(r, "speed: could not allocate the %d^3 product on %s", sn, be->name);
         return;
     }
-    char blas[320];
-    const char *kernels = strcmp(be->name, "cpu") ? NULL : be_cpu_blas_describe(blas, sizeof blas);
+    char blas[320], gemm[256], both[600];
+    const char *kernels = NULL;
+    if (!strcmp(be->name, "cpu")) {
+        snprintf(both, sizeof both, "%s; %s", be_cpu_gemm_describe(gemm, sizeof gemm),
+                 be_cpu_blas_describe(blas, sizeof blas));
+        kernels = both;
+    }
     diag_detail(r, "speed %.4g GFLOP/s at %d^3%s%s%s", r->value, sn, kernels ? " (" : "",
                 kernels ? kernels : "", kernels ? ")" : "");
     diag_hist_key k = {"gemm", "GFLOP/s", be->name, sn, ms_ctx_get()->local_rank};

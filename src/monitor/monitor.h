@@ -19,12 +19,13 @@
 
 /* Measure the backend's GEMM throughput (FLOP/s) in its act dtype (fp32 on
  * the CPU, bf16 on CUDA) with a short probe (a few square products of size
- * n on random inputs, best time). */
+ * n on random inputs, best time).  On a CPU whose fp32 GEMMs run on the own
+ * kernel, OpenBLAS's is probed too and the better of the two counts. */
 double mon_probe_peak_flops(be_backend *be, int n, int reps);
 
 typedef struct {
     double flops;      /* per device (rank), FLOP/s */
-    char source[160];  /* where it came from, for the start-up line */
+    char source[256];  /* where it came from, for the start-up line */
     int from_probe;    /* mon_peak_reprobe may raise it */
     int probes;        /* probes taken */
     int raised;        /* mon_peak_mfu raised it to an achieved rate */

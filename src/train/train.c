@@ -366,6 +366,9 @@ static char *config_json(const trainer *t) {
     if (!strcmp(t->be->name, "cpu")) {
         char blas[320];
         cJSON_AddStringToObject(o, "cpu_blas", be_cpu_blas_describe(blas, sizeof blas));
+        cJSON_AddStringToObject(o, "cpu_gemm", t->be->act_dtype == BE_BF16 ? "onednn-bf16"
+                                               : be_cpu_gemm_own(t->be) ? "own"
+                                                                        : "openblas");
     }
     cJSON_AddNumberToObject(o, "peak_flops", t->peak.flops);
     cJSON_AddStringToObject(o, "peak_source", t->peak.source);
@@ -575,9 +578,15 @@ static void print_layout(const trainer *t) {
     ms_info("params: %.2fM (%.1f MB fp32); activations %.1f MB; flops/token %.3g",
             (double)gpt_config_num_params(c) / 1e6, (double)gpt_num_elements(t->model) * 4 / 1e6,
             (double)gpt_activation_bytes(t->model) / 1e6, t->flops_per_token);
-    char blas[320];
-    const char *kernels =
-        strcmp(t->be->name, "cpu") ? NULL : be_cpu_blas_describe(blas, sizeof blas);
+    char blas[320], gemm[256], both[600];
+    const char *kernels = NULL;
+    if (!strcmp(t->be->name, "cpu")) {
+        kernels = be_cpu_blas_describe(blas, sizeof blas);
+        if (t->be->act_dtype == BE_F32) { /* the bf16 mode's GEMMs are oneDNN's */
+            snprintf(both, sizeof both, "%s; %s", be_cpu_gemm_describe(gemm, sizeof gemm), blas);
+            kernels = both;
+        }
+    }
     const char *bf16 = kernels && t->be->act_dtype == BE_BF16
                            ? ", bf16 (--cpu-dtype bf16: oneDNN's bf16 GEMMs)"
                            : "";

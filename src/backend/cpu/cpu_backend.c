@@ -201,6 +201,7 @@ static void cpu_destroy(be_backend *be) {
             ms_free_aligned(c->x[k]);
         ms_free_aligned(c->wb);
         ms_free_aligned(c->cls16);
+        cpu_sgemm_scratch_free(&c->sg);
         cpu_dnnl_free(c->dnnl);
         free(c);
     }
@@ -350,6 +351,8 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
     if (threads < 0)
         return ms_error(MS_ERR_ARG, "cpu backend: threads must be >= 0, got %d", threads);
     if (threads == 0) threads = omp_get_max_threads();
+    int own;
+    MS_TRY(be_cpu_gemm_pick(&own));
     be_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
     double *dpart = ms_alloc_aligned((size_t)threads * 16 * sizeof(double));
@@ -369,6 +372,11 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
     be->threads = threads;
     be->ctx = c;
     cpu_fill_table(be);
+    ms_status gst = own ? be_cpu_gemm_set(be, 1) : MS_OK;
+    if (gst != MS_OK) {
+        cpu_destroy(be);
+        return gst;
+    }
     if (dt == BE_BF16) {
         ms_status st = cpu_dnnl_create(&c->dnnl);
         if (st != MS_OK) {
@@ -379,6 +387,23 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
     }
     cpu_blas_threads(c);
     *out = be;
+    return MS_OK;
+}
+
+int be_cpu_gemm_own(const be_backend *be) {
+    return be && be->destroy == cpu_destroy && ((const cpu_ctx *)be->ctx)->gemm_own;
+}
+
+ms_status be_cpu_gemm_set(be_backend *be, int own) {
+    MS_CHECKF(be && be->destroy == cpu_destroy, "be_cpu_gemm_set: not a CPU backend");
+    cpu_ctx *c = cpu_ctx_of(be);
+    if (own && !be_cpu_sgemm_runs_here())
+        return ms_error(MS_ERR_ARG, "cpu backend: the own fp32 GEMM needs a CPU with full-width "
+                                    "AVX-512; this one has none");
+#if CPU_SGEMM_OWN
+    if (own && c->sg.threads < c->threads) MS_TRY(cpu_sgemm_scratch_init(&c->sg, c->threads));
+#endif
+    c->gemm_own = own;
     return MS_OK;
 }
 

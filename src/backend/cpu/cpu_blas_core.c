@@ -14,6 +14,7 @@
 #include <strings.h>
 
 #include "backend/backend.h"
+#include "base/ctx.h"
 
 /* OpenBLAS's own (cblas.h of its flavours; declared here so that any
  * cblas.h the build finds will do). */
@@ -104,4 +105,50 @@ const char *be_cpu_blas_core_suggest(void) {
 #else
     return NULL;
 #endif
+}
+
+int be_cpu_sgemm_runs_here(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+           __builtin_cpu_supports("fma") && !avx512_split();
+#else
+    return 0;
+#endif
+}
+
+ms_status be_cpu_gemm_pick(int *own) {
+    const char *v = ms_ctx_get()->cpu_gemm;
+    int here = be_cpu_sgemm_runs_here();
+    *own = 0;
+    if (!*v || !strcmp(v, "auto")) {
+        *own = here;
+        return MS_OK;
+    }
+    if (!strcmp(v, "openblas")) return MS_OK;
+    if (strcmp(v, "own"))
+        return ms_error(MS_ERR_ARG, "MS_CPU_GEMM=%s: expected auto, own or openblas", v);
+    if (!here)
+        return ms_error(MS_ERR_ARG,
+                        "MS_CPU_GEMM=own: the own fp32 GEMM needs a CPU with full-width "
+                        "AVX-512 (and an x86-64 build); this one has none; use auto or openblas");
+    *own = 1;
+    return MS_OK;
+}
+
+const char *be_cpu_gemm_describe(char *buf, size_t n) {
+    int own;
+    if (be_cpu_gemm_pick(&own) != MS_OK) {
+        snprintf(buf, n, "fp32 GEMMs: %s", ms_errmsg());
+        return buf;
+    }
+    const char *v = ms_ctx_get()->cpu_gemm;
+    int set = *v && strcmp(v, "auto");
+    if (own)
+        snprintf(buf, n, "fp32 GEMMs: own AVX-512 kernel%s", set ? " (MS_CPU_GEMM=own)" : "");
+    else
+        snprintf(buf, n, "fp32 GEMMs: OpenBLAS (%s)",
+                 set ? "MS_CPU_GEMM=openblas"
+                     : "the own kernel needs full-width AVX-512");
+    return buf;
 }

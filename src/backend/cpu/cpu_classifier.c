@@ -13,8 +13,6 @@
 #include <math.h>
 #include <omp.h>
 
-#include <cblas.h>
-
 #include "backend/cpu/cpu_internal.h"
 
 /* One row of logits l (V) in place: returns the loss; if grad, l becomes
@@ -67,9 +65,7 @@ void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte
     for (int r0 = 0; r0 < N; r0 += (int)R) {
         int rb = N - r0 < (int)R ? N - r0 : (int)R;
         const float *xc = xs + (size_t)r0 * C;
-        cpu_blas_threads(cx);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rb, V, C, 1.0f, xc, C, w, C, 0.0f, L,
-                    V);
+        cpu_sgemm(cx, 0, 1, rb, V, C, 1.0f, xc, C, w, C, 0.0f, L, V);
 #pragma omp parallel for schedule(static) num_threads(cx->threads)
         for (int i = 0; i < rb; i++) {
             int tgt = targets[r0 + i];
@@ -78,9 +74,7 @@ void cpu_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dwte
             losses[r0 + i] = cpu_cls_row(L + (size_t)i * V, V, tgt, grad, dloss);
         }
         if (!grad) continue;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rb, C, V, 1.0f, L, V, w, C, 0.0f,
-                    dxs + (size_t)r0 * C, C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rb, 1.0f, L, V, xc, C, 1.0f,
-                    dwte, C);
+        cpu_sgemm(cx, 0, 0, rb, C, V, 1.0f, L, V, w, C, 0.0f, dxs + (size_t)r0 * C, C);
+        cpu_sgemm(cx, 1, 0, V, C, rb, 1.0f, L, V, xc, C, 1.0f, dwte, C);
     }
 }

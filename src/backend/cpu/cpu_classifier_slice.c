@@ -16,7 +16,6 @@
 #include <omp.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "backend/cpu/cpu_internal.h"
 
@@ -42,9 +41,7 @@ void cpu_classifier_slice_stats(be_backend *be, float *stats, void *logits, cons
     MS_CHECKF(R >= 0 && Vs >= 0 && v0 >= 0, "classifier slice: bad R=%d Vs=%d v0=%d", R, Vs, v0);
     float *L = logits;
     if (Vs > 0 && R > 0) {
-        cpu_blas_threads(cx);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, R, Vs, C, 1.0f, x, C, wte, C, 0.0f, L,
-                    Vs);
+        cpu_sgemm(cx, 0, 1, R, Vs, C, 1.0f, x, C, wte, C, 0.0f, L, Vs);
     }
 #pragma omp parallel for schedule(static) num_threads(cx->threads)
     for (int i = 0; i < R; i++) {
@@ -112,9 +109,6 @@ void cpu_classifier_slice_finish(be_backend *be, float *losses, void *dx, float 
         memset(dx, 0, (size_t)R * C * sizeof(float));
         return;
     }
-    cpu_blas_threads(cx);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, R, C, Vs, 1.0f, L, Vs, wte, C, 0.0f, dx,
-                C);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, Vs, C, R, 1.0f, L, Vs, x, C, 1.0f, dwte,
-                C);
+    cpu_sgemm(cx, 0, 0, R, C, Vs, 1.0f, L, Vs, wte, C, 0.0f, dx, C);
+    cpu_sgemm(cx, 1, 0, Vs, C, R, 1.0f, L, Vs, x, C, 1.0f, dwte, C);
 }

@@ -1,13 +1,53 @@
-/* cpu_gemm.c - matrix multiply (OpenBLAS sgemm) with bias / GeLU epilogues,
- * and the bias gradient. */
+/* cpu_gemm.c - matrix multiply (the own AVX-512 kernel of cpu_sgemm.c, or
+ * OpenBLAS's sgemm) with bias / GeLU epilogues, and the bias gradient. */
 #include <omp.h>
 
 #include <cblas.h>
 
 #include "backend/cpu/cpu_internal.h"
+#include "base/arena.h"
 
 /* Columns per block in bias_bwd: one thread sums a block over all rows. */
 #define CPU_BIAS_BLOCK 64
+
+ms_status cpu_sgemm_scratch_init(cpu_sgemm_scratch *s, int threads) {
+    size_t panels = (CPU_SGEMM_NC + 47) / 48;
+    if (panels < (size_t)threads) panels = (size_t)threads; /* few_rows: one a thread */
+    cpu_sgemm_scratch n = {.threads = threads,
+                           .b = ms_alloc_aligned(panels * 48 * CPU_SGEMM_KC * sizeof(float)),
+                           .at = ms_alloc_aligned((size_t)(CPU_SGEMM_MT + 8) * CPU_SGEMM_KC *
+                                                  sizeof(float)),
+                           .a = ms_alloc_aligned((size_t)threads * CPU_SGEMM_A_FLOATS *
+                                                 sizeof(float))};
+    if (!n.b || !n.at || !n.a) {
+        cpu_sgemm_scratch_free(&n);
+        return ms_error(MS_ERR_NOMEM, "cpu backend: out of memory for the GEMM's packing buffers "
+                                      "(%d threads)", threads);
+    }
+    cpu_sgemm_scratch_free(s);
+    *s = n;
+    return MS_OK;
+}
+
+void cpu_sgemm_scratch_free(cpu_sgemm_scratch *s) {
+    ms_free_aligned(s->b);
+    ms_free_aligned(s->at);
+    ms_free_aligned(s->a);
+    *s = (cpu_sgemm_scratch){0};
+}
+
+void cpu_sgemm(cpu_ctx *c, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+#if CPU_SGEMM_OWN
+    if (c->gemm_own) {
+        cpu_sgemm_own(&c->sg, c->threads, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+#endif
+    cpu_blas_threads(c);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 /* C (M,N) = alpha op(A) op(B) + beta C [+ bias (N)], or with BE_EPI_GELU
  * pre (M,N) = alpha op(A) op(B) + bias, C = gelu(pre).  op(A) (M,K) from A
@@ -23,9 +63,7 @@ void cpu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, 
         MS_CHECKF(pre != NULL && beta == 0.0f, "gemm: the GeLU epilogue needs pre and beta 0");
         dst = pre;
     }
-    cpu_blas_threads(cx);
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
-                K, alpha, A, lda, Bm, ldb, beta, dst, ldc);
+    cpu_sgemm(cx, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, beta, dst, ldc);
     const float *bs = bias;
     float *out = C;
     if (epi == BE_EPI_GELU) {

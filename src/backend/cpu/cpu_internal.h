@@ -36,6 +36,31 @@
 
 #define CPU_EV_POOL 1024 /* device timer handles (be->ev_record) */
 
+/* The own fp32 GEMM (cpu_sgemm.c): built on x86-64 with GCC or Clang, run
+ * where the CPU has full-width AVX-512 (be_cpu_sgemm_runs_here).  Blocks:
+ * KC rows of op(B) a panel (fixed: the order of every sum depends on it and
+ * on K only); with more rows than MC (MT when op(A) is transposed) the
+ * threads pack NC columns of op(B) at a time and take MC rows of op(A) a
+ * block (docs/perf.md measures the choices). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define CPU_SGEMM_OWN 1
+#else
+#define CPU_SGEMM_OWN 0
+#endif
+#define CPU_SGEMM_KC 384
+#define CPU_SGEMM_NC 3072
+#define CPU_SGEMM_MC 512
+#define CPU_SGEMM_MT 1024
+/* per-thread floats of packed op(A): a block of MC rows and one more strip */
+#define CPU_SGEMM_A_FLOATS ((size_t)(CPU_SGEMM_MC + 8) * CPU_SGEMM_KC)
+
+typedef struct {
+    int threads; /* the most threads the buffers serve */
+    float *b;    /* op(B): NC columns of panels (shared), or one panel a thread */
+    float *at;   /* op(A) transposed, up to MT rows packed once, shared */
+    float *a;    /* per thread: threads x A_FLOATS */
+} cpu_sgemm_scratch;
+
 /* oneDNN's matmul for the bf16 mode (cpu_dnnl.c) */
 typedef struct cpu_dnnl cpu_dnnl;
 
@@ -65,6 +90,9 @@ typedef struct {
     uint16_t *cls16;    /* dlogits of a classifier chunk in bf16: cls_floats */
     size_t cls16_n;
     void *profile;    /* cpu_profile.c's state with --cpu-profile, else NULL */
+    /* fp32 GEMMs: 1 = the own kernel (cpu_sgemm.c, scratch sg), 0 = OpenBLAS */
+    int gemm_own;
+    cpu_sgemm_scratch sg;
     /* device timers: ops run synchronously, so a timestamp is the host clock */
     int64_t ev_t[CPU_EV_POOL];
     int ev_free[CPU_EV_POOL], ev_nfree;
@@ -160,6 +188,21 @@ static inline float cpu_gelu_grad(float x) {
 /* Make sure OpenBLAS (OpenMP flavour) uses the backend's thread count in
  * calls made from outside our parallel regions. */
 void cpu_blas_threads(const cpu_ctx *c);
+
+/* The fp32 GEMM every op but attention's small products calls, with
+ * cblas_sgemm's row-major arguments: the own kernel when c->gemm_own, else
+ * OpenBLAS.  C (M,N) = alpha op(A) op(B) + beta C; C is not read when beta
+ * is 0. */
+void cpu_sgemm(cpu_ctx *c, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+               int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* cpu_sgemm.c: the own kernel (CPU_SGEMM_OWN builds only); s sized for at
+ * least `threads` threads (cpu_sgemm_scratch_init). */
+void cpu_sgemm_own(cpu_sgemm_scratch *s, int threads, int ta, int tb, int M, int N, int K,
+                   float alpha, const float *A, int lda, const float *B, int ldb, float beta,
+                   float *C, int ldc);
+ms_status cpu_sgemm_scratch_init(cpu_sgemm_scratch *s, int threads);
+void cpu_sgemm_scratch_free(cpu_sgemm_scratch *s);
 
 /* Test hook: cap the rows of one classifier chunk (0 = no cap), so tests
  * can run several chunks on small shapes. */

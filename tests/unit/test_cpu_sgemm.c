@@ -1,0 +1,206 @@
+/* test_cpu_sgemm.c - the CPU backend's own fp32 GEMM (cpu_sgemm.c), through
+ * be->gemm with be_cpu_gemm_set:
+ *   - against a float64 reference, for the four layouts, shapes on and off
+ *     the kernel's blocks (8 rows, 48 columns, 384 of K; few and many rows),
+ *     row strides above the minimum, alpha and beta (beta 0 on a C full of
+ *     NaN, which must not be read), K = 0;
+ *   - the same bits whatever the split: a GEMM computed as chunks of rows,
+ *     chunks of columns, with 1, 2 or 3 threads, equals the whole one;
+ *   - MS_CPU_GEMM (the run context's cpu_gemm): auto, own, openblas, a bad
+ *     value.
+ * Skipped (77) with the reason where the CPU cannot run the kernel. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "base/ctx.h"
+#include "base/rng.h"
+#include "base/status.h"
+#include "check.h"
+
+/* MS_CPU_GEMM as main() would have read it into the run context */
+static void set_gemm(const char *v) {
+    snprintf(ms_ctx_mut()->cpu_gemm, sizeof ms_ctx_mut()->cpu_gemm, "%s", v);
+}
+
+static float *rnd(size_t n, uint64_t seed) {
+    float *p = malloc(n * sizeof(float) + 64);
+    MS_CHECK(p != NULL);
+    for (size_t i = 0; i < n; i++)
+        p[i] = ms_rng_uniform(seed, 3, i) - 0.5f;
+    return p;
+}
+
+/* op(X)(r, c) of a row-major X with row stride ld, transposed if t. */
+static float at(const float *X, int ld, int t, int r, int c) {
+    return t ? X[(size_t)c * ld + r] : X[(size_t)r * ld + c];
+}
+
+/* One GEMM on the own kernel against float64: max |err| / (sum |a b| + |beta c|). */
+static double check_one(be_backend *be, int ta, int tb, int M, int N, int K, float alpha,
+                        float beta, int pad) {
+    int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
+           nc = (size_t)M * ldc;
+    float *A = rnd(na ? na : 1, 11), *B = rnd(nb ? nb : 1, 12), *C = rnd(nc, 13),
+          *C0 = malloc(nc * sizeof(float));
+    if (beta == 0.0f)
+        for (size_t i = 0; i < nc; i++)
+            C[i] = NAN;
+    memcpy(C0, C, nc * sizeof(float));
+    be->gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, NULL, BE_EPI_NONE,
+             NULL);
+    double worst = 0;
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < K; k++) {
+                double p = (double)at(A, lda, ta, i, k) * at(B, ldb, tb, k, j);
+                s += p, mag += fabs(p);
+            }
+            double c0 = C0[(size_t)i * ldc + j], ref = alpha * s;
+            if (beta != 0.0f) ref += beta * c0, mag += fabs(beta * c0);
+            mag = fabs(alpha) * mag + 1e-30;
+            double got = C[(size_t)i * ldc + j], e = fabs(got - ref) / mag;
+            if (!(e <= worst)) worst = e; /* NaN too */
+        }
+    /* the padding between rows is never written */
+    int pad_ok = 1;
+    for (int i = 0; i < M && pad; i++)
+        for (int j = N; j < ldc; j++)
+            if (memcmp(&C[(size_t)i * ldc + j], &C0[(size_t)i * ldc + j], sizeof(float)))
+                pad_ok = 0;
+    T_OK(pad_ok);
+    free(A), free(B), free(C), free(C0);
+    return worst;
+}
+
+static void test_against_reference(be_backend *be) {
+    static const int Ms[] = {1, 7, 8, 9, 50, 256, 515, 1031}, Ns[] = {1, 16, 47, 48, 49, 100},
+                     Ks[] = {0, 1, 5, 383, 384, 385, 800};
+    double worst = 0;
+    int n = 0;
+    for (int l = 0; l < 4; l++)
+        for (size_t a = 0; a < sizeof Ms / sizeof *Ms; a++)
+            for (size_t b = 0; b < sizeof Ns / sizeof *Ns; b++)
+                for (size_t c = 0; c < sizeof Ks / sizeof *Ks; c++) {
+                    int M = Ms[a], N = Ns[b], K = Ks[c];
+                    if ((double)M * N * K > 2e7) continue; /* the float64 loop's time */
+                    float alpha = (a + b) % 3 == 2 ? 0.5f : 1.0f;
+                    float beta = c % 3 == 0 ? 0.0f : (c % 3 == 1 ? 1.0f : 0.25f);
+                    double e = check_one(be, l >> 1, l & 1, M, N, K, alpha, beta, (int)(b % 2) * 3);
+                    if (!(e <= 2e-6)) {
+                        fprintf(stderr, "  %s%s M=%d N=%d K=%d alpha=%g beta=%g: error %.3g\n",
+                                l >> 1 ? "T" : "N", l & 1 ? "T" : "N", M, N, K, alpha, beta, e);
+                    }
+                    if (!(e <= worst)) worst = e;
+                    n++;
+                }
+    printf("own sgemm: %d products, worst error %.3g of sum |a b|\n", n, worst);
+    T_OK(worst <= 2e-6);
+}
+
+/* C of one GEMM computed whole, by row chunks, by column chunks. */
+static void test_split_bits(be_backend *be1, be_backend *be2, be_backend *be3) {
+    static const int shapes[][3] = {{256, 200, 800}, {1100, 96, 400}, {40, 1000, 384}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int l = 0; l < 4; l++) {
+            int ta = l >> 1, tb = l & 1, M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            int lda = ta ? M : K, ldb = tb ? K : N;
+            float *A = rnd((size_t)M * K, 21), *B = rnd((size_t)K * N, 22);
+            float *C0 = rnd((size_t)M * N, 23);
+            size_t bytes = (size_t)M * N * sizeof(float);
+            float *W = malloc(bytes), *R = malloc(bytes), *Q = malloc(bytes), *T = malloc(bytes);
+            memcpy(W, C0, bytes), memcpy(R, C0, bytes), memcpy(Q, C0, bytes), memcpy(T, C0, bytes);
+            be2->gemm(be2, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, W, N, 0, NULL,
+                      BE_EPI_NONE, NULL);
+            /* rows in uneven chunks (few-rows and many-rows paths alike) */
+            static const int rcut[] = {0, 3, 17, 600, 1 << 30};
+            for (int r = 0; r + 1 < 5 && rcut[r] < M; r++) {
+                int r0 = rcut[r], r1 = rcut[r + 1] < M ? rcut[r + 1] : M;
+                const float *Ar = ta ? A + r0 : A + (size_t)r0 * lda;
+                be2->gemm(be2, ta, tb, r1 - r0, N, K, 1.0f, Ar, lda, B, ldb, 1.0f,
+                          R + (size_t)r0 * N, N, 0, NULL, BE_EPI_NONE, NULL);
+            }
+            /* columns in uneven chunks */
+            static const int ccut[] = {0, 5, 53, 150, 1 << 30};
+            for (int c = 0; c + 1 < 5 && ccut[c] < N; c++) {
+                int c0 = ccut[c], c1 = ccut[c + 1] < N ? ccut[c + 1] : N;
+                const float *Bc = tb ? B + (size_t)c0 * ldb : B + c0;
+                be3->gemm(be3, ta, tb, M, c1 - c0, K, 1.0f, A, lda, Bc, ldb, 1.0f, Q + c0, N, 0,
+                          NULL, BE_EPI_NONE, NULL);
+            }
+            be1->gemm(be1, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, T, N, 0, NULL,
+                      BE_EPI_NONE, NULL);
+            int rows = !memcmp(W, R, bytes), cols = !memcmp(W, Q, bytes),
+                thr = !memcmp(W, T, bytes);
+            if (!rows || !cols || !thr)
+                fprintf(stderr, "  %s%s %dx%dx%d: rows %d cols %d threads %d\n", ta ? "T" : "N",
+                        tb ? "T" : "N", M, N, K, rows, cols, thr);
+            T_OK(rows);
+            T_OK(cols);
+            T_OK(thr);
+            free(A), free(B), free(C0), free(W), free(R), free(Q), free(T);
+        }
+}
+
+static void test_env_choice(void) {
+    int own = -1;
+    set_gemm("own");
+    T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
+    T_EQ_INT(own, 1);
+    set_gemm("openblas");
+    T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
+    T_EQ_INT(own, 0);
+    char buf[256];
+    T_STR_CONTAINS(be_cpu_gemm_describe(buf, sizeof buf), "OpenBLAS (MS_CPU_GEMM=openblas)");
+    be_backend *be = NULL;
+    T_EQ_INT(be_cpu_create(&be, 2), MS_OK);
+    T_EQ_INT(be_cpu_gemm_own(be), 0);
+    be_destroy(be);
+    set_gemm("fast");
+    T_EQ_INT(be_cpu_gemm_pick(&own), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "MS_CPU_GEMM=fast: expected auto, own or openblas");
+    be = NULL;
+    T_EQ_INT(be_cpu_create(&be, 2), MS_ERR_ARG);
+    T_OK(be == NULL);
+    set_gemm("");
+    T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
+    T_EQ_INT(own, 1);
+    T_STR_CONTAINS(be_cpu_gemm_describe(buf, sizeof buf), "fp32 GEMMs: own AVX-512 kernel");
+}
+
+int main(void) {
+    set_gemm("");
+    if (!be_cpu_sgemm_runs_here()) {
+        int own = -1;
+        set_gemm("own");
+        T_EQ_INT(be_cpu_gemm_pick(&own), MS_ERR_ARG); /* refused, with the reason */
+        T_STR_CONTAINS(ms_errmsg(), "full-width AVX-512");
+        set_gemm("");
+        T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
+        T_EQ_INT(own, 0);
+        printf("SKIP: this CPU has no full-width AVX-512, so the own fp32 GEMM does not run "
+               "here (the CPU backend uses OpenBLAS); only its refusal was checked\n");
+        ms_test_summary("test_cpu_sgemm (refusal only)");
+        return ms_t_fail ? 1 : 77;
+    }
+    be_backend *b1 = NULL, *b2 = NULL, *b3 = NULL;
+    MS_CHECK(be_cpu_create(&b1, 1) == MS_OK && be_cpu_create(&b2, 2) == MS_OK &&
+             be_cpu_create(&b3, 3) == MS_OK);
+    T_EQ_INT(be_cpu_gemm_own(b2), 1);
+    T_EQ_INT(be_cpu_gemm_set(b1, 1), MS_OK);
+    test_against_reference(b2);
+    test_split_bits(b1, b2, b3);
+    test_env_choice();
+    /* the switch back to OpenBLAS gives OpenBLAS's own result */
+    T_EQ_INT(be_cpu_gemm_set(b2, 0), MS_OK);
+    T_EQ_INT(be_cpu_gemm_own(b2), 0);
+    double e = check_one(b2, 0, 1, 33, 65, 300, 1.0f, 0.0f, 0);
+    T_OK(e <= 2e-6);
+    be_destroy(b1), be_destroy(b2), be_destroy(b3);
+    return ms_test_summary("test_cpu_sgemm");
+}
