@@ -59,10 +59,14 @@ int main(int argc, char **argv) {
     int threads = 2, reps = 9, sets = 12;
     const char *cases = "d12:4:64,d6:8:256";
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--sets")) sets = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--cases")) cases = argv[i + 1];
+        if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps"))
+            reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--sets"))
+            sets = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--cases"))
+            cases = argv[i + 1];
         else {
             fprintf(stderr, "usage: bench_cpu_gemm [--threads N] [--reps N] [--sets N] "
                             "[--cases d12:4:64,d6:8:256]\n");
@@ -87,8 +91,8 @@ int main(int argc, char **argv) {
     printf("own fp32 GEMM against OpenBLAS (%s), %d threads, medians of %d calls, weights "
            "cycling through %d copies\n",
            be_cpu_blas_describe(blas, sizeof blas), threads, reps, sets);
-    printf("%-10s %-4s %-20s %6s %10s %10s %8s\n", "case", "op", "shape MxNxK", "calls",
-           "OpenBLAS", "own", "own/OB");
+    printf("%-10s %-4s %-20s %6s %10s %10s %8s\n", "case", "op", "shape MxNxK", "calls", "OpenBLAS",
+           "own", "own/OB");
     char *list = strdup(cases);
     for (char *save = NULL, *c = strtok_r(list, ",", &save); c; c = strtok_r(NULL, ",", &save)) {
         char model[16];
@@ -97,20 +101,23 @@ int main(int argc, char **argv) {
             fprintf(stderr, "bench_cpu_gemm: case \"%s\" is not model:B:T\n", c);
             return 2;
         }
-        int L = !strcmp(model, "d6") ? 6 : !strcmp(model, "d12") ? 12 : !strcmp(model, "d24") ? 24 : 0;
+        int L = !strcmp(model, "d6")    ? 6
+                : !strcmp(model, "d12") ? 12
+                : !strcmp(model, "d24") ? 24
+                                        : 0;
         int C = L == 6 ? 384 : L == 12 ? 768 : 1024, V = 50257, N = B * T;
         if (!L) {
             fprintf(stderr, "bench_cpu_gemm: model %s: d6, d12 or d24\n", model);
             return 2;
         }
         shape sh[] = {
-            {"qkv", 0, 0, N, 3 * C, C, L, 0},      {"qkv dX", 0, 1, N, C, 3 * C, L, 0},
-            {"qkv dW", 1, 0, C, 3 * C, N, L, 1},   {"proj", 0, 0, N, C, C, L, 0},
-            {"proj dX", 0, 1, N, C, C, L, 0},      {"proj dW", 1, 0, C, C, N, L, 1},
-            {"fc", 0, 0, N, 4 * C, C, L, 0},       {"fc dX", 0, 1, N, C, 4 * C, L, 0},
-            {"fc dW", 1, 0, C, 4 * C, N, L, 1},    {"fc2", 0, 0, N, C, 4 * C, L, 0},
-            {"fc2 dX", 0, 1, N, 4 * C, C, L, 0},   {"fc2 dW", 1, 0, 4 * C, C, N, L, 1},
-            {"logits", 0, 1, N, V, C, 1, 0},       {"cls dX", 0, 0, N, C, V, 1, 0},
+            {"qkv", 0, 0, N, 3 * C, C, L, 0},    {"qkv dX", 0, 1, N, C, 3 * C, L, 0},
+            {"qkv dW", 1, 0, C, 3 * C, N, L, 1}, {"proj", 0, 0, N, C, C, L, 0},
+            {"proj dX", 0, 1, N, C, C, L, 0},    {"proj dW", 1, 0, C, C, N, L, 1},
+            {"fc", 0, 0, N, 4 * C, C, L, 0},     {"fc dX", 0, 1, N, C, 4 * C, L, 0},
+            {"fc dW", 1, 0, C, 4 * C, N, L, 1},  {"fc2", 0, 0, N, C, 4 * C, L, 0},
+            {"fc2 dX", 0, 1, N, 4 * C, C, L, 0}, {"fc2 dW", 1, 0, 4 * C, C, N, L, 1},
+            {"logits", 0, 1, N, V, C, 1, 0},     {"cls dX", 0, 0, N, C, V, 1, 0},
             {"cls dW", 1, 0, V, C, N, 1, 1},
         };
         double sum[2] = {0, 0};
@@ -155,7 +162,10 @@ int main(int argc, char **argv) {
             double fl = 2.0 * g->M * (double)g->N * g->K;
             char dims[32];
             snprintf(dims, sizeof dims, "%dx%dx%d", g->M, g->N, g->K);
-            printf("%-10s %-4s %-20s %6d %10.1f %10.1f %8.3f   %s\n", c, g->ta ? "TN" : g->tb ? "NT" : "NN",
+            printf("%-10s %-4s %-20s %6d %10.1f %10.1f %8.3f   %s\n", c,
+                   g->ta   ? "TN"
+                   : g->tb ? "NT"
+                           : "NN",
                    dims, g->count, fl / med[0] / 1e9, fl / med[1] / 1e9, med[0] / med[1], g->what);
             free(t[0]), free(t[1]);
             for (int k = 0; k < nset; k++) {

@@ -41,8 +41,8 @@ static int version(void) {
     const char *backends = "cpu";
 #endif
     char blas[320], gemm[256];
-    printf("megascale %s (git %s), backends: %s; compiled for x86-64 with %s; %s; %s\n",
-           MS_VERSION, MS_GIT, backends, ms_cpu_isa_built(), be_cpu_gemm_describe(gemm, sizeof gemm),
+    printf("megascale %s (git %s), backends: %s; compiled for x86-64 with %s; %s; %s\n", MS_VERSION,
+           MS_GIT, backends, ms_cpu_isa_built(), be_cpu_gemm_describe(gemm, sizeof gemm),
            be_cpu_blas_describe(blas, sizeof blas));
     return 0;
 }

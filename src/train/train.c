@@ -366,9 +366,10 @@ static char *config_json(const trainer *t) {
     if (!strcmp(t->be->name, "cpu")) {
         char blas[320];
         cJSON_AddStringToObject(o, "cpu_blas", be_cpu_blas_describe(blas, sizeof blas));
-        cJSON_AddStringToObject(o, "cpu_gemm", t->be->act_dtype == BE_BF16 ? "onednn-bf16"
-                                               : be_cpu_gemm_own(t->be) ? "own"
-                                                                        : "openblas");
+        cJSON_AddStringToObject(o, "cpu_gemm",
+                                t->be->act_dtype == BE_BF16 ? "onednn-bf16"
+                                : be_cpu_gemm_own(t->be)    ? "own"
+                                                            : "openblas");
     }
     cJSON_AddNumberToObject(o, "peak_flops", t->peak.flops);
     cJSON_AddStringToObject(o, "peak_source", t->peak.source);

@@ -43,16 +43,14 @@ static float at(const float *X, int ld, int t, int r, int c) {
 static double check_one(be_backend *be, int ta, int tb, int M, int N, int K, float alpha,
                         float beta, int pad) {
     int lda = (ta ? M : K) + pad, ldb = (tb ? K : N) + pad, ldc = N + pad;
-    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb,
-           nc = (size_t)M * ldc;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
     float *A = rnd(na ? na : 1, 11), *B = rnd(nb ? nb : 1, 12), *C = rnd(nc, 13),
           *C0 = malloc(nc * sizeof(float));
     if (beta == 0.0f)
         for (size_t i = 0; i < nc; i++)
             C[i] = NAN;
     memcpy(C0, C, nc * sizeof(float));
-    be->gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, NULL, BE_EPI_NONE,
-             NULL);
+    be->gemm(be, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, 0, NULL, BE_EPI_NONE, NULL);
     double worst = 0;
     for (int i = 0; i < M; i++)
         for (int j = 0; j < N; j++) {
@@ -115,8 +113,8 @@ static void test_split_bits(be_backend *be1, be_backend *be2, be_backend *be3) {
             size_t bytes = (size_t)M * N * sizeof(float);
             float *W = malloc(bytes), *R = malloc(bytes), *Q = malloc(bytes), *T = malloc(bytes);
             memcpy(W, C0, bytes), memcpy(R, C0, bytes), memcpy(Q, C0, bytes), memcpy(T, C0, bytes);
-            be2->gemm(be2, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, W, N, 0, NULL,
-                      BE_EPI_NONE, NULL);
+            be2->gemm(be2, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, W, N, 0, NULL, BE_EPI_NONE,
+                      NULL);
             /* rows in uneven chunks (few-rows and many-rows paths alike) */
             static const int rcut[] = {0, 3, 17, 600, 1 << 30};
             for (int r = 0; r + 1 < 5 && rcut[r] < M; r++) {
@@ -133,8 +131,8 @@ static void test_split_bits(be_backend *be1, be_backend *be2, be_backend *be3) {
                 be3->gemm(be3, ta, tb, M, c1 - c0, K, 1.0f, A, lda, Bc, ldb, 1.0f, Q + c0, N, 0,
                           NULL, BE_EPI_NONE, NULL);
             }
-            be1->gemm(be1, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, T, N, 0, NULL,
-                      BE_EPI_NONE, NULL);
+            be1->gemm(be1, ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 1.0f, T, N, 0, NULL, BE_EPI_NONE,
+                      NULL);
             int rows = !memcmp(W, R, bytes), cols = !memcmp(W, Q, bytes),
                 thr = !memcmp(W, T, bytes);
             if (!rows || !cols || !thr)

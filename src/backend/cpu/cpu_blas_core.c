@@ -148,7 +148,6 @@ const char *be_cpu_gemm_describe(char *buf, size_t n) {
         snprintf(buf, n, "fp32 GEMMs: own AVX-512 kernel%s", set ? " (MS_CPU_GEMM=own)" : "");
     else
         snprintf(buf, n, "fp32 GEMMs: OpenBLAS (%s)",
-                 set ? "MS_CPU_GEMM=openblas"
-                     : "the own kernel needs full-width AVX-512");
+                 set ? "MS_CPU_GEMM=openblas" : "the own kernel needs full-width AVX-512");
     return buf;
 }

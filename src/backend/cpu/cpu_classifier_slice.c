@@ -16,7 +16,6 @@
 #include <omp.h>
 #include <string.h>
 
-
 #include "backend/cpu/cpu_internal.h"
 
 /* Sum of exp(l[j] - m), j < n, in double with 8 fixed lanes. */

@@ -13,16 +13,17 @@
 ms_status cpu_sgemm_scratch_init(cpu_sgemm_scratch *s, int threads) {
     size_t panels = (CPU_SGEMM_NC + 47) / 48;
     if (panels < (size_t)threads) panels = (size_t)threads; /* few_rows: one a thread */
-    cpu_sgemm_scratch n = {.threads = threads,
-                           .b = ms_alloc_aligned(panels * 48 * CPU_SGEMM_KC * sizeof(float)),
-                           .at = ms_alloc_aligned((size_t)(CPU_SGEMM_MT + 8) * CPU_SGEMM_KC *
-                                                  sizeof(float)),
-                           .a = ms_alloc_aligned((size_t)threads * CPU_SGEMM_A_FLOATS *
-                                                 sizeof(float))};
+    cpu_sgemm_scratch n = {
+        .threads = threads,
+        .b = ms_alloc_aligned(panels * 48 * CPU_SGEMM_KC * sizeof(float)),
+        .at = ms_alloc_aligned((size_t)(CPU_SGEMM_MT + 8) * CPU_SGEMM_KC * sizeof(float)),
+        .a = ms_alloc_aligned((size_t)threads * CPU_SGEMM_A_FLOATS * sizeof(float))};
     if (!n.b || !n.at || !n.a) {
         cpu_sgemm_scratch_free(&n);
-        return ms_error(MS_ERR_NOMEM, "cpu backend: out of memory for the GEMM's packing buffers "
-                                      "(%d threads)", threads);
+        return ms_error(MS_ERR_NOMEM,
+                        "cpu backend: out of memory for the GEMM's packing buffers "
+                        "(%d threads)",
+                        threads);
     }
     cpu_sgemm_scratch_free(s);
     *s = n;

@@ -83,8 +83,8 @@ static inline __attribute__((always_inline)) void kernel(int kc, const float *a,
     const float *a0 = a, *a1 = a + ais, *a2 = a + 2 * ais, *a3 = a + 3 * ais, *a4 = a + 4 * ais,
                 *a5 = a + 5 * ais, *a6 = a + 6 * ais, *a7 = a + 7 * ais;
     for (int k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16),
-               b2 = _mm512_load_ps(bp + 32), x;
+        __m512 b0 = _mm512_load_ps(bp), b1 = _mm512_load_ps(bp + 16), b2 = _mm512_load_ps(bp + 32),
+               x;
 #define MS_SGEMM_ROW(i)                                                                            \
     x = _mm512_set1_ps(*a##i);                                                                     \
     c##i##0 = _mm512_fmadd_ps(x, b0, c##i##0);                                                     \
@@ -191,16 +191,15 @@ static void pack_a(float *restrict ap, const float *A, long lda, int ta, int i0,
     }
     for (int k = 0; k < kb; k++)
         for (int i = 0; i < MR; i++)
-            ap[(size_t)k * MR + i] =
-                i >= m ? 0.0f
-                       : (ta ? A[(size_t)(k0 + k) * lda + i0 + i] : A[(size_t)(i0 + i) * lda + k0 + k]);
+            ap[(size_t)k * MR + i] = i >= m ? 0.0f
+                                            : (ta ? A[(size_t)(k0 + k) * lda + i0 + i]
+                                                  : A[(size_t)(i0 + i) * lda + k0 + k]);
 }
 
 /* One 8-row strip of op(A) (rows [i, i+m)) against B's panel bp: read in
  * place when A is row-major with 8 rows, packed into ap otherwise. */
 static void strip(const float *A, long lda, int ta, int i, int m, int k0, int kb, float *ap,
-                  const float *bp, float *C, long ldc, int n, float alpha, float beta,
-                  int first) {
+                  const float *bp, float *C, long ldc, int n, float alpha, float beta, int first) {
     if (!ta && m == MR) {
         kernel_rows(kb, A + (size_t)i * lda + k0, lda, bp, C, ldc, n, alpha, beta, first);
         return;
@@ -296,8 +295,8 @@ static void many_rows(cpu_sgemm_scratch *s, int threads, int ta, int tb, int M, 
                                 kernel_packed(kb, ap + (q - s0) * MR * kb, bp, c, ldc, m, n, alpha,
                                               beta, first);
                             else /* an edge strip is packed after the block's */
-                                strip(A, lda, 0, i, m, k0, kb, ap + (s1 - s0) * MR * kb, bp, c,
-                                      ldc, n, alpha, beta, first);
+                                strip(A, lda, 0, i, m, k0, kb, ap + (s1 - s0) * MR * kb, bp, c, ldc,
+                                      n, alpha, beta, first);
                         }
                     }
                 }
