@@ -35,6 +35,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/ctx.h"
 #include "base/fault.h"
 #include "base/fileio.h"
 #include "base/timeutil.h"
@@ -109,6 +110,8 @@ static char **job_argv(sup_driver *d, char *np) {
     a[n++] = "MS_HEARTBEAT_TOKEN";
     a[n++] = "-x";
     a[n++] = "MS_NODE_MAP";
+    if (ms_ctx_get()->cpu_gemm[0]) /* the fp32 GEMMs chosen here, on every host */
+        a[n++] = "-x", a[n++] = "MS_CPU_GEMM";
     if (c->hostfile) a[n++] = "--hostfile", a[n++] = d->hostfile_path;
     a[n++] = (char *)c->bin;
     a[n++] = "train";
