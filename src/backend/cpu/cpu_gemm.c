@@ -11,12 +11,13 @@
 #define CPU_BIAS_BLOCK 64
 
 ms_status cpu_sgemm_scratch_init(cpu_sgemm_scratch *s, int threads) {
-    size_t panels = (CPU_SGEMM_NC + 47) / 48;
+    size_t panels = (CPU_SGEMM_NC + CPU_SGEMM_NR - 1) / CPU_SGEMM_NR;
     if (panels < (size_t)threads) panels = (size_t)threads; /* few_rows: one a thread */
     cpu_sgemm_scratch n = {
         .threads = threads,
-        .b = ms_alloc_aligned(panels * 48 * CPU_SGEMM_KC * sizeof(float)),
-        .at = ms_alloc_aligned((size_t)(CPU_SGEMM_MT + 8) * CPU_SGEMM_KC * sizeof(float)),
+        .b = ms_alloc_aligned(panels * CPU_SGEMM_NR * CPU_SGEMM_KC * sizeof(float)),
+        .at =
+            ms_alloc_aligned((size_t)(CPU_SGEMM_MT + CPU_SGEMM_MR) * CPU_SGEMM_KC * sizeof(float)),
         .a = ms_alloc_aligned((size_t)threads * CPU_SGEMM_A_FLOATS * sizeof(float))};
     if (!n.b || !n.at || !n.a) {
         cpu_sgemm_scratch_free(&n);

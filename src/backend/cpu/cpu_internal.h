@@ -47,12 +47,14 @@
 #else
 #define CPU_SGEMM_OWN 0
 #endif
+#define CPU_SGEMM_MR 8  /* rows of op(A) in the microkernel's tile */
+#define CPU_SGEMM_NR 48 /* columns of op(B) in it: a panel's width */
 #define CPU_SGEMM_KC 384
 #define CPU_SGEMM_NC 3072
 #define CPU_SGEMM_MC 512
 #define CPU_SGEMM_MT 1024
 /* per-thread floats of packed op(A): a block of MC rows and one more strip */
-#define CPU_SGEMM_A_FLOATS ((size_t)(CPU_SGEMM_MC + 8) * CPU_SGEMM_KC)
+#define CPU_SGEMM_A_FLOATS ((size_t)(CPU_SGEMM_MC + CPU_SGEMM_MR) * CPU_SGEMM_KC)
 
 typedef struct {
     int threads; /* the most threads the buffers serve */

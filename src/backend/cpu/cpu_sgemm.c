@@ -38,8 +38,8 @@
 
 #pragma GCC target("avx512f,avx2,fma")
 
-#define MR 8
-#define NR 48
+#define MR CPU_SGEMM_MR
+#define NR CPU_SGEMM_NR
 
 /* C tile (m x n, m <= 8, n <= 48, row stride ldc) from the accumulators:
  * first block: alpha*acc (+ beta*C); later blocks: C + alpha*acc. */
