@@ -12,8 +12,13 @@
  * GFLOP/s and own / OpenBLAS per shape, and the sum over the shapes
  * weighted by their count in a step.
  *
+ * --kernel chooses the own kernel: avx512 or avx2 (default: the one
+ * megascale picks on this CPU).  OpenBLAS runs the kernels of the same
+ * width (OPENBLAS_CORETYPE SkylakeX or Haswell), so that on an AVX-512
+ * machine "--kernel avx2" compares the two as an AVX2 machine would.
+ *
  * usage: bench_cpu_gemm [--threads 2] [--reps 9] [--sets 12]
- *                       [--cases d12:4:64,d6:8:256] */
+ *                       [--cases d12:4:64,d6:8:256] [--kernel avx512|avx2] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,16 +52,7 @@ static float *fill(size_t n, uint64_t seed) {
 }
 
 int main(int argc, char **argv) {
-    /* OpenBLAS on the kernels megascale itself would run (src/cli/main.c):
-     * an older set chosen by OpenBLAS or the environment is replaced */
-    const char *core = be_cpu_blas_core_suggest();
-    if (core && !getenv("MS_BENCH_GEMM_AGAIN")) {
-        setenv("OPENBLAS_CORETYPE", core, 1);
-        setenv("MS_BENCH_GEMM_AGAIN", "1", 1);
-        execv("/proc/self/exe", argv);
-        fprintf(stderr, "bench_cpu_gemm: could not run again with OPENBLAS_CORETYPE=%s\n", core);
-    }
-    int threads = 2, reps = 9, sets = 12;
+    int threads = 2, reps = 9, sets = 12, kind = be_cpu_gemm_best();
     const char *cases = "d12:4:64,d6:8:256";
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--threads"))
@@ -67,9 +63,13 @@ int main(int argc, char **argv) {
             sets = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--cases"))
             cases = argv[i + 1];
+        else if (!strcmp(argv[i], "--kernel") && !strcmp(argv[i + 1], "avx512"))
+            kind = BE_CPU_GEMM_AVX512;
+        else if (!strcmp(argv[i], "--kernel") && !strcmp(argv[i + 1], "avx2"))
+            kind = BE_CPU_GEMM_AVX2;
         else {
             fprintf(stderr, "usage: bench_cpu_gemm [--threads N] [--reps N] [--sets N] "
-                            "[--cases d12:4:64,d6:8:256]\n");
+                            "[--cases d12:4:64,d6:8:256] [--kernel avx512|avx2]\n");
             return 2;
         }
     }
@@ -77,10 +77,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cpu_gemm: --threads, --reps >= 1, --sets in [1, 64]\n");
         return 2;
     }
-    if (!be_cpu_sgemm_runs_here()) {
-        printf("SKIP: this CPU has no full-width AVX-512: the CPU backend's fp32 GEMMs run on "
-               "OpenBLAS here, there is nothing to compare\n");
+    if (kind == BE_CPU_GEMM_OPENBLAS || !be_cpu_gemm_runs(kind)) {
+        printf("SKIP: this CPU runs no own fp32 GEMM%s (it needs AVX2 and FMA, or AVX-512): the "
+               "CPU backend's fp32 GEMMs run on OpenBLAS here, there is nothing to compare\n",
+               kind == BE_CPU_GEMM_OPENBLAS ? "" : " of that width");
         return 0;
+    }
+    /* OpenBLAS on the kernels of the own kernel's width: those megascale
+     * itself would ask for (src/cli/main.c), or AVX2's to compare with the
+     * own AVX2 kernel on an AVX-512 CPU; the library reads the variable
+     * when it loads, so the program runs itself again */
+    const char *core = kind == BE_CPU_GEMM_AVX2 && be_cpu_gemm_best() == BE_CPU_GEMM_AVX512
+                           ? "Haswell"
+                           : be_cpu_blas_core_suggest();
+    if (core && !getenv("MS_BENCH_GEMM_AGAIN")) {
+        setenv("OPENBLAS_CORETYPE", core, 1);
+        setenv("MS_BENCH_GEMM_AGAIN", "1", 1);
+        execv("/proc/self/exe", argv);
+        fprintf(stderr, "bench_cpu_gemm: could not run again with OPENBLAS_CORETYPE=%s\n", core);
     }
     be_backend *be = NULL;
     if (be_cpu_create(&be, threads) != MS_OK) {
@@ -88,9 +102,9 @@ int main(int argc, char **argv) {
         return 1;
     }
     char blas[320];
-    printf("own fp32 GEMM against OpenBLAS (%s), %d threads, medians of %d calls, weights "
-           "cycling through %d copies\n",
-           be_cpu_blas_describe(blas, sizeof blas), threads, reps, sets);
+    printf("%s against OpenBLAS (%s), %d threads, medians of %d calls, weights cycling through "
+           "%d copies\n",
+           be_cpu_gemm_name(kind), be_cpu_blas_describe(blas, sizeof blas), threads, reps, sets);
     printf("%-10s %-4s %-20s %6s %10s %10s %8s\n", "case", "op", "shape MxNxK", "calls", "OpenBLAS",
            "own", "own/OB");
     char *list = strdup(cases);
@@ -138,7 +152,7 @@ int main(int argc, char **argv) {
             double *t[2] = {malloc(reps * sizeof(double)), malloc(reps * sizeof(double))};
             for (int r = -1; r < reps; r++) /* r = -1 warms up */
                 for (int w = 0; w < 2; w++) {
-                    if (be_cpu_gemm_set(be, w) != MS_OK) {
+                    if (be_cpu_gemm_set(be, w ? kind : BE_CPU_GEMM_OPENBLAS) != MS_OK) {
                         fprintf(stderr, "bench_cpu_gemm: %s\n", ms_errmsg());
                         return 1;
                     }

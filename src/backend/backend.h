@@ -304,22 +304,35 @@ void be_cpu_blas_set_origin(const char *origin);
 /* "OpenBLAS core SkylakeX (origin)" into buf, for start-up lines; buf. */
 const char *be_cpu_blas_describe(char *buf, size_t n);
 
-/* The CPU backend's fp32 GEMMs run on megascale's own kernel
- * (src/backend/cpu/cpu_sgemm.c) where the CPU has full-width AVX-512
- * (be_cpu_sgemm_runs_here), else on OpenBLAS.  The environment variable
- * MS_CPU_GEMM, read into the run context (ms_ctx.cpu_gemm), chooses: "auto"
- * (unset: the default), "own" or "openblas".  be_cpu_gemm_pick sets *own,
- * or fails with MS_ERR_ARG naming the variable (an unknown value; "own"
- * where the CPU cannot run it). */
-int be_cpu_sgemm_runs_here(void);
-ms_status be_cpu_gemm_pick(int *own);
+/* The CPU backend's fp32 GEMMs: OpenBLAS, or megascale's own GEMM
+ * (src/backend/cpu/cpu_sgemm.c) with the microkernel for one vector width. */
+typedef enum {
+    BE_CPU_GEMM_OPENBLAS = 0,
+    BE_CPU_GEMM_AVX2 = 1,   /* own, AVX2 + FMA: 4 x 24 tiles */
+    BE_CPU_GEMM_AVX512 = 2, /* own, AVX-512: 8 x 48 tiles */
+} be_cpu_gemm_kind;
+/* Whether this CPU (and build) runs `kind` (OpenBLAS: always). */
+int be_cpu_gemm_runs(int kind);
+/* The own kernel for this CPU: AVX512 where it has full-width AVX-512, AVX2
+ * where it has AVX2 and FMA (Zen 4, which splits 512-bit operations in two,
+ * included), else OPENBLAS. */
+int be_cpu_gemm_best(void);
+/* The choice of the environment variable MS_CPU_GEMM, read into the run
+ * context (ms_ctx.cpu_gemm): "auto" (unset: the default, be_cpu_gemm_best),
+ * "own" (the same, but an error where there is none), "own-avx512",
+ * "own-avx2" or "openblas".  Sets *kind, or fails with MS_ERR_ARG naming
+ * the variable (an unknown value; a kernel this CPU cannot run). */
+ms_status be_cpu_gemm_pick(int *kind);
+/* "own AVX-512 kernel", "own AVX2 kernel" or "OpenBLAS". */
+const char *be_cpu_gemm_name(int kind);
 /* "fp32 GEMMs: own AVX-512 kernel" (or OpenBLAS, and why) into buf; buf. */
 const char *be_cpu_gemm_describe(char *buf, size_t n);
-/* This CPU backend's fp32 GEMMs: 1 on the own kernel, 0 on OpenBLAS. */
+/* The kind this CPU backend's fp32 GEMMs run on (0 = OpenBLAS: false). */
 int be_cpu_gemm_own(const be_backend *be);
-/* Switch them (tests; the peak probe tries both); MS_ERR_ARG where the own
- * kernel cannot run here, MS_ERR_NOMEM without its buffers. */
-ms_status be_cpu_gemm_set(be_backend *be, int own);
+/* Switch them (tests, benchmarks; the peak probe tries OpenBLAS too):
+ * MS_ERR_ARG where the kind cannot run here, MS_ERR_NOMEM without its
+ * buffers. */
+ms_status be_cpu_gemm_set(be_backend *be, int kind);
 
 /* Create the CUDA backend on GPU `device` (< 0: the process's local MPI
  * rank modulo the number of GPUs, so ranks sharing a node share its GPUs);

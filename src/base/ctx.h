@@ -19,14 +19,14 @@ typedef struct {
     ms_log_level log_level;
     int log_all_ranks;          /* if 0, INFO/DEBUG lines are printed by rank 0 only */
     volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
-    int log_fd; /* the log file every printed line is appended to (-1: none; base/log.h) */
+    int log_fd;        /* the log file every printed line is appended to (-1: none; base/log.h) */
     char cpu_gemm[32]; /* MS_CPU_GEMM as set ("" unset: auto), checked by the CPU backend */
 } ms_ctx;
 
 /* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE), OMPI_COMM_WORLD_LOCAL_RANK
  * (or MPI_LOCALRANKID) and OMPI_COMM_WORLD_LOCAL_SIZE (or MPI_LOCALNRANKS) when
  * launched by mpirun, MS_LOG_LEVEL (debug|info|warn|error), MS_CPU_GEMM (the
- * CPU backend's fp32 GEMMs: auto|own|openblas, be_cpu_gemm_pick). */
+ * CPU backend's fp32 GEMMs: auto|own|own-avx512|own-avx2|openblas, be_cpu_gemm_pick). */
 void ms_ctx_init(void);
 const ms_ctx *ms_ctx_get(void);
 ms_ctx *ms_ctx_mut(void); /* main() only */

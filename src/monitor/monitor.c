@@ -52,11 +52,11 @@ double mon_probe_peak_flops(be_backend *be, int n, int reps) {
      * faster than OpenBLAS at the step's shapes but not always at n^3: the
      * peak is the best GEMM this machine runs, so OpenBLAS's is probed too
      * (never a peak below what a library reaches, so never an MFU above). */
-    if (!strcmp(be->name, "cpu") && be->act_dtype == BE_F32 && be_cpu_gemm_own(be) &&
-        be_cpu_gemm_set(be, 0) == MS_OK) {
+    int own = !strcmp(be->name, "cpu") && be->act_dtype == BE_F32 ? be_cpu_gemm_own(be) : 0;
+    if (own && be_cpu_gemm_set(be, BE_CPU_GEMM_OPENBLAS) == MS_OK) {
         double f = probe_once(be, n, reps);
         if (f > best) best = f;
-        MS_CHECK(be_cpu_gemm_set(be, 1) == MS_OK);
+        MS_CHECK(be_cpu_gemm_set(be, own) == MS_OK);
     }
     return best;
 }

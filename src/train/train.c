@@ -76,7 +76,7 @@ typedef struct {
     train_pipe *pipe; /* pp > 1: this stage's schedule (NULL: the whole model) */
     int pp;
     int dp, dp_rank, rank;
-    int overlap; /* --overlap: TRAIN_OVERLAP_* bits */
+    int overlap;              /* --overlap: TRAIN_OVERLAP_* bits */
     ckpt_manager *ckpt;       /* --ckpt-dir / --resume (NULL: none) */
     int start, done;          /* first step of this run (after a resume), steps done */
     ckpt_st_dtype save_dtype; /* --save-dtype */
@@ -367,9 +367,10 @@ static char *config_json(const trainer *t) {
         char blas[320];
         cJSON_AddStringToObject(o, "cpu_blas", be_cpu_blas_describe(blas, sizeof blas));
         cJSON_AddStringToObject(o, "cpu_gemm",
-                                t->be->act_dtype == BE_BF16 ? "onednn-bf16"
-                                : be_cpu_gemm_own(t->be)    ? "own"
-                                                            : "openblas");
+                                t->be->act_dtype == BE_BF16                    ? "onednn-bf16"
+                                : be_cpu_gemm_own(t->be) == BE_CPU_GEMM_AVX512 ? "own-avx512"
+                                : be_cpu_gemm_own(t->be) == BE_CPU_GEMM_AVX2   ? "own-avx2"
+                                                                               : "openblas");
     }
     cJSON_AddNumberToObject(o, "peak_flops", t->peak.flops);
     cJSON_AddStringToObject(o, "peak_source", t->peak.source);
@@ -780,7 +781,8 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     r->wait_sec = (double)(comm_world_wait_ns(t->world) - wait0) / 1e9;
     long long dim1[3];
     dim_wait_ns(t, dim1);
-    for (int d = 0; d < 3; d++) r->dim_sec[d] = (double)(dim1[d] - dim0[d]) / 1e9;
+    for (int d = 0; d < 3; d++)
+        r->dim_sec[d] = (double)(dim1[d] - dim0[d]) / 1e9;
     mon_devtime_poll(t->dev);
     r->dev_fb_ms = mon_devtime_last_ms(t->dev, t->ev_dev_fb);
     r->dev_opt_ms = mon_devtime_last_ms(t->dev, t->ev_dev_opt);

@@ -551,10 +551,10 @@ def main():
        and loss(m0) == loss(m1) and "cpu profile" not in err0,
        "--cpu-profile prints every op, GEMMs with GFLOP/s, and changes no loss", err[-3000:])
     cfg0 = next((json.loads(l) for l in open(m0) if '"config"' in l), {}) if rc0 == 0 else {}
-    ok(re.search(r"device cpu \(\d+ threads; compiled for [^;]+; fp32 GEMMs: (own AVX-512 kernel|"
+    ok(re.search(r"device cpu \(\d+ threads; compiled for [^;]+; fp32 GEMMs: (own (AVX-512|AVX2) kernel|"
                  r"OpenBLAS \([^)]*\)); OpenBLAS core \w+", err0) is not None
        and cfg0.get("cpu_blas", "").startswith("OpenBLAS core ")
-       and cfg0.get("cpu_gemm") in ("own", "openblas"),
+       and cfg0.get("cpu_gemm") in ("own-avx512", "own-avx2", "openblas"),
        "the start-up line and the metrics' config line name the fp32 GEMMs and the OpenBLAS "
        "kernels", err0[-2000:])
 

@@ -1,14 +1,16 @@
-/* test_cpu_sgemm.c - the CPU backend's own fp32 GEMM (cpu_sgemm.c), through
- * be->gemm with be_cpu_gemm_set:
+/* test_cpu_sgemm.c - the CPU backend's own fp32 GEMM (cpu_sgemm.c with the
+ * AVX-512 and AVX2 kernels), through be->gemm with be_cpu_gemm_set, for
+ * each kernel this CPU runs:
  *   - against a float64 reference, for the four layouts, shapes on and off
- *     the kernel's blocks (8 rows, 48 columns, 384 of K; few and many rows),
- *     row strides above the minimum, alpha and beta (beta 0 on a C full of
- *     NaN, which must not be read), K = 0;
+ *     the kernels' blocks (4 and 8 rows, 24 and 48 columns, 384 of K; few
+ *     and many rows), row strides above the minimum, alpha and beta (beta 0
+ *     on a C full of NaN, which must not be read), K = 0;
  *   - the same bits whatever the split: a GEMM computed as chunks of rows,
  *     chunks of columns, with 1, 2 or 3 threads, equals the whole one;
- *   - MS_CPU_GEMM (the run context's cpu_gemm): auto, own, openblas, a bad
- *     value.
- * Skipped (77) with the reason where the CPU cannot run the kernel. */
+ *   - the same bits from both kernels (where both run);
+ *   - MS_CPU_GEMM (the run context's cpu_gemm): auto, own, own-avx512,
+ *     own-avx2, openblas, a bad value.
+ * Skipped (77) with the reason where the CPU runs neither kernel. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -77,8 +79,8 @@ static double check_one(be_backend *be, int ta, int tb, int M, int N, int K, flo
 }
 
 static void test_against_reference(be_backend *be) {
-    static const int Ms[] = {1, 7, 8, 9, 50, 256, 515, 1031}, Ns[] = {1, 16, 47, 48, 49, 100},
-                     Ks[] = {0, 1, 5, 383, 384, 385, 800};
+    static const int Ms[] = {1, 3, 5, 8, 9, 50, 256, 515, 1031},
+                     Ns[] = {1, 16, 23, 25, 47, 48, 49, 100}, Ks[] = {0, 1, 5, 383, 384, 385, 800};
     double worst = 0;
     int n = 0;
     for (int l = 0; l < 4; l++)
@@ -97,7 +99,8 @@ static void test_against_reference(be_backend *be) {
                     if (!(e <= worst)) worst = e;
                     n++;
                 }
-    printf("own sgemm: %d products, worst error %.3g of sum |a b|\n", n, worst);
+    printf("%s: %d products, worst error %.3g of sum |a b|\n",
+           be_cpu_gemm_name(be_cpu_gemm_own(be)), n, worst);
     T_OK(worst <= 2e-6);
 }
 
@@ -145,43 +148,86 @@ static void test_split_bits(be_backend *be1, be_backend *be2, be_backend *be3) {
         }
 }
 
-static void test_env_choice(void) {
-    int own = -1;
-    set_gemm("own");
-    T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
-    T_EQ_INT(own, 1);
-    set_gemm("openblas");
-    T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
-    T_EQ_INT(own, 0);
+/* The AVX2 and AVX-512 kernels give the same bits (the order of every sum
+ * depends on K only). */
+static void test_kernels_agree(be_backend *be) {
+    static const int shapes[][3] = {{256, 768, 768}, {37, 100, 1000}, {700, 50, 300}};
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int l = 0; l < 4; l++) {
+            int ta = l >> 1, tb = l & 1, M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            float *A = rnd((size_t)M * K, 31), *B = rnd((size_t)K * N, 32);
+            float *X = rnd((size_t)M * N, 33), *Y = malloc((size_t)M * N * sizeof(float));
+            memcpy(Y, X, (size_t)M * N * sizeof(float));
+            float *C[2] = {X, Y};
+            int kinds[2] = {BE_CPU_GEMM_AVX512, BE_CPU_GEMM_AVX2};
+            for (int w = 0; w < 2; w++) {
+                T_EQ_INT(be_cpu_gemm_set(be, kinds[w]), MS_OK);
+                be->gemm(be, ta, tb, M, N, K, 0.5f, A, ta ? M : K, B, tb ? K : N, 0.25f, C[w], N, 0,
+                         NULL, BE_EPI_NONE, NULL);
+            }
+            int same = !memcmp(X, Y, (size_t)M * N * sizeof(float));
+            if (!same)
+                fprintf(stderr, "  %s%s %dx%dx%d: AVX2 and AVX-512 kernels differ\n",
+                        ta ? "T" : "N", tb ? "T" : "N", M, N, K);
+            T_OK(same);
+            free(A), free(B), free(X), free(Y);
+        }
+}
+
+static void test_env_choice(int best) {
+    int kind = -1;
     char buf[256];
+    set_gemm("own");
+    T_EQ_INT(be_cpu_gemm_pick(&kind), MS_OK);
+    T_EQ_INT(kind, best);
+    set_gemm("own-avx2");
+    T_EQ_INT(be_cpu_gemm_pick(&kind), MS_OK);
+    T_EQ_INT(kind, BE_CPU_GEMM_AVX2);
+    T_STR_CONTAINS(be_cpu_gemm_describe(buf, sizeof buf),
+                   "fp32 GEMMs: own AVX2 kernel (MS_CPU_GEMM=own-avx2)");
+    set_gemm("own-avx512");
+    if (be_cpu_gemm_runs(BE_CPU_GEMM_AVX512)) {
+        T_EQ_INT(be_cpu_gemm_pick(&kind), MS_OK);
+        T_EQ_INT(kind, BE_CPU_GEMM_AVX512);
+    } else {
+        T_EQ_INT(be_cpu_gemm_pick(&kind), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), "MS_CPU_GEMM=own-avx512: this CPU (or build) cannot run");
+    }
+    set_gemm("openblas");
+    T_EQ_INT(be_cpu_gemm_pick(&kind), MS_OK);
+    T_EQ_INT(kind, BE_CPU_GEMM_OPENBLAS);
     T_STR_CONTAINS(be_cpu_gemm_describe(buf, sizeof buf), "OpenBLAS (MS_CPU_GEMM=openblas)");
     be_backend *be = NULL;
     T_EQ_INT(be_cpu_create(&be, 2), MS_OK);
-    T_EQ_INT(be_cpu_gemm_own(be), 0);
+    T_EQ_INT(be_cpu_gemm_own(be), BE_CPU_GEMM_OPENBLAS);
     be_destroy(be);
     set_gemm("fast");
-    T_EQ_INT(be_cpu_gemm_pick(&own), MS_ERR_ARG);
-    T_STR_CONTAINS(ms_errmsg(), "MS_CPU_GEMM=fast: expected auto, own or openblas");
+    T_EQ_INT(be_cpu_gemm_pick(&kind), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(),
+                   "MS_CPU_GEMM=fast: expected auto, own, own-avx512, own-avx2 or openblas");
     be = NULL;
     T_EQ_INT(be_cpu_create(&be, 2), MS_ERR_ARG);
     T_OK(be == NULL);
     set_gemm("");
-    T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
-    T_EQ_INT(own, 1);
-    T_STR_CONTAINS(be_cpu_gemm_describe(buf, sizeof buf), "fp32 GEMMs: own AVX-512 kernel");
+    T_EQ_INT(be_cpu_gemm_pick(&kind), MS_OK);
+    T_EQ_INT(kind, best);
+    snprintf(buf, sizeof buf, "fp32 GEMMs: %s", be_cpu_gemm_name(best));
+    char got[256];
+    T_STR_CONTAINS(be_cpu_gemm_describe(got, sizeof got), buf);
 }
 
 int main(void) {
     set_gemm("");
-    if (!be_cpu_sgemm_runs_here()) {
-        int own = -1;
+    int best = be_cpu_gemm_best();
+    if (best == BE_CPU_GEMM_OPENBLAS) {
+        int kind = -1;
         set_gemm("own");
-        T_EQ_INT(be_cpu_gemm_pick(&own), MS_ERR_ARG); /* refused, with the reason */
-        T_STR_CONTAINS(ms_errmsg(), "full-width AVX-512");
+        T_EQ_INT(be_cpu_gemm_pick(&kind), MS_ERR_ARG); /* refused, with the reason */
+        T_STR_CONTAINS(ms_errmsg(), "AVX2 and FMA");
         set_gemm("");
-        T_EQ_INT(be_cpu_gemm_pick(&own), MS_OK);
-        T_EQ_INT(own, 0);
-        printf("SKIP: this CPU has no full-width AVX-512, so the own fp32 GEMM does not run "
+        T_EQ_INT(be_cpu_gemm_pick(&kind), MS_OK);
+        T_EQ_INT(kind, BE_CPU_GEMM_OPENBLAS);
+        printf("SKIP: this CPU (or build) has no AVX2 with FMA, so the own fp32 GEMM does not run "
                "here (the CPU backend uses OpenBLAS); only its refusal was checked\n");
         ms_test_summary("test_cpu_sgemm (refusal only)");
         return ms_t_fail ? 1 : 77;
@@ -189,14 +235,24 @@ int main(void) {
     be_backend *b1 = NULL, *b2 = NULL, *b3 = NULL;
     MS_CHECK(be_cpu_create(&b1, 1) == MS_OK && be_cpu_create(&b2, 2) == MS_OK &&
              be_cpu_create(&b3, 3) == MS_OK);
-    T_EQ_INT(be_cpu_gemm_own(b2), 1);
-    T_EQ_INT(be_cpu_gemm_set(b1, 1), MS_OK);
-    test_against_reference(b2);
-    test_split_bits(b1, b2, b3);
-    test_env_choice();
+    T_EQ_INT(be_cpu_gemm_own(b2), best);
+    static const int kinds[] = {BE_CPU_GEMM_AVX512, BE_CPU_GEMM_AVX2};
+    for (int k = 0; k < 2; k++) {
+        if (!be_cpu_gemm_runs(kinds[k])) {
+            printf("the %s is not tested: this CPU cannot run it\n", be_cpu_gemm_name(kinds[k]));
+            continue;
+        }
+        T_EQ_INT(be_cpu_gemm_set(b1, kinds[k]), MS_OK);
+        T_EQ_INT(be_cpu_gemm_set(b2, kinds[k]), MS_OK);
+        T_EQ_INT(be_cpu_gemm_set(b3, kinds[k]), MS_OK);
+        test_against_reference(b2);
+        test_split_bits(b1, b2, b3);
+    }
+    if (be_cpu_gemm_runs(BE_CPU_GEMM_AVX512)) test_kernels_agree(b2);
+    test_env_choice(best);
     /* the switch back to OpenBLAS gives OpenBLAS's own result */
-    T_EQ_INT(be_cpu_gemm_set(b2, 0), MS_OK);
-    T_EQ_INT(be_cpu_gemm_own(b2), 0);
+    T_EQ_INT(be_cpu_gemm_set(b2, BE_CPU_GEMM_OPENBLAS), MS_OK);
+    T_EQ_INT(be_cpu_gemm_own(b2), BE_CPU_GEMM_OPENBLAS);
     double e = check_one(b2, 0, 1, 33, 65, 300, 1.0f, 0.0f, 0);
     T_OK(e <= 2e-6);
     be_destroy(b1), be_destroy(b2), be_destroy(b3);

@@ -139,8 +139,9 @@ static ms_status cpu16_reserve(cpu_ctx *c, const be_limits *lim) {
     if (c->cls_floats > c->cls16_n) {
         uint16_t *p = ms_alloc_aligned(c->cls_floats * sizeof(uint16_t));
         if (!p)
-            return ms_error(MS_ERR_NOMEM, "cpu backend: cannot allocate %zu MB of bf16 classifier "
-                                          "scratch",
+            return ms_error(MS_ERR_NOMEM,
+                            "cpu backend: cannot allocate %zu MB of bf16 classifier "
+                            "scratch",
                             c->cls_floats * sizeof(uint16_t) >> 20);
         ms_free_aligned(c->cls16);
         c->cls16 = p;
@@ -351,8 +352,8 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
     if (threads < 0)
         return ms_error(MS_ERR_ARG, "cpu backend: threads must be >= 0, got %d", threads);
     if (threads == 0) threads = omp_get_max_threads();
-    int own;
-    MS_TRY(be_cpu_gemm_pick(&own));
+    int gemm;
+    MS_TRY(be_cpu_gemm_pick(&gemm));
     be_backend *be = calloc(1, sizeof *be);
     cpu_ctx *c = calloc(1, sizeof *c);
     double *dpart = ms_alloc_aligned((size_t)threads * 16 * sizeof(double));
@@ -372,7 +373,7 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
     be->threads = threads;
     be->ctx = c;
     cpu_fill_table(be);
-    ms_status gst = own ? be_cpu_gemm_set(be, 1) : MS_OK;
+    ms_status gst = be_cpu_gemm_set(be, gemm);
     if (gst != MS_OK) {
         cpu_destroy(be);
         return gst;
@@ -391,19 +392,25 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
 }
 
 int be_cpu_gemm_own(const be_backend *be) {
-    return be && be->destroy == cpu_destroy && ((const cpu_ctx *)be->ctx)->gemm_own;
+    return be && be->destroy == cpu_destroy ? ((const cpu_ctx *)be->ctx)->gemm_own
+                                            : BE_CPU_GEMM_OPENBLAS;
 }
 
-ms_status be_cpu_gemm_set(be_backend *be, int own) {
+ms_status be_cpu_gemm_set(be_backend *be, int kind) {
     MS_CHECKF(be && be->destroy == cpu_destroy, "be_cpu_gemm_set: not a CPU backend");
     cpu_ctx *c = cpu_ctx_of(be);
-    if (own && !be_cpu_sgemm_runs_here())
-        return ms_error(MS_ERR_ARG, "cpu backend: the own fp32 GEMM needs a CPU with full-width "
-                                    "AVX-512; this one has none");
+    if (!be_cpu_gemm_runs(kind))
+        return ms_error(MS_ERR_ARG, "cpu backend: this CPU (or build) cannot run the fp32 GEMM %s",
+                        be_cpu_gemm_name(kind));
+    const cpu_sgemm_kern *kn = NULL;
 #if CPU_SGEMM_OWN
-    if (own && c->sg.threads < c->threads) MS_TRY(cpu_sgemm_scratch_init(&c->sg, c->threads));
+    kn = kind == BE_CPU_GEMM_AVX512 ? &cpu_sgemm_kern_avx512
+         : kind == BE_CPU_GEMM_AVX2 ? &cpu_sgemm_kern_avx2
+                                    : NULL;
+    if (kn && c->sg.threads < c->threads) MS_TRY(cpu_sgemm_scratch_init(&c->sg, c->threads));
 #endif
-    c->gemm_own = own;
+    c->gemm_own = kind;
+    c->gemm_kern = kn;
     return MS_OK;
 }
 

@@ -107,47 +107,83 @@ const char *be_cpu_blas_core_suggest(void) {
 #endif
 }
 
-int be_cpu_sgemm_runs_here(void) {
+int be_cpu_gemm_runs(int kind) {
+    if (kind == BE_CPU_GEMM_OPENBLAS) return 1;
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
-           __builtin_cpu_supports("fma") && !avx512_split();
-#else
-    return 0;
+    int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    if (kind == BE_CPU_GEMM_AVX2) return avx2;
+    if (kind == BE_CPU_GEMM_AVX512) return avx2 && __builtin_cpu_supports("avx512f");
 #endif
+    return 0;
 }
 
-ms_status be_cpu_gemm_pick(int *own) {
+int be_cpu_gemm_best(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (be_cpu_gemm_runs(BE_CPU_GEMM_AVX512) && !avx512_split()) return BE_CPU_GEMM_AVX512;
+    if (be_cpu_gemm_runs(BE_CPU_GEMM_AVX2)) return BE_CPU_GEMM_AVX2;
+#endif
+    return BE_CPU_GEMM_OPENBLAS;
+}
+
+const char *be_cpu_gemm_name(int kind) {
+    return kind == BE_CPU_GEMM_AVX512 ? "own AVX-512 kernel"
+           : kind == BE_CPU_GEMM_AVX2 ? "own AVX2 kernel"
+                                      : "OpenBLAS";
+}
+
+ms_status be_cpu_gemm_pick(int *kind) {
+    static const struct {
+        const char *value;
+        int kind;
+    } forced[] = {{"openblas", BE_CPU_GEMM_OPENBLAS},
+                  {"own-avx2", BE_CPU_GEMM_AVX2},
+                  {"own-avx512", BE_CPU_GEMM_AVX512}};
     const char *v = ms_ctx_get()->cpu_gemm;
-    int here = be_cpu_sgemm_runs_here();
-    *own = 0;
+    int best = be_cpu_gemm_best();
+    *kind = BE_CPU_GEMM_OPENBLAS;
     if (!*v || !strcmp(v, "auto")) {
-        *own = here;
+        *kind = best;
         return MS_OK;
     }
-    if (!strcmp(v, "openblas")) return MS_OK;
-    if (strcmp(v, "own"))
-        return ms_error(MS_ERR_ARG, "MS_CPU_GEMM=%s: expected auto, own or openblas", v);
-    if (!here)
-        return ms_error(MS_ERR_ARG,
-                        "MS_CPU_GEMM=own: the own fp32 GEMM needs a CPU with full-width "
-                        "AVX-512 (and an x86-64 build); this one has none; use auto or openblas");
-    *own = 1;
-    return MS_OK;
+    if (!strcmp(v, "own")) {
+        if (best == BE_CPU_GEMM_OPENBLAS)
+            return ms_error(
+                MS_ERR_ARG,
+                "MS_CPU_GEMM=own: the own fp32 GEMM needs an x86-64 CPU with AVX2 and "
+                "FMA (and an x86-64 build); this one has neither; use auto or openblas");
+        *kind = best;
+        return MS_OK;
+    }
+    for (size_t i = 0; i < sizeof forced / sizeof *forced; i++)
+        if (!strcmp(v, forced[i].value)) {
+            if (!be_cpu_gemm_runs(forced[i].kind))
+                return ms_error(
+                    MS_ERR_ARG,
+                    "MS_CPU_GEMM=%s: this CPU (or build) cannot run the %s, which needs "
+                    "%s; use auto or openblas",
+                    v, be_cpu_gemm_name(forced[i].kind),
+                    forced[i].kind == BE_CPU_GEMM_AVX512 ? "AVX-512" : "AVX2 and FMA");
+            *kind = forced[i].kind;
+            return MS_OK;
+        }
+    return ms_error(MS_ERR_ARG,
+                    "MS_CPU_GEMM=%s: expected auto, own, own-avx512, own-avx2 or openblas", v);
 }
 
 const char *be_cpu_gemm_describe(char *buf, size_t n) {
-    int own;
-    if (be_cpu_gemm_pick(&own) != MS_OK) {
+    int kind;
+    if (be_cpu_gemm_pick(&kind) != MS_OK) {
         snprintf(buf, n, "fp32 GEMMs: %s", ms_errmsg());
         return buf;
     }
     const char *v = ms_ctx_get()->cpu_gemm;
-    int set = *v && strcmp(v, "auto");
-    if (own)
-        snprintf(buf, n, "fp32 GEMMs: own AVX-512 kernel%s", set ? " (MS_CPU_GEMM=own)" : "");
+    if (*v && strcmp(v, "auto"))
+        snprintf(buf, n, "fp32 GEMMs: %s (MS_CPU_GEMM=%s)", be_cpu_gemm_name(kind), v);
+    else if (kind != BE_CPU_GEMM_OPENBLAS)
+        snprintf(buf, n, "fp32 GEMMs: %s", be_cpu_gemm_name(kind));
     else
-        snprintf(buf, n, "fp32 GEMMs: OpenBLAS (%s)",
-                 set ? "MS_CPU_GEMM=openblas" : "the own kernel needs full-width AVX-512");
+        snprintf(buf, n,
+                 "fp32 GEMMs: OpenBLAS (the own kernel needs an x86-64 CPU with AVX2 and FMA)");
     return buf;
 }

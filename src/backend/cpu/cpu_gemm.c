@@ -1,4 +1,4 @@
-/* cpu_gemm.c - matrix multiply (the own AVX-512 kernel of cpu_sgemm.c, or
+/* cpu_gemm.c - matrix multiply (the own kernels of cpu_sgemm.c, or
  * OpenBLAS's sgemm) with bias / GeLU epilogues, and the bias gradient. */
 #include <omp.h>
 
@@ -11,13 +11,14 @@
 #define CPU_BIAS_BLOCK 64
 
 ms_status cpu_sgemm_scratch_init(cpu_sgemm_scratch *s, int threads) {
-    size_t panels = (CPU_SGEMM_NC + CPU_SGEMM_NR - 1) / CPU_SGEMM_NR;
-    if (panels < (size_t)threads) panels = (size_t)threads; /* few_rows: one a thread */
+    /* many_rows: NC columns of panels; few_rows: one panel a thread */
+    size_t cols = (size_t)threads * CPU_SGEMM_NR_MAX;
+    if (cols < CPU_SGEMM_NC + CPU_SGEMM_NR_MAX) cols = CPU_SGEMM_NC + CPU_SGEMM_NR_MAX;
     cpu_sgemm_scratch n = {
         .threads = threads,
-        .b = ms_alloc_aligned(panels * CPU_SGEMM_NR * CPU_SGEMM_KC * sizeof(float)),
-        .at =
-            ms_alloc_aligned((size_t)(CPU_SGEMM_MT + CPU_SGEMM_MR) * CPU_SGEMM_KC * sizeof(float)),
+        .b = ms_alloc_aligned(cols * CPU_SGEMM_KC * sizeof(float)),
+        .at = ms_alloc_aligned((size_t)(CPU_SGEMM_MT + CPU_SGEMM_MR_MAX) * CPU_SGEMM_KC *
+                               sizeof(float)),
         .a = ms_alloc_aligned((size_t)threads * CPU_SGEMM_A_FLOATS * sizeof(float))};
     if (!n.b || !n.at || !n.a) {
         cpu_sgemm_scratch_free(&n);
@@ -41,8 +42,9 @@ void cpu_sgemm_scratch_free(cpu_sgemm_scratch *s) {
 void cpu_sgemm(cpu_ctx *c, int ta, int tb, int M, int N, int K, float alpha, const float *A,
                int lda, const float *B, int ldb, float beta, float *C, int ldc) {
 #if CPU_SGEMM_OWN
-    if (c->gemm_own) {
-        cpu_sgemm_own(&c->sg, c->threads, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (c->gemm_kern) {
+        cpu_sgemm_own(c->gemm_kern, &c->sg, c->threads, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+                      beta, C, ldc);
         return;
     }
 #endif

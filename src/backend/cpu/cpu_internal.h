@@ -36,8 +36,9 @@
 
 #define CPU_EV_POOL 1024 /* device timer handles (be->ev_record) */
 
-/* The own fp32 GEMM (cpu_sgemm.c): built on x86-64 with GCC or Clang, run
- * where the CPU has full-width AVX-512 (be_cpu_sgemm_runs_here).  Blocks:
+/* The own fp32 GEMM (cpu_sgemm.c, with the microkernels of
+ * cpu_sgemm_avx512.c and cpu_sgemm_avx2.c): built on x86-64 with GCC or
+ * Clang, run where the CPU has AVX2 and FMA (be_cpu_gemm_runs).  Blocks:
  * KC rows of op(B) a panel (fixed: the order of every sum depends on it and
  * on K only); with more rows than MC (MT when op(A) is transposed) the
  * threads pack NC columns of op(B) at a time and take MC rows of op(A) a
@@ -47,14 +48,34 @@
 #else
 #define CPU_SGEMM_OWN 0
 #endif
-#define CPU_SGEMM_MR 8  /* rows of op(A) in the microkernel's tile */
-#define CPU_SGEMM_NR 48 /* columns of op(B) in it: a panel's width */
+#define CPU_SGEMM_MR_MAX 8  /* the most rows of op(A) in a kernel's tile */
+#define CPU_SGEMM_NR_MAX 48 /* the most columns of op(B) in it: a panel's width */
 #define CPU_SGEMM_KC 384
 #define CPU_SGEMM_NC 3072
 #define CPU_SGEMM_MC 512
 #define CPU_SGEMM_MT 1024
 /* per-thread floats of packed op(A): a block of MC rows and one more strip */
-#define CPU_SGEMM_A_FLOATS ((size_t)(CPU_SGEMM_MC + CPU_SGEMM_MR) * CPU_SGEMM_KC)
+#define CPU_SGEMM_A_FLOATS ((size_t)(CPU_SGEMM_MC + CPU_SGEMM_MR_MAX) * CPU_SGEMM_KC)
+
+/* A microkernel for one vector width: an mr x nr tile of C from a panel bp
+ * of op(B) ([k][nr], 32-byte aligned) and mr rows of op(A), over kc steps
+ * of k, stored as cpu_sgemm.c's "Bits" says (first: the k-block starting
+ * at 0).  rows: A row-major in place (row stride lda), all mr rows; packed:
+ * A packed [k][mr], m <= mr valid rows; both store n <= nr columns.
+ * pack_b fills a panel: op(B) columns [j0, j0+n) (zero beyond), rows
+ * [k0, k0+kb). */
+typedef struct {
+    const char *name; /* "AVX-512", "AVX2" */
+    int mr, nr;
+    void (*rows)(int kc, const float *a, long lda, const float *bp, float *C, long ldc, int n,
+                 float alpha, float beta, int first);
+    void (*packed)(int kc, const float *ap, const float *bp, float *C, long ldc, int m, int n,
+                   float alpha, float beta, int first);
+    void (*pack_b)(float *bp, const float *B, long ldb, int tb, int j0, int n, int k0, int kb);
+} cpu_sgemm_kern;
+#if CPU_SGEMM_OWN
+extern const cpu_sgemm_kern cpu_sgemm_kern_avx512, cpu_sgemm_kern_avx2;
+#endif
 
 typedef struct {
     int threads; /* the most threads the buffers serve */
@@ -84,16 +105,18 @@ typedef struct {
     int cls_max_rows; /* test hook: cap on rows per chunk (0 = none) */
     /* the bf16 mode (act dtype bf16; all NULL / 0 in the fp32 mode) */
     cpu_dnnl *dnnl;
-    float *x[3];        /* fp32 copies of act tensors: x_floats each (B*T*4C) */
+    float *x[3]; /* fp32 copies of act tensors: x_floats each (B*T*4C) */
     size_t x_floats;
-    float *wb;          /* a layer norm's weight and bias in fp32: 2 * wb_C */
+    float *wb; /* a layer norm's weight and bias in fp32: 2 * wb_C */
     size_t wb_have;
     int wb_C;
-    uint16_t *cls16;    /* dlogits of a classifier chunk in bf16: cls_floats */
+    uint16_t *cls16; /* dlogits of a classifier chunk in bf16: cls_floats */
     size_t cls16_n;
-    void *profile;    /* cpu_profile.c's state with --cpu-profile, else NULL */
-    /* fp32 GEMMs: 1 = the own kernel (cpu_sgemm.c, scratch sg), 0 = OpenBLAS */
+    void *profile; /* cpu_profile.c's state with --cpu-profile, else NULL */
+    /* fp32 GEMMs: BE_CPU_GEMM_OPENBLAS, or an own kernel (cpu_sgemm.c with
+     * gemm_kern, scratch sg) */
     int gemm_own;
+    const cpu_sgemm_kern *gemm_kern; /* NULL on OpenBLAS */
     cpu_sgemm_scratch sg;
     /* device timers: ops run synchronously, so a timestamp is the host clock */
     int64_t ev_t[CPU_EV_POOL];
@@ -200,9 +223,9 @@ void cpu_sgemm(cpu_ctx *c, int ta, int tb, int M, int N, int K, float alpha, con
 
 /* cpu_sgemm.c: the own kernel (CPU_SGEMM_OWN builds only); s sized for at
  * least `threads` threads (cpu_sgemm_scratch_init). */
-void cpu_sgemm_own(cpu_sgemm_scratch *s, int threads, int ta, int tb, int M, int N, int K,
-                   float alpha, const float *A, int lda, const float *B, int ldb, float beta,
-                   float *C, int ldc);
+void cpu_sgemm_own(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads, int ta, int tb,
+                   int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                   int ldb, float beta, float *C, int ldc);
 ms_status cpu_sgemm_scratch_init(cpu_sgemm_scratch *s, int threads);
 void cpu_sgemm_scratch_free(cpu_sgemm_scratch *s);
 
@@ -283,9 +306,9 @@ void cpu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, f
  * and bias bf16 (row-major, strides as cblas), C bf16 or f32 (c_f32) */
 ms_status cpu_dnnl_create(cpu_dnnl **out);
 void cpu_dnnl_free(cpu_dnnl *d);
-void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha,
-                   const uint16_t *A, int lda, const uint16_t *B, int ldb, float beta, void *C,
-                   int ldc, int c_f32, const uint16_t *bias);
+void cpu_dnnl_gemm(cpu_dnnl *d, int ta, int tb, int M, int N, int K, float alpha, const uint16_t *A,
+                   int lda, const uint16_t *B, int ldb, float beta, void *C, int ldc, int c_f32,
+                   const uint16_t *bias);
 /* NULL when this build has oneDNN, else why the bf16 mode is missing */
 const char *cpu_dnnl_available(void);
 
