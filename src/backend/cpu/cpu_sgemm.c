@@ -40,10 +40,14 @@
  * into ap[k][mr].  op(A)(i,k) = ta ? A[k*lda + i] : A[i*lda + k]. */
 static void pack_a(float *restrict ap, int mr, const float *A, long lda, int ta, int i0, int m,
                    int k0, int kb) {
-    if (ta && m == mr) {
-        for (int k = 0; k < kb; k++)
-            memcpy(ap + (size_t)k * mr, A + (size_t)(k0 + k) * lda + i0,
-                   (size_t)mr * sizeof(float));
+    if (ta && m == mr && (mr == 4 || mr == 8)) { /* sizes the compiler copies inline */
+        const float *src = A + (size_t)k0 * lda + i0;
+        if (mr == 8)
+            for (int k = 0; k < kb; k++)
+                memcpy(ap + (size_t)k * 8, src + (size_t)k * lda, 8 * sizeof(float));
+        else
+            for (int k = 0; k < kb; k++)
+                memcpy(ap + (size_t)k * 4, src + (size_t)k * lda, 4 * sizeof(float));
         return;
     }
     for (int k = 0; k < kb; k++)
