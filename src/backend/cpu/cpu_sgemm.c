@@ -57,6 +57,20 @@ static void pack_a(float *restrict ap, int mr, const float *A, long lda, int ta,
                                                   : A[(size_t)(i0 + i) * lda + k0 + k]);
 }
 
+/* A panel of op(B), columns [j0, j0+n) (n <= nr, zero beyond), rows
+ * [k0, k0+kb), into bp[k][nr]: the kernel's packing for whole panels, and
+ * plain copies for a panel's last columns or rows (where the kernel's
+ * transposing packing stopped).  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j]. */
+static void pack_panel(const cpu_sgemm_kern *kn, float *restrict bp, const float *B, long ldb,
+                       int tb, int j0, int n, int k0, int kb) {
+    const int nr = kn->nr;
+    for (int k = n == nr ? kn->pack_b(bp, B, ldb, tb, j0, k0, kb) : 0; k < kb; k++)
+        for (int j = 0; j < nr; j++)
+            bp[(size_t)k * nr + j] = j >= n ? 0.0f
+                                     : tb   ? B[(size_t)(j0 + j) * ldb + k0 + k]
+                                            : B[(size_t)(k0 + k) * ldb + j0 + j];
+}
+
 /* One strip of op(A) (rows [i, i+m), m <= mr) against B's panel bp: read in
  * place when A is row-major with mr rows, packed into ap otherwise. */
 static void strip(const cpu_sgemm_kern *kn, const float *A, long lda, int ta, int i, int m, int k0,
@@ -98,7 +112,7 @@ static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads
             }
             for (size_t p = lo; p < hi; p++) {
                 int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
-                kn->pack_b(bp, B, ldb, tb, j0, n, k0, kb);
+                pack_panel(kn, bp, B, ldb, tb, j0, n, k0, kb);
                 for (int q = 0; q < strips; q++) {
                     int i = q * MR, m = M - i < MR ? M - i : MR;
                     float *c = C + (size_t)i * ldc + j0;
@@ -140,7 +154,7 @@ static void many_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int thread
 #pragma omp for schedule(static)
                 for (int p = 0; p < panels; p++) {
                     int n = nb - p * NR < NR ? nb - p * NR : NR;
-                    kn->pack_b(bpk + (size_t)p * NR * kb, B, ldb, tb, j0 + p * NR, n, k0, kb);
+                    pack_panel(kn, bpk + (size_t)p * NR * kb, B, ldb, tb, j0 + p * NR, n, k0, kb);
                 }
                 for (size_t s0 = lo; s0 < hi; s0 += block) {
                     size_t s1 = s0 + block < hi ? s0 + block : hi;

@@ -127,39 +127,31 @@ static inline void transpose8(__m256 r[8]) {
         r[i] = t[i];
 }
 
-/* One panel of op(B): columns [j0, j0+n) (n <= 24, zero beyond), rows
- * [k0, k0+kb), into bp[k][24].  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j]. */
-static void pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int n, int k0,
-                   int kb) {
+/* A whole panel of op(B): columns [j0, j0+24), rows [k0, k0+kb), into
+ * bp[k][24].  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j].  Returns the
+ * rows it packed: all of them, or (tb) a multiple of 8. */
+static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int k0, int kb) {
     if (!tb) {
         for (int k = 0; k < kb; k++) {
             const float *s = B + (size_t)(k0 + k) * ldb + j0;
             float *d = bp + (size_t)k * NR;
-            if (n == NR) {
-                _mm256_store_ps(d, _mm256_loadu_ps(s));
-                _mm256_store_ps(d + 8, _mm256_loadu_ps(s + 8));
-                _mm256_store_ps(d + 16, _mm256_loadu_ps(s + 16));
-            } else {
-                for (int j = 0; j < NR; j++)
-                    d[j] = j < n ? s[j] : 0.0f;
-            }
+            _mm256_store_ps(d, _mm256_loadu_ps(s));
+            _mm256_store_ps(d + 8, _mm256_loadu_ps(s + 8));
+            _mm256_store_ps(d + 16, _mm256_loadu_ps(s + 16));
         }
-        return;
+        return kb;
     }
     int k = 0;
-    if (n == NR)
-        for (; k + 8 <= kb; k += 8)
-            for (int jb = 0; jb < NR / 8; jb++) {
-                __m256 r[8];
-                for (int i = 0; i < 8; i++)
-                    r[i] = _mm256_loadu_ps(B + (size_t)(j0 + 8 * jb + i) * ldb + k0 + k);
-                transpose8(r);
-                for (int i = 0; i < 8; i++)
-                    _mm256_store_ps(bp + (size_t)(k + i) * NR + 8 * jb, r[i]);
-            }
-    for (; k < kb; k++)
-        for (int j = 0; j < NR; j++)
-            bp[(size_t)k * NR + j] = j < n ? B[(size_t)(j0 + j) * ldb + k0 + k] : 0.0f;
+    for (; k + 8 <= kb; k += 8)
+        for (int jb = 0; jb < NR / 8; jb++) {
+            __m256 r[8];
+            for (int i = 0; i < 8; i++)
+                r[i] = _mm256_loadu_ps(B + (size_t)(j0 + 8 * jb + i) * ldb + k0 + k);
+            transpose8(r);
+            for (int i = 0; i < 8; i++)
+                _mm256_store_ps(bp + (size_t)(k + i) * NR + 8 * jb, r[i]);
+        }
+    return k;
 }
 
 const cpu_sgemm_kern cpu_sgemm_kern_avx2 = {.name = "AVX2",

@@ -125,39 +125,31 @@ static inline void transpose16(__m512 r[16]) {
     }
 }
 
-/* One panel of op(B): columns [j0, j0+n) (n <= 48, zero beyond), rows
- * [k0, k0+kb), into bp[k][48].  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j]. */
-static void pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int n, int k0,
-                   int kb) {
+/* A whole panel of op(B): columns [j0, j0+48), rows [k0, k0+kb), into
+ * bp[k][48].  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j].  Returns the
+ * rows it packed: all of them, or (tb) a multiple of 16. */
+static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int k0, int kb) {
     if (!tb) {
         for (int k = 0; k < kb; k++) {
             const float *s = B + (size_t)(k0 + k) * ldb + j0;
             float *d = bp + (size_t)k * NR;
-            if (n == NR) {
-                _mm512_store_ps(d, _mm512_loadu_ps(s));
-                _mm512_store_ps(d + 16, _mm512_loadu_ps(s + 16));
-                _mm512_store_ps(d + 32, _mm512_loadu_ps(s + 32));
-            } else {
-                for (int j = 0; j < NR; j++)
-                    d[j] = j < n ? s[j] : 0.0f;
-            }
+            _mm512_store_ps(d, _mm512_loadu_ps(s));
+            _mm512_store_ps(d + 16, _mm512_loadu_ps(s + 16));
+            _mm512_store_ps(d + 32, _mm512_loadu_ps(s + 32));
         }
-        return;
+        return kb;
     }
     int k = 0;
-    if (n == NR)
-        for (; k + 16 <= kb; k += 16)
-            for (int jb = 0; jb < NR / 16; jb++) {
-                __m512 r[16];
-                for (int i = 0; i < 16; i++)
-                    r[i] = _mm512_loadu_ps(B + (size_t)(j0 + 16 * jb + i) * ldb + k0 + k);
-                transpose16(r);
-                for (int i = 0; i < 16; i++)
-                    _mm512_store_ps(bp + (size_t)(k + i) * NR + 16 * jb, r[i]);
-            }
-    for (; k < kb; k++)
-        for (int j = 0; j < NR; j++)
-            bp[(size_t)k * NR + j] = j < n ? B[(size_t)(j0 + j) * ldb + k0 + k] : 0.0f;
+    for (; k + 16 <= kb; k += 16)
+        for (int jb = 0; jb < NR / 16; jb++) {
+            __m512 r[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_loadu_ps(B + (size_t)(j0 + 16 * jb + i) * ldb + k0 + k);
+            transpose16(r);
+            for (int i = 0; i < 16; i++)
+                _mm512_store_ps(bp + (size_t)(k + i) * NR + 16 * jb, r[i]);
+        }
+    return k;
 }
 
 const cpu_sgemm_kern cpu_sgemm_kern_avx512 = {.name = "AVX-512",
