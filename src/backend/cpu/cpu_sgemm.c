@@ -84,47 +84,75 @@ static void strip(const cpu_sgemm_kern *kn, const float *A, long lda, int ta, in
     kn->packed(kb, ap, bp, C, ldc, m, n, alpha, beta, first);
 }
 
+/* All strips of op(A) (rows [0, M)) against the panel bp of op(B): the
+ * columns [j0, j0+n) of C, the k-block [k0, k0+kb).  op(A) is read in place,
+ * or from at ([k][mr] a strip, the block's) when transposed. */
+static void panel_strips(const cpu_sgemm_kern *kn, int ta, const float *A, long lda,
+                         const float *at, float *ap, const float *bp, int M, int j0, int n, int k0,
+                         int kb, float alpha, float beta, float *C, long ldc) {
+    const int MR = kn->mr, first = k0 == 0;
+    for (int i = 0; i < M; i += MR) {
+        int m = M - i < MR ? M - i : MR;
+        float *c = C + (size_t)i * ldc + j0;
+        if (ta)
+            kn->packed(kb, at + (size_t)i * kb, bp, c, ldc, m, n, alpha, beta, first);
+        else
+            strip(kn, A, lda, 0, i, m, k0, kb, ap, bp, c, ldc, n, alpha, beta, first);
+    }
+}
+
 /* Few rows (M <= MC, or <= MT when op(A) is transposed): each thread takes
  * its share of op(B)'s panels and packs each one just before multiplying
  * it, so that the next panel's packing follows the last one's compute on
- * the same core; op(A) is read in place, or packed once, shared, when
- * transposed. */
+ * the same core; op(A) is read in place, or packed once a k-block, shared,
+ * when transposed.  Where op(A) is read in place and stays in the core's
+ * cache (M*K <= CPU_SGEMM_A_CACHED floats), each panel runs through all
+ * of K before the next, so that its columns of C stay in cache from one
+ * k-block to the next (the classifier's logits, 256 x 50257 floats, are
+ * larger than the last level cache); otherwise each k-block runs through
+ * all the panels, so that op(A)'s block stays in cache while C is read
+ * again. */
 static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads, int ta, int tb,
                      int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                      int ldb, float beta, float *C, int ldc) {
-    const int MR = kn->mr, NR = kn->nr;
+    const int MR = kn->mr, NR = kn->nr, KC = CPU_SGEMM_KC;
     int panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
+    int panel_outer = !ta && (size_t)M * K <= CPU_SGEMM_A_CACHED;
 #pragma omp parallel num_threads(threads)
     {
         int tid = omp_get_thread_num(), nt = omp_get_num_threads();
         float *ap = s->a + (size_t)tid * CPU_SGEMM_A_FLOATS;
-        float *bp = s->b + (size_t)tid * CPU_SGEMM_NR_MAX * CPU_SGEMM_KC;
+        float *bp = s->b + (size_t)tid * CPU_SGEMM_NR_MAX * KC;
         size_t lo, hi;
         cpu_split((size_t)panels, nt, tid, &lo, &hi);
-        for (int k0 = 0; k0 < K; k0 += CPU_SGEMM_KC) {
-            int kb = K - k0 < CPU_SGEMM_KC ? K - k0 : CPU_SGEMM_KC;
-            int first = k0 == 0;
-            if (ta) {
-#pragma omp for schedule(static)
-                for (int q = 0; q < strips; q++)
-                    pack_a(s->at + (size_t)q * MR * kb, MR, A, lda, 1, q * MR,
-                           M - q * MR < MR ? M - q * MR : MR, k0, kb);
-            }
+        if (panel_outer) {
             for (size_t p = lo; p < hi; p++) {
                 int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
-                pack_panel(kn, bp, B, ldb, tb, j0, n, k0, kb);
-                for (int q = 0; q < strips; q++) {
-                    int i = q * MR, m = M - i < MR ? M - i : MR;
-                    float *c = C + (size_t)i * ldc + j0;
-                    if (ta)
-                        kn->packed(kb, s->at + (size_t)q * MR * kb, bp, c, ldc, m, n, alpha, beta,
-                                   first);
-                    else
-                        strip(kn, A, lda, 0, i, m, k0, kb, ap, bp, c, ldc, n, alpha, beta, first);
+                for (int k0 = 0; k0 < K; k0 += KC) {
+                    int kb = K - k0 < KC ? K - k0 : KC;
+                    pack_panel(kn, bp, B, ldb, tb, j0, n, k0, kb);
+                    panel_strips(kn, 0, A, lda, NULL, ap, bp, M, j0, n, k0, kb, alpha, beta, C,
+                                 ldc);
                 }
             }
-            if (ta) { /* the shared op(A) is packed again for the next k-block */
+        } else {
+            for (int k0 = 0; k0 < K; k0 += KC) {
+                int kb = K - k0 < KC ? K - k0 : KC;
+                if (ta) {
+#pragma omp for schedule(static)
+                    for (int q = 0; q < strips; q++)
+                        pack_a(s->at + (size_t)q * MR * kb, MR, A, lda, 1, q * MR,
+                               M - q * MR < MR ? M - q * MR : MR, k0, kb);
+                }
+                for (size_t p = lo; p < hi; p++) {
+                    int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
+                    pack_panel(kn, bp, B, ldb, tb, j0, n, k0, kb);
+                    panel_strips(kn, ta, A, lda, s->at, ap, bp, M, j0, n, k0, kb, alpha, beta, C,
+                                 ldc);
+                }
+                if (ta) { /* the shared op(A) is packed again for the next k-block */
 #pragma omp barrier
+                }
             }
         }
     }
