@@ -55,7 +55,8 @@
 #define CPU_SGEMM_MC 512
 #define CPU_SGEMM_MT 1024
 /* Most floats of op(A) read in place for few_rows to take each panel
- * through all of K (1 MB: GPT-2 124M's 256 tokens x 768) */
+ * through all of K: 256 K floats, 1 MB, which holds GPT-2 124M's 256 tokens
+ * x 768 (the classifier's logits) */
 #define CPU_SGEMM_A_CACHED ((size_t)256 * 1024)
 /* per-thread floats of packed op(A): a block of MC rows and one more strip */
 #define CPU_SGEMM_A_FLOATS ((size_t)(CPU_SGEMM_MC + CPU_SGEMM_MR_MAX) * CPU_SGEMM_KC)
