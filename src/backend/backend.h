@@ -317,6 +317,10 @@ int be_cpu_gemm_runs(int kind);
  * where it has AVX2 and FMA (Zen 4, which splits 512-bit operations in two,
  * included), else OPENBLAS. */
 int be_cpu_gemm_best(void);
+/* The decision itself, pure: the kernel for a CPU with (has_avx512:
+ * AVX-512 F), whose 512-bit units are half-width (avx512_split: Zen 4), with
+ * (has_avx2_fma). */
+int be_cpu_gemm_for(int has_avx512, int avx512_split, int has_avx2_fma);
 /* The choice of the environment variable MS_CPU_GEMM, read into the run
  * context (ms_ctx.cpu_gemm): "auto" (unset: the default, be_cpu_gemm_best),
  * "own" (the same, but an error where there is none), "own-avx512",

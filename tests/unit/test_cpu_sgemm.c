@@ -9,7 +9,7 @@
  *     chunks of columns, with 1, 2 or 3 threads, equals the whole one;
  *   - the same bits from both kernels (where both run);
  *   - MS_CPU_GEMM (the run context's cpu_gemm): auto, own, own-avx512,
- *     own-avx2, openblas, a bad value.
+ *     own-avx2, openblas, a bad value; which kernel each kind of CPU gets.
  * Skipped (77) with the reason where the CPU runs neither kernel. */
 #include <math.h>
 #include <stdint.h>
@@ -216,8 +216,23 @@ static void test_env_choice(int best) {
     T_STR_CONTAINS(be_cpu_gemm_describe(got, sizeof got), buf);
 }
 
+/* Which kernel each kind of CPU gets (be_cpu_gemm_for), whatever this one
+ * is: AVX-512 only at full width, AVX2 on AVX2 CPUs and Zen 4, OpenBLAS
+ * without AVX2 and FMA. */
+static void test_kernel_choice(void) {
+    T_EQ_INT(be_cpu_gemm_for(1, 0, 1), BE_CPU_GEMM_AVX512); /* Skylake-SP.., Zen 5 */
+    T_EQ_INT(be_cpu_gemm_for(1, 1, 1), BE_CPU_GEMM_AVX2);   /* Zen 4 */
+    T_EQ_INT(be_cpu_gemm_for(0, 0, 1), BE_CPU_GEMM_AVX2);   /* Haswell.., Zen 1-3 */
+    T_EQ_INT(be_cpu_gemm_for(0, 0, 0), BE_CPU_GEMM_OPENBLAS);
+    T_EQ_INT(be_cpu_gemm_for(1, 0, 0), BE_CPU_GEMM_OPENBLAS); /* no FMA: none */
+    int best = be_cpu_gemm_best();
+    T_OK(best == BE_CPU_GEMM_OPENBLAS || be_cpu_gemm_runs(best));
+    T_OK(be_cpu_gemm_runs(BE_CPU_GEMM_OPENBLAS));
+}
+
 int main(void) {
     set_gemm("");
+    test_kernel_choice();
     int best = be_cpu_gemm_best();
     if (best == BE_CPU_GEMM_OPENBLAS) {
         int kind = -1;

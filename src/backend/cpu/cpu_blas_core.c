@@ -118,12 +118,18 @@ int be_cpu_gemm_runs(int kind) {
     return 0;
 }
 
+int be_cpu_gemm_for(int has_avx512, int avx512_split, int has_avx2_fma) {
+    if (!has_avx2_fma) return BE_CPU_GEMM_OPENBLAS;
+    return has_avx512 && !avx512_split ? BE_CPU_GEMM_AVX512 : BE_CPU_GEMM_AVX2;
+}
+
 int be_cpu_gemm_best(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (be_cpu_gemm_runs(BE_CPU_GEMM_AVX512) && !avx512_split()) return BE_CPU_GEMM_AVX512;
-    if (be_cpu_gemm_runs(BE_CPU_GEMM_AVX2)) return BE_CPU_GEMM_AVX2;
-#endif
+    return be_cpu_gemm_for(be_cpu_gemm_runs(BE_CPU_GEMM_AVX512), avx512_split(),
+                           be_cpu_gemm_runs(BE_CPU_GEMM_AVX2));
+#else
     return BE_CPU_GEMM_OPENBLAS;
+#endif
 }
 
 const char *be_cpu_gemm_name(int kind) {
