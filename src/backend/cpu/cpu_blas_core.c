@@ -154,10 +154,9 @@ ms_status be_cpu_gemm_pick(int *kind) {
     }
     if (!strcmp(v, "own")) {
         if (best == BE_CPU_GEMM_OPENBLAS)
-            return ms_error(
-                MS_ERR_ARG,
-                "MS_CPU_GEMM=own: the own fp32 GEMM needs an x86-64 CPU with AVX2 and "
-                "FMA (and an x86-64 build); this one has neither; use auto or openblas");
+            return ms_error(MS_ERR_ARG,
+                            "MS_CPU_GEMM=own: the own fp32 GEMM needs an x86-64 CPU with AVX2 and "
+                            "FMA (and an x86-64 build); this one lacks them; use auto or openblas");
         *kind = best;
         return MS_OK;
     }
