@@ -329,6 +329,9 @@ int be_cpu_gemm_for(int has_avx512, int avx512_split, int has_avx2_fma);
 ms_status be_cpu_gemm_pick(int *kind);
 /* "own AVX-512 kernel", "own AVX2 kernel" or "OpenBLAS". */
 const char *be_cpu_gemm_name(int kind);
+/* The MS_CPU_GEMM value that names kind ("own-avx512", "own-avx2",
+ * "openblas"): the metrics' cpu_gemm. */
+const char *be_cpu_gemm_value(int kind);
 /* "fp32 GEMMs: own AVX-512 kernel" (or OpenBLAS, and why) into buf; buf. */
 const char *be_cpu_gemm_describe(char *buf, size_t n);
 /* The kind this CPU backend's fp32 GEMMs run on (0 = OpenBLAS: false). */

@@ -367,10 +367,9 @@ static char *config_json(const trainer *t) {
         char blas[320];
         cJSON_AddStringToObject(o, "cpu_blas", be_cpu_blas_describe(blas, sizeof blas));
         cJSON_AddStringToObject(o, "cpu_gemm",
-                                t->be->act_dtype == BE_BF16                    ? "onednn-bf16"
-                                : be_cpu_gemm_own(t->be) == BE_CPU_GEMM_AVX512 ? "own-avx512"
-                                : be_cpu_gemm_own(t->be) == BE_CPU_GEMM_AVX2   ? "own-avx2"
-                                                                               : "openblas");
+                                t->be->act_dtype == BE_BF16
+                                    ? "onednn-bf16"
+                                    : be_cpu_gemm_value(be_cpu_gemm_own(t->be)));
     }
     cJSON_AddNumberToObject(o, "peak_flops", t->peak.flops);
     cJSON_AddStringToObject(o, "peak_source", t->peak.source);

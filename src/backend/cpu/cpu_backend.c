@@ -392,8 +392,9 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt) {
 }
 
 int be_cpu_gemm_own(const be_backend *be) {
-    return be && be->destroy == cpu_destroy ? ((const cpu_ctx *)be->ctx)->gemm_own
-                                            : BE_CPU_GEMM_OPENBLAS;
+    const cpu_sgemm_kern *kn =
+        be && be->destroy == cpu_destroy ? ((const cpu_ctx *)be->ctx)->gemm_kern : NULL;
+    return kn ? kn->kind : BE_CPU_GEMM_OPENBLAS;
 }
 
 ms_status be_cpu_gemm_set(be_backend *be, int kind) {
@@ -409,7 +410,6 @@ ms_status be_cpu_gemm_set(be_backend *be, int kind) {
                                     : NULL;
     if (kn && c->sg.threads < c->threads) MS_TRY(cpu_sgemm_scratch_init(&c->sg, c->threads));
 #endif
-    c->gemm_own = kind;
     c->gemm_kern = kn;
     return MS_OK;
 }

@@ -138,13 +138,21 @@ const char *be_cpu_gemm_name(int kind) {
                                       : "OpenBLAS";
 }
 
+/* The MS_CPU_GEMM values that name one kind */
+static const struct {
+    const char *value;
+    int kind;
+} forced[] = {{"openblas", BE_CPU_GEMM_OPENBLAS},
+              {"own-avx2", BE_CPU_GEMM_AVX2},
+              {"own-avx512", BE_CPU_GEMM_AVX512}};
+
+const char *be_cpu_gemm_value(int kind) {
+    for (size_t i = 0; i < sizeof forced / sizeof *forced; i++)
+        if (forced[i].kind == kind) return forced[i].value;
+    return "openblas";
+}
+
 ms_status be_cpu_gemm_pick(int *kind) {
-    static const struct {
-        const char *value;
-        int kind;
-    } forced[] = {{"openblas", BE_CPU_GEMM_OPENBLAS},
-                  {"own-avx2", BE_CPU_GEMM_AVX2},
-                  {"own-avx512", BE_CPU_GEMM_AVX512}};
     const char *v = ms_ctx_get()->cpu_gemm;
     int best = be_cpu_gemm_best();
     *kind = BE_CPU_GEMM_OPENBLAS;

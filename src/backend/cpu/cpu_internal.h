@@ -70,7 +70,7 @@
  * op(B) and returns how many rows it packed (the driver packs the rest,
  * and panels of fewer columns, itself). */
 typedef struct {
-    const char *name; /* "AVX-512", "AVX2" */
+    int kind; /* BE_CPU_GEMM_AVX512, BE_CPU_GEMM_AVX2 */
     int mr, nr;
     void (*rows)(int kc, const float *a, long lda, const float *bp, float *C, long ldc, int n,
                  float alpha, float beta, int first);
@@ -118,10 +118,8 @@ typedef struct {
     uint16_t *cls16; /* dlogits of a classifier chunk in bf16: cls_floats */
     size_t cls16_n;
     void *profile; /* cpu_profile.c's state with --cpu-profile, else NULL */
-    /* fp32 GEMMs: BE_CPU_GEMM_OPENBLAS, or an own kernel (cpu_sgemm.c with
-     * gemm_kern, scratch sg) */
-    int gemm_own;
-    const cpu_sgemm_kern *gemm_kern; /* NULL on OpenBLAS */
+    /* fp32 GEMMs: an own kernel (cpu_sgemm.c, scratch sg), NULL on OpenBLAS */
+    const cpu_sgemm_kern *gemm_kern;
     cpu_sgemm_scratch sg;
     /* device timers: ops run synchronously, so a timestamp is the host clock */
     int64_t ev_t[CPU_EV_POOL];

@@ -154,7 +154,7 @@ static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, 
     return k;
 }
 
-const cpu_sgemm_kern cpu_sgemm_kern_avx2 = {.name = "AVX2",
+const cpu_sgemm_kern cpu_sgemm_kern_avx2 = {.kind = BE_CPU_GEMM_AVX2,
                                             .mr = MR,
                                             .nr = NR,
                                             .rows = kernel_rows,

@@ -152,7 +152,7 @@ static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, 
     return k;
 }
 
-const cpu_sgemm_kern cpu_sgemm_kern_avx512 = {.name = "AVX-512",
+const cpu_sgemm_kern cpu_sgemm_kern_avx512 = {.kind = BE_CPU_GEMM_AVX512,
                                               .mr = MR,
                                               .nr = NR,
                                               .rows = kernel_rows,
