@@ -374,6 +374,23 @@ static void test_elementwise(void) {
     }
     T_OK(tiny_ok);
 
+    /* special values, in a vector long enough for the vectorised loop: a
+     * NaN gives NaN both ways (exp's argument is clamped, x carries it);
+     * past the clamp at |2u| = 80, gelu(x) is x or ~0 and its slope 1 or ~0;
+     * every finite x gives finite results */
+    float sx[64], sy[64], sd[64], one[64];
+    for (int i = 0; i < 64; i++)
+        sx[i] = (float)(i % 8) - 3.5f, one[i] = 1.0f;
+    sx[3] = NAN, sx[21] = NAN, sx[60] = 40.0f, sx[61] = -40.0f, sx[62] = 9.0f, sx[63] = -9.0f;
+    be->gelu_fwd(be, sy, sx, 64);
+    be->gelu_bwd(be, sd, sx, one, 64);
+    T_OK(isnan(sy[3]) && isnan(sd[3]) && isnan(sy[21]) && isnan(sd[21]));
+    T_OK(sy[60] == 40.0f && fabsf(sy[61]) < 1e-30f && sd[60] == 1.0f && fabsf(sd[61]) < 1e-30f);
+    int finite_ok = 1;
+    for (int i = 0; i < 64; i++)
+        if (i != 3 && i != 21 && (!isfinite(sy[i]) || !isfinite(sd[i]))) finite_ok = 0;
+    T_OK(finite_ok);
+
     float *a = frnd(n, 1), *b = frnd(n, 1), *o = frnd(n, 1);
     double *ro = dzeros(n);
     for (size_t i = 0; i < n; i++)

@@ -136,13 +136,12 @@ static inline void cpu_split(size_t n, int nthr, int tid, size_t *lo, size_t *hi
     *hi = n * (size_t)(tid + 1) / (size_t)nthr;
 }
 
-/* expf for x in any range, ~1 ulp (Cephes polynomial), written with plain
- * arithmetic so loops that call it vectorise.  Inputs are clamped to
- * [-87, 88]: exp(-87) ~ 1.6e-38 stands in for smaller results; NaN gives
- * NaN. */
-static inline float cpu_expf(float x) {
-    x = x < -87.0f ? -87.0f : x;
-    x = x > 88.0f ? 88.0f : x;
+/* exp(x) for x in [-87, 88], ~1 ulp (Cephes polynomial), written with
+ * plain arithmetic so loops that call it vectorise; with nan_guard a NaN x
+ * gives NaN (without, x must not be NaN: its conversion to int is then
+ * undefined).  cpu_expf's core; GeLU calls it directly, its argument
+ * already clamped, and loses the clamps' selects (a third of its time). */
+static inline float cpu_expf_in(float x, int nan_guard) {
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round(x/ln2) */
     float r = x - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -153,11 +152,19 @@ static inline float cpu_expf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    n = n == n ? n : 0.0f; /* NaN stays NaN (in p), but never reaches the int conversion */
+    if (nan_guard) n = n == n ? n : 0.0f; /* NaN stays NaN (in p), but never reaches the int conversion */
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
+}
+
+/* expf for x in any range: clamped to [-87, 88] (exp(-87) ~ 1.6e-38 stands
+ * in for smaller results); NaN gives NaN. */
+static inline float cpu_expf(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    return cpu_expf_in(x, 1);
 }
 
 /* Sum of x[0..n) with 16 fixed lanes (vectorises; order fixed by n). */
@@ -197,16 +204,21 @@ static inline float cpu_max_f(const float *restrict x, int n) {
 #define CPU_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define CPU_GELU_A 0.044715f
 
-static inline float cpu_gelu(float x) {
+/* 2u clamped to [-80, 80] (beyond, 1/(1+exp(-2u)) is 0 or 1 in fp32); a
+ * NaN becomes -80, so that exp's argument is never NaN: x carries the NaN
+ * into the result instead. */
+static inline float cpu_gelu_u2(float x) {
     float u2 = 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
-    u2 = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
-    return x / (1.0f + cpu_expf(-u2));
+    u2 = u2 > -80.0f ? u2 : -80.0f;
+    return u2 < 80.0f ? u2 : 80.0f;
+}
+
+static inline float cpu_gelu(float x) {
+    return x / (1.0f + cpu_expf_in(-cpu_gelu_u2(x), 0));
 }
 
 static inline float cpu_gelu_grad(float x) {
-    float u2 = 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
-    u2 = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
-    float e = cpu_expf(-u2);
+    float e = cpu_expf_in(-cpu_gelu_u2(x), 0);
     float s = 1.0f / (1.0f + e); /* 0.5*(1+tanh u) */
     float du = CPU_GELU_K * (1.0f + 3.0f * CPU_GELU_A * x * x);
     /* 0.5*x*(1-tanh^2 u)*du = 2*x*s*(1-s)*du, with 1-s = e*s */
