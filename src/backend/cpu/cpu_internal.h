@@ -152,7 +152,8 @@ static inline float cpu_expf_in(float x, int nan_guard) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    if (nan_guard) n = n == n ? n : 0.0f; /* NaN stays NaN (in p), but never reaches the int conversion */
+    /* a NaN stays NaN (in p), but never reaches the int conversion */
+    if (nan_guard) n = n == n ? n : 0.0f;
     int32_t bits = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof scale);
