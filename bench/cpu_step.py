@@ -232,8 +232,7 @@ def main():
                     ours_cmd, env, parse_ours)
                 near1 = machine_limits(a.bin, a.threads)
                 probes += [near0, near1]
-                near = (max(near0[0], near1[0]),
-                        {k: max(near0[1][k], near1[1][k]) for k in near0[1]})
+                near = max(near0[0], near1[0])  # sgemm GFLOP/s around this run
                 om = statistics.median(ours_ms[a.warmup:])
                 mfu = statistics.median(ours_mfu[a.warmup:])
                 wait = 100 * sum(ours_data[a.warmup:]) / sum(ours_ms[a.warmup:])
@@ -258,24 +257,26 @@ def main():
                                      if a.torch_blas == "same" else
                                      "the kernels OpenBLAS picks by itself (--torch-blas own)"))
     print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
-          f"{'of sgemm':>8} {'near':>7} {'sgemm':>6} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} {'torch ms':>9} "
+          f"{'of sgemm':>8} {'near':>7} {'sgemm':>6} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} "
+          f"{'torch ms':>9} "
           f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}"
           + (f" {'llm.c ms':>9} {'llm.c RSS':>9} {'vs llm.c':>8}" if llmc else ""))
     for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params, lm, lrss, near in rows:
         of_gemm = flops / (om / 1e3) / (gemm * 1e9)
-        of_near = flops / (om / 1e3) / (near[0] * 1e9)
+        of_near = flops / (om / 1e3) / (near * 1e9)
         opt_bw = 36 * params / (opt / 1e3) / (bw * 1e9) if opt > 0 else 0
         print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
-              f"{100 * of_gemm:7.1f}% {100 * of_near:6.1f}% {near[0]:6.1f} {opt:7.1f} {100 * opt_bw:6.1f}% {wait:8.3f}% "
+              f"{100 * of_gemm:7.1f}% {100 * of_near:6.1f}% {near:6.1f} {opt:7.1f} "
+              f"{100 * opt_bw:6.1f}% {wait:8.3f}% "
               f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x"
               + (f" {lm:9.1f} {lrss:8.0f}M {lm / om:7.2f}x" if lm else ""))
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
           f"{a.threads} threads; case = model:B:T, and bf16: --cpu-dtype bf16 against the same "
           f"fp32 PyTorch run; MFU against the trainer's probed peak (a bf16 GEMM's in bf16); of "
-          f"sgemm = the step's FLOPs / time / the fp32 sgemm rate above, the best of all probes (bf16 "
-          f"GEMMs can exceed it); near = the same against the better of the two probes taken just "
-          f"before and just after this run (sgemm, GFLOP/s: the machine's speed moves from minute "
-          f"to minute on shared hosts); opt bw = 36 B a parameter / the "
+          f"sgemm = the step's FLOPs / time / the fp32 sgemm rate above, the best of all probes "
+          f"(bf16 GEMMs can exceed it); near = the same against the better of the two probes "
+          f"taken just before and just after this run (sgemm, GFLOP/s: the machine's speed moves "
+          f"from minute to minute on shared hosts); opt bw = 36 B a parameter / the "
           f"optimizer's time / the bandwidth above; vs llm.c = llm.c's ms / ours; "
           f"data wait = time the step waited for its batch / step time)")
 
