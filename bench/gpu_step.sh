@@ -3,13 +3,16 @@
 #   1. builds megascale with the CUDA backend (Release, sm_90);
 #   2. runs the GPU tests: op-by-op parity with the CPU backend and the
 #      end-to-end CUDA-vs-CPU and several-ranks-on-one-GPU runs (ctest -L gpu);
+#      then bench/overlap --device cuda: exposed communication per parallel
+#      dimension, --overlap all against none, the ranks sharing the GPU;
 #   3. trains GPT-2 124M (d12, B=64, T=1024) and 350M (d24, B=32, T=1024)
 #      with megascale and, in the same run, with PyTorch (eager and
 #      torch.compile; bf16 autocast, SDPA, fused AdamW) on the same shapes,
 #      and prints tokens/s, MFU (6N + 12*L*T*C flops per token against
 #      989 TFLOP/s dense bf16), peak device memory and the ratios.
 # Medians over the steps after warm-up; the numbers go into docs/perf.md.
-# usage: bench/gpu_step.sh [OUT_DIR]   (env: STEPS=30, SKIP_TESTS=1,
+# usage: bench/gpu_step.sh [OUT_DIR]   (env: STEPS=30, SKIP_TESTS=1, SKIP_OVERLAP=1,
+#        OVERLAP_PAIRS=1, OVERLAP_TIMEOUT=240 (s),
 #        SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, SKIP_PROFILE=1,
 #        CASES="d12:64 d24:32",
 #        JOBS=16).  "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as
@@ -41,6 +44,22 @@ if [[ -z ${SKIP_TESTS:-} ]]; then
   (cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$out/tests.log" 2>&1
   tail -15 "$out/tests.log" | tee -a "$out/summary.txt"
   grep -hE "worst|rel|passed, " "$out/tests.log" | tail -60 > "$out/tests_numbers.txt"
+fi
+
+# issue 14's comparison: exposed communication per dimension with --overlap
+# all against none, every rank on this one GPU (device buffers staged through
+# pinned host memory by MPI); short, and before the long runs so that a
+# time limit on the whole script still leaves it measured
+if [[ -z ${SKIP_OVERLAP:-} ]]; then
+  if command -v mpirun > /dev/null; then
+    log "overlap on/off, ranks sharing the GPU (bench/overlap --device cuda)"
+    timeout "${OVERLAP_TIMEOUT:-240}" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
+      --pairs "${OVERLAP_PAIRS:-1}" --steps 6 --layers 4 --dim 1024 --heads 16 --vocab 8192 \
+      --seq 512 --batch 8 > "$out/overlap.log" 2>&1 || log "bench/overlap failed or timed out"
+    tee -a "$out/summary.txt" < "$out/overlap.log" | tail -60
+  else
+    log "overlap comparison left out: mpirun not found (apt-get install openmpi-bin)"
+  fi
 fi
 
 # data: the embedded corpus with the GPT-2 tokenizer (1M tokens; the steps
