@@ -12,7 +12,9 @@
 #      989 TFLOP/s dense bf16), peak device memory and the ratios.
 # Medians over the steps after warm-up; the numbers go into docs/perf.md.
 # usage: bench/gpu_step.sh [OUT_DIR]   (env: STEPS=30, SKIP_TESTS=1, SKIP_OVERLAP=1,
-#        OVERLAP_PAIRS=1, OVERLAP_TIMEOUT=240 (s),
+#        OVERLAP_PAIRS=1, OVERLAP_TIMEOUT=240 (s), BUDGET=540 (s: leaves out,
+#        with a line saying so, each part that would not fit in what is left;
+#        0, the default, runs everything),
 #        SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, SKIP_PROFILE=1,
 #        CASES="d12:64 d24:32",
 #        JOBS=16).  "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as
@@ -27,6 +29,18 @@ jobs=${JOBS:-$(nproc)}
 build=$root/build-gpu
 mkdir -p "$out"
 log() { echo "[gpu_step $(date +%H:%M:%S)] $*" | tee -a "$out/summary.txt"; }
+start=$(date +%s)
+budget=${BUDGET:-0}
+# time_for SECS WHAT: true when BUDGET is 0 (no limit) or at least SECS of it
+# are left; else logs that WHAT is left out, and why
+time_for() {
+  local need=$1 left; shift
+  (( budget <= 0 )) && return 0
+  left=$(( budget - ($(date +%s) - start) ))
+  (( left >= need )) && return 0
+  log "left out: $* (about $need s needed, $left s of BUDGET=$budget left)"
+  return 1
+}
 
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 log "build ($jobs jobs)"
@@ -39,7 +53,7 @@ cmake --build "$build" -j"$jobs" > "$out/build.log" 2>&1 ||
 log "built in $(( $(date +%s) - t0 )) s"
 bin=$build/megascale
 
-if [[ -z ${SKIP_TESTS:-} ]]; then
+if [[ -z ${SKIP_TESTS:-} ]] && time_for 240 "the GPU tests"; then
   log "GPU tests (ctest -L gpu)"
   (cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$out/tests.log" 2>&1
   tail -15 "$out/tests.log" | tee -a "$out/summary.txt"
@@ -50,10 +64,15 @@ fi
 # all against none, every rank on this one GPU (device buffers staged through
 # pinned host memory by MPI); short, and before the long runs so that a
 # time limit on the whole script still leaves it measured
-if [[ -z ${SKIP_OVERLAP:-} ]]; then
+if [[ -z ${SKIP_OVERLAP:-} ]] && time_for 200 "the overlap comparison"; then
   if command -v mpirun > /dev/null; then
     log "overlap on/off, ranks sharing the GPU (bench/overlap --device cuda)"
-    timeout "${OVERLAP_TIMEOUT:-240}" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
+    limit=${OVERLAP_TIMEOUT:-240}
+    if (( budget > 0 )); then # at most half of what is left: the step comparison follows
+      half=$(( (budget - ($(date +%s) - start)) / 2 ))
+      (( half < limit )) && limit=$half
+    fi
+    timeout "$limit" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
       --pairs "${OVERLAP_PAIRS:-1}" --steps 6 --layers 4 --dim 1024 --heads 16 --vocab 8192 \
       --seq 512 --batch 8 > "$out/overlap.log" 2>&1 || log "bench/overlap failed or timed out"
     tee -a "$out/summary.txt" < "$out/overlap.log" | tail -60
@@ -95,6 +114,7 @@ for c in $cases; do
   variants=(fused); [[ $m == d12 && -z ${SKIP_VARIANTS:-} ]] && variants+=(unfused)
   for v in "${variants[@]}"; do
     tag=$m; [[ $v == unfused ]] && tag=${m}_unfused_gelu
+    time_for 45 "megascale $tag" || continue
     met=$out/ours_$tag.jsonl
     rm -f "$met"
     fuse=1; [[ $v == unfused ]] && fuse=0
@@ -122,7 +142,7 @@ EOF2
     printf "%-5s %-4s %-16s %10s %10s %6s%% %10s\n" "$m" "$B" "$name" "$vms" "$vtok" "$vmfu" "$vmem" | tee -a "$out/summary.txt"
     if [[ $v == fused ]]; then oms=$vms; otok=$vtok; omfu=$vmfu; omem=$vmem; fi
   done
-  if [[ $m == d12 && -z ${SKIP_PROFILE:-} ]]; then # where the time goes: per-op device times
+  if [[ $m == d12 && -z ${SKIP_PROFILE:-} ]] && time_for 40 "the $m profile run"; then # where the time goes: per-op device times
     MS_CUDA_PROFILE=1 "$bin" train --train-data "$data/kjv_train_*.bin" --device cuda \
       --model "$m" --batch "$B" --seq $T --steps 6 --log-every 10 --val-every 0 \
       --peak-flops 989e12 > "$out/ours_${m}_profile.log" 2>&1 || log "profile run $m failed"
@@ -132,6 +152,7 @@ EOF2
   [[ -n ${SKIP_TORCH:-} ]] && continue
   for mode in compile eager; do
     [[ $mode == eager && -n ${SKIP_EAGER:-} ]] && continue
+    time_for $([[ $mode == compile ]] && echo 150 || echo 60) "torch $mode $m" || continue
     flag=(); [[ $mode == compile ]] && flag=(--compile)
     $py "$root/bench/gpu_torch.py" --layers "$L" --dim "$C" --heads "$H" --batch "$B" --seq $T \
       --steps "$steps" "${flag[@]}" > "$out/torch_${mode}_$m.log" 2> "$out/torch_${mode}_$m.err" ||
