@@ -142,7 +142,8 @@ EOF2
     printf "%-5s %-4s %-16s %10s %10s %6s%% %10s\n" "$m" "$B" "$name" "$vms" "$vtok" "$vmfu" "$vmem" | tee -a "$out/summary.txt"
     if [[ $v == fused ]]; then oms=$vms; otok=$vtok; omfu=$vmfu; omem=$vmem; fi
   done
-  if [[ $m == d12 && -z ${SKIP_PROFILE:-} ]] && time_for 40 "the $m profile run"; then # where the time goes: per-op device times
+  # where the time goes: per-op device times
+  if [[ $m == d12 && -z ${SKIP_PROFILE:-} ]] && time_for 40 "the $m profile run"; then
     MS_CUDA_PROFILE=1 "$bin" train --train-data "$data/kjv_train_*.bin" --device cuda \
       --model "$m" --batch "$B" --seq $T --steps 6 --log-every 10 --val-every 0 \
       --peak-flops 989e12 > "$out/ours_${m}_profile.log" 2>&1 || log "profile run $m failed"
