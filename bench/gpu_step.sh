@@ -31,12 +31,14 @@ mkdir -p "$out"
 log() { echo "[gpu_step $(date +%H:%M:%S)] $*" | tee -a "$out/summary.txt"; }
 start=$(date +%s)
 budget=${BUDGET:-0}
+# seconds of BUDGET left
+left_s() { echo $(( budget - ($(date +%s) - start) )); }
 # time_for SECS WHAT: true when BUDGET is 0 (no limit) or at least SECS of it
 # are left; else logs that WHAT is left out, and why
 time_for() {
   local need=$1 left; shift
   (( budget <= 0 )) && return 0
-  left=$(( budget - ($(date +%s) - start) ))
+  left=$(left_s)
   (( left >= need )) && return 0
   log "left out: $* (about $need s needed, $left s of BUDGET=$budget left)"
   return 1
@@ -65,20 +67,14 @@ fi
 # pinned host memory by MPI); short, and before the long runs so that a
 # time limit on the whole script still leaves it measured
 if [[ -z ${SKIP_OVERLAP:-} ]] && time_for 200 "the overlap comparison"; then
-  if command -v mpirun > /dev/null; then
-    log "overlap on/off, ranks sharing the GPU (bench/overlap --device cuda)"
-    limit=${OVERLAP_TIMEOUT:-240}
-    if (( budget > 0 )); then # at most half of what is left: the step comparison follows
-      half=$(( (budget - ($(date +%s) - start)) / 2 ))
-      (( half < limit )) && limit=$half
-    fi
-    timeout "$limit" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
-      --pairs "${OVERLAP_PAIRS:-1}" --steps 6 --layers 4 --dim 1024 --heads 16 --vocab 8192 \
-      --seq 512 --batch 8 > "$out/overlap.log" 2>&1 || log "bench/overlap failed or timed out"
-    tee -a "$out/summary.txt" < "$out/overlap.log" | tail -60
-  else
-    log "overlap comparison left out: mpirun not found (apt-get install openmpi-bin)"
-  fi
+  log "overlap on/off, ranks sharing the GPU (bench/overlap --device cuda)"
+  limit=${OVERLAP_TIMEOUT:-240}
+  # with a budget, at most half of what is left: the step comparison follows
+  (( budget > 0 && $(left_s) / 2 < limit )) && limit=$(( $(left_s) / 2 ))
+  timeout "$limit" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
+    --pairs "${OVERLAP_PAIRS:-1}" --steps 6 --layers 4 --dim 1024 --heads 16 --vocab 8192 \
+    --seq 512 --batch 8 > "$out/overlap.log" 2>&1 || log "bench/overlap failed or timed out"
+  tee -a "$out/summary.txt" < "$out/overlap.log" | tail -60 # with its reason when it failed
 fi
 
 # data: the embedded corpus with the GPT-2 tokenizer (1M tokens; the steps
