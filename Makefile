@@ -29,7 +29,8 @@ test: test-deps build
 
 # Unit and end-to-end tests under AddressSanitizer + UndefinedBehaviorSanitizer.
 # The MPI-labelled tests are left out: OpenMPI keeps allocations until exit
-# that LeakSanitizer cannot attribute (tests/comm/lsan.supp explains).
+# that LeakSanitizer cannot attribute (tests/comm/lsan.supp explains);
+# `make asan-mpi` runs them with the leak check off.
 asan: asan-build
 	@scripts/run-tests.sh $(ASAN_BUILD) -L "unit|cli" -LE mpi
 
@@ -40,7 +41,8 @@ asan: asan-build
 # their diag and start-up timeouts.  One test at a time: the Debug build
 # is slow enough that two multi-rank tests at once push their timeouts.
 asan-mpi: asan-build
-	@MS_TEST_JOBS=$${MS_TEST_JOBS:-1} ASAN_OPTIONS=detect_leaks=0 scripts/run-tests.sh $(ASAN_BUILD) -L mpi -LE hosts
+	@MS_TEST_JOBS=$${MS_TEST_JOBS:-1} ASAN_OPTIONS=detect_leaks=0 \
+	  scripts/run-tests.sh $(ASAN_BUILD) -L mpi -LE hosts
 
 asan-build: deps
 	@cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DMS_SANITIZE=ON >/dev/null

@@ -70,7 +70,7 @@ if [[ -z ${SKIP_OVERLAP:-} ]] && time_for 200 "the overlap comparison"; then
   log "overlap on/off, ranks sharing the GPU (bench/overlap --device cuda)"
   limit=${OVERLAP_TIMEOUT:-240}
   # with a budget, at most half of what is left: the step comparison follows
-  (( budget > 0 && $(left_s) / 2 < limit )) && limit=$(( $(left_s) / 2 ))
+  if (( budget > 0 )); then half=$(( $(left_s) / 2 )); (( half < limit )) && limit=$half; fi
   timeout "$limit" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
     --pairs "${OVERLAP_PAIRS:-1}" --steps 6 --layers 4 --dim 1024 --heads 16 --vocab 8192 \
     --seq 512 --batch 8 > "$out/overlap.log" 2>&1 || log "bench/overlap failed or timed out"
