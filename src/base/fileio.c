@@ -11,6 +11,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -120,6 +123,96 @@ ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t
 /* An empty file cannot be mmap'd; it maps to a static empty buffer. */
 static const char ms_empty_map[1];
 
+/* The files mapped now, for the SIGBUS handler: reading a map's page past
+ * the end of a file that shrank after it was mapped (another process
+ * truncated or rewrote it) is a SIGBUS, which would kill the process with
+ * no word of which file.  The handler names it and exits with the storage
+ * code (4).  Slots are claimed with a compare-and-swap; a path is freed
+ * only after its slot's address is cleared. */
+#define MAPS_MAX 256
+static struct {
+    _Atomic(uintptr_t) addr;
+    _Atomic(size_t) len;
+    _Atomic(char *) path;
+} g_maps[MAPS_MAX];
+static atomic_int g_bus_installed;
+static struct sigaction g_bus_prev; /* the handler before ours (MPI's, say) */
+
+static void put_str(const char *s) {
+    size_t n = strlen(s);
+    while (n > 0) {
+        ssize_t w = write(2, s, n);
+        if (w <= 0) return;
+        s += w, n -= (size_t)w;
+    }
+}
+
+static void put_u64(uint64_t v) {
+    char b[24];
+    int i = (int)sizeof b - 1;
+    b[i] = '\0';
+    do
+        b[--i] = (char)('0' + v % 10);
+    while ((v /= 10) > 0 && i > 0);
+    put_str(b + i);
+}
+
+static void on_sigbus(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    uintptr_t a = (uintptr_t)si->si_addr;
+    for (int i = 0; i < MAPS_MAX; i++) {
+        uintptr_t base = atomic_load(&g_maps[i].addr);
+        size_t len = atomic_load(&g_maps[i].len);
+        const char *path = atomic_load(&g_maps[i].path);
+        if (!base || a < base || a - base >= len || !path) continue;
+        put_str("megascale: error: ");
+        put_str(path);
+        put_str(": the file changed on disk while it was read (byte ");
+        put_u64(a - base);
+        put_str(" of the ");
+        put_u64(len);
+        put_str(" it had is gone: was it truncated or rewritten by another process?)\n");
+        _exit(4);
+    }
+    sigaction(sig, &g_bus_prev, NULL); /* not a mapped file's page: the crash it is, */
+    raise(sig);                        /* handled as before ours */
+}
+
+static void map_register(const void *data, size_t len, const char *path) {
+    if (!atomic_exchange(&g_bus_installed, 1)) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_sigbus;
+        sa.sa_flags = SA_SIGINFO;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGBUS, &sa, &g_bus_prev);
+    }
+    char *p = strdup(path);
+    if (!p) return; /* no name to give: the plain SIGBUS */
+    for (int i = 0; i < MAPS_MAX; i++) {
+        uintptr_t zero = 0;
+        if (atomic_load(&g_maps[i].addr) == 0 &&
+            atomic_compare_exchange_strong(&g_maps[i].addr, &zero, (uintptr_t)1)) {
+            atomic_store(&g_maps[i].len, len);
+            atomic_store(&g_maps[i].path, p);
+            atomic_store(&g_maps[i].addr, (uintptr_t)data);
+            return;
+        }
+    }
+    free(p);
+}
+
+static void map_unregister(const void *data) {
+    for (int i = 0; i < MAPS_MAX; i++)
+        if (atomic_load(&g_maps[i].addr) == (uintptr_t)data) {
+            char *p = atomic_exchange(&g_maps[i].path, NULL);
+            atomic_store(&g_maps[i].len, 0);
+            atomic_store(&g_maps[i].addr, 0);
+            free(p);
+            return;
+        }
+}
+
 ms_status ms_file_map(const char *path, const void **data, size_t *len) {
     ms_status rc = MS_OK;
     struct stat st;
@@ -147,13 +240,17 @@ ms_status ms_file_map(const char *path, const void **data, size_t *len) {
     }
     *data = p;
     *len = (size_t)st.st_size;
+    map_register(p, *len, path);
 out:
     close(fd);
     return rc;
 }
 
 void ms_file_unmap(const void *data, size_t len) {
-    if (data && len > 0 && data != (const void *)ms_empty_map) munmap((void *)data, len);
+    if (data && len > 0 && data != (const void *)ms_empty_map) {
+        map_unregister(data);
+        munmap((void *)data, len);
+    }
 }
 
 /* ---- atomic writer ---------------------------------------------------- */
@@ -341,9 +438,9 @@ ms_status ms_glob(const char *pattern, char ***paths, int *count) {
     ms_status rc = MS_OK;
     char **out = NULL;
     size_t i = 0;
-    int r = glob(pattern, 0, NULL, &g);
     *paths = NULL;
     *count = 0;
+    int r = glob(pattern, 0, NULL, &g);
     if (r == GLOB_NOMATCH) return ms_error(MS_ERR_NOTFOUND, "%s: no files match", pattern);
     if (r == GLOB_NOSPACE) return ms_error(MS_ERR_NOMEM, "%s: glob: out of memory", pattern);
     if (r != 0) return ms_error(MS_ERR_IO, "%s: glob: read error", pattern);
@@ -371,6 +468,32 @@ out:
     if (out) ms_paths_free(out, (int)i);
     globfree(&g);
     return rc;
+}
+
+ms_status ms_glob_or_path(const char *pattern, char ***paths, int *count) {
+    struct stat sb;
+    if (stat(pattern, &sb) != 0) return ms_glob(pattern, paths, count);
+    char **out = calloc(1, sizeof *out);
+    if (out) out[0] = strdup(pattern);
+    if (!out || !out[0]) {
+        free(out);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory", pattern);
+    }
+    *paths = out;
+    *count = 1;
+    return MS_OK;
+}
+
+ms_status ms_glob_escape(const char *s, char *out, size_t cap) {
+    size_t n = 0;
+    for (const char *c = s; *c; c++) {
+        if (n + 3 > cap) return ms_error(MS_ERR_RANGE, "%s: path too long for a pattern", s);
+        if (strchr("\\*?[", *c)) out[n++] = '\\';
+        out[n++] = *c;
+    }
+    if (n + 1 > cap) return ms_error(MS_ERR_RANGE, "%s: path too long for a pattern", s);
+    out[n] = '\0';
+    return MS_OK;
 }
 
 void ms_paths_free(char **paths, int count) {

@@ -72,6 +72,16 @@ ms_status ms_path_check_writable(const char *path, int is_dir);
 /* Expand a glob pattern into a sorted list of paths (caller frees with
  * ms_paths_free).  No match is MS_ERR_NOTFOUND naming the pattern. */
 ms_status ms_glob(const char *pattern, char ***paths, int *count);
+
+/* ms_glob for a pattern a user gave: one that names an existing file or
+ * directory as it is ("a[1].txt") is that path alone, whatever else it
+ * would match. */
+ms_status ms_glob_or_path(const char *pattern, char ***paths, int *count);
+
+/* s with glob(3)'s special characters (\ * ? [) escaped, into out (cap
+ * bytes): a pattern matching only s, to put a user's directory or name
+ * into a pattern.  MS_ERR_RANGE naming s when it does not fit. */
+ms_status ms_glob_escape(const char *s, char *out, size_t cap);
 void ms_paths_free(char **paths, int count);
 
 #endif

@@ -51,22 +51,35 @@ static const opts_spec data_opts[] = {
     R("jsonl-skip-bad", OPT_T_INT, jsonl_skip_bad, "0", "[0,1]",
       "1: skip bad .jsonl lines and count them (0: a bad line is an error naming FILE:LINE)"),
     R("force", OPT_T_INT, force, "0", "[0,1]",
-      "prepare: 1 replaces shards of --name already in --out (0: refuse; the old ones not "
-      "rewritten are removed)"),
+      "1 replaces what --out holds: prepare, the shards of --name (the old ones not rewritten "
+      "are removed); tokenizer-train, the file (0: refuse)"),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
 
-/* Input files: a directory's regular files (sorted) or a glob. */
+/* Input files: a directory's regular files (sorted, its subdirectories
+ * and hidden files left out), an existing file as it is, or a glob. */
 static ms_status list_inputs(const char *in, char ***paths, int *n) {
     struct stat sb;
-    if (stat(in, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-        char pat[4200];
-        snprintf(pat, sizeof pat, "%s/*", in);
-        ms_status st = ms_glob(pat, paths, n);
-        if (st == MS_ERR_NOTFOUND) return ms_error(st, "%s: directory has no files", in);
-        return st;
+    if (stat(in, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ms_glob_or_path(in, paths, n);
+    char pat[8400];
+    MS_TRY(ms_glob_escape(in, pat, sizeof pat - 2));
+    strcat(pat, "/*");
+    ms_status st = ms_glob(pat, paths, n);
+    int kept = 0;
+    for (int i = 0; st == MS_OK && i < *n; i++) {
+        if (stat((*paths)[i], &sb) == 0 && S_ISREG(sb.st_mode))
+            (*paths)[kept++] = (*paths)[i];
+        else
+            free((*paths)[i]);
     }
-    return ms_glob(in, paths, n);
+    if (st == MS_OK) *n = kept;
+    if (st == MS_OK && kept == 0) {
+        ms_paths_free(*paths, 0);
+        *paths = NULL;
+        st = MS_ERR_NOTFOUND;
+    }
+    if (st == MS_ERR_NOTFOUND) return ms_error(st, "%s: directory has no files", in);
+    return st;
 }
 
 /* The --input values, each FILE|GLOB|DIR with an optional ":WEIGHT" (the
@@ -209,12 +222,16 @@ static void train_progress(void *ctx, int done, int total) {
 }
 
 /* Every document of the inputs, in order, concatenated (a JSONL file's
- * texts, not its JSON) into *all (malloc'd). */
-static ms_status read_documents(const data_config *dc, const inputs *in, char **all,
-                                size_t *total) {
+ * texts, not its JSON) into *all (malloc'd), and where each ends (*ends,
+ * malloc'd, *n_docs of them). */
+static ms_status read_documents(const data_config *dc, const inputs *in, char **all, size_t *total,
+                                size_t **ends, size_t *n_docs) {
     ms_status st = MS_OK;
+    size_t cap_docs = 0;
     *all = NULL;
     *total = 0;
+    *ends = NULL;
+    *n_docs = 0;
     for (int i = 0; i < in->n && st == MS_OK; i++) {
         if (in->v[i].weight > 0) {
             st = ms_error(MS_ERR_ARG,
@@ -240,23 +257,54 @@ static ms_status read_documents(const data_config *dc, const inputs *in, char **
             *all = g;
             memcpy(*all + *total, text, len);
             *total += len;
+            if (*n_docs == cap_docs) {
+                size_t nc = cap_docs ? 2 * cap_docs : 1024;
+                size_t *e = realloc(*ends, nc * sizeof *e);
+                if (!e) {
+                    st = ms_error(MS_ERR_NOMEM, "%s: out of memory", data_docs_path(d));
+                    break;
+                }
+                *ends = e;
+                cap_docs = nc;
+            }
+            (*ends)[(*n_docs)++] = *total;
         }
         data_docs_close(d);
     }
     return st;
 }
 
+/* The tokenizer file --out: not one of the inputs, and not an existing file
+ * unless --force (checked before the training's minutes). */
+static ms_status check_tokenizer_out(const data_config *dc, const inputs *in) {
+    struct stat o, sb;
+    if (stat(dc->out, &o) != 0) return ms_path_check_writable(dc->out, 0);
+    for (int i = 0; i < in->n; i++)
+        for (int k = 0; k < in->v[i].n_paths; k++)
+            if (stat(in->v[i].paths[k], &sb) == 0 && sb.st_dev == o.st_dev && sb.st_ino == o.st_ino)
+                return ms_error(MS_ERR_ARG, "--out %s is the input %s: it would be overwritten",
+                                dc->out, in->v[i].paths[k]);
+    if (!dc->force)
+        return ms_error(MS_ERR_ARG,
+                        "--out %s exists: --force 1 replaces it, or choose another "
+                        "--out",
+                        dc->out);
+    return ms_path_check_writable(dc->out, 0);
+}
+
 static ms_status tokenizer_train(const data_config *dc) {
     if (!dc->out) return ms_error(MS_ERR_ARG, "tokenizer-train needs --out FILE");
     inputs in;
     char *all = NULL;
-    size_t total = 0;
+    size_t total = 0, *ends = NULL, n_docs = 0;
     ms_status st = parse_inputs(&dc->input, &in);
-    if (st == MS_OK) st = read_documents(dc, &in, &all, &total);
+    if (st == MS_OK) st = check_tokenizer_out(dc, &in);
+    if (st == MS_OK) st = read_documents(dc, &in, &all, &total, &ends, &n_docs);
     if (st == MS_OK && total == 0) st = ms_error(MS_ERR_FORMAT, "%s: input is empty", in.v[0].name);
     data_tokenizer *tok = NULL;
     double t0 = ms_now();
-    if (st == MS_OK) st = data_tok_train(all, total, dc->vocab_size, &tok, train_progress, &t0);
+    if (st == MS_OK)
+        st = data_tok_train(all, ends, n_docs, dc->vocab_size, &tok, train_progress, &t0);
     fputc('\n', stderr);
     if (st == MS_OK) st = data_tok_save(tok, dc->out);
     if (st == MS_OK) {
@@ -270,6 +318,7 @@ static ms_status tokenizer_train(const data_config *dc) {
     }
     data_tok_free(tok);
     free(all);
+    free(ends);
     free_inputs(&in);
     return st;
 }
@@ -307,24 +356,35 @@ static ms_status inspect(const char *path, const data_config *dc) {
         printf(" %u", ids[i] = data_shard_token(&s, i));
     printf("\n");
     const char *tn = maxv < 256 && !strcmp(dc->tokenizer, "gpt2") ? "bytes" : dc->tokenizer;
+    if (st == MS_OK && s.magic == DATA_SHARD_MAGIC_LLAMA3 &&
+        (!strcmp(tn, "gpt2") || !strcmp(tn, "bytes"))) { /* its ids are llama-3's */
+        printf("  decoded: not shown (a llama-3 shard: --tokenizer FILE with its tokenizer "
+               "shows the text)\n");
+        tn = NULL;
+    }
     data_tokenizer *tok = NULL;
-    if (st == MS_OK) st = load_tokenizer(tn, dc->data_dir, &tok);
-    char *text = NULL;
-    size_t len = 0;
-    if (st == MS_OK && tok) st = data_tok_decode(tok, ids, n, &text, &len);
-    if (st == MS_OK) {
+    if (st == MS_OK && tn) st = load_tokenizer(tn, dc->data_dir, &tok);
+    if (st == MS_OK && tn) { /* an id the tokenizer has no bytes for: <|id N|> */
+        int unknown = 0;
         printf("  decoded (%s): \"", tok ? data_tok_name(tok) : "bytes");
-        if (tok) {
-            print_bytes(text, len);
-        } else {
-            for (size_t i = 0; i < n; i++) {
-                char c = (char)ids[i];
-                print_bytes(&c, 1);
+        for (size_t i = 0; i < n; i++) {
+            char *text = NULL, c = (char)ids[i];
+            size_t len = 0;
+            if (tok ? data_tok_decode(tok, &ids[i], 1, &text, &len) == MS_OK : ids[i] < 256) {
+                print_bytes(tok ? text : &c, tok ? len : 1);
+            } else {
+                printf("<|id %u|>", ids[i]);
+                unknown++;
             }
+            free(text);
         }
         printf("\"\n");
+        if (unknown)
+            printf("  ids shown beyond the %s tokenizer's %d: %d (was the shard made with "
+                   "another --tokenizer?)\n",
+                   tok ? data_tok_name(tok) : "bytes", tok ? data_tok_vocab_size(tok) : 256,
+                   unknown);
     }
-    free(text);
     free(ids);
     data_tok_free(tok);
     data_shard_close(&s);

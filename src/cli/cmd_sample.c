@@ -153,15 +153,24 @@ static ms_status text_encode(const sample_text *tx, const char *prompt, int32_t 
     return MS_OK;
 }
 
+/* An id the text's tokenizer has no bytes for (a model whose vocabulary is
+ * larger than the tokenizer's, as a padded one is) is shown as <|id N|>,
+ * not dropped or wrapped into another byte. */
 static void emit(const sample_text *tx, int tok) {
     if (tx->tok) {
         uint32_t id = (uint32_t)tok;
         char *out = NULL;
         size_t len = 0;
-        if (data_tok_decode(tx->tok, &id, 1, &out, &len) == MS_OK) fwrite(out, 1, len, stdout);
+        if (data_tok_decode(tx->tok, &id, 1, &out, &len) == MS_OK)
+            fwrite(out, 1, len, stdout);
+        else
+            printf("<|id %d|>", tok);
         free(out);
     } else if (tx->bytes) {
-        putchar(tok);
+        if (tok < 256)
+            putchar(tok);
+        else
+            printf("<|id %d|>", tok);
     } else {
         printf(" %d", tok);
     }

@@ -105,7 +105,7 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     }
     case OPT_T_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || *end || errno || *v == '-')
+        if (!*v || *end || errno || strchr(v, '-')) /* strtoull takes " -1" as 2^64-1 */
             return ms_error(MS_ERR_ARG, "%s: --%s expects a non-negative integer, got '%s'", where,
                             s->name, v);
         MS_TRY(check_range(s, (double)x, v, where));
@@ -178,13 +178,27 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
         next = strchr(line, '\n');
         if (next) *next++ = 0;
         lineno++;
-        char *hash = strchr(line, '#');
+        char where[4200];
+        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        /* A comment starts at a '#', except inside a quoted value ("o#6") */
+        char *eq = strchr(line, '='), *hash = strchr(line, '#');
+        if (eq && (!hash || hash > eq)) {
+            char *v = eq + 1;
+            while (*v == ' ' || *v == '\t')
+                v++;
+            if (*v == '"' || *v == '\'') {
+                char *close = strchr(v + 1, *v);
+                if (!close) {
+                    st = ms_error(MS_ERR_ARG, "%s: the value's closing %c is missing", where, *v);
+                    break;
+                }
+                hash = strchr(close + 1, '#');
+            }
+        }
         if (hash) *hash = 0;
         char *l = trim(line);
         if (!*l) continue;
-        char *eq = strchr(l, '=');
-        char where[4200];
-        snprintf(where, sizeof where, "%s:%d", path, lineno);
+        eq = strchr(l, '=');
         if (!eq) {
             st = ms_error(MS_ERR_ARG, "%s: expected 'name = value', got '%s'", where, l);
             break;

@@ -49,7 +49,7 @@ static void make_perm(data_loader *dl, uint64_t epoch) {
 static ms_status open_shards(data_loader *dl) {
     char **paths = NULL;
     int n = 0;
-    MS_TRY(ms_glob(dl->cfg.pattern, &paths, &n));
+    MS_TRY(ms_glob_or_path(dl->cfg.pattern, &paths, &n));
     ms_status st = MS_OK;
     dl->shards = calloc((size_t)n, sizeof *dl->shards);
     dl->first_window = calloc((size_t)n + 1, sizeof *dl->first_window);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/fileio.h"
 #include "base/timeutil.h"
@@ -195,18 +196,47 @@ static ms_status do_ids(prep *p, const uint32_t *ids, size_t n, size_t len, uint
     return end_document(p, cut, len, pos0, used);
 }
 
+/* Whether path (out_dir/...) is a shard of NAME of this kind:
+ * NAME_KIND_<digits>.bin exactly (not another name's shard that the glob
+ * also matched: NAME "data" and "data_train_train_000000.bin"). */
+static int is_shard_of(const char *path, const char *out_dir, const char *name, const char *kind) {
+    const char *b = path + strlen(out_dir) + 1;
+    size_t nl = strlen(name), kl = strlen(kind);
+    if (strncmp(b, name, nl) || b[nl] != '_' || strncmp(b + nl + 1, kind, kl) ||
+        b[nl + 1 + kl] != '_')
+        return 0;
+    const char *d = b + nl + kl + 2, *e = d;
+    while (*e >= '0' && *e <= '9')
+        e++;
+    return e > d && !strcmp(e, ".bin");
+}
+
 /* NAME's shards already in out_dir into p->old; without force, an error
  * naming them (a new data set would overwrite some and mix with the rest). */
 static ms_status find_old(prep *p) {
     const data_prepare_config *c = p->cfg;
     static const char *kinds[] = {"train", "val"};
+    char dir[8200], nm[512];
+    MS_TRY(ms_glob_escape(c->out_dir, dir, sizeof dir));
+    MS_TRY(ms_glob_escape(c->name, nm, sizeof nm));
     for (int k = 0; k < 2; k++) {
-        char pat[4400], **paths = NULL;
-        int n = 0;
-        snprintf(pat, sizeof pat, "%s/%s_%s_*.bin", c->out_dir, c->name, kinds[k]);
+        char pat[8800], **paths = NULL;
+        int n = 0, kept = 0;
+        snprintf(pat, sizeof pat, "%s/%s_%s_*.bin", dir, nm, kinds[k]);
         ms_status st = ms_glob(pat, &paths, &n);
         if (st == MS_ERR_NOTFOUND) continue;
         MS_TRY(st);
+        for (int i = 0; i < n; i++) {
+            if (is_shard_of(paths[i], c->out_dir, c->name, kinds[k]))
+                paths[kept++] = paths[i];
+            else
+                free(paths[i]);
+        }
+        n = kept;
+        if (n == 0) {
+            free(paths);
+            continue;
+        }
         char **all = realloc(p->old, sizeof *all * (size_t)(p->n_old + n));
         if (!all) {
             ms_paths_free(paths, n);
@@ -223,6 +253,25 @@ static ms_status find_old(prep *p) {
                     "overwrite some and mix with the others; --force replaces them (the old "
                     "shards are removed), or choose another --out or --name",
                     c->out_dir, p->n_old, c->name, p->old[0], p->n_old > 1 ? ", ..." : "");
+}
+
+/* No input is one of the shards this run replaces (--force with an --input
+ * that includes --out): they would be read back as text while rewritten. */
+static ms_status inputs_not_old(const prep *p) {
+    const data_prepare_config *c = p->cfg;
+    for (int o = 0; o < p->n_old; o++) {
+        struct stat a, b;
+        if (stat(p->old[o], &a) != 0) continue;
+        for (int i = 0; i < c->n_inputs; i++)
+            for (int k = 0; k < c->inputs[i].n_paths; k++)
+                if (stat(c->inputs[i].paths[k], &b) == 0 && a.st_dev == b.st_dev &&
+                    a.st_ino == b.st_ino)
+                    return ms_error(MS_ERR_ARG,
+                                    "--input %s: %s is a shard of %s that this run replaces; "
+                                    "give the text inputs only, or another --out",
+                                    c->inputs[i].name, c->inputs[i].paths[k], c->out_dir);
+    }
+    return MS_OK;
 }
 
 /* force: remove the old shards that this run did not rewrite. */
@@ -329,6 +378,7 @@ static ms_status run(prep *p) {
                         c->inputs[0].n_paths);
     p->val_bytes = (uint64_t)((double)p->total_bytes * c->val_fraction);
     MS_TRY(find_old(p));
+    MS_TRY(inputs_not_old(p));
     MS_TRY(ms_mkdirs(c->out_dir));
     if (p->val_bytes > 0) {
         char path[4400];

@@ -106,14 +106,17 @@ ms_status data_tok_encode_parallel(const data_tokenizer *t, const char *text, si
 ms_status data_tok_decode(const data_tokenizer *t, const uint32_t *ids, size_t n, char **out,
                           size_t *len);
 
-/* Learn a byte-level BPE vocabulary of vocab_size ids from text (GPT-2's
- * pre-tokenisation; pair counts over the unique pieces, updated
- * incrementally): ids 0-255 are the bytes, then one token per merge (the most
- * frequent adjacent pair, ties to the lower pair of ids), then <|endoftext|>
- * as the last id.  vocab_size must be >= 257; a corpus with fewer possible
+/* Learn a byte-level BPE vocabulary of vocab_size ids from documents (GPT-2's
+ * pre-tokenisation of each document alone, so that no piece spans two; pair
+ * counts over the unique pieces, updated incrementally): ids 0-255 are the
+ * bytes, then one token per merge (the most frequent adjacent pair, ties to
+ * the lower pair of ids), then <|endoftext|> as the last id.  The documents
+ * are text's bytes [ends[i-1], ends[i]) (ends[-1] = 0; ends[n_docs-1] is
+ * text's length).  vocab_size must be >= 257; a corpus with fewer possible
  * merges gives a smaller vocabulary.  progress (may be NULL) is called every
  * few merges and at the end.  The name is "bpe<vocab>". */
-ms_status data_tok_train(const char *text, size_t len, int vocab_size, data_tokenizer **out,
+ms_status data_tok_train(const char *text, const size_t *ends, size_t n_docs, int vocab_size,
+                         data_tokenizer **out,
                          void (*progress)(void *ctx, int merges_done, int merges_total), void *ctx);
 
 #endif

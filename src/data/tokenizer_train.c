@@ -456,7 +456,8 @@ static ms_status run_merges(trainer *tr, void (*progress)(void *, int, int), voi
     return MS_OK;
 }
 
-ms_status data_tok_train(const char *text, size_t len, int vocab_size, data_tokenizer **out,
+ms_status data_tok_train(const char *text, const size_t *ends, size_t n_docs, int vocab_size,
+                         data_tokenizer **out,
                          void (*progress)(void *ctx, int merges_done, int merges_total),
                          void *ctx) {
     trainer tr;
@@ -470,7 +471,14 @@ ms_status data_tok_train(const char *text, size_t len, int vocab_size, data_toke
                         vocab_size, TOK_MAX_TOKENS);
     if ((rc = train_init(&tr, (uint32_t)vocab_size - 1)) != MS_OK) goto out;
     if ((rc = tok_compile("GPT-2 pattern", DATA_TOK_GPT2_PATTERN, &re, &jit)) != MS_OK) goto out;
-    if ((rc = tok_split(re, jit, text, len, count_piece, &tr)) != MS_OK) goto out;
+    for (size_t d = 0; d < n_docs; d++) {
+        size_t b = d ? ends[d - 1] : 0;
+        if (ends[d] < b) {
+            rc = ms_error(MS_ERR_ARG, "tokenizer training: document %zu ends before it starts", d);
+            goto out;
+        }
+        if ((rc = tok_split(re, jit, text + b, ends[d] - b, count_piece, &tr)) != MS_OK) goto out;
+    }
     if ((rc = count_pairs(&tr)) != MS_OK) goto out;
     if ((rc = run_merges(&tr, progress, ctx)) != MS_OK) goto out;
 

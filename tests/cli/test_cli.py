@@ -156,6 +156,84 @@ def test_data(d):
        ["data_train_000000.bin", "data_val_000000.bin"] and "notes.txt" in names
        and "other_train_000000.bin" in names and f"removed {len(before) - 2} old shard(s)" in err,
        "--force replaces the shards and removes the stale ones, nothing else", err + str(names))
+    test_data_paths(d, docs)
+
+
+def test_data_paths(d, docs):
+    """Names and paths that look like patterns or prefixes of others: --force
+    removes only NAME's own shards under --out; an input that exists is read
+    as it is; tokenizer-train keeps what --out holds."""
+    fx = os.path.join(d, "names")
+    bare = ["data", "prepare", "--tokenizer", "bytes", "--val-fraction", "0"]
+    prep = bare + ["--input", docs]
+    rc, _, err = run(*prep, "--out", fx, "--name", "x_train")
+    rc2, _, err2 = run(*prep, "--out", fx, "--name", "x", "--force", "1")
+    ok(rc == 0 and rc2 == 0 and os.path.exists(os.path.join(fx, "x_train_train_000000.bin"))
+       and os.path.exists(os.path.join(fx, "x_train_000000.bin")) and "removed" not in err2,
+       "--force with --name x leaves --name x_train's shards alone", err + err2)
+    g1, gp = os.path.join(d, "g1"), os.path.join(d, "g[1]")
+    rc, _, err = run(*prep, "--out", g1)
+    rc2, _, err2 = run(*prep, "--out", gp, "--force", "1")
+    rc3, _, err3 = run(*prep, "--out", gp, "--shard-tokens", "3000")
+    ok(rc == 0 and rc2 == 0 and os.listdir(g1) == ["data_train_000000.bin"]
+       and rc3 == 2 and "already holds" in err3,
+       "--out g[1] is that directory, not a pattern matching g1", err + err2 + err3)
+    lit = os.path.join(d, "lit")
+    os.makedirs(os.path.join(lit, "sub"))
+    open(os.path.join(lit, "a[1].txt"), "w").write("hello world\n")
+    open(os.path.join(lit, "a1.txt"), "w").write("OTHER FILE\n")
+    rc, _, err = run(*bare, "--input", os.path.join(lit, "a[1].txt"), "--out",
+                     os.path.join(d, "lit_o"))
+    toks = tokens_of(os.path.join(d, "lit_o", "data_train_000000.bin")) if rc == 0 else []
+    ok(rc == 0 and bytes(toks) == b"hello world\n", "an input named a[1].txt is that file",
+       err + str(toks[:20]))
+    rc, _, err = run(*bare, "--input", lit, "--out", os.path.join(d, "lit_d"))
+    ok(rc == 0 and "2 document(s)" in err, "a directory input skips its subdirectories", err)
+    expect_error([*bare, "--input", fx, "--out", fx, "--name", "x", "--force", "1"],
+                 "a shard of", what="prepare: an input that is a shard it replaces")
+    # tokenizer-train: documents are learnt apart; --out is kept unless --force
+    xy = os.path.join(d, "xy.jsonl")
+    open(xy, "w").write('{"text": "xy"}\n' * 500)
+    tok = os.path.join(d, "xy.tok")
+    rc, _, err = run("data", "tokenizer-train", "--input", xy, "--vocab-size", "300", "--out", tok)
+    ok(rc == 0 and "vocabulary 258," in err, "tokenizer-train learns no token across documents",
+       err)
+    expect_error(["data", "tokenizer-train", "--input", xy, "--vocab-size", "300", "--out", tok],
+                 "exists", "--force", what="tokenizer-train: an existing --out")
+    rc, _, err = run("data", "tokenizer-train", "--input", xy, "--vocab-size", "300", "--out", tok,
+                     "--force", "1")
+    ok(rc == 0, "tokenizer-train --force 1 replaces --out", err)
+    copy = os.path.join(d, "xy_copy.jsonl")
+    shutil.copy(xy, copy)
+    expect_error(["data", "tokenizer-train", "--input", copy, "--vocab-size", "300", "--out",
+                  copy, "--force", "1"], "is the input", what="tokenizer-train: --out = --input")
+    ok(open(copy).read() == open(xy).read(), "tokenizer-train never overwrites its input")
+    # config values: a '#' inside quotes is the value's; a negative count is refused
+    cfg = os.path.join(d, "hash.cfg")
+    open(cfg, "w").write(f'out = "{d}/o#6"  # where\ntokenizer = bytes\nval_fraction = 0\n')
+    rc, _, err = run("data", "prepare", "--config", cfg, "--input", docs)
+    ok(rc == 0 and os.path.exists(os.path.join(d, "o#6", "data_train_000000.bin")),
+       "a quoted config value keeps its '#'", err)
+    open(cfg, "w").write('out = "unterminated\n')
+    expect_error(["data", "prepare", "--config", cfg, "--input", docs], "hash.cfg:1", "closing",
+                 what="config: an unterminated quote")
+    expect_error([*prep, "--out", os.path.join(d, "neg"), "--shard-tokens", " -1"],
+                 "non-negative", what="--shard-tokens ' -1'")
+    # inspect: llama-3 ids are not decoded with GPT-2; ids beyond a tokenizer are marked
+    ll = os.path.join(d, "llama.bin")
+    write_shard(ll, [1, 2, 128255], magic=20240801, version=7)
+    rc, out, err = run("data", "inspect", ll)
+    ok(rc == 0 and "128255" in out and "llama-3" in out, "inspect shows a llama-3 shard's ids",
+       out + err)
+    wide = os.path.join(d, "wide.bin")
+    write_shard(wide, [70000, 72, 105], version=2)
+    rc, out, err = run("data", "inspect", wide, "--tokenizer", "bytes")
+    ok(rc == 0 and "<|id 70000|>Hi" in out, "inspect marks an id beyond the tokenizer", out + err)
+
+
+def tokens_of(path):
+    raw = open(path, "rb").read()
+    return list(struct.unpack(f"<{(len(raw) - 1024) // 2}H", raw[1024:]))
 
 
 # Every environment variable megascale reads besides the launcher's, by
@@ -671,6 +749,17 @@ def main():
                  "[0, 256)", what="sample: an id out of the vocabulary")
     expect_error(["sample", "--weights", w1, "--tokens", "2147483647"], "--tokens must be in",
                  what="sample: --tokens too large (was a signed overflow)")
+    # a model with more ids than bytes: an id >= 256 is shown as itself, not as id % 256
+    w512 = os.path.join(d, "w512.safetensors")
+    tiny512 = [x if x != "256" else "512" for x in base]
+    rc, _, err = run(*tiny512, "--steps", "1", "--save-weights", w512)
+    rc2, out, err2 = run("sample", "--weights", w512, "--tokenizer", "bytes", "--prompt", "In",
+                         "--tokens", "60", "--seed", "3")
+    rc3, ids, _ = run("sample", "--weights", w512, "--tokenizer", "ids", "--prompt", "73 110",
+                      "--tokens", "60", "--seed", "3")
+    big = [int(t) for t in ids.split()[2:] if int(t) >= 256]
+    ok(rc == 0 and rc2 == 0 and rc3 == 0 and big and f"<|id {big[0]}|>" in out,
+       "sample --tokenizer bytes shows ids beyond the bytes as <|id N|>", err + err2 + out + ids)
 
     # --- interruption: SIGINT stops at a step boundary and saves weights ---
     w4 = os.path.join(d, "w4.safetensors")

@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/crc32c.h"
@@ -190,6 +191,67 @@ static void test_mkdirs_glob(void) {
     T_EQ_INT(ms_glob(tpath("d/*.none"), &paths, &n), MS_ERR_NOTFOUND);
     T_EQ_INT(n, 0);
     T_STR_CONTAINS(ms_errmsg(), "d/*.none");
+
+    /* a name with pattern characters: escaped, it matches only itself;
+     * ms_glob_or_path takes an existing one as it is */
+    T_EQ_INT(ms_mkdirs(tpath("g[1]")), MS_OK);
+    T_EQ_INT(ms_mkdirs(tpath("g1")), MS_OK);
+    write_raw(tpath("g[1]/s.bin"), "x");
+    write_raw(tpath("g1/s.bin"), "x");
+    char esc[4200], pat[4300];
+    T_EQ_INT(ms_glob_escape(tpath("g[1]"), esc, sizeof esc), MS_OK);
+    snprintf(pat, sizeof pat, "%s/*.bin", esc);
+    T_EQ_INT(ms_glob(pat, &paths, &n), MS_OK);
+    T_EQ_INT(n, 1);
+    if (n == 1) T_OK(strcmp(paths[0], tpath("g[1]/s.bin")) == 0);
+    ms_paths_free(paths, n);
+    T_EQ_INT(ms_glob_or_path(tpath("g[1]/s.bin"), &paths, &n), MS_OK);
+    T_EQ_INT(n, 1);
+    if (n == 1) T_OK(strcmp(paths[0], tpath("g[1]/s.bin")) == 0);
+    ms_paths_free(paths, n);
+    T_EQ_INT(ms_glob(tpath("g[1]/s.bin"), &paths, &n), MS_OK); /* the pattern: g1's */
+    T_EQ_INT(n, 1);
+    if (n == 1) T_OK(strcmp(paths[0], tpath("g1/s.bin")) == 0);
+    ms_paths_free(paths, n);
+    T_EQ_INT(ms_glob_escape("a*b?c[d]\\e", esc, sizeof esc), MS_OK);
+    T_OK(strcmp(esc, "a\\*b\\?c\\[d]\\\\e") == 0);
+    T_EQ_INT(ms_glob_escape("abc", esc, 3), MS_ERR_RANGE);
+}
+
+/* A mapped file that another process truncates: reading its lost page is
+ * a SIGBUS, which the handler turns into an error naming the file (exit 4),
+ * not a bare "Bus error" (in a child: it ends the process). */
+static void test_map_truncated(void) {
+    const char *p = tpath("shrinks.bin");
+    static char big[1 << 16];
+    memset(big, 'a', sizeof big);
+    FILE *f = fopen(p, "wb");
+    T_OK(f && fwrite(big, 1, sizeof big, f) == sizeof big);
+    if (f) fclose(f);
+    int err[2];
+    T_OK(pipe(err) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        const void *map;
+        size_t len;
+        dup2(err[1], 2);
+        if (ms_file_map(p, &map, &len) != MS_OK || truncate(p, 0) != 0) _exit(1);
+        volatile char c = ((const char *)map)[len - 1]; /* the page is gone: SIGBUS */
+        (void)c;
+        _exit(0);
+    }
+    close(err[1]);
+    char out[1024] = "";
+    size_t have = 0;
+    ssize_t got;
+    while (have < sizeof out - 1 && (got = read(err[0], out + have, sizeof out - 1 - have)) > 0)
+        have += (size_t)got; /* the handler writes in pieces: read to the end */
+    out[have] = 0;
+    close(err[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    T_OK(WIFEXITED(status) && WEXITSTATUS(status) == 4);
+    T_STR_CONTAINS(out, "shrinks.bin: the file changed on disk while it was read");
 }
 
 /* A bounded read: max bytes are fine, one more is an error, and an endless
@@ -580,6 +642,7 @@ int main(void) {
     test_pread();
     test_atomic();
     test_mkdirs_glob();
+    test_map_truncated();
     test_path_writable();
     test_read_max();
     test_crc_vectors();

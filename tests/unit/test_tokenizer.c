@@ -332,7 +332,7 @@ static void test_train(const char *kjv, size_t kjv_len) {
     data_tokenizer *t = NULL, *t2 = NULL;
     int calls = 0;
     double t0 = ms_now();
-    T_EQ_INT(data_tok_train(kjv, kjv_len, 4096, &t, progress, &calls), MS_OK);
+    T_EQ_INT(data_tok_train(kjv, &kjv_len, 1, 4096, &t, progress, &calls), MS_OK);
     double dt = ms_now() - t0;
     if (!t) {
         fprintf(stderr, "train: %s\n", ms_errmsg());
@@ -374,8 +374,9 @@ static void test_train(const char *kjv, size_t kjv_len) {
 
     /* Deterministic, and a small corpus stops early with a smaller vocab. */
     const char *tiny = "ab ab ab abc abc";
-    T_EQ_INT(data_tok_train(tiny, strlen(tiny), 1000, &t, NULL, NULL), MS_OK);
-    T_EQ_INT(data_tok_train(tiny, strlen(tiny), 1000, &t2, NULL, NULL), MS_OK);
+    size_t tiny_len = strlen(tiny);
+    T_EQ_INT(data_tok_train(tiny, &tiny_len, 1, 1000, &t, NULL, NULL), MS_OK);
+    T_EQ_INT(data_tok_train(tiny, &tiny_len, 1, 1000, &t2, NULL, NULL), MS_OK);
     if (t && t2) {
         T_OK(data_tok_vocab_size(t) < 1000 && data_tok_vocab_size(t) > 257);
         T_EQ_INT(data_tok_vocab_size(t), data_tok_vocab_size(t2));
@@ -386,8 +387,24 @@ static void test_train(const char *kjv, size_t kjv_len) {
     }
     data_tok_free(t);
     data_tok_free(t2);
-    T_EQ_INT(data_tok_train(tiny, strlen(tiny), 256, &t, NULL, NULL), MS_ERR_ARG);
+    T_EQ_INT(data_tok_train(tiny, &tiny_len, 1, 256, &t, NULL, NULL), MS_ERR_ARG);
     T_OK(t == NULL);
+
+    /* No token spans two documents: "xy" in each of many documents gives
+     * "xy" and nothing longer (one text of them all would learn "xyxy"...). */
+    char docs[400];
+    size_t ends[200];
+    for (int i = 0; i < 200; i++) {
+        memcpy(docs + 2 * i, "xy", 2);
+        ends[i] = 2 * (size_t)i + 2;
+    }
+    T_EQ_INT(data_tok_train(docs, ends, 200, 300, &t, NULL, NULL), MS_OK);
+    if (t) {
+        T_EQ_INT(data_tok_vocab_size(t), 258); /* the bytes, "xy", <|endoftext|> */
+        T_OK(encode(t, docs, sizeof docs, &b));
+        T_EQ_INT(b.n, 200);
+    }
+    data_tok_free(t);
     free(a.v);
     free(b.v);
 }

@@ -59,7 +59,7 @@ static int train(const char *in, const char *out, int vocab) {
     int rc = 1;
     if (ms_file_read_all(in, &text, &len) != MS_OK) return fail("read");
     double t0 = ms_now();
-    if (data_tok_train(text, len, vocab, &t, NULL, NULL) != MS_OK) {
+    if (data_tok_train(text, &len, 1, vocab, &t, NULL, NULL) != MS_OK) {
         rc = fail("train");
         goto out;
     }
