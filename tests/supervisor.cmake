@@ -34,3 +34,11 @@ target_link_libraries(test_sup_dash PRIVATE mssup)
 ms_script_test(dashboard COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_dashboard.py
   LABELS mpi faults)
 set_tests_properties(dashboard PROPERTIES TIMEOUT 600)
+# The start, stop and option policy on a tiny job: restarts resume from the
+# job's own commits (not the user's --resume / --new-run), idle heartbeat
+# connections time out, a stop nobody asked for is a fault, a signal in the
+# back-off ends the job at once, bad options are usage errors naming them,
+# an early failure is not broken storage, --ckpt-dir from --config.
+ms_script_test(supervisor_policy COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_launch_policy.py
+  LABELS mpi faults)
+set_tests_properties(supervisor_policy PROPERTIES TIMEOUT 600)

@@ -1,5 +1,6 @@
 /* cmd_launch.c - `megascale launch [launch options] -- [train options]`:
  * the supervisor (src/supervisor/sup.h). */
+#include <arpa/inet.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -19,45 +20,54 @@ typedef struct {
 
 #define O(name, type, field, def, help)                                                            \
     { name, type, offsetof(launch_cli, field), def, help, NULL, NULL, 0 }
+/* With the values allowed (cli/opts.h): a timing of 0 or below, or a count
+ * out of range, is a usage error naming the option, not a job that hangs
+ * or sleeps for ever. */
+#define R(name, type, field, def, range, help)                                                     \
+    { name, type, offsetof(launch_cli, field), def, help, NULL, range, 0 }
 
 static const opts_spec launch_opts[] = {
-    O("np", OPT_T_INT, np, "1", "ranks of the job"),
-    O("nodes", OPT_T_INT, nodes, "1",
-      "split the ranks into N nodes on this host (contiguous ranks), named in events"),
-    O("spares", OPT_T_INT, spares, "0",
+    R("np", OPT_T_INT, np, "1", "[1,1048576]", "ranks of the job"),
+    /* default 0, not 1: an explicit --nodes 1 with --hostfile must be told
+     * from "not given" (then every host but the spares is a node) */
+    R("nodes", OPT_T_INT, nodes, "0", "[0,1024]",
+      "split the ranks into N nodes (0: one on this host; with --hostfile, every host but the "
+      "spares), contiguous ranks, named in events"),
+    R("spares", OPT_T_INT, spares, "0", "[0,1023]",
       "nodes held back: one takes the place of each node the driver evicts"),
     O("hostfile", OPT_T_STR, hostfile, NULL, "mpirun's hostfile (real hosts; use --bind too)"),
     O("run-dir", OPT_T_STR, run_dir, NULL, "the driver's directory: events.jsonl (required)"),
     O("events", OPT_T_STR, events, NULL, "the events JSONL (default RUN_DIR/events.jsonl)"),
-    O("max-restarts", OPT_T_INT, max_restarts, "10", "restarts before giving up (exit 3)"),
-    O("no-progress-restarts", OPT_T_INT, no_progress, "3",
+    R("max-restarts", OPT_T_INT, max_restarts, "10", "[0,)", "restarts before giving up (exit 3)"),
+    R("no-progress-restarts", OPT_T_INT, no_progress, "3", "[1,)",
       "restarts in a row without a new step before stopping (exit 4: do not requeue)"),
-    O("heartbeat-timeout", OPT_T_DOUBLE, hb_timeout, "30",
+    R("heartbeat-timeout", OPT_T_DOUBLE, hb_timeout, "30", "[2,86400]",
       "seconds without a beat from a rank before it is declared hung"),
-    O("progress-factor", OPT_T_DOUBLE, progress_factor, "5",
+    R("progress-factor", OPT_T_DOUBLE, progress_factor, "5", "[1,1000]",
       "hung when no new step for this many times the longest step seen (at least the "
       "heartbeat timeout)"),
-    O("startup-timeout", OPT_T_DOUBLE, startup_timeout, "600",
+    R("startup-timeout", OPT_T_DOUBLE, startup_timeout, "600", "[1,604800]",
       "seconds from a launch to every rank's first step"),
-    O("grace", OPT_T_DOUBLE, grace, "10", "seconds between SIGTERM and SIGKILL when stopping"),
-    O("backoff", OPT_T_DOUBLE, backoff, "1",
+    R("grace", OPT_T_DOUBLE, grace, "10", "[0,3600]",
+      "seconds between SIGTERM and SIGKILL when stopping"),
+    R("backoff", OPT_T_DOUBLE, backoff, "1", "[0,30]",
       "seconds before a restart (doubled for each restart in a row without progress, <= 30)"),
-    O("diag", OPT_T_INT, diag, "1",
+    R("diag", OPT_T_INT, diag, "1", "[0,1]",
       "run `megascale diag` on every node after a fault and evict the nodes that fail (0: off)"),
-    O("diag-timeout", OPT_T_DOUBLE, diag_timeout, "120",
+    R("diag-timeout", OPT_T_DOUBLE, diag_timeout, "120", "[1,86400]",
       "seconds the self-test may take; a node without a report by then fails"),
-    O("diag-slow-factor", OPT_T_DOUBLE, diag_slow_factor, "0.5",
+    R("diag-slow-factor", OPT_T_DOUBLE, diag_slow_factor, "0.5", "[0,1]",
       "a node fails the self-test below this fraction of its own history's GEMM or memory "
       "speed (RUN_DIR/diag/NODE.jsonl)"),
-    O("straggler-score", OPT_T_DOUBLE, straggler_score, "0.6",
+    R("straggler-score", OPT_T_DOUBLE, straggler_score, "0.6", "(0,1]",
       "a straggler computes at less than this fraction of the other ranks' median speed..."),
-    O("straggler-rounds", OPT_T_INT, straggler_rounds, "10",
+    R("straggler-rounds", OPT_T_INT, straggler_rounds, "10", "[0,)",
       "...for this many steps in a row; its node is evicted when a spare can replace it (0: "
       "off)"),
-    O("loss-spike-z", OPT_T_DOUBLE, loss_spike_z, "6",
+    R("loss-spike-z", OPT_T_DOUBLE, loss_spike_z, "6", "[0,)",
       "a loss this many standard deviations above the last 32 steps is a spike (an anomaly "
       "event; 0: off)"),
-    O("ckpt-fail-limit", OPT_T_INT, ckpt_fail_limit, "2",
+    R("ckpt-fail-limit", OPT_T_INT, ckpt_fail_limit, "2", "[1,)",
       "checkpoints failing to commit in a row (disk full, I/O errors) before the job is stopped "
       "and the storage checked; fewer: the job goes on and retries"),
     {"dashboard", OPT_T_INT, offsetof(launch_cli, dashboard), "-1",
@@ -75,6 +85,15 @@ static const opts_spec launch_opts[] = {
 };
 #define N_LAUNCH_OPTS ((int)(sizeof launch_opts / sizeof launch_opts[0]))
 
+/* An address option: a numeric IPv4 address (the sockets bind to it), else
+ * a usage error naming the option; 0 or SUP_EXIT_USAGE. */
+static int check_addr(const char *opt, const char *v) {
+    struct in_addr a;
+    if (!v || inet_pton(AF_INET, v, &a) == 1) return 0;
+    fprintf(stderr, "megascale launch: error: %s '%s': expected a numeric IPv4 address\n", opt, v);
+    return SUP_EXIT_USAGE;
+}
+
 int cmd_launch(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "--ctl")) { /* a command to a running driver */
         if (argc < 3) {
@@ -90,6 +109,7 @@ int cmd_launch(int argc, char **argv) {
             break;
         }
     launch_cli o = {0};
+    static cli_train_view tv; /* large: not on the stack */
     char *pos[1];
     int npos, help;
     ms_status st = opts_parse(launch_opts, N_LAUNCH_OPTS, &o, sep, argv, pos, 0, &npos, &help);
@@ -114,6 +134,9 @@ int cmd_launch(int argc, char **argv) {
         fprintf(stderr, "megascale launch: error: no train options: put them after '--' "
                         "(see megascale launch --help)\n");
         rc = 2;
+    } else if ((rc = check_addr("--bind", o.bind)) ||
+               (rc = check_addr("--dashboard-bind", o.dashboard_bind))) {
+    } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, &tv)) != 0) {
     } else {
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n > 0) self[n] = 0;
@@ -136,7 +159,7 @@ int cmd_launch(int argc, char **argv) {
                         .startup_timeout = o.startup_timeout,
                         .grace = o.grace,
                         .backoff = o.backoff,
-                        .no_progress_limit = o.no_progress > 0 ? o.no_progress : 1,
+                        .no_progress_limit = o.no_progress,
                         .run_dir = o.run_dir,
                         .events = o.events,
                         .mpirun = o.mpirun,
@@ -144,7 +167,11 @@ int cmd_launch(int argc, char **argv) {
                         .bind = o.bind,
                         .faults = o.faults,
                         .train_argc = argc - sep - 1,
-                        .train_argv = argv + sep + 1};
+                        .train_argv = argv + sep + 1,
+                        .ckpt_dir = tv.ckpt_dir,
+                        .resume = tv.resume,
+                        .new_run = tv.new_run,
+                        .steps = tv.steps};
         rc = sup_run(&c);
     }
     opts_free(launch_opts, N_LAUNCH_OPTS, &o);

@@ -7,6 +7,16 @@
 #include "base/status.h"
 
 int cmd_train(int argc, char **argv);
+/* The train options' effective values (command line, --config file,
+ * environment, --out-dir's defaults) that `megascale launch` needs. */
+typedef struct {
+    char ckpt_dir[4096], resume[4096]; /* "" when none */
+    int steps, new_run;
+} cli_train_view;
+/* Parse train options as `megascale train` would, before a launch starts
+ * anything: 0 and *v filled, or 2 (usage) with the error printed, naming the
+ * option. */
+int cmd_train_check(int argc, char **argv, cli_train_view *v);
 int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);

@@ -37,8 +37,10 @@ struct mon_heartbeat {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    pthread_cond_t sent_cv; /* a beat went out (mon_heartbeat_flush) */
     /* under mu */
     int stop, dirty;
+    unsigned long long taken, sent; /* beats the thread began and finished sending */
     int step;
     int redone;                   /* steps redone after a non-finite result, cumulative */
     int ckpt_commit, ckpt_failed; /* mon_heartbeat_ckpt (-1, 0: nothing to say) */
@@ -171,9 +173,12 @@ static void *beat_main(void *arg) {
             pthread_cond_timedwait(&hb->cv, &hb->mu, &ts);
             if (hb->stop) break;
         }
+        unsigned long long gen = ++hb->taken; /* holds every update made before this */
         pthread_mutex_unlock(&hb->mu);
         send_beat(hb);
         pthread_mutex_lock(&hb->mu);
+        hb->sent = gen;
+        pthread_cond_broadcast(&hb->sent_cv);
     }
     pthread_mutex_unlock(&hb->mu);
     send_beat(hb); /* the last word: "done" or "error" */
@@ -213,6 +218,7 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
     hb->dirty = 1;
     pthread_mutex_init(&hb->mu, NULL);
     pthread_cond_init(&hb->cv, NULL);
+    pthread_cond_init(&hb->sent_cv, NULL);
     int rc = pthread_create(&hb->thread, NULL, beat_main, hb);
     if (rc != 0) {
         close(hb->fd);
@@ -284,6 +290,18 @@ static ms_status hb_step(void *ctx, const mon_step *s) {
     return MS_OK;
 }
 
+void mon_heartbeat_flush(mon_heartbeat *hb, double timeout_s) {
+    if (!hb) return;
+    struct timespec ts = ms_deadline(CLOCK_REALTIME, timeout_s);
+    pthread_mutex_lock(&hb->mu);
+    unsigned long long want = hb->taken + 1; /* a beat begun from now on carries the state */
+    hb->dirty = 1;
+    pthread_cond_signal(&hb->cv);
+    while (!hb->stop && hb->sent < want)
+        if (pthread_cond_timedwait(&hb->sent_cv, &hb->mu, &ts) != 0) break;
+    pthread_mutex_unlock(&hb->mu);
+}
+
 mon_sink mon_sink_heartbeat(mon_heartbeat *hb) {
     return (mon_sink){.ctx = hb, .on_step = hb_step};
 }
@@ -298,5 +316,6 @@ void mon_heartbeat_close(mon_heartbeat *hb) {
     if (hb->fd >= 0) close(hb->fd);
     pthread_mutex_destroy(&hb->mu);
     pthread_cond_destroy(&hb->cv);
+    pthread_cond_destroy(&hb->sent_cv);
     free(hb);
 }

@@ -44,7 +44,8 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
  * compute_ms, loss, grad_norm; redone counts the steps with s->redone > 0)
  * and sends it now. */
 mon_sink mon_sink_heartbeat(mon_heartbeat *hb);
-/* The current phase: "start", "train", "val", "ckpt", "done", "error". */
+/* The current phase: "start", "train", "val", "ckpt", "done" (--steps reached),
+ * "stopped" (ended cleanly before --steps: a SIGTERM or SIGINT), "error". */
 void mon_heartbeat_phase(mon_heartbeat *hb, const char *phase);
 /* Entering the training loop with `step` steps already done (a resumed run:
  * the step it resumed at): phase "train", sent now.  NULL is ignored. */
@@ -53,6 +54,11 @@ void mon_heartbeat_train(mon_heartbeat *hb, int step);
  * checkpoints that failed to commit since (0 normally) and the last
  * failure's message; sent with the next beat.  NULL is ignored. */
 void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, const char *msg);
+/* Send the beat now and wait (up to timeout_s) until it is out: before an
+ * injected fault that ends or stops the process, so the driver knows the
+ * steps done and which fault fired (a beat still queued would be lost, and
+ * the fault handed to the next start again).  NULL is ignored. */
+void mon_heartbeat_flush(mon_heartbeat *hb, double timeout_s);
 /* A failed run: send phase "error" with this message (cut to fit) now. */
 void mon_heartbeat_error(mon_heartbeat *hb, const char *msg);
 /* Send a last beat (phase as set: "done" after a finished run), stop, free.

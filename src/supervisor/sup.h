@@ -32,7 +32,8 @@ enum {
 
 typedef struct {
     int np;                   /* ranks */
-    int nodes;                /* split the ranks into this many nodes on one host (0/1: one) */
+    int nodes;                /* nodes of the job (0: not given: one, or with a hostfile its
+                                 hosts but the spares) */
     int spares;               /* nodes held back to replace evicted ones */
     const char *hostfile;     /* passed to mpirun (real hosts); NULL: this host */
     int max_restarts;         /* restarts allowed before giving up */
@@ -61,6 +62,12 @@ typedef struct {
     const char *dashboard_bind; /* its address (NULL: 127.0.0.1) */
     int train_argc;
     char **train_argv; /* the train options (after "--") */
+    /* their effective values (command line, --config file, --out-dir),
+     * parsed by the caller before anything starts */
+    const char *ckpt_dir; /* the job's checkpoints: restarts resume from there */
+    const char *resume;   /* --resume ("": none): the first start's only */
+    int new_run;          /* --new-run: the first start's only */
+    int steps;            /* --steps: the job is done when its ranks reach it */
 } sup_config;
 
 /* Run the job to its end; returns the exit code (SUP_EXIT_*), having
@@ -74,7 +81,7 @@ typedef struct {
     char node[64]; /* "" when not sent */
     unsigned long long seq;
     int step;
-    char phase[16];                                          /* start train val ckpt done error */
+    char phase[16]; /* start train val ckpt done stopped error */
     double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
     int redone; /* steps redone after a non-finite result, cumulative (0: absent) */
     int ckpt_commit, ckpt_failed; /* last commit (-1: absent), failed commits since (0) */

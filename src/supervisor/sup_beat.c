@@ -77,7 +77,7 @@ static int node_ok(const char *n) {
 }
 
 static int phase_ok(const char *p) {
-    static const char *const ph[] = {"start", "train", "val", "ckpt", "done", "error"};
+    static const char *const ph[] = {"start", "train", "val", "ckpt", "done", "stopped", "error"};
     for (size_t i = 0; i < sizeof ph / sizeof ph[0]; i++)
         if (!strcmp(p, ph[i])) return 1;
     return 0;

@@ -127,13 +127,13 @@ static int diag_spawn(const sup_diag_config *c, const int *idx, int k, const cha
 
 /* Read every run's output until it closes or the timeout passes (then its
  * process group is killed); 1 if the timeout passed. */
-static int diag_collect(diag_proc *dp, int m, double timeout) {
+static int diag_collect(diag_proc *dp, int m, double timeout, const volatile sig_atomic_t *stop) {
     double t_end = ms_now() + timeout;
     int open_n = m, timed_out = 0;
     struct pollfd p[SUP_MAX_NODES];
     while (open_n > 0) {
         int left = (int)((t_end - ms_now()) * 1e3);
-        if (left <= 0) {
+        if (left <= 0 || (stop && *stop)) { /* the driver was told to stop: no waiting */
             timed_out = 1;
             break;
         }
@@ -183,7 +183,7 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     memset(out, 0, sizeof *out * (size_t)k);
     diag_proc dp;
     if (diag_spawn(c, idx, k, c->hostfile, &dp, why, n) != 0) return -1;
-    int timed_out = diag_collect(&dp, 1, c->timeout);
+    int timed_out = diag_collect(&dp, 1, c->timeout, c->stop);
     diag_take(&dp, c->pool, idx, k, out, timed_out);
     return 0;
 }
@@ -203,7 +203,7 @@ int sup_diag_run_each(const sup_diag_config *c, const int *idx, int k, sup_diag_
         }
         m++;
     }
-    int timed_out = m ? diag_collect(dp, m, c->timeout) : 0;
+    int timed_out = m ? diag_collect(dp, m, c->timeout, c->stop) : 0;
     for (int j = 0; j < m; j++) {
         diag_take(&dp[j], c->pool, &idx[j], 1, &out[j], timed_out);
         if (c->hostfile) { /* the per-node hostfiles are of this run only */

@@ -32,6 +32,7 @@
 #include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,32 +69,84 @@ static const char *opt_value(const sup_config *c, const char *name) {
     return v;
 }
 
-/* The step of CKPT_DIR/latest ("step_00000040"), or -1. */
-static int latest_commit(const sup_driver *d) {
-    char path[4200], buf[64] = "";
+/* CKPT_DIR/latest's text ("step_00000040") into buf ("" if none). */
+static void latest_text(const sup_driver *d, char *buf, size_t n) {
+    char path[4200];
     snprintf(path, sizeof path, "%s/latest", d->ckpt_dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[0] = 0;
+    FILE *f = fopen(path, "re");
+    if (!f) return;
+    size_t got = fread(buf, 1, n - 1, f);
     fclose(f);
-    buf[n] = 0;
+    buf[got] = 0;
+    buf[strcspn(buf, "\r\n")] = 0;
+}
+
+/* The step of CKPT_DIR/latest, or -1. */
+static int latest_commit(const sup_driver *d) {
+    char buf[64];
     int step = -1;
+    latest_text(d, buf, sizeof buf);
     return sscanf(buf, "step_%d", &step) == 1 ? step : -1;
+}
+
+/* CKPT_DIR/latest as "TEXT|INODE|MTIME_NS" ("" if none): it is replaced
+ * by a rename at each commit, so a new commit of the same step differs. */
+static void latest_id(const sup_driver *d, char *buf, size_t n) {
+    char text[64], path[4200];
+    struct stat sb;
+    latest_text(d, text, sizeof text);
+    snprintf(path, sizeof path, "%s/latest", d->ckpt_dir);
+    if (!text[0] || stat(path, &sb) != 0) {
+        buf[0] = 0;
+        return;
+    }
+    snprintf(buf, n, "%s|%llu|%lld", text, (unsigned long long)sb.st_ino,
+             (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec);
+}
+
+/* 1 once the job has committed a checkpoint of its own: CKPT_DIR/latest
+ * is another than before its first start (what was there then is another
+ * run's, or the one --resume names). */
+static int own_commit(const sup_driver *d) {
+    char now[sizeof d->latest0];
+    latest_id(d, now, sizeof now);
+    return now[0] && strcmp(now, d->latest0) != 0;
+}
+
+/* 1 if every rank said "done" at --steps. */
+static int all_reached(const sup_driver *d) {
+    for (int i = 0; i < d->c->np; i++)
+        if (!d->r[i].done || d->r[i].step < d->c->steps) return 0;
+    return 1;
 }
 
 /* An adopted job ended (no exit status): it finished if every rank said so,
  * or, when it ended before its ranks reconnected, if its final checkpoint
  * (at --steps) is committed. */
 static int adopted_job_finished(const sup_driver *d) {
-    int all_done = 1;
-    for (int i = 0; i < d->c->np; i++)
-        all_done &= d->r[i].done;
-    const char *steps = opt_value(d->c, "--steps");
-    return all_done || (steps && latest_commit(d) == atoi(steps));
+    return all_reached(d) || latest_commit(d) >= d->c->steps;
+}
+
+/* 1 if train option argv[i] is --resume or --new-run (sets *skip to the
+ * arguments it takes up: 1 for --name=V, 2 for --name V). */
+static int start_option(char **argv, int argc, int i, int *skip) {
+    static const char *const names[] = {"--resume", "--new-run"};
+    for (int k = 0; k < 2; k++) {
+        size_t n = strlen(names[k]);
+        if (strncmp(argv[i], names[k], n)) continue;
+        if (argv[i][n] == '=') return *skip = 1, 1;
+        if (argv[i][n] == 0) return *skip = i + 1 < argc ? 2 : 1, 1;
+    }
+    return 0;
 }
 
 /* mpirun's argv for the job (NULL-terminated, malloc'd; strings borrowed):
- * the train options, --resume auto, and this attempt's injected faults. */
+ * the train options, how to start, and this attempt's injected faults.
+ * The user's --resume PATH and --new-run 1 are for the job's first start:
+ * once the job has a commit of its own, every start resumes from its newest
+ * valid one (--resume auto --new-run 0; on the command line, they override
+ * a --config file).  Until then a restart starts as the first did. */
 static char **job_argv(sup_driver *d, char *np) {
     const sup_config *c = d->c;
     int n = 0, cap = 32 + c->train_argc;
@@ -115,13 +168,18 @@ static char **job_argv(sup_driver *d, char *np) {
     if (c->hostfile) a[n++] = "--hostfile", a[n++] = d->hostfile_path;
     a[n++] = (char *)c->bin;
     a[n++] = "train";
-    int has_resume = 0;
-    for (int i = 0; i < c->train_argc; i++) {
-        has_resume |=
-            !strcmp(c->train_argv[i], "--resume") || !strncmp(c->train_argv[i], "--resume=", 9);
+    int resume_own = own_commit(d);
+    for (int i = 0, skip = 0; i < c->train_argc; i++) {
+        if (resume_own && start_option(c->train_argv, c->train_argc, i, &skip)) {
+            i += skip - 1;
+            continue;
+        }
         a[n++] = c->train_argv[i];
     }
-    if (!has_resume) a[n++] = "--resume", a[n++] = "auto";              /* every start continues */
+    if (resume_own)
+        a[n++] = "--resume", a[n++] = "auto", a[n++] = "--new-run", a[n++] = "0";
+    else if (!c->resume[0] && !c->new_run) /* a job started again continues */
+        a[n++] = "--resume", a[n++] = "auto";
     if (d->own_metrics) a[n++] = "--metrics", a[n++] = d->metrics_path; /* the dashboard's */
     if (d->plan.n) { /* the trainer's faults still ahead (the diag:* ones go to diag) */
         sup_faults_format(d, 0, d->faults_through, d->fault_arg, sizeof d->fault_arg);
@@ -130,18 +188,22 @@ static char **job_argv(sup_driver *d, char *np) {
     return a;
 }
 
-/* One attempt: launch, watch until it finishes or a fault; 1 if done. */
+/* One attempt: launch, watch until it finishes or a fault; 1 if done, 2 if
+ * asked to stop, 0 after a fault, -1 (why set) if it could not start. */
 static int attempt(sup_driver *d, char *why, size_t n) {
     char np[16];
     snprintf(np, sizeof np, "%d", d->c->np);
     sup_reset_ranks(d);
     sup_nodes_map(d->pool, d->pool->active, d->pool->needed, d->node_map, sizeof d->node_map);
     d->t_launch = ms_now();
+    if (g_stop) return 2; /* asked to stop before this start: none */
     int adopted = d->adopt_pid > 0;
     if (adopted) { /* an earlier driver's job: it goes on, its ranks reconnect */
         sup_job_adopt(&d->job, d->adopt_pid);
-        for (int i = 0; i < d->c->np; i++)
+        for (int i = 0; i < d->c->np; i++) { /* with the identity verified at take-over */
             d->r[i].pid = d->adopt_pids[i];
+            d->r[i].pid_start = d->adopt_starts[i];
+        }
         d->adopt_pid = 0;
         d->redone_booked = 1;
     } else {
@@ -193,18 +255,40 @@ static int attempt(sup_driver *d, char *why, size_t n) {
             sup_serve(d); /* the last beats */
             char st[96];
             sup_job_describe(&d->job, st, sizeof st);
-            if (!d->fault &&
-                (d->job.adopted ? adopted_job_finished(d)
-                                : WIFEXITED(d->job.status) && WEXITSTATUS(d->job.status) == 0)) {
+            int ok = WIFEXITED(d->job.status) && WEXITSTATUS(d->job.status) == 0;
+            if (!d->fault && (d->job.adopted ? adopted_job_finished(d) : ok && all_reached(d))) {
                 if (d->job.adopted && latest_commit(d) > d->best_step)
                     d->best_step = latest_commit(d);
                 return 1;
             }
-            sup_set_fault(d, "exit", -1, 0, "mpirun ended with %s", st);
+            if (!d->fault && ok &&
+                !d->job
+                     .adopted) /* a clean end short of --steps: a signal the driver did not send */
+                sup_set_fault(d, "stopped", -1, 0,
+                              "mpirun ended with %s at step %d, short of --steps %d: stopped by "
+                              "something other than the driver",
+                              st, d->best_step, d->c->steps);
+            else
+                sup_set_fault(d, "exit", -1, 0, "mpirun ended with %s", st);
             return 0;
         }
         sup_watch(d);
         if (d->fault) return 0;
+        if (all_reached(d)) { /* every rank is done: mpirun should follow at once */
+            if (d->t_all_done <= 0) d->t_all_done = ms_now();
+            if (ms_now() - d->t_all_done > fmax(d->c->grace, 2.0)) {
+                cJSON *g = cJSON_CreateObject();
+                cJSON_AddNumberToObject(g, "waited_s", ms_now() - d->t_all_done);
+                sup_events_put(&d->ev, "mpirun_lingered", g);
+                fprintf(stderr,
+                        "megascale launch: every rank is done but mpirun has not exited "
+                        "after %.1f s; ending it\n",
+                        ms_now() - d->t_all_done);
+                d->stopping = 1;
+                sup_job_stop(&d->job, d->c->grace, NULL, 0, NULL, NULL);
+                return 1;
+            }
+        }
     }
 }
 
@@ -216,9 +300,12 @@ static void serve_tick(void *arg) {
 
 /* Stop the attempt and book the fault for the summary. */
 static void stop_attempt(sup_driver *d) {
+    d->stopping = 1; /* the ranks' "stopped" beats from here on are the driver's doing */
     int *pids = calloc((size_t)d->c->np, sizeof *pids);
-    for (int i = 0; pids && i < d->c->np; i++)
-        pids[i] = d->r[i].pid;
+    for (int i = 0; pids && i < d->c->np;
+         i++) /* only a pid still the rank it was (pids are reused) */
+        pids[i] =
+            d->r[i].pid_start && sup_pid_start(d->r[i].pid) == d->r[i].pid_start ? d->r[i].pid : 0;
     double took = sup_job_stop(&d->job, d->c->grace, pids, pids ? d->c->np : 0, serve_tick, d);
     free(pids);
     cJSON *f = cJSON_CreateObject();
@@ -341,7 +428,9 @@ static int policy(sup_driver *d, int prev_best) {
      * that comes back), back to --backoff once a restart made progress */
     double wait = d->c->backoff * (double)(1 << (d->no_progress < 5 ? d->no_progress : 5));
     if (wait > 30) wait = 30;
-    usleep((useconds_t)(wait * 1e6));
+    for (double t0 = ms_now(); !g_stop && ms_now() - t0 < wait;) /* a stop ends the wait */
+        usleep(20000);
+    if (g_stop) return SUP_EXIT_STOPPED;
     d->restarts++;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "restart", d->restarts);
@@ -395,14 +484,16 @@ static int run_loop(sup_driver *d) {
         stop_attempt(d);
         sup_heatlog_flush(&d->heat);
         book_stop(d);
-        int code = sup_recover(d);
-        if (!code) code = policy(d, prev_best);
+        /* a SIGTERM/SIGINT/SIGHUP meanwhile ends the job here: no diag, no new start */
+        int code = g_stop ? SUP_EXIT_STOPPED : sup_recover(d);
+        if (!code) code = g_stop ? SUP_EXIT_STOPPED : policy(d, prev_best);
         if (code) {
             finish(d,
-                   code == SUP_EXIT_NO_PROGRESS ? "no progress"
-                   : code == SUP_EXIT_NO_NODES  ? "no nodes"
-                   : code == SUP_EXIT_STORAGE   ? "storage"
-                                                : "gave up",
+                   code == SUP_EXIT_STOPPED       ? "stopped"
+                   : code == SUP_EXIT_NO_PROGRESS ? "no progress"
+                   : code == SUP_EXIT_NO_NODES    ? "no nodes"
+                   : code == SUP_EXIT_STORAGE     ? "storage"
+                                                  : "gave up",
                    code);
             return code;
         }
@@ -555,9 +646,18 @@ static int check_config(const sup_config *c) {
                         "itself; drop it from the train options\n");
         return SUP_EXIT_USAGE;
     }
-    if (!has_opt(c, "--ckpt-dir") && !has_opt(c, "--out-dir")) {
+    if (!c->ckpt_dir || !*c->ckpt_dir) {
         fprintf(stderr, "megascale launch: error: the train options need --ckpt-dir (or "
-                        "--out-dir): the driver restarts the job from its checkpoints\n");
+                        "--out-dir), on the command line or in their --config file: the driver "
+                        "restarts the job from its checkpoints\n");
+        return SUP_EXIT_USAGE;
+    }
+    if (!(c->hb_timeout >= 2) || !(c->progress_factor >= 1) || !(c->startup_timeout >= 1) ||
+        !(c->grace >= 0) || !(c->backoff >= 0 && c->backoff <= 30) || c->max_restarts < 0 ||
+        c->no_progress_limit < 1 || c->steps < 1) {
+        fprintf(stderr, "megascale launch: error: --heartbeat-timeout must be >= 2, "
+                        "--progress-factor >= 1, --startup-timeout >= 1, --grace >= 0, --backoff "
+                        "in [0, 30], --max-restarts >= 0, --no-progress-restarts >= 1\n");
         return SUP_EXIT_USAGE;
     }
     if (c->straggler_rounds < 0 || !(c->straggler_score > 0 && c->straggler_score <= 1) ||
@@ -582,6 +682,7 @@ int sup_run(const sup_config *c) {
         return SUP_EXIT_ERROR;
     }
     d->c = c;
+    d->stop_flag = &g_stop;
     d->lfd = d->ctl_fd = d->lock_fd = -1;
     d->evict_node = -1;
     d->ckpt_fault = d->pending_fault = -1;
@@ -605,17 +706,14 @@ int sup_run(const sup_config *c) {
     snprintf(d->hostfile_path, sizeof d->hostfile_path, "%s/hostfile.active", c->run_dir);
     snprintf(d->diag_dir, sizeof d->diag_dir, "%s/diag", c->run_dir);
     set_metrics_path(d);
-    const char *ckpt = opt_value(c, "--ckpt-dir"), *out = opt_value(c, "--out-dir");
-    if (ckpt || !out) /* else the trainer's default under --out-dir */
-        snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", ckpt ? ckpt : "");
-    else
-        snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s/ckpt", out);
+    snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", c->ckpt_dir); /* command line or --config */
     const char *device = opt_value(c, "--device"); /* diag checks the device the job uses */
     snprintf(d->device, sizeof d->device, "%s", device && !strcmp(device, "cuda") ? "cuda" : "");
     d->r = calloc((size_t)c->np, sizeof *d->r);
     d->adopt_pids = calloc((size_t)c->np, sizeof *d->adopt_pids);
+    d->adopt_starts = calloc((size_t)c->np, sizeof *d->adopt_starts);
     d->conns = calloc((size_t)4 * c->np + 16, sizeof *d->conns);
-    if (!d->r || !d->adopt_pids || !d->conns || sup_make_token(d->token) != 0 ||
+    if (!d->r || !d->adopt_pids || !d->adopt_starts || !d->conns || sup_make_token(d->token) != 0 ||
         sup_straggler_init(&d->strag, c->np) != 0) {
         fprintf(stderr, "megascale launch: error: out of memory or no random token\n");
         goto out;
@@ -627,6 +725,8 @@ int sup_run(const sup_config *c) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;
     }
+    if (!d->resumed) /* what the job's first start finds (a resumed driver's state says) */
+        latest_id(d, d->latest0, sizeof d->latest0);
     if (open_dashboard(d, why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;
@@ -635,6 +735,7 @@ int sup_run(const sup_config *c) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop the job, do not orphan it */
     signal(SIGPIPE, SIG_IGN);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "np", c->np);
@@ -675,6 +776,7 @@ out:
     sup_straggler_free(&d->strag);
     free(d->conns);
     free(d->adopt_pids);
+    free(d->adopt_starts);
     free(d->r);
     free(d->pool);
     free(d);

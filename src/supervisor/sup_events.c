@@ -12,7 +12,7 @@
 int sup_events_open(sup_events *e, const char *path, char *why, size_t n) {
     memset(e, 0, sizeof *e);
     snprintf(e->path, sizeof e->path, "%s", path);
-    e->f = fopen(path, "a");
+    e->f = fopen(path, "ae"); /* "e": O_CLOEXEC, so mpirun and diag do not inherit it */
     if (!e->f) {
         snprintf(why, n, "%s: open the events file: %s", path, strerror(errno));
         return -1;

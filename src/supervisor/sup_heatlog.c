@@ -17,7 +17,7 @@ int sup_heatlog_open(sup_heatlog *h, const char *path, int np, char *why, size_t
     h->np = np;
     h->ms = malloc(sizeof *h->ms * (size_t)np * SUP_HEAT_PENDING);
     h->have = calloc(SUP_HEAT_PENDING, sizeof *h->have);
-    h->f = fopen(path, "a");
+    h->f = fopen(path, "ae"); /* O_CLOEXEC: not inherited by mpirun */
     if (!h->ms || !h->have || !h->f) {
         snprintf(why, n, "%s: %s", path, h->f ? "out of memory" : strerror(errno));
         sup_heatlog_close(h);

@@ -5,6 +5,7 @@
 #ifndef SUP_INTERNAL_H
 #define SUP_INTERNAL_H
 
+#include <signal.h>
 #include <stdio.h>
 #include <sys/types.h>
 
@@ -115,8 +116,9 @@ typedef struct {
 
 typedef struct {
     const char *mpirun, *bin, *storage_dir, *history_dir;
-    const char *device; /* the job's --device (NULL: diag's default, cpu) */
-    const char *faults; /* the diag:* entries of the fault plan (may be NULL) */
+    const char *device;                /* the job's --device (NULL: diag's default, cpu) */
+    const char *faults;                /* the diag:* entries of the fault plan (may be NULL) */
+    const volatile sig_atomic_t *stop; /* non-zero: give up at once (the driver was signalled) */
     double timeout, slow_factor;
     int threads;           /* per node (0: diag's default) */
     const sup_nodes *pool; /* with a hostfile: mpirun gets one slot per node */
@@ -210,9 +212,11 @@ void sup_heatlog_close(sup_heatlog *h); /* flushes; a zeroed h is fine */
 #define SUP_TICK_MS 200
 #define SUP_MAX_CONNS 4096
 #define SUP_MAX_CTL 8
+#define SUP_HB_AUTH_S 5.0 /* a heartbeat connection must send a valid beat within this */
 
 typedef struct {
-    int fd, rank; /* rank -1 until its first valid beat */
+    int fd, rank;  /* rank -1 until its first valid beat */
+    double t_open; /* accepted at; dropped if no valid beat within SUP_HB_AUTH_S */
     unsigned long long seq;
     size_t len;
     char buf[MON_HB_LINE_MAX + 1];
@@ -227,6 +231,7 @@ typedef struct {
 
 typedef struct {
     int connected, pid, step, first_step, done, failed, redone;
+    int stopped;     /* said "stopped": ended cleanly before --steps */
     int ckpt_failed; /* its last beat's failed commits in a row */
     int started;     /* in the training loop (phase train, or a step done) */
     int resume_step; /* the step it started the loop at (-1: not yet) */
@@ -269,9 +274,14 @@ typedef struct {
     int pending_fault; /* the summary's entry of the fault being recovered from (-1) */
     double t_recovery_from;
     int step_at_fault;
-    ms_fault_plan plan;   /* --faults: the faults to hand out */
-    int faults_through;   /* the faults at steps <= this have fired */
-    char fault_arg[8192]; /* this attempt's --inject-fault */
+    int stopping;       /* the driver is stopping this attempt (its "stopped" beats are no fault) */
+    double t_all_done;  /* when every rank had said "done" (0: not yet) */
+    int resumed;        /* taken over from an earlier driver's state (driver.json) */
+    char latest0[4200]; /* CKPT_DIR/latest's identity before the job's first start */
+    const volatile sig_atomic_t *stop_flag; /* the driver's signal flag (diag gives up on it) */
+    ms_fault_plan plan;                     /* --faults: the faults to hand out */
+    int faults_through;                     /* the faults at steps <= this have fired */
+    char fault_arg[8192];                   /* this attempt's --inject-fault */
     char node_map[SUP_MAX_NODES * SUP_NODE_NAME];
     double step_ms_sum;
     long step_ms_n;
@@ -279,9 +289,10 @@ typedef struct {
     int n_anomalies;
     /* an earlier driver's job to take over (sup_recover.c) */
     pid_t adopt_pid;
-    pid_t *adopt_pids; /* [np]: its ranks (0: unknown or gone) */
-    double t_saved;    /* when driver.json was last written */
-    int state_warned;  /* it could not be: said once */
+    pid_t *adopt_pids;                /* [np]: its ranks (0: unknown or gone) */
+    unsigned long long *adopt_starts; /* [np]: their verified /proc start times */
+    double t_saved;                   /* when driver.json was last written */
+    int state_warned;                 /* it could not be: said once */
     /* the dashboard (NULL: off) and its files */
     sup_dash *dash;
     sup_dash_rank *dash_ranks; /* [np] */

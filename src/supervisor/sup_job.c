@@ -1,6 +1,7 @@
 /* sup_job.c - the job: mpirun as a child in its own process group, and
  * stopping it with nothing left behind. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,23 +60,46 @@ int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const cha
         job_env_free(env);
         return snprintf(why, n, "out of memory"), -1;
     }
+    /* the child reports a failed exec through a close-on-exec pipe: a
+     * missing --mpirun is a clear error here (SUP_EXIT_ERROR), not a job
+     * that "exits 127", a diag of the nodes and restarts */
+    int ep[2];
+    if (pipe2(ep, O_CLOEXEC) != 0) {
+        snprintf(why, n, "pipe: %s", strerror(errno));
+        job_env_free(env);
+        return -1;
+    }
     fflush(NULL);
     pid_t pid = fork();
     if (pid < 0) {
         snprintf(why, n, "fork: %s", strerror(errno));
         job_env_free(env);
+        close(ep[0]), close(ep[1]);
         return -1;
     }
     if (pid == 0) {
+        close(ep[0]);
         setpgid(0, 0); /* one group: the driver stops mpirun and its ranks together */
         execvpe(argv[0], argv, env);
-        const char *parts[3] = {"megascale launch: cannot run ", argv[0], "\n"};
-        for (int i = 0; i < 3; i++) /* write(2) only: nothing that may lock */
-            if (write(2, parts[i], strlen(parts[i])) < 0) break;
+        int e = errno;
+        if (write(ep[1], &e, sizeof e) < 0) { /* write(2) only: nothing that may lock */
+        }
         _exit(127);
     }
+    close(ep[1]);
     job_env_free(env);
     setpgid(pid, pid); /* also here: no race with the child's own call */
+    int e = 0;
+    ssize_t got;
+    while ((got = read(ep[0], &e, sizeof e)) < 0 && errno == EINTR) {
+    }
+    close(ep[0]);
+    if (got == (ssize_t)sizeof e) { /* the exec failed: reap the child */
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+        }
+        snprintf(why, n, "cannot run --mpirun %s: %s", argv[0], strerror(e));
+        return -1;
+    }
     j->pid = pid;
     return 0;
 }

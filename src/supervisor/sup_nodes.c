@@ -92,7 +92,7 @@ int sup_nodes_init(sup_nodes *p, const sup_config *c, char *why, size_t n) {
     if (c->spares < 0) return snprintf(why, n, "--spares must be >= 0"), -1;
     if (c->hostfile) {
         if (read_hostfile(p, c->hostfile, why, n) != 0) return -1;
-        p->needed = c->nodes > 1 ? c->nodes : p->n - c->spares;
+        p->needed = c->nodes > 0 ? c->nodes : p->n - c->spares; /* 0: not given */
         if (p->needed < 1 || p->needed + c->spares > p->n)
             return snprintf(why, n,
                             "%s lists %d host(s): not enough for %d node(s) and --spares %d",

@@ -48,6 +48,27 @@ void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf,
     free(sub);
 }
 
+/* The directory diag's storage check writes in: the checkpoint directory,
+ * or, before the trainer has created it (a job that failed at start-up),
+ * its nearest existing ancestor, so a directory not made yet does not read
+ * as broken storage. */
+static void storage_probe_dir(const char *dir, char *out, size_t n) {
+    struct stat sb;
+    snprintf(out, n, "%s", dir);
+    while (out[0] && stat(out, &sb) != 0) {
+        char *slash = strrchr(out, '/');
+        while (slash && slash > out && slash[1] == 0) { /* trailing slashes */
+            *slash = 0;
+            slash = strrchr(out, '/');
+        }
+        if (!slash) {
+            snprintf(out, n, ".");
+            return;
+        }
+        slash[slash == out] = 0; /* "/x" -> "/" */
+    }
+}
+
 /* The self-test on every node not on the blocklist; evicts the ones that
  * fail.  0 to go on, or SUP_EXIT_STORAGE. */
 static int diagnose(sup_driver *d) {
@@ -58,15 +79,17 @@ static int diagnose(sup_driver *d) {
         if (!p->blocked[i][0]) idx[k++] = i;
     if (!k) return 0;
     sup_diag_result *res = calloc((size_t)k, sizeof *res);
-    char faults[4096], why[600] = "";
+    char faults[4096], why[600] = "", probe[sizeof d->ckpt_dir];
+    storage_probe_dir(d->ckpt_dir, probe, sizeof probe);
     sup_faults_format(d, 1, -1, faults, sizeof faults);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     sup_diag_config dc = {.mpirun = c->mpirun ? c->mpirun : "mpirun",
                           .bin = c->bin,
-                          .storage_dir = d->ckpt_dir[0] ? d->ckpt_dir : NULL,
+                          .storage_dir = d->ckpt_dir[0] ? probe : NULL,
                           .history_dir = d->diag_dir,
                           .device = d->device[0] ? d->device : NULL,
                           .faults = faults,
+                          .stop = d->stop_flag,
                           .timeout = c->diag_timeout,
                           .slow_factor = c->diag_slow_factor,
                           .threads = c->hostfile ? 0 : (int)(cores / k > 1 ? cores / k : 1),
@@ -204,6 +227,7 @@ void sup_state_save(sup_driver *d, int finished) {
     cJSON_AddNumberToObject(o, "max_interval", d->max_interval);
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
+    cJSON_AddStringToObject(o, "latest0", d->latest0);
     cJSON *faults = cJSON_AddArrayToObject(o, "faults");
     int nf = d->ev.n_faults < SUP_MAX_FAULTS ? d->ev.n_faults : SUP_MAX_FAULTS;
     for (int i = 0; i < nf; i++) {
@@ -246,11 +270,13 @@ static double num(const cJSON *o, const char *k, int *bad) {
     return x->valuedouble;
 }
 
-/* The pid, if it is still the process the state names (same start time). */
+/* The pid, if it is still the process the state names: alive with the
+ * same start time.  A start time of 0 (unknown) verifies nothing: such a
+ * pid may have been reused by anything, and is never adopted or killed. */
 static pid_t same_process(double pid, double start) {
     pid_t p = (pid_t)pid;
-    if (p <= 0 || !sup_pid_alive(p)) return 0;
-    return start <= 0 || sup_pid_start(p) == (unsigned long long)start ? p : 0;
+    if (p <= 0 || start <= 0 || !sup_pid_alive(p)) return 0;
+    return sup_pid_start(p) == (unsigned long long)start ? p : 0;
 }
 
 int sup_state_resume(sup_driver *d, char *why, size_t n) {
@@ -297,6 +323,9 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
                -1;
     }
     d->ev.t0 = t0;
+    d->resumed = 1;
+    const cJSON *l0 = cJSON_GetObjectItemCaseSensitive(o, "latest0"); /* absent: any commit */
+    snprintf(d->latest0, sizeof d->latest0, "%s", cJSON_IsString(l0) ? l0->valuestring : "");
     for (const cJSON *f = faults->child; f && d->ev.n_faults < SUP_MAX_FAULTS; f = f->next) {
         const cJSON *k = cJSON_GetArrayItem(f, 0), *de = cJSON_GetArrayItem(f, 1),
                     *re = cJSON_GetArrayItem(f, 2);
@@ -321,6 +350,7 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(st)) continue;
         pid_t p = same_process(pid->valuedouble, st->valuedouble);
         d->adopt_pids[i] = p;
+        d->adopt_starts[i] = p ? (unsigned long long)st->valuedouble : 0;
         if (p && !adopted) kill(p, SIGKILL); /* a rank its mpirun left behind */
     }
     cJSON *f = cJSON_CreateObject();

@@ -22,7 +22,7 @@ int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, 
                size_t n) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     if (inet_pton(AF_INET, bind_addr, &sa.sin_addr) != 1) {
-        snprintf(why, n, "--bind %s: not an IPv4 address", bind_addr);
+        snprintf(why, n, "'%s' is not a numeric IPv4 address", bind_addr);
         return -1;
     }
     *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -184,6 +184,13 @@ static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
     d->n_anomalies++;
 }
 
+/* pid's start time if host is this host, else 0 (unknown: never signalled). */
+static unsigned long long local_pid_start(const char *host, int pid) {
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    return !strcmp(host, me) ? sup_pid_start(pid) : 0;
+}
+
 static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     sup_rank *s = &d->r[b->rank];
     double now = ms_now();
@@ -191,7 +198,10 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         k->rank = b->rank;
         s->connected = 1;
         s->first_step = -1;
-        if (s->pid != b->pid) s->pid_start = sup_pid_start(b->pid);
+        /* the rank's identity for a later stop (pids are reused): its start
+         * time, read here only when it runs on this host; an adopted rank's
+         * was verified at take-over */
+        if (s->pid != b->pid || !s->pid_start) s->pid_start = local_pid_start(b->host, b->pid);
         cJSON *f = cJSON_CreateObject();
         cJSON_AddNumberToObject(f, "rank", b->rank);
         cJSON_AddStringToObject(f, "node", sup_node_name(d, b->rank));
@@ -248,6 +258,14 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     }
     if (b->step > d->best_step) d->best_step = b->step;
     if (!strcmp(b->phase, "done")) s->done = 1;
+    if (!strcmp(b->phase, "stopped") && !s->stopped) {
+        s->stopped = 1; /* ended cleanly short of --steps: unless the driver stops it, a fault */
+        if (!d->stopping)
+            sup_set_fault(d, "stopped", b->rank, 0,
+                          "rank %d stopped at step %d before --steps %d (a SIGTERM or SIGINT "
+                          "the driver did not send)",
+                          b->rank, b->step, d->c->steps);
+    }
     if (!strcmp(b->phase, "error") && !s->failed) {
         s->failed = 1;
         snprintf(s->error, sizeof s->error, "%s", b->error);
@@ -298,7 +316,8 @@ static void drop_conn(sup_driver *d, int i) {
     if (k->rank >= 0) {
         sup_rank *s = &d->r[k->rank];
         s->connected = 0;
-        if (!s->done && !s->failed && !d->fault && d->job.pid && !sup_job_poll(&d->job))
+        if (!s->done && !s->failed && !s->stopped && !d->fault && d->job.pid &&
+            !sup_job_poll(&d->job))
             sup_set_fault(d, "crash", k->rank, 0,
                           "rank %d (pid %d) is gone: its heartbeat connection closed before it "
                           "finished",
@@ -425,11 +444,20 @@ static void accept_all(sup_driver *d, int lfd, int ctl) {
             continue;
         }
         if (d->n_conns >= SUP_MAX_CONNS || d->n_conns >= 4 * d->c->np + 16) {
-            close(fd);
-            continue;
+            /* full: the oldest connection that has not said a valid beat
+             * makes room (a real rank beats at once; an idle one is not a rank) */
+            int old = -1;
+            for (int i = 0; i < d->n_conns; i++)
+                if (d->conns[i].rank < 0 && (old < 0 || d->conns[i].t_open < d->conns[old].t_open))
+                    old = i;
+            if (old < 0) {
+                close(fd);
+                continue;
+            }
+            drop_conn(d, old);
         }
         sup_conn *k = &d->conns[d->n_conns++];
-        k->fd = fd, k->rank = -1, k->seq = 0, k->len = 0;
+        k->fd = fd, k->rank = -1, k->seq = 0, k->len = 0, k->t_open = ms_now();
     }
 }
 
@@ -453,6 +481,11 @@ void sup_serve(sup_driver *d) {
     }
     free(p);
     double now = ms_now();
+    for (int i = d->n_conns - 1; i >= 0; i--) /* nor a heartbeat client without a valid beat */
+        if (d->conns[i].rank < 0 && now - d->conns[i].t_open > SUP_HB_AUTH_S) {
+            reject(d, "beat_rejected", "no valid beat within 5 s");
+            drop_conn(d, i);
+        }
     for (int i = d->n_ctl - 1; i >= 0; i--) /* a silent client does not hold a slot */
         if (now - d->ctl[i].t_open > CTL_READ_S) {
             reject(d, "ctl_rejected", "no line within 2 s");
@@ -603,5 +636,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->straggler_warned = 0;
     d->ckpt_streak = 0;
     d->ckpt_fault = -1;
+    d->stopping = 0;
+    d->t_all_done = 0;
     sup_straggler_reset(&d->strag);
 }

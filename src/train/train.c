@@ -532,8 +532,8 @@ static void teardown(trainer *t, ms_status st) {
     mon_evlog_close(t->evlog); /* after every thread that records has stopped */
     if (st != MS_OK)
         mon_heartbeat_error(t->hb, why);
-    else
-        mon_heartbeat_phase(t->hb, "done");
+    else /* interrupted (SIGTERM/SIGINT) before --steps: not done, the driver restarts it */
+        mon_heartbeat_phase(t->hb, t->done >= t->tc->steps ? "done" : "stopped");
     mon_heartbeat_close(t->hb);
     comm_group_destroy(t->ring_group);
     comm_grid_destroy(t->grid);
@@ -852,6 +852,10 @@ static ms_status loop(trainer *t) {
             ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
             break;
         }
+        /* the beat of the steps done goes out first: a fault that ends the
+         * process would lose it, and the driver, lagging a step, would hand
+         * this fault to the next start again (it fires once) */
+        if (t->fault.n && t->hb) mon_heartbeat_flush(t->hb, 1.0);
         ms_fault_fire_process(&t->fault, step + 1, t->rank); /* injected: exit, kill, hang... */
         step_result r;
         MS_TRY(train_step(t, step, &r));

@@ -186,8 +186,59 @@ static void test_client(void) {
     T_OK(mon_heartbeat_open(&hb, &c) == MS_ERR_ARG);
 }
 
+/* mon_heartbeat_flush: when it returns, the beat with the latest step is
+ * out (before an injected fault ends the process: the driver must know the
+ * steps done, or it hands the fault that fired to the next start again). */
+static void test_flush(void) {
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    T_OK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 4) == 0 &&
+         getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    mon_heartbeat_config c = {.addr = addr, .token = TOK, .rank = 0, .world = 2, .period_s = 60};
+    mon_heartbeat *hb = NULL;
+    T_EQ_INT(mon_heartbeat_open(&hb, &c), MS_OK);
+    int fd = accept(lfd, NULL, NULL);
+    T_OK(fd >= 0);
+    sup_beat b;
+    T_OK(read_until(fd, "start", &b) >= 1);
+    mon_sink s = mon_sink_heartbeat(hb);
+    for (int step = 1; step <= 20; step++) {
+        mon_step st = {.step = step, .steps = 20, .loss = 3.0f, .grad_norm = 1.0f, .sec = 0.01};
+        T_EQ_INT(s.on_step(s.ctx, &st), MS_OK);
+        mon_heartbeat_flush(hb, 5.0);
+        /* the beat of this step was handed to the kernel (send returned): it
+         * arrives even if the process ends now; loopback delivery itself may
+         * take a moment under load, so a short wait */
+        char buf[65536], want[32];
+        snprintf(want, sizeof want, "\"step\":%d,", step);
+        ssize_t got = 0;
+        buf[0] = 0;
+        for (int tries = 0; tries < 100 && !strstr(buf, want); tries++) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, 10) != 1) continue;
+            ssize_t r = recv(fd, buf + got, sizeof buf - 1 - (size_t)got, MSG_DONTWAIT);
+            if (r <= 0) break;
+            got += r;
+            buf[got] = 0;
+        }
+        T_OK(got > 0 && strstr(buf, want) != NULL);
+        if (!(got > 0 && strstr(buf, want))) fprintf(stderr, "step %d: got '%s'\n", step, buf);
+    }
+    mon_heartbeat_phase(hb, "stopped"); /* ended before --steps: the driver's own phase */
+    mon_heartbeat_close(hb);
+    T_OK(read_until(fd, "stopped", &b) >= 1);
+    T_OK(!strcmp(b.phase, "stopped"));
+    close(fd);
+    close(lfd);
+}
+
 int main(void) {
     test_client();
+    test_flush();
     test_valid();
     test_rejected();
     test_mutations();

@@ -1,0 +1,209 @@
+"""The supervisor's start, stop and option policy (`megascale launch`), on a
+tiny job (one rank unless said, a 2-layer model, a few steps each):
+
+1. restarts resume from the job's own newest commit, not the user's
+   --resume PATH (which only the first start honours), and --new-run 1 on a
+   checkpoint directory holding a finished run trains a new run;
+2. idle connections to the heartbeat port (no valid beat) are dropped and
+   cannot starve the ranks of slots;
+3. a stop nobody asked for (SIGTERM to one rank of two) is a fault that is
+   recovered from, not "done";
+4. SIGTERM and SIGHUP to the driver during a restart's back-off end the job
+   at once (exit 5) without a new start;
+5. bad launch options are usage errors (exit 2) naming the option: timings
+   out of range, an address that is not one, a bad train option; a missing
+   --mpirun is a driver error (exit 1) saying so, at once;
+6. a failure before the checkpoint directory exists is not "the storage is
+   broken" (exit 7), and --ckpt-dir may come from the train --config file.
+
+Environment: MS_BIN (the megascale binary)."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
+from mpi_common import BIN, finish, ok, start  # noqa: E402
+
+TRAIN = ["--vocab", "256", "--layers", "2", "--dim", "64", "--heads", "2", "--seq-max", "32",
+         "--seq", "32", "--batch", "2", "--threads", "1", "--data-order", "sequential",
+         "--trace-dir", "none", "--val-every", "0", "--log-every", "100000",
+         "--peak-flops", "1e11"]
+LAUNCH = ["--diag", "0", "--backoff", "0.1", "--grace", "3", "--heartbeat-timeout", "5",
+          "--startup-timeout", "60"]
+ENV = dict(os.environ, OMP_NUM_THREADS="1")
+
+
+def events(run):
+    try:
+        return [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
+    except OSError:
+        return []
+
+
+def launch(run, shard, launch_args=(), train_args=(), np=1, wait=True, timeout=180):
+    cmd = [BIN, "launch", "--np", str(np), "--run-dir", run, *LAUNCH, *launch_args, "--",
+           "--train-data", shard, *TRAIN, *train_args]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace", env=ENV)
+    if not wait:
+        return p
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    return p.returncode, err
+
+
+def redone(run):
+    s = [e for e in events(run) if e["event"] == "summary"]
+    return s[-1]["steps_redone"] if s else None
+
+
+def check_restart_resume(d, shard):
+    r1, r2 = os.path.join(d, "r1"), os.path.join(d, "r2")
+    rc, err = launch(r1, shard, train_args=["--steps", "6", "--ckpt-every", "2", "--ckpt-dir",
+                                            os.path.join(r1, "ckpt")])
+    ok(rc == 0, "resume: the first job", err[-2000:])
+    rc, err = launch(r2, shard, ["--faults", "slow=50@1+,exit@9"],
+                     ["--steps", "12", "--ckpt-every", "2", "--ckpt-dir", os.path.join(r2, "ckpt"),
+                      "--resume", os.path.join(r1, "ckpt", "step_00000002")])
+    ev = events(r2)
+    ok(rc == 0 and sum(e["event"] == "launch" for e in ev) == 2,
+       "resume: --resume PATH, a crash at step 9, a restart, done", err[-2000:])
+    # from r1's step 2 the job commits 4, 6, 8 in r2; the restart resumes at 8 (nothing redone),
+    # not at r1's step 2 again (6 steps redone)
+    ok(redone(r2) == 0, "resume: the restart resumes from the job's own newest commit",
+       f"redone {redone(r2)}\n{err[-2000:]}")
+    # --new-run 1 on a directory holding a finished run: a new run is trained
+    rc, err = launch(r1, shard, train_args=["--steps", "6", "--ckpt-every", "2", "--ckpt-dir",
+                                            os.path.join(r1, "ckpt"), "--new-run", "1",
+                                            "--metrics", os.path.join(d, "new.jsonl")])
+    try:
+        n = sum(1 for l in open(os.path.join(d, "new.jsonl")) if '"loss"' in l)
+    except OSError:
+        n = 0
+    ok(rc == 0 and n == 6, "resume: --new-run 1 trains a new run in a finished run's directory",
+       f"rc {rc}, {n} step(s) logged\n{err[-2000:]}")
+
+
+def check_idle_conns(d, shard):
+    run = os.path.join(d, "idle")
+    p = launch(run, shard, ["--faults", "slow=300@1+", "--max-restarts", "0"],
+               ["--steps", "20", "--ckpt-every", "5", "--ckpt-dir", os.path.join(run, "ckpt")],
+               wait=False)
+    hb = None
+    for _ in range(200):
+        hb = [e["heartbeat"] for e in events(run) if e["event"] == "job_start"]
+        if hb:
+            break
+        time.sleep(0.05)
+    socks = []
+    if hb:
+        host, port = hb[0].rsplit(":", 1)
+        for _ in range(40):  # more than the driver's slots (4 x np + 16)
+            try:
+                socks.append(socket.create_connection((host, int(port)), timeout=2))
+            except OSError:
+                break
+    try:
+        _, err = p.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    for s in socks:
+        s.close()
+    ev = events(run)
+    ok(len(socks) >= 20 and p.returncode == 0 and ev and ev[-1]["event"] == "job_done",
+       "idle heartbeat connections do not starve the ranks", f"rc {p.returncode}\n{err[-2000:]}")
+    ok(any(e["event"] == "beat_rejected" and "within" in e.get("why", "") for e in ev),
+       "idle heartbeat connections are timed out")
+
+
+def check_unasked_stop(d, shard):
+    run = os.path.join(d, "term")
+    rc, err = launch(run, shard, ["--faults", "slow=100@1+,signal:term@6:1"],
+                     ["--steps", "12", "--dp", "2", "--ckpt-every", "2", "--ckpt-dir",
+                      os.path.join(run, "ckpt")], np=2)
+    kinds = [e["kind"] for e in events(run) if e["event"] == "fault_detected"]
+    summ = [e for e in events(run) if e["event"] == "summary"]
+    ok(rc == 0 and kinds[:1] == ["stopped"] and summ and summ[-1]["steps"] == 12,
+       "a SIGTERM to one rank is a fault; the job restarts and reaches --steps",
+       f"rc {rc} kinds {kinds} {summ}\n{err[-2000:]}")
+
+
+def check_stop_in_backoff(d, shard, sig):
+    run = os.path.join(d, f"stop{int(sig)}")
+    p = launch(run, shard, ["--backoff", "20", "--faults", "exit@3"],
+               ["--steps", "20", "--ckpt-dir", os.path.join(run, "ckpt")], wait=False)
+    t_end = time.time() + 120
+    while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    t0 = time.time()
+    p.send_signal(sig)
+    try:
+        _, err = p.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    took = time.time() - t0
+    n_launch = sum(e["event"] == "launch" for e in events(run))
+    ok(p.returncode == 5 and n_launch == 1 and took < 5,
+       f"signal {int(sig)} during the back-off: stopped at once, no new start",
+       f"rc {p.returncode}, {n_launch} launch(es), {took:.1f} s\n{err[-2000:]}")
+
+
+def check_usage(d, shard):
+    ck = ["--ckpt-dir", os.path.join(d, "u", "ckpt"), "--steps", "2"]
+    for opt, val in [("--heartbeat-timeout", "0"), ("--backoff", "-1"), ("--grace", "-1"),
+                     ("--startup-timeout", "0"), ("--progress-factor", "0"),
+                     ("--max-restarts", "-1"), ("--bind", "nowhere"),
+                     ("--dashboard-bind", "256.1.1.1")]:
+        rc, err = launch(os.path.join(d, "u"), shard, [opt, val], ck, timeout=30)
+        ok(rc == 2 and opt.lstrip("-") in err, f"{opt} {val}: usage error naming it",
+           f"rc {rc}: {err[-800:]}")
+    rc, err = launch(os.path.join(d, "u"), shard, [], ck + ["--bogus-opt", "1"], timeout=30)
+    ok(rc == 2 and "bogus-opt" in err and not os.path.exists(os.path.join(d, "u", "events.jsonl")),
+       "a bad train option: usage error naming it, before any start", f"rc {rc}: {err[-800:]}")
+    t0 = time.time()
+    rc, err = launch(os.path.join(d, "m"), shard, ["--mpirun", "/nonexistent/mpirun"], ck,
+                     timeout=60)
+    ok(rc == 1 and "/nonexistent/mpirun" in err and time.time() - t0 < 10,
+       "a missing --mpirun: a driver error saying so, at once", f"rc {rc}: {err[-800:]}")
+
+
+def check_early_failure(d, shard):
+    run = os.path.join(d, "early")
+    rc, err = launch(run, os.path.join(d, "missing.bin"), ["--diag", "1", "--diag-timeout", "60",
+                                                           "--no-progress-restarts", "1"],
+                     ["--ckpt-dir", os.path.join(run, "ckpt"), "--steps", "2"])
+    ok(rc == 4 and "storage" not in err.split("giving up")[-1],
+       "a failure before the checkpoint directory exists is not broken storage",
+       f"rc {rc}: {err[-1500:]}")
+    cfg = os.path.join(d, "train.cfg")
+    with open(cfg, "w") as f:
+        f.write(f"ckpt-dir = {os.path.join(d, 'cfg', 'ckpt')}\nsteps = 3\n")
+    rc, err = launch(os.path.join(d, "cfg"), shard, [], ["--config", cfg])
+    ok(rc == 0 and os.path.exists(os.path.join(d, "cfg", "ckpt", "latest")),
+       "--ckpt-dir in the train --config file", f"rc {rc}: {err[-1500:]}")
+
+
+def main():
+    d, shard = start("ms_suppol_")
+    check_usage(d, shard)
+    check_early_failure(d, shard)
+    check_restart_resume(d, shard)
+    check_idle_conns(d, shard)
+    check_unasked_stop(d, shard)
+    check_stop_in_backoff(d, shard, signal.SIGTERM)
+    check_stop_in_backoff(d, shard, signal.SIGHUP)
+    finish(d)
+
+
+if __name__ == "__main__":
+    main()
