@@ -16,7 +16,8 @@
 #include "comm/comm.h"
 
 #define CKPT_FORMAT "megascale-checkpoint"
-#define CKPT_VERSION 1
+/* 2: manifest_crc32c (ckpt_manifest_seal); 1, before it, is still read */
+#define CKPT_VERSION 2
 #define CKPT_MANIFEST "manifest.json"
 
 enum { CKPT_PARAM = 0, CKPT_MOM = 1, CKPT_VAR = 2, CKPT_NKINDS = 3 };
@@ -109,6 +110,9 @@ char *ckpt_manifest_text(const ckpt_commit_info *ci, cJSON *const *parts, int n_
 /* The same with the tensor / pipeline layout (tp, pp, vpp). */
 char *ckpt_manifest_text_layout(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts,
                                 int tp, int pp, int vpp);
+/* Fill in text's manifest_crc32c (its "00000000") with the checksum of
+ * text; returns text (NULL stays NULL).  For a manifest built by hand. */
+char *ckpt_manifest_seal(char *text);
 /* Parse and check DIR/manifest.json (format, version, references), no I/O
  * on the shards. */
 ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf);
@@ -151,6 +155,10 @@ typedef struct {
 
 /* The job id in root/job (hex); create: make one when it is missing. */
 ms_status ckpt_job_id(const char *root, int create, uint64_t *job);
+/* Replace root/job with a fresh random id (atomically), so that no earlier
+ * snapshot of root belongs to the job any more: a fresh start (no --resume)
+ * never adopts the /dev/shm snapshots of a run it does not continue. */
+ms_status ckpt_job_new(const char *root, uint64_t *job);
 /* Directory for snapshots: shm_dir (ckpt_options.shm_dir), or /dev/shm when
  * it is NULL or "". */
 const char *ckpt_shm_dir(const char *shm_dir);

@@ -75,8 +75,8 @@ static ms_status share_status(comm_group *g, int rank, ms_status st, const char 
 
 /* Rank 0, a fresh start (no --resume), the directory locked: an earlier
  * run's commits (step_* directories; links are not followed) are refused,
- * or with --new-run moved, with DIR/latest and DIR/job (a new job id then
- * disowns that run's /dev/shm snapshots), into DIR/previous-STAMP/. */
+ * or with --new-run moved, with DIR/latest and DIR/job, into
+ * DIR/previous-STAMP/.  The new job id (new_job) comes after. */
 static ms_status fresh_start(ckpt_manager *cm) {
     DIR *dir = opendir(cm->root);
     if (!dir) return ms_error(MS_ERR_IO, "%s: %s", cm->root, strerror(errno));
@@ -127,13 +127,40 @@ static ms_status fresh_start(ckpt_manager *cm) {
     return st;
 }
 
+/* Rank 0, a fresh start: a new job id, so that no /dev/shm snapshot of the
+ * directory belongs to this run, with or without commits there (an earlier
+ * run may have died before its first commit, leaving only snapshots: a
+ * later --resume auto must not continue that run instead of this one).  A
+ * complete snapshot of the previous job in rank 0's slots is named (unless
+ * --new-run said so), since only --resume auto could have continued it. */
+static ms_status new_job(ckpt_manager *cm) {
+    uint64_t old = 0;
+    if (ckpt_job_id(cm->root, 0, &old) != MS_OK) old = 0;
+    for (int k = 0; old && k < 2; k++) {
+        char path[4300];
+        ckpt_snap_view v;
+        void *h;
+        struct stat sb;
+        if (ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, 0, k) != MS_OK ||
+            stat(path, &sb) != 0 || ckpt_snap_open(path, &v, &h) != MS_OK)
+            continue;
+        if (v.job == old && !cm->o.new_run)
+            ms_warn("fresh start (no --resume): the host-memory snapshot %s holds step %d of an "
+                    "earlier run in %s; this run disowns it and its checkpoints overwrite it "
+                    "(stop now and pass --resume auto to continue that run instead)",
+                    path, v.step, cm->root);
+        ckpt_snap_close(&v, h);
+    }
+    return ckpt_job_new(cm->root, &cm->job);
+}
+
 static ms_status setup_dir(ckpt_manager *cm) {
     ms_status st = MS_OK;
     if (cm->rank == 0) {
         st = ms_mkdirs(cm->root);
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
         if (st == MS_OK && !cm->resume[0]) st = fresh_start(cm);
-        if (st == MS_OK) st = ckpt_job_id(cm->root, 1, &cm->job);
+        if (st == MS_OK) st = cm->resume[0] ? ckpt_job_id(cm->root, 1, &cm->job) : new_job(cm);
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
     if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));
@@ -425,16 +452,20 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
     *step = -1;
     char path[4300];
     struct stat sb;
-    snprintf(path, sizeof path, "%s/%s", cm->resume, CKPT_MANIFEST);
-    int exact = strcmp(cm->resume, "auto") && stat(path, &sb) == 0;
-    if (exact) {
+    int is_auto = !strcmp(cm->resume, "auto");
+    if (!is_auto && stat(cm->resume, &sb) != 0)
+        return ms_error(MS_ERR_NOTFOUND, "--resume %s: %s%s", cm->resume, strerror(errno),
+                        ckpt_dir_step(cm->resume) >= 0 ? " (no such step directory)" : "");
+    /* a commit (it holds a manifest, or is named step_N: then a missing
+     * manifest is reported as such, not looked for as a root's commits) */
+    if (!is_auto && ckpt_is_step_dir(cm->resume)) {
         MS_TRY(ckpt_reader_open(reader, cm->resume, 1));
         snprintf(cm->chosen, sizeof cm->chosen, "%s", cm->resume);
         *kind = RES_DISK;
         *step = ckpt_reader_manifest(*reader)->step;
         return ckpt_check_model(ckpt_reader_manifest(*reader), cm->m, cm->resume);
     }
-    const char *root = strcmp(cm->resume, "auto") ? cm->resume : cm->root;
+    const char *root = is_auto ? cm->root : cm->resume;
     int *steps = NULL, n = 0, bad = 0;
     MS_TRY(ckpt_list_steps(root, &steps, &n));
     for (int i = 0; i < n && *kind == RES_NONE; i++) {
@@ -458,9 +489,14 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
         ckpt_step_path(cm->chosen, sizeof cm->chosen, root, *step);
         return ckpt_check_model(ckpt_reader_manifest(*reader), cm->m, cm->chosen);
     }
-    if (*kind == RES_NONE && (bad || strcmp(cm->resume, "auto")))
+    if (*kind == RES_NONE && bad)
         return ms_error(MS_ERR_NOTFOUND, "%s: no valid checkpoint (%d damaged or incomplete)", root,
                         bad);
+    if (*kind == RES_NONE && !is_auto)
+        return ms_error(MS_ERR_NOTFOUND,
+                        "--resume %s: neither a checkpoint (no %s) nor a directory of checkpoints "
+                        "(no step_* directory)",
+                        root, CKPT_MANIFEST);
     return MS_OK;
 }
 

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/crc32c.h"
 #include "base/fileio.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -240,6 +241,75 @@ cJSON *ckpt_json_part(const char *file, int rank, uint64_t bytes, const ckpt_ten
 
 /* ---- the manifest ------------------------------------------------------------ */
 
+/* The manifest's checksum (version 2 on): "manifest_crc32c" holds 8 hex
+ * digits, the CRC32C of the file's bytes with those digits read as
+ * "00000000".  Over the text, not the parsed values: an edit of any field
+ * (a step, the data cursor) fails it, and any tool can recompute it. */
+#define SUM_KEY "\"manifest_crc32c\""
+
+/* The 8 digits of the checksum's value in text[0, len): NULL unless the
+ * key occurs exactly once (as a key: a quote inside a JSON string is
+ * escaped) with a string of 8 hex digits after it. */
+static char *sum_digits(char *text, size_t len) {
+    size_t kl = strlen(SUM_KEY);
+    char *at = NULL;
+    for (size_t i = 0; i + kl <= len; i++)
+        if (!memcmp(text + i, SUM_KEY, kl)) {
+            if (at) return NULL;
+            at = text + i;
+        }
+    if (!at) return NULL;
+    char *p = at + kl, *end = text + len;
+    while (p < end && strchr(" \t\r\n", *p))
+        p++;
+    if (p >= end || *p++ != ':') return NULL;
+    while (p < end && strchr(" \t\r\n", *p))
+        p++;
+    if (end - p < 10 || p[0] != '"' || p[9] != '"') return NULL;
+    for (int i = 1; i <= 8; i++)
+        if (!strchr("0123456789abcdefABCDEF", p[i])) return NULL;
+    return p + 1;
+}
+
+/* CRC32C of text with the checksum's digits (at d) as zeros. */
+static uint32_t sum_of(const char *text, size_t len, const char *d) {
+    size_t at = (size_t)(d - text);
+    uint32_t crc = ms_crc32c(0, text, at);
+    crc = ms_crc32c(crc, "00000000", 8);
+    return ms_crc32c(crc, text + at + 8, len - at - 8);
+}
+
+char *ckpt_manifest_seal(char *text) {
+    char *d = text ? sum_digits(text, strlen(text)) : NULL;
+    if (!d) return text;
+    char hex[9];
+    snprintf(hex, sizeof hex, "%08x", sum_of(text, strlen(text), d));
+    memcpy(d, hex, 8);
+    return text;
+}
+
+/* A version-2 manifest's checksum against its text (MS_ERR_FORMAT naming
+ * the file when it is missing or does not match). */
+static ms_status check_sum(char *text, size_t len, const char *path) {
+    char *d = sum_digits(text, len);
+    if (!d)
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: no valid 'manifest_crc32c' (8 hex digits, once), which a version-%d "
+                        "manifest has (damaged or edited)",
+                        path, CKPT_VERSION);
+    char want[9];
+    memcpy(want, d, 8);
+    want[8] = 0;
+    uint32_t got = sum_of(text, len, d);
+    if (got != (uint32_t)strtoul(want, NULL, 16))
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: its text has CRC32C %08x, but its manifest_crc32c says %s: the "
+                        "manifest was edited or damaged after the commit (its fields, such as the "
+                        "step, the optimizer steps or the data cursor, cannot be trusted)",
+                        path, got, want);
+    return MS_OK;
+}
+
 char *ckpt_manifest_text(const ckpt_commit_info *ci, cJSON *const *parts, int n_parts) {
     return ckpt_manifest_text_layout(ci, parts, n_parts, 1, 1, 1);
 }
@@ -248,8 +318,9 @@ char *ckpt_manifest_text_layout(const ckpt_commit_info *ci, cJSON *const *parts,
                                 int tp, int pp, int vpp) {
     cJSON *o = cJSON_CreateObject(), *lay, *ts, *fs, *sl;
     int ok = o && cJSON_AddStringToObject(o, "format", CKPT_FORMAT) &&
-             add_num(o, "version", CKPT_VERSION) && add_num(o, "step", ci->step) &&
-             add_num(o, "created", (double)time(NULL)) &&
+             add_num(o, "version", CKPT_VERSION) &&
+             cJSON_AddStringToObject(o, "manifest_crc32c", "00000000") && /* sealed below */
+             add_num(o, "step", ci->step) && add_num(o, "created", (double)time(NULL)) &&
              (lay = cJSON_AddObjectToObject(o, "layout")) && add_num(lay, "world", ci->world) &&
              add_num(lay, "dp", ci->dp) && add_num(lay, "tp", tp) && add_num(lay, "pp", pp) &&
              add_num(lay, "vpp", vpp) && add_num(lay, "zero", ci->dp > 1 ? 2 : 0) &&
@@ -273,7 +344,7 @@ char *ckpt_manifest_text_layout(const ckpt_commit_info *ci, cJSON *const *parts,
             if (ok) ok = cJSON_AddItemToArray(sl, cJSON_Duplicate(s, 1));
         }
     }
-    char *text = ok ? cJSON_Print(o) : NULL;
+    char *text = ok ? ckpt_manifest_seal(cJSON_Print(o)) : NULL;
     cJSON_Delete(o);
     return text;
 }
@@ -394,8 +465,8 @@ static ms_status parse_root(const cJSON *root, ckpt_manifest *mf, const char *wh
     if (strcmp(fmt, CKPT_FORMAT))
         return ms_error(MS_ERR_FORMAT, "%s: format '%s' is not '%s'", where, fmt, CKPT_FORMAT);
     MS_TRY(get_int(root, "version", 0, INT32_MAX, &mf->version, where));
-    if (mf->version != CKPT_VERSION)
-        return ms_error(MS_ERR_FORMAT, "%s: version %d; this build reads version %d", where,
+    if (mf->version < 1 || mf->version > CKPT_VERSION) /* 1: before the checksum */
+        return ms_error(MS_ERR_FORMAT, "%s: version %d; this build reads versions 1 to %d", where,
                         mf->version, CKPT_VERSION);
     MS_TRY(get_int(root, "step", 0, INT32_MAX, &mf->step, where));
     MS_TRY(get_double(root, "created", &mf->created, where));
@@ -440,7 +511,10 @@ ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf) {
     if (!root) {
         st = ms_error(MS_ERR_FORMAT, "%s: not valid JSON (truncated or damaged)", path);
     } else {
+        /* the fields first (their errors are the more precise), then the
+         * checksum of what they were read from */
         st = parse_root(root, mf, path);
+        if (st == MS_OK && mf->version >= 2) st = check_sum(text, len, path);
     }
     cJSON_Delete(root);
     free(text);

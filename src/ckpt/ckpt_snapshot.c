@@ -126,6 +126,12 @@ ms_status ckpt_job_id(const char *root, int create, uint64_t *job) {
     } else if (st != MS_ERR_NOTFOUND || !create) {
         return st;
     }
+    return ckpt_job_new(root, job);
+}
+
+ms_status ckpt_job_new(const char *root, uint64_t *job) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/job", root);
     /* a fresh random id: nothing in /dev/shm can claim it */
     uint64_t x = 0;
     int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -598,17 +604,30 @@ static int slot_remove(const char *path, uint32_t *pid) {
     return rc;
 }
 
+/* The pattern of the snapshots in shm_dir of one job (job: its root's hash
+ * in hex) or of all (job "*"): shm_dir escaped, so that only its own files
+ * match whatever characters its name holds. */
+static ms_status snap_pattern(char *pat, size_t cap, const char *shm_dir, const char *job) {
+    char dir[8400];
+    MS_TRY(ms_glob_escape(ckpt_shm_dir(shm_dir), dir, sizeof dir));
+    if ((size_t)snprintf(pat, cap, "%s/megascale-ckpt-%s-r*-s*", dir, job) >= cap)
+        return ms_error(MS_ERR_RANGE, "%s: path too long", shm_dir);
+    return MS_OK;
+}
+
 void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world) {
     uint64_t h = 0;
-    char pat[4200];
+    char pat[8600], job[20];
     char **paths = NULL;
     int n = 0;
     uint32_t pid;
     if (root_hash(root, &h) != MS_OK) return;
-    snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(shm_dir), h);
+    snprintf(job, sizeof job, "%016" PRIx64, h);
+    if (snap_pattern(pat, sizeof pat, shm_dir, job) != MS_OK) return;
     if (ms_glob(pat, &paths, &n) != MS_OK) return;
+    size_t pre = strlen(ckpt_shm_dir(shm_dir)) + strlen("/megascale-ckpt-") + 16;
     for (int i = 0; i < n; i++) {
-        const char *r = paths[i] + strlen(pat) - 6; /* "-r00001-s0" */
+        const char *r = paths[i] + pre; /* "-r00001-s0" */
         if (!strncmp(r, "-r", 2) && atoi(r + 2) >= world) slot_remove(paths[i], &pid);
     }
     ms_paths_free(paths, n);
@@ -616,12 +635,13 @@ void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world) {
 
 ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
     uint64_t h = 0, job = 0;
-    char pat[4200];
+    char pat[8600], hex[20];
     char **paths = NULL;
     int n = 0;
     MS_TRY(root_hash(root, &h));
     if (ckpt_job_id(root, 0, &job) != MS_OK) job = 0;
-    snprintf(pat, sizeof pat, "%s/megascale-ckpt-%016" PRIx64 "-r*-s*", ckpt_shm_dir(shm_dir), h);
+    snprintf(hex, sizeof hex, "%016" PRIx64, h);
+    MS_TRY(snap_pattern(pat, sizeof pat, shm_dir, hex));
     if (ms_glob(pat, &paths, &n) != MS_OK) {
         printf("no /dev/shm snapshots of %s\n", root);
         return MS_OK;
@@ -691,12 +711,12 @@ out:
 
 ms_status ckpt_shm_orphans(const char *shm_dir, int remove, int print, int *n_orphans,
                            uint64_t *orphan_bytes) {
-    char pat[4200];
+    char pat[8600];
     char **paths = NULL;
     int n = 0, found = 0, unknown = 0;
     uint64_t total = 0;
     const char *dir = ckpt_shm_dir(shm_dir);
-    snprintf(pat, sizeof pat, "%s/megascale-ckpt-*-r*-s*", dir);
+    MS_TRY(snap_pattern(pat, sizeof pat, shm_dir, "*"));
     if (ms_glob(pat, &paths, &n) != MS_OK) n = 0;
     for (int i = 0; i < n; i++) {
         uint64_t b = 0;

@@ -132,7 +132,7 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     float **logical = NULL;
     cJSON **parts = calloc((size_t)dp, sizeof *parts);
     char *text = NULL;
-    int nt = 0;
+    int nt = 0, staged = 0;
     uint64_t job;
     ms_status st = parts ? ckpt_reader_open(&r, dir, 1) : ms_error(MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK) st = open_model(r, dir, dp, &be, &m);
@@ -149,6 +149,7 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     if (st == MS_OK) st = ms_mkdirs(out_root);
     if (st == MS_OK) st = ckpt_job_id(out_root, 1, &job);
     if (st == MS_OK) st = ckpt_staging_create(out_root, mf->step);
+    staged = st == MS_OK;
     for (int rk = 0; st == MS_OK && rk < dp; rk++)
         st = reshard_rank(out_root, mf->step, rk, dp, m, tens, logical, &parts[rk]);
     if (st == MS_OK) {
@@ -157,10 +158,12 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0)
                   : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
     }
-    if (st != MS_OK && mf) {
-        char staging[4200];
+    if (st != MS_OK && staged) { /* only what this call created; the first error is reported */
+        char staging[4200], msg[2048];
+        snprintf(msg, sizeof msg, "%s", ms_errmsg());
         ckpt_staging_path(staging, sizeof staging, out_root, mf->step);
-        ckpt_rmdir_flat(staging);
+        if (ckpt_rmdir_flat(staging) != MS_OK) ms_warn("reshard: %s", ms_errmsg());
+        st = ms_error(st, "%s", msg);
     }
     for (int i = 0; parts && i < dp; i++)
         cJSON_Delete(parts[i]);

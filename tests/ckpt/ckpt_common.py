@@ -1,10 +1,12 @@
 """Helpers shared by the checkpoint tests: the binary, a tiny model, a token
 shard, running commands, reading losses and commit lines, the sizes of a
 commit's shards, the /dev/shm snapshots (their step, one byte of their data
-flipped), and the pass/fail tally."""
+flipped), a manifest's checksum (resealed after a deliberate edit, or
+dropped as in a version-1 commit), and the pass/fail tally."""
 import hashlib
 import json
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -199,3 +201,45 @@ def flip_snapshot_byte(path):
         b = f.read(1)
         f.seek(at)
         f.write(bytes([b[0] ^ 0x10]))
+
+
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = _CRC32C[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def manifest_reseal(path):
+    """Recompute the manifest_crc32c of DIR/manifest.json after an edit made
+    on purpose (docs/formats.md: the CRC32C of the file with its 8 digits
+    read as zeros), so that a test reaches the checks behind the checksum."""
+    text = open(path, "rb").read()
+    m = re.search(rb'"manifest_crc32c"\s*:\s*"([0-9a-fA-F]{8})"', text)
+    if not m:  # a version-1 manifest: nothing to reseal
+        return
+    zeroed = text[:m.start(1)] + b"00000000" + text[m.end(1):]
+    with open(path, "wb") as f:
+        f.write(zeroed[:m.start(1)] + b"%08x" % crc32c(zeroed) + zeroed[m.end(1):])
+
+
+def manifest_to_v1(path):
+    """Rewrite a manifest as a commit of format version 1 wrote it: no
+    manifest_crc32c (cJSON's layout, tabs, is kept)."""
+    text = open(path).read()
+    text = re.sub(r'\n\t"manifest_crc32c":\t"[0-9a-fA-F]{8}",', "", text)
+    text = text.replace('"version":\t2,', '"version":\t1,', 1)
+    open(path, "w").write(text)

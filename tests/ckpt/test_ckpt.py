@@ -53,9 +53,10 @@ def bitwise_case(ws, name, extra, shm_env=None):
 
 def test_manifest(ws, c):
     m = json.load(open(os.path.join(step_dir(c, 16), "manifest.json")))
-    need = ["format", "version", "step", "created", "layout", "model", "optimizer", "trainer",
-            "tensors", "files", "slices"]
-    ok(all(k in m for k in need) and m["format"] == "megascale-checkpoint" and m["step"] == 16,
+    need = ["format", "version", "manifest_crc32c", "step", "created", "layout", "model",
+            "optimizer", "trainer", "tensors", "files", "slices"]
+    ok(all(k in m for k in need) and m["format"] == "megascale-checkpoint" and m["step"] == 16
+       and m["version"] == 2,
        "manifest top-level fields", str(list(m)))
     ok(m["layout"] == {"world": 1, "dp": 1, "tp": 1, "pp": 1, "vpp": 1,
                         "zero": 0}, "manifest layout",
@@ -268,8 +269,12 @@ def test_errors(ws, c):
     ok(r.returncode == 2 and "--resume auto needs --ckpt-dir" in r.stderr,
        "--resume auto without --ckpt-dir", r.stderr)
     r = run(ws, ws.train_args("--steps", "2", "--resume", ws.path("nothing")))
-    ok(r.returncode != 0 and "no valid checkpoint" in r.stderr and "nothing" in r.stderr,
-       "--resume of a path without checkpoints is named", r.stderr)
+    ok(r.returncode != 0 and "No such file or directory" in r.stderr and "nothing" in r.stderr,
+       "--resume of a path that does not exist is named", r.stderr)
+    os.makedirs(ws.path("empty"))
+    r = run(ws, ws.train_args("--steps", "2", "--resume", ws.path("empty")))
+    ok(r.returncode != 0 and "neither a checkpoint" in r.stderr and "empty" in r.stderr,
+       "--resume of a directory without checkpoints is named", r.stderr)
     r = run(ws, ["train", "--train-data", ws.shard, "--dim", "64", "--vocab", "256", "--layers",
                  "2", "--heads", "2", "--seq-max", "32", "--seq", "16", "--batch", "4", "--steps",
                  "2", "--threads", "1", "--resume", c])

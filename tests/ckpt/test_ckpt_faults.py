@@ -7,9 +7,15 @@ MS_CKPT_FAULT (src/ckpt/ckpt_fault.c):
    (or, without it, from the newest commit) and continues bit for bit;
  - a truncated shard, one flipped bit in a shard, a missing manifest, a
    manifest from another step, a manifest whose model contradicts its
-   tensors, a slice range outside its box (verify and load share one
-   validation): the loader names the file (and tensor), falls
-   back to the previous commit and the run continues bit for bit;
+   tensors, a slice range outside its box, a one-character edit of the
+   manifest's opt_steps or data cursor (its manifest_crc32c fails; verify
+   and load share one validation): the loader names the file (and tensor),
+   falls back to the previous commit and the run continues bit for bit; a
+   commit of format version 1 (no manifest checksum) still verifies, says
+   so, and loads;
+ - a fresh start in a directory with no commits but an earlier run's
+   snapshot (killed before its first commit) disowns it: a later --resume
+   auto continues the fresh run, not the earlier one;
  - a snapshot damaged in /dev/shm (one byte of its data flipped after a
    killed run; the fault stage2:flip-shm before a persist): the resume
    warns naming the slot file and takes the commit instead (final weights
@@ -28,22 +34,23 @@ import subprocess
 import sys
 import tempfile
 
-from ckpt_common import (BIN, Workspace, flip_snapshot_byte, losses, ok, resumed_at, run, sha,
-                         slots, step_dir, summary, tree, verify)
+from ckpt_common import (BIN, Workspace, flip_snapshot_byte, losses, manifest_reseal,
+                         manifest_to_v1, ok, resumed_at, run, sha, slots, step_dir, summary, tree,
+                         verify)
 
 
 def leftovers(root):
     return [n for n in os.listdir(root) if n.startswith(".step_")]
 
 
-def continue_case(ws, label, root, ref_m, ref_w, expect, steps="20", must=None):
+def continue_case(ws, label, root, ref_m, ref_w, expect, steps="20", must=None, extra=()):
     """Resume in root; the run must start at `expect` and match the reference."""
     m, w = ws.path("cont.jsonl"), ws.path("cont.st")
     for f in (m, w):
         if os.path.exists(f):
             os.remove(f)
     r = run(ws, ws.train_args("--steps", steps, "--ckpt-dir", root, "--ckpt-every", "5",
-                              "--resume", "auto", "--metrics", m, "--save-weights", w))
+                              "--resume", "auto", "--metrics", m, "--save-weights", w, *extra))
     got = resumed_at(r.stderr)
     ref = losses(ref_m)
     ok(r.returncode == 0 and got == expect, f"{label}: resumes at step {expect} (got {got})",
@@ -115,11 +122,24 @@ def damage_cases(ws, ref_m, ref_w):
         shutil.copy(os.path.join(os.path.dirname(d), "step_00000005", "manifest.json"),
                     os.path.join(d, "manifest.json"))
 
-    def edit_manifest(d, edit):
+    def edit_manifest(d, edit):  # on purpose: resealed, to reach the checks behind the checksum
         p = os.path.join(d, "manifest.json")
         m = json.load(open(p))
         edit(m)
         json.dump(m, open(p, "w"))
+        manifest_reseal(p)
+
+    def edit_digit(d, field):  # one character, as a hand edit would (not resealed)
+        p = os.path.join(d, "manifest.json")
+        text = open(p).read()
+        at = text.index(f'"{field}":\t') + len(f'"{field}":\t')
+        open(p, "w").write(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:])
+
+    def opt_steps_edited(d):  # 10 -> 20
+        edit_digit(d, "opt_steps")
+
+    def cursor_edited(d):  # the data cursor's position
+        edit_digit(d, "pos")
 
     def model_contradicts(d):  # the tensors are vocab 256's
         edit_manifest(d, lambda m: m["model"].update(vocab_size=300))
@@ -134,7 +154,9 @@ def damage_cases(ws, ref_m, ref_w):
              ("manifest of another step", other_step, ["holds step 5, but the directory is step 10"]),
              # what loading rejects, verify rejects too, and resume falls back
              ("model contradicting its tensors", model_contradicts, ["but its model", "vocab 300"]),
-             ("slice range outside its box", box_too_small, ["ln_f.bias", "outside its box of 16"])]
+             ("slice range outside its box", box_too_small, ["ln_f.bias", "outside its box of 16"]),
+             ("opt_steps edited", opt_steps_edited, ["manifest.json", "manifest_crc32c says"]),
+             ("data cursor edited", cursor_edited, ["manifest.json", "manifest_crc32c says"])]
     for label, damage, needles in cases:
         root = ws.path("damage_" + label.replace(" ", "_"))
         shutil.copytree(pristine, root)
@@ -146,6 +168,16 @@ def damage_cases(ws, ref_m, ref_w):
         continue_case(ws, label, root, ref_m, ref_w, 5, steps="10",
                       must=["step_00000010 is not usable"] + needles)
         ok(verify(step_dir(root, 5)), f"{label}: the older commit is untouched")
+    # a commit written before manifests had a checksum (format version 1) still loads
+    root = ws.path("damage_version1")
+    shutil.copytree(pristine, root)
+    shutil.rmtree(step_dir(root, 10))
+    manifest_to_v1(os.path.join(step_dir(root, 5), "manifest.json"))
+    r = subprocess.run([BIN, "ckpt", "verify", step_dir(root, 5)], capture_output=True,
+                       text=True)
+    ok(r.returncode == 0 and "format version 1" in r.stdout and "checksum" in r.stdout,
+       "version 1: verify passes and says the manifest has no checksum", r.stdout + r.stderr)
+    continue_case(ws, "version 1", root, ref_m, ref_w, 5, steps="10")
 
 
 def io_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
@@ -253,6 +285,27 @@ def shm_damage_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
                   must=["resume: not resuming from ", "fails its data CRC"])
 
 
+def fresh_start_case(ws):
+    """Run A dies in its first persist (no commit; its snapshot of step 10
+    in slot 0); run B starts fresh there (--seed 7) and dies in its first
+    persist (step 5).  --resume auto must continue B from step 5, never A."""
+    m7, w7 = ws.path("ref7.jsonl"), ws.path("ref7.st")
+    r = run(ws, ws.train_args("--steps", "20", "--seed", "7", "--metrics", m7, "--save-weights",
+                              w7))
+    ok(r.returncode == 0, "reference run of --seed 7", r.stderr)
+    root = ws.path("fresh_over_snapshot")
+    r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "10"),
+            fault="stage2:start@10")
+    ok(r.returncode == -9 and not any(n.startswith("step_") for n in os.listdir(root)) and
+       (10, 1) in slots(ws.shm, root).values(), "run A: killed before its first commit, "
+       "its step 10 in host memory", f"{r.stderr}\n{slots(ws.shm, root)}")
+    r = run(ws, ws.train_args("--steps", "20", "--seed", "7", "--ckpt-dir", root, "--ckpt-every",
+                              "5"), fault="stage2:start@5")
+    ok(r.returncode == -9 and "holds step 10 of an earlier run" in r.stderr,
+       "run B (fresh): killed in its first persist; A's snapshot is named as disowned", r.stderr)
+    continue_case(ws, "fresh start over a snapshot", root, m7, w7, 5, extra=("--seed", "7"))
+
+
 def tmpfs_case(ws, ref_m, ref_w):
     if os.geteuid() != 0 or not shutil.which("mount"):
         print("SKIP: real full disk (needs root to mount a tmpfs)")
@@ -295,6 +348,7 @@ def main():
         damage_cases(ws, *refs["10"])
         io_cases(ws, *refs["20"], *refs["10"])
         shm_damage_cases(ws, *refs["20"], *refs["10"])
+        fresh_start_case(ws)
         tmpfs_case(ws, *refs["20"])
     finally:
         ws.close()

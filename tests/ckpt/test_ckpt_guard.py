@@ -8,7 +8,10 @@ defects 2, 3 and 11), on one process:
    for the run that resumes after it;
  - `ckpt reshard --out` and `ckpt export --out` refuse a checkpoint
    directory (the source's own, another run's), the commit itself and its
-   files, and change nothing; a fresh --out still works.
+   files, and change nothing; a fresh --out still works; --out onto a
+   regular file says so (not a complaint about its staging directory);
+ - --resume of a step directory that does not exist or has no
+   manifest.json says which (not "no valid checkpoint" of a root).
 Environment: MS_BIN."""
 import os
 import signal
@@ -137,6 +140,25 @@ def test_out_refusals(ws):
        r.stderr)
     r = subprocess.run([BIN, "ckpt", "export", src, "--out", exp], capture_output=True, text=True)
     ok(r.returncode == 0 and os.path.getsize(exp) > 0, "export to a new file works", r.stderr)
+    afile = ws.path("a_regular_file")
+    open(afile, "w").write("kept\n")
+    r = subprocess.run([BIN, "ckpt", "reshard", src, "--dp", "2", "--out", afile],
+                       capture_output=True, text=True)
+    ok(r.returncode != 0 and "exists and is not a directory" in r.stderr and
+       ".tmp" not in r.stderr and open(afile).read() == "kept\n",
+       "reshard --out onto a regular file names it, and leaves it", r.stderr)
+
+
+def test_resume_step_dir(ws):
+    root = ws.path("lock_run")
+    missing, empty = step_dir(root, 99999), step_dir(root, 99998)
+    os.makedirs(empty)
+    for path, needle in [(missing, "no such step directory"),
+                         (empty, "no manifest.json: not a committed checkpoint")]:
+        r = run(ws, ws.train_args("--steps", "2", "--resume", path))
+        ok(r.returncode != 0 and needle in r.stderr and path in r.stderr,
+           f"--resume {os.path.basename(path)} says what is wrong ({needle})", r.stderr)
+    os.rmdir(empty)
 
 
 def main():
@@ -145,6 +167,7 @@ def main():
         test_prune_symlink(ws)
         test_lock(ws)
         test_out_refusals(ws)
+        test_resume_step_dir(ws)
     finally:
         ws.close()
     sys.exit(summary())

@@ -18,7 +18,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
 }
 
 static void check_manifest(const ckpt_manifest *mf) {
-    MS_CHECK(mf->version == CKPT_VERSION && mf->step == mf->trainer.step);
+    MS_CHECK(mf->version >= 1 && mf->version <= CKPT_VERSION && mf->step == mf->trainer.step);
     MS_CHECK(mf->world >= 1 && mf->dp >= 1 && mf->tp >= 1 && mf->pp >= 1);
     MS_CHECK(mf->n_tensors >= 0 && (mf->n_tensors == 0 || mf->tensors));
     MS_CHECK(mf->n_files >= 1 && mf->files);

@@ -399,6 +399,52 @@ static void flip_bit(const char *path, long off) {
     fclose(fp);
 }
 
+/* The manifest's checksum (format version 2): one changed digit of a field
+ * that parses either way fails it, naming the file; the same manifest
+ * without the checksum, as version 1 wrote it, still verifies.  man: the
+ * manifest of a valid commit, restored at the end. */
+static void test_manifest_sum(const char *man) {
+    char dir[800], *orig = NULL, *text = NULL;
+    size_t len = 0;
+    ckpt_manifest mf;
+    snprintf(dir, sizeof dir, "%.*s", (int)(strrchr(man, '/') - man), man);
+    T_OK(ms_file_read_all(man, &orig, &len) == MS_OK);
+    if (!orig) return;
+    T_OK(ckpt_verify(dir, &mf) == MS_OK && mf.version == 2);
+    ckpt_manifest_free(&mf);
+    T_STR_CONTAINS(orig, "\"manifest_crc32c\":\t\"");
+    const char *fields[] = {"\"opt_steps\":\t", "\"pos\":\t", "\"epoch\":\t"};
+    for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) {
+        text = strdup(orig);
+        char *at = strstr(text, fields[i]);
+        T_OK(at != NULL);
+        if (!at) break;
+        at += strlen(fields[i]);
+        *at = *at == '9' ? '1' : (char)(*at + 1); /* still a number in range */
+        T_OK(ms_file_write_atomic(man, text, len) == MS_OK);
+        T_OK(ckpt_verify(dir, NULL) == MS_ERR_FORMAT);
+        T_STR_CONTAINS(ms_errmsg(), "manifest.json: its text has CRC32C");
+        T_STR_CONTAINS(ms_errmsg(), "edited or damaged");
+        free(text);
+    }
+    /* version 1: no checksum */
+    text = strdup(orig);
+    char *key = strstr(text, "\t\"manifest_crc32c\":"), *ver = strstr(text, "\"version\":\t2");
+    T_OK(key && ver);
+    if (key && ver) {
+        ver[strlen("\"version\":\t")] = '1';
+        char *eol = strchr(key, '\n');
+        memmove(key, eol + 1, strlen(eol + 1) + 1);
+        T_OK(ms_file_write_atomic(man, text, strlen(text)) == MS_OK);
+        T_OK(ckpt_verify(dir, &mf) == MS_OK && mf.version == 1);
+        ckpt_manifest_free(&mf);
+    }
+    free(text);
+    T_OK(ms_file_write_atomic(man, orig, len) == MS_OK);
+    T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    free(orig);
+}
+
 static void test_commit_and_read(void) {
     fixture f;
     fix_make(&f, 3);
@@ -482,6 +528,7 @@ static void test_commit_and_read(void) {
     /* committing step 30 again swaps the damaged directory out */
     write_commit(&f, root, 30, 5);
     T_OK(ckpt_verify(dir, NULL) == MS_OK);
+    test_manifest_sum(dst);
     fix_free(&f);
 }
 
