@@ -159,6 +159,10 @@ typedef struct {
     double data_s; /* data loading and fixed host time on the step */
     /* derived */
     double mfu; /* Megatron's FLOPs (72 l h^2 (1 + s/6h + V/16lh) per token) / peak */
+    /* the same with the attention a sliding window computes (s -> min(s, w)
+     * in the formula): mfu counts full attention, as the papers do, so with
+     * a window much shorter than the sequence it can pass 100% */
+    double mfu_window;
     double tokens_per_s;
     double model_flops_per_token;
     double memory_gb; /* per GPU, the busiest stage */
@@ -179,6 +183,9 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
                        const plan_cluster *c, plan_result *r);
 /* Megatron's model FLOPs per token (the MFU convention). */
 double plan_megatron_flops_per_token(const plan_model *m);
+/* The same, the attention term counted over the keys a query of a sliding
+ * window attends (min(s, w) for s); without a window, the same value. */
+double plan_window_flops_per_token(const plan_model *m);
 /* The model's own counts (model/gpt.h: gpt_config_num_params and
  * gpt_flops_per_token, 6N + 12 L T_eff C, what the trainer's MFU uses):
  * parameters of one layer and of the rest (wte, wpe up to seq, ln_f). */

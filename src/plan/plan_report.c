@@ -24,6 +24,14 @@ void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l, const
     fprintf(f, "iteration %.4f s | %.0f tokens/s | MFU %.1f%% | memory %.1f GB per GPU%s\n",
             r->iter_s, r->tokens_per_s, 100 * r->mfu, r->memory_gb,
             r->fits ? "" : "  (does NOT fit)");
+    if (m->window > 0 && m->window < m->seq) /* the formula's full attention, and the window's */
+        fprintf(f,
+                "  MFU counts full attention (Megatron's formula, as the papers do); with the "
+                "window's attention only: %.1f%%%s\n",
+                100 * r->mfu_window,
+                r->mfu > 1 ? " (the GPUs compute far fewer attention FLOPs than the formula "
+                             "counts: the first figure passes 100%)"
+                           : "");
     fprintf(f, "step (slowest stage):\n");
     part(f, "compute", r->compute_s, r->iter_s);
     part(f, "tensor-parallel comm", r->tp_s, r->iter_s);
@@ -43,6 +51,7 @@ char *plan_result_json(const plan_model *m, const plan_layout *l, const plan_clu
                        const plan_result *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "mfu", r->mfu);
+    cJSON_AddNumberToObject(o, "mfu_window", r->mfu_window);
     cJSON_AddNumberToObject(o, "iter_s", r->iter_s);
     cJSON_AddNumberToObject(o, "tokens_per_s", r->tokens_per_s);
     cJSON_AddNumberToObject(o, "memory_gb_per_gpu", r->memory_gb);

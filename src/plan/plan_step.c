@@ -202,9 +202,17 @@ static double embed_params(const plan_model *m) {
     return e;
 }
 
-double plan_megatron_flops_per_token(const plan_model *m) {
-    double l = m->layers, h = m->dim, s = m->seq, V = m->vocab;
+static double megatron_flops(const plan_model *m, double s) {
+    double l = m->layers, h = m->dim, V = m->vocab;
     return 72 * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+double plan_megatron_flops_per_token(const plan_model *m) {
+    return megatron_flops(m, m->seq);
+}
+
+double plan_window_flops_per_token(const plan_model *m) {
+    return megatron_flops(m, m->window > 0 && m->window < m->seq ? m->window : m->seq);
 }
 
 ms_status plan_check(const plan_model *m, const plan_layout *l) {
@@ -432,6 +440,7 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
         r->model_flops_per_token = plan_megatron_flops_per_token(m);
         r->tokens_per_s = (double)l->batch * m->seq / r->iter_s;
         r->mfu = r->model_flops_per_token * r->tokens_per_s / ((double)l->gpus * c->peak_flops);
+        r->mfu_window = r->mfu * plan_window_flops_per_token(m) / r->model_flops_per_token;
         plan_memory(m, l, f, c, r->in_flight, r);
     }
     free(buf);

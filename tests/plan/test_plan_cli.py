@@ -4,6 +4,7 @@ input (each error names the option or the file and key, with the exit code
 of its class: 2 usage, 3 bad input).  Environment: MS_BIN."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -74,6 +75,14 @@ def main():
        "tokens_per_s = batch x seq / iter_s", r.stdout)
     ok(abs(d["mfu"] - 0.653) < 0.05, "MegaScale 175B on 256 GPUs: MFU near the paper's 65.3%",
        r.stdout)
+    ok(0 < d["mfu_window"] < d["mfu"], "with a window, the window's MFU is the smaller", r.stdout)
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "64", *M175, "--seq",
+             "131072")
+    m = re.search(r"MFU ([\d.]+)%.*\n.*window's attention only: ([\d.]+)%", r.stdout)
+    ok(r.returncode == 0 and m and float(m.group(2)) <= 100 < float(m.group(1))
+       and "passes 100%" in r.stdout,
+       "a window much shorter than seq: the formula's MFU passes 100% and says so; the "
+       "window's does not", r.stdout)
     sc = d["scale"]
     ok([x["ranks"] for x in sc["init"]] == [1024, 2048, 4096, 8192, 16384], "init at 1k..16k",
        r.stdout)
