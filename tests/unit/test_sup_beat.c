@@ -144,17 +144,23 @@ static int read_until(int fd, const char *want, sup_beat *b) {
     return n;
 }
 
-/* The client (monitor/heartbeat.c) against a listening socket: its beats
- * parse, carry the step record, and the last one says why it failed. */
-static void test_client(void) {
+/* A socket listening on a free loopback port, its "127.0.0.1:PORT" in addr. */
+static int listen_loopback(char *addr, size_t n) {
     int lfd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t sl = sizeof sa;
     T_OK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 4) == 0 &&
          getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+    snprintf(addr, n, "127.0.0.1:%d", ntohs(sa.sin_port));
+    return lfd;
+}
+
+/* The client (monitor/heartbeat.c) against a listening socket: its beats
+ * parse, carry the step record, and the last one says why it failed. */
+static void test_client(void) {
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    int lfd = listen_loopback(addr, sizeof addr);
     mon_heartbeat_config c = {.addr = addr, .token = TOK, .rank = 1, .world = 2, .period_s = 0.05};
     mon_heartbeat *hb = NULL;
     T_EQ_INT(mon_heartbeat_open(&hb, &c), MS_OK);
@@ -190,14 +196,8 @@ static void test_client(void) {
  * out (before an injected fault ends the process: the driver must know the
  * steps done, or it hands the fault that fired to the next start again). */
 static void test_flush(void) {
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t sl = sizeof sa;
-    T_OK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(lfd, 4) == 0 &&
-         getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
     char addr[64];
-    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    int lfd = listen_loopback(addr, sizeof addr);
     mon_heartbeat_config c = {.addr = addr, .token = TOK, .rank = 0, .world = 2, .period_s = 60};
     mon_heartbeat *hb = NULL;
     T_EQ_INT(mon_heartbeat_open(&hb, &c), MS_OK);
