@@ -73,6 +73,20 @@ static ms_status share_status(comm_group *g, int rank, ms_status st, const char 
     return v == MS_OK ? MS_OK : ms_error((ms_status)v, "rank 0 could not %s (see its log)", what);
 }
 
+/* A new directory DIR/KIND-STAMP (previous-20261203-154500, or with -2,
+ * -3, ... when that exists) into aside, for commits set aside whole. */
+static ms_status make_aside(const char *root, const char *kind, char *aside, size_t n) {
+    char stamp[32];
+    time_t now = time(NULL);
+    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
+    snprintf(aside, n, "%s/%s-%s", root, kind, stamp);
+    for (int k = 2; mkdir(aside, 0755) != 0; k++) {
+        if (errno != EEXIST || k > 99) return ms_error(MS_ERR_IO, "%s: %s", aside, strerror(errno));
+        snprintf(aside, n, "%s/%s-%s-%d", root, kind, stamp, k);
+    }
+    return MS_OK;
+}
+
 /* Rank 0, a fresh start (no --resume), the directory locked: an earlier
  * run's commits (step_* directories; links are not followed) are refused,
  * or with --new-run moved, with DIR/latest and DIR/job, into
@@ -99,14 +113,8 @@ static ms_status fresh_start(ckpt_manager *cm) {
                         "pass --resume auto to continue it, or --new-run to start a new run there "
                         "(its commits are moved to %s/previous-<date>/ first)",
                         cm->root, n, newest, cm->root);
-    char stamp[32], aside[4300];
-    time_t now = time(NULL);
-    strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", localtime(&now));
-    snprintf(aside, sizeof aside, "%s/previous-%s", cm->root, stamp);
-    for (int k = 2; mkdir(aside, 0755) != 0; k++) {
-        if (errno != EEXIST || k > 99) return ms_error(MS_ERR_IO, "%s: %s", aside, strerror(errno));
-        snprintf(aside, sizeof aside, "%s/previous-%s-%d", cm->root, stamp, k);
-    }
+    char aside[4300];
+    MS_TRY(make_aside(cm->root, "previous", aside, sizeof aside));
     dir = opendir(cm->root);
     if (!dir) return ms_error(MS_ERR_IO, "%s: %s", cm->root, strerror(errno));
     ms_status st = MS_OK;
@@ -154,13 +162,80 @@ static ms_status new_job(ckpt_manager *cm) {
     return ckpt_job_new(cm->root, &cm->job);
 }
 
+/* 1 if --resume names one of this directory's own commits (DIR/step_N
+ * with DIR the --ckpt-dir), its step in *step. */
+static int resumes_own_commit(const ckpt_manager *cm, int *step) {
+    char parent[4300];
+    struct stat a, b;
+    *step = strcmp(cm->resume, "auto") ? ckpt_dir_step(cm->resume) : -1;
+    if (*step < 0) return 0;
+    snprintf(parent, sizeof parent, "%s", cm->resume);
+    size_t n = strlen(parent);
+    while (n > 1 && parent[n - 1] == '/') /* the step directory's name, then the slashes */
+        parent[--n] = 0;
+    while (n > 0 && parent[n - 1] != '/')
+        parent[--n] = 0;
+    while (n > 1 && parent[n - 1] == '/')
+        parent[--n] = 0;
+    if (n == 0) snprintf(parent, sizeof parent, ".");
+    return stat(parent, &a) == 0 && stat(cm->root, &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino;
+}
+
+/* Rank 0, --resume DIR/step_N of this directory while it holds newer
+ * commits (a rollback: to redo steps with other options, or past a bad
+ * stretch): from here on those are another history, and --resume auto
+ * (every restart under the supervisor) would take the newest of them
+ * instead of this run's.  They are moved, with DIR/latest, into
+ * DIR/abandoned-STAMP/ (nothing is deleted), and a new job id disowns the
+ * /dev/shm snapshots of that history.  *rolled 1 if so. */
+static ms_status rollback(ckpt_manager *cm, int *rolled) {
+    int step, *steps = NULL, n = 0, newer = 0;
+    *rolled = 0;
+    if (!resumes_own_commit(cm, &step)) return MS_OK;
+    MS_TRY(ckpt_list_steps(cm->root, &steps, &n));
+    for (int i = 0; i < n; i++)
+        newer += steps[i] > step;
+    ms_status st = MS_OK;
+    char aside[4300], path[4400], to[4700];
+    if (newer) st = make_aside(cm->root, "abandoned", aside, sizeof aside);
+    for (int i = 0; st == MS_OK && newer && i < n; i++) {
+        if (steps[i] <= step) continue;
+        ckpt_step_path(path, sizeof path, cm->root, steps[i]);
+        snprintf(to, sizeof to, "%s/step_%08d", aside, steps[i]);
+        if (rename(path, to) != 0)
+            st = ms_error(MS_ERR_IO, "--resume %s: move the newer %s to %s: %s", cm->resume, path,
+                          aside, strerror(errno));
+    }
+    if (st == MS_OK && newer) {
+        snprintf(path, sizeof path, "%s/latest", cm->root);
+        snprintf(to, sizeof to, "%s/latest", aside);
+        if (rename(path, to) != 0 && errno != ENOENT)
+            st = ms_error(MS_ERR_IO, "--resume %s: move %s to %s: %s", cm->resume, path, aside,
+                          strerror(errno));
+    }
+    if (st == MS_OK && newer) {
+        ms_warn("--resume %s: the %d newer commit(s) of %s (another history from here on) are "
+                "now in %s",
+                cm->resume, newer, cm->root, aside);
+        *rolled = 1;
+    }
+    free(steps);
+    return st;
+}
+
 static ms_status setup_dir(ckpt_manager *cm) {
     ms_status st = MS_OK;
     if (cm->rank == 0) {
+        int rolled = 0;
         st = ms_mkdirs(cm->root);
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
         if (st == MS_OK && !cm->resume[0]) st = fresh_start(cm);
-        if (st == MS_OK) st = cm->resume[0] ? ckpt_job_id(cm->root, 1, &cm->job) : new_job(cm);
+        if (st == MS_OK && cm->resume[0]) st = rollback(cm, &rolled);
+        if (st == MS_OK)
+            st = !cm->resume[0] ? new_job(cm)
+                 : rolled       ? ckpt_job_new(cm->root, &cm->job)
+                                : ckpt_job_id(cm->root, 1, &cm->job);
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
     if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));

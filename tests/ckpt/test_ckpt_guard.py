@@ -11,7 +11,9 @@ defects 2, 3 and 11), on one process:
    files, and change nothing; a fresh --out still works; --out onto a
    regular file says so (not a complaint about its staging directory);
  - --resume of a step directory that does not exist or has no
-   manifest.json says which (not "no valid checkpoint" of a root).
+   manifest.json says which (not "no valid checkpoint" of a root);
+ - --resume of an older commit of the same directory (a rollback) sets the
+   newer commits aside, so a later --resume auto continues the rollback.
 Environment: MS_BIN."""
 import os
 import signal
@@ -161,6 +163,30 @@ def test_resume_step_dir(ws):
     os.rmdir(empty)
 
 
+def test_rollback(ws):
+    """--resume DIR/step_4 of a directory that holds step_6 and step_8: those
+    are another history from there on, set aside (not deleted), so that a
+    later --resume auto continues the rollback, not the old step_8."""
+    d = ws.path("rollback")
+    keep = ["--ckpt-every", "2", "--ckpt-keep", "10", "--ckpt-dir", d]
+    r = run(ws, ws.train_args("--steps", "8", *keep))
+    ok(r.returncode == 0 and all(os.path.isdir(step_dir(d, k)) for k in (4, 8)),
+       "the first history commits steps 4 and 8 (6 when stage 2 keeps up)", r.stderr)
+    newer = sorted(n for n in os.listdir(d) if n.startswith("step_") and n > "step_00000004")
+    r = run(ws, ws.train_args("--steps", "8", *keep, "--lr", "1e-3", "--resume", step_dir(d, 4),
+                              "--inject-fault", "kill@7"))
+    aside = [n for n in os.listdir(d) if n.startswith("abandoned-")]
+    moved = sorted(os.listdir(os.path.join(d, aside[0]))) if aside else []
+    ok(r.returncode != 0 and resumed_at(r.stderr) == 4 and "another history" in r.stderr
+       and moved == ["latest", *newer]
+       and verify(os.path.join(d, aside[0], "step_00000008")),
+       "the rollback to step 4 sets the newer commits aside, whole", r.stderr + str(moved))
+    r = run(ws, ws.train_args("--steps", "8", *keep, "--lr", "1e-3", "--resume", "auto"))
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 6,
+       "--resume auto then continues the rollback (step 6), not the old history's step 8",
+       r.stderr)
+
+
 def main():
     ws = Workspace("ms_ckpt_guard_")
     try:
@@ -168,6 +194,7 @@ def main():
         test_lock(ws)
         test_out_refusals(ws)
         test_resume_step_dir(ws)
+        test_rollback(ws)
     finally:
         ws.close()
     sys.exit(summary())
