@@ -195,6 +195,10 @@ def check_early_failure(d, shard):
 
 def main():
     d, shard = start("ms_suppol_")
+    # the jobs' host-memory snapshots in the test's directory, removed with it
+    # (in /dev/shm they would outlive the checkpoint directories they belong to)
+    ENV["MS_CKPT_SHM_DIR"] = os.path.join(d, "shm")
+    os.makedirs(ENV["MS_CKPT_SHM_DIR"])
     check_usage(d, shard)
     check_early_failure(d, shard)
     check_restart_resume(d, shard)
