@@ -376,9 +376,7 @@ ms_status ms_mkdirs(const char *path) {
     return MS_OK;
 }
 
-/* d, a path, cut to its directory in place ("a/b/" -> "a", "b" -> ".",
- * "/a" -> "/"). */
-static void dir_of(char *d) {
+void ms_path_dir(char *d) {
     size_t n = strlen(d);
     while (n > 1 && d[n - 1] == '/')
         d[--n] = 0;
@@ -410,7 +408,7 @@ ms_status ms_path_check_writable(const char *path, int is_dir) {
     }
     memcpy(d, path, n + 1);
     for (;;) { /* the directory that will hold it, or the nearest existing ancestor */
-        dir_of(d);
+        ms_path_dir(d);
         if (stat(d, &st) == 0) {
             if (!S_ISDIR(st.st_mode))
                 return ms_error(MS_ERR_ARG, "%s: '%s' is not a directory", path, d);

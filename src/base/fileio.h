@@ -57,6 +57,9 @@ void ms_atomic_abort(ms_atomic_file *af);
 /* Convenience: atomically replace `path` with `n` bytes. */
 ms_status ms_file_write_atomic(const char *path, const void *data, size_t n);
 
+/* path cut to its directory in place ("a/b/" -> "a", "b" -> ".", "/a" -> "/"). */
+void ms_path_dir(char *path);
+
 /* mkdir -p; ok if it exists. */
 ms_status ms_mkdirs(const char *path);
 

@@ -170,14 +170,7 @@ static int resumes_own_commit(const ckpt_manager *cm, int *step) {
     *step = strcmp(cm->resume, "auto") ? ckpt_dir_step(cm->resume) : -1;
     if (*step < 0) return 0;
     snprintf(parent, sizeof parent, "%s", cm->resume);
-    size_t n = strlen(parent);
-    while (n > 1 && parent[n - 1] == '/') /* the step directory's name, then the slashes */
-        parent[--n] = 0;
-    while (n > 0 && parent[n - 1] != '/')
-        parent[--n] = 0;
-    while (n > 1 && parent[n - 1] == '/')
-        parent[--n] = 0;
-    if (n == 0) snprintf(parent, sizeof parent, ".");
+    ms_path_dir(parent);
     return stat(parent, &a) == 0 && stat(cm->root, &b) == 0 && a.st_dev == b.st_dev &&
            a.st_ino == b.st_ino;
 }

@@ -259,19 +259,26 @@ static ms_status find_old(prep *p) {
  * that includes --out): they would be read back as text while rewritten. */
 static ms_status inputs_not_old(const prep *p) {
     const data_prepare_config *c = p->cfg;
-    for (int o = 0; o < p->n_old; o++) {
-        struct stat a, b;
-        if (stat(p->old[o], &a) != 0) continue;
-        for (int i = 0; i < c->n_inputs; i++)
-            for (int k = 0; k < c->inputs[i].n_paths; k++)
-                if (stat(c->inputs[i].paths[k], &b) == 0 && a.st_dev == b.st_dev &&
-                    a.st_ino == b.st_ino)
-                    return ms_error(MS_ERR_ARG,
-                                    "--input %s: %s is a shard of %s that this run replaces; "
-                                    "give the text inputs only, or another --out",
-                                    c->inputs[i].name, c->inputs[i].paths[k], c->out_dir);
-    }
-    return MS_OK;
+    if (p->n_old == 0) return MS_OK;
+    struct stat *old = calloc((size_t)p->n_old, sizeof *old), b;
+    if (!old) return ms_error(MS_ERR_NOMEM, "out of memory");
+    for (int o = 0; o < p->n_old; o++)
+        if (stat(p->old[o], &old[o]) != 0) old[o].st_ino = 0; /* gone: matches no input */
+    ms_status st = MS_OK;
+    for (int i = 0; st == MS_OK && i < c->n_inputs; i++)
+        for (int k = 0; st == MS_OK && k < c->inputs[i].n_paths; k++) {
+            if (stat(c->inputs[i].paths[k], &b) != 0) continue;
+            for (int o = 0; o < p->n_old; o++)
+                if (old[o].st_ino && old[o].st_dev == b.st_dev && old[o].st_ino == b.st_ino) {
+                    st = ms_error(MS_ERR_ARG,
+                                  "--input %s: %s is a shard of %s that this run replaces; give "
+                                  "the text inputs only, or another --out",
+                                  c->inputs[i].name, c->inputs[i].paths[k], c->out_dir);
+                    break;
+                }
+        }
+    free(old);
+    return st;
 }
 
 /* force: remove the old shards that this run did not rewrite. */

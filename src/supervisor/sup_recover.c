@@ -55,18 +55,8 @@ void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf,
 static void storage_probe_dir(const char *dir, char *out, size_t n) {
     struct stat sb;
     snprintf(out, n, "%s", dir);
-    while (out[0] && stat(out, &sb) != 0) {
-        char *slash = strrchr(out, '/');
-        while (slash && slash > out && slash[1] == 0) { /* trailing slashes */
-            *slash = 0;
-            slash = strrchr(out, '/');
-        }
-        if (!slash) {
-            snprintf(out, n, ".");
-            return;
-        }
-        slash[slash == out] = 0; /* "/x" -> "/" */
-    }
+    while (stat(out, &sb) != 0 && strcmp(out, ".") && strcmp(out, "/"))
+        ms_path_dir(out);
 }
 
 /* The self-test on every node not on the blocklist; evicts the ones that

@@ -156,18 +156,29 @@ static int listen_loopback(char *addr, size_t n) {
     return lfd;
 }
 
+/* A client (rank, beat period) connected to a fresh loopback listener
+ * (*lfd, its address in addr): the accepted socket, its "start" beat read. */
+static int open_client(int rank, double period_s, char *addr, size_t n, int *lfd,
+                       mon_heartbeat **hb) {
+    *lfd = listen_loopback(addr, n);
+    mon_heartbeat_config c = {
+        .addr = addr, .token = TOK, .rank = rank, .world = 2, .period_s = period_s};
+    T_EQ_INT(mon_heartbeat_open(hb, &c), MS_OK);
+    int fd = accept(*lfd, NULL, NULL);
+    T_OK(fd >= 0);
+    sup_beat b;
+    T_OK(read_until(fd, "start", &b) >= 1);
+    return fd;
+}
+
 /* The client (monitor/heartbeat.c) against a listening socket: its beats
  * parse, carry the step record, and the last one says why it failed. */
 static void test_client(void) {
     char addr[64];
-    int lfd = listen_loopback(addr, sizeof addr);
-    mon_heartbeat_config c = {.addr = addr, .token = TOK, .rank = 1, .world = 2, .period_s = 0.05};
+    int lfd;
     mon_heartbeat *hb = NULL;
-    T_EQ_INT(mon_heartbeat_open(&hb, &c), MS_OK);
-    int fd = accept(lfd, NULL, NULL);
-    T_OK(fd >= 0);
+    int fd = open_client(1, 0.05, addr, sizeof addr, &lfd, &hb);
     sup_beat b;
-    T_OK(read_until(fd, "start", &b) >= 1);
     mon_sink s = mon_sink_heartbeat(hb);
     mon_step st = {.step = 7, .steps = 10, .loss = 3.25f, .grad_norm = 1.5f, .sec = 0.25};
     T_EQ_INT(s.on_step(s.ctx, &st), MS_OK);
@@ -185,7 +196,7 @@ static void test_client(void) {
     close(fd);
     close(lfd);
     /* a malformed address or token is an error naming it */
-    c.addr = "nowhere";
+    mon_heartbeat_config c = {.addr = "nowhere", .token = TOK, .rank = 1, .world = 2};
     T_OK(mon_heartbeat_open(&hb, &c) == MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "nowhere");
     c.addr = addr, c.token = "not hex!";
@@ -197,14 +208,10 @@ static void test_client(void) {
  * steps done, or it hands the fault that fired to the next start again). */
 static void test_flush(void) {
     char addr[64];
-    int lfd = listen_loopback(addr, sizeof addr);
-    mon_heartbeat_config c = {.addr = addr, .token = TOK, .rank = 0, .world = 2, .period_s = 60};
+    int lfd;
     mon_heartbeat *hb = NULL;
-    T_EQ_INT(mon_heartbeat_open(&hb, &c), MS_OK);
-    int fd = accept(lfd, NULL, NULL);
-    T_OK(fd >= 0);
+    int fd = open_client(0, 60, addr, sizeof addr, &lfd, &hb);
     sup_beat b;
-    T_OK(read_until(fd, "start", &b) >= 1);
     mon_sink s = mon_sink_heartbeat(hb);
     for (int step = 1; step <= 20; step++) {
         mon_step st = {.step = step, .steps = 20, .loss = 3.0f, .grad_norm = 1.0f, .sec = 0.01};
