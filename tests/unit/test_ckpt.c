@@ -214,6 +214,11 @@ static void test_slot(void) {
     ckpt_slot *s;
     T_OK(ckpt_slot_open(&s, path, g_tmp, elems, 65536) == MS_OK);
     T_EQ_INT(ckpt_slot_step(s, 7), -1);
+    ckpt_snap_view v;
+    void *h;
+    /* a slot never written (the process ended before its first stage 1) */
+    T_OK(ckpt_snap_open(path, &v, &h) == MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "an empty snapshot slot");
     ckpt_train_state tr = {.step = 5,
                            .opt_steps = 5,
                            .seed = 1337,
@@ -226,8 +231,6 @@ static void test_slot(void) {
     T_OK(ckpt_slot_write(s, 7, 5, meta, &src) == MS_OK);
     T_EQ_INT(ckpt_slot_step(s, 7), 5);
     T_EQ_INT(ckpt_slot_step(s, 8), -1); /* another job */
-    ckpt_snap_view v;
-    void *h;
     T_OK(ckpt_snap_open(path, &v, &h) == MS_OK);
     T_OK(v.step == 5 && v.job == 7 && v.trainer.cursor.pos == 320 &&
          ckpt_snap_matches(&v, runs, n));
