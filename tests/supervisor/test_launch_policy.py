@@ -14,7 +14,13 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    out of range, an address that is not one, a bad train option; a missing
    --mpirun is a driver error (exit 1) saying so, at once;
 6. a failure before the checkpoint directory exists is not "the storage is
-   broken" (exit 7), and --ckpt-dir may come from the train --config file.
+   broken" (exit 7), and --ckpt-dir may come from the train --config file;
+7. the ranks and mpirun do not inherit the driver's log files;
+8. an mpirun that lingers after every rank is done is ended (with what it
+   started), and the job is done;
+9. a new driver resuming a driver.json adopts or kills a pid only when its
+   start time still matches: a reused pid is left alone, a rank its mpirun
+   left behind is killed.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -26,7 +32,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
-from mpi_common import BIN, finish, ok, start  # noqa: E402
+from mpi_common import BIN, MPIRUN, finish, ok, start  # noqa: E402
 
 TRAIN = ["--vocab", "256", "--layers", "2", "--dim", "64", "--heads", "2", "--seq-max", "32",
          "--seq", "32", "--batch", "2", "--threads", "1", "--data-order", "sequential",
@@ -42,6 +48,42 @@ def events(run):
         return [json.loads(l) for l in open(os.path.join(run, "events.jsonl"))]
     except OSError:
         return []
+
+
+def state(run):
+    try:
+        with open(os.path.join(run, "driver.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def open_files(pid):
+    """The paths pid holds open (its /proc/PID/fd links)."""
+    out = []
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                out.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return out
+
+
+def pid_start(pid):
+    """pid's start time in clock ticks (/proc/PID/stat field 22)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
 
 
 def launch(run, shard, launch_args=(), train_args=(), np=1, wait=True, timeout=180):
@@ -102,6 +144,19 @@ def check_idle_conns(d, shard):
         if hb:
             break
         time.sleep(0.05)
+    # the ranks and mpirun (driver.json names them) hold none of the driver's logs
+    st = {}
+    for _ in range(200):
+        st = state(run)
+        if st.get("ranks") and st["ranks"][0][0] > 0:
+            break
+        time.sleep(0.05)
+    pids = [int(st.get("mpirun_pid", 0))] + [int(r[0]) for r in st.get("ranks", [])]
+    mine = {os.path.join(run, f) for f in ("events.jsonl", "compute.jsonl", "driver.lock",
+                                           "driver.json")}
+    held = [(pid, f) for pid in pids for f in open_files(pid) if f in mine]
+    ok(len(pids) == 2 and all(pids) and not held,
+       "the ranks and mpirun do not inherit the driver's log files", f"{pids} {held}")
     socks = []
     if hb:
         host, port = hb[0].rsplit(":", 1)
@@ -193,6 +248,66 @@ def check_early_failure(d, shard):
        "--ckpt-dir in the train --config file", f"rc {rc}: {err[-1500:]}")
 
 
+def check_lingering_mpirun(d, shard):
+    run = os.path.join(d, "linger")
+    os.makedirs(run)
+    child = os.path.join(d, "linger.pid")
+    wrap = os.path.join(d, "mpirun-linger")
+    with open(wrap, "w") as f:  # mpirun, then something it started that does not end
+        f.write(f'#!/bin/sh\n"{MPIRUN}" "$@"\nsleep 300 &\necho $! > "{child}"\nwait\n')
+    os.chmod(wrap, 0o755)
+    t0 = time.time()
+    rc, err = launch(run, shard, ["--mpirun", wrap, "--grace", "2"],
+                     ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], timeout=120)
+    took = time.time() - t0
+    try:
+        with open(child) as f:
+            pid = int(f.read())
+    except (OSError, ValueError):
+        pid = 0
+    left = pid and alive(pid)
+    if left:
+        os.kill(pid, signal.SIGKILL)
+    ev = [e["event"] for e in events(run)]
+    ok(rc == 0 and "mpirun_lingered" in ev and ev[-1] == "job_done" and pid and not left
+       and took < 60,
+       "an mpirun lingering after every rank is done is ended, with its children; job done",
+       f"rc {rc}, {took:.1f} s, child {pid} left {left}, events {ev}\n{err[-1500:]}")
+
+
+def check_stale_pids(d, shard):
+    run = os.path.join(d, "stale")
+    args = ["--steps", "3", "--dp", "2", "--ckpt-every", "3", "--ckpt-dir",
+            os.path.join(run, "ckpt")]
+    rc, err = launch(run, shard, [], args, np=2)
+    st = state(run)
+    ok(rc == 0 and st.get("finished") is True, "stale pids: the first job", err[-1500:])
+    # a driver that "died" mid-job: its mpirun's pid now names another process
+    # (start time differs), rank 0's pid too, and rank 1 is still its own
+    # process (a rank that mpirun left behind)
+    reused = subprocess.Popen(["sleep", "300"])
+    orphan = subprocess.Popen(["sleep", "300"])
+    try:
+        st["finished"] = False
+        st["mpirun_pid"], st["mpirun_start"] = reused.pid, pid_start(reused.pid) + 7
+        st["ranks"] = [[reused.pid, pid_start(reused.pid) + 7], [orphan.pid, pid_start(orphan.pid)]]
+        with open(os.path.join(run, "driver.json"), "w") as f:
+            json.dump(st, f)
+        rc, err = launch(run, shard, [], args, np=2)
+        orphan.wait(timeout=10)  # killed, or the check below fails
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        kept, gone = reused.poll() is None, orphan.poll() is not None
+        for p in (reused, orphan):
+            p.kill()
+            p.wait()
+    res = [e for e in events(run) if e["event"] == "driver_resumed"]
+    ok(rc == 0 and res and res[-1]["adopted"] is False and kept and gone,
+       "resuming driver.json: a reused pid is not adopted or killed, a left-behind rank is "
+       "killed", f"rc {rc}, reused kept {kept}, orphan gone {gone}, {res}\n{err[-1500:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -206,6 +321,8 @@ def main():
     check_unasked_stop(d, shard)
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
+    check_lingering_mpirun(d, shard)
+    check_stale_pids(d, shard)
     finish(d)
 
 
