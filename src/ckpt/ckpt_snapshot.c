@@ -523,16 +523,15 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
              h->data_off + h->data_elems * sizeof(float) > len || h->meta_len >= h->meta_cap)
         st = ms_error(MS_ERR_FORMAT, "%s: snapshot sizes disagree with the file (%zu bytes)", path,
                       len);
-    else if (!__atomic_load_n(&h->complete, __ATOMIC_ACQUIRE) && h->step < 0)
-        st = ms_error(MS_ERR_FORMAT,
-                      "%s: an empty snapshot slot (the process ended before its first "
-                      "stage-1 copy)",
-                      path);
     else if (!__atomic_load_n(&h->complete, __ATOMIC_ACQUIRE))
-        st = ms_error(MS_ERR_FORMAT,
-                      "%s: incomplete snapshot of step %" PRId64
-                      " (the process died during stage 1)",
-                      path, h->step);
+        st = h->step < 0 ? ms_error(MS_ERR_FORMAT,
+                                    "%s: an empty snapshot slot (the process ended before its "
+                                    "first stage-1 copy)",
+                                    path)
+                         : ms_error(MS_ERR_FORMAT,
+                                    "%s: incomplete snapshot of step %" PRId64
+                                    " (the process died during stage 1)",
+                                    path, h->step);
     else if (ms_crc32c(0, p + h->meta_off, h->meta_len) != h->meta_crc)
         st = ms_error(MS_ERR_FORMAT, "%s: snapshot meta fails its CRC", path);
     if (st == MS_OK) {
