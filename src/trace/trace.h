@@ -13,7 +13,9 @@
  *    chrome://tracing): a process per rank, a thread per lane (comm lanes
  *    split into non-overlapping sub-threads), clocks aligned, p2p flows.
  *  - trace_strag_*: per rank and step compute time (fwd + bwd minus the
- *    waits nested in them), relative and individual scores, a PNG heat map.
+ *    waits nested in them), relative (against the ranks of the same
+ *    pipeline stage, which do the same work) and individual scores, a PNG
+ *    heat map.
  *  - trace_hang_*: who waits in which op, and the suspects.  Evidence, by
  *    strength: a rank wrote no dump, or other ranks' dumps saw it
  *    unresponsive / exited before it dumped itself; a member never entered
@@ -75,7 +77,7 @@ typedef struct {
     char host[256];
     int steps;         /* steps scored (step 1 skipped when >= 3 steps) */
     double median_ms;  /* median compute time per step */
-    double relative;   /* fastest rank's median / this rank's (1 = fastest) */
+    double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
     double individual; /* best window median / last window median */
     int straggler;
 } trace_strag_rank;
@@ -99,7 +101,8 @@ void trace_strag_print(const trace_strag *s, FILE *f);
 /* {"threshold","window","ranks":[...],"stragglers":[ranks]}; NULL on OOM. */
 cJSON *trace_strag_json(const trace_strag *s);
 /* Heat map: ranks (sorted by pp, dp, tp) x steps, colour = compute time /
- * the step's median over ranks; straggler rows marked.  Atomic write. */
+ * the step's median over the ranks of its stage; straggler rows marked.
+ * Atomic write. */
 ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path);
 
 /* ---- hang analysis ------------------------------------------------------- */

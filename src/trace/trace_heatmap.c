@@ -1,7 +1,8 @@
 /* trace_heatmap.c - the straggler heat map: ranks (sorted by pp, dp, tp)
  * down, steps across, each cell the rank's compute time over the step's
- * median across ranks on a log colour scale (viridis, 0.5x .. 2x);
- * straggler rows boxed and labelled in red.  Drawn with cairo. */
+ * median across the ranks of its pipeline stage on a log colour scale
+ * (viridis, 0.5x .. 2x); straggler rows boxed and labelled in red.  Drawn
+ * with cairo. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,23 +41,34 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The median over ranks of each step's compute time (0 where none). */
+/* The median of each step's compute time over the ranks of each rank's
+ * pipeline stage (0 where none): med[rank index * (max_step + 1) + step].
+ * Stages do different work, so a rank is compared with its own stage. */
 static double *step_medians(const trace_strag *s) {
     int w = s->max_step + 1;
-    double *med = calloc((size_t)w, sizeof *med), *tmp = malloc(((size_t)s->n_ranks + 1) * 8);
+    double *med = calloc((size_t)s->n_ranks * w, sizeof *med);
+    double *tmp = malloc(((size_t)s->n_ranks + 1) * sizeof *tmp);
     if (!med || !tmp) {
         free(med);
         free(tmp);
         return NULL;
     }
-    for (int st = 1; st < w; st++) {
-        int n = 0;
-        for (int r = 0; r < s->n_ranks; r++)
-            if (s->compute_ms[(size_t)r * w + st] >= 0)
-                tmp[n++] = s->compute_ms[(size_t)r * w + st];
-        if (!n) continue;
-        qsort(tmp, (size_t)n, sizeof *tmp, cmp_d);
-        med[st] = n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    for (int r0 = 0; r0 < s->n_ranks; r0++) {
+        int pp = s->ranks[r0].coord.pp, first = 1;
+        for (int r = 0; r < r0 && first; r++) /* done with the stage's first rank */
+            first = s->ranks[r].coord.pp != pp;
+        if (!first) continue;
+        for (int st = 1; st < w; st++) {
+            int n = 0;
+            for (int r = r0; r < s->n_ranks; r++)
+                if (s->ranks[r].coord.pp == pp && s->compute_ms[(size_t)r * w + st] >= 0)
+                    tmp[n++] = s->compute_ms[(size_t)r * w + st];
+            if (!n) continue;
+            qsort(tmp, (size_t)n, sizeof *tmp, cmp_d);
+            double m = n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+            for (int r = r0; r < s->n_ranks; r++)
+                if (s->ranks[r].coord.pp == pp) med[(size_t)r * w + st] = m;
+        }
     }
     free(tmp);
     return med;
@@ -74,12 +86,12 @@ static void draw_cells(cairo_t *cr, const trace_strag *s, const layout *L, const
                        const double *med) {
     int w = s->max_step + 1;
     for (int row = 0; row < s->n_ranks; row++) {
-        const double *c = s->compute_ms + (size_t)ord[row] * w;
+        const double *c = s->compute_ms + (size_t)ord[row] * w, *m = med + (size_t)ord[row] * w;
         for (int k = 0; k < L->n_cols; k++) {
             int st = L->first_step + k;
             double rgb[3] = {0.85, 0.85, 0.85};
-            if (c[st] >= 0 && med[st] > 0) colour(ratio_t(c[st] / med[st]), rgb);
-            if (c[st] == 0 && med[st] == 0) colour(0.5, rgb);
+            if (c[st] >= 0 && m[st] > 0) colour(ratio_t(c[st] / m[st]), rgb);
+            if (c[st] == 0 && m[st] == 0) colour(0.5, rgb);
             cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
             cairo_rectangle(cr, L->left + k * L->cw, L->top + row * L->ch, L->cw, L->ch);
             cairo_fill(cr);
@@ -151,7 +163,7 @@ static void draw_legend(cairo_t *cr, const layout *L) {
         text(cr, x + 24, y + 4, 10, buf, 0);
     }
     text(cr, x - 6, y0 + h + 18, 10, "compute time /", 0);
-    text(cr, x - 6, y0 + h + 31, 10, "step median", 0);
+    text(cr, x - 6, y0 + h + 31, 10, "stage's median", 0);
     cairo_set_source_rgb(cr, 0.85, 0.85, 0.85);
     cairo_rectangle(cr, x, y0 + h + 42, 18, 10);
     cairo_fill(cr);
@@ -187,7 +199,8 @@ static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const 
     draw_axes(cr, s, L, ord);
     draw_legend(cr, L);
     char title[4400];
-    snprintf(title, sizeof title, "compute time per step / step median over ranks: %s", s->dir);
+    snprintf(title, sizeof title, "compute time per step / the step's median over its stage: %s",
+             s->dir);
     cairo_set_source_rgb(cr, 0, 0, 0);
     text(cr, 14, 22, 14, title, 0);
     int n_bad = 0;

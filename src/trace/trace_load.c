@@ -62,7 +62,8 @@ static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
     if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "shape"), &l->shape) ||
         (int64_t)l->shape.dp * l->shape.pp * l->shape.tp != world)
         l->shape = (trace_coord){(int)world, 1, 1};
-    if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &l->coord))
+    if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &l->coord) ||
+        l->coord.dp >= l->shape.dp || l->coord.pp >= l->shape.pp || l->coord.tp >= l->shape.tp)
         l->coord = trace_coord_of(l->rank, l->shape);
     l->mono_ns = trace_json_int(j, "mono_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
     l->wall_ns = trace_json_int(j, "wall_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;

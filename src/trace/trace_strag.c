@@ -1,7 +1,7 @@
 /* trace_strag.c - straggler scores: per rank and step the compute time
  * (fwd + bwd spans minus the wait / data_wait spans nested in them), then
- * a relative score against the fastest rank and an individual score
- * against the rank's own best window. */
+ * a relative score against the fastest rank of the same pipeline stage
+ * and an individual score against the rank's own best window. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,10 +136,23 @@ static ms_status fill_compute(trace_strag *s, trace_set *set, const strag_names 
     return MS_OK;
 }
 
-/* Both scores and the verdict for every rank. */
+/* Both scores and the verdict for every rank.  The relative score compares
+ * a rank with the ranks of its own pipeline stage only: they do the same
+ * work, while stages differ (the last one also computes the loss). */
 static ms_status score(trace_strag *s, const trace_set *set) {
-    double *tmp = malloc(2 * ((size_t)s->max_step + 1) * sizeof *tmp), best = -1;
-    if (!tmp) return ms_error(MS_ERR_NOMEM, "out of memory");
+    int n_pp = 1;
+    for (int li = 0; li < s->n_ranks; li++)
+        n_pp = set->logs[li].coord.pp >= n_pp ? set->logs[li].coord.pp + 1 : n_pp;
+    double *tmp = malloc(2 * ((size_t)s->max_step + 1) * sizeof *tmp);
+    double *best = malloc((size_t)n_pp * sizeof *best); /* fastest median per stage */
+    if (!tmp || !best) {
+        free(tmp);
+        free(best);
+        return ms_error(MS_ERR_NOMEM, "out of memory");
+    }
+    int any = 0;
+    for (int p = 0; p < n_pp; p++)
+        best[p] = -1;
     for (int li = 0; li < s->n_ranks; li++) {
         trace_strag_rank *r = &s->ranks[li];
         const trace_log *l = &set->logs[li];
@@ -148,18 +161,24 @@ static ms_status score(trace_strag *s, const trace_set *set) {
         snprintf(r->host, sizeof r->host, "%s", l->host);
         rank_scores(r, s->compute_ms + (size_t)li * ((size_t)s->max_step + 1), s->max_step,
                     s->opts.window, tmp);
-        if (r->steps && (best < 0 || r->median_ms < best)) best = r->median_ms;
+        double *b = &best[r->coord.pp];
+        if (r->steps && (*b < 0 || r->median_ms < *b)) *b = r->median_ms;
+        any |= r->steps > 0;
     }
     free(tmp);
-    if (best < 0)
+    if (!any) {
+        free(best);
         return ms_error(MS_ERR_NOTFOUND, "%s: no rank has fwd/bwd spans on its compute lane",
                         s->dir);
+    }
     for (int li = 0; li < s->n_ranks; li++) {
         trace_strag_rank *r = &s->ranks[li];
-        r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? best / r->median_ms : 1.0;
+        double b = best[r->coord.pp];
+        r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? b / r->median_ms : 1.0;
         r->straggler =
             r->steps && (r->relative < s->opts.threshold || r->individual < s->opts.threshold);
     }
+    free(best);
     return MS_OK;
 }
 

@@ -253,6 +253,25 @@ def test_individual(d):
        r.get("relative") == 1.0, "individual score: best window / last window", so + se)
 
 
+def test_stages(d):
+    """dp2 x pp2: the last stage (which also computes the loss) takes 3x the
+    first's compute on both its ranks; no rank is a straggler.  Rank 1 is 2x
+    slower than rank 0 of its stage: it is, though faster than stage 1."""
+    for r in range(4):
+        log = RankLog(r, 4, (2, 2, 1), "hostA")
+        dur = {0: 10, 1: 20, 2: 30, 3: 30}[r] * MS
+        for s in range(1, 9):
+            t = 1000 * MS * s
+            log.span("compute", "fwd", t, t + dur, step=s, mb=0)
+            log.span("compute", "bwd", t + 100 * MS, t + 100 * MS + dur, step=s, mb=0)
+        log.write(d)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    rel = {x["rank"]: x["relative"] for x in j.get("ranks", [])}
+    ok(rc == 0 and j.get("stragglers") == [1] and rel == {0: 1.0, 1: 0.5, 2: 1.0, 3: 1.0},
+       "relative scores within a pipeline stage: the slower last stage is no straggler", so + se)
+
+
 # ---- 3. hang ---------------------------------------------------------------------------------
 
 SHAPE8 = (2, 2, 2)
@@ -427,7 +446,8 @@ def test_bad_input(root):
 def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("stragglers", test_stragglers),
-                         ("individual", test_individual), ("hang_missing", test_hang_missing),
+                         ("individual", test_individual), ("stages", test_stages),
+                         ("hang_missing", test_hang_missing),
                          ("hang_behind", test_hang_behind), ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid)):
             d = os.path.join(root, name)
