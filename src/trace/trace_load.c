@@ -187,9 +187,11 @@ static int blank(const char *p) {
     return 1;
 }
 
-/* Read one events file; `header_only` stops after line 1. */
+/* Read one events file; `header_only` stops after line 1.  A file without
+ * a complete header (empty, or its first line cut: the rank was killed
+ * before its first flush) sets *no_header and is no error. */
 static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned flags,
-                          int header_only) {
+                          int header_only, int *no_header) {
     FILE *f = fopen(path, "re");
     if (!f) return ms_error(MS_ERR_IO, "%s: open: %s", path, strerror(errno));
     char *line = NULL, where[4200];
@@ -197,13 +199,17 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
     ssize_t len;
     int lineno = 0;
     ms_status st = MS_OK;
+    *no_header = 0;
     while (st == MS_OK && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
         if (blank(line)) continue;
         cJSON *j = cJSON_Parse(line);
-        if (!j && line[len - 1] != '\n' && lineno > 1) { /* a killed writer */
-            ms_warn("%s: incomplete last line ignored", where);
+        if (!j && line[len - 1] != '\n') { /* a killed writer */
+            if (lineno > 1)
+                ms_warn("%s: incomplete last line ignored", where);
+            else
+                *no_header = 1;
             break;
         }
         if (!j)
@@ -214,7 +220,7 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
         if (header_only) break;
     }
     if (st == MS_OK && ferror(f)) st = ms_error(MS_ERR_IO, "%s: read: %s", path, strerror(errno));
-    if (st == MS_OK && lineno == 0) st = ms_error(MS_ERR_FORMAT, "%s: empty event log", path);
+    if (st == MS_OK && lineno == 0) *no_header = 1;
     free(line);
     fclose(f);
     return st;
@@ -222,8 +228,11 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
 
 ms_status trace_log_read_header(const char *path, trace_log *l) {
     trace_set s = {0};
+    int no_header;
     memset(l, 0, sizeof *l);
-    ms_status st = load_log(&s, l, path, 0, 1);
+    ms_status st = load_log(&s, l, path, 0, 1, &no_header);
+    if (st == MS_OK && no_header)
+        st = ms_error(MS_ERR_FORMAT, "%s: no header line (an empty or cut event log)", path);
     for (int i = 0; i < s.n_strs; i++)
         free(s.strs[i]);
     free(s.strs);
@@ -245,6 +254,48 @@ static void align_without_clocks(trace_set *s) {
     }
 }
 
+/* Keep the logs of the newest run only: DIR may still hold the logs of
+ * ranks that an earlier run with a larger world had (a new run replaces
+ * only its own ranks' files).  The log with the latest header decides the
+ * world; the others are dropped with a warning.  Then say which ranks of
+ * that world have no log. */
+static void keep_one_run(trace_set *s) {
+    const trace_log *newest = &s->logs[0];
+    for (int i = 1; i < s->n_logs; i++)
+        if (s->logs[i].wall_ns > newest->wall_ns) newest = &s->logs[i];
+    int world = newest->world, n = 0;
+    for (int i = 0; i < s->n_logs; i++) {
+        trace_log *l = &s->logs[i];
+        if (l->world == world) {
+            s->logs[n++] = *l;
+            continue;
+        }
+        ms_warn("%s: skipped: a log of another run (world %d; %s, the newest log, says %d)",
+                l->path, l->world, newest->path, world);
+        for (int k = 0; k < l->n_spans; k++)
+            free(l->spans[k].args);
+        free(l->spans);
+        free(l->clocks);
+        free(l->path);
+    }
+    s->n_logs = n;
+    if (n == world) return;
+    char list[200] = "";
+    size_t o = 0;
+    for (int r = 0, i = 0, k = 0; r < world; r++) { /* logs are sorted by rank */
+        if (i < n && s->logs[i].rank == r) {
+            i++;
+            continue;
+        }
+        if (o + 16 < sizeof list)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", k ? ", " : "", r);
+        else if (o + 5 < sizeof list && !strstr(list, "..."))
+            o += (size_t)snprintf(list + o, sizeof list - o, ", ...");
+        k++;
+    }
+    ms_warn("%s: no event log for %d of the %d ranks: %s", s->dir, world - n, world, list);
+}
+
 ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
     *out = NULL;
     int *ranks = NULL, n = 0;
@@ -259,9 +310,18 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
         st = ms_error(MS_ERR_NOMEM, "out of memory");
     for (int i = 0; st == MS_OK && i < n; i++) {
         trace_log *l = &s->logs[s->n_logs++];
+        int no_header = 0;
         l->path = paths[i];
         paths[i] = NULL;
-        st = load_log(s, l, l->path, flags, 0);
+        st = load_log(s, l, l->path, flags, 0, &no_header);
+        if (st == MS_OK && no_header) {
+            ms_warn("%s: skipped: no header line (the rank ended before its log's first write)",
+                    l->path);
+            free(l->path);
+            memset(l, 0, sizeof *l);
+            s->n_logs--;
+            continue;
+        }
         if (st == MS_OK && l->rank != ranks[i])
             st = ms_error(MS_ERR_FORMAT, "%s: the header says rank %d, the file name rank %d",
                           l->path, l->rank, ranks[i]);
@@ -269,6 +329,9 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
             ms_warn("%s: the rank dropped %lld events (its buffer was full)", l->path,
                     (long long)l->dropped);
     }
+    if (st == MS_OK && s->n_logs == 0)
+        st = ms_error(MS_ERR_NOTFOUND, "%s: no event log has a header line (all are empty)", dir);
+    if (st == MS_OK) keep_one_run(s);
     if (st == MS_OK) align_without_clocks(s);
     trace_rank_files_free(ranks, paths, n);
     if (st != MS_OK) {

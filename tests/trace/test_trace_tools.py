@@ -422,6 +422,47 @@ def test_bad_input(root):
         ok(rc == 3 and d in se and what in se, f"{cmd} on an empty dir: clear error", se)
     rc, so, se = run("trace", "merge", os.path.join(root, "nope"))
     ok(rc == 3 and "nope: no such run directory" in se, "missing DIR named", se)
+    # a new dp2 run in the directory of an older 4-rank run: ranks 2 and 3 of the old run are
+    # dropped, not merged or scored with the new run's (they made ranks 0 and 1 stragglers)
+    d = os.path.join(root, "rerun")
+    os.makedirs(d)
+    for r in range(4):
+        world, dur, wall = (4, 5, 1_700_000_000) if r >= 2 else (2, 20, 1_700_000_900)
+        log = RankLog(r, world, (world, 1, 1), "h", wall_ns=wall * 10**9)
+        for s in range(1, 6):
+            log.span("compute", "fwd", 1000 * MS * s, 1000 * MS * s + dur * MS, step=s)
+        log.write(d)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [x["rank"] for x in j.get("ranks", [])] == [0, 1] and j["stragglers"] == [] and
+       "events_r00002.jsonl: skipped: a log of another run (world 4" in se,
+       "logs of an older run with another world are skipped, with a warning", so + se)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "merged 2 rank(s)" in so and "events_r00003.jsonl: skipped" in se,
+       "merge skips them too", so + se)
+    # a rank whose log is empty (killed before its first flush), one with a cut header, one
+    # without a log: the others are merged, and the missing ranks are named
+    d = os.path.join(root, "holes")
+    os.makedirs(d)
+    for r in range(5):
+        log = RankLog(r, 5, (5, 1, 1), "h")
+        log.span("compute", "fwd", 0, 10 * MS, step=1)
+        path = log.write(d)
+        if r == 1:
+            open(path, "w").close()
+        elif r == 2:
+            open(path, "w").write(open(path).read()[:40])
+        elif r == 4:
+            os.remove(path)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "merged 2 rank(s)" in so and "events_r00001.jsonl: skipped: no header" in se and
+       "events_r00002.jsonl: skipped: no header" in se and
+       "no event log for 3 of the 5 ranks: 1, 2, 4" in se,
+       "empty and cut logs are skipped, missing ranks named", so + se)
+    for r in (0, 3):
+        os.remove(os.path.join(d, f"events_r{r:05d}.jsonl"))
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 3 and "no event log has a header line" in se, "only empty logs: bad input", se)
     d = os.path.join(root, "nofwd")
     os.makedirs(d)
     log = RankLog(0, 1, (1, 1, 1), "h")
