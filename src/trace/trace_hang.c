@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/log.h"
@@ -343,16 +344,60 @@ static void fill_missing(trace_hang *h) {
     trace_rank_files_free(ranks, paths, n);
 }
 
+/* Whether the dump at path was written by the process that wrote the
+ * rank's event log: 1 yes, 0 no (another pid or host: a dump an earlier
+ * run of the job left in DIR), -1 unknown (no log, no pid, unreadable).
+ * *dump_pid, *log_pid: the two pids (0: unknown). */
+static int dump_is_current(const char *dir, const char *path, int rank, int *dump_pid,
+                           int *log_pid) {
+    char ev[4200], *text = NULL;
+    size_t len = 0;
+    trace_log l;
+    int64_t pid;
+    *dump_pid = *log_pid = 0;
+    snprintf(ev, sizeof ev, "%s/events_r%05d.jsonl", dir, rank);
+    if (access(ev, F_OK) != 0 || trace_log_read_header(ev, &l) != MS_OK || l.pid <= 0) return -1;
+    *log_pid = l.pid;
+    if (ms_file_read_all(path, &text, &len) != MS_OK) return -1;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    int cur = -1;
+    if (j && trace_json_int(j, "pid", 1, INT32_MAX, &pid)) {
+        *dump_pid = (int)pid;
+        cur = pid == l.pid && !strcmp(jstr(j, "host", l.host), l.host);
+    }
+    cJSON_Delete(j);
+    return cur;
+}
+
 ms_status trace_hang_load(const char *dir, trace_hang **out) {
     *out = NULL;
-    int *ranks = NULL, n = 0;
+    int *ranks = NULL, n = 0, any_current = 0;
     char **paths = NULL;
     MS_TRY(trace_rank_files(dir, "hang_r", ".json", &ranks, &paths, &n));
     trace_hang *h = calloc(1, sizeof *h);
-    ms_status st = h && (h->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
+    int *cur = calloc((size_t)n + 1, sizeof *cur), *dump_pid = calloc((size_t)n + 1, sizeof(int)),
+        *log_pid = calloc((size_t)n + 1, sizeof(int));
+    ms_status st = h && cur && dump_pid && log_pid && (h->dir = strdup(dir))
+                       ? MS_OK
+                       : ms_error(MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK && n == 0)
         st = ms_error(MS_ERR_NOTFOUND, "%s: no hang dumps (hang_r*.json) in this directory", dir);
+    /* A job restarted in the same directory leaves the dumps of its earlier
+     * hang: when some dumps come from the processes of the event logs, the
+     * others are older and would mix two hangs (a rank that wrote no dump
+     * this time would look alive). */
     for (int i = 0; st == MS_OK && i < n; i++) {
+        cur[i] = dump_is_current(dir, paths[i], ranks[i], &dump_pid[i], &log_pid[i]);
+        any_current |= cur[i] == 1;
+    }
+    for (int i = 0; st == MS_OK && i < n; i++) {
+        if (any_current && cur[i] == 0) {
+            ms_warn("%s: skipped: an earlier hang's dump (pid %d; rank %d's event log is from pid "
+                    "%d, which wrote no dump)",
+                    paths[i], dump_pid[i], ranks[i], log_pid[i]);
+            continue;
+        }
         if (h->world && ranks[i] >= h->world)
             st = ms_error(MS_ERR_FORMAT, "%s: rank %d is outside world %d", paths[i], ranks[i],
                           h->world);
@@ -361,6 +406,9 @@ ms_status trace_hang_load(const char *dir, trace_hang **out) {
         if (st == MS_OK) h->ranks[ranks[i]].rank = ranks[i];
     }
     trace_rank_files_free(ranks, paths, n);
+    free(cur);
+    free(dump_pid);
+    free(log_pid);
     if (st == MS_OK) peer_states(h);
     if (st == MS_OK) fill_missing(h);
     if (st == MS_OK) st = find_suspects(h);

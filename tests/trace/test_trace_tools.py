@@ -333,6 +333,24 @@ def test_hang_missing(d):
        so + se)
 
 
+def test_hang_rerun(d):
+    """A restarted job hangs again in the same directory: rank 5 stops and
+    writes no dump this time, but its dump of the first hang (another pid
+    than its new event log's) is still there, and calls rank 6 unresponsive.
+    It is skipped: rank 5 is the suspect, not rank 6."""
+    for r in range(8):
+        RankLog(r, 8, SHAPE8, "hostA" if r < 4 else "hostB").write(d)  # pid 1000 + rank
+    write_hang(d, extra=lambda r: dict(pid=99 if r == 5 else 1000 + r,
+                                       unresponsive=[{"rank": 6, "heartbeat_age_s": 5.0}]
+                                       if r == 5 else []))
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [5] and
+       j.get("missing") == [5] and
+       "hang_r00005.json: skipped: an earlier hang's dump (pid 99; rank 5's event log is from "
+       "pid 1005" in se, "a dump of an earlier hang is skipped", so + se)
+
+
 def test_hang_behind(d):
     write_hang(d, behind=6)
     rc, so, se = run("trace", "hang", d, "--json")
@@ -488,7 +506,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("stragglers", test_stragglers),
                          ("individual", test_individual), ("stages", test_stages),
-                         ("hang_missing", test_hang_missing),
+                         ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
                          ("hang_behind", test_hang_behind), ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid)):
             d = os.path.join(root, name)
