@@ -183,6 +183,37 @@ def test_merge(d):
         ok(len(tr2["traceEvents"]) == len(tr["traceEvents"]), "both outputs the same size")
 
 
+def test_merge_clock_step(d):
+    """Rank 1's clock offset moves back 5 us at a clock line that falls
+    between two back-to-back spans on each lane: they must not overlap on
+    their thread.  Its recv is posted long before rank 0's send: the arrow
+    must still go forward in time (send start -> recv end)."""
+    def write(rank, lines):
+        header = dict(type="header", version=1, rank=rank, world=2, host="h", pid=1 + rank,
+                      coord=dict(dp=0, pp=rank, tp=0), shape=dict(dp=1, pp=2, tp=1), mono_ns=0,
+                      wall_ns=1_700_000_000 * 10**9)
+        with open(os.path.join(d, f"events_r{rank:05d}.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in [header] + lines) + "\n")
+    span = lambda lane, name, t0, t1, **a: dict(type="span", name=name, lane=lane, t0=t0, t1=t1, **a)
+    clock = lambda mono, off: dict(type="clock", mono_ns=mono, offset_ns=off, err_ns=0)
+    write(0, [clock(0, 0), span("comm:pp", "send", 500_000, 510_000, peer=1, tag=0, group="pp")])
+    write(1, [clock(0, 10_000), span("compute", "step", 1_000, 100_000, step=1),
+              span("comm:dp", "all_reduce", 1_000, 100_000, group="dp", seq=1),
+              clock(100_000, 5_000), span("compute", "step", 100_000, 200_000, step=2),
+              span("comm:dp", "all_reduce", 100_000, 200_000, group="dp", seq=2),
+              span("comm:pp", "recv", 200_000, 520_000, peer=0, tag=0, group="pp")])
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    tr = json.load(open(out)) if rc == 0 else {"traceEvents": []}
+    bad = nesting_errors(tr["traceEvents"])
+    ok(rc == 0 and not bad, "a clock line between two spans: no overlap on their thread",
+       str(bad) + so + se)
+    s = [e for e in tr["traceEvents"] if e.get("ph") == "s"]
+    f = [e for e in tr["traceEvents"] if e.get("ph") == "f"]
+    ok(len(s) == len(f) == 1 and f[0]["ts"] >= s[0]["ts"], "flow arrows go forward in time",
+       f"{s} {f}")
+
+
 # ---- 2. stragglers ---------------------------------------------------------------------------
 
 def straggler_logs(d, steps=8):
@@ -504,7 +535,8 @@ def test_bad_input(root):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
-        for name, fn in (("merge", test_merge), ("stragglers", test_stragglers),
+        for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
+                         ("stragglers", test_stragglers),
                          ("individual", test_individual), ("stages", test_stages),
                          ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
                          ("hang_behind", test_hang_behind), ("hang_stale", test_hang_stale),
