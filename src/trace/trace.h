@@ -19,8 +19,9 @@
  *  - trace_hang_*: who waits in which op, and the suspects.  Evidence, by
  *    strength: a rank wrote no dump, or other ranks' dumps saw it
  *    unresponsive / exited before it dumped itself; a member never entered
- *    a collective its group waits in; a peer never sent what a rank waits
- *    to receive.  The suspects are the ranks with the strongest evidence
+ *    a collective its group waits in (and waits in nothing); a peer never
+ *    sent what a rank waits to receive; a member never entered it while it
+ *    waits in an op of its own.  The suspects are the ranks with the strongest evidence
  *    present; weaker findings on other ranks are reported as notes.
  * Callers: `megascale trace` (src/cli/cmd_trace.c), the dashboard.
  * Layering: depends only on src/base/ (and cJSON, cairo).

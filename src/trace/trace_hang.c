@@ -234,13 +234,29 @@ static void first_missed(const trace_hang *h, const hang_rank *m, const hang_gro
         }
 }
 
+/* m's oldest in-flight op as "recv from rank 2 on 'pp'" into buf, or "". */
+static void waits_in(const hang_rank *m, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (m->oldest_g < 0) return;
+    const hang_group *g = &m->groups[m->oldest_g];
+    const hang_op *op = &g->in_flight[m->oldest_i];
+    if (op->peer >= 0)
+        snprintf(buf, n, "%s %s rank %lld on '%s'", op->op, strcmp(op->op, "send") ? "from" : "to",
+                 (long long)op->peer, g->name);
+    else
+        snprintf(buf, n, "%s #%lld on '%s'", op->op, (long long)op->seq, g->name);
+}
+
 /* (b) for group gm of rank m: the first collective its fellow members wait
- * in that m never issued (one reason per group). */
+ * in that m never issued (one reason per group).  A rank that waits in an
+ * op itself is most often held up by another rank: weaker evidence. */
 static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm) {
     const hang_op *op;
     int n_later, n = 0;
     first_missed(h, m, gm, &op, &n_later);
     if (!op) return MS_OK;
+    char blocked[200];
+    waits_in(m, blocked, sizeof blocked);
     char who[256] = "", later[64] = "";
     size_t o = 0;
     for (int q = 0; q < gm->n_ranks; q++) { /* every waiter of that op */
@@ -254,11 +270,12 @@ static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm
         n += waits;
     }
     if (n_later) snprintf(later, sizeof later, "; %d later op(s) waited in too", n_later);
-    return add_why(m, HANG_BEHIND,
+    return add_why(m, blocked[0] ? HANG_BLOCKED : HANG_BEHIND,
                    "never entered %s #%lld on group '%s' that rank%s %s wait%s in (issued only "
-                   "up to #%lld%s)",
+                   "up to #%lld%s)%s%s",
                    op->op, (long long)op->seq, gm->name, n > 1 ? "s" : "", who, n > 1 ? "" : "s",
-                   (long long)gm->issued, later);
+                   (long long)gm->issued, later, blocked[0] ? "; it waits itself, in " : "",
+                   blocked);
 }
 
 /* (c) rank r waits in a recv from p: p is suspect if it has no send to r
@@ -296,8 +313,7 @@ static ms_status find_suspects(trace_hang *h) {
             MS_TRY(add_why(r, HANG_DEAD, "exited: its process was gone in the dump%s of rank%s %s",
                            r->n_exited_by > 1 ? "s" : "", r->n_exited_by > 1 ? "s" : "",
                            r->exited_by));
-        for (int g = 0; g < r->n_groups; g++) {
-            MS_TRY(never_entered(h, r, &r->groups[g]));
+        for (int g = 0; g < r->n_groups; g++)
             for (int i = 0; i < r->groups[g].n_in_flight; i++) {
                 const hang_op *op = &r->groups[g].in_flight[i];
                 if (r->oldest_g < 0 ||
@@ -306,7 +322,8 @@ static ms_status find_suspects(trace_hang *h) {
                     r->oldest_i = i;
                 }
             }
-        }
+        for (int g = 0; g < r->n_groups; g++)
+            MS_TRY(never_entered(h, r, &r->groups[g]));
     }
     /* then the lower-confidence reasons, so that they come last */
     for (int rk = 0; rk < h->world; rk++) {

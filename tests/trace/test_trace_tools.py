@@ -396,6 +396,28 @@ def test_hang_behind(d):
        "text report marks rank 6", so)
 
 
+def test_hang_blocked(d):
+    """dp2 x pp2, rank 2's training thread stopped (a real run's dumps with
+    --inject-fault hang@4:2): ranks 1 and 3 wait in reduce_scatter #28 on dp;
+    rank 0 never entered it because it waits to receive from rank 2; rank 2
+    never entered it and waits in nothing.  Rank 2 is the one suspect, rank 0
+    a note."""
+    shape = (2, 2, 1)
+    rs = ("reduce_scatter", 28, -1, -1, 5.0)
+    dumps = {0: [("dp", [0, 1], 27, 27, []), ("pp", [0, 2], 3, 3, [("recv", 3, 2, 13, 5.0)])],
+             1: [("dp", [0, 1], 28, 27, [rs]), ("pp", [1, 3], 3, 3, [])],
+             2: [("dp", [2, 3], 27, 27, []), ("pp", [0, 2], 3, 3, [])],
+             3: [("dp", [2, 3], 28, 27, [rs]), ("pp", [1, 3], 3, 3, [])]}
+    for r, groups in dumps.items():
+        hang_dump(d, r, 4, shape, "h", groups, reason="peer_request" if r == 2 else "timeout")
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    notes = {s["rank"]: " ".join(s["reasons"]) for s in j.get("notes", [])}
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [2] and
+       "it waits itself, in recv from rank 2 on 'pp'" in notes.get(0, ""),
+       "a rank behind that waits itself is a note, the idle one the suspect", so + se)
+
+
 def test_hang_stale(d):
     """Rank 5 was stopped: the others' dumps say its heartbeat is stale; its
     own late dump says they exited (they gave up on it).  Rank 6 is behind
@@ -539,7 +561,8 @@ def main():
                          ("stragglers", test_stragglers),
                          ("individual", test_individual), ("stages", test_stages),
                          ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
-                         ("hang_behind", test_hang_behind), ("hang_stale", test_hang_stale),
+                         ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
+                         ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid)):
             d = os.path.join(root, name)
             os.makedirs(d)
