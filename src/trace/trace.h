@@ -76,7 +76,7 @@ typedef struct {
     int rank;
     trace_coord coord;
     char host[256];
-    int steps;         /* steps scored (step 1 skipped when >= 3 steps) */
+    int steps;         /* steps scored (its first skipped when >= 3 steps) */
     double median_ms;  /* median compute time per step */
     double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
     double individual; /* best window median / last window median */
@@ -88,8 +88,9 @@ typedef struct {
     char *dir;
     int n_ranks; /* ranks with an event log, sorted by rank */
     trace_strag_rank *ranks;
-    int max_step;       /* steps 1..max_step */
-    double *compute_ms; /* [n_ranks][max_step + 1]; < 0 where no data */
+    int first_step, max_step; /* the steps of the logs (after a resume: from it on) */
+    int n_steps;              /* max_step - first_step + 1 */
+    double *compute_ms;       /* [n_ranks][n_steps] for first_step..; < 0 where no data */
 } trace_strag;
 
 /* Score DIR's ranks.  Errors: no event logs, or none with fwd/bwd spans

@@ -42,10 +42,10 @@ static int cmp_d(const void *a, const void *b) {
 }
 
 /* The median of each step's compute time over the ranks of each rank's
- * pipeline stage (0 where none): med[rank index * (max_step + 1) + step].
+ * pipeline stage (0 where none): med[rank index * n_steps + step index].
  * Stages do different work, so a rank is compared with its own stage. */
 static double *step_medians(const trace_strag *s) {
-    int w = s->max_step + 1;
+    int w = s->n_steps;
     double *med = calloc((size_t)s->n_ranks * w, sizeof *med);
     double *tmp = malloc(((size_t)s->n_ranks + 1) * sizeof *tmp);
     if (!med || !tmp) {
@@ -58,7 +58,7 @@ static double *step_medians(const trace_strag *s) {
         for (int r = 0; r < r0 && first; r++) /* done with the stage's first rank */
             first = s->ranks[r].coord.pp != pp;
         if (!first) continue;
-        for (int st = 1; st < w; st++) {
+        for (int st = 0; st < w; st++) {
             int n = 0;
             for (int r = r0; r < s->n_ranks; r++)
                 if (s->ranks[r].coord.pp == pp && s->compute_ms[(size_t)r * w + st] >= 0)
@@ -84,11 +84,11 @@ static void text(cairo_t *cr, double x, double y, double size, const char *s, in
 
 static void draw_cells(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,
                        const double *med) {
-    int w = s->max_step + 1;
+    int w = s->n_steps;
     for (int row = 0; row < s->n_ranks; row++) {
         const double *c = s->compute_ms + (size_t)ord[row] * w, *m = med + (size_t)ord[row] * w;
         for (int k = 0; k < L->n_cols; k++) {
-            int st = L->first_step + k;
+            int st = L->first_step - s->first_step + k;
             double rgb[3] = {0.85, 0.85, 0.85};
             if (c[st] >= 0 && m[st] > 0) colour(ratio_t(c[st] / m[st]), rgb);
             if (c[st] == 0 && m[st] == 0) colour(0.5, rgb);
@@ -120,13 +120,20 @@ static void draw_axes(cairo_t *cr, const trace_strag *s, const layout *L, const 
         text(cr, L->left - 6, y + L->ch / 2.0 + fs / 3, fs, buf, 1);
     }
     cairo_set_source_rgb(cr, 0, 0, 0);
-    int tick = 1; /* 1, 2, 5, 10, 20, 50, ... steps: labels >= 40 px apart */
-    for (int mag = 1, k = 0; tick * L->cw < 40; k = (k + 1) % 3, mag *= k ? 1 : 10)
+    /* 1, 2, 5, 10, 20, 50, ... steps: labels >= 40 px apart and not
+     * touching (the step numbers of a resumed run are long) */
+    cairo_text_extents_t lw;
+    snprintf(buf, sizeof buf, "%d", s->max_step);
+    cairo_set_font_size(cr, 10);
+    cairo_text_extents(cr, buf, &lw);
+    double gap = lw.x_advance + 8 > 40 ? lw.x_advance + 8 : 40;
+    int tick = 1;
+    for (int mag = 1, k = 0; tick * L->cw < gap; k = (k + 1) % 3, mag *= k ? 1 : 10)
         tick = (k == 0 ? 2 : k == 1 ? 5 : 10) * mag;
     double y = L->top + s->n_ranks * L->ch;
     for (int k = 0; k < L->n_cols; k++) {
-        int st = L->first_step + k;
-        if (st % tick && k) continue;
+        int st = L->first_step + k; /* the first column, unless a tick follows too soon */
+        if (st % tick && (k || (tick - st % tick) * L->cw < gap)) continue;
         snprintf(buf, sizeof buf, "%d", st);
         text(cr, L->left + k * L->cw + L->cw / 2.0 - 3, y + 14, 10, buf, 0);
     }
@@ -178,7 +185,7 @@ static cairo_status_t write_png(void *closure, const unsigned char *data, unsign
 
 static layout make_layout(const trace_strag *s) {
     layout L = {.left = 150, .top = 56};
-    L.n_cols = s->max_step < MAX_COLS ? s->max_step : MAX_COLS;
+    L.n_cols = s->n_steps < MAX_COLS ? s->n_steps : MAX_COLS;
     L.first_step = s->max_step - L.n_cols + 1;
     L.cw = 1000 / L.n_cols;
     L.cw = L.cw < 2 ? (L.n_cols > 4000 ? 1 : 2) : L.cw > 28 ? 28 : L.cw;
@@ -217,12 +224,12 @@ static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const 
 }
 
 ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
-    if (s->max_step < 1 || s->n_ranks < 1)
+    if (s->max_step < 1 || s->n_steps < 1 || s->n_ranks < 1)
         return ms_error(MS_ERR_NOTFOUND, "%s: no steps to draw", png_path);
     if (s->n_ranks > MAX_ROWS)
         return ms_error(MS_ERR_RANGE, "%s: %d ranks are too many for one heat map (max %d)",
                         png_path, s->n_ranks, MAX_ROWS);
-    if (s->max_step > MAX_COLS) ms_warn("%s: showing the last %d steps", png_path, MAX_COLS);
+    if (s->n_steps > MAX_COLS) ms_warn("%s: showing the last %d steps", png_path, MAX_COLS);
     layout L = make_layout(s);
     int *ord = malloc((size_t)s->n_ranks * sizeof *ord);
     double *med = step_medians(s);

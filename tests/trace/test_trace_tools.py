@@ -284,6 +284,27 @@ def test_individual(d):
        r.get("relative") == 1.0, "individual score: best window / last window", so + se)
 
 
+def test_resumed(d):
+    """A run resumed at step 5,000,000: its logs hold steps 5,000,001-5,000,010
+    only.  The first of them (the set-up after the resume) is the warm-up
+    step left out, and the report spans the logged steps, not 1-5,000,010."""
+    for r in range(2):
+        log = RankLog(r, 2, (2, 1, 1), "h")
+        for s in range(5_000_001, 5_000_011):
+            t = 1000 * MS * (s - 5_000_000)
+            dur = (10 + 10 * r) * MS * (5 if s == 5_000_001 else 1)
+            log.span("compute", "fwd", t, t + dur, step=s, mb=0)
+        log.write(d)
+    png = os.path.join(d, "heat.png")
+    rc, so, se = run("trace", "stragglers", d, "--png", png)
+    ok(rc == 0 and "steps 5000001-5000010" in so and "last 8000 steps" not in se,
+       "the report spans the logged steps", so + se)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok([x["steps"] for x in j.get("ranks", [])] == [9, 9] and j["stragglers"] == [1],
+       "the first step after a resume is the warm-up step left out", so + se)
+
+
 def test_stages(d):
     """dp2 x pp2: the last stage (which also computes the loss) takes 3x the
     first's compute on both its ranks; no rank is a straggler.  Rank 1 is 2x
@@ -560,6 +581,7 @@ def main():
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
                          ("stragglers", test_stragglers),
                          ("individual", test_individual), ("stages", test_stages),
+                         ("resumed", test_resumed),
                          ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
                          ("hang_stale", test_hang_stale),
