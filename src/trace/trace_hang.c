@@ -361,60 +361,85 @@ static void fill_missing(trace_hang *h) {
     trace_rank_files_free(ranks, paths, n);
 }
 
-/* Whether the dump at path was written by the process that wrote the
- * rank's event log: 1 yes, 0 no (another pid or host: a dump an earlier
- * run of the job left in DIR), -1 unknown (no log, no pid, unreadable).
- * *dump_pid, *log_pid: the two pids (0: unknown). */
-static int dump_is_current(const char *dir, const char *path, int rank, int *dump_pid,
-                           int *log_pid) {
+/* What decides whether a dump belongs to the hang being analysed. */
+typedef struct {
+    int cur;          /* 1: written by the process of the rank's event log; 0: by another;
+                         -1: unknown (no log, no pid, unreadable) */
+    int pid, log_pid; /* 0: unknown */
+    int world;        /* 0: unknown */
+    double wall_s;    /* 0: unknown */
+} dump_meta;
+
+static void dump_meta_read(const char *dir, const char *path, int rank, dump_meta *m) {
     char ev[4200], *text = NULL;
     size_t len = 0;
     trace_log l;
-    int64_t pid;
-    *dump_pid = *log_pid = 0;
-    snprintf(ev, sizeof ev, "%s/events_r%05d.jsonl", dir, rank);
-    if (access(ev, F_OK) != 0 || trace_log_read_header(ev, &l) != MS_OK || l.pid <= 0) return -1;
-    *log_pid = l.pid;
-    if (ms_file_read_all(path, &text, &len) != MS_OK) return -1;
+    int64_t v;
+    *m = (dump_meta){.cur = -1};
+    if (ms_file_read_all(path, &text, &len) != MS_OK) return;
     cJSON *j = cJSON_Parse(text);
     free(text);
-    int cur = -1;
-    if (j && trace_json_int(j, "pid", 1, INT32_MAX, &pid)) {
-        *dump_pid = (int)pid;
-        cur = pid == l.pid && !strcmp(jstr(j, "host", l.host), l.host);
+    if (!j) return;
+    m->pid = trace_json_int(j, "pid", 1, INT32_MAX, &v) ? (int)v : 0;
+    m->world = trace_json_int(j, "world", 1, 1 << 24, &v) ? (int)v : 0;
+    const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
+    m->wall_s = cJSON_IsNumber(wall) ? wall->valuedouble : 0;
+    snprintf(ev, sizeof ev, "%s/events_r%05d.jsonl", dir, rank);
+    if (m->pid && access(ev, F_OK) == 0 && trace_log_read_header(ev, &l) == MS_OK && l.pid > 0) {
+        m->log_pid = l.pid;
+        m->cur = m->pid == l.pid && !strcmp(jstr(j, "host", l.host), l.host);
     }
     cJSON_Delete(j);
-    return cur;
+}
+
+/* A job restarted in the same directory leaves the dumps of its earlier
+ * hang.  When some dumps come from the processes of the event logs, the
+ * others are older and would mix two hangs (a rank that wrote no dump this
+ * time would look alive): skip them.  Skip too the dumps of a world other
+ * than the newest dump's (a restart with fewer ranks).  keep[i]: 1 or 0. */
+static void pick_dumps(const char *dir, char **paths, const int *ranks, int n, int *keep) {
+    dump_meta *m = calloc((size_t)n + 1, sizeof *m);
+    int any_current = 0, newest = -1;
+    for (int i = 0; i < n; i++)
+        keep[i] = 1;
+    if (!m) return; /* keep them all: the loader reports what it cannot read */
+    for (int i = 0; i < n; i++) {
+        dump_meta_read(dir, paths[i], ranks[i], &m[i]);
+        any_current |= m[i].cur == 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (any_current && m[i].cur == 0) {
+            keep[i] = 0;
+            ms_warn("%s: skipped: an earlier hang's dump (pid %d; rank %d's event log is from pid "
+                    "%d, which wrote no dump)",
+                    paths[i], m[i].pid, ranks[i], m[i].log_pid);
+        } else if (m[i].world && (newest < 0 || m[i].wall_s > m[newest].wall_s)) {
+            newest = i;
+        }
+    }
+    for (int i = 0; newest >= 0 && i < n; i++)
+        if (keep[i] && m[i].world && m[i].world != m[newest].world) {
+            keep[i] = 0;
+            ms_warn("%s: skipped: a dump of another run (world %d; the newest dump, %s, says %d)",
+                    paths[i], m[i].world, paths[newest], m[newest].world);
+        }
+    free(m);
 }
 
 ms_status trace_hang_load(const char *dir, trace_hang **out) {
     *out = NULL;
-    int *ranks = NULL, n = 0, any_current = 0;
+    int *ranks = NULL, n = 0;
     char **paths = NULL;
     MS_TRY(trace_rank_files(dir, "hang_r", ".json", &ranks, &paths, &n));
     trace_hang *h = calloc(1, sizeof *h);
-    int *cur = calloc((size_t)n + 1, sizeof *cur), *dump_pid = calloc((size_t)n + 1, sizeof(int)),
-        *log_pid = calloc((size_t)n + 1, sizeof(int));
-    ms_status st = h && cur && dump_pid && log_pid && (h->dir = strdup(dir))
-                       ? MS_OK
-                       : ms_error(MS_ERR_NOMEM, "out of memory");
+    int *keep = calloc((size_t)n + 1, sizeof *keep);
+    ms_status st =
+        h && keep && (h->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK && n == 0)
         st = ms_error(MS_ERR_NOTFOUND, "%s: no hang dumps (hang_r*.json) in this directory", dir);
-    /* A job restarted in the same directory leaves the dumps of its earlier
-     * hang: when some dumps come from the processes of the event logs, the
-     * others are older and would mix two hangs (a rank that wrote no dump
-     * this time would look alive). */
+    if (st == MS_OK) pick_dumps(dir, paths, ranks, n, keep);
     for (int i = 0; st == MS_OK && i < n; i++) {
-        cur[i] = dump_is_current(dir, paths[i], ranks[i], &dump_pid[i], &log_pid[i]);
-        any_current |= cur[i] == 1;
-    }
-    for (int i = 0; st == MS_OK && i < n; i++) {
-        if (any_current && cur[i] == 0) {
-            ms_warn("%s: skipped: an earlier hang's dump (pid %d; rank %d's event log is from pid "
-                    "%d, which wrote no dump)",
-                    paths[i], dump_pid[i], ranks[i], log_pid[i]);
-            continue;
-        }
+        if (!keep[i]) continue;
         if (h->world && ranks[i] >= h->world)
             st = ms_error(MS_ERR_FORMAT, "%s: rank %d is outside world %d", paths[i], ranks[i],
                           h->world);
@@ -423,9 +448,7 @@ ms_status trace_hang_load(const char *dir, trace_hang **out) {
         if (st == MS_OK) h->ranks[ranks[i]].rank = ranks[i];
     }
     trace_rank_files_free(ranks, paths, n);
-    free(cur);
-    free(dump_pid);
-    free(log_pid);
+    free(keep);
     if (st == MS_OK) peer_states(h);
     if (st == MS_OK) fill_missing(h);
     if (st == MS_OK) st = find_suspects(h);

@@ -403,6 +403,26 @@ def test_hang_rerun(d):
        "pid 1005" in se, "a dump of an earlier hang is skipped", so + se)
 
 
+def test_hang_smaller_rerun(d):
+    """The job restarted with 2 ranks instead of 4 and hung again: ranks 2
+    and 3 of the first run left their logs and dumps.  The newest dumps'
+    world is analysed; the others are skipped with a warning."""
+    for r in range(4):
+        world, wall = (2, 1.7e9 + 600) if r < 2 else (4, 1.7e9)
+        RankLog(r, world, (world, 1, 1), "h", wall_ns=int(wall * 1e9) - 10**9).write(d)
+        others = [x for x in range(world) if x != r]
+        ops = [("all_reduce", 3, -1, -1, 5.0)] if r != 1 else []
+        hang_dump(d, r, world, (world, 1, 1), "h",
+                  [("dp", list(range(world)), 3 if r != 1 else 2, 2, ops)], pid=1000 + r,
+                  wall_s=wall, unresponsive=[{"rank": x, "heartbeat_age_s": 5.0} for x in others
+                                             if r >= 2])
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and j.get("world") == 2 and [s["rank"] for s in j.get("suspects", [])] == [1] and
+       "hang_r00002.json: skipped: a dump of another run (world 4" in se,
+       "dumps of an earlier run with another world are skipped", so + se)
+
+
 def test_hang_behind(d):
     write_hang(d, behind=6)
     rc, so, se = run("trace", "hang", d, "--json")
@@ -583,6 +603,7 @@ def main():
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
                          ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
+                         ("hang_smaller_rerun", test_hang_smaller_rerun),
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
                          ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid)):
