@@ -388,7 +388,7 @@ static ms_status prepare(merge_ctx *c) {
     c->quoted = calloc((size_t)s->n_strs + 1, sizeof *c->quoted);
     if (!c->ranks || !c->quoted) return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->dir);
     for (int i = 0; i < s->n_strs; i++) {
-        size_t n = 6 * strlen(s->strs[i]) + 3;
+        size_t n = 6 * strlen(s->strs[i]) + 10; /* trace_json_quote keeps 8 spare */
         if (!(c->quoted[i] = malloc(n))) return ms_error(MS_ERR_NOMEM, "out of memory");
         trace_json_quote(c->quoted[i], n, s->strs[i]);
     }

@@ -575,6 +575,15 @@ def test_bad_input(root):
         os.remove(os.path.join(d, f"events_r{r:05d}.jsonl"))
     rc, so, se = run("trace", "merge", d)
     ok(rc == 3 and "no event log has a header line" in se, "only empty logs: bad input", se)
+    d = os.path.join(root, "onechar")  # one-character names were written as ""
+    os.makedirs(d)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    log.span("q", "x", 0, 10)
+    log.write(d)
+    rc, so, se = run("trace", "merge", d, "-o", os.path.join(d, "m.json"))
+    xs = [e for e in json.load(open(os.path.join(d, "m.json")))["traceEvents"]
+          if e.get("ph") == "X"] if rc == 0 else []
+    ok(len(xs) == 1 and xs[0]["name"] == "x" and xs[0]["cat"] == "q", "one-character names", xs)
     d = os.path.join(root, "nofwd")
     os.makedirs(d)
     log = RankLog(0, 1, (1, 1, 1), "h")
