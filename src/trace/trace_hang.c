@@ -132,9 +132,10 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
         st = ms_error(MS_ERR_FORMAT, "%s: not a JSON object (a truncated dump?)", path);
     else if (strcmp(jstr(j, "type", ""), "hang_dump"))
         st = ms_error(MS_ERR_FORMAT, "%s: \"type\" is not \"hang_dump\"", path);
-    else if (!trace_json_int(j, "rank", 0, 1 << 24, &rank) ||
-             !trace_json_int(j, "world", 1, 1 << 24, &world) || rank >= world)
-        st = ms_error(MS_ERR_FORMAT, "%s: needs integer \"rank\" < \"world\"", path);
+    else if (!trace_json_int(j, "rank", 0, TRACE_MAX_WORLD, &rank) ||
+             !trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &world) || rank >= world)
+        st = ms_error(MS_ERR_FORMAT, "%s: needs integer \"rank\" < \"world\" <= %d", path,
+                      TRACE_MAX_WORLD);
     else if (rank != file_rank)
         st = ms_error(MS_ERR_FORMAT, "%s: says rank %lld, the file name rank %d", path,
                       (long long)rank, file_rank);
@@ -381,7 +382,7 @@ static void dump_meta_read(const char *dir, const char *path, int rank, dump_met
     free(text);
     if (!j) return;
     m->pid = trace_json_int(j, "pid", 1, INT32_MAX, &v) ? (int)v : 0;
-    m->world = trace_json_int(j, "world", 1, 1 << 24, &v) ? (int)v : 0;
+    m->world = trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &v) ? (int)v : 0;
     const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
     m->wall_s = cJSON_IsNumber(wall) ? wall->valuedouble : 0;
     snprintf(ev, sizeof ev, "%s/events_r%05d.jsonl", dir, rank);

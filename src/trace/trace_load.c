@@ -50,9 +50,10 @@ static const char *str_of(const cJSON *o, const char *key) {
 /* The header line: rank, world, host, grid place, the clock pair. */
 static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
     int64_t rank, world, v;
-    if (!trace_json_int(j, "rank", 0, 1 << 24, &rank) ||
-        !trace_json_int(j, "world", 1, 1 << 24, &world) || rank >= world)
-        return ms_error(MS_ERR_FORMAT, "%s: header needs integer rank < world", where);
+    if (!trace_json_int(j, "rank", 0, TRACE_MAX_WORLD, &rank) ||
+        !trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &world) || rank >= world)
+        return ms_error(MS_ERR_FORMAT, "%s: header needs integer rank < world <= %d", where,
+                        TRACE_MAX_WORLD);
     l->rank = (int)rank;
     l->world = (int)world;
     const char *host = str_of(j, "host");

@@ -596,6 +596,12 @@ def test_bad_input(root):
     open(os.path.join(d, "hang_r00000.json"), "w").write('{"type":"hang_dump", "rank": 0,')
     rc, so, se = run("trace", "hang", d)
     ok(rc == 3 and "hang_r00000.json" in se, "a truncated dump is named", se)
+    d = os.path.join(root, "hugeworld")  # one damaged dump took 13 GB, 150 s, 3 GB of text
+    os.makedirs(d)
+    hang_dump(d, 0, 1 << 24, (1 << 24, 1, 1), "h", [])
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 3 and "hang_r00000.json" in se and "<= 1048576" in se, "a world too big is refused",
+       f"rc={rc}\n{se}")
     rc, so, se = run("trace", "stragglers", d, "--threshold", "2")
     ok(rc == 2 and "--threshold" in se, "bad option value: usage error", se)
     rc, so, se = run("trace", "frobnicate", d)
