@@ -132,6 +132,9 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
         st = ms_error(MS_ERR_FORMAT, "%s: not a JSON object (a truncated dump?)", path);
     else if (strcmp(jstr(j, "type", ""), "hang_dump"))
         st = ms_error(MS_ERR_FORMAT, "%s: \"type\" is not \"hang_dump\"", path);
+    else if (jint(j, "version", 1) != 1)
+        st = ms_error(MS_ERR_FORMAT, "%s: hang dump version %lld; this build reads version 1", path,
+                      (long long)jint(j, "version", 1));
     else if (!trace_json_int(j, "rank", 0, TRACE_MAX_WORLD, &rank) ||
              !trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &world) || rank >= world)
         st = ms_error(MS_ERR_FORMAT, "%s: needs integer \"rank\" < \"world\" <= %d", path,

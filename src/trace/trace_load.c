@@ -54,6 +54,9 @@ static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
         !trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &world) || rank >= world)
         return ms_error(MS_ERR_FORMAT, "%s: header needs integer rank < world <= %d", where,
                         TRACE_MAX_WORLD);
+    if (trace_json_int(j, "version", INT64_MIN, INT64_MAX, &v) && v != 1)
+        return ms_error(MS_ERR_FORMAT, "%s: event log version %lld; this build reads version 1",
+                        where, (long long)v);
     l->rank = (int)rank;
     l->world = (int)world;
     const char *host = str_of(j, "host");

@@ -563,7 +563,8 @@ def test_bad_input(root):
         if r == 1:
             open(path, "w").close()
         elif r == 2:
-            open(path, "w").write(open(path).read()[:40])
+            text = open(path).read()[:40]
+            open(path, "w").write(text)
         elif r == 4:
             os.remove(path)
     rc, so, se = run("trace", "merge", d)
@@ -596,6 +597,18 @@ def test_bad_input(root):
     open(os.path.join(d, "hang_r00000.json"), "w").write('{"type":"hang_dump", "rank": 0,')
     rc, so, se = run("trace", "hang", d)
     ok(rc == 3 and "hang_r00000.json" in se, "a truncated dump is named", se)
+    d = os.path.join(root, "v2")  # another version of the formats is refused, not misread
+    os.makedirs(d)
+    path = RankLog(0, 1, (1, 1, 1), "h").write(d)
+    text = open(path).read().replace('"version": 1', '"version": 2', 1)
+    open(path, "w").write(text)
+    hang_dump(d, 0, 1, (1, 1, 1), "h", [], version=2)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 3 and f"{path}:1: event log version 2; this build reads version 1" in se,
+       "an event log of another version is refused", f"rc={rc}\n{se}")
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 3 and "hang_r00000.json: hang dump version 2; this build reads version 1" in se,
+       "a hang dump of another version is refused", f"rc={rc}\n{se}")
     d = os.path.join(root, "hugeworld")  # one damaged dump took 13 GB, 150 s, 3 GB of text
     os.makedirs(d)
     hang_dump(d, 0, 1 << 24, (1 << 24, 1, 1), "h", [])
