@@ -228,7 +228,8 @@ static void first_missed(const trace_hang *h, const hang_rank *m, const hang_gro
             const hang_group *gw = w == m || !w->has_dump ? NULL : same_group(w, gm);
             for (int i = 0; gw && i < gw->n_in_flight; i++) {
                 const hang_op *op = &gw->in_flight[i];
-                if (is_p2p(op) || op->peer >= 0 || op->seq <= gm->issued) continue;
+                if (is_p2p(op) || op->peer >= 0 || op->seq <= gm->issued || op->age_s < h->min_age)
+                    continue;
                 if (pass == 0 && (!*first || op->seq < (*first)->seq)) *first = op;
                 if (pass == 1 && op->seq > (*first)->seq && op->seq > seen_max) {
                     (*n_later)++; /* in-flight lists are in seq order */
@@ -286,7 +287,8 @@ static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm
  * in flight and waits in nothing itself. */
 static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group *g,
                             const hang_op *op) {
-    if (strcmp(op->op, "recv") || op->peer < 0 || op->peer >= h->world) return MS_OK;
+    if (strcmp(op->op, "recv") || op->peer < 0 || op->peer >= h->world || op->age_s < h->min_age)
+        return MS_OK;
     hang_rank *p = &h->ranks[op->peer];
     if (!p->has_dump) return MS_OK; /* already a suspect: no dump */
     int waiting = 0;
@@ -299,7 +301,23 @@ static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group 
                    r->rank, (long long)op->tag, g->name, op->age_s, r->rank);
 }
 
+/* An op that the other ranks entered only just before the dumps is where
+ * ranks got to while the job was already stuck: no evidence of who stopped
+ * it.  The ops that count have waited at least half as long as the oldest
+ * (which is about --comm-timeout old). */
+static void set_min_age(trace_hang *h) {
+    double oldest = 0;
+    for (int rk = 0; rk < h->world; rk++)
+        for (int g = 0; g < h->ranks[rk].n_groups; g++)
+            for (int i = 0; i < h->ranks[rk].groups[g].n_in_flight; i++) {
+                double a = h->ranks[rk].groups[g].in_flight[i].age_s;
+                oldest = a > oldest ? a : oldest;
+            }
+    h->min_age = oldest / 2;
+}
+
 static ms_status find_suspects(trace_hang *h) {
+    set_min_age(h);
     for (int rk = 0; rk < h->world; rk++) {
         hang_rank *r = &h->ranks[rk];
         r->oldest_g = r->oldest_i = -1;

@@ -54,7 +54,8 @@ enum {
 
 struct trace_hang {
     char *dir;
-    int top_cls; /* the strongest class of any rank (0: none) */
+    int top_cls;    /* the strongest class of any rank (0: none) */
+    double min_age; /* in-flight ops younger than this are no evidence (half the oldest's age) */
     int world, n_dumps;
     trace_coord shape;
     hang_rank *ranks; /* [world], by global rank */

@@ -459,6 +459,26 @@ def test_hang_blocked(d):
        "a rank behind that waits itself is a note, the idle one the suspect", so + se)
 
 
+def test_hang_young_op(d):
+    """tp2 x pp2, rank 3's training thread stopped (a real run's dumps with
+    --inject-fault hang@4:3): rank 1 has waited 5 s to receive from it; rank 2
+    entered the next all_reduce on 'gate' only 0.2 s before the dumps, which
+    rank 0 (busy, waiting in nothing) had not reached yet.  That young op is
+    no evidence: rank 3 is the one suspect, rank 0 not even a note."""
+    shape = (1, 2, 2)
+    gate = lambda r, issued, ops: ("gate", [0, 1, 2, 3], issued, 2, ops)
+    dumps = {0: [gate(0, 2, [])],
+             1: [gate(1, 2, []), ("embedding", [1, 3], 0, 0, [("recv", 0, 3, 1, 5.0)])],
+             2: [gate(2, 3, [("all_reduce", 3, -1, -1, 0.2)])],
+             3: [gate(3, 2, []), ("embedding", [1, 3], 0, 0, [])]}
+    for r, groups in dumps.items():
+        hang_dump(d, r, 4, shape, "h", groups, reason="timeout" if r == 1 else "peer_request")
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [3] and not j.get("notes"),
+       "an op entered just before the dumps is no evidence", so + se)
+
+
 def test_hang_stale(d):
     """Rank 5 was stopped: the others' dumps say its heartbeat is stale; its
     own late dump says they exited (they gave up on it).  Rank 6 is behind
@@ -633,6 +653,7 @@ def main():
                          ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
+                         ("hang_young_op", test_hang_young_op),
                          ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid)):
             d = os.path.join(root, name)
