@@ -258,10 +258,15 @@ static void align_without_clocks(trace_set *s) {
     }
 }
 
+/* The ranks of a run open their logs together, once the rank grid exists:
+ * seconds apart, not ten minutes. */
+#define TRACE_RUN_SPREAD_NS (600 * 1000000000LL)
+
 /* Keep the logs of the newest run only: DIR may still hold the logs of
  * ranks that an earlier run with a larger world had (a new run replaces
  * only its own ranks' files).  The log with the latest header decides the
- * world; the others are dropped with a warning.  Then say which ranks of
+ * world; the others are dropped with a warning, and one of that world
+ * much older than the newest is warned about.  Then say which ranks of
  * that world have no log. */
 static void keep_one_run(trace_set *s) {
     const trace_log *newest = &s->logs[0];
@@ -271,6 +276,10 @@ static void keep_one_run(trace_set *s) {
     for (int i = 0; i < s->n_logs; i++) {
         trace_log *l = &s->logs[i];
         if (l->world == world) {
+            if (l->wall_ns && newest->wall_ns - l->wall_ns > TRACE_RUN_SPREAD_NS)
+                ms_warn("%s: opened %.0f s before %s, the newest log: one an earlier run left "
+                        "(its rank did not start this time)?",
+                        l->path, (double)(newest->wall_ns - l->wall_ns) / 1e9, newest->path);
             s->logs[n++] = *l;
             continue;
         }

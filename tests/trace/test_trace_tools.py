@@ -572,6 +572,17 @@ def test_bad_input(root):
     rc, so, se = run("trace", "merge", d)
     ok(rc == 0 and "merged 2 rank(s)" in so and "events_r00003.jsonl: skipped" in se,
        "merge skips them too", so + se)
+    # same world, but rank 1 did not start this time: its log is an hour older than rank 0's
+    d = os.path.join(root, "samesize")
+    os.makedirs(d)
+    for r, wall in ((0, 1_700_003_600), (1, 1_700_000_000)):
+        log = RankLog(r, 2, (2, 1, 1), "h", wall_ns=wall * 10**9)
+        log.span("compute", "fwd", 0, 10 * MS, step=1)
+        log.write(d)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "events_r00001.jsonl: opened 3600 s before" in se and
+       "events_r00000.jsonl, the newest log: one an earlier run left" in se,
+       "a log much older than the others is warned about", so + se)
     # a rank whose log is empty (killed before its first flush), one with a cut header, one
     # without a log: the others are merged, and the missing ranks are named
     d = os.path.join(root, "holes")
