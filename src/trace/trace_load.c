@@ -269,22 +269,25 @@ static void align_without_clocks(trace_set *s) {
  * much older than the newest is warned about.  Then say which ranks of
  * that world have no log. */
 static void keep_one_run(trace_set *s) {
-    const trace_log *newest = &s->logs[0];
+    int newest = 0, n = 0;
     for (int i = 1; i < s->n_logs; i++)
-        if (s->logs[i].wall_ns > newest->wall_ns) newest = &s->logs[i];
-    int world = newest->world, n = 0;
+        if (s->logs[i].wall_ns > s->logs[newest].wall_ns) newest = i;
+    /* copied: the loop below moves the logs it keeps */
+    int world = s->logs[newest].world;
+    int64_t wall = s->logs[newest].wall_ns;
+    const char *path = s->logs[newest].path; /* owned by a log that is kept */
     for (int i = 0; i < s->n_logs; i++) {
         trace_log *l = &s->logs[i];
         if (l->world == world) {
-            if (l->wall_ns && newest->wall_ns - l->wall_ns > TRACE_RUN_SPREAD_NS)
+            if (l->wall_ns && wall - l->wall_ns > TRACE_RUN_SPREAD_NS)
                 ms_warn("%s: opened %.0f s before %s, the newest log: one an earlier run left "
                         "(its rank did not start this time)?",
-                        l->path, (double)(newest->wall_ns - l->wall_ns) / 1e9, newest->path);
+                        l->path, (double)(wall - l->wall_ns) / 1e9, path);
             s->logs[n++] = *l;
             continue;
         }
         ms_warn("%s: skipped: a log of another run (world %d; %s, the newest log, says %d)",
-                l->path, l->world, newest->path, world);
+                l->path, l->world, path, world);
         for (int k = 0; k < l->n_spans; k++)
             free(l->spans[k].args);
         free(l->spans);

@@ -583,6 +583,20 @@ def test_bad_input(root):
     ok(rc == 0 and "events_r00001.jsonl: opened 3600 s before" in se and
        "events_r00000.jsonl, the newest log: one an earlier run left" in se,
        "a log much older than the others is warned about", so + se)
+    # the stale log comes first (rank 0 of a 4-rank run; the 6-rank rerun's rank 0 has none):
+    # the newest log (rank 3) is still the one named after the kept logs moved down
+    d = os.path.join(root, "stalefirst")
+    os.makedirs(d)
+    for r in range(6):
+        world = 4 if r == 0 else 6
+        wall = {0: 1_700_000_000, 3: 1_700_009_001, 5: 1_700_000_100}.get(r, 1_700_009_000)
+        log = RankLog(r, world, (world, 1, 1), "h", wall_ns=wall * 10**9)
+        log.span("compute", "fwd", 0, 10 * MS, step=1)
+        log.write(d)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "merged 5 rank(s)" in so and
+       "events_r00005.jsonl: opened 8901 s before " + os.path.join(d, "events_r00003.jsonl") in se,
+       "the newest log is named right after a stale first one", so + se)
     # a rank whose log is empty (killed before its first flush), one with a cut header, one
     # without a log: the others are merged, and the missing ranks are named
     d = os.path.join(root, "holes")
