@@ -41,33 +41,36 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The median of each step's compute time over the ranks of each rank's
- * pipeline stage (0 where none): med[rank index * n_steps + step index].
+/* The median compute time of each shown step over the ranks of each
+ * pipeline stage (0 where none): med[stage[row] * n_cols + column].  Rows
+ * are in ord's order, sorted by pp first, so a stage's rows are together.
  * Stages do different work, so a rank is compared with its own stage. */
-static double *step_medians(const trace_strag *s) {
-    int w = s->n_steps;
-    double *med = calloc((size_t)s->n_ranks * w, sizeof *med);
+static double *step_medians(const trace_strag *s, const layout *L, const int *ord, int *stage) {
+    int w = s->n_steps, nc = L->n_cols, n_stages = 1;
+    for (int row = 0; row < s->n_ranks; row++) {
+        if (row && s->ranks[ord[row]].coord.pp != s->ranks[ord[row - 1]].coord.pp) n_stages++;
+        stage[row] = n_stages - 1;
+    }
+    double *med = calloc((size_t)n_stages * nc + 1, sizeof *med);
     double *tmp = malloc(((size_t)s->n_ranks + 1) * sizeof *tmp);
     if (!med || !tmp) {
         free(med);
         free(tmp);
         return NULL;
     }
-    for (int r0 = 0; r0 < s->n_ranks; r0++) {
-        int pp = s->ranks[r0].coord.pp, first = 1;
-        for (int r = 0; r < r0 && first; r++) /* done with the stage's first rank */
-            first = s->ranks[r].coord.pp != pp;
-        if (!first) continue;
-        for (int st = 0; st < w; st++) {
-            int n = 0;
-            for (int r = r0; r < s->n_ranks; r++)
-                if (s->ranks[r].coord.pp == pp && s->compute_ms[(size_t)r * w + st] >= 0)
-                    tmp[n++] = s->compute_ms[(size_t)r * w + st];
+    for (int a = 0, b; a < s->n_ranks; a = b) {
+        for (b = a + 1; b < s->n_ranks && stage[b] == stage[a];)
+            b++;
+        for (int k = 0; k < nc; k++) {
+            int st = L->first_step - s->first_step + k, n = 0;
+            for (int row = a; row < b; row++) {
+                double c = s->compute_ms[(size_t)ord[row] * w + st];
+                if (c >= 0) tmp[n++] = c;
+            }
             if (!n) continue;
             qsort(tmp, (size_t)n, sizeof *tmp, cmp_d);
-            double m = n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
-            for (int r = r0; r < s->n_ranks; r++)
-                if (s->ranks[r].coord.pp == pp) med[(size_t)r * w + st] = m;
+            med[(size_t)stage[a] * nc + k] =
+                n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
         }
     }
     free(tmp);
@@ -83,15 +86,16 @@ static void text(cairo_t *cr, double x, double y, double size, const char *s, in
 }
 
 static void draw_cells(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,
-                       const double *med) {
+                       const int *stage, const double *med) {
     int w = s->n_steps;
     for (int row = 0; row < s->n_ranks; row++) {
-        const double *c = s->compute_ms + (size_t)ord[row] * w, *m = med + (size_t)ord[row] * w;
+        const double *c = s->compute_ms + (size_t)ord[row] * w;
+        const double *m = med + (size_t)stage[row] * L->n_cols;
         for (int k = 0; k < L->n_cols; k++) {
             int st = L->first_step - s->first_step + k;
             double rgb[3] = {0.85, 0.85, 0.85};
-            if (c[st] >= 0 && m[st] > 0) colour(ratio_t(c[st] / m[st]), rgb);
-            if (c[st] == 0 && m[st] == 0) colour(0.5, rgb);
+            if (c[st] >= 0 && m[k] > 0) colour(ratio_t(c[st] / m[k]), rgb);
+            if (c[st] == 0 && m[k] == 0) colour(0.5, rgb);
             cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
             cairo_rectangle(cr, L->left + k * L->cw, L->top + row * L->ch, L->cw, L->ch);
             cairo_fill(cr);
@@ -198,11 +202,11 @@ static layout make_layout(const trace_strag *s) {
 }
 
 static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,
-                      const double *med) {
+                      const int *stage, const double *med) {
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    draw_cells(cr, s, L, ord, med);
+    draw_cells(cr, s, L, ord, stage, med);
     draw_axes(cr, s, L, ord);
     draw_legend(cr, L);
     char title[4400];
@@ -232,13 +236,9 @@ ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
     if (s->n_steps > MAX_COLS) ms_warn("%s: showing the last %d steps", png_path, MAX_COLS);
     layout L = make_layout(s);
     int *ord = malloc((size_t)s->n_ranks * sizeof *ord);
-    double *med = step_medians(s);
-    if (!ord || !med) {
-        free(ord);
-        free(med);
-        return ms_error(MS_ERR_NOMEM, "%s: out of memory", png_path);
-    }
-    for (int i = 0; i < s->n_ranks; i++) { /* insertion sort by (pp, dp, tp) */
+    int *stage = malloc((size_t)s->n_ranks * sizeof *stage);
+    double *med = NULL;
+    for (int i = 0; ord && i < s->n_ranks; i++) { /* insertion sort by (pp, dp, tp) */
         int j = i;
         while (j > 0 && trace_coord_cmp(s->ranks[ord[j - 1]].coord, s->ranks[i].coord) > 0) {
             ord[j] = ord[j - 1];
@@ -246,9 +246,15 @@ ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
         }
         ord[j] = i;
     }
+    if (ord && stage) med = step_medians(s, &L, ord, stage);
+    if (!med) {
+        free(ord);
+        free(stage);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory", png_path);
+    }
     cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, L.width, L.height);
     cairo_t *cr = cairo_create(sf);
-    ms_status st = draw(cr, s, &L, ord, med);
+    ms_status st = draw(cr, s, &L, ord, stage, med);
     ms_atomic_file af;
     if (st == MS_OK) st = ms_atomic_open(&af, png_path);
     if (st == MS_OK) {
@@ -266,6 +272,7 @@ ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
     cairo_debug_reset_static_data();
     FcFini();
     free(ord);
+    free(stage);
     free(med);
     return st;
 }
