@@ -243,19 +243,30 @@ ms_status trace_log_read_header(const char *path, trace_log *l) {
     return st;
 }
 
-/* Ranks without clock lines: align by their wall clock against the lowest
- * rank that has none either (NTP accuracy; said once). */
+/* Ranks without clock lines: aligned by the wall clocks of their headers
+ * (NTP accuracy) to a rank that has clock lines (and so rank 0's clock),
+ * else to the lowest rank without any either.  Said once. */
 static void align_without_clocks(trace_set *s) {
-    const trace_log *ref = NULL;
-    for (int i = 0; i < s->n_logs; i++)
-        if (s->logs[i].n_clocks == 0 && s->logs[i].wall_ns && !ref) ref = &s->logs[i];
+    const trace_log *ref = NULL, *first = NULL;
+    for (int i = 0; i < s->n_logs && !ref; i++)
+        if (s->logs[i].n_clocks && s->logs[i].wall_ns) ref = &s->logs[i];
+    for (int i = 0; i < s->n_logs && !ref; i++)
+        if (s->logs[i].wall_ns) ref = &s->logs[i];
+    if (!ref) return;
+    /* rank 0's clock at the instant of ref's header */
+    int64_t ref_global = ref->mono_ns + trace_log_offset(ref, ref->mono_ns);
+    int n = 0;
     for (int i = 0; i < s->n_logs; i++) {
         trace_log *l = &s->logs[i];
-        if (l->n_clocks || !ref || !l->wall_ns || l == ref) continue;
-        l->base_offset = (l->wall_ns - l->mono_ns) - (ref->wall_ns - ref->mono_ns);
-        ms_warn("%s: no clock lines; aligned to rank %d by the wall clock (NTP accuracy)", l->path,
-                ref->rank);
+        if (l->n_clocks || !l->wall_ns || l == ref) continue;
+        l->base_offset = ref_global + (l->wall_ns - ref->wall_ns) - l->mono_ns;
+        first = first ? first : l;
+        n++;
     }
+    if (n)
+        ms_warn("%s%s: %d log(s) without clock lines, aligned to rank %d by the wall clock (NTP "
+                "accuracy)",
+                first->path, n > 1 ? " and others" : "", n, ref->rank);
 }
 
 /* The ranks of a run open their logs together, once the rank grid exists:

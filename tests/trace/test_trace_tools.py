@@ -214,6 +214,30 @@ def test_merge_clock_step(d):
        f"{s} {f}")
 
 
+def test_merge_no_clock(d):
+    """Rank 1 of 3 has no clock lines and its host's monotonic clock is an
+    hour ahead: it is aligned by the wall clock to a rank with clock lines
+    (rank 0's clock), not taken as rank 0's clock itself (an hour off)."""
+    def write(rank, mono, lines):
+        header = dict(type="header", version=1, rank=rank, world=3, host=f"h{rank}", pid=1,
+                      mono_ns=mono, wall_ns=1_700_000_000 * 10**9)
+        with open(os.path.join(d, f"events_r{rank:05d}.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in [header] + lines) + "\n")
+    span = lambda t0: dict(type="span", name="fwd", lane="compute", t0=t0, t1=t0 + MS, step=1)
+    clock = lambda mono, off: dict(type="clock", mono_ns=mono, offset_ns=off, err_ns=0)
+    hour = 3600 * 10**9
+    write(0, 0, [clock(0, 0), span(5 * MS)])  # the same instant on every rank: 5 ms after
+    write(1, hour, [span(hour + 5 * MS)])  # the headers (taken at one wall-clock instant)
+    write(2, 7 * MS, [clock(7 * MS, -7 * MS), span(12 * MS)])
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    xs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X"] if rc == 0 else []
+    ts = sorted((e["pid"], e["ts"]) for e in xs)
+    ok(rc == 0 and len(ts) == 3 and max(t for _, t in ts) - min(t for _, t in ts) < 1e-3 and
+       "1 log(s) without clock lines, aligned to rank 0" in se,
+       "a rank without clock lines aligned by the wall clock to the clocked ranks", f"{ts}\n{se}")
+
+
 # ---- 2. stragglers ---------------------------------------------------------------------------
 
 def straggler_logs(d, steps=8):
@@ -672,6 +696,7 @@ def test_bad_input(root):
 def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
+                         ("merge_no_clock", test_merge_no_clock),
                          ("stragglers", test_stragglers),
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
