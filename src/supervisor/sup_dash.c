@@ -224,7 +224,10 @@ int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n
     d->live = c->live;
     snprintf(d->run_dir, sizeof d->run_dir, "%s", c->run_dir);
     char path[4200];
-    snprintf(path, sizeof path, "%s/events.jsonl", c->run_dir);
+    if (c->events && *c->events)
+        snprintf(path, sizeof path, "%s", c->events);
+    else
+        snprintf(path, sizeof path, "%s/events.jsonl", c->run_dir);
     dash_tail_init(&d->events, path);
     snprintf(path, sizeof path, "%s/compute.jsonl", c->run_dir);
     dash_tail_init(&d->compute, path);

@@ -25,10 +25,11 @@
 typedef struct sup_dash sup_dash;
 
 typedef struct {
-    const char *run_dir; /* events.jsonl, compute.jsonl; metrics as job_start names it */
+    const char *run_dir; /* compute.jsonl; metrics as job_start names it */
     const char *bind;    /* NULL: 127.0.0.1 */
     int port;            /* 0: any free port */
     int live;            /* 1: a driver pushes its view (sup_dash_push) */
+    const char *events;  /* the events JSONL (NULL: RUN_DIR/events.jsonl), as `launch --events` */
 } sup_dash_config;
 
 /* Start serving.  0, or -1 with why set (bad address, port taken, no

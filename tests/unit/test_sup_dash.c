@@ -381,7 +381,7 @@ static void test_server(void) {
            "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2,\"pool\":\"node0\"}\n", "w");
     sup_dash *d = NULL;
     char why[256], body[1 << 16], path[512];
-    sup_dash_config c = {tmpdir, NULL, 0, 1};
+    sup_dash_config c = {tmpdir, NULL, 0, 1, NULL};
     T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
     if (!d) return;
     const char *addr = sup_dash_addr(d), *tok = sup_dash_token(d);
@@ -450,6 +450,24 @@ static void test_server(void) {
     sup_dash_stop(d);
 }
 
+/* `launch --events PATH` keeps the events elsewhere: the dashboard reads
+ * them there (it showed no ranks and no events). */
+static void test_events_elsewhere(void) {
+    append(tpath("elsewhere.jsonl"),
+           "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":3,\"pool\":\"node0\"}\n", "w");
+    sup_dash *d = NULL;
+    char why[256], body[1 << 16], path[512];
+    sup_dash_config c = {tpath("no_such_run"), NULL, 0, 0, tpath("elsewhere.jsonl")};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(path, sizeof path, "/api/status?token=%s", sup_dash_token(d));
+    T_EQ_INT(get(sup_dash_addr(d), path, NULL, body, sizeof body), 200);
+    cJSON *st = cJSON_Parse(body);
+    T_EQ_INT(cJSON_GetArraySize(item(st, "ranks")), 3);
+    cJSON_Delete(st);
+    sup_dash_stop(d);
+}
+
 int main(void) {
     if (!ms_tmpdir_make("sup_dash")) return 1;
     test_metrics();
@@ -458,6 +476,7 @@ int main(void) {
     test_tail();
     test_heatlog();
     test_server();
+    test_events_elsewhere();
     ms_tmpdir_remove();
     return ms_test_summary("test_sup_dash");
 }
