@@ -109,12 +109,66 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, unsigned status, con
     return ret;
 }
 
+/* The length of the valid UTF-8 character (RFC 3629: no overlong form, no
+ * surrogate, at most U+10FFFF) at s[0, n), or 0. */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+    unsigned c = s[0], cp, min;
+    size_t len;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, min = 0x80;
+    else if ((c & 0xf0) == 0xe0)
+        len = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (len > n) return 0;
+    cp = c & (0x7fu >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    return cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : len;
+}
+
+/* JSON is UTF-8, but the run's files (a rank's error line, a path) may hold
+ * any bytes, which cJSON passes on: each invalid byte becomes U+FFFD.
+ * *text is replaced (cJSON_free'd) when it changes; -1: out of memory. */
+static int utf8_repair(char **text, size_t *n) {
+    const unsigned char *s = (const unsigned char *)*text;
+    size_t i = 0, k;
+    while (i < *n && (k = utf8_char(s + i, *n - i)) > 0)
+        i += k;
+    if (i == *n) return 0;
+    char *out = cJSON_malloc(3 * *n + 1), *o = out;
+    if (!out) return -1;
+    memcpy(o, s, i);
+    o += i;
+    while (i < *n) {
+        if ((k = utf8_char(s + i, *n - i)) > 0) {
+            memcpy(o, s + i, k);
+            o += k, i += k;
+        } else {
+            memcpy(o, "\xef\xbf\xbd", 3);
+            o += 3, i++;
+        }
+    }
+    *o = 0;
+    cJSON_free(*text);
+    *text = out;
+    *n = (size_t)(o - out);
+    return 0;
+}
+
 static enum MHD_Result send_json(struct MHD_Connection *c, cJSON *o) {
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    if (!text)
+    size_t n = text ? strlen(text) : 0;
+    if (!text || utf8_repair(&text, &n) != 0) {
+        cJSON_free(text);
         return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14);
-    size_t n = strlen(text);
+    }
     enum MHD_Result ret = n > REPLY_MAX ? send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
                                                      "text/plain", "reply too large\n", 16)
                                         : send_reply(c, MHD_HTTP_OK, "application/json", text, n);

@@ -379,6 +379,12 @@ static void *push_loop(void *arg) {
 static void test_server(void) {
     append(tpath("events.jsonl"),
            "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2,\"pool\":\"node0\"}\n", "w");
+    /* bytes that are not UTF-8 (a rank's error line may hold any): the
+     * reply stays JSON, each such byte a U+FFFD */
+    append(tpath("events.jsonl"),
+           "{\"time\":2,\"t\":1,\"event\":\"ctl\",\"why\":\"bad \xff \xc0\xaf \xed\xa0\x80 ok "
+           "\xe2\x82\xac \xe2\x82\"}\n",
+           "a");
     sup_dash *d = NULL;
     char why[256], body[1 << 16], path[512];
     sup_dash_config c = {tmpdir, NULL, 0, 1, NULL};
@@ -409,6 +415,11 @@ static void test_server(void) {
     snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", tok);
     T_EQ_INT(get(addr, "/api/events?since=-1", auth, body, sizeof body), 200);
     T_OK(strstr(body, "\"job_start\"") != NULL);
+    T_OK(
+        strstr(body,
+               "\"why\":\"bad \xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd "
+               "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd ok \xe2\x82\xac \xef\xbf\xbd\xef\xbf\xbd\"") !=
+        NULL);
     T_EQ_INT(get(addr, "/", auth, body, sizeof body), 200);
     T_OK(strstr(body, "{{token}}") == NULL); /* the page has the token filled in */
     T_EQ_INT(get(addr, "/static/chart.js", auth, body, sizeof body), 200);
