@@ -36,7 +36,7 @@
     rows: [], // train steps: {step, wall, loss, lr, grad_norm, tok_s, mfu, ms}
     val: [], // {step, wall, y}
     chartsDirty: false,
-    nextSeq: 0,
+    nextSeq: -1, // the since of the next api/events call (-1: from the first, seq 0)
     events: [],
     faultMarks: [], // {step, time}: dashed lines on every chart
     rankUpGroup: null, // the newest row when it collapses rank_up events
