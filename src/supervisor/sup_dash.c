@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/timeutil.h"
@@ -20,8 +21,15 @@
 #define READ_PER_REFRESH                                                                           \
     (16u << 20) /* bytes of each file per refresh (a long run's first look takes a few) */
 #define REPLY_MAX (64u << 20)
-#define CONN_LIMIT 64
-#define CONN_MEMORY (64u << 10) /* a request's line and headers: more gets 431 / 414 */
+#define CONN_LIMIT 64              /* past it the quietest connection is closed (see on_conn) */
+#define CONN_HARD (2 * CONN_LIMIT) /* libmicrohttpd's own bound, closing ones included */
+#define CONN_MEMORY (64u << 10)    /* a request's line and headers: more gets 431 / 414 */
+
+typedef struct {
+    struct MHD_Connection *c;
+    int fd, shut;
+    double t; /* opened, or the last request it made */
+} dash_conn;
 
 struct sup_dash {
     struct MHD_Daemon *mhd;
@@ -35,6 +43,8 @@ struct sup_dash {
     sup_dash_live view;
     sup_dash_rank *ranks;
     int ranks_cap, have_view;
+    dash_conn conns[CONN_HARD]; /* the server thread's only */
+    int n_conns;
 };
 
 /* ---- the files ------------------------------------------------------------ */
@@ -251,10 +261,52 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     return send_json(c, o);
 }
 
+/* ---- connections ------------------------------------------------------------ */
+
+/* A connection opens (or closes).  Past CONN_LIMIT open ones, the one that
+ * has been quiet the longest (opened, or last asked, longest ago) is shut
+ * down: a client that holds connections without finishing a request (one
+ * header line every few seconds: slowloris) cannot lock others out for
+ * longer than it takes them to connect.  libmicrohttpd then closes it. */
+static void on_conn(void *cls, struct MHD_Connection *c, void **ctx,
+                    enum MHD_ConnectionNotificationCode what) {
+    sup_dash *d = cls;
+    (void)ctx;
+    if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+        for (int i = 0; i < d->n_conns; i++)
+            if (d->conns[i].c == c) {
+                d->conns[i] = d->conns[--d->n_conns];
+                break;
+            }
+        return;
+    }
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info || d->n_conns == CONN_HARD) return;
+    d->conns[d->n_conns++] = (dash_conn){c, info->connect_fd, 0, ms_now()};
+    int open = 0, quiet = -1;
+    for (int i = 0; i < d->n_conns - 1; i++) {
+        if (d->conns[i].shut) continue;
+        open++;
+        if (quiet < 0 || d->conns[i].t < d->conns[quiet].t) quiet = i;
+    }
+    if (open >= CONN_LIMIT && quiet >= 0) {
+        shutdown(d->conns[quiet].fd, SHUT_RDWR);
+        d->conns[quiet].shut = 1;
+    }
+}
+
+/* A request came on c (its line and headers are in). */
+static void conn_asked(sup_dash *d, struct MHD_Connection *c) {
+    for (int i = 0; i < d->n_conns; i++)
+        if (d->conns[i].c == c) d->conns[i].t = ms_now();
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **req) {
     sup_dash *d = cls;
+    conn_asked(d, c);
     if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
         return send_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "", 0);
     if (!authorized(d, c)) return send_reply(c, MHD_HTTP_UNAUTHORIZED, NULL, "", 0);
@@ -295,9 +347,9 @@ int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n
     }
     d->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0, NULL, NULL, handle, d,
-        MHD_OPTION_LISTEN_SOCKET, d->fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)CONN_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_LISTEN_SOCKET, d->fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_HARD,
+        MHD_OPTION_NOTIFY_CONNECTION, on_conn, d, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
     if (!d->mhd) {
         snprintf(why, n, "dashboard: libmicrohttpd could not start its server on %s", d->addr);
         sup_dash_stop(d);

@@ -10,7 +10,8 @@
  * Security: bound to loopback unless asked otherwise; every request must
  * carry the dashboard's token (?token=T or "Authorization: Bearer T"), else
  * 401 with an empty body; only GET and HEAD; a fixed table of paths (no
- * part of a request is ever used as a file name); every reply is bounded.
+ * part of a request is ever used as a file name); every reply is bounded;
+ * at most 64 connections, a 65th closes the quietest (no slowloris).
  *
  * Who calls it: the driver (`megascale launch --dashboard PORT`) and
  * `megascale dashboard RUN_DIR`.  Memory: start allocates, stop frees.

@@ -17,8 +17,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include "base/timeutil.h"
 #include "check.h"
 #include "supervisor/sup_dash_internal.h"
 #include "supervisor/sup_internal.h"
@@ -337,6 +339,8 @@ static int http(const char *addr, const char *req, char *body, size_t n) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
     inet_pton(AF_INET, host, &sa.sin_addr);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = {.tv_sec = 10}; /* a server that does not answer fails, not hangs */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) return close(fd), -1;
     if (write(fd, req, strlen(req)) < 0) return close(fd), -1;
     static char buf[1 << 20];
@@ -461,6 +465,46 @@ static void test_server(void) {
     sup_dash_stop(d);
 }
 
+/* Connections that never finish their request (slowloris: a header line
+ * now and then), more than the server's 64: a real request is still
+ * answered, at once (it was locked out until they went away). */
+static void test_slow_clients(void) {
+    sup_dash *d = NULL;
+    char why[256], body[1 << 16], path[512], host[64];
+    sup_dash_config c = {tmpdir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(host, sizeof host, "%s", sup_dash_addr(d));
+    *strrchr(host, ':') = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(strrchr(sup_dash_addr(d), ':') + 1))};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    enum { N = 80 };
+    static const char slow[] = "GET /api/status HTTP/1.1\r\nHost: x\r\n";
+    int fds[N], n = 0;
+    for (int i = 0; i < N; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) break;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            write(fd, slow, strlen(slow)) != (ssize_t)strlen(slow)) {
+            close(fd);
+            break;
+        }
+        fds[n++] = fd;
+    }
+    T_EQ_INT(n, N);
+    usleep(200000);
+    for (int i = 0; i < n; i++) /* still talking, never done */
+        if (write(fds[i], "X: y\r\n", 6) < 0) continue;
+    snprintf(path, sizeof path, "/api/status?token=%s", sup_dash_token(d));
+    double t0 = ms_now();
+    T_EQ_INT(get(sup_dash_addr(d), path, NULL, body, sizeof body), 200);
+    T_OK(ms_now() - t0 < 5);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    sup_dash_stop(d);
+}
+
 /* `launch --events PATH` keeps the events elsewhere: the dashboard reads
  * them there (it showed no ranks and no events). */
 static void test_events_elsewhere(void) {
@@ -488,6 +532,7 @@ int main(void) {
     test_heatlog();
     test_server();
     test_events_elsewhere();
+    test_slow_clients();
     ms_tmpdir_remove();
     return ms_test_summary("test_sup_dash");
 }
