@@ -524,9 +524,9 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
         rank_coord(m, r, &dp, &pp, &tp);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "rank", r);
-        cJSON_AddNumberToObject(e, "dp", dp);
-        cJSON_AddNumberToObject(e, "pp", pp);
-        cJSON_AddNumberToObject(e, "tp", tp);
+        add_num(e, "dp", m->world ? dp : NAN); /* no layout yet: no coordinates */
+        add_num(e, "pp", m->world ? pp : NAN);
+        add_num(e, "tp", m->world ? tp : NAN);
         cJSON_AddStringToObject(e, "node", x->node);
         cJSON_AddStringToObject(e, "host", x->host);
         cJSON_AddStringToObject(e, "state", RSTATE[s]);
@@ -683,8 +683,11 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
     for (int i = 0; i < np; i++) {
         int r = ord[i].r;
         char label[160];
-        snprintf(label, sizeof label, "r%d dp%d pp%d tp%d %s", r, ord[i].dp, ord[i].pp, ord[i].tp,
-                 m->ranks[r].node);
+        if (m->world)
+            snprintf(label, sizeof label, "r%d dp%d pp%d tp%d %s", r, ord[i].dp, ord[i].pp,
+                     ord[i].tp, m->ranks[r].node);
+        else
+            snprintf(label, sizeof label, "r%d %s", r, m->ranks[r].node);
         cJSON_AddItemToArray(jr, cJSON_CreateNumber(r));
         cJSON_AddItemToArray(jl, cJSON_CreateString(label));
         cJSON *a = cJSON_CreateArray(), *b = cJSON_CreateArray();

@@ -208,6 +208,30 @@ static void test_events(void) {
     dash_model_free(m);
 }
 
+/* Before the metrics' config line (or without one) the layout is not
+ * known: no coordinates (they said pp 0, 1, 2: as many pipeline stages as
+ * ranks), and the heat map's labels have none; then the layout's. */
+static void test_no_layout(void) {
+    dash_model *m = dash_model_new();
+    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
+    cJSON *st = dash_model_status(m, NULL, "run", 2);
+    const cJSON *r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
+    T_OK(cJSON_IsNull(item(r1, "dp")) && cJSON_IsNull(item(r1, "pp")) &&
+         cJSON_IsNull(item(r1, "tp")));
+    cJSON_Delete(st);
+    cJSON *h = dash_model_heatmap(m, DASH_HEAT_COLS);
+    T_OK(!strcmp(cJSON_GetArrayItem(item(h, "labels"), 1)->valuestring, "r1 "));
+    cJSON_Delete(h);
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"layout\":{\"world\":3,\"dp\":3,\"tp\":1,\"pp\":1}}");
+    st = dash_model_status(m, NULL, "run", 2);
+    r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
+    T_EQ_INT(item(r1, "dp")->valueint, 1);
+    T_EQ_INT(item(r1, "pp")->valueint, 0);
+    cJSON_Delete(st);
+    dash_model_free(m);
+}
+
 static void test_heatmap(void) {
     dash_model *m = dash_model_new();
     feed(dash_model_metrics_line, m,
@@ -528,6 +552,7 @@ int main(void) {
     test_metrics();
     test_events();
     test_heatmap();
+    test_no_layout();
     test_tail();
     test_heatlog();
     test_server();
