@@ -36,13 +36,19 @@ struct sup_dash {
     int fd;
     int live;
     char run_dir[4096], token[33], addr[64], url[160];
-    pthread_mutex_t mu; /* the model, the files' readers, the live view */
+    pthread_mutex_t mu; /* the model, the files' readers */
     dash_model *model;
     dash_tail events, metrics, compute;
     double t_refresh;
+    /* the live view as pushed; its own lock, so that a push never waits
+     * for the files to be read (the driver's loop must not stall) */
+    pthread_mutex_t view_mu;
     sup_dash_live view;
     sup_dash_rank *ranks;
     int ranks_cap, have_view;
+    sup_dash_live shown; /* the server thread's copy of it */
+    sup_dash_rank *shown_ranks;
+    int shown_cap;
     dash_conn conns[CONN_HARD]; /* the server thread's only */
     int n_conns;
 };
@@ -85,7 +91,7 @@ static void refresh(sup_dash *d) {
 
 void sup_dash_push(sup_dash *d, const sup_dash_live *l) {
     if (!d) return;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->view_mu);
     if (l->n_ranks > d->ranks_cap) {
         sup_dash_rank *r = realloc(d->ranks, sizeof *r * (size_t)l->n_ranks);
         if (r) d->ranks = r, d->ranks_cap = l->n_ranks;
@@ -96,7 +102,26 @@ void sup_dash_push(sup_dash *d, const sup_dash_live *l) {
         d->view.ranks = d->ranks;
         d->have_view = 1;
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->view_mu);
+}
+
+/* A copy of the live view (the server thread's), or NULL if none was pushed. */
+static const sup_dash_live *live_view(sup_dash *d) {
+    const sup_dash_live *out = NULL;
+    pthread_mutex_lock(&d->view_mu);
+    if (d->have_view && d->view.n_ranks > d->shown_cap) {
+        sup_dash_rank *r = realloc(d->shown_ranks, sizeof *r * (size_t)d->view.n_ranks);
+        if (r) d->shown_ranks = r, d->shown_cap = d->view.n_ranks;
+    }
+    if (d->have_view && d->view.n_ranks <= d->shown_cap) {
+        d->shown = d->view;
+        if (d->view.n_ranks)
+            memcpy(d->shown_ranks, d->view.ranks, sizeof *d->ranks * (size_t)d->view.n_ranks);
+        d->shown.ranks = d->shown_ranks;
+        out = &d->shown;
+    }
+    pthread_mutex_unlock(&d->view_mu);
+    return out;
 }
 
 /* ---- replies ---------------------------------------------------------------- */
@@ -240,13 +265,10 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     cJSON *o = NULL;
     int known = 1;
     static const sup_dash_live none = {.ettr = NAN}; /* a driver that has not pushed yet */
-    if (!strcmp(url, "/api/status"))
-        o = dash_model_status(d->model,
-                              !d->live       ? NULL
-                              : d->have_view ? &d->view
-                                             : &none,
-                              d->run_dir, ms_wall_now());
-    else if (!strcmp(url, "/api/metrics"))
+    if (!strcmp(url, "/api/status")) {
+        const sup_dash_live *live = d->live ? live_view(d) : NULL;
+        o = dash_model_status(d->model, d->live && !live ? &none : live, d->run_dir, ms_wall_now());
+    } else if (!strcmp(url, "/api/metrics"))
         o = dash_model_metrics(d->model, since < 0 ? 0 : since, DASH_METRICS_REPLY);
     else if (!strcmp(url, "/api/events"))
         o = dash_model_events(d->model, since, DASH_EVENTS_REPLY);
@@ -339,6 +361,7 @@ int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n
     dash_tail_init(&d->compute, path);
     dash_tail_init(&d->metrics, "");
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->view_mu, NULL);
     d->t_refresh = -1e9;
     if (sup_listen(c->bind ? c->bind : "127.0.0.1", c->port, &d->fd, d->addr, sizeof d->addr, why,
                    n) != 0) {
@@ -384,6 +407,8 @@ void sup_dash_stop(sup_dash *d) {
     dash_tail_free(&d->compute);
     dash_model_free(d->model);
     pthread_mutex_destroy(&d->mu);
+    pthread_mutex_destroy(&d->view_mu);
     free(d->ranks);
+    free(d->shown_ranks);
     free(d);
 }

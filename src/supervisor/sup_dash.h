@@ -16,7 +16,8 @@
  * Who calls it: the driver (`megascale launch --dashboard PORT`) and
  * `megascale dashboard RUN_DIR`.  Memory: start allocates, stop frees.
  * Thread-safety: sup_dash_push may be called from any one thread while the
- * server runs; the server thread only reads files and the pushed copy.
+ * server runs, and never waits for the server's reading of the files; the
+ * server thread only reads files and the pushed copy.
  */
 #ifndef SUP_DASH_H
 #define SUP_DASH_H

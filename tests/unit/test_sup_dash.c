@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
 
@@ -529,6 +530,65 @@ static void test_slow_clients(void) {
     sup_dash_stop(d);
 }
 
+typedef struct {
+    const char *addr, *path;
+    atomic_int done;
+} asker;
+
+static void *ask_loop(void *arg) {
+    asker *a = arg;
+    static char body[1 << 16];
+    for (int i = 0; i < 2; i++) {
+        get(a->addr, a->path, NULL, body, sizeof body);
+        usleep(260000); /* past the refresh period: each reads another 16 MiB */
+    }
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* The driver's push does not wait while the server reads a long run's
+ * files (16 MiB a look, a quarter of a second): the driver's loop, which
+ * detects the faults, is not held up by a page being opened. */
+static void test_push_not_blocked(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tpath("long"));
+    mkdir(dir, 0700);
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/events.jsonl");
+    FILE *f = fopen(dir, "w");
+    fputs("{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2,\"pool\":\"node0\"}\n", f);
+    for (long n = 0; n < 20l << 20;)
+        n += fprintf(f,
+                     "{\"time\":2,\"t\":1,\"event\":\"anomaly\",\"kind\":\"straggler\",\"rank\":1,"
+                     "\"step\":%ld,\"detail\":\"rank 1 computes at 0.5 of the median speed\"}\n",
+                     n);
+    fclose(f);
+    *strrchr(dir, '/') = 0;
+    sup_dash *d = NULL;
+    char why[256], path[512];
+    sup_dash_config c = {dir, NULL, 0, 1, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(path, sizeof path, "/api/status?token=%s", sup_dash_token(d));
+    asker a;
+    a.addr = sup_dash_addr(d), a.path = path;
+    atomic_init(&a.done, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, ask_loop, &a);
+    sup_dash_rank r[2] = {{SUP_DASH_RUNNING, 0, 0.1, 1}, {SUP_DASH_SLOW, 0, 0.2, 2}};
+    double worst = 0;
+    while (!atomic_load(&a.done)) {
+        sup_dash_live l = {.attempt = 1, .n_ranks = 2, .ranks = r};
+        double t0 = ms_now();
+        sup_dash_push(d, &l);
+        worst = fmax(worst, ms_now() - t0);
+        usleep(1000);
+    }
+    pthread_join(th, NULL);
+    printf("test_sup_dash: the longest push while the server read 20 MiB: %.3f s\n", worst);
+    T_OK(worst < 0.05);
+    sup_dash_stop(d);
+}
+
 /* `launch --events PATH` keeps the events elsewhere: the dashboard reads
  * them there (it showed no ranks and no events). */
 static void test_events_elsewhere(void) {
@@ -558,6 +618,7 @@ int main(void) {
     test_server();
     test_events_elsewhere();
     test_slow_clients();
+    test_push_not_blocked();
     ms_tmpdir_remove();
     return ms_test_summary("test_sup_dash");
 }
