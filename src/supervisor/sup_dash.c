@@ -74,9 +74,11 @@ static void refresh(sup_dash *d) {
     if (now - d->t_refresh < REFRESH_S) return;
     d->t_refresh = now;
     dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d->model, NULL);
+    /* the file job_start names, an absolute path: if it is not there (the
+     * run directory was copied or moved since), the driver's default one */
     const char *mp = dash_model_metrics_path(d->model);
     char want[4200];
-    if (*mp)
+    if (*mp && access(mp, F_OK) == 0)
         snprintf(want, sizeof want, "%s", mp);
     else
         snprintf(want, sizeof want, "%s/metrics.jsonl", d->run_dir);

@@ -589,6 +589,33 @@ static void test_push_not_blocked(void) {
     sup_dash_stop(d);
 }
 
+/* A run directory copied or moved elsewhere: job_start names its metrics
+ * file where it was; the dashboard reads RUN_DIR/metrics.jsonl instead of
+ * showing no curves. */
+static void test_moved_run(void) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s", tpath("moved"));
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    append(path,
+           "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":1,\"metrics\":"
+           "\"/nonexistent/where/it/ran/metrics.jsonl\"}\n",
+           "w");
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    append(path, "{\"step\":1,\"loss\":5}\n{\"step\":2,\"loss\":4}\n", "w");
+    sup_dash *d = NULL;
+    char why[256], body[1 << 16];
+    sup_dash_config c = {dir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(path, sizeof path, "/api/metrics?token=%s", sup_dash_token(d));
+    T_EQ_INT(get(sup_dash_addr(d), path, NULL, body, sizeof body), 200);
+    cJSON *m = cJSON_Parse(body);
+    T_EQ_INT(cJSON_GetArraySize(item(m, "steps")), 2);
+    cJSON_Delete(m);
+    sup_dash_stop(d);
+}
+
 /* `launch --events PATH` keeps the events elsewhere: the dashboard reads
  * them there (it showed no ranks and no events). */
 static void test_events_elsewhere(void) {
@@ -619,6 +646,7 @@ int main(void) {
     test_events_elsewhere();
     test_slow_clients();
     test_push_not_blocked();
+    test_moved_run();
     ms_tmpdir_remove();
     return ms_test_summary("test_sup_dash");
 }
