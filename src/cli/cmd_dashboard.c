@@ -2,6 +2,7 @@
  * finished or running job, served from its run directory's files (the
  * pages and API of `megascale launch --dashboard`, without the driver's
  * live view), until SIGINT or SIGTERM. */
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -41,6 +42,7 @@ int cmd_dashboard(int argc, char **argv) {
     int npos = 0, help = 0, rc = 0;
     ms_status st = opts_parse(dash_opts, N_DASH_OPTS, &o, argc, argv, pos, 2, &npos, &help);
     struct stat sb;
+    struct in_addr addr;
     if (help) {
         opts_print_help(dash_opts, N_DASH_OPTS,
                         "usage: megascale dashboard RUN_DIR [--port P] [--bind ADDR] "
@@ -53,6 +55,11 @@ int cmd_dashboard(int argc, char **argv) {
         rc = cli_fail("dashboard", st);
     } else if (npos != 1) {
         fprintf(stderr, "megascale dashboard: error: one RUN_DIR expected (see --help)\n");
+        rc = 2;
+    } else if (inet_pton(AF_INET, o.bind ? o.bind : "", &addr) != 1) {
+        fprintf(stderr,
+                "megascale dashboard: error: --bind '%s': expected a numeric IPv4 address\n",
+                o.bind ? o.bind : "");
         rc = 2;
     } else if (stat(pos[0], &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "megascale dashboard: error: %s: not a directory\n", pos[0]);

@@ -176,6 +176,11 @@ def browser(url, d, run):
 
 
 def check_offline(run, d):
+    r = subprocess.run([BIN, "dashboard", run, "--bind", "localhost"], capture_output=True,
+                       text=True, timeout=30)
+    ok(r.returncode == 2 and "--bind 'localhost'" in r.stderr,
+       "megascale dashboard --bind localhost: a usage error naming the option (exit 2)",
+       f"{r.returncode} {r.stderr}")
     p = subprocess.Popen([BIN, "dashboard", run, "--port", "0"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
