@@ -50,22 +50,35 @@ struct sup_dash {
     sup_dash_rank *shown_ranks;
     int shown_cap;
     dash_conn conns[CONN_HARD]; /* the server thread's only */
+    long version;               /* lines read (d->mu) */
+    char *heat;                 /* the heat map's reply at heat_version (d->mu) */
+    size_t heat_len;
+    long heat_version;
     int n_conns;
 };
 
 /* ---- the files ------------------------------------------------------------ */
 
+/* Each feeds the model (arg: the sup_dash) and counts a change. */
 static void event_line(void *arg, const char *line, size_t len) {
-    dash_model_event_line(arg, line, len);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_event_line(d->model, line, len);
 }
 static void metrics_line(void *arg, const char *line, size_t len) {
-    dash_model_metrics_line(arg, line, len);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_metrics_line(d->model, line, len);
 }
 static void compute_line(void *arg, const char *line, size_t len) {
-    dash_model_compute_line(arg, line, len);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_compute_line(d->model, line, len);
 }
 static void metrics_replaced(void *arg) {
-    dash_model_metrics_reset(arg);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_metrics_reset(d->model);
 }
 
 /* Read what the files gained (d->mu held). */
@@ -73,7 +86,7 @@ static void refresh(sup_dash *d) {
     double now = ms_now();
     if (now - d->t_refresh < REFRESH_S) return;
     d->t_refresh = now;
-    dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d->model, NULL);
+    dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d, NULL);
     /* the file job_start names, an absolute path: if it is not there (the
      * run directory was copied or moved since), the driver's default one */
     const char *mp = dash_model_metrics_path(d->model);
@@ -85,10 +98,10 @@ static void refresh(sup_dash *d) {
     if (strcmp(want, d->metrics.path)) { /* the events named another metrics file */
         dash_tail_free(&d->metrics);
         dash_tail_init(&d->metrics, want);
-        dash_model_metrics_reset(d->model);
+        metrics_replaced(d);
     }
-    dash_tail_read(&d->metrics, READ_PER_REFRESH, metrics_line, d->model, metrics_replaced);
-    dash_tail_read(&d->compute, READ_PER_REFRESH, compute_line, d->model, NULL);
+    dash_tail_read(&d->metrics, READ_PER_REFRESH, metrics_line, d, metrics_replaced);
+    dash_tail_read(&d->compute, READ_PER_REFRESH, compute_line, d, NULL);
 }
 
 void sup_dash_push(sup_dash *d, const sup_dash_live *l) {
@@ -198,17 +211,30 @@ static int utf8_repair(char **text, size_t *n) {
     return 0;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, cJSON *o) {
+/* o as JSON text (o is deleted); NULL when out of memory. */
+static char *json_text(cJSON *o, size_t *n) {
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
-    size_t n = text ? strlen(text) : 0;
-    if (!text || utf8_repair(&text, &n) != 0) {
+    *n = text ? strlen(text) : 0;
+    if (text && utf8_repair(&text, n) != 0) {
         cJSON_free(text);
-        return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14);
+        text = NULL;
     }
-    enum MHD_Result ret = n > REPLY_MAX ? send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-                                                     "text/plain", "reply too large\n", 16)
-                                        : send_reply(c, MHD_HTTP_OK, "application/json", text, n);
+    return text;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, const char *text, size_t n) {
+    if (!text)
+        return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14);
+    if (n > REPLY_MAX)
+        return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "reply too large\n", 16);
+    return send_reply(c, MHD_HTTP_OK, "application/json", text, n);
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, cJSON *o) {
+    size_t n;
+    char *text = json_text(o, &n);
+    enum MHD_Result ret = send_text(c, text, n);
     cJSON_free(text);
     return ret;
 }
@@ -274,9 +300,16 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
         o = dash_model_metrics(d->model, since < 0 ? 0 : since, DASH_METRICS_REPLY);
     else if (!strcmp(url, "/api/events"))
         o = dash_model_events(d->model, since, DASH_EVENTS_REPLY);
-    else if (!strcmp(url, "/api/heatmap"))
-        o = dash_model_heatmap(d->model, DASH_HEAT_COLS);
-    else if (!strcmp(url, "/api/checkpoints"))
+    else if (!strcmp(url, "/api/heatmap")) { /* the dearest: made again only when a line came */
+        if (!d->heat || d->heat_version != d->version) {
+            cJSON_free(d->heat);
+            d->heat = json_text(dash_model_heatmap(d->model, DASH_HEAT_COLS), &d->heat_len);
+            d->heat_version = d->version;
+        }
+        enum MHD_Result ret = send_text(c, d->heat, d->heat_len); /* copied */
+        pthread_mutex_unlock(&d->mu);
+        return ret;
+    } else if (!strcmp(url, "/api/checkpoints"))
         o = dash_model_checkpoints(d->model);
     else
         known = 0;
@@ -412,5 +445,6 @@ void sup_dash_stop(sup_dash *d) {
     pthread_mutex_destroy(&d->view_mu);
     free(d->ranks);
     free(d->shown_ranks);
+    cJSON_free(d->heat);
     free(d);
 }

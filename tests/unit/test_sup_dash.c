@@ -589,6 +589,91 @@ static void test_push_not_blocked(void) {
     sup_dash_stop(d);
 }
 
+/* GET path: the whole reply (malloc'd, NUL-terminated), its status in *code. */
+static char *get_all(const char *addr, const char *path, int *code) {
+    char host[64], req[1024];
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    *colon = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = {.tv_sec = 30};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    size_t len = 0, cap = 1 << 20;
+    char *buf = malloc(cap + 1);
+    *code = -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && write(fd, req, strlen(req)) > 0) {
+        ssize_t got;
+        while ((got = read(fd, buf + len, cap - len)) > 0)
+            if ((len += (size_t)got) == cap) buf = realloc(buf, (cap *= 2) + 1);
+    }
+    close(fd);
+    buf[len] = 0;
+    sscanf(buf, "HTTP/1.%*d %d", code);
+    return buf;
+}
+
+/* The heat map of a big job (400000 cells: about a second of the server's
+ * thread, with the model locked) is made again only when a line came: the
+ * page asks for it every second. */
+static void test_heatmap_cached(void) {
+    char dir[512], path[600], line[64];
+    snprintf(dir, sizeof dir, "%s", tpath("big"));
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    append(path, "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2048}\n", "w");
+    snprintf(path, sizeof path, "%s/compute.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    for (int s = 1; s <= 200; s++) {
+        fprintf(f, "{\"step\":%d,\"compute_ms\":[", s);
+        for (int r = 0; r < 2048; r++)
+            fprintf(f, "%s%.3f", r ? "," : "", 10 + (r * 7 + s) % 13 * 0.1);
+        fputs("]}\n", f);
+    }
+    fclose(f);
+    sup_dash *d = NULL;
+    char why[256], url[256];
+    sup_dash_config c = {dir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(url, sizeof url, "/api/heatmap?token=%s", sup_dash_token(d));
+    int code1, code2, code3;
+    double t0 = ms_now();
+    char *a = get_all(sup_dash_addr(d), url, &code1);
+    double t1 = ms_now();
+    usleep(300000); /* a refresh, with nothing new */
+    double t2 = ms_now();
+    char *b = get_all(sup_dash_addr(d), url, &code2);
+    double t3 = ms_now();
+    printf("test_sup_dash: the heat map of 2048 ranks x 200 steps: %.3f s, again %.3f s\n", t1 - t0,
+           t3 - t2);
+    T_EQ_INT(code1, 200);
+    T_EQ_INT(code2, 200);
+    const char *ba = strstr(a, "\r\n\r\n"), *bb = strstr(b, "\r\n\r\n"); /* not the Date */
+    T_OK(ba && bb && strlen(ba) > 1000000 && !strcmp(ba, bb));
+    T_OK(t3 - t2 < (t1 - t0) / 4);
+    /* a new row: made again, with it */
+    snprintf(line, sizeof line, "{\"step\":201,\"compute_ms\":[");
+    FILE *g = fopen(path, "a");
+    fputs(line, g);
+    for (int r = 0; r < 2048; r++)
+        fprintf(g, "%s5", r ? "," : "");
+    fputs("]}\n", g);
+    fclose(g);
+    usleep(300000);
+    char *e = get_all(sup_dash_addr(d), url, &code3);
+    const char *body = strstr(e, "\r\n\r\n");
+    cJSON *h = body ? cJSON_Parse(body + 4) : NULL;
+    const cJSON *steps = item(h, "steps");
+    T_EQ_INT(code3, 200);
+    T_EQ_INT(cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1)->valueint, 201);
+    cJSON_Delete(h);
+    free(a), free(b), free(e);
+    sup_dash_stop(d);
+}
+
 /* A run directory copied or moved elsewhere: job_start names its metrics
  * file where it was; the dashboard reads RUN_DIR/metrics.jsonl instead of
  * showing no curves. */
@@ -647,6 +732,7 @@ int main(void) {
     test_slow_clients();
     test_push_not_blocked();
     test_moved_run();
+    test_heatmap_cached();
     ms_tmpdir_remove();
     return ms_test_summary("test_sup_dash");
 }
