@@ -159,12 +159,14 @@ void dash_model_metrics_reset(dash_model *m) {
 }
 
 /* Past the cap, every other older point goes (the newest stays): a long
- * run's curve thins out towards its start. */
+ * run's curve thins out towards its start.  Points were dropped: a new
+ * epoch, so that clients take the thinned curve instead of keeping all. */
 static void thin_points(dash_model *m) {
     int k = 0;
     for (int i = 0; i < m->n_pts; i++)
         if (i % 2 == 0 || i == m->n_pts - 1) m->pts[k++] = m->pts[i];
     m->n_pts = k;
+    m->epoch++;
 }
 
 static void on_config(dash_model *m, const cJSON *o) {

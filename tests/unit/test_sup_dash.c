@@ -98,12 +98,22 @@ static void test_metrics(void) {
     r = dash_model_metrics(m, 0, 100);
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 0);
     cJSON_Delete(r);
-    /* a long run thins out but keeps its newest point and its order */
-    for (int s = 1; s <= DASH_MAX_POINTS + 10; s++) {
+    /* a long run thins out but keeps its newest point and its order; points
+     * were dropped, so the epoch changes (clients fetch the thinned curve,
+     * else a page open for a long run keeps every point it was sent) */
+    for (int s = 1; s <= DASH_MAX_POINTS; s++) {
+        snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1,\"wall\":%d}", s, s);
+        feed(dash_model_metrics_line, m, line);
+    }
+    r = dash_model_metrics(m, 0, 1);
+    epoch = (long)item(r, "epoch")->valuedouble;
+    cJSON_Delete(r);
+    for (int s = DASH_MAX_POINTS + 1; s <= DASH_MAX_POINTS + 10; s++) {
         snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1,\"wall\":%d}", s, s);
         feed(dash_model_metrics_line, m, line);
     }
     r = dash_model_metrics(m, 0, DASH_MAX_POINTS);
+    T_OK((long)item(r, "epoch")->valuedouble != epoch);
     int n = cJSON_GetArraySize(item(r, "steps")), sorted = 1, prev = 0;
     for (const cJSON *p = item(r, "steps")->child; p; p = p->next) {
         sorted &= p->child->valueint > prev;
