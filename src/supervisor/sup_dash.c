@@ -50,11 +50,11 @@ struct sup_dash {
     sup_dash_rank *shown_ranks;
     int shown_cap;
     dash_conn conns[CONN_HARD]; /* the server thread's only */
-    long version;               /* lines read (d->mu) */
-    char *heat;                 /* the heat map's reply at heat_version (d->mu) */
+    int n_conns;
+    long version; /* lines read (d->mu) */
+    char *heat;   /* the heat map's reply at heat_version (d->mu) */
     size_t heat_len;
     long heat_version;
-    int n_conns;
 };
 
 /* ---- the files ------------------------------------------------------------ */
