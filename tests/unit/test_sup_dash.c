@@ -6,7 +6,9 @@
  * writes, and the server itself: the token (401 with an empty body), the
  * fixed paths (404, nothing from the file system), the methods, while
  * another thread pushes the live view (run under ThreadSanitizer by `make
- * tsan`). */
+ * tsan`); replies that stay UTF-8, the events where `launch --events` put
+ * them, slow clients past the connection bound, a push that never waits for
+ * the files, a moved run directory, the heat map made once per change. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <math.h>
