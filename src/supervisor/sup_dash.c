@@ -151,6 +151,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, unsigned status, con
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "Referrer-Policy", "no-referrer"); /* the token is in the URL */
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, "Allow", "GET, HEAD");
     MHD_add_response_header(r, "Content-Security-Policy",
                             "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' "
                             "data:; frame-ancestors 'none'");

@@ -601,8 +601,9 @@ static void test_push_not_blocked(void) {
     sup_dash_stop(d);
 }
 
-/* GET path: the whole reply (malloc'd, NUL-terminated), its status in *code. */
-static char *get_all(const char *addr, const char *path, int *code) {
+/* METHOD path: the whole reply, headers and body (malloc'd, NUL-terminated),
+ * its status in *code. */
+static char *get_all(const char *addr, const char *method, const char *path, int *code) {
     char host[64], req[1024];
     snprintf(host, sizeof host, "%s", addr);
     char *colon = strrchr(host, ':');
@@ -612,7 +613,7 @@ static char *get_all(const char *addr, const char *path, int *code) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct timeval tv = {.tv_sec = 30};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    snprintf(req, sizeof req, "GET %s HTTP/1.0\r\nHost: x\r\n\r\n", path);
+    snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: x\r\n\r\n", method, path);
     size_t len = 0, cap = 1 << 20;
     char *buf = malloc(cap + 1);
     *code = -1;
@@ -653,11 +654,11 @@ static void test_heatmap_cached(void) {
     snprintf(url, sizeof url, "/api/heatmap?token=%s", sup_dash_token(d));
     int code1, code2, code3;
     double t0 = ms_now();
-    char *a = get_all(sup_dash_addr(d), url, &code1);
+    char *a = get_all(sup_dash_addr(d), "GET", url, &code1);
     double t1 = ms_now();
     usleep(300000); /* a refresh, with nothing new */
     double t2 = ms_now();
-    char *b = get_all(sup_dash_addr(d), url, &code2);
+    char *b = get_all(sup_dash_addr(d), "GET", url, &code2);
     double t3 = ms_now();
     printf("test_sup_dash: the heat map of 2048 ranks x 200 steps: %.3f s, again %.3f s\n", t1 - t0,
            t3 - t2);
@@ -675,7 +676,7 @@ static void test_heatmap_cached(void) {
     fputs("]}\n", g);
     fclose(g);
     usleep(300000);
-    char *e = get_all(sup_dash_addr(d), url, &code3);
+    char *e = get_all(sup_dash_addr(d), "GET", url, &code3);
     const char *body = strstr(e, "\r\n\r\n");
     cJSON *h = body ? cJSON_Parse(body + 4) : NULL;
     const cJSON *steps = item(h, "steps");
@@ -713,6 +714,23 @@ static void test_moved_run(void) {
     sup_dash_stop(d);
 }
 
+/* A method other than GET and HEAD: 405 with the Allow header HTTP asks
+ * for (it had none). */
+static void test_method_not_allowed(void) {
+    sup_dash *d = NULL;
+    char why[256], url[256];
+    sup_dash_config c = {tmpdir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(url, sizeof url, "/api/status?token=%s", sup_dash_token(d));
+    int code;
+    char *r = get_all(sup_dash_addr(d), "DELETE", url, &code);
+    T_EQ_INT(code, 405);
+    T_OK(strstr(r, "\r\nAllow: GET, HEAD\r\n") != NULL);
+    free(r);
+    sup_dash_stop(d);
+}
+
 /* `launch --events PATH` keeps the events elsewhere: the dashboard reads
  * them there (it showed no ranks and no events). */
 static void test_events_elsewhere(void) {
@@ -741,6 +759,7 @@ int main(void) {
     test_heatlog();
     test_server();
     test_events_elsewhere();
+    test_method_not_allowed();
     test_slow_clients();
     test_push_not_blocked();
     test_moved_run();
