@@ -114,8 +114,8 @@ ms_status train_overlap_parse(const char *s, int *mask) {
 
 int train_dp_of(const train_config *tc, int world) {
     if (tc->dp > 0) return tc->dp;
-    int tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1;
-    return world % (tp * pp) == 0 ? world / (tp * pp) : 0;
+    long long tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1; /* 2^16 x 2^16 */
+    return world % (tp * pp) == 0 ? (int)(world / (tp * pp)) : 0;
 }
 
 ms_status train_check_layout(const train_config *tc, int world, int *dp) {
@@ -128,12 +128,12 @@ ms_status train_check_layout(const train_config *tc, int world, int *dp) {
                         tc->vpp);
     if (*dp == 0)
         return ms_error(MS_ERR_ARG,
-                        "the job has %d ranks, which --tp %d x --pp %d = %d does not divide "
+                        "the job has %d ranks, which --tp %d x --pp %d = %lld does not divide "
                         "(--dp is not given, so it would be world / (tp x pp))",
-                        world, tp, pp, tp * pp);
-    if ((long)tp * pp * *dp != world)
-        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %ld",
-                        world, tp, pp, *dp, (long)tp * pp * *dp);
+                        world, tp, pp, (long long)tp * pp);
+    if ((long long)tp * pp * *dp != world)
+        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %lld",
+                        world, tp, pp, *dp, (long long)tp * pp * *dp);
     return MS_OK;
 }
 

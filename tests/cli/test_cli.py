@@ -404,6 +404,12 @@ def test_option_ranges(d, base):
                  "--tokens must be in [0,16777216]", what="sample --tokens near 2^31 is refused")
     expect_error(["sample", "--weights", "w.safetensors", "--temperature", "nan"],
                  "--temperature expects a finite number", what="sample --temperature nan")
+    # --tp x --pp past 2^31 (each in range): was a SIGFPE (int product 0)
+    for cmd in ([*base, "--steps", "1"],
+                ["eval", "--weights", "w.safetensors", "--val-data", "v.bin"]):
+        expect_error([*cmd, "--tp", "65536", "--pp", "65536"],
+                     "the job has 1 ranks, which --tp 65536 x --pp 65536 = 4294967296 does not "
+                     "divide", what=f"{cmd[0]} --tp 65536 --pp 65536 is refused, not a crash")
     _, out, _ = run("train", "--help")
     ok(re.search(r"^  --beta1 X .*\[0\.9\] \(in \[0,1\)\)$", out, re.M)
        and re.search(r"^  --threads N .*\(in \[0,1024\]\)$", out, re.M),
