@@ -755,6 +755,11 @@ def main():
                  "[0, 256)", what="sample: an id out of the vocabulary")
     expect_error(["sample", "--weights", w1, "--tokens", "2147483647"], "--tokens must be in",
                  what="sample: --tokens too large (was a signed overflow)")
+    # --heads against a file that says: an error, as eval's (it was silently ignored)
+    expect_error(["sample", "--weights", w1, "--heads", "3", "--tokens", "1"],
+                 "--heads 3 disagrees with", "which holds 2", what="sample: --heads contradicts")
+    expect_error(["sample", "--weights", w1, "--heads", "-1"], "--heads must be >= 0",
+                 what="sample: --heads -1")
     # a model with more ids than bytes: an id >= 256 is shown as itself, not as id % 256
     w512 = os.path.join(d, "w512.safetensors")
     tiny512 = [x if x != "256" else "512" for x in base]
