@@ -404,6 +404,10 @@ def test_option_ranges(d, base):
                  "--tokens must be in [0,16777216]", what="sample --tokens near 2^31 is refused")
     expect_error(["sample", "--weights", "w.safetensors", "--temperature", "nan"],
                  "--temperature expects a finite number", what="sample --temperature nan")
+    # a --dim past 2^20: named (the model's size in bytes overflowed: "cannot allocate
+    # 18989781275446.8 MB")
+    expect_error([*base, "--steps", "1", "--dim", "1518500250", "--heads", "1"],
+                 "dim must be in 1..1048576 (got 1518500250)", what="--dim 1518500250")
     # --tp x --pp past 2^31 (each in range): was a SIGFPE (int product 0)
     for cmd in ([*base, "--steps", "1"],
                 ["eval", "--weights", "w.safetensors", "--val-data", "v.bin"]):
