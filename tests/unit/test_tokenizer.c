@@ -583,6 +583,19 @@ static void test_custom_pattern(const data_tokenizer *gpt2) {
     T_EQ_INT(data_tok_next_cut(gpt2, "a\nb", 3, 0), 2);
     T_EQ_INT(data_tok_next_cut(gpt2, "a \nb", 4, 0), 4);
     data_tok_free(t);
+    /* A match that outgrows PCRE2's default JIT stack (a group repeated 10^5
+     * times) runs again on a large one: one piece, as the interpreter gives. */
+    t = custom_tokenizer("(?:ab)+|[^a]", "\ny");
+    if (t) {
+        n = 0;
+        for (int k = 0; k < 100000; k++)
+            s[n++] = 'a', s[n++] = 'b';
+        s[n++] = '\n', s[n++] = 'y';
+        T_OK(encode(t, s, n, &a));
+        T_EQ_INT(a.n, 200002); /* 2 x 10^5 bytes, then '\n', 'y' */
+        T_OK(round_trip(t, s, n, &a));
+    }
+    data_tok_free(t);
     free(s);
     free(a.v);
     free(p.v);
