@@ -27,6 +27,13 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
             if (chk[i].want > 0 && chk[i].want != chk[i].have)
                 return ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
                                 chk[i].want, tc->init_from, chk[i].have);
+        gpt_block b;
+        if (tc->block && *tc->block) {
+            MS_TRY(gpt_block_parse(tc->block, &b));
+            if (b != c.block)
+                return ms_error(MS_ERR_ARG, "--block %s disagrees with %s, which holds a %s block",
+                                tc->block, tc->init_from, gpt_block_name(c.block));
+        }
         if (tc->attn_window > 0) c.attn_window = tc->attn_window;
     } else {
         MS_TRY(gpt_config_preset(&c, tc->model && *tc->model ? tc->model : "d6"));

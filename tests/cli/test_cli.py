@@ -564,6 +564,15 @@ def test_save_dtype(d, base, val):
     rc, _, err = run(*base, "--steps", "1", "--block", "parallel", "--save-weights", par)
     ok(rc == 0 and not os.path.exists(os.path.join(d, "par.config.json")) and
        "not GPT-2's architecture" in err, "no config.json for a parallel block", err)
+    # --block against an --init-from file: it was silently ignored (a serial block trained)
+    rc, _, err = run(*base, "--steps", "1", "--init-from", par)
+    ok(rc == 0 and "parallel block" in err, "--init-from a parallel block's weights", err)
+    expect_error([*base, "--steps", "1", "--init-from", par, "--block", "serial"],
+                 "--block serial disagrees with", "which holds a parallel block",
+                 what="--block contradicting --init-from")
+    expect_error([*base, "--steps", "1", "--init-from", b16, "--block", "parallel"],
+                 "--block parallel disagrees with", "which holds a serial block",
+                 what="--block parallel on a serial model's weights")
 
 
 def test_resume_record(d, train):
