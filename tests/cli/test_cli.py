@@ -396,6 +396,9 @@ def test_option_ranges(d, base):
     expect_error([*base, "--steps", "1"], "environment MS_NONFINITE_REDO", "--nonfinite-redo",
                  what="an environment value is held to the range",
                  env=clean_env(MS_NONFINITE_REDO="-2"))
+    # a negative count showed every token of the shard
+    expect_error(["data", "inspect", "x.bin", "--count", "-5"], "--count must be >= 0",
+                 what="data inspect --count -5")
     for cmd in (["sample", "--weights", "w.safetensors"], ["data", "inspect", "x.bin"],
                 ["diag"]):
         expect_error([*cmd, "--threads", "100000"], "--threads must be in [0,1024]",
