@@ -381,7 +381,8 @@ def test_option_ranges(d, base):
                              ("--eps", "0", "> 0"), ("--grad-clip", "nan", "finite"),
                              ("--threads", "100000", "in [0,1024]"), ("--dp", "0", "[1,65536]"),
                              ("--micro-batch", "-1", "[0,"), ("--val-batches", "0", ">= 1"),
-                             ("--comm-timeout", "0", "> 0"), ("--steps", "0", ">= 1"),
+                             ("--comm-timeout", "0", "in (0,1e6]"),
+                             ("--comm-timeout", "1e300", "in (0,1e6]"), ("--steps", "0", ">= 1"),
                              ("--steps", "3000000000", "must be at most 2147483647")]:
         if os.path.exists(mp):
             os.remove(mp)
