@@ -103,13 +103,14 @@ ms_status data_tok_encode_parallel(const data_tokenizer *t, const char *text, si
  * MS_ERR_RANGE naming the id and its position. */
 /* The first place i at or after byte offset `from` where text[0, len) can
  * be cut without changing its ids: encoding text[0, i) and text[i, len)
- * apart gives the ids of the whole.  len when there is none.  For GPT-2's pattern (the shipped and the trained
- * tokenizers) it is just after a '\n' that follows a printable non-space
- * ASCII byte (0x21-0x7e) and precedes another one: there the regex ends a
- * piece at the '\n' and starts one after it, no piece spans the cut and no
- * look-ahead crosses it.  A tokenizer file with another pattern may match
- * across a '\n' (`[^ ]+| +`), so it has no such place (len).  t NULL
- * stands for one token per byte: every place is one (from, or len). */
+ * apart gives the ids of the whole.  len when there is none.  For GPT-2's
+ * pattern (the shipped and the trained tokenizers) it is just after a '\n'
+ * that follows a printable non-space ASCII byte (0x21-0x7e) and precedes
+ * another one: there the regex ends a piece at the '\n' and starts one
+ * after it, no piece spans the cut and no look-ahead crosses it.  A
+ * tokenizer file with another pattern may match across a '\n' (`[^ ]+| +`),
+ * so it has no such place (len).  t NULL stands for one token per byte:
+ * every place is one (from, or len). */
 size_t data_tok_next_cut(const data_tokenizer *t, const char *text, size_t len, size_t from);
 
 ms_status data_tok_decode(const data_tokenizer *t, const uint32_t *ids, size_t n, char **out,
