@@ -2,6 +2,7 @@
  * finished or running job, served from its run directory's files (the
  * pages and API of `megascale launch --dashboard`, without the driver's
  * live view), until SIGINT or SIGTERM. */
+#include <arpa/inet.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 typedef struct {
     int port;
     char *bind;
+    char *events;
 } dash_cli;
 
 static const opts_spec dash_opts[] = {
@@ -22,6 +24,9 @@ static const opts_spec dash_opts[] = {
      "[0,65535]", 0},
     {"bind", OPT_T_STR, offsetof(dash_cli, bind), "127.0.0.1",
      "the address (loopback unless you mean to show it to other hosts)", NULL, NULL, 0},
+    {"events", OPT_T_STR, offsetof(dash_cli, events), NULL,
+     "the events JSONL, where the job's `launch --events` put it (default RUN_DIR/events.jsonl)",
+     NULL, NULL, 0},
 };
 #define N_DASH_OPTS ((int)(sizeof dash_opts / sizeof dash_opts[0]))
 
@@ -37,9 +42,11 @@ int cmd_dashboard(int argc, char **argv) {
     int npos = 0, help = 0, rc = 0;
     ms_status st = opts_parse(dash_opts, N_DASH_OPTS, &o, argc, argv, pos, 2, &npos, &help);
     struct stat sb;
+    struct in_addr addr;
     if (help) {
         opts_print_help(dash_opts, N_DASH_OPTS,
-                        "usage: megascale dashboard RUN_DIR [--port P] [--bind ADDR]\n\n"
+                        "usage: megascale dashboard RUN_DIR [--port P] [--bind ADDR] "
+                        "[--events PATH]\n\n"
                         "Serves the dashboard of the job whose `megascale launch --run-dir` "
                         "was RUN_DIR, from its files (events.jsonl, compute.jsonl and the "
                         "metrics the events name), live while it runs; prints the URL with "
@@ -49,20 +56,28 @@ int cmd_dashboard(int argc, char **argv) {
     } else if (npos != 1) {
         fprintf(stderr, "megascale dashboard: error: one RUN_DIR expected (see --help)\n");
         rc = 2;
+    } else if (inet_pton(AF_INET, o.bind ? o.bind : "", &addr) != 1) {
+        fprintf(stderr,
+                "megascale dashboard: error: --bind '%s': expected a numeric IPv4 address\n",
+                o.bind ? o.bind : "");
+        rc = 2;
     } else if (stat(pos[0], &sb) != 0 || !S_ISDIR(sb.st_mode)) {
         fprintf(stderr, "megascale dashboard: error: %s: not a directory\n", pos[0]);
         rc = 3;
     } else {
         char events[4200];
-        snprintf(events, sizeof events, "%s/events.jsonl", pos[0]);
+        if (o.events && *o.events)
+            snprintf(events, sizeof events, "%s", o.events);
+        else
+            snprintf(events, sizeof events, "%s/events.jsonl", pos[0]);
         if (access(events, R_OK) != 0)
             fprintf(stderr,
                     "megascale dashboard: warning: %s: no events file (yet): is RUN_DIR "
-                    "the --run-dir of a `megascale launch`?\n",
+                    "the --run-dir of a `megascale launch` (and --events its --events)?\n",
                     events);
         sup_dash *d = NULL;
         char why[512];
-        sup_dash_config c = {pos[0], o.bind, o.port, 0};
+        sup_dash_config c = {pos[0], o.bind, o.port, 0, o.events};
         if (sup_dash_start(&d, &c, why, sizeof why) != 0) {
             fprintf(stderr, "megascale dashboard: error: %s\n", why);
             rc = 1;

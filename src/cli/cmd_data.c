@@ -45,7 +45,7 @@ static const opts_spec data_opts[] = {
     O("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "tokens per training shard"),
     O("vocab-size", OPT_T_INT, vocab_size, "4096", "vocabulary size (tokenizer-train)"),
     R("threads", OPT_T_INT, threads, "0", "[0,1024]", "encoding threads (0: all cores)"),
-    O("count", OPT_T_INT, count, "32", "tokens to show (inspect)"),
+    R("count", OPT_T_INT, count, "32", "[0,)", "tokens to show (inspect)"),
     O("jsonl-field", OPT_T_STR, jsonl_field, "text",
       "the member of each JSON object that holds the text, in .jsonl inputs"),
     R("jsonl-skip-bad", OPT_T_INT, jsonl_skip_bad, "0", "[0,1]",

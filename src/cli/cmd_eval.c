@@ -61,7 +61,7 @@ static const opts_spec eval_opts[] = {
        "cpu: fp32, or bf16 (activations and GEMMs in bf16; needs AVX512-BF16 or AMX)"),
     OE("cuda-fuse-gelu", OPT_T_INT, tc.cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU", "[0,1]",
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
-    OEL("comm-timeout", OPT_T_DOUBLE, tc.comm_timeout, "300", "MS_COMM_TIMEOUT", "(0,)",
+    OEL("comm-timeout", OPT_T_DOUBLE, tc.comm_timeout, "300", "MS_COMM_TIMEOUT", "(0,1e6]",
         "seconds a collective may take before it fails, naming the missing ranks"),
     OEL("comm-nccl-sync", OPT_T_INT, tc.comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC", "[0,1]",
         "1: a wait on an NCCL op blocks the host"),

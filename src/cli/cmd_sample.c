@@ -24,8 +24,8 @@ typedef struct {
     { name, type, offsetof(sample_config, field), def, help, NULL, NULL, 0 }
 #define R(name, type, field, def, range, help)                                                     \
     { name, type, offsetof(sample_config, field), def, help, NULL, range, 0 }
-#define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(sample_config, field), def, help, env, NULL, 0 }
+#define OE(name, type, field, def, env, range, help)                                               \
+    { name, type, offsetof(sample_config, field), def, help, env, range, 0 }
 static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
       "weights file (HF GPT-2 safetensors, from --save-weights)"),
@@ -36,14 +36,15 @@ static const opts_spec sample_opts[] = {
     O("seed", OPT_T_U64, seed, "42", "sampling seed"),
     O("tokenizer", OPT_T_STR, tokenizer, "auto",
       "bytes, gpt2, a tokenizer file, ids, or auto (bytes for vocab <= 256, gpt2 for 50257)"),
-    OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR",
+    OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR", NULL,
        "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
-    O("heads", OPT_T_INT, heads, "0", "attention heads when the file does not say (0: C/64)"),
+    R("heads", OPT_T_INT, heads, "0", "[0,)",
+      "attention heads when the file does not say (0: C/64); else it must agree"),
     O("device", OPT_T_STR, device, "cpu", "compute backend"),
     R("threads", OPT_T_INT, threads, "0", "[0,1024]", "CPU threads (0: all cores)"),
-    OE("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE",
+    OE("cuda-profile", OPT_T_INT, cuda_profile, "0", "MS_CUDA_PROFILE", "[0,1]",
        "cuda: 1 times every op on the device and prints a table at exit"),
-    OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU",
+    OE("cuda-fuse-gelu", OPT_T_INT, cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU", "[0,1]",
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
 };
 #define N_SAMPLE_OPTS ((int)(sizeof sample_opts / sizeof sample_opts[0]))
@@ -184,6 +185,9 @@ static ms_status run_sample(const sample_config *sc) {
         return ms_error(MS_ERR_ARG, "--prompt: longer than %d bytes", SAMPLE_MAX_TOKENS);
     gpt_config c;
     MS_TRY(ckpt_hf_read_config(sc->weights, sc->heads, &c));
+    if (sc->heads > 0 && sc->heads != c.n_head) /* as train --init-from and eval --weights */
+        return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", sc->heads,
+                        sc->weights, c.n_head);
     sample_text tx;
     be_backend *be = NULL;
     gpt_model *m = NULL;

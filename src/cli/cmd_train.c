@@ -34,7 +34,8 @@ static const opts_spec train_opts[] = {
     R("vocab", OPT_T_INT, vocab, "0", "[0,)", "vocabulary size (0: from the preset, 50257)"),
     R("seq-max", OPT_T_INT, seq_max, "0", "[0,)",
       "position-embedding rows (0: from the preset, 1024)"),
-    O("block", OPT_T_STR, block, "serial", "serial or parallel transformer block"),
+    O("block", OPT_T_STR, block, NULL,
+      "serial or parallel transformer block (not given: serial, or the --init-from file's)"),
     R("attn-window", OPT_T_INT, attn_window, "0", "[0,)",
       "sliding attention window W (0: full causal)"),
     O("recompute", OPT_T_STR, recompute, "none",
@@ -135,7 +136,7 @@ static const opts_spec train_opts[] = {
     OEL("node-map", OPT_T_STR, node_map, NULL, "MS_NODE_MAP", NULL,
         "node names NAME,NAME,... ([A-Za-z0-9._-], up to 4096): world rank r is on node "
         "names[r * n / world] (default: the host name); for :node=NAME faults and the heartbeats"),
-    OEL("comm-timeout", OPT_T_DOUBLE, comm_timeout, "300", "MS_COMM_TIMEOUT", "(0,)",
+    OEL("comm-timeout", OPT_T_DOUBLE, comm_timeout, "300", "MS_COMM_TIMEOUT", "(0,1e6]",
         "seconds a collective may take before it fails, naming the missing ranks (hang dumps)"),
     OEL("comm-nccl-sync", OPT_T_INT, comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC", "[0,1]",
         "1: a wait on an NCCL op blocks the host, so the failing wait reports a missed deadline"),

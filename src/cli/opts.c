@@ -379,21 +379,26 @@ static int cfg_line(char **buf, size_t *len, size_t *cap, const char *fmt, ...) 
     return 1;
 }
 
-/* A string the config parser reads back as it is: no '#' (a comment),
- * no line break, no control character. */
-static int cfg_safe(const char *v) {
-    for (; *v; v++)
-        if (*v == '#' || (unsigned char)*v < 0x20) return 0;
-    return 1;
+/* The quote that lets the config parser read v back as it is: '"', or '\''
+ * for a value holding a '#' and a '"' (load_config: a '#' inside the quotes
+ * is part of the value, and the value ends at the first closing quote);
+ * 0 when there is none (a line break or another control character, or a '#'
+ * with both quotes). */
+static char cfg_quote(const char *v) {
+    for (const char *c = v; *c; c++)
+        if ((unsigned char)*c < 0x20) return 0;
+    if (!strchr(v, '#') || !strchr(v, '"')) return '"';
+    return strchr(v, '\'') ? 0 : '\'';
 }
 
 /* "name = \"value\"", or a comment saying the value cannot be written. */
 static int cfg_string(char **buf, size_t *len, size_t *cap, const char *nm, const char *v) {
-    return cfg_safe(v) ? cfg_line(buf, len, cap, "%s = \"%s\"\n", nm, v)
-                       : cfg_line(buf, len, cap,
-                                  "# %s: a value holds a '#' or a control character, which a "
-                                  "config file cannot: give it on the command line\n",
-                                  nm);
+    char q = cfg_quote(v);
+    return q ? cfg_line(buf, len, cap, "%s = %c%s%c\n", nm, q, v, q)
+             : cfg_line(buf, len, cap,
+                        "# %s: a value holds a control character, or a '#' and both quotes, "
+                        "which a config file cannot: give it on the command line\n",
+                        nm);
 }
 
 char *opts_to_config(const opts_spec *spec, int n, const void *dst, const char *const *skip,

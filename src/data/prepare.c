@@ -37,21 +37,6 @@ typedef struct {
     source src[DATA_PREPARE_MAX_INPUTS];
 } prep;
 
-static int printable(unsigned char c) {
-    return c >= 0x21 && c <= 0x7e;
-}
-
-/* A cut at or after `from` where tokenisation cannot change (the rule of
- * data_tok_encode_parallel: just after a '\n' between two printable ASCII
- * bytes), or len if there is none. */
-static size_t safe_cut(const char *t, size_t len, size_t from) {
-    for (size_t i = from > 0 ? from : 1; i + 1 < len; i++)
-        if (t[i] == '\n' && printable((unsigned char)t[i - 1]) &&
-            printable((unsigned char)t[i + 1]))
-            return i + 1;
-    return len;
-}
-
 static void progress(prep *p, int force) {
     double now = ms_now();
     if (p->cfg->quiet || (!force && now - p->last_report < 1.0)) return;
@@ -168,15 +153,16 @@ static ms_status end_document(prep *p, size_t cut, size_t len, uint64_t pos0, ui
     return MS_OK;
 }
 
-/* A large document, as text: encoded in blocks at safe cuts, the val/train
- * split in the token stream (see val_cut). */
+/* A large document, as text: encoded in blocks cut at data_tok_next_cut's
+ * places (one block when there is none), the val/train split in the token
+ * stream (see val_cut). */
 static ms_status do_text(prep *p, const char *text, size_t len, uint64_t used) {
     uint64_t pos0 = p->done_bytes;
     size_t cut = val_cut(p, pos0, used, len);
     size_t pos = 0;
     while (pos < len) {
         size_t want = pos + BLOCK_BYTES;
-        want = want < len ? safe_cut(text, len, want) : len;
+        want = want < len ? data_tok_next_cut(p->cfg->tok, text, len, want) : len;
         size_t c = cut <= pos ? 0 : cut - pos; /* relative to the block */
         MS_TRY(encode_emit(p, text + pos, want - pos, c));
         pos = want;

@@ -92,17 +92,27 @@ ms_status data_tok_encode(const data_tokenizer *t, const char *text, size_t len,
 
 /* Same ids as data_tok_encode, computed by `threads` threads (OpenMP; <= 0:
  * omp_get_max_threads(), all cores unless OMP_NUM_THREADS says less) on
- * chunks of about 1 MB.  Chunks are cut only where the result cannot change:
- * just after a '\n' that follows a printable non-space ASCII byte (0x21-0x7e)
- * and precedes another one.  There the serial regex ends a piece at the '\n'
- * and starts one after it, no piece spans the cut and no look-ahead crosses
- * it.  Text without such places is encoded in fewer, larger chunks. */
+ * chunks of about 1 MB, cut at data_tok_next_cut's places.  Text without
+ * such places (and any text, for a tokenizer whose pattern is not GPT-2's)
+ * is encoded in fewer, larger chunks (one). */
 ms_status data_tok_encode_parallel(const data_tokenizer *t, const char *text, size_t len,
                                    int threads, uint32_t **ids, size_t *n, size_t *cap);
 
 /* Bytes of ids[0, n) into a malloc'd buffer (*out, *len; a NUL follows, not
  * counted).  Special ids decode to their text.  An id >= vocab size is
  * MS_ERR_RANGE naming the id and its position. */
+/* The first place i at or after byte offset `from` where text[0, len) can
+ * be cut without changing its ids: encoding text[0, i) and text[i, len)
+ * apart gives the ids of the whole.  len when there is none.  For GPT-2's
+ * pattern (the shipped and the trained tokenizers) it is just after a '\n'
+ * that follows a printable non-space ASCII byte (0x21-0x7e) and precedes
+ * another one: there the regex ends a piece at the '\n' and starts one
+ * after it, no piece spans the cut and no look-ahead crosses it.  A
+ * tokenizer file with another pattern may match across a '\n' (`[^ ]+| +`),
+ * so it has no such place (len).  t NULL stands for one token per byte:
+ * every place is one (from, or len). */
+size_t data_tok_next_cut(const data_tokenizer *t, const char *text, size_t len, size_t from);
+
 ms_status data_tok_decode(const data_tokenizer *t, const uint32_t *ids, size_t n, char **out,
                           size_t *len);
 

@@ -67,12 +67,15 @@ ms_status tok_split(const pcre2_code *re, int jit, const char *text, size_t len,
     const uint8_t *s = (const uint8_t *)text;
     pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
     pcre2_match_context *mc = pcre2_match_context_create(NULL);
-    pcre2_jit_stack *js = jit ? pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL) : NULL;
-    if (!md || !mc || (jit && !js)) {
+    /* JIT matches run on PCRE2's default 32 KiB stack; a match that needs more
+     * runs again on an 8 MiB one, made then.  (Made for every call, as before,
+     * it was an mmap, page faults and a munmap per document: 3/4 of the time of
+     * tokenizer-train and prepare on a JSONL file of short documents.) */
+    pcre2_jit_stack *js = NULL;
+    if (!md || !mc) {
         rc = ms_error(MS_ERR_NOMEM, "tokenizer: out of memory for PCRE2 match data");
         goto out;
     }
-    if (js) pcre2_jit_stack_assign(mc, NULL, js);
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     size_t pos = 0;
     while (pos < len && rc == MS_OK) {
@@ -88,6 +91,15 @@ ms_status tok_split(const pcre2_code *re, int jit, const char *text, size_t len,
             int m = jit ? pcre2_jit_match(re, run, rl, off, 0, md, mc)
                         : pcre2_match(re, run, rl, off, PCRE2_NO_UTF_CHECK, md, mc);
             if (m == PCRE2_ERROR_NOMATCH) break;
+            if (m == PCRE2_ERROR_JIT_STACKLIMIT && jit && !js) {
+                js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+                if (!js) {
+                    rc = ms_error(MS_ERR_NOMEM, "tokenizer: out of memory for the regex stack");
+                    break;
+                }
+                pcre2_jit_stack_assign(mc, NULL, js);
+                continue; /* the same match again */
+            }
             if (m < 0) {
                 PCRE2_UCHAR msg[256];
                 pcre2_get_error_message(m, msg, sizeof msg);
@@ -282,17 +294,25 @@ ms_status data_tok_encode(const data_tokenizer *t, const char *text, size_t len,
     return rc;
 }
 
-/* A cut before text[i] is safe (see tokenizer.h): "X\nY" with X, Y printable
- * non-space ASCII. */
-static int safe_cut(const uint8_t *s, size_t i) {
+/* A cut before s[i] (2 <= i < len) where GPT-2's pattern ends a piece: "X\nY" with X, Y
+ * printable non-space ASCII. */
+static int gpt2_cut(const uint8_t *s, size_t i) {
     return s[i - 1] == '\n' && s[i - 2] > 0x20 && s[i - 2] < 0x7f && s[i] > 0x20 && s[i] < 0x7f;
+}
+
+size_t data_tok_next_cut(const data_tokenizer *t, const char *text, size_t len, size_t from) {
+    const uint8_t *s = (const uint8_t *)text;
+    if (!t) return from < len ? from : len; /* bytes: every place */
+    if (!t->gpt2_cut) return len;           /* another pattern may match across a '\n' */
+    for (size_t i = from > 2 ? from : 2; i < len; i++)
+        if (gpt2_cut(s, i)) return i;
+    return len;
 }
 
 ms_status data_tok_encode_parallel(const data_tokenizer *t, const char *text, size_t len,
                                    int threads, uint32_t **ids, size_t *n, size_t *cap) {
-    const uint8_t *s = (const uint8_t *)text;
     if (threads <= 0) threads = omp_get_max_threads();
-    if (threads <= 1 || len < 2 * (size_t)PAR_CHUNK)
+    if (threads <= 1 || len < 2 * (size_t)PAR_CHUNK || !t->gpt2_cut)
         return data_tok_encode(t, text, len, ids, n, cap);
     /* Chunk k covers [cut[k], cut[k + 1]). */
     size_t n_cut_max = len / PAR_CHUNK + 2, n_chunks = 0;
@@ -300,9 +320,7 @@ ms_status data_tok_encode_parallel(const data_tokenizer *t, const char *text, si
     if (!cut) return ms_error(MS_ERR_NOMEM, "tokenizer: out of memory");
     cut[0] = 0;
     for (size_t at = PAR_CHUNK; at < len;) {
-        size_t i = at;
-        while (i < len && !safe_cut(s, i))
-            i++;
+        size_t i = data_tok_next_cut(t, text, len, at);
         if (i >= len) break;
         cut[++n_chunks] = i;
         at = i + PAR_CHUNK;

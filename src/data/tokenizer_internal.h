@@ -20,7 +20,8 @@ struct data_tokenizer {
     char *name;
     char *pattern;
     pcre2_code *re;
-    int jit; /* 1 when re is JIT-compiled (pcre2_jit_match is usable) */
+    int jit;      /* 1 when re is JIT-compiled (pcre2_jit_match is usable) */
+    int gpt2_cut; /* the pattern is GPT-2's: text may be cut at data_tok_next_cut's places */
     uint32_t n_tokens, n_special;
     uint64_t *off;  /* n_tokens + n_special + 1 offsets into bytes; specials last */
     uint8_t *bytes; /* every token's byte string, in id order */

@@ -59,7 +59,8 @@ ms_status gpt_recompute_parse(const char *s, int *flags);
 /* Fill cfg from a preset name: d6 (6 layers, C=384, 6 heads), d12 (GPT-2 124M),
  * d24 (350M), d36 (774M), d48 (1.5B); vocab 50257, seq_max 1024, serial. */
 ms_status gpt_config_preset(gpt_config *cfg, const char *name);
-/* Check ranges (heads divide C, positive sizes, window >= 0) and set vocab_pad. */
+/* Check ranges (layers 1..1024, C 1..2^20, heads divide C, vocab 2..2^30, positive
+ * seq_max, window >= 0) and set vocab_pad. */
 ms_status gpt_config_validate(gpt_config *cfg);
 const char *gpt_block_name(gpt_block b);
 ms_status gpt_block_parse(const char *s, gpt_block *out);

@@ -4,6 +4,8 @@
 
 #include "model/gpt.h"
 
+#define GPT_MAX_DIM (1 << 20) /* GPT-3 175B: 12288 */
+
 typedef struct {
     const char *name;
     int layers, dim, heads;
@@ -50,6 +52,8 @@ ms_status gpt_config_validate(gpt_config *c) {
     if (c->n_embd < 1 || c->n_head < 1)
         return ms_error(MS_ERR_ARG, "dim and heads must be positive (got %d, %d)", c->n_embd,
                         c->n_head);
+    if (c->n_embd > GPT_MAX_DIM) /* the sizes in bytes then fit in 64 bits (a message's too) */
+        return ms_error(MS_ERR_ARG, "dim must be in 1..%d (got %d)", GPT_MAX_DIM, c->n_embd);
     if (c->n_embd % c->n_head != 0)
         return ms_error(MS_ERR_ARG, "dim %d is not divisible by heads %d", c->n_embd, c->n_head);
     if (c->vocab < 2 || c->vocab > (1 << 30))

@@ -125,6 +125,13 @@ ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *i
         return st;
     }
     put_header(l, id);
+    /* on disk now: a rank killed before the first flush still says who it
+     * was (an empty log names no host, rank or coordinates) */
+    if (fflush(l->f) != 0) {
+        l->write_failed = 1;
+        ms_warn("%s: cannot write the event log: %s (tracing goes on in memory)", l->path,
+                strerror(errno));
+    }
     ms_ev_reset(); /* what was recorded before the log existed has no header */
     pthread_mutex_init(&l->mu, NULL);
     pthread_cond_init(&l->cv, NULL);

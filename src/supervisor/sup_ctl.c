@@ -22,7 +22,7 @@
 #include "supervisor/sup_internal.h"
 
 #define CTL_FILE_MAX 4096
-#define CTL_REPLY_MAX 65536
+#define CTL_REPLY_MAX (1 << 20) /* a status of 1024 nodes with blocklist reasons: < 300 KiB */
 
 int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char *why, size_t n) {
     char path[4200], text[512];

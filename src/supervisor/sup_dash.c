@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "base/timeutil.h"
@@ -20,36 +21,64 @@
 #define READ_PER_REFRESH                                                                           \
     (16u << 20) /* bytes of each file per refresh (a long run's first look takes a few) */
 #define REPLY_MAX (64u << 20)
-#define CONN_LIMIT 64
-#define CONN_MEMORY (64u << 10) /* a request's line and headers: more gets 431 / 414 */
+#define CONN_LIMIT 64              /* past it the quietest connection is closed (see on_conn) */
+#define CONN_HARD (2 * CONN_LIMIT) /* libmicrohttpd's own bound, closing ones included */
+#define CONN_MEMORY (64u << 10)    /* a request's line and headers: more gets 431 / 414 */
+
+typedef struct {
+    struct MHD_Connection *c;
+    int fd, shut;
+    double t; /* opened, or the last request it made */
+} dash_conn;
 
 struct sup_dash {
     struct MHD_Daemon *mhd;
     int fd;
     int live;
     char run_dir[4096], token[33], addr[64], url[160];
-    pthread_mutex_t mu; /* the model, the files' readers, the live view */
+    pthread_mutex_t mu; /* the model, the files' readers */
     dash_model *model;
     dash_tail events, metrics, compute;
     double t_refresh;
+    /* the live view as pushed; its own lock, so that a push never waits
+     * for the files to be read (the driver's loop must not stall) */
+    pthread_mutex_t view_mu;
     sup_dash_live view;
     sup_dash_rank *ranks;
     int ranks_cap, have_view;
+    sup_dash_live shown; /* the server thread's copy of it */
+    sup_dash_rank *shown_ranks;
+    int shown_cap;
+    dash_conn conns[CONN_HARD]; /* the server thread's only */
+    int n_conns;
+    long version; /* lines read (d->mu) */
+    char *heat;   /* the heat map's reply at heat_version (d->mu) */
+    size_t heat_len;
+    long heat_version;
 };
 
 /* ---- the files ------------------------------------------------------------ */
 
+/* Each feeds the model (arg: the sup_dash) and counts a change. */
 static void event_line(void *arg, const char *line, size_t len) {
-    dash_model_event_line(arg, line, len);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_event_line(d->model, line, len);
 }
 static void metrics_line(void *arg, const char *line, size_t len) {
-    dash_model_metrics_line(arg, line, len);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_metrics_line(d->model, line, len);
 }
 static void compute_line(void *arg, const char *line, size_t len) {
-    dash_model_compute_line(arg, line, len);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_compute_line(d->model, line, len);
 }
 static void metrics_replaced(void *arg) {
-    dash_model_metrics_reset(arg);
+    sup_dash *d = arg;
+    d->version++;
+    dash_model_metrics_reset(d->model);
 }
 
 /* Read what the files gained (d->mu held). */
@@ -57,25 +86,27 @@ static void refresh(sup_dash *d) {
     double now = ms_now();
     if (now - d->t_refresh < REFRESH_S) return;
     d->t_refresh = now;
-    dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d->model, NULL);
+    dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d, NULL);
+    /* the file job_start names, an absolute path: if it is not there (the
+     * run directory was copied or moved since), the driver's default one */
     const char *mp = dash_model_metrics_path(d->model);
     char want[4200];
-    if (*mp)
+    if (*mp && access(mp, F_OK) == 0)
         snprintf(want, sizeof want, "%s", mp);
     else
         snprintf(want, sizeof want, "%s/metrics.jsonl", d->run_dir);
     if (strcmp(want, d->metrics.path)) { /* the events named another metrics file */
         dash_tail_free(&d->metrics);
         dash_tail_init(&d->metrics, want);
-        dash_model_metrics_reset(d->model);
+        metrics_replaced(d);
     }
-    dash_tail_read(&d->metrics, READ_PER_REFRESH, metrics_line, d->model, metrics_replaced);
-    dash_tail_read(&d->compute, READ_PER_REFRESH, compute_line, d->model, NULL);
+    dash_tail_read(&d->metrics, READ_PER_REFRESH, metrics_line, d, metrics_replaced);
+    dash_tail_read(&d->compute, READ_PER_REFRESH, compute_line, d, NULL);
 }
 
 void sup_dash_push(sup_dash *d, const sup_dash_live *l) {
     if (!d) return;
-    pthread_mutex_lock(&d->mu);
+    pthread_mutex_lock(&d->view_mu);
     if (l->n_ranks > d->ranks_cap) {
         sup_dash_rank *r = realloc(d->ranks, sizeof *r * (size_t)l->n_ranks);
         if (r) d->ranks = r, d->ranks_cap = l->n_ranks;
@@ -86,7 +117,26 @@ void sup_dash_push(sup_dash *d, const sup_dash_live *l) {
         d->view.ranks = d->ranks;
         d->have_view = 1;
     }
-    pthread_mutex_unlock(&d->mu);
+    pthread_mutex_unlock(&d->view_mu);
+}
+
+/* A copy of the live view (the server thread's), or NULL if none was pushed. */
+static const sup_dash_live *live_view(sup_dash *d) {
+    const sup_dash_live *out = NULL;
+    pthread_mutex_lock(&d->view_mu);
+    if (d->have_view && d->view.n_ranks > d->shown_cap) {
+        sup_dash_rank *r = realloc(d->shown_ranks, sizeof *r * (size_t)d->view.n_ranks);
+        if (r) d->shown_ranks = r, d->shown_cap = d->view.n_ranks;
+    }
+    if (d->have_view && d->view.n_ranks <= d->shown_cap) {
+        d->shown = d->view;
+        if (d->view.n_ranks)
+            memcpy(d->shown_ranks, d->view.ranks, sizeof *d->ranks * (size_t)d->view.n_ranks);
+        d->shown.ranks = d->shown_ranks;
+        out = &d->shown;
+    }
+    pthread_mutex_unlock(&d->view_mu);
+    return out;
 }
 
 /* ---- replies ---------------------------------------------------------------- */
@@ -101,6 +151,7 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, unsigned status, con
     MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
     MHD_add_response_header(r, "Referrer-Policy", "no-referrer"); /* the token is in the URL */
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, "Allow", "GET, HEAD");
     MHD_add_response_header(r, "Content-Security-Policy",
                             "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' "
                             "data:; frame-ancestors 'none'");
@@ -109,15 +160,82 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, unsigned status, con
     return ret;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *c, cJSON *o) {
+/* The length of the valid UTF-8 character (RFC 3629: no overlong form, no
+ * surrogate, at most U+10FFFF) at s[0, n), or 0. */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+    unsigned c = s[0], cp, min;
+    size_t len;
+    if (c < 0x80) return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        len = 2, min = 0x80;
+    else if ((c & 0xf0) == 0xe0)
+        len = 3, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        len = 4, min = 0x10000;
+    else
+        return 0;
+    if (len > n) return 0;
+    cp = c & (0x7fu >> len);
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    return cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) ? 0 : len;
+}
+
+/* JSON is UTF-8, but the run's files (a rank's error line, a path) may hold
+ * any bytes, which cJSON passes on: each invalid byte becomes U+FFFD.
+ * *text is replaced (cJSON_free'd) when it changes; -1: out of memory. */
+static int utf8_repair(char **text, size_t *n) {
+    const unsigned char *s = (const unsigned char *)*text;
+    size_t i = 0, k;
+    while (i < *n && (k = utf8_char(s + i, *n - i)) > 0)
+        i += k;
+    if (i == *n) return 0;
+    char *out = cJSON_malloc(3 * *n + 1), *o = out;
+    if (!out) return -1;
+    memcpy(o, s, i);
+    o += i;
+    while (i < *n) {
+        if ((k = utf8_char(s + i, *n - i)) > 0) {
+            memcpy(o, s + i, k);
+            o += k, i += k;
+        } else {
+            memcpy(o, "\xef\xbf\xbd", 3);
+            o += 3, i++;
+        }
+    }
+    *o = 0;
+    cJSON_free(*text);
+    *text = out;
+    *n = (size_t)(o - out);
+    return 0;
+}
+
+/* o as JSON text (o is deleted); NULL when out of memory. */
+static char *json_text(cJSON *o, size_t *n) {
     char *text = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
+    *n = text ? strlen(text) : 0;
+    if (text && utf8_repair(&text, n) != 0) {
+        cJSON_free(text);
+        text = NULL;
+    }
+    return text;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, const char *text, size_t n) {
     if (!text)
         return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "out of memory\n", 14);
-    size_t n = strlen(text);
-    enum MHD_Result ret = n > REPLY_MAX ? send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR,
-                                                     "text/plain", "reply too large\n", 16)
-                                        : send_reply(c, MHD_HTTP_OK, "application/json", text, n);
+    if (n > REPLY_MAX)
+        return send_reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, "text/plain", "reply too large\n", 16);
+    return send_reply(c, MHD_HTTP_OK, "application/json", text, n);
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *c, cJSON *o) {
+    size_t n;
+    char *text = json_text(o, &n);
+    enum MHD_Result ret = send_text(c, text, n);
     cJSON_free(text);
     return ret;
 }
@@ -176,19 +294,23 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     cJSON *o = NULL;
     int known = 1;
     static const sup_dash_live none = {.ettr = NAN}; /* a driver that has not pushed yet */
-    if (!strcmp(url, "/api/status"))
-        o = dash_model_status(d->model,
-                              !d->live       ? NULL
-                              : d->have_view ? &d->view
-                                             : &none,
-                              d->run_dir, ms_wall_now());
-    else if (!strcmp(url, "/api/metrics"))
+    if (!strcmp(url, "/api/status")) {
+        const sup_dash_live *live = d->live ? live_view(d) : NULL;
+        o = dash_model_status(d->model, d->live && !live ? &none : live, d->run_dir, ms_wall_now());
+    } else if (!strcmp(url, "/api/metrics"))
         o = dash_model_metrics(d->model, since < 0 ? 0 : since, DASH_METRICS_REPLY);
     else if (!strcmp(url, "/api/events"))
         o = dash_model_events(d->model, since, DASH_EVENTS_REPLY);
-    else if (!strcmp(url, "/api/heatmap"))
-        o = dash_model_heatmap(d->model, DASH_HEAT_COLS);
-    else if (!strcmp(url, "/api/checkpoints"))
+    else if (!strcmp(url, "/api/heatmap")) { /* the dearest: made again only when a line came */
+        if (!d->heat || d->heat_version != d->version) {
+            cJSON_free(d->heat);
+            d->heat = json_text(dash_model_heatmap(d->model, DASH_HEAT_COLS), &d->heat_len);
+            d->heat_version = d->version;
+        }
+        enum MHD_Result ret = send_text(c, d->heat, d->heat_len); /* copied */
+        pthread_mutex_unlock(&d->mu);
+        return ret;
+    } else if (!strcmp(url, "/api/checkpoints"))
         o = dash_model_checkpoints(d->model);
     else
         known = 0;
@@ -197,10 +319,52 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     return send_json(c, o);
 }
 
+/* ---- connections ------------------------------------------------------------ */
+
+/* A connection opens (or closes).  Past CONN_LIMIT open ones, the one that
+ * has been quiet the longest (opened, or last asked, longest ago) is shut
+ * down: a client that holds connections without finishing a request (one
+ * header line every few seconds: slowloris) cannot lock others out for
+ * longer than it takes them to connect.  libmicrohttpd then closes it. */
+static void on_conn(void *cls, struct MHD_Connection *c, void **ctx,
+                    enum MHD_ConnectionNotificationCode what) {
+    sup_dash *d = cls;
+    (void)ctx;
+    if (what == MHD_CONNECTION_NOTIFY_CLOSED) {
+        for (int i = 0; i < d->n_conns; i++)
+            if (d->conns[i].c == c) {
+                d->conns[i] = d->conns[--d->n_conns];
+                break;
+            }
+        return;
+    }
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!info || d->n_conns == CONN_HARD) return;
+    d->conns[d->n_conns++] = (dash_conn){c, info->connect_fd, 0, ms_now()};
+    int open = 0, quiet = -1;
+    for (int i = 0; i < d->n_conns - 1; i++) {
+        if (d->conns[i].shut) continue;
+        open++;
+        if (quiet < 0 || d->conns[i].t < d->conns[quiet].t) quiet = i;
+    }
+    if (open >= CONN_LIMIT && quiet >= 0) {
+        shutdown(d->conns[quiet].fd, SHUT_RDWR);
+        d->conns[quiet].shut = 1;
+    }
+}
+
+/* A request came on c (its line and headers are in). */
+static void conn_asked(sup_dash *d, struct MHD_Connection *c) {
+    for (int i = 0; i < d->n_conns; i++)
+        if (d->conns[i].c == c) d->conns[i].t = ms_now();
+}
+
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **req) {
     sup_dash *d = cls;
+    conn_asked(d, c);
     if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
         return send_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "", 0);
     if (!authorized(d, c)) return send_reply(c, MHD_HTTP_UNAUTHORIZED, NULL, "", 0);
@@ -224,12 +388,16 @@ int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n
     d->live = c->live;
     snprintf(d->run_dir, sizeof d->run_dir, "%s", c->run_dir);
     char path[4200];
-    snprintf(path, sizeof path, "%s/events.jsonl", c->run_dir);
+    if (c->events && *c->events)
+        snprintf(path, sizeof path, "%s", c->events);
+    else
+        snprintf(path, sizeof path, "%s/events.jsonl", c->run_dir);
     dash_tail_init(&d->events, path);
     snprintf(path, sizeof path, "%s/compute.jsonl", c->run_dir);
     dash_tail_init(&d->compute, path);
     dash_tail_init(&d->metrics, "");
     pthread_mutex_init(&d->mu, NULL);
+    pthread_mutex_init(&d->view_mu, NULL);
     d->t_refresh = -1e9;
     if (sup_listen(c->bind ? c->bind : "127.0.0.1", c->port, &d->fd, d->addr, sizeof d->addr, why,
                    n) != 0) {
@@ -238,9 +406,9 @@ int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n
     }
     d->mhd = MHD_start_daemon(
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0, NULL, NULL, handle, d,
-        MHD_OPTION_LISTEN_SOCKET, d->fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_LIMIT,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)CONN_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_LISTEN_SOCKET, d->fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_HARD,
+        MHD_OPTION_NOTIFY_CONNECTION, on_conn, d, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
     if (!d->mhd) {
         snprintf(why, n, "dashboard: libmicrohttpd could not start its server on %s", d->addr);
         sup_dash_stop(d);
@@ -275,6 +443,9 @@ void sup_dash_stop(sup_dash *d) {
     dash_tail_free(&d->compute);
     dash_model_free(d->model);
     pthread_mutex_destroy(&d->mu);
+    pthread_mutex_destroy(&d->view_mu);
     free(d->ranks);
+    free(d->shown_ranks);
+    cJSON_free(d->heat);
     free(d);
 }

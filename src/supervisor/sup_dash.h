@@ -10,12 +10,14 @@
  * Security: bound to loopback unless asked otherwise; every request must
  * carry the dashboard's token (?token=T or "Authorization: Bearer T"), else
  * 401 with an empty body; only GET and HEAD; a fixed table of paths (no
- * part of a request is ever used as a file name); every reply is bounded.
+ * part of a request is ever used as a file name); every reply is bounded;
+ * at most 64 connections, a 65th closes the quietest (no slowloris).
  *
  * Who calls it: the driver (`megascale launch --dashboard PORT`) and
  * `megascale dashboard RUN_DIR`.  Memory: start allocates, stop frees.
  * Thread-safety: sup_dash_push may be called from any one thread while the
- * server runs; the server thread only reads files and the pushed copy.
+ * server runs, and never waits for the server's reading of the files; the
+ * server thread only reads files and the pushed copy.
  */
 #ifndef SUP_DASH_H
 #define SUP_DASH_H
@@ -25,10 +27,11 @@
 typedef struct sup_dash sup_dash;
 
 typedef struct {
-    const char *run_dir; /* events.jsonl, compute.jsonl; metrics as job_start names it */
+    const char *run_dir; /* compute.jsonl; metrics as job_start names it */
     const char *bind;    /* NULL: 127.0.0.1 */
     int port;            /* 0: any free port */
     int live;            /* 1: a driver pushes its view (sup_dash_push) */
+    const char *events;  /* the events JSONL (NULL: RUN_DIR/events.jsonl), as `launch --events` */
 } sup_dash_config;
 
 /* Start serving.  0, or -1 with why set (bad address, port taken, no

@@ -159,12 +159,14 @@ void dash_model_metrics_reset(dash_model *m) {
 }
 
 /* Past the cap, every other older point goes (the newest stays): a long
- * run's curve thins out towards its start. */
+ * run's curve thins out towards its start.  Points were dropped: a new
+ * epoch, so that clients take the thinned curve instead of keeping all. */
 static void thin_points(dash_model *m) {
     int k = 0;
     for (int i = 0; i < m->n_pts; i++)
         if (i % 2 == 0 || i == m->n_pts - 1) m->pts[k++] = m->pts[i];
     m->n_pts = k;
+    m->epoch++;
 }
 
 static void on_config(dash_model *m, const cJSON *o) {
@@ -524,9 +526,9 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
         rank_coord(m, r, &dp, &pp, &tp);
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "rank", r);
-        cJSON_AddNumberToObject(e, "dp", dp);
-        cJSON_AddNumberToObject(e, "pp", pp);
-        cJSON_AddNumberToObject(e, "tp", tp);
+        add_num(e, "dp", m->world ? dp : NAN); /* no layout yet: no coordinates */
+        add_num(e, "pp", m->world ? pp : NAN);
+        add_num(e, "tp", m->world ? tp : NAN);
         cJSON_AddStringToObject(e, "node", x->node);
         cJSON_AddStringToObject(e, "host", x->host);
         cJSON_AddStringToObject(e, "state", RSTATE[s]);
@@ -683,8 +685,11 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
     for (int i = 0; i < np; i++) {
         int r = ord[i].r;
         char label[160];
-        snprintf(label, sizeof label, "r%d dp%d pp%d tp%d %s", r, ord[i].dp, ord[i].pp, ord[i].tp,
-                 m->ranks[r].node);
+        if (m->world)
+            snprintf(label, sizeof label, "r%d dp%d pp%d tp%d %s", r, ord[i].dp, ord[i].pp,
+                     ord[i].tp, m->ranks[r].node);
+        else
+            snprintf(label, sizeof label, "r%d %s", r, m->ranks[r].node);
         cJSON_AddItemToArray(jr, cJSON_CreateNumber(r));
         cJSON_AddItemToArray(jl, cJSON_CreateString(label));
         cJSON *a = cJSON_CreateArray(), *b = cJSON_CreateArray();

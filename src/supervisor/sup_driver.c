@@ -620,7 +620,7 @@ static int open_dashboard(sup_driver *d, char *why, size_t n) {
     if (c->dashboard_port < 0) return 0;
     d->dash_ranks = calloc((size_t)c->np, sizeof *d->dash_ranks);
     if (!d->dash_ranks) return snprintf(why, n, "out of memory"), -1;
-    sup_dash_config dc = {c->run_dir, c->dashboard_bind, c->dashboard_port, 1};
+    sup_dash_config dc = {c->run_dir, c->dashboard_bind, c->dashboard_port, 1, c->events};
     if (sup_dash_start(&d->dash, &dc, why, n) != 0) return -1;
     char text[512];
     snprintf(path, sizeof path, "%s/dashboard.json", c->run_dir);

@@ -13,12 +13,15 @@
  *    chrome://tracing): a process per rank, a thread per lane (comm lanes
  *    split into non-overlapping sub-threads), clocks aligned, p2p flows.
  *  - trace_strag_*: per rank and step compute time (fwd + bwd minus the
- *    waits nested in them), relative and individual scores, a PNG heat map.
+ *    waits nested in them), relative (against the ranks of the same
+ *    pipeline stage, which do the same work) and individual scores, a PNG
+ *    heat map.
  *  - trace_hang_*: who waits in which op, and the suspects.  Evidence, by
  *    strength: a rank wrote no dump, or other ranks' dumps saw it
  *    unresponsive / exited before it dumped itself; a member never entered
- *    a collective its group waits in; a peer never sent what a rank waits
- *    to receive.  The suspects are the ranks with the strongest evidence
+ *    a collective its group waits in (and waits in nothing); a peer never
+ *    sent what a rank waits to receive; a member never entered it while it
+ *    waits in an op of its own.  The suspects are the ranks with the strongest evidence
  *    present; weaker findings on other ranks are reported as notes.
  * Callers: `megascale trace` (src/cli/cmd_trace.c), the dashboard.
  * Layering: depends only on src/base/ (and cJSON, cairo).
@@ -73,9 +76,9 @@ typedef struct {
     int rank;
     trace_coord coord;
     char host[256];
-    int steps;         /* steps scored (step 1 skipped when >= 3 steps) */
+    int steps;         /* steps scored (its first skipped when >= 3 steps) */
     double median_ms;  /* median compute time per step */
-    double relative;   /* fastest rank's median / this rank's (1 = fastest) */
+    double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
     double individual; /* best window median / last window median */
     int straggler;
 } trace_strag_rank;
@@ -85,8 +88,9 @@ typedef struct {
     char *dir;
     int n_ranks; /* ranks with an event log, sorted by rank */
     trace_strag_rank *ranks;
-    int max_step;       /* steps 1..max_step */
-    double *compute_ms; /* [n_ranks][max_step + 1]; < 0 where no data */
+    int first_step, max_step; /* the steps of the logs (after a resume: from it on) */
+    int n_steps;              /* max_step - first_step + 1 */
+    double *compute_ms;       /* [n_ranks][n_steps] for first_step..; < 0 where no data */
 } trace_strag;
 
 /* Score DIR's ranks.  Errors: no event logs, or none with fwd/bwd spans
@@ -99,7 +103,8 @@ void trace_strag_print(const trace_strag *s, FILE *f);
 /* {"threshold","window","ranks":[...],"stragglers":[ranks]}; NULL on OOM. */
 cJSON *trace_strag_json(const trace_strag *s);
 /* Heat map: ranks (sorted by pp, dp, tp) x steps, colour = compute time /
- * the step's median over ranks; straggler rows marked.  Atomic write. */
+ * the step's median over the ranks of its stage; straggler rows marked.
+ * Atomic write. */
 ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path);
 
 /* ---- hang analysis ------------------------------------------------------- */

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/log.h"
@@ -131,9 +132,13 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
         st = ms_error(MS_ERR_FORMAT, "%s: not a JSON object (a truncated dump?)", path);
     else if (strcmp(jstr(j, "type", ""), "hang_dump"))
         st = ms_error(MS_ERR_FORMAT, "%s: \"type\" is not \"hang_dump\"", path);
-    else if (!trace_json_int(j, "rank", 0, 1 << 24, &rank) ||
-             !trace_json_int(j, "world", 1, 1 << 24, &world) || rank >= world)
-        st = ms_error(MS_ERR_FORMAT, "%s: needs integer \"rank\" < \"world\"", path);
+    else if (jint(j, "version", 1) != 1)
+        st = ms_error(MS_ERR_FORMAT, "%s: hang dump version %lld; this build reads version 1", path,
+                      (long long)jint(j, "version", 1));
+    else if (!trace_json_int(j, "rank", 0, TRACE_MAX_WORLD, &rank) ||
+             !trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &world) || rank >= world)
+        st = ms_error(MS_ERR_FORMAT, "%s: needs integer \"rank\" < \"world\" <= %d", path,
+                      TRACE_MAX_WORLD);
     else if (rank != file_rank)
         st = ms_error(MS_ERR_FORMAT, "%s: says rank %lld, the file name rank %d", path,
                       (long long)rank, file_rank);
@@ -223,7 +228,8 @@ static void first_missed(const trace_hang *h, const hang_rank *m, const hang_gro
             const hang_group *gw = w == m || !w->has_dump ? NULL : same_group(w, gm);
             for (int i = 0; gw && i < gw->n_in_flight; i++) {
                 const hang_op *op = &gw->in_flight[i];
-                if (is_p2p(op) || op->peer >= 0 || op->seq <= gm->issued) continue;
+                if (is_p2p(op) || op->peer >= 0 || op->seq <= gm->issued || op->age_s < h->min_age)
+                    continue;
                 if (pass == 0 && (!*first || op->seq < (*first)->seq)) *first = op;
                 if (pass == 1 && op->seq > (*first)->seq && op->seq > seen_max) {
                     (*n_later)++; /* in-flight lists are in seq order */
@@ -233,13 +239,29 @@ static void first_missed(const trace_hang *h, const hang_rank *m, const hang_gro
         }
 }
 
+/* m's oldest in-flight op as "recv from rank 2 on 'pp'" into buf, or "". */
+static void waits_in(const hang_rank *m, char *buf, size_t n) {
+    buf[0] = '\0';
+    if (m->oldest_g < 0) return;
+    const hang_group *g = &m->groups[m->oldest_g];
+    const hang_op *op = &g->in_flight[m->oldest_i];
+    if (op->peer >= 0)
+        snprintf(buf, n, "%s %s rank %lld on '%s'", op->op, strcmp(op->op, "send") ? "from" : "to",
+                 (long long)op->peer, g->name);
+    else
+        snprintf(buf, n, "%s #%lld on '%s'", op->op, (long long)op->seq, g->name);
+}
+
 /* (b) for group gm of rank m: the first collective its fellow members wait
- * in that m never issued (one reason per group). */
+ * in that m never issued (one reason per group).  A rank that waits in an
+ * op itself is most often held up by another rank: weaker evidence. */
 static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm) {
     const hang_op *op;
     int n_later, n = 0;
     first_missed(h, m, gm, &op, &n_later);
     if (!op) return MS_OK;
+    char blocked[200];
+    waits_in(m, blocked, sizeof blocked);
     char who[256] = "", later[64] = "";
     size_t o = 0;
     for (int q = 0; q < gm->n_ranks; q++) { /* every waiter of that op */
@@ -253,18 +275,20 @@ static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm
         n += waits;
     }
     if (n_later) snprintf(later, sizeof later, "; %d later op(s) waited in too", n_later);
-    return add_why(m, HANG_BEHIND,
+    return add_why(m, blocked[0] ? HANG_BLOCKED : HANG_BEHIND,
                    "never entered %s #%lld on group '%s' that rank%s %s wait%s in (issued only "
-                   "up to #%lld%s)",
+                   "up to #%lld%s)%s%s",
                    op->op, (long long)op->seq, gm->name, n > 1 ? "s" : "", who, n > 1 ? "" : "s",
-                   (long long)gm->issued, later);
+                   (long long)gm->issued, later, blocked[0] ? "; it waits itself, in " : "",
+                   blocked);
 }
 
 /* (c) rank r waits in a recv from p: p is suspect if it has no send to r
  * in flight and waits in nothing itself. */
 static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group *g,
                             const hang_op *op) {
-    if (strcmp(op->op, "recv") || op->peer < 0 || op->peer >= h->world) return MS_OK;
+    if (strcmp(op->op, "recv") || op->peer < 0 || op->peer >= h->world || op->age_s < h->min_age)
+        return MS_OK;
     hang_rank *p = &h->ranks[op->peer];
     if (!p->has_dump) return MS_OK; /* already a suspect: no dump */
     int waiting = 0;
@@ -277,7 +301,23 @@ static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group 
                    r->rank, (long long)op->tag, g->name, op->age_s, r->rank);
 }
 
+/* An op that the other ranks entered only just before the dumps is where
+ * ranks got to while the job was already stuck: no evidence of who stopped
+ * it.  The ops that count have waited at least half as long as the oldest
+ * (which is about --comm-timeout old). */
+static void set_min_age(trace_hang *h) {
+    double oldest = 0;
+    for (int rk = 0; rk < h->world; rk++)
+        for (int g = 0; g < h->ranks[rk].n_groups; g++)
+            for (int i = 0; i < h->ranks[rk].groups[g].n_in_flight; i++) {
+                double a = h->ranks[rk].groups[g].in_flight[i].age_s;
+                oldest = a > oldest ? a : oldest;
+            }
+    h->min_age = oldest / 2;
+}
+
 static ms_status find_suspects(trace_hang *h) {
+    set_min_age(h);
     for (int rk = 0; rk < h->world; rk++) {
         hang_rank *r = &h->ranks[rk];
         r->oldest_g = r->oldest_i = -1;
@@ -295,8 +335,7 @@ static ms_status find_suspects(trace_hang *h) {
             MS_TRY(add_why(r, HANG_DEAD, "exited: its process was gone in the dump%s of rank%s %s",
                            r->n_exited_by > 1 ? "s" : "", r->n_exited_by > 1 ? "s" : "",
                            r->exited_by));
-        for (int g = 0; g < r->n_groups; g++) {
-            MS_TRY(never_entered(h, r, &r->groups[g]));
+        for (int g = 0; g < r->n_groups; g++)
             for (int i = 0; i < r->groups[g].n_in_flight; i++) {
                 const hang_op *op = &r->groups[g].in_flight[i];
                 if (r->oldest_g < 0 ||
@@ -305,7 +344,8 @@ static ms_status find_suspects(trace_hang *h) {
                     r->oldest_i = i;
                 }
             }
-        }
+        for (int g = 0; g < r->n_groups; g++)
+            MS_TRY(never_entered(h, r, &r->groups[g]));
     }
     /* then the lower-confidence reasons, so that they come last */
     for (int rk = 0; rk < h->world; rk++) {
@@ -343,16 +383,85 @@ static void fill_missing(trace_hang *h) {
     trace_rank_files_free(ranks, paths, n);
 }
 
+/* What decides whether a dump belongs to the hang being analysed. */
+typedef struct {
+    int cur;          /* 1: written by the process of the rank's event log; 0: by another;
+                         -1: unknown (no log, no pid, unreadable) */
+    int pid, log_pid; /* 0: unknown */
+    int world;        /* 0: unknown */
+    double wall_s;    /* 0: unknown */
+} dump_meta;
+
+static void dump_meta_read(const char *dir, const char *path, int rank, dump_meta *m) {
+    char ev[4200], *text = NULL;
+    size_t len = 0;
+    trace_log l;
+    int64_t v;
+    *m = (dump_meta){.cur = -1};
+    if (ms_file_read_all(path, &text, &len) != MS_OK) return;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    if (!j) return;
+    m->pid = trace_json_int(j, "pid", 1, INT32_MAX, &v) ? (int)v : 0;
+    m->world = trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &v) ? (int)v : 0;
+    const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
+    m->wall_s = cJSON_IsNumber(wall) ? wall->valuedouble : 0;
+    snprintf(ev, sizeof ev, "%s/events_r%05d.jsonl", dir, rank);
+    if (m->pid && access(ev, F_OK) == 0 && trace_log_read_header(ev, &l) == MS_OK && l.pid > 0) {
+        m->log_pid = l.pid;
+        m->cur = m->pid == l.pid && !strcmp(jstr(j, "host", l.host), l.host);
+    }
+    cJSON_Delete(j);
+}
+
+/* A job restarted in the same directory leaves the dumps of its earlier
+ * hang.  When some dumps come from the processes of the event logs, the
+ * others are older and would mix two hangs (a rank that wrote no dump this
+ * time would look alive): skip them.  Skip too the dumps of a world other
+ * than the newest dump's (a restart with fewer ranks).  keep[i]: 1 or 0. */
+static void pick_dumps(const char *dir, char **paths, const int *ranks, int n, int *keep) {
+    dump_meta *m = calloc((size_t)n + 1, sizeof *m);
+    int any_current = 0, newest = -1;
+    for (int i = 0; i < n; i++)
+        keep[i] = 1;
+    if (!m) return; /* keep them all: the loader reports what it cannot read */
+    for (int i = 0; i < n; i++) {
+        dump_meta_read(dir, paths[i], ranks[i], &m[i]);
+        any_current |= m[i].cur == 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (any_current && m[i].cur == 0) {
+            keep[i] = 0;
+            ms_warn("%s: skipped: an earlier hang's dump (pid %d; rank %d's event log is from pid "
+                    "%d, which wrote no dump)",
+                    paths[i], m[i].pid, ranks[i], m[i].log_pid);
+        } else if (m[i].world && (newest < 0 || m[i].wall_s > m[newest].wall_s)) {
+            newest = i;
+        }
+    }
+    for (int i = 0; newest >= 0 && i < n; i++)
+        if (keep[i] && m[i].world && m[i].world != m[newest].world) {
+            keep[i] = 0;
+            ms_warn("%s: skipped: a dump of another run (world %d; the newest dump, %s, says %d)",
+                    paths[i], m[i].world, paths[newest], m[newest].world);
+        }
+    free(m);
+}
+
 ms_status trace_hang_load(const char *dir, trace_hang **out) {
     *out = NULL;
     int *ranks = NULL, n = 0;
     char **paths = NULL;
     MS_TRY(trace_rank_files(dir, "hang_r", ".json", &ranks, &paths, &n));
     trace_hang *h = calloc(1, sizeof *h);
-    ms_status st = h && (h->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
+    int *keep = calloc((size_t)n + 1, sizeof *keep);
+    ms_status st =
+        h && keep && (h->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK && n == 0)
         st = ms_error(MS_ERR_NOTFOUND, "%s: no hang dumps (hang_r*.json) in this directory", dir);
+    if (st == MS_OK) pick_dumps(dir, paths, ranks, n, keep);
     for (int i = 0; st == MS_OK && i < n; i++) {
+        if (!keep[i]) continue;
         if (h->world && ranks[i] >= h->world)
             st = ms_error(MS_ERR_FORMAT, "%s: rank %d is outside world %d", paths[i], ranks[i],
                           h->world);
@@ -361,6 +470,7 @@ ms_status trace_hang_load(const char *dir, trace_hang **out) {
         if (st == MS_OK) h->ranks[ranks[i]].rank = ranks[i];
     }
     trace_rank_files_free(ranks, paths, n);
+    free(keep);
     if (st == MS_OK) peer_states(h);
     if (st == MS_OK) fill_missing(h);
     if (st == MS_OK) st = find_suspects(h);

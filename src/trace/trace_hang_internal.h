@@ -47,13 +47,15 @@ typedef struct {
  * (most often the consequence: ranks stuck behind the culprit). */
 enum {
     HANG_DEAD = 1, /* wrote no dump, or peers saw it unresponsive / exited */
-    HANG_BEHIND,   /* never entered a collective its group waits in */
+    HANG_BEHIND,   /* never entered a collective its group waits in, and waits in nothing */
     HANG_NO_SEND,  /* a peer waits to receive from it; it sends nothing */
+    HANG_BLOCKED,  /* never entered it, but waits in an op itself (most often for a suspect) */
 };
 
 struct trace_hang {
     char *dir;
-    int top_cls; /* the strongest class of any rank (0: none) */
+    int top_cls;    /* the strongest class of any rank (0: none) */
+    double min_age; /* in-flight ops younger than this are no evidence (half the oldest's age) */
     int world, n_dumps;
     trace_coord shape;
     hang_rank *ranks; /* [world], by global rank */

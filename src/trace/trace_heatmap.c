@@ -1,7 +1,8 @@
 /* trace_heatmap.c - the straggler heat map: ranks (sorted by pp, dp, tp)
  * down, steps across, each cell the rank's compute time over the step's
- * median across ranks on a log colour scale (viridis, 0.5x .. 2x);
- * straggler rows boxed and labelled in red.  Drawn with cairo. */
+ * median across the ranks of its pipeline stage on a log colour scale
+ * (viridis, 0.5x .. 2x); straggler rows boxed and labelled in red.  Drawn
+ * with cairo. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,23 +41,37 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The median over ranks of each step's compute time (0 where none). */
-static double *step_medians(const trace_strag *s) {
-    int w = s->max_step + 1;
-    double *med = calloc((size_t)w, sizeof *med), *tmp = malloc(((size_t)s->n_ranks + 1) * 8);
+/* The median compute time of each shown step over the ranks of each
+ * pipeline stage (0 where none): med[stage[row] * n_cols + column].  Rows
+ * are in ord's order, sorted by pp first, so a stage's rows are together.
+ * Stages do different work, so a rank is compared with its own stage. */
+static double *step_medians(const trace_strag *s, const layout *L, const int *ord, int *stage) {
+    int w = s->n_steps, nc = L->n_cols, n_stages = 1;
+    for (int row = 0; row < s->n_ranks; row++) {
+        if (row && s->ranks[ord[row]].coord.pp != s->ranks[ord[row - 1]].coord.pp) n_stages++;
+        stage[row] = n_stages - 1;
+    }
+    double *med = calloc((size_t)n_stages * nc + 1, sizeof *med);
+    double *tmp = malloc(((size_t)s->n_ranks + 1) * sizeof *tmp);
     if (!med || !tmp) {
         free(med);
         free(tmp);
         return NULL;
     }
-    for (int st = 1; st < w; st++) {
-        int n = 0;
-        for (int r = 0; r < s->n_ranks; r++)
-            if (s->compute_ms[(size_t)r * w + st] >= 0)
-                tmp[n++] = s->compute_ms[(size_t)r * w + st];
-        if (!n) continue;
-        qsort(tmp, (size_t)n, sizeof *tmp, cmp_d);
-        med[st] = n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+    for (int a = 0, b; a < s->n_ranks; a = b) {
+        for (b = a + 1; b < s->n_ranks && stage[b] == stage[a];)
+            b++;
+        for (int k = 0; k < nc; k++) {
+            int st = L->first_step - s->first_step + k, n = 0;
+            for (int row = a; row < b; row++) {
+                double c = s->compute_ms[(size_t)ord[row] * w + st];
+                if (c >= 0) tmp[n++] = c;
+            }
+            if (!n) continue;
+            qsort(tmp, (size_t)n, sizeof *tmp, cmp_d);
+            med[(size_t)stage[a] * nc + k] =
+                n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+        }
     }
     free(tmp);
     return med;
@@ -71,15 +86,16 @@ static void text(cairo_t *cr, double x, double y, double size, const char *s, in
 }
 
 static void draw_cells(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,
-                       const double *med) {
-    int w = s->max_step + 1;
+                       const int *stage, const double *med) {
+    int w = s->n_steps;
     for (int row = 0; row < s->n_ranks; row++) {
         const double *c = s->compute_ms + (size_t)ord[row] * w;
+        const double *m = med + (size_t)stage[row] * L->n_cols;
         for (int k = 0; k < L->n_cols; k++) {
-            int st = L->first_step + k;
+            int st = L->first_step - s->first_step + k;
             double rgb[3] = {0.85, 0.85, 0.85};
-            if (c[st] >= 0 && med[st] > 0) colour(ratio_t(c[st] / med[st]), rgb);
-            if (c[st] == 0 && med[st] == 0) colour(0.5, rgb);
+            if (c[st] >= 0 && m[k] > 0) colour(ratio_t(c[st] / m[k]), rgb);
+            if (c[st] == 0 && m[k] == 0) colour(0.5, rgb);
             cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
             cairo_rectangle(cr, L->left + k * L->cw, L->top + row * L->ch, L->cw, L->ch);
             cairo_fill(cr);
@@ -108,13 +124,20 @@ static void draw_axes(cairo_t *cr, const trace_strag *s, const layout *L, const 
         text(cr, L->left - 6, y + L->ch / 2.0 + fs / 3, fs, buf, 1);
     }
     cairo_set_source_rgb(cr, 0, 0, 0);
-    int tick = 1; /* 1, 2, 5, 10, 20, 50, ... steps: labels >= 40 px apart */
-    for (int mag = 1, k = 0; tick * L->cw < 40; k = (k + 1) % 3, mag *= k ? 1 : 10)
+    /* 1, 2, 5, 10, 20, 50, ... steps: labels >= 40 px apart and not
+     * touching (the step numbers of a resumed run are long) */
+    cairo_text_extents_t lw;
+    snprintf(buf, sizeof buf, "%d", s->max_step);
+    cairo_set_font_size(cr, 10);
+    cairo_text_extents(cr, buf, &lw);
+    double gap = lw.x_advance + 8 > 40 ? lw.x_advance + 8 : 40;
+    int tick = 1;
+    for (int mag = 1, k = 0; tick * L->cw < gap; k = (k + 1) % 3, mag *= k ? 1 : 10)
         tick = (k == 0 ? 2 : k == 1 ? 5 : 10) * mag;
     double y = L->top + s->n_ranks * L->ch;
     for (int k = 0; k < L->n_cols; k++) {
-        int st = L->first_step + k;
-        if (st % tick && k) continue;
+        int st = L->first_step + k; /* the first column, unless a tick follows too soon */
+        if (st % tick && (k || (tick - st % tick) * L->cw < gap)) continue;
         snprintf(buf, sizeof buf, "%d", st);
         text(cr, L->left + k * L->cw + L->cw / 2.0 - 3, y + 14, 10, buf, 0);
     }
@@ -151,7 +174,7 @@ static void draw_legend(cairo_t *cr, const layout *L) {
         text(cr, x + 24, y + 4, 10, buf, 0);
     }
     text(cr, x - 6, y0 + h + 18, 10, "compute time /", 0);
-    text(cr, x - 6, y0 + h + 31, 10, "step median", 0);
+    text(cr, x - 6, y0 + h + 31, 10, "stage's median", 0);
     cairo_set_source_rgb(cr, 0.85, 0.85, 0.85);
     cairo_rectangle(cr, x, y0 + h + 42, 18, 10);
     cairo_fill(cr);
@@ -166,7 +189,7 @@ static cairo_status_t write_png(void *closure, const unsigned char *data, unsign
 
 static layout make_layout(const trace_strag *s) {
     layout L = {.left = 150, .top = 56};
-    L.n_cols = s->max_step < MAX_COLS ? s->max_step : MAX_COLS;
+    L.n_cols = s->n_steps < MAX_COLS ? s->n_steps : MAX_COLS;
     L.first_step = s->max_step - L.n_cols + 1;
     L.cw = 1000 / L.n_cols;
     L.cw = L.cw < 2 ? (L.n_cols > 4000 ? 1 : 2) : L.cw > 28 ? 28 : L.cw;
@@ -179,15 +202,16 @@ static layout make_layout(const trace_strag *s) {
 }
 
 static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,
-                      const double *med) {
+                      const int *stage, const double *med) {
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-    draw_cells(cr, s, L, ord, med);
+    draw_cells(cr, s, L, ord, stage, med);
     draw_axes(cr, s, L, ord);
     draw_legend(cr, L);
     char title[4400];
-    snprintf(title, sizeof title, "compute time per step / step median over ranks: %s", s->dir);
+    snprintf(title, sizeof title, "compute time per step / the step's median over its stage: %s",
+             s->dir);
     cairo_set_source_rgb(cr, 0, 0, 0);
     text(cr, 14, 22, 14, title, 0);
     int n_bad = 0;
@@ -204,21 +228,17 @@ static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const 
 }
 
 ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
-    if (s->max_step < 1 || s->n_ranks < 1)
+    if (s->max_step < 1 || s->n_steps < 1 || s->n_ranks < 1)
         return ms_error(MS_ERR_NOTFOUND, "%s: no steps to draw", png_path);
     if (s->n_ranks > MAX_ROWS)
         return ms_error(MS_ERR_RANGE, "%s: %d ranks are too many for one heat map (max %d)",
                         png_path, s->n_ranks, MAX_ROWS);
-    if (s->max_step > MAX_COLS) ms_warn("%s: showing the last %d steps", png_path, MAX_COLS);
+    if (s->n_steps > MAX_COLS) ms_warn("%s: showing the last %d steps", png_path, MAX_COLS);
     layout L = make_layout(s);
     int *ord = malloc((size_t)s->n_ranks * sizeof *ord);
-    double *med = step_medians(s);
-    if (!ord || !med) {
-        free(ord);
-        free(med);
-        return ms_error(MS_ERR_NOMEM, "%s: out of memory", png_path);
-    }
-    for (int i = 0; i < s->n_ranks; i++) { /* insertion sort by (pp, dp, tp) */
+    int *stage = malloc((size_t)s->n_ranks * sizeof *stage);
+    double *med = NULL;
+    for (int i = 0; ord && i < s->n_ranks; i++) { /* insertion sort by (pp, dp, tp) */
         int j = i;
         while (j > 0 && trace_coord_cmp(s->ranks[ord[j - 1]].coord, s->ranks[i].coord) > 0) {
             ord[j] = ord[j - 1];
@@ -226,9 +246,15 @@ ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
         }
         ord[j] = i;
     }
+    if (ord && stage) med = step_medians(s, &L, ord, stage);
+    if (!med) {
+        free(ord);
+        free(stage);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory", png_path);
+    }
     cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, L.width, L.height);
     cairo_t *cr = cairo_create(sf);
-    ms_status st = draw(cr, s, &L, ord, med);
+    ms_status st = draw(cr, s, &L, ord, stage, med);
     ms_atomic_file af;
     if (st == MS_OK) st = ms_atomic_open(&af, png_path);
     if (st == MS_OK) {
@@ -246,6 +272,7 @@ ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
     cairo_debug_reset_static_data();
     FcFini();
     free(ord);
+    free(stage);
     free(med);
     return st;
 }

@@ -14,6 +14,10 @@
 
 #include "trace/trace.h"
 
+/* The largest world the tools accept (as `megascale launch --np`): a bigger
+ * one in a file is damage, and would cost memory and output per rank. */
+#define TRACE_MAX_WORLD (1 << 20)
+
 /* From local monotonic time `mono` on, global = local + offset (+- err). */
 typedef struct {
     int64_t mono, offset, err;

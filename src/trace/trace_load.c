@@ -50,9 +50,13 @@ static const char *str_of(const cJSON *o, const char *key) {
 /* The header line: rank, world, host, grid place, the clock pair. */
 static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
     int64_t rank, world, v;
-    if (!trace_json_int(j, "rank", 0, 1 << 24, &rank) ||
-        !trace_json_int(j, "world", 1, 1 << 24, &world) || rank >= world)
-        return ms_error(MS_ERR_FORMAT, "%s: header needs integer rank < world", where);
+    if (!trace_json_int(j, "rank", 0, TRACE_MAX_WORLD, &rank) ||
+        !trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &world) || rank >= world)
+        return ms_error(MS_ERR_FORMAT, "%s: header needs integer rank < world <= %d", where,
+                        TRACE_MAX_WORLD);
+    if (trace_json_int(j, "version", INT64_MIN, INT64_MAX, &v) && v != 1)
+        return ms_error(MS_ERR_FORMAT, "%s: event log version %lld; this build reads version 1",
+                        where, (long long)v);
     l->rank = (int)rank;
     l->world = (int)world;
     const char *host = str_of(j, "host");
@@ -62,7 +66,8 @@ static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
     if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "shape"), &l->shape) ||
         (int64_t)l->shape.dp * l->shape.pp * l->shape.tp != world)
         l->shape = (trace_coord){(int)world, 1, 1};
-    if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &l->coord))
+    if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &l->coord) ||
+        l->coord.dp >= l->shape.dp || l->coord.pp >= l->shape.pp || l->coord.tp >= l->shape.tp)
         l->coord = trace_coord_of(l->rank, l->shape);
     l->mono_ns = trace_json_int(j, "mono_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
     l->wall_ns = trace_json_int(j, "wall_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
@@ -186,9 +191,11 @@ static int blank(const char *p) {
     return 1;
 }
 
-/* Read one events file; `header_only` stops after line 1. */
+/* Read one events file; `header_only` stops after line 1.  A file without
+ * a complete header (empty, or its first line cut: the rank was killed
+ * before its first flush) sets *no_header and is no error. */
 static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned flags,
-                          int header_only) {
+                          int header_only, int *no_header) {
     FILE *f = fopen(path, "re");
     if (!f) return ms_error(MS_ERR_IO, "%s: open: %s", path, strerror(errno));
     char *line = NULL, where[4200];
@@ -196,13 +203,17 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
     ssize_t len;
     int lineno = 0;
     ms_status st = MS_OK;
+    *no_header = 0;
     while (st == MS_OK && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
         if (blank(line)) continue;
         cJSON *j = cJSON_Parse(line);
-        if (!j && line[len - 1] != '\n' && lineno > 1) { /* a killed writer */
-            ms_warn("%s: incomplete last line ignored", where);
+        if (!j && line[len - 1] != '\n') { /* a killed writer */
+            if (lineno > 1)
+                ms_warn("%s: incomplete last line ignored", where);
+            else
+                *no_header = 1;
             break;
         }
         if (!j)
@@ -213,7 +224,7 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
         if (header_only) break;
     }
     if (st == MS_OK && ferror(f)) st = ms_error(MS_ERR_IO, "%s: read: %s", path, strerror(errno));
-    if (st == MS_OK && lineno == 0) st = ms_error(MS_ERR_FORMAT, "%s: empty event log", path);
+    if (st == MS_OK && lineno == 0) *no_header = 1;
     free(line);
     fclose(f);
     return st;
@@ -221,27 +232,95 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
 
 ms_status trace_log_read_header(const char *path, trace_log *l) {
     trace_set s = {0};
+    int no_header;
     memset(l, 0, sizeof *l);
-    ms_status st = load_log(&s, l, path, 0, 1);
+    ms_status st = load_log(&s, l, path, 0, 1, &no_header);
+    if (st == MS_OK && no_header)
+        st = ms_error(MS_ERR_FORMAT, "%s: no header line (an empty or cut event log)", path);
     for (int i = 0; i < s.n_strs; i++)
         free(s.strs[i]);
     free(s.strs);
     return st;
 }
 
-/* Ranks without clock lines: align by their wall clock against the lowest
- * rank that has none either (NTP accuracy; said once). */
+/* Ranks without clock lines: aligned by the wall clocks of their headers
+ * (NTP accuracy) to a rank that has clock lines (and so rank 0's clock),
+ * else to the lowest rank without any either.  Said once. */
 static void align_without_clocks(trace_set *s) {
-    const trace_log *ref = NULL;
-    for (int i = 0; i < s->n_logs; i++)
-        if (s->logs[i].n_clocks == 0 && s->logs[i].wall_ns && !ref) ref = &s->logs[i];
+    const trace_log *ref = NULL, *first = NULL;
+    for (int i = 0; i < s->n_logs && !ref; i++)
+        if (s->logs[i].n_clocks && s->logs[i].wall_ns) ref = &s->logs[i];
+    for (int i = 0; i < s->n_logs && !ref; i++)
+        if (s->logs[i].wall_ns) ref = &s->logs[i];
+    if (!ref) return;
+    /* rank 0's clock at the instant of ref's header */
+    int64_t ref_global = ref->mono_ns + trace_log_offset(ref, ref->mono_ns);
+    int n = 0;
     for (int i = 0; i < s->n_logs; i++) {
         trace_log *l = &s->logs[i];
-        if (l->n_clocks || !ref || !l->wall_ns || l == ref) continue;
-        l->base_offset = (l->wall_ns - l->mono_ns) - (ref->wall_ns - ref->mono_ns);
-        ms_warn("%s: no clock lines; aligned to rank %d by the wall clock (NTP accuracy)", l->path,
-                ref->rank);
+        if (l->n_clocks || !l->wall_ns || l == ref) continue;
+        l->base_offset = ref_global + (l->wall_ns - ref->wall_ns) - l->mono_ns;
+        first = first ? first : l;
+        n++;
     }
+    if (n)
+        ms_warn("%s%s: %d log(s) without clock lines, aligned to rank %d by the wall clock (NTP "
+                "accuracy)",
+                first->path, n > 1 ? " and others" : "", n, ref->rank);
+}
+
+/* The ranks of a run open their logs together, once the rank grid exists:
+ * seconds apart, not ten minutes. */
+#define TRACE_RUN_SPREAD_NS (600 * 1000000000LL)
+
+/* Keep the logs of the newest run only: DIR may still hold the logs of
+ * ranks that an earlier run with a larger world had (a new run replaces
+ * only its own ranks' files).  The log with the latest header decides the
+ * world; the others are dropped with a warning, and one of that world
+ * much older than the newest is warned about.  Then say which ranks of
+ * that world have no log. */
+static void keep_one_run(trace_set *s) {
+    int newest = 0, n = 0;
+    for (int i = 1; i < s->n_logs; i++)
+        if (s->logs[i].wall_ns > s->logs[newest].wall_ns) newest = i;
+    /* copied: the loop below moves the logs it keeps */
+    int world = s->logs[newest].world;
+    int64_t wall = s->logs[newest].wall_ns;
+    const char *path = s->logs[newest].path; /* owned by a log that is kept */
+    for (int i = 0; i < s->n_logs; i++) {
+        trace_log *l = &s->logs[i];
+        if (l->world == world) {
+            if (l->wall_ns && wall - l->wall_ns > TRACE_RUN_SPREAD_NS)
+                ms_warn("%s: opened %.0f s before %s, the newest log: one an earlier run left "
+                        "(its rank did not start this time)?",
+                        l->path, (double)(wall - l->wall_ns) / 1e9, path);
+            s->logs[n++] = *l;
+            continue;
+        }
+        ms_warn("%s: skipped: a log of another run (world %d; %s, the newest log, says %d)",
+                l->path, l->world, path, world);
+        for (int k = 0; k < l->n_spans; k++)
+            free(l->spans[k].args);
+        free(l->spans);
+        free(l->clocks);
+        free(l->path);
+    }
+    s->n_logs = n;
+    if (n == world) return;
+    char list[200] = "";
+    size_t o = 0;
+    for (int r = 0, i = 0, k = 0; r < world; r++) { /* logs are sorted by rank */
+        if (i < n && s->logs[i].rank == r) {
+            i++;
+            continue;
+        }
+        if (o + 16 < sizeof list)
+            o += (size_t)snprintf(list + o, sizeof list - o, "%s%d", k ? ", " : "", r);
+        else if (o + 5 < sizeof list && !strstr(list, "..."))
+            o += (size_t)snprintf(list + o, sizeof list - o, ", ...");
+        k++;
+    }
+    ms_warn("%s: no event log for %d of the %d ranks: %s", s->dir, world - n, world, list);
 }
 
 ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
@@ -258,9 +337,18 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
         st = ms_error(MS_ERR_NOMEM, "out of memory");
     for (int i = 0; st == MS_OK && i < n; i++) {
         trace_log *l = &s->logs[s->n_logs++];
+        int no_header = 0;
         l->path = paths[i];
         paths[i] = NULL;
-        st = load_log(s, l, l->path, flags, 0);
+        st = load_log(s, l, l->path, flags, 0, &no_header);
+        if (st == MS_OK && no_header) {
+            ms_warn("%s: skipped: no header line (the rank ended before its log's first write)",
+                    l->path);
+            free(l->path);
+            memset(l, 0, sizeof *l);
+            s->n_logs--;
+            continue;
+        }
         if (st == MS_OK && l->rank != ranks[i])
             st = ms_error(MS_ERR_FORMAT, "%s: the header says rank %d, the file name rank %d",
                           l->path, l->rank, ranks[i]);
@@ -268,6 +356,9 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
             ms_warn("%s: the rank dropped %lld events (its buffer was full)", l->path,
                     (long long)l->dropped);
     }
+    if (st == MS_OK && s->n_logs == 0)
+        st = ms_error(MS_ERR_NOTFOUND, "%s: no event log has a header line (all are empty)", dir);
+    if (st == MS_OK) keep_one_run(s);
     if (st == MS_OK) align_without_clocks(s);
     trace_rank_files_free(ranks, paths, n);
     if (st != MS_OK) {

@@ -53,9 +53,12 @@ static void add_thread(merge_rank *mr, int tid, const char *name, const char *su
 
 /* Offsets for spans of a nesting lane: a nested span takes its outermost
  * ancestor's offset, so that a clock line between them cannot break the
- * nesting.  idx is sorted by start (trace_nest). */
+ * nesting, and an outermost span starts no earlier than the one before it
+ * ends (a clock line between them that moves the offset back would make
+ * them overlap).  idx is sorted by start (trace_nest). */
 static void nested_offsets(const trace_log *l, const int *idx, int n, int64_t *off, int *stack) {
-    int top = 0;
+    int top = 0, any = 0;
+    int64_t end = 0; /* global end of the last outermost span */
     for (int i = 0; i < n; i++) {
         const trace_span *s = &l->spans[idx[i]];
         if (s->flags & TRACE_IS_MARK) {
@@ -64,29 +67,70 @@ static void nested_offsets(const trace_log *l, const int *idx, int n, int64_t *o
         }
         while (top && l->spans[stack[top - 1]].t1 <= s->t0)
             top--;
-        off[idx[i]] = top ? off[stack[0]] : trace_log_offset(l, s->t0);
+        if (top) {
+            off[idx[i]] = off[stack[0]];
+        } else {
+            int64_t o = trace_log_offset(l, s->t0);
+            off[idx[i]] = any && s->t0 + o < end ? end - s->t0 : o;
+            end = s->t1 + off[idx[i]];
+            any = 1;
+        }
         stack[top++] = idx[i];
     }
 }
 
+/* Comm lanes: each span's own offset, and sub-threads laid out on the
+ * global times (so that two spans on one sub-thread cannot overlap after
+ * their offsets differ).  Returns the number of sub-threads; -1: no memory. */
+static int comm_layout(const trace_log *l, int *idx, int n, int64_t *off, int *track) {
+    trace_span *g = malloc(((size_t)n + 1) * sizeof *g);
+    int *gi = malloc(((size_t)n + 1) * sizeof *gi);
+    if (!g || !gi) {
+        free(g);
+        free(gi);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        g[i] = l->spans[idx[i]];
+        off[idx[i]] = trace_log_offset(l, g[i].t0);
+        g[i].t0 += off[idx[i]];
+        g[i].t1 += off[idx[i]];
+        gi[i] = i;
+    }
+    int nt = trace_partition(g, gi, n, track); /* sorts gi: track[k] is for gi[k] */
+    int *sorted = malloc(((size_t)n + 1) * sizeof *sorted);
+    if (!sorted) {
+        free(g);
+        free(gi);
+        return -1;
+    }
+    for (int k = 0; k < n; k++)
+        sorted[k] = idx[gi[k]];
+    memcpy(idx, sorted, (size_t)n * sizeof *idx);
+    free(sorted);
+    free(g);
+    free(gi);
+    return nt;
+}
+
 /* Lay out one lane of a rank: tids (sub-threads for comm lanes), offsets. */
-static void layout_lane(merge_ctx *c, int li, int lane, int *idx, int n, int *work, int *next_tid) {
+static ms_status layout_lane(merge_ctx *c, int li, int lane, int *idx, int n, int *work,
+                             int *next_tid) {
     trace_log *l = &c->set->logs[li];
     merge_rank *mr = &c->ranks[li];
     const char *name = c->set->strs[lane];
     if (!strncmp(name, "comm:", 5)) {
-        int nt = trace_partition(l->spans, idx, n, work);
-        for (int i = 0; i < n; i++) {
+        int nt = comm_layout(l, idx, n, mr->off, work);
+        if (nt < 0) return ms_error(MS_ERR_NOMEM, "%s: out of memory", l->path);
+        for (int i = 0; i < n; i++)
             mr->tid[idx[i]] = *next_tid + work[i];
-            mr->off[idx[i]] = trace_log_offset(l, l->spans[idx[i]].t0);
-        }
         for (int t = 0; t < nt; t++) {
             char suffix[24];
             snprintf(suffix, sizeof suffix, " #%d", t);
             add_thread(mr, *next_tid + t, name, suffix);
         }
         *next_tid += nt;
-        return;
+        return MS_OK;
     }
     int cut = trace_nest(l->spans, idx, n);
     if (cut)
@@ -98,6 +142,7 @@ static void layout_lane(merge_ctx *c, int li, int lane, int *idx, int n, int *wo
     for (int i = 0; i < n; i++)
         mr->tid[idx[i]] = tid;
     add_thread(mr, tid, name, "");
+    return MS_OK;
 }
 
 /* Every lane of rank li: comm lanes (by name) first, then the others. */
@@ -136,9 +181,11 @@ static ms_status layout_rank(merge_ctx *c, int li) {
             int k = 0;
             for (int i = 0; i < n; i++)
                 if (l->spans[i].lane == best) idx[k++] = i;
-            layout_lane(c, li, best, idx, k, work, &next_tid);
+            st = layout_lane(c, li, best, idx, k, work, &next_tid);
+            if (st != MS_OK) break;
         }
         free(done);
+        if (st != MS_OK) goto out;
     }
 out:
     free(count);
@@ -193,12 +240,18 @@ static p2p_op *collect_p2p(const trace_set *s, int want_send, int *n_out) {
     return ops;
 }
 
-static double mid_us(const merge_ctx *c, int li, int si) {
+/* Where an arrow leaves a send (its start: the data cannot arrive before
+ * it) or reaches a recv (its end, 1 ns inside so that it binds to this
+ * span and not to one starting right then), in us from the origin. */
+static double flow_us(const merge_ctx *c, int li, int si, int at_end) {
     const trace_span *sp = &c->set->logs[li].spans[si];
-    return (double)(sp->t0 + (sp->t1 - sp->t0) / 2 + c->ranks[li].off[si] - c->t_min) / 1e3;
+    int64_t t = at_end ? sp->t1 - (sp->t1 - sp->t0 >= 2) : sp->t0;
+    return (double)(t + c->ranks[li].off[si] - c->t_min) / 1e3;
 }
 
-/* The k-th send S->P (group, tag) pairs with the k-th recv on P from S. */
+/* The k-th send S->P (group, tag) pairs with the k-th recv on P from S:
+ * an arrow from the send's start to the recv's end (mid to mid went
+ * backwards in time for a recv posted long before its send). */
 static ms_status write_flows(merge_ctx *c, ms_atomic_file *af, int *first) {
     int ns = 0, nr = 0, i = 0, j = 0;
     p2p_op *snd = collect_p2p(c->set, 1, &ns), *rcv = collect_p2p(c->set, 0, &nr);
@@ -224,8 +277,8 @@ static ms_status write_flows(merge_ctx *c, ms_atomic_file *af, int *first) {
                               "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"cat\":\"p2p\",\"name\":"
                               "\"send\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
                               *first ? "" : ",", id, a->src, c->ranks[a->log].tid[a->span],
-                              mid_us(c, a->log, a->span), id, b->dst, c->ranks[b->log].tid[b->span],
-                              mid_us(c, b->log, b->span));
+                              flow_us(c, a->log, a->span, 0), id, b->dst,
+                              c->ranks[b->log].tid[b->span], flow_us(c, b->log, b->span, 1));
         *first = 0;
     }
     free(snd);
@@ -335,7 +388,7 @@ static ms_status prepare(merge_ctx *c) {
     c->quoted = calloc((size_t)s->n_strs + 1, sizeof *c->quoted);
     if (!c->ranks || !c->quoted) return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->dir);
     for (int i = 0; i < s->n_strs; i++) {
-        size_t n = 6 * strlen(s->strs[i]) + 3;
+        size_t n = 6 * strlen(s->strs[i]) + 10; /* trace_json_quote keeps 8 spare */
         if (!(c->quoted[i] = malloc(n))) return ms_error(MS_ERR_NOMEM, "out of memory");
         trace_json_quote(c->quoted[i], n, s->strs[i]);
     }

@@ -1,13 +1,15 @@
 /* trace_strag.c - straggler scores: per rank and step the compute time
  * (fwd + bwd spans minus the wait / data_wait spans nested in them), then
- * a relative score against the fastest rank and an individual score
- * against the rank's own best window. */
+ * a relative score against the fastest rank of the same pipeline stage
+ * and an individual score against the rank's own best window. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/log.h"
 #include "trace/trace_internal.h"
+
+#define STRAG_MAX_STEPS 10000000 /* the newest steps scored when the logs span more */
 
 typedef struct {
     int span, step; /* step: the step a fwd/bwd span counts for (or -1) */
@@ -25,9 +27,10 @@ static int is_wait(const strag_names *nm, int name) {
     return name >= 0 && (name == nm->wait || name == nm->data_wait);
 }
 
-/* Add one rank's compute times (ns) into c[1..max_step] (c[s] < 0: no
- * fwd/bwd in step s yet).  spans are the rank's compute lane. */
-static void rank_compute(trace_log *l, const strag_names *nm, double *c, int max_step, int *idx,
+/* Add one rank's compute times (ns) into c[0..n) for steps first..first+n-1
+ * (c[k] < 0: no fwd/bwd in that step yet).  spans are the rank's compute
+ * lane. */
+static void rank_compute(trace_log *l, const strag_names *nm, double *c, int first, int n, int *idx,
                          nest_entry *stack) {
     for (int i = 0; i < l->n_spans; i++)
         idx[i] = i;
@@ -49,10 +52,11 @@ static void rank_compute(trace_log *l, const strag_names *nm, double *c, int max
         double dur = (double)(s->t1 - s->t0);
         if (is_fb(nm, s->name) && fb < 0) {
             step = s->flags & TRACE_HAS_STEP ? s->step : step_ctx;
-            if (step >= 1 && step <= max_step) c[step] = (c[step] < 0 ? 0 : c[step]) + dur;
+            int64_t k = (int64_t)step - first;
+            if (step >= 1 && k >= 0 && k < n) c[k] = (c[k] < 0 ? 0 : c[k]) + dur;
         } else if (is_wait(nm, s->name) && fb >= 0 && !in_wait) {
-            int fs = stack[fb].step;
-            if (fs >= 1 && fs <= max_step && c[fs] >= dur) c[fs] -= dur;
+            int64_t k = (int64_t)stack[fb].step - first;
+            if (stack[fb].step >= 1 && k >= 0 && k < n && c[k] >= dur) c[k] -= dur;
         }
         stack[top++] = (nest_entry){idx[k], fb >= 0 ? stack[fb].step : step};
     }
@@ -68,16 +72,15 @@ static double median(double *v, int n) { /* sorts v */
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Median and individual score of one rank from its row c[0..max_step]. */
-static void rank_scores(trace_strag_rank *r, const double *c, int max_step, int window,
+/* Median and individual score of one rank from its row c[0..n_steps).  The
+ * rank's first step is left out when it has 3 or more: it carries the
+ * set-up (of the run, or of a resume). */
+static void rank_scores(trace_strag_rank *r, const double *c, int n_steps, int window,
                         double *tmp) {
     int n = 0;
-    for (int s = 1; s <= max_step; s++)
-        n += c[s] >= 0;
-    int skip1 = n >= 3 && c[1] >= 0;
-    n = 0;
-    for (int s = skip1 ? 2 : 1; s <= max_step; s++)
-        if (c[s] >= 0) tmp[n++] = c[s];
+    for (int k = 0; k < n_steps; k++)
+        if (c[k] >= 0) tmp[n++] = c[k];
+    if (n >= 3) memmove(tmp, tmp + 1, (size_t)--n * sizeof *tmp);
     r->steps = n;
     r->individual = 1.0;
     if (!n) return;
@@ -96,18 +99,21 @@ static void rank_scores(trace_strag_rank *r, const double *c, int max_step, int 
 }
 
 static ms_status strag_alloc(trace_strag **out, const trace_set *set, const trace_strag_opts *o,
-                             int max_step) {
+                             int first_step, int max_step) {
     trace_strag *s = calloc(1, sizeof *s);
     if (!s) return ms_error(MS_ERR_NOMEM, "out of memory");
     *out = s;
     s->opts = *o;
     s->n_ranks = set->n_logs;
+    s->first_step = first_step;
     s->max_step = max_step;
+    s->n_steps = max_step - first_step + 1;
+    size_t cells = (size_t)set->n_logs * (size_t)s->n_steps;
     s->dir = strdup(set->dir);
     s->ranks = calloc((size_t)set->n_logs, sizeof *s->ranks);
-    s->compute_ms = malloc((size_t)set->n_logs * ((size_t)max_step + 1) * sizeof *s->compute_ms);
+    s->compute_ms = malloc((cells + 1) * sizeof *s->compute_ms);
     if (!s->dir || !s->ranks || !s->compute_ms) return ms_error(MS_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < (size_t)set->n_logs * ((size_t)max_step + 1); i++)
+    for (size_t i = 0; i < cells; i++)
         s->compute_ms[i] = -1;
     return MS_OK;
 }
@@ -126,9 +132,9 @@ static ms_status fill_compute(trace_strag *s, trace_set *set, const strag_names 
         return ms_error(MS_ERR_NOMEM, "%s: out of memory", set->dir);
     }
     for (int li = 0; li < set->n_logs; li++) {
-        double *row = s->compute_ms + (size_t)li * ((size_t)s->max_step + 1);
-        rank_compute(&set->logs[li], nm, row, s->max_step, idx, stack);
-        for (int k = 0; k <= s->max_step; k++)
+        double *row = s->compute_ms + (size_t)li * (size_t)s->n_steps;
+        rank_compute(&set->logs[li], nm, row, s->first_step, s->n_steps, idx, stack);
+        for (int k = 0; k < s->n_steps; k++)
             row[k] = row[k] >= 0 ? row[k] / 1e6 : -1;
     }
     free(idx);
@@ -136,30 +142,49 @@ static ms_status fill_compute(trace_strag *s, trace_set *set, const strag_names 
     return MS_OK;
 }
 
-/* Both scores and the verdict for every rank. */
+/* Both scores and the verdict for every rank.  The relative score compares
+ * a rank with the ranks of its own pipeline stage only: they do the same
+ * work, while stages differ (the last one also computes the loss). */
 static ms_status score(trace_strag *s, const trace_set *set) {
-    double *tmp = malloc(2 * ((size_t)s->max_step + 1) * sizeof *tmp), best = -1;
-    if (!tmp) return ms_error(MS_ERR_NOMEM, "out of memory");
+    int n_pp = 1;
+    for (int li = 0; li < s->n_ranks; li++)
+        n_pp = set->logs[li].coord.pp >= n_pp ? set->logs[li].coord.pp + 1 : n_pp;
+    double *tmp = malloc(2 * ((size_t)s->n_steps + 1) * sizeof *tmp);
+    double *best = malloc((size_t)n_pp * sizeof *best); /* fastest median per stage */
+    if (!tmp || !best) {
+        free(tmp);
+        free(best);
+        return ms_error(MS_ERR_NOMEM, "out of memory");
+    }
+    int any = 0;
+    for (int p = 0; p < n_pp; p++)
+        best[p] = -1;
     for (int li = 0; li < s->n_ranks; li++) {
         trace_strag_rank *r = &s->ranks[li];
         const trace_log *l = &set->logs[li];
         r->rank = l->rank;
         r->coord = l->coord;
         snprintf(r->host, sizeof r->host, "%s", l->host);
-        rank_scores(r, s->compute_ms + (size_t)li * ((size_t)s->max_step + 1), s->max_step,
-                    s->opts.window, tmp);
-        if (r->steps && (best < 0 || r->median_ms < best)) best = r->median_ms;
+        rank_scores(r, s->compute_ms + (size_t)li * (size_t)s->n_steps, s->n_steps, s->opts.window,
+                    tmp);
+        double *b = &best[r->coord.pp];
+        if (r->steps && (*b < 0 || r->median_ms < *b)) *b = r->median_ms;
+        any |= r->steps > 0;
     }
     free(tmp);
-    if (best < 0)
+    if (!any) {
+        free(best);
         return ms_error(MS_ERR_NOTFOUND, "%s: no rank has fwd/bwd spans on its compute lane",
                         s->dir);
+    }
     for (int li = 0; li < s->n_ranks; li++) {
         trace_strag_rank *r = &s->ranks[li];
-        r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? best / r->median_ms : 1.0;
+        double b = best[r->coord.pp];
+        r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? b / r->median_ms : 1.0;
         r->straggler =
             r->steps && (r->relative < s->opts.threshold || r->individual < s->opts.threshold);
     }
+    free(best);
     return MS_OK;
 }
 
@@ -175,14 +200,18 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
     strag_names nm = {trace_str_find(set, "fwd"), trace_str_find(set, "bwd"),
                       trace_str_find(set, "wait"), trace_str_find(set, "data_wait"),
                       trace_str_find(set, "step")};
-    int max_step = 0;
+    /* the steps the logs hold: a resumed run's start at its resume step */
+    int first_step = 0, max_step = 0;
     for (int li = 0; li < set->n_logs; li++)
         for (int i = 0; i < set->logs[li].n_spans; i++) {
             const trace_span *sp = &set->logs[li].spans[i];
-            if ((sp->flags & TRACE_HAS_STEP) && sp->step > max_step && sp->step <= 10000000)
-                max_step = sp->step;
+            if (!(sp->flags & TRACE_HAS_STEP) || sp->step < 1) continue;
+            max_step = sp->step > max_step ? sp->step : max_step;
+            first_step = !first_step || sp->step < first_step ? sp->step : first_step;
         }
-    ms_status st = strag_alloc(&s, set, o, max_step);
+    if (!max_step) first_step = 1;
+    if (max_step - first_step >= STRAG_MAX_STEPS) first_step = max_step - STRAG_MAX_STEPS + 1;
+    ms_status st = strag_alloc(&s, set, o, first_step, max_step);
     if (st == MS_OK) st = fill_compute(s, set, &nm);
     if (st == MS_OK) st = score(s, set);
     trace_set_free(set);
@@ -204,9 +233,9 @@ void trace_strag_free(trace_strag *s) {
 
 void trace_strag_print(const trace_strag *s, FILE *f) {
     fprintf(f,
-            "stragglers in %s: %d rank(s), steps 1-%d, threshold %g, window %d (step 1 "
-            "skipped as warm-up when a rank has >= 3 steps)\n",
-            s->dir, s->n_ranks, s->max_step, s->opts.threshold, s->opts.window);
+            "stragglers in %s: %d rank(s), steps %d-%d, threshold %g, window %d (a rank's "
+            "first step skipped as warm-up when it has >= 3 steps)\n",
+            s->dir, s->n_ranks, s->first_step, s->max_step, s->opts.threshold, s->opts.window);
     fprintf(f, "%6s  %-12s %-20s %10s %9s %11s %6s  %s\n", "rank", "(dp,pp,tp)", "host",
             "median_ms", "relative", "individual", "steps", "verdict");
     int n_bad = 0;

@@ -16,8 +16,8 @@ ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *
  * naming them); sets the micro-batch and the accumulation steps. */
 ms_status train_check_batch(int batch, int micro_batch, int dp, int *micro, int *accum);
 /* Checks for --tp tensor-parallel ranks (with sequence parallelism) on
- * micro-batches of `micro` sequences: heads and micro*seq divisible by tp,
- * no pipeline stages. */
+ * micro-batches of `micro` sequences: heads and micro*seq divisible by tp
+ * (MS_ERR_ARG naming them; --pp and --vpp are train_model_create's). */
 ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro);
 
 /* The data-parallel size of a world of `world` ranks: --dp, or when it is

@@ -27,6 +27,13 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
             if (chk[i].want > 0 && chk[i].want != chk[i].have)
                 return ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
                                 chk[i].want, tc->init_from, chk[i].have);
+        gpt_block b;
+        if (tc->block && *tc->block) {
+            MS_TRY(gpt_block_parse(tc->block, &b));
+            if (b != c.block)
+                return ms_error(MS_ERR_ARG, "--block %s disagrees with %s, which holds a %s block",
+                                tc->block, tc->init_from, gpt_block_name(c.block));
+        }
         if (tc->attn_window > 0) c.attn_window = tc->attn_window;
     } else {
         MS_TRY(gpt_config_preset(&c, tc->model && *tc->model ? tc->model : "d6"));
@@ -114,8 +121,8 @@ ms_status train_overlap_parse(const char *s, int *mask) {
 
 int train_dp_of(const train_config *tc, int world) {
     if (tc->dp > 0) return tc->dp;
-    int tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1;
-    return world % (tp * pp) == 0 ? world / (tp * pp) : 0;
+    long long tp = tc->tp > 0 ? tc->tp : 1, pp = tc->pp > 0 ? tc->pp : 1; /* 2^16 x 2^16 */
+    return world % (tp * pp) == 0 ? (int)(world / (tp * pp)) : 0;
 }
 
 ms_status train_check_layout(const train_config *tc, int world, int *dp) {
@@ -128,12 +135,12 @@ ms_status train_check_layout(const train_config *tc, int world, int *dp) {
                         tc->vpp);
     if (*dp == 0)
         return ms_error(MS_ERR_ARG,
-                        "the job has %d ranks, which --tp %d x --pp %d = %d does not divide "
+                        "the job has %d ranks, which --tp %d x --pp %d = %lld does not divide "
                         "(--dp is not given, so it would be world / (tp x pp))",
-                        world, tp, pp, tp * pp);
-    if ((long)tp * pp * *dp != world)
-        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %ld",
-                        world, tp, pp, *dp, (long)tp * pp * *dp);
+                        world, tp, pp, (long long)tp * pp);
+    if ((long long)tp * pp * *dp != world)
+        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %lld",
+                        world, tp, pp, *dp, (long long)tp * pp * *dp);
     return MS_OK;
 }
 

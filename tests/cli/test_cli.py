@@ -381,7 +381,8 @@ def test_option_ranges(d, base):
                              ("--eps", "0", "> 0"), ("--grad-clip", "nan", "finite"),
                              ("--threads", "100000", "in [0,1024]"), ("--dp", "0", "[1,65536]"),
                              ("--micro-batch", "-1", "[0,"), ("--val-batches", "0", ">= 1"),
-                             ("--comm-timeout", "0", "> 0"), ("--steps", "0", ">= 1"),
+                             ("--comm-timeout", "0", "in (0,1e6]"),
+                             ("--comm-timeout", "1e300", "in (0,1e6]"), ("--steps", "0", ">= 1"),
                              ("--steps", "3000000000", "must be at most 2147483647")]:
         if os.path.exists(mp):
             os.remove(mp)
@@ -396,6 +397,9 @@ def test_option_ranges(d, base):
     expect_error([*base, "--steps", "1"], "environment MS_NONFINITE_REDO", "--nonfinite-redo",
                  what="an environment value is held to the range",
                  env=clean_env(MS_NONFINITE_REDO="-2"))
+    # a negative count showed every token of the shard
+    expect_error(["data", "inspect", "x.bin", "--count", "-5"], "--count must be >= 0",
+                 what="data inspect --count -5")
     for cmd in (["sample", "--weights", "w.safetensors"], ["data", "inspect", "x.bin"],
                 ["diag"]):
         expect_error([*cmd, "--threads", "100000"], "--threads must be in [0,1024]",
@@ -404,6 +408,16 @@ def test_option_ranges(d, base):
                  "--tokens must be in [0,16777216]", what="sample --tokens near 2^31 is refused")
     expect_error(["sample", "--weights", "w.safetensors", "--temperature", "nan"],
                  "--temperature expects a finite number", what="sample --temperature nan")
+    # a --dim past 2^20: named (the model's size in bytes overflowed: "cannot allocate
+    # 18989781275446.8 MB")
+    expect_error([*base, "--steps", "1", "--dim", "1518500250", "--heads", "1"],
+                 "dim must be in 1..1048576 (got 1518500250)", what="--dim 1518500250")
+    # --tp x --pp past 2^31 (each in range): was a SIGFPE (int product 0)
+    for cmd in ([*base, "--steps", "1"],
+                ["eval", "--weights", "w.safetensors", "--val-data", "v.bin"]):
+        expect_error([*cmd, "--tp", "65536", "--pp", "65536"],
+                     "the job has 1 ranks, which --tp 65536 x --pp 65536 = 4294967296 does not "
+                     "divide", what=f"{cmd[0]} --tp 65536 --pp 65536 is refused, not a crash")
     _, out, _ = run("train", "--help")
     ok(re.search(r"^  --beta1 X .*\[0\.9\] \(in \[0,1\)\)$", out, re.M)
        and re.search(r"^  --threads N .*\(in \[0,1024\]\)$", out, re.M),
@@ -554,6 +568,15 @@ def test_save_dtype(d, base, val):
     rc, _, err = run(*base, "--steps", "1", "--block", "parallel", "--save-weights", par)
     ok(rc == 0 and not os.path.exists(os.path.join(d, "par.config.json")) and
        "not GPT-2's architecture" in err, "no config.json for a parallel block", err)
+    # --block against an --init-from file: it was silently ignored (a serial block trained)
+    rc, _, err = run(*base, "--steps", "1", "--init-from", par)
+    ok(rc == 0 and "parallel block" in err, "--init-from a parallel block's weights", err)
+    expect_error([*base, "--steps", "1", "--init-from", par, "--block", "serial"],
+                 "--block serial disagrees with", "which holds a parallel block",
+                 what="--block contradicting --init-from")
+    expect_error([*base, "--steps", "1", "--init-from", b16, "--block", "parallel"],
+                 "--block parallel disagrees with", "which holds a serial block",
+                 what="--block parallel on a serial model's weights")
 
 
 def test_resume_record(d, train):
@@ -749,6 +772,11 @@ def main():
                  "[0, 256)", what="sample: an id out of the vocabulary")
     expect_error(["sample", "--weights", w1, "--tokens", "2147483647"], "--tokens must be in",
                  what="sample: --tokens too large (was a signed overflow)")
+    # --heads against a file that says: an error, as eval's (it was silently ignored)
+    expect_error(["sample", "--weights", w1, "--heads", "3", "--tokens", "1"],
+                 "--heads 3 disagrees with", "which holds 2", what="sample: --heads contradicts")
+    expect_error(["sample", "--weights", w1, "--heads", "-1"], "--heads must be >= 0",
+                 what="sample: --heads -1")
     # a model with more ids than bytes: an id >= 256 is shown as itself, not as id % 256
     w512 = os.path.join(d, "w512.safetensors")
     tiny512 = [x if x != "256" else "512" for x in base]

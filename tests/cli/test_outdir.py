@@ -66,6 +66,23 @@ def main():
     ok("megascale train: error: " in log and "--new-run" in log,
        "the error line is in train.log too", log[-2000:])
 
+    # --- paths with a '#' (and a '"'): train.cfg holds them quoted, and runs again ---
+    # (before, each was left out as a comment: the rerun had no --train-data)
+    for name in ("run#2", 'run"#3'):
+        sub = os.path.join(d, name)
+        os.makedirs(sub)
+        data = os.path.join(sub, "train.bin")
+        write_shard(data, text_tokens(20000))
+        o = os.path.join(sub, "out")
+        rc, _, err = run("train", "--train-data", data, *TINY, "--steps", "2", "--out-dir", o)
+        ok(rc == 0, f"a run in {name}", err)
+        c = os.path.join(o, "train.cfg")
+        text = open(c).read() if os.path.exists(c) else ""
+        ok("a value holds" not in text and data in text, f"{name}: train.cfg holds the paths", text)
+        rc, _, err = run("train", "--config", c, "--steps", "3", "--resume", "auto")
+        ok(rc == 0 and "continuing at step 2" in err,
+           f"{name}: train --config DIR/train.cfg --resume auto", err)
+
     # --- explicit outputs win; bad directories ---
     other = os.path.join(d, "elsewhere.jsonl")
     out2 = os.path.join(d, "b")

@@ -1,6 +1,7 @@
 // browser.mjs - drives a real browser (Debian's chromium, through
 // playwright-core) against a live dashboard and checks that the page follows
-// the job: it loads, the loss curve gains points without a reload, a fault
+// the job: it loads, the loss curve gains points without a reload, the event
+// log starts at the first event, a fault
 // shows in the event log and on the rank grid, training resumes, the
 // full-page screenshot is not blank, and the page logged no errors.
 //
@@ -171,6 +172,12 @@ async function run() {
     hranks: document.querySelector('#heatmap').dataset.ranks,
   }));
   say(`rank grid shows ${seen.ranks} ranks, heat map ${seen.steps} steps x ${seen.hranks} ranks`);
+  // The event log starts at the first event (seq 0: job_start).
+  const first = await waitFor('the first event (#events tr[data-seq="0"])', () => {
+    const tr = document.querySelector('#events tr[data-seq="0"]');
+    return tr ? tr.dataset.event : false;
+  });
+  say(`event log has the first event (seq 0, ${first})`);
 
   // 3. The fault shows in the event log and on the rank grid.
   if (opt.faultRank !== null) {

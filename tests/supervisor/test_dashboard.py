@@ -9,7 +9,7 @@ driver restarts the job from its checkpoint:
    status is live, the metrics grow between two looks and come in bounded
    pages;
 2. the browser (tests/dashboard/browser.mjs: headless Chromium driven by
-   playwright-core): the loss curve gains points while the job trains, the
+   playwright-core, started with the API checks of 1.): the loss curve gains points while the job trains, the
    fault appears in the event log and on the grid, training goes on, the
    screenshot is not blank, no script error.  Skipped, with the reason, where
    Chromium or playwright-core cannot be had;
@@ -143,9 +143,10 @@ def rank_pid(run, rank):
     return pid
 
 
-def browser(url, d, run):
-    """Run the browser test; once the page has seen the curve grow, kill -9
-    rank 2 (the fault it must then show).  (rc, output)."""
+def browser_start(url, d):
+    """Start the browser test (its Popen), or (77, why) where it cannot run.
+    Started before the API checks: Chromium takes long to start on busy
+    cores, and the job must still train when the page is up."""
     here = os.path.join(SRC, "tests", "dashboard")
     if not os.path.exists("/usr/bin/chromium"):
         return 77, "browser: SKIP: /usr/bin/chromium is missing (Debian package chromium)"
@@ -160,9 +161,16 @@ def browser(url, d, run):
                            cwd=here, capture_output=True, text=True)
         if r.returncode:
             return 77, "browser: SKIP: npm install of playwright-core failed: " + r.stderr[-300:]
-    p = subprocess.Popen(["node", os.path.join(here, "browser.mjs"), "--url", url, "--shot",
-                          os.path.join(d, "dashboard.png"), "--fault-rank", "2", "--timeout",
-                          "240"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(["node", os.path.join(here, "browser.mjs"), "--url", url, "--shot",
+                             os.path.join(d, "dashboard.png"), "--fault-rank", "2", "--timeout",
+                             "240"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def browser_finish(p, run):
+    """Follow the browser test; once the page has seen the curve grow, kill
+    -9 rank 2 (the fault it must then show).  (rc, output)."""
+    if isinstance(p, tuple):
+        return p
     out = []
     for line in p.stdout:
         out.append(line)
@@ -176,6 +184,11 @@ def browser(url, d, run):
 
 
 def check_offline(run, d):
+    r = subprocess.run([BIN, "dashboard", run, "--bind", "localhost"], capture_output=True,
+                       text=True, timeout=30)
+    ok(r.returncode == 2 and "--bind 'localhost'" in r.stderr,
+       "megascale dashboard --bind localhost: a usage error naming the option (exit 2)",
+       f"{r.returncode} {r.stderr}")
     p = subprocess.Popen([BIN, "dashboard", run, "--port", "0"], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
@@ -252,6 +265,7 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS="1")
     job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            errors="replace", env=env)
+    page = None
     try:
         info, t_end = None, time.time() + 60
         while time.time() < t_end and job.poll() is None and not info:
@@ -268,11 +282,12 @@ def main():
         m = re.match(r"(http://(127\.0\.0\.1:\d+))/\?token=", url)
         ok(m is not None, "the dashboard is on loopback", url)
         base, addr = m.group(1), m.group(2)
+        page = browser_start(url, d)
         if job.poll() is None:
             check_api(base, addr, token)
         else:
             ok(False, "the job still runs for the API checks (it ended too early)")
-        rc, out = browser(url, d, run)
+        rc, out = browser_finish(page, run)
         print(out.strip())
         if rc == 77:  # no browser: the same fault, for the checks afterwards
             print("browser test: SKIP (reason above)")
@@ -286,6 +301,9 @@ def main():
         ok(job.returncode == 0, "the job finishes after the fault", err[-3000:])
         ok("dashboard: http://127.0.0.1:" in err, "the driver printed the dashboard's URL")
     finally:
+        if isinstance(page, subprocess.Popen) and page.poll() is None:
+            page.kill()
+            page.wait(30)
         if job.poll() is None:
             job.terminate()
             job.wait(30)

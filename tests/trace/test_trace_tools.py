@@ -183,6 +183,61 @@ def test_merge(d):
         ok(len(tr2["traceEvents"]) == len(tr["traceEvents"]), "both outputs the same size")
 
 
+def test_merge_clock_step(d):
+    """Rank 1's clock offset moves back 5 us at a clock line that falls
+    between two back-to-back spans on each lane: they must not overlap on
+    their thread.  Its recv is posted long before rank 0's send: the arrow
+    must still go forward in time (send start -> recv end)."""
+    def write(rank, lines):
+        header = dict(type="header", version=1, rank=rank, world=2, host="h", pid=1 + rank,
+                      coord=dict(dp=0, pp=rank, tp=0), shape=dict(dp=1, pp=2, tp=1), mono_ns=0,
+                      wall_ns=1_700_000_000 * 10**9)
+        with open(os.path.join(d, f"events_r{rank:05d}.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in [header] + lines) + "\n")
+    span = lambda lane, name, t0, t1, **a: dict(type="span", name=name, lane=lane, t0=t0, t1=t1, **a)
+    clock = lambda mono, off: dict(type="clock", mono_ns=mono, offset_ns=off, err_ns=0)
+    write(0, [clock(0, 0), span("comm:pp", "send", 500_000, 510_000, peer=1, tag=0, group="pp")])
+    write(1, [clock(0, 10_000), span("compute", "step", 1_000, 100_000, step=1),
+              span("comm:dp", "all_reduce", 1_000, 100_000, group="dp", seq=1),
+              clock(100_000, 5_000), span("compute", "step", 100_000, 200_000, step=2),
+              span("comm:dp", "all_reduce", 100_000, 200_000, group="dp", seq=2),
+              span("comm:pp", "recv", 200_000, 520_000, peer=0, tag=0, group="pp")])
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    tr = json.load(open(out)) if rc == 0 else {"traceEvents": []}
+    bad = nesting_errors(tr["traceEvents"])
+    ok(rc == 0 and not bad, "a clock line between two spans: no overlap on their thread",
+       str(bad) + so + se)
+    s = [e for e in tr["traceEvents"] if e.get("ph") == "s"]
+    f = [e for e in tr["traceEvents"] if e.get("ph") == "f"]
+    ok(len(s) == len(f) == 1 and f[0]["ts"] >= s[0]["ts"], "flow arrows go forward in time",
+       f"{s} {f}")
+
+
+def test_merge_no_clock(d):
+    """Rank 1 of 3 has no clock lines and its host's monotonic clock is an
+    hour ahead: it is aligned by the wall clock to a rank with clock lines
+    (rank 0's clock), not taken as rank 0's clock itself (an hour off)."""
+    def write(rank, mono, lines):
+        header = dict(type="header", version=1, rank=rank, world=3, host=f"h{rank}", pid=1,
+                      mono_ns=mono, wall_ns=1_700_000_000 * 10**9)
+        with open(os.path.join(d, f"events_r{rank:05d}.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in [header] + lines) + "\n")
+    span = lambda t0: dict(type="span", name="fwd", lane="compute", t0=t0, t1=t0 + MS, step=1)
+    clock = lambda mono, off: dict(type="clock", mono_ns=mono, offset_ns=off, err_ns=0)
+    hour = 3600 * 10**9
+    write(0, 0, [clock(0, 0), span(5 * MS)])  # the same instant on every rank: 5 ms after
+    write(1, hour, [span(hour + 5 * MS)])  # the headers (taken at one wall-clock instant)
+    write(2, 7 * MS, [clock(7 * MS, -7 * MS), span(12 * MS)])
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    xs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X"] if rc == 0 else []
+    ts = sorted((e["pid"], e["ts"]) for e in xs)
+    ok(rc == 0 and len(ts) == 3 and max(t for _, t in ts) - min(t for _, t in ts) < 1e-3 and
+       "1 log(s) without clock lines, aligned to rank 0" in se,
+       "a rank without clock lines aligned by the wall clock to the clocked ranks", f"{ts}\n{se}")
+
+
 # ---- 2. stragglers ---------------------------------------------------------------------------
 
 def straggler_logs(d, steps=8):
@@ -253,6 +308,46 @@ def test_individual(d):
        r.get("relative") == 1.0, "individual score: best window / last window", so + se)
 
 
+def test_resumed(d):
+    """A run resumed at step 5,000,000: its logs hold steps 5,000,001-5,000,010
+    only.  The first of them (the set-up after the resume) is the warm-up
+    step left out, and the report spans the logged steps, not 1-5,000,010."""
+    for r in range(2):
+        log = RankLog(r, 2, (2, 1, 1), "h")
+        for s in range(5_000_001, 5_000_011):
+            t = 1000 * MS * (s - 5_000_000)
+            dur = (10 + 10 * r) * MS * (5 if s == 5_000_001 else 1)
+            log.span("compute", "fwd", t, t + dur, step=s, mb=0)
+        log.write(d)
+    png = os.path.join(d, "heat.png")
+    rc, so, se = run("trace", "stragglers", d, "--png", png)
+    ok(rc == 0 and "steps 5000001-5000010" in so and "last 8000 steps" not in se,
+       "the report spans the logged steps", so + se)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok([x["steps"] for x in j.get("ranks", [])] == [9, 9] and j["stragglers"] == [1],
+       "the first step after a resume is the warm-up step left out", so + se)
+
+
+def test_stages(d):
+    """dp2 x pp2: the last stage (which also computes the loss) takes 3x the
+    first's compute on both its ranks; no rank is a straggler.  Rank 1 is 2x
+    slower than rank 0 of its stage: it is, though faster than stage 1."""
+    for r in range(4):
+        log = RankLog(r, 4, (2, 2, 1), "hostA")
+        dur = {0: 10, 1: 20, 2: 30, 3: 30}[r] * MS
+        for s in range(1, 9):
+            t = 1000 * MS * s
+            log.span("compute", "fwd", t, t + dur, step=s, mb=0)
+            log.span("compute", "bwd", t + 100 * MS, t + 100 * MS + dur, step=s, mb=0)
+        log.write(d)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    rel = {x["rank"]: x["relative"] for x in j.get("ranks", [])}
+    ok(rc == 0 and j.get("stragglers") == [1] and rel == {0: 1.0, 1: 0.5, 2: 1.0, 3: 1.0},
+       "relative scores within a pipeline stage: the slower last stage is no straggler", so + se)
+
+
 # ---- 3. hang ---------------------------------------------------------------------------------
 
 SHAPE8 = (2, 2, 2)
@@ -314,6 +409,44 @@ def test_hang_missing(d):
        so + se)
 
 
+def test_hang_rerun(d):
+    """A restarted job hangs again in the same directory: rank 5 stops and
+    writes no dump this time, but its dump of the first hang (another pid
+    than its new event log's) is still there, and calls rank 6 unresponsive.
+    It is skipped: rank 5 is the suspect, not rank 6."""
+    for r in range(8):
+        RankLog(r, 8, SHAPE8, "hostA" if r < 4 else "hostB").write(d)  # pid 1000 + rank
+    write_hang(d, extra=lambda r: dict(pid=99 if r == 5 else 1000 + r,
+                                       unresponsive=[{"rank": 6, "heartbeat_age_s": 5.0}]
+                                       if r == 5 else []))
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [5] and
+       j.get("missing") == [5] and
+       "hang_r00005.json: skipped: an earlier hang's dump (pid 99; rank 5's event log is from "
+       "pid 1005" in se, "a dump of an earlier hang is skipped", so + se)
+
+
+def test_hang_smaller_rerun(d):
+    """The job restarted with 2 ranks instead of 4 and hung again: ranks 2
+    and 3 of the first run left their logs and dumps.  The newest dumps'
+    world is analysed; the others are skipped with a warning."""
+    for r in range(4):
+        world, wall = (2, 1.7e9 + 600) if r < 2 else (4, 1.7e9)
+        RankLog(r, world, (world, 1, 1), "h", wall_ns=int(wall * 1e9) - 10**9).write(d)
+        others = [x for x in range(world) if x != r]
+        ops = [("all_reduce", 3, -1, -1, 5.0)] if r != 1 else []
+        hang_dump(d, r, world, (world, 1, 1), "h",
+                  [("dp", list(range(world)), 3 if r != 1 else 2, 2, ops)], pid=1000 + r,
+                  wall_s=wall, unresponsive=[{"rank": x, "heartbeat_age_s": 5.0} for x in others
+                                             if r >= 2])
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and j.get("world") == 2 and [s["rank"] for s in j.get("suspects", [])] == [1] and
+       "hang_r00002.json: skipped: a dump of another run (world 4" in se,
+       "dumps of an earlier run with another world are skipped", so + se)
+
+
 def test_hang_behind(d):
     write_hang(d, behind=6)
     rc, so, se = run("trace", "hang", d, "--json")
@@ -326,6 +459,48 @@ def test_hang_behind(d):
     rc, so, se = run("trace", "hang", d)
     ok(rc == 0 and "SUSPECT" in so and "suspects: rank 6 (dp 1, pp 1, tp 0) on hostB" in so,
        "text report marks rank 6", so)
+
+
+def test_hang_blocked(d):
+    """dp2 x pp2, rank 2's training thread stopped (a real run's dumps with
+    --inject-fault hang@4:2): ranks 1 and 3 wait in reduce_scatter #28 on dp;
+    rank 0 never entered it because it waits to receive from rank 2; rank 2
+    never entered it and waits in nothing.  Rank 2 is the one suspect, rank 0
+    a note."""
+    shape = (2, 2, 1)
+    rs = ("reduce_scatter", 28, -1, -1, 5.0)
+    dumps = {0: [("dp", [0, 1], 27, 27, []), ("pp", [0, 2], 3, 3, [("recv", 3, 2, 13, 5.0)])],
+             1: [("dp", [0, 1], 28, 27, [rs]), ("pp", [1, 3], 3, 3, [])],
+             2: [("dp", [2, 3], 27, 27, []), ("pp", [0, 2], 3, 3, [])],
+             3: [("dp", [2, 3], 28, 27, [rs]), ("pp", [1, 3], 3, 3, [])]}
+    for r, groups in dumps.items():
+        hang_dump(d, r, 4, shape, "h", groups, reason="peer_request" if r == 2 else "timeout")
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    notes = {s["rank"]: " ".join(s["reasons"]) for s in j.get("notes", [])}
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [2] and
+       "it waits itself, in recv from rank 2 on 'pp'" in notes.get(0, ""),
+       "a rank behind that waits itself is a note, the idle one the suspect", so + se)
+
+
+def test_hang_young_op(d):
+    """tp2 x pp2, rank 3's training thread stopped (a real run's dumps with
+    --inject-fault hang@4:3): rank 1 has waited 5 s to receive from it; rank 2
+    entered the next all_reduce on 'gate' only 0.2 s before the dumps, which
+    rank 0 (busy, waiting in nothing) had not reached yet.  That young op is
+    no evidence: rank 3 is the one suspect, rank 0 not even a note."""
+    shape = (1, 2, 2)
+    gate = lambda r, issued, ops: ("gate", [0, 1, 2, 3], issued, 2, ops)
+    dumps = {0: [gate(0, 2, [])],
+             1: [gate(1, 2, []), ("embedding", [1, 3], 0, 0, [("recv", 0, 3, 1, 5.0)])],
+             2: [gate(2, 3, [("all_reduce", 3, -1, -1, 0.2)])],
+             3: [gate(3, 2, []), ("embedding", [1, 3], 0, 0, [])]}
+    for r, groups in dumps.items():
+        hang_dump(d, r, 4, shape, "h", groups, reason="timeout" if r == 1 else "peer_request")
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [3] and not j.get("notes"),
+       "an op entered just before the dumps is no evidence", so + se)
 
 
 def test_hang_stale(d):
@@ -403,6 +578,82 @@ def test_bad_input(root):
         ok(rc == 3 and d in se and what in se, f"{cmd} on an empty dir: clear error", se)
     rc, so, se = run("trace", "merge", os.path.join(root, "nope"))
     ok(rc == 3 and "nope: no such run directory" in se, "missing DIR named", se)
+    # a new dp2 run in the directory of an older 4-rank run: ranks 2 and 3 of the old run are
+    # dropped, not merged or scored with the new run's (they made ranks 0 and 1 stragglers)
+    d = os.path.join(root, "rerun")
+    os.makedirs(d)
+    for r in range(4):
+        world, dur, wall = (4, 5, 1_700_000_000) if r >= 2 else (2, 20, 1_700_000_900)
+        log = RankLog(r, world, (world, 1, 1), "h", wall_ns=wall * 10**9)
+        for s in range(1, 6):
+            log.span("compute", "fwd", 1000 * MS * s, 1000 * MS * s + dur * MS, step=s)
+        log.write(d)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [x["rank"] for x in j.get("ranks", [])] == [0, 1] and j["stragglers"] == [] and
+       "events_r00002.jsonl: skipped: a log of another run (world 4" in se,
+       "logs of an older run with another world are skipped, with a warning", so + se)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "merged 2 rank(s)" in so and "events_r00003.jsonl: skipped" in se,
+       "merge skips them too", so + se)
+    # same world, but rank 1 did not start this time: its log is an hour older than rank 0's
+    d = os.path.join(root, "samesize")
+    os.makedirs(d)
+    for r, wall in ((0, 1_700_003_600), (1, 1_700_000_000)):
+        log = RankLog(r, 2, (2, 1, 1), "h", wall_ns=wall * 10**9)
+        log.span("compute", "fwd", 0, 10 * MS, step=1)
+        log.write(d)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "events_r00001.jsonl: opened 3600 s before" in se and
+       "events_r00000.jsonl, the newest log: one an earlier run left" in se,
+       "a log much older than the others is warned about", so + se)
+    # the stale log comes first (rank 0 of a 4-rank run; the 6-rank rerun's rank 0 has none):
+    # the newest log (rank 3) is still the one named after the kept logs moved down
+    d = os.path.join(root, "stalefirst")
+    os.makedirs(d)
+    for r in range(6):
+        world = 4 if r == 0 else 6
+        wall = {0: 1_700_000_000, 3: 1_700_009_001, 5: 1_700_000_100}.get(r, 1_700_009_000)
+        log = RankLog(r, world, (world, 1, 1), "h", wall_ns=wall * 10**9)
+        log.span("compute", "fwd", 0, 10 * MS, step=1)
+        log.write(d)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "merged 5 rank(s)" in so and
+       "events_r00005.jsonl: opened 8901 s before " + os.path.join(d, "events_r00003.jsonl") in se,
+       "the newest log is named right after a stale first one", so + se)
+    # a rank whose log is empty (killed before its first flush), one with a cut header, one
+    # without a log: the others are merged, and the missing ranks are named
+    d = os.path.join(root, "holes")
+    os.makedirs(d)
+    for r in range(5):
+        log = RankLog(r, 5, (5, 1, 1), "h")
+        log.span("compute", "fwd", 0, 10 * MS, step=1)
+        path = log.write(d)
+        if r == 1:
+            open(path, "w").close()
+        elif r == 2:
+            text = open(path).read()[:40]
+            open(path, "w").write(text)
+        elif r == 4:
+            os.remove(path)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 0 and "merged 2 rank(s)" in so and "events_r00001.jsonl: skipped: no header" in se and
+       "events_r00002.jsonl: skipped: no header" in se and
+       "no event log for 3 of the 5 ranks: 1, 2, 4" in se,
+       "empty and cut logs are skipped, missing ranks named", so + se)
+    for r in (0, 3):
+        os.remove(os.path.join(d, f"events_r{r:05d}.jsonl"))
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 3 and "no event log has a header line" in se, "only empty logs: bad input", se)
+    d = os.path.join(root, "onechar")  # one-character names were written as ""
+    os.makedirs(d)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    log.span("q", "x", 0, 10)
+    log.write(d)
+    rc, so, se = run("trace", "merge", d, "-o", os.path.join(d, "m.json"))
+    xs = [e for e in json.load(open(os.path.join(d, "m.json")))["traceEvents"]
+          if e.get("ph") == "X"] if rc == 0 else []
+    ok(len(xs) == 1 and xs[0]["name"] == "x" and xs[0]["cat"] == "q", "one-character names", xs)
     d = os.path.join(root, "nofwd")
     os.makedirs(d)
     log = RankLog(0, 1, (1, 1, 1), "h")
@@ -415,6 +666,24 @@ def test_bad_input(root):
     open(os.path.join(d, "hang_r00000.json"), "w").write('{"type":"hang_dump", "rank": 0,')
     rc, so, se = run("trace", "hang", d)
     ok(rc == 3 and "hang_r00000.json" in se, "a truncated dump is named", se)
+    d = os.path.join(root, "v2")  # another version of the formats is refused, not misread
+    os.makedirs(d)
+    path = RankLog(0, 1, (1, 1, 1), "h").write(d)
+    text = open(path).read().replace('"version": 1', '"version": 2', 1)
+    open(path, "w").write(text)
+    hang_dump(d, 0, 1, (1, 1, 1), "h", [], version=2)
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 3 and f"{path}:1: event log version 2; this build reads version 1" in se,
+       "an event log of another version is refused", f"rc={rc}\n{se}")
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 3 and "hang_r00000.json: hang dump version 2; this build reads version 1" in se,
+       "a hang dump of another version is refused", f"rc={rc}\n{se}")
+    d = os.path.join(root, "hugeworld")  # one damaged dump took 13 GB, 150 s, 3 GB of text
+    os.makedirs(d)
+    hang_dump(d, 0, 1 << 24, (1 << 24, 1, 1), "h", [])
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 3 and "hang_r00000.json" in se and "<= 1048576" in se, "a world too big is refused",
+       f"rc={rc}\n{se}")
     rc, so, se = run("trace", "stragglers", d, "--threshold", "2")
     ok(rc == 2 and "--threshold" in se, "bad option value: usage error", se)
     rc, so, se = run("trace", "frobnicate", d)
@@ -426,9 +695,16 @@ def test_bad_input(root):
 
 def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
-        for name, fn in (("merge", test_merge), ("stragglers", test_stragglers),
-                         ("individual", test_individual), ("hang_missing", test_hang_missing),
-                         ("hang_behind", test_hang_behind), ("hang_stale", test_hang_stale),
+        for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
+                         ("merge_no_clock", test_merge_no_clock),
+                         ("stragglers", test_stragglers),
+                         ("individual", test_individual), ("stages", test_stages),
+                         ("resumed", test_resumed),
+                         ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
+                         ("hang_smaller_rerun", test_hang_smaller_rerun),
+                         ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
+                         ("hang_young_op", test_hang_young_op),
+                         ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid)):
             d = os.path.join(root, name)
             os.makedirs(d)

@@ -46,8 +46,9 @@ class RankLog:
     """One rank's event log.  clocks: [(global_ns_from, offset_ns, err_ns)]:
     from that global time on, local = global - offset."""
 
-    def __init__(self, rank, world, shape, host, clocks=((0, 0, 0),)):
+    def __init__(self, rank, world, shape, host, clocks=((0, 0, 0),), wall_ns=1_700_000_000 * 10**9):
         self.rank, self.world, self.shape, self.host = rank, world, shape, host
+        self.wall_ns = wall_ns  # the header's: when the run opened the log
         self.clocks = list(clocks)
         self.lines = []
 
@@ -75,7 +76,7 @@ class RankLog:
         dp, pp, tp = self.shape
         header = dict(type="header", version=1, rank=self.rank, world=self.world, host=self.host,
                       pid=1000 + self.rank, coord=coord_of(self.rank, self.shape),
-                      shape=dict(dp=dp, pp=pp, tp=tp), mono_ns=1000, wall_ns=1_700_000_000 * 10**9)
+                      shape=dict(dp=dp, pp=pp, tp=tp), mono_ns=1000, wall_ns=self.wall_ns)
         out = [json.dumps(header)]
         for start, o, e in self.clocks:
             out.append(json.dumps(dict(type="clock", mono_ns=start - o, offset_ns=o, err_ns=e)))

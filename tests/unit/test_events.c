@@ -177,6 +177,12 @@ static void test_evlog(void) {
     T_EQ_INT(count_lines(copy, "\"offset_ns\":-7,\"err_ns\":3"), 1);
     T_EQ_INT(count_lines(copy, "\"step\":50,\"mb\":3"), 25);
     T_OK(strstr(copy, "events_r00003.jsonl") != NULL);
+    /* the header is on disk at once, before the first flush (a rank killed
+     * early still names itself) */
+    T_OK(mon_evlog_open(&l, tpath("trace2"), &id, 30) == MS_OK);
+    snprintf(copy, sizeof copy, "%s", mon_evlog_path(l));
+    T_EQ_INT(count_lines(copy, "\"type\":\"header\""), 1);
+    mon_evlog_close(l);
     /* a directory that cannot be made is an error naming it */
     T_OK(mon_evlog_open(&l, "/proc/no/such/dir", &id, 0) != MS_OK);
     T_STR_CONTAINS(ms_errmsg(), "/proc/no");

@@ -6,7 +6,9 @@
  * writes, and the server itself: the token (401 with an empty body), the
  * fixed paths (404, nothing from the file system), the methods, while
  * another thread pushes the live view (run under ThreadSanitizer by `make
- * tsan`). */
+ * tsan`); replies that stay UTF-8, the events where `launch --events` put
+ * them, slow clients past the connection bound, a push that never waits for
+ * the files, a moved run directory, the heat map made once per change. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -17,8 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
 #include <unistd.h>
 
+#include "base/timeutil.h"
 #include "check.h"
 #include "supervisor/sup_dash_internal.h"
 #include "supervisor/sup_internal.h"
@@ -95,12 +100,22 @@ static void test_metrics(void) {
     r = dash_model_metrics(m, 0, 100);
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 0);
     cJSON_Delete(r);
-    /* a long run thins out but keeps its newest point and its order */
-    for (int s = 1; s <= DASH_MAX_POINTS + 10; s++) {
+    /* a long run thins out but keeps its newest point and its order; points
+     * were dropped, so the epoch changes (clients fetch the thinned curve,
+     * else a page open for a long run keeps every point it was sent) */
+    for (int s = 1; s <= DASH_MAX_POINTS; s++) {
+        snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1,\"wall\":%d}", s, s);
+        feed(dash_model_metrics_line, m, line);
+    }
+    r = dash_model_metrics(m, 0, 1);
+    epoch = (long)item(r, "epoch")->valuedouble;
+    cJSON_Delete(r);
+    for (int s = DASH_MAX_POINTS + 1; s <= DASH_MAX_POINTS + 10; s++) {
         snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1,\"wall\":%d}", s, s);
         feed(dash_model_metrics_line, m, line);
     }
     r = dash_model_metrics(m, 0, DASH_MAX_POINTS);
+    T_OK((long)item(r, "epoch")->valuedouble != epoch);
     int n = cJSON_GetArraySize(item(r, "steps")), sorted = 1, prev = 0;
     for (const cJSON *p = item(r, "steps")->child; p; p = p->next) {
         sorted &= p->child->valueint > prev;
@@ -203,6 +218,30 @@ static void test_events(void) {
     e = dash_model_events(m, -1, 1);
     T_EQ_INT(item(cJSON_GetArrayItem(item(e, "events"), 0), "seq")->valueint, 17);
     cJSON_Delete(e);
+    dash_model_free(m);
+}
+
+/* Before the metrics' config line (or without one) the layout is not
+ * known: no coordinates (they said pp 0, 1, 2: as many pipeline stages as
+ * ranks), and the heat map's labels have none; then the layout's. */
+static void test_no_layout(void) {
+    dash_model *m = dash_model_new();
+    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
+    cJSON *st = dash_model_status(m, NULL, "run", 2);
+    const cJSON *r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
+    T_OK(cJSON_IsNull(item(r1, "dp")) && cJSON_IsNull(item(r1, "pp")) &&
+         cJSON_IsNull(item(r1, "tp")));
+    cJSON_Delete(st);
+    cJSON *h = dash_model_heatmap(m, DASH_HEAT_COLS);
+    T_OK(!strcmp(cJSON_GetArrayItem(item(h, "labels"), 1)->valuestring, "r1 "));
+    cJSON_Delete(h);
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"layout\":{\"world\":3,\"dp\":3,\"tp\":1,\"pp\":1}}");
+    st = dash_model_status(m, NULL, "run", 2);
+    r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
+    T_EQ_INT(item(r1, "dp")->valueint, 1);
+    T_EQ_INT(item(r1, "pp")->valueint, 0);
+    cJSON_Delete(st);
     dash_model_free(m);
 }
 
@@ -337,6 +376,8 @@ static int http(const char *addr, const char *req, char *body, size_t n) {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
     inet_pton(AF_INET, host, &sa.sin_addr);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = {.tv_sec = 10}; /* a server that does not answer fails, not hangs */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) return close(fd), -1;
     if (write(fd, req, strlen(req)) < 0) return close(fd), -1;
     static char buf[1 << 20];
@@ -379,9 +420,15 @@ static void *push_loop(void *arg) {
 static void test_server(void) {
     append(tpath("events.jsonl"),
            "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2,\"pool\":\"node0\"}\n", "w");
+    /* bytes that are not UTF-8 (a rank's error line may hold any): the
+     * reply stays JSON, each such byte a U+FFFD */
+    append(tpath("events.jsonl"),
+           "{\"time\":2,\"t\":1,\"event\":\"ctl\",\"why\":\"bad \xff \xc0\xaf \xed\xa0\x80 ok "
+           "\xe2\x82\xac \xe2\x82\"}\n",
+           "a");
     sup_dash *d = NULL;
     char why[256], body[1 << 16], path[512];
-    sup_dash_config c = {tmpdir, NULL, 0, 1};
+    sup_dash_config c = {tmpdir, NULL, 0, 1, NULL};
     T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
     if (!d) return;
     const char *addr = sup_dash_addr(d), *tok = sup_dash_token(d);
@@ -409,6 +456,11 @@ static void test_server(void) {
     snprintf(auth, sizeof auth, "Authorization: Bearer %s\r\n", tok);
     T_EQ_INT(get(addr, "/api/events?since=-1", auth, body, sizeof body), 200);
     T_OK(strstr(body, "\"job_start\"") != NULL);
+    T_OK(
+        strstr(body,
+               "\"why\":\"bad \xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd "
+               "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd ok \xe2\x82\xac \xef\xbf\xbd\xef\xbf\xbd\"") !=
+        NULL);
     T_EQ_INT(get(addr, "/", auth, body, sizeof body), 200);
     T_OK(strstr(body, "{{token}}") == NULL); /* the page has the token filled in */
     T_EQ_INT(get(addr, "/static/chart.js", auth, body, sizeof body), 200);
@@ -450,14 +502,268 @@ static void test_server(void) {
     sup_dash_stop(d);
 }
 
+/* Connections that never finish their request (slowloris: a header line
+ * now and then), more than the server's 64: a real request is still
+ * answered, at once (it was locked out until they went away). */
+static void test_slow_clients(void) {
+    sup_dash *d = NULL;
+    char why[256], body[1 << 16], path[512], host[64];
+    sup_dash_config c = {tmpdir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(host, sizeof host, "%s", sup_dash_addr(d));
+    *strrchr(host, ':') = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)atoi(strrchr(sup_dash_addr(d), ':') + 1))};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    enum { N = 80 };
+    static const char slow[] = "GET /api/status HTTP/1.1\r\nHost: x\r\n";
+    int fds[N], n = 0;
+    for (int i = 0; i < N; i++) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0) break;
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+            write(fd, slow, strlen(slow)) != (ssize_t)strlen(slow)) {
+            close(fd);
+            break;
+        }
+        fds[n++] = fd;
+    }
+    T_EQ_INT(n, N);
+    usleep(200000);
+    for (int i = 0; i < n; i++) /* still talking, never done */
+        if (write(fds[i], "X: y\r\n", 6) < 0) continue;
+    snprintf(path, sizeof path, "/api/status?token=%s", sup_dash_token(d));
+    double t0 = ms_now();
+    T_EQ_INT(get(sup_dash_addr(d), path, NULL, body, sizeof body), 200);
+    T_OK(ms_now() - t0 < 5);
+    for (int i = 0; i < n; i++)
+        close(fds[i]);
+    sup_dash_stop(d);
+}
+
+typedef struct {
+    const char *addr, *path;
+    atomic_int done;
+} asker;
+
+static void *ask_loop(void *arg) {
+    asker *a = arg;
+    static char body[1 << 16];
+    for (int i = 0; i < 2; i++) {
+        get(a->addr, a->path, NULL, body, sizeof body);
+        usleep(260000); /* past the refresh period: each reads another 16 MiB */
+    }
+    atomic_store(&a->done, 1);
+    return NULL;
+}
+
+/* The driver's push does not wait while the server reads a long run's
+ * files (16 MiB a look, a quarter of a second): the driver's loop, which
+ * detects the faults, is not held up by a page being opened. */
+static void test_push_not_blocked(void) {
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", tpath("long"));
+    mkdir(dir, 0700);
+    snprintf(dir + strlen(dir), sizeof dir - strlen(dir), "/events.jsonl");
+    FILE *f = fopen(dir, "w");
+    fputs("{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2,\"pool\":\"node0\"}\n", f);
+    for (long n = 0; n < 20l << 20;)
+        n += fprintf(f,
+                     "{\"time\":2,\"t\":1,\"event\":\"anomaly\",\"kind\":\"straggler\",\"rank\":1,"
+                     "\"step\":%ld,\"detail\":\"rank 1 computes at 0.5 of the median speed\"}\n",
+                     n);
+    fclose(f);
+    *strrchr(dir, '/') = 0;
+    sup_dash *d = NULL;
+    char why[256], path[512];
+    sup_dash_config c = {dir, NULL, 0, 1, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(path, sizeof path, "/api/status?token=%s", sup_dash_token(d));
+    asker a;
+    a.addr = sup_dash_addr(d), a.path = path;
+    atomic_init(&a.done, 0);
+    pthread_t th;
+    pthread_create(&th, NULL, ask_loop, &a);
+    sup_dash_rank r[2] = {{SUP_DASH_RUNNING, 0, 0.1, 1}, {SUP_DASH_SLOW, 0, 0.2, 2}};
+    double worst = 0;
+    while (!atomic_load(&a.done)) {
+        sup_dash_live l = {.attempt = 1, .n_ranks = 2, .ranks = r};
+        double t0 = ms_now();
+        sup_dash_push(d, &l);
+        worst = fmax(worst, ms_now() - t0);
+        usleep(1000);
+    }
+    pthread_join(th, NULL);
+    printf("test_sup_dash: the longest push while the server read 20 MiB: %.3f s\n", worst);
+    T_OK(worst < 0.05);
+    sup_dash_stop(d);
+}
+
+/* METHOD path: the whole reply, headers and body (malloc'd, NUL-terminated),
+ * its status in *code. */
+static char *get_all(const char *addr, const char *method, const char *path, int *code) {
+    char host[64], req[1024];
+    snprintf(host, sizeof host, "%s", addr);
+    char *colon = strrchr(host, ':');
+    *colon = 0;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)atoi(colon + 1))};
+    inet_pton(AF_INET, host, &sa.sin_addr);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct timeval tv = {.tv_sec = 30};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: x\r\n\r\n", method, path);
+    size_t len = 0, cap = 1 << 20;
+    char *buf = malloc(cap + 1);
+    *code = -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0 && write(fd, req, strlen(req)) > 0) {
+        ssize_t got;
+        while ((got = read(fd, buf + len, cap - len)) > 0)
+            if ((len += (size_t)got) == cap) buf = realloc(buf, (cap *= 2) + 1);
+    }
+    close(fd);
+    buf[len] = 0;
+    sscanf(buf, "HTTP/1.%*d %d", code);
+    return buf;
+}
+
+/* The heat map of a big job (400000 cells: about a second of the server's
+ * thread, with the model locked) is made again only when a line came: the
+ * page asks for it every second. */
+static void test_heatmap_cached(void) {
+    char dir[512], path[600], line[64];
+    snprintf(dir, sizeof dir, "%s", tpath("big"));
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    append(path, "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2048}\n", "w");
+    snprintf(path, sizeof path, "%s/compute.jsonl", dir);
+    FILE *f = fopen(path, "w");
+    for (int s = 1; s <= 200; s++) {
+        fprintf(f, "{\"step\":%d,\"compute_ms\":[", s);
+        for (int r = 0; r < 2048; r++)
+            fprintf(f, "%s%.3f", r ? "," : "", 10 + (r * 7 + s) % 13 * 0.1);
+        fputs("]}\n", f);
+    }
+    fclose(f);
+    sup_dash *d = NULL;
+    char why[256], url[256];
+    sup_dash_config c = {dir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(url, sizeof url, "/api/heatmap?token=%s", sup_dash_token(d));
+    int code1, code2, code3;
+    double t0 = ms_now();
+    char *a = get_all(sup_dash_addr(d), "GET", url, &code1);
+    double t1 = ms_now();
+    usleep(300000); /* a refresh, with nothing new */
+    double t2 = ms_now();
+    char *b = get_all(sup_dash_addr(d), "GET", url, &code2);
+    double t3 = ms_now();
+    printf("test_sup_dash: the heat map of 2048 ranks x 200 steps: %.3f s, again %.3f s\n", t1 - t0,
+           t3 - t2);
+    T_EQ_INT(code1, 200);
+    T_EQ_INT(code2, 200);
+    const char *ba = strstr(a, "\r\n\r\n"), *bb = strstr(b, "\r\n\r\n"); /* not the Date */
+    T_OK(ba && bb && strlen(ba) > 1000000 && !strcmp(ba, bb));
+    T_OK(t3 - t2 < (t1 - t0) / 4);
+    /* a new row: made again, with it */
+    snprintf(line, sizeof line, "{\"step\":201,\"compute_ms\":[");
+    FILE *g = fopen(path, "a");
+    fputs(line, g);
+    for (int r = 0; r < 2048; r++)
+        fprintf(g, "%s5", r ? "," : "");
+    fputs("]}\n", g);
+    fclose(g);
+    usleep(300000);
+    char *e = get_all(sup_dash_addr(d), "GET", url, &code3);
+    const char *body = strstr(e, "\r\n\r\n");
+    cJSON *h = body ? cJSON_Parse(body + 4) : NULL;
+    const cJSON *steps = item(h, "steps");
+    T_EQ_INT(code3, 200);
+    T_EQ_INT(cJSON_GetArrayItem(steps, cJSON_GetArraySize(steps) - 1)->valueint, 201);
+    cJSON_Delete(h);
+    free(a), free(b), free(e);
+    sup_dash_stop(d);
+}
+
+/* A run directory copied or moved elsewhere: job_start names its metrics
+ * file where it was; the dashboard reads RUN_DIR/metrics.jsonl instead of
+ * showing no curves. */
+static void test_moved_run(void) {
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s", tpath("moved"));
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    append(path,
+           "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":1,\"metrics\":"
+           "\"/nonexistent/where/it/ran/metrics.jsonl\"}\n",
+           "w");
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    append(path, "{\"step\":1,\"loss\":5}\n{\"step\":2,\"loss\":4}\n", "w");
+    sup_dash *d = NULL;
+    char why[256], body[1 << 16];
+    sup_dash_config c = {dir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(path, sizeof path, "/api/metrics?token=%s", sup_dash_token(d));
+    T_EQ_INT(get(sup_dash_addr(d), path, NULL, body, sizeof body), 200);
+    cJSON *m = cJSON_Parse(body);
+    T_EQ_INT(cJSON_GetArraySize(item(m, "steps")), 2);
+    cJSON_Delete(m);
+    sup_dash_stop(d);
+}
+
+/* A method other than GET and HEAD: 405 with the Allow header HTTP asks
+ * for (it had none). */
+static void test_method_not_allowed(void) {
+    sup_dash *d = NULL;
+    char why[256], url[256];
+    sup_dash_config c = {tmpdir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(url, sizeof url, "/api/status?token=%s", sup_dash_token(d));
+    int code;
+    char *r = get_all(sup_dash_addr(d), "DELETE", url, &code);
+    T_EQ_INT(code, 405);
+    T_OK(strstr(r, "\r\nAllow: GET, HEAD\r\n") != NULL);
+    free(r);
+    sup_dash_stop(d);
+}
+
+/* `launch --events PATH` keeps the events elsewhere: the dashboard reads
+ * them there (it showed no ranks and no events). */
+static void test_events_elsewhere(void) {
+    append(tpath("elsewhere.jsonl"),
+           "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":3,\"pool\":\"node0\"}\n", "w");
+    sup_dash *d = NULL;
+    char why[256], body[1 << 16], path[512];
+    sup_dash_config c = {tpath("no_such_run"), NULL, 0, 0, tpath("elsewhere.jsonl")};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(path, sizeof path, "/api/status?token=%s", sup_dash_token(d));
+    T_EQ_INT(get(sup_dash_addr(d), path, NULL, body, sizeof body), 200);
+    cJSON *st = cJSON_Parse(body);
+    T_EQ_INT(cJSON_GetArraySize(item(st, "ranks")), 3);
+    cJSON_Delete(st);
+    sup_dash_stop(d);
+}
+
 int main(void) {
     if (!ms_tmpdir_make("sup_dash")) return 1;
     test_metrics();
     test_events();
     test_heatmap();
+    test_no_layout();
     test_tail();
     test_heatlog();
     test_server();
+    test_events_elsewhere();
+    test_method_not_allowed();
+    test_slow_clients();
+    test_push_not_blocked();
+    test_moved_run();
+    test_heatmap_cached();
     ms_tmpdir_remove();
     return ms_test_summary("test_sup_dash");
 }

@@ -1,14 +1,17 @@
 /* test_sup_parts.c - the supervisor's parts that need no job: the control
  * message parser (valid lines, each rejection, every truncation, 20000
  * random mutations that never crash it: run under ASan/UBSan by `make
- * asan`), the loss-spike and straggler detectors, the node pool (one host,
- * a hostfile, bad hostfiles) and the blocklist (kept across a reload,
+ * asan`), the `--ctl` client reading a big status reply, the loss-spike and straggler detectors,
+ * the node pool (one host, a hostfile, bad hostfiles) and the blocklist (kept across a reload,
  * malformed files refused, nothing overwritten). */
+#include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -72,6 +75,68 @@ static void test_ctl(void) {
         }
     }
     T_OK(parsed < 20000);
+}
+
+/* A driver that answers `status` with a reply of big_n bytes (its nodes). */
+static int big_lfd;
+static size_t big_n;
+
+static void *big_driver(void *arg) {
+    (void)arg;
+    int fd = -1;
+    for (int i = 0; i < 1000 && (fd = accept(big_lfd, NULL, NULL)) < 0; i++)
+        usleep(10000); /* the listening socket does not block */
+    if (fd < 0) return NULL;
+    char line[2048];
+    size_t len = 0;
+    ssize_t got;
+    while (len < sizeof line && !memchr(line, '\n', len) &&
+           (got = read(fd, line + len, sizeof line - len)) > 0)
+        len += (size_t)got;
+    char *r = malloc(big_n + 1);
+    size_t n = (size_t)sprintf(r, "{\"nodes\":[");
+    for (int i = 0; n + 300 < big_n; i++)
+        n += (size_t)sprintf(r + n,
+                             "%s{\"node\":\"node%d\",\"state\":\"blocked\",\"reason\":\"%0150d\"}",
+                             i ? "," : "", i, 0);
+    n += (size_t)sprintf(r + n, "],\"ok\":true,\"msg\":\"status\"}\n");
+    for (size_t off = 0; off < n && (got = write(fd, r + off, n - off)) > 0;)
+        off += (size_t)got;
+    free(r);
+    close(fd);
+    return NULL;
+}
+
+/* `--ctl RUN status` of a pool of many blocklisted nodes (up to 1024, each
+ * with its reason): the whole reply is read (it stopped at 64 KiB and said
+ * "no reply from the driver"). */
+static void test_ctl_client_big(void) {
+    char dir[] = "/tmp/ms_sup_ctl_XXXXXX", addr[64], why[256], path[256];
+    T_OK(mkdtemp(dir) != NULL);
+    T_EQ_INT(sup_listen("127.0.0.1", 0, &big_lfd, addr, sizeof addr, why, sizeof why), 0);
+    T_EQ_INT(sup_ctl_write(dir, addr, TOK, why, sizeof why), 0);
+    big_n = 250000;
+    pthread_t th;
+    pthread_create(&th, NULL, big_driver, NULL);
+    snprintf(path, sizeof path, "%s/out", dir);
+    fflush(stdout);
+    int saved = dup(1), out = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(out, 1);
+    char *argv[] = {"status", NULL};
+    int rc = sup_ctl_client(dir, 1, argv);
+    fflush(stdout);
+    dup2(saved, 1);
+    close(saved);
+    close(out);
+    pthread_join(th, NULL);
+    close(big_lfd);
+    struct stat sb;
+    T_EQ_INT(rc, 0);
+    T_OK(stat(path, &sb) == 0 && sb.st_size > 200000);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/control.json", dir);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void test_spike(void) {
@@ -213,6 +278,7 @@ static void test_nodes(void) {
 
 int main(void) {
     test_ctl();
+    test_ctl_client_big();
     test_spike();
     test_straggler();
     test_nodes();

@@ -524,6 +524,83 @@ static void test_files(const data_tokenizer *gpt2) {
     free(saved);
 }
 
+/* A tokenizer file of the 256 bytes, `extra` (one token) and <|endoftext|>,
+ * with pre-tokenisation pattern `pat`, loaded. */
+static data_tokenizer *custom_tokenizer(const char *pat, const char *extra) {
+    const char *name = "custom", *eot = "<|endoftext|>";
+    size_t nl = strlen(name), pl = strlen(pat), xl = strlen(extra), el = strlen(eot);
+    size_t len = 64 + nl + pl + 2 * 257 + 256 + xl + 8 + el;
+    uint8_t *b = calloc(1, len), *p = b + 64;
+    memcpy(b, "MSTOKBPE", 8);
+    put32(b + 8, 1);
+    put32(b + 12, 64);
+    put32(b + 16, 257);
+    put32(b + 20, 1);
+    put32(b + 24, (uint32_t)nl);
+    put32(b + 28, (uint32_t)pl);
+    uint64_t tb = 256 + xl, sb = el, fs = len;
+    memcpy(b + 32, &tb, 8);
+    memcpy(b + 40, &sb, 8);
+    memcpy(b + 48, &fs, 8);
+    memcpy(p, name, nl), p += nl;
+    memcpy(p, pat, pl), p += pl;
+    for (int i = 0; i < 257; i++, p += 2)
+        p[0] = (uint8_t)(i < 256 ? 1 : xl);
+    for (int i = 0; i < 256; i++)
+        *p++ = (uint8_t)i;
+    memcpy(p, extra, xl), p += xl;
+    put32(p, 257), put32(p + 4, (uint32_t)el), p += 8;
+    memcpy(p, eot, el);
+    reseal(b, len);
+    char path[256];
+    data_tokenizer *t = NULL;
+    snprintf(path, sizeof path, "%s/custom.tok", tmpdir);
+    MS_CHECK(ms_file_write_atomic(path, b, len) == MS_OK);
+    T_EQ_INT(data_tok_load(&t, path, NULL), MS_OK);
+    free(b);
+    return t;
+}
+
+/* A pattern other than GPT-2's may match across a '\n' ("x\ny" is one
+ * piece of `[^ ]+| +`, encoded x + "\ny"): the parallel encode and
+ * `data prepare`'s blocks must not cut there.  Before, 2 threads gave
+ * x, '\n', y at every chunk boundary and --threads changed the shards. */
+static void test_custom_pattern(const data_tokenizer *gpt2) {
+    data_tokenizer *t = custom_tokenizer("[^ ]+| +", "\ny");
+    if (!t) return;
+    size_t cap = 3 << 20, n = 0;
+    char *s = malloc(cap);
+    while (n + 8 < cap)
+        n += (size_t)snprintf(s + n, cap - n, "ab x\ny\n");
+    ids_buf a = {0}, p = {0};
+    T_OK(encode(t, s, n, &a));
+    T_EQ_INT(a.n, n / 7 * 6); /* "ab", ' ', "x", "\ny", "\n"... : one merge a line */
+    T_EQ_INT(data_tok_encode_parallel(t, s, n, 2, &p.v, &p.n, &p.cap), MS_OK);
+    T_OK(ids_equal(a.v, a.n, p.v, p.n));
+    T_EQ_INT(data_tok_next_cut(t, s, n, 1 << 20), n); /* no safe place at all */
+    T_EQ_INT(data_tok_next_cut(gpt2, s, n, 1 << 20), (1 << 20) / 7 * 7 + 5); /* "x\n|y" */
+    T_EQ_INT(data_tok_next_cut(NULL, s, n, 1 << 20), 1 << 20);
+    T_EQ_INT(data_tok_next_cut(gpt2, "a\nb", 3, 0), 2);
+    T_EQ_INT(data_tok_next_cut(gpt2, "a \nb", 4, 0), 4);
+    data_tok_free(t);
+    /* A match that outgrows PCRE2's default JIT stack (a group repeated 10^5
+     * times) runs again on a large one: one piece, as the interpreter gives. */
+    t = custom_tokenizer("(?:ab)+|[^a]", "\ny");
+    if (t) {
+        n = 0;
+        for (int k = 0; k < 100000; k++)
+            s[n++] = 'a', s[n++] = 'b';
+        s[n++] = '\n', s[n++] = 'y';
+        T_OK(encode(t, s, n, &a));
+        T_EQ_INT(a.n, 200002); /* 2 x 10^5 bytes, then '\n', 'y' */
+        T_OK(round_trip(t, s, n, &a));
+    }
+    data_tok_free(t);
+    free(s);
+    free(a.v);
+    free(p.v);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: test_tokenizer KJV.txt.gz\n");
@@ -549,6 +626,7 @@ int main(int argc, char **argv) {
     test_files(gpt2);
     if (kjv) {
         test_parallel(gpt2, kjv, kjv_len);
+        test_custom_pattern(gpt2);
         test_train(kjv, kjv_len);
     }
     data_tok_free(gpt2);

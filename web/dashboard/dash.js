@@ -36,7 +36,7 @@
     rows: [], // train steps: {step, wall, loss, lr, grad_norm, tok_s, mfu, ms}
     val: [], // {step, wall, y}
     chartsDirty: false,
-    nextSeq: 0,
+    nextSeq: -1, // the since of the next api/events call (-1: from the first, seq 0)
     events: [],
     faultMarks: [], // {step, time}: dashed lines on every chart
     rankUpGroup: null, // the newest row when it collapses rank_up events
@@ -299,7 +299,8 @@
     const meta = [`step ${fmtInt(r.step)}`];
     if (isNum(r.compute_ms)) meta.push(fmtMs(r.compute_ms));
     if (isNum(r.beat_age_s) && r.beat_age_s >= 2) meta.push(`beat ${fmtSec(r.beat_age_s)} ago`);
-    const title = [`rank ${r.rank}: ${state}`, `dp ${r.dp} pp ${r.pp} tp ${r.tp}`, `node ${r.node || dash}, host ${r.host || dash}`,
+    const title = [`rank ${r.rank}: ${state}`, isNum(r.dp) ? `dp ${r.dp} pp ${r.pp} tp ${r.tp}` : 'layout not known yet',
+      `node ${r.node || dash}, host ${r.host || dash}`,
       `step ${r.step ?? dash}, compute ${fmtMs(r.compute_ms)}, last beat ${fmtSec(r.beat_age_s)} ago`,
       `faults ${faults}${r.last_fault ? ` (last: ${r.last_fault})` : ''}`].join('\n');
     const badge = faults > 0
