@@ -204,9 +204,13 @@ long long comm_world_bytes(comm_world *w);
 /* Nanoseconds the threads of this process have spent blocked in comm_wait
  * (and the blocking conveniences built on it) so far, all threads together
  * (the trainer's, and a checkpoint's stage-2 thread while it persists); a
- * step's delta is its time waiting on communication.  NULL: 0.
- * Thread-safe. */
+ * step's delta overcounts while another thread waits too: the trainer
+ * uses comm_thread_wait_ns.  NULL: 0.  Thread-safe. */
 long long comm_world_wait_ns(const comm_world *w);
+/* Nanoseconds the calling thread has spent blocked in comm_wait so far,
+ * over every world: the trainer's own waits, the exposed communication of
+ * its step (a checkpoint thread persisting meanwhile is not in it). */
+long long comm_thread_wait_ns(void);
 /* The same for the ops of group g alone (a parallel dimension's exposed
  * communication: the trainer reads the tp, dp and pp groups'; a group
  * split later, such as pp's "embedding", counts on its own).  NULL: 0.

@@ -399,6 +399,12 @@ static ms_status comm_wait_host(comm_req *r, comm_group **out) {
     return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
 }
 
+static _Thread_local long long thread_wait_ns; /* comm_thread_wait_ns */
+
+long long comm_thread_wait_ns(void) {
+    return thread_wait_ns;
+}
+
 ms_status comm_wait_result(comm_req *r, comm_group **out) {
     if (!r) return MS_OK;
     comm_world *w = r->w; /* r is freed by the wait */
@@ -411,6 +417,7 @@ ms_status comm_wait_result(comm_req *r, comm_group **out) {
     long long dt = (long long)(ms_ev_now() - t0);
     atomic_fetch_add_explicit(&w->wait_ns, dt, memory_order_relaxed);
     if (g) atomic_fetch_add_explicit(&g->wait_ns, dt, memory_order_relaxed);
+    thread_wait_ns += dt;
     return st;
 }
 

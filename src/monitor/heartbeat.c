@@ -26,7 +26,7 @@
 struct mon_heartbeat {
     char host[256], port[16], token[HB_TOKEN_MAX + 1], hostname[128];
     char node[MS_NODE_NAME_MAX]; /* "": not sent */
-    int rank, world;
+    int rank, world, stage;      /* stage: -1 when not sent */
     double period_s;
     long long (*comm_bytes)(void *);
     void *comm_ctx;
@@ -110,6 +110,7 @@ static char *beat_line(mon_heartbeat *hb) {
     cJSON_AddNumberToObject(o, "pid", (double)getpid());
     cJSON_AddStringToObject(o, "host", hb->hostname);
     if (hb->node[0]) cJSON_AddStringToObject(o, "node", hb->node);
+    if (hb->stage >= 0) cJSON_AddNumberToObject(o, "stage", hb->stage);
     cJSON_AddNumberToObject(o, "seq", (double)++hb->seq);
     pthread_mutex_lock(&hb->mu);
     cJSON_AddNumberToObject(o, "step", hb->step);
@@ -202,6 +203,7 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
     if (c->node && ms_node_name_ok(c->node)) snprintf(hb->node, sizeof hb->node, "%s", c->node);
     gethostname(hb->hostname, sizeof hb->hostname - 1);
     hb->rank = c->rank, hb->world = c->world;
+    hb->stage = c->has_stage && c->stage >= 0 ? c->stage : -1;
     hb->period_s = c->period_s > 0 ? c->period_s : 1.0;
     hb->comm_bytes = c->comm_bytes, hb->comm_ctx = c->comm_ctx;
     snprintf(hb->phase, sizeof hb->phase, "start");

@@ -2,7 +2,7 @@
  * (docs/formats.md, "Heartbeats"): a background thread sends one JSON line
  * per beat over TCP to the driver (`megascale launch`), every period and
  * at once after each step, with the job's token, this rank's identity
- * (rank, world, pid, host, node) and its progress (step, phase, step time,
+ * (rank, world, pid, host, node, pipeline stage) and its progress (step, phase, step time,
  * its compute part, loss, grad norm, bytes communicated, steps redone after
  * a non-finite result) and, at the end, the error line of a failed run.
  *
@@ -29,6 +29,7 @@ typedef struct {
     const char *token; /* the job's token (printable, no quotes) */
     const char *node;  /* this rank's node name (base/node.h; NULL or "": not sent) */
     int rank, world;
+    int has_stage, stage; /* has_stage: the rank's pipeline stage (pp coordinate) is sent */
     double period_s;                    /* <= 0: 1 s */
     long long (*comm_bytes)(void *ctx); /* bytes communicated so far (may be NULL) */
     void *comm_ctx;

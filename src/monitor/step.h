@@ -25,7 +25,7 @@ typedef struct {
     double sec;                   /* wall time of the step */
     double tok_s, mfu;            /* tokens per second; MFU as a fraction (<= 1) */
     double data_ms, comm_ms;      /* waited for data; exposed (blocked) ZeRO communication */
-    double wait_ms;               /* blocked in any communication wait (comm_world_wait_ns) */
+    double wait_ms;               /* the trainer blocked in communication (comm_thread_wait_ns) */
     double compute_ms;            /* sec - wait_ms - data_ms, at least 0 */
     double bubble_ms;             /* pipeline: waited on receives */
     double tp_ms, dp_ms, pp_ms;   /* blocked on each dimension's communication (exposed) */

@@ -79,6 +79,7 @@ typedef struct {
     int rank, world, pid;
     char host[128];
     char node[64]; /* "" when not sent */
+    int stage;     /* pipeline stage (pp coordinate); -1 when not sent */
     unsigned long long seq;
     int step;
     char phase[16]; /* start train val ckpt done stopped error */

@@ -18,7 +18,7 @@
 static const char *const known[] = {
     "v",          "token",  "rank",        "world",       "pid",        "host",      "node",
     "seq",        "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
-    "compute_ms", "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error"};
+    "compute_ms", "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error",     "stage"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -107,6 +107,11 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
     if (get_str(o, "node", b->node, sizeof b->node, 0) || !node_ok(b->node))
         return *why = "bad node name", -1;
     if (get_opt_num(o, "compute_ms", &b->compute_ms)) return -1;
+    b->stage = -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, "stage")) {
+        if (get_int(o, "stage", 0, world - 1, &v)) return *why = "stage out of range", -1;
+        b->stage = (int)v;
+    }
     b->redone = 0;
     if (cJSON_GetObjectItemCaseSensitive(o, "redone")) {
         if (get_int(o, "redone", 0, 2147483647, &v)) return -1;

@@ -2,8 +2,8 @@
  * supervisor"): a loss spike (a z-score of the change of rank 0's loss
  * from the step before, against the changes of the last SUP_SPIKE_WINDOW
  * steps, so a loss that falls fast is not a spike) and a straggler (a rank whose compute time per
- * step is well above the others', round after round: the compute-span
- * score of `megascale trace stragglers`, live). */
+ * step is well above the others' of its pipeline stage, round after round:
+ * the compute-span score of `megascale trace stragglers`, live). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,7 +67,8 @@ int sup_straggler_init(sup_straggler *s, int n) {
     s->compute = calloc((size_t)n, sizeof *s->compute);
     s->step = calloc((size_t)n, sizeof *s->step);
     s->strikes = calloc((size_t)n, sizeof *s->strikes);
-    if (!s->compute || !s->step || !s->strikes) return -1;
+    s->stage = calloc((size_t)n, sizeof *s->stage);
+    if (!s->compute || !s->step || !s->strikes || !s->stage) return -1;
     sup_straggler_reset(s);
     return 0;
 }
@@ -76,6 +77,7 @@ void sup_straggler_free(sup_straggler *s) {
     free(s->compute);
     free(s->step);
     free(s->strikes);
+    free(s->stage);
     memset(s, 0, sizeof *s);
 }
 
@@ -84,12 +86,14 @@ void sup_straggler_reset(sup_straggler *s) {
         s->compute[i] = NAN;
         s->step[i] = 0;
         s->strikes[i] = 0;
+        s->stage[i] = -1;
     }
     s->round_step = 0;
 }
 
-void sup_straggler_feed(sup_straggler *s, int r, int step, double compute_ms) {
+void sup_straggler_feed(sup_straggler *s, int r, int stage, int step, double compute_ms) {
     if (r < 0 || r >= s->n || step <= s->step[r] || !isfinite(compute_ms)) return;
+    s->stage[r] = stage;
     s->compute[r] = compute_ms;
     s->step[r] = step;
 }
@@ -107,12 +111,12 @@ int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_
     int worst = -1;
     double worst_score = 1;
     for (int r = 0; r < s->n; r++) {
-        int m = 0;
+        int m = 0; /* the others of its stage: stages do different work */
         for (int i = 0; i < s->n; i++)
-            if (i != r) others[m++] = s->compute[i];
-        double med = median(others, m);
-        /* below 1 ms a step is noise, not a straggler */
-        double sc = s->compute[r] > 1.0 ? med / s->compute[r] : 1.0;
+            if (i != r && s->stage[i] == s->stage[r]) others[m++] = s->compute[i];
+        /* alone in its stage: nothing to compare with; below 1 ms a step
+         * is noise, not a straggler */
+        double sc = m && s->compute[r] > 1.0 ? median(others, m) / s->compute[r] : 1.0;
         s->strikes[r] = sc < score ? s->strikes[r] + 1 : 0;
         if (s->strikes[r] >= rounds && sc < worst_score) worst = r, worst_score = sc;
     }

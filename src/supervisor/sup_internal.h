@@ -169,6 +169,7 @@ typedef struct {
     int n;           /* ranks */
     double *compute; /* [n]: the latest compute_ms of each rank (NaN: none) */
     int *step;       /* [n]: the step of that value */
+    int *stage;      /* [n]: its pipeline stage (-1: not said: one stage) */
     int *strikes;    /* [n]: rounds in a row below the score */
     int round_step;  /* the step of the last round scored */
 } sup_straggler;
@@ -176,12 +177,14 @@ typedef struct {
 int sup_straggler_init(sup_straggler *s, int n);
 void sup_straggler_free(sup_straggler *s);
 void sup_straggler_reset(sup_straggler *s);
-/* Rank r's compute_ms for `step`. */
-void sup_straggler_feed(sup_straggler *s, int r, int step, double compute_ms);
+/* Rank r's compute_ms for `step`; stage: its pipeline stage (-1: unknown). */
+void sup_straggler_feed(sup_straggler *s, int r, int stage, int step, double compute_ms);
 /* Once every rank has a value past the last round: score each rank
- * (median compute_ms of the others / its own), count strikes below
- * `score`, and return the rank with at least `rounds` strikes (the worst),
- * or -1; *out_score is its score. */
+ * against the other ranks of its pipeline stage (their median compute_ms
+ * / its own: stages do different work, the last one also the loss; a rank
+ * alone in its stage is not scored), count strikes below `score`, and
+ * return the rank with at least `rounds` strikes (the worst), or -1;
+ * *out_score is its score. */
 int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_score);
 
 /* ---- sup_heatlog.c: every rank's compute time per step (compute.jsonl) ---- */

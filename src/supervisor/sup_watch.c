@@ -237,7 +237,7 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         if (b->rank == 0 && !d->fault && isfinite(b->step_ms) && b->step > d->best_step)
             d->step_ms_sum += b->step_ms, d->step_ms_n++;
         if (b->step > s->resume_step + SUP_STRAGGLER_WARMUP) /* not the first steps' set-up */
-            sup_straggler_feed(&d->strag, b->rank, b->step, b->compute_ms);
+            sup_straggler_feed(&d->strag, b->rank, b->stage, b->step, b->compute_ms);
         sup_heatlog_feed(&d->heat, d->attempt_no, b->rank, b->step, b->compute_ms);
         double mean = 0, sd = 0, z;
         if (b->rank == 0 && d->c->loss_spike_z > 0 &&

@@ -340,6 +340,8 @@ static ms_status setup_heartbeat(trainer *t) {
                               .node = t->node,
                               .rank = t->rank,
                               .world = t->world ? comm_world_size(t->world) : 1,
+                              .has_stage = t->grid != NULL,
+                              .stage = t->grid ? comm_grid_coord_of(t->grid).pp : 0,
                               .comm_bytes = t->world ? hb_comm_bytes : NULL,
                               .comm_ctx = t->world};
     return mon_heartbeat_open(&t->hb, &c);
@@ -622,7 +624,7 @@ typedef struct {
     float loss, lr;
     opt_stats os;
     double sec, data_sec, comm_sec; /* comm: exposed (blocked) ZeRO communication */
-    double wait_sec;                /* blocked in any comm_wait (comm_world_wait_ns) */
+    double wait_sec;                /* this thread blocked in comm_wait (comm_thread_wait_ns) */
     double bubble_sec;              /* pp > 1: waited on pipeline receives */
     double dim_sec[3];              /* blocked on the tp, dp, pp groups (exposed, per dimension) */
     /* device timers (CUDA events on a GPU): forward + backward, and gradient
@@ -754,7 +756,9 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     ms_ev_set_step(step + 1); /* every span recorded from here on belongs to this step */
     r->t0_ns = ms_ev_now();
     double t0 = ms_now();
-    long long wait0 = comm_world_wait_ns(t->world), dim0[3];
+    /* this thread's waits: a checkpoint thread persisting meanwhile waits
+     * on its own collectives, and those are not the step's communication */
+    long long wait0 = comm_thread_wait_ns(), dim0[3];
     dim_wait_ns(t, dim0);
     ms_fault_fire_slow(&t->fault, step + 1, t->rank); /* injected: a straggler's compute */
     r->data_sec = r->bubble_sec = 0;
@@ -777,7 +781,7 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
     r->sec = ms_now() - t0;
     r->t1_ns = ms_ev_now();
     r->comm_sec = t->zero ? par_zero_take_wait(t->zero) : 0;
-    r->wait_sec = (double)(comm_world_wait_ns(t->world) - wait0) / 1e9;
+    r->wait_sec = (double)(comm_thread_wait_ns() - wait0) / 1e9;
     long long dim1[3];
     dim_wait_ns(t, dim1);
     for (int d = 0; d < 3; d++)

@@ -12,7 +12,12 @@ steps):
    --no-progress-restarts restarts with exit code 4 ("do not requeue");
 4. the heartbeat socket: beats with a wrong token, a malformed line, an
    oversized line and an out-of-order sequence number are rejected (events
-   "beat_rejected") and do not disturb the job.
+   "beat_rejected") and do not disturb the job;
+5. pp 2 x dp 2 (4 ranks) with a large vocabulary: the last stage's ranks
+   compute the head and the loss too, about twice the first stage's time,
+   and are not reported as stragglers (a rank is compared with its stage);
+   every step's compute time is above 0 on every rank (the checkpoint
+   thread's waits are not the trainer's).
 
 Environment: MS_BIN (the megascale binary)."""
 import hashlib
@@ -161,6 +166,39 @@ def check_bad_beats(d, shard):
        "each named", str(whys))
 
 
+def check_stages(d, shard):
+    """pp 2 x dp 2 with a large vocabulary: the last stage also computes the
+    head and the loss, so its ranks' compute time is about twice the first
+    stage's on every step.  The straggler detector compares a rank with the
+    ranks of its own stage (the beats say it): no straggler is reported."""
+    run = os.path.join(d, "stages")
+    cmd = [BIN, "launch", "--np", "4", "--nodes", "2", "--straggler-rounds", "4",
+           *LAUNCH[2:], "--run-dir", run, "--", "--train-data", shard, *TRAIN, "--pp", "2",
+           "--ckpt-dir", os.path.join(run, "ckpt"), "--metrics", os.path.join(run, "m.jsonl")]
+    cmd[cmd.index("--vocab") + 1], cmd[cmd.index("--steps") + 1] = "4096", "24"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace", env=env)
+    rc, err = finished(p)
+    rows = []
+    try:
+        rows = [json.loads(l)["compute_ms"] for l in open(os.path.join(run, "compute.jsonl"))]
+    except (OSError, ValueError, KeyError):
+        pass
+    late = rows[6:]
+    ratio = (sum(r[2] + r[3] for r in late) / max(1e-9, sum(r[0] + r[1] for r in late))
+             if late else 0)
+    strag = [e for e in events(run) if e["event"] in ("anomaly", "fault_detected")
+             and e.get("kind") == "straggler"]
+    # a step's compute_ms is its time less the trainer's own waits: the
+    # checkpoint thread's collectives (a commit every 4 steps) are not in it
+    zero = [i + 1 for i, r in enumerate(rows) if min(r) <= 0]
+    ok(len(rows) == 24 and not zero, "pp2 x dp2: every step has a compute time on every rank "
+       "(a checkpoint's persist does not take it to 0)", f"steps with a 0: {zero}")
+    ok(rc == 0 and not strag, "pp2 x dp2: the heavier last stage is no straggler "
+       f"(its compute time {ratio:.2f} x the first stage's)", f"rc {rc} {strag}\n{err[-2000:]}")
+
+
 def main():
     d, shard = start("ms_sup_")
     run, p = launch(d, "ref", shard)
@@ -172,6 +210,7 @@ def main():
     check_recovery(d, shard, ref_w, "sigstop", signal.SIGSTOP, 0)
     check_crash_loop(d, shard)
     check_bad_beats(d, shard)
+    check_stages(d, shard)
     finish(d)
 
 

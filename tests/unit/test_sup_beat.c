@@ -54,6 +54,14 @@ static void test_valid(void) {
     T_OK(!strcmp(b.host, "node7") && !strcmp(b.phase, "train"));
     T_NEAR(b.step_ms, 512.5, 0);
     T_OK(isnan(b.grad_norm)); /* null */
+    T_EQ_INT(b.stage, -1);    /* not sent */
+    char staged[sizeof GOOD + 16];
+    snprintf(staged, sizeof staged, "%.*s,\"stage\":7}", (int)strlen(GOOD) - 1, GOOD);
+    T_EQ_INT(sup_beat_parse(staged, strlen(staged), TOK, 8, &b, &why), 0);
+    T_EQ_INT(b.stage, 7);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"stage\":8"), -1); /* not < world */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"stage\":-1"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"stage\":null"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"error\":\"disk \\\"full\\\"\""), 0);
     /* the optional fields: node, compute_ms, redone, the checkpoint's */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576",
@@ -161,8 +169,13 @@ static int listen_loopback(char *addr, size_t n) {
 static int open_client(int rank, double period_s, char *addr, size_t n, int *lfd,
                        mon_heartbeat **hb) {
     *lfd = listen_loopback(addr, n);
-    mon_heartbeat_config c = {
-        .addr = addr, .token = TOK, .rank = rank, .world = 2, .period_s = period_s};
+    mon_heartbeat_config c = {.addr = addr,
+                              .token = TOK,
+                              .rank = rank,
+                              .world = 2,
+                              .has_stage = rank == 1, /* rank 1 says its pipeline stage */
+                              .stage = rank,
+                              .period_s = period_s};
     T_EQ_INT(mon_heartbeat_open(hb, &c), MS_OK);
     int fd = accept(*lfd, NULL, NULL);
     T_OK(fd >= 0);
@@ -184,6 +197,7 @@ static void test_client(void) {
     T_EQ_INT(s.on_step(s.ctx, &st), MS_OK);
     T_OK(read_until(fd, "train", &b) >= 1);
     T_EQ_INT(b.rank, 1);
+    T_EQ_INT(b.stage, 1);
     T_EQ_INT(b.step, 7);
     T_NEAR(b.loss, 3.25, 0);
     T_NEAR(b.step_ms, 250, 1e-9);

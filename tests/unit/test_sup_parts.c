@@ -165,7 +165,7 @@ static void test_straggler(void) {
     int found = -1;
     for (int step = 1; step <= 6 && found < 0; step++) {
         for (int r = 0; r < 4; r++)
-            sup_straggler_feed(&s, r, step, r == 2 ? 300.0 : 100.0 + r);
+            sup_straggler_feed(&s, r, -1, step, r == 2 ? 300.0 : 100.0 + r);
         found = sup_straggler_check(&s, 0.6, 5, &score);
         if (step < 5) T_EQ_INT(found, -1);
     }
@@ -173,23 +173,49 @@ static void test_straggler(void) {
     T_NEAR(score, 101.0 / 300.0, 0.01);
     /* a round is scored only when every rank has reported past it */
     sup_straggler_reset(&s);
-    sup_straggler_feed(&s, 0, 1, 100);
+    sup_straggler_feed(&s, 0, -1, 1, 100);
     T_EQ_INT(sup_straggler_check(&s, 0.6, 1, &score), -1);
     /* an even spread, and a rank slow only now and then: none */
     sup_straggler_reset(&s);
     for (int step = 1; step <= 20; step++) {
         for (int r = 0; r < 4; r++)
-            sup_straggler_feed(&s, r, step, r == 1 && step % 3 == 0 ? 400.0 : 100.0);
+            sup_straggler_feed(&s, r, -1, step, r == 1 && step % 3 == 0 ? 400.0 : 100.0);
         T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
     }
     sup_straggler_free(&s);
     T_OK(sup_straggler_init(&s, 2) == 0); /* two ranks: each against the other */
     for (int step = 1; step <= 3; step++) {
-        sup_straggler_feed(&s, 0, step, 50);
-        sup_straggler_feed(&s, 1, step, 400);
+        sup_straggler_feed(&s, 0, -1, step, 50);
+        sup_straggler_feed(&s, 1, -1, step, 400);
         found = sup_straggler_check(&s, 0.6, 3, &score);
     }
     T_EQ_INT(found, 1);
+    sup_straggler_free(&s);
+    /* pp 2 x dp 2: the last stage also computes the loss, so its ranks are
+     * compared with each other only; a healthy layout has no straggler */
+    T_OK(sup_straggler_init(&s, 4) == 0);
+    for (int step = 1; step <= 12; step++) {
+        for (int r = 0; r < 4; r++)
+            sup_straggler_feed(&s, r, r / 2, step, r < 2 ? 100.0 : 300.0 + r);
+        T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
+    }
+    /* ... and a slow rank of the last stage is found against its peer */
+    found = -1;
+    for (int step = 13; step <= 16; step++) {
+        for (int r = 0; r < 4; r++)
+            sup_straggler_feed(&s, r, r / 2, step, r < 2 ? 100.0 : r == 3 ? 900.0 : 300.0);
+        found = sup_straggler_check(&s, 0.6, 3, &score);
+    }
+    T_EQ_INT(found, 3);
+    T_NEAR(score, 300.0 / 900.0, 0.01);
+    sup_straggler_free(&s);
+    /* pp only: a rank alone in its stage has no peer to be compared with */
+    T_OK(sup_straggler_init(&s, 2) == 0);
+    for (int step = 1; step <= 8; step++) {
+        sup_straggler_feed(&s, 0, 0, step, 50);
+        sup_straggler_feed(&s, 1, 1, step, 400);
+        T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
+    }
     sup_straggler_free(&s);
 }
 
