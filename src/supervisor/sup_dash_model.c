@@ -647,6 +647,21 @@ static int cmp_rank(const void *a, const void *b) {
     return x->r - y->r;
 }
 
+/* The median of sorted v[0..k) without one element equal to x (in v; k >= 2). */
+static double median_without(const double *v, int k, double x) {
+    int lo = 0, hi = k - 1; /* an index j with v[j] == x */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    int n = k - 1, a = (n - 1) / 2, b = n / 2; /* the middle of the rest */
+    double va = v[a < lo ? a : a + 1], vb = v[b < lo ? b : b + 1];
+    return 0.5 * (va + vb);
+}
+
 cJSON *dash_model_heatmap(const dash_model *m, int cols) {
     cJSON *o = cJSON_CreateObject();
     int np = m->np;
@@ -655,7 +670,9 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
     int *steps = malloc(sizeof(int) * (size_t)(m->heat_keep + 1));
     rank_order *ord = malloc(sizeof *ord * (size_t)(np + 1));
     double *med = malloc(sizeof(double) * (size_t)(cols + 1)),
-           *tmp = malloc(sizeof(double) * (size_t)(np + cols + 1));
+           *tmp = malloc(sizeof(double) * (size_t)(np + cols + 1)),
+           *sorted = malloc(sizeof(double) * ((size_t)np * (size_t)cols + 1));
+    int *n_sorted = malloc(sizeof(int) * (size_t)(cols + 1));
     int n = 0;
     for (int k = 0; steps && k < m->heat_keep; k++)
         if (m->heat_step[k] >= 0) steps[n++] = m->heat_step[k];
@@ -666,23 +683,35 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
     cJSON *cms = cJSON_AddArrayToObject(o, "compute_ms"),
           *strag = cJSON_AddArrayToObject(o, "stragglers");
     add_num(o, "threshold", m->straggler_score);
-    if (!steps || !ord || !med || !tmp) goto out;
+    if (!steps || !ord || !med || !tmp || !sorted || !n_sorted) goto out;
     int nc = n - first;
-    for (int c = 0; c < nc; c++) {
+    for (int c = 0; c < nc; c++)
         cJSON_AddItemToArray(js, cJSON_CreateNumber(steps[first + c]));
-        const double *rw = m->heat_ms + (size_t)(steps[first + c] % m->heat_keep) * (size_t)np;
-        int k = 0;
-        for (int r = 0; r < np; r++)
-            if (isfinite(rw[r])) tmp[k++] = rw[r];
-        qsort(tmp, (size_t)k, sizeof *tmp, sup_cmp_double);
-        med[c] = k ? (k % 2 ? tmp[k / 2] : 0.5 * (tmp[k / 2 - 1] + tmp[k / 2])) : NAN;
-    }
     for (int r = 0; r < np; r++) {
         ord[r] = (rank_order){m, r, 0, 0, 0};
         rank_coord(m, r, &ord[r].dp, &ord[r].pp, &ord[r].tp);
     }
     qsort(ord, (size_t)np, sizeof *ord, cmp_rank);
     for (int i = 0; i < np; i++) {
+        /* each step's median over the ranks of this rank's pipeline stage
+         * (consecutive in ord; all ranks before the layout is known):
+         * stages do different work, the last one also the head and loss */
+        if (i == 0 || (m->world && ord[i].pp != ord[i - 1].pp)) {
+            int end = i + 1;
+            while (end < np && (!m->world || ord[end].pp == ord[i].pp))
+                end++;
+            for (int c = 0; c < nc; c++) {
+                const double *rw =
+                    m->heat_ms + (size_t)(steps[first + c] % m->heat_keep) * (size_t)np;
+                double *v = sorted + (size_t)c * (size_t)np;
+                int k = 0;
+                for (int j = i; j < end; j++)
+                    if (isfinite(rw[ord[j].r])) v[k++] = rw[ord[j].r];
+                qsort(v, (size_t)k, sizeof *v, sup_cmp_double);
+                n_sorted[c] = k;
+                med[c] = k ? (k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2])) : NAN;
+            }
+        }
         int r = ord[i].r;
         char label[160];
         if (m->world)
@@ -699,7 +728,10 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
             double q = isfinite(v) && med[c] > 0 ? v / med[c] : NAN;
             cJSON_AddItemToArray(a, jnum(isfinite(q) ? round(q * 1000) / 1000 : NAN));
             cJSON_AddItemToArray(b, jnum(isfinite(v) ? round(v * 1000) / 1000 : NAN));
-            if (isfinite(q) && q > 0) tmp[k++] = 1 / q; /* the score: others' median / own */
+            /* the score, as the driver's detector: the median of the other
+             * ranks of its stage / its own (none when it has no peer) */
+            if (isfinite(v) && v > 0 && n_sorted[c] >= 2)
+                tmp[k++] = median_without(sorted + (size_t)c * (size_t)np, n_sorted[c], v) / v;
         }
         cJSON_AddItemToArray(ratio, a);
         cJSON_AddItemToArray(cms, b);
@@ -713,6 +745,8 @@ out:
     free(ord);
     free(med);
     free(tmp);
+    free(sorted);
+    free(n_sorted);
     return o;
 }
 
