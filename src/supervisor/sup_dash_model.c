@@ -63,6 +63,7 @@ struct dash_model {
     double t0, started, straggler_score;
     char job_state[16], outcome[32];
     int attempt, restarts, faults, best_step;
+    int resumed; /* driver_resumed was the last event: the next job_start goes on its job */
     cJSON *summary;
     int np;
     rank_rec *ranks;
@@ -351,8 +352,15 @@ static void all_ranks(dash_model *m, rstate s, int only_live) {
 }
 
 static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
+    int resumed = m->resumed;
+    m->resumed = !strcmp(ev, "driver_resumed");
     if (!strcmp(ev, "job_start")) {
         set_ranks(m, int_in(o, "np", 1, DASH_MAX_RANKS, 0));
+        if (!resumed) { /* a new job in this run directory: its own counts */
+            m->faults = m->restarts = m->attempt = m->best_step = 0;
+            for (int r = 0; r < m->np; r++)
+                m->ranks[r].faults = 0, m->ranks[r].last_fault[0] = 0;
+        }
         all_ranks(m, R_STARTING, 0);
         m->started = num(o, "time");
         if (!isfinite(m->t0)) m->t0 = m->started;

@@ -221,6 +221,48 @@ static void test_events(void) {
     dash_model_free(m);
 }
 
+/* A second job_start in the run directory: a new job (the first one ended)
+ * has its own fault and restart counts; a driver that took over its
+ * predecessor's job (driver_resumed, then job_start) goes on counting. */
+static void test_second_job(void) {
+    dash_model *m = dash_model_new();
+    static const char *const first[] = {
+        "{\"time\":1,\"event\":\"job_start\",\"np\":2,\"pool\":\"n0,n1\"}",
+        "{\"time\":2,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0,n1\"}",
+        "{\"time\":3,\"event\":\"fault_detected\",\"kind\":\"crash\",\"rank\":1,\"step\":7,"
+        "\"action\":\"restart\"}",
+        "{\"time\":4,\"event\":\"restart\",\"restart\":1}",
+        "{\"time\":5,\"event\":\"launch\",\"attempt\":2,\"nodes\":\"n0,n1\"}",
+        "{\"time\":6,\"event\":\"job_done\"}"};
+    for (size_t i = 0; i < sizeof first / sizeof *first; i++)
+        feed(dash_model_event_line, m, first[i]);
+    cJSON *st = dash_model_status(m, NULL, "run", 7);
+    T_EQ_INT(item(item(st, "job"), "faults")->valueint, 1);
+    T_EQ_INT(item(item(st, "job"), "restarts")->valueint, 1);
+    cJSON_Delete(st);
+    /* the driver killed and started again: the same job goes on */
+    feed(dash_model_event_line, m, "{\"time\":8,\"event\":\"driver_resumed\",\"restarts\":1}");
+    feed(dash_model_event_line, m, "{\"time\":8,\"event\":\"job_start\",\"np\":2}");
+    st = dash_model_status(m, NULL, "run", 9);
+    T_EQ_INT(item(item(st, "job"), "faults")->valueint, 1);
+    T_EQ_INT(item(item(st, "job"), "restarts")->valueint, 1);
+    T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 1), "faults")->valueint, 1);
+    cJSON_Delete(st);
+    /* a new job: counted from 0, no fault left on rank 1 */
+    feed(dash_model_event_line, m, "{\"time\":20,\"event\":\"job_start\",\"np\":2}");
+    feed(dash_model_event_line, m,
+         "{\"time\":21,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0,n1\"}");
+    st = dash_model_status(m, NULL, "run", 22);
+    T_EQ_INT(item(item(st, "job"), "faults")->valueint, 0);
+    T_EQ_INT(item(item(st, "job"), "restarts")->valueint, 0);
+    T_EQ_INT(item(item(st, "job"), "attempt")->valueint, 1);
+    const cJSON *r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
+    T_EQ_INT(item(r1, "faults")->valueint, 0);
+    T_OK(!cJSON_IsString(item(r1, "last_fault")) || !*item(r1, "last_fault")->valuestring);
+    cJSON_Delete(st);
+    dash_model_free(m);
+}
+
 /* Before the metrics' config line (or without one) the layout is not
  * known: no coordinates (they said pp 0, 1, 2: as many pipeline stages as
  * ranks), and the heat map's labels have none; then the layout's. */
@@ -778,6 +820,7 @@ int main(void) {
     if (!ms_tmpdir_make("sup_dash")) return 1;
     test_metrics();
     test_events();
+    test_second_job();
     test_heatmap();
     test_no_layout();
     test_tail();
