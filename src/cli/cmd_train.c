@@ -27,7 +27,9 @@
     { name, type, offsetof(train_config, field), def, help, env, range, 1 }
 
 static const opts_spec train_opts[] = {
-    O("model", OPT_T_STR, model, "d6", "model preset: d6 d12 (124M) d24 (350M) d36 d48"),
+    O("model", OPT_T_STR, model, NULL,
+      "model preset: d6 d12 (124M) d24 (350M) d36 d48 (not given: d6, or the --init-from "
+      "file's shape)"),
     R("layers", OPT_T_INT, layers, "0", "[0,)", "number of blocks (0: from the preset)"),
     R("dim", OPT_T_INT, dim, "0", "[0,)", "model width C (0: from the preset)"),
     R("heads", OPT_T_INT, heads, "0", "[0,)", "attention heads (0: from the preset)"),
@@ -213,6 +215,11 @@ int cmd_train(int argc, char **argv) {
     } else {
         ms_ctx_catch_signals();
         st = apply_out_dir(&tc);
+        if (st == MS_OK && (!tc.model || !*tc.model) && !(tc.init_from && *tc.init_from)) {
+            free(tc.model); /* the default preset, said in the metrics and train.cfg */
+            tc.model = strdup("d6");
+            if (!tc.model) st = ms_error(MS_ERR_NOMEM, "out of memory");
+        }
         tc.config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &tc);
         tc.shared_json = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &tc);
         tc.config_text = opts_to_config(

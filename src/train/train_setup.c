@@ -27,6 +27,16 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
             if (chk[i].want > 0 && chk[i].want != chk[i].have)
                 return ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
                                 chk[i].want, tc->init_from, chk[i].have);
+        if (tc->model && *tc->model) { /* a preset given too must be the file's shape */
+            gpt_config p;
+            MS_TRY(gpt_config_preset(&p, tc->model));
+            if (p.n_layer != c.n_layer || p.n_embd != c.n_embd || p.n_head != c.n_head)
+                return ms_error(MS_ERR_ARG,
+                                "--model %s (%d layers, dim %d, %d heads) disagrees with %s, "
+                                "which holds %d layers, dim %d, %d heads",
+                                tc->model, p.n_layer, p.n_embd, p.n_head, tc->init_from,
+                                c.n_layer, c.n_embd, c.n_head);
+        }
         gpt_block b;
         if (tc->block && *tc->block) {
             MS_TRY(gpt_block_parse(tc->block, &b));

@@ -577,6 +577,10 @@ def test_save_dtype(d, base, val):
     expect_error([*base, "--steps", "1", "--init-from", b16, "--block", "parallel"],
                  "--block parallel disagrees with", "which holds a serial block",
                  what="--block parallel on a serial model's weights")
+    # --model against an --init-from file: it was silently ignored too
+    expect_error([*base, "--steps", "1", "--init-from", b16, "--model", "d6"],
+                 "--model d6 (6 layers, dim 384, 6 heads) disagrees with", "2 layers, dim 32",
+                 what="--model contradicting --init-from")
 
 
 def test_resume_record(d, train):
