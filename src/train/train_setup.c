@@ -34,8 +34,8 @@ ms_status train_model_config(const train_config *tc, gpt_config *out) {
                 return ms_error(MS_ERR_ARG,
                                 "--model %s (%d layers, dim %d, %d heads) disagrees with %s, "
                                 "which holds %d layers, dim %d, %d heads",
-                                tc->model, p.n_layer, p.n_embd, p.n_head, tc->init_from,
-                                c.n_layer, c.n_embd, c.n_head);
+                                tc->model, p.n_layer, p.n_embd, p.n_head, tc->init_from, c.n_layer,
+                                c.n_embd, c.n_head);
         }
         gpt_block b;
         if (tc->block && *tc->block) {
