@@ -29,6 +29,8 @@ void ms_fmt_duration(char *buf, size_t n, double s) {
 struct timespec ms_deadline(clockid_t clock, double seconds) {
     struct timespec ts;
     clock_gettime(clock, &ts);
+    if (!(seconds > 0)) seconds = 0; /* NaN too */
+    if (seconds > 1e9) seconds = 1e9;
     long long ns = ts.tv_nsec + (long long)(seconds * 1e9);
     ts.tv_sec += (time_t)(ns / 1000000000LL);
     ts.tv_nsec = (long)(ns % 1000000000LL);

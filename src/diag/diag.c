@@ -26,8 +26,9 @@ ms_status diag_config_check(const diag_config *c) {
         return ms_error(MS_ERR_ARG, "--mem-mb %d: expected 1..65536", c->mem_mb);
     if (!(c->min_mem_gbps >= 0))
         return ms_error(MS_ERR_ARG, "--min-mem-gbps %g: expected >= 0", c->min_mem_gbps);
-    if (!(c->comm_timeout > 0))
-        return ms_error(MS_ERR_ARG, "--comm-timeout %g: expected > 0 seconds", c->comm_timeout);
+    if (!(c->comm_timeout > 0 && c->comm_timeout <= 1e6))
+        return ms_error(MS_ERR_ARG, "--comm-timeout %g: expected > 0 and at most 1e6 seconds",
+                        c->comm_timeout);
     if (c->storage_mb < 1 || c->storage_mb > 1048576)
         return ms_error(MS_ERR_ARG, "--storage-mb %d: expected 1..1048576", c->storage_mb);
     if (c->threads < 0) return ms_error(MS_ERR_ARG, "--threads %d: expected >= 0", c->threads);

@@ -2,17 +2,20 @@
  * (crc32c.c) and counter-based RNG (rng.c).  Works in a fresh temporary
  * directory that it removes at the end. */
 #include <errno.h>
+#include <math.h>
 #include <ftw.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base/crc32c.h"
 #include "base/ctx.h"
 #include "base/fileio.h"
 #include "base/rng.h"
+#include "base/timeutil.h"
 #include "check.h"
 #include "tmpdir.h"
 
@@ -634,6 +637,27 @@ static void test_ctx_launchers(void) {
     ms_ctx_init();
 }
 
+/* ms_deadline: a normalised time `seconds` from now; a huge or a negative
+ * wait (a --comm-timeout of 1e300) neither overflows nor lies in the past. */
+static void test_deadline(void) {
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    struct timespec d = ms_deadline(CLOCK_MONOTONIC, 2.5);
+    double dt = (double)(d.tv_sec - now.tv_sec) + (d.tv_nsec - now.tv_nsec) / 1e9;
+    T_OK(dt >= 2.5 && dt < 3.5 && d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    double big[] = {1e10, 1e300, INFINITY};
+    for (int i = 0; i < 3; i++) {
+        d = ms_deadline(CLOCK_MONOTONIC, big[i]);
+        T_OK(d.tv_sec >= now.tv_sec + 999999999 && d.tv_nsec >= 0 && d.tv_nsec < 1000000000L);
+    }
+    double small[] = {-5, NAN};
+    for (int i = 0; i < 2; i++) {
+        d = ms_deadline(CLOCK_MONOTONIC, small[i]);
+        T_OK(d.tv_sec >= now.tv_sec && d.tv_sec <= now.tv_sec + 1 && d.tv_nsec >= 0 &&
+             d.tv_nsec < 1000000000L);
+    }
+}
+
 int main(void) {
     if (!ms_tmpdir_make("base")) {
         return 1;
@@ -656,6 +680,7 @@ int main(void) {
     test_rng_independence();
     test_rng_below();
     test_ctx_launchers();
+    test_deadline();
     ms_tmpdir_remove();
     return ms_test_summary("test_base");
 }
