@@ -21,6 +21,7 @@ typedef struct {
     volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
     int log_fd;        /* the log file every printed line is appended to (-1: none; base/log.h) */
     char cpu_gemm[32]; /* MS_CPU_GEMM as set ("" unset: auto), checked by the CPU backend */
+    char log_tag[16];  /* the log lines' tag: "" is "rRANK"; an offline tool's name */
 } ms_ctx;
 
 /* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE), OMPI_COMM_WORLD_LOCAL_RANK

@@ -41,7 +41,9 @@ void ms_log(ms_log_level lvl, const char *fmt, ...) {
     if (lvl < MS_LOG_WARN && c->rank != 0 && !c->log_all_ranks) return;
     static const char *names[] = {"debug", "info", "warn", "error"};
     char line[4096];
-    int n = snprintf(line, sizeof line, "[megascale r%d %s] ", c->rank, names[lvl]);
+    int n = c->log_tag[0]
+                ? snprintf(line, sizeof line, "[megascale %s %s] ", c->log_tag, names[lvl])
+                : snprintf(line, sizeof line, "[megascale r%d %s] ", c->rank, names[lvl]);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);

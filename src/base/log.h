@@ -1,6 +1,8 @@
 /* log.h - rank-aware logging to stderr.
  *
- * Lines look like "[megascale r0 info] message".  INFO and DEBUG are printed
+ * Lines look like "[megascale r0 info] message"; an offline tool's
+ * ("[megascale trace warn] ...") carry its name (ms_ctx.log_tag), not a
+ * rank it does not have.  INFO and DEBUG are printed
  * only by rank 0 unless ms_ctx.log_all_ranks is set; WARN and ERROR always.
  * With a log file open (ms_log_open_file: `train --log-file`, or --out-dir's
  * train.log) every printed line is also appended there, after its UTC time,

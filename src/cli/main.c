@@ -172,6 +172,12 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) return version();
+    /* the tools that read a run's files, never one of its ranks: their lines
+     * say the tool, not "r0" (a rank of the job they look at) */
+    static const char *const offline[] = {"trace", "dashboard", "plan", "ckpt", "data"};
+    for (size_t i = 0; i < sizeof offline / sizeof *offline; i++)
+        if (!strcmp(cmd, offline[i]) && ms_ctx_get()->world <= 1)
+            snprintf(ms_ctx_mut()->log_tag, sizeof ms_ctx_mut()->log_tag, "%s", cmd);
     if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
     if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
     if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);

@@ -445,6 +445,9 @@ def test_hang_smaller_rerun(d):
     ok(rc == 0 and j.get("world") == 2 and [s["rank"] for s in j.get("suspects", [])] == [1] and
        "hang_r00002.json: skipped: a dump of another run (world 4" in se,
        "dumps of an earlier run with another world are skipped", so + se)
+    # an offline tool's lines say the tool, not "r0" (a rank of the job it reads)
+    ok("[megascale trace warn]" in se and "[megascale r0" not in se,
+       "trace's warnings are tagged 'trace', not a rank", se)
 
 
 def test_hang_behind(d):
