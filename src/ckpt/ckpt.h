@@ -86,6 +86,9 @@ typedef struct {
     data_cursor cursor; /* the consumer's cursor after the last batch of `step` */
     opt_schedule sched; /* the LR schedule (a pure function of step) */
     int batch, seq;
+    /* training tokens consumed through `step`, over every earlier --batch
+     * and --seq (0: not recorded, a commit before it was: step x batch x seq) */
+    uint64_t tokens;
     /* what a resume compares and names (absent in older commits: "" / NaN) */
     char optimizer[16];
     double beta1, beta2, eps, weight_decay, grad_clip;

@@ -125,7 +125,8 @@ cJSON *ckpt_json_trainer(const ckpt_train_state *s) {
     cJSON *o = cJSON_CreateObject(), *rng, *cur, *lr;
     int ok = o && add_num(o, "step", s->step) && add_num(o, "opt_steps", s->opt_steps) &&
              cJSON_AddStringToObject(o, "seed", seed) && add_num(o, "batch", s->batch) &&
-             add_num(o, "seq", s->seq) && (rng = cJSON_AddObjectToObject(o, "rng")) &&
+             add_num(o, "seq", s->seq) && add_num(o, "tokens", (double)s->tokens) &&
+             (rng = cJSON_AddObjectToObject(o, "rng")) &&
              cJSON_AddStringToObject(rng, "kind", "philox-counter") &&
              cJSON_AddStringToObject(rng, "seed", seed) &&
              (cur = cJSON_AddObjectToObject(o, "data_cursor")) &&
@@ -161,6 +162,8 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
     MS_TRY(get_int(j, "opt_steps", 0, INT32_MAX, &s->opt_steps, where));
     MS_TRY(get_int(j, "batch", 0, INT32_MAX, &s->batch, where));
     MS_TRY(get_int(j, "seq", 0, INT32_MAX, &s->seq, where));
+    if (cJSON_GetObjectItemCaseSensitive(j, "tokens")) /* absent in older commits */
+        MS_TRY(get_u64(j, "tokens", &s->tokens, where));
     MS_TRY(get_str(j, "seed", &seed, where));
     char *end = NULL;
     s->seed = strtoull(seed, &end, 10);

@@ -79,6 +79,7 @@ typedef struct {
     int overlap;              /* --overlap: TRAIN_OVERLAP_* bits */
     ckpt_manager *ckpt;       /* --ckpt-dir / --resume (NULL: none) */
     int start, done;          /* first step of this run (after a resume), steps done */
+    long long tokens0;        /* training tokens consumed by the steps before start */
     ckpt_st_dtype save_dtype; /* --save-dtype */
 } trainer;
 
@@ -205,12 +206,14 @@ static int threads_per_rank(const train_config *tc) {
 /* The trainer's state for a checkpoint after `step` steps. */
 static ckpt_train_state ckpt_state(trainer *t, int step) {
     const train_config *tc = t->tc;
-    ckpt_train_state s = {.step = step,
-                          .opt_steps = opt_steps_done(t->opt),
-                          .seed = tc->seed,
-                          .sched = t->sched,
-                          .batch = tc->batch,
-                          .seq = tc->seq};
+    ckpt_train_state s = {
+        .step = step,
+        .opt_steps = opt_steps_done(t->opt),
+        .seed = tc->seed,
+        .sched = t->sched,
+        .batch = tc->batch,
+        .seq = tc->seq,
+        .tokens = (uint64_t)(t->tokens0 + (long long)(step - t->start) * tc->batch * tc->seq)};
     s.cursor = t->prefetch ? data_prefetch_cursor(t->prefetch) : data_loader_cursor(t->train);
     snprintf(s.optimizer, sizeof s.optimizer, "%s", tc->optimizer ? tc->optimizer : "");
     s.beta1 = tc->beta1;
@@ -241,6 +244,10 @@ static ms_status setup_ckpt(trainer *t) {
             return ms_error_wrap(MS_ERR_RANGE, "resume at step %d (--data-order sequential)",
                                  saved.step);
         t->start = t->done = saved.step;
+        /* the tokens so far, whatever --batch and --seq the earlier runs had
+         * (a commit without the count: its own batch x seq for every step) */
+        int b = saved.batch > 0 ? saved.batch : tc->batch, s = saved.seq > 0 ? saved.seq : tc->seq;
+        t->tokens0 = saved.tokens ? (long long)saved.tokens : (long long)saved.step * b * s;
     }
     return MS_OK;
 }
@@ -814,7 +821,7 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
                   .pp_ms = r->dim_sec[2] * 1e3,
                   .dev_fb_ms = r->dev_fb_ms,
                   .dev_opt_ms = r->dev_opt_ms,
-                  .tokens = (long long)(step + 1) * tc->batch * tc->seq,
+                  .tokens = t->tokens0 + (long long)(step + 1 - t->start) * tc->batch * tc->seq,
                   .wall_s = ms_wall_now(),
                   .elapsed_s = elapsed,
                   .peak_rss_bytes = mon_peak_rss_bytes(),

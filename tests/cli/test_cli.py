@@ -607,6 +607,30 @@ def test_resume_record(d, train):
        "a resume with other hyperparameters and data says so", err)
 
 
+def test_resume_tokens(d, train):
+    """The metrics' tokens go on from the commit's count when a resume
+    changes --batch and --seq (they were step x the new batch x seq)."""
+    ck, m = os.path.join(d, "tok"), os.path.join(d, "tok.jsonl")
+    common = ["train", *TINY, "--train-data", train, "--ckpt-dir", ck, "--ckpt-every", "2",
+              "--metrics", m]
+    rc, _, err = run(*common, "--steps", "2")  # batch 4 x seq 16: 64 a step
+    rc2, _, err2 = run(*common, "--steps", "4", "--resume", "auto", "--batch", "8", "--seq", "8")
+    rows = {}
+    try:
+        rows = {o["step"]: o["tokens"] for o in map(json.loads, open(m)) if "tokens" in o}
+    except (OSError, ValueError):
+        pass
+    man = {}
+    try:
+        man = json.load(open(os.path.join(ck, "step_00000004", "manifest.json")))
+    except (OSError, ValueError):
+        pass
+    ok(rc == 0 and rc2 == 0 and rows.get(2) == 128 and rows.get(3) == 192 and rows.get(4) == 256
+       and man.get("trainer", {}).get("tokens") == 256,
+       "tokens after a resume with another --batch/--seq: 128 + 64 a step, and in the commit",
+       f"{rows} {man.get('trainer')}\n{err}{err2}")
+
+
 def test_new_run(d, train):
     """A fresh start in a --ckpt-dir holding another run's commits is refused
     (they would mix, and --resume auto would later pick the older run's
@@ -921,6 +945,7 @@ def main():
     test_data(d)
     test_save_dtype(d, base, val)
     test_resume_record(d, train)
+    test_resume_tokens(d, train)
     test_new_run(d, train)
     print(f"{passed} passed, {failed} failed")
     if not failed:
