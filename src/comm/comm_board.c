@@ -39,12 +39,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/timeutil.h"
 #include "comm/comm_internal.h"
 
 #define COMM_BOARD_MAGIC 0x4452414f424d4d43ULL /* "CMMBOARD" */
 #define COMM_LIST_MAX 16                       /* ranks listed per category in a message */
 #define COMM_STALE_S                                                                               \
     2.0 /* heartbeat older than this (refreshed every <= 0.2 s): "not responding" */
+
+#define COMM_FRESH_S 0.5 /* a heartbeat this young: the peer is alive */
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2, "the board needs lock-free 64-bit atomics");
 
@@ -278,6 +281,29 @@ int comm_board_dump_pending(comm_world *w, unsigned long long gen) {
         n++;
     }
     return n;
+}
+
+/* 1 if a live peer's heartbeat is neither fresh nor stale. */
+static int comm_board_ambiguous(comm_world *w) {
+    unsigned long long now = comm_now_ns();
+    for (int i = 0; i < w->board.shm->nlocal; i++) {
+        comm_board_slot *s = &w->board.shm->slot[i];
+        if (i == w->board.local_idx) continue;
+        if (w->board.pids_ok && comm_pid_exited(atomic_load(&s->pid))) continue;
+        unsigned long long hb = atomic_load(&s->heartbeat_ns);
+        double age = hb < now ? (double)(now - hb) / 1e9 : 0;
+        if (age > COMM_FRESH_S && age <= COMM_STALE_S) return 1;
+    }
+    return 0;
+}
+
+void comm_board_settle(comm_world *w, double max_s) {
+    if (!w->board.shm) return;
+    double t0 = ms_now();
+    while (comm_board_ambiguous(w) && ms_now() - t0 < max_s) {
+        comm_board_heartbeat(w);
+        usleep(20000);
+    }
 }
 
 void comm_board_host_states(comm_world *w, char *buf, size_t n) {

@@ -161,6 +161,7 @@ void comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
         comm_board_request_dump(w);
         gen++;
     }
+    comm_board_settle(w, 2.5); /* a peer stopped a moment ago is named as not responding */
     double now = ms_now();
     ms_atomic_file af;
     ms_status st = ms_atomic_open(&af, path);

@@ -331,5 +331,11 @@ int comm_board_dump_pending(comm_world *w, unsigned long long gen);
 /* For hang dumps: '"unresponsive":[{"rank":R,"heartbeat_age_s":A},...],
  * "exited":[R,...]' about the other ranks of this host (JSON members). */
 void comm_board_host_states(comm_world *w, char *buf, size_t n);
+/* Before a hang dump or a timeout's report: wait (at most max_s, beating
+ * this rank's own heartbeat meanwhile) until no other live rank of the
+ * host has a heartbeat of an ambiguous age, past COMM_FRESH_S but not yet
+ * COMM_STALE_S: a peer stopped a moment before this rank's op timed out
+ * would otherwise be reported as alive, and the stuck rank not named. */
+void comm_board_settle(comm_world *w, double max_s);
 
 #endif

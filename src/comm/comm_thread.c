@@ -258,6 +258,7 @@ static int comm_progress(comm_world *w) {
 /* r cannot finish (deadline passed, or a peer it waits for exited): fail it
  * with the arrival report and break the world. */
 static void comm_timeout(comm_world *w, comm_req *r, double now, int dead) {
+    comm_board_settle(w, 2.5); /* the report below names a peer stopped a moment ago */
     comm_dump_write(w, dead ? "peer_exited" : "timeout", 1); /* r still in flight */
     char d[256], b[COMM_MSG_MAX];
     comm_req_describe(r, d, sizeof d);

@@ -241,11 +241,11 @@ def check_hang(d, shard):
             stale.append([u["rank"] for u in json.load(open(os.path.join(tdir, f)))["unresponsive"]])
         except (OSError, ValueError, KeyError):
             stale.append(None)
-    # A dump may not name it: one written after mpirun's SIGCONT let rank 5 beat again, or
-    # one asked for by a rank whose op timed out less than the board's 2 s staleness after
-    # the stop (an op's deadline runs from its start: on a loaded machine an op may have
-    # waited seconds before rank 5 stopped).  A CI run under load had 3 of 7 name it; with
-    # --comm-timeout 6 a loaded suite run had 1 of 7, hence 10 s (production's default is 300).
+    # A dump may not name it when written after mpirun's SIGCONT let rank 5 beat again.
+    # (One asked for by a rank whose op timed out less than the board's 2 s staleness after
+    # the stop, which an op that waited seconds before rank 5 stopped can, named it "alive"
+    # until dumps waited for an ambiguous heartbeat age to settle: a loaded CI run had 3 of
+    # 7 name it, one with --comm-timeout 6 had 1 of 7; test_comm_fault_stopped-late.)
     ok(sum(s == [5] for s in stale) >= 2 and all(s in ([5], []) for s in stale),
        "their dumps name rank 5 as unresponsive (its heartbeat), and no other rank", str(stale))
     r = tool("hang", tdir, "--json")

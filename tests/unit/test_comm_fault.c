@@ -10,6 +10,10 @@
  *           group_split op must name rank 2 like any collective).
  *   stopped rank 2 stops itself (SIGSTOP: a hung process; a forked child
  *           continues it after the survivors have given up).
+ *   stopped-late  rank 2 stops itself 0.5 s before the survivors' op times
+ *           out, so its heartbeat is young when they give up: they wait
+ *           until it is stale, and both the error and their hang dumps
+ *           name it as not responding (not "alive").
  *   dead-dev as dead, with the all-reduce on (fake) device buffers staged
  *           through pinned memory (tests/comm/fake_device.h): the same
  *           report, and nothing is copied back to the device.
@@ -44,10 +48,11 @@ int main(int argc, char **argv) {
     T_EQ_INT(comm_barrier(g), MS_OK); /* everyone is up */
     if (R == 2) {
         if (!strcmp(mode, "dead") || !strcmp(mode, "split") || !strcmp(mode, "dead-dev")) _exit(0);
-        if (!strcmp(mode, "stopped")) {
+        if (!strcmp(mode, "stopped") || !strcmp(mode, "stopped-late")) {
+            if (!strcmp(mode, "stopped-late")) usleep((useconds_t)((timeout - 0.5) * 1e6));
             pid_t self = getpid();
             if (fork() == 0) {
-                sleep((unsigned)(timeout + 3));
+                sleep((unsigned)(timeout + 5));
                 kill(self, SIGCONT);
                 _exit(0);
             }
@@ -68,7 +73,10 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < 64; i++)
         x[i] = R + i;
-    int split = !strcmp(mode, "split");
+    int split = !strcmp(mode, "split"), late = !strcmp(mode, "stopped-late");
+    char dump[128];
+    snprintf(dump, sizeof dump, "/tmp/ms_comm_fault_%d_r%d.json", (int)getppid(), R);
+    if (late) T_EQ_INT(comm_world_set_dump_path(w, dump), MS_OK);
     comm_group *sub = NULL;
     double t0 = ms_now();
     ms_status st = split ? comm_group_create_split(g, 0, R, "sub", &sub)
@@ -77,16 +85,25 @@ int main(int argc, char **argv) {
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", ms_errmsg());
     T_EQ_INT(st, MS_ERR_TIMEOUT);
-    T_OK(el <= timeout + 1.0);
+    T_OK(el <= timeout + (late ? 3.5 : 1.0)); /* late: the wait for its heartbeat to age */
     T_STR_CONTAINS(msg, split ? "group_split" : "all_reduce");
     T_OK(sub == NULL);
     T_STR_CONTAINS(msg, "group 'world'");
     T_STR_CONTAINS(msg, "not arrived: rank 2 (global 2");
     T_STR_CONTAINS(msg, !strcmp(mode, "dead") || split || on_dev ? "exited"
-                        : !strcmp(mode, "stopped")               ? "not responding"
+                        : !strcmp(mode, "stopped") || late       ? "not responding"
                                                                  : "alive");
     T_OK(strstr(msg, "rank 0 (global") == NULL && strstr(msg, "rank 1 (global") == NULL);
     T_OK(comm_world_broken(w));
+    if (late) { /* the dump names rank 2 as unresponsive */
+        FILE *f = fopen(dump, "r");
+        char text[8192] = "";
+        size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+        text[n] = 0;
+        if (f) fclose(f);
+        T_STR_CONTAINS(text, "\"unresponsive\":[{\"rank\":2,");
+        unlink(dump);
+    }
     if (on_dev) { /* staged: copied in, never back; untouched device buffer */
         T_EQ_INT(fd.to_host, 1);
         T_EQ_INT(fd.to_device, 0);
