@@ -261,6 +261,19 @@ static int attempt(sup_driver *d, char *why, size_t n) {
                     d->best_step = latest_commit(d);
                 return 1;
             }
+            if (!d->fault && all_reached(d)) {
+                /* every rank said "done" (final checkpoint and weights written)
+                 * before mpirun failed: a rank killed while exiting, say.  The
+                 * job is finished; a restart would only redo nothing. */
+                cJSON *g = cJSON_CreateObject();
+                cJSON_AddStringToObject(g, "status", st);
+                sup_events_put(&d->ev, "mpirun_failed_after_done", g);
+                fprintf(stderr,
+                        "megascale launch: every rank was done at step %d, then mpirun ended "
+                        "with %s; the job is finished\n",
+                        d->c->steps, st);
+                return 1;
+            }
             if (!d->fault && ok &&
                 !d->job
                      .adopted) /* a clean end short of --steps: a signal the driver did not send */

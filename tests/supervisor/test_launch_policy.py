@@ -17,7 +17,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    broken" (exit 7), and --ckpt-dir may come from the train --config file;
 7. the ranks and mpirun do not inherit the driver's log files;
 8. an mpirun that lingers after every rank is done is ended (with what it
-   started), and the job is done;
+   started), and the job is done; one that fails after every rank is done
+   (a rank killed while it exits) leaves the job done, with no restart;
 9. a new driver resuming a driver.json adopts or kills a pid only when its
    start time still matches: a reused pid is left alone, a rank its mpirun
    left behind is killed.
@@ -275,6 +276,26 @@ def check_lingering_mpirun(d, shard):
        f"rc {rc}, {took:.1f} s, child {pid} left {left}, events {ev}\n{err[-1500:]}")
 
 
+def check_fail_after_done(d, shard):
+    """mpirun failing after every rank said "done" (a rank killed while it
+    exits): the job is done, the failure an event, nothing restarted."""
+    run = os.path.join(d, "afterdone")
+    os.makedirs(run)
+    wrap = os.path.join(d, "mpirun-fail")
+    with open(wrap, "w") as f:
+        f.write(f'#!/bin/sh\n"{MPIRUN}" "$@" || exit $?\nexit 137\n')
+    os.chmod(wrap, 0o755)
+    rc, err = launch(run, shard, ["--mpirun", wrap],
+                     ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], timeout=120)
+    ev = events(run)
+    names = [e["event"] for e in ev]
+    after = [e for e in ev if e["event"] == "mpirun_failed_after_done"]
+    ok(rc == 0 and names[-1] == "job_done" and after and "137" in after[0].get("status", "")
+       and "fault_detected" not in names and "restart" not in names,
+       "mpirun failing after every rank was done: job done, no fault, no restart",
+       f"rc {rc}, events {names}\n{err[-1500:]}")
+
+
 def check_stale_pids(d, shard):
     run = os.path.join(d, "stale")
     args = ["--steps", "3", "--dp", "2", "--ckpt-every", "3", "--ckpt-dir",
@@ -322,6 +343,7 @@ def main():
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
     check_lingering_mpirun(d, shard)
+    check_fail_after_done(d, shard)
     check_stale_pids(d, shard)
     finish(d)
 
