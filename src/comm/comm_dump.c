@@ -219,6 +219,15 @@ long long comm_world_wait_ns(const comm_world *w) {
     return w ? atomic_load_explicit(&w->wait_ns, memory_order_relaxed) : 0;
 }
 
+double comm_world_blocked_s(comm_world *w) {
+    long long now = (long long)ms_ev_now(), oldest = 0;
+    for (int i = 0; w && i < COMM_WAIT_SLOTS; i++) {
+        long long t = atomic_load(&w->wait_since[i]);
+        if (t && (!oldest || t < oldest)) oldest = t;
+    }
+    return oldest && now > oldest ? (double)(now - oldest) / 1e9 : 0;
+}
+
 long long comm_group_wait_ns(const comm_group *g) {
     return g ? atomic_load_explicit(&g->wait_ns, memory_order_relaxed) : 0;
 }

@@ -338,6 +338,10 @@ static long long hb_comm_bytes(void *w) {
     return comm_world_bytes(w);
 }
 
+static double hb_comm_blocked_s(void *w) {
+    return comm_world_blocked_s(w);
+}
+
 /* --heartbeat: beats to the supervisor (megascale launch). */
 static ms_status setup_heartbeat(trainer *t) {
     const train_config *tc = t->tc;
@@ -350,6 +354,7 @@ static ms_status setup_heartbeat(trainer *t) {
                               .has_stage = t->grid != NULL,
                               .stage = t->grid ? comm_grid_coord_of(t->grid).pp : 0,
                               .comm_bytes = t->world ? hb_comm_bytes : NULL,
+                              .comm_blocked_s = t->world ? hb_comm_blocked_s : NULL,
                               .comm_ctx = t->world};
     return mon_heartbeat_open(&t->hb, &c);
 }
