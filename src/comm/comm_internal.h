@@ -168,6 +168,8 @@ struct comm_world {
     char dump_path[4096];                 /* "": no hang dumps; set with the world idle */
     unsigned long long dump_seen;         /* comm thread: board dump requests handled */
     int dumped;                           /* comm thread: a dump was written */
+    int dump_final; /* comm thread: the dump of this rank's own timeout is written; every op
+                       failed right after, so a later one would show nothing in flight */
     _Atomic long long bytes_done;         /* bytes of the ops completed (comm_world_bytes) */
     _Atomic long long wait_ns;            /* callers' time in comm_wait (comm_world_wait_ns) */
     /* when each caller now blocked in comm_wait began (ms_ev_now; 0: a free
