@@ -222,9 +222,10 @@ void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n
     }
 }
 
-void ms_fault_fire_slow(const ms_fault_plan *p, int step, int rank) {
+int ms_fault_fire_slow(const ms_fault_plan *p, int step, int rank) {
     const ms_fault *f = ms_fault_find(p, "slow", step, rank);
     if (f) usleep((useconds_t)(f->arg * 1e3));
+    return f != NULL;
 }
 
 void ms_fault_fire_process(const ms_fault_plan *p, int step, int rank) {

@@ -85,7 +85,8 @@ void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n
  * (never returns).  Returns when none of them fires. */
 void ms_fault_fire_process(const ms_fault_plan *p, int step, int rank);
 /* The slow fault of `step` on `rank`: sleeps its MS milliseconds (called by
- * the trainer inside the timed step, so the time counts as compute). */
-void ms_fault_fire_slow(const ms_fault_plan *p, int step, int rank);
+ * the trainer inside the timed step, so the time counts as compute).
+ * Returns 1 if it slept (the trainer records the sleep as a compute span). */
+int ms_fault_fire_slow(const ms_fault_plan *p, int step, int rank);
 
 #endif

@@ -211,6 +211,11 @@ long long comm_world_wait_ns(const comm_world *w);
  * over every world: the trainer's own waits, the exposed communication of
  * its step (a checkpoint thread persisting meanwhile is not in it). */
 long long comm_thread_wait_ns(void);
+/* Seconds the longest of this process's comm_wait calls in progress has
+ * blocked so far, 0 when no thread waits (the heartbeats: a rank whose
+ * training thread is stuck elsewhere waits in nothing, while its peers
+ * block in communication waiting for it).  NULL: 0.  Thread-safe. */
+double comm_world_blocked_s(comm_world *w);
 /* The same for the ops of group g alone (a parallel dimension's exposed
  * communication: the trainer reads the tp, dp and pp groups'; a group
  * split later, such as pp's "embedding", counts on its own).  NULL: 0.

@@ -15,7 +15,9 @@
  * posted) with its age.  It then asks the other ranks of the host, through
  * the arrival board, to write theirs (their ops have not timed out yet, or
  * time out later); each answers within one board poll (<= 0.2 s) with
- * reason "peer_request".  A rank that is stopped (SIGSTOP), hung in
+ * reason "peer_request".  The dump of a rank's own timeout is its last: the
+ * timeout fails all its ops, so a request answered after it would replace
+ * the ops it waited in with none.  A rank that is stopped (SIGSTOP), hung in
  * compute with its communication thread stuck, or dead writes nothing:
  * `megascale trace hang` names the silent ranks as the suspects.  Writing
  * is atomic (temp file, rename), so a dump is whole or absent.
@@ -157,6 +159,11 @@ void comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
     char path[sizeof w->dump_path];
     if (!comm_dump_path(w, path, sizeof path)) return;
     unsigned long long gen = comm_board_dump_requests(w);
+    if (w->dump_final) { /* keep the dump that shows what this rank waited in */
+        w->dump_seen = gen;
+        comm_board_ack_dump(w, gen);
+        return;
+    }
     if (ask_peers && !w->dumped) { /* the first rank to time out asks the host's others */
         comm_board_request_dump(w);
         gen++;
@@ -180,6 +187,7 @@ void comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
         return;
     }
     w->dumped = 1;
+    w->dump_final = ask_peers; /* its own timeout: comm_timeout fails every op next */
     w->dump_seen = gen;
     comm_board_ack_dump(w, gen);
     ms_warn("comm: hang dump (%s) written to %s", reason, path);
@@ -218,6 +226,15 @@ long long comm_world_bytes(comm_world *w) {
 
 long long comm_world_wait_ns(const comm_world *w) {
     return w ? atomic_load_explicit(&w->wait_ns, memory_order_relaxed) : 0;
+}
+
+double comm_world_blocked_s(comm_world *w) {
+    long long now = (long long)ms_ev_now(), oldest = 0;
+    for (int i = 0; w && i < COMM_WAIT_SLOTS; i++) {
+        long long t = atomic_load(&w->wait_since[i]);
+        if (t && (!oldest || t < oldest)) oldest = t;
+    }
+    return oldest && now > oldest ? (double)(now - oldest) / 1e9 : 0;
 }
 
 long long comm_group_wait_ns(const comm_group *g) {

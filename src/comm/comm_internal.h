@@ -32,6 +32,7 @@
 #define COMM_DEAD_GRACE_S 1.0     /* keep progressing this long after a peer is seen dead */
 #define COMM_WAIT_GRACE_S 2.0     /* waiter's backstop beyond the deadline (stuck comm thread) */
 #define COMM_STAGE_CLASSES 256    /* staging pool size classes (see comm_stage.c) */
+#define COMM_WAIT_SLOTS 8         /* callers blocked at once that comm_world_blocked_s sees */
 
 typedef enum {
     COMM_K_ALLREDUCE = 0,
@@ -167,8 +168,13 @@ struct comm_world {
     char dump_path[4096];                 /* "": no hang dumps; set with the world idle */
     unsigned long long dump_seen;         /* comm thread: board dump requests handled */
     int dumped;                           /* comm thread: a dump was written */
+    int dump_final; /* comm thread: the dump of this rank's own timeout is written; every op
+                       failed right after, so a later one would show nothing in flight */
     _Atomic long long bytes_done;         /* bytes of the ops completed (comm_world_bytes) */
     _Atomic long long wait_ns;            /* callers' time in comm_wait (comm_world_wait_ns) */
+    /* when each caller now blocked in comm_wait began (ms_ev_now; 0: a free
+     * slot; a caller past the slots goes unseen): comm_world_blocked_s */
+    _Atomic long long wait_since[COMM_WAIT_SLOTS];
     comm_group **groups;                  /* comm thread (and init/finalize): live groups */
     int ngroups, cap_groups;
 

@@ -413,7 +413,14 @@ ms_status comm_wait_result(comm_req *r, comm_group **out) {
                         ? NULL
                         : r->g;
     int64_t t0 = ms_ev_now();
+    int slot = -1; /* this wait is seen by comm_world_blocked_s */
+    for (int i = 0; i < COMM_WAIT_SLOTS && slot < 0; i++) {
+        long long free_slot = 0;
+        if (atomic_compare_exchange_strong(&w->wait_since[i], &free_slot, t0 > 0 ? t0 : 1))
+            slot = i;
+    }
     ms_status st = r->on_nccl ? comm_nccl_wait(r) : comm_wait_host(r, out);
+    if (slot >= 0) atomic_store(&w->wait_since[slot], 0);
     long long dt = (long long)(ms_ev_now() - t0);
     atomic_fetch_add_explicit(&w->wait_ns, dt, memory_order_relaxed);
     if (g) atomic_fetch_add_explicit(&g->wait_ns, dt, memory_order_relaxed);

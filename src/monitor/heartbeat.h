@@ -3,8 +3,9 @@
  * per beat over TCP to the driver (`megascale launch`), every period and
  * at once after each step, with the job's token, this rank's identity
  * (rank, world, pid, host, node, pipeline stage) and its progress (step, phase, step time,
- * its compute part, loss, grad norm, bytes communicated, steps redone after
- * a non-finite result) and, at the end, the error line of a failed run.
+ * its compute part, loss, grad norm, bytes communicated, how long it has
+ * been blocked in communication, steps redone after a non-finite result)
+ * and, at the end, the error line of a failed run.
  *
  * The beats come from their own thread, so a rank whose training thread is
  * stuck keeps beating without progress (the driver's "no progress"
@@ -32,6 +33,9 @@ typedef struct {
     int has_stage, stage; /* has_stage: the rank's pipeline stage (pp coordinate) is sent */
     double period_s;                    /* <= 0: 1 s */
     long long (*comm_bytes)(void *ctx); /* bytes communicated so far (may be NULL) */
+    /* seconds this rank has been blocked in its longest communication wait
+     * now, 0 when it waits in none (may be NULL: not sent) */
+    double (*comm_blocked_s)(void *ctx);
     void *comm_ctx;
 } mon_heartbeat_config;
 

@@ -84,6 +84,7 @@ typedef struct {
     int step;
     char phase[16]; /* start train val ckpt done stopped error */
     double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
+    double comm_wait_s; /* blocked in communication for, now (>= 0; NaN when absent) */
     int redone; /* steps redone after a non-finite result, cumulative (0: absent) */
     int ckpt_commit, ckpt_failed; /* last commit (-1: absent), failed commits since (0) */
     char ckpt_error[512];

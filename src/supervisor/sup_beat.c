@@ -16,9 +16,10 @@
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
-    "v",          "token",  "rank",        "world",       "pid",        "host",      "node",
-    "seq",        "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
-    "compute_ms", "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error",     "stage"};
+    "v",          "token",      "rank",       "world",      "pid",         "host",
+    "node",       "seq",        "step",       "phase",      "step_ms",     "loss",
+    "grad_norm",  "comm_bytes", "compute_ms", "redone",     "ckpt_commit", "ckpt_failed",
+    "ckpt_error", "error",      "stage",      "comm_wait_s"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -107,6 +108,8 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
     if (get_str(o, "node", b->node, sizeof b->node, 0) || !node_ok(b->node))
         return *why = "bad node name", -1;
     if (get_opt_num(o, "compute_ms", &b->compute_ms)) return -1;
+    if (get_opt_num(o, "comm_wait_s", &b->comm_wait_s) || b->comm_wait_s < 0)
+        return *why = "comm_wait_s out of range", -1;
     b->stage = -1;
     if (cJSON_GetObjectItemCaseSensitive(o, "stage")) {
         if (get_int(o, "stage", 0, world - 1, &v)) return *why = "stage out of range", -1;

@@ -239,6 +239,7 @@ typedef struct {
     int started;     /* in the training loop (phase train, or a step done) */
     int resume_step; /* the step it started the loop at (-1: not yet) */
     double last_beat, last_progress;
+    double comm_wait_s; /* its last beat's: blocked in communication for (NaN: not sent) */
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
     char host[128], phase[16], error[1024];
 } sup_rank;

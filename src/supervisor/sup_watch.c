@@ -211,6 +211,7 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     }
     s->pid = b->pid;
     s->last_beat = now;
+    s->comm_wait_s = b->comm_wait_s;
     snprintf(s->host, sizeof s->host, "%s", b->host);
     snprintf(s->phase, sizeof s->phase, "%s", b->phase);
     if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
@@ -508,6 +509,28 @@ static int silent_rank(const sup_driver *d, double now) {
     return best;
 }
 
+/* Of the ranks that beat but make no step, the one that is not blocked in
+ * communication while others are (they wait for it: a pipeline stage in its
+ * recv from the next one, a tp group in its all-reduce), the shortest wait
+ * first; -1 when the beats do not say, or when every rank waits or none
+ * does.  *n_blocked, *longest: the ranks that wait, and the longest wait. */
+static int unblocked_rank(const sup_driver *d, double now, int *n_blocked, double *longest) {
+    int best = -1;
+    *n_blocked = 0, *longest = 0;
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (s->done || s->failed || !s->connected || !s->started) continue;
+        if (isnan(s->comm_wait_s)) return -1;
+        if (s->comm_wait_s >= 0.5 * (now - s->last_progress)) { /* blocked since it stalled */
+            (*n_blocked)++;
+            *longest = fmax(*longest, s->comm_wait_s);
+        } else if (best < 0 || s->comm_wait_s < d->r[best].comm_wait_s) {
+            best = i;
+        }
+    }
+    return *n_blocked ? best : -1;
+}
+
 /* A straggler: evicted when a spare can take its node's place, else said once. */
 static void watch_straggler(sup_driver *d) {
     const sup_config *c = d->c;
@@ -571,14 +594,23 @@ void sup_watch(sup_driver *d) {
         if (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")) limit *= 10; /* no steps */
         if (now - s->last_progress <= limit) continue;
         /* every rank of a hung job stops making steps; the culprit is the one
-         * that also went silent, if any (the others are waiting for it) */
-        int silent = silent_rank(d, now);
+         * that also went silent, if any, else the one that waits in no
+         * communication (the others are waiting for it) */
+        int silent = silent_rank(d, now), n_blocked;
+        double longest;
+        int stuck = silent < 0 ? unblocked_rank(d, now, &n_blocked, &longest) : -1;
         if (silent >= 0)
             sup_set_fault(d, "hang", silent, d->r[silent].last_beat,
                           "no step for %.1f s, and rank %d (pid %d) has sent no heartbeat for "
                           "%.1f s: stopped or stuck",
                           now - s->last_progress, silent, d->r[silent].pid,
                           now - d->r[silent].last_beat);
+        else if (stuck >= 0)
+            sup_set_fault(d, "hang", stuck, d->r[stuck].last_progress,
+                          "rank %d beats but made no step for %.1f s and waits in no "
+                          "communication, while %d other rank(s) have been blocked in it for up "
+                          "to %.1f s (waiting for it)",
+                          stuck, now - d->r[stuck].last_progress, n_blocked, longest);
         else
             sup_set_fault(d, "hang", i, s->last_progress,
                           "rank %d beats but made no step for %.1f s (limit %.1f s: %.1f x the "
@@ -622,7 +654,7 @@ void sup_dash_update(sup_driver *d, int now) {
 void sup_reset_ranks(sup_driver *d) {
     memset(d->r, 0, sizeof *d->r * (size_t)d->c->np);
     for (int i = 0; i < d->c->np; i++)
-        d->r[i].first_step = -1;
+        d->r[i].first_step = -1, d->r[i].comm_wait_s = NAN;
     while (d->n_conns) {
         close(d->conns[d->n_conns - 1].fd);
         d->n_conns--;

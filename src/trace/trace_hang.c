@@ -361,7 +361,10 @@ static ms_status find_suspects(trace_hang *h) {
     return MS_OK;
 }
 
-/* Hosts and coordinates of ranks without a dump, from the events headers. */
+/* Hosts and coordinates of ranks without a dump, from the events headers
+ * (a header's coordinates are the rank's own: a grid placed host by host,
+ * over ranks that mpirun dealt out round-robin, does not follow the
+ * position formula). */
 static void fill_missing(trace_hang *h) {
     int *ranks = NULL, n = 0;
     char **paths = NULL;
@@ -375,9 +378,10 @@ static void fill_missing(trace_hang *h) {
     for (int i = 0; i < n; i++) {
         if (ranks[i] >= h->world || h->ranks[ranks[i]].has_dump) continue;
         trace_log l;
-        if (trace_log_read_header(paths[i], &l) == MS_OK)
+        if (trace_log_read_header(paths[i], &l) == MS_OK) {
             snprintf(h->ranks[ranks[i]].host, sizeof h->ranks[ranks[i]].host, "%s", l.host);
-        else
+            if (!trace_coord_cmp(l.shape, h->shape)) h->ranks[ranks[i]].coord = l.coord;
+        } else
             ms_warn("%s", ms_errmsg());
     }
     trace_rank_files_free(ranks, paths, n);

@@ -1,5 +1,6 @@
 /* trace_strag.c - straggler scores: per rank and step the compute time
- * (fwd + bwd spans minus the wait / data_wait spans nested in them), then
+ * (fwd + bwd spans minus the wait / data_wait spans nested in them, plus an
+ * injected slow fault's delay, fault_slow: it stands for slower compute), then
  * a relative score against the fastest rank of the same pipeline stage
  * and an individual score against the rank's own best window. */
 #include <math.h>
@@ -16,11 +17,14 @@ typedef struct {
 } nest_entry;
 
 typedef struct {
-    int fwd, bwd, wait, data_wait, step; /* interned names, -1 when absent */
+    int fwd, bwd, slow, wait, data_wait, step; /* interned names, -1 when absent */
 } strag_names;
 
+/* A compute span: fwd, bwd, or the sleep of --inject-fault slow=MS (the
+ * trainer's stand-in for a slower device: it sleeps before the step's
+ * compute, so no fwd/bwd span holds it). */
 static int is_fb(const strag_names *nm, int name) {
-    return name >= 0 && (name == nm->fwd || name == nm->bwd);
+    return name >= 0 && (name == nm->fwd || name == nm->bwd || name == nm->slow);
 }
 
 static int is_wait(const strag_names *nm, int name) {
@@ -197,9 +201,9 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
     trace_set *set = NULL;
     trace_strag *s = NULL;
     MS_TRY(trace_set_load(dir, TRACE_LOAD_COMPUTE, &set));
-    strag_names nm = {trace_str_find(set, "fwd"), trace_str_find(set, "bwd"),
-                      trace_str_find(set, "wait"), trace_str_find(set, "data_wait"),
-                      trace_str_find(set, "step")};
+    strag_names nm = {trace_str_find(set, "fwd"),        trace_str_find(set, "bwd"),
+                      trace_str_find(set, "fault_slow"), trace_str_find(set, "wait"),
+                      trace_str_find(set, "data_wait"),  trace_str_find(set, "step")};
     /* the steps the logs hold: a resumed run's start at its resume step */
     int first_step = 0, max_step = 0;
     for (int li = 0; li < set->n_logs; li++)

@@ -53,7 +53,7 @@ typedef struct {
     mon_evlog *evlog;  /* --trace-dir (NULL: tracing off) */
     mon_heartbeat *hb; /* --heartbeat (NULL: not supervised) */
     char trace_dir[4096];
-    uint16_t ev_data, ev_opt, ev_ckpt, lane_compute;
+    uint16_t ev_data, ev_opt, ev_ckpt, ev_slow, lane_compute;
     mon_devtime *dev;               /* device spans of the step (read late) */
     uint16_t ev_dev_fb, ev_dev_opt; /* their names */
     /* the step's micro-batches (accum, micro, seq): filled by its first
@@ -309,6 +309,7 @@ static ms_status check_outputs(trainer *t) {
  * first clock reference.  Every rank opens its log (collective: the clock). */
 static ms_status setup_trace(trainer *t) {
     t->ev_data = ms_ev_intern("data_wait");
+    t->ev_slow = ms_ev_intern("fault_slow");
     t->ev_opt = ms_ev_intern("optimizer");
     t->ev_ckpt = ms_ev_intern("ckpt_stall");
     t->lane_compute = ms_ev_intern("compute");
@@ -338,6 +339,10 @@ static long long hb_comm_bytes(void *w) {
     return comm_world_bytes(w);
 }
 
+static double hb_comm_blocked_s(void *w) {
+    return comm_world_blocked_s(w);
+}
+
 /* --heartbeat: beats to the supervisor (megascale launch). */
 static ms_status setup_heartbeat(trainer *t) {
     const train_config *tc = t->tc;
@@ -350,6 +355,7 @@ static ms_status setup_heartbeat(trainer *t) {
                               .has_stage = t->grid != NULL,
                               .stage = t->grid ? comm_grid_coord_of(t->grid).pp : 0,
                               .comm_bytes = t->world ? hb_comm_bytes : NULL,
+                              .comm_blocked_s = t->world ? hb_comm_blocked_s : NULL,
                               .comm_ctx = t->world};
     return mon_heartbeat_open(&t->hb, &c);
 }
@@ -767,7 +773,9 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
      * on its own collectives, and those are not the step's communication */
     long long wait0 = comm_thread_wait_ns(), dim0[3];
     dim_wait_ns(t, dim0);
-    ms_fault_fire_slow(&t->fault, step + 1, t->rank); /* injected: a straggler's compute */
+    int64_t t_slow = ms_ev_now(); /* injected: a straggler's compute (trace stragglers too) */
+    if (ms_fault_fire_slow(&t->fault, step + 1, t->rank))
+        ms_ev_span(t->ev_slow, 0, t_slow, ms_ev_now(), NULL);
     r->data_sec = r->bubble_sec = 0;
     r->skipped = r->redone = 0;
     r->lr = opt_lr_at(&t->sched, step);

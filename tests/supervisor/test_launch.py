@@ -18,6 +18,8 @@ steps):
    and are not reported as stragglers (a rank is compared with its stage);
    every step's compute time is above 0 on every rank (the checkpoint
    thread's waits are not the trainer's).
+6. tp 2 x pp 2 on 2 nodes, rank 3 hangs (it beats, makes no step): the
+   fault names rank 3 on node1, the one rank not blocked in communication.
 
 Environment: MS_BIN (the megascale binary)."""
 import hashlib
@@ -199,6 +201,28 @@ def check_stages(d, shard):
        f"(its compute time {ratio:.2f} x the first stage's)", f"rc {rc} {strag}\n{err[-2000:]}")
 
 
+def check_stage_hang(d, shard):
+    """tp 2 x pp 2 on 2 nodes, rank 3 (stage 1, node1) hangs at step 8: every
+    rank stops making steps and beats on; the one to blame is the rank that
+    waits in no communication (its beats say so), not rank 0 of stage 0,
+    which waits for it in the pipeline's recv."""
+    run = os.path.join(d, "stage_hang")
+    cmd = [BIN, "launch", "--np", "4", "--nodes", "2", "--max-restarts", "0", "--diag", "0",
+           *LAUNCH[2:], "--run-dir", run, "--", "--train-data", shard, *TRAIN, "--tp", "2",
+           "--pp", "2", "--ckpt-dir", os.path.join(run, "ckpt"), "--inject-fault", "hang@8:3"]
+    cmd[cmd.index("--dp") + 1] = "1"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace", env=env)
+    rc, err = finished(p)
+    det = [e for e in events(run) if e["event"] == "fault_detected"]
+    ok(rc == 3 and [(e["kind"], e["rank"], e["node"]) for e in det] == [("hang", 3, "node1")],
+       "tp2 x pp2: the hung rank 3 of stage 1 is named, not a peer waiting for it",
+       f"rc {rc} {det}\n{err[-2000:]}")
+    ok(det and "waits in no communication" in det[0]["detail"], "the detail says why",
+       str(det))
+
+
 def main():
     d, shard = start("ms_sup_")
     run, p = launch(d, "ref", shard)
@@ -211,6 +235,7 @@ def main():
     check_crash_loop(d, shard)
     check_bad_beats(d, shard)
     check_stages(d, shard)
+    check_stage_hang(d, shard)
     finish(d)
 
 

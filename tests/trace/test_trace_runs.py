@@ -8,7 +8,14 @@
 2. a straggler made from outside: rank 1 of a dp2 run stopped and continued
    (SIGSTOP / SIGCONT, half the time) is named by `trace stragglers`, and
    rank 0, which waited for it, is not;
-3. a hang: rank 5 of an 8-rank dp2 x tp2 x pp2 run stopped with SIGSTOP;
+3. an injected straggler on tp2 x pp2 (4 ranks): rank 2 of stage 1 with
+   --inject-fault slow=60 (its sleep stands for slower compute) is named
+   by `trace stragglers`, its tp peer and stage 0 are not;
+4. a hang in compute on tp2 x pp2: rank 1 (stage 0) stops making progress
+   (--inject-fault hang); ranks 0, 2 and 3 time out in different ops and
+   ask each other for dumps, and each keeps the dump of its own timeout
+   (what it waited in), so `trace hang` names rank 1, not rank 0;
+5. a hang: rank 5 of an 8-rank dp2 x tp2 x pp2 run stopped with SIGSTOP;
    the others time out (--comm-timeout), write hang dumps, and `trace hang`
    names rank 5, with its coordinates, as the suspect.
 
@@ -206,6 +213,37 @@ def check_straggler(d, shard):
     ok(png == b"\x89PNG\r\n\x1a\n", "heat map written as PNG")
 
 
+def check_slow_fault(d, shard):
+    tdir = os.path.join(d, "t_slow")
+    r = mpi(4, "train", "--train-data", shard, *TINY, "--batch", "8", "--steps", "12", "--tp",
+            "2", "--pp", "2", "--trace-dir", tdir, "--inject-fault", "slow=60@2+:2")
+    ok(r.returncode == 0, "tp2 x pp2 run with rank 2 slowed", r.stderr[-3000:])
+    t = tool("stragglers", tdir, "--json")
+    try:
+        rep = json.loads(t.stdout)
+    except ValueError:
+        rep = {}
+    ok(t.returncode == 0 and rep.get("stragglers") == [2],
+       "the slowed rank 2 (pp 1, tp 0) is the straggler, its tp peer and stage 0 are not",
+       t.stdout + t.stderr)
+
+
+def check_stage_hang(d, shard):
+    tdir = os.path.join(d, "t_stage_hang")
+    r = mpi(4, "train", "--train-data", shard, *TINY, "--batch", "8", "--steps", "30", "--tp",
+            "2", "--pp", "2", "--trace-dir", tdir, "--comm-timeout", "5", "--inject-fault",
+            "hang@6:1")
+    ok(r.returncode != 0, "tp2 x pp2 with rank 1 hung fails after the timeout", r.stderr[-2000:])
+    t = tool("hang", tdir, "--json")
+    try:
+        rep = json.loads(t.stdout)
+    except ValueError:
+        rep = {}
+    ok([s.get("rank") for s in rep.get("suspects", [])] == [1],
+       "rank 1 is the suspect (its tp peer's dump still shows the all-reduce it waited in)",
+       t.stdout + t.stderr + tool("hang", tdir).stdout)
+
+
 def check_hang(d, shard):
     tdir, metrics = os.path.join(d, "t_hang"), os.path.join(d, "hang.jsonl")
     args = ["train", "--train-data", shard, *TINY, "--batch", "8", "--micro-batch", "1",
@@ -267,6 +305,8 @@ def main():
     d, shard = start("ms_trace_")
     check_merge(d, shard)
     check_straggler(d, shard)
+    check_slow_fault(d, shard)
+    check_stage_hang(d, shard)
     check_hang(d, shard)
     finish(d)
 

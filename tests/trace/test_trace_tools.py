@@ -409,6 +409,24 @@ def test_hang_missing(d):
        so + se)
 
 
+def test_hang_placed(d):
+    """A grid placed host by host (mpirun dealt the ranks out round-robin):
+    rank 5's position is not the formula's (dp 0, pp 1, tp 1).  It wrote no
+    dump; its coordinates come from its event log's header, as its host."""
+    write_hang(d, skip=(5,))
+    log = RankLog(5, 8, SHAPE8, "hostB5")
+    log.coord = {"dp": 1, "pp": 1, "tp": 0}
+    log.write(d)
+    rc, so, se = run("trace", "hang", d, "--json")
+    try:
+        sus = json.loads(so).get("suspects", [])
+    except ValueError:
+        sus = []
+    ok(rc == 0 and [s["rank"] for s in sus] == [5] and
+       sus[0]["coord"] == {"dp": 1, "pp": 1, "tp": 0} and sus[0]["host"] == "hostB5",
+       "a rank without a dump: coordinates from its log's header", so + se)
+
+
 def test_hang_rerun(d):
     """A restarted job hangs again in the same directory: rank 5 stops and
     writes no dump this time, but its dump of the first hang (another pid
@@ -703,7 +721,8 @@ def main():
                          ("stragglers", test_stragglers),
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
-                         ("hang_missing", test_hang_missing), ("hang_rerun", test_hang_rerun),
+                         ("hang_missing", test_hang_missing), ("hang_placed", test_hang_placed),
+                         ("hang_rerun", test_hang_rerun),
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
                          ("hang_young_op", test_hang_young_op),

@@ -48,6 +48,7 @@ class RankLog:
 
     def __init__(self, rank, world, shape, host, clocks=((0, 0, 0),), wall_ns=1_700_000_000 * 10**9):
         self.rank, self.world, self.shape, self.host = rank, world, shape, host
+        self.coord = None  # the header's coord: None: the position formula's
         self.wall_ns = wall_ns  # the header's: when the run opened the log
         self.clocks = list(clocks)
         self.lines = []
@@ -75,7 +76,7 @@ class RankLog:
     def write(self, d, truncate_last=0):
         dp, pp, tp = self.shape
         header = dict(type="header", version=1, rank=self.rank, world=self.world, host=self.host,
-                      pid=1000 + self.rank, coord=coord_of(self.rank, self.shape),
+                      pid=1000 + self.rank, coord=self.coord or coord_of(self.rank, self.shape),
                       shape=dict(dp=dp, pp=pp, tp=tp), mono_ns=1000, wall_ns=self.wall_ns)
         out = [json.dumps(header)]
         for start, o, e in self.clocks:

@@ -6,10 +6,12 @@
  * list, argument and MPI errors.  Run directly (a world of 1) or under
  * mpirun through tests/comm/mpirun.sh.  Each rank prints its own summary
  * line and exits non-zero on any failure. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/rng.h"
 #include "base/timeutil.h"
@@ -292,6 +294,40 @@ static void test_progress(comm_group *g) {
     free(x);
 }
 
+typedef struct {
+    comm_world *w;
+    double seen; /* comm_world_blocked_s 0.3 s in */
+} blocked_probe;
+
+static void *probe_blocked(void *arg) {
+    blocked_probe *p = arg;
+    usleep(300000);
+    p->seen = comm_world_blocked_s(p->w);
+    return NULL;
+}
+
+/* comm_world_blocked_s: 0 with no caller in comm_wait; rank 0 blocked in an
+ * all-reduce that rank 1 joins 0.6 s late has waited about 0.3 s when a
+ * second thread looks, and 0 again after. */
+static void test_blocked(comm_world *w) {
+    comm_group *g = comm_world_group(w);
+    T_NEAR(comm_world_blocked_s(w), 0, 0);
+    int x = 1;
+    if (N < 2) return;
+    if (R == 1) usleep(600000);
+    blocked_probe p = {w, -1};
+    pthread_t th;
+    T_EQ_INT(R == 0 ? pthread_create(&th, NULL, probe_blocked, &p) : 0, 0);
+    T_EQ_INT(comm_allreduce(g, &x, &x, 1, COMM_I32, COMM_SUM), MS_OK);
+    if (R == 0) {
+        pthread_join(th, NULL);
+        T_OK(p.seen >= 0.2 && p.seen < 5);
+        if (!(p.seen >= 0.2 && p.seen < 5)) fprintf(stderr, "blocked: %.3f s\n", p.seen);
+    }
+    T_NEAR(comm_world_blocked_s(w), 0, 0);
+    T_EQ_INT(x, N);
+}
+
 /* Split into even / odd world ranks; a reversed list group. */
 static void test_groups(comm_world *w) {
     comm_group *world = comm_world_group(w), *par = NULL, *rev = NULL, *none = NULL;
@@ -400,6 +436,7 @@ int main(int argc, char **argv) {
     test_overlap(g);
     test_determinism(g);
     test_progress(g);
+    test_blocked(w);
     test_groups(w);
     test_arg_errors(g);
     test_mpi_errors(g);

@@ -17,6 +17,11 @@
  *   dead-dev as dead, with the all-reduce on (fake) device buffers staged
  *           through pinned memory (tests/comm/fake_device.h): the same
  *           report, and nothing is copied back to the device.
+ *   dump    rank 2 as in late; rank 0 times out in an all-reduce and writes
+ *           its hang dump; rank 1 asks for dumps 0.5 s after that (as a
+ *           rank of the host that times out a moment later does): rank 0's
+ *           dump still shows the all-reduce in flight, not the nothing left
+ *           after its timeout failed its ops.
  * Survivors print "FAULT-OK r<rank> <seconds>: <message>" when every check
  * holds and exit without finalising MPI (the world is broken). */
 #include <signal.h>
@@ -25,12 +30,46 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "base/timeutil.h"
 #include "base/ctx.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/comm_internal.h" /* comm_board_request_dump */
 #include "comm/env_options.h"
 #include "comm/fake_device.h"
+
+/* Mode "dump" on ranks 0 and 1 (see the top): exits with the summary. */
+static int dump_mode(comm_world *w, int R, double timeout) {
+    char dir[] = "/tmp/ms_dump_XXXXXX", path[64], *text = NULL;
+    size_t len = 0;
+    if (R == 1) { /* a request after rank 0's timeout dump */
+        usleep((useconds_t)((timeout + 0.5) * 1e6));
+        comm_board_request_dump(w);
+        sleep(1);
+        if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r1 dump: asked for dumps\n");
+        _exit(ms_test_summary("test_comm_fault dump r1"));
+    }
+    T_OK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/hang_r00000.json", dir);
+    T_EQ_INT(comm_world_set_dump_path(w, path), MS_OK);
+    double x = 1;
+    T_EQ_INT(comm_allreduce(comm_world_group(w), &x, &x, 1, COMM_F64, COMM_SUM), MS_ERR_TIMEOUT);
+    sleep(2); /* rank 1's request comes and is answered meanwhile */
+    T_EQ_INT(ms_file_read_all(path, &text, &len), MS_OK);
+    const char *fl = text ? strstr(text, "\"in_flight\":[{\"op\":\"all_reduce\"") : NULL;
+    T_OK(fl != NULL);
+    T_OK(text && strstr(text, "\"reason\":\"timeout\""));
+    if (!fl) fprintf(stderr, "dump: %s\n", text ? text : "(none)");
+    free(text);
+    unlink(path);
+    rmdir(dir);
+    if (ms_t_fail == 0)
+        fprintf(stderr, "FAULT-OK r0 dump: the dump keeps the op it timed out in\n");
+    int rc = ms_test_summary("test_comm_fault dump r0");
+    fflush(stderr);
+    _exit(rc);
+}
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "dead";
@@ -62,6 +101,7 @@ int main(int argc, char **argv) {
         sleep((unsigned)(timeout + 2));
         _exit(0);
     }
+    if (!strcmp(mode, "dump")) return dump_mode(w, R, timeout);
     int on_dev = !strcmp(mode, "dead-dev");
     fake_dev fd;
     comm_device dev;

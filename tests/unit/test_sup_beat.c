@@ -55,6 +55,7 @@ static void test_valid(void) {
     T_NEAR(b.step_ms, 512.5, 0);
     T_OK(isnan(b.grad_norm)); /* null */
     T_EQ_INT(b.stage, -1);    /* not sent */
+    T_OK(isnan(b.comm_wait_s));
     char staged[sizeof GOOD + 16];
     snprintf(staged, sizeof staged, "%.*s,\"stage\":7}", (int)strlen(GOOD) - 1, GOOD);
     T_EQ_INT(sup_beat_parse(staged, strlen(staged), TOK, 8, &b, &why), 0);
@@ -62,6 +63,9 @@ static void test_valid(void) {
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"stage\":8"), -1); /* not < world */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"stage\":-1"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"stage\":null"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"comm_wait_s\":4.5"), 0);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"comm_wait_s\":-0.1"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"comm_wait_s\":\"1\""), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"error\":\"disk \\\"full\\\"\""), 0);
     /* the optional fields: node, compute_ms, redone, the checkpoint's */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576",
@@ -166,8 +170,13 @@ static int listen_loopback(char *addr, size_t n) {
 
 /* A client (rank, beat period) connected to a fresh loopback listener
  * (*lfd, its address in addr): the accepted socket, its "start" beat read. */
+static double blocked_s(void *ctx) {
+    return *(const double *)ctx;
+}
+
 static int open_client(int rank, double period_s, char *addr, size_t n, int *lfd,
                        mon_heartbeat **hb) {
+    static const double blocked = 2.25; /* rank 1 has waited in communication for 2.25 s */
     *lfd = listen_loopback(addr, n);
     mon_heartbeat_config c = {.addr = addr,
                               .token = TOK,
@@ -175,6 +184,8 @@ static int open_client(int rank, double period_s, char *addr, size_t n, int *lfd
                               .world = 2,
                               .has_stage = rank == 1, /* rank 1 says its pipeline stage */
                               .stage = rank,
+                              .comm_blocked_s = rank == 1 ? blocked_s : NULL,
+                              .comm_ctx = (void *)&blocked,
                               .period_s = period_s};
     T_EQ_INT(mon_heartbeat_open(hb, &c), MS_OK);
     int fd = accept(*lfd, NULL, NULL);
@@ -198,6 +209,7 @@ static void test_client(void) {
     T_OK(read_until(fd, "train", &b) >= 1);
     T_EQ_INT(b.rank, 1);
     T_EQ_INT(b.stage, 1);
+    T_NEAR(b.comm_wait_s, 2.3, 1e-9); /* sent to 0.1 s */
     T_EQ_INT(b.step, 7);
     T_NEAR(b.loss, 3.25, 0);
     T_NEAR(b.step_ms, 250, 1e-9);
