@@ -68,7 +68,11 @@ int sup_straggler_init(sup_straggler *s, int n) {
     s->step = calloc((size_t)n, sizeof *s->step);
     s->strikes = calloc((size_t)n, sizeof *s->strikes);
     s->stage = calloc((size_t)n, sizeof *s->stage);
-    if (!s->compute || !s->step || !s->strikes || !s->stage) return -1;
+    s->early = calloc((size_t)n * SUP_STRAGGLER_BASE, sizeof *s->early);
+    s->n_early = calloc((size_t)n, sizeof *s->n_early);
+    s->base = calloc((size_t)n, sizeof *s->base);
+    if (!s->compute || !s->step || !s->strikes || !s->stage || !s->early || !s->n_early || !s->base)
+        return -1;
     sup_straggler_reset(s);
     return 0;
 }
@@ -78,6 +82,9 @@ void sup_straggler_free(sup_straggler *s) {
     free(s->step);
     free(s->strikes);
     free(s->stage);
+    free(s->early);
+    free(s->n_early);
+    free(s->base);
     memset(s, 0, sizeof *s);
 }
 
@@ -87,6 +94,8 @@ void sup_straggler_reset(sup_straggler *s) {
         s->step[i] = 0;
         s->strikes[i] = 0;
         s->stage[i] = -1;
+        s->n_early[i] = 0; /* a new attempt may run on other nodes: learnt again */
+        s->base[i] = NAN;
     }
     s->round_step = 0;
 }
@@ -107,7 +116,25 @@ int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_
     }
     s->round_step = newest;
     double *others = malloc(sizeof(double) * (size_t)s->n);
-    if (!others) return -1;
+    double *own = malloc(sizeof(double) * (size_t)s->n); /* each rank's own-speed score */
+    if (!others || !own) {
+        free(others);
+        free(own);
+        return -1;
+    }
+    for (int r = 0; r < s->n; r++) {
+        if (s->n_early[r] < SUP_STRAGGLER_BASE) {
+            s->early[(size_t)r * SUP_STRAGGLER_BASE + s->n_early[r]++] = s->compute[r];
+            if (s->n_early[r] == SUP_STRAGGLER_BASE) {
+                double t[SUP_STRAGGLER_BASE];
+                memcpy(t, s->early + (size_t)r * SUP_STRAGGLER_BASE, sizeof t);
+                s->base[r] = median(t, SUP_STRAGGLER_BASE);
+            }
+        }
+        own[r] = isfinite(s->base[r]) && s->base[r] > 1.0 && s->compute[r] > 1.0
+                     ? s->base[r] / s->compute[r]
+                     : NAN;
+    }
     int worst = -1;
     double worst_score = 1;
     for (int r = 0; r < s->n; r++) {
@@ -117,10 +144,19 @@ int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_
         /* alone in its stage: nothing to compare with; below 1 ms a step
          * is noise, not a straggler */
         double sc = m && s->compute[r] > 1.0 ? median(others, m) / s->compute[r] : 1.0;
+        if (isfinite(own[r]) && own[r] < sc) {
+            /* slower than itself: a straggler only if the other stages are
+             * not (a slowdown of the whole job is no node's fault) */
+            m = 0;
+            for (int i = 0; i < s->n; i++)
+                if (s->stage[i] != s->stage[r] && isfinite(own[i])) others[m++] = own[i];
+            if (m && median(others, m) >= score) sc = own[r];
+        }
         s->strikes[r] = sc < score ? s->strikes[r] + 1 : 0;
         if (s->strikes[r] >= rounds && sc < worst_score) worst = r, worst_score = sc;
     }
     free(others);
+    free(own);
     if (out_score) *out_score = worst_score;
     return worst;
 }

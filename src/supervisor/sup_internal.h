@@ -152,6 +152,7 @@ int sup_cmp_double(const void *a, const void *b);
 
 #define SUP_SPIKE_WINDOW 32
 #define SUP_STRAGGLER_WARMUP 3 /* steps of each attempt the straggler detector does not score */
+#define SUP_STRAGGLER_BASE 5   /* rounds whose median is a rank's own speed */
 
 typedef struct {
     double v[SUP_SPIKE_WINDOW]; /* the last changes of the loss, step to step */
@@ -170,6 +171,9 @@ typedef struct {
     double *compute; /* [n]: the latest compute_ms of each rank (NaN: none) */
     int *step;       /* [n]: the step of that value */
     int *stage;      /* [n]: its pipeline stage (-1: not said: one stage) */
+    double *early;   /* [n][SUP_STRAGGLER_BASE]: its first scored rounds' compute_ms */
+    int *n_early;    /* [n]: how many of them so far */
+    double *base;    /* [n]: their median, its own speed (NaN until known) */
     int *strikes;    /* [n]: rounds in a row below the score */
     int round_step;  /* the step of the last round scored */
 } sup_straggler;
@@ -182,9 +186,12 @@ void sup_straggler_feed(sup_straggler *s, int r, int stage, int step, double com
 /* Once every rank has a value past the last round: score each rank
  * against the other ranks of its pipeline stage (their median compute_ms
  * / its own: stages do different work, the last one also the loss; a rank
- * alone in its stage is not scored), count strikes below `score`, and
- * return the rank with at least `rounds` strikes (the worst), or -1;
- * *out_score is its score. */
+ * alone in its stage has no such score) and against its own speed (its
+ * median over its first SUP_STRAGGLER_BASE rounds / now) while the ranks
+ * of the other stages kept theirs (a node holding a whole stage that
+ * became slow; not a slowdown of the whole job), take the lower, count
+ * strikes below `score`, and return the rank with at least `rounds`
+ * strikes (the worst), or -1; *out_score is its score. */
 int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_score);
 
 /* ---- sup_heatlog.c: every rank's compute time per step (compute.jsonl) ---- */

@@ -216,6 +216,44 @@ static void test_straggler(void) {
         sup_straggler_feed(&s, 1, 1, step, 400);
         T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
     }
+    /* ... but one that becomes slower than itself while the other stage
+     * does not is found (a node holding a whole stage) */
+    found = -1;
+    for (int step = 9; step <= 12 && found < 0; step++) {
+        sup_straggler_feed(&s, 0, 0, step, 50);
+        sup_straggler_feed(&s, 1, 1, step, 1600);
+        found = sup_straggler_check(&s, 0.6, 3, &score);
+        if (step < 11) T_EQ_INT(found, -1);
+    }
+    T_EQ_INT(found, 1);
+    T_NEAR(score, 0.25, 0.01);
+    sup_straggler_free(&s);
+    /* pp 2 x dp 2, each stage on its own node: the last stage's node slows
+     * down (both its ranks): found against their own speed */
+    T_OK(sup_straggler_init(&s, 4) == 0);
+    found = -1;
+    for (int step = 1; step <= 14 && found < 0; step++) {
+        for (int r = 0; r < 4; r++)
+            sup_straggler_feed(&s, r, r / 2, step, r < 2 ? 100.0 : (step > 8 ? 3000.0 : 300.0) + r);
+        found = sup_straggler_check(&s, 0.6, 3, &score);
+        if (step < 11) T_EQ_INT(found, -1);
+    }
+    T_OK(found == 2 || found == 3);
+    sup_straggler_free(&s);
+    /* the whole job slower (every rank 3x): no rank's fault */
+    T_OK(sup_straggler_init(&s, 4) == 0);
+    for (int step = 1; step <= 20; step++) {
+        for (int r = 0; r < 4; r++)
+            sup_straggler_feed(&s, r, r / 2, step, (r < 2 ? 100.0 : 300.0) * (step > 8 ? 3 : 1));
+        T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
+    }
+    /* a new attempt learns its speeds again (it may run on other nodes) */
+    sup_straggler_reset(&s);
+    for (int step = 21; step <= 40; step++) {
+        for (int r = 0; r < 4; r++)
+            sup_straggler_feed(&s, r, r / 2, step, r < 2 ? 100.0 : 3000.0);
+        T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
+    }
     sup_straggler_free(&s);
 }
 
