@@ -543,11 +543,13 @@ static void watch_straggler(sup_driver *d) {
     if (sup_nodes_usable(d->pool) > d->pool->needed && node >= 0) {
         d->evict_node = node;
         snprintf(d->evict_reason, sizeof d->evict_reason,
-                 "straggler: rank %d's compute time per step is %.0f%% of the others' for %d "
+                 "straggler: rank %d's compute time per step is %.0f%% of its reference (its "
+                 "stage's or its own earlier) for %d "
                  "steps",
                  r, score > 0 ? 100 / score : 0, c->straggler_rounds);
         sup_set_fault(d, "straggler", r, 0,
-                      "rank %d (node %s) computes at %.2f x the others' speed for %d steps in a "
+                      "rank %d (node %s) computes at %.2f x its reference speed (its stage's or "
+                      "its own earlier) for %d steps in a "
                       "row (--straggler-score %.2f)",
                       r, d->pool->name[node], score, c->straggler_rounds, c->straggler_score);
     } else if (!d->straggler_warned) {
@@ -560,7 +562,7 @@ static void watch_straggler(sup_driver *d) {
         cJSON_AddStringToObject(f, "detail", "no spare node to take its place: the job goes on");
         anomaly(d, "straggler", f);
         fprintf(stderr,
-                "megascale launch: straggler: rank %d (node %s) at %.2f x the others' speed; no "
+                "megascale launch: straggler: rank %d (node %s) at %.2f x its reference speed; no "
                 "spare node, so the job goes on\n",
                 r, sup_node_name(d, r), score);
     }
