@@ -203,17 +203,22 @@ static int threads_per_rank(const train_config *tc) {
     return cores / local > 0 ? (int)(cores / local) : 1;
 }
 
+/* Training tokens consumed after `steps` steps (those before the resume
+ * with their own --batch and --seq, in tokens0). */
+static long long tokens_after(const trainer *t, int steps) {
+    return t->tokens0 + (long long)(steps - t->start) * t->tc->batch * t->tc->seq;
+}
+
 /* The trainer's state for a checkpoint after `step` steps. */
 static ckpt_train_state ckpt_state(trainer *t, int step) {
     const train_config *tc = t->tc;
-    ckpt_train_state s = {
-        .step = step,
-        .opt_steps = opt_steps_done(t->opt),
-        .seed = tc->seed,
-        .sched = t->sched,
-        .batch = tc->batch,
-        .seq = tc->seq,
-        .tokens = (uint64_t)(t->tokens0 + (long long)(step - t->start) * tc->batch * tc->seq)};
+    ckpt_train_state s = {.step = step,
+                          .opt_steps = opt_steps_done(t->opt),
+                          .seed = tc->seed,
+                          .sched = t->sched,
+                          .batch = tc->batch,
+                          .seq = tc->seq,
+                          .tokens = (uint64_t)tokens_after(t, step)};
     s.cursor = t->prefetch ? data_prefetch_cursor(t->prefetch) : data_loader_cursor(t->train);
     snprintf(s.optimizer, sizeof s.optimizer, "%s", tc->optimizer ? tc->optimizer : "");
     s.beta1 = tc->beta1;
@@ -829,7 +834,7 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
                   .pp_ms = r->dim_sec[2] * 1e3,
                   .dev_fb_ms = r->dev_fb_ms,
                   .dev_opt_ms = r->dev_opt_ms,
-                  .tokens = t->tokens0 + (long long)(step + 1 - t->start) * tc->batch * tc->seq,
+                  .tokens = tokens_after(t, step + 1),
                   .wall_s = ms_wall_now(),
                   .elapsed_s = elapsed,
                   .peak_rss_bytes = mon_peak_rss_bytes(),
