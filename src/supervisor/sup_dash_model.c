@@ -736,7 +736,7 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
             double q = isfinite(v) && med[c] > 0 ? v / med[c] : NAN;
             cJSON_AddItemToArray(a, jnum(isfinite(q) ? round(q * 1000) / 1000 : NAN));
             cJSON_AddItemToArray(b, jnum(isfinite(v) ? round(v * 1000) / 1000 : NAN));
-            /* the score, as the driver's detector: the median of the other
+            /* the score, the driver's within-stage one: the median of the other
              * ranks of its stage / its own (none when it has no peer) */
             if (isfinite(v) && v > 0 && n_sorted[c] >= 2)
                 tmp[k++] = median_without(sorted + (size_t)c * (size_t)np, n_sorted[c], v) / v;
