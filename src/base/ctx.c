@@ -84,6 +84,14 @@ static void on_signal(int sig) {
     g_ctx.stop = 1;
 }
 
+/* SIGUSR1: a stop request, never more (any number of them are one): the
+ * supervisor sends it to each rank directly and through mpirun, which
+ * forwards it to every rank on every host. */
+static void on_stop_request(int sig) {
+    (void)sig;
+    g_ctx.stop = 1;
+}
+
 void ms_ctx_catch_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -92,6 +100,8 @@ void ms_ctx_catch_signals(void) {
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL); /* a closed ssh session: stop, with a final checkpoint */
+    sa.sa_handler = on_stop_request;
+    sigaction(SIGUSR1, &sa, NULL);
     /* a log reader that went away (`| tee` killed by the same Ctrl-C, a
      * closed ssh session) must not kill the run: the write fails with
      * EPIPE instead, which ms_log turns into a stop request */

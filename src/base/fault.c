@@ -16,6 +16,7 @@ static const char *const kinds[] = {
     "kill",
     "stop",
     "hang",
+    "term",
     "slow",
     "nan-grad",
     "spike",
@@ -240,6 +241,10 @@ void ms_fault_fire_process(const ms_fault_plan *p, int step, int rank) {
     if (ms_fault_find(p, "stop", step, rank)) {
         ms_errorf("step %d: injected fault: rank %d stops (SIGSTOP)", step, rank);
         raise(SIGSTOP);
+    }
+    if (ms_fault_find(p, "term", step, rank)) { /* a stop that reaches this rank first */
+        ms_errorf("step %d: injected fault: rank %d is sent SIGTERM", step, rank);
+        raise(SIGTERM);
     }
     if (ms_fault_find(p, "hang", step, rank)) {
         ms_errorf("step %d: injected fault: rank %d hangs (no more progress)", step, rank);

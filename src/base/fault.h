@@ -17,7 +17,9 @@
  * Kinds: the trainer's `exit` (the process exits with code 42 at the start
  * of the step), `kill` (SIGKILL to itself), `stop` (SIGSTOP to itself: no
  * more heartbeats), `hang` (the training thread stops making progress; the
- * process lives and beats), `slow=MS` (MS ms more per step, slept inside
+ * process lives and beats), `term` (SIGTERM to itself at the start of the
+ * step, before the stop check: a stop that reaches this rank before the
+ * others), `slow=MS` (MS ms more per step, slept inside
  * the timed step before any compute: a straggler), `nan-grad` (a NaN in the
  * step's gradients: @S corrupts only the first computation of step S, so a
  * redo of the step is clean; @S+ every computation of every step >= S),

@@ -130,8 +130,12 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
                               int *found);
 /* After each step: agree on a stop across ranks (SIGTERM seen by any rank
  * stops all at the same step: sets ms_ctx.stop) and checkpoint when
- * --ckpt-every / --ckpt-every-min say so.  Collective over the dp group. */
+ * --ckpt-every / --ckpt-every-min say so.  Collective over the world. */
 ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st);
+/* 1 if the last ckpt_manager_step agreed to stop: the same on every rank,
+ * unlike ms_ctx.stop, which a signal may set on one rank after the
+ * agreement and on another before it (0 before the first step). */
+int ckpt_manager_stop_agreed(const ckpt_manager *cm);
 /* Stage 1 now, stage 2 queued. */
 ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st);
 /* hold 1: the trainer is in a streak of skipped (non-finite) steps, so

@@ -31,6 +31,7 @@ struct ckpt_manager {
     int saving;
     int lock_fd;        /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
     int hold;           /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
+    int stop_agreed;    /* the last ckpt_manager_step's agreed stop */
     int n_skipped_busy; /* checkpoints skipped while stage 2 still had one queued */
     int busy_step;      /* the queued snapshot the last skip waited on (-1: none yet) */
     gpt_model *m;
@@ -377,6 +378,7 @@ ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
                         cm->persist ? ckpt_persist_queued_step(cm->persist) : -1};
     if (cm->wg) MS_TRY(comm_allreduce(cm->wg, flags, flags, 3, COMM_I32, COMM_MAX));
     if (flags[0] && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
+    cm->stop_agreed = flags[0] != 0;
     if (!cm->saving || flags[0]) return MS_OK; /* stopping: the final checkpoint follows */
     if (!((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])) return MS_OK;
     /* with a fault armed (on every rank alike) the save waits for the queue instead, so
@@ -411,6 +413,10 @@ void ckpt_manager_commit_status(ckpt_manager *cm, int *last_commit, int *fail_st
 
 int ckpt_manager_take_commits(ckpt_manager *cm, ckpt_commit_record *out, int max) {
     return cm && cm->persist && max > 0 ? ckpt_persist_take_commits(cm->persist, out, max) : 0;
+}
+
+int ckpt_manager_stop_agreed(const ckpt_manager *cm) {
+    return cm->stop_agreed;
 }
 
 void ckpt_manager_hold(ckpt_manager *cm, int hold) {

@@ -67,7 +67,8 @@ static const opts_spec train_opts[] = {
       "model chunks per pipeline stage (> 1: interleaved 1F1B, micro-batches a multiple of pp)"),
     O("overlap", OPT_T_STR, overlap, "all",
       "communication hidden behind compute: all, none, or a list of dp (ZeRO buckets), tp "
-      "(chunked GEMMs), pp (decoupled sends and receives, the tied-embedding sum in the cool-down); "
+      "(chunked GEMMs), pp (decoupled sends and receives, the tied-embedding sum in the "
+      "cool-down); "
       "the same bits either way"),
     O("train-data", OPT_T_STR, train_data, NULL, "glob of training token shards (llm.c format)"),
     O("val-data", OPT_T_STR, val_data, NULL, "glob of validation token shards"),
@@ -144,7 +145,8 @@ static const opts_spec train_opts[] = {
         "1: a wait on an NCCL op blocks the host, so the failing wait reports a missed deadline"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
       "faults for tests and chaos runs (docs/operations.md): "
-      "KIND[=ARG][@STEP[+]][:RANK | :node=NAME],... with KIND exit, kill, stop, hang, slow=MS, "
+      "KIND[=ARG][@STEP[+]][:RANK | :node=NAME],... with KIND exit, kill, stop, hang, term, "
+      "slow=MS, "
       "nan-grad, spike=X or a checkpoint point; random=SEED/N/MAXSTEP/WORLD"),
     OE("ckpt-fault", OPT_T_STR, ckpt_fault, NULL, "MS_CKPT_FAULT", NULL,
        "more faults, same syntax as --inject-fault (the checkpoint's points, for tests)"),

@@ -298,7 +298,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
                         "after %.1f s; ending it\n",
                         ms_now() - d->t_all_done);
                 d->stopping = 1;
-                sup_job_stop(&d->job, d->c->grace, NULL, 0, NULL, NULL);
+                sup_job_stop(&d->job, 0, d->c->grace, NULL, 0, NULL, NULL);
                 return 1;
             }
         }
@@ -311,6 +311,20 @@ static void serve_tick(void *arg) {
     sup_serve(arg);
 }
 
+/* Whether the ranks can still take a final checkpoint: asked to stop (no
+ * fault), or a fault that leaves every rank running and in step (a
+ * straggler, an eviction, a failed commit, a rank that stopped cleanly: the
+ * others agree on the same step).  After a crash, a hang or an error the
+ * collectives of a checkpoint cannot complete: the ranks are ended at once
+ * instead of holding the restart for the grace period. */
+static int ranks_can_checkpoint(const sup_driver *d) {
+    static const char *const healthy[] = {"straggler", "evicted", "ckpt_commit", "stopped"};
+    if (!d->fault) return 1;
+    for (size_t i = 0; i < sizeof healthy / sizeof *healthy; i++)
+        if (!strcmp(d->kind, healthy[i])) return 1;
+    return 0;
+}
+
 /* Stop the attempt and book the fault for the summary. */
 static void stop_attempt(sup_driver *d) {
     d->stopping = 1; /* the ranks' "stopped" beats from here on are the driver's doing */
@@ -319,7 +333,8 @@ static void stop_attempt(sup_driver *d) {
          i++) /* only a pid still the rank it was (pids are reused) */
         pids[i] =
             d->r[i].pid_start && sup_pid_start(d->r[i].pid) == d->r[i].pid_start ? d->r[i].pid : 0;
-    double took = sup_job_stop(&d->job, d->c->grace, pids, pids ? d->c->np : 0, serve_tick, d);
+    double took = sup_job_stop(&d->job, ranks_can_checkpoint(d), d->c->grace, pids,
+                               pids ? d->c->np : 0, serve_tick, d);
     free(pids);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "stop_s", took);
@@ -487,7 +502,7 @@ static int run_loop(sup_driver *d) {
             finish(d, "done", SUP_EXIT_DONE);
             return SUP_EXIT_DONE;
         }
-        if (r == 2) { /* asked to stop: the ranks checkpoint on SIGTERM */
+        if (r == 2) { /* asked to stop: the ranks take a final checkpoint (SIGUSR1) */
             stop_attempt(d);
             finish(d, "stopped", SUP_EXIT_STOPPED);
             return SUP_EXIT_STOPPED;
@@ -547,7 +562,7 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
                     "it and restarting from its newest checkpoint\n",
                     why);
             sup_job_adopt(&d->job, d->adopt_pid);
-            sup_job_stop(&d->job, d->c->grace, d->adopt_pids, d->c->np, NULL, NULL);
+            sup_job_stop(&d->job, 1, d->c->grace, d->adopt_pids, d->c->np, NULL, NULL);
             memset(&d->job, 0, sizeof d->job);
             d->adopt_pid = 0;
             if (sup_make_token(d->token) != 0) return snprintf(why, n, "no random token"), -1;

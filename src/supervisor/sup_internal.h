@@ -36,12 +36,14 @@ int sup_pid_alive(pid_t pid);
 unsigned long long sup_pid_start(pid_t pid);
 /* 1 if mpirun has exited (reaps it), 0 while it runs. */
 int sup_job_poll(sup_job *j);
-/* Stop the job: SIGCONT to it and its ranks pids[0..n), SIGTERM to mpirun's
- * process group (it forwards it: the ranks take a final checkpoint),
- * SIGKILL after `grace` seconds, then SIGKILL to every rank still there
- * and reap mpirun.  While it waits it calls wait(arg) (which must block
- * a little) if given.  Returns the seconds it took. */
-double sup_job_stop(sup_job *j, double grace, const int *pids, int n, void (*wait)(void *),
+/* Stop the job.  ask 1: SIGUSR1 (the trainer's stop request) to mpirun,
+ * which forwards it to every rank, and to the ranks pids[0..n): they take
+ * a final checkpoint and exit; ask 0: SIGTERM to mpirun's process group and
+ * the ranks (mpirun ends the job).  Then SIGCONT to both, SIGKILL after
+ * `grace` seconds, SIGKILL to every rank still there and reap mpirun.
+ * While it waits it calls wait(arg) (which must block a little) if given.
+ * Returns the seconds it took. */
+double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, void (*wait)(void *),
                     void *arg);
 /* "exit code 3", "killed by signal 9" for the reaped status. */
 void sup_job_describe(const sup_job *j, char *buf, size_t n);

@@ -178,17 +178,22 @@ static int alive(pid_t pid) {
     return sup_pid_alive(pid);
 }
 
-double sup_job_stop(sup_job *j, double grace, const int *pids, int n, void (*wait)(void *),
+double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, void (*wait)(void *),
                     void *arg) {
     double t0 = ms_now();
     if (j->pid && !sup_job_poll(j)) {
-        /* SIGTERM to the ranks themselves too (they have process groups of
-         * their own; mpirun's forwarding takes a while): a rank stops at
-         * its next step, taking no injected fault of a later one; then
-         * SIGCONT, so a stopped rank runs to see it */
-        kill(-j->pid, SIGTERM);
+        /* ask: SIGUSR1, the trainer's stop request, to mpirun, which forwards
+         * it to every rank on every host, and to the ranks here themselves
+         * (they have process groups of their own; the forwarding takes a
+         * while): a rank stops at its next step, taking no injected fault of
+         * a later one, and takes its final checkpoint.  Not SIGTERM to
+         * mpirun: Open MPI answers it by killing the ranks 1 s later, done
+         * or not, and stops forwarding their output.  Then SIGCONT, so a
+         * stopped rank runs to see it. */
+        int sig = ask ? SIGUSR1 : SIGTERM;
+        kill(ask ? j->pid : -j->pid, sig);
         for (int i = 0; i < n; i++)
-            if (pids[i] > 0 && alive(pids[i])) kill(pids[i], SIGTERM), kill(pids[i], SIGCONT);
+            if (pids[i] > 0 && alive(pids[i])) kill(pids[i], sig), kill(pids[i], SIGCONT);
         kill(-j->pid, SIGCONT);
         while (!sup_job_poll(j) && ms_now() - t0 < grace) {
             if (wait)

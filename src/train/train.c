@@ -867,20 +867,46 @@ static ms_status ckpt_hook(trainer *t) {
     return st;
 }
 
+/* Whether every rank stops before this step.  A signal (the driver's or a
+ * scheduler's SIGTERM) reaches the ranks at different moments: one rank
+ * that left the loop on its own flag would leave the others in the step's
+ * collectives, and the final checkpoint would never commit.  With
+ * checkpoints the agreement rides on the checkpoint hook's all-reduce at the
+ * end of the step before (none before the first step: a signal during
+ * set-up stops after it); without, one small all-reduce here.  Alone, the
+ * process's own flag. */
+static ms_status stop_agreed(trainer *t, int *stop) {
+    if (!t->world || comm_world_size(t->world) == 1) { /* alone: nobody to agree with */
+        *stop = ms_ctx_get()->stop != 0;
+        return MS_OK;
+    }
+    if (t->ckpt) {
+        *stop = ckpt_manager_stop_agreed(t->ckpt);
+        return MS_OK;
+    }
+    int32_t f = ms_ctx_get()->stop != 0;
+    MS_TRY(comm_allreduce(comm_world_group(t->world), &f, &f, 1, COMM_I32, COMM_MAX));
+    if (f && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
+    *stop = f != 0;
+    return MS_OK;
+}
+
 static ms_status loop(trainer *t) {
     const train_config *tc = t->tc;
     double start = ms_now();
     int bad = 0;
     for (int step = t->start; step < tc->steps; step++) {
-        if (ms_ctx_get()->stop) {
-            ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
-            break;
-        }
         /* the beat of the steps done goes out first: a fault that ends the
          * process would lose it, and the driver, lagging a step, would hand
          * this fault to the next start again (it fires once) */
         if (t->fault.n && t->hb) mon_heartbeat_flush(t->hb, 1.0);
         ms_fault_fire_process(&t->fault, step + 1, t->rank); /* injected: exit, kill, hang... */
+        int stop;
+        MS_TRY(stop_agreed(t, &stop));
+        if (stop) {
+            ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
+            break;
+        }
         step_result r;
         MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));

@@ -1,7 +1,8 @@
 """Checkpoints under mpirun (labels mpi, faults): with --dp 2 (ZeRO-2: each
 rank saves its own runs of parameters, m and v), 2N steps straight equal N
 steps, a clean stop and N resumed steps bit for bit (losses and final
-weights), rank 0's metrics with a line per commit whose bytes are both
+weights), also when the SIGTERM reaches one rank alone (both ranks stop
+after the same step), rank 0's metrics with a line per commit whose bytes are both
 ranks' shards together; a commit saved by dp 2 resumes on one process and one saved by
 one process resumes on dp 2 (losses within 1e-5 relative); rank 1 killed
 after writing its shard: no commit for that step, the survivors resume from
@@ -54,6 +55,25 @@ def main():
         want = committed_steps(r.stderr)  # 15 may be superseded by 20 (no fault armed)
         ok(want[-1:] == [20] and set(want) <= {15, 20}, "dp2: resumed run commits 20", r.stderr)
         check_ckpt_bytes(b_m, c, want, "dp2: resumed at 10")
+
+        # a SIGTERM that reaches rank 1 alone, between two steps (as a driver's or a
+        # scheduler's stop reaches the ranks at different moments): every rank stops after
+        # the same step and the final checkpoint commits.  Before, rank 1 left the loop on
+        # its own flag while rank 0 went on into the next step's collectives: both waited
+        # until the communicator timeout and nothing was committed.
+        t = ws.path("term1")
+        t_m, u_m, u_w = ws.path("t.jsonl"), ws.path("u.jsonl"), ws.path("u.st")
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", t, "--ckpt-every", "50",
+                                     "--metrics", t_m), fault="term@10:1")
+        stops = [l for l in r.stderr.splitlines() if "interrupted: stopping after step" in l]
+        ok(r.returncode == 0 and verify(step_dir(t, 10)) and len(stops) == 2 and
+           all(l.endswith("after step 10 of 20") for l in stops),
+           "dp2: SIGTERM on rank 1 alone: both ranks stop after step 10, committed", r.stderr)
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--ckpt-dir", t, "--resume", "auto",
+                                     "--metrics", u_m, "--save-weights", u_w))
+        ok(r.returncode == 0 and resumed_at(r.stderr) == 10 and
+           losses(t_m) + losses(u_m) == losses(ref2_m) and sha(u_w) == sha(ref2_w),
+           "dp2: resumed after the one-rank SIGTERM, bitwise", r.stderr)
 
         # layouts: dp2 -> dp1 and dp1 -> dp2
         x = ws.path("x21")

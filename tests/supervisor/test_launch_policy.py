@@ -8,8 +8,10 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    cannot starve the ranks of slots;
 3. a stop nobody asked for (SIGTERM to one rank of two) is a fault that is
    recovered from, not "done";
-4. SIGTERM and SIGHUP to the driver during a restart's back-off end the job
-   at once (exit 5) without a new start;
+4. SIGTERM to the driver of a running job stops it with its final
+   checkpoint committed, even when the ranks need more than mpirun's 1 s to
+   stop; SIGTERM and SIGHUP to the driver during a restart's back-off end
+   the job at once (exit 5) without a new start;
 5. bad launch options are usage errors (exit 2) naming the option: timings
    out of range, an address that is not one, a bad train option; a missing
    --mpirun is a driver error (exit 1) saying so, at once;
@@ -192,6 +194,42 @@ def check_unasked_stop(d, shard):
        f"rc {rc} kinds {kinds} {summ}\n{err[-2000:]}")
 
 
+def check_stop_final_ckpt(d, shard):
+    """SIGTERM to the driver of a running job whose ranks need more than 1 s to stop (a
+    1.5 s step is in progress): the ranks finish it and commit the final checkpoint within
+    --grace.  Before, mpirun met the driver's SIGTERM with its own SIGKILL to the ranks 1 s
+    later (Open MPI's default), cutting every final checkpoint short, and the driver
+    reported the killed rank as a crash."""
+    run = os.path.join(d, "stopckpt")
+    ck = os.path.join(run, "ckpt")
+    p = launch(run, shard, ["--grace", "20"],
+               ["--steps", "200", "--dp", "2", "--ckpt-every", "100", "--ckpt-dir", ck,
+                "--inject-fault", "slow=1500@4+"], np=2, wait=False)
+    t_end = time.time() + 120
+    metrics = os.path.join(run, "metrics.jsonl")
+    while time.time() < t_end and p.poll() is None:
+        try:
+            if sum(1 for _ in open(metrics)) >= 3:
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    time.sleep(0.3)  # into the slow step 4
+    p.send_signal(signal.SIGTERM)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    faults = [e for e in events(run) if e["event"] == "fault_detected"]
+    steps = sorted(int(n[5:]) for n in os.listdir(ck) if n.startswith("step_")) \
+        if os.path.isdir(ck) else []
+    ok(p.returncode == 5 and not faults and steps and steps[-1] >= 4 and
+       "interrupted: stopping after step" in err,
+       "SIGTERM to the driver: the ranks finish a 1.5 s step and commit the final checkpoint",
+       f"rc {p.returncode}, faults {faults}, commits {steps}\n{err[-2000:]}")
+
+
 def check_stop_in_backoff(d, shard, sig):
     run = os.path.join(d, f"stop{int(sig)}")
     p = launch(run, shard, ["--backoff", "20", "--faults", "exit@3"],
@@ -340,6 +378,7 @@ def main():
     check_restart_resume(d, shard)
     check_idle_conns(d, shard)
     check_unasked_stop(d, shard)
+    check_stop_final_ckpt(d, shard)
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
     check_lingering_mpirun(d, shard)
