@@ -310,9 +310,45 @@ def test_blend(d):
                   os.path.join(d, "t.tok")], "without weights", what="tokenizer-train weights")
 
 
+def test_failed_run(d):
+    """A run that fails after some of its shards were done changes nothing
+    in --out: with --force the old data set stays whole (before, its first
+    shards were replaced by the new run's and the rest kept: a glob read a
+    mix of two data sets), without it no partial data set is left."""
+    old_txt, new_txt, bad = (os.path.join(d, n) for n in ("old.txt", "new.txt", "bad.jsonl"))
+    open(old_txt, "w").write("old text. " * 3000)
+    open(new_txt, "w").write("new text! " * 1000)
+    open(bad, "w").write("{not json\n")
+    out = os.path.join(d, "out")
+    args = ["data", "prepare", "--tokenizer", "bytes", "--out", out, "--shard-tokens", "5000",
+            "--val-fraction", "0.1"]
+    rc, _, err = run(*args, "--input", old_txt)
+    snap = lambda: {n: open(os.path.join(out, n), "rb").read()  # noqa: E731
+                    for n in sorted(os.listdir(out))}
+    before = snap() if rc == 0 else {}
+    ok(rc == 0 and len(before) == 7, "the old data set: 6 train shards and val", err)
+    # new.txt's shards are done before bad.jsonl (read second) fails
+    rc, _, err = run(*args, "--input", new_txt, "--input", bad, "--force", "1")
+    ok(rc != 0 and "bad.jsonl:1" in err and snap() == before,
+       "a failed prepare --force leaves the old shards as they were, nothing else", err +
+       str(sorted(snap())))
+    fresh = os.path.join(d, "fresh")
+    rc, _, err = run(*args[:5], fresh, *args[6:], "--input", new_txt, "--input", bad)
+    left = os.listdir(fresh) if os.path.isdir(fresh) else []
+    ok(rc != 0 and "bad.jsonl:1" in err and left == [],
+       "a failed prepare into a new --out leaves no shard", err + str(left))
+    rc, _, err = run(*args, "--input", new_txt, "--force", "1")
+    now = snap() if rc == 0 else {}
+    ok(rc == 0 and sorted(now) == ["data_train_000000.bin", "data_train_000001.bin",
+                                   "data_val_000000.bin"]
+       and all(b"o\0l\0d" not in v for v in now.values()),
+       "then a good --force run replaces the data set", err + str(sorted(now)))
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_prep_")
-    for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend):
+    for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend,
+              test_failed_run):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)
