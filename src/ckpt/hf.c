@@ -7,11 +7,13 @@
  * only its tensors; hf_pipe.c exports a pipeline-parallel model. */
 #include "ckpt/hf.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/bf16.h"
 #include "base/fileio.h"
@@ -149,12 +151,22 @@ void ckpt_hf_config_path(const char *path, char *out, size_t n) {
 
 /* transformers' GPT2Config for this model, written atomically; a model
  * GPT2LMHeadModel cannot run (a parallel block, sliding-window attention)
- * gets none, and a line says why. */
+ * gets none, and a line says why.  Then a config file already at that path
+ * (written beside the weights this file replaced) is removed: it describes
+ * another model, which from_pretrained would build and fill with these
+ * weights. */
 static ms_status write_config_json(const gpt_config *c, ckpt_st_dtype dtype, const char *path) {
     char cfg[4200];
     ckpt_hf_config_path(path, cfg, sizeof cfg);
     if (c->block != GPT_BLOCK_SERIAL || c->attn_window > 0) {
-        ms_info("weights: no %s: a %s block%s is not GPT-2's architecture for transformers", cfg,
+        int stale = unlink(cfg) == 0;
+        if (!stale && errno != ENOENT)
+            return ms_error(MS_ERR_IO,
+                            "%s: the weights are written, but the config.json beside them, which "
+                            "describes other weights, cannot be removed: %s",
+                            cfg, strerror(errno));
+        ms_info("weights: no %s%s: a %s block%s is not GPT-2's architecture for transformers", cfg,
+                stale ? " (the one there, of the weights replaced, was removed)" : "",
                 gpt_block_name(c->block),
                 c->attn_window > 0 ? " with sliding-window attention" : "");
         return MS_OK;

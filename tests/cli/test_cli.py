@@ -565,9 +565,14 @@ def test_save_dtype(d, base, val):
     expect_error([*base, "--steps", "1", "--save-weights", b16, "--save-dtype", "f16"],
                  "--save-dtype f16", what="an unknown --save-dtype")
     par = os.path.join(d, "par.safetensors")
+    # over a serial model's weights: their config.json (a 2-layer GPT-2, which
+    # from_pretrained would fill with the parallel block's weights) was kept
+    rc0, _, err0 = run(*base, "--steps", "1", "--save-weights", par)
+    had = os.path.exists(os.path.join(d, "par.config.json"))
     rc, _, err = run(*base, "--steps", "1", "--block", "parallel", "--save-weights", par)
-    ok(rc == 0 and not os.path.exists(os.path.join(d, "par.config.json")) and
-       "not GPT-2's architecture" in err, "no config.json for a parallel block", err)
+    ok(rc0 == 0 and had and rc == 0 and not os.path.exists(os.path.join(d, "par.config.json"))
+       and "not GPT-2's architecture" in err and "was removed" in err,
+       "no config.json for a parallel block (the replaced weights' one removed)", err0 + err)
     # --block against an --init-from file: it was silently ignored (a serial block trained)
     rc, _, err = run(*base, "--steps", "1", "--init-from", par)
     ok(rc == 0 and "parallel block" in err, "--init-from a parallel block's weights", err)
