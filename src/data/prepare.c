@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -441,7 +442,11 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     stats->first_out = -1;
     if (!(cfg->val_fraction >= 0 && cfg->val_fraction < 1))
         return ms_error(MS_ERR_ARG, "val fraction must be in [0, 1) (got %g)", cfg->val_fraction);
-    if (cfg->shard_tokens < 1) return ms_error(MS_ERR_ARG, "shard size must be >= 1 token");
+    if (cfg->shard_tokens < 1 || cfg->shard_tokens > INT32_MAX) /* the header's count: int32 */
+        return ms_error(MS_ERR_ARG,
+                        "--shard-tokens %llu: a shard holds 1 to %d tokens (its header's count "
+                        "is an int32)",
+                        (unsigned long long)cfg->shard_tokens, INT32_MAX);
     if (cfg->n_inputs < 1 || cfg->n_inputs > DATA_PREPARE_MAX_INPUTS)
         return ms_error(MS_ERR_ARG, "prepare takes 1 to %d inputs (got %d)",
                         DATA_PREPARE_MAX_INPUTS, cfg->n_inputs);

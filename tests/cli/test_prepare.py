@@ -343,6 +343,13 @@ def test_failed_run(d):
                                    "data_val_000000.bin"]
        and all(b"o\0l\0d" not in v for v in now.values()),
        "then a good --force run replaces the data set", err + str(sorted(now)))
+    # a shard's header counts its tokens in an int32: more per shard was
+    # accepted, and failed only once a shard had 2^31 tokens (hours later)
+    big = os.path.join(d, "big")
+    expect_error(["data", "prepare", "--tokenizer", "bytes", "--input", new_txt, "--out", big,
+                  "--shard-tokens", "2147483648"], "--shard-tokens 2147483648", "2147483647",
+                 what="prepare: --shard-tokens beyond a shard's int32 count")
+    ok(not os.path.exists(big), "... refused before --out is made")
 
 
 def main():
