@@ -8,6 +8,7 @@
 #include "ckpt/hf.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -388,9 +389,20 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     return st;
 }
 
-static int meta_int(const weights_file *f, const char *key, int def) {
+/* The metadata value of key as an int (def when absent); a value that is
+ * not one ("2x", "", beyond an int) is an error naming the file and key. */
+static ms_status meta_int(const weights_file *f, const char *path, const char *key, int def,
+                          int *out) {
     const char *v = wf_meta(f, key);
-    return v ? atoi(v) : def;
+    *out = def;
+    if (!v) return MS_OK;
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < INT_MIN || x > INT_MAX)
+        return ms_error(MS_ERR_FORMAT, "%s: metadata %s = '%.40s' is not an integer", path, key, v);
+    *out = (int)x;
+    return MS_OK;
 }
 
 ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg) {
@@ -413,14 +425,15 @@ ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg)
         snprintf(nm, sizeof nm, "h.%d.ln_1.weight", L);
         if (!find_tensor(f, nm)) break;
     }
-    cfg->n_layer = meta_int(f, "n_layer", L);
+    st = meta_int(f, path, "n_layer", L, &cfg->n_layer);
     int hh = heads_hint > 0 ? heads_hint : (cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1);
-    cfg->n_head = meta_int(f, "n_head", hh);
+    if (st == MS_OK) st = meta_int(f, path, "n_head", hh, &cfg->n_head);
+    if (st != MS_OK) goto out;
     if (!wf_meta(f, "n_head") && heads_hint <= 0) /* the shapes do not say: never silently */
         ms_warn("%s has no n_head metadata: assuming %d heads (width %d / 64); pass --heads N if "
                 "the model has another head count (a wrong one trains and samples garbage)",
                 path, hh, cfg->n_embd);
-    cfg->attn_window = meta_int(f, "attn_window", 0);
+    if ((st = meta_int(f, path, "attn_window", 0, &cfg->attn_window)) != MS_OK) goto out;
     const char *blk = wf_meta(f, "block");
     if (blk) {
         st = gpt_block_parse(blk, &cfg->block);

@@ -942,6 +942,13 @@ def main():
     rc, _, err = run("sample", "--weights", nometa, "--tokens", "2", "--tokenizer", "bytes",
                      "--heads", "2")
     ok(rc == 0 and "n_head metadata" not in err, "--heads given: no guess, no warning", err)
+    # metadata that is not an integer: "2x" was read as 2, "99999999999" as garbage
+    for key, val in (("n_head", "2x"), ("n_layer", "99999999999"), ("attn_window", "")):
+        bad = rewrite(f"meta_{key}.safetensors",
+                      lambda h, k=key, v=val: h["__metadata__"].__setitem__(k, v))
+        expect_error(["sample", "--weights", bad, "--tokens", "1", "--tokenizer", "bytes"],
+                     f"meta_{key}.safetensors", f"metadata {key} = '{val}' is not an integer",
+                     what=f"safetensors metadata {key} '{val}'")
     open(os.path.join(d, "trunc.safetensors"), "wb").write(raw[: len(raw) // 2])
     expect_error(["sample", "--weights", os.path.join(d, "trunc.safetensors")], "trunc.safetensors",
                  what="truncated safetensors")
