@@ -139,7 +139,9 @@ def test_jsonl(d):
            "json": ('{"text": "unterminated', "not valid JSON"),
            "trailing": ('{"text": "a"} x', "not valid JSON"),
            "missing": ('{"body": "x"}', 'no member "text"'),
-           "number": ('{"text": 5}', 'member "text" is a number, not a string')}
+           "number": ('{"text": 5}', 'member "text" is a number, not a string'),
+           # a NUL ended the text there, the rest silently dropped
+           "nul": ('{"text": "abc\\u0000def"}', 'member "text" holds \\u0000')}
     for name, (line, needle) in bad.items():
         p = os.path.join(d, f"bad_{name}.jsonl")
         write_jsonl(p, [good, line, good])
@@ -147,6 +149,16 @@ def test_jsonl(d):
         expect_error(["data", "prepare", "--input", p, "--out", out], f"bad_{name}.jsonl:2:",
                      needle, what=f"JSONL {name}")
         ok(not os.path.exists(out) or not os.listdir(out), f"JSONL {name}: no shard is left")
+    nul_ok = os.path.join(d, "nul_ok.jsonl")  # a NUL elsewhere, an escaped backslash: fine
+    write_jsonl(nul_ok, ['{"text": "x\\\\u0000y", "meta": "\\u0000"}'])
+    rc, err, _, got = prepare(os.path.join(d, "o_nul_ok"), nul_ok, extra=["--val-fraction", "0"])
+    nul_txt = os.path.join(d, "nul_ok.txt")
+    open(nul_txt, "w").write("x\\u0000y")  # the text itself: a backslash, u0000
+    rc2, err2, _, ref2 = prepare(os.path.join(d, "o_nul_txt"), nul_txt,
+                                 extra=["--val-fraction", "0"])
+    ok(rc == 0 and rc2 == 0 and got == ref2,
+       "JSONL: \\u0000 outside the text, or an escaped backslash before u0000, is fine",
+       err + err2)
     huge = os.path.join(d, "huge.jsonl")
     with open(huge, "w") as f:
         f.write(good + "\n")
