@@ -316,6 +316,24 @@ static ms_status check_extra(gpt_model *m, const weights_file *f, const char *pa
     return MS_OK;
 }
 
+/* An lm_head.weight in the file must be the tied head: wte's shape and, in
+ * the same dtype, its bytes.  One of its own (an untied model) cannot be
+ * held: the model's output head is wte, and ignoring the file's head would
+ * load another model than the file's. */
+static ms_status check_head(const weights_file *f, const char *path) {
+    const ckpt_st_tensor *h = find_tensor(f, "lm_head.weight"), *w = find_tensor(f, "wte.weight");
+    if (!h || !w) return MS_OK;
+    int shape = h->ndim == w->ndim && h->shape[0] == w->shape[0] &&
+                (h->ndim < 2 || h->shape[1] == w->shape[1]);
+    if (shape &&
+        (h->dtype != w->dtype || (h->nbytes == w->nbytes && !memcmp(h->data, w->data, h->nbytes))))
+        return MS_OK;
+    return ms_error(MS_ERR_FORMAT,
+                    "%s: '%s' %s '%s': an output head of its own (an untied model), which this "
+                    "model cannot hold (its head is wte, tied as in GPT-2)",
+                    path, h->name, shape ? "differs from" : "has another shape than", w->name);
+}
+
 ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     const gpt_config *c = gpt_get_config(m);
     be_backend *be = gpt_backend(m);
@@ -325,6 +343,7 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     float *host = calloc(n, sizeof(float));
     ms_status st =
         host ? check_extra(m, f, path) : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    if (st == MS_OK) st = check_head(f, path);
     for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
         const gpt_param *p = gpt_tensor(m, i);
         const ckpt_st_tensor *t = find_tensor(f, p->name);

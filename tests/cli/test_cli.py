@@ -926,6 +926,23 @@ def main():
     open(dup, "wb").write(struct.pack("<Q", len(hb)) + hb + body + body[a0:a1])
     expect_error(["sample", "--weights", dup, "--tokens", "1"], "dup.safetensors",
                  "both 'wte.weight' and 'transformer.wte.weight'", what="ambiguous tensor names")
+    # lm_head.weight: the tied head (wte's bytes) is fine; one of its own was
+    # ignored, so the model loaded had another output head than the file's
+    h3 = json.loads(json.dumps(header))
+    h3["lm_head.weight"] = dict(h3["wte.weight"], data_offsets=[len(body), len(body) + a1 - a0])
+    hb = json.dumps(h3).encode()
+    hb += b" " * ((8 - (8 + len(hb)) % 8) % 8)
+    own = bytearray(body[a0:a1])
+    own[100] ^= 1
+    for name, head in (("tied", body[a0:a1]), ("untied", bytes(own))):
+        open(os.path.join(d, f"{name}.safetensors"), "wb").write(
+            struct.pack("<Q", len(hb)) + hb + body + head)
+    rc, _, err = run("sample", "--weights", os.path.join(d, "tied.safetensors"), "--tokens", "1",
+                     "--tokenizer", "bytes")
+    ok(rc == 0, "a tied lm_head.weight (wte's bytes) loads", err)
+    expect_error(["sample", "--weights", os.path.join(d, "untied.safetensors"), "--tokens", "1",
+                  "--tokenizer", "bytes"], "untied.safetensors",
+                 "'lm_head.weight' differs from 'wte.weight'", what="an untied lm_head.weight")
     # a NaN in the weights is named at load, not trained on
     off = header["h.1.mlp.c_fc.bias"]["data_offsets"][0] + 8 + n + 4 * 3
     nan = raw[:off] + struct.pack("<f", float("nan")) + raw[off + 4:]
