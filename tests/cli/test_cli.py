@@ -810,6 +810,17 @@ def main():
                  "--heads 3 disagrees with", "which holds 2", what="sample: --heads contradicts")
     expect_error(["sample", "--weights", w1, "--heads", "-1"], "--heads must be >= 0",
                  what="sample: --heads -1")
+    # --top-k k keeps exactly k ids, ties at the k-th value to the lowest ids: weights
+    # of zeros tie every logit, and --top-k 1 sampled among all 256 ids, not 1
+    raw1 = open(w1, "rb").read()
+    (n1,) = struct.unpack("<Q", raw1[:8])
+    zero = os.path.join(d, "zero.safetensors")
+    open(zero, "wb").write(raw1[:8 + n1] + bytes(len(raw1) - 8 - n1))
+    outs = [run("sample", "--weights", zero, "--tokenizer", "ids", "--prompt", "1", "--tokens",
+                "12", "--top-k", k, "--temperature", "1", "--seed", "5")[1] for k in ("1", "3")]
+    ok(outs[0].split() == ["1"] + ["0"] * 12 and len(outs[1].split()) == 13
+       and set(outs[1].split()[1:]) <= {"0", "1", "2"},
+       "sample --top-k with tied logits keeps exactly k ids (the lowest)", str(outs))
     # a model with more ids than bytes: an id >= 256 is shown as itself, not as id % 256
     w512 = os.path.join(d, "w512.safetensors")
     tiny512 = [x if x != "256" else "512" for x in base]
