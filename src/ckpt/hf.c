@@ -7,11 +7,14 @@
  * only its tensors; hf_pipe.c exports a pipeline-parallel model. */
 #include "ckpt/hf.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/bf16.h"
 #include "base/fileio.h"
@@ -149,12 +152,22 @@ void ckpt_hf_config_path(const char *path, char *out, size_t n) {
 
 /* transformers' GPT2Config for this model, written atomically; a model
  * GPT2LMHeadModel cannot run (a parallel block, sliding-window attention)
- * gets none, and a line says why. */
+ * gets none, and a line says why.  Then a config file already at that path
+ * (written beside the weights this file replaced) is removed: it describes
+ * another model, which from_pretrained would build and fill with these
+ * weights. */
 static ms_status write_config_json(const gpt_config *c, ckpt_st_dtype dtype, const char *path) {
     char cfg[4200];
     ckpt_hf_config_path(path, cfg, sizeof cfg);
     if (c->block != GPT_BLOCK_SERIAL || c->attn_window > 0) {
-        ms_info("weights: no %s: a %s block%s is not GPT-2's architecture for transformers", cfg,
+        int stale = unlink(cfg) == 0;
+        if (!stale && errno != ENOENT)
+            return ms_error(MS_ERR_IO,
+                            "%s: the weights are written, but the config.json beside them, which "
+                            "describes other weights, cannot be removed: %s",
+                            cfg, strerror(errno));
+        ms_info("weights: no %s%s: a %s block%s is not GPT-2's architecture for transformers", cfg,
+                stale ? " (the one there, of the weights replaced, was removed)" : "",
                 gpt_block_name(c->block),
                 c->attn_window > 0 ? " with sliding-window attention" : "");
         return MS_OK;
@@ -303,6 +316,24 @@ static ms_status check_extra(gpt_model *m, const weights_file *f, const char *pa
     return MS_OK;
 }
 
+/* An lm_head.weight in the file must be the tied head: wte's shape and, in
+ * the same dtype, its bytes.  One of its own (an untied model) cannot be
+ * held: the model's output head is wte, and ignoring the file's head would
+ * load another model than the file's. */
+static ms_status check_head(const weights_file *f, const char *path) {
+    const ckpt_st_tensor *h = find_tensor(f, "lm_head.weight"), *w = find_tensor(f, "wte.weight");
+    if (!h || !w) return MS_OK;
+    int shape = h->ndim == w->ndim && h->shape[0] == w->shape[0] &&
+                (h->ndim < 2 || h->shape[1] == w->shape[1]);
+    if (shape &&
+        (h->dtype != w->dtype || (h->nbytes == w->nbytes && !memcmp(h->data, w->data, h->nbytes))))
+        return MS_OK;
+    return ms_error(MS_ERR_FORMAT,
+                    "%s: '%s' %s '%s': an output head of its own (an untied model), which this "
+                    "model cannot hold (its head is wte, tied as in GPT-2)",
+                    path, h->name, shape ? "differs from" : "has another shape than", w->name);
+}
+
 ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     const gpt_config *c = gpt_get_config(m);
     be_backend *be = gpt_backend(m);
@@ -312,6 +343,7 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     float *host = calloc(n, sizeof(float));
     ms_status st =
         host ? check_extra(m, f, path) : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    if (st == MS_OK) st = check_head(f, path);
     for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) {
         const gpt_param *p = gpt_tensor(m, i);
         const ckpt_st_tensor *t = find_tensor(f, p->name);
@@ -376,9 +408,20 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     return st;
 }
 
-static int meta_int(const weights_file *f, const char *key, int def) {
+/* The metadata value of key as an int (def when absent); a value that is
+ * not one ("2x", "", beyond an int) is an error naming the file and key. */
+static ms_status meta_int(const weights_file *f, const char *path, const char *key, int def,
+                          int *out) {
     const char *v = wf_meta(f, key);
-    return v ? atoi(v) : def;
+    *out = def;
+    if (!v) return MS_OK;
+    char *end = NULL;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (end == v || *end || errno || x < INT_MIN || x > INT_MAX)
+        return ms_error(MS_ERR_FORMAT, "%s: metadata %s = '%.40s' is not an integer", path, key, v);
+    *out = (int)x;
+    return MS_OK;
 }
 
 ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg) {
@@ -401,14 +444,15 @@ ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg)
         snprintf(nm, sizeof nm, "h.%d.ln_1.weight", L);
         if (!find_tensor(f, nm)) break;
     }
-    cfg->n_layer = meta_int(f, "n_layer", L);
+    st = meta_int(f, path, "n_layer", L, &cfg->n_layer);
     int hh = heads_hint > 0 ? heads_hint : (cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1);
-    cfg->n_head = meta_int(f, "n_head", hh);
+    if (st == MS_OK) st = meta_int(f, path, "n_head", hh, &cfg->n_head);
+    if (st != MS_OK) goto out;
     if (!wf_meta(f, "n_head") && heads_hint <= 0) /* the shapes do not say: never silently */
         ms_warn("%s has no n_head metadata: assuming %d heads (width %d / 64); pass --heads N if "
                 "the model has another head count (a wrong one trains and samples garbage)",
                 path, hh, cfg->n_embd);
-    cfg->attn_window = meta_int(f, "attn_window", 0);
+    if ((st = meta_int(f, path, "attn_window", 0, &cfg->attn_window)) != MS_OK) goto out;
     const char *blk = wf_meta(f, "block");
     if (blk) {
         st = gpt_block_parse(blk, &cfg->block);

@@ -56,6 +56,7 @@ static int draw(float *logits, int V, double temp, int top_k, ms_rng *rng, float
         if (logits[i] > logits[best]) best = i;
     if (temp <= 0) return best;
     float cut = -INFINITY;
+    int at_cut = V;               /* how many of the logits equal to cut are among the k */
     if (top_k > 0 && top_k < V) { /* k-th largest by partial selection on a copy */
         memcpy(work, logits, sizeof(float) * (size_t)V);
         for (int k = 0; k < top_k; k++) {
@@ -67,10 +68,14 @@ static int draw(float *logits, int V, double temp, int top_k, ms_rng *rng, float
             work[mi] = t;
         }
         cut = work[top_k - 1];
+        at_cut = 0; /* ties at the cut: the lowest ids, so that exactly k remain */
+        for (int k = 0; k < top_k; k++)
+            at_cut += work[k] == cut;
     }
     double sum = 0;
     for (int i = 0; i < V; i++) {
-        double p = logits[i] >= cut ? exp((logits[i] - logits[best]) / temp) : 0;
+        int in = logits[i] > cut || (logits[i] == cut && at_cut-- > 0);
+        double p = in ? exp((logits[i] - logits[best]) / temp) : 0;
         work[i] = (float)p;
         sum += p;
     }

@@ -132,6 +132,37 @@ static ms_status bad_line(data_docs *d, const char *fmt, ...) {
     return MS_OK;
 }
 
+/* Whether the member `field` of the valid JSON object s[0, n), whose parsed
+ * string is len bytes long, really holds more: a NUL character (\u0000)
+ * ends cJSON's string there, the rest of the text silently lost.  Checked
+ * by parsing again with each \u0000 as \u0001 (the same length), only for
+ * a line holding one. */
+static int nul_cuts_text(const char *s, size_t n, const char *field, size_t len) {
+    char *c = NULL;
+    int in_str = 0, found = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_str || s[i] == '"') {
+            in_str ^= s[i] == '"';
+            continue;
+        }
+        if (s[i] != '\\') continue;
+        if (i + 5 < n && s[i + 1] == 'u' && !memcmp(s + i + 2, "0000", 4)) {
+            if (!c && !(c = malloc(n))) return 1; /* no memory: refuse rather than cut */
+            if (!found) memcpy(c, s, n);
+            found = 1;
+            c[i + 5] = '1';
+        }
+        i++; /* the escaped character */
+    }
+    if (!found) return 0;
+    cJSON *j = cJSON_ParseWithLength(c, n);
+    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, field);
+    int cut = !cJSON_IsString(f) || strlen(f->valuestring) != len;
+    cJSON_Delete(j);
+    free(c);
+    return cut;
+}
+
 /* The next document of the mapped JSONL file into d->json, or *text NULL at
  * the file's end. */
 static ms_status next_line(data_docs *d, const char **text, size_t *len) {
@@ -176,6 +207,14 @@ static ms_status next_line(data_docs *d, const char **text, size_t *len) {
             continue;
         }
         size_t l = strlen(f->valuestring);
+        if (nul_cuts_text(s, n, d->field, l)) {
+            cJSON_Delete(j);
+            MS_TRY(bad_line(d,
+                            "member \"%s\" holds \\u0000 (a NUL character), where the text "
+                            "would end: the rest of it would be lost",
+                            d->field));
+            continue;
+        }
         if (l == 0) {
             cJSON_Delete(j);
             continue;

@@ -2,10 +2,11 @@
  *
  * An input is a list of files, read one after the other.  A file whose name
  * ends in ".jsonl" is JSON Lines: each non-blank line is a JSON object whose
- * string member `field` is one document (cJSON; a "\u0000" in it ends the
- * document there).  Any other file is one document.  Empty documents (an
- * empty file, "") are skipped.  A bad JSONL line (not a JSON object, the
- * member missing or not a string, longer than DATA_DOCS_MAX_LINE bytes) is
+ * string member `field` is one document.  Any other file is one document.
+ * Empty documents (an empty file, "") are skipped.  A bad JSONL line (not a
+ * JSON object, the member missing or not a string, or holding "\u0000",
+ * where cJSON's string would end and the rest be lost, longer than
+ * DATA_DOCS_MAX_LINE bytes) is
  * MS_ERR_FORMAT naming FILE:LINE and the problem; with skip_bad it is
  * counted and skipped instead.  A compressed file (gzip, zstd, xz or bzip2,
  * told by its magic bytes) is MS_ERR_FORMAT naming the file: its bytes would

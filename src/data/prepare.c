@@ -2,10 +2,13 @@
 #include "data/prepare.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/timeutil.h"
@@ -34,6 +37,7 @@ typedef struct {
     size_t n_ids, cap_ids;
     char **old; /* NAME's shards in out_dir before the run */
     int n_old, val_written;
+    int val_opened, published; /* the val shard was begun; publish() succeeded */
     source src[DATA_PREPARE_MAX_INPUTS];
 } prep;
 
@@ -51,10 +55,17 @@ static void progress(prep *p, int force) {
     if (force) fputc('\n', stderr);
 }
 
+/* Shard `idx` of kind "train" or "val" in out_dir: its final name, or
+ * (staged) the hidden name it is committed under until the whole run has
+ * succeeded (".NAME_KIND_NNNNNN.bin.staged": no glob of shards matches it). */
+static void shard_path(const prep *p, const char *kind, int idx, int staged, char *out, size_t n) {
+    snprintf(out, n, "%s/%s%s_%s_%06d.bin%s", p->cfg->out_dir, staged ? "." : "", p->cfg->name,
+             kind, idx, staged ? ".staged" : "");
+}
+
 static ms_status open_train(prep *p) {
     char path[4400];
-    snprintf(path, sizeof path, "%s/%s_train_%06d.bin", p->cfg->out_dir, p->cfg->name,
-             p->train_index++);
+    shard_path(p, "train", p->train_index++, 1, path, sizeof path);
     MS_TRY(data_shard_writer_open(&p->train, path, p->version));
     p->train_open = 1;
     p->in_train_shard = 0;
@@ -267,16 +278,45 @@ static ms_status inputs_not_old(const prep *p) {
     return st;
 }
 
+/* Every shard of the run is committed under its staged name: give each its
+ * final name (replacing an old shard of that name), then make the renames
+ * durable.  Until here a failed run changed nothing in out_dir. */
+static ms_status publish(prep *p) {
+    char from[4400], to[4400];
+    for (int k = p->val_written ? -1 : 0; k < p->train_index; k++) {
+        shard_path(p, k < 0 ? "val" : "train", k < 0 ? 0 : k, 1, from, sizeof from);
+        shard_path(p, k < 0 ? "val" : "train", k < 0 ? 0 : k, 0, to, sizeof to);
+        if (rename(from, to) != 0)
+            return ms_error(MS_ERR_IO, "%s: rename from %s: %s", to, from, strerror(errno));
+    }
+    int fd = open(p->cfg->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return ms_error(MS_ERR_IO, "%s: open directory: %s", p->cfg->out_dir, strerror(errno));
+    ms_status st = MS_OK;
+    if (fsync(fd) != 0 && errno != EINVAL)
+        st = ms_error(MS_ERR_IO, "%s: fsync directory: %s", p->cfg->out_dir, strerror(errno));
+    close(fd);
+    return st;
+}
+
+/* A failed run: remove the shards it staged (those not yet published). */
+static void unstage(prep *p) {
+    char path[4400];
+    for (int k = p->val_opened ? -1 : 0; k < p->train_index; k++) {
+        shard_path(p, k < 0 ? "val" : "train", k < 0 ? 0 : k, 1, path, sizeof path);
+        unlink(path);
+    }
+}
+
 /* force: remove the old shards that this run did not rewrite. */
 static ms_status remove_stale(prep *p) {
-    const data_prepare_config *c = p->cfg;
     for (int i = 0; i < p->n_old; i++) {
         char mine[4400];
         int rewritten = 0;
-        snprintf(mine, sizeof mine, "%s/%s_val_000000.bin", c->out_dir, c->name);
+        shard_path(p, "val", 0, 0, mine, sizeof mine);
         rewritten = p->val_written && !strcmp(p->old[i], mine);
         for (int k = 0; !rewritten && k < p->train_index; k++) {
-            snprintf(mine, sizeof mine, "%s/%s_train_%06d.bin", c->out_dir, c->name, k);
+            shard_path(p, "train", k, 0, mine, sizeof mine);
             rewritten = !strcmp(p->old[i], mine);
         }
         if (rewritten) continue;
@@ -375,7 +415,8 @@ static ms_status run(prep *p) {
     MS_TRY(ms_mkdirs(c->out_dir));
     if (p->val_bytes > 0) {
         char path[4400];
-        snprintf(path, sizeof path, "%s/%s_val_000000.bin", c->out_dir, c->name);
+        shard_path(p, "val", 0, 1, path, sizeof path);
+        p->val_opened = 1;
         MS_TRY(data_shard_writer_open(&p->val, path, p->version));
         p->val_open = 1;
     }
@@ -391,6 +432,8 @@ static ms_status run(prep *p) {
         MS_TRY(data_shard_writer_commit(&p->train));
         p->st->shards++;
     }
+    MS_TRY(publish(p));
+    p->published = 1;
     return remove_stale(p);
 }
 
@@ -399,7 +442,11 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     stats->first_out = -1;
     if (!(cfg->val_fraction >= 0 && cfg->val_fraction < 1))
         return ms_error(MS_ERR_ARG, "val fraction must be in [0, 1) (got %g)", cfg->val_fraction);
-    if (cfg->shard_tokens < 1) return ms_error(MS_ERR_ARG, "shard size must be >= 1 token");
+    if (cfg->shard_tokens < 1 || cfg->shard_tokens > INT32_MAX) /* the header's count: int32 */
+        return ms_error(MS_ERR_ARG,
+                        "--shard-tokens %llu: a shard holds 1 to %d tokens (its header's count "
+                        "is an int32)",
+                        (unsigned long long)cfg->shard_tokens, INT32_MAX);
     if (cfg->n_inputs < 1 || cfg->n_inputs > DATA_PREPARE_MAX_INPUTS)
         return ms_error(MS_ERR_ARG, "prepare takes 1 to %d inputs (got %d)",
                         DATA_PREPARE_MAX_INPUTS, cfg->n_inputs);
@@ -426,6 +473,7 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     ms_status st = run(&p);
     if (p.train_open) data_shard_writer_abort(&p.train);
     if (p.val_open) data_shard_writer_abort(&p.val);
+    if (st != MS_OK && !p.published) unstage(&p);
     free(p.ids);
     for (int i = 0; i < cfg->n_inputs; i++) {
         data_docbatch_free(p.src[i].batch);

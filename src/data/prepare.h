@@ -28,8 +28,10 @@
  * The rest goes to NAME_train_NNNNNN.bin shards of at most shard_tokens.
  *
  * Shards use version 1 (uint16) when every id fits, version 2 (uint32)
- * otherwise.  Each shard is written atomically, so a failure never leaves a
- * half-written shard under its final name.  Shards of NAME already in the
+ * otherwise.  Each shard is written atomically under a hidden staged name
+ * (".NAME_train_000000.bin.staged"); only when the whole run has succeeded
+ * do they take their final names, so a failed run leaves out_dir as it was
+ * (its staged shards removed).  Shards of NAME already in the
  * directory (NAME_train_*.bin, NAME_val_*.bin: another data set, which the
  * new shards would partly overwrite and partly mix with) are refused before
  * anything is read, unless force: then those the run does not rewrite are

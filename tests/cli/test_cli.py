@@ -565,9 +565,14 @@ def test_save_dtype(d, base, val):
     expect_error([*base, "--steps", "1", "--save-weights", b16, "--save-dtype", "f16"],
                  "--save-dtype f16", what="an unknown --save-dtype")
     par = os.path.join(d, "par.safetensors")
+    # over a serial model's weights: their config.json (a 2-layer GPT-2, which
+    # from_pretrained would fill with the parallel block's weights) was kept
+    rc0, _, err0 = run(*base, "--steps", "1", "--save-weights", par)
+    had = os.path.exists(os.path.join(d, "par.config.json"))
     rc, _, err = run(*base, "--steps", "1", "--block", "parallel", "--save-weights", par)
-    ok(rc == 0 and not os.path.exists(os.path.join(d, "par.config.json")) and
-       "not GPT-2's architecture" in err, "no config.json for a parallel block", err)
+    ok(rc0 == 0 and had and rc == 0 and not os.path.exists(os.path.join(d, "par.config.json"))
+       and "not GPT-2's architecture" in err and "was removed" in err,
+       "no config.json for a parallel block (the replaced weights' one removed)", err0 + err)
     # --block against an --init-from file: it was silently ignored (a serial block trained)
     rc, _, err = run(*base, "--steps", "1", "--init-from", par)
     ok(rc == 0 and "parallel block" in err, "--init-from a parallel block's weights", err)
@@ -805,6 +810,17 @@ def main():
                  "--heads 3 disagrees with", "which holds 2", what="sample: --heads contradicts")
     expect_error(["sample", "--weights", w1, "--heads", "-1"], "--heads must be >= 0",
                  what="sample: --heads -1")
+    # --top-k k keeps exactly k ids, ties at the k-th value to the lowest ids: weights
+    # of zeros tie every logit, and --top-k 1 sampled among all 256 ids, not 1
+    raw1 = open(w1, "rb").read()
+    (n1,) = struct.unpack("<Q", raw1[:8])
+    zero = os.path.join(d, "zero.safetensors")
+    open(zero, "wb").write(raw1[:8 + n1] + bytes(len(raw1) - 8 - n1))
+    outs = [run("sample", "--weights", zero, "--tokenizer", "ids", "--prompt", "1", "--tokens",
+                "12", "--top-k", k, "--temperature", "1", "--seed", "5")[1] for k in ("1", "3")]
+    ok(outs[0].split() == ["1"] + ["0"] * 12 and len(outs[1].split()) == 13
+       and set(outs[1].split()[1:]) <= {"0", "1", "2"},
+       "sample --top-k with tied logits keeps exactly k ids (the lowest)", str(outs))
     # a model with more ids than bytes: an id >= 256 is shown as itself, not as id % 256
     w512 = os.path.join(d, "w512.safetensors")
     tiny512 = [x if x != "256" else "512" for x in base]
@@ -921,6 +937,23 @@ def main():
     open(dup, "wb").write(struct.pack("<Q", len(hb)) + hb + body + body[a0:a1])
     expect_error(["sample", "--weights", dup, "--tokens", "1"], "dup.safetensors",
                  "both 'wte.weight' and 'transformer.wte.weight'", what="ambiguous tensor names")
+    # lm_head.weight: the tied head (wte's bytes) is fine; one of its own was
+    # ignored, so the model loaded had another output head than the file's
+    h3 = json.loads(json.dumps(header))
+    h3["lm_head.weight"] = dict(h3["wte.weight"], data_offsets=[len(body), len(body) + a1 - a0])
+    hb = json.dumps(h3).encode()
+    hb += b" " * ((8 - (8 + len(hb)) % 8) % 8)
+    own = bytearray(body[a0:a1])
+    own[100] ^= 1
+    for name, head in (("tied", body[a0:a1]), ("untied", bytes(own))):
+        open(os.path.join(d, f"{name}.safetensors"), "wb").write(
+            struct.pack("<Q", len(hb)) + hb + body + head)
+    rc, _, err = run("sample", "--weights", os.path.join(d, "tied.safetensors"), "--tokens", "1",
+                     "--tokenizer", "bytes")
+    ok(rc == 0, "a tied lm_head.weight (wte's bytes) loads", err)
+    expect_error(["sample", "--weights", os.path.join(d, "untied.safetensors"), "--tokens", "1",
+                  "--tokenizer", "bytes"], "untied.safetensors",
+                 "'lm_head.weight' differs from 'wte.weight'", what="an untied lm_head.weight")
     # a NaN in the weights is named at load, not trained on
     off = header["h.1.mlp.c_fc.bias"]["data_offsets"][0] + 8 + n + 4 * 3
     nan = raw[:off] + struct.pack("<f", float("nan")) + raw[off + 4:]
@@ -937,6 +970,13 @@ def main():
     rc, _, err = run("sample", "--weights", nometa, "--tokens", "2", "--tokenizer", "bytes",
                      "--heads", "2")
     ok(rc == 0 and "n_head metadata" not in err, "--heads given: no guess, no warning", err)
+    # metadata that is not an integer: "2x" was read as 2, "99999999999" as garbage
+    for key, val in (("n_head", "2x"), ("n_layer", "99999999999"), ("attn_window", "")):
+        bad = rewrite(f"meta_{key}.safetensors",
+                      lambda h, k=key, v=val: h["__metadata__"].__setitem__(k, v))
+        expect_error(["sample", "--weights", bad, "--tokens", "1", "--tokenizer", "bytes"],
+                     f"meta_{key}.safetensors", f"metadata {key} = '{val}' is not an integer",
+                     what=f"safetensors metadata {key} '{val}'")
     open(os.path.join(d, "trunc.safetensors"), "wb").write(raw[: len(raw) // 2])
     expect_error(["sample", "--weights", os.path.join(d, "trunc.safetensors")], "trunc.safetensors",
                  what="truncated safetensors")

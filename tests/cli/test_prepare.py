@@ -139,7 +139,9 @@ def test_jsonl(d):
            "json": ('{"text": "unterminated', "not valid JSON"),
            "trailing": ('{"text": "a"} x', "not valid JSON"),
            "missing": ('{"body": "x"}', 'no member "text"'),
-           "number": ('{"text": 5}', 'member "text" is a number, not a string')}
+           "number": ('{"text": 5}', 'member "text" is a number, not a string'),
+           # a NUL ended the text there, the rest silently dropped
+           "nul": ('{"text": "abc\\u0000def"}', 'member "text" holds \\u0000')}
     for name, (line, needle) in bad.items():
         p = os.path.join(d, f"bad_{name}.jsonl")
         write_jsonl(p, [good, line, good])
@@ -147,6 +149,16 @@ def test_jsonl(d):
         expect_error(["data", "prepare", "--input", p, "--out", out], f"bad_{name}.jsonl:2:",
                      needle, what=f"JSONL {name}")
         ok(not os.path.exists(out) or not os.listdir(out), f"JSONL {name}: no shard is left")
+    nul_ok = os.path.join(d, "nul_ok.jsonl")  # a NUL elsewhere, an escaped backslash: fine
+    write_jsonl(nul_ok, ['{"text": "x\\\\u0000y", "meta": "\\u0000"}'])
+    rc, err, _, got = prepare(os.path.join(d, "o_nul_ok"), nul_ok, extra=["--val-fraction", "0"])
+    nul_txt = os.path.join(d, "nul_ok.txt")
+    open(nul_txt, "w").write("x\\u0000y")  # the text itself: a backslash, u0000
+    rc2, err2, _, ref2 = prepare(os.path.join(d, "o_nul_txt"), nul_txt,
+                                 extra=["--val-fraction", "0"])
+    ok(rc == 0 and rc2 == 0 and got == ref2,
+       "JSONL: \\u0000 outside the text, or an escaped backslash before u0000, is fine",
+       err + err2)
     huge = os.path.join(d, "huge.jsonl")
     with open(huge, "w") as f:
         f.write(good + "\n")
@@ -310,9 +322,52 @@ def test_blend(d):
                   os.path.join(d, "t.tok")], "without weights", what="tokenizer-train weights")
 
 
+def test_failed_run(d):
+    """A run that fails after some of its shards were done changes nothing
+    in --out: with --force the old data set stays whole (before, its first
+    shards were replaced by the new run's and the rest kept: a glob read a
+    mix of two data sets), without it no partial data set is left."""
+    old_txt, new_txt, bad = (os.path.join(d, n) for n in ("old.txt", "new.txt", "bad.jsonl"))
+    open(old_txt, "w").write("old text. " * 3000)
+    open(new_txt, "w").write("new text! " * 1000)
+    open(bad, "w").write("{not json\n")
+    out = os.path.join(d, "out")
+    args = ["data", "prepare", "--tokenizer", "bytes", "--out", out, "--shard-tokens", "5000",
+            "--val-fraction", "0.1"]
+    rc, _, err = run(*args, "--input", old_txt)
+    snap = lambda: {n: open(os.path.join(out, n), "rb").read()  # noqa: E731
+                    for n in sorted(os.listdir(out))}
+    before = snap() if rc == 0 else {}
+    ok(rc == 0 and len(before) == 7, "the old data set: 6 train shards and val", err)
+    # new.txt's shards are done before bad.jsonl (read second) fails
+    rc, _, err = run(*args, "--input", new_txt, "--input", bad, "--force", "1")
+    ok(rc != 0 and "bad.jsonl:1" in err and snap() == before,
+       "a failed prepare --force leaves the old shards as they were, nothing else", err +
+       str(sorted(snap())))
+    fresh = os.path.join(d, "fresh")
+    rc, _, err = run(*args[:5], fresh, *args[6:], "--input", new_txt, "--input", bad)
+    left = os.listdir(fresh) if os.path.isdir(fresh) else []
+    ok(rc != 0 and "bad.jsonl:1" in err and left == [],
+       "a failed prepare into a new --out leaves no shard", err + str(left))
+    rc, _, err = run(*args, "--input", new_txt, "--force", "1")
+    now = snap() if rc == 0 else {}
+    ok(rc == 0 and sorted(now) == ["data_train_000000.bin", "data_train_000001.bin",
+                                   "data_val_000000.bin"]
+       and all(b"o\0l\0d" not in v for v in now.values()),
+       "then a good --force run replaces the data set", err + str(sorted(now)))
+    # a shard's header counts its tokens in an int32: more per shard was
+    # accepted, and failed only once a shard had 2^31 tokens (hours later)
+    big = os.path.join(d, "big")
+    expect_error(["data", "prepare", "--tokenizer", "bytes", "--input", new_txt, "--out", big,
+                  "--shard-tokens", "2147483648"], "--shard-tokens 2147483648", "2147483647",
+                 what="prepare: --shard-tokens beyond a shard's int32 count")
+    ok(not os.path.exists(big), "... refused before --out is made")
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_prep_")
-    for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend):
+    for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend,
+              test_failed_run):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)

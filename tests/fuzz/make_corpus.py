@@ -320,6 +320,18 @@ def malformed_seeds(c):
           'e{"event":"job_start","np":2}\n{"no":"prefix"}\nnot json\n')
 
 
+def docs_seeds(c):
+    """JSON Lines inputs of data prepare (fuzz_docs)."""
+    c.put("docs", "lines.jsonl",
+          '{"id": 0, "text": "Hello, world.\\n"}\n\n  {"text": "na\\u00efve \\"q\\" \\\\ end"}  \r\n'
+          '{"text": ""}\n{"text": "x\\\\u0000y", "meta": {"text": "\\u0000"}}\n{"text": "last"}')
+    c.put("docs", "bad-lines.jsonl",
+          '{"text": "fine"}\n[1, 2]\n{"text": "unterminated\n{"text": "a"} x\n{"body": "x"}\n'
+          '{"text": 5}\n{"text": null}\n{"text": "abc\\u0000def"}\n{"text": "\\u0000"}\n'
+          '{"text": "\\ud800 lone surrogate"}\n{"text": "ok"}\n')
+    c.put("docs", "gzip.jsonl", b"\x1f\x8b\x08\x00" + bytes(12))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bin", default=os.path.join(ROOT, "build", "megascale"))
@@ -330,6 +342,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_fuzz_corpus_") as work:
         valid_seeds(c, binary, work)
     malformed_seeds(c)
+    docs_seeds(c)
     total = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(c.out) for f in fs)
     if total > MAX_TOTAL:
         sys.exit(f"make_corpus: the corpus is {total} bytes (> {MAX_TOTAL})")

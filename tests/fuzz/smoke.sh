@@ -12,7 +12,7 @@
 # corpus only), --build DIR (default: $MS_BUILD/fuzz under CTest, else
 # build-fuzz), --merge (merge the inputs that reached new code into
 # tests/fuzz/corpus/NAME).  Harnesses: safetensors llmc manifest shard tokenizer
-# config beat dash (with or without the fuzz_ prefix); none named: all.
+# docs config beat dash (with or without the fuzz_ prefix); none named: all.
 #
 # Any crash, sanitizer report (AddressSanitizer, UBSan, LeakSanitizer), input
 # slower than 25 s or memory over 2 GB fails the run (exit 1); the log's
@@ -29,7 +29,7 @@ build=${build:-$src/build-fuzz}
 seconds=10
 merge=0
 names=()
-all=(safetensors llmc manifest shard tokenizer config beat dash)
+all=(safetensors llmc manifest shard tokenizer docs config beat dash)
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --seconds) seconds=${2:?--seconds needs a number}; shift 2 ;;
