@@ -46,6 +46,12 @@ static void make_perm(data_loader *dl, uint64_t epoch) {
     dl->perm_epoch = epoch;
 }
 
+/* Tokens of one optimiser step's batch, all ranks and calls (sequential). */
+static uint64_t step_tokens(const data_loader_config *cfg) {
+    uint64_t accum = cfg->accum > 1 ? (uint64_t)cfg->accum : 1;
+    return (uint64_t)cfg->B * (uint64_t)cfg->T * (uint64_t)cfg->nranks * accum;
+}
+
 static ms_status open_shards(data_loader *dl) {
     char **paths = NULL;
     int n = 0;
@@ -57,7 +63,7 @@ static ms_status open_shards(data_loader *dl) {
         st = ms_error(MS_ERR_NOMEM, "data loader: out of memory");
         goto out;
     }
-    uint64_t need = (uint64_t)dl->cfg.B * dl->cfg.T * (uint64_t)dl->cfg.nranks + 1;
+    uint64_t need = step_tokens(&dl->cfg) + 1;
     for (int i = 0; i < n; i++) {
         st = data_shard_open(&dl->shards[i], paths[i]);
         if (st) goto out;
@@ -66,7 +72,7 @@ static ms_status open_shards(data_loader *dl) {
         if (dl->cfg.order == DATA_ORDER_SEQUENTIAL && nt < need) {
             st = ms_error(
                 MS_ERR_FORMAT,
-                "%s: shard has %llu tokens, fewer than one batch needs (B*T*ranks+1 = %llu)",
+                "%s: shard has %llu tokens, fewer than one step's batch needs (batch*T+1 = %llu)",
                 paths[i], (unsigned long long)nt, (unsigned long long)need);
             goto out;
         }
@@ -137,19 +143,23 @@ static ms_status read_row(data_loader *dl, int s, uint64_t pos, int r, int32_t *
 }
 
 static ms_status next_sequential(data_loader *dl, int32_t *inp, int32_t *tgt, int32_t *tmp) {
-    uint64_t BT = (uint64_t)dl->cfg.B * dl->cfg.T, span = BT * (uint64_t)dl->cfg.nranks;
+    uint64_t BT = (uint64_t)dl->cfg.B * dl->cfg.T, call = BT * (uint64_t)dl->cfg.nranks;
+    uint64_t span = step_tokens(&dl->cfg);
     data_cursor *c = &dl->cur;
-    if (c->pos + span + 1 > dl->shards[c->shard].n_tokens) {
+    if (c->sub == 0 && c->pos + span + 1 > dl->shards[c->shard].n_tokens) {
         c->pos = 0;
         if (++c->shard == (uint64_t)dl->n_shards) {
             c->shard = 0;
             c->epoch++;
         }
     }
-    uint64_t start = c->pos + BT * (uint64_t)dl->cfg.rank;
+    uint64_t start = c->pos + call * c->sub + BT * (uint64_t)dl->cfg.rank;
     for (int r = 0; r < dl->cfg.B; r++)
         MS_TRY(read_row(dl, (int)c->shard, start + (uint64_t)r * dl->cfg.T, r, inp, tgt, tmp));
-    c->pos += span;
+    if (++c->sub * call >= span) { /* the step's last call */
+        c->sub = 0;
+        c->pos += span;
+    }
     return MS_OK;
 }
 
@@ -226,7 +236,7 @@ ms_status data_loader_seek(data_loader *dl, data_cursor c) {
 }
 
 void data_loader_rewind(data_loader *dl) {
-    data_cursor c = {0, 0, 0};
+    data_cursor c = {0, 0, 0, 0};
     dl->cur = c;
 }
 

@@ -1,10 +1,13 @@
 /* loader.h - batches of (inputs, targets) from token shards.
  *
  * Two orders:
- *  - sequential (llm.c's): batch k is the B*T+1 tokens starting at token
- *    k*B*T of the current shard, split into B rows of inputs and the same
- *    shifted by one as targets; when the next batch would run past the end
- *    of a shard the loader moves to the next shard (wrapping to the first).
+ *  - sequential (llm.c's): the optimiser step's batch k is the S*T+1 tokens
+ *    starting at token k*S*T of the current shard (S = B*accum*nranks, the
+ *    step's sequences), split into S rows of inputs and the same shifted by
+ *    one as targets; when the next step's batch would run past the end of a
+ *    shard the loader moves to the next shard (wrapping to the first).  The
+ *    decision is taken per step, not per call, so every split of the step
+ *    into ranks and micro-batches reads the same rows.
  *  - shuffle: the shards are cut into windows of T+1 tokens at stride T; each
  *    epoch visits every window once in an order that is a pure function of
  *    (seed, epoch), B windows per batch.
@@ -16,8 +19,10 @@
  * Data parallelism: with nranks > 1 each optimiser-level batch is the
  * concatenation of the ranks' batches, so the ranks see disjoint data and
  * together exactly the data one process with nranks*B rows would see:
- * sequential rank r reads the B*T+1 tokens at k*nranks*B*T + r*B*T, shuffle
- * rank r takes windows k*nranks*B + r*B ... of the epoch's permutation.
+ * sequential rank r's j-th call of a step reads the B*T+1 tokens at
+ * (j*nranks + r)*B*T from the step's start, shuffle rank r's k-th call
+ * takes windows k*nranks*B + r*B ... of the epoch's permutation (the same
+ * rows of the step in both orders).
  * Each token is checked against the vocabulary as it is read; a token id
  * >= vocab is an error naming the shard and the position.
  * The cursor (data_cursor) is plain data, so a checkpoint can store it and a
@@ -39,13 +44,16 @@ typedef struct {
     data_order order;
     uint64_t seed;
     int rank, nranks; /* data-parallel slice: this rank of nranks (0 of 1 alone) */
+    int accum;        /* calls per optimiser step on each rank (0 or 1: one) */
 } data_loader_config;
 
 typedef struct {
     uint64_t epoch;
     uint64_t shard; /* sequential: current shard index */
-    uint64_t pos;   /* sequential: token position of the global batch; shuffle:
-                       windows consumed by all ranks since the start */
+    uint64_t pos;   /* sequential: token position of the step's global batch;
+                       shuffle: windows consumed by all ranks since the start */
+    uint64_t sub;   /* sequential: calls made of the current step (0 at a step
+                       boundary, where checkpoints are taken) */
 } data_cursor;
 
 typedef struct data_loader data_loader;

@@ -435,6 +435,14 @@ static int has_opt(const sup_config *c, const char *name) {
     return 0;
 }
 
+/* Did the job end with exit code 2, the ranks' usage error (cli_exit_code:
+ * options that contradict each other or the layout, such as a world size
+ * that --tp x --pp does not divide)?  No restart or diag can change that. */
+static int refused_options(const sup_driver *d) {
+    const sup_job *j = &d->job;
+    return j->exited && !j->adopted && WIFEXITED(j->status) && WEXITSTATUS(j->status) == 2;
+}
+
 /* The restart policy after a fault: 0 to go on, else the exit code. */
 static int policy(sup_driver *d, int prev_best) {
     d->no_progress = d->best_step > prev_best ? 0 : d->no_progress + 1;
@@ -512,6 +520,14 @@ static int run_loop(sup_driver *d) {
         stop_attempt(d);
         sup_heatlog_flush(&d->heat);
         book_stop(d);
+        if (!g_stop && refused_options(d)) {
+            fprintf(stderr,
+                    "megascale launch: error: the job refused its options (mpirun ended with "
+                    "exit code 2, a usage error: the ranks' error above names the option); a "
+                    "restart would be refused the same way\n");
+            finish(d, "usage", SUP_EXIT_USAGE);
+            return SUP_EXIT_USAGE;
+        }
         /* a SIGTERM/SIGINT/SIGHUP meanwhile ends the job here: no diag, no new start */
         int code = g_stop ? SUP_EXIT_STOPPED : sup_recover(d);
         if (!code) code = g_stop ? SUP_EXIT_STOPPED : policy(d, prev_best);

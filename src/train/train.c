@@ -91,7 +91,8 @@ static ms_status open_loaders(trainer *t) {
                              .vocab = t->mc.vocab,
                              .seed = tc->seed,
                              .rank = t->dp_rank,
-                             .nranks = t->dp};
+                             .nranks = t->dp,
+                             .accum = t->accum};
     MS_TRY(data_order_parse(tc->data_order, &dc.order));
     MS_TRY(data_loader_open(&t->train, &dc));
     ms_info("train data: %s: %d shard(s), %llu tokens, order %s", tc->train_data,

@@ -28,9 +28,10 @@ int train_dp_of(const train_config *tc, int world);
  * (--dp not given), naming all four when tp x pp x dp is not the world,
  * and for --vpp > 1 without --pp >= 2. */
 ms_status train_check_layout(const train_config *tc, int world, int *dp);
-/* Rank 0, pp > 1: one warning when the step's accum micro-batches are
- * fewer than the pp stages, with the schedule's bubble and the
- * --micro-batch (or --batch) that gives one micro-batch per stage. */
+/* Rank 0, pp > 1 and 1F1B (--vpp 1): one warning when the step's accum
+ * micro-batches are fewer than the pp stages, with the schedule's bubble
+ * and the --micro-batch (or --batch) that gives one micro-batch per stage.
+ * With --vpp > 1 that layout is refused by the schedule: no warning. */
 void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum);
 
 /* train_gate.c: a multi-rank command's errors printed once, by rank 0,

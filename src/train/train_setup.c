@@ -155,11 +155,12 @@ ms_status train_check_layout(const train_config *tc, int world, int *dp) {
 }
 
 void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum) {
-    if (pp < 2 || accum >= pp) return;
-    int vpp = tc->vpp > 0 ? tc->vpp : 1;
+    /* --vpp > 1 with fewer micro-batches than stages is no layout at all: the
+     * interleaved schedule needs a multiple of pp, and its own error follows
+     * (the 1F1B advice here would name a --micro-batch it refuses too) */
+    if (pp < 2 || accum >= pp || tc->vpp > 1) return;
     double f = 0; /* the schedule's idle time / compute time */
-    if (par_schedule_bubble_fraction(vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B, pp, vpp,
-                                     accum, &f) != MS_OK)
+    if (par_schedule_bubble_fraction(PAR_SCHED_1F1B, pp, 1, accum, &f) != MS_OK)
         f = (double)(pp - 1) / accum; /* the textbook 1F1B number */
     int per = tc->batch / dp, mb = 0; /* sequences per rank and step; a micro-batch for pp */
     for (int d = per / pp; d >= 1 && !mb; d--)

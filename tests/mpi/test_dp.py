@@ -3,13 +3,16 @@ within 1e-5 relative, and the same final weights (1e-5 relative in L2 per
 tensor; the attention key bias, whose gradient is exactly zero in exact
 arithmetic, is compared only on its q and v parts - see tests/torch/test_gpt.py),
 for the serial and the parallel block, AdamW and LAMB, with gradient
-accumulation and both data orders; a transient NaN gradient on one rank redone
+accumulation and both data orders (sequential with accumulation on a shard
+that the run wraps around: the step's batch moves to the next shard whole,
+whatever the split into ranks and micro-batches); a transient NaN gradient on one rank redone
 by all, bitwise; a fault targeted at a node (--node-map) firing there only.
 Then the layout errors, and a rank that
 dies: every other rank must stop with an error naming it, within the
 communicator's timeout.  Runs under mpirun --oversubscribe.
 Environment: MS_BIN."""
 import os
+import struct
 import time
 
 from mpi_common import finish, mpi, ok, redo_bitwise, run_against_one, start
@@ -29,6 +32,18 @@ def main():
         r = run_against_one(d, label, 2, ["--dp", "2"], base, extra, C)
         if r:
             ok("ZeRO-2" in r[1].stderr, f"{label}: rank 0 prints the layout", r[1].stderr)
+
+    # sequential order with accumulation on a shard of 5 steps and 100 tokens:
+    # step 6 wraps to its start whole, on one process as on dp2 (a per-micro-
+    # batch decision read tokens 1280..1376 on one process, 1280..1344 on dp2)
+    short = os.path.join(d, "short.bin")
+    toks = open(shard, "rb").read()[1024:1024 + 2 * (5 * 256 + 100)]
+    header = [0] * 256
+    header[0], header[1], header[2] = 20240520, 1, len(toks) // 2
+    open(short, "wb").write(struct.pack("<256i", *header) + toks)
+    run_against_one(d, "dp2 sequential micro-batch 1, wrapping", 2, ["--dp", "2"],
+                    [*base, "--train-data", short],
+                    ["--data-order", "sequential", "--micro-batch", "1"], C)
 
     # a transient NaN gradient on one rank: every rank redoes the step, bitwise
     redo_bitwise(d, "dp2", 2, ["--dp", "2"], base)

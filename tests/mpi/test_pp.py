@@ -73,6 +73,8 @@ def main():
     r = mpi(2, *base, "--pp", "2", "--vpp", "2", "--micro-batch", "8")
     ok(r.returncode != 0 and "n_micro=1" in r.stderr and "interleaved" in r.stderr,
        "n_micro invalid for the interleaved schedule", r.stderr)
+    ok("fewer micro-batches than stages" not in r.stderr,
+       "no 1F1B bubble advice before the interleaved schedule's error", r.stderr)
     r = mpi(2, *base, "--pp", "2", "--dp", "2")
     ok(r.returncode != 0 and "2 ranks" in r.stderr and "--pp 2" in r.stderr,
        "world size != tp*pp*dp is named", r.stderr)

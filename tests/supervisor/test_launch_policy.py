@@ -14,7 +14,9 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    the job at once (exit 5) without a new start;
 5. bad launch options are usage errors (exit 2) naming the option: timings
    out of range, an address that is not one, a bad train option; a missing
-   --mpirun is a driver error (exit 1) saying so, at once;
+   --mpirun is a driver error (exit 1) saying so, at once; a job whose
+   ranks refuse their options (a layout: 3 ranks, --tp 2) ends with exit 2
+   after its first start, with no restart;
 6. a failure before the checkpoint directory exists is not "the storage is
    broken" (exit 7), and --ckpt-dir may come from the train --config file;
 7. the ranks and mpirun do not inherit the driver's log files;
@@ -264,6 +266,15 @@ def check_usage(d, shard):
     rc, err = launch(os.path.join(d, "u"), shard, [], ck + ["--bogus-opt", "1"], timeout=30)
     ok(rc == 2 and "bogus-opt" in err and not os.path.exists(os.path.join(d, "u", "events.jsonl")),
        "a bad train option: usage error naming it, before any start", f"rc {rc}: {err[-800:]}")
+    # a layout the ranks refuse (3 ranks, --tp 2): exit 2 after the first
+    # start, not 3 restarts with diag in between and "no progress" (exit 4)
+    run = os.path.join(d, "lay")
+    rc, err = launch(run, shard, ["--backoff", "0", "--diag", "0"],
+                     ["--ckpt-dir", os.path.join(run, "ckpt"), "--steps", "2", "--tp", "2"],
+                     np=3, timeout=120)
+    starts = [e for e in events(run) if e.get("event") == "restart"]
+    ok(rc == 2 and "--tp 2" in err and "refused its options" in err and not starts,
+       "a layout the ranks refuse: usage error (exit 2), no restart", f"rc {rc}: {err[-1500:]}")
     t0 = time.time()
     rc, err = launch(os.path.join(d, "m"), shard, ["--mpirun", "/nonexistent/mpirun"], ck,
                      timeout=60)

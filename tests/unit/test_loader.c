@@ -32,7 +32,7 @@ static void test_prefetch(const char *dir) {
     snprintf(path, sizeof path, "%s/p.bin", dir);
     write_shard(path, 5000, 1000, -1);
     for (int order = 0; order < 2; order++) {
-        data_loader_config c = {path, 3, 16, 1000, (data_order)order, 11, 0, 1};
+        data_loader_config c = {path, 3, 16, 1000, (data_order)order, 11, 0, 1, 1};
         data_loader *sync, *async;
         T_EQ_INT(data_loader_open(&sync, &c), MS_OK);
         T_EQ_INT(data_loader_open(&async, &c), MS_OK);
@@ -62,7 +62,7 @@ static void test_prefetch(const char *dir) {
     /* an error in the thread arrives with the batch it belongs to */
     snprintf(path, sizeof path, "%s/bad.bin", dir);
     write_shard(path, 2000, 1000, 16 * 3 * 5 + 4); /* inside batch 5 (0-based) */
-    data_loader_config c = {path, 3, 16, 1000, DATA_ORDER_SEQUENTIAL, 1, 0, 1};
+    data_loader_config c = {path, 3, 16, 1000, DATA_ORDER_SEQUENTIAL, 1, 0, 1, 1};
     data_loader *dl;
     T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
     data_prefetch *p;

@@ -237,7 +237,7 @@ static void write_seq_shard(const char *path, uint32_t n, uint32_t start) {
  * index without moving the cursor; no per-shard size check, and a range
  * past the last window is an error naming the pattern. */
 static void test_windows(const char *pat, const char *dir) {
-    data_loader_config c = {pat, 64, 10, 60000, DATA_ORDER_FILE, 1, 0, 1}; /* B > a shard */
+    data_loader_config c = {pat, 64, 10, 60000, DATA_ORDER_FILE, 1, 0, 1, 1}; /* B > a shard */
     data_loader *dl;
     T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
     T_EQ_INT((int)data_loader_num_windows(dl), 99 + 49);
@@ -290,7 +290,7 @@ static void test_loader(const char *dir) {
     snprintf(pat, sizeof pat, "%s/a_*.bin", dir);
     int32_t in[4 * 10], tg[4 * 10];
     /* sequential: batch k = tokens from k*B*T, llm.c's order */
-    data_loader_config c = {pat, 4, 10, 60000, DATA_ORDER_SEQUENTIAL, 1, 0, 1};
+    data_loader_config c = {pat, 4, 10, 60000, DATA_ORDER_SEQUENTIAL, 1, 0, 1, 1};
     data_loader *dl;
     T_EQ_INT(data_loader_open(&dl, &c), MS_OK);
     T_EQ_INT(data_loader_num_shards(dl), 2);
@@ -304,8 +304,8 @@ static void test_loader(const char *dir) {
     /* a checkpoint's cursor that the shards cannot hold (the data set
      * changed): refused, naming the pattern, the index and the count, and the
      * loader stays where it was (issue 13, defect 1) */
-    data_cursor here = data_loader_cursor(dl), far = {0, 2, 0}, huge = {0, 1ull << 40, 0};
-    data_cursor past = {0, 1, 501}, end = {0, 1, 480};
+    data_cursor here = data_loader_cursor(dl), far = {0, 2, 0, 0}, huge = {0, 1ull << 40, 0, 0};
+    data_cursor past = {0, 1, 501, 0}, end = {0, 1, 480, 0};
     T_EQ_INT(data_loader_seek(dl, far), MS_ERR_RANGE);
     T_STR_CONTAINS(ms_errmsg(), "a_*.bin");
     T_STR_CONTAINS(ms_errmsg(), "shard index 2, but the data has 2 shard(s)");
@@ -360,9 +360,9 @@ static void test_loader(const char *dir) {
     /* data parallel: ranks 0 and 1 with B=2 together read what one rank with
      * B=4 reads, in both orders, batch after batch (including epoch wraps) */
     for (int order = 0; order < 2; order++) {
-        data_loader_config one = {pat, 4, 10, 60000, (data_order)order, 7, 0, 1};
-        data_loader_config r0 = {pat, 2, 10, 60000, (data_order)order, 7, 0, 2};
-        data_loader_config r1 = {pat, 2, 10, 60000, (data_order)order, 7, 1, 2};
+        data_loader_config one = {pat, 4, 10, 60000, (data_order)order, 7, 0, 1, 1};
+        data_loader_config r0 = {pat, 2, 10, 60000, (data_order)order, 7, 0, 2, 1};
+        data_loader_config r1 = {pat, 2, 10, 60000, (data_order)order, 7, 1, 2, 1};
         data_loader *l1, *l0r, *l1r;
         T_EQ_INT(data_loader_open(&l1, &one), MS_OK);
         T_EQ_INT(data_loader_open(&l0r, &r0), MS_OK);
@@ -375,6 +375,28 @@ static void test_loader(const char *dir) {
             data_loader_next(l1r, y, yt);
             same &= !memcmp(a, x, sizeof x) && !memcmp(a + 20, y, sizeof y);
             same &= !memcmp(at, xt, sizeof xt) && !memcmp(at + 20, yt, sizeof yt);
+        }
+        T_OK(same);
+        data_loader_close(l1);
+        data_loader_close(l0r);
+        data_loader_close(l1r);
+        /* ... and with gradient accumulation (B=1, 2 calls a step on each of
+         * 2 ranks): call j of rank r reads row 2j + r of the one-rank batch;
+         * a step's batch moves to the next shard whole (sequential: a
+         * per-call decision split the step at 960 of a_000's 1000 tokens) */
+        data_loader_config a0 = {pat, 1, 10, 60000, (data_order)order, 7, 0, 2, 2};
+        data_loader_config a1 = {pat, 1, 10, 60000, (data_order)order, 7, 1, 2, 2};
+        T_EQ_INT(data_loader_open(&l1, &one), MS_OK);
+        T_EQ_INT(data_loader_open(&l0r, &a0), MS_OK);
+        T_EQ_INT(data_loader_open(&l1r, &a1), MS_OK);
+        for (int b = 0; b < 60; b++) {
+            int32_t a[40], at[40], x[10], xt[10];
+            data_loader_next(l1, a, at);
+            for (int j = 0; j < 4; j++) {
+                data_loader_next(j % 2 ? l1r : l0r, x, xt);
+                same &= !memcmp(a + 10 * j, x, sizeof x);
+                same &= !memcmp(at + 10 * j, xt, sizeof xt);
+            }
         }
         T_OK(same);
         data_loader_close(l1);
