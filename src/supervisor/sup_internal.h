@@ -248,6 +248,7 @@ typedef struct {
     double last_beat, last_progress;
     double comm_wait_s; /* its last beat's: blocked in communication for (NaN: not sent) */
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
+    double t_lost;                /* its connection closed while its process lived (0: not so) */
     char host[128], phase[16], error[1024];
 } sup_rank;
 

@@ -21,7 +21,9 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    (a rank killed while it exits) leaves the job done, with no restart;
 9. a new driver resuming a driver.json adopts or kills a pid only when its
    start time still matches: a reused pid is left alone, a rank its mpirun
-   left behind is killed.
+   left behind is killed;
+10. a rank whose heartbeat connection closes while its process runs
+   reconnects, with no fault; one whose process then ends is a crash.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -296,6 +298,68 @@ def check_fail_after_done(d, shard):
        f"rc {rc}, events {names}\n{err[-1500:]}")
 
 
+FAKE_RANK = """import json, os, socket, sys, time
+host, port = os.environ["MS_HEARTBEAT"].rsplit(":", 1)
+seq = 0
+def beat(s, step, phase):
+    global seq
+    seq += 1
+    m = {"v": 1, "token": os.environ["MS_HEARTBEAT_TOKEN"], "rank": 0, "world": 1,
+         "pid": os.getpid(), "host": socket.gethostname(), "seq": seq, "step": step,
+         "phase": phase}
+    s.sendall((json.dumps(m) + "\\n").encode())
+s = socket.create_connection((host, int(port)))
+beat(s, 0, "start")
+beat(s, 1, "train")
+time.sleep(0.5)
+s.close()  # the connection breaks (a send that timed out); the process lives on
+time.sleep(1.5)
+if sys.argv[1] == "die":
+    sys.exit(1)
+seq = 0
+s = socket.create_connection((host, int(port)))
+for step in (2, 3):
+    beat(s, step, "train")
+beat(s, 3, "done")
+time.sleep(0.5)
+"""
+
+
+def check_conn_lost(d, shard):
+    """A rank whose heartbeat connection closes while its process lives (its
+    beat client gave up a send that waited a second for a busy driver, and
+    reconnects) is no crash; one whose process then ends is, from the moment
+    the connection closed.  The rank is a stand-in speaking the beat protocol
+    (docs/formats.md), started by a stand-in mpirun."""
+    fake = os.path.join(d, "fake_rank.py")
+    with open(fake, "w") as f:
+        f.write(FAKE_RANK)
+    for mode in ("live", "die"):
+        run = os.path.join(d, f"lost-{mode}")
+        os.makedirs(run)
+        wrap = os.path.join(d, f"mpirun-{mode}")
+        with open(wrap, "w") as f:  # mpirun outlives the rank, as it does for a moment
+            f.write(f'#!/bin/sh\n"{sys.executable}" "{fake}" {mode}\n'
+                    f'[ {mode} = die ] && sleep 10\nexit 0\n')
+        os.chmod(wrap, 0o755)
+        rc, err = launch(run, shard, ["--mpirun", wrap, "--max-restarts", "0"],
+                         ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], timeout=120)
+        ev = events(run)
+        names = [e["event"] for e in ev]
+        faults = [e for e in ev if e["event"] == "fault_detected"]
+        if mode == "live":
+            ok(rc == 0 and not faults and "beat_conn_lost" in names
+               and names.count("rank_up") == 2 and names[-1] == "job_done",
+               "a live rank's heartbeat connection closes and it reconnects: no fault, job done",
+               f"rc {rc}, events {names}, faults {faults}\n{err[-1500:]}")
+        else:
+            ok(rc == 3 and len(faults) == 1 and faults[0]["kind"] == "crash"
+               and faults[0]["detect_s"] >= 1.0,
+               "a rank whose process ends after its connection closed: a crash, detected from "
+               "the close",
+               f"rc {rc}, events {names}, faults {faults}\n{err[-1500:]}")
+
+
 def check_stale_pids(d, shard):
     run = os.path.join(d, "stale")
     args = ["--steps", "3", "--dp", "2", "--ckpt-every", "3", "--ckpt-dir",
@@ -345,6 +409,7 @@ def main():
     check_lingering_mpirun(d, shard)
     check_fail_after_done(d, shard)
     check_stale_pids(d, shard)
+    check_conn_lost(d, shard)
     finish(d)
 
 
