@@ -468,8 +468,13 @@ static void accept_all(sup_driver *d, int lfd, int ctl) {
         if (fd < 0) return;
         if (ctl) {
             if (d->n_ctl >= SUP_MAX_CTL) {
-                close(fd);
-                continue;
+                /* full: the oldest makes room (it had the longest to say its
+                 * line), so connections held idle cannot lock the owner out */
+                int old = 0;
+                for (int i = 1; i < d->n_ctl; i++)
+                    if (d->ctl[i].t_open < d->ctl[old].t_open) old = i;
+                reject(d, "ctl_rejected", "every slot taken: the oldest connection made room");
+                drop_ctl(d, old);
             }
             sup_ctl_conn *k = &d->ctl[d->n_ctl++];
             k->fd = fd, k->len = 0, k->t_open = ms_now();

@@ -23,7 +23,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    start time still matches: a reused pid is left alone, a rank its mpirun
    left behind is killed;
 10. a rank whose heartbeat connection closes while its process runs
-   reconnects, with no fault; one whose process then ends is a crash.
+   reconnects, with no fault; one whose process then ends is a crash;
+11. idle connections holding every control slot do not lock `--ctl` out.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -360,6 +361,40 @@ def check_conn_lost(d, shard):
                f"rc {rc}, events {names}, faults {faults}\n{err[-1500:]}")
 
 
+def check_ctl_slots(d, shard):
+    """Connections held idle on the control port (a local user without the
+    token, every slot taken and each reopened when the driver drops it) do
+    not lock the owner's `--ctl` out: the oldest makes room."""
+    run = os.path.join(d, "ctlslots")
+    os.makedirs(run)
+    wrap = os.path.join(d, "mpirun-idle")
+    with open(wrap, "w") as f:  # a job that never beats: the driver waits for it
+        f.write("#!/bin/sh\nexec sleep 60\n")
+    os.chmod(wrap, 0o755)
+    p = launch(run, shard, ["--mpirun", wrap, "--max-restarts", "0"],
+               ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], wait=False)
+    ctl = os.path.join(run, "control.json")
+    t0 = time.time()
+    while not os.path.exists(ctl) and time.time() - t0 < 30:
+        time.sleep(0.1)
+    held = []
+    try:
+        with open(ctl) as f:
+            host, port = json.load(f)["addr"].rsplit(":", 1)
+        held = [socket.create_connection((host, int(port))) for _ in range(8)]
+        time.sleep(0.5)
+        r = subprocess.run([BIN, "launch", "--ctl", run, "status"], capture_output=True,
+                           text=True, timeout=30)
+        ok(r.returncode == 0 and '"ok":true' in r.stdout,
+           "--ctl status is answered while 8 idle connections hold the control slots",
+           f"rc {r.returncode}: {r.stdout} {r.stderr}")
+    finally:
+        for s in held:
+            s.close()
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+
+
 def check_stale_pids(d, shard):
     run = os.path.join(d, "stale")
     args = ["--steps", "3", "--dp", "2", "--ckpt-every", "3", "--ckpt-dir",
@@ -410,6 +445,7 @@ def main():
     check_fail_after_done(d, shard)
     check_stale_pids(d, shard)
     check_conn_lost(d, shard)
+    check_ctl_slots(d, shard)
     finish(d)
 
 
