@@ -459,6 +459,16 @@ def test_output_paths(d, base):
         ok(rc == 2 and f"{opt}: {path}" in err and needle in err and "step " not in err
            and not os.path.exists(mp), f"a bad {opt} ({needle}) fails at start-up, before training",
            f"rc={rc}\n{err}")
+    # a --ckpt-shm-dir that is not there: named at start-up (it was "DIR/megascale-ckpt-
+    # ...-s0: open snapshot: No such file or directory", exit 4, no option named)
+    ck = os.path.join(d, "shm_ck")
+    if os.path.exists(mp):
+        os.remove(mp)
+    rc, _, err = run(*base, "--steps", "3", "--metrics", mp, "--ckpt-dir", ck, "--ckpt-shm-dir",
+                     nodir)
+    ok(rc == 2 and f"--ckpt-shm-dir {nodir} (MS_CKPT_SHM_DIR): No such file or directory" in err
+       and "step " not in err and not os.path.exists(os.path.join(ck, "job")),
+       "a missing --ckpt-shm-dir fails at start-up naming the option", f"rc={rc}\n{err}")
     deep = os.path.join(d, "new_ck", "a", "b")
     rc, _, err = run(*base, "--steps", "1", "--ckpt-dir", deep, "--trace-dir",
                      os.path.join(d, "new_tr", "x"), "--ckpt-shm-dir", d)
