@@ -11,7 +11,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
 4. SIGTERM and SIGHUP to the driver during a restart's back-off end the job
    at once (exit 5) without a new start;
 5. bad launch options are usage errors (exit 2) naming the option: timings
-   out of range, an address that is not one, a bad train option; a missing
+   out of range, an address that is not one, a hostfile naming another host
+   while the heartbeats are on loopback, a bad train option; a missing
    --mpirun is a driver error (exit 1) saying so, at once;
 6. a failure before the checkpoint directory exists is not "the storage is
    broken" (exit 7), and --ckpt-dir may come from the train --config file;
@@ -226,6 +227,23 @@ def check_usage(d, shard):
         rc, err = launch(os.path.join(d, "u"), shard, [opt, val], ck, timeout=30)
         ok(rc == 2 and opt.lstrip("-") in err, f"{opt} {val}: usage error naming it",
            f"rc {rc}: {err[-800:]}")
+    # a hostfile naming another host, heartbeats on loopback (the default) or 0.0.0.0: the
+    # ranks there would be told an address that is not the driver's (they failed to
+    # connect at every start until the restart budget was spent)
+    hosts = os.path.join(d, "hosts-remote")
+    with open(hosts, "w") as f:
+        f.write("localhost slots=1\n10.255.255.1 slots=1\n")
+    fail = os.path.join(d, "mpirun-fail-at-once")  # no ssh to that host, whatever happens
+    with open(fail, "w") as f:
+        f.write("#!/bin/sh\nexit 1\n")
+    os.chmod(fail, 0o755)
+    for bind in ([], ["--bind", "0.0.0.0"]):
+        run = os.path.join(d, "hf" + "".join(bind))
+        rc, err = launch(run, shard, ["--hostfile", hosts, "--mpirun", fail, "--max-restarts",
+                                      "0", *bind], ck, np=2, timeout=30)
+        ok(rc == 2 and "--bind" in err and "10.255.255.1" in err and not os.path.exists(run),
+           f"--hostfile with another host, {bind or 'loopback'} heartbeats: usage error naming "
+           "--bind", f"rc {rc}: {err[-800:]}")
     rc, err = launch(os.path.join(d, "u"), shard, [], ck + ["--bogus-opt", "1"], timeout=30)
     ok(rc == 2 and "bogus-opt" in err and not os.path.exists(os.path.join(d, "u", "events.jsonl")),
        "a bad train option: usage error naming it, before any start", f"rc {rc}: {err[-800:]}")
