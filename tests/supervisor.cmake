@@ -38,7 +38,8 @@ set_tests_properties(dashboard PROPERTIES TIMEOUT 600)
 # job's own commits (not the user's --resume / --new-run), idle heartbeat
 # connections time out, a stop nobody asked for is a fault, a signal in the
 # back-off ends the job at once, bad options are usage errors naming them,
-# an early failure is not broken storage, --ckpt-dir from --config.
+# an early failure is not broken storage, --ckpt-dir from --config, a rank's
+# heartbeat connection that breaks while it runs is no crash.
 ms_script_test(supervisor_policy COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_launch_policy.py
   LABELS mpi faults)
 set_tests_properties(supervisor_policy PROPERTIES TIMEOUT 600)

@@ -21,14 +21,18 @@ typedef struct {
 
 #define O(name, type, field, def, help)                                                            \
     { name, type, offsetof(ckpt_cli, field), def, help, NULL, NULL, 0 }
+#define R(name, type, field, def, range, help)                                                     \
+    { name, type, offsetof(ckpt_cli, field), def, help, NULL, range, 0 }
 #define OE(name, type, field, def, env, help)                                                      \
     { name, type, offsetof(ckpt_cli, field), def, help, env, NULL, 0 }
 static const opts_spec ckpt_opts[] = {
     O("format", OPT_T_STR, format, "safetensors", "export: output format (safetensors)"),
     O("out", OPT_T_STR, out, NULL, "export: the output file; reshard: the output directory"),
     O("save-dtype", OPT_T_STR, save_dtype, "f32", "export: the weights' dtype, f32 or bf16"),
-    O("dp", OPT_T_INT, dp, "1", "reshard: data-parallel ranks of the new layout"),
-    O("remove", OPT_T_INT, remove, "0", "shm, shm-orphans: 1 removes the snapshots listed"),
+    /* train's --dp range: a commit for more ranks is one no run can load */
+    R("dp", OPT_T_INT, dp, "1", "[1,65536]", "reshard: data-parallel ranks of the new layout"),
+    R("remove", OPT_T_INT, remove, "0", "[0,1]",
+      "shm, shm-orphans: 1 removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
        "list, shm, shm-orphans: where the training run keeps its host-memory snapshots"),
 };

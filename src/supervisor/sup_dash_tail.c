@@ -48,7 +48,10 @@ static int keep_partial(dash_tail *t, const char *p, size_t n) {
 
 int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
                    void (*replaced)(void *arg)) {
-    int fd = open(t->path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in a file's place (a run directory or a metrics
+     * path named in the events) would block the open, and with it the
+     * server's thread and its stop, for ever; it is refused below */
+    int fd = open(t->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return errno == ENOENT ? 0 : -1;
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -736,7 +736,8 @@ int sup_run(const sup_config *c) {
         fprintf(stderr, "megascale launch: error: %s\n", ms_errmsg());
         goto out;
     }
-    if (sup_nodes_init(d->pool, c, why, sizeof why) != 0) {
+    if (sup_nodes_init(d->pool, c, why, sizeof why) != 0 ||
+        sup_nodes_reachable(d->pool, c, c->bind ? c->bind : "127.0.0.1", why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;
     }

@@ -89,6 +89,11 @@ typedef struct {
 
 /* The pool from --nodes/--spares or --hostfile; 0, or -1 with why set. */
 int sup_nodes_init(sup_nodes *p, const sup_config *c, char *why, size_t n);
+/* -1 (why set) when --hostfile names a host other than this one while the
+ * heartbeats are bound to a loopback address or 0.0.0.0 (the ranks are
+ * told that address, which on another host is not the driver's). */
+int sup_nodes_reachable(const sup_nodes *p, const sup_config *c, const char *bind_addr, char *why,
+                        size_t n);
 /* Read RUN_DIR/blocklist.json if there is one (strictly). */
 int sup_nodes_load_blocklist(sup_nodes *p, char *why, size_t n);
 /* Put node i on the blocklist and rewrite the file atomically. */
@@ -250,6 +255,7 @@ typedef struct {
     double last_beat, last_progress;
     double comm_wait_s; /* its last beat's: blocked in communication for (NaN: not sent) */
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
+    double t_lost;                /* its connection closed while its process lived (0: not so) */
     char host[128], phase[16], error[1024];
 } sup_rank;
 

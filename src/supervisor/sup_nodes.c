@@ -7,12 +7,17 @@
  * blocklist is RUN_DIR/blocklist.json (docs/formats.md, "Blocklist"),
  * rewritten atomically at each eviction, so a restarted driver keeps it;
  * entries naming nodes outside this pool are kept as they are. */
+#include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/log.h"
@@ -241,4 +246,47 @@ int sup_nodes_write_hostfile(const sup_nodes *p, const int *idx, int k, int slot
 void sup_nodes_free(sup_nodes *p) {
     cJSON_Delete(p->doc);
     p->doc = NULL;
+}
+
+/* 1 if host names this machine: localhost, its host name (or the short
+ * form), or an address that is loopback or one of its own (bindable). */
+static int host_is_local(const char *host) {
+    char me[256] = "";
+    gethostname(me, sizeof me - 1);
+    size_t hl = strcspn(host, "."), ml = strcspn(me, ".");
+    if (!strcmp(host, "localhost") || !strcmp(host, me) || (hl == ml && !strncmp(host, me, hl)))
+        return 1;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) != 0) return 0;
+    int local = 0;
+    for (const struct addrinfo *a = res; a && !local; a = a->ai_next) {
+        struct sockaddr_in sa = *(const struct sockaddr_in *)a->ai_addr;
+        if ((ntohl(sa.sin_addr.s_addr) >> 24) == 127) {
+            local = 1;
+            break;
+        }
+        sa.sin_port = 0;
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        local = fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0;
+        if (fd >= 0) close(fd);
+    }
+    freeaddrinfo(res);
+    return local;
+}
+
+int sup_nodes_reachable(const sup_nodes *p, const sup_config *c, const char *bind_addr, char *why,
+                        size_t n) {
+    struct in_addr a;
+    if (!c->hostfile || inet_pton(AF_INET, bind_addr, &a) != 1) return 0;
+    uint32_t ip = ntohl(a.s_addr);
+    if ((ip >> 24) != 127 && ip != 0) return 0; /* an address of this host's network */
+    for (int i = 0; i < p->n; i++)
+        if (!host_is_local(p->name[i]))
+            return snprintf(why, n,
+                            "--hostfile %s lists %s, another host, but the ranks would be told "
+                            "to send their heartbeats to %s (--bind): give --bind an address of "
+                            "this host that every host reaches",
+                            c->hostfile, p->name[i], bind_addr),
+                   -1;
+    return 0;
 }

@@ -197,6 +197,7 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (k->rank < 0) {
         k->rank = b->rank;
         s->connected = 1;
+        s->t_lost = 0;
         s->first_step = -1;
         /* the rank's identity for a later stop (pids are reused): its start
          * time, read here only when it runs on this host; an adopted rank's
@@ -312,17 +313,47 @@ static int read_conn(sup_driver *d, sup_conn *k) {
     }
 }
 
+/* 1 while rank s's process runs (same host: its pid with its start time). */
+static int rank_lives(const sup_rank *s) {
+    return s->pid_start && sup_pid_alive(s->pid) && sup_pid_start(s->pid) == s->pid_start;
+}
+
+static void crash(sup_driver *d, int rank, double t_stall) {
+    sup_set_fault(d, "crash", rank, t_stall,
+                  "rank %d (pid %d) is gone: its heartbeat connection closed before it finished",
+                  rank, d->r[rank].pid);
+}
+
+/* A rank's connection closes: it died, unless its process (on this host)
+ * still runs; then the connection broke (its beat client gives up a send
+ * that waited a second for a driver busy elsewhere) and it reconnects:
+ * sup_watch makes that a crash if the process ends, a hang if it stays
+ * silent for --heartbeat-timeout. */
 static void drop_conn(sup_driver *d, int i) {
     sup_conn *k = &d->conns[i];
     if (k->rank >= 0) {
         sup_rank *s = &d->r[k->rank];
         s->connected = 0;
         if (!s->done && !s->failed && !s->stopped && !d->fault && d->job.pid &&
-            !sup_job_poll(&d->job))
-            sup_set_fault(d, "crash", k->rank, 0,
-                          "rank %d (pid %d) is gone: its heartbeat connection closed before it "
-                          "finished",
-                          k->rank, s->pid);
+            !sup_job_poll(&d->job)) {
+            /* a rank killed this moment closes its files a little before it
+             * is a zombie: looked at again for up to 20 ms (mpirun may
+             * exit soon after, and that fault would win) */
+            int lives = rank_lives(s);
+            for (int t = 0; lives && t < 20; t++) {
+                usleep(1000);
+                lives = rank_lives(s);
+            }
+            if (!lives) {
+                crash(d, k->rank, 0);
+            } else {
+                s->t_lost = ms_now();
+                cJSON *f = cJSON_CreateObject();
+                cJSON_AddNumberToObject(f, "rank", k->rank);
+                cJSON_AddNumberToObject(f, "pid", s->pid);
+                sup_events_put(&d->ev, "beat_conn_lost", f);
+            }
+        }
     }
     close(k->fd);
     d->conns[i] = d->conns[--d->n_conns];
@@ -437,8 +468,13 @@ static void accept_all(sup_driver *d, int lfd, int ctl) {
         if (fd < 0) return;
         if (ctl) {
             if (d->n_ctl >= SUP_MAX_CTL) {
-                close(fd);
-                continue;
+                /* full: the oldest makes room (it had the longest to say its
+                 * line), so connections held idle cannot lock the owner out */
+                int old = 0;
+                for (int i = 1; i < d->n_ctl; i++)
+                    if (d->ctl[i].t_open < d->ctl[old].t_open) old = i;
+                reject(d, "ctl_rejected", "every slot taken: the oldest connection made room");
+                drop_ctl(d, old);
             }
             sup_ctl_conn *k = &d->ctl[d->n_ctl++];
             k->fd = fd, k->len = 0, k->t_open = ms_now();
@@ -574,7 +610,11 @@ void sup_watch(sup_driver *d) {
     for (int i = 0; i < c->np && !d->fault; i++) {
         sup_rank *s = &d->r[i];
         if (s->done || s->failed) continue;
-        if (!s->connected || !s->started) {
+        if (!s->connected && s->t_lost > 0 && !rank_lives(s)) { /* gone before it reconnected */
+            crash(d, i, s->t_lost);
+            continue;
+        }
+        if (!s->started) {
             if (now - d->t_launch > c->startup_timeout)
                 sup_set_fault(d, "startup", i, d->t_launch,
                               "rank %d did not %s within %.0f s (--startup-timeout)", i,

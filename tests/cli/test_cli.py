@@ -424,6 +424,20 @@ def test_option_ranges(d, base):
        "--help shows each option's range", out)
 
 
+def test_ckpt_option_ranges(d):
+    """megascale ckpt's numbers against their ranges: `shm --remove -1` (any
+    value but 0) removed the snapshots, and `reshard --dp 100000` wrote
+    100,005 files for a model of 0.1M parameters, a commit no run can load
+    (train's --dp stops at 65536)."""
+    out = os.path.join(d, "reshard_huge")
+    expect_error(["ckpt", "reshard", d, "--dp", "100000", "--out", out],
+                 "--dp must be in [1,65536], got '100000'", what="ckpt reshard --dp 100000")
+    ok(not os.path.exists(out), "ckpt reshard --dp 100000 writes nothing", out)
+    for val in ("-1", "2"):
+        expect_error(["ckpt", "shm", d, "--remove", val], f"--remove must be in [0,1], got '{val}'",
+                     what=f"ckpt shm --remove {val}")
+
+
 def test_output_paths(d, base):
     """Every output path is checked at start-up, before any training: a bad
     --save-weights used to fail only after the whole run, losing its weights
@@ -445,6 +459,16 @@ def test_output_paths(d, base):
         ok(rc == 2 and f"{opt}: {path}" in err and needle in err and "step " not in err
            and not os.path.exists(mp), f"a bad {opt} ({needle}) fails at start-up, before training",
            f"rc={rc}\n{err}")
+    # a --ckpt-shm-dir that is not there: named at start-up (it was "DIR/megascale-ckpt-
+    # ...-s0: open snapshot: No such file or directory", exit 4, no option named)
+    ck = os.path.join(d, "shm_ck")
+    if os.path.exists(mp):
+        os.remove(mp)
+    rc, _, err = run(*base, "--steps", "3", "--metrics", mp, "--ckpt-dir", ck, "--ckpt-shm-dir",
+                     nodir)
+    ok(rc == 2 and f"--ckpt-shm-dir {nodir} (MS_CKPT_SHM_DIR): No such file or directory" in err
+       and "step " not in err and not os.path.exists(os.path.join(ck, "job")),
+       "a missing --ckpt-shm-dir fails at start-up naming the option", f"rc={rc}\n{err}")
     deep = os.path.join(d, "new_ck", "a", "b")
     rc, _, err = run(*base, "--steps", "1", "--ckpt-dir", deep, "--trace-dir",
                      os.path.join(d, "new_tr", "x"), "--ckpt-shm-dir", d)
@@ -851,6 +875,7 @@ def main():
     test_nonfinite(d, base)
     test_spike(d, base)
     test_option_ranges(d, base)
+    test_ckpt_option_ranges(d)
     test_output_paths(d, base)
     test_resume_changed_data(d)
     test_node_targets(d, base)

@@ -13,7 +13,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    stop; SIGTERM and SIGHUP to the driver during a restart's back-off end
    the job at once (exit 5) without a new start;
 5. bad launch options are usage errors (exit 2) naming the option: timings
-   out of range, an address that is not one, a bad train option; a missing
+   out of range, an address that is not one, a hostfile naming another host
+   while the heartbeats are on loopback, a bad train option; a missing
    --mpirun is a driver error (exit 1) saying so, at once; a job whose
    ranks refuse their options (a layout: 3 ranks, --tp 2) ends with exit 2
    after its first start, with no restart;
@@ -25,7 +26,10 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    (a rank killed while it exits) leaves the job done, with no restart;
 9. a new driver resuming a driver.json adopts or kills a pid only when its
    start time still matches: a reused pid is left alone, a rank its mpirun
-   left behind is killed.
+   left behind is killed;
+10. a rank whose heartbeat connection closes while its process runs
+   reconnects, with no fault; one whose process then ends is a crash;
+11. idle connections holding every control slot do not lock `--ctl` out.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -263,6 +267,23 @@ def check_usage(d, shard):
         rc, err = launch(os.path.join(d, "u"), shard, [opt, val], ck, timeout=30)
         ok(rc == 2 and opt.lstrip("-") in err, f"{opt} {val}: usage error naming it",
            f"rc {rc}: {err[-800:]}")
+    # a hostfile naming another host, heartbeats on loopback (the default) or 0.0.0.0: the
+    # ranks there would be told an address that is not the driver's (they failed to
+    # connect at every start until the restart budget was spent)
+    hosts = os.path.join(d, "hosts-remote")
+    with open(hosts, "w") as f:
+        f.write("localhost slots=1\n10.255.255.1 slots=1\n")
+    fail = os.path.join(d, "mpirun-fail-at-once")  # no ssh to that host, whatever happens
+    with open(fail, "w") as f:
+        f.write("#!/bin/sh\nexit 1\n")
+    os.chmod(fail, 0o755)
+    for bind in ([], ["--bind", "0.0.0.0"]):
+        run = os.path.join(d, "hf" + "".join(bind))
+        rc, err = launch(run, shard, ["--hostfile", hosts, "--mpirun", fail, "--max-restarts",
+                                      "0", *bind], ck, np=2, timeout=30)
+        ok(rc == 2 and "--bind" in err and "10.255.255.1" in err and not os.path.exists(run),
+           f"--hostfile with another host, {bind or 'loopback'} heartbeats: usage error naming "
+           "--bind", f"rc {rc}: {err[-800:]}")
     rc, err = launch(os.path.join(d, "u"), shard, [], ck + ["--bogus-opt", "1"], timeout=30)
     ok(rc == 2 and "bogus-opt" in err and not os.path.exists(os.path.join(d, "u", "events.jsonl")),
        "a bad train option: usage error naming it, before any start", f"rc {rc}: {err[-800:]}")
@@ -345,6 +366,102 @@ def check_fail_after_done(d, shard):
        f"rc {rc}, events {names}\n{err[-1500:]}")
 
 
+FAKE_RANK = """import json, os, socket, sys, time
+host, port = os.environ["MS_HEARTBEAT"].rsplit(":", 1)
+seq = 0
+def beat(s, step, phase):
+    global seq
+    seq += 1
+    m = {"v": 1, "token": os.environ["MS_HEARTBEAT_TOKEN"], "rank": 0, "world": 1,
+         "pid": os.getpid(), "host": socket.gethostname(), "seq": seq, "step": step,
+         "phase": phase}
+    s.sendall((json.dumps(m) + "\\n").encode())
+s = socket.create_connection((host, int(port)))
+beat(s, 0, "start")
+beat(s, 1, "train")
+time.sleep(0.5)
+s.close()  # the connection breaks (a send that timed out); the process lives on
+time.sleep(1.5)
+if sys.argv[1] == "die":
+    sys.exit(1)
+seq = 0
+s = socket.create_connection((host, int(port)))
+for step in (2, 3):
+    beat(s, step, "train")
+beat(s, 3, "done")
+time.sleep(0.5)
+"""
+
+
+def check_conn_lost(d, shard):
+    """A rank whose heartbeat connection closes while its process lives (its
+    beat client gave up a send that waited a second for a busy driver, and
+    reconnects) is no crash; one whose process then ends is, from the moment
+    the connection closed.  The rank is a stand-in speaking the beat protocol
+    (docs/formats.md), started by a stand-in mpirun."""
+    fake = os.path.join(d, "fake_rank.py")
+    with open(fake, "w") as f:
+        f.write(FAKE_RANK)
+    for mode in ("live", "die"):
+        run = os.path.join(d, f"lost-{mode}")
+        os.makedirs(run)
+        wrap = os.path.join(d, f"mpirun-{mode}")
+        with open(wrap, "w") as f:  # mpirun outlives the rank, as it does for a moment
+            f.write(f'#!/bin/sh\n"{sys.executable}" "{fake}" {mode}\n'
+                    f'[ {mode} = die ] && sleep 10\nexit 0\n')
+        os.chmod(wrap, 0o755)
+        rc, err = launch(run, shard, ["--mpirun", wrap, "--max-restarts", "0"],
+                         ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], timeout=120)
+        ev = events(run)
+        names = [e["event"] for e in ev]
+        faults = [e for e in ev if e["event"] == "fault_detected"]
+        if mode == "live":
+            ok(rc == 0 and not faults and "beat_conn_lost" in names
+               and names.count("rank_up") == 2 and names[-1] == "job_done",
+               "a live rank's heartbeat connection closes and it reconnects: no fault, job done",
+               f"rc {rc}, events {names}, faults {faults}\n{err[-1500:]}")
+        else:
+            ok(rc == 3 and len(faults) == 1 and faults[0]["kind"] == "crash"
+               and faults[0]["detect_s"] >= 1.0,
+               "a rank whose process ends after its connection closed: a crash, detected from "
+               "the close",
+               f"rc {rc}, events {names}, faults {faults}\n{err[-1500:]}")
+
+
+def check_ctl_slots(d, shard):
+    """Connections held idle on the control port (a local user without the
+    token, every slot taken and each reopened when the driver drops it) do
+    not lock the owner's `--ctl` out: the oldest makes room."""
+    run = os.path.join(d, "ctlslots")
+    os.makedirs(run)
+    wrap = os.path.join(d, "mpirun-idle")
+    with open(wrap, "w") as f:  # a job that never beats: the driver waits for it
+        f.write("#!/bin/sh\nexec sleep 60\n")
+    os.chmod(wrap, 0o755)
+    p = launch(run, shard, ["--mpirun", wrap, "--max-restarts", "0"],
+               ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], wait=False)
+    ctl = os.path.join(run, "control.json")
+    t0 = time.time()
+    while not os.path.exists(ctl) and time.time() - t0 < 30:
+        time.sleep(0.1)
+    held = []
+    try:
+        with open(ctl) as f:
+            host, port = json.load(f)["addr"].rsplit(":", 1)
+        held = [socket.create_connection((host, int(port))) for _ in range(8)]
+        time.sleep(0.5)
+        r = subprocess.run([BIN, "launch", "--ctl", run, "status"], capture_output=True,
+                           text=True, timeout=30)
+        ok(r.returncode == 0 and '"ok":true' in r.stdout,
+           "--ctl status is answered while 8 idle connections hold the control slots",
+           f"rc {r.returncode}: {r.stdout} {r.stderr}")
+    finally:
+        for s in held:
+            s.close()
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=60)
+
+
 def check_stale_pids(d, shard):
     run = os.path.join(d, "stale")
     args = ["--steps", "3", "--dp", "2", "--ckpt-every", "3", "--ckpt-dir",
@@ -395,6 +512,8 @@ def main():
     check_lingering_mpirun(d, shard)
     check_fail_after_done(d, shard)
     check_stale_pids(d, shard)
+    check_conn_lost(d, shard)
+    check_ctl_slots(d, shard)
     finish(d)
 
 

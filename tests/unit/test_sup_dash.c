@@ -398,6 +398,16 @@ static void test_tail(void) {
     T_EQ_INT(s.replaced, 1);
     T_OK(!strcmp(s.lines[4], "new"));
     dash_tail_free(&t);
+    /* a FIFO in the file's place: refused at once (its open blocked the
+     * server's thread, and the stop that joins it, for ever) */
+    const char *fifo = tpath("fifo.jsonl");
+    T_EQ_INT(mkfifo(fifo, 0600), 0);
+    dash_tail_init(&t, fifo);
+    alarm(10); /* a hang ends the test */
+    T_EQ_INT(dash_tail_read(&t, 1 << 20, on_line, &s, on_replaced), -1);
+    alarm(0);
+    T_EQ_INT(s.n, 5);
+    dash_tail_free(&t);
 }
 
 static void test_heatlog(void) {
