@@ -100,8 +100,11 @@ ms_status train_pipe_plan(train_pipe **out, comm_grid *grid, comm_world *world, 
     if (st != MS_OK) goto out;
     p->on = &p->lists[PAR_COMM_OVERLAP];
     if (1 + 2 * p->G * n_micro > 32767) {
-        st = ms_error(MS_ERR_ARG, "pipeline: %d chunks x %d micro-batches exceed the message tags",
-                      p->G, n_micro);
+        st = ms_error(MS_ERR_ARG,
+                      "--pp %d x --vpp %d with %d micro-batches per step (--batch / (--dp x "
+                      "--micro-batch)) needs 1 + 2 x %d x %d message tags, more than the 32767 "
+                      "MPI guarantees: raise --micro-batch or lower --vpp",
+                      p->pp, p->vpp, n_micro, p->G, n_micro);
         goto out;
     }
     p->req = calloc(4 * (size_t)n_micro * vpp, sizeof *p->req);
