@@ -75,6 +75,10 @@ def main():
        "n_micro invalid for the interleaved schedule", r.stderr)
     ok("fewer micro-batches than stages" not in r.stderr,
        "no 1F1B bubble advice before the interleaved schedule's error", r.stderr)
+    r = mpi(2, *base, "--pp", "2", "--batch", "16384", "--micro-batch", "1", "--seq", "1",
+            "--steps", "1")
+    ok(r.returncode != 0 and "16384 micro-batches" in r.stderr and "--micro-batch" in r.stderr,
+       "too many micro-batches for the message tags: the options named", r.stderr)
     r = mpi(2, *base, "--pp", "2", "--dp", "2")
     ok(r.returncode != 0 and "2 ranks" in r.stderr and "--pp 2" in r.stderr,
        "world size != tp*pp*dp is named", r.stderr)
