@@ -3,6 +3,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -114,8 +115,11 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     }
     case OPT_T_DOUBLE: {
         double x = strtod(v, &end);
-        if (!*v || *end || errno)
+        if (!*v || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects a number, got '%s'", where, s->name, v);
+        if (errno == ERANGE && isinf(x)) /* an underflow reads as 0 or subnormal: a range check */
+            return ms_error(MS_ERR_ARG, "%s: --%s: '%s' is beyond the largest number (%g)", where,
+                            s->name, v, DBL_MAX);
         if (!isfinite(x))
             return ms_error(MS_ERR_ARG, "%s: --%s expects a finite number, got '%s'", where,
                             s->name, v);

@@ -437,6 +437,9 @@ static void test_opts_ranges(const char *dir) {
     T_EQ_INT(opts_parse(spec, n, &o, 8, good, pos, 0, &np, &help), MS_OK);
     T_EQ_INT(o.k, 8);
     T_NEAR(o.b, 0, 0);
+    char *sub[] = {"--r", "1e-310"}; /* subnormal: strtod says ERANGE, the value is fine */
+    T_EQ_INT(opts_parse(spec, n, &o, 2, sub, pos, 0, &np, &help), MS_OK);
+    T_NEAR(o.r, 1e-310, 1e-320);
     struct {
         const char *opt, *val, *needle;
     } bad[] = {
@@ -451,7 +454,8 @@ static void test_opts_ranges(const char *dir) {
         {"--r", "inf", "--r expects a finite number"},
         {"--x", "inf", "--x expects a finite number, got 'inf'"},
         {"--x", "NaN", "--x expects a finite number"},
-        {"--x", "1e999", "--x expects a number"},
+        {"--x", "1e999", "--x: '1e999' is beyond the largest number"},
+        {"--r", "1e-400", "--r must be > 0, got '1e-400'"}, /* underflow: 0, then the range */
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char *a[] = {(char *)bad[i].opt, (char *)bad[i].val};
