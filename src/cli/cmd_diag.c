@@ -53,10 +53,10 @@ static const opts_spec diag_opts[] = {
     O("storage-dir", OPT_T_STR, storage_dir, NULL,
       "storage: directory to write the test file into (default: the check is skipped)"),
     O("storage-mb", OPT_T_INT, storage_mb, "64", "storage: MB written, fsynced and read back"),
-    O("fail-exit", OPT_T_INT, fail_exit, "1",
+    R("fail-exit", OPT_T_INT, fail_exit, "1", "[0,1]",
       "1: exit 9 when a check fails; 0: exit 0 all the same (the report says what failed: "
       "under mpirun a failing rank's exit would cut the other ranks' reports short)"),
-    O("json", OPT_T_INT, json, "0",
+    R("json", OPT_T_INT, json, "0", "[0,1]",
       "1 prints one JSON object instead of the table (a bare "
       "--json means 1)"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,

@@ -191,6 +191,7 @@ def test_usage():
                          (["--gemm-n", "0"], "--gemm-n"), (["--slow-factor", "2"], "--slow-factor"),
                          (["--mem-mb", "x"], "--mem-mb"), (["--comm-timeout", "0"], "--comm-timeout"),
                          (["--comm-timeout", "1e300"], "at most 1e6 seconds"),
+                         (["--fail-exit", "5"], "--fail-exit must be in [0,1]"),
                          (["--inject-fault", "diag:bogus"], "diag:bogus"),
                          (["--inject-fault", "exit"], "not a fault of the self-test"),
                          (["--node-map", "a,,b"], "--node-map: node name 2 is empty"),
