@@ -270,6 +270,8 @@ typedef struct {
     int n_conns;
     sup_ctl_conn ctl[SUP_MAX_CTL];
     int n_ctl;
+    double rej_t0;      /* rejected connections: the second their events are counted in */
+    int rej_n, rej_cut; /* events written in it, and those left out (a flood: one line a cut) */
     sup_rank *r;
     sup_job job;
     double t_launch;

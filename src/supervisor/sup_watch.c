@@ -275,7 +275,30 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     }
 }
 
+/* A rejected connection or beat, as an event: at most REJECT_PER_S a
+ * second, so that a local process flooding the ports cannot fill the disk
+ * with the event log (the next event written says how many were left out). */
+#define REJECT_PER_S 20
+#define ACCEPT_PER_PASS 64 /* connections taken a pass: the beats are read between */
+static void reject_flush(sup_driver *d) {
+    if (!d->rej_cut) return;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "count", d->rej_cut);
+    sup_events_put(&d->ev, "rejects_left_out", f);
+    d->rej_cut = 0;
+}
+
 static void reject(sup_driver *d, const char *what, const char *why) {
+    double now = ms_now();
+    if (now - d->rej_t0 >= 1.0) {
+        reject_flush(d);
+        d->rej_t0 = now, d->rej_n = 0;
+    }
+    if (d->rej_n >= REJECT_PER_S) {
+        d->rej_cut++;
+        return;
+    }
+    d->rej_n++;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "why", why);
     sup_events_put(&d->ev, what, f);
@@ -463,7 +486,7 @@ static void drop_ctl(sup_driver *d, int i) {
 }
 
 static void accept_all(sup_driver *d, int lfd, int ctl) {
-    for (;;) {
+    for (int taken = 0; taken < ACCEPT_PER_PASS; taken++) {
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) return;
         if (ctl) {
@@ -528,6 +551,7 @@ void sup_serve(sup_driver *d) {
             reject(d, "ctl_rejected", "no line within 2 s");
             drop_ctl(d, i);
         }
+    if (d->rej_cut && now - d->rej_t0 >= 1.0) reject_flush(d); /* the flood's count */
 }
 
 /* The rank whose last beat is oldest, if it has missed about two beats (a

@@ -5,7 +5,9 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    --resume PATH (which only the first start honours), and --new-run 1 on a
    checkpoint directory holding a finished run trains a new run;
 2. idle connections to the heartbeat port (no valid beat) are dropped and
-   cannot starve the ranks of slots;
+   cannot starve the ranks of slots; a flood of bad control lines is
+   rejected and written to the event log at most 20 times a second (with
+   the count left out);
 3. a stop nobody asked for (SIGTERM to one rank of two) is a fault that is
    recovered from, not "done";
 4. SIGTERM to the driver of a running job stops it with its final
@@ -174,6 +176,20 @@ def check_idle_conns(d, shard):
                 socks.append(socket.create_connection((host, int(port)), timeout=2))
             except OSError:
                 break
+    # a flood of control connections, each saying one bad line: rejected, and written to
+    # the event log at most 20 a second (a local process must not fill the disk through
+    # it), the rest counted
+    flood = 0
+    ctl = [e["control"] for e in events(run) if e["event"] == "job_start"]
+    if ctl:
+        chost, cport = ctl[0].rsplit(":", 1)
+        for _ in range(300):
+            try:
+                with socket.create_connection((chost, int(cport)), timeout=2) as f:
+                    f.sendall(b'{"v":1,"token":"nope","cmd":"status"}\n')
+                flood += 1
+            except OSError:
+                pass
     try:
         _, err = p.communicate(timeout=180)
     except subprocess.TimeoutExpired:
@@ -186,6 +202,11 @@ def check_idle_conns(d, shard):
        "idle heartbeat connections do not starve the ranks", f"rc {p.returncode}\n{err[-2000:]}")
     ok(any(e["event"] == "beat_rejected" and "within" in e.get("why", "") for e in ev),
        "idle heartbeat connections are timed out")
+    rej = [e for e in ev if e["event"] == "ctl_rejected"]
+    cut = sum(e["count"] for e in ev if e["event"] == "rejects_left_out")
+    ok(flood == 300 and len(rej) < 200 and len(rej) + cut >= 300,
+       "a flood of bad control lines: rejected, its events limited and counted",
+       f"{flood} sent, {len(rej)} events, {cut} left out")
 
 
 def check_unasked_stop(d, shard):
