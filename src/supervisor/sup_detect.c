@@ -144,13 +144,21 @@ int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_
         /* alone in its stage: nothing to compare with; below 1 ms a step
          * is noise, not a straggler */
         double sc = m && s->compute[r] > 1.0 ? median(others, m) / s->compute[r] : 1.0;
-        if (isfinite(own[r]) && own[r] < sc) {
-            /* slower than itself: a straggler only if the other stages are
-             * not (a slowdown of the whole job is no node's fault) */
+        /* slower than itself, and so is its stage (the median of its stage's
+         * own-speed scores: a rank slower than its stage-mates is the score
+         * above's; one rank's own score alone is scheduling noise where
+         * ranks share cores) */
+        m = 0;
+        for (int i = 0; i < s->n; i++)
+            if (s->stage[i] == s->stage[r] && isfinite(own[i])) others[m++] = own[i];
+        double own_sc = isfinite(own[r]) && m ? fmax(own[r], median(others, m)) : NAN;
+        if (isfinite(own_sc) && own_sc < sc) {
+            /* a straggler only if the other stages are not slower than
+             * themselves (a slowdown of the whole job is no node's fault) */
             m = 0;
             for (int i = 0; i < s->n; i++)
                 if (s->stage[i] != s->stage[r] && isfinite(own[i])) others[m++] = own[i];
-            if (m && median(others, m) >= score) sc = own[r];
+            if (m && median(others, m) >= score) sc = own_sc;
         }
         s->strikes[r] = sc < score ? s->strikes[r] + 1 : 0;
         if (s->strikes[r] >= rounds && sc < worst_score) worst = r, worst_score = sc;

@@ -240,6 +240,19 @@ static void test_straggler(void) {
     }
     T_OK(found == 2 || found == 3);
     sup_straggler_free(&s);
+    /* pp 2 x dp 2 on shared cores: rank 2 ran fast while it had a core to
+     * itself (20 ms), then as fast as its stage-mate (34 ms, 0.59 x its own
+     * start) while rank 3 kept near its start: scheduling, not a slow node
+     * (before, one rank's own score alone made it a straggler) */
+    T_OK(sup_straggler_init(&s, 4) == 0);
+    for (int step = 1; step <= 20; step++) {
+        for (int r = 0; r < 4; r++) {
+            double ms = r < 2 ? 18.0 : step <= 5 ? (r == 2 ? 20.0 : 30.0) : 34.0;
+            sup_straggler_feed(&s, r, r / 2, step, ms);
+        }
+        T_EQ_INT(sup_straggler_check(&s, 0.6, 3, &score), -1);
+    }
+    sup_straggler_free(&s);
     /* the whole job slower (every rank 3x): no rank's fault */
     T_OK(sup_straggler_init(&s, 4) == 0);
     for (int step = 1; step <= 20; step++) {
