@@ -468,6 +468,7 @@ static int policy(sup_driver *d, int prev_best) {
         usleep(20000);
     if (g_stop) return SUP_EXIT_STOPPED;
     d->restarts++;
+    d->recovering = 0;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "restart", d->restarts);
     cJSON_AddNumberToObject(f, "after_s", wait);
@@ -489,8 +490,32 @@ static void finish(sup_driver *d, const char *outcome, int code) {
     sup_state_save(d, code != SUP_EXIT_STOPPED); /* a stopped job resumes on the next launch */
 }
 
+/* After a stopped attempt: diag, evictions, the restart policy and its
+ * back-off; 0 to start again, else the exit code (the job finished). */
+static int recover_and_wait(sup_driver *d, int prev_best) {
+    /* a SIGTERM/SIGINT/SIGHUP meanwhile ends the job here: no diag, no new start */
+    int code = g_stop ? SUP_EXIT_STOPPED : sup_recover(d);
+    if (!code) code = g_stop ? SUP_EXIT_STOPPED : policy(d, prev_best);
+    if (code)
+        finish(d,
+               code == SUP_EXIT_STOPPED       ? "stopped"
+               : code == SUP_EXIT_NO_PROGRESS ? "no progress"
+               : code == SUP_EXIT_NO_NODES    ? "no nodes"
+               : code == SUP_EXIT_STORAGE     ? "storage"
+                                              : "gave up",
+               code);
+    return code;
+}
+
 static int run_loop(sup_driver *d) {
     char why[512] = "";
+    /* taken over from a driver that died between a fault's stop and the
+     * restart: this one recovers as that one would have (the restart is
+     * counted, the policy and the back-off apply) */
+    if (d->recovering) {
+        int code = recover_and_wait(d, d->recover_prev_best);
+        if (code) return code;
+    }
     for (;;) {
         int prev_best = d->best_step;
         if (sup_nodes_choose(d->pool) != 0) {
@@ -516,10 +541,16 @@ static int run_loop(sup_driver *d) {
             return SUP_EXIT_STOPPED;
         }
         book_fault(d);
+        /* the fault, and the injected faults it has passed, in the state at
+         * once: a driver killed from here until the next start is taken over
+         * by one that neither forgets the fault nor hands it out again */
+        sup_state_save(d, 0);
         sup_dash_update(d, 1); /* the culprit, before the stop takes its time */
         stop_attempt(d);
         sup_heatlog_flush(&d->heat);
         book_stop(d);
+        d->recovering = 1, d->recover_prev_best = prev_best;
+        sup_state_save(d, 0); /* killed from here to the restart: the successor recovers */
         if (!g_stop && refused_options(d)) {
             fprintf(stderr,
                     "megascale launch: error: the job refused its options (mpirun ended with "
@@ -528,19 +559,8 @@ static int run_loop(sup_driver *d) {
             finish(d, "usage", SUP_EXIT_USAGE);
             return SUP_EXIT_USAGE;
         }
-        /* a SIGTERM/SIGINT/SIGHUP meanwhile ends the job here: no diag, no new start */
-        int code = g_stop ? SUP_EXIT_STOPPED : sup_recover(d);
-        if (!code) code = g_stop ? SUP_EXIT_STOPPED : policy(d, prev_best);
-        if (code) {
-            finish(d,
-                   code == SUP_EXIT_STOPPED       ? "stopped"
-                   : code == SUP_EXIT_NO_PROGRESS ? "no progress"
-                   : code == SUP_EXIT_NO_NODES    ? "no nodes"
-                   : code == SUP_EXIT_STORAGE     ? "storage"
-                                                  : "gave up",
-                   code);
-            return code;
-        }
+        int code = recover_and_wait(d, prev_best);
+        if (code) return code;
     }
 }
 

@@ -290,6 +290,8 @@ typedef struct {
     int stopping;       /* the driver is stopping this attempt (its "stopped" beats are no fault) */
     double t_all_done;  /* when every rank had said "done" (0: not yet) */
     int resumed;        /* taken over from an earlier driver's state (driver.json) */
+    int recovering;     /* stopped after a fault, not restarted yet (saved in driver.json) */
+    int recover_prev_best; /* the best step when that attempt started (its policy's) */
     char latest0[4200]; /* CKPT_DIR/latest's identity before the job's first start */
     const volatile sig_atomic_t *stop_flag; /* the driver's signal flag (diag gives up on it) */
     ms_fault_plan plan;                     /* --faults: the faults to hand out */

@@ -208,6 +208,8 @@ void sup_state_save(sup_driver *d, int finished) {
     }
     cJSON_AddNumberToObject(o, "restarts", d->restarts);
     cJSON_AddNumberToObject(o, "no_progress", d->no_progress);
+    cJSON_AddBoolToObject(o, "recovering", d->recovering);
+    cJSON_AddNumberToObject(o, "recover_prev_best", d->recover_prev_best);
     cJSON_AddNumberToObject(o, "best_step", d->best_step);
     cJSON_AddNumberToObject(o, "start_step", d->start_step);
     cJSON_AddNumberToObject(o, "faults_through", d->faults_through);
@@ -325,8 +327,13 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         d->ev.detect_s[i] = de->valuedouble >= 0 ? de->valuedouble : NAN;
         d->ev.recover_s[i] = re->valuedouble >= 0 ? re->valuedouble : NAN;
     }
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recovering"); /* absent: no */
+    const cJSON *rpb = cJSON_GetObjectItemCaseSensitive(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
     int adopted = 0;
+    /* stopped after a fault, not restarted yet: no job to adopt, the restart is this one's */
+    d->recovering = cJSON_IsTrue(rec) && !job;
+    d->recover_prev_best = cJSON_IsNumber(rpb) ? (int)rpb->valuedouble : d->best_step;
     if (job) {
         /* its ranks reconnect to the same address with the same token */
         snprintf(d->token, sizeof d->token, "%s", tok->valuestring);

@@ -25,7 +25,9 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    (a rank killed while it exits) leaves the job done, with no restart;
 9. a new driver resuming a driver.json adopts or kills a pid only when its
    start time still matches: a reused pid is left alone, a rank its mpirun
-   left behind is killed.
+   left behind is killed;
+10. a driver killed in a restart's back-off is taken over without the fault
+   counted twice or fired again, and the restart is counted.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -378,6 +380,31 @@ def check_stale_pids(d, shard):
        "killed", f"rc {rc}, reused kept {kept}, orphan gone {gone}, {res}\n{err[-1500:]}")
 
 
+def check_takeover_in_backoff(d, shard):
+    """The driver killed (SIGKILL) in a restart's back-off, then the same launch again: the
+    new driver counts the fault once, makes the restart itself (counted), and does not hand
+    the injected fault that fired out again.  Before, the state (driver.json) was last
+    written before the fault: the successor knew neither it nor that exit@3 had fired, so
+    the fault fired a second time and the summary missed a restart."""
+    run = os.path.join(d, "tkbo")
+    args = ["--steps", "6", "--ckpt-every", "2", "--ckpt-dir", os.path.join(run, "ckpt")]
+    p = launch(run, shard, ["--backoff", "20", "--faults", "exit@3"], args, wait=False)
+    t_end = time.time() + 120
+    while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.kill()
+    p.communicate()
+    rc, err = launch(run, shard, ["--backoff", "0.1", "--faults", "exit@3"], args)
+    ev = events(run)
+    names = [e["event"] for e in ev]
+    summ = [e for e in ev if e["event"] == "summary"]
+    ok(rc == 0 and names.count("fault_detected") == 1 and names.count("restart") == 1 and
+       summ and summ[-1]["restarts"] == 1 and sum(summ[-1]["faults"].values()) == 1,
+       "the driver killed in the back-off: the successor counts the fault once, restarts, and "
+       "the fault does not fire again", f"rc {rc}, events {names}, {summ}\n{err[-1500:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -395,6 +422,7 @@ def main():
     check_lingering_mpirun(d, shard)
     check_fail_after_done(d, shard)
     check_stale_pids(d, shard)
+    check_takeover_in_backoff(d, shard)
     finish(d)
 
 
