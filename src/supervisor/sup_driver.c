@@ -464,8 +464,9 @@ static int policy(sup_driver *d, int prev_best) {
      * that comes back), back to --backoff once a restart made progress */
     double wait = d->c->backoff * (double)(1 << (d->no_progress < 5 ? d->no_progress : 5));
     if (wait > 30) wait = 30;
-    for (double t0 = ms_now(); !g_stop && ms_now() - t0 < wait;) /* a stop ends the wait */
-        usleep(20000);
+    /* a stop ends the wait; the control socket is answered meanwhile */
+    for (double t0 = ms_now(), left; !g_stop && (left = wait - (ms_now() - t0)) > 0;)
+        sup_serve_for(d, left < 0.02 ? (int)(left * 1e3) : 20);
     if (g_stop) return SUP_EXIT_STOPPED;
     d->restarts++;
     d->recovering = 0;

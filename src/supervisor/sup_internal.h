@@ -125,6 +125,8 @@ typedef struct {
     int threads;           /* per node (0: diag's default) */
     const sup_nodes *pool; /* with a hostfile: mpirun gets one slot per node */
     const char *hostfile;  /* where to write that hostfile (NULL: one host) */
+    void (*tick)(void *);  /* called while it waits (the driver answers its control socket) */
+    void *tick_arg;
 } sup_diag_config;
 
 /* Run the self-test on nodes idx[0..k) of the pool at once (one rank
@@ -324,6 +326,7 @@ int sup_make_token(char *out);
 int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, char *why,
                size_t n);
 void sup_serve(sup_driver *d); /* one tick: accept, read beats and control lines */
+void sup_serve_for(sup_driver *d, int ms); /* the same, waiting at most ms for input */
 void sup_watch(sup_driver *d); /* the hang, start-up and straggler detectors */
 void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -59,6 +59,12 @@ static void storage_probe_dir(const char *dir, char *out, size_t n) {
         ms_path_dir(out);
 }
 
+/* While diag runs: the control socket is answered (status; an eviction is
+ * refused until the restart). */
+static void serve_ctl(void *arg) {
+    sup_serve_for(arg, 0);
+}
+
 /* The self-test on every node not on the blocklist; evicts the ones that
  * fail.  0 to go on, or SUP_EXIT_STORAGE. */
 static int diagnose(sup_driver *d) {
@@ -84,7 +90,9 @@ static int diagnose(sup_driver *d) {
                           .slow_factor = c->diag_slow_factor,
                           .threads = c->hostfile ? 0 : (int)(cores / k > 1 ? cores / k : 1),
                           .pool = p,
-                          .hostfile = c->hostfile ? d->hostfile_path : NULL};
+                          .hostfile = c->hostfile ? d->hostfile_path : NULL,
+                          .tick = serve_ctl,
+                          .tick_arg = d};
     double t0 = ms_now();
     ms_mkdirs(d->diag_dir); /* here, not by each diag rank at once */
     int rc = res ? sup_diag_run(&dc, idx, k, res, why, sizeof why) : -1;

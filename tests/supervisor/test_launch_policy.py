@@ -27,7 +27,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    start time still matches: a reused pid is left alone, a rank its mpirun
    left behind is killed;
 10. a driver killed in a restart's back-off is taken over without the fault
-   counted twice or fired again, and the restart is counted.
+   counted twice or fired again, and the restart is counted; the control
+   socket answers `status` in the back-off.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -393,6 +394,19 @@ def check_takeover_in_backoff(d, shard):
     while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
         time.sleep(0.05)
     time.sleep(0.3)
+    # the control socket answers in the back-off (before, nothing did until the restart:
+    # the client gave up after 10 s with "no reply from the driver")
+    t0 = time.time()
+    st = subprocess.run([BIN, "launch", "--ctl", run, "status"], capture_output=True, text=True,
+                        timeout=30)
+    took = time.time() - t0
+    try:
+        nodes = json.loads(st.stdout)["nodes"]
+    except (ValueError, KeyError):
+        nodes = None
+    ok(st.returncode == 0 and nodes and took < 5,
+       "--ctl status during a restart's back-off is answered",
+       f"rc {st.returncode}, {took:.1f} s: {st.stdout[-500:]} {st.stderr[-500:]}")
     p.kill()
     p.communicate()
     rc, err = launch(run, shard, ["--backoff", "0.1", "--faults", "exit@3"], args)
