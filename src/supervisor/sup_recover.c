@@ -218,6 +218,13 @@ void sup_state_save(sup_driver *d, int finished) {
     cJSON_AddNumberToObject(o, "no_progress", d->no_progress);
     cJSON_AddBoolToObject(o, "recovering", d->recovering);
     cJSON_AddNumberToObject(o, "recover_prev_best", d->recover_prev_best);
+    /* the fault being recovered from: a successor books its recovery time
+     * (from its detection, as a wall time) and the steps its restart redoes */
+    cJSON_AddNumberToObject(o, "pending_fault", d->pending_recovery ? d->pending_fault : -1);
+    cJSON_AddNumberToObject(o, "step_at_fault", d->step_at_fault);
+    cJSON_AddNumberToObject(o, "recovery_from",
+                            d->pending_recovery ? ms_wall_now() - (ms_now() - d->t_recovery_from)
+                                                : 0);
     cJSON_AddNumberToObject(o, "best_step", d->best_step);
     cJSON_AddNumberToObject(o, "start_step", d->start_step);
     cJSON_AddNumberToObject(o, "faults_through", d->faults_through);
@@ -334,6 +341,16 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         snprintf(d->ev.kinds[i], sizeof d->ev.kinds[i], "%s", k->valuestring);
         d->ev.detect_s[i] = de->valuedouble >= 0 ? de->valuedouble : NAN;
         d->ev.recover_s[i] = re->valuedouble >= 0 ? re->valuedouble : NAN;
+    }
+    const cJSON *pf = cJSON_GetObjectItemCaseSensitive(o, "pending_fault"); /* absent: none */
+    const cJSON *saf = cJSON_GetObjectItemCaseSensitive(o, "step_at_fault");
+    const cJSON *rfrom = cJSON_GetObjectItemCaseSensitive(o, "recovery_from");
+    if (cJSON_IsNumber(pf) && pf->valuedouble >= 0 && pf->valuedouble < d->ev.n_faults &&
+        cJSON_IsNumber(saf) && cJSON_IsNumber(rfrom) && rfrom->valuedouble > 0) {
+        d->pending_recovery = 1;
+        d->pending_fault = (int)pf->valuedouble;
+        d->step_at_fault = (int)saf->valuedouble;
+        d->t_recovery_from = ms_now() - (ms_wall_now() - rfrom->valuedouble);
     }
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recovering"); /* absent: no */
     const cJSON *rpb = cJSON_GetObjectItemCaseSensitive(o, "recover_prev_best");
