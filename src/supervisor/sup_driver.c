@@ -445,8 +445,11 @@ static int refused_options(const sup_driver *d) {
 
 /* The restart policy after a fault: 0 to go on, else the exit code. */
 static int policy(sup_driver *d, int prev_best) {
-    d->no_progress = d->best_step > prev_best ? 0 : d->no_progress + 1;
-    if (d->no_progress >= d->c->no_progress_limit) {
+    /* kept only once the restart is made: a driver stopped in the back-off
+     * leaves the fault to the next launch's policy, which counts it then */
+    int no_progress = d->best_step > prev_best ? 0 : d->no_progress + 1;
+    if (no_progress >= d->c->no_progress_limit) {
+        d->no_progress = no_progress;
         fprintf(stderr,
                 "megascale launch: giving up: %d restart(s) in a row made no progress "
                 "past step %d (do not requeue this job: the same fault comes back)\n",
@@ -462,12 +465,13 @@ static int policy(sup_driver *d, int prev_best) {
     }
     /* doubled for each restart in a row that reached no new step (a fault
      * that comes back), back to --backoff once a restart made progress */
-    double wait = d->c->backoff * (double)(1 << (d->no_progress < 5 ? d->no_progress : 5));
+    double wait = d->c->backoff * (double)(1 << (no_progress < 5 ? no_progress : 5));
     if (wait > 30) wait = 30;
     /* a stop ends the wait; the control socket is answered meanwhile */
     for (double t0 = ms_now(), left; !g_stop && (left = wait - (ms_now() - t0)) > 0;)
         sup_serve_for(d, left < 0.02 ? (int)(left * 1e3) : 20);
     if (g_stop) return SUP_EXIT_STOPPED;
+    d->no_progress = no_progress;
     d->restarts++;
     d->recovering = 0;
     cJSON *f = cJSON_CreateObject();

@@ -11,7 +11,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
 4. SIGTERM to the driver of a running job stops it with its final
    checkpoint committed, even when the ranks need more than mpirun's 1 s to
    stop; SIGTERM and SIGHUP to the driver during a restart's back-off end
-   the job at once (exit 5) without a new start;
+   the job at once (exit 5) without a new start, and the next launch restarts
+   it with that fault counted once;
 5. bad launch options are usage errors (exit 2) naming the option: timings
    out of range, an address that is not one, a bad train option; a missing
    --mpirun is a driver error (exit 1) saying so, at once; a job whose
@@ -257,6 +258,28 @@ def check_stop_in_backoff(d, shard, sig):
        f"rc {p.returncode}, {n_launch} launch(es), {took:.1f} s\n{err[-2000:]}")
 
 
+def check_resume_after_stop_in_backoff(d, shard):
+    """SIGTERM in the back-off after a fault that made no progress (a crash at step 1), then
+    the same launch again with --no-progress-restarts 2: that fault counts once toward the
+    limit, so the job restarts and is done.  Counted twice (once by the stopped driver, once
+    by the next one), it ended at once with exit 4 and no restart."""
+    run = os.path.join(d, "stopres")
+    args = ["--steps", "4", "--ckpt-dir", os.path.join(run, "ckpt")]
+    lim = ["--faults", "exit@1", "--no-progress-restarts", "2"]
+    p = launch(run, shard, ["--backoff", "20", *lim], args, wait=False)
+    t_end = time.time() + 120
+    while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    rc, err = launch(run, shard, ["--backoff", "0.1", *lim], args)
+    ev = [e["event"] for e in events(run)]
+    ok(p.returncode == 5 and rc == 0 and ev[-1] == "job_done" and ev.count("restart") == 1,
+       "stopped in the back-off, launched again: the fault counts once toward "
+       "--no-progress-restarts", f"rc {p.returncode} then {rc}, events {ev}\n{err[-1500:]}")
+
+
 def check_usage(d, shard):
     ck = ["--ckpt-dir", os.path.join(d, "u", "ckpt"), "--steps", "2"]
     for opt, val in [("--heartbeat-timeout", "0"), ("--backoff", "-1"), ("--grace", "-1"),
@@ -434,6 +457,7 @@ def main():
     check_stop_final_ckpt(d, shard)
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
+    check_resume_after_stop_in_backoff(d, shard)
     check_lingering_mpirun(d, shard)
     check_fail_after_done(d, shard)
     check_stale_pids(d, shard)
