@@ -417,12 +417,20 @@ static void summary(sup_driver *d, const char *outcome) {
         cJSON_AddNumberToObject(f, "recover_max_s", isfinite(rmax) ? rmax : -1);
     }
     sup_events_put(e, "summary", f);
+    /* a time no fault has (none recovered: the job gave up or was stopped) reads "none" */
+    char t[4][32];
+    const double tv[4] = {dmed, dmax, rmed, rmax};
+    for (int i = 0; i < 4; i++)
+        if (n && isfinite(tv[i]))
+            snprintf(t[i], sizeof t[i], i < 2 ? "%.2f s" : "%.1f s", tv[i]);
+        else
+            snprintf(t[i], sizeof t[i], "%s", n ? "none" : i < 2 ? "0.00 s" : "0.0 s");
     fprintf(stderr,
             "megascale launch: %s after %.1f s: %d step(s), %d fault(s) %s, %d restart(s), %d "
-            "step(s) redone; detection p50 %.2f s / worst %.2f s, recovery p50 %.1f s / worst "
-            "%.1f s; effective training time %.1f%%\n",
-            outcome, wall, d->best_step, n, ktext ? ktext : "{}", d->restarts, e->redone,
-            n ? dmed : 0, n ? dmax : 0, n ? rmed : 0, n ? rmax : 0, 100 * ettr);
+            "step(s) redone; detection p50 %s / worst %s, recovery p50 %s / worst %s; effective "
+            "training time %.1f%%\n",
+            outcome, wall, d->best_step, n, ktext ? ktext : "{}", d->restarts, e->redone, t[0],
+            t[1], t[2], t[3], 100 * ettr);
     cJSON_free(ktext);
 }
 

@@ -316,6 +316,9 @@ def check_early_failure(d, shard):
     ok(rc == 4 and "storage" not in err.split("giving up")[-1],
        "a failure before the checkpoint directory exists is not broken storage",
        f"rc {rc}: {err[-1500:]}")
+    last = [l for l in err.splitlines() if "megascale launch: no progress after" in l]
+    ok(last and "recovery p50 none / worst none" in last[-1],
+       "a fault never recovered from: the summary line says so, not nan", str(last))
     cfg = os.path.join(d, "train.cfg")
     with open(cfg, "w") as f:
         f.write(f"ckpt-dir = {os.path.join(d, 'cfg', 'ckpt')}\nsteps = 3\n")
