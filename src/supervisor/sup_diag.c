@@ -127,7 +127,9 @@ static int diag_spawn(const sup_diag_config *c, const int *idx, int k, const cha
 
 /* Read every run's output until it closes or the timeout passes (then its
  * process group is killed); 1 if the timeout passed. */
-static int diag_collect(diag_proc *dp, int m, double timeout, const volatile sig_atomic_t *stop) {
+static int diag_collect(diag_proc *dp, int m, const sup_diag_config *c) {
+    double timeout = c->timeout;
+    const volatile sig_atomic_t *stop = c->stop;
     double t_end = ms_now() + timeout;
     int open_n = m, timed_out = 0;
     struct pollfd p[SUP_MAX_NODES];
@@ -140,6 +142,7 @@ static int diag_collect(diag_proc *dp, int m, double timeout, const volatile sig
         for (int i = 0; i < m; i++)
             p[i] = (struct pollfd){.fd = dp[i].fd, .events = POLLIN};
         if (poll(p, (nfds_t)m, left < 200 ? left : 200) < 0 && errno != EINTR) break;
+        if (c->tick) c->tick(c->tick_arg);
         for (int i = 0; i < m; i++) {
             if (dp[i].fd < 0 || !(p[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
             ssize_t got = dp[i].len < DIAG_OUT_MAX
@@ -183,7 +186,7 @@ int sup_diag_run(const sup_diag_config *c, const int *idx, int k, sup_diag_resul
     memset(out, 0, sizeof *out * (size_t)k);
     diag_proc dp;
     if (diag_spawn(c, idx, k, c->hostfile, &dp, why, n) != 0) return -1;
-    int timed_out = diag_collect(&dp, 1, c->timeout, c->stop);
+    int timed_out = diag_collect(&dp, 1, c);
     diag_take(&dp, c->pool, idx, k, out, timed_out);
     return 0;
 }
@@ -203,7 +206,7 @@ int sup_diag_run_each(const sup_diag_config *c, const int *idx, int k, sup_diag_
         }
         m++;
     }
-    int timed_out = m ? diag_collect(dp, m, c->timeout, c->stop) : 0;
+    int timed_out = m ? diag_collect(dp, m, c) : 0;
     for (int j = 0; j < m; j++) {
         diag_take(&dp[j], c->pool, &idx[j], 1, &out[j], timed_out);
         if (c->hostfile) { /* the per-node hostfiles are of this run only */

@@ -417,12 +417,20 @@ static void summary(sup_driver *d, const char *outcome) {
         cJSON_AddNumberToObject(f, "recover_max_s", isfinite(rmax) ? rmax : -1);
     }
     sup_events_put(e, "summary", f);
+    /* a time no fault has (none recovered: the job gave up or was stopped) reads "none" */
+    char t[4][32];
+    const double tv[4] = {dmed, dmax, rmed, rmax};
+    for (int i = 0; i < 4; i++)
+        if (n && isfinite(tv[i]))
+            snprintf(t[i], sizeof t[i], i < 2 ? "%.2f s" : "%.1f s", tv[i]);
+        else
+            snprintf(t[i], sizeof t[i], "%s", n ? "none" : i < 2 ? "0.00 s" : "0.0 s");
     fprintf(stderr,
             "megascale launch: %s after %.1f s: %d step(s), %d fault(s) %s, %d restart(s), %d "
-            "step(s) redone; detection p50 %.2f s / worst %.2f s, recovery p50 %.1f s / worst "
-            "%.1f s; effective training time %.1f%%\n",
-            outcome, wall, d->best_step, n, ktext ? ktext : "{}", d->restarts, e->redone,
-            n ? dmed : 0, n ? dmax : 0, n ? rmed : 0, n ? rmax : 0, 100 * ettr);
+            "step(s) redone; detection p50 %s / worst %s, recovery p50 %s / worst %s; effective "
+            "training time %.1f%%\n",
+            outcome, wall, d->best_step, n, ktext ? ktext : "{}", d->restarts, e->redone, t[0],
+            t[1], t[2], t[3], 100 * ettr);
     cJSON_free(ktext);
 }
 
@@ -445,8 +453,11 @@ static int refused_options(const sup_driver *d) {
 
 /* The restart policy after a fault: 0 to go on, else the exit code. */
 static int policy(sup_driver *d, int prev_best) {
-    d->no_progress = d->best_step > prev_best ? 0 : d->no_progress + 1;
-    if (d->no_progress >= d->c->no_progress_limit) {
+    /* kept only once the restart is made: a driver stopped in the back-off
+     * leaves the fault to the next launch's policy, which counts it then */
+    int no_progress = d->best_step > prev_best ? 0 : d->no_progress + 1;
+    if (no_progress >= d->c->no_progress_limit) {
+        d->no_progress = no_progress;
         fprintf(stderr,
                 "megascale launch: giving up: %d restart(s) in a row made no progress "
                 "past step %d (do not requeue this job: the same fault comes back)\n",
@@ -462,12 +473,15 @@ static int policy(sup_driver *d, int prev_best) {
     }
     /* doubled for each restart in a row that reached no new step (a fault
      * that comes back), back to --backoff once a restart made progress */
-    double wait = d->c->backoff * (double)(1 << (d->no_progress < 5 ? d->no_progress : 5));
+    double wait = d->c->backoff * (double)(1 << (no_progress < 5 ? no_progress : 5));
     if (wait > 30) wait = 30;
-    for (double t0 = ms_now(); !g_stop && ms_now() - t0 < wait;) /* a stop ends the wait */
-        usleep(20000);
+    /* a stop ends the wait; the control socket is answered meanwhile */
+    for (double t0 = ms_now(), left; !g_stop && (left = wait - (ms_now() - t0)) > 0;)
+        sup_serve_for(d, left < 0.02 ? (int)(left * 1e3) : 20);
     if (g_stop) return SUP_EXIT_STOPPED;
+    d->no_progress = no_progress;
     d->restarts++;
+    d->recovering = 0;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "restart", d->restarts);
     cJSON_AddNumberToObject(f, "after_s", wait);
@@ -489,8 +503,32 @@ static void finish(sup_driver *d, const char *outcome, int code) {
     sup_state_save(d, code != SUP_EXIT_STOPPED); /* a stopped job resumes on the next launch */
 }
 
+/* After a stopped attempt: diag, evictions, the restart policy and its
+ * back-off; 0 to start again, else the exit code (the job finished). */
+static int recover_and_wait(sup_driver *d, int prev_best) {
+    /* a SIGTERM/SIGINT/SIGHUP meanwhile ends the job here: no diag, no new start */
+    int code = g_stop ? SUP_EXIT_STOPPED : sup_recover(d);
+    if (!code) code = g_stop ? SUP_EXIT_STOPPED : policy(d, prev_best);
+    if (code)
+        finish(d,
+               code == SUP_EXIT_STOPPED       ? "stopped"
+               : code == SUP_EXIT_NO_PROGRESS ? "no progress"
+               : code == SUP_EXIT_NO_NODES    ? "no nodes"
+               : code == SUP_EXIT_STORAGE     ? "storage"
+                                              : "gave up",
+               code);
+    return code;
+}
+
 static int run_loop(sup_driver *d) {
     char why[512] = "";
+    /* taken over from a driver that died between a fault's stop and the
+     * restart: this one recovers as that one would have (the restart is
+     * counted, the policy and the back-off apply) */
+    if (d->recovering) {
+        int code = recover_and_wait(d, d->recover_prev_best);
+        if (code) return code;
+    }
     for (;;) {
         int prev_best = d->best_step;
         if (sup_nodes_choose(d->pool) != 0) {
@@ -516,10 +554,16 @@ static int run_loop(sup_driver *d) {
             return SUP_EXIT_STOPPED;
         }
         book_fault(d);
+        /* the fault, and the injected faults it has passed, in the state at
+         * once: a driver killed from here until the next start is taken over
+         * by one that neither forgets the fault nor hands it out again */
+        sup_state_save(d, 0);
         sup_dash_update(d, 1); /* the culprit, before the stop takes its time */
         stop_attempt(d);
         sup_heatlog_flush(&d->heat);
         book_stop(d);
+        d->recovering = 1, d->recover_prev_best = prev_best;
+        sup_state_save(d, 0); /* killed from here to the restart: the successor recovers */
         if (!g_stop && refused_options(d)) {
             fprintf(stderr,
                     "megascale launch: error: the job refused its options (mpirun ended with "
@@ -528,19 +572,8 @@ static int run_loop(sup_driver *d) {
             finish(d, "usage", SUP_EXIT_USAGE);
             return SUP_EXIT_USAGE;
         }
-        /* a SIGTERM/SIGINT/SIGHUP meanwhile ends the job here: no diag, no new start */
-        int code = g_stop ? SUP_EXIT_STOPPED : sup_recover(d);
-        if (!code) code = g_stop ? SUP_EXIT_STOPPED : policy(d, prev_best);
-        if (code) {
-            finish(d,
-                   code == SUP_EXIT_STOPPED       ? "stopped"
-                   : code == SUP_EXIT_NO_PROGRESS ? "no progress"
-                   : code == SUP_EXIT_NO_NODES    ? "no nodes"
-                   : code == SUP_EXIT_STORAGE     ? "storage"
-                                                  : "gave up",
-                   code);
-            return code;
-        }
+        int code = recover_and_wait(d, prev_best);
+        if (code) return code;
     }
 }
 

@@ -130,6 +130,8 @@ typedef struct {
     int threads;           /* per node (0: diag's default) */
     const sup_nodes *pool; /* with a hostfile: mpirun gets one slot per node */
     const char *hostfile;  /* where to write that hostfile (NULL: one host) */
+    void (*tick)(void *);  /* called while it waits (the driver answers its control socket) */
+    void *tick_arg;
 } sup_diag_config;
 
 /* Run the self-test on nodes idx[0..k) of the pool at once (one rank
@@ -298,6 +300,8 @@ typedef struct {
     int stopping;       /* the driver is stopping this attempt (its "stopped" beats are no fault) */
     double t_all_done;  /* when every rank had said "done" (0: not yet) */
     int resumed;        /* taken over from an earlier driver's state (driver.json) */
+    int recovering;     /* stopped after a fault, not restarted yet (saved in driver.json) */
+    int recover_prev_best; /* the best step when that attempt started (its policy's) */
     char latest0[4200]; /* CKPT_DIR/latest's identity before the job's first start */
     const volatile sig_atomic_t *stop_flag; /* the driver's signal flag (diag gives up on it) */
     ms_fault_plan plan;                     /* --faults: the faults to hand out */
@@ -330,6 +334,7 @@ int sup_make_token(char *out);
 int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, char *why,
                size_t n);
 void sup_serve(sup_driver *d); /* one tick: accept, read beats and control lines */
+void sup_serve_for(sup_driver *d, int ms); /* the same, waiting at most ms for input */
 void sup_watch(sup_driver *d); /* the hang, start-up and straggler detectors */
 void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -59,6 +59,12 @@ static void storage_probe_dir(const char *dir, char *out, size_t n) {
         ms_path_dir(out);
 }
 
+/* While diag runs: the control socket is answered (status; an eviction is
+ * refused until the restart). */
+static void serve_ctl(void *arg) {
+    sup_serve_for(arg, 0);
+}
+
 /* The self-test on every node not on the blocklist; evicts the ones that
  * fail.  0 to go on, or SUP_EXIT_STORAGE. */
 static int diagnose(sup_driver *d) {
@@ -84,7 +90,9 @@ static int diagnose(sup_driver *d) {
                           .slow_factor = c->diag_slow_factor,
                           .threads = c->hostfile ? 0 : (int)(cores / k > 1 ? cores / k : 1),
                           .pool = p,
-                          .hostfile = c->hostfile ? d->hostfile_path : NULL};
+                          .hostfile = c->hostfile ? d->hostfile_path : NULL,
+                          .tick = serve_ctl,
+                          .tick_arg = d};
     double t0 = ms_now();
     ms_mkdirs(d->diag_dir); /* here, not by each diag rank at once */
     int rc = res ? sup_diag_run(&dc, idx, k, res, why, sizeof why) : -1;
@@ -208,6 +216,15 @@ void sup_state_save(sup_driver *d, int finished) {
     }
     cJSON_AddNumberToObject(o, "restarts", d->restarts);
     cJSON_AddNumberToObject(o, "no_progress", d->no_progress);
+    cJSON_AddBoolToObject(o, "recovering", d->recovering);
+    cJSON_AddNumberToObject(o, "recover_prev_best", d->recover_prev_best);
+    /* the fault being recovered from: a successor books its recovery time
+     * (from its detection, as a wall time) and the steps its restart redoes */
+    cJSON_AddNumberToObject(o, "pending_fault", d->pending_recovery ? d->pending_fault : -1);
+    cJSON_AddNumberToObject(o, "step_at_fault", d->step_at_fault);
+    cJSON_AddNumberToObject(o, "recovery_from",
+                            d->pending_recovery ? ms_wall_now() - (ms_now() - d->t_recovery_from)
+                                                : 0);
     cJSON_AddNumberToObject(o, "best_step", d->best_step);
     cJSON_AddNumberToObject(o, "start_step", d->start_step);
     cJSON_AddNumberToObject(o, "faults_through", d->faults_through);
@@ -325,8 +342,23 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         d->ev.detect_s[i] = de->valuedouble >= 0 ? de->valuedouble : NAN;
         d->ev.recover_s[i] = re->valuedouble >= 0 ? re->valuedouble : NAN;
     }
+    const cJSON *pf = cJSON_GetObjectItemCaseSensitive(o, "pending_fault"); /* absent: none */
+    const cJSON *saf = cJSON_GetObjectItemCaseSensitive(o, "step_at_fault");
+    const cJSON *rfrom = cJSON_GetObjectItemCaseSensitive(o, "recovery_from");
+    if (cJSON_IsNumber(pf) && pf->valuedouble >= 0 && pf->valuedouble < d->ev.n_faults &&
+        cJSON_IsNumber(saf) && cJSON_IsNumber(rfrom) && rfrom->valuedouble > 0) {
+        d->pending_recovery = 1;
+        d->pending_fault = (int)pf->valuedouble;
+        d->step_at_fault = (int)saf->valuedouble;
+        d->t_recovery_from = ms_now() - (ms_wall_now() - rfrom->valuedouble);
+    }
+    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recovering"); /* absent: no */
+    const cJSON *rpb = cJSON_GetObjectItemCaseSensitive(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
     int adopted = 0;
+    /* stopped after a fault, not restarted yet: no job to adopt, the restart is this one's */
+    d->recovering = cJSON_IsTrue(rec) && !job;
+    d->recover_prev_best = cJSON_IsNumber(rpb) ? (int)rpb->valuedouble : d->best_step;
     if (job) {
         /* its ranks reconnect to the same address with the same token */
         snprintf(d->token, sizeof d->token, "%s", tok->valuestring);

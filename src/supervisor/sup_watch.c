@@ -436,7 +436,7 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
                  "evicting node %s would leave %d healthy node(s) for a job of %d: no spare",
                  m->node, sup_nodes_usable(d->pool) - 1, d->pool->needed);
     } else if (sup_nodes_is_active(d->pool, i)) {
-        if (d->evict_node < 0 && !d->fault) {
+        if (d->evict_node < 0 && !d->fault && !d->recovering) {
             d->evict_node = i;
             snprintf(d->evict_reason, sizeof d->evict_reason,
                      "manual eviction (megascale launch --ctl)");
@@ -522,6 +522,10 @@ static void accept_all(sup_driver *d, int lfd, int ctl) {
 }
 
 void sup_serve(sup_driver *d) {
+    sup_serve_for(d, SUP_TICK_MS);
+}
+
+void sup_serve_for(sup_driver *d, int ms) {
     int n = d->n_conns, m = d->n_ctl;
     struct pollfd *p = calloc((size_t)(n + m) + 2, sizeof *p);
     if (!p) return;
@@ -531,7 +535,7 @@ void sup_serve(sup_driver *d) {
         p[i + 2] = (struct pollfd){d->conns[i].fd, POLLIN, 0};
     for (int i = 0; i < m; i++)
         p[n + 2 + i] = (struct pollfd){d->ctl[i].fd, POLLIN, 0};
-    if (poll(p, (nfds_t)(n + m) + 2, SUP_TICK_MS) > 0) {
+    if (poll(p, (nfds_t)(n + m) + 2, ms) > 0) {
         for (int i = m - 1; i >= 0; i--)
             if (p[n + 2 + i].revents && read_ctl(d, &d->ctl[i])) drop_ctl(d, i);
         for (int i = n - 1; i >= 0; i--)

@@ -13,7 +13,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
 4. SIGTERM to the driver of a running job stops it with its final
    checkpoint committed, even when the ranks need more than mpirun's 1 s to
    stop; SIGTERM and SIGHUP to the driver during a restart's back-off end
-   the job at once (exit 5) without a new start;
+   the job at once (exit 5) without a new start, and the next launch restarts
+   it with that fault counted once;
 5. bad launch options are usage errors (exit 2) naming the option: timings
    out of range, an address that is not one, a hostfile naming another host
    while the heartbeats are on loopback, a bad train option; a missing
@@ -31,7 +32,10 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    left behind is killed;
 10. a rank whose heartbeat connection closes while its process runs
    reconnects, with no fault; one whose process then ends is a crash;
-11. idle connections holding every control slot do not lock `--ctl` out.
+11. idle connections holding every control slot do not lock `--ctl` out;
+12. a driver killed in a restart's back-off is taken over without the fault
+   counted twice or fired again, and the restart is counted; the control
+   socket answers `status` in the back-off.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -279,6 +283,28 @@ def check_stop_in_backoff(d, shard, sig):
        f"rc {p.returncode}, {n_launch} launch(es), {took:.1f} s\n{err[-2000:]}")
 
 
+def check_resume_after_stop_in_backoff(d, shard):
+    """SIGTERM in the back-off after a fault that made no progress (a crash at step 1), then
+    the same launch again with --no-progress-restarts 2: that fault counts once toward the
+    limit, so the job restarts and is done.  Counted twice (once by the stopped driver, once
+    by the next one), it ended at once with exit 4 and no restart."""
+    run = os.path.join(d, "stopres")
+    args = ["--steps", "4", "--ckpt-dir", os.path.join(run, "ckpt")]
+    lim = ["--faults", "exit@1", "--no-progress-restarts", "2"]
+    p = launch(run, shard, ["--backoff", "20", *lim], args, wait=False)
+    t_end = time.time() + 120
+    while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=30)
+    rc, err = launch(run, shard, ["--backoff", "0.1", *lim], args)
+    ev = [e["event"] for e in events(run)]
+    ok(p.returncode == 5 and rc == 0 and ev[-1] == "job_done" and ev.count("restart") == 1,
+       "stopped in the back-off, launched again: the fault counts once toward "
+       "--no-progress-restarts", f"rc {p.returncode} then {rc}, events {ev}\n{err[-1500:]}")
+
+
 def check_usage(d, shard):
     ck = ["--ckpt-dir", os.path.join(d, "u", "ckpt"), "--steps", "2"]
     for opt, val in [("--heartbeat-timeout", "0"), ("--backoff", "-1"), ("--grace", "-1"),
@@ -332,6 +358,9 @@ def check_early_failure(d, shard):
     ok(rc == 4 and "storage" not in err.split("giving up")[-1],
        "a failure before the checkpoint directory exists is not broken storage",
        f"rc {rc}: {err[-1500:]}")
+    last = [l for l in err.splitlines() if "megascale launch: no progress after" in l]
+    ok(last and "recovery p50 none / worst none" in last[-1],
+       "a fault never recovered from: the summary line says so, not nan", str(last))
     cfg = os.path.join(d, "train.cfg")
     with open(cfg, "w") as f:
         f.write(f"ckpt-dir = {os.path.join(d, 'cfg', 'ckpt')}\nsteps = 3\n")
@@ -516,6 +545,45 @@ def check_stale_pids(d, shard):
        "killed", f"rc {rc}, reused kept {kept}, orphan gone {gone}, {res}\n{err[-1500:]}")
 
 
+def check_takeover_in_backoff(d, shard):
+    """The driver killed (SIGKILL) in a restart's back-off, then the same launch again: the
+    new driver counts the fault once, makes the restart itself (counted), and does not hand
+    the injected fault that fired out again.  Before, the state (driver.json) was last
+    written before the fault: the successor knew neither it nor that exit@3 had fired, so
+    the fault fired a second time and the summary missed a restart."""
+    run = os.path.join(d, "tkbo")
+    args = ["--steps", "6", "--ckpt-every", "2", "--ckpt-dir", os.path.join(run, "ckpt")]
+    p = launch(run, shard, ["--backoff", "20", "--faults", "exit@3"], args, wait=False)
+    t_end = time.time() + 120
+    while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
+        time.sleep(0.05)
+    time.sleep(0.3)
+    # the control socket answers in the back-off (before, nothing did until the restart:
+    # the client gave up after 10 s with "no reply from the driver")
+    t0 = time.time()
+    st = subprocess.run([BIN, "launch", "--ctl", run, "status"], capture_output=True, text=True,
+                        timeout=30)
+    took = time.time() - t0
+    try:
+        nodes = json.loads(st.stdout)["nodes"]
+    except (ValueError, KeyError):
+        nodes = None
+    ok(st.returncode == 0 and nodes and took < 5,
+       "--ctl status during a restart's back-off is answered",
+       f"rc {st.returncode}, {took:.1f} s: {st.stdout[-500:]} {st.stderr[-500:]}")
+    p.kill()
+    p.communicate()
+    rc, err = launch(run, shard, ["--backoff", "0.1", "--faults", "exit@3"], args)
+    ev = events(run)
+    names = [e["event"] for e in ev]
+    summ = [e for e in ev if e["event"] == "summary"]
+    ok(rc == 0 and names.count("fault_detected") == 1 and names.count("restart") == 1 and
+       summ and summ[-1]["restarts"] == 1 and sum(summ[-1]["faults"].values()) == 1 and
+       summ[-1].get("recover_max_s", -1) > 0,
+       "the driver killed in the back-off: the successor counts the fault once, restarts, and "
+       "the fault does not fire again, its recovery time is booked", f"rc {rc}, events {names}, {summ}\n{err[-1500:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -530,11 +598,13 @@ def main():
     check_stop_final_ckpt(d, shard)
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
+    check_resume_after_stop_in_backoff(d, shard)
     check_lingering_mpirun(d, shard)
     check_fail_after_done(d, shard)
     check_stale_pids(d, shard)
     check_conn_lost(d, shard)
     check_ctl_slots(d, shard)
+    check_takeover_in_backoff(d, shard)
     finish(d)
 
 
