@@ -770,8 +770,35 @@ static void dim_wait_ns(const trainer *t, long long ns[3]) {
     ns[2] = t->pipe ? train_pipe_wait_ns(t->pipe) : 0;
 }
 
-/* One optimiser step over `accum` micro-batches. */
-static ms_status train_step(trainer *t, int step, step_result *r) {
+/* Whether every rank stops before this step.  A signal (the driver's or a
+ * scheduler's SIGTERM) reaches the ranks at different moments: one rank
+ * that left the loop on its own flag would leave the others in the step's
+ * collectives, and the final checkpoint would never commit.  With
+ * checkpoints the agreement rides on the checkpoint hook's all-reduce at the
+ * end of the step before (none before the first step: a signal during
+ * set-up stops after it); without, one small all-reduce here.  Alone, the
+ * process's own flag. */
+static ms_status stop_agreed(trainer *t, int *stop) {
+    if (!t->world || comm_world_size(t->world) == 1) { /* alone: nobody to agree with */
+        *stop = ms_ctx_get()->stop != 0;
+        return MS_OK;
+    }
+    if (t->ckpt) {
+        *stop = ckpt_manager_stop_agreed(t->ckpt);
+        return MS_OK;
+    }
+    int32_t f = ms_ctx_get()->stop != 0;
+    MS_TRY(comm_allreduce(comm_world_group(t->world), &f, &f, 1, COMM_I32, COMM_MAX));
+    if (f && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
+    *stop = f != 0;
+    return MS_OK;
+}
+
+/* One optimiser step over `accum` micro-batches, unless every rank agreed
+ * to stop before it (*stop = 1: nothing done).  The agreement is timed with
+ * the step: its all-reduce is where a stalled link or a late peer shows
+ * first. */
+static ms_status train_step(trainer *t, int step, step_result *r, int *stop) {
     ms_ev_set_step(step + 1); /* every span recorded from here on belongs to this step */
     r->t0_ns = ms_ev_now();
     double t0 = ms_now();
@@ -779,6 +806,11 @@ static ms_status train_step(trainer *t, int step, step_result *r) {
      * on its own collectives, and those are not the step's communication */
     long long wait0 = comm_thread_wait_ns(), dim0[3];
     dim_wait_ns(t, dim0);
+    MS_TRY(stop_agreed(t, stop));
+    if (*stop) {
+        ms_ev_set_step(step); /* no step happened */
+        return MS_OK;
+    }
     int64_t t_slow = ms_ev_now(); /* injected: a straggler's compute (trace stragglers too) */
     if (ms_fault_fire_slow(&t->fault, step + 1, t->rank))
         ms_ev_span(t->ev_slow, 0, t_slow, ms_ev_now(), NULL);
@@ -868,30 +900,6 @@ static ms_status ckpt_hook(trainer *t) {
     return st;
 }
 
-/* Whether every rank stops before this step.  A signal (the driver's or a
- * scheduler's SIGTERM) reaches the ranks at different moments: one rank
- * that left the loop on its own flag would leave the others in the step's
- * collectives, and the final checkpoint would never commit.  With
- * checkpoints the agreement rides on the checkpoint hook's all-reduce at the
- * end of the step before (none before the first step: a signal during
- * set-up stops after it); without, one small all-reduce here.  Alone, the
- * process's own flag. */
-static ms_status stop_agreed(trainer *t, int *stop) {
-    if (!t->world || comm_world_size(t->world) == 1) { /* alone: nobody to agree with */
-        *stop = ms_ctx_get()->stop != 0;
-        return MS_OK;
-    }
-    if (t->ckpt) {
-        *stop = ckpt_manager_stop_agreed(t->ckpt);
-        return MS_OK;
-    }
-    int32_t f = ms_ctx_get()->stop != 0;
-    MS_TRY(comm_allreduce(comm_world_group(t->world), &f, &f, 1, COMM_I32, COMM_MAX));
-    if (f && !ms_ctx_get()->stop) ms_ctx_mut()->stop = 1; /* another rank was signalled */
-    *stop = f != 0;
-    return MS_OK;
-}
-
 static ms_status loop(trainer *t) {
     const train_config *tc = t->tc;
     double start = ms_now();
@@ -902,14 +910,13 @@ static ms_status loop(trainer *t) {
          * this fault to the next start again (it fires once) */
         if (t->fault.n && t->hb) mon_heartbeat_flush(t->hb, 1.0);
         ms_fault_fire_process(&t->fault, step + 1, t->rank); /* injected: exit, kill, hang... */
+        step_result r;
         int stop;
-        MS_TRY(stop_agreed(t, &stop));
+        MS_TRY(train_step(t, step, &r, &stop));
         if (stop) {
             ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
             break;
         }
-        step_result r;
-        MS_TRY(train_step(t, step, &r));
         MS_TRY(report(t, step, &r, ms_now() - start));
         warmup_probe(t, step);
         bad = r.skipped ? bad + 1 : 0;
