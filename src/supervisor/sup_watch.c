@@ -277,7 +277,7 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
 
 /* A rejected connection or beat, as an event: at most REJECT_PER_S a
  * second, so that a local process flooding the ports cannot fill the disk
- * with the event log (the next event written says how many were left out). */
+ * with the event log (one rejects_left_out event counts the rest). */
 #define REJECT_PER_S 20
 #define ACCEPT_PER_PASS 64 /* connections taken a pass: the beats are read between */
 static void reject_flush(sup_driver *d) {
