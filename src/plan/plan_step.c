@@ -231,7 +231,8 @@ ms_status plan_check(const plan_model *m, const plan_layout *l) {
                         l->gpus, l->tp, l->pp, l->vpp, l->batch, l->micro);
     if (m->heads % l->tp)
         return ms_error(MS_ERR_ARG, "--tp %d does not divide --heads %d", l->tp, m->heads);
-    if (l->gpus % (l->tp * l->pp))
+    /* products in 64 bits: --tp, --pp and --vpp go up to 65536 each */
+    if (l->gpus % ((long long)l->tp * l->pp))
         return ms_error(MS_ERR_ARG, "--gpus %d is not a multiple of --tp %d x --pp %d", l->gpus,
                         l->tp, l->pp);
     int dp = l->gpus / (l->tp * l->pp);
@@ -240,7 +241,7 @@ ms_status plan_check(const plan_model *m, const plan_layout *l) {
                         "--batch %d is not a multiple of dp %d x --micro-batch %d (dp = --gpus "
                         "%d / (--tp %d x --pp %d))",
                         l->batch, dp, l->micro, l->gpus, l->tp, l->pp);
-    if (m->layers % (l->pp * l->vpp))
+    if (m->layers % ((long long)l->pp * l->vpp))
         return ms_error(MS_ERR_ARG, "%d layers do not divide into --pp %d x --vpp %d chunks",
                         m->layers, l->pp, l->vpp);
     if (l->vpp > 1 && l->pp < 2) return ms_error(MS_ERR_ARG, "--vpp %d needs --pp >= 2", l->vpp);

@@ -233,9 +233,14 @@ static void test_layout_errors(void) {
         {{.gpus = 256, .tp = 8, .pp = 8, .vpp = 1, .batch = 66, .micro = 1}, "--batch 66"},
         {{.gpus = 256, .tp = 8, .pp = 8, .vpp = 5, .batch = 64, .micro = 1}, "--vpp 5"},
         {{.gpus = 256, .tp = 8, .pp = 8, .vpp = 2, .batch = 36, .micro = 1}, "micro-batches"},
+        /* products past int (65536 x 65536 wrapped to 0: a division by zero before) */
+        {{.gpus = 256, .tp = 65536, .pp = 65536, .vpp = 1, .batch = 64, .micro = 1}, "--gpus 256"},
+        {{.gpus = 65536, .tp = 1, .pp = 65536, .vpp = 65536, .batch = 64, .micro = 1},
+         "--vpp 65536"},
     };
+    plan_model wide = {.layers = 96, .dim = 65536, .heads = 65536, .vocab = 50257, .seq = 2048};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        T_EQ_INT(plan_check(&m, &cases[i].l), MS_ERR_ARG);
+        T_EQ_INT(plan_check(cases[i].l.tp == 65536 ? &wide : &m, &cases[i].l), MS_ERR_ARG);
         T_STR_CONTAINS(ms_errmsg(), cases[i].needle);
     }
 }
