@@ -210,12 +210,40 @@ static ms_status inputs(const plan_cli *o, plan_model *m, plan_layout *l, plan_f
     return plan_check(m, l);
 }
 
+/* Why a search found nothing: no layout was valid for the batch, or none fitted (the
+ * smallest need, part by part). */
+static ms_status search_none(const plan_cli *o, const plan_model *m, const plan_layout *l,
+                             const plan_features *f, const plan_cluster *c, int tried,
+                             const plan_candidate *small) {
+    if (!tried)
+        return ms_error(MS_ERR_ARG,
+                        "no layout is valid: with tp dividing --heads %d and the node's %d GPUs, "
+                        "pp dividing the %d layers and --gpus %d / tp, and a micro-batch of a "
+                        "power of two up to --max-micro %d, --batch %d is never a multiple of "
+                        "dp x micro-batch (with enough micro-batches for the pipeline)",
+                        m->heads, c->gpus_per_node, m->layers, l->gpus, o->max_micro, l->batch);
+    const plan_layout *b = &small->layout;
+    const plan_result *r = &small->result;
+    return ms_error(MS_ERR_ARG,
+                    "no layout of the %d tried fits in %.0f GB per GPU: the smallest need is "
+                    "%.1f GB (tp %d, pp %d, vpp %d, dp %d, micro-batch %d: weights %.1f, "
+                    "gradients %.1f, optimizer %.1f, activations %.1f, reserved %.1f)%s",
+                    tried, c->mem_gb, r->memory_gb, b->tp, b->pp, b->vpp, r->dp, b->micro,
+                    r->mem_params_gb, r->mem_grads_gb, r->mem_optim_gb, r->mem_act_gb,
+                    r->mem_reserved_gb,
+                    /* the hint only where dropping activations could close the gap */
+                    f->recompute != PLAN_RECOMPUTE_FULL && r->mem_act_gb > r->memory_gb - c->mem_gb
+                        ? "; --recompute full keeps less activation memory"
+                        : "");
+}
+
 static int run_search(const plan_cli *o, const plan_model *m, const plan_layout *l,
                       const plan_features *f, const plan_cluster *c) {
-    plan_candidate *best = calloc((size_t)o->top, sizeof *best);
+    plan_candidate *best = calloc((size_t)o->top, sizeof *best), small;
     if (!best) return cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory"));
     int n = 0, tried = 0;
-    ms_status st = plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried);
+    ms_status st =
+        plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried, &small);
     if (st != MS_OK) {
         free(best);
         return cli_fail("plan", st);
@@ -227,8 +255,14 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
             printf("%s%s", i ? "," : "", j ? j : "null");
             free(j);
         }
-        printf("]}\n");
-    } else {
+        printf("]");
+        if (!n && tried) { /* none fits: the layout that needs the least memory */
+            char *j = plan_result_json(m, &small.layout, c, &small.result);
+            printf(",\"smallest\":%s", j ? j : "null");
+            free(j);
+        }
+        printf("}\n");
+    } else if (n) {
         printf("%d layouts tried on %d GPUs of %s; %d fit in %.0f GB, the best:\n", tried, l->gpus,
                c->name, n, c->mem_gb);
         printf("%4s %4s %4s %4s %5s | %9s %7s %9s\n", "tp", "pp", "vpp", "dp", "micro", "iter s",
@@ -241,11 +275,7 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
         }
     }
     free(best);
-    return n ? 0
-             : cli_fail("plan", ms_error(MS_ERR_ARG,
-                                         "no layout of the %d tried fits in %.0f "
-                                         "GB per GPU",
-                                         tried, c->mem_gb));
+    return n ? 0 : cli_fail("plan", search_none(o, m, l, f, c, tried, &small));
 }
 
 /* argv with bare --json / --search made "--json=1" (a flag without a value). */

@@ -217,10 +217,12 @@ typedef struct {
  * pp a divisor of layers, vpp up to max_vpp, micro a power of two up to
  * max_micro, that is valid and fits in memory, ranked by iteration time;
  * the best `max` into out, their count into *n, the number evaluated into
- * *tried. */
+ * *tried.  smallest (NULL: not wanted): of the evaluated layouts, fitting
+ * or not, the one that needs the least memory per GPU (what to report
+ * when none fits); untouched when none was evaluated. */
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried);
+                      int max, int *n, int *tried, plan_candidate *smallest);
 
 /* ---- scale-out costs (plan_scale.c) --------------------------------------- */
 

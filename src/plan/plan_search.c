@@ -24,7 +24,7 @@ static void keep(plan_candidate *out, int max, int *n, const plan_candidate *c) 
 
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried) {
+                      int max, int *n, int *tried, plan_candidate *smallest) {
     *n = 0, *tried = 0;
     if (max < 1) return ms_error(MS_ERR_ARG, "plan search: room for no result");
     for (int tp = 1; tp <= m->heads && tp <= c->gpus_per_node; tp++) {
@@ -41,6 +41,8 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                     ms_status st = plan_predict(m, &cand.layout, f, c, &cand.result);
                     if (st == MS_ERR_NOMEM) return st;
                     if (st != MS_OK) continue;
+                    if (smallest && (!*tried || cand.result.memory_gb < smallest->result.memory_gb))
+                        *smallest = cand;
                     (*tried)++;
                     if (cand.result.fits) keep(out, max, n, &cand);
                 }

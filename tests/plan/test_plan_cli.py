@@ -114,6 +114,35 @@ def main():
     ok(r.returncode == 0 and "fit in 80 GB" in r.stdout, "search without a valid base layout",
        r.stdout + r.stderr)
 
+    # nothing fits: the error says the smallest need and its parts; JSON carries that layout
+    r = plan("--cluster", "h100-node", "--gpus", "8", "--batch", "8", "--model", "gpt3-175b",
+             "--search")
+    m = re.search(r"smallest need is ([\d.]+) GB \(tp (\d+), pp (\d+).*weights", r.stderr)
+    ok(r.returncode == 2 and m and float(m.group(1)) > 80 and "layouts tried" not in r.stdout,
+       "search, nothing fits: names the smallest need, no empty table", r.stdout + r.stderr)
+    rj = plan("--cluster", "h100-node", "--gpus", "8", "--batch", "8", "--model", "gpt3-175b",
+              "--search", "--json")
+    sj = json.loads(rj.stdout) if rj.stdout else {}
+    ok(rj.returncode == 2 and sj.get("layouts") == [] and m
+       and abs(sj["smallest"]["memory_gb_per_gpu"] - float(m.group(1))) < 0.1
+       and not sj["smallest"]["fits"], "search --json, nothing fits: the smallest layout",
+       rj.stdout + rj.stderr)
+    # long sequences: the activations are what does not fit, and the hint says so
+    long_seq = ["--cluster", "h100-node", "--gpus", "1", "--batch", "8", "--layers", "24", "--dim",
+                "2048", "--heads", "16", "--vocab", "50257", "--seq", "32768", "--features",
+                "none", "--search"]
+    r = plan(*long_seq)
+    ok(r.returncode == 2 and "--recompute full" in r.stderr, "search: the recompute hint",
+       r.stderr)
+    r = plan(*long_seq, "--recompute", "full")
+    ok(r.returncode == 0 and "fit in 80 GB" in r.stdout, "search: with full recompute it fits",
+       r.stdout + r.stderr)
+    # no layout is valid at all (batch 1 on 4096 GPUs): says why, not "0 tried"
+    r = plan("--cluster", "h100-node", "--gpus", "4096", "--batch", "1", "--model", "gpt3-175b",
+             "--search")
+    ok(r.returncode == 2 and "no layout is valid" in r.stderr and "--batch 1" in r.stderr,
+       "search: no valid layout names --batch", r.stdout + r.stderr)
+
     src = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
     for f in sorted(os.listdir(os.path.join(src, "data", "clusters"))):
         name = f[:-5]
