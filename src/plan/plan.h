@@ -140,10 +140,15 @@ typedef enum { PLAN_ALLREDUCE, PLAN_REDUCE_SCATTER, PLAN_ALLGATHER, PLAN_P2P } p
  * all-reduce twice that), or for all-reduce a double binary tree
  * (2 log2 n steps, 2 buffers) when faster.  0 for one rank. */
 double plan_coll_s(const plan_link *l, plan_coll kind, int ranks, double bytes);
-/* The link of a group of `ranks` ranks whose members are `stride` ranks
- * apart in the world (TP 1, DP tp, PP tp*dp): inside a node when the group
- * fits in one. */
-const plan_link *plan_link_of(const plan_cluster *c, int ranks, int stride);
+/* The link of the groups of `ranks` ranks whose members are `stride` ranks
+ * apart in a world of `world` ranks (TP 1, DP tp, PP tp*dp; the groups of a
+ * dimension tile the world in blocks of ranks x stride): inside a node when
+ * every group is in one (the world fits in a node, or a block does and the
+ * node size is a multiple of it), else between nodes: a group that
+ * straddles two nodes runs at that speed, and the step waits for it (dp 3
+ * on nodes of 8: the group of ranks 6, 7, 8; pp 4 x tp 4 on nodes of 8: the
+ * hop from rank 7's stage to rank 8's). */
+const plan_link *plan_link_of(const plan_cluster *c, int ranks, int stride, int world);
 
 /* ---- the step (plan_step.c) --------------------------------------------- */
 

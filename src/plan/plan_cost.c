@@ -47,6 +47,8 @@ double plan_coll_s(const plan_link *l, plan_coll kind, int ranks, double bytes) 
     return 0;
 }
 
-const plan_link *plan_link_of(const plan_cluster *c, int ranks, int stride) {
-    return (long)ranks * stride <= c->gpus_per_node ? &c->intra : &c->inter;
+const plan_link *plan_link_of(const plan_cluster *c, int ranks, int stride, int world) {
+    long long block = (long long)ranks * stride, node = c->gpus_per_node;
+    if (world <= node || ranks <= 1) return &c->intra;
+    return block <= node && node % block == 0 ? &c->intra : &c->inter;
 }

@@ -44,7 +44,7 @@ plan_ckpt_cost plan_ckpt_time(const plan_model *m, const plan_layout *l, const p
     /* restore: every rank needs its weights (n * 4) and its optimizer shard; one reader per
      * dp group reads the weights and broadcasts them over DP (a ring: ~ the bytes once more) */
     double shard = n * 8.0 / d, weights = n * 4.0;
-    double bcast = plan_coll_s(plan_link_of(c, d, t), PLAN_ALLGATHER, d, weights);
+    double bcast = plan_coll_s(plan_link_of(c, d, t, l->gpus), PLAN_ALLGATHER, d, weights);
     r.restore_s = (weights / d + shard) * per_node / (c->storage_gbps * 1e9) + bcast;
     r.restore_all_s = (weights + shard) * per_node / (c->storage_gbps * 1e9);
     return r;

@@ -92,7 +92,7 @@ static double ln_bwd_passes(const plan_cluster *c, const plan_features *f) {
 }
 
 static layer_cost layer(const plan_model *m, const plan_features *f, const plan_cluster *c, int t,
-                        int b) {
+                        int b, int world) {
     layer_cost r;
     memset(&r, 0, sizeof r);
     double h = m->dim, N = (double)b * m->seq, Nl = N / t;
@@ -115,7 +115,7 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
     r.fwd += n_res * passes_s(c, 1, Nl * h, 4); /* bias + dropout + residual */
     r.bwd += n_res * passes_s(c, 1, Nl * h, 3);
     if (t > 1) { /* sequence parallel: all-gather in, reduce-scatter out, per branch */
-        const plan_link *l = plan_link_of(c, t, 1);
+        const plan_link *l = plan_link_of(c, t, 1, world);
         double ag = plan_coll_s(l, PLAN_ALLGATHER, t, N * h * c->act_bytes);
         double rs = plan_coll_s(l, PLAN_REDUCE_SCATTER, t, N * h * c->act_bytes);
         int n = m->parallel_block ? 1 : 2; /* a parallel block's AG and RS serve both branches */
@@ -144,7 +144,8 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
 
 /* Embedding (first global chunk) and final LN + classifier + loss (last). */
 static void ends_cost(const plan_model *m, const plan_features *f, const plan_cluster *c, int t,
-                      int b, double *emb_f, double *emb_b, double *cls_f, double *cls_b) {
+                      int b, int world, double *emb_f, double *emb_b, double *cls_f,
+                      double *cls_b) {
     double h = m->dim, N = (double)b * m->seq, Vl = (double)m->vocab / t;
     *emb_f = passes_s(c, 1, N * h / t, 3); /* gather of wte + wpe rows, add */
     *emb_b = passes_s(c, 1, N * h / t, 3) + passes_s(c, 1, Vl * h, 1); /* scatter-add, zero */
@@ -157,7 +158,7 @@ static void ends_cost(const plan_model *m, const plan_features *f, const plan_cl
                   * sequence shards; the final LN's output gathered, the vocabulary slices'
                   * softmax statistics (max, sum, target logit) gathered; backward: the
                   * mirror images, the position-embedding gradient and ln_f's summed */
-        const plan_link *l = plan_link_of(c, t, 1);
+        const plan_link *l = plan_link_of(c, t, 1, world);
         double act = N * h * c->act_bytes;
         *emb_f += plan_coll_s(l, PLAN_REDUCE_SCATTER, t, act);
         *emb_b += plan_coll_s(l, PLAN_ALLGATHER, t, act) +
@@ -283,10 +284,11 @@ static void ctx_init(step_ctx *x, const plan_model *m, const plan_layout *l, con
     x->lc = m->layers / (l->pp * l->vpp);
     int per_node = l->gpus < c->gpus_per_node ? l->gpus : c->gpus_per_node;
     x->slow = c->cores > 0 ? fmax(1, per_node * c->threads / c->cores) : 1;
-    x->lay = layer(m, f, c, x->t, x->b);
-    ends_cost(m, f, c, x->t, x->b, &x->emb_f, &x->emb_b, &x->cls_f, &x->cls_b);
-    if (x->p > 1) /* each TP rank sends its sequence shard to the same TP rank of the next stage */
-        x->t_p2p = plan_coll_s(plan_link_of(c, 2, x->t * x->d), PLAN_P2P, 2,
+    x->lay = layer(m, f, c, x->t, x->b, l->gpus);
+    ends_cost(m, f, c, x->t, x->b, l->gpus, &x->emb_f, &x->emb_b, &x->cls_f, &x->cls_b);
+    if (x->p > 1) /* each TP rank sends its sequence shard to the same TP rank of the next stage
+                   * (the link of the pipeline group: one hop between nodes sets the pace) */
+        x->t_p2p = plan_coll_s(plan_link_of(c, x->p, x->t * x->d, l->gpus), PLAN_P2P, 2,
                                (double)x->b * m->seq * m->dim / x->t * c->act_bytes);
 }
 
@@ -358,7 +360,7 @@ static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bw
 static double dp_exposed(const step_ctx *x) {
     if (x->d == 1) return 0;
     const plan_cluster *c = x->c;
-    const plan_link *lk = plan_link_of(c, x->d, x->t);
+    const plan_link *lk = plan_link_of(c, x->d, x->t, x->l->gpus);
     double lp = layer_params(x->m) / x->t, n_lay = (double)x->m->layers / x->p;
     double ep = embed_params(x->m) / x->t; /* on the first stage (and the tied copy on the last) */
     double rs1 = plan_coll_s(lk, PLAN_REDUCE_SCATTER, x->d, lp * c->grad_bytes);
@@ -398,7 +400,8 @@ static double optimizer_s(const step_ctx *x) {
     double launches =
         2.0 * ((double)x->m->layers / x->p * gpt_config_layer_tensors(&g) + GPT_EMBED_TENSORS);
     /* the grad norm's all-reduce over every rank: inside a node when they all are */
-    double norm = plan_coll_s(plan_link_of(x->c, x->l->gpus, 1), PLAN_ALLREDUCE, x->l->gpus, 8);
+    double norm =
+        plan_coll_s(plan_link_of(x->c, x->l->gpus, 1, x->l->gpus), PLAN_ALLREDUCE, x->l->gpus, 8);
     double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
     if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
         update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
@@ -432,7 +435,7 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
         r->bubble_fraction = r->bubble_s / (comp[s] + tp[s] + pp[s]);
         r->dp_s = dp_exposed(&x);
         if (x.p > 1) /* the tied embedding's gradients summed over the first and last stage */
-            r->dp_s += plan_coll_s(plan_link_of(c, 2, x.t * x.d * (x.p - 1)), PLAN_ALLREDUCE, 2,
+            r->dp_s += plan_coll_s(plan_link_of(c, x.p, x.t * x.d, l->gpus), PLAN_ALLREDUCE, 2,
                                    (double)m->vocab * m->dim / x.t * c->grad_bytes);
         r->optimizer_s = optimizer_s(&x);
         r->data_s = c->step_ms * 1e-3 + (f->async_data ? 0 : x.n_micro * c->data_ms * 1e-3);

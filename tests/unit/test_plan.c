@@ -51,9 +51,31 @@ static void test_collectives(void) {
     T_NEAR(plan_coll_s(&half, PLAN_ALLGATHER, 2, S) - 10e-6,
            2 * (plan_coll_s(&l, PLAN_ALLGATHER, 2, S) - 10e-6), 1e-12);
     plan_cluster c = cluster();
-    T_OK(plan_link_of(&c, 8, 1) == &c.intra); /* tp 8 in a node of 8 */
-    T_OK(plan_link_of(&c, 2, 8) == &c.inter); /* dp peers 8 ranks apart */
-    T_OK(plan_link_of(&c, 4, 2) == &c.intra); /* 4 x 2 fit in the node */
+    T_OK(plan_link_of(&c, 8, 1, 64) == &c.intra); /* tp 8 in a node of 8 */
+    T_OK(plan_link_of(&c, 2, 8, 64) == &c.inter); /* dp peers 8 ranks apart */
+    T_OK(plan_link_of(&c, 4, 2, 64) == &c.intra); /* 4 x 2 fit in the node */
+    /* groups that straddle nodes although a group is no wider than one: dp 3 (ranks 6, 7, 8),
+     * tp 3, the pipeline of tp 4 x pp 4 (the hop from ranks 4-7 to 8-11) */
+    T_OK(plan_link_of(&c, 3, 1, 24) == &c.inter);
+    T_OK(plan_link_of(&c, 3, 2, 48) == &c.inter);
+    T_OK(plan_link_of(&c, 4, 4, 16) == &c.inter);
+    T_OK(plan_link_of(&c, 3, 2, 6) == &c.intra);  /* a world of 6 in one node */
+    T_OK(plan_link_of(&c, 2, 4, 16) == &c.intra); /* blocks of 8 on nodes of 8 */
+    c.gpus_per_node = 1; /* one GPU a node: every group of 2 or more between nodes */
+    T_OK(plan_link_of(&c, 2, 1, 2) == &c.inter);
+    T_OK(plan_link_of(&c, 1, 1, 2) == &c.intra);
+    /* the step: tp 4 x pp 4 on nodes of 8 pays the inter-node link for its pipeline
+     * transfers, on nodes of 16 the intra-node one (the same 8 GPUs a node said intra) */
+    plan_model pm = {.layers = 8, .dim = 1024, .heads = 16, .vocab = 1000, .seq = 512};
+    plan_features pf = {0};
+    plan_layout l44 = {.gpus = 16, .tp = 4, .pp = 4, .vpp = 1, .batch = 8, .micro = 1};
+    plan_result r8, r16;
+    c.gpus_per_node = 8;
+    T_OK(plan_predict(&pm, &l44, &pf, &c, &r8) == MS_OK);
+    c.gpus_per_node = 16;
+    T_OK(plan_predict(&pm, &l44, &pf, &c, &r16) == MS_OK);
+    T_OK(r8.pp_s > 2 * r16.pp_s);
+    T_NEAR(r8.tp_s, r16.tp_s, 1e-12); /* tp 4 inside a node of either size */
 }
 
 static void test_gemm_curve(void) {
