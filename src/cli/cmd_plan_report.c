@@ -2,6 +2,7 @@
  * what running at scale costs (group initialisation at 1k-16k ranks,
  * checkpoint stall and restore, ETTR against failure rate and checkpoint
  * interval, the --ckpt-every to choose). */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,13 +18,20 @@ typedef struct {
     double ettr;  /* at `every` */
 } scale_view;
 
+/* A checkpoint interval of `s` seconds in steps: at least 1, at most INT_MAX (a node MTBF of
+ * 1e15 hours and a fast step gave more steps than an int holds, printed negative). */
+static int steps_of(double s, double iter_s) {
+    double n = round(s / iter_s);
+    return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
+}
+
 static scale_view scale_of(const plan_model *m, const plan_layout *l, const plan_cluster *c,
                            const plan_result *r, const plan_scale_args *sa) {
     scale_view v;
     v.ck = plan_ckpt_time(m, l, c);
     v.nodes = (l->gpus + c->gpus_per_node - 1) / c->gpus_per_node;
     v.opt_s = plan_ckpt_interval_opt(sa->mtbf_hours, v.nodes, v.ck.stall_s);
-    v.every = sa->ckpt_every > 0 ? sa->ckpt_every : (int)fmax(1, round(v.opt_s / r->iter_s));
+    v.every = sa->ckpt_every > 0 ? sa->ckpt_every : steps_of(v.opt_s, r->iter_s);
     v.ettr = plan_ettr(sa->mtbf_hours, v.nodes, v.every * r->iter_s, v.ck.stall_s, sa->restart_s);
     return v;
 }
@@ -54,8 +62,9 @@ static void print_scale(FILE *f, const plan_model *m, const plan_layout *l, cons
     for (int j = 0; j < 4; j++)
         fprintf(f, " %8.0fh", sa->mtbf_hours * mt[j]);
     fprintf(f, "\n");
-    int opt = (int)fmax(1, round(v.opt_s / r->iter_s));
-    int every[] = {(int)fmax(1, opt / 4), (int)fmax(1, opt / 2), opt, opt * 2, opt * 4};
+    int opt = steps_of(v.opt_s, r->iter_s);
+    int every[] = {steps_of(v.opt_s / 4, r->iter_s), steps_of(v.opt_s / 2, r->iter_s), opt,
+                   steps_of(v.opt_s * 2, r->iter_s), steps_of(v.opt_s * 4, r->iter_s)};
     for (int i = 0; i < 5; i++) {
         fprintf(f, "  %10d", every[i]);
         for (int j = 0; j < 4; j++)

@@ -114,6 +114,13 @@ def main():
     ok(r.returncode == 0 and "fit in 80 GB" in r.stdout, "search without a valid base layout",
        r.stdout + r.stderr)
 
+    # a checkpoint interval of more steps than an int holds: clamped, never negative
+    r = plan("--cluster", "h100-node", "--gpus", "1", "--batch", "1", "--model", "d12",
+             "--mtbf-hours", "1e15")
+    rows = [int(x) for x in re.findall(r"^\s+(-?\d+)\s+[\d.]+%", r.stdout, re.M)]
+    ok(r.returncode == 0 and len(rows) == 5 and all(x >= 1 for x in rows)
+       and rows == sorted(rows), "ETTR table: huge intervals clamped, not wrapped", r.stdout)
+
     # nothing fits: the error says the smallest need and its parts; JSON carries that layout
     r = plan("--cluster", "h100-node", "--gpus", "8", "--batch", "8", "--model", "gpt3-175b",
              "--search")
