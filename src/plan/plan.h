@@ -207,7 +207,8 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
                             double act_bytes);
 /* The memory parts of r (params, grads, optimizer, activations) for the
  * stage holding the most (plan_memory.c); in_flight: the (micro-batch,
- * chunk) pairs that stage keeps (from the schedule). */
+ * chunk) pairs that stage keeps (from the schedule); with full recompute
+ * also one layer's recomputed activations while its backward runs. */
 void plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
                  const plan_cluster *c, int in_flight, plan_result *r);
 

@@ -39,7 +39,13 @@ void plan_memory(const plan_model *m, const plan_layout *l, const plan_features 
     double N = (double)l->micro * m->seq;
     double logits = N * m->vocab / t * 4.0; /* fp32 logits of one micro-batch, last stage */
     double emb_out = N * h / t * c->act_bytes * in_flight;
-    r->mem_act_gb = (in_flight * lc * per_layer + fmax(logits, emb_out)) / gb;
+    /* with full recomputation the layer whose backward runs holds its recomputed
+     * activations meanwhile: one layer's worth on top of the kept inputs */
+    double working =
+        f->recompute == PLAN_RECOMPUTE_FULL
+            ? plan_layer_act_bytes(m, t, l->micro, PLAN_RECOMPUTE_NONE, 1, c->act_bytes)
+            : 0;
+    r->mem_act_gb = (in_flight * lc * per_layer + working + fmax(logits, emb_out)) / gb;
     r->mem_reserved_gb = c->reserved_gb;
     r->memory_gb =
         r->mem_params_gb + r->mem_grads_gb + r->mem_optim_gb + r->mem_act_gb + r->mem_reserved_gb;

@@ -171,6 +171,11 @@ static void test_memory(void) {
     T_NEAR(r.mem_act_gb, (8 * 12 * sbh * 34 + logits) / 1e9, 1e-9);
     T_NEAR(r.memory_gb, r.mem_params_gb + r.mem_grads_gb + r.mem_optim_gb + r.mem_act_gb + 2, 1e-9);
     T_OK(r.fits == (r.memory_gb <= 80));
+    /* full recomputation: each layer keeps its input (2 s b h / t), and the layer whose
+     * backward runs holds its recomputed activations (34 s b h / t) meanwhile */
+    f.recompute = PLAN_RECOMPUTE_FULL;
+    T_EQ_INT(plan_predict(&m, &l, &f, &c, &r), MS_OK);
+    T_NEAR(r.mem_act_gb, (8 * 12 * sbh * 2 + sbh * 34 + logits) / 1e9, 1e-9);
 }
 
 static void write_file(const char *path, const char *text) {
