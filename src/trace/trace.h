@@ -19,15 +19,14 @@
  *  - trace_hang_*: who waits in which op, and the suspects.  Evidence, by
  *    strength: a rank wrote no dump, or other ranks' dumps saw it
  *    unresponsive / exited before it dumped itself; a member never entered
- *    a collective its group waits in (and waits in nothing); a peer never
- *    sent what a rank waits to receive; a member never entered it while it
- *    waits in an op of its own.  The suspects are the ranks with the strongest evidence
- *    present; weaker findings on other ranks are reported as notes.
- * Callers: `megascale trace` (src/cli/cmd_trace.c), the dashboard.
- * Layering: depends only on src/base/ (and cJSON, cairo).
- * Memory: trace_*_load returns an object the caller releases with the
- * matching trace_*_free; trace_*_json returns a cJSON tree the caller
- * deletes with cJSON_Delete.
+ *    a collective its group waits in (and waits in nothing); every member
+ *    of a group is in a collective (or both ends of a transfer are posted)
+ *    that never completed; a peer never sent what a rank waits to receive;
+ *    a member never entered it while it waits in an op of its own.  The suspects are the ranks with
+ * the strongest evidence present; weaker findings on other ranks are reported as notes. Callers:
+ * `megascale trace` (src/cli/cmd_trace.c), the dashboard. Layering: depends only on src/base/ (and
+ * cJSON, cairo). Memory: trace_*_load returns an object the caller releases with the matching
+ * trace_*_free; trace_*_json returns a cJSON tree the caller deletes with cJSON_Delete.
  * Thread-safety: no global state; distinct objects may be used from
  * different threads at once.
  */

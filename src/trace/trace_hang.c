@@ -301,6 +301,68 @@ static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group 
                    r->rank, (long long)op->tag, g->name, op->age_s, r->rank);
 }
 
+/* The in-flight op of rank x's copy of group g that is `op` (the same collective and seq), or,
+ * for a transfer, its other end (a send to `to` for a recv, a recv from `to` for a send, the
+ * same tag when both have one), old enough to count; NULL if none. */
+static const hang_op *in_op(const trace_hang *h, const hang_rank *x, const hang_group *g,
+                            const hang_op *op, int to) {
+    const hang_group *gx = x->has_dump ? same_group(x, g) : NULL;
+    for (int i = 0; gx && i < gx->n_in_flight; i++) {
+        const hang_op *y = &gx->in_flight[i];
+        if (y->age_s < h->min_age || !strcmp(y->state, "queued")) continue; /* not started */
+        if (!is_p2p(op) && y->seq == op->seq && !strcmp(y->op, op->op)) return y;
+        if (is_p2p(op) && is_p2p(y) && strcmp(y->op, op->op) && y->peer == to &&
+            (y->tag < 0 || op->tag < 0 || y->tag == op->tag))
+            return y;
+    }
+    return NULL;
+}
+
+/* (b') rank r's oldest old op of group g that every rank it involves has entered (all members
+ * for a collective; the peer's matching end for a transfer), yet it never completed: nobody
+ * holds it up from outside, so the group itself is stuck (a broken link or NIC, a member
+ * stuck inside the op).  Stronger than waiting for some other rank.  An op still queued
+ * behind others on a rank's communication thread (state "queued") is not in it yet. */
+static ms_status stuck_op(trace_hang *h, hang_rank *r, const hang_group *g) {
+    /* a member that is gone or stopped explains the op by itself (its late dump shows it
+     * in the op, yet it was not running) */
+    for (int k = 0; k < g->n_ranks; k++) {
+        const hang_rank *x = &h->ranks[g->ranks[k]];
+        if (!x->has_dump || x->n_stale_by || x->n_exited_by) return MS_OK;
+    }
+    for (int i = 0; i < g->n_in_flight; i++) {
+        const hang_op *op = &g->in_flight[i];
+        if (op->age_s < h->min_age || !strcmp(op->state, "queued")) continue;
+        if (is_p2p(op)) {
+            const hang_rank *p = op->peer >= 0 && op->peer < h->world ? &h->ranks[op->peer] : NULL;
+            if (!p || p == r || p->n_stale_by || p->n_exited_by || !in_op(h, p, g, op, r->rank))
+                continue;
+            return add_why(r, HANG_STUCK,
+                           "its %s %s rank %lld on '%s' (%.1f s) and rank %lld's matching %s "
+                           "are both in flight, yet the transfer never completed: the link "
+                           "between them, or one of them stuck inside the op",
+                           op->op, strcmp(op->op, "send") ? "from" : "to", (long long)op->peer,
+                           g->name, op->age_s, (long long)op->peer,
+                           strcmp(op->op, "send") ? "send" : "recv");
+        }
+        if (op->peer >= 0 || g->n_ranks < 2) continue;
+        int all = 1;
+        for (int k = 0; all && k < g->n_ranks; k++)
+            all = g->ranks[k] == r->rank || in_op(h, &h->ranks[g->ranks[k]], g, op, -1);
+        if (!all) continue;
+        char who[160] = "";
+        int n = 0;
+        for (int k = 0; k < g->n_ranks; k++)
+            list_add(who, sizeof who, &n, g->ranks[k]);
+        return add_why(r, HANG_STUCK,
+                       "all %d members of group '%s' (ranks %s) are in %s #%lld (%.1f s here), "
+                       "yet it never completed: the link between them, or a member stuck "
+                       "inside the op",
+                       g->n_ranks, g->name, who, op->op, (long long)op->seq, op->age_s);
+    }
+    return MS_OK;
+}
+
 /* An op that the other ranks entered only just before the dumps is where
  * ranks got to while the job was already stuck: no evidence of who stopped
  * it.  The ops that count have waited at least half as long as the oldest
@@ -344,8 +406,10 @@ static ms_status find_suspects(trace_hang *h) {
                     r->oldest_i = i;
                 }
             }
-        for (int g = 0; g < r->n_groups; g++)
+        for (int g = 0; g < r->n_groups; g++) {
             MS_TRY(never_entered(h, r, &r->groups[g]));
+            MS_TRY(stuck_op(h, r, &r->groups[g]));
+        }
     }
     /* then the lower-confidence reasons, so that they come last */
     for (int rk = 0; rk < h->world; rk++) {

@@ -48,6 +48,8 @@ typedef struct {
 enum {
     HANG_DEAD = 1, /* wrote no dump, or peers saw it unresponsive / exited */
     HANG_BEHIND,   /* never entered a collective its group waits in, and waits in nothing */
+    HANG_STUCK,    /* every member of its group is in the op (a collective, or both ends of a
+                    * transfer) and it never completed: the link, or a member stuck inside */
     HANG_NO_SEND,  /* a peer waits to receive from it; it sends nothing */
     HANG_BLOCKED,  /* never entered it, but waits in an op itself (most often for a suspect) */
 };

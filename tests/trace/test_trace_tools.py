@@ -556,10 +556,65 @@ def test_hang_nogrid(d):
                   grid=False)
     rc, so, se = run("trace", "hang", d, "--json")
     j = json.loads(so) if rc == 0 else {}
-    ok(j.get("shape") == {"dp": 2, "pp": 1, "tp": 1} and j.get("suspects") == [],
-       "no grid: dp = world; both waiting, no suspect", so + se)
+    sus = {s["rank"]: " ".join(s["reasons"]) for s in j.get("suspects", [])}
+    ok(j.get("shape") == {"dp": 2, "pp": 1, "tp": 1} and list(sus) == [0, 1] and
+       "all 2 members of group 'dp' (ranks 0, 1) are in all_reduce #3" in sus[0],
+       "no grid: dp = world; both in the op that never completed: the group is stuck", so + se)
+    for r in range(2):  # nothing in flight anywhere: no evidence
+        hang_dump(d, r, 2, (2, 1, 1), "h", [("dp", [0, 1], 3, 3, [])], grid=False)
     rc, so, se = run("trace", "hang", d)
     ok(rc == 0 and "suspects: none found" in so, "suspects: none found", so)
+
+
+def test_hang_stuck_group(d):
+    """dp2 x pp2 x tp2, the tp group [6, 7] of stage 1 stuck inside all_reduce #12 (both
+    members in it for 300 s: a broken link).  Ranks 4, 5 wait for 6, 7 in a dp
+    reduce-scatter, ranks 2, 3 to receive from 6, 7 (so they never entered their dp op that
+    0, 1 wait in).  Before, 2, 3, 6 and 7 were equal suspects ("never entered ..., waits
+    itself"); 6 and 7 are the ones, 2 and 3 notes."""
+    def write(stuck_state="posted", p2p_stuck=False):
+        for r in range(8):
+            g = groups_of(r)
+            groups = []
+            for name in ("tp", "dp", "pp"):
+                issued = completed = 11 if name == "tp" else 5
+                ops = []
+                if name == "tp" and r in (6, 7) and not p2p_stuck:
+                    st = stuck_state if r == 7 else "posted"
+                    issued, ops = 12, [("all_reduce", 12, -1, -1, 300.0, st)]
+                if name == "dp" and r in (0, 1, 4, 5):
+                    issued, ops = 6, [("reduce_scatter", 6, -1, -1, 250.0)]
+                if name == "pp" and r in (2, 3):
+                    issued, ops = 6, [("recv", 6, r + 4, 1, 280.0)]
+                if name == "pp" and r in (6, 7) and p2p_stuck:  # the other end, posted too
+                    ops = [("send", 6, r - 4, 1, 290.0)]
+                groups.append((name, g[name], issued, completed, ops))
+            hang_dump(d, r, 8, SHAPE8, "hostA" if r < 4 else "hostB", groups)
+    write()
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    sus = {s["rank"]: " ".join(s["reasons"]) for s in j.get("suspects", [])}
+    notes = [s["rank"] for s in j.get("notes", [])]
+    ok(rc == 0 and list(sus) == [6, 7] and notes == [2, 3] and
+       "all 2 members of group 'tp' (ranks 6, 7) are in all_reduce #12" in sus.get(6, ""),
+       "a collective every member entered that never completed: its members are the suspects, "
+       "the ranks waiting on them notes", so + se)
+    # rank 7 has the op only queued behind others on its communication thread: not stuck
+    write(stuck_state="queued")
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and not any("all 2 members" in " ".join(s["reasons"])
+                           for s in j.get("suspects", []) + j.get("notes", [])),
+       "an op still queued on one member is no stuck group", so + se)
+    # a transfer both ends posted (recv on 2, send on 6) that never completed
+    write(p2p_stuck=True)
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    sus = {s["rank"]: " ".join(s["reasons"]) for s in j.get("suspects", [])}
+    ok(rc == 0 and list(sus) == [2, 3, 6, 7] and
+       "its recv from rank 6 on 'pp' (280.0 s) and rank 6's matching send" in sus.get(2, "") and
+       "its send to rank 2 on 'pp' (290.0 s) and rank 2's matching recv" in sus.get(6, ""),
+       "both ends of a transfer posted and stuck: the pair are the suspects", so + se)
 
 
 # ---- 4. bad input ----------------------------------------------------------------------------
@@ -727,7 +782,8 @@ def main():
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
                          ("hang_young_op", test_hang_young_op),
                          ("hang_stale", test_hang_stale),
-                         ("hang_nogrid", test_hang_nogrid)):
+                         ("hang_nogrid", test_hang_nogrid),
+                         ("hang_stuck_group", test_hang_stuck_group)):
             d = os.path.join(root, name)
             os.makedirs(d)
             fn(d)

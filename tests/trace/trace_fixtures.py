@@ -97,7 +97,7 @@ class RankLog:
 
 def hang_dump(d, rank, world, shape, host, groups, reason="timeout", grid=True, **extra):
     """groups: [(name, ranks, issued, completed, [in-flight ops])]; an op is
-    (op, seq, peer, tag, age_s).  extra: more top-level keys (wall_s,
+    (op, seq, peer, tag, age_s[, state]) (state "posted" unless given).  extra: more top-level keys (wall_s,
     unresponsive, exited)."""
     dp, pp, tp = shape
     obj = dict(type="hang_dump", version=1, rank=rank, world=world, host=host, pid=99,
@@ -111,8 +111,9 @@ def hang_dump(d, rank, world, shape, host, groups, reason="timeout", grid=True, 
         obj["groups"].append(dict(
             name=name, ranks=ranks, issued_seq=issued, completed_seq=completed,
             last_completed=last,
-            in_flight=[dict(op=o, seq=s, peer=p, tag=t, bytes=4096, age_s=a, state="posted")
-                       for o, s, p, t, a in ops]))
+            in_flight=[dict(op=o, seq=s, peer=p, tag=t, bytes=4096, age_s=a,
+                            state=(st[0] if st else "posted"))
+                       for o, s, p, t, a, *st in ops]))
     obj.update(extra)
     with open(os.path.join(d, f"hang_r{rank:05d}.json"), "w") as f:
         json.dump(obj, f)
