@@ -124,6 +124,7 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
     char *text = NULL;
     size_t len = 0;
     MS_TRY(ms_file_read_all(path, &text, &len));
+    trace_utf8_fix(text); /* its strings go into the JSON report as they are */
     cJSON *j = cJSON_Parse(text);
     free(text);
     ms_status st = MS_OK;
@@ -160,6 +161,7 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
         const cJSON *groups = cJSON_GetObjectItemCaseSensitive(j, "groups"), *g;
         r->has_dump = 1;
         snprintf(r->host, sizeof r->host, "%s", jstr(j, "host", "unknown"));
+        trace_utf8_fix(r->host);
         snprintf(r->reason, sizeof r->reason, "%s", jstr(j, "reason", "?"));
         if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &r->coord))
             r->coord = trace_coord_of((int)rank, h->shape);

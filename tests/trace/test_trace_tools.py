@@ -5,11 +5,12 @@ straggler pair; 8-rank hang dumps; and bad input.
 Environment: MS_BIN (the binary)."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from trace_fixtures import MS, RankLog, hang_dump, nesting_errors, ok, run, summary  # noqa: E402
+from trace_fixtures import BIN, MS, RankLog, hang_dump, nesting_errors, ok, run, summary  # noqa: E402,E501
 
 # ---- 1. merge --------------------------------------------------------------------------------
 
@@ -730,6 +731,42 @@ def test_bad_input(root):
     xs = [e for e in json.load(open(os.path.join(d, "m.json")))["traceEvents"]
           if e.get("ph") == "X"] if rc == 0 else []
     ok(len(xs) == 1 and xs[0]["name"] == "x" and xs[0]["cat"] == "q", "one-character names", xs)
+    # bytes that are not UTF-8 in names and args, a host name cut inside a character: the
+    # outputs stay UTF-8 (Perfetto and strict JSON readers refuse anything else), those bytes
+    # become '?', and unicode that is valid passes as it is
+    d = os.path.join(root, "badutf8")
+    os.makedirs(d)
+    log = RankLog(0, 1, (1, 1, 1), "\u00e9" * 200)  # 400 bytes: cut to fit 255
+    log.span("compute", "fwd", 0, 10 * MS, step=1, note="N")
+    log.span("compute", "bwd", 20 * MS, 30 * MS, step=1)
+    log.span("compute", "x-\u2713", 40 * MS, 50 * MS)
+    path = log.write(d)
+    raw = open(path, "rb").read().replace(b'"note": "N"', b'"note": "a\xffb\xc3"')
+    open(path, "wb").write(raw.replace(b'"x-', b'"x\xe2\x82-'))
+    for r in range(2):  # both in one all-reduce that never completed: suspects, with hosts
+        hang_dump(d, r, 2, (2, 1, 1), "h", [("dp", [0, 1], 1, 0, [("all_reduce", 1, -1, -1, 5.0)])])
+    p = os.path.join(d, "hang_r00000.json")
+    raw = open(p, "rb").read()
+    open(p, "wb").write(raw.replace(b'"host": "h"', b'"host": "h\xfe"'))
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    try:
+        tr = json.loads(open(out, "rb").read().decode("utf-8"))
+        names = sorted(e["name"] for e in tr["traceEvents"] if e.get("ph") == "X")
+        note = [e["args"]["note"] for e in tr["traceEvents"] if e.get("name") == "fwd"]
+        host = [e["args"]["name"] for e in tr["traceEvents"] if e.get("name") == "process_name"]
+    except (ValueError, OSError, KeyError) as e:
+        names, note, host = str(e), [], []
+    ok(rc == 0 and names == ["bwd", "fwd", "x??-\u2713"] and note == ["a?b?"] and len(host) == 1 and
+       host[0].endswith("\u00e9" * 127 + "?"), "merge: invalid UTF-8 in, valid UTF-8 out", f"{names} {note}")
+    for cmd in ("stragglers", "hang"):
+        p = subprocess.run([BIN, "trace", cmd, d, "--json"], capture_output=True)
+        try:
+            j = json.loads(p.stdout.decode("utf-8"))
+            good = p.returncode == 0 and (cmd != "hang" or j["suspects"][0]["host"] == "h?")
+        except ValueError:
+            good = False
+        ok(good, f"{cmd} --json: valid UTF-8", p.stdout[-300:])
     d = os.path.join(root, "nofwd")
     os.makedirs(d)
     log = RankLog(0, 1, (1, 1, 1), "h")
