@@ -64,11 +64,19 @@ typedef struct {
 enum {
     TRACE_LOAD_ARGS = 1u << 0,    /* keep each line's extra keys (merge) */
     TRACE_LOAD_COMPUTE = 1u << 1, /* only spans on the "compute" lane */
+    TRACE_LOAD_HEADERS = 1u << 2, /* only the header lines: the spans (and clocks, and the
+                                   * clock alignment) one log at a time with trace_log_load,
+                                   * so that memory holds one rank's spans, not the run's */
 };
 
 /* Load every DIR/events_r*.jsonl (see trace.h).  A truncated last line is
  * ignored with a warning; any other malformed line fails naming file:line. */
 ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out);
+/* Of a set loaded with TRACE_LOAD_HEADERS: read log li's spans, clocks and
+ * drop counts (flags as trace_set_load's); trace_log_unload frees them
+ * again.  FORMAT when the file now holds another rank's or run's log. */
+ms_status trace_log_load(trace_set *s, int li, unsigned flags);
+void trace_log_unload(trace_log *l);
 void trace_set_free(trace_set *s);
 /* Index of an interned string, or -1. */
 int trace_str_find(const trace_set *s, const char *str);

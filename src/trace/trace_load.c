@@ -301,10 +301,7 @@ static void keep_one_run(trace_set *s) {
         }
         ms_warn("%s: skipped: a log of another run (world %d; %s, the newest log, says %d)",
                 l->path, l->world, path, world);
-        for (int k = 0; k < l->n_spans; k++)
-            free(l->spans[k].args);
-        free(l->spans);
-        free(l->clocks);
+        trace_log_unload(l);
         free(l->path);
     }
     s->n_logs = n;
@@ -342,7 +339,7 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
         int no_header = 0;
         l->path = paths[i];
         paths[i] = NULL;
-        st = load_log(s, l, l->path, flags, 0, &no_header);
+        st = load_log(s, l, l->path, flags, !!(flags & TRACE_LOAD_HEADERS), &no_header);
         if (st == MS_OK && no_header) {
             ms_warn("%s: skipped: no header line (the rank ended before its log's first write)",
                     l->path);
@@ -361,7 +358,7 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
     if (st == MS_OK && s->n_logs == 0)
         st = ms_error(MS_ERR_NOTFOUND, "%s: no event log has a header line (all are empty)", dir);
     if (st == MS_OK) keep_one_run(s);
-    if (st == MS_OK) align_without_clocks(s);
+    if (st == MS_OK && !(flags & TRACE_LOAD_HEADERS)) align_without_clocks(s);
     trace_rank_files_free(ranks, paths, n);
     if (st != MS_OK) {
         trace_set_free(s);
@@ -371,15 +368,41 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
     return MS_OK;
 }
 
+ms_status trace_log_load(trace_set *s, int li, unsigned flags) {
+    trace_log *l = &s->logs[li], t;
+    int no_header = 0;
+    memset(&t, 0, sizeof t);
+    trace_log_unload(l);
+    ms_status st = load_log(s, &t, l->path, flags & ~TRACE_LOAD_HEADERS, 0, &no_header);
+    if (st == MS_OK &&
+        (no_header || t.rank != l->rank || t.world != l->world || t.wall_ns != l->wall_ns))
+        st =
+            ms_error(MS_ERR_FORMAT, "%s: replaced while it was read (a new run started?)", l->path);
+    if (st == MS_OK && t.dropped)
+        ms_warn("%s: the rank dropped %lld events (its buffer was full)", l->path,
+                (long long)t.dropped);
+    l->spans = t.spans, l->n_spans = t.n_spans, l->cap_spans = t.cap_spans;
+    l->clocks = t.clocks, l->n_clocks = t.n_clocks, l->cap_clocks = t.cap_clocks;
+    l->dropped = t.dropped;
+    if (st != MS_OK) trace_log_unload(l);
+    return st;
+}
+
+void trace_log_unload(trace_log *l) {
+    for (int k = 0; k < l->n_spans; k++)
+        free(l->spans[k].args);
+    free(l->spans);
+    free(l->clocks);
+    l->spans = NULL, l->n_spans = l->cap_spans = 0;
+    l->clocks = NULL, l->n_clocks = l->cap_clocks = 0;
+    l->dropped = 0;
+}
+
 void trace_set_free(trace_set *s) {
     if (!s) return;
     for (int i = 0; i < s->n_logs; i++) {
-        trace_log *l = &s->logs[i];
-        for (int k = 0; k < l->n_spans; k++)
-            free(l->spans[k].args);
-        free(l->spans);
-        free(l->clocks);
-        free(l->path);
+        trace_log_unload(&s->logs[i]);
+        free(s->logs[i].path);
     }
     for (int i = 0; i < s->n_strs; i++)
         free(s->strs[i]);

@@ -122,28 +122,78 @@ static ms_status strag_alloc(trace_strag **out, const trace_set *set, const trac
     return MS_OK;
 }
 
-/* Compute times of every rank into s->compute_ms (ms); the largest span
- * count and step bound come from the set. */
-static ms_status fill_compute(trace_strag *s, trace_set *set, const strag_names *nm) {
-    int max_spans = 1;
-    for (int li = 0; li < set->n_logs; li++)
-        max_spans = set->logs[li].n_spans > max_spans ? set->logs[li].n_spans : max_spans;
-    int *idx = malloc((size_t)max_spans * sizeof *idx);
-    nest_entry *stack = malloc((size_t)max_spans * sizeof *stack);
-    if (!idx || !stack) {
+/* One rank's compute times (ns) for its steps first..first+n-1 (c[k] < 0: none). */
+typedef struct {
+    int first, n;
+    double *c;
+} strag_row;
+
+/* Read log li's compute spans, reduce them to its row, and free them again: memory holds
+ * one rank's spans at a time, not the run's (a long run's logs are gigabytes a rank). */
+static ms_status rank_row(trace_set *set, int li, strag_row *row) {
+    trace_log *l = &set->logs[li];
+    MS_TRY(trace_log_load(set, li, TRACE_LOAD_COMPUTE));
+    strag_names nm = {trace_str_find(set, "fwd"),        trace_str_find(set, "bwd"),
+                      trace_str_find(set, "fault_slow"), trace_str_find(set, "wait"),
+                      trace_str_find(set, "data_wait"),  trace_str_find(set, "step")};
+    /* the steps the log holds: a resumed run's start at its resume step */
+    int first = 0, last = 0;
+    for (int i = 0; i < l->n_spans; i++) {
+        const trace_span *sp = &l->spans[i];
+        if (!(sp->flags & TRACE_HAS_STEP) || sp->step < 1) continue;
+        last = sp->step > last ? sp->step : last;
+        first = !first || sp->step < first ? sp->step : first;
+    }
+    ms_status st = MS_OK;
+    if (last) {
+        if (last - first >= STRAG_MAX_STEPS) first = last - STRAG_MAX_STEPS + 1;
+        row->first = first, row->n = last - first + 1;
+        row->c = malloc((size_t)row->n * sizeof *row->c);
+        int *idx = malloc(((size_t)l->n_spans + 1) * sizeof *idx);
+        nest_entry *stack = malloc(((size_t)l->n_spans + 1) * sizeof *stack);
+        if (row->c && idx && stack) {
+            for (int k = 0; k < row->n; k++)
+                row->c[k] = -1;
+            rank_compute(l, &nm, row->c, row->first, row->n, idx, stack);
+        } else {
+            st = ms_error(MS_ERR_NOMEM, "%s: out of memory", l->path);
+        }
         free(idx);
         free(stack);
-        return ms_error(MS_ERR_NOMEM, "%s: out of memory", set->dir);
     }
-    for (int li = 0; li < set->n_logs; li++) {
-        double *row = s->compute_ms + (size_t)li * (size_t)s->n_steps;
-        rank_compute(&set->logs[li], nm, row, s->first_step, s->n_steps, idx, stack);
-        for (int k = 0; k < s->n_steps; k++)
-            row[k] = row[k] >= 0 ? row[k] / 1e6 : -1;
+    trace_log_unload(l);
+    return st;
+}
+
+/* Every rank's row, then s->compute_ms (ms) over the steps of all of them (the newest
+ * STRAG_MAX_STEPS when they span more). */
+static ms_status fill_compute(trace_strag **out, trace_set *set, const trace_strag_opts *o) {
+    strag_row *rows = calloc((size_t)set->n_logs + 1, sizeof *rows);
+    if (!rows) return ms_error(MS_ERR_NOMEM, "%s: out of memory", set->dir);
+    ms_status st = MS_OK;
+    int first = 0, last = 0;
+    for (int li = 0; st == MS_OK && li < set->n_logs; li++) {
+        st = rank_row(set, li, &rows[li]);
+        if (st != MS_OK || !rows[li].n) continue;
+        int a = rows[li].first, b = rows[li].first + rows[li].n - 1;
+        first = !first || a < first ? a : first;
+        last = b > last ? b : last;
     }
-    free(idx);
-    free(stack);
-    return MS_OK;
+    if (!last) first = 1;
+    if (last - first >= STRAG_MAX_STEPS) first = last - STRAG_MAX_STEPS + 1;
+    if (st == MS_OK) st = strag_alloc(out, set, o, first, last);
+    for (int li = 0; st == MS_OK && li < set->n_logs; li++) {
+        trace_strag *s = *out;
+        double *dst = s->compute_ms + (size_t)li * (size_t)s->n_steps;
+        for (int k = 0; k < rows[li].n; k++) {
+            int64_t j = (int64_t)rows[li].first + k - first;
+            if (j >= 0 && j < s->n_steps) dst[j] = rows[li].c[k] >= 0 ? rows[li].c[k] / 1e6 : -1;
+        }
+    }
+    for (int li = 0; li < set->n_logs; li++)
+        free(rows[li].c);
+    free(rows);
+    return st;
 }
 
 /* Both scores and the verdict for every rank.  The relative score compares
@@ -200,23 +250,8 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
         return ms_error(MS_ERR_ARG, "--window %d: expected 1 to 100000 steps", o->window);
     trace_set *set = NULL;
     trace_strag *s = NULL;
-    MS_TRY(trace_set_load(dir, TRACE_LOAD_COMPUTE, &set));
-    strag_names nm = {trace_str_find(set, "fwd"),        trace_str_find(set, "bwd"),
-                      trace_str_find(set, "fault_slow"), trace_str_find(set, "wait"),
-                      trace_str_find(set, "data_wait"),  trace_str_find(set, "step")};
-    /* the steps the logs hold: a resumed run's start at its resume step */
-    int first_step = 0, max_step = 0;
-    for (int li = 0; li < set->n_logs; li++)
-        for (int i = 0; i < set->logs[li].n_spans; i++) {
-            const trace_span *sp = &set->logs[li].spans[i];
-            if (!(sp->flags & TRACE_HAS_STEP) || sp->step < 1) continue;
-            max_step = sp->step > max_step ? sp->step : max_step;
-            first_step = !first_step || sp->step < first_step ? sp->step : first_step;
-        }
-    if (!max_step) first_step = 1;
-    if (max_step - first_step >= STRAG_MAX_STEPS) first_step = max_step - STRAG_MAX_STEPS + 1;
-    ms_status st = strag_alloc(&s, set, o, first_step, max_step);
-    if (st == MS_OK) st = fill_compute(s, set, &nm);
+    MS_TRY(trace_set_load(dir, TRACE_LOAD_COMPUTE | TRACE_LOAD_HEADERS, &set));
+    ms_status st = fill_compute(&s, set, o);
     if (st == MS_OK) st = score(s, set);
     trace_set_free(set);
     if (st != MS_OK) {

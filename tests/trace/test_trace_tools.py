@@ -349,6 +349,44 @@ def test_stages(d):
        "relative scores within a pipeline stage: the slower last stage is no straggler", so + se)
 
 
+def peak_rss_kb(*args):
+    """Exit code and peak resident memory (KiB) of `megascale ARGS` run alone (a fresh
+    process: getrusage of the children would give the largest child so far)."""
+    code = ("import resource, subprocess, sys; "
+            "r = subprocess.run(sys.argv[1:], capture_output=True); "
+            "print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    p = subprocess.run([sys.executable, "-c", code, BIN, *map(str, args)], capture_output=True,
+                       text=True)
+    rc, kb = p.stdout.split()
+    return int(rc), int(kb)
+
+
+def test_stragglers_memory(d):
+    """24 ranks of 70,000 compute spans each: the ranks are read one at a time, so memory
+    holds one rank's spans (about 7 MB here), not the run's (about 180 MB: it grew with the
+    ranks, and a long run's logs are gigabytes a rank).  (The process's resident memory
+    starts near 230 MB, the CUDA libraries, and that much heap fits under its peak.)"""
+    spans, world = 70000, 24
+    for r in range(world):
+        head = dict(type="header", version=1, rank=r, world=world, host="h", pid=1,
+                    coord=dict(dp=r, pp=0, tp=0), shape=dict(dp=world, pp=1, tp=1), mono_ns=0,
+                    wall_ns=1_700_000_000 * 10**9)
+        line = '{"type":"span","name":"fwd","lane":"compute","t0":%d,"t1":%d,"step":%d}\n'
+        with open(os.path.join(d, f"events_r{r:05d}.jsonl"), "w") as f:
+            f.write(json.dumps(head) + "\n" +
+                    "".join(line % (2000 * i, 2000 * i + 1000 + r, i // 20 + 1)
+                            for i in range(spans)))
+    small = os.path.join(d, "small")
+    os.makedirs(small)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    log.span("compute", "fwd", 0, MS, step=1)
+    log.write(small)
+    rc0, base = peak_rss_kb("trace", "stragglers", small)
+    rc, big = peak_rss_kb("trace", "stragglers", d)
+    ok(rc0 == 0 and rc == 0 and big - base < 15_000,
+       "stragglers: memory holds one rank's spans at a time", f"{big - base} KiB over {base}")
+
+
 # ---- 3. hang ---------------------------------------------------------------------------------
 
 SHAPE8 = (2, 2, 2)
@@ -813,6 +851,7 @@ def main():
                          ("stragglers", test_stragglers),
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
+                         ("stragglers_memory", test_stragglers_memory),
                          ("hang_missing", test_hang_missing), ("hang_placed", test_hang_placed),
                          ("hang_rerun", test_hang_rerun),
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
