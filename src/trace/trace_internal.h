@@ -67,6 +67,7 @@ enum {
     TRACE_LOAD_HEADERS = 1u << 2, /* only the header lines: the spans (and clocks, and the
                                    * clock alignment) one log at a time with trace_log_load,
                                    * so that memory holds one rank's spans, not the run's */
+    TRACE_LOAD_QUIET = 1u << 3,   /* trace_log_load: no warnings (a log read a second time) */
 };
 
 /* Load every DIR/events_r*.jsonl (see trace.h).  A truncated last line is
@@ -77,6 +78,12 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out);
  * again.  FORMAT when the file now holds another rank's or run's log. */
 ms_status trace_log_load(trace_set *s, int li, unsigned flags);
 void trace_log_unload(trace_log *l);
+/* The same, keeping the clock lines (trace_set_align needs every log's). */
+void trace_log_unload_spans(trace_log *l);
+/* Align the logs without clock lines by their headers' wall clocks (the
+ * set's clock lines read): what trace_set_load does unless
+ * TRACE_LOAD_HEADERS. */
+void trace_set_align(trace_set *s);
 void trace_set_free(trace_set *s);
 /* Index of an interned string, or -1. */
 int trace_str_find(const trace_set *s, const char *str);

@@ -212,10 +212,10 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
         trace_utf8_fix(line); /* names and args go into JSON output as they are */
         cJSON *j = cJSON_Parse(line);
         if (!j && line[len - 1] != '\n') { /* a killed writer */
-            if (lineno > 1)
-                ms_warn("%s: incomplete last line ignored", where);
-            else
+            if (lineno == 1)
                 *no_header = 1;
+            else if (!(flags & TRACE_LOAD_QUIET))
+                ms_warn("%s: incomplete last line ignored", where);
             break;
         }
         if (!j)
@@ -248,7 +248,7 @@ ms_status trace_log_read_header(const char *path, trace_log *l) {
 /* Ranks without clock lines: aligned by the wall clocks of their headers
  * (NTP accuracy) to a rank that has clock lines (and so rank 0's clock),
  * else to the lowest rank without any either.  Said once. */
-static void align_without_clocks(trace_set *s) {
+void trace_set_align(trace_set *s) {
     const trace_log *ref = NULL, *first = NULL;
     for (int i = 0; i < s->n_logs && !ref; i++)
         if (s->logs[i].n_clocks && s->logs[i].wall_ns) ref = &s->logs[i];
@@ -358,7 +358,7 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
     if (st == MS_OK && s->n_logs == 0)
         st = ms_error(MS_ERR_NOTFOUND, "%s: no event log has a header line (all are empty)", dir);
     if (st == MS_OK) keep_one_run(s);
-    if (st == MS_OK && !(flags & TRACE_LOAD_HEADERS)) align_without_clocks(s);
+    if (st == MS_OK && !(flags & TRACE_LOAD_HEADERS)) trace_set_align(s);
     trace_rank_files_free(ranks, paths, n);
     if (st != MS_OK) {
         trace_set_free(s);
@@ -378,7 +378,7 @@ ms_status trace_log_load(trace_set *s, int li, unsigned flags) {
         (no_header || t.rank != l->rank || t.world != l->world || t.wall_ns != l->wall_ns))
         st =
             ms_error(MS_ERR_FORMAT, "%s: replaced while it was read (a new run started?)", l->path);
-    if (st == MS_OK && t.dropped)
+    if (st == MS_OK && t.dropped && !(flags & TRACE_LOAD_QUIET))
         ms_warn("%s: the rank dropped %lld events (its buffer was full)", l->path,
                 (long long)t.dropped);
     l->spans = t.spans, l->n_spans = t.n_spans, l->cap_spans = t.cap_spans;
@@ -388,12 +388,16 @@ ms_status trace_log_load(trace_set *s, int li, unsigned flags) {
     return st;
 }
 
-void trace_log_unload(trace_log *l) {
+void trace_log_unload_spans(trace_log *l) {
     for (int k = 0; k < l->n_spans; k++)
         free(l->spans[k].args);
     free(l->spans);
-    free(l->clocks);
     l->spans = NULL, l->n_spans = l->cap_spans = 0;
+}
+
+void trace_log_unload(trace_log *l) {
+    trace_log_unload_spans(l);
+    free(l->clocks);
     l->clocks = NULL, l->n_clocks = l->cap_clocks = 0;
     l->dropped = 0;
 }

@@ -28,13 +28,23 @@ typedef struct {
     int src, dst, group, tag; /* global ranks */
     int64_t t0;
     int log, span;
+    int tid;   /* the thread of its span */
+    int64_t g; /* global ns where its arrow leaves (a send) or arrives (a recv) */
 } p2p_op;
+
+typedef struct {
+    p2p_op *ops;
+    int n, cap;
+} p2p_list;
 
 typedef struct {
     trace_set *set;
     merge_rank *ranks;
     char **quoted; /* every interned string as a JSON literal */
+    int n_quoted;
     int64_t t_min;
+    int quiet; /* the second read of a log: its warnings were said on the first */
+    p2p_list sends, recvs;
     trace_merge_stats st;
 } merge_ctx;
 
@@ -133,10 +143,10 @@ static ms_status layout_lane(merge_ctx *c, int li, int lane, int *idx, int n, in
         return MS_OK;
     }
     int cut = trace_nest(l->spans, idx, n);
-    if (cut)
+    if (cut && !c->quiet)
         ms_warn("%s: %d span(s) on lane '%s' overlap their parent; cut to nest", l->path, cut,
                 name);
-    c->st.clamped += cut;
+    c->st.clamped += c->quiet ? 0 : cut;
     nested_offsets(l, idx, n, mr->off, work);
     int tid = fixed_tid(name) ? fixed_tid(name) : (*next_tid)++;
     for (int i = 0; i < n; i++)
@@ -153,6 +163,8 @@ static ms_status layout_rank(merge_ctx *c, int li) {
     int *count = calloc((size_t)n_strs + 1, sizeof *count);
     int *idx = malloc(((size_t)n + 1) * sizeof *idx),
         *work = malloc(((size_t)n + 1) * sizeof *work);
+    free(mr->tid), free(mr->off), free(mr->threads); /* a log's second read: laid out again */
+    mr->n_threads = 0;
     mr->tid = malloc(((size_t)n + 1) * sizeof *mr->tid);
     mr->off = malloc(((size_t)n + 1) * sizeof *mr->off);
     mr->threads = malloc(((size_t)n + (size_t)n_strs + 1) * sizeof *mr->threads);
@@ -187,6 +199,10 @@ static ms_status layout_rank(merge_ctx *c, int li) {
         free(done);
         if (st != MS_OK) goto out;
     }
+    { /* room was made for a thread per span; the threads are kept for every rank */
+        merge_thread *t = realloc(mr->threads, ((size_t)mr->n_threads + 1) * sizeof *t);
+        if (t) mr->threads = t;
+    }
 out:
     free(count);
     free(idx);
@@ -201,6 +217,7 @@ static int cmp_p2p(const void *a, const void *b) {
     if (x->group != y->group) return x->group < y->group ? -1 : 1;
     if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
     if (x->t0 != y->t0) return x->t0 < y->t0 ? -1 : 1;
+    if (x->log != y->log) return x->log < y->log ? -1 : 1;
     return (x->span > y->span) - (x->span < y->span);
 }
 
@@ -208,53 +225,53 @@ static int same_key(const p2p_op *x, const p2p_op *y) {
     return x->src == y->src && x->dst == y->dst && x->group == y->group && x->tag == y->tag;
 }
 
-/* All sends (want_send) or recvs on comm lanes, sorted by match key. */
-static p2p_op *collect_p2p(const trace_set *s, int want_send, int *n_out) {
-    int name = trace_str_find(s, want_send ? "send" : "recv"), n = 0, cap = 0;
-    p2p_op *ops = NULL;
-    *n_out = 0;
-    for (int li = 0; name >= 0 && li < s->n_logs; li++) {
-        const trace_log *l = &s->logs[li];
-        for (int i = 0; i < l->n_spans; i++) {
-            const trace_span *sp = &l->spans[i];
-            if (sp->name != name || !(sp->flags & TRACE_HAS_PEER) || (sp->flags & TRACE_IS_MARK) ||
-                strncmp(s->strs[sp->lane], "comm:", 5))
-                continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 256;
-                p2p_op *p = realloc(ops, (size_t)cap * sizeof *p);
-                MS_CHECK(p);
-                ops = p;
-            }
-            ops[n++] = (p2p_op){want_send ? l->rank : sp->peer,
-                                want_send ? sp->peer : l->rank,
-                                sp->group,
-                                sp->flags & TRACE_HAS_TAG ? sp->tag : -1,
-                                sp->t0,
-                                li,
-                                i};
-        }
-    }
-    if (n) qsort(ops, (size_t)n, sizeof *ops, cmp_p2p);
-    *n_out = n;
-    return ops;
-}
-
 /* Where an arrow leaves a send (its start: the data cannot arrive before
  * it) or reaches a recv (its end, 1 ns inside so that it binds to this
- * span and not to one starting right then), in us from the origin. */
-static double flow_us(const merge_ctx *c, int li, int si, int at_end) {
-    const trace_span *sp = &c->set->logs[li].spans[si];
-    int64_t t = at_end ? sp->t1 - (sp->t1 - sp->t0 >= 2) : sp->t0;
-    return (double)(t + c->ranks[li].off[si] - c->t_min) / 1e3;
+ * span and not to one starting right then), global ns. */
+static int64_t flow_at(const trace_span *sp, int64_t off, int at_end) {
+    return (at_end ? sp->t1 - (sp->t1 - sp->t0 >= 2) : sp->t0) + off;
+}
+
+/* Log li's sends and recvs on comm lanes (laid out: thread, offset) into c's lists. */
+static ms_status collect_p2p(merge_ctx *c, int li) {
+    const trace_set *s = c->set;
+    const trace_log *l = &s->logs[li];
+    const merge_rank *mr = &c->ranks[li];
+    int send = trace_str_find(s, "send"), recv = trace_str_find(s, "recv");
+    for (int i = 0; i < l->n_spans; i++) {
+        const trace_span *sp = &l->spans[i];
+        int is_send = sp->name == send;
+        if ((!is_send && sp->name != recv) || sp->name < 0 || !(sp->flags & TRACE_HAS_PEER) ||
+            (sp->flags & TRACE_IS_MARK) || strncmp(s->strs[sp->lane], "comm:", 5))
+            continue;
+        p2p_list *pl = is_send ? &c->sends : &c->recvs;
+        if (pl->n == pl->cap) {
+            int cap = pl->cap ? 2 * pl->cap : 256;
+            p2p_op *p = realloc(pl->ops, (size_t)cap * sizeof *p);
+            if (!p) return ms_error(MS_ERR_NOMEM, "%s: out of memory", l->path);
+            pl->ops = p, pl->cap = cap;
+        }
+        pl->ops[pl->n++] = (p2p_op){is_send ? l->rank : sp->peer,
+                                    is_send ? sp->peer : l->rank,
+                                    sp->group,
+                                    sp->flags & TRACE_HAS_TAG ? sp->tag : -1,
+                                    sp->t0,
+                                    li,
+                                    i,
+                                    mr->tid[i],
+                                    flow_at(sp, mr->off[i], !is_send)};
+    }
+    return MS_OK;
 }
 
 /* The k-th send S->P (group, tag) pairs with the k-th recv on P from S:
  * an arrow from the send's start to the recv's end (mid to mid went
  * backwards in time for a recv posted long before its send). */
 static ms_status write_flows(merge_ctx *c, ms_atomic_file *af, int *first) {
-    int ns = 0, nr = 0, i = 0, j = 0;
-    p2p_op *snd = collect_p2p(c->set, 1, &ns), *rcv = collect_p2p(c->set, 0, &nr);
+    int ns = c->sends.n, nr = c->recvs.n, i = 0, j = 0;
+    p2p_op *snd = c->sends.ops, *rcv = c->recvs.ops;
+    if (ns) qsort(snd, (size_t)ns, sizeof *snd, cmp_p2p);
+    if (nr) qsort(rcv, (size_t)nr, sizeof *rcv, cmp_p2p);
     ms_status st = MS_OK;
     while (st == MS_OK && (i < ns || j < nr)) {
         int cmp = i >= ns                      ? 1
@@ -271,18 +288,16 @@ static ms_status write_flows(merge_ctx *c, ms_atomic_file *af, int *first) {
         }
         const p2p_op *a = &snd[i++], *b = &rcv[j++];
         int id = ++c->st.flows;
-        st = ms_atomic_printf(af,
-                              "%s\n{\"ph\":\"s\",\"id\":%d,\"cat\":\"p2p\",\"name\":\"send\","
-                              "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n"
-                              "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"cat\":\"p2p\",\"name\":"
-                              "\"send\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
-                              *first ? "" : ",", id, a->src, c->ranks[a->log].tid[a->span],
-                              flow_us(c, a->log, a->span, 0), id, b->dst,
-                              c->ranks[b->log].tid[b->span], flow_us(c, b->log, b->span, 1));
+        st =
+            ms_atomic_printf(af,
+                             "%s\n{\"ph\":\"s\",\"id\":%d,\"cat\":\"p2p\",\"name\":\"send\","
+                             "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n"
+                             "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"cat\":\"p2p\",\"name\":"
+                             "\"send\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
+                             *first ? "" : ",", id, a->src, a->tid, (double)(a->g - c->t_min) / 1e3,
+                             id, b->dst, b->tid, (double)(b->g - c->t_min) / 1e3);
         *first = 0;
     }
-    free(snd);
-    free(rcv);
     return st;
 }
 
@@ -355,6 +370,35 @@ static int *sort_order(const trace_set *s) {
     return ord;
 }
 
+/* Quote the strings interned since the last call (a log read again may add some). */
+static ms_status quote_new(merge_ctx *c) {
+    trace_set *s = c->set;
+    if (s->n_strs <= c->n_quoted) return MS_OK;
+    char **q = realloc(c->quoted, ((size_t)s->n_strs + 1) * sizeof *q);
+    if (!q) return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->dir);
+    c->quoted = q;
+    for (; c->n_quoted < s->n_strs; c->n_quoted++) {
+        size_t n = 6 * strlen(s->strs[c->n_quoted]) + 10; /* trace_json_quote keeps 8 spare */
+        if (!(q[c->n_quoted] = malloc(n))) return ms_error(MS_ERR_NOMEM, "out of memory");
+        trace_json_quote(q[c->n_quoted], n, s->strs[c->n_quoted]);
+    }
+    return MS_OK;
+}
+
+/* Pass 2, one log at a time: read it again with its args, lay it out as pass 1 did (the
+ * clock alignment now known), write its events, free it. */
+static ms_status write_rank(merge_ctx *c, ms_atomic_file *af, int li) {
+    MS_TRY(trace_log_load(c->set, li, TRACE_LOAD_ARGS | TRACE_LOAD_QUIET));
+    c->quiet = 1;
+    ms_status st = layout_rank(c, li);
+    if (st == MS_OK) st = quote_new(c);
+    if (st == MS_OK) st = write_events(c, af, li);
+    trace_log_unload_spans(&c->set->logs[li]);
+    free(c->ranks[li].tid), free(c->ranks[li].off);
+    c->ranks[li].tid = NULL, c->ranks[li].off = NULL;
+    return st;
+}
+
 static ms_status write_trace(merge_ctx *c, const char *out_path) {
     ms_atomic_file af;
     int first = 1, *ord = sort_order(c->set);
@@ -364,7 +408,7 @@ static ms_status write_trace(merge_ctx *c, const char *out_path) {
     for (int k = 0; st == MS_OK && k < c->set->n_logs; k++)
         st = write_metadata(c, &af, ord[k], k, &first);
     for (int li = 0; st == MS_OK && li < c->set->n_logs; li++)
-        st = write_events(c, &af, li);
+        st = write_rank(c, &af, li);
     if (st == MS_OK) st = write_flows(c, &af, &first);
     if (st == MS_OK)
         st = ms_atomic_printf(&af,
@@ -380,39 +424,64 @@ static ms_status write_trace(merge_ctx *c, const char *out_path) {
     return st;
 }
 
-/* Lay out every rank, find the time origin, the skew and the drops. */
+/* Pass 1, one log at a time (without args): its threads, the earliest global time, its
+ * sends and recvs, skew and drops; only the threads, the clocks and the p2p ops are kept.
+ * A log without clock lines is laid out at offset 0 and moved once all clocks are read
+ * (its offset is one constant, so the layout does not change). */
 static ms_status prepare(merge_ctx *c) {
     trace_set *s = c->set;
     c->st.ranks = s->n_logs;
     c->ranks = calloc((size_t)s->n_logs + 1, sizeof *c->ranks);
-    c->quoted = calloc((size_t)s->n_strs + 1, sizeof *c->quoted);
-    if (!c->ranks || !c->quoted) return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->dir);
-    for (int i = 0; i < s->n_strs; i++) {
-        size_t n = 6 * strlen(s->strs[i]) + 10; /* trace_json_quote keeps 8 spare */
-        if (!(c->quoted[i] = malloc(n))) return ms_error(MS_ERR_NOMEM, "out of memory");
-        trace_json_quote(c->quoted[i], n, s->strs[i]);
+    int64_t *first = calloc((size_t)s->n_logs + 1, sizeof *first);
+    char *any = calloc((size_t)s->n_logs + 1, 1);
+    if (!c->ranks || !first || !any) {
+        free(first), free(any);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->dir);
     }
     int64_t err = 0;
-    int any = 0;
-    for (int li = 0; li < s->n_logs; li++) {
-        const trace_log *l = &s->logs[li];
-        MS_TRY(layout_rank(c, li));
-        for (int i = 0; i < l->n_spans; i++) {
+    ms_status st = MS_OK;
+    for (int li = 0; st == MS_OK && li < s->n_logs; li++) {
+        trace_log *l = &s->logs[li];
+        st = trace_log_load(s, li, 0);
+        if (st == MS_OK) st = layout_rank(c, li);
+        if (st == MS_OK) st = collect_p2p(c, li);
+        for (int i = 0; st == MS_OK && i < l->n_spans; i++) {
             int64_t g = l->spans[i].t0 + c->ranks[li].off[i];
-            if (!any || g < c->t_min) c->t_min = g;
-            any = 1;
+            if (!any[li] || g < first[li]) first[li] = g;
+            any[li] = 1;
         }
         for (int k = 0; k < l->n_clocks; k++)
             err = l->clocks[k].err > err ? l->clocks[k].err : err;
         c->st.dropped += l->dropped;
+        trace_log_unload_spans(l);
+        free(c->ranks[li].tid), free(c->ranks[li].off);
+        c->ranks[li].tid = NULL, c->ranks[li].off = NULL;
     }
-    c->st.skew_us = (double)err / 1e3;
-    return MS_OK;
+    if (st == MS_OK) {
+        trace_set_align(s);
+        int have = 0;
+        for (int li = 0; li < s->n_logs; li++) {
+            int64_t b = s->logs[li].n_clocks ? 0 : s->logs[li].base_offset;
+            if (any[li] && (!have || first[li] + b < c->t_min)) c->t_min = first[li] + b;
+            have |= any[li];
+        }
+        p2p_list *lists[] = {&c->sends, &c->recvs};
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < lists[k]->n; i++) {
+                const trace_log *l = &s->logs[lists[k]->ops[i].log];
+                lists[k]->ops[i].g += l->n_clocks ? 0 : l->base_offset;
+            }
+        c->st.skew_us = (double)err / 1e3;
+        st = quote_new(c);
+    }
+    free(first);
+    free(any);
+    return st;
 }
 
 ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *stats) {
     merge_ctx c = {0};
-    ms_status st = trace_set_load(dir, TRACE_LOAD_ARGS, &c.set);
+    ms_status st = trace_set_load(dir, TRACE_LOAD_HEADERS, &c.set);
     if (st == MS_OK) st = prepare(&c);
     if (st == MS_OK) st = write_trace(&c, out_path);
     if (st == MS_OK && (c.st.unmatched_sends || c.st.unmatched_recvs))
@@ -424,10 +493,12 @@ ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *
         free(c.ranks[li].off);
         free(c.ranks[li].threads);
     }
-    for (int i = 0; c.set && c.quoted && i < c.set->n_strs; i++)
+    for (int i = 0; c.quoted && i < c.n_quoted; i++)
         free(c.quoted[i]);
     free(c.quoted);
     free(c.ranks);
+    free(c.sends.ops);
+    free(c.recvs.ops);
     trace_set_free(c.set);
     return st;
 }

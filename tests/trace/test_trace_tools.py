@@ -361,12 +361,8 @@ def peak_rss_kb(*args):
     return int(rc), int(kb)
 
 
-def test_stragglers_memory(d):
-    """24 ranks of 70,000 compute spans each: the ranks are read one at a time, so memory
-    holds one rank's spans (about 7 MB here), not the run's (about 180 MB: it grew with the
-    ranks, and a long run's logs are gigabytes a rank).  (The process's resident memory
-    starts near 230 MB, the CUDA libraries, and that much heap fits under its peak.)"""
-    spans, world = 70000, 24
+def write_many_spans(d, spans, world):
+    """world ranks of `spans` fwd spans each, written fast."""
     for r in range(world):
         head = dict(type="header", version=1, rank=r, world=world, host="h", pid=1,
                     coord=dict(dp=r, pp=0, tp=0), shape=dict(dp=world, pp=1, tp=1), mono_ns=0,
@@ -381,10 +377,33 @@ def test_stragglers_memory(d):
     log = RankLog(0, 1, (1, 1, 1), "h")
     log.span("compute", "fwd", 0, MS, step=1)
     log.write(small)
+    return small
+
+
+def test_stragglers_memory(d):
+    """24 ranks of 70,000 compute spans each: the ranks are read one at a time, so memory
+    holds one rank's spans (about 7 MB here), not the run's (about 180 MB: it grew with the
+    ranks, and a long run's logs are gigabytes a rank).  (The process's resident memory
+    starts near 230 MB, the CUDA libraries, and that much heap fits under its peak.)"""
+    small = write_many_spans(d, 70000, 24)
     rc0, base = peak_rss_kb("trace", "stragglers", small)
     rc, big = peak_rss_kb("trace", "stragglers", d)
     ok(rc0 == 0 and rc == 0 and big - base < 15_000,
        "stragglers: memory holds one rank's spans at a time", f"{big - base} KiB over {base}")
+
+
+def test_merge_memory(d):
+    """24 ranks of 20,000 spans: merge reads the logs twice, one rank at a time (lay out,
+    then write), so memory holds one rank's spans; it held every rank's, and room for a
+    thread per span of every rank (1 GB of heap for 16 ranks of 250,000 spans; now 72 MB).
+    The timeline is the same (the tests above)."""
+    small = write_many_spans(d, 20000, 24)
+    out = os.path.join(d, "m.json")
+    rc0, base = peak_rss_kb("trace", "merge", small, "-o", out)
+    rc, big = peak_rss_kb("trace", "merge", d, "-o", out)
+    n = sum(1 for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X") if rc == 0 else 0
+    ok(rc0 == 0 and rc == 0 and n == 24 * 20000 and big - base < 8_000,
+       "merge: memory holds one rank's spans at a time", f"{n} events; {big - base} KiB over {base}")
 
 
 # ---- 3. hang ---------------------------------------------------------------------------------
@@ -852,6 +871,7 @@ def main():
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
                          ("stragglers_memory", test_stragglers_memory),
+                         ("merge_memory", test_merge_memory),
                          ("hang_missing", test_hang_missing), ("hang_placed", test_hang_placed),
                          ("hang_rerun", test_hang_rerun),
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
