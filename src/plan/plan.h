@@ -206,11 +206,13 @@ double plan_flops_per_token_6n(const plan_model *m);
 double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompute rc, int flash,
                             double act_bytes);
 /* The memory parts of r (params, grads, optimizer, activations) for the
- * stage holding the most (plan_memory.c); in_flight: the (micro-batch,
- * chunk) pairs that stage keeps (from the schedule); with full recompute
- * also one layer's recomputed activations while its backward runs. */
+ * stage holding the most (plan_memory.c): the first (the most (micro-batch,
+ * chunk) pairs in flight, in_flight, and the embedding outputs) or the last
+ * (in_flight_last pairs and the fp32 logits), from the schedule; with full
+ * recompute also one layer's recomputed activations while its backward
+ * runs. */
 void plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
-                 const plan_cluster *c, int in_flight, plan_result *r);
+                 const plan_cluster *c, int in_flight, int in_flight_last, plan_result *r);
 
 /* ---- search (plan_search.c) ---------------------------------------------- */
 

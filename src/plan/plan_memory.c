@@ -22,7 +22,7 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
 }
 
 void plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
-                 const plan_cluster *c, int in_flight, plan_result *r) {
+                 const plan_cluster *c, int in_flight, int in_flight_last, plan_result *r) {
     int t = l->tp, p = l->pp, d = l->gpus / (l->tp * l->pp);
     double h = m->dim, gb = 1e9;
     double lp, emb;
@@ -45,7 +45,11 @@ void plan_memory(const plan_model *m, const plan_layout *l, const plan_features 
         f->recompute == PLAN_RECOMPUTE_FULL
             ? plan_layer_act_bytes(m, t, l->micro, PLAN_RECOMPUTE_NONE, 1, c->act_bytes)
             : 0;
-    r->mem_act_gb = (in_flight * lc * per_layer + working + fmax(logits, emb_out)) / gb;
+    /* the first stage's, the last stage's (one stage: both on it) */
+    double first = in_flight * lc * per_layer + working + emb_out;
+    double last = in_flight_last * lc * per_layer + working + logits;
+    if (p == 1) first = last = in_flight * lc * per_layer + working + fmax(logits, emb_out);
+    r->mem_act_gb = fmax(first, last) / gb;
     r->mem_reserved_gb = c->reserved_gb;
     r->memory_gb =
         r->mem_params_gb + r->mem_grads_gb + r->mem_optim_gb + r->mem_act_gb + r->mem_reserved_gb;

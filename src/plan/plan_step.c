@@ -319,12 +319,13 @@ static void chunk_costs(const step_ctx *x, double *fwd, double *bwd, double *com
 }
 
 /* The pipeline part of the step: makespan of the stage lists under the
- * chunk costs, and the stage that finishes last. */
+ * chunk costs, and the (micro-batch, chunk) pairs in flight at most on any
+ * stage and on the last one. */
 static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bwd, double *makespan,
-                          int *in_flight) {
+                          int *in_flight, int *in_flight_last) {
     if (x->p == 1) {
         *makespan = x->n_micro * (fwd[0] + bwd[0]);
-        *in_flight = 1;
+        *in_flight = *in_flight_last = 1;
         return MS_OK;
     }
     par_plan plan;
@@ -346,6 +347,7 @@ static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bw
         *in_flight = mif[0]; /* stage 0 keeps the most activations */
         for (int s = 1; s < x->p; s++)
             if (mif[s] > *in_flight) *in_flight = mif[s];
+        *in_flight_last = mif[x->p - 1];
     }
     free(mif);
     return rc;
@@ -425,7 +427,8 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
     double *fwd = buf, *bwd = buf + n, *comp = bwd + n, *tp = comp + x.p, *pp = tp + x.p;
     chunk_costs(&x, fwd, bwd, comp, tp, pp);
     double makespan = 0;
-    ms_status st = pipeline(&x, fwd, bwd, &makespan, &r->in_flight);
+    int in_flight_last = 1;
+    ms_status st = pipeline(&x, fwd, bwd, &makespan, &r->in_flight, &in_flight_last);
     if (st == MS_OK) {
         int s = 0; /* the parts of the busiest stage */
         for (int i = 1; i < x.p; i++)
@@ -445,7 +448,7 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
         r->tokens_per_s = (double)l->batch * m->seq / r->iter_s;
         r->mfu = r->model_flops_per_token * r->tokens_per_s / ((double)l->gpus * c->peak_flops);
         r->mfu_window = r->mfu * plan_window_flops_per_token(m) / r->model_flops_per_token;
-        plan_memory(m, l, f, c, r->in_flight, r);
+        plan_memory(m, l, f, c, r->in_flight, in_flight_last, r);
     }
     free(buf);
     return st;
