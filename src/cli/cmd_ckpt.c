@@ -20,11 +20,11 @@ typedef struct {
 } ckpt_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(ckpt_cli, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(ckpt_cli, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(ckpt_cli, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(ckpt_cli, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(ckpt_cli, field), def, help, env, NULL, 0 }
+    { name, type, offsetof(ckpt_cli, field), def, help, env, NULL, 0, 0 }
 static const opts_spec ckpt_opts[] = {
     O("format", OPT_T_STR, format, "safetensors", "export: output format (safetensors)"),
     O("out", OPT_T_STR, out, NULL, "export: the output file; reshard: the output directory"),

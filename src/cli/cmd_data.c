@@ -27,11 +27,11 @@ typedef struct {
 } data_config;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(data_config, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(data_config, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(data_config, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(data_config, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(data_config, field), def, help, env, NULL, 0 }
+    { name, type, offsetof(data_config, field), def, help, env, NULL, 0, 0 }
 static const opts_spec data_opts[] = {
     O("input", OPT_T_LIST, input, NULL,
       "text: a file, a glob of files, or a directory; several --input are read in order, or "

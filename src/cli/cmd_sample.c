@@ -21,11 +21,11 @@ typedef struct {
 } sample_config;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(sample_config, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(sample_config, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(sample_config, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(sample_config, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, range, help)                                               \
-    { name, type, offsetof(sample_config, field), def, help, env, range, 0 }
+    { name, type, offsetof(sample_config, field), def, help, env, range, 0, 0 }
 static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
       "weights file (HF GPT-2 safetensors, from --save-weights)"),

@@ -16,15 +16,15 @@
  * (opts_spec.per_rank: it acts on its rank alone, so the start-up check
  * that the ranks agree leaves it out; docs/user-guide.md, "Layout"). */
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(train_config, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(train_config, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(train_config, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(train_config, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, range, help)                                               \
-    { name, type, offsetof(train_config, field), def, help, env, range, 0 }
+    { name, type, offsetof(train_config, field), def, help, env, range, 0, 0 }
 #define RL(name, type, field, def, range, help)                                                    \
-    { name, type, offsetof(train_config, field), def, help, NULL, range, 1 }
+    { name, type, offsetof(train_config, field), def, help, NULL, range, 1, 0 }
 #define OEL(name, type, field, def, env, range, help)                                              \
-    { name, type, offsetof(train_config, field), def, help, env, range, 1 }
+    { name, type, offsetof(train_config, field), def, help, env, range, 1, 0 }
 
 static const opts_spec train_opts[] = {
     O("model", OPT_T_STR, model, NULL,

@@ -1,0 +1,93 @@
+"""The command line of every subcommand, fast: the bare-able flags (--json,
+--search: bare, `--json 0`, `--json 1`, `--json=0`, before another option,
+before a positional argument), and bad input (a wrong flag, a missing
+value, an out-of-range number, a missing / unreadable / empty / truncated
+input file, a directory where a file is expected and the reverse): each
+exits non-zero with a message naming the option or the file, never with a
+crash, and never overwrites an output it should not.
+(trace's --json: tests/trace/test_trace_tools.py.)
+Environment: MS_BIN (the binary)."""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_cli import TINY, ok, run, text_tokens, write_shard  # noqa: E402
+
+DIAG = ["diag", "--gemm-n", "16", "--gemm-speed-n", "64", "--mem-mb", "1", "--threads", "2"]
+PLAN = ["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "64"]
+
+
+def is_json(text):
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def flag_forms(flag, other):
+    """(args, the flag's value) of each way to give a bare-able flag; other:
+    an option with its value to follow the bare flag."""
+    return (([flag], 1), ([flag, "1"], 1), ([flag, "0"], 0), ([flag + "=0"], 0),
+            ([flag + "=1"], 1), ([flag, *other], 1), ([flag, "0", *other], 0))
+
+
+def test_json_flags(d, fixture):
+    """diag, eval and plan: --json in every form (trace's: test_trace_tools)."""
+    w, val = fixture
+    EVAL = ["eval", "--weights", w, "--val-data", val, "--val-batches", "2", "--batch", "4",
+            "--seq", "16", "--threads", "2"]
+    for base, other in ((DIAG, ["--slow-factor", "0.5"]), (EVAL, ["--val-batches", "1"]),
+                        (PLAN, ["--top", "3"])):
+        name = base[0]
+        for args, want in flag_forms("--json", other):
+            rc, out, err = run(*base, *args)
+            ok(rc == 0 and is_json(out) == bool(want),
+               f"{name} {' '.join(args)}: JSON {bool(want)}", f"rc={rc}\n{out}\n{err}")
+        rc, out, err = run(*base, "--json", "2")
+        ok(rc == 2 and "--json must be in [0,1], got '2'" in err, f"{name} --json 2: out of range",
+           err)
+        # a positional after a bare --json: not taken as its value (none of
+        # these takes one, so it is named as unexpected)
+        rc, out, err = run(*base, "--json", "extra")
+        ok(rc == 2 and "unexpected argument 'extra'" in err,
+           f"{name} --json extra: the positional is not --json's value", err)
+        rc, out, err = run(*base, "--help")
+        ok(rc == 0 and "--json [N]" in out, f"{name} --help: --json [N]", out)
+    # plan's --search, alone and with --json, in each order
+    for args, want in flag_forms("--search", ["--json"]):
+        rc, out, err = run(*PLAN, *args)
+        searched = "layouts tried" in out or '"tried"' in out
+        ok(rc == 0 and searched == bool(want), f"plan {' '.join(args)}: search {bool(want)}",
+           out + err)
+    rc, out, err = run(*PLAN, "--json", "--search", "0")
+    ok(rc == 0 and is_json(out) and '"tried"' not in out, "plan --json --search 0", out + err)
+
+
+def make_fixture(d):
+    """A tiny model's weights, its checkpoint directory and a validation shard."""
+    train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
+    write_shard(train, text_tokens(4000))
+    write_shard(val, text_tokens(2000))
+    w, ck = os.path.join(d, "w.safetensors"), os.path.join(d, "ck")
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps", "2",
+                     "--save-weights", w, "--ckpt-dir", ck, "--ckpt-every", "2")
+    if rc != 0:
+        print(f"FAIL: the fixture's training run\n{err}\n0 passed, 1 failed")
+        sys.exit(1)
+    return w, val, train, ck
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="ms_args_") as d:
+        w, val, train, ck = make_fixture(d)
+        test_json_flags(d, (w, val))
+    from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
