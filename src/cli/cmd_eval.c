@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/ctx.h"
+#include "ckpt/ckpt.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "train/train.h"
@@ -33,7 +34,8 @@ typedef struct {
 
 static const opts_spec eval_opts[] = {
     O("weights", OPT_T_STR, tc.init_from, NULL,
-      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export, Hugging Face's)"),
+      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export, Hugging Face's), or a "
+      "checkpoint (as --ckpt)"),
     O("ckpt", OPT_T_STR, tc.resume, NULL,
       "a checkpoint: a commit (DIR/step_N) or a checkpoint directory (its newest valid commit)"),
     O("val-data", OPT_T_STR, tc.val_data, NULL, "glob of the token shards to score"),
@@ -126,6 +128,10 @@ int cmd_eval(int argc, char **argv) {
         rc = cli_fail("eval", train_gate_early("eval", st));
     } else {
         train_eval_result r;
+        if (o.tc.init_from && ckpt_is_checkpoint(o.tc.init_from) && !o.tc.resume) {
+            o.tc.resume = o.tc.init_from; /* --weights CKPT is --ckpt CKPT */
+            o.tc.init_from = NULL;
+        }
         o.tc.shared_json = opts_to_json_shared(eval_opts, N_EVAL_OPTS, &o);
         st = o.tc.shared_json ? train_eval(&o.tc, &r)
                               : ms_error(MS_ERR_NOMEM, "eval: out of memory");

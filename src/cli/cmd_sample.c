@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/rng.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/hf.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
@@ -28,7 +29,8 @@ typedef struct {
     { name, type, offsetof(sample_config, field), def, help, env, range, 0, 0 }
 static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
-      "weights file (HF GPT-2 safetensors, from --save-weights)"),
+      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export; llm.c .bin), or a "
+      "checkpoint: a commit (DIR/step_N) or a checkpoint directory (its newest valid commit)"),
     O("prompt", OPT_T_STR, prompt, NULL, "text to continue (default: a newline)"),
     R("tokens", OPT_T_INT, tokens, "200", "[0,16777216]", "tokens to generate"),
     R("temperature", OPT_T_DOUBLE, temperature, "0.8", "[0,)", "softmax temperature (0: greedy)"),
@@ -183,16 +185,34 @@ static void emit(const sample_text *tx, int tok) {
     fflush(stdout);
 }
 
+/* The model of --weights: a weights file's, or a checkpoint's (its commit,
+ * the newest valid one of a checkpoint directory, into commit; "" for a
+ * file). */
+static ms_status weights_config(const sample_config *sc, gpt_config *c, char *commit, size_t n) {
+    commit[0] = 0;
+    if (!ckpt_is_checkpoint(sc->weights)) return ckpt_hf_read_config(sc->weights, sc->heads, c);
+    MS_TRY(ckpt_find_commit(sc->weights, commit, n));
+    ckpt_manifest mf;
+    MS_TRY(ckpt_validate(commit, 0, &mf)); /* the CRCs: when the parameters are read */
+    *c = mf.model;
+    ckpt_manifest_free(&mf);
+    c->recompute = 0;
+    return gpt_config_validate(c);
+}
+
 static ms_status run_sample(const sample_config *sc) {
-    if (!sc->weights || !*sc->weights) return ms_error(MS_ERR_ARG, "--weights FILE is required");
+    if (!sc->weights || !*sc->weights)
+        return ms_error(MS_ERR_ARG, "--weights FILE (or a checkpoint) is required");
     /* --tokens has its range in the table (SAMPLE_MAX_TOKENS) */
     if (sc->prompt && strlen(sc->prompt) > SAMPLE_MAX_TOKENS)
         return ms_error(MS_ERR_ARG, "--prompt: longer than %d bytes", SAMPLE_MAX_TOKENS);
     gpt_config c;
-    MS_TRY(ckpt_hf_read_config(sc->weights, sc->heads, &c));
+    char commit[4300];
+    MS_TRY(weights_config(sc, &c, commit, sizeof commit));
+    const char *src = commit[0] ? commit : sc->weights;
     if (sc->heads > 0 && sc->heads != c.n_head) /* as train --init-from and eval --weights */
-        return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", sc->heads,
-                        sc->weights, c.n_head);
+        return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", sc->heads, src,
+                        c.n_head);
     sample_text tx;
     be_backend *be = NULL;
     gpt_model *m = NULL;
@@ -200,14 +220,14 @@ static ms_status run_sample(const sample_config *sc) {
     float *logits = NULL, *work = NULL;
     const char *prompt = sc->prompt && *sc->prompt ? sc->prompt : "\n";
     int T = c.seq_max, cap = (int)strlen(prompt) + sc->tokens, n = 0;
-    ms_status st = text_open(&tx, sc->tokenizer, sc->data_dir, &c, sc->weights);
+    ms_status st = text_open(&tx, sc->tokenizer, sc->data_dir, &c, src);
     be_options bo = be_options_default();
     bo.threads = sc->threads;
     bo.cuda_profile = sc->cuda_profile;
     bo.cuda_fuse_gelu = sc->cuda_fuse_gelu;
     if (st == MS_OK) st = be_create(&be, sc->device, &bo);
     if (st == MS_OK) st = gpt_create(&m, &c, be, 1, T);
-    if (st == MS_OK) st = ckpt_hf_load(m, sc->weights);
+    if (st == MS_OK) st = commit[0] ? ckpt_load_params(commit, m, NULL) : ckpt_hf_load(m, src);
     if (st != MS_OK) goto out;
     ctx = malloc(sizeof(int32_t) * (size_t)(cap + 1));
     logits = malloc(sizeof(float) * (size_t)c.vocab);
@@ -246,7 +266,7 @@ int cmd_sample(int argc, char **argv) {
     ms_status st = opts_parse(sample_opts, N_SAMPLE_OPTS, &sc, argc, argv, pos, 0, &npos, &help);
     if (help)
         opts_print_help(sample_opts, N_SAMPLE_OPTS,
-                        "usage: megascale sample --weights FILE [options]");
+                        "usage: megascale sample --weights FILE|CHECKPOINT [options]");
     else if (st != MS_OK || (st = run_sample(&sc)) != MS_OK)
         rc = cli_fail("sample", st);
     opts_free(sample_opts, N_SAMPLE_OPTS, &sc);

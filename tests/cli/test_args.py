@@ -66,6 +66,43 @@ def test_json_flags(d, fixture):
     ok(rc == 0 and is_json(out) and '"tried"' not in out, "plan --json --search 0", out + err)
 
 
+def test_checkpoint_as_weights(d, w, val, train, ck):
+    """A checkpoint where a weights file is expected: sample and eval take
+    it (a commit or a checkpoint directory: its newest valid commit) and
+    draw / score what its weights do; train --init-from says to --resume
+    or export it; a directory that is no checkpoint is named as such."""
+    step = os.path.join(ck, sorted(n for n in os.listdir(ck) if n.startswith("step_"))[-1])
+    SAMPLE = ["sample", "--tokens", "12", "--seed", "3", "--tokenizer", "ids", "--prompt", "1 2"]
+    outs = {}
+    for src in (w, ck, step):
+        rc, out, err = run(*SAMPLE, "--weights", src)
+        outs[src] = out if rc == 0 else None
+        ok(rc == 0 and len(out.split()) == 14, f"sample --weights {src}", out + err)
+    ok(outs[ck] == outs[w] and outs[step] == outs[w],
+       "sample: the checkpoint's draws are the saved weights'", str(outs))
+    EVAL = ["eval", "--val-data", val, "--val-batches", "2", "--batch", "4", "--seq", "16", "--json"]
+    scores = {}
+    for args in (["--weights", w], ["--weights", ck], ["--weights", step], ["--ckpt", ck]):
+        rc, out, err = run(*EVAL, *args)
+        scores[" ".join(args)] = json.loads(out)["val_loss"] if rc == 0 and is_json(out) else None
+    ok(len(set(scores.values())) == 1 and None not in scores.values(),
+       "eval: --weights CKPT scores as --ckpt CKPT and as the weights file", str(scores))
+    rc, out, err = run(*EVAL, "--weights", ck, "--ckpt", ck)
+    ok(rc == 2 and "not both" in err, "eval --weights CKPT --ckpt CKPT: not both", err)
+    for src in (ck, step):
+        rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--init-from", src)
+        ok(rc == 2 and f"--init-from {src} is a checkpoint, not a weights file: --resume {src}" in err
+           and f"megascale ckpt export {src} --out FILE" in err,
+           f"train --init-from {src}: says to --resume or export it", err)
+    empty = os.path.join(d, "empty_dir")
+    os.makedirs(empty)
+    for args in (["sample", "--weights", empty], EVAL + ["--weights", empty],
+                 ["train", "--train-data", train, *TINY, "--steps", "1", "--init-from", empty]):
+        rc, out, err = run(*args)
+        ok(rc == 2 and f"{empty} is a directory, not a weights file" in err,
+           f"{args[0]}: a plain directory as weights is named", err)
+
+
 def make_fixture(d):
     """A tiny model's weights, its checkpoint directory and a validation shard."""
     train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
@@ -84,6 +121,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_args_") as d:
         w, val, train, ck = make_fixture(d)
         test_json_flags(d, (w, val))
+        test_checkpoint_as_weights(d, w, val, train, ck)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
