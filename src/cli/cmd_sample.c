@@ -1,6 +1,5 @@
 /* cmd_sample.c - `megascale sample`: generate text from saved weights. */
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,44 +49,6 @@ static const opts_spec sample_opts[] = {
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
 };
 #define N_SAMPLE_OPTS ((int)(sizeof sample_opts / sizeof sample_opts[0]))
-
-/* Draw a token from logits (V) with temperature and top-k. */
-static int draw(float *logits, int V, double temp, int top_k, ms_rng *rng, float *work) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (temp <= 0) return best;
-    float cut = -INFINITY;
-    int at_cut = V;               /* how many of the logits equal to cut are among the k */
-    if (top_k > 0 && top_k < V) { /* k-th largest by partial selection on a copy */
-        memcpy(work, logits, sizeof(float) * (size_t)V);
-        for (int k = 0; k < top_k; k++) {
-            int mi = k;
-            for (int i = k + 1; i < V; i++)
-                if (work[i] > work[mi]) mi = i;
-            float t = work[k];
-            work[k] = work[mi];
-            work[mi] = t;
-        }
-        cut = work[top_k - 1];
-        at_cut = 0; /* ties at the cut: the lowest ids, so that exactly k remain */
-        for (int k = 0; k < top_k; k++)
-            at_cut += work[k] == cut;
-    }
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        int in = logits[i] > cut || (logits[i] == cut && at_cut-- > 0);
-        double p = in ? exp((logits[i] - logits[best]) / temp) : 0;
-        work[i] = (float)p;
-        sum += p;
-    }
-    double u = ms_rng_next_uniform(rng) * sum, acc = 0;
-    for (int i = 0; i < V; i++) {
-        acc += work[i];
-        if (u < acc) return i;
-    }
-    return best;
-}
 
 /* Generated tokens and prompt bytes, each at most this many: their sum is
  * an int (it was a signed overflow). */
@@ -244,7 +205,7 @@ static ms_status run_sample(const sample_config *sc) {
     for (int k = 0; k < sc->tokens; k++, n++) {
         int start = n > T ? n - T : 0;
         gpt_forward_logits(m, ctx + start, 1, n - start, 1, logits);
-        ctx[n] = draw(logits, c.vocab, sc->temperature, sc->top_k, &rng, work);
+        ctx[n] = gpt_sample_token(logits, c.vocab, sc->temperature, sc->top_k, &rng, work);
         if (ctx[n] == eot) break;
         emit(&tx, ctx[n]);
     }
