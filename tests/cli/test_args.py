@@ -9,11 +9,12 @@ crash, and never overwrites an output it should not.
 Environment: MS_BIN (the binary)."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_cli import TINY, ok, run, text_tokens, write_shard  # noqa: E402
+from test_cli import BIN, TINY, ok, run, text_tokens, write_shard  # noqa: E402
 
 DIAG = ["diag", "--gemm-n", "16", "--gemm-speed-n", "64", "--mem-mb", "1", "--threads", "2"]
 PLAN = ["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "64"]
@@ -103,6 +104,105 @@ def test_checkpoint_as_weights(d, w, val, train, ck):
            f"{args[0]}: a plain directory as weights is named", err)
 
 
+def test_bad_input(d, w, val, train, ck):
+    """Every subcommand: a wrong flag, a missing value, an out-of-range
+    number, a missing / empty / truncated input, a directory where a file
+    is expected and a file where a directory is: exit 2, 3 or 4 (not 0, not
+    a signal) with the option or the file named; no output overwritten."""
+    empty, trunc, text, adir = (os.path.join(d, n) for n in ("empty", "trunc.bin", "t.txt", "adir"))
+    open(empty, "wb").close()
+    open(trunc, "wb").write(open(val, "rb").read()[:600])
+    open(text, "w").write("some text to tokenize " * 50)
+    os.makedirs(adir, exist_ok=True)
+    trunc_w = os.path.join(d, "trunc.safetensors")
+    raw = open(w, "rb").read()
+    open(trunc_w, "wb").write(raw[:len(raw) // 2])
+    nope = os.path.join(d, "nonexistent")
+    TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
+    EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
+    SA = ["sample", "--tokens", "2"]
+    cases = [  # (args, needles in stderr)
+        # a wrong flag, a missing value: the parser's, for every command
+        *[([c, "--bogus"], ["unknown option '--bogus'"]) for c in
+          ("train", "sample", "eval", "data", "ckpt", "trace", "launch", "diag", "dashboard",
+           "plan")],
+        (["sample", "--weights"], ["--weights needs a value"]),
+        (["plan", "--cluster"], ["--cluster needs a value"]),
+        (["trace", "hang", d, "--window"], ["--window needs a value"]),
+        # out of range
+        ([*TR, "--lr", "0"], ["--lr must be > 0"]),
+        ([*SA, "--weights", w, "--top-k", "-1"], ["--top-k must be >= 0"]),
+        ([*EV, "--weights", w, "--val-batches", "0"], ["--val-batches must be >= 1"]),
+        (["diag", "--mem-mb", "0"], ["--mem-mb 0"]),
+        (["trace", "stragglers", d, "--window", "0"], ["--window 0"]),
+        (["data", "prepare", "--input", text, "--out", adir, "--val-fraction", "2"],
+         ["val fraction", "got 2"]),
+        (["ckpt", "reshard", ck, "--dp", "0", "--out", adir], ["--dp must be in [1,65536]"]),
+        (["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "-1", "--batch", "8"],
+         ["--gpus must be"]),
+        (["dashboard", d, "--port", "70000"], ["--port must be in [0,65535]"]),
+        # missing, empty, truncated inputs
+        ([*SA, "--weights", nope], [nope]),
+        ([*SA, "--weights", empty], [empty, "0 bytes"]),
+        ([*SA, "--weights", trunc_w], [trunc_w, "truncated"]),
+        ([*TR[:2], empty, *TR[3:]], [empty, "not a token shard"]),
+        ([*EV[:2], trunc, *EV[3:], "--weights", w], [trunc, "truncated"]),
+        (["data", "inspect", empty], [empty, "not a token shard"]),
+        (["data", "prepare", "--input", empty, "--out", os.path.join(d, "o1")],
+         [empty, "input is empty"]),
+        (["data", "prepare", "--input", nope, "--out", os.path.join(d, "o2")], [nope]),
+        ([*SA, "--weights", w, "--tokenizer", empty], [empty]),
+        (["plan", "--cluster", empty, "--model", "d12", "--gpus", "8", "--batch", "8"],
+         [empty, "not valid JSON"]),
+        (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", empty], [empty]),
+        ([*EV, "--ckpt", nope], [nope]),
+        (["ckpt", "inspect", adir], [adir, "no valid checkpoint"]),
+        # a directory where a file is expected
+        ([*TR, "--init-from", adir], [adir, "is a directory, not a weights file"]),
+        ([*EV[:2], adir, *EV[3:], "--weights", w], [adir, "not a regular file"]),
+        ([*TR, "--save-weights", adir], ["--save-weights", adir, "is a directory"]),
+        ([*TR, "--config", adir], ["--config", adir]),
+        (["diag", "--history", adir], ["--history", adir, "is a directory"]),
+        (["ckpt", "export", ck, "--out", adir], [adir, "is a directory, not a file"]),
+        (["plan", "measure", "--out", adir], [adir, "is a directory, not a file"]),
+        (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
+         [adir, "Is a directory"]),
+        (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
+        # a file where a directory is expected
+        ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
+        ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
+        *[(["ckpt", c, w], [f"ckpt {c}: {w} is a file, not a checkpoint"]) for c in
+          ("list", "inspect", "verify", "shm")],
+        (["ckpt", "export", w, "--out", os.path.join(d, "x.safetensors")],
+         [w, "is a file, not a checkpoint"]),
+        (["trace", "hang", empty], [empty, "not a directory"]),
+        (["dashboard", empty], [empty, "not a directory"]),
+        (["diag", "--history-dir", empty], ["--history-dir", empty]),
+        (["data", "prepare", "--input", text, "--out", empty], [empty, "not a directory"]),
+    ]
+    # plan --cluster NAME: a file of that name in the working directory is
+    # that file (it was "no such file, and no shipped cluster NAME")
+    src = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+    mine = os.path.join(d, "mycluster")
+    open(mine, "w").write(open(os.path.join(src, "data", "clusters", "h100-node.json")).read())
+    open(os.path.join(d, "badcluster"), "w").write("{")
+    for name, want_rc, needle in (("mycluster", 0, ""), ("badcluster", 3, "badcluster: not valid")):
+        p = subprocess.run([BIN, "plan", "--cluster", name, "--model", "d12", "--gpus", "8",
+                            "--batch", "8"], cwd=d, capture_output=True, text=True)
+        ok(p.returncode == want_rc and needle in p.stderr,
+           f"plan --cluster {name}: the file in the working directory", p.stderr)
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty)}
+    for args, needles in cases:
+        rc, out, err = run(*args)
+        ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
+           f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
+           f"rc={rc}\n{err}")
+    ok(all(open(p, "rb").read() == b for p, b in before.items()),
+       "no input or weights file was changed by the bad commands")
+    ok(os.listdir(adir) == [], "the directory given as an output file holds nothing new",
+       str(os.listdir(adir)))
+
+
 def make_fixture(d):
     """A tiny model's weights, its checkpoint directory and a validation shard."""
     train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
@@ -122,6 +222,7 @@ def main():
         w, val, train, ck = make_fixture(d)
         test_json_flags(d, (w, val))
         test_checkpoint_as_weights(d, w, val, train, ck)
+        test_bad_input(d, w, val, train, ck)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
