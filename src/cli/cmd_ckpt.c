@@ -32,8 +32,8 @@ static const opts_spec ckpt_opts[] = {
     O("save-dtype", OPT_T_STR, save_dtype, "f32", "export: the weights' dtype, f32 or bf16"),
     /* train's --dp range: a commit for more ranks is one no run can load */
     R("dp", OPT_T_INT, dp, "1", "[1,65536]", "reshard: data-parallel ranks of the new layout"),
-    R("remove", OPT_T_INT, remove, "0", "[0,1]",
-      "shm, shm-orphans: 1 removes the snapshots listed"),
+    OPTS_FLAG("remove", ckpt_cli, remove,
+              "shm, shm-orphans: 1 (or a bare --remove) removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
        "list, shm, shm-orphans: where the training run keeps its host-memory snapshots"),
 };

@@ -50,9 +50,10 @@ static const opts_spec data_opts[] = {
       "the member of each JSON object that holds the text, in .jsonl inputs"),
     R("jsonl-skip-bad", OPT_T_INT, jsonl_skip_bad, "0", "[0,1]",
       "1: skip bad .jsonl lines and count them (0: a bad line is an error naming FILE:LINE)"),
-    R("force", OPT_T_INT, force, "0", "[0,1]",
-      "1 replaces what --out holds: prepare, the shards of --name (the old ones not rewritten "
-      "are removed); tokenizer-train, the file (0: refuse)"),
+    OPTS_FLAG("force", data_config, force,
+              "1 (or a bare --force) replaces what --out holds: prepare, the shards of --name (the "
+              "old ones not rewritten "
+              "are removed); tokenizer-train, the file (0: refuse)"),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
 

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/fileio.h"
+#include "base/strnum.h"
 
 static const opts_spec *find(const opts_spec *spec, int n, const char *name, size_t len) {
     for (int i = 0; i < n; i++)
@@ -230,16 +231,6 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
     return st;
 }
 
-/* 1 if v reads as an integer ("0", "-3", "+1"): the value of a bare-able
- * flag rather than the next argument. */
-static int is_integer(const char *v) {
-    if (*v == '-' || *v == '+') v++;
-    if (!isdigit((unsigned char)*v)) return 0;
-    while (isdigit((unsigned char)*v))
-        v++;
-    return !*v;
-}
-
 ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **argv, char **pos,
                      int max_pos, int *n_pos, int *help) {
     enum { FROM_DEFAULT = 1, FROM_ENV, FROM_ARGV, FROM_CONFIG }; /* config files: +i */
@@ -289,7 +280,7 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
         const opts_spec *s = find(spec, n, name, len);
         if (!s) return ms_error(MS_ERR_ARG, "unknown option '%.*s' (see --help)", (int)len + 2, a);
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
-        if (!eq && s->bare && !(v && is_integer(v)))
+        if (!eq && s->bare && !(v && ms_str_is_integer(v)))
             v = "1"; /* a bare flag: the next argument is not its value */
         else if (!eq && v)
             i++;

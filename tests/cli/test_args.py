@@ -1,5 +1,5 @@
 """The command line of every subcommand, fast: the bare-able flags (--json,
---search: bare, `--json 0`, `--json 1`, `--json=0`, before another option,
+--search, --force, --remove, --new-run: bare, `--json 0`, `--json 1`, `--json=0`, before another option,
 before a positional argument), and bad input (a wrong flag, a missing
 value, an out-of-range number, a missing / unreadable / empty / truncated
 input file, a directory where a file is expected and the reverse): each
@@ -9,6 +9,7 @@ crash, and never overwrites an output it should not.
 Environment: MS_BIN (the binary)."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -203,6 +204,30 @@ def test_bad_input(d, w, val, train, ck):
        str(os.listdir(adir)))
 
 
+def test_other_flags(d, train, ck):
+    """The other 0/1 switches that may be given bare: data --force, ckpt
+    --remove, train --new-run (before another option or a positional)."""
+    text, tok = os.path.join(d, "flags.txt"), os.path.join(d, "flags.tok")
+    open(text, "w").write("a few words to train a tokenizer on, and a few more " * 40)
+    open(tok, "w").write("not a tokenizer")
+    rc, out, err = run("data", "tokenizer-train", "--input", text, "--out", tok, "--force",
+                       "--vocab-size", "300")
+    ok(rc == 0 and open(tok, "rb").read(4) != b"not ", "data tokenizer-train --force --vocab-size",
+       err)
+    shm = os.path.join(d, "flags_shm")
+    os.makedirs(shm)
+    for args in (["shm", "--remove", ck], ["shm", ck, "--remove"], ["shm-orphans", "--remove"],
+                 ["shm", "--remove", "0", ck]):
+        rc, out, err = run("ckpt", *args, "--ckpt-shm-dir", shm)
+        ok(rc == 0, f"ckpt {' '.join(args)}", err)
+    mine = os.path.join(d, "flags_ck")
+    shutil.copytree(ck, mine)
+    rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--ckpt-dir", mine,
+                       "--new-run", "--trace-dir", "none")
+    ok(rc == 0 and "previous-" in err, "train --new-run --trace-dir: a new run, the old one aside",
+       err)
+
+
 def make_fixture(d):
     """A tiny model's weights, its checkpoint directory and a validation shard."""
     train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
@@ -223,6 +248,7 @@ def main():
         test_json_flags(d, (w, val))
         test_checkpoint_as_weights(d, w, val, train, ck)
         test_bad_input(d, w, val, train, ck)
+        test_other_flags(d, train, ck)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
