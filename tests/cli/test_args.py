@@ -179,6 +179,7 @@ def test_bad_input(d, w, val, train, ck):
         (["trace", "hang", empty], [empty, "not a directory"]),
         (["dashboard", empty], [empty, "not a directory"]),
         (["diag", "--history-dir", empty], ["--history-dir", empty]),
+        (["diag", "--storage-dir", empty], ["--storage-dir", empty, "is a file, not a directory"]),
         (["data", "prepare", "--input", text, "--out", empty], [empty, "not a directory"]),
     ]
     # plan --cluster NAME: a file of that name in the working directory is
