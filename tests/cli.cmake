@@ -20,3 +20,7 @@ ms_script_test(cli_llmc COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/tes
 # --log-file.
 ms_script_test(cli_outdir COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_outdir.py
   LABELS cli)
+# Every subcommand's command line: the bare-able flags (--json, --search) in
+# each form, and bad input (flags, values, files, directories), each named.
+ms_script_test(cli_args COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/cli/test_args.py
+  LABELS cli)

@@ -8,3 +8,6 @@ ms_script_test(torch_gpt COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/torch/
 
 # Data loader: prefetch thread and the shared-memory batch ring.
 ms_c_test(test_loader SOURCES unit/test_loader.c LABELS unit threads)
+# Sampling: gpt_sample_token draws what the selection sort it replaced drew
+# (ties included); `test_sample --perf` times both (docs/perf.md).
+ms_c_test(test_sample SOURCES unit/test_sample.c LABELS unit)

@@ -262,6 +262,9 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     if (strlen(path) >= sizeof af->path)
         return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path,
                         sizeof af->path - 1);
+    struct stat sb; /* the rename would fail at the end, after all the writing */
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return ms_error(MS_ERR_ARG, "%s is a directory, not a file (give a file name in it)", path);
     strcpy(af->path, path);
     snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%ld", path, (long)getpid());
     af->f = fopen(af->tmp, "wbe");

@@ -233,6 +233,11 @@ void ckpt_step_path(char *buf, size_t n, const char *root, int step);
 /* 1 if path is a step directory: it holds a manifest, or its name is
  * step_N (N a number). */
 int ckpt_is_step_dir(const char *path);
+/* 1 if path is a directory that holds what a checkpoint holds: a commit
+ * (its manifest) or a checkpoint directory (step_* commits, latest, job,
+ * lock).  What `megascale sample --weights` and `eval --weights` take as a
+ * checkpoint, and what train --init-from refuses with the way to use it. */
+int ckpt_is_checkpoint(const char *path);
 /* path itself when it is a step directory, else the newest commit of the
  * checkpoint directory path that verifies (every file size and CRC), into
  * out; each commit skipped is a warning naming it and why.

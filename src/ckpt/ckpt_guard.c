@@ -88,6 +88,11 @@ static int is_ckpt_dir(const char *dir, char *what, size_t n) {
     return found;
 }
 
+int ckpt_is_checkpoint(const char *path) {
+    char what[256];
+    return is_ckpt_dir(path, what, sizeof what);
+}
+
 static int same_inode(const struct stat *a, const struct stat *b) {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }

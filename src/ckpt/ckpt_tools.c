@@ -23,6 +23,12 @@ int ckpt_is_step_dir(const char *path) {
 }
 
 ms_status ckpt_find_commit(const char *path, char *out, size_t n) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        return ms_error(MS_ERR_ARG,
+                        "%s is a file, not a checkpoint (a commit DIR/step_N or a checkpoint "
+                        "directory)",
+                        path);
     if (ckpt_is_step_dir(path)) {
         snprintf(out, n, "%s", path);
         return MS_OK;

@@ -14,11 +14,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/bf16.h"
 #include "base/fileio.h"
 #include "base/log.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/hf_internal.h"
 #include "ckpt/llmc.h"
 #include "ckpt/safetensors.h"
@@ -244,6 +246,17 @@ typedef struct {
 
 static ms_status wf_open(weights_file *w, const char *path) {
     *w = (weights_file){0};
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* not "not a regular file" */
+        return ckpt_is_checkpoint(path)
+                   ? ms_error(MS_ERR_ARG,
+                              "%s is a checkpoint, not a weights file: `megascale ckpt export "
+                              "%s --out FILE` writes its weights as one file",
+                              path, path)
+                   : ms_error(MS_ERR_ARG,
+                              "%s is a directory, not a weights file (a .safetensors file or "
+                              "an llm.c .bin)",
+                              path);
     return ckpt_llmc_probe(path) ? ckpt_llmc_open(&w->llmc, path) : ckpt_st_open(&w->st, path);
 }
 

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/fileio.h"
@@ -20,19 +21,19 @@ typedef struct {
 } ckpt_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(ckpt_cli, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(ckpt_cli, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(ckpt_cli, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(ckpt_cli, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(ckpt_cli, field), def, help, env, NULL, 0 }
+    { name, type, offsetof(ckpt_cli, field), def, help, env, NULL, 0, 0 }
 static const opts_spec ckpt_opts[] = {
     O("format", OPT_T_STR, format, "safetensors", "export: output format (safetensors)"),
     O("out", OPT_T_STR, out, NULL, "export: the output file; reshard: the output directory"),
     O("save-dtype", OPT_T_STR, save_dtype, "f32", "export: the weights' dtype, f32 or bf16"),
     /* train's --dp range: a commit for more ranks is one no run can load */
     R("dp", OPT_T_INT, dp, "1", "[1,65536]", "reshard: data-parallel ranks of the new layout"),
-    R("remove", OPT_T_INT, remove, "0", "[0,1]",
-      "shm, shm-orphans: 1 removes the snapshots listed"),
+    OPTS_FLAG("remove", ckpt_cli, remove,
+              "shm, shm-orphans: 1 (or a bare --remove) removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
        "list, shm, shm-orphans: where the training run keeps its host-memory snapshots"),
 };
@@ -184,8 +185,14 @@ int cmd_ckpt(int argc, char **argv) {
     }
     const char *cmd = pos[0], *path = npos > 1 ? pos[1] : NULL;
     char dir[4300];
+    struct stat sb;
     if (st == MS_OK && !path && strcmp(cmd, "shm-orphans"))
         st = ms_error(MS_ERR_ARG, "ckpt %s: expected a PATH (see megascale ckpt --help)", cmd);
+    else if (st == MS_OK && path && stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
+        st = ms_error(MS_ERR_ARG,
+                      "ckpt %s: %s is a file, not a checkpoint directory or a commit "
+                      "(DIR/step_N)",
+                      cmd, path);
     if (st != MS_OK) {
         /* fall through to the error */
     } else if (!strcmp(cmd, "list")) {

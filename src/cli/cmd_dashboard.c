@@ -21,12 +21,12 @@ typedef struct {
 
 static const opts_spec dash_opts[] = {
     {"port", OPT_T_INT, offsetof(dash_cli, port), "0", "the port (0: any free one)", NULL,
-     "[0,65535]", 0},
+     "[0,65535]", 0, 0},
     {"bind", OPT_T_STR, offsetof(dash_cli, bind), "127.0.0.1",
-     "the address (loopback unless you mean to show it to other hosts)", NULL, NULL, 0},
+     "the address (loopback unless you mean to show it to other hosts)", NULL, NULL, 0, 0},
     {"events", OPT_T_STR, offsetof(dash_cli, events), NULL,
      "the events JSONL, where the job's `launch --events` put it (default RUN_DIR/events.jsonl)",
-     NULL, NULL, 0},
+     NULL, NULL, 0, 0},
 };
 #define N_DASH_OPTS ((int)(sizeof dash_opts / sizeof dash_opts[0]))
 

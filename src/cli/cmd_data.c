@@ -27,11 +27,11 @@ typedef struct {
 } data_config;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(data_config, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(data_config, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(data_config, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(data_config, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, help)                                                      \
-    { name, type, offsetof(data_config, field), def, help, env, NULL, 0 }
+    { name, type, offsetof(data_config, field), def, help, env, NULL, 0, 0 }
 static const opts_spec data_opts[] = {
     O("input", OPT_T_LIST, input, NULL,
       "text: a file, a glob of files, or a directory; several --input are read in order, or "
@@ -50,9 +50,10 @@ static const opts_spec data_opts[] = {
       "the member of each JSON object that holds the text, in .jsonl inputs"),
     R("jsonl-skip-bad", OPT_T_INT, jsonl_skip_bad, "0", "[0,1]",
       "1: skip bad .jsonl lines and count them (0: a bad line is an error naming FILE:LINE)"),
-    R("force", OPT_T_INT, force, "0", "[0,1]",
-      "1 replaces what --out holds: prepare, the shards of --name (the old ones not rewritten "
-      "are removed); tokenizer-train, the file (0: refuse)"),
+    OPTS_FLAG("force", data_config, force,
+              "1 (or a bare --force) replaces what --out holds: prepare, the shards of --name (the "
+              "old ones not rewritten "
+              "are removed); tokenizer-train, the file (0: refuse)"),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
 

@@ -22,9 +22,9 @@ typedef struct {
 } diag_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(diag_cli, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(diag_cli, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(diag_cli, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(diag_cli, field), def, help, NULL, range, 0, 0 }
 static const opts_spec diag_opts[] = {
     O("device", OPT_T_STR, device, "cpu", "the backend whose GEMM is checked: cpu or cuda"),
     R("threads", OPT_T_INT, threads, "0", "[0,1024]",
@@ -56,9 +56,8 @@ static const opts_spec diag_opts[] = {
     R("fail-exit", OPT_T_INT, fail_exit, "1", "[0,1]",
       "1: exit 9 when a check fails; 0: exit 0 all the same (the report says what failed: "
       "under mpirun a failing rank's exit would cut the other ranks' reports short)"),
-    R("json", OPT_T_INT, json, "0", "[0,1]",
-      "1 prints one JSON object instead of the table (a bare "
-      "--json means 1)"),
+    OPTS_FLAG("json", diag_cli, json,
+              "1 prints one JSON object instead of the table (a bare --json means 1)"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
       "faults for tests (docs/operations.md): diag:gemm, diag:memory, diag:comm, diag:storage "
       "make that check fail as on bad hardware (KIND@1:RANK: one rank only; KIND:node=NAME: "
@@ -139,13 +138,9 @@ static void to_config(const diag_cli *o, const ms_fault_plan *plan, const char *
 
 int cmd_diag(int argc, char **argv) {
     diag_cli o = {0};
-    char *pos[1], **av = calloc((size_t)argc + 1, sizeof *av);
+    char *pos[1];
     int npos = 0, help = 0, rc = 0;
-    if (!av) return cli_fail("diag", ms_error(MS_ERR_NOMEM, "out of memory"));
-    for (int i = 0; i < argc; i++)
-        av[i] = strcmp(argv[i], "--json") ? argv[i] : "--json=1";
-    ms_status st = opts_parse(diag_opts, N_DIAG_OPTS, &o, argc, av, pos, 0, &npos, &help);
-    free(av);
+    ms_status st = opts_parse(diag_opts, N_DIAG_OPTS, &o, argc, argv, pos, 0, &npos, &help);
     ms_fault_plan plan = {.n = 0};
     diag_config c;
     diag_report r;

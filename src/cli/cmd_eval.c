@@ -5,11 +5,11 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include <cjson/cJSON.h>
 
 #include "base/ctx.h"
+#include "ckpt/ckpt.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "train/train.h"
@@ -22,19 +22,20 @@ typedef struct {
 /* As in cmd_train.c: O any value, R in `range`, OE from the environment
  * too; RL, OEL: may differ between the ranks of a job (opts_spec.per_rank). */
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(eval_cli, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(eval_cli, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(eval_cli, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(eval_cli, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, range, help)                                               \
-    { name, type, offsetof(eval_cli, field), def, help, env, range, 0 }
+    { name, type, offsetof(eval_cli, field), def, help, env, range, 0, 0 }
 #define RL(name, type, field, def, range, help)                                                    \
-    { name, type, offsetof(eval_cli, field), def, help, NULL, range, 1 }
+    { name, type, offsetof(eval_cli, field), def, help, NULL, range, 1, 0 }
 #define OEL(name, type, field, def, env, range, help)                                              \
-    { name, type, offsetof(eval_cli, field), def, help, env, range, 1 }
+    { name, type, offsetof(eval_cli, field), def, help, env, range, 1, 0 }
 
 static const opts_spec eval_opts[] = {
     O("weights", OPT_T_STR, tc.init_from, NULL,
-      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export, Hugging Face's)"),
+      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export, Hugging Face's), or a "
+      "checkpoint (as --ckpt)"),
     O("ckpt", OPT_T_STR, tc.resume, NULL,
       "a checkpoint: a commit (DIR/step_N) or a checkpoint directory (its newest valid commit)"),
     O("val-data", OPT_T_STR, tc.val_data, NULL, "glob of the token shards to score"),
@@ -65,8 +66,8 @@ static const opts_spec eval_opts[] = {
         "seconds a collective may take before it fails, naming the missing ranks"),
     OEL("comm-nccl-sync", OPT_T_INT, tc.comm_nccl_sync, "0", "MS_COMM_NCCL_SYNC", "[0,1]",
         "1: a wait on an NCCL op blocks the host"),
-    R("json", OPT_T_INT, json, "0", "[0,1]",
-      "1 prints one JSON object instead of the line (a bare --json means 1)"),
+    OPTS_FLAG("json", eval_cli, json,
+              "1 prints one JSON object instead of the line (a bare --json means 1)"),
 };
 #define N_EVAL_OPTS ((int)(sizeof eval_opts / sizeof eval_opts[0]))
 
@@ -118,21 +119,19 @@ static ms_status print_result(const train_eval_result *r, int json) {
 
 int cmd_eval(int argc, char **argv) {
     eval_cli o = {0};
-    char *pos[1], **av = calloc((size_t)argc + 1, sizeof *av);
+    char *pos[1];
     int npos = 0, help = 0, rc = 0;
-    if (!av) return cli_fail("eval", ms_error(MS_ERR_NOMEM, "out of memory"));
-    for (int i = 0; i < argc; i++) /* a bare --json (last, or before another option) */
-        av[i] = !strcmp(argv[i], "--json") && (i + 1 == argc || !strncmp(argv[i + 1], "--", 2))
-                    ? "--json=1"
-                    : argv[i];
-    ms_status st = opts_parse(eval_opts, N_EVAL_OPTS, &o, argc, av, pos, 0, &npos, &help);
-    free(av);
+    ms_status st = opts_parse(eval_opts, N_EVAL_OPTS, &o, argc, argv, pos, 0, &npos, &help);
     if (help) {
         opts_print_help(eval_opts, N_EVAL_OPTS, usage_text);
     } else if (st != MS_OK) {
         rc = cli_fail("eval", train_gate_early("eval", st));
     } else {
         train_eval_result r;
+        if (o.tc.init_from && ckpt_is_checkpoint(o.tc.init_from) && !o.tc.resume) {
+            o.tc.resume = o.tc.init_from; /* --weights CKPT is --ckpt CKPT */
+            o.tc.init_from = NULL;
+        }
         o.tc.shared_json = opts_to_json_shared(eval_opts, N_EVAL_OPTS, &o);
         st = o.tc.shared_json ? train_eval(&o.tc, &r)
                               : ms_error(MS_ERR_NOMEM, "eval: out of memory");

@@ -19,12 +19,12 @@ typedef struct {
 } launch_cli;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(launch_cli, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(launch_cli, field), def, help, NULL, NULL, 0, 0 }
 /* With the values allowed (cli/opts.h): a timing of 0 or below, or a count
  * out of range, is a usage error naming the option, not a job that hangs
  * or sleeps for ever. */
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(launch_cli, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(launch_cli, field), def, help, NULL, range, 0, 0 }
 
 static const opts_spec launch_opts[] = {
     R("np", OPT_T_INT, np, "1", "[1,1048576]", "ranks of the job"),
@@ -73,7 +73,7 @@ static const opts_spec launch_opts[] = {
     {"dashboard", OPT_T_INT, offsetof(launch_cli, dashboard), "-1",
      "serve the live dashboard on this port (0: any free one; it prints the URL with the job's "
      "token, also in RUN_DIR/dashboard.json; -1: off)",
-     NULL, "[-1,65535]", 0},
+     NULL, "[-1,65535]", 0, 0},
     O("dashboard-bind", OPT_T_STR, dashboard_bind, "127.0.0.1",
       "the dashboard's address (loopback unless you mean to show it to other hosts)"),
     O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),

@@ -61,9 +61,10 @@ static const opts_spec plan_opts[] = {
     O("recompute", OPT_T_STR, recompute, NULL, NULL,
       "activation recomputation: none, selective, full (default: selective with megatron, "
       "else none)"),
-    O("json", OPT_T_INT, json, "0", "[0,1]", "1 (or a bare --json): one JSON object"),
-    O("search", OPT_T_INT, search, "0", "[0,1]",
-      "1 (or a bare --search): rank the layouts (tp, pp, vpp, micro-batch) that fit in memory"),
+    OPTS_FLAG("json", plan_cli, json, "1 (or a bare --json): one JSON object"),
+    OPTS_FLAG("search", plan_cli, search,
+              "1 (or a bare --search): rank the layouts (tp, pp, vpp, micro-batch) that fit in "
+              "memory"),
     O("top", OPT_T_INT, top, "10", "[1,1000]", "--search: layouts shown"),
     O("max-vpp", OPT_T_INT, max_vpp, "8", "[1,64]", "--search: largest vpp tried"),
     O("max-micro", OPT_T_INT, max_micro, "8", "[1,4096]", "--search: largest micro-batch tried"),
@@ -278,25 +279,13 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
     return n ? 0 : cli_fail("plan", search_none(o, m, l, f, c, tried, &small));
 }
 
-/* argv with bare --json / --search made "--json=1" (a flag without a value). */
-static char **flags_to_values(int argc, char **argv) {
-    char **av = calloc((size_t)argc + 1, sizeof *av);
-    for (int i = 0; av && i < argc; i++)
-        av[i] = !strcmp(argv[i], "--json")     ? "--json=1"
-                : !strcmp(argv[i], "--search") ? "--search=1"
-                                               : argv[i];
-    return av;
-}
-
 int cmd_plan(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "measure")) return cmd_plan_measure(argc - 1, argv + 1);
     plan_cli o;
     memset(&o, 0, sizeof o);
-    char *pos[1], **av = flags_to_values(argc, argv);
+    char *pos[1];
     int npos = 0, help = 0, rc = 0;
-    if (!av) return cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory"));
-    ms_status st = opts_parse(plan_opts, N_PLAN_OPTS, &o, argc, av, pos, 1, &npos, &help);
-    free(av);
+    ms_status st = opts_parse(plan_opts, N_PLAN_OPTS, &o, argc, argv, pos, 1, &npos, &help);
     plan_model m;
     plan_layout l;
     plan_features f;

@@ -1,12 +1,12 @@
 /* cmd_sample.c - `megascale sample`: generate text from saved weights. */
 #include <errno.h>
-#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "base/rng.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/hf.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
@@ -21,14 +21,15 @@ typedef struct {
 } sample_config;
 
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(sample_config, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(sample_config, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(sample_config, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(sample_config, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, range, help)                                               \
-    { name, type, offsetof(sample_config, field), def, help, env, range, 0 }
+    { name, type, offsetof(sample_config, field), def, help, env, range, 0, 0 }
 static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
-      "weights file (HF GPT-2 safetensors, from --save-weights)"),
+      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export; llm.c .bin), or a "
+      "checkpoint: a commit (DIR/step_N) or a checkpoint directory (its newest valid commit)"),
     O("prompt", OPT_T_STR, prompt, NULL, "text to continue (default: a newline)"),
     R("tokens", OPT_T_INT, tokens, "200", "[0,16777216]", "tokens to generate"),
     R("temperature", OPT_T_DOUBLE, temperature, "0.8", "[0,)", "softmax temperature (0: greedy)"),
@@ -48,44 +49,6 @@ static const opts_spec sample_opts[] = {
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),
 };
 #define N_SAMPLE_OPTS ((int)(sizeof sample_opts / sizeof sample_opts[0]))
-
-/* Draw a token from logits (V) with temperature and top-k. */
-static int draw(float *logits, int V, double temp, int top_k, ms_rng *rng, float *work) {
-    int best = 0;
-    for (int i = 1; i < V; i++)
-        if (logits[i] > logits[best]) best = i;
-    if (temp <= 0) return best;
-    float cut = -INFINITY;
-    int at_cut = V;               /* how many of the logits equal to cut are among the k */
-    if (top_k > 0 && top_k < V) { /* k-th largest by partial selection on a copy */
-        memcpy(work, logits, sizeof(float) * (size_t)V);
-        for (int k = 0; k < top_k; k++) {
-            int mi = k;
-            for (int i = k + 1; i < V; i++)
-                if (work[i] > work[mi]) mi = i;
-            float t = work[k];
-            work[k] = work[mi];
-            work[mi] = t;
-        }
-        cut = work[top_k - 1];
-        at_cut = 0; /* ties at the cut: the lowest ids, so that exactly k remain */
-        for (int k = 0; k < top_k; k++)
-            at_cut += work[k] == cut;
-    }
-    double sum = 0;
-    for (int i = 0; i < V; i++) {
-        int in = logits[i] > cut || (logits[i] == cut && at_cut-- > 0);
-        double p = in ? exp((logits[i] - logits[best]) / temp) : 0;
-        work[i] = (float)p;
-        sum += p;
-    }
-    double u = ms_rng_next_uniform(rng) * sum, acc = 0;
-    for (int i = 0; i < V; i++) {
-        acc += work[i];
-        if (u < acc) return i;
-    }
-    return best;
-}
 
 /* Generated tokens and prompt bytes, each at most this many: their sum is
  * an int (it was a signed overflow). */
@@ -183,16 +146,34 @@ static void emit(const sample_text *tx, int tok) {
     fflush(stdout);
 }
 
+/* The model of --weights: a weights file's, or a checkpoint's (its commit,
+ * the newest valid one of a checkpoint directory, into commit; "" for a
+ * file). */
+static ms_status weights_config(const sample_config *sc, gpt_config *c, char *commit, size_t n) {
+    commit[0] = 0;
+    if (!ckpt_is_checkpoint(sc->weights)) return ckpt_hf_read_config(sc->weights, sc->heads, c);
+    MS_TRY(ckpt_find_commit(sc->weights, commit, n));
+    ckpt_manifest mf;
+    MS_TRY(ckpt_validate(commit, 0, &mf)); /* the CRCs: when the parameters are read */
+    *c = mf.model;
+    ckpt_manifest_free(&mf);
+    c->recompute = 0;
+    return gpt_config_validate(c);
+}
+
 static ms_status run_sample(const sample_config *sc) {
-    if (!sc->weights || !*sc->weights) return ms_error(MS_ERR_ARG, "--weights FILE is required");
+    if (!sc->weights || !*sc->weights)
+        return ms_error(MS_ERR_ARG, "--weights FILE (or a checkpoint) is required");
     /* --tokens has its range in the table (SAMPLE_MAX_TOKENS) */
     if (sc->prompt && strlen(sc->prompt) > SAMPLE_MAX_TOKENS)
         return ms_error(MS_ERR_ARG, "--prompt: longer than %d bytes", SAMPLE_MAX_TOKENS);
     gpt_config c;
-    MS_TRY(ckpt_hf_read_config(sc->weights, sc->heads, &c));
+    char commit[4300];
+    MS_TRY(weights_config(sc, &c, commit, sizeof commit));
+    const char *src = commit[0] ? commit : sc->weights;
     if (sc->heads > 0 && sc->heads != c.n_head) /* as train --init-from and eval --weights */
-        return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", sc->heads,
-                        sc->weights, c.n_head);
+        return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", sc->heads, src,
+                        c.n_head);
     sample_text tx;
     be_backend *be = NULL;
     gpt_model *m = NULL;
@@ -200,14 +181,14 @@ static ms_status run_sample(const sample_config *sc) {
     float *logits = NULL, *work = NULL;
     const char *prompt = sc->prompt && *sc->prompt ? sc->prompt : "\n";
     int T = c.seq_max, cap = (int)strlen(prompt) + sc->tokens, n = 0;
-    ms_status st = text_open(&tx, sc->tokenizer, sc->data_dir, &c, sc->weights);
+    ms_status st = text_open(&tx, sc->tokenizer, sc->data_dir, &c, src);
     be_options bo = be_options_default();
     bo.threads = sc->threads;
     bo.cuda_profile = sc->cuda_profile;
     bo.cuda_fuse_gelu = sc->cuda_fuse_gelu;
     if (st == MS_OK) st = be_create(&be, sc->device, &bo);
     if (st == MS_OK) st = gpt_create(&m, &c, be, 1, T);
-    if (st == MS_OK) st = ckpt_hf_load(m, sc->weights);
+    if (st == MS_OK) st = commit[0] ? ckpt_load_params(commit, m, NULL) : ckpt_hf_load(m, src);
     if (st != MS_OK) goto out;
     ctx = malloc(sizeof(int32_t) * (size_t)(cap + 1));
     logits = malloc(sizeof(float) * (size_t)c.vocab);
@@ -224,7 +205,7 @@ static ms_status run_sample(const sample_config *sc) {
     for (int k = 0; k < sc->tokens; k++, n++) {
         int start = n > T ? n - T : 0;
         gpt_forward_logits(m, ctx + start, 1, n - start, 1, logits);
-        ctx[n] = draw(logits, c.vocab, sc->temperature, sc->top_k, &rng, work);
+        ctx[n] = gpt_sample_token(logits, c.vocab, sc->temperature, sc->top_k, &rng, work);
         if (ctx[n] == eot) break;
         emit(&tx, ctx[n]);
     }
@@ -246,7 +227,7 @@ int cmd_sample(int argc, char **argv) {
     ms_status st = opts_parse(sample_opts, N_SAMPLE_OPTS, &sc, argc, argv, pos, 0, &npos, &help);
     if (help)
         opts_print_help(sample_opts, N_SAMPLE_OPTS,
-                        "usage: megascale sample --weights FILE [options]");
+                        "usage: megascale sample --weights FILE|CHECKPOINT [options]");
     else if (st != MS_OK || (st = run_sample(&sc)) != MS_OK)
         rc = cli_fail("sample", st);
     opts_free(sample_opts, N_SAMPLE_OPTS, &sc);

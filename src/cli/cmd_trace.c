@@ -20,8 +20,8 @@ typedef struct {
     { .name = n, .type = t, .offset = offsetof(trace_cli, field), .def = d, .help = h }
 static const opts_spec trace_opts[] = {
     O("out", OPT_T_STR, out, NULL, "merge: the output file (also -o FILE) [DIR/trace.json]"),
-    O("json", OPT_T_INT, json, "0",
-      "stragglers, hang: 1 prints only JSON on stdout (a bare --json means 1)"),
+    OPTS_FLAG("json", trace_cli, json,
+              "stragglers, hang: 1 prints only JSON on stdout (a bare --json means 1)"),
     O("png", OPT_T_STR, png, NULL, "stragglers: also write a heat map PNG to this file"),
     O("threshold", OPT_T_DOUBLE, threshold, "0.75",
       "stragglers: a relative or individual score below this marks a straggler"),
@@ -89,17 +89,11 @@ static ms_status do_hang(const char *dir, const trace_cli *o) {
     return st;
 }
 
-/* The shorthands the option table cannot express: "-o FILE" is
- * "--out FILE" and a bare "--json" is "--json=1".  av has argc slots. */
+/* The shorthand the option table cannot express: "-o FILE" is "--out
+ * FILE".  av has argc slots. */
 static void expand_short(int argc, char **argv, char **av) {
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "-o"))
-            av[i] = "--out";
-        else if (!strcmp(argv[i], "--json"))
-            av[i] = "--json=1";
-        else
-            av[i] = argv[i];
-    }
+    for (int i = 0; i < argc; i++)
+        av[i] = strcmp(argv[i], "-o") ? argv[i] : "--out";
 }
 
 int cmd_trace(int argc, char **argv) {

@@ -16,15 +16,15 @@
  * (opts_spec.per_rank: it acts on its rank alone, so the start-up check
  * that the ranks agree leaves it out; docs/user-guide.md, "Layout"). */
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(train_config, field), def, help, NULL, NULL, 0 }
+    { name, type, offsetof(train_config, field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(train_config, field), def, help, NULL, range, 0 }
+    { name, type, offsetof(train_config, field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, range, help)                                               \
-    { name, type, offsetof(train_config, field), def, help, env, range, 0 }
+    { name, type, offsetof(train_config, field), def, help, env, range, 0, 0 }
 #define RL(name, type, field, def, range, help)                                                    \
-    { name, type, offsetof(train_config, field), def, help, NULL, range, 1 }
+    { name, type, offsetof(train_config, field), def, help, NULL, range, 1, 0 }
 #define OEL(name, type, field, def, env, range, help)                                              \
-    { name, type, offsetof(train_config, field), def, help, env, range, 1 }
+    { name, type, offsetof(train_config, field), def, help, env, range, 1, 0 }
 
 static const opts_spec train_opts[] = {
     O("model", OPT_T_STR, model, NULL,
@@ -117,9 +117,10 @@ static const opts_spec train_opts[] = {
     R("ckpt-keep", OPT_T_INT, ckpt_keep, "3", "[1,)", "committed checkpoints kept (the newest K)"),
     O("resume", OPT_T_STR, resume, NULL,
       "auto (newest valid in --ckpt-dir or --ckpt-shm-dir) or a checkpoint path"),
-    R("new-run", OPT_T_INT, new_run, "0", "[0,1]",
-      "1: start afresh in a --ckpt-dir that holds another run's commits, moving them to "
-      "DIR/previous-<date>/ (without it, or --resume auto, such a start is refused)"),
+    OPTS_FLAG("new-run", train_config, new_run,
+              "1 (or a bare --new-run): start afresh in a --ckpt-dir that holds another run's "
+              "commits, moving them to "
+              "DIR/previous-<date>/ (without it, or --resume auto, such a start is refused)"),
     OE("ckpt-shm-dir", OPT_T_STR, ckpt_shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR", NULL,
        "directory of the host-memory snapshots (stage 1 of each checkpoint)"),
     R("val-every", OPT_T_INT, val_every, "100", "[0,)",

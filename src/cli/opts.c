@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/fileio.h"
+#include "base/strnum.h"
 
 static const opts_spec *find(const opts_spec *spec, int n, const char *name, size_t len) {
     for (int i = 0; i < n; i++)
@@ -237,8 +238,11 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
     *help = 0;
     for (int i = 0; i < n; i++)
         if (spec[i].type == OPT_T_LIST) list_clear((opts_list *)((char *)dst + spec[i].offset));
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        MS_CHECKF(!spec[i].bare || spec[i].type == OPT_T_INT,
+                  "option --%s: only an INT option may be given bare", spec[i].name);
         if (spec[i].def) MS_TRY(set_value(&spec[i], dst, spec[i].def, "default", FROM_DEFAULT));
+    }
     /* the config file first, so the command line overrides it */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -275,7 +279,11 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
         }
         const opts_spec *s = find(spec, n, name, len);
         if (!s) return ms_error(MS_ERR_ARG, "unknown option '%.*s' (see --help)", (int)len + 2, a);
-        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
+        const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+        if (!eq && s->bare && !(v && ms_str_is_integer(v)))
+            v = "1"; /* a bare flag: the next argument is not its value */
+        else if (!eq && v)
+            i++;
         if (!v) return ms_error(MS_ERR_ARG, "option --%s needs a value", s->name);
         MS_TRY(set_value(s, dst, v, "command line", FROM_ARGV));
     }
@@ -290,7 +298,7 @@ void opts_print_help(const opts_spec *spec, int n, const char *usage) {
                         : spec[i].type == OPT_T_DOUBLE ? "X"
                                                        : "N";
         char left[64];
-        snprintf(left, sizeof left, "--%s %s", spec[i].name, t);
+        snprintf(left, sizeof left, spec[i].bare ? "--%s [%s]" : "--%s %s", spec[i].name, t);
         printf("  %-24s %s", left, spec[i].help);
         if (spec[i].def && *spec[i].def) printf(" [%s]", spec[i].def);
         if (spec[i].range) {

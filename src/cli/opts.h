@@ -47,7 +47,21 @@ typedef struct {
      * opts_to_json_shared leaves it out; 0: every rank must give the same
      * value (`megascale train` compares them at start-up). */
     int per_rank;
+    /* 1 (an INT option only): on the command line the option may be given
+     * bare, `--json`, which means 1.  The next argument is its value only
+     * when it reads as an integer (`--json 0`; out of its range: an error),
+     * so `--json --other` and `--json DIR` are the bare flag followed by an
+     * option / a positional; `--json=0` is always the value. */
+    int bare;
 } opts_spec;
+
+/* A 0/1 flag of struct st's int field f, default 0, that may be given bare
+ * (opts_spec.bare): `--name`, `--name 1`, `--name=0`. */
+#define OPTS_FLAG(nm, st, f, hlp)                                                                  \
+    {                                                                                              \
+        .name = nm, .type = OPT_T_INT, .offset = offsetof(st, f), .def = "0", .help = hlp,         \
+        .env = NULL, .range = "[0,1]", .per_rank = 0, .bare = 1                                    \
+    }
 
 /* Parse argv[0..argc) into dst.  Positional arguments (not starting with
  * "--") are returned in pos (up to max_pos).  "--help" sets *help. */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -37,6 +38,15 @@ ms_status diag_config_check(const diag_config *c) {
                         "--history %s and --history-dir %s: give one (a file, or a directory "
                         "with a file per node)",
                         c->history, c->history_dir);
+    struct stat sb; /* what cannot be used: said at once, not after the checks */
+    if (c->history && *c->history && stat(c->history, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return ms_error(MS_ERR_ARG,
+                        "--history %s is a directory: --history takes a file (JSON lines), "
+                        "--history-dir DIR one file a node in DIR",
+                        c->history);
+    if (c->storage_dir && *c->storage_dir && stat(c->storage_dir, &sb) == 0 &&
+        !S_ISDIR(sb.st_mode)) /* a usage error, not a failed disk */
+        return ms_error(MS_ERR_ARG, "--storage-dir %s is a file, not a directory", c->storage_dir);
     if (c->node && *c->node && !ms_node_name_ok(c->node))
         return ms_error(MS_ERR_ARG, "node name '%s': expected 1 to %d characters of [A-Za-z0-9._-]",
                         c->node, MS_NODE_NAME_MAX - 1);

@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "base/rng.h"
 #include "base/status.h"
 #include "comm/comm.h"
 
@@ -193,6 +194,14 @@ void gpt_row_losses(gpt_model *m, int B, int T, double *sums);
 void gpt_forward_logits(gpt_model *m, const int32_t *tokens, int B, int T, int last_only,
                         float *logits);
 void gpt_zero_grads(gpt_model *m);
+
+/* The next token drawn from one row of logits (V): the first largest when
+ * temp <= 0, else with probability exp((l - max) / temp) among the top_k
+ * largest (0 or >= V: all), exactly top_k of them, logits tied with the
+ * k-th going to the lowest ids; one draw of rng.  work: V floats of
+ * scratch.  O(V) expected, whatever top_k (gpt_sample.c).  Logits are
+ * finite (a NaN makes the draw unspecified, still an id in [0, V)). */
+int gpt_sample_token(const float *logits, int V, double temp, int top_k, ms_rng *rng, float *work);
 
 /* Called by gpt_forward_backward as soon as the gradients of a contiguous
  * span [begin, end) of the gradient buffer (element offsets) are final for

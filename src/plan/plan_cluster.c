@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -224,7 +225,8 @@ ms_status plan_cluster_load(const char *path, plan_cluster *c) {
 ms_status plan_cluster_find(const char *name_or_file, const char *dir, plan_cluster *c) {
     if (!name_or_file || !*name_or_file)
         return ms_error(MS_ERR_ARG, "--cluster: give a cluster file or a shipped name");
-    if (strchr(name_or_file, '/') || strstr(name_or_file, ".json"))
+    struct stat sb; /* a file in the working directory, "mycluster", is that file */
+    if (strchr(name_or_file, '/') || strstr(name_or_file, ".json") || stat(name_or_file, &sb) == 0)
         return plan_cluster_load(name_or_file, c);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.json", dir, name_or_file);

@@ -39,6 +39,7 @@
 #include "base/ctx.h"
 #include "base/fault.h"
 #include "base/fileio.h"
+#include "base/strnum.h"
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
@@ -129,14 +130,20 @@ static int adopted_job_finished(const sup_driver *d) {
 }
 
 /* 1 if train option argv[i] is --resume or --new-run (sets *skip to the
- * arguments it takes up: 1 for --name=V, 2 for --name V). */
+ * arguments it takes up: 1 for --name=V, 2 for --name V, 1 for a bare
+ * --new-run: the option parser's rule, a value only when it reads as an
+ * integer, opts_spec.bare). */
 static int start_option(char **argv, int argc, int i, int *skip) {
-    static const char *const names[] = {"--resume", "--new-run"};
+    static const struct {
+        const char *name;
+        int bare;
+    } names[] = {{"--resume", 0}, {"--new-run", 1}};
     for (int k = 0; k < 2; k++) {
-        size_t n = strlen(names[k]);
-        if (strncmp(argv[i], names[k], n)) continue;
+        size_t n = strlen(names[k].name);
+        if (strncmp(argv[i], names[k].name, n)) continue;
         if (argv[i][n] == '=') return *skip = 1, 1;
-        if (argv[i][n] == 0) return *skip = i + 1 < argc ? 2 : 1, 1;
+        int value = i + 1 < argc && (!names[k].bare || ms_str_is_integer(argv[i + 1]));
+        if (argv[i][n] == 0) return *skip = value ? 2 : 1, 1;
     }
     return 0;
 }

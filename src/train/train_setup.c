@@ -7,12 +7,20 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "ckpt/ckpt.h"
 #include "ckpt/hf.h"
 #include "parallel/schedule.h"
 
 ms_status train_model_config(const train_config *tc, gpt_config *out) {
     gpt_config c;
     if (tc->init_from && *tc->init_from) {
+        if (ckpt_is_checkpoint(tc->init_from)) /* a weights file: its parameters only */
+            return ms_error(MS_ERR_ARG,
+                            "--init-from %s is a checkpoint, not a weights file: --resume %s "
+                            "continues that run (its step, optimizer state and data position); "
+                            "to start a new run from its weights, `megascale ckpt export %s "
+                            "--out FILE`, then --init-from FILE",
+                            tc->init_from, tc->init_from, tc->init_from);
         MS_TRY(ckpt_hf_read_config(tc->init_from, tc->heads, &c));
         /* explicit flags must agree with the file */
         struct {

@@ -126,25 +126,27 @@ def check_restart_resume(d, shard):
     rc, err = launch(r1, shard, train_args=["--steps", "6", "--ckpt-every", "2", "--ckpt-dir",
                                             os.path.join(r1, "ckpt")])
     ok(rc == 0, "resume: the first job", err[-2000:])
+    # a bare --new-run before --resume PATH: the restart drops both (it took
+    # "--resume" for --new-run's value, and PATH was left as an argument)
     rc, err = launch(r2, shard, ["--faults", "slow=50@1+,exit@9"],
                      ["--steps", "12", "--ckpt-every", "2", "--ckpt-dir", os.path.join(r2, "ckpt"),
-                      "--resume", os.path.join(r1, "ckpt", "step_00000002")])
+                      "--new-run", "--resume", os.path.join(r1, "ckpt", "step_00000002")])
     ev = events(r2)
     ok(rc == 0 and sum(e["event"] == "launch" for e in ev) == 2,
-       "resume: --resume PATH, a crash at step 9, a restart, done", err[-2000:])
+       "resume: --new-run --resume PATH, a crash at step 9, a restart, done", err[-2000:])
     # from r1's step 2 the job commits 4, 6, 8 in r2; the restart resumes at 8 (nothing redone),
     # not at r1's step 2 again (6 steps redone)
     ok(redone(r2) == 0, "resume: the restart resumes from the job's own newest commit",
        f"redone {redone(r2)}\n{err[-2000:]}")
-    # --new-run 1 on a directory holding a finished run: a new run is trained
+    # --new-run (bare: 1) on a directory holding a finished run: a new run is trained
     rc, err = launch(r1, shard, train_args=["--steps", "6", "--ckpt-every", "2", "--ckpt-dir",
-                                            os.path.join(r1, "ckpt"), "--new-run", "1",
+                                            os.path.join(r1, "ckpt"), "--new-run",
                                             "--metrics", os.path.join(d, "new.jsonl")])
     try:
         n = sum(1 for l in open(os.path.join(d, "new.jsonl")) if '"loss"' in l)
     except OSError:
         n = 0
-    ok(rc == 0 and n == 6, "resume: --new-run 1 trains a new run in a finished run's directory",
+    ok(rc == 0 and n == 6, "resume: --new-run trains a new run in a finished run's directory",
        f"rc {rc}, {n} step(s) logged\n{err[-2000:]}")
 
 

@@ -293,6 +293,28 @@ def test_stragglers(d):
     ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp PNG left", os.listdir(d))
 
 
+def test_json_flag(d):
+    """--json of stragglers and hang: bare (last, before an option, before
+    DIR), --json 0 / 1, --json=0; --json 2 is out of its range."""
+    straggler_logs(d)
+    write_hang(d)
+    for cmd in ("stragglers", "hang"):
+        for args, want in (([cmd, d, "--json"], True), ([cmd, d, "--json", "1"], True),
+                           ([cmd, d, "--json", "0"], False), ([cmd, d, "--json=0"], False),
+                           ([cmd, d, "--json=1"], True), ([cmd, "--json", d], True),
+                           (["--json", cmd, d], True), ([cmd, "--json", "0", d], False),
+                           ([cmd, d, "--json", "--threshold", "0.8"], True)):
+            rc, so, se = run("trace", *args)
+            try:
+                json.loads(so)
+                is_json = True
+            except ValueError:
+                is_json = False
+            ok(rc == 0 and is_json == want, f"trace {' '.join(args)}: JSON {want}", so + se)
+    rc, so, se = run("trace", "hang", d, "--json", "2")
+    ok(rc == 2 and "--json must be in [0,1], got '2'" in se, "trace --json 2: out of range", se)
+
+
 def test_individual(d):
     """One rank that halves its speed in its last window."""
     log = RankLog(0, 1, (1, 1, 1), "hostA")
@@ -867,7 +889,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
                          ("merge_no_clock", test_merge_no_clock),
-                         ("stragglers", test_stragglers),
+                         ("stragglers", test_stragglers), ("json_flag", test_json_flag),
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
                          ("stragglers_memory", test_stragglers_memory),

@@ -146,12 +146,20 @@ static void test_atomic(void) {
     T_STR_CONTAINS(ms_errmsg(), "No such file or directory");
     ms_atomic_abort(&af);
 
-    /* commit fails at rename (target is a non-empty directory): the
-     * directory is untouched and the temp file is gone */
-    T_EQ_INT(ms_mkdirs(tpath("target/sub")), MS_OK);
+    /* a target that is a directory is refused at open, before anything is
+     * written (it failed only at the rename, after all the writing) */
+    T_EQ_INT(ms_mkdirs(tpath("target_dir")), MS_OK);
+    T_EQ_INT(ms_atomic_open(&af, tpath("target_dir")), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "target_dir is a directory, not a file");
+    T_OK(!af.f);
+    ms_atomic_abort(&af);
+
+    /* commit fails at rename (the target became a non-empty directory
+     * meanwhile): the directory is untouched and the temp file is gone */
     T_EQ_INT(ms_atomic_open(&af, tpath("target")), MS_OK);
     snprintf(tmp, sizeof tmp, "%s", af.tmp);
     T_EQ_INT(ms_atomic_write(&af, "abc", 3), MS_OK);
+    T_EQ_INT(ms_mkdirs(tpath("target/sub")), MS_OK);
     T_EQ_INT(ms_atomic_commit(&af), MS_ERR_IO);
     T_STR_CONTAINS(ms_errmsg(), "target: rename");
     T_STR_CONTAINS(ms_errmsg(), "Is a directory");

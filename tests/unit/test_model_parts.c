@@ -424,10 +424,10 @@ typedef struct {
  * DOUBLE is finite even without a range. */
 static void test_opts_ranges(const char *dir) {
     opts_spec spec[] = {
-        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "any number", NULL, NULL, 0},
-        {"k", OPT_T_INT, offsetof(demo_opts, k), "1", "a count", "MS_TEST_DEMO_K", "[1,8]", 0},
-        {"b", OPT_T_DOUBLE, offsetof(demo_opts, b), "0.9", "a decay", NULL, "[0,1)", 0},
-        {"r", OPT_T_DOUBLE, offsetof(demo_opts, r), "1e-3", "a rate", NULL, "(0,)", 0},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "any number", NULL, NULL, 0, 0},
+        {"k", OPT_T_INT, offsetof(demo_opts, k), "1", "a count", "MS_TEST_DEMO_K", "[1,8]", 0, 0},
+        {"b", OPT_T_DOUBLE, offsetof(demo_opts, b), "0.9", "a decay", NULL, "[0,1)", 0, 0},
+        {"r", OPT_T_DOUBLE, offsetof(demo_opts, r), "1e-3", "a rate", NULL, "(0,)", 0, 0},
     };
     const int n = (int)(sizeof spec / sizeof spec[0]);
     demo_opts o = {0};
@@ -487,8 +487,8 @@ static void test_opts_ranges(const char *dir) {
  * earlier one's list (the command line a config file's), JSON as an array. */
 static void test_opts_list(const char *dir) {
     opts_spec spec[] = {
-        {"in", OPT_T_LIST, offsetof(demo_opts, l), "d", "inputs", NULL, NULL, 0},
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0},
+        {"in", OPT_T_LIST, offsetof(demo_opts, l), "d", "inputs", NULL, NULL, 0, 0},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0, 0},
     };
     demo_opts o = {0};
     char *pos[1];
@@ -524,9 +524,10 @@ static void test_opts_list(const char *dir) {
 
 static void test_opts(const char *dir) {
     opts_spec spec[] = {
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0},
-        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X", NULL, 0},
-        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL, NULL, 0},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0, 0},
+        {"x", OPT_T_DOUBLE, offsetof(demo_opts, x), "0.5", "a number", "MS_TEST_DEMO_X", NULL, 0,
+         0},
+        {"s", OPT_T_STR, offsetof(demo_opts, s), "hi", "a string", NULL, NULL, 0, 0},
     };
     demo_opts o = {0};
     char *pos[2];
@@ -576,8 +577,8 @@ static void test_opts(const char *dir) {
     T_STR_CONTAINS(ms_errmsg(), "/dev/zero: larger than");
     /* train_data = "a b.bin": the key's underscores are dashes, the quotes go */
     opts_spec named[] = {
-        {"train-data", OPT_T_STR, offsetof(demo_opts, s), NULL, "a path", NULL, NULL, 0},
-        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0},
+        {"train-data", OPT_T_STR, offsetof(demo_opts, s), NULL, "a path", NULL, NULL, 0, 0},
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0, 0},
     };
     demo_opts q = {0};
     f = fopen(cfg, "w");
@@ -594,6 +595,56 @@ static void test_opts(const char *dir) {
     opts_free(spec, 3, &o);
 }
 
+/* A bare-able flag (opts_spec.bare): `--k` alone is 1; the next argument
+ * is its value only when it reads as an integer (then its range applies);
+ * `--k=0` always is; an option or a positional after it is left alone. */
+static void test_opts_bare(void) {
+    typedef struct {
+        const char *what;
+        int argc;
+        char *argv[3];
+        ms_status rc;
+        int k, n, npos;
+        const char *err; /* in the message when rc is an error */
+    } bare_case;
+    static const bare_case cases[] = {
+        {"bare, last", 1, {"--k"}, MS_OK, 1, 3, 0, NULL},
+        {"--k 0", 2, {"--k", "0"}, MS_OK, 0, 3, 0, NULL},
+        {"--k 1", 2, {"--k", "1"}, MS_OK, 1, 3, 0, NULL},
+        {"--k=0", 1, {"--k=0"}, MS_OK, 0, 3, 0, NULL},
+        {"--k=1", 1, {"--k=1"}, MS_OK, 1, 3, 0, NULL},
+        {"bare, then an option", 3, {"--k", "--n", "7"}, MS_OK, 1, 7, 0, NULL},
+        {"bare, then a positional", 2, {"--k", "DIR"}, MS_OK, 1, 3, 1, NULL},
+        {"bare, then a number-like positional", 2, {"--k", "0x"}, MS_OK, 1, 3, 1, NULL},
+        {"--k 2: out of range", 2, {"--k", "2"}, MS_ERR_ARG, 0, 3, 0, "--k must be in [0,1]"},
+        {"--k -1: out of range", 2, {"--k", "-1"}, MS_ERR_ARG, 0, 3, 0, "--k must be in [0,1]"},
+        {"--k=: not a value", 1, {"--k="}, MS_ERR_ARG, 0, 3, 0, "--k expects an integer"},
+        {"--n still needs its value", 2, {"--k", "--n"}, MS_ERR_ARG, 0, 3, 0, "--n needs a value"},
+    };
+    opts_spec spec[] = {
+        OPTS_FLAG("k", demo_opts, k, "a flag"),
+        {"n", OPT_T_INT, offsetof(demo_opts, n), "3", "an int", NULL, NULL, 0, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const bare_case *t = &cases[c];
+        demo_opts o = {0};
+        char *pos[1] = {NULL}, *argv[3];
+        int np = 0, help = 0;
+        memcpy(argv, t->argv, sizeof argv);
+        ms_status st = opts_parse(spec, 2, &o, t->argc, argv, pos, 1, &np, &help);
+        if (st != t->rc) fprintf(stderr, "case '%s': %s\n", t->what, ms_errmsg());
+        T_EQ_INT(st, t->rc);
+        if (t->rc != MS_OK) {
+            T_STR_CONTAINS(ms_errmsg(), t->err);
+            continue;
+        }
+        T_EQ_INT(o.k, t->k);
+        T_EQ_INT(o.n, t->n);
+        T_EQ_INT(np, t->npos);
+        if (t->npos) T_OK(pos[0] == argv[1]);
+    }
+}
+
 int main(void) {
     char dir[] = "/tmp/ms_parts_XXXXXX";
     if (!mkdtemp(dir)) return 1;
@@ -606,6 +657,7 @@ int main(void) {
     test_opts(dir);
     test_opts_list(dir);
     test_opts_ranges(dir);
+    test_opts_bare();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);

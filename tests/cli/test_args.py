@@ -1,0 +1,259 @@
+"""The command line of every subcommand, fast: the bare-able flags (--json,
+--search, --force, --remove, --new-run: bare, `--json 0`, `--json 1`, `--json=0`, before another option,
+before a positional argument), and bad input (a wrong flag, a missing
+value, an out-of-range number, a missing / unreadable / empty / truncated
+input file, a directory where a file is expected and the reverse): each
+exits non-zero with a message naming the option or the file, never with a
+crash, and never overwrites an output it should not.
+(trace's --json: tests/trace/test_trace_tools.py.)
+Environment: MS_BIN (the binary)."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_cli import BIN, TINY, ok, run, text_tokens, write_shard  # noqa: E402
+
+DIAG = ["diag", "--gemm-n", "16", "--gemm-speed-n", "64", "--mem-mb", "1", "--threads", "2"]
+PLAN = ["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "64"]
+
+
+def is_json(text):
+    try:
+        json.loads(text)
+        return True
+    except ValueError:
+        return False
+
+
+def flag_forms(flag, other):
+    """(args, the flag's value) of each way to give a bare-able flag; other:
+    an option with its value to follow the bare flag."""
+    return (([flag], 1), ([flag, "1"], 1), ([flag, "0"], 0), ([flag + "=0"], 0),
+            ([flag + "=1"], 1), ([flag, *other], 1), ([flag, "0", *other], 0))
+
+
+def test_json_flags(d, fixture):
+    """diag, eval and plan: --json in every form (trace's: test_trace_tools)."""
+    w, val = fixture
+    EVAL = ["eval", "--weights", w, "--val-data", val, "--val-batches", "2", "--batch", "4",
+            "--seq", "16", "--threads", "2"]
+    for base, other in ((DIAG, ["--slow-factor", "0.5"]), (EVAL, ["--val-batches", "1"]),
+                        (PLAN, ["--top", "3"])):
+        name = base[0]
+        for args, want in flag_forms("--json", other):
+            rc, out, err = run(*base, *args)
+            ok(rc == 0 and is_json(out) == bool(want),
+               f"{name} {' '.join(args)}: JSON {bool(want)}", f"rc={rc}\n{out}\n{err}")
+        rc, out, err = run(*base, "--json", "2")
+        ok(rc == 2 and "--json must be in [0,1], got '2'" in err, f"{name} --json 2: out of range",
+           err)
+        # a positional after a bare --json: not taken as its value (none of
+        # these takes one, so it is named as unexpected)
+        rc, out, err = run(*base, "--json", "extra")
+        ok(rc == 2 and "unexpected argument 'extra'" in err,
+           f"{name} --json extra: the positional is not --json's value", err)
+        rc, out, err = run(*base, "--help")
+        ok(rc == 0 and "--json [N]" in out, f"{name} --help: --json [N]", out)
+    # plan's --search, alone and with --json, in each order
+    for args, want in flag_forms("--search", ["--json"]):
+        rc, out, err = run(*PLAN, *args)
+        searched = "layouts tried" in out or '"tried"' in out
+        ok(rc == 0 and searched == bool(want), f"plan {' '.join(args)}: search {bool(want)}",
+           out + err)
+    rc, out, err = run(*PLAN, "--json", "--search", "0")
+    ok(rc == 0 and is_json(out) and '"tried"' not in out, "plan --json --search 0", out + err)
+
+
+def test_checkpoint_as_weights(d, w, val, train, ck):
+    """A checkpoint where a weights file is expected: sample and eval take
+    it (a commit or a checkpoint directory: its newest valid commit) and
+    draw / score what its weights do; train --init-from says to --resume
+    or export it; a directory that is no checkpoint is named as such."""
+    step = os.path.join(ck, sorted(n for n in os.listdir(ck) if n.startswith("step_"))[-1])
+    SAMPLE = ["sample", "--tokens", "12", "--seed", "3", "--tokenizer", "ids", "--prompt", "1 2"]
+    outs = {}
+    for src in (w, ck, step):
+        rc, out, err = run(*SAMPLE, "--weights", src)
+        outs[src] = out if rc == 0 else None
+        ok(rc == 0 and len(out.split()) == 14, f"sample --weights {src}", out + err)
+    ok(outs[ck] == outs[w] and outs[step] == outs[w],
+       "sample: the checkpoint's draws are the saved weights'", str(outs))
+    EVAL = ["eval", "--val-data", val, "--val-batches", "2", "--batch", "4", "--seq", "16", "--json"]
+    scores = {}
+    for args in (["--weights", w], ["--weights", ck], ["--weights", step], ["--ckpt", ck]):
+        rc, out, err = run(*EVAL, *args)
+        scores[" ".join(args)] = json.loads(out)["val_loss"] if rc == 0 and is_json(out) else None
+    ok(len(set(scores.values())) == 1 and None not in scores.values(),
+       "eval: --weights CKPT scores as --ckpt CKPT and as the weights file", str(scores))
+    rc, out, err = run(*EVAL, "--weights", ck, "--ckpt", ck)
+    ok(rc == 2 and "not both" in err, "eval --weights CKPT --ckpt CKPT: not both", err)
+    for src in (ck, step):
+        rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--init-from", src)
+        ok(rc == 2 and f"--init-from {src} is a checkpoint, not a weights file: --resume {src}" in err
+           and f"megascale ckpt export {src} --out FILE" in err,
+           f"train --init-from {src}: says to --resume or export it", err)
+    empty = os.path.join(d, "empty_dir")
+    os.makedirs(empty)
+    for args in (["sample", "--weights", empty], EVAL + ["--weights", empty],
+                 ["train", "--train-data", train, *TINY, "--steps", "1", "--init-from", empty]):
+        rc, out, err = run(*args)
+        ok(rc == 2 and f"{empty} is a directory, not a weights file" in err,
+           f"{args[0]}: a plain directory as weights is named", err)
+
+
+def test_bad_input(d, w, val, train, ck):
+    """Every subcommand: a wrong flag, a missing value, an out-of-range
+    number, a missing / empty / truncated input, a directory where a file
+    is expected and a file where a directory is: exit 2, 3 or 4 (not 0, not
+    a signal) with the option or the file named; no output overwritten."""
+    empty, trunc, text, adir = (os.path.join(d, n) for n in ("empty", "trunc.bin", "t.txt", "adir"))
+    open(empty, "wb").close()
+    open(trunc, "wb").write(open(val, "rb").read()[:600])
+    open(text, "w").write("some text to tokenize " * 50)
+    os.makedirs(adir, exist_ok=True)
+    trunc_w = os.path.join(d, "trunc.safetensors")
+    raw = open(w, "rb").read()
+    open(trunc_w, "wb").write(raw[:len(raw) // 2])
+    nope = os.path.join(d, "nonexistent")
+    TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
+    EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
+    SA = ["sample", "--tokens", "2"]
+    cases = [  # (args, needles in stderr)
+        # a wrong flag, a missing value: the parser's, for every command
+        *[([c, "--bogus"], ["unknown option '--bogus'"]) for c in
+          ("train", "sample", "eval", "data", "ckpt", "trace", "launch", "diag", "dashboard",
+           "plan")],
+        (["sample", "--weights"], ["--weights needs a value"]),
+        (["plan", "--cluster"], ["--cluster needs a value"]),
+        (["trace", "hang", d, "--window"], ["--window needs a value"]),
+        # out of range
+        ([*TR, "--lr", "0"], ["--lr must be > 0"]),
+        ([*SA, "--weights", w, "--top-k", "-1"], ["--top-k must be >= 0"]),
+        ([*EV, "--weights", w, "--val-batches", "0"], ["--val-batches must be >= 1"]),
+        (["diag", "--mem-mb", "0"], ["--mem-mb 0"]),
+        (["trace", "stragglers", d, "--window", "0"], ["--window 0"]),
+        (["data", "prepare", "--input", text, "--out", adir, "--val-fraction", "2"],
+         ["val fraction", "got 2"]),
+        (["ckpt", "reshard", ck, "--dp", "0", "--out", adir], ["--dp must be in [1,65536]"]),
+        (["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "-1", "--batch", "8"],
+         ["--gpus must be"]),
+        (["dashboard", d, "--port", "70000"], ["--port must be in [0,65535]"]),
+        # missing, empty, truncated inputs
+        ([*SA, "--weights", nope], [nope]),
+        ([*SA, "--weights", empty], [empty, "0 bytes"]),
+        ([*SA, "--weights", trunc_w], [trunc_w, "truncated"]),
+        ([*TR[:2], empty, *TR[3:]], [empty, "not a token shard"]),
+        ([*EV[:2], trunc, *EV[3:], "--weights", w], [trunc, "truncated"]),
+        (["data", "inspect", empty], [empty, "not a token shard"]),
+        (["data", "prepare", "--input", empty, "--out", os.path.join(d, "o1")],
+         [empty, "input is empty"]),
+        (["data", "prepare", "--input", nope, "--out", os.path.join(d, "o2")], [nope]),
+        ([*SA, "--weights", w, "--tokenizer", empty], [empty]),
+        (["plan", "--cluster", empty, "--model", "d12", "--gpus", "8", "--batch", "8"],
+         [empty, "not valid JSON"]),
+        (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", empty], [empty]),
+        ([*EV, "--ckpt", nope], [nope]),
+        (["ckpt", "inspect", adir], [adir, "no valid checkpoint"]),
+        # a directory where a file is expected
+        ([*TR, "--init-from", adir], [adir, "is a directory, not a weights file"]),
+        ([*EV[:2], adir, *EV[3:], "--weights", w], [adir, "not a regular file"]),
+        ([*TR, "--save-weights", adir], ["--save-weights", adir, "is a directory"]),
+        ([*TR, "--config", adir], ["--config", adir]),
+        (["diag", "--history", adir], ["--history", adir, "is a directory"]),
+        (["ckpt", "export", ck, "--out", adir], [adir, "is a directory, not a file"]),
+        (["plan", "measure", "--out", adir], [adir, "is a directory, not a file"]),
+        (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
+         [adir, "Is a directory"]),
+        (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
+        # a file where a directory is expected
+        ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
+        ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
+        *[(["ckpt", c, w], [f"ckpt {c}: {w} is a file, not a checkpoint"]) for c in
+          ("list", "inspect", "verify", "shm")],
+        (["ckpt", "export", w, "--out", os.path.join(d, "x.safetensors")],
+         [w, "is a file, not a checkpoint"]),
+        (["trace", "hang", empty], [empty, "not a directory"]),
+        (["dashboard", empty], [empty, "not a directory"]),
+        (["diag", "--history-dir", empty], ["--history-dir", empty]),
+        (["diag", "--storage-dir", empty], ["--storage-dir", empty, "is a file, not a directory"]),
+        (["data", "prepare", "--input", text, "--out", empty], [empty, "not a directory"]),
+    ]
+    # plan --cluster NAME: a file of that name in the working directory is
+    # that file (it was "no such file, and no shipped cluster NAME")
+    src = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+    mine = os.path.join(d, "mycluster")
+    open(mine, "w").write(open(os.path.join(src, "data", "clusters", "h100-node.json")).read())
+    open(os.path.join(d, "badcluster"), "w").write("{")
+    for name, want_rc, needle in (("mycluster", 0, ""), ("badcluster", 3, "badcluster: not valid")):
+        p = subprocess.run([BIN, "plan", "--cluster", name, "--model", "d12", "--gpus", "8",
+                            "--batch", "8"], cwd=d, capture_output=True, text=True)
+        ok(p.returncode == want_rc and needle in p.stderr,
+           f"plan --cluster {name}: the file in the working directory", p.stderr)
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty)}
+    for args, needles in cases:
+        rc, out, err = run(*args)
+        ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
+           f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
+           f"rc={rc}\n{err}")
+    ok(all(open(p, "rb").read() == b for p, b in before.items()),
+       "no input or weights file was changed by the bad commands")
+    ok(os.listdir(adir) == [], "the directory given as an output file holds nothing new",
+       str(os.listdir(adir)))
+
+
+def test_other_flags(d, train, ck):
+    """The other 0/1 switches that may be given bare: data --force, ckpt
+    --remove, train --new-run (before another option or a positional)."""
+    text, tok = os.path.join(d, "flags.txt"), os.path.join(d, "flags.tok")
+    open(text, "w").write("a few words to train a tokenizer on, and a few more " * 40)
+    open(tok, "w").write("not a tokenizer")
+    rc, out, err = run("data", "tokenizer-train", "--input", text, "--out", tok, "--force",
+                       "--vocab-size", "300")
+    ok(rc == 0 and open(tok, "rb").read(4) != b"not ", "data tokenizer-train --force --vocab-size",
+       err)
+    shm = os.path.join(d, "flags_shm")
+    os.makedirs(shm)
+    for args in (["shm", "--remove", ck], ["shm", ck, "--remove"], ["shm-orphans", "--remove"],
+                 ["shm", "--remove", "0", ck]):
+        rc, out, err = run("ckpt", *args, "--ckpt-shm-dir", shm)
+        ok(rc == 0, f"ckpt {' '.join(args)}", err)
+    mine = os.path.join(d, "flags_ck")
+    shutil.copytree(ck, mine)
+    rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--ckpt-dir", mine,
+                       "--new-run", "--trace-dir", "none")
+    ok(rc == 0 and "previous-" in err, "train --new-run --trace-dir: a new run, the old one aside",
+       err)
+
+
+def make_fixture(d):
+    """A tiny model's weights, its checkpoint directory and a validation shard."""
+    train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
+    write_shard(train, text_tokens(4000))
+    write_shard(val, text_tokens(2000))
+    w, ck = os.path.join(d, "w.safetensors"), os.path.join(d, "ck")
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps", "2",
+                     "--save-weights", w, "--ckpt-dir", ck, "--ckpt-every", "2")
+    if rc != 0:
+        print(f"FAIL: the fixture's training run\n{err}\n0 passed, 1 failed")
+        sys.exit(1)
+    return w, val, train, ck
+
+
+def main():
+    with tempfile.TemporaryDirectory(prefix="ms_args_") as d:
+        w, val, train, ck = make_fixture(d)
+        test_json_flags(d, (w, val))
+        test_checkpoint_as_weights(d, w, val, train, ck)
+        test_bad_input(d, w, val, train, ck)
+        test_other_flags(d, train, ck)
+    from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
