@@ -188,6 +188,17 @@ static char **job_argv(sup_driver *d, char *np) {
     return a;
 }
 
+/* Take over the job an earlier driver started (d->adopt_pid), with its
+ * ranks' identities as verified at take-over. */
+static void adopt_job(sup_driver *d) {
+    sup_job_adopt(&d->job, d->adopt_pid);
+    for (int i = 0; i < d->c->np; i++) {
+        d->r[i].pid = d->adopt_pids[i];
+        d->r[i].pid_start = d->adopt_starts[i];
+    }
+    d->adopt_pid = 0;
+}
+
 /* One attempt: launch, watch until it finishes or a fault; 1 if done, 2 if
  * asked to stop, 0 after a fault, -1 (why set) if it could not start. */
 static int attempt(sup_driver *d, char *why, size_t n) {
@@ -199,12 +210,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     if (g_stop) return 2; /* asked to stop before this start: none */
     int adopted = d->adopt_pid > 0;
     if (adopted) { /* an earlier driver's job: it goes on, its ranks reconnect */
-        sup_job_adopt(&d->job, d->adopt_pid);
-        for (int i = 0; i < d->c->np; i++) { /* with the identity verified at take-over */
-            d->r[i].pid = d->adopt_pids[i];
-            d->r[i].pid_start = d->adopt_starts[i];
-        }
-        d->adopt_pid = 0;
+        adopt_job(d);
         d->redone_booked = 1;
     } else {
         d->attempt_no++;
@@ -350,6 +356,7 @@ static void book_fault(sup_driver *d) {
         e->detect_s[d->pending_fault] = d->t_detect - d->t_stall;
         e->recover_s[d->pending_fault] = NAN;
     }
+    d->fault_booked = 1;
     /* an injected fault fires at the start of its step: the one that did
      * is at most the step after the last one done */
     d->faults_through = d->best_step + 1;
@@ -520,17 +527,50 @@ static int recover_and_wait(sup_driver *d, int prev_best) {
     return code;
 }
 
+/* After the attempt's fault (booked, and in the state): stop the job, then
+ * diag, evictions, the restart policy and its back-off; 0 to start again,
+ * else the exit code (the job finished).  prev_best: the best step when
+ * the attempt started. */
+static int after_fault(sup_driver *d, int prev_best) {
+    sup_dash_update(d, 1); /* the culprit, before the stop takes its time */
+    stop_attempt(d);
+    sup_heatlog_flush(&d->heat);
+    book_stop(d);
+    d->recovering = 1, d->recover_prev_best = prev_best;
+    sup_state_save(d, 0); /* killed from here to the restart: the successor recovers */
+    if (!g_stop && refused_options(d)) {
+        fprintf(stderr, "megascale launch: error: the job refused its options (mpirun ended with "
+                        "exit code 2, a usage error: the ranks' error above names the option); a "
+                        "restart would be refused the same way\n");
+        finish(d, "usage", SUP_EXIT_USAGE);
+        return SUP_EXIT_USAGE;
+    }
+    return recover_and_wait(d, prev_best);
+}
+
 static int run_loop(sup_driver *d) {
     char why[512] = "";
-    /* taken over from a driver that died between a fault's stop and the
-     * restart: this one recovers as that one would have (the restart is
-     * counted, the policy and the back-off apply) */
-    if (d->recovering) {
-        int code = recover_and_wait(d, d->recover_prev_best);
-        if (code) return code;
+    int code = 0;
+    if (d->fault && !d->recovering) {
+        /* taken over from a driver that died after a fault was seen (an
+         * eviction once it was accepted), before the job had stopped: this
+         * one stops it, taken over if it still runs, and recovers (the
+         * fault counted once, the node evicted) */
+        if (d->adopt_pid) adopt_job(d);
+        if (!d->fault_booked) book_fault(d);
+        sup_state_save(d, 0);
+        code = after_fault(d, d->recover_prev_best);
+    } else if (d->recovering) {
+        /* taken over from a driver that died between a fault's stop and the
+         * restart: this one recovers as that one would have (the restart is
+         * counted, the policy and the back-off apply) */
+        code = recover_and_wait(d, d->recover_prev_best);
     }
+    if (code) return code;
     for (;;) {
-        int prev_best = d->best_step;
+        /* an attempt taken over keeps the best step its start had (saved) */
+        int prev_best = d->adopt_pid ? d->recover_prev_best : d->best_step;
+        d->recover_prev_best = prev_best;
         if (sup_nodes_choose(d->pool) != 0) {
             fprintf(stderr,
                     "megascale launch: error: %d healthy node(s) for a job of %d (see %s)\n",
@@ -558,21 +598,7 @@ static int run_loop(sup_driver *d) {
          * once: a driver killed from here until the next start is taken over
          * by one that neither forgets the fault nor hands it out again */
         sup_state_save(d, 0);
-        sup_dash_update(d, 1); /* the culprit, before the stop takes its time */
-        stop_attempt(d);
-        sup_heatlog_flush(&d->heat);
-        book_stop(d);
-        d->recovering = 1, d->recover_prev_best = prev_best;
-        sup_state_save(d, 0); /* killed from here to the restart: the successor recovers */
-        if (!g_stop && refused_options(d)) {
-            fprintf(stderr,
-                    "megascale launch: error: the job refused its options (mpirun ended with "
-                    "exit code 2, a usage error: the ranks' error above names the option); a "
-                    "restart would be refused the same way\n");
-            finish(d, "usage", SUP_EXIT_USAGE);
-            return SUP_EXIT_USAGE;
-        }
-        int code = recover_and_wait(d, prev_best);
+        code = after_fault(d, prev_best);
         if (code) return code;
     }
 }

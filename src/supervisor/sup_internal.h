@@ -282,6 +282,7 @@ typedef struct {
     int fault;
     char kind[24], detail[1100];
     int fault_rank, fault_step;
+    int fault_booked;         /* it is in the summary's faults (book_fault) */
     double t_detect, t_stall; /* when it was detected; when the rank went silent/stuck */
     int evict_node;           /* a node the detectors or the control socket named (-1) */
     char evict_reason[160];
@@ -301,7 +302,7 @@ typedef struct {
     double t_all_done;  /* when every rank had said "done" (0: not yet) */
     int resumed;        /* taken over from an earlier driver's state (driver.json) */
     int recovering;     /* stopped after a fault, not restarted yet (saved in driver.json) */
-    int recover_prev_best; /* the best step when that attempt started (its policy's) */
+    int recover_prev_best; /* the best step when the attempt started (its policy's) */
     char latest0[4200]; /* CKPT_DIR/latest's identity before the job's first start */
     const volatile sig_atomic_t *stop_flag; /* the driver's signal flag (diag gives up on it) */
     ms_fault_plan plan;                     /* --faults: the faults to hand out */
@@ -358,8 +359,9 @@ void sup_state_save(sup_driver *d, int finished);
  * after_step only (ms_fault_format). */
 void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf, size_t n);
 /* Read RUN_DIR/driver.json left by an earlier driver that did not finish:
- * the counters, and whether its job still runs (then d->adopt_pid and the
- * heartbeat address/token to bind).  0, or -1 with why set. */
+ * the counters, the fault it was acting on (d->fault, an eviction's node),
+ * and whether its job still runs (then d->adopt_pid and the heartbeat
+ * address/token to bind).  0, or -1 with why set. */
 int sup_state_resume(sup_driver *d, char *why, size_t n);
 
 #endif

@@ -235,6 +235,22 @@ void sup_state_save(sup_driver *d, int finished) {
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
+    /* the attempt's fault from the moment it is seen (an eviction from the
+     * moment it is accepted) to the restart: a successor stops the job,
+     * counts the fault once and evicts the node */
+    if (d->fault) {
+        cJSON *f = cJSON_AddObjectToObject(o, "fault");
+        cJSON_AddStringToObject(f, "kind", d->kind);
+        cJSON_AddNumberToObject(f, "rank", d->fault_rank);
+        cJSON_AddNumberToObject(f, "step", d->fault_step);
+        cJSON_AddStringToObject(f, "detail", d->detail);
+        cJSON_AddNumberToObject(f, "at", ms_wall_now() - (ms_now() - d->t_detect));
+        cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
+        cJSON_AddBoolToObject(f, "booked", d->fault_booked);
+        cJSON_AddStringToObject(f, "evict_node",
+                                d->evict_node >= 0 ? d->pool->name[d->evict_node] : "");
+        cJSON_AddStringToObject(f, "evict_reason", d->evict_reason);
+    }
     cJSON *faults = cJSON_AddArrayToObject(o, "faults");
     int nf = d->ev.n_faults < SUP_MAX_FAULTS ? d->ev.n_faults : SUP_MAX_FAULTS;
     for (int i = 0; i < nf; i++) {
@@ -284,6 +300,34 @@ static pid_t same_process(double pid, double start) {
     pid_t p = (pid_t)pid;
     if (p <= 0 || start <= 0 || !sup_pid_alive(p)) return 0;
     return sup_pid_start(p) == (unsigned long long)start ? p : 0;
+}
+
+static const cJSON *item(const cJSON *o, const char *k) {
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+/* The fault the earlier driver was acting on (the state's "fault"):
+ * 0, or -1 if it is not one. */
+static int restore_fault(sup_driver *d, const cJSON *f) {
+    const cJSON *kind = item(f, "kind"), *detail = item(f, "detail"), *en = item(f, "evict_node"),
+                *er = item(f, "evict_reason");
+    int bad = 0;
+    double rank = num(f, "rank", &bad), step = num(f, "step", &bad), at = num(f, "at", &bad),
+           det = num(f, "detect_s", &bad);
+    if (bad || !cJSON_IsString(kind) || !cJSON_IsString(detail) || !cJSON_IsString(en) ||
+        !cJSON_IsString(er))
+        return -1;
+    d->fault = 1;
+    snprintf(d->kind, sizeof d->kind, "%s", kind->valuestring);
+    snprintf(d->detail, sizeof d->detail, "%s", detail->valuestring);
+    d->fault_rank = rank >= 0 && rank < d->c->np ? (int)rank : -1;
+    d->fault_step = (int)step;
+    d->t_detect = ms_now() - (ms_wall_now() - at);
+    d->t_stall = d->t_detect - (det > 0 ? det : 0);
+    d->fault_booked = cJSON_IsTrue(item(f, "booked"));
+    d->evict_node = en->valuestring[0] ? sup_nodes_find(d->pool, en->valuestring) : -1;
+    snprintf(d->evict_reason, sizeof d->evict_reason, "%s", er->valuestring);
+    return 0;
 }
 
 int sup_state_resume(sup_driver *d, char *why, size_t n) {
@@ -355,6 +399,15 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recovering"); /* absent: no */
     const cJSON *rpb = cJSON_GetObjectItemCaseSensitive(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
+    const cJSON *fo = item(o, "fault"); /* absent: none */
+    if (fo && (!cJSON_IsObject(fo) || restore_fault(d, fo) != 0)) {
+        cJSON_Delete(o);
+        return snprintf(why, n,
+                        "%s: its \"fault\" is not one this version can read; move the file away "
+                        "to start the job afresh (the checkpoints and the blocklist are kept)",
+                        d->state_path),
+               -1;
+    }
     int adopted = 0;
     /* stopped after a fault, not restarted yet: no job to adopt, the restart is this one's */
     d->recovering = cJSON_IsTrue(rec) && !job;
@@ -380,13 +433,20 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     cJSON_AddBoolToObject(f, "adopted", adopted);
     cJSON_AddNumberToObject(f, "step", d->best_step);
     cJSON_AddNumberToObject(f, "restarts", d->restarts);
+    if (d->fault) cJSON_AddStringToObject(f, "fault", d->kind);
     sup_events_put(&d->ev, "driver_resumed", f);
+    char fault[200] = "";
+    if (d->fault)
+        snprintf(fault, sizeof fault, "; %s the fault it saw (%s%s%s)",
+                 adopted ? "stopping it for" : "recovering from", d->kind,
+                 d->evict_node >= 0 ? ", node " : "",
+                 d->evict_node >= 0 ? d->pool->name[d->evict_node] : "");
     fprintf(stderr,
             "megascale launch: resuming from %s (driver pid %.0f is gone): %s at step %d, %d "
-            "restart(s) so far\n",
+            "restart(s) so far%s\n",
             d->state_path, prev_pid,
             adopted ? "its job still runs and is taken over" : "its job is gone; restarting it",
-            d->best_step, d->restarts);
+            d->best_step, d->restarts, fault);
     cJSON_Delete(o);
     return 0;
 }

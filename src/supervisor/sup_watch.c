@@ -441,6 +441,8 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
             snprintf(d->evict_reason, sizeof d->evict_reason,
                      "manual eviction (megascale launch --ctl)");
             sup_set_fault(d, "evicted", -1, 0, "node %s evicted by the control socket", m->node);
+            sup_state_save(d, 0); /* accepted: a driver that takes over from here evicts it */
+            d->t_saved = ms_now();
             snprintf(msg, sizeof msg, "node %s: evicting; the job restarts on a spare", m->node);
             cJSON_AddBoolToObject(f, "ok", 1);
             sup_events_put(&d->ev, "ctl", f);
@@ -732,6 +734,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->fault = 0;
     d->kind[0] = d->detail[0] = 0;
     d->fault_rank = -1;
+    d->fault_booked = 0;
     d->redone_booked = 0;
     d->evict_node = -1;
     d->evict_reason[0] = 0;

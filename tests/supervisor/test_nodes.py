@@ -26,6 +26,9 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    storage check fails on every node): after --ckpt-fail-limit (2) failed
    commits the job is stopped, and the driver exits 7, saying why, nothing
    evicted.
+10. the driver killed (kill -9) right after it accepted `--ctl evict node1`:
+   the new driver stops the job, evicts node1 (no diag), the spare takes
+   over, the eviction counted once, bitwise equal.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -203,6 +206,42 @@ def driver_killed(d, shard):
        str(summ))
 
 
+def start_logged(run, c, name):
+    os.makedirs(run, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with open(os.path.join(run, name), "w") as log:
+        return subprocess.Popen(c, stdout=log, stderr=log, env=env)
+
+
+def relaunch(c):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return finished(subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     errors="replace", env=env))
+
+
+def evict_takeover(d, shard, ref_w):
+    """Before, the eviction lived only in the dead driver's memory: the new one adopted the
+    stopping job, reported its end as a second fault (exit), ran diag and restarted on
+    node0,node1 again."""
+    run, c = cmd(d, "evicttk", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    rc_e, out_e, err_e = ctl(run, "evict", "node1")
+    os.kill(p1.pid, signal.SIGKILL)  # right after the answer
+    p1.wait()
+    ok(rc_e == 0 and "evicting" in out_e, "evict, then the driver killed: accepted", out_e + err_e)
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "evict, then the driver killed")
+    ok([(e["node"], e["by"]) for e in of(run, "evict")] == [("node1", "manual")] and
+       node_sets(run) == ["node0,node1", "node0,node2"] and not of(run, "diag"),
+       "evict, then the driver killed: the new driver evicts node1, the spare takes over",
+       f"{of(run, 'evict')} {node_sets(run)}\n{err[-2000:]}")
+    summ = of(run, "summary")
+    ok([e["kind"] for e in of(run, "fault_detected")] == ["evicted"] and summ and
+       summ[-1]["faults"] == {"evicted": 1} and summ[-1]["restarts"] == 1,
+       "evict, then the driver killed: one fault, one restart", str(summ))
+
+
 def straggler(d, shard, ref_w):
     run, p = launch(d, "straggler", shard,
                     ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "4"])
@@ -265,7 +304,8 @@ def main():
              "straggler": lambda: straggler(d, shard, ref_w),
              "spike": lambda: spike(d, shard),
              "commit": lambda: commit_once(d, shard, ref_w),
-             "storage": lambda: storage_full(d, shard)}
+             "storage": lambda: storage_full(d, shard),
+             "evicttk": lambda: evict_takeover(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)
