@@ -55,18 +55,21 @@ int sup_make_token(char *out) {
     return 0;
 }
 
-/* The value of train option `name` (--name V or --name=V; the last one
- * given, as the option parser takes it), or NULL. */
-static const char *opt_value(const sup_config *c, const char *name) {
+const char *sup_argv_value(char *const *argv, int argc, const char *name) {
     size_t n = strlen(name);
     const char *v = NULL;
-    for (int i = 0; i < c->train_argc; i++) {
-        const char *a = c->train_argv[i];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
         if (strncmp(a, name, n)) continue;
         if (a[n] == '=') v = a + n + 1;
-        if (a[n] == 0 && i + 1 < c->train_argc) v = c->train_argv[i + 1];
+        if (a[n] == 0 && i + 1 < argc) v = argv[i + 1];
     }
     return v;
+}
+
+/* The value of train option `name`, or NULL. */
+static const char *opt_value(const sup_config *c, const char *name) {
+    return sup_argv_value(c->train_argv, c->train_argc, name);
 }
 
 /* CKPT_DIR/latest's text ("step_00000040") into buf ("" if none). */
@@ -822,11 +825,14 @@ int sup_run(const sup_config *c) {
         fprintf(stderr, "megascale launch: error: out of memory or no random token\n");
         goto out;
     }
+    int resume = 0; /* -2: the options are not those of the job to take over (usage) */
     if (lock_run_dir(d, why, sizeof why) != 0 ||
         sup_events_open(&d->ev, c->events ? c->events : events, why, sizeof why) != 0 ||
         sup_nodes_load_blocklist(d->pool, why, sizeof why) != 0 ||
-        sup_state_resume(d, why, sizeof why) != 0 || open_sockets(d, why, sizeof why) != 0) {
+        (resume = sup_state_resume(d, why, sizeof why)) != 0 ||
+        open_sockets(d, why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
+        if (resume == -2) code = SUP_EXIT_USAGE;
         goto out;
     }
     if (!d->resumed) /* what the job's first start finds (a resumed driver's state says) */
@@ -850,10 +856,7 @@ int sup_run(const sup_config *c) {
     cJSON_AddNumberToObject(f, "pid", getpid());
     if (d->plan.n) cJSON_AddNumberToObject(f, "faults_planned", d->plan.n);
     char pool[sizeof d->node_map];
-    int all[SUP_MAX_NODES];
-    for (int i = 0; i < d->pool->n; i++)
-        all[i] = i;
-    sup_nodes_map(d->pool, all, d->pool->n, pool, sizeof pool);
+    sup_nodes_pool(d->pool, pool, sizeof pool);
     cJSON_AddStringToObject(f, "pool", pool);
     cJSON_AddStringToObject(f, "metrics", d->metrics_path);
     cJSON_AddNumberToObject(f, "straggler_score", c->straggler_score);

@@ -107,6 +107,8 @@ int sup_nodes_of_rank(const sup_nodes *p, int rank); /* pool index of rank's nod
 const char *sup_nodes_rank_name(const sup_nodes *p, int rank);
 /* "a,b,c": the names of nodes idx[0..k). */
 void sup_nodes_map(const sup_nodes *p, const int *idx, int k, char *buf, size_t n);
+/* "a,b,c": the names of every node of the pool, in pool order. */
+void sup_nodes_pool(const sup_nodes *p, char *buf, size_t n);
 /* A hostfile of nodes idx[0..k) with `slots` each, written atomically. */
 int sup_nodes_write_hostfile(const sup_nodes *p, const int *idx, int k, int slots, const char *path,
                              char *why, size_t n);
@@ -328,6 +330,9 @@ typedef struct {
     int own_metrics;           /* the train options name none: the driver adds it */
 } sup_driver;
 
+/* The value of option `name` in argv[0..argc) (--name V or --name=V; the
+ * last one given, as the option parser takes it), or NULL (sup_driver.c). */
+const char *sup_argv_value(char *const *argv, int argc, const char *name);
 /* 32 random hex digits and a NUL into out[33] (sup_driver.c); 0, or -1. */
 int sup_make_token(char *out);
 
@@ -361,7 +366,9 @@ void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf,
 /* Read RUN_DIR/driver.json left by an earlier driver that did not finish:
  * the counters, the fault it was acting on (d->fault, an eviction's node),
  * and whether its job still runs (then d->adopt_pid and the heartbeat
- * address/token to bind).  0, or -1 with why set. */
+ * address/token to bind).  0; -1 with why set (unreadable); -2 with why
+ * set when its job still runs with other options than d->c's (--np,
+ * --nodes, the pool, a train option): nothing is touched. */
 int sup_state_resume(sup_driver *d, char *why, size_t n);
 
 #endif

@@ -235,6 +235,17 @@ void sup_state_save(sup_driver *d, int finished) {
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
+    /* the job's options: a successor that would take the running job over
+     * with others refuses (sup_state_resume) */
+    cJSON_AddNumberToObject(o, "np", d->c->np);
+    cJSON_AddNumberToObject(o, "nodes", d->pool->needed);
+    char *pool = malloc(sizeof d->node_map);
+    if (pool) sup_nodes_pool(d->pool, pool, sizeof d->node_map);
+    cJSON_AddStringToObject(o, "pool", pool ? pool : "");
+    free(pool);
+    cJSON *train = cJSON_AddArrayToObject(o, "train");
+    for (int i = 0; i < d->c->train_argc; i++)
+        cJSON_AddItemToArray(train, cJSON_CreateString(d->c->train_argv[i]));
     /* the attempt's fault from the moment it is seen (an eviction from the
      * moment it is accepted) to the restart: a successor stops the job,
      * counts the fault once and evicts the node */
@@ -304,6 +315,69 @@ static pid_t same_process(double pid, double start) {
 
 static const cJSON *item(const cJSON *o, const char *k) {
     return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+/* The first train option whose value differs between the saved argv and
+ * c's, as "--name: the job has A, this command gives B" into out ("" if
+ * none).  Options are compared by value (the last one given counts), so
+ * the same options in another order are the same. */
+static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_t n) {
+    int k = cJSON_GetArraySize(saved);
+    char **a = calloc((size_t)k + 1, sizeof *a);
+    out[0] = 0;
+    if (!a) return;
+    for (int i = 0; i < k; i++) {
+        const cJSON *x = cJSON_GetArrayItem(saved, i);
+        a[i] = cJSON_IsString(x) ? x->valuestring : "";
+    }
+    for (int side = 0; side < 2 && !out[0]; side++) {
+        char *const *v = side ? c->train_argv : a;
+        int m = side ? c->train_argc : k;
+        for (int i = 0; i < m && !out[0]; i++) {
+            if (strncmp(v[i], "--", 2)) continue;
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(v[i], "="), v[i]);
+            const char *was = sup_argv_value(a, k, name);
+            const char *is = sup_argv_value(c->train_argv, c->train_argc, name);
+            if ((was || is) && (!was || !is || strcmp(was, is)))
+                snprintf(out, n, "train option %s: the job has %s, this command gives %s", name,
+                         was ? was : "none", is ? is : "none");
+        }
+    }
+    free(a);
+}
+
+/* 0 if the options of this driver (d->c) are those of the running job the
+ * state o describes (its mpirun: job), else -2 with why naming the first
+ * that differs, the saved value and the given one.  A state without them
+ * (an older driver's) is not checked. */
+static int check_options(const sup_driver *d, const cJSON *o, pid_t job, char *why, size_t n) {
+    const cJSON *np = item(o, "np"), *nodes = item(o, "nodes"), *pool = item(o, "pool"),
+                *train = item(o, "train");
+    char what[1400] = "";
+    char *mine = malloc(sizeof d->node_map);
+    if (mine) sup_nodes_pool(d->pool, mine, sizeof d->node_map);
+    if (cJSON_IsNumber(np) && (int)np->valuedouble != d->c->np)
+        snprintf(what, sizeof what, "--np: the job has %d, this command gives %d",
+                 (int)np->valuedouble, d->c->np);
+    else if (cJSON_IsNumber(nodes) && (int)nodes->valuedouble != d->pool->needed)
+        snprintf(what, sizeof what, "--nodes: the job runs on %d node(s), this command gives %d",
+                 (int)nodes->valuedouble, d->pool->needed);
+    else if (cJSON_IsString(pool) && mine && strcmp(pool->valuestring, mine))
+        snprintf(what, sizeof what,
+                 "--spares/--hostfile: the job's node pool is %.500s, this command's is %.500s",
+                 pool->valuestring, mine);
+    else if (cJSON_IsArray(train))
+        train_diff(d->c, train, what, sizeof what);
+    free(mine);
+    if (!what[0]) return 0;
+    snprintf(why, n,
+             "%s: its job still runs (mpirun pid %d) with other options than this command's: "
+             "%s; run the same command to take it over, or stop the job first (kill -USR1 %d: "
+             "its ranks take a final checkpoint and exit) and launch again: the restart takes "
+             "the new options",
+             d->state_path, (int)job, what, (int)job);
+    return -2;
 }
 
 /* The fault the earlier driver was acting on (the state's "fault"):
@@ -399,6 +473,10 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recovering"); /* absent: no */
     const cJSON *rpb = cJSON_GetObjectItemCaseSensitive(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
+    if (job && check_options(d, o, job, why, n) != 0) { /* before anything is touched */
+        cJSON_Delete(o);
+        return -2;
+    }
     const cJSON *fo = item(o, "fault"); /* absent: none */
     if (fo && (!cJSON_IsObject(fo) || restore_fault(d, fo) != 0)) {
         cJSON_Delete(o);

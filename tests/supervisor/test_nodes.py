@@ -28,7 +28,11 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    evicted.
 10. the driver killed (kill -9) right after it accepted `--ctl evict node1`:
    the new driver stops the job, evicts node1 (no diag), the spare takes
-   over, the eviction counted once, bitwise equal.
+   over, the eviction counted once, bitwise equal;
+11. a new driver with other options than the running job it would take over
+   (--np, --spares, a train option): refused (exit 2) naming the option and
+   both values, the job and driver.json untouched; the same command then
+   takes it over;
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -206,6 +210,23 @@ def driver_killed(d, shard):
        str(summ))
 
 
+def kill_driver(run, p):
+    """kill -9 the driver p once driver.json names every rank's pid; returns that state."""
+    st = {}
+    for _ in range(100):
+        try:
+            with open(os.path.join(run, "driver.json")) as f:
+                st = json.load(f)
+        except (OSError, ValueError):
+            st = {}
+        if st.get("ranks") and all(r[0] > 0 for r in st["ranks"]):
+            break
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    return st
+
+
 def start_logged(run, c, name):
     os.makedirs(run, exist_ok=True)
     env = dict(os.environ, OMP_NUM_THREADS="1")
@@ -240,6 +261,41 @@ def evict_takeover(d, shard, ref_w):
     ok([e["kind"] for e in of(run, "fault_detected")] == ["evicted"] and summ and
        summ[-1]["faults"] == {"evicted": 1} and summ[-1]["restarts"] == 1,
        "evict, then the driver killed: one fault, one restart", str(summ))
+
+
+def driver_options(d, shard, ref_w):
+    """Before, a new driver took the running job over whatever its options said (another
+    --np: ranks it does not know; another train option: a job it misjudges)."""
+    run, c = cmd(d, "opts", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 6, p1)
+    st = kill_driver(run, p1)
+    with open(os.path.join(run, "driver.json")) as f:
+        saved = f.read()
+    n_ev = len(events(run))
+    i = c.index("--np")
+    j = c.index("--spares")
+    for name, bad, want in [("--np", c[:i + 1] + ["4"] + c[i + 2:], "the job has 2, this command "
+                             "gives 4"),
+                            ("--spares", c[:j + 1] + ["2"] + c[j + 2:], "node0,node1,node2, this "
+                             "command's is node0,node1,node2,node3"),
+                            ("--lr", c + ["--lr", "2e-3"], "the job has 1e-3, this command gives "
+                             "2e-3")]:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        r = subprocess.run(bad, capture_output=True, text=True, env=env, timeout=60)
+        ok(r.returncode == 2 and name in r.stderr and want in r.stderr,
+           f"a new driver with another {name} than the running job: refused, naming both values",
+           f"rc {r.returncode}: {r.stderr[-800:]}")
+    with open(os.path.join(run, "driver.json")) as f:
+        same = f.read() == saved
+    ok(same and len(events(run)) == n_ev and st.get("mpirun_pid") and
+       os.path.exists(f"/proc/{st['mpirun_pid']}"),
+       "refused drivers leave the job and driver.json untouched", f"same {same}")
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "the same command after refused ones")
+    res = of(run, "driver_resumed")
+    ok(res and res[0]["adopted"] is True and not of(run, "fault_detected"),
+       "the same command takes the job over", str(res))
 
 
 def straggler(d, shard, ref_w):
@@ -305,7 +361,8 @@ def main():
              "spike": lambda: spike(d, shard),
              "commit": lambda: commit_once(d, shard, ref_w),
              "storage": lambda: storage_full(d, shard),
-             "evicttk": lambda: evict_takeover(d, shard, ref_w)}
+             "evicttk": lambda: evict_takeover(d, shard, ref_w),
+             "options": lambda: driver_options(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)
