@@ -192,12 +192,15 @@ static char **job_argv(sup_driver *d, char *np) {
 }
 
 /* Take over the job an earlier driver started (d->adopt_pid), with its
- * ranks' identities as verified at take-over. */
+ * ranks' pids and start times from its state: a rank whose process is gone
+ * before it reconnects is a crash (sup_watch), and only a pid that is still
+ * the same process is ever signalled. */
 static void adopt_job(sup_driver *d) {
     sup_job_adopt(&d->job, d->adopt_pid);
     for (int i = 0; i < d->c->np; i++) {
         d->r[i].pid = d->adopt_pids[i];
         d->r[i].pid_start = d->adopt_starts[i];
+        d->r[i].adopted = d->adopt_starts[i] != 0;
     }
     d->adopt_pid = 0;
 }
@@ -338,10 +341,8 @@ static int ranks_can_checkpoint(const sup_driver *d) {
 static void stop_attempt(sup_driver *d) {
     d->stopping = 1; /* the ranks' "stopped" beats from here on are the driver's doing */
     int *pids = calloc((size_t)d->c->np, sizeof *pids);
-    for (int i = 0; pids && i < d->c->np;
-         i++) /* only a pid still the rank it was (pids are reused) */
-        pids[i] =
-            d->r[i].pid_start && sup_pid_start(d->r[i].pid) == d->r[i].pid_start ? d->r[i].pid : 0;
+    for (int i = 0; pids && i < d->c->np; i++) /* only a pid still the rank it was (reused) */
+        pids[i] = sup_pid_same(d->r[i].pid, d->r[i].pid_start);
     double took = sup_job_stop(&d->job, ranks_can_checkpoint(d), d->c->grace, pids,
                                pids ? d->c->np : 0, serve_tick, d);
     free(pids);
@@ -640,6 +641,8 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
                     "it and restarting from its newest checkpoint\n",
                     why);
             sup_job_adopt(&d->job, d->adopt_pid);
+            for (int i = 0; i < d->c->np; i++) /* only the ranks still the same processes */
+                d->adopt_pids[i] = sup_pid_same(d->adopt_pids[i], d->adopt_starts[i]);
             sup_job_stop(&d->job, 1, d->c->grace, d->adopt_pids, d->c->np, NULL, NULL);
             memset(&d->job, 0, sizeof d->job);
             d->adopt_pid = 0;

@@ -34,6 +34,9 @@ int sup_pid_alive(pid_t pid);
 /* The start time of pid in clock ticks since boot (/proc/PID/stat), 0 if unknown:
  * with the pid it names a process for good (pids are reused). */
 unsigned long long sup_pid_start(pid_t pid);
+/* pid if it is still the process started at `start` (alive, same start
+ * time), else 0; a start of 0 (unknown) verifies nothing: 0. */
+pid_t sup_pid_same(pid_t pid, unsigned long long start);
 /* 1 if mpirun has exited (reaps it), 0 while it runs. */
 int sup_job_poll(sup_job *j);
 /* Stop the job.  ask 1: SIGUSR1 (the trainer's stop request) to mpirun,
@@ -260,6 +263,7 @@ typedef struct {
     double comm_wait_s; /* its last beat's: blocked in communication for (NaN: not sent) */
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
     double t_lost;                /* its connection closed while its process lived (0: not so) */
+    int adopted; /* its pid is from an earlier driver's state: no beat to this driver yet */
     char host[128], phase[16], error[1024];
 } sup_rank;
 

@@ -308,9 +308,7 @@ static double num(const cJSON *o, const char *k, int *bad) {
  * same start time.  A start time of 0 (unknown) verifies nothing: such a
  * pid may have been reused by anything, and is never adopted or killed. */
 static pid_t same_process(double pid, double start) {
-    pid_t p = (pid_t)pid;
-    if (p <= 0 || start <= 0 || !sup_pid_alive(p)) return 0;
-    return sup_pid_start(p) == (unsigned long long)start ? p : 0;
+    return pid > 0 && start > 0 ? sup_pid_same((pid_t)pid, (unsigned long long)start) : 0;
 }
 
 static const cJSON *item(const cJSON *o, const char *k) {
@@ -502,9 +500,13 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         const cJSON *pid = cJSON_GetArrayItem(r, 0), *st = cJSON_GetArrayItem(r, 1);
         if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(st)) continue;
         pid_t p = same_process(pid->valuedouble, st->valuedouble);
-        d->adopt_pids[i] = p;
-        d->adopt_starts[i] = p ? (unsigned long long)st->valuedouble : 0;
         if (p && !adopted) kill(p, SIGKILL); /* a rank its mpirun left behind */
+        /* a job taken over: its ranks' identities, also of one whose process
+         * is gone (a crash before it reconnects: sup_watch); never signalled
+         * unless still the same process */
+        int known = adopted && pid->valuedouble > 0 && st->valuedouble > 0;
+        d->adopt_pids[i] = known ? (pid_t)pid->valuedouble : 0;
+        d->adopt_starts[i] = known ? (unsigned long long)st->valuedouble : 0;
     }
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "previous_pid", prev_pid);

@@ -33,6 +33,9 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    (--np, --spares, a train option): refused (exit 2) naming the option and
    both values, the job and driver.json untouched; the same command then
    takes it over;
+12. the driver killed, then rank 1 killed before a new driver starts: the
+   new driver reports the crash of rank 1 (not a peer's comm error on rank
+   0), restarts, bitwise equal.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -298,6 +301,26 @@ def driver_options(d, shard, ref_w):
        "the same command takes the job over", str(res))
 
 
+def rank_gone_takeover(d, shard, ref_w):
+    """Before, the dead rank had no connection to this driver to close: rank 0's error
+    (a peer process exited) came first and was reported as a comm fault of rank 0."""
+    run, c = cmd(d, "ranktk", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    st = kill_driver(run, p1)
+    ok(len(st.get("ranks", [])) == 2, "rank gone in the take-over: driver.json names the ranks",
+       str(st))
+    if len(st.get("ranks", [])) == 2:
+        os.kill(st["ranks"][1][0], signal.SIGKILL)
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "rank gone in the take-over")
+    f = of(run, "fault_detected")
+    ok(f and (f[0]["kind"], f[0]["rank"], f[0]["node"]) == ("crash", 1, "node1") and
+       len(f) == 1 and of(run, "restart"),
+       "rank gone in the take-over: the crash of rank 1, then a restart",
+       f"{f}\n{err[-2000:]}")
+
+
 def straggler(d, shard, ref_w):
     run, p = launch(d, "straggler", shard,
                     ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "4"])
@@ -362,7 +385,8 @@ def main():
              "commit": lambda: commit_once(d, shard, ref_w),
              "storage": lambda: storage_full(d, shard),
              "evicttk": lambda: evict_takeover(d, shard, ref_w),
-             "options": lambda: driver_options(d, shard, ref_w)}
+             "options": lambda: driver_options(d, shard, ref_w),
+             "ranktk": lambda: rank_gone_takeover(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)
