@@ -555,11 +555,17 @@ static int after_fault(sup_driver *d, int prev_best) {
 static int run_loop(sup_driver *d) {
     char why[512] = "";
     int code = 0;
+    if (d->lost_pid && latest_commit(d) < d->c->steps) /* short of its final checkpoint */
+        sup_set_fault(d, "exit", -1, 0,
+                      "the job (mpirun pid %d) ended while no driver watched it, before its "
+                      "final checkpoint (step %d of %d committed): its ranks' last beats are lost",
+                      (int)d->lost_pid, latest_commit(d), d->c->steps);
     if (d->fault && !d->recovering) {
         /* taken over from a driver that died after a fault was seen (an
-         * eviction once it was accepted), before the job had stopped: this
-         * one stops it, taken over if it still runs, and recovers (the
-         * fault counted once, the node evicted) */
+         * eviction once it was accepted), before the job had stopped, or
+         * whose job then ended unwatched: this one stops it, taken over if
+         * it still runs, and recovers (the fault counted once, the node
+         * evicted, the restart counted) */
         if (d->adopt_pid) adopt_job(d);
         if (!d->fault_booked) book_fault(d);
         sup_state_save(d, 0);

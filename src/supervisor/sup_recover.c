@@ -487,6 +487,9 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     int adopted = 0;
     /* stopped after a fault, not restarted yet: no job to adopt, the restart is this one's */
     d->recovering = cJSON_IsTrue(rec) && !job;
+    /* it ran, with nothing to say it was stopped, and is gone: it ended
+     * while no driver watched (run_loop counts that as a fault) */
+    d->lost_pid = mp > 0 && mps > 0 && !job && !cJSON_IsTrue(rec) && !d->fault ? (pid_t)mp : 0;
     d->recover_prev_best = cJSON_IsNumber(rpb) ? (int)rpb->valuedouble : d->best_step;
     if (job) {
         /* its ranks reconnect to the same address with the same token */

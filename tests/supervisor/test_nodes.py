@@ -35,7 +35,10 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    takes it over;
 12. the driver killed, then rank 1 killed before a new driver starts: the
    new driver reports the crash of rank 1 (not a peer's comm error on rank
-   0), restarts, bitwise equal.
+   0), restarts, bitwise equal;
+13. the driver killed, then its whole job (mpirun and the ranks) before a new
+   driver starts: the new driver reports that the job ended unwatched (a
+   fault, kind exit), and its restart is counted, bitwise equal.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -321,6 +324,32 @@ def rank_gone_takeover(d, shard, ref_w):
        f"{f}\n{err[-2000:]}")
 
 
+def job_gone_takeover(d, shard, ref_w):
+    """Before, the new driver restarted a job that had ended while no driver watched with no
+    fault and no restart counted: the summary said 0 restarts for two starts, and the
+    restart limits did not apply."""
+    run, c = cmd(d, "jobtk", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    st = kill_driver(run, p1)
+    pids = [st.get("mpirun_pid", 0)] + [r[0] for r in st.get("ranks", [])]
+    for pid in pids:
+        if pid > 0:
+            os.kill(pid, signal.SIGKILL)
+    for _ in range(100):  # the ranks are the dead driver's orphans now: init reaps them
+        if not any(pid > 0 and os.path.exists(f"/proc/{pid}") for pid in pids):
+            break
+        time.sleep(0.05)
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "job gone in the take-over")
+    f = of(run, "fault_detected")
+    summ = of(run, "summary")
+    ok([(e["kind"], e["rank"]) for e in f] == [("exit", -1)] and
+       "no driver watched" in f[0]["detail"] and len(of(run, "restart")) == 1 and summ and
+       summ[-1]["restarts"] == 1 and summ[-1]["faults"] == {"exit": 1},
+       "job gone in the take-over: a fault, the restart counted", f"{f} {summ}\n{err[-2000:]}")
+
+
 def straggler(d, shard, ref_w):
     run, p = launch(d, "straggler", shard,
                     ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "4"])
@@ -386,7 +415,8 @@ def main():
              "storage": lambda: storage_full(d, shard),
              "evicttk": lambda: evict_takeover(d, shard, ref_w),
              "options": lambda: driver_options(d, shard, ref_w),
-             "ranktk": lambda: rank_gone_takeover(d, shard, ref_w)}
+             "ranktk": lambda: rank_gone_takeover(d, shard, ref_w),
+             "jobtk": lambda: job_gone_takeover(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)
