@@ -201,6 +201,7 @@ static void adopt_job(sup_driver *d) {
         d->r[i].pid = d->adopt_pids[i];
         d->r[i].pid_start = d->adopt_starts[i];
         d->r[i].adopted = d->adopt_starts[i] != 0;
+        snprintf(d->r[i].host, sizeof d->r[i].host, "%s", d->adopt_hosts[i]);
     }
     d->adopt_pid = 0;
 }
@@ -828,9 +829,10 @@ int sup_run(const sup_config *c) {
     d->r = calloc((size_t)c->np, sizeof *d->r);
     d->adopt_pids = calloc((size_t)c->np, sizeof *d->adopt_pids);
     d->adopt_starts = calloc((size_t)c->np, sizeof *d->adopt_starts);
+    d->adopt_hosts = calloc((size_t)c->np, sizeof *d->adopt_hosts);
     d->conns = calloc((size_t)4 * c->np + 16, sizeof *d->conns);
-    if (!d->r || !d->adopt_pids || !d->adopt_starts || !d->conns || sup_make_token(d->token) != 0 ||
-        sup_straggler_init(&d->strag, c->np) != 0) {
+    if (!d->r || !d->adopt_pids || !d->adopt_starts || !d->adopt_hosts || !d->conns ||
+        sup_make_token(d->token) != 0 || sup_straggler_init(&d->strag, c->np) != 0) {
         fprintf(stderr, "megascale launch: error: out of memory or no random token\n");
         goto out;
     }
@@ -893,6 +895,7 @@ out:
     free(d->conns);
     free(d->adopt_pids);
     free(d->adopt_starts);
+    free(d->adopt_hosts);
     free(d->r);
     free(d->pool);
     free(d);

@@ -324,6 +324,7 @@ typedef struct {
     pid_t adopt_pid;
     pid_t *adopt_pids;                /* [np]: its ranks (0: unknown or gone) */
     unsigned long long *adopt_starts; /* [np]: their verified /proc start times */
+    char (*adopt_hosts)[128];         /* [np]: their hosts ("" unknown) */
     double t_saved;                   /* when driver.json was last written */
     int state_warned;                 /* it could not be: said once */
     /* the dashboard (NULL: off) and its files */

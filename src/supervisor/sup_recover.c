@@ -212,6 +212,7 @@ void sup_state_save(sup_driver *d, int finished) {
         cJSON *r = cJSON_CreateArray();
         cJSON_AddItemToArray(r, cJSON_CreateNumber(running ? d->r[i].pid : 0));
         cJSON_AddItemToArray(r, cJSON_CreateNumber((double)d->r[i].pid_start));
+        cJSON_AddItemToArray(r, cJSON_CreateString(d->r[i].host));
         cJSON_AddItemToArray(ranks, r);
     }
     cJSON_AddNumberToObject(o, "restarts", d->restarts);
@@ -510,6 +511,9 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         int known = adopted && pid->valuedouble > 0 && st->valuedouble > 0;
         d->adopt_pids[i] = known ? (pid_t)pid->valuedouble : 0;
         d->adopt_starts[i] = known ? (unsigned long long)st->valuedouble : 0;
+        const cJSON *host = cJSON_GetArrayItem(r, 2); /* absent in older states */
+        snprintf(d->adopt_hosts[i], sizeof d->adopt_hosts[i], "%s",
+                 adopted && cJSON_IsString(host) ? host->valuestring : "");
     }
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "previous_pid", prev_pid);

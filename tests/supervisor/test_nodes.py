@@ -322,6 +322,8 @@ def rank_gone_takeover(d, shard, ref_w):
        len(f) == 1 and of(run, "restart"),
        "rank gone in the take-over: the crash of rank 1, then a restart",
        f"{f}\n{err[-2000:]}")
+    ok(f and f[0].get("host") == socket.gethostname(),
+       "rank gone in the take-over: the fault names its host (from driver.json)", str(f))
 
 
 def job_gone_takeover(d, shard, ref_w):
