@@ -249,24 +249,35 @@ def relaunch(c):
 def evict_takeover(d, shard, ref_w):
     """Before, the eviction lived only in the dead driver's memory: the new one adopted the
     stopping job, reported its end as a second fault (exit), ran diag and restarted on
-    node0,node1 again."""
-    run, c = cmd(d, "evicttk", shard, ["--faults", "slow=150@6+"])
-    p1 = start_logged(run, c, "driver1.log")
-    wait_step(run, 8, p1)
-    rc_e, out_e, err_e = ctl(run, "evict", "node1")
-    os.kill(p1.pid, signal.SIGKILL)  # right after the answer
-    p1.wait()
-    ok(rc_e == 0 and "evicting" in out_e, "evict, then the driver killed: accepted", out_e + err_e)
-    rc, err = relaunch(c)
-    check_done(run, rc, err, ref_w, "evict, then the driver killed")
-    ok([(e["node"], e["by"]) for e in of(run, "evict")] == [("node1", "manual")] and
-       node_sets(run) == ["node0,node1", "node0,node2"] and not of(run, "diag"),
-       "evict, then the driver killed: the new driver evicts node1, the spare takes over",
-       f"{of(run, 'evict')} {node_sets(run)}\n{err[-2000:]}")
-    summ = of(run, "summary")
-    ok([e["kind"] for e in of(run, "fault_detected")] == ["evicted"] and summ and
-       summ[-1]["faults"] == {"evicted": 1} and summ[-1]["restarts"] == 1,
-       "evict, then the driver killed: one fault, one restart", str(summ))
+    node0,node1 again.  Twice: as the driver left it (the fault counted), and as a driver
+    killed between the ctl answer and counting the fault would have (driver.json edited)."""
+    for counted in (True, False):
+        name = "evict, then the driver killed" + ("" if counted else " before counting it")
+        run, c = cmd(d, "evicttk" + ("" if counted else "2"), shard, ["--faults", "slow=150@6+"])
+        p1 = start_logged(run, c, "driver1.log")
+        wait_step(run, 8, p1)
+        rc_e, out_e, err_e = ctl(run, "evict", "node1")
+        os.kill(p1.pid, signal.SIGKILL)  # right after the answer
+        p1.wait()
+        ok(rc_e == 0 and "evicting" in out_e, f"{name}: accepted", out_e + err_e)
+        if not counted:
+            path = os.path.join(run, "driver.json")
+            with open(path) as f:
+                st = json.load(f)
+            st["fault"]["booked"], st["faults"], st["pending_fault"] = False, [], -1
+            with open(path, "w") as f:
+                json.dump(st, f)
+        rc, err = relaunch(c)
+        check_done(run, rc, err, ref_w, name)
+        ok([(e["node"], e["by"]) for e in of(run, "evict")] == [("node1", "manual")] and
+           node_sets(run) == ["node0,node1", "node0,node2"] and not of(run, "diag"),
+           f"{name}: the new driver evicts node1, the spare takes over",
+           f"{of(run, 'evict')} {node_sets(run)}\n{err[-2000:]}")
+        summ = of(run, "summary")
+        ok([e["kind"] for e in of(run, "fault_detected")] == ["evicted"] and summ and
+           summ[-1]["faults"] == {"evicted": 1} and summ[-1]["restarts"] == 1 and
+           summ[-1].get("recover_max_s", -1) > 0,
+           f"{name}: one fault, one restart, its recovery booked", str(summ))
 
 
 def driver_options(d, shard, ref_w):
