@@ -403,6 +403,26 @@ static int restore_fault(sup_driver *d, const cJSON *f) {
     return 0;
 }
 
+/* The state's ranks ([pid, start, host] each): with the job taken over
+ * (adopted), their identities, also of one whose process is gone (a crash
+ * before it reconnects: sup_watch; a pid is never signalled unless still
+ * the same process); else a rank its mpirun left behind is killed. */
+static void resume_ranks(sup_driver *d, const cJSON *ranks, int adopted) {
+    int i = 0;
+    for (const cJSON *r = ranks->child; r && i < d->c->np; r = r->next, i++) {
+        const cJSON *pid = cJSON_GetArrayItem(r, 0), *st = cJSON_GetArrayItem(r, 1);
+        const cJSON *host = cJSON_GetArrayItem(r, 2); /* absent in older states */
+        if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(st)) continue;
+        pid_t p = same_process(pid->valuedouble, st->valuedouble);
+        if (p && !adopted) kill(p, SIGKILL);
+        int known = adopted && pid->valuedouble > 0 && st->valuedouble > 0;
+        d->adopt_pids[i] = known ? (pid_t)pid->valuedouble : 0;
+        d->adopt_starts[i] = known ? (unsigned long long)st->valuedouble : 0;
+        snprintf(d->adopt_hosts[i], sizeof d->adopt_hosts[i], "%s",
+                 adopted && cJSON_IsString(host) ? host->valuestring : "");
+    }
+}
+
 int sup_state_resume(sup_driver *d, char *why, size_t n) {
     struct stat sb;
     if (stat(d->state_path, &sb) != 0) return 0; /* a new job */
@@ -499,22 +519,7 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         d->adopt_pid = job;
         adopted = 1;
     }
-    int i = 0;
-    for (const cJSON *r = ranks->child; r && i < d->c->np; r = r->next, i++) {
-        const cJSON *pid = cJSON_GetArrayItem(r, 0), *st = cJSON_GetArrayItem(r, 1);
-        if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(st)) continue;
-        pid_t p = same_process(pid->valuedouble, st->valuedouble);
-        if (p && !adopted) kill(p, SIGKILL); /* a rank its mpirun left behind */
-        /* a job taken over: its ranks' identities, also of one whose process
-         * is gone (a crash before it reconnects: sup_watch); never signalled
-         * unless still the same process */
-        int known = adopted && pid->valuedouble > 0 && st->valuedouble > 0;
-        d->adopt_pids[i] = known ? (pid_t)pid->valuedouble : 0;
-        d->adopt_starts[i] = known ? (unsigned long long)st->valuedouble : 0;
-        const cJSON *host = cJSON_GetArrayItem(r, 2); /* absent in older states */
-        snprintf(d->adopt_hosts[i], sizeof d->adopt_hosts[i], "%s",
-                 adopted && cJSON_IsString(host) ? host->valuestring : "");
-    }
+    resume_ranks(d, ranks, adopted);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "previous_pid", prev_pid);
     cJSON_AddBoolToObject(f, "adopted", adopted);
