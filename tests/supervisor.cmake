@@ -18,7 +18,8 @@ target_link_libraries(test_sup_parts PRIVATE mssup)
 # Nodes and spares: a persistent NaN and a node failing diag replaced by a
 # spare, a manual eviction, a transient NaN redone in place, the driver
 # killed and taken over, a straggler evicted, a loss spike, storage failing
-# everywhere (exit 7).
+# everywhere (exit 7); the take-over after an accepted eviction, with other
+# options (refused), after a rank or the whole job died unwatched.
 ms_script_test(supervisor_nodes COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_nodes.py
   LABELS mpi faults)
 set_tests_properties(supervisor_nodes PROPERTIES TIMEOUT 900)

@@ -56,18 +56,21 @@ int sup_make_token(char *out) {
     return 0;
 }
 
-/* The value of train option `name` (--name V or --name=V; the last one
- * given, as the option parser takes it), or NULL. */
-static const char *opt_value(const sup_config *c, const char *name) {
+const char *sup_argv_value(char *const *argv, int argc, const char *name) {
     size_t n = strlen(name);
     const char *v = NULL;
-    for (int i = 0; i < c->train_argc; i++) {
-        const char *a = c->train_argv[i];
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
         if (strncmp(a, name, n)) continue;
         if (a[n] == '=') v = a + n + 1;
-        if (a[n] == 0 && i + 1 < c->train_argc) v = c->train_argv[i + 1];
+        if (a[n] == 0 && i + 1 < argc) v = argv[i + 1];
     }
     return v;
+}
+
+/* The value of train option `name`, or NULL. */
+static const char *opt_value(const sup_config *c, const char *name) {
+    return sup_argv_value(c->train_argv, c->train_argc, name);
 }
 
 /* CKPT_DIR/latest's text ("step_00000040") into buf ("" if none). */
@@ -195,6 +198,21 @@ static char **job_argv(sup_driver *d, char *np) {
     return a;
 }
 
+/* Take over the job an earlier driver started (d->adopt_pid), with its
+ * ranks' pids and start times from its state: a rank whose process is gone
+ * before it reconnects is a crash (sup_watch), and only a pid that is still
+ * the same process is ever signalled. */
+static void adopt_job(sup_driver *d) {
+    sup_job_adopt(&d->job, d->adopt_pid);
+    for (int i = 0; i < d->c->np; i++) {
+        d->r[i].pid = d->adopt_pids[i];
+        d->r[i].pid_start = d->adopt_starts[i];
+        d->r[i].adopted = d->adopt_starts[i] != 0;
+        snprintf(d->r[i].host, sizeof d->r[i].host, "%s", d->adopt_hosts[i]);
+    }
+    d->adopt_pid = 0;
+}
+
 /* One attempt: launch, watch until it finishes or a fault; 1 if done, 2 if
  * asked to stop, 0 after a fault, -1 (why set) if it could not start. */
 static int attempt(sup_driver *d, char *why, size_t n) {
@@ -206,12 +224,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     if (g_stop) return 2; /* asked to stop before this start: none */
     int adopted = d->adopt_pid > 0;
     if (adopted) { /* an earlier driver's job: it goes on, its ranks reconnect */
-        sup_job_adopt(&d->job, d->adopt_pid);
-        for (int i = 0; i < d->c->np; i++) { /* with the identity verified at take-over */
-            d->r[i].pid = d->adopt_pids[i];
-            d->r[i].pid_start = d->adopt_starts[i];
-        }
-        d->adopt_pid = 0;
+        adopt_job(d);
         d->redone_booked = 1;
     } else {
         d->attempt_no++;
@@ -336,10 +349,8 @@ static int ranks_can_checkpoint(const sup_driver *d) {
 static void stop_attempt(sup_driver *d) {
     d->stopping = 1; /* the ranks' "stopped" beats from here on are the driver's doing */
     int *pids = calloc((size_t)d->c->np, sizeof *pids);
-    for (int i = 0; pids && i < d->c->np;
-         i++) /* only a pid still the rank it was (pids are reused) */
-        pids[i] =
-            d->r[i].pid_start && sup_pid_start(d->r[i].pid) == d->r[i].pid_start ? d->r[i].pid : 0;
+    for (int i = 0; pids && i < d->c->np; i++) /* only a pid still the rank it was (reused) */
+        pids[i] = sup_pid_same(d->r[i].pid, d->r[i].pid_start);
     double took = sup_job_stop(&d->job, ranks_can_checkpoint(d), d->c->grace, pids,
                                pids ? d->c->np : 0, serve_tick, d);
     free(pids);
@@ -357,6 +368,7 @@ static void book_fault(sup_driver *d) {
         e->detect_s[d->pending_fault] = d->t_detect - d->t_stall;
         e->recover_s[d->pending_fault] = NAN;
     }
+    d->fault_booked = 1;
     /* an injected fault fires at the start of its step: the one that did
      * is at most the step after the last one done */
     d->faults_through = d->best_step + 1;
@@ -527,17 +539,56 @@ static int recover_and_wait(sup_driver *d, int prev_best) {
     return code;
 }
 
+/* After the attempt's fault (booked, and in the state): stop the job, then
+ * diag, evictions, the restart policy and its back-off; 0 to start again,
+ * else the exit code (the job finished).  prev_best: the best step when
+ * the attempt started. */
+static int after_fault(sup_driver *d, int prev_best) {
+    sup_dash_update(d, 1); /* the culprit, before the stop takes its time */
+    stop_attempt(d);
+    sup_heatlog_flush(&d->heat);
+    book_stop(d);
+    d->recovering = 1, d->recover_prev_best = prev_best;
+    sup_state_save(d, 0); /* killed from here to the restart: the successor recovers */
+    if (!g_stop && refused_options(d)) {
+        fprintf(stderr, "megascale launch: error: the job refused its options (mpirun ended with "
+                        "exit code 2, a usage error: the ranks' error above names the option); a "
+                        "restart would be refused the same way\n");
+        finish(d, "usage", SUP_EXIT_USAGE);
+        return SUP_EXIT_USAGE;
+    }
+    return recover_and_wait(d, prev_best);
+}
+
 static int run_loop(sup_driver *d) {
     char why[512] = "";
-    /* taken over from a driver that died between a fault's stop and the
-     * restart: this one recovers as that one would have (the restart is
-     * counted, the policy and the back-off apply) */
-    if (d->recovering) {
-        int code = recover_and_wait(d, d->recover_prev_best);
-        if (code) return code;
+    int code = 0;
+    if (d->lost_pid && latest_commit(d) < d->c->steps) /* short of its final checkpoint */
+        sup_set_fault(d, "exit", -1, 0,
+                      "the job (mpirun pid %d) ended while no driver watched it, before its "
+                      "final checkpoint (step %d of %d committed): its ranks' last beats are lost",
+                      (int)d->lost_pid, latest_commit(d), d->c->steps);
+    if (d->fault && !d->recovering) {
+        /* taken over from a driver that died after a fault was seen (an
+         * eviction once it was accepted), before the job had stopped, or
+         * whose job then ended unwatched: this one stops it, taken over if
+         * it still runs, and recovers (the fault counted once, the node
+         * evicted, the restart counted) */
+        if (d->adopt_pid) adopt_job(d);
+        if (!d->fault_booked) book_fault(d);
+        sup_state_save(d, 0);
+        code = after_fault(d, d->recover_prev_best);
+    } else if (d->recovering) {
+        /* taken over from a driver that died between a fault's stop and the
+         * restart: this one recovers as that one would have (the restart is
+         * counted, the policy and the back-off apply) */
+        code = recover_and_wait(d, d->recover_prev_best);
     }
+    if (code) return code;
     for (;;) {
-        int prev_best = d->best_step;
+        /* an attempt taken over keeps the best step its start had (saved) */
+        int prev_best = d->adopt_pid ? d->recover_prev_best : d->best_step;
+        d->recover_prev_best = prev_best;
         if (sup_nodes_choose(d->pool) != 0) {
             fprintf(stderr,
                     "megascale launch: error: %d healthy node(s) for a job of %d (see %s)\n",
@@ -565,21 +616,7 @@ static int run_loop(sup_driver *d) {
          * once: a driver killed from here until the next start is taken over
          * by one that neither forgets the fault nor hands it out again */
         sup_state_save(d, 0);
-        sup_dash_update(d, 1); /* the culprit, before the stop takes its time */
-        stop_attempt(d);
-        sup_heatlog_flush(&d->heat);
-        book_stop(d);
-        d->recovering = 1, d->recover_prev_best = prev_best;
-        sup_state_save(d, 0); /* killed from here to the restart: the successor recovers */
-        if (!g_stop && refused_options(d)) {
-            fprintf(stderr,
-                    "megascale launch: error: the job refused its options (mpirun ended with "
-                    "exit code 2, a usage error: the ranks' error above names the option); a "
-                    "restart would be refused the same way\n");
-            finish(d, "usage", SUP_EXIT_USAGE);
-            return SUP_EXIT_USAGE;
-        }
-        int code = recover_and_wait(d, prev_best);
+        code = after_fault(d, prev_best);
         if (code) return code;
     }
 }
@@ -618,6 +655,8 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
                     "it and restarting from its newest checkpoint\n",
                     why);
             sup_job_adopt(&d->job, d->adopt_pid);
+            for (int i = 0; i < d->c->np; i++) /* only the ranks still the same processes */
+                d->adopt_pids[i] = sup_pid_same(d->adopt_pids[i], d->adopt_starts[i]);
             sup_job_stop(&d->job, 1, d->c->grace, d->adopt_pids, d->c->np, NULL, NULL);
             memset(&d->job, 0, sizeof d->job);
             d->adopt_pid = 0;
@@ -797,17 +836,21 @@ int sup_run(const sup_config *c) {
     d->r = calloc((size_t)c->np, sizeof *d->r);
     d->adopt_pids = calloc((size_t)c->np, sizeof *d->adopt_pids);
     d->adopt_starts = calloc((size_t)c->np, sizeof *d->adopt_starts);
+    d->adopt_hosts = calloc((size_t)c->np, sizeof *d->adopt_hosts);
     d->conns = calloc((size_t)4 * c->np + 16, sizeof *d->conns);
-    if (!d->r || !d->adopt_pids || !d->adopt_starts || !d->conns || sup_make_token(d->token) != 0 ||
-        sup_straggler_init(&d->strag, c->np) != 0) {
+    if (!d->r || !d->adopt_pids || !d->adopt_starts || !d->adopt_hosts || !d->conns ||
+        sup_make_token(d->token) != 0 || sup_straggler_init(&d->strag, c->np) != 0) {
         fprintf(stderr, "megascale launch: error: out of memory or no random token\n");
         goto out;
     }
+    int resume = 0; /* -2: the options are not those of the job to take over (usage) */
     if (lock_run_dir(d, why, sizeof why) != 0 ||
         sup_events_open(&d->ev, c->events ? c->events : events, why, sizeof why) != 0 ||
         sup_nodes_load_blocklist(d->pool, why, sizeof why) != 0 ||
-        sup_state_resume(d, why, sizeof why) != 0 || open_sockets(d, why, sizeof why) != 0) {
+        (resume = sup_state_resume(d, why, sizeof why)) != 0 ||
+        open_sockets(d, why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
+        if (resume == -2) code = SUP_EXIT_USAGE;
         goto out;
     }
     if (!d->resumed) /* what the job's first start finds (a resumed driver's state says) */
@@ -831,10 +874,7 @@ int sup_run(const sup_config *c) {
     cJSON_AddNumberToObject(f, "pid", getpid());
     if (d->plan.n) cJSON_AddNumberToObject(f, "faults_planned", d->plan.n);
     char pool[sizeof d->node_map];
-    int all[SUP_MAX_NODES];
-    for (int i = 0; i < d->pool->n; i++)
-        all[i] = i;
-    sup_nodes_map(d->pool, all, d->pool->n, pool, sizeof pool);
+    sup_nodes_pool(d->pool, pool, sizeof pool);
     cJSON_AddStringToObject(f, "pool", pool);
     cJSON_AddStringToObject(f, "metrics", d->metrics_path);
     cJSON_AddNumberToObject(f, "straggler_score", c->straggler_score);
@@ -862,6 +902,7 @@ out:
     free(d->conns);
     free(d->adopt_pids);
     free(d->adopt_starts);
+    free(d->adopt_hosts);
     free(d->r);
     free(d->pool);
     free(d);

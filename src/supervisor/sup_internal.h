@@ -34,6 +34,9 @@ int sup_pid_alive(pid_t pid);
 /* The start time of pid in clock ticks since boot (/proc/PID/stat), 0 if unknown:
  * with the pid it names a process for good (pids are reused). */
 unsigned long long sup_pid_start(pid_t pid);
+/* pid if it is still the process started at `start` (alive, same start
+ * time), else 0; a start of 0 (unknown) verifies nothing: 0. */
+pid_t sup_pid_same(pid_t pid, unsigned long long start);
 /* 1 if mpirun has exited (reaps it), 0 while it runs. */
 int sup_job_poll(sup_job *j);
 /* Stop the job.  ask 1: SIGUSR1 (the trainer's stop request) to mpirun,
@@ -107,6 +110,8 @@ int sup_nodes_of_rank(const sup_nodes *p, int rank); /* pool index of rank's nod
 const char *sup_nodes_rank_name(const sup_nodes *p, int rank);
 /* "a,b,c": the names of nodes idx[0..k). */
 void sup_nodes_map(const sup_nodes *p, const int *idx, int k, char *buf, size_t n);
+/* "a,b,c": the names of every node of the pool, in pool order. */
+void sup_nodes_pool(const sup_nodes *p, char *buf, size_t n);
 /* A hostfile of nodes idx[0..k) with `slots` each, written atomically. */
 int sup_nodes_write_hostfile(const sup_nodes *p, const int *idx, int k, int slots, const char *path,
                              char *why, size_t n);
@@ -258,6 +263,7 @@ typedef struct {
     double comm_wait_s; /* its last beat's: blocked in communication for (NaN: not sent) */
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
     double t_lost;                /* its connection closed while its process lived (0: not so) */
+    int adopted; /* its pid is from an earlier driver's state: no beat to this driver yet */
     char host[128], phase[16], error[1024];
 } sup_rank;
 
@@ -282,6 +288,7 @@ typedef struct {
     int fault;
     char kind[24], detail[1100];
     int fault_rank, fault_step;
+    int fault_booked;         /* it is in the summary's faults (book_fault) */
     double t_detect, t_stall; /* when it was detected; when the rank went silent/stuck */
     int evict_node;           /* a node the detectors or the control socket named (-1) */
     char evict_reason[160];
@@ -300,8 +307,9 @@ typedef struct {
     int stopping;       /* the driver is stopping this attempt (its "stopped" beats are no fault) */
     double t_all_done;  /* when every rank had said "done" (0: not yet) */
     int resumed;        /* taken over from an earlier driver's state (driver.json) */
+    pid_t lost_pid;     /* that state's mpirun, which ended while no driver watched (0: not so) */
     int recovering;     /* stopped after a fault, not restarted yet (saved in driver.json) */
-    int recover_prev_best; /* the best step when that attempt started (its policy's) */
+    int recover_prev_best; /* the best step when the attempt started (its policy's) */
     char latest0[4200]; /* CKPT_DIR/latest's identity before the job's first start */
     const volatile sig_atomic_t *stop_flag; /* the driver's signal flag (diag gives up on it) */
     ms_fault_plan plan;                     /* --faults: the faults to hand out */
@@ -316,6 +324,7 @@ typedef struct {
     pid_t adopt_pid;
     pid_t *adopt_pids;                /* [np]: its ranks (0: unknown or gone) */
     unsigned long long *adopt_starts; /* [np]: their verified /proc start times */
+    char (*adopt_hosts)[128];         /* [np]: their hosts ("" unknown) */
     double t_saved;                   /* when driver.json was last written */
     int state_warned;                 /* it could not be: said once */
     /* the dashboard (NULL: off) and its files */
@@ -327,6 +336,9 @@ typedef struct {
     int own_metrics;           /* the train options name none: the driver adds it */
 } sup_driver;
 
+/* The value of option `name` in argv[0..argc) (--name V or --name=V; the
+ * last one given, as the option parser takes it), or NULL (sup_driver.c). */
+const char *sup_argv_value(char *const *argv, int argc, const char *name);
 /* 32 random hex digits and a NUL into out[33] (sup_driver.c); 0, or -1. */
 int sup_make_token(char *out);
 
@@ -358,8 +370,11 @@ void sup_state_save(sup_driver *d, int finished);
  * after_step only (ms_fault_format). */
 void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf, size_t n);
 /* Read RUN_DIR/driver.json left by an earlier driver that did not finish:
- * the counters, and whether its job still runs (then d->adopt_pid and the
- * heartbeat address/token to bind).  0, or -1 with why set. */
+ * the counters, the fault it was acting on (d->fault, an eviction's node),
+ * and whether its job still runs (then d->adopt_pid and the heartbeat
+ * address/token to bind).  0; -1 with why set (unreadable); -2 with why
+ * set when its job still runs with other options than d->c's (--np,
+ * --nodes, the pool, a train option): nothing is touched. */
 int sup_state_resume(sup_driver *d, char *why, size_t n);
 
 #endif

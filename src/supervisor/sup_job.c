@@ -149,6 +149,10 @@ unsigned long long sup_pid_start(pid_t pid) {
     return pid > 0 && proc_stat(pid, &state, &start) == 0 ? start : 0;
 }
 
+pid_t sup_pid_same(pid_t pid, unsigned long long start) {
+    return start && sup_pid_alive(pid) && sup_pid_start(pid) == start ? pid : 0;
+}
+
 int sup_job_poll(sup_job *j) {
     if (j->exited || !j->pid) return 1;
     if (j->adopted) { /* not our child: gone is all we can know */

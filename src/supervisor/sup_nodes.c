@@ -229,6 +229,13 @@ void sup_nodes_map(const sup_nodes *p, const int *idx, int k, char *buf, size_t 
         len += (size_t)snprintf(buf + len, n - len, "%s%s", j ? "," : "", p->name[idx[j]]);
 }
 
+void sup_nodes_pool(const sup_nodes *p, char *buf, size_t n) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < p->n && len < n; i++)
+        len += (size_t)snprintf(buf + len, n - len, "%s%s", i ? "," : "", p->name[i]);
+}
+
 int sup_nodes_write_hostfile(const sup_nodes *p, const int *idx, int k, int slots, const char *path,
                              char *why, size_t n) {
     ms_atomic_file af;

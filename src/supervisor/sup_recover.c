@@ -212,6 +212,7 @@ void sup_state_save(sup_driver *d, int finished) {
         cJSON *r = cJSON_CreateArray();
         cJSON_AddItemToArray(r, cJSON_CreateNumber(running ? d->r[i].pid : 0));
         cJSON_AddItemToArray(r, cJSON_CreateNumber((double)d->r[i].pid_start));
+        cJSON_AddItemToArray(r, cJSON_CreateString(d->r[i].host));
         cJSON_AddItemToArray(ranks, r);
     }
     cJSON_AddNumberToObject(o, "restarts", d->restarts);
@@ -235,6 +236,33 @@ void sup_state_save(sup_driver *d, int finished) {
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
+    /* the job's options: a successor that would take the running job over
+     * with others refuses (sup_state_resume) */
+    cJSON_AddNumberToObject(o, "np", d->c->np);
+    cJSON_AddNumberToObject(o, "nodes", d->pool->needed);
+    char *pool = malloc(sizeof d->node_map);
+    if (pool) sup_nodes_pool(d->pool, pool, sizeof d->node_map);
+    cJSON_AddStringToObject(o, "pool", pool ? pool : "");
+    free(pool);
+    cJSON *train = cJSON_AddArrayToObject(o, "train");
+    for (int i = 0; i < d->c->train_argc; i++)
+        cJSON_AddItemToArray(train, cJSON_CreateString(d->c->train_argv[i]));
+    /* the attempt's fault from the moment it is seen (an eviction from the
+     * moment it is accepted) to the restart: a successor stops the job,
+     * counts the fault once and evicts the node */
+    if (d->fault) {
+        cJSON *f = cJSON_AddObjectToObject(o, "fault");
+        cJSON_AddStringToObject(f, "kind", d->kind);
+        cJSON_AddNumberToObject(f, "rank", d->fault_rank);
+        cJSON_AddNumberToObject(f, "step", d->fault_step);
+        cJSON_AddStringToObject(f, "detail", d->detail);
+        cJSON_AddNumberToObject(f, "at", ms_wall_now() - (ms_now() - d->t_detect));
+        cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
+        cJSON_AddBoolToObject(f, "booked", d->fault_booked);
+        cJSON_AddStringToObject(f, "evict_node",
+                                d->evict_node >= 0 ? d->pool->name[d->evict_node] : "");
+        cJSON_AddStringToObject(f, "evict_reason", d->evict_reason);
+    }
     cJSON *faults = cJSON_AddArrayToObject(o, "faults");
     int nf = d->ev.n_faults < SUP_MAX_FAULTS ? d->ev.n_faults : SUP_MAX_FAULTS;
     for (int i = 0; i < nf; i++) {
@@ -281,9 +309,118 @@ static double num(const cJSON *o, const char *k, int *bad) {
  * same start time.  A start time of 0 (unknown) verifies nothing: such a
  * pid may have been reused by anything, and is never adopted or killed. */
 static pid_t same_process(double pid, double start) {
-    pid_t p = (pid_t)pid;
-    if (p <= 0 || start <= 0 || !sup_pid_alive(p)) return 0;
-    return sup_pid_start(p) == (unsigned long long)start ? p : 0;
+    return pid > 0 && start > 0 ? sup_pid_same((pid_t)pid, (unsigned long long)start) : 0;
+}
+
+static const cJSON *item(const cJSON *o, const char *k) {
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
+
+/* The first train option whose value differs between the saved argv and
+ * c's, as "--name: the job has A, this command gives B" into out ("" if
+ * none).  Options are compared by value (the last one given counts), so
+ * the same options in another order are the same. */
+static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_t n) {
+    int k = cJSON_GetArraySize(saved);
+    char **a = calloc((size_t)k + 1, sizeof *a);
+    out[0] = 0;
+    if (!a) return;
+    for (int i = 0; i < k; i++) {
+        const cJSON *x = cJSON_GetArrayItem(saved, i);
+        a[i] = cJSON_IsString(x) ? x->valuestring : "";
+    }
+    for (int side = 0; side < 2 && !out[0]; side++) {
+        char *const *v = side ? c->train_argv : a;
+        int m = side ? c->train_argc : k;
+        for (int i = 0; i < m && !out[0]; i++) {
+            if (strncmp(v[i], "--", 2)) continue;
+            char name[128];
+            snprintf(name, sizeof name, "%.*s", (int)strcspn(v[i], "="), v[i]);
+            const char *was = sup_argv_value(a, k, name);
+            const char *is = sup_argv_value(c->train_argv, c->train_argc, name);
+            if ((was || is) && (!was || !is || strcmp(was, is)))
+                snprintf(out, n, "train option %s: the job has %s, this command gives %s", name,
+                         was ? was : "none", is ? is : "none");
+        }
+    }
+    free(a);
+}
+
+/* 0 if the options of this driver (d->c) are those of the running job the
+ * state o describes (its mpirun: job), else -2 with why naming the first
+ * that differs, the saved value and the given one.  A state without them
+ * (an older driver's) is not checked. */
+static int check_options(const sup_driver *d, const cJSON *o, pid_t job, char *why, size_t n) {
+    const cJSON *np = item(o, "np"), *nodes = item(o, "nodes"), *pool = item(o, "pool"),
+                *train = item(o, "train");
+    char what[1400] = "";
+    char *mine = malloc(sizeof d->node_map);
+    if (mine) sup_nodes_pool(d->pool, mine, sizeof d->node_map);
+    if (cJSON_IsNumber(np) && (int)np->valuedouble != d->c->np)
+        snprintf(what, sizeof what, "--np: the job has %d, this command gives %d",
+                 (int)np->valuedouble, d->c->np);
+    else if (cJSON_IsNumber(nodes) && (int)nodes->valuedouble != d->pool->needed)
+        snprintf(what, sizeof what, "--nodes: the job runs on %d node(s), this command gives %d",
+                 (int)nodes->valuedouble, d->pool->needed);
+    else if (cJSON_IsString(pool) && mine && strcmp(pool->valuestring, mine))
+        snprintf(what, sizeof what,
+                 "--spares/--hostfile: the job's node pool is %.500s, this command's is %.500s",
+                 pool->valuestring, mine);
+    else if (cJSON_IsArray(train))
+        train_diff(d->c, train, what, sizeof what);
+    free(mine);
+    if (!what[0]) return 0;
+    snprintf(why, n,
+             "%s: its job still runs (mpirun pid %d) with other options than this command's: "
+             "%s; run the same command to take it over, or stop the job first (kill -USR1 %d: "
+             "its ranks take a final checkpoint and exit) and launch again: the restart takes "
+             "the new options",
+             d->state_path, (int)job, what, (int)job);
+    return -2;
+}
+
+/* The fault the earlier driver was acting on (the state's "fault"):
+ * 0, or -1 if it is not one. */
+static int restore_fault(sup_driver *d, const cJSON *f) {
+    const cJSON *kind = item(f, "kind"), *detail = item(f, "detail"), *en = item(f, "evict_node"),
+                *er = item(f, "evict_reason");
+    int bad = 0;
+    double rank = num(f, "rank", &bad), step = num(f, "step", &bad), at = num(f, "at", &bad),
+           det = num(f, "detect_s", &bad);
+    if (bad || !cJSON_IsString(kind) || !cJSON_IsString(detail) || !cJSON_IsString(en) ||
+        !cJSON_IsString(er))
+        return -1;
+    d->fault = 1;
+    snprintf(d->kind, sizeof d->kind, "%s", kind->valuestring);
+    snprintf(d->detail, sizeof d->detail, "%s", detail->valuestring);
+    d->fault_rank = rank >= 0 && rank < d->c->np ? (int)rank : -1;
+    d->fault_step = (int)step;
+    d->t_detect = ms_now() - (ms_wall_now() - at);
+    d->t_stall = d->t_detect - (det > 0 ? det : 0);
+    d->fault_booked = cJSON_IsTrue(item(f, "booked"));
+    d->evict_node = en->valuestring[0] ? sup_nodes_find(d->pool, en->valuestring) : -1;
+    snprintf(d->evict_reason, sizeof d->evict_reason, "%s", er->valuestring);
+    return 0;
+}
+
+/* The state's ranks ([pid, start, host] each): with the job taken over
+ * (adopted), their identities, also of one whose process is gone (a crash
+ * before it reconnects: sup_watch; a pid is never signalled unless still
+ * the same process); else a rank its mpirun left behind is killed. */
+static void resume_ranks(sup_driver *d, const cJSON *ranks, int adopted) {
+    int i = 0;
+    for (const cJSON *r = ranks->child; r && i < d->c->np; r = r->next, i++) {
+        const cJSON *pid = cJSON_GetArrayItem(r, 0), *st = cJSON_GetArrayItem(r, 1);
+        const cJSON *host = cJSON_GetArrayItem(r, 2); /* absent in older states */
+        if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(st)) continue;
+        pid_t p = same_process(pid->valuedouble, st->valuedouble);
+        if (p && !adopted) kill(p, SIGKILL);
+        int known = adopted && pid->valuedouble > 0 && st->valuedouble > 0;
+        d->adopt_pids[i] = known ? (pid_t)pid->valuedouble : 0;
+        d->adopt_starts[i] = known ? (unsigned long long)st->valuedouble : 0;
+        snprintf(d->adopt_hosts[i], sizeof d->adopt_hosts[i], "%s",
+                 adopted && cJSON_IsString(host) ? host->valuestring : "");
+    }
 }
 
 int sup_state_resume(sup_driver *d, char *why, size_t n) {
@@ -355,9 +492,25 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recovering"); /* absent: no */
     const cJSON *rpb = cJSON_GetObjectItemCaseSensitive(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
+    if (job && check_options(d, o, job, why, n) != 0) { /* before anything is touched */
+        cJSON_Delete(o);
+        return -2;
+    }
+    const cJSON *fo = item(o, "fault"); /* absent: none */
+    if (fo && (!cJSON_IsObject(fo) || restore_fault(d, fo) != 0)) {
+        cJSON_Delete(o);
+        return snprintf(why, n,
+                        "%s: its \"fault\" is not one this version can read; move the file away "
+                        "to start the job afresh (the checkpoints and the blocklist are kept)",
+                        d->state_path),
+               -1;
+    }
     int adopted = 0;
     /* stopped after a fault, not restarted yet: no job to adopt, the restart is this one's */
     d->recovering = cJSON_IsTrue(rec) && !job;
+    /* it ran, with nothing to say it was stopped, and is gone: it ended
+     * while no driver watched (run_loop counts that as a fault) */
+    d->lost_pid = mp > 0 && mps > 0 && !job && !cJSON_IsTrue(rec) && !d->fault ? (pid_t)mp : 0;
     d->recover_prev_best = cJSON_IsNumber(rpb) ? (int)rpb->valuedouble : d->best_step;
     if (job) {
         /* its ranks reconnect to the same address with the same token */
@@ -366,27 +519,26 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         d->adopt_pid = job;
         adopted = 1;
     }
-    int i = 0;
-    for (const cJSON *r = ranks->child; r && i < d->c->np; r = r->next, i++) {
-        const cJSON *pid = cJSON_GetArrayItem(r, 0), *st = cJSON_GetArrayItem(r, 1);
-        if (!cJSON_IsNumber(pid) || !cJSON_IsNumber(st)) continue;
-        pid_t p = same_process(pid->valuedouble, st->valuedouble);
-        d->adopt_pids[i] = p;
-        d->adopt_starts[i] = p ? (unsigned long long)st->valuedouble : 0;
-        if (p && !adopted) kill(p, SIGKILL); /* a rank its mpirun left behind */
-    }
+    resume_ranks(d, ranks, adopted);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "previous_pid", prev_pid);
     cJSON_AddBoolToObject(f, "adopted", adopted);
     cJSON_AddNumberToObject(f, "step", d->best_step);
     cJSON_AddNumberToObject(f, "restarts", d->restarts);
+    if (d->fault) cJSON_AddStringToObject(f, "fault", d->kind);
     sup_events_put(&d->ev, "driver_resumed", f);
+    char fault[200] = "";
+    if (d->fault)
+        snprintf(fault, sizeof fault, "; %s the fault it saw (%s%s%s)",
+                 adopted ? "stopping it for" : "recovering from", d->kind,
+                 d->evict_node >= 0 ? ", node " : "",
+                 d->evict_node >= 0 ? d->pool->name[d->evict_node] : "");
     fprintf(stderr,
             "megascale launch: resuming from %s (driver pid %.0f is gone): %s at step %d, %d "
-            "restart(s) so far\n",
+            "restart(s) so far%s\n",
             d->state_path, prev_pid,
             adopted ? "its job still runs and is taken over" : "its job is gone; restarting it",
-            d->best_step, d->restarts);
+            d->best_step, d->restarts, fault);
     cJSON_Delete(o);
     return 0;
 }

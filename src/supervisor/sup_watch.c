@@ -184,6 +184,28 @@ static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
     d->n_anomalies++;
 }
 
+/* 1 while rank s's process runs (same host: its pid with its start time). */
+static int rank_lives(const sup_rank *s) {
+    return sup_pid_same(s->pid, s->pid_start) != 0;
+}
+
+static void crash(sup_driver *d, int rank, double t_stall) {
+    sup_set_fault(d, "crash", rank, t_stall, "rank %d (pid %d) is gone: %s", rank, d->r[rank].pid,
+                  d->r[rank].adopted ? "its process ended before it reconnected to this driver "
+                                       "(which took the job over from an earlier one)"
+                                     : "its heartbeat connection closed before it finished");
+}
+
+/* A rank whose process (on this host: known by its start time) is gone
+ * though it never said it ended (done, error, stopped), or -1. */
+static int gone_rank(const sup_driver *d) {
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (!s->done && !s->failed && !s->stopped && s->pid_start && !rank_lives(s)) return i;
+    }
+    return -1;
+}
+
 /* pid's start time if host is this host, else 0 (unknown: never signalled). */
 static unsigned long long local_pid_start(const char *host, int pid) {
     char me[256] = "";
@@ -198,6 +220,7 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         k->rank = b->rank;
         s->connected = 1;
         s->t_lost = 0;
+        s->adopted = 0;
         s->first_step = -1;
         /* the rank's identity for a later stop (pids are reused): its start
          * time, read here only when it runs on this host; an adopted rank's
@@ -271,7 +294,15 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (!strcmp(b->phase, "error") && !s->failed) {
         s->failed = 1;
         snprintf(s->error, sizeof s->error, "%s", b->error);
-        sup_set_fault(d, classify(b->error), b->rank, 0, "%s", b->error);
+        /* a peer lost: when a rank's process is known gone, that rank is
+         * the fault (its end was not seen first: it had not reconnected to
+         * a driver that took the job over, or its close is still unread) */
+        const char *kind = classify(b->error);
+        int gone = strcmp(kind, "comm") ? -1 : gone_rank(d);
+        if (gone >= 0)
+            crash(d, gone, d->r[gone].t_lost > 0 ? d->r[gone].t_lost : 0);
+        else
+            sup_set_fault(d, kind, b->rank, 0, "%s", b->error);
     }
 }
 
@@ -334,17 +365,6 @@ static int read_conn(sup_driver *d, sup_conn *k) {
             return -1;
         }
     }
-}
-
-/* 1 while rank s's process runs (same host: its pid with its start time). */
-static int rank_lives(const sup_rank *s) {
-    return s->pid_start && sup_pid_alive(s->pid) && sup_pid_start(s->pid) == s->pid_start;
-}
-
-static void crash(sup_driver *d, int rank, double t_stall) {
-    sup_set_fault(d, "crash", rank, t_stall,
-                  "rank %d (pid %d) is gone: its heartbeat connection closed before it finished",
-                  rank, d->r[rank].pid);
 }
 
 /* A rank's connection closes: it died, unless its process (on this host)
@@ -441,6 +461,8 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
             snprintf(d->evict_reason, sizeof d->evict_reason,
                      "manual eviction (megascale launch --ctl)");
             sup_set_fault(d, "evicted", -1, 0, "node %s evicted by the control socket", m->node);
+            sup_state_save(d, 0); /* accepted: a driver that takes over from here evicts it */
+            d->t_saved = ms_now();
             snprintf(msg, sizeof msg, "node %s: evicting; the job restarts on a spare", m->node);
             cJSON_AddBoolToObject(f, "ok", 1);
             sup_events_put(&d->ev, "ctl", f);
@@ -638,8 +660,10 @@ void sup_watch(sup_driver *d) {
     for (int i = 0; i < c->np && !d->fault; i++) {
         sup_rank *s = &d->r[i];
         if (s->done || s->failed) continue;
-        if (!s->connected && s->t_lost > 0 && !rank_lives(s)) { /* gone before it reconnected */
-            crash(d, i, s->t_lost);
+        /* gone before it reconnected: after its connection broke, or (a job
+         * taken over) before its first beat to this driver */
+        if (!s->connected && (s->t_lost > 0 || s->adopted) && !rank_lives(s)) {
+            crash(d, i, s->t_lost > 0 ? s->t_lost : d->t_launch);
             continue;
         }
         if (!s->started) {
@@ -732,6 +756,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->fault = 0;
     d->kind[0] = d->detail[0] = 0;
     d->fault_rank = -1;
+    d->fault_booked = 0;
     d->redone_booked = 0;
     d->evict_node = -1;
     d->evict_reason[0] = 0;

@@ -26,6 +26,19 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    storage check fails on every node): after --ckpt-fail-limit (2) failed
    commits the job is stopped, and the driver exits 7, saying why, nothing
    evicted.
+10. the driver killed (kill -9) right after it accepted `--ctl evict node1`:
+   the new driver stops the job, evicts node1 (no diag), the spare takes
+   over, the eviction counted once, bitwise equal;
+11. a new driver with other options than the running job it would take over
+   (--np, --spares, a train option): refused (exit 2) naming the option and
+   both values, the job and driver.json untouched; the same command then
+   takes it over;
+12. the driver killed, then rank 1 killed before a new driver starts: the
+   new driver reports the crash of rank 1 (not a peer's comm error on rank
+   0), restarts, bitwise equal;
+13. the driver killed, then its whole job (mpirun and the ranks) before a new
+   driver starts: the new driver reports that the job ended unwatched (a
+   fault, kind exit), and its restart is counted, bitwise equal.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -203,6 +216,153 @@ def driver_killed(d, shard):
        str(summ))
 
 
+def kill_driver(run, p):
+    """kill -9 the driver p once driver.json names every rank's pid; returns that state."""
+    st = {}
+    for _ in range(100):
+        try:
+            with open(os.path.join(run, "driver.json")) as f:
+                st = json.load(f)
+        except (OSError, ValueError):
+            st = {}
+        if st.get("ranks") and all(r[0] > 0 for r in st["ranks"]):
+            break
+        time.sleep(0.05)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    return st
+
+
+def start_logged(run, c, name):
+    os.makedirs(run, exist_ok=True)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    with open(os.path.join(run, name), "w") as log:
+        return subprocess.Popen(c, stdout=log, stderr=log, env=env)
+
+
+def relaunch(c):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return finished(subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                     errors="replace", env=env))
+
+
+def evict_takeover(d, shard, ref_w):
+    """Before, the eviction lived only in the dead driver's memory: the new one adopted the
+    stopping job, reported its end as a second fault (exit), ran diag and restarted on
+    node0,node1 again.  Twice: as the driver left it (the fault counted), and as a driver
+    killed between the ctl answer and counting the fault would have (driver.json edited)."""
+    for counted in (True, False):
+        name = "evict, then the driver killed" + ("" if counted else " before counting it")
+        run, c = cmd(d, "evicttk" + ("" if counted else "2"), shard, ["--faults", "slow=150@6+"])
+        p1 = start_logged(run, c, "driver1.log")
+        wait_step(run, 8, p1)
+        rc_e, out_e, err_e = ctl(run, "evict", "node1")
+        os.kill(p1.pid, signal.SIGKILL)  # right after the answer
+        p1.wait()
+        ok(rc_e == 0 and "evicting" in out_e, f"{name}: accepted", out_e + err_e)
+        if not counted:
+            path = os.path.join(run, "driver.json")
+            with open(path) as f:
+                st = json.load(f)
+            st["fault"]["booked"], st["faults"], st["pending_fault"] = False, [], -1
+            with open(path, "w") as f:
+                json.dump(st, f)
+        rc, err = relaunch(c)
+        check_done(run, rc, err, ref_w, name)
+        ok([(e["node"], e["by"]) for e in of(run, "evict")] == [("node1", "manual")] and
+           node_sets(run) == ["node0,node1", "node0,node2"] and not of(run, "diag"),
+           f"{name}: the new driver evicts node1, the spare takes over",
+           f"{of(run, 'evict')} {node_sets(run)}\n{err[-2000:]}")
+        summ = of(run, "summary")
+        ok([e["kind"] for e in of(run, "fault_detected")] == ["evicted"] and summ and
+           summ[-1]["faults"] == {"evicted": 1} and summ[-1]["restarts"] == 1 and
+           summ[-1].get("recover_max_s", -1) > 0,
+           f"{name}: one fault, one restart, its recovery booked", str(summ))
+
+
+def driver_options(d, shard, ref_w):
+    """Before, a new driver took the running job over whatever its options said (another
+    --np: ranks it does not know; another train option: a job it misjudges)."""
+    run, c = cmd(d, "opts", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 6, p1)
+    st = kill_driver(run, p1)
+    with open(os.path.join(run, "driver.json")) as f:
+        saved = f.read()
+    n_ev = len(events(run))
+    i = c.index("--np")
+    j = c.index("--spares")
+    for name, bad, want in [("--np", c[:i + 1] + ["4"] + c[i + 2:], "the job has 2, this command "
+                             "gives 4"),
+                            ("--spares", c[:j + 1] + ["2"] + c[j + 2:], "node0,node1,node2, this "
+                             "command's is node0,node1,node2,node3"),
+                            ("--lr", c + ["--lr", "2e-3"], "the job has 1e-3, this command gives "
+                             "2e-3")]:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        r = subprocess.run(bad, capture_output=True, text=True, env=env, timeout=60)
+        ok(r.returncode == 2 and name in r.stderr and want in r.stderr,
+           f"a new driver with another {name} than the running job: refused, naming both values",
+           f"rc {r.returncode}: {r.stderr[-800:]}")
+    with open(os.path.join(run, "driver.json")) as f:
+        same = f.read() == saved
+    ok(same and len(events(run)) == n_ev and st.get("mpirun_pid") and
+       os.path.exists(f"/proc/{st['mpirun_pid']}"),
+       "refused drivers leave the job and driver.json untouched", f"same {same}")
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "the same command after refused ones")
+    res = of(run, "driver_resumed")
+    ok(res and res[0]["adopted"] is True and not of(run, "fault_detected"),
+       "the same command takes the job over", str(res))
+
+
+def rank_gone_takeover(d, shard, ref_w):
+    """Before, the dead rank had no connection to this driver to close: rank 0's error
+    (a peer process exited) came first and was reported as a comm fault of rank 0."""
+    run, c = cmd(d, "ranktk", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    st = kill_driver(run, p1)
+    ok(len(st.get("ranks", [])) == 2, "rank gone in the take-over: driver.json names the ranks",
+       str(st))
+    if len(st.get("ranks", [])) == 2:
+        os.kill(st["ranks"][1][0], signal.SIGKILL)
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "rank gone in the take-over")
+    f = of(run, "fault_detected")
+    ok(f and (f[0]["kind"], f[0]["rank"], f[0]["node"]) == ("crash", 1, "node1") and
+       len(f) == 1 and of(run, "restart"),
+       "rank gone in the take-over: the crash of rank 1, then a restart",
+       f"{f}\n{err[-2000:]}")
+    ok(f and f[0].get("host") == socket.gethostname(),
+       "rank gone in the take-over: the fault names its host (from driver.json)", str(f))
+
+
+def job_gone_takeover(d, shard, ref_w):
+    """Before, the new driver restarted a job that had ended while no driver watched with no
+    fault and no restart counted: the summary said 0 restarts for two starts, and the
+    restart limits did not apply."""
+    run, c = cmd(d, "jobtk", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    st = kill_driver(run, p1)
+    pids = [st.get("mpirun_pid", 0)] + [r[0] for r in st.get("ranks", [])]
+    for pid in pids:
+        if pid > 0:
+            os.kill(pid, signal.SIGKILL)
+    for _ in range(100):  # the ranks are the dead driver's orphans now: init reaps them
+        if not any(pid > 0 and os.path.exists(f"/proc/{pid}") for pid in pids):
+            break
+        time.sleep(0.05)
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "job gone in the take-over")
+    f = of(run, "fault_detected")
+    summ = of(run, "summary")
+    ok([(e["kind"], e["rank"]) for e in f] == [("exit", -1)] and
+       "no driver watched" in f[0]["detail"] and len(of(run, "restart")) == 1 and summ and
+       summ[-1]["restarts"] == 1 and summ[-1]["faults"] == {"exit": 1},
+       "job gone in the take-over: a fault, the restart counted", f"{f} {summ}\n{err[-2000:]}")
+
+
 def straggler(d, shard, ref_w):
     run, p = launch(d, "straggler", shard,
                     ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "4"])
@@ -265,7 +425,11 @@ def main():
              "straggler": lambda: straggler(d, shard, ref_w),
              "spike": lambda: spike(d, shard),
              "commit": lambda: commit_once(d, shard, ref_w),
-             "storage": lambda: storage_full(d, shard)}
+             "storage": lambda: storage_full(d, shard),
+             "evicttk": lambda: evict_takeover(d, shard, ref_w),
+             "options": lambda: driver_options(d, shard, ref_w),
+             "ranktk": lambda: rank_gone_takeover(d, shard, ref_w),
+             "jobtk": lambda: job_gone_takeover(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)
