@@ -44,3 +44,14 @@ set_tests_properties(dashboard PROPERTIES TIMEOUT 600)
 ms_script_test(supervisor_policy COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_launch_policy.py
   LABELS mpi faults)
 set_tests_properties(supervisor_policy PROPERTIES TIMEOUT 600)
+# A slow disk under the run directory: the driver's writes of events.jsonl,
+# compute.jsonl and driver.json stall 2 s each (an LD_PRELOAD shim in the
+# driver only); the job is done with no false fault, the control socket
+# answers within 1.5 s (~0.1 s), every event is written, in order; the same
+# with a crash: one fault, one restart, the socket answered all along.
+add_library(ms_slowio SHARED ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/slowio.c)
+target_link_libraries(ms_slowio PRIVATE ${CMAKE_DL_LIBS})
+ms_script_test(supervisor_slow_disk COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/supervisor/test_slow_disk.py
+  LABELS mpi faults)
+set_property(TEST supervisor_slow_disk APPEND PROPERTY ENVIRONMENT "MS_SLOWIO=$<TARGET_FILE:ms_slowio>")
+set_tests_properties(supervisor_slow_disk PROPERTIES TIMEOUT 300)

@@ -244,12 +244,12 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     cJSON_AddStringToObject(f, "nodes", d->node_map);
     if (adopted) cJSON_AddBoolToObject(f, "adopted", 1);
     sup_events_put(&d->ev, "launch", f);
-    sup_state_save(d, 0);
+    sup_state_save(d, 0, 1); /* the job's pids on disk: a successor adopts it, not a second one */
     d->t_saved = ms_now();
     for (;;) {
         sup_dash_update(d, 0);
         if (ms_now() - d->t_saved > 1.0) { /* the pids and the counters, for a new driver */
-            sup_state_save(d, 0);
+            sup_state_save(d, 0, 0);       /* the newest of these is written: never waited for */
             d->t_saved = ms_now();
         }
         /* then the beats: whatever the driver itself was doing, the
@@ -435,6 +435,14 @@ static void summary(sup_driver *d, const char *outcome) {
         cJSON_AddNumberToObject(f, "recover_p50_s", isfinite(rmed) ? rmed : -1);
         cJSON_AddNumberToObject(f, "recover_max_s", isfinite(rmax) ? rmax : -1);
     }
+    long dropped = d->heat.w ? sup_writer_dropped(d->heat.w, d->heat.wk) : 0;
+    if (dropped) { /* the disk was too slow for them (SUP_HEAT_QUEUE) */
+        cJSON_AddNumberToObject(f, "compute_rows_dropped", (double)dropped);
+        fprintf(stderr,
+                "megascale launch: warning: %ld row(s) of compute.jsonl dropped: the disk under "
+                "the run directory was too slow for them\n",
+                dropped);
+    }
     sup_events_put(e, "summary", f);
     /* a time no fault has (none recovered: the job gave up or was stopped) reads "none" */
     char t[4][32];
@@ -519,7 +527,10 @@ static void finish(sup_driver *d, const char *outcome, int code) {
         cJSON_AddStringToObject(f, "outcome", outcome);
         sup_events_put(&d->ev, "job_failed", f);
     }
-    sup_state_save(d, code != SUP_EXIT_STOPPED); /* a stopped job resumes on the next launch */
+    /* a stopped job resumes on the next launch.  Waited for (answering the
+     * control socket meanwhile): then the events and rows queued before it
+     * are on disk too, and the writer has little left to do at exit */
+    sup_state_save(d, code != SUP_EXIT_STOPPED, 1);
 }
 
 /* After a stopped attempt: diag, evictions, the restart policy and its
@@ -549,7 +560,7 @@ static int after_fault(sup_driver *d, int prev_best) {
     sup_heatlog_flush(&d->heat);
     book_stop(d);
     d->recovering = 1, d->recover_prev_best = prev_best;
-    sup_state_save(d, 0); /* killed from here to the restart: the successor recovers */
+    sup_state_save(d, 0, 1); /* killed from here to the restart: the successor recovers */
     if (!g_stop && refused_options(d)) {
         fprintf(stderr, "megascale launch: error: the job refused its options (mpirun ended with "
                         "exit code 2, a usage error: the ranks' error above names the option); a "
@@ -576,7 +587,7 @@ static int run_loop(sup_driver *d) {
          * evicted, the restart counted) */
         if (d->adopt_pid) adopt_job(d);
         if (!d->fault_booked) book_fault(d);
-        sup_state_save(d, 0);
+        sup_state_save(d, 0, 1);
         code = after_fault(d, d->recover_prev_best);
     } else if (d->recovering) {
         /* taken over from a driver that died between a fault's stop and the
@@ -615,7 +626,7 @@ static int run_loop(sup_driver *d) {
         /* the fault, and the injected faults it has passed, in the state at
          * once: a driver killed from here until the next start is taken over
          * by one that neither forgets the fault nor hands it out again */
-        sup_state_save(d, 0);
+        sup_state_save(d, 0, 1);
         code = after_fault(d, prev_best);
         if (code) return code;
     }
@@ -739,7 +750,7 @@ static int open_dashboard(sup_driver *d, char *why, size_t n) {
     const sup_config *c = d->c;
     char path[4200];
     snprintf(path, sizeof path, "%s/compute.jsonl", c->run_dir);
-    if (sup_heatlog_open(&d->heat, path, c->np, why, n) != 0) return -1;
+    if (sup_heatlog_open(&d->heat, d->writer, path, c->np, why, n) != 0) return -1;
     if (c->dashboard_port < 0) return 0;
     d->dash_ranks = calloc((size_t)c->np, sizeof *d->dash_ranks);
     if (!d->dash_ranks) return snprintf(why, n, "out of memory"), -1;
@@ -811,6 +822,12 @@ int sup_run(const sup_config *c) {
     d->ckpt_fault = d->pending_fault = -1;
     char why[4400] = "", events[4200];
     code = SUP_EXIT_USAGE;
+    if (!(d->writer = sup_writer_start(why, sizeof why))) {
+        fprintf(stderr, "megascale launch: error: %s\n", why);
+        free(d->pool);
+        free(d);
+        return SUP_EXIT_ERROR;
+    }
     if (ms_fault_parse(&d->plan, c->faults, "--faults") != MS_OK) {
         fprintf(stderr, "megascale launch: error: %s\n", ms_errmsg());
         goto out;
@@ -845,7 +862,7 @@ int sup_run(const sup_config *c) {
     }
     int resume = 0; /* -2: the options are not those of the job to take over (usage) */
     if (lock_run_dir(d, why, sizeof why) != 0 ||
-        sup_events_open(&d->ev, c->events ? c->events : events, why, sizeof why) != 0 ||
+        sup_events_open(&d->ev, d->writer, c->events ? c->events : events, why, sizeof why) != 0 ||
         sup_nodes_load_blocklist(d->pool, why, sizeof why) != 0 ||
         (resume = sup_state_resume(d, why, sizeof why)) != 0 ||
         open_sockets(d, why, sizeof why) != 0) {
@@ -897,6 +914,9 @@ out:
     free(d->dash_ranks);
     sup_heatlog_close(&d->heat);
     sup_events_close(&d->ev);
+    /* what the loop queued, on disk before the driver exits (and lets go of
+     * its lock), unless the disk takes nothing for SUP_EXIT_FLUSH_S */
+    sup_writer_stop(d->writer, SUP_EXIT_FLUSH_S);
     sup_nodes_free(d->pool);
     sup_straggler_free(&d->strag);
     free(d->conns);

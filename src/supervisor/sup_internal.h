@@ -1,7 +1,7 @@
 /* sup_internal.h - what the driver's files share: the job (the mpirun
- * child, sup_job.c), the events log and summary (sup_events.c), and the
- * per-rank state the heartbeats fill (sup_driver.c).  Not for use outside
- * src/supervisor/. */
+ * child, sup_job.c), the writer thread of its files (sup_writer.c), the
+ * events log and summary (sup_events.c), and the per-rank state the
+ * heartbeats fill (sup_driver.c).  Not for use outside src/supervisor/. */
 #ifndef SUP_INTERNAL_H
 #define SUP_INTERNAL_H
 
@@ -51,12 +51,39 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
 /* "exit code 3", "killed by signal 9" for the reaped status. */
 void sup_job_describe(const sup_job *j, char *buf, size_t n);
 
+/* ---- sup_writer.c: the driver's file writes, off its loop ----------------- */
+
+/* One thread writes the driver's files (events.jsonl, compute.jsonl,
+ * driver.json), so that a slow disk does not stall the loop.  Every
+ * function below is called from the driver's thread only. */
+typedef struct sup_writer sup_writer;
+sup_writer *sup_writer_start(char *why, size_t n); /* NULL (why set) if it cannot */
+/* Open path to append lines to; the file's index, or -1 with why set.
+ * bound: 0, or the bytes that may wait, past which its lines are dropped
+ * (counted: sup_writer_dropped). */
+int sup_writer_open(sup_writer *w, const char *path, size_t bound, char *why, size_t n);
+/* Queue text (len bytes, no newline) and a newline for file k; 0, or -1
+ * if it was dropped. */
+int sup_writer_line(sup_writer *w, int k, const char *text, size_t len);
+long sup_writer_dropped(sup_writer *w, int k);
+/* Queue text (malloc'd, taken over) to replace path atomically (temp +
+ * rename); a newer text replaces one not written yet.  Returns the save's
+ * number for sup_writer_wait. */
+unsigned long sup_writer_replace(sup_writer *w, const char *path, char *text);
+/* Wait at most timeout_s until save gen (or a newer one) was written (or
+ * failed, said on stderr once); 0, or -1 on time out. */
+int sup_writer_wait(sup_writer *w, unsigned long gen, double timeout_s);
+/* Write what is queued, within timeout_s, and end the thread; -1 (said on
+ * stderr) if the disk did not take it in time.  NULL is fine. */
+int sup_writer_stop(sup_writer *w, double timeout_s);
+
 /* ---- sup_events.c: the events JSONL and the bottom line ----------------- */
 
 #define SUP_MAX_FAULTS 1024
 
 typedef struct {
-    FILE *f;
+    sup_writer *w; /* writes its lines (NULL: closed) */
+    int wk;        /* its file in w */
     char path[4096];
     double t0; /* wall time of job_start */
     /* for the summary */
@@ -66,9 +93,11 @@ typedef struct {
     int redone;
 } sup_events;
 
-int sup_events_open(sup_events *e, const char *path, char *why, size_t n);
+/* Append to path, through w (events are never dropped). */
+int sup_events_open(sup_events *e, sup_writer *w, const char *path, char *why, size_t n);
 /* One line {"time": epoch s, "t": s since job_start, "event": EVENT, and the
- * members of fields (a cJSON object, consumed; may be NULL)}, flushed. */
+ * members of fields (a cJSON object, consumed; may be NULL)}, queued for the
+ * writer (in order). */
 struct cJSON;
 void sup_events_put(sup_events *e, const char *event, struct cJSON *fields);
 void sup_events_close(sup_events *e);
@@ -212,16 +241,21 @@ int sup_straggler_check(sup_straggler *s, double score, int rounds, double *out_
 
 #define SUP_HEAT_PENDING 32 /* steps whose row is being filled */
 
+#define SUP_HEAT_QUEUE (1 << 20) /* bytes of rows that may wait for a slow disk */
+
 typedef struct {
-    FILE *f;
+    sup_writer *w; /* writes its rows (NULL: closed) */
+    int wk;        /* its file in w */
+    char *line;    /* a row's text, [np * 16 + 64] */
     int np, attempt;
     int step[SUP_HEAT_PENDING]; /* -1: free */
     int *have;                  /* [SUP_HEAT_PENDING]: ranks reported */
     double *ms;                 /* [SUP_HEAT_PENDING][np], NaN: not yet */
 } sup_heatlog;
 
-/* Append to path; 0, or -1 with why set. */
-int sup_heatlog_open(sup_heatlog *h, const char *path, int np, char *why, size_t n);
+/* Append to path through w (rows past SUP_HEAT_QUEUE waiting bytes are
+ * dropped: sup_writer_dropped counts them); 0, or -1 with why set. */
+int sup_heatlog_open(sup_heatlog *h, sup_writer *w, const char *path, int np, char *why, size_t n);
 /* Rank's compute_ms of step (in attempt: a new attempt flushes the rows
  * of the last one). */
 void sup_heatlog_feed(sup_heatlog *h, int attempt, int rank, int step, double ms);
@@ -325,8 +359,8 @@ typedef struct {
     pid_t *adopt_pids;                /* [np]: its ranks (0: unknown or gone) */
     unsigned long long *adopt_starts; /* [np]: their verified /proc start times */
     char (*adopt_hosts)[128];         /* [np]: their hosts ("" unknown) */
-    double t_saved;                   /* when driver.json was last written */
-    int state_warned;                 /* it could not be: said once */
+    double t_saved;                   /* when driver.json was last queued */
+    sup_writer *writer;               /* writes events.jsonl, compute.jsonl, driver.json */
     /* the dashboard (NULL: off) and its files */
     sup_dash *dash;
     sup_dash_rank *dash_ranks; /* [np] */
@@ -364,7 +398,13 @@ double sup_ettr(const sup_driver *d);
 int sup_recover(sup_driver *d);
 /* Evict pool node i (reason, `by` "diag", "straggler", "manual"). */
 int sup_evict(sup_driver *d, int i, const char *by, const char *reason);
-void sup_state_save(sup_driver *d, int finished);
+/* Queue the driver's state (driver.json) for the writer: the newest one
+ * queued is written.  sync 1: wait (at most SUP_SAVE_WAIT_S, answering the
+ * sockets meanwhile) until it is on disk, for a state a successor must see
+ * before the driver acts (a fault, a stopped job, a start). */
+#define SUP_SAVE_WAIT_S 10.0
+#define SUP_EXIT_FLUSH_S 30.0 /* at exit: the longest the driver waits for its writes */
+void sup_state_save(sup_driver *d, int finished, int sync);
 /* The --faults plan as a spec: the diag:* entries (diag 1, for the
  * self-test) or the others (diag 0, for the trainer), those past
  * after_step only (ms_fault_format). */

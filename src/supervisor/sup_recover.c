@@ -4,8 +4,6 @@
  * job, if that still runs; its counters and the blocklist in any case).
  * docs/operations.md, "The supervisor"; docs/formats.md, "Driver state". */
 #include <cjson/cJSON.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -195,7 +193,7 @@ int sup_recover(sup_driver *d) {
 
 /* ---- the driver's state file ----------------------------------------------- */
 
-void sup_state_save(sup_driver *d, int finished) {
+void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "v", 1);
     cJSON_AddNumberToObject(o, "pid", getpid());
@@ -276,24 +274,33 @@ void sup_state_save(sup_driver *d, int finished) {
     }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    /* written to a temp file and renamed over (a reader never sees half a
-     * state), but not fsynced: it is rewritten every second, and an fsync
-     * behind a checkpoint's writes could stall the driver for seconds */
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", d->state_path);
-    int fd = text ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
     size_t len = text ? strlen(text) : 0;
-    int ok = fd >= 0 && write(fd, text, len) == (ssize_t)len && write(fd, "\n", 1) == 1;
-    if (fd >= 0) ok &= close(fd) == 0;
-    ok = ok && rename(tmp, d->state_path) == 0;
-    if (!ok) {
-        if (!d->state_warned)
-            fprintf(stderr, "megascale launch: warning: %s not saved: %s\n", d->state_path,
-                    text ? strerror(errno) : "out of memory");
-        d->state_warned = 1;
-        unlink(tmp);
+    char *line = text ? malloc(len + 2) : NULL;
+    if (!line) {
+        fprintf(stderr, "megascale launch: warning: %s not saved: out of memory\n", d->state_path);
+        cJSON_free(text);
+        return;
     }
+    memcpy(line, text, len);
+    memcpy(line + len, "\n", 2);
     cJSON_free(text);
+    /* the writer thread writes it to a temp file and renames it over (a
+     * reader never sees half a state), not fsynced: it is rewritten every
+     * second, and an fsync behind a checkpoint's writes could stall for
+     * seconds */
+    unsigned long gen = sup_writer_replace(d->writer, d->state_path, line);
+    if (!sync) return;
+    double t0 = ms_now();
+    while (sup_writer_wait(d->writer, gen, 0.02) != 0) {
+        if (ms_now() - t0 > SUP_SAVE_WAIT_S) {
+            fprintf(stderr,
+                    "megascale launch: warning: %s not on disk after %.0f s (the disk under the "
+                    "run directory is stalled); going on without it\n",
+                    d->state_path, SUP_SAVE_WAIT_S);
+            break;
+        }
+        sup_serve_for(d, 0); /* the beats and the control socket meanwhile */
+    }
 }
 
 static double num(const cJSON *o, const char *k, int *bad) {

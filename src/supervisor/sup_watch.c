@@ -461,7 +461,7 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
             snprintf(d->evict_reason, sizeof d->evict_reason,
                      "manual eviction (megascale launch --ctl)");
             sup_set_fault(d, "evicted", -1, 0, "node %s evicted by the control socket", m->node);
-            sup_state_save(d, 0); /* accepted: a driver that takes over from here evicts it */
+            sup_state_save(d, 0, 1); /* accepted: a driver that takes over from here evicts it */
             d->t_saved = ms_now();
             snprintf(msg, sizeof msg, "node %s: evicting; the job restarts on a spare", m->node);
             cJSON_AddBoolToObject(f, "ok", 1);

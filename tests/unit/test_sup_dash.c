@@ -11,6 +11,7 @@
  * the files, a moved run directory, the heat map made once per change. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -23,6 +24,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "base/timeutil.h"
 #include "check.h"
 #include "supervisor/sup_dash_internal.h"
@@ -414,7 +416,9 @@ static void test_heatlog(void) {
     const char *p = tpath("compute.jsonl");
     sup_heatlog h;
     char why[256];
-    T_EQ_INT(sup_heatlog_open(&h, p, 3, why, sizeof why), 0);
+    sup_writer *w = sup_writer_start(why, sizeof why);
+    T_OK(w != NULL);
+    T_EQ_INT(sup_heatlog_open(&h, w, p, 3, why, sizeof why), 0);
     sup_heatlog_feed(&h, 1, 0, 1, 5);
     sup_heatlog_feed(&h, 1, 1, 1, 6);
     sup_heatlog_feed(&h, 1, 2, 1, 7); /* complete: written */
@@ -424,6 +428,7 @@ static void test_heatlog(void) {
             sup_heatlog_feed(&h, 1, r, s, 1);
     sup_heatlog_feed(&h, 2, 0, 11, 2); /* a new attempt flushes the old rows */
     sup_heatlog_close(&h);
+    T_EQ_INT(sup_writer_stop(w, 10), 0); /* the rows on disk */
     dash_model *m = dash_model_new();
     feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
     dash_tail t;
@@ -440,6 +445,64 @@ static void test_heatlog(void) {
     T_NEAR(cJSON_GetArrayItem(r0, 10)->valuedouble, 2, 0); /* attempt 2's step 11 */
     cJSON_Delete(hm);
     dash_model_free(m);
+}
+
+/* The driver's writer thread, stalled by a disk that takes no write (its
+ * temp file is a FIFO nobody reads, so its open blocks): queueing lines
+ * does not wait for it, a save waited for times out, a bounded file's lines
+ * are dropped and counted (the others never); once the disk takes writes
+ * again every line is written, in order, and the newest state wins. */
+static void test_writer(void) {
+    char why[256], line[64], tmp[600], *text = NULL;
+    size_t len = 0;
+    const char *a = tpath("w_events.jsonl"), *b = tpath("w_rows.jsonl"), *st = tpath("w.json");
+    sup_writer *w = sup_writer_start(why, sizeof why);
+    T_OK(w != NULL);
+    int ka = sup_writer_open(w, a, 0, why, sizeof why), kb = sup_writer_open(w, b, 100, why, 256);
+    T_OK(ka >= 0 && kb >= 0 && ka != kb);
+    T_EQ_INT(sup_writer_open(w, tpath("no/such/dir/x"), 0, why, sizeof why), -1);
+    T_OK(strstr(why, "no/such/dir/x") != NULL);
+    snprintf(tmp, sizeof tmp, "%s.tmp", st);
+    T_EQ_INT(mkfifo(tmp, 0600), 0);
+    unsigned long g1 = sup_writer_replace(w, st, strdup("{\"n\":1}\n"));
+    T_EQ_INT(sup_writer_wait(w, g1, 0.3), -1); /* stalled in its open */
+    double t0 = ms_now();
+    int kept = 0;
+    for (int i = 0; i < 2000; i++) {
+        int n = snprintf(line, sizeof line, "{\"i\":%d}", i);
+        T_EQ_INT(sup_writer_line(w, ka, line, (size_t)n), 0);
+        kept += sup_writer_line(w, kb, line, (size_t)n) == 0;
+    }
+    T_OK(ms_now() - t0 < 1.0);          /* nothing waited for the disk */
+    T_OK(kept >= 1 && kept <= 100 / 8); /* 100 bytes may wait, 8 a line or more */
+    T_EQ_INT((int)sup_writer_dropped(w, kb), 2000 - kept);
+    T_EQ_INT((int)sup_writer_dropped(w, ka), 0);
+    int rd = open(tmp, O_RDONLY | O_NONBLOCK); /* the disk takes writes again */
+    T_OK(rd >= 0);
+    T_EQ_INT(sup_writer_wait(w, g1, 10), 0);
+    char got[64] = "";
+    T_OK(read(rd, got, sizeof got - 1) > 0);
+    close(rd);
+    T_OK(!strcmp(got, "{\"n\":1}\n"));
+    unsigned long g2 = sup_writer_replace(w, st, strdup("{\"n\":2}\n"));
+    T_OK(g2 > g1);
+    T_EQ_INT(sup_writer_stop(w, 10), 0); /* writes what is queued */
+    T_EQ_INT(ms_file_read_max(a, 1 << 20, &text, &len), MS_OK);
+    int i = 0, bad = 0;
+    for (char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL, i++)
+        bad += atoi(p + 5) != i;
+    free(text);
+    T_EQ_INT(i, 2000); /* every line, in order */
+    T_EQ_INT(bad, 0);
+    T_EQ_INT(ms_file_read_max(b, 1 << 20, &text, &len), MS_OK);
+    int lines = 0;
+    for (size_t k = 0; k < len; k++)
+        lines += text[k] == '\n';
+    free(text);
+    T_EQ_INT(lines, kept);
+    T_EQ_INT(ms_file_read_max(st, 100, &text, &len), MS_OK);
+    T_OK(!strcmp(text, "{\"n\":2}\n"));
+    free(text);
 }
 
 /* ---- the server -------------------------------------------------------------- */
@@ -835,6 +898,7 @@ int main(void) {
     test_no_layout();
     test_tail();
     test_heatlog();
+    test_writer();
     test_server();
     test_events_elsewhere();
     test_method_not_allowed();

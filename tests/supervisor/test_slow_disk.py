@@ -1,0 +1,149 @@
+"""The supervisor on a slow disk: every write, flush and rename of the
+driver's files in the run directory (events.jsonl, compute.jsonl,
+driver.json) stalls for seconds (a throttled or stalled NFS/Lustre mount),
+simulated by an LD_PRELOAD shim (slowio.c) in the driver only; the ranks
+and mpirun run at full speed.  A 2-rank job of 40 steps (~10 s) then:
+
+- finishes done, with one launch: no fault, no restart, no
+  beat_conn_lost (the driver reads every beat in time);
+- has `megascale launch --ctl RUN_DIR status` answered within 1.5 s (it
+  takes ~0.1 s) while the writes are stalled;
+- has every event in events.jsonl, in order (job_start, launch, the ranks
+  up, ..., summary, job_done; times never going back), and driver.json
+  saying finished;
+- and with a crash (writes stalled 1 s): one fault, one restart, done, the
+  control socket answered all along (also while the driver waits for the
+  states a successor needs: at the fault, after the stop, at the start).
+
+Before, the driver wrote these files from its loop: each line stalled it,
+ranks were not read and the control socket not answered for seconds.
+
+Environment: MS_BIN (the megascale binary), MS_SLOWIO (the shim, a shared
+library); MS_SLOWIO_DELAY (seconds a write stalls, default 2)."""
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
+from mpi_common import BIN, finish, ok, start  # noqa: E402
+from test_launch_policy import LAUNCH, TRAIN, events, state  # noqa: E402
+
+SHIM = os.environ.get("MS_SLOWIO", "")
+DELAY = float(os.environ.get("MS_SLOWIO_DELAY", "2"))
+STEPS = 40
+
+
+def ctl_status(run):
+    """Seconds `launch --ctl RUN status` took, and whether it answered."""
+    t0 = time.time()
+    try:
+        r = subprocess.run([BIN, "launch", "--ctl", run, "status"], capture_output=True,
+                           text=True, timeout=30)
+        good = r.returncode == 0 and '"ok":true' in r.stdout
+    except subprocess.TimeoutExpired:
+        good = False
+    return time.time() - t0, good
+
+
+def run_job(d, shard, name, delay, faults, steps, ckpt_every):
+    """A 2-rank job of `steps` under the driver with its writes stalled
+    `delay` s each, `launch --ctl status` asked meanwhile: (rc, events,
+    [(seconds, answered)] of the statuses asked while it ran, the stalled
+    calls, stderr, wall seconds)."""
+    run = os.path.join(d, name)
+    slow_log = os.path.join(d, name + ".slowio.log")
+    env = dict(os.environ, OMP_NUM_THREADS="1", LD_PRELOAD=SHIM,
+               MS_SLOWIO_MATCH="events.jsonl,compute.jsonl,driver.json",
+               MS_SLOWIO_DELAY=str(delay), MS_SLOWIO_LOG=slow_log,
+               MS_CKPT_SHM_DIR=os.path.join(d, "shm"))
+    os.makedirs(env["MS_CKPT_SHM_DIR"], exist_ok=True)
+    # ~0.25 s a step: the driver's writes stall all along
+    cmd = [BIN, "launch", "--np", "2", "--run-dir", run, *LAUNCH, "--max-restarts", "2",
+           "--faults", faults, "--", "--train-data", shard, *TRAIN, "--dp", "2",
+           "--steps", str(steps), "--ckpt-every", str(ckpt_every), "--ckpt-dir",
+           os.path.join(run, "ckpt")]
+    t_start = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace", env=env)
+    out = {}
+    reader = threading.Thread(target=lambda: out.update(err=p.stderr.read()), daemon=True)
+    reader.start()
+    # --ctl status while the job runs (the control file is not on the slow path)
+    lat = []
+    ctl = os.path.join(run, "control.json")
+    while p.poll() is None and time.time() - t_start < 60:
+        if os.path.exists(ctl) and os.path.exists(slow_log):
+            t0 = time.time()
+            took, good = ctl_status(run)
+            lat.append((round(took, 2), good, t0))
+            time.sleep(0.3)
+        else:
+            time.sleep(0.05)
+    try:
+        p.wait(timeout=max(1, 90 - (time.time() - t_start)))
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    t_exit = time.time()
+    reader.join(timeout=10)
+    # the ones asked while the driver ran (it closes its socket as it exits)
+    lat = [(took, good) for took, good, t0 in lat if t0 < t_exit - 1.5]
+    stalls = open(slow_log).read().splitlines() if os.path.exists(slow_log) else []
+    stalls_ok = len(stalls) >= 3 and all(s.split()[0] == str(p.pid) for s in stalls)
+    ev = events(run)
+    print(f"{name}: {delay} s a write, {len(stalls)} stalled calls; job {t_exit - t_start:.1f} s, "
+          f"rc {p.returncode}; ctl status latencies {lat}")
+    print(f"{name}: events {[e['event'] for e in ev]}")
+    ok(stalls_ok, f"{name}: the shim stalled the driver's writes (and only the driver's)",
+       "\n".join(stalls[:20]))
+    # (a status takes ~0.1 s; 1.5 s leaves room for a loaded host: before, 8 s or none)
+    slow = [t for t, _ in lat if t > 1.5]
+    ok(len(lat) >= 3 and all(g for _, g in lat) and not slow,
+       f"{name}: launch --ctl status is answered within 1.5 s while the writes stall",
+       f"latencies {lat}")
+    return p.returncode, ev, out.get("err", ""), run
+
+
+def in_order(ev):
+    times = [e["t"] for e in ev]
+    names = [e["event"] for e in ev]
+    return names[:2] == ["job_start", "launch"] and names[-2:] == ["summary", "job_done"] \
+        and times == sorted(times)
+
+
+def main():
+    if not SHIM or not os.path.exists(SHIM):
+        print(f"SKIP: the slow-disk shim (MS_SLOWIO={SHIM!r}) is not built")
+        sys.exit(77)
+    d, shard = start("ms_slowdisk_")
+    # a job without faults: none is seen
+    rc, ev, err, run = run_job(d, shard, "clean", DELAY, "slow=200@1+", STEPS, 20)
+    names = [e["event"] for e in ev]
+    ok(rc == 0 and names.count("launch") == 1 and "restart" not in names
+       and "fault_detected" not in names and "beat_conn_lost" not in names,
+       "a slow disk under the run directory: the job is done, no fault, restart or "
+       "beat_conn_lost", f"rc {rc}, events {names}\n{err[-2000:]}")
+    ok(in_order(ev) and names.count("rank_up") == 2, "every event is in events.jsonl, in order",
+       f"events {names}, t {[e['t'] for e in ev]}")
+    rows = [json.loads(l) for l in open(os.path.join(run, "compute.jsonl"))]
+    ok(state(run).get("finished") is True and rows and rows[-1]["step"] == STEPS,
+       "driver.json says finished, compute.jsonl has the last step",
+       f"state {state(run)}, last row {rows[-1:] if rows else None}")
+    # a crash: the states a successor needs are waited for, the sockets answered meanwhile
+    rc, ev, err, run = run_job(d, shard, "crash", DELAY / 2, "slow=200@1+,exit@6", 12, 4)
+    names = [e["event"] for e in ev]
+    faults = [e.get("kind") for e in ev if e["event"] == "fault_detected"]
+    ok(rc == 0 and faults == ["crash"] and names.count("restart") == 1 and
+       names.count("launch") == 2 and "beat_conn_lost" not in names and in_order(ev) and
+       state(run).get("finished") is True,
+       "a slow disk and a crash: one fault, one restart, done, every event in order",
+       f"rc {rc}, events {names}\n{err[-2000:]}")
+    finish(d)
+
+
+if __name__ == "__main__":
+    main()
