@@ -139,7 +139,9 @@ def check_crash_loop(d, shard):
 
 
 def check_bad_beats(d, shard):
-    run, p = launch(d, "beats", shard)
+    # 400 steps (about 8 s): the job must outlive the 5 sends (1.5 s); at 40
+    # steps a fast machine finished it during them and the last send failed
+    run, p = launch(d, "beats", shard, extra_train=("--steps", "400"))
     wait_step(run, 2, p)
     hb = [e["heartbeat"] for e in events(run) if e["event"] == "job_start"]
     sent = 0
