@@ -383,6 +383,17 @@ def peak_rss_kb(*args):
     return int(rc), int(kb)
 
 
+def memory_bound(what, held, base, bound, detail=""):
+    """held KiB over base under bound; a sanitizer's shadow memory and quarantine
+    grow with every allocation made, freed or not, so a sanitized build is not
+    held to it (MS_SANITIZER, set by the test registry) and the check says so."""
+    san = os.environ.get("MS_SANITIZER", "none")
+    if san != "none":
+        print(f"memory bound not checked ({san} sanitizer build): {what}, {held} KiB over {base}")
+        return True
+    return held < bound
+
+
 def write_many_spans(d, spans, world):
     """world ranks of `spans` fwd spans each, written fast."""
     for r in range(world):
@@ -410,7 +421,7 @@ def test_stragglers_memory(d):
     small = write_many_spans(d, 70000, 24)
     rc0, base = peak_rss_kb("trace", "stragglers", small)
     rc, big = peak_rss_kb("trace", "stragglers", d)
-    ok(rc0 == 0 and rc == 0 and big - base < 15_000,
+    ok(rc0 == 0 and rc == 0 and memory_bound("stragglers", big - base, base, 15_000),
        "stragglers: memory holds one rank's spans at a time", f"{big - base} KiB over {base}")
 
 
@@ -424,7 +435,7 @@ def test_merge_memory(d):
     rc0, base = peak_rss_kb("trace", "merge", small, "-o", out)
     rc, big = peak_rss_kb("trace", "merge", d, "-o", out)
     n = sum(1 for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X") if rc == 0 else 0
-    ok(rc0 == 0 and rc == 0 and n == 24 * 20000 and big - base < 8_000,
+    ok(rc0 == 0 and rc == 0 and n == 24 * 20000 and memory_bound("merge", big - base, base, 8_000),
        "merge: memory holds one rank's spans at a time", f"{n} events; {big - base} KiB over {base}")
 
 
