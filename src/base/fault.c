@@ -36,6 +36,7 @@ static const char *const kinds[] = {
     "diag:memory",
     "diag:comm",
     "diag:storage",
+    "diag:slow",
 };
 
 static int known_kind(const char *k) {
@@ -127,7 +128,7 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
             "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
             "stage2:after-commit, stage2:flip-shm, io:enospc-shard, io:eio-fsync-shard, "
             "io:enospc-manifest, io:eio-fsync-manifest, signal:term, the self-test's "
-            "diag:gemm, diag:memory, diag:comm, diag:storage, or "
+            "diag:gemm, diag:memory, diag:comm, diag:storage, diag:slow, or "
             "random=SEED/N/MAXSTEP/WORLD)",
             what, e, f.kind);
     const char *q = head + kn;

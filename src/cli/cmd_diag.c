@@ -60,8 +60,8 @@ static const opts_spec diag_opts[] = {
               "1 prints one JSON object instead of the table (a bare --json means 1)"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
       "faults for tests (docs/operations.md): diag:gemm, diag:memory, diag:comm, diag:storage "
-      "make that check fail as on bad hardware (KIND@1:RANK: one rank only; KIND:node=NAME: "
-      "the ranks of that node)"),
+      "make that check fail as on bad hardware, diag:slow makes the GEMM 4x as slow "
+      "(KIND@1:RANK: one rank only; KIND:node=NAME: the ranks of that node)"),
 };
 #define N_DIAG_OPTS ((int)(sizeof diag_opts / sizeof diag_opts[0]))
 
@@ -111,7 +111,7 @@ static ms_status parse_faults(ms_fault_plan *plan, const char *spec) {
         if (strncmp(plan->f[i].kind, "diag:", 5))
             return ms_error(MS_ERR_ARG,
                             "--inject-fault: '%s' is not a fault of the self-test (diag:gemm, "
-                            "diag:memory, diag:comm, diag:storage)",
+                            "diag:memory, diag:comm, diag:storage, diag:slow)",
                             plan->f[i].kind);
     return MS_OK;
 }

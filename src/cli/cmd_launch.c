@@ -12,6 +12,7 @@
 
 typedef struct {
     int np, nodes, spares, max_restarts, no_progress, diag, straggler_rounds, ckpt_fail_limit;
+    int preflight, diag_peers;
     int dashboard;
     double hb_timeout, progress_factor, startup_timeout, grace, backoff;
     double diag_timeout, diag_slow_factor, straggler_score, loss_spike_z;
@@ -58,7 +59,13 @@ static const opts_spec launch_opts[] = {
       "seconds the self-test may take; a node without a report by then fails"),
     R("diag-slow-factor", OPT_T_DOUBLE, diag_slow_factor, "0.5", "[0,1]",
       "a node fails the self-test below this fraction of its own history's GEMM or memory "
-      "speed (RUN_DIR/diag/NODE.jsonl)"),
+      "speed (RUN_DIR/diag/NODE.jsonl), or of the other nodes' median (--diag-peers)"),
+    R("diag-peers", OPT_T_INT, diag_peers, "-1", "[-1,1]",
+      "compare the nodes' GEMM and memory speeds with each other's in the self-test (1: on; "
+      "0: off; -1: with --hostfile, as nodes on one host share its processors)"),
+    R("preflight", OPT_T_INT, preflight, "0", "[0,1]",
+      "1: run the self-test on every node (the spares too) before the first start and evict "
+      "the ones that fail, so a node broken or slow from the start never joins (with --diag 1)"),
     R("straggler-score", OPT_T_DOUBLE, straggler_score, "0.6", "(0,1]",
       "a straggler computes at less than this fraction of the other ranks' median speed..."),
     R("straggler-rounds", OPT_T_INT, straggler_rounds, "10", "[0,)",
@@ -146,6 +153,8 @@ int cmd_launch(int argc, char **argv) {
                         .diag = o.diag,
                         .diag_timeout = o.diag_timeout,
                         .diag_slow_factor = o.diag_slow_factor,
+                        .diag_peers = o.diag_peers,
+                        .preflight = o.preflight,
                         .straggler_score = o.straggler_score,
                         .straggler_rounds = o.straggler_rounds,
                         .loss_spike_z = o.loss_spike_z,

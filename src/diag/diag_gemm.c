@@ -116,7 +116,17 @@ out:
 static void judge_speed(be_backend *be, const diag_config *c, const diag_report *rep,
                         diag_result *r) {
     int sn = c->gemm_speed_n ? c->gemm_speed_n : (be->act_dtype == BE_BF16 ? 8192 : 2048);
+    double t0 = ms_now();
     r->value = mon_probe_peak_flops(be, sn, 2) / 1e9;
+    int slow = diag_fault(c, "diag:slow", rep->rank);
+    if (slow && r->value > 0) {
+        /* injected: a device at a quarter of its speed (throttled, a bad
+         * part), each product taking 4x as long: three times the probe's
+         * time more, counted in its rate */
+        double took = ms_now() - t0;
+        usleep((useconds_t)(3 * took * 1e6));
+        r->value *= took / (ms_now() - t0);
+    }
     if (!(r->value > 0)) {
         r->ok = 0;
         diag_detail(r, "speed: could not allocate the %d^3 product on %s", sn, be->name);
@@ -129,8 +139,9 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
                  be_cpu_blas_describe(blas, sizeof blas));
         kernels = both;
     }
-    diag_detail(r, "speed %.4g GFLOP/s at %d^3%s%s%s", r->value, sn, kernels ? " (" : "",
-                kernels ? kernels : "", kernels ? ")" : "");
+    diag_detail(r, "speed %.4g GFLOP/s at %d^3%s%s%s%s", r->value, sn, kernels ? " (" : "",
+                kernels ? kernels : "", kernels ? ")" : "",
+                slow ? " [injected fault diag:slow]" : "");
     diag_hist_key k = {"gemm", "GFLOP/s", be->name, sn, ms_ctx_get()->local_rank};
     if (!diag_history_judge(c, &k, r)) r->ok = 0;
     if (r->ok && c->history && *c->history &&

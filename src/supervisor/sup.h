@@ -53,7 +53,10 @@ typedef struct {
                                  attempt gets the faults still ahead (chaos runs) */
     int diag;                 /* run megascale diag on the nodes after a fault (1) */
     double diag_timeout;      /* seconds the self-test may take */
-    double diag_slow_factor;  /* diag --slow-factor (speed against the node's history) */
+    double diag_slow_factor;  /* diag --slow-factor (speed against the node's history), and
+                                 against the other nodes' median */
+    int diag_peers;           /* compare the nodes' speeds: 1, 0, -1 (with a hostfile only) */
+    int preflight;            /* diag on every node before the first start (1) */
     double straggler_score;   /* a rank's score (others' median compute / its own) below this... */
     int straggler_rounds;     /* ...for this many steps in a row: a straggler (0: off) */
     double loss_spike_z;      /* a loss this many standard deviations above the window (0: off) */

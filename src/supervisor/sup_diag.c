@@ -19,6 +19,21 @@
 
 #define DIAG_OUT_MAX (1 << 20)
 
+static const char *const SPEED_CHECK[SUP_DIAG_SPEEDS] = {"gemm", "memory"};
+static const char *const SPEED_UNIT[SUP_DIAG_SPEEDS] = {"GFLOP/s", "GB/s"};
+
+/* A failed check into r: its name on the failed list (once), its detail. */
+static void add_failure(sup_diag_result *r, const char *name, const char *detail) {
+    size_t fl = strlen(r->failed), dl = strlen(r->detail), nl = strlen(name);
+    int listed = 0;
+    for (const char *q = r->failed; (q = strstr(q, name)) != NULL; q += nl)
+        listed |= (q == r->failed || q[-1] == ' ') && (q[nl] == ',' || !q[nl]);
+    if (!listed && fl < sizeof r->failed)
+        snprintf(r->failed + fl, sizeof r->failed - fl, "%s%s", fl ? ", " : "", name);
+    if (detail && dl < sizeof r->detail)
+        snprintf(r->detail + dl, sizeof r->detail - dl, "%s%s: %s", dl ? "; " : "", name, detail);
+}
+
 /* One report line into the result of its node. */
 static void take_report(const char *line, size_t len, const sup_nodes *pool, const int *idx, int k,
                         sup_diag_result *out) {
@@ -36,21 +51,54 @@ static void take_report(const char *line, size_t len, const sup_nodes *pool, con
     sup_diag_result *r = &out[j];
     r->reported = 1;
     r->ok = cJSON_IsTrue(ok);
-    size_t fl = 0, dl = 0;
     r->failed[0] = r->detail[0] = 0;
     for (const cJSON *c = cJSON_IsArray(checks) ? checks->child : NULL; c; c = c->next) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(c, "name");
         const cJSON *cok = cJSON_GetObjectItemCaseSensitive(c, "ok");
         const cJSON *detail = cJSON_GetObjectItemCaseSensitive(c, "detail");
-        if (!cJSON_IsString(name) || cJSON_IsTrue(cok)) continue;
-        if (fl < sizeof r->failed)
-            fl += (size_t)snprintf(r->failed + fl, sizeof r->failed - fl, "%s%s", fl ? ", " : "",
-                                   name->valuestring);
-        if (dl < sizeof r->detail && cJSON_IsString(detail))
-            dl += (size_t)snprintf(r->detail + dl, sizeof r->detail - dl, "%s%s: %s",
-                                   dl ? "; " : "", name->valuestring, detail->valuestring);
+        const cJSON *value = cJSON_GetObjectItemCaseSensitive(c, "value");
+        if (!cJSON_IsString(name)) continue;
+        for (int s = 0; s < SUP_DIAG_SPEEDS; s++)
+            if (!strcmp(name->valuestring, SPEED_CHECK[s]) && cJSON_IsNumber(value) &&
+                value->valuedouble > 0)
+                r->speed[s] = value->valuedouble;
+        if (!cJSON_IsTrue(cok))
+            add_failure(r, name->valuestring, cJSON_IsString(detail) ? detail->valuestring : NULL);
     }
     cJSON_Delete(o);
+}
+
+int sup_diag_peers(sup_diag_result *res, int k, double factor) {
+    if (k > SUP_MAX_NODES) k = SUP_MAX_NODES;
+    double others[SUP_MAX_NODES], med[SUP_MAX_NODES];
+    int slow[SUP_MAX_NODES] = {0}, n_failed = 0;
+    for (int s = 0; s < SUP_DIAG_SPEEDS; s++) {
+        /* judged against the speeds before any was failed here: the
+         * medians do not depend on the order of the nodes */
+        int has[SUP_MAX_NODES] = {0};
+        for (int j = 0; j < k; j++) {
+            int m = 0;
+            for (int i = 0; i < k; i++)
+                if (i != j && res[i].reported && res[i].speed[s] > 0) others[m++] = res[i].speed[s];
+            if (!m || !res[j].reported || !(res[j].speed[s] > 0)) continue;
+            qsort(others, (size_t)m, sizeof *others, sup_cmp_double);
+            med[j] = m % 2 ? others[m / 2] : 0.5 * (others[m / 2 - 1] + others[m / 2]);
+            has[j] = 1;
+        }
+        for (int j = 0; j < k; j++) {
+            if (!has[j] || !(res[j].speed[s] < factor * med[j])) continue;
+            char d[200];
+            snprintf(d, sizeof d,
+                     "%.4g %s, %.2f x the median %.4g %s of the other nodes (below %g)",
+                     res[j].speed[s], SPEED_UNIT[s], res[j].speed[s] / med[j], med[j],
+                     SPEED_UNIT[s], factor);
+            add_failure(&res[j], SPEED_CHECK[s], d);
+            res[j].ok = 0;
+            n_failed += !slow[j];
+            slow[j] = 1;
+        }
+    }
+    return n_failed;
 }
 
 /* One diag mpirun in flight: its process group and the read end of its

@@ -594,6 +594,8 @@ static int run_loop(sup_driver *d) {
          * restart: this one recovers as that one would have (the restart is
          * counted, the policy and the back-off apply) */
         code = recover_and_wait(d, d->recover_prev_best);
+    } else if (d->c->preflight && d->c->diag && !d->adopt_pid && !g_stop) {
+        if ((code = sup_preflight(d)) != 0) finish(d, "storage", code);
     }
     if (code) return code;
     for (;;) {

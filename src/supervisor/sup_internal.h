@@ -148,12 +148,23 @@ void sup_nodes_free(sup_nodes *p);
 
 /* ---- sup_diag.c: megascale diag on the nodes ------------------------------ */
 
+/* The speeds each node's report gives, compared across the nodes. */
+enum { SUP_DIAG_GEMM, SUP_DIAG_MEMORY, SUP_DIAG_SPEEDS };
+
 typedef struct {
     int ok;          /* every check passed */
     int reported;    /* 0: no report came back (crashed, timed out) */
     char failed[96]; /* "gemm, storage" */
     char detail[600];
+    double speed[SUP_DIAG_SPEEDS]; /* GEMM GFLOP/s, memory GB/s as measured (0: none) */
 } sup_diag_result;
+
+/* Each node's speeds against the median of the other nodes' (of the ones
+ * that measured it): below factor x that median, the node fails that check
+ * as slow (its failed list and detail say so).  A node slow from the start
+ * has its own history at its slow speed; only its peers show it.  Needs
+ * two nodes or more.  Returns the number of nodes it failed. */
+int sup_diag_peers(sup_diag_result *res, int k, double factor);
 
 typedef struct {
     const char *mpirun, *bin, *storage_dir, *history_dir;
@@ -396,6 +407,11 @@ double sup_ettr(const sup_driver *d);
 /* After a stopped attempt: diag on the nodes, evictions; 0 to go on, else
  * the exit code (SUP_EXIT_*). */
 int sup_recover(sup_driver *d);
+/* Before the first start (--preflight): diag on every node not on the
+ * blocklist (the spares too), evicting the ones that fail, so a node slow
+ * or broken from the start never joins the job; 0 to go on, else the exit
+ * code (SUP_EXIT_STORAGE). */
+int sup_preflight(sup_driver *d);
 /* Evict pool node i (reason, `by` "diag", "straggler", "manual"). */
 int sup_evict(sup_driver *d, int i, const char *by, const char *reason);
 /* Queue the driver's state (driver.json) for the writer: the newest one

@@ -63,9 +63,17 @@ static void serve_ctl(void *arg) {
     sup_serve_for(arg, 0);
 }
 
+/* The nodes' speeds compared with each other's: asked for, or by default
+ * with a hostfile.  Nodes on one host share its processors: their speeds
+ * tell the scheduler's shares apart, not the nodes. */
+static int compare_peers(const sup_config *c) {
+    return c->diag_peers > 0 || (c->diag_peers < 0 && c->hostfile);
+}
+
 /* The self-test on every node not on the blocklist; evicts the ones that
- * fail.  0 to go on, or SUP_EXIT_STORAGE. */
-static int diagnose(sup_driver *d) {
+ * fail.  when: "fault" (after one) or "preflight" (before the first
+ * start), in its events.  0 to go on, or SUP_EXIT_STORAGE. */
+static int diagnose(sup_driver *d, const char *when) {
     sup_nodes *p = d->pool;
     const sup_config *c = d->c;
     int idx[SUP_MAX_NODES], k = 0;
@@ -131,6 +139,7 @@ static int diagnose(sup_driver *d) {
         return 0;
     }
     double took = ms_now() - t0;
+    if (compare_peers(c)) sup_diag_peers(res, k, c->diag_slow_factor);
     int reported = 0, failing = 0, storage = 0;
     for (int j = 0; j < k; j++) {
         sup_diag_result *r = &res[j];
@@ -144,8 +153,10 @@ static int diagnose(sup_driver *d) {
         cJSON_AddStringToObject(f, "failed", r->failed);
         cJSON_AddStringToObject(f, "detail", r->detail);
         cJSON_AddNumberToObject(f, "diag_s", took);
+        cJSON_AddStringToObject(f, "when", when);
         sup_events_put(&d->ev, "diag", f);
-        fprintf(stderr, "megascale launch: diag: node %s: %s%s%s\n", p->name[idx[j]],
+        fprintf(stderr, "megascale launch: %s: node %s: %s%s%s\n",
+                strcmp(when, "preflight") ? "diag" : "pre-flight diag", p->name[idx[j]],
                 r->ok ? "PASS" : "FAIL", r->ok ? "" : ": ", r->ok ? "" : r->detail);
     }
     int code = 0;
@@ -178,7 +189,7 @@ int sup_recover(sup_driver *d) {
         sup_evict(d, d->evict_node, !strcmp(d->kind, "straggler") ? "straggler" : "manual",
                   d->evict_reason);
     if (d->c->diag && strcmp(d->kind, "evicted")) {
-        int code = diagnose(d);
+        int code = diagnose(d, "fault");
         if (code) return code;
     }
     if (sup_nodes_choose(d->pool) != 0) {
@@ -189,6 +200,11 @@ int sup_recover(sup_driver *d) {
         return SUP_EXIT_NO_NODES;
     }
     return 0;
+}
+
+int sup_preflight(sup_driver *d) {
+    fprintf(stderr, "megascale launch: pre-flight: diag on every node before the first start\n");
+    return diagnose(d, "preflight");
 }
 
 /* ---- the driver's state file ----------------------------------------------- */

@@ -38,7 +38,12 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    0), restarts, bitwise equal;
 13. the driver killed, then its whole job (mpirun and the ranks) before a new
    driver starts: the new driver reports that the job ended unwatched (a
-   fault, kind exit), and its restart is counted, bitwise equal.
+   fault, kind exit), and its restart is counted, bitwise equal;
+14. a node slow from the start (its GEMM at a quarter of its speed,
+   diag:slow on node1; it has no history to be slow against): the pre-flight
+   self-test (--preflight 1, the nodes compared with each other) fails it
+   before the first start, node1 is evicted, the job starts on node0 and the
+   spare and runs without a fault, bitwise equal.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -410,6 +415,27 @@ def storage_full(d, shard):
     ok(not of(run, "evict") and of(run, "job_failed"), "a full disk: nothing evicted, job_failed")
 
 
+def preflight(d, shard, ref_w):
+    run, p = launch(d, "preflight", shard, ["--preflight", "1", "--diag-peers", "1",
+                                             "--diag-slow-factor", "0.5",
+                                             "--faults", "diag:slow:node=node1"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "pre-flight")
+    diag = {e["node"]: (e["ok"], e["when"], e["failed"]) for e in of(run, "diag") if "node" in e}
+    ok(diag == {"node0": (True, "preflight", ""), "node1": (False, "preflight", "gemm"),
+                "node2": (True, "preflight", "")},
+       "pre-flight: diag on every node before the start fails node1's GEMM speed", str(diag))
+    slow = [e["detail"] for e in of(run, "diag") if e.get("node") == "node1"]
+    ok(slow and "x the median" in slow[0] and "of the other nodes" in slow[0],
+       "pre-flight: node1 is slow against the other nodes", str(slow))
+    ev = [(e["node"], e["by"]) for e in of(run, "evict")]
+    ok(ev == [("node1", "diag")] and node_sets(run) == ["node0,node2"]
+       and not of(run, "fault_detected") and not of(run, "restart"),
+       "pre-flight: node1 evicted, the job starts on node0 and the spare, no fault, no restart",
+       f"{ev} {node_sets(run)} {of(run, 'fault_detected')}")
+    ok("pre-flight diag: node node1: FAIL" in err, "pre-flight: the log names node1", err[-2000:])
+
+
 def main():
     d, shard = start("ms_sup_nodes_")
     run, p = launch(d, "ref", shard)
@@ -429,7 +455,8 @@ def main():
              "evicttk": lambda: evict_takeover(d, shard, ref_w),
              "options": lambda: driver_options(d, shard, ref_w),
              "ranktk": lambda: rank_gone_takeover(d, shard, ref_w),
-             "jobtk": lambda: job_gone_takeover(d, shard, ref_w)}
+             "jobtk": lambda: job_gone_takeover(d, shard, ref_w),
+             "preflight": lambda: preflight(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)

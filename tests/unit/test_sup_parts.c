@@ -3,7 +3,8 @@
  * random mutations that never crash it: run under ASan/UBSan by `make
  * asan`), the `--ctl` client reading a big status reply, the loss-spike and straggler detectors,
  * the node pool (one host, a hostfile, bad hostfiles) and the blocklist (kept across a reload,
- * malformed files refused, nothing overwritten). */
+ * malformed files refused, nothing overwritten), and the self-test's comparison of the nodes'
+ * speeds. */
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
@@ -353,11 +354,66 @@ static void test_nodes(void) {
     free(p);
 }
 
+/* k nodes that reported, passing, with these GEMM and memory speeds. */
+static void diag_results(sup_diag_result *res, int k, const double *gemm, const double *mem) {
+    memset(res, 0, sizeof *res * (size_t)k);
+    for (int j = 0; j < k; j++) {
+        res[j].ok = res[j].reported = 1;
+        res[j].speed[SUP_DIAG_GEMM] = gemm[j];
+        res[j].speed[SUP_DIAG_MEMORY] = mem[j];
+    }
+}
+
+static void test_diag_peers(void) {
+    sup_diag_result res[5];
+    /* one slow GEMM among 4: failed, named, with its ratio to the others' median */
+    diag_results(res, 4, (double[]){100, 30, 110, 90}, (double[]){20, 20, 21, 19});
+    T_EQ_INT(sup_diag_peers(res, 4, 0.5), 1);
+    T_OK(res[0].ok && res[2].ok && res[3].ok && !res[1].ok);
+    T_OK(!strcmp(res[1].failed, "gemm"));
+    T_OK(strstr(res[1].detail, "gemm: 30 GFLOP/s, 0.30 x the median 100 GFLOP/s") != NULL);
+    /* a node that already failed a check keeps it, once, and adds the slow one */
+    diag_results(res, 3, (double[]){100, 100, 100}, (double[]){20, 5, 20});
+    res[1].ok = 0;
+    snprintf(res[1].failed, sizeof res[1].failed, "memory, storage");
+    snprintf(res[1].detail, sizeof res[1].detail, "memory: a byte differs");
+    T_EQ_INT(sup_diag_peers(res, 3, 0.5), 1);
+    T_OK(!strcmp(res[1].failed, "memory, storage"));
+    T_OK(strstr(res[1].detail, "a byte differs; memory: 5 GB/s, 0.25 x") != NULL);
+    /* slow in both: counted once */
+    diag_results(res, 3, (double[]){100, 10, 100}, (double[]){20, 2, 20});
+    T_EQ_INT(sup_diag_peers(res, 3, 0.5), 1);
+    T_OK(!strcmp(res[1].failed, "gemm, memory"));
+    /* two nodes: the slower one, not the faster; within the factor: none */
+    diag_results(res, 2, (double[]){100, 40}, (double[]){20, 20});
+    T_EQ_INT(sup_diag_peers(res, 2, 0.5), 1);
+    T_OK(res[0].ok && !res[1].ok);
+    diag_results(res, 2, (double[]){100, 60}, (double[]){20, 20});
+    T_EQ_INT(sup_diag_peers(res, 2, 0.5), 0);
+    /* a node without a report or a speed is neither judged nor counted */
+    diag_results(res, 3, (double[]){100, 0, 20}, (double[]){20, 20, 20});
+    res[0].reported = 0;
+    T_EQ_INT(sup_diag_peers(res, 3, 0.5), 0); /* node 2 has no one to compare with */
+    /* alone, or the factor 0: nothing */
+    diag_results(res, 1, (double[]){1}, (double[]){1});
+    T_EQ_INT(sup_diag_peers(res, 1, 0.5), 0);
+    diag_results(res, 5, (double[]){100, 1, 100, 100, 100}, (double[]){20, 20, 20, 20, 20});
+    T_EQ_INT(sup_diag_peers(res, 5, 0), 0);
+    /* the median of the others: two slow of four fail (each one's others: 100, 100, 20);
+     * three of four at one speed are the normal, and the fast one is not slow */
+    diag_results(res, 4, (double[]){100, 100, 20, 20}, (double[]){20, 20, 20, 20});
+    T_EQ_INT(sup_diag_peers(res, 4, 0.5), 2);
+    T_OK(res[0].ok && res[1].ok && !res[2].ok && !res[3].ok);
+    diag_results(res, 4, (double[]){100, 20, 20, 20}, (double[]){20, 20, 20, 20});
+    T_EQ_INT(sup_diag_peers(res, 4, 0.5), 0);
+}
+
 int main(void) {
     test_ctl();
     test_ctl_client_big();
     test_spike();
     test_straggler();
     test_nodes();
+    test_diag_peers();
     return ms_test_summary("test_sup_parts");
 }
