@@ -136,6 +136,10 @@ static int diag_spawn(const sup_diag_config *c, const int *idx, int k, const cha
     argv[a++] = "--threads", argv[a++] = threads;
     argv[a++] = "--slow-factor", argv[a++] = slow;
     argv[a++] = "--gemm-n", argv[a++] = "128";
+    /* the speed at 1024^3 on a CPU (2 GFLOP a product, tens of ms): diag
+     * is on the recovery's path, and 2048^3 cost it about a second (bench/chaos,
+     * docs/perf.md); a GPU's default, 8192^3 in bf16, takes milliseconds */
+    if (!c->device || !strcmp(c->device, "cpu")) argv[a++] = "--gemm-speed-n", argv[a++] = "1024";
     argv[a++] = "--mem-mb", argv[a++] = "64";
     argv[a++] = "--storage-mb", argv[a++] = "8";
     if (c->device) argv[a++] = "--device", argv[a++] = c->device;
