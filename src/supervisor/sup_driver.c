@@ -594,7 +594,7 @@ static int run_loop(sup_driver *d) {
          * restart: this one recovers as that one would have (the restart is
          * counted, the policy and the back-off apply) */
         code = recover_and_wait(d, d->recover_prev_best);
-    } else if (d->c->preflight && d->c->diag && !d->adopt_pid && !g_stop) {
+    } else if (d->c->preflight && !d->adopt_pid && !g_stop) {
         if ((code = sup_preflight(d)) != 0) finish(d, "storage", code);
     }
     if (code) return code;
@@ -802,6 +802,11 @@ static int check_config(const sup_config *c) {
         fprintf(stderr, "megascale launch: error: --straggler-score must be in (0, 1], "
                         "--straggler-rounds, --loss-spike-z and --diag-slow-factor >= 0, "
                         "--diag-timeout > 0, --ckpt-fail-limit >= 1\n");
+        return SUP_EXIT_USAGE;
+    }
+    if (c->preflight && !c->diag) {
+        fprintf(stderr, "megascale launch: error: --preflight 1 runs the self-test, which "
+                        "--diag 0 turns off: give one of them\n");
         return SUP_EXIT_USAGE;
     }
     return 0;

@@ -16,8 +16,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    the job at once (exit 5) without a new start, and the next launch restarts
    it with that fault counted once;
 5. bad launch options are usage errors (exit 2) naming the option: timings
-   out of range, an address that is not one, a hostfile naming another host
-   while the heartbeats are on loopback, a bad train option; a missing
+   out of range, an address that is not one, --preflight 1 with --diag 0, a
+   hostfile naming another host while the heartbeats are on loopback, a bad train option; a missing
    --mpirun is a driver error (exit 1) saying so, at once; a job whose
    ranks refuse their options (a layout: 3 ranks, --tp 2) ends with exit 2
    after its first start, with no restart;
@@ -312,10 +312,15 @@ def check_usage(d, shard):
     for opt, val in [("--heartbeat-timeout", "0"), ("--backoff", "-1"), ("--grace", "-1"),
                      ("--startup-timeout", "0"), ("--progress-factor", "0"),
                      ("--max-restarts", "-1"), ("--bind", "nowhere"),
-                     ("--dashboard-bind", "256.1.1.1")]:
+                     ("--dashboard-bind", "256.1.1.1"), ("--diag-peers", "2"),
+                     ("--preflight", "-1")]:
         rc, err = launch(os.path.join(d, "u"), shard, [opt, val], ck, timeout=30)
         ok(rc == 2 and opt.lstrip("-") in err, f"{opt} {val}: usage error naming it",
            f"rc {rc}: {err[-800:]}")
+    rc, err = launch(os.path.join(d, "u"), shard, ["--preflight", "1", "--diag", "0"], ck,
+                     timeout=30)
+    ok(rc == 2 and "--preflight 1" in err and "--diag 0" in err,
+       "--preflight 1 with --diag 0: usage error naming both", f"rc {rc}: {err[-800:]}")
     # a hostfile naming another host, heartbeats on loopback (the default) or 0.0.0.0: the
     # ranks there would be told an address that is not the driver's (they failed to
     # connect at every start until the restart budget was spent)
