@@ -230,6 +230,7 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "redone", d->ev.redone);
     cJSON_AddNumberToObject(o, "step_ms_sum", d->step_ms_sum);
     cJSON_AddNumberToObject(o, "step_ms_n", (double)d->step_ms_n);
+    cJSON_AddNumberToObject(o, "timed_step", d->timed_step);
     cJSON_AddNumberToObject(o, "max_interval", d->max_interval);
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
@@ -459,6 +460,9 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     d->ev.redone = (int)num(o, "redone", &bad);
     d->step_ms_sum = num(o, "step_ms_sum", &bad);
     d->step_ms_n = (long)num(o, "step_ms_n", &bad);
+    /* absent in older states: their steps up to the best one were timed */
+    const cJSON *ts = item(o, "timed_step");
+    d->timed_step = cJSON_IsNumber(ts) ? (int)ts->valuedouble : d->best_step;
     d->max_interval = num(o, "max_interval", &bad);
     d->n_anomalies = (int)num(o, "anomalies", &bad);
     double t0 = num(o, "t0", &bad);
