@@ -508,6 +508,52 @@ static void test_step_time(void) {
     beat_driver_free(d);
 }
 
+/* A communication error on a surviving rank after another rank's process is
+ * gone (its close not read yet) is that rank's crash, from when its
+ * connection was lost; with no rank gone it is the reporter's comm fault,
+ * and another error stays the reporter's own. */
+static void test_comm_after_gone(void) {
+    pid_t child = fork();
+    if (child == 0) {
+        for (;;)
+            pause();
+    }
+    T_OK(child > 0);
+    unsigned long long child_start = sup_pid_start(child);
+    T_OK(child_start > 0);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0); /* gone: its pid with that start time is no process */
+    static const struct {
+        int gone;
+        const char *error, *kind;
+        int rank;
+    } cases[] = {
+        {1, "all-reduce timed out after 30 s (world broken)", "crash", 1},
+        {0, "all-reduce timed out after 30 s (world broken)", "comm", 0},
+        {1, "CUDA error: an illegal memory access", "device", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sup_config c;
+        sup_driver *d = beat_driver(&c, 2);
+        sup_conn k[2];
+        beat_attempt(d, k);
+        beat_steps(d, k, 0, 3, 100);
+        d->r[0].pid = getpid(), d->r[0].pid_start = sup_pid_start(getpid());
+        d->r[1].pid = cases[i].gone ? child : getpid();
+        d->r[1].pid_start = cases[i].gone ? child_start : d->r[0].pid_start;
+        d->r[1].t_lost = cases[i].gone ? ms_now() - 2.0 : 0; /* its connection broke 2 s ago */
+        beat_send(d, k, 0, 3, NAN, "error", cases[i].error);
+        T_EQ_INT(d->fault, 1);
+        T_OK(!strcmp(d->kind, cases[i].kind));
+        T_EQ_INT(d->fault_rank, cases[i].rank);
+        if (!strcmp(cases[i].kind, "crash")) {
+            T_STR_CONTAINS(d->detail, "rank 1 (pid");
+            T_NEAR(d->t_detect - d->t_stall, 2.0, 0.5); /* detected from the loss */
+        }
+        beat_driver_free(d);
+    }
+}
+
 int main(void) {
     test_ctl();
     test_ctl_client_big();
@@ -515,5 +561,6 @@ int main(void) {
     test_straggler();
     test_nodes();
     test_step_time();
+    test_comm_after_gone();
     return ms_test_summary("test_sup_parts");
 }
