@@ -361,8 +361,9 @@ typedef struct {
     int faults_through;                     /* the faults at steps <= this have fired */
     char fault_arg[8192];                   /* this attempt's --inject-fault */
     char node_map[SUP_MAX_NODES * SUP_NODE_NAME];
-    double step_ms_sum;
+    double step_ms_sum; /* rank 0's step times, for the ETTR's mean step time */
     long step_ms_n;
+    int timed_step;      /* the last step in them (kept over restarts: a step is timed once) */
     double max_interval; /* the longest step seen, over ranks and attempts (s) */
     int n_anomalies;
     /* an earlier driver's job to take over (sup_recover.c) */
@@ -392,6 +393,10 @@ int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, 
                size_t n);
 void sup_serve(sup_driver *d); /* one tick: accept, read beats and control lines */
 void sup_serve_for(sup_driver *d, int ms); /* the same, waiting at most ms for input */
+/* One valid beat b of rank b->rank on heartbeat connection k (k->rank -1:
+ * its first): the rank's state, the step time, the detectors fed by beats,
+ * the faults a beat says (public for its tests). */
+void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b);
 void sup_watch(sup_driver *d); /* the hang, start-up and straggler detectors */
 void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -246,6 +246,7 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "redone", d->ev.redone);
     cJSON_AddNumberToObject(o, "step_ms_sum", d->step_ms_sum);
     cJSON_AddNumberToObject(o, "step_ms_n", (double)d->step_ms_n);
+    cJSON_AddNumberToObject(o, "timed_step", d->timed_step);
     cJSON_AddNumberToObject(o, "max_interval", d->max_interval);
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
@@ -446,6 +447,76 @@ static void resume_ranks(sup_driver *d, const cJSON *ranks, int adopted) {
     }
 }
 
+/* The state's counters into d; 1 if one is missing or not a number (its
+ * start time t0 into *t0, taken only once the state is known good). */
+static int resume_counters(sup_driver *d, const cJSON *o, double *t0) {
+    int bad = 0;
+    d->restarts = (int)num(o, "restarts", &bad);
+    d->no_progress = (int)num(o, "no_progress", &bad);
+    d->best_step = (int)num(o, "best_step", &bad);
+    d->start_step = (int)num(o, "start_step", &bad);
+    d->faults_through = (int)num(o, "faults_through", &bad);
+    d->ev.redone = (int)num(o, "redone", &bad);
+    d->step_ms_sum = num(o, "step_ms_sum", &bad);
+    d->step_ms_n = (long)num(o, "step_ms_n", &bad);
+    /* absent in older states: their steps up to the best one were timed */
+    const cJSON *ts = item(o, "timed_step");
+    d->timed_step = cJSON_IsNumber(ts) ? (int)ts->valuedouble : d->best_step;
+    d->max_interval = num(o, "max_interval", &bad);
+    d->n_anomalies = (int)num(o, "anomalies", &bad);
+    *t0 = num(o, "t0", &bad);
+    d->attempt_no = (int)num(o, "attempt", &bad);
+    return bad;
+}
+
+/* The summary's faults so far (the state's "faults": [kind, detect_s,
+ * recover_s] each, -1 for a time not known), and the one whose recovery
+ * is not complete yet (the successor books its recovery time). */
+static void resume_faults(sup_driver *d, const cJSON *o, const cJSON *faults) {
+    for (const cJSON *f = faults->child; f && d->ev.n_faults < SUP_MAX_FAULTS; f = f->next) {
+        const cJSON *k = cJSON_GetArrayItem(f, 0), *de = cJSON_GetArrayItem(f, 1),
+                    *re = cJSON_GetArrayItem(f, 2);
+        if (!cJSON_IsString(k) || !cJSON_IsNumber(de) || !cJSON_IsNumber(re)) continue;
+        int i = d->ev.n_faults++;
+        snprintf(d->ev.kinds[i], sizeof d->ev.kinds[i], "%s", k->valuestring);
+        d->ev.detect_s[i] = de->valuedouble >= 0 ? de->valuedouble : NAN;
+        d->ev.recover_s[i] = re->valuedouble >= 0 ? re->valuedouble : NAN;
+    }
+    const cJSON *pf = item(o, "pending_fault"); /* absent: none */
+    const cJSON *saf = item(o, "step_at_fault");
+    const cJSON *rfrom = item(o, "recovery_from");
+    if (cJSON_IsNumber(pf) && pf->valuedouble >= 0 && pf->valuedouble < d->ev.n_faults &&
+        cJSON_IsNumber(saf) && cJSON_IsNumber(rfrom) && rfrom->valuedouble > 0) {
+        d->pending_recovery = 1;
+        d->pending_fault = (int)pf->valuedouble;
+        d->step_at_fault = (int)saf->valuedouble;
+        d->t_recovery_from = ms_now() - (ms_wall_now() - rfrom->valuedouble);
+    }
+}
+
+/* The driver_resumed event and the line that says what this driver does. */
+static void say_resumed(sup_driver *d, double prev_pid, int adopted) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "previous_pid", prev_pid);
+    cJSON_AddBoolToObject(f, "adopted", adopted);
+    cJSON_AddNumberToObject(f, "step", d->best_step);
+    cJSON_AddNumberToObject(f, "restarts", d->restarts);
+    if (d->fault) cJSON_AddStringToObject(f, "fault", d->kind);
+    sup_events_put(&d->ev, "driver_resumed", f);
+    char fault[200] = "";
+    if (d->fault)
+        snprintf(fault, sizeof fault, "; %s the fault it saw (%s%s%s)",
+                 adopted ? "stopping it for" : "recovering from", d->kind,
+                 d->evict_node >= 0 ? ", node " : "",
+                 d->evict_node >= 0 ? d->pool->name[d->evict_node] : "");
+    fprintf(stderr,
+            "megascale launch: resuming from %s (driver pid %.0f is gone): %s at step %d, %d "
+            "restart(s) so far%s\n",
+            d->state_path, prev_pid,
+            adopted ? "its job still runs and is taken over" : "its job is gone; restarting it",
+            d->best_step, d->restarts, fault);
+}
+
 int sup_state_resume(sup_driver *d, char *why, size_t n) {
     struct stat sb;
     if (stat(d->state_path, &sb) != 0) return 0; /* a new job */
@@ -456,29 +527,16 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     cJSON *o = cJSON_ParseWithLength(text, len);
     free(text);
     int bad = !cJSON_IsObject(o) || num(o, "v", &bad) != 1;
-    const cJSON *fin = cJSON_GetObjectItemCaseSensitive(o, "finished");
+    const cJSON *fin = item(o, "finished");
     if (!bad && cJSON_IsTrue(fin)) { /* that job ended: this is a new one */
         cJSON_Delete(o);
         return 0;
     }
-    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(o, "token");
-    const cJSON *hb = cJSON_GetObjectItemCaseSensitive(o, "heartbeat");
-    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(o, "ranks");
-    const cJSON *faults = cJSON_GetObjectItemCaseSensitive(o, "faults");
+    const cJSON *tok = item(o, "token"), *hb = item(o, "heartbeat"), *ranks = item(o, "ranks"),
+                *faults = item(o, "faults");
     double prev_pid = num(o, "pid", &bad), mp = num(o, "mpirun_pid", &bad),
-           mps = num(o, "mpirun_start", &bad);
-    d->restarts = (int)num(o, "restarts", &bad);
-    d->no_progress = (int)num(o, "no_progress", &bad);
-    d->best_step = (int)num(o, "best_step", &bad);
-    d->start_step = (int)num(o, "start_step", &bad);
-    d->faults_through = (int)num(o, "faults_through", &bad);
-    d->ev.redone = (int)num(o, "redone", &bad);
-    d->step_ms_sum = num(o, "step_ms_sum", &bad);
-    d->step_ms_n = (long)num(o, "step_ms_n", &bad);
-    d->max_interval = num(o, "max_interval", &bad);
-    d->n_anomalies = (int)num(o, "anomalies", &bad);
-    double t0 = num(o, "t0", &bad);
-    d->attempt_no = (int)num(o, "attempt", &bad);
+           mps = num(o, "mpirun_start", &bad), t0 = 0;
+    bad |= resume_counters(d, o, &t0);
     if (bad || fin == NULL || !cJSON_IsString(tok) || strlen(tok->valuestring) != 32 ||
         !cJSON_IsString(hb) || strlen(hb->valuestring) >= sizeof d->addr || !cJSON_IsArray(ranks) ||
         !cJSON_IsArray(faults)) {
@@ -491,29 +549,11 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     }
     d->ev.t0 = t0;
     d->resumed = 1;
-    const cJSON *l0 = cJSON_GetObjectItemCaseSensitive(o, "latest0"); /* absent: any commit */
+    const cJSON *l0 = item(o, "latest0"); /* absent: any commit */
     snprintf(d->latest0, sizeof d->latest0, "%s", cJSON_IsString(l0) ? l0->valuestring : "");
-    for (const cJSON *f = faults->child; f && d->ev.n_faults < SUP_MAX_FAULTS; f = f->next) {
-        const cJSON *k = cJSON_GetArrayItem(f, 0), *de = cJSON_GetArrayItem(f, 1),
-                    *re = cJSON_GetArrayItem(f, 2);
-        if (!cJSON_IsString(k) || !cJSON_IsNumber(de) || !cJSON_IsNumber(re)) continue;
-        int i = d->ev.n_faults++;
-        snprintf(d->ev.kinds[i], sizeof d->ev.kinds[i], "%s", k->valuestring);
-        d->ev.detect_s[i] = de->valuedouble >= 0 ? de->valuedouble : NAN;
-        d->ev.recover_s[i] = re->valuedouble >= 0 ? re->valuedouble : NAN;
-    }
-    const cJSON *pf = cJSON_GetObjectItemCaseSensitive(o, "pending_fault"); /* absent: none */
-    const cJSON *saf = cJSON_GetObjectItemCaseSensitive(o, "step_at_fault");
-    const cJSON *rfrom = cJSON_GetObjectItemCaseSensitive(o, "recovery_from");
-    if (cJSON_IsNumber(pf) && pf->valuedouble >= 0 && pf->valuedouble < d->ev.n_faults &&
-        cJSON_IsNumber(saf) && cJSON_IsNumber(rfrom) && rfrom->valuedouble > 0) {
-        d->pending_recovery = 1;
-        d->pending_fault = (int)pf->valuedouble;
-        d->step_at_fault = (int)saf->valuedouble;
-        d->t_recovery_from = ms_now() - (ms_wall_now() - rfrom->valuedouble);
-    }
-    const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recovering"); /* absent: no */
-    const cJSON *rpb = cJSON_GetObjectItemCaseSensitive(o, "recover_prev_best");
+    resume_faults(d, o, faults);
+    const cJSON *rec = item(o, "recovering"); /* absent: no */
+    const cJSON *rpb = item(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
     if (job && check_options(d, o, job, why, n) != 0) { /* before anything is touched */
         cJSON_Delete(o);
@@ -543,25 +583,7 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         adopted = 1;
     }
     resume_ranks(d, ranks, adopted);
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddNumberToObject(f, "previous_pid", prev_pid);
-    cJSON_AddBoolToObject(f, "adopted", adopted);
-    cJSON_AddNumberToObject(f, "step", d->best_step);
-    cJSON_AddNumberToObject(f, "restarts", d->restarts);
-    if (d->fault) cJSON_AddStringToObject(f, "fault", d->kind);
-    sup_events_put(&d->ev, "driver_resumed", f);
-    char fault[200] = "";
-    if (d->fault)
-        snprintf(fault, sizeof fault, "; %s the fault it saw (%s%s%s)",
-                 adopted ? "stopping it for" : "recovering from", d->kind,
-                 d->evict_node >= 0 ? ", node " : "",
-                 d->evict_node >= 0 ? d->pool->name[d->evict_node] : "");
-    fprintf(stderr,
-            "megascale launch: resuming from %s (driver pid %.0f is gone): %s at step %d, %d "
-            "restart(s) so far%s\n",
-            d->state_path, prev_pid,
-            adopted ? "its job still runs and is taken over" : "its job is gone; restarting it",
-            d->best_step, d->restarts, fault);
+    say_resumed(d, prev_pid, adopted);
     cJSON_Delete(o);
     return 0;
 }

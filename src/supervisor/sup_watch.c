@@ -213,7 +213,7 @@ static unsigned long long local_pid_start(const char *host, int pid) {
     return !strcmp(host, me) ? sup_pid_start(pid) : 0;
 }
 
-static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
+void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     sup_rank *s = &d->r[b->rank];
     double now = ms_now();
     if (k->rank < 0) {
@@ -257,10 +257,15 @@ static void on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         if (s->first_step < 0) s->first_step = b->step;
         s->last_progress = now;
         s->step = b->step;
-        /* the mean step time of the ETTR: not the steps a stopping job
-         * finishes (one of them waited for the faulty rank) */
-        if (b->rank == 0 && !d->fault && isfinite(b->step_ms) && b->step > d->best_step)
+        /* the mean step time of the ETTR: rank 0's time of each step once,
+         * however the ranks' beats of it arrive (best_step may already be
+         * there by another rank's), not a step redone after a restart (it
+         * was timed), nor the steps a stopping job finishes (one of them
+         * waited for the faulty rank: they are timed when redone) */
+        if (b->rank == 0 && !d->fault && isfinite(b->step_ms) && b->step > d->timed_step) {
             d->step_ms_sum += b->step_ms, d->step_ms_n++;
+            d->timed_step = b->step;
+        }
         if (b->step > s->resume_step + SUP_STRAGGLER_WARMUP) /* not the first steps' set-up */
             sup_straggler_feed(&d->strag, b->rank, b->stage, b->step, b->compute_ms);
         sup_heatlog_feed(&d->heat, d->attempt_no, b->rank, b->step, b->compute_ms);
@@ -356,7 +361,7 @@ static int read_conn(sup_driver *d, sup_conn *k) {
                 return -1;
             }
             k->seq = b.seq;
-            on_beat(d, k, &b);
+            sup_on_beat(d, k, &b);
             memmove(k->buf, nl + 1, k->len - n - 1);
             k->len -= n + 1;
         }

@@ -3,21 +3,27 @@
  * random mutations that never crash it: run under ASan/UBSan by `make
  * asan`), the `--ctl` client reading a big status reply, the loss-spike and straggler detectors,
  * the node pool (one host, a hostfile, bad hostfiles) and the blocklist (kept across a reload,
- * malformed files refused, nothing overwritten), and the self-test's comparison of the nodes'
- * speeds. */
+ * malformed files refused, nothing overwritten); the self-test's comparison of the nodes'
+ * speeds; the driver's handling of beats: the ETTR's mean step time whatever order the ranks'
+ * beats arrive in, over a restart and a take-over (driver.json), and a communication error on a
+ * survivor after a rank is gone booked as that rank's crash. */
+#include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "base/rng.h"
 #include "base/node.h"
+#include "base/timeutil.h"
 #include "check.h"
 #include "supervisor/sup_internal.h"
 
@@ -408,6 +414,200 @@ static void test_diag_peers(void) {
     T_EQ_INT(sup_diag_peers(res, 4, 0.5), 0);
 }
 
+/* ---- the driver's handling of beats (sup_on_beat) ------------------------- */
+
+/* A driver of np ranks with no job, sockets, files or nodes: what beats need. */
+static sup_driver *beat_driver(sup_config *c, int np) {
+    *c = (sup_config){.np = np, .steps = 100, .hb_timeout = 30, .ckpt_fail_limit = 3};
+    sup_driver *d = calloc(1, sizeof *d);
+    T_OK(d != NULL);
+    d->c = c;
+    d->pool = calloc(1, sizeof *d->pool);
+    d->r = calloc((size_t)np, sizeof *d->r);
+    d->conns = calloc((size_t)np, sizeof *d->conns);
+    T_OK(d->pool && d->r && d->conns);
+    T_EQ_INT(sup_straggler_init(&d->strag, np), 0);
+    d->lfd = d->ctl_fd = d->lock_fd = -1;
+    sup_reset_ranks(d);
+    d->ev.t0 = ms_wall_now();
+    return d;
+}
+
+static void beat_driver_free(sup_driver *d) {
+    sup_straggler_free(&d->strag);
+    free(d->adopt_pids), free(d->adopt_starts), free(d->adopt_hosts);
+    free(d->conns), free(d->r), free(d->pool), free(d);
+}
+
+/* A driver that takes over from the state at path (driver.json). */
+static sup_driver *beat_resumed(sup_config *c, int np, const char *path) {
+    sup_driver *d = beat_driver(c, np);
+    d->adopt_pids = calloc((size_t)np, sizeof *d->adopt_pids);
+    d->adopt_starts = calloc((size_t)np, sizeof *d->adopt_starts);
+    d->adopt_hosts = calloc((size_t)np, sizeof *d->adopt_hosts);
+    T_OK(d->adopt_pids && d->adopt_starts && d->adopt_hosts);
+    snprintf(d->state_path, sizeof d->state_path, "%s", path);
+    char why[512] = "";
+    T_EQ_INT(sup_state_resume(d, why, sizeof why), 0);
+    return d;
+}
+
+/* A new attempt: its ranks connect afresh (sup_reset_ranks closed none here). */
+static void beat_attempt(sup_driver *d, sup_conn *k) {
+    sup_reset_ranks(d);
+    d->attempt_no++;
+    for (int i = 0; i < d->c->np; i++)
+        k[i] = (sup_conn){.fd = -1, .rank = -1};
+}
+
+/* Rank's beat on its connection k[rank]: `step` steps done, in `phase`. */
+static void beat_send(sup_driver *d, sup_conn *k, int rank, int step, double step_ms,
+                      const char *phase, const char *error) {
+    sup_beat b = {.rank = rank,
+                  .world = d->c->np,
+                  .pid = 1000 + rank,
+                  .stage = -1,
+                  .seq = ++k[rank].seq,
+                  .step = step,
+                  .step_ms = step_ms,
+                  .loss = NAN,
+                  .grad_norm = NAN,
+                  .comm_bytes = NAN,
+                  .compute_ms = step_ms,
+                  .comm_wait_s = NAN,
+                  .ckpt_commit = -1};
+    snprintf(b.host, sizeof b.host, "elsewhere"); /* not this host: no pid is looked at */
+    snprintf(b.phase, sizeof b.phase, "%s", phase);
+    snprintf(b.error, sizeof b.error, "%s", error);
+    sup_on_beat(d, &k[rank], &b);
+}
+
+/* Steps from..to of every rank at step_ms each, rank 0's beat of each step
+ * read last (the others' first: best_step is there before rank 0 is). */
+static void beat_steps(sup_driver *d, sup_conn *k, int from, int to, double step_ms) {
+    for (int step = from; step <= to; step++)
+        for (int r = d->c->np - 1; r >= 0; r--)
+            beat_send(d, k, r, step, step_ms, "train", "");
+}
+
+static void test_step_time(void) {
+    char dir[] = "/tmp/ms_sup_beats_XXXXXX";
+    T_OK(mkdtemp(dir) != NULL);
+    sup_config c;
+    sup_driver *d = beat_driver(&c, 2);
+    sup_conn k[2];
+    beat_attempt(d, k);
+    beat_steps(d, k, 0, 0, NAN); /* in the loop */
+    beat_steps(d, k, 1, 10, 100);
+    T_EQ_INT(d->best_step, 10);
+    T_EQ_INT((int)d->step_ms_n, 10); /* every step of rank 0's, though rank 1's came first */
+    T_NEAR(d->step_ms_sum, 1000, 1e-9);
+    T_EQ_INT(d->timed_step, 10);
+    d->ev.t0 = ms_wall_now() - 1.0; /* 10 steps of 0.1 s in 1 s: all of it trained */
+    T_NEAR(sup_ettr(d), 1.0, 0.05);
+    /* a fault: the step the stopping job finishes waited for it (not timed) */
+    sup_set_fault(d, "crash", 1, 0, "rank 1 is gone (a test)");
+    beat_send(d, k, 0, 11, 5000, "train", "");
+    T_EQ_INT((int)d->step_ms_n, 10);
+    /* the restart rolls back to step 8: steps 9 to 11 redone, 9 and 10 not
+     * timed again, 11 (not timed before) is, then 12 */
+    beat_attempt(d, k);
+    beat_steps(d, k, 8, 8, NAN);
+    beat_steps(d, k, 9, 10, 900);
+    T_EQ_INT((int)d->step_ms_n, 10);
+    beat_steps(d, k, 11, 12, 100);
+    T_EQ_INT((int)d->step_ms_n, 12);
+    T_NEAR(d->step_ms_sum, 1200, 1e-9);
+    T_EQ_INT(d->timed_step, 12);
+    /* a driver that takes over (driver.json) times the steps after them only */
+    char why[512];
+    d->writer = sup_writer_start(why, sizeof why);
+    T_OK(d->writer != NULL);
+    snprintf(d->state_path, sizeof d->state_path, "%s/driver.json", dir);
+    snprintf(d->token, sizeof d->token, "%s", TOK);
+    sup_state_save(d, 0, 1);
+    T_EQ_INT(sup_writer_stop(d->writer, 10), 0);
+    d->writer = NULL;
+    sup_config c2;
+    sup_driver *e = beat_resumed(&c2, 2, d->state_path);
+    T_EQ_INT(e->timed_step, 12);
+    T_EQ_INT((int)e->step_ms_n, 12);
+    beat_attempt(e, k);
+    beat_steps(e, k, 10, 10, NAN);
+    beat_steps(e, k, 11, 13, 100);
+    T_EQ_INT((int)e->step_ms_n, 13);
+    T_NEAR(e->step_ms_sum / (double)e->step_ms_n, 100, 1e-9);
+    beat_driver_free(e);
+    /* an older state, without timed_step: its steps up to best_step were timed */
+    char *text = NULL;
+    FILE *f = fopen(d->state_path, "r");
+    T_OK(f != NULL);
+    char buf[8192] = "";
+    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[got] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    T_OK(cJSON_IsObject(o));
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "timed_step");
+    cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "best_step"), 11);
+    text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    write_file(d->state_path, text ? text : "");
+    cJSON_free(text);
+    e = beat_resumed(&c2, 2, d->state_path);
+    T_EQ_INT(e->timed_step, 11);
+    beat_driver_free(e);
+    unlink(d->state_path);
+    rmdir(dir);
+    beat_driver_free(d);
+}
+
+/* A communication error on a surviving rank after another rank's process is
+ * gone (its close not read yet) is that rank's crash, from when its
+ * connection was lost; with no rank gone it is the reporter's comm fault,
+ * and another error stays the reporter's own. */
+static void test_comm_after_gone(void) {
+    pid_t child = fork();
+    if (child == 0) {
+        for (;;)
+            pause();
+    }
+    T_OK(child > 0);
+    unsigned long long child_start = sup_pid_start(child);
+    T_OK(child_start > 0);
+    kill(child, SIGKILL);
+    waitpid(child, NULL, 0); /* gone: its pid with that start time is no process */
+    static const struct {
+        int gone;
+        const char *error, *kind;
+        int rank;
+    } cases[] = {
+        {1, "all-reduce timed out after 30 s (world broken)", "crash", 1},
+        {0, "all-reduce timed out after 30 s (world broken)", "comm", 0},
+        {1, "CUDA error: an illegal memory access", "device", 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sup_config c;
+        sup_driver *d = beat_driver(&c, 2);
+        sup_conn k[2];
+        beat_attempt(d, k);
+        beat_steps(d, k, 0, 3, 100);
+        d->r[0].pid = getpid(), d->r[0].pid_start = sup_pid_start(getpid());
+        d->r[1].pid = cases[i].gone ? child : getpid();
+        d->r[1].pid_start = cases[i].gone ? child_start : d->r[0].pid_start;
+        d->r[1].t_lost = cases[i].gone ? ms_now() - 2.0 : 0; /* its connection broke 2 s ago */
+        beat_send(d, k, 0, 3, NAN, "error", cases[i].error);
+        T_EQ_INT(d->fault, 1);
+        T_OK(!strcmp(d->kind, cases[i].kind));
+        T_EQ_INT(d->fault_rank, cases[i].rank);
+        if (!strcmp(cases[i].kind, "crash")) {
+            T_STR_CONTAINS(d->detail, "rank 1 (pid");
+            T_NEAR(d->t_detect - d->t_stall, 2.0, 0.5); /* detected from the loss */
+        }
+        beat_driver_free(d);
+    }
+}
+
 int main(void) {
     test_ctl();
     test_ctl_client_big();
@@ -415,5 +615,7 @@ int main(void) {
     test_straggler();
     test_nodes();
     test_diag_peers();
+    test_step_time();
+    test_comm_after_gone();
     return ms_test_summary("test_sup_parts");
 }
