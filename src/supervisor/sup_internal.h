@@ -435,7 +435,8 @@ void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf,
  * and whether its job still runs (then d->adopt_pid and the heartbeat
  * address/token to bind).  0; -1 with why set (unreadable); -2 with why
  * set when its job still runs with other options than d->c's (--np,
- * --nodes, the pool, a train option): nothing is touched. */
+ * --nodes, the pool, a train option): the job and the files are left as
+ * they are (d's counters are not: the caller exits). */
 int sup_state_resume(sup_driver *d, char *why, size_t n);
 
 #endif

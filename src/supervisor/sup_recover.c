@@ -555,7 +555,7 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     const cJSON *rec = item(o, "recovering"); /* absent: no */
     const cJSON *rpb = item(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
-    if (job && check_options(d, o, job, why, n) != 0) { /* before anything is touched */
+    if (job && check_options(d, o, job, why, n) != 0) { /* the job and the files untouched */
         cJSON_Delete(o);
         return -2;
     }
