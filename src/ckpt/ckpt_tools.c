@@ -22,13 +22,18 @@ int ckpt_is_step_dir(const char *path) {
     return stat(m, &sb) == 0 || ckpt_dir_step(path) >= 0;
 }
 
-ms_status ckpt_find_commit(const char *path, char *out, size_t n) {
+ms_status ckpt_check_not_file(const char *what, const char *path) {
     struct stat sb;
     if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
         return ms_error(MS_ERR_ARG,
-                        "%s is a file, not a checkpoint (a commit DIR/step_N or a checkpoint "
+                        "%s%s is a file, not a checkpoint (a commit DIR/step_N or a checkpoint "
                         "directory)",
-                        path);
+                        what, path);
+    return MS_OK;
+}
+
+ms_status ckpt_find_commit(const char *path, char *out, size_t n) {
+    MS_TRY(ckpt_check_not_file("", path));
     if (ckpt_is_step_dir(path)) {
         snprintf(out, n, "%s", path);
         return MS_OK;

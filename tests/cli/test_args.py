@@ -178,6 +178,9 @@ def test_bad_input(d, w, val, train, ck):
         # a file where a directory is expected
         ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
         ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
+        # --resume takes a commit or a checkpoint directory (was "opendir: Not a directory")
+        *[([*TR, "--resume", f], ["--resume", f, "is a file, not a checkpoint",
+                                  "a commit DIR/step_N or a checkpoint directory"]) for f in (w, empty)],
         *[(["ckpt", c, w], [f"ckpt {c}: {w} is a file, not a checkpoint"]) for c in
           ("list", "inspect", "verify", "shm")],
         (["ckpt", "export", w, "--out", os.path.join(d, "x.safetensors")],
