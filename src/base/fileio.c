@@ -58,6 +58,10 @@ ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *le
         rc = io_fail(MS_ERR_IO, path, "fstat", errno);
         goto out;
     }
+    if (S_ISDIR(st.st_mode)) { /* read(2) would say only "Is a directory" */
+        rc = ms_error(MS_ERR_ARG, "%s is a directory, not a file", path);
+        goto out;
+    }
     cap = (st.st_size > 0 ? (size_t)st.st_size : 4096);
     if (cap > max) cap = max; /* the first read past max fails */
     cap += 2;

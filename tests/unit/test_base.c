@@ -91,6 +91,10 @@ static void test_file_basics(void) {
     /* a directory is not a regular file */
     T_EQ_INT(ms_file_size(tmpdir, &size), MS_ERR_IO);
     T_STR_CONTAINS(ms_errmsg(), tmpdir);
+    /* nor one to read whole: named as such, not read(2)'s "Is a directory" */
+    T_EQ_INT(ms_file_read_all(tmpdir, &data, &len), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "is a directory, not a file");
+    T_OK(data == NULL && len == 0);
 }
 
 static void test_pread(void) {
