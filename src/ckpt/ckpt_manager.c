@@ -540,7 +540,7 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
     if (!is_auto && stat(cm->resume, &sb) != 0)
         return ms_error(MS_ERR_NOTFOUND, "--resume %s: %s%s", cm->resume, strerror(errno),
                         ckpt_dir_step(cm->resume) >= 0 ? " (no such step directory)" : "");
-    if (!is_auto) MS_TRY(ckpt_check_not_file("--resume ", cm->resume));
+    if (!is_auto) MS_TRY(ckpt_check_path("--resume ", cm->resume));
     /* a commit (it holds a manifest, or is named step_N: then a missing
      * manifest is reported as such, not looked for as a root's commits) */
     if (!is_auto && ckpt_is_step_dir(cm->resume)) {

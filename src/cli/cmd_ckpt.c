@@ -189,7 +189,7 @@ int cmd_ckpt(int argc, char **argv) {
     else if (st == MS_OK && path) {
         char what[64];
         snprintf(what, sizeof what, "ckpt %.40s: ", cmd);
-        st = ckpt_check_not_file(what, path);
+        st = ckpt_check_path(what, path);
     }
     if (st != MS_OK) {
         /* fall through to the error */

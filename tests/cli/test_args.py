@@ -164,6 +164,8 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", empty], [empty]),
         ([*EV, "--ckpt", nope], [nope]),
         (["ckpt", "inspect", adir], [adir, "no valid checkpoint"]),
+        *[(["ckpt", c, nope], [f"ckpt {c}: {nope} does not exist (a checkpoint is a commit"])
+          for c in ("list", "inspect", "verify", "shm", "export")],
         # a directory where a file is expected
         ([*TR, "--init-from", adir], [adir, "is a directory, not a weights file"]),
         ([*EV[:2], adir, *EV[3:], "--weights", w], [adir, "not a regular file"]),
