@@ -285,9 +285,11 @@ ms_status ckpt_dir_lock(const char *root, int *fd);
 void ckpt_dir_unlock(int fd); /* fd < 0: nothing */
 /* A tool's output (tool: "ckpt export", ...) may not be the commit src, its
  * directory, a checkpoint directory (step_* / .step_* entries, latest, job,
- * lock, a manifest), a file in one, or a file of src: MS_ERR_ARG naming
- * out and what it is.  Call before writing anything. */
-ms_status ckpt_out_check(const char *src, const char *out, const char *tool);
+ * lock, a manifest), a file in one, or a file of src, and must be writable
+ * (ms_path_check_writable: a file, or with is_dir a directory made with
+ * ms_mkdirs): MS_ERR_ARG naming out and what it is.  Call before writing
+ * (and before validating src). */
+ms_status ckpt_out_check(const char *src, const char *out, int is_dir, const char *tool);
 
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */
 

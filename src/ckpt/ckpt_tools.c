@@ -97,7 +97,7 @@ ms_status ckpt_export_hf(const char *dir, const char *out, ckpt_st_dtype dtype) 
     ckpt_reader *r = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;
-    ms_status st = ckpt_out_check(dir, out, "ckpt export");
+    ms_status st = ckpt_out_check(dir, out, 0, "ckpt export");
     if (st == MS_OK) st = ckpt_reader_open(&r, dir, 1);
     if (st == MS_OK) st = open_model(r, dir, 1, &be, &m);
     if (st == MS_OK) st = ckpt_hf_save(m, out, dtype);
@@ -140,7 +140,7 @@ static ms_status reshard_rank(const char *root, int step, int rank, int dp, gpt_
 
 ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     if (dp < 1) return ms_error(MS_ERR_ARG, "reshard: --dp must be >= 1 (got %d)", dp);
-    MS_TRY(ckpt_out_check(dir, out_root, "ckpt reshard"));
+    MS_TRY(ckpt_out_check(dir, out_root, 1, "ckpt reshard"));
     ckpt_reader *r = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;

@@ -182,6 +182,17 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
          ["--cluster", adir, "is a directory, not a cluster file"]),
         (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
+        # an output that cannot be written: named before the work, with its option
+        (["ckpt", "export", ck, "--out", os.path.join(nope, "x")],
+         ["ckpt export: --out", f"directory '{nope}' does not exist"]),
+        (["ckpt", "reshard", ck, "--dp", "2", "--out", empty],
+         ["ckpt reshard: --out", empty, "exists and is not a directory"]),
+        (["plan", "measure", "--out", os.path.join(nope, "x")],
+         ["--out", f"directory '{nope}' does not exist"]),
+        (["plan", "measure", "--out", os.path.join(d, "m.json"), "--storage-dir", empty],
+         ["--storage-dir", empty, "is a file, not a directory"]),
+        (["plan", "measure", "--out", os.path.join(d, "m.json"), "--storage-dir", nope],
+         ["--storage-dir", nope, "does not exist"]),
         # a file where a directory is expected
         ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
         ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
