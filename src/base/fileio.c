@@ -274,7 +274,18 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     af->f = fopen(af->tmp, "wbe");
     if (!af->f) {
         int err = errno;
-        ms_status rc = ms_error(MS_ERR_IO, "%s: create %s: %s", path, af->tmp, strerror(err));
+        ms_status rc;
+        char why[600];
+        /* a missing or unwritable directory is named as such ("a/b: directory
+         * 'a' does not exist"), not as the temp file's libc error (the code
+         * stays MS_ERR_IO: a checkpoint directory gone mid-run is storage) */
+        if ((err == ENOENT || err == ENOTDIR || err == EACCES) &&
+            ms_path_check_writable(path, 0) != MS_OK) {
+            snprintf(why, sizeof why, "%s", ms_errmsg());
+            rc = ms_error(MS_ERR_IO, "%s", why);
+        } else {
+            rc = ms_error(MS_ERR_IO, "%s: create %s: %s", path, af->tmp, strerror(err));
+        }
         af->tmp[0] = '\0'; /* nothing was created: abort must not unlink */
         return rc;
     }

@@ -183,6 +183,10 @@ def test_bad_input(d, w, val, train, ck):
          ["--cluster", adir, "is a directory, not a cluster file"]),
         (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
         # an output that cannot be written: named before the work, with its option
+        (["trace", "merge", os.path.join(d, "tr"), "--out", os.path.join(nope, "x")],
+         [f"{nope}/x: directory '{nope}' does not exist"]),
+        (["trace", "stragglers", os.path.join(d, "tr"), "--png", os.path.join(empty, "x")],
+         [f"'{empty}' is not a directory"]),
         (["ckpt", "export", ck, "--out", os.path.join(nope, "x")],
          ["ckpt export: --out", f"directory '{nope}' does not exist"]),
         (["ckpt", "reshard", ck, "--dp", "2", "--out", empty],
@@ -257,12 +261,14 @@ def test_other_flags(d, train, ck):
 
 
 def make_fixture(d):
-    """A tiny model's weights, its checkpoint directory and a validation shard."""
+    """A tiny model's weights, its checkpoint directory and a validation shard
+    (and its trace, D/tr, for the trace tools' bad outputs)."""
     train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
     write_shard(train, text_tokens(4000))
     write_shard(val, text_tokens(2000))
     w, ck = os.path.join(d, "w.safetensors"), os.path.join(d, "ck")
-    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps", "2",
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", os.path.join(d, "tr"),
+                     "--steps", "2",
                      "--save-weights", w, "--ckpt-dir", ck, "--ckpt-every", "2")
     if rc != 0:
         print(f"FAIL: the fixture's training run\n{err}\n0 passed, 1 failed")
