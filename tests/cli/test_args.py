@@ -183,6 +183,14 @@ def test_bad_input(d, w, val, train, ck):
          ["--cluster", adir, "is a directory, not a cluster file"]),
         (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
         # an output that cannot be written: named before the work, with its option
+        *[(["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), *a, "--", *TR[1:]], n)
+          for a, n in ((["--bin", adir], ["--bin", adir, "is a directory, not an executable"]),
+                       (["--bin", nope], ["--bin", nope, "does not exist"]),
+                       (["--bin", text], ["--bin", text, "is not an executable file"]),
+                       (["--events", adir], ["--events", adir, "is a directory, not a file"]),
+                       (["--events", os.path.join(nope, "x")], ["--events", "does not exist"]))],
+        (["launch", "--np", "1", "--run-dir", empty, "--", *TR[1:]],
+         ["--run-dir", empty, "exists and is not a directory"]),
         (["trace", "merge", os.path.join(d, "tr"), "--out", os.path.join(nope, "x")],
          [f"{nope}/x: directory '{nope}' does not exist"]),
         (["trace", "stragglers", os.path.join(d, "tr"), "--png", os.path.join(empty, "x")],
