@@ -220,6 +220,8 @@ def test_bad_input(d, w, val, train, ck):
         (["diag", "--history-dir", empty], ["--history-dir", empty]),
         (["diag", "--storage-dir", empty], ["--storage-dir", empty, "is a file, not a directory"]),
         (["data", "prepare", "--input", text, "--out", empty], [empty, "not a directory"]),
+        *[(["ckpt", *c, "--ckpt-shm-dir", p], ["--ckpt-shm-dir", p, "need an existing directory"])
+          for c in (["shm", ck], ["shm-orphans"], ["list", ck]) for p in (empty, nope)],
     ]
     # plan --cluster NAME: a file of that name in the working directory is
     # that file (it was "no such file, and no shipped cluster NAME")
