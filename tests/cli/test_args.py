@@ -34,6 +34,17 @@ def is_json(text):
         return False
 
 
+def run_capped(args, timeout=120):
+    """run(), but a command that does not end (a server started on bad input)
+    is a failure, not a hung test: rc None."""
+    try:
+        p = subprocess.run([BIN, *args], capture_output=True, text=True, errors="replace",
+                           timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return None, "", f"still running after {timeout} s"
+
+
 def flag_forms(flag, other):
     """(args, the flag's value) of each way to give a bare-able flag; other:
     an option with its value to follow the bare flag."""
@@ -216,7 +227,11 @@ def test_bad_input(d, w, val, train, ck):
         (["ckpt", "export", w, "--out", os.path.join(d, "x.safetensors")],
          [w, "is a file, not a checkpoint"]),
         (["trace", "hang", empty], [empty, "not a directory"]),
-        (["dashboard", empty], [empty, "not a directory"]),
+        (["dashboard", empty], ["RUN_DIR", empty, "is a file, not a directory"]),
+        (["dashboard", nope], ["RUN_DIR", nope, "does not exist"]),
+        # (a directory as --events: served as if empty, until Ctrl-C)
+        (["dashboard", d, "--port", "0", "--events", adir],
+         ["--events", adir, "is a directory, not a file"]),
         (["diag", "--history-dir", empty], ["--history-dir", empty]),
         (["diag", "--storage-dir", empty], ["--storage-dir", empty, "is a file, not a directory"]),
         (["data", "prepare", "--input", text, "--out", empty], [empty, "not a directory"]),
@@ -236,7 +251,7 @@ def test_bad_input(d, w, val, train, ck):
            f"plan --cluster {name}: the file in the working directory", p.stderr)
     before = {p: open(p, "rb").read() for p in (w, val, train, empty)}
     for args, needles in cases:
-        rc, out, err = run(*args)
+        rc, out, err = run_capped(args)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
            f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
            f"rc={rc}\n{err}")
