@@ -179,7 +179,9 @@ def test_bad_input(d, w, val, train, ck):
           for c in ("list", "inspect", "verify", "shm", "export")],
         # a directory where a file is expected
         ([*TR, "--init-from", adir], [adir, "is a directory, not a weights file"]),
-        ([*EV[:2], adir, *EV[3:], "--weights", w], [adir, "not a regular file"]),
+        ([*EV[:2], adir, *EV[3:], "--weights", w], [adir, "is a directory, not a token shard"]),
+        ([*TR[:2], adir, *TR[3:]], [adir, "is a directory, not a token shard", f"'{adir}/*.bin'"]),
+        (["data", "inspect", adir], [adir, "is a directory, not a token shard"]),
         ([*TR, "--save-weights", adir], ["--save-weights", adir, "is a directory"]),
         ([*TR, "--config", adir], ["--config", adir, "is a directory, not a file"]),
         ([*SA, "--weights", w, "--tokenizer", adir], ["--tokenizer", adir, "is a directory"]),
