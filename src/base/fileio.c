@@ -58,6 +58,10 @@ ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *le
         rc = io_fail(MS_ERR_IO, path, "fstat", errno);
         goto out;
     }
+    if (S_ISDIR(st.st_mode)) { /* read(2) would say only "Is a directory" */
+        rc = ms_error(MS_ERR_ARG, "%s is a directory, not a file", path);
+        goto out;
+    }
     cap = (st.st_size > 0 ? (size_t)st.st_size : 4096);
     if (cap > max) cap = max; /* the first read past max fails */
     cap += 2;
@@ -270,7 +274,18 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     af->f = fopen(af->tmp, "wbe");
     if (!af->f) {
         int err = errno;
-        ms_status rc = ms_error(MS_ERR_IO, "%s: create %s: %s", path, af->tmp, strerror(err));
+        ms_status rc;
+        char why[600];
+        /* a missing or unwritable directory is named as such ("a/b: directory
+         * 'a' does not exist"), not as the temp file's libc error (the code
+         * stays MS_ERR_IO: a checkpoint directory gone mid-run is storage) */
+        if ((err == ENOENT || err == ENOTDIR || err == EACCES) &&
+            ms_path_check_writable(path, 0) != MS_OK) {
+            snprintf(why, sizeof why, "%s", ms_errmsg());
+            rc = ms_error(MS_ERR_IO, "%s", why);
+        } else {
+            rc = ms_error(MS_ERR_IO, "%s: create %s: %s", path, af->tmp, strerror(err));
+        }
         af->tmp[0] = '\0'; /* nothing was created: abort must not unlink */
         return rc;
     }

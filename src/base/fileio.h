@@ -17,7 +17,8 @@
 ms_status ms_file_size(const char *path, uint64_t *size);
 
 /* Read a whole file into a malloc'd buffer (caller frees); a NUL byte is
- * appended (not counted in *len) so text can be parsed in place. */
+ * appended (not counted in *len) so text can be parsed in place.  A
+ * directory is MS_ERR_ARG, "PATH is a directory, not a file". */
 ms_status ms_file_read_all(const char *path, char **data, size_t *len);
 /* The same for a file that must hold at most max bytes (a config file):
  * more is MS_ERR_FORMAT naming the file and the limit, without reading

@@ -233,6 +233,12 @@ void ckpt_step_path(char *buf, size_t n, const char *root, int step);
 /* 1 if path is a step directory: it holds a manifest, or its name is
  * step_N (N a number). */
 int ckpt_is_step_dir(const char *path);
+/* Whether path can be a checkpoint: MS_ERR_ARG when it is a file, "<what>PATH
+ * is a file, not a checkpoint (a commit DIR/step_N or a checkpoint
+ * directory)", MS_ERR_NOTFOUND when it does not exist, "<what>PATH does not
+ * exist (...)"; what names the option or command ("--resume ",
+ * "ckpt list: ", or ""). */
+ms_status ckpt_check_path(const char *what, const char *path);
 /* 1 if path is a directory that holds what a checkpoint holds: a commit
  * (its manifest) or a checkpoint directory (step_* commits, latest, job,
  * lock).  What `megascale sample --weights` and `eval --weights` take as a

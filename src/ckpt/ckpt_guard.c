@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "base/log.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -113,7 +114,7 @@ static int src_file_is(const char *src, const struct stat *out, char *name, size
     return found;
 }
 
-ms_status ckpt_out_check(const char *src, const char *out, const char *tool) {
+ms_status ckpt_out_check(const char *src, const char *out, int is_dir, const char *tool) {
     char buf[4200], parent[4200], what[256];
     struct stat so, ss, sr;
     snprintf(buf, sizeof buf, "%s/..", src);
@@ -152,5 +153,6 @@ ms_status ckpt_out_check(const char *src, const char *out, const char *tool) {
                         "there could replace its commits: choose another place; nothing was "
                         "written",
                         tool, out, parent, what);
-    return MS_OK;
+    ms_status st = ms_path_check_writable(out, is_dir); /* not at the end, after the work */
+    return st == MS_OK ? MS_OK : ms_error_wrap(st, "%s: --out", tool);
 }

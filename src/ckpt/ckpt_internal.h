@@ -162,6 +162,9 @@ ms_status ckpt_job_new(const char *root, uint64_t *job);
 /* Directory for snapshots: shm_dir (ckpt_options.shm_dir), or /dev/shm when
  * it is NULL or "". */
 const char *ckpt_shm_dir(const char *shm_dir);
+/* That directory exists and is one, else MS_ERR_ARG naming --ckpt-shm-dir
+ * and what is wrong (said when it is named, not as a slot's open). */
+ms_status ckpt_shm_dir_check(const char *shm_dir);
 /* Path of slot `slot` of `rank` in shm_dir for the job whose checkpoint root
  * is root. */
 ms_status ckpt_shm_path(char *buf, size_t n, const char *shm_dir, const char *root, int rank,
@@ -285,9 +288,11 @@ ms_status ckpt_dir_lock(const char *root, int *fd);
 void ckpt_dir_unlock(int fd); /* fd < 0: nothing */
 /* A tool's output (tool: "ckpt export", ...) may not be the commit src, its
  * directory, a checkpoint directory (step_* / .step_* entries, latest, job,
- * lock, a manifest), a file in one, or a file of src: MS_ERR_ARG naming
- * out and what it is.  Call before writing anything. */
-ms_status ckpt_out_check(const char *src, const char *out, const char *tool);
+ * lock, a manifest), a file in one, or a file of src, and must be writable
+ * (ms_path_check_writable: a file, or with is_dir a directory made with
+ * ms_mkdirs): MS_ERR_ARG naming out and what it is.  Call before writing
+ * (and before validating src). */
+ms_status ckpt_out_check(const char *src, const char *out, int is_dir, const char *tool);
 
 /* ---- reading (ckpt_load.c) ----------------------------------------------------- */
 

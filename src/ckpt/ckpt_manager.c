@@ -303,16 +303,7 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     if (st == MS_OK) st = ckpt_tensors_of(m, &cm->tensors, &cm->n_tensors);
     if (st == MS_OK) st = ckpt_runs_of_opt_save(m, opt, &cm->runs, &cm->n_runs, &cm->n_save);
     cm->data_elems = 3 * ckpt_runs_elems(cm->runs, cm->n_runs);
-    if (st == MS_OK && saving) { /* the snapshots' directory, named now, not as a slot's open */
-        struct stat sb;
-        const char *shm = ckpt_shm_dir(cm->shm_dir);
-        int e = stat(shm, &sb) != 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
-        if (e)
-            st = ms_error(MS_ERR_ARG,
-                          "--ckpt-shm-dir %s (MS_CKPT_SHM_DIR): %s: the host-memory snapshots "
-                          "need an existing directory",
-                          shm, strerror(e));
-    }
+    if (st == MS_OK && saving) st = ckpt_shm_dir_check(cm->shm_dir);
     if (st == MS_OK && saving) st = setup_dir(cm);
     int n_orphans = 0;
     uint64_t orphan_bytes = 0;
@@ -540,6 +531,7 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
     if (!is_auto && stat(cm->resume, &sb) != 0)
         return ms_error(MS_ERR_NOTFOUND, "--resume %s: %s%s", cm->resume, strerror(errno),
                         ckpt_dir_step(cm->resume) >= 0 ? " (no such step directory)" : "");
+    if (!is_auto) MS_TRY(ckpt_check_path("--resume ", cm->resume));
     /* a commit (it holds a manifest, or is named step_N: then a missing
      * manifest is reported as such, not looked for as a root's commits) */
     if (!is_auto && ckpt_is_step_dir(cm->resume)) {

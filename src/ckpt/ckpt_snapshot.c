@@ -90,6 +90,18 @@ const char *ckpt_shm_dir(const char *shm_dir) {
     return shm_dir && *shm_dir ? shm_dir : "/dev/shm";
 }
 
+ms_status ckpt_shm_dir_check(const char *shm_dir) {
+    struct stat sb;
+    const char *shm = ckpt_shm_dir(shm_dir);
+    int e = stat(shm, &sb) != 0 ? errno : S_ISDIR(sb.st_mode) ? 0 : ENOTDIR;
+    if (e)
+        return ms_error(MS_ERR_ARG,
+                        "--ckpt-shm-dir %s (MS_CKPT_SHM_DIR): %s: the host-memory snapshots "
+                        "need an existing directory",
+                        shm, strerror(e));
+    return MS_OK;
+}
+
 /* FNV-1a 64 of the real path of root. */
 static ms_status root_hash(const char *root, uint64_t *h) {
     char *rp = realpath(root, NULL);
@@ -642,6 +654,7 @@ ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
     char pat[8600], hex[20];
     char **paths = NULL;
     int n = 0;
+    MS_TRY(ckpt_shm_dir_check(shm_dir));
     MS_TRY(root_hash(root, &h));
     if (ckpt_job_id(root, 0, &job) != MS_OK) job = 0;
     snprintf(hex, sizeof hex, "%016" PRIx64, h);
@@ -720,6 +733,7 @@ ms_status ckpt_shm_orphans(const char *shm_dir, int remove, int print, int *n_or
     int n = 0, found = 0, unknown = 0;
     uint64_t total = 0;
     const char *dir = ckpt_shm_dir(shm_dir);
+    MS_TRY(ckpt_shm_dir_check(shm_dir));
     MS_TRY(snap_pattern(pat, sizeof pat, shm_dir, "*"));
     if (ms_glob(pat, &paths, &n) != MS_OK) n = 0;
     for (int i = 0; i < n; i++) {

@@ -4,6 +4,7 @@
  * layout.  Export and reshard validate the whole source commit (every
  * CRC) first, and refuse an output that could overwrite a commit
  * (ckpt_out_check). */
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,13 +23,22 @@ int ckpt_is_step_dir(const char *path) {
     return stat(m, &sb) == 0 || ckpt_dir_step(path) >= 0;
 }
 
-ms_status ckpt_find_commit(const char *path, char *out, size_t n) {
+#define CKPT_WHAT "a commit DIR/step_N or a checkpoint directory"
+
+ms_status ckpt_check_path(const char *what, const char *path) {
     struct stat sb;
-    if (stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        return ms_error(MS_ERR_ARG,
-                        "%s is a file, not a checkpoint (a commit DIR/step_N or a checkpoint "
-                        "directory)",
-                        path);
+    if (stat(path, &sb) != 0 && errno == ENOENT)
+        return ms_error(MS_ERR_NOTFOUND, "%s%s does not exist (a checkpoint is " CKPT_WHAT ")",
+                        what, path);
+    if (stat(path, &sb) != 0)
+        return ms_error(MS_ERR_IO, "%s%s: stat: %s", what, path, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return ms_error(MS_ERR_ARG, "%s%s is a file, not a checkpoint (" CKPT_WHAT ")", what, path);
+    return MS_OK;
+}
+
+ms_status ckpt_find_commit(const char *path, char *out, size_t n) {
+    MS_TRY(ckpt_check_path("", path));
     if (ckpt_is_step_dir(path)) {
         snprintf(out, n, "%s", path);
         return MS_OK;
@@ -87,7 +97,7 @@ ms_status ckpt_export_hf(const char *dir, const char *out, ckpt_st_dtype dtype) 
     ckpt_reader *r = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;
-    ms_status st = ckpt_out_check(dir, out, "ckpt export");
+    ms_status st = ckpt_out_check(dir, out, 0, "ckpt export");
     if (st == MS_OK) st = ckpt_reader_open(&r, dir, 1);
     if (st == MS_OK) st = open_model(r, dir, 1, &be, &m);
     if (st == MS_OK) st = ckpt_hf_save(m, out, dtype);
@@ -130,7 +140,7 @@ static ms_status reshard_rank(const char *root, int step, int rank, int dp, gpt_
 
 ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     if (dp < 1) return ms_error(MS_ERR_ARG, "reshard: --dp must be >= 1 (got %d)", dp);
-    MS_TRY(ckpt_out_check(dir, out_root, "ckpt reshard"));
+    MS_TRY(ckpt_out_check(dir, out_root, 1, "ckpt reshard"));
     ckpt_reader *r = NULL;
     be_backend *be = NULL;
     gpt_model *m = NULL;

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "base/fileio.h"
@@ -185,14 +184,13 @@ int cmd_ckpt(int argc, char **argv) {
     }
     const char *cmd = pos[0], *path = npos > 1 ? pos[1] : NULL;
     char dir[4300];
-    struct stat sb;
     if (st == MS_OK && !path && strcmp(cmd, "shm-orphans"))
         st = ms_error(MS_ERR_ARG, "ckpt %s: expected a PATH (see megascale ckpt --help)", cmd);
-    else if (st == MS_OK && path && stat(path, &sb) == 0 && !S_ISDIR(sb.st_mode))
-        st = ms_error(MS_ERR_ARG,
-                      "ckpt %s: %s is a file, not a checkpoint directory or a commit "
-                      "(DIR/step_N)",
-                      cmd, path);
+    else if (st == MS_OK && path) {
+        char what[64];
+        snprintf(what, sizeof what, "ckpt %.40s: ", cmd);
+        st = ckpt_check_path(what, path);
+    }
     if (st != MS_OK) {
         /* fall through to the error */
     } else if (!strcmp(cmd, "list")) {

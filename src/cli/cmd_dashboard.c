@@ -3,9 +3,11 @@
  * pages and API of `megascale launch --dashboard`, without the driver's
  * live view), until SIGINT or SIGTERM. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,6 +44,7 @@ int cmd_dashboard(int argc, char **argv) {
     int npos = 0, help = 0, rc = 0;
     ms_status st = opts_parse(dash_opts, N_DASH_OPTS, &o, argc, argv, pos, 2, &npos, &help);
     struct stat sb;
+    int err = 0;
     struct in_addr addr;
     if (help) {
         opts_print_help(dash_opts, N_DASH_OPTS,
@@ -61,9 +64,18 @@ int cmd_dashboard(int argc, char **argv) {
                 "megascale dashboard: error: --bind '%s': expected a numeric IPv4 address\n",
                 o.bind ? o.bind : "");
         rc = 2;
-    } else if (stat(pos[0], &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "megascale dashboard: error: %s: not a directory\n", pos[0]);
+    } else if ((err = stat(pos[0], &sb) != 0 ? errno : 0) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "megascale dashboard: error: RUN_DIR %s %s\n", pos[0],
+                err == ENOENT ? "does not exist"
+                : err         ? strerror(err)
+                              : "is a file, not a directory");
         rc = 3;
+    } else if (o.events && *o.events && stat(o.events, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fprintf(stderr,
+                "megascale dashboard: error: --events %s is a directory, not a file (the "
+                "events JSONL of `megascale launch`)\n",
+                o.events);
+        rc = 2;
     } else {
         char events[4200];
         if (o.events && *o.events)

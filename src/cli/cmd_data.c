@@ -136,7 +136,8 @@ static ms_status parse_inputs(const opts_list *l, inputs *in) {
 static ms_status load_tokenizer(const char *name, const char *data_dir, data_tokenizer **tok) {
     *tok = NULL;
     if (!strcmp(name, "bytes")) return MS_OK;
-    return data_tok_load(tok, name, data_dir);
+    ms_status st = data_tok_load(tok, name, data_dir);
+    return st == MS_OK ? MS_OK : ms_error_wrap(st, "--tokenizer");
 }
 
 /* The summary's lines for each input (several inputs only). */

@@ -1,11 +1,14 @@
 /* cmd_launch.c - `megascale launch [launch options] -- [train options]`:
  * the supervisor (src/supervisor/sup.h). */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "supervisor/sup.h"
@@ -101,6 +104,26 @@ static int check_addr(const char *opt, const char *v) {
     return SUP_EXIT_USAGE;
 }
 
+/* The paths the driver writes or runs, checked before anything starts:
+ * --run-dir a directory it can make, --events a file it can write, --bin an
+ * executable file (else every start of the job fails, and is restarted as a
+ * fault).  0 or SUP_EXIT_USAGE, the error naming the option. */
+static int check_paths(const launch_cli *o) {
+    ms_status st = MS_OK;
+    struct stat sb;
+    if (o->run_dir && *o->run_dir && (st = ms_path_check_writable(o->run_dir, 1)) != MS_OK)
+        st = ms_error_wrap(st, "--run-dir");
+    else if (o->events && *o->events && (st = ms_path_check_writable(o->events, 0)) != MS_OK)
+        st = ms_error_wrap(st, "--events");
+    else if (o->bin && *o->bin && stat(o->bin, &sb) != 0)
+        st = ms_error(MS_ERR_ARG, "--bin %s: %s (the megascale binary of the ranks)", o->bin,
+                      errno == ENOENT ? "does not exist" : strerror(errno));
+    else if (o->bin && *o->bin && (!S_ISREG(sb.st_mode) || access(o->bin, X_OK) != 0))
+        st = ms_error(MS_ERR_ARG, "--bin %s is %san executable file (the megascale binary)", o->bin,
+                      S_ISDIR(sb.st_mode) ? "a directory, not " : "not ");
+    return st == MS_OK ? 0 : cli_fail("launch", st);
+}
+
 int cmd_launch(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "--ctl")) { /* a command to a running driver */
         if (argc < 3) {
@@ -144,6 +167,7 @@ int cmd_launch(int argc, char **argv) {
     } else if ((rc = check_addr("--bind", o.bind)) ||
                (rc = check_addr("--dashboard-bind", o.dashboard_bind))) {
     } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, &tv)) != 0) {
+    } else if ((rc = check_paths(&o)) != 0) {
     } else {
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n > 0) self[n] = 0;

@@ -4,11 +4,14 @@
  *   mpirun -np N megascale plan measure --base one.json --out n.json   (the links)
  * The second copies the first's compute figures and adds the links as
  * measured with N ranks on this machine (gpus_per_node N). */
+#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
+#include "base/fileio.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "cli/plan_cli.h"
@@ -89,6 +92,20 @@ static void compute_to_cluster(const measure_cli *o, const diag_costs *d, plan_c
     c->store_op_us = 1, c->comm_init_ms = 0;
 }
 
+/* What cannot be written: said before measuring, not after it. */
+static ms_status check_paths(const measure_cli *o) {
+    ms_status st = ms_path_check_writable(o->out, 0);
+    if (st != MS_OK) return ms_error_wrap(st, "--out");
+    struct stat sb;
+    if (!o->storage_dir || !*o->storage_dir) return MS_OK;
+    if (stat(o->storage_dir, &sb) != 0)
+        return ms_error(MS_ERR_ARG, "--storage-dir %s: %s (the directory whose speed is measured)",
+                        o->storage_dir, errno == ENOENT ? "does not exist" : strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return ms_error(MS_ERR_ARG, "--storage-dir %s is a file, not a directory", o->storage_dir);
+    return MS_OK;
+}
+
 static int measure(const measure_cli *o) {
     diag_cost_config cfg = {.device = o->device,
                             .threads = o->threads,
@@ -99,6 +116,8 @@ static int measure(const measure_cli *o) {
                             .attn_c = o->attn_c,
                             .attn_heads = o->attn_heads};
     plan_cluster c;
+    ms_status cs = check_paths(o);
+    if (cs != MS_OK) return cli_fail("plan measure", cs);
     if (o->base) {
         ms_status st = plan_cluster_load(o->base, &c);
         if (st != MS_OK) return cli_fail("plan measure", ms_error_wrap(st, "--base"));

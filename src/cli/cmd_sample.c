@@ -77,7 +77,8 @@ static ms_status text_open(sample_text *tx, const char *name, const char *data_d
         tx->bytes = 1;
         return MS_OK;
     }
-    MS_TRY(data_tok_load(&tx->tok, name, data_dir));
+    ms_status st = data_tok_load(&tx->tok, name, data_dir);
+    if (st != MS_OK) return ms_error_wrap(st, "--tokenizer");
     if (data_tok_vocab_size(tx->tok) > c->vocab)
         return ms_error(MS_ERR_ARG, "tokenizer %s has %d ids but the model only %d", name,
                         data_tok_vocab_size(tx->tok), c->vocab);

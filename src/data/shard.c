@@ -81,8 +81,12 @@ ms_status data_shard_open(data_shard *s, const char *path) {
         return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path,
                         sizeof s->path - 1);
     strcpy(s->path, path);
-    rc = ms_file_map(path, &s->map, &s->map_len);
     struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) /* not "not a regular file" (exit 4) */
+        return ms_error(MS_ERR_ARG,
+                        "%s is a directory, not a token shard (give its shards, e.g. '%s/*.bin')",
+                        path, path);
+    rc = ms_file_map(path, &s->map, &s->map_len);
     if (rc == MS_OK && stat(path, &sb) != 0)
         rc = ms_error(MS_ERR_IO, "%s: stat: %s", path, strerror(errno));
     if (rc == MS_OK) s->dev = (uint64_t)sb.st_dev, s->ino = (uint64_t)sb.st_ino;

@@ -226,7 +226,13 @@ ms_status plan_cluster_find(const char *name_or_file, const char *dir, plan_clus
     if (!name_or_file || !*name_or_file)
         return ms_error(MS_ERR_ARG, "--cluster: give a cluster file or a shipped name");
     struct stat sb; /* a file in the working directory, "mycluster", is that file */
-    if (strchr(name_or_file, '/') || strstr(name_or_file, ".json") || stat(name_or_file, &sb) == 0)
+    int found = stat(name_or_file, &sb) == 0;
+    if (found && S_ISDIR(sb.st_mode))
+        return ms_error(MS_ERR_ARG,
+                        "--cluster %s is a directory, not a cluster file (JSON, docs/formats.md) "
+                        "or a shipped name (%s/*.json)",
+                        name_or_file, dir);
+    if (strchr(name_or_file, '/') || strstr(name_or_file, ".json") || found)
         return plan_cluster_load(name_or_file, c);
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.json", dir, name_or_file);

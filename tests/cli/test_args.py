@@ -34,6 +34,17 @@ def is_json(text):
         return False
 
 
+def run_capped(args, timeout=120):
+    """run(), but a command that does not end (a server started on bad input)
+    is a failure, not a hung test: rc None."""
+    try:
+        p = subprocess.run([BIN, *args], capture_output=True, text=True, errors="replace",
+                           timeout=timeout)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return None, "", f"still running after {timeout} s"
+
+
 def flag_forms(flag, other):
     """(args, the flag's value) of each way to give a bare-able flag; other:
     an option with its value to follow the bare flag."""
@@ -164,29 +175,70 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", empty], [empty]),
         ([*EV, "--ckpt", nope], [nope]),
         (["ckpt", "inspect", adir], [adir, "no valid checkpoint"]),
+        *[(["ckpt", c, nope], [f"ckpt {c}: {nope} does not exist (a checkpoint is a commit"])
+          for c in ("list", "inspect", "verify", "shm", "export")],
         # a directory where a file is expected
         ([*TR, "--init-from", adir], [adir, "is a directory, not a weights file"]),
-        ([*EV[:2], adir, *EV[3:], "--weights", w], [adir, "not a regular file"]),
+        ([*EV[:2], adir, *EV[3:], "--weights", w], [adir, "is a directory, not a token shard"]),
+        ([*TR[:2], adir, *TR[3:]], [adir, "is a directory, not a token shard", f"'{adir}/*.bin'"]),
+        (["data", "inspect", adir], [adir, "is a directory, not a token shard"]),
         ([*TR, "--save-weights", adir], ["--save-weights", adir, "is a directory"]),
-        ([*TR, "--config", adir], ["--config", adir]),
+        ([*TR, "--config", adir], ["--config", adir, "is a directory, not a file"]),
+        ([*SA, "--weights", w, "--tokenizer", adir], ["--tokenizer", adir, "is a directory"]),
+        (["data", "prepare", "--input", text, "--out", os.path.join(d, "o3"), "--tokenizer", adir],
+         ["--tokenizer", adir, "is a directory"]),
+        (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", adir],
+         ["--base", adir, "is a directory, not a file"]),
         (["diag", "--history", adir], ["--history", adir, "is a directory"]),
         (["ckpt", "export", ck, "--out", adir], [adir, "is a directory, not a file"]),
         (["plan", "measure", "--out", adir], [adir, "is a directory, not a file"]),
         (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
-         [adir, "Is a directory"]),
+         ["--cluster", adir, "is a directory, not a cluster file"]),
         (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
+        # an output that cannot be written: named before the work, with its option
+        *[(["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), *a, "--", *TR[1:]], n)
+          for a, n in ((["--bin", adir], ["--bin", adir, "is a directory, not an executable"]),
+                       (["--bin", nope], ["--bin", nope, "does not exist"]),
+                       (["--bin", text], ["--bin", text, "is not an executable file"]),
+                       (["--events", adir], ["--events", adir, "is a directory, not a file"]),
+                       (["--events", os.path.join(nope, "x")], ["--events", "does not exist"]))],
+        (["launch", "--np", "1", "--run-dir", empty, "--", *TR[1:]],
+         ["--run-dir", empty, "exists and is not a directory"]),
+        (["trace", "merge", os.path.join(d, "tr"), "--out", os.path.join(nope, "x")],
+         [f"{nope}/x: directory '{nope}' does not exist"]),
+        (["trace", "stragglers", os.path.join(d, "tr"), "--png", os.path.join(empty, "x")],
+         [f"'{empty}' is not a directory"]),
+        (["ckpt", "export", ck, "--out", os.path.join(nope, "x")],
+         ["ckpt export: --out", f"directory '{nope}' does not exist"]),
+        (["ckpt", "reshard", ck, "--dp", "2", "--out", empty],
+         ["ckpt reshard: --out", empty, "exists and is not a directory"]),
+        (["plan", "measure", "--out", os.path.join(nope, "x")],
+         ["--out", f"directory '{nope}' does not exist"]),
+        (["plan", "measure", "--out", os.path.join(d, "m.json"), "--storage-dir", empty],
+         ["--storage-dir", empty, "is a file, not a directory"]),
+        (["plan", "measure", "--out", os.path.join(d, "m.json"), "--storage-dir", nope],
+         ["--storage-dir", nope, "does not exist"]),
         # a file where a directory is expected
         ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
         ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
+        # --resume takes a commit or a checkpoint directory (was "opendir: Not a directory")
+        *[([*TR, "--resume", f], ["--resume", f, "is a file, not a checkpoint",
+                                  "a commit DIR/step_N or a checkpoint directory"]) for f in (w, empty)],
         *[(["ckpt", c, w], [f"ckpt {c}: {w} is a file, not a checkpoint"]) for c in
           ("list", "inspect", "verify", "shm")],
         (["ckpt", "export", w, "--out", os.path.join(d, "x.safetensors")],
          [w, "is a file, not a checkpoint"]),
         (["trace", "hang", empty], [empty, "not a directory"]),
-        (["dashboard", empty], [empty, "not a directory"]),
+        (["dashboard", empty], ["RUN_DIR", empty, "is a file, not a directory"]),
+        (["dashboard", nope], ["RUN_DIR", nope, "does not exist"]),
+        # (a directory as --events: served as if empty, until Ctrl-C)
+        (["dashboard", d, "--port", "0", "--events", adir],
+         ["--events", adir, "is a directory, not a file"]),
         (["diag", "--history-dir", empty], ["--history-dir", empty]),
         (["diag", "--storage-dir", empty], ["--storage-dir", empty, "is a file, not a directory"]),
         (["data", "prepare", "--input", text, "--out", empty], [empty, "not a directory"]),
+        *[(["ckpt", *c, "--ckpt-shm-dir", p], ["--ckpt-shm-dir", p, "need an existing directory"])
+          for c in (["shm", ck], ["shm-orphans"], ["list", ck]) for p in (empty, nope)],
     ]
     # plan --cluster NAME: a file of that name in the working directory is
     # that file (it was "no such file, and no shipped cluster NAME")
@@ -201,7 +253,7 @@ def test_bad_input(d, w, val, train, ck):
            f"plan --cluster {name}: the file in the working directory", p.stderr)
     before = {p: open(p, "rb").read() for p in (w, val, train, empty)}
     for args, needles in cases:
-        rc, out, err = run(*args)
+        rc, out, err = run_capped(args)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
            f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
            f"rc={rc}\n{err}")
@@ -236,12 +288,14 @@ def test_other_flags(d, train, ck):
 
 
 def make_fixture(d):
-    """A tiny model's weights, its checkpoint directory and a validation shard."""
+    """A tiny model's weights, its checkpoint directory and a validation shard
+    (and its trace, D/tr, for the trace tools' bad outputs)."""
     train, val = os.path.join(d, "train.bin"), os.path.join(d, "val.bin")
     write_shard(train, text_tokens(4000))
     write_shard(val, text_tokens(2000))
     w, ck = os.path.join(d, "w.safetensors"), os.path.join(d, "ck")
-    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps", "2",
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", os.path.join(d, "tr"),
+                     "--steps", "2",
                      "--save-weights", w, "--ckpt-dir", ck, "--ckpt-every", "2")
     if rc != 0:
         print(f"FAIL: the fixture's training run\n{err}\n0 passed, 1 failed")

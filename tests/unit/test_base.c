@@ -91,6 +91,10 @@ static void test_file_basics(void) {
     /* a directory is not a regular file */
     T_EQ_INT(ms_file_size(tmpdir, &size), MS_ERR_IO);
     T_STR_CONTAINS(ms_errmsg(), tmpdir);
+    /* nor one to read whole: named as such, not read(2)'s "Is a directory" */
+    T_EQ_INT(ms_file_read_all(tmpdir, &data, &len), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "is a directory, not a file");
+    T_OK(data == NULL && len == 0);
 }
 
 static void test_pread(void) {
@@ -140,10 +144,12 @@ static void test_atomic(void) {
     ms_atomic_abort(&af);                               /* after commit: must not touch p */
     T_OK(strcmp(slurp(p), "new 42-x") == 0);
 
-    /* open in a missing directory: error names the path */
+    /* open in a missing directory: error names the path and the directory,
+     * not the temp file's "create ...tmp.PID: No such file or directory" */
     T_EQ_INT(ms_atomic_open(&af, tpath("nodir/x.bin")), MS_ERR_IO);
-    T_STR_CONTAINS(ms_errmsg(), "nodir/x.bin");
-    T_STR_CONTAINS(ms_errmsg(), "No such file or directory");
+    T_STR_CONTAINS(ms_errmsg(), "nodir/x.bin: directory '");
+    T_STR_CONTAINS(ms_errmsg(), "nodir' does not exist");
+    T_OK(strstr(ms_errmsg(), ".tmp.") == NULL);
     ms_atomic_abort(&af);
 
     /* a target that is a directory is refused at open, before anything is
