@@ -207,7 +207,8 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
                             double act_bytes);
 /* The memory parts of r (params, grads, optimizer, activations) for the
  * stage holding the most (plan_memory.c): the first (the most (micro-batch,
- * chunk) pairs in flight, in_flight, and the embedding outputs) or the last
+ * chunk) pairs in flight, in_flight; its embedding outputs are block 0's
+ * inputs, counted with the layers) or the last
  * (in_flight_last pairs and the fp32 logits), from the schedule; with full
  * recompute also one layer's recomputed activations while its backward
  * runs. */

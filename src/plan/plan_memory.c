@@ -24,7 +24,7 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
 void plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
                  const plan_cluster *c, int in_flight, int in_flight_last, plan_result *r) {
     int t = l->tp, p = l->pp, d = l->gpus / (l->tp * l->pp);
-    double h = m->dim, gb = 1e9;
+    double gb = 1e9;
     double lp, emb;
     plan_params(m, &lp, &emb);
     /* the busiest stage: the first (embeddings) or, with pp > 1, the last (the tied copy of
@@ -38,17 +38,18 @@ void plan_memory(const plan_model *m, const plan_layout *l, const plan_features 
     double per_layer = plan_layer_act_bytes(m, t, l->micro, f->recompute, 1, c->act_bytes);
     double N = (double)l->micro * m->seq;
     double logits = N * m->vocab / t * 4.0; /* fp32 logits of one micro-batch, last stage */
-    double emb_out = N * h / t * c->act_bytes * in_flight;
     /* with full recomputation the layer whose backward runs holds its recomputed
      * activations meanwhile: one layer's worth on top of the kept inputs */
     double working =
         f->recompute == PLAN_RECOMPUTE_FULL
             ? plan_layer_act_bytes(m, t, l->micro, PLAN_RECOMPUTE_NONE, 1, c->act_bytes)
             : 0;
-    /* the first stage's, the last stage's (one stage: both on it) */
-    double first = in_flight * lc * per_layer + working + emb_out;
-    double last = in_flight_last * lc * per_layer + working + logits;
-    if (p == 1) first = last = in_flight * lc * per_layer + working + fmax(logits, emb_out);
+    /* the first stage's, the last stage's (one stage: both on it, all micro-batches in
+     * flight).  The embedding outputs add nothing: the trainer embeds straight into block
+     * 0's saved input (gpt_embed_fwd writes layers[0].resid_in), which per_layer already
+     * counts (the first LayerNorm's input; with full recomputation the kept input). */
+    double first = in_flight * lc * per_layer + working;
+    double last = (p == 1 ? in_flight : in_flight_last) * lc * per_layer + working + logits;
     r->mem_act_gb = fmax(first, last) / gb;
     r->mem_reserved_gb = c->reserved_gb;
     r->memory_gb =

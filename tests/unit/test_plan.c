@@ -167,28 +167,37 @@ static void test_memory(void) {
     T_NEAR(r.mem_grads_gb, n * 4 / 1e9, 1e-9);
     T_NEAR(r.mem_optim_gb, n * 12 / 4 / 1e9, 1e-9);
     T_EQ_INT(r.in_flight, 8); /* 1F1B: stage 0 keeps pp micro-batches */
-    /* stage 0, the busiest: 8 micro-batches of 12 layers and their embedding outputs (the
-     * last stage keeps 1 micro-batch and the fp32 logits, 2048 x 50257 / 8 x 4 bytes) */
-    double emb_out = 8 * sbh * 2;
-    T_NEAR(r.mem_act_gb, (8 * 12 * sbh * 34 + emb_out) / 1e9, 1e-9);
+    /* stage 0, the busiest: 8 micro-batches of 12 layers (the last stage keeps 1 micro-batch
+     * and the fp32 logits, 2048 x 50257 / 8 x 4 bytes).  Their embedding outputs are block
+     * 0's inputs (the trainer embeds into layers[0].resid_in), already in the 34: nothing
+     * more (they were added, 8 x 2 s b h / t, counting block 0's input twice) */
+    T_NEAR(r.mem_act_gb, 8 * 12 * sbh * 34 / 1e9, 1e-9);
     T_NEAR(r.memory_gb, r.mem_params_gb + r.mem_grads_gb + r.mem_optim_gb + r.mem_act_gb + 2, 1e-9);
     T_OK(r.fits == (r.memory_gb <= 80));
     /* full recomputation: each layer keeps its input (2 s b h / t), and the layer whose
      * backward runs holds its recomputed activations (34 s b h / t) meanwhile */
     f.recompute = PLAN_RECOMPUTE_FULL;
     T_EQ_INT(plan_predict(&m, &l, &f, &c, &r), MS_OK);
-    T_NEAR(r.mem_act_gb, (8 * 12 * sbh * 2 + sbh * 34 + emb_out) / 1e9, 1e-9);
-    /* a large vocabulary on pp 4: stage 0 keeps 4 micro-batches and the embedding outputs,
-     * the last stage 1 micro-batch and the fp32 logits; no stage holds both (they were
-     * added: the logits to stage 0's activations) */
+    T_NEAR(r.mem_act_gb, (8 * 12 * sbh * 2 + sbh * 34) / 1e9, 1e-9);
+    /* a large vocabulary on pp 4: stage 0 keeps 4 micro-batches, the last stage 1
+     * micro-batch and the fp32 logits; no stage holds both (they were added: the logits to
+     * stage 0's activations) */
     plan_model v = {.layers = 8, .dim = 1024, .heads = 16, .vocab = 256000, .seq = 4096};
     plan_layout l4 = {.gpus = 4, .tp = 1, .pp = 4, .vpp = 1, .batch = 8, .micro = 1};
     f.recompute = PLAN_RECOMPUTE_NONE;
     T_EQ_INT(plan_predict(&v, &l4, &f, &c, &r), MS_OK);
-    double sbh1 = 4096.0 * 1024, first = 4 * 2 * sbh1 * 34 + 4 * sbh1 * 2,
+    double sbh1 = 4096.0 * 1024, first = 4 * 2 * sbh1 * 34,
            last = 1 * 2 * sbh1 * 34 + 4096.0 * 256000 * 4;
     T_EQ_INT(r.in_flight, 4);
     T_NEAR(r.mem_act_gb, fmax(first, last) / 1e9, 1e-9);
+    /* one stage, a small vocabulary (its fp32 logits, 4096 x 256 x 4 bytes, are smaller
+     * than the embedding outputs, 4096 x 1024 x 2, that were counted instead): one
+     * micro-batch in flight, its 8 layers and its logits */
+    v.vocab = 256;
+    plan_layout l1 = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 8, .micro = 1};
+    T_EQ_INT(plan_predict(&v, &l1, &f, &c, &r), MS_OK);
+    T_EQ_INT(r.in_flight, 1);
+    T_NEAR(r.mem_act_gb, (8 * sbh1 * 34 + 4096.0 * 256 * 4) / 1e9, 1e-9);
 }
 
 static void write_file(const char *path, const char *text) {
