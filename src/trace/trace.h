@@ -79,6 +79,7 @@ typedef struct {
     double median_ms;  /* median compute time per step */
     double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
     double individual; /* best window median / last window median */
+    int windows;       /* windows of the individual score (0: fewer steps than one, no score) */
     int straggler;
     char unscored[96]; /* why the rank has no score ("" when it has one): never healthy */
 } trace_strag_rank;

@@ -101,7 +101,7 @@ static int rank_scores(trace_strag_rank *r, const double *c, int n_steps, int wi
     /* windows of `window` steps, the last one ending at the newest step */
     if (n >= window) {
         double last = -1, best = -1, *w = tmp + n;
-        for (int end = n; end - window >= 0; end -= window) {
+        for (int end = n; end - window >= 0; end -= window, r->windows++) {
             memcpy(w, tmp + end - window, (size_t)window * sizeof *w);
             double m = median(w, window);
             if (last < 0) last = m;
@@ -245,8 +245,8 @@ static ms_status score(trace_strag *s, const trace_set *set) {
         trace_strag_rank *r = &s->ranks[li];
         double b = best[r->coord.pp];
         r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? b / r->median_ms : 1.0;
-        r->straggler =
-            r->steps && (r->relative < s->opts.threshold || r->individual < s->opts.threshold);
+        r->straggler = r->steps && (r->relative < s->opts.threshold ||
+                                    (r->windows && r->individual < s->opts.threshold));
     }
     free(best);
     return MS_OK;
@@ -296,10 +296,14 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
         if (r->unscored[0])
             fprintf(f, "%6d  %-12s %-20s %10s %9s %11s %6d  not scored: %s\n", r->rank, c, r->host,
                     "-", "-", "-", 0, r->unscored);
-        else
+        else if (r->windows)
             fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11.3f %6d  %s\n", r->rank, c, r->host,
                     r->median_ms, r->relative, r->individual, r->steps,
                     r->straggler ? "STRAGGLER" : "ok");
+        else /* too few steps for one window: the relative score alone */
+            fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11s %6d  %s\n", r->rank, c, r->host,
+                    r->median_ms, r->relative, "-", r->steps,
+                    r->straggler ? "STRAGGLER" : "ok (relative score only)");
         n_bad += r->straggler;
     }
     fprintf(f, "stragglers:");
@@ -333,7 +337,8 @@ static cJSON *rank_json(const trace_strag_rank *r) {
     if (!r->unscored[0])
         ok = ok && cJSON_AddNumberToObject(o, "median_ms", r->median_ms) &&
              cJSON_AddNumberToObject(o, "relative", r->relative) &&
-             cJSON_AddNumberToObject(o, "individual", r->individual);
+             (r->windows ? cJSON_AddNumberToObject(o, "individual", r->individual)
+                         : cJSON_AddNullToObject(o, "individual"));
     else
         ok = ok && cJSON_AddNullToObject(o, "median_ms") && cJSON_AddNullToObject(o, "relative") &&
              cJSON_AddNullToObject(o, "individual");

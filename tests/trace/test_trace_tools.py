@@ -316,6 +316,15 @@ def test_unscored(d):
        [r[k]["scored"] for k in range(4)] == [True, True, False, False] and
        "too few" in r[2].get("unscored", "") and r[3].get("unscored") == "no fwd/bwd spans" and
        r[2]["relative"] is None and "unscored" not in r[0], "stragglers --json: scored, unscored", so + se)
+    # 7 scored steps, a window of 10: the individual score is none, not a healthy 1.0
+    rc, so, se = run("trace", "stragglers", d, "--window", "10")
+    rows = {int(x.split()[0]): x.split() for x in so.splitlines() if x.split() and x.split()[0].isdigit()}
+    ok(rc == 0 and rows.get(0, [])[3:] == ["20.000", "1.000", "-", "7", "ok", "(relative", "score", "only)"],
+       "stragglers: no individual score with fewer steps than --window", so + se)
+    rc, so, se = run("trace", "stragglers", d, "--json", "--window", "10")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [x["individual"] for x in j.get("ranks", [])] == [None] * 4 and
+       j["ranks"][0]["relative"] == 1.0, "stragglers --json: individual null under one window", so + se)
 
 
 def test_json_flag(d):
