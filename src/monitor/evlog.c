@@ -11,6 +11,7 @@
 
 #include "base/events.h"
 #include "base/fileio.h"
+#include "base/jsonstr.h"
 #include "base/log.h"
 #include "base/timeutil.h"
 
@@ -27,14 +28,23 @@ struct mon_evlog {
     int write_failed; /* flusher: warned once */
 };
 
+/* An interned name as a JSON string: names are mostly identifiers chosen by
+ * the code, but a group's or a kernel shape's name is data, so every one is
+ * escaped (a '"' in one would make the line unreadable to the trace tools). */
+#define QUOTED_NAME (6 * MS_EV_NAME_MAX + 10)
+static const char *quote_name(char q[QUOTED_NAME], uint16_t id) {
+    return ms_json_quote(q, QUOTED_NAME, ms_ev_name(id));
+}
+
 /* The optional arguments of e as ',"key":value' pairs. */
 static void put_args(FILE *f, const ms_event *e) {
     const ms_ev_args *a = &e->a;
     if (a->has & MS_EV_STEP) fprintf(f, ",\"step\":%d", a->step);
     if (a->has & MS_EV_MB) fprintf(f, ",\"mb\":%d", a->mb);
     if (a->has & MS_EV_CHUNK) fprintf(f, ",\"chunk\":%d", a->chunk);
-    if (a->has & MS_EV_GROUP) fprintf(f, ",\"group\":\"%s\"", ms_ev_name(a->group));
-    if (a->has & MS_EV_OP) fprintf(f, ",\"op\":\"%s\"", ms_ev_name(a->op));
+    char q[QUOTED_NAME];
+    if (a->has & MS_EV_GROUP) fprintf(f, ",\"group\":%s", quote_name(q, a->group));
+    if (a->has & MS_EV_OP) fprintf(f, ",\"op\":%s", quote_name(q, a->op));
     if (a->has & MS_EV_SEQ) fprintf(f, ",\"seq\":%lld", (long long)a->seq);
     if (a->has & MS_EV_PEER) fprintf(f, ",\"peer\":%d", a->peer);
     if (a->has & MS_EV_TAG) fprintf(f, ",\"tag\":%d", a->tag);
@@ -42,8 +52,7 @@ static void put_args(FILE *f, const ms_event *e) {
     if (a->has & MS_EV_POSTED) fprintf(f, ",\"posted\":%lld", (long long)a->posted);
 }
 
-/* One event as one JSON line.  Names are interned identifiers chosen by the
- * code (letters, digits, '_', ':', '.'), so they need no escaping. */
+/* One event as one JSON line. */
 static void put_event(void *ctx, const ms_event *e) {
     FILE *f = ctx;
     if (e->kind == MS_EV_CLOCK) {
@@ -51,12 +60,15 @@ static void put_event(void *ctx, const ms_event *e) {
                 (long long)e->t0, (long long)e->a.bytes, (long long)e->a.seq);
         return;
     }
+    char name[QUOTED_NAME], lane[QUOTED_NAME];
+    quote_name(name, e->name);
+    quote_name(lane, e->lane);
     if (e->kind == MS_EV_MARK)
-        fprintf(f, "{\"type\":\"mark\",\"name\":\"%s\",\"lane\":\"%s\",\"t\":%lld",
-                ms_ev_name(e->name), ms_ev_name(e->lane), (long long)e->t0);
+        fprintf(f, "{\"type\":\"mark\",\"name\":%s,\"lane\":%s,\"t\":%lld", name, lane,
+                (long long)e->t0);
     else
-        fprintf(f, "{\"type\":\"span\",\"name\":\"%s\",\"lane\":\"%s\",\"t0\":%lld,\"t1\":%lld",
-                ms_ev_name(e->name), ms_ev_name(e->lane), (long long)e->t0, (long long)e->t1);
+        fprintf(f, "{\"type\":\"span\",\"name\":%s,\"lane\":%s,\"t0\":%lld,\"t1\":%lld", name, lane,
+                (long long)e->t0, (long long)e->t1);
     put_args(f, e);
     fputs("}\n", f);
 }
@@ -93,20 +105,19 @@ static void *flusher(void *arg) {
 }
 
 static void put_header(mon_evlog *l, const mon_identity *id) {
-    char host[256] = "unknown";
+    char host[256] = "unknown", quoted[6 * sizeof host + 10];
     gethostname(host, sizeof host - 1);
-    for (char *p = host; *p; p++) /* a JSON string: keep it plain */
-        if (*p == '"' || *p == '\\' || (unsigned char)*p < 0x20) *p = '_';
+    ms_json_quote(quoted, sizeof quoted, host);
     struct timespec wall;
     clock_gettime(CLOCK_REALTIME, &wall);
     long long mono = (long long)ms_ev_now();
     long long wall_ns = (long long)wall.tv_sec * 1000000000LL + wall.tv_nsec;
     int dp = id->has_grid ? id->dp : id->rank, DP = id->has_grid ? id->DP : id->world;
     fprintf(l->f,
-            "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":\"%s\","
+            "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":%s,"
             "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
             "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld}\n",
-            id->rank, id->world, host, (int)getpid(), dp, id->has_grid ? id->pp : 0,
+            id->rank, id->world, quoted, (int)getpid(), dp, id->has_grid ? id->pp : 0,
             id->has_grid ? id->tp : 0, DP, id->has_grid ? id->PP : 1, id->has_grid ? id->TP : 1,
             mono, wall_ns);
 }

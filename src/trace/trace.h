@@ -79,7 +79,9 @@ typedef struct {
     double median_ms;  /* median compute time per step */
     double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
     double individual; /* best window median / last window median */
+    int windows;       /* windows of the individual score (0: fewer steps than one, no score) */
     int straggler;
+    char unscored[96]; /* why the rank has no score ("" when it has one): never healthy */
 } trace_strag_rank;
 
 typedef struct {
@@ -99,7 +101,7 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
 void trace_strag_free(trace_strag *s);
 /* The table and the "stragglers: ..." line. */
 void trace_strag_print(const trace_strag *s, FILE *f);
-/* {"threshold","window","ranks":[...],"stragglers":[ranks]}; NULL on OOM. */
+/* {"threshold","window","ranks":[...],"stragglers":[ranks],"unscored":[ranks]}; NULL on OOM. */
 cJSON *trace_strag_json(const trace_strag *s);
 /* Heat map: ranks (sorted by pp, dp, tp) x steps, colour = compute time /
  * the step's median over the ranks of its stage; straggler rows marked.

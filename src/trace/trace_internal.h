@@ -111,9 +111,6 @@ int trace_coord_parse(const cJSON *o, trace_coord *c);
  * sequence with '?' (a JSON reader, Perfetto's included, wants UTF-8; a
  * name cut to fit a buffer may end inside a character). */
 void trace_utf8_fix(char *s);
-/* s as a JSON string literal (with quotes) into buf; truncated to fit,
- * never inside a character; invalid UTF-8 bytes become '?'. */
-const char *trace_json_quote(char *buf, size_t n, const char *s);
 /* An integer-valued JSON number in [lo, hi]: 1 and *v set, else 0. */
 int trace_json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *v);
 /* Write a cJSON tree to f (unformatted) with a newline; MS_ERR_NOMEM. */

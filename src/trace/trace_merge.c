@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "base/jsonstr.h"
 #include "base/log.h"
 #include "trace/trace_internal.h"
 
@@ -314,8 +315,8 @@ static ms_status write_metadata(merge_ctx *c, ms_atomic_file *af, int li, int so
                             "\"args\":{\"name\":%s}},\n"
                             "{\"ph\":\"M\",\"name\":\"process_sort_index\",\"pid\":%d,\"tid\":0,"
                             "\"args\":{\"sort_index\":%d}}",
-                            *first ? "" : ",", l->rank, trace_json_quote(q, sizeof q, name),
-                            l->rank, sort_index));
+                            *first ? "" : ",", l->rank, ms_json_quote(q, sizeof q, name), l->rank,
+                            sort_index));
     *first = 0;
     for (int t = 0; t < mr->n_threads; t++)
         MS_TRY(ms_atomic_printf(af,
@@ -324,7 +325,7 @@ static ms_status write_metadata(merge_ctx *c, ms_atomic_file *af, int li, int so
                                 "{\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":%d,"
                                 "\"tid\":%d,\"args\":{\"sort_index\":%d}}",
                                 l->rank, mr->threads[t].tid,
-                                trace_json_quote(q, sizeof q, mr->threads[t].name), l->rank,
+                                ms_json_quote(q, sizeof q, mr->threads[t].name), l->rank,
                                 mr->threads[t].tid, mr->threads[t].tid));
     return MS_OK;
 }
@@ -378,9 +379,9 @@ static ms_status quote_new(merge_ctx *c) {
     if (!q) return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->dir);
     c->quoted = q;
     for (; c->n_quoted < s->n_strs; c->n_quoted++) {
-        size_t n = 6 * strlen(s->strs[c->n_quoted]) + 10; /* trace_json_quote keeps 8 spare */
+        size_t n = 6 * strlen(s->strs[c->n_quoted]) + 10; /* ms_json_quote keeps 8 spare */
         if (!(q[c->n_quoted] = malloc(n))) return ms_error(MS_ERR_NOMEM, "out of memory");
-        trace_json_quote(q[c->n_quoted], n, s->strs[c->n_quoted]);
+        ms_json_quote(q[c->n_quoted], n, s->strs[c->n_quoted]);
     }
     return MS_OK;
 }
@@ -417,7 +418,7 @@ static ms_status write_trace(merge_ctx *c, const char *out_path) {
                               "\"unmatched_sends\":%d,\"unmatched_recvs\":%d,\"source\":%s}}\n",
                               c->st.ranks, c->st.skew_us, (long long)c->st.dropped, c->st.flows,
                               c->st.unmatched_sends, c->st.unmatched_recvs,
-                              trace_json_quote(src, sizeof src, c->set->dir));
+                              ms_json_quote(src, sizeof src, c->set->dir));
     if (st == MS_OK) st = ms_atomic_commit(&af);
     ms_atomic_abort(&af);
     free(ord);

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "trace/trace_internal.h"
 
+#define STRAG_MIN_STEPS 3        /* a rank's steps to be scored (its first is left out) */
 #define STRAG_MAX_STEPS 10000000 /* the newest steps scored when the logs span more */
 
 typedef struct {
@@ -77,21 +78,30 @@ static double median(double *v, int n) { /* sorts v */
 }
 
 /* Median and individual score of one rank from its row c[0..n_steps).  The
- * rank's first step is left out when it has 3 or more: it carries the
- * set-up (of the run, or of a resume). */
-static void rank_scores(trace_strag_rank *r, const double *c, int n_steps, int window,
-                        double *tmp) {
+ * rank's first step is left out: it carries the set-up (of the run, or of a
+ * resume).  A rank with fewer than STRAG_MIN_STEPS steps is not scored
+ * (r->unscored says why): its set-up step would be scored as compute.
+ * Returns the rank's steps with compute, scored or not. */
+static int rank_scores(trace_strag_rank *r, const double *c, int n_steps, int window, double *tmp) {
     int n = 0;
     for (int k = 0; k < n_steps; k++)
         if (c[k] >= 0) tmp[n++] = c[k];
-    if (n >= 3) memmove(tmp, tmp + 1, (size_t)--n * sizeof *tmp);
-    r->steps = n;
     r->individual = 1.0;
-    if (!n) return;
+    if (n < STRAG_MIN_STEPS) { /* no score: not a healthy rank either */
+        if (!n)
+            snprintf(r->unscored, sizeof r->unscored, "no fwd/bwd spans");
+        else
+            snprintf(r->unscored, sizeof r->unscored,
+                     "%d step(s): too few to leave out the warm-up step (%d needed)", n,
+                     STRAG_MIN_STEPS);
+        return n;
+    }
+    memmove(tmp, tmp + 1, (size_t)--n * sizeof *tmp);
+    r->steps = n;
     /* windows of `window` steps, the last one ending at the newest step */
     if (n >= window) {
         double last = -1, best = -1, *w = tmp + n;
-        for (int end = n; end - window >= 0; end -= window) {
+        for (int end = n; end - window >= 0; end -= window, r->windows++) {
             memcpy(w, tmp + end - window, (size_t)window * sizeof *w);
             double m = median(w, window);
             if (last < 0) last = m;
@@ -100,6 +110,7 @@ static void rank_scores(trace_strag_rank *r, const double *c, int n_steps, int w
         r->individual = last > 0 ? best / last : 1.0;
     }
     r->median_ms = median(tmp, n);
+    return n + 1;
 }
 
 static ms_status strag_alloc(trace_strag **out, const trace_set *set, const trace_strag_opts *o,
@@ -219,11 +230,10 @@ static ms_status score(trace_strag *s, const trace_set *set) {
         r->rank = l->rank;
         r->coord = l->coord;
         snprintf(r->host, sizeof r->host, "%s", l->host);
-        rank_scores(r, s->compute_ms + (size_t)li * (size_t)s->n_steps, s->n_steps, s->opts.window,
-                    tmp);
+        any |= rank_scores(r, s->compute_ms + (size_t)li * (size_t)s->n_steps, s->n_steps,
+                           s->opts.window, tmp) > 0;
         double *b = &best[r->coord.pp];
         if (r->steps && (*b < 0 || r->median_ms < *b)) *b = r->median_ms;
-        any |= r->steps > 0;
     }
     free(tmp);
     if (!any) {
@@ -235,8 +245,8 @@ static ms_status score(trace_strag *s, const trace_set *set) {
         trace_strag_rank *r = &s->ranks[li];
         double b = best[r->coord.pp];
         r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? b / r->median_ms : 1.0;
-        r->straggler =
-            r->steps && (r->relative < s->opts.threshold || r->individual < s->opts.threshold);
+        r->straggler = r->steps && (r->relative < s->opts.threshold ||
+                                    (r->windows && r->individual < s->opts.threshold));
     }
     free(best);
     return MS_OK;
@@ -273,8 +283,9 @@ void trace_strag_free(trace_strag *s) {
 void trace_strag_print(const trace_strag *s, FILE *f) {
     fprintf(f,
             "stragglers in %s: %d rank(s), steps %d-%d, threshold %g, window %d (a rank's "
-            "first step skipped as warm-up when it has >= 3 steps)\n",
-            s->dir, s->n_ranks, s->first_step, s->max_step, s->opts.threshold, s->opts.window);
+            "first step skipped as warm-up; a rank with fewer than %d steps not scored)\n",
+            s->dir, s->n_ranks, s->first_step, s->max_step, s->opts.threshold, s->opts.window,
+            STRAG_MIN_STEPS);
     fprintf(f, "%6s  %-12s %-20s %10s %9s %11s %6s  %s\n", "rank", "(dp,pp,tp)", "host",
             "median_ms", "relative", "individual", "steps", "verdict");
     int n_bad = 0;
@@ -282,13 +293,17 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
         const trace_strag_rank *r = &s->ranks[i];
         char c[48];
         snprintf(c, sizeof c, "(%d,%d,%d)", r->coord.dp, r->coord.pp, r->coord.tp);
-        if (!r->steps)
-            fprintf(f, "%6d  %-12s %-20s %10s %9s %11s %6d  %s\n", r->rank, c, r->host, "-", "-",
-                    "-", 0, "no fwd/bwd spans");
-        else
+        if (r->unscored[0])
+            fprintf(f, "%6d  %-12s %-20s %10s %9s %11s %6d  not scored: %s\n", r->rank, c, r->host,
+                    "-", "-", "-", 0, r->unscored);
+        else if (r->windows)
             fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11.3f %6d  %s\n", r->rank, c, r->host,
                     r->median_ms, r->relative, r->individual, r->steps,
                     r->straggler ? "STRAGGLER" : "ok");
+        else /* too few steps for one window: the relative score alone */
+            fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11s %6d  %s\n", r->rank, c, r->host,
+                    r->median_ms, r->relative, "-", r->steps,
+                    r->straggler ? "STRAGGLER" : "ok (relative score only)");
         n_bad += r->straggler;
     }
     fprintf(f, "stragglers:");
@@ -300,6 +315,12 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
                     trace_coord_str(c, sizeof c, r->coord), r->host);
     }
     fprintf(f, "%s\n", n_bad ? "" : " none");
+    int k = 0; /* no score is no clean bill of health */
+    for (int i = 0; i < s->n_ranks; i++)
+        if (s->ranks[i].unscored[0])
+            fprintf(f, "%s rank %d (%s)", k++ ? "," : "not scored:", s->ranks[i].rank,
+                    s->ranks[i].unscored);
+    if (k) fputc('\n', f);
 }
 
 static cJSON *rank_json(const trace_strag_rank *r) {
@@ -310,11 +331,14 @@ static cJSON *rank_json(const trace_strag_rank *r) {
         cJSON_Delete(c);
         return NULL;
     }
-    int ok = cJSON_AddStringToObject(o, "host", r->host) != NULL;
-    if (r->steps)
+    int ok = cJSON_AddStringToObject(o, "host", r->host) != NULL &&
+             cJSON_AddBoolToObject(o, "scored", !r->unscored[0]);
+    if (ok && r->unscored[0]) ok = cJSON_AddStringToObject(o, "unscored", r->unscored) != NULL;
+    if (!r->unscored[0])
         ok = ok && cJSON_AddNumberToObject(o, "median_ms", r->median_ms) &&
              cJSON_AddNumberToObject(o, "relative", r->relative) &&
-             cJSON_AddNumberToObject(o, "individual", r->individual);
+             (r->windows ? cJSON_AddNumberToObject(o, "individual", r->individual)
+                         : cJSON_AddNullToObject(o, "individual"));
     else
         ok = ok && cJSON_AddNullToObject(o, "median_ms") && cJSON_AddNullToObject(o, "relative") &&
              cJSON_AddNullToObject(o, "individual");
@@ -329,7 +353,9 @@ static cJSON *rank_json(const trace_strag_rank *r) {
 
 cJSON *trace_strag_json(const trace_strag *s) {
     cJSON *o = cJSON_CreateObject(), *ranks = cJSON_CreateArray(), *bad = cJSON_CreateArray();
-    int ok = o && ranks && bad && cJSON_AddNumberToObject(o, "threshold", s->opts.threshold) &&
+    cJSON *unscored = cJSON_AddArrayToObject(o, "unscored");
+    int ok = o && ranks && bad && unscored &&
+             cJSON_AddNumberToObject(o, "threshold", s->opts.threshold) &&
              cJSON_AddNumberToObject(o, "window", s->opts.window) &&
              cJSON_AddStringToObject(o, "dir", s->dir);
     for (int i = 0; ok && i < s->n_ranks; i++) {
@@ -337,6 +363,8 @@ cJSON *trace_strag_json(const trace_strag *s) {
         ok = r && cJSON_AddItemToArray(ranks, r);
         if (ok && s->ranks[i].straggler)
             ok = cJSON_AddItemToArray(bad, cJSON_CreateNumber(s->ranks[i].rank));
+        if (ok && s->ranks[i].unscored[0])
+            ok = cJSON_AddItemToArray(unscored, cJSON_CreateNumber(s->ranks[i].rank));
     }
     if (ok && cJSON_AddItemToObject(o, "ranks", ranks)) {
         ranks = NULL;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/jsonstr.h"
 #include "trace/trace_internal.h"
 
 typedef struct {
@@ -139,61 +140,15 @@ int trace_coord_parse(const cJSON *o, trace_coord *c) {
     return 1;
 }
 
-/* Bytes of the valid UTF-8 sequence at s (1 to 4), or 0: an invalid or cut one (overlong
- * forms, surrogates and code points past U+10FFFF are invalid). */
-static int utf8_len(const unsigned char *s) {
-    unsigned c = s[0];
-    int n = c < 0x80             ? 1
-            : (c & 0xe0) == 0xc0 ? 2
-            : (c & 0xf0) == 0xe0 ? 3
-            : (c & 0xf8) == 0xf0 ? 4
-                                 : 0;
-    if (n <= 1) return n;
-    unsigned cp = c & (0x7f >> n);
-    for (int i = 1; i < n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0; /* also the terminating 0 */
-        cp = cp << 6 | (s[i] & 0x3f);
-    }
-    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
-    if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return n;
-}
-
 void trace_utf8_fix(char *s) {
     for (unsigned char *p = (unsigned char *)s; *p;) {
-        int n = utf8_len(p);
+        int n = ms_utf8_len(p);
         if (n) {
             p += n;
         } else {
             *p++ = '?';
         }
     }
-}
-
-const char *trace_json_quote(char *buf, size_t n, const char *s) {
-    size_t o = 0;
-    buf[o++] = '"';
-    for (; *s && o + 8 < n; s++) {
-        unsigned char ch = (unsigned char)*s;
-        int len = ch >= 0x80 ? utf8_len((const unsigned char *)s) : 1;
-        if (len > 1) { /* whole, or not at all when it does not fit */
-            if (o + (size_t)len + 2 > n) break;
-            memcpy(buf + o, s, (size_t)len);
-            o += (size_t)len, s += len - 1;
-        } else if (!len) {
-            buf[o++] = '?';
-        } else if (ch == '"' || ch == '\\') {
-            buf[o++] = '\\';
-            buf[o++] = (char)ch;
-        } else if (ch < 0x20) {
-            o += (size_t)snprintf(buf + o, n - o, "\\u%04x", ch);
-        } else {
-            buf[o++] = (char)ch;
-        }
-    }
-    buf[o++] = '"';
-    buf[o] = '\0';
-    return buf;
 }
 
 int trace_json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *v) {

@@ -293,6 +293,40 @@ def test_stragglers(d):
     ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp PNG left", os.listdir(d))
 
 
+def test_unscored(d):
+    """A rank with too few steps to leave out its warm-up step, and one whose log
+    is its header alone, are not scored: reported so, never as "ok"."""
+    for r in range(4):
+        log = RankLog(r, 4, (4, 1, 1), f"host{r}")
+        for s in range(1, {0: 8, 1: 8, 2: 2, 3: 0}[r] + 1):
+            t = 1000 * MS * s
+            log.span("compute", "fwd", t, t + 20 * MS, step=s, mb=0)
+        log.write(d)
+    rc, so, se = run("trace", "stragglers", d)
+    rows = {int(x.split()[0]): x for x in so.splitlines() if x.split() and x.split()[0].isdigit()}
+    ok(rc == 0 and rows.get(0, "").endswith(" ok") and
+       "not scored: 2 step(s): too few to leave out the warm-up step (3 needed)" in rows.get(2, "") and
+       "not scored: no fwd/bwd spans" in rows.get(3, "") and " ok" not in rows.get(2, "") + rows.get(3, "") and
+       "stragglers: none" in so and "not scored: rank 2 (2 step(s)" in so and
+       "rank 3 (no fwd/bwd spans)" in so, "stragglers: ranks without a score say so and why", so + se)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    r = {x["rank"]: x for x in j.get("ranks", [])}
+    ok(rc == 0 and j.get("unscored") == [2, 3] and j.get("stragglers") == [] and
+       [r[k]["scored"] for k in range(4)] == [True, True, False, False] and
+       "too few" in r[2].get("unscored", "") and r[3].get("unscored") == "no fwd/bwd spans" and
+       r[2]["relative"] is None and "unscored" not in r[0], "stragglers --json: scored, unscored", so + se)
+    # 7 scored steps, a window of 10: the individual score is none, not a healthy 1.0
+    rc, so, se = run("trace", "stragglers", d, "--window", "10")
+    rows = {int(x.split()[0]): x.split() for x in so.splitlines() if x.split() and x.split()[0].isdigit()}
+    ok(rc == 0 and rows.get(0, [])[3:] == ["20.000", "1.000", "-", "7", "ok", "(relative", "score", "only)"],
+       "stragglers: no individual score with fewer steps than --window", so + se)
+    rc, so, se = run("trace", "stragglers", d, "--json", "--window", "10")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [x["individual"] for x in j.get("ranks", [])] == [None] * 4 and
+       j["ranks"][0]["relative"] == 1.0, "stragglers --json: individual null under one window", so + se)
+
+
 def test_json_flag(d):
     """--json of stragglers and hang: bare (last, before an option, before
     DIR), --json 0 / 1, --json=0; --json 2 is out of its range."""
@@ -900,7 +934,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
                          ("merge_no_clock", test_merge_no_clock),
-                         ("stragglers", test_stragglers), ("json_flag", test_json_flag),
+                         ("stragglers", test_stragglers), ("unscored", test_unscored),
+                         ("json_flag", test_json_flag),
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
                          ("stragglers_memory", test_stragglers_memory),

@@ -165,6 +165,11 @@ static void test_evlog(void) {
         ms_ev_args a = {.has = MS_EV_STEP | MS_EV_MB, .step = 1 + i / 100, .mb = i % 4};
         ms_ev_span(n, lane, 1000 * i, 1000 * i + 500, &a);
     }
+    /* a name that is data (a group's, a kernel shape's) is escaped: the
+     * line stays one JSON line the trace tools can read */
+    uint16_t odd = ms_ev_intern("g\"1\\x\n"), odd_lane = ms_ev_intern("comm:\"q\"");
+    ms_ev_args ga = {.has = MS_EV_GROUP | MS_EV_OP, .group = odd, .op = odd};
+    ms_ev_span(odd, odd_lane, 1, 2, &ga);
     ms_ev_clock(42, -7, 3);
     const char *path = mon_evlog_path(l);
     char copy[600];
@@ -175,6 +180,10 @@ static void test_evlog(void) {
     T_EQ_INT(count_lines(copy, "\"coord\":{\"dp\":1,\"pp\":0,\"tp\":1}"), 1);
     T_EQ_INT(count_lines(copy, "\"name\":\"fwd\",\"lane\":\"compute\""), 5000);
     T_EQ_INT(count_lines(copy, "\"offset_ns\":-7,\"err_ns\":3"), 1);
+    T_EQ_INT(count_lines(copy, "{\"type\":\"span\",\"name\":\"g\\\"1\\\\x\\u000a\","
+                               "\"lane\":\"comm:\\\"q\\\"\",\"t0\":1,\"t1\":2,"
+                               "\"group\":\"g\\\"1\\\\x\\u000a\",\"op\":\"g\\\"1\\\\x\\u000a\"}"),
+             1);
     T_EQ_INT(count_lines(copy, "\"step\":50,\"mb\":3"), 25);
     T_OK(strstr(copy, "events_r00003.jsonl") != NULL);
     /* the header is on disk at once, before the first flush (a rank killed

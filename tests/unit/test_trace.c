@@ -3,6 +3,7 @@
  * The commands end to end: tests/trace/test_trace_tools.py. */
 #include <stdlib.h>
 
+#include "base/jsonstr.h"
 #include "check.h"
 #include "trace/trace_internal.h"
 
@@ -69,7 +70,7 @@ static void test_coords(void) {
     T_OK(trace_coord_cmp((trace_coord){1, 0, 1}, (trace_coord){0, 1, 0}) < 0);
     T_OK(trace_coord_cmp((trace_coord){0, 1, 1}, (trace_coord){1, 1, 0}) < 0);
     char buf[64];
-    T_STR_CONTAINS(trace_json_quote(buf, sizeof buf, "a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    T_STR_CONTAINS(ms_json_quote(buf, sizeof buf, "a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
 }
 
 int main(void) {

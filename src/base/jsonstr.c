@@ -1,0 +1,49 @@
+/* jsonstr.c - JSON string quoting and UTF-8 checks (see jsonstr.h). */
+#include "base/jsonstr.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int ms_utf8_len(const unsigned char *s) {
+    unsigned c = s[0];
+    int n = c < 0x80             ? 1
+            : (c & 0xe0) == 0xc0 ? 2
+            : (c & 0xf0) == 0xe0 ? 3
+            : (c & 0xf8) == 0xf0 ? 4
+                                 : 0;
+    if (n <= 1) return n;
+    unsigned cp = c & (0x7f >> n);
+    for (int i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0; /* also the terminating 0 */
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+const char *ms_json_quote(char *buf, size_t n, const char *s) {
+    size_t o = 0;
+    buf[o++] = '"';
+    for (; *s && o + 8 < n; s++) {
+        unsigned char ch = (unsigned char)*s;
+        int len = ch >= 0x80 ? ms_utf8_len((const unsigned char *)s) : 1;
+        if (len > 1) { /* whole, or not at all when it does not fit */
+            if (o + (size_t)len + 2 > n) break;
+            memcpy(buf + o, s, (size_t)len);
+            o += (size_t)len, s += len - 1;
+        } else if (!len) {
+            buf[o++] = '?';
+        } else if (ch == '"' || ch == '\\') {
+            buf[o++] = '\\';
+            buf[o++] = (char)ch;
+        } else if (ch < 0x20) {
+            o += (size_t)snprintf(buf + o, n - o, "\\u%04x", ch);
+        } else {
+            buf[o++] = (char)ch;
+        }
+    }
+    buf[o++] = '"';
+    buf[o] = '\0';
+    return buf;
+}

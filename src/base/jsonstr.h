@@ -1,0 +1,17 @@
+/* jsonstr.h - a string as a JSON string literal, for the writers that print
+ * JSON lines by hand (the event log, the trace tools' merged trace). */
+#ifndef MS_JSONSTR_H
+#define MS_JSONSTR_H
+
+#include <stddef.h>
+
+/* Bytes of the valid UTF-8 sequence at s (1 to 4), or 0: an invalid or cut
+ * one (overlong forms, surrogates and code points past U+10FFFF are invalid). */
+int ms_utf8_len(const unsigned char *s);
+
+/* s as a JSON string literal (with quotes) into buf (n >= 10); '"', '\' and
+ * control characters escaped, truncated to fit, never inside a character;
+ * invalid UTF-8 bytes become '?'.  6 * strlen(s) + 10 bytes always hold it. */
+const char *ms_json_quote(char *buf, size_t n, const char *s);
+
+#endif
