@@ -80,7 +80,8 @@ typedef struct {
     double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
     double individual; /* best window median / last window median */
     int windows;       /* windows of the individual score (0: fewer steps than one, no score) */
-    int straggler;
+    int slowed_alone;  /* individual below the threshold while the other ranks' median is not */
+    int straggler;     /* relative below the threshold, or slowed_alone */
     char unscored[96]; /* why the rank has no score ("" when it has one): never healthy */
 } trace_strag_rank;
 
@@ -92,6 +93,8 @@ typedef struct {
     int first_step, max_step; /* the steps of the logs (after a resume: from it on) */
     int n_steps;              /* max_step - first_step + 1 */
     double *compute_ms;       /* [n_ranks][n_steps] for first_step..; < 0 where no data */
+    double job_individual;    /* the median rank's individual score (NaN: none has one); below
+                                 the threshold, the job as a whole slowed: no rank's fault */
 } trace_strag;
 
 /* Score DIR's ranks.  Errors: no event logs, or none with fwd/bwd spans
@@ -101,7 +104,8 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
 void trace_strag_free(trace_strag *s);
 /* The table and the "stragglers: ..." line. */
 void trace_strag_print(const trace_strag *s, FILE *f);
-/* {"threshold","window","ranks":[...],"stragglers":[ranks],"unscored":[ranks]}; NULL on OOM. */
+/* {"threshold","window","ranks":[...],"stragglers":[ranks],"unscored":[ranks],
+ * "job_individual"}; NULL on OOM. */
 cJSON *trace_strag_json(const trace_strag *s);
 /* Heat map: ranks (sorted by pp, dp, tp) x steps, colour = compute time /
  * the step's median over the ranks of its stage; straggler rows marked.

@@ -77,6 +77,18 @@ static double median(double *v, int n) { /* sorts v */
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The median of sorted v[0..m) without one element equal to x (m >= 2). */
+static double median_without(const double *v, int m, double x) {
+    int pos = 0;
+    while (pos < m - 1 && v[pos] < x)
+        pos++;
+    int n = m - 1; /* the k-th of the rest: v[k] before pos, v[k + 1] from it */
+#define REST(k) ((k) < pos ? v[k] : v[(k) + 1])
+    double med = n % 2 ? REST(n / 2) : 0.5 * (REST(n / 2 - 1) + REST(n / 2));
+#undef REST
+    return med;
+}
+
 /* Median and individual score of one rank from its row c[0..n_steps).  The
  * rank's first step is left out: it carries the set-up (of the run, or of a
  * resume).  A rank with fewer than STRAG_MIN_STEPS steps is not scored
@@ -241,13 +253,30 @@ static ms_status score(trace_strag *s, const trace_set *set) {
         return ms_error(MS_ERR_NOTFOUND, "%s: no rank has fwd/bwd spans on its compute lane",
                         s->dir);
     }
+    /* The individual scores of the ranks that have one, sorted: a rank that
+     * slowed counts as a straggler only when the other ranks kept their speed
+     * (the median of theirs at the threshold or above).  When they all
+     * slowed, so did the job: load on the machine, or a step that grew, is
+     * no rank's fault (the live detector's rule too, docs/operations.md). */
+    double *ind = malloc(sizeof(double) * (size_t)s->n_ranks);
+    if (!ind) {
+        free(best);
+        return ms_error(MS_ERR_NOMEM, "out of memory");
+    }
+    int m = 0;
+    for (int li = 0; li < s->n_ranks; li++)
+        if (s->ranks[li].steps && s->ranks[li].windows) ind[m++] = s->ranks[li].individual;
+    s->job_individual = m ? median(ind, m) : NAN; /* sorts ind */
     for (int li = 0; li < s->n_ranks; li++) {
         trace_strag_rank *r = &s->ranks[li];
         double b = best[r->coord.pp];
         r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? b / r->median_ms : 1.0;
-        r->straggler = r->steps && (r->relative < s->opts.threshold ||
-                                    (r->windows && r->individual < s->opts.threshold));
+        int slowed = r->steps && r->windows && r->individual < s->opts.threshold;
+        r->slowed_alone =
+            m >= 2 && slowed && median_without(ind, m, r->individual) >= s->opts.threshold;
+        r->straggler = r->steps && (r->relative < s->opts.threshold || r->slowed_alone);
     }
+    free(ind);
     free(best);
     return MS_OK;
 }
@@ -299,7 +328,9 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
         else if (r->windows)
             fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11.3f %6d  %s\n", r->rank, c, r->host,
                     r->median_ms, r->relative, r->individual, r->steps,
-                    r->straggler ? "STRAGGLER" : "ok");
+                    r->straggler                        ? "STRAGGLER"
+                    : r->individual < s->opts.threshold ? "ok (slowed with the others)"
+                                                        : "ok");
         else /* too few steps for one window: the relative score alone */
             fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11s %6d  %s\n", r->rank, c, r->host,
                     r->median_ms, r->relative, "-", r->steps,
@@ -315,6 +346,13 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
                     trace_coord_str(c, sizeof c, r->coord), r->host);
     }
     fprintf(f, "%s\n", n_bad ? "" : " none");
+    if (s->job_individual < s->opts.threshold) /* NaN: no rank has a window */
+        fprintf(f,
+                "the job as a whole slowed: its median rank's last window of %d steps ran at "
+                "%.2f x the speed of its best (load on the machine, throttling, or longer steps: "
+                "no rank's fault; a rank that slows counts as a straggler only while the others "
+                "keep their speed)\n",
+                s->opts.window, s->job_individual);
     int k = 0; /* no score is no clean bill of health */
     for (int i = 0; i < s->n_ranks; i++)
         if (s->ranks[i].unscored[0])
@@ -357,7 +395,10 @@ cJSON *trace_strag_json(const trace_strag *s) {
     int ok = o && ranks && bad && unscored &&
              cJSON_AddNumberToObject(o, "threshold", s->opts.threshold) &&
              cJSON_AddNumberToObject(o, "window", s->opts.window) &&
-             cJSON_AddStringToObject(o, "dir", s->dir);
+             cJSON_AddStringToObject(o, "dir", s->dir) &&
+             (isfinite(s->job_individual)
+                  ? cJSON_AddNumberToObject(o, "job_individual", s->job_individual) != NULL
+                  : cJSON_AddNullToObject(o, "job_individual") != NULL);
     for (int i = 0; ok && i < s->n_ranks; i++) {
         cJSON *r = rank_json(&s->ranks[i]);
         ok = r && cJSON_AddItemToArray(ranks, r);

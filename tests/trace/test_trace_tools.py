@@ -350,19 +350,41 @@ def test_json_flag(d):
 
 
 def test_individual(d):
-    """One rank that halves its speed in its last window."""
-    log = RankLog(0, 1, (1, 1, 1), "hostA")
-    for s in range(1, 12):
-        t = 1000 * MS * s
-        dur = 20 * MS if s <= 6 else 40 * MS
-        log.span("compute", "fwd", t, t + dur, step=s, mb=0)
-        log.span("compute", "bwd", t + 100 * MS, t + 100 * MS + dur, step=s, mb=0)
-    log.write(d)
-    rc, so, se = run("trace", "stragglers", d, "--json")
-    j = json.loads(so) if rc == 0 else {}
-    r = j.get("ranks", [{}])[0]
-    ok(rc == 0 and abs(r.get("individual", 0) - 0.5) < 1e-9 and j.get("stragglers") == [0] and
-       r.get("relative") == 1.0, "individual score: best window / last window", so + se)
+    """A rank that halves its speed in its last 3 steps: a straggler when the other ranks kept
+    theirs (the individual score, best window / last window: the relative one compares the
+    medians, which half a run's slow steps do not move); when every rank slowed, or the run
+    has one rank, the job slowed and no rank is named."""
+    def write(sub, world, slow):
+        dd = os.path.join(d, sub)
+        os.makedirs(dd)
+        for rank in range(world):
+            log = RankLog(rank, world, (world, 1, 1), "hostA")
+            for s in range(1, 12):
+                t = 1000 * MS * s
+                dur = 40 * MS if rank in slow and s > 8 else 20 * MS
+                log.span("compute", "fwd", t, t + dur, step=s, mb=0)
+                log.span("compute", "bwd", t + 100 * MS, t + 100 * MS + dur, step=s, mb=0)
+            log.write(dd)
+        rc, so, se = run("trace", "stragglers", dd, "--json")
+        rt, st, et = run("trace", "stragglers", dd)
+        return rc, (json.loads(so) if rc == 0 else {}), so + se, st + et
+    rc, j, out, text = write("alone", 3, {1})
+    r = {x["rank"]: x for x in j.get("ranks", [])}
+    ok(rc == 0 and abs(r.get(1, {}).get("individual", 0) - 0.5) < 1e-9 and
+       j.get("stragglers") == [1] and r[1].get("relative") == 1.0 and
+       abs(j.get("job_individual", 0) - 1.0) < 1e-9,
+       "individual score: best window / last window; the rank that slowed alone is named", out)
+    rc, j, out, text = write("all", 3, {0, 1, 2})
+    ok(rc == 0 and j.get("stragglers") == [] and abs(j.get("job_individual", 0) - 0.5) < 1e-9,
+       "every rank slowed: no straggler, the job's individual score 0.5", out)
+    ok("stragglers: none" in text and "the job as a whole slowed" in text and
+       text.count("ok (slowed with the others)") == 3, "every rank slowed: the text says so", text)
+    rc, j, out, text = write("one", 1, {0})
+    ok(rc == 0 and j.get("stragglers") == [] and abs(j.get("job_individual", 0) - 0.5) < 1e-9
+       and "the job as a whole slowed" in text, "one rank that slowed: the job slowed", out + text)
+    rc, j, out, text = write("none", 3, set())
+    ok(rc == 0 and j.get("stragglers") == [] and "as a whole" not in text,
+       "no rank slowed: no note", text)
 
 
 def test_resumed(d):
