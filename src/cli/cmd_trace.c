@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/fileio.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "trace/trace.h"
@@ -43,6 +44,10 @@ static ms_status do_merge(const char *dir, const trace_cli *o) {
     char def[4300];
     snprintf(def, sizeof def, "%s/trace.json", dir);
     const char *out = o->out && *o->out ? o->out : def;
+    /* before the merge, not after it: the run's logs can take minutes to read
+     * (the default, inside DIR, after DIR is found) */
+    ms_status st = o->out && *o->out ? ms_path_check_writable(out, 0) : MS_OK;
+    if (st != MS_OK) return ms_error_wrap(st, "--out");
     trace_merge_stats s;
     MS_TRY(trace_merge(dir, out, &s));
     printf("merged %d rank(s), %lld events, %d flow(s) (%d unmatched send(s), %d unmatched "
@@ -65,8 +70,9 @@ static ms_status print_json(cJSON *j) {
 static ms_status do_stragglers(const char *dir, const trace_cli *o) {
     trace_strag_opts so = {o->threshold, o->window};
     trace_strag *s = NULL;
+    ms_status st = o->png && *o->png ? ms_path_check_writable(o->png, 0) : MS_OK;
+    if (st != MS_OK) return ms_error_wrap(st, "--png");
     MS_TRY(trace_strag_load(dir, &so, &s));
-    ms_status st = MS_OK;
     if (o->png && *o->png) st = trace_strag_heatmap(s, o->png);
     if (st == MS_OK && o->json)
         st = print_json(trace_strag_json(s));
