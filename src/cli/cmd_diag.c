@@ -60,7 +60,7 @@ static const opts_spec diag_opts[] = {
               "1 prints one JSON object instead of the table (a bare --json means 1)"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
       "faults for tests (docs/operations.md): diag:gemm, diag:memory, diag:comm, diag:storage "
-      "make that check fail as on bad hardware, diag:slow makes the GEMM 4x as slow "
+      "make that check fail as on bad hardware, diag:slow makes the GEMM 10x as slow "
       "(KIND@1:RANK: one rank only; KIND:node=NAME: the ranks of that node)"),
 };
 #define N_DIAG_OPTS ((int)(sizeof diag_opts / sizeof diag_opts[0]))

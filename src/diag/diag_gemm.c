@@ -120,11 +120,12 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
     r->value = mon_probe_peak_flops(be, sn, 2) / 1e9;
     int slow = diag_fault(c, "diag:slow", rep->rank);
     if (slow && r->value > 0) {
-        /* injected: a device at a quarter of its speed (throttled, a bad
-         * part), each product taking 4x as long: three times the probe's
-         * time more, counted in its rate */
+        /* injected: a device at a tenth of its speed (throttled, a bad
+         * part), each product taking 10x as long: nine times the probe's
+         * time more, counted in its rate (a tenth: far enough below any
+         * --diag-slow-factor that a loaded test machine cannot blur it) */
         double took = ms_now() - t0;
-        usleep((useconds_t)(3 * took * 1e6));
+        usleep((useconds_t)(9 * took * 1e6));
         r->value *= took / (ms_now() - t0);
     }
     if (!(r->value > 0)) {

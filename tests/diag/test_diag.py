@@ -1,7 +1,7 @@
 """Tests of `megascale diag`, the node self-test: every check passes on this
 machine; --json is one valid object with every check; each injected fault
 (diag:gemm, diag:memory, diag:comm, diag:storage) fails exactly its check
-with exit code 9 (diag:slow, a GEMM at a quarter of its speed, fails none
+with exit code 9 (diag:slow, a GEMM at a tenth of its speed, fails none
 without a history); a history of much faster GEMMs fails the gemm check as
 slow, and passing results are appended to the history; --node-map names the
 report's node and --history-dir keeps one history per node; a storage
@@ -108,7 +108,7 @@ def test_faults(d):
     ok(rc == 9 and out.splitlines()[-1:] == ["diag: FAIL (gemm, storage)"],
        "text: the last line names the failed checks", out + err)
     ok(os.listdir(sd) == [], "storage file removed after a failure", str(os.listdir(sd)))
-    # a slow device (a quarter of its speed) fails nothing by itself: only a history or,
+    # a slow device (a tenth of its speed) fails nothing by itself: only a history or,
     # in the supervisor, the other nodes show it (tests/supervisor/test_nodes.py)
     rc, reps, raw = run_json("--inject-fault", "diag:slow")
     g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}

@@ -39,7 +39,7 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
 13. the driver killed, then its whole job (mpirun and the ranks) before a new
    driver starts: the new driver reports that the job ended unwatched (a
    fault, kind exit), and its restart is counted, bitwise equal;
-14. a node slow from the start (its GEMM at a quarter of its speed,
+14. a node slow from the start (its GEMM at a tenth of its speed,
    diag:slow on node1; it has no history to be slow against): the pre-flight
    self-test (--preflight 1, the nodes compared with each other) fails it
    before the first start, node1 is evicted, the job starts on node0 and the
