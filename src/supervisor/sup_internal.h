@@ -293,6 +293,8 @@ typedef struct {
 
 typedef struct {
     int fd;
+    unsigned long busy; /* being answered in this pass (0: not): passes nested in the answer
+                         * neither poll nor drop it */
     double t_open;
     size_t len;
     char buf[SUP_CTL_LINE_MAX + 1];
@@ -323,6 +325,7 @@ typedef struct {
     int n_conns;
     sup_ctl_conn ctl[SUP_MAX_CTL];
     int n_ctl;
+    unsigned long serve_passes; /* sup_serve_for's passes begun (one nests in an eviction's save) */
     double rej_t0;      /* rejected connections: the second their events are counted in */
     int rej_n, rej_cut; /* events written in it, and those left out (a flood: one line a cut) */
     sup_rank *r;

@@ -520,14 +520,19 @@ static void accept_all(sup_driver *d, int lfd, int ctl) {
             if (d->n_ctl >= SUP_MAX_CTL) {
                 /* full: the oldest makes room (it had the longest to say its
                  * line), so connections held idle cannot lock the owner out */
-                int old = 0;
-                for (int i = 1; i < d->n_ctl; i++)
-                    if (d->ctl[i].t_open < d->ctl[old].t_open) old = i;
+                int old = -1;
+                for (int i = 0; i < d->n_ctl; i++)
+                    if (!d->ctl[i].busy && (old < 0 || d->ctl[i].t_open < d->ctl[old].t_open))
+                        old = i;
+                if (old < 0) { /* every one is being answered */
+                    close(fd);
+                    continue;
+                }
                 reject(d, "ctl_rejected", "every slot taken: the oldest connection made room");
                 drop_ctl(d, old);
             }
             sup_ctl_conn *k = &d->ctl[d->n_ctl++];
-            k->fd = fd, k->len = 0, k->t_open = ms_now();
+            k->fd = fd, k->busy = 0, k->len = 0, k->t_open = ms_now();
             continue;
         }
         if (d->n_conns >= SUP_MAX_CONNS || d->n_conns >= 4 * d->c->np + 16) {
@@ -552,25 +557,54 @@ void sup_serve(sup_driver *d) {
     sup_serve_for(d, SUP_TICK_MS);
 }
 
+/* The control connection pass `pass` answered; `done`: dropped.  The answer
+ * may have nested a pass (an eviction waits for its state on disk, serving
+ * the sockets meanwhile) that dropped or accepted others: it is found again. */
+static void ctl_answered(sup_driver *d, unsigned long pass, int done) {
+    for (int i = 0; i < d->n_ctl; i++)
+        if (d->ctl[i].busy == pass) {
+            d->ctl[i].busy = 0;
+            if (done) drop_ctl(d, i);
+            return;
+        }
+}
+
+/* One pass over the sockets.  It nests in an answer on the control socket
+ * (an eviction's waited save): the nested pass leaves the connection being
+ * answered alone, and the outer one, its events stale once a nested pass
+ * has polled (the connections moved), ends its own. */
 void sup_serve_for(sup_driver *d, int ms) {
-    int n = d->n_conns, m = d->n_ctl;
-    struct pollfd *p = calloc((size_t)(n + m) + 2, sizeof *p);
-    if (!p) return;
+    unsigned long pass = ++d->serve_passes;
+    int n = d->n_conns, m = 0;
+    struct pollfd *p = calloc((size_t)(n + d->n_ctl) + 2, sizeof *p);
+    int *ctl_of = calloc((size_t)d->n_ctl + 1, sizeof *ctl_of);
+    if (!p || !ctl_of) {
+        free(p);
+        free(ctl_of);
+        return;
+    }
     p[0] = (struct pollfd){d->lfd, POLLIN, 0};
     p[1] = (struct pollfd){d->ctl_fd, POLLIN, 0};
     for (int i = 0; i < n; i++)
         p[i + 2] = (struct pollfd){d->conns[i].fd, POLLIN, 0};
-    for (int i = 0; i < m; i++)
-        p[n + 2 + i] = (struct pollfd){d->ctl[i].fd, POLLIN, 0};
+    for (int i = 0; i < d->n_ctl; i++)
+        if (!d->ctl[i].busy) {
+            ctl_of[m] = i;
+            p[n + 2 + m++] = (struct pollfd){d->ctl[i].fd, POLLIN, 0};
+        }
     if (poll(p, (nfds_t)(n + m) + 2, ms) > 0) {
-        for (int i = m - 1; i >= 0; i--)
-            if (p[n + 2 + i].revents && read_ctl(d, &d->ctl[i])) drop_ctl(d, i);
-        for (int i = n - 1; i >= 0; i--)
+        for (int j = m - 1; j >= 0 && d->serve_passes == pass; j--) {
+            if (!p[n + 2 + j].revents) continue;
+            d->ctl[ctl_of[j]].busy = pass;
+            ctl_answered(d, pass, read_ctl(d, &d->ctl[ctl_of[j]]));
+        }
+        for (int i = n - 1; i >= 0 && d->serve_passes == pass; i--)
             if (p[i + 2].revents && read_conn(d, &d->conns[i]) != 0) drop_conn(d, i);
-        if (p[0].revents & POLLIN) accept_all(d, d->lfd, 0);
-        if (p[1].revents & POLLIN) accept_all(d, d->ctl_fd, 1);
+        if (d->serve_passes == pass && (p[0].revents & POLLIN)) accept_all(d, d->lfd, 0);
+        if (d->serve_passes == pass && (p[1].revents & POLLIN)) accept_all(d, d->ctl_fd, 1);
     }
     free(p);
+    free(ctl_of);
     double now = ms_now();
     for (int i = d->n_conns - 1; i >= 0; i--) /* nor a heartbeat client without a valid beat */
         if (d->conns[i].rank < 0 && now - d->conns[i].t_open > SUP_HB_AUTH_S) {
@@ -578,7 +612,7 @@ void sup_serve_for(sup_driver *d, int ms) {
             drop_conn(d, i);
         }
     for (int i = d->n_ctl - 1; i >= 0; i--) /* a silent client does not hold a slot */
-        if (now - d->ctl[i].t_open > CTL_READ_S) {
+        if (!d->ctl[i].busy && now - d->ctl[i].t_open > CTL_READ_S) {
             reject(d, "ctl_rejected", "no line within 2 s");
             drop_ctl(d, i);
         }

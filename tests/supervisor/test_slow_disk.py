@@ -13,7 +13,15 @@ and mpirun run at full speed.  A 2-rank job of 40 steps (~10 s) then:
   saying finished;
 - and with a crash (writes stalled 1 s): one fault, one restart, done, the
   control socket answered all along (also while the driver waits for the
-  states a successor needs: at the fault, after the stop, at the start).
+  states a successor needs: at the fault, after the stop, at the start);
+- and with a manual eviction on 2 nodes and a spare (driver.json's writes
+  stalled 2 s, longer than a control connection may stay silent): `--ctl
+  evict node1` is answered "evicting" while statuses are asked alongside,
+  the spare takes over, the job is done.  Before, the driver served its
+  sockets from inside the wait for the eviction's state, nested in the pass
+  that was answering the eviction: the nested pass closed the evicting
+  connection as silent (the client got no answer), and the outer pass then
+  dropped a slot that was gone (a negative count of connections).
 
 Before, the driver wrote these files from its loop: each line stalled it,
 ranks were not read and the control socket not answered for seconds.
@@ -108,6 +116,65 @@ def run_job(d, shard, name, delay, faults, steps, ckpt_every):
     return p.returncode, ev, out.get("err", ""), run
 
 
+def evict_while_slow(d, shard):
+    """--ctl evict on a job of 2 nodes and a spare whose driver.json writes
+    stall 2 s each, with statuses asked alongside."""
+    from test_launch import wait_step  # noqa: E402
+    run = os.path.join(d, "evict")
+    env = dict(os.environ, OMP_NUM_THREADS="1", LD_PRELOAD=SHIM, MS_SLOWIO_MATCH="driver.json",
+               MS_SLOWIO_DELAY="2", MS_SLOWIO_LOG=os.path.join(d, "evict.slowio.log"),
+               MS_CKPT_SHM_DIR=os.path.join(d, "shm"))
+    cmd = [BIN, "launch", "--np", "2", "--nodes", "2", "--spares", "1", "--run-dir", run,
+           *LAUNCH, "--straggler-rounds", "0", "--max-restarts", "2", "--faults", "slow=150@1+",
+           "--", "--train-data", shard, *TRAIN, "--dp", "2", "--steps", "30", "--ckpt-every",
+           "4", "--ckpt-dir", os.path.join(run, "ckpt"), "--metrics",
+           os.path.join(run, "m.jsonl")]
+    os.makedirs(env["MS_CKPT_SHM_DIR"], exist_ok=True)
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace", env=env)
+    out = {}
+    reader = threading.Thread(target=lambda: out.update(err=p.stderr.read()), daemon=True)
+    reader.start()
+    wait_step(run, 4, p)
+    statuses = []
+    stop = threading.Event()
+
+    def ask():
+        while not stop.is_set() and p.poll() is None:
+            statuses.append(ctl_status(run))
+            time.sleep(0.2)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    time.sleep(0.3)
+    r = subprocess.run([BIN, "launch", "--ctl", run, "evict", "node1"], capture_output=True,
+                       text=True, timeout=60)
+    time.sleep(1)
+    stop.set()
+    asker.join(timeout=60)
+    try:
+        p.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+    reader.join(timeout=10)
+    ev = events(run)
+    names = [e["event"] for e in ev]
+    print(f"evict: --ctl evict rc {r.returncode} {r.stdout.strip()} {r.stderr.strip()}; "
+          f"statuses {[(round(t, 2), g) for t, g in statuses]}; rc {p.returncode}")
+    ok(r.returncode == 0 and "evicting" in r.stdout,
+       "a slow disk: --ctl evict node1 is answered, with statuses asked alongside",
+       r.stdout + r.stderr)
+    ok(statuses and all(g for _, g in statuses),
+       "a slow disk: every status asked during the eviction is answered", str(statuses))
+    launches = [e.get("nodes") for e in ev if e["event"] == "launch"]
+    ok(p.returncode == 0 and names[-1:] == ["job_done"] and
+       launches == ["node0,node1", "node0,node2"] and
+       [(e["node"], e["by"]) for e in ev if e["event"] == "evict"] == [("node1", "manual")],
+       "a slow disk and a manual eviction: the spare took over, the job is done",
+       f"rc {p.returncode}, launches {launches}, events {names}\n{out.get('err', '')[-3000:]}")
+
+
 def in_order(ev):
     times = [e["t"] for e in ev]
     names = [e["event"] for e in ev]
@@ -142,6 +209,7 @@ def main():
        state(run).get("finished") is True,
        "a slow disk and a crash: one fault, one restart, done, every event in order",
        f"rc {rc}, events {names}\n{err[-2000:]}")
+    evict_while_slow(d, shard)
     finish(d)
 
 
