@@ -49,6 +49,7 @@ struct mon_heartbeat {
     double step_ms, compute_ms, loss, grad_norm;
     char phase[16];
     char error[1024];
+    int usage; /* the error is a usage error */
 };
 
 static ms_status parse_addr(mon_heartbeat *hb, const char *addr) {
@@ -127,6 +128,7 @@ static char *beat_line(mon_heartbeat *hb) {
         cJSON_AddStringToObject(o, "ckpt_error", hb->ckpt_error);
     }
     if (hb->error[0]) cJSON_AddStringToObject(o, "error", hb->error);
+    if (hb->usage) cJSON_AddTrueToObject(o, "usage");
     hb->dirty = 0;
     pthread_mutex_unlock(&hb->mu);
     cJSON_AddNumberToObject(o, "comm_bytes",
@@ -277,8 +279,12 @@ void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, con
     pthread_mutex_unlock(&hb->mu);
 }
 
-void mon_heartbeat_error(mon_heartbeat *hb, const char *msg) {
-    if (hb) update(hb, "error", msg && *msg ? msg : "unknown error");
+void mon_heartbeat_error(mon_heartbeat *hb, const char *msg, int usage) {
+    if (!hb) return;
+    pthread_mutex_lock(&hb->mu);
+    hb->usage = usage;
+    pthread_mutex_unlock(&hb->mu);
+    update(hb, "error", msg && *msg ? msg : "unknown error");
 }
 
 static ms_status hb_step(void *ctx, const mon_step *s) {

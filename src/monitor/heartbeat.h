@@ -64,8 +64,10 @@ void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, con
  * steps done and which fault fired (a beat still queued would be lost, and
  * the fault handed to the next start again).  NULL is ignored. */
 void mon_heartbeat_flush(mon_heartbeat *hb, double timeout_s);
-/* A failed run: send phase "error" with this message (cut to fit) now. */
-void mon_heartbeat_error(mon_heartbeat *hb, const char *msg);
+/* A failed run: send phase "error" with this message (cut to fit) now.
+ * usage: the options were refused (the process exits 2), so a driver does
+ * not restart a job that would be refused the same way. */
+void mon_heartbeat_error(mon_heartbeat *hb, const char *msg, int usage);
 /* Send a last beat (phase as set: "done" after a finished run), stop, free.
  * NULL is ignored. */
 void mon_heartbeat_close(mon_heartbeat *hb);

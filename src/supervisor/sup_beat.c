@@ -16,10 +16,10 @@
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
-    "v",          "token",      "rank",       "world",      "pid",         "host",
-    "node",       "seq",        "step",       "phase",      "step_ms",     "loss",
-    "grad_norm",  "comm_bytes", "compute_ms", "redone",     "ckpt_commit", "ckpt_failed",
-    "ckpt_error", "error",      "stage",      "comm_wait_s"};
+    "v",          "token",      "rank",       "world",       "pid",         "host",
+    "node",       "seq",        "step",       "phase",       "step_ms",     "loss",
+    "grad_norm",  "comm_bytes", "compute_ms", "redone",      "ckpt_commit", "ckpt_failed",
+    "ckpt_error", "error",      "stage",      "comm_wait_s", "usage"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -130,6 +130,10 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
         b->ckpt_failed = (int)v;
     }
     if (get_str(o, "ckpt_error", b->ckpt_error, sizeof b->ckpt_error, 0)) return -1;
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "usage");
+    if (u && (!cJSON_IsBool(u) || strcmp(b->phase, "error")))
+        return *why = "usage is true or false, with phase error", -1;
+    b->usage = cJSON_IsTrue(u);
     return 0;
 }
 

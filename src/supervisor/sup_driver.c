@@ -470,12 +470,15 @@ static int has_opt(const sup_config *c, const char *name) {
     return 0;
 }
 
-/* Did the job end with exit code 2, the ranks' usage error (cli_exit_code:
+/* Did the job refuse its options: a rank's usage error (cli_exit_code 2:
  * options that contradict each other or the layout, such as a world size
- * that --tp x --pp does not divide)?  No restart or diag can change that. */
+ * that --tp x --pp does not divide), said in its last beat or by mpirun's
+ * exit code?  No restart or diag can change that.  (The beat often comes
+ * first: the driver stops the job before mpirun can exit 2 itself.) */
 static int refused_options(const sup_driver *d) {
     const sup_job *j = &d->job;
-    return j->exited && !j->adopted && WIFEXITED(j->status) && WEXITSTATUS(j->status) == 2;
+    return d->fault_usage ||
+           (j->exited && !j->adopted && WIFEXITED(j->status) && WEXITSTATUS(j->status) == 2);
 }
 
 /* The restart policy after a fault: 0 to go on, else the exit code. */
@@ -562,9 +565,10 @@ static int after_fault(sup_driver *d, int prev_best) {
     d->recovering = 1, d->recover_prev_best = prev_best;
     sup_state_save(d, 0, 1); /* killed from here to the restart: the successor recovers */
     if (!g_stop && refused_options(d)) {
-        fprintf(stderr, "megascale launch: error: the job refused its options (mpirun ended with "
-                        "exit code 2, a usage error: the ranks' error above names the option); a "
-                        "restart would be refused the same way\n");
+        fprintf(stderr,
+                "megascale launch: error: the job refused its options (%s, a usage error: the "
+                "ranks' error above names the option); a restart would be refused the same way\n",
+                d->fault_usage ? "a rank's last heartbeat" : "mpirun ended with exit code 2");
         finish(d, "usage", SUP_EXIT_USAGE);
         return SUP_EXIT_USAGE;
     }

@@ -337,6 +337,7 @@ typedef struct {
     char kind[24], detail[1100];
     int fault_rank, fault_step;
     int fault_booked;         /* it is in the summary's faults (book_fault) */
+    int fault_usage;          /* it is a rank's usage error: a restart would be refused too */
     double t_detect, t_stall; /* when it was detected; when the rank went silent/stuck */
     int evict_node;           /* a node the detectors or the control socket named (-1) */
     char evict_reason[160];

@@ -306,8 +306,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         int gone = strcmp(kind, "comm") ? -1 : gone_rank(d);
         if (gone >= 0)
             crash(d, gone, d->r[gone].t_lost > 0 ? d->r[gone].t_lost : 0);
-        else
+        else {
+            d->fault_usage |= b->usage && !d->fault;
             sup_set_fault(d, kind, b->rank, 0, "%s", b->error);
+        }
     }
 }
 
@@ -796,6 +798,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->kind[0] = d->detail[0] = 0;
     d->fault_rank = -1;
     d->fault_booked = 0;
+    d->fault_usage = 0;
     d->redone_booked = 0;
     d->evict_node = -1;
     d->evict_reason[0] = 0;

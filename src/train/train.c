@@ -552,7 +552,7 @@ static void teardown(trainer *t, ms_status st) {
     }
     mon_evlog_close(t->evlog); /* after every thread that records has stopped */
     if (st != MS_OK)
-        mon_heartbeat_error(t->hb, why);
+        mon_heartbeat_error(t->hb, why, st == MS_ERR_ARG);
     else /* interrupted (SIGTERM/SIGINT) before --steps: not done, the driver restarts it */
         mon_heartbeat_phase(t->hb, t->done >= t->tc->steps ? "done" : "stopped");
     mon_heartbeat_close(t->hb);

@@ -76,6 +76,18 @@ static void test_valid(void) {
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_commit\":1.5"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"redone\":\"2\""), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"node\":\"../etc\""), -1);
+    /* usage: true or false, on an error beat only */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"usage\":true"), -1); /* phase train */
+    char err[sizeof GOOD + 64];
+    const char *ph = strstr(GOOD, "\"phase\":\"train\"");
+    snprintf(err, sizeof err, "%.*s\"phase\":\"error\",\"usage\":true%s", (int)(ph - GOOD), GOOD,
+             ph + strlen("\"phase\":\"train\""));
+    T_EQ_INT(sup_beat_parse(err, strlen(err), TOK, 8, &b, &why), 0);
+    T_EQ_INT(b.usage, 1);
+    memcpy(strstr(err, "true"), "1   ", 4);
+    T_EQ_INT(sup_beat_parse(err, strlen(err), TOK, 8, &b, &why), -1); /* not a boolean */
+    T_EQ_INT(sup_beat_parse(GOOD, strlen(GOOD), TOK, 8, &b, &why), 0);
+    T_EQ_INT(b.usage, 0);
 }
 
 static void test_rejected(void) {
@@ -215,10 +227,19 @@ static void test_client(void) {
     T_NEAR(b.step_ms, 250, 1e-9);
     T_EQ_INT(b.pid, getpid());
     T_OK(read_until(fd, "train", &b) >= 1); /* periodic beats go on */
-    mon_heartbeat_error(hb, "disk \"full\"\n at step 7");
+    mon_heartbeat_error(hb, "disk \"full\"\n at step 7", 0);
     mon_heartbeat_close(hb);
     T_OK(read_until(fd, "error", &b) >= 1);
     T_OK(!strcmp(b.phase, "error") && strstr(b.error, "disk \"full\"  at step 7") != NULL);
+    T_EQ_INT(b.usage, 0);
+    close(fd);
+    close(lfd);
+    /* a usage error says so: the driver does not restart the job */
+    fd = open_client(1, 0.05, addr, sizeof addr, &lfd, &hb);
+    mon_heartbeat_error(hb, "--batch 16 is not a multiple of --dp 3", 1);
+    mon_heartbeat_close(hb);
+    T_OK(read_until(fd, "error", &b) >= 1);
+    T_OK(b.usage == 1 && strstr(b.error, "--batch 16") != NULL);
     close(fd);
     close(lfd);
     /* a malformed address or token is an error naming it */
