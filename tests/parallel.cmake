@@ -13,6 +13,12 @@ ms_c_test(test_plan_megascale SOURCES unit/test_plan_megascale.c LABELS unit
 ms_script_test(plan_cli COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cli.py
   LABELS cli)
 set_tests_properties(plan_cli PROPERTIES TIMEOUT 300)
+# The planner's memory per GPU against the trainer's own count of what it allocates (the CPU
+# backend's device-memory peak), tiny models in one process and under mpirun (tp, dp, pp, vpp).
+ms_script_test(plan_memory COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_memory.py
+  LABELS cli)
+ms_script_test(plan_memory_mpi COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_memory.py --mpi
+  LABELS mpi)
 # `plan measure --base` under mpirun: the links, the shared cores, overlap_exposed.
 ms_script_test(plan_measure_mpi COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/plan/test_plan_cli.py --mpi
   LABELS mpi)

@@ -89,8 +89,9 @@ struct be_backend {
     int (*ev_record)(be_backend *be);
     int (*ev_poll)(be_backend *be, int h, int64_t *t_ns);
     void (*ev_anchor)(be_backend *be);
-    /* The most device memory held at once so far, in bytes (0 on the CPU,
-     * whose memory is the process's). */
+    /* The most device memory held at once so far, in bytes: the blocks of
+     * be->alloc and the ops' scratch (be->reserve); not a GEMM library's own
+     * workspace nor the runtime's.  The CPU counts the same host blocks. */
     double (*mem_peak)(be_backend *be);
 
     /* ---- ops ---- */

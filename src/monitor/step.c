@@ -152,7 +152,7 @@ static ms_status metrics_step(void *ctx, const mon_step *s) {
     cJSON_AddNumberToObject(o, "tokens", (double)s->tokens);
     add_round(o, "wall", s->wall_s, 1e-3);
     add_round(o, "peak_rss_mb", s->peak_rss_bytes / 1e6, 0.1);
-    if (s->peak_dev_bytes > 0) add_round(o, "peak_dev_mb", s->peak_dev_bytes / 1e6, 0.1);
+    if (s->peak_dev_bytes > 0) add_round(o, "peak_dev_mb", s->peak_dev_bytes / 1e6, 0.001);
     cJSON_AddBoolToObject(o, "skipped", s->skipped);
     cJSON_AddNumberToObject(o, "redone", s->redone);
     return metrics_put(m, o);

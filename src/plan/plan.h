@@ -15,9 +15,10 @@
  *  - overlap by the trainer's rules (ZeRO buckets reduce-scattered while the
  *    backward goes on, all-gathers waited layer by layer; non-blocking
  *    pipeline transfers; MegaScale's chunked TP overlap);
- *  - memory from parameters, gradients, ZeRO-sharded optimizer state and
- *    activations (Korthikanti et al. 2022, with sequence parallelism and
- *    recomputation), the activations in flight taken from the schedule.
+ *  - memory: what the trainer allocates on the busiest stage, buffer by
+ *    buffer (weights, gradients, the ZeRO shard of the optimizer state, the
+ *    activation sets its schedule holds, the backward's scratch, pipeline
+ *    and ZeRO buffers, the backend's op scratch).
  * Also the scale-out costs: group initialisation, checkpoint stall and
  * restore, and the effective training time ratio (Young/Daly).
  *
@@ -197,23 +198,29 @@ double plan_window_flops_per_token(const plan_model *m);
 void plan_params(const plan_model *m, double *layer, double *embed);
 double plan_flops_per_token_6n(const plan_model *m);
 
-/* Activation bytes of one layer for one micro-batch of b sequences
- * (Korthikanti et al., Table 2 and Sec. 5: s b h (34 + 5 a s / h) with no
- * parallelism; /t with TP + SP; selective recompute drops the 5as/h term,
- * as does a flash attention (flash 1); full recompute keeps only the layer
- * input 2 s b h / t), times act_bytes / 2.  The planner's attention is
- * always a flash kernel (FlashAttention-1 or -2). */
+/* Activation bytes the trainer saves for one block and one micro-batch of
+ * `micro` sequences on a rank of tp (gpt_model.c push_layer): the residual
+ * input (and mid-block residual) and LayerNorm statistics over N/tp rows
+ * (sequence parallelism), the LayerNorm outputs all-gathered (N rows),
+ * q k v, the attention output, the MLP's pre-activation and GeLU over C/tp
+ * or 4C/tp columns, each at act_bytes, and the attention's state: its
+ * (B, heads/tp, T, T) fp32 softmax output where the backend keeps it
+ * (flash 0, the CPU backend), else its (B, heads/tp, T) log-sum-exp (a
+ * flash kernel, or selective recomputation).  Full recomputation keeps the
+ * block's input only. */
 double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompute rc, int flash,
                             double act_bytes);
-/* The memory parts of r (params, grads, optimizer, activations) for the
- * stage holding the most (plan_memory.c): the first (the most (micro-batch,
- * chunk) pairs in flight, in_flight; its embedding outputs are block 0's
- * inputs, counted with the layers) or the last
- * (in_flight_last pairs and the fp32 logits), from the schedule; with full
- * recompute also one layer's recomputed activations while its backward
- * runs. */
-void plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
-                 const plan_cluster *c, int in_flight, int in_flight_last, plan_result *r);
+/* The memory parts of r (params, grads, optimizer, activations, and
+ * in_flight: the busiest stage's activation sets) for the stage that holds
+ * the most (plan_memory.c): what the trainer allocates there, buffer by
+ * buffer: fp32 master weights (plus their 16-bit copy), fp32 gradients,
+ * the ZeRO shard of m and v; the activation arena (the blocks of as many
+ * (micro-batch, chunk) sets as the stage's schedule holds at once, the
+ * output stage, one copy of the backward's scratch), the pipeline's send
+ * buffers and tied-embedding copy, ZeRO's exchange buffers and the
+ * backend's op scratch.  MS_ERR_NOMEM. */
+ms_status plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
+                      const plan_cluster *c, plan_result *r);
 
 /* ---- search (plan_search.c) ---------------------------------------------- */
 

@@ -319,19 +319,15 @@ static void chunk_costs(const step_ctx *x, double *fwd, double *bwd, double *com
 }
 
 /* The pipeline part of the step: makespan of the stage lists under the
- * chunk costs, and the (micro-batch, chunk) pairs in flight at most on any
- * stage and on the last one. */
-static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bwd, double *makespan,
-                          int *in_flight, int *in_flight_last) {
+ * chunk costs. */
+static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bwd,
+                          double *makespan) {
     if (x->p == 1) {
         *makespan = x->n_micro * (fwd[0] + bwd[0]);
-        *in_flight = *in_flight_last = 1;
         return MS_OK;
     }
     par_plan plan;
     par_sim_stats st;
-    int *mif = calloc((size_t)x->p, sizeof *mif);
-    if (!mif) return ms_error(MS_ERR_NOMEM, "plan: pipeline of %d stages", x->p);
     ms_status rc = par_plan_build(x->v > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B, x->p, x->v,
                                   x->n_micro, &plan);
     if (rc == MS_OK) {
@@ -339,17 +335,10 @@ static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bw
             .t_fwd = fwd,
             .t_bwd = bwd, /* the transfer's time the cores do not spend (chunk_costs) */
             .t_p2p = x->f->pp_overlap ? (1 - x->c->overlap_exposed) * x->t_p2p : 0};
-        rc = par_schedule_simulate(&plan, &costs, &st, mif);
+        rc = par_schedule_simulate(&plan, &costs, &st, NULL);
         par_plan_free(&plan);
     }
-    if (rc == MS_OK) {
-        *makespan = st.makespan;
-        *in_flight = mif[0]; /* stage 0 keeps the most activations */
-        for (int s = 1; s < x->p; s++)
-            if (mif[s] > *in_flight) *in_flight = mif[s];
-        *in_flight_last = mif[x->p - 1];
-    }
-    free(mif);
+    if (rc == MS_OK) *makespan = st.makespan;
     return rc;
 }
 
@@ -427,8 +416,7 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
     double *fwd = buf, *bwd = buf + n, *comp = bwd + n, *tp = comp + x.p, *pp = tp + x.p;
     chunk_costs(&x, fwd, bwd, comp, tp, pp);
     double makespan = 0;
-    int in_flight_last = 1;
-    ms_status st = pipeline(&x, fwd, bwd, &makespan, &r->in_flight, &in_flight_last);
+    ms_status st = pipeline(&x, fwd, bwd, &makespan);
     if (st == MS_OK) {
         int s = 0; /* the parts of the busiest stage */
         for (int i = 1; i < x.p; i++)
@@ -448,7 +436,7 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
         r->tokens_per_s = (double)l->batch * m->seq / r->iter_s;
         r->mfu = r->model_flops_per_token * r->tokens_per_s / ((double)l->gpus * c->peak_flops);
         r->mfu_window = r->mfu * plan_window_flops_per_token(m) / r->model_flops_per_token;
-        plan_memory(m, l, f, c, r->in_flight, in_flight_last, r);
+        st = plan_memory(m, l, f, c, r);
     }
     free(buf);
     return st;

@@ -804,8 +804,34 @@ static void test_blas_core_choice(void) {
     T_OK(strlen(be_cpu_blas_core()) > 0);
 }
 
+/* mem_peak: the most bytes of be->alloc blocks and op scratch held at once, by hand: two
+ * threads' LayerNorm partials (2C = 128 floats each) and attention dS blocks (64 x T = 6400),
+ * the classifier chunk (all B T = 200 rows of Vp = 512, under its 64 M floats). */
+static void test_mem_peak(void) {
+    be_backend *b = NULL;
+    T_EQ_INT(be_cpu_create(&b, 2), MS_OK);
+    T_NEAR(b->mem_peak(b), 0, 0);
+    void *x = b->alloc(b, 1000), *y = b->alloc(b, 3000);
+    b->free(b, x);
+    void *z = b->alloc(b, 500);
+    T_NEAR(b->mem_peak(b), 4000, 0); /* x and y were held together */
+    be_limits big = {2, 100, 64, 4, 512, 10}, small = {1, 8, 16, 2, 64, 10};
+    T_EQ_INT(b->reserve(b, &big), MS_OK);
+    double scratch = 4.0 * (2 * 128 + 2 * 6400 + 200 * 512);
+    T_NEAR(b->mem_peak(b), 3500 + scratch, 0);
+    b->free(b, y);
+    b->free(b, z);
+    T_EQ_INT(b->reserve(b, &small), MS_OK); /* scratch never shrinks, nothing new is held */
+    void *w = b->alloc(b, 3500);
+    T_NEAR(b->mem_peak(b), 3500 + scratch, 0);
+    b->free(b, w);
+    b->free(b, NULL);
+    be_destroy(b);
+}
+
 int main(void) {
     verbose = getenv("MS_TEST_VERBOSE") != NULL;
+    test_mem_peak();
     test_blas_core_choice();
     run_all(2);
     run_all(3);

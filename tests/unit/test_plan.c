@@ -144,60 +144,94 @@ static void test_bubble(void) {
     par_plan_free(&plan);
 }
 
-/* Korthikanti et al. (2022) for GPT-3 175B (s 2048, b 1, h 12288, a 96) with t = 8 and
- * sequence parallelism: s b h / t (34 + 5 a s / h) = 3.1457e6 x 114 bytes a layer; 34 with
- * selective recomputation; 2 s b h / t with full recomputation. */
+/* What the trainer saves for one block of GPT-3 175B (s 2048, b 1, h 12288, a 96) at tp 8
+ * with 16-bit activations, by hand (gpt_model.c push_layer): over S = s b h elements, the
+ * residual input and mid-block residual at S/t each, the two LayerNorm outputs all-gathered
+ * (S each), q k v (3 S/t), the attention output (S/t), the MLP's pre-activation and GeLU
+ * (4 S/t each), times 2 bytes: 4 S + 28 S/t; the LayerNorms' mean and rstd, 4 x s/t fp32; the
+ * attention's state, a/t heads of s fp32 (flash: log-sum-exp) or s x s (the softmax kept). */
+static double block_bytes(double S, double t, double s, double a, int flash) {
+    return 4 * S + 28 * S / t + 4 * s / t * 4 + a / t * s * (flash ? 1 : s) * 4;
+}
+
 static void test_memory(void) {
     plan_model m = {.layers = 96, .dim = 12288, .heads = 96, .vocab = 50257, .seq = 2048};
-    double sbh = 2048.0 * 12288 / 8;
-    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_NONE, 0, 2), sbh * 114, 1);
-    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_SELECTIVE, 0, 2), sbh * 34, 1);
-    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_NONE, 1, 2), sbh * 34, 1);
-    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_FULL, 0, 2), sbh * 2, 1);
-    T_NEAR(plan_layer_act_bytes(&m, 8, 2, PLAN_RECOMPUTE_SELECTIVE, 0, 2), 2 * sbh * 34, 1);
+    double h = 12288, S = 2048.0 * h, sbh = S / 8;
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_NONE, 1, 2),
+           block_bytes(S, 8, 2048, 96, 1), 0);
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_NONE, 0, 2),
+           block_bytes(S, 8, 2048, 96, 0), 0);
+    /* selective recomputation keeps no score matrix; full keeps the block's input */
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_SELECTIVE, 0, 2),
+           block_bytes(S, 8, 2048, 96, 1), 0);
+    T_NEAR(plan_layer_act_bytes(&m, 8, 1, PLAN_RECOMPUTE_FULL, 0, 2), sbh * 2, 0);
+    T_NEAR(plan_layer_act_bytes(&m, 8, 2, PLAN_RECOMPUTE_NONE, 1, 2),
+           block_bytes(2 * S, 8, 4096, 96, 1), 0);
+    /* a parallel block: no mid-block residual, one LayerNorm */
+    plan_model pb = m;
+    pb.parallel_block = 1;
+    T_NEAR(plan_layer_act_bytes(&pb, 8, 1, PLAN_RECOMPUTE_NONE, 1, 2),
+           block_bytes(S, 8, 2048, 96, 1) - 2 * S - 2 * sbh - 2 * 2048.0 / 8 * 4, 0);
     /* a whole configuration by hand: tp 8, pp 8, dp 4, one chunk, 1F1B */
     plan_cluster c = cluster();
     plan_layout l = {.gpus = 256, .tp = 8, .pp = 8, .vpp = 1, .batch = 64, .micro = 1};
-    plan_features f = {.recompute = PLAN_RECOMPUTE_SELECTIVE};
+    plan_features f = {.recompute = PLAN_RECOMPUTE_NONE};
     plan_result r;
     T_EQ_INT(plan_predict(&m, &l, &f, &c, &r), MS_OK);
-    /* this stage: 12 layers of 12h^2 + 13h, wte and wpe (V + s) h and ln_f 2h, over tp 8 */
-    double h = 12288, n = (12.0 * (12 * h * h + 13 * h) + (50257.0 + 2048) * h + 2 * h) / 8;
-    T_NEAR(r.mem_params_gb, n * 2 / 1e9, 1e-9);
+    /* stage 0: wte (the vocabulary padded to 128 tp = 51200) over tp, wpe, 12 blocks of
+     * 12h^2 + 7h split over tp and 6h whole (LayerNorms, the projections' biases) */
+    double n = 51200.0 / 8 * h + 2048 * h + 12 * (12 * h * h / 8 + 7 * h / 8 + 6 * h);
+    T_NEAR(r.mem_params_gb, n * (4 + 2) / 1e9, 1e-9); /* fp32 masters whole, a bf16 copy */
     T_NEAR(r.mem_grads_gb, n * 4 / 1e9, 1e-9);
-    T_NEAR(r.mem_optim_gb, n * 12 / 4 / 1e9, 1e-9);
-    T_EQ_INT(r.in_flight, 8); /* 1F1B: stage 0 keeps pp micro-batches */
-    /* stage 0, the busiest: 8 micro-batches of 12 layers (the last stage keeps 1 micro-batch
-     * and the fp32 logits, 2048 x 50257 / 8 x 4 bytes).  Their embedding outputs are block
-     * 0's inputs (the trainer embeds into layers[0].resid_in), already in the 34: nothing
-     * more (they were added, 8 x 2 s b h / t, counting block 0's input twice) */
-    T_NEAR(r.mem_act_gb, 8 * 12 * sbh * 34 / 1e9, 1e-9);
+    T_NEAR(r.mem_optim_gb, n * 8 / 4 / 1e9, 1e-9); /* m and v, sharded over dp 4 */
+    T_EQ_INT(r.in_flight, 8);                      /* 1F1B: stage 0 keeps pp micro-batches */
+    /* stage 0, the busiest: 8 sets of 12 blocks and their 8 output gradients (S / t each),
+     * and once: ln_f's output, dln, tmp, dfull and the reduce-scatter's buffer (S each);
+     * x_final, dresid, datty, dqkv, dfc, dfc_pre (14 S / t); the 3 send buffers a direction
+     * (6 S / t); 2 bytes each; the tied wte's fp32 copy; the vocabulary-parallel
+     * classifier's chunk (2048 rows of 6400, 2 bytes); within 2 MB (tokens, statistics) */
+    double blocks = 8 * 12 * block_bytes(S, 8, 2048, 96, 1), wte = 51200.0 / 8 * h * 4;
+    double rest = (5 * S + (8 + 14 + 6) * S / 8) * 2 + wte + 2048 * 6400.0 * 2;
+    T_OK(r.mem_act_gb * 1e9 > blocks + rest);
+    T_OK(r.mem_act_gb * 1e9 < blocks + rest + 2e6);
     T_NEAR(r.memory_gb, r.mem_params_gb + r.mem_grads_gb + r.mem_optim_gb + r.mem_act_gb + 2, 1e-9);
     T_OK(r.fits == (r.memory_gb <= 80));
-    /* full recomputation: each layer keeps its input (2 s b h / t), and the layer whose
-     * backward runs holds its recomputed activations (34 s b h / t) meanwhile */
+    /* full recomputation: each block keeps its input (2 s b h / t), and the block whose
+     * backward runs holds its recomputed activations meanwhile */
+    double act_none = r.mem_act_gb;
     f.recompute = PLAN_RECOMPUTE_FULL;
     T_EQ_INT(plan_predict(&m, &l, &f, &c, &r), MS_OK);
-    T_NEAR(r.mem_act_gb, (8 * 12 * sbh * 2 + sbh * 34) / 1e9, 1e-9);
-    /* a large vocabulary on pp 4: stage 0 keeps 4 micro-batches, the last stage 1
-     * micro-batch and the fp32 logits; no stage holds both (they were added: the logits to
-     * stage 0's activations) */
-    plan_model v = {.layers = 8, .dim = 1024, .heads = 16, .vocab = 256000, .seq = 4096};
-    plan_layout l4 = {.gpus = 4, .tp = 1, .pp = 4, .vpp = 1, .batch = 8, .micro = 1};
+    T_NEAR(r.mem_act_gb,
+           act_none - (8 * 12 - 1) * block_bytes(S, 8, 2048, 96, 1) / 1e9 + 8 * 12 * sbh * 2 / 1e9,
+           1e-9);
+    /* interleaved, vpp 2: the activation sets are the trainer's (par_schedule_slots: the
+     * larger of its two communication modes' lists), not the simulator's pairs in flight */
+    plan_layout l2 = l;
+    l2.vpp = 2;
     f.recompute = PLAN_RECOMPUTE_NONE;
-    T_EQ_INT(plan_predict(&v, &l4, &f, &c, &r), MS_OK);
-    double sbh1 = 4096.0 * 1024, first = 4 * 2 * sbh1 * 34,
-           last = 1 * 2 * sbh1 * 34 + 4096.0 * 256000 * 4;
-    T_EQ_INT(r.in_flight, 4);
-    T_NEAR(r.mem_act_gb, fmax(first, last) / 1e9, 1e-9);
-    /* one stage, a small vocabulary (its fp32 logits, 4096 x 256 x 4 bytes, are smaller
-     * than the embedding outputs, 4096 x 1024 x 2, that were counted instead): one
-     * micro-batch in flight, its 8 layers and its logits */
-    v.vocab = 256;
+    T_EQ_INT(plan_predict(&m, &l2, &f, &c, &r), MS_OK);
+    int sets = 0;
+    for (int comm = PAR_COMM_OVERLAP; comm <= PAR_COMM_BLOCKING; comm++) {
+        par_instr *list = NULL;
+        int ni = 0, k = 0, slot[32];
+        T_EQ_INT(par_schedule_comm(PAR_SCHED_INTERLEAVED, comm, 8, 2, 16, 0, &list, &ni), MS_OK);
+        T_EQ_INT(par_schedule_slots(list, ni, 2, 16, slot, &k), MS_OK);
+        if (k > sets) sets = k;
+        free(list);
+    }
+    T_EQ_INT(r.in_flight, sets);
+    /* one stage on a CPU cluster (cores: the attention keeps its s x s scores, the
+     * classifier's fp32 logits chunk is the backend's) */
+    plan_model v = {.layers = 8, .dim = 1024, .heads = 16, .vocab = 256, .seq = 4096};
     plan_layout l1 = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 8, .micro = 1};
+    c.cores = 2, c.threads = 1, c.act_bytes = 4;
     T_EQ_INT(plan_predict(&v, &l1, &f, &c, &r), MS_OK);
     T_EQ_INT(r.in_flight, 1);
-    T_NEAR(r.mem_act_gb, (8 * sbh1 * 34 + 4096.0 * 256 * 4) / 1e9, 1e-9);
+    /* 4-byte activations: the block's tensors twice, its statistics and scores once */
+    double S1 = 4096.0 * 1024,
+           layer1 = 2 * block_bytes(S1, 1, 4096, 16, 0) - 16 * 4096 - 16 * 4096.0 * 4096 * 4;
+    T_NEAR(plan_layer_act_bytes(&v, 1, 1, PLAN_RECOMPUTE_NONE, 0, 4), layer1, 0);
+    T_OK(r.mem_act_gb * 1e9 > 8 * layer1 + 4096.0 * 256 * 4);
 }
 
 static void write_file(const char *path, const char *text) {

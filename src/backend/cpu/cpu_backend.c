@@ -17,11 +17,40 @@
 #include "base/events.h"
 #include "base/timeutil.h"
 
+/* `add` bytes more and `sub` fewer held; the peak follows. */
+static void cpu_account(cpu_ctx *c, size_t add, size_t sub) {
+    c->bytes = c->bytes + add - sub;
+    if (c->bytes > c->peak) c->peak = c->bytes;
+}
+
+/* Host memory standing in for device memory, counted like the CUDA backend's
+ * (cpu_mem_peak).  A block the table cannot record (out of host memory for
+ * it) is still returned, uncounted. */
 static void *cpu_alloc(be_backend *be, size_t bytes) {
-    return ms_alloc_aligned(bytes);
+    cpu_ctx *c = cpu_ctx_of(be);
+    void *p = ms_alloc_aligned(bytes);
+    if (!p) return NULL;
+    if (c->n_blocks == c->cap_blocks) {
+        int cap = c->cap_blocks ? 2 * c->cap_blocks : 64;
+        struct cpu_block *b = realloc(c->blocks, sizeof *b * (size_t)cap);
+        if (!b) return p;
+        c->blocks = b;
+        c->cap_blocks = cap;
+    }
+    c->blocks[c->n_blocks].p = p;
+    c->blocks[c->n_blocks++].n = bytes;
+    cpu_account(c, bytes, 0);
+    return p;
 }
 
 static void cpu_free(be_backend *be, void *p) {
+    cpu_ctx *c = cpu_ctx_of(be);
+    for (int i = c->n_blocks - 1; p && i >= 0; i--)
+        if (c->blocks[i].p == p) {
+            cpu_account(c, 0, c->blocks[i].n);
+            c->blocks[i] = c->blocks[--c->n_blocks];
+            break;
+        }
     ms_free_aligned(p);
 }
 
@@ -91,8 +120,7 @@ static void cpu_ev_anchor(be_backend *be) {
 }
 
 static double cpu_mem_peak(be_backend *be) {
-    (void)be;
-    return 0;
+    return (double)cpu_ctx_of(be)->peak;
 }
 
 void cpu_blas_threads(const cpu_ctx *c) {
@@ -183,6 +211,11 @@ static ms_status cpu_reserve(be_backend *be, const be_limits *lim) {
         MS_TRY(cpu_grow(&c->cls, &c->cls_floats, rows * (size_t)lim->Vp, "classifier"));
     }
     if (be->act_dtype == BE_BF16) MS_TRY(cpu16_reserve(c, lim));
+    size_t scratch = sizeof(float) * (c->part_stride * nt + c->att_stride * nt + c->cls_floats +
+                                      3 * c->x_floats + c->wb_have) +
+                     sizeof(uint16_t) * c->cls16_n;
+    cpu_account(c, scratch, c->scratch_bytes);
+    c->scratch_bytes = scratch;
     return MS_OK;
 }
 
@@ -204,6 +237,7 @@ static void cpu_destroy(be_backend *be) {
         ms_free_aligned(c->cls16);
         cpu_sgemm_scratch_free(&c->sg);
         cpu_dnnl_free(c->dnnl);
+        free(c->blocks);
         free(c);
     }
     free(be);

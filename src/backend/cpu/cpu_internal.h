@@ -121,6 +121,15 @@ typedef struct {
     /* fp32 GEMMs: an own kernel (cpu_sgemm.c, scratch sg), NULL on OpenBLAS */
     const cpu_sgemm_kern *gemm_kern;
     cpu_sgemm_scratch sg;
+    /* memory accounting (cpu_mem_peak): the live be->alloc blocks, their bytes
+     * plus the op scratch above (part, att, cls and the bf16 mode's), the most
+     * held at once */
+    struct cpu_block {
+        void *p;
+        size_t n;
+    } * blocks;
+    int n_blocks, cap_blocks;
+    size_t bytes, peak, scratch_bytes;
     /* device timers: ops run synchronously, so a timestamp is the host clock */
     int64_t ev_t[CPU_EV_POOL];
     int ev_free[CPU_EV_POOL], ev_nfree;

@@ -1,0 +1,91 @@
+"""`megascale plan`'s memory per GPU against what the trainer allocates: tiny models trained
+for two steps on the CPU backend, whose device-memory peak (the metrics' peak_dev_mb) is the
+exact count of its be->alloc blocks and op scratch, and the planner's memory_gb_per_gpu for the
+same model, layout and a CPU cluster file must agree within TOL.  One process: micro-batch,
+sequence, width, vocabulary and a parallel block varied; with --mpi (under mpirun): tp2, dp2,
+pp2 and pp2 x vpp2.  The trainer runs with --peak-flops: without it, it probes the peak with
+three 2048 x 2048 GEMM matrices on top of the model (the planner leaves that probe out).
+Environment: MS_BIN."""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ckpt"))
+import ckpt_common as cc  # noqa: E402  (the workspace, its token shard, run and mpi)
+
+TOL = 0.01
+# name: model, sequence, batch, micro-batch, layout, block
+ONE = [
+    ("serial", (2, 32, 2, 256), 32, 4, 4, {}, "serial"),
+    ("micro 2 of 8", (4, 64, 4, 256), 32, 8, 2, {}, "serial"),
+    ("wide, long, vocab 512", (2, 128, 4, 512), 64, 4, 4, {}, "serial"),
+    ("parallel block", (2, 64, 4, 256), 16, 4, 4, {}, "parallel"),
+]
+MPI = [
+    ("tp2", (2, 64, 4, 256), 32, 4, 4, {"tp": 2}, "serial"),
+    ("dp2", (2, 64, 4, 256), 32, 8, 4, {"dp": 2}, "serial"),
+    ("pp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial"),
+    ("pp2 x vpp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2, "vpp": 2}, "serial"),
+]
+
+
+def cluster(ws):
+    """The shipped CPU cluster file, at the trainer's one thread a rank (its op scratch is
+    per thread)."""
+    c = json.load(open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "data", "clusters", "dev-cpu.json")))
+    c["threads"] = 1
+    path = ws.path("cpu.json")
+    json.dump(c, open(path, "w"))
+    return path
+
+
+def check(ws, cl, case):
+    name, (layers, dim, heads, vocab), seq, batch, micro, layout, block = case
+    model = ["--layers", str(layers), "--dim", str(dim), "--heads", str(heads),
+             "--vocab", str(vocab), "--block", block]
+    ranks = layout.get("dp", 1) * layout.get("tp", 1) * layout.get("pp", 1)
+    lay = [x for k, v in layout.items() for x in ("--" + k, str(v))]
+    metrics = ws.path(f"m_{len(os.listdir(ws.dir))}.jsonl")
+    args = ["train", "--train-data", ws.shard, *model, "--seq-max", str(seq), "--seq", str(seq),
+            "--batch", str(batch), "--micro-batch", str(micro), "--steps", "2", "--threads", "1",
+            "--peak-flops", "1e11", "--log-every", "100", "--trace-dir", "none",
+            "--metrics", metrics, *lay]
+    r = cc.run(ws, args) if ranks == 1 else cc.mpi(ws, ranks, args)
+    if not cc.ok(r.returncode == 0 and os.path.exists(metrics), f"{name}: trains", r.stderr):
+        return
+    steps = [json.loads(x) for x in open(metrics) if '"loss"' in x]
+    measured = steps[-1].get("peak_dev_mb", 0) * 1e6
+    popts = [x for k, v in layout.items() if k != "dp" for x in ("--" + k, str(v))]
+    p = cc.run(ws, ["plan", "--cluster", cl, *model, "--seq", str(seq), "--batch", str(batch),
+                    "--micro-batch", str(micro), "--gpus", str(ranks), "--features", "ours",
+                    *popts, "--json"])
+    if not cc.ok(p.returncode == 0, f"{name}: plans", p.stderr):
+        return
+    j = json.loads(p.stdout)
+    predicted = (j["memory_gb_per_gpu"] - j["memory"]["reserved_gb"]) * 1e9
+    err = (predicted - measured) / measured if measured > 0 else float("inf")
+    print(f"{name:24s} measured {measured / 1e6:8.3f} MB  predicted {predicted / 1e6:8.3f} MB"
+          f"  {100 * err:+.2f}%")
+    cc.ok(abs(err) <= TOL, f"{name}: predicted within {100 * TOL:.0f}% of the trainer's peak",
+          json.dumps(j["memory"]))
+    if layout.get("pp"):  # rank 0's figure is stage 0's: it must be the busiest stage
+        cc.ok(j["memory"]["in_flight"] > 1, f"{name}: stage 0, holding the most sets, counts",
+              json.dumps(j["memory"]))
+
+
+def main():
+    mpi = "--mpi" in sys.argv
+    if mpi and not cc.MPIRUN:
+        print("SKIP: no mpirun")
+        return 77
+    ws = cc.Workspace("ms_plan_mem_")
+    cl = cluster(ws)
+    for case in MPI if mpi else ONE:
+        check(ws, cl, case)
+    ws.close()
+    return cc.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
