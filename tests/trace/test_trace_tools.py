@@ -481,6 +481,51 @@ def test_stragglers_memory(d):
        "stragglers: memory holds one rank's spans at a time", f"{big - base} KiB over {base}")
 
 
+def test_stragglers_long(d):
+    """A long job: 32 ranks whose logs span steps 1-300,000 (one step in 1,000 logged, so that
+    the files stay small).  Each rank's row is scored as it is read and freed, and only the
+    newest 8,000 steps a rank are kept for the heat map, so memory holds one rank's row (2.4
+    MB here); it held every rank's row and then a ranks x steps matrix of them (150 MB here,
+    and 10,000 ranks x a week of steps do not fit in any memory).  The scores are the same:
+    rank 5 computes twice as long (relative), rank 7 slowed in its last 10 steps (individual,
+    while the others kept their speed)."""
+    world, every, steps = 32, 1000, 300
+    for r in range(world):
+        head = dict(type="header", version=1, rank=r, world=world, host=f"h{r}", pid=1,
+                    coord=dict(dp=r, pp=0, tp=0), shape=dict(dp=world, pp=1, tp=1), mono_ns=0,
+                    wall_ns=1_700_000_000 * 10**9)
+        line = '{"type":"span","name":"fwd","lane":"compute","t0":%d,"t1":%d,"step":%d}\n'
+        rows = []
+        for k in range(steps):
+            dur = (40 if r == 5 else 60 if r == 7 and k >= steps - 10 else 20) * MS + r
+            rows.append(line % (k * 1000 * MS, k * 1000 * MS + dur, 1 + k * every))
+        with open(os.path.join(d, f"events_r{r:05d}.jsonl"), "w") as f:
+            f.write(json.dumps(head) + "\n" + "".join(rows))
+    small = os.path.join(d, "small")
+    os.makedirs(small)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    for s in range(1, 4):
+        log.span("compute", "fwd", s * MS, s * MS + MS // 2, step=s)
+    log.write(small)
+    png = os.path.join(d, "heat.png")
+    rc0, base = peak_rss_kb("trace", "stragglers", small, "--png", png)
+    rc, big = peak_rss_kb("trace", "stragglers", d, "--png", png)
+    ok(rc0 == 0 and rc == 0 and memory_bound("stragglers", big - base, base, 40_000),
+       "stragglers of a long job: memory holds one rank's row, not ranks x steps",
+       f"{big - base} KiB over {base}")
+    rc, so, se = run("trace", "stragglers", d, "--json", "--png", png)
+    j = json.loads(so) if rc == 0 else {}
+    r = {x["rank"]: x for x in j.get("ranks", [])}
+    ok(rc == 0 and j.get("stragglers") == [5, 7] and len(r) == world and
+       all(x["steps"] == steps - 1 for x in r.values()) and
+       abs(r[5]["median_ms"] - 40.000005) < 1e-9 and abs(r[5]["relative"] - 0.5) < 1e-6 and
+       abs(r[7]["median_ms"] - 20.000007) < 1e-9 and abs(r[7]["individual"] - 1 / 3) < 1e-6 and
+       abs(r[0]["individual"] - 1.0) < 1e-12 and "showing the last 8000 steps" in se and
+       os.path.getsize(png) > 1000,
+       "stragglers of a long job: the slow rank and the one that slowed named, heat map drawn",
+       so[:600] + se)
+
+
 def test_merge_memory(d):
     """24 ranks of 20,000 spans: merge reads the logs twice, one rank at a time (lay out,
     then write), so memory holds one rank's spans; it held every rank's, and room for a
@@ -961,6 +1006,7 @@ def main():
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
                          ("stragglers_memory", test_stragglers_memory),
+                         ("stragglers_long", test_stragglers_long),
                          ("merge_memory", test_merge_memory),
                          ("hang_missing", test_hang_missing), ("hang_placed", test_hang_placed),
                          ("hang_rerun", test_hang_rerun),
