@@ -59,7 +59,9 @@ typedef struct {
     double skew_us;  /* largest clock uncertainty of any clock line */
 } trace_merge_stats;
 
-/* Merge DIR's event logs into out_path (atomically replaced).  Errors: DIR
+/* Merge DIR's event logs into out_path (atomically replaced), one log at a time: memory
+ * holds one rank's spans and transfers (the sends and recvs are set aside in an unlinked
+ * file next to out_path and paired from it), never the run's.  Errors: DIR
  * missing or without events_r*.jsonl (NOTFOUND), a malformed line (FORMAT,
  * naming file:line), I/O. */
 ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *stats);
