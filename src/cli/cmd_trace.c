@@ -68,7 +68,7 @@ static ms_status print_json(cJSON *j) {
 }
 
 static ms_status do_stragglers(const char *dir, const trace_cli *o) {
-    trace_strag_opts so = {o->threshold, o->window};
+    trace_strag_opts so = {o->threshold, o->window, o->png && *o->png};
     trace_strag *s = NULL;
     ms_status st = o->png && *o->png ? ms_path_check_writable(o->png, 0) : MS_OK;
     if (st != MS_OK) return ms_error_wrap(st, "--png");

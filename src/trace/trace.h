@@ -59,16 +59,23 @@ typedef struct {
     double skew_us;  /* largest clock uncertainty of any clock line */
 } trace_merge_stats;
 
-/* Merge DIR's event logs into out_path (atomically replaced).  Errors: DIR
+/* Merge DIR's event logs into out_path (atomically replaced), one log at a time: memory
+ * holds one rank's spans and transfers (the sends and recvs are set aside in an unlinked
+ * file next to out_path and paired from it), never the run's.  Errors: DIR
  * missing or without events_r*.jsonl (NOTFOUND), a malformed line (FORMAT,
  * naming file:line), I/O. */
 ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *stats);
 
 /* ---- stragglers ---------------------------------------------------------- */
 
+/* The newest steps the heat map shows (and trace_strag_load keeps for it). */
+#define TRACE_STRAG_HEAT_STEPS 8000
+
 typedef struct {
     double threshold; /* a score below it marks a straggler (0.75) */
     int window;       /* steps per window of the individual score (5) */
+    int heatmap;      /* keep what trace_strag_heatmap draws: each rank's newest
+                         TRACE_STRAG_HEAT_STEPS compute times (0: only the scores) */
 } trace_strag_opts;
 
 typedef struct {
@@ -83,6 +90,10 @@ typedef struct {
     int slowed_alone;  /* individual below the threshold while the other ranks' median is not */
     int straggler;     /* relative below the threshold, or slowed_alone */
     char unscored[96]; /* why the rank has no score ("" when it has one): never healthy */
+    /* with opts.heatmap: compute time (ms) of steps heat_first..heat_first + heat_n - 1, its
+     * newest TRACE_STRAG_HEAT_STEPS (< 0 where no data); NULL otherwise */
+    float *heat;
+    int heat_first, heat_n;
 } trace_strag_rank;
 
 typedef struct {
@@ -92,14 +103,15 @@ typedef struct {
     trace_strag_rank *ranks;
     int first_step, max_step; /* the steps of the logs (after a resume: from it on) */
     int n_steps;              /* max_step - first_step + 1 */
-    double *compute_ms;       /* [n_ranks][n_steps] for first_step..; < 0 where no data */
     double job_individual;    /* the median rank's individual score (NaN: none has one); below
                                  the threshold, the job as a whole slowed: no rank's fault */
 } trace_strag;
 
-/* Score DIR's ranks.  Errors: no event logs, or none with fwd/bwd spans
- * (NOTFOUND); a malformed line (FORMAT); threshold / window out of range
- * (ARG). */
+/* Score DIR's ranks, one rank's log at a time: each rank's row of step times is scored as it
+ * is read and freed, so memory holds one rank's compute spans and row, the per-rank results
+ * and (opts.heatmap) TRACE_STRAG_HEAT_STEPS floats a rank, never ranks x steps.  Errors: no
+ * event logs, or none with fwd/bwd spans (NOTFOUND); a malformed line (FORMAT); threshold /
+ * window out of range (ARG). */
 ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_strag **out);
 void trace_strag_free(trace_strag *s);
 /* The table and the "stragglers: ..." line. */
@@ -107,9 +119,9 @@ void trace_strag_print(const trace_strag *s, FILE *f);
 /* {"threshold","window","ranks":[...],"stragglers":[ranks],"unscored":[ranks],
  * "job_individual"}; NULL on OOM. */
 cJSON *trace_strag_json(const trace_strag *s);
-/* Heat map: ranks (sorted by pp, dp, tp) x steps, colour = compute time /
- * the step's median over the ranks of its stage; straggler rows marked.
- * Atomic write. */
+/* Heat map: ranks (sorted by pp, dp, tp) x steps (the newest TRACE_STRAG_HEAT_STEPS),
+ * colour = compute time / the step's median over the ranks of its stage; straggler rows
+ * marked.  s must be loaded with opts.heatmap (else ARG).  Atomic write. */
 ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path);
 
 /* ---- hang analysis ------------------------------------------------------- */

@@ -14,7 +14,7 @@
 #include "base/log.h"
 #include "trace/trace_internal.h"
 
-#define MAX_COLS 8000 /* the newest steps shown when there are more */
+#define MAX_COLS TRACE_STRAG_HEAT_STEPS /* the newest steps shown when there are more */
 #define MAX_ROWS 16000
 
 typedef struct {
@@ -36,6 +36,12 @@ static double ratio_t(double ratio) {
     return (log2(ratio) + 1.0) / 2.0;
 } /* 0.5x..2x -> 0..1 */
 
+/* Rank r's compute time in `step` (ms; < 0: no data). */
+static double cell(const trace_strag_rank *r, int step) {
+    int64_t k = (int64_t)step - r->heat_first;
+    return k >= 0 && k < r->heat_n ? r->heat[k] : -1;
+}
+
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
@@ -46,7 +52,7 @@ static int cmp_d(const void *a, const void *b) {
  * are in ord's order, sorted by pp first, so a stage's rows are together.
  * Stages do different work, so a rank is compared with its own stage. */
 static double *step_medians(const trace_strag *s, const layout *L, const int *ord, int *stage) {
-    int w = s->n_steps, nc = L->n_cols, n_stages = 1;
+    int nc = L->n_cols, n_stages = 1;
     for (int row = 0; row < s->n_ranks; row++) {
         if (row && s->ranks[ord[row]].coord.pp != s->ranks[ord[row - 1]].coord.pp) n_stages++;
         stage[row] = n_stages - 1;
@@ -62,9 +68,9 @@ static double *step_medians(const trace_strag *s, const layout *L, const int *or
         for (b = a + 1; b < s->n_ranks && stage[b] == stage[a];)
             b++;
         for (int k = 0; k < nc; k++) {
-            int st = L->first_step - s->first_step + k, n = 0;
+            int n = 0;
             for (int row = a; row < b; row++) {
-                double c = s->compute_ms[(size_t)ord[row] * w + st];
+                double c = cell(&s->ranks[ord[row]], L->first_step + k);
                 if (c >= 0) tmp[n++] = c;
             }
             if (!n) continue;
@@ -87,15 +93,13 @@ static void text(cairo_t *cr, double x, double y, double size, const char *s, in
 
 static void draw_cells(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,
                        const int *stage, const double *med) {
-    int w = s->n_steps;
     for (int row = 0; row < s->n_ranks; row++) {
-        const double *c = s->compute_ms + (size_t)ord[row] * w;
+        const trace_strag_rank *r = &s->ranks[ord[row]];
         const double *m = med + (size_t)stage[row] * L->n_cols;
         for (int k = 0; k < L->n_cols; k++) {
-            int st = L->first_step - s->first_step + k;
-            double rgb[3] = {0.85, 0.85, 0.85};
-            if (c[st] >= 0 && m[k] > 0) colour(ratio_t(c[st] / m[k]), rgb);
-            if (c[st] == 0 && m[k] == 0) colour(0.5, rgb);
+            double c = cell(r, L->first_step + k), rgb[3] = {0.85, 0.85, 0.85};
+            if (c >= 0 && m[k] > 0) colour(ratio_t(c / m[k]), rgb);
+            if (c == 0 && m[k] == 0) colour(0.5, rgb);
             cairo_set_source_rgb(cr, rgb[0], rgb[1], rgb[2]);
             cairo_rectangle(cr, L->left + k * L->cw, L->top + row * L->ch, L->cw, L->ch);
             cairo_fill(cr);
@@ -228,6 +232,9 @@ static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const 
 }
 
 ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
+    if (!s->opts.heatmap)
+        return ms_error(MS_ERR_ARG, "%s: the scores were loaded without their heat map's steps",
+                        png_path);
     if (s->max_step < 1 || s->n_steps < 1 || s->n_ranks < 1)
         return ms_error(MS_ERR_NOTFOUND, "%s: no steps to draw", png_path);
     if (s->n_ranks > MAX_ROWS)

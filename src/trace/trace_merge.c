@@ -2,8 +2,10 @@
  * Format file: a process per rank, a thread per lane (comm lanes split
  * into sub-threads so that complete events nest), clocks aligned to rank 0,
  * and a flow arrow from every send to its recv. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/jsonstr.h"
@@ -25,18 +27,28 @@ typedef struct {
     int n_threads;
 } merge_rank;
 
+/* A send or recv as its flow arrow needs it. */
 typedef struct {
-    int src, dst, group, tag; /* global ranks */
-    int64_t t0;
-    int log, span;
-    int tid;   /* the thread of its span */
+    int32_t src, dst, group, tag; /* global ranks; the key that pairs a send with a recv */
+    int32_t tid;                  /* the thread of its span */
+    int32_t zero;                 /* 0: no padding (the spill file gets no unset bytes) */
     int64_t g; /* global ns where its arrow leaves (a send) or arrives (a recv) */
 } p2p_op;
 
+/* A rank's sends and recvs in the spill file (in ops): sends at [send, send + n_send), its
+ * recvs right after them. */
 typedef struct {
-    p2p_op *ops;
-    int n, cap;
-} p2p_list;
+    int64_t send, n_send, n_recv;
+} p2p_seg;
+
+#define P2P_BUF 32 /* ops a reader holds */
+
+/* A reader of one segment of the spill file. */
+typedef struct {
+    int64_t at, end; /* the next op to read into buf, the segment's end */
+    int n, k;        /* ops in buf, the current one */
+    p2p_op buf[P2P_BUF];
+} p2p_reader;
 
 typedef struct {
     trace_set *set;
@@ -45,7 +57,12 @@ typedef struct {
     int n_quoted;
     int64_t t_min;
     int quiet; /* the second read of a log: its warnings were said on the first */
-    p2p_list sends, recvs;
+    /* Every rank's sends and recvs, written to an unlinked file next to the output as each
+     * log is written, each rank's sorted (by key, then start): memory holds one rank's, and
+     * the flows pair them reading a few ops of each rank at a time. */
+    int spill;
+    int64_t n_spilled;
+    p2p_seg *segs; /* [n_logs] */
     trace_merge_stats st;
 } merge_ctx;
 
@@ -211,19 +228,26 @@ out:
     return st;
 }
 
-static int cmp_p2p(const void *a, const void *b) {
-    const p2p_op *x = a, *y = b;
+/* A rank's op before it is spilled: sorted by key, then start (then span: stable). */
+typedef struct {
+    p2p_op op;
+    int64_t t0;
+    int span;
+} p2p_entry;
+
+static int cmp_key(const p2p_op *x, const p2p_op *y) {
     if (x->src != y->src) return x->src < y->src ? -1 : 1;
     if (x->dst != y->dst) return x->dst < y->dst ? -1 : 1;
     if (x->group != y->group) return x->group < y->group ? -1 : 1;
-    if (x->tag != y->tag) return x->tag < y->tag ? -1 : 1;
-    if (x->t0 != y->t0) return x->t0 < y->t0 ? -1 : 1;
-    if (x->log != y->log) return x->log < y->log ? -1 : 1;
-    return (x->span > y->span) - (x->span < y->span);
+    return (x->tag > y->tag) - (x->tag < y->tag);
 }
 
-static int same_key(const p2p_op *x, const p2p_op *y) {
-    return x->src == y->src && x->dst == y->dst && x->group == y->group && x->tag == y->tag;
+static int cmp_entry(const void *a, const void *b) {
+    const p2p_entry *x = a, *y = b;
+    int c = cmp_key(&x->op, &y->op);
+    if (c) return c;
+    if (x->t0 != y->t0) return x->t0 < y->t0 ? -1 : 1;
+    return (x->span > y->span) - (x->span < y->span);
 }
 
 /* Where an arrow leaves a send (its start: the data cannot arrive before
@@ -233,72 +257,147 @@ static int64_t flow_at(const trace_span *sp, int64_t off, int at_end) {
     return (at_end ? sp->t1 - (sp->t1 - sp->t0 >= 2) : sp->t0) + off;
 }
 
-/* Log li's sends and recvs on comm lanes (laid out: thread, offset) into c's lists. */
-static ms_status collect_p2p(merge_ctx *c, int li) {
+static ms_status spill_write(merge_ctx *c, const p2p_entry *e, int n, const char *path) {
+    p2p_op buf[256];
+    for (int i = 0; i < n;) {
+        int k = 0;
+        for (; k < 256 && i < n; k++, i++)
+            buf[k] = e[i].op;
+        for (size_t done = 0, len = (size_t)k * sizeof *buf; done < len;) {
+            ssize_t w = write(c->spill, (const char *)buf + done, len - done);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0)
+                return ms_error(MS_ERR_IO, "%s: writing its sends and recvs aside: %s", path,
+                                w < 0 ? strerror(errno) : "no space");
+            done += (size_t)w;
+        }
+    }
+    c->n_spilled += n;
+    return MS_OK;
+}
+
+/* Log li's sends and recvs on comm lanes (laid out: thread, offset), each sorted, to the
+ * spill file: its segment. */
+static ms_status spill_p2p(merge_ctx *c, int li) {
     const trace_set *s = c->set;
     const trace_log *l = &s->logs[li];
     const merge_rank *mr = &c->ranks[li];
-    int send = trace_str_find(s, "send"), recv = trace_str_find(s, "recv");
-    for (int i = 0; i < l->n_spans; i++) {
-        const trace_span *sp = &l->spans[i];
-        int is_send = sp->name == send;
-        if ((!is_send && sp->name != recv) || sp->name < 0 || !(sp->flags & TRACE_HAS_PEER) ||
-            (sp->flags & TRACE_IS_MARK) || strncmp(s->strs[sp->lane], "comm:", 5))
-            continue;
-        p2p_list *pl = is_send ? &c->sends : &c->recvs;
-        if (pl->n == pl->cap) {
-            int cap = pl->cap ? 2 * pl->cap : 256;
-            p2p_op *p = realloc(pl->ops, (size_t)cap * sizeof *p);
-            if (!p) return ms_error(MS_ERR_NOMEM, "%s: out of memory", l->path);
-            pl->ops = p, pl->cap = cap;
+    int send = trace_str_find(s, "send"), recv = trace_str_find(s, "recv"), n[2] = {0, 0};
+    p2p_entry *e = malloc(((size_t)l->n_spans + 1) * sizeof *e);
+    if (!e) return ms_error(MS_ERR_NOMEM, "%s: out of memory", l->path);
+    ms_status st = MS_OK;
+    for (int pass = 0; pass < 2 && st == MS_OK; pass++) { /* the sends, then the recvs */
+        int k = 0;
+        for (int i = 0; i < l->n_spans; i++) {
+            const trace_span *sp = &l->spans[i];
+            int is_send = sp->name == send;
+            if ((!is_send && sp->name != recv) || sp->name < 0 || is_send != !pass ||
+                !(sp->flags & TRACE_HAS_PEER) || (sp->flags & TRACE_IS_MARK) ||
+                strncmp(s->strs[sp->lane], "comm:", 5))
+                continue;
+            e[k++] = (p2p_entry){{is_send ? l->rank : sp->peer, is_send ? sp->peer : l->rank,
+                                  sp->group, sp->flags & TRACE_HAS_TAG ? sp->tag : -1, mr->tid[i],
+                                  0, flow_at(sp, mr->off[i], !is_send)},
+                                 sp->t0,
+                                 i};
         }
-        pl->ops[pl->n++] = (p2p_op){is_send ? l->rank : sp->peer,
-                                    is_send ? sp->peer : l->rank,
-                                    sp->group,
-                                    sp->flags & TRACE_HAS_TAG ? sp->tag : -1,
-                                    sp->t0,
-                                    li,
-                                    i,
-                                    mr->tid[i],
-                                    flow_at(sp, mr->off[i], !is_send)};
+        if (k) qsort(e, (size_t)k, sizeof *e, cmp_entry);
+        n[pass] = k;
+        st = spill_write(c, e, k, l->path);
     }
+    c->segs[li] = (p2p_seg){c->n_spilled - n[0] - n[1], n[0], n[1]};
+    free(e);
+    return st;
+}
+
+/* The reader's current op, NULL at its segment's end. */
+static const p2p_op *reader_peek(merge_ctx *c, p2p_reader *r, ms_status *st) {
+    if (r->k < r->n) return &r->buf[r->k];
+    if (r->at >= r->end || *st != MS_OK) return NULL;
+    int64_t want = r->end - r->at < P2P_BUF ? r->end - r->at : P2P_BUF;
+    size_t len = (size_t)want * sizeof *r->buf, got = 0;
+    while (got < len) {
+        ssize_t k = pread(c->spill, (char *)r->buf + got, len - got,
+                          (off_t)(r->at * (int64_t)sizeof *r->buf) + (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            *st = ms_error(MS_ERR_IO, "%s: reading the sends and recvs set aside: %s", c->set->dir,
+                           k < 0 ? strerror(errno) : "file cut short");
+            return NULL;
+        }
+        got += (size_t)k;
+    }
+    r->at += want;
+    r->n = (int)want, r->k = 0;
+    return &r->buf[0];
+}
+
+static int log_of_rank(const trace_set *s, int rank) { /* logs are sorted by rank */
+    int lo = 0, hi = s->n_logs - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (s->logs[mid].rank == rank) return mid;
+        if (s->logs[mid].rank < rank)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+static ms_status write_flow(merge_ctx *c, ms_atomic_file *af, int *first, const p2p_op *a,
+                            const p2p_op *b) {
+    int id = ++c->st.flows;
+    MS_TRY(ms_atomic_printf(af,
+                            "%s\n{\"ph\":\"s\",\"id\":%d,\"cat\":\"p2p\",\"name\":\"send\","
+                            "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n"
+                            "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"cat\":\"p2p\",\"name\":"
+                            "\"send\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
+                            *first ? "" : ",", id, a->src, a->tid, (double)(a->g - c->t_min) / 1e3,
+                            id, b->dst, b->tid, (double)(b->g - c->t_min) / 1e3));
+    *first = 0;
     return MS_OK;
 }
 
 /* The k-th send S->P (group, tag) pairs with the k-th recv on P from S:
  * an arrow from the send's start to the recv's end (mid to mid went
- * backwards in time for a recv posted long before its send). */
+ * backwards in time for a recv posted long before its send).  The sends
+ * are read in key order (rank by rank, each rank's sorted); the recvs of
+ * a key are in P's segment, whose reader only moves forward as the keys
+ * grow: the recvs it passes over had no send. */
 static ms_status write_flows(merge_ctx *c, ms_atomic_file *af, int *first) {
-    int ns = c->sends.n, nr = c->recvs.n, i = 0, j = 0;
-    p2p_op *snd = c->sends.ops, *rcv = c->recvs.ops;
-    if (ns) qsort(snd, (size_t)ns, sizeof *snd, cmp_p2p);
-    if (nr) qsort(rcv, (size_t)nr, sizeof *rcv, cmp_p2p);
-    ms_status st = MS_OK;
-    while (st == MS_OK && (i < ns || j < nr)) {
-        int cmp = i >= ns                      ? 1
-                  : j >= nr                    ? -1
-                  : same_key(&snd[i], &rcv[j]) ? 0
-                                               : cmp_p2p(&snd[i], &rcv[j]);
-        if (cmp < 0) {
-            c->st.unmatched_sends++, i++;
-            continue;
-        }
-        if (cmp > 0) {
-            c->st.unmatched_recvs++, j++;
-            continue;
-        }
-        const p2p_op *a = &snd[i++], *b = &rcv[j++];
-        int id = ++c->st.flows;
-        st =
-            ms_atomic_printf(af,
-                             "%s\n{\"ph\":\"s\",\"id\":%d,\"cat\":\"p2p\",\"name\":\"send\","
-                             "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n"
-                             "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"cat\":\"p2p\",\"name\":"
-                             "\"send\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
-                             *first ? "" : ",", id, a->src, a->tid, (double)(a->g - c->t_min) / 1e3,
-                             id, b->dst, b->tid, (double)(b->g - c->t_min) / 1e3);
-        *first = 0;
+    const trace_set *s = c->set;
+    p2p_reader *rd = calloc((size_t)s->n_logs + 1, sizeof *rd), snd;
+    if (!rd) return ms_error(MS_ERR_NOMEM, "%s: out of memory", s->dir);
+    for (int li = 0; li < s->n_logs; li++) {
+        rd[li].at = c->segs[li].send + c->segs[li].n_send;
+        rd[li].end = rd[li].at + c->segs[li].n_recv;
     }
+    ms_status st = MS_OK;
+    for (int li = 0; st == MS_OK && li < s->n_logs; li++) {
+        snd = (p2p_reader){.at = c->segs[li].send, .end = c->segs[li].send + c->segs[li].n_send};
+        const p2p_op *a;
+        while ((a = reader_peek(c, &snd, &st))) {
+            int pl = log_of_rank(s, a->dst);
+            const p2p_op *b = NULL;
+            while (pl >= 0 && (b = reader_peek(c, &rd[pl], &st)) && cmp_key(b, a) < 0) {
+                c->st.unmatched_recvs++; /* a recv from a rank that never sent it */
+                rd[pl].k++;
+            }
+            if (b && !cmp_key(b, a)) {
+                p2p_op x = *a, y = *b;
+                snd.k++, rd[pl].k++;
+                st = write_flow(c, af, first, &x, &y);
+            } else {
+                c->st.unmatched_sends++;
+                snd.k++;
+            }
+        }
+    }
+    for (int li = 0; st == MS_OK && li < s->n_logs; li++)
+        for (; reader_peek(c, &rd[li], &st); rd[li].k++)
+            c->st.unmatched_recvs++;
+    free(rd);
     return st;
 }
 
@@ -387,17 +486,32 @@ static ms_status quote_new(merge_ctx *c) {
 }
 
 /* Pass 2, one log at a time: read it again with its args, lay it out as pass 1 did (the
- * clock alignment now known), write its events, free it. */
+ * clock alignment now known), write its events, set its sends and recvs aside, free it. */
 static ms_status write_rank(merge_ctx *c, ms_atomic_file *af, int li) {
     MS_TRY(trace_log_load(c->set, li, TRACE_LOAD_ARGS | TRACE_LOAD_QUIET));
     c->quiet = 1;
     ms_status st = layout_rank(c, li);
     if (st == MS_OK) st = quote_new(c);
     if (st == MS_OK) st = write_events(c, af, li);
+    if (st == MS_OK) st = spill_p2p(c, li);
     trace_log_unload_spans(&c->set->logs[li]);
     free(c->ranks[li].tid), free(c->ranks[li].off);
     c->ranks[li].tid = NULL, c->ranks[li].off = NULL;
     return st;
+}
+
+/* The file the sends and recvs are set aside in: next to the output (it needs the room
+ * anyway), unlinked at once, so that nothing is left behind whatever happens. */
+static ms_status open_spill(merge_ctx *c, const char *out_path) {
+    char tmpl[4200];
+    if (snprintf(tmpl, sizeof tmpl, "%s.p2p.XXXXXX", out_path) >= (int)sizeof tmpl)
+        return ms_error(MS_ERR_ARG, "%s: path too long", out_path);
+    if (!(c->segs = calloc((size_t)c->set->n_logs + 1, sizeof *c->segs)))
+        return ms_error(MS_ERR_NOMEM, "out of memory");
+    if ((c->spill = mkstemp(tmpl)) < 0)
+        return ms_error(MS_ERR_IO, "%s: create: %s", tmpl, strerror(errno));
+    unlink(tmpl);
+    return MS_OK;
 }
 
 static ms_status write_trace(merge_ctx *c, const char *out_path) {
@@ -405,6 +519,7 @@ static ms_status write_trace(merge_ctx *c, const char *out_path) {
     int first = 1, *ord = sort_order(c->set);
     char src[4200];
     ms_status st = ms_atomic_open(&af, out_path);
+    if (st == MS_OK) st = open_spill(c, out_path);
     if (st == MS_OK) st = ms_atomic_printf(&af, "{\"traceEvents\":[");
     for (int k = 0; st == MS_OK && k < c->set->n_logs; k++)
         st = write_metadata(c, &af, ord[k], k, &first);
@@ -425,8 +540,8 @@ static ms_status write_trace(merge_ctx *c, const char *out_path) {
     return st;
 }
 
-/* Pass 1, one log at a time (without args): its threads, the earliest global time, its
- * sends and recvs, skew and drops; only the threads, the clocks and the p2p ops are kept.
+/* Pass 1, one log at a time (without args): its threads, the earliest global time, skew
+ * and drops; only the threads and the clocks are kept.
  * A log without clock lines is laid out at offset 0 and moved once all clocks are read
  * (its offset is one constant, so the layout does not change). */
 static ms_status prepare(merge_ctx *c) {
@@ -445,7 +560,6 @@ static ms_status prepare(merge_ctx *c) {
         trace_log *l = &s->logs[li];
         st = trace_log_load(s, li, 0);
         if (st == MS_OK) st = layout_rank(c, li);
-        if (st == MS_OK) st = collect_p2p(c, li);
         for (int i = 0; st == MS_OK && i < l->n_spans; i++) {
             int64_t g = l->spans[i].t0 + c->ranks[li].off[i];
             if (!any[li] || g < first[li]) first[li] = g;
@@ -466,12 +580,6 @@ static ms_status prepare(merge_ctx *c) {
             if (any[li] && (!have || first[li] + b < c->t_min)) c->t_min = first[li] + b;
             have |= any[li];
         }
-        p2p_list *lists[] = {&c->sends, &c->recvs};
-        for (int k = 0; k < 2; k++)
-            for (int i = 0; i < lists[k]->n; i++) {
-                const trace_log *l = &s->logs[lists[k]->ops[i].log];
-                lists[k]->ops[i].g += l->n_clocks ? 0 : l->base_offset;
-            }
         c->st.skew_us = (double)err / 1e3;
         st = quote_new(c);
     }
@@ -481,7 +589,7 @@ static ms_status prepare(merge_ctx *c) {
 }
 
 ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *stats) {
-    merge_ctx c = {0};
+    merge_ctx c = {.spill = -1};
     ms_status st = trace_set_load(dir, TRACE_LOAD_HEADERS, &c.set);
     if (st == MS_OK) st = prepare(&c);
     if (st == MS_OK) st = write_trace(&c, out_path);
@@ -498,8 +606,8 @@ ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *
         free(c.quoted[i]);
     free(c.quoted);
     free(c.ranks);
-    free(c.sends.ops);
-    free(c.recvs.ops);
+    free(c.segs);
+    if (c.spill >= 0) close(c.spill);
     trace_set_free(c.set);
     return st;
 }

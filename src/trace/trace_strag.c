@@ -2,7 +2,10 @@
  * (fwd + bwd spans minus the wait / data_wait spans nested in them, plus an
  * injected slow fault's delay, fault_slow: it stands for slower compute), then
  * a relative score against the fastest rank of the same pipeline stage
- * and an individual score against the rank's own best window. */
+ * and an individual score against the rank's own best window.  Streaming:
+ * one rank's log is read, reduced to its row of step times, scored and
+ * freed before the next; no ranks x steps matrix is held (the heat map
+ * keeps each rank's newest TRACE_STRAG_HEAT_STEPS steps as floats). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,16 +92,19 @@ static double median_without(const double *v, int m, double x) {
     return med;
 }
 
-/* Median and individual score of one rank from its row c[0..n_steps).  The
- * rank's first step is left out: it carries the set-up (of the run, or of a
- * resume).  A rank with fewer than STRAG_MIN_STEPS steps is not scored
- * (r->unscored says why): its set-up step would be scored as compute.
- * Returns the rank's steps with compute, scored or not. */
-static int rank_scores(trace_strag_rank *r, const double *c, int n_steps, int window, double *tmp) {
+/* Median and individual score of one rank from its row c[0..n_steps) (ms, < 0: no data;
+ * compacted in place).  The rank's first step is left out: it carries the set-up (of the
+ * run, or of a resume).  A rank with fewer than STRAG_MIN_STEPS steps is not scored
+ * (r->unscored says why): its set-up step would be scored as compute.  w: room for `window`
+ * values.  Returns the rank's steps with compute, scored or not. */
+static int rank_scores(trace_strag_rank *r, double *c, int n_steps, int window, double *w) {
     int n = 0;
     for (int k = 0; k < n_steps; k++)
-        if (c[k] >= 0) tmp[n++] = c[k];
+        if (c[k] >= 0) c[n++] = c[k];
     r->individual = 1.0;
+    r->steps = r->windows = 0;
+    r->median_ms = 0;
+    r->unscored[0] = 0;
     if (n < STRAG_MIN_STEPS) { /* no score: not a healthy rank either */
         if (!n)
             snprintf(r->unscored, sizeof r->unscored, "no fwd/bwd spans");
@@ -108,41 +114,21 @@ static int rank_scores(trace_strag_rank *r, const double *c, int n_steps, int wi
                      STRAG_MIN_STEPS);
         return n;
     }
-    memmove(tmp, tmp + 1, (size_t)--n * sizeof *tmp);
+    memmove(c, c + 1, (size_t)--n * sizeof *c);
     r->steps = n;
     /* windows of `window` steps, the last one ending at the newest step */
     if (n >= window) {
-        double last = -1, best = -1, *w = tmp + n;
+        double last = -1, best = -1;
         for (int end = n; end - window >= 0; end -= window, r->windows++) {
-            memcpy(w, tmp + end - window, (size_t)window * sizeof *w);
+            memcpy(w, c + end - window, (size_t)window * sizeof *w);
             double m = median(w, window);
             if (last < 0) last = m;
             if (best < 0 || m < best) best = m;
         }
         r->individual = last > 0 ? best / last : 1.0;
     }
-    r->median_ms = median(tmp, n);
+    r->median_ms = median(c, n);
     return n + 1;
-}
-
-static ms_status strag_alloc(trace_strag **out, const trace_set *set, const trace_strag_opts *o,
-                             int first_step, int max_step) {
-    trace_strag *s = calloc(1, sizeof *s);
-    if (!s) return ms_error(MS_ERR_NOMEM, "out of memory");
-    *out = s;
-    s->opts = *o;
-    s->n_ranks = set->n_logs;
-    s->first_step = first_step;
-    s->max_step = max_step;
-    s->n_steps = max_step - first_step + 1;
-    size_t cells = (size_t)set->n_logs * (size_t)s->n_steps;
-    s->dir = strdup(set->dir);
-    s->ranks = calloc((size_t)set->n_logs, sizeof *s->ranks);
-    s->compute_ms = malloc((cells + 1) * sizeof *s->compute_ms);
-    if (!s->dir || !s->ranks || !s->compute_ms) return ms_error(MS_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < cells; i++)
-        s->compute_ms[i] = -1;
-    return MS_OK;
 }
 
 /* One rank's compute times (ns) for its steps first..first+n-1 (c[k] < 0: none). */
@@ -155,6 +141,7 @@ typedef struct {
  * one rank's spans at a time, not the run's (a long run's logs are gigabytes a rank). */
 static ms_status rank_row(trace_set *set, int li, strag_row *row) {
     trace_log *l = &set->logs[li];
+    *row = (strag_row){0};
     MS_TRY(trace_log_load(set, li, TRACE_LOAD_COMPUTE));
     strag_names nm = {trace_str_find(set, "fwd"),        trace_str_find(set, "bwd"),
                       trace_str_find(set, "fault_slow"), trace_str_find(set, "wait"),
@@ -178,6 +165,8 @@ static ms_status rank_row(trace_set *set, int li, strag_row *row) {
             for (int k = 0; k < row->n; k++)
                 row->c[k] = -1;
             rank_compute(l, &nm, row->c, row->first, row->n, idx, stack);
+            for (int k = 0; k < row->n; k++) /* ms */
+                row->c[k] = row->c[k] >= 0 ? row->c[k] / 1e6 : -1;
         } else {
             st = ms_error(MS_ERR_NOMEM, "%s: out of memory", l->path);
         }
@@ -188,70 +177,116 @@ static ms_status rank_row(trace_set *set, int li, strag_row *row) {
     return st;
 }
 
-/* Every rank's row, then s->compute_ms (ms) over the steps of all of them (the newest
- * STRAG_MAX_STEPS when they span more). */
-static ms_status fill_compute(trace_strag **out, trace_set *set, const trace_strag_opts *o) {
-    strag_row *rows = calloc((size_t)set->n_logs + 1, sizeof *rows);
-    if (!rows) return ms_error(MS_ERR_NOMEM, "%s: out of memory", set->dir);
-    ms_status st = MS_OK;
+/* Keep the newest TRACE_STRAG_HEAT_STEPS of a row for the heat map: they hold every step
+ * it shows (the run's newest, and this rank's newest step is no newer than the run's). */
+static ms_status keep_heat(trace_strag_rank *r, const strag_row *row) {
+    int n = row->n < TRACE_STRAG_HEAT_STEPS ? row->n : TRACE_STRAG_HEAT_STEPS;
+    if (!n) return MS_OK;
+    if (!(r->heat = malloc((size_t)n * sizeof *r->heat)))
+        return ms_error(MS_ERR_NOMEM, "out of memory");
+    r->heat_first = row->first + row->n - n;
+    r->heat_n = n;
+    for (int k = 0; k < n; k++)
+        r->heat[k] = (float)row->c[row->n - n + k];
+    return MS_OK;
+}
+
+/* Score rank li: its row from step `from` on (the steps of the run's report). */
+static ms_status score_rank(trace_strag *s, int li, const strag_row *row, int from, double *w,
+                            int *with_compute) {
+    trace_strag_rank *r = &s->ranks[li];
+    int skip = from > row->first ? from - row->first : 0;
+    skip = skip > row->n ? row->n : skip;
+    if (s->opts.heatmap && !r->heat) MS_TRY(keep_heat(r, row));
+    double *c = row->c ? row->c + skip : NULL; /* NULL: no steps */
+    *with_compute = rank_scores(r, c, row->n - skip, s->opts.window, w) > 0;
+    return MS_OK;
+}
+
+/* Every rank's row, scored as it is read and then freed (with the newest
+ * TRACE_STRAG_HEAT_STEPS kept for the heat map); the report's steps are those of all of
+ * them, the newest STRAG_MAX_STEPS when they span more: a rank whose row began before those
+ * (a run of more than STRAG_MAX_STEPS steps) is read and scored again without the older. */
+static ms_status score_rows(trace_strag *s, trace_set *set, int *any) {
+    int *row_first = calloc((size_t)set->n_logs + 1, sizeof *row_first);
+    char *has = calloc((size_t)set->n_logs + 1, 1);
+    double *w = malloc(((size_t)s->opts.window + 1) * sizeof *w);
+    ms_status st = row_first && has && w ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
     int first = 0, last = 0;
     for (int li = 0; st == MS_OK && li < set->n_logs; li++) {
-        st = rank_row(set, li, &rows[li]);
-        if (st != MS_OK || !rows[li].n) continue;
-        int a = rows[li].first, b = rows[li].first + rows[li].n - 1;
-        first = !first || a < first ? a : first;
-        last = b > last ? b : last;
+        strag_row row;
+        int wc = 0;
+        st = rank_row(set, li, &row);
+        if (st == MS_OK && row.n) {
+            int a = row.first, b = row.first + row.n - 1;
+            first = !first || a < first ? a : first;
+            last = b > last ? b : last;
+            row_first[li] = row.first;
+        }
+        if (st == MS_OK) st = score_rank(s, li, &row, row.first, w, &wc);
+        has[li] = (char)wc;
+        free(row.c);
     }
     if (!last) first = 1;
     if (last - first >= STRAG_MAX_STEPS) first = last - STRAG_MAX_STEPS + 1;
-    if (st == MS_OK) st = strag_alloc(out, set, o, first, last);
     for (int li = 0; st == MS_OK && li < set->n_logs; li++) {
-        trace_strag *s = *out;
-        double *dst = s->compute_ms + (size_t)li * (size_t)s->n_steps;
-        for (int k = 0; k < rows[li].n; k++) {
-            int64_t j = (int64_t)rows[li].first + k - first;
-            if (j >= 0 && j < s->n_steps) dst[j] = rows[li].c[k] >= 0 ? rows[li].c[k] / 1e6 : -1;
-        }
+        if (!row_first[li] || row_first[li] >= first) continue;
+        strag_row row;
+        int wc = 0;
+        st = rank_row(set, li, &row);
+        if (st == MS_OK) st = score_rank(s, li, &row, first, w, &wc);
+        has[li] = (char)wc;
+        free(row.c);
     }
+    *any = 0;
     for (int li = 0; li < set->n_logs; li++)
-        free(rows[li].c);
-    free(rows);
+        *any |= has[li];
+    s->first_step = first;
+    s->max_step = last;
+    s->n_steps = last - first + 1;
+    free(row_first);
+    free(has);
+    free(w);
     return st;
+}
+
+static ms_status strag_alloc(trace_strag **out, const trace_set *set, const trace_strag_opts *o) {
+    trace_strag *s = calloc(1, sizeof *s);
+    if (!s) return ms_error(MS_ERR_NOMEM, "out of memory");
+    *out = s;
+    s->opts = *o;
+    s->dir = strdup(set->dir);
+    s->ranks = calloc((size_t)set->n_logs + 1, sizeof *s->ranks);
+    if (!s->dir || !s->ranks) return ms_error(MS_ERR_NOMEM, "out of memory");
+    s->n_ranks = set->n_logs;
+    return MS_OK;
 }
 
 /* Both scores and the verdict for every rank.  The relative score compares
  * a rank with the ranks of its own pipeline stage only: they do the same
  * work, while stages differ (the last one also computes the loss). */
-static ms_status score(trace_strag *s, const trace_set *set) {
-    int n_pp = 1;
-    for (int li = 0; li < s->n_ranks; li++)
-        n_pp = set->logs[li].coord.pp >= n_pp ? set->logs[li].coord.pp + 1 : n_pp;
-    double *tmp = malloc(2 * ((size_t)s->n_steps + 1) * sizeof *tmp);
-    double *best = malloc((size_t)n_pp * sizeof *best); /* fastest median per stage */
-    if (!tmp || !best) {
-        free(tmp);
-        free(best);
-        return ms_error(MS_ERR_NOMEM, "out of memory");
-    }
-    int any = 0;
-    for (int p = 0; p < n_pp; p++)
-        best[p] = -1;
+static ms_status score(trace_strag *s, trace_set *set) {
+    int n_pp = 1, any = 0;
     for (int li = 0; li < s->n_ranks; li++) {
         trace_strag_rank *r = &s->ranks[li];
         const trace_log *l = &set->logs[li];
         r->rank = l->rank;
         r->coord = l->coord;
         snprintf(r->host, sizeof r->host, "%s", l->host);
-        any |= rank_scores(r, s->compute_ms + (size_t)li * (size_t)s->n_steps, s->n_steps,
-                           s->opts.window, tmp) > 0;
-        double *b = &best[r->coord.pp];
-        if (r->steps && (*b < 0 || r->median_ms < *b)) *b = r->median_ms;
+        n_pp = l->coord.pp >= n_pp ? l->coord.pp + 1 : n_pp;
     }
-    free(tmp);
-    if (!any) {
-        free(best);
+    MS_TRY(score_rows(s, set, &any));
+    if (!any)
         return ms_error(MS_ERR_NOTFOUND, "%s: no rank has fwd/bwd spans on its compute lane",
                         s->dir);
+    double *best = malloc((size_t)n_pp * sizeof *best); /* fastest median per stage */
+    if (!best) return ms_error(MS_ERR_NOMEM, "out of memory");
+    for (int p = 0; p < n_pp; p++)
+        best[p] = -1;
+    for (int li = 0; li < s->n_ranks; li++) {
+        const trace_strag_rank *r = &s->ranks[li];
+        double *b = &best[r->coord.pp];
+        if (r->steps && (*b < 0 || r->median_ms < *b)) *b = r->median_ms;
     }
     /* The individual scores of the ranks that have one, sorted: a rank that
      * slowed counts as a straggler only when the other ranks kept their speed
@@ -290,7 +325,7 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
     trace_set *set = NULL;
     trace_strag *s = NULL;
     MS_TRY(trace_set_load(dir, TRACE_LOAD_COMPUTE | TRACE_LOAD_HEADERS, &set));
-    ms_status st = fill_compute(&s, set, o);
+    ms_status st = strag_alloc(&s, set, o);
     if (st == MS_OK) st = score(s, set);
     trace_set_free(set);
     if (st != MS_OK) {
@@ -303,8 +338,9 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
 
 void trace_strag_free(trace_strag *s) {
     if (!s) return;
+    for (int i = 0; s->ranks && i < s->n_ranks; i++)
+        free(s->ranks[i].heat);
     free(s->ranks);
-    free(s->compute_ms);
     free(s->dir);
     free(s);
 }

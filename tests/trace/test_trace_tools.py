@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from trace_fixtures import BIN, MS, RankLog, hang_dump, nesting_errors, ok, run, summary  # noqa: E402,E501
@@ -439,6 +440,26 @@ def peak_rss_kb(*args):
     return int(rc), int(kb)
 
 
+def peak_anon_kb(*args):
+    """Exit code and the largest anonymous resident memory (KiB: the heap, without the
+    libraries' pages) of `megascale ARGS`, sampled every 5 ms.  Its peak resident memory
+    hides some 60 MB of heap: the libraries' destructors page in that much of their files at
+    exit."""
+    p = subprocess.Popen([BIN, *map(str, args)], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL)
+    peak = 0
+    while p.poll() is None:
+        try:
+            with open(f"/proc/{p.pid}/status") as f:
+                for line in f:
+                    if line.startswith("RssAnon:"):
+                        peak = max(peak, int(line.split()[1]))
+        except OSError:
+            pass
+        time.sleep(0.005)
+    return p.wait(), peak
+
+
 def memory_bound(what, held, base, bound, detail=""):
     """held KiB over base under bound; a sanitizer's shadow memory and quarantine
     grow with every allocation made, freed or not, so a sanitized build is not
@@ -461,10 +482,16 @@ def write_many_spans(d, spans, world):
             f.write(json.dumps(head) + "\n" +
                     "".join(line % (2000 * i, 2000 * i + 1000 + r, i // 20 + 1)
                             for i in range(spans)))
+    return small_log(d)
+
+
+def small_log(d, steps=1):
+    """DIR/small: one rank of `steps` fwd spans, the baseline of a memory check."""
     small = os.path.join(d, "small")
     os.makedirs(small)
     log = RankLog(0, 1, (1, 1, 1), "h")
-    log.span("compute", "fwd", 0, MS, step=1)
+    for s in range(1, steps + 1):
+        log.span("compute", "fwd", s * MS, s * MS + MS // 2, step=s)
     log.write(small)
     return small
 
@@ -481,6 +508,46 @@ def test_stragglers_memory(d):
        "stragglers: memory holds one rank's spans at a time", f"{big - base} KiB over {base}")
 
 
+def test_stragglers_long(d):
+    """A long job: 32 ranks whose logs span steps 1-300,000 (one step in 1,000 logged, so that
+    the files stay small).  Each rank's row is scored as it is read and freed, and only the
+    newest 8,000 steps a rank are kept for the heat map, so memory holds one rank's row (2.4
+    MB here); it held every rank's row and then a ranks x steps matrix of them (150 MB here,
+    and 10,000 ranks x a week of steps do not fit in any memory).  The scores are the same:
+    rank 5 computes twice as long (relative), rank 7 slowed in its last 10 steps (individual,
+    while the others kept their speed)."""
+    world, every, steps = 32, 1000, 300
+    for r in range(world):
+        head = dict(type="header", version=1, rank=r, world=world, host=f"h{r}", pid=1,
+                    coord=dict(dp=r, pp=0, tp=0), shape=dict(dp=world, pp=1, tp=1), mono_ns=0,
+                    wall_ns=1_700_000_000 * 10**9)
+        line = '{"type":"span","name":"fwd","lane":"compute","t0":%d,"t1":%d,"step":%d}\n'
+        rows = []
+        for k in range(steps):
+            dur = (40 if r == 5 else 60 if r == 7 and k >= steps - 10 else 20) * MS + r
+            rows.append(line % (k * 1000 * MS, k * 1000 * MS + dur, 1 + k * every))
+        with open(os.path.join(d, f"events_r{r:05d}.jsonl"), "w") as f:
+            f.write(json.dumps(head) + "\n" + "".join(rows))
+    small = small_log(d, 3)
+    png = os.path.join(d, "heat.png")
+    rc0, base = peak_rss_kb("trace", "stragglers", small, "--png", png)
+    rc, big = peak_rss_kb("trace", "stragglers", d, "--png", png)
+    ok(rc0 == 0 and rc == 0 and memory_bound("stragglers", big - base, base, 40_000),
+       "stragglers of a long job: memory holds one rank's row, not ranks x steps",
+       f"{big - base} KiB over {base}")
+    rc, so, se = run("trace", "stragglers", d, "--json", "--png", png)
+    j = json.loads(so) if rc == 0 else {}
+    r = {x["rank"]: x for x in j.get("ranks", [])}
+    ok(rc == 0 and j.get("stragglers") == [5, 7] and len(r) == world and
+       all(x["steps"] == steps - 1 for x in r.values()) and
+       abs(r[5]["median_ms"] - 40.000005) < 1e-9 and abs(r[5]["relative"] - 0.5) < 1e-6 and
+       abs(r[7]["median_ms"] - 20.000007) < 1e-9 and abs(r[7]["individual"] - 1 / 3) < 1e-6 and
+       abs(r[0]["individual"] - 1.0) < 1e-12 and "showing the last 8000 steps" in se and
+       os.path.getsize(png) > 1000,
+       "stragglers of a long job: the slow rank and the one that slowed named, heat map drawn",
+       so[:600] + se)
+
+
 def test_merge_memory(d):
     """24 ranks of 20,000 spans: merge reads the logs twice, one rank at a time (lay out,
     then write), so memory holds one rank's spans; it held every rank's, and room for a
@@ -493,6 +560,40 @@ def test_merge_memory(d):
     n = sum(1 for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X") if rc == 0 else 0
     ok(rc0 == 0 and rc == 0 and n == 24 * 20000 and memory_bound("merge", big - base, base, 8_000),
        "merge: memory holds one rank's spans at a time", f"{n} events; {big - base} KiB over {base}")
+
+
+def test_merge_p2p_memory(d):
+    """32 ranks in send/recv pairs (rank 2k sends to 2k + 1), 12,000 transfers each: the sends
+    and recvs are set aside in a file next to the output as each rank is written, sorted, and
+    paired reading a few of each rank's at a time, so memory holds one rank's; it held every
+    transfer of the run (22 MB here, and a long job's pipeline sends and recvs are billions).
+    The flows are the same (the tests above: every send paired with its recv)."""
+    world, n = 32, 12000
+    if os.environ.get("MS_SANITIZER", "none") != "none":  # memory not checked: the pairing only
+        n = 1000
+    for r in range(world):
+        head = dict(type="header", version=1, rank=r, world=world, host="h", pid=1,
+                    coord=dict(dp=0, pp=r, tp=0), shape=dict(dp=1, pp=world, tp=1), mono_ns=0,
+                    wall_ns=1_700_000_000 * 10**9)
+        clock = dict(type="clock", mono_ns=0, offset_ns=0, err_ns=0)
+        name, peer = ("send", r + 1) if r % 2 == 0 else ("recv", r - 1)
+        line = ('{"type":"span","name":"%s","lane":"comm:pp","group":"pp","t0":%%d,"t1":%%d,'
+                '"peer":%d,"tag":0}\n' % (name, peer))
+        with open(os.path.join(d, f"events_r{r:05d}.jsonl"), "w") as f:
+            f.write(json.dumps(head) + "\n" + json.dumps(clock) + "\n" +
+                    "".join(line % (10_000 * i, 10_000 * i + 5000 + 1000 * (r % 2))
+                            for i in range(n)))
+    small = small_log(d)
+    out = os.path.join(d, "m.json")
+    rc0, base = peak_anon_kb("trace", "merge", small, "-o", out)
+    rc, big = peak_anon_kb("trace", "merge", d, "-o", out)
+    od = json.load(open(out))["otherData"] if rc == 0 else {}
+    ok(rc0 == 0 and rc == 0 and od.get("flows") == world // 2 * n and
+       od.get("unmatched_sends") == 0 and od.get("unmatched_recvs") == 0 and
+       memory_bound("merge p2p", big - base, base, 10_000) and
+       not [x for x in os.listdir(d) if ".p2p." in x or ".tmp" in x],
+       "merge: sends and recvs paired holding one rank's, nothing left behind",
+       f"{od}; {big - base} KiB over {base}")
 
 
 # ---- 3. hang ---------------------------------------------------------------------------------
@@ -961,7 +1062,9 @@ def main():
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),
                          ("stragglers_memory", test_stragglers_memory),
+                         ("stragglers_long", test_stragglers_long),
                          ("merge_memory", test_merge_memory),
+                         ("merge_p2p_memory", test_merge_p2p_memory),
                          ("hang_missing", test_hang_missing), ("hang_placed", test_hang_placed),
                          ("hang_rerun", test_hang_rerun),
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
