@@ -128,6 +128,10 @@ static const opts_spec train_opts[] = {
     R("val-batches", OPT_T_INT, val_batches, "10", "[1,)", "batches per validation pass"),
     RL("peak-flops", OPT_T_DOUBLE, peak_flops, "0", "[0,)",
        "device peak FLOP/s for MFU (0: probe)"),
+    RL("peak-cache", OPT_T_STR, peak_cache, NULL, NULL,
+       "directory of the peak cache: a probed peak is kept in DIR/peak-HOST.json, and a later "
+       "start on this host with the same backend, dtype, threads and binary reads it instead of "
+       "probing (megascale launch: its --run-dir; not given or none: off)"),
     RL("log-every", OPT_T_INT, log_every, "1", "[0,)", "steps between progress lines"),
     O("trace-dir", OPT_T_STR, trace_dir, NULL,
       "per-rank event logs and hang dumps (default: DIR/trace next to --metrics; none: off)"),

@@ -13,6 +13,7 @@
 #include "base/rng.h"
 #include "base/log.h"
 #include "base/timeutil.h"
+#include "monitor/peakcache.h"
 
 static double probe_once(be_backend *be, int n, int reps) {
     size_t bytes = (size_t)n * n * be_dtype_size(be->act_dtype);
@@ -86,19 +87,22 @@ double mon_peak_table(const char *device) {
 
 /* The probe's size: the GPU needs a large product to reach its peak
  * (8192^3 is 1.1 TFLOP); a CPU, bf16 or fp32, reaches its own at 2048^3. */
-static int probe_n(const be_backend *be) {
+int mon_peak_probe_n(const be_backend *be) {
     return be->act_dtype == BE_BF16 && strcmp(be->name, "cpu") ? 8192 : 2048;
 }
 
 static void peak_describe_probe(mon_peak *p, const be_backend *be) {
     int both = !strcmp(be->name, "cpu") && be->act_dtype == BE_F32 && be_cpu_gemm_own(be);
-    snprintf(p->source, sizeof p->source, "probed: best of %d GEMM probe%s (%d^3, %s%s) on %s",
-             p->probes, p->probes == 1 ? "" : "s", probe_n(be),
+    char kept[64] = ""; /* a cached peak probed again in warm-up */
+    if (p->probes_run < p->probes)
+        snprintf(kept, sizeof kept, ", %d of them from the peak cache", p->probes - p->probes_run);
+    snprintf(p->source, sizeof p->source, "probed: best of %d GEMM probe%s (%d^3, %s%s%s) on %s",
+             p->probes, p->probes == 1 ? "" : "s", mon_peak_probe_n(be),
              be->act_dtype == BE_BF16 ? "bf16" : "fp32",
-             both ? ", the own kernel's and OpenBLAS's" : "", be->device_name);
+             both ? ", the own kernel's and OpenBLAS's" : "", kept, be->device_name);
 }
 
-void mon_peak_init(mon_peak *p, be_backend *be, double given) {
+void mon_peak_init(mon_peak *p, be_backend *be, double given, const char *cache_dir) {
     memset(p, 0, sizeof *p);
     double table = be->act_dtype == BE_BF16 ? mon_peak_table(be->device_name) : 0;
     if (given > 0) {
@@ -107,19 +111,22 @@ void mon_peak_init(mon_peak *p, be_backend *be, double given) {
     } else if (table > 0) {
         p->flops = table;
         snprintf(p->source, sizeof p->source, "dense bf16 peak of %s (table)", be->device_name);
-    } else {
+    } else if (!mon_peak_cache_load(p, be, cache_dir)) {
         p->from_probe = 1;
-        p->flops = mon_probe_peak_flops(be, probe_n(be), 2);
-        p->probes = 1;
+        p->flops = p->probed = mon_probe_peak_flops(be, mon_peak_probe_n(be), 2);
+        p->probes = p->probes_run = 1;
         peak_describe_probe(p, be);
     }
 }
 
 void mon_peak_reprobe(mon_peak *p, be_backend *be) {
-    if (!p->from_probe || p->raised) return;
-    double f = mon_probe_peak_flops(be, probe_n(be), 1);
-    if (f > p->flops) p->flops = f;
+    if (!p->from_probe || p->raised || p->probes >= MON_PEAK_PROBES) return;
+    double f = mon_probe_peak_flops(be, mon_peak_probe_n(be), 1);
+    if (f > p->probed) p->probed = f;
+    p->flops = p->probed;
     p->probes++;
+    p->probes_run++;
+    p->cached = 0; /* measured again: the source is the probes now */
     peak_describe_probe(p, be);
 }
 

@@ -191,6 +191,7 @@ static char **job_argv(sup_driver *d, char *np) {
     else if (!c->resume[0] && !c->new_run) /* a job started again continues */
         a[n++] = "--resume", a[n++] = "auto";
     if (d->own_metrics) a[n++] = "--metrics", a[n++] = d->metrics_path; /* the dashboard's */
+    if (d->peak_cache[0]) a[n++] = "--peak-cache", a[n++] = d->peak_cache;
     if (d->plan.n) { /* the trainer's faults still ahead (the diag:* ones go to diag) */
         sup_faults_format(d, 0, d->faults_through, d->fault_arg, sizeof d->fault_arg);
         if (d->fault_arg[0]) a[n++] = "--inject-fault", a[n++] = d->fault_arg;
@@ -726,13 +727,22 @@ static int config_value(const sup_config *c, const char *name, char *out, size_t
     return found;
 }
 
+/* path made absolute against the working directory, into out. */
+static void absolute(char *out, size_t n, const char *path) {
+    char cwd[4096];
+    if (path[0] != '/' && getcwd(cwd, sizeof cwd))
+        snprintf(out, n, "%s/%s", cwd, path);
+    else
+        snprintf(out, n, "%s", path);
+}
+
 /* The job's metrics file (the train option, on the command line or in its
  * --config file; else OUT/metrics.jsonl of an --out-dir OUT given either
  * way; else RUN_DIR/metrics.jsonl, which the driver then adds), absolute:
  * the dashboard reads it from anywhere. */
 static void set_metrics_path(sup_driver *d) {
     const char *m = opt_value(d->c, "--metrics"), *o = opt_value(d->c, "--out-dir");
-    char rel[4200], cwd[4096], out[4096];
+    char rel[4200], out[4096];
     d->own_metrics = 0;
     if (m) {
         snprintf(rel, sizeof rel, "%s", m);
@@ -744,10 +754,18 @@ static void set_metrics_path(sup_driver *d) {
             d->own_metrics = 1;
         }
     }
-    if (rel[0] != '/' && getcwd(cwd, sizeof cwd))
-        snprintf(d->metrics_path, sizeof d->metrics_path, "%s/%s", cwd, rel);
-    else
-        snprintf(d->metrics_path, sizeof d->metrics_path, "%s", rel);
+    absolute(d->metrics_path, sizeof d->metrics_path, rel);
+}
+
+/* The ranks' peak cache (monitor/peakcache.h): the run dir, absolute, so
+ * that a restart reads the peak the first start probed instead of probing
+ * again on every rank; unless the train options (command line or --config
+ * file) name their own (or none). */
+static void set_peak_cache(sup_driver *d) {
+    char own[8];
+    d->peak_cache[0] = 0;
+    if (!opt_value(d->c, "--peak-cache") && !config_value(d->c, "peak-cache", own, sizeof own))
+        absolute(d->peak_cache, sizeof d->peak_cache, d->c->run_dir);
 }
 
 /* RUN_DIR/compute.jsonl, and the dashboard with --dashboard: its URL
@@ -858,6 +876,7 @@ int sup_run(const sup_config *c) {
     snprintf(d->hostfile_path, sizeof d->hostfile_path, "%s/hostfile.active", c->run_dir);
     snprintf(d->diag_dir, sizeof d->diag_dir, "%s/diag", c->run_dir);
     set_metrics_path(d);
+    set_peak_cache(d);
     snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", c->ckpt_dir); /* command line or --config */
     const char *device = opt_value(c, "--device"); /* diag checks the device the job uses */
     snprintf(d->device, sizeof d->device, "%s", device && !strcmp(device, "cuda") ? "cuda" : "");

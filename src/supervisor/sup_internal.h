@@ -384,6 +384,8 @@ typedef struct {
     sup_heatlog heat;          /* RUN_DIR/compute.jsonl */
     char metrics_path[4200];   /* the job's metrics (absolute) */
     int own_metrics;           /* the train options name none: the driver adds it */
+    char peak_cache[4200];     /* --peak-cache RUN_DIR (absolute) for the ranks, so a restart reads
+                                  the probed peak; "": the train options name their own */
 } sup_driver;
 
 /* The value of option `name` in argv[0..argc) (--name V or --name=V; the

@@ -28,6 +28,7 @@
 #include "monitor/evlog.h"
 #include "monitor/heartbeat.h"
 #include "monitor/monitor.h"
+#include "monitor/peakcache.h"
 #include "monitor/step.h"
 #include "optim/optim.h"
 #include "parallel/zero.h"
@@ -418,13 +419,16 @@ static ms_status setup_record(trainer *t) {
 /* --cpu-dtype bf16 pays only where the CPU's bf16 products outrun its fp32
  * ones: AMD's Zen 5 runs them at twice the rate, an Intel Xeon without AMX
  * at half (docs/perf.md).  With the peak probed in bf16, probe fp32 too
- * (~0.1 s) and say so when fp32 would be faster. */
+ * (~0.1 s; a cached peak brings its fp32 rate) and say so when fp32 would
+ * be faster. */
 static void check_cpu_bf16(trainer *t) {
     if (strcmp(t->be->name, "cpu") || t->be->act_dtype != BE_BF16 || !t->peak.from_probe) return;
+    double f32 = t->peak.fp32_flops;
     be_backend *f = NULL;
-    if (be_cpu_create(&f, t->be->threads) != MS_OK) return;
-    double f32 = mon_probe_peak_flops(f, 2048, 1);
-    be_destroy(f);
+    if (!(f32 > 0) && be_cpu_create(&f, t->be->threads) == MS_OK) {
+        f32 = t->peak.fp32_flops = mon_probe_peak_flops(f, 2048, 1);
+        be_destroy(f);
+    }
     if (f32 > t->peak.flops)
         ms_warn("--cpu-dtype bf16: this CPU's bf16 GEMMs ran at %.1f GFLOP/s, its fp32 ones at "
                 "%.1f: --cpu-dtype fp32 would likely be faster here",
@@ -493,8 +497,9 @@ static ms_status setup(trainer *t) {
     t->rtgt = malloc((size_t)t->accum * n * sizeof(int32_t));
     if (!t->rinp || !t->rtgt) return ms_error(MS_ERR_NOMEM, "trainer: out of memory");
     t->flops_per_token = gpt_flops_per_token(&t->mc, tc->seq);
-    mon_peak_init(&t->peak, t->be, tc->peak_flops);
+    mon_peak_init(&t->peak, t->be, tc->peak_flops, tc->peak_cache);
     check_cpu_bf16(t);
+    mon_peak_cache_save(&t->peak, t->be); /* a probed peak, for the next start on this host */
     MS_TRY(setup_record(t));
     /* started last, so the probe above runs on idle cores */
     MS_TRY(data_prefetch_start(&t->prefetch, t->train, t->micro, tc->seq, 4));
@@ -883,10 +888,14 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
 }
 
 /* Another peak probe during warm-up (steps 2 and 3 of a long enough run on
- * a probed peak), so a busy moment at start-up does not lower it. */
+ * a probed peak), so a busy moment at start-up does not lower it; the best
+ * of the three goes into the peak cache.  A peak read from the cache with
+ * its three probes is not probed again (mon_peak_reprobe). */
 static void warmup_probe(trainer *t, int step) {
-    if (t->tc->steps - t->start >= 50 && (step == t->start + 1 || step == t->start + 2))
+    if (t->tc->steps - t->start >= 50 && (step == t->start + 1 || step == t->start + 2)) {
         mon_peak_reprobe(&t->peak, t->be);
+        if (step == t->start + 2) mon_peak_cache_save(&t->peak, t->be);
+    }
 }
 
 /* The checkpoint hook of the step; its stall (snapshot, or a stop) as a span. */

@@ -64,6 +64,7 @@ typedef struct {
     double ckpt_every_min;
     int new_run; /* --new-run: a fresh start in a --ckpt-dir with commits moves them aside */
     double peak_flops;
+    char *peak_cache; /* directory of the probed peak's cache (monitor/peakcache.h); NULL: none */
     int log_every;
     /* troubleshooting (docs/operations.md) */
     char *trace_dir;       /* NULL/"": next to --metrics; "none": off */

@@ -716,6 +716,81 @@ def main():
        "the start-up line and the metrics' config line name the fp32 GEMMs and the OpenBLAS "
        "kernels", err0[-2000:])
 
+    # --- --peak-cache: the first start probes the peak and writes DIR/peak-HOST.json; the next
+    # reads it instead (no 2048^3 GEMM in its --cpu-profile table) and its MFU is against the
+    # probe's value; a corrupt cache, or one made for other threads, is ignored with a note and
+    # the peak probed again and written ---
+    pc = os.path.join(d, "peakcache")
+    probe_row = re.compile(r"^\[megascale r0 info\]   gemm NN 2048x2048x2048 ", re.M)
+
+    def pc_run(name, *extra):
+        m = os.path.join(d, f"pc_{name}.jsonl")
+        rc, _, err = run(*base, "--steps", "3", "--metrics", m, "--peak-cache", pc,
+                         "--cpu-profile", "1", *extra)
+        lines = [json.loads(l) for l in open(m)] if rc == 0 else []
+        cfg = next((l for l in lines if l.get("type") == "config"), {})
+        return rc, err, cfg, [l for l in lines if "mfu" in l]
+
+    def pc_file():
+        names = [n for n in os.listdir(pc) if n.endswith(".json")] if os.path.isdir(pc) else []
+        try:
+            return names, json.load(open(os.path.join(pc, names[0])))
+        except (IndexError, OSError, ValueError):
+            return names, {}
+
+    rc, err, cfg1, _ = pc_run("first")
+    names, doc = pc_file()
+    ent = (doc.get("entries") or [{}])[0]
+    ok(rc == 0 and probe_row.search(err) and "none yet: probing" in err
+       and cfg1.get("peak_source", "").startswith("probed") and len(names) == 1
+       and names[0].startswith("peak-") and doc.get("format") == "megascale-peak-cache"
+       and doc.get("version") == 1 and ent.get("flops") == cfg1.get("peak_flops")
+       and ent.get("probes") == 1 and ent.get("key", {}).get("threads") == 2,
+       "--peak-cache: the first start probes and writes the peak", err[-2000:] + str(doc))
+    rc, err, cfg2, steps2 = pc_run("second")
+    want = lambda s: cfg2["flops_per_token"] * s["tok_s"] / cfg1["peak_flops"]  # noqa: E731
+    ok(rc == 0 and not probe_row.search(err) and "cpu profile" in err
+       and re.search(r"MFU against a peak of [\d.]+ GFLOP/s per rank: cached in \S+peak-", err)
+       and cfg2.get("peak_source", "").startswith("cached in ")
+       and cfg2.get("peak_flops") == cfg1.get("peak_flops") and len(steps2) == 3
+       and all(abs(s["mfu"] - want(s)) <= 1e-5 + want(s) * 0.06 / s["tok_s"] for s in steps2),
+       "--peak-cache: a restart reads the peak, runs no probe, and its MFU is against the "
+       "probe's value", err[-3000:] + str(cfg2) + str(steps2))
+    os.makedirs(pc, exist_ok=True)
+    open(os.path.join(pc, names[0] if names else "x.json"), "w").write('{"format": ')
+    rc, err, cfg3, _ = pc_run("corrupt")
+    _, doc = pc_file()
+    ok(rc == 0 and probe_row.search(err) and "not a JSON object (corrupt): ignored, probing" in err
+       and cfg3.get("peak_source", "").startswith("probed") and len(doc.get("entries", [])) == 1,
+       "--peak-cache: a corrupt cache is ignored with a note, the peak probed and rewritten",
+       err[-2000:] + str(doc))
+    rc, err, cfg4, _ = pc_run("threads1", "--threads", "1")
+    _, doc = pc_file()
+    ok(rc == 0 and probe_row.search(err)
+       and "no entry for this rank (the newest was made for threads 2, this rank's is 1)" in err
+       and cfg4.get("peak_source", "").startswith("probed")
+       and [e["key"]["threads"] for e in doc.get("entries", [])] == [1, 2],
+       "--peak-cache: a cache made for other threads is ignored with a note; both are kept",
+       err[-2000:] + str(doc))
+    rc, err, cfg5, _ = pc_run("again")
+    ok(rc == 0 and not probe_row.search(err) and cfg5.get("peak_flops") == cfg3.get("peak_flops"),
+       "--peak-cache: the first key's entry still serves its runs", err[-2000:])
+    # a run of 50 steps on a cached single probe still takes the two warm-up probes (2 products
+    # of each kernel each) and writes the best of the three; the next probes nothing
+    probes = lambda err: [int(n) for n in re.findall(  # noqa: E731
+        r"^\[megascale r0 info\]   gemm NN 2048x2048x2048\s+(\d+)", err, re.M)]
+    rc, err, _, _ = pc_run("long", "--steps", "50")
+    _, doc = pc_file()
+    ent = next((e for e in doc.get("entries", []) if e["key"]["threads"] == 2), {})
+    ok(rc == 0 and probes(err) == [8] and ent.get("probes") == 3
+       and ent.get("flops", 0) >= cfg3.get("peak_flops", 1),
+       "--peak-cache: a long run re-probes a one-probe cache in warm-up and writes the best of 3",
+       err[-2000:] + str(doc))
+    rc, err, cfg6, _ = pc_run("long2", "--steps", "50")
+    ok(rc == 0 and probes(err) == [] and "best of 3 GEMM probes" in cfg6.get("peak_source", "")
+       and cfg6.get("peak_flops") == ent.get("flops"),
+       "--peak-cache: a cached peak of 3 probes is not probed again in warm-up", err[-2000:])
+
     # --- a short training run: loss falls, metrics have the fields ---
     metrics = os.path.join(d, "m.jsonl")
     w1 = os.path.join(d, "w1.safetensors")

@@ -9,7 +9,9 @@ steps):
 2. SIGSTOP of rank 0: detected as a hang of rank 0 (no heartbeat), the same
    recovery, bitwise-equal weights;
 3. a crash loop (rank 1 exits at step 10 in every attempt): stopped after
-   --no-progress-restarts restarts with exit code 4 ("do not requeue");
+   --no-progress-restarts restarts with exit code 4 ("do not requeue"); the
+   job probes its peak (no --peak-flops) in the first attempt only: the
+   restarts read it from RUN_DIR/peak-HOST.json, written by one rank;
 4. the heartbeat socket: beats with a wrong token, a malformed line, an
    oversized line and an out-of-order sequence number are rejected (events
    "beat_rejected") and do not disturb the job;
@@ -25,6 +27,7 @@ Environment: MS_BIN (the megascale binary)."""
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -127,10 +130,22 @@ def check_recovery(d, shard, ref_w, name, sig, victim):
 
 
 def check_crash_loop(d, shard):
-    run, p = launch(d, "loop", shard, ["--inject-fault", "exit@10:1"],
+    run, p = launch(d, "loop", shard, ["--inject-fault", "exit@10:1", "--peak-flops", "0"],
                     ["--no-progress-restarts", "2", "--max-restarts", "8"])
     rc, err = finished(p)
     ev = events(run)
+    peaks = re.findall(r"MFU against a peak of [\d.]+ GFLOP/s per rank: (probed|cached in \S+)",
+                       err)
+    caches = [n for n in os.listdir(run) if n.startswith("peak-") and n.endswith(".json")]
+    try:
+        entries = json.load(open(os.path.join(run, caches[0])))["entries"]
+    except (IndexError, OSError, ValueError, KeyError):
+        entries = []
+    ok(len(peaks) == 3 and peaks[0] == "probed" and len(caches) == 1
+       and all(x == f"cached in {os.path.abspath(run)}/{caches[0]}:" for x in peaks[1:])
+       and len(entries) == 1 and entries[0]["key"]["ranks_on_host"] == 2,
+       "crash loop: the first attempt probes the peak, the restarts read the run dir's cache",
+       str(peaks) + str(entries) + err[-2000:])
     ok(rc == 4, "crash loop: exit code 4 (no progress, do not requeue)", f"rc {rc}\n{err[-3000:]}")
     ok("no progress" in err and ev and ev[-1]["event"] == "job_failed",
        "crash loop: says why and records it", err[-2000:])

@@ -2,14 +2,21 @@
  * step, validation and "ckpt" lines with their fields (an unknown stall is
  * null), sinks without on_ckpt are skipped, and a resumed run keeps the
  * lines of steps <= resume_step (commits by the same rule as steps) and
- * drops the later ones. */
+ * drops the later ones.  The peak cache (monitor/peakcache.h): of eight
+ * processes saving at once one writes, a later load reads the peak and
+ * is not re-probed, another key's entry is kept beside it, and a corrupt
+ * or foreign file is ignored and rewritten. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include "backend/backend.h"
 #include "base/fileio.h"
 #include "check.h"
+#include "monitor/peakcache.h"
 #include "monitor/step.h"
 #include "tmpdir.h"
 
@@ -165,6 +172,123 @@ static void test_resume(const char *path) {
     lines_free(&l);
 }
 
+/* A peak as the start-up probe leaves it: `probes` probes, all run here. */
+static void peak_probed(mon_peak *p, double flops, int probes) {
+    p->from_probe = 1;
+    p->flops = p->probed = flops;
+    p->probes = p->probes_run = probes;
+    p->cached = 0;
+}
+
+/* Eight processes save p at once (released together through a pipe): how
+ * many wrote, and how many failed (-1). */
+static int save_at_once(const mon_peak *p, const be_backend *be, int *failed) {
+    int gate[2], wrote = 0;
+    pid_t kids[8];
+    *failed = 0;
+    if (pipe(gate) != 0) return -1;
+    for (int i = 0; i < 8; i++)
+        if ((kids[i] = fork()) == 0) {
+            char c;
+            close(gate[1]);
+            while (read(gate[0], &c, 1) > 0) { /* until the parent closes it */
+            }
+            int rc = mon_peak_cache_save(p, be);
+            _exit(rc == 1 ? 1 : rc == 0 ? 0 : 2);
+        }
+    close(gate[0]);
+    close(gate[1]); /* go */
+    for (int i = 0; i < 8; i++) {
+        int st = 0;
+        if (kids[i] > 0 && waitpid(kids[i], &st, 0) == kids[i] && WIFEXITED(st)) {
+            wrote += WEXITSTATUS(st) == 1;
+            *failed += WEXITSTATUS(st) == 2;
+        } else {
+            (*failed)++;
+        }
+    }
+    return wrote;
+}
+
+static int cache_entries(const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    if (ms_file_read_all(path, &text, &len) != MS_OK) return -1;
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "entries"));
+    cJSON_Delete(o);
+    return n;
+}
+
+static void test_peak_cache(const char *dir) {
+    be_backend *be = NULL, *be2 = NULL;
+    T_OK(be_cpu_create(&be, 1) == MS_OK && be_cpu_create(&be2, 2) == MS_OK);
+    if (!be || !be2) goto out;
+    mon_peak p, q;
+    memset(&p, 0, sizeof p);
+    T_OK(!mon_peak_cache_load(&p, be, NULL) && !p.cache_path[0]); /* no cache dir: off */
+    T_OK(mon_peak_cache_save(&p, be) == 0);
+    T_OK(!mon_peak_cache_load(&p, be, dir) && strstr(p.cache_path, "/peak-")); /* none yet */
+    char path[sizeof p.cache_path];
+    snprintf(path, sizeof path, "%s", p.cache_path);
+
+    /* the ranks of a host start at once: one writes */
+    peak_probed(&p, 5e10, 1);
+    int failed = 0, wrote = save_at_once(&p, be, &failed);
+    T_EQ_INT(wrote, 1);
+    T_EQ_INT(failed, 0);
+    T_EQ_INT(cache_entries(path), 1);
+
+    /* a restart reads it: the same peak, from the probes, not probed again */
+    memset(&q, 0, sizeof q);
+    T_OK(mon_peak_cache_load(&q, be, dir) == 1);
+    T_OK(q.flops == 5e10 && q.probed == 5e10 && q.from_probe && q.cached && q.probes == 1 &&
+         q.probes_run == 0);
+    T_STR_CONTAINS(q.source, "cached in ");
+    T_OK(mon_peak_cache_save(&q, be) == 0); /* it ran no probe: nothing to write */
+
+    /* the warm-up's three probes replace the one; then there is nothing new */
+    peak_probed(&p, 6e10, MON_PEAK_PROBES);
+    T_EQ_INT(mon_peak_cache_save(&p, be), 1);
+    T_EQ_INT(mon_peak_cache_save(&p, be), 0);
+    memset(&q, 0, sizeof q);
+    T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 6e10 && q.probes == MON_PEAK_PROBES);
+    mon_peak_reprobe(&q, be); /* a full cached peak is not probed again */
+    T_OK(q.probes == MON_PEAK_PROBES && q.probes_run == 0 && q.cached && q.flops == 6e10);
+
+    /* another key (2 threads) misses, and its entry is kept beside the first */
+    memset(&q, 0, sizeof q);
+    T_OK(mon_peak_cache_load(&q, be2, dir) == 0 && !q.from_probe);
+    peak_probed(&q, 9e10, 1);
+    T_EQ_INT(mon_peak_cache_save(&q, be2), 1);
+    T_EQ_INT(cache_entries(path), 2);
+    memset(&q, 0, sizeof q);
+    T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 6e10);
+    memset(&q, 0, sizeof q);
+    T_OK(mon_peak_cache_load(&q, be2, dir) == 1 && q.flops == 9e10);
+
+    /* corrupt, or not a cache: ignored (a probe), then rewritten */
+    const char *bad[] = {"{\"format\": \"megascale-peak-cache\", \"version\": 1, \"entr",
+                         "{\"format\": \"other\", \"version\": 1, \"entries\": []}",
+                         "{\"format\": \"megascale-peak-cache\", \"version\": 1, \"entries\": "
+                         "[{\"key\": {}, \"flops\": -1, \"probes\": 1, \"fp32_flops\": 0, "
+                         "\"written\": \"x\"}]}"};
+    for (int i = 0; i < 3; i++) {
+        T_OK(ms_file_write_atomic(path, bad[i], strlen(bad[i])) == MS_OK);
+        memset(&q, 0, sizeof q);
+        T_OK(mon_peak_cache_load(&q, be, dir) == 0);
+        peak_probed(&q, 7e10, 1);
+        T_EQ_INT(mon_peak_cache_save(&q, be), 1);
+        memset(&q, 0, sizeof q);
+        T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 7e10);
+        T_EQ_INT(cache_entries(path), 1);
+    }
+out:
+    if (be) be_destroy(be);
+    if (be2) be_destroy(be2);
+}
+
 int main(void) {
     if (!ms_tmpdir_make("metrics")) return 1;
     const char *path = tpath("m.jsonl");
@@ -172,6 +296,7 @@ int main(void) {
     snprintf(p, sizeof p, "%s", path);
     test_lines(p);
     test_resume(p);
+    test_peak_cache(tmpdir);
     if (!ms_t_fail) ms_tmpdir_remove();
     return ms_test_summary("test_metrics");
 }
