@@ -43,7 +43,11 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    diag:slow on node1; it has no history to be slow against): the pre-flight
    self-test (--preflight 1, the nodes compared with each other) fails it
    before the first start, node1 is evicted, the job starts on node0 and the
-   spare and runs without a fault, bitwise equal.
+   spare and runs without a fault, bitwise equal;
+15. a busy host: node1's history (the nodes all on this host) says it was a
+   thousand times as fast; after a crash diag passes every node (a node's
+   own history is compared only with --hostfile: on one host it is the
+   host's past, shared by all), nothing is evicted, bitwise equal.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -436,6 +440,32 @@ def preflight(d, shard, ref_w):
     ok("pre-flight diag: node node1: FAIL" in err, "pre-flight: the log names node1", err[-2000:])
 
 
+def busy_host(d, shard, ref_w):
+    # node1's history on this host says it was a thousand times as fast (measured while the
+    # host was idle, say): on one host that is the host's past, shared by every node, not
+    # node1's own, so the self-test after a fault must not fail node1 for it
+    run = os.path.join(d, "busyhost")
+    os.makedirs(os.path.join(run, "diag"))
+    with open(os.path.join(run, "diag", "node1.jsonl"), "w") as f:
+        for _ in range(3):
+            for check, value, unit, device, size in (("gemm", 1e6, "GFLOP/s", "cpu", 1024),
+                                                      ("memory", 1e5, "GB/s", "host", 64)):
+                f.write(json.dumps({"check": check, "value": value, "unit": unit,
+                                    "device": device, "size": size, "host": "h",
+                                    "time": 1}) + "\n")
+    run, p = launch(d, "busyhost", shard, ["--diag-slow-factor", "0.5", "--faults", "kill@6:1"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "busy host")
+    diag = {e["node"]: (e["ok"], e["detail"]) for e in of(run, "diag") if "node" in e}
+    ok(diag and all(v[0] for v in diag.values()),
+       "busy host: diag passes every node, node1 slow only against the host's past", str(diag))
+    ok(not of(run, "evict") and node_sets(run) == ["node0,node1", "node0,node1"],
+       "busy host: nothing evicted, the restart on the same nodes", str(node_sets(run)))
+    hist = open(os.path.join(run, "diag", "node1.jsonl")).read().splitlines()
+    ok(len(hist) > 6, "busy host: the self-test's results are still kept in node1's history",
+       str(len(hist)))
+
+
 def main():
     d, shard = start("ms_sup_nodes_")
     run, p = launch(d, "ref", shard)
@@ -456,7 +486,8 @@ def main():
              "options": lambda: driver_options(d, shard, ref_w),
              "ranktk": lambda: rank_gone_takeover(d, shard, ref_w),
              "jobtk": lambda: job_gone_takeover(d, shard, ref_w),
-             "preflight": lambda: preflight(d, shard, ref_w)}
+             "preflight": lambda: preflight(d, shard, ref_w),
+             "busyhost": lambda: busy_host(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)
