@@ -1,6 +1,7 @@
 /* evlog.c - the event log's flusher thread and line format (see evlog.h). */
 #include "monitor/evlog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -122,9 +123,87 @@ static void put_header(mon_evlog *l, const mon_identity *id) {
             mono, wall_ns);
 }
 
+/* The files a rank leaves in the trace directory: its event log and its
+ * hang dump (written by comm_dump.c at the path setup_trace gives it). */
+static const char *const rank_files[] = {"events_r%05d.jsonl", "hang_r%05d.json"};
+#define N_RANK_FILES (sizeof rank_files / sizeof rank_files[0])
+
+/* The rank a file name of rank_files[] is for; -1 if it is none of them. */
+static int rank_of_file(const char *name) {
+    for (size_t k = 0; k < N_RANK_FILES; k++) {
+        const char *pat = rank_files[k], *pct = strchr(pat, '%');
+        size_t pre = (size_t)(pct - pat);
+        if (strncmp(name, pat, pre) != 0) continue;
+        int r = 0, i = (int)pre;
+        for (; i < (int)pre + 5; i++) {
+            if (name[i] < '0' || name[i] > '9') break;
+            r = r * 10 + (name[i] - '0');
+        }
+        if (i == (int)pre + 5 && !strcmp(name + i, pct + 4)) return r;
+    }
+    return -1;
+}
+
+/* DIR/prev/ takes rank r's files of DIR (the attempt before this one):
+ * each that exists is renamed there, replacing the older one; one that
+ * does not removes its older copy, so that DIR/prev holds one attempt, not
+ * two mixed.  Renames are atomic and each rank moves only its own files. */
+static void move_rank_to_prev(const char *dir, const char *prev, int r) {
+    for (size_t k = 0; k < N_RANK_FILES; k++) {
+        char name[64], from[4200], to[4200];
+        snprintf(name, sizeof name, rank_files[k], r);
+        snprintf(from, sizeof from, "%s/%s", dir, name);
+        snprintf(to, sizeof to, "%s/%s", prev, name);
+        if (rename(from, to) == 0) continue;
+        if (errno != ENOENT)
+            ms_warn("%s: cannot move it to %s (it is replaced): %s", from, prev, strerror(errno));
+        else if (unlink(to) != 0 && errno != ENOENT)
+            ms_warn("%s: cannot remove it (an older attempt's file): %s", to, strerror(errno));
+    }
+}
+
+/* Before this rank's log replaces its older one (a restart in the same
+ * directory), keep the attempt before in DIR/prev/: that is the one that
+ * failed.  Rank 0 also moves the files of ranks >= world (the attempt
+ * before had more ranks) and clears those of prev, which no rank of this
+ * run owns.  Failing keeps nothing but does not stop the run. */
+static void keep_previous(const char *dir, int rank, int world) {
+    char prev[4200];
+    snprintf(prev, sizeof prev, "%s/prev", dir);
+    if (ms_mkdirs(prev) != MS_OK) {
+        ms_warn("%s (the previous attempt's trace files are replaced)", ms_errmsg());
+        return;
+    }
+    move_rank_to_prev(dir, prev, rank);
+    if (rank != 0) return;
+    /* the ranks first, then the moves: a rank moved twice would lose its files */
+    int *stale = NULL, n = 0, cap = 0;
+    const char *dirs[] = {dir, prev};
+    for (int i = 0; i < 2; i++) {
+        DIR *d = opendir(dirs[i]);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            int r = rank_of_file(e->d_name), seen = 0;
+            for (int j = 0; j < n && !seen; j++)
+                seen = stale[j] == r;
+            if (r < world || seen) continue;
+            if (n == cap) {
+                int *p = realloc(stale, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *p);
+                if (!p) break;
+                stale = p;
+            }
+            stale[n++] = r;
+        }
+        if (d) closedir(d);
+    }
+    for (int j = 0; j < n; j++)
+        move_rank_to_prev(dir, prev, stale[j]);
+    free(stale);
+}
+
 ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s) {
     *out = NULL;
     MS_TRY(ms_mkdirs(dir));
+    keep_previous(dir, id->rank, id->world);
     mon_evlog *l = calloc(1, sizeof *l);
     if (!l) return ms_error(MS_ERR_NOMEM, "event log: out of memory");
     snprintf(l->path, sizeof l->path, "%s/events_r%05d.jsonl", dir, id->rank);

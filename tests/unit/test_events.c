@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/events.h"
+#include "base/fileio.h"
 #include "check.h"
 #include "monitor/evlog.h"
 #include "tmpdir.h"
@@ -197,11 +198,98 @@ static void test_evlog(void) {
     T_STR_CONTAINS(ms_errmsg(), "/proc/no");
 }
 
+static void put_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    T_OK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The first line of path, "" if there is none. */
+static const char *first_line(const char *path) {
+    static char line[512];
+    FILE *f = fopen(path, "r");
+    line[0] = 0;
+    if (f && !fgets(line, sizeof line, f)) line[0] = 0;
+    if (f) fclose(f);
+    return line;
+}
+
+static int exists(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* A restart keeps the attempt before in DIR/prev/: each rank moves its own
+ * log and hang dump there; rank 0 also those of ranks the new world does
+ * not have; files of an older attempt do not stay mixed in. */
+static void test_evlog_prev(void) {
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s", tpath("restart"));
+    mon_identity id0 = {.rank = 0, .world = 2}, id1 = {.rank = 1, .world = 2};
+    mon_evlog *l = NULL;
+    /* attempt A: 4 ranks, rank 1 and rank 2 wrote hang dumps */
+    T_OK(ms_mkdirs(dir) == MS_OK);
+    for (int r = 0; r < 4; r++) {
+        char text[32];
+        snprintf(p, sizeof p, "%s/events_r%05d.jsonl", dir, r);
+        snprintf(text, sizeof text, "A%d\n", r);
+        put_file(p, text);
+    }
+    snprintf(p, sizeof p, "%s/hang_r00001.json", dir);
+    put_file(p, "HA1\n");
+    snprintf(p, sizeof p, "%s/hang_r00002.json", dir);
+    put_file(p, "HA2\n");
+    /* attempt B: 2 ranks; A is kept whole in prev/ */
+    T_OK(mon_evlog_open(&l, dir, &id1, 30) == MS_OK);
+    mon_evlog_close(l);
+    T_OK(mon_evlog_open(&l, dir, &id0, 30) == MS_OK);
+    mon_evlog_close(l);
+    const char *want_a[][2] = {{"events_r00000.jsonl", "A0\n"}, {"events_r00001.jsonl", "A1\n"},
+                               {"events_r00002.jsonl", "A2\n"}, {"events_r00003.jsonl", "A3\n"},
+                               {"hang_r00001.json", "HA1\n"},   {"hang_r00002.json", "HA2\n"}};
+    for (size_t i = 0; i < sizeof want_a / sizeof want_a[0]; i++) {
+        snprintf(p, sizeof p, "%s/prev/%s", dir, want_a[i][0]);
+        T_STR_CONTAINS(first_line(p), want_a[i][1]);
+    }
+    for (int r = 0; r < 4; r++) { /* DIR: B's two logs, nothing of A */
+        snprintf(p, sizeof p, "%s/events_r%05d.jsonl", dir, r);
+        T_EQ_INT(exists(p), r < 2);
+        if (r < 2) T_STR_CONTAINS(first_line(p), "\"type\":\"header\"");
+    }
+    snprintf(p, sizeof p, "%s/hang_r00002.json", dir);
+    T_OK(!exists(p));
+    snprintf(p, sizeof p, "%s/hang_r00000.json", dir); /* B: rank 0 wrote a dump */
+    put_file(p, "HB0\n");
+    /* attempt C: prev/ is B alone (A's ranks 2, 3 and A's dump of rank 1 go) */
+    T_OK(mon_evlog_open(&l, dir, &id0, 30) == MS_OK);
+    mon_evlog_close(l);
+    T_OK(mon_evlog_open(&l, dir, &id1, 30) == MS_OK);
+    mon_evlog_close(l);
+    const char *gone[] = {"events_r00002.jsonl", "events_r00003.jsonl", "hang_r00001.json",
+                          "hang_r00002.json"};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
+        snprintf(p, sizeof p, "%s/prev/%s", dir, gone[i]);
+        T_OK(!exists(p));
+    }
+    for (int r = 0; r < 2; r++) {
+        snprintf(p, sizeof p, "%s/prev/events_r%05d.jsonl", dir, r);
+        T_STR_CONTAINS(first_line(p), "\"type\":\"header\"");
+    }
+    snprintf(p, sizeof p, "%s/prev/hang_r00000.json", dir);
+    T_STR_CONTAINS(first_line(p), "HB0");
+    snprintf(p, sizeof p, "%s/hang_r00000.json", dir);
+    T_OK(!exists(p));
+}
+
 int main(void) {
     if (!ms_tmpdir_make("events")) return 1;
     test_concurrent();
     test_full_ring_drops();
     test_evlog();
+    test_evlog_prev();
     ms_tmpdir_remove();
     return ms_test_summary("test_events");
 }
