@@ -20,6 +20,14 @@ struct mon_evlog {
     FILE *f;
     char path[4096];
     double flush_s;
+    mon_identity id;      /* for the header of each file */
+    long long max_bytes;  /* the log and its .1 together; 0: unbounded */
+    ms_event last_clock;  /* flusher: the latest clock sample written */
+    int have_clock;       /* flusher */
+    int rotate_failed;    /* flusher: warned once, rotation off */
+    int rotating;         /* flusher: writing the new file's first lines */
+    long long bytes;      /* flusher: the size of the current file */
+    long long base_bytes; /* flusher: its header and clock line */
     pthread_t thread;
     int started;
     pthread_mutex_t mu;
@@ -37,50 +45,65 @@ static const char *quote_name(char q[QUOTED_NAME], uint16_t id) {
     return ms_json_quote(q, QUOTED_NAME, ms_ev_name(id));
 }
 
-/* The optional arguments of e as ',"key":value' pairs. */
-static void put_args(FILE *f, const ms_event *e) {
+/* The optional arguments of e as ',"key":value' pairs; the bytes written. */
+static int put_args(FILE *f, const ms_event *e) {
     const ms_ev_args *a = &e->a;
-    if (a->has & MS_EV_STEP) fprintf(f, ",\"step\":%d", a->step);
-    if (a->has & MS_EV_MB) fprintf(f, ",\"mb\":%d", a->mb);
-    if (a->has & MS_EV_CHUNK) fprintf(f, ",\"chunk\":%d", a->chunk);
+    int n = 0;
     char q[QUOTED_NAME];
-    if (a->has & MS_EV_GROUP) fprintf(f, ",\"group\":%s", quote_name(q, a->group));
-    if (a->has & MS_EV_OP) fprintf(f, ",\"op\":%s", quote_name(q, a->op));
-    if (a->has & MS_EV_SEQ) fprintf(f, ",\"seq\":%lld", (long long)a->seq);
-    if (a->has & MS_EV_PEER) fprintf(f, ",\"peer\":%d", a->peer);
-    if (a->has & MS_EV_TAG) fprintf(f, ",\"tag\":%d", a->tag);
-    if (a->has & MS_EV_BYTES) fprintf(f, ",\"bytes\":%lld", (long long)a->bytes);
-    if (a->has & MS_EV_POSTED) fprintf(f, ",\"posted\":%lld", (long long)a->posted);
+    if (a->has & MS_EV_STEP) n += fprintf(f, ",\"step\":%d", a->step);
+    if (a->has & MS_EV_MB) n += fprintf(f, ",\"mb\":%d", a->mb);
+    if (a->has & MS_EV_CHUNK) n += fprintf(f, ",\"chunk\":%d", a->chunk);
+    if (a->has & MS_EV_GROUP) n += fprintf(f, ",\"group\":%s", quote_name(q, a->group));
+    if (a->has & MS_EV_OP) n += fprintf(f, ",\"op\":%s", quote_name(q, a->op));
+    if (a->has & MS_EV_SEQ) n += fprintf(f, ",\"seq\":%lld", (long long)a->seq);
+    if (a->has & MS_EV_PEER) n += fprintf(f, ",\"peer\":%d", a->peer);
+    if (a->has & MS_EV_TAG) n += fprintf(f, ",\"tag\":%d", a->tag);
+    if (a->has & MS_EV_BYTES) n += fprintf(f, ",\"bytes\":%lld", (long long)a->bytes);
+    if (a->has & MS_EV_POSTED) n += fprintf(f, ",\"posted\":%lld", (long long)a->posted);
+    return n;
 }
 
-/* One event as one JSON line. */
+static int put_header(FILE *f, const mon_identity *id);
+static void rotate(mon_evlog *l);
+
+/* One event as one JSON line; a log past half its bound rotates after it. */
 static void put_event(void *ctx, const ms_event *e) {
-    FILE *f = ctx;
+    mon_evlog *l = ctx;
+    FILE *f = l->f;
+    int n;
     if (e->kind == MS_EV_CLOCK) {
-        fprintf(f, "{\"type\":\"clock\",\"mono_ns\":%lld,\"offset_ns\":%lld,\"err_ns\":%lld}\n",
-                (long long)e->t0, (long long)e->a.bytes, (long long)e->a.seq);
-        return;
+        l->last_clock = *e;
+        l->have_clock = 1;
+        n = fprintf(f, "{\"type\":\"clock\",\"mono_ns\":%lld,\"offset_ns\":%lld,\"err_ns\":%lld}\n",
+                    (long long)e->t0, (long long)e->a.bytes, (long long)e->a.seq);
+    } else {
+        char name[QUOTED_NAME], lane[QUOTED_NAME];
+        quote_name(name, e->name);
+        quote_name(lane, e->lane);
+        if (e->kind == MS_EV_MARK)
+            n = fprintf(f, "{\"type\":\"mark\",\"name\":%s,\"lane\":%s,\"t\":%lld", name, lane,
+                        (long long)e->t0);
+        else
+            n = fprintf(f, "{\"type\":\"span\",\"name\":%s,\"lane\":%s,\"t0\":%lld,\"t1\":%lld",
+                        name, lane, (long long)e->t0, (long long)e->t1);
+        n += put_args(f, e);
+        n += fprintf(f, "}\n");
     }
-    char name[QUOTED_NAME], lane[QUOTED_NAME];
-    quote_name(name, e->name);
-    quote_name(lane, e->lane);
-    if (e->kind == MS_EV_MARK)
-        fprintf(f, "{\"type\":\"mark\",\"name\":%s,\"lane\":%s,\"t\":%lld", name, lane,
-                (long long)e->t0);
-    else
-        fprintf(f, "{\"type\":\"span\",\"name\":%s,\"lane\":%s,\"t0\":%lld,\"t1\":%lld", name, lane,
-                (long long)e->t0, (long long)e->t1);
-    put_args(f, e);
-    fputs("}\n", f);
+    l->bytes += n > 0 ? n : 0;
+    /* past the header and clock line: every file holds at least one event */
+    if (l->max_bytes > 0 && !l->rotating && !l->rotate_failed && l->bytes > l->base_bytes &&
+        l->bytes >= l->max_bytes / 2)
+        rotate(l);
 }
 
 /* Write what the recorder holds; report new drops. */
 static void flush_once(mon_evlog *l) {
     uint64_t dropped = 0;
-    ms_ev_drain(put_event, l->f, &dropped);
+    ms_ev_drain(put_event, l, &dropped);
     if (dropped > l->dropped) {
-        fprintf(l->f, "{\"type\":\"dropped\",\"count\":%llu}\n",
-                (unsigned long long)(dropped - l->dropped));
+        int n = fprintf(l->f, "{\"type\":\"dropped\",\"count\":%llu}\n",
+                        (unsigned long long)(dropped - l->dropped));
+        l->bytes += n > 0 ? n : 0;
         l->dropped = dropped;
     }
     if ((fflush(l->f) != 0 || ferror(l->f)) && !l->write_failed) {
@@ -88,6 +111,43 @@ static void flush_once(mon_evlog *l) {
         ms_warn("%s: cannot write the event log: %s (tracing goes on in memory)", l->path,
                 strerror(errno));
     }
+}
+
+/* The log has reached half its bound: it becomes PATH.1 (replacing the
+ * older one) and a new PATH starts with the header and the latest clock
+ * sample, so that it stands alone.  The new file is written under a
+ * temporary name first: PATH is missing only between two renames.  A
+ * failure says so once and leaves the log growing. */
+static void rotate(mon_evlog *l) {
+    char older[4200], fresh[4200];
+    snprintf(older, sizeof older, "%s.1", l->path);
+    snprintf(fresh, sizeof fresh, "%s.new", l->path);
+    FILE *f = fopen(fresh, "w"), *old = l->f;
+    long long bytes = l->bytes;
+    l->rotating = 1;
+    if (f) {
+        int n = put_header(f, &l->id);
+        l->f = f;
+        l->bytes = n > 0 ? n : 0;
+        ms_event clock = l->last_clock; /* put_event sets it */
+        if (l->have_clock) put_event(l, &clock);
+        l->base_bytes = l->bytes;
+    }
+    l->rotating = 0;
+    if (!f || fflush(f) != 0 || rename(l->path, older) != 0) {
+        ms_warn("%s: cannot rotate the event log (%s): it grows past --trace-max-mb", l->path,
+                strerror(errno));
+        l->rotate_failed = 1;
+        l->f = old;
+        l->bytes = bytes;
+        if (f) fclose(f);
+        unlink(fresh);
+        return;
+    }
+    if (rename(fresh, l->path) != 0)
+        ms_warn("%s: cannot rename %s to it: %s (the log goes on there)", l->path, fresh,
+                strerror(errno));
+    fclose(old);
 }
 
 static void *flusher(void *arg) {
@@ -105,7 +165,7 @@ static void *flusher(void *arg) {
     return NULL;
 }
 
-static void put_header(mon_evlog *l, const mon_identity *id) {
+static int put_header(FILE *f, const mon_identity *id) {
     char host[256] = "unknown", quoted[6 * sizeof host + 10];
     gethostname(host, sizeof host - 1);
     ms_json_quote(quoted, sizeof quoted, host);
@@ -114,18 +174,20 @@ static void put_header(mon_evlog *l, const mon_identity *id) {
     long long mono = (long long)ms_ev_now();
     long long wall_ns = (long long)wall.tv_sec * 1000000000LL + wall.tv_nsec;
     int dp = id->has_grid ? id->dp : id->rank, DP = id->has_grid ? id->DP : id->world;
-    fprintf(l->f,
-            "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":%s,"
-            "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
-            "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld}\n",
-            id->rank, id->world, quoted, (int)getpid(), dp, id->has_grid ? id->pp : 0,
-            id->has_grid ? id->tp : 0, DP, id->has_grid ? id->PP : 1, id->has_grid ? id->TP : 1,
-            mono, wall_ns);
+    return fprintf(f,
+                   "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":%s,"
+                   "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
+                   "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld}\n",
+                   id->rank, id->world, quoted, (int)getpid(), dp, id->has_grid ? id->pp : 0,
+                   id->has_grid ? id->tp : 0, DP, id->has_grid ? id->PP : 1,
+                   id->has_grid ? id->TP : 1, mono, wall_ns);
 }
 
-/* The files a rank leaves in the trace directory: its event log and its
- * hang dump (written by comm_dump.c at the path setup_trace gives it). */
-static const char *const rank_files[] = {"events_r%05d.jsonl", "hang_r%05d.json"};
+/* The files a rank leaves in the trace directory: its event log, the
+ * log's older half (rotated: --trace-max-mb) and its hang dump (written by comm_dump.c at the path
+ * setup_trace gives it). */
+static const char *const rank_files[] = {"events_r%05d.jsonl", "events_r%05d.jsonl.1",
+                                         "hang_r%05d.json"};
 #define N_RANK_FILES (sizeof rank_files / sizeof rank_files[0])
 
 /* The rank a file name of rank_files[] is for; -1 if it is none of them. */
@@ -200,7 +262,8 @@ static void keep_previous(const char *dir, int rank, int world) {
     free(stale);
 }
 
-ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s) {
+ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s,
+                         long long max_bytes) {
     *out = NULL;
     MS_TRY(ms_mkdirs(dir));
     keep_previous(dir, id->rank, id->world);
@@ -208,13 +271,16 @@ ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *i
     if (!l) return ms_error(MS_ERR_NOMEM, "event log: out of memory");
     snprintf(l->path, sizeof l->path, "%s/events_r%05d.jsonl", dir, id->rank);
     l->flush_s = flush_s > 0 ? flush_s : 0.2;
+    l->id = *id;
+    l->max_bytes = max_bytes > 0 ? max_bytes : 0;
     l->f = fopen(l->path, "w");
     if (!l->f) {
         ms_status st = ms_error(MS_ERR_IO, "%s: open the event log: %s", l->path, strerror(errno));
         free(l);
         return st;
     }
-    put_header(l, id);
+    int n = put_header(l->f, id);
+    l->bytes = l->base_bytes = n > 0 ? n : 0;
     /* on disk now: a rank killed before the first flush still says who it
      * was (an empty log names no host, rank or coordinates) */
     if (fflush(l->f) != 0) {

@@ -20,7 +20,10 @@
    names rank 5, with its coordinates, as the suspect;
 6. a hang under the supervisor (`megascale launch`), restarted: the new
    attempt's ranks move the failed one's logs and hang dumps to DIR/prev/,
-   where `trace hang` names the hung rank and `trace merge` reads them.
+   where `trace hang` names the hung rank and `trace merge` reads them;
+7. --trace-max-mb on a dp2 run: each rank's log rotates to .1, the two stay
+   within the bound, and `trace merge` / `stragglers` read across the
+   rotation.
 
 Runs under mpirun --oversubscribe.  Environment: MS_BIN."""
 import json
@@ -346,6 +349,49 @@ def check_restart_prev(d, shard):
        "its hang", m.stderr + str(sorted(s for s in steps if s is not None)))
 
 
+def log_steps(path):
+    """(header pid, the steps of the log's "step" spans) of one event log file."""
+    lines = [json.loads(l) for l in open(path) if l.strip()]
+    return lines[0]["pid"], {l["step"] for l in lines if l.get("name") == "step"}
+
+
+def check_rotation(d, shard):
+    tdir = os.path.join(d, "t_rot")
+    r = mpi(2, "train", "--train-data", shard, *TINY, "--batch", "8", "--steps", "40", "--dp",
+            "2", "--trace-dir", tdir, "--trace-max-mb", "0.2", "--inject-fault", "slow=40@1+",
+            "--val-batches", "1")
+    ok(r.returncode == 0, "dp2 run with --trace-max-mb 0.2", r.stderr[-2000:])
+    both = {}
+    for rank in range(2):
+        log = os.path.join(tdir, f"events_r{rank:05d}.jsonl")
+        if not os.path.exists(log + ".1"):
+            ok(False, f"rank {rank}: the log rotated to .1", str(os.listdir(tdir)))
+            continue
+        size = os.path.getsize(log) + os.path.getsize(log + ".1")
+        ok(size <= 0.2 * 1048576 + 1024, f"rank {rank}: the log and its .1 within the bound",
+           f"{size} bytes")
+        (pid0, s0), (pid1, s1) = log_steps(log + ".1"), log_steps(log)
+        ok(pid0 == pid1 and s0, f"rank {rank}: the .1 is the same process's, with steps",
+           f"{pid0} {pid1} {s0} {s1}")
+        both[rank] = s0 | s1
+    out = os.path.join(d, "rot.json")
+    m = tool("merge", tdir, "-o", out)
+    merged = {}
+    if m.returncode == 0:
+        for e in json.load(open(out))["traceEvents"]:
+            if e.get("ph") == "X" and e.get("name") == "step":
+                merged.setdefault(e["pid"], set()).add(e["args"]["step"])
+    ok(m.returncode == 0 and merged == both and all(both.values()),
+       "trace merge reads each rank's .1 then its log", f"{merged} {both} {m.stderr}")
+    t = tool("stragglers", tdir, "--json")
+    try:
+        ranks = {x["rank"]: x for x in json.loads(t.stdout)["ranks"]}
+    except (ValueError, KeyError):
+        ranks = {}
+    ok(t.returncode == 0 and all(ranks.get(k, {}).get("steps", 0) > 0 for k in range(2)),
+       "trace stragglers reads the rotated logs: both ranks scored", t.stdout + t.stderr)
+
+
 def main():
     d, shard = start("ms_trace_")
     check_merge(d, shard)
@@ -354,6 +400,7 @@ def main():
     check_stage_hang(d, shard)
     check_hang(d, shard)
     check_restart_prev(d, shard)
+    check_rotation(d, shard)
     finish(d)
 
 
