@@ -230,8 +230,16 @@ static void move_rank_to_prev(const char *dir, const char *prev, int r) {
  * before had more ranks) and clears those of prev, which no rank of this
  * run owns.  Failing keeps nothing but does not stop the run. */
 static void keep_previous(const char *dir, int rank, int world) {
-    char prev[4200];
+    char prev[4200], mine[4200];
     snprintf(prev, sizeof prev, "%s/prev", dir);
+    int any = access(prev, F_OK) == 0; /* a first run makes no empty prev/ */
+    for (size_t k = 0; k < N_RANK_FILES && !any; k++) {
+        char name[64];
+        snprintf(name, sizeof name, rank_files[k], rank);
+        snprintf(mine, sizeof mine, "%s/%s", dir, name);
+        any = access(mine, F_OK) == 0;
+    }
+    if (!any) return;
     if (ms_mkdirs(prev) != MS_OK) {
         ms_warn("%s (the previous attempt's trace files are replaced)", ms_errmsg());
         return;

@@ -189,6 +189,8 @@ static void test_evlog(void) {
              1);
     T_EQ_INT(count_lines(copy, "\"step\":50,\"mb\":3"), 25);
     T_OK(strstr(copy, "events_r00003.jsonl") != NULL);
+    struct stat sb;
+    T_OK(stat(tpath("trace/prev"), &sb) != 0); /* a first run: nothing to keep, no prev/ */
     /* the header is on disk at once, before the first flush (a rank killed
      * early still names itself) */
     T_OK(mon_evlog_open(&l, tpath("trace2"), &id, 30, 0) == MS_OK);
