@@ -137,6 +137,9 @@ static const opts_spec train_opts[] = {
       "per-rank event logs and hang dumps (default: DIR/trace next to --metrics; none: off)"),
     R("trace-clock-every", OPT_T_INT, trace_clock_every, "200", "[0,)",
       "steps between clock references for the merged timeline (0: only at start)"),
+    R("trace-max-mb", OPT_T_DOUBLE, trace_max_mb, "1024", "[0,)",
+      "bound of each rank's event log on disk in MB (fractions allowed): past half of it the "
+      "log rotates to events_rNNNNN.jsonl.1 (0: unbounded)"),
     OEL("heartbeat", OPT_T_STR, heartbeat, NULL, "MS_HEARTBEAT", NULL,
         "send heartbeats to the supervisor at HOST:PORT (set by megascale launch)"),
     OEL("heartbeat-token", OPT_T_STR, heartbeat_token, NULL, "MS_HEARTBEAT_TOKEN", NULL,

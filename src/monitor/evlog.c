@@ -1,6 +1,7 @@
 /* evlog.c - the event log's flusher thread and line format (see evlog.h). */
 #include "monitor/evlog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -19,6 +20,14 @@ struct mon_evlog {
     FILE *f;
     char path[4096];
     double flush_s;
+    mon_identity id;      /* for the header of each file */
+    long long max_bytes;  /* the log and its .1 together; 0: unbounded */
+    ms_event last_clock;  /* flusher: the latest clock sample written */
+    int have_clock;       /* flusher */
+    int rotate_failed;    /* flusher: warned once, rotation off */
+    int rotating;         /* flusher: writing the new file's first lines */
+    long long bytes;      /* flusher: the size of the current file */
+    long long base_bytes; /* flusher: its header and clock line */
     pthread_t thread;
     int started;
     pthread_mutex_t mu;
@@ -36,50 +45,65 @@ static const char *quote_name(char q[QUOTED_NAME], uint16_t id) {
     return ms_json_quote(q, QUOTED_NAME, ms_ev_name(id));
 }
 
-/* The optional arguments of e as ',"key":value' pairs. */
-static void put_args(FILE *f, const ms_event *e) {
+/* The optional arguments of e as ',"key":value' pairs; the bytes written. */
+static int put_args(FILE *f, const ms_event *e) {
     const ms_ev_args *a = &e->a;
-    if (a->has & MS_EV_STEP) fprintf(f, ",\"step\":%d", a->step);
-    if (a->has & MS_EV_MB) fprintf(f, ",\"mb\":%d", a->mb);
-    if (a->has & MS_EV_CHUNK) fprintf(f, ",\"chunk\":%d", a->chunk);
+    int n = 0;
     char q[QUOTED_NAME];
-    if (a->has & MS_EV_GROUP) fprintf(f, ",\"group\":%s", quote_name(q, a->group));
-    if (a->has & MS_EV_OP) fprintf(f, ",\"op\":%s", quote_name(q, a->op));
-    if (a->has & MS_EV_SEQ) fprintf(f, ",\"seq\":%lld", (long long)a->seq);
-    if (a->has & MS_EV_PEER) fprintf(f, ",\"peer\":%d", a->peer);
-    if (a->has & MS_EV_TAG) fprintf(f, ",\"tag\":%d", a->tag);
-    if (a->has & MS_EV_BYTES) fprintf(f, ",\"bytes\":%lld", (long long)a->bytes);
-    if (a->has & MS_EV_POSTED) fprintf(f, ",\"posted\":%lld", (long long)a->posted);
+    if (a->has & MS_EV_STEP) n += fprintf(f, ",\"step\":%d", a->step);
+    if (a->has & MS_EV_MB) n += fprintf(f, ",\"mb\":%d", a->mb);
+    if (a->has & MS_EV_CHUNK) n += fprintf(f, ",\"chunk\":%d", a->chunk);
+    if (a->has & MS_EV_GROUP) n += fprintf(f, ",\"group\":%s", quote_name(q, a->group));
+    if (a->has & MS_EV_OP) n += fprintf(f, ",\"op\":%s", quote_name(q, a->op));
+    if (a->has & MS_EV_SEQ) n += fprintf(f, ",\"seq\":%lld", (long long)a->seq);
+    if (a->has & MS_EV_PEER) n += fprintf(f, ",\"peer\":%d", a->peer);
+    if (a->has & MS_EV_TAG) n += fprintf(f, ",\"tag\":%d", a->tag);
+    if (a->has & MS_EV_BYTES) n += fprintf(f, ",\"bytes\":%lld", (long long)a->bytes);
+    if (a->has & MS_EV_POSTED) n += fprintf(f, ",\"posted\":%lld", (long long)a->posted);
+    return n;
 }
 
-/* One event as one JSON line. */
+static int put_header(FILE *f, const mon_identity *id);
+static void rotate(mon_evlog *l);
+
+/* One event as one JSON line; a log past half its bound rotates after it. */
 static void put_event(void *ctx, const ms_event *e) {
-    FILE *f = ctx;
+    mon_evlog *l = ctx;
+    FILE *f = l->f;
+    int n;
     if (e->kind == MS_EV_CLOCK) {
-        fprintf(f, "{\"type\":\"clock\",\"mono_ns\":%lld,\"offset_ns\":%lld,\"err_ns\":%lld}\n",
-                (long long)e->t0, (long long)e->a.bytes, (long long)e->a.seq);
-        return;
+        l->last_clock = *e;
+        l->have_clock = 1;
+        n = fprintf(f, "{\"type\":\"clock\",\"mono_ns\":%lld,\"offset_ns\":%lld,\"err_ns\":%lld}\n",
+                    (long long)e->t0, (long long)e->a.bytes, (long long)e->a.seq);
+    } else {
+        char name[QUOTED_NAME], lane[QUOTED_NAME];
+        quote_name(name, e->name);
+        quote_name(lane, e->lane);
+        if (e->kind == MS_EV_MARK)
+            n = fprintf(f, "{\"type\":\"mark\",\"name\":%s,\"lane\":%s,\"t\":%lld", name, lane,
+                        (long long)e->t0);
+        else
+            n = fprintf(f, "{\"type\":\"span\",\"name\":%s,\"lane\":%s,\"t0\":%lld,\"t1\":%lld",
+                        name, lane, (long long)e->t0, (long long)e->t1);
+        n += put_args(f, e);
+        n += fprintf(f, "}\n");
     }
-    char name[QUOTED_NAME], lane[QUOTED_NAME];
-    quote_name(name, e->name);
-    quote_name(lane, e->lane);
-    if (e->kind == MS_EV_MARK)
-        fprintf(f, "{\"type\":\"mark\",\"name\":%s,\"lane\":%s,\"t\":%lld", name, lane,
-                (long long)e->t0);
-    else
-        fprintf(f, "{\"type\":\"span\",\"name\":%s,\"lane\":%s,\"t0\":%lld,\"t1\":%lld", name, lane,
-                (long long)e->t0, (long long)e->t1);
-    put_args(f, e);
-    fputs("}\n", f);
+    l->bytes += n > 0 ? n : 0;
+    /* past the header and clock line: every file holds at least one event */
+    if (l->max_bytes > 0 && !l->rotating && !l->rotate_failed && l->bytes > l->base_bytes &&
+        l->bytes >= l->max_bytes / 2)
+        rotate(l);
 }
 
 /* Write what the recorder holds; report new drops. */
 static void flush_once(mon_evlog *l) {
     uint64_t dropped = 0;
-    ms_ev_drain(put_event, l->f, &dropped);
+    ms_ev_drain(put_event, l, &dropped);
     if (dropped > l->dropped) {
-        fprintf(l->f, "{\"type\":\"dropped\",\"count\":%llu}\n",
-                (unsigned long long)(dropped - l->dropped));
+        int n = fprintf(l->f, "{\"type\":\"dropped\",\"count\":%llu}\n",
+                        (unsigned long long)(dropped - l->dropped));
+        l->bytes += n > 0 ? n : 0;
         l->dropped = dropped;
     }
     if ((fflush(l->f) != 0 || ferror(l->f)) && !l->write_failed) {
@@ -87,6 +111,43 @@ static void flush_once(mon_evlog *l) {
         ms_warn("%s: cannot write the event log: %s (tracing goes on in memory)", l->path,
                 strerror(errno));
     }
+}
+
+/* The log has reached half its bound: it becomes PATH.1 (replacing the
+ * older one) and a new PATH starts with the header and the latest clock
+ * sample, so that it stands alone.  The new file is written under a
+ * temporary name first: PATH is missing only between two renames.  A
+ * failure says so once and leaves the log growing. */
+static void rotate(mon_evlog *l) {
+    char older[4200], fresh[4200];
+    snprintf(older, sizeof older, "%s.1", l->path);
+    snprintf(fresh, sizeof fresh, "%s.new", l->path);
+    FILE *f = fopen(fresh, "w"), *old = l->f;
+    long long bytes = l->bytes;
+    l->rotating = 1;
+    if (f) {
+        int n = put_header(f, &l->id);
+        l->f = f;
+        l->bytes = n > 0 ? n : 0;
+        ms_event clock = l->last_clock; /* put_event sets it */
+        if (l->have_clock) put_event(l, &clock);
+        l->base_bytes = l->bytes;
+    }
+    l->rotating = 0;
+    if (!f || fflush(f) != 0 || rename(l->path, older) != 0) {
+        ms_warn("%s: cannot rotate the event log (%s): it grows past --trace-max-mb", l->path,
+                strerror(errno));
+        l->rotate_failed = 1;
+        l->f = old;
+        l->bytes = bytes;
+        if (f) fclose(f);
+        unlink(fresh);
+        return;
+    }
+    if (rename(fresh, l->path) != 0)
+        ms_warn("%s: cannot rename %s to it: %s (the log goes on there)", l->path, fresh,
+                strerror(errno));
+    fclose(old);
 }
 
 static void *flusher(void *arg) {
@@ -104,7 +165,7 @@ static void *flusher(void *arg) {
     return NULL;
 }
 
-static void put_header(mon_evlog *l, const mon_identity *id) {
+static int put_header(FILE *f, const mon_identity *id) {
     char host[256] = "unknown", quoted[6 * sizeof host + 10];
     gethostname(host, sizeof host - 1);
     ms_json_quote(quoted, sizeof quoted, host);
@@ -113,29 +174,121 @@ static void put_header(mon_evlog *l, const mon_identity *id) {
     long long mono = (long long)ms_ev_now();
     long long wall_ns = (long long)wall.tv_sec * 1000000000LL + wall.tv_nsec;
     int dp = id->has_grid ? id->dp : id->rank, DP = id->has_grid ? id->DP : id->world;
-    fprintf(l->f,
-            "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":%s,"
-            "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
-            "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld}\n",
-            id->rank, id->world, quoted, (int)getpid(), dp, id->has_grid ? id->pp : 0,
-            id->has_grid ? id->tp : 0, DP, id->has_grid ? id->PP : 1, id->has_grid ? id->TP : 1,
-            mono, wall_ns);
+    return fprintf(f,
+                   "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":%s,"
+                   "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
+                   "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld}\n",
+                   id->rank, id->world, quoted, (int)getpid(), dp, id->has_grid ? id->pp : 0,
+                   id->has_grid ? id->tp : 0, DP, id->has_grid ? id->PP : 1,
+                   id->has_grid ? id->TP : 1, mono, wall_ns);
 }
 
-ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s) {
+/* The files a rank leaves in the trace directory: its event log, the
+ * log's older half (rotated: --trace-max-mb) and its hang dump (written by comm_dump.c at the path
+ * setup_trace gives it). */
+static const char *const rank_files[] = {"events_r%05d.jsonl", "events_r%05d.jsonl.1",
+                                         "hang_r%05d.json"};
+#define N_RANK_FILES (sizeof rank_files / sizeof rank_files[0])
+
+/* The rank a file name of rank_files[] is for; -1 if it is none of them. */
+static int rank_of_file(const char *name) {
+    for (size_t k = 0; k < N_RANK_FILES; k++) {
+        const char *pat = rank_files[k], *pct = strchr(pat, '%');
+        size_t pre = (size_t)(pct - pat);
+        if (strncmp(name, pat, pre) != 0) continue;
+        int r = 0, i = (int)pre;
+        for (; i < (int)pre + 5; i++) {
+            if (name[i] < '0' || name[i] > '9') break;
+            r = r * 10 + (name[i] - '0');
+        }
+        if (i == (int)pre + 5 && !strcmp(name + i, pct + 4)) return r;
+    }
+    return -1;
+}
+
+/* DIR/prev/ takes rank r's files of DIR (the attempt before this one):
+ * each that exists is renamed there, replacing the older one; one that
+ * does not removes its older copy, so that DIR/prev holds one attempt, not
+ * two mixed.  Renames are atomic and each rank moves only its own files. */
+static void move_rank_to_prev(const char *dir, const char *prev, int r) {
+    for (size_t k = 0; k < N_RANK_FILES; k++) {
+        char name[64], from[4200], to[4200];
+        snprintf(name, sizeof name, rank_files[k], r);
+        snprintf(from, sizeof from, "%s/%s", dir, name);
+        snprintf(to, sizeof to, "%s/%s", prev, name);
+        if (rename(from, to) == 0) continue;
+        if (errno != ENOENT)
+            ms_warn("%s: cannot move it to %s (it is replaced): %s", from, prev, strerror(errno));
+        else if (unlink(to) != 0 && errno != ENOENT)
+            ms_warn("%s: cannot remove it (an older attempt's file): %s", to, strerror(errno));
+    }
+}
+
+/* Before this rank's log replaces its older one (a restart in the same
+ * directory), keep the attempt before in DIR/prev/: that is the one that
+ * failed.  Rank 0 also moves the files of ranks >= world (the attempt
+ * before had more ranks) and clears those of prev, which no rank of this
+ * run owns.  Failing keeps nothing but does not stop the run. */
+static void keep_previous(const char *dir, int rank, int world) {
+    char prev[4200], mine[4200];
+    snprintf(prev, sizeof prev, "%s/prev", dir);
+    int any = access(prev, F_OK) == 0; /* a first run makes no empty prev/ */
+    for (size_t k = 0; k < N_RANK_FILES && !any; k++) {
+        char name[64];
+        snprintf(name, sizeof name, rank_files[k], rank);
+        snprintf(mine, sizeof mine, "%s/%s", dir, name);
+        any = access(mine, F_OK) == 0;
+    }
+    if (!any) return;
+    if (ms_mkdirs(prev) != MS_OK) {
+        ms_warn("%s (the previous attempt's trace files are replaced)", ms_errmsg());
+        return;
+    }
+    move_rank_to_prev(dir, prev, rank);
+    if (rank != 0) return;
+    /* the ranks first, then the moves: a rank moved twice would lose its files */
+    int *stale = NULL, n = 0, cap = 0;
+    const char *dirs[] = {dir, prev};
+    for (int i = 0; i < 2; i++) {
+        DIR *d = opendir(dirs[i]);
+        for (struct dirent *e; d && (e = readdir(d));) {
+            int r = rank_of_file(e->d_name), seen = 0;
+            for (int j = 0; j < n && !seen; j++)
+                seen = stale[j] == r;
+            if (r < world || seen) continue;
+            if (n == cap) {
+                int *p = realloc(stale, (size_t)(cap = cap ? 2 * cap : 16) * sizeof *p);
+                if (!p) break;
+                stale = p;
+            }
+            stale[n++] = r;
+        }
+        if (d) closedir(d);
+    }
+    for (int j = 0; j < n; j++)
+        move_rank_to_prev(dir, prev, stale[j]);
+    free(stale);
+}
+
+ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s,
+                         long long max_bytes) {
     *out = NULL;
     MS_TRY(ms_mkdirs(dir));
+    keep_previous(dir, id->rank, id->world);
     mon_evlog *l = calloc(1, sizeof *l);
     if (!l) return ms_error(MS_ERR_NOMEM, "event log: out of memory");
     snprintf(l->path, sizeof l->path, "%s/events_r%05d.jsonl", dir, id->rank);
     l->flush_s = flush_s > 0 ? flush_s : 0.2;
+    l->id = *id;
+    l->max_bytes = max_bytes > 0 ? max_bytes : 0;
     l->f = fopen(l->path, "w");
     if (!l->f) {
         ms_status st = ms_error(MS_ERR_IO, "%s: open the event log: %s", l->path, strerror(errno));
         free(l);
         return st;
     }
-    put_header(l, id);
+    int n = put_header(l->f, id);
+    l->bytes = l->base_bytes = n > 0 ? n : 0;
     /* on disk now: a rank killed before the first flush still says who it
      * was (an empty log names no host, rank or coordinates) */
     if (fflush(l->f) != 0) {

@@ -25,11 +25,18 @@ typedef struct {
 
 typedef struct mon_evlog mon_evlog;
 
-/* Create dir (mkdir -p), open DIR/events_rNNNNN.jsonl (replacing an older
- * log of this rank), write its header, turn the recorder on and start the
- * flusher, which writes what was recorded every flush_s seconds (<= 0:
- * 0.2 s).  Errors: MS_ERR_IO naming the path. */
-ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s);
+/* Create dir (mkdir -p), move this rank's files of an earlier run (its
+ * log and the log's .1, its hang dump) into DIR/prev/, replacing the ones
+ * there (rank 0 also those of ranks >= world), open
+ * DIR/events_rNNNNN.jsonl, write its header, turn the recorder on and
+ * start the flusher, which writes what was recorded every flush_s seconds
+ * (<= 0: 0.2 s).  max_bytes > 0 bounds the log on disk: when the file
+ * passes max_bytes / 2 at a flush, it becomes events_rNNNNN.jsonl.1
+ * (replacing the older one) and a new file starts with the header and the
+ * latest clock sample (<= 0: unbounded).  Errors: MS_ERR_IO naming the
+ * path. */
+ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s,
+                         long long max_bytes);
 /* Turn the recorder off, stop the flusher, write what is left, close.
  * NULL is ignored. */
 void mon_evlog_close(mon_evlog *l);

@@ -45,6 +45,7 @@ typedef struct {
     char host[256];
     trace_coord coord, shape;
     int64_t mono_ns, wall_ns; /* one instant on both clocks (the header's) */
+    int64_t wall0_ns;         /* the header's of the log's .1, read before it; 0: none */
     trace_clock *clocks;
     int n_clocks, cap_clocks;
     trace_span *spans;

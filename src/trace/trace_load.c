@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "trace/trace_internal.h"
@@ -232,6 +233,24 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
     return st;
 }
 
+/* A rank's whole log: its older half PATH.1 (--trace-max-mb rotated it)
+ * first, when the same process wrote it (same pid, host and rank in the
+ * headers), then PATH.  A .1 of another process (an earlier run's) is
+ * ignored. */
+static ms_status load_rank_log(trace_set *s, trace_log *l, const char *path, unsigned flags,
+                               int header_only, int *no_header) {
+    char older[4200];
+    trace_log a, b;
+    snprintf(older, sizeof older, "%s.1", path);
+    if (!header_only && access(older, F_OK) == 0 && trace_log_read_header(older, &a) == MS_OK &&
+        trace_log_read_header(path, &b) == MS_OK && a.pid > 0 && a.pid == b.pid &&
+        a.rank == b.rank && !strcmp(a.host, b.host) && a.wall_ns <= b.wall_ns) {
+        MS_TRY(load_log(s, l, older, flags, 0, no_header));
+        l->wall0_ns = l->wall_ns;
+    }
+    return load_log(s, l, path, flags, header_only, no_header);
+}
+
 ms_status trace_log_read_header(const char *path, trace_log *l) {
     trace_set s = {0};
     int no_header;
@@ -339,7 +358,7 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
         int no_header = 0;
         l->path = paths[i];
         paths[i] = NULL;
-        st = load_log(s, l, l->path, flags, !!(flags & TRACE_LOAD_HEADERS), &no_header);
+        st = load_rank_log(s, l, l->path, flags, !!(flags & TRACE_LOAD_HEADERS), &no_header);
         if (st == MS_OK && no_header) {
             ms_warn("%s: skipped: no header line (the rank ended before its log's first write)",
                     l->path);
@@ -373,9 +392,10 @@ ms_status trace_log_load(trace_set *s, int li, unsigned flags) {
     int no_header = 0;
     memset(&t, 0, sizeof t);
     trace_log_unload(l);
-    ms_status st = load_log(s, &t, l->path, flags & ~TRACE_LOAD_HEADERS, 0, &no_header);
-    if (st == MS_OK &&
-        (no_header || t.rank != l->rank || t.world != l->world || t.wall_ns != l->wall_ns))
+    ms_status st = load_rank_log(s, &t, l->path, flags & ~TRACE_LOAD_HEADERS, 0, &no_header);
+    /* the log l's header came from may have rotated to .1 since */
+    if (st == MS_OK && (no_header || t.rank != l->rank || t.world != l->world ||
+                        (t.wall_ns != l->wall_ns && !(t.wall0_ns && t.wall0_ns == l->wall_ns))))
         st =
             ms_error(MS_ERR_FORMAT, "%s: replaced while it was read (a new run started?)", l->path);
     if (st == MS_OK && t.dropped && !(flags & TRACE_LOAD_QUIET))

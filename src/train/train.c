@@ -330,7 +330,9 @@ static ms_status setup_trace(trainer *t) {
         id.has_grid = 1;
         id.dp = c.dp, id.pp = c.pp, id.tp = c.tp, id.DP = sh.dp, id.PP = sh.pp, id.TP = sh.tp;
     }
-    MS_TRY(mon_evlog_open(&t->evlog, t->trace_dir, &id, 0));
+    double max_bytes = t->tc->trace_max_mb * 1048576.0; /* huge: as good as unbounded */
+    MS_TRY(mon_evlog_open(&t->evlog, t->trace_dir, &id, 0,
+                          max_bytes < 9e18 ? (long long)max_bytes : 0));
     if (!t->world) return MS_OK;
     char dump[4200];
     snprintf(dump, sizeof dump, "%s/hang_r%05d.json", t->trace_dir, t->rank);

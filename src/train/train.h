@@ -69,6 +69,7 @@ typedef struct {
     /* troubleshooting (docs/operations.md) */
     char *trace_dir;       /* NULL/"": next to --metrics; "none": off */
     int trace_clock_every; /* steps between clock references (0: start only) */
+    double trace_max_mb;   /* bound of each rank's event log on disk (0: none) */
     double comm_timeout;   /* seconds per collective (<= 0: the communicator's default) */
     int comm_nccl_sync;    /* 1: a wait on an NCCL op blocks the host (comm_options) */
     char *config_json;     /* the effective options as JSON (for the metrics), or NULL */

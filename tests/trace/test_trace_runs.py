@@ -17,7 +17,13 @@
    (what it waited in), so `trace hang` names rank 1, not rank 0;
 5. a hang: rank 5 of an 8-rank dp2 x tp2 x pp2 run stopped with SIGSTOP;
    the others time out (--comm-timeout), write hang dumps, and `trace hang`
-   names rank 5, with its coordinates, as the suspect.
+   names rank 5, with its coordinates, as the suspect;
+6. a hang under the supervisor (`megascale launch`), restarted: the new
+   attempt's ranks move the failed one's logs and hang dumps to DIR/prev/,
+   where `trace hang` names the hung rank and `trace merge` reads them;
+7. --trace-max-mb on a dp2 run: each rank's log rotates to .1, the two stay
+   within the bound, and `trace merge` / `stragglers` read across the
+   rotation.
 
 Runs under mpirun --oversubscribe.  Environment: MS_BIN."""
 import json
@@ -301,6 +307,91 @@ def check_hang(d, shard):
        t.stdout + t.stderr)
 
 
+def check_restart_prev(d, shard):
+    """The attempt that hung, kept in DIR/prev/ when the supervisor restarts."""
+    run = os.path.join(d, "restart")
+    tdir = os.path.join(run, "trace")
+    cmd = [BIN, "launch", "--np", "2", "--faults", "hang@4:1", "--max-restarts", "1", "--diag", "0",
+           "--heartbeat-timeout", "60", "--backoff", "0.2", "--grace", "3", "--startup-timeout",
+           "120", "--run-dir", run, "--", "--train-data", shard, *TINY, "--batch", "8",
+           "--steps", "8", "--dp", "2", "--comm-timeout", "3", "--trace-dir", tdir,
+           "--ckpt-dir", os.path.join(run, "ckpt"), "--ckpt-every", "100"]
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=200,
+                           env=dict(os.environ, OMP_NUM_THREADS="1"))
+        rc, err = r.returncode, r.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, err = -1, str(e.stderr)
+    ok(rc == 0, "launch: the hung attempt is restarted and the job finishes", err[-3000:])
+    prev = os.path.join(tdir, "prev")
+    files = sorted(os.listdir(prev)) if os.path.isdir(prev) else []
+    ok(files == ["events_r00000.jsonl", "events_r00001.jsonl", "hang_r00000.json",
+                 "hang_r00001.json"], "DIR/prev holds the failed attempt's logs and dumps",
+       str(files))
+    now = sorted(f for f in os.listdir(tdir) if f != "prev") if os.path.isdir(tdir) else []
+    ok(now == ["events_r00000.jsonl", "events_r00001.jsonl"],
+       "DIR holds the finished attempt's logs, no dump of the earlier hang", str(now))
+    t = tool("hang", prev, "--json")
+    try:
+        rep = json.loads(t.stdout)
+    except ValueError:
+        rep = {}
+    ok([s.get("rank") for s in rep.get("suspects", [])] == [1],
+       "trace hang DIR/prev names the hung rank 1", t.stdout + t.stderr)
+    out = os.path.join(d, "prev.json")
+    m = tool("merge", prev, "-o", out)
+    steps = set()
+    if m.returncode == 0:
+        steps = {e["args"].get("step") for e in json.load(open(out))["traceEvents"]
+                 if e.get("ph") == "X" and e.get("name") == "step" and e.get("pid") == 1}
+    ok(m.returncode == 0 and steps and max(steps) == 3,
+       "trace merge DIR/prev: the failed attempt's timeline, rank 1's last step the one before "
+       "its hang", m.stderr + str(sorted(s for s in steps if s is not None)))
+
+
+def log_steps(path):
+    """(header pid, the steps of the log's "step" spans) of one event log file."""
+    lines = [json.loads(l) for l in open(path) if l.strip()]
+    return lines[0]["pid"], {l["step"] for l in lines if l.get("name") == "step"}
+
+
+def check_rotation(d, shard):
+    tdir = os.path.join(d, "t_rot")
+    r = mpi(2, "train", "--train-data", shard, *TINY, "--batch", "8", "--steps", "40", "--dp",
+            "2", "--trace-dir", tdir, "--trace-max-mb", "0.2", "--inject-fault", "slow=40@1+",
+            "--val-batches", "1")
+    ok(r.returncode == 0, "dp2 run with --trace-max-mb 0.2", r.stderr[-2000:])
+    both = {}
+    for rank in range(2):
+        log = os.path.join(tdir, f"events_r{rank:05d}.jsonl")
+        if not os.path.exists(log + ".1"):
+            ok(False, f"rank {rank}: the log rotated to .1", str(os.listdir(tdir)))
+            continue
+        size = os.path.getsize(log) + os.path.getsize(log + ".1")
+        ok(size <= 0.2 * 1048576 + 1024, f"rank {rank}: the log and its .1 within the bound",
+           f"{size} bytes")
+        (pid0, s0), (pid1, s1) = log_steps(log + ".1"), log_steps(log)
+        ok(pid0 == pid1 and s0, f"rank {rank}: the .1 is the same process's, with steps",
+           f"{pid0} {pid1} {s0} {s1}")
+        both[rank] = s0 | s1
+    out = os.path.join(d, "rot.json")
+    m = tool("merge", tdir, "-o", out)
+    merged = {}
+    if m.returncode == 0:
+        for e in json.load(open(out))["traceEvents"]:
+            if e.get("ph") == "X" and e.get("name") == "step":
+                merged.setdefault(e["pid"], set()).add(e["args"]["step"])
+    ok(m.returncode == 0 and merged == both and all(both.values()),
+       "trace merge reads each rank's .1 then its log", f"{merged} {both} {m.stderr}")
+    t = tool("stragglers", tdir, "--json")
+    try:
+        ranks = {x["rank"]: x for x in json.loads(t.stdout)["ranks"]}
+    except (ValueError, KeyError):
+        ranks = {}
+    ok(t.returncode == 0 and all(ranks.get(k, {}).get("steps", 0) > 0 for k in range(2)),
+       "trace stragglers reads the rotated logs: both ranks scored", t.stdout + t.stderr)
+
+
 def main():
     d, shard = start("ms_trace_")
     check_merge(d, shard)
@@ -308,6 +399,8 @@ def main():
     check_slow_fault(d, shard)
     check_stage_hang(d, shard)
     check_hang(d, shard)
+    check_restart_prev(d, shard)
+    check_rotation(d, shard)
     finish(d)
 
 

@@ -294,6 +294,60 @@ def test_stragglers(d):
     ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp PNG left", os.listdir(d))
 
 
+def rotate_logs(d, other_pid=()):
+    """Split each rank's log as --trace-max-mb rotates it: the first half of
+    its spans in events_rNNNNN.jsonl.1, the rest in a file that starts with
+    a later header and the clock sample.  Ranks in other_pid: the .1 is
+    another process's (an earlier run's)."""
+    for name in sorted(os.listdir(d)):
+        if not (name.startswith("events_r") and name.endswith(".jsonl")):
+            continue
+        path = os.path.join(d, name)
+        lines = open(path).read().splitlines()
+        head, clocks = json.loads(lines[0]), [l for l in lines[1:] if '"clock"' in l]
+        spans = [l for l in lines[1:] if '"clock"' not in l]
+        half = len(spans) // 2
+        old = dict(head, pid=head["pid"] + 7) if head["rank"] in other_pid else head
+        with open(path + ".1", "w") as f:
+            f.write("\n".join([json.dumps(old), *clocks, *spans[:half]]) + "\n")
+        new = dict(head, wall_ns=head["wall_ns"] + 10**9, mono_ns=head["mono_ns"] + 10**9)
+        with open(path, "w") as f:
+            f.write("\n".join([json.dumps(new), *clocks[-1:], *spans[half:]]) + "\n")
+
+
+def test_rotated(d):
+    """A log rotated by --trace-max-mb is read as one: its .1, then the file."""
+    straggler_logs(d)
+    rotate_logs(d)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    try:
+        r = {x["rank"]: x for x in json.loads(so)["ranks"]}
+    except (ValueError, KeyError):
+        r = {}
+    ok(rc == 0 and all(r.get(k, {}).get("steps") == 7 for k in (0, 1)),
+       "stragglers reads each rank's .1 and its log: every step scored", so + se)
+    out = os.path.join(d, "merged.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    steps = {}
+    if rc == 0:
+        for e in json.load(open(out))["traceEvents"]:
+            if e.get("ph") == "X" and e.get("name") == "step":
+                steps.setdefault(e["pid"], set()).add(e["args"]["step"])
+    ok(rc == 0 and steps == {0: set(range(1, 9)), 1: set(range(1, 9))},
+       "merge: every step of both files of each rank", str(steps) + se)
+    e = os.path.join(d, "earlier")
+    os.makedirs(e)
+    straggler_logs(e)
+    rotate_logs(e, other_pid=(1,))
+    rc, so, se = run("trace", "stragglers", e, "--json")
+    try:
+        r = {x["rank"]: x for x in json.loads(so)["ranks"]}
+    except (ValueError, KeyError):
+        r = {}
+    ok(rc == 0 and r.get(0, {}).get("steps") == 7 and 0 < r.get(1, {}).get("steps", 0) < 7,
+       "a .1 of another process (pid) is not read", so + se)
+
+
 def test_unscored(d):
     """A rank with too few steps to leave out its warm-up step, and one whose log
     is its header alone, are not scored: reported so, never as "ok"."""
@@ -1057,7 +1111,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
                          ("merge_no_clock", test_merge_no_clock),
-                         ("stragglers", test_stragglers), ("unscored", test_unscored),
+                         ("stragglers", test_stragglers), ("rotated", test_rotated),
+                         ("unscored", test_unscored),
                          ("json_flag", test_json_flag),
                          ("individual", test_individual), ("stages", test_stages),
                          ("resumed", test_resumed),

@@ -6,8 +6,11 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/events.h"
+#include "base/fileio.h"
 #include "check.h"
 #include "monitor/evlog.h"
 #include "tmpdir.h"
@@ -158,7 +161,7 @@ static void test_evlog(void) {
     mon_identity id = {
         .rank = 3, .world = 8, .has_grid = 1, .dp = 1, .pp = 0, .tp = 1, .DP = 2, .PP = 2, .TP = 2};
     mon_evlog *l = NULL;
-    T_OK(mon_evlog_open(&l, tpath("trace"), &id, 0.01) == MS_OK);
+    T_OK(mon_evlog_open(&l, tpath("trace"), &id, 0.01, 0) == MS_OK);
     T_OK(ms_ev_on());
     uint16_t n = ms_ev_intern("fwd"), lane = ms_ev_intern("compute");
     for (int i = 0; i < 5000; i++) { /* several flushes while recording */
@@ -186,15 +189,146 @@ static void test_evlog(void) {
              1);
     T_EQ_INT(count_lines(copy, "\"step\":50,\"mb\":3"), 25);
     T_OK(strstr(copy, "events_r00003.jsonl") != NULL);
+    struct stat sb;
+    T_OK(stat(tpath("trace/prev"), &sb) != 0); /* a first run: nothing to keep, no prev/ */
     /* the header is on disk at once, before the first flush (a rank killed
      * early still names itself) */
-    T_OK(mon_evlog_open(&l, tpath("trace2"), &id, 30) == MS_OK);
+    T_OK(mon_evlog_open(&l, tpath("trace2"), &id, 30, 0) == MS_OK);
     snprintf(copy, sizeof copy, "%s", mon_evlog_path(l));
     T_EQ_INT(count_lines(copy, "\"type\":\"header\""), 1);
     mon_evlog_close(l);
     /* a directory that cannot be made is an error naming it */
-    T_OK(mon_evlog_open(&l, "/proc/no/such/dir", &id, 0) != MS_OK);
+    T_OK(mon_evlog_open(&l, "/proc/no/such/dir", &id, 0, 0) != MS_OK);
     T_STR_CONTAINS(ms_errmsg(), "/proc/no");
+}
+
+static void put_file(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    T_OK(f != NULL);
+    if (!f) return;
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The first line of path, "" if there is none. */
+static const char *first_line(const char *path) {
+    static char line[512];
+    FILE *f = fopen(path, "r");
+    line[0] = 0;
+    if (f && !fgets(line, sizeof line, f)) line[0] = 0;
+    if (f) fclose(f);
+    return line;
+}
+
+static int exists(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (f) fclose(f);
+    return f != NULL;
+}
+
+/* A restart keeps the attempt before in DIR/prev/: each rank moves its own
+ * log and hang dump there; rank 0 also those of ranks the new world does
+ * not have; files of an older attempt do not stay mixed in. */
+static void test_evlog_prev(void) {
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s", tpath("restart"));
+    mon_identity id0 = {.rank = 0, .world = 2}, id1 = {.rank = 1, .world = 2};
+    mon_evlog *l = NULL;
+    /* attempt A: 4 ranks, rank 1 and rank 2 wrote hang dumps */
+    T_OK(ms_mkdirs(dir) == MS_OK);
+    for (int r = 0; r < 4; r++) {
+        char text[32];
+        snprintf(p, sizeof p, "%s/events_r%05d.jsonl", dir, r);
+        snprintf(text, sizeof text, "A%d\n", r);
+        put_file(p, text);
+    }
+    snprintf(p, sizeof p, "%s/events_r00000.jsonl.1", dir); /* rotated (--trace-max-mb) */
+    put_file(p, "A0.1\n");
+    snprintf(p, sizeof p, "%s/hang_r00001.json", dir);
+    put_file(p, "HA1\n");
+    snprintf(p, sizeof p, "%s/hang_r00002.json", dir);
+    put_file(p, "HA2\n");
+    /* attempt B: 2 ranks; A is kept whole in prev/ */
+    T_OK(mon_evlog_open(&l, dir, &id1, 30, 0) == MS_OK);
+    mon_evlog_close(l);
+    T_OK(mon_evlog_open(&l, dir, &id0, 30, 0) == MS_OK);
+    mon_evlog_close(l);
+    const char *want_a[][2] = {{"events_r00000.jsonl", "A0\n"}, {"events_r00001.jsonl", "A1\n"},
+                               {"events_r00002.jsonl", "A2\n"}, {"events_r00003.jsonl", "A3\n"},
+                               {"hang_r00001.json", "HA1\n"},   {"events_r00000.jsonl.1", "A0.1\n"},
+                               {"hang_r00002.json", "HA2\n"}};
+    for (size_t i = 0; i < sizeof want_a / sizeof want_a[0]; i++) {
+        snprintf(p, sizeof p, "%s/prev/%s", dir, want_a[i][0]);
+        T_STR_CONTAINS(first_line(p), want_a[i][1]);
+    }
+    for (int r = 0; r < 4; r++) { /* DIR: B's two logs, nothing of A */
+        snprintf(p, sizeof p, "%s/events_r%05d.jsonl", dir, r);
+        T_EQ_INT(exists(p), r < 2);
+        if (r < 2) T_STR_CONTAINS(first_line(p), "\"type\":\"header\"");
+    }
+    snprintf(p, sizeof p, "%s/hang_r00002.json", dir);
+    T_OK(!exists(p));
+    snprintf(p, sizeof p, "%s/hang_r00000.json", dir); /* B: rank 0 wrote a dump */
+    put_file(p, "HB0\n");
+    /* attempt C: prev/ is B alone (A's ranks 2, 3 and A's dump of rank 1 go) */
+    T_OK(mon_evlog_open(&l, dir, &id0, 30, 0) == MS_OK);
+    mon_evlog_close(l);
+    T_OK(mon_evlog_open(&l, dir, &id1, 30, 0) == MS_OK);
+    mon_evlog_close(l);
+    const char *gone[] = {"events_r00002.jsonl", "events_r00003.jsonl", "hang_r00001.json",
+                          "hang_r00002.json", "events_r00000.jsonl.1"};
+    for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
+        snprintf(p, sizeof p, "%s/prev/%s", dir, gone[i]);
+        T_OK(!exists(p));
+    }
+    for (int r = 0; r < 2; r++) {
+        snprintf(p, sizeof p, "%s/prev/events_r%05d.jsonl", dir, r);
+        T_STR_CONTAINS(first_line(p), "\"type\":\"header\"");
+    }
+    snprintf(p, sizeof p, "%s/prev/hang_r00000.json", dir);
+    T_STR_CONTAINS(first_line(p), "HB0");
+    snprintf(p, sizeof p, "%s/hang_r00000.json", dir);
+    T_OK(!exists(p));
+}
+
+static long file_size(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 ? (long)sb.st_size : -1;
+}
+
+/* --trace-max-mb: past half the bound the log becomes .1 and a new file
+ * starts with the header and the latest clock sample; the two stay within
+ * the bound (plus a line each). */
+static void test_evlog_rotate(void) {
+    const long max = 32 * 1024;
+    char log[600], older[600];
+    mon_identity id = {.rank = 2, .world = 4};
+    mon_evlog *l = NULL;
+    T_OK(mon_evlog_open(&l, tpath("rotate"), &id, 0.005, max) == MS_OK);
+    snprintf(log, sizeof log, "%s", mon_evlog_path(l));
+    snprintf(older, sizeof older, "%s.1", log);
+    uint16_t n = ms_ev_intern("fwd"), lane = ms_ev_intern("compute");
+    ms_ev_clock(ms_ev_now(), -4242, 17);
+    long worst = 0;
+    for (int round = 0; round < 40; round++) {
+        long before = file_size(log) + file_size(older);
+        for (int i = 0; i < 40; i++) { /* about 4 kB a round */
+            ms_ev_args a = {.has = MS_EV_STEP | MS_EV_MB, .step = round, .mb = i};
+            ms_ev_span(n, lane, 1000 * i, 1000 * i + 500, &a);
+        }
+        /* one round a flush, or nearly: wait until the flusher wrote it */
+        for (int k = 0; k < 400 && file_size(log) + file_size(older) == before; k++)
+            usleep(5000);
+        long now = file_size(log) + (file_size(older) > 0 ? file_size(older) : 0);
+        if (now > worst) worst = now;
+    }
+    mon_evlog_close(l);
+    T_OK(file_size(older) > 0);
+    T_OK(worst > max / 2 && worst <= max + 1024); /* the bound, plus a line in each file */
+    T_STR_CONTAINS(first_line(log), "\"type\":\"header\",\"version\":1,\"rank\":2");
+    T_STR_CONTAINS(first_line(older), "\"type\":\"header\",\"version\":1,\"rank\":2");
+    T_EQ_INT(count_lines(log, "\"offset_ns\":-4242,\"err_ns\":17"), 1); /* it stands alone */
+    T_EQ_INT(count_lines(log, "\"type\":\"header\""), 1);
 }
 
 int main(void) {
@@ -202,6 +336,8 @@ int main(void) {
     test_concurrent();
     test_full_ring_drops();
     test_evlog();
+    test_evlog_prev();
+    test_evlog_rotate();
     ms_tmpdir_remove();
     return ms_test_summary("test_events");
 }
