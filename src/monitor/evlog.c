@@ -281,6 +281,9 @@ ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *i
     l->flush_s = flush_s > 0 ? flush_s : 0.2;
     l->id = *id;
     l->max_bytes = max_bytes > 0 ? max_bytes : 0;
+    char fresh[sizeof l->path + 8];
+    snprintf(fresh, sizeof fresh, "%s.new", l->path);
+    unlink(fresh); /* a rotation's new file, left by a rank killed in the middle of it */
     l->f = fopen(l->path, "w");
     if (!l->f) {
         ms_status st = ms_error(MS_ERR_IO, "%s: open the event log: %s", l->path, strerror(errno));
