@@ -88,4 +88,12 @@ ms_status ms_glob_or_path(const char *pattern, char ***paths, int *count);
 ms_status ms_glob_escape(const char *s, char *out, size_t cap);
 void ms_paths_free(char **paths, int count);
 
+/* Whether writing the output `out` would replace or append to one of the
+ * inputs that `in` names (a path, or a pattern a user gave, read as
+ * ms_glob_or_path reads it): the same file, by device and inode, whatever
+ * the spelling ("./a", a link).  An output or input that does not exist
+ * (yet) is none.  Returns 1 and copies the input's path into match (cap
+ * bytes; may be NULL) when it is one, else 0. */
+int ms_path_is_input(const char *out, const char *in, char *match, size_t cap);
+
 #endif

@@ -220,6 +220,13 @@ def test_bad_input(d, w, val, train, ck):
          ["--storage-dir", empty, "is a file, not a directory"]),
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--storage-dir", nope],
          ["--storage-dir", nope, "does not exist"]),
+        # an output that is an input: refused before anything is written (the
+        # shard was rewritten as weights, the log appended to the weights read)
+        *[([*TR, *a], [o, "is an input", i]) for a, o, i in (
+            (["--save-weights", train], f"--save-weights {train}", f"(--train-data {train})"),
+            (["--val-data", val, "--log-file", val], f"--log-file {val}", "--val-data"),
+            (["--init-from", w, "--metrics", w], f"--metrics {w}", "--init-from"),
+            (["--init-from", w, "--save-weights", w], "--save-weights", "--init-from"))],
         # a file where a directory is expected
         ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
         ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
