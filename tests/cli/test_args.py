@@ -136,6 +136,7 @@ def test_bad_input(d, w, val, train, ck):
     raw = open(w, "rb").read()
     open(trunc_w, "wb").write(raw[:len(raw) // 2])
     nope = os.path.join(d, "nonexistent")
+    ev = os.path.join(d, "tr", "events_r00000.jsonl")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
     EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
     SA = ["sample", "--tokens", "2"]
@@ -227,6 +228,8 @@ def test_bad_input(d, w, val, train, ck):
             (["--val-data", val, "--log-file", val], f"--log-file {val}", "--val-data"),
             (["--init-from", w, "--metrics", w], f"--metrics {w}", "--init-from"),
             (["--init-from", w, "--save-weights", w], "--save-weights", "--init-from"))],
+        *[(["trace", c, os.path.join(d, "tr"), o, ev], [o, ev, "a file of the run", "never replaces"])
+          for c, o in (("merge", "--out"), ("stragglers", "--png"))],
         # a file where a directory is expected
         ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
         ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
@@ -260,7 +263,7 @@ def test_bad_input(d, w, val, train, ck):
                             "--batch", "8"], cwd=d, capture_output=True, text=True)
         ok(p.returncode == want_rc and needle in p.stderr,
            f"plan --cluster {name}: the file in the working directory", p.stderr)
-    before = {p: open(p, "rb").read() for p in (w, val, train, empty)}
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev)}
     for args, needles in cases:
         rc, out, err = run_capped(args)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
