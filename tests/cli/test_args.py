@@ -137,6 +137,9 @@ def test_bad_input(d, w, val, train, ck):
     open(trunc_w, "wb").write(raw[:len(raw) // 2])
     nope = os.path.join(d, "nonexistent")
     ev = os.path.join(d, "tr", "events_r00000.jsonl")
+    mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
+    shutil.copy(BIN, mybin)
+    open(hosts, "w").write("localhost slots=4\n")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
     EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
     SA = ["sample", "--tokens", "2"]
@@ -202,7 +205,16 @@ def test_bad_input(d, w, val, train, ck):
                        (["--bin", nope], ["--bin", nope, "does not exist"]),
                        (["--bin", text], ["--bin", text, "is not an executable file"]),
                        (["--events", adir], ["--events", adir, "is a directory, not a file"]),
-                       (["--events", os.path.join(nope, "x")], ["--events", "does not exist"]))],
+                       (["--events", os.path.join(nope, "x")], ["--events", "does not exist"]),
+                       # an input as --events: appended to, it would not run or parse again
+                       (["--bin", mybin, "--events", mybin],
+                        ["--events", mybin, "is the megascale binary", "never replaces"]),
+                       (["--hostfile", hosts, "--events", hosts],
+                        ["--events", hosts, "is the --hostfile"]),
+                       (["--events", train], ["launch --events", train, "is an input",
+                                              "--train-data"]))],
+        (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--", *TR[1:],
+          "--save-weights", train], ["the train options: --save-weights", train, "is an input"]),
         (["launch", "--np", "1", "--run-dir", empty, "--", *TR[1:]],
          ["--run-dir", empty, "exists and is not a directory"]),
         (["trace", "merge", os.path.join(d, "tr"), "--out", os.path.join(nope, "x")],
@@ -263,7 +275,7 @@ def test_bad_input(d, w, val, train, ck):
                             "--batch", "8"], cwd=d, capture_output=True, text=True)
         ok(p.returncode == want_rc and needle in p.stderr,
            f"plan --cluster {name}: the file in the working directory", p.stderr)
-    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev)}
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts)}
     for args, needles in cases:
         rc, out, err = run_capped(args)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
