@@ -137,6 +137,10 @@ def test_bad_input(d, w, val, train, ck):
     open(trunc_w, "wb").write(raw[:len(raw) // 2])
     nope = os.path.join(d, "nonexistent")
     ev = os.path.join(d, "tr", "events_r00000.jsonl")
+    bad_ck = os.path.join(d, "ck_damaged")  # its one commit's manifest is not JSON
+    shutil.copytree(ck, bad_ck)
+    bad_step = os.path.join(bad_ck, sorted(n for n in os.listdir(bad_ck) if n.startswith("step_"))[-1])
+    open(os.path.join(bad_step, "manifest.json"), "w").write("{ damaged")
     mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
     shutil.copy(BIN, mybin)
     open(hosts, "w").write("localhost slots=4\n")
@@ -177,7 +181,11 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "--cluster", empty, "--model", "d12", "--gpus", "8", "--batch", "8"],
          [empty, "not valid JSON"]),
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", empty], [empty]),
-        ([*EV, "--ckpt", nope], [nope]),
+        # eval's checkpoint errors name the option that gave it (--weights CKPT too)
+        ([*EV, "--ckpt", nope], ["--ckpt", nope, "does not exist"]),
+        ([*EV, "--ckpt", adir], [f"--ckpt: {adir}: no valid checkpoint"]),
+        ([*EV, "--ckpt", bad_step], [f"--ckpt: {bad_step}/manifest.json: not valid JSON"]),
+        ([*EV, "--weights", bad_ck], [f"--weights: {bad_ck}: no valid checkpoint"]),
         (["ckpt", "inspect", adir], [adir, "no valid checkpoint"]),
         *[(["ckpt", c, nope], [f"ckpt {c}: {nope} does not exist (a checkpoint is a commit"])
           for c in ("list", "inspect", "verify", "shm", "export")],
@@ -244,7 +252,7 @@ def test_bad_input(d, w, val, train, ck):
           for c, o in (("merge", "--out"), ("stragglers", "--png"))],
         # a file where a directory is expected
         ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
-        ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
+        ([*EV, "--ckpt", w], ["--ckpt", w, "is a file, not a checkpoint"]),
         # --resume takes a commit or a checkpoint directory (was "opendir: Not a directory")
         *[([*TR, "--resume", f], ["--resume", f, "is a file, not a checkpoint",
                                   "a commit DIR/step_N or a checkpoint directory"]) for f in (w, empty)],
