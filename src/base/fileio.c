@@ -532,3 +532,14 @@ int ms_path_is_input(const char *out, const char *in, char *match, size_t cap) {
     ms_paths_free(paths, n);
     return hit;
 }
+
+ms_status ms_path_check_dir(const char *opt, const char *path, const char *what) {
+    struct stat sb;
+    int err = stat(path, &sb) != 0 ? errno : 0;
+    if (!err && S_ISDIR(sb.st_mode)) return MS_OK;
+    return ms_error(MS_ERR_ARG, "%s %s %s%s%s%s", opt, path,
+                    err == ENOENT ? "does not exist"
+                    : err         ? strerror(err)
+                                  : "is a file, not a directory",
+                    what ? " (" : "", what ? what : "", what ? ")" : "");
+}

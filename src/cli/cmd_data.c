@@ -398,6 +398,9 @@ int cmd_data(int argc, char **argv) {
     char *pos[2];
     int npos = 0, help = 0, rc = 0;
     ms_status st = opts_parse(data_opts, N_DATA_OPTS, &dc, argc, argv, pos, 2, &npos, &help);
+    if (st == MS_OK)
+        st = opts_check_dir(data_opts, N_DATA_OPTS, &dc, "data-dir",
+                            "the shipped tokenizers: DIR/gpt2.tok");
     const char *sub = npos > 0 ? pos[0] : "";
     if (help || (st == MS_OK && npos == 0)) {
         opts_print_help(

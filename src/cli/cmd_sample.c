@@ -226,6 +226,9 @@ int cmd_sample(int argc, char **argv) {
     char *pos[1];
     int npos, help, rc = 0;
     ms_status st = opts_parse(sample_opts, N_SAMPLE_OPTS, &sc, argc, argv, pos, 0, &npos, &help);
+    if (st == MS_OK)
+        st = opts_check_dir(sample_opts, N_SAMPLE_OPTS, &sc, "data-dir",
+                            "the shipped tokenizers: DIR/gpt2.tok");
     if (help)
         opts_print_help(sample_opts, N_SAMPLE_OPTS,
                         "usage: megascale sample --weights FILE|CHECKPOINT [options]");

@@ -290,6 +290,21 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
     return MS_OK;
 }
 
+ms_status opts_check_dir(const opts_spec *spec, int n, const void *dst, const char *name,
+                         const char *what) {
+    const opts_spec *s = find(spec, n, name, strlen(name));
+    MS_CHECKF(s && s->type == OPT_T_STR, "opts_check_dir: no string option --%s", name);
+    const char *v = *(char *const *)((const char *)dst + s->offset);
+    if (!v || !*v || (s->def && !strcmp(v, s->def))) return MS_OK;
+    const char *env = s->env ? getenv(s->env) : NULL;
+    char opt[160];
+    if (env && !strcmp(env, v))
+        snprintf(opt, sizeof opt, "--%s (env %s)", name, s->env);
+    else
+        snprintf(opt, sizeof opt, "--%s", name);
+    return ms_path_check_dir(opt, v, what);
+}
+
 void opts_print_help(const opts_spec *spec, int n, const char *usage) {
     printf("%s\n\nOptions (also accepted as 'name = value' lines in --config FILE):\n", usage);
     for (int i = 0; i < n; i++) {

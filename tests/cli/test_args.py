@@ -260,6 +260,11 @@ def test_bad_input(d, w, val, train, ck):
           ("list", "inspect", "verify", "shm")],
         (["ckpt", "export", w, "--out", os.path.join(d, "x.safetensors")],
          [w, "is a file, not a checkpoint"]),
+        # --data-dir given: a directory, whether or not this run reads from it
+        *[([*c, "--data-dir", p], ["--data-dir", p, n]) for c in (
+            [*SA, "--weights", w], ["data", "prepare", "--input", text, "--out", os.path.join(d, "o4")],
+            ["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "8"])
+          for p, n in ((empty, "is a file, not a directory"), (nope, "does not exist"))],
         (["trace", "hang", empty], [empty, "not a directory"]),
         (["dashboard", empty], ["RUN_DIR", empty, "is a file, not a directory"]),
         (["dashboard", nope], ["RUN_DIR", nope, "does not exist"]),
