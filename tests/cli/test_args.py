@@ -202,6 +202,7 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", adir],
          ["--base", adir, "is a directory, not a file"]),
         (["diag", "--history", adir], ["--history", adir, "is a directory"]),
+        (["diag", "--history", train], ["--history", train, "not a diag history"]),
         (["ckpt", "export", ck, "--out", adir], [adir, "is a directory, not a file"]),
         (["plan", "measure", "--out", adir], [adir, "is a directory, not a file"]),
         (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
