@@ -141,6 +141,9 @@ def test_bad_input(d, w, val, train, ck):
     shutil.copytree(ck, bad_ck)
     bad_step = os.path.join(bad_ck, sorted(n for n in os.listdir(bad_ck) if n.startswith("step_"))[-1])
     open(os.path.join(bad_step, "manifest.json"), "w").write("{ damaged")
+    base_c = os.path.join(d, "base_cluster.json")  # a cluster file, as plan measure writes
+    src_dir = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+    shutil.copy(os.path.join(src_dir, "data", "clusters", "h100-node.json"), base_c)
     mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
     shutil.copy(BIN, mybin)
     open(hosts, "w").write("localhost slots=4\n")
@@ -205,6 +208,9 @@ def test_bad_input(d, w, val, train, ck):
         (["diag", "--history", train], ["--history", train, "not a diag history"]),
         (["ckpt", "export", ck, "--out", adir], [adir, "is a directory, not a file"]),
         (["plan", "measure", "--out", adir], [adir, "is a directory, not a file"]),
+        # (under mpirun the N-rank cluster replaced the one-process measurement)
+        (["plan", "measure", "--out", base_c, "--base", base_c],
+         ["--out", base_c, "is the --base file", "never replaces"]),
         (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
          ["--cluster", adir, "is a directory, not a cluster file"]),
         (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
@@ -289,7 +295,7 @@ def test_bad_input(d, w, val, train, ck):
                             "--batch", "8"], cwd=d, capture_output=True, text=True)
         ok(p.returncode == want_rc and needle in p.stderr,
            f"plan --cluster {name}: the file in the working directory", p.stderr)
-    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts)}
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, base_c)}
     for args, needles in cases:
         rc, out, err = run_capped(args)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
