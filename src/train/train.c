@@ -284,6 +284,11 @@ ms_status train_check_not_input(const train_config *tc, const char *opt, const c
               {"--val-data", tc->val_data},
               {"--init-from", tc->init_from}};
     char match[4096];
+    if (ckpt_is_part(path, match, sizeof match))
+        return ms_error(MS_ERR_ARG,
+                        "%s %s is %s: an output never replaces a checkpoint's file; nothing was "
+                        "written",
+                        opt, path, match);
     for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
         if (ms_path_is_input(path, in[i].in, match, sizeof match))
             return ms_error(MS_ERR_ARG,

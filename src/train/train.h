@@ -86,8 +86,9 @@ typedef struct {
 ms_status train_run(const train_config *cfg);
 
 /* An output file (option opt, path) that is one of the run's inputs (a
- * file of --train-data or --val-data, or --init-from), by identity: the
- * error naming opt, path and the input (MS_ERR_ARG), else MS_OK.  train_run
+ * file of --train-data or --val-data, or --init-from), by identity, or a
+ * file of a checkpoint (ckpt_is_part): the error naming opt, path and the
+ * input (MS_ERR_ARG), else MS_OK.  train_run
  * checks its own outputs (--save-weights, --metrics, --log-file) with it
  * before anything is read; `megascale launch` checks them, and its
  * --events, before the job starts. */

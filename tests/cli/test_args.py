@@ -144,6 +144,8 @@ def test_bad_input(d, w, val, train, ck):
     base_c = os.path.join(d, "base_cluster.json")  # a cluster file, as plan measure writes
     src_dir = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
     shutil.copy(os.path.join(src_dir, "data", "clusters", "h100-node.json"), base_c)
+    ck_step = os.path.join(ck, sorted(n for n in os.listdir(ck) if n.startswith("step_"))[-1])
+    ck_manifest, ck_latest = os.path.join(ck_step, "manifest.json"), os.path.join(ck, "latest")
     mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
     shutil.copy(BIN, mybin)
     open(hosts, "w").write("localhost slots=4\n")
@@ -255,6 +257,11 @@ def test_bad_input(d, w, val, train, ck):
             (["--val-data", val, "--log-file", val], f"--log-file {val}", "--val-data"),
             (["--init-from", w, "--metrics", w], f"--metrics {w}", "--init-from"),
             (["--init-from", w, "--save-weights", w], "--save-weights", "--init-from"))],
+        # ... or a checkpoint's file: a commit's, its directory's latest / lock
+        ([*TR, "--save-weights", ck_manifest], ["--save-weights", ck_manifest,
+                                                 "is a file of the commit", "nothing was written"]),
+        ([*TR, "--log-file", ck_latest], ["--log-file", ck_latest, "the 'latest' file of the "
+                                          "checkpoint directory"]),
         *[(["trace", c, os.path.join(d, "tr"), o, ev], [o, ev, "a file of the run", "never replaces"])
           for c, o in (("merge", "--out"), ("stragglers", "--png"))],
         # a file where a directory is expected
@@ -295,7 +302,8 @@ def test_bad_input(d, w, val, train, ck):
                             "--batch", "8"], cwd=d, capture_output=True, text=True)
         ok(p.returncode == want_rc and needle in p.stderr,
            f"plan --cluster {name}: the file in the working directory", p.stderr)
-    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, base_c)}
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, base_c,
+                                                ck_manifest, ck_latest)}
     for args, needles in cases:
         rc, out, err = run_capped(args)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
