@@ -34,12 +34,13 @@ def is_json(text):
         return False
 
 
-def run_capped(args, timeout=120):
+def run_capped(args, timeout=120, cwd=None):
     """run(), but a command that does not end (a server started on bad input)
-    is a failure, not a hung test: rc None."""
+    is a failure, not a hung test: rc None.  cwd: where a relative output of a
+    command that should fail would land (the test's directory)."""
     try:
         p = subprocess.run([BIN, *args], capture_output=True, text=True, errors="replace",
-                           timeout=timeout)
+                           timeout=timeout, cwd=cwd)
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired:
         return None, "", f"still running after {timeout} s"
@@ -160,6 +161,13 @@ def test_bad_input(d, w, val, train, ck):
         (["sample", "--weights"], ["--weights needs a value"]),
         (["plan", "--cluster"], ["--cluster needs a value"]),
         (["trace", "hang", d, "--window"], ["--window needs a value"]),
+        # ... before another option: not taken as the value (`data prepare --out --force`
+        # made a directory named --force); --opt=--x still gives such a value
+        ([*EV, "--weights", "--json"], ["option --weights needs a value: the next argument, "
+                                        "--json, is an option", "--weights=--json"]),
+        ([*SA, "--weights", w, "--prompt", "--tokens", "3"], ["option --prompt needs a value"]),
+        (["data", "prepare", "--input", text, "--out", "--force", "--tokenizer", "bytes"],
+         ["option --out needs a value: the next argument, --force, is an option"]),
         # out of range
         ([*TR, "--lr", "0"], ["--lr must be > 0"]),
         ([*SA, "--weights", w, "--top-k", "-1"], ["--top-k must be >= 0"]),
@@ -305,7 +313,7 @@ def test_bad_input(d, w, val, train, ck):
     before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, base_c,
                                                 ck_manifest, ck_latest)}
     for args, needles in cases:
-        rc, out, err = run_capped(args)
+        rc, out, err = run_capped(args, cwd=d)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
            f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
            f"rc={rc}\n{err}")
