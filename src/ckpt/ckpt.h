@@ -245,7 +245,7 @@ ms_status ckpt_check_path(const char *what, const char *path);
  * checkpoint, and what train --init-from refuses with the way to use it. */
 int ckpt_is_checkpoint(const char *path);
 /* 1 if path is an existing file that a checkpoint holds: a file of a commit
- * (its directory is one: ckpt_is_step_dir), or the latest, job or lock
+ * (its directory holds a manifest), or the latest, job or lock
  * file of a checkpoint directory; which one, in words, into what (n bytes).
  * An output of another kind (train --save-weights, --metrics, --log-file)
  * that is one would damage a commit. */

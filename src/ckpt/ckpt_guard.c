@@ -101,7 +101,9 @@ int ckpt_is_part(const char *path, char *what, size_t n) {
     snprintf(dir, sizeof dir, "%s", path);
     ms_path_dir(dir);
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-    if (ckpt_is_step_dir(dir)) {
+    char manifest[4300]; /* a commit: its manifest, not a step_N name alone */
+    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
+    if (stat(manifest, &sb) == 0) {
         snprintf(what, n, "a file of the commit %s", dir);
         return 1;
     }

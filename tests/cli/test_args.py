@@ -347,6 +347,14 @@ def test_other_flags(d, train, ck):
                        "--new-run", "--trace-dir", "none")
     ok(rc == 0 and "previous-" in err, "train --new-run --trace-dir: a new run, the old one aside",
        err)
+    # an output that exists in a directory named like a commit, without its
+    # manifest, is no checkpoint's file (test_bad_input: a commit's files)
+    runs = os.path.join(d, "runs", "step_1")
+    os.makedirs(runs)
+    open(os.path.join(runs, "m.jsonl"), "w").write("{}\n")
+    rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none",
+                       "--metrics", os.path.join(runs, "m.jsonl"))
+    ok(rc == 0, "train --metrics DIR/step_1/FILE (no manifest there): not a commit's file", err)
 
 
 def make_fixture(d):
