@@ -46,7 +46,8 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
                              train_eval_result *r) {
     int batch = EVAL_BATCH, seq = EVAL_SEQ;
     if (tc->init_from && *tc->init_from) {
-        MS_TRY(train_model_config(tc, mc));
+        ms_status st = train_model_config(tc, mc);
+        if (st != MS_OK) return ms_error_wrap(st, "--weights");
         snprintf(r->source, sizeof r->source, "%s", tc->init_from);
     } else {
         MS_TRY(find_commit(ck_opt, tc->resume, w, r->source, sizeof r->source));
