@@ -518,3 +518,28 @@ void ms_paths_free(char **paths, int count) {
         free(paths[i]);
     free(paths);
 }
+
+int ms_path_is_input(const char *out, const char *in, char *match, size_t cap) {
+    struct stat so, si;
+    char **paths = NULL;
+    int n = 0, hit = 0;
+    if (!out || !*out || !in || !*in || stat(out, &so) != 0 || S_ISDIR(so.st_mode)) return 0;
+    if (ms_glob_or_path(in, &paths, &n) != MS_OK) return 0; /* named by the reader */
+    for (int i = 0; i < n && !hit; i++) {
+        hit = stat(paths[i], &si) == 0 && si.st_dev == so.st_dev && si.st_ino == so.st_ino;
+        if (hit && match && cap) snprintf(match, cap, "%s", paths[i]);
+    }
+    ms_paths_free(paths, n);
+    return hit;
+}
+
+ms_status ms_path_check_dir(const char *opt, const char *path, const char *what) {
+    struct stat sb;
+    int err = stat(path, &sb) != 0 ? errno : 0;
+    if (!err && S_ISDIR(sb.st_mode)) return MS_OK;
+    return ms_error(MS_ERR_ARG, "%s %s %s%s%s%s", opt, path,
+                    err == ENOENT ? "does not exist"
+                    : err         ? strerror(err)
+                                  : "is a file, not a directory",
+                    what ? " (" : "", what ? what : "", what ? ")" : "");
+}

@@ -88,4 +88,18 @@ ms_status ms_glob_or_path(const char *pattern, char ***paths, int *count);
 ms_status ms_glob_escape(const char *s, char *out, size_t cap);
 void ms_paths_free(char **paths, int count);
 
+/* A directory that option opt names for reading (--data-dir DIR): MS_OK,
+ * or MS_ERR_ARG "OPT PATH does not exist" / "OPT PATH is a file, not a
+ * directory" (what = what it should hold, in words, appended in parentheses;
+ * may be NULL). */
+ms_status ms_path_check_dir(const char *opt, const char *path, const char *what);
+
+/* Whether writing the output `out` would replace or append to one of the
+ * inputs that `in` names (a path, or a pattern a user gave, read as
+ * ms_glob_or_path reads it): the same file, by device and inode, whatever
+ * the spelling ("./a", a link).  An output or input that does not exist
+ * (yet) is none.  Returns 1 and copies the input's path into match (cap
+ * bytes; may be NULL) when it is one, else 0. */
+int ms_path_is_input(const char *out, const char *in, char *match, size_t cap);
+
 #endif

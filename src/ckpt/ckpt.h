@@ -244,6 +244,12 @@ ms_status ckpt_check_path(const char *what, const char *path);
  * lock).  What `megascale sample --weights` and `eval --weights` take as a
  * checkpoint, and what train --init-from refuses with the way to use it. */
 int ckpt_is_checkpoint(const char *path);
+/* 1 if path is an existing file that a checkpoint holds: a file of a commit
+ * (its directory holds a manifest), or the latest, job or lock
+ * file of a checkpoint directory; which one, in words, into what (n bytes).
+ * An output of another kind (train --save-weights, --metrics, --log-file)
+ * that is one would damage a commit. */
+int ckpt_is_part(const char *path, char *what, size_t n);
 /* path itself when it is a step directory, else the newest commit of the
  * checkpoint directory path that verifies (every file size and CRC), into
  * out; each commit skipped is a warning naming it and why.

@@ -94,6 +94,27 @@ int ckpt_is_checkpoint(const char *path) {
     return is_ckpt_dir(path, what, sizeof what);
 }
 
+int ckpt_is_part(const char *path, char *what, size_t n) {
+    char dir[4200], kind[256];
+    struct stat sb;
+    if (stat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) return 0;
+    snprintf(dir, sizeof dir, "%s", path);
+    ms_path_dir(dir);
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char manifest[4300]; /* a commit: its manifest, not a step_N name alone */
+    snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
+    if (stat(manifest, &sb) == 0) {
+        snprintf(what, n, "a file of the commit %s", dir);
+        return 1;
+    }
+    if ((!strcmp(base, "latest") || !strcmp(base, "job") || !strcmp(base, LOCK_NAME)) &&
+        is_ckpt_dir(dir, kind, sizeof kind)) {
+        snprintf(what, n, "the '%s' file of the checkpoint directory %s", base, dir);
+        return 1;
+    }
+    return 0;
+}
+
 static int same_inode(const struct stat *a, const struct stat *b) {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }

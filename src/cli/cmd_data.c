@@ -41,9 +41,11 @@ static const opts_spec data_opts[] = {
     OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR",
        "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
     O("name", OPT_T_STR, name, "data", "shard name prefix: NAME_train_000000.bin (prepare)"),
-    O("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "share of the input for validation"),
+    R("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "[0,1)",
+      "share of the input for validation"),
     O("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "tokens per training shard"),
-    O("vocab-size", OPT_T_INT, vocab_size, "4096", "vocabulary size (tokenizer-train)"),
+    R("vocab-size", OPT_T_INT, vocab_size, "4096", "[257,16777216]",
+      "vocabulary size (tokenizer-train): the 256 bytes, merges, and the end-of-text token"),
     R("threads", OPT_T_INT, threads, "0", "[0,1024]", "encoding threads (0: all cores)"),
     R("count", OPT_T_INT, count, "32", "[0,)", "tokens to show (inspect)"),
     O("jsonl-field", OPT_T_STR, jsonl_field, "text",
@@ -398,6 +400,9 @@ int cmd_data(int argc, char **argv) {
     char *pos[2];
     int npos = 0, help = 0, rc = 0;
     ms_status st = opts_parse(data_opts, N_DATA_OPTS, &dc, argc, argv, pos, 2, &npos, &help);
+    if (st == MS_OK)
+        st = opts_check_dir(data_opts, N_DATA_OPTS, &dc, "data-dir",
+                            "the shipped tokenizers: DIR/gpt2.tok");
     const char *sub = npos > 0 ? pos[0] : "";
     if (help || (st == MS_OK && npos == 0)) {
         opts_print_help(

@@ -9,7 +9,6 @@
 #include <cjson/cJSON.h>
 
 #include "base/ctx.h"
-#include "ckpt/ckpt.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "train/train.h"
@@ -128,10 +127,6 @@ int cmd_eval(int argc, char **argv) {
         rc = cli_fail("eval", train_gate_early("eval", st));
     } else {
         train_eval_result r;
-        if (o.tc.init_from && ckpt_is_checkpoint(o.tc.init_from) && !o.tc.resume) {
-            o.tc.resume = o.tc.init_from; /* --weights CKPT is --ckpt CKPT */
-            o.tc.init_from = NULL;
-        }
         o.tc.shared_json = opts_to_json_shared(eval_opts, N_EVAL_OPTS, &o);
         st = o.tc.shared_json ? train_eval(&o.tc, &r)
                               : ms_error(MS_ERR_NOMEM, "eval: out of memory");

@@ -106,16 +106,26 @@ static int check_addr(const char *opt, const char *v) {
 }
 
 /* The paths the driver writes or runs, checked before anything starts:
- * --run-dir a directory it can make, --events a file it can write, --bin an
+ * --run-dir a directory it can make, --events a file it can write (not the
+ * binary, not the hostfile: appended to, they would not run again), --bin an
  * executable file (else every start of the job fails, and is restarted as a
  * fault).  0 or SUP_EXIT_USAGE, the error naming the option. */
 static int check_paths(const launch_cli *o) {
     ms_status st = MS_OK;
     struct stat sb;
+    const char *bin = o->bin && *o->bin ? o->bin : "/proc/self/exe"; /* stat: the binary */
     if (o->run_dir && *o->run_dir && (st = ms_path_check_writable(o->run_dir, 1)) != MS_OK)
         st = ms_error_wrap(st, "--run-dir");
     else if (o->events && *o->events && (st = ms_path_check_writable(o->events, 0)) != MS_OK)
         st = ms_error_wrap(st, "--events");
+    else if (ms_path_is_input(o->events, bin, NULL, 0) ||
+             ms_path_is_input(o->events, o->hostfile, NULL, 0))
+        st = ms_error(MS_ERR_ARG,
+                      "--events %s is the %s: an output never replaces an input; nothing was "
+                      "written",
+                      o->events,
+                      ms_path_is_input(o->events, o->hostfile, NULL, 0) ? "--hostfile"
+                                                                        : "megascale binary");
     else if (o->bin && *o->bin && stat(o->bin, &sb) != 0)
         st = ms_error(MS_ERR_ARG, "--bin %s: %s (the megascale binary of the ranks)", o->bin,
                       errno == ENOENT ? "does not exist" : strerror(errno));
@@ -167,7 +177,7 @@ int cmd_launch(int argc, char **argv) {
         rc = 2;
     } else if ((rc = check_addr("--bind", o.bind)) ||
                (rc = check_addr("--dashboard-bind", o.dashboard_bind))) {
-    } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, &tv)) != 0) {
+    } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, o.events, &tv)) != 0) {
     } else if ((rc = check_paths(&o)) != 0) {
     } else {
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

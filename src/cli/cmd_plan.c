@@ -297,11 +297,14 @@ int cmd_plan(int argc, char **argv) {
     if (st == MS_OK && npos)
         st = ms_error(MS_ERR_ARG, "unexpected argument '%s' (plan takes options, or 'measure')",
                       pos[0]);
+    if (st == MS_OK)
+        st = opts_check_dir(plan_opts, N_PLAN_OPTS, &o, "data-dir",
+                            "the shipped clusters: DIR/clusters");
     if (st == MS_OK && !o.cluster)
         st = ms_error(MS_ERR_ARG, "--cluster: give a cluster file or a shipped name "
                                   "(a100-megascale, h100-node, h200-node)");
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/clusters", o.data_dir ? o.data_dir : MS_DATA_DIR);
+    snprintf(dir, sizeof dir, "%s/clusters", o.data_dir && *o.data_dir ? o.data_dir : MS_DATA_DIR);
     if (st == MS_OK) st = plan_cluster_find(o.cluster, dir, &c);
     if (st == MS_OK) st = inputs(&o, &m, &l, &f);
     if (st != MS_OK) {

@@ -96,6 +96,11 @@ static void compute_to_cluster(const measure_cli *o, const diag_costs *d, plan_c
 static ms_status check_paths(const measure_cli *o) {
     ms_status st = ms_path_check_writable(o->out, 0);
     if (st != MS_OK) return ms_error_wrap(st, "--out");
+    if (ms_path_is_input(o->out, o->base, NULL, 0))
+        return ms_error(MS_ERR_ARG,
+                        "--out %s is the --base file: an output never replaces an input; write "
+                        "the N-rank cluster to another file",
+                        o->out);
     struct stat sb;
     if (!o->storage_dir || !*o->storage_dir) return MS_OK;
     if (stat(o->storage_dir, &sb) != 0)

@@ -170,7 +170,8 @@ static ms_status run_sample(const sample_config *sc) {
         return ms_error(MS_ERR_ARG, "--prompt: longer than %d bytes", SAMPLE_MAX_TOKENS);
     gpt_config c;
     char commit[4300];
-    MS_TRY(weights_config(sc, &c, commit, sizeof commit));
+    ms_status ws = weights_config(sc, &c, commit, sizeof commit);
+    if (ws != MS_OK) return ms_error_wrap(ws, "--weights");
     const char *src = commit[0] ? commit : sc->weights;
     if (sc->heads > 0 && sc->heads != c.n_head) /* as train --init-from and eval --weights */
         return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", sc->heads, src,
@@ -226,6 +227,9 @@ int cmd_sample(int argc, char **argv) {
     char *pos[1];
     int npos, help, rc = 0;
     ms_status st = opts_parse(sample_opts, N_SAMPLE_OPTS, &sc, argc, argv, pos, 0, &npos, &help);
+    if (st == MS_OK)
+        st = opts_check_dir(sample_opts, N_SAMPLE_OPTS, &sc, "data-dir",
+                            "the shipped tokenizers: DIR/gpt2.tok");
     if (help)
         opts_print_help(sample_opts, N_SAMPLE_OPTS,
                         "usage: megascale sample --weights FILE|CHECKPOINT [options]");

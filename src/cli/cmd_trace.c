@@ -40,6 +40,23 @@ static const char *usage_text =
     "  hang DIR [--json]         who waits in what, and the suspects, from DIR/hang_r*.json\n"
     "DIR is the directory the ranks wrote their event logs and hang dumps into.";
 
+/* An output (opt PATH) that is one of the run's files the tools read (an
+ * event log, a hang dump) would replace it: refused before the work. */
+static ms_status check_not_input(const char *opt, const char *path, const char *dir) {
+    static const char *const read[] = {"events_r*.jsonl", "hang_r*.json"};
+    char esc[4300], pat[4400], match[4400];
+    MS_TRY(ms_glob_escape(dir, esc, sizeof esc));
+    for (size_t i = 0; i < sizeof read / sizeof *read; i++) {
+        snprintf(pat, sizeof pat, "%s/%s", esc, read[i]);
+        if (ms_path_is_input(path, pat, match, sizeof match))
+            return ms_error(MS_ERR_ARG,
+                            "%s %s is %s, a file of the run that this command reads: an output "
+                            "never replaces an input; nothing was written",
+                            opt, path, match);
+    }
+    return MS_OK;
+}
+
 static ms_status do_merge(const char *dir, const trace_cli *o) {
     char def[4300];
     snprintf(def, sizeof def, "%s/trace.json", dir);
@@ -48,6 +65,7 @@ static ms_status do_merge(const char *dir, const trace_cli *o) {
      * (the default, inside DIR, after DIR is found) */
     ms_status st = o->out && *o->out ? ms_path_check_writable(out, 0) : MS_OK;
     if (st != MS_OK) return ms_error_wrap(st, "--out");
+    MS_TRY(check_not_input("--out", out, dir));
     trace_merge_stats s;
     MS_TRY(trace_merge(dir, out, &s));
     printf("merged %d rank(s), %lld events, %d flow(s) (%d unmatched send(s), %d unmatched "
@@ -72,6 +90,7 @@ static ms_status do_stragglers(const char *dir, const trace_cli *o) {
     trace_strag *s = NULL;
     ms_status st = o->png && *o->png ? ms_path_check_writable(o->png, 0) : MS_OK;
     if (st != MS_OK) return ms_error_wrap(st, "--png");
+    if (o->png && *o->png) MS_TRY(check_not_input("--png", o->png, dir));
     MS_TRY(trace_strag_load(dir, &so, &s));
     if (o->png && *o->png) st = trace_strag_heatmap(s, o->png);
     if (st == MS_OK && o->json)

@@ -188,13 +188,15 @@ static ms_status apply_out_dir(train_config *tc) {
 static const char *const not_in_cfg[] = {"heartbeat", "heartbeat-token", "node-map",
                                          "inject-fault", "ckpt-fault", NULL};
 
-int cmd_train_check(int argc, char **argv, cli_train_view *v) {
+int cmd_train_check(int argc, char **argv, const char *events, cli_train_view *v) {
     train_config tc = {0};
     char *pos[1];
     int npos, help, rc = 0;
     memset(v, 0, sizeof *v);
     ms_status st = opts_parse(train_opts, N_TRAIN_OPTS, &tc, argc, argv, pos, 0, &npos, &help);
     if (st == MS_OK) st = apply_out_dir(&tc);
+    if (st == MS_OK) st = train_check_outputs(&tc);
+    if (st == MS_OK) st = train_check_not_input(&tc, "launch --events", events);
     if (st != MS_OK) {
         fprintf(stderr, "megascale launch: error: the train options: %s\n", ms_errmsg());
         rc = 2; /* usage, whatever the parser's class: the job never starts */

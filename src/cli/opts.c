@@ -231,6 +231,16 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
     return st;
 }
 
+/* 1 if argument a is one of the table's options (--name or --name=...),
+ * --config, or --help. */
+static int names_option(const opts_spec *spec, int n, const char *a) {
+    if (strncmp(a, "--", 2) != 0) return 0;
+    const char *name = a + 2, *eq = strchr(name, '=');
+    size_t len = eq ? (size_t)(eq - name) : strlen(name);
+    return find(spec, n, name, len) || (len == 6 && !strncmp(name, "config", 6)) ||
+           (len == 4 && !strncmp(name, "help", 4) && !eq);
+}
+
 ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **argv, char **pos,
                      int max_pos, int *n_pos, int *help) {
     enum { FROM_DEFAULT = 1, FROM_ENV, FROM_ARGV, FROM_CONFIG }; /* config files: +i */
@@ -285,9 +295,29 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
         else if (!eq && v)
             i++;
         if (!v) return ms_error(MS_ERR_ARG, "option --%s needs a value", s->name);
+        if (!eq && names_option(spec, n, v)) /* `--out --force`: a forgotten value */
+            return ms_error(MS_ERR_ARG,
+                            "option --%s needs a value: the next argument, %s, is an option "
+                            "(--%s=%s gives a value that starts with --)",
+                            s->name, v, s->name, v);
         MS_TRY(set_value(s, dst, v, "command line", FROM_ARGV));
     }
     return MS_OK;
+}
+
+ms_status opts_check_dir(const opts_spec *spec, int n, const void *dst, const char *name,
+                         const char *what) {
+    const opts_spec *s = find(spec, n, name, strlen(name));
+    MS_CHECKF(s && s->type == OPT_T_STR, "opts_check_dir: no string option --%s", name);
+    const char *v = *(char *const *)((const char *)dst + s->offset);
+    if (!v || !*v || (s->def && !strcmp(v, s->def))) return MS_OK;
+    const char *env = s->env ? getenv(s->env) : NULL;
+    char opt[160];
+    if (env && !strcmp(env, v))
+        snprintf(opt, sizeof opt, "--%s (env %s)", name, s->env);
+    else
+        snprintf(opt, sizeof opt, "--%s", name);
+    return ms_path_check_dir(opt, v, what);
 }
 
 void opts_print_help(const opts_spec *spec, int n, const char *usage) {

@@ -67,6 +67,14 @@ typedef struct {
  * "--") are returned in pos (up to max_pos).  "--help" sets *help. */
 ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **argv, char **pos,
                      int max_pos, int *n_pos, int *help);
+/* The directory option --name of the table (--data-dir DIR), when its value
+ * in dst is not its default (given on the command line, in a config file or
+ * by its environment variable; empty: the default): an existing directory,
+ * whether or not this run reads from it; else MS_ERR_ARG naming --name (and
+ * its variable when that set it) and the path.  what: what the directory
+ * holds, in words. */
+ms_status opts_check_dir(const opts_spec *spec, int n, const void *dst, const char *name,
+                         const char *what);
 void opts_print_help(const opts_spec *spec, int n, const char *usage);
 void opts_free(const opts_spec *spec, int n, void *dst);
 /* The effective value of every option as a JSON object's text ("name":

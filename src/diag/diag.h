@@ -49,6 +49,7 @@
 #define DIAG_MAX_AUX 2
 #define DIAG_HISTORY_MEDIAN 25 /* the newest entries the median is taken over */
 #define DIAG_HISTORY_KEEP 2000 /* the newest lines a history file keeps */
+#define DIAG_HISTORY_MAX_BYTES (16 << 20) /* larger: not a history (2000 lines are ~0.5 MB) */
 
 typedef struct diag_report diag_report;
 

@@ -3,6 +3,7 @@
  * diag.h, "History"). */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -68,6 +69,46 @@ ms_status diag_history_median(const char *path, const diag_hist_key *k, double *
     return MS_OK;
 }
 
+/* Whether text (len bytes, NUL-terminated: ms_file_read_*) can be a history:
+ * empty, or no NUL byte and a JSON object on one of its lines. */
+static int history_text_ok(char *text, size_t len) {
+    int found = len == 0;
+    if (memchr(text, 0, len)) return 0;
+    for (char *line = text, *next; !found && line && *line; line = next) {
+        next = strchr(line, '\n');
+        char c = next ? *next : 0;
+        if (next) *next = 0;
+        cJSON *o = cJSON_Parse(line);
+        found = cJSON_IsObject(o);
+        cJSON_Delete(o);
+        if (next) *next++ = c;
+    }
+    return found;
+}
+
+static ms_status history_refused(const char *path, const char *why) {
+    return ms_error(MS_ERR_ARG,
+                    "--history %s %s: not a diag history (JSON lines); it is left as it is (an "
+                    "append keeps only the newest %d lines)",
+                    path, why, DIAG_HISTORY_KEEP);
+}
+
+ms_status diag_history_check(const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    ms_status st = ms_file_read_max(path, DIAG_HISTORY_MAX_BYTES, &text, &len);
+    if (st == MS_ERR_NOTFOUND) return MS_OK; /* the first run */
+    if (st == MS_ERR_FORMAT) {
+        char why[64];
+        snprintf(why, sizeof why, "is larger than %d MB", DIAG_HISTORY_MAX_BYTES >> 20);
+        return history_refused(path, why);
+    }
+    MS_TRY(st);
+    int ok = history_text_ok(text, len);
+    free(text);
+    return ok ? MS_OK : history_refused(path, "holds no JSON object");
+}
+
 /* The start of the newest `keep` lines of text (len bytes). */
 static size_t keep_tail(const char *text, size_t len, int keep) {
     int lines = 0;
@@ -82,6 +123,10 @@ static ms_status append_locked(const char *path, const char *line) {
     ms_status st = ms_file_read_all(path, &text, &len);
     if (st == MS_ERR_NOTFOUND) st = MS_OK, len = 0;
     if (st != MS_OK) return st;
+    if (text && !history_text_ok(text, len)) {
+        free(text);
+        return history_refused(path, "holds no JSON object");
+    }
     size_t from = text ? keep_tail(text, len, DIAG_HISTORY_KEEP - 1) : 0;
     ms_atomic_file af;
     st = ms_atomic_open(&af, path);

@@ -20,8 +20,14 @@ typedef struct {
  * that are not JSON objects are skipped with a warning naming path:line.
  * Errors: MS_ERR_IO naming the file (it exists but cannot be read). */
 ms_status diag_history_median(const char *path, const diag_hist_key *k, double *median, int *n);
+/* Whether path can be rewritten as a history: missing, empty, or text of
+ * at most DIAG_HISTORY_MAX_BYTES with a JSON object on one of its lines.
+ * Else MS_ERR_ARG naming it (an append keeps only the newest lines: a file
+ * given by mistake, a shard or a log, would lose the rest). */
+ms_status diag_history_check(const char *path);
 /* Append one entry (k, value, host, now) atomically, keeping the newest
- * DIAG_HISTORY_KEEP lines.  Errors: MS_ERR_IO naming the file. */
+ * DIAG_HISTORY_KEEP lines; a file that diag_history_check refuses is left
+ * as it is (MS_ERR_ARG).  Errors: MS_ERR_IO naming the file. */
 ms_status diag_history_append(const char *path, const diag_hist_key *k, double value,
                               const char *host);
 /* Judge r->value against c->slow_factor x the history median of k (sets

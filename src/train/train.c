@@ -275,12 +275,48 @@ static void resolve_trace_dir(trainer *t) {
     }
 }
 
+/* An output file that is one of the run's inputs (--save-weights over the
+ * training shard, --log-file appended to --init-from's weights) would
+ * destroy what the run reads: refused, naming both options. */
+ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path) {
+    const struct {
+        const char *opt, *in;
+    } in[] = {{"--train-data", tc->train_data},
+              {"--val-data", tc->val_data},
+              {"--init-from", tc->init_from}};
+    char match[4096];
+    if (ckpt_is_part(path, match, sizeof match))
+        return ms_error(MS_ERR_ARG,
+                        "%s %s is %s: an output never replaces a checkpoint's file; nothing was "
+                        "written",
+                        opt, path, match);
+    for (size_t i = 0; i < sizeof in / sizeof in[0]; i++)
+        if (ms_path_is_input(path, in[i].in, match, sizeof match))
+            return ms_error(MS_ERR_ARG,
+                            "%s %s is an input, %s (%s %s): an output never replaces an input; "
+                            "nothing was written",
+                            opt, path, match, in[i].opt, in[i].in);
+    return MS_OK;
+}
+
+ms_status train_check_outputs(const train_config *tc) {
+    const struct {
+        const char *opt, *path;
+    } files[] = {{"--save-weights", tc->save_weights},
+                 {"--metrics", tc->metrics},
+                 {"--log-file", tc->log_file}};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+        MS_TRY(train_check_not_input(tc, files[i].opt, files[i].path));
+    return MS_OK;
+}
+
 /* Every output path, before anything is read, allocated or trained: a bad
  * one would otherwise fail only when first written (--save-weights: after
  * the whole run, losing the trained weights).  Rank 0 writes the weights
  * and the metrics; every rank writes its trace and checkpoint shards. */
 static ms_status check_outputs(trainer *t) {
     const train_config *tc = t->tc;
+    MS_TRY(train_check_outputs(tc));
     if (tc->out_dir && *tc->out_dir) { /* every rank: the hosts may not share a file system */
         if (ms_path_check_writable(tc->out_dir, 1) != MS_OK || ms_mkdirs(tc->out_dir) != MS_OK)
             return ms_error_wrap(MS_ERR_ARG, "--out-dir");

@@ -87,6 +87,16 @@ typedef struct {
 
 ms_status train_run(const train_config *cfg);
 
+/* An output file (option opt, path) that is one of the run's inputs (a
+ * file of --train-data or --val-data, or --init-from), by identity, or a
+ * file of a checkpoint (ckpt_is_part): the error naming opt, path and the
+ * input (MS_ERR_ARG), else MS_OK.  train_run
+ * checks its own outputs (--save-weights, --metrics, --log-file) with it
+ * before anything is read; `megascale launch` checks them, and its
+ * --events, before the job starts. */
+ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path);
+ms_status train_check_outputs(const train_config *tc);
+
 /* A command's options failed before MPI started (st != MS_OK): under
  * mpirun, MPI with the default options and the error gate (train_gate.c),
  * so that rank 0 prints every rank's error once, naming the ranks, and

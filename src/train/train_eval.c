@@ -16,15 +16,22 @@
 #define EVAL_BATCH 8 /* train's defaults, for a weights file */
 #define EVAL_SEQ 256
 
-/* Rank 0 picks the commit of --ckpt PATH; every rank gets it, or rank 0's
- * error (with its message). */
-static ms_status find_commit(const char *path, comm_world *w, char *dir, size_t n) {
+/* Rank 0 picks the commit of the checkpoint PATH that option opt (--ckpt,
+ * or --weights given a checkpoint) names; every rank gets it, or rank 0's
+ * error (with its message, naming the option). */
+static ms_status find_commit(const char *opt, const char *path, comm_world *w, char *dir,
+                             size_t n) {
     struct {
         int32_t st;
         char text[4300]; /* the commit, or the error */
     } msg = {0};
     if (!w || comm_world_rank(w) == 0) {
-        msg.st = ckpt_find_commit(path, msg.text, sizeof msg.text);
+        char what[32];
+        snprintf(what, sizeof what, "%s ", opt);
+        msg.st = ckpt_check_path(what, path);
+        if (msg.st == MS_OK &&
+            (msg.st = ckpt_find_commit(path, msg.text, sizeof msg.text)) != MS_OK)
+            ms_error_wrap((ms_status)msg.st, "%s", opt);
         if (msg.st != MS_OK) snprintf(msg.text, sizeof msg.text, "%s", ms_errmsg());
     }
     if (w) MS_TRY(comm_broadcast(comm_world_group(w), &msg, sizeof msg, COMM_U8, 0));
@@ -35,16 +42,19 @@ static ms_status find_commit(const char *path, comm_world *w, char *dir, size_t 
 
 /* The model of the weights (--weights, --heads) or of the commit, and the
  * set's --batch / --seq left at 0 from the commit (or train's defaults). */
-static ms_status eval_source(train_config *tc, comm_world *w, gpt_config *mc,
+static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w, gpt_config *mc,
                              train_eval_result *r) {
     int batch = EVAL_BATCH, seq = EVAL_SEQ;
     if (tc->init_from && *tc->init_from) {
-        MS_TRY(train_model_config(tc, mc));
+        ms_status st = train_model_config(tc, mc);
+        if (st != MS_OK) return ms_error_wrap(st, "--weights");
         snprintf(r->source, sizeof r->source, "%s", tc->init_from);
     } else {
-        MS_TRY(find_commit(tc->resume, w, r->source, sizeof r->source));
+        MS_TRY(find_commit(ck_opt, tc->resume, w, r->source, sizeof r->source));
         ckpt_manifest mf;
-        MS_TRY(ckpt_validate(r->source, 0, &mf)); /* the CRCs: when the parameters are read */
+        ms_status st =
+            ckpt_validate(r->source, 0, &mf); /* the CRCs: when the parameters are read */
+        if (st != MS_OK) return ms_error_wrap(st, "%s", ck_opt);
         *mc = mf.model;
         r->step = mf.step;
         batch = mf.trainer.batch > 0 ? mf.trainer.batch : batch;
@@ -84,6 +94,12 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
     gpt_config mc;
     int dp = 1, micro = 0, accum = 0;
     int weights = tc.init_from && *tc.init_from, ckpt = tc.resume && *tc.resume;
+    const char *ck_opt = "--ckpt"; /* the option that named the checkpoint, for its errors */
+    if (weights && !ckpt && ckpt_is_checkpoint(tc.init_from)) { /* --weights CKPT is --ckpt CKPT */
+        tc.resume = tc.init_from;
+        tc.init_from = NULL;
+        weights = 0, ckpt = 1, ck_opt = "--weights";
+    }
     ms_status st = MS_OK;
     if (weights == ckpt)
         st = ms_error(MS_ERR_ARG, "eval: give --weights FILE or --ckpt PATH (%s)",
@@ -92,7 +108,7 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
         st = ms_error(MS_ERR_ARG, "eval: --val-data GLOB is required (the token shards to score)");
     st = st == MS_OK ? train_dist_open(&tc, "eval", &world, &grid, &dp, &gate)
                      : train_gate_early("eval", st);
-    if (st == MS_OK) st = eval_source(&tc, world, &mc, r);
+    if (st == MS_OK) st = eval_source(&tc, ck_opt, world, &mc, r);
     if (st == MS_OK) st = train_check_batch(tc.batch, tc.micro_batch, dp, &micro, &accum);
     if (st == MS_OK) st = train_check_tp(&tc, &mc, micro);
     be_options bo = be_options_default();

@@ -34,12 +34,13 @@ def is_json(text):
         return False
 
 
-def run_capped(args, timeout=120):
+def run_capped(args, timeout=120, cwd=None):
     """run(), but a command that does not end (a server started on bad input)
-    is a failure, not a hung test: rc None."""
+    is a failure, not a hung test: rc None.  cwd: where a relative output of a
+    command that should fail would land (the test's directory)."""
     try:
         p = subprocess.run([BIN, *args], capture_output=True, text=True, errors="replace",
-                           timeout=timeout)
+                           timeout=timeout, cwd=cwd)
         return p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired:
         return None, "", f"still running after {timeout} s"
@@ -136,6 +137,19 @@ def test_bad_input(d, w, val, train, ck):
     raw = open(w, "rb").read()
     open(trunc_w, "wb").write(raw[:len(raw) // 2])
     nope = os.path.join(d, "nonexistent")
+    ev = os.path.join(d, "tr", "events_r00000.jsonl")
+    bad_ck = os.path.join(d, "ck_damaged")  # its one commit's manifest is not JSON
+    shutil.copytree(ck, bad_ck)
+    bad_step = os.path.join(bad_ck, sorted(n for n in os.listdir(bad_ck) if n.startswith("step_"))[-1])
+    open(os.path.join(bad_step, "manifest.json"), "w").write("{ damaged")
+    base_c = os.path.join(d, "base_cluster.json")  # a cluster file, as plan measure writes
+    src_dir = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
+    shutil.copy(os.path.join(src_dir, "data", "clusters", "h100-node.json"), base_c)
+    ck_step = os.path.join(ck, sorted(n for n in os.listdir(ck) if n.startswith("step_"))[-1])
+    ck_manifest, ck_latest = os.path.join(ck_step, "manifest.json"), os.path.join(ck, "latest")
+    mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
+    shutil.copy(BIN, mybin)
+    open(hosts, "w").write("localhost slots=4\n")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
     EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
     SA = ["sample", "--tokens", "2"]
@@ -147,6 +161,13 @@ def test_bad_input(d, w, val, train, ck):
         (["sample", "--weights"], ["--weights needs a value"]),
         (["plan", "--cluster"], ["--cluster needs a value"]),
         (["trace", "hang", d, "--window"], ["--window needs a value"]),
+        # ... before another option: not taken as the value (`data prepare --out --force`
+        # made a directory named --force); --opt=--x still gives such a value
+        ([*EV, "--weights", "--json"], ["option --weights needs a value: the next argument, "
+                                        "--json, is an option", "--weights=--json"]),
+        ([*SA, "--weights", w, "--prompt", "--tokens", "3"], ["option --prompt needs a value"]),
+        (["data", "prepare", "--input", text, "--out", "--force", "--tokenizer", "bytes"],
+         ["option --out needs a value: the next argument, --force, is an option"]),
         # out of range
         ([*TR, "--lr", "0"], ["--lr must be > 0"]),
         ([*SA, "--weights", w, "--top-k", "-1"], ["--top-k must be >= 0"]),
@@ -154,15 +175,19 @@ def test_bad_input(d, w, val, train, ck):
         (["diag", "--mem-mb", "0"], ["--mem-mb 0"]),
         (["trace", "stragglers", d, "--window", "0"], ["--window 0"]),
         (["data", "prepare", "--input", text, "--out", adir, "--val-fraction", "2"],
-         ["val fraction", "got 2"]),
+         ["--val-fraction must be in [0,1), got '2'"]),
+        (["data", "tokenizer-train", "--input", text, "--out", os.path.join(d, "v.tok"),
+          "--vocab-size", "100"], ["--vocab-size must be in [257,16777216], got '100'"]),
         (["ckpt", "reshard", ck, "--dp", "0", "--out", adir], ["--dp must be in [1,65536]"]),
         (["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "-1", "--batch", "8"],
          ["--gpus must be"]),
         (["dashboard", d, "--port", "70000"], ["--port must be in [0,65535]"]),
         # missing, empty, truncated inputs
-        ([*SA, "--weights", nope], [nope]),
-        ([*SA, "--weights", empty], [empty, "0 bytes"]),
-        ([*SA, "--weights", trunc_w], [trunc_w, "truncated"]),
+        ([*SA, "--weights", nope], [f"--weights: {nope}"]),
+        ([*SA, "--weights", empty], [f"--weights: {empty}", "0 bytes"]),
+        ([*SA, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
+        ([*EV, "--weights", nope], [f"--weights: {nope}"]),
+        ([*EV, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
         ([*TR[:2], empty, *TR[3:]], [empty, "not a token shard"]),
         ([*EV[:2], trunc, *EV[3:], "--weights", w], [trunc, "truncated"]),
         (["data", "inspect", empty], [empty, "not a token shard"]),
@@ -173,7 +198,11 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "--cluster", empty, "--model", "d12", "--gpus", "8", "--batch", "8"],
          [empty, "not valid JSON"]),
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", empty], [empty]),
-        ([*EV, "--ckpt", nope], [nope]),
+        # eval's checkpoint errors name the option that gave it (--weights CKPT too)
+        ([*EV, "--ckpt", nope], ["--ckpt", nope, "does not exist"]),
+        ([*EV, "--ckpt", adir], [f"--ckpt: {adir}: no valid checkpoint"]),
+        ([*EV, "--ckpt", bad_step], [f"--ckpt: {bad_step}/manifest.json: not valid JSON"]),
+        ([*EV, "--weights", bad_ck], [f"--weights: {bad_ck}: no valid checkpoint"]),
         (["ckpt", "inspect", adir], [adir, "no valid checkpoint"]),
         *[(["ckpt", c, nope], [f"ckpt {c}: {nope} does not exist (a checkpoint is a commit"])
           for c in ("list", "inspect", "verify", "shm", "export")],
@@ -190,8 +219,12 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", adir],
          ["--base", adir, "is a directory, not a file"]),
         (["diag", "--history", adir], ["--history", adir, "is a directory"]),
+        (["diag", "--history", train], ["--history", train, "not a diag history"]),
         (["ckpt", "export", ck, "--out", adir], [adir, "is a directory, not a file"]),
         (["plan", "measure", "--out", adir], [adir, "is a directory, not a file"]),
+        # (under mpirun the N-rank cluster replaced the one-process measurement)
+        (["plan", "measure", "--out", base_c, "--base", base_c],
+         ["--out", base_c, "is the --base file", "never replaces"]),
         (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
          ["--cluster", adir, "is a directory, not a cluster file"]),
         (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
@@ -201,7 +234,16 @@ def test_bad_input(d, w, val, train, ck):
                        (["--bin", nope], ["--bin", nope, "does not exist"]),
                        (["--bin", text], ["--bin", text, "is not an executable file"]),
                        (["--events", adir], ["--events", adir, "is a directory, not a file"]),
-                       (["--events", os.path.join(nope, "x")], ["--events", "does not exist"]))],
+                       (["--events", os.path.join(nope, "x")], ["--events", "does not exist"]),
+                       # an input as --events: appended to, it would not run or parse again
+                       (["--bin", mybin, "--events", mybin],
+                        ["--events", mybin, "is the megascale binary", "never replaces"]),
+                       (["--hostfile", hosts, "--events", hosts],
+                        ["--events", hosts, "is the --hostfile"]),
+                       (["--events", train], ["launch --events", train, "is an input",
+                                              "--train-data"]))],
+        (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--", *TR[1:],
+          "--save-weights", train], ["the train options: --save-weights", train, "is an input"]),
         (["launch", "--np", "1", "--run-dir", empty, "--", *TR[1:]],
          ["--run-dir", empty, "exists and is not a directory"]),
         (["trace", "merge", os.path.join(d, "tr"), "--out", os.path.join(nope, "x")],
@@ -220,9 +262,23 @@ def test_bad_input(d, w, val, train, ck):
          ["--storage-dir", empty, "is a file, not a directory"]),
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--storage-dir", nope],
          ["--storage-dir", nope, "does not exist"]),
+        # an output that is an input: refused before anything is written (the
+        # shard was rewritten as weights, the log appended to the weights read)
+        *[([*TR, *a], [o, "is an input", i]) for a, o, i in (
+            (["--save-weights", train], f"--save-weights {train}", f"(--train-data {train})"),
+            (["--val-data", val, "--log-file", val], f"--log-file {val}", "--val-data"),
+            (["--init-from", w, "--metrics", w], f"--metrics {w}", "--init-from"),
+            (["--init-from", w, "--save-weights", w], "--save-weights", "--init-from"))],
+        # ... or a checkpoint's file: a commit's, its directory's latest / lock
+        ([*TR, "--save-weights", ck_manifest], ["--save-weights", ck_manifest,
+                                                 "is a file of the commit", "nothing was written"]),
+        ([*TR, "--log-file", ck_latest], ["--log-file", ck_latest, "the 'latest' file of the "
+                                          "checkpoint directory"]),
+        *[(["trace", c, os.path.join(d, "tr"), o, ev], [o, ev, "a file of the run", "never replaces"])
+          for c, o in (("merge", "--out"), ("stragglers", "--png"))],
         # a file where a directory is expected
         ([*TR, "--ckpt-dir", empty], ["--ckpt-dir", empty, "not a directory"]),
-        ([*EV, "--ckpt", w], [w, "is a file, not a checkpoint"]),
+        ([*EV, "--ckpt", w], ["--ckpt", w, "is a file, not a checkpoint"]),
         # --resume takes a commit or a checkpoint directory (was "opendir: Not a directory")
         *[([*TR, "--resume", f], ["--resume", f, "is a file, not a checkpoint",
                                   "a commit DIR/step_N or a checkpoint directory"]) for f in (w, empty)],
@@ -230,6 +286,11 @@ def test_bad_input(d, w, val, train, ck):
           ("list", "inspect", "verify", "shm")],
         (["ckpt", "export", w, "--out", os.path.join(d, "x.safetensors")],
          [w, "is a file, not a checkpoint"]),
+        # --data-dir given: a directory, whether or not this run reads from it
+        *[([*c, "--data-dir", p], ["--data-dir", p, n]) for c in (
+            [*SA, "--weights", w], ["data", "prepare", "--input", text, "--out", os.path.join(d, "o4")],
+            ["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "8"])
+          for p, n in ((empty, "is a file, not a directory"), (nope, "does not exist"))],
         (["trace", "hang", empty], [empty, "not a directory"]),
         (["dashboard", empty], ["RUN_DIR", empty, "is a file, not a directory"]),
         (["dashboard", nope], ["RUN_DIR", nope, "does not exist"]),
@@ -253,9 +314,10 @@ def test_bad_input(d, w, val, train, ck):
                             "--batch", "8"], cwd=d, capture_output=True, text=True)
         ok(p.returncode == want_rc and needle in p.stderr,
            f"plan --cluster {name}: the file in the working directory", p.stderr)
-    before = {p: open(p, "rb").read() for p in (w, val, train, empty)}
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, base_c,
+                                                ck_manifest, ck_latest)}
     for args, needles in cases:
-        rc, out, err = run_capped(args)
+        rc, out, err = run_capped(args, cwd=d)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
            f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
            f"rc={rc}\n{err}")
@@ -287,6 +349,14 @@ def test_other_flags(d, train, ck):
                        "--new-run", "--trace-dir", "none")
     ok(rc == 0 and "previous-" in err, "train --new-run --trace-dir: a new run, the old one aside",
        err)
+    # an output that exists in a directory named like a commit, without its
+    # manifest, is no checkpoint's file (test_bad_input: a commit's files)
+    runs = os.path.join(d, "runs", "step_1")
+    os.makedirs(runs)
+    open(os.path.join(runs, "m.jsonl"), "w").write("{}\n")
+    rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none",
+                       "--metrics", os.path.join(runs, "m.jsonl"))
+    ok(rc == 0, "train --metrics DIR/step_1/FILE (no manifest there): not a commit's file", err)
 
 
 def make_fixture(d):

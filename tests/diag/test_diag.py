@@ -149,6 +149,22 @@ def test_history(d):
     g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}
     ok("median" in g.get("detail", "") and g.get("limit") is not None,
        "the second run compares with the first", json.dumps(g))
+    # a file that is no history (a shard, a log) given by mistake: rewriting it
+    # as one kept its last 2000 lines only; it is named and left as it is
+    foreign = os.path.join(d, "not_history.bin")
+    data = bytes(range(256)) * 64 + b"\nplain text, no JSON\n"
+    open(foreign, "wb").write(data)
+    rc, out, err = run("--history", foreign, "--slow-factor", "0.001")
+    ok(rc == 2 and f"--history {foreign} holds no JSON object: not a diag history" in err
+       and open(foreign, "rb").read() == data, "--history FILE that is no history: refused, kept",
+       f"rc={rc}\n{err}")
+    hd = os.path.join(d, "hist_foreign")
+    os.makedirs(hd)
+    open(os.path.join(hd, "node0.jsonl"), "wb").write(data)
+    rc, out, err = run("--node-map", "node0", "--history-dir", hd, "--slow-factor", "0.001")
+    ok(rc == 0 and "not a diag history" in err and "not added to the history" in err
+       and open(os.path.join(hd, "node0.jsonl"), "rb").read() == data,
+       "--history-dir: a NODE.jsonl that is no history is not rewritten (a warning)", err)
 
 
 def test_nodes(d):
