@@ -95,7 +95,8 @@ static ms_status open_loaders(trainer *t) {
                              .nranks = t->dp,
                              .accum = t->accum};
     MS_TRY(data_order_parse(tc->data_order, &dc.order));
-    MS_TRY(data_loader_open(&t->train, &dc));
+    ms_status st = data_loader_open(&t->train, &dc);
+    if (st != MS_OK) return ms_error_wrap(st, "--train-data"); /* the option, then the file */
     ms_info("train data: %s: %d shard(s), %llu tokens, order %s", tc->train_data,
             data_loader_num_shards(t->train),
             (unsigned long long)data_loader_total_tokens(t->train), tc->data_order);

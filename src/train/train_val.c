@@ -64,6 +64,7 @@ ms_status train_val_open(train_val **out, const train_val_config *c) {
                              .rank = 0,
                              .nranks = 1};
     ms_status st = data_loader_open(&v->dl, &dc);
+    if (st != MS_OK) st = ms_error_wrap(st, "--val-data");
     uint64_t have = st == MS_OK ? data_loader_num_windows(v->dl) : 0;
     if (st == MS_OK && have < (uint64_t)n_seq)
         st = ms_error(MS_ERR_FORMAT,
