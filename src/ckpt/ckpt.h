@@ -249,7 +249,7 @@ int ckpt_is_checkpoint(const char *path);
  * file of a checkpoint directory; which one, in words, into what (n bytes).
  * An output of another kind (train --save-weights, --metrics, --log-file)
  * that is one would damage a commit. */
-int ckpt_is_part(const char *path, char *what, size_t n);
+int ckpt_is_part(const char *path, char *what, size_t n); /* NULL or "": 0 */
 /* path itself when it is a step directory, else the newest commit of the
  * checkpoint directory path that verifies (every file size and CRC), into
  * out; each commit skipped is a warning naming it and why.

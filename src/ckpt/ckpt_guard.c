@@ -97,7 +97,7 @@ int ckpt_is_checkpoint(const char *path) {
 int ckpt_is_part(const char *path, char *what, size_t n) {
     char dir[4200], kind[256];
     struct stat sb;
-    if (stat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) return 0;
+    if (!path || !*path || stat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) return 0;
     snprintf(dir, sizeof dir, "%s", path);
     ms_path_dir(dir);
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
