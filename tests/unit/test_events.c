@@ -307,6 +307,11 @@ static void test_evlog_rotate(void) {
     T_OK(mon_evlog_open(&l, tpath("rotate"), &id, 0.005, max) == MS_OK);
     snprintf(log, sizeof log, "%s", mon_evlog_path(l));
     snprintf(older, sizeof older, "%s.1", log);
+    /* every rotated header says when the log was opened: its first header's wall_ns */
+    char opened[64] = "";
+    const char *w = strstr(first_line(log), "\"wall_ns\":");
+    T_OK(w != NULL);
+    if (w) snprintf(opened, sizeof opened, "\"opened_wall_ns\":%lld}", atoll(w + 10));
     uint16_t n = ms_ev_intern("fwd"), lane = ms_ev_intern("compute");
     ms_ev_clock(ms_ev_now(), -4242, 17);
     long worst = 0;
@@ -327,6 +332,8 @@ static void test_evlog_rotate(void) {
     T_OK(worst > max / 2 && worst <= max + 1024); /* the bound, plus a line in each file */
     T_STR_CONTAINS(first_line(log), "\"type\":\"header\",\"version\":1,\"rank\":2");
     T_STR_CONTAINS(first_line(older), "\"type\":\"header\",\"version\":1,\"rank\":2");
+    T_STR_CONTAINS(first_line(log), opened); /* rotated more than twice: both files */
+    T_STR_CONTAINS(first_line(older), opened);
     T_EQ_INT(count_lines(log, "\"offset_ns\":-4242,\"err_ns\":17"), 1); /* it stands alone */
     T_EQ_INT(count_lines(log, "\"type\":\"header\""), 1);
     /* a rotation's new file left by a rank killed in the middle of it: the
