@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -199,18 +200,17 @@ static const char *const rank_files[] = {"events_r%05d.jsonl", "events_r%05d.jso
                                          "hang_r%05d.json"};
 #define N_RANK_FILES (sizeof rank_files / sizeof rank_files[0])
 
-/* The rank a file name of rank_files[] is for; -1 if it is none of them. */
+/* The rank a file name of rank_files[] is for; -1 if it is none of them.  %05d writes at
+ * least 5 digits: a rank from 100000 on has more. */
 static int rank_of_file(const char *name) {
     for (size_t k = 0; k < N_RANK_FILES; k++) {
         const char *pat = rank_files[k], *pct = strchr(pat, '%');
-        size_t pre = (size_t)(pct - pat);
+        size_t pre = (size_t)(pct - pat), i = pre;
         if (strncmp(name, pat, pre) != 0) continue;
-        int r = 0, i = (int)pre;
-        for (; i < (int)pre + 5; i++) {
-            if (name[i] < '0' || name[i] > '9') break;
+        long r = 0;
+        for (; name[i] >= '0' && name[i] <= '9' && r <= INT_MAX / 10 - 1; i++)
             r = r * 10 + (name[i] - '0');
-        }
-        if (i == (int)pre + 5 && !strcmp(name + i, pct + 4)) return r;
+        if (i >= pre + 5 && !strcmp(name + i, pct + 4)) return (int)r;
     }
     return -1;
 }

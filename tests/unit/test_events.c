@@ -348,6 +348,35 @@ static void test_evlog_rotate(void) {
     T_OK(access(fresh, F_OK) != 0);
 }
 
+/* A world of 100,000 ranks or more: file names of 6 digits (%05d) are a rank's too; rank 0
+ * of a smaller run moves them into prev/ with the rest of that attempt. */
+static void test_evlog_prev_wide(void) {
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s", tpath("wide"));
+    T_OK(ms_mkdirs(dir) == MS_OK);
+    const char *old[] = {"events_r00000.jsonl", "events_r100000.jsonl", "events_r123456.jsonl.1",
+                         "hang_r100001.json"};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, old[i]);
+        put_file(p, "A\n");
+    }
+    snprintf(p, sizeof p, "%s/events_r1234.jsonl", dir); /* not a rank's (4 digits): stays */
+    put_file(p, "X\n");
+    mon_identity id0 = {.rank = 0, .world = 2};
+    mon_evlog *l = NULL;
+    T_OK(mon_evlog_open(&l, dir, &id0, 30, 0) == MS_OK);
+    mon_evlog_close(l);
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        snprintf(p, sizeof p, "%s/prev/%s", dir, old[i]);
+        T_STR_CONTAINS(first_line(p), "A");
+        if (i == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, old[i]);
+        T_OK(!exists(p));
+    }
+    snprintf(p, sizeof p, "%s/events_r1234.jsonl", dir);
+    T_OK(exists(p));
+}
+
 int main(void) {
     if (!ms_tmpdir_make("events")) return 1;
     test_concurrent();
@@ -355,6 +384,7 @@ int main(void) {
     test_evlog();
     test_evlog_prev();
     test_evlog_rotate();
+    test_evlog_prev_wide();
     ms_tmpdir_remove();
     return ms_test_summary("test_events");
 }
