@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ struct mon_evlog {
     int rotating;         /* flusher: writing the new file's first lines */
     long long bytes;      /* flusher: the size of the current file */
     long long base_bytes; /* flusher: its header and clock line */
+    long long opened_ns;  /* the first header's wall_ns: each rotated header repeats it */
     pthread_t thread;
     int started;
     pthread_mutex_t mu;
@@ -63,7 +65,7 @@ static int put_args(FILE *f, const ms_event *e) {
     return n;
 }
 
-static int put_header(FILE *f, const mon_identity *id);
+static int put_header(FILE *f, const mon_identity *id, long long *opened_ns);
 static void rotate(mon_evlog *l);
 
 /* One event as one JSON line; a log past half its bound rotates after it. */
@@ -126,7 +128,7 @@ static void rotate(mon_evlog *l) {
     long long bytes = l->bytes;
     l->rotating = 1;
     if (f) {
-        int n = put_header(f, &l->id);
+        int n = put_header(f, &l->id, &l->opened_ns);
         l->f = f;
         l->bytes = n > 0 ? n : 0;
         ms_event clock = l->last_clock; /* put_event sets it */
@@ -165,7 +167,10 @@ static void *flusher(void *arg) {
     return NULL;
 }
 
-static int put_header(FILE *f, const mon_identity *id) {
+/* The header line; *opened_ns: 0 for a log's first (set to its wall_ns), else that wall_ns,
+ * written as opened_wall_ns (a rotated file: the ranks of a run rotate at their own times,
+ * and the tools tell the run's logs by when they were opened). */
+static int put_header(FILE *f, const mon_identity *id, long long *opened_ns) {
     char host[256] = "unknown", quoted[6 * sizeof host + 10];
     gethostname(host, sizeof host - 1);
     ms_json_quote(quoted, sizeof quoted, host);
@@ -174,13 +179,18 @@ static int put_header(FILE *f, const mon_identity *id) {
     long long mono = (long long)ms_ev_now();
     long long wall_ns = (long long)wall.tv_sec * 1000000000LL + wall.tv_nsec;
     int dp = id->has_grid ? id->dp : id->rank, DP = id->has_grid ? id->DP : id->world;
+    char opened[48] = "";
+    if (*opened_ns)
+        snprintf(opened, sizeof opened, ",\"opened_wall_ns\":%lld", *opened_ns);
+    else
+        *opened_ns = wall_ns;
     return fprintf(f,
                    "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":%s,"
                    "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
-                   "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld}\n",
+                   "\"pp\":%d,\"tp\":%d},\"mono_ns\":%lld,\"wall_ns\":%lld%s}\n",
                    id->rank, id->world, quoted, (int)getpid(), dp, id->has_grid ? id->pp : 0,
                    id->has_grid ? id->tp : 0, DP, id->has_grid ? id->PP : 1,
-                   id->has_grid ? id->TP : 1, mono, wall_ns);
+                   id->has_grid ? id->TP : 1, mono, wall_ns, opened);
 }
 
 /* The files a rank leaves in the trace directory: its event log, the
@@ -190,18 +200,17 @@ static const char *const rank_files[] = {"events_r%05d.jsonl", "events_r%05d.jso
                                          "hang_r%05d.json"};
 #define N_RANK_FILES (sizeof rank_files / sizeof rank_files[0])
 
-/* The rank a file name of rank_files[] is for; -1 if it is none of them. */
+/* The rank a file name of rank_files[] is for; -1 if it is none of them.  %05d writes at
+ * least 5 digits: a rank from 100000 on has more. */
 static int rank_of_file(const char *name) {
     for (size_t k = 0; k < N_RANK_FILES; k++) {
         const char *pat = rank_files[k], *pct = strchr(pat, '%');
-        size_t pre = (size_t)(pct - pat);
+        size_t pre = (size_t)(pct - pat), i = pre;
         if (strncmp(name, pat, pre) != 0) continue;
-        int r = 0, i = (int)pre;
-        for (; i < (int)pre + 5; i++) {
-            if (name[i] < '0' || name[i] > '9') break;
+        long r = 0;
+        for (; name[i] >= '0' && name[i] <= '9' && r <= INT_MAX / 10 - 1; i++)
             r = r * 10 + (name[i] - '0');
-        }
-        if (i == (int)pre + 5 && !strcmp(name + i, pct + 4)) return r;
+        if (i >= pre + 5 && !strcmp(name + i, pct + 4)) return (int)r;
     }
     return -1;
 }
@@ -290,7 +299,7 @@ ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *i
         free(l);
         return st;
     }
-    int n = put_header(l->f, id);
+    int n = put_header(l->f, id, &l->opened_ns);
     l->bytes = l->base_bytes = n > 0 ? n : 0;
     /* on disk now: a rank killed before the first flush still says who it
      * was (an empty log names no host, rank or coordinates) */

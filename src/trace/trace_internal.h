@@ -46,6 +46,8 @@ typedef struct {
     trace_coord coord, shape;
     int64_t mono_ns, wall_ns; /* one instant on both clocks (the header's) */
     int64_t wall0_ns;         /* the header's of the log's .1, read before it; 0: none */
+    int64_t opened_ns;        /* when its process opened the log (wall): the header's
+                                 opened_wall_ns in a rotated file, else its wall_ns */
     trace_clock *clocks;
     int n_clocks, cap_clocks;
     trace_span *spans;

@@ -73,6 +73,7 @@ static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
         l->coord = trace_coord_of(l->rank, l->shape);
     l->mono_ns = trace_json_int(j, "mono_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
     l->wall_ns = trace_json_int(j, "wall_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
+    l->opened_ns = trace_json_int(j, "opened_wall_ns", INT64_MIN, INT64_MAX, &v) ? v : l->wall_ns;
     return MS_OK;
 }
 
@@ -296,25 +297,27 @@ void trace_set_align(trace_set *s) {
 
 /* Keep the logs of the newest run only: DIR may still hold the logs of
  * ranks that an earlier run with a larger world had (a new run replaces
- * only its own ranks' files).  The log with the latest header decides the
- * world; the others are dropped with a warning, and one of that world
- * much older than the newest is warned about.  Then say which ranks of
- * that world have no log. */
+ * only its own ranks' files).  The log opened last (a rotated file's
+ * header says when its process opened the log: the ranks of a run rotate
+ * at their own times, days apart in a long run) decides the world; the
+ * others are dropped with a warning, and one of that world opened much
+ * earlier than the newest is warned about.  Then say which ranks of that
+ * world have no log. */
 static void keep_one_run(trace_set *s) {
     int newest = 0, n = 0;
     for (int i = 1; i < s->n_logs; i++)
-        if (s->logs[i].wall_ns > s->logs[newest].wall_ns) newest = i;
+        if (s->logs[i].opened_ns > s->logs[newest].opened_ns) newest = i;
     /* copied: the loop below moves the logs it keeps */
     int world = s->logs[newest].world;
-    int64_t wall = s->logs[newest].wall_ns;
+    int64_t wall = s->logs[newest].opened_ns;
     const char *path = s->logs[newest].path; /* owned by a log that is kept */
     for (int i = 0; i < s->n_logs; i++) {
         trace_log *l = &s->logs[i];
         if (l->world == world) {
-            if (l->wall_ns && wall - l->wall_ns > TRACE_RUN_SPREAD_NS)
+            if (l->opened_ns && wall - l->opened_ns > TRACE_RUN_SPREAD_NS)
                 ms_warn("%s: opened %.0f s before %s, the newest log: one an earlier run left "
                         "(its rank did not start this time)?",
-                        l->path, (double)(wall - l->wall_ns) / 1e9, path);
+                        l->path, (double)(wall - l->opened_ns) / 1e9, path);
             s->logs[n++] = *l;
             continue;
         }

@@ -294,11 +294,12 @@ def test_stragglers(d):
     ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp PNG left", os.listdir(d))
 
 
-def rotate_logs(d, other_pid=()):
+def rotate_logs(d, other_pid=(), later=None):
     """Split each rank's log as --trace-max-mb rotates it: the first half of
     its spans in events_rNNNNN.jsonl.1, the rest in a file that starts with
-    a later header and the clock sample.  Ranks in other_pid: the .1 is
-    another process's (an earlier run's)."""
+    a later header (1 s later, or later[rank] s) saying when the log was opened,
+    and the clock sample.  Ranks in other_pid: the .1 is another process's (an
+    earlier run's)."""
     for name in sorted(os.listdir(d)):
         if not (name.startswith("events_r") and name.endswith(".jsonl")):
             continue
@@ -310,7 +311,9 @@ def rotate_logs(d, other_pid=()):
         old = dict(head, pid=head["pid"] + 7) if head["rank"] in other_pid else head
         with open(path + ".1", "w") as f:
             f.write("\n".join([json.dumps(old), *clocks, *spans[:half]]) + "\n")
-        new = dict(head, wall_ns=head["wall_ns"] + 10**9, mono_ns=head["mono_ns"] + 10**9)
+        dt = (later or {}).get(head["rank"], 1) * 10**9
+        new = dict(head, wall_ns=head["wall_ns"] + dt, mono_ns=head["mono_ns"] + dt,
+                   opened_wall_ns=head["wall_ns"])
         with open(path, "w") as f:
             f.write("\n".join([json.dumps(new), *clocks[-1:], *spans[half:]]) + "\n")
 
@@ -346,6 +349,14 @@ def test_rotated(d):
         r = {}
     ok(rc == 0 and r.get(0, {}).get("steps") == 7 and 0 < r.get(1, {}).get("steps", 0) < 7,
        "a .1 of another process (pid) is not read", so + se)
+    # the ranks of a long run rotate at their own times, a day apart: one run all the same
+    a = os.path.join(d, "apart")
+    os.makedirs(a)
+    straggler_logs(a)
+    rotate_logs(a, later={0: 86400})
+    rc, so, se = run("trace", "stragglers", a)
+    ok(rc == 0 and "earlier run" not in se,
+       "logs rotated a day apart: no warning of an earlier run's log", se)
 
 
 def test_unscored(d):

@@ -307,6 +307,11 @@ static void test_evlog_rotate(void) {
     T_OK(mon_evlog_open(&l, tpath("rotate"), &id, 0.005, max) == MS_OK);
     snprintf(log, sizeof log, "%s", mon_evlog_path(l));
     snprintf(older, sizeof older, "%s.1", log);
+    /* every rotated header says when the log was opened: its first header's wall_ns */
+    char opened[64] = "";
+    const char *w = strstr(first_line(log), "\"wall_ns\":");
+    T_OK(w != NULL);
+    if (w) snprintf(opened, sizeof opened, "\"opened_wall_ns\":%lld}", atoll(w + 10));
     uint16_t n = ms_ev_intern("fwd"), lane = ms_ev_intern("compute");
     ms_ev_clock(ms_ev_now(), -4242, 17);
     long worst = 0;
@@ -327,6 +332,8 @@ static void test_evlog_rotate(void) {
     T_OK(worst > max / 2 && worst <= max + 1024); /* the bound, plus a line in each file */
     T_STR_CONTAINS(first_line(log), "\"type\":\"header\",\"version\":1,\"rank\":2");
     T_STR_CONTAINS(first_line(older), "\"type\":\"header\",\"version\":1,\"rank\":2");
+    T_STR_CONTAINS(first_line(log), opened); /* rotated more than twice: both files */
+    T_STR_CONTAINS(first_line(older), opened);
     T_EQ_INT(count_lines(log, "\"offset_ns\":-4242,\"err_ns\":17"), 1); /* it stands alone */
     T_EQ_INT(count_lines(log, "\"type\":\"header\""), 1);
     /* a rotation's new file left by a rank killed in the middle of it: the
@@ -341,6 +348,35 @@ static void test_evlog_rotate(void) {
     T_OK(access(fresh, F_OK) != 0);
 }
 
+/* A world of 100,000 ranks or more: file names of 6 digits (%05d) are a rank's too; rank 0
+ * of a smaller run moves them into prev/ with the rest of that attempt. */
+static void test_evlog_prev_wide(void) {
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s", tpath("wide"));
+    T_OK(ms_mkdirs(dir) == MS_OK);
+    const char *old[] = {"events_r00000.jsonl", "events_r100000.jsonl", "events_r123456.jsonl.1",
+                         "hang_r100001.json"};
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", dir, old[i]);
+        put_file(p, "A\n");
+    }
+    snprintf(p, sizeof p, "%s/events_r1234.jsonl", dir); /* not a rank's (4 digits): stays */
+    put_file(p, "X\n");
+    mon_identity id0 = {.rank = 0, .world = 2};
+    mon_evlog *l = NULL;
+    T_OK(mon_evlog_open(&l, dir, &id0, 30, 0) == MS_OK);
+    mon_evlog_close(l);
+    for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+        snprintf(p, sizeof p, "%s/prev/%s", dir, old[i]);
+        T_STR_CONTAINS(first_line(p), "A");
+        if (i == 0) continue;
+        snprintf(p, sizeof p, "%s/%s", dir, old[i]);
+        T_OK(!exists(p));
+    }
+    snprintf(p, sizeof p, "%s/events_r1234.jsonl", dir);
+    T_OK(exists(p));
+}
+
 int main(void) {
     if (!ms_tmpdir_make("events")) return 1;
     test_concurrent();
@@ -348,6 +384,7 @@ int main(void) {
     test_evlog();
     test_evlog_prev();
     test_evlog_rotate();
+    test_evlog_prev_wide();
     ms_tmpdir_remove();
     return ms_test_summary("test_events");
 }
