@@ -68,7 +68,7 @@ static ms_status do_merge(const char *dir, const trace_cli *o) {
     MS_TRY(check_not_input("--out", out, dir));
     trace_merge_stats s;
     MS_TRY(trace_merge(dir, out, &s));
-    printf("merged %d rank(s), %lld events, %d flow(s) (%d unmatched send(s), %d unmatched "
+    printf("merged %d rank(s), %lld events, %lld flow(s) (%lld unmatched send(s), %lld unmatched "
            "recv(s)), clock skew +-%.3f us, %lld dropped event(s) -> %s\n",
            s.ranks, (long long)s.events, s.flows, s.unmatched_sends, s.unmatched_recvs, s.skew_us,
            (long long)s.dropped, out);

@@ -51,9 +51,9 @@ typedef struct {
 typedef struct {
     int ranks;           /* event logs merged */
     int64_t events;      /* complete + instant events written */
-    int flows;           /* matched send -> recv pairs (one arrow each) */
-    int unmatched_sends; /* sends without their recv (and the reverse) */
-    int unmatched_recvs;
+    long long flows;     /* matched send -> recv pairs (one arrow each) */
+    long long unmatched_sends; /* sends without their recv (and the reverse) */
+    long long unmatched_recvs;
     int clamped;     /* spans cut to nest on their thread */
     int64_t dropped; /* events the ranks reported lost */
     double skew_us;  /* largest clock uncertainty of any clock line */

@@ -347,11 +347,11 @@ static int log_of_rank(const trace_set *s, int rank) { /* logs are sorted by ran
 
 static ms_status write_flow(merge_ctx *c, ms_atomic_file *af, int *first, const p2p_op *a,
                             const p2p_op *b) {
-    int id = ++c->st.flows;
+    long long id = ++c->st.flows; /* a week-long pipeline's transfers pass 2^31 */
     MS_TRY(ms_atomic_printf(af,
-                            "%s\n{\"ph\":\"s\",\"id\":%d,\"cat\":\"p2p\",\"name\":\"send\","
+                            "%s\n{\"ph\":\"s\",\"id\":%lld,\"cat\":\"p2p\",\"name\":\"send\","
                             "\"pid\":%d,\"tid\":%d,\"ts\":%.3f},\n"
-                            "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%d,\"cat\":\"p2p\",\"name\":"
+                            "{\"ph\":\"f\",\"bp\":\"e\",\"id\":%lld,\"cat\":\"p2p\",\"name\":"
                             "\"send\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f}",
                             *first ? "" : ",", id, a->src, a->tid, (double)(a->g - c->t_min) / 1e3,
                             id, b->dst, b->tid, (double)(b->g - c->t_min) / 1e3));
@@ -529,8 +529,8 @@ static ms_status write_trace(merge_ctx *c, const char *out_path) {
     if (st == MS_OK)
         st = ms_atomic_printf(&af,
                               "\n],\"displayTimeUnit\":\"ms\",\"otherData\":{\"ranks\":%d,"
-                              "\"clock_skew_us\":%.3f,\"dropped_events\":%lld,\"flows\":%d,"
-                              "\"unmatched_sends\":%d,\"unmatched_recvs\":%d,\"source\":%s}}\n",
+                              "\"clock_skew_us\":%.3f,\"dropped_events\":%lld,\"flows\":%lld,"
+                              "\"unmatched_sends\":%lld,\"unmatched_recvs\":%lld,\"source\":%s}}\n",
                               c->st.ranks, c->st.skew_us, (long long)c->st.dropped, c->st.flows,
                               c->st.unmatched_sends, c->st.unmatched_recvs,
                               ms_json_quote(src, sizeof src, c->set->dir));
@@ -594,7 +594,7 @@ ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *
     if (st == MS_OK) st = prepare(&c);
     if (st == MS_OK) st = write_trace(&c, out_path);
     if (st == MS_OK && (c.st.unmatched_sends || c.st.unmatched_recvs))
-        ms_warn("%s: %d send(s) and %d recv(s) without their partner (a log cut short?)", dir,
+        ms_warn("%s: %lld send(s) and %lld recv(s) without their partner (a log cut short?)", dir,
                 c.st.unmatched_sends, c.st.unmatched_recvs);
     if (stats) *stats = c.st;
     for (int li = 0; c.set && c.ranks && li < c.set->n_logs; li++) {
