@@ -74,6 +74,12 @@ ms_status par_zero_gather_shard(par_zero *z, int i) {
 ms_status train_run(const train_config *cfg) {
     UNREACHED("train_run");
 }
+ms_status train_check_outputs(const train_config *tc) {
+    UNREACHED("train_check_outputs");
+}
+ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path) {
+    UNREACHED("train_check_not_input");
+}
 ms_status train_gate_early(const char *cmd, ms_status st) {
     UNREACHED("train_gate_early");
 }
