@@ -150,6 +150,8 @@ def test_bad_input(d, w, val, train, ck):
     mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
     shutil.copy(BIN, mybin)
     open(hosts, "w").write("localhost slots=4\n")
+    lcfg = os.path.join(d, "launch.cfg")  # launch's own --config file
+    open(lcfg, "w").write("max-restarts = 0\n")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
     EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
     SA = ["sample", "--tokens", "2"]
@@ -244,6 +246,8 @@ def test_bad_input(d, w, val, train, ck):
                         ["--events", mybin, "is the megascale binary", "never replaces"]),
                        (["--hostfile", hosts, "--events", hosts],
                         ["--events", hosts, "is the --hostfile"]),
+                       (["--config", lcfg, "--events", lcfg],
+                        ["--events", lcfg, "is the --config file", "nothing was written"]),
                        (["--events", train], ["launch --events", train, "is an input",
                                               "--train-data"]))],
         (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--", *TR[1:],
@@ -318,7 +322,7 @@ def test_bad_input(d, w, val, train, ck):
                             "--batch", "8"], cwd=d, capture_output=True, text=True)
         ok(p.returncode == want_rc and needle in p.stderr,
            f"plan --cluster {name}: the file in the working directory", p.stderr)
-    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, base_c,
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, lcfg, base_c,
                                                 ck_manifest, ck_latest)}
     for args, needles in cases:
         rc, out, err = run_capped(args, cwd=d)
