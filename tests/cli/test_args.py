@@ -190,6 +190,10 @@ def test_bad_input(d, w, val, train, ck):
         ([*SA, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
         ([*EV, "--weights", nope], [f"--weights: {nope}"]),
         ([*EV, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
+        # train's --init-from file: its errors name the option, as sample's and eval's --weights
+        ([*TR, "--init-from", nope], [f"--init-from: {nope}"]),
+        ([*TR, "--init-from", trunc_w], [f"--init-from: {trunc_w}", "truncated"]),
+        ([*TR, "--init-from", text], [f"--init-from: {text}"]),
         ([*TR[:2], empty, *TR[3:]], ["--train-data: " + empty, "not a token shard"]),
         ([*TR[:2], os.path.join(d, "nope*.bin"), *TR[3:]],
          [f"--train-data: {d}/nope*.bin: no files match"]),
