@@ -333,6 +333,15 @@ def test_bad_input(d, w, val, train, ck):
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
            f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
            f"rc={rc}\n{err}")
+    # launch --ctl DIR: no such directory, or a file, is a usage error (it was
+    # exit 1, as a driver gone); a run directory without a driver keeps exit 1
+    for p, want, needles in ((nope, 2, ["--ctl", nope, "does not exist"]),
+                             (empty, 2, ["--ctl", empty, "is a file, not a directory"]),
+                             (adir, 1, [f"{adir}/control.json", "is a driver running"])):
+        for cmd in (["status"], ["evict", "node0"]):
+            rc, out, err = run_capped(["launch", "--ctl", p, *cmd], cwd=d)
+            ok(rc == want and all(n in err for n in needles),
+               f"launch --ctl {p} {cmd[0]}: exit {want} naming {needles}", f"rc={rc}\n{err}")
     ok(all(open(p, "rb").read() == b for p, b in before.items()),
        "no input or weights file was changed by the bad commands")
     ok(os.listdir(adir) == [], "the directory given as an output file holds nothing new",
