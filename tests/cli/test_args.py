@@ -153,6 +153,7 @@ def test_bad_input(d, w, val, train, ck):
     lcfg = os.path.join(d, "launch.cfg")  # launch's own --config file
     open(lcfg, "w").write("max-restarts = 0\n")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
+    proc_why = "a kernel pseudo file system" if os.geteuid() == 0 else "not writable"
     EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
     SA = ["sample", "--tokens", "2"]
     cases = [  # (args, needles in stderr)
@@ -262,6 +263,14 @@ def test_bad_input(d, w, val, train, ck):
          ["--out", f"{nope}/x: directory '{nope}' does not exist"]),
         (["trace", "stragglers", os.path.join(d, "tr"), "--png", os.path.join(empty, "x")],
          ["--png", f"'{empty}' is not a directory"]),
+        # ... one no one can make, not even root (whom access(2) lets write
+        # anywhere): refused before the work, not after it (exit 4)
+        *[(a, [o, p, f"directory '{os.path.dirname(p)}'", proc_why]) for a, o, p in (
+            (["trace", "stragglers", os.path.join(d, "tr"), "--png", "/proc/x.png"], "--png",
+             "/proc/x.png"),
+            ([*TR, "--save-weights", "/proc/x"], "--save-weights", "/proc/x"),
+            (["trace", "merge", os.path.join(d, "tr"), "--out", "/sys/x.json"], "--out",
+             "/sys/x.json"))],
         (["diag", "--history", os.path.join(nope, "h.jsonl")],
          ["--history", f"directory '{nope}' does not exist"]),
         (["ckpt", "export", ck, "--out", os.path.join(nope, "x")],
