@@ -191,6 +191,9 @@ def test_bad_input(d, w, val, train, ck):
         ([*SA, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
         ([*EV, "--weights", nope], [f"--weights: {nope}"]),
         ([*EV, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
+        # a token shard as weights: named as one (it was "header length N exceeds ...")
+        *[([*c, "--weights", train], [f"--weights: {train}: not a safetensors file: it is a token "
+                                      "shard (magic 20240520)"]) for c in (SA, EV)],
         # train's --init-from file: its errors name the option, as sample's and eval's --weights
         ([*TR, "--init-from", nope], [f"--init-from: {nope}"]),
         ([*TR, "--init-from", trunc_w], [f"--init-from: {trunc_w}", "truncated"]),
