@@ -18,7 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 /* Record "<path>: <op>: <strerror(err)>" and return `code`. */
@@ -407,6 +409,41 @@ void ms_path_dir(char *d) {
         *slash = 0;
 }
 
+/* The kernel pseudo file system directory dir is on (proc, sysfs, ...),
+ * where no output can be made, not even by root, whom access(2) lets
+ * through; NULL if none (or dir cannot be asked). */
+static const char *pseudo_fs(const char *dir) {
+    static const struct {
+        uint32_t magic;
+        const char *name;
+    } fs[] = {{PROC_SUPER_MAGIC, "proc"},
+              {SYSFS_MAGIC, "sysfs"},
+              {CGROUP_SUPER_MAGIC, "cgroup"},
+              {CGROUP2_SUPER_MAGIC, "cgroup2"},
+              {DEBUGFS_MAGIC, "debugfs"},
+              {TRACEFS_MAGIC, "tracefs"},
+              {SECURITYFS_MAGIC, "securityfs"},
+              {PSTOREFS_MAGIC, "pstore"},
+              {BPF_FS_MAGIC, "bpf"}};
+    struct statfs sf;
+    if (statfs(dir, &sf) != 0) return NULL;
+    for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+        if ((uint32_t)sf.f_type == fs[i].magic) return fs[i].name;
+    return NULL;
+}
+
+/* MS_OK if directory dir, existing and writable by access(2), can hold a
+ * new file of path; else MS_ERR_ARG naming both. */
+static ms_status check_dir_makes_files(const char *path, const char *dir) {
+    const char *fs = pseudo_fs(dir);
+    if (fs)
+        return ms_error(MS_ERR_ARG,
+                        "%s: directory '%s' is on %s, a kernel pseudo file system: no file can "
+                        "be made there",
+                        path, dir, fs);
+    return MS_OK;
+}
+
 ms_status ms_path_check_writable(const char *path, int is_dir) {
     char d[4096];
     struct stat st;
@@ -420,7 +457,7 @@ ms_status ms_path_check_writable(const char *path, int is_dir) {
             return ms_error(MS_ERR_ARG, "%s: is a directory, not a file", path);
         if (access(path, W_OK | (is_dir ? X_OK : 0)) != 0)
             return ms_error(MS_ERR_ARG, "%s: not writable: %s", path, strerror(errno));
-        if (is_dir) return MS_OK;
+        if (is_dir) return check_dir_makes_files(path, path);
     } else if (errno != ENOENT && errno != ENOTDIR) {
         return ms_error(MS_ERR_ARG, "%s: stat: %s", path, strerror(errno));
     }
@@ -433,7 +470,7 @@ ms_status ms_path_check_writable(const char *path, int is_dir) {
             if (access(d, W_OK | X_OK) != 0)
                 return ms_error(MS_ERR_ARG, "%s: directory '%s' is not writable: %s", path, d,
                                 strerror(errno));
-            return MS_OK;
+            return check_dir_makes_files(path, d);
         }
         if (errno == ENOTDIR) continue; /* a file further up: named when reached */
         if (errno != ENOENT)

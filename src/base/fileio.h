@@ -69,8 +69,9 @@ ms_status ms_mkdirs(const char *path);
  * written there (created, replaced atomically or appended): path is not a
  * directory, its directory exists and is writable, and an existing file is
  * writable.  is_dir 1: a directory made with ms_mkdirs: it is a writable
- * directory, or its nearest existing ancestor is.  MS_ERR_ARG naming the
- * path and the directory at fault. */
+ * directory, or its nearest existing ancestor is.  A directory on a kernel
+ * pseudo file system (/proc, /sys, ...) is not, even for root.  MS_ERR_ARG
+ * naming the path and the directory at fault. */
 ms_status ms_path_check_writable(const char *path, int is_dir);
 
 /* Expand a glob pattern into a sorted list of paths (caller frees with

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "data/shard.h"
 
 #define ST_MAX_HEADER 100000000ull /* the reference reader's limit */
 #define ST_META_KEY "__metadata__"
@@ -284,6 +285,31 @@ out:
     return rc;
 }
 
+/* Why the file of len bytes p (len >= 8), whose first 8 bytes read header
+ * length hlen, is no safetensors file: what it looks like when that is
+ * known (a token shard's magic, text), else what breaks the format; NULL
+ * if it may be one.  A safetensors file: an 8-byte header length, then a
+ * JSON header that starts with '{' (the format's rule); one whose length
+ * runs past its end but whose header starts so is a truncated one. */
+static const char *not_safetensors(const uint8_t *p, size_t len, uint64_t hlen) {
+    if (hlen <= ST_MAX_HEADER && (hlen <= len - 8 || len == 8 || p[8] == '{')) return NULL;
+    uint32_t w0 =
+        (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    if (w0 == DATA_SHARD_MAGIC) return "it is a token shard (magic 20240520), not weights";
+    if (w0 == DATA_SHARD_MAGIC_LLAMA3)
+        return "it is an llm.c llama-3 token shard (magic 20240801), not weights";
+    if (!memcmp(p, "MSTOKBPE", 8)) return "it is a megascale tokenizer file, not weights";
+    if (p[0] == '{') return "it looks like a JSON file";
+    size_t n = len < 256 ? len : 256, text = 0;
+    for (size_t i = 0; i < n; i++)
+        text += (p[i] >= 0x20 && p[i] < 0x7f) || p[i] == '\n' || p[i] == '\t' || p[i] == '\r';
+    if (text == n) return "it looks like a text file";
+    return hlen > ST_MAX_HEADER
+               ? "its first 8 bytes, the header length, read more than the 100000000-byte limit"
+               : "its header length runs past the end of the file, and no JSON header "
+                 "follows it";
+}
+
 ms_status ckpt_st_open(ckpt_st_file **out, const char *path) {
     ms_status rc = MS_OK;
     ckpt_st_file *f = calloc(1, sizeof *f);
@@ -306,9 +332,9 @@ ms_status ckpt_st_open(ckpt_st_file **out, const char *path) {
     }
     for (int k = 7; k >= 0; k--)
         hlen = hlen << 8 | p[k];
-    if (hlen > ST_MAX_HEADER) {
-        rc = ms_error(MS_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the %llu-byte limit",
-                      path, hlen, ST_MAX_HEADER);
+    const char *why = not_safetensors(p, f->map_len, hlen);
+    if (why) {
+        rc = ms_error(MS_ERR_FORMAT, "%s: not a safetensors file: %s", path, why);
         goto out;
     }
     if (hlen > f->map_len - 8) {

@@ -20,6 +20,7 @@ typedef struct {
     double hb_timeout, progress_factor, startup_timeout, grace, backoff;
     double diag_timeout, diag_slow_factor, straggler_score, loss_spike_z;
     char *run_dir, *events, *hostfile, *mpirun, *bin, *bind, *faults, *dashboard_bind;
+    opts_list config; /* the --config files read (an input: never --events) */
 } launch_cli;
 
 #define O(name, type, field, def, help)                                                            \
@@ -93,6 +94,7 @@ static const opts_spec launch_opts[] = {
     O("faults", OPT_T_STR, faults, NULL,
       "chaos: a fault plan (--inject-fault's syntax, e.g. random=SEED/N/MAXSTEP/WORLD); each "
       "start gets the faults still ahead"),
+    OPTS_CONFIG_FILES(launch_cli, config),
 };
 #define N_LAUNCH_OPTS ((int)(sizeof launch_opts / sizeof launch_opts[0]))
 
@@ -105,9 +107,20 @@ static int check_addr(const char *opt, const char *v) {
     return SUP_EXIT_USAGE;
 }
 
+/* The input --events names, if it is one (NULL if none): the binary, the
+ * hostfile or a --config file, which appended to would not run or parse
+ * again. */
+static const char *events_input(const launch_cli *o, const char *bin) {
+    if (ms_path_is_input(o->events, bin, NULL, 0)) return "megascale binary";
+    if (ms_path_is_input(o->events, o->hostfile, NULL, 0)) return "--hostfile";
+    for (int i = 0; i < o->config.n; i++)
+        if (ms_path_is_input(o->events, o->config.v[i], NULL, 0)) return "--config file";
+    return NULL;
+}
+
 /* The paths the driver writes or runs, checked before anything starts:
- * --run-dir a directory it can make, --events a file it can write (not the
- * binary, not the hostfile: appended to, they would not run again), --bin an
+ * --run-dir a directory it can make, --events a file it can write (not an
+ * input: events_input), --bin an
  * executable file (else every start of the job fails, and is restarted as a
  * fault).  0 or SUP_EXIT_USAGE, the error naming the option. */
 static int check_paths(const launch_cli *o) {
@@ -118,14 +131,11 @@ static int check_paths(const launch_cli *o) {
         st = ms_error_wrap(st, "--run-dir");
     else if (o->events && *o->events && (st = ms_path_check_writable(o->events, 0)) != MS_OK)
         st = ms_error_wrap(st, "--events");
-    else if (ms_path_is_input(o->events, bin, NULL, 0) ||
-             ms_path_is_input(o->events, o->hostfile, NULL, 0))
+    else if (events_input(o, bin))
         st = ms_error(MS_ERR_ARG,
                       "--events %s is the %s: an output never replaces an input; nothing was "
                       "written",
-                      o->events,
-                      ms_path_is_input(o->events, o->hostfile, NULL, 0) ? "--hostfile"
-                                                                        : "megascale binary");
+                      o->events, events_input(o, bin));
     else if (o->bin && *o->bin && stat(o->bin, &sb) != 0)
         st = ms_error(MS_ERR_ARG, "--bin %s: %s (the megascale binary of the ranks)", o->bin,
                       errno == ENOENT ? "does not exist" : strerror(errno));

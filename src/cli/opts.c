@@ -253,13 +253,17 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
                   "option --%s: only an INT option may be given bare", spec[i].name);
         if (spec[i].def) MS_TRY(set_value(&spec[i], dst, spec[i].def, "default", FROM_DEFAULT));
     }
-    /* the config file first, so the command line overrides it */
+    /* the config file first, so the command line overrides it; its path
+     * recorded where the table asks (opts_spec: a list named "config") */
+    const opts_spec *cfg = find(spec, n, "config", 6);
+    MS_CHECKF(!cfg || cfg->type == OPT_T_LIST, "option --config: the table's entry must be a list");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--config") || !strncmp(a, "--config=", 9)) {
             const char *path = a[8] == '=' ? a + 9 : (i + 1 < argc ? argv[++i] : NULL);
             if (!path) return ms_error(MS_ERR_ARG, "--config needs a file name");
             MS_TRY(load_config(spec, n, dst, path, FROM_CONFIG + i));
+            if (cfg) MS_TRY(set_value(cfg, dst, path, "command line", FROM_CONFIG));
         }
     }
     for (int i = 0; i < n; i++) { /* then the environment */
@@ -323,6 +327,7 @@ ms_status opts_check_dir(const opts_spec *spec, int n, const void *dst, const ch
 void opts_print_help(const opts_spec *spec, int n, const char *usage) {
     printf("%s\n\nOptions (also accepted as 'name = value' lines in --config FILE):\n", usage);
     for (int i = 0; i < n; i++) {
+        if (!strcmp(spec[i].name, "config")) continue; /* the recorded --config files: below */
         const char *t = spec[i].type == OPT_T_STR      ? "STR"
                         : spec[i].type == OPT_T_LIST   ? "STR..."
                         : spec[i].type == OPT_T_DOUBLE ? "X"

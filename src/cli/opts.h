@@ -55,6 +55,16 @@ typedef struct {
     int bare;
 } opts_spec;
 
+/* A table may record the --config files it read: an OPT_T_LIST entry named
+ * "config" (no default) gets each one's path, in order, so a command can
+ * refuse an output that is its own config file.  It is not an option
+ * itself (a "config = ..." line is refused, --help shows --config FILE). */
+#define OPTS_CONFIG_FILES(st, f)                                                                   \
+    {                                                                                              \
+        .name = "config", .type = OPT_T_LIST, .offset = offsetof(st, f), .def = NULL,              \
+        .help = "the --config files read", .env = NULL, .range = NULL, .per_rank = 0, .bare = 0    \
+    }
+
 /* A 0/1 flag of struct st's int field f, default 0, that may be given bare
  * (opts_spec.bare): `--name`, `--name 1`, `--name=0`. */
 #define OPTS_FLAG(nm, st, f, hlp)                                                                  \

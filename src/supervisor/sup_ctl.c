@@ -153,6 +153,12 @@ int sup_ctl_client(const char *run_dir, int argc, char **argv) {
         fprintf(stderr, "megascale launch --ctl: error: '%s' is not a node name\n", argv[1]);
         return SUP_EXIT_USAGE;
     }
+    /* no such directory is a usage error; a run directory whose driver is
+     * gone (no control.json, or nobody at its address) is the driver's */
+    if (ms_path_check_dir("--ctl", run_dir, "the driver's --run-dir") != MS_OK) {
+        fprintf(stderr, "megascale launch --ctl: error: %s\n", ms_errmsg());
+        return SUP_EXIT_USAGE;
+    }
     char addr[128], token[128];
     if (read_control(run_dir, addr, sizeof addr, token, sizeof token) != 0) return SUP_EXIT_ERROR;
     char *colon = strrchr(addr, ':');

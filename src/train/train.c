@@ -482,7 +482,7 @@ static ms_status setup(trainer *t) {
                       "--node-map (MS_NODE_MAP)"));
     MS_TRY(setup_trace(t));
     MS_TRY(setup_heartbeat(t));
-    MS_TRY(train_model_config(tc, &t->mc));
+    MS_TRY(train_model_config(tc, "--init-from", &t->mc));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
     MS_TRY(train_overlap_parse(tc->overlap, &t->overlap));
@@ -518,7 +518,8 @@ static ms_status setup(trainer *t) {
     gpt_set_tp_overlap(t->model, (t->overlap & TRAIN_OVERLAP_TP) != 0);
     if (t->pipe) train_pipe_set_overlap(t->pipe, (t->overlap & TRAIN_OVERLAP_PP) != 0);
     if (tc->init_from && *tc->init_from) {
-        MS_TRY(ckpt_hf_load(t->model, tc->init_from));
+        ms_status st = ckpt_hf_load(t->model, tc->init_from);
+        if (st != MS_OK) return ms_error_wrap(st, "--init-from");
         ms_info("weights: loaded %s", tc->init_from);
     } else {
         gpt_init(t->model, tc->seed);

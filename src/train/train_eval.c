@@ -46,8 +46,7 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
                              train_eval_result *r) {
     int batch = EVAL_BATCH, seq = EVAL_SEQ;
     if (tc->init_from && *tc->init_from) {
-        ms_status st = train_model_config(tc, mc);
-        if (st != MS_OK) return ms_error_wrap(st, "--weights");
+        MS_TRY(train_model_config(tc, "--weights", mc));
         snprintf(r->source, sizeof r->source, "%s", tc->init_from);
     } else {
         MS_TRY(find_commit(ck_opt, tc->resume, w, r->source, sizeof r->source));

@@ -6,8 +6,10 @@
 #include "model/gpt.h"
 #include "train/train.h"
 
-/* Model configuration from the preset / explicit flags / --init-from file. */
-ms_status train_model_config(const train_config *tc, gpt_config *out);
+/* Model configuration from the preset / explicit flags / --init-from file.
+ * opt: the option that named tc->init_from (train's --init-from, eval's
+ * --weights): the errors with a weights file start with it. */
+ms_status train_model_config(const train_config *tc, const char *opt, gpt_config *out);
 /* Cross-option checks for dp data-parallel ranks; sets the per-rank
  * micro-batch size and the accumulation steps. */
 ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *micro, int *accum);

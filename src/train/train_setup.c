@@ -11,60 +11,75 @@
 #include "ckpt/hf.h"
 #include "parallel/schedule.h"
 
-ms_status train_model_config(const train_config *tc, gpt_config *out) {
+/* The model of the weights file tc->init_from: its config, the shape
+ * options given checked against it. */
+static ms_status weights_config(const train_config *tc, gpt_config *out) {
     gpt_config c;
-    if (tc->init_from && *tc->init_from) {
-        if (ckpt_is_checkpoint(tc->init_from)) /* a weights file: its parameters only */
+    MS_TRY(ckpt_hf_read_config(tc->init_from, tc->heads, &c));
+    /* explicit flags must agree with the file */
+    struct {
+        const char *flag;
+        int want, have;
+    } chk[] = {
+        {"--layers", tc->layers, c.n_layer},   {"--dim", tc->dim, c.n_embd},
+        {"--heads", tc->heads, c.n_head},      {"--vocab", tc->vocab, c.vocab},
+        {"--seq-max", tc->seq_max, c.seq_max},
+    };
+    for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
+        if (chk[i].want > 0 && chk[i].want != chk[i].have)
+            return ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
+                            chk[i].want, tc->init_from, chk[i].have);
+    if (tc->model && *tc->model) { /* a preset given too must be the file's shape */
+        gpt_config p;
+        MS_TRY(gpt_config_preset(&p, tc->model));
+        if (p.n_layer != c.n_layer || p.n_embd != c.n_embd || p.n_head != c.n_head)
             return ms_error(MS_ERR_ARG,
-                            "--init-from %s is a checkpoint, not a weights file: --resume %s "
-                            "continues that run (its step, optimizer state and data position); "
-                            "to start a new run from its weights, `megascale ckpt export %s "
-                            "--out FILE`, then --init-from FILE",
-                            tc->init_from, tc->init_from, tc->init_from);
-        MS_TRY(ckpt_hf_read_config(tc->init_from, tc->heads, &c));
-        /* explicit flags must agree with the file */
-        struct {
-            const char *flag;
-            int want, have;
-        } chk[] = {
-            {"--layers", tc->layers, c.n_layer},   {"--dim", tc->dim, c.n_embd},
-            {"--heads", tc->heads, c.n_head},      {"--vocab", tc->vocab, c.vocab},
-            {"--seq-max", tc->seq_max, c.seq_max},
-        };
-        for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
-            if (chk[i].want > 0 && chk[i].want != chk[i].have)
-                return ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
-                                chk[i].want, tc->init_from, chk[i].have);
-        if (tc->model && *tc->model) { /* a preset given too must be the file's shape */
-            gpt_config p;
-            MS_TRY(gpt_config_preset(&p, tc->model));
-            if (p.n_layer != c.n_layer || p.n_embd != c.n_embd || p.n_head != c.n_head)
-                return ms_error(MS_ERR_ARG,
-                                "--model %s (%d layers, dim %d, %d heads) disagrees with %s, "
-                                "which holds %d layers, dim %d, %d heads",
-                                tc->model, p.n_layer, p.n_embd, p.n_head, tc->init_from, c.n_layer,
-                                c.n_embd, c.n_head);
-        }
-        gpt_block b;
-        if (tc->block && *tc->block) {
-            MS_TRY(gpt_block_parse(tc->block, &b));
-            if (b != c.block)
-                return ms_error(MS_ERR_ARG, "--block %s disagrees with %s, which holds a %s block",
-                                tc->block, tc->init_from, gpt_block_name(c.block));
-        }
-        if (tc->attn_window > 0) c.attn_window = tc->attn_window;
-    } else {
-        MS_TRY(gpt_config_preset(&c, tc->model && *tc->model ? tc->model : "d6"));
-        if (tc->layers > 0) c.n_layer = tc->layers;
-        if (tc->dim > 0) c.n_embd = tc->dim;
-        if (tc->heads > 0) c.n_head = tc->heads;
-        if (tc->vocab > 0) c.vocab = tc->vocab;
-        if (tc->seq_max > 0) c.seq_max = tc->seq_max;
-        if (tc->block && *tc->block) MS_TRY(gpt_block_parse(tc->block, &c.block));
-        c.attn_window = tc->attn_window;
+                            "--model %s (%d layers, dim %d, %d heads) disagrees with %s, "
+                            "which holds %d layers, dim %d, %d heads",
+                            tc->model, p.n_layer, p.n_embd, p.n_head, tc->init_from, c.n_layer,
+                            c.n_embd, c.n_head);
     }
-    MS_TRY(gpt_recompute_parse(tc->recompute, &c.recompute));
-    MS_TRY(gpt_config_validate(&c));
+    gpt_block b;
+    if (tc->block && *tc->block) {
+        MS_TRY(gpt_block_parse(tc->block, &b));
+        if (b != c.block)
+            return ms_error(MS_ERR_ARG, "--block %s disagrees with %s, which holds a %s block",
+                            tc->block, tc->init_from, gpt_block_name(c.block));
+    }
+    if (tc->attn_window > 0) c.attn_window = tc->attn_window;
+    *out = c;
+    return MS_OK;
+}
+
+/* The model of the preset (--model, default d6) with the shape options. */
+static ms_status preset_config(const train_config *tc, gpt_config *out) {
+    gpt_config c;
+    MS_TRY(gpt_config_preset(&c, tc->model && *tc->model ? tc->model : "d6"));
+    if (tc->layers > 0) c.n_layer = tc->layers;
+    if (tc->dim > 0) c.n_embd = tc->dim;
+    if (tc->heads > 0) c.n_head = tc->heads;
+    if (tc->vocab > 0) c.vocab = tc->vocab;
+    if (tc->seq_max > 0) c.seq_max = tc->seq_max;
+    if (tc->block && *tc->block) MS_TRY(gpt_block_parse(tc->block, &c.block));
+    c.attn_window = tc->attn_window;
+    *out = c;
+    return MS_OK;
+}
+
+ms_status train_model_config(const train_config *tc, const char *opt, gpt_config *out) {
+    gpt_config c;
+    int weights = tc->init_from && *tc->init_from;
+    if (weights && ckpt_is_checkpoint(tc->init_from)) /* a weights file: its parameters only */
+        return ms_error(MS_ERR_ARG,
+                        "%s %s is a checkpoint, not a weights file: --resume %s "
+                        "continues that run (its step, optimizer state and data position); "
+                        "to start a new run from its weights, `megascale ckpt export %s "
+                        "--out FILE`, then --init-from FILE",
+                        opt, tc->init_from, tc->init_from, tc->init_from);
+    ms_status st = weights ? weights_config(tc, &c) : preset_config(tc, &c);
+    if (st == MS_OK) st = gpt_recompute_parse(tc->recompute, &c.recompute);
+    if (st == MS_OK) st = gpt_config_validate(&c);
+    if (st != MS_OK) return weights ? ms_error_wrap(st, "%s", opt) : st;
     *out = c;
     return MS_OK;
 }

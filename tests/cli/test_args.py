@@ -150,7 +150,10 @@ def test_bad_input(d, w, val, train, ck):
     mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
     shutil.copy(BIN, mybin)
     open(hosts, "w").write("localhost slots=4\n")
+    lcfg = os.path.join(d, "launch.cfg")  # launch's own --config file
+    open(lcfg, "w").write("max-restarts = 0\n")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
+    proc_why = "a kernel pseudo file system" if os.geteuid() == 0 else "not writable"
     EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
     SA = ["sample", "--tokens", "2"]
     cases = [  # (args, needles in stderr)
@@ -188,6 +191,13 @@ def test_bad_input(d, w, val, train, ck):
         ([*SA, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
         ([*EV, "--weights", nope], [f"--weights: {nope}"]),
         ([*EV, "--weights", trunc_w], [f"--weights: {trunc_w}", "truncated"]),
+        # a token shard as weights: named as one (it was "header length N exceeds ...")
+        *[([*c, "--weights", train], [f"--weights: {train}: not a safetensors file: it is a token "
+                                      "shard (magic 20240520)"]) for c in (SA, EV)],
+        # train's --init-from file: its errors name the option, as sample's and eval's --weights
+        ([*TR, "--init-from", nope], [f"--init-from: {nope}"]),
+        ([*TR, "--init-from", trunc_w], [f"--init-from: {trunc_w}", "truncated"]),
+        ([*TR, "--init-from", text], [f"--init-from: {text}"]),
         ([*TR[:2], empty, *TR[3:]], ["--train-data: " + empty, "not a token shard"]),
         ([*TR[:2], os.path.join(d, "nope*.bin"), *TR[3:]],
          [f"--train-data: {d}/nope*.bin: no files match"]),
@@ -244,6 +254,8 @@ def test_bad_input(d, w, val, train, ck):
                         ["--events", mybin, "is the megascale binary", "never replaces"]),
                        (["--hostfile", hosts, "--events", hosts],
                         ["--events", hosts, "is the --hostfile"]),
+                       (["--config", lcfg, "--events", lcfg],
+                        ["--events", lcfg, "is the --config file", "nothing was written"]),
                        (["--events", train], ["launch --events", train, "is an input",
                                               "--train-data"]))],
         (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--", *TR[1:],
@@ -254,6 +266,14 @@ def test_bad_input(d, w, val, train, ck):
          ["--out", f"{nope}/x: directory '{nope}' does not exist"]),
         (["trace", "stragglers", os.path.join(d, "tr"), "--png", os.path.join(empty, "x")],
          ["--png", f"'{empty}' is not a directory"]),
+        # ... one no one can make, not even root (whom access(2) lets write
+        # anywhere): refused before the work, not after it (exit 4)
+        *[(a, [o, p, f"directory '{os.path.dirname(p)}'", proc_why]) for a, o, p in (
+            (["trace", "stragglers", os.path.join(d, "tr"), "--png", "/proc/x.png"], "--png",
+             "/proc/x.png"),
+            ([*TR, "--save-weights", "/proc/x"], "--save-weights", "/proc/x"),
+            (["trace", "merge", os.path.join(d, "tr"), "--out", "/sys/x.json"], "--out",
+             "/sys/x.json"))],
         (["diag", "--history", os.path.join(nope, "h.jsonl")],
          ["--history", f"directory '{nope}' does not exist"]),
         (["ckpt", "export", ck, "--out", os.path.join(nope, "x")],
@@ -318,13 +338,22 @@ def test_bad_input(d, w, val, train, ck):
                             "--batch", "8"], cwd=d, capture_output=True, text=True)
         ok(p.returncode == want_rc and needle in p.stderr,
            f"plan --cluster {name}: the file in the working directory", p.stderr)
-    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, base_c,
+    before = {p: open(p, "rb").read() for p in (w, val, train, empty, ev, mybin, hosts, lcfg, base_c,
                                                 ck_manifest, ck_latest)}
     for args, needles in cases:
         rc, out, err = run_capped(args, cwd=d)
         ok(rc in (2, 3, 4) and all(n in err for n in needles) and "Sanitizer" not in err,
            f"{' '.join(args[:2])} ... {' '.join(args[-2:])}: exit 2-4 naming {needles}",
            f"rc={rc}\n{err}")
+    # launch --ctl DIR: no such directory, or a file, is a usage error (it was
+    # exit 1, as a driver gone); a run directory without a driver keeps exit 1
+    for p, want, needles in ((nope, 2, ["--ctl", nope, "does not exist"]),
+                             (empty, 2, ["--ctl", empty, "is a file, not a directory"]),
+                             (adir, 1, [f"{adir}/control.json", "is a driver running"])):
+        for cmd in (["status"], ["evict", "node0"]):
+            rc, out, err = run_capped(["launch", "--ctl", p, *cmd], cwd=d)
+            ok(rc == want and all(n in err for n in needles),
+               f"launch --ctl {p} {cmd[0]}: exit {want} naming {needles}", f"rc={rc}\n{err}")
     ok(all(open(p, "rb").read() == b for p, b in before.items()),
        "no input or weights file was changed by the bad commands")
     ok(os.listdir(adir) == [], "the directory given as an output file holds nothing new",

@@ -322,6 +322,17 @@ static void test_path_writable(void) {
         T_EQ_INT(ms_path_check_writable(tpath("w/sub/a/b"), 1), MS_ERR_ARG);
         chmod(tpath("w/sub"), 0755);
     }
+    /* a kernel pseudo file system: no file can be made there, even by root
+     * (whom access(2) lets through; others: its permission bits refuse) */
+    const char *why = geteuid() == 0 ? "is on proc, a kernel pseudo file system" : "not writable";
+    T_EQ_INT(ms_path_check_writable("/proc/x.png", 0), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), why);
+    T_EQ_INT(ms_path_check_writable("/proc/new/dir", 1), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), why);
+    if (geteuid() == 0) {
+        T_EQ_INT(ms_path_check_writable("/proc", 1), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), "'/proc' is on proc");
+    }
 }
 
 /* ---- crc32c ---------------------------------------------------------- */

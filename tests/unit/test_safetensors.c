@@ -200,7 +200,25 @@ static void test_corrupt(void) {
     T_STR_CONTAINS(ms_errmsg(), "missing.safetensors");
 
     expect_bad("hlen_past_end.st", 1000, "{}", 0, "runs past the end of the file");
-    expect_bad("hlen_huge.st", 200000000, "{}", 0, "exceeds the 100000000-byte limit");
+    expect_bad("hlen_huge.st", 200000000, "{}", 0,
+               "hlen_huge.st: not a safetensors file: its first 8 bytes, the header length, read "
+               "more than the 100000000-byte limit");
+    /* no safetensors file at all: what it looks like, not its "header length" */
+    expect_bad("hlen_past_end_no_json.st", 1000, "xy", 0,
+               "not a safetensors file: its header length runs past the end of the file, and no "
+               "JSON header follows it");
+    const int32_t shard[4] = {20240520, 1, 2, 0}; /* a token shard's header (data/shard.h) */
+    fp = fopen(tpath("shard.bin"), "wb");
+    fwrite(shard, sizeof shard, 1, fp);
+    fclose(fp);
+    T_EQ_INT(ckpt_st_open(&f, tpath("shard.bin")), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "shard.bin: not a safetensors file: it is a token shard (magic "
+                                "20240520), not weights");
+    fp = fopen(tpath("words.txt"), "wb");
+    fputs("some words, not weights\n", fp);
+    fclose(fp);
+    T_EQ_INT(ckpt_st_open(&f, tpath("words.txt")), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "words.txt: not a safetensors file: it looks like a text file");
     expect_bad("bad_json.st", -1, "{\"a\": {\"dtype\": ", 0, "not valid JSON");
     expect_bad("trailing.st", -1, "{} x", 0, "not valid JSON");
     expect_bad("not_object.st", -1, "[1, 2]", 0, "not a JSON object");
