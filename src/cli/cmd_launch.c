@@ -127,15 +127,16 @@ static int check_paths(const launch_cli *o) {
     ms_status st = MS_OK;
     struct stat sb;
     const char *bin = o->bin && *o->bin ? o->bin : "/proc/self/exe"; /* stat: the binary */
+    const char *in = events_input(o, bin);
     if (o->run_dir && *o->run_dir && (st = ms_path_check_writable(o->run_dir, 1)) != MS_OK)
         st = ms_error_wrap(st, "--run-dir");
     else if (o->events && *o->events && (st = ms_path_check_writable(o->events, 0)) != MS_OK)
         st = ms_error_wrap(st, "--events");
-    else if (events_input(o, bin))
+    else if (in)
         st = ms_error(MS_ERR_ARG,
                       "--events %s is the %s: an output never replaces an input; nothing was "
                       "written",
-                      o->events, events_input(o, bin));
+                      o->events, in);
     else if (o->bin && *o->bin && stat(o->bin, &sb) != 0)
         st = ms_error(MS_ERR_ARG, "--bin %s: %s (the megascale binary of the ranks)", o->bin,
                       errno == ENOENT ? "does not exist" : strerror(errno));

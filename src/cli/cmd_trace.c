@@ -40,11 +40,14 @@ static const char *usage_text =
     "  hang DIR [--json]         who waits in what, and the suspects, from DIR/hang_r*.json\n"
     "DIR is the directory the ranks wrote their event logs and hang dumps into.";
 
-/* An output (opt PATH) that is one of the run's files the tools read (an
- * event log, a hang dump) would replace it: refused before the work. */
-static ms_status check_not_input(const char *opt, const char *path, const char *dir) {
+/* An output (opt PATH), before the work: a file that can be written and is
+ * not one of the run's files the tools read (an event log, a hang dump),
+ * which it would replace. */
+static ms_status check_output(const char *opt, const char *path, const char *dir) {
     static const char *const read[] = {"events_r*.jsonl", "hang_r*.json"};
     char esc[4300], pat[4400], match[4400];
+    ms_status st = ms_path_check_writable(path, 0);
+    if (st != MS_OK) return ms_error_wrap(st, "%s", opt);
     MS_TRY(ms_glob_escape(dir, esc, sizeof esc));
     for (size_t i = 0; i < sizeof read / sizeof *read; i++) {
         snprintf(pat, sizeof pat, "%s/%s", esc, read[i]);
@@ -63,9 +66,7 @@ static ms_status do_merge(const char *dir, const trace_cli *o) {
     const char *out = o->out && *o->out ? o->out : def;
     /* before the merge, not after it: the run's logs can take minutes to read
      * (the default, inside DIR, after DIR is found) */
-    ms_status st = o->out && *o->out ? ms_path_check_writable(out, 0) : MS_OK;
-    if (st != MS_OK) return ms_error_wrap(st, "--out");
-    MS_TRY(check_not_input("--out", out, dir));
+    if (o->out && *o->out) MS_TRY(check_output("--out", out, dir));
     trace_merge_stats s;
     MS_TRY(trace_merge(dir, out, &s));
     printf("merged %d rank(s), %lld events, %lld flow(s) (%lld unmatched send(s), %lld unmatched "
@@ -88,10 +89,9 @@ static ms_status print_json(cJSON *j) {
 static ms_status do_stragglers(const char *dir, const trace_cli *o) {
     trace_strag_opts so = {o->threshold, o->window, o->png && *o->png};
     trace_strag *s = NULL;
-    ms_status st = o->png && *o->png ? ms_path_check_writable(o->png, 0) : MS_OK;
-    if (st != MS_OK) return ms_error_wrap(st, "--png");
-    if (o->png && *o->png) MS_TRY(check_not_input("--png", o->png, dir));
+    if (o->png && *o->png) MS_TRY(check_output("--png", o->png, dir));
     MS_TRY(trace_strag_load(dir, &so, &s));
+    ms_status st = MS_OK;
     if (o->png && *o->png) st = trace_strag_heatmap(s, o->png);
     if (st == MS_OK && o->json)
         st = print_json(trace_strag_json(s));
