@@ -146,9 +146,11 @@ static void rotate(mon_evlog *l) {
         unlink(fresh);
         return;
     }
-    if (rename(fresh, l->path) != 0)
-        ms_warn("%s: cannot rename %s to it: %s (the log goes on there)", l->path, fresh,
+    if (rename(fresh, l->path) != 0) { /* the log goes on in fresh: never reopened "w" */
+        ms_warn("%s: cannot rename %s to it: %s (the log goes on there, unrotated)", l->path, fresh,
                 strerror(errno));
+        l->rotate_failed = 1;
+    }
     fclose(old);
 }
 
