@@ -3,14 +3,13 @@
  * pages and API of `megascale launch --dashboard`, without the driver's
  * live view), until SIGINT or SIGTERM. */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
 #include "supervisor/sup_dash.h"
@@ -44,7 +43,6 @@ int cmd_dashboard(int argc, char **argv) {
     int npos = 0, help = 0, rc = 0;
     ms_status st = opts_parse(dash_opts, N_DASH_OPTS, &o, argc, argv, pos, 2, &npos, &help);
     struct stat sb;
-    int err = 0;
     struct in_addr addr;
     if (help) {
         opts_print_help(dash_opts, N_DASH_OPTS,
@@ -64,11 +62,8 @@ int cmd_dashboard(int argc, char **argv) {
                 "megascale dashboard: error: --bind '%s': expected a numeric IPv4 address\n",
                 o.bind ? o.bind : "");
         rc = 2;
-    } else if ((err = stat(pos[0], &sb) != 0 ? errno : 0) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "megascale dashboard: error: RUN_DIR %s %s\n", pos[0],
-                err == ENOENT ? "does not exist"
-                : err         ? strerror(err)
-                              : "is a file, not a directory");
+    } else if (ms_path_check_dir("RUN_DIR", pos[0], NULL) != MS_OK) {
+        fprintf(stderr, "megascale dashboard: error: %s\n", ms_errmsg());
         rc = 3;
     } else if (o.events && *o.events && stat(o.events, &sb) == 0 && S_ISDIR(sb.st_mode)) {
         fprintf(stderr,

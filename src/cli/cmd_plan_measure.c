@@ -4,11 +4,9 @@
  *   mpirun -np N megascale plan measure --base one.json --out n.json   (the links)
  * The second copies the first's compute figures and adds the links as
  * measured with N ranks on this machine (gpus_per_node N). */
-#include <errno.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "base/fileio.h"
@@ -101,14 +99,9 @@ static ms_status check_paths(const measure_cli *o) {
                         "--out %s is the --base file: an output never replaces an input; write "
                         "the N-rank cluster to another file",
                         o->out);
-    struct stat sb;
     if (!o->storage_dir || !*o->storage_dir) return MS_OK;
-    if (stat(o->storage_dir, &sb) != 0)
-        return ms_error(MS_ERR_ARG, "--storage-dir %s: %s (the directory whose speed is measured)",
-                        o->storage_dir, errno == ENOENT ? "does not exist" : strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return ms_error(MS_ERR_ARG, "--storage-dir %s is a file, not a directory", o->storage_dir);
-    return MS_OK;
+    return ms_path_check_dir("--storage-dir", o->storage_dir,
+                             "the directory whose speed is measured");
 }
 
 static int measure(const measure_cli *o) {
