@@ -120,9 +120,14 @@ def main():
         C, H, L, T, B = 64, 2, 2, 32, 4
     else:
         C, H, L, T, B = 256, 4, 4, 128, 16
+    # lr 1e-3 with a 5-step warm-up: a smooth curve.  At 3e-3 without one
+    # both backends spiked at step 6 (loss 2.9 -> 7.5) and on the H200 bf16
+    # rounding put the CUDA curve 3.6% off the CPU's after the spike, though
+    # the final losses agreed to 0.2%: a parity test needs a stable run.
     base = ["train", "--train-data", shard, "--vocab", "256", "--layers", str(L), "--dim", str(C),
             "--heads", str(H), "--seq-max", str(T), "--seq", str(T), "--batch", str(B),
-            "--steps", "20", "--lr", "3e-3", "--log-every", "100", "--peak-flops", "1e12",
+            "--steps", "20", "--lr", "1e-3", "--warmup", "5", "--log-every", "100",
+            "--peak-flops", "1e12",
             "--threads", "1", "--eps", "1e-6", "--data-order", "sequential"]
 
     # 1. CUDA vs CPU, 20 steps
