@@ -15,9 +15,11 @@
 #        OVERLAP_PAIRS=1, OVERLAP_TIMEOUT=240 (s), BUDGET=540 (s: leaves out,
 #        with a line saying so, each part that would not fit in what is left;
 #        0, the default, runs everything),
-#        SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, SKIP_PROFILE=1,
+#        SKIP_STEPS=1 (tests and overlap only), SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, SKIP_PROFILE=1,
 #        CASES="d12:64 d24:32",
-#        JOBS=16).  "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as
+#        JOBS=16, KIT=FILE).  KIT: a kit made here by bench/gpu_kit.sh pack,
+#        for a GPU machine without our dependencies: it is installed and used
+#        instead of building, and the GPU tests run from it (not from CTest).  "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as
 #        our kernel, not cuBLASLt's epilogue); the ratios use the default.
 #        On d12 a short MS_CUDA_PROFILE=1 run prints the per-op device times.
 set -uo pipefail
@@ -45,17 +47,65 @@ time_for() {
 }
 
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
-log "build ($jobs jobs)"
-t0=$(date +%s)
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMS_CUDA=ON > "$out/cmake.log" 2>&1 ||
-  { log "cmake failed"; tail -30 "$out/cmake.log"; exit 1; }
-grep -q "CUDA backend: nvcc" "$out/cmake.log" || { log "CUDA not found by cmake"; exit 1; }
-cmake --build "$build" -j"$jobs" > "$out/build.log" 2>&1 ||
-  { log "build failed"; grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
-log "built in $(( $(date +%s) - t0 )) s"
-bin=$build/megascale
+kit=${KIT:-}
+if [[ -n $kit ]]; then
+  # the programs and libraries carried from a build machine; the data
+  # directory compiled into them is that machine's checkout, /work/main
+  kdir=${KIT_DIR:-/tmp/mskit}
+  kbin=$("$root/bench/gpu_kit.sh" install "$kit" "$kdir" 2> "$out/kit.log") ||
+    { log "kit install failed"; cat "$out/kit.log"; exit 1; }
+  log "kit $(cat "$kdir/COMMIT") installed in $kdir; $(tr '\n' ' ' < "$out/kit.log")"
+  export PATH=$kbin:$PATH
+  # ranks share the GPU and the host: no binding, shared memory without
+  # cross-process reads (which a VM may refuse), no network transports
+  export OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mca_base_component_show_load_errors=0
+  if [[ ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
+  bin=$kbin/megascale
+  "$bin" --version 2>&1 | head -2 | tee -a "$out/summary.txt"
+else
+  log "build ($jobs jobs)"
+  t0=$(date +%s)
+  cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMS_CUDA=ON > "$out/cmake.log" 2>&1 ||
+    { log "cmake failed"; tail -30 "$out/cmake.log"; exit 1; }
+  grep -q "CUDA backend: nvcc" "$out/cmake.log" || { log "CUDA not found by cmake"; exit 1; }
+  cmake --build "$build" -j"$jobs" > "$out/build.log" 2>&1 ||
+    { log "build failed"; grep -E "error|Error" "$out/build.log" | head -30; exit 1; }
+  log "built in $(( $(date +%s) - t0 )) s"
+  bin=$build/megascale
+fi
 
-if [[ -z ${SKIP_TESTS:-} ]] && time_for 240 "the GPU tests"; then
+# kit_test NAME CMD...: one GPU test from the kit, bounded; on a failure of
+# a C test, compute-sanitizer's memcheck names the first bad access
+kit_test() {
+  local name=$1 rc; shift
+  timeout -k 5 "${KIT_TEST_TIMEOUT:-150}" "$@" > "$out/test_$name.log" 2>&1
+  rc=$?
+  case $rc in
+    0) log "test $name: passed" ;;
+    77) log "test $name: skipped ($(tail -1 "$out/test_$name.log"))" ;;
+    *) log "test $name: FAILED (exit $rc)"; tail -25 "$out/test_$name.log" | tee -a "$out/summary.txt"
+       if [[ $name == cu_* ]] && command -v compute-sanitizer > /dev/null && time_for 90 "memcheck of $name"; then
+         timeout -k 5 80 compute-sanitizer --tool memcheck --print-limit 5 "$@" > "$out/memcheck_$name.log" 2>&1
+         grep -E -A6 "Invalid|Error|error" "$out/memcheck_$name.log" | head -40 | tee -a "$out/summary.txt"
+       fi ;;
+  esac
+}
+
+if [[ -n $kit && -z ${SKIP_TESTS:-} ]] && time_for 150 "the GPU tests"; then
+  log "GPU tests (from the kit)"
+  kit_test cu_ops "$kbin/test_cu_ops"
+  kit_test cu_attention "$kbin/test_cu_attention"
+  if [[ -x $kdir/real/test_comm_nccl ]]; then
+    kit_test comm_nccl env MS_COMM_TIMEOUT=60 OMP_NUM_THREADS=1 "$kbin/test_comm_nccl"
+    kit_test comm_nccl_np2 env MS_COMM_TIMEOUT=60 OMP_NUM_THREADS=1 \
+      "$root/tests/comm/mpirun.sh" mpirun -np 2 "$kbin/test_comm_nccl"
+  fi
+  KIT_TEST_TIMEOUT=${KIT_TRAIN_TIMEOUT:-240} kit_test gpu_train env MS_BIN="$bin" OMP_NUM_THREADS=1 \
+    python3 -u "$root/tests/gpu/test_train_cuda.py"
+  grep -hE "worst|rel|passed|FAIL" "$out"/test_*.log | tail -60 > "$out/tests_numbers.txt"
+  grep -E "cuda vs cpu|loss curve|passed, " "$out/test_gpu_train.log" | tee -a "$out/summary.txt"
+elif [[ -z ${SKIP_TESTS:-} ]] && time_for 240 "the GPU tests"; then
   log "GPU tests (ctest -L gpu)"
   (cd "$build" && ctest -L gpu --output-on-failure --timeout 600) > "$out/tests.log" 2>&1
   tail -15 "$out/tests.log" | tee -a "$out/summary.txt"
@@ -70,8 +120,12 @@ if [[ -z ${SKIP_OVERLAP:-} ]] && time_for 200 "the overlap comparison"; then
   log "overlap on/off, ranks sharing the GPU (bench/overlap --device cuda)"
   limit=${OVERLAP_TIMEOUT:-240}
   # with a budget, at most half of what is left: the step comparison follows
-  if (( budget > 0 )); then half=$(( $(left_s) / 2 )); (( half < limit )) && limit=$half; fi
-  timeout "$limit" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
+  # (all of it, less a margin, with SKIP_STEPS)
+  if (( budget > 0 )); then
+    half=$(( $(left_s) / 2 )); [[ -n ${SKIP_STEPS:-} ]] && half=$(( $(left_s) - 15 ))
+    (( half < limit )) && limit=$half
+  fi
+  PYTHONUNBUFFERED=1 timeout "$limit" python3 "$root/bench/overlap" --bin "$bin" --device cuda \
     --pairs "${OVERLAP_PAIRS:-1}" --steps 6 --layers 4 --dim 1024 --heads 16 --vocab 8192 \
     --seq 512 --batch 8 > "$out/overlap.log" 2>&1 || log "bench/overlap failed or timed out"
   tee -a "$out/summary.txt" < "$out/overlap.log" | tail -60 # with its reason when it failed
@@ -87,6 +141,7 @@ if [[ ! -f $data/kjv_train_000000.bin ]]; then
     --val-fraction 0.005 > "$out/prepare.log" 2>&1 || { log "data prepare failed"; exit 1; }
 fi
 
+[[ -n ${SKIP_STEPS:-} ]] && { log "done (SKIP_STEPS: no training comparison); logs in $out"; exit 0; }
 declare -A PRESET=([d12]="12 768 12" [d24]="24 1024 16")
 # the python with torch: $PYTHON, else the first of these that imports it
 py=${PYTHON:-}
