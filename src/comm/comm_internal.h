@@ -28,6 +28,16 @@
 #define COMM_NAME_MAX 32
 #define COMM_MSG_MAX 1536
 #define COMM_HARD_POLL_S 0.005 /* a wait's first 5 ms: the comm thread polls without sleeping */
+/* A message that MPI moves in many fragments (shared memory without a
+ * single-copy mechanism, TCP) advances by about one fragment per progress
+ * call, so each poll the back-off skips costs a fragment's worth of time.
+ * From the post of an op of at least COMM_STREAM_MIN_BYTES the comm thread
+ * polls without sleeping for as long as the op should take at
+ * COMM_STREAM_MIN_RATE bytes/s, plus COMM_HARD_POLL_S, after the ops still
+ * streaming (w->stream_until); longer, an op waits for a peer, and the
+ * back-off resumes. */
+#define COMM_STREAM_MIN_BYTES (256 << 10)
+#define COMM_STREAM_MIN_RATE 0.25e9
 #define COMM_BOARD_MAX_GROUPS 256 /* board slots per rank (group ids 0..255) */
 #define COMM_DEAD_GRACE_S 1.0     /* keep progressing this long after a peer is seen dead */
 #define COMM_WAIT_GRACE_S 2.0     /* waiter's backstop beyond the deadline (stuck comm thread) */
@@ -203,6 +213,8 @@ struct comm_world {
     char poison_msg[COMM_MSG_MAX];
 
     /* under mpi_mu: posted requests */
+    double stream_until; /* until then the comm thread polls hard (COMM_STREAM_MIN_BYTES) */
+    int dev_compute;     /* the ranks compute on a device (has_dev): their cores are free */
     comm_req **active;
     MPI_Request *mreqs;
     int *idx;

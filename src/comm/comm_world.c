@@ -229,6 +229,9 @@ ms_status comm_world_set_device(comm_world *w, const comm_device *dev) {
     comm_world_free_stage(w);
     w->has_dev = dev != NULL;
     if (dev) w->dev = *dev;
+    pthread_mutex_lock(&w->mpi_mu);
+    w->dev_compute = dev != NULL;
+    pthread_mutex_unlock(&w->mpi_mu);
     return MS_OK;
 }
 
