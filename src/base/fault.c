@@ -27,6 +27,7 @@ static const char *const kinds[] = {
     "stage2:after-manifest",
     "stage2:after-commit",
     "stage2:flip-shm",
+    "stage2:slow",
     "io:enospc-shard",
     "io:eio-fsync-shard",
     "io:enospc-manifest",
@@ -121,16 +122,16 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
         return expand_random(p, head + kn + 1, what);
     }
     if (!known_kind(f.kind))
-        return ms_error(
-            MS_ERR_ARG,
-            "%s: '%s': unknown fault '%s' (exit, kill, stop, hang, slow=MS, nan-grad, "
-            "spike=X, the checkpoint points stage1:mid, stage2:start, "
-            "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
-            "stage2:after-commit, stage2:flip-shm, io:enospc-shard, io:eio-fsync-shard, "
-            "io:enospc-manifest, io:eio-fsync-manifest, signal:term, the self-test's "
-            "diag:gemm, diag:memory, diag:comm, diag:storage, diag:slow, or "
-            "random=SEED/N/MAXSTEP/WORLD)",
-            what, e, f.kind);
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': unknown fault '%s' (exit, kill, stop, hang, slow=MS, nan-grad, "
+                        "spike=X, the checkpoint points stage1:mid, stage2:start, "
+                        "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
+                        "stage2:after-commit, stage2:flip-shm, stage2:slow=MS, io:enospc-shard, "
+                        "io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest, "
+                        "signal:term, the self-test's diag:gemm, diag:memory, diag:comm, "
+                        "diag:storage, diag:slow, or "
+                        "random=SEED/N/MAXSTEP/WORLD)",
+                        what, e, f.kind);
     const char *q = head + kn;
     int k = 0;
     if (*q == '=') {
@@ -139,6 +140,9 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     }
     if (!strcmp(f.kind, "slow") && !(f.arg > 0))
         return ms_error(MS_ERR_ARG, "%s: '%s': slow needs =MS (milliseconds per step)", what, e);
+    if (!strcmp(f.kind, "stage2:slow") && !(f.arg > 0))
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': stage2:slow needs =MS (milliseconds more per persist)", what, e);
     if (!strcmp(f.kind, "spike") && !(f.arg > 0))
         return ms_error(MS_ERR_ARG,
                         "%s: '%s': spike needs =X (the step's lr is multiplied by X > 0)", what, e);

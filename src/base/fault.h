@@ -26,7 +26,8 @@
  * `spike=X` (the optimiser uses lr x X at that step, X > 0: a loss spike;
  * every rank, so it takes no target); the checkpoint's points
  * (stage1:mid, stage2:start, stage2:mid-shard, stage2:after-shard,
- * stage2:after-manifest, stage2:after-commit, stage2:flip-shm, io:enospc-shard,
+ * stage2:after-manifest, stage2:after-commit, stage2:flip-shm,
+ * stage2:slow=MS (a slow disk: each persist MS ms longer), io:enospc-shard,
  * io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest,
  * signal:term; see src/ckpt/ckpt_fault.c); the self-test's diag:gemm,
  * diag:memory, diag:comm, diag:storage (that check fails as on bad
@@ -50,7 +51,7 @@
 
 typedef struct {
     char kind[MS_FAULT_KIND_MAX];
-    double arg;                  /* slow=MS: MS; spike=X: X; else 0 */
+    double arg;                  /* slow=MS, stage2:slow=MS: MS; spike=X: X; else 0 */
     int step;                    /* 1-based; -1: not given */
     int from;                    /* "+": this step and later */
     int rank;                    /* -1: any rank */

@@ -20,7 +20,9 @@
  * Saving (ckpt_manager, used by the trainer): stage 1 copies this rank's
  * parameters (the runs it owns), m, v and the trainer state into a host
  * snapshot in /dev/shm (a file that outlives a crashed process; two slots,
- * so a new snapshot never overwrites one being persisted) and returns;
+ * so a new snapshot never overwrites one being persisted; when both are
+ * busy, one being persisted and one waiting for it, the checkpoint waits
+ * for that persist to end rather than be skipped) and returns;
  * stage 2, a background thread, writes the shard, agrees with the other
  * ranks (a private "ckpt" communicator group, so it never interleaves with
  * the training thread's collectives), and rank 0 commits and keeps the last
@@ -130,7 +132,8 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
                               int *found);
 /* After each step: agree on a stop across ranks (SIGTERM seen by any rank
  * stops all at the same step: sets ms_ctx.stop) and checkpoint when
- * --ckpt-every / --ckpt-every-min say so.  Collective over the world. */
+ * --ckpt-every / --ckpt-every-min say so (first waiting for stage 2 when
+ * both slots are busy on some rank).  Collective over the world. */
 ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st);
 /* 1 if the last ckpt_manager_step agreed to stop: the same on every rank,
  * unlike ms_ctx.stop, which a signal may set on one rank after the
@@ -162,6 +165,13 @@ typedef struct {
  * ranks never hold any: only rank 0 knows every shard's size); the
  * stage-2 thread keeps the newest 64 between calls. */
 int ckpt_manager_take_commits(ckpt_manager *cm, ckpt_commit_record *out, int max);
+/* fn(ctx) is called on the training thread before it waits for stage 2 (a
+ * checkpoint that found both slots busy, the final checkpoint), e.g. to
+ * tell the supervisor that no step comes for a while (heartbeat phase
+ * "ckpt").  NULL: none. */
+void ckpt_manager_set_wait_hook(ckpt_manager *cm, void (*fn)(void *ctx), void *ctx);
+/* The checkpoints that found both slots busy (on some rank) and waited. */
+int ckpt_manager_waits(const ckpt_manager *cm);
 /* This process's node name (base/node.h), for the checkpoint's fault
  * entries with a ":node=NAME" target (NULL or "": they never fire). */
 void ckpt_manager_set_node(ckpt_manager *cm, const char *node);

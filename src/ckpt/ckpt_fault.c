@@ -15,16 +15,20 @@
  *   stage2:flip-shm       one bit of the snapshot's data flipped in /dev/shm
  *                         before stage 2 reads it (memory damaged after stage
  *                         1): the persist must fail, the commits stay as they were
+ *   stage2:slow=MS        stage 2 sleeps MS ms before writing the shard (a slow
+ *                         or throttled disk; STEP+ for every persist from STEP):
+ *                         unlike the others it leaves the schedule as it is
  *   io:enospc-shard       the shard write fails with ENOSPC
  *   io:eio-fsync-shard    the shard's fsync fails with EIO
  *   io:enospc-manifest    the manifest write fails with ENOSPC
  *   io:eio-fsync-manifest the manifest's fsync fails with EIO
  *   signal:term           SIGTERM to this process after step STEP (a clean,
  *                         deterministic stop: the trainer saves and exits)
- * While a fault is armed, stage 1 waits for the previous persist to end, so
- * every checkpoint is persisted in order (without a fault, a snapshot still
- * queued when the next one is taken is superseded by it) and the point is
- * reached deterministically.
+ * While a fault other than stage2:slow is armed (ckpt_fault.serial), stage 1
+ * waits for the previous persist to end, so the point is reached
+ * deterministically (the checkpoint before it is committed by then).
+ * Without one, a checkpoint waits only when both /dev/shm slots are busy
+ * (ckpt_manager.c).
  */
 #include <errno.h>
 #include <signal.h>
@@ -39,9 +43,20 @@
 ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f) {
     memset(f, 0, sizeof *f);
     MS_TRY(ms_fault_parse(&f->plan, spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
-    for (int j = 0; j < f->plan.n; j++) /* armed on every rank, whichever rank it hits */
-        f->armed |= ms_fault_is_ckpt(f->plan.f[j].kind);
+    for (int j = 0; j < f->plan.n; j++) { /* armed on every rank, whichever rank it hits */
+        int ck = ms_fault_is_ckpt(f->plan.f[j].kind);
+        f->armed |= ck;
+        f->serial |= ck && strcmp(f->plan.f[j].kind, "stage2:slow");
+    }
     return MS_OK;
+}
+
+double ckpt_fault_delay_ms(const ckpt_fault *f, const char *point, int step, int first) {
+    if (!f || !f->armed) return 0;
+    int rank = ms_ctx_get()->rank;
+    const ms_fault *e = ms_fault_find(&f->plan, point, step, rank);
+    if (!e && first) e = ms_fault_find(&f->plan, point, -1, rank);
+    return e ? e->arg : 0;
 }
 
 int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first) {

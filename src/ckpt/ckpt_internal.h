@@ -122,6 +122,7 @@ ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf);
 typedef struct {
     ms_fault_plan plan; /* base/fault.h: the checkpoint's points are looked up in it */
     int armed;          /* some checkpoint point is in the plan (for this rank) */
+    int serial;         /* one other than stage2:slow: stage 1 waits for the previous persist */
 } ckpt_fault;
 
 /* spec: a fault plan (base/fault.h; ckpt_options.fault, the trainer's
@@ -130,6 +131,8 @@ typedef struct {
 ms_status ckpt_fault_parse(const char *spec, ckpt_fault *f);
 /* 1 when the fault `point` is armed for this step on this (global) rank. */
 int ckpt_fault_hits(const ckpt_fault *f, const char *point, int step, int first);
+/* The MS of a `point`=MS entry that hits (stage2:slow), 0 when none does. */
+double ckpt_fault_delay_ms(const ckpt_fault *f, const char *point, int step, int first);
 /* If it hits: print a line and SIGKILL this process. */
 void ckpt_fault_kill(const ckpt_fault *f, const char *point, int step, int first);
 /* The status of an injected I/O error on `path` ("write" + ENOSPC, ...). */
@@ -261,10 +264,14 @@ ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg)
 void ckpt_persist_enqueue(ckpt_persist *p, int slot, ckpt_slot *s, const ckpt_train_state *tr,
                           int first, double stall_ms);
 /* The slot stage 1 may overwrite: prefer, unless stage 2 is writing it
- * (then fallback).  Nothing may be queued (the caller skipped or waited). */
+ * (then fallback).  Nothing may be queued (the caller waited). */
 int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback);
 /* The step of the snapshot queued for stage 2 and not yet started, or -1. */
 int ckpt_persist_queued_step(ckpt_persist *p);
+/* Block until nothing is queued: the snapshot that was has been started by
+ * stage 2 (the persist before it has ended), so its slot is the one being
+ * written and the other is free.  Returns the seconds waited. */
+double ckpt_persist_wait_queued(ckpt_persist *p);
 /* Block until nothing is queued or running; the status of the last persist
  * (MS_OK if none ran) and the step of the last commit (-1 none). */
 ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);

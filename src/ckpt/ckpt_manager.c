@@ -6,7 +6,11 @@
  * snapshot, unless stage 2 is writing that one; then it replaces the newest
  * (which is then only queued, never being written).  So stage 1 never
  * overwrites what stage 2 reads, and a crash during stage 1 leaves the
- * newest complete snapshot intact.
+ * newest complete snapshot intact.  When both slots are busy on some rank
+ * (one being written, one queued: stage 2 is slower than the checkpoint
+ * interval), every rank waits until its queued snapshot has been started
+ * and then takes the checkpoint: none is skipped, so a restart redoes at
+ * most --ckpt-every steps (training runs at the disk's pace meanwhile).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -32,8 +36,11 @@ struct ckpt_manager {
     int lock_fd;        /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
     int hold;           /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
     int stop_agreed;    /* the last ckpt_manager_step's agreed stop */
-    int n_skipped_busy; /* checkpoints skipped while stage 2 still had one queued */
-    int busy_step;      /* the queued snapshot the last skip waited on (-1: none yet) */
+    int n_waits;        /* checkpoints that found both slots busy and waited */
+    double wait_s;      /* the time they waited, in all (this rank) */
+    double wait_warned; /* ms_now() of rank 0's last warning about it */
+    void (*on_wait)(void *ctx); /* ckpt_manager_set_wait_hook */
+    void *wait_ctx;
     gpt_model *m;
     opt_state *opt;
     par_zero *zero;
@@ -284,7 +291,6 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     cm->be = gpt_backend(m);
     cm->world = cm->dp_size = 1;
     cm->last_saved = -1;
-    cm->busy_step = -1;
     cm->slot_step[0] = cm->slot_step[1] = -1;
     cm->last_save_time = ms_now();
     snprintf(cm->optimizer, sizeof cm->optimizer, "%s", opt_kind_name(opt_get_config(opt)->kind));
@@ -336,8 +342,8 @@ static ms_status ensure_slots(ckpt_manager *cm) {
 ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st) {
     if (!cm->saving) return MS_OK;
     MS_TRY(ensure_slots(cm));
-    /* with a fault armed every checkpoint is persisted, in order (tests) */
-    if (cm->fault.armed) (void)ckpt_persist_wait(cm->persist, NULL);
+    /* with a fault armed (tests) the one before has committed: its point comes in order */
+    if (cm->fault.serial) (void)ckpt_persist_wait(cm->persist, NULL);
     int newest = cm->slot_step[1] > cm->slot_step[0] ? 1 : 0;
     if (cm->slot_step[newest] < 0) newest = 1; /* none: write slot 0 */
     int s = ckpt_persist_claim(cm->persist, 1 - newest, newest);
@@ -364,15 +370,37 @@ ms_status ckpt_manager_save(ckpt_manager *cm, const ckpt_train_state *st) {
     return MS_OK;
 }
 
+/* Before the training thread waits for stage 2. */
+static void waiting(ckpt_manager *cm) {
+    if (cm->on_wait) cm->on_wait(cm->wait_ctx);
+}
+
+/* Both slots are busy on some rank: the snapshot of step `queued` still waits for stage 2
+ * there.  Wait until this rank's queue has been started (the persist before it ended; at once
+ * where it has been), so the slot that persist read is free.  Skipping the checkpoint instead
+ * left the newest snapshot up to twice --ckpt-every steps (and more) behind, and replacing the
+ * queued snapshot on one rank only sets the ranks' persists out of step (one rank's thread may
+ * have started it already).  Rank 0 warns the first time, then at most once a minute. */
+static void wait_busy(ckpt_manager *cm, int step, int queued) {
+    waiting(cm);
+    double s = ckpt_persist_wait_queued(cm->persist);
+    cm->n_waits++;
+    cm->wait_s += s;
+    if (cm->rank != 0 || (cm->n_waits > 1 && ms_now() - cm->wait_warned < 60)) return;
+    cm->wait_warned = ms_now();
+    ms_warn("checkpoint: step %d: both snapshot slots were busy (step %d still waited for "
+            "stage 2), so training waited %.2f s for the persist before it (persisting is slower "
+            "than the checkpoint interval; %d checkpoint(s) waited so far, %.1f s in all)",
+            step, queued, s, cm->n_waits, cm->wait_s);
+}
+
 ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
     if (ckpt_fault_hits(&cm->fault, "signal:term", st->step, 0)) {
         ms_warn("injected fault signal:term after step %d", st->step);
         raise(SIGTERM);
     }
-    /* [2]: the step of a snapshot still queued for stage 2 on some rank (-1: none).  While
-     * one is, every rank skips the checkpoint: on one rank the persist thread may have
-     * started it, on another not, so replacing it would set the ranks' persists out of
-     * step (each then writes a different step's shard; none commits again). */
+    /* [2]: the step of a snapshot still queued for stage 2 on some rank (-1: none): then
+     * every rank waits before its stage 1 (wait_busy), all alike */
     int32_t flags[3] = {ms_ctx_get()->stop != 0,
                         cm->saving && cm->rank == 0 && cm->o.every_min > 0 &&
                             ms_now() - cm->last_save_time >= cm->o.every_min * 60,
@@ -382,18 +410,10 @@ ms_status ckpt_manager_step(ckpt_manager *cm, const ckpt_train_state *st) {
     cm->stop_agreed = flags[0] != 0;
     if (!cm->saving || flags[0]) return MS_OK; /* stopping: the final checkpoint follows */
     if (!((cm->o.every_steps > 0 && st->step % cm->o.every_steps == 0) || flags[1])) return MS_OK;
-    /* with a fault armed (on every rank alike) the save waits for the queue instead, so
-     * that every checkpoint the test plans is taken */
-    if (flags[2] >= 0 && !cm->fault.armed) { /* said once per snapshot that holds the queue */
-        cm->n_skipped_busy++;
-        if (cm->rank == 0 && flags[2] != cm->busy_step)
-            ms_warn("checkpoint: step %d: none taken, the one of step %d still waits for stage 2 "
-                    "(persisting is slower than the checkpoint interval; %d skipped so far)",
-                    st->step, flags[2], cm->n_skipped_busy);
-        cm->busy_step = flags[2];
-        return MS_OK;
+    if (!cm->hold) {
+        if (flags[2] >= 0 && cm->persist) wait_busy(cm, st->step, flags[2]);
+        return ckpt_manager_save(cm, st);
     }
-    if (!cm->hold) return ckpt_manager_save(cm, st);
     if (cm->rank == 0)
         ms_warn("checkpoint: step %d: none taken, in a streak of skipped (non-finite) steps; the "
                 "schedule resumes after a clean step",
@@ -424,12 +444,22 @@ void ckpt_manager_hold(ckpt_manager *cm, int hold) {
     cm->hold = hold;
 }
 
+void ckpt_manager_set_wait_hook(ckpt_manager *cm, void (*fn)(void *ctx), void *ctx) {
+    cm->on_wait = fn;
+    cm->wait_ctx = ctx;
+}
+
+int ckpt_manager_waits(const ckpt_manager *cm) {
+    return cm->n_waits;
+}
+
 void ckpt_manager_set_node(ckpt_manager *cm, const char *node) {
     ms_fault_plan_set_node(&cm->fault.plan, node);
 }
 
 ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st) {
     if (!cm->saving) return MS_OK;
+    waiting(cm); /* for the persists queued, and the final one's */
     if (cm->hold && cm->last_saved >= 0)
         ms_warn("no final checkpoint: step %d ends a streak of skipped (non-finite) steps; the "
                 "newest checkpoint is step %d",
@@ -438,8 +468,8 @@ ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st) {
         ms_warn("no final checkpoint: step %d ends a streak of skipped (non-finite) steps",
                 st->step);
     else if (st->step > 0 && st->step != cm->last_saved) {
-        /* the last one is never skipped: wait for the queue (a collective-free way to keep
-         * every rank's persists in the same order); its own status is reported below */
+        /* wait for the queue (a collective-free way to keep every rank's persists in the
+         * same order); its own status is reported below */
         if (cm->persist) (void)ckpt_persist_wait(cm->persist, NULL);
         MS_TRY(ckpt_manager_save(cm, st));
     }

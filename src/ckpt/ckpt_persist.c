@@ -467,6 +467,11 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
                 step, ckpt_slot_path(s));
         ckpt_slot_damage(s);
     }
+    double slow_ms = st == MS_OK ? ckpt_fault_delay_ms(c->fault, "stage2:slow", step, first) : 0;
+    if (slow_ms > 0) { /* a slow disk: this persist takes that much longer */
+        ms_info("injected fault stage2:slow: the persist of step %d sleeps %.0f ms", step, slow_ms);
+        usleep((useconds_t)(slow_ms * 1e3));
+    }
     if (st == MS_OK) st = ckpt_slot_verify(s); /* what goes to disk is what stage 1 copied */
     if (st == MS_OK)
         st = ckpt_shard_write(staging, name, c->rank, step, c->tensors, c->runs, c->n_runs,
@@ -626,6 +631,15 @@ int ckpt_persist_claim(ckpt_persist *p, int prefer, int fallback) {
     /* replacing a queued snapshot here, on one rank only, set the ranks' persists out of step */
     MS_CHECKF(queued < 0, "checkpoint: stage 1 found slot %d still queued for stage 2", queued);
     return s;
+}
+
+double ckpt_persist_wait_queued(ckpt_persist *p) {
+    double t0 = ms_now();
+    pthread_mutex_lock(&p->mu);
+    while (p->queued >= 0)
+        pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    return ms_now() - t0;
 }
 
 ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit) {

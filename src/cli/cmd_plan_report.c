@@ -13,7 +13,8 @@
 typedef struct {
     plan_ckpt_cost ck;
     int nodes;
-    double opt_s; /* Young/Daly's interval */
+    double opt_s; /* Young/Daly's interval, at least the persist less the stall */
+    int paced;    /* the persist made it longer than Young/Daly's */
     int every;    /* steps: the user's, or the optimum's */
     double ettr;  /* at `every` */
 } scale_view;
@@ -30,9 +31,12 @@ static scale_view scale_of(const plan_model *m, const plan_layout *l, const plan
     scale_view v;
     v.ck = plan_ckpt_time(m, l, c);
     v.nodes = (l->gpus + c->gpus_per_node - 1) / c->gpus_per_node;
-    v.opt_s = plan_ckpt_interval_opt(sa->mtbf_hours, v.nodes, v.ck.stall_s);
+    v.opt_s = plan_ckpt_interval_best(&v.ck, sa->mtbf_hours, v.nodes);
+    v.paced = v.opt_s > plan_ckpt_interval_opt(sa->mtbf_hours, v.nodes, v.ck.stall_s);
     v.every = sa->ckpt_every > 0 ? sa->ckpt_every : steps_of(v.opt_s, r->iter_s);
-    v.ettr = plan_ettr(sa->mtbf_hours, v.nodes, v.every * r->iter_s, v.ck.stall_s, sa->restart_s);
+    double every_s = v.every * r->iter_s;
+    v.ettr =
+        plan_ettr(sa->mtbf_hours, v.nodes, every_s, plan_ckpt_stall(&v.ck, every_s), sa->restart_s);
     return v;
 }
 
@@ -67,11 +71,15 @@ static void print_scale(FILE *f, const plan_model *m, const plan_layout *l, cons
                    steps_of(v.opt_s * 2, r->iter_s), steps_of(v.opt_s * 4, r->iter_s)};
     for (int i = 0; i < 5; i++) {
         fprintf(f, "  %10d", every[i]);
+        double every_s = every[i] * r->iter_s;
         for (int j = 0; j < 4; j++)
             fprintf(f, " %8.1f%%",
-                    100 * plan_ettr(sa->mtbf_hours * mt[j], v.nodes, every[i] * r->iter_s,
-                                    v.ck.stall_s, sa->restart_s));
-        fprintf(f, "%s\n", every[i] == opt ? "   <- Young/Daly" : "");
+                    100 * plan_ettr(sa->mtbf_hours * mt[j], v.nodes, every_s,
+                                    plan_ckpt_stall(&v.ck, every_s), sa->restart_s));
+        fprintf(f, "%s\n",
+                every[i] != opt ? ""
+                : v.paced       ? "   <- the persist's time (Young/Daly's is shorter)"
+                                : "   <- Young/Daly");
     }
     fprintf(f, "choose --ckpt-every %d (every %.0f s): ETTR %.1f%%\n", v.every, v.every * r->iter_s,
             100 * v.ettr);

@@ -272,6 +272,14 @@ double plan_ettr(double mtbf_node_h, int nodes, double interval_s, double stall_
                  double restart_s);
 /* Young/Daly's optimal interval sqrt(2 stall MTBF_job), seconds. */
 double plan_ckpt_interval_opt(double mtbf_node_h, int nodes, double stall_s);
+/* What a checkpoint every interval_s costs training: its stage 1, or, when
+ * stage 2 is slower than the interval, the persist less the interval (a
+ * checkpoint that finds both host-memory slots busy waits for the persist
+ * before it: training runs at the disk's pace), whichever is longer. */
+double plan_ckpt_stall(const plan_ckpt_cost *c, double interval_s);
+/* The interval to choose: Young/Daly's for the stall, but no shorter than
+ * the persist less the stall (a shorter one only makes training wait). */
+double plan_ckpt_interval_best(const plan_ckpt_cost *c, double mtbf_node_h, int nodes);
 
 /* ---- output (plan_report.c) ---------------------------------------------- */
 

@@ -61,3 +61,14 @@ double plan_ckpt_interval_opt(double mtbf_node_h, int nodes, double stall_s) {
     double mtbf = mtbf_node_h * 3600 / (nodes > 0 ? nodes : 1);
     return sqrt(2 * stall_s * mtbf);
 }
+
+double plan_ckpt_stall(const plan_ckpt_cost *c, double interval_s) {
+    /* steady state with stage 2 the bottleneck: one checkpoint per persist, so interval +
+     * wait + stage 1 = persist */
+    return fmax(c->stall_s, c->persist_s - interval_s);
+}
+
+double plan_ckpt_interval_best(const plan_ckpt_cost *c, double mtbf_node_h, int nodes) {
+    /* below persist - stall the ETTR is interval / persist x (1 - ...): rising with it */
+    return fmax(plan_ckpt_interval_opt(mtbf_node_h, nodes, c->stall_s), c->persist_s - c->stall_s);
+}

@@ -234,6 +234,14 @@ static ckpt_train_state ckpt_state(trainer *t, int step) {
     return s;
 }
 
+/* The checkpoint manager waits for stage 2 (a slow disk, the final
+ * checkpoint): the driver is told no step comes for a while (the beat's
+ * phase; the next step's beat says "train" again). */
+static void ckpt_waiting(void *ctx) {
+    trainer *t = ctx;
+    mon_heartbeat_phase(t->hb, "ckpt");
+}
+
 /* --ckpt-dir / --resume: the checkpoint manager and the state to continue from. */
 static ms_status setup_ckpt(trainer *t) {
     const train_config *tc = t->tc;
@@ -244,6 +252,7 @@ static ms_status setup_ckpt(trainer *t) {
         MS_TRY(ckpt_dir_probe(tc->ckpt_dir, t->world));
     MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
     ckpt_manager_set_node(t->ckpt, t->node);
+    ckpt_manager_set_wait_hook(t->ckpt, ckpt_waiting, t);
     ckpt_train_state now = ckpt_state(t, 0), saved;
     int found = 0;
     MS_TRY(ckpt_manager_resume(t->ckpt, &now, &saved, &found));

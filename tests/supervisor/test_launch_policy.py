@@ -35,7 +35,10 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
 11. idle connections holding every control slot do not lock `--ctl` out;
 12. a driver killed in a restart's back-off is taken over without the fault
    counted twice or fired again, and the restart is counted; the control
-   socket answers `status` in the back-off.
+   socket answers `status` in the back-off;
+13. a checkpoint that waits for a slow persist (both host-memory slots
+   busy, and the final one) is no hang: the beats say phase "ckpt", which
+   the driver gives 10x its no-progress limit.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -601,6 +604,25 @@ def check_takeover_in_backoff(d, shard):
        "the fault does not fire again, its recovery time is booked", f"rc {rc}, events {names}, {summ}\n{err[-1500:]}")
 
 
+def check_slow_persist(d, shard):
+    """Each persist 2.5 s (stage2:slow), a checkpoint every step, a no-progress
+    limit of 2 s (--heartbeat-timeout 2, --progress-factor 1): step 3 waits
+    ~2.5 s for the persist of step 1, the final checkpoint ~5 s for those of 2
+    and 3.  Before, the beats said "train" meanwhile and the driver took the
+    job for hung (a fault, a restart)."""
+    run = os.path.join(d, "slowpersist")
+    rc, err = launch(run, shard, ["--heartbeat-timeout", "2", "--progress-factor", "1",
+                                  "--max-restarts", "0", "--faults", "stage2:slow=2500@1+"],
+                     ["--steps", "3", "--ckpt-every", "1", "--ckpt-dir",
+                      os.path.join(run, "ckpt")])
+    names = [e["event"] for e in events(run)]
+    ok(rc == 0 and "fault_detected" not in names and names.count("launch") == 1 and
+       "both snapshot slots were busy" in err and
+       all(os.path.isdir(os.path.join(run, "ckpt", f"step_{s:08d}")) for s in (1, 2, 3)),
+       "a slow persist: the checkpoints wait (phase ckpt), no hang, every one commits",
+       f"rc {rc}, events {names}\n{err[-2000:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -622,6 +644,7 @@ def main():
     check_conn_lost(d, shard)
     check_ctl_slots(d, shard)
     check_takeover_in_backoff(d, shard)
+    check_slow_persist(d, shard)
     finish(d)
 
 

@@ -198,6 +198,15 @@ static void test_fault_spec(void) {
     T_OK(ckpt_fault_parse("stage1:mid@x", &f) == MS_ERR_ARG);
     T_OK(ckpt_fault_parse("stage1:mid@3:", &f) == MS_ERR_ARG);
     T_OK(ckpt_fault_parse("", &f) == MS_OK && !f.armed);
+    /* a slow disk: armed, but stage 1 keeps its schedule (no serial wait) */
+    T_OK(ckpt_fault_parse("stage2:slow=250@3+", &f) == MS_OK && f.armed && !f.serial);
+    T_NEAR(ckpt_fault_delay_ms(&f, "stage2:slow", 5, 0), 250, 0);
+    T_NEAR(ckpt_fault_delay_ms(&f, "stage2:slow", 2, 0), 0, 0);
+    T_OK(ckpt_fault_parse("stage2:slow=250,stage2:start@9", &f) == MS_OK && f.serial);
+    T_NEAR(ckpt_fault_delay_ms(&f, "stage2:slow", 4, 1), 250, 0); /* no STEP: the first */
+    T_NEAR(ckpt_fault_delay_ms(&f, "stage2:slow", 4, 0), 0, 0);
+    T_OK(ckpt_fault_parse("stage2:slow@3", &f) == MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "stage2:slow needs =MS");
 }
 
 /* ---- slots ------------------------------------------------------------------ */
@@ -908,6 +917,53 @@ static void test_manager_damaged(void) {
     fix_free(&f);
 }
 
+static void count_wait(void *ctx) {
+    ++*(int *)ctx;
+}
+
+/* A disk slower than the checkpoint interval (stage2:slow: every persist
+ * 60 ms longer, a checkpoint every step of a fraction of a millisecond):
+ * a checkpoint that finds both slots busy (one persisting, one queued)
+ * waits for the persist before the queued one, telling the wait hook, and
+ * is taken; every due checkpoint commits, in order.  Before, it was
+ * skipped while one was queued, so a restart could redo twice
+ * --ckpt-every steps and more. */
+static void test_manager_slow_disk(void) {
+    fixture f;
+    fix_make(&f, 6);
+    char root[512];
+    path_in(root, sizeof root, "run_slow");
+    ckpt_options o = {root, 1, 0, 2, "", g_shm, "stage2:slow=60@1+", 0};
+    ckpt_manager *cm;
+    T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
+    int hooked = 0;
+    ckpt_manager_set_wait_hook(cm, count_wait, &hooked);
+    ckpt_train_state now = state_at(&f, 0), got;
+    int found = 1;
+    T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && !found);
+    enum { STEPS = 6 };
+    for (int step = 1; step <= STEPS; step++) {
+        train_one(&f, step);
+        ckpt_train_state s = state_at(&f, step);
+        T_OK(ckpt_manager_step(cm, &s) == MS_OK);
+    }
+    /* step 1 persisting, 2 queued: step 3 on waited, at least once */
+    int waits = ckpt_manager_waits(cm);
+    T_OK(waits >= 1 && waits <= STEPS - 2);
+    T_EQ_INT(hooked, waits);
+    T_OK(ckpt_manager_wait(cm) == MS_OK);
+    ckpt_commit_record cr[16];
+    int n = ckpt_manager_take_commits(cm, cr, 16);
+    T_EQ_INT(n, STEPS); /* every due checkpoint */
+    for (int i = 0; i < n; i++)
+        T_EQ_INT(cr[i].step, i + 1);
+    ckpt_train_state fin = state_at(&f, STEPS);
+    T_OK(ckpt_manager_finish(cm, &fin) == MS_OK); /* saved already: waits, tells the hook */
+    T_EQ_INT(hooked, waits + 1);
+    ckpt_manager_destroy(cm);
+    fix_free(&f);
+}
+
 /* Orphaned slots: once their checkpoint directory is gone and no process
  * holds them, ckpt_shm_orphans finds and removes them; a held slot, a slot
  * of an existing directory and a file of the older format stay. */
@@ -967,6 +1023,7 @@ int main(void) {
     test_crafted();
     test_manager();
     test_manager_damaged();
+    test_manager_slow_disk();
     if (!ms_t_fail) {
         char cmd[400];
         snprintf(cmd, sizeof cmd, "rm -rf %s", g_tmp);

@@ -125,6 +125,8 @@ static void test_errors(void) {
     expect_bad("exit@x:node=a", "'exit@x:node=a'",
                "expected KIND[=ARG][@STEP[+]][:RANK | :node=NAME]");
     expect_bad("bogus:node=a", "unknown fault 'bogus'", "spike=X");
+    expect_bad("stage2:slow@3+", "'stage2:slow@3+'", "stage2:slow needs =MS");
+    expect_bad("bogus", "unknown fault 'bogus'", "stage2:slow=MS");
 }
 
 static void test_slow(void) {

@@ -336,6 +336,18 @@ static void test_scale(void) {
     T_OK(e > plan_ettr(10000, 100, opt / 4, 5, 600) && e > plan_ettr(10000, 100, opt * 4, 5, 600));
     T_OK(e < 1 && e > 0.9);
     T_OK(plan_ettr(10000, 100, opt, 5, 600) > plan_ettr(5000, 100, opt, 5, 600));
+    /* a persist slower than the interval: a checkpoint that finds both host-memory slots
+     * busy waits for it (none is skipped), so training pays persist - interval */
+    plan_ckpt_cost ck = {.stall_s = 5, .persist_s = 3000};
+    T_NEAR(plan_ckpt_stall(&ck, 4000), 5, 0);
+    T_NEAR(plan_ckpt_stall(&ck, 1000), 2000, 0);
+    T_NEAR(plan_ckpt_interval_best(&ck, 10000, 100), 2995, 1e-9); /* Young/Daly's: 1897 s */
+    double best = plan_ckpt_interval_best(&ck, 10000, 100),
+           e2 = plan_ettr(10000, 100, best, plan_ckpt_stall(&ck, best), 600);
+    T_OK(e2 > plan_ettr(10000, 100, opt, plan_ckpt_stall(&ck, opt), 600) &&
+         e2 > plan_ettr(10000, 100, best * 2, plan_ckpt_stall(&ck, best * 2), 600));
+    ck.persist_s = 100; /* a fast disk: Young/Daly's */
+    T_NEAR(plan_ckpt_interval_best(&ck, 10000, 100), opt, 1e-9);
     plan_cluster c = cluster();
     plan_init_cost a = plan_init_time(&c, 2048, 8, 8), b = plan_init_time(&c, 4096, 8, 8);
     T_OK(a.ours_s < 5 && a.barrier_s > 100 * a.ours_s);
