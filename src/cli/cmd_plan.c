@@ -22,7 +22,7 @@
 
 typedef struct {
     char *model, *block, *cluster, *features, *recompute, *data_dir;
-    int layers, dim, heads, vocab, seq, window;
+    int layers, dim, heads, vocab, seq, seq_max, window;
     int gpus, tp, pp, vpp, batch, micro;
     int json, search, top, max_vpp, max_micro, ckpt_every;
     double mtbf_hours, restart_s;
@@ -42,6 +42,9 @@ static const opts_spec plan_opts[] = {
     O("heads", OPT_T_INT, heads, "0", "[0,100000]", "attention heads (0: the preset's)"),
     O("vocab", OPT_T_INT, vocab, "0", "[0,100000000]", "vocabulary (0: the preset's)"),
     O("seq", OPT_T_INT, seq, "0", "[0,10000000]", "tokens per sequence (0: the preset's)"),
+    O("seq-max", OPT_T_INT, seq_max, "0", "[0,10000000]",
+      "rows of the position table, the trainer's --seq-max (0: a trainer preset's, d6 ... d48: "
+      "1024; else --seq)"),
     O("block", OPT_T_STR, block, NULL, NULL,
       "serial or parallel (default: from --features: parallel with megascale)"),
     O("window", OPT_T_INT, window, "-1", "[-1,10000000]",
@@ -122,7 +125,8 @@ static ms_status model_of(const plan_cli *o, plan_model *m) {
                               .dim = g.n_embd,
                               .heads = g.n_head,
                               .vocab = g.vocab,
-                              .seq = g.seq_max};
+                              .seq = g.seq_max,
+                              .seq_max = g.seq_max};
         }
     }
     if (o->layers) m->layers = o->layers;
@@ -130,6 +134,7 @@ static ms_status model_of(const plan_cli *o, plan_model *m) {
     if (o->heads) m->heads = o->heads;
     if (o->vocab) m->vocab = o->vocab;
     if (o->seq) m->seq = o->seq;
+    if (o->seq_max) m->seq_max = o->seq_max;
     return MS_OK;
 }
 

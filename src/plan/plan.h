@@ -38,6 +38,7 @@
 
 typedef struct {
     int layers, dim, heads, vocab, seq;
+    int seq_max;        /* the position table's rows (the trainer's --seq-max; 0: seq) */
     int parallel_block; /* 1: y = x + Attn(LN(x)) + MLP(LN(x)) (one LN, one AG/RS per layer) */
     int window;         /* sliding attention window (0: full causal) */
 } plan_model;
@@ -184,6 +185,8 @@ typedef struct {
  * multiple of dp x --micro-batch, layers not divisible by pp x vpp, an
  * interleaved schedule whose micro-batch count is not a multiple of pp). */
 ms_status plan_check(const plan_model *m, const plan_layout *l);
+/* The position table's rows: seq_max, or seq where it is 0. */
+int plan_seq_max(const plan_model *m);
 /* Predict one configuration. */
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
                        const plan_cluster *c, plan_result *r);
@@ -194,7 +197,7 @@ double plan_megatron_flops_per_token(const plan_model *m);
 double plan_window_flops_per_token(const plan_model *m);
 /* The model's own counts (model/gpt.h: gpt_config_num_params and
  * gpt_flops_per_token, 6N + 12 L T_eff C, what the trainer's MFU uses):
- * parameters of one layer and of the rest (wte, wpe up to seq, ln_f). */
+ * parameters of one layer and of the rest (wte, wpe up to seq-max, ln_f). */
 void plan_params(const plan_model *m, double *layer, double *embed);
 double plan_flops_per_token_6n(const plan_model *m);
 

@@ -56,7 +56,7 @@ static double stage_params(const plan_model *m, int t, int p, int d, int s, doub
     int first = s == 0, last = s == p - 1;
     *wte = first || last ? up(up(vocab_pad(m, t) / t * C, 16), a) : 0;
     n += *wte;
-    if (first) n += up(up((double)m->seq * C, 16), a);
+    if (first) n += up(up((double)plan_seq_max(m) * C, 16), a); /* wpe: seq-max rows */
     /* a block: the split tensors (c_attn w b, c_fc w b: columns; the projections'
      * weights: rows) over t, LayerNorms and the projections' biases whole */
     double split[] = {C * 3 * C / t, 3 * C / t, C * C / t, C * 4 * C / t, 4 * C / t, 4 * C * C / t};

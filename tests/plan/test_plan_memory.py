@@ -5,7 +5,8 @@ same model, layout and a CPU cluster file must agree within TOL.  One process: m
 sequence, width, vocabulary and a parallel block varied; with --mpi (under mpirun): tp2, dp2,
 pp2 and pp2 x vpp2.  The trainer runs with --peak-flops: without it, it probes the peak with
 three 2048 x 2048 GEMM matrices on top of the model (the planner leaves that probe out).
-Environment: MS_BIN."""
+The "d6" cases take the position table's rows from the preset (seq-max 1024, not --seq) in
+both.  Environment: MS_BIN."""
 import json
 import os
 import sys
@@ -14,18 +15,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ckpt_common as cc  # noqa: E402  (the workspace, its token shard, run and mpi)
 
 TOL = 0.01
-# name: model, sequence, batch, micro-batch, layout, block
+# name: model, sequence, batch, micro-batch, layout, block, and of "d6"
 ONE = [
-    ("serial", (2, 32, 2, 256), 32, 4, 4, {}, "serial"),
-    ("micro 2 of 8", (4, 64, 4, 256), 32, 8, 2, {}, "serial"),
-    ("wide, long, vocab 512", (2, 128, 4, 512), 64, 4, 4, {}, "serial"),
-    ("parallel block", (2, 64, 4, 256), 16, 4, 4, {}, "parallel"),
+    ("serial", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ()),
+    ("micro 2 of 8", (4, 64, 4, 256), 32, 8, 2, {}, "serial", ()),
+    ("wide, long, vocab 512", (2, 128, 4, 512), 64, 4, 4, {}, "serial", ()),
+    ("parallel block", (2, 64, 4, 256), 16, 4, 4, {}, "parallel", ()),
+    ("seq-max 1024 of d6", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ("d6",)),
 ]
 MPI = [
-    ("tp2", (2, 64, 4, 256), 32, 4, 4, {"tp": 2}, "serial"),
-    ("dp2", (2, 64, 4, 256), 32, 8, 4, {"dp": 2}, "serial"),
-    ("pp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial"),
-    ("pp2 x vpp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2, "vpp": 2}, "serial"),
+    ("tp2", (2, 64, 4, 256), 32, 4, 4, {"tp": 2}, "serial", ()),
+    ("dp2", (2, 64, 4, 256), 32, 8, 4, {"dp": 2}, "serial", ()),
+    ("pp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial", ()),
+    ("pp2 x vpp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2, "vpp": 2}, "serial", ()),
+    ("pp2, d6", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial", ("d6",)),
 ]
 
 
@@ -41,16 +44,20 @@ def cluster(ws):
 
 
 def check(ws, cl, case):
-    name, (layers, dim, heads, vocab), seq, batch, micro, layout, block = case
+    name, (layers, dim, heads, vocab), seq, batch, micro, layout, block, opts = case
     model = ["--layers", str(layers), "--dim", str(dim), "--heads", str(heads),
              "--vocab", str(vocab), "--block", block]
+    if "d6" in opts:  # the preset's seq-max (1024) for the position table, in both
+        model = ["--model", "d6", *model]
     ranks = layout.get("dp", 1) * layout.get("tp", 1) * layout.get("pp", 1)
     lay = [x for k, v in layout.items() for x in ("--" + k, str(v))]
     metrics = ws.path(f"m_{len(os.listdir(ws.dir))}.jsonl")
-    args = ["train", "--train-data", ws.shard, *model, "--seq-max", str(seq), "--seq", str(seq),
+    args = ["train", "--train-data", ws.shard, *model, "--seq", str(seq),
             "--batch", str(batch), "--micro-batch", str(micro), "--steps", "2", "--threads", "1",
             "--peak-flops", "1e11", "--log-every", "100", "--trace-dir", "none",
             "--metrics", metrics, *lay]
+    if "d6" not in opts:
+        args += ["--seq-max", str(seq)]
     r = cc.run(ws, args) if ranks == 1 else cc.mpi(ws, ranks, args)
     if not cc.ok(r.returncode == 0 and os.path.exists(metrics), f"{name}: trains", r.stderr):
         return
