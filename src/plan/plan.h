@@ -58,6 +58,8 @@ typedef struct {
     int async_data; /* data loaded ahead by a loader per node (not on the step) */
     int lamb;       /* optimizer LAMB (else AdamW) */
     plan_recompute recompute;
+    int peak_probe; /* the trainer probes the peak (no --peak-flops, not a GPU of its table):
+                     * three GEMM matrices on top of everything else it holds */
 } plan_features;
 
 typedef struct {
@@ -220,8 +222,9 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
  * the ZeRO shard of m and v; the activation arena (the blocks of as many
  * (micro-batch, chunk) sets as the stage's schedule holds at once, the
  * output stage, one copy of the backward's scratch), the pipeline's send
- * buffers and tied-embedding copy, ZeRO's exchange buffers and the
- * backend's op scratch.  MS_ERR_NOMEM. */
+ * buffers and tied-embedding copy, ZeRO's exchange buffers, the
+ * backend's op scratch and, with f->peak_probe, the peak probe's three GEMM
+ * matrices.  MS_ERR_NOMEM. */
 ms_status plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
                       const plan_cluster *c, plan_result *r);
 

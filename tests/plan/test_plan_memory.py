@@ -3,8 +3,9 @@ for two steps on the CPU backend, whose device-memory peak (the metrics' peak_de
 exact count of its be->alloc blocks and op scratch, and the planner's memory_gb_per_gpu for the
 same model, layout and a CPU cluster file must agree within TOL.  One process: micro-batch,
 sequence, width, vocabulary and a parallel block varied; with --mpi (under mpirun): tp2, dp2,
-pp2 and pp2 x vpp2.  The trainer runs with --peak-flops: without it, it probes the peak with
-three 2048 x 2048 GEMM matrices on top of the model (the planner leaves that probe out).
+pp2 and pp2 x vpp2.  The trainer runs with --peak-flops and the planner with --probe 0, except
+in the "probe" cases: without --peak-flops the trainer probes the peak with three 2048 x 2048
+GEMM matrices on top of everything else, which the planner counts by default on a CPU cluster.
 The "d6" cases take the position table's rows from the preset (seq-max 1024, not --seq) in
 both.  Environment: MS_BIN."""
 import json
@@ -15,20 +16,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ckpt_common as cc  # noqa: E402  (the workspace, its token shard, run and mpi)
 
 TOL = 0.01
-# name: model, sequence, batch, micro-batch, layout, block, and of "d6"
+# name: model, sequence, batch, micro-batch, layout, block, and of "probe", "d6"
 ONE = [
     ("serial", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ()),
     ("micro 2 of 8", (4, 64, 4, 256), 32, 8, 2, {}, "serial", ()),
     ("wide, long, vocab 512", (2, 128, 4, 512), 64, 4, 4, {}, "serial", ()),
     ("parallel block", (2, 64, 4, 256), 16, 4, 4, {}, "parallel", ()),
     ("seq-max 1024 of d6", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ("d6",)),
+    ("peak probed", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ("probe",)),
 ]
 MPI = [
     ("tp2", (2, 64, 4, 256), 32, 4, 4, {"tp": 2}, "serial", ()),
     ("dp2", (2, 64, 4, 256), 32, 8, 4, {"dp": 2}, "serial", ()),
     ("pp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial", ()),
     ("pp2 x vpp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2, "vpp": 2}, "serial", ()),
-    ("pp2, d6", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial", ("d6",)),
+    ("pp2 probed, d6", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial", ("probe", "d6")),
 ]
 
 
@@ -54,10 +56,11 @@ def check(ws, cl, case):
     metrics = ws.path(f"m_{len(os.listdir(ws.dir))}.jsonl")
     args = ["train", "--train-data", ws.shard, *model, "--seq", str(seq),
             "--batch", str(batch), "--micro-batch", str(micro), "--steps", "2", "--threads", "1",
-            "--peak-flops", "1e11", "--log-every", "100", "--trace-dir", "none",
-            "--metrics", metrics, *lay]
+            "--log-every", "100", "--trace-dir", "none", "--metrics", metrics, *lay]
     if "d6" not in opts:
         args += ["--seq-max", str(seq)]
+    if "probe" not in opts:
+        args += ["--peak-flops", "1e11"]
     r = cc.run(ws, args) if ranks == 1 else cc.mpi(ws, ranks, args)
     if not cc.ok(r.returncode == 0 and os.path.exists(metrics), f"{name}: trains", r.stderr):
         return
@@ -66,7 +69,7 @@ def check(ws, cl, case):
     popts = [x for k, v in layout.items() if k != "dp" for x in ("--" + k, str(v))]
     p = cc.run(ws, ["plan", "--cluster", cl, *model, "--seq", str(seq), "--batch", str(batch),
                     "--micro-batch", str(micro), "--gpus", str(ranks), "--features", "ours",
-                    *popts, "--json"])
+                    *popts, *([] if "probe" in opts else ["--probe", "0"]), "--json"])
     if not cc.ok(p.returncode == 0, f"{name}: plans", p.stderr):
         return
     j = json.loads(p.stdout)
