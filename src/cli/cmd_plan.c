@@ -22,7 +22,8 @@
 
 typedef struct {
     char *model, *block, *cluster, *features, *recompute, *data_dir;
-    int layers, dim, heads, vocab, seq, window;
+    int layers, dim, heads, vocab, seq, seq_max, window;
+    int probe;
     int gpus, tp, pp, vpp, batch, micro;
     int json, search, top, max_vpp, max_micro, ckpt_every;
     double mtbf_hours, restart_s;
@@ -42,6 +43,9 @@ static const opts_spec plan_opts[] = {
     O("heads", OPT_T_INT, heads, "0", "[0,100000]", "attention heads (0: the preset's)"),
     O("vocab", OPT_T_INT, vocab, "0", "[0,100000000]", "vocabulary (0: the preset's)"),
     O("seq", OPT_T_INT, seq, "0", "[0,10000000]", "tokens per sequence (0: the preset's)"),
+    O("seq-max", OPT_T_INT, seq_max, "0", "[0,10000000]",
+      "rows of the position table, the trainer's --seq-max (0: a trainer preset's, d6 ... d48: "
+      "1024; else --seq)"),
     O("block", OPT_T_STR, block, NULL, NULL,
       "serial or parallel (default: from --features: parallel with megascale)"),
     O("window", OPT_T_INT, window, "-1", "[-1,10000000]",
@@ -58,6 +62,10 @@ static const opts_spec plan_opts[] = {
       "megatron, megascale, ours (this trainer: TP, PP and DP overlap, fused, async data) or a "
       "comma list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, data, lamb "
       "(none: Megatron-LM's baseline)"),
+    O("probe", OPT_T_INT, probe, "-1", "[-1,1]",
+      "1: count the trainer's peak probe (three GEMM matrices on top of the rest), 0: not (a run "
+      "given --peak-flops), -1: as the trainer does on this cluster (CPU or fp32: 1; a bf16 GPU, "
+      "whose peak is in its table: 0)"),
     O("recompute", OPT_T_STR, recompute, NULL, NULL,
       "activation recomputation: none, selective, full (default: selective with megatron, "
       "else none)"),
@@ -122,7 +130,8 @@ static ms_status model_of(const plan_cli *o, plan_model *m) {
                               .dim = g.n_embd,
                               .heads = g.n_head,
                               .vocab = g.vocab,
-                              .seq = g.seq_max};
+                              .seq = g.seq_max,
+                              .seq_max = g.seq_max};
         }
     }
     if (o->layers) m->layers = o->layers;
@@ -130,6 +139,7 @@ static ms_status model_of(const plan_cli *o, plan_model *m) {
     if (o->heads) m->heads = o->heads;
     if (o->vocab) m->vocab = o->vocab;
     if (o->seq) m->seq = o->seq;
+    if (o->seq_max) m->seq_max = o->seq_max;
     return MS_OK;
 }
 
@@ -174,10 +184,13 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
     return MS_OK;
 }
 
-static ms_status inputs(const plan_cli *o, plan_model *m, plan_layout *l, plan_features *f) {
+static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m, plan_layout *l,
+                        plan_features *f) {
     MS_TRY(model_of(o, m));
     int parallel, window;
     MS_TRY(features_of(o->features, f, &parallel, &window));
+    /* the trainer without --peak-flops probes, but reads a bf16 GPU's peak from its table */
+    f->peak_probe = o->probe >= 0 ? o->probe : c->cores > 0 || c->act_bytes >= 4;
     m->parallel_block = parallel;
     if (o->block && !strcmp(o->block, "parallel"))
         m->parallel_block = 1;
@@ -306,7 +319,7 @@ int cmd_plan(int argc, char **argv) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/clusters", o.data_dir && *o.data_dir ? o.data_dir : MS_DATA_DIR);
     if (st == MS_OK) st = plan_cluster_find(o.cluster, dir, &c);
-    if (st == MS_OK) st = inputs(&o, &m, &l, &f);
+    if (st == MS_OK) st = inputs(&o, &c, &m, &l, &f);
     if (st != MS_OK) {
         rc = cli_fail("plan", st);
         goto out;

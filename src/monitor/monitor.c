@@ -87,8 +87,12 @@ double mon_peak_table(const char *device) {
 
 /* The probe's size: the GPU needs a large product to reach its peak
  * (8192^3 is 1.1 TFLOP); a CPU, bf16 or fp32, reaches its own at 2048^3. */
+int mon_peak_probe_dim(int gpu, int bf16) {
+    return gpu && bf16 ? 8192 : 2048;
+}
+
 int mon_peak_probe_n(const be_backend *be) {
-    return be->act_dtype == BE_BF16 && strcmp(be->name, "cpu") ? 8192 : 2048;
+    return mon_peak_probe_dim(strcmp(be->name, "cpu") != 0, be->act_dtype == BE_BF16);
 }
 
 static void peak_describe_probe(mon_peak *p, const be_backend *be) {

@@ -57,6 +57,9 @@ void mon_peak_init(mon_peak *p, be_backend *be, double given, const char *cache_
 void mon_peak_reprobe(mon_peak *p, be_backend *be);
 /* The probe's size for this backend (2048 on a CPU, 8192 on a GPU). */
 int mon_peak_probe_n(const be_backend *be);
+/* The same by kind (gpu: a GPU backend; bf16: its activations are bf16): n of
+ * the probe's three n x n matrices (the planner's count of them). */
+int mon_peak_probe_dim(int gpu, int bf16);
 /* MFU of a rank that achieved `flops` FLOP/s: flops / peak, at most 1 (a
  * faster step raises the peak, with a warning the first time). */
 double mon_peak_mfu(mon_peak *p, double flops);

@@ -38,6 +38,7 @@
 
 typedef struct {
     int layers, dim, heads, vocab, seq;
+    int seq_max;        /* the position table's rows (the trainer's --seq-max; 0: seq) */
     int parallel_block; /* 1: y = x + Attn(LN(x)) + MLP(LN(x)) (one LN, one AG/RS per layer) */
     int window;         /* sliding attention window (0: full causal) */
 } plan_model;
@@ -57,6 +58,8 @@ typedef struct {
     int async_data; /* data loaded ahead by a loader per node (not on the step) */
     int lamb;       /* optimizer LAMB (else AdamW) */
     plan_recompute recompute;
+    int peak_probe; /* the trainer probes the peak (no --peak-flops, not a GPU of its table):
+                     * three GEMM matrices on top of everything else it holds */
 } plan_features;
 
 typedef struct {
@@ -184,6 +187,8 @@ typedef struct {
  * multiple of dp x --micro-batch, layers not divisible by pp x vpp, an
  * interleaved schedule whose micro-batch count is not a multiple of pp). */
 ms_status plan_check(const plan_model *m, const plan_layout *l);
+/* The position table's rows: seq_max, or seq where it is 0. */
+int plan_seq_max(const plan_model *m);
 /* Predict one configuration. */
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
                        const plan_cluster *c, plan_result *r);
@@ -194,7 +199,7 @@ double plan_megatron_flops_per_token(const plan_model *m);
 double plan_window_flops_per_token(const plan_model *m);
 /* The model's own counts (model/gpt.h: gpt_config_num_params and
  * gpt_flops_per_token, 6N + 12 L T_eff C, what the trainer's MFU uses):
- * parameters of one layer and of the rest (wte, wpe up to seq, ln_f). */
+ * parameters of one layer and of the rest (wte, wpe up to seq-max, ln_f). */
 void plan_params(const plan_model *m, double *layer, double *embed);
 double plan_flops_per_token_6n(const plan_model *m);
 
@@ -217,8 +222,9 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
  * the ZeRO shard of m and v; the activation arena (the blocks of as many
  * (micro-batch, chunk) sets as the stage's schedule holds at once, the
  * output stage, one copy of the backward's scratch), the pipeline's send
- * buffers and tied-embedding copy, ZeRO's exchange buffers and the
- * backend's op scratch.  MS_ERR_NOMEM. */
+ * buffers and tied-embedding copy, ZeRO's exchange buffers, the
+ * backend's op scratch and, with f->peak_probe, the peak probe's three GEMM
+ * matrices.  MS_ERR_NOMEM. */
 ms_status plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
                       const plan_cluster *c, plan_result *r);
 

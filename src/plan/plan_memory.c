@@ -1,13 +1,15 @@
 /* plan_memory.c - memory per GPU: what the trainer allocates on a rank, buffer
  * by buffer (src/model/gpt_model.c's parameter table and activation arena,
- * src/optim, src/parallel/zero.c, src/train/train_pipeline.c and the
- * backend's op scratch), for every pipeline stage; the busiest one counts.
+ * src/optim, src/parallel/zero.c, src/train/train_pipeline.c, the
+ * backend's op scratch and the peak probe's matrices), for every pipeline
+ * stage; the busiest one counts.
  * With full recomputation (which the trainer does not run) the layers keep
  * their input only (Korthikanti et al. 2022) and one layer's activations
  * are rebuilt while its backward runs. */
 #include <math.h>
 #include <stdlib.h>
 
+#include "monitor/monitor.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
 
@@ -26,11 +28,16 @@ static double vocab_pad(const plan_model *m, int tp) {
     return up(m->vocab, q);
 }
 
-/* Whether the attention keeps its score matrix: the CPU backend (a cluster
- * with cores) keeps softmax's output, (B, heads, T, T) fp32; a GPU's flash
- * kernel its log-sum-exp, (B, heads, T). */
-static int keeps_scores(const plan_cluster *c) {
+/* A cluster of CPU machines (it has cores): the trainer's CPU backend. */
+static int is_cpu(const plan_cluster *c) {
     return c->cores > 0;
+}
+
+/* Whether the attention keeps its score matrix: the CPU backend keeps
+ * softmax's output, (B, heads, T, T) fp32; a GPU's flash kernel its
+ * log-sum-exp, (B, heads, T). */
+static int keeps_scores(const plan_cluster *c) {
+    return is_cpu(c);
 }
 
 double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompute rc, int flash,
@@ -56,7 +63,7 @@ static double stage_params(const plan_model *m, int t, int p, int d, int s, doub
     int first = s == 0, last = s == p - 1;
     *wte = first || last ? up(up(vocab_pad(m, t) / t * C, 16), a) : 0;
     n += *wte;
-    if (first) n += up(up((double)m->seq * C, 16), a);
+    if (first) n += up(up((double)plan_seq_max(m) * C, 16), a); /* wpe: seq-max rows */
     /* a block: the split tensors (c_attn w b, c_fc w b: columns; the projections'
      * weights: rows) over t, LayerNorms and the projections' biases whole */
     double split[] = {C * 3 * C / t, 3 * C / t, C * C / t, C * 4 * C / t, 4 * C / t, 4 * C * C / t};
@@ -149,6 +156,16 @@ static double arena_bytes(const plan_model *m, const plan_layout *l, const plan_
     return a;
 }
 
+/* The peak probe's three n x n matrices (monitor.c probe_once), allocated on
+ * top of everything the rank holds: the model, optimizer, arena and buffers
+ * are all allocated before the first probe, and the warm-up's probes at steps
+ * 2 and 3 find the same. */
+static double probe_bytes(const plan_features *f, const plan_cluster *c) {
+    if (!f->peak_probe) return 0;
+    double n = mon_peak_probe_dim(!is_cpu(c), c->act_bytes < 4);
+    return 3 * n * n * c->act_bytes;
+}
+
 ms_status plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
                       const plan_cluster *c, plan_result *r) {
     int t = l->tp, p = l->pp, d = l->gpus / (l->tp * l->pp);
@@ -169,6 +186,7 @@ ms_status plan_memory(const plan_model *m, const plan_layout *l, const plan_feat
             act += 4 * N * m->dim * d;
         if (d > 1 && keeps_scores(c)) /* wte's reduce-scatter by exchange (no NCCL) */
             act += 4 * (d - 1) * (wte / d);
+        act += probe_bytes(f, c);
         double total = params + grads + optim + act;
         if (total <= best) continue;
         best = total;

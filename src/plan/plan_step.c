@@ -170,12 +170,12 @@ static void ends_cost(const plan_model *m, const plan_features *f, const plan_cl
     }
 }
 
-/* The model's own counts (model/gpt.h) for a plan_model: positions up to seq. */
+/* The model's own counts (model/gpt.h) for a plan_model: positions up to seq-max. */
 static gpt_config gpt_of(const plan_model *m, int layers) {
     gpt_config g;
     memset(&g, 0, sizeof g);
     g.n_layer = layers, g.n_embd = m->dim, g.n_head = m->heads, g.vocab = m->vocab;
-    g.seq_max = m->seq, g.attn_window = m->window;
+    g.seq_max = plan_seq_max(m), g.attn_window = m->window;
     g.block = m->parallel_block ? GPT_BLOCK_PARALLEL : GPT_BLOCK_SERIAL;
     return g;
 }
@@ -216,6 +216,10 @@ double plan_window_flops_per_token(const plan_model *m) {
     return megatron_flops(m, m->window > 0 && m->window < m->seq ? m->window : m->seq);
 }
 
+int plan_seq_max(const plan_model *m) {
+    return m->seq_max > 0 ? m->seq_max : m->seq;
+}
+
 ms_status plan_check(const plan_model *m, const plan_layout *l) {
     if (m->layers < 1 || m->dim < 1 || m->heads < 1 || m->vocab < 2 || m->seq < 1)
         return ms_error(MS_ERR_ARG,
@@ -224,6 +228,11 @@ ms_status plan_check(const plan_model *m, const plan_layout *l) {
                         m->layers, m->dim, m->heads, m->vocab, m->seq);
     if (m->dim % m->heads)
         return ms_error(MS_ERR_ARG, "--dim %d is not divisible by --heads %d", m->dim, m->heads);
+    if (m->seq_max < 0 || (m->seq_max > 0 && m->seq > m->seq_max))
+        return ms_error(MS_ERR_ARG,
+                        "--seq %d must be in 1..%d, the model's seq-max (--seq-max, or the "
+                        "preset's), as in the trainer",
+                        m->seq, m->seq_max);
     if (m->window < 0) return ms_error(MS_ERR_ARG, "--window %d must be >= 0", m->window);
     if (l->gpus < 1 || l->tp < 1 || l->pp < 1 || l->vpp < 1 || l->batch < 1 || l->micro < 1)
         return ms_error(MS_ERR_ARG,

@@ -199,6 +199,11 @@ def main():
         (["--cluster", "a100-megascale", *base, "--recompute", "some"], 2, "--recompute some"),
         (["--cluster", "a100-megascale", "--model", "d12", "--batch", "8"], 2, "--gpus"),
         (["--cluster", "a100-megascale", *base, "--tpp", "2"], 2, "tpp"),
+        # a trainer preset's position table has 1024 rows, as the trainer refuses a longer --seq
+        (["--cluster", "a100-megascale", "--gpus", "8", "--batch", "8", "--model", "d12", "--seq",
+          "2048"], 2, "--seq 2048 must be in 1..1024"),
+        (["--cluster", "a100-megascale", "--gpus", "8", "--batch", "8", "--model", "d12", "--seq",
+          "2048", "--seq-max", "1000"], 2, "--seq 2048 must be in 1..1000"),
     ]
     bad = os.path.join(d, "bad.json")
     cfg = json.load(open(one))
