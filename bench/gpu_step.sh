@@ -15,12 +15,20 @@
 #        OVERLAP_PAIRS=1, OVERLAP_TIMEOUT=240 (s), BUDGET=540 (s: leaves out,
 #        with a line saying so, each part that would not fit in what is left;
 #        0, the default, runs everything),
-#        SKIP_STEPS=1 (tests and overlap only), SKIP_TORCH=1, SKIP_EAGER=1, SKIP_VARIANTS=1, SKIP_PROFILE=1,
+#        SKIP_STEPS=1 (tests and overlap only), SKIP_TORCH=1, SKIP_EAGER=1,
+#        SKIP_VARIANTS=1, SKIP_PROFILE=1,
 #        CASES="d12:64 d24:32",
-#        JOBS=16, KIT=FILE).  KIT: a kit made here by bench/gpu_kit.sh pack,
-#        for a GPU machine without our dependencies: it is installed and used
-#        instead of building, and the GPU tests run from it (not from CTest).  "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as
-#        our kernel, not cuBLASLt's epilogue); the ratios use the default.
+#        JOBS=16, KIT=FILE, KIT_TEST_TIMEOUT=150, KIT_TRAIN_TIMEOUT=240 (s)).
+#        KIT: a kit made by `bench/gpu_kit.sh pack` on a build machine, for a
+#        GPU machine without our dependencies (this workplace's: CUDA, PyTorch
+#        and OpenMPI, no cJSON, PCRE2, OpenBLAS, cairo, libmicrohttpd): it is
+#        installed and used instead of building, and the GPU tests run from it
+#        one by one (not through CTest), a failing kernel test again under
+#        compute-sanitizer.  The call there:
+#          KIT=.devkit/kit.tar.xz BUDGET=540 bench/gpu_step.sh /tmp/gs
+#        with .devkit carried, then summary.txt and the logs copied to $OUT.
+#        "megascale gelu*" is d12 with MS_CUDA_FUSE_GELU=0 (GeLU as our
+#        kernel, not cuBLASLt's epilogue); the ratios use the default.
 #        On d12 a short MS_CUDA_PROFILE=1 run prints the per-op device times.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -56,10 +64,11 @@ if [[ -n $kit ]]; then
     { log "kit install failed"; cat "$out/kit.log"; exit 1; }
   log "kit $(cat "$kdir/COMMIT") installed in $kdir; $(tr '\n' ' ' < "$out/kit.log")"
   export PATH=$kbin:$PATH
-  # ranks share the GPU and the host: no binding, shared memory without
-  # cross-process reads (which a VM may refuse), no network transports
+  # ranks share the GPU and the host: no binding, shared memory only (its
+  # single-copy reads work there, and move a large message 2-5x faster
+  # than fragments: docs/perf.md), and no warnings from network plugins
   export OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
-  export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_mca_base_component_show_load_errors=0
+  export OMPI_MCA_mca_base_component_show_load_errors=0
   if [[ ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
   bin=$kbin/megascale
   "$bin" --version 2>&1 | head -2 | tee -a "$out/summary.txt"
