@@ -30,6 +30,9 @@ static void usage(void) {
 #ifndef MS_VERSION /* set by CMake for the megascale target; other programs built from main.c */
 #define MS_VERSION "unknown"
 #endif
+#ifdef MS_HAVE_GIT_H /* the megascale target: written at every build */
+#include "ms_git.h"
+#endif
 #ifndef MS_GIT
 #define MS_GIT "unknown"
 #endif
