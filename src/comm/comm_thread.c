@@ -143,6 +143,21 @@ static size_t comm_req_bytes(const comm_req *r) {
     return n;
 }
 
+/* A large op was posted at t: poll hard until every large op in flight
+ * could have moved at COMM_STREAM_MIN_RATE (they move one after another),
+ * plus COMM_HARD_POLL_S.  Counted from what is in flight, so a long run of
+ * traffic faster than that rate never pushes the window beyond it
+ * (w->mpi_mu held). */
+static void comm_stream_extend(comm_world *w, double t) {
+    size_t bytes = 0;
+    for (int i = 0; i < w->nactive; i++) {
+        size_t n = w->active[i] ? comm_req_bytes(w->active[i]) : 0;
+        if (n >= COMM_STREAM_MIN_BYTES) bytes += n;
+    }
+    double until = t + COMM_HARD_POLL_S + (double)bytes / COMM_STREAM_MIN_RATE;
+    if (until > w->stream_until) w->stream_until = until;
+}
+
 /* Post every request of the batch, in submission order (w->mpi_mu held). */
 void comm_post_batch(comm_world *w, comm_req *r) {
     while (r) {
@@ -166,13 +181,7 @@ void comm_post_batch(comm_world *w, comm_req *r) {
                 w->active[w->nactive] = r;
                 w->mreqs[w->nactive] = r->mreq;
                 w->nactive++;
-                /* ops move one after another: a new one's time adds to
-                 * what is still streaming */
-                size_t n = comm_req_bytes(r);
-                double from = r->t_posted + COMM_HARD_POLL_S;
-                if (w->stream_until > from) from = w->stream_until;
-                if (n >= COMM_STREAM_MIN_BYTES)
-                    w->stream_until = from + (double)n / COMM_STREAM_MIN_RATE;
+                if (comm_req_bytes(r) >= COMM_STREAM_MIN_BYTES) comm_stream_extend(w, r->t_posted);
             }
         }
         r = next;
