@@ -44,19 +44,15 @@ static const char *usage_text =
  * not one of the run's files the tools read (an event log, a hang dump),
  * which it would replace. */
 static ms_status check_output(const char *opt, const char *path, const char *dir) {
-    static const char *const read[] = {"events_r*.jsonl", "hang_r*.json"};
-    char esc[4300], pat[4400], match[4400];
+    static const char *const read[] = {"events_r*.jsonl", "hang_r*.json", NULL};
+    char match[4400];
     ms_status st = ms_path_check_writable(path, 0);
     if (st != MS_OK) return ms_error_wrap(st, "%s", opt);
-    MS_TRY(ms_glob_escape(dir, esc, sizeof esc));
-    for (size_t i = 0; i < sizeof read / sizeof *read; i++) {
-        snprintf(pat, sizeof pat, "%s/%s", esc, read[i]);
-        if (ms_path_is_input(path, pat, match, sizeof match))
-            return ms_error(MS_ERR_ARG,
-                            "%s %s is %s, a file of the run that this command reads: an output "
-                            "never replaces an input; nothing was written",
-                            opt, path, match);
-    }
+    if (ms_path_in_dir(path, dir, read, match, sizeof match))
+        return ms_error(MS_ERR_ARG,
+                        "%s %s is %s, a file of the run that this command reads: an output "
+                        "never replaces an input; nothing was written",
+                        opt, path, match);
     return MS_OK;
 }
 
