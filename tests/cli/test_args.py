@@ -365,11 +365,13 @@ def test_config_as_output(d, train, ck):
     command writes into an output directory): exit 2 naming the option, the
     path and the config file, before anything is written (the log was
     appended to the config, the metrics and the launch's events written
-    over it, a restart read that back)."""
+    over it, a restart read that back); every subcommand with an output."""
     cd = os.path.join(d, "cfgs")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
+    tr2 = os.path.join(cd, "tr2")  # a copy of the run's trace, to hold a config as trace.json
+    shutil.copytree(os.path.join(d, "tr"), tr2)
     LA = ["launch", "--np", "1", "--run-dir"]
-    C, T = "{C}", "steps = 1\n"  # C: the config file's path, in args
+    C, T, W = "{C}", "steps = 1\n", "window = 5\n"  # C: the config file's path, in args
     rows = [  # (the config file under cfgs/, its text, args, the option named, its path: None is C)
         ("log.cfg", T, [*TR, "--config", C, "--log-file", C], "--log-file", None),
         ("metrics.cfg", T, [*TR, "--config", C, "--metrics", C], "--metrics", None),
@@ -395,6 +397,24 @@ def test_config_as_output(d, train, ck):
          "launch --run-dir's events file", None),
         ("lr3/events.jsonl", "max-restarts = 0\n", [*LA, f"{cd}/lr3", "--config", C, "--", *TR[1:]],
          "launch --run-dir's events file", None),
+        ("measure.cfg", "threads = 1\n", ["plan", "measure", "--config", C, "--out", C], "--out",
+         None),
+        ("merge.cfg", W, ["trace", "merge", tr2, "--config", C, "--out", C], "--out", None),
+        ("tr2/trace.json", W, ["trace", "merge", tr2, "--config", C], "merge's default --out",
+         None),
+        ("strag.cfg", W, ["trace", "stragglers", tr2, "--config", C, "--png", C], "--png", None),
+        ("diag.cfg", "gemm-n = 16\n", ["diag", "--config", C, "--history", C], "--history", None),
+        ("hd/n1.jsonl", "gemm-n = 16\n",
+         ["diag", "--config", C, "--history-dir", f"{cd}/hd", "--node-map", "n1"], "--history-dir",
+         f"{cd}/hd"),
+        ("tok.cfg", "vocab-size = 300\n",
+         ["data", "tokenizer-train", "--input", train, "--config", C, "--out", C, "--force"],
+         "--out", None),
+        ("export.cfg", "save-dtype = f32\n", ["ckpt", "export", ck, "--config", C, "--out", C],
+         "--out", None),
+        ("ex/w.config.json", "save-dtype = f32\n",
+         ["ckpt", "export", ck, "--config", C, "--out", f"{cd}/ex/w.safetensors"],
+         "--out's config.json", None),
     ]
     made = {}
     for rel, text, args, opt, path in rows:
@@ -410,7 +430,8 @@ def test_config_as_output(d, train, ck):
            f"rc={rc}\n{err}")
     changed = [p for p, b in made.items() if not os.path.isfile(p) or open(p, "rb").read() != b]
     ok(not changed, "no --config file was changed or moved by the refused commands", str(changed))
-    ok(not any(os.path.exists(os.path.join(cd, n)) for n in ("lr1", "sw/model.safetensors")),
+    ok(not any(os.path.exists(os.path.join(cd, n)) for n in ("lr1", "sw/model.safetensors",
+                                                              "ex/w.safetensors")),
        "the refused commands wrote nothing")
 
 
