@@ -570,6 +570,17 @@ int ms_path_is_input(const char *out, const char *in, char *match, size_t cap) {
     return hit;
 }
 
+int ms_path_in_dir(const char *file, const char *dir, const char *const *names, char *match,
+                   size_t cap) {
+    char esc[4300], pat[4400];
+    if (!dir || !*dir || ms_glob_escape(dir, esc, sizeof esc) != MS_OK) return 0;
+    for (int i = 0; names && names[i]; i++) {
+        snprintf(pat, sizeof pat, "%s/%s", esc, names[i]);
+        if (ms_path_is_input(file, pat, match, cap)) return 1;
+    }
+    return 0;
+}
+
 ms_status ms_path_check_dir(const char *opt, const char *path, const char *what) {
     struct stat sb;
     int err = stat(path, &sb) != 0 ? errno : 0;

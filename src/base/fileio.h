@@ -102,5 +102,13 @@ ms_status ms_path_check_dir(const char *opt, const char *path, const char *what)
  * (yet) is none.  Returns 1 and copies the input's path into match (cap
  * bytes; may be NULL) when it is one, else 0. */
 int ms_path_is_input(const char *out, const char *in, char *match, size_t cap);
+/* Whether the file `file` is one of the files directly in directory dir
+ * whose names match one of the glob(3) patterns names (NULL-terminated):
+ * the files a command writes into dir, or reads from it.  By identity, as
+ * ms_path_is_input; a file or a directory that does not exist is none.
+ * Returns 1 and copies the file's path in dir into match (cap bytes; may
+ * be NULL) when it is one, else 0. */
+int ms_path_in_dir(const char *file, const char *dir, const char *const *names, char *match,
+                   size_t cap);
 
 #endif

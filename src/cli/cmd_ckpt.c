@@ -17,6 +17,7 @@
 typedef struct {
     char *format, *out, *shm_dir, *save_dtype;
     int dp, remove;
+    opts_list config; /* the --config files read (opts_check_output) */
 } ckpt_cli;
 
 #define O(name, type, field, def, help)                                                            \
@@ -35,6 +36,7 @@ static const opts_spec ckpt_opts[] = {
               "shm, shm-orphans: 1 (or a bare --remove) removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
        "list, shm, shm-orphans: where the training run keeps its host-memory snapshots"),
+    OPTS_CONFIG_FILES(ckpt_cli, config),
 };
 #define N_CKPT_OPTS ((int)(sizeof ckpt_opts / sizeof ckpt_opts[0]))
 
@@ -204,6 +206,11 @@ int cmd_ckpt(int argc, char **argv) {
             st = ms_error(MS_ERR_ARG, "ckpt export: --out FILE is required");
         else if (strcmp(o.format, "safetensors"))
             st = ms_error(MS_ERR_ARG, "ckpt export: --format %s (only safetensors)", o.format);
+        char hf[4200] = ""; /* the config.json written beside the weights */
+        if (st == MS_OK) ckpt_hf_config_path(o.out, hf, sizeof hf);
+        if (st == MS_OK) st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out", o.out, NULL);
+        if (st == MS_OK)
+            st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out's config.json", hf, NULL);
         if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
         ckpt_st_dtype dt = CKPT_ST_F32;
         if (st == MS_OK) st = ckpt_hf_dtype_parse(o.save_dtype, &dt);

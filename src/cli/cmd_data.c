@@ -24,6 +24,7 @@ typedef struct {
     double val_fraction;
     int count, vocab_size, threads, force, jsonl_skip_bad;
     uint64_t shard_tokens;
+    opts_list config; /* the --config files read (opts_check_output) */
 } data_config;
 
 #define O(name, type, field, def, help)                                                            \
@@ -56,6 +57,7 @@ static const opts_spec data_opts[] = {
               "1 (or a bare --force) replaces what --out holds: prepare, the shards of --name (the "
               "old ones not rewritten "
               "are removed); tokenizer-train, the file (0: refuse)"),
+    OPTS_CONFIG_FILES(data_config, config),
 };
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
 
@@ -283,6 +285,7 @@ static ms_status read_documents(const data_config *dc, const inputs *in, char **
 static ms_status check_tokenizer_out(const data_config *dc, const inputs *in) {
     struct stat o, sb;
     if (stat(dc->out, &o) != 0) return ms_path_check_writable(dc->out, 0);
+    MS_TRY(opts_check_output(data_opts, N_DATA_OPTS, dc, "--out", dc->out, NULL));
     for (int i = 0; i < in->n; i++)
         for (int k = 0; k < in->v[i].n_paths; k++)
             if (stat(in->v[i].paths[k], &sb) == 0 && sb.st_dev == o.st_dev && sb.st_ino == o.st_ino)

@@ -19,6 +19,7 @@ typedef struct {
     char *device, *history, *history_dir, *node_map, *storage_dir, *inject_fault;
     int threads, gemm_n, gemm_speed_n, mem_mb, storage_mb, json, fail_exit;
     double slow_factor, min_mem_gbps, comm_timeout;
+    opts_list config; /* the --config files read (opts_check_output) */
 } diag_cli;
 
 #define O(name, type, field, def, help)                                                            \
@@ -62,6 +63,7 @@ static const opts_spec diag_opts[] = {
       "faults for tests (docs/operations.md): diag:gemm, diag:memory, diag:comm, diag:storage "
       "make that check fail as on bad hardware, diag:slow makes the GEMM 10x as slow "
       "(KIND@1:RANK: one rank only; KIND:node=NAME: the ranks of that node)"),
+    OPTS_CONFIG_FILES(diag_cli, config),
 };
 #define N_DIAG_OPTS ((int)(sizeof diag_opts / sizeof diag_opts[0]))
 
@@ -154,6 +156,14 @@ int cmd_diag(int argc, char **argv) {
         st = ms_node_of(o.node_map, ms_ctx_get()->rank, ms_ctx_get()->world, node, "--node-map");
     ms_fault_plan_set_node(&plan, node); /* "diag:gemm:node=NAME" fails that node only */
     to_config(&o, &plan, node, &c);
+    char mine[MS_NODE_NAME_MAX + 8]; /* --history-dir's file of this node (diag.c) */
+    snprintf(mine, sizeof mine, "%s.jsonl", node);
+    const char *const hist_dir_files[] = {mine, NULL};
+    if (st == MS_OK)
+        st = opts_check_output(diag_opts, N_DIAG_OPTS, &o, "--history", o.history, NULL);
+    if (st == MS_OK)
+        st = opts_check_output(diag_opts, N_DIAG_OPTS, &o, "--history-dir", o.history_dir,
+                               hist_dir_files);
     if (st == MS_OK) st = diag_config_check(&c);
     if (st == MS_OK) st = diag_run(&c, &r);
     if (st != MS_OK)

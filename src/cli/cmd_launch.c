@@ -107,37 +107,49 @@ static int check_addr(const char *opt, const char *v) {
     return SUP_EXIT_USAGE;
 }
 
-/* The input --events names, if it is one (NULL if none): the binary, the
- * hostfile or a --config file, which appended to would not run or parse
- * again. */
-static const char *events_input(const launch_cli *o, const char *bin) {
-    if (ms_path_is_input(o->events, bin, NULL, 0)) return "megascale binary";
-    if (ms_path_is_input(o->events, o->hostfile, NULL, 0)) return "--hostfile";
-    for (int i = 0; i < o->config.n; i++)
-        if (ms_path_is_input(o->events, o->config.v[i], NULL, 0)) return "--config file";
+/* The events file the driver appends to: --events, or RUN_DIR/events.jsonl
+ * (into buf, cap bytes; NULL without either).  *opt: how the messages name
+ * it. */
+static const char *events_path(const launch_cli *o, char *buf, size_t cap, const char **opt) {
+    *opt = "launch --events";
+    if (o->events && *o->events) return o->events;
+    *opt = "launch --run-dir's events file";
+    if (!o->run_dir || !*o->run_dir) return NULL;
+    snprintf(buf, cap, "%s/events.jsonl", o->run_dir);
+    return buf;
+}
+
+/* The input the events file is, if it is one (NULL if none): the binary
+ * or the hostfile, which appended to would not run or parse again (a
+ * --config file: opts_check_output). */
+static const char *events_input(const launch_cli *o, const char *events, const char *bin) {
+    if (ms_path_is_input(events, bin, NULL, 0)) return "megascale binary";
+    if (ms_path_is_input(events, o->hostfile, NULL, 0)) return "--hostfile";
     return NULL;
 }
 
 /* The paths the driver writes or runs, checked before anything starts:
- * --run-dir a directory it can make, --events a file it can write (not an
- * input: events_input), --bin an
- * executable file (else every start of the job fails, and is restarted as a
- * fault).  0 or SUP_EXIT_USAGE, the error naming the option. */
-static int check_paths(const launch_cli *o) {
+ * --run-dir a directory it can make, --events a file it can write, the
+ * events file (ev_opt events: events_path) not an input (events_input, a
+ * --config file), --bin an executable file (else every start of the job
+ * fails, and is restarted as a fault).  0 or SUP_EXIT_USAGE, the error
+ * naming the option. */
+static int check_paths(const launch_cli *o, const char *ev_opt, const char *events) {
     ms_status st = MS_OK;
     struct stat sb;
     const char *bin = o->bin && *o->bin ? o->bin : "/proc/self/exe"; /* stat: the binary */
-    const char *in = events_input(o, bin);
+    const char *in = events_input(o, events, bin);
     if (o->run_dir && *o->run_dir && (st = ms_path_check_writable(o->run_dir, 1)) != MS_OK)
         st = ms_error_wrap(st, "--run-dir");
     else if (o->events && *o->events && (st = ms_path_check_writable(o->events, 0)) != MS_OK)
         st = ms_error_wrap(st, "--events");
     else if (in)
         st = ms_error(MS_ERR_ARG,
-                      "--events %s is the %s: an output never replaces an input; nothing was "
-                      "written",
-                      o->events, in);
-    else if (o->bin && *o->bin && stat(o->bin, &sb) != 0)
+                      "%s %s is the %s: an output never replaces an input; nothing was written",
+                      ev_opt, events, in);
+    else if ((st = opts_check_output(launch_opts, N_LAUNCH_OPTS, o, ev_opt, events, NULL)) !=
+             MS_OK) {
+    } else if (o->bin && *o->bin && stat(o->bin, &sb) != 0)
         st = ms_error(MS_ERR_ARG, "--bin %s: %s (the megascale binary of the ranks)", o->bin,
                       errno == ENOENT ? "does not exist" : strerror(errno));
     else if (o->bin && *o->bin && (!S_ISREG(sb.st_mode) || access(o->bin, X_OK) != 0))
@@ -166,7 +178,8 @@ int cmd_launch(int argc, char **argv) {
     int npos, help;
     ms_status st = opts_parse(launch_opts, N_LAUNCH_OPTS, &o, sep, argv, pos, 0, &npos, &help);
     int rc = 0;
-    char self[4096] = "";
+    char self[4096] = "", evbuf[4200];
+    const char *ev_opt, *events = events_path(&o, evbuf, sizeof evbuf, &ev_opt);
     if (help) {
         opts_print_help(
             launch_opts, N_LAUNCH_OPTS,
@@ -188,8 +201,8 @@ int cmd_launch(int argc, char **argv) {
         rc = 2;
     } else if ((rc = check_addr("--bind", o.bind)) ||
                (rc = check_addr("--dashboard-bind", o.dashboard_bind))) {
-    } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, o.events, &tv)) != 0) {
-    } else if ((rc = check_paths(&o)) != 0) {
+    } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, ev_opt, events, &tv)) != 0) {
+    } else if ((rc = check_paths(&o, ev_opt, events)) != 0) {
     } else {
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n > 0) self[n] = 0;

@@ -18,6 +18,7 @@
 typedef struct {
     char *out, *base, *device, *name, *storage_dir;
     int threads, attn_b, attn_t, attn_c, attn_heads;
+    opts_list config; /* the --config files read (opts_check_output) */
 } measure_cli;
 
 #define O(n, t, f, d, r, h)                                                                        \
@@ -40,6 +41,7 @@ static const opts_spec measure_opts[] = {
     O("attn-seq", OPT_T_INT, attn_t, "64", "[1,65536]", "attention shape timed: tokens"),
     O("attn-dim", OPT_T_INT, attn_c, "64", "[1,65536]", "attention shape timed: width"),
     O("attn-heads", OPT_T_INT, attn_heads, "4", "[1,4096]", "attention shape timed: heads"),
+    OPTS_CONFIG_FILES(measure_cli, config),
 };
 #undef O
 #define N_MEASURE_OPTS ((int)(sizeof measure_opts / sizeof measure_opts[0]))
@@ -99,6 +101,7 @@ static ms_status check_paths(const measure_cli *o) {
                         "--out %s is the --base file: an output never replaces an input; write "
                         "the N-rank cluster to another file",
                         o->out);
+    MS_TRY(opts_check_output(measure_opts, N_MEASURE_OPTS, o, "--out", o->out, NULL));
     if (!o->storage_dir || !*o->storage_dir) return MS_OK;
     return ms_path_check_dir("--storage-dir", o->storage_dir,
                              "the directory whose speed is measured");

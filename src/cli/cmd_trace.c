@@ -15,6 +15,7 @@ typedef struct {
     char *out, *png;
     int json, window;
     double threshold;
+    opts_list config; /* the --config files read (opts_check_output) */
 } trace_cli;
 
 #define O(n, t, field, d, h)                                                                       \
@@ -27,6 +28,7 @@ static const opts_spec trace_opts[] = {
     O("threshold", OPT_T_DOUBLE, threshold, "0.75",
       "stragglers: a relative or individual score below this marks a straggler"),
     O("window", OPT_T_INT, window, "5", "stragglers: steps per window of the individual score"),
+    OPTS_CONFIG_FILES(trace_cli, config),
 };
 #define N_TRACE_OPTS ((int)(sizeof trace_opts / sizeof trace_opts[0]))
 
@@ -42,22 +44,19 @@ static const char *usage_text =
 
 /* An output (opt PATH), before the work: a file that can be written and is
  * not one of the run's files the tools read (an event log, a hang dump),
- * which it would replace. */
-static ms_status check_output(const char *opt, const char *path, const char *dir) {
-    static const char *const read[] = {"events_r*.jsonl", "hang_r*.json"};
-    char esc[4300], pat[4400], match[4400];
+ * nor a --config file of the command (o), which it would replace. */
+static ms_status check_output(const trace_cli *o, const char *opt, const char *path,
+                              const char *dir) {
+    static const char *const read[] = {"events_r*.jsonl", "hang_r*.json", NULL};
+    char match[4400];
     ms_status st = ms_path_check_writable(path, 0);
     if (st != MS_OK) return ms_error_wrap(st, "%s", opt);
-    MS_TRY(ms_glob_escape(dir, esc, sizeof esc));
-    for (size_t i = 0; i < sizeof read / sizeof *read; i++) {
-        snprintf(pat, sizeof pat, "%s/%s", esc, read[i]);
-        if (ms_path_is_input(path, pat, match, sizeof match))
-            return ms_error(MS_ERR_ARG,
-                            "%s %s is %s, a file of the run that this command reads: an output "
-                            "never replaces an input; nothing was written",
-                            opt, path, match);
-    }
-    return MS_OK;
+    if (ms_path_in_dir(path, dir, read, match, sizeof match))
+        return ms_error(MS_ERR_ARG,
+                        "%s %s is %s, a file of the run that this command reads: an output "
+                        "never replaces an input; nothing was written",
+                        opt, path, match);
+    return opts_check_output(trace_opts, N_TRACE_OPTS, o, opt, path, NULL);
 }
 
 static ms_status do_merge(const char *dir, const trace_cli *o) {
@@ -66,7 +65,10 @@ static ms_status do_merge(const char *dir, const trace_cli *o) {
     const char *out = o->out && *o->out ? o->out : def;
     /* before the merge, not after it: the run's logs can take minutes to read
      * (the default, inside DIR, after DIR is found) */
-    if (o->out && *o->out) MS_TRY(check_output("--out", out, dir));
+    if (o->out && *o->out)
+        MS_TRY(check_output(o, "--out", out, dir));
+    else
+        MS_TRY(opts_check_output(trace_opts, N_TRACE_OPTS, o, "merge's default --out", out, NULL));
     trace_merge_stats s;
     MS_TRY(trace_merge(dir, out, &s));
     printf("merged %d rank(s), %lld events, %lld flow(s) (%lld unmatched send(s), %lld unmatched "
@@ -89,7 +91,7 @@ static ms_status print_json(cJSON *j) {
 static ms_status do_stragglers(const char *dir, const trace_cli *o) {
     trace_strag_opts so = {o->threshold, o->window, o->png && *o->png};
     trace_strag *s = NULL;
-    if (o->png && *o->png) MS_TRY(check_output("--png", o->png, dir));
+    if (o->png && *o->png) MS_TRY(check_output(o, "--png", o->png, dir));
     MS_TRY(trace_strag_load(dir, &so, &s));
     ms_status st = MS_OK;
     if (o->png && *o->png) st = trace_strag_heatmap(s, o->png);

@@ -7,8 +7,16 @@
 
 #include "base/ctx.h"
 #include "cli/commands.h"
+#include "ckpt/hf.h"
 #include "cli/opts.h"
 #include "train/train.h"
+
+/* The trainer's configuration and the --config files it was read from
+ * (opts.h: OPTS_CONFIG_FILES), which no output of the run may be. */
+typedef struct {
+    train_config tc;
+    opts_list config;
+} train_cli;
 
 /* O: any value of the type; R: a value in `range` (opts.h); OE: set by
  * the environment variable `env` too, in `range` (NULL: any).  RL, OEL:
@@ -16,15 +24,15 @@
  * (opts_spec.per_rank: it acts on its rank alone, so the start-up check
  * that the ranks agree leaves it out; docs/user-guide.md, "Layout"). */
 #define O(name, type, field, def, help)                                                            \
-    { name, type, offsetof(train_config, field), def, help, NULL, NULL, 0, 0 }
+    { name, type, offsetof(train_cli, tc.field), def, help, NULL, NULL, 0, 0 }
 #define R(name, type, field, def, range, help)                                                     \
-    { name, type, offsetof(train_config, field), def, help, NULL, range, 0, 0 }
+    { name, type, offsetof(train_cli, tc.field), def, help, NULL, range, 0, 0 }
 #define OE(name, type, field, def, env, range, help)                                               \
-    { name, type, offsetof(train_config, field), def, help, env, range, 0, 0 }
+    { name, type, offsetof(train_cli, tc.field), def, help, env, range, 0, 0 }
 #define RL(name, type, field, def, range, help)                                                    \
-    { name, type, offsetof(train_config, field), def, help, NULL, range, 1, 0 }
+    { name, type, offsetof(train_cli, tc.field), def, help, NULL, range, 1, 0 }
 #define OEL(name, type, field, def, env, range, help)                                              \
-    { name, type, offsetof(train_config, field), def, help, env, range, 1, 0 }
+    { name, type, offsetof(train_cli, tc.field), def, help, env, range, 1, 0 }
 
 static const opts_spec train_opts[] = {
     O("model", OPT_T_STR, model, NULL,
@@ -117,7 +125,7 @@ static const opts_spec train_opts[] = {
     R("ckpt-keep", OPT_T_INT, ckpt_keep, "3", "[1,)", "committed checkpoints kept (the newest K)"),
     O("resume", OPT_T_STR, resume, NULL,
       "auto (newest valid in --ckpt-dir or --ckpt-shm-dir) or a checkpoint path"),
-    OPTS_FLAG("new-run", train_config, new_run,
+    OPTS_FLAG("new-run", train_cli, tc.new_run,
               "1 (or a bare --new-run): start afresh in a --ckpt-dir that holds another run's "
               "commits, moving them to "
               "DIR/previous-<date>/ (without it, or --resume auto, such a start is refused)"),
@@ -158,6 +166,7 @@ static const opts_spec train_opts[] = {
       "nan-grad, spike=X or a checkpoint point; random=SEED/N/MAXSTEP/WORLD"),
     OE("ckpt-fault", OPT_T_STR, ckpt_fault, NULL, "MS_CKPT_FAULT", NULL,
        "more faults, same syntax as --inject-fault (the checkpoint's points, for tests)"),
+    OPTS_CONFIG_FILES(train_cli, config),
 };
 #define N_TRAIN_OPTS ((int)(sizeof train_opts / sizeof train_opts[0]))
 
@@ -183,20 +192,56 @@ static ms_status apply_out_dir(train_config *tc) {
     return MS_OK;
 }
 
+/* Every output of the run, and the launch's events file (events_opt:
+ * its option, in words; events NULL: none), against the --config files
+ * read: a run would write over the options it was started with (its log
+ * appended to them, its metrics or weights written over them), and a
+ * restart would read that back.  --out-dir's train.cfg is not one: it is
+ * those options, rewritten atomically once set-up passed (`--config
+ * DIR/train.cfg --resume auto` continues a run; docs/user-guide.md). */
+static ms_status check_not_config(const train_cli *c, const char *events_opt, const char *events) {
+    static const char *const trace_files[] = {"events_r*.jsonl", "events_r*.jsonl.1",
+                                              "hang_r*.json", NULL};
+    static const char *const peak_files[] = {"peak-*.json", NULL};
+    const train_config *tc = &c->tc;
+    char trace[4096], hf[4200] = "";
+    train_trace_dir(tc, trace, sizeof trace);
+    if (tc->save_weights && *tc->save_weights) ckpt_hf_config_path(tc->save_weights, hf, sizeof hf);
+    const struct {
+        const char *opt, *path;
+        const char *const *names;
+    } out[] = {
+        {"--save-weights", tc->save_weights, NULL},
+        {"--save-weights' config.json", hf, NULL},
+        {"--metrics", tc->metrics, NULL},
+        {"--log-file", tc->log_file, NULL},
+        {"--trace-dir", trace, trace_files},
+        {"--peak-cache", tc->peak_cache, peak_files},
+        {events_opt, events, NULL},
+    };
+    for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+        MS_TRY(
+            opts_check_output(train_opts, N_TRAIN_OPTS, c, out[i].opt, out[i].path, out[i].names));
+    return MS_OK;
+}
+
 /* Left out of train.cfg: set by `megascale launch` for one job (its
  * driver's address and token: a secret), or a test's faults. */
 static const char *const not_in_cfg[] = {"heartbeat", "heartbeat-token", "node-map",
                                          "inject-fault", "ckpt-fault", NULL};
 
-int cmd_train_check(int argc, char **argv, const char *events, cli_train_view *v) {
-    train_config tc = {0};
+int cmd_train_check(int argc, char **argv, const char *events_opt, const char *events,
+                    cli_train_view *v) {
+    train_cli c = {0};
+    train_config *tc = &c.tc;
     char *pos[1];
     int npos, help, rc = 0;
     memset(v, 0, sizeof *v);
-    ms_status st = opts_parse(train_opts, N_TRAIN_OPTS, &tc, argc, argv, pos, 0, &npos, &help);
-    if (st == MS_OK) st = apply_out_dir(&tc);
-    if (st == MS_OK) st = train_check_outputs(&tc);
-    if (st == MS_OK) st = train_check_not_input(&tc, "launch --events", events);
+    ms_status st = opts_parse(train_opts, N_TRAIN_OPTS, &c, argc, argv, pos, 0, &npos, &help);
+    if (st == MS_OK) st = apply_out_dir(tc);
+    if (st == MS_OK) st = train_check_outputs(tc);
+    if (st == MS_OK) st = train_check_not_input(tc, events_opt, events);
+    if (st == MS_OK) st = check_not_config(&c, events_opt, events);
     if (st != MS_OK) {
         fprintf(stderr, "megascale launch: error: the train options: %s\n", ms_errmsg());
         rc = 2; /* usage, whatever the parser's class: the job never starts */
@@ -205,20 +250,21 @@ int cmd_train_check(int argc, char **argv, const char *events, cli_train_view *v
                         "`megascale train --help`\n");
         rc = 2;
     } else {
-        snprintf(v->ckpt_dir, sizeof v->ckpt_dir, "%s", tc.ckpt_dir ? tc.ckpt_dir : "");
-        snprintf(v->resume, sizeof v->resume, "%s", tc.resume ? tc.resume : "");
-        v->steps = tc.steps;
-        v->new_run = tc.new_run;
+        snprintf(v->ckpt_dir, sizeof v->ckpt_dir, "%s", tc->ckpt_dir ? tc->ckpt_dir : "");
+        snprintf(v->resume, sizeof v->resume, "%s", tc->resume ? tc->resume : "");
+        v->steps = tc->steps;
+        v->new_run = tc->new_run;
     }
-    opts_free(train_opts, N_TRAIN_OPTS, &tc);
+    opts_free(train_opts, N_TRAIN_OPTS, &c);
     return rc;
 }
 
 int cmd_train(int argc, char **argv) {
-    train_config tc = {0};
+    train_cli c = {0};
+    train_config *tc = &c.tc;
     char *pos[1];
     int npos, help, rc = 0;
-    ms_status st = opts_parse(train_opts, N_TRAIN_OPTS, &tc, argc, argv, pos, 0, &npos, &help);
+    ms_status st = opts_parse(train_opts, N_TRAIN_OPTS, &c, argc, argv, pos, 0, &npos, &help);
     if (help) {
         opts_print_help(train_opts, N_TRAIN_OPTS,
                         "usage: megascale train --train-data 'DIR/train_*.bin' [options]");
@@ -226,27 +272,28 @@ int cmd_train(int argc, char **argv) {
         rc = cli_fail("train", train_gate_early("train", st));
     } else {
         ms_ctx_catch_signals();
-        st = apply_out_dir(&tc);
-        if (st == MS_OK && (!tc.model || !*tc.model) && !(tc.init_from && *tc.init_from)) {
-            free(tc.model); /* the default preset, said in the metrics and train.cfg */
-            tc.model = strdup("d6");
-            if (!tc.model) st = ms_error(MS_ERR_NOMEM, "out of memory");
+        st = apply_out_dir(tc);
+        if (st == MS_OK) st = train_gate_early("train", check_not_config(&c, NULL, NULL));
+        if (st == MS_OK && (!tc->model || !*tc->model) && !(tc->init_from && *tc->init_from)) {
+            free(tc->model); /* the default preset, said in the metrics and train.cfg */
+            tc->model = strdup("d6");
+            if (!tc->model) st = ms_error(MS_ERR_NOMEM, "out of memory");
         }
-        tc.config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &tc);
-        tc.shared_json = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &tc);
-        tc.config_text = opts_to_config(
-            train_opts, N_TRAIN_OPTS, &tc, not_in_cfg,
+        tc->config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &c);
+        tc->shared_json = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &c);
+        tc->config_text = opts_to_config(
+            train_opts, N_TRAIN_OPTS, &c, not_in_cfg,
             "# megascale train: the effective options of this run (megascale train --config "
             "FILE runs it again)\n");
         if (st == MS_OK)
-            st = tc.config_json && tc.shared_json && tc.config_text
-                     ? train_run(&tc)
+            st = tc->config_json && tc->shared_json && tc->config_text
+                     ? train_run(tc)
                      : ms_error(MS_ERR_NOMEM, "train: out of memory");
-        free(tc.config_json);
-        free(tc.shared_json);
-        free(tc.config_text);
+        free(tc->config_json);
+        free(tc->shared_json);
+        free(tc->config_text);
         if (st != MS_OK) rc = cli_fail("train", st);
     }
-    opts_free(train_opts, N_TRAIN_OPTS, &tc);
+    opts_free(train_opts, N_TRAIN_OPTS, &c);
     return rc;
 }

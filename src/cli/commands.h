@@ -15,10 +15,12 @@ typedef struct {
 } cli_train_view;
 /* Parse train options as `megascale train` would, before a launch starts
  * anything: 0 and *v filled, or 2 (usage) with the error printed, naming the
- * option; an output of train (train_check_outputs) or the launch's own
- * output events (NULL: none) that is one of the train inputs is such an
- * error. */
-int cmd_train_check(int argc, char **argv, const char *events, cli_train_view *v);
+ * option; an output of train (train_check_outputs) that is one of the train
+ * inputs or of its --config files, or the launch's own output events
+ * (events_opt: how the launch named it, in words; NULL: none) that is one,
+ * is such an error. */
+int cmd_train_check(int argc, char **argv, const char *events_opt, const char *events,
+                    cli_train_view *v);
 int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);

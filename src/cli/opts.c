@@ -324,6 +324,27 @@ ms_status opts_check_dir(const opts_spec *spec, int n, const void *dst, const ch
     return ms_path_check_dir(opt, v, what);
 }
 
+ms_status opts_check_output(const opts_spec *spec, int n, const void *dst, const char *opt,
+                            const char *path, const char *const *names) {
+    const opts_spec *s = find(spec, n, "config", 6);
+    MS_CHECKF(s && s->type == OPT_T_LIST, "opts_check_output: the table records no --config files");
+    const opts_list *cfg = (const opts_list *)((const char *)dst + s->offset);
+    char match[4400];
+    for (int i = 0; path && *path && i < cfg->n; i++) {
+        if (!names && ms_path_is_input(path, cfg->v[i], NULL, 0))
+            return ms_error(MS_ERR_ARG,
+                            "%s %s is the --config file %s: an output never replaces an input; "
+                            "nothing was written",
+                            opt, path, cfg->v[i]);
+        if (names && ms_path_in_dir(cfg->v[i], path, names, match, sizeof match))
+            return ms_error(MS_ERR_ARG,
+                            "%s %s: the --config file %s is %s, a file the run writes there: an "
+                            "output never replaces an input; nothing was written",
+                            opt, path, cfg->v[i], match);
+    }
+    return MS_OK;
+}
+
 void opts_print_help(const opts_spec *spec, int n, const char *usage) {
     printf("%s\n\nOptions (also accepted as 'name = value' lines in --config FILE):\n", usage);
     for (int i = 0; i < n; i++) {
@@ -365,6 +386,7 @@ static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_o
     for (int i = 0; o && i < n; i++) {
         const void *p = (const char *)dst + spec[i].offset;
         if (shared_only && spec[i].per_rank) continue;
+        if (!strcmp(spec[i].name, "config")) continue; /* which files gave them: no option */
         switch (spec[i].type) {
         case OPT_T_INT:
             cJSON_AddNumberToObject(o, spec[i].name, *(const int *)p);

@@ -85,6 +85,17 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
  * holds, in words. */
 ms_status opts_check_dir(const opts_spec *spec, int n, const void *dst, const char *name,
                          const char *what);
+/* An output of the command (opt: its option, in words; path: what it
+ * names) checked against the --config files the parse read, which the
+ * table records (OPTS_CONFIG_FILES; a table without that entry is a broken
+ * invariant): names NULL, path is a file the command writes or appends to;
+ * else path is a directory and names the glob(3) patterns (NULL-terminated)
+ * of the files it writes there.  A config file that is such a file (by
+ * identity: ms_path_is_input) would be overwritten by the run it
+ * configures: MS_ERR_ARG naming opt, path and the config file; else MS_OK.
+ * path NULL or "": MS_OK. */
+ms_status opts_check_output(const opts_spec *spec, int n, const void *dst, const char *opt,
+                            const char *path, const char *const *names);
 void opts_print_help(const opts_spec *spec, int n, const char *usage);
 void opts_free(const opts_spec *spec, int n, void *dst);
 /* The effective value of every option as a JSON object's text ("name":

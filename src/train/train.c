@@ -269,20 +269,21 @@ static ms_status setup_ckpt(trainer *t) {
     return MS_OK;
 }
 
-/* --trace-dir: "" follows --metrics (its folder's trace/), "none" is off. */
-static void resolve_trace_dir(trainer *t) {
-    const train_config *tc = t->tc;
+void train_trace_dir(const train_config *tc, char *out, size_t cap) {
     const char *d = tc->trace_dir ? tc->trace_dir : "";
-    t->trace_dir[0] = 0;
+    out[0] = 0;
     if (!strcmp(d, "none") || !strcmp(d, "off")) return;
     if (*d) {
-        snprintf(t->trace_dir, sizeof t->trace_dir, "%s", d);
+        snprintf(out, cap, "%s", d);
     } else if (tc->metrics && *tc->metrics) {
         const char *slash = strrchr(tc->metrics, '/');
         int n = slash ? (int)(slash - tc->metrics) : 0;
-        snprintf(t->trace_dir, sizeof t->trace_dir, "%.*s%strace", n, tc->metrics,
-                 slash ? "/" : "");
+        snprintf(out, cap, "%.*s%strace", n, tc->metrics, slash ? "/" : "");
     }
+}
+
+static void resolve_trace_dir(trainer *t) {
+    train_trace_dir(t->tc, t->trace_dir, sizeof t->trace_dir);
 }
 
 /* An output file that is one of the run's inputs (--save-weights over the

@@ -11,6 +11,7 @@
 #ifndef TRAIN_TRAIN_H
 #define TRAIN_TRAIN_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "base/status.h"
@@ -96,6 +97,10 @@ ms_status train_run(const train_config *cfg);
  * --events, before the job starts. */
 ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path);
 ms_status train_check_outputs(const train_config *tc);
+/* The directory of the per-rank event logs and hang dumps (--trace-dir:
+ * "" or NULL follows --metrics, DIR/trace beside it; "none" or "off", or
+ * neither given: none, out[0] == 0), into out (cap bytes). */
+void train_trace_dir(const train_config *tc, char *out, size_t cap);
 
 /* A command's options failed before MPI started (st != MS_OK): under
  * mpirun, MPI with the default options and the error gate (train_gate.c),

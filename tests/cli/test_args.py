@@ -360,6 +360,81 @@ def test_bad_input(d, w, val, train, ck):
        str(os.listdir(adir)))
 
 
+def test_config_as_output(d, train, ck):
+    """An output of a command that is its own --config file (or a file the
+    command writes into an output directory): exit 2 naming the option, the
+    path and the config file, before anything is written (the log was
+    appended to the config, the metrics and the launch's events written
+    over it, a restart read that back); every subcommand with an output."""
+    cd = os.path.join(d, "cfgs")
+    TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
+    tr2 = os.path.join(cd, "tr2")  # a copy of the run's trace, to hold a config as trace.json
+    shutil.copytree(os.path.join(d, "tr"), tr2)
+    LA = ["launch", "--np", "1", "--run-dir"]
+    C, T, W = "{C}", "steps = 1\n", "window = 5\n"  # C: the config file's path, in args
+    rows = [  # (the config file under cfgs/, its text, args, the option named, its path: None is C)
+        ("log.cfg", T, [*TR, "--config", C, "--log-file", C], "--log-file", None),
+        ("metrics.cfg", T, [*TR, "--config", C, "--metrics", C], "--metrics", None),
+        ("weights.cfg", T, [*TR, "--config", C, "--save-weights", C], "--save-weights", None),
+        # the config.json --save-weights writes beside the weights
+        ("sw/config.json", T, [*TR, "--config", C, "--save-weights", f"{cd}/sw/model.safetensors"],
+         "--save-weights' config.json", None),
+        # --out-dir's outputs (its train.cfg is the options, rewritten: test_outdir)
+        ("od/train.log", T, [*TR, "--config", C, "--out-dir", f"{cd}/od"], "--log-file", None),
+        # a directory output: the files the run writes there
+        ("td/events_r00000.jsonl", T, [*TR, "--config", C, "--trace-dir", f"{cd}/td"],
+         "--trace-dir", f"{cd}/td"),
+        ("tm/trace/hang_r00000.json", T,
+         [*TR, "--config", C, "--trace-dir=", "--metrics", f"{cd}/tm/m.jsonl"], "--trace-dir",
+         f"{cd}/tm/trace"),
+        ("pc/peak-myhost.json", T, [*TR, "--config", C, "--peak-cache", f"{cd}/pc"],
+         "--peak-cache", f"{cd}/pc"),
+        # launch: the ranks' --config (after --) as its --events, or as the
+        # default RUN_DIR/events.jsonl; launch's own --config as that default
+        ("ranks.cfg", T, [*LA, f"{cd}/lr1", "--events", C, "--", *TR[1:], "--config", C],
+         "launch --events", None),
+        ("lr2/events.jsonl", T, [*LA, f"{cd}/lr2", "--", *TR[1:], "--config", C],
+         "launch --run-dir's events file", None),
+        ("lr3/events.jsonl", "max-restarts = 0\n", [*LA, f"{cd}/lr3", "--config", C, "--", *TR[1:]],
+         "launch --run-dir's events file", None),
+        ("measure.cfg", "threads = 1\n", ["plan", "measure", "--config", C, "--out", C], "--out",
+         None),
+        ("merge.cfg", W, ["trace", "merge", tr2, "--config", C, "--out", C], "--out", None),
+        ("tr2/trace.json", W, ["trace", "merge", tr2, "--config", C], "merge's default --out",
+         None),
+        ("strag.cfg", W, ["trace", "stragglers", tr2, "--config", C, "--png", C], "--png", None),
+        ("diag.cfg", "gemm-n = 16\n", ["diag", "--config", C, "--history", C], "--history", None),
+        ("hd/n1.jsonl", "gemm-n = 16\n",
+         ["diag", "--config", C, "--history-dir", f"{cd}/hd", "--node-map", "n1"], "--history-dir",
+         f"{cd}/hd"),
+        ("tok.cfg", "vocab-size = 300\n",
+         ["data", "tokenizer-train", "--input", train, "--config", C, "--out", C, "--force"],
+         "--out", None),
+        ("export.cfg", "save-dtype = f32\n", ["ckpt", "export", ck, "--config", C, "--out", C],
+         "--out", None),
+        ("ex/w.config.json", "save-dtype = f32\n",
+         ["ckpt", "export", ck, "--config", C, "--out", f"{cd}/ex/w.safetensors"],
+         "--out's config.json", None),
+    ]
+    made = {}
+    for rel, text, args, opt, path in rows:
+        c = os.path.join(cd, rel)
+        os.makedirs(os.path.dirname(c), exist_ok=True)
+        open(c, "w").write(text)
+        made[c] = text.encode()
+        args = [c if a == C else a for a in args]
+        rc, out, err = run_capped(args, cwd=d)
+        ok(rc == 2 and f"{opt} {path or c}" in err and f"the --config file {c}" in err
+           and "nothing was written" in err,
+           f"{' '.join(args[:2])} ... {opt} {path or c}: exit 2 naming the --config file {c}",
+           f"rc={rc}\n{err}")
+    changed = [p for p, b in made.items() if not os.path.isfile(p) or open(p, "rb").read() != b]
+    ok(not changed, "no --config file was changed or moved by the refused commands", str(changed))
+    ok(not any(os.path.exists(os.path.join(cd, n)) for n in ("lr1", "sw/model.safetensors",
+                                                              "ex/w.safetensors")),
+       "the refused commands wrote nothing")
+
+
 def test_other_flags(d, train, ck):
     """The other 0/1 switches that may be given bare: data --force, ckpt
     --remove, train --new-run (before another option or a positional)."""
@@ -414,6 +489,7 @@ def main():
         test_json_flags(d, (w, val))
         test_checkpoint_as_weights(d, w, val, train, ck)
         test_bad_input(d, w, val, train, ck)
+        test_config_as_output(d, train, ck)
         test_other_flags(d, train, ck)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")

@@ -11,6 +11,7 @@
  * keeps the real code under test.
  */
 #include "base/ctx.h"
+#include "ckpt/hf.h"
 #include "cli/commands.h"
 #include "comm/comm.h"
 #include "model/gpt.h"
@@ -79,6 +80,12 @@ ms_status train_check_outputs(const train_config *tc) {
 }
 ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path) {
     UNREACHED("train_check_not_input");
+}
+void train_trace_dir(const train_config *tc, char *out, size_t cap) {
+    UNREACHED("train_trace_dir");
+}
+void ckpt_hf_config_path(const char *path, char *out, size_t n) {
+    UNREACHED("ckpt_hf_config_path");
 }
 ms_status train_gate_early(const char *cmd, ms_status st) {
     UNREACHED("train_gate_early");
