@@ -143,6 +143,16 @@ static size_t comm_req_bytes(const comm_req *r) {
     return n;
 }
 
+/* Extend w->stream_until by r, just posted or still active: ops move one
+ * after another, so a large op's time adds to what is still streaming. */
+static void comm_stream_add(comm_world *w, const comm_req *r) {
+    size_t n = comm_req_bytes(r);
+    if (n < COMM_STREAM_MIN_BYTES) return;
+    double from = r->t_posted + COMM_HARD_POLL_S;
+    if (w->stream_until > from) from = w->stream_until;
+    w->stream_until = from + (double)n / COMM_STREAM_MIN_RATE;
+}
+
 /* Post every request of the batch, in submission order (w->mpi_mu held). */
 void comm_post_batch(comm_world *w, comm_req *r) {
     while (r) {
@@ -166,13 +176,7 @@ void comm_post_batch(comm_world *w, comm_req *r) {
                 w->active[w->nactive] = r;
                 w->mreqs[w->nactive] = r->mreq;
                 w->nactive++;
-                /* ops move one after another: a new one's time adds to
-                 * what is still streaming */
-                size_t n = comm_req_bytes(r);
-                double from = r->t_posted + COMM_HARD_POLL_S;
-                if (w->stream_until > from) from = w->stream_until;
-                if (n >= COMM_STREAM_MIN_BYTES)
-                    w->stream_until = from + (double)n / COMM_STREAM_MIN_RATE;
+                comm_stream_add(w, r);
             }
         }
         r = next;
@@ -205,13 +209,20 @@ static void comm_complete(comm_world *w, comm_req *r, int err, MPI_Status *st) {
     comm_finish(w, r);
 }
 
-/* Remove finished entries (active[i] == NULL) keeping the order. */
+/* Remove finished entries (active[i] == NULL) keeping the order.  The
+ * streaming window is counted again over the ops left: an op that finished
+ * before its time at COMM_STREAM_MIN_RATE leaves it, else the window would
+ * run ahead without bound while ops move faster than that rate, and a
+ * later op waiting for a dead or late peer would be polled hard till its
+ * deadline. */
 static void comm_compact(comm_world *w) {
     int j = 0;
+    w->stream_until = 0;
     for (int i = 0; i < w->nactive; i++) {
         if (!w->active[i]) continue;
         w->active[j] = w->active[i];
         w->mreqs[j] = w->mreqs[i];
+        comm_stream_add(w, w->active[j]);
         j++;
     }
     w->nactive = j;
@@ -238,6 +249,7 @@ static void comm_fail_all(comm_world *w, comm_req *batch) {
     for (int i = 0; i < w->nactive; i++)
         if (w->active[i]) comm_fail_one(w, w->active[i], code, pmsg);
     w->nactive = 0;
+    w->stream_until = 0;
     while (batch) {
         comm_req *next = batch->next; /* comm_finish may recycle batch */
         comm_fail_one(w, batch, code, pmsg);
