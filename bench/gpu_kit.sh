@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/gpu_kit.sh: the CUDA build, with the libraries it needs, carried to a
 # GPU machine that has CUDA and PyTorch but none of our other dependencies
-# (the device machine of this workplace: no OpenMPI, cJSON, PCRE2, OpenBLAS,
-# cairo, libmicrohttpd, oneDNN, and nothing can be installed there).
+# (the device machine of this workplace: CUDA, PyTorch and Ubuntu's OpenMPI,
+# no cJSON, PCRE2, OpenBLAS, cairo, libmicrohttpd, oneDNN, and nothing can
+# be installed there).
 #
 #   bench/gpu_kit.sh pack [BUILD_DIR] [KIT]     here: KIT (default
 #       .devkit/kit.tar.xz) holds megascale and the GPU test programs of
@@ -35,7 +36,9 @@ pack() {
   grep -q '^MS_CUDA:BOOL=ON' "$build/CMakeCache.txt" || { echo "gpu_kit: $build is not a CUDA build" >&2; exit 1; }
   cmake --build "$build" -j"$(nproc)" --target megascale test_cu_ops test_cu_attention > /dev/null
   cmake --build "$build" -j"$(nproc)" --target test_comm_nccl > /dev/null 2>&1 || true
-  ldd "$build/megascale" | grep -q cublasLt || { echo "gpu_kit: $build/megascale has no CUDA backend" >&2; exit 1; }
+  # grep reads all of ldd's output: -q would exit at the match and, under
+  # pipefail, ldd killed by SIGPIPE would fail the test
+  ldd "$build/megascale" | grep cublasLt > /dev/null || { echo "gpu_kit: $build/megascale has no CUDA backend" >&2; exit 1; }
   stage=$(mktemp -d)
   trap 'rm -rf "$stage"' RETURN
   mkdir -p "$stage/real" "$stage/lib" "$stage/root"
@@ -89,7 +92,8 @@ install_kit() {
     # libraries go, and so does every library the machine has itself (the
     # same soname is the same interface); the kit keeps only what is missing
     find "$dir/lib" -maxdepth 1 -regextype posix-extended -regex ".*/$mpi_libs[^/]*" -delete
-    ldconfig -p | awk '{print $1}' | sort -u > "$dir/system.libs"
+    # x86-64 ones only: a 32-bit library of the same name is not ours
+    ldconfig -p | awk '/x86-64/ {print $1}' | sort -u > "$dir/system.libs"
     for f in "$dir"/lib/*; do
       grep -qxF "$(basename "$f")" "$dir/system.libs" && rm -f "$f"
     done
@@ -119,5 +123,5 @@ install_kit() {
 case ${1:-} in
   pack) shift; pack "$@" ;;
   install) [[ $# -eq 3 ]] || { echo "usage: $0 install KIT DIR" >&2; exit 2; }; install_kit "$2" "$3" ;;
-  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -2,6 +2,7 @@
  * code that ends the process: an injected crash is a crash. */
 #include "base/fault.h"
 
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +89,7 @@ static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *wh
 }
 
 #define FAULT_FORM "KIND[=ARG][@STEP[+]][:RANK | :node=NAME]"
+#define FAULT_DELAY_MAX_MS 3600000.0 /* slow=MS, stage2:slow=MS: an hour */
 
 /* The ":node=NAME" target at the end of entry e (its head is e[0..*head_n))
  * into f->node.  No such target: *head_n = strlen(e). */
@@ -138,12 +140,17 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
         if (sscanf(q + 1, "%lf%n", &f.arg, &k) != 1 || !(f.arg >= 0)) goto bad;
         q += 1 + k;
     }
-    if (!strcmp(f.kind, "slow") && !(f.arg > 0))
-        return ms_error(MS_ERR_ARG, "%s: '%s': slow needs =MS (milliseconds per step)", what, e);
-    if (!strcmp(f.kind, "stage2:slow") && !(f.arg > 0))
+    /* a delay is slept with usleep, whose useconds_t wraps at 71 minutes */
+    if (!strcmp(f.kind, "slow") && !(f.arg > 0 && f.arg <= FAULT_DELAY_MAX_MS))
         return ms_error(MS_ERR_ARG,
-                        "%s: '%s': stage2:slow needs =MS (milliseconds more per persist)", what, e);
-    if (!strcmp(f.kind, "spike") && !(f.arg > 0))
+                        "%s: '%s': slow needs =MS (milliseconds per step, 0 < MS <= %.0f)", what, e,
+                        FAULT_DELAY_MAX_MS);
+    if (!strcmp(f.kind, "stage2:slow") && !(f.arg > 0 && f.arg <= FAULT_DELAY_MAX_MS))
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': stage2:slow needs =MS (milliseconds more per persist, 0 < MS "
+                        "<= %.0f)",
+                        what, e, FAULT_DELAY_MAX_MS);
+    if (!strcmp(f.kind, "spike") && !(f.arg > 0 && isfinite(f.arg)))
         return ms_error(MS_ERR_ARG,
                         "%s: '%s': spike needs =X (the step's lr is multiplied by X > 0)", what, e);
     if (*q == '@') {

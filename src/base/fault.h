@@ -19,7 +19,7 @@
  * more heartbeats), `hang` (the training thread stops making progress; the
  * process lives and beats), `term` (SIGTERM to itself at the start of the
  * step, before the stop check: a stop that reaches this rank before the
- * others), `slow=MS` (MS ms more per step, slept inside
+ * others), `slow=MS` (MS ms more per step, 0 < MS <= 3600000, slept inside
  * the timed step before any compute: a straggler), `nan-grad` (a NaN in the
  * step's gradients: @S corrupts only the first computation of step S, so a
  * redo of the step is clean; @S+ every computation of every step >= S),

@@ -543,6 +543,7 @@ static void *persist_main(void *arg) {
         double stall_ms = p->qstall_ms;
         p->queued = -1;
         p->running = slot;
+        pthread_cond_broadcast(&p->cv); /* ckpt_persist_wait_queued: started */
         pthread_mutex_unlock(&p->mu);
 
         double t0 = ms_now(), c0 = thread_cpu();

@@ -32,10 +32,10 @@
  * single-copy mechanism, TCP) advances by about one fragment per progress
  * call, so each poll the back-off skips costs a fragment's worth of time.
  * From the post of an op of at least COMM_STREAM_MIN_BYTES the comm thread
- * polls without sleeping for as long as the large ops then in flight, this
- * one included, should take at COMM_STREAM_MIN_RATE bytes/s, plus
- * COMM_HARD_POLL_S (w->stream_until); longer, an op waits for a peer, and
- * the back-off resumes. */
+ * polls without sleeping until the large ops still in flight could have
+ * moved one after another at COMM_STREAM_MIN_RATE bytes/s, each from its
+ * post plus COMM_HARD_POLL_S (w->stream_until, counted again whenever an
+ * op finishes); longer, an op waits for a peer, and the back-off resumes. */
 #define COMM_STREAM_MIN_BYTES (256 << 10)
 #define COMM_STREAM_MIN_RATE 0.25e9
 #define COMM_BOARD_MAX_GROUPS 256 /* board slots per rank (group ids 0..255) */

@@ -143,19 +143,14 @@ static size_t comm_req_bytes(const comm_req *r) {
     return n;
 }
 
-/* A large op was posted at t: poll hard until every large op in flight
- * could have moved at COMM_STREAM_MIN_RATE (they move one after another),
- * plus COMM_HARD_POLL_S.  Counted from what is in flight, so a long run of
- * traffic faster than that rate never pushes the window beyond it
- * (w->mpi_mu held). */
-static void comm_stream_extend(comm_world *w, double t) {
-    size_t bytes = 0;
-    for (int i = 0; i < w->nactive; i++) {
-        size_t n = w->active[i] ? comm_req_bytes(w->active[i]) : 0;
-        if (n >= COMM_STREAM_MIN_BYTES) bytes += n;
-    }
-    double until = t + COMM_HARD_POLL_S + (double)bytes / COMM_STREAM_MIN_RATE;
-    if (until > w->stream_until) w->stream_until = until;
+/* Extend w->stream_until by r, just posted or still active: ops move one
+ * after another, so a large op's time adds to what is still streaming. */
+static void comm_stream_add(comm_world *w, const comm_req *r) {
+    size_t n = comm_req_bytes(r);
+    if (n < COMM_STREAM_MIN_BYTES) return;
+    double from = r->t_posted + COMM_HARD_POLL_S;
+    if (w->stream_until > from) from = w->stream_until;
+    w->stream_until = from + (double)n / COMM_STREAM_MIN_RATE;
 }
 
 /* Post every request of the batch, in submission order (w->mpi_mu held). */
@@ -181,7 +176,7 @@ void comm_post_batch(comm_world *w, comm_req *r) {
                 w->active[w->nactive] = r;
                 w->mreqs[w->nactive] = r->mreq;
                 w->nactive++;
-                if (comm_req_bytes(r) >= COMM_STREAM_MIN_BYTES) comm_stream_extend(w, r->t_posted);
+                comm_stream_add(w, r);
             }
         }
         r = next;
@@ -214,13 +209,20 @@ static void comm_complete(comm_world *w, comm_req *r, int err, MPI_Status *st) {
     comm_finish(w, r);
 }
 
-/* Remove finished entries (active[i] == NULL) keeping the order. */
+/* Remove finished entries (active[i] == NULL) keeping the order.  The
+ * streaming window is counted again over the ops left: an op that finished
+ * before its time at COMM_STREAM_MIN_RATE leaves it, else the window would
+ * run ahead without bound while ops move faster than that rate, and a
+ * later op waiting for a dead or late peer would be polled hard till its
+ * deadline. */
 static void comm_compact(comm_world *w) {
     int j = 0;
+    w->stream_until = 0;
     for (int i = 0; i < w->nactive; i++) {
         if (!w->active[i]) continue;
         w->active[j] = w->active[i];
         w->mreqs[j] = w->mreqs[i];
+        comm_stream_add(w, w->active[j]);
         j++;
     }
     w->nactive = j;
@@ -247,6 +249,7 @@ static void comm_fail_all(comm_world *w, comm_req *batch) {
     for (int i = 0; i < w->nactive; i++)
         if (w->active[i]) comm_fail_one(w, w->active[i], code, pmsg);
     w->nactive = 0;
+    w->stream_until = 0;
     while (batch) {
         comm_req *next = batch->next; /* comm_finish may recycle batch */
         comm_fail_one(w, batch, code, pmsg);

@@ -18,6 +18,7 @@
 #include "base/ctx.h"
 #include "check.h"
 #include "comm/comm.h"
+#include "comm/comm_internal.h" /* w->stream_until */
 #include "comm/env_options.h"
 
 static uint64_t seed;
@@ -222,6 +223,33 @@ static void test_overlap(comm_group *g) {
     for (int k = 0; k < K; k++)
         free(a[k]);
     free(gath);
+}
+
+/* The hard-polling window of large ops (w->stream_until, see
+ * COMM_STREAM_MIN_BYTES) counts the ops still streaming only: after
+ * ops that completed faster than COMM_STREAM_MIN_RATE it is over, so that a
+ * later op waiting for a peer gets the back-off back, and the window does
+ * not grow with every op of a run that moves more than that rate. */
+static void test_stream_window(comm_world *w) {
+    enum { K = 8 };
+    size_t count = (size_t)1 << 20; /* 4 MB: a 16 ms window each, 133 ms in all */
+    float *x = xmalloc(count * 4);
+    for (size_t i = 0; i < count; i++)
+        x[i] = (float)gen_f(R, 70, i);
+    double t0 = ms_now();
+    for (int k = 0; k < K; k++)
+        T_EQ_INT(comm_allreduce(comm_world_group(w), x, x, count, COMM_F32, COMM_MAX), MS_OK);
+    double took = ms_now() - t0;
+    pthread_mutex_lock(&w->mpi_mu);
+    double until = w->stream_until;
+    int nactive = w->nactive;
+    pthread_mutex_unlock(&w->mpi_mu);
+    T_EQ_INT(nactive, 0);
+    /* nothing streams: the window is not ahead of now (only meaningful
+     * when the ops ran faster than the window rate; a world of one does) */
+    if (took < COMM_HARD_POLL_S + K * (double)(count * 4) / COMM_STREAM_MIN_RATE)
+        T_OK(until <= ms_now());
+    free(x);
 }
 
 /* The same inputs reduce to bit-identical results every time (MPI's
@@ -434,6 +462,7 @@ int main(int argc, char **argv) {
     test_ring(g, 1);
     test_ring(g, 100003);
     test_overlap(g);
+    test_stream_window(w);
     test_determinism(g);
     test_progress(g);
     test_blocked(w);

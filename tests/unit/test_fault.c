@@ -127,6 +127,13 @@ static void test_errors(void) {
     expect_bad("bogus:node=a", "unknown fault 'bogus'", "spike=X");
     expect_bad("stage2:slow@3+", "'stage2:slow@3+'", "stage2:slow needs =MS");
     expect_bad("bogus", "unknown fault 'bogus'", "stage2:slow=MS");
+    /* an argument a sleep cannot take: not a number of milliseconds, or more
+     * than the hour a delay may be (usleep's useconds_t wraps at 71 min) */
+    expect_bad("stage2:slow=inf@2+", "'stage2:slow=inf@2+'", "=MS");
+    expect_bad("slow=inf@2", "'slow=inf@2'", "=MS");
+    expect_bad("slow=5000000@2", "'slow=5000000@2'", "3600000");
+    expect_bad("stage2:slow=1e10", "'stage2:slow=1e10'", "3600000");
+    expect_bad("spike=inf@3", "'spike=inf@3'", "spike needs =X");
 }
 
 static void test_slow(void) {
