@@ -138,8 +138,12 @@ static ms_status model_of(const plan_cli *o, plan_model *m) {
     if (o->dim) m->dim = o->dim;
     if (o->heads) m->heads = o->heads;
     if (o->vocab) m->vocab = o->vocab;
-    if (o->seq) m->seq = o->seq;
     if (o->seq_max) m->seq_max = o->seq_max;
+    /* without --seq, a preset's sequence is as long as its table allows */
+    if (o->seq)
+        m->seq = o->seq;
+    else if (m->seq_max > 0 && m->seq > m->seq_max)
+        m->seq = m->seq_max;
     return MS_OK;
 }
 

@@ -205,6 +205,13 @@ def main():
         (["--cluster", "a100-megascale", "--gpus", "8", "--batch", "8", "--model", "d12", "--seq",
           "2048", "--seq-max", "1000"], 2, "--seq 2048 must be in 1..1000"),
     ]
+    # --seq-max alone shortens a preset's sequence to it, rather than refusing a --seq
+    # nobody gave
+    r = plan("--cluster", "a100-megascale", "--gpus", "8", "--batch", "8", "--model", "d12",
+             "--seq-max", "512", "--json")
+    got = json.loads(r.stdout) if r.returncode == 0 else {}
+    ok(got and round(got["tokens_per_s"] * got["iter_s"]) == 8 * 512,
+       "--seq-max 512 without --seq plans sequences of 512", r.stdout[-500:] + r.stderr)
     bad = os.path.join(d, "bad.json")
     cfg = json.load(open(one))
     del cfg["hbm_gbps"]
