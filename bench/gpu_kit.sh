@@ -29,7 +29,7 @@ mpi_trees=(usr/lib/x86_64-linux-gnu/openmpi usr/lib/x86_64-linux-gnu/pmix2 usr/s
   usr/share/pmix etc/openmpi)
 
 pack() {
-  local build=${1:-$root/build-gpu} kit=${2:-$root/.devkit/kit.tar.xz} stage
+  local build=${1:-$root/build-gpu} kit=${2:-$root/.devkit/kit.tar.xz}
   if [[ ! -f $build/CMakeCache.txt ]]; then
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMS_CUDA=ON > /dev/null
   fi
@@ -39,8 +39,8 @@ pack() {
   # grep reads all of ldd's output: -q would exit at the match and, under
   # pipefail, ldd killed by SIGPIPE would fail the test
   ldd "$build/megascale" | grep cublasLt > /dev/null || { echo "gpu_kit: $build/megascale has no CUDA backend" >&2; exit 1; }
-  stage=$(mktemp -d)
-  trap 'rm -rf "$stage"' RETURN
+  stage=$(mktemp -d) # global: the EXIT trap runs after pack has returned
+  trap 'rm -rf "$stage"' EXIT # also when set -e ends the script mid-pack
   mkdir -p "$stage/real" "$stage/lib" "$stage/root"
   local progs=("$build/megascale")
   for t in test_cu_ops test_cu_attention test_comm_nccl; do
@@ -113,8 +113,8 @@ install_kit() {
   mkdir -p "$dir/bin"
   for p in "$dir"/real/*; do
     n=$(basename "$p")
-    printf '#!/bin/sh\nLD_LIBRARY_PATH=%s%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %s "$@"\n' \
-      "$dir/lib" "$cudalibs" "$p" > "$dir/bin/$n"
+    printf '#!/bin/bash\nLD_LIBRARY_PATH=%q${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} exec %q "$@"\n' \
+      "$dir/lib$cudalibs" "$p" > "$dir/bin/$n"
     chmod +x "$dir/bin/$n"
   done
   echo "$dir/bin"
