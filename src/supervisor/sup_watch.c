@@ -237,6 +237,11 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     s->last_beat = now;
     s->comm_wait_s = b->comm_wait_s;
     snprintf(s->host, sizeof s->host, "%s", b->host);
+    /* a validation or a checkpoint's wait (10x the no-progress limit) is
+     * over: the next step is timed from now, with the step's limit */
+    if (s->started && b->step == s->step && !strcmp(b->phase, "train") &&
+        (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")))
+        s->last_progress = now;
     snprintf(s->phase, sizeof s->phase, "%s", b->phase);
     if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
         s->started = 1; /* the progress clock starts here: the first step is timed too */

@@ -53,6 +53,7 @@ typedef struct {
     mon_record *rec;   /* the step record's sinks */
     mon_evlog *evlog;  /* --trace-dir (NULL: tracing off) */
     mon_heartbeat *hb; /* --heartbeat (NULL: not supervised) */
+    int hb_held;       /* the beat's phase says val or ckpt: "train" again once done */
     char trace_dir[4096];
     uint16_t ev_data, ev_opt, ev_ckpt, ev_slow, lane_compute;
     mon_devtime *dev;               /* device spans of the step (read late) */
@@ -240,6 +241,19 @@ static ckpt_train_state ckpt_state(trainer *t, int step) {
 static void ckpt_waiting(void *ctx) {
     trainer *t = ctx;
     mon_heartbeat_phase(t->hb, "ckpt");
+    t->hb_held = 1;
+}
+
+/* A validation or a checkpoint's wait is over: the beat says "train" at
+ * once, not with the next step's beat, so the driver's limit for a step
+ * (not ten times it) applies from here: a rank that hangs right after
+ * such a wait (an injected hang fires at the start of the next step) was
+ * found only after 10x the no-progress limit.  The driver times the next
+ * step from this beat (sup_watch.c). */
+static void hb_release(trainer *t) {
+    if (!t->hb_held) return;
+    t->hb_held = 0;
+    mon_heartbeat_phase(t->hb, "train");
 }
 
 /* --ckpt-dir / --resume: the checkpoint manager and the state to continue from. */
@@ -687,6 +701,7 @@ static ms_status validate(trainer *t, float *loss) {
 static ms_status log_val(trainer *t, int step) {
     double t0 = ms_now();
     mon_heartbeat_phase(t->hb, "val");
+    t->hb_held = 1;
     mon_val v = {.step = step};
     MS_TRY(validate(t, &v.val_loss));
     v.sec = ms_now() - t0;
@@ -990,6 +1005,7 @@ static ms_status loop(trainer *t) {
             MS_TRY(log_val(t, step + 1));
         t->done = step + 1;
         MS_TRY(ckpt_hook(t)); /* may checkpoint, or stop every rank at this step */
+        if (!last) hb_release(t); /* after the last step the beat says done */
         MS_TRY(report_commits(t));
         if (t->hb && t->ckpt) { /* a checkpoint that did not commit: the driver decides */
             int last = -1, failed = 0;

@@ -623,6 +623,24 @@ def check_slow_persist(d, shard):
        f"rc {rc}, events {names}\n{err[-2000:]}")
 
 
+def check_hang_after_ckpt_wait(d, shard):
+    """A rank that hangs right after a checkpoint's wait for a slow persist
+    (step 3 waits ~2.5 s for the persist of step 1; the hang fires at the
+    start of step 4) is found with the step's no-progress limit (2 s), not
+    ten times it: before, its beats still said "ckpt" and the driver
+    waited 20 s."""
+    run = os.path.join(d, "hangafterwait")
+    rc, err = launch(run, shard, ["--heartbeat-timeout", "2", "--progress-factor", "1",
+                                  "--max-restarts", "1",
+                                  "--faults", "stage2:slow=2500@1+,hang@4:0"],
+                     ["--steps", "4", "--ckpt-every", "1", "--ckpt-dir",
+                      os.path.join(run, "ckpt")])
+    hangs = [e for e in events(run) if e["event"] == "fault_detected" and e["kind"] == "hang"]
+    ok(rc == 0 and len(hangs) == 1 and hangs[0]["detect_s"] < 8,
+       "a hang right after a checkpoint's wait: found within the step's limit",
+       f"rc {rc}, hangs {hangs}\n{err[-2000:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -645,6 +663,7 @@ def main():
     check_ctl_slots(d, shard)
     check_takeover_in_backoff(d, shard)
     check_slow_persist(d, shard)
+    check_hang_after_ckpt_wait(d, shard)
     finish(d)
 
 
