@@ -46,6 +46,15 @@ def tool(*args, timeout=120):
                           timeout=timeout)
 
 
+def tool_json(name, tdir):
+    """`trace NAME DIR --json`: the finished process and its report ({} when unreadable)."""
+    t = tool(name, tdir, "--json")
+    try:
+        return t, json.loads(t.stdout)
+    except ValueError:
+        return t, {}
+
+
 def nesting_errors(events):
     """Complete events per (pid, tid) that partially overlap an earlier one."""
     by = {}
@@ -224,11 +233,7 @@ def check_slow_fault(d, shard):
     r = mpi(4, "train", "--train-data", shard, *TINY, "--batch", "8", "--steps", "12", "--tp",
             "2", "--pp", "2", "--trace-dir", tdir, "--inject-fault", "slow=60@2+:2")
     ok(r.returncode == 0, "tp2 x pp2 run with rank 2 slowed", r.stderr[-3000:])
-    t = tool("stragglers", tdir, "--json")
-    try:
-        rep = json.loads(t.stdout)
-    except ValueError:
-        rep = {}
+    t, rep = tool_json("stragglers", tdir)
     ok(t.returncode == 0 and rep.get("stragglers") == [2],
        "the slowed rank 2 (pp 1, tp 0) is the straggler, its tp peer and stage 0 are not",
        t.stdout + t.stderr)
@@ -240,11 +245,7 @@ def check_stage_hang(d, shard):
             "2", "--pp", "2", "--trace-dir", tdir, "--comm-timeout", "5", "--inject-fault",
             "hang@6:1")
     ok(r.returncode != 0, "tp2 x pp2 with rank 1 hung fails after the timeout", r.stderr[-2000:])
-    t = tool("hang", tdir, "--json")
-    try:
-        rep = json.loads(t.stdout)
-    except ValueError:
-        rep = {}
+    t, rep = tool_json("hang", tdir)
     ok([s.get("rank") for s in rep.get("suspects", [])] == [1],
        "rank 1 is the suspect (its tp peer's dump still shows the all-reduce it waited in)",
        t.stdout + t.stderr + tool("hang", tdir).stdout)
@@ -292,12 +293,8 @@ def check_hang(d, shard):
     # 7 name it, one with --comm-timeout 6 had 1 of 7; test_comm_fault_stopped-late.)
     ok(sum(s == [5] for s in stale) >= 2 and all(s in ([5], []) for s in stale),
        "their dumps name rank 5 as unresponsive (its heartbeat), and no other rank", str(stale))
-    r = tool("hang", tdir, "--json")
+    r, rep = tool_json("hang", tdir)
     ok(r.returncode == 0, "trace hang --json", r.stderr + r.stdout)
-    try:
-        rep = json.loads(r.stdout)
-    except ValueError:
-        rep = {}
     sus = rep.get("suspects", [])
     ok([s.get("rank") for s in sus] == [5], "rank 5 is the suspect", r.stdout)
     ok(sus and sus[0].get("coord") == {"dp": 0, "pp": 1, "tp": 1}, "with its coordinates",
@@ -331,11 +328,7 @@ def check_restart_prev(d, shard):
     now = sorted(f for f in os.listdir(tdir) if f != "prev") if os.path.isdir(tdir) else []
     ok(now == ["events_r00000.jsonl", "events_r00001.jsonl"],
        "DIR holds the finished attempt's logs, no dump of the earlier hang", str(now))
-    t = tool("hang", prev, "--json")
-    try:
-        rep = json.loads(t.stdout)
-    except ValueError:
-        rep = {}
+    t, rep = tool_json("hang", prev)
     ok([s.get("rank") for s in rep.get("suspects", [])] == [1],
        "trace hang DIR/prev names the hung rank 1", t.stdout + t.stderr)
     out = os.path.join(d, "prev.json")
