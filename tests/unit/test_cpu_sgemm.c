@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 #include "base/ctx.h"
 #include "base/rng.h"
 #include "base/status.h"
@@ -99,6 +100,19 @@ static void test_against_reference(be_backend *be) {
                     if (!(e <= worst)) worst = e;
                     n++;
                 }
+    /* wide: several blocks of panels a thread (few rows), and a block too
+     * large for L2 taken panel by panel (many rows) */
+    static const int wide[][3] = {{50, 1300, 385}, {520, 700, 390}};
+    for (int l = 0; l < 4; l++)
+        for (size_t w = 0; w < sizeof wide / sizeof *wide; w++) {
+            double e = check_one(be, l >> 1, l & 1, wide[w][0], wide[w][1], wide[w][2], 1.0f,
+                                 l % 2 ? 1.0f : 0.0f, 1);
+            if (!(e <= 2e-6))
+                fprintf(stderr, "  %s%s M=%d N=%d K=%d: error %.3g\n", l >> 1 ? "T" : "N",
+                        l & 1 ? "T" : "N", wide[w][0], wide[w][1], wide[w][2], e);
+            if (!(e <= worst)) worst = e;
+            n++;
+        }
     printf("%s: %d products, worst error %.3g of sum |a b|\n",
            be_cpu_gemm_name(be_cpu_gemm_own(be)), n, worst);
     T_OK(worst <= 2e-6);
@@ -106,7 +120,8 @@ static void test_against_reference(be_backend *be) {
 
 /* C of one GEMM computed whole, by row chunks, by column chunks. */
 static void test_split_bits(be_backend *be1, be_backend *be2, be_backend *be3) {
-    static const int shapes[][3] = {{256, 200, 800}, {1100, 96, 400}, {40, 1000, 384}};
+    static const int shapes[][3] = {
+        {256, 200, 800}, {1100, 96, 400}, {40, 1000, 384}, {530, 800, 390}, {96, 1500, 100}};
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
         for (int l = 0; l < 4; l++) {
             int ta = l >> 1, tb = l & 1, M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
@@ -146,6 +161,47 @@ static void test_split_bits(be_backend *be1, be_backend *be2, be_backend *be3) {
             T_OK(thr);
             free(A), free(B), free(C0), free(W), free(R), free(Q), free(T);
         }
+}
+
+/* The loop order and blocks follow the core's caches (strip by strip
+ * across a block of panels where a panel and a strip overflow L1, else
+ * panel by panel; blocks as large as half of L2): whatever they are, the
+ * bits are the same.  Each shape on 1, 2 and 3 threads with an L1 of 16 KB
+ * and blocks of two panels, then with an L1 of 8 MB, against the machine's
+ * own plan. */
+static void test_loop_orders(be_backend *be1, be_backend *be2, be_backend *be3) {
+    static const int shapes[][3] = {
+        {50, 1300, 385}, {520, 700, 390}, {1100, 96, 400}, {40, 1000, 384}, {9, 200, 50}};
+    static const size_t plans[][2] = {{16 << 10, 2 * 48 * 384}, {8 << 20, 0}};
+    be_backend *bes[3] = {be1, be2, be3};
+    int bad = 0;
+    for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
+        for (int l = 0; l < 4; l++) {
+            int ta = l >> 1, tb = l & 1, M = shapes[s][0], N = shapes[s][1], K = shapes[s][2];
+            size_t bytes = (size_t)M * N * sizeof(float);
+            float *A = rnd((size_t)M * K, 41), *B = rnd((size_t)K * N, 42);
+            float *C0 = rnd((size_t)M * N, 43), *W = malloc(bytes), *X = malloc(bytes);
+            memcpy(W, C0, bytes);
+            be2->gemm(be2, ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.5f, W, N, 0, NULL,
+                      BE_EPI_NONE, NULL);
+            for (size_t p = 0; p < sizeof plans / sizeof *plans; p++)
+                for (int t = 0; t < 3; t++) {
+                    cpu_set_sgemm_caches(bes[t], plans[p][0], plans[p][1]);
+                    memcpy(X, C0, bytes);
+                    bes[t]->gemm(bes[t], ta, tb, M, N, K, 1.0f, A, ta ? M : K, B, tb ? K : N, 0.5f,
+                                 X, N, 0, NULL, BE_EPI_NONE, NULL);
+                    cpu_set_sgemm_caches(bes[t], 0, 0);
+                    if (memcmp(W, X, bytes)) {
+                        fprintf(stderr,
+                                "  %s%s %dx%dx%d: L1 %zu, block %zu, %d threads: bits differ\n",
+                                ta ? "T" : "N", tb ? "T" : "N", M, N, K, plans[p][0], plans[p][1],
+                                t + 1);
+                        bad++;
+                    }
+                }
+            free(A), free(B), free(C0), free(W), free(X);
+        }
+    T_EQ_INT(bad, 0);
 }
 
 /* The AVX2 and AVX-512 kernels give the same bits (the order of every sum
@@ -262,6 +318,7 @@ int main(void) {
         T_EQ_INT(be_cpu_gemm_set(b3, kinds[k]), MS_OK);
         test_against_reference(b2);
         test_split_bits(b1, b2, b3);
+        test_loop_orders(b1, b2, b3);
     }
     if (be_cpu_gemm_runs(BE_CPU_GEMM_AVX512)) test_kernels_agree(b2);
     test_env_choice(best);

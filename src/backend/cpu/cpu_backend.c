@@ -127,6 +127,15 @@ void cpu_blas_threads(const cpu_ctx *c) {
     if (omp_get_max_threads() != c->threads) omp_set_num_threads(c->threads);
 }
 
+void cpu_set_sgemm_caches(be_backend *be, size_t l1_bytes, size_t block_floats) {
+    cpu_sgemm_scratch *s = &cpu_ctx_of(be)->sg;
+    size_t panel = (size_t)CPU_SGEMM_NR_MAX * CPU_SGEMM_KC;
+    s->l1_bytes = l1_bytes ? l1_bytes : s->l1_sys;
+    s->b_block = block_floats ? block_floats : s->b_block_max;
+    if (s->b_block > s->b_block_max) s->b_block = s->b_block_max;
+    if (s->b_block < panel) s->b_block = panel;
+}
+
 void cpu_set_cls_chunk_rows(be_backend *be, int rows) {
     cpu_ctx_of(be)->cls_max_rows = rows;
 }

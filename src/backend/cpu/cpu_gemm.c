@@ -1,6 +1,7 @@
 /* cpu_gemm.c - matrix multiply (the own kernels of cpu_sgemm.c, or
  * OpenBLAS's sgemm) with bias / GeLU epilogues, and the bias gradient. */
 #include <omp.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -10,13 +11,32 @@
 /* Columns per block in bias_bwd: one thread sums a block over all rows. */
 #define CPU_BIAS_BLOCK 64
 
+/* A cache's size in bytes from sysconf (name), else dflt where the system
+ * does not say (0 or -1: some VMs and containers), within [lo, hi]. */
+static size_t cache_bytes(int name, size_t dflt, size_t lo, size_t hi) {
+    long v = sysconf(name);
+    size_t b = v > 0 ? (size_t)v : dflt;
+    return b < lo ? lo : b > hi ? hi : b;
+}
+
 ms_status cpu_sgemm_scratch_init(cpu_sgemm_scratch *s, int threads) {
-    /* many_rows: NC columns of panels; few_rows: one panel a thread */
-    size_t cols = (size_t)threads * CPU_SGEMM_NR_MAX;
-    if (cols < CPU_SGEMM_NC + CPU_SGEMM_NR_MAX) cols = CPU_SGEMM_NC + CPU_SGEMM_NR_MAX;
+    size_t l1 = cache_bytes(_SC_LEVEL1_DCACHE_SIZE, 32 << 10, 16 << 10, 1 << 20);
+    size_t l2 = cache_bytes(_SC_LEVEL2_CACHE_SIZE, 1 << 20, 256 << 10, 8 << 20);
+    /* few_rows: a block of panels a thread, at least one; many_rows: NC
+     * columns of panels, shared */
+    size_t block = l2 / 2 / sizeof(float);
+    if (block < (size_t)CPU_SGEMM_NR_MAX * CPU_SGEMM_KC)
+        block = (size_t)CPU_SGEMM_NR_MAX * CPU_SGEMM_KC;
+    size_t floats = (size_t)threads * block;
+    if (floats < (size_t)(CPU_SGEMM_NC + CPU_SGEMM_NR_MAX) * CPU_SGEMM_KC)
+        floats = (size_t)(CPU_SGEMM_NC + CPU_SGEMM_NR_MAX) * CPU_SGEMM_KC;
     cpu_sgemm_scratch n = {
         .threads = threads,
-        .b = ms_alloc_aligned(cols * CPU_SGEMM_KC * sizeof(float)),
+        .l1_bytes = l1,
+        .b_block = block,
+        .l1_sys = l1,
+        .b_block_max = block,
+        .b = ms_alloc_aligned(floats * sizeof(float)),
         .at = ms_alloc_aligned((size_t)(CPU_SGEMM_MT + CPU_SGEMM_MR_MAX) * CPU_SGEMM_KC *
                                sizeof(float)),
         .a = ms_alloc_aligned((size_t)threads * CPU_SGEMM_A_FLOATS * sizeof(float))};

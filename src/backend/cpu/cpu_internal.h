@@ -84,9 +84,14 @@ extern const cpu_sgemm_kern cpu_sgemm_kern_avx512, cpu_sgemm_kern_avx2;
 
 typedef struct {
     int threads; /* the most threads the buffers serve */
-    float *b;    /* op(B): NC columns of panels (shared), or one panel a thread */
+    float *b;    /* op(B): NC columns of panels (shared), or a block a thread */
     float *at;   /* op(A) transposed, up to MT rows packed once, shared */
     float *a;    /* per thread: threads x A_FLOATS */
+    /* the core's caches (cpu_sgemm.c's loop order and blocks): the bytes
+     * of its L1 data cache, and the floats of packed op(B) a thread keeps
+     * in its L2 (half of it) */
+    size_t l1_bytes, b_block;
+    size_t l1_sys, b_block_max; /* the machine's, and the most b holds */
 } cpu_sgemm_scratch;
 
 /* oneDNN's matmul for the bf16 mode (cpu_dnnl.c) */
@@ -257,6 +262,11 @@ void cpu_sgemm_scratch_free(cpu_sgemm_scratch *s);
 /* Test hook: cap the rows of one classifier chunk (0 = no cap), so tests
  * can run several chunks on small shapes. */
 void cpu_set_cls_chunk_rows(be_backend *be, int rows);
+/* Test hook: the L1 data cache (bytes) and the floats of packed op(B) a
+ * thread keeps in L2 that the own GEMM plans its loops for (0: the
+ * machine's; the block is kept within one panel and what was allocated),
+ * so that tests run both loop orders on any CPU.  The bits do not change. */
+void cpu_set_sgemm_caches(be_backend *be, size_t l1_bytes, size_t block_floats);
 
 /* ---- op entry points, one group per file ---- */
 

@@ -71,6 +71,15 @@ static void pack_panel(const cpu_sgemm_kern *kn, float *restrict bp, const float
                                             : B[(size_t)(k0 + k) * ldb + j0 + j];
 }
 
+/* Whether to run each strip of op(A) across a block of panels (the strip
+ * stays in L1, the panels stream from L2) rather than each panel past
+ * every strip (the panel stays in L1): where a panel and a strip, kb rows
+ * each, do not fit in L1 together.  (AVX-512's 48-column panel at KC rows
+ * is 72 KB; AVX2's 24 columns, 36 KB, fit a 48 KB L1 with their strip.) */
+static int by_strips(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, int kb) {
+    return (size_t)(kn->nr + kn->mr) * kb * sizeof(float) > s->l1_bytes;
+}
+
 /* One strip of op(A) (rows [i, i+m), m <= mr) against B's panel bp: read in
  * place when A is row-major with mr rows, packed into ap otherwise. */
 static void strip(const cpu_sgemm_kern *kn, const float *A, long lda, int ta, int i, int m, int k0,
@@ -84,57 +93,74 @@ static void strip(const cpu_sgemm_kern *kn, const float *A, long lda, int ta, in
     kn->packed(kb, ap, bp, C, ldc, m, n, alpha, beta, first);
 }
 
-/* All strips of op(A) (rows [0, M)) against the panel bp of op(B): the
- * columns [j0, j0+n) of C, the k-block [k0, k0+kb).  op(A) is read in place,
- * or from at ([k][mr] a strip, the block's) when transposed. */
-static void panel_strips(const cpu_sgemm_kern *kn, int ta, const float *A, long lda,
-                         const float *at, float *ap, const float *bp, int M, int j0, int n, int k0,
-                         int kb, float alpha, float beta, float *C, long ldc) {
-    const int MR = kn->mr, first = k0 == 0;
-    for (int i = 0; i < M; i += MR) {
-        int m = M - i < MR ? M - i : MR;
+/* Panels [p0, p1) of op(B), k-block [k0, k0+kb), packed into bq, against
+ * every strip of op(A): strip by strip across the block where by_strips
+ * says so, else panel by panel.  op(A) is read in place (an edge strip
+ * packed into ap), or from at ([k][mr] a strip, the k-block's) when
+ * transposed. */
+static void run_block(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, float *bq, float *ap,
+                      const float *at, int ta, const float *A, int lda, int tb, const float *B,
+                      int ldb, int M, int N, size_t p0, size_t p1, int k0, int kb, float alpha,
+                      float beta, float *C, int ldc) {
+    const int MR = kn->mr, NR = kn->nr;
+    size_t np = p1 - p0, strips = (size_t)(M + MR - 1) / MR;
+    int by_strip = by_strips(kn, s, kb);
+    for (size_t p = p0; p < p1; p++) {
+        int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
+        pack_panel(kn, bq + (p - p0) * NR * kb, B, ldb, tb, j0, n, k0, kb);
+    }
+    for (size_t it = 0; it < strips * np; it++) {
+        size_t q = by_strip ? it / np : it % strips;
+        size_t p = p0 + (by_strip ? it % np : it / strips);
+        int i = (int)q * MR, m = M - i < MR ? M - i : MR;
+        int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
+        const float *b = bq + (p - p0) * NR * kb;
         float *c = C + (size_t)i * ldc + j0;
         if (ta)
-            kn->packed(kb, at + (size_t)i * kb, bp, c, ldc, m, n, alpha, beta, first);
+            kn->packed(kb, at + (size_t)i * kb, b, c, ldc, m, n, alpha, beta, k0 == 0);
         else
-            strip(kn, A, lda, 0, i, m, k0, kb, ap, bp, c, ldc, n, alpha, beta, first);
+            strip(kn, A, lda, 0, i, m, k0, kb, ap, b, c, ldc, n, alpha, beta, k0 == 0);
     }
 }
 
 /* Few rows (M <= MC, or <= MT when op(A) is transposed): each thread takes
- * its share of op(B)'s panels and packs each one just before multiplying
- * it, so that the next panel's packing follows the last one's compute on
- * the same core; op(A) is read in place, or packed once a k-block, shared,
- * when transposed.  Where op(A) is read in place and stays in the core's
- * cache (M*K <= CPU_SGEMM_A_CACHED floats), each panel runs through all
- * of K before the next, so that its columns of C stay in cache from one
- * k-block to the next (the classifier's logits, 256 x 50257 floats, are
- * larger than the last level cache); otherwise each k-block runs through
- * all the panels, so that op(A)'s block stays in cache while C is read
- * again. */
+ * its share of op(B)'s panels, a block at a time (run_block).  Where a
+ * panel and a strip of op(A) do not fit in L1 together (by_strips), a block
+ * is as many panels as half of L2 holds and each strip runs across it: the
+ * strip stays in L1 while the panels stream from L2, and C is written row
+ * by row.  (One panel at a time past every strip left both operands in L2
+ * with AVX-512's 72 KB panels; the weight gradients ran 7% slower:
+ * docs/perf.md.)  Otherwise a block is one panel, packed just before use
+ * and kept in L1 while every strip passes.  op(A) is read in place, or
+ * packed once a k-block, shared, when transposed.  Where op(A) is read in
+ * place and stays in the core's cache (M*K <= CPU_SGEMM_A_CACHED floats),
+ * each block runs through all of K before the next, so that its columns of
+ * C stay in cache from one k-block to the next (the classifier's logits,
+ * 256 x 50257 floats, are larger than the last level cache); otherwise each
+ * k-block runs through all the blocks, so that op(A)'s block stays in cache
+ * while C is read again. */
 static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads, int ta, int tb,
                      int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                      int ldb, float beta, float *C, int ldc) {
     const int MR = kn->mr, NR = kn->nr, KC = CPU_SGEMM_KC;
     int panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
-    int panel_outer = !ta && (size_t)M * K <= CPU_SGEMM_A_CACHED;
+    int block_outer = !ta && (size_t)M * K <= CPU_SGEMM_A_CACHED;
+    int kmax = K < KC ? K : KC;
+    /* panels a block (the same for every k-block) */
+    size_t few = by_strips(kn, s, kmax) ? s->b_block / ((size_t)NR * kmax) : 1;
 #pragma omp parallel num_threads(threads)
     {
         int tid = omp_get_thread_num(), nt = omp_get_num_threads();
         float *ap = s->a + (size_t)tid * CPU_SGEMM_A_FLOATS;
-        float *bp = s->b + (size_t)tid * CPU_SGEMM_NR_MAX * KC;
+        float *bq = s->b + (size_t)tid * s->b_block;
         size_t lo, hi;
         cpu_split((size_t)panels, nt, tid, &lo, &hi);
-        if (panel_outer) {
-            for (size_t p = lo; p < hi; p++) {
-                int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
-                for (int k0 = 0; k0 < K; k0 += KC) {
-                    int kb = K - k0 < KC ? K - k0 : KC;
-                    pack_panel(kn, bp, B, ldb, tb, j0, n, k0, kb);
-                    panel_strips(kn, 0, A, lda, NULL, ap, bp, M, j0, n, k0, kb, alpha, beta, C,
-                                 ldc);
-                }
-            }
+        if (block_outer) {
+            for (size_t p0 = lo; p0 < hi; p0 += few)
+                for (int k0 = 0; k0 < K; k0 += KC)
+                    run_block(kn, s, bq, ap, NULL, 0, A, lda, tb, B, ldb, M, N, p0,
+                              p0 + few < hi ? p0 + few : hi, k0, K - k0 < KC ? K - k0 : KC, alpha,
+                              beta, C, ldc);
         } else {
             for (int k0 = 0; k0 < K; k0 += KC) {
                 int kb = K - k0 < KC ? K - k0 : KC;
@@ -144,12 +170,9 @@ static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads
                         pack_a(s->at + (size_t)q * MR * kb, MR, A, lda, 1, q * MR,
                                M - q * MR < MR ? M - q * MR : MR, k0, kb);
                 }
-                for (size_t p = lo; p < hi; p++) {
-                    int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
-                    pack_panel(kn, bp, B, ldb, tb, j0, n, k0, kb);
-                    panel_strips(kn, ta, A, lda, s->at, ap, bp, M, j0, n, k0, kb, alpha, beta, C,
-                                 ldc);
-                }
+                for (size_t p0 = lo; p0 < hi; p0 += few)
+                    run_block(kn, s, bq, ap, s->at, ta, A, lda, tb, B, ldb, M, N, p0,
+                              p0 + few < hi ? p0 + few : hi, k0, kb, alpha, beta, C, ldc);
                 if (ta) { /* the shared op(A) is packed again for the next k-block */
 #pragma omp barrier
                 }
@@ -192,19 +215,24 @@ static void many_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int thread
                             pack_a(ap + (q - s0) * MR * kb, MR, A, lda, 1, i,
                                    M - i < MR ? M - i : MR, k0, kb);
                         }
-                    for (int p = 0; p < panels; p++) {
+                    /* strip by strip (op(A)'s strip stays in L1, C's rows are
+                     * written in order) where the block's panels stay in L2;
+                     * else panel by panel, each panel reused by every strip */
+                    int by_strip = by_strips(kn, s, kb) && (size_t)panels * NR * kb <= s->b_block;
+                    size_t nq = s1 - s0;
+                    for (size_t it = 0; it < nq * (size_t)panels; it++) {
+                        size_t q = s0 + (by_strip ? it / (size_t)panels : it % nq);
+                        int p = (int)(by_strip ? it % (size_t)panels : it / nq);
+                        int i = (int)q * MR, m = M - i < MR ? M - i : MR;
                         int n = nb - p * NR < NR ? nb - p * NR : NR;
                         const float *bp = bpk + (size_t)p * NR * kb;
-                        for (size_t q = s0; q < s1; q++) {
-                            int i = (int)q * MR, m = M - i < MR ? M - i : MR;
-                            float *c = C + (size_t)i * ldc + j0 + p * NR;
-                            if (ta)
-                                kn->packed(kb, ap + (q - s0) * MR * kb, bp, c, ldc, m, n, alpha,
-                                           beta, first);
-                            else /* an edge strip is packed after the block's */
-                                strip(kn, A, lda, 0, i, m, k0, kb, ap + (s1 - s0) * MR * kb, bp, c,
-                                      ldc, n, alpha, beta, first);
-                        }
+                        float *c = C + (size_t)i * ldc + j0 + p * NR;
+                        if (ta)
+                            kn->packed(kb, ap + (q - s0) * MR * kb, bp, c, ldc, m, n, alpha, beta,
+                                       first);
+                        else /* an edge strip is packed after the block's */
+                            strip(kn, A, lda, 0, i, m, k0, kb, ap + (s1 - s0) * MR * kb, bp, c, ldc,
+                                  n, alpha, beta, first);
                     }
                 }
 #pragma omp barrier /* the panels are packed again for the next block */
