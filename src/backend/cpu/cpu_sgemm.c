@@ -109,18 +109,19 @@ static void run_block(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, floa
         int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
         pack_panel(kn, bq + (p - p0) * NR * kb, B, ldb, tb, j0, n, k0, kb);
     }
-    for (size_t it = 0; it < strips * np; it++) {
-        size_t q = by_strip ? it / np : it % strips;
-        size_t p = p0 + (by_strip ? it % np : it / strips);
-        int i = (int)q * MR, m = M - i < MR ? M - i : MR;
-        int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
-        const float *b = bq + (p - p0) * NR * kb;
-        float *c = C + (size_t)i * ldc + j0;
-        if (ta)
-            kn->packed(kb, at + (size_t)i * kb, b, c, ldc, m, n, alpha, beta, k0 == 0);
-        else
-            strip(kn, A, lda, 0, i, m, k0, kb, ap, b, c, ldc, n, alpha, beta, k0 == 0);
-    }
+    size_t outer = by_strip ? strips : np, inner = by_strip ? np : strips;
+    for (size_t o = 0; o < outer; o++)
+        for (size_t u = 0; u < inner; u++) {
+            size_t q = by_strip ? o : u, p = p0 + (by_strip ? u : o);
+            int i = (int)q * MR, m = M - i < MR ? M - i : MR;
+            int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
+            const float *b = bq + (p - p0) * NR * kb;
+            float *c = C + (size_t)i * ldc + j0;
+            if (ta)
+                kn->packed(kb, at + (size_t)i * kb, b, c, ldc, m, n, alpha, beta, k0 == 0);
+            else
+                strip(kn, A, lda, 0, i, m, k0, kb, ap, b, c, ldc, n, alpha, beta, k0 == 0);
+        }
 }
 
 /* Few rows (M <= MC, or <= MT when op(A) is transposed): each thread takes
@@ -219,21 +220,23 @@ static void many_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int thread
                      * written in order) where the block's panels stay in L2;
                      * else panel by panel, each panel reused by every strip */
                     int by_strip = by_strips(kn, s, kb) && (size_t)panels * NR * kb <= s->b_block;
-                    size_t nq = s1 - s0;
-                    for (size_t it = 0; it < nq * (size_t)panels; it++) {
-                        size_t q = s0 + (by_strip ? it / (size_t)panels : it % nq);
-                        int p = (int)(by_strip ? it % (size_t)panels : it / nq);
-                        int i = (int)q * MR, m = M - i < MR ? M - i : MR;
-                        int n = nb - p * NR < NR ? nb - p * NR : NR;
-                        const float *bp = bpk + (size_t)p * NR * kb;
-                        float *c = C + (size_t)i * ldc + j0 + p * NR;
-                        if (ta)
-                            kn->packed(kb, ap + (q - s0) * MR * kb, bp, c, ldc, m, n, alpha, beta,
-                                       first);
-                        else /* an edge strip is packed after the block's */
-                            strip(kn, A, lda, 0, i, m, k0, kb, ap + (s1 - s0) * MR * kb, bp, c, ldc,
-                                  n, alpha, beta, first);
-                    }
+                    size_t nq = s1 - s0, outer = by_strip ? nq : (size_t)panels,
+                           inner = by_strip ? (size_t)panels : nq;
+                    for (size_t o = 0; o < outer; o++)
+                        for (size_t u = 0; u < inner; u++) {
+                            size_t q = s0 + (by_strip ? o : u);
+                            int p = (int)(by_strip ? u : o);
+                            int i = (int)q * MR, m = M - i < MR ? M - i : MR;
+                            int n = nb - p * NR < NR ? nb - p * NR : NR;
+                            const float *bp = bpk + (size_t)p * NR * kb;
+                            float *c = C + (size_t)i * ldc + j0 + p * NR;
+                            if (ta)
+                                kn->packed(kb, ap + (q - s0) * MR * kb, bp, c, ldc, m, n, alpha,
+                                           beta, first);
+                            else /* an edge strip is packed after the block's */
+                                strip(kn, A, lda, 0, i, m, k0, kb, ap + (s1 - s0) * MR * kb, bp, c,
+                                      ldc, n, alpha, beta, first);
+                        }
                 }
 #pragma omp barrier /* the panels are packed again for the next block */
             }
