@@ -15,8 +15,10 @@ fraction of the bandwidth (36 bytes a parameter: the gradient norm reads g,
 AdamW reads w, g, m, v and writes w, m, v and g = 0, the next step's zeroed
 gradients / its time; against the best of
 the three kernels, the in-place update as a rule, which has the
-optimizer's access pattern), and the instruction set the binary was
-compiled for and the CPU has.
+optimizer's access pattern), the machine's limit for the step (its FLOPs
+at the sgemm rate plus the optimizer's bytes at the bandwidth) and so the
+largest speedup over PyTorch the machine allows, and the instruction set
+the binary was compiled for and the CPU has.
 With --cpu-dtype fp32,bf16 (the default) each case also runs megascale's
 bf16 mode (--cpu-dtype bf16: bf16 activations and GEMMs, fp32 master
 weights) against the same fp32 PyTorch run, where the CPU has AVX512-BF16.
@@ -259,16 +261,21 @@ def main():
     print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
           f"{'of sgemm':>8} {'near':>7} {'sgemm':>6} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} "
           f"{'torch ms':>9} "
-          f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8}"
+          f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8} {'limit ms':>8} {'max':>6}"
           + (f" {'llm.c ms':>9} {'llm.c RSS':>9} {'vs llm.c':>8}" if llmc else ""))
     for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params, lm, lrss, near in rows:
         of_gemm = flops / (om / 1e3) / (gemm * 1e9)
         of_near = flops / (om / 1e3) / (near * 1e9)
         opt_bw = 36 * params / (opt / 1e3) / (bw * 1e9) if opt > 0 else 0
+        # the machine's limit for this step: its FLOPs at the best sgemm
+        # rate, plus the optimizer's bytes at the best bandwidth (fp32 rows;
+        # a bf16 row's GEMMs are not bound by the fp32 rate)
+        limit = (flops / (gemm * 1e9) + 36 * params / (bw * 1e9)) * 1e3
+        lim = f"{limit:8.1f} {tm / limit:5.2f}x" if " " not in case else f"{'-':>8} {'-':>6}"
         print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
               f"{100 * of_gemm:7.1f}% {100 * of_near:6.1f}% {near:6.1f} {opt:7.1f} "
               f"{100 * opt_bw:6.1f}% {wait:8.3f}% "
-              f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x"
+              f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x {lim}"
               + (f" {lm:9.1f} {lrss:8.0f}M {lm / om:7.2f}x" if lm else ""))
     print(f"(median of {a.steps - a.warmup} steps after {a.warmup} warm-up steps, "
           f"{a.threads} threads; case = model:B:T, and bf16: --cpu-dtype bf16 against the same "
@@ -277,7 +284,10 @@ def main():
           f"(bf16 GEMMs can exceed it); near = the same against the better of the two probes "
           f"taken just before and just after this run (sgemm, GFLOP/s: the machine's speed moves "
           f"from minute to minute on shared hosts); opt bw = 36 B a parameter / the "
-          f"optimizer's time / the bandwidth above; vs llm.c = llm.c's ms / ours; "
+          f"optimizer's time / the bandwidth above; limit ms = the step's FLOPs at the sgemm "
+          f"rate plus the optimizer's 36 B a parameter at the bandwidth, the fastest this "
+          f"machine allows an fp32 step; max = PyTorch's ms / limit ms, the largest speedup "
+          f"over PyTorch this machine allows; vs llm.c = llm.c's ms / ours; "
           f"data wait = time the step waited for its batch / step time)")
 
 
