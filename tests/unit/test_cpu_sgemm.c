@@ -100,9 +100,9 @@ static void test_against_reference(be_backend *be) {
                     if (!(e <= worst)) worst = e;
                     n++;
                 }
-    /* wide: several blocks of panels a thread (few rows), and a block too
-     * large for L2 taken panel by panel (many rows) */
-    static const int wide[][3] = {{50, 1300, 385}, {520, 700, 390}};
+    /* wide: several blocks of panels a thread (few rows, many rows; the
+     * other loop order: test_loop_orders) */
+    static const int wide[][3] = {{50, 1300, 385}, {520, 200, 130}};
     for (int l = 0; l < 4; l++)
         for (size_t w = 0; w < sizeof wide / sizeof *wide; w++) {
             double e = check_one(be, l >> 1, l & 1, wide[w][0], wide[w][1], wide[w][2], 1.0f,
@@ -171,7 +171,7 @@ static void test_split_bits(be_backend *be1, be_backend *be2, be_backend *be3) {
  * own plan. */
 static void test_loop_orders(be_backend *be1, be_backend *be2, be_backend *be3) {
     static const int shapes[][3] = {
-        {50, 1300, 385}, {520, 700, 390}, {1100, 96, 400}, {40, 1000, 384}, {9, 200, 50}};
+        {50, 1300, 385}, {520, 300, 390}, {1100, 96, 400}, {40, 1000, 384}, {9, 200, 50}};
     static const size_t plans[][2] = {{16 << 10, 2 * 48 * 384}, {8 << 20, 0}};
     be_backend *bes[3] = {be1, be2, be3};
     int bad = 0;
