@@ -242,7 +242,7 @@ def main():
                 label = case if dt == "fp32" else f"{case} {dt}"
                 rows.append((label, om, B * T / om * 1e3, ours_rss, mfu, wait, tm,
                              B * T / tm * 1e3, torch_rss, fpt * B * T, opt, params, lm, lrss,
-                             near))
+                             near, dt))
     probes.append(machine_limits(a.bin, a.threads))
     gemm = max(g for g, _ in probes)
     kinds = {k: max(m[k] for _, m in probes) for k in bw0}
@@ -263,15 +263,18 @@ def main():
           f"{'torch ms':>9} "
           f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8} {'limit ms':>8} {'max':>6}"
           + (f" {'llm.c ms':>9} {'llm.c RSS':>9} {'vs llm.c':>8}" if llmc else ""))
-    for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params, lm, lrss, near in rows:
+    for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params, lm, lrss, near, dt in rows:
         of_gemm = flops / (om / 1e3) / (gemm * 1e9)
         of_near = flops / (om / 1e3) / (near * 1e9)
-        opt_bw = 36 * params / (opt / 1e3) / (bw * 1e9) if opt > 0 else 0
+        opt_s = 36 * params / (bw * 1e9)  # the optimizer's bytes at the bandwidth
+        opt_bw = opt_s / (opt / 1e3) if opt > 0 else 0
         # the machine's limit for this step: its FLOPs at the best sgemm
-        # rate, plus the optimizer's bytes at the best bandwidth (fp32 rows;
+        # rate plus the optimizer's time at the bandwidth (fp32 rows only:
         # a bf16 row's GEMMs are not bound by the fp32 rate)
-        limit = (flops / (gemm * 1e9) + 36 * params / (bw * 1e9)) * 1e3
-        lim = f"{limit:8.1f} {tm / limit:5.2f}x" if " " not in case else f"{'-':>8} {'-':>6}"
+        lim = f"{'-':>8} {'-':>6}"
+        if dt == "fp32":
+            limit = (flops / (gemm * 1e9) + opt_s) * 1e3
+            lim = f"{limit:8.1f} {tm / limit:5.2f}x"
         print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
               f"{100 * of_gemm:7.1f}% {100 * of_near:6.1f}% {near:6.1f} {opt:7.1f} "
               f"{100 * opt_bw:6.1f}% {wait:8.3f}% "
