@@ -734,6 +734,16 @@ static void test_reductions(void) {
     T_NEAR(gq / sq, 1.0, 1e-12);
     T_OK(be->sum_squares(be, x, n) == gq && be->sum(be, x, n) == gs);
     T_NEAR(be->sum(be, x, 5), (double)x[0] + x[1] + x[2] + x[3] + x[4], 1e-12);
+    /* lengths around the lanes, the parts a thread reads side by side and
+     * the threads' slices: every element counted once */
+    static const size_t lens[] = {1, 7, 8, 9, 31, 32, 33, 63, 64, 65, 127, 129, 1000, 4097};
+    for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+        double rs = 0.0, rq = 0.0;
+        for (size_t i = 0; i < lens[k]; i++)
+            rs += x[i], rq += (double)x[i] * x[i];
+        T_NEAR(be->sum(be, x, lens[k]), rs, 1e-12 * (rq + 1.0));
+        T_NEAR(be->sum_squares(be, x, lens[k]) / rq, 1.0, 1e-12);
+    }
     T_NEAR(be->sum(be, x, 0), 0.0, 0.0);
     T_EQ_INT(be->has_nonfinite(be, x, n), 0);
     x[n - 1] = FLT_MAX, x[0] = -FLT_MAX;
