@@ -45,7 +45,11 @@ static void cpu_ln_bwd_row(float *restrict dx, float *restrict pdw, float *restr
                            const float *restrict w, float m, float s, int C) {
     float a1[16] = {0}, a2[16] = {0};
     int i = 0;
+    /* omp simd: the lanes are the vector.  Left to itself GCC 12 vectorised
+     * the outer loop too, 16 blocks at a time through permutes: 3544
+     * instructions, 2.2-2.5x slower for the same bits (docs/perf.md). */
     for (; i + 16 <= C; i += 16)
+#pragma omp simd
         for (int j = 0; j < 16; j++) {
             float dn = dy[i + j] * w[i + j];
             a1[j] += dn;
