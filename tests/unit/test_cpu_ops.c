@@ -644,7 +644,38 @@ static void test_classifier_case(int N, int C, int V, int Vp, int chunk, int fd)
     tmp_free_all();
 }
 
+/* One row of the fused classifier (cpu_cls_row), with the next row asked
+ * into the cache or not: the same bits, and the loss and dlogits of a
+ * double-precision softmax.  Rows of 16k + r logits: the 16-wide blocks
+ * and the tail. */
+static void test_cls_row(void) {
+    static const int Vs[] = {1, 15, 16, 37, 50257};
+    for (size_t c = 0; c < sizeof Vs / sizeof *Vs; c++) {
+        int V = Vs[c], tgt = V / 3;
+        float *l = frnd(2 * (size_t)V, 6.0f), *a = fcopy(l, V), *b = fcopy(l, V);
+        float la = cpu_cls_row(a, V, tgt, 1, 0.25f, NULL);
+        float lb = cpu_cls_row(b, V, tgt, 1, 0.25f, l + V);
+        check_same("cls_row: the next row asked for or not", a, b, (size_t)V * sizeof(float));
+        T_OK(la == lb);
+        double m = l[0], z = 0.0;
+        for (int j = 1; j < V; j++)
+            m = l[j] > m ? l[j] : m;
+        for (int j = 0; j < V; j++)
+            z += exp((double)l[j] - m);
+        T_NEAR(la, m + log(z) - l[tgt], 1e-5 * (1.0 + fabs(m)));
+        double worst = 0.0;
+        for (int j = 0; j < V; j++) {
+            double ref = 0.25 * (exp((double)l[j] - m) / z - (j == tgt));
+            double err = fabs((double)a[j] - ref);
+            worst = err > worst ? err : worst;
+        }
+        T_NEAR(worst, 0.0, 1e-6);
+    }
+    tmp_free_all();
+}
+
 static void test_classifier(void) {
+    test_cls_row();
     test_classifier_case(11, 12, 37, 48, 4, 1);
     test_classifier_case(11, 12, 37, 37, 0, 1);
     test_classifier_case(50, 20, 300, 320, 16, 0);

@@ -269,7 +269,7 @@ void cpu16_classifier_fwd_bwd(be_backend *be, float *losses, void *dx, float *dw
             MS_CHECKF(tgt >= 0 && tgt < V, "classifier: target %d at row %d outside [0,%d)", tgt,
                       r0 + i, V);
             float *l = L + (size_t)i * V;
-            losses[r0 + i] = cpu_cls_row(l, V, tgt, grad, dloss);
+            losses[r0 + i] = cpu_cls_row(l, V, tgt, grad, dloss, i + 1 < rb ? l + V : NULL);
             if (grad)
                 for (int j = 0; j < V; j++)
                     L16[(size_t)i * V + j] = ms_f32_to_bf16(l[j]);
