@@ -93,35 +93,47 @@ static void strip(const cpu_sgemm_kern *kn, const float *A, long lda, int ta, in
     kn->packed(kb, ap, bp, C, ldc, m, n, alpha, beta, first);
 }
 
+/* Strips [q0, q1) of op(A) against np packed panels of op(B) (bq, [k][nr]
+ * each, kb rows; the first at column j0 of C, columns cut at N): strip by
+ * strip across the panels where by_strip (the strip stays in L1, the
+ * panels stream from L2, C is written row by row), else panel by panel
+ * (each panel reused by every strip).  op(A) comes from apk ([k][mr] a
+ * strip, strip q0 first) when transposed (apk != NULL), else is read in
+ * place, an edge strip packed into edge. */
+static void run_tiles(const cpu_sgemm_kern *kn, int by_strip, size_t q0, size_t q1, const float *bq,
+                      size_t np, int j0, int N, const float *apk, float *edge, const float *A,
+                      int lda, int M, int k0, int kb, float alpha, float beta, float *C, int ldc) {
+    const int MR = kn->mr, NR = kn->nr;
+    size_t nq = q1 - q0, outer = by_strip ? nq : np, inner = by_strip ? np : nq;
+    for (size_t o = 0; o < outer; o++)
+        for (size_t u = 0; u < inner; u++) {
+            size_t q = q0 + (by_strip ? o : u), p = by_strip ? u : o;
+            int i = (int)q * MR, m = M - i < MR ? M - i : MR;
+            int jp = j0 + (int)p * NR, n = N - jp < NR ? N - jp : NR;
+            const float *b = bq + p * NR * kb;
+            float *c = C + (size_t)i * ldc + jp;
+            if (apk)
+                kn->packed(kb, apk + (q - q0) * MR * kb, b, c, ldc, m, n, alpha, beta, k0 == 0);
+            else
+                strip(kn, A, lda, 0, i, m, k0, kb, edge, b, c, ldc, n, alpha, beta, k0 == 0);
+        }
+}
+
 /* Panels [p0, p1) of op(B), k-block [k0, k0+kb), packed into bq, against
- * every strip of op(A): strip by strip across the block where by_strips
- * says so, else panel by panel.  op(A) is read in place (an edge strip
- * packed into ap), or from at ([k][mr] a strip, the k-block's) when
- * transposed. */
+ * every strip of op(A) (run_tiles, in the order by_strips says).  op(A) is
+ * read in place (an edge strip packed into ap), or from at ([k][mr] a
+ * strip, the k-block's) when transposed. */
 static void run_block(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, float *bq, float *ap,
                       const float *at, int ta, const float *A, int lda, int tb, const float *B,
                       int ldb, int M, int N, size_t p0, size_t p1, int k0, int kb, float alpha,
                       float beta, float *C, int ldc) {
     const int MR = kn->mr, NR = kn->nr;
-    size_t np = p1 - p0, strips = (size_t)(M + MR - 1) / MR;
-    int by_strip = by_strips(kn, s, kb);
     for (size_t p = p0; p < p1; p++) {
         int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
         pack_panel(kn, bq + (p - p0) * NR * kb, B, ldb, tb, j0, n, k0, kb);
     }
-    size_t outer = by_strip ? strips : np, inner = by_strip ? np : strips;
-    for (size_t o = 0; o < outer; o++)
-        for (size_t u = 0; u < inner; u++) {
-            size_t q = by_strip ? o : u, p = p0 + (by_strip ? u : o);
-            int i = (int)q * MR, m = M - i < MR ? M - i : MR;
-            int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
-            const float *b = bq + (p - p0) * NR * kb;
-            float *c = C + (size_t)i * ldc + j0;
-            if (ta)
-                kn->packed(kb, at + (size_t)i * kb, b, c, ldc, m, n, alpha, beta, k0 == 0);
-            else
-                strip(kn, A, lda, 0, i, m, k0, kb, ap, b, c, ldc, n, alpha, beta, k0 == 0);
-        }
+    run_tiles(kn, by_strips(kn, s, kb), 0, (size_t)(M + MR - 1) / MR, bq, p1 - p0, (int)p0 * NR, N,
+              ta ? at : NULL, ap, A, lda, M, k0, kb, alpha, beta, C, ldc);
 }
 
 /* Few rows (M <= MC, or <= MT when op(A) is transposed): each thread takes
@@ -202,7 +214,6 @@ static void many_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int thread
             int panels = (nb + NR - 1) / NR;
             for (int k0 = 0; k0 < K; k0 += CPU_SGEMM_KC) {
                 int kb = K - k0 < CPU_SGEMM_KC ? K - k0 : CPU_SGEMM_KC;
-                int first = k0 == 0;
 #pragma omp for schedule(static)
                 for (int p = 0; p < panels; p++) {
                     int n = nb - p * NR < NR ? nb - p * NR : NR;
@@ -216,27 +227,12 @@ static void many_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int thread
                             pack_a(ap + (q - s0) * MR * kb, MR, A, lda, 1, i,
                                    M - i < MR ? M - i : MR, k0, kb);
                         }
-                    /* strip by strip (op(A)'s strip stays in L1, C's rows are
-                     * written in order) where the block's panels stay in L2;
-                     * else panel by panel, each panel reused by every strip */
+                    /* strip by strip where the block's panels stay in L2;
+                     * an edge strip is packed after the block's strips */
                     int by_strip = by_strips(kn, s, kb) && (size_t)panels * NR * kb <= s->b_block;
-                    size_t nq = s1 - s0, outer = by_strip ? nq : (size_t)panels,
-                           inner = by_strip ? (size_t)panels : nq;
-                    for (size_t o = 0; o < outer; o++)
-                        for (size_t u = 0; u < inner; u++) {
-                            size_t q = s0 + (by_strip ? o : u);
-                            int p = (int)(by_strip ? u : o);
-                            int i = (int)q * MR, m = M - i < MR ? M - i : MR;
-                            int n = nb - p * NR < NR ? nb - p * NR : NR;
-                            const float *bp = bpk + (size_t)p * NR * kb;
-                            float *c = C + (size_t)i * ldc + j0 + p * NR;
-                            if (ta)
-                                kn->packed(kb, ap + (q - s0) * MR * kb, bp, c, ldc, m, n, alpha,
-                                           beta, first);
-                            else /* an edge strip is packed after the block's */
-                                strip(kn, A, lda, 0, i, m, k0, kb, ap + (s1 - s0) * MR * kb, bp, c,
-                                      ldc, n, alpha, beta, first);
-                        }
+                    run_tiles(kn, by_strip, s0, s1, bpk, (size_t)panels, j0, j0 + nb,
+                              ta ? ap : NULL, ap + (s1 - s0) * MR * kb, A, lda, M, k0, kb, alpha,
+                              beta, C, ldc);
                 }
 #pragma omp barrier /* the panels are packed again for the next block */
             }
