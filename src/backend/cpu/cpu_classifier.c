@@ -25,13 +25,12 @@
 float cpu_cls_row(float *restrict l, int V, int tgt, int grad, float dloss, const float *next) {
     float m = cpu_max_f(l, V), lt = l[tgt];
     int i = 0;
-    if (next)
-        for (; i + 16 <= V; i += 16) {
-            __builtin_prefetch(next + i, 0, 2);
+    for (; i + 16 <= V; i += 16) {
+        if (next) __builtin_prefetch(next + i, 0, 2);
 #pragma omp simd
-            for (int k = 0; k < 16; k++)
-                l[i + k] = cpu_expf(l[i + k] - m);
-        }
+        for (int k = 0; k < 16; k++)
+            l[i + k] = cpu_expf(l[i + k] - m);
+    }
     for (; i < V; i++)
         l[i] = cpu_expf(l[i] - m);
     double acc[8] = {0}, sum = 0.0;
