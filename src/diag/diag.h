@@ -164,4 +164,13 @@ typedef struct {
  * communicator's; MS_ERR_ARG for comm_only in a world of one. */
 ms_status diag_measure_costs(const diag_cost_config *cfg, diag_costs *r);
 
+/* A link's bandwidth (GB/s) from an all-reduce moving `bytes` per rank in
+ * big_s and a one-element one in small_s (the latency both pay): bytes /
+ * (big_s - small_s).  Where the difference is under a quarter of big_s,
+ * it is the two timings' noise more than the transfer (a small all-reduce
+ * timed on a busy moment can take as long as the big one), and a quarter
+ * of big_s stands in for it: at most 4x bytes / big_s, never the
+ * unbounded rate of a difference near 0. */
+double diag_link_gbps(double bytes, double small_s, double big_s);
+
 #endif

@@ -394,6 +394,11 @@ static ms_status shared_rate(comm_world *w, const diag_cost_config *cfg, diag_co
     return st;
 }
 
+double diag_link_gbps(double bytes, double small_s, double big_s) {
+    double transfer = fmax(big_s - small_s, big_s / 4);
+    return bytes / fmax(transfer, 1e-9) / 1e9;
+}
+
 static ms_status comm_costs(comm_world *w, diag_costs *r) {
     comm_group *g = comm_world_group(w);
     int n = comm_world_size(w);
@@ -409,7 +414,7 @@ static ms_status comm_costs(comm_world *w, diag_costs *r) {
     /* a small all-reduce takes the planner's tree: 2 ceil(log2 n) steps (plan_coll_s) */
     r->lat_us = small_s / (2.0 * ceil(log2(n))) * 1e6;
     double bytes = 2.0 * (n - 1) / n * big * sizeof(double);
-    r->link_gbps = bytes / fmax(big_s - small_s, 1e-9) / 1e9;
+    r->link_gbps = diag_link_gbps(bytes, small_s, big_s);
     double t0 = ms_now();
     comm_grid *grid = NULL;
     MS_TRY(comm_grid_create(w, n, 1, 1, &grid)); /* three groups */

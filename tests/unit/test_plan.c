@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "diag/diag.h"
 #include "model/gpt.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
@@ -436,7 +437,22 @@ static void test_optimizer(void) {
            1e-12);
 }
 
+/* plan measure's link bandwidth: bytes over the big all-reduce's time less
+ * the small one's, and where noise leaves that difference near 0 or below
+ * (a small all-reduce timed on a busy moment), a quarter of the big time:
+ * a rate a cluster file accepts, not 4.2e6 GB/s. */
+static void test_link_gbps(void) {
+    double bytes = 4e6;
+    T_NEAR(diag_link_gbps(bytes, 10e-6, 1010e-6), 4.0, 1e-9);
+    T_NEAR(diag_link_gbps(bytes, 2e-3, 1e-3), 16.0, 1e-9);
+    T_NEAR(diag_link_gbps(bytes, 1e-3 - 1e-12, 1e-3), 16.0, 1e-9);
+    T_NEAR(diag_link_gbps(bytes, 1e-3, 1e-3), 16.0, 1e-9);
+    double g = diag_link_gbps(4194304, 5e-4, 4e-4);
+    T_OK(isfinite(g) && g > 0 && g <= 1e6);
+}
+
 int main(void) {
+    test_link_gbps();
     test_collectives();
     test_gemm_curve();
     test_bubble();
