@@ -66,9 +66,10 @@
  * of k, stored as cpu_sgemm.c's "Bits" says (first: the k-block starting
  * at 0).  rows: A row-major in place (row stride lda), all mr rows; packed:
  * A packed [k][mr], m <= mr valid rows; both store n <= nr columns.
- * pack_b fills a whole panel (nr columns from j0) from rows [k0, k0+kb) of
- * op(B) and returns how many rows it packed (the driver packs the rest,
- * and panels of fewer columns, itself). */
+ * pack_b fills np whole panels (nr columns each from j0, one after the
+ * other, nr*kb floats apart) from rows [k0, k0+kb) of op(B) and returns how
+ * many rows of each it packed (the driver packs the rest, and panels of
+ * fewer columns, itself). */
 typedef struct {
     int kind; /* BE_CPU_GEMM_AVX512, BE_CPU_GEMM_AVX2 */
     int mr, nr;
@@ -76,7 +77,7 @@ typedef struct {
                  float alpha, float beta, int first);
     void (*packed)(int kc, const float *ap, const float *bp, float *C, long ldc, int m, int n,
                    float alpha, float beta, int first);
-    int (*pack_b)(float *bp, const float *B, long ldb, int tb, int j0, int k0, int kb);
+    int (*pack_b)(float *bp, const float *B, long ldb, int tb, int j0, int np, int k0, int kb);
 } cpu_sgemm_kern;
 #if CPU_SGEMM_OWN
 extern const cpu_sgemm_kern cpu_sgemm_kern_avx512, cpu_sgemm_kern_avx2;

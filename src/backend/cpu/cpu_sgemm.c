@@ -57,18 +57,25 @@ static void pack_a(float *restrict ap, int mr, const float *A, long lda, int ta,
                                                   : A[(size_t)(i0 + i) * lda + k0 + k]);
 }
 
-/* A panel of op(B), columns [j0, j0+n) (n <= nr, zero beyond), rows
- * [k0, k0+kb), into bp[k][nr]: the kernel's packing for whole panels, and
- * plain copies for a panel's last columns or rows (where the kernel's
+/* Panels [p0, p1) of op(B) (columns cut at N: the last may have fewer
+ * than nr, zero beyond), rows [k0, k0+kb), into bq (panel p at
+ * bq + (p-p0)*nr*kb, [k][nr]): the kernel's packing for the whole panels,
+ * and plain copies for a panel's last columns or rows (where the kernel's
  * transposing packing stopped).  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j]. */
-static void pack_panel(const cpu_sgemm_kern *kn, float *restrict bp, const float *B, long ldb,
-                       int tb, int j0, int n, int k0, int kb) {
+static void pack_panels(const cpu_sgemm_kern *kn, float *restrict bq, const float *B, long ldb,
+                        int tb, size_t p0, size_t p1, int N, int k0, int kb) {
     const int nr = kn->nr;
-    for (int k = n == nr ? kn->pack_b(bp, B, ldb, tb, j0, k0, kb) : 0; k < kb; k++)
-        for (int j = 0; j < nr; j++)
-            bp[(size_t)k * nr + j] = j >= n ? 0.0f
-                                     : tb   ? B[(size_t)(j0 + j) * ldb + k0 + k]
-                                            : B[(size_t)(k0 + k) * ldb + j0 + j];
+    size_t whole = (size_t)N / nr > p1 ? p1 - p0 : (size_t)N / nr - p0;
+    int done = whole ? kn->pack_b(bq, B, ldb, tb, (int)p0 * nr, (int)whole, k0, kb) : 0;
+    for (size_t p = p0; p < p1; p++) {
+        int j0 = (int)p * nr, n = N - j0 < nr ? N - j0 : nr;
+        float *bp = bq + (p - p0) * nr * kb;
+        for (int k = p - p0 < whole ? done : 0; k < kb; k++)
+            for (int j = 0; j < nr; j++)
+                bp[(size_t)k * nr + j] = j >= n ? 0.0f
+                                         : tb   ? B[(size_t)(j0 + j) * ldb + k0 + k]
+                                                : B[(size_t)(k0 + k) * ldb + j0 + j];
+    }
 }
 
 /* Whether to run each strip of op(A) across a block of panels (the strip
@@ -128,10 +135,7 @@ static void run_block(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, floa
                       int ldb, int M, int N, size_t p0, size_t p1, int k0, int kb, float alpha,
                       float beta, float *C, int ldc) {
     const int MR = kn->mr, NR = kn->nr;
-    for (size_t p = p0; p < p1; p++) {
-        int j0 = (int)p * NR, n = N - j0 < NR ? N - j0 : NR;
-        pack_panel(kn, bq + (p - p0) * NR * kb, B, ldb, tb, j0, n, k0, kb);
-    }
+    pack_panels(kn, bq, B, ldb, tb, p0, p1, N, k0, kb);
     run_tiles(kn, by_strips(kn, s, kb), 0, (size_t)(M + MR - 1) / MR, bq, p1 - p0, (int)p0 * NR, N,
               ta ? at : NULL, ap, A, lda, M, k0, kb, alpha, beta, C, ldc);
 }
@@ -215,10 +219,10 @@ static void many_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int thread
             for (int k0 = 0; k0 < K; k0 += CPU_SGEMM_KC) {
                 int kb = K - k0 < CPU_SGEMM_KC ? K - k0 : CPU_SGEMM_KC;
 #pragma omp for schedule(static)
-                for (int p = 0; p < panels; p++) {
-                    int n = nb - p * NR < NR ? nb - p * NR : NR;
-                    pack_panel(kn, bpk + (size_t)p * NR * kb, B, ldb, tb, j0 + p * NR, n, k0, kb);
-                }
+                for (int p = 0; p < panels; p++)
+                    pack_panels(kn, bpk + (size_t)p * NR * kb,
+                                B + (tb ? (size_t)j0 * ldb : (size_t)j0), ldb, tb, p, p + 1, nb, k0,
+                                kb);
                 for (size_t s0 = lo; s0 < hi; s0 += block) {
                     size_t s1 = s0 + block < hi ? s0 + block : hi;
                     if (ta)

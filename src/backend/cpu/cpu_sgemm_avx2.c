@@ -127,31 +127,38 @@ static inline void transpose8(__m256 r[8]) {
         r[i] = t[i];
 }
 
-/* A whole panel of op(B): columns [j0, j0+24), rows [k0, k0+kb), into
- * bp[k][24].  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j].  Returns the
- * rows it packed: all of them, or (tb) a multiple of 8. */
-static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int k0, int kb) {
+/* np whole panels of op(B): columns [j0, j0+24*np), rows [k0, k0+kb), into
+ * bp (panel p at bp + p*24*kb, [k][24]).  op(B)(k,j) = tb ? B[j*ldb + k] :
+ * B[k*ldb + j].  Returns the rows it packed: all of them, or (tb) a
+ * multiple of 8.  Without tb a row of all np panels at a time (as the
+ * AVX-512 packing: B's rows read as contiguous runs). */
+static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int np, int k0,
+                  int kb) {
+    size_t ps = (size_t)NR * kb; /* floats a panel */
     if (!tb) {
         for (int k = 0; k < kb; k++) {
             const float *s = B + (size_t)(k0 + k) * ldb + j0;
             float *d = bp + (size_t)k * NR;
-            _mm256_store_ps(d, _mm256_loadu_ps(s));
-            _mm256_store_ps(d + 8, _mm256_loadu_ps(s + 8));
-            _mm256_store_ps(d + 16, _mm256_loadu_ps(s + 16));
+            for (int p = 0; p < np; p++, s += NR, d += ps) {
+                _mm256_store_ps(d, _mm256_loadu_ps(s));
+                _mm256_store_ps(d + 8, _mm256_loadu_ps(s + 8));
+                _mm256_store_ps(d + 16, _mm256_loadu_ps(s + 16));
+            }
         }
         return kb;
     }
     int k = 0;
-    for (; k + 8 <= kb; k += 8)
-        for (int jb = 0; jb < NR / 8; jb++) {
-            __m256 r[8];
-            for (int i = 0; i < 8; i++)
-                r[i] = _mm256_loadu_ps(B + (size_t)(j0 + 8 * jb + i) * ldb + k0 + k);
-            transpose8(r);
-            for (int i = 0; i < 8; i++)
-                _mm256_store_ps(bp + (size_t)(k + i) * NR + 8 * jb, r[i]);
-        }
-    return k;
+    for (int p = 0; p < np; p++)
+        for (k = 0; k + 8 <= kb; k += 8)
+            for (int jb = 0; jb < NR / 8; jb++) {
+                __m256 r[8];
+                for (int i = 0; i < 8; i++)
+                    r[i] = _mm256_loadu_ps(B + (size_t)(j0 + NR * p + 8 * jb + i) * ldb + k0 + k);
+                transpose8(r);
+                for (int i = 0; i < 8; i++)
+                    _mm256_store_ps(bp + p * ps + (size_t)(k + i) * NR + 8 * jb, r[i]);
+            }
+    return kb - kb % 8;
 }
 
 const cpu_sgemm_kern cpu_sgemm_kern_avx2 = {.kind = BE_CPU_GEMM_AVX2,

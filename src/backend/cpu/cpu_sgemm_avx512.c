@@ -125,31 +125,39 @@ static inline void transpose16(__m512 r[16]) {
     }
 }
 
-/* A whole panel of op(B): columns [j0, j0+48), rows [k0, k0+kb), into
- * bp[k][48].  op(B)(k,j) = tb ? B[j*ldb + k] : B[k*ldb + j].  Returns the
- * rows it packed: all of them, or (tb) a multiple of 16. */
-static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int k0, int kb) {
+/* np whole panels of op(B): columns [j0, j0+48*np), rows [k0, k0+kb), into
+ * bp (panel p at bp + p*48*kb, [k][48]).  op(B)(k,j) = tb ? B[j*ldb + k] :
+ * B[k*ldb + j].  Returns the rows it packed: all of them, or (tb) a
+ * multiple of 16.  Without tb a row of all np panels at a time: B's rows
+ * are read as one contiguous run each, which the hardware prefetchers
+ * follow (a panel at a time, every 192-byte piece is on another page). */
+static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int np, int k0,
+                  int kb) {
+    size_t ps = (size_t)NR * kb; /* floats a panel */
     if (!tb) {
         for (int k = 0; k < kb; k++) {
             const float *s = B + (size_t)(k0 + k) * ldb + j0;
             float *d = bp + (size_t)k * NR;
-            _mm512_store_ps(d, _mm512_loadu_ps(s));
-            _mm512_store_ps(d + 16, _mm512_loadu_ps(s + 16));
-            _mm512_store_ps(d + 32, _mm512_loadu_ps(s + 32));
+            for (int p = 0; p < np; p++, s += NR, d += ps) {
+                _mm512_store_ps(d, _mm512_loadu_ps(s));
+                _mm512_store_ps(d + 16, _mm512_loadu_ps(s + 16));
+                _mm512_store_ps(d + 32, _mm512_loadu_ps(s + 32));
+            }
         }
         return kb;
     }
     int k = 0;
-    for (; k + 16 <= kb; k += 16)
-        for (int jb = 0; jb < NR / 16; jb++) {
-            __m512 r[16];
-            for (int i = 0; i < 16; i++)
-                r[i] = _mm512_loadu_ps(B + (size_t)(j0 + 16 * jb + i) * ldb + k0 + k);
-            transpose16(r);
-            for (int i = 0; i < 16; i++)
-                _mm512_store_ps(bp + (size_t)(k + i) * NR + 16 * jb, r[i]);
-        }
-    return k;
+    for (int p = 0; p < np; p++)
+        for (k = 0; k + 16 <= kb; k += 16)
+            for (int jb = 0; jb < NR / 16; jb++) {
+                __m512 r[16];
+                for (int i = 0; i < 16; i++)
+                    r[i] = _mm512_loadu_ps(B + (size_t)(j0 + NR * p + 16 * jb + i) * ldb + k0 + k);
+                transpose16(r);
+                for (int i = 0; i < 16; i++)
+                    _mm512_store_ps(bp + p * ps + (size_t)(k + i) * NR + 16 * jb, r[i]);
+            }
+    return kb - kb % 16;
 }
 
 const cpu_sgemm_kern cpu_sgemm_kern_avx512 = {.kind = BE_CPU_GEMM_AVX512,
