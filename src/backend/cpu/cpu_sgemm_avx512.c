@@ -130,7 +130,8 @@ static inline void transpose16(__m512 r[16]) {
  * B[k*ldb + j].  Returns the rows it packed: all of them, or (tb) a
  * multiple of 16.  Without tb a row of all np panels at a time: B's rows
  * are read as one contiguous run each, which the hardware prefetchers
- * follow (a panel at a time, every 192-byte piece is on another page). */
+ * follow (a panel at a time reads 192 bytes of a row, then 192 bytes of
+ * the next, 3-12 KB further for the step's weights: often another page). */
 static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, int np, int k0,
                   int kb) {
     size_t ps = (size_t)NR * kb; /* floats a panel */
