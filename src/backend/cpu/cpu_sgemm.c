@@ -65,7 +65,8 @@ static void pack_a(float *restrict ap, int mr, const float *A, long lda, int ta,
 static void pack_panels(const cpu_sgemm_kern *kn, float *restrict bq, const float *B, long ldb,
                         int tb, size_t p0, size_t p1, int N, int k0, int kb) {
     const int nr = kn->nr;
-    size_t whole = (size_t)N / nr > p1 ? p1 - p0 : (size_t)N / nr - p0;
+    size_t full = (size_t)N / nr; /* panels of nr columns */
+    size_t whole = (full < p1 ? full : p1) - p0;
     int done = whole ? kn->pack_b(bq, B, ldb, tb, (int)p0 * nr, (int)whole, k0, kb) : 0;
     for (size_t p = p0; p < p1; p++) {
         int j0 = (int)p * nr, n = N - j0 < nr ? N - j0 : nr;
@@ -218,11 +219,14 @@ static void many_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int thread
             int panels = (nb + NR - 1) / NR;
             for (int k0 = 0; k0 < K; k0 += CPU_SGEMM_KC) {
                 int kb = K - k0 < CPU_SGEMM_KC ? K - k0 : CPU_SGEMM_KC;
-#pragma omp for schedule(static)
-                for (int p = 0; p < panels; p++)
-                    pack_panels(kn, bpk + (size_t)p * NR * kb,
-                                B + (tb ? (size_t)j0 * ldb : (size_t)j0), ldb, tb, p, p + 1, nb, k0,
-                                kb);
+                /* this thread's share of the block's panels, in one call (row
+                 * by row across them), then every thread's */
+                size_t p0, p1;
+                cpu_split((size_t)panels, nt, tid, &p0, &p1);
+                if (p1 > p0)
+                    pack_panels(kn, bpk + p0 * NR * kb, B + (tb ? (size_t)j0 * ldb : (size_t)j0),
+                                ldb, tb, p0, p1, nb, k0, kb);
+#pragma omp barrier
                 for (size_t s0 = lo; s0 < hi; s0 += block) {
                     size_t s1 = s0 + block < hi ? s0 + block : hi;
                     if (ta)

@@ -147,9 +147,8 @@ static int pack_b(float *restrict bp, const float *B, long ldb, int tb, int j0, 
         }
         return kb;
     }
-    int k = 0;
     for (int p = 0; p < np; p++)
-        for (k = 0; k + 8 <= kb; k += 8)
+        for (int k = 0; k + 8 <= kb; k += 8)
             for (int jb = 0; jb < NR / 8; jb++) {
                 __m256 r[8];
                 for (int i = 0; i < 8; i++)
