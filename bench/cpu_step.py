@@ -22,6 +22,11 @@ the binary was compiled for and the CPU has.
 With --cpu-dtype fp32,bf16 (the default) each case also runs megascale's
 bf16 mode (--cpu-dtype bf16: bf16 activations and GEMMs, fp32 master
 weights) against the same fp32 PyTorch run, where the CPU has AVX512-BF16.
+With --optimizer adamw,lamb (the default) each case also runs megascale
+with LAMB (fp32 only), whose optimizer moves 48 bytes a parameter (the
+norm reads g; the moments read g, w, m, v and write u, m, v; the
+trust-ratio step reads w, u and writes w and u = 0); PyTorch has no LAMB,
+so those rows compare with its AdamW step and print no "max".
 With --llmc DIR (or LLMC_DIR), a checkout of karpathy/llm.c that the user
 provides (megascale neither ships nor fetches it), each case also runs
 llm.c's CPU trainer: bench/llmc_step.c, built here against DIR/train_gpt2.c
@@ -29,7 +34,7 @@ with llm.c's own flags (-Ofast -march=native -fopenmp), on a random model
 file in llm.c's format of the case's shape and the same tokens.
 usage: bench/cpu_step.py [--bin build/megascale] [--steps N] [--threads 2]
                          [--cases d12:4:64,d6:8:256] [--cpu-dtype fp32,bf16]
-                         [--llmc DIR]"""
+                         [--optimizer adamw,lamb] [--llmc DIR]"""
 import argparse
 import json
 import os
@@ -40,6 +45,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# the optimizer's bytes a parameter (see the docstring)
+OPT_BYTES = {"adamw": 36, "lamb": 48}
 PRESETS = {"d6": (6, 384, 6), "d12": (12, 768, 12), "d24": (24, 1024, 16)}
 
 
@@ -179,7 +186,14 @@ def main():
     ap.add_argument("--cpu-dtype", default="fp32,bf16",
                     help="megascale's --cpu-dtype values to run, each against the same PyTorch "
                          "(fp32) run; bf16 is left out, with the reason, where the CPU lacks it")
+    ap.add_argument("--optimizer", default="adamw,lamb",
+                    help="megascale's --optimizer values to run (lamb with --cpu-dtype fp32 "
+                         "only), each against the same PyTorch AdamW run")
     a = ap.parse_args()
+    opts = a.optimizer.split(",")
+    for o in opts:
+        if o not in OPT_BYTES:
+            sys.exit(f"bench: --optimizer {o}: not one of {', '.join(OPT_BYTES)}")
     isa, core, chosen = isa_line(a.bin)
     dtypes = a.cpu_dtype.split(",")
     bf16_missing = bf16_refused(a.bin) if "bf16" in dtypes else None
@@ -224,11 +238,12 @@ def main():
                 return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
                         [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
                         cfg["flops_per_token"], cfg["params"])
-            for dt in dtypes:
+            for dt, opt_name in [(dt, o) for dt in dtypes for o in opts
+                                 if o == "adamw" or dt == "fp32"]:
                 ours_cmd = [a.bin, "train", "--model", model, "--train-data", shard, "--batch",
                             str(B), "--seq", str(T), "--steps", str(a.steps), "--threads",
                             str(a.threads), "--data-order", "sequential", "--metrics", metrics,
-                            "--log-every", "1000", "--cpu-dtype", dt]
+                            "--log-every", "1000", "--cpu-dtype", dt, "--optimizer", opt_name]
                 near0 = machine_limits(a.bin, a.threads)
                 (ours_ms, ours_mfu, ours_data, ours_opt, fpt, params), ours_rss = measure(
                     ours_cmd, env, parse_ours)
@@ -239,10 +254,10 @@ def main():
                 mfu = statistics.median(ours_mfu[a.warmup:])
                 wait = 100 * sum(ours_data[a.warmup:]) / sum(ours_ms[a.warmup:])
                 opt = statistics.median(ours_opt[a.warmup + 1:] or [0])  # of the previous step
-                label = case if dt == "fp32" else f"{case} {dt}"
+                label = " ".join([case] + [x for x in (dt, opt_name) if x not in ("fp32", "adamw")])
                 rows.append((label, om, B * T / om * 1e3, ours_rss, mfu, wait, tm,
                              B * T / tm * 1e3, torch_rss, fpt * B * T, opt, params, lm, lrss,
-                             near, dt))
+                             near, dt, opt_name))
     probes.append(machine_limits(a.bin, a.threads))
     gemm = max(g for g, _ in probes)
     kinds = {k: max(m[k] for _, m in probes) for k in bw0}
@@ -258,15 +273,16 @@ def main():
                                      "--torch-blas own for OpenBLAS's own choice)"
                                      if a.torch_blas == "same" else
                                      "the kernels OpenBLAS picks by itself (--torch-blas own)"))
-    print(f"\n{'case':<12} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
+    print(f"\n{'case':<17} {'ours ms':>9} {'ours tok/s':>10} {'ours RSS':>9} {'MFU':>6} "
           f"{'of sgemm':>8} {'near':>7} {'sgemm':>6} {'opt ms':>7} {'opt bw':>7} {'data wait':>9} "
           f"{'torch ms':>9} "
           f"{'torch tok/s':>11} {'torch RSS':>9} {'speedup':>8} {'limit ms':>8} {'max':>6}"
           + (f" {'llm.c ms':>9} {'llm.c RSS':>9} {'vs llm.c':>8}" if llmc else ""))
-    for case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params, lm, lrss, near, dt in rows:
+    for (case, om, ot, orss, mfu, wait, tm, tt, trss, flops, opt, params, lm, lrss, near, dt,
+         opt_name) in rows:
         of_gemm = flops / (om / 1e3) / (gemm * 1e9)
         of_near = flops / (om / 1e3) / (near * 1e9)
-        opt_s = 36 * params / (bw * 1e9)  # the optimizer's bytes at the bandwidth
+        opt_s = OPT_BYTES[opt_name] * params / (bw * 1e9)  # its bytes at the bandwidth
         opt_bw = opt_s / (opt / 1e3) if opt > 0 else 0
         # the machine's limit for this step: its FLOPs at the best sgemm
         # rate plus the optimizer's time at the bandwidth (fp32 rows only:
@@ -274,8 +290,8 @@ def main():
         lim = f"{'-':>8} {'-':>6}"
         if dt == "fp32":
             limit = (flops / (gemm * 1e9) + opt_s) * 1e3
-            lim = f"{limit:8.1f} {tm / limit:5.2f}x"
-        print(f"{case:<12} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
+            lim = f"{limit:8.1f} " + (f"{tm / limit:5.2f}x" if opt_name == "adamw" else f"{'-':>6}")
+        print(f"{case:<17} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
               f"{100 * of_gemm:7.1f}% {100 * of_near:6.1f}% {near:6.1f} {opt:7.1f} "
               f"{100 * opt_bw:6.1f}% {wait:8.3f}% "
               f"{tm:9.1f} {tt:11.0f} {trss:8.0f}M {ot / tt:7.2f}x {lim}"
@@ -286,11 +302,12 @@ def main():
           f"sgemm = the step's FLOPs / time / the fp32 sgemm rate above, the best of all probes "
           f"(bf16 GEMMs can exceed it); near = the same against the better of the two probes "
           f"taken just before and just after this run (sgemm, GFLOP/s: the machine's speed moves "
-          f"from minute to minute on shared hosts); opt bw = 36 B a parameter / the "
-          f"optimizer's time / the bandwidth above; limit ms = the step's FLOPs at the sgemm "
-          f"rate plus the optimizer's 36 B a parameter at the bandwidth, the fastest this "
+          f"from minute to minute on shared hosts); opt bw = the optimizer's bytes (AdamW 36 B "
+          f"a parameter, LAMB 48) / its time / the bandwidth above; limit ms = the step's FLOPs "
+          f"at the sgemm rate plus the optimizer's bytes at the bandwidth, the fastest this "
           f"machine allows an fp32 step; max = PyTorch's ms / limit ms, the largest speedup "
-          f"over PyTorch this machine allows; vs llm.c = llm.c's ms / ours; "
+          f"over PyTorch this machine allows (AdamW rows; a lamb row runs LAMB against "
+          f"PyTorch's AdamW); vs llm.c = llm.c's ms / ours; "
           f"data wait = time the step waited for its batch / step time)")
 
 
