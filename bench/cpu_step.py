@@ -23,10 +23,12 @@ With --cpu-dtype fp32,bf16 (the default) each case also runs megascale's
 bf16 mode (--cpu-dtype bf16: bf16 activations and GEMMs, fp32 master
 weights) against the same fp32 PyTorch run, where the CPU has AVX512-BF16.
 With --optimizer adamw,lamb (the default) each case also runs megascale
-with LAMB (fp32 only), whose optimizer moves 48 bytes a parameter (the
-norm reads g; the moments read g, w, m, v and write u, m, v; the
-trust-ratio step reads w, u and writes w and u = 0); PyTorch has no LAMB,
-so those rows compare with its AdamW step and print no "max".
+with LAMB, whose optimizer moves 48 bytes a parameter (the norm reads g;
+the moments read g, w, m, v and write u, m, v; the trust-ratio step reads
+w, u and writes w and u = 0); PyTorch has no LAMB, so those rows compare
+with its AdamW step and print no "max".  With --cpu-dtype bf16 either
+optimizer also writes the bf16 copy of the weights: 2 bytes a parameter
+more.
 With --llmc DIR (or LLMC_DIR), a checkout of karpathy/llm.c that the user
 provides (megascale neither ships nor fetches it), each case also runs
 llm.c's CPU trainer: bench/llmc_step.c, built here against DIR/train_gpt2.c
@@ -187,8 +189,8 @@ def main():
                     help="megascale's --cpu-dtype values to run, each against the same PyTorch "
                          "(fp32) run; bf16 is left out, with the reason, where the CPU lacks it")
     ap.add_argument("--optimizer", default="adamw,lamb",
-                    help="megascale's --optimizer values to run (lamb with --cpu-dtype fp32 "
-                         "only), each against the same PyTorch AdamW run")
+                    help="megascale's --optimizer values to run, each with each --cpu-dtype "
+                         "and against the same PyTorch AdamW run")
     a = ap.parse_args()
     opts = a.optimizer.split(",")
     for o in opts:
@@ -196,10 +198,16 @@ def main():
             sys.exit(f"bench: --optimizer {o}: not one of {', '.join(OPT_BYTES)}")
     isa, core, chosen = isa_line(a.bin)
     dtypes = a.cpu_dtype.split(",")
+    for dt in dtypes:
+        if dt not in ("fp32", "bf16"):
+            sys.exit(f"bench: --cpu-dtype {dt}: not one of fp32, bf16")
     bf16_missing = bf16_refused(a.bin) if "bf16" in dtypes else None
     if bf16_missing:
         print(f"bf16 rows left out: {bf16_missing}")
         dtypes.remove("bf16")
+        if not dtypes:
+            sys.exit("bench: nothing to run: --cpu-dtype asks only for bf16, which this CPU or "
+                     "build lacks (above)")
     rows = []
     gemm0, bw0 = machine_limits(a.bin, a.threads)
     probes = [(gemm0, bw0)]
@@ -238,8 +246,7 @@ def main():
                 return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
                         [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
                         cfg["flops_per_token"], cfg["params"])
-            for dt, opt_name in [(dt, o) for dt in dtypes for o in opts
-                                 if o == "adamw" or dt == "fp32"]:
+            for dt, opt_name in [(dt, o) for dt in dtypes for o in opts]:
                 ours_cmd = [a.bin, "train", "--model", model, "--train-data", shard, "--batch",
                             str(B), "--seq", str(T), "--steps", str(a.steps), "--threads",
                             str(a.threads), "--data-order", "sequential", "--metrics", metrics,
@@ -282,7 +289,8 @@ def main():
          opt_name) in rows:
         of_gemm = flops / (om / 1e3) / (gemm * 1e9)
         of_near = flops / (om / 1e3) / (near * 1e9)
-        opt_s = OPT_BYTES[opt_name] * params / (bw * 1e9)  # its bytes at the bandwidth
+        # the optimizer's bytes at the bandwidth (bf16: and the weights' bf16 copy)
+        opt_s = (OPT_BYTES[opt_name] + (2 if dt == "bf16" else 0)) * params / (bw * 1e9)
         opt_bw = opt_s / (opt / 1e3) if opt > 0 else 0
         # the machine's limit for this step: its FLOPs at the best sgemm
         # rate plus the optimizer's time at the bandwidth (fp32 rows only:
@@ -303,7 +311,7 @@ def main():
           f"(bf16 GEMMs can exceed it); near = the same against the better of the two probes "
           f"taken just before and just after this run (sgemm, GFLOP/s: the machine's speed moves "
           f"from minute to minute on shared hosts); opt bw = the optimizer's bytes (AdamW 36 B "
-          f"a parameter, LAMB 48) / its time / the bandwidth above; limit ms = the step's FLOPs "
+          f"a parameter, LAMB 48, 2 more with bf16) / its time / the bandwidth above; limit ms = the step's FLOPs "
           f"at the sgemm rate plus the optimizer's bytes at the bandwidth, the fastest this "
           f"machine allows an fp32 step; max = PyTorch's ms / limit ms, the largest speedup "
           f"over PyTorch this machine allows (AdamW rows; a lamb row runs LAMB against "
