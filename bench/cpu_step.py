@@ -261,7 +261,8 @@ def main():
                 mfu = statistics.median(ours_mfu[a.warmup:])
                 wait = 100 * sum(ours_data[a.warmup:]) / sum(ours_ms[a.warmup:])
                 opt = statistics.median(ours_opt[a.warmup + 1:] or [0])  # of the previous step
-                label = " ".join([case] + [x for x in (dt, opt_name) if x not in ("fp32", "adamw")])
+                label = " ".join([case] + [x for x in (dt, opt_name)
+                                           if x not in ("fp32", "adamw")])
                 rows.append((label, om, B * T / om * 1e3, ours_rss, mfu, wait, tm,
                              B * T / tm * 1e3, torch_rss, fpt * B * T, opt, params, lm, lrss,
                              near, dt, opt_name))
@@ -298,7 +299,8 @@ def main():
         lim = f"{'-':>8} {'-':>6}"
         if dt == "fp32":
             limit = (flops / (gemm * 1e9) + opt_s) * 1e3
-            lim = f"{limit:8.1f} " + (f"{tm / limit:5.2f}x" if opt_name == "adamw" else f"{'-':>6}")
+            most = f"{tm / limit:5.2f}x" if opt_name == "adamw" else f"{'-':>6}"
+            lim = f"{limit:8.1f} {most}"
         print(f"{case:<17} {om:9.1f} {ot:10.0f} {orss:8.0f}M {100 * mfu:5.1f}% "
               f"{100 * of_gemm:7.1f}% {100 * of_near:6.1f}% {near:6.1f} {opt:7.1f} "
               f"{100 * opt_bw:6.1f}% {wait:8.3f}% "
@@ -311,8 +313,9 @@ def main():
           f"(bf16 GEMMs can exceed it); near = the same against the better of the two probes "
           f"taken just before and just after this run (sgemm, GFLOP/s: the machine's speed moves "
           f"from minute to minute on shared hosts); opt bw = the optimizer's bytes (AdamW 36 B "
-          f"a parameter, LAMB 48, 2 more with bf16) / its time / the bandwidth above; limit ms = the step's FLOPs "
-          f"at the sgemm rate plus the optimizer's bytes at the bandwidth, the fastest this "
+          f"a parameter, LAMB 48, 2 more with bf16) / its time / the bandwidth above; "
+          f"limit ms = the step's FLOPs at the sgemm rate plus the optimizer's bytes at the "
+          f"bandwidth, the fastest this "
           f"machine allows an fp32 step; max = PyTorch's ms / limit ms, the largest speedup "
           f"over PyTorch this machine allows (AdamW rows; a lamb row runs LAMB against "
           f"PyTorch's AdamW); vs llm.c = llm.c's ms / ours; "
