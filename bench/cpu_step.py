@@ -38,6 +38,7 @@ usage: bench/cpu_step.py [--bin build/megascale] [--steps N] [--threads 2]
                          [--cases d12:4:64,d6:8:256] [--cpu-dtype fp32,bf16]
                          [--optimizer adamw,lamb] [--llmc DIR]"""
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -246,7 +247,7 @@ def main():
                 return ([s["ms"] for s in steps], [s["mfu"] for s in steps],
                         [s["data_ms"] for s in steps], [s.get("dev_opt_ms", 0) for s in steps],
                         cfg["flops_per_token"], cfg["params"])
-            for dt, opt_name in [(dt, o) for dt in dtypes for o in opts]:
+            for dt, opt_name in itertools.product(dtypes, opts):
                 ours_cmd = [a.bin, "train", "--model", model, "--train-data", shard, "--batch",
                             str(B), "--seq", str(T), "--steps", str(a.steps), "--threads",
                             str(a.threads), "--data-order", "sequential", "--metrics", metrics,
