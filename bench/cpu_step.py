@@ -197,6 +197,14 @@ def main():
     for o in opts:
         if o not in OPT_BYTES:
             sys.exit(f"bench: --optimizer {o}: not one of {', '.join(OPT_BYTES)}")
+    if not os.access(a.bin, os.X_OK):
+        sys.exit(f"bench: --bin {a.bin}: no such executable (build it first: make build)")
+    missing = subprocess.run(["/usr/bin/python3", "-c", "import numpy, torch"],
+                             capture_output=True, text=True)
+    if missing.returncode != 0:
+        sys.exit("bench: the PyTorch peer cannot run: /usr/bin/python3 lacks numpy or torch ("
+                 + (missing.stderr.strip().splitlines() or ["?"])[-1]
+                 + "); install them with scripts/install-deps.sh --test")
     isa, core, chosen = isa_line(a.bin)
     dtypes = a.cpu_dtype.split(",")
     for dt in dtypes:

@@ -144,17 +144,15 @@ static void run_block(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, floa
 /* Few rows (M <= MC, or <= MT when op(A) is transposed): each thread takes
  * its share of op(B)'s panels, a block at a time (run_block).  Where a
  * panel and a strip of op(A) do not fit in L1 together (by_strips), a block
- * is as many panels as half of L2 holds and each strip runs across it: the
- * strip stays in L1 while the panels stream from L2, and C is written row
- * by row.  (One panel at a time past every strip left both operands in L2
- * with AVX-512's 72 KB panels; the weight gradients ran 7% slower:
- * docs/perf.md.)  Otherwise a block is one panel, packed just before use
- * and kept in L1 while every strip passes.  op(A) is read in place, or
- * packed once a k-block, shared, when transposed.  Where op(A) is read in
- * place and stays in the core's cache (M*K <= CPU_SGEMM_A_CACHED floats),
- * each block runs through all of K before the next, so that its columns of
- * C stay in cache from one k-block to the next (the classifier's logits,
- * 256 x 50257 floats, are larger than the last level cache); otherwise each
+ * is at most as many panels as half of L2 holds (the share cut evenly) and
+ * each strip runs across it: the strip stays in L1 while the panels stream
+ * from L2, and C is written row by row.  (One panel at a time past every strip left both operands
+ * in L2 with AVX-512's 72 KB panels; the weight gradients ran 7% slower: docs/perf.md.)  Otherwise
+ * a block is one panel, packed just before use and kept in L1 while every strip passes.  op(A) is
+ * read in place, or packed once a k-block, shared, when transposed.  Where op(A) is read in place
+ * and stays in the core's cache (M*K <= CPU_SGEMM_A_CACHED floats), each block runs through all of
+ * K before the next, so that its columns of C stay in cache from one k-block to the next (the
+ * classifier's logits, 256 x 50257 floats, are larger than the last level cache); otherwise each
  * k-block runs through all the blocks, so that op(A)'s block stays in cache
  * while C is read again. */
 static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads, int ta, int tb,
@@ -164,7 +162,7 @@ static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads
     int panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
     int block_outer = !ta && (size_t)M * K <= CPU_SGEMM_A_CACHED;
     int kmax = K < KC ? K : KC;
-    /* panels a block (the same for every k-block) */
+    /* the most panels a block (the same for every k-block) */
     size_t few = by_strips(kn, s, kmax) ? s->b_block / ((size_t)NR * kmax) : 1;
 #pragma omp parallel num_threads(threads)
     {
@@ -173,12 +171,16 @@ static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads
         float *bq = s->b + (size_t)tid * s->b_block;
         size_t lo, hi;
         cpu_split((size_t)panels, nt, tid, &lo, &hi);
+        /* the share in blocks of at most few panels, as even as they can be:
+         * a short last block (8 panels as 7 + 1) reads each strip of op(A)
+         * into L1 for one panel's work */
+        size_t blocks = (hi - lo + few - 1) / few;
         if (block_outer) {
-            for (size_t p0 = lo; p0 < hi; p0 += few)
+            for (size_t b = 0; b < blocks; b++)
                 for (int k0 = 0; k0 < K; k0 += KC)
-                    run_block(kn, s, bq, ap, NULL, 0, A, lda, tb, B, ldb, M, N, p0,
-                              p0 + few < hi ? p0 + few : hi, k0, K - k0 < KC ? K - k0 : KC, alpha,
-                              beta, C, ldc);
+                    run_block(kn, s, bq, ap, NULL, 0, A, lda, tb, B, ldb, M, N,
+                              lo + (hi - lo) * b / blocks, lo + (hi - lo) * (b + 1) / blocks, k0,
+                              K - k0 < KC ? K - k0 : KC, alpha, beta, C, ldc);
         } else {
             for (int k0 = 0; k0 < K; k0 += KC) {
                 int kb = K - k0 < KC ? K - k0 : KC;
@@ -188,9 +190,10 @@ static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads
                         pack_a(s->at + (size_t)q * MR * kb, MR, A, lda, 1, q * MR,
                                M - q * MR < MR ? M - q * MR : MR, k0, kb);
                 }
-                for (size_t p0 = lo; p0 < hi; p0 += few)
-                    run_block(kn, s, bq, ap, s->at, ta, A, lda, tb, B, ldb, M, N, p0,
-                              p0 + few < hi ? p0 + few : hi, k0, kb, alpha, beta, C, ldc);
+                for (size_t b = 0; b < blocks; b++)
+                    run_block(kn, s, bq, ap, s->at, ta, A, lda, tb, B, ldb, M, N,
+                              lo + (hi - lo) * b / blocks, lo + (hi - lo) * (b + 1) / blocks, k0,
+                              kb, alpha, beta, C, ldc);
                 if (ta) { /* the shared op(A) is packed again for the next k-block */
 #pragma omp barrier
                 }
