@@ -51,10 +51,18 @@ static float *fill(size_t n, uint64_t seed) {
     return p;
 }
 
+static int usage(void) {
+    fprintf(stderr, "usage: bench_cpu_gemm [--threads N] [--reps N] [--sets N] "
+                    "[--cases d12:4:64,d6:8:256] [--kernel avx512|avx2]\n");
+    return 2;
+}
+
 int main(int argc, char **argv) {
     int threads = 2, reps = 9, sets = 12, kind = be_cpu_gemm_best();
     const char *cases = "d12:4:64,d6:8:256";
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 == argc) /* a flag without its value, or --help */
+            return usage();
         if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--reps"))
@@ -67,11 +75,8 @@ int main(int argc, char **argv) {
             kind = BE_CPU_GEMM_AVX512;
         else if (!strcmp(argv[i], "--kernel") && !strcmp(argv[i + 1], "avx2"))
             kind = BE_CPU_GEMM_AVX2;
-        else {
-            fprintf(stderr, "usage: bench_cpu_gemm [--threads N] [--reps N] [--sets N] "
-                            "[--cases d12:4:64,d6:8:256] [--kernel avx512|avx2]\n");
-            return 2;
-        }
+        else
+            return usage();
     }
     if (threads < 1 || reps < 1 || sets < 1 || sets > 64) {
         fprintf(stderr, "bench_cpu_gemm: --threads, --reps >= 1, --sets in [1, 64]\n");

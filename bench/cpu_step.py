@@ -193,6 +193,19 @@ def main():
                     help="megascale's --optimizer values to run, each with each --cpu-dtype "
                          "and against the same PyTorch AdamW run")
     a = ap.parse_args()
+    if a.warmup < 0 or a.steps <= a.warmup:
+        sys.exit(f"bench: --steps {a.steps} must exceed --warmup {a.warmup} (>= 0): the medians "
+                 "are over the steps after the warm-up")
+    if a.threads < 1:
+        sys.exit(f"bench: --threads {a.threads}: must be at least 1")
+    cases = []
+    for case in a.cases.split(","):
+        parts = case.split(":")
+        if (len(parts) != 3 or parts[0] not in PRESETS or not parts[1].isdigit()
+                or not parts[2].isdigit() or int(parts[1]) < 1 or int(parts[2]) < 1):
+            sys.exit(f"bench: --cases {case}: not model:B:T with model one of "
+                     f"{', '.join(PRESETS)} and B, T positive integers (e.g. d12:4:64)")
+        cases.append((parts[0], int(parts[1]), int(parts[2])))
     opts = a.optimizer.split(",")
     for o in opts:
         if o not in OPT_BYTES:
@@ -227,9 +240,8 @@ def main():
         llmc, llmc_missing = build_llmc(a.llmc, d)
         if llmc_missing:
             print(f"llm.c column left out: {llmc_missing}")
-        for case in a.cases.split(","):
-            model, B, T = case.split(":")
-            B, T = int(B), int(T)
+        for model, B, T in cases:
+            case = f"{model}:{B}:{T}"
             L, C, H = PRESETS[model]
             metrics = os.path.join(d, "m.jsonl")
             torch_cmd = ["/usr/bin/python3", os.path.join(HERE, "torch_gpt_step.py"), str(L), str(C),
