@@ -146,15 +146,18 @@ static void run_block(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, floa
  * panel and a strip of op(A) do not fit in L1 together (by_strips), a block
  * is at most as many panels as half of L2 holds (the share cut evenly) and
  * each strip runs across it: the strip stays in L1 while the panels stream
- * from L2, and C is written row by row.  (One panel at a time past every strip left both operands
- * in L2 with AVX-512's 72 KB panels; the weight gradients ran 7% slower: docs/perf.md.)  Otherwise
- * a block is one panel, packed just before use and kept in L1 while every strip passes.  op(A) is
- * read in place, or packed once a k-block, shared, when transposed.  Where op(A) is read in place
- * and stays in the core's cache (M*K <= CPU_SGEMM_A_CACHED floats), each block runs through all of
- * K before the next, so that its columns of C stay in cache from one k-block to the next (the
- * classifier's logits, 256 x 50257 floats, are larger than the last level cache); otherwise each
- * k-block runs through all the blocks, so that op(A)'s block stays in cache
- * while C is read again. */
+ * from L2, and C is written row by row.  (One panel at a time past every
+ * strip left both operands in L2 with AVX-512's 72 KB panels; the weight
+ * gradients ran 7% slower on an Emerald Rapids Xeon, while a Zen 5 ran
+ * blocks of 1-3 panels 1-3% faster: docs/perf.md.)  Otherwise a block is
+ * one panel, packed just before use and kept in L1 while every strip
+ * passes.  op(A) is read in place, or packed once a k-block, shared, when
+ * transposed.  Where op(A) is read in place and stays in the core's cache
+ * (M*K <= CPU_SGEMM_A_CACHED floats), each block runs through all of K
+ * before the next, so that its columns of C stay in cache from one k-block
+ * to the next (the classifier's logits, 256 x 50257 floats, are larger than
+ * the last level cache); otherwise each k-block runs through all the
+ * blocks, so that op(A)'s block stays in cache while C is read again. */
 static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads, int ta, int tb,
                      int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                      int ldb, float beta, float *C, int ldc) {
