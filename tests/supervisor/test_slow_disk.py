@@ -99,11 +99,14 @@ def run_job(d, shard, name, delay, faults, steps, ckpt_every):
         p.wait()
     t_exit = time.time()
     reader.join(timeout=10)
-    # the ones asked while the driver ran (it closes its socket as it exits)
-    lat = [(took, good) for took, good, t0 in lat if t0 < t_exit - 1.5]
+    ev = events(run)
+    # the ones asked while the job ran: before its summary (the driver then closes
+    # its socket and drains its stalled writes, seconds before it exits), and not
+    # in the last 1.5 s before the exit
+    t_end = min([e["time"] for e in ev if e["event"] == "summary"] + [t_exit - 1.5])
+    lat = [(took, good) for took, good, t0 in lat if t0 < t_end]
     stalls = open(slow_log).read().splitlines() if os.path.exists(slow_log) else []
     stalls_ok = len(stalls) >= 3 and all(s.split()[0] == str(p.pid) for s in stalls)
-    ev = events(run)
     print(f"{name}: {delay} s a write, {len(stalls)} stalled calls; job {t_exit - t_start:.1f} s, "
           f"rc {p.returncode}; ctl status latencies {lat}")
     print(f"{name}: events {[e['event'] for e in ev]}")
