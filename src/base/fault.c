@@ -39,6 +39,7 @@ static const char *const kinds[] = {
     "diag:comm",
     "diag:storage",
     "diag:slow",
+    "diag:blip",
 };
 
 static int known_kind(const char *k) {
@@ -131,7 +132,7 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
                         "stage2:after-commit, stage2:flip-shm, stage2:slow=MS, io:enospc-shard, "
                         "io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest, "
                         "signal:term, the self-test's diag:gemm, diag:memory, diag:comm, "
-                        "diag:storage, diag:slow, or "
+                        "diag:storage, diag:slow, diag:blip, or "
                         "random=SEED/N/MAXSTEP/WORLD)",
                         what, e, f.kind);
     const char *q = head + kn;

@@ -118,7 +118,11 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
     int sn = c->gemm_speed_n ? c->gemm_speed_n : (be->act_dtype == BE_BF16 ? 8192 : 2048);
     double t0 = ms_now();
     r->value = mon_probe_peak_flops(be, sn, 2) / 1e9;
-    int slow = diag_fault(c, "diag:slow", rep->rank);
+    /* diag:blip is the same here; the supervisor leaves it out of its
+     * second measurement (a node slow for a moment) */
+    const char *slow = diag_fault(c, "diag:slow", rep->rank)   ? "diag:slow"
+                       : diag_fault(c, "diag:blip", rep->rank) ? "diag:blip"
+                                                               : NULL;
     if (slow && r->value > 0) {
         /* injected: a device at a tenth of its speed (throttled, a bad
          * part), each product taking 10x as long: nine times the probe's
@@ -140,9 +144,9 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
                  be_cpu_blas_describe(blas, sizeof blas));
         kernels = both;
     }
-    diag_detail(r, "speed %.4g GFLOP/s at %d^3%s%s%s%s", r->value, sn, kernels ? " (" : "",
-                kernels ? kernels : "", kernels ? ")" : "",
-                slow ? " [injected fault diag:slow]" : "");
+    diag_detail(r, "speed %.4g GFLOP/s at %d^3%s%s%s%s%s%s", r->value, sn, kernels ? " (" : "",
+                kernels ? kernels : "", kernels ? ")" : "", slow ? " [injected fault " : "",
+                slow ? slow : "", slow ? "]" : "");
     diag_hist_key k = {"gemm", "GFLOP/s", be->name, sn, ms_ctx_get()->local_rank};
     if (!diag_history_judge(c, &k, r)) r->ok = 0;
     if (r->ok && c->history && *c->history &&
