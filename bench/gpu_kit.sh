@@ -34,16 +34,15 @@ pack() {
     cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DMS_CUDA=ON > /dev/null
   fi
   grep -q '^MS_CUDA:BOOL=ON' "$build/CMakeCache.txt" || { echo "gpu_kit: $build is not a CUDA build" >&2; exit 1; }
-  cmake --build "$build" -j"$(nproc)" --target megascale test_cu_ops test_cu_attention > /dev/null
+  cmake --build "$build" -j"$(nproc)" --target megascale test_cu_ops test_cu_attention test_cu_lt > /dev/null
   cmake --build "$build" -j"$(nproc)" --target test_comm_nccl > /dev/null 2>&1 || true
-  # grep reads all of ldd's output: -q would exit at the match and, under
-  # pipefail, ldd killed by SIGPIPE would fail the test
-  ldd "$build/megascale" | grep cublasLt > /dev/null || { echo "gpu_kit: $build/megascale has no CUDA backend" >&2; exit 1; }
+  # the CUDA backend loads cuBLASLt by its soname (src/backend/cuda/cu_lt.cu)
+  grep -a -q 'libcublasLt\.so\.[0-9]' "$build/megascale" || { echo "gpu_kit: $build/megascale has no CUDA backend" >&2; exit 1; }
   stage=$(mktemp -d) # global: the EXIT trap runs after pack has returned
   trap 'rm -rf "$stage"' EXIT # also when set -e ends the script mid-pack
   mkdir -p "$stage/real" "$stage/lib" "$stage/root"
   local progs=("$build/megascale")
-  for t in test_cu_ops test_cu_attention test_comm_nccl; do
+  for t in test_cu_ops test_cu_attention test_cu_lt test_comm_nccl; do
     [[ -x $build/tests/$t ]] && progs+=("$build/tests/$t")
   done
   cp "${progs[@]}" "$stage/real/"
@@ -103,7 +102,11 @@ install_kit() {
     (cd "$dir/root" && find . -mindepth 1 -type d -exec mkdir -p "/{}" \; &&
       find . \( -type f -o -type l \) -exec sh -c 'for f; do [ -e "/$f" ] || cp -a "$f" "/$f"; done' sh {} +)
   fi
-  for n in libcublasLt.so.13 libnccl.so.2; do
+  # the cuBLASLt the backend loads (dlopen: on LD_LIBRARY_PATH, as the wrapper sets it)
+  local lt
+  lt=$(grep -a -o -m1 'libcublasLt\.so\.[0-9]*' "$dir/real/megascale" || true)
+  lt=${lt%%$'\n'*}
+  for n in ${lt:-libcublasLt.so.13} libnccl.so.2; do
     if d=$(find_lib "$n"); then
       [[ :$cudalibs: == *:$d:* ]] || cudalibs=$cudalibs:$d
     else

@@ -103,6 +103,7 @@ kit_test() {
 
 if [[ -n $kit && -z ${SKIP_TESTS:-} ]] && time_for 150 "the GPU tests"; then
   log "GPU tests (from the kit)"
+  [[ -x $kdir/real/test_cu_lt ]] && kit_test cu_lt "$kbin/test_cu_lt"
   kit_test cu_ops "$kbin/test_cu_ops"
   kit_test cu_attention "$kbin/test_cu_attention"
   if [[ -x $kdir/real/test_comm_nccl ]]; then

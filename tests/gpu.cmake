@@ -8,6 +8,17 @@ if(COMMAND ms_cuda_test)
   ms_cuda_test(test_cu_attention SOURCES gpu/test_cu_attention.c)
 
 endif()
+if(TARGET mscuda)
+  # cuBLASLt loaded at run time: needs the toolkit, not a GPU (label cuda)
+  add_executable(test_cu_lt gpu/test_cu_lt.cu)
+  set_target_properties(test_cu_lt PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
+  target_include_directories(test_cu_lt PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}
+    ${CMAKE_SOURCE_DIR}/src ${CMAKE_SOURCE_DIR}/src/backend/cuda ${CUDAToolkit_INCLUDE_DIRS}
+    ${CUDAToolkit_INCLUDE_DIRS}/cccl)
+  target_link_libraries(test_cu_lt PRIVATE mscuda mscore)
+  add_test(NAME test_cu_lt COMMAND test_cu_lt)
+  set_tests_properties(test_cu_lt PROPERTIES LABELS cuda)
+endif()
 if(TARGET mscuda_emu)
   # The trainer with the emulated CUDA backend: end-to-end runs in CI.
   add_executable(megascale_emu ${MS_CLI_SOURCES})

@@ -57,6 +57,8 @@ void ms_ctx_init(void) {
     g_ctx.local_size = env_int(lsize, slurm > 0 ? slurm : 1);
     const char *gm = getenv("MS_CPU_GEMM");
     snprintf(g_ctx.cpu_gemm, sizeof g_ctx.cpu_gemm, "%s", gm ? gm : "");
+    const char *lt = getenv("MS_CUBLASLT");
+    g_ctx.cublaslt = lt && *lt ? lt : NULL;
     const char *lv = getenv("MS_LOG_LEVEL");
     if (lv) {
         if (!strcmp(lv, "debug"))

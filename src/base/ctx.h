@@ -22,12 +22,15 @@ typedef struct {
     int log_fd;        /* the log file every printed line is appended to (-1: none; base/log.h) */
     char cpu_gemm[32]; /* MS_CPU_GEMM as set ("" unset: auto), checked by the CPU backend */
     char log_tag[16];  /* the log lines' tag: "" is "rRANK"; an offline tool's name */
+    const char *cublaslt; /* MS_CUBLASLT (NULL: unset or empty): the cuBLASLt file the CUDA
+                             backend loads (src/backend/cuda/cu_lt.cu) */
 } ms_ctx;
 
 /* Reads OMPI_COMM_WORLD_RANK/SIZE (or PMI_RANK/SIZE), OMPI_COMM_WORLD_LOCAL_RANK
  * (or MPI_LOCALRANKID) and OMPI_COMM_WORLD_LOCAL_SIZE (or MPI_LOCALNRANKS) when
  * launched by mpirun, MS_LOG_LEVEL (debug|info|warn|error), MS_CPU_GEMM (the
- * CPU backend's fp32 GEMMs: auto|own|own-avx512|own-avx2|openblas, be_cpu_gemm_pick). */
+ * CPU backend's fp32 GEMMs: auto|own|own-avx512|own-avx2|openblas, be_cpu_gemm_pick),
+ * MS_CUBLASLT (a path to the cuBLASLt library the CUDA backend loads). */
 void ms_ctx_init(void);
 const ms_ctx *ms_ctx_get(void);
 ms_ctx *ms_ctx_mut(void); /* main() only */

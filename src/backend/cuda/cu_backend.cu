@@ -208,7 +208,7 @@ static void cu_destroy(be_backend *be) {
                     "op scratch; plus the %.0f MB cuBLASLt workspace and the CUDA context)",
                     (double)x->peak / 1e6, (double)c->lt_ws_bytes / 1e6);
         cu_gemm_cache_free(c);
-        if (c->lt) cublasLtDestroy(c->lt);
+        if (c->lt) cu_lt.Destroy(c->lt);
         if (c->lt_ws) cudaFree(c->lt_ws);
         if (c->scratch) cudaFree(c->scratch);
         if (c->host) cudaFreeHost(c->host);
@@ -296,7 +296,8 @@ extern "C" ms_status be_cuda_create(be_backend **out, int device, const be_optio
     if (dev >= count)
         return ms_error(MS_ERR_ARG, "cuda backend: GPU %d requested, but only %d visible", dev,
                         count);
-    ms_status st = MS_OK;
+    ms_status st = cu_lt_load();
+    if (st != MS_OK) return st;
     be_backend *be = (be_backend *)calloc(1, sizeof *be);
     cu_backend_ctx *x = (cu_backend_ctx *)calloc(1, sizeof *x);
     cu_ctx *c = x ? &x->c : NULL;
@@ -325,13 +326,13 @@ extern "C" ms_status be_cuda_create(be_backend **out, int device, const be_optio
     CU_TRY_INIT(cudaMallocHost(&x->stage, CU_STAGE_BYTES), "pinned allocation");
     CU_TRY_INIT(cudaMalloc(&c->lt_ws, CU_LT_WS_BYTES), "cuBLASLt workspace allocation");
     c->lt_ws_bytes = CU_LT_WS_BYTES;
-    if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+    if (cu_lt.Create(&c->lt) != CUBLAS_STATUS_SUCCESS) {
         st = ms_error(MS_ERR_INTERNAL, "cuda backend: cublasLtCreate failed on GPU %d", dev);
         goto out;
     }
-    ms_info("cuda backend: GPU %d of %d, %s, %d SMs, %.1f GB, sm_%d%d%s", dev, count, prop.name,
-            c->sm_count, (double)prop.totalGlobalMem / 1e9, prop.major, prop.minor,
-            c->fuse_gelu ? "" : "; GeLU unfused (--cuda-fuse-gelu 0)");
+    ms_info("cuda backend: GPU %d of %d, %s, %d SMs, %.1f GB, sm_%d%d, cuBLASLt %zu%s", dev, count,
+            prop.name, c->sm_count, (double)prop.totalGlobalMem / 1e9, prop.major, prop.minor,
+            cu_lt.GetVersion(), c->fuse_gelu ? "" : "; GeLU unfused (--cuda-fuse-gelu 0)");
     if (o->cuda_profile) st = cu_profile_install(be);
 out:
     if (st != MS_OK) {

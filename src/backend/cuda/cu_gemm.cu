@@ -53,10 +53,10 @@ static cu_gemm_cache *cache_of(cu_ctx *c, int create) {
 
 static void entry_free(cu_gemm_entry *e) {
     if (!e->used) return;
-    cublasLtMatmulDescDestroy(e->desc);
-    cublasLtMatrixLayoutDestroy(e->la);
-    cublasLtMatrixLayoutDestroy(e->lb);
-    cublasLtMatrixLayoutDestroy(e->lc);
+    cu_lt.MatmulDescDestroy(e->desc);
+    cu_lt.MatrixLayoutDestroy(e->la);
+    cu_lt.MatrixLayoutDestroy(e->lb);
+    cu_lt.MatrixLayoutDestroy(e->lc);
     e->used = 0;
 }
 
@@ -73,7 +73,7 @@ void cu_gemm_cache_free(cu_ctx *c) {
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS)                                                           \
-            cu_fatal(__FILE__, __LINE__, #call, cublasLtGetStatusString(s_));                      \
+            cu_fatal(__FILE__, __LINE__, #call, cu_lt.GetStatusString(s_));                        \
     } while (0)
 
 static int aligned16(const void *p) {
@@ -87,54 +87,54 @@ static void entry_build(cu_ctx *c, cu_gemm_entry *e, const int *key, int transa,
                         int align_all) {
     cublasOperation_t ta = transa ? CUBLAS_OP_T : CUBLAS_OP_N, tb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
     cudaDataType_t dt = c_f32 ? CUDA_R_32F : CUDA_R_16BF, bt = CUDA_R_16BF;
-    LT_CHECK(cublasLtMatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
-    LT_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    LT_CHECK(cu_lt.MatmulDescCreate(&e->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    LT_CHECK(cu_lt.MatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta));
+    LT_CHECK(cu_lt.MatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
     cublasLtEpilogue_t ep = CUBLASLT_EPILOGUE_DEFAULT;
     if (epi == BE_EPI_GELU)
         ep = has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     else if (has_bias)
         ep = CUBLASLT_EPILOGUE_BIAS;
-    LT_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
+    LT_CHECK(cu_lt.MatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &ep, sizeof ep));
     if (has_bias)
-        LT_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
-                                                sizeof bt));
+        LT_CHECK(cu_lt.MatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt,
+                                              sizeof bt));
     if (epi == BE_EPI_GELU) {
         int64_t ld = m; /* pre (M,N) row-major dense = column-major (N,M), ld N = m */
-        LT_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
-                                                sizeof ld));
+        LT_CHECK(cu_lt.MatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld,
+                                              sizeof ld));
     }
     /* memory shapes (column-major rows x cols) of cuBLASLt's A, B and C/D */
-    LT_CHECK(cublasLtMatrixLayoutCreate(&e->la, CUDA_R_16BF, transa ? k : m, transa ? m : k, ldb));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&e->lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, lda));
-    LT_CHECK(cublasLtMatrixLayoutCreate(&e->lc, dt, m, n, ldc));
+    LT_CHECK(cu_lt.MatrixLayoutCreate(&e->la, CUDA_R_16BF, transa ? k : m, transa ? m : k, ldb));
+    LT_CHECK(cu_lt.MatrixLayoutCreate(&e->lb, CUDA_R_16BF, transb ? n : k, transb ? k : n, lda));
+    LT_CHECK(cu_lt.MatrixLayoutCreate(&e->lc, dt, m, n, ldc));
 
     cublasLtMatmulPreference_t pref;
-    LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    LT_CHECK(cu_lt.MatmulPreferenceCreate(&pref));
     size_t ws = c->lt_ws_bytes;
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                  &ws, sizeof ws));
+    LT_CHECK(cu_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                                sizeof ws));
     uint32_t al = align_all ? 16 : 2;
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                                                  &al, sizeof al));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                                                  &al, sizeof al));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                  &al, sizeof al));
-    LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
-                                                  &al, sizeof al));
+    LT_CHECK(cu_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                &al, sizeof al));
+    LT_CHECK(cu_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                &al, sizeof al));
+    LT_CHECK(cu_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                &al, sizeof al));
+    LT_CHECK(cu_lt.MatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                &al, sizeof al));
     cublasLtMatmulHeuristicResult_t res;
     int found = 0;
-    cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(c->lt, e->desc, e->la, e->lb, e->lc, e->lc,
-                                                      pref, 1, &res, &found);
-    cublasLtMatmulPreferenceDestroy(pref);
+    cublasStatus_t s = cu_lt.MatmulAlgoGetHeuristic(c->lt, e->desc, e->la, e->lb, e->lc, e->lc,
+                                                    pref, 1, &res, &found);
+    cu_lt.MatmulPreferenceDestroy(pref);
     if (s != CUBLAS_STATUS_SUCCESS || found == 0) {
         char msg[256];
         snprintf(msg, sizeof msg,
                  "no cuBLASLt algorithm for m=%d n=%d k=%d transa=%d transb=%d lda=%d ldb=%d "
                  "ldc=%d out=%s epilogue=%d bias=%d aligned=%d (%s)",
                  m, n, k, transa, transb, lda, ldb, ldc, c_f32 ? "f32" : "bf16", epi, has_bias,
-                 align_all, cublasLtGetStatusString(s));
+                 align_all, cu_lt.GetStatusString(s));
         cu_fatal(__FILE__, __LINE__, "cublasLtMatmulAlgoGetHeuristic", msg);
     }
     e->algo = res.algo;
@@ -183,11 +183,11 @@ void cu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, c
                     bias != NULL, align_all);
     }
     if (bias)
-        LT_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
-                                                sizeof bias));
+        LT_CHECK(cu_lt.MatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias,
+                                              sizeof bias));
     if (epi == BE_EPI_GELU)
-        LT_CHECK(cublasLtMatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                &pre, sizeof pre));
-    LT_CHECK(cublasLtMatmul(c->lt, e->desc, &alpha, Bm, e->la, A, e->lb, &beta, C, e->lc, C, e->lc,
-                            &e->algo, c->lt_ws, c->lt_ws_bytes, c->stream));
+        LT_CHECK(cu_lt.MatmulDescSetAttribute(e->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
+                                              &pre, sizeof pre));
+    LT_CHECK(cu_lt.Matmul(c->lt, e->desc, &alpha, Bm, e->la, A, e->lb, &beta, C, e->lc, C, e->lc,
+                          &e->algo, c->lt_ws, c->lt_ws_bytes, c->stream));
 }

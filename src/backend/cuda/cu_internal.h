@@ -20,6 +20,37 @@ extern "C" {
 #include "backend/backend.h"
 }
 
+/* ---- cu_lt.cu: cuBLASLt, loaded when the first backend is created ---- */
+
+/* The cuBLASLt functions the backend calls, as cu_lt.NAME for cublasLtNAME. */
+#define CU_LT_FUNCTIONS(X)                                                                         \
+    X(Create)                                                                                      \
+    X(Destroy)                                                                                     \
+    X(GetVersion)                                                                                  \
+    X(GetStatusString)                                                                             \
+    X(MatmulDescCreate)                                                                            \
+    X(MatmulDescDestroy)                                                                           \
+    X(MatmulDescSetAttribute)                                                                      \
+    X(MatrixLayoutCreate)                                                                          \
+    X(MatrixLayoutDestroy)                                                                         \
+    X(MatmulPreferenceCreate)                                                                      \
+    X(MatmulPreferenceDestroy)                                                                     \
+    X(MatmulPreferenceSetAttribute)                                                                \
+    X(MatmulAlgoGetHeuristic)                                                                      \
+    X(Matmul)
+
+typedef struct {
+#define CU_LT_MEMBER(name) decltype(&cublasLt##name) name;
+    CU_LT_FUNCTIONS(CU_LT_MEMBER)
+#undef CU_LT_MEMBER
+} cu_lt_api;
+
+extern cu_lt_api cu_lt; /* valid once cu_lt_load returned MS_OK */
+
+/* Load cuBLASLt (once per process; later calls return the first's result).
+ * MS_ERR_NOTFOUND, saying what to install, where it is missing. */
+ms_status cu_lt_load(void);
+
 typedef struct cu_ctx {
     int device;
     cudaStream_t stream;
