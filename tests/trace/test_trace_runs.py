@@ -8,9 +8,10 @@
 2. a straggler made from outside: rank 1 of a dp2 run stopped and continued
    (SIGSTOP / SIGCONT, half the time) is named by `trace stragglers`, and
    rank 0, which waited for it, is not;
-3. an injected straggler on tp2 x pp2 (4 ranks): rank 2 of stage 1 with
-   --inject-fault slow=60 (its sleep stands for slower compute) is named
-   by `trace stragglers`, its tp peer and stage 0 are not;
+3. an injected straggler on tp2 x pp2 (4 ranks, ~12 ms of compute a step):
+   rank 2 of stage 1 with --inject-fault slow=60 (its sleep stands for
+   slower compute) is named by `trace stragglers`, its tp peer and stage 0
+   are not;
 4. a hang in compute on tp2 x pp2: rank 1 (stage 0) stops making progress
    (--inject-fault hang); ranks 0, 2 and 3 time out in different ops and
    ask each other for dumps, and each keeps the dump of its own timeout
@@ -231,13 +232,19 @@ def check_straggler(d, shard):
 
 def check_slow_fault(d, shard):
     tdir = os.path.join(d, "t_slow")
-    r = mpi(4, "train", "--train-data", shard, *TINY, "--batch", "8", "--steps", "12", "--tp",
-            "2", "--pp", "2", "--trace-dir", tdir, "--inject-fault", "slow=60@2+:2")
+    # dim 128, batch 32: about 12 ms of compute a step on a Zen 5 core.  With batch 8 and
+    # dim 64 (2 ms) the four ranks on two cores were each preempted for a whole time slice
+    # or not at all, and a loaded CI run read rank 1 at 0.748 of its tp peer, named with
+    # the slowed rank; over 12 ms the slices average out (0.97-0.98 beside a CPU hog)
+    r = mpi(4, "train", "--train-data", shard, *TINY, "--dim", "128", "--batch", "32", "--steps",
+            "12", "--tp", "2", "--pp", "2", "--trace-dir", tdir, "--inject-fault", "slow=60@2+:2")
     ok(r.returncode == 0, "tp2 x pp2 run with rank 2 slowed", r.stderr[-3000:])
-    # the relative score only, as in check_straggler: with 2 ms of compute a step and four
-    # ranks on two cores, a tp peer's last window once read 1.38x its best on a loaded CI
-    # machine (individual 0.73), and was named with the slowed rank
+    # the relative score only, as in check_straggler: a tp peer's last window once read
+    # 1.38x its best on a loaded CI machine (individual 0.73), and was named with the slowed
+    # rank
     t, rep = tool_json("stragglers", tdir, "--window", "1000")
+    medians = [f"rank {k.get('rank')} {k.get('median_ms') or 0:.1f} ms" for k in rep.get("ranks", [])]
+    print("note: tp2 x pp2 compute medians " + ", ".join(medians))
     ok(t.returncode == 0 and rep.get("stragglers") == [2],
        "the slowed rank 2 (pp 1, tp 0) is the straggler, its tp peer and stage 0 are not",
        t.stdout + t.stderr)
