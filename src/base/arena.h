@@ -31,6 +31,9 @@ size_t ms_arena_used(const ms_arena *a);
  * 8 MB on, 2 MB aligned and advised as transparent huge pages (fewer
  * faults at start-up, fewer TLB misses in the streaming passes). */
 void *ms_alloc_aligned(size_t bytes);
+/* The same not zeroed, for a caller that touches its pages first where they
+ * are used (a parallel fill: each thread faults in its own part). */
+void *ms_alloc_aligned_raw(size_t bytes);
 void ms_free_aligned(void *p);
 
 #endif

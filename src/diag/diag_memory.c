@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/arena.h"
 #include "base/ctx.h"
 #include "base/log.h"
 #include "base/rng.h"
@@ -76,12 +77,39 @@ static double stream_best(int kind, float *dst, float *src, size_t n_bytes, int 
     return best;
 }
 
-/* Fill p (n bytes, a multiple of 8) with random words (this also faults the
- * pages in, on the threads that copy them later). */
+/* Fill p (words 64-bit words) with random words, on the threads that copy
+ * them later (which also faults the pages in there): each 1 MiB chunk from
+ * its own Philox draw, spread over the chunk's words by SplitMix64's
+ * finaliser.  A Philox block per word took a third of the check's time
+ * (16 M blocks for the default 2 x 64 MB of the supervisor's diag, about
+ * 0.3 s of a core on a Zen 5), on the recovery's path; any pattern the
+ * copy cannot get right by chance does, and this one differs from run to
+ * run (the seed is the clock). */
 static void par_fill(uint64_t *p, size_t words, uint64_t seed, int threads) {
+    const size_t per = MEM_CHUNK / sizeof *p;
+    long chunks = (long)((words + per - 1) / per);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (long i = 0; i < (long)words; i++)
-        p[i] = ms_rng_u64(seed, 3, (uint64_t)i);
+    for (long i = 0; i < chunks; i++) {
+        size_t off = (size_t)i * per, len = words - off < per ? words - off : per;
+        uint64_t base = ms_rng_u64(seed, 3, (uint64_t)i);
+        for (size_t j = 0; j < len; j++) {
+            uint64_t z = base + (j + 1) * 0x9E3779B97F4A7C15ull;
+            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+            p[off + j] = z ^ (z >> 31);
+        }
+    }
+}
+
+/* Zero n bytes in 1 MiB chunks over `threads` threads (faulting the pages
+ * in on the threads that use them). */
+static void par_zero(char *p, size_t n, int threads) {
+    long chunks = (long)((n + MEM_CHUNK - 1) / MEM_CHUNK);
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (long i = 0; i < chunks; i++) {
+        size_t off = (size_t)i * MEM_CHUNK, len = n - off < MEM_CHUNK ? n - off : MEM_CHUNK;
+        memset(p + off, 0, len);
+    }
 }
 
 /* Offset of the first byte where a and b differ, or -1. */
@@ -99,14 +127,18 @@ void diag_check_memory(const diag_config *c, const diag_report *rep, diag_result
     *r = (diag_result){.name = "memory", .ok = 1, .unit = "GB/s"};
     size_t n = (size_t)c->mem_mb << 20;
     int threads = c->threads > 0 ? c->threads : omp_get_num_procs();
-    uint64_t *src = aligned_alloc(64, n), *dst = aligned_alloc(64, n);
+    /* huge pages where THP allows, as the trainer's buffers (ms_alloc_aligned):
+     * the bandwidth its streaming passes see, and 64 faults where 4 KB pages
+     * took 32768 for the supervisor's 2 x 64 MB (most of the check's time in
+     * a VM) */
+    uint64_t *src = ms_alloc_aligned_raw(n), *dst = ms_alloc_aligned_raw(n);
     if (!src || !dst) {
         r->ok = 0;
         diag_detail(r, "cannot allocate 2 x %d MB of host memory", c->mem_mb);
         goto out;
     }
     par_fill(src, n / 8, (uint64_t)(ms_wall_now() * 1e6), threads);
-    par_fill(dst, n / 8, 0, threads);
+    par_zero((char *)dst, n, threads);
     double best = 0;
     for (int rep_i = 0; rep_i < MEM_REPS; rep_i++) {
         double t0 = ms_now();
@@ -142,6 +174,6 @@ void diag_check_memory(const diag_config *c, const diag_report *rep, diag_result
         diag_history_append(c->history, &k, best, rep->host) != MS_OK)
         ms_warn("diag: the memory result was not added to the history: %s", ms_errmsg());
 out:
-    free(src);
-    free(dst);
+    ms_free_aligned(src);
+    ms_free_aligned(dst);
 }
