@@ -90,7 +90,7 @@ install_kit() {
     # its plugins must load the libraries it was built with: the kit's MPI
     # libraries go, and so does every library the machine has itself (the
     # same soname is the same interface); the kit keeps only what is missing
-    find "$dir/lib" -maxdepth 1 -regextype posix-extended -regex ".*/$mpi_libs[^/]*" -delete
+    find "$dir/lib" -maxdepth 1 -regextype posix-extended -regex ".*/${mpi_libs}[^/]*" -delete
     # x86-64 ones only: a 32-bit library of the same name is not ours
     ldconfig -p | awk '/x86-64/ {print $1}' | sort -u > "$dir/system.libs"
     for f in "$dir"/lib/*; do
