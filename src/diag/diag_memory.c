@@ -80,7 +80,7 @@ static double stream_best(int kind, float *dst, float *src, size_t n_bytes, int 
 /* Fill p (words 64-bit words) with random words, on the threads that copy
  * them later (which also faults the pages in there): each 1 MiB chunk from
  * its own Philox draw, spread over the chunk's words by SplitMix64's
- * finaliser.  A Philox block per word took a third of the check's time
+ * finaliser (ms_rng_mix64).  A Philox block per word took a third of the check's time
  * (16 M blocks for the default 2 x 64 MB of the supervisor's diag, about
  * 0.3 s of a core on a Zen 5), on the recovery's path; any pattern the
  * copy cannot get right by chance does, and this one differs from run to
@@ -92,12 +92,8 @@ static void par_fill(uint64_t *p, size_t words, uint64_t seed, int threads) {
     for (long i = 0; i < chunks; i++) {
         size_t off = (size_t)i * per, len = words - off < per ? words - off : per;
         uint64_t base = ms_rng_u64(seed, 3, (uint64_t)i);
-        for (size_t j = 0; j < len; j++) {
-            uint64_t z = base + (j + 1) * 0x9E3779B97F4A7C15ull;
-            z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-            z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-            p[off + j] = z ^ (z >> 31);
-        }
+        for (size_t j = 0; j < len; j++)
+            p[off + j] = ms_rng_mix64(base + (j + 1) * 0x9E3779B97F4A7C15ull);
     }
 }
 

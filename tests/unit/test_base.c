@@ -584,6 +584,28 @@ static void test_rng_independence(void) {
     free(a), free(b), free(c), free(d);
 }
 
+/* ms_rng_mix64 is SplitMix64's output function: its known first outputs
+ * from state 0 (the reference splitmix64.c), and the bytes of a run from
+ * one base spread evenly (each bit set about half the time). */
+static void test_rng_mix64(void) {
+    const uint64_t g = 0x9E3779B97F4A7C15ull;
+    T_OK(ms_rng_mix64(g) == 0xE220A8397B1DCDAFull);
+    T_OK(ms_rng_mix64(2 * g) == 0x6E789E6AA1B965F4ull);
+    T_OK(ms_rng_mix64(3 * g) == 0x06C45D188009454Full);
+    enum { N = 1 << 16 };
+    int ones[64] = {0};
+    uint64_t base = ms_rng_u64(5, 3, 0);
+    for (int j = 0; j < N; j++) {
+        uint64_t z = ms_rng_mix64(base + (uint64_t)(j + 1) * g);
+        for (int b = 0; b < 64; b++)
+            ones[b] += (int)(z >> b & 1);
+    }
+    int off = 0;
+    for (int b = 0; b < 64; b++)
+        off += ones[b] < N / 2 - 1000 || ones[b] > N / 2 + 1000; /* 7.8 sigma */
+    T_EQ_INT(off, 0);
+}
+
 static void test_rng_below(void) {
     enum { N = 120000 };
     ms_rng r = ms_rng_make(99, 5);
@@ -704,6 +726,7 @@ int main(void) {
     test_rng_normal_bits();
     test_rng_independence();
     test_rng_below();
+    test_rng_mix64();
     test_ctx_launchers();
     test_deadline();
     ms_tmpdir_remove();
