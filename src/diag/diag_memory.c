@@ -80,11 +80,11 @@ static double stream_best(int kind, float *dst, float *src, size_t n_bytes, int 
 /* Fill p (words 64-bit words) with random words, on the threads that copy
  * them later (which also faults the pages in there): each 1 MiB chunk from
  * its own Philox draw, spread over the chunk's words by SplitMix64's
- * finaliser (ms_rng_mix64).  A Philox block per word took a third of the check's time
- * (16 M blocks for the default 2 x 64 MB of the supervisor's diag, about
- * 0.3 s of a core on a Zen 5), on the recovery's path; any pattern the
- * copy cannot get right by chance does, and this one differs from run to
- * run (the seed is the clock). */
+ * finaliser (ms_rng_mix64).  A Philox block per word took a third of the
+ * check's time (16 M blocks for the source and the destination, 2 x 64 MB
+ * in the supervisor's diag: about 0.3 s of a core on a Zen 5), on the
+ * recovery's path; any pattern the copy cannot get right by chance does,
+ * and this one differs from run to run (the seed is the clock). */
 static void par_fill(uint64_t *p, size_t words, uint64_t seed, int threads) {
     const size_t per = MEM_CHUNK / sizeof *p;
     long chunks = (long)((words + per - 1) / per);
