@@ -15,6 +15,7 @@ Environment: MS_BIN (the binary)."""
 import json
 import os
 import struct
+import shutil
 import sys
 import tempfile
 
@@ -176,6 +177,8 @@ def main():
                   "--dim", "64", "--steps", "1"], "--dim 64", v3,
                  what="--dim contradicting the file")
     print(f"{test_cli.passed} passed, {test_cli.failed} failed")
+    if not test_cli.failed:  # kept after a failure, to look at
+        shutil.rmtree(d, ignore_errors=True)
     sys.exit(1 if test_cli.failed else 0)
 
 

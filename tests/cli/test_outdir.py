@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 
@@ -101,6 +102,8 @@ def main():
     ok(rc == 0 and "step     2/2" in open(lf).read() if os.path.exists(lf) else False,
        "--log-file alone", err)
     print(f"{test_cli.passed} passed, {test_cli.failed} failed")
+    if not test_cli.failed:  # kept after a failure, to look at
+        shutil.rmtree(d, ignore_errors=True)
     sys.exit(1 if test_cli.failed else 0)
 
 

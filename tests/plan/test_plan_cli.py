@@ -225,6 +225,8 @@ def main():
            f"bad input {' '.join(args[-2:])}: exit {code}, names '{needle}'",
            f"exit {r.returncode}: {r.stderr}")
     print(f"{counts['passed']} passed, {counts['failed']} failed")
+    if not counts["failed"]:  # kept after a failure, to look at
+        shutil.rmtree(d, ignore_errors=True)
     return 1 if counts["failed"] else 0
 
 
