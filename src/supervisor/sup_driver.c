@@ -193,7 +193,7 @@ static char **job_argv(sup_driver *d, char *np) {
     if (d->own_metrics) a[n++] = "--metrics", a[n++] = d->metrics_path; /* the dashboard's */
     if (d->peak_cache[0]) a[n++] = "--peak-cache", a[n++] = d->peak_cache;
     if (d->plan.n) { /* the trainer's faults still ahead (the diag:* ones go to diag) */
-        sup_faults_format(d, 0, d->faults_through, d->fault_arg, sizeof d->fault_arg);
+        sup_faults_format(d, 0, d->faults_through, NULL, d->fault_arg, sizeof d->fault_arg);
         if (d->fault_arg[0]) a[n++] = "--inject-fault", a[n++] = d->fault_arg;
     }
     return a;

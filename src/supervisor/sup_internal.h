@@ -434,8 +434,9 @@ int sup_evict(sup_driver *d, int i, const char *by, const char *reason);
 void sup_state_save(sup_driver *d, int finished, int sync);
 /* The --faults plan as a spec: the diag:* entries (diag 1, for the
  * self-test) or the others (diag 0, for the trainer), those past
- * after_step only (ms_fault_format). */
-void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf, size_t n);
+ * after_step only (ms_fault_format), none of kind skip (NULL: no kind). */
+void sup_faults_format(const sup_driver *d, int diag, int after_step, const char *skip, char *buf,
+                       size_t n);
 /* Read RUN_DIR/driver.json left by an earlier driver that did not finish:
  * the counters, the fault it was acting on (d->fault, an eviction's node),
  * and whether its job still runs (then d->adopt_pid and the heartbeat

@@ -36,12 +36,15 @@ int sup_evict(sup_driver *d, int i, const char *by, const char *reason) {
     return rc;
 }
 
-void sup_faults_format(const sup_driver *d, int diag, int after_step, char *buf, size_t n) {
+void sup_faults_format(const sup_driver *d, int diag, int after_step, const char *skip, char *buf,
+                       size_t n) {
     ms_fault_plan *sub = calloc(1, sizeof *sub);
     buf[0] = 0;
     if (!sub) return;
     for (int i = 0; i < d->plan.n; i++)
-        if (!strncmp(d->plan.f[i].kind, "diag:", 5) == !!diag) sub->f[sub->n++] = d->plan.f[i];
+        if (!strncmp(d->plan.f[i].kind, "diag:", 5) == !!diag &&
+            !(skip && !strcmp(d->plan.f[i].kind, skip)))
+            sub->f[sub->n++] = d->plan.f[i];
     ms_fault_format(sub, after_step, buf, n);
     free(sub);
 }
@@ -80,20 +83,6 @@ static double history_slow_factor(const sup_config *c) {
     return c->hostfile ? c->diag_slow_factor : 0;
 }
 
-/* in without its entries of fault kind `kind` (the list of ms_fault_format). */
-static void faults_without(const char *in, const char *kind, char *out, size_t n) {
-    size_t kl = strlen(kind), len = 0;
-    out[0] = 0;
-    for (const char *e = in; e && *e;) {
-        const char *end = strchr(e, ',');
-        size_t el = end ? (size_t)(end - e) : strlen(e);
-        int drop = el >= kl && !strncmp(e, kind, kl) && strchr("=@:,", e[kl]) != NULL;
-        if (!drop && len + el + 2 < n)
-            len += (size_t)snprintf(out + len, n - len, "%s%.*s", len ? "," : "", (int)el, e);
-        e = end ? end + 1 : NULL;
-    }
-}
-
 /* Before a node is failed as slow against its peers: every node measured
  * once more, all at once as before (the same share of a host each, the same
  * traffic), each speed its best of the two runs.  Noise only ever slows a
@@ -101,9 +90,9 @@ static void faults_without(const char *in, const char *kind, char *out, size_t n
  * healthy node's memory at 0.50 x the others' and evicted it (a CI run of
  * tests/supervisor/test_nodes.py), while a node that is slow stays slow in
  * both.  Only the speeds of the second run count: its other checks are the
- * first run's over again. */
-static void peers_again(const sup_diag_config *dc0, const int *idx, int k, sup_diag_result *res,
-                        double factor) {
+ * first run's over again.  faults: the second run's injected faults. */
+static void peers_again(const sup_diag_config *dc0, const char *faults, const int *idx, int k,
+                        sup_diag_result *res, double factor) {
     sup_diag_result *peek = malloc(sizeof *peek * (size_t)k);
     if (!peek) return;
     memcpy(peek, res, sizeof *peek * (size_t)k);
@@ -119,10 +108,7 @@ static void peers_again(const sup_diag_config *dc0, const int *idx, int k, sup_d
                 "megascale launch: diag: %s slow against the other nodes; measuring every "
                 "node once more before evicting\n",
                 names);
-        /* the injected diag:blip is a node slow for the first measurement only */
-        char faults[4096];
         sup_diag_config dc = *dc0;
-        faults_without(dc0->faults ? dc0->faults : "", "diag:blip", faults, sizeof faults);
         dc.faults = faults;
         if (sup_diag_run(&dc, idx, k, again, why, sizeof why) == 0) {
             for (int j = 0; j < k; j++)
@@ -149,7 +135,7 @@ static int diagnose(sup_driver *d, const char *when) {
     sup_diag_result *res = calloc((size_t)k, sizeof *res);
     char faults[4096], why[600] = "", probe[sizeof d->ckpt_dir];
     storage_probe_dir(d->ckpt_dir, probe, sizeof probe);
-    sup_faults_format(d, 1, -1, faults, sizeof faults);
+    sup_faults_format(d, 1, -1, NULL, faults, sizeof faults);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     sup_diag_config dc = {.mpirun = c->mpirun ? c->mpirun : "mpirun",
                           .bin = c->bin,
@@ -204,7 +190,12 @@ static int diagnose(sup_driver *d, const char *when) {
         free(res);
         return 0;
     }
-    if (compare_peers(c)) peers_again(&dc, idx, k, res, c->diag_slow_factor);
+    if (compare_peers(c)) {
+        /* the second run without diag:blip: a node slow the first time only */
+        char again[sizeof faults];
+        sup_faults_format(d, 1, -1, "diag:blip", again, sizeof again);
+        peers_again(&dc, again, idx, k, res, c->diag_slow_factor);
+    }
     double took = ms_now() - t0;
     if (compare_peers(c)) sup_diag_peers(res, k, c->diag_slow_factor);
     int reported = 0, failing = 0, storage = 0;
