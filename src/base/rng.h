@@ -35,6 +35,11 @@ static inline uint64_t ms_rng_mix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+/* Word j of the run seeded by base (SplitMix64's j+1-th output from state
+ * base): for (j) p[j] = ms_rng_mix_at(ms_rng_u64(seed, stream, run), j). */
+static inline uint64_t ms_rng_mix_at(uint64_t base, uint64_t j) {
+    return ms_rng_mix64(base + (j + 1) * 0x9E3779B97F4A7C15ull);
+}
 
 typedef struct {
     uint64_t seed, stream, counter;

@@ -93,7 +93,7 @@ static void par_fill(uint64_t *p, size_t words, uint64_t seed, int threads) {
         size_t off = (size_t)i * per, len = words - off < per ? words - off : per;
         uint64_t base = ms_rng_u64(seed, 3, (uint64_t)i);
         for (size_t j = 0; j < len; j++)
-            p[off + j] = ms_rng_mix64(base + (j + 1) * 0x9E3779B97F4A7C15ull);
+            p[off + j] = ms_rng_mix_at(base, j);
     }
 }
 

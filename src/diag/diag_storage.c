@@ -31,7 +31,7 @@ static ms_status write_file(const char *path, uint64_t *buf, int mb, uint64_t se
     for (int c = 0; c < mb && st == MS_OK; c++) {
         uint64_t base = ms_rng_u64(seed, 4, (uint64_t)c); /* a draw a chunk (ms_rng_mix64) */
         for (size_t i = 0; i < ST_CHUNK / 8; i++)
-            buf[i] = ms_rng_mix64(base + (i + 1) * 0x9E3779B97F4A7C15ull);
+            buf[i] = ms_rng_mix_at(base, i);
         *crc = ms_crc32c(*crc, buf, ST_CHUNK);
         st = ms_fd_write_all(fd, path, buf, ST_CHUNK);
     }

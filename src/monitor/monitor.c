@@ -28,9 +28,7 @@ static double probe_once(be_backend *be, int n, int reps) {
     for (size_t r = 0; r < (size_t)n; r++) {
         uint64_t base = ms_rng_u64(7, 0, r);
         for (size_t j = 0; j < (size_t)n; j++)
-            host[r * n + j] =
-                (float)(ms_rng_mix64(base + (j + 1) * 0x9E3779B97F4A7C15ull) >> 40) * 0x1.0p-24f -
-                0.5f;
+            host[r * n + j] = (float)(ms_rng_mix_at(base, j) >> 40) * 0x1.0p-24f - 0.5f;
     }
     if (be->act_dtype == BE_BF16) { /* round to bf16 in place (nearest even) */
         uint16_t *h16 = (uint16_t *)host;

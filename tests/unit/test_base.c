@@ -596,7 +596,7 @@ static void test_rng_mix64(void) {
     int ones[64] = {0};
     uint64_t base = ms_rng_u64(5, 3, 0);
     for (int j = 0; j < N; j++) {
-        uint64_t z = ms_rng_mix64(base + (uint64_t)(j + 1) * g);
+        uint64_t z = ms_rng_mix_at(base, (uint64_t)j);
         for (int b = 0; b < 64; b++)
             ones[b] += (int)(z >> b & 1);
     }
