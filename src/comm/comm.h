@@ -216,6 +216,16 @@ long long comm_thread_wait_ns(void);
  * training thread is stuck elsewhere waits in nothing, while its peers
  * block in communication waiting for it).  NULL: 0.  Thread-safe. */
 double comm_world_blocked_s(comm_world *w);
+/* A wait on another rank outside the communicator (a follower of the tp
+ * group's shared-memory batch ring waiting for its leader, the leader for
+ * a follower): comm_world_blocked_s counts it from this call until
+ * comm_world_wait_end, as it counts a comm_wait, so that the heartbeats of
+ * the ranks waiting there do not make them look like the stuck one.  Not
+ * added to the wait counters.  Returns the token for comm_world_wait_end
+ * (-1 when no slot was free or w is NULL: then it is not counted).
+ * Thread-safe. */
+int comm_world_wait_begin(comm_world *w);
+void comm_world_wait_end(comm_world *w, int token);
 /* The same for the ops of group g alone (a parallel dimension's exposed
  * communication: the trainer reads the tp, dp and pp groups'; a group
  * split later, such as pp's "embedding", counts on its own).  NULL: 0.

@@ -405,6 +405,24 @@ long long comm_thread_wait_ns(void) {
     return thread_wait_ns;
 }
 
+/* A free slot of w->wait_since, now holding t0 (-1: none free). */
+static int wait_slot_take(comm_world *w, int64_t t0) {
+    for (int i = 0; w && i < COMM_WAIT_SLOTS; i++) {
+        long long free_slot = 0;
+        if (atomic_compare_exchange_strong(&w->wait_since[i], &free_slot, t0 > 0 ? t0 : 1))
+            return i;
+    }
+    return -1;
+}
+
+int comm_world_wait_begin(comm_world *w) {
+    return wait_slot_take(w, ms_ev_now());
+}
+
+void comm_world_wait_end(comm_world *w, int token) {
+    if (w && token >= 0 && token < COMM_WAIT_SLOTS) atomic_store(&w->wait_since[token], 0);
+}
+
 ms_status comm_wait_result(comm_req *r, comm_group **out) {
     if (!r) return MS_OK;
     comm_world *w = r->w; /* r is freed by the wait */
@@ -413,14 +431,9 @@ ms_status comm_wait_result(comm_req *r, comm_group **out) {
                         ? NULL
                         : r->g;
     int64_t t0 = ms_ev_now();
-    int slot = -1; /* this wait is seen by comm_world_blocked_s */
-    for (int i = 0; i < COMM_WAIT_SLOTS && slot < 0; i++) {
-        long long free_slot = 0;
-        if (atomic_compare_exchange_strong(&w->wait_since[i], &free_slot, t0 > 0 ? t0 : 1))
-            slot = i;
-    }
+    int slot = wait_slot_take(w, t0); /* this wait is seen by comm_world_blocked_s */
     ms_status st = r->on_nccl ? comm_nccl_wait(r) : comm_wait_host(r, out);
-    if (slot >= 0) atomic_store(&w->wait_since[slot], 0);
+    comm_world_wait_end(w, slot);
     long long dt = (long long)(ms_ev_now() - t0);
     atomic_fetch_add_explicit(&w->wait_ns, dt, memory_order_relaxed);
     if (g) atomic_fetch_add_explicit(&g->wait_ns, dt, memory_order_relaxed);

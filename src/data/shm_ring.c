@@ -23,7 +23,8 @@ typedef struct {
     pthread_cond_t cv;
     uint64_t published; /* batches put so far */
     int dead;           /* a peer died holding the lock */
-    /* then depth x uint64 readers_left, then depth x 2*batch_ints int32 */
+    /* then depth x uint64 readers_left, followers x uint64 taken (batches
+     * follower f has read: taken[f - 1]), then depth x 2*batch_ints int32 */
 } shm_header;
 
 struct data_shm {
@@ -34,15 +35,37 @@ struct data_shm {
     shm_header *h;
     size_t bytes;
     uint64_t next; /* follower: next batch index to read */
+    int *ranks;    /* the members' global ranks (cfg.ranks), or NULL */
 };
 
 static size_t seg_bytes(const data_shm_config *c) {
-    return sizeof(shm_header) + (size_t)c->depth * sizeof(uint64_t) +
+    return sizeof(shm_header) + ((size_t)c->depth + (size_t)c->followers) * sizeof(uint64_t) +
            (size_t)c->depth * 2 * c->batch_ints * sizeof(int32_t);
 }
 static uint64_t *readers_left(shm_header *h) { return (uint64_t *)(h + 1); }
+static uint64_t *taken(shm_header *h) {
+    return readers_left(h) + h->depth;
+}
 static int32_t *slot_data(shm_header *h, uint64_t i) {
-    return (int32_t *)(readers_left(h) + h->depth) + (i % h->depth) * 2 * h->batch_ints;
+    return (int32_t *)(taken(h) + h->followers) + (i % h->depth) * 2 * h->batch_ints;
+}
+
+/* "rank R (follower F)", "the leader (rank R)", or without ranks the member alone. */
+static const char *who(const data_shm *s, int member, char *buf, size_t n) {
+    int r = s->ranks ? s->ranks[member] : -1;
+    if (member == 0)
+        r >= 0 ? snprintf(buf, n, "the leader (rank %d)", r) : snprintf(buf, n, "the leader");
+    else
+        r >= 0 ? snprintf(buf, n, "rank %d (follower %d)", r, member)
+               : snprintf(buf, n, "follower %d", member);
+    return buf;
+}
+
+/* The first follower that has not read batch b yet (1..followers), or 0. */
+static int lagging(shm_header *h, uint64_t b) {
+    for (uint64_t f = 0; f < h->followers; f++)
+        if (taken(h)[f] <= b) return (int)f + 1;
+    return 0;
 }
 
 /* Lock, turning a dead owner into an error. */
@@ -62,13 +85,17 @@ static ms_status lock(data_shm *s) {
     return MS_OK;
 }
 
-/* Wait on the condition until `deadline` (monotonic seconds). */
-static ms_status wait_until(data_shm *s, double deadline, const char *what) {
+/* Wait on the condition until `deadline` (monotonic seconds) for `member`:
+ * the leader for a follower to read batch b, a follower for the leader to
+ * publish it (named in the error of a timeout). */
+static ms_status wait_until(data_shm *s, double deadline, int member, uint64_t b) {
     double left = deadline - ms_now();
     if (left <= 0) {
         pthread_mutex_unlock(&s->h->mu);
-        return ms_error(MS_ERR_IO, "%s: timed out after %.0f s waiting for %s", s->name,
-                        s->cfg.timeout_s, what);
+        char w[96];
+        return ms_error(MS_ERR_IO, "%s: timed out after %.0f s waiting for %s to %s batch %llu",
+                        s->name, s->cfg.timeout_s, who(s, member, w, sizeof w),
+                        member ? "read" : "publish", (unsigned long long)b);
     }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -112,6 +139,15 @@ static data_shm *alloc_handle(const data_shm_config *cfg, int leader) {
     s->cfg.name = s->name;
     s->leader = leader;
     s->bytes = seg_bytes(cfg);
+    s->cfg.ranks = NULL;
+    if (cfg->ranks) {
+        s->ranks = malloc(((size_t)cfg->followers + 1) * sizeof *s->ranks);
+        if (!s->ranks) {
+            free(s);
+            return NULL;
+        }
+        memcpy(s->ranks, cfg->ranks, ((size_t)cfg->followers + 1) * sizeof *s->ranks);
+    }
     return s;
 }
 
@@ -152,6 +188,9 @@ out:
 
 ms_status data_shm_open_follower(data_shm **out, const data_shm_config *cfg) {
     *out = NULL;
+    if (cfg->member < 1 || cfg->member > cfg->followers)
+        return ms_error(MS_ERR_ARG, "%s: follower %d of a ring of %d followers", cfg->name,
+                        cfg->member, cfg->followers);
     data_shm *s = alloc_handle(cfg, 0);
     if (!s) return ms_error(MS_ERR_NOMEM, "%s: out of memory", cfg->name);
     double deadline = ms_now() + cfg->timeout_s;
@@ -193,8 +232,10 @@ ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *target
     double deadline = ms_now() + s->cfg.timeout_s;
     MS_TRY(lock(s));
     uint64_t i = h->published, k = i % h->depth;
-    while (i >= h->depth && readers_left(h)[k] > 0) /* slot still unread */
-        MS_TRY(wait_until(s, deadline, "followers to read batch"));
+    while (i >= h->depth && readers_left(h)[k] > 0) { /* slot still unread */
+        int f = lagging(h, i - h->depth);
+        MS_TRY(wait_until(s, deadline, f ? f : 1, i - h->depth));
+    }
     pthread_mutex_unlock(&h->mu);
     int32_t *d = slot_data(h, i); /* ours until published */
     memcpy(d, inputs, h->batch_ints * sizeof(int32_t));
@@ -211,7 +252,8 @@ ms_status data_shm_get(data_shm *s, int32_t *inputs, int32_t *targets, double *w
     shm_header *h = s->h;
     double t0 = ms_now(), deadline = t0 + s->cfg.timeout_s;
     MS_TRY(lock(s));
-    while (h->published <= s->next) MS_TRY(wait_until(s, deadline, "the leader's next batch"));
+    while (h->published <= s->next)
+        MS_TRY(wait_until(s, deadline, 0, s->next));
     pthread_mutex_unlock(&h->mu);
     if (wait_sec) *wait_sec = ms_now() - t0;
     const int32_t *d = slot_data(h, s->next); /* cannot be overwritten until we count down */
@@ -220,6 +262,7 @@ ms_status data_shm_get(data_shm *s, int32_t *inputs, int32_t *targets, double *w
     MS_TRY(lock(s));
     readers_left(h)[s->next % h->depth]--;
     s->next++;
+    taken(h)[s->cfg.member - 1] = s->next;
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
     return MS_OK;
@@ -235,5 +278,6 @@ void data_shm_close(data_shm *s) {
     if (!s) return;
     if (s->h) munmap(s->h, s->bytes);
     data_shm_unlink(s);
+    free(s->ranks);
     free(s);
 }

@@ -12,6 +12,9 @@
  * the dead process held the lock) instead of waiting forever.
  * The leader creates and finally unlinks the segment; followers wait up to
  * timeout_s for it to appear.  One thread per process uses a handle.
+ * A timeout's error names the member that did not come, by its global
+ * rank when `ranks` is given: a follower that has not read the oldest
+ * slot, or the leader that has not published the next batch.
  */
 #ifndef DATA_SHM_RING_H
 #define DATA_SHM_RING_H
@@ -29,6 +32,8 @@ typedef struct {
     size_t batch_ints;  /* int32 elements of inputs (= of targets) per batch */
     int depth;          /* slots in the ring */
     double timeout_s;   /* longest wait for a peer */
+    int member;         /* this process: 0 the leader, 1..followers a follower (each its own) */
+    const int *ranks;   /* optional: the members' global ranks (followers + 1), for messages */
 } data_shm_config;
 
 ms_status data_shm_open_leader(data_shm **out, const data_shm_config *cfg);

@@ -149,8 +149,17 @@ static ms_status open_ring(trainer *t) {
     t->ring_leader = comm_group_rank(g) == 0;
     if (t->ring_leader) snprintf(name, sizeof name, "/megascale-%d-batches", (int)getpid());
     MS_TRY(comm_broadcast(g, name, sizeof name, COMM_U8, 0));
-    data_shm_config rc = {name, comm_group_size(g) - 1, (size_t)t->micro * t->tc->seq, 4,
-                          comm_world_timeout(t->world)};
+    int ranks[64]; /* the members' global ranks, for the ring's errors (beyond 64: none) */
+    int named = comm_group_size(g) <= (int)(sizeof ranks / sizeof *ranks);
+    for (int i = 0; named && i < comm_group_size(g); i++)
+        ranks[i] = comm_group_global_rank(g, i);
+    data_shm_config rc = {.name = name,
+                          .followers = comm_group_size(g) - 1,
+                          .batch_ints = (size_t)t->micro * t->tc->seq,
+                          .depth = 4,
+                          .timeout_s = comm_world_timeout(t->world),
+                          .member = comm_group_rank(g),
+                          .ranks = named ? ranks : NULL};
     if (t->ring_leader) {
         MS_TRY(data_shm_open_leader(&t->ring, &rc));
         MS_TRY(comm_barrier(g));  /* the segment exists before followers look */
@@ -186,10 +195,19 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
     if (t->replay) return MS_OK;
     int64_t t0 = ms_ev_now();
     if (t->ring && !t->ring_leader) {
-        MS_TRY(data_shm_get(t->ring, bi, bt, wait));
+        /* waiting for the leader is waiting for a rank: the heartbeats say so */
+        int w = comm_world_wait_begin(t->world);
+        ms_status st = data_shm_get(t->ring, bi, bt, wait);
+        comm_world_wait_end(t->world, w);
+        MS_TRY(st);
     } else {
         MS_TRY(data_prefetch_next(t->prefetch, bi, bt, wait));
-        if (t->ring) MS_TRY(data_shm_put(t->ring, bi, bt));
+        if (t->ring) { /* ... as is waiting for a follower to free the oldest slot */
+            int w = comm_world_wait_begin(t->world);
+            ms_status st = data_shm_put(t->ring, bi, bt);
+            comm_world_wait_end(t->world, w);
+            MS_TRY(st);
+        }
     }
     if (*wait > 0) { /* the part of the call spent blocked */
         int64_t t1 = ms_ev_now(), w = (int64_t)(*wait * 1e9);

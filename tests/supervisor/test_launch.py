@@ -21,7 +21,10 @@ steps):
    every step's compute time is above 0 on every rank (the checkpoint
    thread's waits are not the trainer's).
 6. tp 2 x pp 2 on 2 nodes, rank 3 hangs (it beats, makes no step): the
-   fault names rank 3 on node1, the one rank not blocked in communication.
+   fault names rank 3 on node1, the one rank not blocked in communication;
+   again with more micro-batches a step than the tp group's shared-memory
+   batch ring holds, where rank 2, the ring's leader, waits for rank 3 to
+   read a batch (a wait its heartbeats count as one for a rank).
 
 Environment: MS_BIN (the megascale binary)."""
 import hashlib
@@ -222,15 +225,20 @@ def check_stages(d, shard):
        f"(its compute time {ratio:.2f} x the first stage's)", f"rc {rc} {strag}\n{err[-2000:]}")
 
 
-def check_stage_hang(d, shard):
+def check_stage_hang(d, shard, tag="", extra=()):
     """tp 2 x pp 2 on 2 nodes, rank 3 (stage 1, node1) hangs at step 8: every
     rank stops making steps and beats on; the one to blame is the rank that
     waits in no communication (its beats say so), not rank 0 of stage 0,
-    which waits for it in the pipeline's recv."""
-    run = os.path.join(d, "stage_hang")
+    which waits for it in the pipeline's recv.  extra "--micro-batch 2":
+    eight micro-batches a step, more than the tp group's batch ring holds,
+    so that rank 2, the ring's leader on the same host, waits for rank 3 to
+    read the oldest slot: a wait in shared memory that its beats must count
+    as a wait for a rank, as they count a collective."""
+    run = os.path.join(d, "stage_hang" + tag.replace(" ", "_"))
     cmd = [BIN, "launch", "--np", "4", "--nodes", "2", "--max-restarts", "0", "--diag", "0",
            *LAUNCH[2:], "--run-dir", run, "--", "--train-data", shard, *TRAIN, "--tp", "2",
-           "--pp", "2", "--ckpt-dir", os.path.join(run, "ckpt"), "--inject-fault", "hang@8:3"]
+           "--pp", "2", "--ckpt-dir", os.path.join(run, "ckpt"), "--inject-fault", "hang@8:3",
+           *extra]
     cmd[cmd.index("--dp") + 1] = "1"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -238,10 +246,10 @@ def check_stage_hang(d, shard):
     rc, err = finished(p)
     det = [e for e in events(run) if e["event"] == "fault_detected"]
     ok(rc == 3 and [(e["kind"], e["rank"], e["node"]) for e in det] == [("hang", 3, "node1")],
-       "tp2 x pp2: the hung rank 3 of stage 1 is named, not a peer waiting for it",
+       f"tp2 x pp2{tag}: the hung rank 3 of stage 1 is named, not a peer waiting for it",
        f"rc {rc} {det}\n{err[-2000:]}")
-    ok(det and "waits in no communication" in det[0]["detail"], "the detail says why",
-       str(det))
+    ok(det and "waits in no communication" in det[0]["detail"], f"tp2 x pp2{tag}: the detail "
+       "says why", str(det))
 
 
 def main():
@@ -257,6 +265,7 @@ def main():
     check_bad_beats(d, shard)
     check_stages(d, shard)
     check_stage_hang(d, shard)
+    check_stage_hang(d, shard, " ring full", ["--micro-batch", "2"])
     finish(d)
 
 

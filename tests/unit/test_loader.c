@@ -109,11 +109,15 @@ static int follower(const data_shm_config *c, int nb, int die_after) {
 static void test_shm(void) {
     char name[64];
     snprintf(name, sizeof name, "/ms-test-ring-%d", (int)getpid());
-    data_shm_config c = {name, 2, 1000, 3, 5.0};
+    data_shm_config c = {
+        .name = name, .followers = 2, .batch_ints = 1000, .depth = 3, .timeout_s = 5.0};
     int nb = 200;
     pid_t kids[2];
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
+        c.member = i + 1;
         if ((kids[i] = fork()) == 0) _exit(follower(&c, nb, -1));
+    }
+    c.member = 0;
     data_shm *s;
     T_EQ_INT(data_shm_open_leader(&s, &c), MS_OK);
     int32_t in[1000], tg[1000];
@@ -136,8 +140,10 @@ static void test_shm(void) {
     /* a follower that dies: the leader reports it after the timeout */
     c.timeout_s = 1.0;
     c.followers = 1;
+    c.member = 1;
     pid_t k = fork();
     if (k == 0) _exit(follower(&c, nb, 5));
+    c.member = 0;
     T_EQ_INT(data_shm_open_leader(&s, &c), MS_OK);
     ms_status st = MS_OK;
     for (int b = 0; b < 50 && st == MS_OK; b++) {
@@ -148,8 +154,67 @@ static void test_shm(void) {
     T_EQ_INT(st, MS_ERR_IO);
     T_STR_CONTAINS(ms_errmsg(), name);
     T_STR_CONTAINS(ms_errmsg(), "timed out");
+    T_STR_CONTAINS(ms_errmsg(), "waiting for follower 1 to read batch 5");
     waitpid(k, NULL, 0);
     data_shm_close(s);
+
+    /* with the members' ranks: of two followers, the one that stops reading
+     * is named by its rank, not the one that keeps up */
+    int ranks[3] = {10, 11, 12};
+    c.followers = 2;
+    c.ranks = ranks;
+    pid_t two[2];
+    for (int i = 0; i < 2; i++) {
+        c.member = i + 1;
+        if ((two[i] = fork()) == 0) _exit(follower(&c, nb, i ? 7 : -1));
+    }
+    c.member = 0;
+    T_EQ_INT(data_shm_open_leader(&s, &c), MS_OK);
+    st = MS_OK;
+    for (int b = 0; b < 50 && st == MS_OK; b++) {
+        fill(in, 1000, b);
+        fill(tg, 1000, -b);
+        st = data_shm_put(s, in, tg);
+    }
+    T_EQ_INT(st, MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "waiting for rank 12 (follower 2) to read batch 7");
+    for (int i = 0; i < 2; i++)
+        waitpid(two[i], NULL, 0);
+    data_shm_close(s);
+
+    /* a leader that stops publishing: the follower names it */
+    c.followers = 1;
+    pid_t lead = fork();
+    if (lead == 0) {
+        data_shm *l;
+        c.member = 0;
+        if (data_shm_open_leader(&l, &c) != MS_OK) _exit(2);
+        for (int b = 0; b < 3; b++) {
+            fill(in, 1000, b);
+            fill(tg, 1000, -b);
+            if (data_shm_put(l, in, tg) != MS_OK) _exit(3);
+        }
+        usleep(1500000); /* past the follower's timeout, holding the segment */
+        data_shm_close(l);
+        _exit(0);
+    }
+    c.member = 1;
+    data_shm *fw;
+    T_EQ_INT(data_shm_open_follower(&fw, &c), MS_OK);
+    for (int b = 0; b < 3; b++)
+        T_EQ_INT(data_shm_get(fw, in, tg, NULL), MS_OK);
+    T_EQ_INT(data_shm_get(fw, in, tg, NULL), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "waiting for the leader (rank 10) to publish batch 3");
+    data_shm_close(fw);
+    waitpid(lead, NULL, 0);
+
+    /* a follower's member must be one of the ring's followers */
+    c.member = 0;
+    T_EQ_INT(data_shm_open_follower(&fw, &c), MS_ERR_ARG);
+    c.member = 2;
+    T_EQ_INT(data_shm_open_follower(&fw, &c), MS_ERR_ARG);
+    c.member = 1;
+    c.ranks = NULL;
 
     /* no leader: a follower gives up after the timeout, naming the ring */
     data_shm *f;
