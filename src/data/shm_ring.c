@@ -227,9 +227,10 @@ out:
     return st;
 }
 
-ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *targets) {
+ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *targets,
+                       double *wait_sec) {
     shm_header *h = s->h;
-    double deadline = ms_now() + s->cfg.timeout_s;
+    double t0 = ms_now(), deadline = t0 + s->cfg.timeout_s;
     MS_TRY(lock(s));
     uint64_t i = h->published, k = i % h->depth;
     while (i >= h->depth && readers_left(h)[k] > 0) { /* slot still unread */
@@ -237,6 +238,7 @@ ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *target
         MS_TRY(wait_until(s, deadline, f ? f : 1, i - h->depth));
     }
     pthread_mutex_unlock(&h->mu);
+    if (wait_sec) *wait_sec = ms_now() - t0;
     int32_t *d = slot_data(h, i); /* ours until published */
     memcpy(d, inputs, h->batch_ints * sizeof(int32_t));
     memcpy(d + h->batch_ints, targets, h->batch_ints * sizeof(int32_t));

@@ -38,8 +38,10 @@ typedef struct {
 
 ms_status data_shm_open_leader(data_shm **out, const data_shm_config *cfg);
 ms_status data_shm_open_follower(data_shm **out, const data_shm_config *cfg);
-/* Leader: publish the next batch. */
-ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *targets);
+/* Leader: publish the next batch; *wait_sec (may be NULL) gets the time
+ * spent waiting for a follower to free the oldest slot. */
+ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *targets,
+                       double *wait_sec);
 /* Follower: copy the next batch; *wait_sec gets the time spent waiting. */
 ms_status data_shm_get(data_shm *s, int32_t *inputs, int32_t *targets, double *wait_sec);
 /* Leader, once every follower has opened the segment: remove its name now,

@@ -203,10 +203,12 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
     } else {
         MS_TRY(data_prefetch_next(t->prefetch, bi, bt, wait));
         if (t->ring) { /* ... as is waiting for a follower to free the oldest slot */
+            double put_wait = 0;
             int w = comm_world_wait_begin(t->world);
-            ms_status st = data_shm_put(t->ring, bi, bt);
+            ms_status st = data_shm_put(t->ring, bi, bt, &put_wait);
             comm_world_wait_end(t->world, w);
             MS_TRY(st);
+            *wait += put_wait; /* not the leader's compute (the straggler scores) */
         }
     }
     if (*wait > 0) { /* the part of the call spent blocked */

@@ -24,7 +24,9 @@ steps):
    fault names rank 3 on node1, the one rank not blocked in communication;
    again with more micro-batches a step than the tp group's shared-memory
    batch ring holds, where rank 2, the ring's leader, waits for rank 3 to
-   read a batch (a wait its heartbeats count as one for a rank).
+   read a batch (a wait its heartbeats count as one for a rank);
+7. the same layout, rank 3 slowed instead: rank 2's wait for it in the
+   ring is data time, not compute, so rank 3 alone is the straggler.
 
 Environment: MS_BIN (the megascale binary)."""
 import hashlib
@@ -252,6 +254,38 @@ def check_stage_hang(d, shard, tag="", extra=()):
        "says why", str(det))
 
 
+def check_ring_straggler(d, shard):
+    """tp 2 x pp 2 on 2 nodes, eight micro-batches a step (more than the tp
+    group's batch ring holds), rank 3 slowed by 60 ms a step: rank 2, its
+    ring's leader on the same host, waits in the ring for rank 3 to read.
+    That wait is data time, not compute: the beats' compute time of rank 2
+    stays near stage 0's, and the straggler named is rank 3 alone."""
+    run = os.path.join(d, "ring_straggler")
+    cmd = [BIN, "launch", "--np", "4", "--nodes", "2", "--max-restarts", "0", "--diag", "0",
+           "--straggler-rounds", "4", *LAUNCH[2:], "--run-dir", run, "--", "--train-data", shard,
+           *TRAIN, "--tp", "2", "--pp", "2", "--micro-batch", "2", "--steps", "16",
+           "--ckpt-dir", os.path.join(run, "ckpt"), "--inject-fault", "slow=60@3+:3"]
+    cmd[cmd.index("--dp") + 1] = "1"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         errors="replace", env=env)
+    rc, err = finished(p)
+    strag = [e.get("rank") for e in events(run) if e.get("event") == "anomaly"
+             and e.get("kind") == "straggler"]
+    ok(rc == 0 and strag == [3], "tp2 x pp2, ring full: the slowed rank 3 is the straggler, "
+       "not its ring's leader", f"rc {rc} {strag}\n{err[-2000:]}")
+    rows = []
+    try:
+        rows = [json.loads(l)["compute_ms"] for l in open(os.path.join(run, "compute.jsonl"))]
+    except (OSError, ValueError, KeyError):
+        pass
+    med = [sorted(r[k] for r in rows[4:])[len(rows[4:]) // 2] if rows[4:] else 0
+           for k in range(4)]
+    ok(len(rows) >= 12 and med[2] < 0.5 * med[3] and med[2] < 2 * max(med[0], med[1]),
+       "rank 2's wait for rank 3 in the ring is not its compute (beats' compute medians "
+       f"{[round(m, 1) for m in med]} ms)", str(rows[-3:]))
+
+
 def main():
     d, shard = start("ms_sup_")
     run, p = launch(d, "ref", shard)
@@ -266,6 +300,7 @@ def main():
     check_stages(d, shard)
     check_stage_hang(d, shard)
     check_stage_hang(d, shard, " ring full", ["--micro-batch", "2"])
+    check_ring_straggler(d, shard)
     finish(d)
 
 

@@ -124,7 +124,7 @@ static void test_shm(void) {
     for (int k = 0; k < nb; k++) {
         fill(in, 1000, k);
         fill(tg, 1000, -k);
-        if (data_shm_put(s, in, tg) != MS_OK) {
+        if (data_shm_put(s, in, tg, NULL) != MS_OK) {
             T_OK(!"put failed");
             fprintf(stderr, "%s\n", ms_errmsg());
             break;
@@ -149,7 +149,7 @@ static void test_shm(void) {
     for (int b = 0; b < 50 && st == MS_OK; b++) {
         fill(in, 1000, b);
         fill(tg, 1000, -b);
-        st = data_shm_put(s, in, tg);
+        st = data_shm_put(s, in, tg, NULL);
     }
     T_EQ_INT(st, MS_ERR_IO);
     T_STR_CONTAINS(ms_errmsg(), name);
@@ -174,7 +174,7 @@ static void test_shm(void) {
     for (int b = 0; b < 50 && st == MS_OK; b++) {
         fill(in, 1000, b);
         fill(tg, 1000, -b);
-        st = data_shm_put(s, in, tg);
+        st = data_shm_put(s, in, tg, NULL);
     }
     T_EQ_INT(st, MS_ERR_IO);
     T_STR_CONTAINS(ms_errmsg(), "waiting for rank 12 (follower 2) to read batch 7");
@@ -192,7 +192,7 @@ static void test_shm(void) {
         for (int b = 0; b < 3; b++) {
             fill(in, 1000, b);
             fill(tg, 1000, -b);
-            if (data_shm_put(l, in, tg) != MS_OK) _exit(3);
+            if (data_shm_put(l, in, tg, NULL) != MS_OK) _exit(3);
         }
         usleep(1500000); /* past the follower's timeout, holding the segment */
         data_shm_close(l);
@@ -207,6 +207,30 @@ static void test_shm(void) {
     T_STR_CONTAINS(ms_errmsg(), "waiting for the leader (rank 10) to publish batch 3");
     data_shm_close(fw);
     waitpid(lead, NULL, 0);
+
+    /* the leader's put reports how long it waited for a slow follower: the
+     * ring holds 3 batches, so the 4th put waits for the first read */
+    c.timeout_s = 5.0;
+    c.member = 1;
+    pid_t slow = fork();
+    if (slow == 0) {
+        usleep(300000);
+        _exit(follower(&c, 4, -1));
+    }
+    c.member = 0;
+    T_EQ_INT(data_shm_open_leader(&s, &c), MS_OK);
+    double waited[4] = {0};
+    for (int b = 0; b < 4; b++) {
+        fill(in, 1000, b);
+        fill(tg, 1000, -b);
+        T_EQ_INT(data_shm_put(s, in, tg, &waited[b]), MS_OK);
+    }
+    T_OK(waited[0] < 0.1 && waited[1] < 0.1 && waited[2] < 0.1);
+    T_OK(waited[3] > 0.15 && waited[3] < 4.0);
+    int ws = 0;
+    waitpid(slow, &ws, 0);
+    T_OK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    data_shm_close(s);
 
     /* a follower's member must be one of the ring's followers */
     c.member = 0;
