@@ -151,7 +151,8 @@ static const opts_spec train_opts[] = {
     OEL("heartbeat", OPT_T_STR, heartbeat, NULL, "MS_HEARTBEAT", NULL,
         "send heartbeats to the supervisor at HOST:PORT (set by megascale launch)"),
     OEL("heartbeat-token", OPT_T_STR, heartbeat_token, NULL, "MS_HEARTBEAT_TOKEN", NULL,
-        "the job's heartbeat token (set by megascale launch)"),
+        "the job's heartbeat token (set by megascale launch; a secret: the metrics say only "
+        "that it is set, train.cfg leaves it out)"),
     OEL("node-map", OPT_T_STR, node_map, NULL, "MS_NODE_MAP", NULL,
         "node names NAME,NAME,... ([A-Za-z0-9._-], up to 4096): world rank r is on node "
         "names[r * n / world] (default: the host name); for :node=NAME faults and the heartbeats"),
@@ -226,9 +227,12 @@ static ms_status check_not_config(const train_cli *c, const char *events_opt, co
 }
 
 /* Left out of train.cfg: set by `megascale launch` for one job (its
- * driver's address and token: a secret), or a test's faults. */
+ * driver's address and token), or a test's faults. */
 static const char *const not_in_cfg[] = {"heartbeat", "heartbeat-token", "node-map",
                                          "inject-fault", "ckpt-fault", NULL};
+/* Written as "(secret)" in the metrics' first line (a file others may
+ * read): the token lets whoever holds it send the job's driver beats. */
+static const char *const secrets[] = {"heartbeat-token", NULL};
 
 int cmd_train_check(int argc, char **argv, const char *events_opt, const char *events,
                     cli_train_view *v) {
@@ -279,7 +283,7 @@ int cmd_train(int argc, char **argv) {
             tc->model = strdup("d6");
             if (!tc->model) st = ms_error(MS_ERR_NOMEM, "out of memory");
         }
-        tc->config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &c);
+        tc->config_json = opts_to_json(train_opts, N_TRAIN_OPTS, &c, secrets);
         tc->shared_json = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &c);
         tc->config_text = opts_to_config(
             train_opts, N_TRAIN_OPTS, &c, not_in_cfg,

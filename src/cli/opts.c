@@ -380,8 +380,17 @@ void opts_free(const opts_spec *spec, int n, void *dst) {
         }
 }
 
-/* The options as a JSON object's text; shared_only: those without per_rank. */
-static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_only) {
+/* Whether name is one of list (NULL-terminated, may be NULL). */
+static int is_in(const char *name, const char *const *list) {
+    for (int k = 0; list && list[k]; k++)
+        if (!strcmp(name, list[k])) return 1;
+    return 0;
+}
+
+/* The options as a JSON object's text; shared_only: those without
+ * per_rank; secret: the options whose value is not written. */
+static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_only,
+                     const char *const *secret) {
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < n; i++) {
         const void *p = (const char *)dst + spec[i].offset;
@@ -400,7 +409,8 @@ static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_o
         case OPT_T_STR: {
             const char *v = *(char *const *)p;
             if (v)
-                cJSON_AddStringToObject(o, spec[i].name, v);
+                cJSON_AddStringToObject(o, spec[i].name,
+                                        is_in(spec[i].name, secret) ? "(secret)" : v);
             else
                 cJSON_AddNullToObject(o, spec[i].name);
             break;
@@ -419,12 +429,12 @@ static char *to_json(const opts_spec *spec, int n, const void *dst, int shared_o
     return text;
 }
 
-char *opts_to_json(const opts_spec *spec, int n, const void *dst) {
-    return to_json(spec, n, dst, 0);
+char *opts_to_json(const opts_spec *spec, int n, const void *dst, const char *const *secret) {
+    return to_json(spec, n, dst, 0, secret);
 }
 
 char *opts_to_json_shared(const opts_spec *spec, int n, const void *dst) {
-    return to_json(spec, n, dst, 1);
+    return to_json(spec, n, dst, 1, NULL);
 }
 
 /* One "name = value" line into *buf (grown as needed); 0 on OOM. */

@@ -99,8 +99,10 @@ ms_status opts_check_output(const opts_spec *spec, int n, const void *dst, const
 void opts_print_help(const opts_spec *spec, int n, const char *usage);
 void opts_free(const opts_spec *spec, int n, void *dst);
 /* The effective value of every option as a JSON object's text ("name":
- * value, strings quoted, unset strings null); malloc'd, NULL on OOM. */
-char *opts_to_json(const opts_spec *spec, int n, const void *dst);
+ * value, strings quoted, unset strings null); the options named in secret
+ * (NULL-terminated, may be NULL) say "(secret)" when set, not their value.
+ * malloc'd, NULL on OOM. */
+char *opts_to_json(const opts_spec *spec, int n, const void *dst, const char *const *secret);
 /* The same, of the options without per_rank only: the configuration every
  * rank of a job must share. */
 char *opts_to_json_shared(const opts_spec *spec, int n, const void *dst);

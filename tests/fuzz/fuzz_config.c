@@ -32,7 +32,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc == MS_OK) {
         MS_CHECK(c.tc.steps == 7 && npos == 0 && !help); /* the command line wins */
         MS_CHECK(c.config.n == 1);                       /* the file read, recorded */
-        char *text = opts_to_json(train_opts, N_TRAIN_OPTS, &c);
+        char *text = opts_to_json(train_opts, N_TRAIN_OPTS, &c, NULL);
         cJSON *j = text ? cJSON_Parse(text) : NULL;
         /* every option but the recorded --config files */
         MS_CHECKF(cJSON_IsObject(j) && cJSON_GetArraySize(j) == N_TRAIN_OPTS - 1,

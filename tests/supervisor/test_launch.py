@@ -12,6 +12,7 @@ steps):
    --no-progress-restarts restarts with exit code 4 ("do not requeue"); the
    job probes its peak (no --peak-flops) in the first attempt only: the
    restarts read it from RUN_DIR/peak-HOST.json, written by one rank;
+   The metrics' first line says the heartbeat token is set, never what it is.
 4. the heartbeat socket: beats with a wrong token, a malformed line, an
    oversized line and an out-of-order sequence number are rejected (events
    "beat_rejected") and do not disturb the job;
@@ -293,6 +294,15 @@ def main():
     ok(rc == 0 and not faults(run), "the fault-free run", err[-3000:])
     ref_w = sha(os.path.join(run, "w.safetensors"))
     ok(ref_w is not None, "the fault-free run saved its weights")
+    try:  # the job's heartbeat token is in the driver's state (mode 0600) alone
+        token = json.load(open(os.path.join(run, "driver.json")))["token"]
+        metrics = open(os.path.join(run, "m.jsonl")).read()
+        first = json.loads(metrics.split("\n", 1)[0])
+    except (OSError, ValueError, KeyError) as e:
+        token, metrics, first = None, "", {"error": str(e)}
+    ok(token and token not in metrics
+       and first.get("options", {}).get("heartbeat-token") == "(secret)",
+       "the metrics (mode 0644) say the heartbeat token is set, not what it is", str(first)[:600])
     check_recovery(d, shard, ref_w, "kill9", signal.SIGKILL, 1)
     check_recovery(d, shard, ref_w, "sigstop", signal.SIGSTOP, 0)
     check_crash_loop(d, shard)

@@ -500,7 +500,7 @@ static void test_opts_list(const char *dir) {
     T_EQ_INT(opts_parse(spec, 2, &o, 5, a1, pos, 0, &np, &help), MS_OK);
     T_EQ_INT(o.l.n, 2);
     T_OK(!strcmp(o.l.v[0], "a") && !strcmp(o.l.v[1], "b:2"));
-    char *js = opts_to_json(spec, 2, &o);
+    char *js = opts_to_json(spec, 2, &o, NULL);
     T_STR_CONTAINS(js, "\"in\":[\"a\",\"b:2\"]");
     free(js);
     char cfg[512];
@@ -588,9 +588,14 @@ static void test_opts(const char *dir) {
     T_OK(q.s && !strcmp(q.s, "shards/a b.bin"));
     T_EQ_INT(q.n, 5);
     opts_free(named, 2, &q);
-    char *js = opts_to_json(spec, 3, &o);
+    char *js = opts_to_json(spec, 3, &o, NULL);
     T_STR_CONTAINS(js, "\"n\":");
     T_STR_CONTAINS(js, "\"s\":\"hi\"");
+    free(js);
+    const char *const secret[] = {"s", NULL}; /* a secret's value is never written */
+    js = opts_to_json(spec, 3, &o, secret);
+    T_STR_CONTAINS(js, "\"s\":\"(secret)\"");
+    T_OK(js && !strstr(js, "hi"));
     free(js);
     opts_free(spec, 3, &o);
 }
