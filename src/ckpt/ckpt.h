@@ -249,10 +249,16 @@ int ckpt_is_step_dir(const char *path);
  * exist (...)"; what names the option or command ("--resume ",
  * "ckpt list: ", or ""). */
 ms_status ckpt_check_path(const char *what, const char *path);
+/* 1 if path is the `latest` file of a checkpoint directory and names a
+ * commit directory there (step_N): that commit's path into out (n bytes).
+ * Every command that takes a checkpoint takes DIR/latest as that commit
+ * (ckpt_check_path, ckpt_find_commit, --resume). */
+int ckpt_latest_target(const char *path, char *out, size_t n);
 /* 1 if path is a directory that holds what a checkpoint holds: a commit
  * (its manifest) or a checkpoint directory (step_* commits, latest, job,
- * lock).  What `megascale sample --weights` and `eval --weights` take as a
- * checkpoint, and what train --init-from refuses with the way to use it. */
+ * lock), or DIR/latest naming a commit.  What `megascale sample --weights`
+ * and `eval --weights` take as a checkpoint, and what train --init-from
+ * refuses with the way to use it. */
 int ckpt_is_checkpoint(const char *path);
 /* 1 if path is an existing file that a checkpoint holds: a file of a commit
  * (its directory holds a manifest), or the latest, job or lock

@@ -89,9 +89,30 @@ static int is_ckpt_dir(const char *dir, char *what, size_t n) {
     return found;
 }
 
+int ckpt_latest_target(const char *path, char *out, size_t n) {
+    struct stat sb;
+    if (!path || !*path || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > 64)
+        return 0;
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    if (strcmp(base, "latest")) return 0;
+    char text[80] = {0};
+    FILE *f = fopen(path, "r");
+    size_t got = f ? fread(text, 1, sizeof text - 1, f) : 0;
+    if (f) fclose(f);
+    while (got && (text[got - 1] == '\n' || text[got - 1] == '\r' || text[got - 1] == ' '))
+        text[--got] = 0;
+    size_t digits = strncmp(text, "step_", 5) ? 0 : strspn(text + 5, "0123456789");
+    if (!digits || digits > 10 || 5 + digits != got) return 0;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s", path);
+    ms_path_dir(dir);
+    if (snprintf(out, n, "%s/%s", dir, text) >= (int)n) return 0;
+    return stat(out, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
 int ckpt_is_checkpoint(const char *path) {
-    char what[256];
-    return is_ckpt_dir(path, what, sizeof what);
+    char what[256], commit[4300];
+    return is_ckpt_dir(path, what, sizeof what) || ckpt_latest_target(path, commit, sizeof commit);
 }
 
 int ckpt_is_part(const char *path, char *what, size_t n) {

@@ -558,20 +558,23 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
     char path[4300];
     struct stat sb;
     int is_auto = !strcmp(cm->resume, "auto");
-    if (!is_auto && stat(cm->resume, &sb) != 0)
-        return ms_error(MS_ERR_NOTFOUND, "--resume %s: %s%s", cm->resume, strerror(errno),
-                        ckpt_dir_step(cm->resume) >= 0 ? " (no such step directory)" : "");
-    if (!is_auto) MS_TRY(ckpt_check_path("--resume ", cm->resume));
+    char target[4300];
+    const char *res = cm->resume; /* DIR/latest: the commit it names */
+    if (!is_auto && ckpt_latest_target(res, target, sizeof target)) res = target;
+    if (!is_auto && stat(res, &sb) != 0)
+        return ms_error(MS_ERR_NOTFOUND, "--resume %s: %s%s", res, strerror(errno),
+                        ckpt_dir_step(res) >= 0 ? " (no such step directory)" : "");
+    if (!is_auto) MS_TRY(ckpt_check_path("--resume ", res));
     /* a commit (it holds a manifest, or is named step_N: then a missing
      * manifest is reported as such, not looked for as a root's commits) */
-    if (!is_auto && ckpt_is_step_dir(cm->resume)) {
-        MS_TRY(ckpt_reader_open(reader, cm->resume, 1));
-        snprintf(cm->chosen, sizeof cm->chosen, "%s", cm->resume);
+    if (!is_auto && ckpt_is_step_dir(res)) {
+        MS_TRY(ckpt_reader_open(reader, res, 1));
+        snprintf(cm->chosen, sizeof cm->chosen, "%s", res);
         *kind = RES_DISK;
         *step = ckpt_reader_manifest(*reader)->step;
-        return ckpt_check_model(ckpt_reader_manifest(*reader), cm->m, cm->resume);
+        return ckpt_check_model(ckpt_reader_manifest(*reader), cm->m, res);
     }
-    const char *root = is_auto ? cm->root : cm->resume;
+    const char *root = is_auto ? cm->root : res;
     int *steps = NULL, n = 0, bad = 0;
     MS_TRY(ckpt_list_steps(root, &steps, &n));
     for (int i = 0; i < n && *kind == RES_NONE; i++) {

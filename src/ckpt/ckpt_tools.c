@@ -27,6 +27,8 @@ int ckpt_is_step_dir(const char *path) {
 
 ms_status ckpt_check_path(const char *what, const char *path) {
     struct stat sb;
+    char commit[4300];
+    if (ckpt_latest_target(path, commit, sizeof commit)) return MS_OK; /* DIR/latest */
     if (stat(path, &sb) != 0 && errno == ENOENT)
         return ms_error(MS_ERR_NOTFOUND, "%s%s does not exist (a checkpoint is " CKPT_WHAT ")",
                         what, path);
@@ -38,6 +40,7 @@ ms_status ckpt_check_path(const char *what, const char *path) {
 }
 
 ms_status ckpt_find_commit(const char *path, char *out, size_t n) {
+    if (ckpt_latest_target(path, out, n)) return MS_OK; /* DIR/latest: the commit it names */
     MS_TRY(ckpt_check_path("", path));
     if (ckpt_is_step_dir(path)) {
         snprintf(out, n, "%s", path);

@@ -185,7 +185,10 @@ int cmd_ckpt(int argc, char **argv) {
         return help ? 0 : 2;
     }
     const char *cmd = pos[0], *path = npos > 1 ? pos[1] : NULL;
-    char dir[4300];
+    char dir[4300], target[4300];
+    if (path && strcmp(cmd, "list") && strcmp(cmd, "shm") &&
+        ckpt_latest_target(path, target, sizeof target))
+        path = target; /* DIR/latest: the commit it names */
     if (st == MS_OK && !path && strcmp(cmd, "shm-orphans"))
         st = ms_error(MS_ERR_ARG, "ckpt %s: expected a PATH (see megascale ckpt --help)", cmd);
     else if (st == MS_OK && path) {

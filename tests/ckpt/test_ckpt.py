@@ -116,6 +116,33 @@ def test_tools(ws, c, ref_w, ref_m):
     err = rel_err(losses(ref_m)[8:], losses(rm))
     ok(r.returncode == 0 and resumed_at(r.stderr) == 8 and err <= 1e-5,
        f"resume from the dp2 layout on one process (rel {err:.1e})", r.stderr)
+    test_latest(ws, c, ref_m)
+
+
+def test_latest(ws, c, ref_m):
+    """DIR/latest, the pointer file, stands for the commit it names wherever
+    a checkpoint is taken; a latest file that names no commit is refused."""
+    latest = os.path.join(c, "latest")
+    r = subprocess.run([BIN, "ckpt", "verify", latest], capture_output=True, text=True)
+    ok(r.returncode == 0 and r.stdout.strip() == f"{step_dir(c, 16)}: ok",
+       "verify DIR/latest: the commit it names", r.stdout + r.stderr)
+    r = subprocess.run([BIN, "ckpt", "inspect", latest], capture_output=True, text=True)
+    ok(r.returncode == 0 and "step       16" in r.stdout, "inspect DIR/latest", r.stdout + r.stderr)
+    r = subprocess.run([BIN, "sample", "--weights", latest, "--tokens", "4", "--prompt", "In"],
+                       capture_output=True, text=True)
+    ok(r.returncode == 0, "sample --weights DIR/latest", r.stderr)
+    rm = ws.path("latest_resume.jsonl")
+    r = run(ws, ws.train_args("--steps", "18", "--resume", latest, "--metrics", rm))
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 16, "train --resume DIR/latest", r.stderr)
+    bad = ws.path("badlatest")
+    os.makedirs(bad)
+    shutil.copytree(step_dir(c, 16), step_dir(bad, 16))
+    for text in ("step_00000099\n", "step_16; rm -rf /\n", "../step_00000016\n"):
+        open(os.path.join(bad, "latest"), "w").write(text)
+        r = subprocess.run([BIN, "ckpt", "verify", os.path.join(bad, "latest")],
+                           capture_output=True, text=True)
+        ok(r.returncode != 0 and "is a file, not a checkpoint" in r.stderr,
+           f"a latest file that names no commit ({text.strip()!r}) is refused", r.stderr)
 
 
 def test_sigterm(ws):
