@@ -94,6 +94,13 @@ static void on_stop_request(int sig) {
     g_ctx.stop = 1;
 }
 
+/* SIGUSR2: write a hang dump (the supervisor's request before it stops a
+ * hung job, sent to each rank and through mpirun; comm_dump.c). */
+static void on_dump_request(int sig) {
+    (void)sig;
+    g_ctx.dump_requests++;
+}
+
 void ms_ctx_catch_signals(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -104,6 +111,8 @@ void ms_ctx_catch_signals(void) {
     sigaction(SIGHUP, &sa, NULL); /* a closed ssh session: stop, with a final checkpoint */
     sa.sa_handler = on_stop_request;
     sigaction(SIGUSR1, &sa, NULL);
+    sa.sa_handler = on_dump_request;
+    sigaction(SIGUSR2, &sa, NULL);
     /* a log reader that went away (`| tee` killed by the same Ctrl-C, a
      * closed ssh session) must not kill the run: the write fails with
      * EPIPE instead, which ms_log turns into a stop request */

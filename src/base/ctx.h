@@ -19,6 +19,9 @@ typedef struct {
     ms_log_level log_level;
     int log_all_ranks;          /* if 0, INFO/DEBUG lines are printed by rank 0 only */
     volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
+    /* SIGUSR2s received: requests for a hang dump (the supervisor's, before
+     * it stops a hung job; the communication thread writes it) */
+    volatile sig_atomic_t dump_requests;
     int log_fd;        /* the log file every printed line is appended to (-1: none; base/log.h) */
     char cpu_gemm[32]; /* MS_CPU_GEMM as set ("" unset: auto), checked by the CPU backend */
     char log_tag[16];  /* the log lines' tag: "" is "rRANK"; an offline tool's name */
@@ -35,8 +38,10 @@ void ms_ctx_init(void);
 const ms_ctx *ms_ctx_get(void);
 ms_ctx *ms_ctx_mut(void); /* main() only */
 /* Install SIGINT/SIGTERM/SIGHUP handlers that set ms_ctx.stop (a second
- * signal terminates at once), and ignore SIGPIPE: a write to a log nobody
- * reads fails with EPIPE, which ms_log turns into a stop request. */
+ * signal terminates at once), SIGUSR1 (a stop request) and SIGUSR2 (a
+ * hang-dump request: ms_ctx.dump_requests), and ignore SIGPIPE: a write to
+ * a log nobody reads fails with EPIPE, which ms_log turns into a stop
+ * request. */
 void ms_ctx_catch_signals(void);
 
 #endif

@@ -197,6 +197,11 @@ ms_status comm_world_set_dump_path(comm_world *w, const char *path);
  * that exiting (which makes mpirun end the job) does not cut them off.
  * Returns how many are still missing (a stopped rank never answers). */
 int comm_world_dump_grace(comm_world *w, double max_s);
+/* SIGUSR2 dump requests this rank's communication thread has answered so
+ * far (a dump written, or kept: the one of its own timeout); the beats
+ * carry it, so the supervisor knows when the dumps it asked for are
+ * there.  NULL: 0.  Thread-safe. */
+int comm_world_dumps(comm_world *w);
 
 /* Bytes moved by this rank's completed ops so far (the MPI path; for the
  * heartbeats).  Thread-safe. */
@@ -220,11 +225,16 @@ double comm_world_blocked_s(comm_world *w);
  * group's shared-memory batch ring waiting for its leader, the leader for
  * a follower): comm_world_blocked_s counts it from this call until
  * comm_world_wait_end, as it counts a comm_wait, so that the heartbeats of
- * the ranks waiting there do not make them look like the stuck one.  Not
- * added to the wait counters.  Returns the token for comm_world_wait_end
- * (-1 when no slot was free or w is NULL: then it is not counted).
- * Thread-safe. */
-int comm_world_wait_begin(comm_world *w);
+ * the ranks waiting there do not make them look like the stuck one, and a
+ * hang dump written meanwhile lists it (a group named `where`, a static
+ * string such as "batch_ring", with an op "wait_for" on global rank peer,
+ * -1 if unknown).  Not added to the wait counters.  Returns the token for
+ * comm_world_wait_peer and comm_world_wait_end (-1 when no slot was free or
+ * w is NULL: then it is not counted).  Thread-safe. */
+int comm_world_wait_begin(comm_world *w, const char *where, int peer);
+/* The rank the wait `token` waits for from now on (a ring's leader waits
+ * for one follower, then another). */
+void comm_world_wait_peer(comm_world *w, int token, int peer);
 void comm_world_wait_end(comm_world *w, int token);
 /* The same for the ops of group g alone (a parallel dimension's exposed
  * communication: the trainer reads the tp, dp and pp groups'; a group

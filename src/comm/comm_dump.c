@@ -21,6 +21,10 @@
  * compute with its communication thread stuck, or dead writes nothing:
  * `megascale trace hang` names the silent ranks as the suspects.  Writing
  * is atomic (temp file, rename), so a dump is whole or absent.
+ * A SIGUSR2 to the process asks for a dump too (reason "signal"): the
+ * supervisor sends it to every rank of a job it found hung before it stops
+ * the job, since its heartbeats find a hang long before a collective's
+ * deadline; `kill -USR2 PID` does the same by hand.
  * All of it runs on the communication thread.
  */
 #include <stdio.h>
@@ -28,6 +32,7 @@
 #include <unistd.h>
 
 #include "base/events.h"
+#include "base/ctx.h"
 #include "base/fileio.h"
 #include "base/log.h"
 #include "base/timeutil.h"
@@ -123,6 +128,31 @@ static void comm_dump_group(ms_atomic_file *af, comm_world *w, const comm_group 
     ms_atomic_printf(af, "]}");
 }
 
+/* The waits outside the communicator in progress (comm_world_wait_begin),
+ * each as a group of its own named where it waits (this rank and the one
+ * waited for) with one op "wait_for" in flight: `megascale trace hang`
+ * reads them as it reads a receive from that rank. */
+static void comm_dump_outside(ms_atomic_file *af, comm_world *w, int comma) {
+    long long now = (long long)ms_ev_now();
+    for (int i = 0; i < COMM_WAIT_SLOTS; i++) {
+        long long t = atomic_load(&w->wait_since[i]);
+        const char *where = atomic_load(&w->wait_where[i]);
+        int peer = atomic_load(&w->wait_peer[i]);
+        if (!t || !where) continue;
+        if (peer < 0 || peer >= w->size || peer == w->rank) peer = -1;
+        ms_atomic_printf(af, "%s{\"name\":\"%s\",\"ranks\":[", comma ? "," : "", where);
+        if (peer >= 0 && peer < w->rank) ms_atomic_printf(af, "%d,", peer);
+        ms_atomic_printf(af, "%d", w->rank);
+        if (peer > w->rank) ms_atomic_printf(af, ",%d", peer);
+        ms_atomic_printf(af,
+                         "],\"issued_seq\":0,\"completed_seq\":0,\"last_completed\":null,"
+                         "\"in_flight\":[{\"op\":\"wait_for\",\"seq\":0,\"peer\":%d,\"tag\":-1,"
+                         "\"bytes\":0,\"age_s\":%.3f,\"state\":\"posted\"}]}",
+                         peer, now > t ? (double)(now - t) / 1e9 : 0.0);
+        comma = 1;
+    }
+}
+
 static void comm_dump_header(ms_atomic_file *af, comm_world *w, const char *reason) {
     char host[256] = "unknown";
     gethostname(host, sizeof host - 1);
@@ -178,6 +208,7 @@ void comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
             ms_atomic_printf(&af, i ? "," : "");
             comm_dump_group(&af, w, w->groups[i], now);
         }
+        comm_dump_outside(&af, w, w->ngroups > 0);
         st = ms_atomic_printf(&af, "]}\n");
     }
     if (st == MS_OK) st = ms_atomic_commit(&af);
@@ -195,6 +226,16 @@ void comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
 
 void comm_dump_poll(comm_world *w) {
     if (comm_board_dump_requests(w) > w->dump_seen) comm_dump_write(w, "peer_request", 0);
+    int asked = ms_ctx_get()->dump_requests; /* SIGUSR2: the supervisor, or a person */
+    if (asked != w->signal_seen) {
+        w->signal_seen = asked;
+        comm_dump_write(w, "signal", 0); /* (after this rank's own timeout: that dump stays) */
+        atomic_fetch_add(&w->dump_answers, 1);
+    }
+}
+
+int comm_world_dumps(comm_world *w) {
+    return w ? atomic_load(&w->dump_answers) : 0;
 }
 
 ms_status comm_world_set_dump_path(comm_world *w, const char *path) {

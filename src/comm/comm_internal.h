@@ -178,6 +178,8 @@ struct comm_world {
     char dump_path[4096];                 /* "": no hang dumps; set with the world idle */
     unsigned long long dump_seen;         /* comm thread: board dump requests handled */
     int dumped;                           /* comm thread: a dump was written */
+    int signal_seen;                      /* comm thread: ms_ctx dump_requests handled */
+    _Atomic int dump_answers;             /* SIGUSR2 requests answered (comm_world_dumps) */
     int dump_final; /* comm thread: the dump of this rank's own timeout is written; every op
                        failed right after, so a later one would show nothing in flight */
     _Atomic long long bytes_done;         /* bytes of the ops completed (comm_world_bytes) */
@@ -185,6 +187,10 @@ struct comm_world {
     /* when each caller now blocked in comm_wait began (ms_ev_now; 0: a free
      * slot; a caller past the slots goes unseen): comm_world_blocked_s */
     _Atomic long long wait_since[COMM_WAIT_SLOTS];
+    /* a wait outside the communicator (comm_world_wait_begin): where (NULL:
+     * a comm_wait, whose op the dump lists with its group) and for whom */
+    _Atomic(const char *) wait_where[COMM_WAIT_SLOTS];
+    _Atomic int wait_peer[COMM_WAIT_SLOTS];
     comm_group **groups;                  /* comm thread (and init/finalize): live groups */
     int ngroups, cap_groups;
 

@@ -415,12 +415,23 @@ static int wait_slot_take(comm_world *w, int64_t t0) {
     return -1;
 }
 
-int comm_world_wait_begin(comm_world *w) {
-    return wait_slot_take(w, ms_ev_now());
+int comm_world_wait_begin(comm_world *w, const char *where, int peer) {
+    int slot = wait_slot_take(w, ms_ev_now());
+    if (slot >= 0) {
+        atomic_store(&w->wait_peer[slot], peer);
+        atomic_store(&w->wait_where[slot], where);
+    }
+    return slot;
+}
+
+void comm_world_wait_peer(comm_world *w, int token, int peer) {
+    if (w && token >= 0 && token < COMM_WAIT_SLOTS) atomic_store(&w->wait_peer[token], peer);
 }
 
 void comm_world_wait_end(comm_world *w, int token) {
-    if (w && token >= 0 && token < COMM_WAIT_SLOTS) atomic_store(&w->wait_since[token], 0);
+    if (!w || token < 0 || token >= COMM_WAIT_SLOTS) return;
+    atomic_store(&w->wait_where[token], NULL); /* before the slot is free for another */
+    atomic_store(&w->wait_since[token], 0);
 }
 
 ms_status comm_wait_result(comm_req *r, comm_group **out) {

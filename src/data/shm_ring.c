@@ -36,6 +36,7 @@ struct data_shm {
     size_t bytes;
     uint64_t next; /* follower: next batch index to read */
     int *ranks;    /* the members' global ranks (cfg.ranks), or NULL */
+    int told;      /* the member cfg.on_wait last heard of in this put or get (-1: none) */
 };
 
 static size_t seg_bytes(const data_shm_config *c) {
@@ -89,6 +90,8 @@ static ms_status lock(data_shm *s) {
  * the leader for a follower to read batch b, a follower for the leader to
  * publish it (named in the error of a timeout). */
 static ms_status wait_until(data_shm *s, double deadline, int member, uint64_t b) {
+    if (s->cfg.on_wait && member != s->told) s->cfg.on_wait(s->cfg.wait_ctx, member);
+    s->told = member;
     double left = deadline - ms_now();
     if (left <= 0) {
         pthread_mutex_unlock(&s->h->mu);
@@ -231,6 +234,7 @@ ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *target
                        double *wait_sec) {
     shm_header *h = s->h;
     double t0 = ms_now(), deadline = t0 + s->cfg.timeout_s;
+    s->told = -1;
     MS_TRY(lock(s));
     uint64_t i = h->published, k = i % h->depth;
     while (i >= h->depth && readers_left(h)[k] > 0) { /* slot still unread */
@@ -253,6 +257,7 @@ ms_status data_shm_put(data_shm *s, const int32_t *inputs, const int32_t *target
 ms_status data_shm_get(data_shm *s, int32_t *inputs, int32_t *targets, double *wait_sec) {
     shm_header *h = s->h;
     double t0 = ms_now(), deadline = t0 + s->cfg.timeout_s;
+    s->told = -1;
     MS_TRY(lock(s));
     while (h->published <= s->next)
         MS_TRY(wait_until(s, deadline, 0, s->next));

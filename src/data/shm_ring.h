@@ -34,6 +34,12 @@ typedef struct {
     double timeout_s;   /* longest wait for a peer */
     int member;         /* this process: 0 the leader, 1..followers a follower (each its own) */
     const int *ranks;   /* optional: the members' global ranks (followers + 1), for messages */
+    /* optional: called by put and get, on the caller's thread, each time the
+     * call begins to wait for another member (0: the leader), so that the
+     * caller can tell its waits for a rank apart (the heartbeats, the hang
+     * dumps); the call returns when the wait is over.  It must not block. */
+    void (*on_wait)(void *ctx, int member);
+    void *wait_ctx;
 } data_shm_config;
 
 ms_status data_shm_open_leader(data_shm **out, const data_shm_config *cfg);

@@ -30,6 +30,7 @@ struct mon_heartbeat {
     double period_s;
     long long (*comm_bytes)(void *);
     double (*comm_blocked_s)(void *);
+    int (*comm_dumps)(void *);
     void *comm_ctx;
     int fd;                 /* thread: -1 while disconnected */
     double next_connect;    /* thread */
@@ -136,6 +137,7 @@ static char *beat_line(mon_heartbeat *hb) {
     if (hb->comm_blocked_s) /* 0.1 s is plenty for telling a stuck rank from its waiting peers */
         cJSON_AddNumberToObject(o, "comm_wait_s",
                                 round(hb->comm_blocked_s(hb->comm_ctx) * 10) / 10);
+    if (hb->comm_dumps) cJSON_AddNumberToObject(o, "dumps", hb->comm_dumps(hb->comm_ctx));
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     size_t n = text ? strlen(text) : 0;
@@ -213,6 +215,7 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
     hb->period_s = c->period_s > 0 ? c->period_s : 1.0;
     hb->comm_bytes = c->comm_bytes, hb->comm_ctx = c->comm_ctx;
     hb->comm_blocked_s = c->comm_blocked_s;
+    hb->comm_dumps = c->comm_dumps;
     snprintf(hb->phase, sizeof hb->phase, "start");
     hb->loss = hb->grad_norm = hb->compute_ms = NAN;
     hb->ckpt_commit = -1;

@@ -36,6 +36,10 @@ typedef struct {
     /* seconds this rank has been blocked in its longest communication wait
      * now, 0 when it waits in none (may be NULL: not sent) */
     double (*comm_blocked_s)(void *ctx);
+    /* hang dumps asked for by SIGUSR2 and answered so far (may be NULL): the
+     * beats' "dumps", which the supervisor waits for before it stops a hung
+     * job */
+    int (*comm_dumps)(void *ctx);
     void *comm_ctx;
 } mon_heartbeat_config;
 

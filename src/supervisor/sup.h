@@ -89,6 +89,7 @@ typedef struct {
     double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
     double comm_wait_s; /* blocked in communication for, now (>= 0; NaN when absent) */
     int redone; /* steps redone after a non-finite result, cumulative (0: absent) */
+    int dumps;  /* hang dumps asked for by SIGUSR2 and answered so far (-1: absent) */
     int ckpt_commit, ckpt_failed; /* last commit (-1: absent), failed commits since (0) */
     char ckpt_error[512];
     char error[1024];

@@ -19,7 +19,7 @@ static const char *const known[] = {
     "v",          "token",      "rank",       "world",       "pid",         "host",
     "node",       "seq",        "step",       "phase",       "step_ms",     "loss",
     "grad_norm",  "comm_bytes", "compute_ms", "redone",      "ckpt_commit", "ckpt_failed",
-    "ckpt_error", "error",      "stage",      "comm_wait_s", "usage"};
+    "ckpt_error", "error",      "stage",      "comm_wait_s", "usage",       "dumps"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -114,6 +114,11 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
     if (cJSON_GetObjectItemCaseSensitive(o, "stage")) {
         if (get_int(o, "stage", 0, world - 1, &v)) return *why = "stage out of range", -1;
         b->stage = (int)v;
+    }
+    b->dumps = -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, "dumps")) {
+        if (get_int(o, "dumps", 0, 2147483647, &v)) return *why = "dumps out of range", -1;
+        b->dumps = (int)v;
     }
     b->redone = 0;
     if (cJSON_GetObjectItemCaseSensitive(o, "redone")) {

@@ -346,12 +346,62 @@ static int ranks_can_checkpoint(const sup_driver *d) {
     return 0;
 }
 
+/* A hung job, before it is stopped: every rank's communication thread
+ * writes its hang dump (the ops it waits in), so that `megascale trace
+ * hang` reads a supervised hang as it reads a collective's timeout; the
+ * beats find a hang long before --comm-timeout, and the stop kills the
+ * ranks without one.  SIGUSR2 to mpirun, which forwards it to every rank on
+ * every host, and to the ranks here (pids); then, serving the beats, until
+ * every rank that beats with tracing on says it answered (its beats'
+ * "dumps" grew), at most 3 s.  A stopped or stuck process does not answer:
+ * it is not waited for once its beats are 2 s old. */
+static void ask_hang_dumps(sup_driver *d, const int *pids) {
+    int np = d->c->np, *before = calloc((size_t)np, sizeof *before), asked = 0;
+    if (!before || !d->job.pid || d->job.exited) {
+        free(before);
+        return;
+    }
+    for (int i = 0; i < np; i++)
+        before[i] = d->r[i].dumps, asked += d->r[i].dumps >= 0;
+    if (!asked) { /* no rank traces (--trace-dir none), or none beats */
+        free(before);
+        return;
+    }
+    kill(d->job.pid, SIGUSR2);
+    for (int i = 0; pids && i < np; i++)
+        if (pids[i] > 0) kill(pids[i], SIGUSR2);
+    double t0 = ms_now();
+    int waiting = asked;
+    while (waiting && ms_now() - t0 < 3.0) {
+        sup_serve_for(d, 50);
+        waiting = 0;
+        for (int i = 0; i < np; i++)
+            waiting += before[i] >= 0 && d->r[i].dumps <= before[i] && !d->r[i].done &&
+                       ms_now() - d->r[i].last_beat < 2.0;
+    }
+    int answered = 0;
+    for (int i = 0; i < np; i++)
+        answered += before[i] >= 0 && d->r[i].dumps > before[i];
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "ranks", answered);
+    cJSON_AddNumberToObject(f, "asked", asked);
+    cJSON_AddStringToObject(f, "trace_dir", d->trace_dir);
+    cJSON_AddNumberToObject(f, "wait_s", ms_now() - t0);
+    sup_events_put(&d->ev, "hang_dumps", f);
+    fprintf(stderr,
+            "megascale launch: hang dumps: %d of %d rank(s) wrote theirs in %.1f s (after the "
+            "restart: megascale trace hang %s/prev)\n",
+            answered, asked, ms_now() - t0, d->trace_dir[0] ? d->trace_dir : "TRACE_DIR");
+    free(before);
+}
+
 /* Stop the attempt and book the fault for the summary. */
 static void stop_attempt(sup_driver *d) {
     d->stopping = 1; /* the ranks' "stopped" beats from here on are the driver's doing */
     int *pids = calloc((size_t)d->c->np, sizeof *pids);
     for (int i = 0; pids && i < d->c->np; i++) /* only a pid still the rank it was (reused) */
         pids[i] = sup_pid_same(d->r[i].pid, d->r[i].pid_start);
+    if (d->fault && !strcmp(d->kind, "hang")) ask_hang_dumps(d, pids);
     double took = sup_job_stop(&d->job, ranks_can_checkpoint(d), d->c->grace, pids,
                                pids ? d->c->np : 0, serve_tick, d);
     free(pids);
@@ -757,6 +807,24 @@ static void set_metrics_path(sup_driver *d) {
     absolute(d->metrics_path, sizeof d->metrics_path, rel);
 }
 
+/* The ranks' trace directory, as the trainer resolves it
+ * (train_trace_dir): --trace-dir on the command line or in the --config
+ * file, "" for none or off; else "trace" beside the metrics. */
+static void set_trace_dir(sup_driver *d) {
+    const char *t = opt_value(d->c, "--trace-dir");
+    char v[4096];
+    if (!t && config_value(d->c, "trace-dir", v, sizeof v)) t = v;
+    d->trace_dir[0] = 0;
+    if (t && (!strcmp(t, "none") || !strcmp(t, "off"))) return;
+    if (t && *t) {
+        absolute(d->trace_dir, sizeof d->trace_dir, t);
+        return;
+    }
+    const char *slash = strrchr(d->metrics_path, '/'); /* absolute: there is one */
+    snprintf(d->trace_dir, sizeof d->trace_dir, "%.*s/trace",
+             slash ? (int)(slash - d->metrics_path) : 1, slash ? d->metrics_path : ".");
+}
+
 /* The ranks' peak cache (monitor/peakcache.h): the run dir, absolute, so
  * that a restart reads the peak the first start probed instead of probing
  * again on every rank; unless the train options (command line or --config
@@ -876,6 +944,7 @@ int sup_run(const sup_config *c) {
     snprintf(d->hostfile_path, sizeof d->hostfile_path, "%s/hostfile.active", c->run_dir);
     snprintf(d->diag_dir, sizeof d->diag_dir, "%s/diag", c->run_dir);
     set_metrics_path(d);
+    set_trace_dir(d);
     set_peak_cache(d);
     snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", c->ckpt_dir); /* command line or --config */
     const char *device = opt_value(c, "--device"); /* diag checks the device the job uses */

@@ -308,6 +308,7 @@ typedef struct {
     int resume_step; /* the step it started the loop at (-1: not yet) */
     double last_beat, last_progress;
     double comm_wait_s; /* its last beat's: blocked in communication for (NaN: not sent) */
+    int dumps;          /* its last beat's: SIGUSR2 hang-dump requests answered (-1: not sent) */
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
     double t_lost;                /* its connection closed while its process lived (0: not so) */
     int adopted; /* its pid is from an earlier driver's state: no beat to this driver yet */
@@ -383,6 +384,7 @@ typedef struct {
     double t_dash;             /* when the live view was last pushed */
     sup_heatlog heat;          /* RUN_DIR/compute.jsonl */
     char metrics_path[4200];   /* the job's metrics (absolute) */
+    char trace_dir[4200];      /* the ranks' event logs and hang dumps ("": tracing off) */
     int own_metrics;           /* the train options name none: the driver adds it */
     char peak_cache[4200];     /* --peak-cache RUN_DIR (absolute) for the ranks, so a restart reads
                                   the probed peak; "": the train options name their own */

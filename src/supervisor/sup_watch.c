@@ -236,6 +236,7 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     s->pid = b->pid;
     s->last_beat = now;
     s->comm_wait_s = b->comm_wait_s;
+    s->dumps = b->dumps;
     snprintf(s->host, sizeof s->host, "%s", b->host);
     /* a validation or a checkpoint's wait (10x the no-progress limit) is
      * over: the next step is timed from now, with the step's limit */
@@ -794,7 +795,7 @@ void sup_dash_update(sup_driver *d, int now) {
 void sup_reset_ranks(sup_driver *d) {
     memset(d->r, 0, sizeof *d->r * (size_t)d->c->np);
     for (int i = 0; i < d->c->np; i++)
-        d->r[i].first_step = -1, d->r[i].comm_wait_s = NAN;
+        d->r[i].first_step = -1, d->r[i].comm_wait_s = NAN, d->r[i].dumps = -1;
     while (d->n_conns) {
         close(d->conns[d->n_conns - 1].fd);
         d->n_conns--;

@@ -216,6 +216,12 @@ static int is_p2p(const hang_op *op) {
     return !strcmp(op->op, "send") || !strcmp(op->op, "recv");
 }
 
+/* A wait for rank op->peer outside the communicator (the dump's "wait_for":
+ * a tp group's shared-memory batch ring), read as a receive from it. */
+static int is_wait_for(const hang_op *op) {
+    return !strcmp(op->op, "wait_for");
+}
+
 /* The collective of gm's group that fellow members of m wait in with the
  * lowest seq above m's issued_seq (*first, NULL if none), and how many
  * distinct later ones they wait in too. */
@@ -247,7 +253,9 @@ static void waits_in(const hang_rank *m, char *buf, size_t n) {
     if (m->oldest_g < 0) return;
     const hang_group *g = &m->groups[m->oldest_g];
     const hang_op *op = &g->in_flight[m->oldest_i];
-    if (op->peer >= 0)
+    if (is_wait_for(op))
+        snprintf(buf, n, "a wait for rank %lld in '%s'", (long long)op->peer, g->name);
+    else if (op->peer >= 0)
         snprintf(buf, n, "%s %s rank %lld on '%s'", op->op, strcmp(op->op, "send") ? "from" : "to",
                  (long long)op->peer, g->name);
     else
@@ -285,11 +293,13 @@ static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm
                    blocked);
 }
 
-/* (c) rank r waits in a recv from p: p is suspect if it has no send to r
- * in flight and waits in nothing itself. */
+/* (c) rank r waits in a recv from p, or for p outside the communicator
+ * (wait_for): p is suspect if it has no send to r in flight and waits in
+ * nothing itself. */
 static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group *g,
                             const hang_op *op) {
-    if (strcmp(op->op, "recv") || op->peer < 0 || op->peer >= h->world || op->age_s < h->min_age)
+    if ((strcmp(op->op, "recv") && !is_wait_for(op)) || op->peer < 0 || op->peer >= h->world ||
+        op->age_s < h->min_age)
         return MS_OK;
     hang_rank *p = &h->ranks[op->peer];
     if (!p->has_dump) return MS_OK; /* already a suspect: no dump */
@@ -297,6 +307,11 @@ static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group 
     for (int i = 0; i < p->n_groups; i++)
         waiting += p->groups[i].n_in_flight;
     if (waiting) return MS_OK;
+    if (is_wait_for(op))
+        return add_why(p, HANG_NO_SEND,
+                       "rank %d waits for it in '%s' (%.1f s: the tensor-parallel group's "
+                       "batch ring) and it waits in nothing (lower confidence)",
+                       r->rank, g->name, op->age_s);
     return add_why(p, HANG_NO_SEND,
                    "rank %d waits to receive from it (tag %lld, group '%s', %.1f s) but it has "
                    "no send to rank %d in flight and waits in nothing (lower confidence)",

@@ -50,6 +50,7 @@ typedef struct {
     data_shm *ring;          /* tp > 1: one reader per host and tp group shares its batches */
     comm_group *ring_group;  /* the ranks of this rank's tp group on its host */
     int ring_leader;
+    int ring_wait;     /* the wait for a ring member in progress (comm_world_wait_*; -1) */
     mon_record *rec;   /* the step record's sinks */
     mon_evlog *evlog;  /* --trace-dir (NULL: tracing off) */
     mon_heartbeat *hb; /* --heartbeat (NULL: not supervised) */
@@ -134,6 +135,16 @@ static ms_status setup_dist(trainer *t) {
  * shared-memory ring, instead of every rank reading the shards.  A group
  * spanning hosts has one reader per host (shared memory does not cross
  * hosts); a rank alone of its group on its host reads for itself. */
+/* The batch ring waits for a member: a wait for that rank (data_shm_config.on_wait). */
+static void ring_waits(void *ctx, int member) {
+    trainer *t = ctx;
+    int peer = comm_group_global_rank(t->ring_group, member);
+    if (t->ring_wait < 0)
+        t->ring_wait = comm_world_wait_begin(t->world, "batch_ring", peer);
+    else
+        comm_world_wait_peer(t->world, t->ring_wait, peer);
+}
+
 static ms_status open_ring(trainer *t) {
     if (!t->grid || comm_grid_dim_size(t->grid, COMM_DIM_TP) < 2) return MS_OK;
     comm_group *tp = comm_grid_group(t->grid, COMM_DIM_TP);
@@ -159,7 +170,10 @@ static ms_status open_ring(trainer *t) {
                           .depth = 4,
                           .timeout_s = comm_world_timeout(t->world),
                           .member = comm_group_rank(g),
-                          .ranks = named ? ranks : NULL};
+                          .ranks = named ? ranks : NULL,
+                          .on_wait = ring_waits,
+                          .wait_ctx = t};
+    t->ring_wait = -1;
     if (t->ring_leader) {
         MS_TRY(data_shm_open_leader(&t->ring, &rc));
         MS_TRY(comm_barrier(g));  /* the segment exists before followers look */
@@ -194,19 +208,21 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
     *inp = bi, *tgt = bt, *wait = 0;
     if (t->replay) return MS_OK;
     int64_t t0 = ms_ev_now();
+    /* in the ring, a wait for the leader, or for a follower to free the
+     * oldest slot, is a wait for a rank (ring_waits): the heartbeats and
+     * the hang dumps say so */
     if (t->ring && !t->ring_leader) {
-        /* waiting for the leader is waiting for a rank: the heartbeats say so */
-        int w = comm_world_wait_begin(t->world);
         ms_status st = data_shm_get(t->ring, bi, bt, wait);
-        comm_world_wait_end(t->world, w);
+        comm_world_wait_end(t->world, t->ring_wait);
+        t->ring_wait = -1;
         MS_TRY(st);
     } else {
         MS_TRY(data_prefetch_next(t->prefetch, bi, bt, wait));
-        if (t->ring) { /* ... as is waiting for a follower to free the oldest slot */
+        if (t->ring) {
             double put_wait = 0;
-            int w = comm_world_wait_begin(t->world);
             ms_status st = data_shm_put(t->ring, bi, bt, &put_wait);
-            comm_world_wait_end(t->world, w);
+            comm_world_wait_end(t->world, t->ring_wait);
+            t->ring_wait = -1;
             MS_TRY(st);
             *wait += put_wait; /* not the leader's compute (the straggler scores) */
         }
@@ -433,6 +449,10 @@ static double hb_comm_blocked_s(void *w) {
     return comm_world_blocked_s(w);
 }
 
+static int hb_comm_dumps(void *w) {
+    return comm_world_dumps(w);
+}
+
 /* --heartbeat: beats to the supervisor (megascale launch). */
 static ms_status setup_heartbeat(trainer *t) {
     const train_config *tc = t->tc;
@@ -446,6 +466,7 @@ static ms_status setup_heartbeat(trainer *t) {
                               .stage = t->grid ? comm_grid_coord_of(t->grid).pp : 0,
                               .comm_bytes = t->world ? hb_comm_bytes : NULL,
                               .comm_blocked_s = t->world ? hb_comm_blocked_s : NULL,
+                              .comm_dumps = t->world && t->trace_dir[0] ? hb_comm_dumps : NULL,
                               .comm_ctx = t->world};
     return mon_heartbeat_open(&t->hb, &c);
 }

@@ -25,7 +25,9 @@ steps):
    fault names rank 3 on node1, the one rank not blocked in communication;
    again with more micro-batches a step than the tp group's shared-memory
    batch ring holds, where rank 2, the ring's leader, waits for rank 3 to
-   read a batch (a wait its heartbeats count as one for a rank);
+   read a batch (a wait its heartbeats count as one for a rank); before the
+   stop every rank writes its hang dump (SIGUSR2 from the driver), and
+   `trace hang` of them names rank 3 alone (the ring's waits are in them);
 7. the same layout, rank 3 slowed instead: rank 2's wait for it in the
    ring is data time, not compute, so rank 3 alone is the straggler.
 
@@ -253,6 +255,19 @@ def check_stage_hang(d, shard, tag="", extra=()):
        f"rc {rc} {det}\n{err[-2000:]}")
     ok(det and "waits in no communication" in det[0]["detail"], f"tp2 x pp2{tag}: the detail "
        "says why", str(det))
+    # before the stop, every rank wrote its hang dump (SIGUSR2), which `trace hang` reads:
+    # the ring's waits are in them as waits for a rank
+    dumps = [e for e in events(run) if e["event"] == "hang_dumps"]
+    ok(len(dumps) == 1 and dumps[0]["ranks"] == 4 and dumps[0]["asked"] == 4,
+       f"tp2 x pp2{tag}: the driver asked for the hang dumps and all 4 came", str(dumps))
+    t = subprocess.run([BIN, "trace", "hang", os.path.join(run, "trace"), "--json"],
+                       capture_output=True, text=True)
+    try:
+        sus = [s["rank"] for s in json.loads(t.stdout)["suspects"]]
+    except (ValueError, KeyError, TypeError):
+        sus = None
+    ok(t.returncode == 0 and sus == [3], f"tp2 x pp2{tag}: trace hang of the dumps names rank 3",
+       t.stdout[-2000:] + t.stderr[-1000:])
 
 
 def check_ring_straggler(d, shard):

@@ -56,6 +56,7 @@ static void test_valid(void) {
     T_OK(isnan(b.grad_norm)); /* null */
     T_EQ_INT(b.stage, -1);    /* not sent */
     T_OK(isnan(b.comm_wait_s));
+    T_EQ_INT(b.dumps, -1); /* not sent */
     char staged[sizeof GOOD + 16];
     snprintf(staged, sizeof staged, "%.*s,\"stage\":7}", (int)strlen(GOOD) - 1, GOOD);
     T_EQ_INT(sup_beat_parse(staged, strlen(staged), TOK, 8, &b, &why), 0);
@@ -66,6 +67,9 @@ static void test_valid(void) {
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"comm_wait_s\":4.5"), 0);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"comm_wait_s\":-0.1"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"comm_wait_s\":\"1\""), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"dumps\":2"), 0);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"dumps\":-1"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"dumps\":1.5"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"error\":\"disk \\\"full\\\"\""), 0);
     /* the optional fields: node, compute_ms, redone, the checkpoint's */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576",
@@ -186,6 +190,11 @@ static double blocked_s(void *ctx) {
     return *(const double *)ctx;
 }
 
+static int dumps_answered(void *ctx) {
+    (void)ctx;
+    return 3; /* rank 1 has answered 3 hang-dump requests */
+}
+
 static int open_client(int rank, double period_s, char *addr, size_t n, int *lfd,
                        mon_heartbeat **hb) {
     static const double blocked = 2.25; /* rank 1 has waited in communication for 2.25 s */
@@ -197,6 +206,7 @@ static int open_client(int rank, double period_s, char *addr, size_t n, int *lfd
                               .has_stage = rank == 1, /* rank 1 says its pipeline stage */
                               .stage = rank,
                               .comm_blocked_s = rank == 1 ? blocked_s : NULL,
+                              .comm_dumps = rank == 1 ? dumps_answered : NULL,
                               .comm_ctx = (void *)&blocked,
                               .period_s = period_s};
     T_EQ_INT(mon_heartbeat_open(hb, &c), MS_OK);
@@ -222,6 +232,7 @@ static void test_client(void) {
     T_EQ_INT(b.rank, 1);
     T_EQ_INT(b.stage, 1);
     T_NEAR(b.comm_wait_s, 2.3, 1e-9); /* sent to 0.1 s */
+    T_EQ_INT(b.dumps, 3);
     T_EQ_INT(b.step, 7);
     T_NEAR(b.loss, 3.25, 0);
     T_NEAR(b.step_ms, 250, 1e-9);
