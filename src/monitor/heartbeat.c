@@ -31,6 +31,7 @@ struct mon_heartbeat {
     long long (*comm_bytes)(void *);
     double (*comm_blocked_s)(void *);
     int (*comm_dumps)(void *);
+    int dumps_sent; /* the beat thread's: comm_dumps in the last beat */
     void *comm_ctx;
     int fd;                 /* thread: -1 while disconnected */
     double next_connect;    /* thread */
@@ -137,7 +138,10 @@ static char *beat_line(mon_heartbeat *hb) {
     if (hb->comm_blocked_s) /* 0.1 s is plenty for telling a stuck rank from its waiting peers */
         cJSON_AddNumberToObject(o, "comm_wait_s",
                                 round(hb->comm_blocked_s(hb->comm_ctx) * 10) / 10);
-    if (hb->comm_dumps) cJSON_AddNumberToObject(o, "dumps", hb->comm_dumps(hb->comm_ctx));
+    if (hb->comm_dumps) {
+        hb->dumps_sent = hb->comm_dumps(hb->comm_ctx);
+        cJSON_AddNumberToObject(o, "dumps", hb->dumps_sent);
+    }
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     size_t n = text ? strlen(text) : 0;
@@ -177,11 +181,17 @@ static void *beat_main(void *arg) {
     mon_heartbeat *hb = arg;
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
-        if (!hb->dirty) {
-            struct timespec ts = ms_deadline(CLOCK_REALTIME, hb->period_s);
+        /* the next beat after a period; with comm_dumps, as soon as a hang
+         * dump was answered too (the supervisor waits for it to stop a hung
+         * job), looked at every 0.1 s */
+        for (double left = hb->period_s; !hb->dirty && !hb->stop && left > 0;) {
+            double slice = hb->comm_dumps && left > 0.1 ? 0.1 : left;
+            struct timespec ts = ms_deadline(CLOCK_REALTIME, slice);
             pthread_cond_timedwait(&hb->cv, &hb->mu, &ts);
-            if (hb->stop) break;
+            left -= slice;
+            if (hb->comm_dumps && hb->comm_dumps(hb->comm_ctx) != hb->dumps_sent) break;
         }
+        if (hb->stop) break;
         unsigned long long gen = ++hb->taken; /* holds every update made before this */
         pthread_mutex_unlock(&hb->mu);
         send_beat(hb);
