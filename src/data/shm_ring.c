@@ -54,11 +54,14 @@ static int32_t *slot_data(shm_header *h, uint64_t i) {
 /* "rank R (follower F)", "the leader (rank R)", or without ranks the member alone. */
 static const char *who(const data_shm *s, int member, char *buf, size_t n) {
     int r = s->ranks ? s->ranks[member] : -1;
-    if (member == 0)
-        r >= 0 ? snprintf(buf, n, "the leader (rank %d)", r) : snprintf(buf, n, "the leader");
+    if (member == 0 && r >= 0)
+        snprintf(buf, n, "the leader (rank %d)", r);
+    else if (member == 0)
+        snprintf(buf, n, "the leader");
+    else if (r >= 0)
+        snprintf(buf, n, "rank %d (follower %d)", r, member);
     else
-        r >= 0 ? snprintf(buf, n, "rank %d (follower %d)", r, member)
-               : snprintf(buf, n, "follower %d", member);
+        snprintf(buf, n, "follower %d", member);
     return buf;
 }
 
