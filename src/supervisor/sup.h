@@ -104,7 +104,7 @@ int sup_beat_parse(const char *line, size_t len, const char *token, int world, s
 /* The control socket (sup_ctl.c): one line a connection. */
 #define SUP_CTL_LINE_MAX 1024
 typedef struct {
-    char cmd[16];  /* "evict", "status" */
+    char cmd[16];  /* "evict", "status", "dump" */
     char node[64]; /* evict's node */
 } sup_ctl_msg;
 /* Parse one control line strictly (version 1, the job's token, a known

@@ -87,8 +87,9 @@ int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *
         goto out;
     }
     if (!cJSON_IsString(cmd) ||
-        (strcmp(cmd->valuestring, "evict") && strcmp(cmd->valuestring, "status"))) {
-        *why = "unknown command (evict, status)";
+        (strcmp(cmd->valuestring, "evict") && strcmp(cmd->valuestring, "status") &&
+         strcmp(cmd->valuestring, "dump"))) {
+        *why = "unknown command (evict, status, dump)";
         goto out;
     }
     snprintf(out->cmd, sizeof out->cmd, "%s", cmd->valuestring);
@@ -99,7 +100,7 @@ int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *
         }
         snprintf(out->node, sizeof out->node, "%s", node->valuestring);
     } else if (node) {
-        *why = "status takes no node";
+        *why = "status and dump take no node";
         goto out;
     }
     rc = 0;
@@ -144,9 +145,10 @@ static int read_control(const char *run_dir, char *addr, size_t an, char *token,
 }
 
 int sup_ctl_client(const char *run_dir, int argc, char **argv) {
-    if (argc < 1 || (strcmp(argv[0], "evict") && strcmp(argv[0], "status")) ||
-        (!strcmp(argv[0], "evict") && argc != 2) || (!strcmp(argv[0], "status") && argc != 1)) {
-        fprintf(stderr, "usage: megascale launch --ctl RUN_DIR evict NODE | status\n");
+    int bare = argc >= 1 && (!strcmp(argv[0], "status") || !strcmp(argv[0], "dump"));
+    if (argc < 1 || (strcmp(argv[0], "evict") && !bare) ||
+        (!strcmp(argv[0], "evict") && argc != 2) || (bare && argc != 1)) {
+        fprintf(stderr, "usage: megascale launch --ctl RUN_DIR evict NODE | status | dump\n");
         return SUP_EXIT_USAGE;
     }
     if (argc == 2 && !ms_node_name_ok(argv[1])) {

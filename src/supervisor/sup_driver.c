@@ -346,53 +346,51 @@ static int ranks_can_checkpoint(const sup_driver *d) {
     return 0;
 }
 
-/* A hung job, before it is stopped: every rank's communication thread
- * writes its hang dump (the ops it waits in), so that `megascale trace
- * hang` reads a supervised hang as it reads a collective's timeout; the
- * beats find a hang long before --comm-timeout, and the stop kills the
- * ranks without one.  SIGUSR2 to mpirun, which forwards it to every rank on
- * every host, and to the ranks here (pids); then, serving the beats, until
- * every rank that beats with tracing on says it answered (its beats'
- * "dumps" grew), at most 3 s.  A stopped or stuck process does not answer:
- * it is not waited for once its beats are 2 s old. */
-static void ask_hang_dumps(sup_driver *d, const int *pids) {
-    int np = d->c->np, *before = calloc((size_t)np, sizeof *before), asked = 0;
-    if (!before || !d->job.pid || d->job.exited) {
+/* Every rank's communication thread writes its hang dump (the ops it waits
+ * in): before a hung job is stopped, so that `megascale trace hang` reads a
+ * supervised hang as it reads a collective's timeout (the beats find a hang
+ * long before --comm-timeout, and the stop kills the ranks without one),
+ * and when asked on the control socket (`--ctl RUN_DIR dump`).  SIGUSR2 to
+ * mpirun, which forwards it to every rank on every host, and to the ranks
+ * here; then, serving the beats, until every rank that beats with tracing
+ * on says it answered (its beats' "dumps" grew), at most 3 s.  A stopped or
+ * stuck process does not answer: it is not waited for once its beats are
+ * 2 s old.  Returns the ranks that answered, *asked those asked (0: no
+ * job, or no rank traces). */
+int sup_hang_dumps(sup_driver *d, const char *by, int *asked) {
+    int np = d->c->np, *before = calloc((size_t)np, sizeof *before), answered = 0;
+    *asked = 0;
+    for (int i = 0; before && i < np; i++)
+        before[i] = d->r[i].dumps, *asked += d->r[i].dumps >= 0 && !d->r[i].done;
+    if (!before || !*asked || !d->job.pid || d->job.exited) {
         free(before);
-        return;
-    }
-    for (int i = 0; i < np; i++)
-        before[i] = d->r[i].dumps, asked += d->r[i].dumps >= 0;
-    if (!asked) { /* no rank traces (--trace-dir none), or none beats */
-        free(before);
-        return;
+        *asked = 0;
+        return 0;
     }
     kill(d->job.pid, SIGUSR2);
-    for (int i = 0; pids && i < np; i++)
-        if (pids[i] > 0) kill(pids[i], SIGUSR2);
+    for (int i = 0; i < np; i++) { /* only a pid still the rank it was (reused) */
+        pid_t p = sup_pid_same(d->r[i].pid, d->r[i].pid_start);
+        if (p > 0) kill(p, SIGUSR2);
+    }
     double t0 = ms_now();
-    int waiting = asked;
-    while (waiting && ms_now() - t0 < 3.0) {
+    for (int waiting = *asked; waiting && ms_now() - t0 < 3.0;) {
         sup_serve_for(d, 50);
         waiting = 0;
         for (int i = 0; i < np; i++)
             waiting += before[i] >= 0 && d->r[i].dumps <= before[i] && !d->r[i].done &&
                        ms_now() - d->r[i].last_beat < 2.0;
     }
-    int answered = 0;
     for (int i = 0; i < np; i++)
         answered += before[i] >= 0 && d->r[i].dumps > before[i];
     cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "by", by);
     cJSON_AddNumberToObject(f, "ranks", answered);
-    cJSON_AddNumberToObject(f, "asked", asked);
+    cJSON_AddNumberToObject(f, "asked", *asked);
     cJSON_AddStringToObject(f, "trace_dir", d->trace_dir);
     cJSON_AddNumberToObject(f, "wait_s", ms_now() - t0);
     sup_events_put(&d->ev, "hang_dumps", f);
-    fprintf(stderr,
-            "megascale launch: hang dumps: %d of %d rank(s) wrote theirs in %.1f s (after the "
-            "restart: megascale trace hang %s/prev)\n",
-            answered, asked, ms_now() - t0, d->trace_dir[0] ? d->trace_dir : "TRACE_DIR");
     free(before);
+    return answered;
 }
 
 /* Stop the attempt and book the fault for the summary. */
@@ -401,7 +399,15 @@ static void stop_attempt(sup_driver *d) {
     int *pids = calloc((size_t)d->c->np, sizeof *pids);
     for (int i = 0; pids && i < d->c->np; i++) /* only a pid still the rank it was (reused) */
         pids[i] = sup_pid_same(d->r[i].pid, d->r[i].pid_start);
-    if (d->fault && !strcmp(d->kind, "hang")) ask_hang_dumps(d, pids);
+    if (d->fault && !strcmp(d->kind, "hang")) {
+        double t0 = ms_now();
+        int asked, n = sup_hang_dumps(d, "hang", &asked);
+        if (asked)
+            fprintf(stderr,
+                    "megascale launch: hang dumps: %d of %d rank(s) wrote theirs in %.1f s "
+                    "(after the restart: megascale trace hang %s/prev)\n",
+                    n, asked, ms_now() - t0, d->trace_dir);
+    }
     double took = sup_job_stop(&d->job, ranks_can_checkpoint(d), d->c->grace, pids,
                                pids ? d->c->np : 0, serve_tick, d);
     free(pids);

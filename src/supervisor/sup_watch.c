@@ -455,6 +455,26 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
         ctl_reply(fd, 1, "status", status_json(d));
         return;
     }
+    if (!strcmp(m->cmd, "dump")) { /* every rank's hang dump, the job going on */
+        int asked, n = d->fault || d->recovering ? 0 : sup_hang_dumps(d, "ctl", &asked);
+        if (d->fault || d->recovering)
+            snprintf(msg, sizeof msg, "a recovery is under way; try again");
+        else if (!asked)
+            snprintf(msg, sizeof msg,
+                     "no rank to ask: no job running, or its ranks trace nothing (--trace-dir "
+                     "none)");
+        else
+            snprintf(msg, sizeof msg,
+                     "%d of %d rank(s) wrote their hang dump into %s: megascale trace hang %s", n,
+                     asked, d->trace_dir, d->trace_dir);
+        cJSON *f = cJSON_CreateObject();
+        cJSON_AddStringToObject(f, "cmd", "dump");
+        cJSON_AddBoolToObject(f, "ok", n > 0);
+        if (n <= 0) cJSON_AddStringToObject(f, "why", msg);
+        sup_events_put(&d->ev, "ctl", f);
+        ctl_reply(fd, n > 0, msg, NULL);
+        return;
+    }
     int i = sup_nodes_find(d->pool, m->node);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "cmd", "evict");

@@ -28,7 +28,9 @@ steps):
    read a batch (a wait its heartbeats count as one for a rank); before the
    stop every rank writes its hang dump (SIGUSR2 from the driver), and
    `trace hang` of them names rank 3 alone (the ring's waits are in them);
-7. the same layout, rank 3 slowed instead: rank 2's wait for it in the
+7. `--ctl RUN_DIR dump` on a running job (before 6): every rank writes its
+   hang dump, `trace hang` reads them, the job goes on;
+8. the same layout as 6, rank 3 slowed instead: rank 2's wait for it in the
    ring is data time, not compute, so rank 3 alone is the straggler.
 
 Environment: MS_BIN (the megascale binary)."""
@@ -302,6 +304,36 @@ def check_ring_straggler(d, shard):
        f"{[round(m, 1) for m in med]} ms)", str(rows[-3:]))
 
 
+def check_ctl_dump(d, shard):
+    """`megascale launch --ctl RUN_DIR dump` on a running job: both ranks
+    write their hang dumps, `trace hang` reads them, and the job goes on
+    making steps."""
+    run, p = launch(d, "ctldump", shard, ["--steps", "100000"])
+    wait_step(run, 5, p)
+    r = subprocess.run([BIN, "launch", "--ctl", run, "dump"], capture_output=True, text=True,
+                       timeout=30)
+    tdir = os.path.join(run, "trace")
+    dumps = sorted(f for f in os.listdir(tdir) if f.startswith("hang_r")) \
+        if os.path.isdir(tdir) else []
+    ok(r.returncode == 0 and "2 of 2 rank(s) wrote their hang dump" in r.stdout
+       and dumps == ["hang_r00000.json", "hang_r00001.json"],
+       "--ctl dump: every rank of a running job writes its hang dump", r.stdout + r.stderr + str(dumps))
+    # (a snapshot of a running job: an op may be in flight in it, so no verdict is checked)
+    t = subprocess.run([BIN, "trace", "hang", tdir], capture_output=True, text=True)
+    ok(t.returncode == 0 and "2 dump(s), 0 missing" in t.stdout and "(dump: signal)" in t.stdout,
+       "trace hang reads them", t.stdout[-1500:] + t.stderr[-500:])
+    n0 = sum(1 for l in open(os.path.join(run, "m.jsonl")) if '"loss"' in l)
+    wait_step(run, n0 + 3, p)
+    n1 = sum(1 for l in open(os.path.join(run, "m.jsonl")) if '"loss"' in l)
+    ok(p.poll() is None and n1 >= n0 + 3 and not faults(run),
+       "the job goes on after the dumps, no fault", f"steps {n0} -> {n1}")
+    p.send_signal(signal.SIGTERM)
+    finished(p)
+    bad = subprocess.run([BIN, "launch", "--ctl", run, "dump", "node0"], capture_output=True,
+                         text=True)
+    ok(bad.returncode == 2 and "usage" in bad.stderr, "--ctl dump takes no node", bad.stderr)
+
+
 def main():
     d, shard = start("ms_sup_")
     run, p = launch(d, "ref", shard)
@@ -323,6 +355,7 @@ def main():
     check_crash_loop(d, shard)
     check_bad_beats(d, shard)
     check_stages(d, shard)
+    check_ctl_dump(d, shard)
     check_stage_hang(d, shard)
     check_stage_hang(d, shard, " ring full", ["--micro-batch", "2"])
     check_ring_straggler(d, shard)

@@ -42,6 +42,12 @@ static void test_ctl(void) {
     T_EQ_INT(sup_ctl_parse(EVICT, strlen(EVICT), TOK, &m, &why), 0);
     T_OK(!strcmp(m.cmd, "evict") && !strcmp(m.node, "node1"));
     T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\"}"), 0);
+    T_EQ_INT(sup_ctl_parse("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"dump\"}",
+                           strlen("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"dump\"}"), TOK, &m,
+                           &why),
+             0);
+    T_OK(!strcmp(m.cmd, "dump"));
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"dump\",\"node\":\"n\"}"), -1);
     /* each rejection */
     T_EQ_INT(ctl("{\"v\":1,\"token\":\"0123456789abcdef0123456789abcdee\",\"cmd\":\"status\"}"),
              -1);
