@@ -161,7 +161,7 @@ static int check_paths(const launch_cli *o, const char *ev_opt, const char *even
 int cmd_launch(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "--ctl")) { /* a command to a running driver */
         if (argc < 3) {
-            fprintf(stderr, "usage: megascale launch --ctl RUN_DIR evict NODE | status\n");
+            fprintf(stderr, "usage: megascale launch --ctl RUN_DIR evict NODE | status | dump\n");
             return SUP_EXIT_USAGE;
         }
         return sup_ctl_client(argv[1], argc - 2, argv + 2);
@@ -185,7 +185,7 @@ int cmd_launch(int argc, char **argv) {
             launch_opts, N_LAUNCH_OPTS,
             "usage: megascale launch --np N --run-dir DIR [options] -- "
             "--ckpt-dir DIR [train options]\n"
-            "       megascale launch --ctl RUN_DIR evict NODE | status\n\n"
+            "       megascale launch --ctl RUN_DIR evict NODE | status | dump\n\n"
             "Starts `megascale train` under mpirun, watches its heartbeats, and restarts "
             "it from its newest checkpoint after a crash, a hang, a persistent NaN or a "
             "straggler, running `megascale diag` on the nodes and replacing the ones that fail "
