@@ -400,11 +400,11 @@ int sup_make_token(char *out);
 int sup_listen(const char *bind_addr, int port, int *fd, char *addr, size_t an, char *why,
                size_t n);
 void sup_serve(sup_driver *d); /* one tick: accept, read beats and control lines */
+void sup_serve_for(sup_driver *d, int ms); /* the same, waiting at most ms for input */
 /* SIGUSR2 to the job: every rank that traces writes its hang dump; waits
  * (serving) for their beats to say so, at most 3 s; event "hang_dumps"
  * with `by`.  Returns the ranks that answered, *asked the ranks asked. */
 int sup_hang_dumps(sup_driver *d, const char *by, int *asked);
-void sup_serve_for(sup_driver *d, int ms); /* the same, waiting at most ms for input */
 /* One valid beat b of rank b->rank on heartbeat connection k (k->rank -1:
  * its first): the rank's state, the step time, the detectors fed by beats,
  * the faults a beat says (public for its tests). */

@@ -456,8 +456,9 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
         return;
     }
     if (!strcmp(m->cmd, "dump")) { /* every rank's hang dump, the job going on */
-        int asked, n = d->fault || d->recovering ? 0 : sup_hang_dumps(d, "ctl", &asked);
-        if (d->fault || d->recovering)
+        int busy = d->fault || d->recovering, asked = 0;
+        int n = busy ? 0 : sup_hang_dumps(d, "ctl", &asked);
+        if (busy)
             snprintf(msg, sizeof msg, "a recovery is under way; try again");
         else if (!asked)
             snprintf(msg, sizeof msg,

@@ -216,12 +216,6 @@ static int is_p2p(const hang_op *op) {
     return !strcmp(op->op, "send") || !strcmp(op->op, "recv");
 }
 
-/* A wait for rank op->peer outside the communicator (the dump's "wait_for":
- * a tp group's shared-memory batch ring), read as a receive from it. */
-static int is_wait_for(const hang_op *op) {
-    return !strcmp(op->op, "wait_for");
-}
-
 /* The collective of gm's group that fellow members of m wait in with the
  * lowest seq above m's issued_seq (*first, NULL if none), and how many
  * distinct later ones they wait in too. */
@@ -253,7 +247,7 @@ static void waits_in(const hang_rank *m, char *buf, size_t n) {
     if (m->oldest_g < 0) return;
     const hang_group *g = &m->groups[m->oldest_g];
     const hang_op *op = &g->in_flight[m->oldest_i];
-    if (is_wait_for(op))
+    if (hang_is_wait_for(op))
         snprintf(buf, n, "a wait for rank %lld in '%s'", (long long)op->peer, g->name);
     else if (op->peer >= 0)
         snprintf(buf, n, "%s %s rank %lld on '%s'", op->op, strcmp(op->op, "send") ? "from" : "to",
@@ -298,7 +292,7 @@ static ms_status never_entered(trace_hang *h, hang_rank *m, const hang_group *gm
  * nothing itself. */
 static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group *g,
                             const hang_op *op) {
-    if ((strcmp(op->op, "recv") && !is_wait_for(op)) || op->peer < 0 || op->peer >= h->world ||
+    if ((strcmp(op->op, "recv") && !hang_is_wait_for(op)) || op->peer < 0 || op->peer >= h->world ||
         op->age_s < h->min_age)
         return MS_OK;
     hang_rank *p = &h->ranks[op->peer];
@@ -307,7 +301,7 @@ static ms_status never_sent(trace_hang *h, const hang_rank *r, const hang_group 
     for (int i = 0; i < p->n_groups; i++)
         waiting += p->groups[i].n_in_flight;
     if (waiting) return MS_OK;
-    if (is_wait_for(op))
+    if (hang_is_wait_for(op))
         return add_why(p, HANG_NO_SEND,
                        "rank %d waits for it in '%s' (%.1f s: the tensor-parallel group's "
                        "batch ring) and it waits in nothing (lower confidence)",

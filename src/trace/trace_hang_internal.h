@@ -6,6 +6,8 @@
 #ifndef MS_TRACE_HANG_INTERNAL_H
 #define MS_TRACE_HANG_INTERNAL_H
 
+#include <string.h>
+
 #include "trace/trace_internal.h"
 
 typedef struct {
@@ -62,6 +64,12 @@ struct trace_hang {
     trace_coord shape;
     hang_rank *ranks; /* [world], by global rank */
 };
+
+/* A wait for rank op->peer outside the communicator (the dump's "wait_for":
+ * a tp group's shared-memory batch ring), read as a receive from it. */
+static inline int hang_is_wait_for(const hang_op *op) {
+    return !strcmp(op->op, "wait_for");
+}
 
 /* 1 when r is a suspect; a rank with weaker findings is a note. */
 static inline int hang_is_suspect(const trace_hang *h, const hang_rank *r) {

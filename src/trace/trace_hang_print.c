@@ -12,7 +12,7 @@ static const char *state_of(const trace_hang *h, const hang_rank *r) {
 
 /* "all_reduce #12 on 'tp' [4,5]" or "recv from rank 4 tag 3 on 'pp' #7". */
 static const char *op_str(char *buf, size_t n, const hang_group *g, const hang_op *op) {
-    if (!strcmp(op->op, "wait_for")) { /* outside the communicator (comm_dump.c) */
+    if (hang_is_wait_for(op)) { /* outside the communicator (comm_dump.c) */
         snprintf(buf, n, "a wait for rank %lld in '%s'", (long long)op->peer, g->name);
         return buf;
     }
