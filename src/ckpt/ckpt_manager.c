@@ -779,7 +779,7 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
         return cm->saving ? ensure_slots(cm) : MS_OK;
     }
     opt_set_steps(cm->opt, saved.opt_steps);
-    compare_state(&saved, now);
+    if (cm->rank == 0) compare_state(&saved, now); /* the same on every rank: said once */
     *out = saved;
     *found = 1;
     cm->last_saved = saved.step; /* nothing new to save at this step */

@@ -212,11 +212,16 @@ def layouts(ws):
        f"saved by tp2 pp2, resumed by one process (rel {err:.1e})", r.stderr)
     y, m = ws.path("t1"), ws.path("t1.jsonl")
     run(ws, args("--ckpt-dir", y), fault="signal:term@4")
-    r = mpi(ws, 4, args("--tp", "2", "--dp", "2", "--ckpt-dir", y, "--resume", "auto",
-                        "--metrics", m))
+    # the same shard by another path: a warning that the data differs, said
+    # once (rank 0), not by each of the 4 ranks
+    same = os.path.join(os.path.dirname(ws.shard), ".", os.path.basename(ws.shard))
+    r = mpi(ws, 4, ["train", "--train-data", same, *TP_MODEL, "--steps", "8", "--tp", "2", "--dp",
+                    "2", "--ckpt-dir", y, "--resume", "auto", "--metrics", m])
     err = rel_err(losses(ref1_m)[4:], losses(m))
     ok(r.returncode == 0 and resumed_at(r.stderr) == 4 and err <= 1e-5,
        f"saved by one process, resumed by tp2 dp2 (rel {err:.1e})", r.stderr)
+    warned = r.stderr.count("differs from the checkpoint's")
+    ok(warned == 1, f"resume by 4 ranks: the --train-data warning once ({warned} times)", r.stderr)
     print("tp/pp layouts: bitwise resume on dp2 tp2 pp2, resharding across layouts", flush=True)
 
 
