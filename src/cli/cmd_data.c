@@ -422,6 +422,15 @@ int cmd_data(int argc, char **argv) {
         if ((st = tokenizer_train(&dc)) != MS_OK) rc = cli_fail("data tokenizer-train", st);
     } else if (!strcmp(sub, "inspect") && npos == 2) {
         if ((st = inspect(pos[1], &dc)) != MS_OK) rc = cli_fail("data inspect", st);
+    } else if ((!strcmp(sub, "prepare") || !strcmp(sub, "tokenizer-train")) && npos > 1) {
+        /* an unquoted glob (`--input texts/NAME_*`): the shell gave --input the first
+         * file and left the others as arguments */
+        fprintf(stderr,
+                "megascale data %s: error: unexpected argument '%s': inputs are given with "
+                "--input; if --input was given a glob, the shell expanded it into several "
+                "files: quote the pattern, as in --input 'DIR/*.txt' (or repeat --input)\n",
+                sub, pos[1]);
+        rc = 2;
     } else {
         fprintf(stderr, "megascale data: error: expected 'prepare', 'tokenizer-train' or "
                         "'inspect SHARD'\n");

@@ -274,16 +274,29 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
             MS_TRY(set_value(&spec[i], dst, v, where, FROM_ENV));
         }
     }
+    const opts_spec *prev = NULL; /* the option whose value was the last argument */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
+        const opts_spec *last = prev;
+        prev = NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             *help = 1;
             continue;
         }
         if (strncmp(a, "--", 2) != 0) {
-            if (*n_pos >= max_pos) return ms_error(MS_ERR_ARG, "unexpected argument '%s'", a);
-            pos[(*n_pos)++] = argv[i];
-            continue;
+            if (*n_pos < max_pos) {
+                pos[(*n_pos)++] = argv[i];
+                continue;
+            }
+            /* an unquoted glob (`--train-data dir/NAME_*`): the shell gave the option
+             * the first file and left the others as arguments */
+            if (last && (last->type == OPT_T_STR || last->type == OPT_T_LIST))
+                return ms_error(MS_ERR_ARG,
+                                "unexpected argument '%s' after --%s %s: if --%s was given a "
+                                "glob, the shell expanded it into several files; quote the "
+                                "pattern, as in --%s 'DIR/NAME_*'",
+                                a, last->name, argv[i - 1], last->name, last->name);
+            return ms_error(MS_ERR_ARG, "unexpected argument '%s'", a);
         }
         const char *name = a + 2, *eq = strchr(name, '=');
         size_t len = eq ? (size_t)(eq - name) : strlen(name);
@@ -296,8 +309,10 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
         if (!eq && s->bare && !(v && ms_str_is_integer(v)))
             v = "1"; /* a bare flag: the next argument is not its value */
-        else if (!eq && v)
+        else if (!eq && v) {
             i++;
+            prev = s; /* its value was the next argument */
+        }
         if (!v) return ms_error(MS_ERR_ARG, "option --%s needs a value", s->name);
         if (!eq && names_option(spec, n, v)) /* `--out --force`: a forgotten value */
             return ms_error(MS_ERR_ARG,

@@ -465,6 +465,19 @@ def test_other_flags(d, train, ck):
     rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none",
                        "--metrics", os.path.join(runs, "m.jsonl"))
     ok(rc == 0, "train --metrics DIR/step_1/FILE (no manifest there): not a commit's file", err)
+    # an unquoted glob, expanded by the shell: the option takes the first
+    # file, and the error says why the second is left over
+    rc, out, err = run("train", "--train-data", train, train, *TINY, "--steps", "1")
+    ok(rc == 2 and f"unexpected argument '{train}' after --train-data {train}" in err
+       and "the shell expanded it" in err and "--train-data 'DIR/NAME_*'" in err,
+       "train --train-data A B: the unquoted glob named", err)
+    rc, out, err = run("data", "prepare", "--input", text, text, "--out", os.path.join(d, "g"))
+    ok(rc == 2 and f"unexpected argument '{text}'" in err and "the shell expanded it" in err,
+       "data prepare --input A B: the unquoted glob named", err)
+    # a stray argument after a number is only unexpected
+    rc, out, err = run("train", "--train-data", train, "--steps", "1", "stray", *TINY)
+    ok(rc == 2 and "unexpected argument 'stray'" in err and "shell" not in err,
+       "train --steps 1 stray: unexpected, no glob hint", err)
 
 
 def make_fixture(d):
