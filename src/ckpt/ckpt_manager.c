@@ -512,8 +512,10 @@ static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
         if (ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, cm->rank, k) != MS_OK) continue;
         struct stat sb;
         if (stat(path, &sb) != 0) continue;
-        if (ckpt_snap_open(path, &v, &h) != MS_OK) {
-            ms_warn("resume: ignoring %s: %s", path, ms_errmsg());
+        ms_status st = ckpt_snap_open(path, &v, &h);
+        if (st == MS_ERR_NOTFOUND) continue; /* a slot never filled: a normal end, no warning */
+        if (st != MS_OK) {
+            ms_warn("resume: ignoring a snapshot: %s", ms_errmsg()); /* the message names it */
             continue;
         }
         if (v.job == cm->job && v.rank == cm->rank && v.world == cm->world &&

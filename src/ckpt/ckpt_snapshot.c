@@ -536,7 +536,7 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
         st = ms_error(MS_ERR_FORMAT, "%s: snapshot sizes disagree with the file (%zu bytes)", path,
                       len);
     else if (!__atomic_load_n(&h->complete, __ATOMIC_ACQUIRE))
-        st = h->step < 0 ? ms_error(MS_ERR_FORMAT,
+        st = h->step < 0 ? ms_error(MS_ERR_NOTFOUND, /* nothing there yet: not a fault */
                                     "%s: an empty snapshot slot (the process ended before its "
                                     "first stage-1 copy)",
                                     path)

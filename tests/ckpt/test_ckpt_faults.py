@@ -91,6 +91,15 @@ def kill_cases(ws, ref_m, ref_w):
         if from_shm == 10 and not committed:
             ok(verify(step_dir(root, 10)) or verify(step_dir(root, 20)),
                f"{point}: the resumed snapshot is persisted")
+    # killed between checkpoints, before the second slot was ever filled:
+    # the empty slot is passed over without a warning
+    root = ws.path("kill_between")
+    r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5"),
+            fault="kill@7")
+    ok(r.returncode == -9, "killed at step 7", f"rc={r.returncode}\n{r.stderr}")
+    r = continue_case(ws, "killed at step 7", root, ref_m, ref_w, 5)
+    ok("empty snapshot slot" not in r.stderr and "resume: ignoring" not in r.stderr,
+       "killed at step 7: the slot never filled is passed over silently", r.stderr)
 
 
 def damage_cases(ws, ref_m, ref_w):
