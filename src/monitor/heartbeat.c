@@ -46,6 +46,8 @@ struct mon_heartbeat {
     unsigned long long taken, sent; /* beats the thread began and finished sending */
     int step;
     int redone;                   /* steps redone after a non-finite result, cumulative */
+    int nan_step;                 /* the last step with a non-finite gradient (0: none)... */
+    int nan_ranks[MON_NAN_RANKS], n_nan_ranks; /* ...and the ranks where it was */
     int ckpt_commit, ckpt_failed; /* mon_heartbeat_ckpt (-1, 0: nothing to say) */
     char ckpt_error[512];
     double step_ms, compute_ms, loss, grad_norm;
@@ -124,6 +126,13 @@ static char *beat_line(mon_heartbeat *hb) {
     add_num(o, "loss", hb->loss);
     add_num(o, "grad_norm", hb->grad_norm);
     cJSON_AddNumberToObject(o, "redone", hb->redone);
+    if (hb->nan_step > 0) {
+        cJSON_AddNumberToObject(o, "nan_step", hb->nan_step);
+        cJSON_AddItemToObject(o, "nan_ranks",
+                              cJSON_CreateIntArray(hb->nan_ranks, hb->n_nan_ranks < MON_NAN_RANKS
+                                                                      ? hb->n_nan_ranks
+                                                                      : MON_NAN_RANKS));
+    }
     if (hb->ckpt_commit >= 0) cJSON_AddNumberToObject(o, "ckpt_commit", hb->ckpt_commit);
     if (hb->ckpt_failed > 0) {
         cJSON_AddNumberToObject(o, "ckpt_failed", hb->ckpt_failed);
@@ -307,6 +316,11 @@ static ms_status hb_step(void *ctx, const mon_step *s) {
     hb->step_ms = s->sec * 1e3;
     hb->compute_ms = s->compute_ms;
     hb->redone += s->redone > 0;
+    if (s->n_nan_ranks > 0) { /* kept until the next one: a beat may cover several steps */
+        hb->nan_step = s->step;
+        hb->n_nan_ranks = s->n_nan_ranks;
+        memcpy(hb->nan_ranks, s->nan_ranks, sizeof hb->nan_ranks);
+    }
     hb->loss = s->loss;
     hb->grad_norm = s->grad_norm;
     snprintf(hb->phase, sizeof hb->phase, "train");

@@ -155,6 +155,11 @@ static ms_status metrics_step(void *ctx, const mon_step *s) {
     if (s->peak_dev_bytes > 0) add_round(o, "peak_dev_mb", s->peak_dev_bytes / 1e6, 0.001);
     cJSON_AddBoolToObject(o, "skipped", s->skipped);
     cJSON_AddNumberToObject(o, "redone", s->redone);
+    if (s->n_nan_ranks > 0) { /* where the non-finite gradients were (the first few ranks) */
+        int n = s->n_nan_ranks < MON_NAN_RANKS ? s->n_nan_ranks : MON_NAN_RANKS;
+        cJSON_AddItemToObject(o, "nan_ranks", cJSON_CreateIntArray(s->nan_ranks, n));
+        if (s->n_nan_ranks > n) cJSON_AddNumberToObject(o, "nan_ranks_total", s->n_nan_ranks);
+    }
     return metrics_put(m, o);
 }
 

@@ -18,6 +18,8 @@
 
 #include "base/status.h"
 
+#define MON_NAN_RANKS 8 /* non-finite source ranks a step names (mon_step.nan_ranks) */
+
 typedef struct {
     int step, steps;              /* the step just done (1-based), of how many */
     int start;                    /* first step of this run (after a resume) */
@@ -38,6 +40,10 @@ typedef struct {
     int64_t t0_ns, t1_ns;         /* the step on the monotonic clock (ms_ev_now) */
     int skipped;                  /* the update was skipped (non-finite) */
     int redone;                   /* redos of this step after a non-finite result (0: none) */
+    /* the ranks whose own gradients were not finite in the step's last
+     * non-finite computation (its redo or skip): the first MON_NAN_RANKS of
+     * n_nan_ranks (0: none, or a non-finite loss) */
+    int nan_ranks[MON_NAN_RANKS], n_nan_ranks;
 } mon_step;
 
 typedef struct {

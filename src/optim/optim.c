@@ -216,12 +216,14 @@ static int tp_counts(const opt_state *o, int t) {
     return gpt_tp_rank(o->m) == 0 || gpt_tensor(o->m, t)->split != GPT_SPLIT_NONE;
 }
 
-/* Global squared norm of the gradients this rank updates, summed over ranks. */
-static ms_status grad_sq(opt_state *o, double *sq) {
+/* Global squared norm of the gradients this rank updates, summed over ranks;
+ * *own: this rank's part was not finite (before the sums). */
+static ms_status grad_sq(opt_state *o, double *sq, int *own) {
     *sq = 0;
     for (int i = 0; i < o->n_pieces; i++)
         if (tp_counts(o, o->pieces[i].tensor) && o->pieces[i].tensor != o->pp_skip)
             *sq += o->be->sum_squares(o->be, gpt_grads(o->m) + o->pieces[i].off, o->pieces[i].n);
+    *own = !isfinite(*sq);
     MS_TRY(dp_sum(o, sq, 1));
     MS_TRY(tp_sum(o, sq, 1));
     return o->pp ? comm_allreduce(o->pp, sq, sq, 1, COMM_F64, COMM_SUM) : MS_OK;
@@ -296,7 +298,7 @@ static ms_status adamw_all(opt_state *o, float lr, float gscale, int t) {
 ms_status opt_step(opt_state *o, float lr, opt_stats *stats) {
     const opt_config *c = &o->cfg;
     double sq;
-    MS_TRY(grad_sq(o, &sq));
+    MS_TRY(grad_sq(o, &sq, &stats->own_nonfinite));
     stats->grad_norm = sqrt(sq);
     stats->clip_scale = 1.0f;
     /* Any NaN/Inf element makes the sum of squares non-finite, so this one

@@ -42,6 +42,9 @@ float opt_lr_at(const opt_schedule *sc, int s);
 typedef struct {
     double grad_norm; /* global L2 norm of the gradients before clipping */
     float clip_scale; /* factor applied to the gradients (1 when not clipped) */
+    /* this rank's own part of the norm (the gradients it updates, before
+     * the sums over ranks) was not finite: where a non-finite norm came from */
+    int own_nonfinite;
 } opt_stats;
 
 typedef struct opt_state opt_state;

@@ -89,6 +89,9 @@ typedef struct {
     double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
     double comm_wait_s; /* blocked in communication for, now (>= 0; NaN when absent) */
     int redone; /* steps redone after a non-finite result, cumulative (0: absent) */
+    /* the last step with a non-finite gradient (0: absent) and the ranks
+     * whose own gradients it was in (the first n_nan_ranks <= 8) */
+    int nan_step, nan_ranks[8], n_nan_ranks;
     int dumps;  /* hang dumps asked for by SIGUSR2 and answered so far (-1: absent) */
     int ckpt_commit, ckpt_failed; /* last commit (-1: absent), failed commits since (0) */
     char ckpt_error[512];

@@ -16,10 +16,10 @@
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
-    "v",          "token",      "rank",       "world",       "pid",         "host",
-    "node",       "seq",        "step",       "phase",       "step_ms",     "loss",
-    "grad_norm",  "comm_bytes", "compute_ms", "redone",      "ckpt_commit", "ckpt_failed",
-    "ckpt_error", "error",      "stage",      "comm_wait_s", "usage",       "dumps"};
+    "v",           "token",  "rank",        "world",       "pid",        "host",      "node",
+    "seq",         "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
+    "compute_ms",  "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error",     "stage",
+    "comm_wait_s", "usage",  "dumps",       "nan_step",    "nan_ranks"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -124,6 +124,22 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
     if (cJSON_GetObjectItemCaseSensitive(o, "redone")) {
         if (get_int(o, "redone", 0, 2147483647, &v)) return -1;
         b->redone = (int)v;
+    }
+    b->nan_step = b->n_nan_ranks = 0;
+    const cJSON *nr = cJSON_GetObjectItemCaseSensitive(o, "nan_ranks");
+    if (cJSON_GetObjectItemCaseSensitive(o, "nan_step") || nr) {
+        if (get_int(o, "nan_step", 1, 2147483647, &v) || !cJSON_IsArray(nr))
+            return *why = "nan_step and nan_ranks go together", -1;
+        b->nan_step = (int)v;
+        const cJSON *x;
+        cJSON_ArrayForEach(x, nr) {
+            int n = b->n_nan_ranks;
+            if (n == (int)(sizeof b->nan_ranks / sizeof b->nan_ranks[0]) || !cJSON_IsNumber(x) ||
+                x->valuedouble != floor(x->valuedouble) || x->valuedouble < 0 ||
+                x->valuedouble > world - 1)
+                return *why = "nan_ranks: at most 8 ranks of the world", -1;
+            b->nan_ranks[b->n_nan_ranks++] = (int)x->valuedouble;
+        }
     }
     b->ckpt_commit = -1, b->ckpt_failed = 0;
     if (cJSON_GetObjectItemCaseSensitive(o, "ckpt_commit")) {

@@ -96,16 +96,35 @@ static const char *classify(const char *err) {
  * the check is on the global norm): one event per step. */
 static void on_redone(sup_driver *d, const sup_beat *b) {
     if (b->step == d->nan_step) return; /* steps count from 1: 0 is none */
+    /* the ranks where the gradient was not finite, when the beat names them
+     * for a step after the last event's (a non-finite loss names none) */
+    int known = b->n_nan_ranks > 0 && b->nan_step > d->nan_step && b->nan_step <= b->step;
+    int rank = known ? b->nan_ranks[0] : b->rank;
     d->nan_step = b->step;
+    char detail[512], list[96] = "";
+    size_t len = 0;
+    for (int i = 0; known && i < b->n_nan_ranks && len < sizeof list; i++)
+        len +=
+            (size_t)snprintf(list + len, sizeof list - len, "%s%d", i ? ", " : "", b->nan_ranks[i]);
+    if (known)
+        snprintf(detail, sizeof detail,
+                 "a non-finite gradient, in the own gradients of %s %s: every rank redoes the "
+                 "step from the same micro-batches",
+                 b->n_nan_ranks > 1 ? "ranks" : "rank", list);
+    else
+        snprintf(detail, sizeof detail,
+                 "a non-finite loss or gradient (global norm): every rank redoes the step from "
+                 "the same micro-batches");
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "kind", "nonfinite");
     cJSON_AddStringToObject(f, "action", "redo");
-    cJSON_AddNumberToObject(f, "rank", b->rank);
-    cJSON_AddStringToObject(f, "node", sup_node_name(d, b->rank));
-    cJSON_AddNumberToObject(f, "step", b->step);
-    cJSON_AddStringToObject(f, "detail",
-                            "a non-finite loss or gradient (global norm): every rank redoes the "
-                            "step from the same micro-batches");
+    cJSON_AddNumberToObject(f, "rank", rank);
+    cJSON_AddStringToObject(f, "node", sup_node_name(d, rank));
+    cJSON_AddNumberToObject(f, "step", known ? b->nan_step : b->step);
+    if (known)
+        cJSON_AddItemToObject(f, "ranks", cJSON_CreateIntArray(b->nan_ranks, b->n_nan_ranks));
+    cJSON_AddNumberToObject(f, "reported_by", b->rank);
+    cJSON_AddStringToObject(f, "detail", detail);
     cJSON_AddNumberToObject(f, "detect_s", 0);
     sup_events_put(&d->ev, "fault_detected", f);
     sup_events *e = &d->ev;
@@ -120,7 +139,12 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
     cJSON_AddNumberToObject(g, "recover_s", isfinite(b->step_ms) ? b->step_ms / 1e3 : 0);
     cJSON_AddBoolToObject(g, "in_place", 1);
     sup_events_put(&d->ev, "recovered", g);
-    fprintf(stderr, "megascale launch: step %d: non-finite result redone in place\n", b->step);
+    fprintf(stderr, "megascale launch: step %d: non-finite result redone in place%s%s%s\n",
+            known ? b->nan_step : b->step,
+            !known               ? ""
+            : b->n_nan_ranks > 1 ? " (the gradients of ranks "
+                                 : " (the gradients of rank ",
+            known ? list : "", known ? ")" : "");
 }
 
 /* Checkpoints that fail to commit (the rank's persist reports it; the
@@ -314,7 +338,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
             crash(d, gone, d->r[gone].t_lost > 0 ? d->r[gone].t_lost : 0);
         else {
             d->fault_usage |= b->usage && !d->fault;
-            sup_set_fault(d, kind, b->rank, 0, "%s", b->error);
+            /* a persistent non-finite gradient: the rank whose own gradients
+             * it was in, when the beat names one */
+            int rank = !strcmp(kind, "nonfinite") && b->n_nan_ranks > 0 ? b->nan_ranks[0] : b->rank;
+            sup_set_fault(d, kind, rank, 0, "%s", b->error);
         }
     }
 }

@@ -763,7 +763,8 @@ typedef struct {
     double dev_fb_ms, dev_opt_ms;
     int64_t t0_ns, t1_ns;
     int skipped, redone;
-    char why[256]; /* the non-finite result of the last computation ("" if finite) */
+    char why[512]; /* the non-finite result of the last computation ("" if finite) */
+    int nan_ranks[MON_NAN_RANKS], n_nan_ranks; /* its sources (nan_sources) */
 } step_result;
 
 /* pp > 1: the step's micro-batches through this stage's schedule; *loss =
@@ -797,6 +798,49 @@ static void poison_grads(trainer *t) {
         }
         if (e > b) t->be->to_device(t->be, g + b, &nan, sizeof nan);
     }
+}
+
+/* A non-finite gradient norm: which ranks' own gradients were not finite
+ * (opt_stats.own_nonfinite, before the sums over ranks), gathered on every
+ * rank (all of them are here: the norm is the same everywhere), into r and
+ * appended to r->why.  With ZeRO a rank's own gradients are the shards it
+ * updates, after the reduce-scatter summed the data-parallel group's. */
+static ms_status nan_sources(trainer *t, step_result *r) {
+    int n = t->world ? comm_world_size(t->world) : 1;
+    int32_t mine = r->os.own_nonfinite != 0, *all = &mine;
+    if (n > 1) {
+        all = malloc(sizeof(int32_t) * (size_t)n);
+        if (!all) return ms_error(MS_ERR_NOMEM, "non-finite check: out of memory");
+        ms_status st = comm_allgather(comm_world_group(t->world), &mine, all, 1, COMM_I32);
+        if (st != MS_OK) {
+            free(all);
+            return st;
+        }
+    }
+    r->n_nan_ranks = 0;
+    char list[160] = "";
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (!all[i]) continue;
+        int rank = n > 1 ? i : t->rank;
+        if (r->n_nan_ranks < MON_NAN_RANKS) { /* the first few, by name */
+            r->nan_ranks[r->n_nan_ranks] = rank;
+            len += (size_t)snprintf(list + len, sizeof list - len, "%s%d", len ? ", " : "", rank);
+        } else if (r->n_nan_ranks == MON_NAN_RANKS) {
+            len += (size_t)snprintf(list + len, sizeof list - len, ", ...");
+        }
+        r->n_nan_ranks++;
+    }
+    if (all != &mine) free(all);
+    size_t w = strlen(r->why);
+    if (r->n_nan_ranks == 0)
+        snprintf(r->why + w, sizeof r->why - w, "; no rank's own gradients were non-finite");
+    else
+        snprintf(r->why + w, sizeof r->why - w, "; non-finite in the gradients of %s %s%s%s",
+                 r->n_nan_ranks == 1 ? "rank" : "ranks", list,
+                 r->n_nan_ranks == n && n > 1 ? " (every rank)" : "",
+                 t->zero ? " (the shards they update, summed over their data-parallel group)" : "");
+    return MS_OK;
 }
 
 /* One computation of the step (attempt 0: the first; later ones: redos
@@ -842,6 +886,7 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
      * it; the next forward waits for each where it reads it */
     if (st == MS_ERR_NONFINITE) {
         snprintf(r->why, sizeof r->why, "%s", ms_errmsg());
+        if (isfinite(r->loss)) MS_TRY(nan_sources(t, r)); /* the norm: the same on every rank */
     } else if (st != MS_OK) {
         return st;
     }
@@ -856,6 +901,8 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
  * all non-finite the update is skipped (r->skipped). */
 static ms_status compute_step(trainer *t, int step, step_result *r) {
     int redo = t->tc->nonfinite_redo > 0 ? t->tc->nonfinite_redo : 0;
+    r->n_nan_ranks = 0;
+    memset(r->nan_ranks, 0, sizeof r->nan_ranks);
     for (int attempt = 0;; attempt++) {
         t->replay = attempt > 0;
         ms_status st = compute_update(t, step, attempt, r);
@@ -863,12 +910,14 @@ static ms_status compute_step(trainer *t, int step, step_result *r) {
         MS_TRY(st);
         if (!r->why[0]) return MS_OK;
         if (attempt == redo) break;
-        ms_warn("step %d: %s (loss %g); redoing the step (%d of %d)", step + 1, r->why, r->loss,
-                attempt + 1, redo);
+        if (t->rank == 0) /* every rank has the same result (the loss and norm are global) */
+            ms_warn("step %d: %s (loss %g); redoing the step (%d of %d)", step + 1, r->why, r->loss,
+                    attempt + 1, redo);
         r->redone++;
     }
-    ms_warn("step %d: %s (loss %g); the update was skipped%s", step + 1, r->why, r->loss,
-            redo ? " (the redos were non-finite too)" : "");
+    if (t->rank == 0)
+        ms_warn("step %d: %s (loss %g); the update was skipped%s", step + 1, r->why, r->loss,
+                redo ? " (the redos were non-finite too)" : "");
     r->skipped = 1;
     return MS_OK;
 }
@@ -986,7 +1035,9 @@ static ms_status report(trainer *t, int step, const step_result *r, double elaps
                   .t0_ns = r->t0_ns,
                   .t1_ns = r->t1_ns,
                   .skipped = r->skipped,
-                  .redone = r->redone};
+                  .redone = r->redone,
+                  .n_nan_ranks = r->n_nan_ranks};
+    memcpy(s.nan_ranks, r->nan_ranks, sizeof s.nan_ranks);
     s.compute_ms = s.sec * 1e3 - s.wait_ms - s.data_ms;
     if (s.compute_ms < 0) s.compute_ms = 0;
     s.mfu = mon_peak_mfu(&t->peak, t->flops_per_token * s.tok_s / world);
@@ -1038,8 +1089,8 @@ static ms_status loop(trainer *t) {
         if (bad > tc->max_bad_steps)
             return ms_error(MS_ERR_NONFINITE,
                             "%d consecutive steps with non-finite loss or gradients (limit "
-                            "--max-bad-steps %d): stopping",
-                            bad, tc->max_bad_steps);
+                            "--max-bad-steps %d): stopping; the last: %s",
+                            bad, tc->max_bad_steps, r.why);
         if (t->ckpt) ckpt_manager_hold(t->ckpt, bad > 0); /* no checkpoint holds a skipped step */
         int last = step + 1 == tc->steps;
         if (t->val && ((tc->val_every > 0 && (step + 1) % tc->val_every == 0) || last))

@@ -352,6 +352,10 @@ def test_nonfinite(d, base):
        err + str(s1))
     ok("step 3: non-finite gradient" in err and "redoing the step (1 of 1)" in err,
        "a warning names the redone step", err)
+    ok("non-finite in the gradients of rank 0" in err and
+       [s.get("nan_ranks") for s in s1] == [None, None, [0], None, None],
+       "the warning and the metrics name the rank whose gradients were not finite",
+       err + str(s1))
     ok(rc == 0 and sha256(w1) == sha256(w0), "after the redo the weights are bitwise those of a run "
        "without the fault", f"{sha256(w1)} vs {sha256(w0)}")
     ok([s["loss"] for s in s1] == [s["loss"] for s in step_lines(m0)],

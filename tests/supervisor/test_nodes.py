@@ -108,6 +108,9 @@ def persistent_nan(d, shard, ref_w):
     f = [e for e in of(run, "fault_detected") if e.get("action") != "redo"]
     ok(f and f[0]["kind"] == "nonfinite", "persistent NaN: detected as non-finite",
        str(f) + err[-2000:])
+    ok(f and (f[0].get("rank"), f[0].get("node")) == (1, "node1") and
+       "non-finite in the gradients of rank 1" in f[0].get("detail", ""),
+       "persistent NaN: the fault names rank 1 on node1, whose own gradients it was in", str(f))
     diag = {e["node"]: e["ok"] for e in of(run, "diag") if "node" in e}
     ok(diag == {"node0": True, "node1": False, "node2": True},
        "persistent NaN: diag ran on every node and names node1", str(diag))
@@ -196,6 +199,8 @@ def transient_nan(d, shard, ref_w):
     f = of(run, "fault_detected")
     ok(len(f) == 1 and f[0]["kind"] == "nonfinite" and f[0]["action"] == "redo" and
        f[0]["step"] in (6, 7), "transient NaN: one event, the step redone in place", str(f))
+    ok(f and (f[0].get("rank"), f[0].get("ranks"), f[0].get("node"), f[0].get("step")) ==
+       (1, [1], "node1", 7), "transient NaN: the event names rank 1 (node1) and step 7", str(f))
     ok(not of(run, "restart") and len(of(run, "launch")) == 1, "transient NaN: no restart")
 
 

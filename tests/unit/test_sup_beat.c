@@ -80,6 +80,17 @@ static void test_valid(void) {
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_commit\":1.5"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"redone\":\"2\""), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"node\":\"../etc\""), -1);
+    /* where a non-finite gradient was: nan_step with its ranks, in the world */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":5,\"nan_ranks\":[2,7]"), 0);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":5"), -1);    /* alone */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_ranks\":[1]"), -1); /* alone */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":0,\"nan_ranks\":[1]"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":5,\"nan_ranks\":[8]"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":5,\"nan_ranks\":[1.5]"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":5,\"nan_ranks\":[\"1\"]"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576",
+                        "\"nan_step\":5,\"nan_ranks\":[0,1,2,3,4,5,6,7,0]"), /* more than 8 */
+             -1);
     /* usage: true or false, on an error beat only */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"usage\":true"), -1); /* phase train */
     char err[sizeof GOOD + 64];
@@ -226,9 +237,20 @@ static void test_client(void) {
     int fd = open_client(1, 0.05, addr, sizeof addr, &lfd, &hb);
     sup_beat b;
     mon_sink s = mon_sink_heartbeat(hb);
-    mon_step st = {.step = 7, .steps = 10, .loss = 3.25f, .grad_norm = 1.5f, .sec = 0.25};
+    mon_step st = {.step = 7,
+                   .steps = 10,
+                   .loss = 3.25f,
+                   .grad_norm = 1.5f,
+                   .sec = 0.25,
+                   .redone = 1,
+                   .nan_ranks = {1},
+                   .n_nan_ranks = 1};
     T_EQ_INT(s.on_step(s.ctx, &st), MS_OK);
     T_OK(read_until(fd, "train", &b) >= 1);
+    T_EQ_INT(b.redone, 1);
+    T_EQ_INT(b.nan_step, 7); /* the step and the rank where the gradient was not finite */
+    T_EQ_INT(b.n_nan_ranks, 1);
+    T_EQ_INT(b.nan_ranks[0], 1);
     T_EQ_INT(b.rank, 1);
     T_EQ_INT(b.stage, 1);
     T_NEAR(b.comm_wait_s, 2.3, 1e-9); /* sent to 0.1 s */
