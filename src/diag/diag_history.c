@@ -69,21 +69,37 @@ ms_status diag_history_median(const char *path, const diag_hist_key *k, double *
     return MS_OK;
 }
 
+/* 1 if o is a diag entry: a check, a device and a value (what
+ * diag_history_append writes; the other keys are not needed). */
+static int is_entry(const cJSON *o) {
+    return cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "check")) &&
+           cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "device")) &&
+           cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "value"));
+}
+
 /* Whether text (len bytes, NUL-terminated: ms_file_read_*) can be a history:
- * empty, or no NUL byte and a JSON object on one of its lines. */
-static int history_text_ok(char *text, size_t len) {
-    int found = len == 0;
+ * empty, or no NUL byte, a diag entry on one of its lines and no JSON object
+ * that is not one (a line that is no JSON at all, a torn write, is skipped
+ * by the reader).  Before, any JSON object passed, and the append, which
+ * keeps the newest lines only, cut a corpus or a metrics file given by
+ * mistake to its last 2000 lines.  *why: what is wrong. */
+static int history_text_ok(char *text, size_t len, const char **why) {
+    int entries = 0, others = 0;
+    *why = "holds a NUL byte";
+    if (len == 0) return 1;
     if (memchr(text, 0, len)) return 0;
-    for (char *line = text, *next; !found && line && *line; line = next) {
+    for (char *line = text, *next; !others && line && *line; line = next) {
         next = strchr(line, '\n');
         char c = next ? *next : 0;
         if (next) *next = 0;
         cJSON *o = cJSON_Parse(line);
-        found = cJSON_IsObject(o);
+        if (cJSON_IsObject(o)) is_entry(o) ? entries++ : others++;
         cJSON_Delete(o);
         if (next) *next++ = c;
     }
-    return found;
+    *why = others ? "holds JSON objects that are not diag entries (check, device, value)"
+                  : "holds no diag entry (a JSON object with check, device and value)";
+    return entries && !others;
 }
 
 static ms_status history_refused(const char *path, const char *why) {
@@ -104,9 +120,10 @@ ms_status diag_history_check(const char *path) {
         return history_refused(path, why);
     }
     MS_TRY(st);
-    int ok = history_text_ok(text, len);
+    const char *why = "";
+    int ok = history_text_ok(text, len, &why);
     free(text);
-    return ok ? MS_OK : history_refused(path, "holds no JSON object");
+    return ok ? MS_OK : history_refused(path, why);
 }
 
 /* The start of the newest `keep` lines of text (len bytes). */
@@ -123,9 +140,10 @@ static ms_status append_locked(const char *path, const char *line) {
     ms_status st = ms_file_read_all(path, &text, &len);
     if (st == MS_ERR_NOTFOUND) st = MS_OK, len = 0;
     if (st != MS_OK) return st;
-    if (text && !history_text_ok(text, len)) {
+    const char *why = "";
+    if (text && !history_text_ok(text, len, &why)) {
         free(text);
-        return history_refused(path, "holds no JSON object");
+        return history_refused(path, why);
     }
     size_t from = text ? keep_tail(text, len, DIAG_HISTORY_KEEP - 1) : 0;
     ms_atomic_file af;

@@ -160,9 +160,25 @@ def test_history(d):
     data = bytes(range(256)) * 64 + b"\nplain text, no JSON\n"
     open(foreign, "wb").write(data)
     rc, out, err = run("--history", foreign, "--slow-factor", "0.001")
-    ok(rc == 2 and f"--history {foreign} holds no JSON object: not a diag history" in err
+    ok(rc == 2 and f"--history {foreign} holds a NUL byte: not a diag history" in err
        and open(foreign, "rb").read() == data, "--history FILE that is no history: refused, kept",
        f"rc={rc}\n{err}")
+    # JSON lines that are not diag entries (a corpus, a run's metrics): any
+    # JSON object passed, and the append cut the file to its last 2000 lines
+    for name, lines in (("corpus.jsonl", [{"text": f"doc {i}"} for i in range(3000)]),
+                        ("metrics.jsonl", [{"step": i, "loss": 2.5} for i in range(1, 2500)]),
+                        ("mixed.jsonl", [{"check": "gemm", "device": "cpu", "value": 100.0},
+                                         {"step": 1}])):
+        other = os.path.join(d, name)
+        text = "".join(json.dumps(x) + "\n" for x in lines)
+        open(other, "w").write(text)
+        rc, out, err = run("--history", other, "--slow-factor", "0.001")
+        ok(rc == 2 and f"--history {other} holds JSON objects that are not diag entries" in err
+           and open(other).read() == text, f"--history {name}: refused, kept", f"rc={rc}\n{err}")
+    empty = os.path.join(d, "no_entries.jsonl")
+    open(empty, "w").write("not json\n")
+    rc, out, err = run("--history", empty, "--slow-factor", "0.001")
+    ok(rc == 2 and "holds no diag entry" in err, "--history with no diag entry: refused", err)
     hd = os.path.join(d, "hist_foreign")
     os.makedirs(hd)
     open(os.path.join(hd, "node0.jsonl"), "wb").write(data)
