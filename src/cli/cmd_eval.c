@@ -131,6 +131,11 @@ int cmd_eval(int argc, char **argv) {
         st = o.tc.shared_json ? train_eval(&o.tc, &r)
                               : ms_error(MS_ERR_NOMEM, "eval: out of memory");
         if (st == MS_OK && ms_ctx_get()->rank == 0) st = print_result(&r, o.json);
+        if (st == MS_OK && !isfinite((float)r.loss)) /* printed (null in JSON), and an error */
+            st = ms_error(MS_ERR_NONFINITE,
+                          "the loss of %s over %lld tokens is not finite (%g): its weights give "
+                          "NaN or Inf logits (a diverged run, or values too large for fp32)",
+                          r.source, (long long)r.tokens, r.loss);
         free(o.tc.shared_json);
         if (st != MS_OK) rc = cli_fail("eval", st);
     }

@@ -1,5 +1,6 @@
 /* cmd_sample.c - `megascale sample`: generate text from saved weights. */
 #include <errno.h>
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,13 +201,31 @@ static ms_status run_sample(const sample_config *sc) {
         goto out;
     }
     if ((st = text_encode(&tx, prompt, ctx, cap, &n)) != MS_OK) goto out;
-    if (n == 0) ctx[n++] = 0;
+    int eot = tx.tok ? data_tok_eot(tx.tok) : -1;
+    if (n == 0 && eot >= 0) { /* nothing to condition on: start a document (GPT-2's way) */
+        ctx[n++] = eot;
+    } else if (n == 0) {
+        st = ms_error(MS_ERR_ARG,
+                      "the --prompt holds no token id (--tokenizer ids: ids separated by spaces, "
+                      "e.g. --prompt '464 2068'): give the context to continue (before, id 0 was "
+                      "used without a word)");
+        goto out;
+    }
     fputs(prompt, stdout);
     ms_rng rng = ms_rng_make(sc->seed, 0x5a3b1e);
-    int eot = tx.tok ? data_tok_eot(tx.tok) : -1;
     for (int k = 0; k < sc->tokens; k++, n++) {
         int start = n > T ? n - T : 0;
         gpt_forward_logits(m, ctx + start, 1, n - start, 1, logits);
+        for (int i = 0; i < c.vocab; i++)
+            if (!isfinite(logits[i])) {
+                putchar('\n');
+                st = ms_error(MS_ERR_NONFINITE,
+                              "%s: the logits after %d token(s) are not finite (%g at id %d): "
+                              "the weights give NaN or Inf (a diverged run, or values too large "
+                              "for fp32)",
+                              src, n, (double)logits[i], i);
+                goto out;
+            }
         ctx[n] = gpt_sample_token(logits, c.vocab, sc->temperature, sc->top_k, &rng, work);
         if (ctx[n] == eot) break;
         emit(&tx, ctx[n]);

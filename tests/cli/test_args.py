@@ -10,6 +10,7 @@ Environment: MS_BIN (the binary)."""
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -480,6 +481,38 @@ def test_other_flags(d, train, ck):
        "train --steps 1 stray: unexpected, no glob hint", err)
 
 
+def test_nonfinite_weights(d, w, val):
+    """Finite weights too large for fp32 (ln_f at 3e38): the logits overflow.
+    eval printed val_loss nan and exited 0, sample emitted id 0 forever; an
+    ids prompt with no id conditioned on id 0 without a word."""
+    raw = open(w, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head = json.loads(raw[8:8 + n])
+    name = next(k for k in head if k.endswith("ln_f.weight"))
+    a, b = head[name]["data_offsets"]
+    body = bytearray(raw[8 + n:])
+    body[a:b] = struct.pack("<f", 3e38) * ((b - a) // 4)
+    huge = os.path.join(d, "huge.safetensors")
+    open(huge, "wb").write(raw[:8 + n] + bytes(body))
+    rc, out, err = run("eval", "--weights", huge, "--val-data", val, "--seq", "16", "--batch", "4")
+    ok(rc == 6 and "val_loss" in out and f"the loss of {huge}" in err and "is not finite" in err,
+       "eval: a non-finite loss is printed and is an error (exit 6)", f"rc={rc}\n{out}\n{err}")
+    rc, out, err = run("eval", "--weights", huge, "--val-data", val, "--seq", "16", "--batch", "4",
+                       "--json")
+    ok(rc == 6 and is_json(out) and json.loads(out)["val_loss"] is None,
+       "eval --json: val_loss null, exit 6", f"rc={rc}\n{out}\n{err}")
+    rc, out, err = run("sample", "--weights", huge, "--tokenizer", "ids", "--prompt", "1 2",
+                       "--tokens", "3")
+    ok(rc == 6 and "the logits after 2 token(s) are not finite" in err,
+       "sample: non-finite logits are an error (exit 6)", f"rc={rc}\n{out}\n{err}")
+    rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--tokens", "3")
+    ok(rc == 2 and "the --prompt holds no token id" in err,
+       "sample --tokenizer ids without ids in the prompt: a usage error", f"rc={rc}\n{err}")
+    rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--prompt", "5", "--tokens",
+                       "3")
+    ok(rc == 0 and out.startswith("5"), "sample --tokenizer ids --prompt 5", f"rc={rc}\n{err}")
+
+
 def make_fixture(d):
     """A tiny model's weights, its checkpoint directory and a validation shard
     (and its trace, D/tr, for the trace tools' bad outputs)."""
@@ -504,6 +537,7 @@ def main():
         test_bad_input(d, w, val, train, ck)
         test_config_as_output(d, train, ck)
         test_other_flags(d, train, ck)
+        test_nonfinite_weights(d, w, val)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
