@@ -38,6 +38,7 @@ typedef struct {
     char **old; /* NAME's shards in out_dir before the run */
     int n_old, val_written;
     int val_opened, published; /* the val shard was begun; publish() succeeded */
+    int made_out;              /* out_dir did not exist: a failed run removes it again */
     source src[DATA_PREPARE_MAX_INPUTS];
 } prep;
 
@@ -412,6 +413,8 @@ static ms_status run(prep *p) {
     p->val_bytes = (uint64_t)((double)p->total_bytes * c->val_fraction);
     MS_TRY(find_old(p));
     MS_TRY(inputs_not_old(p));
+    struct stat sb;
+    p->made_out = stat(c->out_dir, &sb) != 0;
     MS_TRY(ms_mkdirs(c->out_dir));
     if (p->val_bytes > 0) {
         char path[4400];
@@ -421,6 +424,13 @@ static ms_status run(prep *p) {
         p->val_open = 1;
     }
     MS_TRY(blend(p));
+    if (p->st->train_tokens == 0) /* whole documents go to val: a few large ones can take all */
+        return ms_error(MS_ERR_ARG,
+                        "no training tokens: every document went to the validation split "
+                        "(--val-fraction %g of %llu bytes: the split keeps whole documents, so "
+                        "with few documents its share can take them all); give more text or a "
+                        "smaller --val-fraction",
+                        c->val_fraction, (unsigned long long)p->total_bytes);
     if (p->val_open) {
         p->val_open = 0;
         MS_TRY(data_shard_writer_commit(&p->val));
@@ -474,6 +484,7 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     if (p.train_open) data_shard_writer_abort(&p.train);
     if (p.val_open) data_shard_writer_abort(&p.val);
     if (st != MS_OK && !p.published) unstage(&p);
+    if (st != MS_OK && !p.published && p.made_out) rmdir(cfg->out_dir); /* as it was: absent */
     free(p.ids);
     for (int i = 0; i < cfg->n_inputs; i++) {
         data_docbatch_free(p.src[i].batch);

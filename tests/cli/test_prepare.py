@@ -349,6 +349,29 @@ def test_failed_run(d):
     left = os.listdir(fresh) if os.path.isdir(fresh) else []
     ok(rc != 0 and "bad.jsonl:1" in err and left == [],
        "a failed prepare into a new --out leaves no shard", err + str(left))
+    ok(not os.path.exists(fresh), "... and no directory: --out is as it was (absent)")
+    # an earlier run's shards in the input directory: refused, not read as text
+    corp = os.path.join(d, "corp")
+    os.makedirs(corp)
+    open(os.path.join(corp, "a.txt"), "w").write("hello hello world. " * 50)
+    rc, _, err = run("data", "prepare", "--tokenizer", "bytes", "--input", corp, "--out", corp,
+                     "--val-fraction", "0")
+    ok(rc == 0, "shards written into the input directory", err)
+    expect_error(["data", "prepare", "--tokenizer", "bytes", "--input", corp, "--out", corp,
+                  "--name", "v2", "--val-fraction", "0"], "data_train_000000.bin",
+                 "a token shard (magic 20240520), not text",
+                 what="prepare: a token shard among the inputs")
+    ok(not [n for n in os.listdir(corp) if n.startswith("v2_")], "... and no v2 shard written")
+    # whole documents to val: a few large ones can leave no training tokens
+    two = os.path.join(d, "two")
+    os.makedirs(two)
+    open(os.path.join(two, "a.txt"), "w").write("x" * 900)
+    open(os.path.join(two, "b.txt"), "w").write("y" * 100)
+    out_two = os.path.join(d, "out_two")
+    expect_error(["data", "prepare", "--tokenizer", "bytes", "--input", two, "--out", out_two,
+                  "--val-fraction", "0.95"], "no training tokens", "--val-fraction 0.95",
+                 what="prepare: every document in the validation split")
+    ok(not os.path.exists(out_two), "... and no --out made")
     rc, _, err = run(*args, "--input", new_txt, "--force", "1")
     now = snap() if rc == 0 else {}
     ok(rc == 0 and sorted(now) == ["data_train_000000.bin", "data_train_000001.bin",
