@@ -270,9 +270,13 @@ static ms_status events_step(void *ctx, const mon_step *s) {
 
 static ms_status events_val(void *ctx, const mon_val *v) {
     static _Atomic uint16_t c_val;
-    int64_t t1 = ms_ev_now();
+    /* the pass's own times: the end taken here, after the sinks before this
+     * one, with sec subtracted put its start inside the wait it began with
+     * (the span then overlapped its parent in the merged timeline) */
+    int64_t t1 = v->t1_ns ? v->t1_ns : ms_ev_now();
+    int64_t t0 = v->t0_ns ? v->t0_ns : t1 - (int64_t)(v->sec * 1e9);
     ms_ev_args a = {.has = MS_EV_STEP, .step = v->step};
-    ms_ev_span(ms_ev_id(&c_val, "val"), 0, t1 - (int64_t)(v->sec * 1e9), t1, &a);
+    ms_ev_span(ms_ev_id(&c_val, "val"), 0, t0, t1, &a);
     return MS_OK;
 }
 

@@ -51,6 +51,7 @@ typedef struct {
     float val_loss; /* NaN if non-finite */
     double sec;     /* time the pass took */
     double wall_s;
+    int64_t t0_ns, t1_ns; /* the pass on the monotonic clock (ms_ev_now; 0: not taken) */
 } mon_val;
 
 typedef struct {

@@ -743,8 +743,9 @@ static ms_status log_val(trainer *t, int step) {
     double t0 = ms_now();
     mon_heartbeat_phase(t->hb, "val");
     t->hb_held = 1;
-    mon_val v = {.step = step};
+    mon_val v = {.step = step, .t0_ns = ms_ev_now()};
     MS_TRY(validate(t, &v.val_loss));
+    v.t1_ns = ms_ev_now();
     v.sec = ms_now() - t0;
     v.wall_s = ms_wall_now();
     return mon_record_val(t->rec, &v);
