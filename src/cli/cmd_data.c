@@ -362,18 +362,24 @@ static ms_status inspect(const char *path, const data_config *dc) {
     for (size_t i = 0; st == MS_OK && i < n; i++)
         printf(" %u", ids[i] = data_shard_token(&s, i));
     printf("\n");
-    const char *tn = maxv < 256 && !strcmp(dc->tokenizer, "gpt2") ? "bytes" : dc->tokenizer;
-    if (st == MS_OK && s.magic == DATA_SHARD_MAGIC_LLAMA3 &&
-        (!strcmp(tn, "gpt2") || !strcmp(tn, "bytes"))) { /* its ids are llama-3's */
-        printf("  decoded: not shown (a llama-3 shard: --tokenizer FILE with its tokenizer "
-               "shows the text)\n");
-        tn = NULL;
-    }
-    data_tokenizer *tok = NULL;
-    if (st == MS_OK && tn) st = load_tokenizer(tn, dc->data_dir, &tok);
-    if (st == MS_OK && tn) { /* an id the tokenizer has no bytes for: <|id N|> */
-        int unknown = 0;
-        printf("  decoded (%s): \"", tok ? data_tok_name(tok) : "bytes");
+    /* every id below 256 with the default tokenizer: a bytes shard, or a
+     * GPT-2 one of plain ASCII text (a validation shard cut mid-document has
+     * no end-of-text): both decodings are shown */
+    int both = maxv < 256 && !strcmp(dc->tokenizer, "gpt2");
+    for (int pass = 0; pass < 1 + both; pass++) {
+        const char *tn = both && pass == 0 ? "bytes" : dc->tokenizer;
+        if (st == MS_OK && s.magic == DATA_SHARD_MAGIC_LLAMA3 &&
+            (!strcmp(tn, "gpt2") || !strcmp(tn, "bytes"))) { /* its ids are llama-3's */
+            printf("  decoded: not shown (a llama-3 shard: --tokenizer FILE with its tokenizer "
+                   "shows the text)\n");
+            break;
+        }
+        data_tokenizer *tok = NULL;
+        if (st == MS_OK) st = load_tokenizer(tn, dc->data_dir, &tok);
+        if (st != MS_OK) break;
+        int unknown = 0; /* an id the tokenizer has no bytes for: <|id N|> */
+        printf("  decoded (%s%s): \"", tok ? data_tok_name(tok) : "bytes",
+               both && pass == 0 ? ", as every id is below 256" : "");
         for (size_t i = 0; i < n; i++) {
             char *text = NULL, c = (char)ids[i];
             size_t len = 0;
@@ -391,9 +397,9 @@ static ms_status inspect(const char *path, const data_config *dc) {
                    "another --tokenizer?)\n",
                    tok ? data_tok_name(tok) : "bytes", tok ? data_tok_vocab_size(tok) : 256,
                    unknown);
+        data_tok_free(tok);
     }
     free(ids);
-    data_tok_free(tok);
     data_shard_close(&s);
     return st;
 }

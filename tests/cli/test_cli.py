@@ -239,6 +239,13 @@ def test_data_paths(d, docs):
     write_shard(wide, [70000, 72, 105], version=2)
     rc, out, err = run("data", "inspect", wide, "--tokenizer", "bytes")
     ok(rc == 0 and "<|id 70000|>Hi" in out, "inspect marks an id beyond the tokenizer", out + err)
+    # every id below 256 with the default tokenizer: bytes, or GPT-2 ids of
+    # plain ASCII ("a!b!" is 64 0 65 0): both shown (it decoded as bytes only)
+    ab = os.path.join(d, "ab.bin")
+    write_shard(ab, [64, 0, 65, 0])
+    rc, out, err = run("data", "inspect", ab)
+    ok(rc == 0 and 'decoded (bytes, as every id is below 256): "@\\x00A\\x00"' in out
+       and 'decoded (gpt2): "a!b!"' in out, "inspect: ids below 256 decoded both ways", out + err)
 
 
 def tokens_of(path):
