@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/fileio.h"
 #include "cli/commands.h"
@@ -42,12 +43,30 @@ static const char *usage_text =
     "  hang DIR [--json]         who waits in what, and the suspects, from DIR/hang_r*.json\n"
     "DIR is the directory the ranks wrote their event logs and hang dumps into.";
 
+/* Whether path names a file directly in directory dir (by identity, whatever the spelling)
+ * by a name the tools read as the run's (trace_is_input_name), existing or not. */
+static int named_as_input(const char *path, const char *dir) {
+    char parent[4400];
+    struct stat sp, sd;
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (!slash)
+        snprintf(parent, sizeof parent, ".");
+    else if (snprintf(parent, sizeof parent, "%.*s", (int)(slash - path + (slash == path)), path) >=
+             (int)sizeof parent)
+        return 0;
+    return trace_is_input_name(base) && stat(parent, &sp) == 0 && stat(dir, &sd) == 0 &&
+           sp.st_dev == sd.st_dev && sp.st_ino == sd.st_ino;
+}
+
 /* An output (opt PATH), before the work: a file that can be written and is
- * not one of the run's files the tools read (an event log, a hang dump),
- * nor a --config file of the command (o), which it would replace. */
+ * not one of the run's files the tools read (an event log, its rotated
+ * .1, a hang dump) nor named as one in DIR (every later read would take it
+ * for the run's), nor a --config file of the command (o), which it would
+ * replace. */
 static ms_status check_output(const trace_cli *o, const char *opt, const char *path,
                               const char *dir) {
-    static const char *const read[] = {"events_r*.jsonl", "hang_r*.json", NULL};
+    static const char *const read[] = {"events_r*.jsonl", "events_r*.jsonl.1", "hang_r*.json",
+                                       NULL};
     char match[4400];
     ms_status st = ms_path_check_writable(path, 0);
     if (st != MS_OK) return ms_error_wrap(st, "%s", opt);
@@ -56,6 +75,12 @@ static ms_status check_output(const trace_cli *o, const char *opt, const char *p
                         "%s %s is %s, a file of the run that this command reads: an output "
                         "never replaces an input; nothing was written",
                         opt, path, match);
+    if (named_as_input(path, dir))
+        return ms_error(MS_ERR_ARG,
+                        "%s %s is named as a file of the run in %s (events_rNNNNN.jsonl[.1], "
+                        "hang_rNNNNN.json): every later read would take it for one; an output "
+                        "never replaces an input; nothing was written",
+                        opt, path, dir);
     return opts_check_output(trace_opts, N_TRACE_OPTS, o, opt, path, NULL);
 }
 

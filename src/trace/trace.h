@@ -46,6 +46,12 @@ typedef struct {
     int dp, pp, tp;
 } trace_coord;
 
+/* Whether a file name (no directory) is one the tools read from a run directory: an event
+ * log (events_rNNNNN.jsonl), its rotated older half (.jsonl.1) or a hang dump
+ * (hang_rNNNNN.json).  For the commands' output checks: an output by such a name would be
+ * read as the run's by every later command. */
+int trace_is_input_name(const char *name);
+
 /* ---- merge -------------------------------------------------------------- */
 
 typedef struct {
@@ -103,8 +109,9 @@ typedef struct {
     trace_strag_rank *ranks;
     int first_step, max_step; /* the steps of the logs (after a resume: from it on) */
     int n_steps;              /* max_step - first_step + 1 */
-    double job_individual;    /* the median rank's individual score (NaN: none has one); below
-                                 the threshold, the job as a whole slowed: no rank's fault */
+    double job_individual;    /* the median individual score of the ranks that did not slow
+                                 alone (NaN: none has one); below the threshold, the job as a
+                                 whole slowed: no rank's fault */
 } trace_strag;
 
 /* Score DIR's ranks, one rank's log at a time: each rank's row of step times is scored as it

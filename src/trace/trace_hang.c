@@ -30,6 +30,8 @@ static ms_status parse_op(const cJSON *o, hang_op *op, const char *path, const c
                         path, group);
     snprintf(op->op, sizeof op->op, "%s", jstr(o, "op", ""));
     snprintf(op->state, sizeof op->state, "%s", jstr(o, "state", "?"));
+    trace_utf8_fix(op->op); /* cut to fit: maybe inside a character */
+    trace_utf8_fix(op->state);
     op->seq = seq;
     op->peer = jint(o, "peer", -1);
     op->tag = jint(o, "tag", -1);
@@ -48,6 +50,7 @@ static ms_status parse_group(const cJSON *o, hang_group *g, int world, const cha
         return ms_error(MS_ERR_FORMAT, "%s: a group needs \"name\", \"ranks\" and \"issued_seq\"",
                         path);
     snprintf(g->name, sizeof g->name, "%s", jstr(o, "name", ""));
+    trace_utf8_fix(g->name); /* cut to fit: maybe inside a character */
     g->completed = jint(o, "completed_seq", -1);
     int n = cJSON_GetArraySize(ranks), nf = cJSON_IsArray(fl) ? cJSON_GetArraySize(fl) : 0;
     g->ranks = malloc(((size_t)n + 1) * sizeof *g->ranks);
@@ -123,7 +126,7 @@ static void peer_states(trace_hang *h) {
 static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
     char *text = NULL;
     size_t len = 0;
-    MS_TRY(ms_file_read_all(path, &text, &len));
+    MS_TRY(trace_read_file(path, &text, &len));
     trace_utf8_fix(text); /* its strings go into the JSON report as they are */
     cJSON *j = cJSON_Parse(text);
     free(text);
@@ -163,6 +166,7 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
         snprintf(r->host, sizeof r->host, "%s", jstr(j, "host", "unknown"));
         trace_utf8_fix(r->host);
         snprintf(r->reason, sizeof r->reason, "%s", jstr(j, "reason", "?"));
+        trace_utf8_fix(r->reason);
         if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &r->coord))
             r->coord = trace_coord_of((int)rank, h->shape);
         const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
@@ -190,6 +194,7 @@ static ms_status add_why(hang_rank *r, int cls, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    trace_utf8_fix(buf); /* names in it, the whole cut to fit */
     for (int i = 0; i < r->n_why; i++)
         if (!strcmp(r->why[i], buf)) return MS_OK;
     char **p = realloc(r->why, ((size_t)r->n_why + 1) * sizeof *p);
@@ -394,10 +399,9 @@ static ms_status find_suspects(trace_hang *h) {
     for (int rk = 0; rk < h->world; rk++) {
         hang_rank *r = &h->ranks[rk];
         r->oldest_g = r->oldest_i = -1;
-        if (!r->has_dump) {
+        if (!r->has_dump)
             MS_TRY(add_why(r, HANG_DEAD, "wrote no dump: stopped, hung in compute, or dead"));
-            continue;
-        }
+        /* what the other ranks' dumps saw of it: for a rank without a dump, which of those */
         if (r->n_stale_by)
             MS_TRY(add_why(r, HANG_DEAD,
                            "unresponsive: its heartbeat was %.1f s old in the dump%s of rank%s %s "
@@ -408,6 +412,7 @@ static ms_status find_suspects(trace_hang *h) {
             MS_TRY(add_why(r, HANG_DEAD, "exited: its process was gone in the dump%s of rank%s %s",
                            r->n_exited_by > 1 ? "s" : "", r->n_exited_by > 1 ? "s" : "",
                            r->exited_by));
+        if (!r->has_dump) continue;
         for (int g = 0; g < r->n_groups; g++)
             for (int i = 0; i < r->groups[g].n_in_flight; i++) {
                 const hang_op *op = &r->groups[g].in_flight[i];
@@ -477,7 +482,7 @@ static void dump_meta_read(const char *dir, const char *path, int rank, dump_met
     trace_log l;
     int64_t v;
     *m = (dump_meta){.cur = -1};
-    if (ms_file_read_all(path, &text, &len) != MS_OK) return;
+    if (trace_read_file(path, &text, &len) != MS_OK) return; /* load_dump says why */
     cJSON *j = cJSON_Parse(text);
     free(text);
     if (!j) return;
@@ -493,11 +498,46 @@ static void dump_meta_read(const char *dir, const char *path, int rank, dump_met
     cJSON_Delete(j);
 }
 
+/* The dumps of one hang are written within seconds of each other (a rank that timed out
+ * waits 3 s for its host's; other hosts' ranks time out on their own, within a
+ * --comm-timeout): ten minutes apart, two hangs. */
+#define HANG_SPREAD_S 600.0
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* The world of the newest hang: the one most of the dumps written within HANG_SPREAD_S of
+ * the newest agree on (one damaged dump's world, 1048575, outvoted by the others), the
+ * newest dump's on a tie.  -1: no dump says its world. */
+static int newest_world(const dump_meta *m, const int *keep, int n, int newest) {
+    int *w = malloc(((size_t)n + 1) * sizeof *w), k = 0;
+    if (!w) return newest >= 0 ? m[newest].world : -1;
+    for (int i = 0; newest >= 0 && i < n; i++)
+        if (keep[i] && m[i].world &&
+            (!m[i].wall_s || !m[newest].wall_s || m[newest].wall_s - m[i].wall_s < HANG_SPREAD_S))
+            w[k++] = m[i].world;
+    qsort(w, (size_t)k, sizeof *w, cmp_int);
+    int best = newest >= 0 ? m[newest].world : -1, best_n = 0;
+    for (int i = 0; i < k; i++) {
+        if (i && w[i] == w[i - 1]) continue;
+        int j = i;
+        while (j < k && w[j] == w[i])
+            j++;
+        if (j - i > best_n || (j - i == best_n && w[i] == m[newest].world))
+            best = w[i], best_n = j - i;
+    }
+    free(w);
+    return best;
+}
+
 /* A job restarted in the same directory leaves the dumps of its earlier
  * hang.  When some dumps come from the processes of the event logs, the
  * others are older and would mix two hangs (a rank that wrote no dump this
  * time would look alive): skip them.  Skip too the dumps of a world other
- * than the newest dump's (a restart with fewer ranks).  keep[i]: 1 or 0. */
+ * than the newest hang's (a restart with fewer ranks, or a damaged dump).
+ * keep[i]: 1 or 0. */
 static void pick_dumps(const char *dir, char **paths, const int *ranks, int n, int *keep) {
     dump_meta *m = calloc((size_t)n + 1, sizeof *m);
     int any_current = 0, newest = -1;
@@ -518,12 +558,16 @@ static void pick_dumps(const char *dir, char **paths, const int *ranks, int n, i
             newest = i;
         }
     }
+    int world = newest_world(m, keep, n, newest), n_skip = 0;
     for (int i = 0; newest >= 0 && i < n; i++)
-        if (keep[i] && m[i].world && m[i].world != m[newest].world) {
+        if (keep[i] && m[i].world && m[i].world != world) {
             keep[i] = 0;
-            ms_warn("%s: skipped: a dump of another run (world %d; the newest dump, %s, says %d)",
-                    paths[i], m[i].world, paths[newest], m[newest].world);
+            if (n_skip++ < 20) /* a long list says nothing more */
+                ms_warn("%s: skipped: a dump of another run (world %d; most of the newest "
+                        "hang's dumps say %d), or a damaged one",
+                        paths[i], m[i].world, world);
         }
+    if (n_skip > 20) ms_warn("%s: %d more dump(s) of another world skipped", dir, n_skip - 20);
     free(m);
 }
 

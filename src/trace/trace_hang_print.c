@@ -34,7 +34,24 @@ static int rank_at(const trace_hang *h, int dp, int pp, int tp) {
     return tp + h->shape.tp * (dp + h->shape.dp * pp);
 }
 
+/* Bounds on the text for a huge world (a damaged dump said 1048575: millions of lines). */
+#define HANG_TABLE_MAX 4096 /* ranks drawn in the state tables */
+#define HANG_RUN_MIN 4      /* ranks without a dump in a row said in one line */
+
+/* The last rank of the run from rk of ranks without a dump (with no other evidence against
+ * them: `why1`), rk itself when the run is shorter than HANG_RUN_MIN. */
+static int no_dump_run(const trace_hang *h, int rk, int why1) {
+    int end = rk;
+    while (end < h->world && !h->ranks[end].has_dump && (!why1 || h->ranks[end].n_why == 1))
+        end++;
+    return end - rk >= HANG_RUN_MIN ? end - 1 : rk;
+}
+
 static void print_tables(const trace_hang *h, FILE *f) {
+    if (h->world > HANG_TABLE_MAX) {
+        fprintf(f, "(state tables left out: %d ranks, more than %d)\n", h->world, HANG_TABLE_MAX);
+        return;
+    }
     for (int pp = 0; pp < h->shape.pp; pp++) {
         fprintf(f, "pp stage %d (rows dp, columns tp):\n%8s", pp, "");
         for (int tp = 0; tp < h->shape.tp; tp++)
@@ -58,6 +75,12 @@ void trace_hang_print(const trace_hang *h, FILE *f) {
     char c[64], op[512];
     for (int rk = 0; rk < h->world; rk++) {
         const hang_rank *r = &h->ranks[rk];
+        int end = no_dump_run(h, rk, 0);
+        if (end > rk) {
+            fprintf(f, "  ranks %d-%d (%d ranks): no dump\n", rk, end, end - rk + 1);
+            rk = end;
+            continue;
+        }
         fprintf(f, "  rank %d %s %s: ", rk, trace_coord_str(c, sizeof c, r->coord), r->host);
         if (!r->has_dump) {
             fprintf(f, "no dump\n");
@@ -75,6 +98,13 @@ void trace_hang_print(const trace_hang *h, FILE *f) {
         for (int rk = 0; rk < h->world; rk++) {
             const hang_rank *r = &h->ranks[rk];
             if (pass ? !hang_is_note(h, r) : !hang_is_suspect(h, r)) continue;
+            int end = pass ? rk : no_dump_run(h, rk, 1);
+            if (end > rk) { /* the same one reason each */
+                fprintf(f, "suspects: ranks %d-%d (%d ranks): %s\n", rk, end, end - rk + 1,
+                        r->why[0]);
+                rk = end;
+                continue;
+            }
             fprintf(f, "%s: rank %d %s on %s: ", pass ? "also (weaker evidence)" : "suspects", rk,
                     trace_coord_str(c, sizeof c, r->coord), r->host);
             for (int i = 0; i < r->n_why; i++)
@@ -142,7 +172,7 @@ cJSON *trace_hang_json(const trace_hang *h) {
         }
     }
     ok = ok && cJSON_AddNumberToObject(o, "world", h->world) &&
-         cJSON_AddStringToObject(o, "dir", h->dir);
+         trace_json_add_text(o, "dir", h->dir);
     cJSON *items[] = {shape, dumps, missing, sus, notes, wait};
     const char *names[] = {"shape", "dumps", "missing", "suspects", "notes", "waiting"};
     for (int i = 0; i < 6; i++) {

@@ -83,12 +83,18 @@ static double *step_medians(const trace_strag *s, const layout *L, const int *or
     return med;
 }
 
+/* s at (x, y), ending there when `right`.  cairo takes only UTF-8 (else the whole drawing
+ * fails): a byte that is not part of a valid character, as a directory name may hold, is
+ * drawn as '?', as the JSON outputs have it. */
 static void text(cairo_t *cr, double x, double y, double size, const char *s, int right) {
+    char u[4400];
     cairo_text_extents_t e;
+    snprintf(u, sizeof u, "%s", s);
+    trace_utf8_fix(u); /* also a character cut to fit */
     cairo_set_font_size(cr, size);
-    cairo_text_extents(cr, s, &e);
+    cairo_text_extents(cr, u, &e);
     cairo_move_to(cr, right ? x - e.x_advance : x, y);
-    cairo_show_text(cr, s);
+    cairo_show_text(cr, u);
 }
 
 static void draw_cells(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,

@@ -101,6 +101,13 @@ ms_status trace_rank_files(const char *dir, const char *prefix, const char *suff
                            char ***paths, int *n);
 void trace_rank_files_free(int *ranks, char **paths, int n);
 
+/* Open a run's file for reading (*f; fclose it), refusing anything but a regular file
+ * (FORMAT, naming it): a FIFO named like a log would block the open, and the tool, for
+ * ever.  Errors: IO (open), FORMAT. */
+ms_status trace_fopen(const char *path, FILE **f);
+/* A regular file's whole content, NUL-terminated, into *data (free it); as trace_fopen. */
+ms_status trace_read_file(const char *path, char **data, size_t *len);
+
 /* Grid coordinates of a rank for a shape (dp, pp, tp). */
 trace_coord trace_coord_of(int rank, trace_coord shape);
 /* Order by (pp, dp, tp). */
@@ -114,6 +121,9 @@ int trace_coord_parse(const cJSON *o, trace_coord *c);
  * sequence with '?' (a JSON reader, Perfetto's included, wants UTF-8; a
  * name cut to fit a buffer may end inside a character). */
 void trace_utf8_fix(char *s);
+/* Add s to object o as a string under key, its invalid UTF-8 bytes as '?' (a path: any bytes);
+ * NULL on OOM. */
+cJSON *trace_json_add_text(cJSON *o, const char *key, const char *s);
 /* An integer-valued JSON number in [lo, hi]: 1 and *v set, else 0. */
 int trace_json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *v);
 /* Write a cJSON tree to f (unformatted) with a newline; MS_ERR_NOMEM. */

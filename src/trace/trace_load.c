@@ -199,8 +199,8 @@ static int blank(const char *p) {
  * before its first flush) sets *no_header and is no error. */
 static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned flags,
                           int header_only, int *no_header) {
-    FILE *f = fopen(path, "re");
-    if (!f) return ms_error(MS_ERR_IO, "%s: open: %s", path, strerror(errno));
+    FILE *f;
+    MS_TRY(trace_fopen(path, &f));
     char *line = NULL, where[4200];
     size_t cap = 0;
     ssize_t len;

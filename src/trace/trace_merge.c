@@ -27,11 +27,12 @@ typedef struct {
     int n_threads;
 } merge_rank;
 
-/* A send or recv as its flow arrow needs it. */
+/* A send or recv as its flow arrow needs it (no padding: the spill file gets no unset
+ * bytes). */
 typedef struct {
     int32_t src, dst, group, tag; /* global ranks; the key that pairs a send with a recv */
     int32_t tid;                  /* the thread of its span */
-    int32_t zero;                 /* 0: no padding (the spill file gets no unset bytes) */
+    int32_t step;                 /* its span's step (0: none): pairs only within one */
     int64_t g; /* global ns where its arrow leaves (a send) or arrives (a recv) */
 } p2p_op;
 
@@ -228,7 +229,7 @@ out:
     return st;
 }
 
-/* A rank's op before it is spilled: sorted by key, then start (then span: stable). */
+/* A rank's op before it is spilled: sorted by key, step, then start (then span: stable). */
 typedef struct {
     p2p_op op;
     int64_t t0;
@@ -242,9 +243,15 @@ static int cmp_key(const p2p_op *x, const p2p_op *y) {
     return (x->tag > y->tag) - (x->tag < y->tag);
 }
 
+/* By key, then step: the order of a rank's segment, and what pairs a send with a recv. */
+static int cmp_key_step(const p2p_op *x, const p2p_op *y) {
+    int c = cmp_key(x, y);
+    return c ? c : (x->step > y->step) - (x->step < y->step);
+}
+
 static int cmp_entry(const void *a, const void *b) {
     const p2p_entry *x = a, *y = b;
-    int c = cmp_key(&x->op, &y->op);
+    int c = cmp_key_step(&x->op, &y->op);
     if (c) return c;
     if (x->t0 != y->t0) return x->t0 < y->t0 ? -1 : 1;
     return (x->span > y->span) - (x->span < y->span);
@@ -297,7 +304,8 @@ static ms_status spill_p2p(merge_ctx *c, int li) {
                 continue;
             e[k++] = (p2p_entry){{is_send ? l->rank : sp->peer, is_send ? sp->peer : l->rank,
                                   sp->group, sp->flags & TRACE_HAS_TAG ? sp->tag : -1, mr->tid[i],
-                                  0, flow_at(sp, mr->off[i], !is_send)},
+                                  sp->flags & TRACE_HAS_STEP ? sp->step : 0,
+                                  flow_at(sp, mr->off[i], !is_send)},
                                  sp->t0,
                                  i};
         }
@@ -359,12 +367,14 @@ static ms_status write_flow(merge_ctx *c, ms_atomic_file *af, int *first, const 
     return MS_OK;
 }
 
-/* The k-th send S->P (group, tag) pairs with the k-th recv on P from S:
- * an arrow from the send's start to the recv's end (mid to mid went
- * backwards in time for a recv posted long before its send).  The sends
- * are read in key order (rank by rank, each rank's sorted); the recvs of
- * a key are in P's segment, whose reader only moves forward as the keys
- * grow: the recvs it passes over had no send. */
+/* The k-th send S->P (group, tag) of a step pairs with the k-th recv on P from S of that
+ * step (MPI keeps their order): an arrow from the send's start to the recv's end (mid to mid
+ * went backwards in time for a recv posted long before its send).  Pairing within a step, not
+ * over the whole log, keeps the pairs right when one end's oldest ops are gone (each rank's
+ * log rotates at its own time) or lost (dropped events): those ops are left unmatched
+ * instead of shifting every later pair.  The sends are read in (key, step) order (rank by
+ * rank, each rank's sorted); the recvs of a key are in P's segment, whose reader only moves
+ * forward as (key, step) grows: the recvs it passes over had no send. */
 static ms_status write_flows(merge_ctx *c, ms_atomic_file *af, int *first) {
     const trace_set *s = c->set;
     p2p_reader *rd = calloc((size_t)s->n_logs + 1, sizeof *rd), snd;
@@ -380,11 +390,11 @@ static ms_status write_flows(merge_ctx *c, ms_atomic_file *af, int *first) {
         while ((a = reader_peek(c, &snd, &st))) {
             int pl = log_of_rank(s, a->dst);
             const p2p_op *b = NULL;
-            while (pl >= 0 && (b = reader_peek(c, &rd[pl], &st)) && cmp_key(b, a) < 0) {
-                c->st.unmatched_recvs++; /* a recv from a rank that never sent it */
+            while (pl >= 0 && (b = reader_peek(c, &rd[pl], &st)) && cmp_key_step(b, a) < 0) {
+                c->st.unmatched_recvs++; /* a recv whose send is not in the logs */
                 rd[pl].k++;
             }
-            if (b && !cmp_key(b, a)) {
+            if (b && !cmp_key_step(b, a)) {
                 p2p_op x = *a, y = *b;
                 snd.k++, rd[pl].k++;
                 st = write_flow(c, af, first, &x, &y);
@@ -594,8 +604,9 @@ ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *
     if (st == MS_OK) st = prepare(&c);
     if (st == MS_OK) st = write_trace(&c, out_path);
     if (st == MS_OK && (c.st.unmatched_sends || c.st.unmatched_recvs))
-        ms_warn("%s: %lld send(s) and %lld recv(s) without their partner (a log cut short?)", dir,
-                c.st.unmatched_sends, c.st.unmatched_recvs);
+        ms_warn("%s: %lld send(s) and %lld recv(s) without their partner (the other end's log "
+                "rotated past it or cut short, or its events dropped)",
+                dir, c.st.unmatched_sends, c.st.unmatched_recvs);
     if (stats) *stats = c.st;
     for (int li = 0; c.set && c.ranks && li < c.set->n_logs; li++) {
         free(c.ranks[li].tid);

@@ -292,7 +292,11 @@ static ms_status score(trace_strag *s, trace_set *set) {
      * slowed counts as a straggler only when the other ranks kept their speed
      * (the median of theirs at the threshold or above).  When they all
      * slowed, so did the job: load on the machine, or a step that grew, is
-     * no rank's fault (the live detector's rule too, docs/operations.md). */
+     * no rank's fault (the live detector's rule too, docs/operations.md).
+     * The job's score is the median over the ranks that did not slow alone:
+     * over all of them, one strong straggler of two ranks (or of few) would
+     * drag it under the threshold and the job would be said to have slowed
+     * too, no rank's fault, next to the rank named for it. */
     double *ind = malloc(sizeof(double) * (size_t)s->n_ranks);
     if (!ind) {
         free(best);
@@ -301,7 +305,7 @@ static ms_status score(trace_strag *s, trace_set *set) {
     int m = 0;
     for (int li = 0; li < s->n_ranks; li++)
         if (s->ranks[li].steps && s->ranks[li].windows) ind[m++] = s->ranks[li].individual;
-    s->job_individual = m ? median(ind, m) : NAN; /* sorts ind */
+    if (m) qsort(ind, (size_t)m, sizeof *ind, cmp_double);
     for (int li = 0; li < s->n_ranks; li++) {
         trace_strag_rank *r = &s->ranks[li];
         double b = best[r->coord.pp];
@@ -311,6 +315,11 @@ static ms_status score(trace_strag *s, trace_set *set) {
             m >= 2 && slowed && median_without(ind, m, r->individual) >= s->opts.threshold;
         r->straggler = r->steps && (r->relative < s->opts.threshold || r->slowed_alone);
     }
+    int k = 0;
+    for (int li = 0; li < s->n_ranks; li++)
+        if (s->ranks[li].steps && s->ranks[li].windows && !s->ranks[li].slowed_alone)
+            ind[k++] = s->ranks[li].individual;
+    s->job_individual = k ? median(ind, k) : NAN; /* sorts ind */
     free(ind);
     free(best);
     return MS_OK;
@@ -431,7 +440,7 @@ cJSON *trace_strag_json(const trace_strag *s) {
     int ok = o && ranks && bad && unscored &&
              cJSON_AddNumberToObject(o, "threshold", s->opts.threshold) &&
              cJSON_AddNumberToObject(o, "window", s->opts.window) &&
-             cJSON_AddStringToObject(o, "dir", s->dir) &&
+             trace_json_add_text(o, "dir", s->dir) &&
              (isfinite(s->job_individual)
                   ? cJSON_AddNumberToObject(o, "job_individual", s->job_individual) != NULL
                   : cJSON_AddNullToObject(o, "job_individual") != NULL);

@@ -2,10 +2,12 @@
  * thread layout of a lane (nesting clamp, interval partitioning). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/jsonstr.h"
 #include "trace/trace_internal.h"
@@ -30,6 +32,12 @@ static int rank_of_name(const char *name, const char *prefix, const char *suffix
         r = r * 10 + (name[i] - '0');
     }
     return (int)r;
+}
+
+int trace_is_input_name(const char *name) {
+    return rank_of_name(name, "events_r", ".jsonl") >= 0 ||
+           rank_of_name(name, "events_r", ".jsonl.1") >= 0 ||
+           rank_of_name(name, "hang_r", ".json") >= 0;
 }
 
 ms_status trace_rank_files(const char *dir, const char *prefix, const char *suffix, int **ranks,
@@ -95,6 +103,70 @@ ms_status trace_rank_files(const char *dir, const char *prefix, const char *suff
     return MS_OK;
 }
 
+ms_status trace_fopen(const char *path, FILE **f) {
+    *f = NULL;
+    /* O_NONBLOCK: the open of a FIFO with no writer blocks without it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return ms_error(MS_ERR_IO, "%s: open: %s", path, strerror(errno));
+    struct stat sb;
+    ms_status st = MS_OK;
+    if (fstat(fd, &sb) != 0)
+        st = ms_error(MS_ERR_IO, "%s: fstat: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = ms_error(MS_ERR_FORMAT, "%s: not a regular file (%s): the trace tools read only files",
+                      path,
+                      S_ISFIFO(sb.st_mode)   ? "a FIFO"
+                      : S_ISDIR(sb.st_mode)  ? "a directory"
+                      : S_ISSOCK(sb.st_mode) ? "a socket"
+                                             : "a device");
+    if (st != MS_OK) {
+        close(fd);
+        return st;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+    if (!(*f = fdopen(fd, "r"))) {
+        int err = errno;
+        close(fd);
+        return ms_error(MS_ERR_IO, "%s: open: %s", path, strerror(err));
+    }
+    return MS_OK;
+}
+
+ms_status trace_read_file(const char *path, char **data, size_t *len) {
+    FILE *f;
+    *data = NULL;
+    *len = 0;
+    MS_TRY(trace_fopen(path, &f));
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    ms_status st = buf ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    while (st == MS_OK) {
+        if (cap - n < 2) {
+            char *p = cap < SIZE_MAX / 4 ? realloc(buf, cap * 2) : NULL;
+            if (!p) {
+                st = ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+                break;
+            }
+            buf = p, cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0) {
+            if (ferror(f)) st = ms_error(MS_ERR_IO, "%s: read: %s", path, strerror(errno));
+            break;
+        }
+    }
+    fclose(f);
+    if (st != MS_OK) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *data = buf, *len = n;
+    return MS_OK;
+}
+
 void trace_rank_files_free(int *ranks, char **paths, int n) {
     for (int i = 0; paths && i < n; i++)
         free(paths[i]);
@@ -149,6 +221,15 @@ void trace_utf8_fix(char *s) {
             *p++ = '?';
         }
     }
+}
+
+cJSON *trace_json_add_text(cJSON *o, const char *key, const char *s) {
+    char *t = strdup(s);
+    if (!t) return NULL;
+    trace_utf8_fix(t);
+    cJSON *x = cJSON_AddStringToObject(o, key, t);
+    free(t);
+    return x;
 }
 
 int trace_json_int(const cJSON *o, const char *key, int64_t lo, int64_t hi, int64_t *v) {

@@ -77,8 +77,11 @@ def nesting_errors(events):
 
 def check_merge(d, shard):
     tdir = os.path.join(d, "t_merge")
+    # validation passes too: a pass's span starts before the ZeRO all-gather
+    # its first forward waits for (it was put after it: overlapping its parent)
     r = mpi(4, "train", "--train-data", shard, *TINY, "--batch", "8", "--micro-batch", "1",
-            "--steps", "6", "--pp", "2", "--dp", "2", "--trace-dir", tdir)
+            "--steps", "6", "--pp", "2", "--dp", "2", "--trace-dir", tdir, "--val-data", shard,
+            "--val-every", "2", "--val-batches", "1")
     ok(r.returncode == 0, "dp2 x pp2 run with tracing", r.stderr)
     files = sorted(f for f in os.listdir(tdir) if f.startswith("events_r")) if r.returncode == 0 else []
     ok(files == [f"events_r{i:05d}.jsonl" for i in range(4)], "one event log per rank", str(files))
@@ -87,6 +90,8 @@ def check_merge(d, shard):
     ok(m.returncode == 0, "trace merge", m.stderr + m.stdout)
     if m.returncode != 0:
         return
+    ok("overlap their parent" not in m.stderr, "merge: every span nests (validation passes too)",
+       m.stderr)
     tr = json.load(open(out))
     ev = tr["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in ev

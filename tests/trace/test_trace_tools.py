@@ -240,6 +240,50 @@ def test_merge_no_clock(d):
        "a rank without clock lines aligned by the wall clock to the clocked ranks", f"{ts}\n{se}")
 
 
+def test_merge_rotated_p2p(d):
+    """Ranks 0 and 1 exchange one transfer each way per step (the dp ring's send and recv),
+    each span carrying its step.  Each rank's log rotated at its own time: rank 0's oldest
+    kept ops are of step 3, rank 1's of step 4, and rank 1 dropped its recv of step 7 (a full
+    buffer).  Each send is paired with the recv of its own step; those whose partner is gone
+    are left unmatched.  The k-th send was paired with the k-th recv: a step apart, the
+    arrows went backwards in time (54 flows, 27 backwards on a real run)."""
+    first, steps = {0: 3, 1: 4}, 10
+    logs = {r: RankLog(r, 2, (2, 1, 1), "h") for r in range(2)}
+    for r, log in logs.items():
+        for s in range(first[r], steps + 1):
+            base = 100 * MS * s
+            log.span("compute", "step", base, base + 90 * MS, step=s)
+            log.span("comm:dp", "send", base + 10 * MS, base + 11 * MS, step=s, group="dp",
+                     peer=1 - r, tag=29, bytes=64)
+            if not (r == 1 and s == 7):
+                log.span("comm:dp", "recv", base + 9 * MS, base + 12 * MS, step=s, group="dp",
+                         peer=1 - r, tag=29, bytes=64)
+        log.write(d)
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    tr = json.load(open(out)) if rc == 0 else {"traceEvents": [], "otherData": {}}
+    ev = tr["traceEvents"]
+    xs = [e for e in ev if e.get("ph") == "X" and e["name"] in ("send", "recv")]
+    starts = {e["id"]: e for e in ev if e.get("ph") == "s"}
+    ends = {e["id"]: e for e in ev if e.get("ph") == "f"}
+    pairs = []
+    for fid, a in starts.items():
+        b = ends.get(fid, {})
+        snd = [x for x in xs if x["pid"] == a["pid"] and x["name"] == "send" and
+               x["ts"] <= a["ts"] <= x["ts"] + x["dur"]]
+        rcv = [x for x in xs if x["pid"] == b.get("pid") and x["name"] == "recv" and
+               x["ts"] <= b.get("ts", -1) <= x["ts"] + x["dur"]]
+        pairs.append((a["pid"], snd[0]["args"]["step"] if len(snd) == 1 else None,
+                      rcv[0]["args"]["step"] if len(rcv) == 1 else None))
+    # 0 -> 1: steps 4..10 without 7 (rank 1 has no recv of 3, lost that of 7); 1 -> 0: 4..10
+    want = sorted([(0, s, s) for s in range(4, 11) if s != 7] + [(1, s, s) for s in range(4, 11)])
+    od = tr["otherData"]
+    ok(rc == 0 and sorted(pairs) == want and od.get("unmatched_sends") == 2 and
+       od.get("unmatched_recvs") == 1,
+       "merge: each send paired with the recv of its step after rotation, the rest unmatched",
+       f"{sorted(pairs)}\n{od}\n{se}")
+
+
 # ---- 2. stragglers ---------------------------------------------------------------------------
 
 def straggler_logs(d, steps=8):
@@ -440,6 +484,13 @@ def test_individual(d):
        j.get("stragglers") == [1] and r[1].get("relative") == 1.0 and
        abs(j.get("job_individual", 0) - 1.0) < 1e-9,
        "individual score: best window / last window; the rank that slowed alone is named", out)
+    # two ranks, one slowed: the job's score is the median of the ranks that did not slow
+    # alone (it was the median of all, (0.5 + 1) / 2 < 0.75: the job "slowed too, no rank's
+    # fault" next to the rank named for it)
+    rc, j, out, text = write("pair", 2, {1})
+    ok(rc == 0 and j.get("stragglers") == [1] and abs(j.get("job_individual", 0) - 1.0) < 1e-9
+       and "STRAGGLER" in text and "as a whole" not in text,
+       "two ranks, one slowed: a straggler, and the job did not slow", out + text)
     rc, j, out, text = write("all", 3, {0, 1, 2})
     ok(rc == 0 and j.get("stragglers") == [] and abs(j.get("job_individual", 0) - 0.5) < 1e-9,
        "every rank slowed: no straggler, the job's individual score 0.5", out)
@@ -930,6 +981,46 @@ def test_hang_stuck_group(d):
        "both ends of a transfer posted and stuck: the pair are the suspects", so + se)
 
 
+def test_hang_exited(d):
+    """Rank 5 exited: it wrote no dump, and rank 4's dump (its host's) says its process was
+    gone.  The report gives both; it said only "wrote no dump: stopped, hung in compute, or
+    dead", dropping what the other dumps saw of a rank without a dump."""
+    write_hang(d, skip=(5,), extra=lambda r: dict(exited=[5] if r == 4 else []))
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    sus = {s["rank"]: s["reasons"] for s in j.get("suspects", [])}
+    ok(rc == 0 and list(sus) == [5] and "wrote no dump" in sus[5][0] and
+       "exited: its process was gone in the dump of rank 4" in " ".join(sus[5]),
+       "a rank without a dump that another dump saw exit: both reasons", so + se)
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 0 and "exited: its process was gone in the dump of rank 4" in so,
+       "text: the exit reported", so + se)
+
+
+def test_hang_bad_world(d):
+    """One damaged dump (the newest) says world 100000: the world most of the newest hang's
+    dumps agree on (8) is analysed and the damaged one skipped (it won, as the newest, and
+    every good dump was skipped instead, with a line per rank of its world).  Alone, its
+    text stays short: ranks without a dump in a row are one line, no state tables."""
+    write_hang(d, extra=lambda r: dict(wall_s=1.7e9 + (9 if r == 3 else r)))
+    p = os.path.join(d, "hang_r00003.json")
+    j = json.load(open(p))
+    j["world"] = 100000
+    json.dump(j, open(p, "w"))
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and j.get("world") == 8 and j.get("missing") == [3] and
+       "hang_r00003.json: skipped: a dump of another run (world 100000" in se,
+       "a damaged dump's world is outvoted by the others'", so[-500:] + se)
+    alone = os.path.join(d, "alone")
+    os.makedirs(alone)
+    os.rename(p, os.path.join(alone, "hang_r00003.json"))
+    rc, so, se = run("trace", "hang", alone)
+    ok(rc == 0 and len(so.splitlines()) < 20 and "ranks 0-2 " not in so and
+       "ranks 4-99999 (99996 ranks): no dump" in so and "state tables left out" in so,
+       "a huge world alone: the text stays short", so[-2000:])
+
+
 # ---- 4. bad input ----------------------------------------------------------------------------
 
 def test_bad_input(root):
@@ -1118,10 +1209,92 @@ def test_bad_input(root):
        "--help from the option table", so)
 
 
+def run_bytes(args, timeout=60):
+    """`megascale ARGS` (bytes allowed) with a time limit: (rc or "timeout", stdout bytes,
+    stderr text)."""
+    try:
+        p = subprocess.run([BIN, *args], capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return "timeout", b"", ""
+    return p.returncode, p.stdout, p.stderr.decode("utf-8", "replace")
+
+
+def test_bad_bytes_dir(root):
+    """A run directory whose name is not UTF-8: the heat map (cairo takes only UTF-8: the
+    whole PNG failed) and --json of stragglers and hang (its "dir" was copied raw: invalid
+    JSON for strict readers) write '?' for the bad byte.  Names of a hang dump cut to fit
+    their buffers end in '?', never inside a character."""
+    d = os.path.join(os.fsencode(root), b"d\xe9x")
+    os.makedirs(d)
+    straggler_logs(os.fsdecode(d))
+    long_name = "g" * 62 + "\u00e9"  # bytes 63-64 of a 64-byte name: cut inside
+    for r in range(2):
+        hang_dump(os.fsdecode(d), r, 2, (2, 1, 1), "h",
+                  [(long_name, [0, 1], 1, 0, [("all_reduce" + "\u00e9" * 11, 1, -1, -1, 5.0)])])
+    png = os.path.join(root, "heat.png")
+    rc, so, se = run_bytes(["trace", "stragglers", d, "--png", png])
+    ok(rc == 0 and os.path.exists(png), "stragglers --png: a directory name that is not UTF-8",
+       se)
+    for cmd in ("stragglers", "hang"):
+        rc, so, se = run_bytes(["trace", cmd, d, "--json"])
+        try:
+            j = json.loads(so.decode("utf-8"))
+        except ValueError as e:
+            j = {"error": str(e)}
+        ok(rc == 0 and j.get("dir") == os.fsdecode(d).replace("\udce9", "?"),
+           f"{cmd} --json: the directory's bad byte as '?', valid UTF-8", f"{so[-300:]}\n{se}")
+        if cmd == "hang":
+            w = {x["rank"]: x for x in j.get("waiting", [])}
+            ok(w.get(0, {}).get("group") == "g" * 62 + "?" and
+               w[0].get("op") == "all_reduce" + "\u00e9" * 10 + "?",
+               "hang: names cut to fit end in '?'", w)
+
+
+def test_output_guard(d):
+    """An output never replaces an input, nor takes a name the tools would read as one: the
+    rotated .1 of an event log (merge -o DIR/events_r00000.jsonl.1 overwrote rank 0's older
+    half), and a new events_r00005.jsonl / hang_r00009.json in DIR (read by every later
+    command as a rank's log or dump)."""
+    straggler_logs(d)
+    rotate_logs(d)
+    old = os.path.join(d, "events_r00000.jsonl.1")
+    before = open(old, "rb").read()
+    for cmd, opt, path in (("merge", "-o", old),
+                           ("merge", "-o", os.path.join(d, "events_r00005.jsonl")),
+                           ("merge", "-o", os.path.join(d, "sub", "..", "hang_r00009.json")),
+                           ("stragglers", "--png", os.path.join(d, "events_r00007.jsonl.1")),
+                           ("stragglers", "--png", os.path.join(d, "events_r00001.jsonl.1"))):
+        os.makedirs(os.path.join(d, "sub"), exist_ok=True)
+        rc, so, se = run("trace", cmd, d, opt, path)
+        ok(rc == 2 and "an output never replaces an input; nothing was written" in se and
+           not (os.path.exists(path) and path != old and not path.endswith("r00001.jsonl.1")),
+           f"trace {cmd} {opt} {os.path.basename(path)}: refused", f"rc={rc}\n{se}")
+    ok(open(old, "rb").read() == before, "the rotated log is untouched")
+    rc, so, se = run("trace", "merge", d, "-o", os.path.join(d, "events_r00005.jsonl.new"))
+    ok(rc == 0, "a name the tools do not read is written", se)
+
+
+def test_fifo(d):
+    """A FIFO named like a log or a dump: the open blocked for ever; refused, named."""
+    straggler_logs(d)
+    os.remove(os.path.join(d, "events_r00001.jsonl"))
+    os.mkfifo(os.path.join(d, "events_r00001.jsonl"))
+    for cmd in ("merge", "stragglers", "hang"):
+        if cmd == "hang":
+            write_hang(d)
+            os.remove(os.path.join(d, "hang_r00003.json"))
+            os.mkfifo(os.path.join(d, "hang_r00003.json"))
+        rc, so, se = run_bytes(["trace", cmd, d], timeout=30)
+        name = "hang_r00003.json" if cmd == "hang" else "events_r00001.jsonl"
+        ok(rc == 3 and f"{name}: not a regular file (a FIFO)" in se,
+           f"trace {cmd}: a FIFO in a file's place is refused, named", f"rc={rc}\n{se}")
+
+
 def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
                          ("merge_no_clock", test_merge_no_clock),
+                         ("merge_rotated_p2p", test_merge_rotated_p2p),
                          ("stragglers", test_stragglers), ("rotated", test_rotated),
                          ("unscored", test_unscored),
                          ("json_flag", test_json_flag),
@@ -1138,11 +1311,15 @@ def main():
                          ("hang_young_op", test_hang_young_op),
                          ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid),
-                         ("hang_stuck_group", test_hang_stuck_group)):
+                         ("hang_stuck_group", test_hang_stuck_group),
+                         ("hang_exited", test_hang_exited),
+                         ("hang_bad_world", test_hang_bad_world),
+                         ("output_guard", test_output_guard), ("fifo", test_fifo)):
             d = os.path.join(root, name)
             os.makedirs(d)
             fn(d)
         test_bad_input(root)
+        test_bad_bytes_dir(root)
     return summary()
 
 
