@@ -6,6 +6,9 @@ ms_c_test(test_plan SOURCES unit/test_plan.c LABELS unit)
 # Table 3 with the shipped A100 cluster file.
 ms_c_test(test_plan_megascale SOURCES unit/test_plan_megascale.c LABELS unit
   ARGS ${CMAKE_SOURCE_DIR}/data/clusters/a100-megascale.json)
+# The planner's pipeline at any batch: the activation sets in closed form against the
+# schedule's, the cap on the simulated pipeline, --tp inside a node, cluster ranges.
+ms_c_test(test_plan_pipe SOURCES plan/test_plan_pipe.c LABELS unit)
 # (The planner against our own CPU runs is a benchmark, bench/plan_cpu: its
 # verdict is a timing on a shared machine.)
 # `megascale plan` end to end: JSON, text, --search, plan measure, the

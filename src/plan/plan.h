@@ -116,7 +116,8 @@ typedef struct {
 
 /* Read and validate a cluster file.  Errors name the file and the key:
  * MS_ERR_IO (unreadable), MS_ERR_FORMAT (not JSON, wrong "format" or
- * "version", a missing or unknown key, a value out of range). */
+ * "version", a missing or unknown key, a value out of range, "reserved_gb"
+ * not below "mem_gb", "act_bytes" other than 2 or 4). */
 ms_status plan_cluster_load(const char *path, plan_cluster *c);
 /* FILE, or NAME: DIR/NAME.json (dir: the shipped data/clusters). */
 ms_status plan_cluster_find(const char *name_or_file, const char *dir, plan_cluster *c);
@@ -182,14 +183,24 @@ typedef struct {
     double bubble_fraction; /* bubble_s / (compute and exposed comm of the stage) */
 } plan_result;
 
+/* The most (micro-batch, chunk) pairs of a pipeline the step simulates (pp x vpp x the
+ * micro-batches of a step): the simulation takes time and memory in proportion to them
+ * (about 1 s and 130 MB at this limit). */
+#define PLAN_MAX_PIPE_PAIRS (1 << 19)
+
 /* Check the inputs: MS_ERR_ARG naming the option (--tp 3 does not divide
  * --heads 16, --gpus 100 is not a multiple of --tp x --pp, --batch not a
  * multiple of dp x --micro-batch, layers not divisible by pp x vpp, an
- * interleaved schedule whose micro-batch count is not a multiple of pp). */
+ * interleaved schedule whose micro-batch count is not a multiple of pp, a
+ * pipeline of more than PLAN_MAX_PIPE_PAIRS pairs: too many micro-batches,
+ * naming --batch, dp and --micro-batch).  The layout against the cluster
+ * (--tp more than a node's GPUs) is plan_predict's check. */
 ms_status plan_check(const plan_model *m, const plan_layout *l);
 /* The position table's rows: seq_max, or seq where it is 0. */
 int plan_seq_max(const plan_model *m);
-/* Predict one configuration. */
+/* Predict one configuration: plan_check, the cluster's ranges, and tensor
+ * parallelism inside a node (MS_ERR_ARG naming --tp and the node's GPUs: the
+ * trainer places a tp group on one host). */
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
                        const plan_cluster *c, plan_result *r);
 /* Megatron's model FLOPs per token (the MFU convention). */
@@ -224,9 +235,19 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
  * output stage, one copy of the backward's scratch), the pipeline's send
  * buffers and tied-embedding copy, ZeRO's exchange buffers, the
  * backend's op scratch and, with f->peak_probe, the peak probe's three GEMM
- * matrices.  MS_ERR_NOMEM. */
+ * matrices.  Never fails (MS_OK). */
 ms_status plan_memory(const plan_model *m, const plan_layout *l, const plan_features *f,
                       const plan_cluster *c, plan_result *r);
+/* Activation sets of pipeline stage s (pp >= 2; vpp > 1: interleaved, with n_micro a multiple
+ * of pp): the most (micro-batch, chunk) pairs the stage's schedule holds at once, the larger
+ * of its two communication modes (the trainer's train_pipe_plan and par_schedule_slots), in
+ * closed form: the warm-up's forwards and the steady phase's first (w + 1,
+ * par_schedule_warmup), plus with decoupled communication the receive posted one compute
+ * ahead into a set of its own on every stage that receives activations (all but stage 0 of
+ * 1F1B); at most the stage's n_micro x vpp pairs.  (The blocking mode posts a receive at the
+ * boundary after the BWD that frees a set: w + 1.)  tests/plan/test_plan_pipe.c checks it
+ * against par_schedule_slots. */
+int plan_stage_sets(int pp, int vpp, int n_micro, int s);
 
 /* ---- search (plan_search.c) ---------------------------------------------- */
 
@@ -241,7 +262,9 @@ typedef struct {
  * the best `max` into out, their count into *n, the number evaluated into
  * *tried.  smallest (NULL: not wanted): of the evaluated layouts, fitting
  * or not, the one that needs the least memory per GPU (what to report
- * when none fits); untouched when none was evaluated. */
+ * when none fits); untouched when none was evaluated.  The step (a pipeline simulation) is
+ * predicted only for the layouts that fit and the smallest; a layout over
+ * PLAN_MAX_PIPE_PAIRS is skipped (plan_check). */
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
                       int max, int *n, int *tried, plan_candidate *smallest);

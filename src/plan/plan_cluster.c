@@ -93,6 +93,16 @@ ms_status plan_cluster_check(const plan_cluster *c, const char *what) {
     for (int i = 0; i < N_TOP; i++)
         MS_TRY(check_num(what, top_keys[i].key, *num_at(&tmp, top_keys[i].off), top_keys[i].lo,
                          top_keys[i].hi, top_keys[i].lo_incl));
+    /* the runtime's share must leave room for the model; the trainer keeps activations and
+     * the 16-bit weight copy in bf16 or fp32, nothing else */
+    if (c->reserved_gb >= c->mem_gb)
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: \"reserved_gb\" is %g, not below \"mem_gb\" %g (it is the part of "
+                        "a GPU's memory the runtime takes)",
+                        what, c->reserved_gb, c->mem_gb);
+    if (c->act_bytes != 2 && c->act_bytes != 4)
+        return ms_error(MS_ERR_FORMAT, "%s: \"act_bytes\" is %g, must be 2 (bf16) or 4 (fp32)",
+                        what, c->act_bytes);
     if (c->n_gemm < 1 || c->n_gemm > PLAN_GEMM_POINTS)
         return ms_error(MS_ERR_FORMAT, "%s: \"gemm\" needs 1 to %d [n, efficiency] points (has %d)",
                         what, PLAN_GEMM_POINTS, c->n_gemm);

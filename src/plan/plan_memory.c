@@ -7,7 +7,6 @@
  * their input only (Korthikanti et al. 2022) and one layer's activations
  * are rebuilt while its backward runs. */
 #include <math.h>
-#include <stdlib.h>
 
 #include "monitor/monitor.h"
 #include "parallel/schedule.h"
@@ -75,25 +74,13 @@ static double stage_params(const plan_model *m, int t, int p, int d, int s, doub
     return n;
 }
 
-/* Activation sets of stage s: the (micro-batch, chunk) pairs its schedule
- * holds at once, the larger of the two communication modes' lists (the
- * trainer's train_pipe_plan and par_schedule_slots). */
-static ms_status stage_slots(const plan_layout *l, int n_micro, int s, int *slots) {
-    *slots = 0;
-    par_sched_kind kind = l->vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B;
-    int *slot = malloc(sizeof(int) * (size_t)n_micro * (size_t)l->vpp);
-    if (!slot) return ms_error(MS_ERR_NOMEM, "plan: activation sets of %d micro-batches", n_micro);
-    ms_status st = MS_OK;
-    for (int comm = PAR_COMM_OVERLAP; st == MS_OK && comm <= PAR_COMM_BLOCKING; comm++) {
-        par_instr *list = NULL;
-        int n = 0, k = 0;
-        st = par_schedule_comm(kind, (par_comm)comm, l->pp, l->vpp, n_micro, s, &list, &n);
-        if (st == MS_OK) st = par_schedule_slots(list, n, l->vpp, n_micro, slot, &k);
-        if (k > *slots) *slots = k;
-        free(list);
-    }
-    free(slot);
-    return st;
+/* Activation sets of stage s in closed form (plan.h): w + 1, and a set for the receive posted
+ * a compute ahead where the stage receives activations. */
+int plan_stage_sets(int pp, int vpp, int n_micro, int s) {
+    par_sched_kind kind = vpp > 1 ? PAR_SCHED_INTERLEAVED : PAR_SCHED_1F1B;
+    long long pairs = (long long)n_micro * vpp;
+    long long sets = par_schedule_warmup(kind, pp, vpp, n_micro, s) + 1 + (vpp > 1 || s > 0);
+    return (int)(sets < pairs ? sets : pairs);
 }
 
 /* The backend's op scratch (be->reserve with the model's limits).  CPU:
@@ -173,8 +160,7 @@ ms_status plan_memory(const plan_model *m, const plan_layout *l, const plan_feat
     double gb = 1e9, es = c->act_bytes, N = (double)l->micro * m->seq;
     double best = -1;
     for (int s = 0; s < p; s++) {
-        int sets = 1;
-        if (p > 1) MS_TRY(stage_slots(l, n_micro, s, &sets));
+        int sets = p > 1 ? plan_stage_sets(p, l->vpp, n_micro, s) : 1;
         double wte, n = stage_params(m, t, p, d, s, &wte);
         /* fp32 master weights (the only copy with fp32 activations) and the 16-bit
          * copy; fp32 gradients, whole; AdamW/LAMB's m and v: this rank's ZeRO shard */

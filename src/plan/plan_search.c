@@ -27,6 +27,8 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                       int max, int *n, int *tried, plan_candidate *smallest) {
     *n = 0, *tried = 0;
     if (max < 1) return ms_error(MS_ERR_ARG, "plan search: room for no result");
+    MS_TRY(plan_cluster_check(c, c->name));
+    int small_memory_only = 0; /* *smallest has only its memory parts yet */
     for (int tp = 1; tp <= m->heads && tp <= c->gpus_per_node; tp++) {
         if (m->heads % tp || c->gpus_per_node % tp) continue;
         for (int pp = 1; pp <= m->layers && tp * pp <= base->gpus; pp++) {
@@ -38,16 +40,21 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                     cand.layout.tp = tp, cand.layout.pp = pp, cand.layout.vpp = vpp;
                     cand.layout.micro = micro;
                     if (plan_check(m, &cand.layout) != MS_OK) continue;
-                    ms_status st = plan_predict(m, &cand.layout, f, c, &cand.result);
+                    /* the memory first: the step (a pipeline simulation) only for a layout
+                     * that fits, or, once the search is over, the smallest */
+                    ms_status st = plan_memory(m, &cand.layout, f, c, &cand.result);
+                    if (st == MS_OK && cand.result.fits)
+                        st = plan_predict(m, &cand.layout, f, c, &cand.result);
                     if (st == MS_ERR_NOMEM) return st;
                     if (st != MS_OK) continue;
                     if (smallest && (!*tried || cand.result.memory_gb < smallest->result.memory_gb))
-                        *smallest = cand;
+                        *smallest = cand, small_memory_only = !cand.result.fits;
                     (*tried)++;
                     if (cand.result.fits) keep(out, max, n, &cand);
                 }
             }
         }
     }
+    if (small_memory_only) return plan_predict(m, &smallest->layout, f, c, &smallest->result);
     return MS_OK;
 }

@@ -264,6 +264,16 @@ ms_status plan_check(const plan_model *m, const plan_layout *l) {
                                  "%d micro-batches per step (--batch %d / (dp %d x --micro-batch "
                                  "%d)) for --pp %d --vpp %d",
                                  n_micro, l->batch, dp, l->micro, l->pp, l->vpp);
+        /* the simulation's time and memory grow with the pairs (pipeline(): every stage's
+         * instruction list at once); a batch given in tokens makes millions */
+        if ((double)n_micro * l->pp * l->vpp > PLAN_MAX_PIPE_PAIRS)
+            return ms_error(MS_ERR_ARG,
+                            "%d micro-batches per step (--batch %d / (dp %d x --micro-batch "
+                            "%d)) are more than the planner simulates with --pp %d --vpp %d: at "
+                            "most %d (pp x vpp x micro-batches <= %d); --batch counts "
+                            "sequences, not tokens",
+                            n_micro, l->batch, dp, l->micro, l->pp, l->vpp,
+                            PLAN_MAX_PIPE_PAIRS / (l->pp * l->vpp), PLAN_MAX_PIPE_PAIRS);
     }
     return MS_OK;
 }
@@ -417,6 +427,11 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
     memset(r, 0, sizeof *r);
     MS_TRY(plan_check(m, l));
     MS_TRY(plan_cluster_check(c, c->name));
+    if (l->tp > c->gpus_per_node) /* the trainer places a tp group on one host */
+        return ms_error(MS_ERR_ARG,
+                        "--tp %d is more than the %d GPUs a node of %s has: tensor parallelism "
+                        "runs inside a node",
+                        l->tp, c->gpus_per_node, c->name);
     step_ctx x;
     ctx_init(&x, m, l, f, c);
     size_t n = (size_t)x.p * (size_t)x.v;

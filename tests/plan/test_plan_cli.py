@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 BIN = os.environ["MS_BIN"]
 counts = {"passed": 0, "failed": 0}
@@ -23,6 +24,16 @@ def ok(cond, what, detail=""):
 
 def plan(*args):
     return subprocess.run([BIN, "plan", *args], capture_output=True, text=True, timeout=120)
+
+
+def plan_within(seconds, *args):
+    """plan(*args) and whether it ended within `seconds` (None when it ran past 60 s)."""
+    t0 = time.monotonic()
+    try:
+        r = subprocess.run([BIN, "plan", *args], capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        return None, False
+    return r, time.monotonic() - t0 <= seconds
 
 
 def test_mpi():
@@ -150,6 +161,37 @@ def main():
     ok(r.returncode == 2 and "no layout is valid" in r.stderr and "--batch 1" in r.stderr,
        "search: no valid layout names --batch", r.stdout + r.stderr)
 
+    # a batch given in tokens: millions of micro-batches a step.  The pipeline's simulation is
+    # capped (it built every stage's full schedule: 100 s and 5.8 GB for the first of these,
+    # minutes and 16 GB for the second); refused at once, naming --batch, dp, --micro-batch,
+    # the count and the limit, with the usage exit code
+    for args, needles in [
+        (["--cluster", "a100-megascale", "--model", "gpt3-175b", "--gpus", "64", "--tp", "8",
+          "--pp", "8", "--batch", "3200000"],
+         ["3200000 micro-batches", "--batch 3200000", "dp 1", "--micro-batch 1", "at most 65536"]),
+        (["--cluster", "h100-node", "--layers", "12", "--heads", "16", "--dim", "2048", "--vocab",
+          "50257", "--seq", "1", "--gpus", "1024", "--batch", "1073741824", "--tp", "8", "--pp",
+          "2", "--vpp", "2"],
+         ["16777216 micro-batches", "--batch 1073741824", "dp 64", "at most 131072"]),
+    ]:
+        r, fast = plan_within(10, *args)
+        ok(r is not None and fast and r.returncode == 2 and all(n in r.stderr for n in needles),
+           f"--batch {args[args.index('--batch') + 1]}: refused within 10 s, naming the batch",
+           r.stderr if r else "ran past 60 s")
+    # --search skips the layouts over the cap (pp 1 needs no simulation) instead of failing
+    r, fast = plan_within(10, "--cluster", "h100-node", "--model", "d12", "--gpus", "8",
+                          "--batch", "16777216", "--search", "--json")
+    s = json.loads(r.stdout) if r and r.returncode == 0 else {}
+    ok(fast and s.get("layouts") and all(x["layout"]["pp"] == 1 for x in s["layouts"]),
+       "search with a huge batch: the pipelines over the cap skipped, within 10 s",
+       (r.stdout[-500:] + r.stderr) if r else "ran past 60 s")
+    # the largest pipeline under the cap is still planned, in seconds
+    r, fast = plan_within(20, "--cluster", "a100-megascale", "--model", "gpt3-175b", "--gpus",
+                          "64", "--tp", "8", "--pp", "8", "--batch", "65536", "--json")
+    ok(r is not None and fast and r.returncode == 0
+       and json.loads(r.stdout)["layout"]["micro_batches"] == 65536,
+       "65536 micro-batches on 8 stages (the cap): planned", r.stderr if r else "ran past 60 s")
+
     src = os.environ.get("MS_SRC", os.path.join(os.path.dirname(__file__), "..", ".."))
     for f in sorted(os.listdir(os.path.join(src, "data", "clusters"))):
         name = f[:-5]
@@ -199,6 +241,9 @@ def main():
         (["--cluster", "a100-megascale", *base, "--recompute", "some"], 2, "--recompute some"),
         (["--cluster", "a100-megascale", "--model", "d12", "--batch", "8"], 2, "--gpus"),
         (["--cluster", "a100-megascale", *base, "--tpp", "2"], 2, "tpp"),
+        # the trainer places a tensor-parallel group on one host
+        (["--cluster", "h100-node", "--model", "megascale-175b", "--gpus", "32", "--batch", "32",
+          "--tp", "16", "--pp", "2"], 2, "--tp 16 is more than the 8 GPUs a node of h100-node"),
         # a trainer preset's position table has 1024 rows, as the trainer refuses a longer --seq
         (["--cluster", "a100-megascale", "--gpus", "8", "--batch", "8", "--model", "d12", "--seq",
           "2048"], 2, "--seq 2048 must be in 1..1024"),
@@ -217,6 +262,11 @@ def main():
     del cfg["hbm_gbps"]
     json.dump(cfg, open(bad, "w"))
     cases.append((["--cluster", bad, *base], 3, "hbm_gbps"))
+    for key, value, needle in [("reserved_gb", cfg["mem_gb"], '"reserved_gb" is'),
+                               ("act_bytes", 3, '"act_bytes" is 3, must be 2 (bf16) or 4')]:
+        path = os.path.join(d, f"bad_{key}.json")
+        json.dump({**json.load(open(one)), key: value}, open(path, "w"))
+        cases.append((["--cluster", path, *base], 3, f"{path}: {needle}"))
     open(bad + "x", "w").write("{ not json")
     cases.append((["--cluster", bad + "x", *base], 3, "bad.jsonx"))
     for args, code, needle in cases:
