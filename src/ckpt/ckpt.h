@@ -95,6 +95,9 @@ typedef struct {
     char optimizer[16];
     double beta1, beta2, eps, weight_decay, grad_clip;
     char train_data[1024], val_data[1024]; /* the globs as given */
+    /* --data-order: what the cursor's pos counts (windows of the shuffle, or
+     * tokens); "" in older commits */
+    char data_order[16];
 } ckpt_train_state;
 
 /* ---- the checkpoint directory across hosts ---------------------------------- */
@@ -175,6 +178,10 @@ int ckpt_manager_waits(const ckpt_manager *cm);
 /* This process's node name (base/node.h), for the checkpoint's fault
  * entries with a ":node=NAME" target (NULL or "": they never fire). */
 void ckpt_manager_set_node(ckpt_manager *cm, const char *node);
+/* Rank 0 after --new-run moved an earlier run's commits: that directory
+ * (DIR/previous-STAMP), where the trainer moves the run's other records
+ * (its metrics, train.cfg) before replacing them; "" otherwise. */
+const char *ckpt_manager_previous(const ckpt_manager *cm);
 /* Final checkpoint (unless st->step was already saved, or a hold is on),
  * then wait for stage 2; returns the status of that last persist. */
 ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st);
@@ -260,9 +267,10 @@ int ckpt_latest_target(const char *path, char *out, size_t n);
  * and `eval --weights` take as a checkpoint, and what train --init-from
  * refuses with the way to use it. */
 int ckpt_is_checkpoint(const char *path);
-/* 1 if path is an existing file that a checkpoint holds: a file of a commit
- * (its directory holds a manifest), or the latest, job or lock
- * file of a checkpoint directory; which one, in words, into what (n bytes).
+/* 1 if path is a file that a checkpoint holds: a file of a commit (its
+ * directory holds a manifest; existing or not: a new file there is pruned
+ * with the commit), or the existing latest, job or lock file of a
+ * checkpoint directory; which one, in words, into what (n bytes).
  * An output of another kind (train --save-weights, --metrics, --log-file)
  * that is one would damage a commit. */
 int ckpt_is_part(const char *path, char *what, size_t n); /* NULL or "": 0 */

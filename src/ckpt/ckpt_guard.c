@@ -118,16 +118,17 @@ int ckpt_is_checkpoint(const char *path) {
 int ckpt_is_part(const char *path, char *what, size_t n) {
     char dir[4200], kind[256];
     struct stat sb;
-    if (!path || !*path || stat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) return 0;
+    if (!path || !*path || (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))) return 0;
     snprintf(dir, sizeof dir, "%s", path);
     ms_path_dir(dir);
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     char manifest[4300]; /* a commit: its manifest, not a step_N name alone */
     snprintf(manifest, sizeof manifest, "%s/%s", dir, CKPT_MANIFEST);
-    if (stat(manifest, &sb) == 0) {
-        snprintf(what, n, "a file of the commit %s", dir);
+    if (stat(manifest, &sb) == 0) { /* a new file too: the commit is pruned with it in it */
+        snprintf(what, n, "%s the commit %s", stat(path, &sb) == 0 ? "a file of" : "inside", dir);
         return 1;
     }
+    if (stat(path, &sb) != 0) return 0;
     if ((!strcmp(base, "latest") || !strcmp(base, "job") || !strcmp(base, LOCK_NAME)) &&
         is_ckpt_dir(dir, kind, sizeof kind)) {
         snprintf(what, n, "the '%s' file of the checkpoint directory %s", base, dir);

@@ -32,6 +32,7 @@
 struct ckpt_manager {
     ckpt_options o;
     char root[4096], resume[4096], shm_dir[4096]; /* shm_dir: "" for /dev/shm */
+    char previous[4300]; /* rank 0, --new-run: where the earlier run's commits went ("" none) */
     int saving;
     int lock_fd;        /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
     int hold;           /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
@@ -95,11 +96,12 @@ static ms_status make_aside(const char *root, const char *kind, char *aside, siz
     return MS_OK;
 }
 
-/* Rank 0, a fresh start (no --resume), the directory locked: an earlier
- * run's commits (step_* directories; links are not followed) are refused,
- * or with --new-run moved, with DIR/latest and DIR/job, into
- * DIR/previous-STAMP/.  The new job id (new_job) comes after. */
-static ms_status fresh_start(ckpt_manager *cm) {
+/* Rank 0, a fresh start (no --resume, or a --resume of another directory's
+ * checkpoint: foreign), the directory locked: an earlier run's commits
+ * (step_* directories, or links to them) are refused, or with --new-run
+ * moved, with DIR/latest and DIR/job, into DIR/previous-STAMP/.  The new
+ * job id (new_job) comes after. */
+static ms_status fresh_start(ckpt_manager *cm, int foreign) {
     DIR *dir = opendir(cm->root);
     if (!dir) return ms_error(MS_ERR_IO, "%s: %s", cm->root, strerror(errno));
     char newest[256] = "", path[4400];
@@ -108,13 +110,21 @@ static ms_status fresh_start(ckpt_manager *cm) {
     while ((e = readdir(dir))) {
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", cm->root, e->d_name);
-        if (strncmp(e->d_name, "step_", 5) || lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        /* a link to a directory counts: --resume auto would follow it (ckpt_list_steps) */
+        if (strncmp(e->d_name, "step_", 5) || stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
             continue;
         n++;
         if (strcmp(e->d_name, newest) > 0) snprintf(newest, sizeof newest, "%s", e->d_name);
     }
     closedir(dir);
     if (!n) return MS_OK;
+    if (!cm->o.new_run && foreign) /* its commits would be pruned by this run's, or mixed in */
+        return ms_error(MS_ERR_ARG,
+                        "--resume %s is not a checkpoint of --ckpt-dir %s, which already holds "
+                        "the checkpoints of another run (%d commit(s), the newest %s): pass "
+                        "--new-run to move them to %s/previous-<date>/ first, or give another "
+                        "--ckpt-dir",
+                        cm->resume, cm->root, n, newest, cm->root);
     if (!cm->o.new_run)
         return ms_error(MS_ERR_ARG,
                         "%s already holds the checkpoints of a run (%d commit(s), the newest %s): "
@@ -129,7 +139,7 @@ static ms_status fresh_start(ckpt_manager *cm) {
     while (st == MS_OK && (e = readdir(dir))) {
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", cm->root, e->d_name);
-        int step = !strncmp(e->d_name, "step_", 5) && lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+        int step = !strncmp(e->d_name, "step_", 5) && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
         if (!step && strcmp(e->d_name, "latest") && strcmp(e->d_name, "job")) continue;
         char to[4600];
         snprintf(to, sizeof to, "%s/%s", aside, e->d_name);
@@ -137,9 +147,11 @@ static ms_status fresh_start(ckpt_manager *cm) {
             st = ms_error(MS_ERR_IO, "--new-run: move %s to %s: %s", path, aside, strerror(errno));
     }
     closedir(dir);
-    if (st == MS_OK)
+    if (st == MS_OK) {
         ms_warn("--new-run: the earlier run's %d commit(s) (newest %s) are now in %s", n, newest,
                 aside);
+        snprintf(cm->previous, sizeof cm->previous, "%s", aside);
+    }
     return st;
 }
 
@@ -161,13 +173,33 @@ static ms_status new_job(ckpt_manager *cm) {
             stat(path, &sb) != 0 || ckpt_snap_open(path, &v, &h) != MS_OK)
             continue;
         if (v.job == old && !cm->o.new_run)
-            ms_warn("fresh start (no --resume): the host-memory snapshot %s holds step %d of an "
+            ms_warn("fresh start (no --resume, or another directory's): the host-memory "
+                    "snapshot %s holds step %d of an "
                     "earlier run in %s; this run disowns it and its checkpoints overwrite it "
                     "(stop now and pass --resume auto to continue that run instead)",
                     path, v.step, cm->root);
         ckpt_snap_close(&v, h);
     }
     return ckpt_job_new(cm->root, &cm->job);
+}
+
+static int same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* 1 if --resume names a checkpoint outside this directory: not auto, not
+ * DIR itself, DIR/latest or a DIR/step_N (existing or not), whatever the
+ * spelling.  Such a run is another history here, as a fresh start is. */
+static int resume_is_foreign(const ckpt_manager *cm) {
+    char target[4300], parent[4300];
+    const char *res = cm->resume;
+    if (!res[0] || !strcmp(res, "auto")) return 0;
+    if (ckpt_latest_target(res, target, sizeof target)) res = target;
+    if (same_file(res, cm->root)) return 0;
+    snprintf(parent, sizeof parent, "%s", res);
+    ms_path_dir(parent);
+    return !same_file(parent, cm->root);
 }
 
 /* 1 if --resume names one of this directory's own commits (DIR/step_N
@@ -191,12 +223,42 @@ static int resumes_own_commit(const ckpt_manager *cm, int *step) {
  * DIR/abandoned-STAMP/ (nothing is deleted), and a new job id disowns the
  * /dev/shm snapshots of that history.  *rolled 1 if so. */
 static ms_status rollback(ckpt_manager *cm, int *rolled) {
-    int step, *steps = NULL, n = 0, newer = 0;
+    int step, *steps = NULL, n = 0, newer = 0, snaps = 0;
     *rolled = 0;
     if (!resumes_own_commit(cm, &step)) return MS_OK;
+    /* the commit first: a mistyped or damaged --resume moved the newer
+     * commits away, then failed, and the next --resume auto went back to
+     * the newest commit left */
+    struct stat sb;
+    if (stat(cm->resume, &sb) != 0)
+        return ms_error(MS_ERR_NOTFOUND,
+                        "--resume %s: %s (no such step directory; nothing was "
+                        "moved)",
+                        cm->resume, strerror(errno));
+    ckpt_reader *r = NULL;
+    ms_status vs = ckpt_reader_open(&r, cm->resume, 0);
+    if (vs == MS_OK) vs = ckpt_check_model(ckpt_reader_manifest(r), cm->m, cm->resume);
+    ckpt_reader_close(r);
+    if (vs != MS_OK) return ms_error_wrap(vs, "--resume (nothing was moved)");
     MS_TRY(ckpt_list_steps(cm->root, &steps, &n));
     for (int i = 0; i < n; i++)
         newer += steps[i] > step;
+    uint64_t job = 0; /* rank 0's snapshots of a later step: that history's too */
+    for (int k = 0; ckpt_job_id(cm->root, 0, &job) == MS_OK && k < 2; k++) {
+        char path[4300];
+        ckpt_snap_view v;
+        void *h;
+        if (ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, 0, k) != MS_OK ||
+            stat(path, &sb) != 0 || ckpt_snap_open(path, &v, &h) != MS_OK)
+            continue;
+        snaps += v.job == job && v.step > step;
+        ckpt_snap_close(&v, h);
+    }
+    if (snaps)
+        ms_warn("--resume %s: the host-memory snapshots of later steps in %s belong to another "
+                "history from here on: this run disowns them",
+                cm->resume, cm->shm_dir);
+    *rolled = snaps > 0;
     ms_status st = MS_OK;
     char aside[4300], path[4400], to[4700];
     if (newer) st = make_aside(cm->root, "abandoned", aside, sizeof aside);
@@ -228,15 +290,23 @@ static ms_status rollback(ckpt_manager *cm, int *rolled) {
 static ms_status setup_dir(ckpt_manager *cm) {
     ms_status st = MS_OK;
     if (cm->rank == 0) {
-        int rolled = 0;
-        st = ms_mkdirs(cm->root);
+        int rolled = 0, foreign = resume_is_foreign(cm);
+        char mf[4400];
+        struct stat sb;
+        snprintf(mf, sizeof mf, "%s/%s", cm->root, CKPT_MANIFEST);
+        if (stat(mf, &sb) == 0) /* its nested commits would be pruned with it */
+            st = ms_error(MS_ERR_ARG,
+                          "--ckpt-dir %s is a commit (it holds %s), not a checkpoint directory: "
+                          "give the directory that holds it (--resume takes a commit)",
+                          cm->root, CKPT_MANIFEST);
+        if (st == MS_OK) st = ms_mkdirs(cm->root);
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
-        if (st == MS_OK && !cm->resume[0]) st = fresh_start(cm);
-        if (st == MS_OK && cm->resume[0]) st = rollback(cm, &rolled);
+        if (st == MS_OK && (!cm->resume[0] || foreign)) st = fresh_start(cm, foreign);
+        if (st == MS_OK && cm->resume[0] && !foreign) st = rollback(cm, &rolled);
         if (st == MS_OK)
-            st = !cm->resume[0] ? new_job(cm)
-                 : rolled       ? ckpt_job_new(cm->root, &cm->job)
-                                : ckpt_job_id(cm->root, 1, &cm->job);
+            st = !cm->resume[0] || foreign ? new_job(cm)
+                 : rolled                  ? ckpt_job_new(cm->root, &cm->job)
+                                           : ckpt_job_id(cm->root, 1, &cm->job);
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
     if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));
@@ -451,6 +521,10 @@ void ckpt_manager_set_wait_hook(ckpt_manager *cm, void (*fn)(void *ctx), void *c
 
 int ckpt_manager_waits(const ckpt_manager *cm) {
     return cm->n_waits;
+}
+
+const char *ckpt_manager_previous(const ckpt_manager *cm) {
+    return cm ? cm->previous : "";
 }
 
 void ckpt_manager_set_node(ckpt_manager *cm, const char *node) {
@@ -780,6 +854,17 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
         ms_info("resume: no checkpoint in %s yet; starting from scratch", cm->root);
         return cm->saving ? ensure_slots(cm) : MS_OK;
     }
+    /* the cursor's pos counts shuffled windows or tokens: read in the other
+     * order it is another place in the data (every rank: the state is rank 0's) */
+    if (saved.data_order[0] && now->data_order[0] && strcmp(saved.data_order, now->data_order))
+        return ms_error(MS_ERR_ARG,
+                        "resume: --data-order %s differs from the checkpoint's %s (%s): its data "
+                        "position (epoch %llu, shard %llu, pos %llu) has no meaning in the other "
+                        "order; resume with --data-order %s",
+                        now->data_order, saved.data_order, from,
+                        (unsigned long long)saved.cursor.epoch,
+                        (unsigned long long)saved.cursor.shard,
+                        (unsigned long long)saved.cursor.pos, saved.data_order);
     opt_set_steps(cm->opt, saved.opt_steps);
     if (cm->rank == 0) compare_state(&saved, now); /* the same on every rank: said once */
     *out = saved;

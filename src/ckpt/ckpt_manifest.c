@@ -148,7 +148,8 @@ cJSON *ckpt_json_trainer(const ckpt_train_state *s) {
         ok && (s->train_data[0] || s->val_data[0]) ? cJSON_AddObjectToObject(o, "data") : NULL;
     if (data)
         ok = cJSON_AddStringToObject(data, "train", s->train_data) &&
-             cJSON_AddStringToObject(data, "val", s->val_data);
+             cJSON_AddStringToObject(data, "val", s->val_data) &&
+             (!s->data_order[0] || cJSON_AddStringToObject(data, "order", s->data_order));
     if (!ok) cJSON_Delete(o);
     return ok ? o : NULL;
 }
@@ -203,6 +204,11 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
         MS_TRY(get_str(data, "val", &va, where));
         snprintf(s->train_data, sizeof s->train_data, "%s", tr);
         snprintf(s->val_data, sizeof s->val_data, "%s", va);
+        if (cJSON_GetObjectItemCaseSensitive(data, "order")) { /* absent in older commits */
+            const char *order;
+            MS_TRY(get_str(data, "order", &order, where));
+            snprintf(s->data_order, sizeof s->data_order, "%s", order);
+        }
     }
     return MS_OK;
 }

@@ -1,10 +1,12 @@
 /* train.c - the step loop. */
 #include "train/train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -268,6 +270,7 @@ static ckpt_train_state ckpt_state(trainer *t, int step) {
     s.grad_clip = tc->grad_clip;
     snprintf(s.train_data, sizeof s.train_data, "%s", tc->train_data ? tc->train_data : "");
     snprintf(s.val_data, sizeof s.val_data, "%s", tc->val_data ? tc->val_data : "");
+    snprintf(s.data_order, sizeof s.data_order, "%s", tc->data_order ? tc->data_order : "");
     return s;
 }
 
@@ -505,8 +508,27 @@ static char *config_json(const trainer *t) {
     return text;
 }
 
+/* Rank 0, a new run (--new-run) in a directory whose earlier run's commits
+ * it moved aside: that run's record at path (its metrics, train.cfg) goes
+ * with them instead of being replaced.  Where it cannot be moved (another
+ * file system), a warning says it is replaced. */
+static void keep_previous(const trainer *t, const char *path) {
+    const char *prev = t->rank == 0 ? ckpt_manager_previous(t->ckpt) : "";
+    struct stat sb;
+    if (!prev[0] || !path || !*path || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return;
+    char to[4600];
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    snprintf(to, sizeof to, "%s/%s", prev, base);
+    if (rename(path, to) == 0)
+        ms_info("--new-run: the earlier run's %s is now %s", path, to);
+    else
+        ms_warn("--new-run: could not move the earlier run's %s to %s (%s): this run replaces it",
+                path, to, strerror(errno));
+}
+
 /* The step record: progress line, metrics (rank 0), event log, summary. */
 static ms_status setup_record(trainer *t) {
+    if (t->start == 0) keep_previous(t, t->tc->metrics);
     MS_TRY(mon_record_create(&t->rec));
     MS_TRY(mon_record_add(t->rec, mon_sink_progress(t->tc->log_every)));
     mon_sink m;
@@ -1120,6 +1142,7 @@ static ms_status write_config(const trainer *t) {
     if (!tc->out_dir || !*tc->out_dir || !tc->config_text) return MS_OK;
     char path[4200];
     snprintf(path, sizeof path, "%s/train.cfg", tc->out_dir);
+    keep_previous(t, path);
     MS_TRY(ms_file_write_atomic(path, tc->config_text, strlen(tc->config_text)));
     ms_info("out-dir %s: metrics, weights, checkpoints, traces and train.log; options in %s",
             tc->out_dir, path);

@@ -32,10 +32,18 @@ def test_prune_symlink(ws):
     ok(r.returncode == 0 and verify(step_dir(other, 2)), "the other run commits step 2", r.stderr)
     before = tree(other)
     mine = ws.path("prune_run")
-    os.makedirs(mine)
+    r = run(ws, ws.train_args("--steps", "2", "--ckpt-dir", mine, "--ckpt-every", "2"))
+    ok(r.returncode == 0 and verify(step_dir(mine, 2)), "the pruning run commits step 2", r.stderr)
     os.symlink(step_dir(other, 2), step_dir(mine, 1))
+    # a fresh start is refused: a link to a commit counts as one (before, the
+    # fresh start passed over it and a later --resume auto followed it)
+    os.makedirs(ws.path("link_fresh"))
+    os.symlink(step_dir(other, 2), step_dir(ws.path("link_fresh"), 3))
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", ws.path("link_fresh")))
+    ok(r.returncode == 2 and "already holds the checkpoints of a run" in r.stderr,
+       "a fresh start in a directory holding a step_* link to a commit: refused", r.stderr)
     r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", mine, "--ckpt-every", "2",
-                              "--ckpt-keep", "1"))
+                              "--ckpt-keep", "1", "--resume", "auto"))
     ok(r.returncode == 0 and verify(step_dir(mine, 6)), "the pruning run commits step 6", r.stderr)
     ok(not os.path.exists(step_dir(mine, 2)) and not os.path.exists(step_dir(mine, 4)),
        "--ckpt-keep 1 still prunes the run's own older commits", str(sorted(os.listdir(mine))))
@@ -200,6 +208,73 @@ def test_rollback(ws):
        "not the old history's step 8", r.stderr)
 
 
+def test_other_histories(ws):
+    """Mistakes that lost or hid an earlier run's commits (each was exit 0 or
+    left the directory changed): a --resume of another directory's commit
+    into a directory holding a run; a --resume DIR/step_N that does not
+    exist (the newer commits were moved before it failed); a --ckpt-dir that
+    is a commit; --save-weights inside a commit; --new-run's earlier metrics;
+    another --data-order than the checkpoint's."""
+    def kept(d):  # the directory's contents, but its lock (the last holder's pid)
+        return {k: v for k, v in tree(d).items() if k != "lock"}
+    a, b = ws.path("hist_a"), ws.path("hist_b")
+    r = run(ws, ws.train_args("--steps", "4", "--ckpt-dir", a, "--ckpt-every", "2"))
+    r2 = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", b, "--ckpt-every", "6", "--seed", "2"))
+    ok(r.returncode == 0 and r2.returncode == 0, "two runs, A (steps 2, 4) and B (step 6)",
+       r.stderr + r2.stderr)
+    before = kept(a)
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", a, "--ckpt-every", "2", "--resume",
+                              step_dir(b, 6)))
+    ok(r.returncode == 2 and f"is not a checkpoint of --ckpt-dir {a}" in r.stderr
+       and "--new-run" in r.stderr and kept(a) == before,
+       "--resume B/step_6 into A, which holds A's commits: refused, A unchanged", r.stderr)
+    r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", a, "--ckpt-every", "2", "--resume",
+                              step_dir(b, 6), "--new-run"))
+    prev = [n for n in os.listdir(a) if n.startswith("previous-")]
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 6 and prev
+       and sorted(n for n in os.listdir(os.path.join(a, prev[0])) if n.startswith("step_"))
+       == ["step_00000002", "step_00000004"],
+       "... with --new-run: A's commits moved aside, B's step 6 continued in A", r.stderr)
+    # a mistyped rollback target: nothing moved
+    c = ws.path("hist_c")
+    run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--ckpt-every", "2",
+                          "--ckpt-keep", "5"))
+    before = kept(c)
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--resume", step_dir(c, 3)))
+    ok(r.returncode == 3 and "nothing was moved" in r.stderr and kept(c) == before,
+       "--resume DIR/step_3 that does not exist: an error, the newer commits not moved", r.stderr)
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--resume", step_dir(c, 2),
+                              "--dim", "48"))
+    ok(r.returncode == 2 and "nothing was moved" in r.stderr and kept(c) == before,
+       "--resume DIR/step_2 of another model: refused, the newer commits not moved", r.stderr)
+    # a commit as --ckpt-dir; an output inside a commit
+    r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", step_dir(c, 6), "--resume", "auto"))
+    ok(r.returncode == 2 and "is a commit (it holds manifest.json)" in r.stderr
+       and kept(c) == before, "--ckpt-dir DIR/step_6: refused, the commit unchanged", r.stderr)
+    inside = os.path.join(step_dir(c, 6), "model.safetensors")
+    r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", c, "--resume", "auto",
+                              "--save-weights", inside))
+    ok(r.returncode == 2 and "inside the commit" in r.stderr and kept(c) == before,
+       "--save-weights inside a commit (pruned with it): refused at start-up", r.stderr)
+    # --new-run with --out-dir: the earlier run's metrics go with its commits
+    od = ws.path("hist_od")
+    r = run(ws, ws.train_args("--steps", "4", "--ckpt-every", "2", "--out-dir", od))
+    old_metrics = open(os.path.join(od, "metrics.jsonl")).read() if r.returncode == 0 else ""
+    r = run(ws, ws.train_args("--steps", "2", "--out-dir", od, "--new-run"))
+    prev = [n for n in os.listdir(os.path.join(od, "ckpt")) if n.startswith("previous-")]
+    moved = os.path.join(od, "ckpt", prev[0], "metrics.jsonl") if prev else ""
+    ok(r.returncode == 0 and old_metrics and moved and open(moved).read() == old_metrics
+       and os.path.exists(os.path.join(od, "ckpt", prev[0], "train.cfg")),
+       "--new-run --out-dir: the earlier run's metrics.jsonl and train.cfg moved with its "
+       "commits (the metrics were truncated)", r.stderr)
+    # another data order: the cursor would mean another place in the data
+    r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", c, "--resume", "auto",
+                              "--data-order", "sequential"))
+    ok(r.returncode == 2 and "--data-order sequential differs from the checkpoint's shuffle"
+       in r.stderr and kept(c) == before, "another --data-order than the checkpoint's: refused",
+       r.stderr)
+
+
 def main():
     ws = Workspace("ms_ckpt_guard_")
     try:
@@ -208,6 +283,7 @@ def main():
         test_out_refusals(ws)
         test_resume_step_dir(ws)
         test_rollback(ws)
+        test_other_histories(ws)
     finally:
         ws.close()
     sys.exit(summary())
