@@ -95,10 +95,20 @@ ms_status ckpt_list_steps(const char *root, int **steps, int *n) {
     int *v = malloc(sizeof(int) * (size_t)cap);
     struct dirent *e;
     while (v && (e = readdir(d))) {
-        int step, len = 0;
-        if (strncmp(e->d_name, "step_", 5) || sscanf(e->d_name + 5, "%d%n", &step, &len) != 1 ||
-            e->d_name[5 + len] || len < 8 || step < 0)
+        /* only the names a commit gets (step_%08d): "step_+0000040", a
+         * ninth leading zero or an int overflow would be listed under the
+         * name of another directory */
+        const char *num = e->d_name + 5;
+        size_t len = strlen(num);
+        if (strncmp(e->d_name, "step_", 5) || len < 8 || len > 10 ||
+            strspn(num, "0123456789") != len)
             continue;
+        long long big = strtoll(num, NULL, 10);
+        char canon[32];
+        if (big > INT32_MAX) continue;
+        int step = (int)big;
+        snprintf(canon, sizeof canon, "%08d", step);
+        if (strcmp(canon, num)) continue;
         char path[4400];
         struct stat sb;
         snprintf(path, sizeof path, "%s/%s", root, e->d_name);

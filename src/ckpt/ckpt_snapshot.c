@@ -660,7 +660,7 @@ ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
     snprintf(hex, sizeof hex, "%016" PRIx64, h);
     MS_TRY(snap_pattern(pat, sizeof pat, shm_dir, hex));
     if (ms_glob(pat, &paths, &n) != MS_OK) {
-        printf("no /dev/shm snapshots of %s\n", root);
+        printf("no host-memory snapshots of %s in %s\n", root, ckpt_shm_dir(shm_dir));
         return MS_OK;
     }
     for (int i = 0; i < n; i++) {

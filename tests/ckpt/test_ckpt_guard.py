@@ -267,6 +267,16 @@ def test_other_histories(ws):
        and os.path.exists(os.path.join(od, "ckpt", prev[0], "train.cfg")),
        "--new-run --out-dir: the earlier run's metrics.jsonl and train.cfg moved with its "
        "commits (the metrics were truncated)", r.stderr)
+    # names a commit never gets are not listed as commits (a ninth zero was
+    # listed as step_00000020, step_99999999999 as an overflowed step)
+    for junk in ("step_000000020", "step_+0000040", "step_99999999999"):
+        os.makedirs(os.path.join(c, junk))
+    r = subprocess.run([BIN, "ckpt", "list", c], capture_output=True, text=True)
+    ok(r.returncode == 0 and "step_000000020" not in r.stdout and "step_00000020" not in r.stdout
+       and "1215752191" not in r.stdout and "0000040" not in r.stdout,
+       "ckpt list: only step_%08d names are commits", r.stdout + r.stderr)
+    for junk in ("step_000000020", "step_+0000040", "step_99999999999"):
+        os.rmdir(os.path.join(c, junk))
     # another data order: the cursor would mean another place in the data
     r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", c, "--resume", "auto",
                               "--data-order", "sequential"))
