@@ -57,6 +57,7 @@ typedef struct {
     mon_evlog *evlog;  /* --trace-dir (NULL: tracing off) */
     mon_heartbeat *hb; /* --heartbeat (NULL: not supervised) */
     int hb_held;       /* the beat's phase says val or ckpt: "train" again once done */
+    int init_gone;     /* --init-from is gone and the run resumes: its shape from the commit */
     char trace_dir[4096];
     uint16_t ev_data, ev_opt, ev_ckpt, ev_slow, lane_compute;
     mon_devtime *dev;               /* device spans of the step (read late) */
@@ -561,6 +562,51 @@ static void check_cpu_bf16(trainer *t) {
                 t->peak.flops / 1e9, f32 / 1e9);
 }
 
+/* The model's shape: the preset's, or --init-from's.  --init-from is the
+ * first start's only: a run that resumes takes its commit's weights.  When
+ * the file is gone (cleaned up while a job ran: a restart under the
+ * supervisor would fail) and --resume finds a commit, the shape comes from
+ * the commit and the file is not read (t->init_gone). */
+static ms_status model_config(trainer *t) {
+    const train_config *tc = t->tc;
+    struct stat sb;
+    const char *where = tc->resume && strcmp(tc->resume, "auto") ? tc->resume : tc->ckpt_dir;
+    char commit[4300];
+    ckpt_manifest mf;
+    if (!tc->init_from || !*tc->init_from || stat(tc->init_from, &sb) == 0 || errno != ENOENT ||
+        !tc->resume || !*tc->resume || !where || !*where ||
+        ckpt_find_commit(where, commit, sizeof commit) != MS_OK ||
+        ckpt_validate(commit, 0, &mf) != MS_OK)
+        return train_model_config(tc, "--init-from", &t->mc);
+    train_config alt = *tc; /* the commit's shape, the explicit options checked against it */
+    ms_status st = MS_OK;
+    const struct {
+        const char *flag;
+        int want, have;
+    } chk[] = {{"--layers", tc->layers, mf.model.n_layer},
+               {"--dim", tc->dim, mf.model.n_embd},
+               {"--heads", tc->heads, mf.model.n_head},
+               {"--vocab", tc->vocab, mf.model.vocab},
+               {"--seq-max", tc->seq_max, mf.model.seq_max}};
+    for (size_t i = 0; st == MS_OK && i < sizeof chk / sizeof chk[0]; i++)
+        if (chk[i].want > 0 && chk[i].want != chk[i].have)
+            st = ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
+                          chk[i].want, commit, chk[i].have);
+    alt.init_from = NULL;
+    alt.model = NULL;
+    alt.layers = mf.model.n_layer, alt.dim = mf.model.n_embd, alt.heads = mf.model.n_head;
+    alt.vocab = mf.model.vocab, alt.seq_max = mf.model.seq_max;
+    alt.block = (char *)gpt_block_name(mf.model.block);
+    ckpt_manifest_free(&mf);
+    if (st == MS_OK) st = train_model_config(&alt, "--init-from", &t->mc);
+    if (st == MS_OK && t->rank == 0)
+        ms_warn("--init-from %s is gone: this run resumes (%s), whose weights replace it; the "
+                "model's shape comes from %s",
+                tc->init_from, tc->resume, commit);
+    t->init_gone = st == MS_OK;
+    return st;
+}
+
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
@@ -569,7 +615,7 @@ static ms_status setup(trainer *t) {
                       "--node-map (MS_NODE_MAP)"));
     MS_TRY(setup_trace(t));
     MS_TRY(setup_heartbeat(t));
-    MS_TRY(train_model_config(tc, "--init-from", &t->mc));
+    MS_TRY(model_config(t));
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
     MS_TRY(train_overlap_parse(tc->overlap, &t->overlap));
@@ -604,7 +650,7 @@ static ms_status setup(trainer *t) {
                               16 * (size_t)t->dp, &t->model, &t->pipe));
     gpt_set_tp_overlap(t->model, (t->overlap & TRAIN_OVERLAP_TP) != 0);
     if (t->pipe) train_pipe_set_overlap(t->pipe, (t->overlap & TRAIN_OVERLAP_PP) != 0);
-    if (tc->init_from && *tc->init_from) {
+    if (tc->init_from && *tc->init_from && !t->init_gone) {
         ms_status st = ckpt_hf_load(t->model, tc->init_from);
         if (st != MS_OK) return ms_error_wrap(st, "--init-from");
         ms_info("weights: loaded %s", tc->init_from);

@@ -277,6 +277,21 @@ def test_other_histories(ws):
        "ckpt list: only step_%08d names are commits", r.stdout + r.stderr)
     for junk in ("step_000000020", "step_+0000040", "step_99999999999"):
         os.rmdir(os.path.join(c, junk))
+    # --init-from is the first start's: when the file is gone, a resume takes
+    # the model's shape from its commit (it failed: "open: No such file")
+    init, d = ws.path("init.safetensors"), ws.path("hist_init")
+    r = subprocess.run([BIN, "ckpt", "export", c, "--out", init], capture_output=True, text=True)
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", d, "--ckpt-every", "2", "--init-from",
+                              init, "--inject-fault", "term@3"))
+    os.remove(init)
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", d, "--ckpt-every", "2", "--init-from",
+                              init, "--resume", "auto"))
+    ok(r.returncode == 0 and f"--init-from {init} is gone" in r.stderr and resumed_at(r.stderr),
+       "--init-from gone, --resume auto: the run goes on from its commit", r.stderr)
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", ws.path("hist_init2"), "--init-from",
+                              init))
+    ok(r.returncode == 3 and "--init-from" in r.stderr, "--init-from gone on a first start: an error",
+       r.stderr)
     # another data order: the cursor would mean another place in the data
     r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", c, "--resume", "auto",
                               "--data-order", "sequential"))
