@@ -170,7 +170,12 @@ static void send_beat(mon_heartbeat *hb) {
         hb->fd = dial(hb);
         hb->next_connect = now + HB_RECONNECT_S;
     }
-    if (hb->fd < 0) return;
+    if (hb->fd < 0) { /* nobody to tell: the next beat after a period, the whole state then */
+        pthread_mutex_lock(&hb->mu);
+        hb->dirty = 0; /* left set, the thread's wait returned at once: a spinning core */
+        pthread_mutex_unlock(&hb->mu);
+        return;
+    }
     char *line = beat_line(hb);
     size_t n = line ? strlen(line) : 0;
     if (line && n <= MON_HB_LINE_MAX && send(hb->fd, line, n, MSG_NOSIGNAL) == (ssize_t)n) {

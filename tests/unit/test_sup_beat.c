@@ -13,6 +13,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -323,8 +324,43 @@ static void test_flush(void) {
     close(lfd);
 }
 
+/* CPU seconds this process used so far. */
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec * 1e-6;
+}
+
+/* The driver gone (its sockets closed): the beat thread waits a period
+ * between tries, it does not spin (a step's beat left it with nothing sent
+ * and its wait returning at once: a core busy, training 4x slower). */
+static void test_driver_gone(void) {
+    char addr[64];
+    int lfd;
+    mon_heartbeat *hb = NULL;
+    int fd = open_client(0, 0.2, addr, sizeof addr, &lfd, &hb);
+    close(fd);
+    close(lfd);
+    mon_sink s = mon_sink_heartbeat(hb);
+    for (int step = 1; step <= 3; step++) { /* the send that finds the driver gone */
+        mon_step st = {.step = step, .steps = 10, .loss = 3.0f, .grad_norm = 1.0f, .sec = 0.01};
+        T_EQ_INT(s.on_step(s.ctx, &st), MS_OK);
+        usleep(100 * 1000);
+    }
+    mon_step st = {.step = 4, .steps = 10, .loss = 3.0f, .grad_norm = 1.0f, .sec = 0.01};
+    T_EQ_INT(s.on_step(s.ctx, &st), MS_OK); /* a beat to send, and nobody to send it to */
+    double c0 = cpu_s();
+    usleep(1000 * 1000);
+    double used = cpu_s() - c0;
+    T_OK(used < 0.2); /* a spinning thread takes the whole second */
+    if (used >= 0.2) fprintf(stderr, "the beat thread used %.2f s of CPU in 1 s\n", used);
+    mon_heartbeat_close(hb);
+}
+
 int main(void) {
     test_client();
+    test_driver_gone();
     test_flush();
     test_valid();
     test_rejected();
