@@ -182,6 +182,11 @@ void ckpt_manager_set_node(ckpt_manager *cm, const char *node);
  * (DIR/previous-STAMP), where the trainer moves the run's other records
  * (its metrics, train.cfg) before replacing them; "" otherwise. */
 const char *ckpt_manager_previous(const ckpt_manager *cm);
+/* Rank 0, after the final checkpoint of a run stopped by a signal short of
+ * --steps: DIR/stopped says "step N" (N committed), so that a supervisor
+ * that finds the job gone tells a clean stop from a crash; every start
+ * removes it (best effort: a warning on failure). */
+void ckpt_manager_mark_stopped(ckpt_manager *cm, int step);
 /* Final checkpoint (unless st->step was already saved, or a hold is on),
  * then wait for stage 2; returns the status of that last persist. */
 ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st);

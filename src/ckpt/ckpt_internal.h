@@ -19,6 +19,7 @@
 /* 2: manifest_crc32c (ckpt_manifest_seal); 1, before it, is still read */
 #define CKPT_VERSION 2
 #define CKPT_MANIFEST "manifest.json"
+#define CKPT_STOPPED "stopped" /* DIR/stopped: a clean stop's step (ckpt_manager_mark_stopped) */
 
 enum { CKPT_PARAM = 0, CKPT_MOM = 1, CKPT_VAR = 2, CKPT_NKINDS = 3 };
 

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "base/ctx.h"
 #include "base/fileio.h"
@@ -301,6 +302,11 @@ static ms_status setup_dir(ckpt_manager *cm) {
                           cm->root, CKPT_MANIFEST);
         if (st == MS_OK) st = ms_mkdirs(cm->root);
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
+        if (st == MS_OK) { /* an earlier clean stop's word: this run is under way now */
+            snprintf(mf, sizeof mf, "%s/%s", cm->root, CKPT_STOPPED);
+            if (unlink(mf) != 0 && errno != ENOENT)
+                ms_warn("checkpoint: could not remove %s: %s", mf, strerror(errno));
+        }
         if (st == MS_OK && (!cm->resume[0] || foreign)) st = fresh_start(cm, foreign);
         if (st == MS_OK && cm->resume[0] && !foreign) st = rollback(cm, &rolled);
         if (st == MS_OK)
@@ -521,6 +527,14 @@ void ckpt_manager_set_wait_hook(ckpt_manager *cm, void (*fn)(void *ctx), void *c
 
 int ckpt_manager_waits(const ckpt_manager *cm) {
     return cm->n_waits;
+}
+
+void ckpt_manager_mark_stopped(ckpt_manager *cm, int step) {
+    char path[4200], text[32];
+    snprintf(path, sizeof path, "%s/%s", cm->root, CKPT_STOPPED);
+    int len = snprintf(text, sizeof text, "step %d\n", step);
+    if (ms_file_write_atomic(path, text, (size_t)len) != MS_OK)
+        ms_warn("checkpoint: could not say the clean stop in %s: %s", path, ms_errmsg());
 }
 
 const char *ckpt_manager_previous(const ckpt_manager *cm) {

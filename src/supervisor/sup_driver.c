@@ -86,6 +86,21 @@ static void latest_text(const sup_driver *d, char *buf, size_t n) {
     buf[strcspn(buf, "\r\n")] = 0;
 }
 
+/* The step CKPT_DIR/stopped names (the ranks' final checkpoint after a
+ * stop request, written by rank 0; every start of the job removes it), or
+ * -1: a job gone with it stopped cleanly. */
+static int stopped_step(const sup_driver *d) {
+    char path[4200], text[32] = "";
+    int step = -1;
+    snprintf(path, sizeof path, "%s/stopped", d->ckpt_dir);
+    FILE *f = fopen(path, "re");
+    if (!f) return -1;
+    size_t got = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[got] = 0;
+    return sscanf(text, "step %d", &step) == 1 && step >= 0 ? step : -1;
+}
+
 /* The step of CKPT_DIR/latest, or -1. */
 static int latest_commit(const sup_driver *d) {
     char buf[64];
@@ -635,11 +650,28 @@ static int after_fault(sup_driver *d, int prev_best) {
 static int run_loop(sup_driver *d) {
     char why[512] = "";
     int code = 0;
-    if (d->lost_pid && latest_commit(d) < d->c->steps) /* short of its final checkpoint */
+    int last = d->lost_pid ? latest_commit(d) : -1;
+    if (d->lost_pid && last >= d->c->steps) { /* it finished: nothing to start again */
+        fprintf(stderr,
+                "megascale launch: the job (mpirun pid %d) ended while no driver watched it, "
+                "having committed its last step (%d of %d): done\n",
+                (int)d->lost_pid, last, d->c->steps);
+        finish(d, "done", SUP_EXIT_DONE);
+        return SUP_EXIT_DONE;
+    }
+    if (d->lost_pid && last >= 0 && stopped_step(d) == last) {
+        /* stopped (SIGUSR1 to its mpirun, as to change its options) after
+         * its final checkpoint: no fault, the restart below continues it */
+        fprintf(stderr,
+                "megascale launch: the job (mpirun pid %d) was stopped while no driver watched "
+                "it, after its final checkpoint (step %d of %d): starting it again\n",
+                (int)d->lost_pid, last, d->c->steps);
+    } else if (d->lost_pid && last < d->c->steps) { /* short of its final checkpoint */
         sup_set_fault(d, "exit", -1, 0,
                       "the job (mpirun pid %d) ended while no driver watched it, before its "
                       "final checkpoint (step %d of %d committed): its ranks' last beats are lost",
-                      (int)d->lost_pid, latest_commit(d), d->c->steps);
+                      (int)d->lost_pid, last, d->c->steps);
+    }
     if (d->fault && !d->recovering) {
         /* taken over from a driver that died after a fault was seen (an
          * eviction once it was accepted), before the job had stopped, or
@@ -908,6 +940,29 @@ static int check_config(const sup_config *c) {
     return 0;
 }
 
+/* 1 (why said) when an entry of the fault plan targets a rank outside the
+ * job, a node outside the pool, or step 0: it could never fire. */
+static int plan_unreachable(const sup_driver *d, char *why, size_t n) {
+    for (int i = 0; i < d->plan.n; i++) {
+        const ms_fault *f = &d->plan.f[i];
+        int known = !f->node[0];
+        for (int k = 0; !known && k < d->pool->n; k++)
+            known = !strcmp(d->pool->name[k], f->node);
+        if (f->rank >= d->c->np)
+            return snprintf(why, n, "%s (entry %d): rank %d is not one of the job's %d ranks",
+                            f->kind, i + 1, f->rank, d->c->np),
+                   1;
+        if (!known)
+            return snprintf(why, n, "%s (entry %d): node %s is not in the job's pool (%s%s)",
+                            f->kind, i + 1, f->node, d->pool->name[0],
+                            d->pool->n > 1 ? ", ..." : ""),
+                   1;
+        if (f->step == 0)
+            return snprintf(why, n, "%s (entry %d): step 0: steps count from 1", f->kind, i + 1), 1;
+    }
+    return 0;
+}
+
 int sup_run(const sup_config *c) {
     int code = check_config(c);
     if (code) return code;
@@ -938,6 +993,10 @@ int sup_run(const sup_config *c) {
     if (sup_nodes_init(d->pool, c, why, sizeof why) != 0 ||
         sup_nodes_reachable(d->pool, c, c->bind ? c->bind : "127.0.0.1", why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
+        goto out;
+    }
+    if (plan_unreachable(d, why, sizeof why)) { /* it would never fire: a test that tests nothing */
+        fprintf(stderr, "megascale launch: error: --faults %s\n", why);
         goto out;
     }
     code = SUP_EXIT_ERROR;

@@ -567,12 +567,17 @@ static void say_resumed(sup_driver *d, double prev_pid, int adopted) {
                  adopted ? "stopping it for" : "recovering from", d->kind,
                  d->evict_node >= 0 ? ", node " : "",
                  d->evict_node >= 0 ? d->pool->name[d->evict_node] : "");
-    fprintf(stderr,
-            "megascale launch: resuming from %s (driver pid %.0f is gone): %s at step %d, %d "
-            "restart(s) so far%s\n",
-            d->state_path, prev_pid,
-            adopted ? "its job still runs and is taken over" : "its job is gone; restarting it",
-            d->best_step, d->restarts, fault);
+    if (adopted)
+        fprintf(stderr,
+                "megascale launch: resuming from %s (driver pid %.0f is gone): its job still "
+                "runs and is taken over at step %d, %d restart(s) so far%s\n",
+                d->state_path, prev_pid, d->best_step, d->restarts, fault);
+    else /* the job may have run on after the state was saved: its commits say where */
+        fprintf(stderr,
+                "megascale launch: resuming from %s (driver pid %.0f is gone): its job is gone; "
+                "restarting it from its newest checkpoint (the state last saw step %d), %d "
+                "restart(s) so far%s\n",
+                d->state_path, prev_pid, d->best_step, d->restarts, fault);
 }
 
 int sup_state_resume(sup_driver *d, char *why, size_t n) {

@@ -77,7 +77,10 @@ void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, co
     cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
     sup_events_put(&d->ev, "fault_detected", f);
     fprintf(stderr, "megascale launch: fault: %s, rank %d (node %s), step %d: %s\n", kind, rank,
-            rank >= 0 ? sup_node_name(d, rank) : "-", d->fault_step, d->detail);
+            rank >= 0            ? sup_node_name(d, rank)
+            : d->evict_node >= 0 ? d->pool->name[d->evict_node] /* as fault_fields says */
+                                 : "-",
+            d->fault_step, d->detail);
 }
 
 /* What an error line says about the fault's class. */

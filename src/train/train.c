@@ -85,6 +85,7 @@ typedef struct {
     int overlap;              /* --overlap: TRAIN_OVERLAP_* bits */
     ckpt_manager *ckpt;       /* --ckpt-dir / --resume (NULL: none) */
     int start, done;          /* first step of this run (after a resume), steps done */
+    int stopped;              /* the loop ended on a stop request (a signal), not at --steps */
     long long tokens0;        /* training tokens consumed by the steps before start */
     ckpt_st_dtype save_dtype; /* --save-dtype */
 } trainer;
@@ -1150,6 +1151,7 @@ static ms_status loop(trainer *t) {
         MS_TRY(train_step(t, step, &r, &stop));
         if (stop) {
             ms_warn("interrupted: stopping after step %d of %d", step, tc->steps);
+            t->stopped = 1;
             break;
         }
         MS_TRY(report(t, step, &r, ms_now() - start));
@@ -1217,6 +1219,9 @@ ms_status train_run(const train_config *tc) {
         st = ckpt_manager_finish(t.ckpt, &cs);
         ms_status rs = report_commits(&t); /* also after a failed last persist: the earlier ones */
         if (st == MS_OK) st = rs;
+        /* a clean stop short of --steps: said in DIR/stopped, so that a driver
+         * that takes the job over tells it from a crash */
+        if (st == MS_OK && t.stopped && t.rank == 0) ckpt_manager_mark_stopped(t.ckpt, t.done);
     }
     /* with tp, the tp group of world rank 0 gathers the shards (rank 0 writes) */
     /* with pp, all stages of that column send their tensors to world rank 0 */

@@ -379,6 +379,35 @@ def job_gone_takeover(d, shard, ref_w):
        "job gone in the take-over: a fault, the restart counted", f"{f} {summ}\n{err[-2000:]}")
 
 
+def job_stopped_takeover(d, shard, ref_w):
+    """The documented way to change a job's options while no driver runs: stop it (SIGUSR1 to
+    its mpirun: the ranks take a final checkpoint) and launch again.  Before, the new driver
+    counted that clean end as a fault (exit, rank -1), ran diag, and with --max-restarts 0
+    gave up (exit 3)."""
+    run, c = cmd(d, "stoptk", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    st = kill_driver(run, p1)
+    mp = st.get("mpirun_pid", 0)
+    if mp > 0:
+        os.kill(mp, signal.SIGUSR1)
+    for _ in range(400):  # the final checkpoint, then the ranks and mpirun end
+        if not (mp > 0 and os.path.exists(f"/proc/{mp}")):
+            break
+        time.sleep(0.05)
+    stopped = open(os.path.join(run, "ckpt", "stopped")).read() if os.path.exists(
+        os.path.join(run, "ckpt", "stopped")) else ""
+    ok(stopped.startswith("step "), "a clean stop: CKPT_DIR/stopped names its step", stopped)
+    rc, err = relaunch(c + ["--max-restarts", "0"] if "--" not in c else
+                       c[:c.index("--")] + ["--max-restarts", "0"] + c[c.index("--"):])
+    check_done(run, rc, err, ref_w, "job stopped in the take-over")
+    ok(not of(run, "fault_detected") and "was stopped while no driver watched it" in err,
+       "job stopped in the take-over: no fault, started again", f"{of(run, 'fault_detected')}\n"
+       f"{err[-2000:]}")
+    ok(not os.path.exists(os.path.join(run, "ckpt", "stopped")),
+       "the restarted job removed CKPT_DIR/stopped")
+
+
 def straggler(d, shard, ref_w):
     run, p = launch(d, "straggler", shard,
                     ["--faults", "slow=300@4+:node=node1", "--straggler-rounds", "4"])
@@ -497,6 +526,7 @@ def main():
              "options": lambda: driver_options(d, shard, ref_w),
              "ranktk": lambda: rank_gone_takeover(d, shard, ref_w),
              "jobtk": lambda: job_gone_takeover(d, shard, ref_w),
+             "stoptk": lambda: job_stopped_takeover(d, shard, ref_w),
              "preflight": lambda: preflight(d, shard, ref_w),
              "busyhost": lambda: busy_host(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
