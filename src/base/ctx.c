@@ -84,6 +84,7 @@ static void on_signal(int sig) {
         return;
     }
     g_ctx.stop = 1;
+    g_ctx.stop_here = 1;
 }
 
 /* SIGUSR1: a stop request, never more (any number of them are one): the
@@ -92,6 +93,7 @@ static void on_signal(int sig) {
 static void on_stop_request(int sig) {
     (void)sig;
     g_ctx.stop = 1;
+    g_ctx.stop_here = 1;
 }
 
 /* SIGUSR2: write a hang dump (the supervisor's request before it stops a

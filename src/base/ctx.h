@@ -19,6 +19,9 @@ typedef struct {
     ms_log_level log_level;
     int log_all_ranks;          /* if 0, INFO/DEBUG lines are printed by rank 0 only */
     volatile sig_atomic_t stop; /* set by SIGINT/SIGTERM: finish the step and stop */
+    /* this process was asked to stop itself (a signal to it, its log gone),
+     * not by another rank's agreement: the supervisor names it */
+    volatile sig_atomic_t stop_here;
     /* SIGUSR2s received: requests for a hang dump (the supervisor's, before
      * it stops a hung job; the communication thread writes it) */
     volatile sig_atomic_t dump_requests;

@@ -31,7 +31,8 @@ static void to_file(const char *line) {
 
 static void emit(const char *line) {
     if (fprintf(stderr, "%s\n", line) < 0 && errno == EPIPE)
-        ms_ctx_mut()->stop = 1; /* nobody reads the log any more: stop, with a final checkpoint */
+        ms_ctx_mut()->stop = ms_ctx_mut()->stop_here = 1; /* nobody reads the log any more:
+                                                            stop, with a final checkpoint */
     to_file(line);
 }
 

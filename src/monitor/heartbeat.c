@@ -53,7 +53,8 @@ struct mon_heartbeat {
     double step_ms, compute_ms, loss, grad_norm;
     char phase[16];
     char error[1024];
-    int usage; /* the error is a usage error */
+    int usage;     /* the error is a usage error */
+    int stop_here; /* phase stopped: this rank was asked to stop (not another's agreement) */
 };
 
 static ms_status parse_addr(mon_heartbeat *hb, const char *addr) {
@@ -140,6 +141,7 @@ static char *beat_line(mon_heartbeat *hb) {
     }
     if (hb->error[0]) cJSON_AddStringToObject(o, "error", hb->error);
     if (hb->usage) cJSON_AddTrueToObject(o, "usage");
+    if (hb->stop_here && !strcmp(hb->phase, "stopped")) cJSON_AddTrueToObject(o, "stop_here");
     hb->dirty = 0;
     pthread_mutex_unlock(&hb->mu);
     cJSON_AddNumberToObject(o, "comm_bytes",
@@ -304,6 +306,14 @@ void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, con
         pthread_cond_signal(&hb->cv);
     }
     pthread_mutex_unlock(&hb->mu);
+}
+
+void mon_heartbeat_stopped(mon_heartbeat *hb, int here) {
+    if (!hb) return;
+    pthread_mutex_lock(&hb->mu);
+    hb->stop_here = here != 0;
+    pthread_mutex_unlock(&hb->mu);
+    update(hb, "stopped", NULL);
 }
 
 void mon_heartbeat_error(mon_heartbeat *hb, const char *msg, int usage) {

@@ -73,6 +73,10 @@ void mon_heartbeat_flush(mon_heartbeat *hb, double timeout_s);
  * usage: the options were refused (the process exits 2), so a driver does
  * not restart a job that would be refused the same way. */
 void mon_heartbeat_error(mon_heartbeat *hb, const char *msg, int usage);
+/* Phase "stopped" (ended cleanly before --steps), with "stop_here": true
+ * when this rank was the one asked to stop (a signal to it), not one that
+ * stopped by the others' agreement.  NULL is ignored. */
+void mon_heartbeat_stopped(mon_heartbeat *hb, int here);
 /* Send a last beat (phase as set: "done" after a finished run), stop, free.
  * NULL is ignored. */
 void mon_heartbeat_close(mon_heartbeat *hb);

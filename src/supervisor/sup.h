@@ -96,7 +96,8 @@ typedef struct {
     int ckpt_commit, ckpt_failed; /* last commit (-1: absent), failed commits since (0) */
     char ckpt_error[512];
     char error[1024];
-    int usage; /* phase error: the rank refused its options (it exits 2) */
+    int usage;     /* phase error: the rank refused its options (it exits 2) */
+    int stop_here; /* phase stopped: this rank was the one asked to stop (a signal to it) */
 } sup_beat;
 /* Parse one line (without its newline) strictly: JSON object, version 1,
  * the job's token, every required field with its type and range, no

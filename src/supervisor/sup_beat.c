@@ -19,7 +19,7 @@ static const char *const known[] = {
     "v",           "token",  "rank",        "world",       "pid",        "host",      "node",
     "seq",         "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
     "compute_ms",  "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error",     "stage",
-    "comm_wait_s", "usage",  "dumps",       "nan_step",    "nan_ranks"};
+    "comm_wait_s", "usage",  "dumps",       "nan_step",    "nan_ranks",  "stop_here"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -155,6 +155,10 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
     if (u && (!cJSON_IsBool(u) || strcmp(b->phase, "error")))
         return *why = "usage is true or false, with phase error", -1;
     b->usage = cJSON_IsTrue(u);
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(o, "stop_here");
+    if (sh && (!cJSON_IsBool(sh) || strcmp(b->phase, "stopped")))
+        return *why = "stop_here is true or false, with phase stopped", -1;
+    b->stop_here = cJSON_IsTrue(sh);
     return 0;
 }
 

@@ -323,11 +323,22 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (!strcmp(b->phase, "done")) s->done = 1;
     if (!strcmp(b->phase, "stopped") && !s->stopped) {
         s->stopped = 1; /* ended cleanly short of --steps: unless the driver stops it, a fault */
-        if (!d->stopping)
-            sup_set_fault(d, "stopped", b->rank, 0,
-                          "rank %d stopped at step %d before --steps %d (a SIGTERM or SIGINT "
-                          "the driver did not send)",
-                          b->rank, b->step, d->c->steps);
+        /* the rank the signal reached (its beat says stop_here); the others
+         * stopped by agreement, and their beats may come first: without one
+         * that says so, the lowest rank once every rank has stopped */
+        int all = 1, low = -1;
+        for (int i = 0; i < d->c->np; i++) {
+            all &= d->r[i].stopped;
+            if (low < 0 && d->r[i].stopped) low = i;
+        }
+        int rank = b->stop_here ? b->rank : all ? low : -1;
+        if (!d->stopping && rank >= 0)
+            sup_set_fault(d, "stopped", rank, 0,
+                          "rank %d stopped at step %d before --steps %d (%s the driver did not "
+                          "send)",
+                          rank, b->step, d->c->steps,
+                          b->stop_here ? "a SIGTERM, SIGINT or SIGUSR1 to it that"
+                                       : "a SIGTERM or SIGINT");
     }
     if (!strcmp(b->phase, "error") && !s->failed) {
         s->failed = 1;

@@ -732,8 +732,10 @@ static void teardown(trainer *t, ms_status st) {
     mon_evlog_close(t->evlog); /* after every thread that records has stopped */
     if (st != MS_OK)
         mon_heartbeat_error(t->hb, why, st == MS_ERR_ARG);
+    else if (t->done >= t->tc->steps)
+        mon_heartbeat_phase(t->hb, "done");
     else /* interrupted (SIGTERM/SIGINT) before --steps: not done, the driver restarts it */
-        mon_heartbeat_phase(t->hb, t->done >= t->tc->steps ? "done" : "stopped");
+        mon_heartbeat_stopped(t->hb, ms_ctx_get()->stop_here);
     mon_heartbeat_close(t->hb);
     comm_group_destroy(t->ring_group);
     comm_grid_destroy(t->grid);

@@ -223,11 +223,16 @@ def check_unasked_stop(d, shard):
     rc, err = launch(run, shard, ["--faults", "slow=100@1+,signal:term@6:1"],
                      ["--steps", "12", "--dp", "2", "--ckpt-every", "2", "--ckpt-dir",
                       os.path.join(run, "ckpt")], np=2)
-    kinds = [e["kind"] for e in events(run) if e["event"] == "fault_detected"]
+    faults = [e for e in events(run) if e["event"] == "fault_detected"]
+    kinds = [e["kind"] for e in faults]
     summ = [e for e in events(run) if e["event"] == "summary"]
     ok(rc == 0 and kinds[:1] == ["stopped"] and summ and summ[-1]["steps"] == 12,
        "a SIGTERM to one rank is a fault; the job restarts and reaches --steps",
        f"rc {rc} kinds {kinds} {summ}\n{err[-2000:]}")
+    # the rank the signal reached (its beat says stop_here), not the first to say
+    # "stopped" (rank 0 stops by agreement, and its beat often came first)
+    ok(faults and faults[0].get("rank") == 1 and "to it" in faults[0].get("detail", ""),
+       "the stopped fault names rank 1, which the SIGTERM reached", str(faults[:1]))
 
 
 def check_stop_final_ckpt(d, shard):

@@ -104,6 +104,16 @@ static void test_valid(void) {
     T_EQ_INT(sup_beat_parse(err, strlen(err), TOK, 8, &b, &why), -1); /* not a boolean */
     T_EQ_INT(sup_beat_parse(GOOD, strlen(GOOD), TOK, 8, &b, &why), 0);
     T_EQ_INT(b.usage, 0);
+    T_EQ_INT(b.stop_here, 0);
+    /* stop_here: true or false, on a stopped beat only */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"stop_here\":true"), -1); /* phase train */
+    char stp[sizeof GOOD + 64];
+    snprintf(stp, sizeof stp, "%.*s\"phase\":\"stopped\",\"stop_here\":true%s", (int)(ph - GOOD),
+             GOOD, ph + strlen("\"phase\":\"train\""));
+    T_EQ_INT(sup_beat_parse(stp, strlen(stp), TOK, 8, &b, &why), 0);
+    T_EQ_INT(b.stop_here, 1);
+    memcpy(strstr(stp, "true"), "1   ", 4);
+    T_EQ_INT(sup_beat_parse(stp, strlen(stp), TOK, 8, &b, &why), -1); /* not a boolean */
 }
 
 static void test_rejected(void) {
