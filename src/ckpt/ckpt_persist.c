@@ -387,15 +387,18 @@ typedef struct {
     double commit_mono, commit_wall; /* ms_now(), ms_wall_now() */
 } persist_result;
 
-/* All ranks learn whether any rank failed (MAX of the flags). */
+/* All ranks learn whether any rank failed, and the lowest that did (MIN of
+ * the failed ranks): the others' error names it ("rank 3 failed to ..."),
+ * which the supervisor takes for the fault's rank. */
 static ms_status agree(const ckpt_persist *p, ms_status mine, const char *what) {
     if (!p->cfg.group) return mine;
-    int32_t bad = mine != MS_OK, any = 0;
+    int32_t me = mine != MS_OK ? p->cfg.rank : INT32_MAX, first = INT32_MAX;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", ms_errmsg());
-    MS_TRY(comm_allreduce(p->cfg.group, &bad, &any, 1, COMM_I32, COMM_MAX));
+    MS_TRY(comm_allreduce(p->cfg.group, &me, &first, 1, COMM_I32, COMM_MIN));
     if (mine != MS_OK) return ms_error(mine, "%s", msg);
-    if (any) return ms_error(MS_ERR_IO, "another rank failed to %s (see its log)", what);
+    if (first != INT32_MAX)
+        return ms_error(MS_ERR_IO, "rank %d failed to %s (see its log)", (int)first, what);
     return MS_OK;
 }
 

@@ -154,8 +154,20 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
  * older commits are intact): the job goes on and retries at its next
  * checkpoint, until --ckpt-fail-limit fail in a row; then it is stopped
  * and the storage diagnosed.  A commit after a failure is its recovery. */
+/* The rank whose own write failed: the beat's rank when its error is its
+ * own, the rank named by "rank R failed to ..." (what the other ranks of a
+ * failed commit report, src/ckpt/ckpt_persist.c agree()) otherwise. */
+static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
+    int r = -1, len = 0;
+    if (sscanf(b->ckpt_error, "rank %d failed to %n", &r, &len) == 1 && len > 0 && r >= 0 &&
+        r < d->c->np)
+        return r;
+    return b->rank;
+}
+
 static void on_ckpt(sup_driver *d, const sup_beat *b) {
     sup_events *e = &d->ev;
+    int rank = ckpt_failed_rank(d, b);
     d->r[b->rank].ckpt_failed = b->ckpt_failed;
     int streak = 0; /* the ranks learn of a failed commit at different times: the most any says */
     for (int i = 0; i < d->c->np; i++)
@@ -164,7 +176,7 @@ static void on_ckpt(sup_driver *d, const sup_beat *b) {
         d->ckpt_streak = streak;
         int full = strstr(b->ckpt_error, "No space") != NULL;
         if (d->ckpt_streak >= d->c->ckpt_fail_limit) {
-            sup_set_fault(d, "ckpt_commit", b->rank, 0,
+            sup_set_fault(d, "ckpt_commit", rank, 0,
                           "%d checkpoint(s) in a row failed to commit (--ckpt-fail-limit %d)%s: "
                           "%s",
                           d->ckpt_streak, d->c->ckpt_fail_limit, full ? ", the disk is full" : "",
@@ -173,8 +185,9 @@ static void on_ckpt(sup_driver *d, const sup_beat *b) {
         }
         cJSON *f = cJSON_CreateObject();
         cJSON_AddStringToObject(f, "kind", "ckpt_commit");
-        cJSON_AddNumberToObject(f, "rank", b->rank);
-        cJSON_AddStringToObject(f, "node", sup_node_name(d, b->rank));
+        cJSON_AddNumberToObject(f, "rank", rank);
+        cJSON_AddStringToObject(f, "node", sup_node_name(d, rank));
+        cJSON_AddNumberToObject(f, "reported_by", b->rank);
         cJSON_AddNumberToObject(f, "step", b->step);
         cJSON_AddStringToObject(f, "detail", b->ckpt_error);
         cJSON_AddBoolToObject(f, "disk_full", full);

@@ -443,6 +443,18 @@ def commit_once(d, shard, ref_w):
        "a failed commit: the next one commits, no restart", str(rec))
 
 
+def commit_rank(d, shard, ref_w):
+    """A commit that failed on rank 1 alone: the event names rank 1 (node1), whose write
+    failed, not the first rank whose beat reported the failure (the others say "rank 1
+    failed to ..."; before, "another rank failed", and the event named them)."""
+    run, p = launch(d, "commitrank", shard, ["--faults", "io:enospc-shard@8:1"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "a commit failed on rank 1")
+    f = of(run, "fault_detected")
+    ok(len(f) == 1 and (f[0]["kind"], f[0]["rank"], f[0]["node"]) == ("ckpt_commit", 1, "node1"),
+       "a commit failed on rank 1: the event names rank 1 on node1", str(f))
+
+
 def storage_full(d, shard):
     run, p = launch(d, "storage", shard, ["--faults", "io:enospc-shard@8+,diag:storage"])
     rc, err = finished(p)
@@ -521,6 +533,7 @@ def main():
              "straggler": lambda: straggler(d, shard, ref_w),
              "spike": lambda: spike(d, shard),
              "commit": lambda: commit_once(d, shard, ref_w),
+             "commitrank": lambda: commit_rank(d, shard, ref_w),
              "storage": lambda: storage_full(d, shard),
              "evicttk": lambda: evict_takeover(d, shard, ref_w),
              "options": lambda: driver_options(d, shard, ref_w),
