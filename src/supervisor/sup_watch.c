@@ -154,13 +154,15 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
  * older commits are intact): the job goes on and retries at its next
  * checkpoint, until --ckpt-fail-limit fail in a row; then it is stopped
  * and the storage diagnosed.  A commit after a failure is its recovery. */
-/* The rank whose own write failed: the beat's rank when its error is its
- * own, the rank named by "rank R failed to ..." (what the other ranks of a
- * failed commit report, src/ckpt/ckpt_persist.c agree()) otherwise. */
+/* The rank whose own write failed: the rank a failed commit's error names
+ * ("rank R failed to ...", what the other ranks report: agree() in
+ * src/ckpt/ckpt_persist.c; "rank R: ...", rank R's own message as rank 0
+ * passes it on), else the beat's own rank. */
 static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
     int r = -1, len = 0;
-    if (sscanf(b->ckpt_error, "rank %d failed to %n", &r, &len) == 1 && len > 0 && r >= 0 &&
-        r < d->c->np)
+    const char *e = b->ckpt_error;
+    if (sscanf(e, "rank %d%n", &r, &len) == 1 && r >= 0 && r < d->c->np &&
+        (e[len] == ':' || !strncmp(e + len, " failed to ", 11)))
         return r;
     return b->rank;
 }
