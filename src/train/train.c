@@ -530,7 +530,7 @@ static void keep_previous(const trainer *t, const char *path) {
 
 /* The step record: progress line, metrics (rank 0), event log, summary. */
 static ms_status setup_record(trainer *t) {
-    if (t->start == 0) keep_previous(t, t->tc->metrics);
+    keep_previous(t, t->tc->metrics); /* also when --new-run resumes another directory's */
     MS_TRY(mon_record_create(&t->rec));
     MS_TRY(mon_record_add(t->rec, mon_sink_progress(t->tc->log_every)));
     mon_sink m;

@@ -218,7 +218,9 @@ def test_other_histories(ws):
     def kept(d):  # the directory's contents, but its lock (the last holder's pid)
         return {k: v for k, v in tree(d).items() if k != "lock"}
     a, b = ws.path("hist_a"), ws.path("hist_b")
-    r = run(ws, ws.train_args("--steps", "4", "--ckpt-dir", a, "--ckpt-every", "2"))
+    a_m = ws.path("hist_a.jsonl")
+    r = run(ws, ws.train_args("--steps", "4", "--ckpt-dir", a, "--ckpt-every", "2", "--metrics",
+                              a_m))
     r2 = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", b, "--ckpt-every", "6", "--seed", "2"))
     ok(r.returncode == 0 and r2.returncode == 0, "two runs, A (steps 2, 4) and B (step 6)",
        r.stderr + r2.stderr)
@@ -228,13 +230,18 @@ def test_other_histories(ws):
     ok(r.returncode == 2 and f"is not a checkpoint of --ckpt-dir {a}" in r.stderr
        and "--new-run" in r.stderr and kept(a) == before,
        "--resume B/step_6 into A, which holds A's commits: refused, A unchanged", r.stderr)
+    a_old = open(a_m).read() if os.path.exists(a_m) else ""
     r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", a, "--ckpt-every", "2", "--resume",
-                              step_dir(b, 6), "--new-run"))
+                              step_dir(b, 6), "--new-run", "--metrics", a_m))
     prev = [n for n in os.listdir(a) if n.startswith("previous-")]
     ok(r.returncode == 0 and resumed_at(r.stderr) == 6 and prev
        and sorted(n for n in os.listdir(os.path.join(a, prev[0])) if n.startswith("step_"))
        == ["step_00000002", "step_00000004"],
        "... with --new-run: A's commits moved aside, B's step 6 continued in A", r.stderr)
+    moved = os.path.join(a, prev[0], "hist_a.jsonl") if prev else ""
+    ok(a_old and moved and os.path.exists(moved) and open(moved).read() == a_old
+       and '"step": 2' not in open(a_m).read().replace('"step":2', '"step": 2'),
+       "... and A's metrics moved with them (not trimmed and appended to)", r.stderr)
     # a mistyped rollback target: nothing moved
     c = ws.path("hist_c")
     run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--ckpt-every", "2",
