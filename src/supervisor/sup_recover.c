@@ -398,10 +398,20 @@ static const cJSON *item(const cJSON *o, const char *k) {
     return cJSON_GetObjectItemCaseSensitive(o, k);
 }
 
+/* 1 if two option values are the same: the same text, or numbers equal
+ * as numbers (--lr 0.001 and --lr 1e-3). */
+static int same_value(const char *a, const char *b) {
+    if (!strcmp(a, b)) return 1;
+    char *ea = NULL, *eb = NULL;
+    double x = strtod(a, &ea), y = strtod(b, &eb);
+    return ea != a && eb != b && !*ea && !*eb && isfinite(x) && x == y;
+}
+
 /* The first train option whose value differs between the saved argv and
  * c's, as "--name: the job has A, this command gives B" into out ("" if
- * none).  Options are compared by value (the last one given counts), so
- * the same options in another order are the same. */
+ * none).  Options are compared by value (the last one given counts; numbers
+ * as numbers), so the same options in another order or spelling are the
+ * same. */
 static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_t n) {
     int k = cJSON_GetArraySize(saved);
     char **a = calloc((size_t)k + 1, sizeof *a);
@@ -420,7 +430,7 @@ static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_
             snprintf(name, sizeof name, "%.*s", (int)strcspn(v[i], "="), v[i]);
             const char *was = sup_argv_value(a, k, name);
             const char *is = sup_argv_value(c->train_argv, c->train_argc, name);
-            if ((was || is) && (!was || !is || strcmp(was, is)))
+            if ((was || is) && (!was || !is || !same_value(was, is)))
                 snprintf(out, n, "train option %s: the job has %s, this command gives %s", name,
                          was ? was : "none", is ? is : "none");
         }

@@ -324,8 +324,9 @@ def driver_options(d, shard, ref_w):
     ok(same and len(events(run)) == n_ev and st.get("mpirun_pid") and
        os.path.exists(f"/proc/{st['mpirun_pid']}"),
        "refused drivers leave the job and driver.json untouched", f"same {same}")
-    rc, err = relaunch(c)
-    check_done(run, rc, err, ref_w, "the same command after refused ones")
+    # the same options, --lr spelled 0.001 (the job's 1e-3): compared as numbers, not text
+    rc, err = relaunch(c + ["--lr", "0.001"])
+    check_done(run, rc, err, ref_w, "the same command (--lr 0.001 for 1e-3) after refused ones")
     res = of(run, "driver_resumed")
     ok(res and res[0]["adopted"] is True and not of(run, "fault_detected"),
        "the same command takes the job over", str(res))
