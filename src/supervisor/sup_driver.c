@@ -229,6 +229,18 @@ static void adopt_job(sup_driver *d) {
     d->adopt_pid = 0;
 }
 
+/* The recovery from the pending fault is over (the job caught up with the
+ * step of the fault, or finished): its time, and a recovered event. */
+static void book_recovered(sup_driver *d) {
+    double rec = ms_now() - d->t_recovery_from;
+    if (d->pending_fault >= 0) d->ev.recover_s[d->pending_fault] = rec;
+    cJSON *g = cJSON_CreateObject();
+    cJSON_AddNumberToObject(g, "step", d->best_step);
+    cJSON_AddNumberToObject(g, "recover_s", rec);
+    sup_events_put(&d->ev, "recovered", g);
+    d->pending_recovery = 0;
+}
+
 /* One attempt: launch, watch until it finishes or a fault; 1 if done, 2 if
  * asked to stop, 0 after a fault, -1 (why set) if it could not start. */
 static int attempt(sup_driver *d, char *why, size_t n) {
@@ -271,15 +283,8 @@ static int attempt(sup_driver *d, char *why, size_t n) {
         /* then the beats: whatever the driver itself was doing, the
          * detectors below see every beat that arrived meanwhile */
         sup_serve(d);
-        if (d->pending_recovery && d->best_step > d->step_at_fault) { /* caught up */
-            double rec = ms_now() - d->t_recovery_from;
-            if (d->pending_fault >= 0) d->ev.recover_s[d->pending_fault] = rec;
-            cJSON *g = cJSON_CreateObject();
-            cJSON_AddNumberToObject(g, "step", d->best_step);
-            cJSON_AddNumberToObject(g, "recover_s", rec);
-            sup_events_put(&d->ev, "recovered", g);
-            d->pending_recovery = 0;
-        }
+        if (d->pending_recovery && d->best_step > d->step_at_fault) /* caught up */
+            book_recovered(d);
         if (!d->redone_booked && d->r[0].started) { /* where this attempt resumed */
             if (d->restarts > 0 && d->step_at_fault > d->r[0].resume_step)
                 d->ev.redone += d->step_at_fault - d->r[0].resume_step;
@@ -295,6 +300,9 @@ static int attempt(sup_driver *d, char *why, size_t n) {
             if (!d->fault && (d->job.adopted ? adopted_job_finished(d) : ok && all_reached(d))) {
                 if (d->job.adopted && latest_commit(d) > d->best_step)
                     d->best_step = latest_commit(d);
+                /* a fault at the last step: the restart reached --steps with no
+                 * step after it (resumed from that step's snapshot) */
+                if (d->pending_recovery) book_recovered(d);
                 return 1;
             }
             if (!d->fault && all_reached(d)) {

@@ -456,6 +456,19 @@ def commit_rank(d, shard, ref_w):
        "a commit failed on rank 1: the event names rank 1 on node1", str(f))
 
 
+def last_step_fault(d, shard, ref_w):
+    """A crash during the final checkpoint (step 40 of 40): the restart resumes from that
+    step's host-memory snapshot and is done with no step after it.  Before, no recovered
+    event was written and the summary said no recovery time ("recover_p50_s": -1)."""
+    run, p = launch(d, "laststep", shard, ["--faults", "stage2:mid-shard@40:1"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "a crash in the final checkpoint")
+    rec, summ = of(run, "recovered"), of(run, "summary")
+    ok(len(of(run, "fault_detected")) == 1 and rec and summ and summ[-1]["recover_p50_s"] >= 0,
+       "a crash in the final checkpoint: recovered, with its time in the summary",
+       f"{of(run, 'fault_detected')} {rec} {summ}\n{err[-1500:]}")
+
+
 def storage_full(d, shard):
     run, p = launch(d, "storage", shard, ["--faults", "io:enospc-shard@8+,diag:storage"])
     rc, err = finished(p)
@@ -535,6 +548,7 @@ def main():
              "spike": lambda: spike(d, shard),
              "commit": lambda: commit_once(d, shard, ref_w),
              "commitrank": lambda: commit_rank(d, shard, ref_w),
+             "laststep": lambda: last_step_fault(d, shard, ref_w),
              "storage": lambda: storage_full(d, shard),
              "evicttk": lambda: evict_takeover(d, shard, ref_w),
              "options": lambda: driver_options(d, shard, ref_w),
