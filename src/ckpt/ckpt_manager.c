@@ -302,17 +302,17 @@ static ms_status setup_dir(ckpt_manager *cm) {
                           cm->root, CKPT_MANIFEST);
         if (st == MS_OK) st = ms_mkdirs(cm->root);
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
-        if (st == MS_OK) { /* an earlier clean stop's word: this run is under way now */
-            snprintf(mf, sizeof mf, "%s/%s", cm->root, CKPT_STOPPED);
-            if (unlink(mf) != 0 && errno != ENOENT)
-                ms_warn("checkpoint: could not remove %s: %s", mf, strerror(errno));
-        }
         if (st == MS_OK && (!cm->resume[0] || foreign)) st = fresh_start(cm, foreign);
         if (st == MS_OK && cm->resume[0] && !foreign) st = rollback(cm, &rolled);
         if (st == MS_OK)
             st = !cm->resume[0] || foreign ? new_job(cm)
                  : rolled                  ? ckpt_job_new(cm->root, &cm->job)
                                            : ckpt_job_id(cm->root, 1, &cm->job);
+        /* an earlier clean stop's word, once this start is accepted (a refused
+         * one leaves the directory as it was): this run is under way now */
+        snprintf(mf, sizeof mf, "%s/%s", cm->root, CKPT_STOPPED);
+        if (st == MS_OK && unlink(mf) != 0 && errno != ENOENT)
+            ms_warn("checkpoint: could not remove %s: %s", mf, strerror(errno));
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
     if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));

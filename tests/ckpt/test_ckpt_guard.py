@@ -242,6 +242,15 @@ def test_other_histories(ws):
     ok(a_old and moved and os.path.exists(moved) and open(moved).read() == a_old
        and '"step": 2' not in open(a_m).read().replace('"step":2', '"step": 2'),
        "... and A's metrics moved with them (not trimmed and appended to)", r.stderr)
+    # a clean stop's word (CKPT_DIR/stopped, for the supervisor) outlives a refused start
+    # and goes with an accepted one
+    open(os.path.join(a, "stopped"), "w").write("step 8\n")
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", a))
+    ok(r.returncode == 2 and os.path.exists(os.path.join(a, "stopped")),
+       "a refused start leaves CKPT_DIR/stopped", r.stderr)
+    r = run(ws, ws.train_args("--steps", "9", "--ckpt-dir", a, "--resume", "auto"))
+    ok(r.returncode == 0 and not os.path.exists(os.path.join(a, "stopped")),
+       "an accepted start removes CKPT_DIR/stopped", r.stderr)
     # a mistyped rollback target: nothing moved
     c = ws.path("hist_c")
     run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--ckpt-every", "2",
