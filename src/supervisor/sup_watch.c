@@ -150,10 +150,6 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
             known ? list : "", known ? ")" : "");
 }
 
-/* Checkpoints that fail to commit (the rank's persist reports it; the
- * older commits are intact): the job goes on and retries at its next
- * checkpoint, until --ckpt-fail-limit fail in a row; then it is stopped
- * and the storage diagnosed.  A commit after a failure is its recovery. */
 /* The rank whose own write failed: the rank a failed commit's error names
  * ("rank R failed to ...", what the other ranks report: agree() in
  * src/ckpt/ckpt_persist.c; "rank R: ...", rank R's own message as rank 0
@@ -167,6 +163,10 @@ static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
     return b->rank;
 }
 
+/* Checkpoints that fail to commit (the rank's persist reports it; the
+ * older commits are intact): the job goes on and retries at its next
+ * checkpoint, until --ckpt-fail-limit fail in a row; then it is stopped
+ * and the storage diagnosed.  A commit after a failure is its recovery. */
 static void on_ckpt(sup_driver *d, const sup_beat *b) {
     sup_events *e = &d->ev;
     int rank = ckpt_failed_rank(d, b);
