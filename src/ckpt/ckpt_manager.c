@@ -189,31 +189,30 @@ static int same_file(const char *a, const char *b) {
     return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
 }
 
+/* 1 if path's directory is this --ckpt-dir, whatever the spelling. */
+static int in_root(const ckpt_manager *cm, const char *path) {
+    char parent[4300];
+    snprintf(parent, sizeof parent, "%s", path);
+    ms_path_dir(parent);
+    return same_file(parent, cm->root);
+}
+
 /* 1 if --resume names a checkpoint outside this directory: not auto, not
  * DIR itself, DIR/latest or a DIR/step_N (existing or not), whatever the
  * spelling.  Such a run is another history here, as a fresh start is. */
 static int resume_is_foreign(const ckpt_manager *cm) {
-    char target[4300], parent[4300];
+    char target[4300];
     const char *res = cm->resume;
     if (!res[0] || !strcmp(res, "auto")) return 0;
     if (ckpt_latest_target(res, target, sizeof target)) res = target;
-    if (same_file(res, cm->root)) return 0;
-    snprintf(parent, sizeof parent, "%s", res);
-    ms_path_dir(parent);
-    return !same_file(parent, cm->root);
+    return !same_file(res, cm->root) && !in_root(cm, res);
 }
 
 /* 1 if --resume names one of this directory's own commits (DIR/step_N
  * with DIR the --ckpt-dir), its step in *step. */
 static int resumes_own_commit(const ckpt_manager *cm, int *step) {
-    char parent[4300];
-    struct stat a, b;
     *step = strcmp(cm->resume, "auto") ? ckpt_dir_step(cm->resume) : -1;
-    if (*step < 0) return 0;
-    snprintf(parent, sizeof parent, "%s", cm->resume);
-    ms_path_dir(parent);
-    return stat(parent, &a) == 0 && stat(cm->root, &b) == 0 && a.st_dev == b.st_dev &&
-           a.st_ino == b.st_ino;
+    return *step >= 0 && in_root(cm, cm->resume);
 }
 
 /* Rank 0, --resume DIR/step_N of this directory while it holds newer

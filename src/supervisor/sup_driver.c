@@ -73,10 +73,10 @@ static const char *opt_value(const sup_config *c, const char *name) {
     return sup_argv_value(c->train_argv, c->train_argc, name);
 }
 
-/* CKPT_DIR/latest's text ("step_00000040") into buf ("" if none). */
-static void latest_text(const sup_driver *d, char *buf, size_t n) {
+/* The first line of CKPT_DIR/NAME into buf ("" if none). */
+static void ckpt_text(const sup_driver *d, const char *name, char *buf, size_t n) {
     char path[4200];
-    snprintf(path, sizeof path, "%s/latest", d->ckpt_dir);
+    snprintf(path, sizeof path, "%s/%s", d->ckpt_dir, name);
     buf[0] = 0;
     FILE *f = fopen(path, "re");
     if (!f) return;
@@ -86,18 +86,18 @@ static void latest_text(const sup_driver *d, char *buf, size_t n) {
     buf[strcspn(buf, "\r\n")] = 0;
 }
 
+/* CKPT_DIR/latest's text ("step_00000040") into buf ("" if none). */
+static void latest_text(const sup_driver *d, char *buf, size_t n) {
+    ckpt_text(d, "latest", buf, n);
+}
+
 /* The step CKPT_DIR/stopped names (the ranks' final checkpoint after a
  * stop request, written by rank 0; every start of the job removes it), or
  * -1: a job gone with it stopped cleanly. */
 static int stopped_step(const sup_driver *d) {
-    char path[4200], text[32] = "";
+    char text[32];
     int step = -1;
-    snprintf(path, sizeof path, "%s/stopped", d->ckpt_dir);
-    FILE *f = fopen(path, "re");
-    if (!f) return -1;
-    size_t got = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
-    text[got] = 0;
+    ckpt_text(d, "stopped", text, sizeof text);
     return sscanf(text, "step %d", &step) == 1 && step >= 0 ? step : -1;
 }
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/fileio.h"
 #include "base/jsonstr.h"
 #include "trace/trace_internal.h"
 
@@ -137,34 +138,9 @@ ms_status trace_read_file(const char *path, char **data, size_t *len) {
     FILE *f;
     *data = NULL;
     *len = 0;
-    MS_TRY(trace_fopen(path, &f));
-    size_t n = 0, cap = 4096;
-    char *buf = malloc(cap);
-    ms_status st = buf ? MS_OK : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
-    while (st == MS_OK) {
-        if (cap - n < 2) {
-            char *p = cap < SIZE_MAX / 4 ? realloc(buf, cap * 2) : NULL;
-            if (!p) {
-                st = ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = p, cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) st = ms_error(MS_ERR_IO, "%s: read: %s", path, strerror(errno));
-            break;
-        }
-    }
+    MS_TRY(trace_fopen(path, &f)); /* a regular file: the read below cannot block */
     fclose(f);
-    if (st != MS_OK) {
-        free(buf);
-        return st;
-    }
-    buf[n] = '\0';
-    *data = buf, *len = n;
-    return MS_OK;
+    return ms_file_read_all(path, data, len);
 }
 
 void trace_rank_files_free(int *ranks, char **paths, int n) {

@@ -579,27 +579,8 @@ static ms_status model_config(trainer *t) {
         ckpt_find_commit(where, commit, sizeof commit) != MS_OK ||
         ckpt_validate(commit, 0, &mf) != MS_OK)
         return train_model_config(tc, "--init-from", &t->mc);
-    train_config alt = *tc; /* the commit's shape, the explicit options checked against it */
-    ms_status st = MS_OK;
-    const struct {
-        const char *flag;
-        int want, have;
-    } chk[] = {{"--layers", tc->layers, mf.model.n_layer},
-               {"--dim", tc->dim, mf.model.n_embd},
-               {"--heads", tc->heads, mf.model.n_head},
-               {"--vocab", tc->vocab, mf.model.vocab},
-               {"--seq-max", tc->seq_max, mf.model.seq_max}};
-    for (size_t i = 0; st == MS_OK && i < sizeof chk / sizeof chk[0]; i++)
-        if (chk[i].want > 0 && chk[i].want != chk[i].have)
-            st = ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
-                          chk[i].want, commit, chk[i].have);
-    alt.init_from = NULL;
-    alt.model = NULL;
-    alt.layers = mf.model.n_layer, alt.dim = mf.model.n_embd, alt.heads = mf.model.n_head;
-    alt.vocab = mf.model.vocab, alt.seq_max = mf.model.seq_max;
-    alt.block = (char *)gpt_block_name(mf.model.block);
+    ms_status st = train_model_config_of(tc, &mf.model, commit, &t->mc);
     ckpt_manifest_free(&mf);
-    if (st == MS_OK) st = train_model_config(&alt, "--init-from", &t->mc);
     if (st == MS_OK && t->rank == 0)
         ms_warn("--init-from %s is gone: this run resumes (%s), whose weights replace it; the "
                 "model's shape comes from %s",

@@ -10,6 +10,10 @@
  * opt: the option that named tc->init_from (train's --init-from, eval's
  * --weights): the errors with a weights file start with it. */
 ms_status train_model_config(const train_config *tc, const char *opt, gpt_config *out);
+/* The model of a config read elsewhere (a commit's manifest, from source),
+ * the shape options given checked against it, as for a weights file. */
+ms_status train_model_config_of(const train_config *tc, const gpt_config *have, const char *source,
+                                gpt_config *out);
 /* Cross-option checks for dp data-parallel ranks; sets the per-rank
  * micro-batch size and the accumulation steps. */
 ms_status train_check(const train_config *tc, const gpt_config *c, int dp, int *micro, int *accum);

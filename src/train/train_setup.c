@@ -11,11 +11,11 @@
 #include "ckpt/hf.h"
 #include "parallel/schedule.h"
 
-/* The model of the weights file tc->init_from: its config, the shape
- * options given checked against it. */
-static ms_status weights_config(const train_config *tc, gpt_config *out) {
-    gpt_config c;
-    MS_TRY(ckpt_hf_read_config(tc->init_from, tc->heads, &c));
+/* The model of a file (a weights file's config, or a commit's), from
+ * source: the shape options given checked against it. */
+static ms_status shape_checked(const train_config *tc, const gpt_config *have, const char *source,
+                               gpt_config *out) {
+    gpt_config c = *have;
     /* explicit flags must agree with the file */
     struct {
         const char *flag;
@@ -28,7 +28,7 @@ static ms_status weights_config(const train_config *tc, gpt_config *out) {
     for (size_t i = 0; i < sizeof chk / sizeof chk[0]; i++)
         if (chk[i].want > 0 && chk[i].want != chk[i].have)
             return ms_error(MS_ERR_ARG, "%s %d disagrees with %s, which holds %d", chk[i].flag,
-                            chk[i].want, tc->init_from, chk[i].have);
+                            chk[i].want, source, chk[i].have);
     if (tc->model && *tc->model) { /* a preset given too must be the file's shape */
         gpt_config p;
         MS_TRY(gpt_config_preset(&p, tc->model));
@@ -36,19 +36,27 @@ static ms_status weights_config(const train_config *tc, gpt_config *out) {
             return ms_error(MS_ERR_ARG,
                             "--model %s (%d layers, dim %d, %d heads) disagrees with %s, "
                             "which holds %d layers, dim %d, %d heads",
-                            tc->model, p.n_layer, p.n_embd, p.n_head, tc->init_from, c.n_layer,
-                            c.n_embd, c.n_head);
+                            tc->model, p.n_layer, p.n_embd, p.n_head, source, c.n_layer, c.n_embd,
+                            c.n_head);
     }
     gpt_block b;
     if (tc->block && *tc->block) {
         MS_TRY(gpt_block_parse(tc->block, &b));
         if (b != c.block)
             return ms_error(MS_ERR_ARG, "--block %s disagrees with %s, which holds a %s block",
-                            tc->block, tc->init_from, gpt_block_name(c.block));
+                            tc->block, source, gpt_block_name(c.block));
     }
     if (tc->attn_window > 0) c.attn_window = tc->attn_window;
     *out = c;
     return MS_OK;
+}
+
+/* The model of the weights file tc->init_from: its config, the shape
+ * options given checked against it. */
+static ms_status weights_config(const train_config *tc, gpt_config *out) {
+    gpt_config c;
+    MS_TRY(ckpt_hf_read_config(tc->init_from, tc->heads, &c));
+    return shape_checked(tc, &c, tc->init_from, out);
 }
 
 /* The model of the preset (--model, default d6) with the shape options. */
@@ -62,6 +70,16 @@ static ms_status preset_config(const train_config *tc, gpt_config *out) {
     if (tc->seq_max > 0) c.seq_max = tc->seq_max;
     if (tc->block && *tc->block) MS_TRY(gpt_block_parse(tc->block, &c.block));
     c.attn_window = tc->attn_window;
+    *out = c;
+    return MS_OK;
+}
+
+ms_status train_model_config_of(const train_config *tc, const gpt_config *have, const char *source,
+                                gpt_config *out) {
+    gpt_config c;
+    MS_TRY(shape_checked(tc, have, source, &c));
+    MS_TRY(gpt_recompute_parse(tc->recompute, &c.recompute));
+    MS_TRY(gpt_config_validate(&c));
     *out = c;
     return MS_OK;
 }
