@@ -189,7 +189,20 @@ int cmd_ckpt(int argc, char **argv) {
     if (path && strcmp(cmd, "list") && strcmp(cmd, "shm") &&
         ckpt_latest_target(path, target, sizeof target))
         path = target; /* DIR/latest: the commit it names */
-    if (st == MS_OK && !path && strcmp(cmd, "shm-orphans"))
+    static const char *const cmds[] = {"list",    "inspect", "verify",     "export",
+                                       "reshard", "shm",     "shm-orphans"};
+    int known = 0, orphans = cmd && !strcmp(cmd, "shm-orphans"); /* cmd NULL: a parse error */
+    for (size_t i = 0; cmd && i < sizeof cmds / sizeof cmds[0]; i++)
+        known |= !strcmp(cmd, cmds[i]);
+    if (st == MS_OK && !known) /* before its PATH is looked at */
+        st = ms_error(MS_ERR_ARG,
+                      "unknown ckpt command '%s' (list, inspect, verify, export, "
+                      "reshard, shm, shm-orphans)",
+                      cmd);
+    else if (st == MS_OK && orphans && path)
+        st = ms_error(MS_ERR_ARG, "ckpt shm-orphans takes no PATH (--ckpt-shm-dir DIR: "
+                                  "where to look)");
+    else if (st == MS_OK && !path && !orphans)
         st = ms_error(MS_ERR_ARG, "ckpt %s: expected a PATH (see megascale ckpt --help)", cmd);
     else if (st == MS_OK && path) {
         char what[64];
@@ -226,17 +239,8 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK) printf("resharded %s for dp %d into %s\n", dir, o.dp, o.out);
     } else if (!strcmp(cmd, "shm")) {
         st = ckpt_shm_list(path, o.shm_dir, o.remove);
-    } else if (!strcmp(cmd, "shm-orphans")) {
-        if (path)
-            st = ms_error(MS_ERR_ARG, "ckpt shm-orphans takes no PATH (--ckpt-shm-dir DIR: "
-                                      "where to look)");
-        else
-            st = ckpt_shm_orphans(o.shm_dir, o.remove, 1, NULL, NULL);
-    } else {
-        st = ms_error(MS_ERR_ARG,
-                      "unknown ckpt command '%s' (list, inspect, verify, export, "
-                      "reshard, shm, shm-orphans)",
-                      cmd);
+    } else { /* shm-orphans */
+        st = ckpt_shm_orphans(o.shm_dir, o.remove, 1, NULL, NULL);
     }
     if (st != MS_OK) rc = cli_fail("ckpt", st);
     opts_free(ckpt_opts, N_CKPT_OPTS, &o);

@@ -53,11 +53,14 @@ static const opts_spec plan_opts[] = {
     O("gpus", OPT_T_INT, gpus, "0", "[0,16777216]", "GPUs (ranks) of the job"),
     O("cluster", OPT_T_STR, cluster, NULL, NULL,
       "cluster file, or a shipped one: a100-megascale, h100-node, h200-node (data/clusters)"),
-    O("tp", OPT_T_INT, tp, "1", "[1,65536]", "tensor-parallel ranks (inside a node)"),
-    O("pp", OPT_T_INT, pp, "1", "[1,65536]", "pipeline stages"),
-    O("vpp", OPT_T_INT, vpp, "1", "[1,65536]", "model chunks per stage (> 1: interleaved 1F1B)"),
+    O("tp", OPT_T_INT, tp, "0", "[0,65536]",
+      "tensor-parallel ranks (inside a node; 0: 1, or searched with --search)"),
+    O("pp", OPT_T_INT, pp, "0", "[0,65536]", "pipeline stages (0: 1, or searched with --search)"),
+    O("vpp", OPT_T_INT, vpp, "0", "[0,65536]",
+      "model chunks per stage (> 1: interleaved 1F1B; 0: 1, or searched with --search)"),
     O("batch", OPT_T_INT, batch, "0", "[0,1073741824]", "sequences per optimizer step, global"),
-    O("micro-batch", OPT_T_INT, micro, "1", "[1,1073741824]", "sequences per micro-batch"),
+    O("micro-batch", OPT_T_INT, micro, "0", "[0,1073741824]",
+      "sequences per micro-batch (0: 1, or searched with --search)"),
     O("features", OPT_T_STR, features, "megascale", NULL,
       "megatron, megascale, ours (this trainer: TP, PP and DP overlap, fused, async data) or a "
       "comma list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, data, lamb "
@@ -215,13 +218,15 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
     }
     if (o->gpus < 1) return ms_error(MS_ERR_ARG, "--gpus: give the job's GPU count (>= 1)");
     if (o->batch < 1) return ms_error(MS_ERR_ARG, "--batch: give the global batch (sequences)");
+    /* 0: 1, or with --search what the search picks (a value given: fixed) */
+    int unset = o->search ? 0 : 1;
     *l = (plan_layout){.gpus = o->gpus,
-                       .tp = o->tp,
-                       .pp = o->pp,
-                       .vpp = o->vpp,
+                       .tp = o->tp ? o->tp : unset,
+                       .pp = o->pp ? o->pp : unset,
+                       .vpp = o->vpp ? o->vpp : unset,
                        .batch = o->batch,
-                       .micro = o->micro};
-    if (o->search) { /* the model and the batch only: the search picks the layout */
+                       .micro = o->micro ? o->micro : unset};
+    if (o->search) { /* the model and the batch only: the search picks the rest */
         plan_layout one = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 1, .micro = 1};
         return plan_check(m, &one);
     }
@@ -233,13 +238,20 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
 static ms_status search_none(const plan_cli *o, const plan_model *m, const plan_layout *l,
                              const plan_features *f, const plan_cluster *c, int tried,
                              const plan_candidate *small) {
-    if (!tried)
+    if (!tried) {
+        char fixed[160] = ""; /* what the command line fixed */
+        if (l->tp || l->pp || l->vpp || l->micro)
+            snprintf(fixed, sizeof fixed, " (fixed by the command line:%s%.0d%s%.0d%s%.0d%s%.0d)",
+                     l->tp ? " --tp " : "", l->tp, l->pp ? " --pp " : "", l->pp,
+                     l->vpp ? " --vpp " : "", l->vpp, l->micro ? " --micro-batch " : "", l->micro);
         return ms_error(MS_ERR_ARG,
                         "no layout is valid: with tp dividing --heads %d and the node's %d GPUs, "
                         "pp dividing the %d layers and --gpus %d / tp, and a micro-batch of a "
                         "power of two up to --max-micro %d, --batch %d is never a multiple of "
-                        "dp x micro-batch (with enough micro-batches for the pipeline)",
-                        m->heads, c->gpus_per_node, m->layers, l->gpus, o->max_micro, l->batch);
+                        "dp x micro-batch (with enough micro-batches for the pipeline)%s",
+                        m->heads, c->gpus_per_node, m->layers, l->gpus, o->max_micro, l->batch,
+                        fixed);
+    }
     const plan_layout *b = &small->layout;
     const plan_result *r = &small->result;
     return ms_error(MS_ERR_ARG,

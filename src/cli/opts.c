@@ -93,10 +93,13 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     char *end = NULL;
     void *p = (char *)dst + s->offset;
     errno = 0;
+    /* strto* skip leading blanks but stop at trailing ones: " 5" and "5 "
+     * alike are not numbers (a file's values are trimmed before this) */
+    int blank = isspace((unsigned char)*v);
     switch (s->type) {
     case OPT_T_INT: {
         long x = strtol(v, &end, 10);
-        if (!*v || *end || (errno && errno != ERANGE))
+        if (!*v || blank || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects an integer, got '%s'", where, s->name, v);
         if (errno == ERANGE || x < INT32_MIN || x > INT32_MAX) /* a 32-bit int in the code */
             return ms_error(MS_ERR_ARG, "%s: --%s must be %s %ld, got '%s'", where, s->name,
@@ -107,7 +110,7 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     }
     case OPT_T_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || *end || errno || strchr(v, '-')) /* strtoull takes " -1" as 2^64-1 */
+        if (!*v || blank || *end || errno || strchr(v, '-')) /* strtoull takes " -1" as 2^64-1 */
             return ms_error(MS_ERR_ARG, "%s: --%s expects a non-negative integer, got '%s'", where,
                             s->name, v);
         MS_TRY(check_range(s, (double)x, v, where));
@@ -116,7 +119,7 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     }
     case OPT_T_DOUBLE: {
         double x = strtod(v, &end);
-        if (!*v || *end || (errno && errno != ERANGE))
+        if (!*v || blank || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects a number, got '%s'", where, s->name, v);
         if (errno == ERANGE && isinf(x)) /* an underflow reads as 0 or subnormal: a range check */
             return ms_error(MS_ERR_ARG, "%s: --%s: '%s' is beyond the largest number (%g)", where,

@@ -258,7 +258,8 @@ typedef struct {
 
 /* Every (tp, pp, vpp, micro) with tp a divisor of heads up to the node,
  * pp a divisor of layers, vpp up to max_vpp, micro a power of two up to
- * max_micro, that is valid and fits in memory, ranked by iteration time;
+ * max_micro, that is valid and fits in memory, ranked by iteration time
+ * (base's tp, pp, vpp, micro: 0 searched, else fixed to that value);
  * the best `max` into out, their count into *n, the number evaluated into
  * *tried.  smallest (NULL: not wanted): of the evaluated layouts, fitting
  * or not, the one that needs the least memory per GPU (what to report

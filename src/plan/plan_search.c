@@ -30,12 +30,15 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
     MS_TRY(plan_cluster_check(c, c->name));
     int small_memory_only = 0; /* *smallest has only its memory parts yet */
     for (int tp = 1; tp <= m->heads && tp <= c->gpus_per_node; tp++) {
-        if (m->heads % tp || c->gpus_per_node % tp) continue;
+        if (m->heads % tp || c->gpus_per_node % tp || (base->tp && tp != base->tp)) continue;
         for (int pp = 1; pp <= m->layers && tp * pp <= base->gpus; pp++) {
-            if (m->layers % pp || base->gpus % (tp * pp)) continue;
-            for (int vpp = 1; vpp <= (pp > 1 ? max_vpp : 1); vpp++) {
+            if (m->layers % pp || base->gpus % (tp * pp) || (base->pp && pp != base->pp)) continue;
+            int top_vpp = base->vpp ? base->vpp : pp > 1 ? max_vpp : 1;
+            for (int vpp = base->vpp ? base->vpp : 1; vpp <= top_vpp; vpp++) {
                 if (m->layers % (pp * vpp)) continue;
-                for (int micro = 1; micro <= max_micro; micro *= 2) {
+                int micro0 = base->micro ? base->micro : 1,
+                    top_micro = base->micro ? micro0 : max_micro;
+                for (int micro = micro0; micro <= top_micro; micro *= 2) {
                     plan_candidate cand = {.layout = *base};
                     cand.layout.tp = tp, cand.layout.pp = pp, cand.layout.vpp = vpp;
                     cand.layout.micro = micro;

@@ -366,6 +366,10 @@ ms_status train_check_not_input(const train_config *tc, const char *opt, const c
 }
 
 ms_status train_check_outputs(const train_config *tc) {
+    if (tc->new_run && tc->resume && !strcmp(tc->resume, "auto"))
+        return ms_error(MS_ERR_ARG, "--resume auto continues the run in --ckpt-dir and --new-run "
+                                    "starts a new one there (its commits moved aside): pass one "
+                                    "of them");
     const struct {
         const char *opt, *path;
     } files[] = {{"--save-weights", tc->save_weights},

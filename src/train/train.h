@@ -96,6 +96,8 @@ ms_status train_run(const train_config *cfg);
  * before anything is read; `megascale launch` checks them, and its
  * --events, before the job starts. */
 ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path);
+/* train_check_outputs: those three, and --resume auto with --new-run (one
+ * continues the run in --ckpt-dir, the other starts a new one there). */
 ms_status train_check_outputs(const train_config *tc);
 /* The directory of the per-rank event logs and hang dumps (--trace-dir:
  * "" or NULL follows --metrics, DIR/trace beside it; "none" or "off", or

@@ -458,6 +458,24 @@ def test_other_flags(d, train, ck):
                        "--new-run", "--trace-dir", "none")
     ok(rc == 0 and "previous-" in err, "train --new-run --trace-dir: a new run, the old one aside",
        err)
+    # --resume auto continues the run there, --new-run starts another: both is no run at all
+    # (--new-run was ignored); nothing in the directory moves
+    before = sorted(os.listdir(mine))
+    rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "2", "--ckpt-dir", mine,
+                       "--resume", "auto", "--new-run", "--trace-dir", "none")
+    ok(rc == 2 and "pass one of them" in err and sorted(os.listdir(mine)) == before,
+       "train --resume auto --new-run: refused, nothing moved", err)
+    # ckpt shm-orphans PATH, an unknown command with a PATH: the command is what is wrong
+    for args, needle in ((["shm-orphans", "/no/such/dir"], "takes no PATH"),
+                         (["bogus", "/no/such/dir"], "unknown ckpt command 'bogus'")):
+        rc, out, err = run("ckpt", *args)
+        ok(rc == 2 and needle in err and "/no/such/dir" not in err, f"ckpt {args[0]} PATH", err)
+    # a number with a blank before it is as wrong as one with a blank after it
+    for v in (" 5", "5 ", " 5 "):
+        for opt, what in (("--ckpt-every-min", "a number"), ("--steps", "an integer"),
+                          ("--seed", "a non-negative integer")):
+            rc, out, err = run("train", "--train-data", train, opt, v)
+            ok(rc == 2 and f"expects {what}, got '{v}'" in err, f"train {opt} '{v}'", err)
     # an output that exists in a directory named like a commit, without its
     # manifest, is no checkpoint's file (test_bad_input: a commit's files)
     runs = os.path.join(d, "runs", "step_1")

@@ -119,6 +119,17 @@ def main():
     ok(0 < len(its) <= 5 and its == sorted(its), "search: ranked by iteration time", r.stdout)
     ok(all(x["fits"] for x in s["layouts"]), "search: only layouts that fit", r.stdout)
     ok(s["tried"] > len(its), "search: tried more than it shows", r.stdout)
+    # a layout dimension given with --search is fixed, the others searched (it was ignored)
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
+             "megascale-175b", "--search", "--json", "--top", "50", "--tp", "8", "--micro-batch", "2")
+    fx = json.loads(r.stdout)["layouts"] if r.returncode == 0 else []
+    ok(fx and all(x["layout"]["tp"] == 8 and x["layout"]["micro_batch"] == 2 for x in fx)
+       and len({x["layout"]["pp"] for x in fx}) > 1, "search --tp 8 --micro-batch 2: those fixed, pp searched",
+       r.stdout + r.stderr)
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
+             "megascale-175b", "--search", "--tp", "5")
+    ok(r.returncode == 2 and "fixed by the command line: --tp 5" in r.stderr,
+       "search --tp 5 (no divisor of the heads): no layout, the fixed --tp named", r.stderr)
     # the search picks the layout: tp 1 x pp 1 (dp 12288 > batch 6144) is not checked
     r = plan("--cluster", "a100-megascale", "--gpus", "12288", "--batch", "6144", "--model",
              "megascale-175b", "--search", "--top", "3")
