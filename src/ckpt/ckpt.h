@@ -184,9 +184,14 @@ void ckpt_manager_set_node(ckpt_manager *cm, const char *node);
 const char *ckpt_manager_previous(const ckpt_manager *cm);
 /* Rank 0, after the final checkpoint of a run stopped by a signal short of
  * --steps: DIR/stopped says "step N" (N committed), so that a supervisor
- * that finds the job gone tells a clean stop from a crash; every start
- * removes it (best effort: a warning on failure). */
+ * that finds the job gone tells a clean stop from a crash; an accepted
+ * start removes it (best effort: a warning on failure). */
 void ckpt_manager_mark_stopped(ckpt_manager *cm, int step);
+/* The caller accepts the start (the resume, and what it checks of the
+ * resumed state: the data position): rank 0 removes DIR/stopped.  Before
+ * it, a refused start leaves the directory as it was, and destroy removes
+ * the host-memory slots it made and never filled.  NULL is ignored. */
+void ckpt_manager_accepted(ckpt_manager *cm);
 /* Final checkpoint (unless st->step was already saved, or a hold is on),
  * then wait for stage 2; returns the status of that last persist. */
 ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st);

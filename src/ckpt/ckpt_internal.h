@@ -201,6 +201,8 @@ ms_status ckpt_slot_verify(const ckpt_slot *s);
 void ckpt_slot_damage(ckpt_slot *s);
 /* Step of the complete snapshot of job in the slot, -1 if none. */
 int ckpt_slot_step(const ckpt_slot *s, uint64_t job);
+/* 1 if the slot holds no complete snapshot of any job. */
+int ckpt_slot_is_empty(const ckpt_slot *s);
 const float *ckpt_slot_data(const ckpt_slot *s);
 /* Read a snapshot file (mapped; *view valid until ckpt_snap_close). */
 ms_status ckpt_snap_open(const char *path, ckpt_snap_view *view, void **handle);

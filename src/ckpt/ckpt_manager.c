@@ -64,6 +64,7 @@ struct ckpt_manager {
     int slot_step[2]; /* step of the complete snapshot held, -1 none */
     ckpt_persist *persist;
     int n_saved, last_saved, finished_ok;
+    int accepted; /* ckpt_manager_accepted: the run goes on from here */
     double last_save_time, last_stall;
     char chosen[4300]; /* rank 0: the commit resumed from */
 };
@@ -307,11 +308,6 @@ static ms_status setup_dir(ckpt_manager *cm) {
             st = !cm->resume[0] || foreign ? new_job(cm)
                  : rolled                  ? ckpt_job_new(cm->root, &cm->job)
                                            : ckpt_job_id(cm->root, 1, &cm->job);
-        /* an earlier clean stop's word, once this start is accepted (a refused
-         * one leaves the directory as it was): this run is under way now */
-        snprintf(mf, sizeof mf, "%s/%s", cm->root, CKPT_STOPPED);
-        if (st == MS_OK && unlink(mf) != 0 && errno != ENOENT)
-            ms_warn("checkpoint: could not remove %s: %s", mf, strerror(errno));
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
     if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));
@@ -536,6 +532,17 @@ void ckpt_manager_mark_stopped(ckpt_manager *cm, int step) {
         ms_warn("checkpoint: could not say the clean stop in %s: %s", path, ms_errmsg());
 }
 
+void ckpt_manager_accepted(ckpt_manager *cm) {
+    if (!cm) return;
+    cm->accepted = 1;
+    if (cm->rank || !cm->saving) return;
+    /* an earlier clean stop's word: this run is under way now */
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", cm->root, CKPT_STOPPED);
+    if (unlink(path) != 0 && errno != ENOENT)
+        ms_warn("checkpoint: could not remove %s: %s", path, strerror(errno));
+}
+
 const char *ckpt_manager_previous(const ckpt_manager *cm) {
     return cm ? cm->previous : "";
 }
@@ -570,8 +577,10 @@ ms_status ckpt_manager_finish(ckpt_manager *cm, const ckpt_train_state *st) {
 void ckpt_manager_destroy(ckpt_manager *cm) {
     if (!cm) return;
     ckpt_persist_stop(cm->persist);
-    for (int k = 0; k < 2; k++) /* the commit holds it all after a clean finish */
-        ckpt_slot_close(cm->slots[k], cm->finished_ok);
+    for (int k = 0; k < 2; k++) /* the commit holds it all after a clean finish; a start
+                                 * refused after the slots were made leaves none it never filled */
+        ckpt_slot_close(cm->slots[k], cm->finished_ok || (!cm->accepted && cm->slots[k] &&
+                                                          ckpt_slot_is_empty(cm->slots[k])));
     if (cm->finished_ok && cm->rank == 0) ckpt_shm_remove_beyond(cm->root, cm->shm_dir, cm->world);
     ckpt_dir_unlock(cm->lock_fd);  /* after the last commit */
     comm_group_destroy(cm->group); /* wg and dp belong to the caller */
@@ -591,6 +600,9 @@ static int same_model(const gpt_config *a, const gpt_config *b) {
 /* Steps of this rank's usable /dev/shm snapshots (same job, layout, runs;
  * the data's CRC is checked only for the one chosen: shm_verify). */
 static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
+    char unused[4300] = ""; /* the newest snapshot not usable here, said once by rank 0 */
+    const char *why = NULL;
+    int unused_step = -1;
     for (int k = 0; k < 2; k++) {
         char path[4300];
         ckpt_snap_view v;
@@ -605,14 +617,29 @@ static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
             ms_warn("resume: ignoring a snapshot: %s", ms_errmsg()); /* the message names it */
             continue;
         }
-        if (v.job == cm->job && v.rank == cm->rank && v.world == cm->world &&
-            same_model(&v.model, gpt_get_config(cm->m)) &&
-            ckpt_snap_matches(&v, cm->runs, cm->n_runs))
+        const char *other = v.job != cm->job                               ? "another job"
+                            : !same_model(&v.model, gpt_get_config(cm->m)) ? "another model"
+                            : v.rank != cm->rank || v.world != cm->world ||
+                                    !ckpt_snap_matches(&v, cm->runs, cm->n_runs)
+                                ? "another layout"
+                                : NULL;
+        if (!other) {
             steps[k] = v.step;
-        else
-            ms_warn("resume: ignoring %s (another job or layout)", path);
+        } else if (v.step > unused_step) {
+            unused_step = v.step;
+            why = other;
+            snprintf(unused, sizeof unused, "%s", path);
+        }
         ckpt_snap_close(&v, h);
     }
+    if (why && cm->rank == 0) /* each rank's slots alike */
+        ms_warn("resume: the host-memory snapshot %s (step %d) was written by %s; it is not "
+                "used%s",
+                unused, unused_step, why,
+                strcmp(why, "another layout")
+                    ? ""
+                    : " (a snapshot resumes only the layout that wrote it: the newest commit is "
+                      "loaded, and the steps after it are trained again)");
 }
 
 /* The newest snapshot step every rank of the job holds, -1 none. */

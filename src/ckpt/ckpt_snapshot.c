@@ -267,6 +267,10 @@ int ckpt_slot_step(const ckpt_slot *s, uint64_t job) {
     return done && s->h->job == job ? (int)s->h->step : -1;
 }
 
+int ckpt_slot_is_empty(const ckpt_slot *s) {
+    return !__atomic_load_n(&s->h->complete, __ATOMIC_ACQUIRE);
+}
+
 const float *ckpt_slot_data(const ckpt_slot *s) {
     return (const float *)(s->map + s->h->data_off);
 }

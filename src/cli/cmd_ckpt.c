@@ -80,8 +80,9 @@ static ms_status do_list(const char *root, const char *shm_dir) {
             char when[32];
             time_t t = (time_t)mf.created;
             strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
-            printf("%s  step %8d  committed  dp %d  %d file(s)  %.1f MB  %s%s\n", path, mf.step,
-                   mf.dp, mf.n_files, total_mb(&mf), when, is_latest ? "  (latest)" : "");
+            printf("%s  step %8d  committed  dp %d x tp %d x pp %d  %d file(s)  %.1f MB  %s%s\n",
+                   path, mf.step, mf.dp, mf.tp, mf.pp, mf.n_files, total_mb(&mf), when,
+                   is_latest ? "  (latest)" : "");
             ckpt_manifest_free(&mf);
         } else {
             printf("%s  step %8d  NOT LOADABLE: %s%s\n", path, steps[i], ms_errmsg(),

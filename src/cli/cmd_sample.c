@@ -37,7 +37,8 @@ static const opts_spec sample_opts[] = {
     R("top-k", OPT_T_INT, top_k, "40", "[0,)", "sample among the k most likely tokens (0: all)"),
     O("seed", OPT_T_U64, seed, "42", "sampling seed"),
     O("tokenizer", OPT_T_STR, tokenizer, "auto",
-      "bytes, gpt2, a tokenizer file, ids, or auto (bytes for vocab <= 256, gpt2 for 50257)"),
+      "bytes, gpt2, a tokenizer file, ids, or auto (ids for vocab < 256, bytes up to 256, gpt2 for "
+      "50257)"),
     OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR", NULL,
        "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
     R("heads", OPT_T_INT, heads, "0", "[0,)",
@@ -66,7 +67,11 @@ static ms_status text_open(sample_text *tx, const char *name, const char *data_d
                            const gpt_config *c, const char *wpath) {
     memset(tx, 0, sizeof *tx);
     tx->vocab = c->vocab;
-    if (!strcmp(name, "auto")) name = c->vocab <= 256 ? "bytes" : c->vocab == 50257 ? "gpt2" : NULL;
+    if (!strcmp(name, "auto")) /* below 256 no byte tokenizer made the data: its own ids */
+        name = c->vocab < 256      ? "ids"
+               : c->vocab == 256   ? "bytes"
+               : c->vocab == 50257 ? "gpt2"
+                                   : NULL;
     if (!name)
         return ms_error(MS_ERR_ARG,
                         "%s: vocab %d: say which --tokenizer made the data (a file), or ids", wpath,
@@ -74,7 +79,10 @@ static ms_status text_open(sample_text *tx, const char *name, const char *data_d
     if (!strcmp(name, "ids")) return MS_OK;
     if (!strcmp(name, "bytes")) {
         if (c->vocab < 256)
-            return ms_error(MS_ERR_ARG, "%s: vocab %d is too small for bytes", wpath, c->vocab);
+            return ms_error(MS_ERR_ARG,
+                            "%s: vocab %d is too small for bytes (256 ids): --tokenizer ids "
+                            "takes and prints token ids",
+                            wpath, c->vocab);
         tx->bytes = 1;
         return MS_OK;
     }

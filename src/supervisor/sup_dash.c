@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -55,6 +56,8 @@ struct sup_dash {
     char *heat;   /* the heat map's reply at heat_version (d->mu) */
     size_t heat_len;
     long heat_version;
+    double t_asked; /* the last request's time (view_mu) */
+    int final_seen; /* after sup_dash_finish: 1 status, 2 events served (d->mu) */
 };
 
 /* ---- the files ------------------------------------------------------------ */
@@ -268,7 +271,8 @@ static int authorized(const sup_dash *d, struct MHD_Connection *c) {
     const char *t = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "token");
     if (t && sup_token_eq(t, d->token)) return 1;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-    return h && !strncmp(h, "Bearer ", 7) && sup_token_eq(h + 7, d->token);
+    /* the scheme's name is case-insensitive (RFC 7235) */
+    return h && !strncasecmp(h, "Bearer ", 7) && sup_token_eq(h + 7, d->token);
 }
 
 /* ?name=N, an integer in [lo, hi] (absent: def); -2 when malformed. */
@@ -294,11 +298,13 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     cJSON *o = NULL;
     int known = 1;
     static const sup_dash_live none = {.ettr = NAN}; /* a driver that has not pushed yet */
+    if (!d->live) /* what a page saw after the driver's end (sup_dash_finish) */
+        d->final_seen |= !strcmp(url, "/api/status") ? 1 : !strcmp(url, "/api/events") ? 2 : 0;
     if (!strcmp(url, "/api/status")) {
         const sup_dash_live *live = d->live ? live_view(d) : NULL;
         o = dash_model_status(d->model, d->live && !live ? &none : live, d->run_dir, ms_wall_now());
     } else if (!strcmp(url, "/api/metrics"))
-        o = dash_model_metrics(d->model, since < 0 ? 0 : since, DASH_METRICS_REPLY);
+        o = dash_model_metrics(d->model, since, DASH_METRICS_REPLY); /* -1: step 0's val too */
     else if (!strcmp(url, "/api/events"))
         o = dash_model_events(d->model, since, DASH_EVENTS_REPLY);
     else if (!strcmp(url, "/api/heatmap")) { /* the dearest: made again only when a line came */
@@ -356,15 +362,47 @@ static void on_conn(void *cls, struct MHD_Connection *c, void **ctx,
 
 /* A request came on c (its line and headers are in). */
 static void conn_asked(sup_dash *d, struct MHD_Connection *c) {
+    double now = ms_now();
     for (int i = 0; i < d->n_conns; i++)
-        if (d->conns[i].c == c) d->conns[i].t = ms_now();
+        if (d->conns[i].c == c) d->conns[i].t = now;
+    pthread_mutex_lock(&d->view_mu);
+    d->t_asked = now;
+    pthread_mutex_unlock(&d->view_mu);
+}
+
+/* libmicrohttpd's unescaping of the path and of each argument, refusing a
+ * %00: the NUL would end the string the handler compares
+ * ("/api/status%00x" answered as /api/status).  Such a path or argument
+ * becomes "\x7f", which no path, asset or token is. */
+static size_t unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls, (void)c;
+    size_t n = MHD_http_unescape(s);
+    if (!memchr(s, 0, n)) return n;
+    s[0] = 0x7f, s[1] = 0;
+    return 1;
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **req) {
     sup_dash *d = cls;
-    conn_asked(d, c);
+    (void)url, (void)version, (void)upload;
+    /* A GET or HEAD without a body is answered on the second call, once
+     * libmicrohttpd has read the whole request: a reply queued on the first
+     * one closes the connection, and a polling page would open one a poll.
+     * Anything with a body is answered at once (and the connection closed:
+     * no body is ever read). */
+    int body = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH) ||
+               MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (!*req) {
+        *req = d;
+        conn_asked(d, c);
+        if (!body &&
+            (!strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD)))
+            return MHD_YES;
+    } else if (*upload_size) { /* not reached: a request with a body was answered above */
+        return MHD_NO;
+    }
     if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
         return send_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "", 0);
     if (!authorized(d, c)) return send_reply(c, MHD_HTTP_UNAUTHORIZED, NULL, "", 0);
@@ -408,7 +446,8 @@ int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n
         MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC, 0, NULL, NULL, handle, d,
         MHD_OPTION_LISTEN_SOCKET, d->fd, MHD_OPTION_CONNECTION_LIMIT, (unsigned)CONN_HARD,
         MHD_OPTION_NOTIFY_CONNECTION, on_conn, d, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_END);
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONN_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK,
+        unescape, NULL, MHD_OPTION_END);
     if (!d->mhd) {
         snprintf(why, n, "dashboard: libmicrohttpd could not start its server on %s", d->addr);
         sup_dash_stop(d);
@@ -429,6 +468,27 @@ const char *sup_dash_token(const sup_dash *d) {
 
 const char *sup_dash_addr(const sup_dash *d) {
     return d->addr;
+}
+
+void sup_dash_finish(sup_dash *d, double linger_s) {
+    if (!d) return;
+    pthread_mutex_lock(&d->mu);
+    d->live = 0; /* the files alone from now on: the job's end as the events say it */
+    d->final_seen = 0;
+    d->t_refresh = -1e9; /* the last lines, at the next request */
+    pthread_mutex_unlock(&d->mu);
+    double t0 = ms_now();
+    pthread_mutex_lock(&d->view_mu);
+    double asked = d->t_asked;
+    pthread_mutex_unlock(&d->view_mu);
+    if (t0 - asked > SUP_DASH_WATCHED_S) return; /* no page is polling */
+    for (;;) {
+        pthread_mutex_lock(&d->mu);
+        int seen = d->final_seen;
+        pthread_mutex_unlock(&d->mu);
+        if (seen == 3 || ms_now() - t0 >= linger_s) return;
+        usleep(50000);
+    }
 }
 
 void sup_dash_stop(sup_dash *d) {

@@ -362,7 +362,8 @@ static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
                 m->ranks[r].faults = 0, m->ranks[r].last_fault[0] = 0;
         }
         all_ranks(m, R_STARTING, 0);
-        m->started = num(o, "time");
+        if (!resumed || !isfinite(m->started)) /* a driver that took over: the job's start */
+            m->started = num(o, "time");
         if (!isfinite(m->t0)) m->t0 = m->started;
         const char *mp = str(o, "metrics");
         if (mp) snprintf(m->metrics_path, sizeof m->metrics_path, "%s", mp);
@@ -540,7 +541,7 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
         cJSON_AddStringToObject(e, "node", x->node);
         cJSON_AddStringToObject(e, "host", x->host);
         cJSON_AddStringToObject(e, "state", RSTATE[s]);
-        cJSON_AddNumberToObject(e, "step", l ? l->step : x->step);
+        cJSON_AddNumberToObject(e, "step", l && l->step >= 0 ? l->step : x->step);
         add_num(e, "beat_age_s", l ? l->beat_age_s : NAN);
         add_num(e, "compute_ms", l ? l->compute_ms : NAN);
         cJSON_AddNumberToObject(e, "faults", x->faults);

@@ -1081,14 +1081,16 @@ out:
         close(d->conns[i].fd);
     for (int i = 0; i < d->n_ctl; i++)
         close(d->ctl[i].fd);
-    if (d->lock_fd >= 0) close(d->lock_fd);
-    sup_dash_stop(d->dash);
-    free(d->dash_ranks);
     sup_heatlog_close(&d->heat);
     sup_events_close(&d->ev);
     /* what the loop queued, on disk before the driver exits (and lets go of
      * its lock), unless the disk takes nothing for SUP_EXIT_FLUSH_S */
     sup_writer_stop(d->writer, SUP_EXIT_FLUSH_S);
+    if (d->lock_fd >= 0) close(d->lock_fd); /* the run directory is a successor's */
+    /* then a page left open reads the end (job_done, the summary) */
+    sup_dash_finish(d->dash, SUP_DASH_LINGER_S);
+    sup_dash_stop(d->dash);
+    free(d->dash_ranks);
     sup_nodes_free(d->pool);
     sup_straggler_free(&d->strag);
     free(d->conns);

@@ -845,12 +845,15 @@ void sup_dash_update(sup_driver *d, int now) {
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         sup_dash_rank *x = &d->dash_ranks[i];
-        x->step = s->step;
+        /* before a started rank's first step, the step it resumed at; before
+         * its start, not known (-1: the events' step is shown) */
+        x->step = s->step > 0 ? s->step : s->started ? s->resume_step : -1;
         x->beat_age_s = s->connected ? t - s->last_beat : NAN;
         x->compute_ms = d->strag.compute[i];
-        x->state = !s->connected              ? SUP_DASH_STARTING
-                   : s->done                  ? SUP_DASH_DONE
+        /* done or failed first: a rank that said so has closed its connection */
+        x->state = s->done                    ? SUP_DASH_DONE
                    : s->failed                ? SUP_DASH_DEAD
+                   : !s->connected            ? SUP_DASH_STARTING
                    : t - s->last_beat > quiet ? SUP_DASH_HUNG
                    : d->strag.strikes[i] > 0  ? SUP_DASH_SLOW
                                               : SUP_DASH_RUNNING;

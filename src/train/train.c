@@ -321,6 +321,7 @@ static ms_status setup_ckpt(trainer *t) {
         int b = saved.batch > 0 ? saved.batch : tc->batch, s = saved.seq > 0 ? saved.seq : tc->seq;
         t->tokens0 = saved.tokens ? (long long)saved.tokens : (long long)saved.step * b * s;
     }
+    ckpt_manager_accepted(t->ckpt); /* a refused start (above) leaves the directory as it was */
     return MS_OK;
 }
 
@@ -596,7 +597,9 @@ static ms_status model_config(trainer *t) {
 static ms_status setup(trainer *t) {
     const train_config *tc = t->tc;
     MS_TRY(setup_dist(t));
-    MS_TRY(check_outputs(t));
+    /* rank 0 checks its outputs alone: every rank learns of a refusal before
+     * the first collective (rank 1 went on into one, then timed out) */
+    MS_TRY(train_gate_pass(t->gate, check_outputs(t)));
     MS_TRY(ms_node_of(tc->node_map, t->rank, t->world ? comm_world_size(t->world) : 1, t->node,
                       "--node-map (MS_NODE_MAP)"));
     MS_TRY(setup_trace(t));
@@ -619,7 +622,9 @@ static ms_status setup(trainer *t) {
     t->sched =
         (opt_schedule){OPT_SCHED_COSINE, (float)tc->lr, tc->warmup, tc->steps, (float)tc->lr_floor};
     MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
-    MS_TRY(open_loaders(t)); /* fail fast on bad data, before allocating */
+    /* fail fast on bad data, before allocating; a host without the files
+     * says so to every rank before the collectives of the model's creation */
+    MS_TRY(train_gate_pass(t->gate, open_loaders(t)));
     be_options bo = be_options_default();
     bo.threads = threads_per_rank(tc);
     bo.cuda_profile = tc->cuda_profile;

@@ -15,9 +15,10 @@ stage 2 persists them: the ranks persist the same steps and every persist
 commits.  Environment: MS_BIN."""
 import os
 import shutil
+import subprocess
 import sys
 
-from ckpt_common import (MPIRUN, Workspace, ckpt_lines, committed_steps, flip_snapshot_byte, losses,
+from ckpt_common import (BIN, MPIRUN, Workspace, ckpt_lines, committed_steps, flip_snapshot_byte, losses,
                          mpi, ok, rel_err, resumed_at, run, sha, shard_sizes, slots, step_dir,
                          summary, verify)
 
@@ -210,6 +211,9 @@ def layouts(ws):
     err = rel_err(losses(ref1_m)[4:], losses(m))
     ok(r.returncode == 0 and resumed_at(r.stderr) == 4 and err <= 1e-5,
        f"saved by tp2 pp2, resumed by one process (rel {err:.1e})", r.stderr)
+    r = subprocess.run([BIN, "ckpt", "list", x], capture_output=True, text=True)
+    ok(r.returncode == 0 and "step        4  committed  dp 1 x tp 2 x pp 2" in r.stdout,
+       "ckpt list: each commit's whole layout (it said dp 1 for tp2 x pp2)", r.stdout + r.stderr)
     y, m = ws.path("t1"), ws.path("t1.jsonl")
     run(ws, args("--ckpt-dir", y), fault="signal:term@4")
     # the same shard by another path: a warning that the data differs, said
@@ -222,6 +226,21 @@ def layouts(ws):
        f"saved by one process, resumed by tp2 dp2 (rel {err:.1e})", r.stderr)
     warned = r.stderr.count("differs from the checkpoint's")
     ok(warned == 1, f"resume by 4 ranks: the --train-data warning once ({warned} times)", r.stderr)
+    # a crash in stage 2 under tp2 leaves snapshots of step 4 (the commit is of 2); a resume
+    # under dp2 (the same world) cannot use them: the commit is loaded, and rank 0 says why
+    # once (each rank said "ignoring SLOT (another job or layout)" for each slot)
+    z, m = ws.path("snap_layout"), ws.path("snap_layout.jsonl")
+    r = mpi(ws, 2, args("--tp", "2", "--ckpt-dir", z, "--ckpt-every", "2"),
+            fault="stage2:after-shard@4:1")
+    ok(r.returncode != 0 and verify(step_dir(z, 2)) and not os.path.exists(step_dir(z, 4)),
+       "tp2: rank 1 killed in stage 2 of step 4, the commit of 2 intact", r.stderr[-2000:])
+    r = mpi(ws, 2, args("--dp", "2", "--ckpt-dir", z, "--resume", "auto", "--metrics", m))
+    err = rel_err(losses(ref1_m)[2:], losses(m))
+    said = r.stderr.count("was written by another layout")
+    ok(r.returncode == 0 and resumed_at(r.stderr) == 2 and err <= 1e-5 and said == 1
+       and "(step 4)" in r.stderr,
+       f"tp2's snapshots, resumed by dp2: from the commit, said once ({said} times, rel "
+       f"{err:.1e})", r.stderr)
     print("tp/pp layouts: bitwise resume on dp2 tp2 pp2, resharding across layouts", flush=True)
 
 

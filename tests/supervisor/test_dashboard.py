@@ -25,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -131,6 +132,20 @@ def check_api(base, addr, token):
        "a metrics reply is bounded and has its columns")
 
 
+def watch_to_end(base, token, seen):
+    """A page left open: the status and the events every 0.5 s until the
+    server is gone; seen["last"]: the last status read."""
+    while True:
+        try:
+            code, body = fetch(f"{base}/api/status?token={token}")
+            if code == 200:
+                seen["last"] = json.loads(body)
+            fetch(f"{base}/api/events?since=1000000&token={token}")
+        except (OSError, ValueError):
+            return
+        time.sleep(0.5)
+
+
 def rank_pid(run, rank):
     """The pid of `rank` in the newest launch (its rank_up event)."""
     pid = None
@@ -210,6 +225,9 @@ def check_offline(run, d):
         ok([p[0] for p in pts] == file_steps and file_steps[-1] == STEPS,
            f"afterwards: every step of the metrics file ({len(pts)} of {len(file_steps)})")
         ok(len(last["val"]) >= 4, "afterwards: the validation points", json.dumps(last["val"]))
+        first = api(base, token, "/api/metrics")  # no since: from the first
+        ok(first and first["val"] and first["val"][0][0] == 0,
+           "afterwards: the validation loss of step 0 too", json.dumps(first and first["val"][:2]))
         evs, since = [], -1
         while True:
             r = api(base, token, f"/api/events?since={since}")
@@ -282,6 +300,9 @@ def main():
         m = re.match(r"(http://(127\.0\.0\.1:\d+))/\?token=", url)
         ok(m is not None, "the dashboard is on loopback", url)
         base, addr = m.group(1), m.group(2)
+        seen = {}
+        watcher = threading.Thread(target=watch_to_end, args=(base, token, seen), daemon=True)
+        watcher.start()
         page = browser_start(url, d)
         if job.poll() is None:
             check_api(base, addr, token)
@@ -299,6 +320,12 @@ def main():
                out[-2000:])
         out, err = job.communicate(timeout=600)
         ok(job.returncode == 0, "the job finishes after the fault", err[-3000:])
+        watcher.join(30)
+        end = (seen.get("last") or {})
+        ok(not watcher.is_alive() and end.get("live") is False
+           and end.get("job", {}).get("state") == "done" and end.get("summary"),
+           "a page left open reads the job's end (done, not live, the summary) before the "
+           "server goes", json.dumps(end)[:400])
         ok("dashboard: http://127.0.0.1:" in err, "the driver printed the dashboard's URL")
     finally:
         if isinstance(page, subprocess.Popen) and page.poll() is None:

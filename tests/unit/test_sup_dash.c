@@ -50,6 +50,8 @@ static void test_metrics(void) {
     feed(dash_model_metrics_line, m,
          "{\"type\":\"config\",\"version\":1,\"options\":{\"model\":\"d6\",\"steps\":300},"
          "\"layout\":{\"world\":8,\"dp\":2,\"tp\":2,\"pp\":2}}");
+    /* the validation before training, at step 0 */
+    feed(dash_model_metrics_line, m, "{\"step\":0,\"val_loss\":5.5,\"val_ms\":3,\"wall\":99}");
     char line[256];
     for (int s = 1; s <= 20; s++) {
         snprintf(
@@ -78,6 +80,11 @@ static void test_metrics(void) {
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 7);
     T_OK(cJSON_IsTrue(item(r, "more")));
     T_EQ_INT(cJSON_GetArraySize(item(r, "val")), 1);
+    cJSON_Delete(r);
+    r = dash_model_metrics(m, -1, 7); /* from the first: step 0's validation too */
+    T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 7);
+    T_EQ_INT(cJSON_GetArraySize(item(r, "val")), 2);
+    T_EQ_INT(cJSON_GetArrayItem(cJSON_GetArrayItem(item(r, "val"), 0), 0)->valueint, 0);
     cJSON_Delete(r);
     /* the same steps again (redone after a restart): the newer replace them */
     feed(dash_model_metrics_line, m, "{\"step\":18,\"loss\":7,\"wall\":200}");
@@ -249,6 +256,19 @@ static void test_second_job(void) {
     T_EQ_INT(item(item(st, "job"), "faults")->valueint, 1);
     T_EQ_INT(item(item(st, "job"), "restarts")->valueint, 1);
     T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 1), "faults")->valueint, 1);
+    /* and its start and wall time are the job's, not the new driver's (the
+     * wall time read 1 s, from the takeover) */
+    T_EQ_INT((int)item(item(st, "job"), "started")->valuedouble, 1);
+    T_EQ_INT((int)item(item(st, "job"), "wall_s")->valuedouble, 8);
+    cJSON_Delete(st);
+    /* the live view: a rank's step -1 (not started yet) is the events' one,
+     * 0 or more the driver's */
+    feed(dash_model_compute_line, m, "{\"step\":7,\"compute_ms\":[5,6]}"); /* heard before */
+    sup_dash_rank lr[2] = {{SUP_DASH_RUNNING, 0, 0.1, NAN}, {SUP_DASH_STARTING, -1, NAN, NAN}};
+    sup_dash_live lv = {.n_ranks = 2, .ranks = lr, .ettr = NAN};
+    st = dash_model_status(m, &lv, "run", 9);
+    T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 0), "step")->valueint, 0);
+    T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 1), "step")->valueint, 7);
     cJSON_Delete(st);
     /* a new job: counted from 0, no fault left on rank 1 */
     feed(dash_model_event_line, m, "{\"time\":20,\"event\":\"job_start\",\"np\":2}");
@@ -637,8 +657,78 @@ static void test_server(void) {
     free(big);
     snprintf(path, sizeof path, "/api/heatmap?token=%s", tok);
     T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    /* the scheme's name in any case (RFC 7235) */
+    snprintf(auth, sizeof auth, "Authorization: bEARER %s\r\n", tok);
+    T_EQ_INT(get(addr, "/api/status", auth, body, sizeof body), 200);
+    /* a %00 ends no path or token early: "/api/status%00x" is no path */
+    snprintf(path, sizeof path, "/api/status%%00x?token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 404);
+    snprintf(path, sizeof path, "/api/status?token=%s%%00", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 401);
+    /* HTTP/1.1: two requests on one connection, both answered (the first
+     * reply closed it: a polling page opened a connection a request) */
+    char two[512];
+    snprintf(two, sizeof two,
+             "GET /api/status?token=%s HTTP/1.1\r\nHost: x\r\n\r\n"
+             "GET /api/checkpoints?token=%s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+             tok, tok);
+    T_EQ_INT(http(addr, two, body, sizeof body), 200);
+    T_OK(strstr(body, "HTTP/1.1 200") != NULL && strstr(body, "\"checkpoints\"") != NULL);
     atomic_store(&p.stop, 1);
     pthread_join(th, NULL);
+    sup_dash_stop(d);
+}
+
+typedef struct {
+    sup_dash *d;
+    double linger_s, took_s;
+} finisher;
+
+static void *finish_thread(void *arg) {
+    finisher *f = arg;
+    double t0 = ms_now();
+    sup_dash_finish(f->d, f->linger_s);
+    f->took_s = ms_now() - t0;
+    return NULL;
+}
+
+/* The driver's end: the live view is dropped (the status is the files': the
+ * job's end), and a page that was polling gets to read the status and the
+ * events once more before the server goes; with no page, no wait. */
+static void test_finish(void) {
+    append(tpath("events.jsonl"),
+           "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":1,\"pool\":\"node0\"}\n"
+           "{\"time\":5,\"t\":4,\"event\":\"job_done\"}\n",
+           "w");
+    char why[256], body[1 << 16], path[512];
+    sup_dash_config c = {tmpdir, NULL, 0, 1, NULL};
+    sup_dash *d = NULL;
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    finisher f = {d, 30, -1};
+    finish_thread(&f); /* nobody asked anything: at once */
+    T_OK(f.took_s >= 0 && f.took_s < 1);
+    sup_dash_stop(d);
+    d = NULL;
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    const char *addr = sup_dash_addr(d), *tok = sup_dash_token(d);
+    sup_dash_rank r = {SUP_DASH_RUNNING, 3, 0.1, 1};
+    sup_dash_live l = {.attempt = 1, .best_step = 3, .n_ranks = 1, .ranks = &r, .ettr = NAN};
+    sup_dash_push(d, &l);
+    snprintf(path, sizeof path, "/api/status?token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    T_OK(strstr(body, "\"live\":true") != NULL);
+    pthread_t th;
+    f = (finisher){d, 30, -1};
+    pthread_create(&th, NULL, finish_thread, &f);
+    usleep(100000);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    T_OK(strstr(body, "\"live\":false") != NULL && strstr(body, "\"state\":\"done\"") != NULL);
+    snprintf(path, sizeof path, "/api/events?token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    pthread_join(th, NULL);
+    T_OK(f.took_s > 0 && f.took_s < 10); /* once both were read, not the whole 30 s */
     sup_dash_stop(d);
 }
 
@@ -900,6 +990,7 @@ int main(void) {
     test_heatlog();
     test_writer();
     test_server();
+    test_finish();
     test_events_elsewhere();
     test_method_not_allowed();
     test_slow_clients();

@@ -32,7 +32,7 @@
     t0: null, // the job's start, epoch s: wall-time x = wall - t0
     xMode: 'step',
     epoch: null,
-    sinceStep: 0,
+    sinceStep: -1, // the since of the next api/metrics call (-1: from the first, step 0's val too)
     rows: [], // train steps: {step, wall, loss, lr, grad_norm, tok_s, mfu, ms}
     val: [], // {step, wall, y}
     chartsDirty: false,
@@ -146,7 +146,12 @@
         await fn();
         setError(name, null);
       } catch (e) {
-        if (e instanceof NetError) {
+        if (e instanceof NetError && st.ended) {
+          // The job ended and its supervisor is gone (with it this server
+          // and its token): nothing more will come, so this loop stops.
+          serverGone();
+          return;
+        } else if (e instanceof NetError) {
           setError(name, `dashboard server unreachable: ${e.message}`);
         } else {
           setError(name, `dashboard error in ${name}: ${e.message}`);
@@ -156,6 +161,18 @@
       setTimeout(loop, st.ended ? SLOW_MS : FAST_MS);
     };
     loop();
+  }
+
+  function serverGone() {
+    st.errors.clear();
+    const b = $('#banner');
+    b.hidden = false;
+    b.textContent = 'the job has ended and the dashboard server has exited: this is the run as it ended '
+      + '(`megascale dashboard RUN_DIR` serves it again)';
+    const live = $('#live');
+    live.textContent = 'ended';
+    live.className = 'live off';
+    document.body.dataset.gone = '1';
   }
 
   function setError(name, msg) {
@@ -444,7 +461,7 @@
   }
 
   function clearMetrics() {
-    st.sinceStep = 0;
+    st.sinceStep = -1;
     st.rows = [];
     st.val = [];
     st.chartsDirty = true;
