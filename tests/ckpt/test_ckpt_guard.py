@@ -18,12 +18,13 @@ Environment: MS_BIN."""
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
 
-from ckpt_common import (BIN, Workspace, losses, ok, resumed_at, run, step_dir, summary, tree,
-                         verify)
+from ckpt_common import (BIN, TINY, Workspace, losses, ok, resumed_at, run, slots, step_dir,
+                         summary, tree, verify)
 
 
 def test_prune_symlink(ws):
@@ -248,9 +249,30 @@ def test_other_histories(ws):
     r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", a))
     ok(r.returncode == 2 and os.path.exists(os.path.join(a, "stopped")),
        "a refused start leaves CKPT_DIR/stopped", r.stderr)
+    # refused later, once the commit is read: another model (it was removed as the directory
+    # was opened, and a supervisor then took the stopped job's end for a crash)
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", a, "--resume", "auto", "--dim",
+                              "64"))
+    ok(r.returncode == 2 and "another model" in r.stderr
+       and os.path.exists(os.path.join(a, "stopped")),
+       "a start refused by the commit's model leaves CKPT_DIR/stopped", r.stderr)
     r = run(ws, ws.train_args("--steps", "9", "--ckpt-dir", a, "--resume", "auto"))
     ok(r.returncode == 0 and not os.path.exists(os.path.join(a, "stopped")),
        "an accepted start removes CKPT_DIR/stopped", r.stderr)
+    # refused by the data position (a sequential cursor past a smaller shard's end), after
+    # the snapshot slots were made: they go (two empty /dev/shm files, each a rank's share
+    # of the weights and moments, stayed until the next accepted start)
+    sq = ws.path("seq_pos")
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", sq, "--data-order", "sequential"))
+    small = ws.path("small.bin")
+    with open(small, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, 100, *([0] * 253)))
+        f.write(struct.pack("<100H", *([7] * 100)))
+    r = run(ws, ["train", "--train-data", small, *TINY, "--steps", "12", "--ckpt-dir", sq,
+                 "--data-order", "sequential", "--resume", "auto"])
+    ok(r.returncode != 0 and "resume at step 10" in r.stderr and slots(ws.shm, sq) == {},
+       "a start refused by the data position leaves no snapshot slot", r.stderr
+       + str(slots(ws.shm, sq)))
     # a mistyped rollback target: nothing moved
     c = ws.path("hist_c")
     run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--ckpt-every", "2",

@@ -237,8 +237,9 @@ def layouts(ws):
     r = mpi(ws, 2, args("--dp", "2", "--ckpt-dir", z, "--resume", "auto", "--metrics", m))
     err = rel_err(losses(ref1_m)[2:], losses(m))
     said = r.stderr.count("was written by another layout")
+    # (rank 0 may be killed before its own snapshot of 4 is whole: then its newest is of 2)
     ok(r.returncode == 0 and resumed_at(r.stderr) == 2 and err <= 1e-5 and said == 1
-       and "(step 4)" in r.stderr,
+       and ("(step 4)" in r.stderr or "(step 2)" in r.stderr),
        f"tp2's snapshots, resumed by dp2: from the commit, said once ({said} times, rel "
        f"{err:.1e})", r.stderr)
     print("tp/pp layouts: bitwise resume on dp2 tp2 pp2, resharding across layouts", flush=True)

@@ -77,6 +77,20 @@ def main():
     expect_one("eval: no weights named (before MPI)", r, "(all 2 ranks)", "--weights", cmd="eval",
                rc=2)
 
+    # --- an output rank 0 alone checks (--save-weights, --metrics in a missing directory):
+    # one line, at once, and nothing written; rank 1 went on into the clock sync, timed out
+    # 6 s later with a second line, and made the missing directory's trace/ (so the same
+    # command then passed the check)
+    for opt, name in (("--save-weights", "w.safetensors"), ("--metrics", "m.jsonl")):
+        missing = os.path.join(d, f"nodir{opt}")
+        t0 = time.time()
+        r = mpi(2, *base[:-2], opt, os.path.join(missing, name), timeout=120)
+        el = time.time() - t0
+        expect_one(f"{opt} in a missing directory, checked by rank 0", r,
+                   f"(rank 0 of 2 on {host})", opt, rc=2)
+        ok(el < 20 and not os.path.exists(missing) and "comm:" not in r.stderr,
+           f"... at once ({el:.1f} s), the directory not made, no rank timed out", r.stderr)
+
     # --- one rank's validation share holds a bad token ---
     val = os.path.join(d, "val.bin")
     toks = [i % 200 for i in range(4000)]
