@@ -644,7 +644,13 @@ static int after_fault(sup_driver *d, int prev_best) {
     book_stop(d);
     d->recovering = 1, d->recover_prev_best = prev_best;
     sup_state_save(d, 0, 1); /* killed from here to the restart: the successor recovers */
-    if (!g_stop && refused_options(d)) {
+    if (!g_stop && refused_options(d) && d->options_ok) /* the same options trained before */
+        fprintf(stderr,
+                "megascale launch: the job refused its options on this start, with which an "
+                "earlier start trained: taken for a fault of a node's environment (a lost "
+                "mount, a file missing on one host), not of the options; diagnosing and "
+                "restarting\n");
+    else if (!g_stop && refused_options(d)) {
         fprintf(stderr,
                 "megascale launch: error: the job refused its options (%s, a usage error: the "
                 "ranks' error above names the option); a restart would be refused the same way\n",
@@ -675,10 +681,15 @@ static int run_loop(sup_driver *d) {
                 "it, after its final checkpoint (step %d of %d): starting it again\n",
                 (int)d->lost_pid, last, d->c->steps);
     } else if (d->lost_pid && last < d->c->steps) { /* short of its final checkpoint */
+        char committed[64];
+        if (last >= 0)
+            snprintf(committed, sizeof committed, "step %d of %d committed", last, d->c->steps);
+        else
+            snprintf(committed, sizeof committed, "no step committed yet");
         sup_set_fault(d, "exit", -1, 0,
                       "the job (mpirun pid %d) ended while no driver watched it, before its "
-                      "final checkpoint (step %d of %d committed): its ranks' last beats are lost",
-                      (int)d->lost_pid, last, d->c->steps);
+                      "final checkpoint (%s): its ranks' last beats are lost",
+                      (int)d->lost_pid, committed);
     }
     if (d->fault && !d->recovering) {
         /* taken over from a driver that died after a fault was seen (an
@@ -779,9 +790,12 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
     }
     if (d->lfd < 0 && sup_listen(bind_addr, 0, &d->lfd, d->addr, sizeof d->addr, why, n) != 0)
         return -1;
-    if (sup_listen(bind_addr, 0, &d->ctl_fd, d->ctl_addr, sizeof d->ctl_addr, why, n) != 0)
+    /* the control socket is the operator's, on this host: loopback whatever
+     * --bind says, and a token of its own (the ranks hold the heartbeat's) */
+    if (sup_make_token(d->ctl_token) != 0) return snprintf(why, n, "no random token"), -1;
+    if (sup_listen("127.0.0.1", 0, &d->ctl_fd, d->ctl_addr, sizeof d->ctl_addr, why, n) != 0)
         return -1;
-    return sup_ctl_write(d->c->run_dir, d->ctl_addr, d->token, why, n);
+    return sup_ctl_write(d->c->run_dir, d->ctl_addr, d->ctl_token, why, n);
 }
 
 /* The value of option `name` (without "--") in the train options' --config
@@ -984,6 +998,7 @@ int sup_run(const sup_config *c) {
     d->c = c;
     d->stop_flag = &g_stop;
     d->lfd = d->ctl_fd = d->lock_fd = -1;
+    d->fault_rank = d->fault_reporter = -1;
     d->evict_node = -1;
     d->ckpt_fault = d->pending_fault = -1;
     char why[4400] = "", events[4200];

@@ -320,6 +320,7 @@ typedef struct {
     sup_events ev;
     sup_nodes *pool;
     char token[33], addr[64], ctl_addr[64], state_path[4200], hostfile_path[4200];
+    char ctl_token[33]; /* the control socket's own: the ranks hold `token` (MS_HEARTBEAT_TOKEN) */
     char diag_dir[4200], ckpt_dir[4096], device[16]; /* device: the job's --device */
     int lfd, ctl_fd, lock_fd;
     sup_conn *conns;
@@ -337,6 +338,8 @@ typedef struct {
     int fault;
     char kind[24], detail[1100];
     int fault_rank, fault_step;
+    int fault_reporter; /* >= 0: the rank whose error told of the fault (comm: a survivor) */
+    int options_ok;     /* a start of this job reached training: its options are not what fails */
     int fault_booked;         /* it is in the summary's faults (book_fault) */
     int fault_usage;          /* it is a rank's usage error: a restart would be refused too */
     double t_detect, t_stall; /* when it was detected; when the rank went silent/stuck */

@@ -98,6 +98,10 @@ int sup_nodes_init(sup_nodes *p, const sup_config *c, char *why, size_t n) {
     if (c->hostfile) {
         if (read_hostfile(p, c->hostfile, why, n) != 0) return -1;
         p->needed = c->nodes > 0 ? c->nodes : p->n - c->spares; /* 0: not given */
+        if (c->nodes <= 0 && p->needed < 1)                     /* every host a spare */
+            return snprintf(why, n, "%s lists %d host(s): --spares %d leaves none for the job",
+                            c->hostfile, p->n, c->spares),
+                   -1;
         if (p->needed < 1 || p->needed + c->spares > p->n)
             return snprintf(why, n,
                             "%s lists %d host(s): not enough for %d node(s) and --spares %d",

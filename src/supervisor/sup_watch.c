@@ -53,6 +53,7 @@ static cJSON *fault_fields(sup_driver *d) {
                                 ? d->pool->name[d->evict_node]
                                 : sup_node_name(d, d->fault_rank));
     if (d->fault_rank >= 0) cJSON_AddStringToObject(f, "host", d->r[d->fault_rank].host);
+    if (d->fault_reporter >= 0) cJSON_AddNumberToObject(f, "reported_by", d->fault_reporter);
     cJSON_AddNumberToObject(f, "step", d->fault_step);
     cJSON_AddStringToObject(f, "detail", d->detail);
     return f;
@@ -248,6 +249,30 @@ static int gone_rank(const sup_driver *d) {
     return -1;
 }
 
+/* The peer a communication error lost, as the beats tell it: the rank that
+ * reports the error is a survivor that waited for it (--comm-timeout), and
+ * the lost one (stopped, hung, its host cut off: on another host, its
+ * process cannot be looked at) went silent meanwhile.  Of the ranks other
+ * than the reporter, the one whose connection closed, else the one silent
+ * the longest, past the hang detector's silence (silent_rank: about two
+ * missed beats); -1 when every other rank still beats (a flaky link: no
+ * rank to blame).  *since: when it went quiet. */
+static int lost_peer(const sup_driver *d, int reporter, double *since) {
+    double now = ms_now(), quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
+    int who = -1, closed = 0;
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (i == reporter || s->done || s->failed || s->stopped) continue;
+        int gone = !s->connected && s->t_lost > 0;
+        if (!s->connected && !gone) continue; /* never connected this attempt */
+        double t = gone ? s->t_lost : s->last_beat;
+        if (!gone && now - t <= quiet) continue;
+        if (who < 0 || gone > closed || (gone == closed && t < *since))
+            who = i, closed = gone, *since = t;
+    }
+    return who;
+}
+
 /* pid's start time if host is this host, else 0 (unknown: never signalled). */
 static unsigned long long local_pid_start(const char *host, int pid) {
     char me[256] = "";
@@ -288,6 +313,7 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     snprintf(s->phase, sizeof s->phase, "%s", b->phase);
     if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
         s->started = 1; /* the progress clock starts here: the first step is timed too */
+        d->options_ok = 1; /* a rank trained with them: a later refusal is no usage error */
         s->last_progress = now;
         s->resume_step = b->step; /* beats carry the steps done: a resumed run's start */
         s->step = b->step;
@@ -370,7 +396,16 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
             /* a persistent non-finite gradient: the rank whose own gradients
              * it was in, when the beat names one */
             int rank = !strcmp(kind, "nonfinite") && b->n_nan_ranks > 0 ? b->nan_ranks[0] : b->rank;
-            sup_set_fault(d, kind, rank, 0, "%s", b->error);
+            double since = 0;
+            int quiet = !strcmp(kind, "comm") && !d->fault ? lost_peer(d, b->rank, &since) : -1;
+            if (quiet >= 0) { /* the lost peer, not the survivor that reports it */
+                d->fault_reporter = b->rank;
+                sup_set_fault(d, kind, quiet, since,
+                              "rank %d (on %s) went silent %.1f s before rank %d reported: %s",
+                              quiet, d->r[quiet].host, ms_now() - since, b->rank, b->error);
+            } else {
+                sup_set_fault(d, kind, rank, 0, "%s", b->error);
+            }
         }
     }
 }
@@ -560,6 +595,12 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
             return;
         }
         snprintf(msg, sizeof msg, "a recovery is under way; try again");
+    } else if ((d->evict_node >= 0 || d->fault || d->recovering) &&
+               sup_nodes_usable(d->pool) - (d->evict_node >= 0) - 1 < d->pool->needed) {
+        /* the recovery under way may need this spare (it was taken, then missed) */
+        snprintf(msg, sizeof msg,
+                 "a recovery is under way and may need spare node %s; try again once it is done",
+                 m->node);
     } else {
         sup_evict(d, i, "manual", "manual eviction (megascale launch --ctl)");
         snprintf(msg, sizeof msg, "spare node %s is on the blocklist", m->node);
@@ -583,7 +624,7 @@ static int read_ctl(sup_driver *d, sup_ctl_conn *k) {
     if (!nl && k->len < sizeof k->buf - 1) return 0;
     sup_ctl_msg m;
     const char *why = "line too long";
-    if (nl && sup_ctl_parse(k->buf, (size_t)(nl - k->buf), d->token, &m, &why) == 0) {
+    if (nl && sup_ctl_parse(k->buf, (size_t)(nl - k->buf), d->ctl_token, &m, &why) == 0) {
         on_ctl(d, k->fd, &m);
     } else {
         reject(d, "ctl_rejected", why);
@@ -883,6 +924,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->fault = 0;
     d->kind[0] = d->detail[0] = 0;
     d->fault_rank = -1;
+    d->fault_reporter = -1;
     d->fault_booked = 0;
     d->fault_usage = 0;
     d->redone_booked = 0;

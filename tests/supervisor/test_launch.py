@@ -7,7 +7,8 @@ steps):
    commit, finishes by itself, and its final weights are bitwise equal to
    the fault-free run's;
 2. SIGSTOP of rank 0: detected as a hang of rank 0 (no heartbeat), the same
-   recovery, bitwise-equal weights;
+   recovery, bitwise-equal weights; SIGSTOP of rank 1 with a short
+   --comm-timeout: rank 0 reports the timeout, the fault is rank 1's;
 3. a crash loop (rank 1 exits at step 10 in every attempt): stopped after
    --no-progress-restarts restarts with exit code 4 ("do not requeue"); the
    job probes its peak (no --peak-flops) in the first attempt only: the
@@ -137,6 +138,25 @@ def check_recovery(d, shard, ref_w, name, sig, victim):
     limit = 1.0 if kind == "crash" else 4 + 1.0
     ok(det and det[0] <= limit, f"{name}: detected within {limit} s", str(det))
     print(f"{name}: detected in {det[0] if det else '?'} s; {err.strip().splitlines()[-1]}")
+
+
+def check_comm_lost_peer(d, shard):
+    """Rank 1 SIGSTOPped with a --comm-timeout shorter than the heartbeat
+    timeout: rank 0's collective times out first and rank 0 reports the
+    error, but the fault is rank 1's, the rank that went silent (its process
+    lives: on another host the driver could not even look), with rank 0 as
+    reported_by.  It was booked on rank 0, the survivor, on its node."""
+    run, p = launch(d, "comm_stop", shard, ["--comm-timeout", "5"],
+                    ["--heartbeat-timeout", "30"])
+    pids = wait_step(run, 12, p)
+    if 1 in pids:
+        os.kill(pids[1], signal.SIGSTOP)
+    rc, err = finished(p)
+    first = next((e for e in events(run) if e["event"] == "fault_detected"), {})
+    ok(rc == 0 and first.get("kind") == "comm" and first.get("rank") == 1
+       and first.get("reported_by") == 0 and "went silent" in first.get("detail", ""),
+       "comm timeout on rank 0 after rank 1 stopped: the fault is rank 1's, reported by rank 0",
+       json.dumps(first) + err[-2000:])
 
 
 def check_crash_loop(d, shard):
@@ -352,6 +372,7 @@ def main():
        "the metrics (mode 0644) say the heartbeat token is set, not what it is", str(first)[:600])
     check_recovery(d, shard, ref_w, "kill9", signal.SIGKILL, 1)
     check_recovery(d, shard, ref_w, "sigstop", signal.SIGSTOP, 0)
+    check_comm_lost_peer(d, shard)
     check_crash_loop(d, shard)
     check_bad_beats(d, shard)
     check_stages(d, shard)

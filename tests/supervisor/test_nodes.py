@@ -164,10 +164,22 @@ def manual_evict(d, shard, ref_w):
     ok(rc_x == 1 and "no node" in err_x, "--ctl evict of an unknown node is refused", err_x)
     rc_b, _, _ = ctl(run, "evict", "../x")
     ok(rc_b == 2, "--ctl evict of a bad name is a usage error")
-    addr = json.load(open(os.path.join(run, "control.json")))["addr"]
+    cj = json.load(open(os.path.join(run, "control.json")))
+    addr = cj["addr"]
     ok(oct(os.stat(os.path.join(run, "control.json")).st_mode & 0o777) == "0o600",
        "control.json is readable by its owner only")
+    hb_token = json.load(open(os.path.join(run, "driver.json"))).get("token")
+    ok(addr.startswith("127.0.0.1:") and cj.get("token") and cj["token"] != hb_token,
+       "the control socket is on loopback with a token of its own (the ranks hold the "
+       "heartbeat's)", json.dumps(cj))
     host, port = addr.rsplit(":", 1)
+    # the heartbeat token every rank has in its environment is no control token
+    s = socket.create_connection((host, int(port)), timeout=5)
+    s.sendall(json.dumps({"v": 1, "token": hb_token, "cmd": "status"}).encode() + b"\n")
+    reply = s.recv(4096)
+    s.close()
+    ok(b'"ok":false' in reply.replace(b" ", b""), "the heartbeat token is refused by the control "
+       "socket", reply.decode(errors="replace"))
     for line in [b'{"v":1,"token":"00000000000000000000000000000000","cmd":"status"}\n',
                  b'{"v":1, garbage\n', b"y" * 5000 + b"\n"]:
         try:
@@ -179,10 +191,15 @@ def manual_evict(d, shard, ref_w):
             pass
     rc_e, out_e, err_e = ctl(run, "evict", "node1")
     ok(rc_e == 0 and "evicting" in out_e, "--ctl evict node1 is accepted", out_e + err_e)
+    # the spare that eviction needs cannot be evicted meanwhile (it was, and the job ended
+    # with exit 6 after the first answer had promised a restart on a spare)
+    rc_s, out_s, err_s = ctl(run, "evict", "node2")
+    ok(rc_s == 1 and "recovery is under way" in err_s + out_s,
+       "--ctl evict of the spare a pending eviction needs is refused", out_s + err_s)
     rc, err = finished(p)
     check_done(run, rc, err, ref_w, "manual eviction")
     rej = {e["why"] for e in of(run, "ctl_rejected")}
-    ok({"wrong token", "not a JSON object"} <= rej and len(of(run, "ctl_rejected")) >= 3,
+    ok({"wrong token", "not a JSON object"} <= rej and len(of(run, "ctl_rejected")) >= 4,
        "bad control lines are refused, each named", str(rej))
     f = of(run, "fault_detected")
     ok(f and (f[0]["kind"], f[0]["node"]) == ("evicted", "node1"),
