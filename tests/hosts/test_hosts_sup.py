@@ -93,6 +93,10 @@ def main():
         f = [e for e in ev if e["event"] == "fault_detected"]
         ok(f and f"on host {h2}" in f[0].get("detail", "") and "timed out" in f[0]["detail"],
            "the fault: a timed-out op naming host 2", str(f)[:2000])
+        # booked on the rank cut off (silent since the link went down), not on the survivor
+        # that reported the timeout (it named host 1's rank and node)
+        ok(f and f[0].get("node") == h2 and f[0].get("rank") == 1 and f[0].get("reported_by") == 0,
+           "the fault is rank 1's, on host 2, reported by rank 0", str(f)[:2000])
         diag = [(e["node"], e["ok"], e["reported"]) for e in ev if e["event"] == "diag" and
                 "node" in e]
         ok(diag == [(h1, True, True), (h2, False, False), (h3, True, True)],
