@@ -541,7 +541,13 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
         cJSON_AddStringToObject(e, "node", x->node);
         cJSON_AddStringToObject(e, "host", x->host);
         cJSON_AddStringToObject(e, "state", RSTATE[s]);
-        cJSON_AddNumberToObject(e, "step", l && l->step >= 0 ? l->step : x->step);
+        /* the step the driver last heard (its compute rows); read from the
+         * files alone, a live rank's is at least rank 0's in the metrics (the
+         * ranks step together), which go on when the driver is gone */
+        int step = l && l->step >= 0 ? l->step : x->step;
+        int last = m->n_pts ? m->pts[m->n_pts - 1].step : 0;
+        if (!live && s <= R_SLOW && last > step) step = last;
+        cJSON_AddNumberToObject(e, "step", step);
         add_num(e, "beat_age_s", l ? l->beat_age_s : NAN);
         add_num(e, "compute_ms", l ? l->compute_ms : NAN);
         cJSON_AddNumberToObject(e, "faults", x->faults);

@@ -270,6 +270,12 @@ static void test_second_job(void) {
     T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 0), "step")->valueint, 0);
     T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 1), "step")->valueint, 7);
     cJSON_Delete(st);
+    /* from the files alone (the driver gone, the ranks training on): a live
+     * rank's step is at least the metrics' last, not the driver's last row */
+    feed(dash_model_metrics_line, m, "{\"step\":12,\"loss\":3,\"wall\":30}");
+    st = dash_model_status(m, NULL, "run", 31);
+    T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 1), "step")->valueint, 12);
+    cJSON_Delete(st);
     /* a new job: counted from 0, no fault left on rank 1 */
     feed(dash_model_event_line, m, "{\"time\":20,\"event\":\"job_start\",\"np\":2}");
     feed(dash_model_event_line, m,
