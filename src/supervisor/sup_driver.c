@@ -124,6 +124,27 @@ static void latest_id(const sup_driver *d, char *buf, size_t n) {
              (long long)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec);
 }
 
+/* The newest step in the metrics (rank 0's lines; -1: none, or not
+ * readable): what a driver that takes a job over knows of the steps made
+ * while no driver watched.  Only the file's last 64 KiB are read. */
+static int metrics_step(const sup_driver *d) {
+    enum { TAIL = 65536 };
+    int fd = open(d->metrics_path, O_RDONLY | O_CLOEXEC), best = -1;
+    struct stat sb;
+    char *buf = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? malloc(TAIL + 1) : NULL;
+    ssize_t got = buf ? pread(fd, buf, TAIL, sb.st_size > TAIL ? sb.st_size - TAIL : 0) : -1;
+    for (ssize_t i = 0; got > 0 && i < got; i++) /* the text holds no NUL: strstr below */
+        if (!buf[i]) buf[i] = ' ';
+    if (got > 0) buf[got] = 0;
+    for (const char *p = got > 0 ? buf : ""; (p = strstr(p, "\"step\":")); p += 7) {
+        int s;
+        if (sscanf(p + 7, "%d", &s) == 1 && s > best) best = s;
+    }
+    free(buf);
+    if (fd >= 0) close(fd);
+    return best;
+}
+
 /* 1 once the job has committed a checkpoint of its own: CKPT_DIR/latest
  * is another than before its first start (what was there then is another
  * run's, or the one --resume names). */
@@ -664,6 +685,10 @@ static int after_fault(sup_driver *d, int prev_best) {
 static int run_loop(sup_driver *d) {
     char why[512] = "";
     int code = 0;
+    if (d->adopt_pid || d->lost_pid) { /* the steps made while no driver watched */
+        int m = metrics_step(d);
+        if (m > d->best_step) d->best_step = m;
+    }
     int last = d->lost_pid ? latest_commit(d) : -1;
     if (d->lost_pid && last >= d->c->steps) { /* it finished: nothing to start again */
         fprintf(stderr,
