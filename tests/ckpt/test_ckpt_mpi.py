@@ -14,6 +14,7 @@ the newest snapshot they all hold; a checkpoint every step, faster than
 stage 2 persists them: the ranks persist the same steps and every persist
 commits.  Environment: MS_BIN."""
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -237,9 +238,10 @@ def layouts(ws):
     r = mpi(ws, 2, args("--dp", "2", "--ckpt-dir", z, "--resume", "auto", "--metrics", m))
     err = rel_err(losses(ref1_m)[2:], losses(m))
     said = r.stderr.count("was written by another layout")
-    # (rank 0 may be killed before its own snapshot of 4 is whole: then its newest is of 2)
+    # (which step rank 0's newest snapshot holds depends on when mpirun stopped it)
     ok(r.returncode == 0 and resumed_at(r.stderr) == 2 and err <= 1e-5 and said == 1
-       and ("(step 4)" in r.stderr or "(step 2)" in r.stderr),
+       and re.search(r"host-memory snapshot \S+ \(step \d+\) was written by another layout",
+                     r.stderr),
        f"tp2's snapshots, resumed by dp2: from the commit, said once ({said} times, rel "
        f"{err:.1e})", r.stderr)
     print("tp/pp layouts: bitwise resume on dp2 tp2 pp2, resharding across layouts", flush=True)
