@@ -270,6 +270,17 @@ ms_status be_cpu_create_dtype(be_backend **out, int threads, be_dtype dt);
  * without oneDNN, or the CPU has neither AVX512-BF16 nor AMX-BF16 (the
  * products would be emulated, slower than fp32). */
 const char *be_cpu_bf16_missing(void);
+/* The host's physical memory in bytes (sysconf: pages x page size; 0 when
+ * unknown).  Physical, not MemAvailable: a fixed bound that refuses only
+ * what can never fit, whatever else runs at the moment. */
+double be_cpu_host_memory(void);
+/* Buffers of need bytes in all on the host (what: who allocates them, as
+ * "model"; parts: what they are, in words) against be_cpu_host_memory():
+ * MS_OK when they fit (or the memory is unknown), else MS_ERR_NOMEM
+ * naming what, the need in GB and the host's.  Call before allocating: a
+ * model larger than the host is refused, not killed by the kernel's OOM
+ * killer when its pages are touched. */
+ms_status be_cpu_check_host_memory(const char *what, double need, const char *parts);
 /* Tests: refuse the bf16 mode as on a CPU without it (main() calls it when
  * MS_CPU_BF16_DENY is set).  Call before any thread starts. */
 void be_cpu_bf16_deny(int on);

@@ -37,14 +37,16 @@ static const opts_spec data_opts[] = {
     O("input", OPT_T_LIST, input, NULL,
       "text: a file, a glob of files, or a directory; several --input are read in order, or "
       "blended by tokens when each ends in :WEIGHT (prepare)"),
-    O("out", OPT_T_STR, out, NULL, "output: shard directory (prepare), tokenizer file (train)"),
+    O("out", OPT_T_STR, out, NULL,
+      "output: shard directory (prepare), tokenizer file (tokenizer-train)"),
     O("tokenizer", OPT_T_STR, tokenizer, "gpt2", "gpt2, bytes, or a tokenizer file"),
     OE("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, "MS_DATA_DIR",
        "directory of the shipped tokenizers (gpt2: DIR/gpt2.tok)"),
     O("name", OPT_T_STR, name, "data", "shard name prefix: NAME_train_000000.bin (prepare)"),
     R("val-fraction", OPT_T_DOUBLE, val_fraction, "0.01", "[0,1)",
       "share of the input for validation"),
-    O("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "tokens per training shard"),
+    R("shard-tokens", OPT_T_U64, shard_tokens, "100000000", "[1,2147483647]",
+      "tokens per training shard"),
     R("vocab-size", OPT_T_INT, vocab_size, "4096", "[257,16777216]",
       "vocabulary size (tokenizer-train): the 256 bytes, merges, and the end-of-text token"),
     R("threads", OPT_T_INT, threads, "0", "[0,1024]", "encoding threads (0: all cores)"),
@@ -171,8 +173,11 @@ static void print_inputs(const inputs *in, const data_prepare_stats *ps) {
 
 static ms_status prepare(const data_config *dc) {
     if (!dc->out) return ms_error(MS_ERR_ARG, "prepare needs --out DIR");
+    /* the shard directory (made if missing), before the inputs are read */
+    ms_status st = ms_path_check_writable(dc->out, 1);
+    if (st != MS_OK) return ms_error_wrap(st, "--out");
     inputs in;
-    ms_status st = parse_inputs(&dc->input, &in);
+    st = parse_inputs(&dc->input, &in);
     data_tokenizer *tok = NULL;
     if (st == MS_OK) st = load_tokenizer(dc->tokenizer, dc->data_dir, &tok);
     data_prepare_stats ps;
@@ -207,6 +212,12 @@ static ms_status prepare(const data_config *dc) {
                     (unsigned long long)ps.val_documents,
                     ps.val_cut ? " and the head of the next, cut between two of its tokens" : "",
                     100.0 * (double)ps.val_tokens / (double)ps.tokens);
+        if (dc->val_fraction > 0 && !ps.val_tokens && dc->val_fraction * (double)ps.bytes < 1)
+            fprintf(stderr,
+                    "note: no validation shard was written: --val-fraction %g of %llu byte(s) "
+                    "is less than one byte (give more text or a larger --val-fraction; 0 "
+                    "asks for none)\n",
+                    dc->val_fraction, (unsigned long long)ps.bytes);
         if (in.n > 1) print_inputs(&in, &ps);
         for (int i = 0; i < in.n; i++)
             if (ps.in[i].skipped)
@@ -284,7 +295,10 @@ static ms_status read_documents(const data_config *dc, const inputs *in, char **
  * unless --force (checked before the training's minutes). */
 static ms_status check_tokenizer_out(const data_config *dc, const inputs *in) {
     struct stat o, sb;
-    if (stat(dc->out, &o) != 0) return ms_path_check_writable(dc->out, 0);
+    if (stat(dc->out, &o) != 0 || S_ISDIR(o.st_mode)) { /* a directory: no --force helps */
+        ms_status st = ms_path_check_writable(dc->out, 0);
+        return st == MS_OK ? MS_OK : ms_error_wrap(st, "--out");
+    }
     MS_TRY(opts_check_output(data_opts, N_DATA_OPTS, dc, "--out", dc->out, NULL));
     for (int i = 0; i < in->n; i++)
         for (int k = 0; k < in->v[i].n_paths; k++)
@@ -296,7 +310,8 @@ static ms_status check_tokenizer_out(const data_config *dc, const inputs *in) {
                         "--out %s exists: --force 1 replaces it, or choose another "
                         "--out",
                         dc->out);
-    return ms_path_check_writable(dc->out, 0);
+    ms_status st = ms_path_check_writable(dc->out, 0);
+    return st == MS_OK ? MS_OK : ms_error_wrap(st, "--out");
 }
 
 static ms_status tokenizer_train(const data_config *dc) {
@@ -321,6 +336,13 @@ static ms_status tokenizer_train(const data_config *dc) {
         if (st == MS_OK)
             fprintf(stderr, "wrote %s: vocabulary %d, %.2f bytes/token on the training text\n",
                     dc->out, data_tok_vocab_size(tok), nid ? (double)total / (double)nid : 0);
+        if (st == MS_OK && data_tok_vocab_size(tok) < dc->vocab_size)
+            fprintf(stderr,
+                    "note: --vocab-size %d asked for %d merges; the text had a pair left to "
+                    "merge for %d only (every piece of it is one token), so the vocabulary is "
+                    "%d: a larger text gives more\n",
+                    dc->vocab_size, dc->vocab_size - 257, data_tok_vocab_size(tok) - 257,
+                    data_tok_vocab_size(tok));
         free(ids);
     }
     data_tok_free(tok);

@@ -33,8 +33,8 @@ typedef struct {
 
 static const opts_spec eval_opts[] = {
     O("weights", OPT_T_STR, tc.init_from, NULL,
-      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export, Hugging Face's), or a "
-      "checkpoint (as --ckpt)"),
+      "weights file (HF GPT-2 safetensors: --save-weights, ckpt export, Hugging Face's; or an "
+      "llm.c model file, .bin), or a checkpoint (as --ckpt)"),
     O("ckpt", OPT_T_STR, tc.resume, NULL,
       "a checkpoint: a commit (DIR/step_N) or a checkpoint directory (its newest valid commit)"),
     O("val-data", OPT_T_STR, tc.val_data, NULL, "glob of the token shards to score"),
@@ -57,7 +57,7 @@ static const opts_spec eval_opts[] = {
     RL("threads", OPT_T_INT, tc.threads, "0", "[0,1024]", "CPU threads per rank (0: all cores)"),
     OEL("cuda-profile", OPT_T_INT, tc.cuda_profile, "0", "MS_CUDA_PROFILE", "[0,1]",
         "cuda: 1 times every op on the device and prints a table at exit"),
-    OE("cpu-dtype", OPT_T_STR, tc.cpu_dtype, "fp32", "MS_CPU_DTYPE", NULL,
+    OE("cpu-dtype", OPT_T_STR, tc.cpu_dtype, "fp32", "MS_CPU_DTYPE", "fp32|bf16",
        "cpu: fp32, or bf16 (activations and GEMMs in bf16; needs AVX512-BF16 or AMX)"),
     OE("cuda-fuse-gelu", OPT_T_INT, tc.cuda_fuse_gelu, "1", "MS_CUDA_FUSE_GELU", "[0,1]",
        "cuda: 1 fuses bias + GeLU into the GEMM epilogue, 0 runs them as a kernel of their own"),

@@ -21,14 +21,17 @@ typedef struct {
 
 #define O(n, t, field, d, h)                                                                       \
     { .name = n, .type = t, .offset = offsetof(trace_cli, field), .def = d, .help = h }
+#define R(n, t, field, d, r, h)                                                                    \
+    { .name = n, .type = t, .offset = offsetof(trace_cli, field), .def = d, .help = h, .range = r }
 static const opts_spec trace_opts[] = {
     O("out", OPT_T_STR, out, NULL, "merge: the output file (also -o FILE) [DIR/trace.json]"),
     OPTS_FLAG("json", trace_cli, json,
               "stragglers, hang: 1 prints only JSON on stdout (a bare --json means 1)"),
     O("png", OPT_T_STR, png, NULL, "stragglers: also write a heat map PNG to this file"),
-    O("threshold", OPT_T_DOUBLE, threshold, "0.75",
+    R("threshold", OPT_T_DOUBLE, threshold, "0.75", "(0,1]",
       "stragglers: a relative or individual score below this marks a straggler"),
-    O("window", OPT_T_INT, window, "5", "stragglers: steps per window of the individual score"),
+    R("window", OPT_T_INT, window, "5", "[1,100000]",
+      "stragglers: steps per window of the individual score"),
     OPTS_CONFIG_FILES(trace_cli, config),
 };
 #define N_TRACE_OPTS ((int)(sizeof trace_opts / sizeof trace_opts[0]))

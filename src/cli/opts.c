@@ -33,7 +33,7 @@ static opt_range range_of(const opts_spec *s) {
     char *end;
     opt_range g = {-INFINITY, INFINITY, 1, 1};
     MS_CHECKF(s->type != OPT_T_STR && s->type != OPT_T_LIST,
-              "option --%s: a string option has no range", s->name);
+              "option --%s: a string option has choices, not a range", s->name);
     MS_CHECKF(r[0] == '[' || r[0] == '(', "option --%s: bad range '%s'", s->name, r);
     g.lo_open = r[0] == '(';
     r++;
@@ -54,8 +54,35 @@ static opt_range range_of(const opts_spec *s) {
     return g;
 }
 
-/* The range in words: "> 0", ">= 1", "in [0,1)". */
+/* A STR option's choices (its range "a|b|c") in words: "a, b or c". */
+static void choices_text(const opts_spec *s, char *buf, size_t size) {
+    size_t len = 0;
+    buf[0] = 0;
+    for (const char *c = s->range; *c && len < size; c++)
+        if (*c != '|')
+            len += (size_t)snprintf(buf + len, size - len, "%c", *c);
+        else
+            len +=
+                (size_t)snprintf(buf + len, size - len, "%s", strchr(c + 1, '|') ? ", " : " or ");
+}
+
+/* Whether v is one of a STR option's choices (its range "a|b|c"). */
+static int is_choice(const opts_spec *s, const char *v) {
+    size_t n = strlen(v);
+    for (const char *c = s->range; c; c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL) {
+        const char *e = strchr(c, '|');
+        if ((e ? (size_t)(e - c) : strlen(c)) == n && !strncmp(c, v, n)) return 1;
+    }
+    return 0;
+}
+
+/* The range in words: "> 0", ">= 1", "in [0,1)"; a STR option's choices:
+ * "fp32 or bf16". */
 static void range_text(const opts_spec *s, char *buf, size_t size) {
+    if (s->type == OPT_T_STR) {
+        choices_text(s, buf, size);
+        return;
+    }
     opt_range g = range_of(s);
     if (isinf(g.hi))
         snprintf(buf, size, "%s %g", g.lo_open ? ">" : ">=", g.lo);
@@ -133,6 +160,11 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
     }
     case OPT_T_STR: {
         char **sp = p;
+        if (s->range && !is_choice(s, v)) {
+            char c[256];
+            choices_text(s, c, sizeof c);
+            return ms_error(MS_ERR_ARG, "%s: --%s: \"%s\" is not %s", where, s->name, v, c);
+        }
         free(*sp);
         *sp = strdup(v);
         if (!*sp) return ms_error(MS_ERR_NOMEM, "out of memory");
@@ -181,8 +213,11 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
         return ms_error(MS_ERR_FORMAT, "%s:%d: a NUL byte (byte %zu): a config file is text", path,
                         at, off);
     }
+    /* a UTF-8 byte-order mark (Windows editors write one) is no part of the
+     * first line's name */
+    char *body = len >= 3 && !memcmp(text, "\xEF\xBB\xBF", 3) ? text + 3 : text;
     int lineno = 0;
-    for (char *line = text, *next; line && st == MS_OK; line = next) {
+    for (char *line = body, *next; line && st == MS_OK; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = 0;
         lineno++;

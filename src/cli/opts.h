@@ -40,7 +40,10 @@ typedef struct {
     /* INT, U64, DOUBLE: the values allowed, "[lo,hi]" with '(' or ')' for an
      * open end and an empty bound for none: "(0,)" is > 0, "[0,1)" is 0 <= x
      * < 1, "[1,1024]" is 1..1024.  NULL: any value of the type.  A malformed
-     * range is a broken invariant (the parser aborts). */
+     * range is a broken invariant (the parser aborts).  STR: the values
+     * allowed, separated by '|' ("fp32|bf16"), checked as a range is
+     * (wherever the value comes from, the message naming that source: a
+     * variable's error names the variable); NULL: any string. */
     const char *range;
     /* 1: the option may differ between the ranks of one job (it acts on
      * this rank alone: its threads, its deadlines, its supervision), so

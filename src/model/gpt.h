@@ -103,7 +103,9 @@ typedef struct {
 typedef struct gpt_model gpt_model;
 
 /* Create a model for micro-batches of at most B sequences of T tokens
- * (T <= seq_max).  Parameters are zero until gpt_init or a load. */
+ * (T <= seq_max).  Parameters are zero until gpt_init or a load.  On the
+ * CPU backend, buffers larger than the host's memory are MS_ERR_NOMEM
+ * before any is allocated (be_cpu_check_host_memory). */
 ms_status gpt_create(gpt_model **out, const gpt_config *cfg, be_backend *be, int B, int T);
 /* The same, with every range of gpt_grad_ranges padded to a multiple of
  * range_align elements (rounded up to a multiple of 16), so that data

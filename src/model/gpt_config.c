@@ -5,6 +5,7 @@
 #include "model/gpt.h"
 
 #define GPT_MAX_DIM (1 << 20) /* GPT-3 175B: 12288 */
+#define GPT_MAX_SEQ 10000000  /* train's --seq-max and plan's range */
 
 typedef struct {
     const char *name;
@@ -58,8 +59,8 @@ ms_status gpt_config_validate(gpt_config *c) {
         return ms_error(MS_ERR_ARG, "dim %d is not divisible by heads %d", c->n_embd, c->n_head);
     if (c->vocab < 2 || c->vocab > (1 << 30))
         return ms_error(MS_ERR_ARG, "vocab must be in 2..2^30 (got %d)", c->vocab);
-    if (c->seq_max < 1)
-        return ms_error(MS_ERR_ARG, "seq-max must be positive (got %d)", c->seq_max);
+    if (c->seq_max < 1 || c->seq_max > GPT_MAX_SEQ)
+        return ms_error(MS_ERR_ARG, "seq-max must be in 1..%d (got %d)", GPT_MAX_SEQ, c->seq_max);
     if (c->attn_window < 0)
         return ms_error(MS_ERR_ARG, "attn-window must be >= 0 (got %d)", c->attn_window);
     c->vocab_pad = (c->vocab + 127) / 128 * 128;

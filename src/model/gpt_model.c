@@ -293,18 +293,29 @@ ms_status gpt_create_stage(gpt_model **out, const gpt_config *cfg, be_backend *b
             m->row_of[v] = -1;
     }
     size_t pbytes = m->n_elems * sizeof(float);
+    size_t cbytes = be->act_dtype == BE_F32 ? 0 : m->n_elems * be_dtype_size(be->act_dtype);
+    ms_arena a;
+    ms_arena_init(&a, NULL, 0);
+    layout_acts(m, &a);
+    m->act_bytes = ms_arena_used(&a);
+    if (!strcmp(be->name, "cpu")) { /* more than the host holds: refused before any allocation */
+        char copy[64] = "", parts[256];
+        if (cbytes) snprintf(copy, sizeof copy, ", their bf16 copy %.1f GB", (double)cbytes / 1e9);
+        snprintf(parts, sizeof parts,
+                 "parameters %.1f GB, gradients %.1f GB%s, activations %.1f GB",
+                 (double)pbytes / 1e9, (double)pbytes / 1e9, copy, (double)m->act_bytes / 1e9);
+        st = be_cpu_check_host_memory(
+            "model", 2.0 * (double)pbytes + (double)cbytes + (double)m->act_bytes, parts);
+        if (st != MS_OK) goto out;
+    }
     m->params = be->alloc(be, pbytes);
     m->grads = be->alloc(be, pbytes);
     if (be->act_dtype == BE_F32) {
         m->params_act = m->params;
     } else {
-        m->params_act = be->alloc(be, m->n_elems * be_dtype_size(be->act_dtype));
+        m->params_act = be->alloc(be, cbytes);
         m->own_params_act = 1;
     }
-    ms_arena a;
-    ms_arena_init(&a, NULL, 0);
-    layout_acts(m, &a);
-    m->act_bytes = ms_arena_used(&a);
     m->act_buf = be->alloc(be, m->act_bytes);
     if (!m->layers || !m->host_losses || !m->params || !m->grads || !m->params_act || !m->act_buf) {
         st = ms_error(MS_ERR_NOMEM,

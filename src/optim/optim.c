@@ -2,6 +2,7 @@
 #include "optim/optim.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -144,6 +145,19 @@ ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_z
     o->pp_skip = -1;
     ms_status st = plan_pieces(o);
     size_t bytes = o->n_state * sizeof(float);
+    if (st == MS_OK && !strcmp(o->be->name, "cpu")) { /* the model's buffers and this state */
+        double p = (double)gpt_num_elements(m) * sizeof(float);
+        double c =
+            o->be->act_dtype == BE_F32 ? 0 : p / sizeof(float) * be_dtype_size(o->be->act_dtype);
+        double act = (double)gpt_activation_bytes(m);
+        char copy[64] = "", parts[320];
+        if (c > 0) snprintf(copy, sizeof copy, ", their bf16 copy %.1f GB", c / 1e9);
+        snprintf(parts, sizeof parts,
+                 "parameters %.1f GB, gradients %.1f GB%s, optimizer state %.1f GB, activations "
+                 "%.1f GB",
+                 p / 1e9, p / 1e9, copy, 2.0 * (double)bytes / 1e9, act / 1e9);
+        st = be_cpu_check_host_memory("model", 2 * p + c + 2.0 * (double)bytes + act, parts);
+    }
     if (st == MS_OK) {
         o->mom = o->be->alloc(o->be, bytes);
         o->var = o->be->alloc(o->be, bytes);

@@ -55,6 +55,9 @@ typedef struct opt_state opt_state;
  * group, so every rank takes the same decisions (clip, skip).  With tensor
  * parallelism (gpt_tp_group) they are also summed over the TP group: the
  * shards of split tensors, replicated tensors counted once. */
+/* On the CPU backend, the model's buffers and this state together larger
+ * than the host's memory are MS_ERR_NOMEM before the state is allocated
+ * (be_cpu_check_host_memory). */
 ms_status opt_create(opt_state **out, const opt_config *cfg, gpt_model *m, par_zero *zero);
 void opt_destroy(opt_state *o);
 /* Pipeline parallelism: the global gradient norm (clipping, the non-finite

@@ -176,8 +176,8 @@ def test_bad_input(d, w, val, train, ck):
         ([*TR, "--lr", "0"], ["--lr must be > 0"]),
         ([*SA, "--weights", w, "--top-k", "-1"], ["--top-k must be >= 0"]),
         ([*EV, "--weights", w, "--val-batches", "0"], ["--val-batches must be >= 1"]),
-        (["diag", "--mem-mb", "0"], ["--mem-mb 0"]),
-        (["trace", "stragglers", d, "--window", "0"], ["--window 0"]),
+        (["diag", "--mem-mb", "0"], ["--mem-mb must be in [1,65536], got '0'"]),
+        (["trace", "stragglers", d, "--window", "0"], ["--window must be in [1,100000], got '0'"]),
         (["data", "prepare", "--input", text, "--out", adir, "--val-fraction", "2"],
          ["--val-fraction must be in [0,1), got '2'"]),
         (["data", "tokenizer-train", "--input", text, "--out", os.path.join(d, "v.tok"),
@@ -242,7 +242,8 @@ def test_bad_input(d, w, val, train, ck):
          ["--out", base_c, "is the --base file", "never replaces"]),
         (["plan", "--cluster", adir, "--model", "d12", "--gpus", "8", "--batch", "8"],
          ["--cluster", adir, "is a directory, not a cluster file"]),
-        (["data", "tokenizer-train", "--input", text, "--out", adir], ["--out", adir, "exists"]),
+        (["data", "tokenizer-train", "--input", text, "--out", adir],
+         [f"--out: {adir}: is a directory, not a file"]),
         # an output that cannot be written: named before the work, with its option
         *[(["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), *a, "--", *TR[1:]], n)
           for a, n in ((["--bin", adir], ["--bin", adir, "is a directory, not an executable"]),
@@ -324,7 +325,8 @@ def test_bad_input(d, w, val, train, ck):
          ["--events", adir, "is a directory, not a file"]),
         (["diag", "--history-dir", empty], ["--history-dir", empty]),
         (["diag", "--storage-dir", empty], ["--storage-dir", empty, "is a file, not a directory"]),
-        (["data", "prepare", "--input", text, "--out", empty], [empty, "not a directory"]),
+        (["data", "prepare", "--input", text, "--out", empty],
+         [f"--out: {empty}: exists and is not a directory"]),
         *[(["ckpt", *c, "--ckpt-shm-dir", p], ["--ckpt-shm-dir", p, "need an existing directory"])
           for c in (["shm", ck], ["shm-orphans"], ["list", ck]) for p in (empty, nope)],
     ]
@@ -499,6 +501,92 @@ def test_other_flags(d, train, ck):
        "train --steps 1 stray: unexpected, no glob hint", err)
 
 
+def test_input_handling(d, train):
+    """The model's size checked before it is allocated (--seq-max's range,
+    the host's memory), a bad choice from the environment named with its
+    variable, a --config file with a UTF-8 BOM, data's --out checked up front,
+    the ranges and texts of --help, and the notes of data prepare and
+    tokenizer-train."""
+    tr = ["train", "--train-data", train, "--trace-dir", "none", "--steps", "1"]
+    # --seq-max beyond its range: the parser's error, exit 2 (it was allocated: exit 137)
+    rc, _, err = run(*tr, "--layers", "1", "--dim", "32", "--heads", "1", "--seq-max",
+                     "100000000", "--seq", "16", "--batch", "2")
+    ok(rc == 2 and "--seq-max must be in [0,10000000], got '100000000'" in err,
+       "train --seq-max 100000000: out of range, exit 2", f"rc={rc}\n{err}")
+    # a model no host holds (dim 2^20: 53 TB of parameters): refused before it is
+    # allocated, exit 8; the address space capped all the same (no sanitizer)
+    cap = None
+    if os.environ.get("MS_SANITIZER", "none") == "none":
+        import resource
+        cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))  # noqa: E731
+    p = subprocess.run([BIN, *tr, "--layers", "1", "--dim", "1048576", "--heads", "1", "--vocab",
+                        "256", "--seq-max", "32", "--seq", "16", "--batch", "2", "--threads", "2"],
+                       capture_output=True, text=True, errors="replace", preexec_fn=cap,
+                       timeout=120)
+    ok(p.returncode == 8 and "model: needs" in p.stderr and "on backend cpu; this host has"
+       in p.stderr and "nothing was allocated" in p.stderr,
+       "train --dim 1048576: more than the host's memory, refused with exit 8",
+       f"rc={p.returncode}\n{p.stderr}")
+    # a bad --cpu-dtype from the environment names the variable, for train and eval
+    env = dict(os.environ, MS_CPU_DTYPE="fp16")
+    for cmd in (tr, ["eval", "--val-data", train, "--weights", train]):
+        rc, _, err = run(*cmd, env=env)
+        ok(rc == 2 and 'environment MS_CPU_DTYPE: --cpu-dtype: "fp16" is not fp32 or bf16' in err,
+           f"MS_CPU_DTYPE=fp16 megascale {cmd[0]}: the variable named", f"rc={rc}\n{err}")
+        rc, _, err = run(*cmd, "--cpu-dtype", "fp16")
+        ok(rc == 2 and 'command line: --cpu-dtype: "fp16" is not fp32 or bf16' in err,
+           f"{cmd[0]} --cpu-dtype fp16: refused by the parser", f"rc={rc}\n{err}")
+    # a --config file that starts with a UTF-8 byte-order mark
+    cfg = os.path.join(d, "bom.cfg")
+    open(cfg, "wb").write("\ufeffcount = 3\n".encode("utf-8"))
+    rc, out, err = run("data", "inspect", train, "--config", cfg)
+    ok(rc == 0 and "first 3 tokens" in out, "--config FILE with a UTF-8 BOM", f"rc={rc}\n{err}")
+    # data's --out: a file, or under one, is named before the input is read
+    text, afile, adir = (os.path.join(d, n) for n in ("io.txt", "io_file", "io_dir"))
+    open(text, "w").write("a few words to prepare and train a tokenizer on " * 20)
+    open(afile, "w").write("keep")
+    os.makedirs(adir)
+    for out_path, needle in ((afile, f"--out: {afile}: exists and is not a directory"),
+                             (os.path.join(afile, "x"), f"--out: {afile}/x: '{afile}' is not a "
+                                                        "directory")):
+        rc, _, err = run("data", "prepare", "--input", text, "--out", out_path, "--tokenizer",
+                         "bytes")
+        ok(rc == 2 and needle in err and open(afile).read() == "keep",
+           f"data prepare --out {out_path}: exit 2 naming --out", f"rc={rc}\n{err}")
+    # tokenizer-train --out DIR: the directory, not --force, is what is wrong
+    rc, _, err = run("data", "tokenizer-train", "--input", text, "--out", adir)
+    ok(rc == 2 and f"--out: {adir}: is a directory, not a file" in err and "--force" not in err,
+       "tokenizer-train --out DIR: the directory named, no --force suggested", f"rc={rc}\n{err}")
+    # --help: every numeric option with its range, the weights' formats, --out's command
+    for args, needles in (
+            (["train"], ["--seed N", "[1337] (>= 0)", "(in [0,10000000])", "llm.c model file",
+                         "(fp32 or bf16) (env MS_CPU_DTYPE)"]),
+            (["eval"], ["llm.c model file"]),
+            (["data"], ["(in [1,2147483647])", "tokenizer file (tokenizer-train)"]),
+            (["diag"], ["(in [1,4096])", "(in [0,32768])", "(in [0,1])", "(in [1,65536])",
+                        "(in (0,1e6])", "(in [1,1048576])"]),
+            (["trace"], ["(in (0,1])", "(in [1,100000])"])):
+        rc, out, err = run(*args, "--help")
+        ok(rc == 0 and all(n in out for n in needles), f"{args[0]} --help: {needles}", out)
+    rc, _, err = run("diag", "--min-mem-gbps", "-1")
+    ok(rc == 2 and "--min-mem-gbps must be >= 0, got '-1'" in err, "diag --min-mem-gbps -1", err)
+    rc, _, err = run("data", "prepare", "--input", text, "--out", os.path.join(d, "st"),
+                     "--shard-tokens", "0")
+    ok(rc == 2 and "--shard-tokens must be in [1,2147483647], got '0'" in err,
+       "data prepare --shard-tokens 0", err)
+    # the notes: a validation share under one byte, a vocabulary the text cannot fill
+    small = os.path.join(d, "small.txt")
+    open(small, "w").write("tiny text\n")
+    rc, _, err = run("data", "prepare", "--input", small, "--out", os.path.join(d, "sm"),
+                     "--tokenizer", "bytes")
+    ok(rc == 0 and "note: no validation shard was written: --val-fraction 0.01 of 10 byte(s)"
+       in err, "data prepare: a validation share under one byte is said", err)
+    rc, _, err = run("data", "tokenizer-train", "--input", small, "--out",
+                     os.path.join(d, "small.tok"), "--vocab-size", "100000")
+    ok(rc == 0 and "note: --vocab-size 100000 asked for 99743 merges" in err,
+       "tokenizer-train: fewer merges than asked is said", err)
+
+
 def test_nonfinite_weights(d, w, val):
     """Finite weights too large for fp32 (ln_f at 3e38): the logits overflow.
     eval printed val_loss nan and exited 0, sample emitted id 0 forever; an
@@ -555,6 +643,7 @@ def main():
         test_bad_input(d, w, val, train, ck)
         test_config_as_output(d, train, ck)
         test_other_flags(d, train, ck)
+        test_input_handling(d, train)
         test_nonfinite_weights(d, w, val)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")

@@ -382,7 +382,8 @@ def test_failed_run(d):
     # accepted, and failed only once a shard had 2^31 tokens (hours later)
     big = os.path.join(d, "big")
     expect_error(["data", "prepare", "--tokenizer", "bytes", "--input", new_txt, "--out", big,
-                  "--shard-tokens", "2147483648"], "--shard-tokens 2147483648", "2147483647",
+                  "--shard-tokens", "2147483648"],
+                 "--shard-tokens must be in [1,2147483647], got '2147483648'",
                  what="prepare: --shard-tokens beyond a shard's int32 count")
     ok(not os.path.exists(big), "... refused before --out is made")
 

@@ -33,6 +33,35 @@ static void test_config(void) {
     c.n_head = 7;
     T_EQ_INT(gpt_config_validate(&c), MS_ERR_ARG);
     T_STR_CONTAINS(ms_errmsg(), "not divisible");
+    gpt_config_preset(&c, "d6");
+    c.seq_max = 10000000;
+    T_EQ_INT(gpt_config_validate(&c), MS_OK);
+    c.seq_max = 10000001; /* train's --seq-max range: an unbounded one was allocated */
+    T_EQ_INT(gpt_config_validate(&c), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "seq-max must be in 1..10000000 (got 10000001)");
+}
+
+/* A model larger than the host's memory (dim 2^20: 53 TB of parameters) is
+ * refused on the CPU backend before anything is allocated: MS_ERR_NOMEM
+ * naming the need and the host's memory. */
+static void test_host_memory(void) {
+    be_backend *be;
+    T_EQ_INT(be_cpu_create(&be, 1), MS_OK);
+    T_OK(be_cpu_host_memory() > 0);
+    gpt_config c;
+    gpt_config_preset(&c, "d6");
+    c.n_layer = 1;
+    c.n_embd = 1 << 20;
+    c.n_head = 1;
+    c.vocab = 256;
+    c.seq_max = 32;
+    gpt_model *m = NULL;
+    T_EQ_INT(gpt_create(&m, &c, be, 2, 16), MS_ERR_NOMEM);
+    T_STR_CONTAINS(ms_errmsg(), "model: needs ");
+    T_STR_CONTAINS(ms_errmsg(), "on backend cpu; this host has");
+    T_OK(m == NULL);
+    T_EQ_INT(be_cpu_check_host_memory("x", 1e3, "small"), MS_OK);
+    be_destroy(be);
 }
 
 typedef struct {
@@ -483,6 +512,44 @@ static void test_opts_ranges(const char *dir) {
     opts_free(spec, n, &o);
 }
 
+/* A STR option's choices (its range "a|bb|c"): a value that is none of
+ * them refused from every source, the source named (a variable's name);
+ * --config with a UTF-8 byte-order mark read as without it. */
+static void test_opts_choices(const char *dir) {
+    opts_spec spec[] = {
+        {"s", OPT_T_STR, offsetof(demo_opts, s), "a", "a choice", "MS_TEST_DEMO_S", "a|bb|c", 0, 0},
+        {"k", OPT_T_INT, offsetof(demo_opts, k), "1", "a count", NULL, "[1,8]", 0, 0},
+    };
+    const int n = (int)(sizeof spec / sizeof spec[0]);
+    demo_opts o = {0};
+    char *pos[1];
+    int np, help;
+    char *good[] = {"--s", "bb"};
+    T_EQ_INT(opts_parse(spec, n, &o, 2, good, pos, 0, &np, &help), MS_OK);
+    T_OK(!strcmp(o.s, "bb"));
+    const char *bad[] = {"b", "bbb", "", "a|bb", "C"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char *a[] = {"--s", (char *)bad[i]};
+        T_EQ_INT(opts_parse(spec, n, &o, 2, a, pos, 0, &np, &help), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), "command line: --s: \"");
+        T_STR_CONTAINS(ms_errmsg(), "\" is not a, bb or c");
+    }
+    setenv("MS_TEST_DEMO_S", "fp16", 1);
+    T_EQ_INT(opts_parse(spec, n, &o, 0, NULL, pos, 0, &np, &help), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "environment MS_TEST_DEMO_S: --s: \"fp16\" is not a, bb or c");
+    unsetenv("MS_TEST_DEMO_S");
+    char cfg[512];
+    snprintf(cfg, sizeof cfg, "%s/bom.cfg", dir);
+    FILE *f = fopen(cfg, "w");
+    fprintf(f, "\xEF\xBB\xBFk = 3\ns = c\n");
+    fclose(f);
+    char *a1[] = {"--config", cfg};
+    T_EQ_INT(opts_parse(spec, n, &o, 2, a1, pos, 0, &np, &help), MS_OK);
+    T_EQ_INT(o.k, 3);
+    T_OK(!strcmp(o.s, "c"));
+    opts_free(spec, n, &o);
+}
+
 /* A repeatable option: each occurrence appends, a later source replaces an
  * earlier one's list (the command line a config file's), JSON as an array. */
 static void test_opts_list(const char *dir) {
@@ -654,6 +721,7 @@ int main(void) {
     char dir[] = "/tmp/ms_parts_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     test_config();
+    test_host_memory();
     test_table();
     test_schedule();
     test_opt_consumes(OPT_ADAMW);
@@ -662,6 +730,7 @@ int main(void) {
     test_opts(dir);
     test_opts_list(dir);
     test_opts_ranges(dir);
+    test_opts_choices(dir);
     test_opts_bare();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -338,6 +339,21 @@ static int cpu_has_bf16(void) {
     return 0; /* the bf16 mode is built for x86-64's AVX512-BF16 / AMX */
 }
 #endif
+
+double be_cpu_host_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    return pages > 0 && psize > 0 ? (double)pages * (double)psize : 0;
+}
+
+ms_status be_cpu_check_host_memory(const char *what, double need, const char *parts) {
+    double have = be_cpu_host_memory();
+    if (have <= 0 || need <= have) return MS_OK;
+    return ms_error(MS_ERR_NOMEM,
+                    "%s: needs %.1f GB (%s) on backend cpu; this host has %.1f GB of memory: "
+                    "nothing was allocated (a smaller model: --layers, --dim, --vocab, "
+                    "--seq-max; a smaller --micro-batch or --recompute; or more ranks)",
+                    what, need / 1e9, parts, have / 1e9);
+}
 
 static int g_bf16_deny;
 
