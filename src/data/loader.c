@@ -68,6 +68,16 @@ static ms_status open_shards(data_loader *dl) {
         st = data_shard_open(&dl->shards[i], paths[i]);
         if (st) goto out;
         dl->n_shards = i + 1;
+        const data_shard *a = &dl->shards[0], *b = &dl->shards[i];
+        if (b->magic != a->magic || b->version != a->version) { /* two tokenizers' ids */
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s: %s is %s shard (magic %u, version %d), but %s is %s one (magic "
+                          "%u, version %d): the ids of two tokenizers; one run reads the shards "
+                          "of one (give a pattern that matches those alone)",
+                          dl->cfg.pattern, b->path, data_shard_kind(b), (unsigned)b->magic,
+                          b->version, a->path, data_shard_kind(a), (unsigned)a->magic, a->version);
+            goto out;
+        }
         uint64_t nt = dl->shards[i].n_tokens;
         if (dl->cfg.order == DATA_ORDER_SEQUENTIAL && nt < need) {
             st = ms_error(
@@ -97,12 +107,14 @@ ms_status data_loader_open(data_loader **out, const data_loader_config *cfg) {
     dl->row = malloc(sizeof(int32_t) * ((size_t)cfg->T + 1));
     ms_status st = dl->row ? open_shards(dl) : ms_error(MS_ERR_NOMEM, "data loader: out of memory");
     if (st == MS_OK && cfg->order == DATA_ORDER_SHUFFLE) {
-        if (dl->n_windows < (uint64_t)cfg->B * (uint64_t)cfg->nranks) {
+        /* one step's rows (the micro-batches of every rank), whatever the layout */
+        uint64_t rows = step_tokens(cfg) / (uint64_t)cfg->T;
+        if (dl->n_windows < rows) {
             st = ms_error(MS_ERR_FORMAT,
                           "%s: %llu tokens make only %llu windows of T+1=%d, fewer than one "
-                          "batch of %d",
+                          "step's batch of %llu",
                           cfg->pattern, (unsigned long long)dl->total_tokens,
-                          (unsigned long long)dl->n_windows, cfg->T + 1, cfg->B * cfg->nranks);
+                          (unsigned long long)dl->n_windows, cfg->T + 1, (unsigned long long)rows);
         } else if (dl->n_windows > UINT32_MAX) {
             st = ms_error(MS_ERR_RANGE, "%s: too many windows to shuffle", cfg->pattern);
         } else {

@@ -89,10 +89,19 @@ ms_status data_shard_open(data_shard *s, const char *path) {
     rc = ms_file_map(path, &s->map, &s->map_len);
     if (rc == MS_OK && stat(path, &sb) != 0)
         rc = ms_error(MS_ERR_IO, "%s: stat: %s", path, strerror(errno));
-    if (rc == MS_OK) s->dev = (uint64_t)sb.st_dev, s->ino = (uint64_t)sb.st_ino;
+    if (rc == MS_OK) {
+        s->dev = (uint64_t)sb.st_dev, s->ino = (uint64_t)sb.st_ino;
+        s->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
+    }
     if (rc == MS_OK) rc = shard_validate(s);
     if (rc != MS_OK) data_shard_close(s);
     return rc;
+}
+
+const char *data_shard_kind(const data_shard *s) {
+    return s->magic == DATA_SHARD_MAGIC_LLAMA3 ? "an llm.c llama-3"
+           : s->version == 2                   ? "a GPT-2 uint32"
+                                               : "a GPT-2 uint16";
 }
 
 void data_shard_close(data_shard *s) {
@@ -120,6 +129,8 @@ ms_status data_shard_read(const data_shard *s, uint64_t pos, size_t n, int32_t *
         changed = "another file now has its name";
     else if (n > 0 && (uint64_t)sb.st_size != s->map_len)
         changed = "its size changed";
+    else if (n > 0 && (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec != s->mtime_ns)
+        changed = "it was written to: rewritten in place"; /* same file, same size */
     if (changed)
         return ms_error(MS_ERR_IO,
                         "%s: the shard changed on disk while the run read it (%s; it had %zu "

@@ -33,8 +33,12 @@ typedef struct {
     size_t map_len;
     const uint8_t *tokens; /* map + 1024 */
     uint64_t dev, ino;     /* the file mapped: data_shard_read checks it is still that file */
+    int64_t mtime_ns;      /* ... and that nothing wrote to it since (a rewrite in place) */
 } data_shard;
 
+/* What the header says the shard is, in words with its article: "an llm.c
+ * llama-3", "a GPT-2 uint16" or "a GPT-2 uint32". */
+const char *data_shard_kind(const data_shard *s);
 ms_status data_shard_open(data_shard *s, const char *path);
 void data_shard_close(data_shard *s);
 /* Token i (i < n_tokens). */
@@ -44,9 +48,10 @@ static inline uint32_t data_shard_token(const data_shard *s, uint64_t i) {
 }
 /* Copy n tokens from position pos into dst as int32, checking each against
  * vocab (MS_ERR_RANGE naming the file and the position if >= vocab).  It
- * first checks that the file on disk is still the one mapped, at its size:
- * a shard truncated or replaced under a running trainer is an MS_ERR_IO
- * naming it, not a SIGBUS on the next read of the map. */
+ * first checks that the file on disk is still the one mapped, at its size
+ * and modification time: a shard truncated, replaced or rewritten in place
+ * under a running trainer is an MS_ERR_IO naming it, not a SIGBUS on the
+ * next read of the map (nor other tokens read silently). */
 ms_status data_shard_read(const data_shard *s, uint64_t pos, size_t n, int32_t *dst, int vocab);
 
 typedef struct {

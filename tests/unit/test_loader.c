@@ -246,10 +246,43 @@ static void test_shm(void) {
     T_STR_CONTAINS(ms_errmsg(), name);
 }
 
+/* Shards of two header kinds in one glob are two tokenizers' ids: refused,
+ * naming both files (they were read as one stream).  And shuffle's "fewer
+ * windows than a step" counts the step's rows, accumulation included (it
+ * counted one micro-batch per rank: a step then repeated windows). */
+static void test_glob_checks(const char *dir) {
+    char path[512], pat[512];
+    snprintf(path, sizeof path, "%s/mix_000.bin", dir);
+    write_shard(path, 2000, 1000, -1);
+    snprintf(path, sizeof path, "%s/mix_001.bin", dir);
+    data_shard_writer w;
+    T_EQ_INT(data_shard_writer_open(&w, path, 2), MS_OK); /* uint32 tokens */
+    for (uint32_t i = 0; i < 2000; i++) {
+        uint32_t t = i % 1000;
+        data_shard_writer_put(&w, &t, 1);
+    }
+    T_EQ_INT(data_shard_writer_commit(&w), MS_OK);
+    snprintf(pat, sizeof pat, "%s/mix_*.bin", dir);
+    data_loader_config c = {pat, 3, 16, 1000, DATA_ORDER_SHUFFLE, 1, 0, 1, 1};
+    data_loader *dl = NULL;
+    T_EQ_INT(data_loader_open(&dl, &c), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "mix_001.bin is a GPT-2 uint32 shard");
+    T_STR_CONTAINS(ms_errmsg(), "mix_000.bin is a GPT-2 uint16 one");
+    snprintf(path, sizeof path, "%s/five.bin", dir); /* 81 tokens: 5 windows of T+1 = 17 */
+    write_shard(path, 81, 1000, -1);
+    data_loader_config f = {path, 2, 16, 1000, DATA_ORDER_SHUFFLE, 1, 0, 1, 2}; /* 4 rows */
+    T_EQ_INT(data_loader_open(&dl, &f), MS_OK);
+    data_loader_close(dl);
+    f.accum = 3; /* 6 rows a step */
+    T_EQ_INT(data_loader_open(&dl, &f), MS_ERR_FORMAT);
+    T_STR_CONTAINS(ms_errmsg(), "only 5 windows of T+1=17, fewer than one step's batch of 6");
+}
+
 int main(void) {
     char dir[] = "/tmp/ms_loader_XXXXXX";
     if (!mkdtemp(dir)) return 1;
     test_prefetch(dir);
+    test_glob_checks(dir);
     test_shm();
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);

@@ -3,6 +3,7 @@
  * writers leaving nothing behind, and each kind of damaged file failing
  * with a specific message that names the file. */
 #include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -95,6 +96,12 @@ static void test_round_trip(int version) {
     T_EQ_INT(data_shard_read(&s, 0, 1, got, (int)(limit - 1)), MS_ERR_RANGE); /* tok[0] = limit-1 */
     T_STR_CONTAINS(ms_errmsg(), "at position 0 is >= vocab size");
     T_EQ_INT(data_shard_read(&s, 0, 1, got, 0), MS_ERR_ARG);
+    /* rewritten in place at the same size (cp over it: the same inode): its
+     * modification time tells (the new tokens were read silently) */
+    struct timespec later[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_sec = 2000000000}};
+    T_EQ_INT(utimensat(AT_FDCWD, tpath(name), later, 0), 0);
+    T_EQ_INT(data_shard_read(&s, 100, 7, got, (int)limit), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "it was written to: rewritten in place");
     /* issue 13, defect 9: truncated under a reader (it was a SIGBUS in the
      * next read of the map), then replaced by another file */
     T_EQ_INT(truncate(tpath(name), 2048), 0);
