@@ -45,7 +45,7 @@ static const opts_spec diag_opts[] = {
       "(default: the host name); names the report, the --history-dir file and :node=NAME "
       "faults"),
     R("slow-factor", OPT_T_DOUBLE, slow_factor, "0.7", "[0,1]",
-      "gemm, memory: fail below this fraction of the history's median"),
+      "gemm, memory: fail below this fraction of the history's median (of 3 runs or more)"),
     R("mem-mb", OPT_T_INT, mem_mb, "256", "[1,65536]",
       "memory: MB of each of the two copied buffers"),
     R("min-mem-gbps", OPT_T_DOUBLE, min_mem_gbps, "0", "[0,)",

@@ -63,8 +63,8 @@ static const opts_spec launch_opts[] = {
       "seconds the self-test may take; a node without a report by then fails"),
     R("diag-slow-factor", OPT_T_DOUBLE, diag_slow_factor, "0.5", "[0,1]",
       "a node fails the self-test below this fraction of its own history's GEMM or memory "
-      "speed (RUN_DIR/diag/NODE.jsonl; only with --hostfile: on one host it is the host's), "
-      "or of the other nodes' median (--diag-peers)"),
+      "speed (RUN_DIR/diag/NODE.jsonl, 3 runs or more; only with --hostfile: on one host it "
+      "is the host's), or of the other nodes' median (--diag-peers), in two measurements"),
     R("diag-peers", OPT_T_INT, diag_peers, "-1", "[-1,1]",
       "compare the nodes' GEMM and memory speeds with each other's in the self-test (1: on; "
       "0: off; -1: with --hostfile, as nodes on one host share its processors)"),

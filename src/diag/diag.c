@@ -67,6 +67,11 @@ void diag_detail(diag_result *r, const char *fmt, ...) {
     va_end(ap);
 }
 
+void diag_fail_slow(diag_result *r) {
+    r->slow = r->ok || r->slow;
+    r->ok = 0;
+}
+
 int diag_fault(const diag_config *c, const char *kind, int rank) {
     return ms_fault_find(c->faults, kind, -1, rank) || ms_fault_find(c->faults, kind, 1, rank);
 }
@@ -157,6 +162,7 @@ static cJSON *check_json(const diag_result *c) {
     if (!o) return NULL;
     cJSON_AddStringToObject(o, "name", c->name);
     cJSON_AddBoolToObject(o, "ok", c->ok);
+    cJSON_AddBoolToObject(o, "slow", !c->ok && c->slow);
     cJSON_AddBoolToObject(o, "skipped", c->skipped);
     if (c->skipped)
         cJSON_AddNullToObject(o, "value");

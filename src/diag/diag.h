@@ -25,7 +25,9 @@
  * History: a JSON-lines file, one object per passing gemm or memory result
  * ({"check","value","unit","device","size","local_rank","host","time"});
  * a check compares with the median of the newest DIAG_HISTORY_MEDIAN
- * entries of the same check, device, size and local rank, and appends its
+ * entries of the same check, device, size and local rank (a check fails
+ * against it only with DIAG_HISTORY_MIN entries or more: one earlier run
+ * may itself have been a busy moment), and appends its
  * own when it passes (read, append, write a temp file, rename, under an
  * flock of FILE.lock so ranks sharing the file do not lose each other's).
  * With a history directory instead, each node has its own file,
@@ -48,6 +50,7 @@
 #define DIAG_MAX_CHECKS 4
 #define DIAG_MAX_AUX 2
 #define DIAG_HISTORY_MEDIAN 25 /* the newest entries the median is taken over */
+#define DIAG_HISTORY_MIN 3     /* the fewest comparable entries that may fail a check */
 #define DIAG_HISTORY_KEEP 2000 /* the newest lines a history file keeps */
 #define DIAG_HISTORY_MAX_BYTES (16 << 20) /* larger: not a history (2000 lines are ~0.5 MB) */
 
@@ -79,6 +82,8 @@ typedef struct {
 typedef struct {
     const char *name; /* "gemm", "memory", "comm", "storage" */
     int ok;           /* 1: passed (or skipped) */
+    int slow;         /* with ok 0: failed on its speed alone (below the history's median or a
+                       * floor), which a second measurement may pass; 0: failed otherwise */
     int skipped;      /* 1: not run; detail says why */
     double value;     /* the measured value, in unit */
     const char *unit;
@@ -114,8 +119,9 @@ ms_status diag_run(const diag_config *c, diag_report *r);
  * and a last line "diag: PASS" or "diag: FAIL (gemm, storage)". */
 void diag_report_print(const diag_report *r, FILE *f);
 /* The report as one JSON object (malloc'd, one line; NULL on OOM):
- * {"host","node","rank","world","device","checks":[{"name","ok","skipped","value",
- * "unit","limit","detail"}...],"ok"}; limit is null when there is none. */
+ * {"host","node","rank","world","device","checks":[{"name","ok","slow","skipped",
+ * "value","unit","limit","detail"}...],"ok"}; limit is null when there is none,
+ * slow true for a check that failed on its speed alone. */
 char *diag_report_json(const diag_report *r);
 
 /* ---- the planner's cost table of this machine (diag_costs.c) ------------

@@ -148,7 +148,7 @@ static void judge_speed(be_backend *be, const diag_config *c, const diag_report 
                 kernels ? kernels : "", kernels ? ")" : "", slow ? " [injected fault " : "",
                 slow ? slow : "", slow ? "]" : "");
     diag_hist_key k = {"gemm", "GFLOP/s", be->name, sn, ms_ctx_get()->local_rank};
-    if (!diag_history_judge(c, &k, r)) r->ok = 0;
+    if (!diag_history_judge(c, &k, r)) diag_fail_slow(r);
     if (r->ok && c->history && *c->history &&
         diag_history_append(c->history, &k, r->value, rep->host) != MS_OK)
         ms_warn("diag: the gemm result was not added to the history: %s", ms_errmsg());

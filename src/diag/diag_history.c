@@ -201,6 +201,11 @@ int diag_history_judge(const diag_config *c, const diag_hist_key *k, diag_result
         diag_detail(r, "no comparable history yet in %s", c->history);
         return 1;
     }
+    if (n < DIAG_HISTORY_MIN) { /* one earlier run may have been a busy moment */
+        diag_detail(r, "%.2f x the median %.4g %s of %d run(s) in %s: not judged (fewer than %d)",
+                    r->value / med, med, k->unit, n, c->history, DIAG_HISTORY_MIN);
+        return 1;
+    }
     double floor = c->slow_factor * med;
     if (!r->has_limit || floor > r->limit) r->has_limit = 1, r->limit = floor, r->limit_is_max = 0;
     if (r->value < floor) {

@@ -32,10 +32,15 @@ ms_status diag_history_append(const char *path, const diag_hist_key *k, double v
                               const char *host);
 /* Judge r->value against c->slow_factor x the history median of k (sets
  * the limit when it is higher than the one r has, adds to the detail);
- * returns 0 when the value is too slow.  An unreadable history is noted in
- * the detail and judged as none. */
+ * returns 0 when the value is too slow.  Fewer than DIAG_HISTORY_MIN
+ * comparable entries are reported beside the value, not judged.  An
+ * unreadable history is noted in the detail and judged as none. */
 int diag_history_judge(const diag_config *c, const diag_hist_key *k, diag_result *r);
 
+/* Fail r for its speed (below a floor or the history's median), after its
+ * other verdicts: r->slow stays set only while every failure of r is one of
+ * speed (a check that failed otherwise, wrong results, is not "slow"). */
+void diag_fail_slow(diag_result *r);
 /* Append ("; "-separated) to r->detail. */
 void diag_detail(diag_result *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* 1 if the fault `kind` (diag:gemm ...) is injected for this rank (an entry

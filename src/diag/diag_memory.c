@@ -160,12 +160,12 @@ void diag_check_memory(const diag_config *c, const diag_report *rep, diag_result
     if (c->min_mem_gbps > 0) {
         r->has_limit = 1, r->limit = c->min_mem_gbps;
         if (best < c->min_mem_gbps) {
-            r->ok = 0;
+            diag_fail_slow(r);
             diag_detail(r, "SLOW: %.3g GB/s < --min-mem-gbps %g", best, c->min_mem_gbps);
         }
     }
     diag_hist_key k = {"memory", "GB/s", "host", c->mem_mb, ms_ctx_get()->local_rank};
-    if (!diag_history_judge(c, &k, r)) r->ok = 0;
+    if (!diag_history_judge(c, &k, r)) diag_fail_slow(r);
     if (r->ok && c->history && *c->history &&
         diag_history_append(c->history, &k, best, rep->host) != MS_OK)
         ms_warn("diag: the memory result was not added to the history: %s", ms_errmsg());

@@ -157,7 +157,24 @@ typedef struct {
     char failed[96]; /* "gemm, storage" */
     char detail[600];
     double speed[SUP_DIAG_SPEEDS]; /* GEMM GFLOP/s, memory GB/s as measured (0: none) */
+    /* each speed check: 1 failed on its speed alone ("slow" in its report:
+     * below the node's own history), 2 failed otherwise, 0 passed */
+    int slow[SUP_DIAG_SPEEDS];
+    int hard; /* a check failed other than on its speed alone (wrong results, storage) */
 } sup_diag_result;
+
+/* 1 if r failed on speeds alone (its own history's, or after
+ * sup_diag_peers the other nodes'), which a second measurement decides; 0
+ * if it passed, gave no report or failed a check otherwise (evicted at
+ * once). */
+int sup_diag_slow_only(const sup_diag_result *r);
+/* A second measurement of r's node (again; ignored when it did not report)
+ * into r, best of two: each speed the higher; a check r failed on its speed
+ * alone passes when again passed it (the history's median is the same: a
+ * failing result is not appended).  Only the speeds count: again's other
+ * checks are r's over again.  r passes when no check is left failed (before
+ * sup_diag_peers judges the speeds). */
+void sup_diag_best_of_two(sup_diag_result *r, const sup_diag_result *again);
 
 /* Each node's speeds against the median of the other nodes' (of the ones
  * that measured it): below factor x that median, the node fails that check

@@ -83,37 +83,51 @@ static double history_slow_factor(const sup_config *c) {
     return c->hostfile ? c->diag_slow_factor : 0;
 }
 
-/* Before a node is failed as slow against its peers: every node measured
- * once more, all at once as before (the same share of a host each, the same
- * traffic), each speed its best of the two runs.  Noise only ever slows a
+/* Before a node is failed as slow, against its own history or its peers:
+ * every node measured once more, all at once as before (the same share of
+ * a host each, the same traffic), each speed its best of the two runs, and
+ * a check failed against the node's own history standing only if the
+ * second run fails it too (sup_diag_best_of_two).  Noise only ever slows a
  * measurement; one run of nodes sharing a busy host's processors read a
  * healthy node's memory at 0.50 x the others' and evicted it (a CI run of
- * tests/supervisor/test_nodes.py), while a node that is slow stays slow in
- * both.  Only the speeds of the second run count: its other checks are the
- * first run's over again.  faults: the second run's injected faults. */
-static void peers_again(const sup_diag_config *dc0, const char *faults, const int *idx, int k,
-                        sup_diag_result *res, double factor) {
+ * tests/supervisor/test_nodes.py), and one busy moment against a history
+ * evicted a spare (diag:blip, a crash on 3 hosts: exit 6), while a node
+ * that is slow stays slow in both.  A node that failed a check otherwise
+ * (wrong results, storage, no report) is not measured again: it is evicted.
+ * Only the speeds of the second run count: its other checks are the first
+ * run's over again.  The nodes without a report are left out of it (an
+ * unreachable host would hold up the one mpirun of all).  faults: the
+ * second run's injected faults; peers: the factor of the nodes' comparison
+ * with each other (0: none). */
+static void measure_again(const sup_diag_config *dc0, const char *faults, const int *idx, int k,
+                          sup_diag_result *res, double peers) {
     sup_diag_result *peek = malloc(sizeof *peek * (size_t)k);
     if (!peek) return;
     memcpy(peek, res, sizeof *peek * (size_t)k);
-    int slow = sup_diag_peers(peek, k, factor);
-    sup_diag_result *again = slow ? calloc((size_t)k, sizeof *again) : NULL;
-    char why[600], names[SUP_MAX_NODES * SUP_NODE_NAME] = "";
-    for (int j = 0; again && j < k; j++)
-        if (!peek[j].ok && res[j].ok)
-            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s",
-                     names[0] ? ", " : "", dc0->pool->name[idx[j]]);
-    if (again && names[0]) {
+    if (peers > 0) sup_diag_peers(peek, k, peers);
+    char why[600], names[2][SUP_MAX_NODES * SUP_NODE_NAME] = {"", ""};
+    for (int j = 0; j < k; j++) {
+        char *l = names[!res[j].ok]; /* [0]: slow against the others, [1]: its history */
+        if (sup_diag_slow_only(&peek[j]))
+            snprintf(l + strlen(l), sizeof names[0] - strlen(l), "%s%s", l[0] ? ", " : "",
+                     dc0->pool->name[idx[j]]);
+    }
+    sup_diag_result *again = names[0][0] || names[1][0] ? calloc((size_t)k, sizeof *again) : NULL;
+    if (again) {
         fprintf(stderr,
-                "megascale launch: diag: %s slow against the other nodes; measuring every "
-                "node once more before evicting\n",
-                names);
+                "megascale launch: diag: %s%s%s%s%s; measuring every node once more before "
+                "evicting\n",
+                names[0], names[0][0] ? " slow against the other nodes" : "",
+                names[0][0] && names[1][0] ? "; " : "", names[1],
+                names[1][0] ? " slow against its own history" : "");
         sup_diag_config dc = *dc0;
         dc.faults = faults;
-        if (sup_diag_run(&dc, idx, k, again, why, sizeof why) == 0) {
-            for (int j = 0; j < k; j++)
-                for (int s = 0; again[j].reported && s < SUP_DIAG_SPEEDS; s++)
-                    if (again[j].speed[s] > res[j].speed[s]) res[j].speed[s] = again[j].speed[s];
+        int on[SUP_MAX_NODES], at[SUP_MAX_NODES], m = 0;
+        for (int j = 0; j < k; j++)
+            if (res[j].reported) at[m] = j, on[m++] = idx[j];
+        if (sup_diag_run(&dc, on, m, again, why, sizeof why) == 0) {
+            for (int i = 0; i < m; i++)
+                sup_diag_best_of_two(&res[at[i]], &again[i]);
         } else {
             fprintf(stderr, "megascale launch: diag: the second run could not start: %s\n", why);
         }
@@ -190,12 +204,10 @@ static int diagnose(sup_driver *d, const char *when) {
         free(res);
         return 0;
     }
-    if (compare_peers(c)) {
-        /* the second run without diag:blip: a node slow the first time only */
-        char again[sizeof faults];
-        sup_faults_format(d, 1, -1, "diag:blip", again, sizeof again);
-        peers_again(&dc, again, idx, k, res, c->diag_slow_factor);
-    }
+    /* the second run without diag:blip: a node slow the first time only */
+    char again[sizeof faults];
+    sup_faults_format(d, 1, -1, "diag:blip", again, sizeof again);
+    measure_again(&dc, again, idx, k, res, compare_peers(c) ? c->diag_slow_factor : 0);
     double took = ms_now() - t0;
     if (compare_peers(c)) sup_diag_peers(res, k, c->diag_slow_factor);
     int reported = 0, failing = 0, storage = 0;

@@ -3,7 +3,9 @@ machine; --json is one valid object with every check; each injected fault
 (diag:gemm, diag:memory, diag:comm, diag:storage) fails exactly its check
 with exit code 9 (diag:slow, a GEMM at a tenth of its speed, fails none
 without a history); a history of much faster GEMMs fails the gemm check as
-slow, and passing results are appended to the history; --node-map names the
+slow ("slow": failed on its speed alone, which wrong results are not), but
+only a history of 3 runs or more (one or two earlier runs are reported, not
+judged), and passing results are appended to the history; --node-map names the
 report's node and --history-dir keeps one history per node; a storage
 directory that cannot be written fails storage naming the path; bad options
 exit 2.  The memory check reports STREAM's triad and an in-place update
@@ -136,6 +138,9 @@ def test_history(d):
     ok(rc == 9 and g.get("ok") is False and "SLOW" in g.get("detail", "") and h in g["detail"],
        "a history of 1e7 GFLOP/s makes gemm fail as slow, naming the file", raw)
     ok(abs(g.get("limit", 0) - 0.7 * 1e7) < 1, "the limit is 0.7 x the median", json.dumps(g))
+    ok(g.get("slow") is True and all(c.get("slow") is False for c in reps[0]["checks"]
+                                     if c["name"] != "gemm"),
+       "the failed gemm says slow (its speed alone), the passing checks do not", raw)
     lines = open(h).read().splitlines()
     ok(len(lines) == 4 and json.loads(lines[-1])["check"] == "memory",
        "a failing gemm is not recorded; the passing memory result is", "\n".join(lines))
@@ -147,13 +152,39 @@ def test_history(d):
        all(e["value"] > 0 and e["size"] in (192, 8) and e["device"] in ("cpu", "host")
            for e in last), "history entries: check, value, device, size", "\n".join(lines))
     ok(not [n for n in os.listdir(d) if ".tmp" in n], "no temp files left", str(os.listdir(d)))
+    # wrong results against that history: failed, but not as slow (no second chance)
+    rc, reps, raw = run_json("--history", h, "--inject-fault", "diag:gemm")
+    g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}
+    ok(rc == 9 and g.get("ok") is False and g.get("slow") is False
+       and "WRONG RESULTS" in g.get("detail", "") and "SLOW" in g.get("detail", ""),
+       "wrong results and slow: failed, not slow alone", raw)
+    rc, reps, raw = run_json("--min-mem-gbps", "1e9")
+    m = {c["name"]: c for c in reps[0]["checks"]}.get("memory", {}) if reps and reps[0] else {}
+    ok(rc == 9 and m.get("ok") is False and m.get("slow") is True,
+       "below --min-mem-gbps: memory failed on its speed alone", raw)
+    # one or two earlier runs are no history to fail a node on (one of them may have been
+    # a busy moment): a thousand times as fast is reported, not judged
+    for runs in (1, 2):
+        h1 = os.path.join(d, f"hist_{runs}run.jsonl")
+        with open(h1, "w") as f:
+            for _ in range(runs):
+                f.write(json.dumps(fast) + "\n")
+        rc, reps, raw = run_json("--history", h1)
+        g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}
+        ok(rc == 0 and g.get("ok") is True and g.get("limit") is None
+           and f"of {runs} run(s) in {h1}: not judged (fewer than 3)" in g.get("detail", ""),
+           f"a history of {runs} run(s) 1000x as fast: reported, not judged", raw)
     h2 = os.path.join(d, "hist2.jsonl")
-    for i in range(2):  # a lenient factor: tiny products on a loaded 2-core machine vary 30x
+    for i in range(4):  # a lenient factor: tiny products on a loaded 2-core machine vary 30x
         rc, reps, raw = run_json("--history", h2, "--slow-factor", "0.001")
         ok(rc == 0, f"a fresh history: run {i + 1} passes", raw)
-    g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}
-    ok("median" in g.get("detail", "") and g.get("limit") is not None,
-       "the second run compares with the first", json.dumps(g))
+        g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if reps and reps[0] else {}
+        if i == 1:
+            ok("median" in g.get("detail", "") and "not judged" in g["detail"]
+               and g.get("limit") is None, "the second run reports the first", json.dumps(g))
+    ok("median" in g.get("detail", "") and "not judged" not in g["detail"]
+       and g.get("limit") is not None, "the fourth run compares with the first three",
+       json.dumps(g))
     # a file that is no history (a shard, a log) given by mistake: rewriting it
     # as one kept its last 2000 lines only; it is named and left as it is
     foreign = os.path.join(d, "not_history.bin")

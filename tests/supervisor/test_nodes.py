@@ -49,11 +49,21 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
 15. a busy host: node1's history (the nodes all on this host) says it was a
    thousand times as fast; after a crash diag passes every node (a node's
    own history is compared only with --hostfile: on one host it is the
-   host's past, shared by all), nothing is evicted, bitwise equal.
+   host's past, shared by all), nothing is evicted, bitwise equal;
+16. a node's own history (--hostfile: three "hosts" 127.0.0.1-3 on this
+   machine, an mpirun that runs them here; --diag-peers 0), pre-flight:
+   127.0.0.1, slow for a moment against its history of 3 runs (diag:blip),
+   is measured once more and passes; 127.0.0.2, a thousand times slower than
+   its history of one run, is not judged (a history of fewer than 3 runs);
+   127.0.0.3, as slow against 3 runs, is slow again when measured once more
+   and evicted; the job runs on 127.0.0.1 and 127.0.0.2, bitwise equal.
+   (Before, one slow measurement against one earlier run evicted a node,
+   the spare too: exit 6.)
 
 Environment: MS_BIN (the megascale binary)."""
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -62,7 +72,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_launch import BIN, TRAIN, events, finished, sha, wait_step  # noqa: E402
-from mpi_common import finish, ok, start  # noqa: E402
+from mpi_common import MPIRUN, finish, ok, start  # noqa: E402
 
 NODES = ["--np", "2", "--nodes", "2", "--spares", "1", "--heartbeat-timeout", "4",
          "--backoff", "0.2", "--grace", "3", "--startup-timeout", "120",
@@ -560,6 +570,78 @@ def busy_host(d, shard, ref_w):
        str(len(hist)))
 
 
+def own_history(d, shard, ref_w):
+    # three hosts of this machine (127.0.0.1-3 are all loopback: the heartbeats' address
+    # reaches each), run here by an mpirun that drops the hostfile: the supervisor behaves
+    # as with --hostfile, so each node's speeds are compared with its own history
+    base = os.path.join(d, "ownhist")
+    os.makedirs(base)
+    hosts = os.path.join(base, "hosts")
+    with open(hosts, "w") as f:
+        f.write("127.0.0.1 slots=1\n127.0.0.2 slots=1\n127.0.0.3 slots=1\n")
+    wrap = os.path.join(base, "mpirun-here")
+    with open(wrap, "w") as f:
+        f.write(f"#!{sys.executable}\nimport os, sys\na = sys.argv[1:]\n"
+                "while '--hostfile' in a:\n    i = a.index('--hostfile'); del a[i:i + 2]\n"
+                "while '--map-by' in a:\n    i = a.index('--map-by'); del a[i:i + 2]\n"
+                f"os.execv({MPIRUN!r}, [{MPIRUN!r}, '--oversubscribe', *a])\n")
+    os.chmod(wrap, 0o755)
+    # each node's GEMM speed as the supervisor's self-test measures it: 1024^3, the three
+    # nodes at once, the median of the three
+    p = subprocess.run([MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", "3", BIN,
+                        "diag", "--json", "--fail-exit", "0", "--gemm-n", "128",
+                        "--gemm-speed-n", "1024", "--mem-mb", "64"], capture_output=True,
+                       text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    speeds = sorted(c["value"] for l in p.stdout.splitlines() if l.startswith("{")
+                    for c in json.loads(l)["checks"] if c["name"] == "gemm")
+    speed = speeds[1] if len(speeds) == 3 else 0
+    ok(speed > 0, "own history: this machine's GEMM speed measured", p.stdout + p.stderr)
+    run = os.path.join(base, "run")
+    os.makedirs(os.path.join(run, "diag"))
+    # 127.0.0.1: its history at a quarter of this speed, so its floor is 0.075 x it: its
+    # diag:blip (a tenth of its speed) mostly reads below, a second measurement above (the
+    # nodes' speeds here vary by 5x from run to run with this machine's load: that it was
+    # slow at first is not asserted, only that it is never evicted); 127.0.0.2: one run a
+    # thousand times as fast (one earlier run is no history to fail a node on);
+    # 127.0.0.3: three such runs
+    for node, value, runs in (("127.0.0.1", speed / 4, 3), ("127.0.0.2", speed * 1000, 1),
+                              ("127.0.0.3", speed * 1000, 3)):
+        with open(os.path.join(run, "diag", node + ".jsonl"), "w") as f:
+            for _ in range(runs):
+                f.write(json.dumps({"check": "gemm", "value": value, "unit": "GFLOP/s",
+                                    "device": "cpu", "size": 1024, "host": "h",
+                                    "time": 1}) + "\n")  # no local_rank: any
+    run, p = launch(base, "run", shard, ["--hostfile", hosts, "--mpirun", wrap, "--preflight",
+                                         "1", "--diag-peers", "0", "--diag-slow-factor", "0.3",
+                                         "--faults", "diag:blip:node=127.0.0.1"])
+    rc, err = finished(p)
+    check_done(run, rc, err, ref_w, "own history")
+    diag = {e["node"]: (e["ok"], e["failed"], e["detail"]) for e in of(run, "diag")
+            if "node" in e}
+    ok({n: v[0] for n, v in diag.items()} ==
+       {"127.0.0.1": True, "127.0.0.2": True, "127.0.0.3": False},
+       "own history: only 127.0.0.3 fails the pre-flight self-test", str(diag))
+    ok(re.search(r"diag: (127\.0\.0\.1, )?127\.0\.0\.3 slow against its own history; "
+                 r"measuring every node once more before evicting", err),
+       "own history: the nodes slow against their history are measured once more", err[-3000:])
+    d1, d2, d3 = (diag.get(n, (0, "", ""))[2] for n in ("127.0.0.1", "127.0.0.2", "127.0.0.3"))
+    ok(not d1 or ("passed when measured once more" in d1 and "SLOW" in d1
+                  and "[injected fault diag:blip]" in d1),
+       "own history: 127.0.0.1, slow the first time only (diag:blip), passes"
+       + (" (slow at first)" if d1 else " (not slow even at first: this machine's load)"), d1)
+    h2 = [json.loads(l) for l in open(os.path.join(run, "diag", "127.0.0.2.jsonl"))]
+    ok(not d2 and len([e for e in h2 if e["check"] == "gemm"]) > 1,
+       "own history: one earlier run does not judge 127.0.0.2 (it passes, its result kept)",
+       f"{d2} {h2}")
+    ok(diag.get("127.0.0.3", (0, ""))[1] == "gemm" and "SLOW" in d3
+       and "slow again when measured once more" in d3,
+       "own history: 127.0.0.3, slow in both measurements, fails gemm", d3)
+    ev = [(e["node"], e["by"]) for e in of(run, "evict")]
+    ok(ev == [("127.0.0.3", "diag")] and node_sets(run) == ["127.0.0.1,127.0.0.2"],
+       "own history: 127.0.0.3 evicted, the job on 127.0.0.1 and 127.0.0.2",
+       f"{ev} {node_sets(run)}")
+
+
 def main():
     d, shard = start("ms_sup_nodes_")
     run, p = launch(d, "ref", shard)
@@ -584,7 +666,8 @@ def main():
              "jobtk": lambda: job_gone_takeover(d, shard, ref_w),
              "stoptk": lambda: job_stopped_takeover(d, shard, ref_w),
              "preflight": lambda: preflight(d, shard, ref_w),
-             "busyhost": lambda: busy_host(d, shard, ref_w)}
+             "busyhost": lambda: busy_host(d, shard, ref_w),
+             "ownhist": lambda: own_history(d, shard, ref_w)}
     for name in sys.argv[1:] or cases:  # a few by name while developing
         cases[name]()
     finish(d)

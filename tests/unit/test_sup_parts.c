@@ -420,6 +420,108 @@ static void test_diag_peers(void) {
     T_EQ_INT(sup_diag_peers(res, 4, 0.5), 0);
 }
 
+/* The reports of diag on nodes node0..node2 as a fake mpirun prints them:
+ * node0 passes, node1's gemm fails on its speed alone ("slow": below its own
+ * history), node2's gemm on its results and its speed (no "slow"), and an
+ * older diag's report (no "slow" at all) counts as a failure otherwise. */
+static void test_diag_reports(void) {
+    char dir[] = "/tmp/ms_sup_diag_XXXXXX", why[1024], fake[64], path[96];
+    T_OK(mkdtemp(dir) != NULL);
+    sup_nodes *p = calloc(1, sizeof *p);
+    sup_config c = {.np = 3, .nodes = 3, .run_dir = dir};
+    T_EQ_INT(sup_nodes_init(p, &c, why, sizeof why), 0);
+    snprintf(fake, sizeof fake, "%s/mpirun", dir);
+    snprintf(path, sizeof path, "%s/reports", dir);
+    write_file(path,
+               "{\"node\":\"node0\",\"ok\":true,\"checks\":[{\"name\":\"gemm\",\"ok\":true,"
+               "\"slow\":false,\"value\":100},{\"name\":\"memory\",\"ok\":true,\"value\":20}]}\n"
+               "{\"node\":\"node1\",\"ok\":false,\"checks\":[{\"name\":\"gemm\",\"ok\":false,"
+               "\"slow\":true,\"value\":10,\"detail\":\"SLOW: 10 < 0.50 x median 100\"},"
+               "{\"name\":\"memory\",\"ok\":true,\"slow\":false,\"value\":20}]}\n"
+               "{\"node\":\"node2\",\"ok\":false,\"checks\":[{\"name\":\"gemm\",\"ok\":false,"
+               "\"slow\":false,\"value\":10,\"detail\":\"WRONG RESULTS\"},"
+               "{\"name\":\"storage\",\"ok\":true,\"slow\":false}]}\n");
+    char script[256];
+    snprintf(script, sizeof script, "#!/bin/sh\ncat %s\n", path);
+    write_file(fake, script);
+    chmod(fake, 0755);
+    sup_diag_config dc = {.mpirun = fake, .bin = "megascale", .timeout = 30, .pool = p};
+    int idx[3] = {0, 1, 2};
+    sup_diag_result res[3];
+    T_EQ_INT(sup_diag_run(&dc, idx, 3, res, why, sizeof why), 0);
+    T_OK(res[0].ok && !sup_diag_slow_only(&res[0]));
+    T_OK(!res[1].ok && !res[1].hard && res[1].slow[SUP_DIAG_GEMM] == 1);
+    T_OK(sup_diag_slow_only(&res[1]) && !strcmp(res[1].failed, "gemm"));
+    T_OK(!res[2].ok && res[2].hard && res[2].slow[SUP_DIAG_GEMM] == 2);
+    T_OK(!sup_diag_slow_only(&res[2]));
+    T_NEAR(res[1].speed[SUP_DIAG_GEMM], 10, 0);
+    /* an older diag's report: a failed check without "slow" is no speed alone */
+    write_file(path, "{\"node\":\"node1\",\"ok\":false,\"checks\":[{\"name\":\"gemm\","
+                     "\"ok\":false,\"value\":10}]}\n");
+    T_EQ_INT(sup_diag_run(&dc, idx, 3, res, why, sizeof why), 0);
+    T_OK(res[1].reported && res[1].hard && !sup_diag_slow_only(&res[1]));
+    T_OK(!res[0].reported && !sup_diag_slow_only(&res[0])); /* no report: no second chance */
+    unlink(fake), unlink(path), rmdir(dir);
+    sup_nodes_free(p);
+    free(p);
+}
+
+/* A node that failed only as slow, measured a second time: best of two. */
+static void test_diag_best_of_two(void) {
+    sup_diag_result r, again;
+    /* slow against its own history the first time only (a busy moment): passes */
+    diag_results(&r, 1, (double[]){10}, (double[]){20});
+    r.ok = 0, r.slow[SUP_DIAG_GEMM] = 1;
+    snprintf(r.failed, sizeof r.failed, "gemm");
+    snprintf(r.detail, sizeof r.detail, "gemm: SLOW: 10 GFLOP/s < 0.50 x median 100");
+    T_OK(sup_diag_slow_only(&r));
+    diag_results(&again, 1, (double[]){95}, (double[]){18});
+    sup_diag_best_of_two(&r, &again);
+    T_OK(r.ok && !r.failed[0] && !r.slow[SUP_DIAG_GEMM]);
+    T_NEAR(r.speed[SUP_DIAG_GEMM], 95, 0);
+    T_NEAR(r.speed[SUP_DIAG_MEMORY], 20, 0); /* the better of the two */
+    T_STR_CONTAINS(r.detail, "passed when measured once more (the first time: gemm: SLOW");
+    /* slow in both: still failed, and says so */
+    diag_results(&r, 1, (double[]){10}, (double[]){2});
+    r.ok = 0, r.slow[SUP_DIAG_GEMM] = r.slow[SUP_DIAG_MEMORY] = 1;
+    snprintf(r.failed, sizeof r.failed, "gemm, memory");
+    snprintf(r.detail, sizeof r.detail, "gemm: SLOW; memory: SLOW");
+    diag_results(&again, 1, (double[]){12}, (double[]){20});
+    again.ok = 0, again.slow[SUP_DIAG_GEMM] = 1;
+    sup_diag_best_of_two(&r, &again);
+    T_OK(!r.ok && r.slow[SUP_DIAG_GEMM] == 1 && !r.slow[SUP_DIAG_MEMORY]);
+    T_OK(!strcmp(r.failed, "gemm"));
+    T_STR_CONTAINS(r.detail, "slow again when measured once more (memory passed then)");
+    T_NEAR(r.speed[SUP_DIAG_GEMM], 12, 0);
+    /* wrong results the second time: the first failure stands */
+    diag_results(&r, 1, (double[]){10}, (double[]){20});
+    r.ok = 0, r.slow[SUP_DIAG_GEMM] = 1;
+    diag_results(&again, 1, (double[]){100}, (double[]){20});
+    again.ok = 0, again.hard = 1, again.slow[SUP_DIAG_GEMM] = 2;
+    sup_diag_best_of_two(&r, &again);
+    T_OK(!r.ok);
+    /* no report the second time: nothing changes */
+    diag_results(&r, 1, (double[]){10}, (double[]){20});
+    r.ok = 0, r.slow[SUP_DIAG_GEMM] = 1;
+    memset(&again, 0, sizeof again);
+    sup_diag_best_of_two(&r, &again);
+    T_OK(!r.ok && r.slow[SUP_DIAG_GEMM] == 1);
+    /* a failure otherwise is never undone: wrong results, however fast */
+    diag_results(&r, 1, (double[]){10}, (double[]){20});
+    r.ok = 0, r.hard = 1, r.slow[SUP_DIAG_GEMM] = 2;
+    T_OK(!sup_diag_slow_only(&r));
+    diag_results(&again, 1, (double[]){100}, (double[]){20});
+    sup_diag_best_of_two(&r, &again);
+    T_OK(!r.ok);
+    /* passing the first time, slow against the peers: only the speeds are taken */
+    diag_results(&r, 1, (double[]){10}, (double[]){20});
+    diag_results(&again, 1, (double[]){100}, (double[]){25});
+    sup_diag_best_of_two(&r, &again);
+    T_OK(r.ok);
+    T_NEAR(r.speed[SUP_DIAG_GEMM], 100, 0);
+    T_NEAR(r.speed[SUP_DIAG_MEMORY], 25, 0);
+}
+
 /* ---- the driver's handling of beats (sup_on_beat) ------------------------- */
 
 /* A driver of np ranks with no job, sockets, files or nodes: what beats need. */
@@ -621,6 +723,8 @@ int main(void) {
     test_straggler();
     test_nodes();
     test_diag_peers();
+    test_diag_reports();
+    test_diag_best_of_two();
     test_step_time();
     test_comm_after_gone();
     return ms_test_summary("test_sup_parts");
