@@ -63,13 +63,13 @@ static int named_as_input(const char *path, const char *dir) {
 
 /* An output (opt PATH), before the work: a file that can be written and is
  * not one of the run's files the tools read (an event log, its rotated
- * .1, a hang dump) nor named as one in DIR (every later read would take it
- * for the run's), nor a --config file of the command (o), which it would
- * replace. */
+ * .1, a hang dump, the supervisor's hang_driver.json) nor named as one in
+ * DIR (every later read would take it for the run's), nor a --config file
+ * of the command (o), which it would replace. */
 static ms_status check_output(const trace_cli *o, const char *opt, const char *path,
                               const char *dir) {
     static const char *const read[] = {"events_r*.jsonl", "events_r*.jsonl.1", "hang_r*.json",
-                                       NULL};
+                                       "hang_driver.json", NULL};
     char match[4400];
     ms_status st = ms_path_check_writable(path, 0);
     if (st != MS_OK) return ms_error_wrap(st, "%s", opt);
@@ -81,8 +81,8 @@ static ms_status check_output(const trace_cli *o, const char *opt, const char *p
     if (named_as_input(path, dir))
         return ms_error(MS_ERR_ARG,
                         "%s %s is named as a file of the run in %s (events_rNNNNN.jsonl[.1], "
-                        "hang_rNNNNN.json): every later read would take it for one; an output "
-                        "never replaces an input; nothing was written",
+                        "hang_rNNNNN.json, hang_driver.json): every later read would take it "
+                        "for one; an output never replaces an input; nothing was written",
                         opt, path, dir);
     return opts_check_output(trace_opts, N_TRACE_OPTS, o, opt, path, NULL);
 }

@@ -217,29 +217,39 @@ static int rank_of_file(const char *name) {
     return -1;
 }
 
-/* DIR/prev/ takes rank r's files of DIR (the attempt before this one):
- * each that exists is renamed there, replacing the older one; one that
- * does not removes its older copy, so that DIR/prev holds one attempt, not
- * two mixed.  Renames are atomic and each rank moves only its own files. */
+/* DIR/prev/ takes DIR/name (the attempt before this one): renamed there,
+ * replacing the older one; if DIR has none, its older copy is removed, so
+ * that DIR/prev holds one attempt, not two mixed.  Renames are atomic. */
+static void move_to_prev(const char *dir, const char *prev, const char *name) {
+    char from[4200], to[4200];
+    snprintf(from, sizeof from, "%s/%s", dir, name);
+    snprintf(to, sizeof to, "%s/%s", prev, name);
+    if (rename(from, to) == 0) return;
+    if (errno != ENOENT)
+        ms_warn("%s: cannot move it to %s (it is replaced): %s", from, prev, strerror(errno));
+    else if (unlink(to) != 0 && errno != ENOENT)
+        ms_warn("%s: cannot remove it (an older attempt's file): %s", to, strerror(errno));
+}
+
+/* Each rank moves only its own files. */
 static void move_rank_to_prev(const char *dir, const char *prev, int r) {
     for (size_t k = 0; k < N_RANK_FILES; k++) {
-        char name[64], from[4200], to[4200];
+        char name[64];
         snprintf(name, sizeof name, rank_files[k], r);
-        snprintf(from, sizeof from, "%s/%s", dir, name);
-        snprintf(to, sizeof to, "%s/%s", prev, name);
-        if (rename(from, to) == 0) continue;
-        if (errno != ENOENT)
-            ms_warn("%s: cannot move it to %s (it is replaced): %s", from, prev, strerror(errno));
-        else if (unlink(to) != 0 && errno != ENOENT)
-            ms_warn("%s: cannot remove it (an older attempt's file): %s", to, strerror(errno));
+        move_to_prev(dir, prev, name);
     }
 }
 
+/* What the supervisor knew when it asked for the hang dumps (sup_driver.c
+ * writes it beside them): it goes with them. */
+#define HANG_DRIVER_FILE "hang_driver.json"
+
 /* Before this rank's log replaces its older one (a restart in the same
  * directory), keep the attempt before in DIR/prev/: that is the one that
- * failed.  Rank 0 also moves the files of ranks >= world (the attempt
- * before had more ranks) and clears those of prev, which no rank of this
- * run owns.  Failing keeps nothing but does not stop the run. */
+ * failed.  Rank 0 also moves the supervisor's HANG_DRIVER_FILE and the
+ * files of ranks >= world (the attempt before had more ranks) and clears
+ * those of prev, which no rank of this run owns.  Failing keeps nothing but
+ * does not stop the run. */
 static void keep_previous(const char *dir, int rank, int world) {
     char prev[4200], mine[4200];
     snprintf(prev, sizeof prev, "%s/prev", dir);
@@ -250,6 +260,8 @@ static void keep_previous(const char *dir, int rank, int world) {
         snprintf(mine, sizeof mine, "%s/%s", dir, name);
         any = access(mine, F_OK) == 0;
     }
+    snprintf(mine, sizeof mine, "%s/" HANG_DRIVER_FILE, dir);
+    any |= rank == 0 && access(mine, F_OK) == 0;
     if (!any) return;
     if (ms_mkdirs(prev) != MS_OK) {
         ms_warn("%s (the previous attempt's trace files are replaced)", ms_errmsg());
@@ -257,6 +269,7 @@ static void keep_previous(const char *dir, int rank, int world) {
     }
     move_rank_to_prev(dir, prev, rank);
     if (rank != 0) return;
+    move_to_prev(dir, prev, HANG_DRIVER_FILE);
     /* the ranks first, then the moves: a rank moved twice would lose its files */
     int *stale = NULL, n = 0, cap = 0;
     const char *dirs[] = {dir, prev};

@@ -390,6 +390,52 @@ static int ranks_can_checkpoint(const sup_driver *d) {
     return 0;
 }
 
+/* The ranks silent when the dumps are asked for (sup_rank_silence), as
+ * [{"rank","host","pid","beat_age_s"}]: a rank stopped on another host
+ * writes its dump only once it runs again (the SIGCONT before the stop),
+ * and then looks like the ranks that waited for it; only the driver saw it
+ * fall silent. */
+static cJSON *silent_ranks(const sup_driver *d, double now) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < d->c->np; i++) {
+        double age = sup_rank_silence(d, i, now);
+        if (age < 0) continue;
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "rank", i);
+        cJSON_AddStringToObject(x, "host", d->r[i].host);
+        cJSON_AddNumberToObject(x, "pid", d->r[i].pid);
+        cJSON_AddNumberToObject(x, "beat_age_s", round(age * 10) / 10);
+        cJSON_AddItemToArray(a, x);
+    }
+    return a;
+}
+
+/* TRACE_DIR/hang_driver.json (docs/formats.md), beside the dumps (moved to
+ * prev/ with them by the next attempt's rank 0): what `trace hang` cannot
+ * learn from the dumps.  A failure is said; the dumps are asked for all the
+ * same. */
+static void write_hang_driver(const sup_driver *d, const char *by, double wall,
+                              const cJSON *silent) {
+    char path[4300];
+    snprintf(path, sizeof path, "%s/hang_driver.json", d->trace_dir);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "type", "hang_driver");
+    cJSON_AddNumberToObject(o, "version", 1);
+    cJSON_AddStringToObject(o, "by", by);
+    cJSON_AddNumberToObject(o, "world", d->c->np);
+    cJSON_AddNumberToObject(o, "wall_s", wall);
+    cJSON_AddItemToObject(o, "silent", cJSON_Duplicate(silent, 1));
+    char *text = cJSON_PrintUnformatted(o);
+    ms_status st =
+        text ? ms_mkdirs(d->trace_dir) : ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    if (st == MS_OK) st = ms_file_write_atomic(path, text, strlen(text));
+    if (st != MS_OK)
+        fprintf(stderr, "megascale launch: %s (trace hang will not know the silent ranks)\n",
+                ms_errmsg());
+    free(text);
+    cJSON_Delete(o);
+}
+
 /* Every rank's communication thread writes its hang dump (the ops it waits
  * in): before a hung job is stopped, so that `megascale trace hang` reads a
  * supervised hang as it reads a collective's timeout (the beats find a hang
@@ -411,6 +457,8 @@ int sup_hang_dumps(sup_driver *d, const char *by, int *asked) {
         *asked = 0;
         return 0;
     }
+    cJSON *silent = silent_ranks(d, ms_now());
+    if (d->trace_dir[0]) write_hang_driver(d, by, ms_wall_now(), silent);
     kill(d->job.pid, SIGUSR2);
     for (int i = 0; i < np; i++) { /* only a pid still the rank it was (reused) */
         pid_t p = sup_pid_same(d->r[i].pid, d->r[i].pid_start);
@@ -432,6 +480,7 @@ int sup_hang_dumps(sup_driver *d, const char *by, int *asked) {
     cJSON_AddNumberToObject(f, "asked", *asked);
     cJSON_AddStringToObject(f, "trace_dir", d->trace_dir);
     cJSON_AddNumberToObject(f, "wait_s", ms_now() - t0);
+    cJSON_AddItemToObject(f, "silent", silent);
     sup_events_put(&d->ev, "hang_dumps", f);
     free(before);
     return answered;

@@ -423,8 +423,14 @@ void sup_serve(sup_driver *d); /* one tick: accept, read beats and control lines
 void sup_serve_for(sup_driver *d, int ms); /* the same, waiting at most ms for input */
 /* SIGUSR2 to the job: every rank that traces writes its hang dump; waits
  * (serving) for their beats to say so, at most 3 s; event "hang_dumps"
- * with `by`.  Returns the ranks that answered, *asked the ranks asked. */
+ * with `by` and the ranks silent when they were asked, which
+ * TRACE_DIR/hang_driver.json also holds (for `trace hang`).  Returns the
+ * ranks that answered, *asked the ranks asked. */
 int sup_hang_dumps(sup_driver *d, const char *by, int *asked);
+/* Seconds since rank i's last beat if it has missed about two beats (a live
+ * rank beats every second: silence past min(3 s, 0.6 x the heartbeat
+ * timeout)) while connected, neither done nor failed; else -1 (sup_watch.c). */
+double sup_rank_silence(const sup_driver *d, int i, double now);
 /* One valid beat b of rank b->rank on heartbeat connection k (k->rank -1:
  * its first): the rank's state, the step time, the detectors fed by beats,
  * the faults a beat says (public for its tests). */

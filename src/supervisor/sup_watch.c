@@ -745,18 +745,21 @@ void sup_serve_for(sup_driver *d, int ms) {
     if (d->rej_cut && now - d->rej_t0 >= 1.0) reject_flush(d); /* the flood's count */
 }
 
-/* The rank whose last beat is oldest, if it has missed about two beats (a
- * live rank beats every second: silence past min(3 s, 0.6 x the heartbeat
- * timeout)), else -1. */
+double sup_rank_silence(const sup_driver *d, int i, double now) {
+    const sup_rank *s = &d->r[i];
+    double quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
+    if (s->done || s->failed || !s->connected || now - s->last_beat <= quiet) return -1;
+    return now - s->last_beat;
+}
+
+/* The rank whose last beat is oldest, if it has gone silent
+ * (sup_rank_silence), else -1. */
 static int silent_rank(const sup_driver *d, double now) {
     int best = -1;
-    double quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
-    for (int i = 0; i < d->c->np; i++) {
-        const sup_rank *s = &d->r[i];
-        if (s->done || s->failed || !s->connected) continue;
-        if (now - s->last_beat > quiet && (best < 0 || s->last_beat < d->r[best].last_beat))
+    for (int i = 0; i < d->c->np; i++)
+        if (sup_rank_silence(d, i, now) >= 0 &&
+            (best < 0 || d->r[i].last_beat < d->r[best].last_beat))
             best = i;
-    }
     return best;
 }
 

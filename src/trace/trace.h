@@ -47,9 +47,9 @@ typedef struct {
 } trace_coord;
 
 /* Whether a file name (no directory) is one the tools read from a run directory: an event
- * log (events_rNNNNN.jsonl), its rotated older half (.jsonl.1) or a hang dump
- * (hang_rNNNNN.json).  For the commands' output checks: an output by such a name would be
- * read as the run's by every later command. */
+ * log (events_rNNNNN.jsonl), its rotated older half (.jsonl.1), a hang dump
+ * (hang_rNNNNN.json) or the supervisor's hang_driver.json.  For the commands' output checks:
+ * an output by such a name would be read as the run's by every later command. */
 int trace_is_input_name(const char *name);
 
 /* ---- merge -------------------------------------------------------------- */

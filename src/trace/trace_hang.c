@@ -1,7 +1,9 @@
-/* trace_hang.c - load a run's hang dumps (hang_rNNNNN.json) and find the
- * suspects: ranks that wrote no dump, members of a group that never
+/* trace_hang.c - load a run's hang dumps (hang_rNNNNN.json) and the
+ * supervisor's hang_driver.json, and find the suspects: ranks that wrote no
+ * dump or that the supervisor saw silent, members of a group that never
  * entered the collective the others wait in, peers that never sent what a
  * rank waits to receive. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +173,7 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
             r->coord = trace_coord_of((int)rank, h->shape);
         const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
         r->wall_s = cJSON_IsNumber(wall) ? wall->valuedouble : 0;
+        r->pid = (int)jint(j, "pid", 0);
         r->seen_stale = cJSON_DetachItemFromObjectCaseSensitive(j, "unresponsive");
         r->seen_exited = cJSON_DetachItemFromObjectCaseSensitive(j, "exited");
         int ng = cJSON_IsArray(groups) ? cJSON_GetArraySize(groups) : 0;
@@ -334,6 +337,12 @@ static const hang_op *in_op(const trace_hang *h, const hang_rank *x, const hang_
     return NULL;
 }
 
+/* Whether rank x is known to be stopped or gone: from the other ranks' dumps
+ * (unresponsive, exited) or from the driver (silent). */
+static int gone(const hang_rank *x) {
+    return x->n_stale_by || x->n_exited_by || x->drv_silent;
+}
+
 /* (b') rank r's oldest old op of group g that every rank it involves has entered (all members
  * for a collective; the peer's matching end for a transfer), yet it never completed: nobody
  * holds it up from outside, so the group itself is stuck (a broken link or NIC, a member
@@ -344,15 +353,14 @@ static ms_status stuck_op(trace_hang *h, hang_rank *r, const hang_group *g) {
      * in the op, yet it was not running) */
     for (int k = 0; k < g->n_ranks; k++) {
         const hang_rank *x = &h->ranks[g->ranks[k]];
-        if (!x->has_dump || x->n_stale_by || x->n_exited_by) return MS_OK;
+        if (!x->has_dump || gone(x)) return MS_OK;
     }
     for (int i = 0; i < g->n_in_flight; i++) {
         const hang_op *op = &g->in_flight[i];
         if (op->age_s < h->min_age || !strcmp(op->state, "queued")) continue;
         if (is_p2p(op)) {
             const hang_rank *p = op->peer >= 0 && op->peer < h->world ? &h->ranks[op->peer] : NULL;
-            if (!p || p == r || p->n_stale_by || p->n_exited_by || !in_op(h, p, g, op, r->rank))
-                continue;
+            if (!p || p == r || gone(p) || !in_op(h, p, g, op, r->rank)) continue;
             return add_why(r, HANG_STUCK,
                            "its %s %s rank %lld on '%s' (%.1f s) and rank %lld's matching %s "
                            "are both in flight, yet the transfer never completed: the link "
@@ -401,7 +409,13 @@ static ms_status find_suspects(trace_hang *h) {
         r->oldest_g = r->oldest_i = -1;
         if (!r->has_dump)
             MS_TRY(add_why(r, HANG_DEAD, "wrote no dump: stopped, hung in compute, or dead"));
-        /* what the other ranks' dumps saw of it: for a rank without a dump, which of those */
+        /* what the driver and the other ranks' dumps saw of it: for a rank without a dump,
+         * which of those */
+        if (r->drv_silent)
+            MS_TRY(add_why(r, HANG_DEAD,
+                           "no heartbeat to the driver for %.1f s when the dumps were asked for "
+                           "(stopped or stuck; a late dump of its own proves nothing)",
+                           r->drv_age));
         if (r->n_stale_by)
             MS_TRY(add_why(r, HANG_DEAD,
                            "unresponsive: its heartbeat was %.1f s old in the dump%s of rank%s %s "
@@ -571,6 +585,68 @@ static void pick_dumps(const char *dir, char **paths, const int *ranks, int n, i
     free(m);
 }
 
+/* The name `megascale launch` writes it under, beside the dumps (sup_driver.c). */
+#define HANG_DRIVER_FILE "hang_driver.json"
+
+/* DIR/hang_driver.json, when there (`megascale launch` asked for the dumps: the ranks that
+ * had sent it no heartbeat for a while then): those ranks were stopped or stuck, whatever
+ * their dumps show (a rank stopped on a host without another rank to see it writes its dump
+ * only once it runs again, looking like the ranks that waited for it).  Without it (a run
+ * before the file, a dump of a timeout or by hand) only the dumps speak.  A file that does
+ * not belong to these dumps (another world, written more than HANG_SPREAD_S from the newest
+ * dump) or is damaged is skipped with a warning, and so is an entry of a rank whose dump
+ * another process wrote. */
+static void load_driver(trace_hang *h) {
+    char path[4200], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/" HANG_DRIVER_FILE, h->dir);
+    if (access(path, F_OK) != 0) return;
+    if (trace_read_file(path, &text, &len) != MS_OK) {
+        ms_warn("%s (its silent ranks are not used)", ms_errmsg());
+        return;
+    }
+    trace_utf8_fix(text);
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    const cJSON *silent = cJSON_GetObjectItemCaseSensitive(j, "silent");
+    const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s"), *x;
+    double newest = 0;
+    int64_t world;
+    for (int rk = 0; rk < h->world; rk++)
+        newest = h->ranks[rk].wall_s > newest ? h->ranks[rk].wall_s : newest;
+    int ok = 0;
+    if (!cJSON_IsObject(j) || strcmp(jstr(j, "type", ""), "hang_driver") ||
+        jint(j, "version", 1) != 1 || !trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &world) ||
+        !cJSON_IsNumber(wall) || !cJSON_IsArray(silent))
+        ms_warn("%s: skipped: not a version 1 \"hang_driver\" object with \"world\", "
+                "\"wall_s\" and \"silent\" (damaged?)",
+                path);
+    else if (world != h->world)
+        ms_warn("%s: skipped: of another run (world %lld; the dumps say %d)", path,
+                (long long)world, h->world);
+    else if (newest > 0 && fabs(wall->valuedouble - newest) > HANG_SPREAD_S)
+        ms_warn("%s: skipped: of another hang (written %.0f s from the newest dump)", path,
+                fabs(wall->valuedouble - newest));
+    else
+        ok = 1;
+    const cJSON *list = ok ? silent : NULL; /* (the macro does not parenthesize its argument) */
+    cJSON_ArrayForEach(x, list) {
+        int64_t rk, pid;
+        const cJSON *age = cJSON_GetObjectItemCaseSensitive(x, "beat_age_s");
+        if (!trace_json_int(x, "rank", 0, h->world - 1, &rk)) continue;
+        hang_rank *r = &h->ranks[rk];
+        if (trace_json_int(x, "pid", 1, INT32_MAX, &pid) && r->has_dump && r->pid > 0 &&
+            pid != r->pid) {
+            ms_warn("%s: rank %lld skipped: pid %lld, but its dump's is %d (another process)", path,
+                    (long long)rk, (long long)pid, r->pid);
+            continue;
+        }
+        r->drv_silent = 1;
+        if (cJSON_IsNumber(age) && age->valuedouble > r->drv_age) r->drv_age = age->valuedouble;
+    }
+    cJSON_Delete(j);
+}
+
 ms_status trace_hang_load(const char *dir, trace_hang **out) {
     *out = NULL;
     int *ranks = NULL, n = 0;
@@ -595,6 +671,7 @@ ms_status trace_hang_load(const char *dir, trace_hang **out) {
     trace_rank_files_free(ranks, paths, n);
     free(keep);
     if (st == MS_OK) peer_states(h);
+    if (st == MS_OK) load_driver(h);
     if (st == MS_OK) fill_missing(h);
     if (st == MS_OK) st = find_suspects(h);
     if (st != MS_OK) {

@@ -39,6 +39,9 @@ typedef struct {
     int n_stale_by, n_exited_by; /* peers whose dumps call it unresponsive / exited */
     char stale_by[160], exited_by[160];
     double stale_age;                /* the oldest heartbeat age they saw */
+    int drv_silent;                  /* the driver's hang_driver.json names it silent */
+    double drv_age;                  /* then: its last beat's age (s) when the dumps were asked */
+    int pid;                         /* its dump's (0: unknown) */
     double wall_s;                   /* when its dump was written (0: unknown) */
     cJSON *seen_stale, *seen_exited; /* its dump's "unresponsive" / "exited" lists */
     int oldest_g, oldest_i;          /* its oldest in-flight op, or -1 */
@@ -48,7 +51,7 @@ typedef struct {
  * the strongest class present; weaker findings on other ranks are notes
  * (most often the consequence: ranks stuck behind the culprit). */
 enum {
-    HANG_DEAD = 1, /* wrote no dump, or peers saw it unresponsive / exited */
+    HANG_DEAD = 1, /* wrote no dump, or peers or the driver saw it unresponsive / exited */
     HANG_BEHIND,   /* never entered a collective its group waits in, and waits in nothing */
     HANG_STUCK,    /* every member of its group is in the op (a collective, or both ends of a
                     * transfer) and it never completed: the link, or a member stuck inside */

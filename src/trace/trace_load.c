@@ -9,6 +9,9 @@
 #include "base/log.h"
 #include "trace/trace_internal.h"
 
+/* Why load_log found no header line (its *no_header; 0: it found one). */
+enum { TRACE_NO_HEADER = 1, TRACE_NO_HEADER_NUL };
+
 static int intern(trace_set *s, const char *str) {
     int i = trace_str_find(s, str);
     if (i >= 0) return i;
@@ -165,14 +168,14 @@ static ms_status parse_span(trace_set *s, trace_log *l, cJSON *j, int mark, unsi
     return MS_OK;
 }
 
-/* One parsed line; lineno 1 must be the header. */
-static ms_status parse_line(trace_set *s, trace_log *l, cJSON *j, int lineno, unsigned flags,
+/* One parsed line; the first (`first`: no line before it but blank ones) must be the header. */
+static ms_status parse_line(trace_set *s, trace_log *l, cJSON *j, int first, unsigned flags,
                             const char *where) {
     const char *type = str_of(j, "type");
     if (!cJSON_IsObject(j) || !type)
         return ms_error(MS_ERR_FORMAT, "%s: expected a JSON object with a \"type\"", where);
-    if (lineno == 1 || !strcmp(type, "header")) {
-        if (strcmp(type, "header") || lineno != 1)
+    if (first || !strcmp(type, "header")) {
+        if (strcmp(type, "header") || !first)
             return ms_error(MS_ERR_FORMAT, "%s: the header must be (only) the first line", where);
         return parse_header(l, j, where);
     }
@@ -188,15 +191,21 @@ static ms_status parse_line(trace_set *s, trace_log *l, cJSON *j, int lineno, un
     return MS_OK; /* unknown types: a newer writer */
 }
 
-static int blank(const char *p) {
-    for (; *p; p++)
-        if (*p != ' ' && *p != '\t' && *p != '\r' && *p != '\n') return 0;
+/* Only blanks in line[0..len) (a NUL byte is none: getline reads it as data). */
+static int blank(const char *p, ssize_t len) {
+    for (ssize_t i = 0; i < len; i++)
+        if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') return 0;
     return 1;
 }
 
-/* Read one events file; `header_only` stops after line 1.  A file without
- * a complete header (empty, or its first line cut: the rank was killed
- * before its first flush) sets *no_header and is no error. */
+/* Read one events file; `header_only` stops after the header.  A file
+ * without a complete header line sets *no_header and is no error: empty,
+ * blank lines only, or its first line cut (the rank was killed before its
+ * first flush): TRACE_NO_HEADER; NUL bytes where the header should be (the
+ * blocks a crash or power loss left unwritten read as zeros):
+ * TRACE_NO_HEADER_NUL.  NUL bytes in the last line after the header are
+ * such a tail, ignored with a warning as a cut line is; NUL bytes in a
+ * line that a newline ends, a damaged log (FORMAT). */
 static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned flags,
                           int header_only, int *no_header) {
     FILE *f;
@@ -204,18 +213,30 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
     char *line = NULL, where[4200];
     size_t cap = 0;
     ssize_t len;
-    int lineno = 0;
+    int lineno = 0, parsed = 0;
     ms_status st = MS_OK;
     *no_header = 0;
     while (st == MS_OK && (len = getline(&line, &cap, f)) >= 0) {
         lineno++;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
-        if (blank(line)) continue;
+        if (blank(line, len)) continue;
+        int last = line[len - 1] != '\n';
+        if (memchr(line, '\0', (size_t)len)) {
+            if (!last)
+                st = ms_error(MS_ERR_FORMAT, "%s: a NUL byte: a damaged event log", where);
+            else if (!parsed)
+                *no_header = TRACE_NO_HEADER_NUL;
+            else if (!(flags & TRACE_LOAD_QUIET))
+                ms_warn("%s: last line ignored: NUL bytes (a tail a crash or power loss left "
+                        "unwritten)",
+                        where);
+            break;
+        }
         trace_utf8_fix(line); /* names and args go into JSON output as they are */
         cJSON *j = cJSON_Parse(line);
-        if (!j && line[len - 1] != '\n') { /* a killed writer */
-            if (lineno == 1)
-                *no_header = 1;
+        if (!j && last) { /* a killed writer */
+            if (!parsed)
+                *no_header = TRACE_NO_HEADER;
             else if (!(flags & TRACE_LOAD_QUIET))
                 ms_warn("%s: incomplete last line ignored", where);
             break;
@@ -223,12 +244,13 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
         if (!j)
             st = ms_error(MS_ERR_FORMAT, "%s: malformed JSON line", where);
         else
-            st = parse_line(s, l, j, lineno, flags, where);
+            st = parse_line(s, l, j, !parsed, flags, where);
         cJSON_Delete(j);
+        parsed++;
         if (header_only) break;
     }
     if (st == MS_OK && ferror(f)) st = ms_error(MS_ERR_IO, "%s: read: %s", path, strerror(errno));
-    if (st == MS_OK && lineno == 0) *no_header = 1;
+    if (st == MS_OK && !parsed && !*no_header) *no_header = TRACE_NO_HEADER;
     free(line);
     fclose(f);
     return st;
@@ -258,7 +280,9 @@ ms_status trace_log_read_header(const char *path, trace_log *l) {
     memset(l, 0, sizeof *l);
     ms_status st = load_log(&s, l, path, 0, 1, &no_header);
     if (st == MS_OK && no_header)
-        st = ms_error(MS_ERR_FORMAT, "%s: no header line (an empty or cut event log)", path);
+        st = ms_error(MS_ERR_FORMAT, "%s: no header line (%s)", path,
+                      no_header == TRACE_NO_HEADER_NUL ? "NUL bytes: a damaged event log"
+                                                       : "an empty or cut event log");
     for (int i = 0; i < s.n_strs; i++)
         free(s.strs[i]);
     free(s.strs);
@@ -363,8 +387,10 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
         paths[i] = NULL;
         st = load_rank_log(s, l, l->path, flags, !!(flags & TRACE_LOAD_HEADERS), &no_header);
         if (st == MS_OK && no_header) {
-            ms_warn("%s: skipped: no header line (the rank ended before its log's first write)",
-                    l->path);
+            ms_warn("%s: skipped: no header line (%s)", l->path,
+                    no_header == TRACE_NO_HEADER_NUL
+                        ? "NUL bytes: a damaged event log, as a crash or power loss leaves it"
+                        : "the rank ended before its log's first write");
             free(l->path);
             memset(l, 0, sizeof *l);
             s->n_logs--;
@@ -378,7 +404,8 @@ ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
                     (long long)l->dropped);
     }
     if (st == MS_OK && s->n_logs == 0)
-        st = ms_error(MS_ERR_NOTFOUND, "%s: no event log has a header line (all are empty)", dir);
+        st = ms_error(MS_ERR_NOTFOUND,
+                      "%s: no event log has a header line (all are empty or damaged)", dir);
     if (st == MS_OK) keep_one_run(s);
     if (st == MS_OK && !(flags & TRACE_LOAD_HEADERS)) trace_set_align(s);
     trace_rank_files_free(ranks, paths, n);

@@ -38,7 +38,7 @@ static int rank_of_name(const char *name, const char *prefix, const char *suffix
 int trace_is_input_name(const char *name) {
     return rank_of_name(name, "events_r", ".jsonl") >= 0 ||
            rank_of_name(name, "events_r", ".jsonl.1") >= 0 ||
-           rank_of_name(name, "hang_r", ".json") >= 0;
+           rank_of_name(name, "hang_r", ".json") >= 0 || !strcmp(name, "hang_driver.json");
 }
 
 ms_status trace_rank_files(const char *dir, const char *prefix, const char *suffix, int **ranks,

@@ -12,10 +12,19 @@ and stays down:
   by itself, its final weights bitwise equal to those of a run without the
   fault (plain mpirun on hosts 1 and 3).
 
+Before that, on hosts 1 and 2 (no spare, no restart), rank 1 is stopped
+(SIGSTOP): the driver names it (no heartbeat), records it silent in
+TRACE_DIR/hang_driver.json when it asks for the hang dumps, and `trace hang`
+names rank 1 alone.  Rank 1 writes its dump once resumed before the stop,
+in the same all-reduce as rank 0, and no rank of its host saw it stop: from
+the dumps alone both ranks were suspects.
+
 Skipped (exit 77) with the reason when not root, without mpirun, iproute2
 or working network namespaces.  Environment: MS_BIN."""
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 
@@ -45,10 +54,60 @@ def steps(path):
         return 0
 
 
+def check_stopped(bed, d, shard):
+    """Rank 1 SIGSTOPped on host 2: the silent rank is the suspect, not rank 0 that waits."""
+    run = os.path.join(d, "stopped")
+    m = os.path.join(run, "m.jsonl")
+    argv = [BIN, "launch", "--np", "2", "--hostfile", bed.hostfile([(1, 1), (2, 1)], "stopped"),
+            "--bind", bed.net + ".254", "--heartbeat-timeout", "8", "--max-restarts", "0",
+            "--diag", "0", "--grace", "3", "--startup-timeout", "60", "--run-dir", run, "--",
+            "--train-data", shard, *TRAIN, "--ckpt-dir", os.path.join(run, "ckpt"),
+            "--metrics", m, "--steps", "100000", "--comm-timeout", "60"]  # the beats find it
+    log_path = os.path.join(d, "stopped.log")
+    log = open(log_path, "w")
+    t0 = time.time()
+    p = bed.popen(0, None, None, argv=argv, out=log)
+    while time.time() - t0 < 60 and p.poll() is None and steps(m) < 10:
+        time.sleep(0.05)
+    pids = [e["pid"] for e in events(run) if e["event"] == "rank_up" and e["rank"] == 1]
+    ok(steps(m) >= 10 and pids, "the job runs on hosts 1 and 2", open(log_path).read())
+    if pids:
+        os.kill(pids[-1], signal.SIGSTOP)  # the same pid space: the bed's hosts are netns
+    try:
+        rc = p.wait(timeout=90)
+    except Exception:  # noqa: BLE001 - a stuck driver is a failure, not a crash of the test
+        rc = None
+    log.close()
+    ev = events(run)
+    f = [(e["kind"], e["rank"]) for e in ev if e["event"] == "fault_detected"]
+    silent = [[x["rank"] for x in e.get("silent", [])] for e in ev if e["event"] == "hang_dumps"]
+    tdir = os.path.join(run, "trace")
+    try:
+        drv = json.load(open(os.path.join(tdir, "hang_driver.json")))
+    except (OSError, ValueError) as e:
+        drv = {"error": str(e)}
+    ok(rc == 3 and f == [("hang", 1)] and silent == [[1]] and
+       [x.get("rank") for x in drv.get("silent", [])] == [1] and
+       drv["silent"][0].get("host") == bed.name(2),
+       "rank 1 stopped: named, and recorded silent when the dumps were asked for",
+       f"rc {rc} {f} {silent} {drv}\n{open(log_path).read()[-3000:]}")
+    t = subprocess.run([BIN, "trace", "hang", tdir, "--json"], capture_output=True, text=True)
+    try:
+        j = json.loads(t.stdout)
+    except ValueError:
+        j = {}
+    sus = {s["rank"]: " ".join(s["reasons"]) for s in j.get("suspects", [])}
+    ok(j.get("dumps") == [0, 1] and list(sus) == [1] and
+       "no heartbeat to the driver" in sus[1],
+       "trace hang: the stopped rank alone is the suspect (both dumps show the all-reduce)",
+       t.stdout[-3000:] + t.stderr[-1000:])
+
+
 def main():
     bed = testbed.Bed.start(3, slots=1)
     d, shard = start("ms_hosts_sup_")
     try:
+        check_stopped(bed, d, shard)
         h1, h2, h3 = bed.name(1), bed.name(2), bed.name(3)
         ref_w = os.path.join(d, "ref.st")
         r = bed.mpirun(2, bed.hostfile([(1, 1), (3, 1)]),

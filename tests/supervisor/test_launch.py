@@ -7,8 +7,11 @@ steps):
    commit, finishes by itself, and its final weights are bitwise equal to
    the fault-free run's;
 2. SIGSTOP of rank 0: detected as a hang of rank 0 (no heartbeat), the same
-   recovery, bitwise-equal weights; SIGSTOP of rank 1 with a short
-   --comm-timeout: rank 0 reports the timeout, the fault is rank 1's;
+   recovery, bitwise-equal weights; the driver records rank 0 silent when it
+   asks for the hang dumps (event hang_dumps, trace/prev/hang_driver.json)
+   and `trace hang` of them names it with that evidence; SIGSTOP of rank 1
+   with a short --comm-timeout: rank 0 reports the timeout, the fault is
+   rank 1's;
 3. a crash loop (rank 1 exits at step 10 in every attempt): stopped after
    --no-progress-restarts restarts with exit code 4 ("do not requeue"); the
    job probes its peak (no --peak-flops) in the first attempt only: the
@@ -137,6 +140,8 @@ def check_recovery(d, shard, ref_w, name, sig, victim):
     det = [e["detect_s"] for e in ev if e["event"] == "fault_detected"]
     limit = 1.0 if kind == "crash" else 4 + 1.0
     ok(det and det[0] <= limit, f"{name}: detected within {limit} s", str(det))
+    if sig == signal.SIGSTOP:
+        check_silent_dumps(run, name, ev, victim)
     print(f"{name}: detected in {det[0] if det else '?'} s; {err.strip().splitlines()[-1]}")
 
 
@@ -157,6 +162,34 @@ def check_comm_lost_peer(d, shard):
        and first.get("reported_by") == 0 and "went silent" in first.get("detail", ""),
        "comm timeout on rank 0 after rank 1 stopped: the fault is rank 1's, reported by rank 0",
        json.dumps(first) + err[-2000:])
+
+
+def check_silent_dumps(run, name, ev, victim):
+    """The stopped rank was silent when the driver asked for the hang dumps: the event
+    hang_dumps names it, and so does TRACE_DIR/hang_driver.json, which the restart moved to
+    prev/ with the dumps; `trace hang` of them names it, with the driver's evidence (a rank
+    stopped on a host without another rank writes a dump like its victims' once resumed)."""
+    hd = [e for e in ev if e["event"] == "hang_dumps"]
+    prev = os.path.join(run, "trace", "prev")
+    try:
+        drv = json.load(open(os.path.join(prev, "hang_driver.json")))
+    except (OSError, ValueError) as e:
+        drv = {"error": str(e)}
+    ok(len(hd) == 1 and [x["rank"] for x in hd[0].get("silent", [])] == [victim] and
+       hd[0]["silent"][0]["beat_age_s"] >= 3 and drv.get("type") == "hang_driver" and
+       drv.get("by") == "hang" and drv.get("world") == 2 and
+       [x.get("rank") for x in drv.get("silent", [])] == [victim] and
+       not os.path.exists(os.path.join(run, "trace", "hang_driver.json")),
+       f"{name}: the driver recorded rank {victim} silent (event, prev/hang_driver.json)",
+       f"{hd}\n{drv}")
+    t = subprocess.run([BIN, "trace", "hang", prev, "--json"], capture_output=True, text=True)
+    try:
+        sus = {s["rank"]: " ".join(s["reasons"]) for s in json.loads(t.stdout)["suspects"]}
+    except (ValueError, KeyError, TypeError):
+        sus = {}
+    ok(list(sus) == [victim] and "no heartbeat to the driver" in sus[victim],
+       f"{name}: trace hang names rank {victim} with the driver's evidence",
+       t.stdout[-2000:] + t.stderr[-1000:])
 
 
 def check_crash_loop(d, shard):
@@ -280,8 +313,10 @@ def check_stage_hang(d, shard, tag="", extra=()):
     # before the stop, every rank wrote its hang dump (SIGUSR2), which `trace hang` reads:
     # the ring's waits are in them as waits for a rank
     dumps = [e for e in events(run) if e["event"] == "hang_dumps"]
-    ok(len(dumps) == 1 and dumps[0]["ranks"] == 4 and dumps[0]["asked"] == 4,
-       f"tp2 x pp2{tag}: the driver asked for the hang dumps and all 4 came", str(dumps))
+    ok(len(dumps) == 1 and dumps[0]["ranks"] == 4 and dumps[0]["asked"] == 4 and
+       dumps[0].get("silent") == [],
+       f"tp2 x pp2{tag}: the driver asked for the hang dumps and all 4 came (none silent)",
+       str(dumps))
     t = subprocess.run([BIN, "trace", "hang", os.path.join(run, "trace"), "--json"],
                        capture_output=True, text=True)
     try:
@@ -338,6 +373,12 @@ def check_ctl_dump(d, shard):
     ok(r.returncode == 0 and "2 of 2 rank(s) wrote their hang dump" in r.stdout
        and dumps == ["hang_r00000.json", "hang_r00001.json"],
        "--ctl dump: every rank of a running job writes its hang dump", r.stdout + r.stderr + str(dumps))
+    try:
+        drv = json.load(open(os.path.join(tdir, "hang_driver.json")))
+    except (OSError, ValueError) as e:
+        drv = {"error": str(e)}
+    ok(drv.get("by") == "ctl" and drv.get("silent") == [] and drv.get("world") == 2,
+       "--ctl dump: the driver's file beside the dumps, no rank silent", str(drv))
     # (a snapshot of a running job: an op may be in flight in it, so no verdict is checked)
     t = subprocess.run([BIN, "trace", "hang", tdir], capture_output=True, text=True)
     ok(t.returncode == 0 and "2 dump(s), 0 missing" in t.stdout and "(dump: signal)" in t.stdout,

@@ -1021,6 +1021,66 @@ def test_hang_bad_world(d):
        "a huge world alone: the text stays short", so[-2000:])
 
 
+def test_hang_driver(d):
+    """2 ranks on 2 hosts, rank 1 SIGSTOPped: the supervisor asked for the dumps while rank 1
+    was silent, and rank 1 wrote its dump only after the SIGCONT before the stop, in the same
+    reduce_scatter as rank 0; no rank of its host saw it stop.  Both looked stuck in one
+    op that never completed (both suspects).  The driver's hang_driver.json names rank 1
+    silent: it is the one suspect, rank 0 (that waited for it) is not even a note.  A driver
+    file of another world or hang, an entry of another process, or a damaged file is skipped
+    with a warning: the dumps alone speak."""
+    for r, host in ((0, "mxh1"), (1, "mxh2")):
+        hang_dump(d, r, 2, (2, 1, 1), host,
+                  [("dp", [0, 1], 5, 4, [("reduce_scatter", 5, -1, -1, 9.0 + 0.1 * r)])],
+                  reason="signal", wall_s=1.7e9 + 5 * r, unresponsive=[], exited=[])
+    drv = os.path.join(d, "hang_driver.json")
+
+    def suspects(what):
+        rc, so, se = run("trace", "hang", d, "--json")
+        j = json.loads(so) if rc == 0 else {}
+        return ({s["rank"]: " ".join(s["reasons"]) for s in j.get("suspects", [])},
+                [s["rank"] for s in j.get("notes", [])], so + se)
+
+    sus, notes, out = suspects("no driver file")
+    ok(list(sus) == [0, 1] and "all 2 members of group 'dp'" in sus[0],
+       "without the driver's file: both look stuck in the op (as before)", out)
+
+    def driver(**kw):
+        obj = dict(type="hang_driver", version=1, by="hang", world=2, wall_s=1.7e9 - 0.5,
+                   silent=[dict(rank=1, host="mxh2", pid=99, beat_age_s=8.0)])
+        obj.update(kw)
+        json.dump(obj, open(drv, "w"))
+
+    driver()
+    sus, notes, out = suspects("driver file")
+    ok(list(sus) == [1] and notes == [] and
+       "no heartbeat to the driver for 8.0 s when the dumps were asked for" in sus[1],
+       "the rank silent to the driver is the one suspect, the one that waited is not", out)
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 0 and "suspects: rank 1 (dp 1, pp 0, tp 0) on mxh2: no heartbeat to the driver "
+       "for 8.0 s" in so and "rank 0 (dp 0, pp 0, tp 0) mxh1: reduce_scatter #5" in so and
+       "SUSPECT" in so and so.count("SUSPECT") == 1, "text: rank 1 the suspect", so + se)
+    for kw, warn in ((dict(world=4), "hang_driver.json: skipped: of another run (world 4"),
+                     (dict(wall_s=1.7e9 - 3600), "hang_driver.json: skipped: of another hang "
+                      "(written 3605 s from the newest dump)"),
+                     (dict(silent=[dict(rank=1, pid=1234, beat_age_s=8.0)]),
+                      "hang_driver.json: rank 1 skipped: pid 1234, but its dump's is 99"),
+                     (dict(version=2), "hang_driver.json: skipped: not a version 1")):
+        driver(**kw)
+        sus, notes, out = suspects(warn)
+        ok(list(sus) == [0, 1] and warn in out, f"skipped: {warn}", out)
+    open(drv, "wb").write(b"\0" * 100)
+    sus, notes, out = suspects("NULs")
+    ok(list(sus) == [0, 1] and "hang_driver.json: skipped: not a version 1" in out,
+       "a damaged driver file: skipped with a warning", out)
+    # a silent rank that wrote no dump at all: both reasons
+    driver()
+    os.remove(os.path.join(d, "hang_r00001.json"))
+    sus, notes, out = suspects("no dump")
+    ok(list(sus) == [1] and "wrote no dump" in sus[1] and "no heartbeat to the driver" in sus[1],
+       "a silent rank without a dump: both reasons", out)
+
+
 # ---- 4. bad input ----------------------------------------------------------------------------
 
 def test_bad_input(root):
@@ -1125,6 +1185,7 @@ def test_bad_input(root):
         os.remove(os.path.join(d, f"events_r{r:05d}.jsonl"))
     rc, so, se = run("trace", "merge", d)
     ok(rc == 3 and "no event log has a header line" in se, "only empty logs: bad input", se)
+    test_nul_logs(root)
     d = os.path.join(root, "onechar")  # one-character names were written as ""
     os.makedirs(d)
     log = RankLog(0, 1, (1, 1, 1), "h")
@@ -1209,6 +1270,68 @@ def test_bad_input(root):
        "--help from the option table", so)
 
 
+def test_nul_logs(root):
+    """A log of NUL bytes (the blocks a crash or power loss left unwritten) or of blank lines
+    only has no header: it is skipped with a warning that names it, as an empty log is.  It
+    was read as a rank with a zeroed header (world 0): "no event log for -1 of the 0 ranks",
+    exit 0 with an empty timeline.  NUL bytes in a log's last line after the header are such
+    a tail, ignored with a warning; NUL bytes in a line a newline ends fail naming
+    file:line."""
+    d = os.path.join(root, "nul")
+    os.makedirs(d)
+    path = os.path.join(d, "events_r00000.jsonl")
+    open(path, "wb").write(b"\0" * 4096)
+    for cmd in ("merge", "stragglers"):
+        rc, so, se = run("trace", cmd, d)
+        ok(rc == 3 and path + ": skipped: no header line (NUL bytes: a damaged event log" in se and
+           "no event log has a header line" in se and "-1 of the 0" not in se and
+           "world 0" not in se, f"{cmd}: a log of NUL bytes alone: skipped, bad input",
+           f"rc={rc}\n{so}{se}")
+    # rank 0 wrote no dump: its host is looked for in its log
+    hang_dump(d, 1, 2, (2, 1, 1), "h", [("dp", [0, 1], 1, 0, [("all_reduce", 1, -1, -1, 5.0)])])
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [0] and
+       path + ": no header line (NUL bytes: a damaged event log)" in se,
+       "hang: a NUL log beside the dumps is named, the analysis goes on", so + se)
+    os.remove(os.path.join(d, "hang_r00001.json"))
+    open(path, "w").write("\n \n\t\r\n")  # blank lines only
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 3 and path + ": skipped: no header line (the rank ended" in se and
+       "-1 of the 0" not in se, "a log of blank lines only is an empty log", se)
+    good = RankLog(1, 2, (2, 1, 1), "h")
+    good.span("compute", "fwd", 0, 10 * MS, step=1)
+    good.span("compute", "bwd", 20 * MS, 30 * MS, step=1)
+    p1 = good.write(d)
+    open(path, "wb").write(b"\0" * 4096)
+    for cmd in ("merge", "stragglers"):
+        rc, so, se = run("trace", cmd, d)
+        ok(rc == 0 and path + ": skipped: no header line (NUL bytes" in se and
+           "no event log for 1 of the 2 ranks: 0" in se,
+           f"{cmd}: the NUL log skipped and its rank named, the others read", so + se)
+    os.remove(path)
+    text = open(p1, "rb").read()
+    open(p1, "wb").write(text + b'{"type":"span","na' + b"\0" * 3000)  # a zeroed tail
+    rc, so, se = run("trace", "merge", d, "-o", os.path.join(d, "m.json"))
+    xs = [e for e in json.load(open(os.path.join(d, "m.json")))["traceEvents"]
+          if e.get("ph") == "X"] if rc == 0 else []
+    tail = text.count(b"\n") + 1
+    ok(rc == 0 and f"{p1}:{tail}: last line ignored: NUL bytes" in se and len(xs) == 2,
+       "a tail of NUL bytes is ignored with a warning, the lines before read", so + se)
+    lines = text.split(b"\n")
+    lines[2] = b"\0" * 10 + lines[2]
+    open(p1, "wb").write(b"\n".join(lines))
+    for cmd in ("merge", "stragglers"):
+        rc, so, se = run("trace", cmd, d)
+        ok(rc == 3 and f"{p1}:3: a NUL byte: a damaged event log" in se,
+           f"{cmd}: NUL bytes in a middle line fail naming file:line", f"rc={rc}\n{se}")
+    # a blank first line, then no header: it was read as a rank with a zeroed header too
+    open(p1, "wb").write(b"\n" + b"\n".join(lines[1:]))
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 3 and f"{p1}:2: the header must be (only) the first line" in se,
+       "a log whose first line after blank ones is not a header fails", f"rc={rc}\n{se}")
+
+
 def run_bytes(args, timeout=60):
     """`megascale ARGS` (bytes allowed) with a time limit: (rc or "timeout", stdout bytes,
     stderr text)."""
@@ -1253,8 +1376,8 @@ def test_bad_bytes_dir(root):
 def test_output_guard(d):
     """An output never replaces an input, nor takes a name the tools would read as one: the
     rotated .1 of an event log (merge -o DIR/events_r00000.jsonl.1 overwrote rank 0's older
-    half), and a new events_r00005.jsonl / hang_r00009.json in DIR (read by every later
-    command as a rank's log or dump)."""
+    half), and a new events_r00005.jsonl / hang_r00009.json / hang_driver.json in DIR (read
+    by every later command as a rank's log or dump, or the supervisor's record)."""
     straggler_logs(d)
     rotate_logs(d)
     old = os.path.join(d, "events_r00000.jsonl.1")
@@ -1262,6 +1385,7 @@ def test_output_guard(d):
     for cmd, opt, path in (("merge", "-o", old),
                            ("merge", "-o", os.path.join(d, "events_r00005.jsonl")),
                            ("merge", "-o", os.path.join(d, "sub", "..", "hang_r00009.json")),
+                           ("merge", "-o", os.path.join(d, "hang_driver.json")),
                            ("stragglers", "--png", os.path.join(d, "events_r00007.jsonl.1")),
                            ("stragglers", "--png", os.path.join(d, "events_r00001.jsonl.1"))):
         os.makedirs(os.path.join(d, "sub"), exist_ok=True)
@@ -1314,6 +1438,7 @@ def main():
                          ("hang_stuck_group", test_hang_stuck_group),
                          ("hang_exited", test_hang_exited),
                          ("hang_bad_world", test_hang_bad_world),
+                         ("hang_driver", test_hang_driver),
                          ("output_guard", test_output_guard), ("fifo", test_fifo)):
             d = os.path.join(root, name)
             os.makedirs(d)

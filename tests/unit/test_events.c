@@ -228,7 +228,8 @@ static int exists(const char *path) {
 
 /* A restart keeps the attempt before in DIR/prev/: each rank moves its own
  * log and hang dump there; rank 0 also those of ranks the new world does
- * not have; files of an older attempt do not stay mixed in. */
+ * not have, and the supervisor's hang_driver.json; files of an older
+ * attempt do not stay mixed in. */
 static void test_evlog_prev(void) {
     char dir[512], p[600];
     snprintf(dir, sizeof dir, "%s", tpath("restart"));
@@ -248,15 +249,19 @@ static void test_evlog_prev(void) {
     put_file(p, "HA1\n");
     snprintf(p, sizeof p, "%s/hang_r00002.json", dir);
     put_file(p, "HA2\n");
+    snprintf(p, sizeof p, "%s/hang_driver.json", dir); /* the supervisor's, with the dumps */
+    put_file(p, "DA\n");
     /* attempt B: 2 ranks; A is kept whole in prev/ */
     T_OK(mon_evlog_open(&l, dir, &id1, 30, 0) == MS_OK);
     mon_evlog_close(l);
+    T_OK(exists(p)); /* rank 0 moves it, not every rank */
     T_OK(mon_evlog_open(&l, dir, &id0, 30, 0) == MS_OK);
     mon_evlog_close(l);
+    T_OK(!exists(p));
     const char *want_a[][2] = {{"events_r00000.jsonl", "A0\n"}, {"events_r00001.jsonl", "A1\n"},
                                {"events_r00002.jsonl", "A2\n"}, {"events_r00003.jsonl", "A3\n"},
                                {"hang_r00001.json", "HA1\n"},   {"events_r00000.jsonl.1", "A0.1\n"},
-                               {"hang_r00002.json", "HA2\n"}};
+                               {"hang_r00002.json", "HA2\n"},   {"hang_driver.json", "DA\n"}};
     for (size_t i = 0; i < sizeof want_a / sizeof want_a[0]; i++) {
         snprintf(p, sizeof p, "%s/prev/%s", dir, want_a[i][0]);
         T_STR_CONTAINS(first_line(p), want_a[i][1]);
@@ -270,13 +275,14 @@ static void test_evlog_prev(void) {
     T_OK(!exists(p));
     snprintf(p, sizeof p, "%s/hang_r00000.json", dir); /* B: rank 0 wrote a dump */
     put_file(p, "HB0\n");
-    /* attempt C: prev/ is B alone (A's ranks 2, 3 and A's dump of rank 1 go) */
+    /* attempt C: prev/ is B alone (A's ranks 2, 3, A's dump of rank 1 and A's
+     * hang_driver.json go) */
     T_OK(mon_evlog_open(&l, dir, &id0, 30, 0) == MS_OK);
     mon_evlog_close(l);
     T_OK(mon_evlog_open(&l, dir, &id1, 30, 0) == MS_OK);
     mon_evlog_close(l);
-    const char *gone[] = {"events_r00002.jsonl", "events_r00003.jsonl", "hang_r00001.json",
-                          "hang_r00002.json", "events_r00000.jsonl.1"};
+    const char *gone[] = {"events_r00002.jsonl", "events_r00003.jsonl",   "hang_r00001.json",
+                          "hang_r00002.json",    "events_r00000.jsonl.1", "hang_driver.json"};
     for (size_t i = 0; i < sizeof gone / sizeof gone[0]; i++) {
         snprintf(p, sizeof p, "%s/prev/%s", dir, gone[i]);
         T_OK(!exists(p));
