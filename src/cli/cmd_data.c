@@ -117,8 +117,9 @@ static ms_status parse_inputs(const opts_list *l, inputs *in) {
         double w = colon && colon[1] ? strtod(colon + 1, &end) : 0;
         int weighted = colon && colon[1] && end && !*end;
         size_t plen = weighted ? (size_t)(colon - v) : strlen(v);
-        if (weighted && !(w > 0 && w <= 1e9))
-            return ms_error(MS_ERR_ARG, "--input %s: the weight must be a number in (0, 1e9]", v);
+        if (weighted && !(w >= 1e-9 && w <= 1e9)) /* a denormal is no share of a blend */
+            return ms_error(MS_ERR_ARG, "--input %s: the weight must be a number in [1e-9, 1e9]",
+                            v);
         if (plen == 0) return ms_error(MS_ERR_ARG, "--input '%s': no file, glob or directory", v);
         data_prepare_input *d = &in->v[in->n];
         char *name = strndup(v, plen);
@@ -380,7 +381,10 @@ static ms_status inspect(const char *path, const data_config *dc) {
     size_t n = s.n_tokens < (uint64_t)dc->count ? (size_t)s.n_tokens : (size_t)dc->count;
     uint32_t *ids = malloc((n ? n : 1) * sizeof(uint32_t));
     ms_status st = ids ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
-    printf("  largest token id %u\n  first %zu tokens:", maxv, n);
+    if (s.n_tokens)
+        printf("  largest token id %u\n  first %zu tokens:", maxv, n);
+    else
+        printf("  no tokens:");
     for (size_t i = 0; st == MS_OK && i < n; i++)
         printf(" %u", ids[i] = data_shard_token(&s, i));
     printf("\n");

@@ -315,11 +315,18 @@ def test_blend(d):
     expect_error(["data", "prepare", "--input", f"{a}:3", "--input", b, "--out",
                   os.path.join(d, "bw")], "every --input", ":WEIGHT",
                  what="weights on some inputs only")
-    for w in ("0", "-1", "inf"):
+    for w in ("0", "-1", "inf", "1e-320"):  # a denormal was taken (as 9.99989e-321)
         expect_error(["data", "prepare", "--input", f"{a}:{w}", "--out", os.path.join(d, "bw")],
                      f"{a}:{w}", "weight", what=f"weight {w}")
     expect_error(["data", "tokenizer-train", "--input", f"{a}:2", "--out",
                   os.path.join(d, "t.tok")], "without weights", what="tokenizer-train weights")
+    # a shard of no tokens: said so (it said "largest token id 0")
+    empty = os.path.join(d, "empty_shard.bin")
+    with open(empty, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, 0, *([0] * 253)))
+    rc, out, err = run("data", "inspect", empty)
+    ok(rc == 0 and "0 tokens" in out and "no tokens" in out and "largest token id" not in out,
+       "data inspect of a shard of no tokens", out + err)
 
 
 def test_failed_run(d):
