@@ -98,6 +98,10 @@ typedef struct {
     /* --data-order: what the cursor's pos counts (windows of the shuffle, or
      * tokens); "" in older commits */
     char data_order[16];
+    /* the training data set the cursor points into: its shards and tokens
+     * (0: not recorded, an older commit); a resume warns when they changed
+     * under the same glob */
+    uint64_t data_shards, data_tokens;
 } ckpt_train_state;
 
 /* ---- the checkpoint directory across hosts ---------------------------------- */

@@ -813,6 +813,14 @@ static void compare_state(const ckpt_train_state *saved, const ckpt_train_state 
         ms_warn("resume: --train-data '%s' differs from the checkpoint's '%s': the data cursor "
                 "(epoch, shard, position) continues in the new data",
                 now->train_data, saved->train_data);
+    else if (saved->data_shards && now->data_shards &&
+             (saved->data_shards != now->data_shards || saved->data_tokens != now->data_tokens))
+        ms_warn("resume: the data set under --train-data '%s' changed since the checkpoint "
+                "(%" PRIu64 " shard(s), %" PRIu64 " tokens then; %" PRIu64 " and %" PRIu64
+                " now): the data cursor (epoch, shard, position) continues in other data, so "
+                "some of it may be seen twice and some not at all",
+                now->train_data, saved->data_shards, saved->data_tokens, now->data_shards,
+                now->data_tokens);
     if (saved->train_data[0] && strcmp(saved->val_data, now->val_data))
         ms_warn("resume: --val-data '%s' differs from the checkpoint's '%s': validation losses "
                 "are not comparable across the resume",

@@ -149,7 +149,9 @@ cJSON *ckpt_json_trainer(const ckpt_train_state *s) {
     if (data)
         ok = cJSON_AddStringToObject(data, "train", s->train_data) &&
              cJSON_AddStringToObject(data, "val", s->val_data) &&
-             (!s->data_order[0] || cJSON_AddStringToObject(data, "order", s->data_order));
+             (!s->data_order[0] || cJSON_AddStringToObject(data, "order", s->data_order)) &&
+             (!s->data_shards || (add_num(data, "shards", (double)s->data_shards) &&
+                                  add_num(data, "tokens", (double)s->data_tokens)));
     if (!ok) cJSON_Delete(o);
     return ok ? o : NULL;
 }
@@ -208,6 +210,10 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
             const char *order;
             MS_TRY(get_str(data, "order", &order, where));
             snprintf(s->data_order, sizeof s->data_order, "%s", order);
+        }
+        if (cJSON_GetObjectItemCaseSensitive(data, "shards")) { /* the same */
+            MS_TRY(get_u64(data, "shards", &s->data_shards, where));
+            MS_TRY(get_u64(data, "tokens", &s->data_tokens, where));
         }
     }
     return MS_OK;

@@ -273,6 +273,8 @@ static ckpt_train_state ckpt_state(trainer *t, int step) {
     snprintf(s.train_data, sizeof s.train_data, "%s", tc->train_data ? tc->train_data : "");
     snprintf(s.val_data, sizeof s.val_data, "%s", tc->val_data ? tc->val_data : "");
     snprintf(s.data_order, sizeof s.data_order, "%s", tc->data_order ? tc->data_order : "");
+    s.data_shards = (uint64_t)data_loader_num_shards(t->train);
+    s.data_tokens = data_loader_total_tokens(t->train);
     return s;
 }
 

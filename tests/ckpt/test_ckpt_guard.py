@@ -16,6 +16,7 @@ defects 2, 3 and 11), on one process:
    newer commits aside, so a later --resume auto continues the rollback.
 Environment: MS_BIN."""
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -273,6 +274,25 @@ def test_other_histories(ws):
     ok(r.returncode != 0 and "resume at step 10" in r.stderr and slots(ws.shm, sq) == {},
        "a start refused by the data position leaves no snapshot slot", r.stderr
        + str(slots(ws.shm, sq)))
+    # a shard added under the same glob: the cursor continues in other data, said (the glob
+    # string was the same, so nothing was)
+    dd = ws.path("grown")
+    os.makedirs(dd)
+    shutil.copy(ws.shard, os.path.join(dd, "a_000.bin"))
+    glob_ = os.path.join(dd, "a_*.bin")
+    gk = ws.path("grown_ck")
+    r = run(ws, ["train", "--train-data", glob_, *TINY, "--steps", "3", "--ckpt-dir", gk])
+    shutil.copy(ws.shard, os.path.join(dd, "a_001.bin"))
+    r2 = run(ws, ["train", "--train-data", glob_, *TINY, "--steps", "4", "--ckpt-dir", gk,
+                  "--resume", "auto"])
+    ok(r.returncode == 0 and r2.returncode == 0 and resumed_at(r2.stderr) == 3
+       and "changed since the checkpoint (1 shard(s)" in r2.stderr and "2 and " in r2.stderr,
+       "a shard added under the same --train-data glob: the resume says the data changed",
+       r.stderr[-1500:] + r2.stderr[-1500:])
+    r3 = run(ws, ["train", "--train-data", glob_, *TINY, "--steps", "5", "--ckpt-dir", gk,
+                  "--resume", "auto"])
+    ok(r3.returncode == 0 and "changed since the checkpoint" not in r3.stderr,
+       "... and not again once a commit has the new data set", r3.stderr[-1500:])
     # a mistyped rollback target: nothing moved
     c = ws.path("hist_c")
     run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--ckpt-every", "2",
