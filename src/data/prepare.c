@@ -374,6 +374,12 @@ static ms_status blend(prep *p) {
         uint64_t t0 = p->st->tokens;
         MS_TRY(data_docbatch_next(p->src[s].batch, &d, &end));
         if (end) {
+            if (!is->documents && c->inputs[s].weight > 0) /* its share is of nothing */
+                return ms_error(MS_ERR_FORMAT,
+                                "--input %s:%g: no document to blend (an empty input%s): give "
+                                "inputs that hold text, or leave this one out",
+                                c->inputs[s].name, c->inputs[s].weight,
+                                c->jsonl_skip_bad ? ", or every line skipped" : "");
             ran_out(p, s, d.used);
             continue;
         }

@@ -315,6 +315,14 @@ def test_blend(d):
     expect_error(["data", "prepare", "--input", f"{a}:3", "--input", b, "--out",
                   os.path.join(d, "bw")], "every --input", ":WEIGHT",
                  what="weights on some inputs only")
+    # an empty input in a blend: its share is of nothing (it was taken, and the blend's
+    # statistics said every input lasted for one document)
+    empty_txt = os.path.join(d, "empty_input.txt")
+    open(empty_txt, "w").close()
+    expect_error(["data", "prepare", "--input", f"{a}:1", "--input", f"{empty_txt}:1", "--out",
+                  os.path.join(d, "bw")], "empty_input.txt:1: no document to blend",
+                 what="an empty input in a blend")
+    ok(not os.path.exists(os.path.join(d, "bw")), "... and no --out left behind")
     for w in ("0", "-1", "inf", "1e-320"):  # a denormal was taken (as 9.99989e-321)
         expect_error(["data", "prepare", "--input", f"{a}:{w}", "--out", os.path.join(d, "bw")],
                      f"{a}:{w}", "weight", what=f"weight {w}")
