@@ -791,8 +791,12 @@ static void compare_state(const ckpt_train_state *saved, const ckpt_train_state 
                 saved->sched.lr, now->sched.lr, saved->sched.warmup, now->sched.warmup,
                 saved->sched.total, now->sched.total);
     if (saved->batch != now->batch || saved->seq != now->seq)
-        ms_warn("resume: batch %d x seq %d differs from the checkpoint's %d x %d", now->batch,
-                now->seq, saved->batch, saved->seq);
+        ms_warn("resume: batch %d x seq %d differs from the checkpoint's %d x %d%s", now->batch,
+                now->seq, saved->batch, saved->seq,
+                saved->seq != now->seq && !strcmp(now->data_order, "shuffle")
+                    ? " (the shuffle's data position counts windows of seq+1 tokens: it now "
+                      "names another place in the epoch)"
+                    : "");
     if (saved->optimizer[0] && now->optimizer[0] && strcmp(saved->optimizer, now->optimizer))
         ms_warn("resume: --optimizer %s differs from the checkpoint's %s; its moments are taken "
                 "as they are",

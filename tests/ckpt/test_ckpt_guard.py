@@ -293,6 +293,12 @@ def test_other_histories(ws):
                   "--resume", "auto"])
     ok(r3.returncode == 0 and "changed since the checkpoint" not in r3.stderr,
        "... and not again once a commit has the new data set", r3.stderr[-1500:])
+    # another --seq under the shuffle: its position counts windows of the old length
+    r4 = run(ws, ["train", "--train-data", glob_, *TINY, "--steps", "6", "--ckpt-dir", gk,
+                  "--resume", "auto", "--seq", "8"])
+    ok(r4.returncode == 0 and "batch 4 x seq 8 differs from the checkpoint's 4 x 16" in r4.stderr
+       and "names another place in the epoch" in r4.stderr,
+       "another --seq on a shuffle resume: the warning says the position moved", r4.stderr[-1500:])
     # a mistyped rollback target: nothing moved
     c = ws.path("hist_c")
     run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--ckpt-every", "2",
