@@ -66,6 +66,11 @@ static void shard_path(const prep *p, const char *kind, int idx, int staged, cha
 
 static ms_status open_train(prep *p) {
     char path[4400];
+    if (p->train_index > 999999) /* a seventh digit would sort the names out of order */
+        return ms_error(MS_ERR_ARG,
+                        "--shard-tokens %llu makes more than 1000000 training shards: raise it "
+                        "(the shards' six-digit names keep the glob in the documents' order)",
+                        (unsigned long long)p->cfg->shard_tokens);
     shard_path(p, "train", p->train_index++, 1, path, sizeof path);
     MS_TRY(data_shard_writer_open(&p->train, path, p->version));
     p->train_open = 1;
