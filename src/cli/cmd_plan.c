@@ -271,15 +271,15 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
                       const plan_features *f, const plan_cluster *c) {
     plan_candidate *best = calloc((size_t)o->top, sizeof *best), small;
     if (!best) return cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory"));
-    int n = 0, tried = 0;
+    int n = 0, tried = 0, fit = 0;
     ms_status st =
-        plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried, &small);
+        plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried, &fit, &small);
     if (st != MS_OK) {
         free(best);
         return cli_fail("plan", st);
     }
     if (o->json) {
-        printf("{\"tried\":%d,\"layouts\":[", tried);
+        printf("{\"tried\":%d,\"fit\":%d,\"layouts\":[", tried, fit);
         for (int i = 0; i < n; i++) {
             char *j = plan_result_json(m, &best[i].layout, c, &best[i].result);
             printf("%s%s", i ? "," : "", j ? j : "null");
@@ -293,8 +293,8 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
         }
         printf("}\n");
     } else if (n) {
-        printf("%d layouts tried on %d GPUs of %s; %d fit in %.0f GB, the best:\n", tried, l->gpus,
-               c->name, n, c->mem_gb);
+        printf("%d layouts tried on %d GPUs of %s; %d fit in %.0f GB, the best %d:\n", tried,
+               l->gpus, c->name, fit, c->mem_gb, n);
         printf("%4s %4s %4s %4s %5s | %9s %7s %9s\n", "tp", "pp", "vpp", "dp", "micro", "iter s",
                "MFU", "mem GB");
         for (int i = 0; i < n; i++) {

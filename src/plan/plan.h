@@ -261,14 +261,14 @@ typedef struct {
  * max_micro, that is valid and fits in memory, ranked by iteration time
  * (base's tp, pp, vpp, micro: 0 searched, else fixed to that value);
  * the best `max` into out, their count into *n, the number evaluated into
- * *tried.  smallest (NULL: not wanted): of the evaluated layouts, fitting
- * or not, the one that needs the least memory per GPU (what to report
- * when none fits); untouched when none was evaluated.  The step (a pipeline simulation) is
- * predicted only for the layouts that fit and the smallest; a layout over
- * PLAN_MAX_PIPE_PAIRS is skipped (plan_check). */
+ * *tried, the number of those that fit into *fit.  smallest (NULL: not wanted): of the evaluated
+ * layouts, fitting or not, the one that needs the least memory per GPU (what to report when none
+ * fits); untouched when none was evaluated.  The step (a pipeline simulation) is predicted only for
+ * the layouts that fit and the smallest; a layout over PLAN_MAX_PIPE_PAIRS is skipped (plan_check).
+ */
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried, plan_candidate *smallest);
+                      int max, int *n, int *tried, int *fit, plan_candidate *smallest);
 
 /* ---- scale-out costs (plan_scale.c) --------------------------------------- */
 

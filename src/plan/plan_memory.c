@@ -138,8 +138,9 @@ static double arena_bytes(const plan_model *m, const plan_layout *l, const plan_
         a += 2 * push(N * C * es) + push(rows * Vp / t * es) + push(t * rows * 3 * 4) +
              push(6 * C * 4);
     }
-    if (f->recompute == PLAN_RECOMPUTE_FULL) /* the block whose backward recomputes it */
-        a += plan_layer_act_bytes(m, t, l->micro, PLAN_RECOMPUTE_NONE, !keeps_scores(c), es);
+    if (f->recompute == PLAN_RECOMPUTE_FULL) /* the block whose backward recomputes it, less */
+        a += plan_layer_act_bytes(m, t, l->micro, PLAN_RECOMPUTE_NONE, !keeps_scores(c), es) -
+             push(Nl * C * es); /* its input, kept already (it was counted twice) */
     return a;
 }
 

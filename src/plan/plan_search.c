@@ -24,8 +24,8 @@ static void keep(plan_candidate *out, int max, int *n, const plan_candidate *c) 
 
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried, plan_candidate *smallest) {
-    *n = 0, *tried = 0;
+                      int max, int *n, int *tried, int *fit, plan_candidate *smallest) {
+    *n = 0, *tried = 0, *fit = 0;
     if (max < 1) return ms_error(MS_ERR_ARG, "plan search: room for no result");
     MS_TRY(plan_cluster_check(c, c->name));
     int small_memory_only = 0; /* *smallest has only its memory parts yet */
@@ -53,7 +53,7 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                     if (smallest && (!*tried || cand.result.memory_gb < smallest->result.memory_gb))
                         *smallest = cand, small_memory_only = !cand.result.fits;
                     (*tried)++;
-                    if (cand.result.fits) keep(out, max, n, &cand);
+                    if (cand.result.fits) keep(out, max, n, &cand), (*fit)++;
                 }
             }
         }

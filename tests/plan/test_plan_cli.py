@@ -119,6 +119,25 @@ def main():
     ok(0 < len(its) <= 5 and its == sorted(its), "search: ranked by iteration time", r.stdout)
     ok(all(x["fits"] for x in s["layouts"]), "search: only layouts that fit", r.stdout)
     ok(s["tried"] > len(its), "search: tried more than it shows", r.stdout)
+    # the count of layouts that fit is all of them, not the --top cut (it said "2 fit" of 76)
+    few = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "64",
+               "--search", "--top", "2")
+    every = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "64",
+                 "--search", "--top", "1000", "--json")
+    ej = json.loads(every.stdout) if every.returncode == 0 else {}
+    m2 = re.search(r"; (\d+) fit in 80 GB, the best 2:", few.stdout)
+    ok(m2 and ej and int(m2.group(1)) == ej["fit"] == len(ej["layouts"]) > 2,
+       "search: 'N fit' counts every layout that fits (text and --json), not --top",
+       few.stdout[:300] + every.stdout[:200])
+    # --recompute full keeps each block's input once: never more memory than none (one layer:
+    # the rebuilt block's input was counted twice, 9.15 GB against none's 8.88)
+    one = ["--cluster", "h100-node", "--layers", "1", "--dim", "4096", "--heads", "32", "--vocab",
+           "256", "--seq", "4096", "--gpus", "1", "--batch", "8", "--micro-batch", "8", "--json"]
+    rn, rf = plan(*one, "--recompute", "none"), plan(*one, "--recompute", "full")
+    an = json.loads(rn.stdout)["memory"]["activations_gb"] if rn.returncode == 0 else 0
+    af = json.loads(rf.stdout)["memory"]["activations_gb"] if rf.returncode == 0 else 1e9
+    ok(0 < af <= an, f"--recompute full of one layer: no more activations than none ({af} vs "
+       f"{an} GB)", rn.stderr + rf.stderr)
     # a layout dimension given with --search is fixed, the others searched (it was ignored)
     r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
              "megascale-175b", "--search", "--json", "--top", "50", "--tp", "8", "--micro-batch", "2")

@@ -198,12 +198,14 @@ static void test_memory(void) {
     T_NEAR(r.memory_gb, r.mem_params_gb + r.mem_grads_gb + r.mem_optim_gb + r.mem_act_gb + 2, 1e-9);
     T_OK(r.fits == (r.memory_gb <= 80));
     /* full recomputation: each block keeps its input (2 s b h / t), and the block whose
-     * backward runs holds its recomputed activations meanwhile */
+     * backward runs holds its recomputed activations meanwhile, on top of its kept input
+     * (which is its resid_in: counted once, not twice) */
     double act_none = r.mem_act_gb;
     f.recompute = PLAN_RECOMPUTE_FULL;
     T_EQ_INT(plan_predict(&m, &l, &f, &c, &r), MS_OK);
     T_NEAR(r.mem_act_gb,
-           act_none - (8 * 12 - 1) * block_bytes(S, 8, 2048, 96, 1) / 1e9 + 8 * 12 * sbh * 2 / 1e9,
+           act_none - (8 * 12 - 1) * block_bytes(S, 8, 2048, 96, 1) / 1e9 +
+               (8 * 12 - 1) * sbh * 2 / 1e9,
            1e-9);
     /* interleaved, vpp 2: the activation sets are the trainer's (par_schedule_slots: the
      * larger of its two communication modes' lists), not the simulator's pairs in flight */
