@@ -192,8 +192,12 @@ static ms_status parse(const char *what, const cJSON *o, plan_cluster *c) {
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(o, "source");
     if (cJSON_IsString(src)) snprintf(c->source, sizeof c->source, "%s", src->valuestring);
     const cJSON *gpn = cJSON_GetObjectItemCaseSensitive(o, "gpus_per_node");
-    if (!cJSON_IsNumber(gpn) || gpn->valuedouble != (int)gpn->valuedouble)
+    /* the value's range before the cast (an out-of-range double to int is undefined) */
+    if (!cJSON_IsNumber(gpn) || gpn->valuedouble != floor(gpn->valuedouble))
         return bad(what, "missing or not an integer", "\"gpus_per_node\"");
+    if (fabs(gpn->valuedouble) > (1 << 30)) /* as the range check below says it */
+        return ms_error(MS_ERR_FORMAT, "%s: \"gpus_per_node\" is %g, outside [1, 2^20]", what,
+                        gpn->valuedouble);
     c->gpus_per_node = (int)gpn->valuedouble;
     for (int i = 0; i < N_TOP; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, top_keys[i].key);

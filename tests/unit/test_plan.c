@@ -301,6 +301,8 @@ static void test_cluster_files(void) {
     bad_file(dir, "\"eff\":0.5}", "\"eff\":0}", "links.inter.eff");
     bad_file(dir, "\"lat_us\":10,", "\"latency\":10,", "links.intra.latency");
     bad_file(dir, "\"gpus_per_node\":8", "\"gpus_per_node\":8.5", "gpus_per_node");
+    /* past an int: its range said, not cast first (undefined: it read "not an integer") */
+    bad_file(dir, "\"gpus_per_node\":8", "\"gpus_per_node\":1e10", "is 1e+10, outside [1, 2^20]");
     bad_file(dir, "{\"format\"", "[\"format\"", "JSON");
     snprintf(path, sizeof path, "%s/none.json", dir);
     T_EQ_INT(plan_cluster_load(path, &c) == MS_OK, 0);
