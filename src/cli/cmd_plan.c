@@ -228,7 +228,27 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
                        .micro = o->micro ? o->micro : unset};
     if (o->search) { /* the model and the batch only: the search picks the rest */
         plan_layout one = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 1, .micro = 1};
-        return plan_check(m, &one);
+        MS_TRY(plan_check(m, &one));
+        /* what the command line fixed, each value on its own: its own reason, not "no
+         * layout is valid" naming the batch */
+        if (l->tp && (m->heads % l->tp || l->tp > c->gpus_per_node || c->gpus_per_node % l->tp))
+            return ms_error(MS_ERR_ARG,
+                            "--search --tp %d: tp must divide --heads %d and the node's %d GPUs",
+                            l->tp, m->heads, c->gpus_per_node);
+        if (l->pp && m->layers % l->pp)
+            return ms_error(MS_ERR_ARG, "--search --pp %d does not divide the %d layers", l->pp,
+                            m->layers);
+        if (l->vpp > 1 && l->pp == 1)
+            return ms_error(MS_ERR_ARG, "--search --vpp %d needs --pp >= 2 (or --pp left out)",
+                            l->vpp);
+        if (l->vpp && l->pp && m->layers % (l->pp * l->vpp))
+            return ms_error(MS_ERR_ARG, "--search --pp %d --vpp %d: %d layers are not %d chunks",
+                            l->pp, l->vpp, m->layers, l->pp * l->vpp);
+        int tp = l->tp ? l->tp : 1, pp = l->pp ? l->pp : 1;
+        if (l->gpus % (tp * pp))
+            return ms_error(MS_ERR_ARG, "--search: --gpus %d is not a multiple of tp %d x pp %d",
+                            l->gpus, tp, pp);
+        return MS_OK;
     }
     return plan_check(m, l);
 }

@@ -147,8 +147,16 @@ def main():
        r.stdout + r.stderr)
     r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
              "megascale-175b", "--search", "--tp", "5")
-    ok(r.returncode == 2 and "fixed by the command line: --tp 5" in r.stderr,
-       "search --tp 5 (no divisor of the heads): no layout, the fixed --tp named", r.stderr)
+    ok(r.returncode == 2 and "--search --tp 5: tp must divide --heads 128" in r.stderr,
+       "search --tp 5 (no divisor of the heads): the fixed --tp's own reason", r.stderr)
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
+             "megascale-175b", "--search", "--pp", "1", "--vpp", "2")
+    ok(r.returncode == 2 and "--vpp 2 needs --pp >= 2" in r.stderr,
+       "search --pp 1 --vpp 2: its own reason (it blamed --batch)", r.stderr)
+    r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
+             "megascale-175b", "--search", "--micro-batch", "7")
+    ok(r.returncode == 2 and "fixed by the command line: --micro-batch 7" in r.stderr,
+       "search --micro-batch 7 (no valid layout): the fixed value named", r.stderr)
     # the search picks the layout: tp 1 x pp 1 (dp 12288 > batch 6144) is not checked
     r = plan("--cluster", "a100-megascale", "--gpus", "12288", "--batch", "6144", "--model",
              "megascale-175b", "--search", "--top", "3")
