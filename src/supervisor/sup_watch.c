@@ -254,19 +254,18 @@ static int gone_rank(const sup_driver *d) {
  * the lost one (stopped, hung, its host cut off: on another host, its
  * process cannot be looked at) went silent meanwhile.  Of the ranks other
  * than the reporter, the one whose connection closed, else the one silent
- * the longest, past the hang detector's silence (silent_rank: about two
- * missed beats); -1 when every other rank still beats (a flaky link: no
+ * the longest, past the hang detector's silence (sup_rank_silence: about
+ * two missed beats); -1 when every other rank still beats (a flaky link: no
  * rank to blame).  *since: when it went quiet. */
 static int lost_peer(const sup_driver *d, int reporter, double *since) {
-    double now = ms_now(), quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
+    double now = ms_now();
     int who = -1, closed = 0;
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         if (i == reporter || s->done || s->failed || s->stopped) continue;
         int gone = !s->connected && s->t_lost > 0;
-        if (!s->connected && !gone) continue; /* never connected this attempt */
+        if (!gone && sup_rank_silence(d, i, now) < 0) continue; /* beats, or never connected */
         double t = gone ? s->t_lost : s->last_beat;
-        if (!gone && now - t <= quiet) continue;
         if (who < 0 || gone > closed || (gone == closed && t < *since))
             who = i, closed = gone, *since = t;
     }
