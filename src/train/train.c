@@ -631,7 +631,11 @@ static ms_status setup(trainer *t) {
     bo.threads = threads_per_rank(tc);
     bo.cuda_profile = tc->cuda_profile;
     bo.cpu_profile = tc->cpu_profile;
-    bo.cuda_fuse_gelu = tc->cuda_fuse_gelu;
+    /* cuBLASLt's fused GeLU is of the fp32 product, the backward's recompute
+     * can only start from the bf16 pre-activation the forward kept: with
+     * --recompute gelu the forward takes the unfused path too, so that the
+     * backward's activations are the forward's bits (they differed) */
+    bo.cuda_fuse_gelu = tc->cuda_fuse_gelu && !(t->mc.recompute & GPT_RECOMPUTE_GELU);
     MS_TRY(be_dtype_parse(tc->cpu_dtype, tc->device, &bo.cpu_dtype));
     MS_TRY(be_create(&t->be, tc->device, &bo));
     /* device spans on the trace's device lane (a CPU's would repeat the host ones) */

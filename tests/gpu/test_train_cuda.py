@@ -196,6 +196,17 @@ def main():
             env=dict(os.environ, MS_CUDA_PROFILE="0", MS_CUDA_FUSE_GELU="1"))
     ok(r.returncode == 0 and "cuda profile (" in r.stderr and "GeLU unfused" in r.stderr,
        "--cuda-profile 1 and --cuda-fuse-gelu 0 reach the backend", r.stderr)
+    # --recompute gelu: the backward's recomputed GeLU is the forward's, so the forward runs it
+    # unfused (cuBLASLt's fused one is of the fp32 product, the recompute's of the kept bf16
+    # value): the bits of --cuda-fuse-gelu 0 without recompute (they differed from step 2)
+    sts = []
+    for extra in (["--recompute", "gelu"], ["--recompute", "none", "--cuda-fuse-gelu", "0"]):
+        w = os.path.join(d, f"rc{len(sts)}.st")
+        r = run([*base[:base.index("--steps")], "--steps", "3", "--device", "cuda",
+                 "--peak-flops", "1e12", *extra, "--save-weights", w])
+        sts.append(open(w, "rb").read() if r.returncode == 0 and os.path.exists(w) else None)
+    ok(sts[0] is not None and sts[0] == sts[1],
+       "--recompute gelu on cuda: the same bits as the unfused GeLU without recompute")
 
     # 3. no GPU: a clear error (the emulator can pretend); --comm choices
     if EMU:
