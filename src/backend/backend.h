@@ -49,7 +49,10 @@ struct be_backend {
     char device_name[128]; /* the processor's own name ("NVIDIA H200", the CPU model) */
     be_dtype act_dtype;
     int threads; /* compute threads (CPU) */
-    void *ctx;   /* backend-private */
+    /* the kernels' limits on a model (0: none): the attention's head size,
+     * the LayerNorm's width; a model past them is refused when it is made */
+    int max_head_size, max_dim;
+    void *ctx; /* backend-private */
 
     /* ---- memory ---- */
     void *(*alloc)(be_backend *be, size_t bytes); /* zeroed, 64-aligned; NULL on OOM */

@@ -262,6 +262,15 @@ ms_status gpt_create_stage(gpt_model **out, const gpt_config *cfg, be_backend *b
     if (T > c.seq_max)
         return ms_error(MS_ERR_ARG, "sequence length %d exceeds the model's seq-max %d", T,
                         c.seq_max);
+    /* what the backend's kernels take: refused here, not aborted in the first step */
+    if (be->max_head_size && c.n_embd / c.n_head > be->max_head_size)
+        return ms_error(MS_ERR_ARG,
+                        "head size %d (--dim %d / --heads %d) is more than backend %s's attention "
+                        "takes (%d): give more --heads",
+                        c.n_embd / c.n_head, c.n_embd, c.n_head, be->name, be->max_head_size);
+    if (be->max_dim && c.n_embd > be->max_dim)
+        return ms_error(MS_ERR_ARG, "--dim %d is more than backend %s's LayerNorm takes (%d)",
+                        c.n_embd, be->name, be->max_dim);
     gpt_model *m = calloc(1, sizeof *m);
     if (!m) return ms_error(MS_ERR_NOMEM, "model: out of host memory");
     m->cfg = c;

@@ -207,6 +207,13 @@ def main():
         sts.append(open(w, "rb").read() if r.returncode == 0 and os.path.exists(w) else None)
     ok(sts[0] is not None and sts[0] == sts[1],
        "--recompute gelu on cuda: the same bits as the unfused GeLU without recompute")
+    # a head size past the attention's 128: refused when the model is made (it aborted with a
+    # core dump in the first forward)
+    r = run([*base[:base.index("--dim")], "--dim", "256", "--heads", "1",
+             *base[base.index("--heads") + 2:base.index("--steps")], "--steps", "1", "--device",
+             "cuda", "--peak-flops", "1e12"])
+    ok(r.returncode == 2 and "head size 256" in r.stderr and "(128)" in r.stderr,
+       "a head size of 256 on cuda: a usage error naming the limit", r.stderr[-800:])
 
     # 3. no GPU: a clear error (the emulator can pretend); --comm choices
     if EMU:

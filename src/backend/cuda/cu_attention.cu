@@ -603,7 +603,8 @@ template <typename K> static void att_smem_attr(K *kernel, size_t bytes) {
 static int att_head_size(int C, int NH) {
     MS_CHECKF(NH > 0 && C % NH == 0, "attention: C=%d not divisible by NH=%d", C, NH);
     int hs = C / NH;
-    MS_CHECKF(hs >= 1 && hs <= 128, "attention: head size %d unsupported (CUDA: 1..128)", hs);
+    MS_CHECKF(hs >= 1 && hs <= CU_MAX_HEAD_SIZE,
+              "attention: head size %d unsupported (CUDA: 1..%d)", hs, CU_MAX_HEAD_SIZE);
     return hs;
 }
 

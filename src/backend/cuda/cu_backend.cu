@@ -307,6 +307,8 @@ extern "C" ms_status be_cuda_create(be_backend **out, int device, const be_optio
         goto out;
     }
     be->name = "cuda";
+    be->max_head_size = CU_MAX_HEAD_SIZE;
+    be->max_dim = CU_MAX_DIM;
     be->act_dtype = BE_BF16;
     be->threads = 1;
     be->ctx = x;

@@ -12,6 +12,10 @@
 #ifndef CU_INTERNAL_H
 #define CU_INTERNAL_H
 
+/* The kernels' limits on a model (be_backend.max_head_size, max_dim). */
+#define CU_MAX_HEAD_SIZE 128 /* the attention's tiles (cu_attention.cu) */
+#define CU_MAX_DIM 16384     /* the LayerNorm's dw/db in shared memory: 8C bytes (cu_norm.cu) */
+
 #include "cu_common.cuh"
 
 #include <cublasLt.h>

@@ -27,7 +27,7 @@
 #define LN_WARPS (LN_THREADS / 32)
 #define LN_MIN_ROWS 16            /* fewest rows per backward block before adding blocks */
 #define LN_MAX_BLOCKS 512         /* most backward blocks, i.e. dw/db partials */
-#define LN_MAX_C 16384            /* dw/db accumulators: 8C bytes of shared memory (128 KB) */
+#define LN_MAX_C CU_MAX_DIM       /* dw/db accumulators: 8C bytes of shared memory (128 KB) */
 #define LN_SMEM_PLAIN (47 * 1024) /* dynamic shared memory that needs no opt-in */
 
 /* out (N,C) bf16 = (inp - mean) * rstd * w + b; mean, rstd (N) f32 =. */
