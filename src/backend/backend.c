@@ -26,8 +26,8 @@ ms_status be_dtype_parse(const char *s, const char *device, be_dtype *out) {
         return ms_error(MS_ERR_ARG, "--cpu-dtype: \"%s\" is not fp32 or bf16", s);
     if (device && strcmp(device, "cpu"))
         return ms_error(MS_ERR_ARG,
-                        "--cpu-dtype bf16 is for --device cpu (the %s backend computes in its own "
-                        "dtype)",
+                        "--cpu-dtype bf16 (the option, a --config file or MS_CPU_DTYPE) is for "
+                        "--device cpu (the %s backend computes in its own dtype)",
                         device);
     const char *why = be_cpu_bf16_missing();
     if (why) return ms_error(MS_ERR_ARG, "--cpu-dtype bf16: %s", why);
