@@ -240,6 +240,7 @@ static ms_status run_sample(const sample_config *sc) {
     }
     putchar('\n');
 out:
+    fflush(stdout); /* the text before the backend's exit line on stderr (a shared pipe) */
     free(ctx);
     free(logits);
     free(work);
