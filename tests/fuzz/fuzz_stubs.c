@@ -42,6 +42,12 @@ float *gpt_grads(gpt_model *m) {
 size_t gpt_num_elements(const gpt_model *m) {
     UNREACHED("gpt_num_elements");
 }
+size_t gpt_activation_bytes(const gpt_model *m) {
+    UNREACHED("gpt_activation_bytes");
+}
+ms_status be_cpu_check_host_memory(const char *what, double need, const char *parts) {
+    UNREACHED("be_cpu_check_host_memory");
+}
 int gpt_num_tensors(const gpt_model *m) {
     UNREACHED("gpt_num_tensors");
 }
