@@ -312,7 +312,6 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     snprintf(s->phase, sizeof s->phase, "%s", b->phase);
     if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
         s->started = 1; /* the progress clock starts here: the first step is timed too */
-        d->options_ok = 1; /* a rank trained with them: a later refusal is no usage error */
         s->last_progress = now;
         s->resume_step = b->step; /* beats carry the steps done: a resumed run's start */
         s->step = b->step;
@@ -330,6 +329,9 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         if (s->first_step < 0) s->first_step = b->step;
         s->last_progress = now;
         s->step = b->step;
+        /* a step made with these options: a later refusal of them is no usage error (a
+         * rank's first beats come before its options are checked) */
+        if (s->started) d->options_ok = 1;
         /* the mean step time of the ETTR: rank 0's time of each step once,
          * however the ranks' beats of it arrive (best_step may already be
          * there by another rank's), not a step redone after a restart (it
