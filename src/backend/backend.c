@@ -7,6 +7,7 @@
  * so when asked for it.
  */
 #include "backend/backend.h"
+#include "base/log.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -17,6 +18,22 @@ be_options be_options_default(void) {
     be_options o = {.threads = 0, .cuda_profile = 0, .cuda_fuse_gelu = 1, .cpu_profile = 0,
                      .cpu_dtype = BE_F32};
     return o;
+}
+
+int be_warn_ignored(const char *device, const be_options *o) {
+    int cpu = !device || !strcmp(device, "cpu"), n = 0;
+    if (cpu && o->cuda_profile)
+        n++, ms_warn("--cuda-profile %d (the option, a --config file or MS_CUDA_PROFILE) is for "
+                     "--device cuda: the cpu backend ignores it (--cpu-profile 1 times its ops)",
+                     o->cuda_profile);
+    if (cpu && !o->cuda_fuse_gelu)
+        n++, ms_warn("--cuda-fuse-gelu 0 (the option, a --config file or MS_CUDA_FUSE_GELU) is for "
+                     "--device cuda: the cpu backend ignores it");
+    if (!cpu && o->cpu_profile)
+        n++, ms_warn("--cpu-profile %d (the option, a --config file or MS_CPU_PROFILE) is for "
+                     "--device cpu: the %s backend ignores it (--cuda-profile 1 times its ops)",
+                     o->cpu_profile, device);
+    return n;
 }
 
 ms_status be_dtype_parse(const char *s, const char *device, be_dtype *out) {

@@ -260,6 +260,11 @@ ms_status be_dtype_parse(const char *s, const char *device, be_dtype *out);
 /* Defaults: all cores, no profile, GeLU fused. */
 be_options be_options_default(void);
 
+/* Warn of each option in o that the backend `device` does nothing with
+ * (--cuda-profile or --cuda-fuse-gelu 0 on the CPU, --cpu-profile on CUDA):
+ * a profile table that never prints looked like a bug.  Returns how many. */
+int be_warn_ignored(const char *device, const be_options *o);
+
 /* Create the CPU backend with `threads` OpenMP threads (0 = all cores).
  * Always available. */
 ms_status be_cpu_create(be_backend **out, int threads);

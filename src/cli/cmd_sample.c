@@ -197,6 +197,7 @@ static ms_status run_sample(const sample_config *sc) {
     bo.threads = sc->threads;
     bo.cuda_profile = sc->cuda_profile;
     bo.cuda_fuse_gelu = sc->cuda_fuse_gelu;
+    be_warn_ignored(sc->device, &bo);
     if (st == MS_OK) st = be_create(&be, sc->device, &bo);
     if (st == MS_OK) st = gpt_create(&m, &c, be, 1, T);
     if (st == MS_OK) st = commit[0] ? ckpt_load_params(commit, m, NULL) : ckpt_hf_load(m, src);

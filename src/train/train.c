@@ -631,6 +631,8 @@ static ms_status setup(trainer *t) {
     bo.threads = threads_per_rank(tc);
     bo.cuda_profile = tc->cuda_profile;
     bo.cpu_profile = tc->cpu_profile;
+    bo.cuda_fuse_gelu = tc->cuda_fuse_gelu;
+    if (t->rank == 0) be_warn_ignored(tc->device, &bo);
     /* cuBLASLt's fused GeLU is of the fp32 product, the backward's recompute
      * can only start from the bf16 pre-activation the forward kept: with
      * --recompute gelu the forward takes the unfused path too, so that the

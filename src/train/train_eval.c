@@ -114,6 +114,7 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
     bo.threads = tc.threads;
     bo.cuda_profile = tc.cuda_profile;
     bo.cuda_fuse_gelu = tc.cuda_fuse_gelu;
+    if (st == MS_OK && (!world || comm_world_rank(world) == 0)) be_warn_ignored(tc.device, &bo);
     if (st == MS_OK) st = be_dtype_parse(tc.cpu_dtype, tc.device, &bo.cpu_dtype);
     if (st == MS_OK) st = be_create(&be, tc.device, &bo);
     if (st == MS_OK) st = train_dist_device(&tc, world, grid, be);

@@ -536,6 +536,22 @@ def test_input_handling(d, train):
         rc, _, err = run(*cmd, "--cpu-dtype", "fp16")
         ok(rc == 2 and 'command line: --cpu-dtype: "fp16" is not fp32 or bf16' in err,
            f"{cmd[0]} --cpu-dtype fp16: refused by the parser", f"rc={rc}\n{err}")
+    # an option of the other backend is said to do nothing there, not ignored in silence
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps",
+                     "1", "--cuda-profile", "1", "--cuda-fuse-gelu", "0")
+    ok(rc == 0 and "--cuda-profile 1 (the option, a --config file or MS_CUDA_PROFILE) is for "
+       "--device cuda: the cpu backend ignores it" in err and "--cuda-fuse-gelu 0" in err,
+       "train --device cpu --cuda-profile 1 --cuda-fuse-gelu 0: both said to be ignored",
+       f"rc={rc}\n{err}")
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps",
+                     "1", "--device", "cuda", "--cpu-profile", "1")
+    ok("--cpu-profile 1 (the option, a --config file or MS_CPU_PROFILE) is for --device cpu: "
+       "the cuda backend ignores it" in err,
+       "train --device cuda --cpu-profile 1: said to be ignored", f"rc={rc}\n{err}")
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps",
+                     "1", "--cpu-profile", "1")
+    ok(rc == 0 and "ignores it" not in err, "train --cpu-profile 1 on the cpu: no such warning",
+       f"rc={rc}\n{err}")
     # a --config file that starts with a UTF-8 byte-order mark
     cfg = os.path.join(d, "bom.cfg")
     open(cfg, "wb").write("\ufeffcount = 3\n".encode("utf-8"))
