@@ -62,16 +62,17 @@ static const opts_spec plan_opts[] = {
     O("micro-batch", OPT_T_INT, micro, "0", "[0,1073741824]",
       "sequences per micro-batch (0: 1, or searched with --search)"),
     O("features", OPT_T_STR, features, "megascale", NULL,
-      "megatron, megascale, ours (this trainer: TP, PP and DP overlap, fused, async data) or a "
-      "comma list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, data, lamb "
-      "(none: Megatron-LM's baseline)"),
+      "megatron, megascale, ours (this trainer: TP, PP and DP overlap, fused, async data, fp32 "
+      "ZeRO gathers) or a comma list of parallel, window, tp-overlap, pp-overlap, dp-overlap, "
+      "fused, data, lamb, fp32-gather (none: Megatron-LM's baseline)"),
     O("probe", OPT_T_INT, probe, "-1", "[-1,1]",
       "1: count the trainer's peak probe (three GEMM matrices on top of the rest), 0: not (a run "
       "given --peak-flops), -1: as the trainer does on this cluster (CPU or fp32: 1; a bf16 GPU, "
       "whose peak is in its table: 0)"),
     O("recompute", OPT_T_STR, recompute, NULL, NULL,
-      "activation recomputation: none, selective, full (default: selective with megatron, "
-      "else none)"),
+      "activation recomputation: the trainer's none, gelu, ln, gelu,ln (its --recompute; ln only "
+      "with tp 1), or Megatron-LM's selective, full (default: selective with megatron, else "
+      "none)"),
     OPTS_FLAG("json", plan_cli, json, "1 (or a bare --json): one JSON object"),
     OPTS_FLAG("search", plan_cli, search,
               "1 (or a bare --search): rank the layouts (tp, pp, vpp, micro-batch) that fit in "
@@ -161,7 +162,7 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
     }
     if (!strcmp(s, "megascale"))
         s = "parallel,window,tp-overlap,pp-overlap,dp-overlap,fused,data,lamb";
-    if (!strcmp(s, "ours")) s = "tp-overlap,pp-overlap,dp-overlap,fused,data";
+    if (!strcmp(s, "ours")) s = "tp-overlap,pp-overlap,dp-overlap,fused,data,fp32-gather";
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
@@ -181,11 +182,13 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
             f->async_data = 1;
         else if (!strcmp(t, "lamb"))
             f->lamb = 1;
+        else if (!strcmp(t, "fp32-gather"))
+            f->fp32_gather = 1;
         else if (strcmp(t, "none"))
             return ms_error(MS_ERR_ARG,
                             "--features: unknown feature '%s' (megatron, megascale, ours, or a "
                             "list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, "
-                            "data, lamb, none)",
+                            "data, lamb, fp32-gather, none)",
                             t);
     }
     return MS_OK;
@@ -206,15 +209,19 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
     else if (o->block)
         return ms_error(MS_ERR_ARG, "--block %s: serial or parallel", o->block);
     m->window = o->window >= 0 ? o->window : window ? 512 : 0;
-    if (o->recompute) {
-        if (!strcmp(o->recompute, "none"))
-            f->recompute = PLAN_RECOMPUTE_NONE;
-        else if (!strcmp(o->recompute, "selective"))
+    if (o->recompute) { /* Megatron-LM's modes, or the trainer's own (its parser) */
+        int flags = 0;
+        if (!strcmp(o->recompute, "selective"))
             f->recompute = PLAN_RECOMPUTE_SELECTIVE;
         else if (!strcmp(o->recompute, "full"))
             f->recompute = PLAN_RECOMPUTE_FULL;
+        else if (gpt_recompute_parse(o->recompute, &flags) == MS_OK)
+            f->recompute = plan_recompute_of_flags(flags);
         else
-            return ms_error(MS_ERR_ARG, "--recompute %s: none, selective or full", o->recompute);
+            return ms_error(MS_ERR_ARG,
+                            "--recompute %s: the trainer's none, gelu, ln or gelu,ln, or "
+                            "Megatron-LM's selective or full",
+                            o->recompute);
     }
     if (o->gpus < 1) return ms_error(MS_ERR_ARG, "--gpus: give the job's GPU count (>= 1)");
     if (o->batch < 1) return ms_error(MS_ERR_ARG, "--batch: give the global batch (sequences)");
@@ -235,6 +242,7 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
             return ms_error(MS_ERR_ARG,
                             "--search --tp %d: tp must divide --heads %d and the node's %d GPUs",
                             l->tp, m->heads, c->gpus_per_node);
+        if (l->tp) MS_TRY(plan_check_features(f, l));
         if (l->pp && m->layers % l->pp)
             return ms_error(MS_ERR_ARG, "--search --pp %d does not divide the %d layers", l->pp,
                             m->layers);
@@ -250,14 +258,21 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
                             l->gpus, tp, pp);
         return MS_OK;
     }
-    return plan_check(m, l);
+    MS_TRY(plan_check(m, l));
+    return plan_check_features(f, l);
 }
 
 /* Why a search found nothing: no layout was valid for the batch, or none fitted (the
  * smallest need, part by part). */
 static ms_status search_none(const plan_cli *o, const plan_model *m, const plan_layout *l,
-                             const plan_features *f, const plan_cluster *c, int tried,
+                             const plan_features *f, const plan_cluster *c, int tried, int over_cap,
                              const plan_candidate *small) {
+    if (!tried && over_cap)
+        return ms_error(MS_ERR_ARG,
+                        "no layout was planned: the %d valid for --batch %d all have a pipeline "
+                        "of more (micro-batch, chunk) pairs a step than the planner simulates "
+                        "(pp x vpp x micro-batches <= %d); --batch counts sequences, not tokens",
+                        over_cap, l->batch, PLAN_MAX_PIPE_PAIRS);
     if (!tried) {
         char fixed[160] = ""; /* what the command line fixed */
         if (l->tp || l->pp || l->vpp || l->micro)
@@ -274,11 +289,17 @@ static ms_status search_none(const plan_cli *o, const plan_model *m, const plan_
     }
     const plan_layout *b = &small->layout;
     const plan_result *r = &small->result;
+    char capped[160] = "";
+    if (over_cap)
+        snprintf(capped, sizeof capped,
+                 " (%d more valid layouts were not planned: pipelines of more than %d "
+                 "(micro-batch, chunk) pairs a step)",
+                 over_cap, PLAN_MAX_PIPE_PAIRS);
     return ms_error(MS_ERR_ARG,
-                    "no layout of the %d tried fits in %.0f GB per GPU: the smallest need is "
+                    "no layout of the %d tried fits in %.0f GB per GPU%s: the smallest need is "
                     "%.1f GB (tp %d, pp %d, vpp %d, dp %d, micro-batch %d: weights %.1f, "
                     "gradients %.1f, optimizer %.1f, activations %.1f, reserved %.1f)%s",
-                    tried, c->mem_gb, r->memory_gb, b->tp, b->pp, b->vpp, r->dp, b->micro,
+                    tried, c->mem_gb, capped, r->memory_gb, b->tp, b->pp, b->vpp, r->dp, b->micro,
                     r->mem_params_gb, r->mem_grads_gb, r->mem_optim_gb, r->mem_act_gb,
                     r->mem_reserved_gb,
                     /* the hint only where dropping activations could close the gap */
@@ -291,15 +312,15 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
                       const plan_features *f, const plan_cluster *c) {
     plan_candidate *best = calloc((size_t)o->top, sizeof *best), small;
     if (!best) return cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory"));
-    int n = 0, tried = 0, fit = 0;
-    ms_status st =
-        plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried, &fit, &small);
+    int n = 0, tried = 0, fit = 0, over_cap = 0;
+    ms_status st = plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried, &fit,
+                               &over_cap, &small);
     if (st != MS_OK) {
         free(best);
         return cli_fail("plan", st);
     }
     if (o->json) {
-        printf("{\"tried\":%d,\"fit\":%d,\"layouts\":[", tried, fit);
+        printf("{\"tried\":%d,\"fit\":%d,\"over_cap\":%d,\"layouts\":[", tried, fit, over_cap);
         for (int i = 0; i < n; i++) {
             char *j = plan_result_json(m, &best[i].layout, c, &best[i].result);
             printf("%s%s", i ? "," : "", j ? j : "null");
@@ -324,8 +345,12 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
                    b->micro, r->iter_s, 100 * r->mfu, r->memory_gb);
         }
     }
+    if (!o->json && n && over_cap) /* the ranking leaves them out: say so */
+        printf("%d more valid layouts were not planned: their pipelines have more (micro-batch, "
+               "chunk) pairs a step than the planner simulates (pp x vpp x micro-batches <= %d)\n",
+               over_cap, PLAN_MAX_PIPE_PAIRS);
     free(best);
-    return n ? 0 : cli_fail("plan", search_none(o, m, l, f, c, tried, &small));
+    return n ? 0 : cli_fail("plan", search_none(o, m, l, f, c, tried, over_cap, &small));
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -26,6 +26,36 @@ static int steps_of(double s, double iter_s) {
     return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
 }
 
+/* The rows of the ETTR table: a quarter, half, one, two and four times the interval to choose,
+ * in steps, each once (a step longer than a quarter of the interval, or intervals past INT_MAX
+ * steps, round several to the same count: the table printed and marked them all), ascending,
+ * into every[ETTR_ROWS]; returns how many. */
+#define ETTR_ROWS 5
+static int ettr_rows(double opt_s, double iter_s, int *every) {
+    static const double k[ETTR_ROWS] = {0.25, 0.5, 1, 2, 4};
+    int n = 0;
+    for (int i = 0; i < ETTR_ROWS; i++) {
+        int e = steps_of(opt_s * k[i], iter_s);
+        if (n == 0 || e > every[n - 1]) every[n++] = e;
+    }
+    return n;
+}
+
+/* Hours with the fewest decimals (up to 3) that keep them within 0.5%, so that the table's
+ * columns, a factor of 2 apart, never read the same (--mtbf-hours 1 printed 0h, 0h, 1h, 2h);
+ * else, and from a million on, three significant digits.  Returns buf. */
+static const char *hours(char *buf, size_t size, double h) {
+    for (int d = 0; d <= 3 && h < 1e6; d++) {
+        double p = pow(10, d);
+        if (fabs(round(h * p) / p - h) <= 0.005 * h) {
+            snprintf(buf, size, "%.*f", d, h);
+            return buf;
+        }
+    }
+    snprintf(buf, size, "%.3g", h);
+    return buf;
+}
+
 static scale_view scale_of(const plan_model *m, const plan_layout *l, const plan_cluster *c,
                            const plan_result *r, const plan_scale_args *sa) {
     scale_view v;
@@ -42,12 +72,16 @@ static scale_view scale_of(const plan_model *m, const plan_layout *l, const plan
 
 static void print_scale(FILE *f, const plan_model *m, const plan_layout *l, const plan_cluster *c,
                         const plan_result *r, const plan_scale_args *sa) {
+    int ranks[PLAN_INIT_SCALES], n_scales = plan_init_scales(l->tp, l->pp, ranks);
     fprintf(f,
             "\ngroup initialisation (tp %d, pp %d): ranks, groups, ours (one split per "
-            "dimension), a store barrier per group\n",
-            l->tp, l->pp);
-    for (int n = 1024; n <= 16384; n *= 2) {
-        if (n % (l->tp * l->pp)) continue;
+            "dimension), a store barrier per group%s\n",
+            l->tp, l->pp,
+            n_scales < PLAN_INIT_SCALES || ranks[0] != 1024
+                ? " (a job is whole tp x pp replicas: the multiples of tp x pp nearest to 1k-16k)"
+                : "");
+    for (int i = 0; i < n_scales; i++) {
+        int n = ranks[i];
         plan_init_cost g = plan_init_time(c, n, l->tp, l->pp);
         fprintf(f, "  %6d ranks %6d groups  %8.1f s  %10.1f s\n", n, g.groups, g.ours_s,
                 g.barrier_s);
@@ -59,17 +93,18 @@ static void print_scale(FILE *f, const plan_model *m, const plan_layout *l, cons
             "every rank reads)\n",
             v.ck.state_gb_per_gpu, v.ck.stall_s, v.ck.persist_s, v.ck.restore_s,
             v.ck.restore_all_s);
-    fprintf(f, "failures: %d nodes, node MTBF %.0f h -> a failure every %.1f h; restart %.0f s\n",
-            v.nodes, sa->mtbf_hours, sa->mtbf_hours / v.nodes, sa->restart_s);
+    char h1[32], h2[32];
+    fprintf(f, "failures: %d nodes, node MTBF %s h -> a failure every %s h; restart %.0f s\n",
+            v.nodes, hours(h1, sizeof h1, sa->mtbf_hours),
+            hours(h2, sizeof h2, sa->mtbf_hours / v.nodes), sa->restart_s);
     fprintf(f, "ETTR by checkpoint interval (steps) and node MTBF:\n  %10s", "every");
     static const double mt[] = {0.25, 0.5, 1, 2};
     for (int j = 0; j < 4; j++)
-        fprintf(f, " %8.0fh", sa->mtbf_hours * mt[j]);
+        fprintf(f, " %8sh", hours(h1, sizeof h1, sa->mtbf_hours * mt[j]));
     fprintf(f, "\n");
-    int opt = steps_of(v.opt_s, r->iter_s);
-    int every[] = {steps_of(v.opt_s / 4, r->iter_s), steps_of(v.opt_s / 2, r->iter_s), opt,
-                   steps_of(v.opt_s * 2, r->iter_s), steps_of(v.opt_s * 4, r->iter_s)};
-    for (int i = 0; i < 5; i++) {
+    int opt = steps_of(v.opt_s, r->iter_s), every[ETTR_ROWS];
+    int rows = ettr_rows(v.opt_s, r->iter_s, every);
+    for (int i = 0; i < rows; i++) {
         fprintf(f, "  %10d", every[i]);
         double every_s = every[i] * r->iter_s;
         for (int j = 0; j < 4; j++)
@@ -93,13 +128,11 @@ static char *scale_json(const plan_model *m, const plan_layout *l, const plan_cl
     FILE *mf = open_memstream(&s, &len);
     if (!mf) return NULL;
     fprintf(mf, "{\"init\":[");
-    int first = 1;
-    for (int n = 1024; n <= 16384; n *= 2) {
-        if (n % (l->tp * l->pp)) continue;
-        plan_init_cost g = plan_init_time(c, n, l->tp, l->pp);
+    int ranks[PLAN_INIT_SCALES], n_scales = plan_init_scales(l->tp, l->pp, ranks);
+    for (int i = 0; i < n_scales; i++) {
+        plan_init_cost g = plan_init_time(c, ranks[i], l->tp, l->pp);
         fprintf(mf, "%s{\"ranks\":%d,\"groups\":%d,\"ours_s\":%.6g,\"barrier_s\":%.6g}",
-                first ? "" : ",", n, g.groups, g.ours_s, g.barrier_s);
-        first = 0;
+                i ? "," : "", ranks[i], g.groups, g.ours_s, g.barrier_s);
     }
     fprintf(mf,
             "],\"ckpt\":{\"state_gb_per_gpu\":%.6g,\"stall_s\":%.6g,\"persist_s\":%.6g,"

@@ -43,11 +43,22 @@ typedef struct {
     int window;         /* sliding attention window (0: full causal) */
 } plan_model;
 
+/* Activation recomputation: Megatron-LM's (selective: no score matrix kept; full: each block's
+ * input only, the block rebuilt in the backward), which the trainer does not run, and the
+ * trainer's own (--recompute gelu, ln, gelu,ln: model/gpt.h's GPT_RECOMPUTE_* flags). */
 typedef enum {
     PLAN_RECOMPUTE_NONE = 0,
     PLAN_RECOMPUTE_SELECTIVE,
-    PLAN_RECOMPUTE_FULL
+    PLAN_RECOMPUTE_FULL,
+    PLAN_RECOMPUTE_GELU,   /* the GeLU outputs (N, 4C/t) of every block: one GeLU again a block */
+    PLAN_RECOMPUTE_LN,     /* the LayerNorm outputs (N, C), 1-2 a block (the trainer: tp 1 only) */
+    PLAN_RECOMPUTE_GELU_LN /* both */
 } plan_recompute;
+
+/* The trainer's GPT_RECOMPUTE_* flags (model/gpt.h) of a mode: 0 for none and Megatron-LM's. */
+int plan_recompute_flags(plan_recompute rc);
+/* The mode of the trainer's flags (gpt_recompute_parse's result). */
+plan_recompute plan_recompute_of_flags(int flags);
 
 typedef struct {
     int tp_overlap; /* TP all-gather / reduce-scatter chunked under the FFN GEMMs */
@@ -57,6 +68,11 @@ typedef struct {
                      * cross entropy */
     int async_data; /* data loaded ahead by a loader per node (not on the step) */
     int lamb;       /* optimizer LAMB (else AdamW) */
+    /* ZeRO all-gathers the updated fp32 master weights (this trainer, parallel/zero.c), each
+     * bucket started as the optimizer finishes this rank's shard of it, and the forward
+     * converts them to the 16-bit copy as it reaches each bucket; else the 16-bit parameters
+     * (Megatron-LM's and MegaScale's distributed optimizers), started with the forward */
+    int fp32_gather;
     plan_recompute recompute;
     int peak_probe; /* the trainer probes the peak (no --peak-flops, not a GPU of its table):
                      * three GEMM matrices on top of everything else it holds */
@@ -163,10 +179,15 @@ typedef struct {
     double compute_s; /* forward + backward compute of this stage's micro-batches */
     double tp_s;      /* exposed tensor-parallel communication */
     double pp_s;      /* exposed pipeline transfers */
-    double dp_s;      /* exposed data-parallel (ZeRO) communication */
+    double dp_s;      /* exposed data-parallel (ZeRO) communication (and dp_convert_s) */
     double bubble_s;  /* pipeline idle time */
     double optimizer_s;
     double data_s; /* data loading and fixed host time on the step */
+    /* of dp_s: the ZeRO all-gather of the updated weights, exposed; what its transfers take,
+     * hidden or not; the weights it assembles on a rank a step (GB) and their bytes an
+     * element (4: fp32, or act_bytes); and with fp32 gathers of 16-bit activations the
+     * conversion of the gathered weights to the 16-bit copy, on the forward's path */
+    double dp_gather_s, dp_gather_comm_s, dp_gather_gb, dp_gather_elem_bytes, dp_convert_s;
     /* derived */
     double mfu; /* Megatron's FLOPs (72 l h^2 (1 + s/6h + V/16lh) per token) / peak */
     /* the same with the attention a sliding window computes (s -> min(s, w)
@@ -188,6 +209,9 @@ typedef struct {
  * (about 1 s and 130 MB at this limit). */
 #define PLAN_MAX_PIPE_PAIRS (1 << 19)
 
+/* The features against the layout: MS_ERR_ARG for --recompute ln with tp > 1 (the trainer
+ * refuses it: the LayerNorm outputs are all-gathered over tp), naming both. */
+ms_status plan_check_features(const plan_features *f, const plan_layout *l);
 /* Check the inputs: MS_ERR_ARG naming the option (--tp 3 does not divide
  * --heads 16, --gpus 100 is not a multiple of --tp x --pp, --batch not a
  * multiple of dp x --micro-batch, layers not divisible by pp x vpp, an
@@ -196,9 +220,12 @@ typedef struct {
  * naming --batch, dp and --micro-batch).  The layout against the cluster
  * (--tp more than a node's GPUs) is plan_predict's check. */
 ms_status plan_check(const plan_model *m, const plan_layout *l);
+/* 1 if plan_check refuses l only for PLAN_MAX_PIPE_PAIRS: a valid pipeline layout whose step
+ * has more (micro-batch, chunk) pairs than the planner simulates; else 0. */
+int plan_over_cap(const plan_model *m, const plan_layout *l);
 /* The position table's rows: seq_max, or seq where it is 0. */
 int plan_seq_max(const plan_model *m);
-/* Predict one configuration: plan_check, the cluster's ranges, and tensor
+/* Predict one configuration: plan_check, plan_check_features, the cluster's ranges, and tensor
  * parallelism inside a node (MS_ERR_ARG naming --tp and the node's GPUs: the
  * trainer places a tp group on one host). */
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
@@ -223,7 +250,8 @@ double plan_flops_per_token_6n(const plan_model *m);
  * (B, heads/tp, T, T) fp32 softmax output where the backend keeps it
  * (flash 0, the CPU backend), else its (B, heads/tp, T) log-sum-exp (a
  * flash kernel, or selective recomputation).  Full recomputation keeps the
- * block's input only. */
+ * block's input only; the trainer's gelu and ln keep no GeLU or LayerNorm outputs (the shared
+ * buffer the backward recomputes them into is the arena's, once: plan_memory). */
 double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompute rc, int flash,
                             double act_bytes);
 /* The memory parts of r (params, grads, optimizer, activations, and
@@ -264,11 +292,14 @@ typedef struct {
  * *tried, the number of those that fit into *fit.  smallest (NULL: not wanted): of the evaluated
  * layouts, fitting or not, the one that needs the least memory per GPU (what to report when none
  * fits); untouched when none was evaluated.  The step (a pipeline simulation) is predicted only for
- * the layouts that fit and the smallest; a layout over PLAN_MAX_PIPE_PAIRS is skipped (plan_check).
+ * the layouts that fit and the smallest.  A layout over PLAN_MAX_PIPE_PAIRS is not evaluated
+ * (plan_check): *over_cap (NULL: not wanted) counts them, so that a caller can say the ranking
+ * leaves them out.  --recompute ln tries tp 1 only (plan_check_features).
  */
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried, int *fit, plan_candidate *smallest);
+                      int max, int *n, int *tried, int *fit, int *over_cap,
+                      plan_candidate *smallest);
 
 /* ---- scale-out costs (plan_scale.c) --------------------------------------- */
 
@@ -281,6 +312,11 @@ typedef struct {
 
 /* Group initialisation at `ranks` ranks with the layout's tp and pp. */
 plan_init_cost plan_init_time(const plan_cluster *c, int ranks, int tp, int pp);
+/* The job sizes of the group-initialisation table: for each power of two from 1,024 to 16,384,
+ * the multiple of tp x pp nearest to it (at least tp x pp: a job is whole model replicas),
+ * each once, ascending, into ranks[PLAN_INIT_SCALES]; returns how many (1 to 5). */
+#define PLAN_INIT_SCALES 5
+int plan_init_scales(int tp, int pp, int *ranks);
 
 typedef struct {
     double state_gb_per_gpu; /* what a rank snapshots: fp32 weights + optimizer shard */
@@ -316,7 +352,9 @@ double plan_ckpt_interval_best(const plan_ckpt_cost *c, double mtbf_node_h, int 
 void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l, const plan_cluster *c,
                        const plan_result *r);
 /* {"mfu","iter_s","tokens_per_s","memory_gb_per_gpu","fits","layout":{...},
- *  "parts":{"compute","tp","pp","dp","bubble","optimizer","data"},"memory":{...}}
+ *  "parts":{"compute","tp","pp","dp","bubble","optimizer","data"},
+ *  "dp_allgather":{"exposed_s","comm_s","gb","elem_bytes","convert_s"} (of parts.dp),
+ *  "memory":{...}}
  * malloc'd, one line; NULL on OOM. */
 char *plan_result_json(const plan_model *m, const plan_layout *l, const plan_cluster *c,
                        const plan_result *r);

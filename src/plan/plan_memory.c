@@ -5,9 +5,11 @@
  * stage; the busiest one counts.
  * With full recomputation (which the trainer does not run) the layers keep
  * their input only (Korthikanti et al. 2022) and one layer's activations
- * are rebuilt while its backward runs. */
+ * are rebuilt while its backward runs; with the trainer's --recompute gelu
+ * or ln every block's GeLU or LayerNorm outputs share one buffer. */
 #include <math.h>
 
+#include "model/gpt.h"
 #include "monitor/monitor.h"
 #include "parallel/schedule.h"
 #include "plan/plan.h"
@@ -46,11 +48,15 @@ double plan_layer_act_bytes(const plan_model *m, int tp, int micro, plan_recompu
     if (rc == PLAN_RECOMPUTE_FULL) return push(Nl * C * es); /* the block's input */
     /* resid_in, ln1 (all-gathered: N rows), its mean and rstd, qkv, atty, the
      * attention state, fc_pre, fc_gelu; a serial block adds resid_mid, ln2 and its
-     * statistics */
+     * statistics.  The trainer's --recompute gelu / ln point fc_gelu / ln1 and ln2 at the
+     * model's one shared buffer (gpt_model.c push_layer): nothing of their own */
+    int flags = plan_recompute_flags(rc);
     double scores = flash || rc == PLAN_RECOMPUTE_SELECTIVE ? 1 : m->seq;
-    double b = push(Nl * C * es) + push(N * C * es) + 2 * push(Nl * 4) + push(N * 3 * Ca * es) +
-               push(N * Ca * es) + push(micro * H * m->seq * scores * 4) + 2 * push(N * F * es);
-    if (!m->parallel_block) b += push(Nl * C * es) + push(N * C * es) + 2 * push(Nl * 4);
+    double ln = flags & GPT_RECOMPUTE_LN ? 0 : push(N * C * es);
+    double gelu = flags & GPT_RECOMPUTE_GELU ? 0 : push(N * F * es);
+    double b = push(Nl * C * es) + ln + 2 * push(Nl * 4) + push(N * 3 * Ca * es) +
+               push(N * Ca * es) + push(micro * H * m->seq * scores * 4) + push(N * F * es) + gelu;
+    if (!m->parallel_block) b += push(Nl * C * es) + ln + 2 * push(Nl * 4);
     return b;
 }
 
@@ -126,6 +132,9 @@ static double arena_bytes(const plan_model *m, const plan_layout *l, const plan_
     double layer = plan_layer_act_bytes(m, t, l->micro, f->recompute, !keeps_scores(c), es);
     double a = pipe ? sets * lc * layer + push(sets * N * 4) + push(sets * Nl * C * es)
                     : m->layers * layer;
+    int flags = plan_recompute_flags(f->recompute); /* the shared recompute buffers, once */
+    if (flags & GPT_RECOMPUTE_GELU) a += push(N * F * es);
+    if (flags & GPT_RECOMPUTE_LN) a += push(N * C * es);
     /* x_final, ln_f's output (N rows), mean, rstd; losses, tokens, targets */
     a += push(Nl * C * es) + push(N * C * es) + 2 * push(Nl * 4) + 3 * push(N * 4);
     /* the backward's one copy of scratch: dresid, dln, datty, tmp, the fp32 logits

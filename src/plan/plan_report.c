@@ -1,4 +1,5 @@
 /* plan_report.c - a prediction as a readable breakdown or as JSON. */
+#include <stdio.h>
 #include <stdlib.h>
 
 #include <cjson/cJSON.h>
@@ -38,6 +39,15 @@ void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l, const
     part(f, "pipeline transfers", r->pp_s, r->iter_s);
     part(f, "pipeline bubble", r->bubble_s, r->iter_s);
     part(f, "data-parallel comm", r->dp_s, r->iter_s);
+    if (r->dp_gather_comm_s > 0) { /* ZeRO's all-gather of the updated weights, within dp_s */
+        char name[64];
+        snprintf(name, sizeof name, "  weights' gather, %s",
+                 r->dp_gather_elem_bytes >= 4 ? "fp32" : "16-bit");
+        fprintf(f, "  %-26s %10.4f s  %5.1f%%  exposed of %.4f s, %.2f GB a rank a step\n", name,
+                r->dp_gather_s, 100 * r->dp_gather_s / r->iter_s, r->dp_gather_comm_s,
+                r->dp_gather_gb);
+        if (r->dp_convert_s > 0) part(f, "  their 16-bit copy", r->dp_convert_s, r->iter_s);
+    }
     part(f, "optimizer", r->optimizer_s, r->iter_s);
     part(f, "data + host", r->data_s, r->iter_s);
     fprintf(f,
@@ -74,6 +84,12 @@ char *plan_result_json(const plan_model *m, const plan_layout *l, const plan_clu
     cJSON_AddNumberToObject(p, "bubble", r->bubble_s);
     cJSON_AddNumberToObject(p, "optimizer", r->optimizer_s);
     cJSON_AddNumberToObject(p, "data", r->data_s);
+    cJSON *g = cJSON_AddObjectToObject(o, "dp_allgather"); /* of parts.dp */
+    cJSON_AddNumberToObject(g, "exposed_s", r->dp_gather_s);
+    cJSON_AddNumberToObject(g, "comm_s", r->dp_gather_comm_s);
+    cJSON_AddNumberToObject(g, "gb", r->dp_gather_gb);
+    cJSON_AddNumberToObject(g, "elem_bytes", r->dp_gather_elem_bytes);
+    cJSON_AddNumberToObject(g, "convert_s", r->dp_convert_s);
     cJSON *mem = cJSON_AddObjectToObject(o, "memory");
     cJSON_AddNumberToObject(mem, "weights_gb", r->mem_params_gb);
     cJSON_AddNumberToObject(mem, "grads_gb", r->mem_grads_gb);

@@ -1,6 +1,7 @@
 /* plan_scale.c - costs of running at scale that are not in the step:
  * communication group initialisation, checkpoint stall and restore, and
  * the effective training time ratio with failures (Young/Daly). */
+#include <limits.h>
 #include <math.h>
 
 #include "plan/plan.h"
@@ -26,6 +27,18 @@ plan_init_cost plan_init_time(const plan_cluster *c, int ranks, int tp, int pp) 
      * (every rank checks in), and every rank takes part in creating every group */
     r.barrier_s = r.groups * (ranks * store + init);
     return r;
+}
+
+int plan_init_scales(int tp, int pp, int *ranks) {
+    long long q = (long long)tp * pp;
+    int n = 0;
+    for (long long want = 1024; want <= 16384; want *= 2) {
+        long long k = (want + q / 2) / q; /* the nearest multiple (a tie: the larger) */
+        long long r = (k < 1 ? 1 : k) * q;
+        if (r > INT_MAX) r = INT_MAX / q * q;
+        if (n == 0 || r > ranks[n - 1]) ranks[n++] = (int)r;
+    }
+    return n;
 }
 
 plan_ckpt_cost plan_ckpt_time(const plan_model *m, const plan_layout *l, const plan_cluster *c) {

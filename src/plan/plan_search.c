@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/gpt.h"
 #include "plan/plan.h"
 
 static int by_iter(const void *a, const void *b) {
@@ -24,13 +25,17 @@ static void keep(plan_candidate *out, int max, int *n, const plan_candidate *c) 
 
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried, int *fit, plan_candidate *smallest) {
+                      int max, int *n, int *tried, int *fit, int *over_cap,
+                      plan_candidate *smallest) {
     *n = 0, *tried = 0, *fit = 0;
+    if (over_cap) *over_cap = 0;
     if (max < 1) return ms_error(MS_ERR_ARG, "plan search: room for no result");
     MS_TRY(plan_cluster_check(c, c->name));
     int small_memory_only = 0; /* *smallest has only its memory parts yet */
     for (int tp = 1; tp <= m->heads && tp <= c->gpus_per_node; tp++) {
         if (m->heads % tp || c->gpus_per_node % tp || (base->tp && tp != base->tp)) continue;
+        /* --recompute ln: tp 1 only (plan_check_features), as the trainer */
+        if (tp > 1 && plan_recompute_flags(f->recompute) & GPT_RECOMPUTE_LN) continue;
         for (int pp = 1; pp <= m->layers && tp * pp <= base->gpus; pp++) {
             if (m->layers % pp || base->gpus % (tp * pp) || (base->pp && pp != base->pp)) continue;
             int top_vpp = base->vpp ? base->vpp : pp > 1 ? max_vpp : 1;
@@ -42,7 +47,10 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                     plan_candidate cand = {.layout = *base};
                     cand.layout.tp = tp, cand.layout.pp = pp, cand.layout.vpp = vpp;
                     cand.layout.micro = micro;
-                    if (plan_check(m, &cand.layout) != MS_OK) continue;
+                    if (plan_check(m, &cand.layout) != MS_OK) {
+                        if (over_cap && plan_over_cap(m, &cand.layout)) (*over_cap)++;
+                        continue;
+                    }
                     /* the memory first: the step (a pipeline simulation) only for a layout
                      * that fits, or, once the search is over, the smallest */
                     ms_status st = plan_memory(m, &cand.layout, f, c, &cand.result);

@@ -139,6 +139,11 @@ static layer_cost layer(const plan_model *m, const plan_features *f, const plan_
         r.tp_bwd += plan_coll_s(l, PLAN_ALLREDUCE, t, (m->parallel_block ? 4 : 6) * h * 4.0);
     }
     if (f->recompute == PLAN_RECOMPUTE_FULL) r.bwd += r.fwd, r.tp_bwd += r.tp_fwd;
+    /* the trainer's: the backward runs the GeLU forward again (gpt_recompute_gelu), and the
+     * LayerNorm forwards (layer_bwd, with their statistics) before it reads their outputs */
+    int rc = plan_recompute_flags(f->recompute);
+    if (rc & GPT_RECOMPUTE_GELU) r.bwd += transc_s(c, GELU_PASSES_FWD(f->fused), N * 4 * h / t, 2);
+    if (rc & GPT_RECOMPUTE_LN) r.bwd += n_ln * passes_s(c, LN_PASSES_FWD(f->fused), Nl * h, 2);
     return r;
 }
 
@@ -216,6 +221,37 @@ double plan_window_flops_per_token(const plan_model *m) {
     return megatron_flops(m, m->window > 0 && m->window < m->seq ? m->window : m->seq);
 }
 
+int plan_recompute_flags(plan_recompute rc) {
+    switch (rc) {
+    case PLAN_RECOMPUTE_GELU:
+        return GPT_RECOMPUTE_GELU;
+    case PLAN_RECOMPUTE_LN:
+        return GPT_RECOMPUTE_LN;
+    case PLAN_RECOMPUTE_GELU_LN:
+        return GPT_RECOMPUTE_GELU | GPT_RECOMPUTE_LN;
+    default:
+        return 0;
+    }
+}
+
+plan_recompute plan_recompute_of_flags(int flags) {
+    int gelu = flags & GPT_RECOMPUTE_GELU, ln = flags & GPT_RECOMPUTE_LN;
+    return gelu && ln ? PLAN_RECOMPUTE_GELU_LN
+           : gelu     ? PLAN_RECOMPUTE_GELU
+           : ln       ? PLAN_RECOMPUTE_LN
+                      : PLAN_RECOMPUTE_NONE;
+}
+
+ms_status plan_check_features(const plan_features *f, const plan_layout *l) {
+    if (plan_recompute_flags(f->recompute) & GPT_RECOMPUTE_LN && l->tp > 1)
+        return ms_error(MS_ERR_ARG,
+                        "--recompute ln is not supported with tensor parallelism (--tp %d): the "
+                        "trainer all-gathers the LayerNorm outputs over the tp ranks and refuses "
+                        "it; use --recompute gelu",
+                        l->tp);
+    return MS_OK;
+}
+
 int plan_seq_max(const plan_model *m) {
     return m->seq_max > 0 ? m->seq_max : m->seq;
 }
@@ -276,6 +312,21 @@ ms_status plan_check(const plan_model *m, const plan_layout *l) {
                             PLAN_MAX_PIPE_PAIRS / (l->pp * l->vpp), PLAN_MAX_PIPE_PAIRS);
     }
     return MS_OK;
+}
+
+int plan_over_cap(const plan_model *m, const plan_layout *l) {
+    if (l->pp < 2 || l->tp < 1 || l->vpp < 1 || l->micro < 1 || l->batch < 1 ||
+        l->gpus % ((long long)l->tp * l->pp))
+        return 0;
+    long long dp = l->gpus / ((long long)l->tp * l->pp), per = dp * l->micro;
+    if (l->batch % per) return 0;
+    long long n_micro = l->batch / per;
+    if ((double)n_micro * l->pp * l->vpp <= PLAN_MAX_PIPE_PAIRS) return 0;
+    if (l->vpp > 1 && n_micro % l->pp) return 0; /* refused for the interleaving as well */
+    /* the rest of plan_check with the fewest micro-batches the schedule takes */
+    plan_layout few = *l;
+    few.batch = (int)(per * (l->vpp > 1 ? l->pp : 1));
+    return plan_check(m, &few) == MS_OK;
 }
 
 /* Everything about one configuration the step assembly needs. */
@@ -361,23 +412,79 @@ static ms_status pipeline(const step_ctx *x, const double *fwd, const double *bw
     return rc;
 }
 
-/* Exposed ZeRO communication of one step.  Without overlap: the reduce-
- * scatter of all gradients after the backward, the all-gather of the
- * updated weights after the optimizer.  With it (the trainer's rule,
- * parallel/zero.h): one bucket per layer, reduce-scattered one after the
- * other as the last micro-batch's backward finishes each layer, and
- * all-gathered before the next forward reaches it. */
-static double dp_exposed(const step_ctx *x) {
-    if (x->d == 1) return 0;
+/* The optimizer on a rank, in optim.c's order: the gradient norm's sum of squares (a read pass
+ * over this rank's shard of the busiest stage) and its all-reduce; the updates shard by shard
+ * in forward order (the embeddings' bucket, then block 0 ...); the write pass zeroing the other
+ * ranks' shards of the gradients.  Each pass through memory, the update's bytes or the
+ * measured time per parameter, two operators for each tensor of the stage (a sum of squares
+ * and an update). */
+typedef struct {
+    double pre, update, zero; /* seconds of each phase */
+    double stage;             /* parameters of the busiest stage on this rank (over tp) */
+} opt_time;
+
+static opt_time optimizer_time(const step_ctx *x) {
+    opt_time o;
+    const plan_cluster *c = x->c;
+    o.stage = ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) / x->t;
+    double n = o.stage / x->d; /* this rank's ZeRO shard of them */
+    double per = x->f->lamb ? LAMB_BYTES : ADAM_BYTES;
+    /* the trainer's fp32 gathers refresh the 16-bit copy, so its update does not write it
+     * (optim.c act_of) */
+    if (x->f->fp32_gather && x->d > 1 && c->act_bytes < 4) per -= c->act_bytes;
+    gpt_config g = gpt_of(x->m, 1);
+    double tensors = (double)x->m->layers / x->p * gpt_config_layer_tensors(&g) + GPT_EMBED_TENSORS;
+    double launch = tensors * c->launch_us * 1e-6;
+    /* the grad norm's all-reduce over every rank: inside a node when they all are */
+    double norm =
+        plan_coll_s(plan_link_of(c, x->l->gpus, 1, x->l->gpus), PLAN_ALLREDUCE, x->l->gpus, 8);
+    double update = n * per / (c->hbm_gbps * 1e9 * c->hbm_eff);
+    if (c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
+        update = n * c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
+    /* the sum of squares reads this rank's gradients once; the update leaves them 0 for the
+     * next step (in its bytes), and a write pass zeroes the rest (the other ranks' shards) */
+    o.pre = x->slow * (plan_bytes_s(c, n * c->grad_bytes) + launch) + norm;
+    o.update = x->slow * (update + launch);
+    o.zero = o.stage > n ? x->slow * plan_bytes_s(c, (o.stage - n) * c->grad_bytes) : 0;
+    return o;
+}
+
+/* The ZeRO parts of one step: the gradients' reduce-scatter and the updated weights'
+ * all-gather, exposed; the all-gather's own time; the gathered weights' conversion to the
+ * 16-bit copy. */
+typedef struct {
+    double rs, ag, ag_comm, convert;
+} dp_cost;
+
+/* Exposed ZeRO communication of one step (o: the optimizer's phases).  A gathered weight is
+ * 4 bytes with the trainer's fp32 gathers (parallel/zero.c gathers the fp32 masters, COMM_F32),
+ * else act_bytes.  Without overlap: the reduce-scatter of all gradients after the backward, the
+ * all-gather of the updated weights in the optimizer, each waited as soon as started.  With it
+ * (the trainer's rule, parallel/zero.h): one bucket per layer, reduce-scattered one after the
+ * other as the last micro-batch's backward finishes each layer, and all-gathered one after the
+ * other before the next forward reaches it; the trainer's optimizer starts each bucket's gather
+ * as soon as it has updated its shard (the later updates and the zeroing hide it), Megatron-LM's
+ * and MegaScale's gathers start with the forward. */
+static dp_cost dp_exposed(const step_ctx *x, const opt_time *o) {
+    dp_cost r = {0};
+    if (x->d == 1) return r;
     const plan_cluster *c = x->c;
     const plan_link *lk = plan_link_of(c, x->d, x->t, x->l->gpus);
     double lp = layer_params(x->m) / x->t, n_lay = (double)x->m->layers / x->p;
     double ep = embed_params(x->m) / x->t; /* on the first stage (and the tied copy on the last) */
+    double wb = x->f->fp32_gather ? 4 : c->act_bytes; /* bytes of a gathered weight */
     double rs1 = plan_coll_s(lk, PLAN_REDUCE_SCATTER, x->d, lp * c->grad_bytes);
-    double ag1 = plan_coll_s(lk, PLAN_ALLGATHER, x->d, lp * c->act_bytes);
+    double ag1 = plan_coll_s(lk, PLAN_ALLGATHER, x->d, lp * wb);
     double rse = plan_coll_s(lk, PLAN_REDUCE_SCATTER, x->d, ep * c->grad_bytes);
-    double age = plan_coll_s(lk, PLAN_ALLGATHER, x->d, ep * c->act_bytes);
-    if (!x->f->dp_overlap) return n_lay * (rs1 + ag1) + rse + age;
+    double age = plan_coll_s(lk, PLAN_ALLGATHER, x->d, ep * wb);
+    r.ag_comm = n_lay * ag1 + age;
+    if (x->f->fp32_gather && c->act_bytes < 4) /* the param hook's to_act, a bucket at a time */
+        r.convert = x->slow *
+                    (plan_bytes_s(c, o->stage * (4 + c->act_bytes)) + n_lay * c->launch_us * 1e-6);
+    if (!x->f->dp_overlap) {
+        r.rs = n_lay * rs1 + rse, r.ag = r.ag_comm;
+        return r;
+    }
     /* reduce-scatter: buckets ready every layer-backward; one channel */
     double tb = x->slow * x->lay.bwd + x->lay.tp_bwd, tf = x->slow * x->lay.fwd + x->lay.tp_fwd;
     double ready = 0, end = 0;
@@ -386,46 +493,31 @@ static double dp_exposed(const step_ctx *x) {
         end = fmax(end, ready) + rs1;
     }
     end = fmax(end, ready) + rse; /* the embeddings come last */
-    double rs_exposed = overlapped(c, n_lay * rs1 + rse, end - ready);
-    /* all-gather: the embeddings first, then layer i needed after i layer-forwards (with
-     * interleaving, chunk c's first use comes after c * p warm-up forwards of the others) */
-    double ag_end = age, ag_exposed = age;
+    r.rs = overlapped(c, n_lay * rs1 + rse, end - ready);
+    /* all-gather, times from the next forward's start: the embeddings first, then layer i
+     * needed after i layer-forwards (with interleaving, chunk c's first use comes after c * p
+     * warm-up forwards of the others); with the trainer's gathers, bucket k may start when the
+     * optimizer has updated this rank's shard of it, lead(k) before the forward */
+    double upd_per = x->f->fp32_gather ? o->update / o->stage : 0, tail = o->update + o->zero;
+    double lead = x->f->fp32_gather ? tail - upd_per * ep : 0;
+    double ag_end = -lead + age, ag_exposed = fmax(0, ag_end);
     for (int i = 0; i < (int)n_lay; i++) {
         int ch = i / x->lc, j = i % x->lc;
         double need = (x->v > 1 ? ch * x->p * x->lc * tf : 0) + j * tf;
         if (x->v == 1) need = i * tf;
-        ag_end += ag1;
+        lead = x->f->fp32_gather ? tail - upd_per * (ep + (i + 1) * lp) : 0;
+        ag_end = fmax(ag_end, -lead) + ag1;
         ag_exposed = fmax(ag_exposed, ag_end - need);
     }
-    return rs_exposed + overlapped(c, n_lay * ag1 + age, ag_exposed);
-}
-
-static double optimizer_s(const step_ctx *x) {
-    /* this rank's part of the busiest stage's parameters, and its ZeRO shard of them */
-    double stage = ((double)x->m->layers / x->p * layer_params(x->m) + embed_params(x->m)) / x->t;
-    double n = stage / x->d;
-    double bytes = n * (x->f->lamb ? LAMB_BYTES : ADAM_BYTES);
-    gpt_config g = gpt_of(x->m, 1);
-    /* as optim.c: a sum of squares and an update for each tensor of the stage */
-    double launches =
-        2.0 * ((double)x->m->layers / x->p * gpt_config_layer_tensors(&g) + GPT_EMBED_TENSORS);
-    /* the grad norm's all-reduce over every rank: inside a node when they all are */
-    double norm =
-        plan_coll_s(plan_link_of(x->c, x->l->gpus, 1, x->l->gpus), PLAN_ALLREDUCE, x->l->gpus, 8);
-    double update = bytes / (x->c->hbm_gbps * 1e9 * x->c->hbm_eff);
-    if (x->c->opt_ns_per_param > 0) /* measured: AdamW's time, LAMB's by its bytes */
-        update = n * x->c->opt_ns_per_param * 1e-9 * (x->f->lamb ? LAMB_BYTES / ADAM_BYTES : 1);
-    /* the sum of squares reads this rank's gradients once; the update leaves them 0 for the
-     * next step (in its bytes), and a write pass zeroes the rest (the other ranks' shards) */
-    double sq = plan_bytes_s(x->c, n * x->c->grad_bytes);
-    double zero = stage > n ? plan_bytes_s(x->c, (stage - n) * x->c->grad_bytes) : 0;
-    return x->slow * (sq + update + zero + launches * x->c->launch_us * 1e-6) + norm;
+    r.ag = overlapped(c, r.ag_comm, ag_exposed);
+    return r;
 }
 
 ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_features *f,
                        const plan_cluster *c, plan_result *r) {
     memset(r, 0, sizeof *r);
     MS_TRY(plan_check(m, l));
+    MS_TRY(plan_check_features(f, l));
     MS_TRY(plan_cluster_check(c, c->name));
     if (l->tp > c->gpus_per_node) /* the trainer places a tp group on one host */
         return ms_error(MS_ERR_ARG,
@@ -448,11 +540,16 @@ ms_status plan_predict(const plan_model *m, const plan_layout *l, const plan_fea
         r->compute_s = comp[s], r->tp_s = tp[s], r->pp_s = pp[s];
         r->bubble_s = fmax(0, makespan - (comp[s] + tp[s] + pp[s]));
         r->bubble_fraction = r->bubble_s / (comp[s] + tp[s] + pp[s]);
-        r->dp_s = dp_exposed(&x);
+        opt_time o = optimizer_time(&x);
+        dp_cost dc = dp_exposed(&x, &o);
+        r->dp_s = dc.rs + dc.ag + dc.convert;
+        r->dp_gather_s = dc.ag, r->dp_gather_comm_s = dc.ag_comm, r->dp_convert_s = dc.convert;
+        r->dp_gather_elem_bytes = f->fp32_gather ? 4 : c->act_bytes;
+        r->dp_gather_gb = x.d > 1 ? o.stage * r->dp_gather_elem_bytes / 1e9 : 0;
         if (x.p > 1) /* the tied embedding's gradients summed over the first and last stage */
             r->dp_s += plan_coll_s(plan_link_of(c, x.p, x.t * x.d, l->gpus), PLAN_ALLREDUCE, 2,
                                    (double)m->vocab * m->dim / x.t * c->grad_bytes);
-        r->optimizer_s = optimizer_s(&x);
+        r->optimizer_s = o.pre + o.update + o.zero;
         r->data_s = c->step_ms * 1e-3 + (f->async_data ? 0 : x.n_micro * c->data_ms * 1e-3);
         r->iter_s = makespan + r->dp_s + r->optimizer_s + r->data_s;
         r->dp = x.d, r->n_micro = x.n_micro;

@@ -138,6 +138,53 @@ def main():
     af = json.loads(rf.stdout)["memory"]["activations_gb"] if rf.returncode == 0 else 1e9
     ok(0 < af <= an, f"--recompute full of one layer: no more activations than none ({af} vs "
        f"{an} GB)", rn.stderr + rf.stderr)
+    # the trainer's ZeRO all-gathers its fp32 master weights (parallel/zero.c): with `ours` the
+    # step counts 4 bytes a weight gathered, Megatron-LM's 16-bit gathers 2 (act_bytes), and
+    # both outputs show it (it was counted at 2 bytes for ours)
+    d24 = ["--cluster", "h100-node", "--model", "d24", "--gpus", "16", "--batch", "256",
+           "--micro-batch", "4"]
+    ro = plan(*d24, "--features", "ours", "--json")
+    r16 = plan(*d24, "--features", "tp-overlap,pp-overlap,dp-overlap,fused,data", "--json")
+    jo = json.loads(ro.stdout) if ro.returncode == 0 else {}
+    j16 = json.loads(r16.stdout) if r16.returncode == 0 else {}
+    go, g16 = jo.get("dp_allgather", {}), j16.get("dp_allgather", {})
+    ok(go.get("elem_bytes") == 4 and g16.get("elem_bytes") == 2
+       and abs(go["gb"] - 2 * g16["gb"]) < 1e-9 and go["comm_s"] > g16["comm_s"]
+       and 0 < go["exposed_s"] <= go["comm_s"] and go["convert_s"] > 0 == g16["convert_s"]
+       and jo["parts"]["dp"] >= go["exposed_s"] + go["convert_s"]
+       and jo["iter_s"] > j16["iter_s"]
+       and abs(sum(jo["parts"].values()) - jo["iter_s"]) < 1e-6 * jo["iter_s"],
+       "ours: the fp32 ZeRO all-gather, twice the 16-bit bytes, in parts.dp and the step",
+       ro.stdout + r16.stdout + ro.stderr)
+    t = plan(*d24, "--features", "ours")
+    ok(re.search(r"weights' gather, fp32 +[\d.]+ s .*exposed of [\d.]+ s, [\d.]+ GB", t.stdout)
+       and "their 16-bit copy" in t.stdout, "ours: the text shows the fp32 gather", t.stdout)
+    # every --recompute mode of the trainer (--recompute none, gelu, ln, gelu,ln): less
+    # activation memory, more compute; ln refused with tp > 1, as the trainer refuses it
+    one_gpu = ["--cluster", "h100-node", "--model", "d12", "--gpus", "1", "--batch", "8",
+               "--micro-batch", "8", "--features", "ours", "--json"]
+    got = {}
+    for mode in ("none", "gelu", "ln", "gelu,ln", "ln,gelu"):
+        r = plan(*one_gpu, "--recompute", mode)
+        ok(r.returncode == 0, f"--recompute {mode} is accepted", r.stderr)
+        got[mode] = json.loads(r.stdout) if r.returncode == 0 else None
+    if all(got.values()):
+        act = {k: v["memory"]["activations_gb"] for k, v in got.items()}
+        comp = {k: v["parts"]["compute"] for k, v in got.items()}
+        ok(act["gelu,ln"] < act["gelu"] < act["none"] and act["gelu,ln"] < act["ln"] < act["none"]
+           and comp["gelu,ln"] > comp["gelu"] > comp["none"] and comp["ln"] > comp["none"]
+           and act["ln,gelu"] == act["gelu,ln"],
+           "--recompute gelu / ln / gelu,ln: less activation memory, more compute",
+           json.dumps({"act": act, "compute": comp}))
+    r = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "2", "--batch", "8", "--tp", "2",
+             "--recompute", "ln")
+    ok(r.returncode == 2 and "--recompute ln is not supported with tensor parallelism" in r.stderr,
+       "--recompute ln with --tp 2: refused, as the trainer does", r.stderr)
+    r = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "64",
+             "--recompute", "ln", "--search", "--json", "--top", "1000")
+    lays = json.loads(r.stdout)["layouts"] if r.returncode == 0 else []
+    ok(lays and all(x["layout"]["tp"] == 1 for x in lays), "search --recompute ln: tp 1 only",
+       r.stdout[-300:] + r.stderr)
     # a layout dimension given with --search is fixed, the others searched (it was ignored)
     r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
              "megascale-175b", "--search", "--json", "--top", "50", "--tp", "8", "--micro-batch", "2")
@@ -163,12 +210,42 @@ def main():
     ok(r.returncode == 0 and "fit in 80 GB" in r.stdout, "search without a valid base layout",
        r.stdout + r.stderr)
 
-    # a checkpoint interval of more steps than an int holds: clamped, never negative
+    # a checkpoint interval of more steps than an int holds: clamped, never negative (and the
+    # five rows clamped to the same count are one row: it printed 2147483647 five times)
     r = plan("--cluster", "h100-node", "--gpus", "1", "--batch", "1", "--model", "d12",
              "--mtbf-hours", "1e15")
     rows = [int(x) for x in re.findall(r"^\s+(-?\d+)\s+[\d.]+%", r.stdout, re.M)]
-    ok(r.returncode == 0 and len(rows) == 5 and all(x >= 1 for x in rows)
-       and rows == sorted(rows), "ETTR table: huge intervals clamped, not wrapped", r.stdout)
+    ok(r.returncode == 0 and rows == [2**31 - 1],
+       "ETTR table: huge intervals clamped, not wrapped, one row", r.stdout)
+    # the ETTR table's rows and columns each once: a step longer than the interval to choose
+    # rounded all five rows to 1 step, each marked Young/Daly's, and --mtbf-hours 1 printed
+    # the columns 0h, 0h, 1h, 2h
+    for mtbf in ("1", "100", "20000", "0.3"):
+        r = plan("--cluster", "a100-megascale", "--gpus", "12288", "--batch", "6144", *M175,
+                 "--mtbf-hours", mtbf)
+        table = r.stdout[r.stdout.find("ETTR by"):r.stdout.find("choose --ckpt-every")]
+        rows = [int(x) for x in re.findall(r"^\s+(\d+)\s+[\d.]+%", table, re.M)]
+        head = re.search(r"^\s+every((?:\s+\S+h){4})\s*$", table, re.M)
+        cols = head.group(1).split() if head else []
+        ok(r.returncode == 0 and rows and rows == sorted(set(rows)) and table.count("<-") == 1
+           and len(set(cols)) == 4 and all(float(c[:-1]) > 0 for c in cols),
+           f"ETTR table at --mtbf-hours {mtbf}: distinct rows, one mark, distinct columns", table)
+
+    # group initialisation for any tp x pp the trainer accepts: a job of whole replicas near
+    # 1k-16k ranks (tp 3, or tp 2 x pp 3, printed an empty table: no power of two divides)
+    for lay, q in ((["--tp", "3"], 3), (["--tp", "2", "--pp", "3"], 6), (["--tp", "4"], 4)):
+        r = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "24", "--batch", "24",
+                 *lay, "--json")
+        init = json.loads(r.stdout)["scale"]["init"] if r.returncode == 0 else []
+        ranks = [x["ranks"] for x in init]
+        ok(len(ranks) == 5 and all(n % q == 0 and abs(n - 1024 * 2**i) <= q / 2
+                                   for i, n in enumerate(ranks))
+           and all(x["groups"] > 0 and x["barrier_s"] > x["ours_s"] > 0 for x in init),
+           f"group initialisation with {' '.join(lay)}: 5 job sizes, multiples of {q}", r.stdout)
+        t = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "24", "--batch", "24", *lay)
+        rows = re.findall(r"^\s+(\d+) ranks\s+\d+ groups", t.stdout, re.M)
+        ok(ranks and [int(x) for x in rows] == ranks,
+           f"the text table with {' '.join(lay)} has the rows", t.stdout)
 
     # nothing fits: the error says the smallest need and its parts; JSON carries that layout
     r = plan("--cluster", "h100-node", "--gpus", "8", "--batch", "8", "--model", "gpt3-175b",
@@ -216,13 +293,25 @@ def main():
         ok(r is not None and fast and r.returncode == 2 and all(n in r.stderr for n in needles),
            f"--batch {args[args.index('--batch') + 1]}: refused within 10 s, naming the batch",
            r.stderr if r else "ran past 60 s")
-    # --search skips the layouts over the cap (pp 1 needs no simulation) instead of failing
+    # --search skips the layouts over the cap (pp 1 needs no simulation) instead of failing,
+    # and says how many it left out of the ranking (it said nothing)
     r, fast = plan_within(10, "--cluster", "h100-node", "--model", "d12", "--gpus", "8",
                           "--batch", "16777216", "--search", "--json")
     s = json.loads(r.stdout) if r and r.returncode == 0 else {}
-    ok(fast and s.get("layouts") and all(x["layout"]["pp"] == 1 for x in s["layouts"]),
-       "search with a huge batch: the pipelines over the cap skipped, within 10 s",
+    ok(fast and s.get("layouts") and all(x["layout"]["pp"] == 1 for x in s["layouts"])
+       and s.get("over_cap", 0) > 0,
+       "search with a huge batch: the pipelines over the cap skipped and counted, within 10 s",
        (r.stdout[-500:] + r.stderr) if r else "ran past 60 s")
+    r = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "16777216",
+             "--search")
+    ok(r.returncode == 0 and f"{s.get('over_cap')} more valid layouts were not planned" in r.stdout
+       and "524288" in r.stdout, "search text: the layouts over the cap named", r.stdout)
+    # only pipelines, all over the cap: that reason, not "--batch is never a multiple"
+    r = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "8", "--batch", "16777216",
+             "--search", "--pp", "2")
+    ok(r.returncode == 2 and "no layout was planned" in r.stderr and "pairs" in r.stderr
+       and "never a multiple" not in r.stderr, "search --pp 2, a huge batch: the cap's reason",
+       r.stderr)
     # the largest pipeline under the cap is still planned, in seconds
     r, fast = plan_within(20, "--cluster", "a100-megascale", "--model", "gpt3-175b", "--gpus",
                           "64", "--tp", "8", "--pp", "8", "--batch", "65536", "--json")

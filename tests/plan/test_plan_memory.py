@@ -8,7 +8,9 @@ in the "probe" cases: without --peak-flops the trainer probes the peak with thre
 GEMM matrices on top of everything else, which the planner counts by default on a CPU cluster.
 The "d6" cases take the position table's rows from the preset (seq-max 1024, not --seq) in
 both; "bf16" trains with --cpu-dtype bf16 against a cluster of act_bytes 2 (dp2: the fp32
-master weights whole on each rank, as ZeRO keeps them, plus the bf16 copy).
+master weights whole on each rank, as ZeRO keeps them, plus the bf16 copy); "rc=MODE" gives
+both --recompute MODE (the trainer's gelu, ln, gelu,ln: every block's GeLU or LayerNorm outputs
+in one shared buffer; the planner accepted none|selective|full only).
 Environment: MS_BIN."""
 import json
 import os
@@ -18,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import ckpt_common as cc  # noqa: E402  (the workspace, its token shard, run and mpi)
 
 TOL = 0.01
-# name: model, sequence, batch, micro-batch, layout, block, and of "probe", "d6", "bf16"
+# name: model, sequence, batch, micro-batch, layout, block, and of "probe", "d6", "bf16", "rc=MODE"
 ONE = [
     ("serial", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ()),
     ("micro 2 of 8", (4, 64, 4, 256), 32, 8, 2, {}, "serial", ()),
@@ -26,6 +28,10 @@ ONE = [
     ("parallel block", (2, 64, 4, 256), 16, 4, 4, {}, "parallel", ()),
     ("seq-max 1024 of d6", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ("d6",)),
     ("peak probed", (2, 32, 2, 256), 32, 4, 4, {}, "serial", ("probe",)),
+    ("recompute gelu", (4, 64, 4, 256), 32, 8, 2, {}, "serial", ("rc=gelu",)),
+    ("recompute ln", (4, 64, 4, 256), 32, 8, 2, {}, "serial", ("rc=ln",)),
+    ("recompute gelu,ln", (4, 64, 4, 256), 32, 8, 2, {}, "serial", ("rc=gelu,ln",)),
+    ("recompute ln, parallel", (2, 64, 4, 256), 16, 4, 4, {}, "parallel", ("rc=ln",)),
 ]
 MPI = [
     ("tp2", (2, 64, 4, 256), 32, 4, 4, {"tp": 2}, "serial", ()),
@@ -34,6 +40,8 @@ MPI = [
     ("pp2 x vpp2", (4, 64, 4, 256), 32, 8, 2, {"pp": 2, "vpp": 2}, "serial", ()),
     ("dp2 bf16", (2, 64, 4, 256), 32, 8, 4, {"dp": 2}, "serial", ("bf16",)),
     ("pp2 probed, d6", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial", ("probe", "d6")),
+    ("tp2 recompute gelu", (2, 64, 4, 256), 32, 4, 4, {"tp": 2}, "serial", ("rc=gelu",)),
+    ("pp2 recompute gelu,ln", (4, 64, 4, 256), 32, 8, 2, {"pp": 2}, "serial", ("rc=gelu,ln",)),
 ]
 
 
@@ -68,6 +76,8 @@ def check(ws, case):
         args += ["--peak-flops", "1e11"]
     if "bf16" in opts:
         args += ["--cpu-dtype", "bf16"]
+    rc = [x for o in opts if o.startswith("rc=") for x in ("--recompute", o[3:])]
+    args += rc
     r = cc.run(ws, args) if ranks == 1 else cc.mpi(ws, ranks, args)
     if r.returncode != 0 and "--cpu-dtype bf16: " in r.stderr:
         print(f"SKIP {name}: the bf16 mode cannot run here: {r.stderr.strip().splitlines()[-1]}")
@@ -79,7 +89,7 @@ def check(ws, case):
     popts = [x for k, v in layout.items() if k != "dp" for x in ("--" + k, str(v))]
     p = cc.run(ws, ["plan", "--cluster", cl, *model, "--seq", str(seq), "--batch", str(batch),
                     "--micro-batch", str(micro), "--gpus", str(ranks), "--features", "ours",
-                    *popts, *([] if "probe" in opts else ["--probe", "0"]), "--json"])
+                    *popts, *rc, *([] if "probe" in opts else ["--probe", "0"]), "--json"])
     if not cc.ok(p.returncode == 0, f"{name}: plans", p.stderr):
         return
     j = json.loads(p.stdout)

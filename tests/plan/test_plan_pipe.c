@@ -4,7 +4,8 @@
  * pipeline of more (micro-batch, chunk) pairs than PLAN_MAX_PIPE_PAIRS refused by plan_check
  * with a message naming --batch, dp, --micro-batch, the count and the limit (a batch given in
  * tokens made the step build and simulate millions of instructions per stage: minutes and
- * gigabytes), and one at the limit predicted; --tp wider than a node refused by plan_predict;
+ * gigabytes), and one at the limit predicted; --search counting the layouts it leaves out for
+ * the cap (plan_over_cap); --tp wider than a node refused by plan_predict;
  * a cluster whose reserved_gb is not below mem_gb, or whose act_bytes is not 2 or 4, refused
  * naming the key. */
 #include <stdio.h>
@@ -107,6 +108,47 @@ static void test_cap(void) {
     plan_layout flat = {.gpus = 8, .tp = 8, .pp = 1, .vpp = 1, .batch = 3200000, .micro = 1};
     T_EQ_INT(plan_predict(&m, &flat, &f, &c, &r), MS_OK);
     T_EQ_INT(r.n_micro, 3200000);
+    /* the layouts refused for the cap alone, and no other */
+    T_EQ_INT(plan_over_cap(&m, &big), 1);
+    T_EQ_INT(plan_over_cap(&m, &il), 1);
+    T_EQ_INT(plan_over_cap(&m, &over), 1);
+    T_EQ_INT(plan_over_cap(&m, &at), 0);
+    T_EQ_INT(plan_over_cap(&m, &flat), 0);
+    plan_layout bad = big;
+    bad.tp = 3; /* does not divide the heads */
+    T_EQ_INT(plan_over_cap(&m, &bad), 0);
+    bad = il, bad.batch = 64 * 262145; /* interleaved: 262145 micro-batches, not a multiple of pp */
+    T_EQ_INT(plan_over_cap(&m, &bad), 0);
+}
+
+/* --search with a batch that puts every pipeline over the cap: the ranking has the layouts
+ * without a pipeline and counts the others (it left them out silently), and with --pp fixed
+ * it has none and says why (the CLI blamed --batch for not dividing). */
+static void test_search_cap(void) {
+    plan_model m = {.layers = 16, .dim = 1024, .heads = 16, .vocab = 50257, .seq = 1024};
+    plan_features f = {.pp_overlap = 1, .dp_overlap = 1, .fused = 1};
+    plan_cluster c = cluster();
+    plan_candidate best[64], small;
+    int n = 0, tried = 0, fit = 0, capped = 0;
+    plan_layout base = {.gpus = 8, .batch = 1 << 24};
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &n, &tried, &fit, &capped, &small),
+             MS_OK);
+    T_OK(n > 0 && capped > 0);
+    for (int i = 0; i < n; i++)
+        T_EQ_INT(best[i].layout.pp, 1);
+    int flat = tried;
+    base.pp = 2;
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &n, &tried, &fit, &capped, &small),
+             MS_OK);
+    T_EQ_INT(n, 0);
+    T_EQ_INT(tried, 0);
+    T_OK(capped > 0);
+    /* a batch in sequences: nothing over the cap, the pipelines ranked */
+    base.pp = 0, base.batch = 64;
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &n, &tried, &fit, &capped, &small),
+             MS_OK);
+    T_EQ_INT(capped, 0);
+    T_OK(tried > flat);
 }
 
 static void test_tp_node(void) {
@@ -148,6 +190,7 @@ static void test_cluster_ranges(void) {
 int main(void) {
     test_sets();
     test_cap();
+    test_search_cap();
     test_tp_node();
     test_cluster_ranges();
     return ms_test_summary("test_plan_pipe");

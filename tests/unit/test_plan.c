@@ -4,8 +4,10 @@
  * GEMM curve, cluster files (round trip and every kind of bad file, each
  * error naming the file and the key), layout errors naming the option,
  * Young/Daly, that each overlap feature only ever hides time, and that a
- * cluster whose cores copy the bytes (overlap_exposed) hides less, and the
- * optimizer's passes. */
+ * cluster whose cores copy the bytes (overlap_exposed) hides less, the
+ * optimizer's passes, the group-initialisation table's job sizes, ZeRO's
+ * all-gather of the updated weights (fp32 in this trainer) and the
+ * trainer's --recompute modes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -358,6 +360,28 @@ static void test_scale(void) {
     T_OK(a.ours_s < 5 && a.barrier_s > 100 * a.ours_s);
     T_OK(b.barrier_s > 3.5 * a.barrier_s); /* a barrier per group: quadratic in the ranks */
     T_OK(b.ours_s < 2.5 * a.ours_s);       /* ours: linear at most */
+    /* the table's job sizes: whole tp x pp replicas near 1k-16k (tp 3 or tp 2 x pp 3 had none:
+     * no power of two is their multiple) */
+    int ranks[PLAN_INIT_SCALES];
+    T_EQ_INT(plan_init_scales(8, 8, ranks), 5);
+    T_EQ_INT(ranks[0], 1024);
+    T_EQ_INT(ranks[4], 16384);
+    T_EQ_INT(plan_init_scales(3, 1, ranks), 5);
+    T_EQ_INT(ranks[0], 1023);
+    T_EQ_INT(ranks[1], 2049);
+    T_EQ_INT(ranks[4], 16383);
+    T_EQ_INT(plan_init_scales(2, 3, ranks), 5);
+    T_EQ_INT(ranks[0], 1026);
+    T_EQ_INT(ranks[3], 8190);
+    for (int i = 0; i < 5; i++)
+        T_EQ_INT(ranks[i] % 6, 0);
+    T_EQ_INT(plan_init_scales(8, 1000, ranks), 2); /* 8,000 for 1k-8k, then 16,000: each once */
+    T_EQ_INT(ranks[0], 8000);
+    T_EQ_INT(ranks[1], 16000);
+    T_EQ_INT(plan_init_scales(8, 5000, ranks), 1);
+    T_EQ_INT(ranks[0], 40000);
+    plan_init_cost g = plan_init_time(&c, 1026, 2, 3); /* 171 replicas */
+    T_EQ_INT(g.groups, 1026 / 2 + 1026 / 3 + 6 + 171 + 1026 / 3);
 }
 
 /* Each overlap feature, turned on alone over Megatron's baseline, only hides time. */
@@ -441,6 +465,112 @@ static void test_optimizer(void) {
            1e-12);
 }
 
+/* ZeRO's all-gather of the updated weights: the trainer's gathers the fp32 masters
+ * (parallel/zero.c, COMM_F32), where Megatron-LM's and MegaScale's gather the 16-bit
+ * parameters; without overlap every bucket's gather is waited as it starts (exposed whole),
+ * with it the trainer's optimizer starts each as it finishes its shard, so that a slower rest of
+ * the optimizer hides more.  On 16-bit activations the forward converts the gathered weights to
+ * the 16-bit copy (one pass, 4 + 2 bytes a parameter). */
+static void test_zero_gather(void) {
+    plan_cluster c = cluster();
+    plan_model m = {.layers = 4, .dim = 256, .heads = 4, .vocab = 1024, .seq = 128};
+    plan_layout l = {.gpus = 4, .tp = 1, .pp = 1, .vpp = 1, .batch = 8, .micro = 2};
+    double layer, embed;
+    plan_params(&m, &layer, &embed);
+    double stage = 4 * layer + embed;
+    plan_features f16 = {0}, f32 = {.fp32_gather = 1};
+    plan_result r16, r32;
+    T_EQ_INT(plan_predict(&m, &l, &f16, &c, &r16), MS_OK);
+    T_EQ_INT(plan_predict(&m, &l, &f32, &c, &r32), MS_OK);
+    double ag16 = 4 * plan_coll_s(&c.intra, PLAN_ALLGATHER, 4, layer * 2) +
+                  plan_coll_s(&c.intra, PLAN_ALLGATHER, 4, embed * 2);
+    double ag32 = 4 * plan_coll_s(&c.intra, PLAN_ALLGATHER, 4, layer * 4) +
+                  plan_coll_s(&c.intra, PLAN_ALLGATHER, 4, embed * 4);
+    T_NEAR(r16.dp_gather_s, ag16, 1e-15);
+    T_NEAR(r16.dp_gather_comm_s, ag16, 1e-15);
+    T_NEAR(r32.dp_gather_s, ag32, 1e-15);
+    T_NEAR(r16.dp_gather_elem_bytes, 2, 0);
+    T_NEAR(r32.dp_gather_elem_bytes, 4, 0);
+    T_NEAR(r32.dp_gather_gb, stage * 4 / 1e9, 1e-15);
+    T_NEAR(r16.dp_convert_s, 0, 0);
+    T_NEAR(r32.dp_convert_s, stage * 6 / 2000e9, 1e-15); /* launch_us 0 */
+    /* the rest of dp is the same reduce-scatter; the step grows by the difference */
+    T_NEAR(r32.dp_s - r32.dp_gather_s - r32.dp_convert_s, r16.dp_s - r16.dp_gather_s, 1e-15);
+    T_NEAR(r32.iter_s - r16.iter_s, r32.dp_s - r16.dp_s + r32.optimizer_s - r16.optimizer_s, 1e-12);
+    /* the update writes no 16-bit copy (the gathers refresh it): 2 of its 34 bytes */
+    T_NEAR(r16.optimizer_s - r32.optimizer_s, stage / 4 * 2 / 2000e9, 1e-15);
+    /* fp32 activations: the same bytes either way, and no copy to convert */
+    c.act_bytes = 4;
+    T_EQ_INT(plan_predict(&m, &l, &f16, &c, &r16), MS_OK);
+    T_EQ_INT(plan_predict(&m, &l, &f32, &c, &r32), MS_OK);
+    T_NEAR(r32.dp_gather_comm_s, r16.dp_gather_comm_s, 0);
+    T_NEAR(r32.dp_convert_s, 0, 0);
+    c.act_bytes = 2;
+    /* overlapped: exposed no more than the gathers take, less under a slower optimizer (each
+     * bucket starts as its shard is updated), all of it where overlap hides nothing */
+    f32.dp_overlap = 1;
+    plan_result fast, slow, none;
+    T_EQ_INT(plan_predict(&m, &l, &f32, &c, &fast), MS_OK);
+    T_OK(fast.dp_gather_s > 0 && fast.dp_gather_s <= fast.dp_gather_comm_s);
+    c.opt_ns_per_param = 100;
+    T_EQ_INT(plan_predict(&m, &l, &f32, &c, &slow), MS_OK);
+    T_OK(slow.dp_gather_s < fast.dp_gather_s);
+    T_NEAR(slow.dp_gather_comm_s, fast.dp_gather_comm_s, 0);
+    c.overlap_exposed = 1;
+    T_EQ_INT(plan_predict(&m, &l, &f32, &c, &none), MS_OK);
+    T_NEAR(none.dp_gather_s, none.dp_gather_comm_s, 1e-15);
+    /* one data-parallel rank: nothing gathered */
+    plan_layout one = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 8, .micro = 2};
+    T_EQ_INT(plan_predict(&m, &one, &f32, &c, &r32), MS_OK);
+    T_NEAR(r32.dp_gather_s + r32.dp_gather_comm_s + r32.dp_gather_gb + r32.dp_convert_s, 0, 0);
+}
+
+/* The trainer's --recompute modes (model/gpt_model.c, gpt_pass.c): gelu keeps no GeLU output
+ * and runs the GeLU forward again in every block's backward; ln keeps no LayerNorm output and
+ * runs the LayerNorm forwards again (two a serial block); both, both; the outputs share one
+ * buffer of the arena, counted once. */
+static void test_recompute(void) {
+    plan_cluster c = cluster();
+    plan_model m = {.layers = 4, .dim = 256, .heads = 4, .vocab = 1024, .seq = 128};
+    plan_layout l = {.gpus = 1, .tp = 1, .pp = 1, .vpp = 1, .batch = 8, .micro = 2};
+    double N = 256, C = 256, bw = 2000e9;
+    double none_b = plan_layer_act_bytes(&m, 1, 2, PLAN_RECOMPUTE_NONE, 1, 2);
+    T_NEAR(plan_layer_act_bytes(&m, 1, 2, PLAN_RECOMPUTE_GELU, 1, 2), none_b - N * 4 * C * 2, 0);
+    T_NEAR(plan_layer_act_bytes(&m, 1, 2, PLAN_RECOMPUTE_LN, 1, 2), none_b - 2 * N * C * 2, 0);
+    T_NEAR(plan_layer_act_bytes(&m, 1, 2, PLAN_RECOMPUTE_GELU_LN, 1, 2),
+           none_b - N * 4 * C * 2 - 2 * N * C * 2, 0);
+    plan_features f = {.fused = 1};
+    plan_result r0, rg, rl, rb;
+    T_EQ_INT(plan_predict(&m, &l, &f, &c, &r0), MS_OK);
+    f.recompute = PLAN_RECOMPUTE_GELU;
+    T_EQ_INT(plan_predict(&m, &l, &f, &c, &rg), MS_OK);
+    f.recompute = PLAN_RECOMPUTE_LN;
+    T_EQ_INT(plan_predict(&m, &l, &f, &c, &rl), MS_OK);
+    f.recompute = PLAN_RECOMPUTE_GELU_LN;
+    T_EQ_INT(plan_predict(&m, &l, &f, &c, &rb), MS_OK);
+    /* 4 blocks, one shared buffer: (4 - 1) outputs a block less */
+    T_NEAR(r0.mem_act_gb - rg.mem_act_gb, 3 * N * 4 * C * 2 / 1e9, 1e-15);
+    T_NEAR(r0.mem_act_gb - rl.mem_act_gb, (4 * 2 - 1) * N * C * 2 / 1e9, 1e-15);
+    /* 4 micro-batches x 4 blocks: one fused GeLU forward (in and out, 2 bytes) / two LayerNorm
+     * forwards a block again (launch_us 0) */
+    T_NEAR(rg.compute_s - r0.compute_s, 16 * N * 4 * C * 2 * 2 / bw, 1e-15);
+    T_NEAR(rl.compute_s - r0.compute_s, 16 * 2 * N * C * 2 * 2 / bw, 1e-15);
+    T_NEAR(rb.compute_s - r0.compute_s,
+           (rg.compute_s - r0.compute_s) + (rl.compute_s - r0.compute_s), 1e-15);
+    /* Megatron-LM's modes map to no trainer flags; the trainer's round-trip */
+    T_EQ_INT(plan_recompute_flags(PLAN_RECOMPUTE_FULL), 0);
+    for (int fl = 0; fl <= (GPT_RECOMPUTE_GELU | GPT_RECOMPUTE_LN); fl++)
+        T_EQ_INT(plan_recompute_flags(plan_recompute_of_flags(fl)), fl);
+    /* ln with tensor parallelism: refused, as the trainer refuses it */
+    plan_layout tp2 = {.gpus = 2, .tp = 2, .pp = 1, .vpp = 1, .batch = 8, .micro = 2};
+    f.recompute = PLAN_RECOMPUTE_LN;
+    T_EQ_INT(plan_predict(&m, &tp2, &f, &c, &r0), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "--recompute ln");
+    T_STR_CONTAINS(ms_errmsg(), "--tp 2");
+    f.recompute = PLAN_RECOMPUTE_GELU;
+    T_EQ_INT(plan_predict(&m, &tp2, &f, &c, &r0), MS_OK);
+}
+
 /* plan measure's link bandwidth: bytes over the big all-reduce's time less
  * the small one's, and where noise leaves that difference near 0 or below
  * (a small all-reduce timed on a busy moment), a quarter of the big time:
@@ -466,5 +596,7 @@ int main(void) {
     test_scale();
     test_features();
     test_optimizer();
+    test_zero_gather();
+    test_recompute();
     return ms_test_summary("test_plan");
 }
