@@ -27,7 +27,7 @@
 typedef struct data_shm data_shm;
 
 typedef struct {
-    const char *name;   /* segment name, e.g. "/megascale-<job>-tp3" */
+    const char *name;   /* segment name, unique to the ring (the trainer: pid and 64 random bits) */
     int followers;      /* number of followers that read every batch */
     size_t batch_ints;  /* int32 elements of inputs (= of targets) per batch */
     int depth;          /* slots in the ring */

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -162,7 +163,14 @@ static ms_status open_ring(trainer *t) {
     }
     char name[64] = {0};
     t->ring_leader = comm_group_rank(g) == 0;
-    if (t->ring_leader) snprintf(name, sizeof name, "/megascale-%d-batches", (int)getpid());
+    if (t->ring_leader) { /* the pid alone repeats across pid namespaces sharing /dev/shm: two
+                           * jobs' rings, one unlinking the other's, or mapping it */
+        uint64_t salt = 0;
+        if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != (ssize_t)sizeof salt)
+            salt = (uint64_t)(ms_now() * 1e9) ^ ((uint64_t)getpid() << 32);
+        snprintf(name, sizeof name, "/megascale-%d-%016llx-batches", (int)getpid(),
+                 (unsigned long long)salt);
+    }
     MS_TRY(comm_broadcast(g, name, sizeof name, COMM_U8, 0));
     int ranks[64]; /* the members' global ranks, for the ring's errors (beyond 64: none) */
     int named = comm_group_size(g) <= (int)(sizeof ranks / sizeof *ranks);
