@@ -24,20 +24,29 @@ typedef struct {
     int done;             /* ran out */
 } source;
 
+/* The shards of one kind ("train" or "val"), NAME_KIND_NNNNNN.bin, each of
+ * at most --shard-tokens tokens: the val split rotates as the training
+ * tokens do (one val shard failed past a header's int32 count). */
+typedef struct {
+    const char *kind;
+    data_shard_writer w;
+    int open;          /* w holds a shard begun and not yet committed */
+    int begun;         /* shards begun (staged): the next one's NNNNNN */
+    uint64_t in_shard; /* tokens in the open one */
+} shard_stream;
+
 typedef struct {
     const data_prepare_config *cfg;
     data_prepare_stats *st;
     int version;
-    data_shard_writer train, val;
-    int train_open, val_open, train_index;
-    uint64_t in_train_shard;
+    shard_stream train, val;
     uint64_t total_bytes, val_bytes, done_bytes;
     double t0, last_report;
     uint32_t *ids;
     size_t n_ids, cap_ids;
     char **old; /* NAME's shards in out_dir before the run */
-    int n_old, val_written;
-    int val_opened, published; /* the val shard was begun; publish() succeeded */
+    int n_old;
+    int published;             /* publish() succeeded */
     int made_out;              /* out_dir did not exist: a failed run removes it again */
     source src[DATA_PREPARE_MAX_INPUTS];
 } prep;
@@ -64,41 +73,43 @@ static void shard_path(const prep *p, const char *kind, int idx, int staged, cha
              kind, idx, staged ? ".staged" : "");
 }
 
-static ms_status open_train(prep *p) {
+static ms_status stream_open(prep *p, shard_stream *s) {
     char path[4400];
-    if (p->train_index > 999999) /* a seventh digit would sort the names out of order */
+    if (s->begun > 999999) /* a seventh digit would sort the names out of order */
         return ms_error(MS_ERR_ARG,
-                        "--shard-tokens %llu makes more than 1000000 training shards: raise it "
+                        "--shard-tokens %llu makes more than 1000000 %s shards: raise it "
                         "(the shards' six-digit names keep the glob in the documents' order)",
-                        (unsigned long long)p->cfg->shard_tokens);
-    shard_path(p, "train", p->train_index++, 1, path, sizeof path);
-    MS_TRY(data_shard_writer_open(&p->train, path, p->version));
-    p->train_open = 1;
-    p->in_train_shard = 0;
+                        (unsigned long long)p->cfg->shard_tokens,
+                        !strcmp(s->kind, "val") ? "validation" : "training");
+    shard_path(p, s->kind, s->begun++, 1, path, sizeof path);
+    MS_TRY(data_shard_writer_open(&s->w, path, p->version));
+    s->open = 1;
+    s->in_shard = 0;
     return MS_OK;
 }
 
-/* Append ids to the val shard or to the train shards (rotating). */
+static ms_status stream_commit(prep *p, shard_stream *s) {
+    s->open = 0;
+    MS_TRY(data_shard_writer_commit(&s->w));
+    p->st->shards++;
+    return MS_OK;
+}
+
+/* Append ids to the val or the train shards, a new shard every
+ * --shard-tokens tokens. */
 static ms_status emit(prep *p, const uint32_t *ids, size_t n, int to_val) {
+    shard_stream *s = to_val ? &p->val : &p->train;
     p->st->tokens += n;
-    if (to_val) {
-        p->st->val_tokens += n;
-        return data_shard_writer_put(&p->val, ids, n);
-    }
-    p->st->train_tokens += n;
+    *(to_val ? &p->st->val_tokens : &p->st->train_tokens) += n;
     while (n > 0) {
-        if (!p->train_open) MS_TRY(open_train(p));
-        uint64_t room = p->cfg->shard_tokens - p->in_train_shard;
+        if (!s->open) MS_TRY(stream_open(p, s));
+        uint64_t room = p->cfg->shard_tokens - s->in_shard;
         size_t k = n < room ? n : (size_t)room;
-        MS_TRY(data_shard_writer_put(&p->train, ids, k));
-        p->in_train_shard += k;
+        MS_TRY(data_shard_writer_put(&s->w, ids, k));
+        s->in_shard += k;
         ids += k;
         n -= k;
-        if (p->in_train_shard == p->cfg->shard_tokens) {
-            p->train_open = 0;
-            MS_TRY(data_shard_writer_commit(&p->train));
-            p->st->shards++;
-        }
+        if (s->in_shard == p->cfg->shard_tokens) MS_TRY(stream_commit(p, s));
     }
     return MS_OK;
 }
@@ -289,12 +300,14 @@ static ms_status inputs_not_old(const prep *p) {
  * durable.  Until here a failed run changed nothing in out_dir. */
 static ms_status publish(prep *p) {
     char from[4400], to[4400];
-    for (int k = p->val_written ? -1 : 0; k < p->train_index; k++) {
-        shard_path(p, k < 0 ? "val" : "train", k < 0 ? 0 : k, 1, from, sizeof from);
-        shard_path(p, k < 0 ? "val" : "train", k < 0 ? 0 : k, 0, to, sizeof to);
-        if (rename(from, to) != 0)
-            return ms_error(MS_ERR_IO, "%s: rename from %s: %s", to, from, strerror(errno));
-    }
+    const shard_stream *kinds[] = {&p->val, &p->train};
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < kinds[j]->begun; k++) {
+            shard_path(p, kinds[j]->kind, k, 1, from, sizeof from);
+            shard_path(p, kinds[j]->kind, k, 0, to, sizeof to);
+            if (rename(from, to) != 0)
+                return ms_error(MS_ERR_IO, "%s: rename from %s: %s", to, from, strerror(errno));
+        }
     int fd = open(p->cfg->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return ms_error(MS_ERR_IO, "%s: open directory: %s", p->cfg->out_dir, strerror(errno));
@@ -308,10 +321,12 @@ static ms_status publish(prep *p) {
 /* A failed run: remove the shards it staged (those not yet published). */
 static void unstage(prep *p) {
     char path[4400];
-    for (int k = p->val_opened ? -1 : 0; k < p->train_index; k++) {
-        shard_path(p, k < 0 ? "val" : "train", k < 0 ? 0 : k, 1, path, sizeof path);
-        unlink(path);
-    }
+    const shard_stream *kinds[] = {&p->val, &p->train};
+    for (int j = 0; j < 2; j++)
+        for (int k = 0; k < kinds[j]->begun; k++) {
+            shard_path(p, kinds[j]->kind, k, 1, path, sizeof path);
+            unlink(path);
+        }
 }
 
 /* force: remove the old shards that this run did not rewrite. */
@@ -319,12 +334,12 @@ static ms_status remove_stale(prep *p) {
     for (int i = 0; i < p->n_old; i++) {
         char mine[4400];
         int rewritten = 0;
-        shard_path(p, "val", 0, 0, mine, sizeof mine);
-        rewritten = p->val_written && !strcmp(p->old[i], mine);
-        for (int k = 0; !rewritten && k < p->train_index; k++) {
-            shard_path(p, "train", k, 0, mine, sizeof mine);
-            rewritten = !strcmp(p->old[i], mine);
-        }
+        const shard_stream *kinds[] = {&p->val, &p->train};
+        for (int j = 0; j < 2; j++)
+            for (int k = 0; !rewritten && k < kinds[j]->begun; k++) {
+                shard_path(p, kinds[j]->kind, k, 0, mine, sizeof mine);
+                rewritten = !strcmp(p->old[i], mine);
+            }
         if (rewritten) continue;
         if (remove(p->old[i]) != 0)
             return ms_error(MS_ERR_IO, "%s: remove the old shard: %s", p->old[i], strerror(errno));
@@ -427,13 +442,6 @@ static ms_status run(prep *p) {
     struct stat sb;
     p->made_out = stat(c->out_dir, &sb) != 0;
     MS_TRY(ms_mkdirs(c->out_dir));
-    if (p->val_bytes > 0) {
-        char path[4400];
-        shard_path(p, "val", 0, 1, path, sizeof path);
-        p->val_opened = 1;
-        MS_TRY(data_shard_writer_open(&p->val, path, p->version));
-        p->val_open = 1;
-    }
     MS_TRY(blend(p));
     if (p->st->train_tokens == 0) /* whole documents go to val: a few large ones can take all */
         return ms_error(MS_ERR_ARG,
@@ -442,17 +450,8 @@ static ms_status run(prep *p) {
                         "with few documents its share can take them all); give more text or a "
                         "smaller --val-fraction",
                         c->val_fraction, (unsigned long long)p->total_bytes);
-    if (p->val_open) {
-        p->val_open = 0;
-        MS_TRY(data_shard_writer_commit(&p->val));
-        p->st->shards++;
-        p->val_written = 1;
-    }
-    if (p->train_open) {
-        p->train_open = 0;
-        MS_TRY(data_shard_writer_commit(&p->train));
-        p->st->shards++;
-    }
+    if (p->val.open) MS_TRY(stream_commit(p, &p->val));
+    if (p->train.open) MS_TRY(stream_commit(p, &p->train));
     MS_TRY(publish(p));
     p->published = 1;
     return remove_stale(p);
@@ -488,12 +487,14 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     memset(&p, 0, sizeof p);
     p.cfg = cfg;
     p.st = stats;
+    p.train.kind = "train";
+    p.val.kind = "val";
     int vocab = cfg->tok ? data_tok_vocab_size(cfg->tok) : 256;
     p.version = vocab <= 65536 ? 1 : 2;
     p.t0 = p.last_report = ms_now();
     ms_status st = run(&p);
-    if (p.train_open) data_shard_writer_abort(&p.train);
-    if (p.val_open) data_shard_writer_abort(&p.val);
+    if (p.train.open) data_shard_writer_abort(&p.train.w);
+    if (p.val.open) data_shard_writer_abort(&p.val.w);
     if (st != MS_OK && !p.published) unstage(&p);
     if (st != MS_OK && !p.published && p.made_out) rmdir(cfg->out_dir); /* as it was: absent */
     free(p.ids);

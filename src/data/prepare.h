@@ -18,8 +18,9 @@
  * same inputs give byte-identical shards.
  *
  * Validation split: val_fraction of the input bytes (the files' sizes)
- * marks the split.  NAME_val_000000.bin takes the first documents of the
- * output in whole, up to the mark: a document that crosses it goes to the
+ * marks the split.  NAME_val_NNNNNN.bin (shards of at most shard_tokens, as
+ * the training ones) take the first documents of the output in whole, up to
+ * the mark: a document that crosses it goes to the
  * side that holds more of its bytes.  A crossing document larger than the
  * whole val share (one big file) is cut instead, in its token stream: val
  * takes its tokens up to the first token boundary at or past the mark, train

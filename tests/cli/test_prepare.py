@@ -403,10 +403,51 @@ def test_failed_run(d):
     ok(not os.path.exists(big), "... refused before --out is made")
 
 
+def test_val_rotates(d):
+    """The validation split is cut into shards of --shard-tokens as the
+    training tokens are (it was one shard, whatever its size: past a header's
+    int32 count, 2^31 tokens, the run failed hours in); a --force run with
+    fewer val shards removes the old ones it did not rewrite."""
+    docs = os.path.join(d, "docs")
+    os.makedirs(docs)
+    for i in range(30):
+        open(os.path.join(docs, f"d{i:02d}.txt"), "w").write(f"doc {i}: " + "abcdefghij " * 90)
+    out = os.path.join(d, "out")
+    base = ["data", "prepare", "--tokenizer", "bytes", "--input", docs, "--out", out,
+            "--shard-tokens", "4000"]
+    rc, _, err = run(*base, "--val-fraction", "0")
+    ref = [t for n in sorted(os.listdir(out)) for t in tokens(os.path.join(out, n))] \
+        if rc == 0 else []
+    rc, _, err = run(*base, "--val-fraction", "0.5", "--force", "1")
+    names = sorted(os.listdir(out)) if rc == 0 else []
+    vals = [n for n in names if "_val_" in n]
+    sizes = [len(tokens(os.path.join(out, n))) for n in vals]
+    val = [t for n in vals for t in tokens(os.path.join(out, n))]
+    train = [t for n in names if "_train_" in n for t in tokens(os.path.join(out, n))]
+    ok(rc == 0 and vals == [f"data_val_{k:06d}.bin" for k in range(len(vals))]
+       and len(vals) >= 3 and all(s == 4000 for s in sizes[:-1]) and 0 < sizes[-1] <= 4000,
+       f"--val-fraction 0.5 of ~30k tokens, --shard-tokens 4000: {len(vals)} val shards",
+       err + str(list(zip(vals, sizes))))
+    ok(val + train == ref, "val shards + train shards are the data set's tokens, in order", err)
+    ok(f"in {len(names)} shard(s)" in err, "the summary counts every shard", err)
+    # the validation pass reads them all (file order, shard by shard): 232 windows of 65
+    rc, _, err = run("train", "--train-data", os.path.join(out, "data_train_*.bin"),
+                     "--val-data", os.path.join(out, "data_val_*.bin"), "--vocab", "256",
+                     "--layers", "1", "--dim", "32", "--heads", "2", "--seq-max", "64", "--seq",
+                     "64", "--batch", "4", "--steps", "1", "--val-batches", "58",
+                     "--trace-dir", "none", "--threads", "2")
+    ok(rc == 0 and "val loss" in err, "train --val-data over the rotated val shards", err)
+    rc, _, err = run(*base, "--val-fraction", "0.2", "--force", "1")
+    now = sorted(n for n in os.listdir(out) if "_val_" in n)
+    ok(rc == 0 and 1 <= len(now) < len(vals) and
+       now == [f"data_val_{k:06d}.bin" for k in range(len(now))],
+       "a --force run with fewer val shards leaves none of the old ones", err + str(now))
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_prep_")
     for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend,
-              test_failed_run):
+              test_failed_run, test_val_rotates):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)
