@@ -219,6 +219,11 @@ static ms_status prepare(const data_config *dc) {
                     "is less than one byte (give more text or a larger --val-fraction; 0 "
                     "asks for none)\n",
                     dc->val_fraction, (unsigned long long)ps.bytes);
+        if (!strcmp(dc->tokenizer, "bytes") && ps.documents > 1)
+            fprintf(stderr,
+                    "note: --tokenizer bytes has no end-of-text id: the %llu documents follow "
+                    "each other with nothing between them (a tokenizer file has one)\n",
+                    (unsigned long long)ps.documents);
         if (in.n > 1) print_inputs(&in, &ps);
         for (int i = 0; i < in.n; i++)
             if (ps.in[i].skipped)

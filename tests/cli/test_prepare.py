@@ -430,6 +430,8 @@ def test_val_rotates(d):
        err + str(list(zip(vals, sizes))))
     ok(val + train == ref, "val shards + train shards are the data set's tokens, in order", err)
     ok(f"in {len(names)} shard(s)" in err, "the summary counts every shard", err)
+    ok("note: --tokenizer bytes has no end-of-text id: the 30 documents follow each other"
+       in err, "bytes: the missing document boundary is said", err)
     # the validation pass reads them all (file order, shard by shard): 232 windows of 65
     rc, _, err = run("train", "--train-data", os.path.join(out, "data_train_*.bin"),
                      "--val-data", os.path.join(out, "data_val_*.bin"), "--vocab", "256",
