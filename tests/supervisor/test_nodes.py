@@ -539,9 +539,16 @@ def preflight(d, shard, ref_w):
        "pre-flight: node1 evicted, the job starts on node0 and the spare, no fault, no restart",
        f"{ev} {node_sets(run)} {of(run, 'fault_detected')}")
     ok("pre-flight diag: node node1: FAIL" in err, "pre-flight: the log names node1", err[-2000:])
-    ok("node1, node2 slow against the other nodes; measuring every node once more" in err,
-       "pre-flight: node2, slow in the first measurement only (diag:blip), is measured again "
-       "with the others before anything is evicted, and passes", err[-2000:])
+    # node2's blip is a tenth of its speed, against the median of node0 and node1 (a mean of
+    # two): node0 measured in a busy moment of this machine (a third of node2's speed: a CI
+    # run with other work beside it) hides it, so that it was slow at first is not asserted,
+    # as in own_history below; that node1 is measured again, and node2 passes, is
+    again = re.search(r"diag: node1(, node2)? slow against the other nodes; measuring every "
+                      r"node once more before evicting", err)
+    ok(again, "pre-flight: node2, slow in the first measurement only (diag:blip), is measured "
+       "again with the others before anything is evicted, and passes"
+       + (" (slow at first)" if again and again.group(1) else
+          " (not slow even at first: this machine's load)"), err[-2000:])
 
 
 def busy_host(d, shard, ref_w):
