@@ -138,13 +138,13 @@ ms_status tok_create(const char *src, char *name, char *pattern, uint32_t n_toke
     t->n_special = n_special;
     t->off = off;
     t->bytes = bytes;
-    t->gpt2_cut = !strcmp(pattern, DATA_TOK_GPT2_PATTERN);
+    t->gpt2 = !strcmp(pattern, DATA_TOK_GPT2_PATTERN);
     if (n_tokens < 256 || n_tokens > TOK_MAX_TOKENS || n_special > TOK_MAX_SPECIAL) {
         rc = ms_error(MS_ERR_FORMAT, "%s: %u tokens + %u special is out of range", src, n_tokens,
                       n_special);
         goto fail;
     }
-    if ((rc = tok_compile(src, pattern, &t->re, &t->jit)) != MS_OK) goto fail;
+    if (!t->gpt2 && (rc = tok_compile(src, pattern, &t->re, &t->jit)) != MS_OK) goto fail;
     if ((rc = build_tables(t, src)) != MS_OK) goto fail;
     *out = t;
     return MS_OK;

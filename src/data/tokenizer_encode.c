@@ -1,5 +1,6 @@
-/* tokenizer_encode.c - pre-tokenisation (UTF-8 runs + PCRE2), BPE on each
- * piece, serial and parallel encode, decode.  See tokenizer.h for the rules.
+/* tokenizer_encode.c - pre-tokenisation (valid UTF-8 runs, then GPT-2's pattern
+ * by tokenizer_gpt2.c or another one through PCRE2), BPE on each piece, serial
+ * and parallel encode, decode.  See tokenizer.h for the rules.
  *
  * BPE follows tiktoken: the rank of two adjacent parts is the id of their
  * concatenation (the pair table), the lowest rank merges first, the leftmost
@@ -61,22 +62,64 @@ static size_t utf8_char_len(uint8_t c) {
     return c < 0x80 ? 1 : c < 0xe0 ? 2 : c < 0xf0 ? 3 : 4;
 }
 
+/* PCRE2's matches of re over one valid UTF-8 run s[0, n), with the text
+ * between them, as pieces.  md, mc: match data and context for re; *js: the
+ * large JIT stack, made on the first match that needs it (NULL until then). */
+static ms_status split_regex(const pcre2_code *re, int jit, pcre2_match_data *md,
+                             pcre2_match_context *mc, pcre2_jit_stack **js, const uint8_t *s,
+                             size_t n, size_t pos, tok_piece_fn fn, void *ctx) {
+    ms_status rc = MS_OK;
+    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+    size_t off = 0, gap = 0; /* [gap, off): text no match has covered yet */
+    while (off < n && rc == MS_OK) {
+        int m = jit ? pcre2_jit_match(re, s, n, off, 0, md, mc)
+                    : pcre2_match(re, s, n, off, PCRE2_NO_UTF_CHECK, md, mc);
+        if (m == PCRE2_ERROR_NOMATCH) break;
+        if (m == PCRE2_ERROR_JIT_STACKLIMIT && jit && !*js) {
+            *js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
+            if (!*js) return ms_error(MS_ERR_NOMEM, "tokenizer: out of memory for the regex stack");
+            pcre2_jit_stack_assign(mc, NULL, *js);
+            continue; /* the same match again */
+        }
+        if (m < 0) {
+            PCRE2_UCHAR msg[256];
+            pcre2_get_error_message(m, msg, sizeof msg);
+            return ms_error(MS_ERR_INTERNAL, "tokenizer: regex match failed at byte %zu: %s",
+                            pos + off, (const char *)msg);
+        }
+        size_t b = ov[0], e = ov[1];
+        if (e == b) { /* an empty match: that character joins the gap */
+            if (b >= n) break;
+            off = b + utf8_char_len(s[b]);
+            continue;
+        }
+        if (b > gap) rc = fn(ctx, s + gap, b - gap);
+        if (rc == MS_OK) rc = fn(ctx, s + b, e - b);
+        gap = off = e;
+    }
+    if (rc == MS_OK && gap < n) rc = fn(ctx, s + gap, n - gap);
+    return rc;
+}
+
 ms_status tok_split(const pcre2_code *re, int jit, const char *text, size_t len, tok_piece_fn fn,
                     void *ctx) {
     ms_status rc = MS_OK;
     const uint8_t *s = (const uint8_t *)text;
-    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-    pcre2_match_context *mc = pcre2_match_context_create(NULL);
+    pcre2_match_data *md = NULL;
+    pcre2_match_context *mc = NULL;
     /* JIT matches run on PCRE2's default 32 KiB stack; a match that needs more
      * runs again on an 8 MiB one, made then.  (Made for every call, as before,
      * it was an mmap, page faults and a munmap per document: 3/4 of the time of
      * tokenizer-train and prepare on a JSONL file of short documents.) */
     pcre2_jit_stack *js = NULL;
-    if (!md || !mc) {
-        rc = ms_error(MS_ERR_NOMEM, "tokenizer: out of memory for PCRE2 match data");
-        goto out;
+    if (re) {
+        md = pcre2_match_data_create_from_pattern(re, NULL);
+        mc = pcre2_match_context_create(NULL);
+        if (!md || !mc) {
+            rc = ms_error(MS_ERR_NOMEM, "tokenizer: out of memory for PCRE2 match data");
+            goto out;
+        }
     }
-    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     size_t pos = 0;
     while (pos < len && rc == MS_OK) {
         size_t rl = utf8_valid_prefix(s + pos, len - pos);
@@ -85,39 +128,8 @@ ms_status tok_split(const pcre2_code *re, int jit, const char *text, size_t len,
             pos++;
             continue;
         }
-        const uint8_t *run = s + pos;
-        size_t off = 0, gap = 0; /* [gap, off): text no match has covered yet */
-        while (off < rl && rc == MS_OK) {
-            int m = jit ? pcre2_jit_match(re, run, rl, off, 0, md, mc)
-                        : pcre2_match(re, run, rl, off, PCRE2_NO_UTF_CHECK, md, mc);
-            if (m == PCRE2_ERROR_NOMATCH) break;
-            if (m == PCRE2_ERROR_JIT_STACKLIMIT && jit && !js) {
-                js = pcre2_jit_stack_create(32 * 1024, 8 * 1024 * 1024, NULL);
-                if (!js) {
-                    rc = ms_error(MS_ERR_NOMEM, "tokenizer: out of memory for the regex stack");
-                    break;
-                }
-                pcre2_jit_stack_assign(mc, NULL, js);
-                continue; /* the same match again */
-            }
-            if (m < 0) {
-                PCRE2_UCHAR msg[256];
-                pcre2_get_error_message(m, msg, sizeof msg);
-                rc = ms_error(MS_ERR_INTERNAL, "tokenizer: regex match failed at byte %zu: %s",
-                              pos + off, (const char *)msg);
-                break;
-            }
-            size_t b = ov[0], e = ov[1];
-            if (e == b) { /* an empty match: that character joins the gap */
-                if (b >= rl) break;
-                off = b + utf8_char_len(run[b]);
-                continue;
-            }
-            if (b > gap) rc = fn(ctx, run + gap, b - gap);
-            if (rc == MS_OK) rc = fn(ctx, run + b, e - b);
-            gap = off = e;
-        }
-        if (rc == MS_OK && gap < rl) rc = fn(ctx, run + gap, rl - gap);
+        rc = re ? split_regex(re, jit, md, mc, &js, s + pos, rl, pos, fn, ctx)
+                : tok_gpt2_split(s + pos, rl, fn, ctx);
         pos += rl;
     }
 out:
@@ -303,7 +315,7 @@ static int gpt2_cut(const uint8_t *s, size_t i) {
 size_t data_tok_next_cut(const data_tokenizer *t, const char *text, size_t len, size_t from) {
     const uint8_t *s = (const uint8_t *)text;
     if (!t) return from < len ? from : len; /* bytes: every place */
-    if (!t->gpt2_cut) return len;           /* another pattern may match across a '\n' */
+    if (!t->gpt2) return len;               /* another pattern may match across a '\n' */
     for (size_t i = from > 2 ? from : 2; i < len; i++)
         if (gpt2_cut(s, i)) return i;
     return len;
@@ -312,7 +324,7 @@ size_t data_tok_next_cut(const data_tokenizer *t, const char *text, size_t len, 
 ms_status data_tok_encode_parallel(const data_tokenizer *t, const char *text, size_t len,
                                    int threads, uint32_t **ids, size_t *n, size_t *cap) {
     if (threads <= 0) threads = omp_get_max_threads();
-    if (threads <= 1 || len < 2 * (size_t)PAR_CHUNK || !t->gpt2_cut)
+    if (threads <= 1 || len < 2 * (size_t)PAR_CHUNK || !t->gpt2)
         return data_tok_encode(t, text, len, ids, n, cap);
     /* Chunk k covers [cut[k], cut[k + 1]). */
     size_t n_cut_max = len / PAR_CHUNK + 2, n_chunks = 0;

@@ -461,8 +461,6 @@ ms_status data_tok_train(const char *text, const size_t *ends, size_t n_docs, in
                          void (*progress)(void *ctx, int merges_done, int merges_total),
                          void *ctx) {
     trainer tr;
-    pcre2_code *re = NULL;
-    int jit;
     ms_status rc;
     *out = NULL;
     memset(&tr, 0, sizeof tr);
@@ -470,14 +468,13 @@ ms_status data_tok_train(const char *text, const size_t *ends, size_t n_docs, in
         return ms_error(MS_ERR_ARG, "tokenizer training: vocab size %d is not in 257..%u",
                         vocab_size, TOK_MAX_TOKENS);
     if ((rc = train_init(&tr, (uint32_t)vocab_size - 1)) != MS_OK) goto out;
-    if ((rc = tok_compile("GPT-2 pattern", DATA_TOK_GPT2_PATTERN, &re, &jit)) != MS_OK) goto out;
     for (size_t d = 0; d < n_docs; d++) {
         size_t b = d ? ends[d - 1] : 0;
         if (ends[d] < b) {
             rc = ms_error(MS_ERR_ARG, "tokenizer training: document %zu ends before it starts", d);
             goto out;
         }
-        if ((rc = tok_split(re, jit, text + b, ends[d] - b, count_piece, &tr)) != MS_OK) goto out;
+        if ((rc = tok_split(NULL, 0, text + b, ends[d] - b, count_piece, &tr)) != MS_OK) goto out;
     }
     if ((rc = count_pairs(&tr)) != MS_OK) goto out;
     if ((rc = run_merges(&tr, progress, ctx)) != MS_OK) goto out;
@@ -505,7 +502,6 @@ ms_status data_tok_train(const char *text, const size_t *ends, size_t n_docs, in
     off[nt + 1] = nb + eot_len;
     rc = tok_create("trained tokenizer", name_s, pat_s, nt, 1, off, bytes, out);
 out:
-    pcre2_code_free(re);
     train_free(&tr);
     return rc;
 }

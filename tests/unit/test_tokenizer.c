@@ -1,7 +1,8 @@
 /* test_tokenizer.c - the BPE tokenizer (src/data/tokenizer*.c): GPT-2 ids
- * known from js-tiktoken, lossless round trips of arbitrary bytes, parallel
- * encode == serial encode, concurrent encodes, training on the embedded
- * corpus, save/load, and the errors for corrupt files and bad ids.
+ * known from js-tiktoken, GPT-2's pattern without PCRE2 (tokenizer_gpt2.c)
+ * against PCRE2 on random text, lossless round trips of arbitrary bytes,
+ * parallel encode == serial encode, concurrent encodes, training on the
+ * embedded corpus, save/load, and the errors for corrupt files and bad ids.
  * usage: test_tokenizer KJV.txt.gz */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 #include "base/timeutil.h"
 #include "check.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_internal.h"
 
 static char tmpdir[] = "/tmp/ms_test_tok_XXXXXX";
 
@@ -168,6 +170,34 @@ static void test_gpt2_known(const data_tokenizer *t) {
          23},
         /* special-token text is ordinary text */
         {"<|endoftext|>", {27, 91, 437, 1659, 5239, 91, 29}, 7},
+        /* U+180E is not White_Space (Unicode 6.3 on): "other", as in tiktoken
+         * and JavaScript; PCRE2's \s took it: "a", " \u180e", " b", "\u180e\u180e",
+         * " ", " ", "\u180e", "c" (now " ", " \u180e", "c"). */
+        {"a \xe1\xa0\x8e b\xe1\xa0\x8e\xe1\xa0\x8e  \xe1\xa0\x8e"
+         "c",
+         {64, 28053, 254, 236, 275, 157, 254, 236, 157, 254, 236, 220, 28053, 254, 236, 66},
+         16},
+        /* U+0085 is White_Space (tiktoken's \s; not JavaScript's): "a", " ",
+         * "\u0085", "b", "\u0085\u0085", " c". */
+        {"a \xc2\x85"
+         "b\xc2\x85\xc2\x85 c",
+         {64, 220, 126, 227, 65, 126, 227, 126, 227, 269},
+         10},
+        /* U+FEFF is not (JavaScript's \s takes it): "a", " \ufeff", "b", ... */
+        {"a \xef\xbb\xbf"
+         "b\xef\xbb\xbf\xef\xbb\xbf c",
+         {64, 27332, 119, 123, 65, 171, 119, 123, 171, 119, 123, 269},
+         12},
+        /* Letters and digits of Unicode 15-17 (Tai Yo U+1E6C0, Kirat Rai
+         * digits U+16D70, CJK Ext H U+31350, Kawi U+11F04): "x\u{1e6c0}\u{1e6c1}",
+         * "'s", " 7\u{16d70}\u{16d71}9", " \u{31350}\u{31351}"; with PCRE2 10.42
+         * (Unicode 14) they were "other": "x", "\u{1e6c0}\u{1e6c1}'", "s", ... */
+        {"x\xf0\x9e\x9b\x80\xf0\x9e\x9b\x81's 7\xf0\x96\xb5\xb0\xf0\x96\xb5\xb1"
+         "9 \xf0\xb1\x8d\x90\xf0\xb1\x8d\x91",
+         {87,  172, 252, 249, 222, 172, 252, 249, 223, 338, 767, 172, 244, 113, 108,
+          172, 244, 113, 109, 24,  220, 172, 109, 235, 238, 172, 109, 235, 239},
+         29},
+        {"'re\xf0\x91\xbc\x84'll", {821, 172, 239, 120, 226, 1183}, 6},
     };
     ids_buf b = {0};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
@@ -197,6 +227,157 @@ static void test_gpt2_known(const data_tokenizer *t) {
     T_EQ_INT(data_tok_encode(t, "", 0, &b.v, &b.n, &b.cap), MS_OK);
     T_EQ_INT(b.n, 2);
     free(b.v);
+}
+
+/* Piece ends of a tok_split, in order. */
+typedef struct {
+    const uint8_t *base;
+    size_t *end;
+    size_t n, cap;
+} piece_list;
+
+static ms_status add_piece(void *ctx, const uint8_t *p, size_t n) {
+    piece_list *l = ctx;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 4096;
+        l->end = realloc(l->end, l->cap * sizeof *l->end);
+        MS_CHECK(l->end);
+    }
+    l->end[l->n++] = (size_t)(p - l->base) + n;
+    return MS_OK;
+}
+
+static size_t put_utf8(uint8_t *s, uint32_t c) {
+    if (c < 0x80) return s[0] = (uint8_t)c, 1;
+    if (c < 0x800) return s[0] = (uint8_t)(0xc0 | c >> 6), s[1] = (uint8_t)(0x80 | (c & 63)), 2;
+    if (c < 0x10000) {
+        s[0] = (uint8_t)(0xe0 | c >> 12);
+        s[1] = (uint8_t)(0x80 | (c >> 6 & 63));
+        s[2] = (uint8_t)(0x80 | (c & 63));
+        return 3;
+    }
+    s[0] = (uint8_t)(0xf0 | c >> 18);
+    s[1] = (uint8_t)(0x80 | (c >> 12 & 63));
+    s[2] = (uint8_t)(0x80 | (c >> 6 & 63));
+    s[3] = (uint8_t)(0x80 | (c & 63));
+    return 4;
+}
+
+/* GPT-2's class of c by PCRE2 (UTF + UCP: the system's Unicode tables). */
+static int pcre2_class(pcre2_code *const cls[3], pcre2_match_data *md, uint32_t c) {
+    uint8_t b[4];
+    size_t n = put_utf8(b, c);
+    static const int k[3] = {TOK_U_LETTER, TOK_U_NUMBER, TOK_U_SPACE};
+    for (int i = 0; i < 3; i++)
+        if (pcre2_match(cls[i], b, n, 0, 0, md, NULL) >= 0) return k[i];
+    return TOK_U_OTHER;
+}
+
+/* tok_gpt2_split cuts random text where PCRE2 with DATA_TOK_GPT2_PATTERN
+ * does, on every code point whose class both give (the text mixes ASCII,
+ * contractions, every kind of whitespace, marks, letters and digits of many
+ * scripts, astral and private-use code points, noncharacters and invalid
+ * bytes).  They differ, in classes only: U+180E, which PCRE2's \s takes and
+ * White_Space does not, and the code points one Unicode version assigned and
+ * the other does not have ('.' on one side). */
+static void test_gpt2_split(void) {
+    static const uint32_t ranges[][2] = {
+        {0x20, 0x7e},       {0x20, 0x20},       {0x9, 0xd},         {0x1c, 0x1f},
+        {0x80, 0x24f},      {0x300, 0x36f},     {0x370, 0x52f},     {0x600, 0x6ff},
+        {0x900, 0x97f},     {0xe00, 0xe7f},     {0x1680, 0x1680},   {0x1800, 0x18af},
+        {0x2000, 0x206f},   {0x2150, 0x218b},   {0x2460, 0x24ff},   {0x3000, 0x303f},
+        {0x4e00, 0x4e3f},   {0xac00, 0xac3f},   {0xfdd0, 0xfdef},   {0xfe00, 0xfeff},
+        {0xfff0, 0xffff},   {0x10570, 0x105ff}, {0x11f00, 0x11f5f}, {0x16d40, 0x16d7f},
+        {0x1d400, 0x1d7ff}, {0x1e6c0, 0x1e6ff}, {0x1f300, 0x1f3ff}, {0x20000, 0x2003f},
+        {0x31350, 0x3138f}, {0xe0000, 0xe01ff}, {0xf0000, 0xf003f}, {0x10fff0, 0x10ffff},
+    };
+    static const char *const bits[] = {"'s", "'t", "'re", "'ve", "'m", "'ll",  "'d",  "'S",
+                                       "'x", "''", " ",   "  ",  "\n", "\xff", "\xc2"};
+    size_t nr = sizeof ranges / sizeof *ranges, nb = sizeof bits / sizeof *bits;
+    const char *pats[3] = {"^\\p{L}", "^\\p{N}", "^\\s"};
+    pcre2_code *cls[3], *re = NULL;
+    int jit;
+    for (int i = 0; i < 3; i++)
+        T_EQ_INT(tok_compile("test", pats[i], &cls[i], &jit), MS_OK);
+    T_EQ_INT(tok_compile("test", DATA_TOK_GPT2_PATTERN, &re, &jit), MS_OK);
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    MS_CHECK(md);
+
+    /* The classes: the same but for U+180E and assigned-in-one-version code points. */
+    uint8_t *same = calloc(0x110000, 1);
+    MS_CHECK(same);
+    int unexplained = 0, differ = 0;
+    for (uint32_t c = 0; c < 0x110000; c++) {
+        if (c >= 0xd800 && c <= 0xdfff) continue;
+        int a = tok_uclass(c), b = pcre2_class(cls, md, c);
+        same[c] = a == b;
+        if (a == b) continue;
+        differ++;
+        if (c != 0x180e && a != TOK_U_OTHER && b != TOK_U_OTHER) {
+            if (unexplained++ < 5) fprintf(stderr, "  U+%04X: ours %c, PCRE2 %c\n", c, a, b);
+        }
+    }
+    T_EQ_INT(unexplained, 0);
+    T_EQ_INT(tok_uclass(0x180e), TOK_U_OTHER);
+    T_EQ_INT(tok_uclass(0x85), TOK_U_SPACE);
+    T_EQ_INT(tok_uclass(0xfeff), TOK_U_OTHER);
+    T_EQ_INT(tok_uclass(0x1e6c0), TOK_U_LETTER); /* Tai Yo, Unicode 17 */
+    printf("gpt2 split: Unicode %s tables, %d code points classed otherwise by PCRE2\n",
+           tok_unicode_version(), differ);
+
+    ms_rng r = ms_rng_make(11, 3);
+    size_t max = 1 << 14;
+    uint8_t *s = malloc(max + 8);
+    piece_list ours = {0}, ref = {0};
+    int fails = 0, texts = 400;
+    size_t total = 0;
+    for (int k = 0; k < texts; k++) {
+        size_t n = 0, len = ms_rng_next_below(&r, max);
+        while (n < len) {
+            if (ms_rng_next_below(&r, 4) == 0) {
+                const char *b = bits[ms_rng_next_below(&r, nb)];
+                memcpy(s + n, b, strlen(b));
+                n += strlen(b);
+                continue;
+            }
+            const uint32_t *g = ranges[ms_rng_next_below(&r, nr)];
+            uint32_t c = g[0] + (uint32_t)ms_rng_next_below(&r, g[1] - g[0] + 1);
+            uint64_t rep = ms_rng_next_below(&r, 8) == 0 ? ms_rng_next_below(&r, 40) : 1;
+            if (!same[c]) continue;
+            for (uint64_t i = 0; i < rep && n < len; i++)
+                n += put_utf8(s + n, c);
+        }
+        total += n;
+        ours.base = ref.base = s;
+        ours.n = ref.n = 0;
+        T_EQ_INT(tok_split(NULL, 0, (const char *)s, n, add_piece, &ours), MS_OK);
+        T_EQ_INT(tok_split(re, jit, (const char *)s, n, add_piece, &ref), MS_OK);
+        size_t i = 0;
+        while (i < ours.n && i < ref.n && ours.end[i] == ref.end[i])
+            i++;
+        if (i < ours.n || i < ref.n) {
+            size_t at = i ? ours.end[i - 1] : 0;
+            if (fails++ < 3) {
+                fprintf(stderr, "  text %d: piece %zu from byte %zu ends at %zd (PCRE2 %zd):", k, i,
+                        at, i < ours.n ? (ssize_t)ours.end[i] : -1,
+                        i < ref.n ? (ssize_t)ref.end[i] : -1);
+                for (size_t j = at; j < n && j < at + 24; j++)
+                    fprintf(stderr, " %02x", s[j]);
+                fprintf(stderr, "\n");
+            }
+        }
+    }
+    T_EQ_INT(fails, 0);
+    printf("gpt2 split: %d random texts, %zu bytes, cut as PCRE2 cuts them\n", texts - fails,
+           total);
+    free(ours.end);
+    free(ref.end);
+    free(s);
+    free(same);
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    for (int i = 0; i < 3; i++)
+        pcre2_code_free(cls[i]);
 }
 
 static void test_round_trips(const data_tokenizer *t) {
@@ -621,6 +802,7 @@ int main(int argc, char **argv) {
     T_OK(kjv != NULL);
 
     test_gpt2_known(gpt2);
+    test_gpt2_split();
     test_round_trips(gpt2);
     test_decode_errors(gpt2);
     test_files(gpt2);

@@ -11,6 +11,11 @@
  *   tok_encode --train VOCAB IN OUT
  *       learns a VOCAB-id tokenizer from IN (data_tok_train), saves it to OUT
  *       and prints "train_seconds S" and "bytes_per_token B" (on IN).
+ *   tok_encode --classes
+ *       prints GPT-2's character classes (tokenizer_gpt2.c): "unicode V",
+ *       then "FIRST LAST C" (hex code points, C: L, N or S) for each maximal
+ *       range of one class; code points in none are the "other" class.  The
+ *       parity test compares them with node's \p{L}, \p{N}, \p{White_Space}.
  * Exit status 0, or 1 with the error on stderr. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +24,7 @@
 #include "base/fileio.h"
 #include "base/timeutil.h"
 #include "data/tokenizer.h"
+#include "data/tokenizer_internal.h"
 
 static int fail(const char *what) {
     fprintf(stderr, "tok_encode: %s: %s\n", what, ms_errmsg());
@@ -78,7 +84,22 @@ out:
     return rc;
 }
 
+static int classes(void) {
+    printf("unicode %s\n", tok_unicode_version());
+    uint32_t first = 0;
+    int k = tok_uclass(0);
+    for (uint32_t c = 1; c <= 0x110000; c++) {
+        int kc = c < 0x110000 ? tok_uclass(c) : -1;
+        if (kc == k) continue;
+        if (k != TOK_U_OTHER) printf("%x %x %c\n", first, c - 1, k);
+        first = c;
+        k = kc;
+    }
+    return fflush(stdout) == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--classes")) return classes();
     const char *tok = "gpt2", *in = NULL, *out = NULL;
     int threads = 1, reps = 3, do_bench = 0, rc = 1, vocab = 0;
     for (int i = 1; i < argc; i++) {
@@ -102,7 +123,8 @@ int main(int argc, char **argv) {
     if (!in || (!do_bench && !out) || reps < 1 || threads < 1) {
         fprintf(stderr, "usage: tok_encode [--tok gpt2|FILE] [--threads N] IN OUT\n"
                         "       tok_encode --bench [--tok gpt2|FILE] [--reps R] [--threads N] IN\n"
-                        "       tok_encode --train VOCAB IN OUT\n");
+                        "       tok_encode --train VOCAB IN OUT\n"
+                        "       tok_encode --classes\n");
         return 2;
     }
     if (vocab) return train(in, out, vocab);
