@@ -51,6 +51,10 @@ ms_status train_dist_device(const train_config *tc, comm_world *world, comm_grid
     const char *mode = tc->comm && *tc->comm ? tc->comm : "auto";
     if (strcmp(mode, "auto") && strcmp(mode, "nccl") && strcmp(mode, "mpi"))
         return ms_error(MS_ERR_ARG, "--comm %s: expected auto, nccl or mpi", mode);
+    if (!be->stream && strcmp(mode, "auto") && (!world || comm_world_rank(world) == 0))
+        ms_warn("--comm %s is for device buffers (--device cuda): the %s backend's host buffers "
+                "go through MPI whatever it says",
+                mode, be->name ? be->name : "cpu");
     if (!world || !be->stream) return MS_OK; /* one process, or host memory */
     comm_device dev = {be,           dev_is_device, dev_to_host, dev_to_device, dev_host_alloc,
                        dev_host_free};

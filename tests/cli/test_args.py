@@ -550,8 +550,13 @@ def test_input_handling(d, train):
        "train --device cuda --cpu-profile 1: said to be ignored", f"rc={rc}\n{err}")
     rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps",
                      "1", "--cpu-profile", "1")
-    ok(rc == 0 and "ignores it" not in err, "train --cpu-profile 1 on the cpu: no such warning",
-       f"rc={rc}\n{err}")
+    ok(rc == 0 and "ignores it" not in err and "--comm" not in err,
+       "train --cpu-profile 1 on the cpu: no such warning", f"rc={rc}\n{err}")
+    rc, _, err = run("train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps",
+                     "1", "--comm", "nccl")
+    ok(rc == 0 and "--comm nccl is for device buffers (--device cuda): the cpu backend's host "
+       "buffers go through MPI whatever it says" in err,
+       "train --device cpu --comm nccl: said to do nothing", f"rc={rc}\n{err}")
     # a --config file that starts with a UTF-8 byte-order mark
     cfg = os.path.join(d, "bom.cfg")
     open(cfg, "wb").write("\ufeffcount = 3\n".encode("utf-8"))
