@@ -76,6 +76,12 @@ ms_status trace_merge(const char *dir, const char *out_path, trace_merge_stats *
 
 /* The newest steps the heat map shows (and trace_strag_load keeps for it). */
 #define TRACE_STRAG_HEAT_STEPS 8000
+/* A rank is named a straggler only with this many scored steps: with fewer, step-to-step
+ * noise alone names one (two ranks of 5 steps whose times vary by 30%: 1 run in 5). */
+#define TRACE_STRAG_JUDGE_STEPS 8
+/* ... and only when its lag costs the job at least this share of a step (the ranks' median
+ * "step" span): a compute of 0.3 ms in a step of 8 ms that is 30% slower is no straggler. */
+#define TRACE_STRAG_MIN_LAG 0.05
 
 typedef struct {
     double threshold; /* a score below it marks a straggler (0.75) */
@@ -94,7 +100,16 @@ typedef struct {
     double individual; /* best window median / last window median */
     int windows;       /* windows of the individual score (0: fewer steps than one, no score) */
     int slowed_alone;  /* individual below the threshold while the other ranks' median is not */
-    int straggler;     /* relative below the threshold, or slowed_alone */
+    double q25_ms, q75_ms; /* quartiles of its compute time per step */
+    double slowed_ms;      /* its last window's median minus its best window's */
+    double step_ms;        /* median time of its whole steps ("step" spans; 0: none logged) */
+    int judged;        /* scored, with at least TRACE_STRAG_JUDGE_STEPS steps: it may be named */
+    int consistent;    /* its lag is no noise: its q25 above the q75 of its stage's fastest rank */
+    int lag_small;     /* what it loses against the fastest rank (or its own best window) is
+                          under TRACE_STRAG_MIN_LAG of a step: no cost to the job */
+    int peers;         /* the other scored ranks of its pipeline stage */
+    int straggler;     /* judged, and: relative below the threshold and consistent, or
+                          slowed_alone; in both, a lag of at least TRACE_STRAG_MIN_LAG */
     char unscored[96]; /* why the rank has no score ("" when it has one): never healthy */
     /* with opts.heatmap: compute time (ms) of steps heat_first..heat_first + heat_n - 1, its
      * newest TRACE_STRAG_HEAT_STEPS (< 0 where no data); NULL otherwise */
@@ -123,8 +138,9 @@ ms_status trace_strag_load(const char *dir, const trace_strag_opts *o, trace_str
 void trace_strag_free(trace_strag *s);
 /* The table and the "stragglers: ..." line. */
 void trace_strag_print(const trace_strag *s, FILE *f);
-/* {"threshold","window","ranks":[...],"stragglers":[ranks],"unscored":[ranks],
- * "job_individual"}; NULL on OOM. */
+/* {"threshold","window","min_steps","min_lag","ranks":[...],"stragglers":[ranks],
+ * "unscored":[ranks],"job_individual","notes":[strings]}: notes say when the run is too
+ * short, or a stage too small, to judge; NULL on OOM. */
 cJSON *trace_strag_json(const trace_strag *s);
 /* Heat map: ranks (sorted by pp, dp, tp) x steps (the newest TRACE_STRAG_HEAT_STEPS),
  * colour = compute time / the step's median over the ranks of its stage; straggler rows
@@ -140,11 +156,16 @@ typedef struct trace_hang trace_hang;
  * malformed dump (FORMAT, naming the file). */
 ms_status trace_hang_load(const char *dir, trace_hang **out);
 void trace_hang_free(trace_hang *h);
-/* Shape, per-stage dp x tp state tables, oldest in-flight op per rank,
- * "suspects: ..." lines. */
+/* Shape, per-stage dp x tp state tables (up to 4096 ranks), oldest in-flight op per rank,
+ * "suspects: ..." lines.  Bounded for any world: each per-rank list stops after 32 lines,
+ * then counts the ranks it left out and groups all of them by what they wait in. */
 void trace_hang_print(const trace_hang *h, FILE *f);
 /* {"world","dir","shape","dumps","missing","suspects":[...],"notes":[...],
- * "waiting":[...]}; NULL on OOM. */
+ * "waiting":[...],"suspects_by_op":[...],"waiting_by_op":[...],"n_dumps","n_missing",
+ * "n_suspects","n_notes","n_waiting","list_max","truncated"}: each per-rank list holds its
+ * first list_max (32) entries, n_<list> counts them all; the *_by_op groups ({"what","op",
+ * "group","seq","n_ranks","ranks":[first 32]}, the first 32 groups) count every rank.
+ * Bounded for any world.  NULL on OOM. */
 cJSON *trace_hang_json(const trace_hang *h);
 /* Number of suspects found (0: none). */
 int trace_hang_n_suspects(const trace_hang *h);

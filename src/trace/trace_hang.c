@@ -211,13 +211,58 @@ static ms_status add_why(hang_rank *r, int cls, const char *fmt, ...) {
 
 /* The group of rank r with g's name and member list, or NULL. */
 static const hang_group *same_group(const hang_rank *r, const hang_group *g) {
-    for (int i = 0; i < r->n_groups; i++) {
-        const hang_group *x = &r->groups[i];
-        if (!strcmp(x->name, g->name) && x->n_ranks == g->n_ranks &&
-            !memcmp(x->ranks, g->ranks, (size_t)g->n_ranks * sizeof *g->ranks))
-            return x;
-    }
+    for (int i = 0; i < r->n_groups; i++)
+        if (r->groups[i].id == g->id) return &r->groups[i];
     return NULL;
+}
+
+/* A group's identity: FNV-1a over its name and members (equal groups, equal hashes). */
+static uint64_t group_hash(const hang_group *g) {
+    uint64_t x = 14695981039346656037ull;
+    for (const char *c = g->name; *c; c++)
+        x = (x ^ (unsigned char)*c) * 1099511628211ull;
+    for (int i = 0; i < g->n_ranks; i++)
+        x = (x ^ (uint32_t)g->ranks[i]) * 1099511628211ull;
+    return x;
+}
+
+typedef struct {
+    uint64_t hash;
+    hang_group *g;
+} group_ref;
+
+static int group_ref_cmp(const void *a, const void *b) {
+    const group_ref *x = a, *y = b;
+    if (x->hash != y->hash) return x->hash < y->hash ? -1 : 1;
+    const hang_group *p = x->g, *q = y->g;
+    int c = strcmp(p->name, q->name);
+    if (!c) c = (p->n_ranks > q->n_ranks) - (p->n_ranks < q->n_ranks);
+    if (!c) c = memcmp(p->ranks, q->ranks, (size_t)p->n_ranks * sizeof *p->ranks);
+    return c;
+}
+
+/* Number the groups of all dumps so that the copies of one group (the same name and members)
+ * share an id: same_group compares ids, not member lists (comparing lists cost every rank
+ * members x members ints: 18 s for 16,384 ranks in a dp group of 1,024). */
+static ms_status group_ids(trace_hang *h) {
+    size_t n = 0;
+    for (int rk = 0; rk < h->world; rk++)
+        n += (size_t)h->ranks[rk].n_groups;
+    group_ref *refs = malloc((n + 1) * sizeof *refs);
+    if (!refs) return ms_error(MS_ERR_NOMEM, "out of memory");
+    n = 0;
+    for (int rk = 0; rk < h->world; rk++)
+        for (int i = 0; i < h->ranks[rk].n_groups; i++) {
+            hang_group *g = &h->ranks[rk].groups[i];
+            refs[n++] = (group_ref){group_hash(g), g};
+        }
+    qsort(refs, n, sizeof *refs, group_ref_cmp);
+    for (size_t i = 0, id = 0; i < n; i++) {
+        if (i && group_ref_cmp(&refs[i - 1], &refs[i])) id++;
+        refs[i].g->id = (int)id;
+    }
+    free(refs);
+    return MS_OK;
 }
 
 static int is_p2p(const hang_op *op) {
@@ -403,6 +448,7 @@ static void set_min_age(trace_hang *h) {
 }
 
 static ms_status find_suspects(trace_hang *h) {
+    MS_TRY(group_ids(h));
     set_min_age(h);
     for (int rk = 0; rk < h->world; rk++) {
         hang_rank *r = &h->ranks[rk];

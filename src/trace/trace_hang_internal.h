@@ -20,6 +20,7 @@ typedef struct {
     char name[64];
     int *ranks; /* global ranks of the members, in group order */
     int n_ranks;
+    int id; /* equal for the copies of one group (name and members) on its ranks' dumps */
     int64_t issued, completed;
     int has_last;
     hang_op last; /* the last completed op, if has_last */

@@ -1,5 +1,6 @@
 /* trace_hang_print.c - the hang analysis as text (grid tables per pipeline
  * stage, the oldest in-flight op per rank, the suspects) and as JSON. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "trace/trace_hang_internal.h"
@@ -34,9 +35,105 @@ static int rank_at(const trace_hang *h, int dp, int pp, int tp) {
     return tp + h->shape.tp * (dp + h->shape.dp * pp);
 }
 
-/* Bounds on the text for a huge world (a damaged dump said 1048575: millions of lines). */
+/* Bounds on the output for a huge world (a damaged dump said 1048575: millions of lines; a
+ * 32k-rank job whose ranks all wait, or are all suspects, printed 17 MB of JSON and of text).
+ * Past HANG_LIST_MAX entries a list ends, and the ranks it left out are counted and grouped by
+ * what they wait in (hang_by_op): the totals and the groups are exact, the rank lists cut. */
 #define HANG_TABLE_MAX 4096 /* ranks drawn in the state tables */
 #define HANG_RUN_MIN 4      /* ranks without a dump in a row said in one line */
+#define HANG_LIST_MAX 32    /* lines (text) or entries (JSON) of a per-rank list, groups too */
+
+/* What a rank waits in, the key of the groups: no dump, nothing in flight, or its oldest
+ * in-flight op by op, group name and (for a collective) sequence number; a transfer's peer
+ * and sequence are left out of the key (they differ from rank to rank). */
+typedef struct {
+    int rank, kind; /* kind: 0 no dump, 1 nothing in flight, 2 an op */
+    const char *op, *group;
+    int64_t seq; /* -1 for a transfer or a wait_for */
+} hang_key;
+
+static hang_key key_of(const hang_rank *r) {
+    hang_key k = {r->rank, 0, "", "", -1};
+    if (!r->has_dump) return k;
+    k.kind = 1;
+    if (r->oldest_g < 0) return k;
+    const hang_group *g = &r->groups[r->oldest_g];
+    const hang_op *op = &g->in_flight[r->oldest_i];
+    k.kind = 2;
+    k.op = op->op;
+    k.group = g->name;
+    k.seq = op->peer >= 0 || hang_is_wait_for(op) ? -1 : op->seq;
+    return k;
+}
+
+static int key_cmp(const hang_key *a, const hang_key *b) {
+    int c = a->kind - b->kind;
+    if (!c) c = strcmp(a->op, b->op);
+    if (!c) c = strcmp(a->group, b->group);
+    if (!c) c = (a->seq > b->seq) - (a->seq < b->seq);
+    return c;
+}
+
+static int key_sort(const void *x, const void *y) { /* by key, then rank */
+    const hang_key *a = x, *b = y;
+    int c = key_cmp(a, b);
+    return c ? c : a->rank - b->rank;
+}
+
+/* "all_reduce #12 on 'tp'", "recv on 'pp'", "no dump" into buf. */
+static const char *key_str(char *buf, size_t n, const hang_key *k) {
+    if (k->kind < 2)
+        snprintf(buf, n, "%s", k->kind ? "nothing in flight" : "no dump");
+    else if (k->seq >= 0)
+        snprintf(buf, n, "%s #%lld on '%s'", k->op, (long long)k->seq, k->group);
+    else
+        snprintf(buf, n, "%s on '%s'", k->op, k->group);
+    return buf;
+}
+
+/* The ranks that `pick` selects (0: all of them), sorted by what they wait in: a malloc'd
+ * array (free it) of *n keys; NULL on OOM (*n 0). */
+static hang_key *hang_by_op(const trace_hang *h, int (*pick)(const trace_hang *, const hang_rank *),
+                            int *n) {
+    hang_key *k = malloc(((size_t)h->world + 1) * sizeof *k);
+    *n = 0;
+    if (!k) return NULL;
+    for (int rk = 0; rk < h->world; rk++)
+        if (!pick || pick(h, &h->ranks[rk])) k[(*n)++] = key_of(&h->ranks[rk]);
+    qsort(k, (size_t)*n, sizeof *k, key_sort);
+    return k;
+}
+
+/* The groups of keys k[0..n): "    all_reduce #12 on 'tp': 32768 rank(s): 0, 1, ..." lines, at
+ * most HANG_LIST_MAX of them and HANG_LIST_MAX ranks each. */
+static void print_groups(const hang_key *k, int n, FILE *f) {
+    char what[160];
+    int shown = 0, n_groups = 0;
+    for (int i = 0, j; i < n; i = j) {
+        for (j = i; j < n && !key_cmp(&k[i], &k[j]); j++)
+            ;
+        n_groups++;
+        if (shown++ >= HANG_LIST_MAX) continue;
+        fprintf(f, "    %s: %d rank(s):", key_str(what, sizeof what, &k[i]), j - i);
+        for (int q = i; q < j && q < i + HANG_LIST_MAX; q++)
+            fprintf(f, "%s %d", q > i ? "," : "", k[q].rank);
+        fprintf(f, "%s\n", j - i > HANG_LIST_MAX ? ", ..." : "");
+    }
+    if (n_groups > HANG_LIST_MAX)
+        fprintf(f, "    ... and %d more group(s)\n", n_groups - HANG_LIST_MAX);
+}
+
+/* After a list cut at HANG_LIST_MAX lines: how many were left out, and every rank of the
+ * list grouped by what it waits in. */
+static void print_rest(const trace_hang *h, int (*pick)(const trace_hang *, const hang_rank *),
+                       const char *what, int left, FILE *f) {
+    int n;
+    hang_key *k = hang_by_op(h, pick, &n);
+    fprintf(f, "  ... %d more %s not listed (%d in all); all %d by what they wait in:\n", left,
+            what, n, n);
+    if (k) print_groups(k, n, f);
+    free(k);
+}
 
 /* The last rank of the run from rk of ranks without a dump (with no other evidence against
  * them: `why1`), rk itself when the run is shorter than HANG_RUN_MIN. */
@@ -73,8 +170,12 @@ void trace_hang_print(const trace_hang *h, FILE *f) {
     print_tables(h, f);
     fprintf(f, "oldest in-flight op per rank:\n");
     char c[64], op[512];
-    for (int rk = 0; rk < h->world; rk++) {
+    for (int rk = 0, lines = 0; rk < h->world; rk++, lines++) {
         const hang_rank *r = &h->ranks[rk];
+        if (lines == HANG_LIST_MAX) {
+            print_rest(h, NULL, "rank(s)", h->world - rk, f);
+            break;
+        }
         int end = no_dump_run(h, rk, 0);
         if (end > rk) {
             fprintf(f, "  ranks %d-%d (%d ranks): no dump\n", rk, end, end - rk + 1);
@@ -95,9 +196,17 @@ void trace_hang_print(const trace_hang *h, FILE *f) {
     }
     if (!trace_hang_n_suspects(h)) fprintf(f, "suspects: none found\n");
     for (int pass = 0; pass < 2; pass++)
-        for (int rk = 0; rk < h->world; rk++) {
+        for (int rk = 0, lines = 0; rk < h->world; rk++) {
             const hang_rank *r = &h->ranks[rk];
             if (pass ? !hang_is_note(h, r) : !hang_is_suspect(h, r)) continue;
+            if (lines++ == HANG_LIST_MAX) {
+                int left = 0;
+                for (int q = rk; q < h->world; q++)
+                    left += pass ? hang_is_note(h, &h->ranks[q]) : hang_is_suspect(h, &h->ranks[q]);
+                print_rest(h, pass ? hang_is_note : hang_is_suspect,
+                           pass ? "rank(s) with weaker evidence" : "suspect(s)", left, f);
+                break;
+            }
             int end = pass ? rk : no_dump_run(h, rk, 1);
             if (end > rk) { /* the same one reason each */
                 fprintf(f, "suspects: ranks %d-%d (%d ranks): %s\n", rk, end, end - rk + 1,
@@ -154,28 +263,90 @@ static cJSON *waiting_json(const hang_rank *r) {
     return NULL;
 }
 
+static int is_waiting(const trace_hang *h, const hang_rank *r) {
+    (void)h;
+    return r->has_dump && r->oldest_g >= 0;
+}
+
+/* [{"what","op","group","seq","n_ranks","ranks":[first HANG_LIST_MAX]}], the first
+ * HANG_LIST_MAX groups of the ranks `pick` selects (hang_by_op); *n_groups: all of them. */
+static cJSON *groups_json(const trace_hang *h, int (*pick)(const trace_hang *, const hang_rank *),
+                          int *n_groups) {
+    int n;
+    hang_key *k = hang_by_op(h, pick, &n);
+    cJSON *arr = cJSON_CreateArray();
+    int ok = k && arr;
+    char what[160];
+    *n_groups = 0;
+    for (int i = 0, j; ok && i < n; i = j) {
+        for (j = i; j < n && !key_cmp(&k[i], &k[j]); j++)
+            ;
+        if ((*n_groups)++ >= HANG_LIST_MAX) continue;
+        cJSON *g = cJSON_CreateObject(), *ranks = cJSON_CreateArray();
+        ok = g && ranks && trace_json_add_text(g, "what", key_str(what, sizeof what, &k[i])) &&
+             (k[i].kind < 2 ? cJSON_AddNullToObject(g, "op") && cJSON_AddNullToObject(g, "group")
+                            : trace_json_add_text(g, "op", k[i].op) &&
+                                  trace_json_add_text(g, "group", k[i].group)) &&
+             (k[i].seq >= 0 ? cJSON_AddNumberToObject(g, "seq", (double)k[i].seq) != NULL
+                            : cJSON_AddNullToObject(g, "seq") != NULL) &&
+             cJSON_AddNumberToObject(g, "n_ranks", j - i);
+        for (int q = i; ok && q < j && q < i + HANG_LIST_MAX; q++)
+            ok = add_int(ranks, k[q].rank);
+        if (ok && cJSON_AddItemToObject(g, "ranks", ranks)) {
+            ranks = NULL;
+            ok = cJSON_AddItemToArray(arr, g);
+            if (ok) g = NULL;
+        } else {
+            ok = 0;
+        }
+        cJSON_Delete(ranks);
+        cJSON_Delete(g);
+    }
+    free(k);
+    if (ok) return arr;
+    cJSON_Delete(arr);
+    return NULL;
+}
+
+/* The per-rank lists hold their first HANG_LIST_MAX entries; "n_<list>" counts them all, and
+ * "suspects_by_op" / "waiting_by_op" group every suspect / waiting rank by what it waits in. */
 cJSON *trace_hang_json(const trace_hang *h) {
     cJSON *o = cJSON_CreateObject(), *shape = trace_coord_json(h->shape);
     cJSON *dumps = cJSON_CreateArray(), *missing = cJSON_CreateArray();
     cJSON *sus = cJSON_CreateArray(), *wait = cJSON_CreateArray(), *notes = cJSON_CreateArray();
-    int ok = o && shape && dumps && missing && sus && wait && notes;
+    int n_sg = 0, n_wg = 0;
+    cJSON *sus_by = groups_json(h, hang_is_suspect, &n_sg),
+          *wait_by = groups_json(h, is_waiting, &n_wg);
+    int ok = o && shape && dumps && missing && sus && wait && notes && sus_by && wait_by;
+    int n[5] = {0}; /* dumps, missing, suspects, notes, waiting */
     for (int rk = 0; ok && rk < h->world; rk++) {
         const hang_rank *r = &h->ranks[rk];
-        ok = add_int(r->has_dump ? dumps : missing, rk);
-        if (ok && r->cls) {
+        int li = r->has_dump ? 0 : 1;
+        ok = n[li]++ >= HANG_LIST_MAX || add_int(li ? missing : dumps, rk);
+        li = hang_is_suspect(h, r) ? 2 : 3;
+        if (ok && r->cls && n[li]++ < HANG_LIST_MAX) {
             cJSON *s = suspect_json(r);
-            ok = s && cJSON_AddItemToArray(hang_is_suspect(h, r) ? sus : notes, s);
+            ok = s && cJSON_AddItemToArray(li == 2 ? sus : notes, s);
         }
-        if (ok && r->has_dump && r->oldest_g >= 0) {
+        if (ok && is_waiting(h, r) && n[4]++ < HANG_LIST_MAX) {
             cJSON *w = waiting_json(r);
             ok = w && cJSON_AddItemToArray(wait, w);
         }
     }
+    const char *counts[] = {"n_dumps", "n_missing", "n_suspects", "n_notes", "n_waiting"};
+    int cut = n_sg > HANG_LIST_MAX || n_wg > HANG_LIST_MAX;
+    for (int i = 0; i < 5; i++) {
+        ok = ok && cJSON_AddNumberToObject(o, counts[i], n[i]);
+        cut |= n[i] > HANG_LIST_MAX;
+    }
     ok = ok && cJSON_AddNumberToObject(o, "world", h->world) &&
-         trace_json_add_text(o, "dir", h->dir);
-    cJSON *items[] = {shape, dumps, missing, sus, notes, wait};
-    const char *names[] = {"shape", "dumps", "missing", "suspects", "notes", "waiting"};
-    for (int i = 0; i < 6; i++) {
+         trace_json_add_text(o, "dir", h->dir) &&
+         cJSON_AddNumberToObject(o, "list_max", HANG_LIST_MAX) &&
+         cJSON_AddBoolToObject(o, "truncated", cut);
+    cJSON *items[] = {shape, dumps, missing, sus, notes, wait, sus_by, wait_by};
+    const char *names[] = {"shape", "dumps",   "missing",        "suspects",
+                           "notes", "waiting", "suspects_by_op", "waiting_by_op"};
+    for (int i = 0; i < 8; i++) {
         if (ok && cJSON_AddItemToObject(o, names[i], items[i])) continue;
         ok = 0;
         cJSON_Delete(items[i]);

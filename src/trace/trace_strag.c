@@ -36,10 +36,10 @@ static int is_wait(const strag_names *nm, int name) {
 }
 
 /* Add one rank's compute times (ns) into c[0..n) for steps first..first+n-1
- * (c[k] < 0: no fwd/bwd in that step yet).  spans are the rank's compute
- * lane. */
-static void rank_compute(trace_log *l, const strag_names *nm, double *c, int first, int n, int *idx,
-                         nest_entry *stack) {
+ * (c[k] < 0: no fwd/bwd in that step yet), and the time of its whole "step" span into st[k]
+ * (< 0: none).  spans are the rank's compute lane. */
+static void rank_compute(trace_log *l, const strag_names *nm, double *c, double *st, int first,
+                         int n, int *idx, nest_entry *stack) {
     for (int i = 0; i < l->n_spans; i++)
         idx[i] = i;
     trace_nest(l->spans, idx, l->n_spans);
@@ -58,6 +58,10 @@ static void rank_compute(trace_log *l, const strag_names *nm, double *c, int fir
         }
         int step = -1;
         double dur = (double)(s->t1 - s->t0);
+        if (s->name == nm->step && (s->flags & TRACE_HAS_STEP)) { /* the whole step */
+            int64_t k = (int64_t)s->step - first;
+            if (s->step >= 1 && k >= 0 && k < n) st[k] = dur;
+        }
         if (is_fb(nm, s->name) && fb < 0) {
             step = s->flags & TRACE_HAS_STEP ? s->step : step_ctx;
             int64_t k = (int64_t)step - first;
@@ -80,6 +84,13 @@ static double median(double *v, int n) { /* sorts v */
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* The p-quantile of sorted v[0..n) (n >= 1), linear between neighbours. */
+static double quantile(const double *v, int n, double p) {
+    double k = p * (n - 1);
+    int i = (int)k;
+    return i + 1 < n ? v[i] + (v[i + 1] - v[i]) * (k - i) : v[n - 1];
+}
+
 /* The median of sorted v[0..m) without one element equal to x (m >= 2). */
 static double median_without(const double *v, int m, double x) {
     int pos = 0;
@@ -97,10 +108,15 @@ static double median_without(const double *v, int m, double x) {
  * run, or of a resume).  A rank with fewer than STRAG_MIN_STEPS steps is not scored
  * (r->unscored says why): its set-up step would be scored as compute.  w: room for `window`
  * values.  Returns the rank's steps with compute, scored or not. */
-static int rank_scores(trace_strag_rank *r, double *c, int n_steps, int window, double *w) {
-    int n = 0;
-    for (int k = 0; k < n_steps; k++)
+static int rank_scores(trace_strag_rank *r, double *c, double *st, int n_steps, int window,
+                       double *w) {
+    int n = 0, n_st = 0;
+    for (int k = 0; k < n_steps; k++) {
+        if (c[k] >= 0 && n && st && st[k] >= 0) st[n_st++] = st[k]; /* not the warm-up's */
         if (c[k] >= 0) c[n++] = c[k];
+    }
+    r->step_ms = n_st ? median(st, n_st) : 0;
+    r->slowed_ms = r->q25_ms = r->q75_ms = 0;
     r->individual = 1.0;
     r->steps = r->windows = 0;
     r->median_ms = 0;
@@ -126,15 +142,18 @@ static int rank_scores(trace_strag_rank *r, double *c, int n_steps, int window, 
             if (best < 0 || m < best) best = m;
         }
         r->individual = last > 0 ? best / last : 1.0;
+        r->slowed_ms = last - best;
     }
-    r->median_ms = median(c, n);
+    r->median_ms = median(c, n); /* sorts c */
+    r->q25_ms = quantile(c, n, 0.25);
+    r->q75_ms = quantile(c, n, 0.75);
     return n + 1;
 }
 
 /* One rank's compute times (ns) for its steps first..first+n-1 (c[k] < 0: none). */
 typedef struct {
     int first, n;
-    double *c;
+    double *c, *st; /* st: its whole steps' times ("step" spans; < 0: none) */
 } strag_row;
 
 /* Read log li's compute spans, reduce them to its row, and free them again: memory holds
@@ -159,14 +178,17 @@ static ms_status rank_row(trace_set *set, int li, strag_row *row) {
         if (last - first >= STRAG_MAX_STEPS) first = last - STRAG_MAX_STEPS + 1;
         row->first = first, row->n = last - first + 1;
         row->c = malloc((size_t)row->n * sizeof *row->c);
+        row->st = malloc((size_t)row->n * sizeof *row->st);
         int *idx = malloc(((size_t)l->n_spans + 1) * sizeof *idx);
         nest_entry *stack = malloc(((size_t)l->n_spans + 1) * sizeof *stack);
-        if (row->c && idx && stack) {
+        if (row->c && row->st && idx && stack) {
             for (int k = 0; k < row->n; k++)
-                row->c[k] = -1;
-            rank_compute(l, &nm, row->c, row->first, row->n, idx, stack);
-            for (int k = 0; k < row->n; k++) /* ms */
+                row->c[k] = row->st[k] = -1;
+            rank_compute(l, &nm, row->c, row->st, row->first, row->n, idx, stack);
+            for (int k = 0; k < row->n; k++) { /* ms */
                 row->c[k] = row->c[k] >= 0 ? row->c[k] / 1e6 : -1;
+                row->st[k] = row->st[k] >= 0 ? row->st[k] / 1e6 : -1;
+            }
         } else {
             st = ms_error(MS_ERR_NOMEM, "%s: out of memory", l->path);
         }
@@ -199,7 +221,8 @@ static ms_status score_rank(trace_strag *s, int li, const strag_row *row, int fr
     skip = skip > row->n ? row->n : skip;
     if (s->opts.heatmap && !r->heat) MS_TRY(keep_heat(r, row));
     double *c = row->c ? row->c + skip : NULL; /* NULL: no steps */
-    *with_compute = rank_scores(r, c, row->n - skip, s->opts.window, w) > 0;
+    double *st = row->st ? row->st + skip : NULL;
+    *with_compute = rank_scores(r, c, st, row->n - skip, s->opts.window, w) > 0;
     return MS_OK;
 }
 
@@ -226,6 +249,7 @@ static ms_status score_rows(trace_strag *s, trace_set *set, int *any) {
         if (st == MS_OK) st = score_rank(s, li, &row, row.first, w, &wc);
         has[li] = (char)wc;
         free(row.c);
+        free(row.st);
     }
     if (!last) first = 1;
     if (last - first >= STRAG_MAX_STEPS) first = last - STRAG_MAX_STEPS + 1;
@@ -237,6 +261,7 @@ static ms_status score_rows(trace_strag *s, trace_set *set, int *any) {
         if (st == MS_OK) st = score_rank(s, li, &row, first, w, &wc);
         has[li] = (char)wc;
         free(row.c);
+        free(row.st);
     }
     *any = 0;
     for (int li = 0; li < set->n_logs; li++)
@@ -262,6 +287,34 @@ static ms_status strag_alloc(trace_strag **out, const trace_set *set, const trac
     return MS_OK;
 }
 
+/* Whether a lag of lag_ms a step costs the job at least TRACE_STRAG_MIN_LAG of rank r's whole
+ * step (its median "step" span; without one, any lag counts). */
+static int lag_counts(const trace_strag_rank *r, double lag_ms) {
+    return r->step_ms <= 0 || lag_ms >= TRACE_STRAG_MIN_LAG * r->step_ms;
+}
+
+/* Rank r's relative score against ref (its stage's fastest rank; n_stage scored ranks) and
+ * its verdict; ind[0..m): the sorted individual scores.  A straggler needs a large lag (a
+ * score below the threshold) that is consistent (relative: its faster quarter of steps
+ * slower than ref's slower quarter, not a median that noise moved), that costs the job
+ * (lag_counts), over enough steps (TRACE_STRAG_JUDGE_STEPS).  With two ranks a stage, the
+ * one peer is all it is compared with: those conditions are what make the verdict hold. */
+static void verdict(const trace_strag *s, trace_strag_rank *r, const trace_strag_rank *ref,
+                    int n_stage, const double *ind, int m) {
+    double thr = s->opts.threshold;
+    r->relative = !r->steps || !ref ? 1.0 : r->median_ms > 0 ? ref->median_ms / r->median_ms : 1.0;
+    int slowed = r->steps && r->windows && r->individual < thr;
+    r->slowed_alone = m >= 2 && slowed && median_without(ind, m, r->individual) >= thr;
+    r->peers = r->steps ? n_stage - 1 : 0;
+    r->judged = r->steps >= TRACE_STRAG_JUDGE_STEPS;
+    r->consistent = r->steps && ref && r != ref && r->q25_ms > ref->q75_ms;
+    int rel = r->relative < thr && r->consistent;
+    int rel_cost = rel && lag_counts(r, r->median_ms - ref->median_ms);
+    int ind_cost = r->slowed_alone && lag_counts(r, r->slowed_ms);
+    r->lag_small = (rel && !rel_cost) || (r->slowed_alone && !ind_cost);
+    r->straggler = r->judged && (rel_cost || ind_cost);
+}
+
 /* Both scores and the verdict for every rank.  The relative score compares
  * a rank with the ranks of its own pipeline stage only: they do the same
  * work, while stages differ (the last one also computes the loss). */
@@ -279,14 +332,16 @@ static ms_status score(trace_strag *s, trace_set *set) {
     if (!any)
         return ms_error(MS_ERR_NOTFOUND, "%s: no rank has fwd/bwd spans on its compute lane",
                         s->dir);
-    double *best = malloc((size_t)n_pp * sizeof *best); /* fastest median per stage */
+    /* per stage: its fastest rank (by median) and its scored ranks */
+    int *best = malloc((size_t)n_pp * 2 * sizeof *best), *n_stage = best + n_pp;
     if (!best) return ms_error(MS_ERR_NOMEM, "out of memory");
     for (int p = 0; p < n_pp; p++)
-        best[p] = -1;
+        best[p] = -1, n_stage[p] = 0;
     for (int li = 0; li < s->n_ranks; li++) {
         const trace_strag_rank *r = &s->ranks[li];
-        double *b = &best[r->coord.pp];
-        if (r->steps && (*b < 0 || r->median_ms < *b)) *b = r->median_ms;
+        int *b = &best[r->coord.pp];
+        if (r->steps && (*b < 0 || r->median_ms < s->ranks[*b].median_ms)) *b = li;
+        n_stage[r->coord.pp] += r->steps > 0;
     }
     /* The individual scores of the ranks that have one, sorted: a rank that
      * slowed counts as a straggler only when the other ranks kept their speed
@@ -307,13 +362,8 @@ static ms_status score(trace_strag *s, trace_set *set) {
         if (s->ranks[li].steps && s->ranks[li].windows) ind[m++] = s->ranks[li].individual;
     if (m) qsort(ind, (size_t)m, sizeof *ind, cmp_double);
     for (int li = 0; li < s->n_ranks; li++) {
-        trace_strag_rank *r = &s->ranks[li];
-        double b = best[r->coord.pp];
-        r->relative = !r->steps ? 1.0 : r->median_ms > 0 ? b / r->median_ms : 1.0;
-        int slowed = r->steps && r->windows && r->individual < s->opts.threshold;
-        r->slowed_alone =
-            m >= 2 && slowed && median_without(ind, m, r->individual) >= s->opts.threshold;
-        r->straggler = r->steps && (r->relative < s->opts.threshold || r->slowed_alone);
+        int p = s->ranks[li].coord.pp;
+        verdict(s, &s->ranks[li], best[p] >= 0 ? &s->ranks[best[p]] : NULL, n_stage[p], ind, m);
     }
     int k = 0;
     for (int li = 0; li < s->n_ranks; li++)
@@ -354,6 +404,43 @@ void trace_strag_free(trace_strag *s) {
     free(s);
 }
 
+/* A scored rank's verdict, for the table ("5%": TRACE_STRAG_MIN_LAG). */
+static const char *verdict_str(const trace_strag *s, const trace_strag_rank *r) {
+    if (r->straggler) return r->peers == 1 ? "STRAGGLER (slower than its one peer)" : "STRAGGLER";
+    if (!r->judged) return "ok? (too few steps to judge)";
+    if (r->lag_small) return "ok (slower, by under 5% of a step: no cost)";
+    if (r->relative < s->opts.threshold)
+        return "ok (slower, but its step times overlap the fastest's: noise)";
+    if (r->windows && r->individual < s->opts.threshold) return "ok (slowed with the others)";
+    return r->windows ? "ok" : "ok (relative score only)";
+}
+
+#define STRAG_NOTES 2
+#define STRAG_NOTE_LEN 320
+
+/* What limits the verdicts: a run too short, a stage of two ranks.  Fills notes, returns
+ * how many. */
+static int strag_notes(const trace_strag *s, char notes[STRAG_NOTES][STRAG_NOTE_LEN]) {
+    int n_short = 0, pair = 0, k = 0;
+    for (int i = 0; i < s->n_ranks; i++) {
+        n_short += s->ranks[i].steps && !s->ranks[i].judged;
+        pair |= s->ranks[i].peers == 1;
+    }
+    if (n_short)
+        snprintf(notes[k++], STRAG_NOTE_LEN,
+                 "too short to judge: %d rank(s) have fewer than %d scored steps (a run of at "
+                 "least %d steps: the first is warm-up); their scores are shown, none is named",
+                 n_short, TRACE_STRAG_JUDGE_STEPS, TRACE_STRAG_JUDGE_STEPS + 1);
+    if (pair)
+        snprintf(notes[k++], STRAG_NOTE_LEN,
+                 "a pipeline stage of 2 ranks: each is compared with its one peer, not with a "
+                 "population; the slower is named only when its lag is large, consistent (its "
+                 "faster quarter of steps slower than the peer's slower quarter) and at least "
+                 "%.0f%% of a step",
+                 TRACE_STRAG_MIN_LAG * 100);
+    return k;
+}
+
 void trace_strag_print(const trace_strag *s, FILE *f) {
     fprintf(f,
             "stragglers in %s: %d rank(s), steps %d-%d, threshold %g, window %d (a rank's "
@@ -372,14 +459,10 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
                     "-", "-", "-", 0, r->unscored);
         else if (r->windows)
             fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11.3f %6d  %s\n", r->rank, c, r->host,
-                    r->median_ms, r->relative, r->individual, r->steps,
-                    r->straggler                        ? "STRAGGLER"
-                    : r->individual < s->opts.threshold ? "ok (slowed with the others)"
-                                                        : "ok");
+                    r->median_ms, r->relative, r->individual, r->steps, verdict_str(s, r));
         else /* too few steps for one window: the relative score alone */
             fprintf(f, "%6d  %-12s %-20s %10.3f %9.3f %11s %6d  %s\n", r->rank, c, r->host,
-                    r->median_ms, r->relative, "-", r->steps,
-                    r->straggler ? "STRAGGLER" : "ok (relative score only)");
+                    r->median_ms, r->relative, "-", r->steps, verdict_str(s, r));
         n_bad += r->straggler;
     }
     fprintf(f, "stragglers:");
@@ -398,6 +481,9 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
                 "no rank's fault; a rank that slows counts as a straggler only while the others "
                 "keep their speed)\n",
                 s->opts.window, s->job_individual);
+    char notes[STRAG_NOTES][STRAG_NOTE_LEN];
+    for (int i = 0, n = strag_notes(s, notes); i < n; i++)
+        fprintf(f, "note: %s\n", notes[i]);
     int k = 0; /* no score is no clean bill of health */
     for (int i = 0; i < s->n_ranks; i++)
         if (s->ranks[i].unscored[0])
@@ -425,7 +511,15 @@ static cJSON *rank_json(const trace_strag_rank *r) {
     else
         ok = ok && cJSON_AddNullToObject(o, "median_ms") && cJSON_AddNullToObject(o, "relative") &&
              cJSON_AddNullToObject(o, "individual");
-    ok = ok && cJSON_AddBoolToObject(o, "straggler", r->straggler) &&
+    if (!r->unscored[0])
+        ok = ok && cJSON_AddNumberToObject(o, "q25_ms", r->q25_ms) &&
+             cJSON_AddNumberToObject(o, "q75_ms", r->q75_ms) &&
+             cJSON_AddNumberToObject(o, "step_ms", r->step_ms) &&
+             cJSON_AddBoolToObject(o, "consistent", r->consistent) &&
+             cJSON_AddBoolToObject(o, "lag_small", r->lag_small) &&
+             cJSON_AddNumberToObject(o, "peers", r->peers);
+    ok = ok && cJSON_AddBoolToObject(o, "judged", r->judged) &&
+         cJSON_AddBoolToObject(o, "straggler", r->straggler) &&
          cJSON_AddNumberToObject(o, "steps", r->steps);
     if (!ok) {
         cJSON_Delete(o);
@@ -440,6 +534,8 @@ cJSON *trace_strag_json(const trace_strag *s) {
     int ok = o && ranks && bad && unscored &&
              cJSON_AddNumberToObject(o, "threshold", s->opts.threshold) &&
              cJSON_AddNumberToObject(o, "window", s->opts.window) &&
+             cJSON_AddNumberToObject(o, "min_steps", TRACE_STRAG_JUDGE_STEPS) &&
+             cJSON_AddNumberToObject(o, "min_lag", TRACE_STRAG_MIN_LAG) &&
              trace_json_add_text(o, "dir", s->dir) &&
              (isfinite(s->job_individual)
                   ? cJSON_AddNumberToObject(o, "job_individual", s->job_individual) != NULL
@@ -451,6 +547,14 @@ cJSON *trace_strag_json(const trace_strag *s) {
             ok = cJSON_AddItemToArray(bad, cJSON_CreateNumber(s->ranks[i].rank));
         if (ok && s->ranks[i].unscored[0])
             ok = cJSON_AddItemToArray(unscored, cJSON_CreateNumber(s->ranks[i].rank));
+    }
+    char notes[STRAG_NOTES][STRAG_NOTE_LEN];
+    cJSON *nj = ok ? cJSON_AddArrayToObject(o, "notes") : NULL;
+    ok = ok && nj;
+    for (int i = 0, n = ok ? strag_notes(s, notes) : 0; ok && i < n; i++) {
+        cJSON *x = cJSON_CreateString(notes[i]);
+        ok = x && cJSON_AddItemToArray(nj, x);
+        if (!ok) cJSON_Delete(x);
     }
     if (ok && cJSON_AddItemToObject(o, "ranks", ranks)) {
         ranks = NULL;

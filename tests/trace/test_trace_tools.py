@@ -286,7 +286,7 @@ def test_merge_rotated_p2p(d):
 
 # ---- 2. stragglers ---------------------------------------------------------------------------
 
-def straggler_logs(d, steps=8):
+def straggler_logs(d, steps=10):
     """Rank 0: fwd 25 ms holding a 15 ms data_wait, bwd 40 ms holding a 30 ms
     wait -> 20 ms of compute; rank 1: fwd 20 + bwd 20 = 40 ms, no waits."""
     for r in range(2):
@@ -331,7 +331,7 @@ def test_stragglers(d):
            "compute = fwd + bwd minus the nested waits", r)
         ok(abs(r[1]["relative"] - 0.5) < 1e-9 and r[0]["relative"] == 1.0 and
            r[1]["straggler"] is True and r[0]["straggler"] is False, "relative scores", r)
-        ok(r[0]["steps"] == 7 and r[0]["coord"] == {"dp": 0, "pp": 0, "tp": 0} and
+        ok(r[0]["steps"] == 9 and r[0]["coord"] == {"dp": 0, "pp": 0, "tp": 0} and
            r[1]["host"] == "hostB", "warm-up step skipped; coord, host", r)
     data = open(png, "rb").read() if os.path.exists(png) else b""
     ok(data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 1000, "--png writes a PNG", len(data))
@@ -371,7 +371,7 @@ def test_rotated(d):
         r = {x["rank"]: x for x in json.loads(so)["ranks"]}
     except (ValueError, KeyError):
         r = {}
-    ok(rc == 0 and all(r.get(k, {}).get("steps") == 7 for k in (0, 1)),
+    ok(rc == 0 and all(r.get(k, {}).get("steps") == 9 for k in (0, 1)),
        "stragglers reads each rank's .1 and its log: every step scored", so + se)
     out = os.path.join(d, "merged.json")
     rc, so, se = run("trace", "merge", d, "-o", out)
@@ -380,7 +380,7 @@ def test_rotated(d):
         for e in json.load(open(out))["traceEvents"]:
             if e.get("ph") == "X" and e.get("name") == "step":
                 steps.setdefault(e["pid"], set()).add(e["args"]["step"])
-    ok(rc == 0 and steps == {0: set(range(1, 9)), 1: set(range(1, 9))},
+    ok(rc == 0 and steps == {0: set(range(1, 11)), 1: set(range(1, 11))},
        "merge: every step of both files of each rank", str(steps) + se)
     e = os.path.join(d, "earlier")
     os.makedirs(e)
@@ -391,7 +391,7 @@ def test_rotated(d):
         r = {x["rank"]: x for x in json.loads(so)["ranks"]}
     except (ValueError, KeyError):
         r = {}
-    ok(rc == 0 and r.get(0, {}).get("steps") == 7 and 0 < r.get(1, {}).get("steps", 0) < 7,
+    ok(rc == 0 and r.get(0, {}).get("steps") == 9 and 0 < r.get(1, {}).get("steps", 0) < 9,
        "a .1 of another process (pid) is not read", so + se)
     # the ranks of a long run rotate at their own times, a day apart: one run all the same
     a = os.path.join(d, "apart")
@@ -408,7 +408,7 @@ def test_unscored(d):
     is its header alone, are not scored: reported so, never as "ok"."""
     for r in range(4):
         log = RankLog(r, 4, (4, 1, 1), f"host{r}")
-        for s in range(1, {0: 8, 1: 8, 2: 2, 3: 0}[r] + 1):
+        for s in range(1, {0: 10, 1: 10, 2: 2, 3: 0}[r] + 1):
             t = 1000 * MS * s
             log.span("compute", "fwd", t, t + 20 * MS, step=s, mb=0)
         log.write(d)
@@ -426,10 +426,10 @@ def test_unscored(d):
        [r[k]["scored"] for k in range(4)] == [True, True, False, False] and
        "too few" in r[2].get("unscored", "") and r[3].get("unscored") == "no fwd/bwd spans" and
        r[2]["relative"] is None and "unscored" not in r[0], "stragglers --json: scored, unscored", so + se)
-    # 7 scored steps, a window of 10: the individual score is none, not a healthy 1.0
+    # 9 scored steps, a window of 10: the individual score is none, not a healthy 1.0
     rc, so, se = run("trace", "stragglers", d, "--window", "10")
     rows = {int(x.split()[0]): x.split() for x in so.splitlines() if x.split() and x.split()[0].isdigit()}
-    ok(rc == 0 and rows.get(0, [])[3:] == ["20.000", "1.000", "-", "7", "ok", "(relative", "score", "only)"],
+    ok(rc == 0 and rows.get(0, [])[3:] == ["20.000", "1.000", "-", "9", "ok", "(relative", "score", "only)"],
        "stragglers: no individual score with fewer steps than --window", so + se)
     rc, so, se = run("trace", "stragglers", d, "--json", "--window", "10")
     j = json.loads(so) if rc == 0 else {}
@@ -504,6 +504,58 @@ def test_individual(d):
        "no rank slowed: no note", text)
 
 
+def test_strag_noise(d):
+    """What noise and small runs made look like a straggler, and what still is one.  Each run:
+    ranks of `times` (ms of compute per step, the first step the warm-up), steps of `step_ms`.
+    (a) two ranks whose steps take 10 or 20 ms at random, rank 1 drew more 20s: its median is
+    twice rank 0's (relative 0.5, named), but its faster quarter is no slower than rank 0's
+    slower quarter: noise, not named; (b) a run of 5 steps: too short to judge, and said so;
+    (c) a lag that is consistent but small against the step (0.45 against 0.3 ms of compute
+    in 8 ms steps: a tiny model on a shared machine, named): no cost to the job, not named;
+    (d) a consistent, large lag is still named: against its one peer with two ranks, and among
+    four ranks."""
+    def write(sub, times, step_ms):
+        dd = os.path.join(d, sub)
+        os.makedirs(dd)
+        world = len(times)
+        for rank, row in enumerate(times):
+            log = RankLog(rank, world, (world, 1, 1), "h")
+            for k, ms in enumerate(row):
+                t, s = 1000 * MS * (k + 1), k + 1
+                log.span("compute", "step", t, t + int(step_ms * MS), step=s)
+                log.span("compute", "fwd", t, t + int(ms * MS), step=s, mb=0)
+            log.write(dd)
+        rc, so, se = run("trace", "stragglers", dd, "--json")
+        rt, st, et = run("trace", "stragglers", dd)
+        return (json.loads(so) if rc == 0 else {}), so + se, st + et
+    fast, slow = [10] * 7 + [20] * 4, [10] * 4 + [20] * 7  # 11 scored steps each
+    j, out, text = write("noise", [[50] + fast[::2] + fast[1::2], [50] + slow[1::2] + slow[::2]],
+                         40)
+    r = {x["rank"]: x for x in j.get("ranks", [])}
+    ok(j.get("stragglers") == [] and r.get(1, {}).get("relative") == 0.5 and
+       r[1]["consistent"] is False and "its step times overlap the fastest's: noise" in text and
+       "stragglers: none" in text and "a pipeline stage of 2 ranks" in text,
+       "two ranks, times that overlap: a median twice the other's is noise, no straggler",
+       out + text)
+    j, out, text = write("short", [[50, 10, 10, 10, 10], [50, 20, 20, 20, 20]], 40)
+    ok(j.get("stragglers") == [] and [x["judged"] for x in j.get("ranks", [])] == [False] * 2 and
+       "too short to judge: 2 rank(s) have fewer than 8 scored steps" in " ".join(j["notes"]) and
+       "ok? (too few steps to judge)" in text and "note: too short to judge" in text,
+       "a run of 5 steps: scores shown, too short to judge, said so", out + text)
+    j, out, text = write("small", [[5] + [0.3] * 12, [5] + [0.45] * 12], 8)
+    r = {x["rank"]: x for x in j.get("ranks", [])}
+    ok(j.get("stragglers") == [] and r.get(1, {}).get("consistent") is True and
+       r[1]["lag_small"] is True and "ok (slower, by under 5% of a step: no cost)" in text,
+       "a consistent lag of 2% of a step: no straggler", out + text)
+    j, out, text = write("pair", [[50] + [10, 11] * 6, [50] + [20, 22] * 6], 40)
+    ok(j.get("stragglers") == [1] and "STRAGGLER (slower than its one peer)" in text,
+       "two ranks, a consistent lag of 25% of a step: named against its one peer", out + text)
+    j, out, text = write("four", [[50] + [10, 11] * 6] * 2 + [[50] + [20, 22] * 6] +
+                         [[50] + [10, 11] * 6], 40)
+    ok(j.get("stragglers") == [2] and "STRAGGLER\n" in text and "pipeline stage of 2" not in text,
+       "four ranks, one slower: named", out + text)
+
+
 def test_resumed(d):
     """A run resumed at step 5,000,000: its logs hold steps 5,000,001-5,000,010
     only.  The first of them (the set-up after the resume) is the warm-up
@@ -532,7 +584,7 @@ def test_stages(d):
     for r in range(4):
         log = RankLog(r, 4, (2, 2, 1), "hostA")
         dur = {0: 10, 1: 20, 2: 30, 3: 30}[r] * MS
-        for s in range(1, 9):
+        for s in range(1, 11):
             t = 1000 * MS * s
             log.span("compute", "fwd", t, t + dur, step=s, mb=0)
             log.span("compute", "bwd", t + 100 * MS, t + 100 * MS + dur, step=s, mb=0)
@@ -1083,6 +1135,70 @@ def test_hang_driver(d):
 
 # ---- 4. bad input ----------------------------------------------------------------------------
 
+def test_hang_huge(d):
+    """A 4,096-rank job (dp 256 x tp 16) where ranks 5, 700 and 3000 wrote no dump and every
+    other rank waits in dp all_reduce #6; the dp groups without a missing rank are stuck as a
+    whole (notes).  Every list of the report was one entry a rank (17 MB of JSON and of text
+    for 32,768 ranks): now each holds its first 32 and a count ("n_<list>"), the waiting ranks
+    and the suspects are grouped by what they wait in (exact counts), the suspects themselves
+    are all there, and the text is as short.  Then all 4,096 ranks stuck in tp all_reduce #12:
+    4,096 suspects, listed 32 and grouped."""
+    world, dp, tp = 4096, 256, 16
+    shape = (dp, 1, tp)
+    gone = (5, 700, 3000)
+
+    def write(sub, stuck_tp):
+        dd = os.path.join(d, sub)
+        os.makedirs(dd)
+        for r in range(world):
+            if r in gone and not stuck_tp:
+                continue
+            tpg = [r // tp * tp + t for t in range(tp)]
+            dpg = [r % tp + tp * x for x in range(dp)]
+            if stuck_tp:
+                groups = [("tp", tpg, 12, 11, [("all_reduce", 12, -1, -1, 30.0)]),
+                          ("dp", dpg, 6, 6, [])]
+            else:
+                groups = [("tp", tpg, 11, 11, []),
+                          ("dp", dpg, 6, 5, [("all_reduce", 6, -1, -1, 30.0)])]
+            hang_dump(dd, r, world, shape, f"n{r // 8}", groups)
+        rc, so, se = run("trace", "hang", dd, "--json")
+        rt, st, et = run("trace", "hang", dd)
+        return rc, (json.loads(so) if rc == 0 else {}), so + se, rt, st + et, len(so), len(st)
+    rc, j, out, rt, text, n_json, n_text = write("missing", False)
+    notes = world - len(gone) * dp  # the ranks of the 13 dp groups without a missing rank
+    ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == list(gone) and
+       j.get("missing") == list(gone) and j.get("n_missing") == 3 and
+       j.get("n_suspects") == 3 and j.get("n_dumps") == world - 3 and
+       j.get("n_notes") == notes and j.get("n_waiting") == world - 3 and
+       len(j.get("dumps", [])) == 32 and len(j.get("notes", [])) == 32 and
+       len(j.get("waiting", [])) == 32 and j.get("truncated") is True and
+       [(g["what"], g["n_ranks"], len(g["ranks"])) for g in j.get("waiting_by_op", [])] ==
+       [("all_reduce #6 on 'dp'", world - 3, 32)] and
+       [(g["what"], g["n_ranks"], g["ranks"]) for g in j.get("suspects_by_op", [])] ==
+       [("no dump", 3, list(gone))] and n_json < 40_000,
+       "hang --json of 4096 ranks: lists cut at 32, counts exact, the three culprits all there",
+       f"{n_json} bytes\n" + out[:3000])
+    # the text's bound: the state tables (a cell a rank, up to 4,096 ranks: 60 KB here), then
+    # 32 lines a list; it was a line of 500 bytes or more a rank (2.5 MB here)
+    ok(rt == 0 and n_text < 100_000 and "suspects: rank 700 (dp 43, pp 0, tp 12) on unknown: "
+       "wrote no dump" in text and "  ... 4064 more rank(s) not listed (4096 in all); all 4096 "
+       "by what they wait in:\n    no dump: 3 rank(s): 5, 700, 3000\n    all_reduce #6 on 'dp': "
+       "4093 rank(s): 0, 1, 2," in text and
+       f"more rank(s) with weaker evidence not listed ({notes} in all)" in text,
+       "hang text of 4096 ranks: bounded, the culprits named, the rest grouped",
+       f"{n_text} bytes\n" + text[-3000:])
+    rc, j, out, rt, text, n_json, n_text = write("stuck", True)
+    g = j.get("suspects_by_op", [])
+    ok(rc == 0 and j.get("n_suspects") == world and len(j.get("suspects", [])) == 32 and
+       [(x["what"], x["op"], x["group"], x["seq"], x["n_ranks"]) for x in g] ==
+       [("all_reduce #12 on 'tp'", "all_reduce", "tp", 12, world)] and
+       g[0]["ranks"] == list(range(32)) and n_json < 40_000 and rt == 0 and n_text < 100_000 and
+       "... 4064 more suspect(s) not listed (4096 in all)" in text,
+       "hang of 4096 stuck ranks: 32 suspects listed, all 4096 counted and grouped",
+       f"{n_json} / {n_text} bytes\n" + out[:2000] + text[-2000:])
+
+
 def test_bad_input(root):
     d = os.path.join(root, "trunc")
     os.makedirs(d)
@@ -1423,7 +1539,7 @@ def main():
                          ("unscored", test_unscored),
                          ("json_flag", test_json_flag),
                          ("individual", test_individual), ("stages", test_stages),
-                         ("resumed", test_resumed),
+                         ("resumed", test_resumed), ("strag_noise", test_strag_noise),
                          ("stragglers_memory", test_stragglers_memory),
                          ("stragglers_long", test_stragglers_long),
                          ("merge_memory", test_merge_memory),
@@ -1439,6 +1555,7 @@ def main():
                          ("hang_exited", test_hang_exited),
                          ("hang_bad_world", test_hang_bad_world),
                          ("hang_driver", test_hang_driver),
+                         ("hang_huge", test_hang_huge),
                          ("output_guard", test_output_guard), ("fifo", test_fifo)):
             d = os.path.join(root, name)
             os.makedirs(d)
