@@ -390,6 +390,8 @@ typedef struct {
     long step_ms_n;
     int timed_step;      /* the last step in them (kept over restarts: a step is timed once) */
     double max_interval; /* the longest step seen, over ranks and attempts (s) */
+    double first_interval; /* the longest first step of an attempt (s): the limit's base
+                            * until a later step is timed (max_interval 0) */
     int n_anomalies;
     /* an earlier driver's job to take over (sup_recover.c) */
     pid_t adopt_pid;

@@ -318,6 +318,7 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "step_ms_n", (double)d->step_ms_n);
     cJSON_AddNumberToObject(o, "timed_step", d->timed_step);
     cJSON_AddNumberToObject(o, "max_interval", d->max_interval);
+    cJSON_AddNumberToObject(o, "first_interval", d->first_interval);
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
@@ -543,6 +544,9 @@ static int resume_counters(sup_driver *d, const cJSON *o, double *t0) {
     const cJSON *ts = item(o, "timed_step");
     d->timed_step = cJSON_IsNumber(ts) ? (int)ts->valuedouble : d->best_step;
     d->max_interval = num(o, "max_interval", &bad);
+    /* absent in older states: the limit waits for a later step's time */
+    const cJSON *fi = item(o, "first_interval");
+    d->first_interval = cJSON_IsNumber(fi) && isfinite(fi->valuedouble) ? fi->valuedouble : 0;
     d->n_anomalies = (int)num(o, "anomalies", &bad);
     *t0 = num(o, "t0", &bad);
     d->attempt_no = (int)num(o, "attempt", &bad);

@@ -326,6 +326,13 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
          * faulty rank: not a step time to learn the hang limit from */
         if (!d->fault && s->first_step >= 0 && now - s->last_progress > d->max_interval)
             d->max_interval = now - s->last_progress;
+        /* an attempt's first step (its set-up's warm-up included) is not
+         * learnt into max_interval, but once one is made the job is past
+         * its start: until a later step is timed, the no-progress limit
+         * is based on it, not on --startup-timeout (a hang at step 2 took
+         * 600 s to find) */
+        if (!d->fault && s->first_step < 0 && now - s->last_progress > d->first_interval)
+            d->first_interval = now - s->last_progress;
         if (s->first_step < 0) s->first_step = b->step;
         s->last_progress = now;
         s->step = b->step;
@@ -776,9 +783,18 @@ static int unblocked_rank(const sup_driver *d, double now, int *n_blocked, doubl
         const sup_rank *s = &d->r[i];
         if (s->done || s->failed || !s->connected || !s->started) continue;
         if (isnan(s->comm_wait_s)) return -1;
-        if (s->comm_wait_s >= 0.5 * (now - s->last_progress)) { /* blocked since it stalled */
+        /* blocked since it stalled: in a wait at its last beat, one that
+         * began in the first half of the stall.  The beat is up to a beat
+         * period (1 s) old and the wait has gone on since: before, the wait
+         * as of the beat was held against half the stall as of now, and
+         * with --heartbeat-timeout 2 a beat 1 s old said 0.9 s of a 2 s
+         * stall, no rank counted as blocked and the hang was put on the
+         * first rank (rank 0 named for a hang of rank 1, bench/chaos
+         * --heartbeat-timeout 2 --steps-per-fault 1 --seed 707) */
+        double began = s->last_beat - s->comm_wait_s;
+        if (s->comm_wait_s > 0 && began - s->last_progress <= 0.5 * (now - s->last_progress)) {
             (*n_blocked)++;
-            *longest = fmax(*longest, s->comm_wait_s);
+            *longest = fmax(*longest, now - began);
         } else if (best < 0 || s->comm_wait_s < d->r[best].comm_wait_s) {
             best = i;
         }
@@ -852,8 +868,9 @@ void sup_watch(sup_driver *d) {
     for (int i = 0; i < c->np && !d->fault; i++) {
         sup_rank *s = &d->r[i];
         if (s->done || s->failed || !s->connected || !s->started) continue;
-        double limit = fmax(c->hb_timeout, c->progress_factor * d->max_interval);
-        if (d->max_interval <= 0) limit = fmax(limit, c->startup_timeout); /* no step seen yet */
+        double seen = d->max_interval > 0 ? d->max_interval : d->first_interval;
+        double limit = fmax(c->hb_timeout, c->progress_factor * seen);
+        if (seen <= 0) limit = fmax(limit, c->startup_timeout); /* no step seen yet */
         if (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")) limit *= 10; /* no steps */
         if (now - s->last_progress <= limit) continue;
         /* every rank of a hung job stops making steps; the culprit is the one
@@ -874,6 +891,11 @@ void sup_watch(sup_driver *d) {
                           "communication, while %d other rank(s) have been blocked in it for up "
                           "to %.1f s (waiting for it)",
                           stuck, now - d->r[stuck].last_progress, n_blocked, longest);
+        else if (seen <= 0) /* the limit was --startup-timeout's, not a step's */
+            sup_set_fault(d, "hang", i, s->last_progress,
+                          "rank %d beats but made no step for %.1f s (limit %.1f s: "
+                          "--startup-timeout, no step made yet)",
+                          i, now - s->last_progress, limit);
         else
             sup_set_fault(d, "hang", i, s->last_progress,
                           "rank %d beats but made no step for %.1f s (limit %.1f s: %.1f x the "

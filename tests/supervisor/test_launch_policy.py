@@ -39,6 +39,10 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
 13. a checkpoint that waits for a slow persist (both host-memory slots
    busy, and the final one) is no hang: the beats say phase "ckpt", which
    the driver gives 10x its no-progress limit.
+14. a rank that hangs at step 2 (one step made) is found within the
+   no-progress limit, not --startup-timeout.
+15. a hung rank of two is named, not its peer that waits for it in the
+   all-reduce, when the limit ends between two of the peer's beats.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -646,6 +650,49 @@ def check_hang_after_ckpt_wait(d, shard):
        f"rc {rc}, hangs {hangs}\n{err[-2000:]}")
 
 
+def check_hang_at_step2(d, shard):
+    """A rank that hangs at step 2, the first step after the job's first
+    (the earliest step a random=... chaos plan picks), is found with the
+    no-progress limit (here the 5 s heartbeat timeout: 5 x a first step of
+    some 50 ms is less), not --startup-timeout (60 s here, 600 s by
+    default): before, the first step of an attempt was not learnt as a step
+    time, and with no step time learnt yet the limit was the start-up
+    timeout's (bench/chaos --seed 101 --steps-per-fault 3: no detection in
+    180 s)."""
+    run = os.path.join(d, "hangat2")
+    rc, err = launch(run, shard, ["--max-restarts", "1", "--faults", "hang@2:0"],
+                     ["--steps", "4", "--ckpt-every", "1", "--ckpt-dir",
+                      os.path.join(run, "ckpt")])
+    hangs = [e for e in events(run) if e["event"] == "fault_detected" and e["kind"] == "hang"]
+    ok(rc == 0 and len(hangs) == 1 and hangs[0]["step"] == 1 and hangs[0]["detect_s"] < 15,
+       "a hang at step 2 (after one step): found within the no-progress limit, not "
+       "--startup-timeout", f"rc {rc}, hangs {hangs}\n{err[-2000:]}")
+
+
+def check_hang_named_short_timeout(d, shard):
+    """A rank of two that hangs (beats, waits in no communication) is the
+    one named, twice, when the limit (--heartbeat-timeout 2.6,
+    --progress-factor 1) ends between two of its peer's beats: the peer
+    (slowed 0.9 s before its compute) waits in the all-reduce from 0.9 s
+    into the stall, and its last beat, at 2 s, says 1.1 s.  Before, that
+    was held against half the stall as of now (1.3 s): no rank counted as
+    blocked, and the hang was put on the first rank without progress
+    (bench/chaos --heartbeat-timeout 2 --steps-per-fault 1 --seed 707 named
+    rank 0 for a hang of rank 1)."""
+    run = os.path.join(d, "hangnamed")
+    rc, err = launch(run, shard, ["--heartbeat-timeout", "2.6", "--progress-factor", "1",
+                                  "--max-restarts", "3",
+                                  "--faults", "slow=900@2+:0,hang@4:1,hang@6:1"],
+                     ["--steps", "7", "--dp", "2", "--ckpt-every", "1", "--ckpt-dir",
+                      os.path.join(run, "ckpt")], np=2)
+    hangs = [e for e in events(run) if e["event"] == "fault_detected" and e["kind"] == "hang"]
+    ok(rc == 0 and len(hangs) == 2 and all(h["rank"] == 1 and "waits in no communication"
+                                           in h["detail"] for h in hangs),
+       "a hung rank of two is named when the limit ends between its peer's beats, not the "
+       "rank that waits for it", f"rc {rc}, hangs {[(h['rank'], h['detail']) for h in hangs]}"
+       f"\n{err[-2000:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -669,6 +716,8 @@ def main():
     check_takeover_in_backoff(d, shard)
     check_slow_persist(d, shard)
     check_hang_after_ckpt_wait(d, shard)
+    check_hang_at_step2(d, shard)
+    check_hang_named_short_timeout(d, shard)
     finish(d)
 
 
