@@ -104,14 +104,21 @@ static hang_key *hang_by_op(const trace_hang *h, int (*pick)(const trace_hang *,
     return k;
 }
 
+/* The end of the group of sorted keys k[0..n) that starts at i: the first key after it. */
+static int group_end(const hang_key *k, int n, int i) {
+    int j = i;
+    while (j < n && !key_cmp(&k[i], &k[j]))
+        j++;
+    return j;
+}
+
 /* The groups of keys k[0..n): "    all_reduce #12 on 'tp': 32768 rank(s): 0, 1, ..." lines, at
  * most HANG_LIST_MAX of them and HANG_LIST_MAX ranks each. */
 static void print_groups(const hang_key *k, int n, FILE *f) {
     char what[160];
     int shown = 0, n_groups = 0;
     for (int i = 0, j; i < n; i = j) {
-        for (j = i; j < n && !key_cmp(&k[i], &k[j]); j++)
-            ;
+        j = group_end(k, n, i);
         n_groups++;
         if (shown++ >= HANG_LIST_MAX) continue;
         fprintf(f, "    %s: %d rank(s):", key_str(what, sizeof what, &k[i]), j - i);
@@ -279,8 +286,7 @@ static cJSON *groups_json(const trace_hang *h, int (*pick)(const trace_hang *, c
     char what[160];
     *n_groups = 0;
     for (int i = 0, j; ok && i < n; i = j) {
-        for (j = i; j < n && !key_cmp(&k[i], &k[j]); j++)
-            ;
+        j = group_end(k, n, i);
         if ((*n_groups)++ >= HANG_LIST_MAX) continue;
         cJSON *g = cJSON_CreateObject(), *ranks = cJSON_CreateArray();
         ok = g && ranks && trace_json_add_text(g, "what", key_str(what, sizeof what, &k[i])) &&
