@@ -1,5 +1,7 @@
 # Base layer and file formats: fileio / crc32c / rng, safetensors, token shards.
 ms_c_test(test_base SOURCES unit/test_base.c LABELS unit)
+# Files killed processes left in shared memory: found through /proc, removed.
+ms_c_test(test_shm_sweep SOURCES unit/test_shm_sweep.c LABELS unit)
 ms_c_test(test_safetensors SOURCES unit/test_safetensors.c LABELS unit)
 ms_c_test(test_shard SOURCES unit/test_shard.c LABELS unit)
 # The event recorder and the per-rank event log (threads: also under TSan).

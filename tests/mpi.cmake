@@ -13,6 +13,11 @@ set_tests_properties(mpi_ranks PROPERTIES TIMEOUT 600)
 ms_script_test(mpi_validation COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_val.py
   LABELS mpi)
 set_tests_properties(mpi_validation PROPERTIES TIMEOUT 300)
+# Open MPI's shared-memory segments that killed jobs left in /dev/shm: the
+# first rank of a host removes them at start-up, and only them (label mpi).
+ms_script_test(mpi_shm_sweep COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_shm_sweep.py
+  LABELS mpi)
+set_tests_properties(mpi_shm_sweep PROPERTIES TIMEOUT 300)
 # A multi-rank command's errors printed once, by rank 0, naming the ranks.
 ms_script_test(mpi_errors COMMAND ${MS_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/mpi/test_errors.py
   LABELS mpi)

@@ -54,7 +54,8 @@ static const opts_spec launch_opts[] = {
     R("startup-timeout", OPT_T_DOUBLE, startup_timeout, "600", "[1,604800]",
       "seconds from a launch to every rank's first step"),
     R("grace", OPT_T_DOUBLE, grace, "10", "[0,3600]",
-      "seconds between the stop request (the ranks take a final checkpoint) and SIGKILL"),
+      "seconds between the stop request (the ranks take a final checkpoint) and SIGTERM to "
+      "mpirun (SIGKILL 5 s later)"),
     R("backoff", OPT_T_DOUBLE, backoff, "1", "[0,30]",
       "seconds before a restart (doubled for each restart in a row without progress, <= 30)"),
     R("diag", OPT_T_INT, diag, "1", "[0,1]",

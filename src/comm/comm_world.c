@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "base/log.h"
+#include "base/shm_sweep.h"
 #include "base/timeutil.h"
 #include "comm/comm_internal.h"
 
@@ -149,6 +150,26 @@ static ms_status comm_sync_init(comm_world *w) {
     return MS_OK;
 }
 
+/* The first rank of each host removes the Open MPI shared-memory segments
+ * that killed jobs left in its /dev/shm (base/shm_sweep.h): one restart
+ * after a killed mpirun must not leak a segment a rank for good.  Its own
+ * job's segments are mapped by then (MPI_Init made them before its fence). */
+static void comm_sweep_host(const comm_world *w) {
+#ifdef OPEN_MPI
+    for (int q = 0; q < w->rank; q++)
+        if (w->host_of[q] == w->host_of[w->rank]) return;
+    ms_sweep_result r;
+    double t0 = ms_now();
+    if (ms_sweep_mpi_shm(1, &r) != MS_OK) return;
+    if (r.removed)
+        ms_info("comm: removed %d Open MPI shared-memory segment(s) of killed jobs from "
+                "/dev/shm (%.1f MB, %.0f ms)",
+                r.removed, (double)r.bytes / 1e6, 1e3 * (ms_now() - t0));
+#else
+    (void)w;
+#endif
+}
+
 ms_status comm_world_init(comm_world **out, int *argc, char ***argv, const comm_options *opt) {
     comm_options o;
     *out = NULL;
@@ -167,6 +188,7 @@ ms_status comm_world_init(comm_world **out, int *argc, char ***argv, const comm_
     if ((st = comm_bf16_ops_create(w)) != MS_OK) goto out;
     if ((st = comm_world_group_init(w)) != MS_OK) goto out;
     if ((st = comm_hosts_init(w)) != MS_OK) goto out;
+    comm_sweep_host(w);
     if ((st = comm_board_init(w, !o.no_board)) != MS_OK) goto out;
     if ((st = comm_sync_init(w)) != MS_OK) goto out;
     if ((st = comm_thread_start(w)) != MS_OK) goto out;

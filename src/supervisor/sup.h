@@ -3,7 +3,9 @@
  * for the ranks' heartbeats (monitor/heartbeat.h) on a TCP socket bound to
  * loopback with a random per-job token, detects faults (a rank that exits
  * or reports an error, a rank that stops beating, a job that stops making
- * progress), stops every rank (SIGTERM, then SIGKILL after a grace period),
+ * progress), stops every rank (a stop request or SIGTERM, then SIGTERM to
+ * mpirun after a grace period, SIGKILL 5 s later), removes what a killed
+ * mpirun leaves on its host (base/shm_sweep.h),
  * and restarts the job from its newest checkpoint (--resume auto), within a
  * restart budget and until the job finishes.  Everything it sees and does
  * goes to an events JSONL in the run directory, and a summary (faults by
@@ -40,7 +42,7 @@ typedef struct {
     double hb_timeout;        /* no beat from a rank for this long: it is hung (s) */
     double progress_factor;   /* no new step for factor x the longest step seen: hung */
     double startup_timeout;   /* from launch to every rank's first step (s) */
-    double grace;             /* SIGTERM -> SIGKILL (s) */
+    double grace;             /* the stop request -> SIGTERM to mpirun (s) */
     double backoff;           /* wait before a restart (s), doubled per restart without progress */
     int no_progress_limit;    /* restarts in a row without a new step: stop (do not requeue) */
     const char *run_dir;      /* events, state; created */

@@ -14,6 +14,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/shm_sweep.h"
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
@@ -251,6 +252,15 @@ static int diag_collect(diag_proc *dp, int m, const sup_diag_config *c) {
         while (waitpid(dp[i].pid, &st, 0) < 0 && errno == EINTR) {
         }
         kill(-dp[i].pid, SIGKILL); /* anything of its group left */
+        if (timed_out && !sup_pid_alive(dp[i].pid)) { /* a killed mpirun's session directory */
+            char tmp[512];
+            sup_mpirun_tmpdir(tmp, sizeof tmp);
+            ms_sweep_mpirun_session(tmp, (long)dp[i].pid);
+        }
+    }
+    if (timed_out) { /* and its ranks' shared-memory segments here */
+        ms_sweep_result r;
+        ms_sweep_mpi_shm(1, &r);
     }
     return timed_out;
 }

@@ -506,6 +506,21 @@ static void stop_attempt(sup_driver *d) {
     free(pids);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "stop_s", took);
+    static const char *const how[4] = {"stop_request", "sigterm", "sigkill", "had_exited"};
+    cJSON_AddStringToObject(f, "ended_by", how[d->job.escalation]);
+    char st[96];
+    sup_job_describe(&d->job, st, sizeof st);
+    cJSON_AddStringToObject(f, "mpirun", d->job.exited ? st : "still running");
+    if (d->job.swept_segments || d->job.swept_session) {
+        cJSON_AddNumberToObject(f, "shm_segments_removed", d->job.swept_segments);
+        cJSON_AddNumberToObject(f, "shm_mb_removed", d->job.swept_mb);
+        cJSON_AddBoolToObject(f, "session_dir_removed", d->job.swept_session);
+        fprintf(stderr,
+                "megascale launch: removed what killed Open MPI jobs left on this host: "
+                "%d shared-memory segment(s) (%.1f MB)%s\n",
+                d->job.swept_segments, d->job.swept_mb,
+                d->job.swept_session ? " and mpirun's session directory" : "");
+    }
     sup_events_put(&d->ev, "job_stopped", f);
 }
 

@@ -15,11 +15,21 @@
 
 /* ---- sup_job.c: one attempt of the job ---------------------------------- */
 
+#define SUP_TERM_WAIT_S 5.0 /* mpirun's time to end a job on SIGTERM (it takes ~1 s) */
+
 typedef struct {
     pid_t pid;   /* mpirun, leader of its own process group; 0: not running */
     int status;  /* waitpid status once it exited */
     int exited;  /* 1 once reaped (or, adopted, once gone) */
     int adopted; /* started by an earlier driver: not our child, no status */
+    char tmp[512]; /* mpirun's temporary directory (its session directory's parent) */
+    /* sup_job_stop: what ended mpirun: 0 the stop request (SIGUSR1), 1
+     * SIGTERM, 2 SIGKILL, 3 nothing (it had exited) */
+    int escalation;
+    /* what sup_job_stop removed that a killed mpirun left behind (base/shm_sweep.h) */
+    int swept_segments; /* Open MPI shared-memory segments of this host */
+    double swept_mb;    /* their size */
+    int swept_session;  /* 1: mpirun's session directory */
 } sup_job;
 
 /* Start mpirun (argv NULL-terminated) in a new process group, with the
@@ -42,12 +52,26 @@ int sup_job_poll(sup_job *j);
 /* Stop the job.  ask 1: SIGUSR1 (the trainer's stop request) to mpirun,
  * which forwards it to every rank, and to the ranks pids[0..n): they take
  * a final checkpoint and exit; ask 0: SIGTERM to mpirun's process group and
- * the ranks (mpirun ends the job).  Then SIGCONT to both, SIGKILL after
- * `grace` seconds, SIGKILL to every rank still there and reap mpirun.
+ * the ranks (mpirun ends the job).  Then SIGCONT to both; after `grace`
+ * seconds (ask 1) SIGTERM to mpirun, which ends the job itself and removes
+ * its files; SIGKILL to the group if it is still there after
+ * SUP_TERM_WAIT_S more (or after `grace`, ask 0), SIGKILL to every rank
+ * still there, and reap mpirun.  Then sup_job_sweep.
  * While it waits it calls wait(arg) (which must block a little) if given.
  * Returns the seconds it took. */
 double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, void (*wait)(void *),
                     void *arg);
+/* The directory an mpirun the driver starts keeps its session directory
+ * in, as Open MPI picks it: OMPI_MCA_orte_tmpdir_base, else TMPDIR, TEMP,
+ * TMP, else /tmp. */
+void sup_mpirun_tmpdir(char *out, size_t n);
+/* Once mpirun is gone, remove what a killed one leaves on this host (a
+ * clean exit leaves nothing): its session directory (8 MB, in mpirun's
+ * temporary directory) while no process has its pid, and this host's
+ * Open MPI shared-memory segments that no process uses (4 MiB a rank, in
+ * memory; base/shm_sweep.h).  Counts in swept_*.  The ranks of the next
+ * attempt sweep the other hosts. */
+void sup_job_sweep(sup_job *j);
 /* "exit code 3", "killed by signal 9" for the reaped status. */
 void sup_job_describe(const sup_job *j, char *buf, size_t n);
 

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/shm_sweep.h"
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
@@ -49,9 +50,25 @@ static void job_env_free(char **env) {
     free(env);
 }
 
+void sup_mpirun_tmpdir(char *out, size_t n) {
+    /* mpirun inherits the driver's environment: the driver's own (read
+     * from environ, not taken as an option of ours: it only mirrors what
+     * mpirun reads) */
+    extern char **environ;
+    static const char *const names[4] = {"OMPI_MCA_orte_tmpdir_base=", "TMPDIR=", "TEMP=", "TMP="};
+    snprintf(out, n, "/tmp");
+    for (int v = 0; v < 4; v++)
+        for (size_t i = 0; environ[i]; i++)
+            if (!strncmp(environ[i], names[v], strlen(names[v])) && environ[i][strlen(names[v])]) {
+                snprintf(out, n, "%s", environ[i] + strlen(names[v]));
+                return;
+            }
+}
+
 int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
                   const char *node_map, char *why, size_t n) {
     memset(j, 0, sizeof *j);
+    sup_mpirun_tmpdir(j->tmp, sizeof j->tmp);
     char **env = job_env(hb_addr, token, node_map);
     size_t ne = 0;
     while (env && env[ne])
@@ -108,6 +125,7 @@ void sup_job_adopt(sup_job *j, pid_t pid) {
     memset(j, 0, sizeof *j);
     j->pid = pid;
     j->adopted = 1;
+    sup_mpirun_tmpdir(j->tmp, sizeof j->tmp);
 }
 
 /* Field 3 (state) and 22 (start time) of /proc/PID/stat; -1 if gone. */
@@ -182,10 +200,26 @@ static int alive(pid_t pid) {
     return sup_pid_alive(pid);
 }
 
+void sup_job_sweep(sup_job *j) {
+    j->swept_segments = 0, j->swept_mb = 0, j->swept_session = 0;
+    if (!j->pid || !j->exited) return; /* mpirun alive: its files are its own */
+    /* the pid may be another process by now: its session directory is one
+     * only while no process has the pid (a new mpirun's would be in use) */
+    if (!sup_pid_alive(j->pid))
+        j->swept_session = ms_sweep_mpirun_session(j->tmp, (long)j->pid) == 1;
+    ms_sweep_result r;
+    if (ms_sweep_mpi_shm(1, &r) == MS_OK) {
+        j->swept_segments = r.removed;
+        j->swept_mb = (double)r.bytes / 1e6;
+    }
+}
+
 double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, void (*wait)(void *),
                     void *arg) {
     double t0 = ms_now();
+    j->escalation = 3;
     if (j->pid && !sup_job_poll(j)) {
+        j->escalation = ask ? 0 : 1;
         /* ask: SIGUSR1, the trainer's stop request, to mpirun, which forwards
          * it to every rank on every host, and to the ranks here themselves
          * (they have process groups of their own; the forwarding takes a
@@ -205,7 +239,19 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
             else
                 usleep(20000);
         }
-        if (!j->exited) kill(-j->pid, SIGKILL);
+        if (!j->exited && ask) {
+            /* the ranks did not stop within the grace (a step that does
+             * not end, a final checkpoint on a slow disk): SIGTERM to
+             * mpirun, which kills them and removes its files (its session
+             * directory, every rank's shared-memory segment, on every
+             * host); SIGKILL would leave all of them behind */
+            double t1 = ms_now();
+            j->escalation = 1;
+            kill(j->pid, SIGTERM);
+            while (!sup_job_poll(j) && ms_now() - t1 < SUP_TERM_WAIT_S)
+                usleep(20000); /* no beats read: ranks killed are no news */
+        }
+        if (!j->exited) j->escalation = 2, kill(-j->pid, SIGKILL);
     }
     for (int i = 0; i < n; i++) /* ranks outside the group (or not yet gone) */
         if (pids[i] > 0 && alive(pids[i])) kill(pids[i], SIGKILL);
@@ -218,6 +264,7 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
     for (int i = 0; i < n; i++) /* wait until the ranks are gone (they are not our children) */
         for (int k = 0; k < 500 && pids[i] > 0 && alive(pids[i]); k++)
             usleep(10000);
+    sup_job_sweep(j);
     return ms_now() - t0;
 }
 

@@ -671,6 +671,18 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         d->adopt_pid = job;
         adopted = 1;
     }
+    if (mp > 0 && !job) { /* its mpirun is gone: what a killed one left here goes */
+        sup_job gone;
+        sup_job_adopt(&gone, (pid_t)mp);
+        gone.exited = 1;
+        sup_job_sweep(&gone);
+        if (gone.swept_segments || gone.swept_session)
+            fprintf(stderr,
+                    "megascale launch: the job's mpirun (pid %d) is gone; removed what killed "
+                    "Open MPI jobs left on this host: %d shared-memory segment(s) (%.1f MB)%s\n",
+                    (int)mp, gone.swept_segments, gone.swept_mb,
+                    gone.swept_session ? " and its session directory" : "");
+    }
     resume_ranks(d, ranks, adopted);
     say_resumed(d, prev_pid, adopted);
     cJSON_Delete(o);

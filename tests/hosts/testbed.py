@@ -10,6 +10,7 @@ on SIGTERM / SIGINT and on failure, with every process still running in it.
 
 Environment: MS_BIN (the megascale binary)."""
 import atexit
+import glob
 import os
 import random
 import shutil
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SCRIPT = os.path.join(HERE, "..", "..", "scripts", "test-hosts")
@@ -150,7 +152,10 @@ class Bed:
     def kill_left(self):
         """Kill, by pid, processes of this bed left in the root namespace (an
         mpirun whose driver was killed): those whose command line names the
-        bed's prefix (its hostfiles, its node names)."""
+        bed's prefix (its hostfiles, its node names).  A killed mpirun leaves
+        its session directory (TMP/ompi.HOST.UID/pid.PID) behind: removed once
+        the process is gone."""
+        killed = []
         for pid in os.listdir("/proc"):
             if not pid.isdigit() or int(pid) == os.getpid():
                 continue
@@ -161,8 +166,16 @@ class Bed:
             if self.prefix in cmd and "test_hosts" not in cmd:
                 try:
                     os.kill(int(pid), signal.SIGKILL)
+                    killed.append(pid)
                 except OSError:
                     pass
+        for pid in killed:
+            for _ in range(100):
+                if not os.path.exists(f"/proc/{pid}"):
+                    break
+                time.sleep(0.05)
+            for top in glob.glob(os.path.join(tempfile.gettempdir(), f"ompi.*.{os.geteuid()}")):
+                shutil.rmtree(os.path.join(top, f"pid.{pid}"), ignore_errors=True)
 
     def down(self):
         """Remove the bed (namespaces, veths, bridge, qdiscs, its processes)."""
@@ -179,6 +192,10 @@ class Bed:
                     p.wait()
         self.tool("down")  # kills what runs in the namespaces
         self.kill_left()
+        # Open MPI's session directories of the bed's hosts (their orteds
+        # were killed with the namespaces): TMP/ompi.HOST.UID
+        for top in glob.glob(os.path.join(tempfile.gettempdir(), f"ompi.{self.prefix}*")):
+            shutil.rmtree(top, ignore_errors=True)
         shutil.rmtree(self.dir, ignore_errors=True)
         left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         if self.prefix in left:

@@ -1,8 +1,10 @@
 """Shared by the multi-rank trainer tests (test_dp.py, test_tp.py, test_val.py,
 test_pp.py, test_ranks.py): check counting, running the binary under mpirun
 (one program, or several: MPMD), reading metrics, comparing weights files
-with one process, and a small text shard.
+with one process, a small text shard, and the files of Open MPI a job
+leaves (its ranks' shared-memory segments, mpirun's session directory).
 Environment: MS_BIN (the megascale binary)."""
+import glob
 import json
 import os
 import shutil
@@ -151,6 +153,25 @@ def redo_bitwise(d, label, n, layout, base, extra=()):
        f"{label}: a NaN gradient on rank {n - 1} makes every rank redo step 3", r1.stderr)
     ok(open(w0, "rb").read() == open(w1, "rb").read(),
        f"{label}: after the redo the weights are bitwise those of a run without the fault")
+
+
+def vader_segments(pids):
+    """The Open MPI shared-memory segments (/dev/shm/vader_segment.*) the processes pids map."""
+    segs = set()
+    for pid in pids:
+        try:
+            for line in open(f"/proc/{pid}/maps"):
+                f = line.split()
+                if len(f) >= 6 and os.path.basename(f[5]).startswith("vader_segment."):
+                    segs.add(f[5])
+        except OSError:
+            pass
+    return segs
+
+
+def session_dirs(pid):
+    """mpirun pid's session directories (TMP/ompi.HOST.UID/pid.PID)."""
+    return glob.glob(os.path.join(tempfile.gettempdir(), f"ompi.*.{os.geteuid()}", f"pid.{pid}"))
 
 
 def start(prefix):

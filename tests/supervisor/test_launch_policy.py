@@ -42,7 +42,12 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
 14. a rank that hangs at step 2 (one step made) is found within the
    no-progress limit, not --startup-timeout.
 15. a hung rank of two is named, not its peer that waits for it in the
-   all-reduce, when the limit ends between two of the peer's beats.
+   all-reduce, when the limit ends between two of the peer's beats;
+16. SIGTERM to the driver while a rank hangs: the ranks cannot stop within
+   --grace, so mpirun gets SIGTERM (not SIGKILL) and removes every rank's
+   Open MPI shared-memory segment and its session directory itself; an
+   mpirun (behind a wrapper) that does not end on SIGTERM is killed, and
+   the driver removes the segments it left.
 
 Environment: MS_BIN (the megascale binary)."""
 import json
@@ -54,7 +59,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
-from mpi_common import BIN, MPIRUN, finish, ok, start  # noqa: E402
+from mpi_common import BIN, MPIRUN, finish, ok, session_dirs, start, vader_segments  # noqa: E402
 
 TRAIN = ["--vocab", "256", "--layers", "2", "--dim", "64", "--heads", "2", "--seq-max", "32",
          "--seq", "32", "--batch", "2", "--threads", "1", "--data-order", "sequential",
@@ -121,6 +126,17 @@ def launch(run, shard, launch_args=(), train_args=(), np=1, wait=True, timeout=1
         p.kill()
         _, err = p.communicate()
     return p.returncode, err
+
+
+def signal_and_wait(p, sig, timeout=60):
+    """Send the driver p sig; its stderr once it ended (killed after timeout s)."""
+    p.send_signal(sig)
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    return err
 
 
 def redone(run):
@@ -260,12 +276,7 @@ def check_stop_final_ckpt(d, shard):
             pass
         time.sleep(0.05)
     time.sleep(0.3)  # into the slow step 4
-    p.send_signal(signal.SIGTERM)
-    try:
-        _, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        _, err = p.communicate()
+    err = signal_and_wait(p, signal.SIGTERM)
     faults = [e for e in events(run) if e["event"] == "fault_detected"]
     steps = sorted(int(n[5:]) for n in os.listdir(ck) if n.startswith("step_")) \
         if os.path.isdir(ck) else []
@@ -693,6 +704,57 @@ def check_hang_named_short_timeout(d, shard):
        f"\n{err[-2000:]}")
 
 
+def check_stop_escalation(d, shard, wrapped):
+    """SIGTERM to the driver while rank 1 hangs at step 5 (the heartbeat limit
+    far off): no rank can stop on the request within --grace 1.  Before,
+    the driver then sent SIGKILL to mpirun's group, which left every rank's
+    4 MiB segment in /dev/shm and mpirun's 8 MB session directory for good.
+    Now mpirun gets SIGTERM and removes them; wrapped: mpirun behind a
+    wrapper that ignores SIGTERM, killed 5 s later, and the driver removes
+    the segments."""
+    tag = "wrapped" if wrapped else "plain"
+    run = os.path.join(d, "escalate_" + tag)
+    os.makedirs(run)
+    extra = []
+    if wrapped:
+        wrap = os.path.join(d, "mpirun-noterm")
+        with open(wrap, "w") as f:  # ignores SIGTERM, passes the stop request on to mpirun
+            f.write(f'#!/bin/sh\ntrap "" TERM\n"{MPIRUN}" "$@" &\nchild=$!\n'
+                    'trap \'kill -USR1 $child\' USR1\n'
+                    'while kill -0 $child 2>/dev/null; do wait $child; done\n')
+        os.chmod(wrap, 0o755)
+        extra = ["--mpirun", wrap]
+    metrics = os.path.join(run, "m.jsonl")
+    p = launch(run, shard, ["--grace", "1", "--heartbeat-timeout", "60", *extra],
+               ["--steps", "200", "--dp", "2", "--metrics", metrics, "--log-every", "1",
+                "--ckpt-dir", os.path.join(run, "ckpt"), "--inject-fault", "hang@5:1"], np=2, wait=False)
+    t_end = time.time() + 120
+    while time.time() < t_end and p.poll() is None:
+        try:
+            if sum(1 for l in open(metrics) if '"loss"' in l) >= 4:
+                break
+        except OSError:
+            pass
+        time.sleep(0.05)
+    time.sleep(1.0)  # into the hang
+    st = state(run)
+    ranks = [r[0] for r in st.get("ranks", []) if r[0] > 0]
+    segs = vader_segments(ranks)
+    sess = session_dirs(st.get("mpirun_pid", 0)) if not wrapped else []
+    err = signal_and_wait(p, signal.SIGTERM)
+    stop = [e for e in events(run) if e["event"] == "job_stopped"]
+    stop = stop[-1] if stop else {}
+    left = [x for x in segs | set(sess) if os.path.exists(x)]
+    want = "sigkill" if wrapped else "sigterm"
+    ok(p.returncode == 5 and len(ranks) == 2 and len(segs) == 2 and (wrapped or sess) and
+       stop.get("ended_by") == want and stop.get("stop_s", 99) < 1 + 5 + 3 and not left and
+       (not wrapped or stop.get("shm_segments_removed", 0) >= 2),
+       f"stop with a hung rank ({tag}): mpirun ended by {want}; the ranks' shared-memory "
+       "segments and mpirun's session directory are gone",
+       f"rc {p.returncode}, ranks {ranks}, segments {segs}, session {sess}, left {left}, "
+       f"job_stopped {stop}\n{err[-2000:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -718,6 +780,8 @@ def main():
     check_hang_after_ckpt_wait(d, shard)
     check_hang_at_step2(d, shard)
     check_hang_named_short_timeout(d, shard)
+    check_stop_escalation(d, shard, False)
+    check_stop_escalation(d, shard, True)
     finish(d)
 
 

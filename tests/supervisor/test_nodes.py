@@ -38,7 +38,9 @@ fault-free run of the same job (dp2, checkpoints every 4 steps):
    0), restarts, bitwise equal;
 13. the driver killed, then its whole job (mpirun and the ranks) before a new
    driver starts: the new driver reports that the job ended unwatched (a
-   fault, kind exit), and its restart is counted, bitwise equal;
+   fault, kind exit), and its restart is counted, bitwise equal; it removes
+   what the killed mpirun left on this host (every rank's shared-memory
+   segment, mpirun's session directory);
 14. a node slow from the start (its GEMM at a tenth of its speed,
    diag:slow on node1; it has no history to be slow against): the pre-flight
    self-test (--preflight 1, the nodes compared with each other) fails it
@@ -72,7 +74,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_launch import BIN, TRAIN, events, finished, sha, wait_step  # noqa: E402
-from mpi_common import MPIRUN, finish, ok, start  # noqa: E402
+from mpi_common import MPIRUN, finish, ok, session_dirs, start, vader_segments  # noqa: E402
 
 NODES = ["--np", "2", "--nodes", "2", "--spares", "1", "--heartbeat-timeout", "4",
          "--backoff", "0.2", "--grace", "3", "--startup-timeout", "120",
@@ -401,6 +403,7 @@ def job_gone_takeover(d, shard, ref_w):
     wait_step(run, 8, p1)
     st = kill_driver(run, p1)
     pids = [st.get("mpirun_pid", 0)] + [r[0] for r in st.get("ranks", [])]
+    segs, sess = vader_segments(pids[1:]), session_dirs(pids[0])
     for pid in pids:
         if pid > 0:
             os.kill(pid, signal.SIGKILL)
@@ -416,6 +419,12 @@ def job_gone_takeover(d, shard, ref_w):
        "no driver watched" in f[0]["detail"] and len(of(run, "restart")) == 1 and summ and
        summ[-1]["restarts"] == 1 and summ[-1]["faults"] == {"exit": 1},
        "job gone in the take-over: a fault, the restart counted", f"{f} {summ}\n{err[-2000:]}")
+    left = [x for x in segs | set(sess) if os.path.exists(x)]
+    ok(len(segs) == 2 and len(sess) == 1 and not left and
+       f"the job's mpirun (pid {pids[0]}) is gone; removed" in err,
+       "job gone in the take-over: the new driver removes the killed mpirun's files (the ranks' "
+       "shared-memory segments, its session directory)",
+       f"segments {segs}, session {sess}, left {left}\n{err[-2000:]}")
 
 
 def job_stopped_takeover(d, shard, ref_w):
