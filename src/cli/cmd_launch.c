@@ -49,8 +49,8 @@ static const opts_spec launch_opts[] = {
     R("heartbeat-timeout", OPT_T_DOUBLE, hb_timeout, "30", "[2,86400]",
       "seconds without a beat from a rank before it is declared hung"),
     R("progress-factor", OPT_T_DOUBLE, progress_factor, "5", "[1,1000]",
-      "hung when no new step for this many times the longest step seen (at least the "
-      "heartbeat timeout)"),
+      "hung when no new step for this many times the longest step of the last 1000 to 2000 "
+      "(at least the heartbeat timeout)"),
     R("startup-timeout", OPT_T_DOUBLE, startup_timeout, "600", "[1,604800]",
       "seconds from a launch to every rank's first step"),
     R("grace", OPT_T_DOUBLE, grace, "10", "[0,3600]",

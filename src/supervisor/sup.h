@@ -40,7 +40,7 @@ typedef struct {
     const char *hostfile;     /* passed to mpirun (real hosts); NULL: this host */
     int max_restarts;         /* restarts allowed before giving up */
     double hb_timeout;        /* no beat from a rank for this long: it is hung (s) */
-    double progress_factor;   /* no new step for factor x the longest step seen: hung */
+    double progress_factor;   /* no new step for factor x the longest recent step: hung */
     double startup_timeout;   /* from launch to every rank's first step (s) */
     double grace;             /* the stop request -> SIGTERM to mpirun (s) */
     double backoff;           /* wait before a restart (s), doubled per restart without progress */

@@ -1,9 +1,9 @@
 /* sup_detect.c - the detectors the beats feed (docs/operations.md, "The
- * supervisor"): a loss spike (a z-score of the change of rank 0's loss
- * from the step before, against the changes of the last SUP_SPIKE_WINDOW
- * steps, so a loss that falls fast is not a spike) and a straggler (a rank whose compute time per
- * step is well above the others' of its pipeline stage, round after round:
- * the compute-span score of `megascale trace stragglers`, live). */
+ * supervisor"): the longest recent step (the no-progress limit's base), a loss spike (a z-score of
+ * the change of rank 0's loss from the step before, against the changes of the last
+ * SUP_SPIKE_WINDOW steps, so a loss that falls fast is not a spike) and a straggler (a rank whose
+ * compute time per step is well above the others' of its pipeline stage, round after round: the
+ * compute-span score of `megascale trace stragglers`, live). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,20 @@ int sup_cmp_double(const void *a, const void *b) {
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, sup_cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void sup_interval_feed(sup_interval *v, int step, double seconds) {
+    int k = step / SUP_INTERVAL_WINDOW;
+    if (k > v->bucket) {
+        if (v->cur > 0) v->prev = v->cur; /* a bucket with no step timed forgets nothing */
+        v->cur = 0;
+        v->bucket = k;
+    }
+    if (seconds > v->cur) v->cur = seconds;
+}
+
+double sup_interval_max(const sup_interval *v) {
+    return fmax(v->cur, v->prev);
 }
 
 double sup_spike_feed(sup_spike *s, int step, double loss, double z_max, double *mean, double *sd) {

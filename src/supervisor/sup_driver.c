@@ -13,7 +13,7 @@
  *  - no beat from a rank for --heartbeat-timeout (the process is stopped
  *    or its beat thread cannot run);
  *  - beats without a new step for max(--heartbeat-timeout,
- *    --progress-factor x the longest step seen) (hung in compute or in a
+ *    --progress-factor x the longest recent step) (hung in compute or in a
  *    collective), or no first step within --startup-timeout;
  *  - a straggler: a rank whose compute time per step stays above the
  *    others' (score < --straggler-score for --straggler-rounds steps);

@@ -255,6 +255,24 @@ typedef struct {
     int n, next, last_step, have_prev, skip_next;
 } sup_spike;
 
+/* The steps the no-progress limit is based on: the longest step of the
+ * last SUP_INTERVAL_WINDOW to twice that many steps (two buckets of steps by
+ * number: this one and the last one with a step timed), so that one late
+ * step (a loaded host, a storage stall) raises the limit for a while, not
+ * for the rest of a week-long job, while a long step that comes back at
+ * least every SUP_INTERVAL_WINDOW steps is always in it. */
+#define SUP_INTERVAL_WINDOW 1000
+typedef struct {
+    double cur, prev; /* the longest step of bucket `bucket`, of the one before (s) */
+    int bucket;       /* step / SUP_INTERVAL_WINDOW of the newest step timed */
+} sup_interval;
+
+/* Time `step` (seconds since the step before).  A step of an earlier
+ * bucket (redone after a restart) counts in the current one. */
+void sup_interval_feed(sup_interval *v, int step, double seconds);
+/* The longest step in the window; 0 if none was timed. */
+double sup_interval_max(const sup_interval *v);
+
 /* Feed rank 0's loss of `step` (once per step); returns the z-score of its
  * change from the step before when that is a spike (z > z_max against the
  * changes of at least 16 earlier steps), else 0.  *mean: the loss it
@@ -413,9 +431,9 @@ typedef struct {
     double step_ms_sum; /* rank 0's step times, for the ETTR's mean step time */
     long step_ms_n;
     int timed_step;      /* the last step in them (kept over restarts: a step is timed once) */
-    double max_interval; /* the longest step seen, over ranks and attempts (s) */
+    sup_interval interval; /* the longest recent step, over ranks and attempts */
     double first_interval; /* the longest first step of an attempt (s): the limit's base
-                            * until a later step is timed (max_interval 0) */
+                            * until a later step is timed */
     int n_anomalies;
     /* an earlier driver's job to take over (sup_recover.c) */
     pid_t adopt_pid;

@@ -317,7 +317,9 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "step_ms_sum", d->step_ms_sum);
     cJSON_AddNumberToObject(o, "step_ms_n", (double)d->step_ms_n);
     cJSON_AddNumberToObject(o, "timed_step", d->timed_step);
-    cJSON_AddNumberToObject(o, "max_interval", d->max_interval);
+    cJSON_AddNumberToObject(o, "max_interval", d->interval.cur); /* of the current bucket */
+    cJSON_AddNumberToObject(o, "interval_prev", d->interval.prev);
+    cJSON_AddNumberToObject(o, "interval_bucket", d->interval.bucket);
     cJSON_AddNumberToObject(o, "first_interval", d->first_interval);
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
@@ -543,7 +545,13 @@ static int resume_counters(sup_driver *d, const cJSON *o, double *t0) {
     /* absent in older states: their steps up to the best one were timed */
     const cJSON *ts = item(o, "timed_step");
     d->timed_step = cJSON_IsNumber(ts) ? (int)ts->valuedouble : d->best_step;
-    d->max_interval = num(o, "max_interval", &bad);
+    d->interval.cur = num(o, "max_interval", &bad);
+    /* absent in older states: their longest step, of the current bucket */
+    const cJSON *ip = item(o, "interval_prev"), *ib = item(o, "interval_bucket");
+    d->interval.prev = cJSON_IsNumber(ip) && isfinite(ip->valuedouble) ? ip->valuedouble : 0;
+    d->interval.bucket = cJSON_IsNumber(ib)
+                             ? (int)ib->valuedouble
+                             : (d->best_step > 0 ? d->best_step : 0) / SUP_INTERVAL_WINDOW;
     /* absent in older states: the limit waits for a later step's time */
     const cJSON *fi = item(o, "first_interval");
     d->first_interval = cJSON_IsNumber(fi) && isfinite(fi->valuedouble) ? fi->valuedouble : 0;

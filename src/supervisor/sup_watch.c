@@ -324,10 +324,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (b->step > s->step) {
         /* the step a stopping job finishes after a fault waited for the
          * faulty rank: not a step time to learn the hang limit from */
-        if (!d->fault && s->first_step >= 0 && now - s->last_progress > d->max_interval)
-            d->max_interval = now - s->last_progress;
+        if (!d->fault && s->first_step >= 0)
+            sup_interval_feed(&d->interval, b->step, now - s->last_progress);
         /* an attempt's first step (its set-up's warm-up included) is not
-         * learnt into max_interval, but once one is made the job is past
+         * learnt into the interval, but once one is made the job is past
          * its start: until a later step is timed, the no-progress limit
          * is based on it, not on --startup-timeout (a hang at step 2 took
          * 600 s to find) */
@@ -868,7 +868,8 @@ void sup_watch(sup_driver *d) {
     for (int i = 0; i < c->np && !d->fault; i++) {
         sup_rank *s = &d->r[i];
         if (s->done || s->failed || !s->connected || !s->started) continue;
-        double seen = d->max_interval > 0 ? d->max_interval : d->first_interval;
+        double seen = sup_interval_max(&d->interval);
+        if (seen <= 0) seen = d->first_interval;
         double limit = fmax(c->hb_timeout, c->progress_factor * seen);
         if (seen <= 0) limit = fmax(limit, c->startup_timeout); /* no step seen yet */
         if (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")) limit *= 10; /* no steps */
@@ -899,7 +900,7 @@ void sup_watch(sup_driver *d) {
         else
             sup_set_fault(d, "hang", i, s->last_progress,
                           "rank %d beats but made no step for %.1f s (limit %.1f s: %.1f x the "
-                          "longest step seen, at least the heartbeat timeout)",
+                          "longest recent step, at least the heartbeat timeout)",
                           i, now - s->last_progress, limit, c->progress_factor);
     }
     if (!d->fault) watch_straggler(d);

@@ -171,6 +171,38 @@ static void test_spike(void) {
         T_EQ_INT(sup_spike_feed(&flat, step, 2.0 + (step % 2) * 1e-7, 6, NULL, NULL) > 0, 0);
 }
 
+/* The no-progress limit's base: one late step is forgotten within two
+ * windows; a long step that comes back every window is never; a window with
+ * no step timed (a take-over after unwatched steps) forgets nothing. */
+static void test_interval(void) {
+    sup_interval v = {0};
+    T_NEAR(sup_interval_max(&v), 0, 0);
+    for (int s = 1; s < 500; s++)
+        sup_interval_feed(&v, s, 1.0);
+    sup_interval_feed(&v, 500, 60.0); /* a storage stall */
+    for (int s = 501; s < 2 * SUP_INTERVAL_WINDOW; s++)
+        sup_interval_feed(&v, s, 1.0);
+    T_NEAR(sup_interval_max(&v), 60.0, 0); /* still within the window */
+    sup_interval_feed(&v, 2 * SUP_INTERVAL_WINDOW, 1.5);
+    T_NEAR(sup_interval_max(&v), 1.5, 0); /* forgotten */
+    sup_interval_feed(&v, 700, 2.0);      /* a step redone after a restart: this bucket's */
+    T_NEAR(v.cur, 2.0, 0);
+    T_EQ_INT(v.bucket, 2);
+
+    sup_interval w = {0};
+    int always = 1;
+    for (int s = 1; s < 10 * SUP_INTERVAL_WINDOW; s++) {
+        sup_interval_feed(&w, s, s % SUP_INTERVAL_WINDOW == 999 ? 30.0 : 1.0);
+        if (s >= 999 && sup_interval_max(&w) != 30.0) always = 0;
+    }
+    T_OK(always);
+
+    sup_interval x = {0};
+    sup_interval_feed(&x, 10, 5.0);
+    sup_interval_feed(&x, 3 * SUP_INTERVAL_WINDOW + 500, 1.0); /* buckets 1, 2: no step */
+    T_NEAR(sup_interval_max(&x), 5.0, 0);
+}
+
 static void test_straggler(void) {
     sup_straggler s;
     T_EQ_INT(sup_straggler_init(&s, 4), 0);
@@ -639,6 +671,11 @@ static void test_step_time(void) {
     sup_config c2;
     sup_driver *e = beat_resumed(&c2, 2, d->state_path);
     T_EQ_INT(e->timed_step, 12);
+    /* the limit's window goes on in the new driver */
+    T_OK(d->interval.cur > 0);
+    T_NEAR(e->interval.cur, d->interval.cur, 1e-6);
+    T_NEAR(e->interval.prev, d->interval.prev, 1e-6);
+    T_EQ_INT(e->interval.bucket, d->interval.bucket);
     T_EQ_INT((int)e->step_ms_n, 12);
     beat_attempt(e, k);
     beat_steps(e, k, 10, 10, NAN);
@@ -720,6 +757,7 @@ int main(void) {
     test_ctl();
     test_ctl_client_big();
     test_spike();
+    test_interval();
     test_straggler();
     test_nodes();
     test_diag_peers();
