@@ -15,6 +15,7 @@
 
 /* ---- sup_job.c: one attempt of the job ---------------------------------- */
 
+#define SUP_JOB_KILLED_MAX 64 /* processes of mpirun's group whose session directories go */
 #define SUP_TERM_WAIT_S 5.0 /* mpirun's time to end a job on SIGTERM (it takes ~1 s) */
 
 typedef struct {
@@ -30,6 +31,8 @@ typedef struct {
     int swept_segments; /* Open MPI shared-memory segments of this host */
     double swept_mb;    /* their size */
     int swept_session;  /* 1: mpirun's session directory */
+    pid_t killed[SUP_JOB_KILLED_MAX]; /* the group's processes SIGKILL ended (a wrapper's mpirun) */
+    int n_killed;
 } sup_job;
 
 /* Start mpirun (argv NULL-terminated) in a new process group, with the

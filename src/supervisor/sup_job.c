@@ -1,5 +1,6 @@
 /* sup_job.c - the job: mpirun as a child in its own process group, and
  * stopping it with nothing left behind. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -154,6 +155,31 @@ static int proc_stat(pid_t pid, char *state, unsigned long long *start) {
     return 0;
 }
 
+/* The processes of process group pgid (field 5 of /proc/PID/stat), at most
+ * max of them into out; their count. */
+static int group_members(pid_t pgid, pid_t *out, int max) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    int n = 0;
+    struct dirent *e;
+    while (n < max && (e = readdir(d))) {
+        char path[300], buf[1024];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[got] = 0;
+        char *p = strrchr(buf, ')');
+        int ppid, pgrp;
+        if (p && sscanf(p + 1, " %*c %d %d", &ppid, &pgrp) == 2 && pgrp == (int)pgid)
+            out[n++] = (pid_t)atoi(e->d_name);
+    }
+    closedir(d);
+    return n;
+}
+
 int sup_pid_alive(pid_t pid) {
     char state;
     if (pid <= 0) return 0;
@@ -207,6 +233,10 @@ void sup_job_sweep(sup_job *j) {
      * only while no process has the pid (a new mpirun's would be in use) */
     if (!sup_pid_alive(j->pid))
         j->swept_session = ms_sweep_mpirun_session(j->tmp, (long)j->pid) == 1;
+    for (int i = 0; i < j->n_killed; i++)
+        if (j->killed[i] != j->pid && !sup_pid_alive(j->killed[i]) &&
+            ms_sweep_mpirun_session(j->tmp, (long)j->killed[i]) == 1)
+            j->swept_session = 1;
     ms_sweep_result r;
     if (ms_sweep_mpi_shm(1, &r) == MS_OK) {
         j->swept_segments = r.removed;
@@ -218,6 +248,7 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
                     void *arg) {
     double t0 = ms_now();
     j->escalation = 3;
+    j->n_killed = 0;
     if (j->pid && !sup_job_poll(j)) {
         j->escalation = ask ? 0 : 1;
         /* ask: SIGUSR1, the trainer's stop request, to mpirun, which forwards
@@ -251,7 +282,12 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
             while (!sup_job_poll(j) && ms_now() - t1 < SUP_TERM_WAIT_S)
                 usleep(20000); /* no beats read: ranks killed are no news */
         }
-        if (!j->exited) j->escalation = 2, kill(-j->pid, SIGKILL);
+        if (!j->exited) {
+            /* mpirun behind a wrapper: the session directories of all of them */
+            j->n_killed = group_members(j->pid, j->killed, SUP_JOB_KILLED_MAX);
+            j->escalation = 2;
+            kill(-j->pid, SIGKILL);
+        }
     }
     for (int i = 0; i < n; i++) /* ranks outside the group (or not yet gone) */
         if (pids[i] > 0 && alive(pids[i])) kill(pids[i], SIGKILL);

@@ -711,7 +711,7 @@ def check_stop_escalation(d, shard, wrapped):
     4 MiB segment in /dev/shm and mpirun's 8 MB session directory for good.
     Now mpirun gets SIGTERM and removes them; wrapped: mpirun behind a
     wrapper that ignores SIGTERM, killed 5 s later, and the driver removes
-    the segments."""
+    the segments and the session directory of every process it killed."""
     tag = "wrapped" if wrapped else "plain"
     run = os.path.join(d, "escalate_" + tag)
     os.makedirs(run)
@@ -740,13 +740,17 @@ def check_stop_escalation(d, shard, wrapped):
     st = state(run)
     ranks = [r[0] for r in st.get("ranks", []) if r[0] > 0]
     segs = vader_segments(ranks)
-    sess = session_dirs(st.get("mpirun_pid", 0)) if not wrapped else []
+    mp = st.get("mpirun_pid", 0)
+    if wrapped:  # the wrapper is the driver's child, mpirun the wrapper's
+        kids = subprocess.run(["pgrep", "-P", str(mp)], capture_output=True, text=True).stdout
+        mp = int(kids.split()[0]) if kids.split() else 0
+    sess = session_dirs(mp)
     err = signal_and_wait(p, signal.SIGTERM)
     stop = [e for e in events(run) if e["event"] == "job_stopped"]
     stop = stop[-1] if stop else {}
     left = [x for x in segs | set(sess) if os.path.exists(x)]
     want = "sigkill" if wrapped else "sigterm"
-    ok(p.returncode == 5 and len(ranks) == 2 and len(segs) == 2 and (wrapped or sess) and
+    ok(p.returncode == 5 and len(ranks) == 2 and len(segs) == 2 and len(sess) == 1 and
        stop.get("ended_by") == want and stop.get("stop_s", 99) < 1 + 5 + 3 and not left and
        (not wrapped or stop.get("shm_segments_removed", 0) >= 2),
        f"stop with a hung rank ({tag}): mpirun ended by {want}; the ranks' shared-memory "
