@@ -44,6 +44,7 @@
 
 #include "base/crc32c.h"
 #include "base/fileio.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "ckpt/ckpt_internal.h"
 
@@ -106,11 +107,10 @@ ms_status ckpt_shm_dir_check(const char *shm_dir) {
 static ms_status root_hash(const char *root, uint64_t *h) {
     char *rp = realpath(root, NULL);
     if (!rp) return ms_error(MS_ERR_IO, "%s: realpath: %s", root, strerror(errno));
-    uint64_t x = 1469598103934665603ULL;
-    for (const char *s = rp; *s; s++)
-        x = (x ^ (uint8_t)*s) * 1099511628211ULL;
+    /* the basis of gpt_model.c's streams (FNV's, a digit short): the
+     * snapshots' names depend on it, so snapshots of an older build are found */
+    *h = ms_fnv1a_str(1469598103934665603ULL, rp);
     free(rp);
-    *h = x;
     return MS_OK;
 }
 

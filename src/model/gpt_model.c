@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/arena.h"
+#include "base/hash.h"
 #include "base/rng.h"
 #include "base/events.h"
 #include "model/gpt_internal.h"
@@ -474,12 +475,11 @@ void gpt_zero_grads(gpt_model *m) {
     m->be->zero(m->be, m->grads, m->n_elems * sizeof(float));
 }
 
-/* FNV-1a of the tensor name: the RNG stream of that tensor. */
+/* FNV-1a of the tensor name: the RNG stream of that tensor.  Its basis is
+ * FNV's with the last digit lost; every tensor's initial weights depend on
+ * it (PyTorch parity, bitwise resumes), so it stays. */
 static uint64_t name_stream(const char *s) {
-    uint64_t h = 1469598103934665603ULL;
-    for (; *s; s++)
-        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
-    return h;
+    return ms_fnv1a_str(1469598103934665603ULL, s);
 }
 
 /* How many elements from j on (at most n - j) have consecutive logical

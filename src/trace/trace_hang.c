@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "base/fileio.h"
+#include "base/hash.h"
 #include "base/log.h"
 #include "trace/trace_hang_internal.h"
 
@@ -218,11 +219,9 @@ static const hang_group *same_group(const hang_rank *r, const hang_group *g) {
 
 /* A group's identity: FNV-1a over its name and members (equal groups, equal hashes). */
 static uint64_t group_hash(const hang_group *g) {
-    uint64_t x = 14695981039346656037ull;
-    for (const char *c = g->name; *c; c++)
-        x = (x ^ (unsigned char)*c) * 1099511628211ull;
+    uint64_t x = ms_fnv1a_str(MS_FNV1A_BASIS, g->name);
     for (int i = 0; i < g->n_ranks; i++)
-        x = (x ^ (uint32_t)g->ranks[i]) * 1099511628211ull;
+        x = ms_fnv1a_word(x, (uint32_t)g->ranks[i]);
     return x;
 }
 

@@ -22,6 +22,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/hash.h"
 #include "comm/comm.h"
 #include "train/train_internal.h"
 
@@ -32,10 +33,7 @@
 #define AGREE_MSG 4096
 
 static uint64_t fnv1a(const char *s) {
-    uint64_t h = 14695981039346656037ull;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 1099511628211ull;
-    return h;
+    return ms_fnv1a_str(MS_FNV1A_BASIS, s);
 }
 
 /* The shared options' text with "dp" set to dp (> 0), malloc'd; "{}" for
