@@ -746,13 +746,14 @@ def check_stop_escalation(d, shard, wrapped):
         mp = int(kids.split()[0]) if kids.split() else 0
     sess = session_dirs(mp)
     err = signal_and_wait(p, signal.SIGTERM)
+    # (wrapped: the driver's sweep removes the segments, shm_segments_removed 2, unless a
+    # job of a test running beside this one started in between and swept them first)
     stop = [e for e in events(run) if e["event"] == "job_stopped"]
     stop = stop[-1] if stop else {}
     left = [x for x in segs | set(sess) if os.path.exists(x)]
     want = "sigkill" if wrapped else "sigterm"
     ok(p.returncode == 5 and len(ranks) == 2 and len(segs) == 2 and len(sess) == 1 and
-       stop.get("ended_by") == want and stop.get("stop_s", 99) < 1 + 5 + 3 and not left and
-       (not wrapped or stop.get("shm_segments_removed", 0) >= 2),
+       stop.get("ended_by") == want and stop.get("stop_s", 99) < 1 + 5 + 3 and not left,
        f"stop with a hung rank ({tag}): mpirun ended by {want}; the ranks' shared-memory "
        "segments and mpirun's session directory are gone",
        f"rc {p.returncode}, ranks {ranks}, segments {segs}, session {sess}, left {left}, "
