@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,7 +19,7 @@ typedef struct {
     int preflight, diag_peers;
     int dashboard;
     double hb_timeout, progress_factor, startup_timeout, grace, backoff;
-    double diag_timeout, diag_slow_factor, straggler_score, loss_spike_z;
+    double diag_timeout, diag_slow_factor, straggler_score, loss_spike_z, compute_log_max_mb;
     char *run_dir, *events, *hostfile, *mpirun, *bin, *bind, *faults, *dashboard_bind;
     opts_list config; /* the --config files read (an input: never --events) */
 } launch_cli;
@@ -89,6 +90,9 @@ static const opts_spec launch_opts[] = {
      NULL, "[-1,65535]", 0, 0},
     O("dashboard-bind", OPT_T_STR, dashboard_bind, "127.0.0.1",
       "the dashboard's address (loopback unless you mean to show it to other hosts)"),
+    R("compute-log-max-mb", OPT_T_DOUBLE, compute_log_max_mb, "256", "[0,1048576]",
+      "RUN_DIR/compute.jsonl (every rank's compute time per step) past this many MB is renamed "
+      "compute.jsonl.1, replacing the older one, and started again (0: unbounded)"),
     O("mpirun", OPT_T_STR, mpirun, "mpirun", "the mpirun to launch with"),
     O("bin", OPT_T_STR, bin, NULL, "the megascale binary of the ranks (default: this one)"),
     O("bind", OPT_T_STR, bind, "127.0.0.1", "heartbeat address (loopback unless hosts need it)"),
@@ -221,6 +225,7 @@ int cmd_launch(int argc, char **argv) {
                         .ckpt_fail_limit = o.ckpt_fail_limit,
                         .dashboard_port = o.dashboard,
                         .dashboard_bind = o.dashboard_bind,
+                        .compute_log_max_bytes = (uint64_t)(o.compute_log_max_mb * 1e6),
                         .hostfile = o.hostfile,
                         .max_restarts = o.max_restarts,
                         .hb_timeout = o.hb_timeout,

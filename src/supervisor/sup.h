@@ -19,6 +19,7 @@
 #define SUP_SUP_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Exit codes of `megascale launch` (docs/operations.md). */
 enum {
@@ -65,6 +66,7 @@ typedef struct {
     int ckpt_fail_limit;      /* checkpoints failing to commit in a row before a restart */
     int dashboard_port;       /* serve the dashboard on this port (0: any free one; < 0: off) */
     const char *dashboard_bind; /* its address (NULL: 127.0.0.1) */
+    uint64_t compute_log_max_bytes; /* compute.jsonl rotated to .1 past this (0: never) */
     int train_argc;
     char **train_argv; /* the train options (after "--") */
     /* their effective values (command line, --config file, --out-dir),

@@ -991,7 +991,8 @@ static int open_dashboard(sup_driver *d, char *why, size_t n) {
     const sup_config *c = d->c;
     char path[4200];
     snprintf(path, sizeof path, "%s/compute.jsonl", c->run_dir);
-    if (sup_heatlog_open(&d->heat, d->writer, path, c->np, why, n) != 0) return -1;
+    if (sup_heatlog_open(&d->heat, d->writer, path, c->np, c->compute_log_max_bytes, why, n) != 0)
+        return -1;
     if (c->dashboard_port < 0) return 0;
     d->dash_ranks = calloc((size_t)c->np, sizeof *d->dash_ranks);
     if (!d->dash_ranks) return snprintf(why, n, "out of memory"), -1;

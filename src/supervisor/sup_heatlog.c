@@ -17,7 +17,8 @@
 
 #define CELL_MAX 16 /* ",123456789.123" or ",null" */
 
-int sup_heatlog_open(sup_heatlog *h, sup_writer *w, const char *path, int np, char *why, size_t n) {
+int sup_heatlog_open(sup_heatlog *h, sup_writer *w, const char *path, int np, uint64_t max_bytes,
+                     char *why, size_t n) {
     memset(h, 0, sizeof *h);
     h->np = np;
     h->ms = malloc(sizeof *h->ms * (size_t)np * SUP_HEAT_PENDING);
@@ -33,6 +34,7 @@ int sup_heatlog_open(sup_heatlog *h, sup_writer *w, const char *path, int np, ch
         sup_heatlog_close(h);
         return -1;
     }
+    sup_writer_rotate(w, h->wk, max_bytes);
     h->w = w;
     for (int k = 0; k < SUP_HEAT_PENDING; k++)
         h->step[k] = -1;

@@ -89,6 +89,9 @@ sup_writer *sup_writer_start(char *why, size_t n); /* NULL (why set) if it canno
  * bound: 0, or the bytes that may wait, past which its lines are dropped
  * (counted: sup_writer_dropped). */
 int sup_writer_open(sup_writer *w, const char *path, size_t bound, char *why, size_t n);
+/* File k, once past max_bytes (0: never), renamed PATH.1 (replacing the
+ * older one) and started again. */
+void sup_writer_rotate(sup_writer *w, int k, uint64_t max_bytes);
 /* Queue text (len bytes, no newline) and a newline for file k; 0, or -1
  * if it was dropped. */
 int sup_writer_line(sup_writer *w, int k, const char *text, size_t len);
@@ -327,8 +330,10 @@ typedef struct {
 } sup_heatlog;
 
 /* Append to path through w (rows past SUP_HEAT_QUEUE waiting bytes are
- * dropped: sup_writer_dropped counts them); 0, or -1 with why set. */
-int sup_heatlog_open(sup_heatlog *h, sup_writer *w, const char *path, int np, char *why, size_t n);
+ * dropped: sup_writer_dropped counts them), rotated to PATH.1 past
+ * max_bytes (0: never); 0, or -1 with why set. */
+int sup_heatlog_open(sup_heatlog *h, sup_writer *w, const char *path, int np, uint64_t max_bytes,
+                     char *why, size_t n);
 /* Rank's compute_ms of step (in attempt: a new attempt flushes the rows
  * of the last one). */
 void sup_heatlog_feed(sup_heatlog *h, int attempt, int rank, int step, double ms);

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,6 +36,10 @@ typedef struct {
     char *buf;    /* queued text */
     size_t len, cap;
     long dropped; /* lines dropped over the bound, in all */
+    uint64_t rotate; /* 0: none; else past this size the file becomes PATH.1, a new one starts */
+    /* the writer thread's own (after the open): */
+    uint64_t size;  /* the file's size as written (from its open) */
+    int rot_failed; /* a rotation failed: the file goes on growing */
     int warned;   /* a failed write was said */
 } wfile;
 
@@ -75,6 +80,28 @@ static int write_all(int fd, const char *text, size_t len) {
     return 0;
 }
 
+/* f past its rotation size: renamed PATH.1 (replacing the older one), a
+ * new PATH started; on failure the file goes on growing (said once).  On
+ * the writer thread: f->fd, f->size and f->rot_failed are its own. */
+static void rotate_file(wfile *f) {
+    char old[4200];
+    snprintf(old, sizeof old, "%s.1", f->path);
+    int fd = -1;
+    if (rename(f->path, old) == 0)
+        fd = open(f->path, O_WRONLY | O_APPEND | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        fprintf(stderr,
+                "megascale launch: warning: %s: cannot rename it %s and start it again (%s); "
+                "it goes on growing\n",
+                f->path, old, strerror(errno));
+        f->rot_failed = 1;
+        return;
+    }
+    close(f->fd);
+    f->fd = fd;
+    f->size = 0;
+}
+
 /* path replaced by text: a temp file renamed over it (a reader never sees
  * half of it).  Not fsynced: it is rewritten every second. */
 static int replace_file(const char *path, const char *text) {
@@ -110,7 +137,9 @@ static void *writer_main(void *arg) {
         }
         /* take everything queued: the loop queues on meanwhile */
         int n = w->n;
+        uint64_t rot[MAX_FILES];
         for (int i = 0; i < n; i++) {
+            rot[i] = w->f[i].rotate;
             batch[i] = w->f[i].buf, blen[i] = w->f[i].len;
             w->f[i].buf = NULL, w->f[i].len = w->f[i].cap = 0;
         }
@@ -123,6 +152,9 @@ static void *writer_main(void *arg) {
         for (int i = 0; i < n; i++) {
             if (blen[i] && write_all(w->f[i].fd, batch[i], blen[i]) != 0)
                 failed[i] = 1, errs[i] = errno;
+            else if (blen[i] && (w->f[i].size += blen[i]) >= rot[i] && rot[i] &&
+                     !w->f[i].rot_failed)
+                rotate_file(&w->f[i]); /* whole lines written: it ends at one */
             free(batch[i]);
             batch[i] = NULL;
         }
@@ -185,6 +217,8 @@ int sup_writer_open(sup_writer *w, const char *path, size_t bound, char *why, si
     memset(f, 0, sizeof *f);
     f->fd = fd;
     f->bound = bound;
+    struct stat st;
+    f->size = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
     snprintf(f->path, sizeof f->path, "%s", path);
     w->n++;
     pthread_mutex_unlock(&w->mu);
@@ -217,6 +251,13 @@ int sup_writer_line(sup_writer *w, int k, const char *text, size_t len) {
     }
     pthread_mutex_unlock(&w->mu);
     return rc;
+}
+
+void sup_writer_rotate(sup_writer *w, int k, uint64_t max_bytes) {
+    if (!w || k < 0 || k >= w->n) return;
+    pthread_mutex_lock(&w->mu);
+    w->f[k].rotate = max_bytes;
+    pthread_mutex_unlock(&w->mu);
 }
 
 long sup_writer_dropped(sup_writer *w, int k) {

@@ -43,6 +43,8 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    no-progress limit, not --startup-timeout.
 15. a hung rank of two is named, not its peer that waits for it in the
    all-reduce, when the limit ends between two of the peer's beats;
+17. compute.jsonl past --compute-log-max-mb is renamed compute.jsonl.1 and
+   started again, the newest rows whole and in order;
 16. SIGTERM to the driver while a rank hangs: the ranks cannot stop within
    --grace, so mpirun gets SIGTERM (not SIGKILL) and removes every rank's
    Open MPI shared-memory segment and its session directory itself; an
@@ -704,6 +706,29 @@ def check_hang_named_short_timeout(d, shard):
        f"\n{err[-2000:]}")
 
 
+def check_compute_log_rotation(d, shard):
+    """--compute-log-max-mb: compute.jsonl past it is renamed compute.jsonl.1 and started
+    again at a row's end; the two hold the newest rows, in order, each a whole JSON line
+    (a row for each step a beat said: beats after fast steps may be merged).
+    Before, the file grew for the whole job (5 GB a week at 1,024 ranks)."""
+    run = os.path.join(d, "rotate")
+    rc, err = launch(run, shard, ["--compute-log-max-mb", "0.0002"],  # 200 bytes
+                     ["--steps", "16", "--ckpt-dir", os.path.join(run, "ckpt")])
+    rows = []
+    try:
+        for name in ("compute.jsonl.1", "compute.jsonl"):
+            rows += [json.loads(l)["step"] for l in open(os.path.join(run, name))]
+    except (OSError, ValueError, KeyError) as e:
+        rows.append(str(e))
+    ok(rc == 0 and os.path.getsize(os.path.join(run, "compute.jsonl.1")) >= 200 and
+       rows and rows == sorted(set(rows)) and rows[-1] == 16 and rows[0] > 1,
+       "compute.jsonl rotated past --compute-log-max-mb: the newest rows, whole, in order",
+       f"rc {rc}, steps {rows}\n{err[-1500:]}")
+    rc, err = launch(os.path.join(d, "rotate_bad"), shard, ["--compute-log-max-mb", "-1"],
+                     ["--steps", "2"])
+    ok(rc == 2 and "--compute-log-max-mb" in err, "--compute-log-max-mb -1: a usage error", err)
+
+
 def check_stop_escalation(d, shard, wrapped):
     """SIGTERM to the driver while rank 1 hangs at step 5 (the heartbeat limit
     far off): no rank can stop on the request within --grace 1.  Before,
@@ -785,6 +810,7 @@ def main():
     check_hang_after_ckpt_wait(d, shard)
     check_hang_at_step2(d, shard)
     check_hang_named_short_timeout(d, shard)
+    check_compute_log_rotation(d, shard)
     check_stop_escalation(d, shard, False)
     check_stop_escalation(d, shard, True)
     finish(d)

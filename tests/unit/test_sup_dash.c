@@ -444,7 +444,7 @@ static void test_heatlog(void) {
     char why[256];
     sup_writer *w = sup_writer_start(why, sizeof why);
     T_OK(w != NULL);
-    T_EQ_INT(sup_heatlog_open(&h, w, p, 3, why, sizeof why), 0);
+    T_EQ_INT(sup_heatlog_open(&h, w, p, 3, 0, why, sizeof why), 0);
     sup_heatlog_feed(&h, 1, 0, 1, 5);
     sup_heatlog_feed(&h, 1, 1, 1, 6);
     sup_heatlog_feed(&h, 1, 2, 1, 7); /* complete: written */
@@ -529,6 +529,52 @@ static void test_writer(void) {
     T_EQ_INT(ms_file_read_max(st, 100, &text, &len), MS_OK);
     T_OK(!strcmp(text, "{\"n\":2}\n"));
     free(text);
+}
+
+/* Lines of the file at path (0 if it cannot be read); *first: the number in
+ * the first one ({"i":N}), *whole: 1 if it ends at a line's end. */
+static int count_lines(const char *path, int *first, int *whole) {
+    char *text = NULL;
+    size_t len = 0;
+    if (ms_file_read_max(path, 1 << 20, &text, &len) != MS_OK) return 0;
+    int lines = 0;
+    for (size_t k = 0; k < len; k++)
+        lines += text[k] == '\n';
+    *first = len > 5 ? atoi(text + 5) : -1;
+    *whole = len > 0 && text[len - 1] == '\n';
+    free(text);
+    return lines;
+}
+
+/* A file given a rotation size: past it, renamed PATH.1 (the older .1
+ * replaced) and started again, each at a line's end; the newest lines are
+ * all there, in order, in PATH.1 then PATH.  A size of 0 never rotates. */
+static void test_writer_rotate(void) {
+    char why[256], line[64], old[600];
+    const char *a = tpath("rot.jsonl"), *b = tpath("norot.jsonl");
+    snprintf(old, sizeof old, "%s.1", a);
+    sup_writer *w = sup_writer_start(why, sizeof why);
+    T_OK(w != NULL);
+    int ka = sup_writer_open(w, a, 0, why, sizeof why), kb = sup_writer_open(w, b, 0, why, 256);
+    sup_writer_rotate(w, ka, 1000);
+    sup_writer_rotate(w, kb, 0);
+    int n_lines = 0;
+    for (int i = 0; i < 500; i++) { /* 9-10 bytes a line: about 4.7 kB */
+        int n = snprintf(line, sizeof line, "{\"i\":%d}", i);
+        T_EQ_INT(sup_writer_line(w, ka, line, (size_t)n), 0);
+        T_EQ_INT(sup_writer_line(w, kb, line, (size_t)n), 0);
+        n_lines++;
+        if (i % 50 == 49) usleep(20000); /* batches: the writer takes what is queued */
+    }
+    T_EQ_INT(sup_writer_stop(w, 10), 0);
+    int f1 = -1, w1 = 0, f0 = -1, w0 = 0, fb = -1, wb = 0;
+    int l1 = count_lines(old, &f1, &w1), l0 = count_lines(a, &f0, &w0);
+    T_OK(l1 > 0 && w1);                    /* rotated, at a line's end */
+    T_OK(f0 == f1 + l1 && f0 + l0 == 500); /* .1 then the file: the newest lines, in order */
+    T_OK(f1 > 0);                          /* the first .1 was replaced by a later one */
+    T_OK(l0 == 0 || w0);
+    T_EQ_INT(count_lines(b, &fb, &wb), n_lines); /* never rotated */
+    T_OK(fb == 0 && access(tpath("norot.jsonl.1"), F_OK) != 0);
 }
 
 /* ---- the server -------------------------------------------------------------- */
@@ -995,6 +1041,7 @@ int main(void) {
     test_tail();
     test_heatlog();
     test_writer();
+    test_writer_rotate();
     test_server();
     test_finish();
     test_events_elsewhere();
