@@ -1,9 +1,10 @@
 /* sup_dash_tail.c - a growing file read incrementally: what was appended
  * since the last read, line by line, a cut last line kept until it is
  * complete, and a replaced (another inode) or truncated file read again
- * from its start.  The run's files are only ever appended to or replaced
- * atomically (the metrics file after a restart), so this sees every line
- * once per version of the file. */
+ * from its start.  The run's files are only ever appended to, replaced
+ * atomically (the metrics file after a restart) or rotated (compute.jsonl
+ * renamed compute.jsonl.1: the rest of it is read there first), so this
+ * sees every line once per version of the file. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -46,28 +47,9 @@ static int keep_partial(dash_tail *t, const char *p, size_t n) {
     return 0;
 }
 
-int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
-                   void (*replaced)(void *arg)) {
-    /* O_NONBLOCK: a FIFO in a file's place (a run directory or a metrics
-     * path named in the events) would block the open, and with it the
-     * server's thread and its stop, for ever; it is refused below */
-    int fd = open(t->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return errno == ENOENT ? 0 : -1;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return -1;
-    }
-    int again = 0;
-    if (t->ino && (st.st_ino != t->ino || st.st_dev != t->dev || st.st_size < t->off)) {
-        again = 1; /* another file now, or cut: from its start */
-        t->off = 0;
-        t->plen = 0;
-        t->skipping = 0;
-        if (replaced) replaced(arg);
-    }
-    t->ino = st.st_ino;
-    t->dev = st.st_dev;
+/* Lines of fd from t->off on, at most max_bytes of them; the bytes read,
+ * or -1 (out of memory). */
+static long read_lines(dash_tail *t, int fd, size_t max_bytes, dash_line_fn line, void *arg) {
     char buf[65536];
     size_t total = 0;
     while (total < max_bytes) {
@@ -81,10 +63,7 @@ int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
         while (p < end) {
             const char *nl = memchr(p, '\n', (size_t)(end - p));
             if (!nl) {
-                if (keep_partial(t, p, (size_t)(end - p)) != 0) {
-                    close(fd);
-                    return -1;
-                }
+                if (keep_partial(t, p, (size_t)(end - p)) != 0) return -1;
                 break;
             }
             size_t n = (size_t)(nl - p);
@@ -100,6 +79,47 @@ int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
             p = nl + 1;
         }
     }
+    return (long)total;
+}
+
+/* The file read so far renamed PATH.1 (rotated: sup_writer_rotate): the
+ * lines appended to it after the last read, before the new file's. */
+static void read_rotated(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg) {
+    char old[sizeof t->path + 2];
+    snprintf(old, sizeof old, "%s.1", t->path);
+    int fd = open(old, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_ino == t->ino && st.st_dev == t->dev &&
+        st.st_size >= t->off)
+        read_lines(t, fd, max_bytes, line, arg);
     close(fd);
-    return again;
+}
+
+int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
+                   void (*replaced)(void *arg)) {
+    /* O_NONBLOCK: a FIFO in a file's place (a run directory or a metrics
+     * path named in the events) would block the open, and with it the
+     * server's thread and its stop, for ever; it is refused below */
+    int fd = open(t->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return -1;
+    }
+    int again = 0;
+    if (t->ino && (st.st_ino != t->ino || st.st_dev != t->dev || st.st_size < t->off)) {
+        if (st.st_ino != t->ino || st.st_dev != t->dev) read_rotated(t, max_bytes, line, arg);
+        again = 1; /* another file now, or cut: from its start */
+        t->off = 0;
+        t->plen = 0;
+        t->skipping = 0;
+        if (replaced) replaced(arg);
+    }
+    t->ino = st.st_ino;
+    t->dev = st.st_dev;
+    long got = read_lines(t, fd, max_bytes, line, arg);
+    close(fd);
+    return got < 0 ? -1 : again;
 }

@@ -426,6 +426,21 @@ static void test_tail(void) {
     T_EQ_INT(s.replaced, 1);
     T_OK(!strcmp(s.lines[4], "new"));
     dash_tail_free(&t);
+    /* rotated (compute.jsonl renamed .1, a new one started): the rest of
+     * the old file, its cut last line too, before the new file's lines */
+    const char *r = tpath("rot.jsonl"), *r1 = tpath("rot.jsonl.1");
+    sink u = {0};
+    dash_tail_init(&t, r);
+    append(r, "a\nb", "w");
+    dash_tail_read(&t, 1 << 20, on_line, &u, NULL);
+    append(r, "c\nd\n", "a"); /* written, then rotated before the next read */
+    rename(r, r1);
+    append(r, "e\n", "w");
+    T_EQ_INT(dash_tail_read(&t, 1 << 20, on_line, &u, NULL), 1);
+    T_EQ_INT(u.n, 4);
+    T_OK(u.n == 4 && !strcmp(u.lines[0], "a") && !strcmp(u.lines[1], "bc") &&
+         !strcmp(u.lines[2], "d") && !strcmp(u.lines[3], "e"));
+    dash_tail_free(&t);
     /* a FIFO in the file's place: refused at once (its open blocked the
      * server's thread, and the stop that joins it, for ever) */
     const char *fifo = tpath("fifo.jsonl");
