@@ -778,7 +778,7 @@ def check_stop_escalation(d, shard, wrapped):
     left = [x for x in segs | set(sess) if os.path.exists(x)]
     want = "sigkill" if wrapped else "sigterm"
     ok(p.returncode == 5 and len(ranks) == 2 and len(segs) == 2 and len(sess) == 1 and
-       stop.get("ended_by") == want and stop.get("stop_s", 99) < 1 + 5 + 3 and not left,
+       stop.get("ended_by") == want and stop.get("stop_s", 99) < 1 + 5 + 6 and not left,
        f"stop with a hung rank ({tag}): mpirun ended by {want}; the ranks' shared-memory "
        "segments and mpirun's session directory are gone",
        f"rc {p.returncode}, ranks {ranks}, segments {segs}, session {sess}, left {left}, "
