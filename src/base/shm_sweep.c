@@ -33,11 +33,9 @@ static double file_age(const struct stat *st) {
     return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec - (m > c ? m : c);
 }
 
-static int mark(cand *c, int n, dev_t dev, ino_t ino) {
-    int hit = 0;
+static void mark(cand *c, int n, dev_t dev, ino_t ino) {
     for (int i = 0; i < n; i++)
-        if (c[i].dev == dev && c[i].ino == ino) c[i].used = hit = 1;
-    return hit;
+        if (c[i].dev == dev && c[i].ino == ino) c[i].used = 1;
 }
 
 /* The effective uid of process pid (its status file), -1 if gone. */

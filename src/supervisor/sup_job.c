@@ -129,8 +129,9 @@ void sup_job_adopt(sup_job *j, pid_t pid) {
     sup_mpirun_tmpdir(j->tmp, sizeof j->tmp);
 }
 
-/* Field 3 (state) and 22 (start time) of /proc/PID/stat; -1 if gone. */
-static int proc_stat(pid_t pid, char *state, unsigned long long *start) {
+/* Field 3 (state), 5 (process group; pgrp may be NULL) and 22 (start
+ * time) of /proc/PID/stat; -1 if gone. */
+static int proc_stat(pid_t pid, char *state, int *pgrp, unsigned long long *start) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
@@ -143,9 +144,11 @@ static int proc_stat(pid_t pid, char *state, unsigned long long *start) {
     unsigned long long v = 0;
     int field = 2;
     *state = '?';
+    if (pgrp) *pgrp = -1;
     for (char *save = NULL, *t = strtok_r(p + 1, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
         field++;
         if (field == 3) *state = t[0];
+        if (field == 5 && pgrp) *pgrp = atoi(t);
         if (field == 22) {
             v = strtoull(t, NULL, 10);
             break;
@@ -155,26 +158,19 @@ static int proc_stat(pid_t pid, char *state, unsigned long long *start) {
     return 0;
 }
 
-/* The processes of process group pgid (field 5 of /proc/PID/stat), at most
- * max of them into out; their count. */
+/* The processes of process group pgid, at most max of them into out;
+ * their count. */
 static int group_members(pid_t pgid, pid_t *out, int max) {
     DIR *d = opendir("/proc");
     if (!d) return 0;
     int n = 0;
     struct dirent *e;
     while (n < max && (e = readdir(d))) {
-        char path[300], buf[1024];
-        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (!f) continue;
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        fclose(f);
-        buf[got] = 0;
-        char *p = strrchr(buf, ')');
-        int ppid, pgrp;
-        if (p && sscanf(p + 1, " %*c %d %d", &ppid, &pgrp) == 2 && pgrp == (int)pgid)
-            out[n++] = (pid_t)atoi(e->d_name);
+        char state;
+        int pgrp;
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid > 0 && proc_stat(pid, &state, &pgrp, NULL) == 0 && pgrp == (int)pgid)
+            out[n++] = pid;
     }
     closedir(d);
     return n;
@@ -183,14 +179,14 @@ static int group_members(pid_t pgid, pid_t *out, int max) {
 int sup_pid_alive(pid_t pid) {
     char state;
     if (pid <= 0) return 0;
-    if (proc_stat(pid, &state, NULL) != 0) return kill(pid, 0) == 0 || errno == EPERM;
+    if (proc_stat(pid, &state, NULL, NULL) != 0) return kill(pid, 0) == 0 || errno == EPERM;
     return state != 'Z' && state != 'X';
 }
 
 unsigned long long sup_pid_start(pid_t pid) {
     char state;
     unsigned long long start = 0;
-    return pid > 0 && proc_stat(pid, &state, &start) == 0 ? start : 0;
+    return pid > 0 && proc_stat(pid, &state, NULL, &start) == 0 ? start : 0;
 }
 
 pid_t sup_pid_same(pid_t pid, unsigned long long start) {
