@@ -349,6 +349,9 @@ void sup_heatlog_close(sup_heatlog *h); /* flushes; a zeroed h is fine */
 #define SUP_MAX_CONNS 4096
 #define SUP_MAX_CTL 8
 #define SUP_HB_AUTH_S 5.0 /* a heartbeat connection must send a valid beat within this */
+/* a hang the beats pin on no rank waits this long at most for a beat from each
+ * (ranks beat every second; 2 s leaves one late beat a second) */
+#define SUP_UNCLEAR_WAIT_S 2.0
 
 typedef struct {
     int fd, rank;  /* rank -1 until its first valid beat */
@@ -416,6 +419,8 @@ typedef struct {
     sup_spike spike;
     sup_straggler strag;
     int straggler_warned, nan_step;
+    double t_unclear;   /* when a stall was first seen that the beats did not pin on a rank
+                         * (0: none): the verdict waits for a beat from each (sup_watch) */
     int ckpt_streak;    /* checkpoints of this attempt that failed to commit in a row */
     int ckpt_fault;     /* its fault's index in the summary (-1: none pending) */
     double t_ckpt_fail; /* when the first of them was seen */

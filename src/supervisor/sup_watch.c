@@ -771,6 +771,15 @@ static int silent_rank(const sup_driver *d, double now) {
     return best;
 }
 
+/* Every rank that beats (started, connected, not done) has beaten since t. */
+static int all_beat_since(const sup_driver *d, double t) {
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (!s->done && !s->failed && s->connected && s->started && s->last_beat <= t) return 0;
+    }
+    return 1;
+}
+
 /* Of the ranks that beat but make no step, the one that is not blocked in
  * communication while others are (they wait for it: a pipeline stage in its
  * recv from the next one, a tp group in its all-reduce), the shortest wait
@@ -865,6 +874,7 @@ void sup_watch(sup_driver *d) {
                           "%.0f s): stopped or stuck",
                           i, s->pid, now - s->last_beat, c->hb_timeout);
     }
+    int stalled = 0; /* a rank is past its limit */
     for (int i = 0; i < c->np && !d->fault; i++) {
         sup_rank *s = &d->r[i];
         if (s->done || s->failed || !s->connected || !s->started) continue;
@@ -874,12 +884,26 @@ void sup_watch(sup_driver *d) {
         if (seen <= 0) limit = fmax(limit, c->startup_timeout); /* no step seen yet */
         if (!strcmp(s->phase, "val") || !strcmp(s->phase, "ckpt")) limit *= 10; /* no steps */
         if (now - s->last_progress <= limit) continue;
+        stalled = 1;
         /* every rank of a hung job stops making steps; the culprit is the one
          * that also went silent, if any, else the one that waits in no
          * communication (the others are waiting for it) */
         int silent = silent_rank(d, now), n_blocked;
         double longest;
         int stuck = silent < 0 ? unblocked_rank(d, now, &n_blocked, &longest) : -1;
+        /* neither: the beats may be older than the stall's shape (a rank's
+         * newest beat from before its wait began, sent up to a period ago
+         * and late on a loaded host).  With peers to compare, the verdict
+         * waits until each has beaten since, for at most SUP_UNCLEAR_WAIT_S;
+         * before, the first rank without progress was named at once, and a
+         * CI run named the rank waiting for the hung one. */
+        if (silent < 0 && stuck < 0 && c->np > 1) {
+            if (d->t_unclear <= 0) d->t_unclear = now;
+            if (now - d->t_unclear < SUP_UNCLEAR_WAIT_S && !all_beat_since(d, d->t_unclear)) {
+                stalled = 1;
+                break;
+            }
+        }
         if (silent >= 0)
             sup_set_fault(d, "hang", silent, d->r[silent].last_beat,
                           "no step for %.1f s, and rank %d (pid %d) has sent no heartbeat for "
@@ -903,6 +927,7 @@ void sup_watch(sup_driver *d) {
                           "longest recent step, at least the heartbeat timeout)",
                           i, now - s->last_progress, limit, c->progress_factor);
     }
+    if (!stalled) d->t_unclear = 0;
     if (!d->fault) watch_straggler(d);
 }
 
@@ -958,6 +983,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->evict_node = -1;
     d->evict_reason[0] = 0;
     d->straggler_warned = 0;
+    d->t_unclear = 0;
     d->ckpt_streak = 0;
     d->ckpt_fault = -1;
     d->stopping = 0;

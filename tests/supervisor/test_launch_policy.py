@@ -692,24 +692,20 @@ def check_hang_named_short_timeout(d, shard):
     blocked, and the hang was put on the first rank without progress
     (bench/chaos --heartbeat-timeout 2 --steps-per-fault 1 --seed 707 named
     rank 0 for a hang of rank 1)."""
-    # A second try when the first misses: on a loaded machine the peer's beat
-    # that says it waits can reach the driver after the limit (a CI run named
-    # rank 0, its newest beat from before its wait began); the verdict is
-    # right whenever the beats come on time, which one of two tries shows.
-    for attempt in (1, 2):
-        run = os.path.join(d, f"hangnamed{attempt}")
-        rc, err = launch(run, shard, ["--heartbeat-timeout", "2.6", "--progress-factor", "1",
-                                      "--max-restarts", "3",
-                                      "--faults", "slow=900@2+:0,hang@4:1,hang@6:1"],
-                         ["--steps", "7", "--dp", "2", "--ckpt-every", "1", "--ckpt-dir",
-                          os.path.join(run, "ckpt")], np=2)
-        hangs = [e for e in events(run) if e["event"] == "fault_detected" and e["kind"] == "hang"]
-        good = rc == 0 and len(hangs) == 2 and all(
-            h["rank"] == 1 and "waits in no communication" in h["detail"] for h in hangs)
-        if good or attempt == 2:
-            break
-        print(f"note: try {attempt} named {[(h['rank'], h['detail']) for h in hangs]}; "
-              "trying again")
+    # Once a second try: on a loaded machine the peer's beat that says it
+    # waits could reach the driver after the limit (a CI run named rank 0,
+    # its newest beat from before its wait began).  The driver now waits for
+    # a beat from each rank before it names one the beats do not pin
+    # (SUP_UNCLEAR_WAIT_S; test_sup_parts's test_unclear_hang), so one try.
+    run = os.path.join(d, "hangnamed")
+    rc, err = launch(run, shard, ["--heartbeat-timeout", "2.6", "--progress-factor", "1",
+                                  "--max-restarts", "3",
+                                  "--faults", "slow=900@2+:0,hang@4:1,hang@6:1"],
+                     ["--steps", "7", "--dp", "2", "--ckpt-every", "1", "--ckpt-dir",
+                      os.path.join(run, "ckpt")], np=2)
+    hangs = [e for e in events(run) if e["event"] == "fault_detected" and e["kind"] == "hang"]
+    good = rc == 0 and len(hangs) == 2 and all(
+        h["rank"] == 1 and "waits in no communication" in h["detail"] for h in hangs)
     ok(good, "a hung rank of two is named when the limit ends between its peer's beats, not the "
        "rank that waits for it", f"rc {rc}, hangs {[(h['rank'], h['detail']) for h in hangs]}"
        f"\n{err[-2000:]}")

@@ -600,9 +600,10 @@ static void beat_attempt(sup_driver *d, sup_conn *k) {
         k[i] = (sup_conn){.fd = -1, .rank = -1};
 }
 
-/* Rank's beat on its connection k[rank]: `step` steps done, in `phase`. */
-static void beat_send(sup_driver *d, sup_conn *k, int rank, int step, double step_ms,
-                      const char *phase, const char *error) {
+/* Rank's beat on its connection k[rank]: `step` steps done, in `phase`,
+ * waiting in communication for comm_wait_s (NAN: not said). */
+static void beat_send_wait(sup_driver *d, sup_conn *k, int rank, int step, double step_ms,
+                           const char *phase, const char *error, double comm_wait_s) {
     sup_beat b = {.rank = rank,
                   .world = d->c->np,
                   .pid = 1000 + rank,
@@ -614,12 +615,17 @@ static void beat_send(sup_driver *d, sup_conn *k, int rank, int step, double ste
                   .grad_norm = NAN,
                   .comm_bytes = NAN,
                   .compute_ms = step_ms,
-                  .comm_wait_s = NAN,
+                  .comm_wait_s = comm_wait_s,
                   .ckpt_commit = -1};
     snprintf(b.host, sizeof b.host, "elsewhere"); /* not this host: no pid is looked at */
     snprintf(b.phase, sizeof b.phase, "%s", phase);
     snprintf(b.error, sizeof b.error, "%s", error);
     sup_on_beat(d, &k[rank], &b);
+}
+
+static void beat_send(sup_driver *d, sup_conn *k, int rank, int step, double step_ms,
+                      const char *phase, const char *error) {
+    beat_send_wait(d, k, rank, step, step_ms, phase, error, NAN);
 }
 
 /* Steps from..to of every rank at step_ms each, rank 0's beat of each step
@@ -753,6 +759,97 @@ static void test_comm_after_gone(void) {
     }
 }
 
+/* A driver of np ranks at step 3 whose ranks all made their last step
+ * `stall` s ago (past the 5 s limit) and beat just now, none waiting in
+ * communication (their beats from before a wait began). */
+static sup_driver *stalled_driver(sup_config *c, int np, sup_conn *k, double stall) {
+    sup_driver *d = beat_driver(c, np);
+    c->hb_timeout = 5, c->progress_factor = 1; /* silent after 3 s */
+    beat_attempt(d, k);
+    beat_steps(d, k, 0, 3, 100);
+    for (int r = 0; r < np; r++) {
+        beat_send_wait(d, k, r, 3, NAN, "train", "", 0);
+        d->r[r].last_progress -= stall;
+    }
+    return d;
+}
+
+/* The driver's view of its ranks, s seconds on with nothing heard. */
+static void age(sup_driver *d, double s) {
+    d->t_unclear -= s;
+    for (int r = 0; r < d->c->np; r++)
+        d->r[r].last_beat -= s, d->r[r].last_progress -= s;
+}
+
+/* A hang the beats pin on no rank (none silent, none blocked) waits for a
+ * beat from each rank before it names one: the fresher beats name the rank
+ * the others wait for; with no fresher beat, the first rank is named after
+ * SUP_UNCLEAR_WAIT_S; a job of one rank has no peer to wait for.  Before,
+ * the first rank was named at once (a CI run named the rank that waited for
+ * the hung one, its newest beat from before its wait began). */
+static void test_unclear_hang(void) {
+    sup_config c;
+    sup_conn k[3];
+    /* rank 0's next beat says it waits (from 2 s into the 6 s stall): rank 1 */
+    sup_driver *d = stalled_driver(&c, 2, k, 6.0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 0);
+    T_OK(d->t_unclear > 0);
+    beat_send_wait(d, k, 0, 3, NAN, "train", "", 4.0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 1);
+    T_EQ_INT(d->fault_rank, 1);
+    T_STR_CONTAINS(d->detail, "waits in no communication");
+    beat_driver_free(d);
+    /* every rank beat again and none waits: the first rank, without waiting longer */
+    d = stalled_driver(&c, 3, k, 6.0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 0);
+    for (int r = 0; r < 2; r++)
+        beat_send_wait(d, k, r, 3, NAN, "train", "", 0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 0); /* rank 2 has not beaten since */
+    beat_send_wait(d, k, 2, 3, NAN, "train", "", 0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 1);
+    T_EQ_INT(d->fault_rank, 0);
+    T_STR_CONTAINS(d->detail, "beats but made no step");
+    beat_driver_free(d);
+    /* no fresher beat: named after the wait */
+    d = stalled_driver(&c, 2, k, 6.0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 0);
+    age(d, SUP_UNCLEAR_WAIT_S - 0.5);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 0);
+    age(d, 0.6);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 1);
+    T_EQ_INT(d->fault_rank, 0);
+    beat_driver_free(d);
+    /* the stall ended (a step made) before the verdict: the wait starts afresh */
+    d = stalled_driver(&c, 2, k, 6.0);
+    sup_watch(d);
+    T_OK(d->t_unclear > 0);
+    beat_steps(d, k, 4, 4, 100);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 0);
+    T_OK(d->t_unclear == 0);
+    beat_driver_free(d);
+    /* one rank: nothing to compare, named at once */
+    d = stalled_driver(&c, 1, k, 6.0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 1);
+    T_EQ_INT(d->fault_rank, 0);
+    beat_driver_free(d);
+    /* under the limit: no verdict, no wait */
+    d = stalled_driver(&c, 2, k, 4.0);
+    sup_watch(d);
+    T_EQ_INT(d->fault, 0);
+    T_OK(d->t_unclear == 0);
+    beat_driver_free(d);
+}
+
 int main(void) {
     test_ctl();
     test_ctl_client_big();
@@ -765,5 +862,6 @@ int main(void) {
     test_diag_best_of_two();
     test_step_time();
     test_comm_after_gone();
+    test_unclear_hang();
     return ms_test_summary("test_sup_parts");
 }
