@@ -2,6 +2,7 @@
 #include "monitor/monitor.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,27 @@ double mon_peak_table(const char *device) {
     return 0;
 }
 
+/* The size of the peak's probe on this device: n, or where one n^3 product
+ * would take more than MON_PROBE_BUDGET_S, the largest size (doubling from
+ * 256) whose product does, at the rate of the size before it.  A real CPU
+ * or GPU runs 256^3 fast enough to go straight to n (2 products of 1/512 of
+ * the probe's); the CUDA emulator (tests/cuda_emu) ran the 8192^3 bf16
+ * probe for more than 10 minutes before this.  A smaller product reads a
+ * lower rate: the peak is then low and MFU high, which the start-up line's
+ * source says (the probe's size). */
+static int probe_fit(be_backend *be, int n) {
+    int m = n < 256 ? n : 256;
+    double f = probe_once(be, m, 1);
+    if (!(f > 0) || m >= n || 2.0 * n * n * (double)n / f <= MON_PROBE_BUDGET_S / 4) return n;
+    while (m < n) {
+        int next = 2 * m < n ? 2 * m : n;
+        if (2.0 * next * next * (double)next / f > MON_PROBE_BUDGET_S) break;
+        m = next;
+        if (m < n) f = fmax(f, probe_once(be, m, 1));
+    }
+    return m;
+}
+
 /* The probe's size: the GPU needs a large product to reach its peak
  * (8192^3 is 1.1 TFLOP); a CPU, bf16 or fp32, reaches its own at 2048^3. */
 int mon_peak_probe_dim(int gpu, int bf16) {
@@ -108,9 +130,16 @@ static void peak_describe_probe(mon_peak *p, const be_backend *be) {
     if (p->probes_run < p->probes)
         snprintf(kept, sizeof kept, ", %d of them from the peak cache", p->probes - p->probes_run);
     snprintf(p->source, sizeof p->source, "probed: best of %d GEMM probe%s (%d^3, %s%s%s) on %s",
-             p->probes, p->probes == 1 ? "" : "s", mon_peak_probe_n(be),
+             p->probes, p->probes == 1 ? "" : "s", p->probe_n,
              be->act_dtype == BE_BF16 ? "bf16" : "fp32",
              both ? ", the own kernel's and OpenBLAS's" : "", kept, be->device_name);
+    if (p->probe_n < mon_peak_probe_n(be)) {
+        size_t at = strlen(p->source);
+        snprintf(p->source + at, sizeof p->source - at,
+                 "; not %d^3: one such product would take more than %.0f s on this device, and "
+                 "a smaller one reads a lower peak (a higher MFU)",
+                 mon_peak_probe_n(be), MON_PROBE_BUDGET_S);
+    }
 }
 
 void mon_peak_init(mon_peak *p, be_backend *be, double given, const char *cache_dir) {
@@ -124,7 +153,8 @@ void mon_peak_init(mon_peak *p, be_backend *be, double given, const char *cache_
         snprintf(p->source, sizeof p->source, "dense bf16 peak of %s (table)", be->device_name);
     } else if (!mon_peak_cache_load(p, be, cache_dir)) {
         p->from_probe = 1;
-        p->flops = p->probed = mon_probe_peak_flops(be, mon_peak_probe_n(be), 2);
+        p->probe_n = probe_fit(be, mon_peak_probe_n(be));
+        p->flops = p->probed = mon_probe_peak_flops(be, p->probe_n, 2);
         p->probes = p->probes_run = 1;
         peak_describe_probe(p, be);
     }
@@ -132,8 +162,11 @@ void mon_peak_init(mon_peak *p, be_backend *be, double given, const char *cache_
 
 void mon_peak_reprobe(mon_peak *p, be_backend *be) {
     if (!p->from_probe || p->raised || p->probes >= MON_PEAK_PROBES) return;
-    double f = mon_probe_peak_flops(be, mon_peak_probe_n(be), 1);
+    /* a cached peak's size, or a size fitted at a busy moment: fitted again */
+    int n = p->probe_n < mon_peak_probe_n(be) ? probe_fit(be, mon_peak_probe_n(be)) : p->probe_n;
+    double f = mon_probe_peak_flops(be, n, 1);
     if (f > p->probed) p->probed = f;
+    if (n > p->probe_n) p->probe_n = n;
     p->flops = p->probed;
     p->probes++;
     p->probes_run++;

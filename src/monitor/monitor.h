@@ -29,6 +29,9 @@ double mon_probe_peak_flops(be_backend *be, int n, int reps);
  * the trainer's two warm-up re-probes.  A peak with this many is not
  * re-probed (a cached one read from the peak cache). */
 #define MON_PEAK_PROBES 3
+/* The longest one product of the peak's probe may take (s): a slower device
+ * (the CUDA emulator) is probed with a smaller one. */
+#define MON_PROBE_BUDGET_S 2.0
 
 typedef struct {
     double flops;          /* per device (rank), FLOP/s */
@@ -39,6 +42,7 @@ typedef struct {
     int cached;            /* read from the peak cache (monitor/peakcache.h) */
     int raised;            /* mon_peak_mfu raised it to an achieved rate */
     double probed;         /* the best probe (flops before any raise) */
+    int probe_n;           /* the probes' size: mon_peak_probe_n, or less on a slow device */
     double fp32_flops;     /* CPU bf16: its fp32 GEMMs' probed rate (0: not known) */
     char cache_path[4200]; /* the peak cache file read or to write ("": none) */
 } mon_peak;

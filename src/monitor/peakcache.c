@@ -167,9 +167,13 @@ int mon_peak_cache_load(mon_peak *p, const be_backend *be, const char *dir) {
         p->fp32_flops = num(hit, "fp32_flops");
         p->probes = (int)num(hit, "probes");
         p->probes_run = 0;
+        /* the size the probes had: less than the key's on a slow device (an
+         * entry written before it was kept: the key's) */
+        double used = num(hit, "probe_used");
+        p->probe_n = used >= 1 && used < mon_peak_probe_n(be) ? (int)used : mon_peak_probe_n(be);
         snprintf(p->source, sizeof p->source,
                  "cached in %.300s: best of %d GEMM probe%s (%d^3, %s) on %.128s, taken %.64s",
-                 p->cache_path, p->probes, p->probes == 1 ? "" : "s", mon_peak_probe_n(be),
+                 p->cache_path, p->probes, p->probes == 1 ? "" : "s", p->probe_n,
                  be->act_dtype == BE_BF16 ? "bf16" : "fp32", be->device_name,
                  cJSON_GetObjectItemCaseSensitive(hit, "written")->valuestring);
     } else if (missing) {
@@ -199,6 +203,7 @@ static cJSON *entry_new(const mon_peak *p, cJSON *key) {
     cJSON_AddNumberToObject(e, "flops", p->probed);
     cJSON_AddNumberToObject(e, "fp32_flops", p->fp32_flops > 0 ? p->fp32_flops : 0);
     cJSON_AddNumberToObject(e, "probes", p->probes);
+    cJSON_AddNumberToObject(e, "probe_used", p->probe_n);
     cJSON_AddStringToObject(e, "written", when);
     cJSON_AddNumberToObject(e, "rank", ms_ctx_get()->rank);
     cJSON_AddNumberToObject(e, "pid", (double)getpid());

@@ -43,12 +43,12 @@ def ok(cond, what, detail=""):
         print(f"FAIL: {what}\n{detail[-3000:]}")
 
 
-def run(args, n=1, env=None):
+def run(args, n=1, env=None, timeout=1800):
     cmd = [BIN, *args]
     if n > 1:
         cmd = [MPIRUN, "--allow-run-as-root", "--oversubscribe", "-np", str(n), *cmd]
     return subprocess.run(cmd, capture_output=True, text=True, errors="replace", env=env,
-                          timeout=1800)
+                          timeout=timeout)
 
 
 def losses(path):
@@ -228,6 +228,16 @@ def main():
             r = run([*short, "--dp", "2", "--comm", "mpi"], n=2)
             ok(r.returncode == 0 and "as --comm mpi asks" in r.stderr,
                "--comm mpi stages device buffers", r.stdout + r.stderr)
+        # the peak probed, not given: a device this slow gets a smaller probe (its
+        # 8192^3 bf16 product ran for more than 10 minutes here before)
+        try:
+            r = run([*base[:base.index("--steps")], "--steps", "3", "--device", "cuda"],
+                    timeout=300)
+            line = next((l for l in r.stderr.splitlines() if "MFU against a peak" in l), "")
+            ok(r.returncode == 0 and "not 8192^3" in line and "bf16) on cuda-emu" in line,
+               "the peak probe on a slow device is sized to it, and says so", r.stderr[-1500:])
+        except subprocess.TimeoutExpired:
+            ok(False, "the peak probe on a slow device is sized to it", "ran past 300 s")
         env = dict(os.environ, MS_EMU_NO_DEVICE="1")
         r = run(base + ["--device", "cuda"], env=env)
         ok(r.returncode != 0 and "no usable GPU" in r.stderr,

@@ -172,9 +172,11 @@ static void test_resume(const char *path) {
     lines_free(&l);
 }
 
-/* A peak as the start-up probe leaves it: `probes` probes, all run here. */
+/* A peak as the start-up probe leaves it: `probes` probes, all run here,
+ * of the full size (2048^3 on a CPU). */
 static void peak_probed(mon_peak *p, double flops, int probes) {
     p->from_probe = 1;
+    p->probe_n = 2048;
     p->flops = p->probed = flops;
     p->probes = p->probes_run = probes;
     p->cached = 0;
@@ -233,8 +235,10 @@ static void test_peak_cache(const char *dir) {
     char path[sizeof p.cache_path];
     snprintf(path, sizeof path, "%s", p.cache_path);
 
-    /* the ranks of a host start at once: one writes */
+    /* the ranks of a host start at once: one writes (a peak of a device too
+     * slow for the full probe: its size is kept) */
     peak_probed(&p, 5e10, 1);
+    p.probe_n = 512;
     int failed = 0, wrote = save_at_once(&p, be, &failed);
     T_EQ_INT(wrote, 1);
     T_EQ_INT(failed, 0);
@@ -246,6 +250,8 @@ static void test_peak_cache(const char *dir) {
     T_OK(q.flops == 5e10 && q.probed == 5e10 && q.from_probe && q.cached && q.probes == 1 &&
          q.probes_run == 0);
     T_STR_CONTAINS(q.source, "cached in ");
+    T_EQ_INT(q.probe_n, 512);
+    T_STR_CONTAINS(q.source, "(512^3, fp32)");
     T_OK(mon_peak_cache_save(&q, be) == 0); /* it ran no probe: nothing to write */
 
     /* the warm-up's three probes replace the one; then there is nothing new */
@@ -254,6 +260,7 @@ static void test_peak_cache(const char *dir) {
     T_EQ_INT(mon_peak_cache_save(&p, be), 0);
     memset(&q, 0, sizeof q);
     T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 6e10 && q.probes == MON_PEAK_PROBES);
+    T_EQ_INT(q.probe_n, 2048);
     mon_peak_reprobe(&q, be); /* a full cached peak is not probed again */
     T_OK(q.probes == MON_PEAK_PROBES && q.probes_run == 0 && q.cached && q.flops == 6e10);
 
