@@ -94,20 +94,27 @@ double mon_peak_table(const char *device) {
 }
 
 /* The size of the peak's probe on this device: n, or where one n^3 product
- * would take more than MON_PROBE_BUDGET_S, the largest size (doubling from
- * 256) whose product does, at the rate of the size before it.  A real CPU
- * or GPU runs 256^3 fast enough to go straight to n (2 products of 1/512 of
- * the probe's); the CUDA emulator (tests/cuda_emu) ran the 8192^3 bf16
- * probe for more than 10 minutes before this.  A smaller product reads a
- * lower rate: the peak is then low and MFU high, which the start-up line's
- * source says (the probe's size). */
+ * would take more than MON_PROBE_BUDGET_S, the largest size that does not.
+ * Timed at 256^3 (warmed up), then at the largest doubling whose product
+ * fits at the rate seen so far, until n or no larger one fits: a CPU core
+ * goes straight to n (the pair of 256^3 products is 1/256 of one of
+ * 2048^3), a GPU too or through a size or two (its small products are
+ * bound by the launch), and the CUDA emulator (tests/cuda_emu) stops at
+ * 1024^3, where its 8192^3 bf16 probe ran for more than 10 minutes.  A
+ * smaller product reads a lower rate: the peak is then low and MFU high,
+ * which the start-up line's source says (the probe's size). */
 static int probe_fit(be_backend *be, int n) {
     int m = n < 256 ? n : 256;
     double f = probe_once(be, m, 1);
-    if (!(f > 0) || m >= n || 2.0 * n * n * (double)n / f <= MON_PROBE_BUDGET_S / 4) return n;
+    if (!(f > 0)) return n; /* the probe itself says what failed */
     while (m < n) {
-        int next = 2 * m < n ? 2 * m : n;
-        if (2.0 * next * next * (double)next / f > MON_PROBE_BUDGET_S) break;
+        int next = m;
+        while (next < n) {
+            int c = 2 * next < n ? 2 * next : n;
+            if (2.0 * c * c * (double)c / f > MON_PROBE_BUDGET_S) break;
+            next = c;
+        }
+        if (next == m) break;
         m = next;
         if (m < n) f = fmax(f, probe_once(be, m, 1));
     }
