@@ -899,10 +899,8 @@ void sup_watch(sup_driver *d) {
          * CI run named the rank waiting for the hung one. */
         if (silent < 0 && stuck < 0 && c->np > 1) {
             if (d->t_unclear <= 0) d->t_unclear = now;
-            if (now - d->t_unclear < SUP_UNCLEAR_WAIT_S && !all_beat_since(d, d->t_unclear)) {
-                stalled = 1;
-                break;
-            }
+            if (now - d->t_unclear < SUP_UNCLEAR_WAIT_S && !all_beat_since(d, d->t_unclear))
+                break; /* looked at again on the next pass */
         }
         if (silent >= 0)
             sup_set_fault(d, "hang", silent, d->r[silent].last_beat,
