@@ -787,65 +787,58 @@ static void age(sup_driver *d, double s) {
  * SUP_UNCLEAR_WAIT_S; a job of one rank has no peer to wait for.  Before,
  * the first rank was named at once (a CI run named the rank that waited for
  * the hung one, its newest beat from before its wait began). */
+/* One pass of the detectors: no fault yet (rank < 0), or a hang on `rank`
+ * whose detail says `text`. */
+static void watch_expect(sup_driver *d, int rank, const char *text) {
+    sup_watch(d);
+    T_EQ_INT(d->fault, rank >= 0);
+    if (rank < 0) return;
+    T_EQ_INT(d->fault_rank, rank);
+    T_STR_CONTAINS(d->detail, text);
+}
+
 static void test_unclear_hang(void) {
     sup_config c;
     sup_conn k[3];
     /* rank 0's next beat says it waits (from 2 s into the 6 s stall): rank 1 */
     sup_driver *d = stalled_driver(&c, 2, k, 6.0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 0);
+    watch_expect(d, -1, NULL);
     T_OK(d->t_unclear > 0);
     beat_send_wait(d, k, 0, 3, NAN, "train", "", 4.0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 1);
-    T_EQ_INT(d->fault_rank, 1);
-    T_STR_CONTAINS(d->detail, "waits in no communication");
+    watch_expect(d, 1, "waits in no communication");
     beat_driver_free(d);
     /* every rank beat again and none waits: the first rank, without waiting longer */
     d = stalled_driver(&c, 3, k, 6.0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 0);
+    watch_expect(d, -1, NULL);
     for (int r = 0; r < 2; r++)
         beat_send_wait(d, k, r, 3, NAN, "train", "", 0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 0); /* rank 2 has not beaten since */
+    watch_expect(d, -1, NULL); /* rank 2 has not beaten since */
     beat_send_wait(d, k, 2, 3, NAN, "train", "", 0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 1);
-    T_EQ_INT(d->fault_rank, 0);
-    T_STR_CONTAINS(d->detail, "beats but made no step");
+    watch_expect(d, 0, "beats but made no step");
     beat_driver_free(d);
     /* no fresher beat: named after the wait */
     d = stalled_driver(&c, 2, k, 6.0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 0);
+    watch_expect(d, -1, NULL);
     age(d, SUP_UNCLEAR_WAIT_S - 0.5);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 0);
+    watch_expect(d, -1, NULL);
     age(d, 0.6);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 1);
-    T_EQ_INT(d->fault_rank, 0);
+    watch_expect(d, 0, "beats but made no step");
     beat_driver_free(d);
     /* the stall ended (a step made) before the verdict: the wait starts afresh */
     d = stalled_driver(&c, 2, k, 6.0);
     sup_watch(d);
     T_OK(d->t_unclear > 0);
     beat_steps(d, k, 4, 4, 100);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 0);
+    watch_expect(d, -1, NULL);
     T_OK(d->t_unclear == 0);
     beat_driver_free(d);
     /* one rank: nothing to compare, named at once */
     d = stalled_driver(&c, 1, k, 6.0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 1);
-    T_EQ_INT(d->fault_rank, 0);
+    watch_expect(d, 0, "beats but made no step");
     beat_driver_free(d);
     /* under the limit: no verdict, no wait */
     d = stalled_driver(&c, 2, k, 4.0);
-    sup_watch(d);
-    T_EQ_INT(d->fault, 0);
+    watch_expect(d, -1, NULL);
     T_OK(d->t_unclear == 0);
     beat_driver_free(d);
 }
