@@ -718,8 +718,9 @@ static void test_adamw(void) {
     tmp_free_all();
 }
 
-static void test_lamb(void) {
-    size_t n = 1001;
+/* n: a thread's slice of 59 (one thread) or 118 (two) runs the moments'
+ * blocks of 16, one block of 8 and a tail of 3. */
+static void test_lamb(size_t n) {
     float b1 = 0.9f, b2 = 0.999f, eps = 1e-6f, wd = 0.01f, gs = 2.0f, step = 0.03f;
     int t = 2;
     float *w = frnd(n, 1), *m = frnd(n, 0.1f), *v = frnd(n, 0.1f), *g = frnd(n, 1);
@@ -816,7 +817,9 @@ static void run_all(int threads) {
     test_attention();
     test_classifier();
     test_adamw();
-    test_lamb();
+    test_lamb(1001);
+    test_lamb(59);
+    test_lamb(118);
     test_reductions();
     be_destroy(be);
     be = NULL;

@@ -86,13 +86,41 @@ void cpu_adamw_step(be_backend *be, float *w, void *w_act, float *g, float *m, f
 }
 
 /* LAMB phase 1 on elements [lo, hi): u into g; sums of w^2 and u^2 in
- * 8 fixed double lanes into sq[0], sq[1]. */
+ * 8 fixed double lanes (lane j: elements lo + j, lo + 8 + j, ... in turn)
+ * into sq[0], sq[1].  Blocks of 16 are read into locals, computed at the
+ * full vector width and stored from the locals.  Written as one loop of 8
+ * through pointers (cpu_adam_dir's m and v), the pass made GCC test the
+ * four arrays for overlap on every block (restrict is lost when the helper
+ * is inlined) and run the floats at half width: 0.6 of AdamW's speed with
+ * the operands in cache, now AdamW's.  The same operations in the same
+ * order as that loop: the same bits. */
 static void cpu_lamb_range(const cpu_adam_k *kp, float *restrict g, const float *restrict w,
                            float *restrict m, float *restrict v, size_t lo, size_t hi, float wd,
                            double *sq) {
     cpu_adam_k k = *kp;
     double aw[8] = {0}, au[8] = {0}, sw = 0.0, su = 0.0;
     size_t i = lo;
+    for (; i + 16 <= hi; i += 16) { /* lane j: element i + j, then i + 8 + j */
+        float gb[16], wb[16], mb[16], vb[16];
+        for (int j = 0; j < 16; j++) {
+            gb[j] = g[i + j];
+            wb[j] = w[i + j];
+            mb[j] = m[i + j];
+            vb[j] = v[i + j];
+        }
+        for (int j = 0; j < 16; j++)
+            gb[j] = cpu_adam_dir(&k, gb[j], &mb[j], &vb[j]) + wd * wb[j];
+        for (int h = 0; h < 16; h += 8)
+            for (int j = 0; j < 8; j++) {
+                aw[j] += (double)wb[h + j] * wb[h + j];
+                au[j] += (double)gb[h + j] * gb[h + j];
+            }
+        for (int j = 0; j < 16; j++) {
+            g[i + j] = gb[j];
+            m[i + j] = mb[j];
+            v[i + j] = vb[j];
+        }
+    }
     for (; i + 8 <= hi; i += 8)
         for (int j = 0; j < 8; j++) {
             float u = cpu_adam_dir(&k, g[i + j], &m[i + j], &v[i + j]) + wd * w[i + j];
