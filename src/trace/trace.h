@@ -99,7 +99,13 @@ typedef struct {
     double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
     double individual; /* best window median / last window median */
     int windows;       /* windows of the individual score (0: fewer steps than one, no score) */
-    int slowed_alone;  /* individual below the threshold while the other ranks' median is not */
+    int slowed_alone;  /* individual below the threshold while the other ranks' median is not,
+                          and behind_stage */
+    double last_ms;    /* median compute of its last window (0: no window) */
+    int behind_stage;  /* last_ms above the median of the last windows of its stage's other
+                          ranks that kept their own speed (1 when there are none): it fell
+                          behind them; a rank that slowed beside a peer slower still (noise
+                          on a loaded machine) did not */
     double q25_ms, q75_ms; /* quartiles of its compute time per step */
     double slowed_ms;      /* its last window's median minus its best window's */
     double step_ms;        /* median time of its whole steps ("step" spans; 0: none logged) */

@@ -116,7 +116,7 @@ static int rank_scores(trace_strag_rank *r, double *c, double *st, int n_steps, 
         if (c[k] >= 0) c[n++] = c[k];
     }
     r->step_ms = n_st ? median(st, n_st) : 0;
-    r->slowed_ms = r->q25_ms = r->q75_ms = 0;
+    r->slowed_ms = r->q25_ms = r->q75_ms = r->last_ms = 0;
     r->individual = 1.0;
     r->steps = r->windows = 0;
     r->median_ms = 0;
@@ -143,6 +143,7 @@ static int rank_scores(trace_strag_rank *r, double *c, double *st, int n_steps, 
         }
         r->individual = last > 0 ? best / last : 1.0;
         r->slowed_ms = last - best;
+        r->last_ms = last;
     }
     r->median_ms = median(c, n); /* sorts c */
     r->q25_ms = quantile(c, n, 0.25);
@@ -304,7 +305,8 @@ static void verdict(const trace_strag *s, trace_strag_rank *r, const trace_strag
     double thr = s->opts.threshold;
     r->relative = !r->steps || !ref ? 1.0 : r->median_ms > 0 ? ref->median_ms / r->median_ms : 1.0;
     int slowed = r->steps && r->windows && r->individual < thr;
-    r->slowed_alone = m >= 2 && slowed && median_without(ind, m, r->individual) >= thr;
+    r->slowed_alone =
+        m >= 2 && slowed && median_without(ind, m, r->individual) >= thr && r->behind_stage;
     r->peers = r->steps ? n_stage - 1 : 0;
     r->judged = r->steps >= TRACE_STRAG_JUDGE_STEPS;
     r->consistent = r->steps && ref && r != ref && r->q25_ms > ref->q75_ms;
@@ -313,6 +315,30 @@ static void verdict(const trace_strag *s, trace_strag_rank *r, const trace_strag
     int ind_cost = r->slowed_alone && lag_counts(r, r->slowed_ms);
     r->lag_small = (rel && !rel_cost) || (r->slowed_alone && !ind_cost);
     r->straggler = r->judged && (rel_cost || ind_cost);
+}
+
+/* behind_stage of stage p's ranks: a rank's last window against the median of the
+ * last windows of the other ranks of its stage (they do the same work) that kept their
+ * own speed (individual at the threshold or above); v: room for n_ranks values.  Ranks
+ * that all slowed together (a throttled node of one stage) are each behind none. */
+static void stage_lag(trace_strag *s, int p, double *v) {
+    double thr = s->opts.threshold;
+    int n = 0;
+    for (int li = 0; li < s->n_ranks; li++) {
+        const trace_strag_rank *r = &s->ranks[li];
+        if (r->coord.pp == p && r->steps && r->windows && r->individual >= thr) v[n++] = r->last_ms;
+    }
+    if (n) qsort(v, (size_t)n, sizeof *v, cmp_double);
+    for (int li = 0; li < s->n_ranks; li++) {
+        trace_strag_rank *r = &s->ranks[li];
+        if (r->coord.pp != p) continue;
+        int in_v = r->steps && r->windows && r->individual >= thr; /* r's own value is in v */
+        if (!r->steps || !r->windows || n - in_v < 1)
+            r->behind_stage = 1;
+        else
+            r->behind_stage =
+                r->last_ms > (in_v ? median_without(v, n, r->last_ms) : quantile(v, n, 0.5));
+    }
 }
 
 /* Both scores and the verdict for every rank.  The relative score compares
@@ -357,6 +383,8 @@ static ms_status score(trace_strag *s, trace_set *set) {
         free(best);
         return ms_error(MS_ERR_NOMEM, "out of memory");
     }
+    for (int p = 0; p < n_pp; p++) /* behind_stage: against the stage's other last windows */
+        stage_lag(s, p, ind);
     int m = 0;
     for (int li = 0; li < s->n_ranks; li++)
         if (s->ranks[li].steps && s->ranks[li].windows) ind[m++] = s->ranks[li].individual;
@@ -411,6 +439,9 @@ static const char *verdict_str(const trace_strag *s, const trace_strag_rank *r) 
     if (r->lag_small) return "ok (slower, by under 5% of a step: no cost)";
     if (r->relative < s->opts.threshold)
         return "ok (slower, but its step times overlap the fastest's: noise)";
+    if (r->windows && r->individual < s->opts.threshold && !r->behind_stage &&
+        !(s->job_individual < s->opts.threshold))
+        return "ok (slower than its best, but not behind its stage's other ranks)";
     if (r->windows && r->individual < s->opts.threshold) return "ok (slowed with the others)";
     return r->windows ? "ok" : "ok (relative score only)";
 }
@@ -516,6 +547,9 @@ static cJSON *rank_json(const trace_strag_rank *r) {
              cJSON_AddNumberToObject(o, "q75_ms", r->q75_ms) &&
              cJSON_AddNumberToObject(o, "step_ms", r->step_ms) &&
              cJSON_AddBoolToObject(o, "consistent", r->consistent) &&
+             (r->windows ? cJSON_AddNumberToObject(o, "last_ms", r->last_ms)
+                         : cJSON_AddNullToObject(o, "last_ms")) &&
+             cJSON_AddBoolToObject(o, "behind_stage", r->behind_stage) &&
              cJSON_AddBoolToObject(o, "lag_small", r->lag_small) &&
              cJSON_AddNumberToObject(o, "peers", r->peers);
     ok = ok && cJSON_AddBoolToObject(o, "judged", r->judged) &&

@@ -246,7 +246,9 @@ def check_slow_fault(d, shard):
     ok(r.returncode == 0, "tp2 x pp2 run with rank 2 slowed", r.stderr[-3000:])
     # the relative score only, as in check_straggler: a tp peer's last window once read
     # 1.38x its best on a loaded CI machine (individual 0.73), and was named with the slowed
-    # rank
+    # rank.  That peer is behind no rank of its stage now (test_trace_tools.py,
+    # test_individual_stage), but both ranks of stage 0 slowing together on such a machine
+    # would still be named, as a throttled node should be
     t, rep = tool_json("stragglers", tdir, "--window", "1000")
     medians = [f"rank {k.get('rank')} {k.get('median_ms') or 0:.1f} ms" for k in rep.get("ranks", [])]
     print("note: tp2 x pp2 compute medians " + ", ".join(medians))

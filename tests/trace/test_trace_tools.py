@@ -504,6 +504,45 @@ def test_individual(d):
        "no rank slowed: no note", text)
 
 
+def test_individual_stage(d):
+    """tp2 x pp2 (ranks 2 and 3 are stage 1).  (a) Rank 2 computes 3x as long all run (a
+    relative straggler); rank 3, its tp peer, ran its last 4 steps 1.4x slower than its
+    best (a loaded machine: CI read one such peer at 0.73) but stays far faster than rank 2:
+    rank 2 is named, rank 3 is not, it is behind no peer that kept its speed.  (b) Both
+    ranks of stage 1 slow together in their last 5 steps (a throttled node): both named.
+    (c) A dp4 stage where one rank slows in its last 5 steps: named, behind its peers."""
+    def write(sub, world, shape, dur_of):
+        dd = os.path.join(d, sub)
+        os.makedirs(dd)
+        for rank in range(world):
+            log = RankLog(rank, world, shape, "h")
+            for s in range(1, 21):
+                t = 1000 * MS * s
+                dur = int(dur_of(rank, s) * MS)
+                log.span("compute", "step", t, t + 100 * MS, step=s)
+                log.span("compute", "fwd", t, t + dur, step=s, mb=0)
+            log.write(dd)
+        rc, so, se = run("trace", "stragglers", dd, "--json")
+        rt, st, et = run("trace", "stragglers", dd)
+        j = json.loads(so) if rc == 0 else {}
+        return {x["rank"]: x for x in j.get("ranks", [])}, j, so + se + st + et, st
+    r, j, out, text = write("peer", 4, (1, 2, 2), lambda rank, s: 60 if rank == 2 else
+                            28 if rank == 3 and s > 16 else 20)
+    ok(j.get("stragglers") == [2] and abs(r.get(3, {}).get("individual", 0) - 20 / 28) < 1e-6
+       and r[3].get("behind_stage") is False and r[2].get("behind_stage") is True and
+       "ok (slower than its best, but not behind its stage's other ranks)" in text,
+       "a tp peer that slowed beside a slower rank is not named; the slow rank is", out)
+    r, j, out, text = write("stage", 4, (1, 2, 2), lambda rank, s: 40 if rank >= 2 and s > 15
+                            else 20)
+    ok(j.get("stragglers") == [2, 3] and r.get(2, {}).get("behind_stage") is True,
+       "a stage whose ranks all slowed together: both named", out)
+    r, j, out, text = write("dp4", 4, (4, 1, 1), lambda rank, s: 40 if rank == 1 and s > 15
+                            else 20)
+    ok(j.get("stragglers") == [1] and r.get(1, {}).get("behind_stage") is True and
+       r[1].get("last_ms") == 40 and r[0].get("last_ms") == 20,
+       "dp4, one rank slowed: named, behind its peers", out)
+
+
 def test_strag_noise(d):
     """What noise and small runs made look like a straggler, and what still is one.  Each run:
     ranks of `times` (ms of compute per step, the first step the warm-up), steps of `step_ms`.
@@ -1538,7 +1577,8 @@ def main():
                          ("stragglers", test_stragglers), ("rotated", test_rotated),
                          ("unscored", test_unscored),
                          ("json_flag", test_json_flag),
-                         ("individual", test_individual), ("stages", test_stages),
+                         ("individual", test_individual),
+                         ("individual_stage", test_individual_stage), ("stages", test_stages),
                          ("resumed", test_resumed), ("strag_noise", test_strag_noise),
                          ("stragglers_memory", test_stragglers_memory),
                          ("stragglers_long", test_stragglers_long),
