@@ -161,9 +161,16 @@ static ms_status fresh_start(ckpt_manager *cm, int foreign) {
  * directory belongs to this run, with or without commits there (an earlier
  * run may have died before its first commit, leaving only snapshots: a
  * later --resume auto must not continue that run instead of this one).  A
- * complete snapshot of the previous job in rank 0's slots is named (unless
- * --new-run said so), since only --resume auto could have continued it. */
-static ms_status new_job(ckpt_manager *cm) {
+ * complete snapshot of the previous job in rank 0's slots is refused as
+ * commits are (fresh_start) when no --resume was given, unless --new-run
+ * says to disown it: once the new id is written, nothing can continue that
+ * run any more.  (Before, a warning told the user to stop and pass --resume
+ * auto, which by then found the snapshot "written by another job" and
+ * started from scratch.)  With a --resume of another directory (foreign)
+ * the start is the user's explicit choice, and it is also how
+ * `megascale launch` restarts such a job until its first commit: the
+ * snapshot is disowned, with a warning. */
+static ms_status new_job(ckpt_manager *cm, int foreign) {
     uint64_t old = 0;
     if (ckpt_job_id(cm->root, 0, &old) != MS_OK) old = 0;
     for (int k = 0; old && k < 2; k++) {
@@ -174,13 +181,21 @@ static ms_status new_job(ckpt_manager *cm) {
         if (ckpt_shm_path(path, sizeof path, cm->shm_dir, cm->root, 0, k) != MS_OK ||
             stat(path, &sb) != 0 || ckpt_snap_open(path, &v, &h) != MS_OK)
             continue;
-        if (v.job == old && !cm->o.new_run)
-            ms_warn("fresh start (no --resume, or another directory's): the host-memory "
-                    "snapshot %s holds step %d of an "
-                    "earlier run in %s; this run disowns it and its checkpoints overwrite it "
-                    "(stop now and pass --resume auto to continue that run instead)",
-                    path, v.step, cm->root);
+        int mine = v.job == old, step = v.step;
         ckpt_snap_close(&v, h);
+        if (mine && !cm->o.new_run && !foreign)
+            return ms_error(MS_ERR_ARG,
+                            "%s: its earlier run left step %d in host memory (%s) and no commit "
+                            "of it: pass --resume auto to continue that run, or --new-run to "
+                            "start a new run there (the snapshot is then disowned and "
+                            "overwritten); nothing was changed",
+                            cm->root, step, path);
+        if (mine)
+            ms_warn("%s: the host-memory snapshot %s holds step %d of an earlier run in %s, "
+                    "with no commit of it; this run disowns it (it cannot be continued any "
+                    "more) and its checkpoints overwrite it",
+                    cm->o.new_run ? "--new-run" : "--resume of another directory", path, step,
+                    cm->root);
     }
     return ckpt_job_new(cm->root, &cm->job);
 }
@@ -236,11 +251,6 @@ static ms_status rollback(ckpt_manager *cm, int *rolled) {
                         "--resume %s: %s (no such step directory; nothing was "
                         "moved)",
                         cm->resume, strerror(errno));
-    ckpt_reader *r = NULL;
-    ms_status vs = ckpt_reader_open(&r, cm->resume, 0);
-    if (vs == MS_OK) vs = ckpt_check_model(ckpt_reader_manifest(r), cm->m, cm->resume);
-    ckpt_reader_close(r);
-    if (vs != MS_OK) return ms_error_wrap(vs, "--resume (nothing was moved)");
     MS_TRY(ckpt_list_steps(cm->root, &steps, &n));
     for (int i = 0; i < n; i++)
         newer += steps[i] > step;
@@ -254,6 +264,19 @@ static ms_status rollback(ckpt_manager *cm, int *rolled) {
             continue;
         snaps += v.job == job && v.step > step;
         ckpt_snap_close(&v, h);
+    }
+    /* with its data's CRCs where something is to be moved or disowned: a
+     * damaged commit (a flipped byte) passed the manifest's checks, the
+     * newer commits went aside, and only the load found the CRC, leaving
+     * --resume auto nothing valid in DIR (the data is read twice then, once
+     * here and once by the load: a rollback is a rare, deliberate start) */
+    ckpt_reader *r = NULL;
+    ms_status vs = ckpt_reader_open(&r, cm->resume, newer > 0 || snaps > 0);
+    if (vs == MS_OK) vs = ckpt_check_model(ckpt_reader_manifest(r), cm->m, cm->resume);
+    ckpt_reader_close(r);
+    if (vs != MS_OK) {
+        free(steps);
+        return ms_error_wrap(vs, "--resume (nothing was moved)");
     }
     if (snaps)
         ms_warn("--resume %s: the host-memory snapshots of later steps in %s belong to another "
@@ -305,7 +328,7 @@ static ms_status setup_dir(ckpt_manager *cm) {
         if (st == MS_OK && (!cm->resume[0] || foreign)) st = fresh_start(cm, foreign);
         if (st == MS_OK && cm->resume[0] && !foreign) st = rollback(cm, &rolled);
         if (st == MS_OK)
-            st = !cm->resume[0] || foreign ? new_job(cm)
+            st = !cm->resume[0] || foreign ? new_job(cm, foreign)
                  : rolled                  ? ckpt_job_new(cm->root, &cm->job)
                                            : ckpt_job_id(cm->root, 1, &cm->job);
     }

@@ -14,8 +14,9 @@ MS_CKPT_FAULT (src/ckpt/ckpt_fault.c):
    commit of format version 1 (no manifest checksum) still verifies, says
    so, and loads;
  - a fresh start in a directory with no commits but an earlier run's
-   snapshot (killed before its first commit) disowns it: a later --resume
-   auto continues the fresh run, not the earlier one;
+   snapshot (killed before its first commit) is refused, naming it, unless
+   --new-run, which disowns it: a later --resume auto continues the new
+   run, not the earlier one;
  - a snapshot damaged in /dev/shm (one byte of its data flipped after a
    killed run; the fault stage2:flip-shm before a persist): the resume
    warns naming the slot file and takes the commit instead (final weights
@@ -306,10 +307,21 @@ def fresh_start_case(ws):
     ok(r.returncode == -9 and not any(n.startswith("step_") for n in os.listdir(root)) and
        (10, 1) in slots(ws.shm, root).values(), "run A: killed before its first commit, "
        "its step 10 in host memory", f"{r.stderr}\n{slots(ws.shm, root)}")
+    before = slots(ws.shm, root)
     r = run(ws, ws.train_args("--steps", "20", "--seed", "7", "--ckpt-dir", root, "--ckpt-every",
-                              "5"), fault="stage2:start@5")
-    ok(r.returncode == -9 and "holds step 10 of an earlier run" in r.stderr,
-       "run B (fresh): killed in its first persist; A's snapshot is named as disowned", r.stderr)
+                              "5"))
+    ok(r.returncode == 2 and "its earlier run left step 10 in host memory" in r.stderr and
+       "pass --resume auto to continue that run, or --new-run" in r.stderr and
+       slots(ws.shm, root) == before,
+       "run B without --new-run: refused, A's snapshot named and kept (before, it was disowned "
+       "with advice to pass --resume auto, which then started from scratch)",
+       f"rc={r.returncode}\n{r.stderr}\n{slots(ws.shm, root)}")
+    r = run(ws, ws.train_args("--steps", "20", "--seed", "7", "--ckpt-dir", root, "--ckpt-every",
+                              "5", "--new-run", "1"), fault="stage2:start@5")
+    ok(r.returncode == -9 and "holds step 10 of an earlier run" in r.stderr and
+       "this run disowns it" in r.stderr,
+       "run B (--new-run): killed in its first persist; A's snapshot is named as disowned",
+       r.stderr)
     continue_case(ws, "fresh start over a snapshot", root, m7, w7, 5, extra=("--seed", "7"))
 
 

@@ -311,6 +311,21 @@ def test_other_histories(ws):
                               "--dim", "48"))
     ok(r.returncode == 2 and "nothing was moved" in r.stderr and kept(c) == before,
        "--resume DIR/step_2 of another model: refused, the newer commits not moved", r.stderr)
+    # a rollback target whose data fails its CRC (one byte flipped): found before anything
+    # moves (before, the newer commits went aside, the load then failed, and --resume auto
+    # found no valid commit left in the directory)
+    p = os.path.join(step_dir(c, 2), "shard-00000-of-00001.safetensors")
+    with open(p, "r+b") as f:
+        f.seek(-8, 2)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x04]))
+    before = kept(c)
+    r = run(ws, ws.train_args("--steps", "6", "--ckpt-dir", c, "--resume", step_dir(c, 2)))
+    ok(r.returncode == 3 and "nothing was moved" in r.stderr and "CRC" in r.stderr and
+       kept(c) == before,
+       "--resume DIR/step_2 with a damaged shard: refused, the newer commits not moved",
+       r.stderr)
     # a commit as --ckpt-dir; an output inside a commit
     r = run(ws, ws.train_args("--steps", "8", "--ckpt-dir", step_dir(c, 6), "--resume", "auto"))
     ok(r.returncode == 2 and "is a commit (it holds manifest.json)" in r.stderr
