@@ -307,6 +307,15 @@ ms_status ckpt_export_hf(const char *dir, const char *out, ckpt_st_dtype dtype);
 /* Rewrite the checkpoint `dir` for `dp` data-parallel ranks into
  * OUT/step_N (a commit, with OUT/latest). */
 ms_status ckpt_reshard(const char *dir, int dp, const char *out_root);
+/* An export's or reshard's --out, checked before the source commit is
+ * validated (ckpt_find_commit CRC-checks commits, minutes on a large one):
+ * every check of the tools' own where path is a commit (out is not it, nor
+ * its directory or one of its files), and where path is a directory of
+ * checkpoints what needs no commit: out is no checkpoint directory, not in
+ * one, and writable (a file, or with is_dir a directory).  MS_ERR_ARG /
+ * the path's error, naming tool and out; the tools check again, against
+ * the commit found, before writing. */
+ms_status ckpt_out_precheck(const char *path, const char *out, int is_dir, const char *tool);
 
 /* Host-memory snapshots (in shm_dir; NULL/"": /dev/shm) of the job whose
  * checkpoint directory is root: prints one line per slot to stdout (path,

@@ -157,29 +157,16 @@ static int src_file_is(const char *src, const struct stat *out, char *name, size
     return found;
 }
 
-ms_status ckpt_out_check(const char *src, const char *out, int is_dir, const char *tool) {
-    char buf[4200], parent[4200], what[256];
-    struct stat so, ss, sr;
-    snprintf(buf, sizeof buf, "%s/..", src);
-    int have_src = stat(src, &ss) == 0, have_root = stat(buf, &sr) == 0;
-    if (stat(out, &so) == 0) {
-        if ((have_src && same_inode(&so, &ss)) || (have_root && same_inode(&so, &sr)))
-            return ms_error(MS_ERR_ARG,
-                            "%s: --out %s is the checkpoint %s reads from (or its directory); "
-                            "nothing was written",
-                            tool, out, src);
-        if (S_ISDIR(so.st_mode) && is_ckpt_dir(out, what, sizeof what))
-            return ms_error(MS_ERR_ARG,
-                            "%s: --out %s is a checkpoint directory (it holds %s); writing there "
-                            "could replace its commits: choose a new or empty directory; nothing "
-                            "was written",
-                            tool, out, what);
-        if (!S_ISDIR(so.st_mode) && have_src && src_file_is(src, &so, what, sizeof what))
-            return ms_error(MS_ERR_ARG,
-                            "%s: --out %s is %s/%s, a file of the checkpoint being read; nothing "
-                            "was written",
-                            tool, out, src, what);
-    }
+/* The checks of ckpt_out_check that need no source. */
+static ms_status out_common(const char *out, int is_dir, const char *tool) {
+    char parent[4200], what[256];
+    struct stat so;
+    if (stat(out, &so) == 0 && S_ISDIR(so.st_mode) && is_ckpt_dir(out, what, sizeof what))
+        return ms_error(MS_ERR_ARG,
+                        "%s: --out %s is a checkpoint directory (it holds %s); writing there "
+                        "could replace its commits: choose a new or empty directory; nothing "
+                        "was written",
+                        tool, out, what);
     /* the directory out goes into */
     snprintf(parent, sizeof parent, "%s", out);
     size_t l = strlen(parent);
@@ -198,4 +185,29 @@ ms_status ckpt_out_check(const char *src, const char *out, int is_dir, const cha
                         tool, out, parent, what);
     ms_status st = ms_path_check_writable(out, is_dir); /* not at the end, after the work */
     return st == MS_OK ? MS_OK : ms_error_wrap(st, "%s: --out", tool);
+}
+
+ms_status ckpt_out_check(const char *src, const char *out, int is_dir, const char *tool) {
+    char buf[4200], what[256];
+    struct stat so, ss, sr;
+    snprintf(buf, sizeof buf, "%s/..", src);
+    int have_src = stat(src, &ss) == 0, have_root = stat(buf, &sr) == 0;
+    if (stat(out, &so) == 0) {
+        if ((have_src && same_inode(&so, &ss)) || (have_root && same_inode(&so, &sr)))
+            return ms_error(MS_ERR_ARG,
+                            "%s: --out %s is the checkpoint %s reads from (or its directory); "
+                            "nothing was written",
+                            tool, out, src);
+        if (!S_ISDIR(so.st_mode) && have_src && src_file_is(src, &so, what, sizeof what))
+            return ms_error(MS_ERR_ARG,
+                            "%s: --out %s is %s/%s, a file of the checkpoint being read; nothing "
+                            "was written",
+                            tool, out, src, what);
+    }
+    return out_common(out, is_dir, tool);
+}
+
+ms_status ckpt_out_precheck(const char *path, const char *out, int is_dir, const char *tool) {
+    return ckpt_is_step_dir(path) ? ckpt_out_check(path, out, is_dir, tool)
+                                  : out_common(out, is_dir, tool);
 }

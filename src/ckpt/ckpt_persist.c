@@ -462,6 +462,7 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
     const ckpt_persist_config *c = &p->cfg;
     char staging[4200], name[96];
     int step = tr->step;
+    memset(res, 0, sizeof *res); /* before any return: the caller logs res->bytes */
     ckpt_staging_path(staging, sizeof staging, c->root, step);
     ms_status st = c->rank == 0 ? ckpt_staging_create(c->root, step) : MS_OK;
     MS_TRY(agree(p, st, "create the staging directory"));
@@ -472,7 +473,6 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
     cJSON *mine = NULL;
     char *text = NULL;
     uint64_t *bytes = &res->bytes;
-    memset(res, 0, sizeof *res);
     st = crcs && parts ? MS_OK : ms_error(MS_ERR_NOMEM, "checkpoint: out of memory");
     if (st == MS_OK && ckpt_fault_hits(c->fault, "stage2:flip-shm", step, first)) {
         ms_warn("injected fault stage2:flip-shm at the checkpoint of step %d: one bit of %s "

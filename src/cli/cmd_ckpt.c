@@ -186,10 +186,16 @@ int cmd_ckpt(int argc, char **argv) {
         return help ? 0 : 2;
     }
     const char *cmd = pos[0], *path = npos > 1 ? pos[1] : NULL;
-    char dir[4300], target[4300];
-    if (path && strcmp(cmd, "list") && strcmp(cmd, "shm") &&
-        ckpt_latest_target(path, target, sizeof target))
-        path = target; /* DIR/latest: the commit it names */
+    char dir[4300], target[4300], root[4300];
+    if (path && ckpt_latest_target(path, target, sizeof target)) {
+        if (strcmp(cmd, "list") && strcmp(cmd, "shm")) { /* DIR/latest: the commit it names */
+            path = target;
+        } else { /* ... and for the tools of a whole directory, that directory */
+            snprintf(root, sizeof root, "%s", path);
+            ms_path_dir(root);
+            path = root;
+        }
+    }
     static const char *const cmds[] = {"list",    "inspect", "verify",     "export",
                                        "reshard", "shm",     "shm-orphans"};
     int known = 0, orphans = cmd && !strcmp(cmd, "shm-orphans"); /* cmd NULL: a parse error */
@@ -228,6 +234,7 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK) st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out", o.out, NULL);
         if (st == MS_OK)
             st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out's config.json", hf, NULL);
+        if (st == MS_OK) st = ckpt_out_precheck(path, o.out, 0, "ckpt export");
         if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
         ckpt_st_dtype dt = CKPT_ST_F32;
         if (st == MS_OK) st = ckpt_hf_dtype_parse(o.save_dtype, &dt);
@@ -235,6 +242,7 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK) printf("exported %s to %s\n", dir, o.out);
     } else if (!strcmp(cmd, "reshard")) {
         if (!o.out || !*o.out) st = ms_error(MS_ERR_ARG, "ckpt reshard: --out DIR is required");
+        if (st == MS_OK) st = ckpt_out_precheck(path, o.out, 1, "ckpt reshard");
         if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
         if (st == MS_OK) st = ckpt_reshard(dir, o.dp, o.out);
         if (st == MS_OK) printf("resharded %s for dp %d into %s\n", dir, o.dp, o.out);

@@ -159,6 +159,32 @@ def test_out_refusals(ws):
     ok(r.returncode != 0 and "exists and is not a directory" in r.stderr and
        ".tmp" not in r.stderr and open(afile).read() == "kept\n",
        "reshard --out onto a regular file names it, and leaves it", r.stderr)
+    # ... before the source is validated: a directory whose commits all fail their CRC
+    # (before, the CRC work came first and the error was "no valid checkpoint", exit 3)
+    damaged = ws.path("damaged_root")
+    shutil.copytree(src_root, damaged)
+    for st in (n for n in os.listdir(damaged) if n.startswith("step_")):
+        for f in (n for n in os.listdir(os.path.join(damaged, st)) if n.endswith(".safetensors")):
+            with open(os.path.join(damaged, st, f), "r+b") as fh:
+                fh.seek(-8, 2)
+                b = fh.read(1)
+                fh.seek(-1, 1)
+                fh.write(bytes([b[0] ^ 0x04]))
+    for args in (["reshard", damaged, "--dp", "2", "--out", afile],
+                 ["export", damaged, "--out", ws.path("no_such_dir/x.safetensors")]):
+        tool = args[0]
+        r = subprocess.run([BIN, "ckpt", *args], capture_output=True, text=True)
+        ok(r.returncode == 2 and "--out" in r.stderr and "CRC" not in r.stderr,
+           f"{tool} --out unusable, the source damaged: the --out refusal comes first", r.stderr)
+    # DIR/latest for the tools of a whole directory: that directory
+    r = subprocess.run([BIN, "ckpt", "list", os.path.join(src_root, "latest")],
+                       capture_output=True, text=True)
+    ok(r.returncode == 0 and os.path.basename(src) in r.stdout and "(latest)" in r.stdout,
+       "ckpt list DIR/latest lists DIR (before: opendir: Not a directory)", r.stdout + r.stderr)
+    r = subprocess.run([BIN, "ckpt", "shm", os.path.join(src_root, "latest")],
+                       capture_output=True, text=True)
+    ok(r.returncode == 0 and "latest" not in r.stdout, "ckpt shm DIR/latest looks for DIR's",
+       r.stdout + r.stderr)
 
 
 def test_resume_step_dir(ws):
