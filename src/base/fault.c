@@ -33,6 +33,7 @@ static const char *const kinds[] = {
     "io:eio-fsync-shard",
     "io:enospc-manifest",
     "io:eio-fsync-manifest",
+    "io:noexchange",
     "signal:term",
     "diag:gemm",
     "diag:memory",
@@ -125,16 +126,17 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
         return expand_random(p, head + kn + 1, what);
     }
     if (!known_kind(f.kind))
-        return ms_error(MS_ERR_ARG,
-                        "%s: '%s': unknown fault '%s' (exit, kill, stop, hang, slow=MS, nan-grad, "
-                        "spike=X, the checkpoint points stage1:mid, stage2:start, "
-                        "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
-                        "stage2:after-commit, stage2:flip-shm, stage2:slow=MS, io:enospc-shard, "
-                        "io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest, "
-                        "signal:term, the self-test's diag:gemm, diag:memory, diag:comm, "
-                        "diag:storage, diag:slow, diag:blip, or "
-                        "random=SEED/N/MAXSTEP/WORLD)",
-                        what, e, f.kind);
+        return ms_error(
+            MS_ERR_ARG,
+            "%s: '%s': unknown fault '%s' (exit, kill, stop, hang, slow=MS, nan-grad, "
+            "spike=X, the checkpoint points stage1:mid, stage2:start, "
+            "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
+            "stage2:after-commit, stage2:flip-shm, stage2:slow=MS, io:enospc-shard, "
+            "io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest, "
+            "io:noexchange, signal:term, the self-test's diag:gemm, diag:memory, diag:comm, "
+            "diag:storage, diag:slow, diag:blip, or "
+            "random=SEED/N/MAXSTEP/WORLD)",
+            what, e, f.kind);
     const char *q = head + kn;
     int k = 0;
     if (*q == '=') {

@@ -29,7 +29,7 @@
  * stage2:after-manifest, stage2:after-commit, stage2:flip-shm,
  * stage2:slow=MS (a slow disk: each persist MS ms longer), io:enospc-shard,
  * io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest,
- * signal:term; see src/ckpt/ckpt_fault.c); the self-test's diag:gemm,
+ * io:noexchange, signal:term; see src/ckpt/ckpt_fault.c); the self-test's diag:gemm,
  * diag:memory, diag:comm, diag:storage (that check fails as on bad
  * hardware; src/diag/diag.h).
  *

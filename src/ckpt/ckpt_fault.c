@@ -22,6 +22,8 @@
  *   io:eio-fsync-shard    the shard's fsync fails with EIO
  *   io:enospc-manifest    the manifest write fails with ENOSPC
  *   io:eio-fsync-manifest the manifest's fsync fails with EIO
+ *   io:noexchange         the commit over an older directory of its step finds
+ *                         no atomic exchange (RENAME_EXCHANGE: EINVAL, as on NFS)
  *   signal:term           SIGTERM to this process after step STEP (a clean,
  *                         deterministic stop: the trainer saves and exits)
  * While a fault other than stage2:slow is armed (ckpt_fault.serial), stage 1

@@ -329,6 +329,35 @@ static ms_status write_manifest(const char *staging, const char *text, const ckp
     return ms_file_write_atomic(path, text, strlen(text));
 }
 
+/* The commit over an older directory of its step where the file system has
+ * no atomic exchange (NFS answers RENAME_EXCHANGE with EINVAL): the old one
+ * is moved aside to DIR/.step_N.old.tmp, the new one takes its name, and the
+ * old one is removed.  Killed between the two renames, DIR has no step_N:
+ * the commits before it stand, the step's /dev/shm snapshot is persisted
+ * again on resume, and the next commit's pruning removes both hidden
+ * directories (.step_*.tmp). */
+static ms_status replace_moving_aside(const char *root, int step, const char *staging,
+                                      const char *final) {
+    char aside[4300];
+    snprintf(aside, sizeof aside, "%s/.step_%08d.old.tmp", root, step);
+    (void)ckpt_rmdir_flat(aside); /* a leftover of a kill between the renames */
+    if (rename(final, aside) != 0)
+        return ms_error(MS_ERR_IO, "%s: move aside to %s (no atomic exchange here): %s", final,
+                        aside, strerror(errno));
+    if (rename(staging, final) != 0) {
+        ms_status st = ms_error(MS_ERR_IO, "%s: rename to %s: %s", staging, final, strerror(errno));
+        if (rename(aside, final) != 0) /* the older directory back under its name */
+            ms_warn("checkpoint: %s could not be moved back to %s: %s", aside, final,
+                    strerror(errno));
+        return st;
+    }
+    ms_warn("checkpoint: replaced an older %s (this file system has no atomic exchange: the older "
+            "one was moved aside first)",
+            final);
+    ckpt_rmdir_flat(aside);
+    return MS_OK;
+}
+
 ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep,
                       const ckpt_fault *fault, int fault_first) {
     char staging[4200], final[4200], latest[4200], text[64];
@@ -341,10 +370,15 @@ ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep
             return ms_error(MS_ERR_IO, "%s: rename to %s: %s", staging, final, strerror(errno));
         /* an older directory of this step (another history, or damaged):
          * swap atomically, then remove the old one */
-        if (renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) != 0)
+        int no_exchange = ckpt_fault_hits(fault, "io:noexchange", step, fault_first);
+        if (!no_exchange && renameat2(AT_FDCWD, staging, AT_FDCWD, final, RENAME_EXCHANGE) == 0) {
+            ms_warn("checkpoint: replaced an older %s", final);
+            ckpt_rmdir_flat(staging);
+        } else if (no_exchange || errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP) {
+            MS_TRY(replace_moving_aside(root, step, staging, final));
+        } else {
             return ms_error(MS_ERR_IO, "%s: exchange with %s: %s", staging, final, strerror(errno));
-        ms_warn("checkpoint: replaced an older %s", final);
-        ckpt_rmdir_flat(staging);
+        }
     }
     MS_TRY(fsync_dir(root));
     ckpt_fault_kill(fault, "stage2:after-commit", step, fault_first);

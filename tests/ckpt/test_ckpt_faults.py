@@ -176,6 +176,19 @@ def damage_cases(ws, ref_m, ref_w):
         continue_case(ws, label, root, ref_m, ref_w, 5, steps="10",
                       must=["step_00000010 is not usable"] + needles)
         ok(verify(step_dir(root, 5)), f"{label}: the older commit is untouched")
+    # the same-step commit replaces the damaged step 10 where the file system has no
+    # atomic exchange (RENAME_EXCHANGE fails with EINVAL on NFS; before, every later commit of
+    # that step failed): the older directory is moved aside, the new one takes its name
+    root = ws.path("damage_noexchange")
+    shutil.copytree(pristine, root)
+    flip(step_dir(root, 10))
+    r = continue_case(ws, "no atomic exchange", root, ref_m, ref_w, 5, steps="10",
+                      extra=("--ckpt-fault", "io:noexchange@10"),
+                      must=["the older one was moved aside first"])
+    ok(r.returncode == 0 and verify(step_dir(root, 10)) and
+       not [n for n in os.listdir(root) if n.startswith(".step_")],
+       "no atomic exchange: step 10 committed and verifies, nothing hidden is left",
+       str(os.listdir(root)) + r.stderr[-1500:])
     # a commit written before manifests had a checksum (format version 1) still loads
     root = ws.path("damage_version1")
     shutil.copytree(pristine, root)
