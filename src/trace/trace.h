@@ -97,21 +97,24 @@ typedef struct {
     int steps;         /* steps scored (its first skipped when >= 3 steps) */
     double median_ms;  /* median compute time per step */
     double relative;   /* its stage's fastest median / this rank's (1 = fastest) */
-    double individual; /* best window median / last window median */
+    double individual; /* its earlier speed / its latest (trace_strag.c, rank_scores): the
+                          10th percentile of its earlier windows' medians / its last window's
+                          median (the faster of its last two with 3 windows or more) */
     int windows;       /* windows of the individual score (0: fewer steps than one, no score) */
     int slowed_alone;  /* individual below the threshold while the other ranks' median is not,
                           and behind_stage */
-    double last_ms;    /* median compute of its last window (0: no window) */
+    double last_ms;    /* its latest speed: the individual score's last window median (0: no
+                          window) */
     int behind_stage;  /* last_ms above the median of the last windows of its stage's other
                           ranks that kept their own speed (1 when there are none): it fell
                           behind them; a rank that slowed beside a peer slower still (noise
                           on a loaded machine) did not */
     double q25_ms, q75_ms; /* quartiles of its compute time per step */
-    double slowed_ms;      /* its last window's median minus its best window's */
+    double slowed_ms;      /* last_ms minus its earlier speed (the individual score's) */
     double step_ms;        /* median time of its whole steps ("step" spans; 0: none logged) */
     int judged;        /* scored, with at least TRACE_STRAG_JUDGE_STEPS steps: it may be named */
     int consistent;    /* its lag is no noise: its q25 above the q75 of its stage's fastest rank */
-    int lag_small;     /* what it loses against the fastest rank (or its own best window) is
+    int lag_small;     /* what it loses against the fastest rank (or its own earlier speed) is
                           under TRACE_STRAG_MIN_LAG of a step: no cost to the job */
     int peers;         /* the other scored ranks of its pipeline stage */
     int straggler;     /* judged, and: relative below the threshold and consistent, or

@@ -2,7 +2,7 @@
  * (fwd + bwd spans minus the wait / data_wait spans nested in them, plus an
  * injected slow fault's delay, fault_slow: it stands for slower compute), then
  * a relative score against the fastest rank of the same pipeline stage
- * and an individual score against the rank's own best window.  Streaming:
+ * and an individual score against the rank's own earlier speed.  Streaming:
  * one rank's log is read, reduced to its row of step times, scored and
  * freed before the next; no ranks x steps matrix is held (the heat map
  * keeps each rank's newest TRACE_STRAG_HEAT_STEPS steps as floats). */
@@ -15,6 +15,9 @@
 
 #define STRAG_MIN_STEPS 3        /* a rank's steps to be scored (its first is left out) */
 #define STRAG_MAX_STEPS 10000000 /* the newest steps scored when the logs span more */
+#define STRAG_BASE_Q                                                                               \
+    0.10 /* the individual score's earlier speed: this quantile of the                             \
+            earlier windows' medians (a fast one, not the fastest) */
 
 typedef struct {
     int span, step; /* step: the step a fwd/bwd span counts for (or -1) */
@@ -106,10 +109,17 @@ static double median_without(const double *v, int m, double x) {
 /* Median and individual score of one rank from its row c[0..n_steps) (ms, < 0: no data;
  * compacted in place).  The rank's first step is left out: it carries the set-up (of the
  * run, or of a resume).  A rank with fewer than STRAG_MIN_STEPS steps is not scored
- * (r->unscored says why): its set-up step would be scored as compute.  w: room for `window`
- * values.  Returns the rank's steps with compute, scored or not. */
+ * (r->unscored says why): its set-up step would be scored as compute.  The individual
+ * score compares the rank's latest speed with its own earlier one, over windows of
+ * `window` steps ending at its newest step: latest = the last window's median, or with
+ * three windows or more the faster of the last two (a slowdown must last two windows to
+ * count); earlier = the STRAG_BASE_Q quantile of the medians of the windows before those.
+ * Before, earlier was the best window of the run: a minimum over all of them, which falls
+ * as a run grows, so that on a noisy host (12% step-to-step) one slow last window named a
+ * rank in most runs of 2,000 steps.  w: room for `window` values, wm for
+ * n_steps / window + 1.  Returns the rank's steps with compute, scored or not. */
 static int rank_scores(trace_strag_rank *r, double *c, double *st, int n_steps, int window,
-                       double *w) {
+                       double *w, double *wm) {
     int n = 0, n_st = 0;
     for (int k = 0; k < n_steps; k++) {
         if (c[k] >= 0 && n && st && st[k] >= 0) st[n_st++] = st[k]; /* not the warm-up's */
@@ -132,17 +142,21 @@ static int rank_scores(trace_strag_rank *r, double *c, double *st, int n_steps, 
     }
     memmove(c, c + 1, (size_t)--n * sizeof *c);
     r->steps = n;
-    /* windows of `window` steps, the last one ending at the newest step */
-    if (n >= window) {
-        double last = -1, best = -1;
-        for (int end = n; end - window >= 0; end -= window, r->windows++) {
-            memcpy(w, c + end - window, (size_t)window * sizeof *w);
-            double m = median(w, window);
-            if (last < 0) last = m;
-            if (best < 0 || m < best) best = m;
+    /* windows of `window` steps, the last one ending at the newest step: wm[0] the newest */
+    for (int end = n; end - window >= 0; end -= window, r->windows++) {
+        memcpy(w, c + end - window, (size_t)window * sizeof *w);
+        wm[r->windows] = median(w, window);
+    }
+    if (r->windows) {
+        int judged = r->windows >= 3 ? 2 : 1;
+        double last = judged == 2 && wm[1] < wm[0] ? wm[1] : wm[0];
+        double base = last;
+        if (r->windows > judged) { /* the earlier windows' STRAG_BASE_Q quantile */
+            qsort(wm + judged, (size_t)(r->windows - judged), sizeof *wm, cmp_double);
+            base = quantile(wm + judged, r->windows - judged, STRAG_BASE_Q);
         }
-        r->individual = last > 0 ? best / last : 1.0;
-        r->slowed_ms = last - best;
+        r->individual = last > 0 ? base / last : 1.0;
+        r->slowed_ms = last - base;
         r->last_ms = last;
     }
     r->median_ms = median(c, n); /* sorts c */
@@ -223,7 +237,10 @@ static ms_status score_rank(trace_strag *s, int li, const strag_row *row, int fr
     if (s->opts.heatmap && !r->heat) MS_TRY(keep_heat(r, row));
     double *c = row->c ? row->c + skip : NULL; /* NULL: no steps */
     double *st = row->st ? row->st + skip : NULL;
-    *with_compute = rank_scores(r, c, st, row->n - skip, s->opts.window, w) > 0;
+    double *wm = malloc(((size_t)(row->n - skip) / (size_t)s->opts.window + 1) * sizeof *wm);
+    if (!wm) return ms_error(MS_ERR_NOMEM, "out of memory");
+    *with_compute = rank_scores(r, c, st, row->n - skip, s->opts.window, w, wm) > 0;
+    free(wm);
     return MS_OK;
 }
 
@@ -507,8 +524,8 @@ void trace_strag_print(const trace_strag *s, FILE *f) {
     fprintf(f, "%s\n", n_bad ? "" : " none");
     if (s->job_individual < s->opts.threshold) /* NaN: no rank has a window */
         fprintf(f,
-                "the job as a whole slowed: its median rank's last window of %d steps ran at "
-                "%.2f x the speed of its best (load on the machine, throttling, or longer steps: "
+                "the job as a whole slowed: its median rank's latest windows of %d steps ran at "
+                "%.2f x its earlier speed (load on the machine, throttling, or longer steps: "
                 "no rank's fault; a rank that slows counts as a straggler only while the others "
                 "keep their speed)\n",
                 s->opts.window, s->job_individual);

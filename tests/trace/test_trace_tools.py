@@ -505,12 +505,14 @@ def test_individual(d):
 
 
 def test_individual_stage(d):
-    """tp2 x pp2 (ranks 2 and 3 are stage 1).  (a) Rank 2 computes 3x as long all run (a
-    relative straggler); rank 3, its tp peer, ran its last 4 steps 1.4x slower than its
-    best (a loaded machine: CI read one such peer at 0.73) but stays far faster than rank 2:
-    rank 2 is named, rank 3 is not, it is behind no peer that kept its speed.  (b) Both
-    ranks of stage 1 slow together in their last 5 steps (a throttled node): both named.
-    (c) A dp4 stage where one rank slows in its last 5 steps: named, behind its peers."""
+    """tp2 x pp2 (ranks 2 and 3 are stage 1), 19 scored steps: windows of steps 16-20, 11-15
+    and 6-10.  (a) Rank 2 computes 3x as long all run (a relative straggler); rank 3, its tp
+    peer, ran its last 10 steps 1.5x slower (a loaded machine: CI read one such peer at
+    0.73) but stays far faster than rank 2: rank 2 is named, rank 3 is not, it is behind no
+    peer that kept its speed.  (b) Both ranks of stage 1 slow together in their last 10
+    steps (a throttled node): both named.  (c) A dp4 stage where one rank slows in its last
+    10 steps: named, behind its peers.  (d) A slowdown of the last 5 steps only (one
+    window): no straggler yet, a slowdown must last two windows."""
     def write(sub, world, shape, dur_of):
         dd = os.path.join(d, sub)
         os.makedirs(dd)
@@ -527,20 +529,57 @@ def test_individual_stage(d):
         j = json.loads(so) if rc == 0 else {}
         return {x["rank"]: x for x in j.get("ranks", [])}, j, so + se + st + et, st
     r, j, out, text = write("peer", 4, (1, 2, 2), lambda rank, s: 60 if rank == 2 else
-                            28 if rank == 3 and s > 16 else 20)
-    ok(j.get("stragglers") == [2] and abs(r.get(3, {}).get("individual", 0) - 20 / 28) < 1e-6
+                            30 if rank == 3 and s > 10 else 20)
+    ok(j.get("stragglers") == [2] and abs(r.get(3, {}).get("individual", 0) - 20 / 30) < 1e-6
        and r[3].get("behind_stage") is False and r[2].get("behind_stage") is True and
        "ok (slower than its best, but not behind its stage's other ranks)" in text,
        "a tp peer that slowed beside a slower rank is not named; the slow rank is", out)
-    r, j, out, text = write("stage", 4, (1, 2, 2), lambda rank, s: 40 if rank >= 2 and s > 15
+    r, j, out, text = write("stage", 4, (1, 2, 2), lambda rank, s: 40 if rank >= 2 and s > 10
                             else 20)
     ok(j.get("stragglers") == [2, 3] and r.get(2, {}).get("behind_stage") is True,
        "a stage whose ranks all slowed together: both named", out)
-    r, j, out, text = write("dp4", 4, (4, 1, 1), lambda rank, s: 40 if rank == 1 and s > 15
+    r, j, out, text = write("dp4", 4, (4, 1, 1), lambda rank, s: 40 if rank == 1 and s > 10
                             else 20)
     ok(j.get("stragglers") == [1] and r.get(1, {}).get("behind_stage") is True and
        r[1].get("last_ms") == 40 and r[0].get("last_ms") == 20,
        "dp4, one rank slowed: named, behind its peers", out)
+    r, j, out, text = write("brief", 4, (4, 1, 1), lambda rank, s: 40 if rank == 1 and s > 15
+                            else 20)
+    ok(j.get("stragglers") == [] and r.get(1, {}).get("individual") == 1.0,
+       "dp4, one rank slowed for its last window only: not named yet", out)
+
+
+def test_individual_noise(d):
+    """Eight ranks of the same speed, 12% of step-to-step noise (lognormal, seeded), 1,000
+    steps: nobody slowed, nobody is named.  Before, the individual score compared the last
+    window with the best of the run's 200 windows (a minimum, which falls as the run grows),
+    and these runs named a rank in most seeds.  Then one rank slows by half for its last 20
+    steps in the same noise: it alone is named."""
+    import random
+
+    def write(sub, seed, slow):
+        rnd = random.Random(seed)
+        dd = os.path.join(d, sub)
+        os.makedirs(dd)
+        for rank in range(8):
+            log = RankLog(rank, 8, (8, 1, 1), "h")
+            for s in range(1, 1001):
+                t = 100 * MS * s
+                ms = 10 * rnd.lognormvariate(0, 0.12) * (1.5 if rank == slow and s > 980 else 1)
+                log.span("compute", "step", t, t + 30 * MS, step=s)
+                log.span("compute", "fwd", t, t + int(ms * MS), step=s, mb=0)
+            log.write(dd)
+        rc, so, se = run("trace", "stragglers", dd, "--json")
+        return (json.loads(so) if rc == 0 else {}), so + se
+    named = []
+    for seed in (1, 2, 3):
+        j, out = write(f"noise{seed}", seed, None)
+        named.append(j.get("stragglers"))
+    ok(named == [[], [], []], "12% noise over 1,000 steps: no straggler in any of 3 seeds",
+       str(named))
+    j, out = write("slow", 4, 5)
+    ok(j.get("stragglers") == [5], "the same noise, rank 5 1.5x slower for 20 steps: named",
+       out[-3000:])
 
 
 def test_strag_noise(d):
@@ -1578,7 +1617,8 @@ def main():
                          ("unscored", test_unscored),
                          ("json_flag", test_json_flag),
                          ("individual", test_individual),
-                         ("individual_stage", test_individual_stage), ("stages", test_stages),
+                         ("individual_stage", test_individual_stage),
+                         ("individual_noise", test_individual_noise), ("stages", test_stages),
                          ("resumed", test_resumed), ("strag_noise", test_strag_noise),
                          ("stragglers_memory", test_stragglers_memory),
                          ("stragglers_long", test_stragglers_long),
