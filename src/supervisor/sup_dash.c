@@ -293,6 +293,8 @@ static enum MHD_Result bad_request(struct MHD_Connection *c, const char *why) {
 static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *url) {
     long since = query_long(c, "since", -1, 2000000000L, -1);
     if (since == -2) return bad_request(c, "since: an integer >= -1\n");
+    long val_since = query_long(c, "val_since", -1, 2000000000L, since); /* default: since */
+    if (val_since == -2) return bad_request(c, "val_since: an integer >= -1\n");
     pthread_mutex_lock(&d->mu);
     refresh(d);
     cJSON *o = NULL;
@@ -304,7 +306,8 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
         const sup_dash_live *live = d->live ? live_view(d) : NULL;
         o = dash_model_status(d->model, d->live && !live ? &none : live, d->run_dir, ms_wall_now());
     } else if (!strcmp(url, "/api/metrics"))
-        o = dash_model_metrics(d->model, since, DASH_METRICS_REPLY); /* -1: step 0's val too */
+        o = dash_model_metrics(d->model, since, val_since, /* -1: step 0's val too */
+                               DASH_METRICS_REPLY);
     else if (!strcmp(url, "/api/events"))
         o = dash_model_events(d->model, since, DASH_EVENTS_REPLY);
     else if (!strcmp(url, "/api/heatmap")) { /* the dearest: made again only when a line came */

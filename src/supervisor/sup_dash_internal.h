@@ -47,7 +47,10 @@ long dash_model_bad_lines(const dash_model *m);
  * live: the driver's view, or NULL. */
 struct cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const char *run_dir,
                                 double now);
-struct cJSON *dash_model_metrics(const dash_model *m, long since, int max);
+/* since: the step points after it; val_since: the validation points after it (their own
+ * cursor: the trainer writes step N's validation point after its step point, so a page
+ * that polled between the two and asked from N on would never see it). */
+struct cJSON *dash_model_metrics(const dash_model *m, long since, long val_since, int max);
 struct cJSON *dash_model_events(const dash_model *m, long since, int max);
 struct cJSON *dash_model_heatmap(const dash_model *m, int cols);
 struct cJSON *dash_model_checkpoints(const dash_model *m);

@@ -592,7 +592,7 @@ static cJSON *row(const double *v, int n) {
     return a;
 }
 
-cJSON *dash_model_metrics(const dash_model *m, long since, int max) {
+cJSON *dash_model_metrics(const dash_model *m, long since, long val_since, int max) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "epoch", (double)m->epoch);
     cJSON_AddNumberToObject(o, "since", (double)since);
@@ -622,7 +622,7 @@ cJSON *dash_model_metrics(const dash_model *m, long since, int max) {
     cJSON_AddBoolToObject(o, "more", lo + n < m->n_pts);
     cJSON *val = cJSON_AddArrayToObject(o, "val");
     for (int i = 0; i < m->n_val; i++)
-        if (m->val[i].step > since) {
+        if (m->val[i].step > val_since) {
             double v[3] = {m->val[i].step, m->val[i].wall, m->val[i].loss};
             cJSON_AddItemToArray(val, row(v, 3));
         }

@@ -53,8 +53,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     MS_CHECK(dash_model_bad_lines(m) >= 0 && dash_model_metrics_path(m));
     reply(dash_model_status(m, NULL, "run", 1000.0));
     reply(dash_model_status(m, &live, "run", 1000.0));
-    reply(dash_model_metrics(m, -1, DASH_METRICS_REPLY));
-    reply(dash_model_metrics(m, 3, 2));
+    reply(dash_model_metrics(m, -1, -1, DASH_METRICS_REPLY));
+    reply(dash_model_metrics(m, 3, 1, 2));
     reply(dash_model_events(m, -1, DASH_EVENTS_REPLY));
     reply(dash_model_events(m, 2, 1));
     reply(dash_model_heatmap(m, DASH_HEAT_COLS));

@@ -68,7 +68,7 @@ static void test_metrics(void) {
     feed(dash_model_metrics_line, m, "not json");
     feed(dash_model_metrics_line, m, "{\"what\":1}");
     T_EQ_INT(dash_model_bad_lines(m), 2);
-    cJSON *r = dash_model_metrics(m, 15, 100);
+    cJSON *r = dash_model_metrics(m, 15, 15, 100);
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 5);
     T_EQ_INT(cJSON_GetArrayItem(cJSON_GetArrayItem(item(r, "steps"), 0), 0)->valueint, 16);
     T_OK(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetArrayItem(item(r, "steps"), 0), 4)));
@@ -76,19 +76,29 @@ static void test_metrics(void) {
     T_OK(cJSON_IsFalse(item(r, "more")));
     long epoch = (long)item(r, "epoch")->valuedouble;
     cJSON_Delete(r);
-    r = dash_model_metrics(m, 0, 7); /* bounded: the rest follows with since=7 */
+    r = dash_model_metrics(m, 0, 0, 7); /* bounded: the rest follows with since=7 */
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 7);
     T_OK(cJSON_IsTrue(item(r, "more")));
     T_EQ_INT(cJSON_GetArraySize(item(r, "val")), 1);
     cJSON_Delete(r);
-    r = dash_model_metrics(m, -1, 7); /* from the first: step 0's validation too */
+    r = dash_model_metrics(m, -1, -1, 7); /* from the first: step 0's validation too */
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 7);
     T_EQ_INT(cJSON_GetArraySize(item(r, "val")), 2);
     T_EQ_INT(cJSON_GetArrayItem(cJSON_GetArrayItem(item(r, "val"), 0), 0)->valueint, 0);
     cJSON_Delete(r);
+    /* the validation points by their own cursor: a page that polled between step 10's train
+     * and validation lines asks from step 20 on, and still gets step 10's validation */
+    r = dash_model_metrics(m, 20, 9, 100);
+    T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 0);
+    T_EQ_INT(cJSON_GetArraySize(item(r, "val")), 1);
+    T_EQ_INT(cJSON_GetArrayItem(cJSON_GetArrayItem(item(r, "val"), 0), 0)->valueint, 10);
+    cJSON_Delete(r);
+    r = dash_model_metrics(m, 20, 10, 100);
+    T_EQ_INT(cJSON_GetArraySize(item(r, "val")), 0);
+    cJSON_Delete(r);
     /* the same steps again (redone after a restart): the newer replace them */
     feed(dash_model_metrics_line, m, "{\"step\":18,\"loss\":7,\"wall\":200}");
-    r = dash_model_metrics(m, 0, 100);
+    r = dash_model_metrics(m, 0, 0, 100);
     T_EQ_INT(item(r, "last_step")->valueint, 18);
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 18);
     T_OK((long)item(r, "epoch")->valuedouble != epoch);
@@ -106,7 +116,7 @@ static void test_metrics(void) {
     cJSON_Delete(st);
     /* the file replaced: everything forgotten, a new epoch */
     dash_model_metrics_reset(m);
-    r = dash_model_metrics(m, 0, 100);
+    r = dash_model_metrics(m, 0, 0, 100);
     T_EQ_INT(cJSON_GetArraySize(item(r, "steps")), 0);
     cJSON_Delete(r);
     /* a long run thins out but keeps its newest point and its order; points
@@ -116,14 +126,14 @@ static void test_metrics(void) {
         snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1,\"wall\":%d}", s, s);
         feed(dash_model_metrics_line, m, line);
     }
-    r = dash_model_metrics(m, 0, 1);
+    r = dash_model_metrics(m, 0, 0, 1);
     epoch = (long)item(r, "epoch")->valuedouble;
     cJSON_Delete(r);
     for (int s = DASH_MAX_POINTS + 1; s <= DASH_MAX_POINTS + 10; s++) {
         snprintf(line, sizeof line, "{\"step\":%d,\"loss\":1,\"wall\":%d}", s, s);
         feed(dash_model_metrics_line, m, line);
     }
-    r = dash_model_metrics(m, 0, DASH_MAX_POINTS);
+    r = dash_model_metrics(m, 0, 0, DASH_MAX_POINTS);
     T_OK((long)item(r, "epoch")->valuedouble != epoch);
     int n = cJSON_GetArraySize(item(r, "steps")), sorted = 1, prev = 0;
     for (const cJSON *p = item(r, "steps")->child; p; p = p->next) {

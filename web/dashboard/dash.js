@@ -33,6 +33,8 @@
     xMode: 'step',
     epoch: null,
     sinceStep: -1, // the since of the next api/metrics call (-1: from the first, step 0's val too)
+    valSince: -1, // its val_since: the validation points have their own cursor (step N's comes
+    //               after step N's train point: a poll between the two must not skip it)
     rows: [], // train steps: {step, wall, loss, lr, grad_norm, tok_s, mfu, ms}
     val: [], // {step, wall, y}
     chartsDirty: false,
@@ -442,7 +444,7 @@
     // Page through "more" replies at once; an epoch change means the server
     // dropped its points (steps redone after a restart): start from 0.
     for (let page = 0; page < 100; page++) {
-      const m = await getJson('api/metrics', { since: st.sinceStep });
+      const m = await getJson('api/metrics', { since: st.sinceStep, val_since: st.valSince });
       if (st.epoch !== null && m.epoch !== st.epoch) {
         st.epoch = m.epoch;
         clearMetrics();
@@ -462,6 +464,7 @@
 
   function clearMetrics() {
     st.sinceStep = -1;
+    st.valSince = -1;
     st.rows = [];
     st.val = [];
     st.chartsDirty = true;
@@ -495,6 +498,7 @@
         st.chartsDirty = true;
       }
       st.val.push({ step, wall, y });
+      st.valSince = step;
       const loss = charts.find((c) => c.spec.val);
       if (loss && !st.chartsDirty) pushPoint(loss.valPts, xOf(step, wall), y);
     }
