@@ -31,8 +31,37 @@ static const char *op_str(char *buf, size_t n, const hang_group *g, const hang_o
     return buf;
 }
 
-static int rank_at(const trace_hang *h, int dp, int pp, int tp) {
-    return tp + h->shape.tp * (dp + h->shape.dp * pp);
+static int cell_of(const trace_hang *h, trace_coord c) { /* -1: outside the grid */
+    if (c.dp < 0 || c.dp >= h->shape.dp || c.pp < 0 || c.pp >= h->shape.pp || c.tp < 0 ||
+        c.tp >= h->shape.tp)
+        return -1;
+    return c.tp + h->shape.tp * (c.dp + h->shape.dp * c.pp);
+}
+
+/* at[cell] = the rank at each (dp, pp, tp) cell of the tables, by the ranks' own
+ * coordinates (a dump's, or an events header's: a grid placed host by host over ranks
+ * that mpirun dealt out round-robin does not follow the position formula; before, the
+ * cells were filled by the formula and a rank's state was drawn at another rank's
+ * place): the ranks with a dump first, then the others where their cell is free, then
+ * any left in the free cells in order. */
+static void place_ranks(const trace_hang *h, int *at) {
+    char *placed = calloc((size_t)h->world, 1);
+    for (int i = 0; i < h->world; i++)
+        at[i] = -1;
+    for (int pass = 0; pass < 3; pass++)
+        for (int rk = 0, free_cell = 0; rk < h->world; rk++) {
+            const hang_rank *r = &h->ranks[rk];
+            if ((placed && placed[rk]) || (pass == 0 && !r->has_dump)) continue;
+            int cell = pass < 2 ? cell_of(h, r->coord) : -1;
+            if (pass == 2)
+                while (free_cell < h->world && at[free_cell] >= 0)
+                    free_cell++;
+            if (pass == 2 && free_cell < h->world) cell = free_cell;
+            if (cell < 0 || at[cell] >= 0) continue;
+            at[cell] = rk;
+            if (placed) placed[rk] = 1;
+        }
+    free(placed);
 }
 
 /* Bounds on the output for a huge world (a damaged dump said 1048575: millions of lines; a
@@ -156,6 +185,12 @@ static void print_tables(const trace_hang *h, FILE *f) {
         fprintf(f, "(state tables left out: %d ranks, more than %d)\n", h->world, HANG_TABLE_MAX);
         return;
     }
+    int *at = malloc((size_t)h->world * sizeof *at);
+    if (!at) {
+        fprintf(f, "(state tables left out: out of memory)\n");
+        return;
+    }
+    place_ranks(h, at);
     for (int pp = 0; pp < h->shape.pp; pp++) {
         fprintf(f, "pp stage %d (rows dp, columns tp):\n%8s", pp, "");
         for (int tp = 0; tp < h->shape.tp; tp++)
@@ -163,11 +198,14 @@ static void print_tables(const trace_hang *h, FILE *f) {
         fprintf(f, "\n");
         for (int dp = 0; dp < h->shape.dp; dp++) {
             fprintf(f, "  dp %-3d", dp);
-            for (int tp = 0; tp < h->shape.tp; tp++)
-                fprintf(f, "  %-9s", state_of(h, &h->ranks[rank_at(h, dp, pp, tp)]));
+            for (int tp = 0; tp < h->shape.tp; tp++) {
+                int rk = at[tp + h->shape.tp * (dp + h->shape.dp * pp)];
+                fprintf(f, "  %-9s", rk >= 0 ? state_of(h, &h->ranks[rk]) : "?");
+            }
             fprintf(f, "\n");
         }
     }
+    free(at);
 }
 
 void trace_hang_print(const trace_hang *h, FILE *f) {

@@ -921,6 +921,30 @@ def test_hang_placed(d):
        "a rank without a dump: coordinates from its log's header", so + se)
 
 
+def test_hang_placed_table(d):
+    """dp2 x pp2 placed host by host over ranks dealt out round-robin: rank 1 is at (dp 0,
+    pp 1) and rank 2 at (dp 1, pp 0), where the position formula puts them the other way
+    round.  Rank 1 wrote no dump (its header says where it is).  The state tables draw each
+    rank at its own coordinates: the missing rank under pp stage 1, dp 0.  Before, they were
+    filled by the formula: "no dump" under pp 0, dp 1, and rank 2's "wait" under pp 1."""
+    where = {0: (0, 0), 1: (0, 1), 2: (1, 0), 3: (1, 1)}  # rank: (dp, pp)
+    op = [("all_reduce", 5, -1, -1, 10.0)]
+    for rank in (0, 2, 3):
+        dp, pp = where[rank]
+        hang_dump(d, rank, 4, (2, 2, 1), f"host{rank}", [("world", [0, 1, 2, 3], 5, 4, op)],
+                  coord={"dp": dp, "pp": pp, "tp": 0})  # its own, not the formula's
+    log = RankLog(1, 4, (2, 2, 1), "host1")
+    log.coord = {"dp": 0, "pp": 1, "tp": 0}
+    log.write(d)
+    rc, so, se = run("trace", "hang", d)
+    stages = so.split("pp stage ")
+    table = {int(b[0]): [ln for ln in b.splitlines() if ln.startswith("  dp ")]
+             for b in stages[1:3]} if len(stages) >= 3 else {}
+    ok(rc == 0 and len(table) == 2 and "wait" in table[0][0] and "wait" in table[0][1] and
+       "wait" not in table[1][0] and "wait" in table[1][1],
+       "the state tables place each rank at its own coordinates", so + se)
+
+
 def test_hang_rerun(d):
     """A restarted job hangs again in the same directory: rank 5 stops and
     writes no dump this time, but its dump of the first hang (another pid
@@ -1625,6 +1649,7 @@ def main():
                          ("merge_memory", test_merge_memory),
                          ("merge_p2p_memory", test_merge_p2p_memory),
                          ("hang_missing", test_hang_missing), ("hang_placed", test_hang_placed),
+                         ("hang_placed_table", test_hang_placed_table),
                          ("hang_rerun", test_hang_rerun),
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
