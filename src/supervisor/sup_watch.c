@@ -588,6 +588,13 @@ static void on_ctl(sup_driver *d, int fd, const sup_ctl_msg *m) {
         snprintf(msg, sizeof msg,
                  "evicting node %s would leave %d healthy node(s) for a job of %d: no spare",
                  m->node, sup_nodes_usable(d->pool) - 1, d->pool->needed);
+    } else if (sup_nodes_is_active(d->pool, i) && (!d->job.pid || d->job.exited)) {
+        /* the eviction rides on the running attempt's fault: between attempts (the
+         * pre-flight check, the final save) the next attempt's sup_reset_ranks cleared it
+         * and the job went on on the node, after a reply that said it was evicted */
+        snprintf(msg, sizeof msg,
+                 "no job is running (a pre-flight check, a restart or the end is under way): "
+                 "try again once it runs");
     } else if (sup_nodes_is_active(d->pool, i)) {
         if (d->evict_node < 0 && !d->fault && !d->recovering) {
             d->evict_node = i;

@@ -843,6 +843,45 @@ static void test_unclear_hang(void) {
     beat_driver_free(d);
 }
 
+/* `--ctl evict` of an active node while no job runs (the pre-flight check, between
+ * attempts, the end) is refused: the eviction rides on the running attempt's fault, which
+ * the next attempt's sup_reset_ranks cleared.  Before, the reply said "evicting; the job
+ * restarts on a spare" and the job then started on that node. */
+static void test_ctl_evict_no_job(void) {
+    char dir[] = "/tmp/ms_sup_ctl_XXXXXX";
+    T_OK(mkdtemp(dir) != NULL);
+    sup_config c;
+    sup_driver *d = beat_driver(&c, 2);
+    c.nodes = 2, c.spares = 1, c.run_dir = dir;
+    char why[1024];
+    T_EQ_INT(sup_nodes_init(d->pool, &c, why, sizeof why), 0);
+    T_EQ_INT(sup_nodes_load_blocklist(d->pool, why, sizeof why), 0);
+    T_EQ_INT(sup_nodes_choose(d->pool), 0);
+    snprintf(d->ctl_token, sizeof d->ctl_token, "%s", TOK);
+    int sv[2];
+    T_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    d->ctl[0] = (sup_ctl_conn){.fd = sv[0], .t_open = ms_now()};
+    d->n_ctl = 1;
+    T_EQ_INT((int)write(sv[1], EVICT "\n", strlen(EVICT) + 1), (int)strlen(EVICT) + 1);
+    sup_serve_for(d, 1000);
+    char reply[1024] = "";
+    ssize_t got = read(sv[1], reply, sizeof reply - 1);
+    T_OK(got > 0);
+    reply[got > 0 ? got : 0] = 0;
+    T_STR_CONTAINS(reply, "no job is running");
+    T_STR_CONTAINS(reply, "\"ok\":false");
+    T_EQ_INT(d->fault, 0);
+    T_EQ_INT(d->evict_node, -1);
+    T_EQ_INT(d->n_ctl, 0); /* answered and closed */
+    close(sv[1]);
+    sup_nodes_free(d->pool);
+    beat_driver_free(d);
+    char path[256];
+    snprintf(path, sizeof path, "%s/blocklist.json", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     test_ctl();
     test_ctl_client_big();
@@ -856,5 +895,6 @@ int main(void) {
     test_step_time();
     test_comm_after_gone();
     test_unclear_hang();
+    test_ctl_evict_no_job();
     return ms_test_summary("test_sup_parts");
 }
