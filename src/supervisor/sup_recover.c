@@ -136,6 +136,22 @@ static void measure_again(const sup_diag_config *dc0, const char *faults, const 
     free(peek);
 }
 
+/* 1 (res freed, an event and a line said why) when the driver was asked to stop
+ * while diag ran: diag gives up at once on the stop flag, and the nodes that had not
+ * reported yet must not be run again or evicted for it.  Before, they were taken for
+ * silent nodes: run alone (which stopped at once too) and evicted as "no report", a
+ * healthy node on the blocklist for every later launch (exit 6 where no spare was left). */
+static int stopped(sup_driver *d, sup_diag_result *res) {
+    if (!d->stop_flag || !*d->stop_flag) return 0;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "error", "stopped: the driver was asked to stop");
+    sup_events_put(&d->ev, "diag", f);
+    fprintf(stderr, "megascale launch: diag stopped (the driver was asked to stop); nothing "
+                    "evicted\n");
+    free(res);
+    return 1;
+}
+
 /* The self-test on every node not on the blocklist; evicts the ones that
  * fail.  when: "fault" (after one) or "preflight" (before the first
  * start), in its events.  0 to go on, or SUP_EXIT_STORAGE. */
@@ -168,6 +184,7 @@ static int diagnose(sup_driver *d, const char *when) {
     double t0 = ms_now();
     ms_mkdirs(d->diag_dir); /* here, not by each diag rank at once */
     int rc = res ? sup_diag_run(&dc, idx, k, res, why, sizeof why) : -1;
+    if (stopped(d, res)) return 0;
     int missing = 0;
     for (int j = 0; rc == 0 && j < k; j++)
         missing += !res[j].reported;
@@ -194,6 +211,7 @@ static int diagnose(sup_driver *d, const char *when) {
         for (int j = 0, s = 0; again && j < k; j++)
             if (!res[j].reported) res[j] = again[s++];
         free(again);
+        if (stopped(d, res)) return 0;
     }
     if (!res || rc != 0) {
         cJSON *f = cJSON_CreateObject();
@@ -208,6 +226,7 @@ static int diagnose(sup_driver *d, const char *when) {
     char again[sizeof faults];
     sup_faults_format(d, 1, -1, "diag:blip", again, sizeof again);
     measure_again(&dc, again, idx, k, res, compare_peers(c) ? c->diag_slow_factor : 0);
+    if (stopped(d, res)) return 0;
     double took = ms_now() - t0;
     if (compare_peers(c)) sup_diag_peers(res, k, c->diag_slow_factor);
     int reported = 0, failing = 0, storage = 0;

@@ -790,6 +790,49 @@ def check_stop_escalation(d, shard, wrapped):
        f"job_stopped {stop}\n{err[-2000:]}")
 
 
+def check_stop_during_diag(d, shard):
+    """SIGINT to the driver while the pre-flight diag runs, node1's diag slow to report (a
+    --bin wrapper holds it back): the driver stops (exit 5), nothing is evicted, no
+    blocklist.  Before, the stop ended diag as a timeout would, node1 was taken for a silent
+    node, run again alone (which stopped at once too) and evicted as "no report": exit 6
+    (one healthy node for a job of 2), and node1 on the blocklist for every later launch."""
+    run = os.path.join(d, "stopdiag")
+    os.makedirs(run)
+    wrap = os.path.join(d, "megascale-slowdiag")
+    with open(wrap, "w") as f:
+        # node1 runs its checks with node0 (the comm check needs both), then holds its
+        # report back
+        f.write('#!/bin/sh\nif [ "$1" = diag ] && [ "${OMPI_COMM_WORLD_RANK:-0}" = 1 ]; then '
+                f'out=$("{BIN}" "$@"); rc=$?; sleep 60; echo "$out"; exit $rc; fi\n'
+                f'exec "{BIN}" "$@"\n')
+    os.chmod(wrap, 0o755)
+    p = launch(run, shard, ["--diag", "1", "--preflight", "1", "--nodes", "2", "--bin", wrap,
+                            "--diag-timeout", "120"],
+               ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], np=2, wait=False)
+    time.sleep(8)  # node0's diag reports within this (2-4 s here), node1's is held back
+    err = signal_and_wait(p, signal.SIGINT)
+    for pid in [int(x) for x in os.listdir("/proc") if x.isdigit()]:  # the held-back wrapper
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if wrap.encode() not in f.read():
+                    continue
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except (OSError, ValueError):
+            continue
+        for q in [pid] + kids:  # the shell and its sleep
+            try:
+                os.kill(q, signal.SIGKILL)
+            except OSError:
+                pass
+    block = os.path.join(run, "blocklist.json")
+    blocked = json.load(open(block)) if os.path.exists(block) else {}
+    ok(p.returncode == 5 and "evicted node" not in err and not blocked and
+       "diag stopped" in err and "launch" not in [e["event"] for e in events(run)],
+       "SIGINT during the pre-flight diag: stopped (exit 5), nothing evicted, no start",
+       f"rc {p.returncode}, blocklist {blocked}\n{err[-2000:]}")
+
+
 def main():
     d, shard = start("ms_suppol_")
     # the jobs' host-memory snapshots in the test's directory, removed with it
@@ -818,6 +861,7 @@ def main():
     check_compute_log_rotation(d, shard)
     check_stop_escalation(d, shard, False)
     check_stop_escalation(d, shard, True)
+    check_stop_during_diag(d, shard)
     finish(d)
 
 
