@@ -270,11 +270,15 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     sup_reset_ranks(d);
     sup_nodes_map(d->pool, d->pool->active, d->pool->needed, d->node_map, sizeof d->node_map);
     d->t_launch = ms_now();
-    if (g_stop) return 2; /* asked to stop before this start: none */
     int adopted = d->adopt_pid > 0;
     if (adopted) { /* an earlier driver's job: it goes on, its ranks reconnect */
+        /* adopted even when asked to stop already, so that the stop below ends it
+         * (before, a stop that came first left it running unwatched, driver.json
+         * saying no mpirun, and the next launch started a second job beside it) */
         adopt_job(d);
         d->redone_booked = 1;
+    } else if (g_stop) {
+        return 2; /* asked to stop before this start: none */
     } else {
         d->attempt_no++;
         if (d->c->hostfile &&

@@ -210,15 +210,19 @@ int sup_job_poll(sup_job *j) {
 }
 
 /* Reap every exited child: the driver is a child subreaper (sup_run), so
- * ranks that lose mpirun become its children. */
-static void reap_orphans(void) {
+ * ranks that lose mpirun become its children.  mpirun itself, if it is
+ * among them, has its status kept for the job (before, it was reaped here
+ * and sup_job_poll then found no child: "exit code 0" for an mpirun that
+ * failed, and an exit 2 that refused the options went unseen). */
+static void reap_orphans(sup_job *j) {
     int st;
-    while (waitpid(-1, &st, WNOHANG) > 0) {
-    }
+    pid_t r;
+    while ((r = waitpid(-1, &st, WNOHANG)) > 0)
+        if (j && !j->adopted && r == j->pid && !j->exited) j->status = st, j->exited = 1;
 }
 
-static int alive(pid_t pid) {
-    reap_orphans();
+static int alive(sup_job *j, pid_t pid) {
+    reap_orphans(j);
     return sup_pid_alive(pid);
 }
 
@@ -258,7 +262,7 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
         int sig = ask ? SIGUSR1 : SIGTERM;
         kill(ask ? j->pid : -j->pid, sig);
         for (int i = 0; i < n; i++)
-            if (pids[i] > 0 && alive(pids[i])) kill(pids[i], sig), kill(pids[i], SIGCONT);
+            if (pids[i] > 0 && alive(j, pids[i])) kill(pids[i], sig), kill(pids[i], SIGCONT);
         kill(-j->pid, SIGCONT);
         while (!sup_job_poll(j) && ms_now() - t0 < grace) {
             if (wait)
@@ -286,15 +290,15 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
         }
     }
     for (int i = 0; i < n; i++) /* ranks outside the group (or not yet gone) */
-        if (pids[i] > 0 && alive(pids[i])) kill(pids[i], SIGKILL);
+        if (pids[i] > 0 && alive(j, pids[i])) kill(pids[i], SIGKILL);
     if (j->pid) {
         kill(-j->pid, SIGKILL); /* anything of the group still there */
         for (int k = 0; !sup_job_poll(j) && (!j->adopted || k < 500); k++)
             usleep(10000);
-        reap_orphans();
+        reap_orphans(j);
     }
     for (int i = 0; i < n; i++) /* wait until the ranks are gone (they are not our children) */
-        for (int k = 0; k < 500 && pids[i] > 0 && alive(pids[i]); k++)
+        for (int k = 0; k < 500 && pids[i] > 0 && alive(j, pids[i]); k++)
             usleep(10000);
     sup_job_sweep(j);
     return ms_now() - t0;
