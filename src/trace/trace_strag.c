@@ -155,8 +155,10 @@ static int rank_scores(trace_strag_rank *r, double *c, double *st, int n_steps, 
             qsort(wm + judged, (size_t)(r->windows - judged), sizeof *wm, cmp_double);
             base = quantile(wm + judged, r->windows - judged, STRAG_BASE_Q);
         }
-        r->individual = last > 0 ? base / last : 1.0;
-        r->slowed_ms = last - base;
+        /* at most 1: a rank faster now than before has not slowed (the best window of
+         * the old score was never slower than the last) */
+        r->individual = last > base ? base / last : 1.0;
+        r->slowed_ms = last > base ? last - base : 0;
         r->last_ms = last;
     }
     r->median_ms = median(c, n); /* sorts c */
