@@ -460,7 +460,7 @@ static const char *verdict_str(const trace_strag *s, const trace_strag_rank *r) 
         return "ok (slower, but its step times overlap the fastest's: noise)";
     if (r->windows && r->individual < s->opts.threshold && !r->behind_stage &&
         !(s->job_individual < s->opts.threshold))
-        return "ok (slower than its best, but not behind its stage's other ranks)";
+        return "ok (slower than before, but not behind its stage's other ranks)";
     if (r->windows && r->individual < s->opts.threshold) return "ok (slowed with the others)";
     return r->windows ? "ok" : "ok (relative score only)";
 }

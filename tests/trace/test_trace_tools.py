@@ -532,7 +532,7 @@ def test_individual_stage(d):
                             30 if rank == 3 and s > 10 else 20)
     ok(j.get("stragglers") == [2] and abs(r.get(3, {}).get("individual", 0) - 20 / 30) < 1e-6
        and r[3].get("behind_stage") is False and r[2].get("behind_stage") is True and
-       "ok (slower than its best, but not behind its stage's other ranks)" in text,
+       "ok (slower than before, but not behind its stage's other ranks)" in text,
        "a tp peer that slowed beside a slower rank is not named; the slow rank is", out)
     r, j, out, text = write("stage", 4, (1, 2, 2), lambda rank, s: 40 if rank >= 2 and s > 10
                             else 20)
