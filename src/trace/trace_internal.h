@@ -62,6 +62,8 @@ typedef struct {
     int n_logs;
     char **strs; /* interned names, lanes, groups */
     int n_strs, cap_strs;
+    int *str_tab; /* open addressing over strs (-1: empty), tab_cap slots, a power of 2 */
+    int tab_cap;
 } trace_set;
 
 enum {
