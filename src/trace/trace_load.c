@@ -123,9 +123,11 @@ static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
 
 static ms_status parse_clock(trace_log *l, const cJSON *j, const char *where) {
     trace_clock c;
-    if (!trace_json_int(j, "mono_ns", INT64_MIN, INT64_MAX, &c.mono) ||
-        !trace_json_int(j, "offset_ns", INT64_MIN, INT64_MAX, &c.offset))
-        return ms_error(MS_ERR_FORMAT, "%s: clock line needs integer mono_ns and offset_ns", where);
+    if (!trace_json_int(j, "mono_ns", -TRACE_T_MAX, TRACE_T_MAX, &c.mono) ||
+        !trace_json_int(j, "offset_ns", -TRACE_T_MAX, TRACE_T_MAX, &c.offset))
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: clock line needs integer mono_ns and offset_ns (|value| < 2^62)",
+                        where);
     if (!trace_json_int(j, "err_ns", 0, INT64_MAX, &c.err)) c.err = 0;
     if (l->n_clocks && c.mono < l->clocks[l->n_clocks - 1].mono)
         return ms_error(MS_ERR_FORMAT, "%s: clock line goes back in time (mono_ns %lld < %lld)",
@@ -167,10 +169,10 @@ static ms_status parse_span(trace_set *s, trace_log *l, cJSON *j, int mark, unsi
     if (!name || !lane)
         return ms_error(MS_ERR_FORMAT, "%s: %s line needs string \"name\" and \"lane\"", where,
                         mark ? "mark" : "span");
-    if (mark ? !trace_json_int(j, "t", INT64_MIN, INT64_MAX, &sp.t0)
-             : !trace_json_int(j, "t0", INT64_MIN, INT64_MAX, &sp.t0) ||
-                   !trace_json_int(j, "t1", INT64_MIN, INT64_MAX, &sp.t1))
-        return ms_error(MS_ERR_FORMAT, "%s: %s '%s' needs integer %s", where,
+    if (mark ? !trace_json_int(j, "t", -TRACE_T_MAX, TRACE_T_MAX, &sp.t0)
+             : !trace_json_int(j, "t0", -TRACE_T_MAX, TRACE_T_MAX, &sp.t0) ||
+                   !trace_json_int(j, "t1", -TRACE_T_MAX, TRACE_T_MAX, &sp.t1))
+        return ms_error(MS_ERR_FORMAT, "%s: %s '%s' needs integer %s (|t| < 2^62 ns)", where,
                         mark ? "mark" : "span", name, mark ? "t" : "t0 and t1");
     if (mark) {
         sp.t1 = sp.t0;

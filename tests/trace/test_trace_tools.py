@@ -1328,6 +1328,18 @@ def test_bad_input(root):
     path = log.write(d)
     rc, so, se = run("trace", "merge", d)
     ok(rc == 3 and f"{path}:3" in se and "ends before it starts" in se, "t1 < t0 is an error", se)
+    # times whose difference, or sum with a clock offset, overflows int64 (before: garbage
+    # durations, the overflow undefined)
+    d = os.path.join(root, "huge_t")
+    os.makedirs(d)
+    log = RankLog(0, 1, (1, 1, 1), "h")
+    log.lines.append(dict(type="span", name="fwd", lane="compute", t0=-9 * 10**18,
+                          t1=9 * 10**18))
+    path = log.write(d)
+    for cmd in ("merge", "stragglers"):
+        rc, so, se = run("trace", cmd, d)
+        ok(rc == 3 and f"{path}:3" in se and "|t| < 2^62 ns" in se,
+           f"{cmd}: a span of +-9e18 ns is an error naming the line", f"rc={rc}\n{se}")
     d = os.path.join(root, "empty")
     os.makedirs(d)
     for cmd, what in (("merge", "no event logs"), ("stragglers", "no event logs"),
