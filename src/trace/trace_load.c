@@ -115,9 +115,10 @@ static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
     if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &l->coord) ||
         l->coord.dp >= l->shape.dp || l->coord.pp >= l->shape.pp || l->coord.tp >= l->shape.tp)
         l->coord = trace_coord_of(l->rank, l->shape);
-    l->mono_ns = trace_json_int(j, "mono_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
-    l->wall_ns = trace_json_int(j, "wall_ns", INT64_MIN, INT64_MAX, &v) ? v : 0;
-    l->opened_ns = trace_json_int(j, "opened_wall_ns", INT64_MIN, INT64_MAX, &v) ? v : l->wall_ns;
+    l->mono_ns = trace_json_int(j, "mono_ns", -TRACE_T_MAX, TRACE_T_MAX, &v) ? v : 0;
+    l->wall_ns = trace_json_int(j, "wall_ns", -TRACE_T_MAX, TRACE_T_MAX, &v) ? v : 0;
+    l->opened_ns =
+        trace_json_int(j, "opened_wall_ns", -TRACE_T_MAX, TRACE_T_MAX, &v) ? v : l->wall_ns;
     return MS_OK;
 }
 
