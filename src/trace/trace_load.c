@@ -39,7 +39,7 @@ static int tab_fit(trace_set *s) {
     return 0;
 }
 
-/* Before, a scan of every string a span: a log of 40,000 distinct span names took 4 s
+/* Before, a scan of every string a span: a log of 40,000 distinct span names took 4-10 s
  * to merge, and ten times that would have taken minutes. */
 static int intern(trace_set *s, const char *str) {
     int i = trace_str_find(s, str);
