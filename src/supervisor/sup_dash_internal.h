@@ -25,6 +25,10 @@ struct cJSON;
 #define DASH_HEAT_CELLS 400000
 #define DASH_METRICS_REPLY 5000 /* step points per /api/metrics reply */
 #define DASH_EVENTS_REPLY 500
+/* ... and at most this many bytes of event text a reply (the first event always): 500
+ * events of up to DASH_LINE_MAX each passed the server's 64 MiB reply limit, and the
+ * page got "reply too large" for ever from that point of the log on */
+#define DASH_EVENTS_REPLY_BYTES (8u << 20)
 
 typedef struct dash_model dash_model;
 

@@ -632,8 +632,12 @@ cJSON *dash_model_metrics(const dash_model *m, long since, long val_since, int m
 cJSON *dash_model_events(const dash_model *m, long since, int max) {
     cJSON *o = cJSON_CreateObject(), *evs = cJSON_CreateArray();
     long from = since + 1 > m->first_seq ? since + 1 : m->first_seq, k = from;
+    size_t bytes = 0;
     for (; k < m->next_seq && k - from < max; k++) {
         const char *text = m->ev[k % DASH_MAX_EVENTS];
+        size_t len = text ? strlen(text) : 0;
+        if (k > from && bytes + len > DASH_EVENTS_REPLY_BYTES) break; /* the rest: "more" */
+        bytes += len;
         cJSON *e = text ? cJSON_Parse(text) : NULL;
         if (e) cJSON_AddItemToArray(evs, e);
     }

@@ -147,6 +147,37 @@ static void test_metrics(void) {
     dash_model_free(m);
 }
 
+/* Events of about 900 KB each (a long detail): a reply holds at most
+ * DASH_EVENTS_REPLY_BYTES of them and says "more", and paging reaches every one.  Before,
+ * 500 such events made a 450 MB reply, over the server's limit: "reply too large". */
+static void test_events_big(void) {
+    dash_model *m = dash_model_new();
+    size_t big = 900u << 10;
+    char *line = malloc(big + 128);
+    T_OK(line != NULL);
+    for (int i = 0; line && i < 30; i++) {
+        int n = snprintf(line, 128, "{\"time\":%d,\"t\":%d,\"event\":\"note\",\"detail\":\"", i, i);
+        memset(line + n, 'x', big);
+        memcpy(line + n + big, "\"}", 3);
+        dash_model_event_line(m, line, strlen(line));
+    }
+    free(line);
+    long since = -1;
+    int got = 0, replies = 0;
+    for (int more = 1; more && replies < 40; replies++) {
+        cJSON *r = dash_model_events(m, since, DASH_EVENTS_REPLY);
+        int n = cJSON_GetArraySize(item(r, "events"));
+        T_OK(n >= 1 && (size_t)n * big <= DASH_EVENTS_REPLY_BYTES + big);
+        got += n;
+        since = (long)item(r, "next")->valuedouble;
+        more = cJSON_IsTrue(item(r, "more"));
+        cJSON_Delete(r);
+    }
+    T_EQ_INT(got, 30);
+    T_OK(replies > 1);
+    dash_model_free(m);
+}
+
 static void test_events(void) {
     dash_model *m = dash_model_new();
     feed(dash_model_metrics_line, m,
@@ -1060,6 +1091,7 @@ int main(void) {
     if (!ms_tmpdir_make("sup_dash")) return 1;
     test_metrics();
     test_events();
+    test_events_big();
     test_second_job();
     test_heatmap();
     test_no_layout();
