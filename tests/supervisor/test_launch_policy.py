@@ -809,7 +809,14 @@ def check_stop_during_diag(d, shard):
     p = launch(run, shard, ["--diag", "1", "--preflight", "1", "--nodes", "2", "--bin", wrap,
                             "--diag-timeout", "120"],
                ["--steps", "3", "--ckpt-dir", os.path.join(run, "ckpt")], np=2, wait=False)
-    time.sleep(8)  # node0's diag reports within this (2-4 s here), node1's is held back
+    # the pre-flight diag under way (its history directory made just before it runs: a stop
+    # before it would skip the pre-flight, and this check would say nothing), then time for
+    # node0 to report (2-4 s here; on a loaded host it may not have, and the stop must still
+    # evict nothing)
+    diag_dir, t_end = os.path.join(run, "diag"), time.time() + 60
+    while not os.path.isdir(diag_dir) and time.time() < t_end and p.poll() is None:
+        time.sleep(0.1)
+    time.sleep(6)
     err = signal_and_wait(p, signal.SIGINT)
     for pid in [int(x) for x in os.listdir("/proc") if x.isdigit()]:  # the held-back wrapper
         try:
