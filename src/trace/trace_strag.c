@@ -15,9 +15,9 @@
 
 #define STRAG_MIN_STEPS 3        /* a rank's steps to be scored (its first is left out) */
 #define STRAG_MAX_STEPS 10000000 /* the newest steps scored when the logs span more */
-#define STRAG_BASE_Q                                                                               \
-    0.10 /* the individual score's earlier speed: this quantile of the                             \
-            earlier windows' medians (a fast one, not the fastest) */
+/* The individual score's earlier speed: this quantile of the earlier windows' medians
+ * (a fast one, not the fastest). */
+#define STRAG_BASE_Q 0.10
 
 typedef struct {
     int span, step; /* step: the step a fwd/bwd span counts for (or -1) */
@@ -338,8 +338,9 @@ static void verdict(const trace_strag *s, trace_strag_rank *r, const trace_strag
 
 /* behind_stage of stage p's ranks: a rank's last window against the median of the
  * last windows of the other ranks of its stage (they do the same work) that kept their
- * own speed (individual at the threshold or above); v: room for n_ranks values.  Ranks
- * that all slowed together (a throttled node of one stage) are each behind none. */
+ * own speed (individual at the threshold or above); v: room for n_ranks values.  Where
+ * no other rank of the stage kept its speed (a throttled node of one stage: its ranks
+ * slowed together) there is nobody to be behind, and the rank passes. */
 static void stage_lag(trace_strag *s, int p, double *v) {
     double thr = s->opts.threshold;
     int n = 0;
