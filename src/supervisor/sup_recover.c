@@ -343,6 +343,9 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
+    /* a start trained with these options: a successor with the same ones
+     * takes a later refusal of them for a node's fault (sup_driver.c) */
+    cJSON_AddBoolToObject(o, "options_ok", d->options_ok);
     /* the job's options: a successor that would take the running job over
      * with others refuses (sup_state_resume) */
     cJSON_AddNumberToObject(o, "np", d->c->np);
@@ -472,29 +475,37 @@ static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_
     free(a);
 }
 
-/* 0 if the options of this driver (d->c) are those of the running job the
- * state o describes (its mpirun: job), else -2 with why naming the first
- * that differs, the saved value and the given one.  A state without them
- * (an older driver's) is not checked. */
-static int check_options(const sup_driver *d, const cJSON *o, pid_t job, char *why, size_t n) {
+/* The first of this driver's options (d->c) that differs from those the
+ * state o saved, as "--name: the job has A, this command gives B" into
+ * what ("" if none).  A state without them (an older driver's) differs in
+ * none. */
+static void options_diff(const sup_driver *d, const cJSON *o, char *what, size_t wn) {
     const cJSON *np = item(o, "np"), *nodes = item(o, "nodes"), *pool = item(o, "pool"),
                 *train = item(o, "train");
-    char what[1400] = "";
+    what[0] = 0;
     char *mine = malloc(sizeof d->node_map);
     if (mine) sup_nodes_pool(d->pool, mine, sizeof d->node_map);
     if (cJSON_IsNumber(np) && (int)np->valuedouble != d->c->np)
-        snprintf(what, sizeof what, "--np: the job has %d, this command gives %d",
-                 (int)np->valuedouble, d->c->np);
+        snprintf(what, wn, "--np: the job has %d, this command gives %d", (int)np->valuedouble,
+                 d->c->np);
     else if (cJSON_IsNumber(nodes) && (int)nodes->valuedouble != d->pool->needed)
-        snprintf(what, sizeof what, "--nodes: the job runs on %d node(s), this command gives %d",
+        snprintf(what, wn, "--nodes: the job runs on %d node(s), this command gives %d",
                  (int)nodes->valuedouble, d->pool->needed);
     else if (cJSON_IsString(pool) && mine && strcmp(pool->valuestring, mine))
-        snprintf(what, sizeof what,
+        snprintf(what, wn,
                  "--spares/--hostfile: the job's node pool is %.500s, this command's is %.500s",
                  pool->valuestring, mine);
     else if (cJSON_IsArray(train))
-        train_diff(d->c, train, what, sizeof what);
+        train_diff(d->c, train, what, wn);
     free(mine);
+}
+
+/* 0 if the options of this driver (d->c) are those of the running job the
+ * state o describes (its mpirun: job), else -2 with why naming the first
+ * that differs, the saved value and the given one. */
+static int check_options(const sup_driver *d, const cJSON *o, pid_t job, char *why, size_t n) {
+    char what[1400];
+    options_diff(d, o, what, sizeof what);
     if (!what[0]) return 0;
     snprintf(why, n,
              "%s: its job still runs (mpirun pid %d) with other options than this command's: "
@@ -675,6 +686,12 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
         cJSON_Delete(o);
         return -2;
     }
+    /* a start trained with the saved options: with the same ones here, a
+     * later refusal of them is a node's fault, not a usage error (absent
+     * in older states: not known) */
+    char what[1400];
+    options_diff(d, o, what, sizeof what);
+    d->options_ok = cJSON_IsTrue(item(o, "options_ok")) && !what[0];
     const cJSON *fo = item(o, "fault"); /* absent: none */
     if (fo && (!cJSON_IsObject(fo) || restore_fault(d, fo) != 0)) {
         cJSON_Delete(o);

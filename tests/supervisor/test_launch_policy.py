@@ -20,7 +20,9 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    hostfile naming another host while the heartbeats are on loopback, a bad train option; a missing
    --mpirun is a driver error (exit 1) saying so, at once; a job whose
    ranks refuse their options (a layout: 3 ranks, --tp 2) ends with exit 2
-   after its first start, with no restart;
+   after its first start, with no restart; a refusal after a start trained
+   with the same options (a lost mount) is a node's fault and restarted,
+   also by a driver that took the job over;
 6. a failure before the checkpoint directory exists is not "the storage is
    broken" (exit 7), and --ckpt-dir may come from the train --config file;
 7. the ranks and mpirun do not inherit the driver's log files;
@@ -390,6 +392,47 @@ def check_usage(d, shard):
                      timeout=60)
     ok(rc == 1 and "/nonexistent/mpirun" in err and time.time() - t0 < 10,
        "a missing --mpirun: a driver error saying so, at once", f"rc {rc}: {err[-800:]}")
+
+
+def check_refused_after_training(d, shard, takeover):
+    """A start that trained (until exit@3), then a start whose mpirun exits 2 as a rank
+    refusing its options would (a lost mount: the same options, a file missing on one
+    host), then a start that runs: the refusal is taken for a node's fault, so the job
+    restarts and is done (exit 0).  takeover: the driver is killed (SIGKILL) in the back-off
+    after the first start, and the same launch again makes the second and third starts.
+    Before, the successor did not know that a start had trained (driver.json did not say
+    so) and ended the job as a usage error (exit 2)."""
+    tag = "takeover" if takeover else "same"
+    run = os.path.join(d, "refused_" + tag)
+    os.makedirs(run)
+    count = os.path.join(run, "starts")
+    wrap = os.path.join(run, "mpirun-refuse-second")
+    with open(wrap, "w") as f:  # the second start refuses, the others are mpirun's
+        f.write(f'#!/bin/sh\nn=$(cat "{count}" 2>/dev/null || echo 0)\nn=$((n + 1))\n'
+                f'echo $n > "{count}"\n'
+                'if [ "$n" = 2 ]; then\n'
+                '  echo "megascale train: error: --train-data: no such file" >&2\n  exit 2\nfi\n'
+                f'exec "{MPIRUN}" "$@"\n')
+    os.chmod(wrap, 0o755)
+    args = ["--steps", "6", "--ckpt-every", "2", "--ckpt-dir", os.path.join(run, "ckpt")]
+    opts = ["--mpirun", wrap, "--faults", "exit@3", "--no-progress-restarts", "3"]
+    if takeover:
+        p = launch(run, shard, ["--backoff", "20", *opts], args, wait=False)
+        t_end = time.time() + 120
+        while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
+            time.sleep(0.05)
+        time.sleep(0.3)
+        p.kill()
+        p.communicate()
+    rc, err = launch(run, shard, ["--backoff", "0.1", *opts], args)
+    try:
+        starts = int(open(count).read())
+    except (OSError, ValueError):
+        starts = 0
+    ev = [e["event"] for e in events(run)]
+    ok(rc == 0 and starts == 3 and ev[-1] == "job_done" and ev.count("restart") == 2,
+       f"a refusal of options a start trained with ({tag} driver): a node's fault, restarted",
+       f"rc {rc}, {starts} start(s), events {ev}\n{err[-1500:]}")
 
 
 def check_early_failure(d, shard):
@@ -847,6 +890,8 @@ def main():
     ENV["MS_CKPT_SHM_DIR"] = os.path.join(d, "shm")
     os.makedirs(ENV["MS_CKPT_SHM_DIR"])
     check_usage(d, shard)
+    check_refused_after_training(d, shard, False)
+    check_refused_after_training(d, shard, True)
     check_early_failure(d, shard)
     check_restart_resume(d, shard)
     check_idle_conns(d, shard)
