@@ -288,6 +288,13 @@ static int attempt(sup_driver *d, char *why, size_t n) {
         char **argv = job_argv(d, np);
         if (!argv) return snprintf(why, n, "out of memory"), -1;
         int rc = sup_job_start(&d->job, argv, d->addr, d->token, d->node_map, why, n);
+        /* mpirun's pid on disk before it runs: a driver killed from here on
+         * leaves a job its successor adopts (or, held still, none), never
+         * one it does not know of beside the one it starts (before, a kill
+         * between the start and the save left such a job, which held the
+         * checkpoint directory's lock so that every restart failed) */
+        if (rc == 0) sup_state_save(d, 0, 1);
+        if (rc == 0) rc = sup_job_release(&d->job, argv[0], why, n);
         free(argv);
         if (rc != 0) return -1;
     }
@@ -297,7 +304,10 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     cJSON_AddStringToObject(f, "nodes", d->node_map);
     if (adopted) cJSON_AddBoolToObject(f, "adopted", 1);
     sup_events_put(&d->ev, "launch", f);
-    sup_state_save(d, 0, 1); /* the job's pids on disk: a successor adopts it, not a second one */
+    if (adopted) /* its pids on disk: a successor adopts it, not a second one */
+        sup_state_save(d, 0, 1);
+    else
+        sup_state_save(d, 0, 0); /* the launch's counters: the pid is on disk already */
     d->t_saved = ms_now();
     for (;;) {
         sup_dash_update(d, 0);

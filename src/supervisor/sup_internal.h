@@ -33,13 +33,25 @@ typedef struct {
     int swept_session;  /* 1: mpirun's session directory */
     pid_t killed[SUP_JOB_KILLED_MAX]; /* the group's processes SIGKILL ended (a wrapper's mpirun) */
     int n_killed;
+    /* sup_job_start's child, held before its exec until sup_job_release */
+    int held;
+    int gate_fd; /* the child execs on a byte here, exits at its EOF (the driver gone) */
+    int exec_fd; /* the child's exec errno arrives here (EOF: it ran) */
 } sup_job;
 
-/* Start mpirun (argv NULL-terminated) in a new process group, with the
- * heartbeat address and token and the node map (MS_NODE_MAP: the node of
- * each block of ranks) in its environment.  0, or -1 with why set. */
+/* Fork the process that runs mpirun (argv NULL-terminated) in a new
+ * process group, with the heartbeat address and token and the node map
+ * (MS_NODE_MAP: the node of each block of ranks) in its environment, and
+ * hold it before its exec: the caller saves its pid first, then
+ * sup_job_release lets it run.  A driver that dies in between leaves no
+ * job that no state names: the held child exits when its gate closes.
+ * 0 (j->pid set), or -1 with why set. */
 int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
                   const char *node_map, char *why, size_t n);
+/* Let the held child exec mpirun (prog: argv[0], for the error): 0, or -1
+ * with why set (the exec failed: a missing --mpirun; the child reaped,
+ * j->pid 0). */
+int sup_job_release(sup_job *j, const char *prog, char *why, size_t n);
 /* Take over the job an earlier driver started (pid: its mpirun). */
 void sup_job_adopt(sup_job *j, pid_t pid);
 /* 1 if pid is a live process (not a zombie). */

@@ -80,11 +80,18 @@ int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const cha
     }
     /* the child reports a failed exec through a close-on-exec pipe: a
      * missing --mpirun is a clear error here (SUP_EXIT_ERROR), not a job
-     * that "exits 127", a diag of the nodes and restarts */
-    int ep[2];
+     * that "exits 127", a diag of the nodes and restarts.  It waits for
+     * the go on the gate pipe, whose write end only the driver holds */
+    int ep[2], gate[2];
     if (pipe2(ep, O_CLOEXEC) != 0) {
         snprintf(why, n, "pipe: %s", strerror(errno));
         job_env_free(env);
+        return -1;
+    }
+    if (pipe2(gate, O_CLOEXEC) != 0) {
+        snprintf(why, n, "pipe: %s", strerror(errno));
+        job_env_free(env);
+        close(ep[0]), close(ep[1]);
         return -1;
     }
     fflush(NULL);
@@ -92,34 +99,54 @@ int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const cha
     if (pid < 0) {
         snprintf(why, n, "fork: %s", strerror(errno));
         job_env_free(env);
-        close(ep[0]), close(ep[1]);
+        close(ep[0]), close(ep[1]), close(gate[0]), close(gate[1]);
         return -1;
     }
     if (pid == 0) {
-        close(ep[0]);
+        close(ep[0]), close(gate[1]);
         setpgid(0, 0); /* one group: the driver stops mpirun and its ranks together */
+        char go;
+        ssize_t r;
+        while ((r = read(gate[0], &go, 1)) < 0 && errno == EINTR) {
+        }
+        if (r != 1) _exit(127); /* the driver is gone before it saved this pid: no job */
         execvpe(argv[0], argv, env);
         int e = errno;
         if (write(ep[1], &e, sizeof e) < 0) { /* write(2) only: nothing that may lock */
         }
         _exit(127);
     }
-    close(ep[1]);
+    close(ep[1]), close(gate[0]);
     job_env_free(env);
     setpgid(pid, pid); /* also here: no race with the child's own call */
-    int e = 0;
-    ssize_t got;
-    while ((got = read(ep[0], &e, sizeof e)) < 0 && errno == EINTR) {
-    }
-    close(ep[0]);
-    if (got == (ssize_t)sizeof e) { /* the exec failed: reap the child */
-        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
-        }
-        snprintf(why, n, "cannot run --mpirun %s: %s", argv[0], strerror(e));
-        return -1;
-    }
     j->pid = pid;
+    j->held = 1, j->gate_fd = gate[1], j->exec_fd = ep[0];
     return 0;
+}
+
+int sup_job_release(sup_job *j, const char *prog, char *why, size_t n) {
+    if (!j->held) return 0;
+    j->held = 0;
+    ssize_t put;
+    while ((put = write(j->gate_fd, "g", 1)) < 0 && errno == EINTR) {
+    }
+    close(j->gate_fd);
+    int e = put == 1 ? 0 : errno;
+    ssize_t got = 0;
+    while (put == 1 && (got = read(j->exec_fd, &e, sizeof e)) < 0 && errno == EINTR) {
+    }
+    close(j->exec_fd);
+    if (put == 1 && got != (ssize_t)sizeof e) return 0; /* it runs mpirun */
+    /* the exec failed (or the child could not be told to go: it ended) */
+    if (put != 1) kill(j->pid, SIGKILL);
+    while (waitpid(j->pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    j->pid = 0;
+    if (put == 1)
+        snprintf(why, n, "cannot run --mpirun %s: %s", prog, strerror(e));
+    else
+        snprintf(why, n, "the process that was to run --mpirun %s is gone: %s", prog, strerror(e));
+    return -1;
 }
 
 void sup_job_adopt(sup_job *j, pid_t pid) {
@@ -249,6 +276,10 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
     double t0 = ms_now();
     j->escalation = 3;
     j->n_killed = 0;
+    if (j->held) { /* never let go: the gate's EOF ends it before its exec */
+        close(j->gate_fd), close(j->exec_fd);
+        j->held = 0;
+    }
     if (j->pid && !sup_job_poll(j)) {
         j->escalation = ask ? 0 : 1;
         /* ask: SIGUSR1, the trainer's stop request, to mpirun, which forwards

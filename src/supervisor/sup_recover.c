@@ -309,6 +309,8 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     int running = d->job.pid && !d->job.exited;
     cJSON_AddNumberToObject(o, "mpirun_pid", running ? d->job.pid : 0);
     cJSON_AddNumberToObject(o, "mpirun_start", running ? (double)sup_pid_start(d->job.pid) : 0);
+    /* forked, held before its exec (sup_job_start): a successor finds no job */
+    cJSON_AddBoolToObject(o, "mpirun_held", running && d->job.held);
     cJSON_AddStringToObject(o, "node_map", d->node_map);
     cJSON *ranks = cJSON_AddArrayToObject(o, "ranks");
     for (int i = 0; i < d->c->np; i++) {
@@ -682,6 +684,11 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     const cJSON *rec = item(o, "recovering"); /* absent: no */
     const cJSON *rpb = item(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
+    /* its driver died before it let that mpirun run: it ends at once, if
+     * not yet gone (its gate closed); no job ran, so none was lost */
+    int held = cJSON_IsTrue(item(o, "mpirun_held"));
+    if (held && job) kill(job, SIGKILL);
+    if (held) job = 0, mp = 0;
     if (job && check_options(d, o, job, why, n) != 0) { /* the job and the files untouched */
         cJSON_Delete(o);
         return -2;

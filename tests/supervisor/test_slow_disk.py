@@ -24,6 +24,11 @@ and mpirun run at full speed.  A 2-rank job of 40 steps (~10 s) then:
   connection as silent (the client got no answer), and the outer pass then
   dropped a slot that was gone (a negative count of connections).
 
+- and with the driver killed at a start, between its fork of mpirun and
+  the save of mpirun's pid (stalled): the forked process, held before its
+  exec, ends with the driver; the same launch again runs the one job, with
+  no fault, to done.
+
 Before, the driver wrote these files from its loop: each line stalled it,
 ranks were not read and the control socket not answered for seconds.
 
@@ -185,6 +190,67 @@ def evict_while_slow(d, shard):
        f"rc {p.returncode}, launches {launches}, events {names}\n{out.get('err', '')[-3000:]}")
 
 
+def killed_at_start(d, shard):
+    """The driver killed (SIGKILL) at a start, after its fork of mpirun and before mpirun's
+    pid is on disk (the save of driver.json stalled 2 s), then the same launch again: the
+    forked process was held before its exec and ends with the driver, so no rank of the
+    killed driver's job ever runs, and the new driver starts the one job, with no fault (no
+    job was lost), and it is done.  Before, mpirun ran at once: the killed driver left a job
+    that no driver.json named, beside which the next launch started a second one (whose
+    ranks found the checkpoint directory locked by the first's: every restart failed)."""
+    run = os.path.join(d, "killstart")
+    slow_log = os.path.join(d, "killstart.slowio.log")
+    env = dict(os.environ, OMP_NUM_THREADS="1", LD_PRELOAD=SHIM, MS_SLOWIO_MATCH="driver.json",
+               MS_SLOWIO_DELAY="2", MS_SLOWIO_LOG=slow_log,
+               MS_CKPT_SHM_DIR=os.path.join(d, "shm"))
+    os.makedirs(env["MS_CKPT_SHM_DIR"], exist_ok=True)
+    ckpt = os.path.join(run, "ckpt")
+    args = ["--", "--train-data", shard, *TRAIN, "--steps", "100", "--ckpt-every", "50",
+            "--ckpt-dir", ckpt]
+    p = subprocess.Popen([BIN, "launch", "--np", "1", "--run-dir", run, *LAUNCH, *args],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         errors="replace", env=env)
+    child, t_end = 0, time.time() + 60
+    while not child and p.poll() is None and time.time() < t_end:
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                              text=True).stdout.split()
+        child = int(kids[0]) if kids else 0
+        time.sleep(0.01)
+    time.sleep(0.5)  # the driver waits for the stalled save of mpirun's pid
+    p.kill()
+    p.communicate()
+    gone_at = time.time() + 3
+    while alive_pid(child) and time.time() < gone_at:
+        time.sleep(0.05)
+    lingering = child and alive_pid(child)
+    ranks_ran = os.path.exists(ckpt)
+    if lingering:  # the old behaviour: end that job, whatever it is doing
+        try:
+            os.killpg(child, 9)
+        except OSError:
+            pass
+    env2 = dict(os.environ, OMP_NUM_THREADS="1", MS_CKPT_SHM_DIR=env["MS_CKPT_SHM_DIR"])
+    r = subprocess.run([BIN, "launch", "--np", "1", "--run-dir", run, *LAUNCH, *args],
+                       capture_output=True, text=True, errors="replace", env=env2, timeout=180)
+    names = [e["event"] for e in events(run)]
+    ok(child and not lingering and not ranks_ran,
+       "the driver killed between mpirun's fork and the save of its pid: the held process "
+       "ends with it, no rank runs", f"child {child}, lingering {lingering}, "
+       f"ranks ran {ranks_ran}")
+    ok(r.returncode == 0 and "fault_detected" not in names and names.count("launch") == 1
+       and names[-1] == "job_done",
+       "the same launch again: one job, no fault, done",
+       f"rc {r.returncode}, events {names}\n{r.stderr[-1500:]}")
+
+
+def alive_pid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
+    except OSError:
+        return False
+
+
 def in_order(ev):
     times = [e["t"] for e in ev]
     names = [e["event"] for e in ev]
@@ -220,6 +286,7 @@ def main():
        "a slow disk and a crash: one fault, one restart, done, every event in order",
        f"rc {rc}, events {names}\n{err[-2000:]}")
     evict_while_slow(d, shard)
+    killed_at_start(d, shard)
     finish(d)
 
 
