@@ -61,7 +61,16 @@ static void download(be_backend *be, float *h, const void *dev, uint16_t *tmp, s
     }
 }
 
-/* Relative max error max|c - ref| / max|ref| of one layout. */
+/* The worse of two errors: a NaN (a result that is not a number) is the
+ * worst and stays, whatever comes after it.  (`!(e <= err)` alone let the
+ * next finite error replace a NaN: a GEMM that wrote NaN passed.) */
+static double worse(double err, double e) {
+    return isnan(err) || e <= err ? err : e;
+}
+
+/* Relative max error max|c - ref| / max|ref| of one layout.  corrupt:
+ * the injected fault, 1 (diag:gemm) an element off by one, 2 (diag:nan)
+ * NaN in the first element and the next one off by a hair. */
 static double layout_error(be_backend *be, void *da, void *db, void *dc, const float *a,
                            const float *b, float *c, double *ref, uint16_t *tmp, int n, int l,
                            int corrupt) {
@@ -70,12 +79,12 @@ static double layout_error(be_backend *be, void *da, void *db, void *dc, const f
              BE_EPI_NONE, NULL);
     be->sync(be);
     download(be, c, dc, tmp, nn);
-    if (corrupt) c[nn / 2] += 1.0f; /* injected: a flipped result, as from a bad unit */
+    if (corrupt == 1) c[nn / 2] += 1.0f; /* injected: a flipped result, as from a bad unit */
+    if (corrupt == 2) c[0] = NAN;        /* injected: a unit that writes NaN */
     reference(ref, a, b, n, layouts[l].ta, layouts[l].tb);
     double err = 0, mag = 0;
     for (size_t i = 0; i < nn; i++) {
-        double e = fabs((double)c[i] - ref[i]);
-        if (!(e <= err)) err = e; /* NaN sticks */
+        err = worse(err, fabs((double)c[i] - ref[i]));
         if (fabs(ref[i]) > mag) mag = fabs(ref[i]);
     }
     return mag > 0 ? err / mag : err;
@@ -101,7 +110,7 @@ static double correctness(be_backend *be, const diag_config *c, int corrupt, uin
     err = 0;
     for (int l = 0; l < (int)(sizeof layouts / sizeof layouts[0]); l++) {
         double e = layout_error(be, da, db, dc, a, b, cc, ref, tmp, n, l, corrupt && l == 0);
-        if (!(e <= err)) err = e, *worst = layouts[l].name;
+        if (worse(err, e) != err) err = e, *worst = layouts[l].name;
     }
 out:
     if (da) be->free(be, da);
@@ -166,7 +175,10 @@ ms_status diag_check_gemm(const diag_config *c, const diag_report *rep, diag_res
         diag_detail(r, "cannot create the %s backend: %s", c->device, ms_errmsg());
         return MS_OK;
     }
-    int bf16 = be->act_dtype == BE_BF16, corrupt = diag_fault(c, "diag:gemm", rep->rank);
+    int bf16 = be->act_dtype == BE_BF16;
+    int corrupt = diag_fault(c, "diag:gemm", rep->rank)  ? 1
+                  : diag_fault(c, "diag:nan", rep->rank) ? 2
+                                                         : 0;
     double tol = bf16 ? 2e-2 : 1e-4;
     uint64_t seed = (uint64_t)(ms_wall_now() * 1e6) ^ ((uint64_t)getpid() << 32);
     const char *worst = "NN";
@@ -182,7 +194,9 @@ ms_status diag_check_gemm(const diag_config *c, const diag_report *rep, diag_res
                     "(seed %llu)%s",
                     good ? "correct" : "WRONG RESULTS", err, bf16 ? "bf16" : "fp32", tol, c->gemm_n,
                     be->device_name[0] ? be->device_name : be->name, (unsigned long long)seed,
-                    corrupt ? " [injected fault diag:gemm]" : "");
+                    corrupt == 1   ? " [injected fault diag:gemm]"
+                    : corrupt == 2 ? " [injected fault diag:nan]"
+                                   : "");
         if (!good) diag_detail(r, "worst layout %s", worst);
     }
     judge_speed(be, c, rep, r);

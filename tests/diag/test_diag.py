@@ -106,6 +106,14 @@ def test_faults(d):
         ok(rc == 9 and v == want, f"diag:{name} fails exactly {name}, exit 9", f"rc={rc}\n{raw}")
         detail = {c["name"]: c["detail"] for c in reps[0]["checks"]}.get(name, "") if v else ""
         ok(f"injected fault diag:{name}" in detail, f"diag:{name}: the detail says so", raw)
+    # a GEMM that writes NaN (in its first element, the next one off by a hair) fails: before,
+    # the next element's finite error replaced the NaN as the maximum, and it passed
+    rc, reps, raw = run_json("--storage-dir", sd, "--inject-fault", "diag:nan")
+    v = verdicts(reps[0] if reps else None)
+    g = {c["name"]: c for c in reps[0]["checks"]}.get("gemm", {}) if v else {}
+    ok(rc == 9 and v == {n: n != "gemm" for n in CHECKS} and "WRONG RESULTS" in
+       g.get("detail", "") and "[injected fault diag:nan]" in g.get("detail", ""),
+       "diag:nan: a GEMM that writes NaN fails the gemm check", f"rc={rc}\n{raw}")
     rc, out, err = run("--storage-dir", sd, "--inject-fault", "diag:gemm,diag:storage")
     ok(rc == 9 and out.splitlines()[-1:] == ["diag: FAIL (gemm, storage)"],
        "text: the last line names the failed checks", out + err)
