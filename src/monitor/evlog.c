@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -37,6 +38,13 @@ struct mon_evlog {
     int stop;         /* under mu */
     uint64_t dropped; /* flusher: drops already reported */
     int write_failed; /* flusher: warned once */
+    /* flusher: a failed write cuts the file back to its last whole line */
+    long long good;      /* the file's size at its last good flush */
+    uint64_t lost;       /* events a failed write lost, not reported yet */
+    uint64_t batch;      /* events put since the last good flush */
+    int clock_unflushed; /* a clock line put since the last good flush */
+    int clock_lost;      /* the latest clock line was lost: put it again */
+    int need_header;     /* the header was lost: put it again */
 };
 
 /* An interned name as a JSON string: names are mostly identifiers chosen by
@@ -76,6 +84,7 @@ static void put_event(void *ctx, const ms_event *e) {
     if (e->kind == MS_EV_CLOCK) {
         l->last_clock = *e;
         l->have_clock = 1;
+        l->clock_unflushed = 1;
         n = fprintf(f, "{\"type\":\"clock\",\"mono_ns\":%lld,\"offset_ns\":%lld,\"err_ns\":%lld}\n",
                     (long long)e->t0, (long long)e->a.bytes, (long long)e->a.seq);
     } else {
@@ -90,6 +99,7 @@ static void put_event(void *ctx, const ms_event *e) {
                         name, lane, (long long)e->t0, (long long)e->t1);
         n += put_args(f, e);
         n += fprintf(f, "}\n");
+        l->batch++;
     }
     l->bytes += n > 0 ? n : 0;
     /* past the header and clock line: every file holds at least one event */
@@ -98,21 +108,57 @@ static void put_event(void *ctx, const ms_event *e) {
         rotate(l);
 }
 
+/* After a failed write (a full disk): what the stream holds and the part
+ * of a line the disk took are thrown away, the file cut back to its size
+ * at the last good flush, so that the next write starts a whole line.
+ * (Before, the part stayed and the next line was glued to it once space
+ * came back: a line no reader could parse, and `trace merge` refused the
+ * whole log.)  The events lost are counted in the next "dropped" line. */
+static void cut_back(mon_evlog *l, uint64_t unreported) {
+    __fpurge(l->f);
+    clearerr(l->f);
+    if (ftruncate(fileno(l->f), (off_t)l->good) != 0 || fseeko(l->f, (off_t)l->good, SEEK_SET) != 0)
+        return; /* cannot: the log may keep the part (the reader then stops there) */
+    l->bytes = l->good;
+    l->lost = unreported + l->batch;
+    l->clock_lost |= l->clock_unflushed && l->have_clock;
+    l->need_header = l->good == 0;
+}
+
 /* Write what the recorder holds; report new drops. */
 static void flush_once(mon_evlog *l) {
     uint64_t dropped = 0;
-    ms_ev_drain(put_event, l, &dropped);
-    if (dropped > l->dropped) {
-        int n = fprintf(l->f, "{\"type\":\"dropped\",\"count\":%llu}\n",
-                        (unsigned long long)(dropped - l->dropped));
+    l->batch = 0, l->clock_unflushed = 0;
+    if (l->need_header) {
+        int n = put_header(l->f, &l->id, &l->opened_ns);
         l->bytes += n > 0 ? n : 0;
-        l->dropped = dropped;
+        l->base_bytes = l->bytes;
+        l->need_header = 0;
     }
-    if ((fflush(l->f) != 0 || ferror(l->f)) && !l->write_failed) {
+    if (l->clock_lost) { /* the latest sample, lost with a failed write: the merge needs one */
+        ms_event clock = l->last_clock;
+        l->clock_lost = 0;
+        put_event(l, &clock);
+    }
+    ms_ev_drain(put_event, l, &dropped);
+    uint64_t unreported = dropped - l->dropped + l->lost;
+    l->dropped = dropped;
+    if (unreported) {
+        int n = fprintf(l->f, "{\"type\":\"dropped\",\"count\":%llu}\n",
+                        (unsigned long long)unreported);
+        l->bytes += n > 0 ? n : 0;
+    }
+    if (fflush(l->f) != 0 || ferror(l->f)) {
+        if (!l->write_failed)
+            ms_warn("%s: cannot write the event log: %s (tracing goes on in memory; the events "
+                    "lost are counted in the log once it can be written again)",
+                    l->path, strerror(errno));
         l->write_failed = 1;
-        ms_warn("%s: cannot write the event log: %s (tracing goes on in memory)", l->path,
-                strerror(errno));
+        cut_back(l, unreported);
+        return;
     }
+    l->lost = 0;
+    l->good = l->bytes;
 }
 
 /* The log has reached half its bound: it becomes PATH.1 (replacing the
@@ -146,6 +192,8 @@ static void rotate(mon_evlog *l) {
         unlink(fresh);
         return;
     }
+    /* the new file's first lines are on disk; the events before went with the old one */
+    l->good = l->bytes, l->batch = 0, l->clock_unflushed = 0;
     if (rename(fresh, l->path) != 0) { /* the log goes on in fresh: never reopened "w" */
         ms_warn("%s: cannot rename %s to it: %s (the log goes on there, unrotated)", l->path, fresh,
                 strerror(errno));
@@ -159,7 +207,7 @@ static void *flusher(void *arg) {
     ms_ev_thread_init(0);
     pthread_mutex_lock(&l->mu);
     while (!l->stop) {
-        struct timespec ts = ms_deadline(CLOCK_REALTIME, l->flush_s);
+        struct timespec ts = ms_deadline(CLOCK_MONOTONIC, l->flush_s);
         pthread_cond_timedwait(&l->cv, &l->mu, &ts);
         pthread_mutex_unlock(&l->mu);
         flush_once(l);
@@ -322,10 +370,18 @@ ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *i
         l->write_failed = 1;
         ms_warn("%s: cannot write the event log: %s (tracing goes on in memory)", l->path,
                 strerror(errno));
+        cut_back(l, 0); /* the header again at the next flush */
+    } else {
+        l->good = l->bytes;
     }
     ms_ev_reset(); /* what was recorded before the log existed has no header */
     pthread_mutex_init(&l->mu, NULL);
-    pthread_cond_init(&l->cv, NULL);
+    pthread_condattr_t ca; /* the flush interval on the monotonic clock (a wall clock
+                            * stepped back held the log's writes back that long) */
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
     ms_ev_enable(1);
     int rc = pthread_create(&l->thread, NULL, flusher, l);
     if (rc != 0) {

@@ -44,6 +44,7 @@ struct mon_heartbeat {
     /* under mu */
     int stop, dirty;
     unsigned long long taken, sent; /* beats the thread began and finished sending */
+    int urgent;                     /* a flush waits: connect at once if the connection is lost */
     int step;
     int redone;                   /* steps redone after a non-finite result, cumulative */
     int nan_step;                 /* the last step with a non-finite gradient (0: none)... */
@@ -165,32 +166,38 @@ static char *beat_line(mon_heartbeat *hb) {
     return line;
 }
 
-/* Send one beat; (re)connect when due.  Thread only. */
-static void send_beat(mon_heartbeat *hb) {
-    double now = ms_now();
-    if (hb->fd < 0 && now >= hb->next_connect) {
-        hb->fd = dial(hb);
-        hb->next_connect = now + HB_RECONNECT_S;
-    }
-    if (hb->fd < 0) { /* nobody to tell: the next beat after a period, the whole state then */
-        pthread_mutex_lock(&hb->mu);
-        hb->dirty = 0; /* left set, the thread's wait returned at once: a spinning core */
-        pthread_mutex_unlock(&hb->mu);
-        return;
-    }
-    char *line = beat_line(hb);
-    size_t n = line ? strlen(line) : 0;
-    if (line && n <= MON_HB_LINE_MAX && send(hb->fd, line, n, MSG_NOSIGNAL) == (ssize_t)n) {
+/* Send one beat; (re)connect when due.  urgent (a flush: an injected fault
+ * or the process's end follows; the last beat): connect now, whenever the
+ * last try was, and once more if the send fails (before, a flush within 2 s
+ * of a lost connection returned with nothing sent, and the driver never
+ * learnt the steps done or the error).  Thread only. */
+static void send_beat(mon_heartbeat *hb, int urgent) {
+    for (int tries = 0; tries <= urgent; tries++) {
+        double now = ms_now();
+        if (hb->fd < 0 && (urgent || now >= hb->next_connect)) {
+            hb->fd = dial(hb);
+            hb->next_connect = now + HB_RECONNECT_S;
+        }
+        if (hb->fd < 0) { /* nobody to tell: the next beat after a period, the whole state then */
+            pthread_mutex_lock(&hb->mu);
+            hb->dirty = 0; /* left set, the thread's wait returned at once: a spinning core */
+            pthread_mutex_unlock(&hb->mu);
+            return;
+        }
+        char *line = beat_line(hb);
+        size_t n = line ? strlen(line) : 0;
+        if (line && n <= MON_HB_LINE_MAX && send(hb->fd, line, n, MSG_NOSIGNAL) == (ssize_t)n) {
+            free(line);
+            return;
+        }
+        if (!hb->warned)
+            ms_warn("heartbeat: lost the driver at %s:%s (%s); training goes on, reconnecting",
+                    hb->host, hb->port, strerror(errno));
+        hb->warned = 1;
         free(line);
-        return;
+        close(hb->fd);
+        hb->fd = -1;
     }
-    if (!hb->warned)
-        ms_warn("heartbeat: lost the driver at %s:%s (%s); training goes on, reconnecting",
-                hb->host, hb->port, strerror(errno));
-    hb->warned = 1;
-    free(line);
-    close(hb->fd);
-    hb->fd = -1;
 }
 
 static void *beat_main(void *arg) {
@@ -202,21 +209,23 @@ static void *beat_main(void *arg) {
          * job), looked at every 0.1 s */
         for (double left = hb->period_s; !hb->dirty && !hb->stop && left > 0;) {
             double slice = hb->comm_dumps && left > 0.1 ? 0.1 : left;
-            struct timespec ts = ms_deadline(CLOCK_REALTIME, slice);
+            struct timespec ts = ms_deadline(CLOCK_MONOTONIC, slice);
             pthread_cond_timedwait(&hb->cv, &hb->mu, &ts);
             left -= slice;
             if (hb->comm_dumps && hb->comm_dumps(hb->comm_ctx) != hb->dumps_sent) break;
         }
         if (hb->stop) break;
         unsigned long long gen = ++hb->taken; /* holds every update made before this */
+        int urgent = hb->urgent;
+        hb->urgent = 0;
         pthread_mutex_unlock(&hb->mu);
-        send_beat(hb);
+        send_beat(hb, urgent);
         pthread_mutex_lock(&hb->mu);
         hb->sent = gen;
         pthread_cond_broadcast(&hb->sent_cv);
     }
     pthread_mutex_unlock(&hb->mu);
-    send_beat(hb); /* the last word: "done" or "error" */
+    send_beat(hb, 1); /* the last word: "done" or "error" */
     return NULL;
 }
 
@@ -255,8 +264,15 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
     hb->next_connect = ms_now() + HB_RECONNECT_S;
     hb->dirty = 1;
     pthread_mutex_init(&hb->mu, NULL);
-    pthread_cond_init(&hb->cv, NULL);
-    pthread_cond_init(&hb->sent_cv, NULL);
+    /* waits on the monotonic clock: a wall clock stepped back (NTP, a VM
+     * resumed) made the beat thread sleep that much longer, silent past
+     * --heartbeat-timeout: a healthy rank taken for hung */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&hb->cv, &ca);
+    pthread_cond_init(&hb->sent_cv, &ca);
+    pthread_condattr_destroy(&ca);
     int rc = pthread_create(&hb->thread, NULL, beat_main, hb);
     if (rc != 0) {
         close(hb->fd);
@@ -347,10 +363,11 @@ static ms_status hb_step(void *ctx, const mon_step *s) {
 
 void mon_heartbeat_flush(mon_heartbeat *hb, double timeout_s) {
     if (!hb) return;
-    struct timespec ts = ms_deadline(CLOCK_REALTIME, timeout_s);
+    struct timespec ts = ms_deadline(CLOCK_MONOTONIC, timeout_s);
     pthread_mutex_lock(&hb->mu);
     unsigned long long want = hb->taken + 1; /* a beat begun from now on carries the state */
     hb->dirty = 1;
+    hb->urgent = 1;
     pthread_cond_signal(&hb->cv);
     while (!hb->stop && hb->sent < want)
         if (pthread_cond_timedwait(&hb->sent_cv, &hb->mu, &ts) != 0) break;

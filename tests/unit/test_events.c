@@ -4,10 +4,15 @@
  * names are stable, and the log file has a header and one line per event.
  * Label threads: it also runs under ThreadSanitizer. */
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "base/events.h"
 #include "base/fileio.h"
@@ -383,6 +388,64 @@ static void test_evlog_prev_wide(void) {
     T_OK(exists(p));
 }
 
+/* A full disk under the log (RLIMIT_FSIZE: writes past a size fail, the
+ * first in the middle of a line), then space again: every line of the log
+ * is whole JSON, and the events lost are counted in "dropped" lines, so
+ * that the spans written and the counts add up to the spans recorded.
+ * Before, the part of a line the disk took stayed, and the next line was
+ * glued to it: `trace merge` refused the log. */
+static void test_evlog_disk_full(void) {
+    mon_identity id = {.rank = 0, .world = 1};
+    mon_evlog *l = NULL;
+    T_OK(mon_evlog_open(&l, tpath("full"), &id, 0.005, 0) == MS_OK);
+    char path[600];
+    snprintf(path, sizeof path, "%s", mon_evlog_path(l));
+    struct stat sb;
+    T_OK(stat(path, &sb) == 0);
+    struct rlimit old, lim;
+    T_OK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*was)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = (rlim_t)sb.st_size + 3001; /* a line is ~80 bytes: one is cut */
+    T_OK(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    uint16_t n = ms_ev_intern("full"), lane = ms_ev_intern("compute");
+    enum { FULL = 2000, AFTER = 100 };
+    for (int i = 0; i < FULL; i++) {
+        ms_ev_span(n, lane, 1000 * i, 1000 * i + 500, NULL);
+        if (i % 100 == 99) usleep(20000); /* flushes meanwhile, some failing */
+    }
+    usleep(50000);
+    T_OK(setrlimit(RLIMIT_FSIZE, &old) == 0); /* space again */
+    for (int i = 0; i < AFTER; i++)
+        ms_ev_span(n, lane, 1000 * (FULL + i), 1000 * (FULL + i) + 500, NULL);
+    mon_evlog_close(l);
+    signal(SIGXFSZ, was);
+    FILE *f = fopen(path, "r");
+    T_OK(f != NULL);
+    char line[4096];
+    int bad = 0, spans = 0, headers = 0;
+    long long dropped = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *type = cJSON_GetObjectItem(o, "type"), *cnt = cJSON_GetObjectItem(o, "count");
+        if (!cJSON_IsString(type)) {
+            if (bad++ < 3) fprintf(stderr, "not a JSON line: %s", line);
+        } else if (!strcmp(type->valuestring, "span")) {
+            spans++;
+        } else if (!strcmp(type->valuestring, "header")) {
+            headers++;
+        } else if (!strcmp(type->valuestring, "dropped") && cJSON_IsNumber(cnt)) {
+            dropped += (long long)cnt->valuedouble;
+        }
+        cJSON_Delete(o);
+    }
+    if (f) fclose(f);
+    T_EQ_INT(bad, 0);
+    T_EQ_INT(headers, 1);
+    T_OK(dropped > 0);
+    T_EQ_INT(spans + dropped, FULL + AFTER);
+}
+
 int main(void) {
     if (!ms_tmpdir_make("events")) return 1;
     test_concurrent();
@@ -391,6 +454,7 @@ int main(void) {
     test_evlog_prev();
     test_evlog_rotate();
     test_evlog_prev_wide();
+    test_evlog_disk_full();
     ms_tmpdir_remove();
     return ms_test_summary("test_events");
 }

@@ -334,6 +334,39 @@ static void test_flush(void) {
     close(lfd);
 }
 
+/* The connection lost (the driver closed it and listens again on the same
+ * address: a driver taken over), flushes right after: the client connects
+ * again at once, so that the beat of the last step is out when its flush
+ * returns.  Before, it waited its 2 s between tries (here: past the whole
+ * test), the flush returned with nothing sent, and an injected fault or an
+ * error that ended the process then was never known to the driver. */
+static void test_flush_reconnects(void) {
+    char addr[64];
+    int lfd;
+    mon_heartbeat *hb = NULL;
+    int fd = open_client(0, 60, addr, sizeof addr, &lfd, &hb);
+    close(fd);
+    mon_sink s = mon_sink_heartbeat(hb);
+    for (int step = 1; step <= 3; step++) { /* a send finds the connection gone */
+        mon_step st = {.step = step, .steps = 10, .loss = 3.0f, .grad_norm = 1.0f, .sec = 0.01};
+        T_EQ_INT(s.on_step(s.ctx, &st), MS_OK);
+        mon_heartbeat_flush(hb, 5.0);
+        usleep(50 * 1000);
+    }
+    struct pollfd p = {lfd, POLLIN, 0};
+    T_EQ_INT(poll(&p, 1, 500), 1); /* connected again, within a moment */
+    fd = p.revents & POLLIN ? accept(lfd, NULL, NULL) : -1;
+    T_OK(fd >= 0);
+    sup_beat b = {0};
+    int got3 = 0;
+    for (int k = 0; fd >= 0 && k < 5 && !got3; k++)
+        got3 = read_until(fd, "train", &b) >= 1 && b.step == 3;
+    T_OK(got3);
+    mon_heartbeat_close(hb);
+    if (fd >= 0) close(fd);
+    close(lfd);
+}
+
 /* CPU seconds this process used so far. */
 static double cpu_s(void) {
     struct rusage ru;
@@ -372,6 +405,7 @@ int main(void) {
     test_client();
     test_driver_gone();
     test_flush();
+    test_flush_reconnects();
     test_valid();
     test_rejected();
     test_mutations();
