@@ -306,35 +306,71 @@ void comm_board_settle(comm_world *w, double max_s) {
     }
 }
 
-void comm_board_host_states(comm_world *w, char *buf, size_t n) {
-    size_t len = 0;
-    int first_u = 1, first_e = 1;
-    char ex[512] = "";
+void comm_host_states_format(const comm_host_peer *p, int np, char *buf, size_t n) {
+    /* the exited ranks first (their list ends the text); then as many
+     * unresponsive ranks as fit before it.  What does not fit is counted
+     * ("..._omitted"): the text is always whole JSON (before, a host of ~45
+     * stopped ranks filled the buffer and the closing "],\"exited\"..."
+     * was left out: a dump no JSON reader could load) */
+    char ex[2048] = "";
     size_t elen = 0;
-    buf[0] = 0;
-    len += (size_t)snprintf(buf, n, "\"unresponsive\":[");
-    if (w->board.shm) {
-        unsigned long long now = comm_now_ns();
-        for (int i = 0; i < w->board.shm->nlocal; i++) {
-            comm_board_slot *s = &w->board.shm->slot[i];
-            if (i == w->board.local_idx) continue;
-            long long r = atomic_load(&s->world_rank);
-            if (w->board.pids_ok && comm_pid_exited(atomic_load(&s->pid))) {
-                elen += (size_t)snprintf(ex + elen, elen < sizeof ex ? sizeof ex - elen : 0,
-                                         "%s%lld", first_e ? "" : ",", r);
-                first_e = 0;
-                continue;
-            }
-            unsigned long long hb = atomic_load(&s->heartbeat_ns);
-            double age = hb < now ? (double)(now - hb) / 1e9 : 0; /* it may beat after `now` */
-            if (age <= COMM_STALE_S || len >= n) continue;
-            len += (size_t)snprintf(buf + len, n - len,
-                                    "%s{\"rank\":%lld,\"heartbeat_age_s\":%.3f}",
-                                    first_u ? "" : ",", r, age);
-            first_u = 0;
-        }
+    int omit_u = 0, omit_e = 0;
+    for (int i = 0; i < np; i++) {
+        if (!p[i].exited) continue;
+        char one[32];
+        int k = snprintf(one, sizeof one, "%s%lld", elen ? "," : "", p[i].rank);
+        if (elen + (size_t)k < sizeof ex)
+            memcpy(ex + elen, one, (size_t)k + 1), elen += (size_t)k;
+        else
+            omit_e++;
     }
-    if (len < n) snprintf(buf + len, n - len, "],\"exited\":[%s]", elen < sizeof ex ? ex : "");
+    char tail[sizeof ex + 32];
+    size_t tl = (size_t)snprintf(tail, sizeof tail, "],\"exited\":[%s]", ex);
+    const size_t counts = 80; /* ",\"unresponsive_omitted\":N,\"exited_omitted\":M" */
+    if (n < 64 + counts) {
+        if (n) buf[0] = 0;
+        return;
+    }
+    if (16 + tl + counts >= n) { /* no room for the exited list: counted */
+        omit_e = 0;
+        for (int i = 0; i < np; i++)
+            omit_e += p[i].exited;
+        tl = (size_t)snprintf(tail, sizeof tail, "],\"exited\":[]");
+    }
+    size_t len = (size_t)snprintf(buf, n, "\"unresponsive\":[");
+    int first = 1;
+    for (int i = 0; i < np; i++) {
+        if (p[i].exited || !(p[i].age_s > COMM_STALE_S)) continue;
+        char one[96];
+        int k = snprintf(one, sizeof one, "%s{\"rank\":%lld,\"heartbeat_age_s\":%.3f}",
+                         first ? "" : ",", p[i].rank, p[i].age_s);
+        if (len + (size_t)k + tl + counts < n)
+            memcpy(buf + len, one, (size_t)k + 1), len += (size_t)k, first = 0;
+        else
+            omit_u++;
+    }
+    len += (size_t)snprintf(buf + len, n - len, "%s", tail);
+    if (omit_u || omit_e)
+        snprintf(buf + len, n - len, ",\"unresponsive_omitted\":%d,\"exited_omitted\":%d", omit_u,
+                 omit_e);
+}
+
+void comm_board_host_states(comm_world *w, char *buf, size_t n) {
+    const comm_board *b = &w->board;
+    int nl = b->shm ? b->shm->nlocal : 0, np = 0;
+    comm_host_peer *p = nl ? calloc((size_t)nl, sizeof *p) : NULL;
+    unsigned long long now = comm_now_ns();
+    for (int i = 0; p && i < nl; i++) {
+        comm_board_slot *s = &b->shm->slot[i];
+        if (i == b->local_idx) continue;
+        unsigned long long hb = atomic_load(&s->heartbeat_ns);
+        p[np].rank = atomic_load(&s->world_rank);
+        p[np].exited = b->pids_ok && comm_pid_exited(atomic_load(&s->pid));
+        p[np].age_s = hb < now ? (double)(now - hb) / 1e9 : 0; /* it may beat after `now` */
+        np++;
+    }
+    comm_host_states_format(p, np, buf, n);
+    free(p);
 }
 
 /* Bounded append to buf (len tracks the used length). */
@@ -352,7 +388,8 @@ static void comm_app(char *buf, size_t n, size_t *len, const char *fmt, ...) {
 /* "process 123 exited" / "alive, heartbeat 0.1 s ago" / "... not responding". */
 static void comm_peer_state(const comm_board *b, comm_board_slot *s, char *buf, size_t n) {
     long long pid = atomic_load(&s->pid);
-    double age = (double)(comm_now_ns() - atomic_load(&s->heartbeat_ns)) * 1e-9;
+    unsigned long long now = comm_now_ns(), hb = atomic_load(&s->heartbeat_ns);
+    double age = hb < now ? (double)(now - hb) * 1e-9 : 0; /* it may beat after `now` */
     if (!b->pids_ok)
         snprintf(buf, n, "pid %lld in another pid namespace, heartbeat %.1f s ago", pid, age);
     else if (comm_pid_exited(pid))

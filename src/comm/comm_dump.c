@@ -171,7 +171,7 @@ static void comm_dump_header(ms_atomic_file *af, comm_world *w, const char *reas
                          "\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"
                          "\"pp\":%d,\"tp\":%d},",
                          c[0], c[1], c[2], sh[0], sh[1], sh[2]);
-    char host_states[2048];
+    char host_states[8192];
     comm_board_host_states(w, host_states, sizeof host_states);
     ms_atomic_printf(af, "\"reason\":\"%s\",\"wall_s\":%.3f,%s,\"groups\":[", reason, ms_wall_now(),
                      host_states);

@@ -54,10 +54,12 @@ comm_group *comm_group_wrap(comm_world *w, MPI_Comm comm, const char *name, char
     }
     for (int i = 0; i < g->size; i++)
         idx[i] = i;
+    const char *call = "MPI_Comm_group";
     if ((rc = MPI_Comm_group(comm, &mine)) != MPI_SUCCESS ||
         (rc = MPI_Comm_group(MPI_COMM_WORLD, &world)) != MPI_SUCCESS ||
-        (rc = MPI_Group_translate_ranks(mine, g->size, idx, world, g->global)) != MPI_SUCCESS) {
-        comm_mpi_errstr(rc, "MPI_Group_translate_ranks", err, n);
+        (call = "MPI_Group_translate_ranks",
+         rc = MPI_Group_translate_ranks(mine, g->size, idx, world, g->global)) != MPI_SUCCESS) {
+        comm_mpi_errstr(rc, call, err, n);
         goto fail;
     }
     if (w->ngroups == w->cap_groups) { /* the live groups, for hang dumps */

@@ -353,8 +353,19 @@ unsigned long long comm_board_dump_requests(comm_world *w);
 void comm_board_ack_dump(comm_world *w, unsigned long long gen);
 int comm_board_dump_pending(comm_world *w, unsigned long long gen);
 /* For hang dumps: '"unresponsive":[{"rank":R,"heartbeat_age_s":A},...],
- * "exited":[R,...]' about the other ranks of this host (JSON members). */
+ * "exited":[R,...]' about the other ranks of this host (JSON members),
+ * whole JSON in any n >= 144: the ranks that do not fit are counted in
+ * "unresponsive_omitted" and "exited_omitted" (present only then). */
 void comm_board_host_states(comm_world *w, char *buf, size_t n);
+/* One other rank of the host, as the board sees it. */
+typedef struct {
+    long long rank; /* world rank */
+    double age_s;   /* its heartbeat's age */
+    int exited;     /* its process is gone */
+} comm_host_peer;
+/* comm_board_host_states' text from the peers p[0..np) (unresponsive: a
+ * heartbeat older than 2 s); "" if n < 144. */
+void comm_host_states_format(const comm_host_peer *p, int np, char *buf, size_t n);
 /* Before a hang dump or a timeout's report: wait (at most max_s, beating
  * this rank's own heartbeat meanwhile) until no other live rank of the
  * host has a heartbeat of an ambiguous age, past COMM_FRESH_S but not yet

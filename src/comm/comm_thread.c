@@ -321,9 +321,13 @@ static void comm_check_deadlines(comm_world *w) {
             return;
         }
     }
-    if (!w->board.shm || now - w->last_dead_check < COMM_DEAD_CHECK_S) return;
+    if (now - w->last_dead_check < COMM_DEAD_CHECK_S) return;
     w->last_dead_check = now;
+    /* a dump asked for (SIGUSR2) is answered while ops are in flight also
+     * without a board (before, a rank hung in an op, its board off, wrote
+     * its dump only once the op ended or timed out) */
     comm_dump_poll(w);
+    if (!w->board.shm) return;
     for (int i = 0; i < w->nactive; i++) {
         comm_req *r = w->active[i];
         if (now - r->t_start < COMM_DEAD_MIN_AGE_S) continue;

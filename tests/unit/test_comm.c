@@ -13,6 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "base/rng.h"
 #include "base/timeutil.h"
 #include "base/ctx.h"
@@ -398,6 +400,46 @@ static void test_groups(comm_world *w) {
 }
 
 /* Bad arguments are refused at once, naming the op and the group. */
+/* The hang dump's host states are whole JSON whatever the host holds:
+ * 300 stopped ranks and 900 exited ones in a dump's 8 KiB, or a tiny
+ * buffer, leave some out and count them (before, ~45 stopped ranks cut
+ * the text before its closing bracket). */
+static void test_host_states(void) {
+    enum { NP = 1200 };
+    static comm_host_peer p[NP];
+    for (int i = 0; i < NP; i++)
+        p[i] = (comm_host_peer){.rank = 100000 + i,
+                                .age_s = i % 4 == 0 ? 6.5 : 0.1,
+                                .exited = i % 4 == 1 || i % 4 == 2 || (i >= 400 && i % 4 == 3)};
+    size_t sizes[] = {144, 200, 2048, 8192, 1 << 20};
+    for (int k = 0; k < 5; k++) {
+        char *buf = malloc(sizes[k]);
+        if (!buf) abort();
+        memset(buf, 'x', sizes[k]);
+        comm_host_states_format(p, NP, buf, sizes[k]);
+        char *text = malloc(sizes[k] + 2);
+        if (!text) abort();
+        snprintf(text, sizes[k] + 2, "{%s}", buf);
+        cJSON *o = cJSON_Parse(text);
+        const cJSON *u = cJSON_GetObjectItem(o, "unresponsive"),
+                    *e = cJSON_GetObjectItem(o, "exited"),
+                    *uo = cJSON_GetObjectItem(o, "unresponsive_omitted"),
+                    *eo = cJSON_GetObjectItem(o, "exited_omitted");
+        int nu = cJSON_GetArraySize(u) + (uo ? (int)uo->valuedouble : 0);
+        int ne = cJSON_GetArraySize(e) + (eo ? (int)eo->valuedouble : 0);
+        T_OK(o && cJSON_IsArray(u) && cJSON_IsArray(e) && strlen(buf) < sizes[k]);
+        T_EQ_INT(nu, 300);
+        T_EQ_INT(ne, 600 + 200);
+        if (sizes[k] == 1 << 20) T_EQ_INT(cJSON_GetArraySize(u), 300); /* all fit */
+        if (sizes[k] <= 8192) T_OK(uo && uo->valuedouble > 0);
+        cJSON_Delete(o);
+        free(text), free(buf);
+    }
+    char small[64] = "x";
+    comm_host_states_format(p, NP, small, sizeof small);
+    T_OK(small[0] == 0);
+}
+
 static void test_arg_errors(comm_group *g) {
     comm_req *rq = (comm_req *)1;
     float f[4] = {0};
@@ -468,6 +510,7 @@ int main(int argc, char **argv) {
     test_blocked(w);
     test_groups(w);
     test_arg_errors(g);
+    test_host_states();
     test_mpi_errors(g);
     T_EQ_INT(comm_barrier(g), MS_OK);
     st = comm_world_finalize(w);

@@ -22,8 +22,14 @@
  *           rank of the host that times out a moment later does): rank 0's
  *           dump still shows the all-reduce in flight, not the nothing left
  *           after its timeout failed its ops.
+ *   signal-noboard  the world without its arrival board (no_board), rank
+ *           2 as in late; rank 0 is asked for a dump (SIGUSR2)
+ *           1 s into its all-reduce: the dump is written while the op is
+ *           in flight (before, only a board's poll answered, so the dump
+ *           came when the op timed out).
  * Survivors print "FAULT-OK r<rank> <seconds>: <message>" when every check
  * holds and exit without finalising MPI (the world is broken). */
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,11 +77,61 @@ static int dump_mode(comm_world *w, int R, double timeout) {
     _exit(rc);
 }
 
+/* Mode "signal-noboard", rank 0's asker: 1 s into the all-reduce, a dump
+ * request (SIGUSR2, to this process); then whether the dump is on disk
+ * within 1 s, the op in flight. */
+typedef struct {
+    const char *path;
+    int seen; /* 1: written in time, the all-reduce in flight, reason "signal" */
+} asker;
+
+static void *ask_dump(void *arg) {
+    asker *a = arg;
+    sleep(1);
+    raise(SIGUSR2); /* the handler counts the request (ms_ctx.dump_requests) */
+    for (int i = 0; i < 100 && !a->seen; i++) {
+        char *text = NULL;
+        size_t len = 0;
+        if (ms_file_read_all(a->path, &text, &len) == MS_OK && text &&
+            strstr(text, "\"reason\":\"signal\"") &&
+            strstr(text, "\"in_flight\":[{\"op\":\"all_reduce\""))
+            a->seen = 1;
+        free(text);
+        usleep(10000);
+    }
+    return NULL;
+}
+
+static int signal_noboard_mode(comm_world *w, int R) {
+    char dir[] = "/tmp/ms_dump_XXXXXX", path[64];
+    T_OK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/hang_r%05d.json", dir, R);
+    T_EQ_INT(comm_world_set_dump_path(w, path), MS_OK);
+    asker a = {path, 0};
+    ms_ctx_catch_signals();
+    pthread_t th;
+    int asking = R == 0 && pthread_create(&th, NULL, ask_dump, &a) == 0;
+    T_OK(R != 0 || asking);
+    double x = 1;
+    T_EQ_INT(comm_allreduce(comm_world_group(w), &x, &x, 1, COMM_F64, COMM_SUM), MS_ERR_TIMEOUT);
+    if (asking) pthread_join(th, NULL);
+    T_OK(R != 0 || a.seen);
+    unlink(path);
+    rmdir(dir);
+    if (ms_t_fail == 0)
+        fprintf(stderr, "FAULT-OK r%d signal-noboard: %s\n", R,
+                R ? "timed out" : "the dump came while the op was in flight");
+    int rc = ms_test_summary("test_comm_fault signal-noboard");
+    fflush(stderr);
+    _exit(rc);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "dead";
     ms_ctx_init(); /* rank-aware log lines */
     comm_world *w = NULL;
     comm_options co = ms_test_comm_options(); /* MS_COMM_TIMEOUT, MS_COMM_NCCL_SYNC */
+    co.no_board = !strcmp(mode, "signal-noboard");
     if (comm_world_init(&w, &argc, &argv, &co) != MS_OK) {
         fprintf(stderr, "test_comm_fault: %s\n", ms_errmsg());
         return 1;
@@ -102,6 +158,7 @@ int main(int argc, char **argv) {
         _exit(0);
     }
     if (!strcmp(mode, "dump")) return dump_mode(w, R, timeout);
+    if (!strcmp(mode, "signal-noboard")) return signal_noboard_mode(w, R);
     int on_dev = !strcmp(mode, "dead-dev");
     fake_dev fd;
     comm_device dev;
