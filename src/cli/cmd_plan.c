@@ -80,9 +80,9 @@ static const opts_spec plan_opts[] = {
     O("top", OPT_T_INT, top, "10", "[1,1000]", "--search: layouts shown"),
     O("max-vpp", OPT_T_INT, max_vpp, "8", "[1,64]", "--search: largest vpp tried"),
     O("max-micro", OPT_T_INT, max_micro, "8", "[1,4096]", "--search: largest micro-batch tried"),
-    O("mtbf-hours", OPT_T_DOUBLE, mtbf_hours, "20000", "(0,)",
+    O("mtbf-hours", OPT_T_DOUBLE, mtbf_hours, "20000", "(0,1e30]",
       "mean time between failures of one node, hours (for the ETTR)"),
-    O("restart-s", OPT_T_DOUBLE, restart_s, "600", "[0,)",
+    O("restart-s", OPT_T_DOUBLE, restart_s, "600", "[0,1e30]",
       "seconds from a failure to training again (detect, evict, restart, restore)"),
     O("ckpt-every", OPT_T_INT, ckpt_every, "0", "[0,)",
       "steps between checkpoints for the ETTR (0: Young/Daly's optimum)"),
@@ -163,9 +163,15 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
     if (!strcmp(s, "megascale"))
         s = "parallel,window,tp-overlap,pp-overlap,dp-overlap,fused,data,lamb";
     if (!strcmp(s, "ours")) s = "tp-overlap,pp-overlap,dp-overlap,fused,data,fp32-gather";
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (!*s)
+        return ms_error(MS_ERR_ARG, "--features is empty (megatron, megascale, ours, a list, or "
+                                    "none)");
+    /* the whole list (before, a copy of 255 characters dropped what came after) */
+    char *buf = strdup(s);
+    if (!buf) return ms_error(MS_ERR_NOMEM, "--features: out of memory");
+    ms_status st = MS_OK;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t && st == MS_OK;
+         t = strtok_r(NULL, ",", &save)) {
         if (!strcmp(t, "parallel"))
             *parallel = 1;
         else if (!strcmp(t, "window"))
@@ -185,13 +191,14 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
         else if (!strcmp(t, "fp32-gather"))
             f->fp32_gather = 1;
         else if (strcmp(t, "none"))
-            return ms_error(MS_ERR_ARG,
-                            "--features: unknown feature '%s' (megatron, megascale, ours, or a "
-                            "list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, "
-                            "data, lamb, fp32-gather, none)",
-                            t);
+            st = ms_error(MS_ERR_ARG,
+                          "--features: unknown feature '%s' (megatron, megascale, ours, or a "
+                          "list of parallel, window, tp-overlap, pp-overlap, dp-overlap, fused, "
+                          "data, lamb, fp32-gather, none)",
+                          t);
     }
-    return MS_OK;
+    free(buf);
+    return st;
 }
 
 static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m, plan_layout *l,
@@ -238,9 +245,14 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
         MS_TRY(plan_check(m, &one));
         /* what the command line fixed, each value on its own: its own reason, not "no
          * layout is valid" naming the batch */
-        if (l->tp && (m->heads % l->tp || l->tp > c->gpus_per_node || c->gpus_per_node % l->tp))
+        /* a tp given is taken as without --search (a tp group may span two
+         * nodes' GPUs, as the trainer allows: --tp 3 on nodes of 8 was
+         * planned without --search and refused with it); the search's own
+         * choices divide the node */
+        if (l->tp && (m->heads % l->tp || l->tp > c->gpus_per_node))
             return ms_error(MS_ERR_ARG,
-                            "--search --tp %d: tp must divide --heads %d and the node's %d GPUs",
+                            "--search --tp %d: tp must divide --heads %d and be at most the "
+                            "node's %d GPUs",
                             l->tp, m->heads, c->gpus_per_node);
         if (l->tp) MS_TRY(plan_check_features(f, l));
         if (l->pp && m->layers % l->pp)
@@ -249,11 +261,12 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
         if (l->vpp > 1 && l->pp == 1)
             return ms_error(MS_ERR_ARG, "--search --vpp %d needs --pp >= 2 (or --pp left out)",
                             l->vpp);
-        if (l->vpp && l->pp && m->layers % (l->pp * l->vpp))
-            return ms_error(MS_ERR_ARG, "--search --pp %d --vpp %d: %d layers are not %d chunks",
-                            l->pp, l->vpp, m->layers, l->pp * l->vpp);
+        /* products in 64 bits: --tp, --pp and --vpp go up to 65536 each */
+        if (l->vpp && l->pp && m->layers % ((long long)l->pp * l->vpp))
+            return ms_error(MS_ERR_ARG, "--search --pp %d --vpp %d: %d layers are not %lld chunks",
+                            l->pp, l->vpp, m->layers, (long long)l->pp * l->vpp);
         int tp = l->tp ? l->tp : 1, pp = l->pp ? l->pp : 1;
-        if (l->gpus % (tp * pp))
+        if (l->gpus % ((long long)tp * pp))
             return ms_error(MS_ERR_ARG, "--search: --gpus %d is not a multiple of tp %d x pp %d",
                             l->gpus, tp, pp);
         return MS_OK;

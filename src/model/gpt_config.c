@@ -93,6 +93,10 @@ ms_status gpt_recompute_parse(const char *s, int *flags) {
     *flags = 0;
     if (!s || !*s || !strcmp(s, "none")) return MS_OK;
     char buf[64];
+    if (strlen(s) >= sizeof buf) /* (before, cut to 63 characters: the rest was dropped) */
+        return ms_error(MS_ERR_ARG,
+                        "--recompute: %zu characters is not a list of none, gelu and ln",
+                        strlen(s));
     snprintf(buf, sizeof buf, "%s", s);
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
          tok = strtok_r(NULL, ",", &save)) {

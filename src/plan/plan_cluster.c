@@ -220,17 +220,77 @@ static ms_status parse(const char *what, const cJSON *o, plan_cluster *c) {
     return plan_cluster_check(c, what);
 }
 
+/* Line and column (from 1) of text + off. */
+static void line_col(const char *text, size_t off, int *line, int *col) {
+    *line = 1, *col = 1;
+    for (size_t i = 0; i < off; i++)
+        if (text[i] == '\n')
+            ++*line, *col = 1;
+        else
+            ++*col;
+}
+
+/* The first key that an object in o (at any depth) holds twice; NULL if none. */
+static const char *repeated_key(const cJSON *o) {
+    for (const cJSON *it = o ? o->child : NULL; it; it = it->next) {
+        if (cJSON_IsObject(o) && it->string)
+            for (const cJSON *j = o->child; j != it; j = j->next)
+                if (j->string && !strcmp(j->string, it->string)) return it->string;
+        const char *r = repeated_key(it);
+        if (r) return r;
+    }
+    return NULL;
+}
+
+/* text as one JSON value with nothing but white space after it and no key
+ * twice in an object (cJSON takes the first of two and ignores the text
+ * after a value: a key added at the end of a file to change it was
+ * ignored), a syntax error named by its line and column. */
+static ms_status parse_text(const char *path, const char *text, size_t len, cJSON **out) {
+    const char *end = NULL;
+    *out = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    int line, col;
+    if (!o) {
+        const char *at = cJSON_GetErrorPtr();
+        size_t off = at && at >= text && at <= text + len ? (size_t)(at - text) : len;
+        line_col(text, off, &line, &col);
+        return ms_error(MS_ERR_FORMAT,
+                        "%s:%d:%d: not valid JSON here (a cluster file, docs/formats.md)", path,
+                        line, col);
+    }
+    while (end && end < text + len && strchr(" \t\r\n", *end) && *end)
+        end++;
+    if (end && end < text + len) {
+        line_col(text, (size_t)(end - text), &line, &col);
+        cJSON_Delete(o);
+        return ms_error(MS_ERR_FORMAT,
+                        "%s:%d:%d: text after the JSON object (a cluster file is one object)", path,
+                        line, col);
+    }
+    const char *dup = repeated_key(o);
+    if (dup) {
+        ms_status st = ms_error(MS_ERR_FORMAT,
+                                "%s: the key \"%s\" is given twice in one object (which one is "
+                                "meant?)",
+                                path, dup);
+        cJSON_Delete(o);
+        return st;
+    }
+    *out = o;
+    return MS_OK;
+}
+
 ms_status plan_cluster_load(const char *path, plan_cluster *c) {
     memset(c, 0, sizeof *c);
     char *text = NULL;
     size_t len = 0;
     ms_status st = ms_file_read_max(path, CLUSTER_MAX_BYTES, &text, &len);
     if (st != MS_OK) return ms_error_wrap(st, "cluster file");
-    cJSON *o = cJSON_ParseWithLength(text, len);
+    cJSON *o = NULL;
+    st = parse_text(path, text, len, &o);
     free(text);
-    if (!o)
-        return ms_error(MS_ERR_FORMAT, "%s: not valid JSON (a cluster file, docs/formats.md)",
-                        path);
+    if (st != MS_OK) return st;
     st = parse(path, o, c);
     cJSON_Delete(o);
     return st;

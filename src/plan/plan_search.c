@@ -33,20 +33,24 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
     MS_TRY(plan_cluster_check(c, c->name));
     int small_memory_only = 0; /* *smallest has only its memory parts yet */
     for (int tp = 1; tp <= m->heads && tp <= c->gpus_per_node; tp++) {
-        if (m->heads % tp || c->gpus_per_node % tp || (base->tp && tp != base->tp)) continue;
+        /* a tp of the search's own divides the node; one given is taken as it is */
+        if (m->heads % tp || (base->tp ? tp != base->tp : c->gpus_per_node % tp != 0)) continue;
         /* --recompute ln: tp 1 only (plan_check_features), as the trainer */
         if (tp > 1 && plan_recompute_flags(f->recompute) & GPT_RECOMPUTE_LN) continue;
-        for (int pp = 1; pp <= m->layers && tp * pp <= base->gpus; pp++) {
-            if (m->layers % pp || base->gpus % (tp * pp) || (base->pp && pp != base->pp)) continue;
+        /* products in 64 bits: --tp, --pp and --vpp go up to 65536 each */
+        for (int pp = 1; pp <= m->layers && (long long)tp * pp <= base->gpus; pp++) {
+            if (m->layers % pp || base->gpus % ((long long)tp * pp) || (base->pp && pp != base->pp))
+                continue;
             int top_vpp = base->vpp ? base->vpp : pp > 1 ? max_vpp : 1;
             for (int vpp = base->vpp ? base->vpp : 1; vpp <= top_vpp; vpp++) {
-                if (m->layers % (pp * vpp)) continue;
+                if (m->layers % ((long long)pp * vpp)) continue;
                 int micro0 = base->micro ? base->micro : 1,
                     top_micro = base->micro ? micro0 : max_micro;
-                for (int micro = micro0; micro <= top_micro; micro *= 2) {
+                /* doubled in 64 bits: 2^30 x 2 is past int (it wrapped to 0, for ever) */
+                for (long long micro = micro0; micro <= top_micro; micro *= 2) {
                     plan_candidate cand = {.layout = *base};
                     cand.layout.tp = tp, cand.layout.pp = pp, cand.layout.vpp = vpp;
-                    cand.layout.micro = micro;
+                    cand.layout.micro = (int)micro;
                     if (plan_check(m, &cand.layout) != MS_OK) {
                         if (over_cap && plan_over_cap(m, &cand.layout)) (*over_cap)++;
                         continue;

@@ -290,6 +290,14 @@ ms_status plan_check(const plan_model *m, const plan_layout *l) {
     if (m->layers % ((long long)l->pp * l->vpp))
         return ms_error(MS_ERR_ARG, "%d layers do not divide into --pp %d x --vpp %d chunks",
                         m->layers, l->pp, l->vpp);
+    /* sequence parallelism splits a micro-batch's rows among the tp ranks,
+     * as the trainer (train_check_tp) */
+    if ((long long)l->micro * m->seq % l->tp)
+        return ms_error(MS_ERR_ARG,
+                        "--tp %d: a micro-batch of %d x --seq %d = %lld rows is not divisible by "
+                        "%d (sequence parallelism gives each rank micro-batch*seq/tp rows, as in "
+                        "the trainer)",
+                        l->tp, l->micro, m->seq, (long long)l->micro * m->seq, l->tp);
     if (l->vpp > 1 && l->pp < 2) return ms_error(MS_ERR_ARG, "--vpp %d needs --pp >= 2", l->vpp);
     int n_micro = l->batch / (dp * l->micro);
     if (l->pp > 1) {

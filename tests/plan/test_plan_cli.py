@@ -233,7 +233,9 @@ def main():
 
     # group initialisation for any tp x pp the trainer accepts: a job of whole replicas near
     # 1k-16k ranks (tp 3, or tp 2 x pp 3, printed an empty table: no power of two divides)
+    # (--seq 768: the rows of a micro-batch divide among 3 tp ranks, as the trainer needs)
     for lay, q in ((["--tp", "3"], 3), (["--tp", "2", "--pp", "3"], 6), (["--tp", "4"], 4)):
+        lay = [*lay, "--seq", "768"]
         r = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "24", "--batch", "24",
                  *lay, "--json")
         init = json.loads(r.stdout)["scale"]["init"] if r.returncode == 0 else []
@@ -285,7 +287,7 @@ def main():
           "--pp", "8", "--batch", "3200000"],
          ["3200000 micro-batches", "--batch 3200000", "dp 1", "--micro-batch 1", "at most 65536"]),
         (["--cluster", "h100-node", "--layers", "12", "--heads", "16", "--dim", "2048", "--vocab",
-          "50257", "--seq", "1", "--gpus", "1024", "--batch", "1073741824", "--tp", "8", "--pp",
+          "50257", "--seq", "8", "--gpus", "1024", "--batch", "1073741824", "--tp", "8", "--pp",
           "2", "--vpp", "2"],
          ["16777216 micro-batches", "--batch 1073741824", "dp 64", "at most 131072"]),
     ]:
@@ -312,6 +314,30 @@ def main():
     ok(r.returncode == 2 and "no layout was planned" in r.stderr and "pairs" in r.stderr
        and "never a multiple" not in r.stderr, "search --pp 2, a huge batch: the cap's reason",
        r.stderr)
+    # --search --micro-batch 2^30: one micro-batch size tried (2^30 x 2 wrapped past int to 0,
+    # and the search doubled 0 for ever)
+    r, fast = plan_within(10, "--cluster", "h100-node", "--layers", "2", "--dim", "64", "--heads",
+                          "1", "--vocab", "100", "--seq", "8", "--gpus", "1", "--batch",
+                          "1073741824", "--search", "--micro-batch", "1073741824")
+    ok(r is not None and fast and r.returncode in (0, 2),
+       "search --micro-batch 1073741824 ends within 10 s", r.stderr[-500:] if r else "ran past 60 s")
+    # a --tp that does not divide the node (the trainer lets a tp group span two nodes) is
+    # planned with --search as without (it was refused with it)
+    r1 = plan("--cluster", "h100-node", "--model", "gpt3-175b", "--gpus", "768", "--batch",
+              "768", "--tp", "3", "--pp", "8", "--seq", "2046", "--json")
+    r2 = plan("--cluster", "h100-node", "--model", "gpt3-175b", "--gpus", "768", "--batch",
+              "768", "--tp", "3", "--pp", "8", "--seq", "2046", "--search", "--json")
+    lays = [x["layout"] for x in json.loads(r2.stdout).get("layouts", [])] if r2.stdout else []
+    ok(r1.returncode == 0 and r2.returncode in (0, 2) and "--tp 3" not in r2.stderr
+       and all(x["tp"] == 3 for x in lays),
+       "--tp 3 on nodes of 8: planned, with --search as without", r1.stderr + r2.stderr)
+    # --search keeps to the trainer's sequence-parallel rule (micro-batch x seq divisible by tp)
+    r = plan("--cluster", "h100-node", "--model", "d12", "--seq", "1001", "--gpus", "8", "--batch",
+             "8", "--search", "--top", "50", "--json")
+    lays = [x["layout"] for x in json.loads(r.stdout).get("layouts", [])] if r.returncode == 0 else []
+    ok(lays and all(x["micro_batch"] * 1001 % x["tp"] == 0 for x in lays),
+       "search with --seq 1001: every layout's micro-batch x seq divides by its tp",
+       r.stdout[-800:] + r.stderr)
     # the largest pipeline under the cap is still planned, in seconds
     r, fast = plan_within(20, "--cluster", "a100-megascale", "--model", "gpt3-175b", "--gpus",
                           "64", "--tp", "8", "--pp", "8", "--batch", "65536", "--json")
@@ -371,6 +397,22 @@ def main():
         # the trainer places a tensor-parallel group on one host
         (["--cluster", "h100-node", "--model", "megascale-175b", "--gpus", "32", "--batch", "32",
           "--tp", "16", "--pp", "2"], 2, "--tp 16 is more than the 8 GPUs a node of h100-node"),
+        # sequence parallelism: a micro-batch's rows divide among the tp ranks, as the trainer
+        (["--cluster", "h100-node", "--model", "d12", "--seq", "1001", "--gpus", "8", "--batch",
+          "8", "--tp", "4"], 2, "--tp 4: a micro-batch of 1 x --seq 1001"),
+        # the whole list (a copy of 255 characters dropped what came after)
+        (["--cluster", "a100-megascale", *base, "--features", "none," * 60 + "warp-drive"], 2,
+         "warp-drive"),
+        (["--cluster", "a100-megascale", *base, "--features", ""], 2, "--features is empty"),
+        (["--cluster", "a100-megascale", *base, "--recompute", "gelu," * 20 + "bogus"], 2,
+         "--recompute"),
+        # 1e306 hours made the optimum interval inf, written into the JSON as `inf`
+        (["--cluster", "a100-megascale", *base, "--mtbf-hours", "1e306", "--json"], 2,
+         "--mtbf-hours"),
+        # pp x vpp past int: 0, a division by zero (SIGFPE) before
+        (["--cluster", "h100-node", "--layers", "65536", "--dim", "64", "--heads", "1", "--vocab",
+          "100", "--seq", "8", "--gpus", "65536", "--batch", "65536", "--search", "--pp", "65536",
+          "--vpp", "65536"], 2, "--vpp 65536"),
         # a trainer preset's position table has 1024 rows, as the trainer refuses a longer --seq
         (["--cluster", "a100-megascale", "--gpus", "8", "--batch", "8", "--model", "d12", "--seq",
           "2048"], 2, "--seq 2048 must be in 1..1024"),
@@ -394,8 +436,15 @@ def main():
         path = os.path.join(d, f"bad_{key}.json")
         json.dump({**json.load(open(one)), key: value}, open(path, "w"))
         cases.append((["--cluster", path, *base], 3, f"{path}: {needle}"))
-    open(bad + "x", "w").write("{ not json")
-    cases.append((["--cluster", bad + "x", *base], 3, "bad.jsonx"))
+    open(bad + "x", "w").write("{\n  not json")
+    cases.append((["--cluster", bad + "x", *base], 3, "bad.jsonx:2:"))
+    # text after the object, and a key given twice, are refused (cJSON took the first key and
+    # ignored the rest: a line added at the end to change a figure changed nothing)
+    text = open(one).read()
+    open(bad + "t", "w").write(text.rstrip() + '\n{"mem_gb": 8}\n')
+    cases.append((["--cluster", bad + "t", *base], 3, "text after the JSON object"))
+    open(bad + "d", "w").write(text.rstrip()[:-1].rstrip() + ',\n  "mem_gb": 8\n}\n')
+    cases.append((["--cluster", bad + "d", *base], 3, '"mem_gb" is given twice'))
     for args, code, needle in cases:
         r = plan(*args)
         ok(r.returncode == code and needle in r.stderr,
