@@ -245,6 +245,7 @@ int cmd_train_check(int argc, char **argv, const char *events_opt, const char *e
     ms_status st = opts_parse(train_opts, N_TRAIN_OPTS, &c, argc, argv, pos, 0, &npos, &help);
     if (st == MS_OK) st = apply_out_dir(tc);
     if (st == MS_OK) st = train_check_outputs(tc);
+    if (st == MS_OK) st = train_check_hparams(tc);
     if (st == MS_OK) st = train_check_not_input(tc, events_opt, events);
     if (st == MS_OK) st = check_not_config(&c, events_opt, events);
     if (st != MS_OK) {

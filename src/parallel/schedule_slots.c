@@ -45,7 +45,7 @@ ms_status par_schedule_slots(const par_instr *list, int n, int vpp, int n_micro,
             if (k + 1 > *n_slots) *n_slots = k + 1;
         }
         if (in->op == PAR_BWD) {
-            if (slot[p] < 0) {
+            if (freed[p]) { /* (its slot stays named: it is the result) */
                 st = ms_error(MS_ERR_ARG, "pipeline slots: BWD(mb=%d,c=%d) twice", in->mb, c);
                 break;
             }

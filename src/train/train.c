@@ -2,6 +2,7 @@
 #include "train/train.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,6 +377,32 @@ ms_status train_check_not_input(const train_config *tc, const char *opt, const c
     return MS_OK;
 }
 
+ms_status train_check_hparams(const train_config *tc) {
+    /* the optimiser computes in float: a value that is 0 or not finite
+     * there is refused, not trained with (--eps 1e-46 became 0, and an
+     * element without a gradient 0 / (0 + 0) = NaN in the weights) */
+    const struct {
+        const char *opt;
+        double v;
+        int zero_ok;
+    } v[] = {{"--lr", tc->lr, 0},
+             {"--eps", tc->eps, 0},
+             {"--grad-clip", tc->grad_clip, 1},
+             {"--weight-decay", tc->weight_decay, 1}};
+    for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+        float f = (float)v[i].v;
+        if (v[i].zero_ok && v[i].v == 0) continue;
+        if (!isfinite(f) || fabsf(f) < FLT_MIN)
+            return ms_error(MS_ERR_ARG,
+                            "%s %g is %s in float, the precision the optimiser uses: give one in "
+                            "[%g, %g]%s",
+                            v[i].opt, v[i].v,
+                            isfinite(f) ? "too small (0 or subnormal)" : "infinite",
+                            (double)FLT_MIN, (double)FLT_MAX, v[i].zero_ok ? ", or 0: none" : "");
+    }
+    return MS_OK;
+}
+
 ms_status train_check_outputs(const train_config *tc) {
     if (tc->new_run && tc->resume && !strcmp(tc->resume, "auto"))
         return ms_error(MS_ERR_ARG, "--resume auto continues the run in --ckpt-dir and --new-run "
@@ -626,6 +653,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(
         ms_fault_parse(&t->fault, t->fault_spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
     ms_fault_plan_set_node(&t->fault, t->node); /* ":node=NAME" entries fire on this node only */
+    MS_TRY(train_check_hparams(tc));
     opt_config oc = {OPT_ADAMW,      (float)tc->beta1,        (float)tc->beta2,
                      (float)tc->eps, (float)tc->weight_decay, (float)tc->grad_clip};
     MS_TRY(opt_kind_parse(tc->optimizer, &oc.kind));
@@ -955,6 +983,9 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
     }
     r->loss = (float)loss;
     memset(&r->os, 0, sizeof r->os);
+    /* no norm is computed for a step whose loss is not finite: NaN (null in
+     * the metrics), not a norm of 0 that reads as a healthy zero gradient */
+    if (!isfinite(r->loss)) r->os.grad_norm = NAN;
     int64_t t_opt = ms_ev_now();
     ms_status st = isfinite(r->loss) ? opt_step(t->opt, r->lr, &r->os)
                                      : ms_error(MS_ERR_NONFINITE, "non-finite loss");

@@ -96,6 +96,10 @@ ms_status train_run(const train_config *cfg);
  * before anything is read; `megascale launch` checks them, and its
  * --events, before the job starts. */
 ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path);
+/* The optimiser's --lr, --eps, --grad-clip and --weight-decay: each finite
+ * and not 0 or subnormal in float (the clip and the decay may be 0), else
+ * the error naming it (MS_ERR_ARG). */
+ms_status train_check_hparams(const train_config *tc);
 /* train_check_outputs: those three, and --resume auto with --new-run (one
  * continues the run in --ckpt-dir, the other starts a new one there). */
 ms_status train_check_outputs(const train_config *tc);

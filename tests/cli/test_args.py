@@ -174,6 +174,10 @@ def test_bad_input(d, w, val, train, ck):
          ["option --out needs a value: the next argument, --force, is an option"]),
         # out of range
         ([*TR, "--lr", "0"], ["--lr must be > 0"]),
+        # 0 or infinite in float, the optimiser's precision (--eps 1e-46 became 0: NaN weights)
+        ([*TR, "--eps", "1e-46"], ["--eps 1e-46 is too small (0 or subnormal) in float"]),
+        ([*TR, "--lr", "1e39"], ["--lr 1e+39 is infinite in float"]),
+        ([*TR, "--grad-clip", "1e-46"], ["--grad-clip 1e-46 is too small", "or 0: none"]),
         ([*SA, "--weights", w, "--top-k", "-1"], ["--top-k must be >= 0"]),
         ([*EV, "--weights", w, "--val-batches", "0"], ["--val-batches must be >= 1"]),
         (["diag", "--mem-mb", "0"], ["--mem-mb must be in [1,65536], got '0'"]),

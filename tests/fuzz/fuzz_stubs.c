@@ -87,6 +87,9 @@ ms_status train_check_outputs(const train_config *tc) {
 ms_status train_check_not_input(const train_config *tc, const char *opt, const char *path) {
     UNREACHED("train_check_not_input");
 }
+ms_status train_check_hparams(const train_config *tc) {
+    UNREACHED("train_check_hparams");
+}
 void train_trace_dir(const train_config *tc, char *out, size_t cap) {
     UNREACHED("train_trace_dir");
 }

@@ -84,6 +84,19 @@ static void test_errors(void) {
     list[0].mb = 9;
     T_EQ_INT(par_schedule_slots(list, n, 1, 4, slot, &n_slots), MS_ERR_ARG);
     free(list);
+    /* a BWD repeated (mb 0's, in place of mb 3's, the last): refused (before, the repeat
+     * passed and freed the slot another live pair held) */
+    T_EQ_INT(par_schedule(PAR_SCHED_1F1B, 2, 1, 4, 0, &list, &n), MS_OK);
+    int last = -1;
+    for (int i = 0; i < n; i++)
+        if (list[i].op == PAR_BWD) last = i;
+    T_OK(last >= 0);
+    list[last].mb = 0;
+    for (int i = 0; i < n; i++) /* mb 3 then needs no BWD: give it mb 0's other work too */
+        if (list[i].mb == 3 && i != last) list[i].mb = 0;
+    T_EQ_INT(par_schedule_slots(list, n, 1, 4, slot, &n_slots), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "twice");
+    free(list);
 }
 
 int main(void) {
