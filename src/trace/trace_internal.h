@@ -17,6 +17,9 @@
 /* The largest world the tools accept (as `megascale launch --np`): a bigger
  * one in a file is damage, and would cost memory and output per rank. */
 #define TRACE_MAX_WORLD (1 << 20)
+/* The longest line of an event log the tools read (its lines are under
+ * 1 KiB; a longer one is a damaged or foreign file, not held in memory) */
+#define TRACE_LINE_MAX (16 << 20)
 /* The largest |time| of a span, mark or clock line, ns (146 years): a span's duration
  * and a time plus its clock offset stay within int64 (a crafted 9e18 overflowed them). */
 #define TRACE_T_MAX (((int64_t)1 << 62) - 1)

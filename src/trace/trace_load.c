@@ -235,11 +235,53 @@ static ms_status parse_line(trace_set *s, trace_log *l, cJSON *j, int first, uns
     return MS_OK; /* unknown types: a newer writer */
 }
 
-/* Only blanks in line[0..len) (a NUL byte is none: getline reads it as data). */
+/* Only blanks in line[0..len) (a NUL byte is none: read_line reads it as data). */
 static int blank(const char *p, ssize_t len) {
     for (ssize_t i = 0; i < len; i++)
         if (p[i] != ' ' && p[i] != '\t' && p[i] != '\r' && p[i] != '\n') return 0;
     return 1;
+}
+
+/* A file read line by line through its own buffer (memchr finds the
+ * newlines, as getline does). */
+typedef struct {
+    FILE *f;
+    size_t pos, end;
+    char buf[1 << 16];
+} line_reader;
+
+/* One line (its '\n' kept, NUL bytes read as data) into *line, growing it
+ * as getline does, but never past TRACE_LINE_MAX bytes: the length, -1 at
+ * the end of the file, -2 for a longer line (a damaged or foreign file:
+ * getline held all of a multi-GB line without a newline in memory), -3
+ * out of memory. */
+static ssize_t read_line(line_reader *r, char **line, size_t *cap) {
+    size_t n = 0;
+    for (;;) {
+        if (r->pos == r->end) {
+            r->pos = 0;
+            r->end = fread(r->buf, 1, sizeof r->buf, r->f);
+            if (r->end == 0) break;
+        }
+        const char *p = r->buf + r->pos, *nl = memchr(p, '\n', r->end - r->pos);
+        size_t k = nl ? (size_t)(nl - p) + 1 : r->end - r->pos;
+        if (n + k + 1 > TRACE_LINE_MAX) return -2;
+        if (n + k + 1 > *cap) {
+            size_t want = *cap ? *cap : 256;
+            while (want < n + k + 1)
+                want *= 2;
+            if (want > TRACE_LINE_MAX) want = TRACE_LINE_MAX;
+            char *q = realloc(*line, want);
+            if (!q) return -3;
+            *line = q, *cap = want;
+        }
+        memcpy(*line + n, p, k);
+        n += k, r->pos += k;
+        if (nl) break;
+    }
+    if (n == 0) return -1;
+    (*line)[n] = 0;
+    return (ssize_t)n;
 }
 
 /* Read one events file; `header_only` stops after the header.  A file
@@ -260,9 +302,26 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
     int lineno = 0, parsed = 0;
     ms_status st = MS_OK;
     *no_header = 0;
-    while (st == MS_OK && (len = getline(&line, &cap, f)) >= 0) {
+    line_reader *rd = malloc(sizeof *rd);
+    if (!rd) {
+        fclose(f);
+        return ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    }
+    rd->f = f, rd->pos = rd->end = 0;
+    while (st == MS_OK && (len = read_line(rd, &line, &cap)) != -1) {
         lineno++;
         snprintf(where, sizeof where, "%s:%d", path, lineno);
+        if (len == -2) {
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s: a line longer than %d MiB: not an event log (its lines are "
+                          "short)",
+                          where, TRACE_LINE_MAX >> 20);
+            break;
+        }
+        if (len < 0) {
+            st = ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+            break;
+        }
         if (blank(line, len)) continue;
         int last = line[len - 1] != '\n';
         if (memchr(line, '\0', (size_t)len)) {
@@ -296,6 +355,7 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
     if (st == MS_OK && ferror(f)) st = ms_error(MS_ERR_IO, "%s: read: %s", path, strerror(errno));
     if (st == MS_OK && !parsed && !*no_header) *no_header = TRACE_NO_HEADER;
     free(line);
+    free(rd);
     fclose(f);
     return st;
 }

@@ -1560,6 +1560,15 @@ def test_nul_logs(root):
     rc, so, se = run("trace", "merge", d)
     ok(rc == 3 and f"{p1}:2: the header must be (only) the first line" in se,
        "a log whose first line after blank ones is not a header fails", f"rc={rc}\n{se}")
+    # a line of 40 MiB without a newline (a foreign or damaged file): refused naming file:line,
+    # without holding it in memory (getline read all of it, a multi-GB line all of memory)
+    with open(p1, "wb") as f:
+        f.write(text)
+        f.write(b"x" * (40 << 20))
+    rc, so, se = run("trace", "merge", d)
+    ok(rc == 3 and f"{p1}:{tail}: a line longer than 16 MiB" in se,
+       "a 40 MiB line is refused naming file:line", f"rc={rc}\n{se[-500:]}")
+    os.remove(p1)
 
 
 def run_bytes(args, timeout=60):
