@@ -186,7 +186,16 @@ static ms_status write_config_json(const gpt_config *c, ckpt_st_dtype dtype, con
              c->vocab, c->seq_max, c->seq_max, c->n_embd, c->n_layer, c->n_head,
              c->vocab > 50256 ? 50256 : c->vocab - 1, c->vocab > 50256 ? 50256 : c->vocab - 1,
              dtype == CKPT_ST_BF16 ? "bfloat16" : "float32");
-    return ms_error_wrap(ms_file_write_atomic(cfg, text, strlen(text)), "weights' config.json");
+    if (ms_file_write_atomic(cfg, text, strlen(text)) == MS_OK) return MS_OK;
+    /* the weights are in place: the config.json of the weights they
+     * replaced (the failed write left it whole) must not stay beside them,
+     * or from_pretrained builds that model and fills it with these */
+    char why[512];
+    snprintf(why, sizeof why, "%s", ms_errmsg());
+    int gone = unlink(cfg) == 0 || errno == ENOENT;
+    return ms_error(MS_ERR_IO, "%s: the weights are written, but not their config.json (%s)%s",
+                    path, why,
+                    gone ? "" : "; the one there, of other weights, could not be removed either");
 }
 
 ms_status ckpt_hf_finish(ckpt_st_writer *w, const gpt_config *c, ckpt_st_dtype dtype,
@@ -306,12 +315,25 @@ static void fmt_shape(char *buf, size_t n, const int64_t *shape, int ndim) {
     if ((size_t)k < n) snprintf(buf + k, n - (size_t)k, ")");
 }
 
+/* 1 if nm is HF's causal-mask buffer of one of the model's layers:
+ * exactly h.I.attn.bias or h.I.attn.masked_bias, I < n_layer.  (Any name
+ * holding ".attn.bias" was skipped before: a layer the model has not, or
+ * junk.attn.bias.x, loaded without a word.) */
+static int mask_buffer(const char *nm, int n_layer) {
+    if (strncmp(nm, "h.", 2)) return 0;
+    const char *p = nm + 2;
+    if (*p < '0' || *p > '9' || (*p == '0' && p[1] >= '0' && p[1] <= '9')) return 0;
+    long i = 0;
+    for (; *p >= '0' && *p <= '9' && i <= INT_MAX; p++)
+        i = i * 10 + (*p - '0');
+    return i < n_layer && (!strcmp(p, ".attn.bias") || !strcmp(p, ".attn.masked_bias"));
+}
+
 /* Check every file tensor is known to the model (or the tied lm_head). */
 static ms_status check_extra(gpt_model *m, const weights_file *f, const char *path) {
     for (int i = 0; i < wf_count(f); i++) {
         const char *nm = strip_prefix(wf_get(f, i)->name);
-        if (!strcmp(nm, "lm_head.weight") || strstr(nm, ".attn.bias") ||
-            strstr(nm, ".attn.masked_bias"))
+        if (!strcmp(nm, "lm_head.weight") || mask_buffer(nm, gpt_get_config(m)->n_layer))
             continue; /* tied head; HF's causal-mask buffers */
         if (gpt_find(m, nm) < 0 && !gpt_tensor_elsewhere(m, nm))
             return ms_error(MS_ERR_FORMAT,
@@ -333,14 +355,33 @@ static ms_status check_extra(gpt_model *m, const weights_file *f, const char *pa
  * the same dtype, its bytes.  One of its own (an untied model) cannot be
  * held: the model's output head is wte, and ignoring the file's head would
  * load another model than the file's. */
+/* 1 if the bf16 tensor b holds the f32 tensor f rounded to bf16 (a tied
+ * head saved in the other precision); the shapes are equal. */
+static int same_rounded(const ckpt_st_tensor *f, const ckpt_st_tensor *b) {
+    size_t n = f->nbytes / 4;
+    if (b->nbytes != 2 * n) return 0;
+    for (size_t i = 0; i < n; i++) {
+        float x;
+        uint16_t y;
+        memcpy(&x, (const char *)f->data + 4 * i, 4);
+        memcpy(&y, (const char *)b->data + 2 * i, 2);
+        if (ms_f32_to_bf16(x) != y) return 0;
+    }
+    return 1;
+}
+
 static ms_status check_head(const weights_file *f, const char *path) {
     const ckpt_st_tensor *h = find_tensor(f, "lm_head.weight"), *w = find_tensor(f, "wte.weight");
     if (!h || !w) return MS_OK;
     int shape = h->ndim == w->ndim && h->shape[0] == w->shape[0] &&
                 (h->ndim < 2 || h->shape[1] == w->shape[1]);
-    if (shape &&
-        (h->dtype != w->dtype || (h->nbytes == w->nbytes && !memcmp(h->data, w->data, h->nbytes))))
-        return MS_OK;
+    /* the same bytes, or in f32 and bf16 the one the other rounded (before,
+     * any head in another dtype passed: an untied model loaded as a tied one) */
+    int same = h->dtype == w->dtype ? h->nbytes == w->nbytes && !memcmp(h->data, w->data, h->nbytes)
+               : h->dtype == CKPT_ST_BF16 && w->dtype == CKPT_ST_F32 ? same_rounded(w, h)
+               : h->dtype == CKPT_ST_F32 && w->dtype == CKPT_ST_BF16 ? same_rounded(h, w)
+                                                                     : 0;
+    if (shape && same) return MS_OK;
     return ms_error(MS_ERR_FORMAT,
                     "%s: '%s' %s '%s': an output head of its own (an untied model), which this "
                     "model cannot hold (its head is wte, tied as in GPT-2)",
@@ -431,7 +472,9 @@ static ms_status meta_int(const weights_file *f, const char *path, const char *k
     char *end = NULL;
     errno = 0;
     long x = strtol(v, &end, 10);
-    if (end == v || *end || errno || x < INT_MIN || x > INT_MAX)
+    /* digits only, a '-' at most (strtol also took " +1") */
+    int plain = (v[0] == '-' ? v[1] : v[0]) >= '0' && (v[0] == '-' ? v[1] : v[0]) <= '9';
+    if (!plain || end == v || *end || errno || x < INT_MIN || x > INT_MAX)
         return ms_error(MS_ERR_FORMAT, "%s: metadata %s = '%.40s' is not an integer", path, key, v);
     *out = (int)x;
     return MS_OK;
@@ -447,17 +490,36 @@ ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg)
         st = ms_error(MS_ERR_FORMAT, "%s: no 2-D wte.weight / wpe.weight: not GPT-2 weights", path);
         goto out;
     }
+    /* shapes past int are no model's (cut to int, [2^32 + 16, 0] read as 16) */
+    if (wte->shape[0] > INT_MAX || wte->shape[1] > INT_MAX || wpe->shape[0] > INT_MAX) {
+        st = ms_error(MS_ERR_FORMAT, "%s: wte.weight / wpe.weight has a dimension past 2^31", path);
+        goto out;
+    }
     memset(cfg, 0, sizeof *cfg);
     cfg->vocab = (int)wte->shape[0];
     cfg->n_embd = (int)wte->shape[1];
     cfg->seq_max = (int)wpe->shape[0];
+    /* the layers the file holds: h.I.ln_1.weight of the model's width each */
     int L = 0;
     char nm[64];
     for (;; L++) {
         snprintf(nm, sizeof nm, "h.%d.ln_1.weight", L);
-        if (!find_tensor(f, nm)) break;
+        const ckpt_st_tensor *t = find_tensor(f, nm);
+        if (!t) break;
+        if (t->ndim != 1 || t->shape[0] != cfg->n_embd) {
+            st = ms_error(MS_ERR_FORMAT, "%s: %s is not a vector of the width %d (wte's)", path,
+                          t->name, cfg->n_embd);
+            goto out;
+        }
     }
     st = meta_int(f, path, "n_layer", L, &cfg->n_layer);
+    /* the metadata may not promise more (or fewer) layers than the file
+     * holds: the model is built from it before the tensors are read (a
+     * 271 KB file saying 1024 layers built 495 MB of model first) */
+    if (st == MS_OK && cfg->n_layer != L)
+        st = ms_error(MS_ERR_FORMAT,
+                      "%s: metadata n_layer = %d, but the file holds %d layer(s) (h.0 .. h.%d)",
+                      path, cfg->n_layer, L, L - 1);
     int hh = heads_hint > 0 ? heads_hint : (cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1);
     if (st == MS_OK) st = meta_int(f, path, "n_head", hh, &cfg->n_head);
     if (st != MS_OK) goto out;

@@ -124,6 +124,17 @@ def test_checkpoint_as_weights(d, w, val, train, ck):
            f"{args[0]}: a plain directory as weights is named", err)
 
 
+def rewrite_safetensors(src, dst, edit):
+    """dst: src's safetensors with its header (a dict) changed by edit(header, data) in place;
+    the data kept (the bytes edit returns appended: an added tensor's)."""
+    raw = open(src, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    head, data = json.loads(raw[8:8 + n]), raw[8 + n:]
+    data += edit(head, data) or b""
+    text = json.dumps(head).encode()
+    open(dst, "wb").write(struct.pack("<Q", len(text)) + text + data)
+
+
 def test_bad_input(d, w, val, train, ck):
     """Every subcommand: a wrong flag, a missing value, an out-of-range
     number, a missing / empty / truncated input, a directory where a file
@@ -137,6 +148,41 @@ def test_bad_input(d, w, val, train, ck):
     trunc_w = os.path.join(d, "trunc.safetensors")
     raw = open(w, "rb").read()
     open(trunc_w, "wb").write(raw[:len(raw) // 2])
+    # weights whose metadata promise 1024 layers (the model was built, 495 MB, before the
+    # tensors were found missing), " +1" as a number, and a mask buffer of a layer the model
+    # has not (any name with ".attn.bias" was skipped)
+    many_w, plus_w, mask_w = (os.path.join(d, n) for n in ("many.safetensors",
+                                                           "plus.safetensors",
+                                                           "mask.safetensors"))
+    rewrite_safetensors(w, many_w, lambda h, _: h["__metadata__"].update(n_layer="1024"))
+    rewrite_safetensors(w, plus_w, lambda h, _: h["__metadata__"].update(n_head=" +2"))
+
+    def add_mask(h, _):
+        end = max(t["data_offsets"][1] for k, t in h.items() if k != "__metadata__")
+        h["h.7.attn.bias"] = {"dtype": "F32", "shape": [1], "data_offsets": [end, end + 4]}
+        return b"\0" * 4
+    rewrite_safetensors(w, mask_w, add_mask)
+
+    def add_head(h, data, rounded):  # a bf16 lm_head: wte rounded (tied), or another one
+        t = h["wte.weight"]
+        assert t["dtype"] == "F32"
+        a, b = t["data_offsets"]
+        vals = struct.unpack(f"<{(b - a) // 4}f", data[a:b])
+        if not rounded:
+            vals = [v * 0.5 + 0.01 for v in vals]
+        out = bytearray()
+        for v in vals:  # round to nearest even, as the writer does
+            u = struct.unpack("<I", struct.pack("<f", v))[0]
+            out += struct.pack("<H", ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF)
+        end = len(data)
+        h["lm_head.weight"] = {"dtype": "BF16", "shape": t["shape"],
+                               "data_offsets": [end, end + len(out)]}
+        return bytes(out)
+    tied_w, untied_w = os.path.join(d, "tied.safetensors"), os.path.join(d, "untied.safetensors")
+    rewrite_safetensors(w, tied_w, lambda h, data: add_head(h, data, True))
+    rewrite_safetensors(w, untied_w, lambda h, data: add_head(h, data, False))
+    rc, _, err = run("sample", "--tokens", "2", "--weights", tied_w)
+    ok(rc == 0, "a bf16 lm_head that is wte rounded (tied) loads", err)
     nope = os.path.join(d, "nonexistent")
     ev = os.path.join(d, "tr", "events_r00000.jsonl")
     bad_ck = os.path.join(d, "ck_damaged")  # its one commit's manifest is not JSON
@@ -199,6 +245,10 @@ def test_bad_input(d, w, val, train, ck):
         # a token shard as weights: named as one (it was "header length N exceeds ...")
         *[([*c, "--weights", train], [f"--weights: {train}: not a safetensors file: it is a token "
                                       "shard (magic 20240520)"]) for c in (SA, EV)],
+        ([*SA, "--weights", many_w], [f"{many_w}: metadata n_layer = 1024, but the file holds"]),
+        ([*SA, "--weights", plus_w], [f"{plus_w}: metadata n_head = ' +2' is not an integer"]),
+        ([*SA, "--weights", mask_w], [f"{mask_w}: tensor 'h.7.attn.bias' is not part of this model"]),
+        ([*SA, "--weights", untied_w], [f"{untied_w}: 'lm_head.weight' differs from 'wte.weight'"]),
         # train's --init-from file: its errors name the option, as sample's and eval's --weights
         ([*TR, "--init-from", nope], [f"--init-from: {nope}"]),
         ([*TR, "--init-from", trunc_w], [f"--init-from: {trunc_w}", "truncated"]),
