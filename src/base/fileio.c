@@ -44,7 +44,7 @@ ms_status ms_file_size(const char *path, uint64_t *size) {
 /* Reads until EOF (the size from fstat is only a first guess, so files that
  * report size 0, like those in /proc, also work).  *data is NUL-terminated. */
 ms_status ms_file_read_all(const char *path, char **data, size_t *len) {
-    return ms_file_read_max(path, SIZE_MAX / 2, data, len);
+    return ms_file_read_max(path, MS_FILE_READ_ALL_MAX, data, len);
 }
 
 ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *len) {

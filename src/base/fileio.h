@@ -16,9 +16,15 @@
 /* Size of a regular file. */
 ms_status ms_file_size(const char *path, uint64_t *size);
 
+/* The most ms_file_read_all reads: none of the files read whole (a
+ * manifest, a tokenizer, a state, a dump) comes near it, and a stream
+ * given by mistake (/dev/zero, a multi-GB data shard) ends in an error
+ * naming it, not in all of memory. */
+#define MS_FILE_READ_ALL_MAX ((size_t)1 << 30)
 /* Read a whole file into a malloc'd buffer (caller frees); a NUL byte is
  * appended (not counted in *len) so text can be parsed in place.  A
- * directory is MS_ERR_ARG, "PATH is a directory, not a file". */
+ * directory is MS_ERR_ARG, "PATH is a directory, not a file"; one larger
+ * than MS_FILE_READ_ALL_MAX MS_ERR_FORMAT, "PATH: larger than N bytes". */
 ms_status ms_file_read_all(const char *path, char **data, size_t *len);
 /* The same for a file that must hold at most max bytes (a config file):
  * more is MS_ERR_FORMAT naming the file and the limit, without reading
