@@ -33,6 +33,7 @@ static const char *const kinds[] = {
     "io:eio-fsync-shard",
     "io:enospc-manifest",
     "io:eio-fsync-manifest",
+    "io:eio-fsync-commit",
     "io:noexchange",
     "signal:term",
     "diag:gemm",
@@ -134,7 +135,7 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
             "stage2:mid-shard, stage2:after-shard, stage2:after-manifest, "
             "stage2:after-commit, stage2:flip-shm, stage2:slow=MS, io:enospc-shard, "
             "io:eio-fsync-shard, io:enospc-manifest, io:eio-fsync-manifest, "
-            "io:noexchange, signal:term, the self-test's diag:gemm, diag:nan, diag:memory, "
+            "io:eio-fsync-commit, io:noexchange, signal:term, the self-test's diag:gemm, diag:nan, diag:memory, "
             "diag:comm, "
             "diag:storage, diag:slow, diag:blip, or "
             "random=SEED/N/MAXSTEP/WORLD)",

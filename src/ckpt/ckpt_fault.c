@@ -22,6 +22,8 @@
  *   io:eio-fsync-shard    the shard's fsync fails with EIO
  *   io:enospc-manifest    the manifest write fails with ENOSPC
  *   io:eio-fsync-manifest the manifest's fsync fails with EIO
+ *   io:eio-fsync-commit   the fsync of the checkpoint directory after the commit
+ *                         rename fails with EIO (the commit stands, with a warning)
  *   io:noexchange         the commit over an older directory of its step finds
  *                         no atomic exchange (RENAME_EXCHANGE: EINVAL, as on NFS)
  *   signal:term           SIGTERM to this process after step STEP (a clean,

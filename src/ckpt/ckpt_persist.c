@@ -380,7 +380,16 @@ ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep
             return ms_error(MS_ERR_IO, "%s: exchange with %s: %s", staging, final, strerror(errno));
         }
     }
-    MS_TRY(fsync_dir(root));
+    /* the rename is done: step N is committed and loads, whatever the
+     * directory's fsync says (before, its failure was reported as "NOT
+     * committed", and the commit was neither counted nor pruned after) */
+    ms_status synced = ckpt_fault_hits(fault, "io:eio-fsync-commit", step, fault_first)
+                           ? ms_error(MS_ERR_IO, "%s: fsync directory: %s", root, strerror(EIO))
+                           : fsync_dir(root);
+    if (synced != MS_OK)
+        ms_warn("checkpoint: step %d is committed (%s is in place), but %s: a crash or power loss "
+                "before the file system writes the directory back may undo the commit",
+                step, final, ms_errmsg());
     ckpt_fault_kill(fault, "stage2:after-commit", step, fault_first);
     snprintf(latest, sizeof latest, "%s/latest", root);
     int n = snprintf(text, sizeof text, "step_%08d\n", step);

@@ -216,6 +216,18 @@ def io_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
         ok(not os.path.exists(step_dir(root, 10)) and not leftovers(root) and
            all(verify(step_dir(root, s)) for s in (5, 15, 20)),
            f"{point}: no step 10, no leftovers, the other commits valid", str(os.listdir(root)))
+    # the directory's fsync after the commit rename fails: the commit stands (it was reported
+    # "NOT committed" while step_10 was in place), with a warning, and the run is unaffected
+    root = ws.path("io_eio_fsync_commit")
+    m = ws.path("io.jsonl")
+    r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5",
+                              "--metrics", m), fault="io:eio-fsync-commit@10")
+    ok(r.returncode == 0 and "step 10 is committed" in r.stderr and
+       "Input/output error" in r.stderr and "NOT committed" not in r.stderr,
+       "io:eio-fsync-commit: the commit stands, with a warning", r.stderr)
+    ok(losses(m) == losses(ref20_m) and not leftovers(root) and
+       all(verify(step_dir(root, s)) for s in (10, 15, 20)),
+       "io:eio-fsync-commit: training unaffected, step 10 committed", str(os.listdir(root)))
     # the final checkpoint fails: exit non-zero, the previous commit stays
     root = ws.path("final_eio")
     r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", root, "--ckpt-every", "5"),
