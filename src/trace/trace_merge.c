@@ -90,12 +90,15 @@ static void nested_offsets(const trace_log *l, const int *idx, int n, int64_t *o
     int64_t end = 0; /* global end of the last outermost span */
     for (int i = 0; i < n; i++) {
         const trace_span *s = &l->spans[idx[i]];
+        /* the spans ended by now leave the stack first, also before a mark
+         * (which took an ended span's offset: its own clock's, if it moved
+         * between them, was lost) */
+        while (top && l->spans[stack[top - 1]].t1 <= s->t0)
+            top--;
         if (s->flags & TRACE_IS_MARK) {
             off[idx[i]] = top ? off[stack[0]] : trace_log_offset(l, s->t0);
             continue;
         }
-        while (top && l->spans[stack[top - 1]].t1 <= s->t0)
-            top--;
         if (top) {
             off[idx[i]] = off[stack[0]];
         } else {

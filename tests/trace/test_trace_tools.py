@@ -216,6 +216,27 @@ def test_merge_clock_step(d):
        f"{s} {f}")
 
 
+def test_merge_mark_after_span(d):
+    """A mark after a span of its lane has ended, the clock's offset changed between them:
+    the mark takes its own time's offset.  It took the ended span's (the span was still on
+    the nesting stack): 5 us early here."""
+    header = dict(type="header", version=1, rank=0, world=1, host="h", pid=1, mono_ns=0,
+                  wall_ns=1_700_000_000 * 10**9)
+    lines = [header, dict(type="clock", mono_ns=0, offset_ns=0, err_ns=0),
+             dict(type="span", name="step", lane="compute", t0=1_000, t1=100_000, step=1),
+             dict(type="clock", mono_ns=120_000, offset_ns=5_000, err_ns=0),
+             dict(type="mark", name="ckpt", lane="compute", t=150_000)]
+    with open(os.path.join(d, "events_r00000.jsonl"), "w") as f:
+        f.write("\n".join(json.dumps(x) for x in lines) + "\n")
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    ev = json.load(open(out))["traceEvents"] if rc == 0 else []
+    marks = [e for e in ev if e.get("name") == "ckpt"]
+    spans = [e for e in ev if e.get("name") == "step" and e.get("ph") == "X"]
+    ok(rc == 0 and len(marks) == 1 and abs(marks[0]["ts"] - spans[0]["ts"] - 154.0) < 1e-3,
+       "a mark after an ended span takes its own clock offset", f"{marks} {spans}\n{se}")
+
+
 def test_merge_no_clock(d):
     """Rank 1 of 3 has no clock lines and its host's monotonic clock is an
     hour ahead: it is aligned by the wall clock to a rank with clock lines
@@ -1657,6 +1678,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
                          ("merge_no_clock", test_merge_no_clock),
+                         ("merge_mark_after_span", test_merge_mark_after_span),
                          ("merge_rotated_p2p", test_merge_rotated_p2p),
                          ("stragglers", test_stragglers), ("rotated", test_rotated),
                          ("unscored", test_unscored),
