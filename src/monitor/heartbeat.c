@@ -69,29 +69,37 @@ static ms_status parse_addr(mon_heartbeat *hb, const char *addr) {
     return MS_OK;
 }
 
-/* A connected socket, or -1 (errno set) within HB_CONNECT_S. */
+/* A connected socket, or -1 (errno set), within HB_CONNECT_S an address. */
 static int dial(const mon_heartbeat *hb) {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
     if (getaddrinfo(hb->host, hb->port, &hints, &res) != 0 || !res) {
         errno = EHOSTUNREACH;
         return -1;
     }
-    int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    int rc = fd < 0 ? -1 : connect(fd, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    if (fd >= 0 && rc != 0 && errno == EINPROGRESS) {
-        struct pollfd p = {fd, POLLOUT, 0};
-        int err = 0;
-        socklen_t len = sizeof err;
-        if (poll(&p, 1, (int)(HB_CONNECT_S * 1000)) == 1 &&
-            getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
-            rc = 0;
-        else
-            errno = err ? err : ETIMEDOUT;
+    /* every address the name has, in order (a name whose first is ::1
+     * while the driver listens on 127.0.0.1 was never reached) */
+    int fd = -1, e = ECONNREFUSED;
+    for (const struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        int rc = fd < 0 ? -1 : connect(fd, a->ai_addr, a->ai_addrlen);
+        if (fd >= 0 && rc != 0 && errno == EINPROGRESS) {
+            struct pollfd p = {fd, POLLOUT, 0};
+            int err = 0;
+            socklen_t len = sizeof err;
+            if (poll(&p, 1, (int)(HB_CONNECT_S * 1000)) == 1 &&
+                getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0)
+                rc = 0;
+            else
+                errno = err ? err : ETIMEDOUT;
+        }
+        if (rc != 0) {
+            e = errno;
+            if (fd >= 0) close(fd);
+            fd = -1;
+        }
     }
-    if (rc != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    if (fd < 0) {
         errno = e;
         return -1;
     }
