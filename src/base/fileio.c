@@ -261,6 +261,23 @@ void ms_file_unmap(const void *data, size_t len) {
 
 /* ---- atomic writer ---------------------------------------------------- */
 
+/* What a path that is neither a regular file nor a directory is, or NULL. */
+static const char *special_kind(const struct stat *sb) {
+    return S_ISCHR(sb->st_mode)                           ? "a character device"
+           : S_ISBLK(sb->st_mode)                         ? "a block device"
+           : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
+           : S_ISSOCK(sb->st_mode)                        ? "a socket"
+           : S_ISREG(sb->st_mode) || S_ISDIR(sb->st_mode) ? NULL
+                                                          : "not a regular file";
+}
+
+static ms_status refuse_special(const char *path, const char *kind) {
+    return ms_error(MS_ERR_ARG,
+                    "%s is %s, not a regular file: this output is written whole and renamed "
+                    "into place, which would replace it (give a file name)",
+                    path, kind);
+}
+
 ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     af->f = NULL;
     af->path[0] = '\0';
@@ -271,6 +288,9 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     struct stat sb; /* the rename would fail at the end, after all the writing */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return ms_error(MS_ERR_ARG, "%s is a directory, not a file (give a file name in it)", path);
+    /* the rename would replace a device or a FIFO by a file (before, `ckpt
+     * export --out /dev/null` as root replaced /dev/null) */
+    if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
     strcpy(af->path, path);
     snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%ld", path, (long)getpid());
     af->f = fopen(af->tmp, "wbe");
@@ -441,6 +461,13 @@ static ms_status check_dir_makes_files(const char *path, const char *dir) {
                         "%s: directory '%s' is on %s, a kernel pseudo file system: no file can "
                         "be made there",
                         path, dir, fs);
+    return MS_OK;
+}
+
+ms_status ms_path_check_replaceable(const char *path) {
+    MS_TRY(ms_path_check_writable(path, 0));
+    struct stat sb;
+    if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
     return MS_OK;
 }
 

@@ -79,6 +79,11 @@ ms_status ms_mkdirs(const char *path);
  * pseudo file system (/proc, /sys, ...) is not, even for root.  MS_ERR_ARG
  * naming the path and the directory at fault. */
 ms_status ms_path_check_writable(const char *path, int is_dir);
+/* ms_path_check_writable(path, 0) for a file written whole and renamed
+ * into place (ms_atomic_open): an existing path that is not a regular file
+ * (a device such as /dev/null, a FIFO, a socket) is refused too, since the
+ * rename would replace it (as root, /dev/null itself). */
+ms_status ms_path_check_replaceable(const char *path);
 
 /* Expand a glob pattern into a sorted list of paths (caller frees with
  * ms_paths_free).  No match is MS_ERR_NOTFOUND naming the pattern. */

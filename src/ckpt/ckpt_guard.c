@@ -183,7 +183,8 @@ static ms_status out_common(const char *out, int is_dir, const char *tool) {
                         "there could replace its commits: choose another place; nothing was "
                         "written",
                         tool, out, parent, what);
-    ms_status st = ms_path_check_writable(out, is_dir); /* not at the end, after the work */
+    /* not at the end, after the work; a file is renamed into place: no device or FIFO */
+    ms_status st = is_dir ? ms_path_check_writable(out, 1) : ms_path_check_replaceable(out);
     return st == MS_OK ? MS_OK : ms_error_wrap(st, "%s: --out", tool);
 }
 

@@ -305,6 +305,8 @@ static ms_status check_tokenizer_out(const data_config *dc, const inputs *in) {
         ms_status st = ms_path_check_writable(dc->out, 0);
         return st == MS_OK ? MS_OK : ms_error_wrap(st, "--out");
     }
+    /* a device or a FIFO: no --force helps (the file renamed over it would replace it) */
+    if (!S_ISREG(o.st_mode)) return ms_error_wrap(ms_path_check_replaceable(dc->out), "--out");
     MS_TRY(opts_check_output(data_opts, N_DATA_OPTS, dc, "--out", dc->out, NULL));
     for (int i = 0; i < in->n; i++)
         for (int k = 0; k < in->v[i].n_paths; k++)

@@ -94,7 +94,7 @@ static void compute_to_cluster(const measure_cli *o, const diag_costs *d, plan_c
 
 /* What cannot be written: said before measuring, not after it. */
 static ms_status check_paths(const measure_cli *o) {
-    ms_status st = ms_path_check_writable(o->out, 0);
+    ms_status st = ms_path_check_replaceable(o->out);
     if (st != MS_OK) return ms_error_wrap(st, "--out");
     if (ms_path_is_input(o->out, o->base, NULL, 0))
         return ms_error(MS_ERR_ARG,

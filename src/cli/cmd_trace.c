@@ -71,7 +71,7 @@ static ms_status check_output(const trace_cli *o, const char *opt, const char *p
     static const char *const read[] = {"events_r*.jsonl", "events_r*.jsonl.1", "hang_r*.json",
                                        "hang_driver.json", NULL};
     char match[4400];
-    ms_status st = ms_path_check_writable(path, 0);
+    ms_status st = ms_path_check_replaceable(path); /* written whole, renamed into place */
     if (st != MS_OK) return ms_error_wrap(st, "%s", opt);
     if (ms_path_in_dir(path, dir, read, match, sizeof match))
         return ms_error(MS_ERR_ARG,

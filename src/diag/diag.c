@@ -44,7 +44,7 @@ ms_status diag_config_check(const diag_config *c) {
                         "--history %s is a directory: --history takes a file (JSON lines), "
                         "--history-dir DIR one file a node in DIR",
                         c->history);
-    ms_status st = c->history && *c->history ? ms_path_check_writable(c->history, 0) : MS_OK;
+    ms_status st = c->history && *c->history ? ms_path_check_replaceable(c->history) : MS_OK;
     if (st != MS_OK) /* its directory missing: passing results would not be kept */
         return ms_error_wrap(st, "--history");
     if (c->history && *c->history) MS_TRY(diag_history_check(c->history));

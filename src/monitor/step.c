@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/events.h"
 #include "base/fileio.h"
@@ -196,6 +197,8 @@ static void metrics_close(void *ctx) {
 static ms_status trim_metrics(const char *path, int keep) {
     char *text = NULL;
     size_t len = 0;
+    struct stat sb; /* a device or a FIFO (--metrics /dev/stdout) holds no lines to keep */
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return MS_OK;
     if (ms_file_read_all(path, &text, &len) != MS_OK) return MS_OK; /* nothing to keep */
     ms_atomic_file af;
     ms_status st = ms_atomic_open(&af, path);

@@ -446,7 +446,8 @@ static ms_status check_outputs(trainer *t) {
     };
     for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
         if (out[i].here && out[i].path && *out[i].path &&
-            ms_path_check_writable(out[i].path, out[i].is_dir) != MS_OK)
+            (i == 0 ? ms_path_check_replaceable(out[i].path) /* the weights: renamed into place */
+                    : ms_path_check_writable(out[i].path, out[i].is_dir)) != MS_OK)
             return ms_error_wrap(MS_ERR_ARG, "%s", out[i].opt);
     MS_TRY(ckpt_hf_dtype_parse(tc->save_dtype, &t->save_dtype));
     if (t->rank == 0 && !(tc->save_weights && *tc->save_weights) &&

@@ -10,6 +10,7 @@ Environment: MS_BIN (the binary)."""
 import json
 import os
 import shutil
+import stat
 import struct
 import subprocess
 import sys
@@ -417,6 +418,42 @@ def test_bad_input(d, w, val, train, ck):
        str(os.listdir(adir)))
 
 
+def test_special_outputs(d, w, train, ck):
+    """An output written whole and renamed into place (weights, an export, a tokenizer, a
+    merged trace, a cluster file, a diag history) is refused, before any work, when the path
+    is a FIFO or a character device: the rename replaced it (as root, `ckpt export --out
+    /dev/null` replaced /dev/null by a file).  Appended outputs (--log-file, --metrics) still
+    take /dev/null."""
+    fifo = os.path.join(d, "fifo")
+    os.mkfifo(fifo)
+    specials = [(fifo, "a FIFO")]
+    dev = os.path.join(d, "nulldev")
+    try:  # a copy of /dev/null (root may make one; others skip this part)
+        os.mknod(dev, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        specials.append((dev, "a character device"))
+    except (PermissionError, OSError):
+        pass
+    tr_dir = os.path.join(d, "tr")
+    for path, kind in specials:
+        for args in (["ckpt", "export", ck, "--out", path],
+                     ["data", "tokenizer-train", "--input", train, "--out", path, "--force", "1",
+                      "--vocab-size", "300"],
+                     ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir",
+                      "none", "--save-weights", path],
+                     ["trace", "merge", tr_dir, "-o", path],
+                     ["diag", "--history", path, "--gemm-n", "16"]):
+            rc, out, err = run_capped(args, cwd=d)
+            ok(rc == 2 and f"{path} is {kind}, not a regular file" in err,
+               f"{args[0]} {args[1]}: an output that is {kind} is refused", f"rc={rc}\n{err}")
+        st = os.stat(path, follow_symlinks=False)
+        ok((stat.S_ISFIFO if kind == "a FIFO" else stat.S_ISCHR)(st.st_mode),
+           f"{kind} left as it was", oct(st.st_mode))
+    rc, out, err = run_capped(["train", "--train-data", train, *TINY, "--steps", "1",
+                               "--trace-dir", "none", "--metrics", "/dev/null", "--log-file",
+                               "/dev/null"], cwd=d)
+    ok(rc == 0, "--metrics and --log-file /dev/null (appended) still work", err[-800:])
+
+
 def test_config_as_output(d, train, ck):
     """An output of a command that is its own --config file (or a file the
     command writes into an output directory): exit 2 naming the option, the
@@ -716,6 +753,7 @@ def main():
         test_json_flags(d, (w, val))
         test_checkpoint_as_weights(d, w, val, train, ck)
         test_bad_input(d, w, val, train, ck)
+        test_special_outputs(d, w, train, ck)
         test_config_as_output(d, train, ck)
         test_other_flags(d, train, ck)
         test_input_handling(d, train)
