@@ -270,12 +270,26 @@ ms_status comm_world_finalize(comm_world *w) {
     char pmsg[COMM_MSG_MAX];
     snprintf(pmsg, sizeof pmsg, "%s", w->poison_msg);
     pthread_mutex_unlock(&w->mu);
+    char busy[256] = "communication thread did not stop";
+    if (!joined) { /* the op it is still in: one started and never waited, named */
+        pthread_mutex_lock(&w->mpi_mu);
+        if (w->nactive > 0 && w->active[0])
+            snprintf(busy, sizeof busy,
+                     "communication thread did not stop: %d op(s) still in flight, the first "
+                     "%s on group '%s', started %.1f s ago (an op started and never waited?)",
+                     w->nactive, comm_kind_name(w->active[0]->kind),
+                     w->active[0]->g ? w->active[0]->g->name : "?",
+                     ms_now() - w->active[0]->t_start);
+        pthread_mutex_unlock(&w->mpi_mu);
+    }
     if (broken || !joined) {
         /* A timed-out request is still inside MPI: MPI_Finalize would wait
          * for the missing rank forever.  Leave MPI alone; the caller exits.
-         * (The staging buffers still in the pool are safe to free.) */
-        comm_board_free(w);
+         * (The staging buffers still in the pool are safe to free.)  A
+         * thread that did not stop still beats on the board: it stays
+         * mapped (unmapped under it, its next beat was a SIGSEGV). */
         if (joined) {
+            comm_board_free(w);
             comm_world_free_stage(w);
             comm_group_free_struct(w->world_group);
             comm_world_free_struct(w);
@@ -283,7 +297,7 @@ ms_status comm_world_finalize(comm_world *w) {
         return ms_error(broken ? pcode : MS_ERR_INTERNAL,
                         "comm_world_finalize: world is broken, MPI not finalized (exit the "
                         "process): %s",
-                        broken ? pmsg : "communication thread did not stop");
+                        broken ? pmsg : busy);
     }
     MPI_Comm_free(&w->world_group->comm);
     comm_group_free_struct(w->world_group);
