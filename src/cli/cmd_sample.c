@@ -215,9 +215,10 @@ static ms_status run_sample(const sample_config *sc) {
         ctx[n++] = eot;
     } else if (n == 0) {
         st = ms_error(MS_ERR_ARG,
-                      "the --prompt holds no token id (--tokenizer ids: ids separated by spaces, "
-                      "e.g. --prompt '464 2068'): give the context to continue (before, id 0 was "
-                      "used without a word)");
+                      "the --prompt%s holds no token id (--tokenizer ids: ids separated by "
+                      "spaces, e.g. --prompt '464 2068'): give the context to continue (before, "
+                      "id 0 was used without a word)",
+                      sc->prompt && *sc->prompt ? "" : " (none given: the default, a newline,)");
         goto out;
     }
     fputs(prompt, stdout);

@@ -96,16 +96,16 @@ static ms_status next_file(data_docs *d, int *more) {
     const char *z = compressed((const unsigned char *)d->map, d->map_len);
     if (z)
         return ms_error(MS_ERR_FORMAT,
-                        "%s: a %s-compressed file: data prepare reads plain text and JSONL, not "
-                        "compressed files; decompress it first",
+                        "%s: a %s-compressed file: megascale data (prepare, tokenizer-train) reads "
+                        "plain text and JSONL, not compressed files; decompress it first",
                         d->path, z);
     int32_t magic = 0; /* a token shard (an earlier prepare's output in the input directory) */
     if (d->map_len >= sizeof magic) memcpy(&magic, d->map, sizeof magic);
     if (magic == DATA_SHARD_MAGIC || magic == DATA_SHARD_MAGIC_LLAMA3)
         return ms_error(MS_ERR_FORMAT,
-                        "%s: a token shard (magic %d), not text: data prepare reads plain text "
-                        "and JSONL; leave the shards out of --input (a directory's shards are "
-                        "read as text otherwise)",
+                        "%s: a token shard (magic %d), not text: megascale data (prepare, "
+                        "tokenizer-train) reads plain text and JSONL; leave the shards out of "
+                        "--input (a directory's shards are read as text otherwise)",
                         d->path, (int)magic);
     return MS_OK;
 }

@@ -27,7 +27,7 @@ typedef struct {
 typedef struct {
     uint64_t key;
     int64_t count;
-    int64_t delta; /* change during the current merge step */
+    int64_t delta; /* change of count during the current merge step */
     uint32_t *occ; /* words that contain (or once contained) the pair */
     uint32_t occ_n, occ_cap;
     uint32_t stamp; /* last step that touched it */
@@ -235,7 +235,11 @@ static ms_status pair_change(trainer *tr, uint64_t key, int64_t delta, uint32_t 
             return oom();
         tr->touched[tr->n_touched++] = p;
     }
-    pi->delta += delta;
+    /* weighted by the word's count, as count is: delta > 0 exactly when the
+     * count went up this step (unweighted, a gain in a frequent word and a
+     * loss in a rare one summed to <= 0, and the risen count got no heap
+     * entry; only a merge that reuses an id could do that) */
+    pi->delta += delta * (int64_t)tr->w_count[w];
     if (delta > 0) MS_TRY(occ_add(pi, w));
     return MS_OK;
 }

@@ -724,6 +724,11 @@ def test_nonfinite_weights(d, w, val):
     ok(rc == 6 and "the logits after 2 token(s) are not finite" in err,
        "sample: non-finite logits are an error (exit 6)", f"rc={rc}\n{out}\n{err}")
     rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--tokens", "3")
+    ok(rc == 2 and "the --prompt (none given: the default, a newline,) holds no token id" in err,
+       "sample --tokenizer ids without a prompt: a usage error naming the default",
+       f"rc={rc}\n{err}")
+    rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--prompt", " ",
+                       "--tokens", "3")
     ok(rc == 2 and "the --prompt holds no token id" in err,
        "sample --tokenizer ids without ids in the prompt: a usage error", f"rc={rc}\n{err}")
     rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--prompt", "5", "--tokens",
