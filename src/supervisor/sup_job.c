@@ -130,8 +130,8 @@ int sup_job_release(sup_job *j, const char *prog, char *why, size_t n) {
     ssize_t put;
     while ((put = write(j->gate_fd, "g", 1)) < 0 && errno == EINTR) {
     }
+    int e = put == 1 ? 0 : errno; /* before close() may change it */
     close(j->gate_fd);
-    int e = put == 1 ? 0 : errno;
     ssize_t got = 0;
     while (put == 1 && (got = read(j->exec_fd, &e, sizeof e)) < 0 && errno == EINTR) {
     }
