@@ -127,7 +127,8 @@ static ms_status parse_inputs(const opts_list *l, inputs *in) {
         d->name = name;
         d->weight = weighted ? w : 0;
         in->n++;
-        MS_TRY(list_inputs(name, &d->paths, &d->n_paths));
+        ms_status st = list_inputs(name, &d->paths, &d->n_paths);
+        if (st != MS_OK) return ms_error_wrap(st, "--input"); /* "--input: X*: no files match" */
     }
     for (int i = 0; i < in->n; i++)
         if ((in->v[i].weight > 0) != (in->v[0].weight > 0))

@@ -149,13 +149,19 @@ static ms_status comm_board_setup(comm_world *w, MPI_Comm node, int enable) {
     struct {
         int ok, leader;
         char name[56];
-    } msg = {0, w->rank, ""};
+        char why[sizeof b->why_off]; /* the leader's failure, for every rank's messages */
+    } msg = {0, w->rank, "", ""};
     if (nr == 0 && enable) {
         snprintf(msg.name, sizeof msg.name, "/megascale-comm-%d-%llx", (int)getpid(),
                  comm_now_ns() & 0xffffffffffULL);
         msg.ok = comm_board_map(b, msg.name, 1, ns, b->why_off, sizeof b->why_off) == 0;
+        snprintf(msg.why, sizeof msg.why, "%s", b->why_off);
     }
     rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, node);
+    /* the other ranks say why the leader failed (they said only "board
+     * disabled": taken for the option, where /dev/shm was full) */
+    if (rc == MPI_SUCCESS && nr != 0 && enable && !msg.ok && msg.why[0])
+        snprintf(b->why_off, sizeof b->why_off, "the host's first rank: %.100s", msg.why);
     int ok = rc == MPI_SUCCESS && msg.ok && enable, all_ok = 0, vis = 0, all_vis = 0;
     if (ok && nr != 0) ok = comm_board_map(b, msg.name, 0, ns, b->why_off, sizeof b->why_off) == 0;
     if (ok) comm_board_publish(w, nr);

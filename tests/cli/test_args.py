@@ -261,6 +261,8 @@ def test_bad_input(d, w, val, train, ck):
         ([*EV[:2], os.path.join(d, "nope*.bin"), *EV[3:], "--weights", w],
          [f"--val-data: {d}/nope*.bin: no files match"]),
         (["data", "inspect", empty], [empty, "not a token shard"]),
+        (["data", "prepare", "--input", os.path.join(d, "nope*.txt"), "--out",
+          os.path.join(d, "o0")], [f"--input: {d}/nope*.txt: no files match"]),
         (["data", "prepare", "--input", empty, "--out", os.path.join(d, "o1")],
          [empty, "input is empty"]),
         (["data", "prepare", "--input", nope, "--out", os.path.join(d, "o2")], [nope]),
