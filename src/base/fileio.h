@@ -16,10 +16,11 @@
 /* Size of a regular file. */
 ms_status ms_file_size(const char *path, uint64_t *size);
 
-/* The most ms_file_read_all reads: none of the files read whole (a
- * manifest, a tokenizer, a state, a dump) comes near it, and a stream
- * given by mistake (/dev/zero, a multi-GB data shard) ends in an error
- * naming it, not in all of memory. */
+/* The most ms_file_read_all reads: none of the files it reads whole (a
+ * tokenizer, a state, a dump, a history) comes near it, and a stream given
+ * by mistake (/dev/zero, a multi-GB data shard) ends in an error naming it,
+ * not in all of memory.  A run's own files that grow with its scale (a
+ * checkpoint manifest, the metrics) use ms_file_read_max without it. */
 #define MS_FILE_READ_ALL_MAX ((size_t)1 << 30)
 /* Read a whole file into a malloc'd buffer (caller frees); a NUL byte is
  * appended (not counted in *len) so text can be parsed in place.  A

@@ -271,8 +271,10 @@ ms_status comm_world_finalize(comm_world *w) {
     snprintf(pmsg, sizeof pmsg, "%s", w->poison_msg);
     pthread_mutex_unlock(&w->mu);
     char busy[256] = "communication thread did not stop";
-    if (!joined) { /* the op it is still in: one started and never waited, named */
-        pthread_mutex_lock(&w->mpi_mu);
+    /* the op it is still in (one started and never waited), named if the
+     * thread is not inside a call holding the lock (a dump to a stalled
+     * disk: then the plain message, never a wait) */
+    if (!joined && pthread_mutex_trylock(&w->mpi_mu) == 0) {
         if (w->nactive > 0 && w->active[0])
             snprintf(busy, sizeof busy,
                      "communication thread did not stop: %d op(s) still in flight, the first "

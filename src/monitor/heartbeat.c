@@ -233,7 +233,10 @@ static void *beat_main(void *arg) {
         pthread_cond_broadcast(&hb->sent_cv);
     }
     pthread_mutex_unlock(&hb->mu);
-    send_beat(hb, 1); /* the last word: "done" or "error" */
+    /* the last word, "done" or "error": once more over a connection that
+     * breaks at the send; a connection lost before is tried when due (a
+     * driver's host unreachable would hold the exit 5 s an address) */
+    send_beat(hb, hb->fd >= 0);
     return NULL;
 }
 

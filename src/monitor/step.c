@@ -199,7 +199,8 @@ static ms_status trim_metrics(const char *path, int keep) {
     size_t len = 0;
     struct stat sb; /* a device or a FIFO (--metrics /dev/stdout) holds no lines to keep */
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return MS_OK;
-    if (ms_file_read_all(path, &text, &len) != MS_OK) return MS_OK; /* nothing to keep */
+    /* the run's own file (a long run's passes 1 GiB): no cap */
+    if (ms_file_read_max(path, SIZE_MAX / 2, &text, &len) != MS_OK) return MS_OK;
     ms_atomic_file af;
     ms_status st = ms_atomic_open(&af, path);
     for (char *line = text, *next; st == MS_OK && line && *line; line = next) {

@@ -287,7 +287,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
             return -1;
         char **argv = job_argv(d, np);
         if (!argv) return snprintf(why, n, "out of memory"), -1;
-        int rc = sup_job_start(&d->job, argv, d->addr, d->token, d->node_map, why, n);
+        int rc = sup_job_start(&d->job, argv, d->addr, d->token, d->node_map, d->lock_fd, why, n);
         /* mpirun's pid on disk before it runs: a driver killed from here on
          * leaves a job its successor adopts (or, held still, none), never
          * one it does not know of beside the one it starts (before, a kill
@@ -304,10 +304,8 @@ static int attempt(sup_driver *d, char *why, size_t n) {
     cJSON_AddStringToObject(f, "nodes", d->node_map);
     if (adopted) cJSON_AddBoolToObject(f, "adopted", 1);
     sup_events_put(&d->ev, "launch", f);
-    if (adopted) /* its pids on disk: a successor adopts it, not a second one */
-        sup_state_save(d, 0, 1);
-    else
-        sup_state_save(d, 0, 0); /* the launch's counters: the pid is on disk already */
+    /* its pids on disk, no longer held: a successor adopts it, not a second one */
+    sup_state_save(d, 0, 1);
     d->t_saved = ms_now();
     for (;;) {
         sup_dash_update(d, 0);

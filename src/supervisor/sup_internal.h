@@ -45,9 +45,15 @@ typedef struct {
  * hold it before its exec: the caller saves its pid first, then
  * sup_job_release lets it run.  A driver that dies in between leaves no
  * job that no state names: the held child exits when its gate closes.
- * 0 (j->pid set), or -1 with why set. */
+ * lock_fd (-1: none): the driver's run-directory lock, which the child
+ * closes at once (held, it kept the lock from a successor).  0 (j->pid
+ * set), or -1 with why set. */
 int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
-                  const char *node_map, char *why, size_t n);
+                  const char *node_map, int lock_fd, char *why, size_t n);
+/* 1 if pid runs another program than this process (its /proc/PID/exe is
+ * not ours): a child forked here that has exec'd; 0 if the same, or not
+ * known. */
+int sup_pid_execd(pid_t pid);
 /* Let the held child exec mpirun (prog: argv[0], for the error): 0, or -1
  * with why set (the exec failed: a missing --mpirun; the child reaped,
  * j->pid 0). */

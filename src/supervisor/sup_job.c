@@ -67,7 +67,7 @@ void sup_mpirun_tmpdir(char *out, size_t n) {
 }
 
 int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
-                  const char *node_map, char *why, size_t n) {
+                  const char *node_map, int lock_fd, char *why, size_t n) {
     memset(j, 0, sizeof *j);
     sup_mpirun_tmpdir(j->tmp, sizeof j->tmp);
     char **env = job_env(hb_addr, token, node_map);
@@ -104,6 +104,7 @@ int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const cha
     }
     if (pid == 0) {
         close(ep[0]), close(gate[1]);
+        if (lock_fd >= 0) close(lock_fd); /* (close-on-exec: held, it kept the flock) */
         setpgid(0, 0); /* one group: the driver stops mpirun and its ranks together */
         char go;
         ssize_t r;
@@ -147,6 +148,16 @@ int sup_job_release(sup_job *j, const char *prog, char *why, size_t n) {
     else
         snprintf(why, n, "the process that was to run --mpirun %s is gone: %s", prog, strerror(e));
     return -1;
+}
+
+int sup_pid_execd(pid_t pid) {
+    char path[64], theirs[4096], ours[4096];
+    snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
+    ssize_t a = readlink(path, theirs, sizeof theirs - 1),
+            b = readlink("/proc/self/exe", ours, sizeof ours - 1);
+    if (a <= 0 || b <= 0) return 0;
+    theirs[a] = 0, ours[b] = 0;
+    return strcmp(theirs, ours) != 0;
 }
 
 void sup_job_adopt(sup_job *j, pid_t pid) {

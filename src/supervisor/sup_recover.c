@@ -685,8 +685,11 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     const cJSON *rpb = item(o, "recover_prev_best");
     pid_t job = same_process(mp, mps);
     /* its driver died before it let that mpirun run: it ends at once, if
-     * not yet gone (its gate closed); no job ran, so none was lost */
-    int held = cJSON_IsTrue(item(o, "mpirun_held"));
+     * not yet gone (its gate closed); no job ran, so none was lost.  Unless
+     * it runs another program than this one (the state said held, but the
+     * driver let it exec mpirun and died before the next state was on
+     * disk): that is the job, adopted as any */
+    int held = cJSON_IsTrue(item(o, "mpirun_held")) && !(job && sup_pid_execd(job));
     if (held && job) kill(job, SIGKILL);
     if (held) job = 0, mp = 0;
     if (job && check_options(d, o, job, why, n) != 0) { /* the job and the files untouched */

@@ -27,7 +27,8 @@ and mpirun run at full speed.  A 2-rank job of 40 steps (~10 s) then:
 - and with the driver killed at a start, between its fork of mpirun and
   the save of mpirun's pid (stalled): the forked process, held before its
   exec, ends with the driver; the same launch again runs the one job, with
-  no fault, to done.
+  no fault, to done; killed once mpirun runs while driver.json still says
+  held: the job is taken over, not killed and started a second time.
 
 Before, the driver wrote these files from its loop: each line stalled it,
 ranks were not read and the control socket not answered for seconds.
@@ -243,6 +244,58 @@ def killed_at_start(d, shard):
        f"rc {r.returncode}, events {names}\n{r.stderr[-1500:]}")
 
 
+def exe_of(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def killed_after_release(d, shard):
+    """The driver killed once mpirun runs but while driver.json still says it is held (the
+    save that says otherwise stalled 2 s), then the same launch again: the process named
+    there runs another program than the driver (it exec'd mpirun), so the new driver takes
+    the job over, as any running job, instead of killing mpirun (its ranks, in groups of
+    their own, would have gone on, holding the checkpoint lock) and starting a second job."""
+    run = os.path.join(d, "killrel")
+    env = dict(os.environ, OMP_NUM_THREADS="1", LD_PRELOAD=SHIM, MS_SLOWIO_MATCH="driver.json",
+               MS_SLOWIO_DELAY="2", MS_SLOWIO_LOG=os.path.join(d, "killrel.slowio.log"),
+               MS_CKPT_SHM_DIR=os.path.join(d, "shm"))
+    os.makedirs(env["MS_CKPT_SHM_DIR"], exist_ok=True)
+    args = ["--", "--train-data", shard, *TRAIN, "--steps", "400", "--ckpt-every", "100",
+            "--ckpt-dir", os.path.join(run, "ckpt")]
+    # (no pipe: the job's processes would hold it open, and a read of it wait for their end)
+    p = subprocess.Popen([BIN, "launch", "--np", "1", "--run-dir", run, *LAUNCH, *args],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    mine, child, t_end = exe_of(p.pid), 0, time.time() + 60
+    while p.poll() is None and time.time() < t_end:  # until the child runs mpirun
+        kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
+                              text=True).stdout.split()
+        child = int(kids[0]) if kids else 0
+        if child and exe_of(child) not in ("", mine):
+            break
+        time.sleep(0.01)
+    held = state(run).get("mpirun_held")
+    p.kill()
+    p.wait()
+    env2 = dict(os.environ, OMP_NUM_THREADS="1", MS_CKPT_SHM_DIR=env["MS_CKPT_SHM_DIR"])
+    r = subprocess.run([BIN, "launch", "--np", "1", "--run-dir", run, *LAUNCH, *args],
+                       capture_output=True, text=True, errors="replace", env=env2, timeout=240)
+    ev = events(run)
+    resumed = [e for e in ev if e["event"] == "driver_resumed"]
+    fresh = [e for e in ev if e["event"] == "launch" and not e.get("adopted")]
+    ok(held is True and r.returncode == 0 and resumed and resumed[-1].get("adopted") is True
+       and len(fresh) <= 1 and "fault_detected" not in [e["event"] for e in ev],
+       "the driver killed while driver.json still says held, mpirun running: the job is "
+       "taken over, not killed and started twice",
+       f"held {held}, rc {r.returncode}, resumed {resumed}, launches {len(fresh)}, "
+       f"events {[e['event'] for e in ev]}\n{r.stderr[-1500:]}")
+    try:  # nothing of that job may outlive the test
+        os.killpg(child, 9)
+    except OSError:
+        pass
+
+
 def alive_pid(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -287,6 +340,7 @@ def main():
        f"rc {rc}, events {names}\n{err[-2000:]}")
     evict_while_slow(d, shard)
     killed_at_start(d, shard)
+    killed_after_release(d, shard)
     finish(d)
 
 
