@@ -346,6 +346,16 @@ ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *i
                          long long max_bytes) {
     *out = NULL;
     MS_TRY(ms_mkdirs(dir));
+    /* a rotation cut short after its first rename (killed, or its second
+     * rename failed, the log going on in .new): the .new is the attempt's
+     * newest log, kept as its log (before, it was removed below) */
+    char mine[4200], left[4300];
+    snprintf(mine, sizeof mine, "%s/events_r%05d.jsonl", dir, id->rank);
+    snprintf(left, sizeof left, "%s.new", mine);
+    if (access(mine, F_OK) != 0 && access(left, F_OK) == 0 && rename(left, mine) != 0)
+        ms_warn("%s: cannot rename it to %s (the newest events of the attempt before are lost): "
+                "%s",
+                left, mine, strerror(errno));
     keep_previous(dir, id->rank, id->world);
     mon_evlog *l = calloc(1, sizeof *l);
     if (!l) return ms_error(MS_ERR_NOMEM, "event log: out of memory");

@@ -388,6 +388,30 @@ static void test_evlog_prev_wide(void) {
     T_OK(exists(p));
 }
 
+/* A rotation cut short after its first rename (the log renamed to .1, the
+ * new one still .new: a rank killed there, or a rename that failed and left
+ * the log going on in .new): the next attempt keeps .new as the log of the
+ * attempt before, in prev/ (it was removed). */
+static void test_evlog_rotation_left(void) {
+    char dir[512], p[600];
+    snprintf(dir, sizeof dir, "%s", tpath("rotleft"));
+    T_OK(ms_mkdirs(dir) == MS_OK);
+    snprintf(p, sizeof p, "%s/events_r00000.jsonl.1", dir);
+    put_file(p, "OLDER\n");
+    snprintf(p, sizeof p, "%s/events_r00000.jsonl.new", dir);
+    put_file(p, "NEWEST\n");
+    mon_identity id = {.rank = 0, .world = 1};
+    mon_evlog *l = NULL;
+    T_OK(mon_evlog_open(&l, dir, &id, 30, 0) == MS_OK);
+    mon_evlog_close(l);
+    snprintf(p, sizeof p, "%s/prev/events_r00000.jsonl", dir);
+    T_STR_CONTAINS(first_line(p), "NEWEST");
+    snprintf(p, sizeof p, "%s/prev/events_r00000.jsonl.1", dir);
+    T_STR_CONTAINS(first_line(p), "OLDER");
+    snprintf(p, sizeof p, "%s/events_r00000.jsonl.new", dir);
+    T_OK(!exists(p));
+}
+
 /* A full disk under the log (RLIMIT_FSIZE: writes past a size fail, the
  * first in the middle of a line), then space again: every line of the log
  * is whole JSON, and the events lost are counted in "dropped" lines, so
@@ -454,6 +478,7 @@ int main(void) {
     test_evlog_prev();
     test_evlog_rotate();
     test_evlog_prev_wide();
+    test_evlog_rotation_left();
     test_evlog_disk_full();
     ms_tmpdir_remove();
     return ms_test_summary("test_events");
