@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <cjson/cJSON.h>
 
@@ -345,6 +346,15 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
         const opts_spec *s = find(spec, n, name, len);
         if (!s) return ms_error(MS_ERR_ARG, "unknown option '%.*s' (see --help)", (int)len + 2, a);
         const char *v = eq ? eq + 1 : (i + 1 < argc ? argv[i + 1] : NULL);
+        /* a yes/no word after a flag is meant as its value: said, not taken
+         * for a positional argument (`--force yes` got the unquoted-glob hint) */
+        static const char *const words[] = {"yes", "no", "true", "false", "on", "off", NULL};
+        for (int k = 0; !eq && s->bare && v && words[k]; k++)
+            if (!strcasecmp(v, words[k]))
+                return ms_error(MS_ERR_ARG,
+                                "option --%s takes 0 or 1 (or nothing: --%s alone is 1), not "
+                                "'%s'",
+                                s->name, s->name, v);
         if (!eq && s->bare && !(v && ms_str_is_integer(v)))
             v = "1"; /* a bare flag: the next argument is not its value */
         else if (!eq && v) {

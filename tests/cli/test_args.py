@@ -76,6 +76,11 @@ def test_json_flags(d, fixture):
         rc, out, err = run(*base, "--json", "extra")
         ok(rc == 2 and "unexpected argument 'extra'" in err,
            f"{name} --json extra: the positional is not --json's value", err)
+        # a yes/no word after it is meant as its value: said so (`--force yes` got the
+        # unquoted-glob hint of data's positional arguments)
+        rc, out, err = run(*base, "--json", "yes")
+        ok(rc == 2 and "option --json takes 0 or 1 (or nothing" in err and "not 'yes'" in err,
+           f"{name} --json yes: named as a flag's value", err)
         rc, out, err = run(*base, "--help")
         ok(rc == 0 and "--json [N]" in out, f"{name} --help: --json [N]", out)
     # plan's --search, alone and with --json, in each order
