@@ -502,13 +502,9 @@ static void options_diff(const sup_driver *d, const cJSON *o, char *what, size_t
     free(mine);
 }
 
-/* 0 if the options of this driver (d->c) are those of the running job the
- * state o describes (its mpirun: job), else -2 with why naming the first
- * that differs, the saved value and the given one. */
-static int check_options(const sup_driver *d, const cJSON *o, pid_t job, char *why, size_t n) {
-    char what[1400];
-    options_diff(d, o, what, sizeof what);
-    if (!what[0]) return 0;
+/* why, for a running job (its mpirun: job) whose options differ from this
+ * command's as what (options_diff) says; -2. */
+static int refuse_options(const sup_driver *d, pid_t job, const char *what, char *why, size_t n) {
     snprintf(why, n,
              "%s: its job still runs (mpirun pid %d) with other options than this command's: "
              "%s; run the same command to take it over, or stop the job first (kill -USR1 %d: "
@@ -692,15 +688,15 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     int held = cJSON_IsTrue(item(o, "mpirun_held")) && !(job && sup_pid_execd(job));
     if (held && job) kill(job, SIGKILL);
     if (held) job = 0, mp = 0;
-    if (job && check_options(d, o, job, why, n) != 0) { /* the job and the files untouched */
+    char what[1400];
+    options_diff(d, o, what, sizeof what);
+    if (job && what[0]) { /* the job and the files untouched */
         cJSON_Delete(o);
-        return -2;
+        return refuse_options(d, job, what, why, n);
     }
     /* a start trained with the saved options: with the same ones here, a
      * later refusal of them is a node's fault, not a usage error (absent
      * in older states: not known) */
-    char what[1400];
-    options_diff(d, o, what, sizeof what);
     d->options_ok = cJSON_IsTrue(item(o, "options_ok")) && !what[0];
     const cJSON *fo = item(o, "fault"); /* absent: none */
     if (fo && (!cJSON_IsObject(fo) || restore_fault(d, fo) != 0)) {

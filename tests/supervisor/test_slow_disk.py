@@ -45,7 +45,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
 from mpi_common import BIN, finish, ok, start  # noqa: E402
-from test_launch_policy import LAUNCH, TRAIN, events, state  # noqa: E402
+from test_launch_policy import LAUNCH, TRAIN, alive, events, state  # noqa: E402
 
 SHIM = os.environ.get("MS_SLOWIO", "")
 DELAY = float(os.environ.get("MS_SLOWIO_DELAY", "2"))
@@ -221,9 +221,9 @@ def killed_at_start(d, shard):
     p.kill()
     p.communicate()
     gone_at = time.time() + 3
-    while alive_pid(child) and time.time() < gone_at:
+    while alive(child) and time.time() < gone_at:
         time.sleep(0.05)
-    lingering = child and alive_pid(child)
+    lingering = child and alive(child)
     ranks_ran = os.path.exists(ckpt)
     if lingering:  # the old behaviour: end that job, whatever it is doing
         try:
@@ -294,14 +294,6 @@ def killed_after_release(d, shard):
         os.killpg(child, 9)
     except OSError:
         pass
-
-
-def alive_pid(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in "ZX"
-    except OSError:
-        return False
 
 
 def in_order(ev):
