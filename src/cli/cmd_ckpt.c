@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "base/fileio.h"
@@ -16,7 +17,7 @@
 
 typedef struct {
     char *format, *out, *shm_dir, *save_dtype;
-    int dp, remove;
+    int dp, remove, force;
     opts_list config; /* the --config files read (opts_check_output) */
 } ckpt_cli;
 
@@ -32,6 +33,8 @@ static const opts_spec ckpt_opts[] = {
     O("save-dtype", OPT_T_STR, save_dtype, "f32", "export: the weights' dtype, f32 or bf16"),
     /* train's --dp range: a commit for more ranks is one no run can load */
     R("dp", OPT_T_INT, dp, "1", "[1,65536]", "reshard: data-parallel ranks of the new layout"),
+    OPTS_FLAG("force", ckpt_cli, force,
+              "export: 1 (or a bare --force) replaces an existing --out file"),
     OPTS_FLAG("remove", ckpt_cli, remove,
               "shm, shm-orphans: 1 (or a bare --remove) removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
@@ -45,7 +48,7 @@ static const char *usage_text =
     "  list DIR                  commits in DIR (quick check), latest, host-memory snapshots\n"
     "  inspect PATH              layout, step, sizes, trainer state and tensors of a commit\n"
     "  verify PATH               check every file size and CRC (a commit, or all in DIR)\n"
-    "  export PATH --format safetensors --out FILE\n"
+    "  export PATH --format safetensors --out FILE [--force]\n"
     "                            the weights as one Hugging Face GPT-2 file\n"
     "  reshard PATH --dp N --out DIR\n"
     "                            rewrite a commit for N data-parallel ranks\n"
@@ -235,6 +238,12 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK)
             st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out's config.json", hf, NULL);
         if (st == MS_OK) st = ckpt_out_precheck(path, o.out, 0, "ckpt export");
+        struct stat so; /* an export already there is a saved model too */
+        if (st == MS_OK && !o.force && stat(o.out, &so) == 0 && S_ISREG(so.st_mode))
+            st = ms_error(MS_ERR_ARG,
+                          "ckpt export: --out %s exists: --force 1 replaces it, or choose another "
+                          "--out; nothing was written",
+                          o.out);
         if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
         ckpt_st_dtype dt = CKPT_ST_F32;
         if (st == MS_OK) st = ckpt_hf_dtype_parse(o.save_dtype, &dt);

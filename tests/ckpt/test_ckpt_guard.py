@@ -8,7 +8,8 @@ defects 2, 3 and 11), on one process:
    for the run that resumes after it;
  - `ckpt reshard --out` and `ckpt export --out` refuse a checkpoint
    directory (the source's own, another run's), the commit itself and its
-   files, and change nothing; a fresh --out still works; --out onto a
+   files, and change nothing; a fresh --out still works; an export over an
+   existing file is refused without --force; --out onto a
    regular file says so (not a complaint about its staging directory);
  - --resume of a step directory that does not exist or has no
    manifest.json says which (not "no valid checkpoint" of a root);
@@ -152,6 +153,16 @@ def test_out_refusals(ws):
        r.stderr)
     r = subprocess.run([BIN, "ckpt", "export", src, "--out", exp], capture_output=True, text=True)
     ok(r.returncode == 0 and os.path.getsize(exp) > 0, "export to a new file works", r.stderr)
+    # an export already there is a saved model: replaced only with --force
+    open(exp, "ab").write(b"mark")
+    size = os.path.getsize(exp)
+    r = subprocess.run([BIN, "ckpt", "export", src, "--out", exp], capture_output=True, text=True)
+    ok(refused(r, f"--out {exp} exists: --force 1 replaces it") and os.path.getsize(exp) == size,
+       "export over an existing file: refused, the file kept", f"rc={r.returncode}\n{r.stderr}")
+    r = subprocess.run([BIN, "ckpt", "export", src, "--out", exp, "--force"], capture_output=True,
+                       text=True)
+    ok(r.returncode == 0 and os.path.getsize(exp) == size - 4, "export --force replaces it",
+       r.stderr)
     afile = ws.path("a_regular_file")
     open(afile, "w").write("kept\n")
     r = subprocess.run([BIN, "ckpt", "reshard", src, "--dp", "2", "--out", afile],
