@@ -162,7 +162,10 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
     }
     if (!strcmp(s, "megascale"))
         s = "parallel,window,tp-overlap,pp-overlap,dp-overlap,fused,data,lamb";
-    if (!strcmp(s, "ours")) s = "tp-overlap,pp-overlap,dp-overlap,fused,data,fp32-gather";
+    if (!strcmp(s, "ours")) { /* this trainer: also its pipeline's limit on message tags */
+        f->pipe_tags = 1;
+        s = "tp-overlap,pp-overlap,dp-overlap,fused,data,fp32-gather";
+    }
     if (!*s)
         return ms_error(MS_ERR_ARG, "--features is empty (megatron, megascale, ours, a list, or "
                                     "none)");

@@ -74,6 +74,9 @@ typedef struct {
      * (Megatron-LM's and MegaScale's distributed optimizers), started with the forward */
     int fp32_gather;
     plan_recompute recompute;
+    /* this trainer's pipeline (--features ours): each message of a step has its own MPI tag,
+     * 1 + 2 x pp x vpp x micro-batches of them, at most the 32767 MPI guarantees */
+    int pipe_tags;
     int peak_probe; /* the trainer probes the peak (no --peak-flops, not a GPU of its table):
                      * three GEMM matrices on top of everything else it holds */
 } plan_features;
@@ -208,9 +211,14 @@ typedef struct {
  * micro-batches of a step): the simulation takes time and memory in proportion to them
  * (about 1 s and 130 MB at this limit). */
 #define PLAN_MAX_PIPE_PAIRS (1 << 19)
+/* The message tags of one step this trainer's pipeline may use: the smallest MPI_TAG_UB MPI
+ * guarantees (train_pipe_plan). */
+#define PLAN_PIPE_TAGS 32767
 
 /* The features against the layout: MS_ERR_ARG for --recompute ln with tp > 1 (the trainer
- * refuses it: the LayerNorm outputs are all-gathered over tp), naming both. */
+ * refuses it: the LayerNorm outputs are all-gathered over tp), naming both; with pipe_tags, a
+ * pipeline whose step needs more message tags than MPI guarantees (the trainer refuses it).
+ * l must have passed plan_check. */
 ms_status plan_check_features(const plan_features *f, const plan_layout *l);
 /* Check the inputs: MS_ERR_ARG naming the option (--tp 3 does not divide
  * --heads 16, --gpus 100 is not a multiple of --tp x --pp, --batch not a

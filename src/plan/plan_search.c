@@ -55,6 +55,8 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                         if (over_cap && plan_over_cap(m, &cand.layout)) (*over_cap)++;
                         continue;
                     }
+                    /* a layout the trainer refuses is no candidate (its message tags) */
+                    if (plan_check_features(f, &cand.layout) != MS_OK) continue;
                     /* the memory first: the step (a pipeline simulation) only for a layout
                      * that fits, or, once the search is over, the smallest */
                     ms_status st = plan_memory(m, &cand.layout, f, c, &cand.result);

@@ -249,6 +249,17 @@ ms_status plan_check_features(const plan_features *f, const plan_layout *l) {
                         "trainer all-gathers the LayerNorm outputs over the tp ranks and refuses "
                         "it; use --recompute gelu",
                         l->tp);
+    if (f->pipe_tags && l->pp > 1) { /* as train_pipe_plan */
+        long long dp = l->gpus / ((long long)l->tp * l->pp), n_micro = l->batch / (dp * l->micro);
+        if (1 + 2 * (long long)l->pp * l->vpp * n_micro > PLAN_PIPE_TAGS)
+            return ms_error(MS_ERR_ARG,
+                            "--pp %d x --vpp %d with %lld micro-batches per step (--batch %d / "
+                            "(dp %lld x --micro-batch %d)) needs 1 + 2 x %lld x %lld message "
+                            "tags, more than the %d MPI guarantees, and the trainer refuses it: "
+                            "raise --micro-batch or lower --vpp",
+                            l->pp, l->vpp, n_micro, l->batch, dp, l->micro,
+                            (long long)l->pp * l->vpp, n_micro, PLAN_PIPE_TAGS);
+    }
     return MS_OK;
 }
 

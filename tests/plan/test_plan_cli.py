@@ -185,6 +185,22 @@ def main():
     lays = json.loads(r.stdout)["layouts"] if r.returncode == 0 else []
     ok(lays and all(x["layout"]["tp"] == 1 for x in lays), "search --recompute ln: tp 1 only",
        r.stdout[-300:] + r.stderr)
+    # --features ours: this trainer's pipeline gives each message of a step an MPI tag, at
+    # most 32767 (1 + 2 x pp x vpp x micro-batches); the planner refuses what it refuses
+    tags = ["--cluster", "h200-node", "--model", "d12", "--gpus", "8", "--pp", "4", "--seq", "64"]
+    r = plan(*tags, "--vpp", "3", "--batch", "4096", "--micro-batch", "1", "--features", "ours")
+    ok(r.returncode == 2 and "needs 1 + 2 x 12 x 2048 message tags, more than the 32767" in r.stderr,
+       "--features ours: a pipeline past MPI's tags is refused, as the trainer does", r.stderr)
+    r = plan(*tags, "--vpp", "3", "--batch", "4096", "--micro-batch", "1", "--features", "megatron")
+    ok(r.returncode == 0, "--features megatron: the same layout is planned (no such limit)",
+       r.stderr)
+    r = plan(*tags, "--batch", "8192", "--features", "ours", "--search", "--json", "--top", "1000")
+    lays = json.loads(r.stdout)["layouts"] if r.returncode == 0 else []
+    n_tags = [1 + 2 * 4 * x["layout"]["vpp"] * 8192 // (x["layout"]["dp"] * x["layout"]["micro_batch"])
+              for x in lays]
+    ok(lays and max(n_tags) <= 32767 and
+       any(x["layout"]["vpp"] == 3 and x["layout"]["micro_batch"] == 4 for x in lays),
+       "search --features ours: only layouts within MPI's tags", r.stdout[-300:] + r.stderr)
     # a layout dimension given with --search is fixed, the others searched (it was ignored)
     r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
              "megascale-175b", "--search", "--json", "--top", "50", "--tp", "8", "--micro-batch", "2")
