@@ -64,6 +64,8 @@ typedef struct {
     uint32_t n_touched, touched_cap;
     uint64_t *dkeys; /* signed pair keys per word rewrite */
     size_t d_cap;
+    uint32_t *mpos; /* the merges' positions in the rewritten word */
+    size_t mpos_cap;
 } trainer;
 
 static ms_status oom(void) {
@@ -286,8 +288,13 @@ static int cmp_u64(const void *x, const void *y) {
 }
 
 /* Rewrite word w, replacing (a, b) by m left to right, and record the net
- * change of its pairs.  Pair keys are collected with a sign bit (old pairs
- * -, new pairs +), sorted and summed. */
+ * change of its pairs.  Only the pairs that touch a merge change: the old
+ * ones that held a merged a or b, the new ones that hold a merged m (by
+ * position: m may be an id the word already held, when it is an earlier
+ * token's bytes).  Their keys are collected with a sign bit (old pairs -,
+ * new pairs +), sorted and summed, so the cost is one scan of the word and
+ * a sort of a few keys a merge (it was a sort of all the word's pairs: a
+ * long piece, a line of 200 KB without a space, took minutes). */
 static ms_status rewrite_word(trainer *tr, uint32_t w, uint32_t a, uint32_t b, uint32_t m,
                               uint32_t step) {
     uint32_t *s = tr->sym + tr->w_off[w], len = tr->w_len[w];
@@ -295,28 +302,48 @@ static ms_status rewrite_word(trainer *tr, uint32_t w, uint32_t a, uint32_t b, u
     for (i = 0; i + 1 < len; i++)
         if (s[i] == a && s[i + 1] == b) break;
     if (i + 1 >= len) return MS_OK; /* no longer contains the pair */
-    size_t need = 2 * (size_t)len;
+    /* at most (len - i) / 2 merges: 3 old pairs and 2 new ones each, and
+     * each merge's position in the rewritten word */
+    size_t most = (len - i) / 2, need = 5 * most;
     if (need > tr->d_cap) {
         uint64_t *k = realloc(tr->dkeys, need * sizeof *k);
         if (!k) return oom();
         tr->dkeys = k;
         tr->d_cap = need;
     }
-    size_t nd = 0;
-    /* Pair keys fit in 48 bits (ids < 2^24); bit 63 marks an old pair. */
-    for (i = 0; i + 1 < len; i++)
-        tr->dkeys[nd++] = ((uint64_t)s[i] << 24 | s[i + 1]) | 1ull << 63;
-    for (i = 0, j = 0; i < len; j++) {
+    if (most > tr->mpos_cap) {
+        uint32_t *q = realloc(tr->mpos, most * sizeof *q);
+        if (!q) return oom();
+        tr->mpos = q;
+        tr->mpos_cap = most;
+    }
+    /* Pair keys fit in 48 bits (ids < 2^24); bit 63 marks an old pair.  In
+     * place, j <= i: s[i - 1 ..] still hold the word's symbols when a merge
+     * at i is found (s[i - 1] was copied onto itself if j == i). */
+    size_t nd = 0, nm = 0;
+    int64_t last = -1; /* the last old pair recorded: k is the pair (s[k], s[k + 1]) */
+    for (j = i; i < len;) {
         if (i + 1 < len && s[i] == a && s[i + 1] == b) {
-            s[j] = m;
+            for (int64_t k = (int64_t)i - 1; k <= (int64_t)i + 1; k++)
+                if (k > last && k >= 0 && k + 1 < (int64_t)len) {
+                    tr->dkeys[nd++] = ((uint64_t)s[k] << 24 | s[k + 1]) | 1ull << 63;
+                    last = k;
+                }
+            tr->mpos[nm++] = j;
+            s[j++] = m;
             i += 2;
         } else {
-            s[j] = s[i++];
+            s[j++] = s[i++];
         }
     }
     tr->w_len[w] = len = j;
-    for (i = 0; i + 1 < len; i++)
-        tr->dkeys[nd++] = (uint64_t)s[i] << 24 | s[i + 1];
+    last = -1;
+    for (size_t q = 0; q < nm; q++)
+        for (int64_t k = (int64_t)tr->mpos[q] - 1; k <= (int64_t)tr->mpos[q]; k++)
+            if (k > last && k >= 0 && k + 1 < (int64_t)len) {
+                tr->dkeys[nd++] = (uint64_t)s[k] << 24 | s[k + 1];
+                last = k;
+            }
     qsort(tr->dkeys, nd, sizeof *tr->dkeys, cmp_u64);
     /* Old and new copies of a pair sort apart (bit 63): merge by key. */
     size_t lo = 0, hi = 0;
@@ -431,6 +458,7 @@ static void train_free(trainer *tr) {
     free(tr->tmap);
     free(tr->touched);
     free(tr->dkeys);
+    free(tr->mpos);
 }
 
 /* The merge loop: until max_tokens ordinary tokens or no pair is left. */

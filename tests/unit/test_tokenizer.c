@@ -590,6 +590,142 @@ static void test_train(const char *kjv, size_t kjv_len) {
     free(b.v);
 }
 
+/* ---- training against a reference: every pair counted, whole words rewritten ---- */
+
+typedef struct {
+    uint32_t *sym;
+    size_t len;
+    int64_t count;
+} ref_word;
+
+typedef struct {
+    char bytes[64][256]; /* ids 256.. (the test's tokens are short) */
+    size_t n[64];
+    int n_tokens; /* ids in use, the 256 bytes included */
+} ref_vocab;
+
+static size_t ref_tok(const ref_vocab *v, uint32_t id, char *out) {
+    if (id < 256) {
+        out[0] = (char)id;
+        return 1;
+    }
+    memcpy(out, v->bytes[id - 256], v->n[id - 256]);
+    return v->n[id - 256];
+}
+
+typedef struct {
+    uint64_t key;
+    int64_t count;
+} ref_pair;
+
+static int ref_pair_cmp(const void *x, const void *y) {
+    uint64_t a = ((const ref_pair *)x)->key, b = ((const ref_pair *)y)->key;
+    return a < b ? -1 : a > b;
+}
+
+/* The trainer's rule: the most frequent pair (all adjacent positions of each
+ * word, weighted by its count), ties to the lower (a, b); its bytes' id if a
+ * token already has them, else a new one; merged left to right. */
+static int ref_train(ref_word *w, int n_words, int max_tokens, ref_vocab *v) {
+    v->n_tokens = 256;
+    while (v->n_tokens < max_tokens) {
+        int64_t best = 0;
+        uint32_t ba = 0, bb = 0;
+        size_t np = 0;
+        for (int x = 0; x < n_words; x++)
+            np += w[x].len ? w[x].len - 1 : 0;
+        ref_pair *p = malloc((np ? np : 1) * sizeof *p);
+        np = 0;
+        for (int x = 0; x < n_words; x++)
+            for (size_t i = 0; i + 1 < w[x].len; i++)
+                p[np++] = (ref_pair){(uint64_t)w[x].sym[i] << 32 | w[x].sym[i + 1], w[x].count};
+        qsort(p, np, sizeof *p, ref_pair_cmp);
+        for (size_t i = 0; i < np;) { /* ascending keys: a tie keeps the first, the lower */
+            uint64_t key = p[i].key;
+            int64_t c = 0;
+            for (; i < np && p[i].key == key; i++)
+                c += p[i].count;
+            if (c > best) best = c, ba = (uint32_t)(key >> 32), bb = (uint32_t)key;
+        }
+        free(p);
+        if (!best) break;
+        char cat[512];
+        size_t n = ref_tok(v, ba, cat);
+        n += ref_tok(v, bb, cat + n);
+        uint32_t m = (uint32_t)v->n_tokens;
+        for (int t = 256; t < v->n_tokens; t++)
+            if (v->n[t - 256] == n && !memcmp(v->bytes[t - 256], cat, n)) m = (uint32_t)t;
+        if (m == (uint32_t)v->n_tokens) {
+            if (v->n_tokens - 256 >= 64 || n > 256) return 0;
+            memcpy(v->bytes[m - 256], cat, n);
+            v->n[m - 256] = n;
+            v->n_tokens++;
+        }
+        for (int x = 0; x < n_words; x++) {
+            size_t j = 0;
+            for (size_t i = 0; i < w[x].len; j++)
+                if (i + 1 < w[x].len && w[x].sym[i] == ba && w[x].sym[i + 1] == bb)
+                    w[x].sym[j] = m, i += 2;
+                else
+                    w[x].sym[j] = w[x].sym[i++];
+            w[x].len = j;
+        }
+    }
+    return 1;
+}
+
+/* Words that repeat their pairs many times, overlapping ones among them
+ * ("aaaa", "abab"), and one long word: the trainer rewrites a word only
+ * around the merged pair; its vocabulary must be the reference's. */
+static void test_train_reference(void) {
+    static const char *const words[] = {"aaaaaaaa", " abababab", " aab", " ba", " aaaaa",
+                                        " abba",    " bbbbbbb",  " ab",  " a",  " cabab"};
+    static const int counts[] = {1, 5, 2, 7, 1, 4, 2, 9, 6, 3}; /* the first has no space */
+    enum { N_WORDS = 11, LONG = 3001 };
+    char *text = malloc(20000);
+    ref_word w[N_WORDS];
+    ms_rng r = ms_rng_make(5, 9);
+    size_t n = 0;
+    for (int x = 0; x < N_WORDS; x++) {
+        const char *s = x < 10 ? words[x] : NULL;
+        size_t len = s ? strlen(s) : LONG;
+        w[x].sym = malloc(len * sizeof *w[x].sym);
+        w[x].len = len;
+        w[x].count = x < 10 ? counts[x] : 1;
+        for (size_t i = 0; i < len; i++) /* the long word: " " and runs of a, b and c */
+            w[x].sym[i] = s        ? (uint8_t)s[i]
+                          : i == 0 ? ' '
+                                   : "abc"[ms_rng_next_below(&r, 3) ? 0 : 1 + (i & 1)];
+        for (int c = 0; c < w[x].count; c++)
+            for (size_t i = 0; i < len; i++)
+                text[n++] = (char)w[x].sym[i];
+    }
+    ref_vocab v;
+    T_OK(ref_train(w, N_WORDS, 256 + 40, &v));
+    data_tokenizer *t = NULL;
+    T_EQ_INT(data_tok_train(text, &n, 1, 256 + 40 + 1, &t, NULL, NULL), MS_OK);
+    if (t) {
+        T_EQ_INT(data_tok_vocab_size(t), v.n_tokens + 1);
+        int same = data_tok_vocab_size(t) == v.n_tokens + 1;
+        for (int id = 256; same && id < v.n_tokens; id++) {
+            char *got = NULL, want[256];
+            size_t got_n = 0, want_n = ref_tok(&v, (uint32_t)id, want);
+            uint32_t u = (uint32_t)id;
+            T_EQ_INT(data_tok_decode(t, &u, 1, &got, &got_n), MS_OK);
+            same = got && got_n == want_n && !memcmp(got, want, want_n);
+            if (!same)
+                fprintf(stderr, "token %d: got '%.*s', the reference '%.*s'\n", id, (int)got_n,
+                        got ? got : "", (int)want_n, want);
+            free(got);
+        }
+        T_OK(same);
+    }
+    data_tok_free(t);
+    for (int x = 0; x < N_WORDS; x++)
+        free(w[x].sym);
+    free(text);
+}
+
 /* Load `data` written to a file; expect `code` and a message naming the
  * file and containing `what`. */
 static void expect_load_error(const void *data, size_t len, ms_status code, const char *what) {
@@ -810,6 +946,7 @@ int main(int argc, char **argv) {
         test_parallel(gpt2, kjv, kjv_len);
         test_custom_pattern(gpt2);
         test_train(kjv, kjv_len);
+        test_train_reference();
     }
     data_tok_free(gpt2);
     free(kjv);
