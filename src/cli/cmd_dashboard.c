@@ -3,6 +3,7 @@
  * pages and API of `megascale launch --dashboard`, without the driver's
  * live view), until SIGINT or SIGTERM. */
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -30,12 +31,6 @@ static const opts_spec dash_opts[] = {
      NULL, NULL, 0, 0},
 };
 #define N_DASH_OPTS ((int)(sizeof dash_opts / sizeof dash_opts[0]))
-
-static volatile sig_atomic_t g_stop;
-
-static void on_signal(int sig) {
-    g_stop = sig;
-}
 
 int cmd_dashboard(int argc, char **argv) {
     dash_cli o = {0};
@@ -85,17 +80,23 @@ int cmd_dashboard(int argc, char **argv) {
         sup_dash *d = NULL;
         char why[512];
         sup_dash_config c = {pos[0], o.bind, o.port, 0, o.events};
+        /* Ctrl-C and SIGTERM blocked before the server's threads start (they inherit it),
+         * then taken by sigwait: a signal can neither land on a server thread and leave this
+         * one waiting, nor come between a check and a pause() */
+        sigset_t stop;
+        sigemptyset(&stop);
+        sigaddset(&stop, SIGINT);
+        sigaddset(&stop, SIGTERM);
+        pthread_sigmask(SIG_BLOCK, &stop, NULL);
         if (sup_dash_start(&d, &c, why, sizeof why) != 0) {
             fprintf(stderr, "megascale dashboard: error: %s\n", why);
             rc = 1;
         } else {
-            struct sigaction sa = {.sa_handler = on_signal};
-            sigaction(SIGINT, &sa, NULL);
-            sigaction(SIGTERM, &sa, NULL);
             printf("megascale dashboard: %s\n", sup_dash_url(d));
             fflush(stdout);
-            while (!g_stop)
-                pause();
+            int sig = 0;
+            while (sigwait(&stop, &sig) != 0)
+                ;
             sup_dash_stop(d);
         }
     }

@@ -155,6 +155,8 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, unsigned status, con
     MHD_add_response_header(r, "Referrer-Policy", "no-referrer"); /* the token is in the URL */
     MHD_add_response_header(r, "X-Frame-Options", "DENY");
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, "Allow", "GET, HEAD");
+    if (status == MHD_HTTP_UNAUTHORIZED) /* RFC 7235: a 401 names its scheme */
+        MHD_add_response_header(r, "WWW-Authenticate", "Bearer realm=\"megascale dashboard\"");
     MHD_add_response_header(r, "Content-Security-Policy",
                             "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' "
                             "data:; frame-ancestors 'none'");

@@ -19,6 +19,9 @@ struct cJSON;
 #define DASH_MAX_POINTS 100000 /* step points kept; past it every other one is dropped */
 #define DASH_MAX_VAL 20000
 #define DASH_MAX_EVENTS 20000 /* the newest are kept */
+/* ... and at most this many bytes of their text (the newest event always): 20000 lines of up to
+ * DASH_LINE_MAX each let a hostile or corrupt events file hold about 20 GiB */
+#define DASH_EVENTS_BYTES (64u << 20)
 #define DASH_MAX_CKPTS 4096
 #define DASH_HEAT_KEEP 1024 /* steps of compute rows kept */
 #define DASH_HEAT_COLS 200  /* steps the heat map shows (the newest) */

@@ -59,6 +59,7 @@ struct dash_model {
     /* events */
     char **ev; /* ring of DASH_MAX_EVENTS lines */
     long first_seq, next_seq;
+    size_t ev_bytes; /* of the lines first_seq .. next_seq - 1 */
     char metrics_path[4200];
     double t0, started, straggler_score;
     char job_state[16], outcome[32];
@@ -176,6 +177,9 @@ static void on_config(dash_model *m, const cJSON *o) {
     m->dp = int_in(lay, "dp", 1, DASH_MAX_RANKS, m->dp);
     m->pp = int_in(lay, "pp", 1, DASH_MAX_RANKS, m->pp);
     m->tp = int_in(lay, "tp", 1, DASH_MAX_RANKS, m->tp);
+    /* each in range, but a product past the ranks is no layout of a run (dp = tp = 65536 made
+     * rank_coord's TP x DP wrap to 0 and divide by it): the ranks are then shown as one line */
+    if ((long long)m->dp * m->pp * m->tp > DASH_MAX_RANKS) m->dp = m->pp = m->tp = 1;
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(o, "options");
     m->steps = int_in(opt, "steps", 0, INT_MAX, m->steps);
     const char *model = str(opt, "model");
@@ -425,6 +429,14 @@ static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
     }
 }
 
+static void drop_oldest_event(dash_model *m) {
+    char **e = &m->ev[m->first_seq % DASH_MAX_EVENTS];
+    if (*e) m->ev_bytes -= strlen(*e);
+    free(*e);
+    *e = NULL;
+    m->first_seq++;
+}
+
 void dash_model_event_line(dash_model *m, const char *line, size_t len) {
     cJSON *o = parse_object(m, line, len);
     if (!o) return;
@@ -435,16 +447,21 @@ void dash_model_event_line(dash_model *m, const char *line, size_t len) {
         return;
     }
     apply_event(m, o, ev);
+    /* the server's sequence number, once (a line that had its own "seq" was sent with two) */
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "seq");
     cJSON_AddNumberToObject(o, "seq", (double)m->next_seq);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!text) return;
+    if (m->next_seq - m->first_seq == DASH_MAX_EVENTS) drop_oldest_event(m);
     long slot = m->next_seq % DASH_MAX_EVENTS;
-    free(m->ev[slot]);
     m->ev[slot] = strdup(text); /* malloc'd: freed with free() */
     cJSON_free(text);
+    if (!m->ev[slot]) return;
+    m->ev_bytes += strlen(m->ev[slot]);
     m->next_seq++;
-    if (m->next_seq - m->first_seq > DASH_MAX_EVENTS) m->first_seq = m->next_seq - DASH_MAX_EVENTS;
+    while (m->ev_bytes > DASH_EVENTS_BYTES && m->next_seq - m->first_seq > 1)
+        drop_oldest_event(m);
 }
 
 /* ---- compute rows ---------------------------------------------------------------- */
@@ -473,10 +490,10 @@ void dash_model_compute_line(dash_model *m, const char *line, size_t len) {
 /* ---- replies ------------------------------------------------------------------------ */
 
 static void rank_coord(const dash_model *m, int r, int *dp, int *pp, int *tp) {
-    int TP = m->tp > 0 ? m->tp : 1, DP = m->dp > 0 ? m->dp : 1;
-    *tp = r % TP;
-    *dp = (r / TP) % DP;
-    *pp = r / (TP * DP);
+    long long TP = m->tp > 0 ? m->tp : 1, DP = m->dp > 0 ? m->dp : 1;
+    *tp = (int)(r % TP);
+    *dp = (int)((r / TP) % DP);
+    *pp = (int)(r / (TP * DP));
 }
 
 cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const char *run_dir,

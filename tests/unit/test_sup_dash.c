@@ -175,6 +175,41 @@ static void test_events_big(void) {
     }
     T_EQ_INT(got, 30);
     T_OK(replies > 1);
+    /* 100 more: the model keeps at most DASH_EVENTS_BYTES of them, the newest (it kept
+     * DASH_MAX_EVENTS lines of up to DASH_LINE_MAX each: 20 GiB) */
+    line = malloc(big + 128);
+    for (int i = 30; line && i < 130; i++) {
+        int n = snprintf(line, 128, "{\"time\":%d,\"t\":%d,\"event\":\"note\",\"detail\":\"", i, i);
+        memset(line + n, 'x', big);
+        memcpy(line + n + big, "\"}", 3);
+        dash_model_event_line(m, line, strlen(line));
+    }
+    free(line);
+    since = -1, got = 0, replies = 0;
+    long first = -1, last = -1;
+    for (int more = 1; more && replies < 100; replies++) {
+        cJSON *r = dash_model_events(m, since, DASH_EVENTS_REPLY);
+        for (const cJSON *e = item(r, "events")->child; e; e = e->next, got++) {
+            if (first < 0) first = (long)item(e, "seq")->valuedouble;
+            last = (long)item(e, "seq")->valuedouble;
+        }
+        since = (long)item(r, "next")->valuedouble;
+        more = cJSON_IsTrue(item(r, "more"));
+        cJSON_Delete(r);
+    }
+    T_OK(got > 10 && (size_t)got * big <= DASH_EVENTS_BYTES);
+    T_EQ_INT(last, 129);
+    T_EQ_INT(first, 130 - got);
+    dash_model_free(m);
+    /* a line with its own "seq" is sent with the server's, once */
+    m = dash_model_new();
+    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"anomaly\",\"seq\":99,\"kind\":\"x\"}");
+    cJSON *r = dash_model_events(m, -1, DASH_EVENTS_REPLY);
+    char *text = cJSON_PrintUnformatted(item(r, "events"));
+    T_OK(text && strstr(text, "\"seq\":0") && !strstr(text, "99"));
+    if (text && !strstr(text, "\"seq\":0")) fprintf(stderr, "events: %s\n", text);
+    free(text);
+    cJSON_Delete(r);
     dash_model_free(m);
 }
 
@@ -353,6 +388,19 @@ static void test_no_layout(void) {
     T_EQ_INT(item(r1, "dp")->valueint, 1);
     T_EQ_INT(item(r1, "pp")->valueint, 0);
     cJSON_Delete(st);
+    /* a layout whose product is past any run (dp x tp = 2^32 wrapped to 0 and the server
+     * divided by it: SIGFPE) is no layout: one line of ranks */
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"layout\":{\"world\":3,\"dp\":65536,\"tp\":65536,\"pp\":1}}");
+    st = dash_model_status(m, NULL, "run", 2);
+    r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
+    T_EQ_INT(item(r1, "tp")->valueint, 0);
+    T_EQ_INT(item(r1, "dp")->valueint, 0);
+    T_EQ_INT(item(r1, "pp")->valueint, 1);
+    cJSON_Delete(st);
+    h = dash_model_heatmap(m, DASH_HEAT_COLS);
+    T_OK(h != NULL);
+    cJSON_Delete(h);
     dash_model_free(m);
 }
 
@@ -636,6 +684,8 @@ static void test_writer_rotate(void) {
 /* ---- the server -------------------------------------------------------------- */
 
 /* One request (raw HTTP/1.0); the status code, the body into body[n]. */
+static char reply_raw[1 << 20]; /* the last reply, its headers too */
+
 static int http(const char *addr, const char *req, char *body, size_t n) {
     char host[64];
     snprintf(host, sizeof host, "%s", addr);
@@ -648,10 +698,11 @@ static int http(const char *addr, const char *req, char *body, size_t n) {
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) return close(fd), -1;
     if (write(fd, req, strlen(req)) < 0) return close(fd), -1;
-    static char buf[1 << 20];
+    char *buf = reply_raw;
     size_t len = 0;
     ssize_t got;
-    while (len < sizeof buf - 1 && (got = read(fd, buf + len, sizeof buf - 1 - len)) > 0)
+    while (len < sizeof reply_raw - 1 &&
+           (got = read(fd, buf + len, sizeof reply_raw - 1 - len)) > 0)
         len += (size_t)got;
     buf[len] = 0;
     close(fd);
@@ -709,6 +760,7 @@ static void test_server(void) {
     pthread_create(&th, NULL, push_loop, &p);
     /* no token, a wrong one, one of the wrong length: 401 and nothing else */
     T_EQ_INT(get(addr, "/api/status", NULL, body, sizeof body), 401);
+    T_OK(strstr(reply_raw, "\r\nWWW-Authenticate: Bearer") != NULL); /* RFC 7235: every 401 */
     T_OK(!*body);
     T_EQ_INT(get(addr, "/?token=0123456789abcdef0123456789abcdef", NULL, body, sizeof body), 401);
     T_EQ_INT(get(addr, "/?token=abc", NULL, body, sizeof body), 401);
