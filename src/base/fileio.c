@@ -10,7 +10,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <glob.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -595,6 +597,54 @@ int ms_path_is_input(const char *out, const char *in, char *match, size_t cap) {
     }
     ms_paths_free(paths, n);
     return hit;
+}
+
+/* path's parent directory, resolved, and its last name into out: "" where the parent does not
+ * resolve (it does not exist). */
+static void resolved_parent(const char *path, char *out, size_t cap) {
+    char parent[4096], real[PATH_MAX];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    if (slash == path)
+        snprintf(parent, sizeof parent, "/");
+    else
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) : 1,
+                 slash ? path : ".");
+    out[0] = 0;
+    if (realpath(parent, real)) snprintf(out, cap, "%s/%s", real, base);
+}
+
+int ms_path_same(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (!a || !*a || !b || !*b) return 0;
+    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea || eb) return 0;
+    char ra[4400], rb[4400];
+    resolved_parent(a, ra, sizeof ra);
+    resolved_parent(b, rb, sizeof rb);
+    return *ra && !strcmp(ra, rb);
+}
+
+int ms_path_named_in_dir(const char *file, const char *dir, const char *const *names, char *match,
+                         size_t cap) {
+    if (!file || !*file || !dir || !*dir) return 0;
+    const char *slash = strrchr(file, '/'), *base = slash ? slash + 1 : file;
+    char parent[4096];
+    if (slash == file)
+        snprintf(parent, sizeof parent, "/");
+    else
+        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - file) : 1,
+                 slash ? file : ".");
+    struct stat sp, sd;
+    if (stat(parent, &sp) != 0 || stat(dir, &sd) != 0 || sp.st_dev != sd.st_dev ||
+        sp.st_ino != sd.st_ino)
+        return 0;
+    for (int i = 0; names && names[i]; i++)
+        if (fnmatch(names[i], base, FNM_PERIOD) == 0) {
+            if (match && cap) snprintf(match, cap, "%s", names[i]);
+            return 1;
+        }
+    return 0;
 }
 
 int ms_path_in_dir(const char *file, const char *dir, const char *const *names, char *match,

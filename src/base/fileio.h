@@ -114,6 +114,16 @@ ms_status ms_path_check_dir(const char *opt, const char *path, const char *what)
  * (yet) is none.  Returns 1 and copies the input's path into match (cap
  * bytes; may be NULL) when it is one, else 0. */
 int ms_path_is_input(const char *out, const char *in, char *match, size_t cap);
+/* Whether paths a and b name the same file, one that may not exist yet (two outputs a
+ * command will write): by device and inode when both exist; when neither does, by their
+ * parent directories' real paths and their last names; one that exists and one that does not
+ * are different.  1 or 0. */
+int ms_path_same(const char *a, const char *b);
+/* Whether `file` (that may not exist yet) lies directly in directory dir under a name that
+ * matches one of the fnmatch(3) patterns names (NULL-terminated): a file a command will write
+ * there.  Returns 1 and copies the matching pattern into match (cap bytes; may be NULL). */
+int ms_path_named_in_dir(const char *file, const char *dir, const char *const *names, char *match,
+                         size_t cap);
 /* Whether the file `file` is one of the files directly in directory dir
  * whose names match one of the glob(3) patterns names (NULL-terminated):
  * the files a command writes into dir, or reads from it.  By identity, as

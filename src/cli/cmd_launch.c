@@ -139,11 +139,31 @@ static const char *events_input(const launch_cli *o, const char *events, const c
  * --config file), --bin an executable file (else every start of the job
  * fails, and is restarted as a fault).  0 or SUP_EXIT_USAGE, the error
  * naming the option. */
-static int check_paths(const launch_cli *o, const char *ev_opt, const char *events) {
+static int check_paths(const launch_cli *o, const char *ev_opt, const char *events,
+                       int own_metrics) {
+    /* what the driver writes in RUN_DIR besides its events (and the metrics, when it adds
+     * --metrics RUN_DIR/metrics.jsonl to the train options) */
+    static const char *const driver_files[] = {"driver.json",
+                                               "driver.lock",
+                                               "compute.jsonl",
+                                               "compute.jsonl.1",
+                                               "control.json",
+                                               "dashboard.json",
+                                               "blocklist.json",
+                                               "hostfile.active",
+                                               "peak-*.json",
+                                               "metrics.jsonl",
+                                               NULL};
     ms_status st = MS_OK;
     struct stat sb;
     const char *bin = o->bin && *o->bin ? o->bin : "/proc/self/exe"; /* stat: the binary */
     const char *in = events_input(o, events, bin);
+    char match[64];
+    int n_names = (int)(sizeof driver_files / sizeof driver_files[0]) - (own_metrics ? 1 : 2);
+    const char *names[sizeof driver_files / sizeof driver_files[0]];
+    for (int i = 0; i < n_names; i++)
+        names[i] = driver_files[i];
+    names[n_names] = NULL;
     if (o->run_dir && *o->run_dir && (st = ms_path_check_writable(o->run_dir, 1)) != MS_OK)
         st = ms_error_wrap(st, "--run-dir");
     else if (o->events && *o->events && (st = ms_path_check_writable(o->events, 0)) != MS_OK)
@@ -152,6 +172,12 @@ static int check_paths(const launch_cli *o, const char *ev_opt, const char *even
         st = ms_error(MS_ERR_ARG,
                       "%s %s is the %s: an output never replaces an input; nothing was written",
                       ev_opt, events, in);
+    else if (o->events && *o->events &&
+             ms_path_named_in_dir(o->events, o->run_dir, names, match, sizeof match))
+        st = ms_error(MS_ERR_ARG,
+                      "--events %s is named as %s, a file the job writes in --run-dir %s: "
+                      "the two would go into one file; nothing was written",
+                      o->events, match, o->run_dir);
     else if ((st = opts_check_output(launch_opts, N_LAUNCH_OPTS, o, ev_opt, events, NULL)) !=
              MS_OK) {
     } else if (o->bin && *o->bin && stat(o->bin, &sb) != 0)
@@ -207,7 +233,7 @@ int cmd_launch(int argc, char **argv) {
     } else if ((rc = check_addr("--bind", o.bind)) ||
                (rc = check_addr("--dashboard-bind", o.dashboard_bind))) {
     } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, ev_opt, events, &tv)) != 0) {
-    } else if ((rc = check_paths(&o, ev_opt, events)) != 0) {
+    } else if ((rc = check_paths(&o, ev_opt, events, !*tv.metrics)) != 0) {
     } else {
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
         if (n > 0) self[n] = 0;
@@ -235,7 +261,7 @@ int cmd_launch(int argc, char **argv) {
                         .backoff = o.backoff,
                         .no_progress_limit = o.no_progress,
                         .run_dir = o.run_dir,
-                        .events = o.events,
+                        .events = o.events && *o.events ? o.events : NULL, /* "": the default */
                         .mpirun = o.mpirun,
                         .bin = o.bin && *o.bin ? o.bin : self,
                         .bind = o.bind,
@@ -245,7 +271,11 @@ int cmd_launch(int argc, char **argv) {
                         .ckpt_dir = tv.ckpt_dir,
                         .resume = tv.resume,
                         .new_run = tv.new_run,
-                        .steps = tv.steps};
+                        .steps = tv.steps,
+                        .metrics = tv.metrics,
+                        .trace_dir = tv.trace_dir,
+                        .peak_cache_given = tv.peak_cache_given,
+                        .device = tv.device};
         rc = sup_run(&c);
     }
     opts_free(launch_opts, N_LAUNCH_OPTS, &o);

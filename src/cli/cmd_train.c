@@ -7,6 +7,7 @@
 
 #include "base/ctx.h"
 #include "cli/commands.h"
+#include "base/fileio.h"
 #include "ckpt/hf.h"
 #include "cli/opts.h"
 #include "train/train.h"
@@ -224,6 +225,24 @@ static ms_status check_not_config(const train_cli *c, const char *events_opt, co
     for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
         MS_TRY(
             opts_check_output(train_opts, N_TRAIN_OPTS, c, out[i].opt, out[i].path, out[i].names));
+    /* the launch's events file is no output of the run either (even one not written yet):
+     * --events w.safetensors beside --save-weights w.safetensors lost every event when the
+     * weights were renamed over them, and the next launch appended JSON to the weights */
+    char match[64];
+    for (size_t i = 0; events && *events && i + 1 < sizeof out / sizeof out[0]; i++) {
+        if (!out[i].path || !*out[i].path) continue;
+        if (out[i].names &&
+            ms_path_named_in_dir(events, out[i].path, out[i].names, match, sizeof match))
+            return ms_error(MS_ERR_ARG,
+                            "%s %s is named as the %s files the run writes in %s %s: the events "
+                            "would be lost or the files corrupted; nothing was written",
+                            events_opt, events, match, out[i].opt, out[i].path);
+        if (!out[i].names && ms_path_same(events, out[i].path))
+            return ms_error(MS_ERR_ARG,
+                            "%s %s is %s %s, which the run writes: the events would be lost or "
+                            "the file corrupted; nothing was written",
+                            events_opt, events, out[i].opt, out[i].path);
+    }
     return MS_OK;
 }
 
@@ -258,8 +277,12 @@ int cmd_train_check(int argc, char **argv, const char *events_opt, const char *e
     } else {
         snprintf(v->ckpt_dir, sizeof v->ckpt_dir, "%s", tc->ckpt_dir ? tc->ckpt_dir : "");
         snprintf(v->resume, sizeof v->resume, "%s", tc->resume ? tc->resume : "");
+        snprintf(v->metrics, sizeof v->metrics, "%s", tc->metrics ? tc->metrics : "");
+        snprintf(v->trace_dir, sizeof v->trace_dir, "%s", tc->trace_dir ? tc->trace_dir : "");
+        snprintf(v->device, sizeof v->device, "%s", tc->device ? tc->device : "");
         v->steps = tc->steps;
         v->new_run = tc->new_run;
+        v->peak_cache_given = tc->peak_cache != NULL;
     }
     opts_free(train_opts, N_TRAIN_OPTS, &c);
     return rc;

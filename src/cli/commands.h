@@ -11,7 +11,10 @@ int cmd_train(int argc, char **argv);
  * environment, --out-dir's defaults) that `megascale launch` needs. */
 typedef struct {
     char ckpt_dir[4096], resume[4096]; /* "" when none */
-    int steps, new_run;
+    char metrics[4096];                /* "" when none */
+    char trace_dir[4096];              /* as given: "" (beside the metrics), none, off, a DIR */
+    char device[16];
+    int steps, new_run, peak_cache_given;
 } cli_train_view;
 /* Parse train options as `megascale train` would, before a launch starts
  * anything: 0 and *v filled, or 2 (usage) with the error printed, naming the

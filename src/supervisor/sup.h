@@ -75,6 +75,10 @@ typedef struct {
     const char *resume;   /* --resume ("": none): the first start's only */
     int new_run;          /* --new-run: the first start's only */
     int steps;            /* --steps: the job is done when its ranks reach it */
+    const char *metrics;  /* --metrics ("": none given: the driver adds RUN_DIR's) */
+    const char *trace_dir; /* --trace-dir as given ("": beside the metrics; none, off) */
+    int peak_cache_given;  /* --peak-cache given (else the driver adds RUN_DIR) */
+    const char *device;    /* --device: the diag checks that backend */
 } sup_config;
 
 /* Run the job to its end; returns the exit code (SUP_EXIT_*), having

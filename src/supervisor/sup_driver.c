@@ -68,11 +68,6 @@ const char *sup_argv_value(char *const *argv, int argc, const char *name) {
     return v;
 }
 
-/* The value of train option `name`, or NULL. */
-static const char *opt_value(const sup_config *c, const char *name) {
-    return sup_argv_value(c->train_argv, c->train_argc, name);
-}
-
 /* The first line of CKPT_DIR/NAME into buf ("" if none). */
 static void ckpt_text(const sup_driver *d, const char *name, char *buf, size_t n) {
     char path[4200];
@@ -899,45 +894,6 @@ static int open_sockets(sup_driver *d, char *why, size_t n) {
     return sup_ctl_write(d->c->run_dir, d->ctl_addr, d->ctl_token, why, n);
 }
 
-/* The value of option `name` (without "--") in the train options' --config
- * file ("name = value" lines, '#' comments: cli/opts.c's format) into out;
- * 0 if absent or unreadable (the trainer reports a bad file itself). */
-static int config_value(const sup_config *c, const char *name, char *out, size_t n) {
-    const char *path = opt_value(c, "--config");
-    char *text = NULL;
-    size_t len = 0;
-    if (!path || ms_file_read_max(path, 1 << 20, &text, &len) != MS_OK) return 0;
-    int found = 0;
-    for (char *line = text, *next; line && line < text + len; line = next) {
-        next = memchr(line, '\n', (size_t)(text + len - line));
-        if (next) *next++ = 0;
-        char *hash = strchr(line, '#'), *eq = strchr(line, '=');
-        if (hash) *hash = 0;
-        if (!eq || (hash && hash < eq)) continue;
-        char *k = line, *v = eq + 1, *e = eq;
-        while (*k == ' ' || *k == '\t')
-            k++;
-        if (!strncmp(k, "--", 2)) k += 2;
-        while (e > k && (e[-1] == ' ' || e[-1] == '\t'))
-            e--;
-        while (*v == ' ' || *v == '\t')
-            v++;
-        size_t vl = strlen(v);
-        while (vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t' || v[vl - 1] == '\r'))
-            vl--;
-        if (vl >= 2 && (v[0] == '"' || v[0] == '\'') && v[vl - 1] == v[0]) { /* as the parser */
-            v++;
-            vl -= 2;
-        }
-        if ((size_t)(e - k) == strlen(name) && !strncmp(k, name, strlen(name))) {
-            snprintf(out, n, "%.*s", (int)vl, v);
-            found = 1; /* the last line counts, as in the parser */
-        }
-    }
-    free(text);
-    return found;
-}
-
 /* path made absolute against the working directory, into out. */
 static void absolute(char *out, size_t n, const char *path) {
     char cwd[4096];
@@ -947,34 +903,26 @@ static void absolute(char *out, size_t n, const char *path) {
         snprintf(out, n, "%s", path);
 }
 
-/* The job's metrics file (the train option, on the command line or in its
- * --config file; else OUT/metrics.jsonl of an --out-dir OUT given either
- * way; else RUN_DIR/metrics.jsonl, which the driver then adds), absolute:
- * the dashboard reads it from anywhere. */
+/* The job's metrics file (the train option's effective value, sup_config:
+ * the command line, its --config files or an --out-dir; else
+ * RUN_DIR/metrics.jsonl, which the driver then adds), absolute: the
+ * dashboard reads it from anywhere. */
 static void set_metrics_path(sup_driver *d) {
-    const char *m = opt_value(d->c, "--metrics"), *o = opt_value(d->c, "--out-dir");
-    char rel[4200], out[4096];
-    d->own_metrics = 0;
-    if (m) {
+    const char *m = d->c->metrics;
+    char rel[4200];
+    d->own_metrics = !m || !*m;
+    if (d->own_metrics)
+        snprintf(rel, sizeof rel, "%s/metrics.jsonl", d->c->run_dir);
+    else
         snprintf(rel, sizeof rel, "%s", m);
-    } else if (!config_value(d->c, "metrics", rel, sizeof rel)) {
-        if (o || config_value(d->c, "out-dir", out, sizeof out)) {
-            snprintf(rel, sizeof rel, "%s/metrics.jsonl", o ? o : out); /* the trainer's default */
-        } else {
-            snprintf(rel, sizeof rel, "%s/metrics.jsonl", d->c->run_dir);
-            d->own_metrics = 1;
-        }
-    }
     absolute(d->metrics_path, sizeof d->metrics_path, rel);
 }
 
 /* The ranks' trace directory, as the trainer resolves it
- * (train_trace_dir): --trace-dir on the command line or in the --config
- * file, "" for none or off; else "trace" beside the metrics. */
+ * (train_trace_dir): --trace-dir's effective value, "" for none or off;
+ * else "trace" beside the metrics. */
 static void set_trace_dir(sup_driver *d) {
-    const char *t = opt_value(d->c, "--trace-dir");
-    char v[4096];
-    if (!t && config_value(d->c, "trace-dir", v, sizeof v)) t = v;
+    const char *t = d->c->trace_dir;
     d->trace_dir[0] = 0;
     if (t && (!strcmp(t, "none") || !strcmp(t, "off"))) return;
     if (t && *t) {
@@ -988,13 +936,10 @@ static void set_trace_dir(sup_driver *d) {
 
 /* The ranks' peak cache (monitor/peakcache.h): the run dir, absolute, so
  * that a restart reads the peak the first start probed instead of probing
- * again on every rank; unless the train options (command line or --config
- * file) name their own (or none). */
+ * again on every rank; unless the train options name their own (or none). */
 static void set_peak_cache(sup_driver *d) {
-    char own[8];
     d->peak_cache[0] = 0;
-    if (!opt_value(d->c, "--peak-cache") && !config_value(d->c, "peak-cache", own, sizeof own))
-        absolute(d->peak_cache, sizeof d->peak_cache, d->c->run_dir);
+    if (!d->c->peak_cache_given) absolute(d->peak_cache, sizeof d->peak_cache, d->c->run_dir);
 }
 
 /* RUN_DIR/compute.jsonl, and the dashboard with --dashboard: its URL
@@ -1137,8 +1082,9 @@ int sup_run(const sup_config *c) {
     set_trace_dir(d);
     set_peak_cache(d);
     snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", c->ckpt_dir); /* command line or --config */
-    const char *device = opt_value(c, "--device"); /* diag checks the device the job uses */
-    snprintf(d->device, sizeof d->device, "%s", device && !strcmp(device, "cuda") ? "cuda" : "");
+    /* diag checks the device the job uses */
+    snprintf(d->device, sizeof d->device, "%s",
+             c->device && !strcmp(c->device, "cuda") ? "cuda" : "");
     d->r = calloc((size_t)c->np, sizeof *d->r);
     d->adopt_pids = calloc((size_t)c->np, sizeof *d->adopt_pids);
     d->adopt_starts = calloc((size_t)c->np, sizeof *d->adopt_starts);

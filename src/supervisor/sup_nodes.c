@@ -25,6 +25,8 @@
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
+#define SUP_MAX_SLOTS (1 << 20) /* slots of one host: launch's --np range */
+
 #define BLOCKLIST_MAX_BYTES (1 << 20)
 
 static int add_node(sup_nodes *p, const char *name, int slots, char *why, size_t n) {
@@ -59,11 +61,20 @@ static int read_hostfile(sup_nodes *p, const char *path, char *why, size_t n) {
             while (*q == ' ' || *q == '\t' || *q == '\r')
                 q++;
             if (!*q) break;
-            int m = 0;
-            if (sscanf(q, "slots=%d%n", &slots, &m) == 1 && slots > 0) {
+            int m = (int)strcspn(q, " \t\r");
+            if (!strncmp(q, "slots=", 6)) { /* digits, in range (%d wrapped 2^32 + 1 to 1) */
+                char *end = NULL;
+                errno = 0;
+                long long v = q[6] >= '0' && q[6] <= '9' ? strtoll(q + 6, &end, 10) : -1;
+                if (v < 1 || v > SUP_MAX_SLOTS || errno || end != q + m) {
+                    snprintf(why, n, "%s:%d: '%.*s': slots must be a whole number in 1..%d", path,
+                             line, m, q, SUP_MAX_SLOTS);
+                    rc = -1;
+                    break;
+                }
+                slots = (int)v;
                 q += m;
             } else {
-                m = (int)strcspn(q, " \t\r");
                 if (strncmp(q, "max_slots=", 10) != 0) { /* mpirun's other keys: ignored */
                     snprintf(why, n, "%s:%d: cannot read '%.*s' (expected HOST [slots=N])", path,
                              line, m, q);

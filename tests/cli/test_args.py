@@ -203,6 +203,7 @@ def test_bad_input(d, w, val, train, ck):
     mybin, hosts = os.path.join(d, "megascale"), os.path.join(d, "hosts")
     shutil.copy(BIN, mybin)
     open(hosts, "w").write("localhost slots=4\n")
+    os.makedirs(os.path.join(d, "o"), exist_ok=True)  # an --out-dir that exists
     lcfg = os.path.join(d, "launch.cfg")  # launch's own --config file
     open(lcfg, "w").write("max-restarts = 0\n")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
@@ -324,6 +325,24 @@ def test_bad_input(d, w, val, train, ck):
                                               "--train-data"]))],
         (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--", *TR[1:],
           "--save-weights", train], ["the train options: --save-weights", train, "is an input"]),
+        # an output of the run as --events, even one not written yet: the weights renamed
+        # over the events lost them all (exit 0), the next launch appended JSON to them
+        (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--events",
+          os.path.join(d, "w2.safetensors"), "--", *TR[1:], "--save-weights",
+          os.path.join(d, ".", "w2.safetensors")],
+         ["launch --events", "is --save-weights", "which the run writes", "nothing was written"]),
+        (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--events",
+          os.path.join(d, "o", "metrics.jsonl"), "--", *TR[1:], "--out-dir", os.path.join(d, "o")],
+         ["launch --events", "is --metrics", "which the run writes"]),
+        (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--events",
+          os.path.join(adir, "hang_r3.json"), "--", *TR[1:-1], adir],
+         ["launch --events", "is named as the hang_r*.json files the run writes in --trace-dir"]),
+        # ... or a file of the driver's own in the run directory
+        (["launch", "--np", "1", "--run-dir", adir, "--events", os.path.join(adir, "driver.json"),
+          "--", *TR[1:]], ["--events", "is named as driver.json, a file the job writes in --run-dir"]),
+        (["launch", "--np", "1", "--run-dir", adir, "--events",
+          os.path.join(adir, "metrics.jsonl"), "--", *TR[1:]],
+         ["--events", "is named as metrics.jsonl, a file the job writes"]),
         (["launch", "--np", "1", "--run-dir", empty, "--", *TR[1:]],
          ["--run-dir", empty, "exists and is not a directory"]),
         (["trace", "merge", os.path.join(d, "tr"), "--out", os.path.join(nope, "x")],

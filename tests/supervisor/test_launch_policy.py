@@ -452,6 +452,25 @@ def check_early_failure(d, shard):
     rc, err = launch(os.path.join(d, "cfg"), shard, [], ["--config", cfg])
     ok(rc == 0 and os.path.exists(os.path.join(d, "cfg", "ckpt", "latest")),
        "--ckpt-dir in the train --config file", f"rc {rc}: {err[-1500:]}")
+    # the driver takes the train options as the trainer parses them: every --config file,
+    # `_` for `-`; before, it read the last file's exact names only, so --out-dir here was
+    # missed: it added --metrics RUN/metrics.jsonl (OUT's metrics never written) and
+    # --peak-cache RUN (over peak_cache = none), and looked for the hang dumps in RUN/trace.
+    # --events '' is the default (it was "error: : No such file", exit 1)
+    run, out = os.path.join(d, "cfg2"), os.path.join(d, "cfg2_out")
+    cfg2 = os.path.join(d, "train2.cfg")
+    with open(cfg2, "w") as f:
+        f.write(f"out_dir = {out}\npeak_cache = none\n")
+    rc, err = launch(run, shard, ["--events", ""], ["--config", cfg, "--config", cfg2,
+                                                    "--ckpt-dir", os.path.join(run, "ckpt")])
+    start = [e for e in events(run) if e["event"] == "job_start"]
+    ok(rc == 0 and os.path.exists(os.path.join(out, "metrics.jsonl"))
+       and not os.path.exists(os.path.join(run, "metrics.jsonl"))
+       and not [n for n in os.listdir(run) if n.startswith("peak-")]
+       and start and start[0].get("metrics") == os.path.join(out, "metrics.jsonl"),
+       "the train options' --out-dir and peak_cache = none from a second --config file; "
+       "--events '' is RUN/events.jsonl",
+       f"rc {rc}: {err[-1500:]} {os.listdir(run) if os.path.isdir(run) else ''} {start}")
 
 
 def check_lingering_mpirun(d, shard):

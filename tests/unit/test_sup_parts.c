@@ -390,6 +390,15 @@ static void test_nodes(void) {
     write_file(path, "hostA bogus=1\n");
     T_EQ_INT(sup_nodes_init(p, &h, why, sizeof why), -1);
     T_OK(strstr(why, ":1:") != NULL);
+    /* slots past an int, or not a number: refused (%d wrapped 2^32 + 1 to 1, 2^32 + 2 to 2) */
+    static const char *const bad_slots[] = {
+        "hostA slots=4294967298\nhostB slots=2\n", "hostA slots=2\nhostB slots=2x\n",
+        "hostA slots=0\nhostB slots=2\n", "hostA slots=-2\nhostB slots=2\n"};
+    for (int i = 0; i < 4; i++) {
+        write_file(path, bad_slots[i]);
+        T_EQ_INT(sup_nodes_init(p, &h, why, sizeof why), -1);
+        T_OK(strstr(why, "slots must be a whole number in 1..") != NULL);
+    }
     unlink(hf);
     unlink(path);
     snprintf(path, sizeof path, "%s/blocklist.json", dir);
