@@ -221,11 +221,23 @@ static void map_unregister(const void *data) {
         }
 }
 
+/* What a path that is neither a regular file nor a directory is, or NULL. */
+static const char *special_kind(const struct stat *sb) {
+    return S_ISCHR(sb->st_mode)                           ? "a character device"
+           : S_ISBLK(sb->st_mode)                         ? "a block device"
+           : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
+           : S_ISSOCK(sb->st_mode)                        ? "a socket"
+           : S_ISREG(sb->st_mode) || S_ISDIR(sb->st_mode) ? NULL
+                                                          : "not a regular file";
+}
+
 ms_status ms_file_map(const char *path, const void **data, size_t *len) {
     ms_status rc = MS_OK;
     struct stat st;
     void *p;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO without a writer blocked open(2) for ever; it is refused below (the
+     * flag means nothing to a regular file) */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     *data = NULL;
     *len = 0;
     if (fd < 0) return open_fail(path, "open", errno);
@@ -233,8 +245,12 @@ ms_status ms_file_map(const char *path, const void **data, size_t *len) {
         rc = io_fail(MS_ERR_IO, path, "fstat", errno);
         goto out;
     }
-    if (!S_ISREG(st.st_mode)) {
-        rc = ms_error(MS_ERR_IO, "%s: not a regular file", path);
+    if (!S_ISREG(st.st_mode)) { /* bad input, as the trace tools' (exit 3, not storage's 4) */
+        const char *kind = special_kind(&st);
+        rc = ms_error(MS_ERR_FORMAT, "%s: not a regular file (%s)", path,
+                      S_ISDIR(st.st_mode) ? "a directory"
+                      : kind              ? kind
+                                          : "?");
         goto out;
     }
     if (st.st_size == 0) {
@@ -262,16 +278,6 @@ void ms_file_unmap(const void *data, size_t len) {
 }
 
 /* ---- atomic writer ---------------------------------------------------- */
-
-/* What a path that is neither a regular file nor a directory is, or NULL. */
-static const char *special_kind(const struct stat *sb) {
-    return S_ISCHR(sb->st_mode)                           ? "a character device"
-           : S_ISBLK(sb->st_mode)                         ? "a block device"
-           : S_ISFIFO(sb->st_mode)                        ? "a FIFO"
-           : S_ISSOCK(sb->st_mode)                        ? "a socket"
-           : S_ISREG(sb->st_mode) || S_ISDIR(sb->st_mode) ? NULL
-                                                          : "not a regular file";
-}
 
 static ms_status refuse_special(const char *path, const char *kind) {
     return ms_error(MS_ERR_ARG,

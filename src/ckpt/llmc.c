@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "base/fileio.h"
 
@@ -26,6 +27,10 @@ struct ckpt_llmc_file {
 };
 
 int ckpt_llmc_probe(const char *path) {
+    /* a regular file only: opening a FIFO blocked for ever (the readers that follow say what
+     * the path is) */
+    struct stat sb;
+    if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return 0;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     int32_t magic = 0;
@@ -98,8 +103,10 @@ static void header_config(const llmc_header *h, gpt_config *cfg) {
 /* The header of the open file f checked against its size, and the model
  * it describes (validated) into *cfg. */
 static ms_status read_header(FILE *f, const char *path, llmc_header *h, gpt_config *cfg) {
-    uint64_t size = 0;
-    MS_TRY(ms_file_size(path, &size));
+    struct stat sb; /* the size of the file open, not of whatever the path names now */
+    if (fstat(fileno(f), &sb) != 0)
+        return ms_error(MS_ERR_IO, "%s: fstat: %s", path, strerror(errno));
+    uint64_t size = (uint64_t)sb.st_size;
     int32_t w[HEADER_WORDS];
     if (size < sizeof w)
         return ms_error(MS_ERR_FORMAT, "%s: %llu bytes, shorter than llm.c's 1024-byte header",

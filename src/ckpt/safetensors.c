@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "base/fileio.h"
+#include "ckpt/llmc.h"
 #include "data/shard.h"
 
 #define ST_MAX_HEADER 100000000ull /* the reference reader's limit */
@@ -299,6 +300,9 @@ static const char *not_safetensors(const uint8_t *p, size_t len, uint64_t hlen) 
     if (w0 == DATA_SHARD_MAGIC_LLAMA3)
         return "it is an llm.c llama-3 token shard (magic 20240801), not weights";
     if (!memcmp(p, "MSTOKBPE", 8)) return "it is a megascale tokenizer file, not weights";
+    if (w0 == CKPT_LLMC_MAGIC + 1) /* llm.c's model files are read by llmc.c */
+        return "it is an llm.c training state (magic 20240327: train_gpt2's optimizer state), "
+               "not model weights: give its model file (magic 20240326)";
     if (p[0] == '{') return "it looks like a JSON file";
     size_t n = len < 256 ? len : 256, text = 0;
     for (size_t i = 0; i < n; i++)

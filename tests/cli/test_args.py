@@ -210,7 +210,14 @@ def test_bad_input(d, w, val, train, ck):
     proc_why = "a kernel pseudo file system" if os.geteuid() == 0 else "not writable"
     EV = ["eval", "--val-data", val, "--seq", "16", "--batch", "4"]
     SA = ["sample", "--tokens", "2"]
+    fifo = os.path.join(d, "weights.fifo")  # a FIFO as weights: the open blocked for ever
+    os.mkfifo(fifo)
+    state = os.path.join(d, "gpt2_124M_debug_state.bin")  # llm.c's other files as weights
+    open(state, "wb").write(struct.pack("<256i", 20240327, 1, *([0] * 254)))
     cases = [  # (args, needles in stderr)
+        *[(a, [fifo, "not a regular file (a FIFO)"]) for a in (
+            [*SA, "--weights", fifo], [*EV, "--weights", fifo], [*TR, "--init-from", fifo])],
+        ([*SA, "--weights", state], [state, "an llm.c training state (magic 20240327"]),
         # a wrong flag, a missing value: the parser's, for every command
         *[([c, "--bogus"], ["unknown option '--bogus'"]) for c in
           ("train", "sample", "eval", "data", "ckpt", "trace", "launch", "diag", "dashboard",
