@@ -45,7 +45,8 @@ static const opts_spec eval_opts[] = {
     R("micro-batch", OPT_T_INT, tc.micro_batch, "0", "[0,16777216]",
       "sequences per forward pass on one rank (0: --batch / dp); the loss does not depend on it"),
     R("seq", OPT_T_INT, tc.seq, "0", "[0,)",
-      "tokens per sequence T (0: the checkpoint's --seq, else 256)"),
+      "tokens per sequence T (0: the checkpoint's --seq, else 256 or the model's seq-max if "
+      "fewer)"),
     R("heads", OPT_T_INT, tc.heads, "0", "[0,)",
       "attention heads when the weights file does not say (0: C/64, with a warning)"),
     R("tp", OPT_T_INT, tc.tp, "1", "[1,65536]",

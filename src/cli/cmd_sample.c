@@ -200,7 +200,10 @@ static ms_status run_sample(const sample_config *sc) {
     be_warn_ignored(sc->device, &bo);
     if (st == MS_OK) st = be_create(&be, sc->device, &bo);
     if (st == MS_OK) st = gpt_create(&m, &c, be, 1, T);
-    if (st == MS_OK) st = commit[0] ? ckpt_load_params(commit, m, NULL) : ckpt_hf_load(m, src);
+    if (st == MS_OK) { /* named by --weights, as every error of the weights */
+        st = commit[0] ? ckpt_load_params(commit, m, NULL) : ckpt_hf_load(m, src);
+        if (st != MS_OK) ms_error_wrap(st, "--weights");
+    }
     if (st != MS_OK) goto out;
     ctx = malloc(sizeof(int32_t) * (size_t)(cap + 1));
     logits = malloc(sizeof(float) * (size_t)c.vocab);

@@ -61,9 +61,14 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
         ckpt_manifest_free(&mf);
         mc->recompute = 0;
         MS_TRY(gpt_config_validate(mc));
+        if (tc->heads > 0 && tc->heads != mc->n_head) /* as --weights (it was ignored here) */
+            return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", tc->heads,
+                            r->source, mc->n_head);
     }
     if (tc->batch == 0) tc->batch = batch;
-    if (tc->seq == 0) tc->seq = seq;
+    /* the default, 256, at most the model's positions (it was refused as "--seq 256", an
+     * option the user never gave, for a model of fewer) */
+    if (tc->seq == 0) tc->seq = seq < mc->seq_max ? seq : mc->seq_max;
     if (tc->seq > mc->seq_max)
         return ms_error(MS_ERR_ARG, "--seq %d: the model of %s has seq-max %d", tc->seq, r->source,
                         mc->seq_max);
@@ -73,10 +78,16 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
 /* The parameters into m: each rank its tp shard / stage of the weights
  * file, or dp rank 0 of each (tp, pp) position reads the commit and
  * broadcasts it over its dp group. */
-static ms_status eval_load(const train_config *tc, comm_grid *grid, gpt_model *m,
-                           const char *source) {
-    if (tc->init_from && *tc->init_from) return ckpt_hf_load(m, source);
-    return ckpt_load_params(source, m, grid ? comm_grid_group(grid, COMM_DIM_DP) : NULL);
+static ms_status eval_load(const train_config *tc, const char *ck_opt, comm_grid *grid,
+                           gpt_model *m, const char *source) {
+    ms_status st =
+        tc->init_from && *tc->init_from
+            ? ckpt_hf_load(m, source)
+            : ckpt_load_params(source, m, grid ? comm_grid_group(grid, COMM_DIM_DP) : NULL);
+    /* named by its option, as every error of the weights (a shard's CRC said only the file) */
+    if (st != MS_OK)
+        ms_error_wrap(st, "%s", tc->init_from && *tc->init_from ? "--weights" : ck_opt);
+    return st;
 }
 
 ms_status train_eval(const train_config *cfg, train_eval_result *r) {
@@ -110,16 +121,8 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
     if (st == MS_OK) st = eval_source(&tc, ck_opt, world, &mc, r);
     if (st == MS_OK) st = train_check_batch(tc.batch, tc.micro_batch, dp, &micro, &accum);
     if (st == MS_OK) st = train_check_tp(&tc, &mc, micro);
-    be_options bo = be_options_default();
-    bo.threads = tc.threads;
-    bo.cuda_profile = tc.cuda_profile;
-    bo.cuda_fuse_gelu = tc.cuda_fuse_gelu;
-    if (st == MS_OK && (!world || comm_world_rank(world) == 0)) be_warn_ignored(tc.device, &bo);
-    if (st == MS_OK) st = be_dtype_parse(tc.cpu_dtype, tc.device, &bo.cpu_dtype);
-    if (st == MS_OK) st = be_create(&be, tc.device, &bo);
-    if (st == MS_OK) st = train_dist_device(&tc, world, grid, be);
-    if (st == MS_OK) st = train_model_create(&tc, &mc, be, world, grid, micro, 1, 16, &m, &pipe);
-    if (st == MS_OK) st = eval_load(&tc, grid, m, r->source);
+    /* the data before the model: a set larger than the shards is bad input (exit 3), said
+     * before the model's memory is asked for (it was exit 8 for a --batch past memory) */
     train_val_config vc = {.pattern = tc.val_data,
                            .batches = tc.val_batches,
                            .batch = tc.batch,
@@ -129,6 +132,16 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
                            .world = world,
                            .grid = grid};
     if (st == MS_OK) st = train_val_open(&val, &vc);
+    be_options bo = be_options_default();
+    bo.threads = tc.threads;
+    bo.cuda_profile = tc.cuda_profile;
+    bo.cuda_fuse_gelu = tc.cuda_fuse_gelu;
+    if (st == MS_OK && (!world || comm_world_rank(world) == 0)) be_warn_ignored(tc.device, &bo);
+    if (st == MS_OK) st = be_dtype_parse(tc.cpu_dtype, tc.device, &bo.cpu_dtype);
+    if (st == MS_OK) st = be_create(&be, tc.device, &bo);
+    if (st == MS_OK) st = train_dist_device(&tc, world, grid, be);
+    if (st == MS_OK) st = train_model_create(&tc, &mc, be, world, grid, micro, 1, 16, &m, &pipe);
+    if (st == MS_OK) st = eval_load(&tc, ck_opt, grid, m, r->source);
     if (st == MS_OK) {
         r->batches = tc.val_batches, r->batch = tc.batch, r->seq = tc.seq, r->micro = micro;
         r->sequences = train_val_sequences(val);

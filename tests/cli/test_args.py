@@ -756,6 +756,21 @@ def test_nonfinite_weights(d, w, val):
                        "--tokens", "3")
     ok(rc == 6 and "the logits after 2 token(s) are not finite" in err,
        "sample: non-finite logits are an error (exit 6)", f"rc={rc}\n{out}\n{err}")
+    # activations past 1e19 (the embeddings x 1e21): the LayerNorm's variance overflows, and
+    # 1/sqrt(inf) = 0 collapsed each row to its bias: finite garbage, exit 0; now NaN
+    name = next(k for k in head if k.endswith("wte.weight"))
+    a, b = head[name]["data_offsets"]
+    body = bytearray(raw[8 + n:])
+    vals = struct.unpack(f"<{(b - a) // 4}f", body[a:b])
+    body[a:b] = struct.pack(f"<{len(vals)}f", *(v * 1e21 for v in vals))
+    open(huge, "wb").write(raw[:8 + n] + bytes(body))
+    rc, out, err = run("eval", "--weights", huge, "--val-data", val, "--seq", "16", "--batch", "4")
+    ok(rc == 6 and "is not finite" in err,
+       "eval: a LayerNorm variance past fp32 is not finite (exit 6)", f"rc={rc}\n{out}\n{err}")
+    rc, out, err = run("sample", "--weights", huge, "--tokenizer", "ids", "--prompt", "1 2",
+                       "--tokens", "3")
+    ok(rc == 6 and "are not finite" in err,
+       "sample: a LayerNorm variance past fp32 is not finite (exit 6)", f"rc={rc}\n{out}\n{err}")
     rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--tokens", "3")
     ok(rc == 2 and "the --prompt (none given: the default, a newline,) holds no token id" in err,
        "sample --tokenizer ids without a prompt: a usage error naming the default",

@@ -142,6 +142,27 @@ def main():
     expect_error(["eval", "--weights", w, "--val-data", val, "--seq", "16", "--batch", "6",
                   "--micro-batch", "4"], "--batch 6", "--micro-batch 4",
                  what="eval: a partial micro-batch is refused")
+    # --heads with a checkpoint is checked as with a weights file (it was ignored)
+    expect_error(["eval", "--ckpt", ck, "--val-data", val, *SET, "--heads", "4"],
+                 "--heads 4 disagrees with", "which holds 2", what="eval --ckpt: a wrong --heads")
+    # the default --seq (256) is at most the model's seq-max (32): no error about an option
+    # never given
+    j, err = eval_json("--weights", w, "--val-data", val, "--val-batches", "1", "--batch", "4")
+    ok(j is not None and j["seq"] == 32, "eval --weights: the default --seq is the model's 32",
+       json.dumps(j) + err)
+    # a set larger than the data is bad input (exit 3) before the model's memory is asked for
+    rc, _, err = run("eval", "--weights", w, "--val-data", small, "--seq", "16", "--batch",
+                     "16777216", "--val-batches", "1")
+    ok(rc == 3 and "small.bin" in err, "eval: the data is checked before the model's memory",
+       f"rc={rc} {err}")
+    # a damaged commit's error names the option first
+    rc, _, err = run("eval", "--ckpt", os.path.join(ck2, "step_00000020"), "--val-data", val, *SET)
+    ok(rc == 3 and "error: --ckpt: " in err, "eval --ckpt COMMIT: a damaged shard, named by --ckpt",
+       f"rc={rc} {err}")
+    rc, _, err = run("sample", "--weights", os.path.join(ck2, "step_00000020"), "--tokens", "2",
+                     "--tokenizer", "ids", "--prompt", "1")
+    ok(rc == 3 and "error: --weights: " in err,
+       "sample --weights COMMIT: a damaged shard, named by --weights", f"rc={rc} {err}")
     rc, _, err = run(*base, "--steps", "5", "--val-data", small, *SET)
     ok(rc == 3 and "small.bin" in err and "fewer than the validation set" in err and
        "step     1" not in err, "train: a validation set that does not fit stops at start", err)

@@ -274,6 +274,10 @@ static void test_gelu(size_t n, int off) {
     float *x = rnd(n, -5, 5, 1);
     x[n / 2] = bf_round(-20.0f); /* the clamped tails */
     x[n - 1] = bf_round(19.0f);
+    if (n > 8) { /* far past the clamp: the limits, 0 and x, slopes 0 and 1, as the CPU */
+        x[1] = bf_round(-1e12f), x[2] = bf_round(1e12f), x[3] = bf_round(-1e36f);
+        x[4] = bf_round(1e20f);
+    }
     float *y = hmem(n * 4);
     cpu->gelu_fwd(cpu, y, x, n);
     void *dx = up_bf(x, n, off), *dy[2];

@@ -382,10 +382,15 @@ static void test_elementwise(void) {
     for (int i = 0; i < 64; i++)
         sx[i] = (float)(i % 8) - 3.5f, one[i] = 1.0f;
     sx[3] = NAN, sx[21] = NAN, sx[60] = 40.0f, sx[61] = -40.0f, sx[62] = 9.0f, sx[63] = -9.0f;
+    /* far past the clamp: the limits (the clamped exp left gelu(-1e36) = -18, and slopes of
+     * -3.86 at -1e12, 4.86 at +1e12, inf at 1e20) */
+    sx[56] = -1e36f, sx[57] = -1e12f, sx[58] = 1e12f, sx[59] = 1e20f;
     be->gelu_fwd(be, sy, sx, 64);
     be->gelu_bwd(be, sd, sx, one, 64);
     T_OK(isnan(sy[3]) && isnan(sd[3]) && isnan(sy[21]) && isnan(sd[21]));
     T_OK(sy[60] == 40.0f && fabsf(sy[61]) < 1e-30f && sd[60] == 1.0f && fabsf(sd[61]) < 1e-30f);
+    T_OK(sy[56] == 0.0f && sy[57] == 0.0f && sy[58] == 1e12f && sy[59] == 1e20f);
+    T_OK(sd[56] == 0.0f && sd[57] == 0.0f && sd[58] == 1.0f && sd[59] == 1.0f);
     int finite_ok = 1;
     for (int i = 0; i < 64; i++)
         if (i != 3 && i != 21 && (!isfinite(sy[i]) || !isfinite(sd[i]))) finite_ok = 0;
@@ -406,11 +411,13 @@ static void test_elementwise(void) {
     be->gelu_bwd(be, gd, gx, g1, ns);
     size_t differ = 0;
     for (size_t i = 0; i < ns; i++) {
-        float x = gx[i], u2 = 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
-        u2 = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
+        float x = gx[i], u2r = 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
+        float u2 = u2r < -80.0f ? -80.0f : (u2r > 80.0f ? 80.0f : u2r);
         float e = cpu_expf(-u2), s = 1.0f / (1.0f + e);
         float y = x / (1.0f + e);
         float d = s + 2.0f * x * s * (e * s) * (CPU_GELU_K * (1.0f + 3.0f * CPU_GELU_A * x * x));
+        if (u2r > 80.0f) d = 1.0f; /* past the clamp, the limits */
+        if (!(u2r >= -80.0f)) y = d = x * 0.0f;
         int same_y = isnan(y) ? isnan(gy[i]) : memcmp(&y, &gy[i], sizeof y) == 0;
         int same_d = isnan(d) ? isnan(gd[i]) : memcmp(&d, &gd[i], sizeof d) == 0;
         if ((!same_y || !same_d) && differ++ == 0)

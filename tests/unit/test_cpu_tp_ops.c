@@ -154,6 +154,37 @@ static void test_classifier_slices(int N, int C, int V, int P, int R) {
         be->free(be, ps[i]);
 }
 
+/* A NaN logit in the second of two slices (a NaN row of its wte): every row's loss is NaN, as
+ * classifier_fwd_bwd's.  The slice's sum was skipped as an empty slice's: the loss was the first
+ * slice's alone, finite and wrong (one slice: -inf). */
+static void test_classifier_slice_nan(int P) {
+    int N = 3, C = 4, V = 8, lo[8];
+    make_slices(V, P, lo);
+    float *x = frnd((size_t)N * C, 1), *wte = frnd((size_t)V * C, 1);
+    float *logits = frnd((size_t)N * V, 1), *stats = frnd((size_t)P * N * 3, 1);
+    float *loss = frnd(N, 1);
+    int32_t *tgt = be->alloc(be, N * sizeof(int32_t));
+    for (int i = 0; i < N; i++)
+        tgt[i] = 0; /* in the first slice */
+    for (int c = 0; c < C; c++)
+        wte[(size_t)(V - 1) * C + c] = NAN; /* the last slice's last row */
+    for (int p = 0; p < P; p++)
+        be->classifier_slice_stats(be, stats + (size_t)p * N * 3, logits + (size_t)lo[p] * N, x,
+                                   wte + (size_t)lo[p] * C, tgt, N, C, lo[p + 1] - lo[p], lo[p]);
+    be->classifier_slice_finish(be, loss, NULL, NULL, logits, x, wte, tgt, stats, P, N, C, lo[1], 0,
+                                1.0f);
+    int all_nan = 1;
+    for (int i = 0; i < N; i++)
+        all_nan &= isnan(loss[i]);
+    char name[64];
+    snprintf(name, sizeof name, "classifier %d slice(s): a NaN logit gives a NaN loss", P);
+    T_OK(all_nan);
+    if (!all_nan) fprintf(stderr, "%s: got %g %g %g\n", name, loss[0], loss[1], loss[2]);
+    void *ps[] = {x, wte, logits, stats, loss, tgt};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        be->free(be, ps[i]);
+}
+
 static void test_adds(void) {
     int M = 7, N = 37;
     size_t n = (size_t)M * N;
@@ -179,6 +210,8 @@ int main(void) {
         test_classifier_slices(11, 12, 37, 1, 11);
         test_classifier_slices(11, 12, 37, 2, 4);
         test_classifier_slices(23, 20, 300, 3, 8);
+        test_classifier_slice_nan(1);
+        test_classifier_slice_nan(2);
         test_adds();
         be_destroy(be);
     }

@@ -66,12 +66,15 @@ double cpu_cls_row_sum_exp(const float *stats, int P, int R, int i, float *mx) {
         M = m > M ? m : M;
     }
     double S = 0.0;
+    int nan = 0; /* a slice's NaN logit: its sum is NaN, and so is the row's (it was skipped as
+                  * an empty slice, and the loss was the other slices', finite) */
     for (int p = 0; p < P; p++) {
         const float *st = stats + ((size_t)p * R + i) * 3;
+        nan |= isnan(st[1]);
         if (st[1] > 0.0f) S += (double)st[1] * exp((double)st[0] - (double)M);
     }
     *mx = M;
-    return S;
+    return nan ? NAN : S;
 }
 
 float cpu_cls_slice_loss(const float *stats, int P, int R, int i, float M, double S) {

@@ -223,25 +223,35 @@ static inline float cpu_max_f(const float *restrict x, int n) {
 #define CPU_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define CPU_GELU_A 0.044715f
 
-/* 2u clamped to [-80, 80] (beyond, 1/(1+exp(-2u)) is 0 or 1 in fp32); a
- * NaN becomes -80, so that exp's argument is never NaN: x carries the NaN
- * into the result instead. */
-static inline float cpu_gelu_u2(float x) {
-    float u2 = 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
+static inline float cpu_gelu_2u(float x) {
+    return 2.0f * CPU_GELU_K * (x + CPU_GELU_A * x * x * x);
+}
+
+/* 2u clamped to [-80, 80] for exp (beyond, 1/(1+exp(-2u)) is 0 or 1 in
+ * fp32); a NaN becomes -80, so that exp's argument is never NaN. */
+static inline float cpu_gelu_clamp(float u2) {
     u2 = u2 > -80.0f ? u2 : -80.0f;
     return u2 < 80.0f ? u2 : 80.0f;
 }
 
+/* Past the clamp the limits themselves: gelu = x * 0 below (exp(80) alone
+ * left x * 1.8e-35, -18 for x = -1e36) and x above; x * 0 carries a NaN. */
 static inline float cpu_gelu(float x) {
-    return x / (1.0f + cpu_expf_in(-cpu_gelu_u2(x), 0));
+    float u2 = cpu_gelu_2u(x), g = x / (1.0f + cpu_expf_in(-cpu_gelu_clamp(u2), 0));
+    return u2 >= -80.0f ? g : x * 0.0f;
 }
 
+/* The derivative; past the clamp 0 below and 1 above (its x^2 term grew
+ * against the clamped exp: -3.86 for x = -1e12, 4.86 for +1e12). */
 static inline float cpu_gelu_grad(float x) {
-    float e = cpu_expf_in(-cpu_gelu_u2(x), 0);
+    float u2 = cpu_gelu_2u(x);
+    float e = cpu_expf_in(-cpu_gelu_clamp(u2), 0);
     float s = 1.0f / (1.0f + e); /* 0.5*(1+tanh u) */
     float du = CPU_GELU_K * (1.0f + 3.0f * CPU_GELU_A * x * x);
     /* 0.5*x*(1-tanh^2 u)*du = 2*x*s*(1-s)*du, with 1-s = e*s */
-    return s + 2.0f * x * s * (e * s) * du;
+    float d = s + 2.0f * x * s * (e * s) * du;
+    d = u2 <= 80.0f ? d : 1.0f;
+    return u2 >= -80.0f ? d : x * 0.0f; /* a NaN: both tests fail, x * 0 is NaN */
 }
 
 /* Make sure OpenBLAS (OpenMP flavour) uses the backend's thread count in

@@ -30,7 +30,10 @@ void cpu_layernorm_fwd(be_backend *be, void *out, float *mean, float *rstd, cons
             var += acc[j];
         for (; i < C; i++)
             var += (xr[i] - m) * (xr[i] - m);
-        float s = 1.0f / sqrtf(var / (float)C + CPU_LN_EPS);
+        /* a variance past fp32 (activations above ~1e19) gave 1/sqrt(inf) = 0: the row
+         * collapsed to the bias, finite, and a broken model's loss looked plausible; NaN
+         * makes it the non-finite value it is (a non-finite row is NaN already) */
+        float s = isinf(var) ? NAN : 1.0f / sqrtf(var / (float)C + CPU_LN_EPS);
         for (int c = 0; c < C; c++)
             yr[c] = (xr[c] - m) * s * wt[c] + bs[c];
         mean[r] = m;

@@ -158,11 +158,14 @@ __global__ void cls_slice_finish_kernel(float *losses, bf16 *logits, const int32
     for (int p = 0; p < P; p++)
         M = fmaxf(M, stats[((size_t)p * R + r) * 3]);
     double S = 0.0, lt = 0.0;
+    int nan = 0; /* a NaN logit makes the row's sum NaN, as the CPU (not a skipped slice) */
     for (int p = 0; p < P; p++) {
         const float *st = stats + ((size_t)p * R + r) * 3;
+        nan |= isnan(st[1]);
         if (st[1] > 0.0f) S += (double)st[1] * exp((double)st[0] - (double)M);
         lt += (double)st[2];
     }
+    if (nan) S = (double)__int_as_float(0x7fc00000);
     double lse = (double)M + log(S);
     if (threadIdx.x == 0) losses[r] = (float)(lse - lt);
     if (!grad || Vs == 0) return;

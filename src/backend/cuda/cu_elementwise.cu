@@ -21,16 +21,18 @@
  * cpu_gelu_grad): 0.5*(1+tanh(u)) = 1/(1+exp(-2u)). */
 __device__ static inline float ew_gelu(float x) {
     float u2 = 2.0f * GELU_K * (x + GELU_A * x * x * x);
-    u2 = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
-    return x / (1.0f + expf(-u2));
+    float c = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
+    float g = x / (1.0f + expf(-c));
+    return u2 < -80.0f ? x * 0.0f : g; /* past the clamp its limit (a NaN stays NaN) */
 }
 __device__ static inline float ew_gelu_grad(float x) {
     float u2 = 2.0f * GELU_K * (x + GELU_A * x * x * x);
-    u2 = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
-    float e = expf(-u2);
+    float c = u2 < -80.0f ? -80.0f : (u2 > 80.0f ? 80.0f : u2);
+    float e = expf(-c);
     float s = 1.0f / (1.0f + e);
     float du = GELU_K * (1.0f + 3.0f * GELU_A * x * x);
-    return s + 2.0f * x * s * (e * s) * du;
+    float d = s + 2.0f * x * s * (e * s) * du;
+    return u2 < -80.0f ? x * 0.0f : u2 > 80.0f ? 1.0f : d; /* the limits past the clamp */
 }
 
 struct ew_gelu_f {

@@ -52,7 +52,10 @@ __global__ void ln_fwd_kernel(bf16 *out, float *mean, float *rstd, const bf16 *i
             v += (f[j] - m) * (f[j] - m);
     }
     if (tail < C) v += (bf2f(x[tail]) - m) * (bf2f(x[tail]) - m);
-    float rs = 1.0f / sqrtf(cu_warp_sum(v) / (float)C + LN_EPS);
+    /* a variance past fp32: NaN, not 1/sqrt(inf) = 0 (the row collapsed to the bias, finite;
+     * cpu_norm.c) */
+    float var = cu_warp_sum(v);
+    float rs = isinf(var) ? __int_as_float(0x7fc00000) : 1.0f / sqrtf(var / (float)C + LN_EPS);
     for (int g = lane; g < G8; g += 32) {
         float fw[8], fb[8];
         cu_ld8_bf16(f, x, g, vec);
