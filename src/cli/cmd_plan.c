@@ -52,7 +52,8 @@ static const opts_spec plan_opts[] = {
       "sliding attention window (0: full; -1: 512 when --features has window, else full)"),
     O("gpus", OPT_T_INT, gpus, "0", "[0,16777216]", "GPUs (ranks) of the job"),
     O("cluster", OPT_T_STR, cluster, NULL, NULL,
-      "cluster file, or a shipped one: a100-megascale, h100-node, h200-node (data/clusters)"),
+      "cluster file, or a shipped one: a100-megascale, h100-node, h200-node, dev-cpu "
+      "(data/clusters)"),
     O("tp", OPT_T_INT, tp, "0", "[0,65536]",
       "tensor-parallel ranks (inside a node; 0: 1, or searched with --search)"),
     O("pp", OPT_T_INT, pp, "0", "[0,65536]", "pipeline stages (0: 1, or searched with --search)"),
@@ -86,8 +87,15 @@ static const opts_spec plan_opts[] = {
       "seconds from a failure to training again (detect, evict, restart, restore)"),
     O("ckpt-every", OPT_T_INT, ckpt_every, "0", "[0,)",
       "steps between checkpoints for the ETTR (0: Young/Daly's optimum)"),
-    O("data-dir", OPT_T_STR, data_dir, MS_DATA_DIR, NULL,
-      "where the shipped cluster files are (DIR/clusters/NAME.json)"),
+    /* the environment as sample's and data's (the docs said so; plan read only the option) */
+    {.name = "data-dir",
+     .type = OPT_T_STR,
+     .offset = offsetof(plan_cli, data_dir),
+     .def = MS_DATA_DIR,
+     .help = "where the shipped cluster files are (DIR/clusters/NAME.json)",
+     .env = "MS_DATA_DIR",
+     .range = NULL,
+     .per_rank = 0},
 };
 #undef O
 #define N_PLAN_OPTS ((int)(sizeof plan_opts / sizeof plan_opts[0]))
@@ -392,7 +400,7 @@ int cmd_plan(int argc, char **argv) {
                             "the shipped clusters: DIR/clusters");
     if (st == MS_OK && !o.cluster)
         st = ms_error(MS_ERR_ARG, "--cluster: give a cluster file or a shipped name "
-                                  "(a100-megascale, h100-node, h200-node)");
+                                  "(a100-megascale, h100-node, h200-node, dev-cpu)");
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/clusters", o.data_dir && *o.data_dir ? o.data_dir : MS_DATA_DIR);
     if (st == MS_OK) st = plan_cluster_find(o.cluster, dir, &c);

@@ -37,7 +37,7 @@ typedef struct {
 
 static const opts_spec train_opts[] = {
     O("model", OPT_T_STR, model, NULL,
-      "model preset: d6 d12 (124M) d24 (350M) d36 d48 (not given: d6, or the --init-from "
+      "model preset: d6 d12 (124M) d24 (355M) d36 d48 (not given: d6, or the --init-from "
       "file's shape)"),
     R("layers", OPT_T_INT, layers, "0", "[0,)", "number of blocks (0: from the preset)"),
     R("dim", OPT_T_INT, dim, "0", "[0,)", "model width C (0: from the preset)"),
