@@ -185,6 +185,12 @@ def main():
     lays = json.loads(r.stdout)["layouts"] if r.returncode == 0 else []
     ok(lays and all(x["layout"]["tp"] == 1 for x in lays), "search --recompute ln: tp 1 only",
        r.stdout[-300:] + r.stderr)
+    # MS_DATA_DIR as the other commands' (plan read only --data-dir)
+    r = subprocess.run([BIN, "plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "8",
+                        "--batch", "8"], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, MS_DATA_DIR="/nonexistent_ms_dir"))
+    ok(r.returncode == 2 and "--data-dir (env MS_DATA_DIR) /nonexistent_ms_dir does not exist"
+       in r.stderr, "plan: MS_DATA_DIR is read", r.stderr)
     # --features ours: this trainer's pipeline gives each message of a step an MPI tag, at
     # most 32767 (1 + 2 x pp x vpp x micro-batches); the planner refuses what it refuses
     tags = ["--cluster", "h200-node", "--model", "d12", "--gpus", "8", "--pp", "4", "--seq", "64"]
