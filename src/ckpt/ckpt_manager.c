@@ -910,6 +910,14 @@ ms_status ckpt_manager_resume(ckpt_manager *cm, const ckpt_train_state *now, ckp
         snprintf(from, sizeof from, "%s", cm->chosen);
     } else if (st == MS_OK && dec[0] == RES_SHM) {
         st = load_shm(cm, dec[1], &saved, from, sizeof from);
+        if (cm->wg) { /* every rank loaded, before the gather: one that failed skipped it, and
+                       * its dp peers waited in it for --comm-timeout */
+            int32_t bad = st != MS_OK, any = 0;
+            ms_status cs = comm_allreduce(cm->wg, &bad, &any, 1, COMM_I32, COMM_MAX);
+            if (cs != MS_OK && st == MS_OK) st = cs;
+            if (st == MS_OK && any)
+                st = ms_error(MS_ERR_IO, "another rank could not load its snapshot");
+        }
         if (st == MS_OK && cm->zero) { /* each rank holds its own runs: gather the rest */
             st = par_zero_gather_start(cm->zero);
             if (st == MS_OK) st = par_zero_gather_wait_all(cm->zero);

@@ -41,7 +41,11 @@ STEPS = 500
 TRAIN = ["--vocab", "256", "--layers", "4", "--dim", "128", "--heads", "4", "--seq-max", "32",
          "--seq", "32", "--batch", "16", "--steps", str(STEPS), "--dp", "2", "--tp", "2",
          "--threads", "1", "--lr", "1e-3", "--log-every", "50", "--peak-flops", "1e11",
-         "--ckpt-every", "10", "--val-every", "50", "--data-order", "sequential"]
+         "--ckpt-every", "10", "--val-every", "50", "--data-order", "sequential",
+         # 40 ms more a step on every rank (~50 ms a step without): the page must see the curve
+         # grow, the fault and the curve grow again before step 500, and Chromium can take
+         # 20 s and more to come up on busy cores (it came up at step 489 of 500)
+         "--inject-fault", "slow=40@1+"]
 LAUNCH = ["--np", "4", "--heartbeat-timeout", "10", "--backoff", "0.2", "--grace", "5",
           "--startup-timeout", "120", "--straggler-rounds", "0", "--dashboard", "0"]
 
