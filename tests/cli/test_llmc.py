@@ -165,7 +165,7 @@ def main():
     expect_error(["eval", "--weights", bad, "--val-data", val], bad, "version 4",
                  what="an unknown llm.c version")
     write_llmc(bad, w, L, 3, 3)
-    expect_error(["eval", "--weights", bad, "--val-data", val], bad, "head",
+    expect_error(["eval", "--weights", bad, "--val-data", val], bad, "is not divisible by heads 3",
                  what="heads that do not divide the width")
     write_llmc(bad, w, L, 2, 3, header_patch={7: 100})
     expect_error(["eval", "--weights", bad, "--val-data", val], bad, "padded_vocab_size",

@@ -18,8 +18,9 @@ steps):
    restarts read it from RUN_DIR/peak-HOST.json, written by one rank;
    The metrics' first line says the heartbeat token is set, never what it is.
 4. the heartbeat socket: beats with a wrong token, a malformed line, an
-   oversized line and an out-of-order sequence number are rejected (events
-   "beat_rejected") and do not disturb the job;
+   oversized line, no token and bytes that are no text are rejected (events
+   "beat_rejected") and do not disturb the job (an out-of-order sequence
+   number needs the job's token and a rank's own connection: not sent here);
 5. pp 2 x dp 2 (4 ranks) with a large vocabulary: the last stage's ranks
    compute the head and the loss too, about twice the first stage's time,
    and are not reported as stragglers (a rank is compared with its stage);
@@ -281,6 +282,9 @@ def check_stages(d, shard):
     zero = [i + 1 for i, r in enumerate(rows) if min(r) <= 0]
     ok(len(rows) == 24 and not zero, "pp2 x dp2: every step has a compute time on every rank "
        "(a checkpoint's persist does not take it to 0)", f"steps with a 0: {zero}")
+    # the last stage must really be heavier (else "no straggler" tests nothing)
+    ok(ratio > 1.3, f"pp2 x dp2: the last stage's compute time is {ratio:.2f} x the first's "
+       "(> 1.3: the head and the loss)", str(late[:3]))
     ok(rc == 0 and not strag, "pp2 x dp2: the heavier last stage is no straggler "
        f"(its compute time {ratio:.2f} x the first stage's)", f"rc {rc} {strag}\n{err[-2000:]}")
 
