@@ -661,6 +661,12 @@ static ms_status setup(trainer *t) {
     t->sched =
         (opt_schedule){OPT_SCHED_COSINE, (float)tc->lr, tc->warmup, tc->steps, (float)tc->lr_floor};
     MS_TRY(opt_sched_parse(tc->lr_schedule, &t->sched.kind));
+    if (t->rank == 0 && tc->warmup > 0 && tc->warmup >= tc->steps) /* legal, rarely meant */
+        ms_warn("--warmup %d is not shorter than --steps %d: the lr rises for the whole run, "
+                "ends at %.3g (%.0f%% of --lr %g) and never %s",
+                tc->warmup, tc->steps, (double)opt_lr_at(&t->sched, tc->steps - 1),
+                100.0 * opt_lr_at(&t->sched, tc->steps - 1) / tc->lr, tc->lr,
+                t->sched.kind == OPT_SCHED_COSINE ? "decays (to --lr-floor)" : "holds --lr");
     /* fail fast on bad data, before allocating; a host without the files
      * says so to every rank before the collectives of the model's creation */
     MS_TRY(train_gate_pass(t->gate, open_loaders(t)));

@@ -732,6 +732,18 @@ def test_input_handling(d, train):
        "tokenizer-train: fewer merges than asked is said", err)
 
 
+def test_warmup_past_steps(d, train):
+    """--warmup not shorter than --steps: legal, but the lr never reaches --lr nor decays; said
+    at start (it was silent), and not said for a warmup inside the run."""
+    base = ["train", "--train-data", train, *TINY, "--trace-dir", "none", "--steps", "3"]
+    rc, _, err = run(*base, "--warmup", "10")
+    ok(rc == 0 and "--warmup 10 is not shorter than --steps 3" in err and "ends at" in err,
+       "train --warmup past --steps: a warning with the lr it ends at", err)
+    rc, _, err = run(*base, "--warmup", "2")
+    ok(rc == 0 and "is not shorter than --steps" not in err, "train --warmup 2 of 3: no warning",
+       err)
+
+
 def test_nonfinite_weights(d, w, val):
     """Finite weights too large for fp32 (ln_f at 3e38): the logits overflow.
     eval printed val_loss nan and exited 0, sample emitted id 0 forever; an
@@ -811,6 +823,7 @@ def main():
         test_other_flags(d, train, ck)
         test_input_handling(d, train)
         test_nonfinite_weights(d, w, val)
+        test_warmup_past_steps(d, train)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
