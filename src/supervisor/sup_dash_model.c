@@ -178,8 +178,9 @@ static void on_config(dash_model *m, const cJSON *o) {
     m->pp = int_in(lay, "pp", 1, DASH_MAX_RANKS, m->pp);
     m->tp = int_in(lay, "tp", 1, DASH_MAX_RANKS, m->tp);
     /* each in range, but a product past the ranks is no layout of a run (dp = tp = 65536 made
-     * rank_coord's TP x DP wrap to 0 and divide by it): the ranks are then shown as one line */
-    if ((long long)m->dp * m->pp * m->tp > DASH_MAX_RANKS) m->dp = m->pp = m->tp = 1;
+     * rank_coord's TP x DP wrap to 0 and divide by it): no layout, as before one is read (no
+     * coordinates, the heat map's ranks compared all together) */
+    if ((long long)m->dp * m->pp * m->tp > DASH_MAX_RANKS) m->world = m->dp = m->pp = m->tp = 0;
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(o, "options");
     m->steps = int_in(opt, "steps", 0, INT_MAX, m->steps);
     const char *model = str(opt, "model");
