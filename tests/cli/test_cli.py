@@ -1100,7 +1100,7 @@ def main():
                      what=f"safetensors metadata {key} '{val}'")
     open(os.path.join(d, "trunc.safetensors"), "wb").write(raw[: len(raw) // 2])
     expect_error(["sample", "--weights", os.path.join(d, "trunc.safetensors")], "trunc.safetensors",
-                 what="truncated safetensors")
+                 "file truncated?", what="truncated safetensors")
 
     test_env_options(d, base)
     test_data(d)

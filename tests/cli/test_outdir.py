@@ -94,7 +94,7 @@ def main():
     rc, _, err = run(*base, "--steps", "2", "--out-dir", os.path.join(d, "c"), "--trace-dir", "none")
     ok(rc == 0 and not os.path.exists(os.path.join(d, "c", "trace")), "--trace-dir none wins", err)
     expect_error([*base, "--steps", "2", "--out-dir", train], "--out-dir", train,
-                 what="--out-dir naming a file")
+                 "exists and is not a directory", what="--out-dir naming a file")
     expect_error([*base, "--steps", "2", "--out-dir", os.path.join(train, "x")], "--out-dir",
                  what="--out-dir under a file")
     lf = os.path.join(d, "only.log")
