@@ -132,6 +132,8 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
                            .world = world,
                            .grid = grid};
     if (st == MS_OK) st = train_val_open(&val, &vc);
+    /* every rank's data, before the model's collectives (a host without the shards) */
+    st = train_gate_pass(gate, st);
     be_options bo = be_options_default();
     bo.threads = tc.threads;
     bo.cuda_profile = tc.cuda_profile;
