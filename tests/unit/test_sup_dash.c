@@ -150,18 +150,23 @@ static void test_metrics(void) {
 /* Events of about 900 KB each (a long detail): a reply holds at most
  * DASH_EVENTS_REPLY_BYTES of them and says "more", and paging reaches every one.  Before,
  * 500 such events made a 450 MB reply, over the server's limit: "reply too large". */
-static void test_events_big(void) {
-    dash_model *m = dash_model_new();
-    size_t big = 900u << 10;
+/* Events from..to-1 into m, each a note whose detail is `big` bytes. */
+static void feed_big_events(dash_model *m, int from, int to, size_t big) {
     char *line = malloc(big + 128);
     T_OK(line != NULL);
-    for (int i = 0; line && i < 30; i++) {
+    for (int i = from; line && i < to; i++) {
         int n = snprintf(line, 128, "{\"time\":%d,\"t\":%d,\"event\":\"note\",\"detail\":\"", i, i);
         memset(line + n, 'x', big);
         memcpy(line + n + big, "\"}", 3);
         dash_model_event_line(m, line, strlen(line));
     }
     free(line);
+}
+
+static void test_events_big(void) {
+    dash_model *m = dash_model_new();
+    size_t big = 900u << 10;
+    feed_big_events(m, 0, 30, big);
     long since = -1;
     int got = 0, replies = 0;
     for (int more = 1; more && replies < 40; replies++) {
@@ -177,14 +182,7 @@ static void test_events_big(void) {
     T_OK(replies > 1);
     /* 100 more: the model keeps at most DASH_EVENTS_BYTES of them, the newest (it kept
      * DASH_MAX_EVENTS lines of up to DASH_LINE_MAX each: 20 GiB) */
-    line = malloc(big + 128);
-    for (int i = 30; line && i < 130; i++) {
-        int n = snprintf(line, 128, "{\"time\":%d,\"t\":%d,\"event\":\"note\",\"detail\":\"", i, i);
-        memset(line + n, 'x', big);
-        memcpy(line + n + big, "\"}", 3);
-        dash_model_event_line(m, line, strlen(line));
-    }
-    free(line);
+    feed_big_events(m, 30, 130, big);
     since = -1, got = 0, replies = 0;
     long first = -1, last = -1;
     for (int more = 1; more && replies < 100; replies++) {
