@@ -605,16 +605,22 @@ int ms_path_is_input(const char *out, const char *in, char *match, size_t cap) {
     return hit;
 }
 
+/* path's parent directory into parent ("." for a bare name, "/" at the root); returns its
+ * last name. */
+static const char *split_parent(const char *path, char *parent, size_t cap) {
+    const char *slash = strrchr(path, '/');
+    if (slash == path)
+        snprintf(parent, cap, "/");
+    else
+        snprintf(parent, cap, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    return slash ? slash + 1 : path;
+}
+
 /* path's parent directory, resolved, and its last name into out: "" where the parent does not
  * resolve (it does not exist). */
 static void resolved_parent(const char *path, char *out, size_t cap) {
     char parent[4096], real[PATH_MAX];
-    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
-    if (slash == path)
-        snprintf(parent, sizeof parent, "/");
-    else
-        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - path) : 1,
-                 slash ? path : ".");
+    const char *base = split_parent(path, parent, sizeof parent);
     out[0] = 0;
     if (realpath(parent, real)) snprintf(out, cap, "%s/%s", real, base);
 }
@@ -634,13 +640,8 @@ int ms_path_same(const char *a, const char *b) {
 int ms_path_named_in_dir(const char *file, const char *dir, const char *const *names, char *match,
                          size_t cap) {
     if (!file || !*file || !dir || !*dir) return 0;
-    const char *slash = strrchr(file, '/'), *base = slash ? slash + 1 : file;
     char parent[4096];
-    if (slash == file)
-        snprintf(parent, sizeof parent, "/");
-    else
-        snprintf(parent, sizeof parent, "%.*s", slash ? (int)(slash - file) : 1,
-                 slash ? file : ".");
+    const char *base = split_parent(file, parent, sizeof parent);
     struct stat sp, sd;
     if (stat(parent, &sp) != 0 || stat(dir, &sd) != 0 || sp.st_dev != sd.st_dev ||
         sp.st_ino != sd.st_ino)
