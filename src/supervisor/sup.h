@@ -113,6 +113,15 @@ typedef struct {
 int sup_beat_parse(const char *line, size_t len, const char *token, int world, sup_beat *out,
                    const char **why);
 
+/* Whether a parsed beat b may be taken on a connection that has spoken for
+ * conn_rank (-1: not yet) with last sequence number conn_seq, while
+ * rank_connected says b's rank already has a connection of its own: NULL
+ * to take it, else the reason to drop the connection (a beat for another
+ * rank than the connection's, a sequence number not above the last, a
+ * second connection for a rank). */
+const char *sup_beat_admit(const sup_beat *b, int conn_rank, unsigned long long conn_seq,
+                           int rank_connected);
+
 /* The control socket (sup_ctl.c): one line a connection. */
 #define SUP_CTL_LINE_MAX 1024
 typedef struct {

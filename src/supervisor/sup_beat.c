@@ -186,3 +186,11 @@ int sup_beat_parse(const char *line, size_t len, const char *token, int world, s
     cJSON_Delete(o);
     return rc;
 }
+
+const char *sup_beat_admit(const sup_beat *b, int conn_rank, unsigned long long conn_seq,
+                           int rank_connected) {
+    if (conn_rank >= 0 && b->rank != conn_rank) return "another rank on the connection";
+    if (b->seq <= conn_seq) return "out of order";
+    if (conn_rank < 0 && rank_connected) return "a second connection for the rank";
+    return NULL;
+}

@@ -459,12 +459,10 @@ static int read_conn(sup_driver *d, sup_conn *k) {
             size_t n = (size_t)(nl - k->buf);
             sup_beat b;
             const char *why = "";
-            if (sup_beat_parse(k->buf, n, d->token, d->c->np, &b, &why) != 0 || b.seq <= k->seq ||
-                (k->rank >= 0 && b.rank != k->rank) || (k->rank < 0 && d->r[b.rank].connected)) {
-                reject(d, "beat_rejected",
-                       b.seq && b.seq <= k->seq ? "out of order"
-                       : why[0]                 ? why
-                                                : "a second connection for the rank");
+            if (sup_beat_parse(k->buf, n, d->token, d->c->np, &b, &why) == 0)
+                why = sup_beat_admit(&b, k->rank, k->seq, d->r[b.rank].connected);
+            if (why) {
+                reject(d, "beat_rejected", why);
                 return -1;
             }
             k->seq = b.seq;

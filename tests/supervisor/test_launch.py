@@ -20,7 +20,8 @@ steps):
 4. the heartbeat socket: beats with a wrong token, a malformed line, an
    oversized line, no token and bytes that are no text are rejected (events
    "beat_rejected") and do not disturb the job (an out-of-order sequence
-   number needs the job's token and a rank's own connection: not sent here);
+   number needs the job's token and a rank's own connection: not sent here;
+   tests/unit/test_sup_beat.c checks that rule, sup_beat_admit);
 5. pp 2 x dp 2 (4 ranks) with a large vocabulary: the last stage's ranks
    compute the head and the loss too, about twice the first stage's time,
    and are not reported as stragglers (a rank is compared with its stage);

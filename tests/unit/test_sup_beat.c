@@ -2,7 +2,9 @@
  * a valid beat parses to its values; a wrong token, version, type, range,
  * an unknown or duplicate field, a NUL byte, text after the object, and
  * every truncation of a valid line are rejected; 20000 random mutations of a
- * valid line never crash it (run under ASan/UBSan by `make asan`); the
+ * valid line never crash it (run under ASan/UBSan by `make asan`); a
+ * parsed beat is taken on a connection only in sequence, for the rank the
+ * connection first spoke for, and not on a second connection of a rank; the
  * heartbeat client's beats parse and carry the step record (label threads:
  * also under TSan). */
 #include <math.h>
@@ -145,6 +147,27 @@ static void test_rejected(void) {
     for (size_t n = 0; n < strlen(GOOD); n++) /* every truncation */
         bad += sup_beat_parse(GOOD, n, TOK, 8, &b, &why) == 0;
     T_EQ_INT(bad, 0);
+}
+
+/* sup_beat_admit: the driver's per-connection rules (sup_watch.c's
+ * read_conn), each with its reason. */
+static void test_admit(void) {
+    sup_beat b;
+    const char *why = "";
+    T_EQ_INT(sup_beat_parse(GOOD, strlen(GOOD), TOK, 8, &b, &why), 0); /* rank 3, seq 12 */
+    T_OK(sup_beat_admit(&b, -1, 0, 0) == NULL);   /* a new connection's first beat */
+    T_OK(sup_beat_admit(&b, 3, 11, 1) == NULL);   /* the next on its own connection */
+    T_OK(sup_beat_admit(&b, 3, 1, 1) == NULL);    /* a gap is fine (beats are dropped) */
+    const char *r = sup_beat_admit(&b, 3, 12, 1); /* a repeat */
+    T_STR_CONTAINS(r, "out of order");
+    r = sup_beat_admit(&b, 3, 13, 1); /* older than the last */
+    T_STR_CONTAINS(r, "out of order");
+    r = sup_beat_admit(&b, -1, 0, 1); /* rank 3 is connected elsewhere */
+    T_STR_CONTAINS(r, "a second connection for the rank");
+    r = sup_beat_admit(&b, 2, 11, 1); /* the connection spoke for rank 2 */
+    T_STR_CONTAINS(r, "another rank on the connection");
+    r = sup_beat_admit(&b, 2, 12, 1); /* both: the rank is named first */
+    T_STR_CONTAINS(r, "another rank on the connection");
 }
 
 static void test_mutations(void) {
@@ -408,6 +431,7 @@ int main(void) {
     test_flush_reconnects();
     test_valid();
     test_rejected();
+    test_admit();
     test_mutations();
     return ms_test_summary("test_sup_beat");
 }
