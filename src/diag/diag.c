@@ -48,6 +48,9 @@ ms_status diag_config_check(const diag_config *c) {
     if (st != MS_OK) /* its directory missing: passing results would not be kept */
         return ms_error_wrap(st, "--history");
     if (c->history && *c->history) MS_TRY(diag_history_check(c->history));
+    st = c->history_dir && *c->history_dir ? ms_path_check_writable(c->history_dir, 1) : MS_OK;
+    if (st != MS_OK) /* a file, or under one: a usage error, not a failed disk */
+        return ms_error_wrap(st, "--history-dir");
     if (c->storage_dir && *c->storage_dir && stat(c->storage_dir, &sb) == 0 &&
         !S_ISDIR(sb.st_mode)) /* a usage error, not a failed disk */
         return ms_error(MS_ERR_ARG, "--storage-dir %s is a file, not a directory", c->storage_dir);
