@@ -64,10 +64,29 @@ static const opts_spec data_opts[] = {
 #define N_DATA_OPTS ((int)(sizeof data_opts / sizeof data_opts[0]))
 
 /* Input files: a directory's regular files (sorted, its subdirectories
- * and hidden files left out), an existing file as it is, or a glob. */
+ * and hidden files left out), an existing file as it is, or a glob's
+ * matches (the directories among them left out). */
 static ms_status list_inputs(const char *in, char ***paths, int *n) {
     struct stat sb;
-    if (stat(in, &sb) != 0 || !S_ISDIR(sb.st_mode)) return ms_glob_or_path(in, paths, n);
+    if (stat(in, &sb) == 0 && !S_ISDIR(sb.st_mode)) return ms_glob_or_path(in, paths, n);
+    if (stat(in, &sb) != 0) { /* a glob: the directories it matches left out, as below */
+        MS_TRY(ms_glob_or_path(in, paths, n));
+        int kept = 0;
+        for (int i = 0; i < *n; i++) {
+            if (stat((*paths)[i], &sb) == 0 && S_ISDIR(sb.st_mode))
+                free((*paths)[i]);
+            else
+                (*paths)[kept++] = (*paths)[i];
+        }
+        if (kept > 0) return *n = kept, MS_OK;
+        ms_paths_free(*paths, 0);
+        *paths = NULL;
+        *n = 0;
+        return ms_error(MS_ERR_NOTFOUND,
+                        "%s: matches only directories (a directory's files are read with "
+                        "--input DIR)",
+                        in);
+    }
     char pat[8400];
     MS_TRY(ms_glob_escape(in, pat, sizeof pat - 2));
     strcat(pat, "/*");
@@ -232,6 +251,9 @@ static ms_status prepare(const data_config *dc) {
                         "--jsonl-skip-bad: skipped %llu bad line(s) of %s (the first: %s)\n",
                         (unsigned long long)ps.in[i].skipped, in.v[i].name, ps.in[i].first_skipped);
     }
+    if (st == MS_OK && ps.leftovers_removed)
+        fprintf(stderr, "removed %d staged file(s) of %s that a killed run left in %s\n",
+                ps.leftovers_removed, dc->name, dc->out);
     if (st == MS_OK && ps.stale_removed)
         fprintf(stderr, "--force: removed %d old shard(s) of %s that this run did not rewrite\n",
                 ps.stale_removed, dc->name);

@@ -129,18 +129,26 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
         long x = strtol(v, &end, 10);
         if (!*v || blank || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects an integer, got '%s'", where, s->name, v);
-        if (errno == ERANGE || x < INT32_MIN || x > INT32_MAX) /* a 32-bit int in the code */
+        if (errno == ERANGE || x < INT32_MIN || x > INT32_MAX) { /* a 32-bit int in the code */
+            MS_TRY(check_range(s, (double)x, v, where));         /* the option's own range first */
             return ms_error(MS_ERR_ARG, "%s: --%s must be %s %ld, got '%s'", where, s->name,
                             x < 0 ? "at least" : "at most", x < 0 ? (long)INT32_MIN : INT32_MAX, v);
+        }
         MS_TRY(check_range(s, (double)x, v, where));
         *(int *)p = (int)x;
         break;
     }
     case OPT_T_U64: {
         unsigned long long x = strtoull(v, &end, 10);
-        if (!*v || blank || *end || errno || strchr(v, '-')) /* strtoull takes " -1" as 2^64-1 */
+        if (!*v || blank || *end || (errno && errno != ERANGE) ||
+            strchr(v, '-')) /* strtoull takes " -1" as 2^64-1 */
             return ms_error(MS_ERR_ARG, "%s: --%s expects a non-negative integer, got '%s'", where,
                             s->name, v);
+        if (errno == ERANGE) {
+            MS_TRY(check_range(s, (double)x, v, where));
+            return ms_error(MS_ERR_ARG, "%s: --%s: '%s' is beyond the largest integer (%llu)",
+                            where, s->name, v, (unsigned long long)UINT64_MAX);
+        }
         MS_TRY(check_range(s, (double)x, v, where));
         *(uint64_t *)p = x;
         break;
@@ -149,9 +157,11 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
         double x = strtod(v, &end);
         if (!*v || blank || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects a number, got '%s'", where, s->name, v);
-        if (errno == ERANGE && isinf(x)) /* an underflow reads as 0 or subnormal: a range check */
+        if (errno == ERANGE && isinf(x)) { /* an underflow reads as 0 or subnormal: a range check */
+            MS_TRY(check_range(s, x, v, where));
             return ms_error(MS_ERR_ARG, "%s: --%s: '%s' is beyond the largest number (%g)", where,
                             s->name, v, DBL_MAX);
+        }
         if (!isfinite(x))
             return ms_error(MS_ERR_ARG, "%s: --%s expects a finite number, got '%s'", where,
                             s->name, v);
@@ -236,7 +246,17 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
                     st = ms_error(MS_ERR_ARG, "%s: the value's closing %c is missing", where, *v);
                     break;
                 }
-                hash = strchr(close + 1, '#');
+                char *after = close + 1; /* blanks, then nothing or a comment */
+                while (*after == ' ' || *after == '\t' || *after == '\r')
+                    after++;
+                if (*after && *after != '#') {
+                    st = ms_error(MS_ERR_ARG,
+                                  "%s: text after the value's closing %c: '%s' (quote the "
+                                  "whole value)",
+                                  where, *v, trim(after));
+                    break;
+                }
+                hash = *after ? after : NULL;
             }
         }
         if (hash) *hash = 0;
@@ -322,6 +342,9 @@ ms_status opts_parse(const opts_spec *spec, int n, void *dst, int argc, char **a
             *help = 1;
             continue;
         }
+        if (a[0] == '-' && a[1] && a[1] != '-' && !isdigit((unsigned char)a[1]) && a[1] != '.')
+            return ms_error(MS_ERR_ARG, "unknown option '%s' (options start with --: --%s)", a,
+                            a + 1);
         if (strncmp(a, "--", 2) != 0) {
             if (*n_pos < max_pos) {
                 pos[(*n_pos)++] = argv[i];

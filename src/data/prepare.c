@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -47,7 +48,9 @@ typedef struct {
     char **old; /* NAME's shards in out_dir before the run */
     int n_old;
     int published;             /* publish() succeeded */
-    int made_out;              /* out_dir did not exist: a failed run removes it again */
+    char made_from[4400];      /* the first directory of out_dir the run made ("": none) */
+    int lock_fd;               /* the lock on NAME in out_dir (-1: not held) */
+    char lock_path[4400];
     source src[DATA_PREPARE_MAX_INPUTS];
 } prep;
 
@@ -63,6 +66,26 @@ static void progress(prep *p, int force) {
             (double)p->done_bytes / 1e6, (double)p->total_bytes / 1e6, 100 * frac, mbs,
             (unsigned long long)p->st->tokens, eta);
     if (force) fputc('\n', stderr);
+}
+
+/* The inputs, for a message about all of them: a file's path, an input's
+ * name and its file count, or every input's name. */
+static void inputs_text(const data_prepare_config *c, char *out, size_t n) {
+    int files = 0;
+    for (int i = 0; i < c->n_inputs; i++)
+        files += c->inputs[i].n_paths;
+    if (c->n_inputs == 1 && files == 1) {
+        snprintf(out, n, "%s", c->inputs[0].paths[0]);
+        return;
+    }
+    if (c->n_inputs == 1) {
+        snprintf(out, n, "%s (%d files)", c->inputs[0].name, files);
+        return;
+    }
+    size_t at = (size_t)snprintf(out, n, "all %d inputs (", c->n_inputs);
+    for (int i = 0; i < c->n_inputs && at < n; i++)
+        at += (size_t)snprintf(out + at, n - at, "%s%s", i ? ", " : "", c->inputs[i].name);
+    if (at < n) snprintf(out + at, n - at, "; %d files)", files);
 }
 
 /* Shard `idx` of kind "train" or "val" in out_dir: its final name, or
@@ -329,6 +352,128 @@ static void unstage(prep *p) {
         }
 }
 
+/* One run at a time writes shards of NAME in out_dir: an flock on
+ * DIR/.NAME.prepare.lock, held until the run ends (the kernel drops it when
+ * the process dies), removed with it.  The file is checked to be the one
+ * locked, as a run that ends removes it between another's open and flock. */
+static ms_status lock_out(prep *p) {
+    const data_prepare_config *c = p->cfg;
+    if ((size_t)snprintf(p->lock_path, sizeof p->lock_path, "%s/.%s.prepare.lock", c->out_dir,
+                         c->name) >= sizeof p->lock_path)
+        return ms_error(MS_ERR_ARG, "--out %s: path too long", c->out_dir);
+    for (;;) {
+        int fd = open(p->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) return ms_error(MS_ERR_IO, "%s: open: %s", p->lock_path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK)
+                return ms_error(MS_ERR_ARG,
+                                "another `megascale data prepare` is writing shards named %s_* "
+                                "in %s (it holds %s): wait for it to end, or choose another "
+                                "--out or --name",
+                                c->name, c->out_dir, p->lock_path);
+            return ms_error(MS_ERR_IO, "%s: flock: %s", p->lock_path, strerror(e));
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(p->lock_path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            p->lock_fd = fd;
+            return MS_OK;
+        }
+        close(fd); /* removed by the run that held it: take the new one */
+    }
+}
+
+static void unlock_out(prep *p) {
+    if (p->lock_fd < 0) return;
+    unlink(p->lock_path); /* while held: a run waiting on it sees another inode */
+    close(p->lock_fd);
+    p->lock_fd = -1;
+}
+
+/* 1 if base (a name in out_dir) is ".NAME_KIND_NNNNNN.bin.staged", or that
+ * with the ".tmp.PID" of its atomic write: what a killed run left. */
+static int is_leftover(const char *base, const char *name, const char *kind) {
+    size_t nl = strlen(name), kl = strlen(kind);
+    if (base[0] != '.' || strncmp(base + 1, name, nl) || base[1 + nl] != '_' ||
+        strncmp(base + 2 + nl, kind, kl) || base[2 + nl + kl] != '_')
+        return 0;
+    const char *d = base + 3 + nl + kl, *e = d;
+    while (*e >= '0' && *e <= '9')
+        e++;
+    if (e == d || strncmp(e, ".bin.staged", 11)) return 0;
+    e += 11;
+    if (!*e) return 1;
+    if (strncmp(e, ".tmp.", 5) || !e[5]) return 0;
+    for (e += 5; *e >= '0' && *e <= '9'; e++)
+        ;
+    return !*e;
+}
+
+/* The staged shards (and their temporary files) of NAME that a run killed
+ * part way left in out_dir: removed (under the lock, so no live run's). */
+static ms_status remove_leftovers(prep *p) {
+    const data_prepare_config *c = p->cfg;
+    char dir[8200], nm[512];
+    MS_TRY(ms_glob_escape(c->out_dir, dir, sizeof dir));
+    MS_TRY(ms_glob_escape(c->name, nm, sizeof nm));
+    static const char *kinds[] = {"train", "val"};
+    for (int k = 0; k < 2; k++) {
+        char pat[8800], **paths = NULL;
+        int n = 0;
+        snprintf(pat, sizeof pat, "%s/.%s_%s_*.bin.staged*", dir, nm, kinds[k]);
+        ms_status st = ms_glob(pat, &paths, &n);
+        if (st == MS_ERR_NOTFOUND) continue;
+        MS_TRY(st);
+        for (int i = 0; st == MS_OK && i < n; i++) {
+            const char *slash = strrchr(paths[i], '/');
+            if (!is_leftover(slash ? slash + 1 : paths[i], c->name, kinds[k])) continue;
+            if (unlink(paths[i]) != 0 && errno != ENOENT)
+                st = ms_error(MS_ERR_IO, "%s: remove what a killed run left: %s", paths[i],
+                              strerror(errno));
+            else
+                p->st->leftovers_removed++;
+        }
+        ms_paths_free(paths, n);
+        MS_TRY(st);
+    }
+    return MS_OK;
+}
+
+/* The first directory of path that does not exist (into out; "" if all do). */
+static void first_missing(const char *path, char *out, size_t n) {
+    out[0] = 0;
+    char buf[4400];
+    if ((size_t)snprintf(buf, sizeof buf, "%s", path) >= sizeof buf) return;
+    struct stat sb;
+    while (stat(buf, &sb) != 0 && errno == ENOENT) {
+        snprintf(out, n, "%s", buf);
+        char up[4400];
+        snprintf(up, sizeof up, "%s", buf);
+        ms_path_dir(up);
+        if (!strcmp(up, buf)) break; /* "." or "/" */
+        snprintf(buf, sizeof buf, "%s", up);
+    }
+}
+
+/* A failed run: the directories it made for out_dir, removed again (the
+ * deepest first, each only if empty). */
+static void remove_made_dirs(const prep *p) {
+    if (!p->made_from[0]) return;
+    char d[4400];
+    snprintf(d, sizeof d, "%s", p->cfg->out_dir);
+    size_t stop = strlen(p->made_from);
+    while (strlen(d) >= stop) {
+        if (rmdir(d) != 0) return;
+        char up[4400];
+        snprintf(up, sizeof up, "%s", d);
+        ms_path_dir(up);
+        if (!strcmp(up, d)) return;
+        snprintf(d, sizeof d, "%s", up);
+    }
+}
+
 /* force: remove the old shards that this run did not rewrite. */
 static ms_status remove_stale(prep *p) {
     for (int i = 0; i < p->n_old; i++) {
@@ -418,9 +563,12 @@ static ms_status blend(prep *p) {
         p->st->in[i].skipped = data_docs_skipped(p->src[i].docs, &first);
         snprintf(p->st->in[i].first_skipped, sizeof p->st->in[i].first_skipped, "%s", first);
     }
-    if (p->st->documents == 0)
-        return ms_error(MS_ERR_FORMAT, "%s: no documents in the input (%llu bytes)",
-                        c->inputs[0].name, (unsigned long long)p->total_bytes);
+    if (p->st->documents == 0) {
+        char what[1024];
+        inputs_text(c, what, sizeof what);
+        return ms_error(MS_ERR_FORMAT, "%s: no documents in the input (%llu bytes)", what,
+                        (unsigned long long)p->total_bytes);
+    }
     return MS_OK;
 }
 
@@ -432,16 +580,16 @@ static ms_status run(prep *p) {
             MS_TRY(ms_file_size(c->inputs[i].paths[k], &sz));
             p->total_bytes += sz;
         }
-    if (p->total_bytes == 0)
-        return ms_error(MS_ERR_FORMAT, "%s: input is empty (%d file(s), 0 bytes)",
-                        c->inputs[0].n_paths ? c->inputs[0].paths[0] : c->inputs[0].name,
-                        c->inputs[0].n_paths);
+    char what[1024];
+    inputs_text(c, what, sizeof what);
+    if (p->total_bytes == 0) return ms_error(MS_ERR_FORMAT, "%s: input is empty (0 bytes)", what);
     p->val_bytes = (uint64_t)((double)p->total_bytes * c->val_fraction);
+    first_missing(c->out_dir, p->made_from, sizeof p->made_from);
+    MS_TRY(ms_mkdirs(c->out_dir));
+    MS_TRY(lock_out(p)); /* then what is in out_dir holds until the run ends */
     MS_TRY(find_old(p));
     MS_TRY(inputs_not_old(p));
-    struct stat sb;
-    p->made_out = stat(c->out_dir, &sb) != 0;
-    MS_TRY(ms_mkdirs(c->out_dir));
+    MS_TRY(remove_leftovers(p));
     MS_TRY(blend(p));
     if (p->st->train_tokens == 0) /* whole documents go to val: a few large ones can take all */
         return ms_error(MS_ERR_ARG,
@@ -492,11 +640,13 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     int vocab = cfg->tok ? data_tok_vocab_size(cfg->tok) : 256;
     p.version = vocab <= 65536 ? 1 : 2;
     p.t0 = p.last_report = ms_now();
+    p.lock_fd = -1;
     ms_status st = run(&p);
     if (p.train.open) data_shard_writer_abort(&p.train.w);
     if (p.val.open) data_shard_writer_abort(&p.val.w);
     if (st != MS_OK && !p.published) unstage(&p);
-    if (st != MS_OK && !p.published && p.made_out) rmdir(cfg->out_dir); /* as it was: absent */
+    unlock_out(&p);
+    if (st != MS_OK && !p.published) remove_made_dirs(&p); /* as it was: absent */
     free(p.ids);
     for (int i = 0; i < cfg->n_inputs; i++) {
         data_docbatch_free(p.src[i].batch);

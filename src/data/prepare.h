@@ -32,7 +32,10 @@
  * otherwise.  Each shard is written atomically under a hidden staged name
  * (".NAME_train_000000.bin.staged"); only when the whole run has succeeded
  * do they take their final names, so a failed run leaves out_dir as it was
- * (its staged shards removed).  Shards of NAME already in the
+ * (its staged shards removed, the directories it made for out_dir too).
+ * One run at a time writes NAME's shards in out_dir (a lock file,
+ * .NAME.prepare.lock, there while it runs); the staged files of a run
+ * killed part way are removed by the next.  Shards of NAME already in the
  * directory (NAME_train_*.bin, NAME_val_*.bin: another data set, which the
  * new shards would partly overwrite and partly mix with) are refused before
  * anything is read, unless force: then those the run does not rewrite are
@@ -88,7 +91,8 @@ typedef struct {
     uint64_t mixed_tokens;  /* output tokens when the first input ran out */
     int first_out;          /* the input that ran out first (-1: none yet) */
     int shards;
-    int stale_removed; /* force: old shards of NAME that were not rewritten */
+    int stale_removed;     /* force: old shards of NAME that were not rewritten */
+    int leftovers_removed; /* staged shards of NAME a killed run left in out_dir */
     double seconds;
     data_prepare_input_stats in[DATA_PREPARE_MAX_INPUTS];
 } data_prepare_stats;

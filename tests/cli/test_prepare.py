@@ -403,6 +403,81 @@ def test_failed_run(d):
     ok(not os.path.exists(big), "... refused before --out is made")
 
 
+def test_out_dir(d):
+    """What a prepare leaves in --out: the staged files a killed run left
+    are removed by the next (the docs said so; they stayed for ever); one run
+    at a time writes a NAME's shards in a directory (a second is refused
+    while the first holds DIR/.NAME.prepare.lock); a failed run removes
+    every directory it made for --out, not only the last; a glob --input
+    leaves out the directories it matches, as --input DIR does."""
+    import fcntl
+    txt = os.path.join(d, "a.txt")
+    open(txt, "w").write("some text. " * 400)
+    out = os.path.join(d, "out")
+    os.makedirs(out)
+    left = [".data_train_000001.bin.staged", ".data_train_000002.bin.staged",
+            ".data_val_000000.bin.staged", ".data_train_000003.bin.staged.tmp.12345"]
+    keep = [".other_train_000001.bin.staged", ".data_train_x.bin.staged", "notes.txt"]
+    for n in left + keep:
+        open(os.path.join(out, n), "w").write("x")
+    args = ["data", "prepare", "--tokenizer", "bytes", "--val-fraction", "0.1"]
+    rc, _, err = run(*args, "--input", txt, "--out", out)
+    names = sorted(os.listdir(out))
+    ok(rc == 0 and names == sorted(keep + ["data_train_000000.bin", "data_val_000000.bin"])
+       and "removed 4 staged file(s) of data that a killed run left" in err,
+       "prepare removes the staged files of NAME a killed run left, nothing else", err + str(names))
+    # a run that holds the lock: the second is refused, --out untouched
+    busy = os.path.join(d, "busy")
+    os.makedirs(busy)
+    fd = os.open(os.path.join(busy, ".data.prepare.lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        expect_error([*args, "--input", txt, "--out", busy],
+                     "another `megascale data prepare` is writing shards named data_* in",
+                     ".data.prepare.lock", what="prepare: a second run into the same --out")
+        ok(os.listdir(busy) == [".data.prepare.lock"], "... and writes nothing")
+        rc, _, err = run(*args, "--input", txt, "--out", busy, "--name", "other")
+        ok(rc == 0 and "other_train_000000.bin" in os.listdir(busy),
+           "... while another --name in that directory runs", err)
+    finally:
+        os.close(fd)
+    rc, _, err = run(*args, "--input", txt, "--out", busy)
+    ok(rc == 0 and ".data.prepare.lock" not in os.listdir(busy),
+       "once it is free, a run takes it and removes the lock file at the end", err)
+    # a failed run into a new deep --out: no directory of it is left
+    bad = os.path.join(d, "bad.jsonl")
+    open(bad, "w").write('{"text": "a"}\n{bad\n')
+    deep = os.path.join(d, "new", "sub", "deep")
+    expect_error([*args, "--input", txt, "--input", bad, "--out", deep], "bad.jsonl:2",
+                 what="prepare: a bad JSONL line")
+    ok(not os.path.exists(os.path.join(d, "new")), "... leaves none of the directories it made")
+    # a glob's directories are left out; one that matches only directories is named
+    corp = os.path.join(d, "corp")
+    os.makedirs(os.path.join(corp, "sub"))
+    shutil.copy(txt, os.path.join(corp, "a.txt"))
+    rc, _, err = run(*args, "--input", os.path.join(corp, "*"), "--out", os.path.join(d, "g"))
+    ok(rc == 0, "a glob --input that matches a subdirectory: its files read, the directory not",
+       err)
+    dirs = os.path.join(d, "dirs")
+    os.makedirs(os.path.join(dirs, "x"))
+    expect_error([*args, "--input", os.path.join(dirs, "*"), "--out", os.path.join(d, "g2")],
+                 f"--input: {dirs}/*: matches only directories", what="prepare: a glob of directories")
+    # empty inputs: every one named, with the totals
+    e1, e2, blank = (os.path.join(d, n) for n in ("e1.txt", "e2.txt", "blank.jsonl"))
+    open(e1, "w").close()
+    open(e2, "w").close()
+    open(blank, "w").write("\n\n")
+    expect_error([*args, "--input", e1, "--input", e2, "--out", os.path.join(d, "g3")],
+                 f"all 2 inputs ({e1}, {e2}; 2 files): input is empty (0 bytes)",
+                 what="prepare: two empty inputs")
+    expect_error([*args, "--input", e1, "--input", blank, "--out", os.path.join(d, "g3")],
+                 f"all 2 inputs ({e1}, {blank}; 2 files): no documents in the input (2 bytes)",
+                 what="prepare: an empty file and a JSONL of blank lines")
+    expect_error([*args, "--input", e1, "--out", os.path.join(d, "g3")],
+                 f"{e1}: input is empty (0 bytes)", what="prepare: one empty input")
+    ok(not os.path.exists(os.path.join(d, "g3")), "... and no --out made")
+
+
 def test_val_rotates(d):
     """The validation split is cut into shards of --shard-tokens as the
     training tokens are (it was one shard, whatever its size: past a header's
@@ -449,7 +524,7 @@ def test_val_rotates(d):
 def main():
     d = tempfile.mkdtemp(prefix="ms_prep_")
     for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend,
-              test_failed_run, test_val_rotates):
+              test_failed_run, test_out_dir, test_val_rotates):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)
