@@ -205,6 +205,8 @@ def test_bad_input(d, w, val, train, ck):
     open(hosts, "w").write("localhost slots=4\n")
     os.makedirs(os.path.join(d, "o"), exist_ok=True)  # an --out-dir that exists
     lcfg = os.path.join(d, "launch.cfg")  # launch's own --config file
+    qcfg = os.path.join(d, "quoted.cfg")  # a quoted value, then more text
+    open(qcfg, "w").write('name = "ok" # a comment after the value is fine\nout = "o20" junk\n')
     open(lcfg, "w").write("max-restarts = 0\n")
     TR = ["train", "--train-data", train, *TINY, "--steps", "1", "--trace-dir", "none"]
     proc_why = "a kernel pseudo file system" if os.geteuid() == 0 else "not writable"
@@ -250,6 +252,24 @@ def test_bad_input(d, w, val, train, ck):
         (["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "-1", "--batch", "8"],
          ["--gpus must be"]),
         (["dashboard", d, "--port", "70000"], ["--port must be in [0,65535]"]),
+        # past what the type holds: the option's own range is named (it was the type's:
+        # "--count must be at least -2147483648", "--threads ... at most 2147483647")
+        (["data", "inspect", train, "--count", "-99999999999"],
+         ["--count must be >= 0, got '-99999999999'"]),
+        (["data", "prepare", "--input", text, "--out", adir, "--threads", "5000000000"],
+         ["--threads must be in [0,1024], got '5000000000'"]),
+        (["data", "prepare", "--input", text, "--out", adir, "--shard-tokens", "9" * 23],
+         ["--shard-tokens must be in [1,2147483647], got '" + "9" * 23 + "'"]),
+        (["data", "prepare", "--input", text, "--out", adir, "--val-fraction", "1e999"],
+         ["--val-fraction must be in [0,1), got '1e999'"]),
+        (["train", "--seed", "1" * 30], ["--seed", "beyond the largest integer"]),
+        # a single dash: an unknown option, not an argument ("unexpected argument 'o31'")
+        (["data", "prepare", "--input", text, "-out", adir], ["unknown option '-out' "
+                                                             "(options start with --: --out)"]),
+        (["data", "inspect", "-count", "3", train], ["unknown option '-count'"]),
+        # a quoted value in a --config file with text after it (it became the value '"o" junk')
+        (["data", "prepare", "--config", qcfg, "--input", text],
+         [f"{qcfg}:2: text after the value's closing \": 'junk' (quote the whole value)"]),
         # missing, empty, truncated inputs
         ([*SA, "--weights", nope], [f"--weights: {nope}"]),
         ([*SA, "--weights", empty], [f"--weights: {empty}", "0 bytes"]),
