@@ -4,6 +4,7 @@
 
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,25 +66,64 @@ static ms_status add(ms_fault_plan *p, const ms_fault *f, const char *what) {
     return MS_OK;
 }
 
+/* A decimal integer in [0, max] at s, digits only (no blank, sign or
+ * overflow, which sscanf's %d let through: "exit@4294967297" fired at step
+ * 1); the digits' count into *k.  0, or -1 when s holds no such number. */
+static int parse_count(const char *s, long long max, long long *v, int *k) {
+    long long x = 0;
+    int i = 0;
+    for (; s[i] >= '0' && s[i] <= '9'; i++) {
+        x = x * 10 + (s[i] - '0');
+        if (x > max) return -1;
+    }
+    if (i == 0) return -1;
+    *v = x, *k = i;
+    return 0;
+}
+
 /* random=SEED/N/MAXSTEP/WORLD: N crash, hang and transient NaN faults at distinct steps. */
 static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *what) {
-    unsigned long long seed = 0;
-    int n = 0, maxstep = 0, world = 0, k = 0;
-    if (sscanf(arg, "%llu/%d/%d/%d%n", &seed, &n, &maxstep, &world, &k) != 4 || arg[k] || n < 1 ||
-        world < 1 || maxstep < n + 1)
+    long long v[4] = {0};
+    const char *q = arg;
+    int ok = 1;
+    for (int i = 0; ok && i < 4; i++) {
+        int k = 0;
+        ok = (i == 0 || *q++ == '/') &&
+             parse_count(q, i == 0 ? 9007199254740991LL : INT32_MAX, &v[i], &k) == 0;
+        q += k;
+    }
+    int n = (int)v[1], maxstep = (int)v[2], world = (int)v[3];
+    if (!ok || *q || n < 1 || world < 1 || maxstep < n + 1)
         return ms_error(MS_ERR_ARG,
                         "%s: 'random=%s': expected random=SEED/N/MAXSTEP/WORLD with N >= 1 "
                         "faults at distinct steps in [2, MAXSTEP]",
                         what, arg);
+    if (n > MS_FAULT_MAX - p->n)
+        return ms_error(MS_ERR_ARG, "%s: 'random=%s': more than %d faults in all", what, arg,
+                        MS_FAULT_MAX);
+    /* the steps in [2, MAXSTEP] the plan's entries leave free: at least N,
+     * or the draws below would never end */
+    long long taken = 0;
+    for (int i = 0; i < p->n; i++) {
+        int dup = p->f[i].step < 2 || p->f[i].step > maxstep;
+        for (int j = 0; !dup && j < i; j++)
+            dup = p->f[j].step == p->f[i].step;
+        taken += !dup;
+    }
+    if ((long long)maxstep - 1 - taken < n)
+        return ms_error(MS_ERR_ARG,
+                        "%s: 'random=%s': %d faults at distinct steps, but the other entries "
+                        "leave %lld of the steps 2..%d free",
+                        what, arg, n, (long long)maxstep - 1 - taken, maxstep);
     static const char *const mix[] = {"exit", "kill", "stop", "hang", "nan-grad"};
-    ms_rng r = ms_rng_make(seed, 0xfa017);
+    ms_rng r = ms_rng_make((uint64_t)v[0], 0xfa017);
     int placed = 0;
     while (placed < n) { /* distinct steps: one fault per step */
         int step = 2 + (int)ms_rng_next_below(&r, (uint64_t)(maxstep - 1));
-        int taken = 0;
+        int dup = 0;
         for (int i = 0; i < p->n; i++)
-            taken |= p->f[i].step == step;
-        if (taken) continue;
+            dup |= p->f[i].step == step;
+        if (dup) continue;
         ms_fault f = {.step = step, .rank = (int)ms_rng_next_below(&r, (uint64_t)world)};
         snprintf(f.kind, sizeof f.kind, "%s", mix[ms_rng_next_below(&r, 5)]);
         MS_TRY(add(p, &f, what));
@@ -142,9 +182,12 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
             what, e, f.kind);
     const char *q = head + kn;
     int k = 0;
-    if (*q == '=') {
-        if (sscanf(q + 1, "%lf%n", &f.arg, &k) != 1 || !(f.arg >= 0)) goto bad;
-        q += 1 + k;
+    if (*q == '=') { /* no blank or sign before it (sscanf took them); inf: said below */
+        char *end = NULL;
+        if (q[1] == ' ' || q[1] == '\t' || q[1] == '+' || q[1] == '-') goto bad;
+        f.arg = strtod(q + 1, &end);
+        if (end == q + 1 || !(f.arg >= 0)) goto bad;
+        q = end;
     }
     /* a delay is slept with usleep, whose useconds_t wraps at 71 minutes */
     if (!strcmp(f.kind, "slow") && !(f.arg > 0 && f.arg <= FAULT_DELAY_MAX_MS))
@@ -159,15 +202,19 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     if (!strcmp(f.kind, "spike") && !(f.arg > 0 && isfinite(f.arg)))
         return ms_error(MS_ERR_ARG,
                         "%s: '%s': spike needs =X (the step's lr is multiplied by X > 0)", what, e);
+    long long v = 0;
+    if (!isfinite(f.arg)) goto bad;
     if (*q == '@') {
-        if (sscanf(q + 1, "%d%n", &f.step, &k) != 1 || f.step < 0) goto bad;
+        if (parse_count(q + 1, INT32_MAX, &v, &k) != 0) goto bad;
+        f.step = (int)v;
         q += 1 + k;
         if (*q == '+') f.from = 1, q++;
     }
     if (*q == ':') {
         if (f.node[0])
             return ms_error(MS_ERR_ARG, "%s: '%s': one target only, :RANK or :node=NAME", what, e);
-        if (sscanf(q + 1, "%d%n", &f.rank, &k) != 1 || f.rank < 0) goto bad;
+        if (parse_count(q + 1, INT32_MAX, &v, &k) != 0) goto bad;
+        f.rank = (int)v;
         q += 1 + k;
     }
     if (*q) goto bad;
@@ -183,12 +230,18 @@ bad:
 
 ms_status ms_fault_parse(ms_fault_plan *p, const char *spec, const char *what) {
     if (!spec || !*spec) return MS_OK;
-    char buf[4096];
-    if (strlen(spec) >= sizeof buf) return ms_error(MS_ERR_ARG, "%s: too long", what);
-    snprintf(buf, sizeof buf, "%s", spec);
-    for (char *save = NULL, *e = strtok_r(buf, ",", &save); e; e = strtok_r(NULL, ",", &save))
-        MS_TRY(parse_one(p, e, what));
-    return MS_OK;
+    size_t len = strlen(spec);
+    if (len >= MS_FAULT_SPEC_MAX)
+        return ms_error(MS_ERR_ARG, "%s: %zu bytes, more than the %d a plan may have", what, len,
+                        MS_FAULT_SPEC_MAX - 1);
+    char *buf = strdup(spec);
+    if (!buf) return ms_error(MS_ERR_NOMEM, "%s: out of memory", what);
+    ms_status st = MS_OK;
+    for (char *save = NULL, *e = strtok_r(buf, ",", &save); e && st == MS_OK;
+         e = strtok_r(NULL, ",", &save))
+        st = parse_one(p, e, what);
+    free(buf);
+    return st;
 }
 
 void ms_fault_plan_set_node(ms_fault_plan *p, const char *name) {
@@ -222,23 +275,30 @@ static void fmt_arg(char *out, size_t n, double x) {
     if (strtod(out, NULL) != x) snprintf(out, n, "%.17g", x);
 }
 
-void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n) {
+int ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n) {
     size_t len = 0;
-    buf[0] = 0;
-    for (int i = 0; i < p->n && len < n; i++) {
+    int left_out = 0;
+    if (n) buf[0] = 0;
+    for (int i = 0; i < p->n; i++) {
         const ms_fault *f = &p->f[i];
         if (f->step >= 0 && f->step <= after_step && !f->from) continue;
-        len += (size_t)snprintf(buf + len, n - len, "%s%s", len ? "," : "", f->kind);
-        if (f->arg > 0 && len < n) {
-            char a[32];
-            fmt_arg(a, sizeof a, f->arg);
-            len += (size_t)snprintf(buf + len, n - len, "=%s", a);
+        char e[256], a[32] = "", at[24] = "", tgt[96] = "";
+        if (f->arg > 0) {
+            a[0] = '=';
+            fmt_arg(a + 1, sizeof a - 1, f->arg);
         }
-        if (f->step >= 0 && len < n)
-            len += (size_t)snprintf(buf + len, n - len, "@%d%s", f->step, f->from ? "+" : "");
-        if (f->rank >= 0 && len < n) len += (size_t)snprintf(buf + len, n - len, ":%d", f->rank);
-        if (f->node[0] && len < n) len += (size_t)snprintf(buf + len, n - len, ":node=%s", f->node);
+        if (f->step >= 0) snprintf(at, sizeof at, "@%d%s", f->step, f->from ? "+" : "");
+        if (f->rank >= 0) snprintf(tgt, sizeof tgt, ":%d", f->rank);
+        if (f->node[0]) snprintf(tgt, sizeof tgt, ":node=%s", f->node);
+        int k = snprintf(e, sizeof e, "%s%s%s%s%s", len ? "," : "", f->kind, a, at, tgt);
+        if (k < 0 || (size_t)k >= n - len) { /* whole entries only: "exit@1" of "exit@12" */
+            left_out++;
+            continue;
+        }
+        memcpy(buf + len, e, (size_t)k + 1);
+        len += (size_t)k;
     }
+    return left_out;
 }
 
 int ms_fault_fire_slow(const ms_fault_plan *p, int step, int rank) {

@@ -48,6 +48,10 @@
 
 #define MS_FAULT_MAX 256
 #define MS_FAULT_KIND_MAX 24
+/* A plan as a spec string, with the NUL: room for MS_FAULT_MAX entries of
+ * the longest form (a kind, =ARG, @STEP+ and :node=NAME: under 130 bytes),
+ * so that what ms_fault_format writes of a plan ms_fault_parse reads back. */
+#define MS_FAULT_SPEC_MAX 40960
 
 typedef struct {
     char kind[MS_FAULT_KIND_MAX];
@@ -67,7 +71,9 @@ typedef struct {
 /* Parse spec (NULL or "" is an empty plan) and append it to *p.  `what`
  * names the option in messages ("--inject-fault").  Errors: MS_ERR_ARG
  * naming the entry and what is wrong (an unknown kind, a bad step, rank or
- * node name, a target on spike, too many entries). */
+ * node name, a target on spike, too many entries, a spec of
+ * MS_FAULT_SPEC_MAX bytes or more, random=... with fewer free steps than
+ * faults). */
 ms_status ms_fault_parse(ms_fault_plan *p, const char *spec, const char *what);
 /* This process's node name (NULL or "": none), which node-targeted entries
  * must equal to fire.  The name is cut to MS_NODE_NAME_MAX - 1 bytes. */
@@ -81,8 +87,10 @@ int ms_fault_is_ckpt(const char *kind);
 /* 1 if any entry of `kind` exists for `rank` and the plan's node. */
 int ms_fault_any(const ms_fault_plan *p, const char *kind, int rank);
 /* The plan as a spec string (entries with step > after_step only, so a
- * restarted run does not meet again the faults it already met); "" if none. */
-void ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n);
+ * restarted run does not meet again the faults it already met); "" if none.
+ * Whole entries only: returns how many did not fit in n bytes (none when
+ * n >= MS_FAULT_SPEC_MAX). */
+int ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n);
 /* Fire the trainer's process faults of `step` on `rank`: exit, kill, stop
  * (these end or stop the process, with a line naming the fault first), hang
  * (never returns).  Returns when none of them fires. */

@@ -457,7 +457,7 @@ typedef struct {
     const volatile sig_atomic_t *stop_flag; /* the driver's signal flag (diag gives up on it) */
     ms_fault_plan plan;                     /* --faults: the faults to hand out */
     int faults_through;                     /* the faults at steps <= this have fired */
-    char fault_arg[8192];                   /* this attempt's --inject-fault */
+    char fault_arg[MS_FAULT_SPEC_MAX];      /* this attempt's --inject-fault */
     char node_map[SUP_MAX_NODES * SUP_NODE_NAME];
     double step_ms_sum; /* rank 0's step times, for the ETTR's mean step time */
     long step_ms_n;

@@ -163,7 +163,7 @@ static int diagnose(sup_driver *d, const char *when) {
         if (!p->blocked[i][0]) idx[k++] = i;
     if (!k) return 0;
     sup_diag_result *res = calloc((size_t)k, sizeof *res);
-    char faults[4096], why[600] = "", probe[sizeof d->ckpt_dir];
+    char faults[MS_FAULT_SPEC_MAX], why[600] = "", probe[sizeof d->ckpt_dir];
     storage_probe_dir(d->ckpt_dir, probe, sizeof probe);
     sup_faults_format(d, 1, -1, NULL, faults, sizeof faults);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -3,6 +3,7 @@
  * and node targets, the spike kind, the slow kind's sleep, and the errors,
  * each naming the entry at fault. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/fault.h"
@@ -134,6 +135,66 @@ static void test_errors(void) {
     expect_bad("slow=5000000@2", "'slow=5000000@2'", "3600000");
     expect_bad("stage2:slow=1e10", "'stage2:slow=1e10'", "3600000");
     expect_bad("spike=inf@3", "'spike=inf@3'", "spike needs =X");
+    expect_bad("exit=inf@3", "'exit=inf@3'", "expected KIND");
+    /* numbers past an int, signs and blanks: refused (sscanf's %d took them,
+     * "exit@4294967297" fired at step 1, "kill@3:4294967296" on rank 0) */
+    expect_bad("exit@4294967297", "'exit@4294967297'", "expected KIND");
+    expect_bad("kill@3:4294967296", "'kill@3:4294967296'", "expected KIND");
+    expect_bad("exit@ +7", "'exit@ +7'", "expected KIND");
+    expect_bad("exit@-1", "'exit@-1'", "expected KIND");
+    expect_bad("kill@3: 1", "'kill@3: 1'", "expected KIND");
+    expect_bad("slow= 5@2", "'slow= 5@2'", "expected KIND");
+    expect_bad("random=1/4294967298/10/4", "random=SEED/N/MAXSTEP/WORLD", NULL);
+    expect_bad("random=1/2/10/+4", "random=SEED/N/MAXSTEP/WORLD", NULL);
+    /* random=... with fewer free steps than faults: refused (it drew for ever) */
+    expect_bad("exit@2,random=1/1/2/4", "random=1/1/2/4", "leave 0 of the steps 2..2 free");
+    expect_bad("random=1/3/5/2,random=2/3/5/2", "random=2/3/5/2", "leave 1 of the steps 2..5");
+    ms_fault_plan p = {.n = 0};
+    T_EQ_INT(ms_fault_parse(&p, "exit@2,exit@2,random=1/2/4/4", WHAT), MS_OK); /* 3, 4 free */
+    T_EQ_INT(p.n, 4);
+    expect_bad("random=1/300/1000/4", "more than 256 faults", NULL);
+}
+
+/* A plan of the most entries, each of the longest form, formats whole and
+ * parses back (the driver formats what the trainer parses: a plan above the
+ * parser's old 4096 bytes failed every start as a usage error); a buffer
+ * too small takes whole entries only and counts the others. */
+static void test_format_sizes(void) {
+    static ms_fault_plan p, q;
+    memset(&p, 0, sizeof p);
+    memset(&q, 0, sizeof q);
+    T_EQ_INT(ms_fault_parse(&p, "random=7/256/100000/4096", WHAT), MS_OK);
+    T_EQ_INT(p.n, 256);
+    for (int i = 0; i < p.n; i++) { /* the longest form: a long kind, an argument, a node */
+        snprintf(p.f[i].kind, sizeof p.f[i].kind, "stage2:after-manifest");
+        p.f[i].arg = 1.2345678901234567;
+        p.f[i].step = 2147483000 + i, p.f[i].from = 1, p.f[i].rank = -1;
+        memset(p.f[i].node, 'n', MS_NODE_NAME_MAX - 1);
+        p.f[i].node[MS_NODE_NAME_MAX - 1] = 0;
+    }
+    static char buf[MS_FAULT_SPEC_MAX];
+    T_EQ_INT(ms_fault_format(&p, 0, buf, sizeof buf), 0);
+    T_OK(strlen(buf) > 4096);
+    T_EQ_INT(ms_fault_parse(&q, buf, WHAT), MS_OK);
+    T_EQ_INT(q.n, 256);
+    int same = q.n == p.n;
+    for (int i = 0; same && i < p.n; i++)
+        same = same_fault(&p.f[i], &q.f[i]);
+    T_OK(same);
+    ms_fault_plan r = {.n = 0};
+    T_EQ_INT(ms_fault_parse(&r, "exit@12,kill@13:1", WHAT), MS_OK);
+    char small[12];
+    T_EQ_INT(ms_fault_format(&r, 0, small, sizeof small), 1); /* "exit@12" fits, the rest not */
+    T_STR_EQ(small, "exit@12");
+    T_EQ_INT(ms_fault_format(&r, 0, small, 5), 2); /* not "exit" of "exit@12" */
+    T_STR_EQ(small, "");
+    char *big = malloc(MS_FAULT_SPEC_MAX + 1);
+    memset(big, 'x', MS_FAULT_SPEC_MAX);
+    big[MS_FAULT_SPEC_MAX] = 0;
+    ms_fault_plan b = {.n = 0};
+    T_EQ_INT(ms_fault_parse(&b, big, WHAT), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "more than the 40959 a plan may have");
+    free(big);
 }
 
 static void test_slow(void) {
@@ -186,6 +247,7 @@ int main(void) {
     test_parse_targets();
     test_find_node();
     test_errors();
+    test_format_sizes();
     test_slow();
     test_node_map();
     return ms_test_summary("test_fault");
