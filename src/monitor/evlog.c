@@ -345,12 +345,15 @@ static void keep_previous(const char *dir, int rank, int world) {
 ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *id, double flush_s,
                          long long max_bytes) {
     *out = NULL;
+    char mine[4200], left[4300];
+    /* a name cut to fit would be another file's (l->path, and its ".new") */
+    if ((size_t)snprintf(mine, sizeof mine, "%s/events_r%05d.jsonl", dir, id->rank) >=
+        sizeof((mon_evlog *)0)->path - 8)
+        return ms_error(MS_ERR_ARG, "--trace-dir %.64s...: path too long for its event log", dir);
     MS_TRY(ms_mkdirs(dir));
     /* a rotation cut short after its first rename (killed, or its second
      * rename failed, the log going on in .new): the .new is the attempt's
      * newest log, kept as its log (before, it was removed below) */
-    char mine[4200], left[4300];
-    snprintf(mine, sizeof mine, "%s/events_r%05d.jsonl", dir, id->rank);
     snprintf(left, sizeof left, "%s.new", mine);
     if (access(mine, F_OK) != 0 && access(left, F_OK) == 0 && rename(left, mine) != 0)
         ms_warn("%s: cannot rename it to %s (the newest events of the attempt before are lost): "
@@ -359,7 +362,7 @@ ms_status mon_evlog_open(mon_evlog **out, const char *dir, const mon_identity *i
     keep_previous(dir, id->rank, id->world);
     mon_evlog *l = calloc(1, sizeof *l);
     if (!l) return ms_error(MS_ERR_NOMEM, "event log: out of memory");
-    snprintf(l->path, sizeof l->path, "%s/events_r%05d.jsonl", dir, id->rank);
+    snprintf(l->path, sizeof l->path, "%s", mine);
     l->flush_s = flush_s > 0 ? flush_s : 0.2;
     l->id = *id;
     l->max_bytes = max_bytes > 0 ? max_bytes : 0;

@@ -62,8 +62,10 @@ static ms_status parse_addr(mon_heartbeat *hb, const char *addr) {
     const char *colon = addr ? strrchr(addr, ':') : NULL;
     if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof hb->host || !colon[1] ||
         strlen(colon + 1) >= sizeof hb->port ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1))
-        return ms_error(MS_ERR_ARG, "--heartbeat '%s': expected HOST:PORT", addr ? addr : "");
+        strspn(colon + 1, "0123456789") != strlen(colon + 1) || strtol(colon + 1, NULL, 10) < 1 ||
+        strtol(colon + 1, NULL, 10) > 65535) /* getaddrinfo would take 70000 as 4464 */
+        return ms_error(MS_ERR_ARG, "--heartbeat '%s': expected HOST:PORT (PORT 1..65535)",
+                        addr ? addr : "");
     snprintf(hb->host, sizeof hb->host, "%.*s", (int)(colon - addr), addr);
     snprintf(hb->port, sizeof hb->port, "%s", colon + 1);
     return MS_OK;
@@ -184,7 +186,9 @@ static void send_beat(mon_heartbeat *hb, int urgent) {
         double now = ms_now();
         if (hb->fd < 0 && (urgent || now >= hb->next_connect)) {
             hb->fd = dial(hb);
-            hb->next_connect = now + HB_RECONNECT_S;
+            /* from the dial's end: one that timed out (5 s an address) is not
+             * followed by another at once, nor by one more at the close */
+            hb->next_connect = ms_now() + HB_RECONNECT_S;
         }
         if (hb->fd < 0) { /* nobody to tell: the next beat after a period, the whole state then */
             pthread_mutex_lock(&hb->mu);

@@ -205,6 +205,14 @@ static void test_evlog(void) {
     /* a directory that cannot be made is an error naming it */
     T_OK(mon_evlog_open(&l, "/proc/no/such/dir", &id, 0, 0) != MS_OK);
     T_STR_CONTAINS(ms_errmsg(), "/proc/no");
+    /* a directory name that leaves no room for the log's: refused before
+     * anything is made (its name was cut, and another file opened) */
+    char *deep = malloc(4200);
+    memset(deep, 'd', 4095);
+    deep[0] = '/', deep[4095] = 0;
+    T_EQ_INT(mon_evlog_open(&l, deep, &id, 0, 0), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "path too long for its event log");
+    free(deep);
 }
 
 static void put_file(const char *path, const char *text) {

@@ -170,6 +170,20 @@ static void test_admit(void) {
     T_STR_CONTAINS(r, "another rank on the connection");
 }
 
+/* --heartbeat HOST:PORT: a port outside 1..65535 is refused (getaddrinfo
+ * took 70000 as 4464, and the beats went to whatever listened there). */
+static void test_client_addr(void) {
+    static const char *const bad[] = {"127.0.0.1:70000",          "127.0.0.1:0",  "127.0.0.1:",
+                                      "127.0.0.1:99999999999999", "127.0.0.1:-1", "nohost"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        mon_heartbeat *hb = NULL;
+        mon_heartbeat_config c = {.addr = bad[i], .token = TOK, .rank = 0, .world = 1};
+        T_EQ_INT(mon_heartbeat_open(&hb, &c), MS_ERR_ARG);
+        T_STR_CONTAINS(ms_errmsg(), "expected HOST:PORT (PORT 1..65535)");
+        T_OK(hb == NULL);
+    }
+}
+
 static void test_mutations(void) {
     char buf[sizeof GOOD];
     sup_beat b;
@@ -432,6 +446,7 @@ int main(void) {
     test_valid();
     test_rejected();
     test_admit();
+    test_client_addr();
     test_mutations();
     return ms_test_summary("test_sup_beat");
 }
