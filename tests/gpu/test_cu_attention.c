@@ -268,6 +268,45 @@ out:
     free(c_dx);
 }
 
+/* Scores that overflow to -inf on every key a row sees (q = 1e20, k =
+ * -1e20 in every channel): the softmax of such a row is NaN on the CPU
+ * (exp(-inf - -inf)), and so must the GPU's output be (it wrote 0, and the
+ * loss read finite).  Rows of T = 1..20 (the first tile, partly padded). */
+static void overflow_case(be_backend *cpu, be_backend *gpu) {
+    const int B = 1, T = 20, C = 128, NH = 2;
+    size_t nx = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+    be_limits lim = {.B = B, .T = T, .C = C, .NH = NH, .Vp = 0, .max_n = nx};
+    T_EQ_INT(cpu->reserve(cpu, &lim), MS_OK);
+    T_EQ_INT(gpu->reserve(gpu, &lim), MS_OK);
+    float *x = malloc(nx * 4), *c_out = malloc(no * 4);
+    uint16_t *xb = malloc(nx * 2), *g_out = malloc(no * 2);
+    for (size_t i = 0; i < nx; i++) {
+        size_t col = i % (3 * (size_t)C);
+        xb[i] = ms_f32_to_bf16(col < (size_t)C ? 1e20f : col < 2 * (size_t)C ? -1e20f : 1.0f);
+        x[i] = ms_bf16_to_f32(xb[i]);
+    }
+    void *cx = cpu->alloc(cpu, nx * 4), *co = cpu->alloc(cpu, no * 4);
+    void *cs = cpu->alloc(cpu, cpu->attention_state_bytes(cpu, B, T, NH));
+    cpu->to_device(cpu, cx, x, nx * 4);
+    cpu->attention_fwd(cpu, co, cs, cx, B, T, C, NH, 0);
+    cpu->to_host(cpu, c_out, co, no * 4);
+    void *gx = gpu->alloc(gpu, nx * 2), *go = gpu->alloc(gpu, no * 2);
+    void *gs = gpu->alloc(gpu, gpu->attention_state_bytes(gpu, B, T, NH));
+    gpu->to_device(gpu, gx, xb, nx * 2);
+    gpu->attention_fwd(gpu, go, gs, gx, B, T, C, NH, 0);
+    gpu->to_host(gpu, g_out, go, no * 2);
+    size_t cpu_nan = 0, gpu_nan = 0;
+    for (size_t i = 0; i < no; i++)
+        cpu_nan += isnan(c_out[i]) != 0, gpu_nan += isnan(ms_bf16_to_f32(g_out[i])) != 0;
+    printf("B=%d T=%d C=%d NH=%d, scores -inf: NaN outputs cpu %zu gpu %zu of %zu\n", B, T, C, NH,
+           cpu_nan, gpu_nan, no);
+    T_EQ_INT(cpu_nan, no);
+    T_EQ_INT(gpu_nan, no);
+    cpu->free(cpu, cx), cpu->free(cpu, co), cpu->free(cpu, cs);
+    gpu->free(gpu, gx), gpu->free(gpu, go), gpu->free(gpu, gs);
+    free(x), free(c_out), free(xb), free(g_out);
+}
+
 int main(void) {
     be_backend *cpu = NULL, *gpu = NULL;
     if (be_cuda_create(&gpu, -1, NULL) != MS_OK) {
@@ -313,6 +352,7 @@ int main(void) {
     };
     for (size_t i = 0; i < sizeof offset_cases / sizeof offset_cases[0]; i++)
         run_case(cpu, gpu, &offset_cases[i], 1, &seed);
+    overflow_case(cpu, gpu);
 
     be_destroy(cpu);
     be_destroy(gpu);

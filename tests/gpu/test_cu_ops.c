@@ -1,5 +1,6 @@
 /* test_cu_ops.c - the CUDA backend's memory-bound ops (embedding, layernorm,
- * element-wise, bias_bwd, optimiser steps, reductions) against the CPU
+ * element-wise, bias_bwd, optimiser steps, reductions, the classifier's
+ * non-finite rows) against the CPU
  * backend, which decides what is correct.
  *
  * Every case draws fresh random inputs (never zeros).  Activation inputs are
@@ -548,6 +549,73 @@ static void test_reduce(size_t n) {
     free_all();
 }
 
+/* ---- the GeLU epilogue where cuBLASLt cannot fuse it ---- */
+
+/* gemm with BE_EPI_GELU (the MLP's first matmul) at N = 132 (n_embd 33:
+ * 4C not a multiple of 8, which cuBLASLt's aux leading dimension must be)
+ * and at N = 128, against the CPU: the first aborted, "no cuBLASLt
+ * algorithm", at the first MLP forward. */
+static void test_gemm_gelu(int M, int N, int K) {
+    char sh[48];
+    snprintf(sh, sizeof sh, "M=%d N=%d K=%d", M, N, K);
+    float *a = rnd((size_t)M * K, -1, 1, 1), *b = rnd((size_t)N * K, -1, 1, 1);
+    float *bias = rnd(N, -1, 1, 1), *c = hmem((size_t)M * N * 4), *pre = hmem((size_t)M * N * 4);
+    cpu->gemm(cpu, 0, 1, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N, 0, bias, BE_EPI_GELU, pre);
+    void *gc = dnan((size_t)M * N * 2, 0), *gp = dnan((size_t)M * N * 2, 0);
+    gpu->gemm(gpu, 0, 1, M, N, K, 1.0f, up_bf(a, (size_t)M * K, 0), K, up_bf(b, (size_t)N * K, 0),
+              K, 0.0f, gc, N, 0, up_bf(bias, N, 0), BE_EPI_GELU, gp);
+    check_rel("gemm gelu out", sh, down_bf(gc, (size_t)M * N), c, (size_t)M * N, TOL_BF16);
+    check_rel("gemm gelu pre", sh, down_bf(gp, (size_t)M * N), pre, (size_t)M * N, TOL_BF16);
+    free_all();
+}
+
+/* ---- the classifier's non-finite rows ---- */
+
+/* The fused classifier's losses against the CPU's; then a NaN logit (one
+ * row of wte NaN) gives NaN losses on every row, as on the CPU (the
+ * per-thread combine dropped the NaN share: a finite, wrong loss); and a
+ * target outside [0, V) gives that row a NaN loss, the others unchanged,
+ * and no gradient on the padded columns (it was read past the row). */
+static void test_classifier_nonfinite(void) {
+    const int N = 5, C = 64, V = 1000, Vp = 1024;
+    const char *sh = "N=5 C=64 V=1000";
+    float *x = rnd((size_t)N * C, -1, 1, 1), *wte = rnd((size_t)Vp * C, -1, 1, 1);
+    int32_t tg[5] = {0, 17, 999, 500, 3};
+    float *closs = hmem(N * 4);
+    cpu->classifier_fwd_bwd(cpu, closs, NULL, NULL, x, wte, tg, N, C, V, Vp, 1.0f / N);
+    void *gx = up_bf(x, (size_t)N * C, 0), *gw = up_bf(wte, (size_t)Vp * C, 0);
+    float *gl = dnan(N * 4, 0);
+    gpu->classifier_fwd_bwd(gpu, gl, NULL, NULL, gx, gw, up_tok(tg, N), N, C, V, Vp, 1.0f / N);
+    float *good = down_f32(gl, N);
+    check_rel("classifier losses", sh, good, closs, N, TOL_BF16);
+
+    float *wn = hcopy(wte, (size_t)Vp * C);
+    for (int c = 0; c < C; c++)
+        wn[5 * C + c] = NAN; /* the logits of id 5: NaN on every row */
+    cpu->classifier_fwd_bwd(cpu, closs, NULL, NULL, x, wn, tg, N, C, V, Vp, 1.0f / N);
+    gpu->classifier_fwd_bwd(gpu, gl, NULL, NULL, gx, up_bf(wn, (size_t)Vp * C, 0), up_tok(tg, N), N,
+                            C, V, Vp, 1.0f / N);
+    float *nl = down_f32(gl, N);
+    int cpu_nan = 0, gpu_nan = 0;
+    for (int r = 0; r < N; r++)
+        cpu_nan += isnan(closs[r]) != 0, gpu_nan += isnan(nl[r]) != 0;
+    T_EQ_INT(cpu_nan, N);
+    T_EQ_INT(gpu_nan, N);
+
+    int32_t bad[5] = {0, V + 3, -1, 500, 3}; /* a padded id, a negative one */
+    float *dwte = up_f32(hmem((size_t)Vp * C * 4), (size_t)Vp * C, 0); /* zeros */
+    void *dx = dnan((size_t)N * C * 2, 0);
+    gpu->classifier_fwd_bwd(gpu, gl, dx, dwte, gx, gw, up_tok(bad, N), N, C, V, Vp, 1.0f / N);
+    float *bl = down_f32(gl, N), *dw = down_f32(dwte, (size_t)Vp * C);
+    T_OK(isnan(bl[1]) && isnan(bl[2]));
+    T_OK(bl[0] == good[0] && bl[3] == good[3] && bl[4] == good[4]);
+    int pad_zero = 1;
+    for (size_t i = (size_t)V * C; i < (size_t)Vp * C; i++)
+        pad_zero &= dw[i] == 0.0f;
+    T_OK(pad_zero);
+    free_all();
+}
+
 int main(int argc, char **argv) {
     verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
     if (be_cuda_create(&gpu, -1, NULL) != MS_OK) {
@@ -602,6 +670,10 @@ int main(int argc, char **argv) {
     static const size_t rn[] = {1, 3, 1001, ((size_t)1 << 20) + 3};
     for (int i = 0; i < 4; i++)
         test_reduce(rn[i]);
+
+    test_classifier_nonfinite();
+    test_gemm_gelu(5, 132, 64);
+    test_gemm_gelu(7, 128, 64);
 
     printf("worst relative error per check (tolerance):\n");
     for (int i = 0; i < nworst; i++)

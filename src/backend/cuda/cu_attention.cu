@@ -388,7 +388,10 @@ __global__ void __launch_bounds__(ATT_THREADS, att_geom<HSP>::FWD_OCC)
 
     if (w0 >= T) return; /* no barrier follows */
     __syncwarp();        /* buf may still be read by lanes of this warp */
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    /* a row whose visible scores are all -inf (q.k overflowed) has l = 0:
+     * 0 * inf gives NaN, as the CPU's softmax (it wrote 0, a finite loss);
+     * the padding rows (t >= T) are not stored */
+    const float inv = t < T ? 1.0f / l : 0.0f;
     ATT_UNROLL
     for (int j = 0; j < HSP / 2; j++)
         buf[r * G::LDO + att_col(j, rot, HSP)] = o[j] * inv;

@@ -51,7 +51,10 @@ __device__ static inline void row_online(const bf16 *l, int n, float *mo, float 
 /* Block-wide (max, sum) from every thread's online pair. */
 __device__ static inline void row_combine(float m, float s, float *buf, float *M, float *S) {
     float bm = cu_block_max(m, buf);
-    float t = s > 0.0f ? s * expf(m - bm) : 0.0f;
+    /* a NaN logit made this thread's sum NaN: kept (s > 0 is false for
+     * NaN, which dropped it and the thread's other logits: a finite loss
+     * where the CPU gives NaN) */
+    float t = isnan(s) ? s : s > 0.0f ? s * expf(m - bm) : 0.0f;
     *S = cu_block_sum(t, buf);
     *M = bm;
 }
@@ -68,7 +71,11 @@ __global__ void cls_xent_kernel(float *losses, bf16 *logits, const int32_t *targ
     row_online(l, V, &m, &s);
     row_combine(m, s, buf, &M, &S);
     float lse = M + logf(S);
-    if (threadIdx.x == 0) losses[r] = lse - bf2f(l[tg]);
+    /* a target outside [0, V) (the loader refuses such tokens; the CPU
+     * aborts): a NaN loss and no one-hot term, never a read past the row */
+    bool bad = (unsigned)tg >= (unsigned)V;
+    if (threadIdx.x == 0) losses[r] = bad ? __int_as_float(0x7fc00000) : lse - bf2f(l[tg]);
+    if (bad) tg = -1;
     if (!grad) return;
     __syncthreads(); /* every thread has read l[tg] before it is overwritten */
     for (int j = threadIdx.x; j < Vp; j += blockDim.x) {

@@ -151,7 +151,11 @@ void cu_gemm(be_backend *be, int ta, int tb, int M, int N, int K, float alpha, c
     MS_CHECKF(epi != BE_EPI_GELU || (pre != NULL && beta == 0.0f && !c_f32),
               "gemm: the GELU epilogue needs pre, beta 0 and a bf16 output");
     MS_CHECKF(!(bias && c_f32), "gemm: bias with an f32 output is not supported");
-    if (epi == BE_EPI_GELU && !c->fuse_gelu) { /* pre = GEMM + bias, then C = gelu(pre) */
+    /* pre = GEMM + bias, then C = gelu(pre): when fusing is off, and where
+     * cuBLASLt cannot fuse: the aux (pre) leading dimension, N, must be a
+     * multiple of 8 (cublasLt.h, EPILOGUE_AUX_LD) and its pointer aligned
+     * (n_embd 33: N 132, no algorithm, an abort at the first MLP) */
+    if (epi == BE_EPI_GELU && (!c->fuse_gelu || N % 8 != 0 || !aligned16(pre))) {
         cu_gemm(be, ta, tb, M, N, K, alpha, A, lda, Bm, ldb, 0.0f, pre, N, 0, bias, BE_EPI_NONE,
                 NULL);
         MS_CHECKF(ldc == N, "gemm: unfused GeLU needs a dense output (ldc %d, N %d)", ldc, N);
