@@ -79,7 +79,12 @@
  *
  * Thread-safety: every function may be called from any thread, but the ops
  * of one group must be started in one agreed order (one thread per group,
- * or the caller serialises).  A handle may be waited on by one thread.
+ * or the caller serialises).  Making a group (comm_group_create_split) is an
+ * op of its parent, and a blocking one: groups are made in one agreed order
+ * on every rank, by one thread at a time (two threads making groups of one
+ * world at once can block each rank in another's MPI_Comm_split for ever;
+ * the trainer makes them all on its main thread, before the step loop).
+ * A handle may be waited on by one thread.
  * comm_world_init/finalize are called once per process by the main thread
  * (MPI cannot be initialised twice).  While the world is up, no other code
  * may call MPI directly: MPI runs at MPI_THREAD_SERIALIZED, and every call

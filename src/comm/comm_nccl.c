@@ -137,12 +137,17 @@ void comm_nccl_abort_locked(comm_nccl *n, ms_status code, const char *msg) {
 
 /* The call `call` on the non-blocking communicator answered rc: if it is
  * ncclInProgress, poll until the communicator is ready, failed, or the
- * deadline passed.  A failure or a timeout aborts the communicator (it can
- * no longer be trusted) and breaks the world.  n->mu held. */
+ * deadline passed.  A failure (at once or later) or a timeout aborts the
+ * communicator (it can no longer be trusted) and breaks the world.  n->mu
+ * held. */
 ms_status comm_nccl_settle(comm_nccl *n, ncclResult_t rc, const char *call, const char *what,
                            double deadline) {
     if (rc == ncclSuccess) return MS_OK;
-    if (rc != ncclInProgress) return comm_nc(rc, call, what, n->comm);
+    if (rc != ncclInProgress) { /* the peers enqueued this op: they would wait for it */
+        ms_status st = comm_nc(rc, call, what, n->comm);
+        comm_nccl_abort_locked(n, st, ms_errmsg());
+        return st;
+    }
     unsigned us = 1;
     double t0 = ms_now();
     for (;;) {
@@ -254,13 +259,28 @@ static void comm_nccl_describe(const comm_req *r, char *buf, size_t len) {
     snprintf(buf, len, "%s (nccl)", d);
 }
 
-/* Launch the pending send/recv in one NCCL group (n->mu held).  On failure
- * each of them is finished with the error (its comm_wait reports it). */
+/* Launch the pending send/recv in one NCCL group (n->mu held).  Their
+ * slots are taken first, so that an op in flight always has one (a slot
+ * that could not be had after the launch left an op on the stream whose
+ * wait had returned: its buffer reused while NCCL wrote it).  A failure
+ * once an op may be on the stream aborts the communicator (its ops end,
+ * the world breaks); each pending op is finished with the error (its
+ * comm_wait reports it). */
 static ms_status comm_nccl_flush_locked(comm_nccl *n) {
     if (n->npending == 0) return MS_OK;
     char what[288];
     comm_nccl_describe(n->pending[0], what, sizeof what);
-    ms_status st = comm_nccl_after_compute(n, what);
+    ms_status st = MS_OK;
+    int got = 0, *slot = calloc((size_t)n->npending, sizeof *slot);
+    if (!slot) st = ms_error(MS_ERR_NOMEM, "comm: %s: out of memory", what);
+    while (st == MS_OK && got < n->npending) {
+        st = comm_nccl_slot_get(n, what, &slot[got]);
+        if (st != MS_OK) break;
+        comm_nccl_slot *q = &n->slots[slot[got++]]; /* reserved: filled below */
+        q->busy = 1;
+        q->waited = q->done = 0;
+    }
+    if (st == MS_OK) st = comm_nccl_after_compute(n, what);
     double deadline = n->pending[0]->deadline;
     if (st == MS_OK) {
         ncclResult_t rc = ncclGroupStart();
@@ -273,26 +293,34 @@ static ms_status comm_nccl_flush_locked(comm_nccl *n) {
                 rc = ncclRecv(r->recv, r->count, t, r->peer, n->comm, n->stream);
         }
         ncclResult_t end = ncclGroupEnd(); /* always closes the group */
-        if (rc != ncclSuccess)
+        if (rc != ncclSuccess) {
             st = comm_nc(rc, "ncclSend/ncclRecv", what, n->comm);
-        else
+            comm_nccl_abort_locked(n, st, ms_errmsg()); /* the group may be in progress */
+        } else {
             st = comm_nccl_settle(n, end, "ncclGroupEnd", what, deadline);
+        }
     }
     for (int i = 0; i < n->npending; i++) {
         comm_req *r = n->pending[i];
         char d[288];
         comm_nccl_describe(r, d, sizeof d);
-        int s = -1;
-        if (st == MS_OK) st = comm_nccl_slot_get(n, d, &s);
-        if (st == MS_OK) st = COMM_CU(d, cudaEventRecord(n->slots[s].ev, n->stream));
+        if (st == MS_OK) st = COMM_CU(d, cudaEventRecord(n->slots[slot[i]].ev, n->stream));
         if (st == MS_OK) {
-            comm_nccl_slot_fill(n, s, r, d);
+            comm_nccl_slot_fill(n, slot[i], r, d);
             continue;
         }
         r->status = st;
         snprintf(r->msg, sizeof r->msg, "%s", ms_errmsg());
         r->state = COMM_REQ_DONE;
     }
+    if (st != MS_OK) {
+        for (int i = 0; i < got; i++) /* reserved and not filled */
+            if (n->pending[i]->nccl_slot != slot[i]) n->slots[slot[i]].busy = 0;
+        /* launched or not, the peers' matching ops would wait for these:
+         * the world breaks, as for a failed collective */
+        comm_nccl_abort_locked(n, st, ms_errmsg());
+    }
+    free(slot);
     n->npending = 0;
     return st;
 }
@@ -334,6 +362,16 @@ static ms_status comm_nccl_launch(comm_nccl *n, comm_req *r) {
     return MS_OK;
 }
 
+/* comm_nccl_launch, and on a failure the communicator aborted: r's
+ * sequence number is taken and its arrival on the board, so the peers
+ * enqueue the op and would wait for it (or, if this rank went on, match its
+ * next op of that size with theirs: wrong data). */
+static ms_status comm_nccl_launch_or_abort(comm_nccl *n, comm_req *r) {
+    ms_status st = comm_nccl_launch(n, r);
+    if (st != MS_OK) comm_nccl_abort_locked(n, st, ms_errmsg());
+    return st;
+}
+
 ms_status comm_nccl_start(comm_req *r) {
     comm_nccl *n = r->g->nccl;
     int coll = r->kind != COMM_K_SEND && r->kind != COMM_K_RECV;
@@ -369,7 +407,7 @@ ms_status comm_nccl_start(comm_req *r) {
                           r->g->name);
     } else {
         st = comm_nccl_flush_locked(n);
-        if (st == MS_OK) st = comm_nccl_launch(n, r);
+        if (st == MS_OK) st = comm_nccl_launch_or_abort(n, r);
     }
     pthread_mutex_unlock(&n->mu);
     if (st != MS_OK) comm_req_free(r);

@@ -54,17 +54,21 @@ static void comm_nccl_free_struct(comm_nccl *n) {
     free(n);
 }
 
+static void comm_nccl_watchdog_stop(comm_nccl *n) {
+    if (!n->watchdog_started) return;
+    pthread_mutex_lock(&n->mu);
+    n->stop = 1;
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+    pthread_join(n->watchdog, NULL);
+    n->watchdog_started = 0;
+}
+
 void comm_nccl_group_free(comm_group *g, int broken) {
     comm_nccl *n = g->nccl;
     if (!n) return;
     g->nccl = NULL;
-    if (n->watchdog_started) {
-        pthread_mutex_lock(&n->mu);
-        n->stop = 1;
-        pthread_cond_broadcast(&n->cv);
-        pthread_mutex_unlock(&n->mu);
-        pthread_join(n->watchdog, NULL);
-    }
+    comm_nccl_watchdog_stop(n);
     char what[96];
     snprintf(what, sizeof what, "destroying the NCCL communicator of group '%s'", g->name);
     if (n->comm && broken) {
@@ -199,28 +203,48 @@ ms_status comm_group_enable_nccl(comm_group *g, void *cuda_stream) {
         return ms_error(MS_ERR_INTERNAL, "%s: rank 0 could not make an NCCL id%s%s", what,
                         local_err[0] ? ": " : "", local_err);
 
+    /* each step that can fail on one member alone is agreed on, so that
+     * every member keeps a communicator or none does (a member left on MPI
+     * while its peers ran NCCL hung at the group's first op; one that
+     * could not allocate left its peers waiting in the create) */
     comm_nccl *n = calloc(1, sizeof *n);
     pthread_condattr_t ca;
+    int inited = 0;
+    ms_status st = MS_OK;
     if (!n || pthread_mutex_init(&n->mu, NULL) || pthread_condattr_init(&ca) ||
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_cond_init(&n->cv, &ca)) {
-        free(n); /* (a failed init leaves nothing to destroy) */
-        return ms_error(MS_ERR_NOMEM, "%s: cannot allocate the NCCL state", what);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC) || pthread_cond_init(&n->cv, &ca))
+        st = ms_error(MS_ERR_NOMEM, "%s: cannot allocate the NCCL state", what);
+    else
+        inited = 1, pthread_condattr_destroy(&ca);
+    st = comm_nccl_agree(g, st, what, "allocate its NCCL state");
+    if (st != MS_OK) {
+        char msg[COMM_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", ms_errmsg());
+        if (inited) {
+            n->g = g;
+            comm_nccl_free_struct(n);
+        } else {
+            free(n); /* (a failed init leaves nothing to destroy) */
+        }
+        return ms_error(st, "%s", msg);
     }
-    pthread_condattr_destroy(&ca);
     n->g = g;
     n->device = device;
     n->compute = (cudaStream_t)cuda_stream;
-    ms_status st = comm_nccl_create(g, n, &u.id, what); /* everyone has one, or nobody */
+    st = comm_nccl_create(g, n, &u.id, what); /* everyone has one, or nobody */
     if (st == MS_OK) {
         int rc = pthread_create(&n->watchdog, NULL, comm_nccl_watchdog_main, n);
-        if (rc != 0) /* a local failure the others cannot see: they keep theirs */
-            st = ms_error(MS_ERR_INTERNAL, "%s: cannot start the watchdog thread: %s", what,
-                          strerror(rc));
         n->watchdog_started = rc == 0;
+        ms_status wst = rc == 0
+                            ? MS_OK
+                            : ms_error(MS_ERR_INTERNAL, "%s: cannot start the watchdog thread: %s",
+                                       what, strerror(rc));
+        st = comm_nccl_agree(g, wst, what, "start its NCCL watchdog");
     }
     if (st != MS_OK) {
         char msg[COMM_MSG_MAX];
         snprintf(msg, sizeof msg, "%s", ms_errmsg());
+        comm_nccl_watchdog_stop(n);
         if (n->comm) COMM_NC_WARN(what, ncclCommAbort(n->comm));
         n->comm = NULL;
         comm_nccl_free_struct(n);
