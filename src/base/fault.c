@@ -2,6 +2,8 @@
  * code that ends the process: an injected crash is a crash. */
 #include "base/fault.h"
 
+#include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -69,12 +71,13 @@ static ms_status add(ms_fault_plan *p, const ms_fault *f, const char *what) {
 /* A decimal integer in [0, max] at s, digits only (no blank, sign or
  * overflow, which sscanf's %d let through: "exit@4294967297" fired at step
  * 1); the digits' count into *k.  0, or -1 when s holds no such number. */
-static int parse_count(const char *s, long long max, long long *v, int *k) {
-    long long x = 0;
+static int parse_count(const char *s, unsigned long long max, unsigned long long *v, int *k) {
+    unsigned long long x = 0;
     int i = 0;
     for (; s[i] >= '0' && s[i] <= '9'; i++) {
-        x = x * 10 + (s[i] - '0');
-        if (x > max) return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (x > (max - d) / 10) return -1;
+        x = x * 10 + d;
     }
     if (i == 0) return -1;
     *v = x, *k = i;
@@ -83,17 +86,17 @@ static int parse_count(const char *s, long long max, long long *v, int *k) {
 
 /* random=SEED/N/MAXSTEP/WORLD: N crash, hang and transient NaN faults at distinct steps. */
 static ms_status expand_random(ms_fault_plan *p, const char *arg, const char *what) {
-    long long v[4] = {0};
+    unsigned long long v[4] = {0};
     const char *q = arg;
     int ok = 1;
     for (int i = 0; ok && i < 4; i++) {
         int k = 0;
         ok = (i == 0 || *q++ == '/') &&
-             parse_count(q, i == 0 ? 9007199254740991LL : INT32_MAX, &v[i], &k) == 0;
+             parse_count(q, i == 0 ? ULLONG_MAX : INT32_MAX, &v[i], &k) == 0;
         q += k;
     }
     int n = (int)v[1], maxstep = (int)v[2], world = (int)v[3];
-    if (!ok || *q || n < 1 || world < 1 || maxstep < n + 1)
+    if (!ok || *q || n < 1 || world < 1 || (long long)maxstep < (long long)n + 1)
         return ms_error(MS_ERR_ARG,
                         "%s: 'random=%s': expected random=SEED/N/MAXSTEP/WORLD with N >= 1 "
                         "faults at distinct steps in [2, MAXSTEP]",
@@ -184,7 +187,7 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     int k = 0;
     if (*q == '=') { /* no blank or sign before it (sscanf took them); inf: said below */
         char *end = NULL;
-        if (q[1] == ' ' || q[1] == '\t' || q[1] == '+' || q[1] == '-') goto bad;
+        if (isspace((unsigned char)q[1]) || q[1] == '+' || q[1] == '-') goto bad;
         f.arg = strtod(q + 1, &end);
         if (end == q + 1 || !(f.arg >= 0)) goto bad;
         q = end;
@@ -202,7 +205,7 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     if (!strcmp(f.kind, "spike") && !(f.arg > 0 && isfinite(f.arg)))
         return ms_error(MS_ERR_ARG,
                         "%s: '%s': spike needs =X (the step's lr is multiplied by X > 0)", what, e);
-    long long v = 0;
+    unsigned long long v = 0;
     if (!isfinite(f.arg)) goto bad;
     if (*q == '@') {
         if (parse_count(q + 1, INT32_MAX, &v, &k) != 0) goto bad;

@@ -75,7 +75,7 @@ typedef struct {
     double flops_per_token;
     ms_fault_plan fault;         /* --inject-fault and --ckpt-fault: the trainer's kinds */
     char node[MS_NODE_NAME_MAX]; /* this rank's node (--node-map, or the host name) */
-    char fault_spec[8192];       /* both, for the checkpoint manager (its points) */
+    char *fault_spec;            /* both, for the checkpoint manager (its points) */
     /* distribution (NULL alone) */
     comm_world *world;
     comm_grid *grid;
@@ -647,10 +647,14 @@ static ms_status setup(trainer *t) {
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
     MS_TRY(train_overlap_parse(tc->overlap, &t->overlap));
     if (t->rank == 0) train_warn_pipeline(tc, t->dp, t->pp, t->accum);
-    snprintf(t->fault_spec, sizeof t->fault_spec, "%s%s%s",
-             tc->inject_fault ? tc->inject_fault : "",
-             tc->inject_fault && *tc->inject_fault && tc->ckpt_fault && *tc->ckpt_fault ? "," : "",
-             tc->ckpt_fault ? tc->ckpt_fault : "");
+    /* whole: the driver hands plans of up to MS_FAULT_SPEC_MAX bytes (a copy
+     * cut at 8 KiB failed to parse, or moved a fault: "exit@12345" as @12) */
+    const char *inj = tc->inject_fault ? tc->inject_fault : "",
+               *ckf = tc->ckpt_fault ? tc->ckpt_fault : "";
+    size_t spec_n = strlen(inj) + strlen(ckf) + 2;
+    t->fault_spec = malloc(spec_n);
+    if (!t->fault_spec) return ms_error(MS_ERR_NOMEM, "--inject-fault: out of memory");
+    snprintf(t->fault_spec, spec_n, "%s%s%s", inj, *inj && *ckf ? "," : "", ckf);
     MS_TRY(
         ms_fault_parse(&t->fault, t->fault_spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
     ms_fault_plan_set_node(&t->fault, t->node); /* ":node=NAME" entries fire on this node only */
@@ -766,6 +770,7 @@ static void teardown(trainer *t, ms_status st) {
     if (t->be) be_destroy(t->be);
     free(t->rinp);
     free(t->rtgt);
+    free(t->fault_spec);
     if (t->world && st == MS_ERR_TIMEOUT) { /* let the host's other ranks write their dumps */
         int missing = comm_world_dump_grace(t->world, 3.0);
         if (missing) ms_warn("hang dumps: %d rank(s) of this host did not answer", missing);

@@ -144,6 +144,8 @@ static void test_errors(void) {
     expect_bad("exit@-1", "'exit@-1'", "expected KIND");
     expect_bad("kill@3: 1", "'kill@3: 1'", "expected KIND");
     expect_bad("slow= 5@2", "'slow= 5@2'", "expected KIND");
+    expect_bad("slow=\n5@2", "expected KIND", NULL);
+    expect_bad("random=1/2147483647/10/4", "random=SEED/N/MAXSTEP/WORLD", NULL); /* N+1 wraps */
     expect_bad("random=1/4294967298/10/4", "random=SEED/N/MAXSTEP/WORLD", NULL);
     expect_bad("random=1/2/10/+4", "random=SEED/N/MAXSTEP/WORLD", NULL);
     /* random=... with fewer free steps than faults: refused (it drew for ever) */
@@ -153,6 +155,10 @@ static void test_errors(void) {
     T_EQ_INT(ms_fault_parse(&p, "exit@2,exit@2,random=1/2/4/4", WHAT), MS_OK); /* 3, 4 free */
     T_EQ_INT(p.n, 4);
     expect_bad("random=1/300/1000/4", "more than 256 faults", NULL);
+    ms_fault_plan s = {.n = 0}; /* a 64-bit seed (the time in ns) */
+    T_EQ_INT(ms_fault_parse(&s, "random=18446744073709551615/3/50/4", WHAT), MS_OK);
+    T_EQ_INT(s.n, 3);
+    expect_bad("random=18446744073709551616/3/50/4", "random=SEED", NULL);
 }
 
 /* A plan of the most entries, each of the longest form, formats whole and
