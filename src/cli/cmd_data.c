@@ -71,21 +71,24 @@ static ms_status list_inputs(const char *in, char ***paths, int *n) {
     if (stat(in, &sb) == 0 && !S_ISDIR(sb.st_mode)) return ms_glob_or_path(in, paths, n);
     if (stat(in, &sb) != 0) { /* a glob: the directories it matches left out, as below */
         MS_TRY(ms_glob_or_path(in, paths, n));
-        int kept = 0;
+        int kept = 0, dirs = *n;
+        char first[4200] = "";
         for (int i = 0; i < *n; i++) {
-            if (stat((*paths)[i], &sb) == 0 && S_ISDIR(sb.st_mode))
+            if (stat((*paths)[i], &sb) == 0 && S_ISDIR(sb.st_mode)) {
+                if (!first[0]) snprintf(first, sizeof first, "%s", (*paths)[i]);
                 free((*paths)[i]);
-            else
+            } else {
                 (*paths)[kept++] = (*paths)[i];
+            }
         }
         if (kept > 0) return *n = kept, MS_OK;
         ms_paths_free(*paths, 0);
         *paths = NULL;
         *n = 0;
         return ms_error(MS_ERR_NOTFOUND,
-                        "%s: matches only directories (a directory's files are read with "
+                        "%s: matches only directories (%s%s; a directory's files are read with "
                         "--input DIR)",
-                        in);
+                        in, first, dirs > 1 ? ", ..." : "");
     }
     char pat[8400];
     MS_TRY(ms_glob_escape(in, pat, sizeof pat - 2));

@@ -11,20 +11,22 @@
 #include "base/log.h"
 #include "cli/commands.h"
 
-static void usage(void) {
-    printf("usage: megascale <command> [options]\n\n"
-           "commands:\n"
-           "  train    train a GPT model (megascale train --help)\n"
-           "  sample   generate text from saved weights\n"
-           "  eval     validation loss of saved weights or a checkpoint on a data set\n"
-           "  data     prepare and inspect token shards\n"
-           "  ckpt     list, inspect, verify, export and reshard checkpoints\n"
-           "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
-           "  launch   run a training job under the supervisor (restarts it on faults)\n"
-           "  diag     node self-test: gemm, memory, comm, storage (exit 9 on a failed check)\n"
-           "  dashboard  serve the dashboard of a job's run directory in a browser\n"
-           "  plan     predict step time, MFU and memory of a model on a cluster and layout\n\n"
-           "Each command takes --help; megascale --version says which build this is.\n");
+/* The commands: to stdout when asked for (--help), to stderr with the
+ * error of no or an unknown command (exit 2). */
+static void usage(FILE *f) {
+    fprintf(f, "usage: megascale <command> [options]\n\n"
+               "commands:\n"
+               "  train    train a GPT model (megascale train --help)\n"
+               "  sample   generate text from saved weights\n"
+               "  eval     validation loss of saved weights or a checkpoint on a data set\n"
+               "  data     prepare and inspect token shards\n"
+               "  ckpt     list, inspect, verify, export and reshard checkpoints\n"
+               "  trace    merge event logs into one timeline, stragglers, hang analysis\n"
+               "  launch   run a training job under the supervisor (restarts it on faults)\n"
+               "  diag     node self-test: gemm, memory, comm, storage (exit 9 on a failed check)\n"
+               "  dashboard  serve the dashboard of a job's run directory in a browser\n"
+               "  plan     predict step time, MFU and memory of a model on a cluster and layout\n\n"
+               "Each command takes --help; megascale --version says which build this is.\n");
 }
 
 #ifndef MS_VERSION /* set by CMake for the megascale target; other programs built from main.c */
@@ -170,7 +172,7 @@ int main(int argc, char **argv) {
     ms_ctx_init();
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
         !strcmp(argv[1], "help")) {
-        usage();
+        usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;
     }
     const char *cmd = argv[1];
@@ -192,6 +194,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "dashboard")) return cmd_dashboard(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
-    usage();
+    usage(stderr);
     return 2;
 }

@@ -158,7 +158,8 @@ static ms_status set_value(const opts_spec *s, void *dst, const char *v, const c
         if (!*v || blank || *end || (errno && errno != ERANGE))
             return ms_error(MS_ERR_ARG, "%s: --%s expects a number, got '%s'", where, s->name, v);
         if (errno == ERANGE && isinf(x)) { /* an underflow reads as 0 or subnormal: a range check */
-            MS_TRY(check_range(s, x, v, where));
+            /* as the largest finite number: an open range ("(0,)") takes it */
+            MS_TRY(check_range(s, x > 0 ? DBL_MAX : -DBL_MAX, v, where));
             return ms_error(MS_ERR_ARG, "%s: --%s: '%s' is beyond the largest number (%g)", where,
                             s->name, v, DBL_MAX);
         }
@@ -241,19 +242,25 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
             while (*v == ' ' || *v == '\t')
                 v++;
             if (*v == '"' || *v == '\'') {
-                char *close = strchr(v + 1, *v);
-                if (!close) {
+                /* the closing quote: the first one followed by nothing or a
+                 * comment, so a value may hold its quote ("say "hi"") and a
+                 * comment after it may hold one too */
+                char *close = NULL, *after = NULL;
+                for (char *q = strchr(v + 1, *v); q && !close; q = strchr(q + 1, *v)) {
+                    for (after = q + 1; *after == ' ' || *after == '\t' || *after == '\r';)
+                        after++;
+                    if (!*after || *after == '#') close = q;
+                }
+                char *first = strchr(v + 1, *v);
+                if (!first) {
                     st = ms_error(MS_ERR_ARG, "%s: the value's closing %c is missing", where, *v);
                     break;
                 }
-                char *after = close + 1; /* blanks, then nothing or a comment */
-                while (*after == ' ' || *after == '\t' || *after == '\r')
-                    after++;
-                if (*after && *after != '#') {
+                if (!close) {
                     st = ms_error(MS_ERR_ARG,
                                   "%s: text after the value's closing %c: '%s' (quote the "
                                   "whole value)",
-                                  where, *v, trim(after));
+                                  where, *v, trim(first + 1));
                     break;
                 }
                 hash = *after ? after : NULL;

@@ -220,6 +220,9 @@ def test_bad_input(d, w, val, train, ck):
         *[(a, [fifo, "not a regular file (a FIFO)"]) for a in (
             [*SA, "--weights", fifo], [*EV, "--weights", fifo], [*TR, "--init-from", fifo])],
         ([*SA, "--weights", state], [state, "an llm.c training state (magic 20240327"]),
+        # no command, an unknown one: the commands on stderr (they were on stdout)
+        ([], ["usage: megascale <command>", "train    train a GPT model"]),
+        (["bogus"], ["unknown command 'bogus'", "usage: megascale <command>"]),
         # a wrong flag, a missing value: the parser's, for every command
         *[([c, "--bogus"], ["unknown option '--bogus'"]) for c in
           ("train", "sample", "eval", "data", "ckpt", "trace", "launch", "diag", "dashboard",
@@ -263,6 +266,8 @@ def test_bad_input(d, w, val, train, ck):
         (["data", "prepare", "--input", text, "--out", adir, "--val-fraction", "1e999"],
          ["--val-fraction must be in [0,1), got '1e999'"]),
         (["train", "--seed", "1" * 30], ["--seed", "beyond the largest integer"]),
+        (["train", "--lr", "1e999"], ["--lr", "'1e999' is beyond the largest number"]),
+        (["train", "--lr", "-1e999"], ["--lr must be > 0, got '-1e999'"]),
         # a single dash: an unknown option, not an argument ("unexpected argument 'o31'")
         (["data", "prepare", "--input", text, "-out", adir], ["unknown option '-out' "
                                                              "(options start with --: --out)"]),
@@ -602,6 +607,16 @@ def test_other_flags(d, train, ck):
                  ["shm", "--remove", "0", ck]):
         rc, out, err = run("ckpt", *args, "--ckpt-shm-dir", shm)
         ok(rc == 0, f"ckpt {' '.join(args)}", err)
+    # a fault plan of 10 KB (the driver hands up to 40 KB) whose last entry fires
+    # at step 1: the trainer cut its copy at 8 KiB, which lost it (exit 0), or
+    # failed to parse a cut entry, or moved a fault's step ("exit@12345" as @12)
+    plan = ",".join([f"stage2:after-manifest@1000{i:02d}:node=n-0123456789abcdef"
+                     for i in range(200)] + ["exit@1"])
+    rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "2", "--trace-dir",
+                       "none", "--inject-fault", plan)
+    ok(len(plan) > 10000 and rc == 42 and "step 1: injected fault: rank 0 exits" in err,
+       "train --inject-fault: a plan of 10 KB is read whole (its last entry fires)",
+       f"rc {rc}\n{err[-1500:]}")
     mine = os.path.join(d, "flags_ck")
     shutil.copytree(ck, mine)
     rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1", "--ckpt-dir", mine,

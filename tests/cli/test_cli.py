@@ -119,7 +119,8 @@ def test_data(d):
     os.makedirs(unreadable)
     expect_error(["data", "prepare", "--input", os.path.join(d, "dir_as_*.txt"), "--out",
                   os.path.join(d, "o3")],
-                 "dir_as_file.txt", what="prepare: an unreadable input")
+                 "matches only directories", "dir_as_file.txt",
+                 what="prepare: a glob that matches a directory")
     bad = os.path.join(d, "bad.tok")
     raw = bytearray(open(tokf, "rb").read())
     raw[200] ^= 0x40
@@ -224,6 +225,11 @@ def test_data_paths(d, docs):
     rc, _, err = run("data", "prepare", "--config", cfg, "--input", docs)
     ok(rc == 0 and os.path.exists(os.path.join(d, "o#6", "data_train_000000.bin")),
        "a quoted config value keeps its '#'", err)
+    # ... and its own quote: the closing one is followed by nothing or a comment
+    open(cfg, "w").write(f'out = "{d}/o"q" # a "comment"\ntokenizer = bytes\nval_fraction = 0\n')
+    rc, _, err = run("data", "prepare", "--config", cfg, "--input", docs)
+    ok(rc == 0 and os.path.exists(os.path.join(d, 'o"q', "data_train_000000.bin")),
+       "a quoted config value keeps a quote inside it; a comment after it may hold quotes", err)
     open(cfg, "w").write('out = "unterminated\n')
     expect_error(["data", "prepare", "--config", cfg, "--input", docs], "hash.cfg:1", "closing",
                  what="config: an unterminated quote")
