@@ -5,7 +5,11 @@ TSAN_BUILD ?= build-tsan
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: all deps test-deps build run test test-unit asan asan-build asan-mpi tsan format clean
+.PHONY: all deps test-deps build run test asan asan-build asan-mpi tsan format clean
+
+# One target at a time, even under make -j: two installs at once would
+# compete for dpkg's lock (make -jN still builds with JOBS inside cmake).
+.NOTPARALLEL:
 
 all: build
 

@@ -57,8 +57,7 @@ time_for() {
 log "machine: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -1)"
 kit=${KIT:-}
 if [[ -n $kit ]]; then
-  # the programs and libraries carried from a build machine; the data
-  # directory compiled into them is that machine's checkout, /work/main
+  # the programs and libraries carried from a build machine
   kdir=${KIT_DIR:-/tmp/mskit}
   kbin=$("$root/bench/gpu_kit.sh" install "$kit" "$kdir" 2> "$out/kit.log") ||
     { log "kit install failed"; cat "$out/kit.log"; exit 1; }
@@ -69,7 +68,9 @@ if [[ -n $kit ]]; then
   # than fragments: docs/perf.md), and no warnings from network plugins
   export OMPI_MCA_hwloc_base_binding_policy=none OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
   export OMPI_MCA_mca_base_component_show_load_errors=0
-  if [[ ! -e /work/main ]]; then mkdir -p /work && ln -s "$root" /work/main; fi
+  # the kit's programs name the build machine's data directory: this
+  # checkout's instead (data prepare, sample and plan read MS_DATA_DIR)
+  export MS_DATA_DIR="$root/data"
   bin=$kbin/megascale
   "$bin" --version 2>&1 | head -2 | tee -a "$out/summary.txt"
 else

@@ -25,6 +25,7 @@ usage: bench/pp_overlap.py [--bin build/megascale] [--pp 2] [--vpp 1]
          [--batch 8] [--micro-batch 1] [--steps 8] [--skip 2] [--repeat 1]
          [--threads 1]"""
 import argparse
+import atexit
 import glob
 import json
 import os
@@ -178,6 +179,7 @@ def main():
     if not mpirun:
         sys.exit("bench: mpirun not found (apt-get install openmpi-bin)")
     d = tempfile.mkdtemp(prefix="ms_pp_overlap_")
+    atexit.register(shutil.rmtree, d, True)  # also when a run fails (sys.exit)
     shard = os.path.join(d, "t.bin")
     write_shard(shard, 200000, a.vocab)
     args = ["train", "--train-data", shard, "--vocab", str(a.vocab), "--layers", str(a.layers),

@@ -14,6 +14,7 @@
 # clang with its libFuzzer runtime (libclang-rt-dev: libclang-rt-14-dev on
 # Debian 12) builds the fuzz harnesses (tests/fuzz); without them their
 # smoke test is skipped.
+# procps (pgrep, sysctl) is what several tests look for processes with.
 # iproute2 (ip netns, veth, tc netem) is the several-hosts test bed
 # (scripts/test-hosts); without it, or without root, those tests are skipped.
 set -euo pipefail
@@ -22,7 +23,7 @@ pkgs=(build-essential cmake pkg-config libopenblas-dev libopenblas0-openmp libcj
       libpcre2-dev libcairo2-dev openmpi-bin libopenmpi-dev gzip libmicrohttpd-dev libjs-chart.js libdnnl-dev)
 optional=()
 if [[ "${1:-}" == "--test" ]]; then
-  pkgs+=(python3 python3-numpy python3-torch iproute2)
+  pkgs+=(python3 python3-numpy python3-torch iproute2 procps)
   command -v node > /dev/null || optional+=(nodejs)
   [[ -x /usr/bin/chromium ]] || optional+=(chromium)
   command -v npm > /dev/null || optional+=(npm)
@@ -36,16 +37,21 @@ for p in "${pkgs[@]}"; do
     missing+=("$p")
   fi
 done
-# playwright-core for the browser test (test-only, pinned in tests/dashboard)
+# The test-only npm packages, before the suite (pinned by each directory's
+# package-lock.json): playwright-core for the dashboard's browser test,
+# js-tiktoken for the tokenizer's parity test.
 npm_test_tools() {
   [[ "${1:-}" == "--test" ]] || return 0
-  local here
-  here="$(cd "$(dirname "$0")/.." && pwd)/tests/dashboard"
-  [[ -f "$here/node_modules/playwright-core/package.json" ]] && return 0
   command -v npm > /dev/null || return 0
-  echo "megascale: installing playwright-core into $here (the dashboard's browser test)" >&2
-  (cd "$here" && npm install --no-audit --no-fund --loglevel=error >&2) ||
-    echo "megascale: npm install of playwright-core failed; the browser test will be skipped" >&2
+  local root dir pkg
+  root="$(cd "$(dirname "$0")/.." && pwd)"
+  for dir_pkg in "dashboard playwright-core" "node js-tiktoken"; do
+    read -r dir pkg <<< "$dir_pkg"
+    [[ -f "$root/tests/$dir/node_modules/$pkg/package.json" ]] && continue
+    echo "megascale: installing $pkg into $root/tests/$dir (a test-only tool)" >&2
+    (cd "$root/tests/$dir" && npm ci --no-audit --no-fund --loglevel=error >&2) ||
+      echo "megascale: npm ci of $pkg failed; the test that needs it will be skipped" >&2
+  done
 }
 if [[ ${#missing[@]} -eq 0 && ${#optional[@]} -eq 0 ]]; then
   npm_test_tools "${1:-}"
