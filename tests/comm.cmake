@@ -34,6 +34,12 @@ endforeach()
 foreach(np 2 4 8)
   ms_comm_mpi_test(test_comm_grid_np${np} ${np} test_comm_grid)
 endforeach()
+# The communication thread under ThreadSanitizer too (`make tsan` runs the
+# label threads), in one process and in two; tests/comm/tsan.supp holds
+# OpenMPI's own TCP transport's lock-order reports.
+set_property(TEST test_comm test_comm_np2 APPEND PROPERTY LABELS threads)
+set_property(TEST test_comm test_comm_np2 APPEND PROPERTY ENVIRONMENT
+  "TSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/comm/tsan.supp")
 foreach(np 2 3 4)
   ms_comm_mpi_test(test_comm_device_np${np} ${np} test_comm_device)
 endforeach()
