@@ -122,6 +122,7 @@ static const char *json_kind(const cJSON *j) {
            : cJSON_IsNull(j)   ? "null"
            : cJSON_IsArray(j)  ? "an array"
            : cJSON_IsObject(j) ? "an object"
+           : cJSON_IsString(j) ? "a string"
                                : "not a string";
 }
 
@@ -196,7 +197,15 @@ static ms_status next_line(data_docs *d, const char **text, size_t *len) {
         }
         d->pos += n + (nl != NULL);
         d->pending += n + (nl != NULL);
+        if (d->line == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) /* a byte-order mark */
+            s += 3, n -= 3;
         if (blank(s, n)) continue;
+        if (memchr(s, 0, n)) { /* cJSON keeps a raw NUL in a string: the text would end there */
+            MS_TRY(bad_line(d, "a NUL byte (at byte %zu of the line; not JSON text: a file "
+                               "zeroed by a crash?)",
+                            (size_t)((const char *)memchr(s, 0, n) - s) + 1));
+            continue;
+        }
         const char *end = NULL;
         cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
         if (!j || !blank(end, (size_t)(s + n - end))) {

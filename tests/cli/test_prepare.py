@@ -141,7 +141,10 @@ def test_jsonl(d):
            "missing": ('{"body": "x"}', 'no member "text"'),
            "number": ('{"text": 5}', 'member "text" is a number, not a string'),
            # a NUL ended the text there, the rest silently dropped
-           "nul": ('{"text": "abc\\u0000def"}', 'member "text" holds \\u0000')}
+           "nul": ('{"text": "abc\\u0000def"}', 'member "text" holds \\u0000'),
+           # a raw NUL byte: cJSON kept it, and the text ended there (no error)
+           "rawnul": ('{"text": "abc\0def"}', "a NUL byte (at byte 14 of the line"),
+           "string": ('"hello"', ":2: a string, not a JSON object")}
     for name, (line, needle) in bad.items():
         p = os.path.join(d, f"bad_{name}.jsonl")
         write_jsonl(p, [good, line, good])
@@ -178,6 +181,12 @@ def test_jsonl(d):
     ok(rc == 0 and len(split_docs(got)[0]) == 2 and "skipped 1 bad line(s)" in err,
        "--jsonl-skip-bad 1 skips a line over 64 MiB too", err)
     os.remove(huge)
+    bom = os.path.join(d, "bom.jsonl")  # a byte-order mark alone on line 1 (a Windows editor)
+    with open(bom, "wb") as f:
+        f.write(b"\xef\xbb\xbf\r\n" + json.dumps({"text": texts[0]}).encode() + b"\r\n")
+    rc, err, _, got = prepare(os.path.join(d, "o_bom"), bom, extra=["--val-fraction", "0"])
+    ok(rc == 0 and "prepared 1 document(s)" in err, "JSONL: a byte-order mark alone on line 1",
+       err)
     empty = os.path.join(d, "blank.jsonl")
     open(empty, "w").write("\n  \n")
     expect_error(["data", "prepare", "--input", empty, "--out", os.path.join(d, "o_blank")],
