@@ -164,9 +164,7 @@ ms_status ms_sweep_unused(const char *dir, const char *prefix, double min_age_s,
     return MS_OK;
 }
 
-/* This host's name as Open MPI writes it in file names: up to the first
- * dot ("" when unknown). */
-static void short_host(char *out, size_t n) {
+void ms_shm_host_name(char *out, size_t n) {
     char h[256] = {0};
     if (gethostname(h, sizeof h - 1) != 0) h[0] = 0;
     h[strcspn(h, ".")] = 0;
@@ -175,7 +173,7 @@ static void short_host(char *out, size_t n) {
 
 ms_status ms_sweep_mpi_shm(int do_remove, ms_sweep_result *r) {
     char host[256], prefix[300];
-    short_host(host, sizeof host);
+    ms_shm_host_name(host, sizeof host);
     if (!host[0]) {
         memset(r, 0, sizeof *r);
         return MS_OK;
@@ -191,7 +189,7 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 
 int ms_sweep_mpirun_session(const char *tmp, long pid) {
     char host[256], path[4096];
-    short_host(host, sizeof host);
+    ms_shm_host_name(host, sizeof host);
     if (!host[0] || pid <= 0) return 0;
     snprintf(path, sizeof path, "%s/ompi.%s.%lu/pid.%ld", tmp && tmp[0] ? tmp : "/tmp", host,
              (unsigned long)geteuid(), pid);

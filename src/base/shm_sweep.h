@@ -23,7 +23,8 @@
  * names of their own).  Files younger than min_age are left alone.
  *
  * Who calls it: comm_world_init (first rank of a host), the supervisor after
- * a stop.  Memory: none kept.  Thread-safety: no shared state.
+ * a stop, the trainer's batch-ring leaders (their own rings of killed jobs,
+ * /dev/shm/megascale-batches-HOST-*).  Memory: none kept.  Thread-safety: no shared state.
  */
 #ifndef MS_SHM_SWEEP_H
 #define MS_SHM_SWEEP_H
@@ -47,6 +48,12 @@ typedef struct {
  * be read (a missing dir is no error: nothing found). */
 ms_status ms_sweep_unused(const char *dir, const char *prefix, double min_age_s, int do_remove,
                           ms_sweep_result *r);
+
+/* This host's name as Open MPI writes it in file names, up to the first
+ * dot ("" when unknown): the part of a shared-memory file's name that keeps
+ * a sweep to its own host's files (containers that share /dev/shm, each in
+ * its own PID namespace, have names of their own). */
+void ms_shm_host_name(char *out, size_t n);
 
 /* Open MPI's vader segments of this host in /dev/shm (prefix
  * "vader_segment.HOST." with HOST the host name up to its first dot, as

@@ -18,6 +18,7 @@
 #include "base/fault.h"
 #include "base/cpu_isa.h"
 #include "base/fileio.h"
+#include "base/shm_sweep.h"
 #include "base/log.h"
 #include "base/node.h"
 #include "base/timeutil.h"
@@ -162,14 +163,23 @@ static ms_status open_ring(trainer *t) {
                 "rank on its host)");
         return MS_OK;
     }
-    char name[64] = {0};
+    char name[160] = {0};
     t->ring_leader = comm_group_rank(g) == 0;
     if (t->ring_leader) { /* the pid alone repeats across pid namespaces sharing /dev/shm: two
                            * jobs' rings, one unlinking the other's, or mapping it */
         uint64_t salt = 0;
         if (getrandom(&salt, sizeof salt, GRND_NONBLOCK) != (ssize_t)sizeof salt)
             salt = (uint64_t)(ms_now() * 1e9) ^ ((uint64_t)getpid() << 32);
-        snprintf(name, sizeof name, "/megascale-%d-%016llx-batches", (int)getpid(),
+        char host[64], prefix[96];
+        ms_shm_host_name(host, sizeof host);
+        /* the rings of this host's killed jobs (a leader killed before it
+         * unlinked its ring) that no live process maps: removed */
+        snprintf(prefix, sizeof prefix, "megascale-batches-%s-", host);
+        ms_sweep_result sw;
+        if (ms_sweep_unused("/dev/shm", prefix, 2.0, 1, &sw) == MS_OK && sw.removed)
+            ms_info("data: removed %d batch ring(s) of killed jobs from /dev/shm (%.1f MB)",
+                    sw.removed, (double)sw.bytes / 1e6);
+        snprintf(name, sizeof name, "/%s%d-%016llx", prefix, (int)getpid(),
                  (unsigned long long)salt);
     }
     MS_TRY(comm_broadcast(g, name, sizeof name, COMM_U8, 0));

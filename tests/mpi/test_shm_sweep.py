@@ -4,7 +4,9 @@ only them.  Fake segments of this host are made in /dev/shm: one that no
 process uses (removed), one a live process holds open (kept), one of
 another user (kept; as root, who can make one), one of another host name
 (kept).  Then a normal 2-rank
-job leaves no segment of its own.  Runs under mpirun --oversubscribe.
+job leaves no segment of its own.  A tp 2 job's batch-ring leader removes
+a killed job's ring of this host (/dev/shm/megascale-batches-HOST-*), not
+another host's, and leaves none of its own.  Runs under mpirun --oversubscribe.
 Environment: MS_BIN."""
 import os
 import random
@@ -22,6 +24,10 @@ def main():
     path = {k: f"/dev/shm/vader_segment.{h}.{os.geteuid():x}.{tag}.{i}"
             for i, (k, h) in enumerate([("stale", host), ("held", host), ("other_user", host),
                                         ("other_host", host + "x")])}
+    # a batch ring of a killed job of this host, and one of another host's
+    ring = {"stale_ring": f"/dev/shm/megascale-batches-{host}-99999-{tag}00000000",
+            "other_host_ring": f"/dev/shm/megascale-batches-{host}x-99999-{tag}00000000"}
+    path.update(ring)
     for p in path.values():
         with open(p, "wb") as f:
             f.truncate(4 << 20)
@@ -65,6 +71,16 @@ def main():
         r = mpi(2, *base)
         ok(r.returncode == 0 and not os.path.exists(path["held"]),
            "a segment no longer held is removed at the next start", r.stderr[-2000:])
+        ok(os.path.exists(path["stale_ring"]), "a dp job has no batch ring: it sweeps none")
+        # tp 2: the ring's leader removes the rings of this host's killed jobs
+        r = mpi(2, *base, "--tp", "2")
+        ok(r.returncode == 0 and not os.path.exists(path["stale_ring"])
+           and os.path.exists(path["other_host_ring"])
+           and "removed 1 batch ring(s) of killed jobs" in r.stderr,
+           "a ring leader removes a killed job's ring of its host, not another host's",
+           r.stderr[-2000:] + str({k: os.path.exists(v) for k, v in ring.items()}))
+        left = [n for n in os.listdir("/dev/shm") if n.startswith(f"megascale-batches-{host}-")]
+        ok(not left, "... and its own ring is gone when it ends", str(left))
     finally:
         holder.kill()
         for p in path.values():
