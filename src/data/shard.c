@@ -86,9 +86,28 @@ ms_status data_shard_open(data_shard *s, const char *path) {
         return ms_error(MS_ERR_ARG,
                         "%s is a directory, not a token shard (give its shards, e.g. '%s/*.bin')",
                         path, path);
-    rc = ms_file_map(path, &s->map, &s->map_len);
-    if (rc == MS_OK && stat(path, &sb) != 0)
-        rc = ms_error(MS_ERR_IO, "%s: stat: %s", path, strerror(errno));
+    /* the identity the reads check against is the mapped file's: the same
+     * before and after the map, or the file was replaced in between (its
+     * identity would be the new one's over the old one's tokens) */
+    for (int tries = 0;; tries++) {
+        struct stat before;
+        int had = stat(path, &before) == 0;
+        rc = ms_file_map(path, &s->map, &s->map_len);
+        if (rc == MS_OK && stat(path, &sb) != 0)
+            rc = ms_error(MS_ERR_IO, "%s: stat: %s", path, strerror(errno));
+        if (rc != MS_OK ||
+            (had && before.st_dev == sb.st_dev && before.st_ino == sb.st_ino &&
+             before.st_mtim.tv_sec == sb.st_mtim.tv_sec &&
+             before.st_mtim.tv_nsec == sb.st_mtim.tv_nsec && (uint64_t)sb.st_size == s->map_len))
+            break;
+        ms_file_unmap(s->map, s->map_len);
+        s->map = NULL, s->map_len = 0;
+        if (tries == 2) {
+            rc = ms_error(MS_ERR_IO, "%s: the file changed on disk while it was opened (3 tries)",
+                          path);
+            break;
+        }
+    }
     if (rc == MS_OK) {
         s->dev = (uint64_t)sb.st_dev, s->ino = (uint64_t)sb.st_ino;
         s->mtime_ns = (int64_t)sb.st_mtim.tv_sec * 1000000000LL + sb.st_mtim.tv_nsec;
