@@ -54,10 +54,19 @@ ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *le
     char *buf = NULL;
     size_t cap, n = 0;
     struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK for the open only: a FIFO without a writer blocked it for
+     * ever (a `latest` or `job` file replaced by one hung `ckpt list`); its
+     * reads then see the end at once, while a pipe with a writer (a
+     * --config <(...)) is read to its end as before */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     *data = NULL;
     *len = 0;
     if (fd < 0) return open_fail(path, "open", errno);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) == -1) {
+        rc = io_fail(MS_ERR_IO, path, "fcntl", errno);
+        goto out;
+    }
     if (fstat(fd, &st) != 0) {
         rc = io_fail(MS_ERR_IO, path, "fstat", errno);
         goto out;

@@ -164,7 +164,7 @@ ms_status ckpt_job_new(const char *root, uint64_t *job) {
  * holds.  -1 and errno on failure. */
 static int open_locked(const char *path) {
     for (int tries = 0; tries < 100; tries++) {
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
         if (fd < 0) return -1;
         struct stat a, b;
         int rc;
@@ -608,10 +608,17 @@ static int unlink_locked(int fd, const char *path) {
 
 /* Remove the slot file path unless a live process holds it: its exclusive
  * lock, without waiting.  0 removed (or already gone), 1 held (*pid: the
- * process that opened it last), -1 and errno. */
+ * process that opened it last), 2 not a regular file (no snapshot: kept),
+ * -1 and errno. */
 static int slot_remove(const char *path, uint32_t *pid) {
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+    /* O_NONBLOCK: a FIFO of the name (anyone may make one in /dev/shm) hung the open */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc = 0;
     if (fd < 0) return errno == ENOENT ? 0 : -1;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return 2;
+    }
     shm_header h;
     *pid = pread(fd, &h, sizeof h, 0) >= (ssize_t)offsetof(shm_header, root) ? h.pid : 0;
     if (flock(fd, LOCK_EX | LOCK_NB) != 0)
@@ -682,6 +689,7 @@ ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
         if (remove && rc == 0) printf("     removed %s\n", paths[i]);
         if (remove && rc == 1)
             printf("     kept %s: a live process holds it (pid %u opened it)\n", paths[i], pid);
+        if (remove && rc == 2) printf("     kept %s: not a regular file (no snapshot)\n", paths[i]);
         if (remove && rc < 0) printf("     could not remove %s: %s\n", paths[i], strerror(errno));
     }
     ms_paths_free(paths, n);
@@ -694,7 +702,7 @@ ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
 static int orphan_one(const char *path, int remove, int print, uint64_t *bytes) {
     struct stat sb;
     shm_header h;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC), rc = 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc = 0; /* a FIFO */
     if (fd < 0) return 0;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) goto out;
     *bytes = (uint64_t)sb.st_size;

@@ -289,6 +289,40 @@ def test_shm_orphans(ws):
        "orphans: the last one removed once nobody holds it", r.stdout + str(os.listdir(shm)))
     r = orphans(shm)
     ok(r.returncode == 2 and "takes no PATH" in r.stderr, "orphans: a PATH is refused", r.stderr)
+    # a FIFO of a snapshot's name (anyone may make one in /dev/shm), a FIFO as a
+    # checkpoint directory's latest and job: each hung its reader for ever (the
+    # open of a FIFO without a writer), `train` at start-up too (its scan)
+    fifo = os.path.join(shm, "megascale-ckpt-0000000000000000-r00000-s0")
+    os.mkfifo(fifo)
+    croot = ws.path("fifo_run")
+
+    def no_hang(args, what, env=env):
+        try:
+            return subprocess.run([BIN, *args], capture_output=True, text=True, env=env,
+                                  timeout=60)
+        except subprocess.TimeoutExpired:
+            ok(False, f"{what}: no hang")
+            return None
+
+    r = no_hang(["ckpt", "shm-orphans", "--remove", "1"], "orphans with a FIFO")
+    ok(r is not None and r.returncode == 0 and os.path.exists(fifo),
+       "orphans: a FIFO of a snapshot's name is no snapshot, kept, no hang",
+       r.stdout + r.stderr if r else "")
+    r = no_hang(ws.train_args("--steps", "2", "--ckpt-dir", croot, "--ckpt-every", "1"),
+                "train beside a FIFO")
+    ok(r is not None and r.returncode == 0, "train starts beside the FIFO",
+       r.stderr[-1500:] if r else "")
+    for name in ("latest", "job"):
+        os.remove(os.path.join(croot, name))
+        os.mkfifo(os.path.join(croot, name))
+    r = no_hang(["ckpt", "list", croot], "ckpt list with FIFOs")
+    ok(r is not None and r.returncode == 0 and "step_00000002" in r.stdout,
+       "ckpt list: a FIFO as latest or job does not hang", r.stdout + r.stderr if r else "")
+    r = no_hang(["ckpt", "shm", croot, "--remove", "1"], "ckpt shm with FIFOs")
+    ok(r is not None and r.returncode in (0, 3) and os.path.exists(fifo),
+       "ckpt shm: a FIFO as job does not hang; the FIFO in shm is kept",
+       r.stdout + r.stderr if r else "")
+    os.remove(fifo)
 
 
 def test_errors(ws, c):
