@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/fileio.h"
 #include "base/log.h"
@@ -165,7 +166,15 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
                                     : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
         }
     const ckpt_manifest *mf = r ? ckpt_reader_manifest(r) : NULL;
+    /* what this call makes, to be removed if it fails: --out itself, its
+     * job file (left, it made --out "a checkpoint directory" that every
+     * retry was refused) */
+    char job_path[4200];
+    struct stat jb;
+    snprintf(job_path, sizeof job_path, "%s/job", out_root);
+    int made_out = stat(out_root, &jb) != 0, made_job = 0;
     if (st == MS_OK) st = ms_mkdirs(out_root);
+    if (st == MS_OK) made_job = stat(job_path, &jb) != 0;
     if (st == MS_OK) st = ckpt_job_id(out_root, 1, &job);
     if (st == MS_OK) st = ckpt_staging_create(out_root, mf->step);
     staged = st == MS_OK;
@@ -182,6 +191,17 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         snprintf(msg, sizeof msg, "%s", ms_errmsg());
         ckpt_staging_path(staging, sizeof staging, out_root, mf->step);
         if (ckpt_rmdir_flat(staging) != MS_OK) ms_warn("reshard: %s", ms_errmsg());
+        st = ms_error(st, "%s", msg);
+    }
+    if (st != MS_OK && (made_job || made_out)) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", ms_errmsg());
+        int *left = NULL, n_left = 1;
+        if (made_job && ckpt_list_steps(out_root, &left, &n_left) == MS_OK &&
+            n_left == 0) /* no commit made it (a failed fsync after the rename keeps one) */
+            unlink(job_path);
+        free(left);
+        if (made_out) rmdir(out_root); /* only if empty: as it was, absent */
         st = ms_error(st, "%s", msg);
     }
     for (int i = 0; parts && i < dp; i++)

@@ -11,6 +11,7 @@ Environment: MS_BIN."""
 import fcntl
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -102,8 +103,19 @@ def test_tools(ws, c, ref_w, ref_m):
                  "4", "--steps", "1", "--threads", "1", "--peak-flops", "1e11"])
     ok(r.returncode == 0 and "weights: loaded" in r.stderr, "train --init-from loads the export",
        r.stderr)
-    # offline reshard to dp 2, then a single process resumes from that layout
+    # a reshard that fails part way (a file-size limit: a disk that fills) leaves
+    # no --out: its job file made every retry "a checkpoint directory", refused
     out = ws.path("resharded")
+
+    def small_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (50000, 50000))
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+    r = subprocess.run([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", "2", "--out", out],
+                       capture_output=True, text=True, preexec_fn=small_files)
+    ok(r.returncode == 4 and "File too large" in r.stderr and not os.path.exists(out),
+       "reshard that fails on a write leaves no --out (no job file)", r.stderr)
+    # offline reshard to dp 2, then a single process resumes from that layout
     r = subprocess.run([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", "2", "--out", out],
                        capture_output=True, text=True)
     ok(r.returncode == 0 and verify(step_dir(out, 8)), "reshard --dp 2 writes a valid commit",
