@@ -73,11 +73,13 @@ static ms_status do_list(const char *root, const char *shm_dir) {
     snprintf(path, sizeof path, "%s/latest", root);
     if (ms_file_read_all(path, &latest, &ll) == MS_OK) latest[strcspn(latest, "\n")] = '\0';
     if (!n) printf("no checkpoints in %s\n", root);
+    int latest_seen = 0;
     for (int i = 0; i < n; i++) {
         ckpt_manifest mf;
         ckpt_step_path(path, sizeof path, root, steps[i]);
         const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
         int is_latest = latest && !strcmp(latest, base);
+        latest_seen |= is_latest;
         ms_status st = ckpt_validate(path, 0, &mf); /* quick: sizes and headers */
         if (st == MS_OK) {
             char when[32];
@@ -92,6 +94,10 @@ static ms_status do_list(const char *root, const char *shm_dir) {
                    is_latest ? "  (latest)" : "");
         }
     }
+    if (latest && *latest && !latest_seen) /* a resume would not find what it names */
+        printf("%s/latest names %s, which is not a commit in %s (a resume takes the newest valid "
+               "commit)\n",
+               root, latest, root);
     free(steps);
     free(latest);
     return ckpt_shm_list(root, shm_dir, 0);
@@ -198,6 +204,11 @@ int cmd_ckpt(int argc, char **argv) {
             ms_path_dir(root);
             path = root;
         }
+    } else if (path && cmd && (!strcmp(cmd, "list") || !strcmp(cmd, "shm")) &&
+               ckpt_is_step_dir(path)) { /* a commit: its directory's (it found none, exit 0) */
+        snprintf(root, sizeof root, "%s", path);
+        ms_path_dir(root);
+        path = root;
     }
     static const char *const cmds[] = {"list",    "inspect", "verify",     "export",
                                        "reshard", "shm",     "shm-orphans"};
@@ -244,9 +255,17 @@ int cmd_ckpt(int argc, char **argv) {
                           "ckpt export: --out %s exists: --force 1 replaces it, or choose another "
                           "--out; nothing was written",
                           o.out);
-        if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
-        ckpt_st_dtype dt = CKPT_ST_F32;
+        /* ... and so is a config.json beside it (another model's, of its
+         * pytorch_model.bin: it was replaced, or removed, without --force) */
+        if (st == MS_OK && !o.force && hf[0] && stat(hf, &so) == 0 && S_ISREG(so.st_mode))
+            st = ms_error(MS_ERR_ARG,
+                          "ckpt export: %s exists beside --out %s (the export writes its own "
+                          "config.json there): --force 1 replaces it, or choose another "
+                          "directory; nothing was written",
+                          hf, o.out);
+        ckpt_st_dtype dt = CKPT_ST_F32; /* a usage error before the checkpoint is read */
         if (st == MS_OK) st = ckpt_hf_dtype_parse(o.save_dtype, &dt);
+        if (st == MS_OK) st = ckpt_find_commit(path, dir, sizeof dir);
         if (st == MS_OK) st = ckpt_export_hf(dir, o.out, dt);
         if (st == MS_OK) printf("exported %s to %s\n", dir, o.out);
     } else if (!strcmp(cmd, "reshard")) {

@@ -84,6 +84,19 @@ def test_tools(ws, c, ref_w, ref_m):
        "list: at most 3 commits (--ckpt-keep 3), the newest first and latest", r.stdout + r.stderr)
     ok("no host-memory snapshots of" in r.stdout, "no host-memory snapshot left after a clean finish",
        r.stdout)
+    # a commit given to list or shm: its directory's (it listed nothing, exit 0)
+    r2 = subprocess.run([BIN, "ckpt", "list", step_dir(c, 16)], capture_output=True, text=True)
+    ok(r2.returncode == 0 and r2.stdout == r.stdout, "list of a commit lists its directory",
+       r2.stdout + r2.stderr)
+    # a latest that names no commit is said (a resume takes the newest valid one)
+    dang = ws.path("dangling")
+    shutil.copytree(c, dang)
+    open(os.path.join(dang, "latest"), "w").write("step_00000099\n")
+    r2 = subprocess.run([BIN, "ckpt", "list", dang], capture_output=True, text=True)
+    ok(r2.returncode == 0 and f"{dang}/latest names step_00000099, which is not a commit" in
+       r2.stdout and "(latest)" not in r2.stdout, "list: a latest that names no commit is said",
+       r2.stdout + r2.stderr)
+    shutil.rmtree(dang)
     r = subprocess.run([BIN, "ckpt", "inspect", c], capture_output=True, text=True)
     ok(r.returncode == 0 and "step       16" in r.stdout and "dp 1" in r.stdout and
        "wte.weight" in r.stdout and "(256, 32)" in r.stdout and "cursor" in r.stdout,
@@ -96,6 +109,20 @@ def test_tools(ws, c, ref_w, ref_m):
                        capture_output=True, text=True)
     ok(r.returncode == 0 and sha(exp) == sha(ref_w),
        "export: the same file as --save-weights of the run", r.stdout + r.stderr)
+    # another model's config.json beside --out: kept unless --force 1 (it was replaced)
+    hfd = ws.path("hf_dir")
+    os.makedirs(hfd)
+    open(os.path.join(hfd, "config.json"), "w").write('{"mine": 1}')
+    r = subprocess.run([BIN, "ckpt", "export", c, "--out", os.path.join(hfd, "model.safetensors")],
+                       capture_output=True, text=True)
+    ok(r.returncode == 2 and "config.json exists beside --out" in r.stderr and
+       open(os.path.join(hfd, "config.json")).read() == '{"mine": 1}' and
+       os.listdir(hfd) == ["config.json"], "export: a config.json there is kept without --force",
+       r.stderr)
+    r = subprocess.run([BIN, "ckpt", "export", c, "--out", os.path.join(hfd, "model.safetensors"),
+                        "--force", "1"], capture_output=True, text=True)
+    ok(r.returncode == 0 and '"mine"' not in open(os.path.join(hfd, "config.json")).read(),
+       "export --force 1 replaces it", r.stderr)
     r = subprocess.run([BIN, "sample", "--weights", exp, "--tokens", "8", "--prompt", "In"],
                        capture_output=True, text=True)
     ok(r.returncode == 0, "sample --weights loads the export", r.stderr)
