@@ -192,7 +192,7 @@ int main(int argc, char **argv) {
     model_make(&y, preset, B, T);
     ckpt_options ro = {root, 0, 0, 100, "auto", shm, NULL, 0};
     for (int r = 0; r < 2; r++) {
-        if (r == 1) MS_CHECK(ckpt_shm_list(root, shm, 1) == MS_OK); /* drop the snapshots */
+        if (r == 1) MS_CHECK(ckpt_shm_list(root, shm, 1, 1) == MS_OK); /* drop the snapshots */
         if (r == 1 && getenv("MS_BENCH_DROP_CACHES"))
             if (system("sync; echo 3 > /proc/sys/vm/drop_caches") != 0)
                 fprintf(stderr, "could not drop the page cache\n");
@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
                got.step);
         ckpt_manager_destroy(cm);
     }
-    MS_CHECK(ckpt_shm_list(root, shm, 1) == MS_OK);
+    MS_CHECK(ckpt_shm_list(root, shm, 1, 1) == MS_OK);
     model_free(&y);
     model_free(&x);
     free(runs);

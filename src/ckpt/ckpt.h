@@ -320,8 +320,10 @@ ms_status ckpt_out_precheck(const char *path, const char *out, int is_dir, const
 /* Host-memory snapshots (in shm_dir; NULL/"": /dev/shm) of the job whose
  * checkpoint directory is root: prints one line per slot to stdout (path,
  * step, rank, or why it is invalid: incomplete, a data CRC mismatch, ...);
- * remove: unlink them, except those a live process holds. */
-ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove);
+ * remove: unlink them, except those a live process holds, and (unless
+ * force) a valid snapshot of this job newer than every commit of root: the
+ * only copy of that state (train --resume auto persists it). */
+ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove, int force);
 /* Remove the job's slots in shm_dir of ranks >= world (left by a run with
  * more ranks), except those a live process holds. */
 void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world);

@@ -660,7 +660,25 @@ void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world) {
     ms_paths_free(paths, n);
 }
 
-ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
+/* The step of root's newest commit that passes the quick check (sizes and
+ * headers), or -1 when it has none. */
+static int newest_commit(const char *root) {
+    int *steps = NULL, n = 0, best = -1;
+    if (ckpt_list_steps(root, &steps, &n) != MS_OK) return -1;
+    for (int i = 0; i < n && best < 0; i++) { /* newest first */
+        char dir[4300];
+        ckpt_manifest mf;
+        ckpt_step_path(dir, sizeof dir, root, steps[i]);
+        if (ckpt_validate(dir, 0, &mf) == MS_OK) {
+            best = mf.step;
+            ckpt_manifest_free(&mf);
+        }
+    }
+    free(steps);
+    return best;
+}
+
+ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove, int force) {
     uint64_t h = 0, job = 0;
     char pat[8600], hex[20];
     char **paths = NULL;
@@ -674,16 +692,29 @@ ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove) {
         printf("no host-memory snapshots of %s in %s\n", root, ckpt_shm_dir(shm_dir));
         return MS_OK;
     }
+    int newest = newest_commit(root);
     for (int i = 0; i < n; i++) {
         ckpt_snap_view v;
         void *hd;
+        int only = 0, step = -1; /* a state of this job newer than every commit: its only copy */
         if (ckpt_snap_open(paths[i], &v, &hd) == MS_OK && ckpt_snap_verify(paths[i], &v) == MS_OK) {
+            only = v.job == job && v.step > newest;
+            step = v.step;
             printf("shm  step %8d  rank %d of %d  %s%s\n", v.step, v.rank, v.world, paths[i],
-                   v.job == job ? "" : "  (another job: ignored)");
+                   v.job != job ? "  (another job: ignored)"
+                   : only       ? "  (newer than every commit: train --resume auto persists it)"
+                                : "");
         } else {
             printf("shm  invalid         %s  (%s)\n", paths[i], ms_errmsg());
         }
         ckpt_snap_close(&v, hd);
+        if (remove && only && !force) {
+            printf("     kept %s: step %d is newer than every commit (%s%d), its only copy: "
+                   "--force 1 removes it\n",
+                   paths[i], step, newest < 0 ? "none" : "the newest is step ",
+                   newest < 0 ? 0 : newest);
+            continue;
+        }
         uint32_t pid = 0;
         int rc = remove ? slot_remove(paths[i], &pid) : 0;
         if (remove && rc == 0) printf("     removed %s\n", paths[i]);

@@ -34,7 +34,8 @@ static const opts_spec ckpt_opts[] = {
     /* train's --dp range: a commit for more ranks is one no run can load */
     R("dp", OPT_T_INT, dp, "1", "[1,65536]", "reshard: data-parallel ranks of the new layout"),
     OPTS_FLAG("force", ckpt_cli, force,
-              "export: 1 (or a bare --force) replaces an existing --out file"),
+              "export: 1 (or a bare --force) replaces an existing --out file (and config.json); "
+              "shm --remove: also removes a snapshot newer than every commit"),
     OPTS_FLAG("remove", ckpt_cli, remove,
               "shm, shm-orphans: 1 (or a bare --remove) removes the snapshots listed"),
     OE("ckpt-shm-dir", OPT_T_STR, shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR",
@@ -100,7 +101,7 @@ static ms_status do_list(const char *root, const char *shm_dir) {
                root, latest, root);
     free(steps);
     free(latest);
-    return ckpt_shm_list(root, shm_dir, 0);
+    return ckpt_shm_list(root, shm_dir, 0, 0);
 }
 
 static ms_status do_inspect(const char *arg) {
@@ -275,7 +276,7 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK) st = ckpt_reshard(dir, o.dp, o.out);
         if (st == MS_OK) printf("resharded %s for dp %d into %s\n", dir, o.dp, o.out);
     } else if (!strcmp(cmd, "shm")) {
-        st = ckpt_shm_list(path, o.shm_dir, o.remove);
+        st = ckpt_shm_list(path, o.shm_dir, o.remove, o.force);
     } else { /* shm-orphans */
         st = ckpt_shm_orphans(o.shm_dir, o.remove, 1, NULL, NULL);
     }

@@ -328,6 +328,25 @@ def test_shm_orphans(ws):
        "orphans: the last one removed once nobody holds it", r.stdout + str(os.listdir(shm)))
     r = orphans(shm)
     ok(r.returncode == 2 and "takes no PATH" in r.stderr, "orphans: a PATH is refused", r.stderr)
+    # a run killed while it persisted step 10 (step 5 committed): its step-10
+    # snapshot is the only copy of that state; `ckpt shm --remove 1` keeps it
+    # (it was removed without a word), --force 1 removes it
+    shm2 = os.path.join(ws.shm, "newer")
+    os.mkdir(shm2)
+    env2 = dict(ws.env, MS_CKPT_SHM_DIR=shm2)
+    root2 = ws.path("newer_run")
+    r = run(ws, ws.train_args("--steps", "10", "--ckpt-dir", root2, "--ckpt-every", "5"),
+            fault="stage2:start@10", env=env2)
+    r = subprocess.run([BIN, "ckpt", "shm", root2, "--remove", "1"], capture_output=True,
+                       text=True, env=env2)
+    left = os.listdir(shm2)
+    ok(r.returncode == 0 and "step 10 is newer than every commit (the newest is step 5)" in r.stdout
+       and len(left) == 1, "ckpt shm --remove 1 keeps a snapshot newer than every commit",
+       r.stdout + r.stderr + str(left))
+    r = subprocess.run([BIN, "ckpt", "shm", root2, "--remove", "1", "--force", "1"],
+                       capture_output=True, text=True, env=env2)
+    ok(r.returncode == 0 and os.listdir(shm2) == [], "... --force 1 removes it",
+       r.stdout + r.stderr)
     # a FIFO of a snapshot's name (anyone may make one in /dev/shm), a FIFO as a
     # checkpoint directory's latest and job: each hung its reader for ever (the
     # open of a FIFO without a writer), `train` at start-up too (its scan)

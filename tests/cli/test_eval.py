@@ -173,7 +173,7 @@ def main():
     rc, out, _ = run("--help")
     ok(rc == 0 and re.search(r"^  eval ", out, re.M), "megascale --help lists eval", out)
 
-    run("ckpt", "shm", ck, "--remove", "1")
+    run("ckpt", "shm", ck, "--remove", "1", "--force", "1")
     from test_cli import passed, failed  # noqa: E402  (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")
     if not failed:

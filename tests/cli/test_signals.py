@@ -86,8 +86,8 @@ def main():
     ok(committed(ck) and os.path.exists(w), "`| tee` + Ctrl-C: a final checkpoint and the weights",
        str(os.listdir(d)))
 
-    subprocess.run([BIN, "ckpt", "shm", os.path.join(d, "pipe_ck"), "--remove", "1"],
-                   capture_output=True)
+    subprocess.run([BIN, "ckpt", "shm", os.path.join(d, "pipe_ck"), "--remove", "1", "--force",
+                    "1"], capture_output=True)
     shutil.rmtree(d, ignore_errors=True)
     from test_cli import passed, failed  # noqa: E402  (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")

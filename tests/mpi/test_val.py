@@ -123,7 +123,7 @@ def main():
         v = eval_loss(r)
         ok(v is not None and rel(v, last) <= 1e-6,
            "eval tp2 of a dp2 checkpoint = the run's last val_loss", f"{v} vs {last}\n{r.stderr}")
-    subprocess.run([BIN, "ckpt", "shm", ck, "--remove", "1"], capture_output=True)
+    subprocess.run([BIN, "ckpt", "shm", ck, "--remove", "1", "--force", "1"], capture_output=True)
 
     # --- a bad token in rank 1's share only: every rank stops, rank 1 names it ---
     text = open(shard, "rb").read()[1024:]

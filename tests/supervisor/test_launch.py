@@ -113,7 +113,8 @@ def finished(p, timeout=300):
     # killed ranks leave host-memory snapshots behind: remove those of this job
     ckpt = p.args[p.args.index("--ckpt-dir") + 1] if "--ckpt-dir" in p.args else None
     if ckpt:
-        subprocess.run([BIN, "ckpt", "shm", ckpt, "--remove", "1"], capture_output=True)
+        subprocess.run([BIN, "ckpt", "shm", ckpt, "--remove", "1", "--force", "1"],
+                       capture_output=True)
     return p.returncode, err
 
 

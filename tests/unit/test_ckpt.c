@@ -808,7 +808,7 @@ static void test_manager(void) {
 
     /* without the snapshots and with step 8 damaged: the commit of step 6,
      * bit for bit (parameters, m, trainer state) */
-    T_OK(ckpt_shm_list(root, g_shm, 1) == MS_OK);
+    T_OK(ckpt_shm_list(root, g_shm, 1, 1) == MS_OK);
     char man[700];
     snprintf(man, sizeof man, "%s/manifest.json", dir);
     T_OK(truncate(man, 100) == 0);
@@ -911,7 +911,7 @@ static void test_manager_damaged(void) {
     T_OK(!exists(dir));
     ckpt_manager_destroy(cm);
     fix_free(&g);
-    T_OK(ckpt_shm_list(root, shm, 1) == MS_OK);
+    T_OK(ckpt_shm_list(root, shm, 1, 1) == MS_OK);
     free(c2);
     free(c2b);
     free(at2);
@@ -1028,7 +1028,7 @@ static void test_orphans(void) {
     T_OK(ckpt_shm_orphans(shm, 1, 1, &n, &bytes) == MS_OK);
     T_EQ_INT(n, 0); /* the directory is gone, but a live process (this one) holds it */
     T_OK(exists(sp));
-    T_OK(ckpt_shm_list(here, shm, 1) == MS_OK); /* "shm --remove" keeps a held slot too */
+    T_OK(ckpt_shm_list(here, shm, 1, 1) == MS_OK); /* "shm --remove" keeps a held slot too */
     T_OK(!exists(sq));
     ckpt_slot_close(a, 0); /* as a killed run leaves it */
     T_OK(ckpt_shm_orphans(shm, 0, 1, &n, &bytes) == MS_OK);
