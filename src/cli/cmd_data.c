@@ -373,8 +373,9 @@ static ms_status tokenizer_train(const data_config *dc) {
         if (st == MS_OK && data_tok_vocab_size(tok) < dc->vocab_size)
             fprintf(stderr,
                     "note: --vocab-size %d asked for %d merges; the text had a pair left to "
-                    "merge for %d only (every piece of it is one token), so the vocabulary is "
-                    "%d: a larger text gives more\n",
+                    "merge for %d only (every piece of it one token, or its merge past the "
+                    "65535-byte limit of a token), so the vocabulary is %d: a larger text gives "
+                    "more\n",
                     dc->vocab_size, dc->vocab_size - 257, data_tok_vocab_size(tok) - 257,
                     data_tok_vocab_size(tok));
         free(ids);

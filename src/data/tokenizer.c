@@ -236,6 +236,10 @@ static ms_status parse(const char *path, const uint8_t *buf, size_t len, data_to
         rc = ms_error(MS_ERR_NOMEM, "%s: out of memory for %u tokens", path, nt);
         goto fail;
     }
+    if (memchr(name, 0, name_len)) { /* it loaded cut at the NUL, and saved as another name */
+        rc = ms_error(MS_ERR_FORMAT, "%s: the name contains a NUL byte", path);
+        goto fail;
+    }
     if (memchr(pattern, 0, pat_len)) {
         rc = ms_error(MS_ERR_FORMAT, "%s: the pattern contains a NUL byte", path);
         goto fail;

@@ -104,7 +104,11 @@ static ms_status wmap_rehash(trainer *tr, uint64_t size) {
 static ms_status count_piece(void *ctx, const uint8_t *p, size_t n) {
     trainer *tr = ctx;
     if (n < 2) return MS_OK; /* no pairs */
-    if (n > UINT32_MAX) return ms_error(MS_ERR_RANGE, "tokenizer training: piece too long");
+    if (n >= (1ull << 31))   /* the encoder's limit: a tokenizer that could not encode its text */
+        return ms_error(MS_ERR_RANGE,
+                        "tokenizer training: a single piece of %zu bytes (2 GiB or more: no "
+                        "encoder could take it)",
+                        n);
     uint64_t i = tok_hash(p, n) & tr->wmask;
     for (; tr->wmap[i]; i = (i + 1) & tr->wmask) {
         uint32_t w = tr->wmap[i] - 1;

@@ -811,6 +811,10 @@ static void test_files(const data_tokenizer *gpt2) {
     reseal(b, olen);
     expect_load_error(b, olen, MS_ERR_FORMAT, "same bytes as token");
     memcpy(b, orig, olen);
+    b[64 + 1] = 0; /* a NUL in the name: it loaded as "g" and saved as another file */
+    reseal(b, olen);
+    expect_load_error(b, olen, MS_ERR_FORMAT, "the name contains a NUL byte");
+    memcpy(b, orig, olen);
     b[64 + name_len] = '('; /* unbalanced parenthesis in the pattern */
     reseal(b, olen);
     expect_load_error(b, olen, MS_ERR_FORMAT, "pattern");
