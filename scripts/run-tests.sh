@@ -21,7 +21,8 @@ rm -f "$log"
 if [[ $skip -gt 0 && -f $build/Testing/Temporary/LastTest.log ]]; then
   awk '/^[0-9]+\/[0-9]+ Testing: / { name = $3 }
        /^([A-Za-z0-9_]+: )?(SKIP|skipped):/ { sub(/^([A-Za-z0-9_]+: )?(SKIP|skipped): */, "")
-                                              print "skipped " name ": " $0 }' \
+                                              if (!seen[name ": " $0]++)  # once, not a rank each
+                                                print "skipped " name ": " $0 }' \
     "$build/Testing/Temporary/LastTest.log"
 fi
 echo "$pass passed, $fail failed, $skip skipped"
