@@ -233,19 +233,25 @@ static ms_status do_ids(prep *p, const uint32_t *ids, size_t n, size_t len, uint
     return end_document(p, cut, len, pos0, used);
 }
 
+/* b past "NAME_KIND_" and its digits (at least one), or NULL when b does
+ * not begin so. */
+static const char *past_shard_number(const char *b, const char *name, const char *kind) {
+    size_t nl = strlen(name), kl = strlen(kind);
+    if (strncmp(b, name, nl) || b[nl] != '_' || strncmp(b + nl + 1, kind, kl) ||
+        b[nl + 1 + kl] != '_')
+        return NULL;
+    const char *d = b + nl + kl + 2, *e = d;
+    while (*e >= '0' && *e <= '9')
+        e++;
+    return e > d ? e : NULL;
+}
+
 /* Whether path (out_dir/...) is a shard of NAME of this kind:
  * NAME_KIND_<digits>.bin exactly (not another name's shard that the glob
  * also matched: NAME "data" and "data_train_train_000000.bin"). */
 static int is_shard_of(const char *path, const char *out_dir, const char *name, const char *kind) {
-    const char *b = path + strlen(out_dir) + 1;
-    size_t nl = strlen(name), kl = strlen(kind);
-    if (strncmp(b, name, nl) || b[nl] != '_' || strncmp(b + nl + 1, kind, kl) ||
-        b[nl + 1 + kl] != '_')
-        return 0;
-    const char *d = b + nl + kl + 2, *e = d;
-    while (*e >= '0' && *e <= '9')
-        e++;
-    return e > d && !strcmp(e, ".bin");
+    const char *e = past_shard_number(path + strlen(out_dir) + 1, name, kind);
+    return e && !strcmp(e, ".bin");
 }
 
 /* NAME's shards already in out_dir into p->old; without force, an error
@@ -395,14 +401,8 @@ static void unlock_out(prep *p) {
 /* 1 if base (a name in out_dir) is ".NAME_KIND_NNNNNN.bin.staged", or that
  * with the ".tmp.PID" of its atomic write: what a killed run left. */
 static int is_leftover(const char *base, const char *name, const char *kind) {
-    size_t nl = strlen(name), kl = strlen(kind);
-    if (base[0] != '.' || strncmp(base + 1, name, nl) || base[1 + nl] != '_' ||
-        strncmp(base + 2 + nl, kind, kl) || base[2 + nl + kl] != '_')
-        return 0;
-    const char *d = base + 3 + nl + kl, *e = d;
-    while (*e >= '0' && *e <= '9')
-        e++;
-    if (e == d || strncmp(e, ".bin.staged", 11)) return 0;
+    const char *e = base[0] == '.' ? past_shard_number(base + 1, name, kind) : NULL;
+    if (!e || strncmp(e, ".bin.staged", 11)) return 0;
     e += 11;
     if (!*e) return 1;
     if (strncmp(e, ".tmp.", 5) || !e[5]) return 0;
