@@ -186,16 +186,14 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0)
                   : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
     }
-    if (st != MS_OK && staged) { /* only what this call created; the first error is reported */
+    if (st != MS_OK && (staged || made_job || made_out)) {
+        /* only what this call created; the first error is reported */
         char staging[4200], msg[2048];
         snprintf(msg, sizeof msg, "%s", ms_errmsg());
-        ckpt_staging_path(staging, sizeof staging, out_root, mf->step);
-        if (ckpt_rmdir_flat(staging) != MS_OK) ms_warn("reshard: %s", ms_errmsg());
-        st = ms_error(st, "%s", msg);
-    }
-    if (st != MS_OK && (made_job || made_out)) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", ms_errmsg());
+        if (staged) {
+            ckpt_staging_path(staging, sizeof staging, out_root, mf->step);
+            if (ckpt_rmdir_flat(staging) != MS_OK) ms_warn("reshard: %s", ms_errmsg());
+        }
         int *left = NULL, n_left = 1;
         if (made_job && ckpt_list_steps(out_root, &left, &n_left) == MS_OK &&
             n_left == 0) /* no commit made it (a failed fsync after the rename keeps one) */
