@@ -102,6 +102,9 @@ typedef struct {
      * (0: not recorded, an older commit); a resume warns when they changed
      * under the same glob */
     uint64_t data_shards, data_tokens;
+    /* --val-batches of the validation set over val_data (0: none, or not
+     * recorded: an older commit); eval takes it as its default */
+    int val_batches;
 } ckpt_train_state;
 
 /* ---- the checkpoint directory across hosts ---------------------------------- */

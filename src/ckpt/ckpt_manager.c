@@ -852,6 +852,10 @@ static void compare_state(const ckpt_train_state *saved, const ckpt_train_state 
         ms_warn("resume: --val-data '%s' differs from the checkpoint's '%s': validation losses "
                 "are not comparable across the resume",
                 now->val_data, saved->val_data);
+    else if (saved->val_batches && now->val_batches && saved->val_batches != now->val_batches)
+        ms_warn("resume: --val-batches %d differs from the checkpoint's %d: the validation set "
+                "is another, so validation losses are not comparable across the resume",
+                now->val_batches, saved->val_batches);
 }
 
 /* Each rank loads its own snapshot of `step`. */

@@ -151,7 +151,8 @@ cJSON *ckpt_json_trainer(const ckpt_train_state *s) {
              cJSON_AddStringToObject(data, "val", s->val_data) &&
              (!s->data_order[0] || cJSON_AddStringToObject(data, "order", s->data_order)) &&
              (!s->data_shards || (add_num(data, "shards", (double)s->data_shards) &&
-                                  add_num(data, "tokens", (double)s->data_tokens)));
+                                  add_num(data, "tokens", (double)s->data_tokens))) &&
+             (!s->val_batches || add_num(data, "val_batches", s->val_batches));
     if (!ok) cJSON_Delete(o);
     return ok ? o : NULL;
 }
@@ -215,6 +216,8 @@ ms_status ckpt_json_trainer_parse(const cJSON *j, ckpt_train_state *s, const cha
             MS_TRY(get_u64(data, "shards", &s->data_shards, where));
             MS_TRY(get_u64(data, "tokens", &s->data_tokens, where));
         }
+        if (cJSON_GetObjectItemCaseSensitive(data, "val_batches")) /* absent before 2026-12-06 */
+            MS_TRY(get_int(data, "val_batches", 1, INT32_MAX, &s->val_batches, where));
     }
     return MS_OK;
 }

@@ -37,9 +37,11 @@ static const opts_spec eval_opts[] = {
       "llm.c model file, .bin), or a checkpoint (as --ckpt)"),
     O("ckpt", OPT_T_STR, tc.resume, NULL,
       "a checkpoint: a commit (DIR/step_N) or a checkpoint directory (its newest valid commit)"),
-    O("val-data", OPT_T_STR, tc.val_data, NULL, "glob of the token shards to score"),
-    R("val-batches", OPT_T_INT, tc.val_batches, "10", "[1,)",
-      "the set: the first N x --batch sequences of the data (train's --val-batches)"),
+    O("val-data", OPT_T_STR, tc.val_data, NULL,
+      "glob of the token shards to score (with --ckpt: the run's, when left out)"),
+    R("val-batches", OPT_T_INT, tc.val_batches, "0", "[0,)",
+      "the set: the first N x --batch sequences of the data (train's --val-batches; 0: the "
+      "checkpoint's, else 10)"),
     R("batch", OPT_T_INT, tc.batch, "0", "[0,16777216]",
       "sequences per validation batch (0: the checkpoint's --batch, else 8)"),
     R("micro-batch", OPT_T_INT, tc.micro_batch, "0", "[0,16777216]",
@@ -72,12 +74,12 @@ static const opts_spec eval_opts[] = {
 #define N_EVAL_OPTS ((int)(sizeof eval_opts / sizeof eval_opts[0]))
 
 static const char *usage_text =
-    "usage: megascale eval --weights FILE | --ckpt PATH --val-data GLOB\n"
+    "usage: megascale eval --weights FILE --val-data GLOB | --ckpt PATH [--val-data GLOB]\n"
     "                      [--val-batches N --batch B --seq T] [--device cpu|cuda] [--json]\n\n"
     "The validation loss of saved weights on the first N x B sequences of T+1 tokens of the\n"
     "data, the same set and the same number as a training run's validation (its val_loss)\n"
-    "with those options.  Runs alone or under mpirun (dp, --tp, --pp).  Prints\n"
-    "'val_loss X over N tokens (ppl Y)'.";
+    "with those options; a checkpoint gives its run's for those left out.  Runs alone or\n"
+    "under mpirun (dp, --tp, --pp).  Prints 'val_loss X over N tokens (ppl Y)'.";
 
 /* Rank 0: the line, or the JSON object. */
 static ms_status print_result(const train_eval_result *r, int json) {
@@ -103,6 +105,7 @@ static ms_status print_result(const train_eval_result *r, int json) {
     cJSON_AddNumberToObject(o, "seq", r->seq);
     cJSON_AddNumberToObject(o, "micro_batch", r->micro);
     cJSON_AddStringToObject(o, "source", r->source);
+    cJSON_AddStringToObject(o, "val_data", r->val_data);
     if (r->step >= 0) cJSON_AddNumberToObject(o, "step", r->step);
     cJSON *lay = cJSON_AddObjectToObject(o, "layout");
     cJSON_AddNumberToObject(lay, "world", r->world);

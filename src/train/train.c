@@ -294,6 +294,7 @@ static ckpt_train_state ckpt_state(trainer *t, int step) {
     snprintf(s.data_order, sizeof s.data_order, "%s", tc->data_order ? tc->data_order : "");
     s.data_shards = (uint64_t)data_loader_num_shards(t->train);
     s.data_tokens = data_loader_total_tokens(t->train);
+    s.val_batches = tc->val_data && *tc->val_data ? tc->val_batches : 0;
     return s;
 }
 

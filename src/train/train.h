@@ -117,14 +117,13 @@ ms_status train_gate_early(const char *cmd, ms_status st);
 /* `megascale eval`: the validation loss of saved weights over the fixed
  * validation set, by the code of training's validation passes (no step).
  * Reads from cfg: init_from (a weights file) or resume (a commit, or a
- * checkpoint directory: its newest valid commit), exactly one; val_data,
- * val_batches, batch and seq (0: the checkpoint's, or 8 and 256 for a
- * weights file), micro_batch, tp, pp (dp is world / (tp x pp)), heads (a
- * weights file without the count), device, comm, threads, the cuda
- * switches, comm_timeout, comm_nccl_sync and shared_json (compared over
- * the ranks).  Alone or under mpirun; every rank gets the same *out.
- * Errors name the file: missing or damaged weights, no valid checkpoint,
- * too little data for the set, a token outside the model's vocabulary. */
+ * checkpoint directory: its newest valid commit), exactly one; val_data
+ * (NULL: the checkpoint's), val_batches, batch and seq (0: the
+ * checkpoint's, or 10, 8 and 256 for a weights file), micro_batch, tp, pp (dp is world / (tp x
+ * pp)), heads (a weights file without the count), device, comm, threads, the cuda switches,
+ * comm_timeout, comm_nccl_sync and shared_json (compared over the ranks).  Alone or under mpirun;
+ * every rank gets the same *out. Errors name the file: missing or damaged weights, no valid
+ * checkpoint, too little data for the set, a token outside the model's vocabulary. */
 typedef struct {
     double loss;               /* mean per target; perplexity exp(loss) */
     int64_t sequences, tokens; /* the set: sequences x seq targets */
@@ -132,6 +131,7 @@ typedef struct {
     int world, dp, tp, pp;
     int step;          /* the commit's step; -1 for a weights file */
     char source[4300]; /* the weights file, or the commit evaluated */
+    char val_data[1024]; /* the glob scored (--val-data, or the checkpoint's) */
 } train_eval_result;
 ms_status train_eval(const train_config *cfg, train_eval_result *out);
 

@@ -13,7 +13,8 @@
 #include "comm/grid.h"
 #include "train/train_internal.h"
 
-#define EVAL_BATCH 8 /* train's defaults, for a weights file */
+#define EVAL_BATCHES 10 /* train's defaults, for a weights file */
+#define EVAL_BATCH 8
 #define EVAL_SEQ 256
 
 /* Rank 0 picks the commit of the checkpoint PATH that option opt (--ckpt,
@@ -41,10 +42,13 @@ static ms_status find_commit(const char *opt, const char *path, comm_world *w, c
 }
 
 /* The model of the weights (--weights, --heads) or of the commit, and the
- * set's --batch / --seq left at 0 from the commit (or train's defaults). */
+ * set's --val-batches / --batch / --seq left at 0 and --val-data left out
+ * from the commit (or train's defaults; a weights file has no glob). */
 static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w, gpt_config *mc,
                              train_eval_result *r) {
-    int batch = EVAL_BATCH, seq = EVAL_SEQ;
+    int batches = EVAL_BATCHES, batch = EVAL_BATCH, seq = EVAL_SEQ;
+    if (tc->val_data && *tc->val_data)
+        snprintf(r->val_data, sizeof r->val_data, "%s", tc->val_data);
     if (tc->init_from && *tc->init_from) {
         MS_TRY(train_model_config(tc, "--weights", mc));
         snprintf(r->source, sizeof r->source, "%s", tc->init_from);
@@ -58,6 +62,13 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
         r->step = mf.step;
         batch = mf.trainer.batch > 0 ? mf.trainer.batch : batch;
         seq = mf.trainer.seq > 0 ? mf.trainer.seq : seq;
+        /* the run's validation set: its glob and count (older commits: the count is not there) */
+        batches = mf.trainer.val_batches > 0 ? mf.trainer.val_batches : batches;
+        if (!r->val_data[0] && mf.trainer.val_data[0]) {
+            snprintf(r->val_data, sizeof r->val_data, "%s", mf.trainer.val_data);
+            if (!w || comm_world_rank(w) == 0)
+                ms_info("eval: --val-data '%s', the run's (from %s)", r->val_data, r->source);
+        }
         ckpt_manifest_free(&mf);
         mc->recompute = 0;
         MS_TRY(gpt_config_validate(mc));
@@ -65,6 +76,16 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
             return ms_error(MS_ERR_ARG, "--heads %d disagrees with %s, which holds %d", tc->heads,
                             r->source, mc->n_head);
     }
+    if (!r->val_data[0])
+        return ms_error(MS_ERR_ARG,
+                        "eval: --val-data GLOB is required (the token shards to "
+                        "score)%s",
+                        tc->init_from && *tc->init_from
+                            ? ""
+                            : ": the checkpoint does not name its run's (it had none, or it "
+                              "predates the record)");
+    tc->val_data = r->val_data;
+    if (tc->val_batches == 0) tc->val_batches = batches;
     if (tc->batch == 0) tc->batch = batch;
     /* the default, 256, at most the model's positions (it was refused as "--seq 256", an
      * option the user never gave, for a model of fewer) */
@@ -114,7 +135,7 @@ ms_status train_eval(const train_config *cfg, train_eval_result *r) {
     if (weights == ckpt)
         st = ms_error(MS_ERR_ARG, "eval: give --weights FILE or --ckpt PATH (%s)",
                       weights ? "not both" : "neither is given");
-    else if (!tc.val_data || !*tc.val_data)
+    else if (weights && (!tc.val_data || !*tc.val_data))
         st = ms_error(MS_ERR_ARG, "eval: --val-data GLOB is required (the token shards to score)");
     st = st == MS_OK ? train_dist_open(&tc, "eval", &world, &grid, &dp, &gate)
                      : train_gate_early("eval", st);

@@ -244,7 +244,7 @@ def test_bad_input(d, w, val, train, ck):
         ([*TR, "--lr", "1e39"], ["--lr 1e+39 is infinite in float"]),
         ([*TR, "--grad-clip", "1e-46"], ["--grad-clip 1e-46 is too small", "or 0: none"]),
         ([*SA, "--weights", w, "--top-k", "-1"], ["--top-k must be >= 0"]),
-        ([*EV, "--weights", w, "--val-batches", "0"], ["--val-batches must be >= 1"]),
+        ([*EV, "--weights", w, "--val-batches", "-1"], ["--val-batches must be >= 0"]),
         (["diag", "--mem-mb", "0"], ["--mem-mb must be in [1,65536], got '0'"]),
         (["trace", "stragglers", d, "--window", "0"], ["--window must be in [1,100000], got '0'"]),
         (["data", "prepare", "--input", text, "--out", adir, "--val-fraction", "2"],

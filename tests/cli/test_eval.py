@@ -4,7 +4,8 @@ One model's validation loss is the same for --micro-batch 1, 2 and 4
 micro-batch sequences: 3.8679, 3.8390 and 3.8410); `megascale eval` on the weights a run saved, and on
 its checkpoint (a commit, or the checkpoint directory: its newest valid
 commit, a damaged one skipped with a warning), equals that run's val_loss
-at that step; --json; and bad input, each named: missing weights, both or
+at that step, also with the run's --val-data and --val-batches taken from
+the checkpoint (a resume with another count warns); --json; and bad input, each named: missing weights, both or
 neither source, no --val-data, too few tokens for the set (also at a
 training run's start), a token outside the model's vocabulary, no valid
 checkpoint, --seq past the model's, a batch the micro-batch does not
@@ -101,6 +102,31 @@ def main():
     j, err = eval_json("--ckpt", os.path.join(ck, "step_00000010"), "--val-data", val, *SET)
     ok(j is not None and j["step"] == 10 and rel(j["val_loss"], vals[10]) <= 1e-6,
        "eval --ckpt DIR/step_00000010: the run's val_loss at step 10", json.dumps(j) + err)
+    # --- the run's validation set from the checkpoint: its --val-data and --val-batches ---
+    mf = json.load(open(os.path.join(ck, "step_00000020", "manifest.json")))
+    ok(mf["trainer"]["data"].get("val_batches") == 5,
+       "the manifest records the run's --val-batches", json.dumps(mf["trainer"].get("data")))
+    j, err = eval_json("--ckpt", ck)
+    ok(j is not None and j["val_data"] == val and j["val_batches"] == 5 and j["tokens"] == 320 and
+       rel(j["val_loss"], vals[20]) <= 1e-6 and "the run's" in err,
+       "eval --ckpt DIR alone: the run's --val-data and --val-batches, the run's loss",
+       json.dumps(j) + err)
+    j, err = eval_json("--ckpt", ck, "--val-data", val, "--val-batches", "2")
+    ok(j is not None and j["val_batches"] == 2 and j["tokens"] == 128,
+       "eval --ckpt --val-batches 2: the option over the checkpoint's", json.dumps(j) + err)
+    ck3 = os.path.join(d, "ck3")  # a run without --val-data: eval needs the option
+    rc, _, err = run(*base, "--steps", "2", "--ckpt-dir", ck3, "--ckpt-every", "2")
+    ok(rc == 0, "a run without --val-data saves", err)
+    expect_error(["eval", "--ckpt", ck3], "--val-data GLOB is required",
+                 "does not name its run's", what="eval --ckpt: no --val-data anywhere")
+    ck4 = os.path.join(d, "ck4")  # a resume with another --val-batches says so
+    shutil.copytree(ck, ck4)
+    rc, _, err = run(*base, "--val-data", val, "--val-batches", "4", "--steps", "21",
+                     "--ckpt-dir", ck4, "--ckpt-every", "10", "--resume", "auto")
+    ok(rc == 0 and "--val-batches 4 differs from the checkpoint's 5" in err,
+       "resume: another --val-batches is named (validation losses not comparable)", err)
+    for c in (ck3, ck4):
+        run("ckpt", "shm", c, "--remove", "1", "--force", "1")
     ck2 = os.path.join(d, "ck2")  # the newest commit damaged: the one before it
     shutil.copytree(ck, ck2)
     shard = sorted(glob.glob(os.path.join(ck2, "step_00000020", "*.safetensors")))[0]
