@@ -162,9 +162,21 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     if (hn >= sizeof head) goto bad;
     memcpy(head, e, hn);
     head[hn] = 0;
-    size_t kn = strcspn(head, "=@"); /* a kind may hold a ':' (stage1:mid): RANK needs @STEP */
+    size_t kn = strcspn(head, "=@"); /* a kind may hold a ':' (stage1:mid) */
     if (kn == 0 || kn >= sizeof f.kind) goto bad;
     memcpy(f.kind, head, kn);
+    /* KIND:RANK without a step ("exit:1", "stage1:mid:1"): the last ':' ends the kind when what
+     * is before it is one and what follows is a rank (it was "unknown fault 'exit:1'") */
+    char *colon = strrchr(f.kind, ':');
+    if (!head[kn] && colon && !known_kind(f.kind)) {
+        unsigned long long r = 0;
+        int rk = 0;
+        *colon = 0;
+        if (known_kind(f.kind) && parse_count(colon + 1, INT32_MAX, &r, &rk) == 0 && !colon[1 + rk])
+            f.rank = (int)r;
+        else
+            *colon = ':';
+    }
     if (!strcmp(f.kind, "random") && head[kn] == '=') {
         if (f.node[0])
             return ms_error(MS_ERR_ARG, "%s: '%s': random=... takes no node target", what, e);
@@ -214,13 +226,18 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
         if (*q == '+') f.from = 1, q++;
     }
     if (*q == ':') {
-        if (f.node[0])
+        if (f.node[0] || f.rank >= 0)
             return ms_error(MS_ERR_ARG, "%s: '%s': one target only, :RANK or :node=NAME", what, e);
         if (parse_count(q + 1, INT32_MAX, &v, &k) != 0) goto bad;
         f.rank = (int)v;
         q += 1 + k;
     }
     if (*q) goto bad;
+    if (f.rank >= 0 && f.node[0])
+        return ms_error(MS_ERR_ARG, "%s: '%s': one target only, :RANK or :node=NAME", what, e);
+    /* no STEP: the trainer's kinds fire at step 1 (as documented; they never fired), the
+     * checkpoint's at the first checkpoint of the process, the self-test's at its run */
+    if (f.step < 0 && !ms_fault_is_ckpt(f.kind) && strncmp(f.kind, "diag:", 5)) f.step = 1;
     if (!strcmp(f.kind, "spike") && (f.rank >= 0 || f.node[0]))
         return ms_error(MS_ERR_ARG,
                         "%s: '%s': spike takes no rank or node target (it applies on every rank, "

@@ -35,10 +35,14 @@ static ms_status open_fail(const char *path, const char *op, int err) {
     return io_fail(err == ENOENT ? MS_ERR_NOTFOUND : MS_ERR_IO, path, op, err);
 }
 
+static const char *special_kind(const struct stat *sb);
+
 ms_status ms_file_size(const char *path, uint64_t *size) {
     struct stat st;
     if (stat(path, &st) != 0) return open_fail(path, "stat", errno);
-    if (!S_ISREG(st.st_mode)) return ms_error(MS_ERR_IO, "%s: not a regular file", path);
+    if (!S_ISREG(st.st_mode)) /* bad input (exit 3), as ms_file_map says it: not storage's 4 */
+        return ms_error(MS_ERR_FORMAT, "%s: not a regular file (%s)", path,
+                        S_ISDIR(st.st_mode) ? "a directory" : special_kind(&st));
     *size = (uint64_t)st.st_size;
     return MS_OK;
 }
@@ -154,6 +158,11 @@ static struct {
 } g_maps[MAPS_MAX];
 static atomic_int g_bus_installed;
 static struct sigaction g_bus_prev; /* the handler before ours (MPI's, say) */
+static void (*_Atomic g_bus_hook)(void); /* ms_file_set_sigbus_hook */
+
+void ms_file_set_sigbus_hook(void (*fn)(void)) {
+    atomic_store(&g_bus_hook, fn);
+}
 
 static void put_str(const char *s) {
     size_t n = strlen(s);
@@ -189,6 +198,8 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
         put_str(" of the ");
         put_u64(len);
         put_str(" it had is gone: was it truncated or rewritten by another process?)\n");
+        void (*hook)(void) = atomic_load(&g_bus_hook);
+        if (hook) hook(); /* what the command would remove on any failure */
         _exit(4);
     }
     sigaction(sig, &g_bus_prev, NULL); /* not a mapped file's page: the crash it is, */
@@ -625,13 +636,46 @@ static const char *split_parent(const char *path, char *parent, size_t cap) {
     return slash ? slash + 1 : path;
 }
 
-/* path's parent directory, resolved, and its last name into out: "" where the parent does not
- * resolve (it does not exist). */
-static void resolved_parent(const char *path, char *out, size_t cap) {
-    char parent[4096], real[PATH_MAX];
-    const char *base = split_parent(path, parent, sizeof parent);
+/* path as an absolute path that may not exist yet: its longest existing ancestor resolved
+ * (realpath: links, "..", "."), the names below it appended ("." dropped, ".." taking off the
+ * name before it).  "" when it does not fit in cap or no ancestor resolves. */
+static void resolved_loose(const char *path, char *out, size_t cap) {
+    char head[PATH_MAX], real[PATH_MAX], tail[PATH_MAX] = "";
     out[0] = 0;
-    if (realpath(parent, real)) snprintf(out, cap, "%s/%s", real, base);
+    if (snprintf(head, sizeof head, "%s", path) >= (int)sizeof head) return;
+    for (;;) {
+        if (realpath(head, real)) break;
+        if (!strcmp(head, ".") || !strcmp(head, "/")) return; /* a working directory gone */
+        char *slash = strrchr(head, '/');
+        while (slash && slash > head && slash[1] == 0) { /* "a/b/": the trailing slash */
+            *slash = 0;
+            slash = strrchr(head, '/');
+        }
+        char t[PATH_MAX];
+        const char *name = slash ? slash + 1 : head;
+        if (snprintf(t, sizeof t, "%s%s%s", name, *tail ? "/" : "", tail) >= (int)sizeof t) return;
+        snprintf(tail, sizeof tail, "%s", t);
+        if (!slash)
+            snprintf(head, sizeof head, ".");
+        else if (slash == head)
+            snprintf(head, sizeof head, "/");
+        else
+            *slash = 0;
+    }
+    size_t len = strlen(real);
+    for (char *save = NULL, *n = strtok_r(tail, "/", &save); n; n = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(n, ".")) continue;
+        if (!strcmp(n, "..")) {
+            char *slash = strrchr(real, '/');
+            len = slash && slash != real ? (size_t)(slash - real) : 1;
+            real[len] = 0;
+            continue;
+        }
+        int k = snprintf(real + len, sizeof real - len, "%s%s", len > 1 ? "/" : "", n);
+        if (k < 0 || (size_t)k >= sizeof real - len) return;
+        len += (size_t)k;
+    }
+    snprintf(out, cap, "%s", real);
 }
 
 int ms_path_same(const char *a, const char *b) {
@@ -640,9 +684,11 @@ int ms_path_same(const char *a, const char *b) {
     int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
     if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
     if (ea || eb) return 0;
-    char ra[4400], rb[4400];
-    resolved_parent(a, ra, sizeof ra);
-    resolved_parent(b, rb, sizeof rb);
+    /* neither exists yet: by their absolute names, directories not made yet included (two
+     * outputs in a --run-dir the command makes were "different") */
+    char ra[PATH_MAX], rb[PATH_MAX];
+    resolved_loose(a, ra, sizeof ra);
+    resolved_loose(b, rb, sizeof rb);
     return *ra && !strcmp(ra, rb);
 }
 
@@ -652,9 +698,15 @@ int ms_path_named_in_dir(const char *file, const char *dir, const char *const *n
     char parent[4096];
     const char *base = split_parent(file, parent, sizeof parent);
     struct stat sp, sd;
-    if (stat(parent, &sp) != 0 || stat(dir, &sd) != 0 || sp.st_dev != sd.st_dev ||
-        sp.st_ino != sd.st_ino)
-        return 0;
+    int ep = stat(parent, &sp) == 0, ed = stat(dir, &sd) == 0;
+    if (ep && ed && (sp.st_dev != sd.st_dev || sp.st_ino != sd.st_ino)) return 0;
+    if (ep != ed) return 0;
+    if (!ep) { /* neither made yet: by their absolute names */
+        char rp[PATH_MAX], rd[PATH_MAX];
+        resolved_loose(parent, rp, sizeof rp);
+        resolved_loose(dir, rd, sizeof rd);
+        if (!*rp || strcmp(rp, rd)) return 0;
+    }
     for (int i = 0; names && names[i]; i++)
         if (fnmatch(names[i], base, FNM_PERIOD) == 0) {
             if (match && cap) snprintf(match, cap, "%s", names[i]);

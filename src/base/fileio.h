@@ -13,7 +13,8 @@
 
 #include "base/status.h"
 
-/* Size of a regular file. */
+/* Size of a regular file; MS_ERR_FORMAT (bad input) naming what else it is (a directory, a
+ * FIFO, a device), MS_ERR_NOTFOUND or MS_ERR_IO when it cannot be stat()ed. */
 ms_status ms_file_size(const char *path, uint64_t *size);
 
 /* The most ms_file_read_all reads: none of the files it reads whole (a
@@ -40,8 +41,14 @@ ms_status ms_fd_write_all(int fd, const char *what, const void *buf, size_t n);
 /* Read exactly n bytes at offset, or fail naming path and what was short. */
 ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t offset);
 
-/* Read-only memory map of a whole file.  ms_file_unmap releases it. */
+/* Read-only memory map of a whole file.  ms_file_unmap releases it.  A
+ * page read past the end of a file that shrank meanwhile (SIGBUS) prints
+ * the file's name, calls the hook set below, and exits with 4. */
 ms_status ms_file_map(const char *path, const void **data, size_t *len);
+/* The function the SIGBUS exit above calls first (NULL: none): it runs in
+ * a signal handler, so it may call only async-signal-safe functions
+ * (unlink, rmdir, open, getdents64, close). */
+void ms_file_set_sigbus_hook(void (*fn)(void));
 void ms_file_unmap(const void *data, size_t len);
 
 /* Atomic writer.  ms_atomic_open creates the temp file; ms_atomic_write
@@ -116,12 +123,14 @@ ms_status ms_path_check_dir(const char *opt, const char *path, const char *what)
 int ms_path_is_input(const char *out, const char *in, char *match, size_t cap);
 /* Whether paths a and b name the same file, one that may not exist yet (two outputs a
  * command will write): by device and inode when both exist; when neither does, by their
- * parent directories' real paths and their last names; one that exists and one that does not
- * are different.  1 or 0. */
+ * absolute names (the longest existing ancestor's real path, then the names below it: also
+ * in directories not made yet); one that exists and one that does not are different.  1 or
+ * 0. */
 int ms_path_same(const char *a, const char *b);
-/* Whether `file` (that may not exist yet) lies directly in directory dir under a name that
- * matches one of the fnmatch(3) patterns names (NULL-terminated): a file a command will write
- * there.  Returns 1 and copies the matching pattern into match (cap bytes; may be NULL). */
+/* Whether `file` (that may not exist yet) lies directly in directory dir (that may not exist
+ * yet either: then by absolute names, as ms_path_same) under a name that matches one of the
+ * fnmatch(3) patterns names (NULL-terminated): a file a command will write there.  Returns 1 and
+ * copies the matching pattern into match (cap bytes; may be NULL). */
 int ms_path_named_in_dir(const char *file, const char *dir, const char *const *names, char *match,
                          size_t cap);
 /* Whether the file `file` is one of the files directly in directory dir

@@ -47,3 +47,13 @@ const char *ms_json_quote(char *buf, size_t n, const char *s) {
     buf[o] = '\0';
     return buf;
 }
+
+void ms_utf8_fix(char *s) {
+    for (unsigned char *p = (unsigned char *)s; p && *p;) {
+        int n = ms_utf8_len(p);
+        if (n)
+            p += n;
+        else
+            *p++ = '?';
+    }
+}

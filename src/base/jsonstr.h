@@ -9,6 +9,11 @@
  * one (overlong forms, surrogates and code points past U+10FFFF are invalid). */
 int ms_utf8_len(const unsigned char *s);
 
+/* Replace in place every byte of s that is not part of a valid UTF-8
+ * sequence with '?': a printed JSON text (cJSON passes a path's bytes
+ * through) that every JSON reader takes. */
+void ms_utf8_fix(char *s);
+
 /* s as a JSON string literal (with quotes) into buf (n >= 10); '"', '\' and
  * control characters escaped, truncated to fit, never inside a character;
  * invalid UTF-8 bytes become '?'.  6 * strlen(s) + 10 bytes always hold it. */

@@ -239,6 +239,7 @@ typedef struct {
     int step;
     double created; /* unix time */
     int world, dp, tp, pp;
+    int vpp; /* the interleaved pipeline's model chunks per stage (1: none, or older) */
     gpt_config model;
     char optimizer[16];
     ckpt_train_state trainer;

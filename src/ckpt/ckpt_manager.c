@@ -14,6 +14,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
@@ -377,6 +378,10 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     cm->saving = saving;
     cm->lock_fd = -1;
     snprintf(cm->root, sizeof cm->root, "%s", saving ? o->dir : "");
+    /* DIR/latest is the commit it names, from here on: a rollback to it was not seen as one
+     * (the newer commits were replaced one by one, two histories mixed in DIR) */
+    char target[4300];
+    if (strcmp(res, "auto") && ckpt_latest_target(res, target, sizeof target)) res = target;
     snprintf(cm->resume, sizeof cm->resume, "%s", res);
     snprintf(cm->shm_dir, sizeof cm->shm_dir, "%s", o->shm_dir ? o->shm_dir : "");
     cm->m = m;
@@ -690,6 +695,32 @@ static ms_status shm_common(ckpt_manager *cm, const int64_t mine[2], int64_t *co
 enum { RES_NONE = 0, RES_SHM = 1, RES_DISK = 2 };
 
 /* Rank 0: what to resume from.  *reader is the validated commit. */
+/* 1 if the commit at path, or a file in it, cannot be opened for want of permission (EACCES,
+ * EPERM): it is not damaged, and skipping it would have the run commit that step again over
+ * it (an intact commit, chmod'ed, was deleted so); the first such name and error into why. */
+static int commit_unreadable(const char *path, char *why, size_t n) {
+    DIR *d = opendir(path);
+    if (!d) {
+        int e = errno;
+        snprintf(why, n, "%s: %s", path, strerror(e));
+        return e == EACCES || e == EPERM;
+    }
+    int found = 0;
+    struct dirent *e;
+    while (!found && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        int fd = openat(dirfd(d), e->d_name, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+        if (fd >= 0) {
+            close(fd);
+        } else if (errno == EACCES || errno == EPERM) {
+            snprintf(why, n, "%s/%s: %s", path, e->d_name, strerror(errno));
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
 static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step,
                         ckpt_reader **reader) {
     *kind = RES_NONE;
@@ -719,9 +750,17 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
     for (int i = 0; i < n && *kind == RES_NONE; i++) {
         if (shm_step > steps[i]) break; /* the snapshot is newer than what is left */
         ckpt_step_path(path, sizeof path, root, steps[i]);
+        char why[4600];
         if (ckpt_reader_open(reader, path, 1) == MS_OK) {
             *kind = RES_DISK;
             *step = steps[i];
+        } else if (commit_unreadable(path, why, sizeof why)) {
+            free(steps);
+            return ms_error(MS_ERR_IO,
+                            "resume: %s cannot be read (%s): a permission problem, not damage; "
+                            "fix it, or move the commit away, and start again (nothing was "
+                            "changed)",
+                            path, why);
         } else {
             ms_warn("resume: %s is not usable: %s; trying the previous checkpoint", path,
                     ms_errmsg());

@@ -493,6 +493,9 @@ static ms_status parse_root(const cJSON *root, ckpt_manifest *mf, const char *wh
     MS_TRY(get_int(lay, "dp", 1, 1 << 24, &mf->dp, where));
     MS_TRY(get_int(lay, "tp", 1, 1 << 24, &mf->tp, where));
     MS_TRY(get_int(lay, "pp", 1, 1 << 24, &mf->pp, where));
+    mf->vpp = 1; /* absent in older commits: no interleaving */
+    if (cJSON_GetObjectItemCaseSensitive(lay, "vpp"))
+        MS_TRY(get_int(lay, "vpp", 1, 1 << 24, &mf->vpp, where));
     MS_TRY(get_obj(root, "model", &model, where));
     MS_TRY(ckpt_json_model_parse(model, &mf->model, where));
     MS_TRY(get_str(root, "optimizer", &opt, where));

@@ -295,10 +295,19 @@ static void prune(const char *root, int step, int keep) {
             continue;
         }
         if (kept++ < keep) continue;
-        if (ckpt_rmdir_flat(path) == MS_OK)
+        /* out of sight first, in one rename: killed while its files went one by one, the
+         * commit was left with a manifest and no shard, which verify, list and every resume
+         * then reported as damaged; a hidden leftover goes with the next pruning (below) */
+        char hidden[4300];
+        snprintf(hidden, sizeof hidden, "%s/.step_%08d.prune.tmp", root, steps[i]);
+        (void)ckpt_rmdir_flat(hidden);
+        if (rename(path, hidden) != 0)
+            ms_warn("checkpoint: could not remove %s: rename to %s: %s", path, hidden,
+                    strerror(errno));
+        else if (ckpt_rmdir_flat(hidden) == MS_OK)
             ms_info("checkpoint: removed %s (keeping the newest %d)", path, keep);
         else
-            ms_warn("checkpoint: could not remove %s: %s", path, ms_errmsg());
+            ms_warn("checkpoint: could not remove %s (now %s): %s", path, hidden, ms_errmsg());
     }
     free(steps);
     DIR *d = opendir(root);

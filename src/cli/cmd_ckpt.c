@@ -86,8 +86,10 @@ static ms_status do_list(const char *root, const char *shm_dir) {
             char when[32];
             time_t t = (time_t)mf.created;
             strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
-            printf("%s  step %8d  committed  dp %d x tp %d x pp %d  %d file(s)  %.1f MB  %s%s\n",
-                   path, mf.step, mf.dp, mf.tp, mf.pp, mf.n_files, total_mb(&mf), when,
+            char vpp[24] = ""; /* the interleaved pipeline's chunks per stage, when > 1 */
+            if (mf.vpp > 1) snprintf(vpp, sizeof vpp, " (vpp %d)", mf.vpp);
+            printf("%s  step %8d  committed  dp %d x tp %d x pp %d%s  %d file(s)  %.1f MB  %s%s\n",
+                   path, mf.step, mf.dp, mf.tp, mf.pp, vpp, mf.n_files, total_mb(&mf), when,
                    is_latest ? "  (latest)" : "");
             ckpt_manifest_free(&mf);
         } else {
@@ -119,7 +121,8 @@ static ms_status do_inspect(const char *arg) {
            mf.version < 2 ? "; written before manifests had a checksum: its fields are unchecked"
                           : ", the manifest's too");
     printf("step       %d (optimizer updates %d)\n", mf.step, s->opt_steps);
-    printf("layout     world %d = dp %d x tp %d x pp %d\n", mf.world, mf.dp, mf.tp, mf.pp);
+    printf("layout     world %d = dp %d x tp %d x pp %d (vpp %d)\n", mf.world, mf.dp, mf.tp, mf.pp,
+           mf.vpp);
     printf("model      %d layers, dim %d, %d heads, vocab %d, seq-max %d, %s block, window %d\n",
            c->n_layer, c->n_embd, c->n_head, c->vocab, c->seq_max, gpt_block_name(c->block),
            c->attn_window);

@@ -63,9 +63,9 @@ static const opts_spec diag_opts[] = {
               "1 prints one JSON object instead of the table (a bare --json means 1)"),
     O("inject-fault", OPT_T_STR, inject_fault, NULL,
       "faults for tests (docs/operations.md): diag:gemm, diag:memory, diag:comm, diag:storage "
-      "make that check fail as on bad hardware, diag:slow makes the GEMM 10x as slow "
-      "(diag:blip too, but the supervisor measures again without it); KIND@1:RANK: one rank "
-      "only; KIND:node=NAME: the ranks of that node"),
+      "make that check fail as on bad hardware, diag:nan a NaN in the GEMM's result, diag:slow "
+      "makes the GEMM 10x as slow (diag:blip too, but the supervisor measures again without "
+      "it); KIND:RANK: one rank only; KIND:node=NAME: the ranks of that node"),
     OPTS_CONFIG_FILES(diag_cli, config),
 };
 #define N_DIAG_OPTS ((int)(sizeof diag_opts / sizeof diag_opts[0]))
@@ -116,7 +116,8 @@ static ms_status parse_faults(ms_fault_plan *plan, const char *spec) {
         if (strncmp(plan->f[i].kind, "diag:", 5))
             return ms_error(MS_ERR_ARG,
                             "--inject-fault: '%s' is not a fault of the self-test (diag:gemm, "
-                            "diag:memory, diag:comm, diag:storage, diag:slow, diag:blip)",
+                            "diag:nan, diag:memory, diag:comm, diag:storage, diag:slow, "
+                            "diag:blip)",
                             plan->f[i].kind);
     return MS_OK;
 }

@@ -139,21 +139,22 @@ static const char *events_input(const launch_cli *o, const char *events, const c
  * --config file), --bin an executable file (else every start of the job
  * fails, and is restarted as a fault).  0 or SUP_EXIT_USAGE, the error
  * naming the option. */
+/* What the driver writes in RUN_DIR besides its events (and the metrics, when it adds
+ * --metrics RUN_DIR/metrics.jsonl to the train options: the last name). */
+static const char *const driver_files[] = {"driver.json",
+                                           "driver.lock",
+                                           "compute.jsonl",
+                                           "compute.jsonl.1",
+                                           "control.json",
+                                           "dashboard.json",
+                                           "blocklist.json",
+                                           "hostfile.active",
+                                           "peak-*.json",
+                                           "metrics.jsonl",
+                                           NULL};
+
 static int check_paths(const launch_cli *o, const char *ev_opt, const char *events,
                        int own_metrics) {
-    /* what the driver writes in RUN_DIR besides its events (and the metrics, when it adds
-     * --metrics RUN_DIR/metrics.jsonl to the train options) */
-    static const char *const driver_files[] = {"driver.json",
-                                               "driver.lock",
-                                               "compute.jsonl",
-                                               "compute.jsonl.1",
-                                               "control.json",
-                                               "dashboard.json",
-                                               "blocklist.json",
-                                               "hostfile.active",
-                                               "peak-*.json",
-                                               "metrics.jsonl",
-                                               NULL};
     ms_status st = MS_OK;
     struct stat sb;
     const char *bin = o->bin && *o->bin ? o->bin : "/proc/self/exe"; /* stat: the binary */
@@ -232,7 +233,8 @@ int cmd_launch(int argc, char **argv) {
         rc = 2;
     } else if ((rc = check_addr("--bind", o.bind)) ||
                (rc = check_addr("--dashboard-bind", o.dashboard_bind))) {
-    } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, ev_opt, events, &tv)) != 0) {
+    } else if ((rc = cmd_train_check(argc - sep - 1, argv + sep + 1, ev_opt, events, o.run_dir,
+                                     driver_files, &tv)) != 0) {
     } else if ((rc = check_paths(&o, ev_opt, events, !*tv.metrics)) != 0) {
     } else {
         ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);

@@ -35,7 +35,7 @@ static const opts_spec sample_opts[] = {
     R("tokens", OPT_T_INT, tokens, "200", "[0,16777216]", "tokens to generate"),
     R("temperature", OPT_T_DOUBLE, temperature, "0.8", "[0,)", "softmax temperature (0: greedy)"),
     R("top-k", OPT_T_INT, top_k, "40", "[0,)", "sample among the k most likely tokens (0: all)"),
-    O("seed", OPT_T_U64, seed, "42", "sampling seed"),
+    R("seed", OPT_T_U64, seed, "42", "[0,)", "sampling seed"),
     O("tokenizer", OPT_T_STR, tokenizer, "auto",
       "bytes, gpt2, a tokenizer file, ids, or auto (ids for vocab < 256, bytes up to 256, gpt2 for "
       "50257)"),

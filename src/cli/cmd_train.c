@@ -202,7 +202,8 @@ static ms_status apply_out_dir(train_config *tc) {
  * restart would read that back.  --out-dir's train.cfg is not one: it is
  * those options, rewritten atomically once set-up passed (`--config
  * DIR/train.cfg --resume auto` continues a run; docs/user-guide.md). */
-static ms_status check_not_config(const train_cli *c, const char *events_opt, const char *events) {
+static ms_status check_not_config(const train_cli *c, const char *events_opt, const char *events,
+                                  const char *run_dir, const char *const *run_files) {
     static const char *const trace_files[] = {"events_r*.jsonl", "events_r*.jsonl.1",
                                               "hang_r*.json", NULL};
     static const char *const peak_files[] = {"peak-*.json", NULL};
@@ -243,6 +244,17 @@ static ms_status check_not_config(const train_cli *c, const char *events_opt, co
                             "the file corrupted; nothing was written",
                             events_opt, events, out[i].opt, out[i].path);
     }
+    /* nor is a file the launch's driver writes in its --run-dir: --save-weights RUN_DIR/
+     * driver.json was saved, then the driver's state written over the weights */
+    for (size_t i = 0; run_dir && *run_dir && i + 1 < sizeof out / sizeof out[0]; i++)
+        if (out[i].path && *out[i].path && !out[i].names &&
+            ms_path_named_in_dir(out[i].path, run_dir, run_files, match, sizeof match) &&
+            /* the driver writes RUN_DIR/metrics.jsonl only when the run has no --metrics */
+            !(!strcmp(match, "metrics.jsonl") && tc->metrics && *tc->metrics))
+            return ms_error(MS_ERR_ARG,
+                            "%s %s is named as %s, a file the launch's driver writes in --run-dir "
+                            "%s: one would be lost to the other; nothing was written",
+                            out[i].opt, out[i].path, match, run_dir);
     return MS_OK;
 }
 
@@ -255,7 +267,7 @@ static const char *const not_in_cfg[] = {"heartbeat", "heartbeat-token", "node-m
 static const char *const secrets[] = {"heartbeat-token", NULL};
 
 int cmd_train_check(int argc, char **argv, const char *events_opt, const char *events,
-                    cli_train_view *v) {
+                    const char *run_dir, const char *const *run_files, cli_train_view *v) {
     train_cli c = {0};
     train_config *tc = &c.tc;
     char *pos[1];
@@ -266,7 +278,7 @@ int cmd_train_check(int argc, char **argv, const char *events_opt, const char *e
     if (st == MS_OK) st = train_check_outputs(tc);
     if (st == MS_OK) st = train_check_hparams(tc);
     if (st == MS_OK) st = train_check_not_input(tc, events_opt, events);
-    if (st == MS_OK) st = check_not_config(&c, events_opt, events);
+    if (st == MS_OK) st = check_not_config(&c, events_opt, events, run_dir, run_files);
     if (st != MS_OK) {
         fprintf(stderr, "megascale launch: error: the train options: %s\n", ms_errmsg());
         rc = 2; /* usage, whatever the parser's class: the job never starts */
@@ -302,7 +314,8 @@ int cmd_train(int argc, char **argv) {
     } else {
         ms_ctx_catch_signals();
         st = apply_out_dir(tc);
-        if (st == MS_OK) st = train_gate_early("train", check_not_config(&c, NULL, NULL));
+        if (st == MS_OK)
+            st = train_gate_early("train", check_not_config(&c, NULL, NULL, NULL, NULL));
         if (st == MS_OK && (!tc->model || !*tc->model) && !(tc->init_from && *tc->init_from)) {
             free(tc->model); /* the default preset, said in the metrics and train.cfg */
             tc->model = strdup("d6");

@@ -21,9 +21,11 @@ typedef struct {
  * option; an output of train (train_check_outputs) that is one of the train
  * inputs or of its --config files, or the launch's own output events
  * (events_opt: how the launch named it, in words; NULL: none) that is one,
- * is such an error. */
+ * or an output file of train named as one of the driver's files in run_dir
+ * (run_files: fnmatch patterns, NULL-terminated; run_dir NULL: none), is
+ * such an error. */
 int cmd_train_check(int argc, char **argv, const char *events_opt, const char *events,
-                    cli_train_view *v);
+                    const char *run_dir, const char *const *run_files, cli_train_view *v);
 int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -25,6 +26,7 @@ struct data_docs {
     uint64_t pending; /* input bytes read since the last document */
     uint64_t skipped;
     char first_bad[600];
+    struct stat id; /* the mapped file's identity when it was mapped */
 };
 
 ms_status data_docs_open(data_docs **out, char *const *paths, int n, const char *field,
@@ -44,6 +46,25 @@ static void unmap(data_docs *d) {
     if (d->map) ms_file_unmap(d->map, d->map_len);
     d->map = NULL;
     d->map_len = d->pos = 0;
+}
+
+/* unmap, once the file's text was read: a file rewritten in place meanwhile (the same size:
+ * no SIGBUS) is an error, not shards of old and new text mixed (it was prepared, exit 0) */
+static ms_status unmap_checked(data_docs *d) {
+    int mapped = d->map != NULL;
+    unmap(d);
+    struct stat now;
+    if (!mapped || !d->path[0]) return MS_OK;
+    if (stat(d->path, &now) != 0 || now.st_dev != d->id.st_dev || now.st_ino != d->id.st_ino ||
+        now.st_size != d->id.st_size || now.st_mtim.tv_sec != d->id.st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != d->id.st_mtim.tv_nsec ||
+        now.st_ctim.tv_sec != d->id.st_ctim.tv_sec || now.st_ctim.tv_nsec != d->id.st_ctim.tv_nsec)
+        return ms_error(MS_ERR_IO,
+                        "%s: the file changed on disk while it was read (rewritten, replaced or "
+                        "removed): its tokens would mix old and new text; leave the inputs alone "
+                        "while they are read",
+                        d->path);
+    return MS_OK;
 }
 
 void data_docs_close(data_docs *d) {
@@ -90,6 +111,7 @@ static ms_status next_file(data_docs *d, int *more) {
     const void *m;
     MS_TRY(ms_file_map(d->path, &m, &d->map_len));
     d->map = m;
+    if (stat(d->path, &d->id) != 0) memset(&d->id, 0, sizeof d->id);
     d->pos = 0;
     d->line = 0;
     d->jsonl = ends_with(d->path, ".jsonl");
@@ -256,7 +278,7 @@ ms_status data_docs_next(data_docs *d, const char **text, size_t *len, uint64_t 
             MS_TRY(next_line(d, text, len));
             if (*text) break;
         }
-        unmap(d); /* a plain file's document, or a JSONL file read to its end */
+        MS_TRY(unmap_checked(d)); /* a plain file's document, or a JSONL file read to its end */
         int more;
         MS_TRY(next_file(d, &more));
         if (!more) break;

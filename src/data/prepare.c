@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/fileio.h"
@@ -457,6 +458,45 @@ static void first_missing(const char *path, char *out, size_t n) {
     }
 }
 
+/* The run a SIGBUS would end (an input truncated while it is read: fileio.c's handler
+ * names the file and exits 4): what a failed run removes, removed first from the handler,
+ * with async-signal-safe calls only (the staged shards, the lock, the directories made).
+ * Before, that exit left all three under --out. */
+static prep *g_bus_prep;
+
+static void bus_cleanup(void) {
+    prep *p = g_bus_prep;
+    if (!p || p->published) return;
+    const char *name = p->cfg->name;
+    int fd = open(p->cfg->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char buf[4096] __attribute__((aligned(8)));
+    for (long n; fd >= 0 && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
+        for (long off = 0; off < n;) {
+            struct { /* linux_dirent64 */
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *e = (void *)(buf + off);
+            off += e->reclen;
+            if (is_leftover(e->name, name, "train") || is_leftover(e->name, name, "val"))
+                unlinkat(fd, e->name, 0);
+        }
+    if (fd >= 0) close(fd);
+    if (p->lock_fd >= 0) unlink(p->lock_path);
+    static char d[sizeof p->made_from];
+    size_t stop = strlen(p->made_from), len = strlen(p->cfg->out_dir);
+    if (!stop || len >= sizeof d) return;
+    memcpy(d, p->cfg->out_dir, len + 1);
+    while (len >= stop && rmdir(d) == 0) { /* the deepest first, each only if empty */
+        char *slash = strrchr(d, '/');
+        if (!slash || slash == d) return;
+        *slash = 0;
+        len = (size_t)(slash - d);
+    }
+}
+
 /* A failed run: the directories it made for out_dir, removed again (the
  * deepest first, each only if empty). */
 static void remove_made_dirs(const prep *p) {
@@ -641,7 +681,11 @@ ms_status data_prepare(const data_prepare_config *cfg, data_prepare_stats *stats
     p.version = vocab <= 65536 ? 1 : 2;
     p.t0 = p.last_report = ms_now();
     p.lock_fd = -1;
+    g_bus_prep = &p;
+    ms_file_set_sigbus_hook(bus_cleanup);
     ms_status st = run(&p);
+    ms_file_set_sigbus_hook(NULL);
+    g_bus_prep = NULL;
     if (p.train.open) data_shard_writer_abort(&p.train.w);
     if (p.val.open) data_shard_writer_abort(&p.val.w);
     if (st != MS_OK && !p.published) unstage(&p);

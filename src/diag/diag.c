@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/jsonstr.h"
 #include "base/ctx.h"
 #include "base/fileio.h"
 #include "diag/diag_internal.h"
@@ -201,6 +202,7 @@ char *diag_report_json(const diag_report *r) {
     a = NULL;
     cJSON_AddBoolToObject(o, "ok", r->ok);
     text = cJSON_PrintUnformatted(o);
+    if (text) ms_utf8_fix(text); /* a path's bytes (--storage-dir, --history) as they were */
 out:
     cJSON_Delete(a);
     cJSON_Delete(o);

@@ -11,6 +11,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "base/jsonstr.h"
 #include "base/fileio.h"
 #include "base/log.h"
 #include "base/timeutil.h"
@@ -172,6 +173,7 @@ ms_status diag_history_append(const char *path, const diag_hist_key *k, double v
     char *line = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!line) return ms_error(MS_ERR_NOMEM, "%s: out of memory", path);
+    ms_utf8_fix(line); /* a JSON line every reader takes, whatever bytes a path had */
     char lock[4200];
     snprintf(lock, sizeof lock, "%s.lock", path);
     int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/crc32c.h"
@@ -91,6 +92,15 @@ void diag_check_storage(const diag_config *c, const diag_report *rep, diag_resul
     if (!c->storage_dir || !*c->storage_dir) {
         r->skipped = 1;
         diag_detail(r, "skipped: no --storage-dir DIR given");
+        return;
+    }
+    struct stat sb; /* a directory missing on this node (a lost mount, a typo) said as such */
+    if (stat(c->storage_dir, &sb) != 0) {
+        int e = errno;
+        r->ok = 0;
+        diag_detail(r, "FAILED: --storage-dir %s: %s%s", c->storage_dir, strerror(e),
+                    e == ENOENT ? " on this node (a missing mount? every node of a job needs it)"
+                                : "");
         return;
     }
     char path[4300];

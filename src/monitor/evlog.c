@@ -28,6 +28,8 @@ struct mon_evlog {
     int have_clock;       /* flusher */
     int rotate_failed;    /* flusher: warned once, rotation off */
     int rotating;         /* flusher: writing the new file's first lines */
+    int rotated;          /* flusher: this flush has rotated the log once already */
+    int rotate_warned;    /* flusher: said that a flush holds more than half the bound */
     long long bytes;      /* flusher: the size of the current file */
     long long base_bytes; /* flusher: its header and clock line */
     long long opened_ns;  /* the first header's wall_ns: each rotated header repeats it */
@@ -102,10 +104,22 @@ static void put_event(void *ctx, const ms_event *e) {
         l->batch++;
     }
     l->bytes += n > 0 ? n : 0;
-    /* past the header and clock line: every file holds at least one event */
+    /* past the header and clock line: every file holds at least one event.  Once a flush:
+     * a flush of more than half the bound rotated twice, the second over the first's .1, and
+     * the threads drained first (the training thread's compute lane) were lost for good */
     if (l->max_bytes > 0 && !l->rotating && !l->rotate_failed && l->bytes > l->base_bytes &&
-        l->bytes >= l->max_bytes / 2)
-        rotate(l);
+        l->bytes >= l->max_bytes / 2) {
+        if (!l->rotated) {
+            rotate(l);
+            l->rotated = 1;
+        } else if (!l->rotate_warned) {
+            l->rotate_warned = 1;
+            ms_warn("%s: one flush of events holds more than half of --trace-max-mb %.3g: the "
+                    "log goes past its bound rather than lose the events before (give a larger "
+                    "--trace-max-mb)",
+                    l->path, (double)l->max_bytes / 1e6);
+        }
+    }
 }
 
 /* After a failed write (a full disk): what the stream holds and the part
@@ -128,7 +142,7 @@ static void cut_back(mon_evlog *l, uint64_t unreported) {
 /* Write what the recorder holds; report new drops. */
 static void flush_once(mon_evlog *l) {
     uint64_t dropped = 0;
-    l->batch = 0, l->clock_unflushed = 0;
+    l->batch = 0, l->clock_unflushed = 0, l->rotated = 0;
     if (l->need_header) {
         int n = put_header(l->f, &l->id, &l->opened_ns);
         l->bytes += n > 0 ? n : 0;

@@ -46,7 +46,9 @@ struct mon_heartbeat {
     unsigned long long taken, sent; /* beats the thread began and finished sending */
     int urgent;                     /* a flush waits: connect at once if the connection is lost */
     int step;
-    int redone;                   /* steps redone after a non-finite result, cumulative */
+    int redone;    /* steps redone after a non-finite result that came out finite, cumulative */
+    int skipped;   /* steps whose update was skipped (not finite, redos too), cumulative... */
+    int skip_step; /* ...and the last of them (0: none) */
     int nan_step;                 /* the last step with a non-finite gradient (0: none)... */
     int nan_ranks[MON_NAN_RANKS], n_nan_ranks; /* ...and the ranks where it was */
     int ckpt_commit, ckpt_failed; /* mon_heartbeat_ckpt (-1, 0: nothing to say) */
@@ -138,6 +140,10 @@ static char *beat_line(mon_heartbeat *hb) {
     add_num(o, "loss", hb->loss);
     add_num(o, "grad_norm", hb->grad_norm);
     cJSON_AddNumberToObject(o, "redone", hb->redone);
+    if (hb->skipped > 0) {
+        cJSON_AddNumberToObject(o, "skipped", hb->skipped);
+        cJSON_AddNumberToObject(o, "skip_step", hb->skip_step);
+    }
     if (hb->nan_step > 0) {
         cJSON_AddNumberToObject(o, "nan_step", hb->nan_step);
         cJSON_AddItemToObject(o, "nan_ranks",
@@ -361,7 +367,10 @@ static ms_status hb_step(void *ctx, const mon_step *s) {
     hb->step = s->step;
     hb->step_ms = s->sec * 1e3;
     hb->compute_ms = s->compute_ms;
-    hb->redone += s->redone > 0;
+    /* a redo that came out finite, or a skipped update (its redos not finite either): the
+     * driver reported a skipped step as "redone in place" and "recovered" */
+    hb->redone += s->redone > 0 && !s->skipped;
+    if (s->skipped) hb->skipped++, hb->skip_step = s->step;
     if (s->n_nan_ranks > 0) { /* kept until the next one: a beat may cover several steps */
         hb->nan_step = s->step;
         hb->n_nan_ranks = s->n_nan_ranks;

@@ -50,7 +50,9 @@ typedef struct mon_heartbeat mon_heartbeat;
  * each naming the address. */
 ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c);
 /* The step record's sink: each step updates the beat (step, step_ms,
- * compute_ms, loss, grad_norm; redone counts the steps with s->redone > 0;
+ * compute_ms, loss, grad_norm; redone counts the steps redone that came
+ * out finite (s->redone > 0, not s->skipped), skipped those whose update
+ * was skipped and skip_step is the last of them;
  * nan_step and nan_ranks: the last step with a non-finite gradient and the
  * ranks whose own gradients it was in) and sends it now. */
 mon_sink mon_sink_heartbeat(mon_heartbeat *hb);

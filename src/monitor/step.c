@@ -290,9 +290,9 @@ mon_sink mon_sink_events(void) {
 
 /* ---- summary -------------------------------------------------------------- */
 
-/* step, data, comm, bubble (ms); device fwd+bwd, optimizer (ms); blocked on
- * the tp, dp, pp groups (ms) */
-#define SUMMARY_COLS 9
+/* step, data, exposed comm, bubble (ms); device fwd+bwd, optimizer (ms);
+ * blocked on the tp, dp, pp groups (ms); compute (ms) */
+#define SUMMARY_COLS 10
 
 typedef struct {
     int rank, n, cap;
@@ -309,9 +309,14 @@ static ms_status summary_step(void *ctx, const mon_step *s) {
         m->cap = cap;
     }
     double *p = &m->v[SUMMARY_COLS * m->n++];
-    p[0] = s->sec * 1e3, p[1] = s->data_ms, p[2] = s->comm_ms, p[3] = s->bubble_ms;
+    /* exposed comm: every wait in communication (tp, dp, pp) but the pipeline's waits on
+     * receives, its bubble; compute: as the metrics' compute_ms.  (It was the ZeRO dp wait
+     * only: a tensor- or pipeline-parallel wait, a link flap on a tp group, read as compute) */
+    double exposed = s->wait_ms - s->bubble_ms;
+    p[0] = s->sec * 1e3, p[1] = s->data_ms, p[2] = exposed > 0 ? exposed : 0, p[3] = s->bubble_ms;
     p[4] = s->dev_fb_ms, p[5] = s->dev_opt_ms;
     p[6] = s->tp_ms, p[7] = s->dp_ms, p[8] = s->pp_ms;
+    p[9] = s->compute_ms;
     return MS_OK;
 }
 
@@ -340,8 +345,8 @@ static void summary_close(void *ctx) {
                    "%.1f ms | exposed comm %.1f ms | data wait %.2f ms | bubble %.1f ms | device: "
                    "fwd+bwd %.1f ms, optimizer %.1f ms | blocked on tp %.1f ms, dp %.1f ms, pp "
                    "%.1f ms",
-                   m->rank, m->n > 1 ? m->n - 1 : m->n, med[0], med[0] - med[1] - med[2] - med[3],
-                   med[2], med[1], med[3], med[4], med[5], med[6], med[7], med[8]);
+                   m->rank, m->n > 1 ? m->n - 1 : m->n, med[0], med[9], med[2], med[1], med[3],
+                   med[4], med[5], med[6], med[7], med[8]);
     }
     free(tmp);
     free(m->v);

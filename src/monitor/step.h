@@ -110,7 +110,10 @@ mon_sink mon_sink_events(void);
  * split over the run, the first step (warm-up) left out ("[megascale rN
  * profile] median per step over S steps: step .. ms | compute .. ms |
  * exposed comm .. ms | data wait .. ms | bubble .. ms | device: fwd+bwd ..
- * ms, optimizer .. ms"; read by bench/parallel_step). */
+ * ms, optimizer .. ms | blocked on tp .. ms, dp .. ms, pp .. ms"; read by
+ * bench/parallel_step).  Compute is the metrics' compute_ms (the step but
+ * its waits in communication and for data); exposed comm is wait_ms but
+ * the bubble (the pipeline's waits on receives), every dimension's. */
 mon_sink mon_sink_summary(int rank);
 
 #endif

@@ -96,7 +96,9 @@ typedef struct {
     char phase[16]; /* start train val ckpt done stopped error */
     double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
     double comm_wait_s; /* blocked in communication for, now (>= 0; NaN when absent) */
-    int redone; /* steps redone after a non-finite result, cumulative (0: absent) */
+    int redone; /* steps redone after a non-finite result, finite then, cumulative (0: absent) */
+    int skipped, skip_step; /* updates skipped (not finite, nor their redos), cumulative, and
+                               the last such step (0 and 0: absent) */
     /* the last step with a non-finite gradient (0: absent) and the ranks
      * whose own gradients it was in (the first n_nan_ranks <= 8) */
     int nan_step, nan_ranks[8], n_nan_ranks;

@@ -16,10 +16,11 @@
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
-    "v",           "token",  "rank",        "world",       "pid",        "host",      "node",
-    "seq",         "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
-    "compute_ms",  "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error",     "stage",
-    "comm_wait_s", "usage",  "dumps",       "nan_step",    "nan_ranks",  "stop_here"};
+    "v",          "token",      "rank",       "world",       "pid",         "host",
+    "node",       "seq",        "step",       "phase",       "step_ms",     "loss",
+    "grad_norm",  "comm_bytes", "compute_ms", "redone",      "ckpt_commit", "ckpt_failed",
+    "ckpt_error", "error",      "stage",      "comm_wait_s", "usage",       "dumps",
+    "nan_step",   "nan_ranks",  "stop_here",  "skipped",     "skip_step"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -124,6 +125,15 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
     if (cJSON_GetObjectItemCaseSensitive(o, "redone")) {
         if (get_int(o, "redone", 0, 2147483647, &v)) return -1;
         b->redone = (int)v;
+    }
+    b->skipped = b->skip_step = 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, "skipped") ||
+        cJSON_GetObjectItemCaseSensitive(o, "skip_step")) {
+        if (get_int(o, "skipped", 1, 2147483647, &v)) return *why = "skipped out of range", -1;
+        b->skipped = (int)v;
+        if (get_int(o, "skip_step", 1, 2147483647, &v))
+            return *why = "skipped and skip_step go together", -1;
+        b->skip_step = (int)v;
     }
     b->nan_step = b->n_nan_ranks = 0;
     const cJSON *nr = cJSON_GetObjectItemCaseSensitive(o, "nan_ranks");

@@ -180,8 +180,11 @@ int sup_ctl_client(const char *run_dir, int argc, char **argv) {
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     }
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        fprintf(stderr, "megascale launch --ctl: error: cannot reach the driver at %s: %s\n", addr,
-                strerror(errno));
+        int e = errno;
+        fprintf(stderr, "megascale launch --ctl: error: cannot reach the driver at %s: %s%s%s%s\n",
+                addr, strerror(e), e == ECONNREFUSED ? " (is a driver running with --run-dir " : "",
+                e == ECONNREFUSED ? run_dir : "",
+                e == ECONNREFUSED ? "? Its control.json is one a driver that ended left)" : "");
         if (fd >= 0) close(fd);
         return SUP_EXIT_ERROR;
     }

@@ -806,6 +806,12 @@ static int run_loop(sup_driver *d) {
         if ((code = sup_preflight(d)) != 0) finish(d, "storage", code);
     }
     if (code) return code;
+    if (g_stop && !d->adopt_pid) { /* a signal during the set-up: no job to start, or to stop */
+        fprintf(stderr, "megascale launch: stopped (signal %d) before the job started\n",
+                (int)g_stop);
+        finish(d, "stopped", SUP_EXIT_STOPPED);
+        return SUP_EXIT_STOPPED;
+    }
     for (;;) {
         /* an attempt taken over keeps the best step its start had (saved) */
         int prev_best = d->adopt_pid ? d->recover_prev_best : d->best_step;
@@ -1028,6 +1034,23 @@ static int plan_unreachable(const sup_driver *d, char *why, size_t n) {
                    1;
         if (f->step == 0)
             return snprintf(why, n, "%s (entry %d): step 0: steps count from 1", f->kind, i + 1), 1;
+        /* without a step a checkpoint point fires at the first checkpoint of every start: it
+         * was handed to each, and one point killed every start until --max-restarts */
+        if (f->step < 0 && ms_fault_is_ckpt(f->kind))
+            return snprintf(why, n,
+                            "%s (entry %d): a checkpoint point needs @STEP under launch, the "
+                            "step of the checkpoint it hits (without one it fires at the first "
+                            "checkpoint of every start of the job)",
+                            f->kind, i + 1),
+                   1;
+        if (d->c->steps > 0 && f->step > d->c->steps)
+            return snprintf(why, n,
+                            "%s (entry %d): step %d is past --steps %d: it would never fire%s",
+                            f->kind, i + 1, f->step, d->c->steps,
+                            d->plan.n > 1 ? " (random=SEED/N/MAXSTEP/WORLD: MAXSTEP at most "
+                                            "--steps)"
+                                          : ""),
+                   1;
     }
     return 0;
 }
@@ -1035,6 +1058,14 @@ static int plan_unreachable(const sup_driver *d, char *why, size_t n) {
 int sup_run(const sup_config *c) {
     int code = check_config(c);
     if (code) return code;
+    /* before anything is set up: a signal during the set-up (the lock, the state, a job taken
+     * over) is seen by the loop, which stops the job; it killed the driver (exit 143), leaving
+     * a taken-over job unwatched and a state file's temporary behind */
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop the job, do not orphan it */
+    signal(SIGPIPE, SIG_IGN);
     sup_driver *d = calloc(1, sizeof *d); /* large (the fault plan, the pool): not on the stack */
     if (d) d->pool = calloc(1, sizeof *d->pool);
     if (!d || !d->pool) {
@@ -1112,11 +1143,6 @@ int sup_run(const sup_config *c) {
         goto out;
     }
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* ranks that lose mpirun become ours to reap */
-    struct sigaction sa = {.sa_handler = on_signal};
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL); /* a closed terminal: stop the job, do not orphan it */
-    signal(SIGPIPE, SIG_IGN);
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "np", c->np);
     cJSON_AddNumberToObject(f, "nodes", d->pool->needed);

@@ -389,7 +389,7 @@ typedef struct {
 } sup_ctl_conn;
 
 typedef struct {
-    int connected, pid, step, first_step, done, failed, redone;
+    int connected, pid, step, first_step, done, failed, redone, skipped;
     int stopped;     /* said "stopped": ended cleanly before --steps */
     int ckpt_failed; /* its last beat's failed commits in a row */
     int started;     /* in the training loop (phase train, or a step done) */
@@ -436,7 +436,7 @@ typedef struct {
     /* detectors */
     sup_spike spike;
     sup_straggler strag;
-    int straggler_warned, nan_step;
+    int straggler_warned, nan_step, skip_step;
     double t_unclear;   /* when a stall was first seen that the beats did not pin on a rank
                          * (0: none): the verdict waits for a beat from each (sup_watch) */
     int ckpt_streak;    /* checkpoints of this attempt that failed to commit in a row */

@@ -356,6 +356,7 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     if (pool) sup_nodes_pool(d->pool, pool, sizeof d->node_map);
     cJSON_AddStringToObject(o, "pool", pool ? pool : "");
     free(pool);
+    cJSON_AddStringToObject(o, "fault_plan", d->c->faults ? d->c->faults : "");
     cJSON *train = cJSON_AddArrayToObject(o, "train");
     for (int i = 0; i < d->c->train_argc; i++)
         cJSON_AddItemToArray(train, cJSON_CreateString(d->c->train_argv[i]));
@@ -483,7 +484,9 @@ static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_
  * none. */
 static void options_diff(const sup_driver *d, const cJSON *o, char *what, size_t wn) {
     const cJSON *np = item(o, "np"), *nodes = item(o, "nodes"), *pool = item(o, "pool"),
-                *train = item(o, "train");
+                *train = item(o, "train"),
+                *plan_j = item(o, "fault_plan"); /* absent in older states */
+    const char *plan = d->c->faults ? d->c->faults : "";
     what[0] = 0;
     char *mine = malloc(sizeof d->node_map);
     if (mine) sup_nodes_pool(d->pool, mine, sizeof d->node_map);
@@ -497,6 +500,9 @@ static void options_diff(const sup_driver *d, const cJSON *o, char *what, size_t
         snprintf(what, wn,
                  "--spares/--hostfile: the job's node pool is %.500s, this command's is %.500s",
                  pool->valuestring, mine);
+    else if (cJSON_IsString(plan_j) && strcmp(plan_j->valuestring, plan))
+        snprintf(what, wn, "--faults: the job's plan is '%.400s', this command's '%.400s'",
+                 plan_j->valuestring, plan); /* the ranks run with the job's plan */
     else if (cJSON_IsArray(train))
         train_diff(d->c, train, what, wn);
     free(mine);

@@ -151,6 +151,40 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
             known ? list : "", known ? ")" : "");
 }
 
+/* A step whose update the ranks skipped: its result was not finite, nor
+ * were its redos (every rank skips it: the check is on the global norm).
+ * Said as such, not recovered: the run goes on without that step's update
+ * (it was reported as "redone in place" and "recovered"). */
+static void on_skipped(sup_driver *d, const sup_beat *b) {
+    if (b->skip_step == d->skip_step) return; /* one event a step, whichever rank says it */
+    d->skip_step = b->skip_step;
+    int known = b->n_nan_ranks > 0 && b->nan_step == b->skip_step;
+    int rank = known ? b->nan_ranks[0] : b->rank;
+    char detail[512];
+    snprintf(detail, sizeof detail,
+             "a non-finite loss or gradient at step %d, and in every redo of it: the ranks "
+             "skipped the step's update (the weights are those of the step before)",
+             b->skip_step);
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "kind", "nonfinite");
+    cJSON_AddStringToObject(f, "action", "skip");
+    cJSON_AddNumberToObject(f, "rank", rank);
+    cJSON_AddStringToObject(f, "node", sup_node_name(d, rank));
+    cJSON_AddNumberToObject(f, "step", b->skip_step);
+    if (known)
+        cJSON_AddItemToObject(f, "ranks", cJSON_CreateIntArray(b->nan_ranks, b->n_nan_ranks));
+    cJSON_AddNumberToObject(f, "reported_by", b->rank);
+    cJSON_AddStringToObject(f, "detail", detail);
+    cJSON_AddNumberToObject(f, "detect_s", 0);
+    /* not one of the summary's faults: the run goes on without that update, or stops for
+     * the streak (--max-bad-steps), and that stop is the fault, counted once */
+    sup_events_put(&d->ev, "fault_detected", f);
+    fprintf(stderr,
+            "megascale launch: step %d: non-finite result, its redos too: the update was "
+            "skipped\n",
+            b->skip_step);
+}
+
 /* The rank whose own write failed: the rank a failed commit's error names
  * ("rank R failed to ...", what the other ranks report: agree() in
  * src/ckpt/ckpt_persist.c; "rank R: ...", rank R's own message as rank 0
@@ -319,6 +353,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (b->redone > s->redone) {
         s->redone = b->redone;
         on_redone(d, b);
+    }
+    if (b->skipped > s->skipped) {
+        s->skipped = b->skipped;
+        on_skipped(d, b);
     }
     if (!d->fault) on_ckpt(d, b);
     if (b->step > s->step) {

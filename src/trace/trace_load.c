@@ -410,7 +410,20 @@ void trace_set_align(trace_set *s) {
     for (int i = 0; i < s->n_logs; i++) {
         trace_log *l = &s->logs[i];
         if (l->n_clocks || !l->wall_ns || l == ref) continue;
-        l->base_offset = ref_global + (l->wall_ns - ref->wall_ns) - l->mono_ns;
+        /* each term under 2^62 (the parser's bound), their sum not: checked, and an offset
+         * that could take a time past 2^63 is refused (it wrapped: spans 2^63 ns apart came
+         * out 1 us apart) */
+        int64_t d, off;
+        const int64_t lim = (int64_t)1 << 62;
+        if (__builtin_sub_overflow(l->wall_ns, ref->wall_ns, &d) ||
+            __builtin_add_overflow(ref_global, d, &off) ||
+            __builtin_sub_overflow(off, l->mono_ns, &off) || off >= lim || off <= -lim) {
+            ms_warn("%s: its header's clocks (mono_ns %lld, wall_ns %lld) are too far from rank "
+                    "%d's to align it: its times are left on its own clock",
+                    l->path, (long long)l->mono_ns, (long long)l->wall_ns, ref->rank);
+            continue;
+        }
+        l->base_offset = off;
         first = first ? first : l;
         n++;
     }
@@ -438,10 +451,23 @@ static void keep_one_run(trace_set *s) {
         if (s->logs[i].opened_ns > s->logs[newest].opened_ns) newest = i;
     /* copied: the loop below moves the logs it keeps */
     int world = s->logs[newest].world;
+    trace_coord shape = s->logs[newest].shape;
     int64_t wall = s->logs[newest].opened_ns;
     const char *path = s->logs[newest].path; /* owned by a log that is kept */
+    char sh[2][64];
     for (int i = 0; i < s->n_logs; i++) {
         trace_log *l = &s->logs[i];
+        /* another grid of the same world is another run too: a log of one was mixed in
+         * without a word, its coordinates clashing with the others', and changed the
+         * verdict (its rank scored against ranks of other stages) */
+        if (l->world == world && trace_coord_cmp(l->shape, shape)) {
+            ms_warn("%s: skipped: a log of another run (grid %s; %s, the newest log, says %s)",
+                    l->path, trace_coord_str(sh[0], sizeof sh[0], l->shape), path,
+                    trace_coord_str(sh[1], sizeof sh[1], shape));
+            trace_log_unload(l);
+            free(l->path);
+            continue;
+        }
         if (l->world == world) {
             if (l->opened_ns && wall - l->opened_ns > TRACE_RUN_SPREAD_NS)
                 ms_warn("%s: opened %.0f s before %s, the newest log: one an earlier run left "

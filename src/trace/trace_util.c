@@ -189,14 +189,7 @@ int trace_coord_parse(const cJSON *o, trace_coord *c) {
 }
 
 void trace_utf8_fix(char *s) {
-    for (unsigned char *p = (unsigned char *)s; *p;) {
-        int n = ms_utf8_len(p);
-        if (n) {
-            p += n;
-        } else {
-            *p++ = '?';
-        }
-    }
+    ms_utf8_fix(s);
 }
 
 cJSON *trace_json_add_text(cJSON *o, const char *key, const char *s) {

@@ -247,6 +247,53 @@ def test_rollback(ws):
        "not the old history's step 8", r.stderr)
 
 
+def test_rollback_latest(ws):
+    """--resume DIR/latest, after latest was pointed at an older commit, is that commit: a
+    rollback like --resume DIR/step_E (the newer commits set aside).  Before, it was not seen
+    as one: the newer commits were replaced one by one as the run committed its steps, and
+    one of the old history was left for --resume auto to continue on top of the new."""
+    d = ws.path("rollback_latest")
+    keep = ["--ckpt-every", "2", "--ckpt-keep", "10", "--ckpt-dir", d]
+    r = run(ws, ws.train_args("--steps", "8", *keep))
+    steps = sorted(int(n[5:]) for n in os.listdir(d) if n.startswith("step_")) \
+        if os.path.isdir(d) else []
+    ok(r.returncode == 0 and len(steps) >= 2, f"a first history ({steps})", r.stderr)
+    if len(steps) < 2:
+        return
+    with open(os.path.join(d, "latest"), "w") as f:
+        f.write(f"step_{steps[0]:08d}\n")
+    r = run(ws, ws.train_args("--steps", str(steps[0] + 1), *keep, "--lr", "1e-3", "--resume",
+                              os.path.join(d, "latest")))
+    aside = [n for n in os.listdir(d) if n.startswith("abandoned-")]
+    moved = sorted(n for n in os.listdir(os.path.join(d, aside[0])) if n.startswith("step_")) \
+        if aside else []
+    ok(r.returncode == 0 and resumed_at(r.stderr) == steps[0] and "another history" in r.stderr
+       and moved == [f"step_{k:08d}" for k in steps[1:]] and "replaced an older" not in r.stderr,
+       f"--resume DIR/latest naming step {steps[0]}: the newer commits set aside", r.stderr +
+       str(moved))
+
+
+def test_prune_killed(ws):
+    """A run killed while it prunes (SIGKILL at its second unlinkat, by strace's fault
+    injection) leaves every commit whole: a pruned one goes out of sight in one rename
+    before its files go.  Before, the kill left a commit with its manifest and no shard,
+    which verify, list and every resume reported as damaged."""
+    if subprocess.run(["strace", "-o", "/dev/null", "true"], capture_output=True).returncode:
+        print("SKIP: prune killed: strace cannot trace here (not installed, or no ptrace)")
+        return
+    d = ws.path("prune_killed")
+    cmd = [BIN, *ws.train_args("--steps", "5", "--ckpt-every", "1", "--ckpt-keep", "1",
+                               "--ckpt-dir", d)]
+    subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=unlinkat", "-e",
+                    "inject=unlinkat:signal=KILL:when=2", *cmd], capture_output=True, text=True,
+                   timeout=120, env=ws.env)
+    v = subprocess.run([BIN, "ckpt", "verify", d], capture_output=True, text=True, env=ws.env)
+    ok(os.path.isdir(d) and v.returncode == 0, "killed while pruning: every commit verifies",
+       v.stdout + v.stderr + str(os.listdir(d) if os.path.isdir(d) else None))
+    subprocess.run([BIN, "ckpt", "shm", d, "--remove", "1", "--force", "1"], capture_output=True,
+                   env=ws.env)
+
+
 def test_other_histories(ws):
     """Mistakes that lost or hid an earlier run's commits (each was exit 0 or
     left the directory changed): a --resume of another directory's commit
@@ -420,6 +467,8 @@ def main():
     ws = Workspace("ms_ckpt_guard_")
     try:
         test_prune_symlink(ws)
+        test_prune_killed(ws)
+        test_rollback_latest(ws)
         test_lock(ws)
         test_out_refusals(ws)
         test_resume_step_dir(ws)

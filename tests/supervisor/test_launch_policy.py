@@ -45,6 +45,11 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
    no-progress limit, not --startup-timeout.
 15. a hung rank of two is named, not its peer that waits for it in the
    all-reduce, when the limit ends between two of the peer's beats;
+18. fault plans that would fire at every start (a checkpoint point without
+   @STEP) or never (a step past --steps), and train outputs named as the
+   driver's own files, are usage errors; SIGTERM during the set-up is exit
+   5; a takeover with another --faults is refused; a skipped update is a
+   fault of its own (action skip), not a step redone in place;
 17. compute.jsonl past --compute-log-max-mb is renamed compute.jsonl.1 and
    started again, the newest rows whole and in order;
 16. SIGTERM to the driver while a rank hangs: the ranks cannot stop within
@@ -387,6 +392,35 @@ def check_usage(d, shard):
     ok(rc == 2 and "--dp 3" in err and "refused its options" in err and not starts,
        "a batch the ranks refuse after their first beat: usage error (exit 2), no diag or "
        "restart", f"rc {rc}, events {[e.get('event') for e in events(run)]}: {err[-1500:]}")
+    # fault plans that would fire at every start, or never: refused before anything starts
+    for faults, needle in [("stage2:after-commit", "needs @STEP under launch"),
+                           ("kill@25:0", "step 25 is past --steps 2")]:
+        rc, err = launch(os.path.join(d, "u"), shard, ["--faults", faults], ck, timeout=30)
+        ok(rc == 2 and needle in err, f"--faults {faults}: usage error ({needle})",
+           f"rc {rc}: {err[-800:]}")
+    # a train output named as one of the driver's files in a --run-dir not made yet (the
+    # weights were saved, then the driver's state written over them; the metrics in the
+    # events file lost job_start and the rest)
+    for opt, name in [("--save-weights", "driver.json"), ("--log-file", "control.json"),
+                      ("--metrics", "events.jsonl")]:
+        run = os.path.join(d, "clash-" + name)
+        rc, err = launch(run, shard, [], ["--ckpt-dir", os.path.join(run, "ckpt"), "--steps", "2",
+                                          opt, os.path.join(run, name)], timeout=30)
+        ok(rc == 2 and opt in err and name in err and not os.path.exists(run),
+           f"{opt} RUN_DIR/{name} (RUN_DIR not made yet): usage error, nothing made",
+           f"rc {rc}: {err[-800:]}")
+    # SIGTERM as soon as the run directory is locked, before the job starts: exit 5 said
+    # as such (the handlers came after the set-up: the driver died of the signal, 143)
+    run = os.path.join(d, "early-term")
+    p = launch(run, shard, [], ["--steps", "2", "--ckpt-dir", os.path.join(run, "ckpt")],
+               wait=False)
+    t_end = time.time() + 30
+    while time.time() < t_end and not os.path.exists(os.path.join(run, "driver.lock")):
+        time.sleep(0.001)
+    err = signal_and_wait(p, signal.SIGTERM)
+    ok(p.returncode == 5 and not [f for f in os.listdir(run) if ".tmp" in f],
+       "SIGTERM during the driver's set-up: exit 5, no temporary file left",
+       f"rc {p.returncode}: {os.listdir(run)} {err[-800:]}")
     t0 = time.time()
     rc, err = launch(os.path.join(d, "m"), shard, ["--mpirun", "/nonexistent/mpirun"], ck,
                      timeout=60)
@@ -688,6 +722,46 @@ def check_takeover_in_backoff(d, shard):
        "the fault does not fire again, its recovery time is booked", f"rc {rc}, events {names}, {summ}\n{err[-1500:]}")
 
 
+def check_takeover_other_plan(d, shard):
+    """The driver killed while its job runs, then a launch with another --faults: refused
+    (exit 2, naming the plans), the job untouched; the same launch again takes it over.
+    Before, the new plan was taken over silently and its new entries never fired."""
+    run = os.path.join(d, "tkplan")
+    args = ["--steps", "150", "--ckpt-every", "50", "--ckpt-dir", os.path.join(run, "ckpt")]
+    plan = ["--faults", "slow=60@1+"]  # ~9 s: the job outlives its driver
+    os.makedirs(run)
+    with open(os.path.join(run, "driver1.log"), "w") as log:  # no pipe the job holds open
+        p = subprocess.Popen([BIN, "launch", "--np", "1", "--run-dir", run, *LAUNCH, *plan, "--",
+                              "--train-data", shard, *TRAIN, *args], stdout=log, stderr=log,
+                             env=ENV)
+    t_end = time.time() + 120
+    while time.time() < t_end and not all(r[0] > 0 for r in state(run).get("ranks", [[0]])):
+        time.sleep(0.05)
+    p.kill()
+    p.wait()
+    rc, err = launch(run, shard, ["--faults", "slow=60@1+,kill@140:0"], args, timeout=60)
+    ok(rc == 2 and "--faults: the job's plan is 'slow=60@1+'" in err,
+       "a takeover with another --faults is refused, naming both plans", f"rc {rc}: {err[-800:]}")
+    rc, err = launch(run, shard, plan, args)
+    ev = events(run)
+    ok(rc == 0 and any(e["event"] == "launch" and e.get("adopted") for e in ev),
+       "the same launch takes the job over and finishes it", f"rc {rc}: {err[-1500:]}")
+
+
+def check_skipped_update(d, shard):
+    """A step whose update is skipped (not finite, its redo neither) is a fault the driver
+    names as such (action skip), not "redone in place" and recovered."""
+    run = os.path.join(d, "skipped")
+    rc, err = launch(run, shard, ["--faults", "nan-grad@3+"],
+                     ["--steps", "3", "--ckpt-every", "1", "--ckpt-dir", os.path.join(run, "ckpt")])
+    ev = events(run)
+    f = [e for e in ev if e["event"] == "fault_detected"]
+    ok(rc == 0 and [(e["kind"], e["action"], e["step"]) for e in f] == [("nonfinite", "skip", 3)]
+       and not any(e["event"] == "recovered" for e in ev) and "the update was skipped" in err,
+       "a skipped update: one fault, action skip, nothing recovered",
+       f"rc {rc}: {f} {err[-1000:]}")
+
+
 def check_slow_persist(d, shard):
     """Each persist 2.5 s (stage2:slow), a checkpoint every step, a no-progress
     limit of 2 s (--heartbeat-timeout 2, --progress-factor 1): step 3 waits
@@ -925,6 +999,8 @@ def main():
     check_conn_lost(d, shard)
     check_ctl_slots(d, shard)
     check_takeover_in_backoff(d, shard)
+    check_takeover_other_plan(d, shard)
+    check_skipped_update(d, shard)
     check_slow_persist(d, shard)
     check_hang_after_ckpt_wait(d, shard)
     check_hang_at_step2(d, shard)

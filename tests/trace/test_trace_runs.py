@@ -27,6 +27,7 @@
    rotation.
 
 Runs under mpirun --oversubscribe.  Environment: MS_BIN."""
+import glob
 import json
 import os
 import signal
@@ -385,6 +386,18 @@ def check_rotation(d, shard):
         ok(pid0 == pid1 and s0, f"rank {rank}: the .1 is the same process's, with steps",
            f"{pid0} {pid1} {s0} {s1}")
         both[rank] = s0 | s1
+    # a bound smaller than one flush of events: the log rotates once a flush, never twice
+    # (the second rotation replaced the first's .1, and the compute lane, drained first, was
+    # lost: trace stragglers found no fwd/bwd spans), and says it runs past its bound
+    tsmall = os.path.join(d, "t_rot_small")
+    r2 = mpi(2, "train", "--train-data", shard, *TINY, "--batch", "8", "--steps", "30", "--dp",
+             "2", "--trace-dir", tsmall, "--trace-max-mb", "0.01", "--val-batches", "1")
+    lanes = set()
+    for f in glob.glob(os.path.join(tsmall, "events_r*.jsonl*")):
+        lanes |= {json.loads(l).get("lane") for l in open(f) if l.strip()}
+    ok(r2.returncode == 0 and "compute" in lanes and "one flush of events holds more" in r2.stderr,
+       "--trace-max-mb smaller than a flush: the compute lane is kept, with a warning",
+       f"{lanes} {r2.stderr[-1500:]}")
     out = os.path.join(d, "rot.json")
     m = tool("merge", tdir, "-o", out)
     merged = {}

@@ -261,6 +261,50 @@ def test_merge_no_clock(d):
        "a rank without clock lines aligned by the wall clock to the clocked ranks", f"{ts}\n{se}")
 
 
+def test_merge_far_clock(d):
+    """A rank without clock lines whose header's clocks are far from the others' (each
+    under 2^62, their difference not): left on its own clock with a warning.  Before, the
+    offset wrapped past 2^63 and its spans 2^63 ns apart came out 1 us apart."""
+    big = 2**62 - 1
+    rows = {0: ([dict(type="clock", mono_ns=0, offset_ns=0, err_ns=0)], 0, 1),
+            1: ([], -big, big)}
+    for rank, (clocks, mono, wall) in rows.items():
+        header = dict(type="header", version=1, rank=rank, world=2, host="h", pid=1,
+                      mono_ns=mono, wall_ns=wall)
+        t = [0, MS] if rank == 0 else [-big, big - 1000]
+        spans = [dict(type="span", name="fwd", lane="compute", t0=x, t1=x + 1, step=1) for x in t]
+        with open(os.path.join(d, f"events_r{rank:05d}.jsonl"), "w") as f:
+            f.write("\n".join(json.dumps(x) for x in [header] + clocks + spans) + "\n")
+    out = os.path.join(d, "m.json")
+    rc, so, se = run("trace", "merge", d, "-o", out)
+    xs = [e for e in json.load(open(out))["traceEvents"] if e.get("ph") == "X" and e["pid"] == 1] \
+        if rc == 0 else []
+    gap = max(e["ts"] for e in xs) - min(e["ts"] for e in xs) if len(xs) == 2 else 0
+    ok(rc == 0 and "too far from rank 0's to align it" in se and gap > 1e12,
+       "a rank whose header clocks are too far to align: left unaligned, said, no wrap",
+       f"rc={rc} gap={gap}\n{se}")
+
+
+def test_mixed_grid(d):
+    """A log of another run of the same world but another grid (a tp2 x dp2 run's rank 2
+    among a pp2 x dp2 run's logs): skipped with a warning, not mixed in (its coordinates
+    clashed with the others' and the straggler of the newer run went unnamed)."""
+    for rank in range(4):
+        other = rank == 2
+        log = RankLog(rank, 4, (2, 1, 2) if other else (2, 2, 1), "h",
+                      wall_ns=(1_700_000_000 - (3 if other else 0)) * 10**9)
+        for s in range(1, 21):
+            t = 1000 * MS * s
+            log.span("compute", "step", t, t + 100 * MS, step=s)
+            log.span("compute", "fwd", t, t + (60 if rank == 3 else 20) * MS, step=s, mb=0)
+        log.write(d)
+    rc, so, se = run("trace", "stragglers", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and "events_r00002.jsonl: skipped: a log of another run (grid (dp 2, pp 1, tp 2)"
+       in se and 2 not in [x["rank"] for x in j.get("ranks", [])],
+       "a log of another grid of the same world is skipped with a warning", so + se)
+
+
 def test_merge_rotated_p2p(d):
     """Ranks 0 and 1 exchange one transfer each way per step (the dp ring's send and recv),
     each span carrying its step.  Each rank's log rotated at its own time: rank 0's oldest
@@ -1678,6 +1722,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="ms_trace_") as root:
         for name, fn in (("merge", test_merge), ("merge_clock_step", test_merge_clock_step),
                          ("merge_no_clock", test_merge_no_clock),
+                         ("merge_far_clock", test_merge_far_clock),
+                         ("mixed_grid", test_mixed_grid),
                          ("merge_mark_after_span", test_merge_mark_after_span),
                          ("merge_rotated_p2p", test_merge_rotated_p2p),
                          ("stragglers", test_stragglers), ("rotated", test_rotated),

@@ -90,7 +90,7 @@ static void test_file_basics(void) {
     free(data);
 
     /* a directory is not a regular file */
-    T_EQ_INT(ms_file_size(tmpdir, &size), MS_ERR_IO);
+    T_EQ_INT(ms_file_size(tmpdir, &size), MS_ERR_FORMAT); /* bad input, not storage */
     T_STR_CONTAINS(ms_errmsg(), tmpdir);
     /* nor one to read whole: named as such, not read(2)'s "Is a directory" */
     T_EQ_INT(ms_file_read_all(tmpdir, &data, &len), MS_ERR_ARG);
@@ -334,6 +334,40 @@ static void test_path_writable(void) {
         T_EQ_INT(ms_path_check_writable("/proc", 1), MS_ERR_ARG);
         T_STR_CONTAINS(ms_errmsg(), "'/proc' is on proc");
     }
+}
+
+/* Two outputs that do not exist yet, in directories not made yet either (a --run-dir the
+ * command makes): the same file by their absolute names (they compared as different, and
+ * a train output was written over the driver's state). */
+static void test_path_same(void) {
+    ms_mkdirs(tpath("ps/d"));
+    char rel[600], dot[600];
+    T_OK(ms_path_same(tpath("ps/new/a.json"), tpath("ps/new/./a.json")));
+    T_OK(ms_path_same(tpath("ps/new/a.json"), tpath("ps/new/x/../a.json")));
+    T_OK(ms_path_same(tpath("ps/new/deeper/a"), tpath("ps/d/../new/deeper/a")));
+    T_OK(!ms_path_same(tpath("ps/new/a.json"), tpath("ps/new/b.json")));
+    T_OK(!ms_path_same(tpath("ps/new/a.json"), tpath("ps/other/a.json")));
+    T_OK(ms_path_same(tpath("ps/d/a"), tpath("ps/d/a/"))); /* a trailing slash */
+    /* relative to the working directory */
+    char cwd[4096];
+    T_OK(getcwd(cwd, sizeof cwd) != NULL);
+    T_OK(chdir(tpath("ps")) == 0);
+    snprintf(rel, sizeof rel, "new/a.json");
+    snprintf(dot, sizeof dot, "%s", tpath("ps/new/a.json"));
+    T_OK(ms_path_same(rel, dot));
+    T_OK(ms_path_same("./new/q/../a.json", dot));
+    T_OK(chdir(cwd) == 0);
+    /* a file named in a directory not made yet */
+    const char *const names[] = {"driver.json", "peak-*.json", NULL};
+    char match[64] = "";
+    T_OK(ms_path_named_in_dir(tpath("ps/run/driver.json"), tpath("ps/run"), names, match,
+                              sizeof match));
+    T_OK(!strcmp(match, "driver.json"));
+    T_OK(ms_path_named_in_dir(tpath("ps/run/x/../peak-a.json"), tpath("ps/./run"), names, match,
+                              sizeof match));
+    T_OK(!ms_path_named_in_dir(tpath("ps/run/sub/driver.json"), tpath("ps/run"), names, NULL, 0));
+    T_OK(!ms_path_named_in_dir(tpath("ps/run/w.bin"), tpath("ps/run"), names, NULL, 0));
+    T_OK(!ms_path_named_in_dir(tpath("ps/d/driver.json"), tpath("ps/run"), names, NULL, 0));
 }
 
 /* ---- crc32c ---------------------------------------------------------- */
@@ -744,6 +778,7 @@ int main(void) {
     test_mkdirs_glob();
     test_map_truncated();
     test_path_writable();
+    test_path_same();
     test_read_max();
     test_crc_vectors();
     test_crc_paths_agree();

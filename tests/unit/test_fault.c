@@ -112,6 +112,36 @@ static void test_find_node(void) {
     T_OK(!ms_fault_find(&p, "exit", 2, 0));
 }
 
+/* Without a step: the trainer's kinds fire at step 1 (they never fired), the checkpoint's
+ * and the self-test's keep "no step"; KIND:RANK needs no step ("exit:1" was an unknown
+ * fault), the kind's own ':' kept. */
+static void test_no_step(void) {
+    ms_fault_plan p = {.n = 0};
+    T_EQ_INT(ms_fault_parse(&p,
+                            "exit,kill:1,stage1:mid:1,stage2:after-commit,diag:gemm:2,"
+                            "slow=5:0,io:noexchange",
+                            WHAT),
+             MS_OK);
+    T_EQ_INT(p.n, 7);
+    T_OK(!strcmp(p.f[0].kind, "exit") && p.f[0].step == 1 && p.f[0].rank == -1);
+    T_OK(!strcmp(p.f[1].kind, "kill") && p.f[1].step == 1 && p.f[1].rank == 1);
+    T_OK(!strcmp(p.f[2].kind, "stage1:mid") && p.f[2].step == -1 && p.f[2].rank == 1);
+    T_OK(!strcmp(p.f[3].kind, "stage2:after-commit") && p.f[3].step == -1 && p.f[3].rank == -1);
+    T_OK(!strcmp(p.f[4].kind, "diag:gemm") && p.f[4].step == -1 && p.f[4].rank == 2);
+    T_OK(!strcmp(p.f[5].kind, "slow") && p.f[5].arg == 5 && p.f[5].step == 1 && p.f[5].rank == 0);
+    T_OK(!strcmp(p.f[6].kind, "io:noexchange") && p.f[6].rank == -1);
+    T_OK(ms_fault_find(&p, "exit", 1, 3) && !ms_fault_find(&p, "exit", 2, 3));
+    T_OK(ms_fault_find(&p, "kill", 1, 1) && !ms_fault_find(&p, "kill", 1, 0));
+    T_OK(ms_fault_find(&p, "stage1:mid", -1, 1) && !ms_fault_find(&p, "stage1:mid", -1, 0));
+    /* handed on as fired at step 1: a restart after step 1 does not meet them again */
+    char buf[256];
+    ms_fault_format(&p, 1, buf, sizeof buf);
+    T_STR_EQ(buf, "stage1:mid:1,stage2:after-commit,diag:gemm:2,io:noexchange");
+    expect_bad("exit:1:node=b", "'exit:1:node=b'", "one target");
+    expect_bad("exit:1@2", "unknown fault 'exit:1'", NULL);
+    expect_bad("exit:x", "unknown fault 'exit:x'", NULL);
+}
+
 static void test_errors(void) {
     expect_bad("exit@2:node=", "'exit@2:node='", "node name");
     expect_bad("exit@2:node=a/b", "'exit@2:node=a/b'", "[A-Za-z0-9._-]");
@@ -250,6 +280,7 @@ static void test_node_map(void) {
 }
 
 int main(void) {
+    test_no_step();
     test_parse_targets();
     test_find_node();
     test_errors();

@@ -6,12 +6,16 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "tmpdir.h"
+#include "data/docs.h"
 #include "data/shard.h"
 
 /* Number of entries in tmpdir (excluding . and ..). */
@@ -254,6 +258,45 @@ static void test_bad_files(void) {
     expect_bad("llama3short.bin", MS_ERR_FORMAT, "header says 10 tokens (1064 bytes)");
 }
 
+/* A text input rewritten in place while it is read, at the same size (no SIGBUS): an error
+ * naming it once its text was read, not tokens of old and new text mixed (prepare made
+ * shards of both, exit 0). */
+static void test_docs_rewritten(void) {
+    char a[600], b[600];
+    snprintf(a, sizeof a, "%s", tpath("doc_a.txt"));
+    snprintf(b, sizeof b, "%s", tpath("doc_b.txt"));
+    FILE *f = fopen(a, "w");
+    fputs("the first document\n", f);
+    fclose(f);
+    f = fopen(b, "w");
+    fputs("the second one\n", f);
+    fclose(f);
+    char *paths[] = {a, b};
+    data_docs *d = NULL;
+    const char *text;
+    size_t len;
+    uint64_t used;
+    T_EQ_INT(data_docs_open(&d, paths, 2, NULL, 0), MS_OK);
+    T_EQ_INT(data_docs_next(d, &text, &len, &used), MS_OK);
+    T_OK(text && len == 19 && !strncmp(text, "the first document", 18));
+    int fd = open(a, O_WRONLY); /* in place, the same size, a later time */
+    T_OK(fd >= 0 && pwrite(fd, "THE", 3, 0) == 3);
+    struct timespec later[2] = {{0, UTIME_OMIT}, {time(NULL) + 5, 0}};
+    T_OK(futimens(fd, later) == 0);
+    close(fd);
+    T_EQ_INT(data_docs_next(d, &text, &len, &used), MS_ERR_IO);
+    T_STR_CONTAINS(ms_errmsg(), "doc_a.txt: the file changed on disk while it was read");
+    data_docs_close(d);
+    /* left alone: both documents, no error */
+    T_EQ_INT(data_docs_open(&d, paths, 2, NULL, 0), MS_OK);
+    T_EQ_INT(data_docs_next(d, &text, &len, &used), MS_OK);
+    T_EQ_INT(data_docs_next(d, &text, &len, &used), MS_OK);
+    T_OK(text && len == 15);
+    T_EQ_INT(data_docs_next(d, &text, &len, &used), MS_OK);
+    T_OK(text == NULL);
+    data_docs_close(d);
+}
+
 int main(void) {
     if (!ms_tmpdir_make("shard")) {
         return 1;
@@ -263,6 +306,7 @@ int main(void) {
     test_vocab_check();
     test_writer_failures();
     test_bad_files();
+    test_docs_rewritten();
     ms_tmpdir_remove();
     return ms_test_summary("test_shard");
 }

@@ -83,6 +83,11 @@ static void test_valid(void) {
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_commit\":1.5"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"redone\":\"2\""), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"node\":\"../etc\""), -1);
+    /* skipped updates: the count with the last such step, together */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"skipped\":2,\"skip_step\":9"), 0);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"skipped\":2"), -1);   /* alone */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"skip_step\":9"), -1); /* alone */
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"skipped\":0,\"skip_step\":9"), -1);
     /* where a non-finite gradient was: nan_step with its ranks, in the world */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":5,\"nan_ranks\":[2,7]"), 0);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"nan_step\":5"), -1);    /* alone */
@@ -307,6 +312,16 @@ static void test_client(void) {
     T_NEAR(b.loss, 3.25, 0);
     T_NEAR(b.step_ms, 250, 1e-9);
     T_EQ_INT(b.pid, getpid());
+    T_EQ_INT(b.skipped, 0);
+    /* a step redone and then skipped (its redo not finite either): skipped, not redone */
+    mon_step sk = {.step = 8, .steps = 10, .sec = 0.25, .redone = 1, .skipped = 1};
+    T_EQ_INT(s.on_step(s.ctx, &sk), MS_OK);
+    for (int i = 0; i < 50 && b.step != 8; i++) /* past the periodic beats sent before it */
+        T_OK(read_until(fd, "train", &b) >= 1);
+    T_EQ_INT(b.step, 8);
+    T_EQ_INT(b.redone, 1);
+    T_EQ_INT(b.skipped, 1);
+    T_EQ_INT(b.skip_step, 8);
     T_OK(read_until(fd, "train", &b) >= 1); /* periodic beats go on */
     mon_heartbeat_error(hb, "disk \"full\"\n at step 7", 0);
     mon_heartbeat_close(hb);
