@@ -694,7 +694,6 @@ static ms_status shm_common(ckpt_manager *cm, const int64_t mine[2], int64_t *co
 
 enum { RES_NONE = 0, RES_SHM = 1, RES_DISK = 2 };
 
-/* Rank 0: what to resume from.  *reader is the validated commit. */
 /* 1 if the commit at path, or a file in it, cannot be opened for want of permission (EACCES,
  * EPERM): it is not damaged, and skipping it would have the run commit that step again over
  * it (an intact commit, chmod'ed, was deleted so); the first such name and error into why. */
@@ -721,6 +720,7 @@ static int commit_unreadable(const char *path, char *why, size_t n) {
     return found;
 }
 
+/* Rank 0: what to resume from.  *reader is the validated commit. */
 static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step,
                         ckpt_reader **reader) {
     *kind = RES_NONE;

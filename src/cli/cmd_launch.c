@@ -133,12 +133,6 @@ static const char *events_input(const launch_cli *o, const char *events, const c
     return NULL;
 }
 
-/* The paths the driver writes or runs, checked before anything starts:
- * --run-dir a directory it can make, --events a file it can write, the
- * events file (ev_opt events: events_path) not an input (events_input, a
- * --config file), --bin an executable file (else every start of the job
- * fails, and is restarted as a fault).  0 or SUP_EXIT_USAGE, the error
- * naming the option. */
 /* What the driver writes in RUN_DIR besides its events (and the metrics, when it adds
  * --metrics RUN_DIR/metrics.jsonl to the train options: the last name). */
 static const char *const driver_files[] = {"driver.json",
@@ -153,6 +147,12 @@ static const char *const driver_files[] = {"driver.json",
                                            "metrics.jsonl",
                                            NULL};
 
+/* The paths the driver writes or runs, checked before anything starts:
+ * --run-dir a directory it can make, --events a file it can write, the
+ * events file (ev_opt events: events_path) not an input (events_input, a
+ * --config file), --bin an executable file (else every start of the job
+ * fails, and is restarted as a fault).  0 or SUP_EXIT_USAGE, the error
+ * naming the option. */
 static int check_paths(const launch_cli *o, const char *ev_opt, const char *events,
                        int own_metrics) {
     ms_status st = MS_OK;

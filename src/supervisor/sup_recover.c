@@ -484,9 +484,7 @@ static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_
  * none. */
 static void options_diff(const sup_driver *d, const cJSON *o, char *what, size_t wn) {
     const cJSON *np = item(o, "np"), *nodes = item(o, "nodes"), *pool = item(o, "pool"),
-                *train = item(o, "train"),
-                *plan_j = item(o, "fault_plan"); /* absent in older states */
-    const char *plan = d->c->faults ? d->c->faults : "";
+                *train = item(o, "train");
     what[0] = 0;
     char *mine = malloc(sizeof d->node_map);
     if (mine) sup_nodes_pool(d->pool, mine, sizeof d->node_map);
@@ -500,12 +498,22 @@ static void options_diff(const sup_driver *d, const cJSON *o, char *what, size_t
         snprintf(what, wn,
                  "--spares/--hostfile: the job's node pool is %.500s, this command's is %.500s",
                  pool->valuestring, mine);
-    else if (cJSON_IsString(plan_j) && strcmp(plan_j->valuestring, plan))
-        snprintf(what, wn, "--faults: the job's plan is '%.400s', this command's '%.400s'",
-                 plan_j->valuestring, plan); /* the ranks run with the job's plan */
     else if (cJSON_IsArray(train))
         train_diff(d->c, train, what, wn);
     free(mine);
+}
+
+/* A running job's fault plan (the state's "fault_plan", absent in older
+ * states) that is not this command's --faults, as what (else ""): its
+ * ranks have the job's plan, so the new one's entries would never fire.
+ * (Not an option the ranks refuse: a job not running takes the new one.) */
+static void plan_diff(const sup_driver *d, const cJSON *o, char *what, size_t wn) {
+    const cJSON *saved = item(o, "fault_plan");
+    const char *plan = d->c->faults ? d->c->faults : "";
+    what[0] = 0;
+    if (cJSON_IsString(saved) && strcmp(saved->valuestring, plan))
+        snprintf(what, wn, "--faults: the job's plan is '%.400s', this command's '%.400s'",
+                 saved->valuestring, plan);
 }
 
 /* why, for a running job (its mpirun: job) whose options differ from this
@@ -696,6 +704,7 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     if (held) job = 0, mp = 0;
     char what[1400];
     options_diff(d, o, what, sizeof what);
+    if (job && !what[0]) plan_diff(d, o, what, sizeof what);
     if (job && what[0]) { /* the job and the files untouched */
         cJSON_Delete(o);
         return refuse_options(d, job, what, why, n);
