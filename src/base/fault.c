@@ -163,19 +163,29 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     memcpy(head, e, hn);
     head[hn] = 0;
     size_t kn = strcspn(head, "=@"); /* a kind may hold a ':' (stage1:mid) */
-    if (kn == 0 || kn >= sizeof f.kind) goto bad;
-    memcpy(f.kind, head, kn);
     /* KIND:RANK without a step ("exit:1", "stage1:mid:1"): the last ':' ends the kind when what
-     * is before it is one and what follows is a rank (it was "unknown fault 'exit:1'") */
-    char *colon = strrchr(f.kind, ':');
-    if (!head[kn] && colon && !known_kind(f.kind)) {
+     * is before it is one and what follows is a rank (it was "unknown fault 'exit:1'"); split
+     * before the kind's length is checked (stage2:after-manifest:10 is longer than a kind) */
+    char *colon = head[kn] ? NULL : strrchr(head, ':');
+    if (colon && (size_t)(colon - head) < sizeof f.kind) {
         unsigned long long r = 0;
         int rk = 0;
-        *colon = 0;
-        if (known_kind(f.kind) && parse_count(colon + 1, INT32_MAX, &r, &rk) == 0 && !colon[1 + rk])
+        memcpy(f.kind, head, (size_t)(colon - head));
+        f.kind[colon - head] = 0;
+        if (known_kind(f.kind) && !known_kind(head) &&
+            parse_count(colon + 1, INT32_MAX, &r, &rk) == 0 && !colon[1 + rk]) {
             f.rank = (int)r;
-        else
-            *colon = ':';
+            kn = strlen(head); /* the whole head is read */
+        } else {
+            colon = NULL;
+        }
+    } else {
+        colon = NULL;
+    }
+    if (!colon) {
+        if (kn == 0 || kn >= sizeof f.kind) goto bad;
+        memcpy(f.kind, head, kn);
+        f.kind[kn] = 0;
     }
     if (!strcmp(f.kind, "random") && head[kn] == '=') {
         if (f.node[0])

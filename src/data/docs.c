@@ -57,8 +57,7 @@ static ms_status unmap_checked(data_docs *d) {
     if (!mapped || !d->path[0]) return MS_OK;
     if (stat(d->path, &now) != 0 || now.st_dev != d->id.st_dev || now.st_ino != d->id.st_ino ||
         now.st_size != d->id.st_size || now.st_mtim.tv_sec != d->id.st_mtim.tv_sec ||
-        now.st_mtim.tv_nsec != d->id.st_mtim.tv_nsec ||
-        now.st_ctim.tv_sec != d->id.st_ctim.tv_sec || now.st_ctim.tv_nsec != d->id.st_ctim.tv_nsec)
+        now.st_mtim.tv_nsec != d->id.st_mtim.tv_nsec) /* not ctime: a chmod changes no byte */
         return ms_error(MS_ERR_IO,
                         "%s: the file changed on disk while it was read (rewritten, replaced or "
                         "removed): its tokens would mix old and new text; leave the inputs alone "

@@ -127,12 +127,13 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
         b->redone = (int)v;
     }
     b->skipped = b->skip_step = 0;
-    if (cJSON_GetObjectItemCaseSensitive(o, "skipped") ||
-        cJSON_GetObjectItemCaseSensitive(o, "skip_step")) {
+    int has_sk = cJSON_GetObjectItemCaseSensitive(o, "skipped") != NULL,
+        has_ss = cJSON_GetObjectItemCaseSensitive(o, "skip_step") != NULL;
+    if (has_sk != has_ss) return *why = "skipped and skip_step go together", -1;
+    if (has_sk) {
         if (get_int(o, "skipped", 1, 2147483647, &v)) return *why = "skipped out of range", -1;
         b->skipped = (int)v;
-        if (get_int(o, "skip_step", 1, 2147483647, &v))
-            return *why = "skipped and skip_step go together", -1;
+        if (get_int(o, "skip_step", 1, 2147483647, &v)) return *why = "skip_step out of range", -1;
         b->skip_step = (int)v;
     }
     b->nan_step = b->n_nan_ranks = 0;

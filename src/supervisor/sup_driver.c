@@ -1047,9 +1047,9 @@ static int plan_unreachable(const sup_driver *d, char *why, size_t n) {
             return snprintf(why, n,
                             "%s (entry %d): step %d is past --steps %d: it would never fire%s",
                             f->kind, i + 1, f->step, d->c->steps,
-                            d->plan.n > 1 ? " (random=SEED/N/MAXSTEP/WORLD: MAXSTEP at most "
-                                            "--steps)"
-                                          : ""),
+                            d->c->faults && strstr(d->c->faults, "random=")
+                                ? " (random=SEED/N/MAXSTEP/WORLD: MAXSTEP at most --steps)"
+                                : ""),
                    1;
     }
     return 0;

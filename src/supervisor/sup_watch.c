@@ -1018,6 +1018,9 @@ void sup_reset_ranks(sup_driver *d) {
     d->kind[0] = d->detail[0] = 0;
     d->fault_rank = -1;
     d->fault_reporter = -1;
+    /* a new attempt's ranks count from 0: the same step redone or skipped again (a restart
+     * from before it) is said again */
+    d->nan_step = d->skip_step = 0;
     d->fault_booked = 0;
     d->fault_usage = 0;
     d->redone_booked = 0;

@@ -64,6 +64,13 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
         seq = mf.trainer.seq > 0 ? mf.trainer.seq : seq;
         /* the run's validation set: its glob and count (older commits: the count is not there) */
         batches = mf.trainer.val_batches > 0 ? mf.trainer.val_batches : batches;
+        if (!r->val_data[0] && strlen(mf.trainer.val_data) + 1 >= sizeof mf.trainer.val_data) {
+            ckpt_manifest_free(&mf);
+            return ms_error(MS_ERR_ARG,
+                            "eval: the --val-data of %s's run was longer than the %zu bytes a "
+                            "checkpoint records (it is cut there): give --val-data",
+                            r->source, sizeof mf.trainer.val_data - 1);
+        }
         if (!r->val_data[0] && mf.trainer.val_data[0]) {
             snprintf(r->val_data, sizeof r->val_data, "%s", mf.trainer.val_data);
             if (!w || comm_world_rank(w) == 0)
@@ -84,7 +91,7 @@ static ms_status eval_source(train_config *tc, const char *ck_opt, comm_world *w
                             ? ""
                             : ": the checkpoint does not name its run's (it had none, or it "
                               "predates the record)");
-    tc->val_data = r->val_data;
+    if (!tc->val_data || !*tc->val_data) tc->val_data = r->val_data; /* the checkpoint's */
     if (tc->val_batches == 0) tc->val_batches = batches;
     if (tc->batch == 0) tc->batch = batch;
     /* the default, 256, at most the model's positions (it was refused as "--seq 256", an

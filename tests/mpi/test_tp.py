@@ -21,6 +21,7 @@ of luck (seen: 6e-7 .. 1.2e-4 over seeds; test_dp.py's data parallelism
 reaches 1.1e-5 with --seed 5).  eps = 1e-6 keeps those elements in the
 linear regime (worst seen over 8 seeds x AdamW/LAMB: 5e-6)."""
 import os
+import re
 import time
 
 from mpi_common import finish, mpi, ok, redo_bitwise, run_against_one, start
@@ -55,6 +56,17 @@ def main():
                f"{label}: one reader per tp group shares the batches", many.stderr)
             ok("tensor + sequence parallel" in many.stderr, f"{label}: rank 0 prints the layout",
                many.stderr)
+
+    # the profile's exposed comm holds the tensor-parallel waits (it was the ZeRO dp wait only,
+    # 0.0 here, the tp waits read as compute): exposed = wait - bubble >= the tp part of the
+    # wait at every step, so its median is at least that of "blocked on tp"
+    r = mpi(2, *base, "--tp", "2", "--steps", "8")
+    prof = [re.search(r"exposed comm ([\d.]+) ms .* blocked on tp ([\d.]+) ms", l)
+            for l in r.stderr.splitlines() if "profile]" in l]
+    got = [(float(m.group(1)), float(m.group(2))) for m in prof if m]
+    ok(r.returncode == 0 and len(got) == 2 and all(e >= t - 0.051 for e, t in got) and
+       any(t > 0 for _, t in got), "tp2: the profile's exposed comm holds the tp waits", str(got)
+       + r.stderr[-1500:])
 
     # a transient NaN gradient on the tp follower: both redo the step from their own copy
     redo_bitwise(d, "tp2", 2, ["--tp", "2"], base)

@@ -137,6 +137,12 @@ static void test_no_step(void) {
     char buf[256];
     ms_fault_format(&p, 1, buf, sizeof buf);
     T_STR_EQ(buf, "stage1:mid:1,stage2:after-commit,diag:gemm:2,io:noexchange");
+    /* the longest kinds with a rank of several digits: longer than a kind, split first */
+    ms_fault_plan q = {.n = 0};
+    T_EQ_INT(ms_fault_parse(&q, "stage2:after-manifest:10,io:eio-fsync-manifest:1000", WHAT),
+             MS_OK);
+    T_OK(q.n == 2 && !strcmp(q.f[0].kind, "stage2:after-manifest") && q.f[0].rank == 10 &&
+         !strcmp(q.f[1].kind, "io:eio-fsync-manifest") && q.f[1].rank == 1000);
     expect_bad("exit:1:node=b", "'exit:1:node=b'", "one target");
     expect_bad("exit:1@2", "unknown fault 'exit:1'", NULL);
     expect_bad("exit:x", "unknown fault 'exit:x'", NULL);
