@@ -21,6 +21,7 @@
 #define REFRESH_S 0.25
 #define READ_PER_REFRESH                                                                           \
     (16u << 20) /* bytes of each file per refresh (a long run's first look takes a few) */
+#define EVENT_WORK_PER_REFRESH (1L << 24) /* rank records touched: ~20 ms */
 #define REPLY_MAX (64u << 20)
 #define CONN_LIMIT 64              /* past it the quietest connection is closed (see on_conn) */
 #define CONN_HARD (2 * CONN_LIMIT) /* libmicrohttpd's own bound, closing ones included */
@@ -53,6 +54,7 @@ struct sup_dash {
     dash_conn conns[CONN_HARD]; /* the server thread's only */
     int n_conns;
     long version; /* lines read (d->mu) */
+    long work;    /* the events' work in this refresh (d->mu) */
     char *heat;   /* the heat map's reply at heat_version (d->mu) */
     size_t heat_len;
     long heat_version;
@@ -62,21 +64,27 @@ struct sup_dash {
 
 /* ---- the files ------------------------------------------------------------ */
 
-/* Each feeds the model (arg: the sup_dash) and counts a change. */
-static void event_line(void *arg, const char *line, size_t len) {
+/* Each feeds the model (arg: the sup_dash) and counts a change.  The events' work is
+ * bounded per refresh (EVENT_WORK_PER_REFRESH rank records): the rest waits for the next
+ * refresh.  (Bytes alone bounded nothing: 16 MiB of job_done lines of a job of 65536 ranks
+ * held the server's one thread, every request and its stop, for minutes.) */
+static int event_line(void *arg, const char *line, size_t len) {
     sup_dash *d = arg;
     d->version++;
-    dash_model_event_line(d->model, line, len);
+    d->work += dash_model_event_line(d->model, line, len);
+    return d->work >= EVENT_WORK_PER_REFRESH;
 }
-static void metrics_line(void *arg, const char *line, size_t len) {
+static int metrics_line(void *arg, const char *line, size_t len) {
     sup_dash *d = arg;
     d->version++;
     dash_model_metrics_line(d->model, line, len);
+    return 0;
 }
-static void compute_line(void *arg, const char *line, size_t len) {
+static int compute_line(void *arg, const char *line, size_t len) {
     sup_dash *d = arg;
     d->version++;
     dash_model_compute_line(d->model, line, len);
+    return 0;
 }
 static void metrics_replaced(void *arg) {
     sup_dash *d = arg;
@@ -89,6 +97,7 @@ static void refresh(sup_dash *d) {
     double now = ms_now();
     if (now - d->t_refresh < REFRESH_S) return;
     d->t_refresh = now;
+    d->work = 0;
     dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d, NULL);
     /* the file job_start names, an absolute path: if it is not there (the
      * run directory was copied or moved since), the driver's default one */

@@ -38,9 +38,10 @@ typedef struct dash_model dash_model;
 dash_model *dash_model_new(void);
 void dash_model_free(dash_model *m);
 /* One line of each file (without its newline).  A line that is not a JSON
- * object of the expected shape is counted and skipped. */
+ * object of the expected shape is counted and skipped.  An event line
+ * returns its work: 1, plus the ranks an event of the whole job touched. */
 void dash_model_metrics_line(dash_model *m, const char *line, size_t len);
-void dash_model_event_line(dash_model *m, const char *line, size_t len);
+long dash_model_event_line(dash_model *m, const char *line, size_t len);
 void dash_model_compute_line(dash_model *m, const char *line, size_t len);
 /* The metrics file was replaced (a restart rewrote it): forget its lines;
  * the epoch the clients see changes. */
@@ -79,11 +80,13 @@ typedef struct {
 void dash_tail_init(dash_tail *t, const char *path);
 void dash_tail_free(dash_tail *t);
 /* Read what was appended since the last call (at most max_bytes), calling
- * line(arg, text, len) for each complete line.  Returns 1 if the file was
+ * line(arg, text, len) for each complete line; a line function that
+ * returns nonzero ends the read after that line (the next read goes on
+ * from there: a budget of work per call).  Returns 1 if the file was
  * replaced or truncated since (then reading starts over at its beginning:
  * *replaced is set before the first line is handed out), 0 otherwise,
  * -1 if it cannot be read (missing: not an error, nothing happens). */
-typedef void (*dash_line_fn)(void *arg, const char *line, size_t len);
+typedef int (*dash_line_fn)(void *arg, const char *line, size_t len);
 int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
                    void (*replaced)(void *arg));
 

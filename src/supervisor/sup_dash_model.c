@@ -35,6 +35,7 @@ typedef struct {
     char node[SUP_NODE_NAME], host[128], last_fault[96];
     rstate state;
     int faults, step;
+    int up; /* a rank_up since the attempt's launch */
 } rank_rec;
 
 typedef enum { N_ACTIVE, N_SPARE, N_EVICTED } nstate;
@@ -68,6 +69,7 @@ struct dash_model {
     cJSON *summary;
     int np;
     rank_rec *ranks;
+    int n_up; /* ranks with up set: the attempt runs once all are */
     node_rec nodes[SUP_MAX_NODES];
     int n_nodes;
     /* compute rows: slot k holds step heat_step[k] (-1: empty) */
@@ -274,11 +276,21 @@ static void set_ranks(dash_model *m, int np) {
     free(m->heat_ms);
     m->ranks = r;
     m->np = np;
+    m->n_up = 0;
     m->heat_keep = heat;
     m->heat_step = hs;
     m->heat_ms = hm;
     for (int k = 0; k < heat; k++)
         hs[k] = -1;
+}
+
+/* s into out (n bytes) with every control character a '?': a run directory's events may
+ * hold anything, and each such byte printed as \u00XX six times its size (a status reply of
+ * 65536 ranks' hosts grew past its bound) */
+static void printable(char *out, size_t n, const char *s) {
+    if (s != out) snprintf(out, n, "%s", s);
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
 }
 
 static void launch_node(dash_model *m, const char *name, int k) {
@@ -292,28 +304,29 @@ static void on_launch(dash_model *m, const cJSON *o) {
     const char *list = str(o, "nodes");
     for (int i = 0; i < m->n_nodes; i++)
         if (m->nodes[i].state == N_ACTIVE) m->nodes[i].state = N_SPARE;
-    each_name(m, list, launch_node);
     int count = 0;
     for (const char *p = list; p && *p; p++)
         count += *p == ',';
     count += list && *list;
-    char name[SUP_NODE_NAME];
     for (int r = 0; r < m->np; r++) {
         rank_rec *x = &m->ranks[r];
         x->state = R_STARTING;
         x->host[0] = x->node[0] = 0;
-        if (count <= 0) continue;
-        int per = (m->np + count - 1) / count, want = r / per, k = 0;
-        for (const char *p = list; *p; k++) {
-            size_t n = strcspn(p, ",");
-            if (k == want) {
-                snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1),
-                         p);
-                snprintf(x->node, sizeof x->node, "%s", name);
-                break;
-            }
-            p += n + (p[n] == ',');
-        }
+        x->up = 0;
+    }
+    m->n_up = 0;
+    /* one pass over the list: name k holds ranks [k * per, (k + 1) * per); a job has at most
+     * np nodes, so names past np are not read (each rank walked the list from its start: a
+     * list of 500k names and 65536 ranks held the server for seconds a line) */
+    char name[SUP_NODE_NAME];
+    int per = count > 0 ? (m->np + count - 1) / count : 0, k = 0;
+    for (const char *p = list; p && *p && k < m->np; k++) {
+        size_t n = strcspn(p, ",");
+        snprintf(name, sizeof name, "%.*s", (int)(n < sizeof name ? n : sizeof name - 1), p);
+        launch_node(m, name, k);
+        for (int r = k * per; per > 0 && r < (k + 1) * per && r < m->np; r++)
+            snprintf(m->ranks[r].node, sizeof m->ranks[r].node, "%s", name);
+        p += n + (p[n] == ',');
     }
     snprintf(m->job_state, sizeof m->job_state, "starting");
 }
@@ -331,6 +344,7 @@ static void on_fault(dash_model *m, const cJSON *o) {
         snprintf(x->last_fault, sizeof x->last_fault, "%s at step %d", kind, step);
     else
         snprintf(x->last_fault, sizeof x->last_fault, "%s", kind);
+    printable(x->last_fault, sizeof x->last_fault, x->last_fault);
     if (action && strcmp(action, "restart")) return; /* redone in place, or watched */
     if (!strcmp(kind, "hang") || !strcmp(kind, "startup"))
         x->state = R_HUNG;
@@ -367,6 +381,9 @@ static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
                 m->ranks[r].faults = 0, m->ranks[r].last_fault[0] = 0;
         }
         all_ranks(m, R_STARTING, 0);
+        for (int r = 0; r < m->np; r++) /* a new job's ranks come up again */
+            m->ranks[r].up = 0;
+        m->n_up = 0;
         if (!resumed || !isfinite(m->started)) /* a driver that took over: the job's start */
             m->started = num(o, "time");
         if (!isfinite(m->t0)) m->t0 = m->started;
@@ -385,13 +402,12 @@ static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
         int r = int_in(o, "rank", 0, m->np - 1, -1);
         if (r < 0) return;
         const char *host = str(o, "host"), *node = str(o, "node");
-        if (host) snprintf(m->ranks[r].host, sizeof m->ranks[r].host, "%s", host);
-        if (node && *node) snprintf(m->ranks[r].node, sizeof m->ranks[r].node, "%s", node);
+        if (host) printable(m->ranks[r].host, sizeof m->ranks[r].host, host);
+        if (node && *node) printable(m->ranks[r].node, sizeof m->ranks[r].node, node);
         m->ranks[r].state = R_RUNNING;
-        int up = 1;
-        for (int i = 0; i < m->np; i++)
-            up &= m->ranks[i].state == R_RUNNING;
-        if (up && strcmp(m->job_state, "recovering"))
+        /* counted, not every rank looked at for each (65536 ranks' rank_up lines: 4e9 steps) */
+        if (!m->ranks[r].up) m->ranks[r].up = 1, m->n_up++;
+        if (m->n_up == m->np && strcmp(m->job_state, "recovering"))
             snprintf(m->job_state, sizeof m->job_state, "running");
     } else if (!strcmp(ev, "fault_detected")) {
         on_fault(m, o);
@@ -438,31 +454,39 @@ static void drop_oldest_event(dash_model *m) {
     m->first_seq++;
 }
 
-void dash_model_event_line(dash_model *m, const char *line, size_t len) {
+long dash_model_event_line(dash_model *m, const char *line, size_t len) {
     cJSON *o = parse_object(m, line, len);
-    if (!o) return;
+    if (!o) return 1;
     const char *ev = str(o, "event");
     if (!ev) {
         m->bad++;
         cJSON_Delete(o);
-        return;
+        return 1;
     }
+    static const char *const every_rank[] = {"job_start",   "launch", "job_done", "job_failed",
+                                             "job_stopped", "evict",  "summary"};
+    long work = 1;
+    for (size_t i = 0; i < sizeof every_rank / sizeof every_rank[0]; i++)
+        if (!strcmp(ev, every_rank[i])) work += m->np;
     apply_event(m, o, ev);
+    work += m->np > 0 && !strcmp(ev, "job_start") ? m->np : 0; /* its np, once it is set */
     /* the server's sequence number, once (a line that had its own "seq" was sent with two) */
-    cJSON_DeleteItemFromObjectCaseSensitive(o, "seq");
+    while (cJSON_GetObjectItemCaseSensitive(o, "seq")) /* every copy of a repeated key */
+        cJSON_DeleteItemFromObjectCaseSensitive(o, "seq");
     cJSON_AddNumberToObject(o, "seq", (double)m->next_seq);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
-    if (!text) return;
+    if (!text) return work;
     if (m->next_seq - m->first_seq == DASH_MAX_EVENTS) drop_oldest_event(m);
     long slot = m->next_seq % DASH_MAX_EVENTS;
     m->ev[slot] = strdup(text); /* malloc'd: freed with free() */
     cJSON_free(text);
-    if (!m->ev[slot]) return;
+    if (!m->ev[slot]) return work;
     m->ev_bytes += strlen(m->ev[slot]);
     m->next_seq++;
     while (m->ev_bytes > DASH_EVENTS_BYTES && m->next_seq - m->first_seq > 1)
         drop_oldest_event(m);
+    return work;
 }
 
 /* ---- compute rows ---------------------------------------------------------------- */

@@ -67,16 +67,23 @@ static long read_lines(dash_tail *t, int fd, size_t max_bytes, dash_line_fn line
                 break;
             }
             size_t n = (size_t)(nl - p);
+            int stop = 0;
             if (t->skipping) {
                 t->skipping = 0;
             } else if (t->plen) {
-                if (keep_partial(t, p, n) == 0 && !t->skipping) line(arg, t->partial, t->plen);
+                if (keep_partial(t, p, n) == 0 && !t->skipping)
+                    stop = line(arg, t->partial, t->plen);
                 t->plen = 0;
                 t->skipping = 0;
             } else if (n <= DASH_LINE_MAX) {
-                line(arg, p, n);
+                stop = line(arg, p, n);
             }
             p = nl + 1;
+            if (stop) { /* the rest of this read from the next call: back to after this line */
+                size_t rest = (size_t)(end - p);
+                t->off -= (off_t)rest;
+                return (long)(total - rest);
+            }
         }
     }
     return (long)total;

@@ -35,6 +35,10 @@ static void feed(void (*fn)(dash_model *, const char *, size_t), dash_model *m, 
     fn(m, s, strlen(s));
 }
 
+static void event_line_of(dash_model *m, const char *s, size_t n) {
+    T_OK(dash_model_event_line(m, s, n) >= 1);
+}
+
 static cJSON *item(const cJSON *o, const char *k) {
     return cJSON_GetObjectItemCaseSensitive(o, k);
 }
@@ -201,7 +205,7 @@ static void test_events_big(void) {
     dash_model_free(m);
     /* a line with its own "seq" is sent with the server's, once */
     m = dash_model_new();
-    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"anomaly\",\"seq\":99,\"kind\":\"x\"}");
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"anomaly\",\"seq\":99,\"kind\":\"x\"}");
     cJSON *r = dash_model_events(m, -1, DASH_EVENTS_REPLY);
     char *text = cJSON_PrintUnformatted(item(r, "events"));
     T_OK(text && strstr(text, "\"seq\":0") && !strstr(text, "99"));
@@ -215,10 +219,10 @@ static void test_events(void) {
     dash_model *m = dash_model_new();
     feed(dash_model_metrics_line, m,
          "{\"type\":\"config\",\"layout\":{\"world\":4,\"dp\":2,\"tp\":2,\"pp\":1}}");
-    feed(dash_model_event_line, m,
+    feed(event_line_of, m,
          "{\"time\":100,\"t\":0,\"event\":\"job_start\",\"np\":4,\"pool\":\"n0,n1,n2\","
          "\"metrics\":\"/x/m.jsonl\",\"straggler_score\":0.7}");
-    feed(dash_model_event_line, m,
+    feed(event_line_of, m,
          "{\"time\":101,\"t\":1,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0,n1\"}");
     T_OK(!strcmp(dash_model_metrics_path(m), "/x/m.jsonl"));
     char line[256];
@@ -227,7 +231,7 @@ static void test_events(void) {
                  "{\"time\":102,\"t\":2,\"event\":\"rank_up\",\"rank\":%d,\"node\":\"n%d\","
                  "\"host\":\"h%d\",\"pid\":%d}",
                  r, r / 2, r / 2, 10 + r);
-        feed(dash_model_event_line, m, line);
+        feed(event_line_of, m, line);
     }
     cJSON *st = dash_model_status(m, NULL, "run", 103);
     T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "running"));
@@ -247,11 +251,11 @@ static void test_events(void) {
     T_OK(cJSON_IsTrue(item(st, "live")));
     T_NEAR(item(item(st, "job"), "ettr")->valuedouble, 0.5, 0);
     cJSON_Delete(st);
-    feed(dash_model_event_line, m,
+    feed(event_line_of, m,
          "{\"time\":110,\"t\":10,\"event\":\"fault_detected\",\"kind\":\"crash\",\"rank\":3,"
          "\"node\":\"n1\",\"step\":7,\"action\":\"restart\"}");
-    feed(dash_model_event_line, m, "{\"time\":111,\"t\":11,\"event\":\"job_stopped\"}");
-    feed(dash_model_event_line, m,
+    feed(event_line_of, m, "{\"time\":111,\"t\":11,\"event\":\"job_stopped\"}");
+    feed(event_line_of, m,
          "{\"time\":112,\"t\":12,\"event\":\"evict\",\"node\":\"n1\",\"by\":\"diag\",\"reason\":"
          "\"gemm\"}");
     st = dash_model_status(m, &live, "run", 113);
@@ -263,18 +267,18 @@ static void test_events(void) {
     T_OK(!strcmp(item(r3, "last_fault")->valuestring, "crash at step 7"));
     T_OK(!strcmp(item(cJSON_GetArrayItem(item(st, "nodes"), 1), "state")->valuestring, "evicted"));
     cJSON_Delete(st);
-    feed(dash_model_event_line, m,
+    feed(event_line_of, m,
          "{\"time\":113,\"t\":13,\"event\":\"launch\",\"attempt\":2,\"nodes\":\"n0,n2\"}");
     st = dash_model_status(m, NULL, "run", 114);
     T_OK(!strcmp(item(cJSON_GetArrayItem(item(st, "ranks"), 3), "node")->valuestring, "n2"));
     T_OK(!strcmp(state_of(st, 3), "starting"));
     T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 3), "faults")->valueint, 1); /* kept */
     cJSON_Delete(st);
-    feed(dash_model_event_line, m,
+    feed(event_line_of, m,
          "{\"time\":120,\"t\":20,\"event\":\"summary\",\"outcome\":\"done\",\"ettr\":0.8,\"steps\":"
          "40,\"wall_s\":20}");
-    feed(dash_model_event_line, m, "{\"time\":120,\"t\":20,\"event\":\"job_done\"}");
-    feed(dash_model_event_line, m, "{\"no_event\":1}");
+    feed(event_line_of, m, "{\"time\":120,\"t\":20,\"event\":\"job_done\"}");
+    feed(event_line_of, m, "{\"no_event\":1}");
     st = dash_model_status(m, NULL, "run", 121);
     T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "done"));
     T_NEAR(item(item(st, "job"), "ettr")->valuedouble, 0.8, 0);
@@ -297,7 +301,7 @@ static void test_events(void) {
     T_EQ_INT(dash_model_bad_lines(m), 1);
     /* more events than kept: the oldest go */
     for (int i = 0; i < DASH_MAX_EVENTS + 5; i++)
-        feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"ctl\"}");
+        feed(event_line_of, m, "{\"time\":1,\"event\":\"ctl\"}");
     e = dash_model_events(m, -1, 1);
     T_EQ_INT(item(cJSON_GetArrayItem(item(e, "events"), 0), "seq")->valueint, 17);
     cJSON_Delete(e);
@@ -318,14 +322,14 @@ static void test_second_job(void) {
         "{\"time\":5,\"event\":\"launch\",\"attempt\":2,\"nodes\":\"n0,n1\"}",
         "{\"time\":6,\"event\":\"job_done\"}"};
     for (size_t i = 0; i < sizeof first / sizeof *first; i++)
-        feed(dash_model_event_line, m, first[i]);
+        feed(event_line_of, m, first[i]);
     cJSON *st = dash_model_status(m, NULL, "run", 7);
     T_EQ_INT(item(item(st, "job"), "faults")->valueint, 1);
     T_EQ_INT(item(item(st, "job"), "restarts")->valueint, 1);
     cJSON_Delete(st);
     /* the driver killed and started again: the same job goes on */
-    feed(dash_model_event_line, m, "{\"time\":8,\"event\":\"driver_resumed\",\"restarts\":1}");
-    feed(dash_model_event_line, m, "{\"time\":8,\"event\":\"job_start\",\"np\":2}");
+    feed(event_line_of, m, "{\"time\":8,\"event\":\"driver_resumed\",\"restarts\":1}");
+    feed(event_line_of, m, "{\"time\":8,\"event\":\"job_start\",\"np\":2}");
     st = dash_model_status(m, NULL, "run", 9);
     T_EQ_INT(item(item(st, "job"), "faults")->valueint, 1);
     T_EQ_INT(item(item(st, "job"), "restarts")->valueint, 1);
@@ -351,9 +355,8 @@ static void test_second_job(void) {
     T_EQ_INT(item(cJSON_GetArrayItem(item(st, "ranks"), 1), "step")->valueint, 12);
     cJSON_Delete(st);
     /* a new job: counted from 0, no fault left on rank 1 */
-    feed(dash_model_event_line, m, "{\"time\":20,\"event\":\"job_start\",\"np\":2}");
-    feed(dash_model_event_line, m,
-         "{\"time\":21,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0,n1\"}");
+    feed(event_line_of, m, "{\"time\":20,\"event\":\"job_start\",\"np\":2}");
+    feed(event_line_of, m, "{\"time\":21,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0,n1\"}");
     st = dash_model_status(m, NULL, "run", 22);
     T_EQ_INT(item(item(st, "job"), "faults")->valueint, 0);
     T_EQ_INT(item(item(st, "job"), "restarts")->valueint, 0);
@@ -370,7 +373,7 @@ static void test_second_job(void) {
  * ranks), and the heat map's labels have none; then the layout's. */
 static void test_no_layout(void) {
     dash_model *m = dash_model_new();
-    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
     cJSON *st = dash_model_status(m, NULL, "run", 2);
     const cJSON *r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
     T_OK(cJSON_IsNull(item(r1, "dp")) && cJSON_IsNull(item(r1, "pp")) &&
@@ -405,7 +408,7 @@ static void test_heatmap(void) {
     dash_model *m = dash_model_new();
     feed(dash_model_metrics_line, m,
          "{\"type\":\"config\",\"layout\":{\"world\":4,\"dp\":2,\"tp\":1,\"pp\":2}}");
-    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":4}");
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":4}");
     char line[256];
     for (int s = 1; s <= 300; s++) { /* rank 2 at half speed */
         snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,11,%d,%s]}", s,
@@ -445,7 +448,7 @@ static void test_heatmap(void) {
     m = dash_model_new();
     feed(dash_model_metrics_line, m,
          "{\"type\":\"config\",\"layout\":{\"world\":6,\"dp\":2,\"tp\":1,\"pp\":3}}");
-    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":6}");
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":6}");
     for (int s = 1; s <= 40; s++) {
         snprintf(line, sizeof line,
                  "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,10.4,10.2,10.1,30,31]}", s);
@@ -466,9 +469,16 @@ typedef struct {
     int n, replaced;
 } sink;
 
-static void on_line(void *arg, const char *l, size_t n) {
+static int on_line(void *arg, const char *l, size_t n) {
     sink *s = arg;
     if (s->n < 16) snprintf(s->lines[s->n++], 64, "%.*s", (int)n, l);
+    return 0;
+}
+
+/* The first line of each read only: a line function's budget ends the read. */
+static int one_line(void *arg, const char *l, size_t n) {
+    on_line(arg, l, n);
+    return 1;
 }
 
 static void on_replaced(void *arg) {
@@ -539,6 +549,67 @@ static void test_tail(void) {
     dash_tail_free(&t);
 }
 
+static int compute_line_of(void *m, const char *l, size_t n) {
+    dash_model_compute_line(m, l, n);
+    return 0;
+}
+
+/* A read ended by its line function goes on after that line the next time, whole lines only
+ * (the events' work budget per refresh). */
+static void test_tail_stop(void) {
+    const char *p = tpath("stop.jsonl");
+    dash_tail t;
+    sink s = {0};
+    append(p, "a1\nb22\nc333\n", "w");
+    dash_tail_init(&t, p);
+    for (int i = 0; i < 5; i++)
+        dash_tail_read(&t, 1 << 20, one_line, &s, NULL);
+    T_EQ_INT(s.n, 3);
+    T_OK(!strcmp(s.lines[0], "a1") && !strcmp(s.lines[1], "b22") && !strcmp(s.lines[2], "c333"));
+    dash_tail_free(&t);
+}
+
+/* Events of a hostile run directory: a launch whose node list is far longer than the job
+ * (one pass, names past np not read), control characters in a host (printed as '?', not
+ * \u00XX), a repeated "seq" (the server's only), and the work an event reports (its ranks). */
+static void test_events_hostile(void) {
+    dash_model *m = dash_model_new();
+    T_EQ_INT(dash_model_event_line(m, "{\"time\":1,\"event\":\"job_start\",\"np\":4}",
+                                   strlen("{\"time\":1,\"event\":\"job_start\",\"np\":4}")) >= 5,
+             1);
+    size_t big = 400000;
+    char *line = malloc(big * 2 + 128);
+    T_OK(line != NULL);
+    if (!line) return;
+    int n = snprintf(line, 128, "{\"time\":2,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"");
+    for (size_t i = 0; i < big; i++)
+        line[n++] = i % 2 ? ',' : (char)('a' + (i / 2) % 26);
+    memcpy(line + n, "x\"}", 4);
+    long work = dash_model_event_line(m, line, strlen(line));
+    T_OK(work >= 5);
+    free(line);
+    feed(event_line_of, m,
+         "{\"time\":3,\"event\":\"rank_up\",\"rank\":3,\"host\":\"h\\u0001\\u0002x\"}");
+    feed(event_line_of, m, "{\"time\":4,\"event\":\"note\",\"seq\":1,\"seq\":2}");
+    cJSON *st = dash_model_status(m, NULL, "run", 5);
+    cJSON *r0 = cJSON_GetArrayItem(item(st, "ranks"), 0),
+          *r3 = cJSON_GetArrayItem(item(st, "ranks"), 3);
+    T_OK(r0 && !strcmp(item(r0, "node")->valuestring, "a")); /* ranks 0..3: a, b, c, d */
+    T_OK(r3 && !strcmp(item(r3, "node")->valuestring, "d"));
+    T_OK(r3 && !strcmp(item(r3, "host")->valuestring, "h??x"));
+    cJSON_Delete(st);
+    cJSON *ev = dash_model_events(m, -1, DASH_EVENTS_REPLY);
+    cJSON *last =
+        ev ? cJSON_GetArrayItem(item(ev, "events"), cJSON_GetArraySize(item(ev, "events")) - 1)
+           : NULL;
+    int seqs = 0;
+    for (cJSON *c = last ? last->child : NULL; c; c = c->next)
+        seqs += !strcmp(c->string, "seq");
+    T_EQ_INT(seqs, 1);
+    cJSON_Delete(ev);
+    dash_model_free(m);
+}
+
 static void test_heatlog(void) {
     const char *p = tpath("compute.jsonl");
     sup_heatlog h;
@@ -557,10 +628,10 @@ static void test_heatlog(void) {
     sup_heatlog_close(&h);
     T_EQ_INT(sup_writer_stop(w, 10), 0); /* the rows on disk */
     dash_model *m = dash_model_new();
-    feed(dash_model_event_line, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
     dash_tail t;
     dash_tail_init(&t, p);
-    dash_tail_read(&t, 1 << 20, (dash_line_fn)dash_model_compute_line, m, NULL);
+    dash_tail_read(&t, 1 << 20, compute_line_of, m, NULL);
     dash_tail_free(&t);
     T_EQ_INT(dash_model_bad_lines(m), 0);
     cJSON *hm = dash_model_heatmap(m, 100);
@@ -1145,6 +1216,8 @@ int main(void) {
     test_heatmap();
     test_no_layout();
     test_tail();
+    test_tail_stop();
+    test_events_hostile();
     test_heatlog();
     test_writer();
     test_writer_rotate();
