@@ -265,7 +265,6 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
                             "--search --tp %d: tp must divide --heads %d and be at most the "
                             "node's %d GPUs",
                             l->tp, m->heads, c->gpus_per_node);
-        if (l->tp) MS_TRY(plan_check_features(f, l));
         if (l->pp && m->layers % l->pp)
             return ms_error(MS_ERR_ARG, "--search --pp %d does not divide the %d layers", l->pp,
                             m->layers);
@@ -280,6 +279,7 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
         if (l->gpus % ((long long)tp * pp))
             return ms_error(MS_ERR_ARG, "--search: --gpus %d is not a multiple of tp %d x pp %d",
                             l->gpus, tp, pp);
+        if (l->tp) MS_TRY(plan_check_features(f, l)); /* once tp x pp is known to fit */
         return MS_OK;
     }
     MS_TRY(plan_check(m, l));

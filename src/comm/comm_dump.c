@@ -185,19 +185,25 @@ static int comm_dump_path(comm_world *w, char *buf, size_t n) {
     return buf[0] != 0;
 }
 
-void comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
+int comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
     char path[sizeof w->dump_path];
-    if (!comm_dump_path(w, path, sizeof path)) return;
+    if (!comm_dump_path(w, path, sizeof path)) return 0;
     unsigned long long gen = comm_board_dump_requests(w);
     if (w->dump_final) { /* keep the dump that shows what this rank waited in */
         w->dump_seen = gen;
         comm_board_ack_dump(w, gen);
-        return;
+        return 1;
     }
-    if (ask_peers && !w->dumped) { /* the first rank to time out asks the host's others */
+    /* the first rank to time out asks the host's others; one that answered such a request
+     * already took part in this hang's round.  (A dump for SIGUSR2 is no such round: one
+     * written hours before, `launch --ctl dump`, kept a later timeout from asking, and the
+     * others' stale dumps were read as current) */
+    if (ask_peers && !w->dumped) {
         comm_board_request_dump(w);
         gen++;
+        w->dumped = 1;
     }
+    if (!strcmp(reason, "peer_request")) w->dumped = 1;
     comm_board_settle(w, 2.5); /* a peer stopped a moment ago is named as not responding */
     double now = ms_now();
     ms_atomic_file af;
@@ -212,16 +218,16 @@ void comm_dump_write(comm_world *w, const char *reason, int ask_peers) {
         st = ms_atomic_printf(&af, "]}\n");
     }
     if (st == MS_OK) st = ms_atomic_commit(&af);
+    w->dump_seen = gen; /* handled, written or not: a full disk is not tried again each poll */
+    comm_board_ack_dump(w, gen);
     if (st != MS_OK) {
         ms_atomic_abort(&af);
         ms_warn("comm: hang dump not written: %s", ms_errmsg());
-        return;
+        return 0;
     }
-    w->dumped = 1;
     w->dump_final = ask_peers; /* its own timeout: comm_timeout fails every op next */
-    w->dump_seen = gen;
-    comm_board_ack_dump(w, gen);
     ms_warn("comm: hang dump (%s) written to %s", reason, path);
+    return 1;
 }
 
 void comm_dump_poll(comm_world *w) {
@@ -229,8 +235,8 @@ void comm_dump_poll(comm_world *w) {
     int asked = ms_ctx_get()->dump_requests; /* SIGUSR2: the supervisor, or a person */
     if (asked != w->signal_seen) {
         w->signal_seen = asked;
-        comm_dump_write(w, "signal", 0); /* (after this rank's own timeout: that dump stays) */
-        atomic_fetch_add(&w->dump_answers, 1);
+        /* (after this rank's own timeout: that dump stays); counted when one is on disk */
+        if (comm_dump_write(w, "signal", 0)) atomic_fetch_add(&w->dump_answers, 1);
     }
 }
 

@@ -177,7 +177,7 @@ struct comm_world {
     int coord[3], shape[3];               /* (dp, pp, tp) */
     char dump_path[4096];                 /* "": no hang dumps; set with the world idle */
     unsigned long long dump_seen;         /* comm thread: board dump requests handled */
-    int dumped;                           /* comm thread: a dump was written */
+    int dumped; /* comm thread: this rank asked the host's others, or answered one that did */
     int signal_seen;                      /* comm thread: ms_ctx dump_requests handled */
     _Atomic int dump_answers;             /* SIGUSR2 requests answered (comm_world_dumps) */
     int dump_final; /* comm thread: the dump of this rank's own timeout is written; every op
@@ -323,9 +323,13 @@ void comm_events_init(comm_world *w);
 void comm_events_finish(comm_world *w, comm_req *r);
 /* Write this rank's hang dump (comm thread; w->dump_path set): every
  * group's in-flight and last completed ops.  reason: "timeout",
- * "peer_exited" or "peer_request".  Own timeouts also ask the other ranks of
- * the host to dump (through the board). */
-void comm_dump_write(comm_world *w, const char *reason, int ask_peers);
+ * "peer_exited", "peer_request" or "signal".  Own timeouts also ask the other
+ * ranks of the host to dump (through the board), unless this rank already
+ * took part in such a round (asked, or answered).  1 if a dump is on disk
+ * (written now, or the own timeout's kept), 0 if it could not be written
+ * (the request is acknowledged all the same: it is not tried again every
+ * poll). */
+int comm_dump_write(comm_world *w, const char *reason, int ask_peers);
 /* Comm thread, periodically: dump if another rank of the host asked. */
 void comm_dump_poll(comm_world *w);
 

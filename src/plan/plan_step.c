@@ -249,8 +249,12 @@ ms_status plan_check_features(const plan_features *f, const plan_layout *l) {
                         "trainer all-gathers the LayerNorm outputs over the tp ranks and refuses "
                         "it; use --recompute gelu",
                         l->tp);
-    if (f->pipe_tags && l->pp > 1) { /* as train_pipe_plan */
-        long long dp = l->gpus / ((long long)l->tp * l->pp), n_micro = l->batch / (dp * l->micro);
+    /* as train_pipe_plan; a layout --search has not filled in yet (its micro-batch or vpp
+     * left to the search, or tp x pp past --gpus: checked after) has no tags to count (it
+     * divided by zero: SIGFPE) */
+    long long dp = l->tp > 0 && l->pp > 0 ? l->gpus / ((long long)l->tp * l->pp) : 0;
+    if (f->pipe_tags && l->pp > 1 && dp > 0 && l->micro > 0 && l->vpp > 0) {
+        long long n_micro = l->batch / (dp * l->micro);
         if (1 + 2 * (long long)l->pp * l->vpp * n_micro > PLAN_PIPE_TAGS)
             return ms_error(MS_ERR_ARG,
                             "--pp %d x --vpp %d with %lld micro-batches per step (--batch %d / "

@@ -207,6 +207,17 @@ def main():
     ok(lays and max(n_tags) <= 32767 and
        any(x["layout"]["vpp"] == 3 and x["layout"]["micro_batch"] == 4 for x in lays),
        "search --features ours: only layouts within MPI's tags", r.stdout[-300:] + r.stderr)
+    # --search with --features ours, a fixed tp and a pp > 1, the micro-batch left to the search
+    # or tp x pp past --gpus: the tags are counted on whole layouts only (both died of SIGFPE)
+    r = plan("--cluster", "dev-cpu", "--model", "d6", "--gpus", "4", "--batch", "8", "--search",
+             "--tp", "1", "--pp", "2", "--features", "ours")
+    ok(r.returncode == 0, "search --tp 1 --pp 2 --features ours, no --micro-batch: planned",
+       f"rc={r.returncode} {r.stderr[-500:]}")
+    r = plan("--cluster", "h100-node", "--model", "d12", "--gpus", "2", "--batch", "8", "--search",
+             "--tp", "2", "--pp", "2", "--micro-batch", "1", "--features", "ours")
+    ok(r.returncode == 2 and "--gpus 2 is not a multiple of tp 2 x pp 2" in r.stderr,
+       "search --tp 2 --pp 2 on 2 GPUs --features ours: refused as such", f"rc={r.returncode} "
+       + r.stderr[-500:])
     # a layout dimension given with --search is fixed, the others searched (it was ignored)
     r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
              "megascale-175b", "--search", "--json", "--top", "50", "--tp", "8", "--micro-batch", "2")

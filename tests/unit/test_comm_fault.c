@@ -27,6 +27,11 @@
  *           1 s into its all-reduce: the dump is written while the op is
  *           in flight (before, only a board's poll answered, so the dump
  *           came when the op timed out).
+ *   signal-first  rank 2 as in late; rank 0 writes a dump for SIGUSR2
+ *           before any op, then times out in an all-reduce: it still asks
+ *           the host's other ranks for theirs (rank 1 sees the request on
+ *           the board).  Before, any dump written earlier kept it from
+ *           asking, and the others' stale dumps were read as current.
  * Survivors print "FAULT-OK r<rank> <seconds>: <message>" when every check
  * holds and exit without finalising MPI (the world is broken). */
 #include <pthread.h>
@@ -126,6 +131,35 @@ static int signal_noboard_mode(comm_world *w, int R) {
     _exit(rc);
 }
 
+/* Mode "signal-first" on ranks 0 and 1 (see the top): exits with the summary. */
+static int signal_first_mode(comm_world *w, int R, double timeout) {
+    if (R == 1) { /* stays out of the all-reduce; waits for rank 0's request */
+        int seen = 0;
+        for (double t0 = ms_now(); !seen && ms_now() - t0 < timeout + 8; usleep(50000))
+            seen = comm_board_dump_requests(w) > 0;
+        T_OK(seen);
+        if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r1 signal-first: rank 0 asked\n");
+        _exit(ms_test_summary("test_comm_fault signal-first r1"));
+    }
+    char dir[] = "/tmp/ms_dump_XXXXXX", path[64];
+    T_OK(mkdtemp(dir) != NULL);
+    snprintf(path, sizeof path, "%s/hang_r00000.json", dir);
+    T_EQ_INT(comm_world_set_dump_path(w, path), MS_OK);
+    ms_ctx_catch_signals();
+    raise(SIGUSR2); /* a dump by hand (launch --ctl dump) long before any hang */
+    for (int i = 0; i < 100 && comm_world_dumps(w) < 1; i++)
+        usleep(20000);
+    T_EQ_INT(comm_world_dumps(w), 1);
+    double x = 1;
+    T_EQ_INT(comm_allreduce(comm_world_group(w), &x, &x, 1, COMM_F64, COMM_SUM), MS_ERR_TIMEOUT);
+    unlink(path);
+    rmdir(dir);
+    if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r0 signal-first: timed out, asked\n");
+    int rc = ms_test_summary("test_comm_fault signal-first r0");
+    fflush(stderr);
+    _exit(rc);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "dead";
     ms_ctx_init(); /* rank-aware log lines */
@@ -159,6 +193,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "dump")) return dump_mode(w, R, timeout);
     if (!strcmp(mode, "signal-noboard")) return signal_noboard_mode(w, R);
+    if (!strcmp(mode, "signal-first")) return signal_first_mode(w, R, timeout);
     int on_dev = !strcmp(mode, "dead-dev");
     fake_dev fd;
     comm_device dev;
