@@ -69,7 +69,8 @@ struct dash_model {
     cJSON *summary;
     int np;
     rank_rec *ranks;
-    int n_up; /* ranks with up set: the attempt runs once all are */
+    int n_up;  /* ranks with up set: the attempt runs once all are */
+    long work; /* rank records the event being applied touched (dash_model_event_line) */
     node_rec nodes[SUP_MAX_NODES];
     int n_nodes;
     /* compute rows: slot k holds step heat_step[k] (-1: empty) */
@@ -315,6 +316,7 @@ static void on_launch(dash_model *m, const cJSON *o) {
         x->up = 0;
     }
     m->n_up = 0;
+    m->work += m->np;
     /* one pass over the list: name k holds ranks [k * per, (k + 1) * per); a job has at most
      * np nodes, so names past np are not read (each rank walked the list from its start: a
      * list of 500k names and 65536 ranks held the server for seconds a line) */
@@ -363,11 +365,13 @@ static void on_evict(dash_model *m, const cJSON *o) {
     snprintf(m->nodes[i].reason, sizeof m->nodes[i].reason, "%s", why ? why : "");
     for (int r = 0; r < m->np; r++)
         if (!strcmp(m->ranks[r].node, node)) m->ranks[r].state = R_EVICTED;
+    m->work += m->np;
 }
 
 static void all_ranks(dash_model *m, rstate s, int only_live) {
     for (int r = 0; r < m->np; r++)
         if (!only_live || m->ranks[r].state <= R_SLOW) m->ranks[r].state = s;
+    m->work += m->np;
 }
 
 static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
@@ -463,13 +467,9 @@ long dash_model_event_line(dash_model *m, const char *line, size_t len) {
         cJSON_Delete(o);
         return 1;
     }
-    static const char *const every_rank[] = {"job_start",   "launch", "job_done", "job_failed",
-                                             "job_stopped", "evict",  "summary"};
-    long work = 1;
-    for (size_t i = 0; i < sizeof every_rank / sizeof every_rank[0]; i++)
-        if (!strcmp(ev, every_rank[i])) work += m->np;
+    m->work = 1; /* the loops over every rank add theirs */
     apply_event(m, o, ev);
-    work += m->np > 0 && !strcmp(ev, "job_start") ? m->np : 0; /* its np, once it is set */
+    long work = m->work;
     /* the server's sequence number, once (a line that had its own "seq" was sent with two) */
     while (cJSON_GetObjectItemCaseSensitive(o, "seq")) /* every copy of a repeated key */
         cJSON_DeleteItemFromObjectCaseSensitive(o, "seq");

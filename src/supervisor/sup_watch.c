@@ -96,6 +96,25 @@ static const char *classify(const char *err) {
     return "error";
 }
 
+/* The nonfinite fault_detected event of `step` (action redo or skip), naming the ranks whose
+ * own gradients it was in when the beat knows them (known), else the beat's rank. */
+static void put_nonfinite(sup_driver *d, const sup_beat *b, const char *action, int step, int known,
+                          const char *detail) {
+    int rank = known ? b->nan_ranks[0] : b->rank;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddStringToObject(f, "kind", "nonfinite");
+    cJSON_AddStringToObject(f, "action", action);
+    cJSON_AddNumberToObject(f, "rank", rank);
+    cJSON_AddStringToObject(f, "node", sup_node_name(d, rank));
+    cJSON_AddNumberToObject(f, "step", step);
+    if (known)
+        cJSON_AddItemToObject(f, "ranks", cJSON_CreateIntArray(b->nan_ranks, b->n_nan_ranks));
+    cJSON_AddNumberToObject(f, "reported_by", b->rank);
+    cJSON_AddStringToObject(f, "detail", detail);
+    cJSON_AddNumberToObject(f, "detect_s", 0);
+    sup_events_put(&d->ev, "fault_detected", f);
+}
+
 /* A step redone after a non-finite loss or gradient (every rank redoes it:
  * the check is on the global norm): one event per step. */
 static void on_redone(sup_driver *d, const sup_beat *b) {
@@ -103,7 +122,6 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
     /* the ranks where the gradient was not finite, when the beat names them
      * for a step after the last event's (a non-finite loss names none) */
     int known = b->n_nan_ranks > 0 && b->nan_step > d->nan_step && b->nan_step <= b->step;
-    int rank = known ? b->nan_ranks[0] : b->rank;
     d->nan_step = b->step;
     char detail[512], list[96] = "";
     size_t len = 0;
@@ -119,18 +137,7 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
         snprintf(detail, sizeof detail,
                  "a non-finite loss or gradient (global norm): every rank redoes the step from "
                  "the same micro-batches");
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddStringToObject(f, "kind", "nonfinite");
-    cJSON_AddStringToObject(f, "action", "redo");
-    cJSON_AddNumberToObject(f, "rank", rank);
-    cJSON_AddStringToObject(f, "node", sup_node_name(d, rank));
-    cJSON_AddNumberToObject(f, "step", known ? b->nan_step : b->step);
-    if (known)
-        cJSON_AddItemToObject(f, "ranks", cJSON_CreateIntArray(b->nan_ranks, b->n_nan_ranks));
-    cJSON_AddNumberToObject(f, "reported_by", b->rank);
-    cJSON_AddStringToObject(f, "detail", detail);
-    cJSON_AddNumberToObject(f, "detect_s", 0);
-    sup_events_put(&d->ev, "fault_detected", f);
+    put_nonfinite(d, b, "redo", known ? b->nan_step : b->step, known, detail);
     sup_events *e = &d->ev;
     if (e->n_faults < SUP_MAX_FAULTS) {
         snprintf(e->kinds[e->n_faults], sizeof e->kinds[0], "nonfinite");
@@ -159,26 +166,14 @@ static void on_skipped(sup_driver *d, const sup_beat *b) {
     if (b->skip_step == d->skip_step) return; /* one event a step, whichever rank says it */
     d->skip_step = b->skip_step;
     int known = b->n_nan_ranks > 0 && b->nan_step == b->skip_step;
-    int rank = known ? b->nan_ranks[0] : b->rank;
     char detail[512];
     snprintf(detail, sizeof detail,
              "a non-finite loss or gradient at step %d, and in every redo of it: the ranks "
              "skipped the step's update (the weights are those of the step before)",
              b->skip_step);
-    cJSON *f = cJSON_CreateObject();
-    cJSON_AddStringToObject(f, "kind", "nonfinite");
-    cJSON_AddStringToObject(f, "action", "skip");
-    cJSON_AddNumberToObject(f, "rank", rank);
-    cJSON_AddStringToObject(f, "node", sup_node_name(d, rank));
-    cJSON_AddNumberToObject(f, "step", b->skip_step);
-    if (known)
-        cJSON_AddItemToObject(f, "ranks", cJSON_CreateIntArray(b->nan_ranks, b->n_nan_ranks));
-    cJSON_AddNumberToObject(f, "reported_by", b->rank);
-    cJSON_AddStringToObject(f, "detail", detail);
-    cJSON_AddNumberToObject(f, "detect_s", 0);
     /* not one of the summary's faults: the run goes on without that update, or stops for
      * the streak (--max-bad-steps), and that stop is the fault, counted once */
-    sup_events_put(&d->ev, "fault_detected", f);
+    put_nonfinite(d, b, "skip", b->skip_step, known, detail);
     fprintf(stderr,
             "megascale launch: step %d: non-finite result, its redos too: the update was "
             "skipped\n",

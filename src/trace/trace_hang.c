@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/jsonstr.h"
 #include "base/fileio.h"
 #include "base/hash.h"
 #include "base/log.h"
@@ -33,8 +34,8 @@ static ms_status parse_op(const cJSON *o, hang_op *op, const char *path, const c
                         path, group);
     snprintf(op->op, sizeof op->op, "%s", jstr(o, "op", ""));
     snprintf(op->state, sizeof op->state, "%s", jstr(o, "state", "?"));
-    trace_utf8_fix(op->op); /* cut to fit: maybe inside a character */
-    trace_utf8_fix(op->state);
+    ms_utf8_fix(op->op); /* cut to fit: maybe inside a character */
+    ms_utf8_fix(op->state);
     op->seq = seq;
     op->peer = jint(o, "peer", -1);
     op->tag = jint(o, "tag", -1);
@@ -53,7 +54,7 @@ static ms_status parse_group(const cJSON *o, hang_group *g, int world, const cha
         return ms_error(MS_ERR_FORMAT, "%s: a group needs \"name\", \"ranks\" and \"issued_seq\"",
                         path);
     snprintf(g->name, sizeof g->name, "%s", jstr(o, "name", ""));
-    trace_utf8_fix(g->name); /* cut to fit: maybe inside a character */
+    ms_utf8_fix(g->name); /* cut to fit: maybe inside a character */
     g->completed = jint(o, "completed_seq", -1);
     int n = cJSON_GetArraySize(ranks), nf = cJSON_IsArray(fl) ? cJSON_GetArraySize(fl) : 0;
     g->ranks = malloc(((size_t)n + 1) * sizeof *g->ranks);
@@ -130,7 +131,7 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
     char *text = NULL;
     size_t len = 0;
     MS_TRY(trace_read_file(path, &text, &len));
-    trace_utf8_fix(text); /* its strings go into the JSON report as they are */
+    ms_utf8_fix(text); /* its strings go into the JSON report as they are */
     cJSON *j = cJSON_Parse(text);
     free(text);
     ms_status st = MS_OK;
@@ -167,9 +168,9 @@ static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
         const cJSON *groups = cJSON_GetObjectItemCaseSensitive(j, "groups"), *g;
         r->has_dump = 1;
         snprintf(r->host, sizeof r->host, "%s", jstr(j, "host", "unknown"));
-        trace_utf8_fix(r->host);
+        ms_utf8_fix(r->host);
         snprintf(r->reason, sizeof r->reason, "%s", jstr(j, "reason", "?"));
-        trace_utf8_fix(r->reason);
+        ms_utf8_fix(r->reason);
         if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "coord"), &r->coord))
             r->coord = trace_coord_of((int)rank, h->shape);
         const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
@@ -198,7 +199,7 @@ static ms_status add_why(hang_rank *r, int cls, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    trace_utf8_fix(buf); /* names in it, the whole cut to fit */
+    ms_utf8_fix(buf); /* names in it, the whole cut to fit */
     for (int i = 0; i < r->n_why; i++)
         if (!strcmp(r->why[i], buf)) return MS_OK;
     char **p = realloc(r->why, ((size_t)r->n_why + 1) * sizeof *p);
@@ -650,7 +651,7 @@ static void load_driver(trace_hang *h) {
         ms_warn("%s (its silent ranks are not used)", ms_errmsg());
         return;
     }
-    trace_utf8_fix(text);
+    ms_utf8_fix(text);
     cJSON *j = cJSON_Parse(text);
     free(text);
     const cJSON *silent = cJSON_GetObjectItemCaseSensitive(j, "silent");

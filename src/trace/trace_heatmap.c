@@ -10,6 +10,7 @@
 #include <cairo.h>
 #include <fontconfig/fontconfig.h>
 
+#include "base/jsonstr.h"
 #include "base/fileio.h"
 #include "base/log.h"
 #include "trace/trace_internal.h"
@@ -90,7 +91,7 @@ static void text(cairo_t *cr, double x, double y, double size, const char *s, in
     char u[4400];
     cairo_text_extents_t e;
     snprintf(u, sizeof u, "%s", s);
-    trace_utf8_fix(u); /* also a character cut to fit */
+    ms_utf8_fix(u); /* also a character cut to fit */
     cairo_set_font_size(cr, size);
     cairo_text_extents(cr, u, &e);
     cairo_move_to(cr, right ? x - e.x_advance : x, y);

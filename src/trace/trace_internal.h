@@ -125,10 +125,6 @@ const char *trace_coord_str(char *buf, size_t n, trace_coord c);
 cJSON *trace_coord_json(trace_coord c);
 /* Parse {"dp":..,"pp":..,"tp":..} (all three must be non-negative ints). */
 int trace_coord_parse(const cJSON *o, trace_coord *c);
-/* Replace in place every byte of s that is not part of a valid UTF-8
- * sequence with '?' (a JSON reader, Perfetto's included, wants UTF-8; a
- * name cut to fit a buffer may end inside a character). */
-void trace_utf8_fix(char *s);
 /* Add s to object o as a string under key, its invalid UTF-8 bytes as '?' (a path: any bytes);
  * NULL on OOM. */
 cJSON *trace_json_add_text(cJSON *o, const char *key, const char *s);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/jsonstr.h"
 #include "base/hash.h"
 #include "base/log.h"
 #include "trace/trace_internal.h"
@@ -106,7 +107,7 @@ static ms_status parse_header(trace_log *l, const cJSON *j, const char *where) {
     l->world = (int)world;
     const char *host = str_of(j, "host");
     snprintf(l->host, sizeof l->host, "%s", host ? host : "unknown");
-    trace_utf8_fix(l->host); /* cut to fit: maybe inside a character */
+    ms_utf8_fix(l->host); /* cut to fit: maybe inside a character */
     l->pid = trace_json_int(j, "pid", 0, INT32_MAX, &v) ? (int)v : 0;
     l->shape = (trace_coord){(int)world, 1, 1};
     if (!trace_coord_parse(cJSON_GetObjectItemCaseSensitive(j, "shape"), &l->shape) ||
@@ -335,7 +336,7 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
                         where);
             break;
         }
-        trace_utf8_fix(line); /* names and args go into JSON output as they are */
+        ms_utf8_fix(line); /* names and args go into JSON output as they are */
         cJSON *j = cJSON_Parse(line);
         if (!j && last) { /* a killed writer */
             if (!parsed)

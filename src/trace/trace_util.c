@@ -188,14 +188,10 @@ int trace_coord_parse(const cJSON *o, trace_coord *c) {
     return 1;
 }
 
-void trace_utf8_fix(char *s) {
-    ms_utf8_fix(s);
-}
-
 cJSON *trace_json_add_text(cJSON *o, const char *key, const char *s) {
     char *t = strdup(s);
     if (!t) return NULL;
-    trace_utf8_fix(t);
+    ms_utf8_fix(t);
     cJSON *x = cJSON_AddStringToObject(o, key, t);
     free(t);
     return x;
