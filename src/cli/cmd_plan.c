@@ -289,8 +289,9 @@ static ms_status inputs(const plan_cli *o, const plan_cluster *c, plan_model *m,
 /* Why a search found nothing: no layout was valid for the batch, or none fitted (the
  * smallest need, part by part). */
 static ms_status search_none(const plan_cli *o, const plan_model *m, const plan_layout *l,
-                             const plan_features *f, const plan_cluster *c, int tried, int over_cap,
-                             const plan_candidate *small) {
+                             const plan_features *f, const plan_cluster *c,
+                             const plan_search_tally *t, const plan_candidate *small) {
+    int tried = t->tried, over_cap = t->over_cap;
     if (!tried && over_cap)
         return ms_error(MS_ERR_ARG,
                         "no layout was planned: the %d valid for --batch %d all have a pipeline "
@@ -303,12 +304,18 @@ static ms_status search_none(const plan_cli *o, const plan_model *m, const plan_
             snprintf(fixed, sizeof fixed, " (fixed by the command line:%s%.0d%s%.0d%s%.0d%s%.0d)",
                      l->tp ? " --tp " : "", l->tp, l->pp ? " --pp " : "", l->pp,
                      l->vpp ? " --vpp " : "", l->vpp, l->micro ? " --micro-batch " : "", l->micro);
+        if (t->refused) /* the batch divided: say what refused them, not the batch */
+            return ms_error(MS_ERR_ARG,
+                            "no layout is valid: %d with dp x micro-batch dividing --batch %d "
+                            "%s refused%s; the first: %s",
+                            t->refused, l->batch, t->refused > 1 ? "were all" : "was", fixed,
+                            t->refused_why);
         return ms_error(MS_ERR_ARG,
-                        "no layout is valid: with tp dividing --heads %d and the node's %d GPUs, "
-                        "pp dividing the %d layers and --gpus %d / tp, and a micro-batch of a "
-                        "power of two up to --max-micro %d, --batch %d is never a multiple of "
-                        "dp x micro-batch (with enough micro-batches for the pipeline)%s",
-                        m->heads, c->gpus_per_node, m->layers, l->gpus, o->max_micro, l->batch,
+                        "no layout is valid: with tp dividing --heads %d (and the node's %d GPUs "
+                        "where --gpus %d spans nodes), pp dividing the %d layers and --gpus / tp, "
+                        "and a micro-batch of a power of two up to --max-micro %d, --batch %d is "
+                        "never a multiple of dp x micro-batch%s",
+                        m->heads, c->gpus_per_node, l->gpus, m->layers, o->max_micro, l->batch,
                         fixed);
     }
     const plan_layout *b = &small->layout;
@@ -336,15 +343,16 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
                       const plan_features *f, const plan_cluster *c) {
     plan_candidate *best = calloc((size_t)o->top, sizeof *best), small;
     if (!best) return cli_fail("plan", ms_error(MS_ERR_NOMEM, "out of memory"));
-    int n = 0, tried = 0, fit = 0, over_cap = 0;
-    ms_status st = plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &n, &tried, &fit,
-                               &over_cap, &small);
+    plan_search_tally t;
+    ms_status st = plan_search(m, l, f, c, o->max_vpp, o->max_micro, best, o->top, &t, &small);
     if (st != MS_OK) {
         free(best);
         return cli_fail("plan", st);
     }
+    int n = t.n, tried = t.tried, fit = t.fit, over_cap = t.over_cap;
     if (o->json) {
-        printf("{\"tried\":%d,\"fit\":%d,\"over_cap\":%d,\"layouts\":[", tried, fit, over_cap);
+        printf("{\"tried\":%d,\"fit\":%d,\"over_cap\":%d,\"refused\":%d,\"layouts\":[", tried, fit,
+               over_cap, t.refused);
         for (int i = 0; i < n; i++) {
             char *j = plan_result_json(m, &best[i].layout, c, &best[i].result);
             printf("%s%s", i ? "," : "", j ? j : "null");
@@ -374,7 +382,7 @@ static int run_search(const plan_cli *o, const plan_model *m, const plan_layout 
                "chunk) pairs a step than the planner simulates (pp x vpp x micro-batches <= %d)\n",
                over_cap, PLAN_MAX_PIPE_PAIRS);
     free(best);
-    return n ? 0 : cli_fail("plan", search_none(o, m, l, f, c, tried, over_cap, &small));
+    return n ? 0 : cli_fail("plan", search_none(o, m, l, f, c, &t, &small));
 }
 
 int cmd_plan(int argc, char **argv) {

@@ -292,22 +292,32 @@ typedef struct {
     plan_result result;
 } plan_candidate;
 
-/* Every (tp, pp, vpp, micro) with tp a divisor of heads up to the node,
- * pp a divisor of layers, vpp up to max_vpp, micro a power of two up to
- * max_micro, that is valid and fits in memory, ranked by iteration time
- * (base's tp, pp, vpp, micro: 0 searched, else fixed to that value);
- * the best `max` into out, their count into *n, the number evaluated into
- * *tried, the number of those that fit into *fit.  smallest (NULL: not wanted): of the evaluated
- * layouts, fitting or not, the one that needs the least memory per GPU (what to report when none
- * fits); untouched when none was evaluated.  The step (a pipeline simulation) is predicted only for
- * the layouts that fit and the smallest.  A layout over PLAN_MAX_PIPE_PAIRS is not evaluated
- * (plan_check): *over_cap (NULL: not wanted) counts them, so that a caller can say the ranking
- * leaves them out.  --recompute ln tries tp 1 only (plan_check_features).
- */
+/* What one search saw: the layouts it ranked, evaluated, found fitting, left over the
+ * simulation's cap, and refused for a reason other than the batch (the first one's message:
+ * what to say when none was valid). */
+typedef struct {
+    int n;        /* ranked into out */
+    int tried;    /* evaluated (memory, and the step where it fits) */
+    int fit;      /* of those, fitting in memory */
+    int over_cap; /* valid, over PLAN_MAX_PIPE_PAIRS: not evaluated */
+    int refused;  /* dp x micro-batch divides --batch, refused all the same (sequence-parallel
+                   * rows, the pipeline's micro-batches or message tags, --recompute ln) */
+    char refused_why[512];
+} plan_search_tally;
+
+/* Every (tp, pp, vpp, micro) with tp a divisor of heads (and of the node's GPUs where the job
+ * spans nodes: a tp group on one host), pp a divisor of layers, vpp up to max_vpp, micro a
+ * power of two up to max_micro, that is valid and fits in memory, ranked by iteration time
+ * (base's tp, pp, vpp, micro: 0 searched, else fixed to that value); the best `max` into out,
+ * the counts into *t.  smallest (NULL: not wanted): of the evaluated layouts, fitting or not,
+ * the one that needs the least memory per GPU (what to report when none fits); untouched when
+ * none was evaluated.  The step (a pipeline simulation) is predicted only for the layouts that
+ * fit and the smallest.  A layout over PLAN_MAX_PIPE_PAIRS is not evaluated (plan_check):
+ * t->over_cap counts them, so that a caller can say the ranking leaves them out.  --recompute
+ * ln tries tp 1 only (plan_check_features). */
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried, int *fit, int *over_cap,
-                      plan_candidate *smallest);
+                      int max, plan_search_tally *t, plan_candidate *smallest);
 
 /* ---- scale-out costs (plan_scale.c) --------------------------------------- */
 

@@ -1,4 +1,5 @@
 /* plan_search.c - the layouts that fit, ranked by iteration time. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,24 +24,29 @@ static void keep(plan_candidate *out, int max, int *n, const plan_candidate *c) 
     qsort(out, (size_t)*n, sizeof *out, by_iter);
 }
 
+/* A layout refused for a reason other than the batch: counted, the first one's message kept. */
+static void refuse(plan_search_tally *t) {
+    if (!t->refused++) snprintf(t->refused_why, sizeof t->refused_why, "%s", ms_errmsg());
+}
+
 ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_features *f,
                       const plan_cluster *c, int max_vpp, int max_micro, plan_candidate *out,
-                      int max, int *n, int *tried, int *fit, int *over_cap,
-                      plan_candidate *smallest) {
-    *n = 0, *tried = 0, *fit = 0;
-    if (over_cap) *over_cap = 0;
+                      int max, plan_search_tally *t, plan_candidate *smallest) {
+    memset(t, 0, sizeof *t);
     if (max < 1) return ms_error(MS_ERR_ARG, "plan search: room for no result");
     MS_TRY(plan_cluster_check(c, c->name));
     int small_memory_only = 0; /* *smallest has only its memory parts yet */
+    /* a job on one node may split it any way; across nodes a tp group stays on one host */
+    int one_node = base->gpus <= c->gpus_per_node;
     for (int tp = 1; tp <= m->heads && tp <= c->gpus_per_node; tp++) {
         /* a tp of the search's own divides the node; one given is taken as it is */
-        if (m->heads % tp || (base->tp ? tp != base->tp : c->gpus_per_node % tp != 0)) continue;
-        /* --recompute ln: tp 1 only (plan_check_features), as the trainer */
-        if (tp > 1 && plan_recompute_flags(f->recompute) & GPT_RECOMPUTE_LN) continue;
+        if (m->heads % tp || (base->tp ? tp != base->tp : !one_node && c->gpus_per_node % tp))
+            continue;
         /* products in 64 bits: --tp, --pp and --vpp go up to 65536 each */
         for (int pp = 1; pp <= m->layers && (long long)tp * pp <= base->gpus; pp++) {
             if (m->layers % pp || base->gpus % ((long long)tp * pp) || (base->pp && pp != base->pp))
                 continue;
+            long long dp = base->gpus / ((long long)tp * pp);
             int top_vpp = base->vpp ? base->vpp : pp > 1 ? max_vpp : 1;
             for (int vpp = base->vpp ? base->vpp : 1; vpp <= top_vpp; vpp++) {
                 if (m->layers % ((long long)pp * vpp)) continue;
@@ -52,11 +58,18 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                     cand.layout.tp = tp, cand.layout.pp = pp, cand.layout.vpp = vpp;
                     cand.layout.micro = (int)micro;
                     if (plan_check(m, &cand.layout) != MS_OK) {
-                        if (over_cap && plan_over_cap(m, &cand.layout)) (*over_cap)++;
+                        if (plan_over_cap(m, &cand.layout))
+                            t->over_cap++;
+                        else if (base->batch % (dp * micro) == 0)
+                            refuse(t);
                         continue;
                     }
-                    /* a layout the trainer refuses is no candidate (its message tags) */
-                    if (plan_check_features(f, &cand.layout) != MS_OK) continue;
+                    /* a layout the trainer refuses is no candidate (--recompute ln with tp,
+                     * its message tags) */
+                    if (plan_check_features(f, &cand.layout) != MS_OK) {
+                        refuse(t);
+                        continue;
+                    }
                     /* the memory first: the step (a pipeline simulation) only for a layout
                      * that fits, or, once the search is over, the smallest */
                     ms_status st = plan_memory(m, &cand.layout, f, c, &cand.result);
@@ -64,10 +77,11 @@ ms_status plan_search(const plan_model *m, const plan_layout *base, const plan_f
                         st = plan_predict(m, &cand.layout, f, c, &cand.result);
                     if (st == MS_ERR_NOMEM) return st;
                     if (st != MS_OK) continue;
-                    if (smallest && (!*tried || cand.result.memory_gb < smallest->result.memory_gb))
+                    if (smallest &&
+                        (!t->tried || cand.result.memory_gb < smallest->result.memory_gb))
                         *smallest = cand, small_memory_only = !cand.result.fits;
-                    (*tried)++;
-                    if (cand.result.fits) keep(out, max, n, &cand), (*fit)++;
+                    t->tried++;
+                    if (cand.result.fits) keep(out, max, &t->n, &cand), t->fit++;
                 }
             }
         }

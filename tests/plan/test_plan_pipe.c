@@ -129,26 +129,56 @@ static void test_search_cap(void) {
     plan_features f = {.pp_overlap = 1, .dp_overlap = 1, .fused = 1};
     plan_cluster c = cluster();
     plan_candidate best[64], small;
-    int n = 0, tried = 0, fit = 0, capped = 0;
+    plan_search_tally t;
     plan_layout base = {.gpus = 8, .batch = 1 << 24};
-    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &n, &tried, &fit, &capped, &small),
-             MS_OK);
-    T_OK(n > 0 && capped > 0);
-    for (int i = 0; i < n; i++)
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &t, &small), MS_OK);
+    T_OK(t.n > 0 && t.over_cap > 0);
+    for (int i = 0; i < t.n; i++)
         T_EQ_INT(best[i].layout.pp, 1);
-    int flat = tried;
+    int flat = t.tried;
     base.pp = 2;
-    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &n, &tried, &fit, &capped, &small),
-             MS_OK);
-    T_EQ_INT(n, 0);
-    T_EQ_INT(tried, 0);
-    T_OK(capped > 0);
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &t, &small), MS_OK);
+    T_EQ_INT(t.n, 0);
+    T_EQ_INT(t.tried, 0);
+    T_OK(t.over_cap > 0);
     /* a batch in sequences: nothing over the cap, the pipelines ranked */
     base.pp = 0, base.batch = 64;
-    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &n, &tried, &fit, &capped, &small),
-             MS_OK);
-    T_EQ_INT(capped, 0);
-    T_OK(tried > flat);
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 4, 8, best, 64, &t, &small), MS_OK);
+    T_EQ_INT(t.over_cap, 0);
+    T_EQ_INT(t.refused, 0);
+    T_OK(t.tried > flat);
+}
+
+/* --search on one node tries every tp dividing --heads and --gpus (6 GPUs: tp 3 and 6), across
+ * nodes only the node's divisors; a search whose batch-valid layouts are all refused for another
+ * reason counts them and keeps the first reason (the CLI blamed --batch). */
+static void test_search_tp_refused(void) {
+    plan_model m = {.layers = 12, .dim = 768, .heads = 12, .vocab = 50257, .seq = 1020};
+    plan_features f = {.pp_overlap = 1, .dp_overlap = 1, .fused = 1};
+    plan_cluster c = cluster();
+    plan_candidate best[256], small;
+    plan_search_tally t;
+    plan_layout base = {.gpus = 6, .batch = 12};
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 2, 4, best, 256, &t, &small), MS_OK);
+    int tp3 = 0, tp6 = 0;
+    for (int i = 0; i < t.n; i++)
+        tp3 |= best[i].layout.tp == 3, tp6 |= best[i].layout.tp == 6;
+    T_OK(tp3 && tp6);
+    base.gpus = 24, base.batch = 48; /* three nodes of 8: tp 3 and 6 would straddle hosts */
+    T_EQ_INT(plan_search(&m, &base, &f, &c, 2, 4, best, 256, &t, &small), MS_OK);
+    T_OK(t.n > 0);
+    for (int i = 0; i < t.n; i++)
+        T_OK(c.gpus_per_node % best[i].layout.tp == 0);
+    /* one layer, 1001 rows: tp 1 needs a batch of 2, tp 2 cannot split the rows */
+    plan_model odd = {.layers = 1, .dim = 1024, .heads = 16, .vocab = 50257, .seq = 1001};
+    plan_layout one = {.gpus = 2, .batch = 1};
+    T_EQ_INT(plan_search(&odd, &one, &f, &c, 2, 4, best, 256, &t, &small), MS_OK);
+    T_EQ_INT(t.tried, 0);
+    T_OK(t.refused > 0);
+    T_OK(strstr(t.refused_why, "sequence parallelism") != NULL);
+    odd.heads = 1, one.batch = 3; /* tp 1 only, dp 2: nothing refused, the batch is to blame */
+    T_EQ_INT(plan_search(&odd, &one, &f, &c, 2, 4, best, 256, &t, &small), MS_OK);
+    T_EQ_INT(t.tried + t.refused, 0);
 }
 
 static void test_tp_node(void) {
@@ -191,6 +221,7 @@ int main(void) {
     test_sets();
     test_cap();
     test_search_cap();
+    test_search_tp_refused();
     test_tp_node();
     test_cluster_ranges();
     return ms_test_summary("test_plan_pipe");
