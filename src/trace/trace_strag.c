@@ -243,6 +243,10 @@ static ms_status score_rank(trace_strag *s, int li, const strag_row *row, int fr
     if (!wm) return ms_error(MS_ERR_NOMEM, "out of memory");
     *with_compute = rank_scores(r, c, st, row->n - skip, s->opts.window, w, wm) > 0;
     free(wm);
+    if (row->n && skip == row->n) /* its spans were there, older than the report's steps */
+        snprintf(r->unscored, sizeof r->unscored,
+                 "its steps %d..%d are before the newest %d scored (from %d)", row->first,
+                 row->first + row->n - 1, STRAG_MAX_STEPS, from);
     return MS_OK;
 }
 

@@ -491,6 +491,22 @@ def test_unscored(d):
        [r[k]["scored"] for k in range(4)] == [True, True, False, False] and
        "too few" in r[2].get("unscored", "") and r[3].get("unscored") == "no fwd/bwd spans" and
        r[2]["relative"] is None and "unscored" not in r[0], "stragglers --json: scored, unscored", so + se)
+    # a rank whose steps all lie before the newest 10,000,000 the report scores: said so
+    # (it said "no fwd/bwd spans")
+    old = os.path.join(d, "old")
+    os.makedirs(old)
+    for r in range(3):
+        log = RankLog(r, 3, (3, 1, 1), f"host{r}")
+        for s in range(1, 11):
+            t = 1000 * MS * (s + 10)
+            log.span("compute", "fwd", t, t + 20 * MS, step=s if r == 2 else 20_000_000 + s, mb=0)
+        log.write(old)
+    rc, so, se = run("trace", "stragglers", old, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    r = {x["rank"]: x for x in j.get("ranks", [])}
+    ok(rc == 0 and j.get("unscored") == [2] and
+       r.get(2, {}).get("unscored") == "its steps 1..10 are before the newest 10000000 scored "
+       "(from 10000011)", "stragglers: a rank older than the steps scored says so", so + se)
     # 9 scored steps, a window of 10: the individual score is none, not a healthy 1.0
     rc, so, se = run("trace", "stragglers", d, "--window", "10")
     rows = {int(x.split()[0]): x.split() for x in so.splitlines() if x.split() and x.split()[0].isdigit()}
