@@ -41,6 +41,9 @@
 #define COMM_BOARD_MAX_GROUPS 256 /* board slots per rank (group ids 0..255) */
 #define COMM_DEAD_GRACE_S 1.0     /* keep progressing this long after a peer is seen dead */
 #define COMM_WAIT_GRACE_S 2.0     /* waiter's backstop beyond the deadline (stuck comm thread) */
+/* The most a timeout's report may take (two settles of the board of 2.5 s each, the dump
+ * written): how long past it a waiter still waits for the comm thread */
+#define COMM_REPORT_S 10.0
 #define COMM_STAGE_CLASSES 256    /* staging pool size classes (see comm_stage.c) */
 #define COMM_WAIT_SLOTS 8         /* callers blocked at once that comm_world_blocked_s sees */
 
@@ -215,6 +218,10 @@ struct comm_world {
     int stop;
     int poisoned;
     double t_poisoned;
+    /* until then the comm thread writes a timeout's report (comm_timeout: the board settles,
+     * the hang dump is written): a waiter past its deadline's grace waits for it, never
+     * abandons its op as "communication thread blocked" meanwhile; 0: none */
+    double reporting_until;
     ms_status poison_code;
     char poison_msg[COMM_MSG_MAX];
 

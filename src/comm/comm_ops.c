@@ -377,6 +377,8 @@ static ms_status comm_wait_host(comm_req *r, comm_group **out) {
         double now = ms_now(), limit = r->deadline + COMM_WAIT_GRACE_S;
         if (w->poisoned && w->t_poisoned + COMM_WAIT_GRACE_S < limit)
             limit = w->t_poisoned + COMM_WAIT_GRACE_S;
+        /* the comm thread is not stuck: it writes the timeout's report (comm_timeout) */
+        if (w->reporting_until > limit) limit = w->reporting_until;
         if (now >= limit) {
             if (waiting) w->n_waiting--;
             ms_status st = comm_abandon_locked(w, r, now);

@@ -61,14 +61,25 @@ static void comm_finish(comm_world *w, comm_req *r) {
     pthread_mutex_unlock(&w->mu);
 }
 
-/* Fail r with an MPI error from `call`. */
+/* Finish r (status and msg set); a collective breaks the world with its message: the op's
+ * peers wait for this rank in it, and the group's collectives would pair off one apart from
+ * here on.  (A point-to-point op's failure is its own: a receive too small for its message,
+ * MPI_ERR_TRUNCATE, took the message; a send not posted leaves its peer to time out.) */
+static void comm_finish_failed(comm_world *w, comm_req *r) {
+    pthread_mutex_lock(&w->mu);
+    if (r->kind != COMM_K_SEND && r->kind != COMM_K_RECV) comm_poison_locked(w, r->status, r->msg);
+    pthread_mutex_unlock(&w->mu);
+    comm_finish(w, r);
+}
+
+/* Fail r with an MPI error from `call` (posting it, or as it completed). */
 static void comm_finish_mpi_error(comm_world *w, comm_req *r, int rc, const char *call) {
     char d[256], e[MPI_MAX_ERROR_STRING + 64];
     comm_req_describe(r, d, sizeof d);
     comm_mpi_errstr(rc, call, e, sizeof e);
     r->status = MS_ERR_INTERNAL;
     snprintf(r->msg, sizeof r->msg, "comm: %s: %s", d, e);
-    comm_finish(w, r);
+    comm_finish_failed(w, r);
 }
 
 static int comm_active_reserve(comm_world *w) {
@@ -153,31 +164,45 @@ static void comm_stream_add(comm_world *w, const comm_req *r) {
     w->stream_until = from + (double)n / COMM_STREAM_MIN_RATE;
 }
 
-/* Post every request of the batch, in submission order (w->mpi_mu held). */
+static void comm_fail_all(comm_world *w, comm_req *batch);
+
+/* Post every request of the batch, in submission order (w->mpi_mu held).  A collective that
+ * cannot be posted breaks the world: it fails, and the rest of the batch and what is in flight
+ * with it. */
 void comm_post_batch(comm_world *w, comm_req *r) {
     while (r) {
         comm_req *next = r->next;
         r->next = NULL;
-        if (r->seq) comm_board_arrive(w, r->g, r->seq);
         if (r->kind == COMM_K_CREATE || r->kind == COMM_K_FREE) {
+            if (r->seq) comm_board_arrive(w, r->g, r->seq);
             comm_group_exec(w, r);
             comm_finish(w, r);
-        } else if (comm_active_reserve(w) != 0) {
+            r = next;
+            continue;
+        }
+        const char *call = "?";
+        int rc = MPI_SUCCESS;
+        if (comm_active_reserve(w) != 0) {
             r->status = ms_error(MS_ERR_NOMEM, "comm: out of memory for active requests");
             snprintf(r->msg, sizeof r->msg, "%s", ms_errmsg());
-            comm_finish(w, r);
-        } else {
-            const char *call = "?";
-            r->t_posted = ms_now();
-            int rc = comm_post_one(r, &call);
-            if (rc != MPI_SUCCESS) {
-                comm_finish_mpi_error(w, r, rc, call);
-            } else {
-                w->active[w->nactive] = r;
-                w->mreqs[w->nactive] = r->mreq;
-                w->nactive++;
-                comm_stream_add(w, r);
-            }
+            comm_finish_failed(w, r);
+        } else if (r->t_posted = ms_now(), (rc = comm_post_one(r, &call)) != MPI_SUCCESS) {
+            comm_finish_mpi_error(w, r, rc, call);
+        } else { /* in the op: arrived (one that failed to post never was: its peers say so) */
+            if (r->seq) comm_board_arrive(w, r->g, r->seq);
+            w->active[w->nactive] = r;
+            w->mreqs[w->nactive] = r->mreq;
+            w->nactive++;
+            comm_stream_add(w, r);
+            r = next;
+            continue;
+        }
+        pthread_mutex_lock(&w->mu);
+        int broken = w->poisoned;
+        pthread_mutex_unlock(&w->mu);
+        if (broken) {
+            comm_fail_all(w, next);
+            return;
         }
         r = next;
     }
@@ -285,6 +310,9 @@ static int comm_progress(comm_world *w) {
 /* r cannot finish (deadline passed, or a peer it waits for exited): fail it
  * with the arrival report and break the world. */
 static void comm_timeout(comm_world *w, comm_req *r, double now, int dead) {
+    pthread_mutex_lock(&w->mu);
+    w->reporting_until = ms_now() + COMM_REPORT_S; /* its waiter waits for the report */
+    pthread_mutex_unlock(&w->mu);
     comm_board_settle(w, 2.5); /* the report below names a peer stopped a moment ago */
     comm_dump_write(w, dead ? "peer_exited" : "timeout", 1); /* r still in flight */
     char d[256], b[COMM_MSG_MAX];
@@ -307,6 +335,7 @@ static void comm_timeout(comm_world *w, comm_req *r, double now, int dead) {
     comm_compact(w);
     pthread_mutex_lock(&w->mu);
     comm_poison_locked(w, MS_ERR_TIMEOUT, r->msg);
+    w->reporting_until = 0;
     pthread_mutex_unlock(&w->mu);
     comm_finish(w, r);
     comm_fail_all(w, NULL);

@@ -28,9 +28,11 @@ t1=$(date +%s.%N)
 cat "$log"
 echo "fault.sh: mode $mode, timeout ${tmo}s, mpirun exit $rc, wall $(awk "BEGIN{printf \"%.1f\", $t1 - $t0}") s"
 ok=1
-for r in 0 1; do
+ranks="0 1"
+[[ $mode == postfail ]] && ranks="0 1 2" # rank 2 checks its own failed post
+for r in $ranks; do
   if ! grep -q "^FAULT-OK r$r " "$log"; then
-    echo "FAIL: rank $r did not report the missing rank" >&2
+    echo "FAIL: rank $r did not report (the missing rank, or its own failure)" >&2
     ok=0
   fi
 done

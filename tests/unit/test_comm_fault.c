@@ -32,6 +32,13 @@
  *           the host's other ranks for theirs (rank 1 sees the request on
  *           the board).  Before, any dump written earlier kept it from
  *           asking, and the others' stale dumps were read as current.
+ *   postfail rank 2's MPI_Iallreduce fails as it is posted (this program
+ *           wraps it through MPI's profiling interface, PMPI): the op fails
+ *           naming the call, the world is broken (the next op fails at once,
+ *           naming it) and rank 2 exits; ranks 0 and 1, in the same
+ *           all-reduce, report it as exited, never arrived in the op.
+ *           Before, a failed post left the world whole: the rank went on
+ *           one collective behind its peers.
  * Survivors print "FAULT-OK r<rank> <seconds>: <message>" when every check
  * holds and exit without finalising MPI (the world is broken). */
 #include <pthread.h>
@@ -49,6 +56,36 @@
 #include "comm/comm_internal.h" /* comm_board_request_dump */
 #include "comm/env_options.h"
 #include "comm/fake_device.h"
+
+/* Mode "postfail": set on rank 2, its next MPI_Iallreduce is refused as MPI refuses a post. */
+static volatile int fail_iallreduce;
+
+int MPI_Iallreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
+                   MPI_Comm comm, MPI_Request *req) {
+    if (fail_iallreduce) return MPI_ERR_OTHER;
+    return PMPI_Iallreduce(sbuf, rbuf, count, dt, op, comm, req);
+}
+
+/* Mode "postfail" on rank 2 (see the top): exits with the summary. */
+static int postfail_mode(comm_world *w) {
+    comm_group *g = comm_world_group(w);
+    double x[4] = {1, 2, 3, 4};
+    fail_iallreduce = 1;
+    T_EQ_INT(comm_allreduce(g, x, x, 4, COMM_F64, COMM_SUM), MS_ERR_INTERNAL);
+    T_STR_CONTAINS(ms_errmsg(), "MPI_Iallreduce failed");
+    T_STR_CONTAINS(ms_errmsg(), "group 'world'");
+    T_OK(comm_world_broken(w));
+    fail_iallreduce = 0;
+    double t0 = ms_now();
+    T_EQ_INT(comm_barrier(g), MS_ERR_INTERNAL); /* at once, not one collective behind */
+    T_OK(ms_now() - t0 < 1.0);
+    T_STR_CONTAINS(ms_errmsg(), "world broken");
+    T_STR_CONTAINS(ms_errmsg(), "MPI_Iallreduce failed");
+    if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r2 postfail: %s\n", ms_errmsg());
+    int rc = ms_test_summary("test_comm_fault postfail r2");
+    fflush(stderr);
+    _exit(rc);
+}
 
 /* Mode "dump" on ranks 0 and 1 (see the top): exits with the summary. */
 static int dump_mode(comm_world *w, int R, double timeout) {
@@ -176,6 +213,7 @@ int main(int argc, char **argv) {
     T_EQ_INT(N, 3);
     T_EQ_INT(comm_barrier(g), MS_OK); /* everyone is up */
     if (R == 2) {
+        if (!strcmp(mode, "postfail")) return postfail_mode(w);
         if (!strcmp(mode, "dead") || !strcmp(mode, "split") || !strcmp(mode, "dead-dev")) _exit(0);
         if (!strcmp(mode, "stopped") || !strcmp(mode, "stopped-late")) {
             if (!strcmp(mode, "stopped-late")) usleep((useconds_t)((timeout - 0.5) * 1e6));
@@ -222,9 +260,10 @@ int main(int argc, char **argv) {
     T_OK(sub == NULL);
     T_STR_CONTAINS(msg, "group 'world'");
     T_STR_CONTAINS(msg, "not arrived: rank 2 (global 2");
-    T_STR_CONTAINS(msg, !strcmp(mode, "dead") || split || on_dev ? "exited"
-                        : !strcmp(mode, "stopped") || late       ? "not responding"
-                                                                 : "alive");
+    int exited = !strcmp(mode, "dead") || !strcmp(mode, "postfail") || split || on_dev;
+    T_STR_CONTAINS(msg, exited                             ? "exited"
+                        : !strcmp(mode, "stopped") || late ? "not responding"
+                                                           : "alive");
     T_OK(strstr(msg, "rank 0 (global") == NULL && strstr(msg, "rank 1 (global") == NULL);
     T_OK(comm_world_broken(w));
     if (late) { /* the dump names rank 2 as unresponsive */
@@ -248,6 +287,8 @@ int main(int argc, char **argv) {
     T_EQ_INT(comm_world_finalize(w), MS_ERR_TIMEOUT);
     T_STR_CONTAINS(ms_errmsg(), "MPI not finalized");
     if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r%d %.1f s: %s\n", R, el, msg);
+    /* postfail: rank 1 stays until rank 0 has reported (its exit is no part of the fault) */
+    if (R == 1 && !strcmp(mode, "postfail")) sleep(2);
     char name[64];
     snprintf(name, sizeof name, "test_comm_fault %s r%d", mode, R);
     int rc = ms_test_summary(name);
