@@ -89,6 +89,9 @@ typedef struct {
     ckpt_manager *ckpt;       /* --ckpt-dir / --resume (NULL: none) */
     int start, done;          /* first step of this run (after a resume), steps done */
     int stopped;              /* the loop ended on a stop request (a signal), not at --steps */
+    int last_update;          /* the step whose update was the last applied (start: none yet) */
+    int skip_streak;          /* skipped (non-finite) steps in a row up to the last one */
+    char skip_why[128];       /* the last one's reason */
     long long tokens0;        /* training tokens consumed by the steps before start */
     ckpt_st_dtype save_dtype; /* --save-dtype */
 } trainer;
@@ -411,6 +414,18 @@ ms_status train_check_hparams(const train_config *tc) {
                             isfinite(f) ? "too small (0 or subnormal)" : "infinite",
                             (double)FLT_MIN, (double)FLT_MAX, v[i].zero_ok ? ", or 0: none" : "");
     }
+    /* a decay just below 1 rounds to 1 in float: the bias correction 1 - beta^t is then 0,
+     * and every weight NaN after the first update (--beta2 0.99999999) */
+    const struct {
+        const char *opt;
+        double v;
+    } b[] = {{"--beta1", tc->beta1}, {"--beta2", tc->beta2}};
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++)
+        if ((float)b[i].v >= 1.0f)
+            return ms_error(MS_ERR_ARG,
+                            "%s %.10g is 1 in float, the precision the optimiser uses (its bias "
+                            "correction 1 - beta^t would be 0): give one at most %.9g",
+                            b[i].opt, b[i].v, (double)nextafterf(1.0f, 0.0f));
     return MS_OK;
 }
 
@@ -1028,9 +1043,31 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
     return MS_OK;
 }
 
+/* MS_ERR_NONFINITE, naming `when`, if a weight of any rank is NaN or Inf: an update made
+ * it so (a learning rate or a --beta/--eps out of scale), and no redo of a step nor skipped
+ * update can mend it.  Every rank calls it (a sum over the world). */
+static ms_status check_weights(trainer *t, const char *when) {
+    be_backend *be = gpt_backend(t->model);
+    double bad = !isfinite(be->sum_squares(be, gpt_params(t->model), gpt_num_elements(t->model)));
+    if (t->world && comm_world_size(t->world) > 1)
+        MS_TRY(comm_allreduce(comm_world_group(t->world), &bad, &bad, 1, COMM_F64, COMM_SUM));
+    if (bad == 0) return MS_OK;
+    char upd[64] = "before any update of this run";
+    if (t->last_update > t->start)
+        snprintf(upd, sizeof upd, "the update of step %d", t->last_update);
+    return ms_error(MS_ERR_NONFINITE,
+                    "%s: the weights hold NaN or Inf (on %.0f rank(s)), after %s: an update made "
+                    "them so (the learning rate, --weight-decay, --beta1/--beta2 or --eps out of "
+                    "scale?), and no redo or skipped update can mend them; no checkpoint holds "
+                    "them (one of such weights is not committed)",
+                    when, bad, upd);
+}
+
 /* The step's computations: the first, and while the result is not finite
  * up to --nonfinite-redo redos of the same micro-batches; when they are
- * all non-finite the update is skipped (r->skipped). */
+ * all non-finite the update is skipped (r->skipped).  A non-finite first
+ * computation whose weights are themselves not finite is an error: redos
+ * and skips are for faults of one computation. */
 static ms_status compute_step(trainer *t, int step, step_result *r) {
     int redo = t->tc->nonfinite_redo > 0 ? t->tc->nonfinite_redo : 0;
     r->n_nan_ranks = 0;
@@ -1041,6 +1078,11 @@ static ms_status compute_step(trainer *t, int step, step_result *r) {
         t->replay = 0;
         MS_TRY(st);
         if (!r->why[0]) return MS_OK;
+        if (attempt == 0) {
+            char when[160];
+            snprintf(when, sizeof when, "step %d: %s (loss %g)", step + 1, r->why, r->loss);
+            MS_TRY(check_weights(t, when));
+        }
         if (attempt == redo) break;
         if (t->rank == 0) /* every rank has the same result (the loss and norm are global) */
             ms_warn("step %d: %s (loss %g); redoing the step (%d of %d)", step + 1, r->why, r->loss,
@@ -1219,6 +1261,9 @@ static ms_status loop(trainer *t) {
         MS_TRY(report(t, step, &r, ms_now() - start));
         warmup_probe(t, step);
         bad = r.skipped ? bad + 1 : 0;
+        if (!r.skipped) t->last_update = step + 1;
+        t->skip_streak = bad;
+        if (bad) snprintf(t->skip_why, sizeof t->skip_why, "%s", r.why);
         if (bad > tc->max_bad_steps)
             return ms_error(MS_ERR_NONFINITE,
                             "%d consecutive steps with non-finite loss or gradients (limit "
@@ -1274,8 +1319,23 @@ ms_status train_run(const train_config *tc) {
         if (t.val) st = log_val(&t, t.start);
     }
     mon_heartbeat_train(t.hb, t.start); /* the driver times the first step from here */
+    t.last_update = t.start;
     if (st == MS_OK) st = loop(&t);
     if (st == MS_OK && t.zero) st = par_zero_gather_wait_all(t.zero);
+    /* the last update's weights, before the final checkpoint and --save-weights keep them:
+     * no later step's loss tells of them (a run whose last update made NaN weights exited 0
+     * and saved them) */
+    if (st == MS_OK && t.last_update > t.start) st = check_weights(&t, "after the last step");
+    /* a run that ends in skipped steps keeps the weights of its last update applied, which
+     * gave a non-finite loss or gradients twice (the redo) on the last batches: said, as
+     * the final checkpoint's refusal is (a transient fault on the last step of a long run
+     * is no reason to lose the run; weights that are themselves NaN are, above) */
+    if (st == MS_OK && t.skip_streak && t.rank == 0)
+        ms_warn("the run ended in %d skipped step(s) (the last: %s; --max-bad-steps %d stops a "
+                "longer streak): its weights are those of %s%d, which gave them",
+                t.skip_streak, t.skip_why, tc->max_bad_steps,
+                t.last_update > t.start ? "the update of step " : "this run's start, step ",
+                t.last_update);
     if (st == MS_OK && t.ckpt) { /* the final checkpoint (also after SIGTERM / SIGINT) */
         ckpt_train_state cs = ckpt_state(&t, t.done);
         st = ckpt_manager_finish(t.ckpt, &cs);

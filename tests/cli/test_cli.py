@@ -390,6 +390,29 @@ def test_nonfinite(d, base):
        "no checkpoint of a skipped step; the next clean step's is taken", err + str(steps))
     expect_error([*base, "--steps", "10", "--inject-fault", "nan-grad@2+", "--max-bad-steps", "2"],
                  "3 consecutive steps", "--max-bad-steps", what="persistent NaN gradients stop the run")
+    # weights an update made Inf (lr x weight decay past float): an error at the next
+    # non-finite loss, before any redo, naming the update; their checkpoint not committed
+    ck = os.path.join(d, "ck_nfw")
+    rc, _, err = run(*base, "--steps", "4", "--lr", "1e20", "--weight-decay", "1e20",
+                     "--ckpt-dir", ck, "--ckpt-every", "1", "--ckpt-shm-dir", shm)
+    ok(rc == 6 and "step 2: non-finite loss" in err and "the weights hold NaN or Inf" in err and
+       "after the update of step 1" in err and "redoing" not in err and
+       "holds a non-finite weight" in err and "step 1 was NOT committed" in err and
+       not [n for n in os.listdir(ck) if n.startswith("step_")],
+       "non-finite weights: exit 6 at step 2, named; no checkpoint of them", f"rc {rc}\n{err}")
+    w2 = os.path.join(d, "nfw.safetensors")
+    rc, _, err = run(*base, "--steps", "1", "--lr", "1e20", "--weight-decay", "1e20",
+                     "--save-weights", w2)
+    ok(rc == 6 and "after the last step: the weights hold NaN or Inf" in err and
+       not os.path.exists(w2), "non-finite weights after the last step: exit 6, not saved",
+       f"rc {rc}\n{err}")
+    # finite weights too large for the forward: the run ends in skipped steps and says so
+    rc, _, err = run(*base, "--steps", "3", "--lr", "1e30", "--save-weights", w2)
+    ok(rc == 0 and "the run ended in 2 skipped step(s)" in err and
+       "those of the update of step 1" in err, "a run ending in skipped steps says so", err)
+    for beta in ("--beta1", "--beta2"):
+        expect_error([*base, beta, "0.99999999"], f"{beta} 0.99999999 is 1 in float",
+                     what=f"{beta} that rounds to 1 in float")
     expect_error([*base, "--inject-fault", "nan@x"], "--inject-fault", what="bad fault spec")
     expect_error([*base, "--nonfinite-redo", "-1"], "--nonfinite-redo", what="a negative redo count")
 
