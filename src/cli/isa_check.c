@@ -22,6 +22,12 @@ BASELINE static void put(const char *s) {
 __attribute__((constructor(101))) BASELINE static void isa_check(void) {
     const char *skip = getenv("MS_ISA_CHECK");
     if (skip && !strcmp(skip, "0")) return;
+    if (skip && *skip && strcmp(skip, "1")) { /* a typo must not pass for either */
+        put("megascale: error: environment MS_ISA_CHECK: '");
+        put(skip);
+        put("' is neither 0 (skip the instruction-set check) nor 1 (check: the default)\n");
+        _exit(2);
+    }
     char missing[256];
     ms_cpu_isa_missing(missing, sizeof missing);
     if (!missing[0]) return;

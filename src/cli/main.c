@@ -75,6 +75,13 @@ static void blas_core(int argc, char **argv) {
     if (!computes) return;
     const char *set = getenv("OPENBLAS_CORETYPE"), *from = getenv("MS_BLAS_CORE_FROM");
     const char *keep = getenv("MS_BLAS_CORE");
+    if (keep && *keep && strcmp(keep, "keep")) { /* a typo must not pass for "keep" */
+        fprintf(stderr,
+                "megascale: error: environment MS_BLAS_CORE: '%s' is not 'keep' (its only value: "
+                "run on the OpenBLAS kernels OpenBLAS chose, or OPENBLAS_CORETYPE's)\n",
+                keep);
+        exit(2);
+    }
     int pinned = set && *set, kept = keep && !strcmp(keep, "keep");
     char pin[64], origin[224];
     snprintf(pin, sizeof pin, "%s", pinned ? set : ""); /* setenv may move it */

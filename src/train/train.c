@@ -862,15 +862,30 @@ static void print_layout(const trainer *t) {
             kernels = both;
         }
     }
-    const char *bf16 = kernels && t->be->act_dtype == BE_BF16
-                           ? ", bf16 (--cpu-dtype bf16: oneDNN's bf16 GEMMs)"
-                           : "";
+    const char *gm = ms_ctx_get()->cpu_gemm; /* the fp32 GEMM's choice: none in bf16 */
+    const char *bf16 = !kernels || t->be->act_dtype != BE_BF16 ? ""
+                       : *gm && strcmp(gm, "auto")
+                           ? ", bf16 (--cpu-dtype bf16: oneDNN's bf16 GEMMs; MS_CPU_GEMM, which "
+                             "picks the fp32 GEMM, does not apply)"
+                           : ", bf16 (--cpu-dtype bf16: oneDNN's bf16 GEMMs)";
     ms_info("batch %d x seq %d = %lld tokens/step (micro-batch %d x %d accumulation), %d steps, "
-            "%s, lr %g (%s, warmup %d), device %s (%d threads%s; compiled for %s%s%s)",
+            "%s, lr %g (%s, warmup %d), device %s (%d thread%s%s; compiled for %s%s%s)",
             tc->batch, tc->seq, (long long)tc->batch * tc->seq, t->micro, t->accum, tc->steps,
-            tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads, bf16,
-            ms_cpu_isa_built(), kernels ? "; " : "", kernels ? kernels : "");
-    ms_info("MFU against a peak of %.1f GFLOP/s per rank: %s", t->peak.flops / 1e9, t->peak.source);
+            tc->optimizer, tc->lr, tc->lr_schedule, tc->warmup, t->be->name, t->be->threads,
+            t->be->threads == 1 ? "" : "s", bf16, ms_cpu_isa_built(), kernels ? "; " : "",
+            kernels ? kernels : "");
+    double gf = t->peak.flops / 1e9; /* a small --peak-flops (1e6) read "0.0 GFLOP/s" */
+    ms_info("MFU against a peak of %.*f GFLOP/s per rank: %s",
+            gf >= 10     ? 1
+            : gf >= 0.01 ? 3
+                         : 6,
+            gf, t->peak.source);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int local = ms_ctx_get()->local_size > 0 ? ms_ctx_get()->local_size : 1;
+    if (kernels && cpus > 0 && (long)t->be->threads * local > cpus && ms_ctx_get()->local_rank == 0)
+        ms_warn("%d thread(s) on each of %d rank(s) of this host are more than its %ld CPU(s): "
+                "they take turns on the cores and every step is slower (--threads %ld)",
+                t->be->threads, local, cpus, cpus / local > 0 ? cpus / local : 1);
     if (t->val) train_val_log(t->val);
 }
 

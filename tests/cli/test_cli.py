@@ -286,6 +286,23 @@ def clean_env(**extra):
     return e
 
 
+def test_env_switches(d, base):
+    """The variables outside the options: a value they do not take is an error, never
+    passed over (MS_ISA_CHECK=x checked, MS_BLAS_CORE=kep did not keep); more threads than
+    the host's CPUs are a warning; a small --peak-flops is printed with its digits."""
+    env = dict(os.environ, MS_ISA_CHECK="x")
+    rc, _, err = run("--version", env=env)
+    ok(rc == 2 and "MS_ISA_CHECK: 'x' is neither 0" in err, "MS_ISA_CHECK=x is an error", err)
+    env = dict(os.environ, MS_BLAS_CORE="kep")
+    rc, _, err = run(*base, "--steps", "1", env=env)
+    ok(rc == 2 and "MS_BLAS_CORE: 'kep' is not 'keep'" in err, "MS_BLAS_CORE=kep is an error", err)
+    cpus = os.cpu_count() or 1
+    rc, _, err = run(*base, "--steps", "1", "--threads", str(cpus + 1), "--peak-flops", "1e6")
+    ok(rc == 0 and f"{cpus + 1} thread(s) on each of 1 rank(s) of this host are more than its "
+       f"{cpus} CPU(s)" in err and "a peak of 0.001000 GFLOP/s" in err,
+       "more threads than CPUs: a warning; a small peak keeps its digits", err)
+
+
 def test_env_options(d, base):
     """The env column: --help names each variable, the environment sets the
     option, the command line overrides it, a bad value is named."""
@@ -998,6 +1015,7 @@ def main():
        "SIGINT stops cleanly and saves the weights", f"rc={p.returncode}\n{err}")
 
     test_nonfinite(d, base)
+    test_env_switches(d, base)
     test_spike(d, base)
     test_option_ranges(d, base)
     test_ckpt_option_ranges(d)
