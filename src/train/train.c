@@ -1063,7 +1063,12 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
  * update can mend it.  Every rank calls it (a sum over the world). */
 static ms_status check_weights(trainer *t, const char *when) {
     be_backend *be = gpt_backend(t->model);
-    double bad = !isfinite(be->sum_squares(be, gpt_params(t->model), gpt_num_elements(t->model)));
+    double sq = 0; /* tensor by tensor: the padding between them is never written */
+    for (int i = 0; i < gpt_num_tensors(t->model); i++) {
+        const gpt_param *p = gpt_tensor(t->model, i);
+        sq += be->sum_squares(be, gpt_params(t->model) + p->offset, p->numel);
+    }
+    double bad = !isfinite(sq);
     if (t->world && comm_world_size(t->world) > 1)
         MS_TRY(comm_allreduce(comm_world_group(t->world), &bad, &bad, 1, COMM_F64, COMM_SUM));
     if (bad == 0) return MS_OK;
