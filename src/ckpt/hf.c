@@ -520,6 +520,21 @@ ms_status ckpt_hf_read_config(const char *path, int heads_hint, gpt_config *cfg)
         st = ms_error(MS_ERR_FORMAT,
                       "%s: metadata n_layer = %d, but the file holds %d layer(s) (h.0 .. h.%d)",
                       path, cfg->n_layer, L, L - 1);
+    /* the sizes the shapes give: metadata that says others is a damaged or hand-edited file,
+     * never read past (n_positions 32 beside a wpe of 64 rows was taken without a word) */
+    const struct {
+        const char *key, *shape;
+        int have;
+    } sizes[] = {{"vocab_size", "wte.weight's rows", cfg->vocab},
+                 {"n_embd", "wte.weight's columns", cfg->n_embd},
+                 {"n_positions", "wpe.weight's rows", cfg->seq_max}};
+    for (size_t i = 0; st == MS_OK && i < sizeof sizes / sizeof *sizes; i++) {
+        int said = 0;
+        st = meta_int(f, path, sizes[i].key, sizes[i].have, &said);
+        if (st == MS_OK && said != sizes[i].have)
+            st = ms_error(MS_ERR_FORMAT, "%s: metadata %s = %d, but %s are %d", path, sizes[i].key,
+                          said, sizes[i].shape, sizes[i].have);
+    }
     int hh = heads_hint > 0 ? heads_hint : (cfg->n_embd % 64 == 0 ? cfg->n_embd / 64 : 1);
     if (st == MS_OK) st = meta_int(f, path, "n_head", hh, &cfg->n_head);
     if (st != MS_OK) goto out;

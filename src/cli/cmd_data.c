@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "base/fileio.h"
+#include "base/jsonstr.h"
 #include "base/timeutil.h"
 #include "cli/commands.h"
 #include "cli/opts.h"
@@ -387,17 +388,26 @@ static ms_status tokenizer_train(const data_config *dc) {
     return st;
 }
 
+/* s[0, n) as a quoted string's body: valid UTF-8 as it is, control characters and the
+ * bytes of no valid UTF-8 sequence as \xHH (they went to the terminal raw) */
 static void print_bytes(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '\n')
+        /* a sequence's length by its lead byte, so that ms_utf8_len reads within s */
+        int need = c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+        int k = c < 0x80 || (size_t)need > n - i ? 0 : ms_utf8_len((const unsigned char *)s + i);
+        if (c == '\n') {
             printf("\\n");
-        else if (c == '"' || c == '\\')
+        } else if (c == '"' || c == '\\') {
             printf("\\%c", c);
-        else if (c >= 32 && c != 127)
+        } else if (c >= 32 && c < 127) {
             putchar(c);
-        else
+        } else if (k > 1) {
+            fwrite(s + i, 1, (size_t)k, stdout);
+            i += (size_t)k - 1;
+        } else {
             printf("\\x%02x", c);
+        }
     }
 }
 
@@ -440,17 +450,33 @@ static ms_status inspect(const char *path, const data_config *dc) {
         int unknown = 0; /* an id the tokenizer has no bytes for: <|id N|> */
         printf("  decoded (%s%s): \"", tok ? data_tok_name(tok) : "bytes",
                both && pass == 0 ? ", as every id is below 256" : "");
-        for (size_t i = 0; i < n; i++) {
-            char *text = NULL, c = (char)ids[i];
+        /* the bytes of a run of known ids printed at once: a character split over tokens
+         * (GPT-2's byte-level merges split most emoji and CJK) is whole again */
+        char *run = NULL;
+        size_t run_len = 0, run_cap = 0;
+        for (size_t i = 0; st == MS_OK && i <= n; i++) {
+            char *text = NULL, c = i < n ? (char)ids[i] : 0;
             size_t len = 0;
-            if (tok ? data_tok_decode(tok, &ids[i], 1, &text, &len) == MS_OK : ids[i] < 256) {
-                print_bytes(tok ? text : &c, tok ? len : 1);
-            } else {
-                printf("<|id %u|>", ids[i]);
-                unknown++;
+            int known = i < n && (tok ? data_tok_decode(tok, &ids[i], 1, &text, &len) == MS_OK
+                                      : ids[i] < 256);
+            if (known && !tok) text = &c, len = 1;
+            if (known && run_len + len > run_cap) {
+                size_t cap = 2 * (run_len + len) + 64;
+                char *r = realloc(run, cap);
+                if (!r) st = ms_error(MS_ERR_NOMEM, "out of memory");
+                if (r) run = r, run_cap = cap;
             }
-            free(text);
+            if (known && st == MS_OK) {
+                memcpy(run + run_len, text, len);
+                run_len += len;
+            } else if (st == MS_OK) { /* an unknown id, or the end: the run so far first */
+                print_bytes(run, run_len);
+                run_len = 0;
+                if (i < n) printf("<|id %u|>", ids[i]), unknown++;
+            }
+            if (tok) free(text);
         }
+        free(run);
         printf("\"\n");
         if (unknown)
             printf("  ids shown beyond the %s tokenizer's %d: %d (was the shard made with "

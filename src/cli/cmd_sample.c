@@ -31,7 +31,8 @@ static const opts_spec sample_opts[] = {
     O("weights", OPT_T_STR, weights, NULL,
       "weights file (HF GPT-2 safetensors: --save-weights, ckpt export; llm.c .bin), or a "
       "checkpoint: a commit (DIR/step_N) or a checkpoint directory (its newest valid commit)"),
-    O("prompt", OPT_T_STR, prompt, NULL, "text to continue (default: a newline)"),
+    O("prompt", OPT_T_STR, prompt, NULL,
+      "text to continue (default: a newline; \"\": a new document, from end-of-text)"),
     R("tokens", OPT_T_INT, tokens, "200", "[0,16777216]", "tokens to generate"),
     R("temperature", OPT_T_DOUBLE, temperature, "0.8", "[0,)", "softmax temperature (0: greedy)"),
     R("top-k", OPT_T_INT, top_k, "40", "[0,)", "sample among the k most likely tokens (0: all)"),
@@ -190,7 +191,8 @@ static ms_status run_sample(const sample_config *sc) {
     gpt_model *m = NULL;
     int32_t *ctx = NULL;
     float *logits = NULL, *work = NULL;
-    const char *prompt = sc->prompt && *sc->prompt ? sc->prompt : "\n";
+    /* no --prompt: a newline; an empty one: nothing, a document started (end-of-text) */
+    const char *prompt = sc->prompt ? sc->prompt : "\n";
     int T = c.seq_max, cap = (int)strlen(prompt) + sc->tokens, n = 0;
     ms_status st = text_open(&tx, sc->tokenizer, sc->data_dir, &c, src);
     be_options bo = be_options_default();
@@ -216,12 +218,18 @@ static ms_status run_sample(const sample_config *sc) {
     int eot = tx.tok ? data_tok_eot(tx.tok) : -1;
     if (n == 0 && eot >= 0) { /* nothing to condition on: start a document (GPT-2's way) */
         ctx[n++] = eot;
+    } else if (n == 0 && tx.bytes) {
+        st = ms_error(MS_ERR_ARG,
+                      "--prompt is empty, and the bytes tokenizer has no end-of-text token to "
+                      "start a document with: give text to continue (without --prompt: a "
+                      "newline)");
+        goto out;
     } else if (n == 0) {
         st = ms_error(MS_ERR_ARG,
                       "the --prompt%s holds no token id (--tokenizer ids: ids separated by "
                       "spaces, e.g. --prompt '464 2068'): give the context to continue (before, "
                       "id 0 was used without a word)",
-                      sc->prompt && *sc->prompt ? "" : " (none given: the default, a newline,)");
+                      sc->prompt ? "" : " (none given: the default, a newline,)");
         goto out;
     }
     fputs(prompt, stdout);

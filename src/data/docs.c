@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "base/fileio.h"
+#include "base/log.h"
 #include "data/shard.h"
 
 struct data_docs {
@@ -25,6 +26,7 @@ struct data_docs {
     cJSON *json;      /* the object the last JSONL document lives in */
     uint64_t pending; /* input bytes read since the last document */
     uint64_t skipped;
+    uint64_t surrogates; /* lines whose lone surrogate escapes were read as U+FFFD */
     char first_bad[600];
     struct stat id; /* the mapped file's identity when it was mapped */
 };
@@ -68,6 +70,9 @@ static ms_status unmap_checked(data_docs *d) {
 
 void data_docs_close(data_docs *d) {
     if (!d) return;
+    if (d->surrogates > 1) /* the first was named as it was read */
+        ms_warn("%llu JSONL lines in all held lone UTF-16 surrogate escapes, read as U+FFFD",
+                (unsigned long long)d->surrogates);
     cJSON_Delete(d->json);
     unmap(d);
     free(d);
@@ -163,6 +168,15 @@ static ms_status bad_line(data_docs *d, const char *fmt, ...) {
     return MS_OK;
 }
 
+/* The object's last member named `field` (NULL: none): a key given twice is the last
+ * one's, as Python's json and most readers take it (cJSON's lookup gives the first). */
+static const cJSON *last_member(const cJSON *o, const char *field) {
+    const cJSON *found = NULL;
+    for (const cJSON *c = cJSON_IsObject(o) ? o->child : NULL; c; c = c->next)
+        if (c->string && !strcmp(c->string, field)) found = c;
+    return found;
+}
+
 /* Whether the member `field` of the valid JSON object s[0, n), whose parsed
  * string is len bytes long, really holds more: a NUL character (\u0000)
  * ends cJSON's string there, the rest of the text silently lost.  Checked
@@ -187,11 +201,63 @@ static int nul_cuts_text(const char *s, size_t n, const char *field, size_t len)
     }
     if (!found) return 0;
     cJSON *j = cJSON_ParseWithLength(c, n);
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, field);
+    const cJSON *f = last_member(j, field);
     int cut = !cJSON_IsString(f) || strlen(f->valuestring) != len;
     cJSON_Delete(j);
     free(c);
     return cut;
+}
+
+/* The value of the \uXXXX escape at s[0, 6) (s[0] is the backslash), or -1. */
+static int u_escape(const char *s, size_t room) {
+    if (room < 6 || s[0] != '\\' || s[1] != 'u') return -1;
+    int v = 0;
+    for (int k = 2; k < 6; k++) {
+        char c = s[k];
+        int h = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (h < 0) return -1;
+        v = v * 16 + h;
+    }
+    return v;
+}
+
+/* A copy of the line s[0, n) with each lone UTF-16 surrogate escape (\ud800 without its
+ * \udc00.. pair, or the second half alone) written \ufffd, the replacement character: the
+ * same length, so byte positions stay.  JSON allows them and Python's json reads them (web
+ * text holds them: a string cut inside a pair); cJSON refuses the line, and tiktoken encodes
+ * them as U+FFFD.  NULL when the line holds none (or no memory); *count: how many. */
+static char *lone_surrogates_fixed(const char *s, size_t n, size_t *count, size_t *first_at) {
+    char *c = NULL;
+    int in_str = 0;
+    *count = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!in_str || s[i] == '"') {
+            in_str ^= s[i] == '"';
+            continue;
+        }
+        if (s[i] != '\\') continue;
+        int v = u_escape(s + i, n - i);
+        if (v >= 0xD800 && v <= 0xDBFF) {
+            int lo = u_escape(s + i + 6, n - i - 6);
+            if (lo >= 0xDC00 && lo <= 0xDFFF) { /* a pair: one character */
+                i += 11;
+                continue;
+            }
+        }
+        if (v >= 0xD800 && v <= 0xDFFF) {
+            if (!c && !(c = malloc(n))) return NULL;
+            if (!*count) memcpy(c, s, n), *first_at = i;
+            memcpy(c + i + 2, "fffd", 4);
+            (*count)++;
+            i += 5;
+            continue;
+        }
+        i++; /* the escaped character */
+    }
+    return c;
 }
 
 /* The next document of the mapped JSONL file into d->json, or *text NULL at
@@ -229,13 +295,31 @@ static ms_status next_line(data_docs *d, const char **text, size_t *len) {
         }
         const char *end = NULL;
         cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+        char *fixed = NULL; /* the line with its lone surrogates as U+FFFD */
+        if (!j) {
+            size_t lone = 0, lone_at = 0;
+            if ((fixed = lone_surrogates_fixed(s, n, &lone, &lone_at)) != NULL) {
+                j = cJSON_ParseWithLengthOpts(fixed, n, &end, 0);
+                end = end ? s + (end - fixed) : NULL;
+                if (j && d->surrogates++ == 0)
+                    ms_warn("%s:%llu: a lone UTF-16 surrogate escape (\\u%.4s at byte %zu of "
+                            "the line; no character), read as U+FFFD as tiktoken encodes it; "
+                            "others are counted at the end",
+                            d->path, (unsigned long long)d->line, s + lone_at + 2, lone_at + 1);
+            }
+        }
         if (!j || !blank(end, (size_t)(s + n - end))) {
             size_t at = end && end >= s && end <= s + n ? (size_t)(end - s) : 0;
             cJSON_Delete(j);
+            free(fixed);
             MS_TRY(bad_line(d, "not valid JSON (at byte %zu of the line)", at + 1));
             continue;
         }
-        const cJSON *f = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, d->field) : NULL;
+        const cJSON *f = last_member(j, d->field);
+        /* the text parsed: whether a \u0000 in it cut the member short */
+        int cut = f && cJSON_IsString(f) &&
+                  nul_cuts_text(fixed ? fixed : s, n, d->field, strlen(f->valuestring));
+        free(fixed);
         if (!cJSON_IsObject(j) || !f || !cJSON_IsString(f)) {
             const char *kind = json_kind(f ? f : j);
             ms_status st = !cJSON_IsObject(j) ? bad_line(d, "%s, not a JSON object", kind)
@@ -246,7 +330,7 @@ static ms_status next_line(data_docs *d, const char **text, size_t *len) {
             continue;
         }
         size_t l = strlen(f->valuestring);
-        if (nul_cuts_text(s, n, d->field, l)) {
+        if (cut) {
             cJSON_Delete(j);
             MS_TRY(bad_line(d,
                             "member \"%s\" holds \\u0000 (a NUL character), where the text "

@@ -162,6 +162,10 @@ def test_bad_input(d, w, val, train, ck):
                                                            "mask.safetensors"))
     rewrite_safetensors(w, many_w, lambda h, _: h["__metadata__"].update(n_layer="1024"))
     rewrite_safetensors(w, plus_w, lambda h, _: h["__metadata__"].update(n_head=" +2"))
+    # sizes in the metadata that the shapes contradict (they were taken without a word)
+    pos_w, voc_w = os.path.join(d, "pos.safetensors"), os.path.join(d, "voc.safetensors")
+    rewrite_safetensors(w, pos_w, lambda h, _: h["__metadata__"].update(n_positions="7"))
+    rewrite_safetensors(w, voc_w, lambda h, _: h["__metadata__"].update(vocab_size="100"))
 
     def add_mask(h, _):
         end = max(t["data_offsets"][1] for k, t in h.items() if k != "__metadata__")
@@ -286,6 +290,8 @@ def test_bad_input(d, w, val, train, ck):
                                       "shard (magic 20240520)"]) for c in (SA, EV)],
         ([*SA, "--weights", many_w], [f"{many_w}: metadata n_layer = 1024, but the file holds"]),
         ([*SA, "--weights", plus_w], [f"{plus_w}: metadata n_head = ' +2' is not an integer"]),
+        ([*SA, "--weights", pos_w], [f"{pos_w}: metadata n_positions = 7, but wpe.weight's rows"]),
+        ([*EV, "--weights", voc_w], [f"{voc_w}: metadata vocab_size = 100, but wte.weight's rows"]),
         ([*SA, "--weights", mask_w], [f"{mask_w}: tensor 'h.7.attn.bias' is not part of this model"]),
         ([*SA, "--weights", untied_w], [f"{untied_w}: 'lm_head.weight' differs from 'wte.weight'"]),
         # train's --init-from file: its errors name the option, as sample's and eval's --weights
@@ -833,6 +839,15 @@ def test_nonfinite_weights(d, w, val):
     rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--prompt", "5", "--tokens",
                        "3")
     ok(rc == 0 and out.startswith("5"), "sample --tokenizer ids --prompt 5", f"rc={rc}\n{err}")
+    # an empty prompt is a new document (end-of-text), never the default newline in disguise
+    rc, out, err = run("sample", "--weights", w, "--tokenizer", "ids", "--prompt", "", "--tokens",
+                       "3")
+    ok(rc == 2 and "the --prompt holds no token id" in err and "none given" not in err,
+       "sample --prompt '' with ids: no token id, and it was given", f"rc={rc}\n{err}")
+    rc, out, err = run("sample", "--weights", w, "--tokenizer", "bytes", "--prompt", "",
+                       "--tokens", "3")
+    ok(rc == 2 and "--prompt is empty, and the bytes tokenizer has no end-of-text token" in err,
+       "sample --prompt '' with bytes: no end-of-text to start from", f"rc={rc}\n{err}")
 
 
 def make_fixture(d):

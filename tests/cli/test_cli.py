@@ -80,6 +80,13 @@ def test_data(d):
     ok(eots == 3, "one end-of-text token after each document", str(eots))
     rc, outp, err = run("data", "inspect", os.path.join(out, "t_val_000000.bin"), "--count", "8")
     ok(rc == 0 and "Document 0: In the" in outp, "inspect decodes with gpt2", outp + err)
+    # bytes of no valid UTF-8 sequence are \xHH, a valid sequence itself (the raw bytes went
+    # to the terminal)
+    raw = os.path.join(d, "rawbytes.bin")
+    write_shard(raw, [0xff, 0x41, 0xc3, 0xa9, 0xe2, 0x82, 0x1b])
+    rc, outp, err = run("data", "inspect", raw, "--tokenizer", "bytes")
+    ok(rc == 0 and '"\\xffA\u00e9\\xe2\\x82\\x1b"' in outp,
+       "inspect: invalid UTF-8 and control bytes as \\xHH, valid UTF-8 as it is", outp + err)
     # a trained tokenizer round-trips through prepare/inspect
     tokf = os.path.join(d, "mine.tok")
     rc, _, err = run("data", "tokenizer-train", "--input", docs, "--vocab-size", "300",

@@ -162,6 +162,22 @@ def test_jsonl(d):
     ok(rc == 0 and rc2 == 0 and got == ref2,
        "JSONL: \\u0000 outside the text, or an escaped backslash before u0000, is fine",
        err + err2)
+    # lone UTF-16 surrogate escapes are U+FFFD (as tiktoken encodes them; it was "not valid
+    # JSON"), a pair is its character, and a member given twice is the last one's (Python's)
+    lone = os.path.join(d, "lone.jsonl")
+    write_jsonl(lone, ['{"text": "x\\ud800y"}', '{"text": "a\\udc00b\\ud83d\\ude00c"}',
+                       '{"text": "first", "text": "second"}'])
+    rc, err, _, got = prepare(os.path.join(d, "o_lone"), lone, extra=["--val-fraction", "0"])
+    lone_txt = os.path.join(d, "lone_txt")
+    os.makedirs(lone_txt)
+    for i, t in enumerate(["x\ufffdy", "a\ufffdb\U0001F600c", "second"]):
+        open(os.path.join(lone_txt, f"{i}.txt"), "w", encoding="utf-8").write(t)
+    rc2, err2, _, ref3 = prepare(os.path.join(d, "o_lone_txt"),
+                                 *[os.path.join(lone_txt, f"{i}.txt") for i in range(3)],
+                                 extra=["--val-fraction", "0"])
+    ok(rc == 0 and rc2 == 0 and got == ref3 and "lone.jsonl:1: a lone UTF-16 surrogate escape "
+       "(\\ud800 at byte 12 of the line" in err and "2 JSONL lines in all held lone" in err,
+       "JSONL: lone surrogates as U+FFFD, said; a key twice is the last one's", err + err2)
     huge = os.path.join(d, "huge.jsonl")
     with open(huge, "w") as f:
         f.write(good + "\n")
