@@ -27,6 +27,7 @@
 
 #include "base/ctx.h"
 #include "base/fileio.h"
+#include "base/finite.h"
 #include "base/log.h"
 #include "base/timeutil.h"
 #include "ckpt/ckpt_internal.h"
@@ -625,9 +626,21 @@ static int same_model(const gpt_config *a, const gpt_config *b) {
            a->attn_window == b->attn_window;
 }
 
-/* Steps of this rank's usable /dev/shm snapshots (same job, layout, runs;
+/* 1 if a weight of the snapshot is NaN or Inf (the update before it made them so; the
+ * persist refused its commit): a resume from it would stop at its first step again. */
+static int snap_nonfinite(const ckpt_snap_view *v) {
+    for (int i = 0; i < v->n_runs; i++) {
+        const ckpt_run *r = &v->runs[i];
+        if (r->data_off + (r->end - r->begin) > v->data_elems) return 0; /* ckpt_snap_matches's */
+        if (ms_first_nonfinite(v->data + r->data_off, (size_t)(r->end - r->begin)) >= 0) return 1;
+    }
+    return 0;
+}
+
+/* Steps of this rank's usable /dev/shm snapshots (same job, layout, runs, finite weights;
  * the data's CRC is checked only for the one chosen: shm_verify). */
 static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
+    static const char LAYOUT[] = "was written by another layout";
     char unused[4300] = ""; /* the newest snapshot not usable here, said once by rank 0 */
     const char *why = NULL;
     int unused_step = -1;
@@ -645,12 +658,14 @@ static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
             ms_warn("resume: ignoring a snapshot: %s", ms_errmsg()); /* the message names it */
             continue;
         }
-        const char *other = v.job != cm->job                               ? "another job"
-                            : !same_model(&v.model, gpt_get_config(cm->m)) ? "another model"
+        const char *other = v.job != cm->job ? "was written by another job"
+                            : !same_model(&v.model, gpt_get_config(cm->m))
+                                ? "was written by another model"
                             : v.rank != cm->rank || v.world != cm->world ||
                                     !ckpt_snap_matches(&v, cm->runs, cm->n_runs)
-                                ? "another layout"
-                                : NULL;
+                                ? LAYOUT
+                            : snap_nonfinite(&v) ? "holds weights that are NaN or Inf"
+                                                 : NULL;
         if (!other) {
             steps[k] = v.step;
         } else if (v.step > unused_step) {
@@ -661,13 +676,11 @@ static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
         ckpt_snap_close(&v, h);
     }
     if (why && cm->rank == 0) /* each rank's slots alike */
-        ms_warn("resume: the host-memory snapshot %s (step %d) was written by %s; it is not "
-                "used%s",
-                unused, unused_step, why,
-                strcmp(why, "another layout")
-                    ? ""
-                    : " (a snapshot resumes only the layout that wrote it: the newest commit is "
-                      "loaded, and the steps after it are trained again)");
+        ms_warn("resume: the host-memory snapshot %s (step %d) %s; it is not used%s", unused,
+                unused_step, why,
+                why != LAYOUT ? ""
+                              : " (a snapshot resumes only the layout that wrote it: the newest "
+                                "commit is loaded, and the steps after it are trained again)");
 }
 
 /* The newest snapshot step every rank of the job holds, -1 none. */

@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +30,7 @@
 #include <unistd.h>
 
 #include "base/crc32c.h"
+#include "base/finite.h"
 #include "base/events.h"
 #include "base/fileio.h"
 #include "base/log.h"
@@ -230,23 +230,6 @@ static int runs_contiguous(const ckpt_run *runs, int n_runs, uint64_t *elems) {
     return 1;
 }
 
-/* The first element of x[0..n) that is NaN or Inf, or -1: blocks of integer tests on the
- * exponent bits (a loop the compiler vectorises), the element found only in a bad block. */
-static int64_t first_nonfinite(const float *x, int64_t n) {
-    for (int64_t b = 0; b < n; b += 4096) {
-        int64_t e = b + 4096 < n ? b + 4096 : n;
-        uint32_t bad = 0;
-        for (int64_t i = b; i < e; i++) {
-            uint32_t u;
-            memcpy(&u, x + i, sizeof u);
-            bad |= (u & 0x7f800000u) == 0x7f800000u;
-        }
-        for (int64_t i = b; bad && i < e; i++)
-            if (!isfinite(x[i])) return i;
-    }
-    return -1;
-}
-
 ms_status ckpt_shard_write(const char *dir, const char *name, int rank, int step,
                            const ckpt_tensor_info *tensors, const ckpt_run *runs, int n_runs,
                            const float *data, uint32_t *crcs, uint64_t *bytes,
@@ -263,7 +246,7 @@ ms_status ckpt_shard_write(const char *dir, const char *name, int rank, int step
             crcs[3 * i + k] = ms_crc32c(0, src, (size_t)n * sizeof(float));
             /* a weight an update made NaN or Inf is not committed: a resume from it could not
              * go on (the trainer stops on it at the next step, and the commit before stands) */
-            int64_t bad = k == CKPT_PARAM ? first_nonfinite(src, n) : -1;
+            int64_t bad = k == CKPT_PARAM ? ms_first_nonfinite(src, (size_t)n) : -1;
             if (bad >= 0) {
                 st = ms_error(MS_ERR_NONFINITE,
                               "%s: tensor '%s' holds a non-finite weight (%g at element %lld)",

@@ -19,6 +19,7 @@
 
 #include "base/bf16.h"
 #include "base/fileio.h"
+#include "base/finite.h"
 #include "base/log.h"
 #include "ckpt/ckpt.h"
 #include "ckpt/hf_internal.h"
@@ -444,14 +445,12 @@ ms_status ckpt_hf_load(gpt_model *m, const char *path) {
     }
     for (int i = 0; st == MS_OK && i < gpt_num_tensors(m); i++) { /* NaN or Inf: say where */
         const gpt_param *p = gpt_tensor(m, i);
-        for (size_t e = 0; e < p->numel; e++)
-            if (!isfinite(host[p->offset + e])) {
-                st = ms_error(MS_ERR_FORMAT,
-                              "%s: tensor '%s' holds a non-finite value (%g at element %zu): the "
-                              "weights are corrupt or diverged",
-                              path, p->name, (double)host[p->offset + e], e);
-                break;
-            }
+        int64_t e = ms_first_nonfinite(host + p->offset, p->numel);
+        if (e >= 0)
+            st = ms_error(MS_ERR_FORMAT,
+                          "%s: tensor '%s' holds a non-finite value (%g at element %lld): the "
+                          "weights are corrupt or diverged",
+                          path, p->name, (double)host[p->offset + (size_t)e], (long long)e);
     }
     if (st == MS_OK) {
         be->to_device(be, gpt_params(m), host, n * sizeof(float));

@@ -388,8 +388,20 @@ static ms_status tokenizer_train(const data_config *dc) {
     return st;
 }
 
-/* s[0, n) as a quoted string's body: valid UTF-8 as it is, control characters and the
- * bytes of no valid UTF-8 sequence as \xHH (they went to the terminal raw) */
+/* 1 if the valid UTF-8 sequence s[0, k) (k >= 2) is a C1 control (U+0080..U+009F: NEL, CSI
+ * for a terminal) or a bidirectional override or isolate (U+202A..U+202E, U+2066..U+2069:
+ * they reorder what a terminal shows after them). */
+static int invisible_control(const char *s, int k) {
+    const unsigned char *u = (const unsigned char *)s;
+    unsigned cp = k == 2   ? (u[0] & 0x1fu) << 6 | (u[1] & 0x3fu)
+                  : k == 3 ? (u[0] & 0x0fu) << 12 | (u[1] & 0x3fu) << 6 | (u[2] & 0x3fu)
+                           : 0x10000;
+    return cp < 0xa0 || (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+/* s[0, n) as a quoted string's body: valid UTF-8 as it is; control characters (C0, DEL, C1,
+ * bidirectional overrides) and the bytes of no valid UTF-8 sequence as \xHH (they went to
+ * the terminal raw) */
 static void print_bytes(const char *s, size_t n) {
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
@@ -402,8 +414,12 @@ static void print_bytes(const char *s, size_t n) {
             printf("\\%c", c);
         } else if (c >= 32 && c < 127) {
             putchar(c);
-        } else if (k > 1) {
+        } else if (k > 1 && !invisible_control(s + i, k)) {
             fwrite(s + i, 1, (size_t)k, stdout);
+            i += (size_t)k - 1;
+        } else if (k > 1) { /* a control as a code point: its bytes, escaped */
+            for (int b = 0; b < k; b++)
+                printf("\\x%02x", (unsigned char)s[i + (size_t)b]);
             i += (size_t)k - 1;
         } else {
             printf("\\x%02x", c);

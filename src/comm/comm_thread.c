@@ -188,7 +188,10 @@ void comm_post_batch(comm_world *w, comm_req *r) {
             comm_finish_failed(w, r);
         } else if (r->t_posted = ms_now(), (rc = comm_post_one(r, &call)) != MPI_SUCCESS) {
             comm_finish_mpi_error(w, r, rc, call);
-        } else { /* in the op: arrived (one that failed to post never was: its peers say so) */
+        } else {
+            /* in the op: arrived.  One that failed to post never was, and its peers say so;
+             * the price: a post that blocks inside MPI (an MPI that sets a communicator up on
+             * its first collective) shows as not arrived meanwhile */
             if (r->seq) comm_board_arrive(w, r->g, r->seq);
             w->active[w->nactive] = r;
             w->mreqs[w->nactive] = r->mreq;
@@ -444,7 +447,12 @@ static void *comm_thread_main(void *arg) {
         } else {
             comm_post_batch(w, batch);
             if (w->nactive) progress |= comm_progress(w);
-            if (w->nactive) comm_check_deadlines(w);
+            /* a collective that completed with an error broke the world just now: its other
+             * ops fail with that (next pass), never as a timeout with a settle and a dump */
+            pthread_mutex_lock(&w->mu);
+            int broke = w->poisoned;
+            pthread_mutex_unlock(&w->mu);
+            if (w->nactive && !broke) comm_check_deadlines(w);
             comm_board_heartbeat(w);
         }
         nactive = w->nactive;

@@ -296,17 +296,10 @@ static ms_status next_line(data_docs *d, const char **text, size_t *len) {
         const char *end = NULL;
         cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
         char *fixed = NULL; /* the line with its lone surrogates as U+FFFD */
-        if (!j) {
-            size_t lone = 0, lone_at = 0;
-            if ((fixed = lone_surrogates_fixed(s, n, &lone, &lone_at)) != NULL) {
-                j = cJSON_ParseWithLengthOpts(fixed, n, &end, 0);
-                end = end ? s + (end - fixed) : NULL;
-                if (j && d->surrogates++ == 0)
-                    ms_warn("%s:%llu: a lone UTF-16 surrogate escape (\\u%.4s at byte %zu of "
-                            "the line; no character), read as U+FFFD as tiktoken encodes it; "
-                            "others are counted at the end",
-                            d->path, (unsigned long long)d->line, s + lone_at + 2, lone_at + 1);
-            }
+        size_t lone = 0, lone_at = 0;
+        if (!j && (fixed = lone_surrogates_fixed(s, n, &lone, &lone_at)) != NULL) {
+            j = cJSON_ParseWithLengthOpts(fixed, n, &end, 0);
+            end = end ? s + (end - fixed) : NULL;
         }
         if (!j || !blank(end, (size_t)(s + n - end))) {
             size_t at = end && end >= s && end <= s + n ? (size_t)(end - s) : 0;
@@ -342,6 +335,11 @@ static ms_status next_line(data_docs *d, const char **text, size_t *len) {
             cJSON_Delete(j);
             continue;
         }
+        if (lone && d->surrogates++ == 0) /* said of a document taken, not of one skipped */
+            ms_warn("%s:%llu: a lone UTF-16 surrogate escape (\\u%.4s at byte %zu of the line; "
+                    "no character), read as U+FFFD as tiktoken encodes it; others are counted "
+                    "at the end",
+                    d->path, (unsigned long long)d->line, s + lone_at + 2, lone_at + 1);
         d->json = j;
         *text = f->valuestring;
         *len = l;

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -880,9 +881,20 @@ static void print_layout(const trainer *t) {
             : gf >= 0.01 ? 3
                          : 6,
             gf, t->peak.source);
+    /* threads that take turns on the cores: more than this rank may run on (mpirun binds
+     * each rank to one core by default; taskset; a cgroup's cpuset), or than the host has
+     * for all of its ranks */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = ms_ctx_get()->local_size > 0 ? ms_ctx_get()->local_size : 1;
-    if (kernels && cpus > 0 && (long)t->be->threads * local > cpus && ms_ctx_get()->local_rank == 0)
+    int local = ms_ctx_get()->local_size > 0 ? ms_ctx_get()->local_size : 1, mine = 0;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) mine = CPU_COUNT(&set);
+    if (kernels && mine > 0 && t->be->threads > mine && ms_ctx_get()->local_rank == 0)
+        ms_warn("%d thread(s) on a rank that may run on %d CPU(s) (its affinity: mpirun binds "
+                "each rank to a core unless --bind-to none; taskset; a cpuset): they take turns "
+                "and every step is slower (--threads %d)",
+                t->be->threads, mine, mine);
+    else if (kernels && cpus > 0 && (long)t->be->threads * local > cpus &&
+             ms_ctx_get()->local_rank == 0)
         ms_warn("%d thread(s) on each of %d rank(s) of this host are more than its %ld CPU(s): "
                 "they take turns on the cores and every step is slower (--threads %ld)",
                 t->be->threads, local, cpus, cpus / local > 0 ? cpus / local : 1);
@@ -1063,12 +1075,11 @@ static ms_status compute_update(trainer *t, int step, int attempt, step_result *
  * update can mend it.  Every rank calls it (a sum over the world). */
 static ms_status check_weights(trainer *t, const char *when) {
     be_backend *be = gpt_backend(t->model);
-    double sq = 0; /* tensor by tensor: the padding between them is never written */
-    for (int i = 0; i < gpt_num_tensors(t->model); i++) {
+    double bad = 0; /* tensor by tensor: the padding between them is never written */
+    for (int i = 0; !bad && i < gpt_num_tensors(t->model); i++) {
         const gpt_param *p = gpt_tensor(t->model, i);
-        sq += be->sum_squares(be, gpt_params(t->model) + p->offset, p->numel);
+        bad = be->has_nonfinite(be, gpt_params(t->model) + p->offset, p->numel);
     }
-    double bad = !isfinite(sq);
     if (t->world && comm_world_size(t->world) > 1)
         MS_TRY(comm_allreduce(comm_world_group(t->world), &bad, &bad, 1, COMM_F64, COMM_SUM));
     if (bad == 0) return MS_OK;

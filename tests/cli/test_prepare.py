@@ -178,6 +178,13 @@ def test_jsonl(d):
     ok(rc == 0 and rc2 == 0 and got == ref3 and "lone.jsonl:1: a lone UTF-16 surrogate escape "
        "(\\ud800 at byte 12 of the line" in err and "2 JSONL lines in all held lone" in err,
        "JSONL: lone surrogates as U+FFFD, said; a key twice is the last one's", err + err2)
+    # a line repaired and then skipped for another reason is no document read with U+FFFD
+    lone_bad = os.path.join(d, "lone_bad.jsonl")
+    write_jsonl(lone_bad, ['{"body": "x\\ud800y"}', good])
+    rc, err, _, _ = prepare(os.path.join(d, "o_lone_bad"), lone_bad,
+                            extra=["--val-fraction", "0", "--jsonl-skip-bad", "1"])
+    ok(rc == 0 and "surrogate" not in err and 'no member "text"' in err,
+       "JSONL: a repaired line skipped for another reason is not counted as read", err)
     huge = os.path.join(d, "huge.jsonl")
     with open(huge, "w") as f:
         f.write(good + "\n")

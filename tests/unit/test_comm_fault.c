@@ -287,8 +287,20 @@ int main(int argc, char **argv) {
     T_EQ_INT(comm_world_finalize(w), MS_ERR_TIMEOUT);
     T_STR_CONTAINS(ms_errmsg(), "MPI not finalized");
     if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r%d %.1f s: %s\n", R, el, msg);
-    /* postfail: rank 1 stays until rank 0 has reported (its exit is no part of the fault) */
-    if (R == 1 && !strcmp(mode, "postfail")) sleep(2);
+    /* postfail: rank 1 stays until rank 0 has reported (its exit is no part of the fault):
+     * rank 0 leaves a file when it has, rank 1 waits for it (at most timeout + 10 s) */
+    if (!strcmp(mode, "postfail")) {
+        char done[128];
+        snprintf(done, sizeof done, "/tmp/ms_comm_fault_%d_postfail.done", (int)getppid());
+        if (R == 0) {
+            FILE *f = fopen(done, "w");
+            if (f) fclose(f);
+        } else {
+            for (double t1 = ms_now(); access(done, F_OK) != 0 && ms_now() - t1 < timeout + 10;)
+                usleep(20000);
+            unlink(done);
+        }
+    }
     char name[64];
     snprintf(name, sizeof name, "test_comm_fault %s r%d", mode, R);
     int rc = ms_test_summary(name);
