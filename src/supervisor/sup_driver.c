@@ -190,12 +190,16 @@ static int start_option(char **argv, int argc, int i, int *skip) {
  * a --config file).  Until then a restart starts as the first did. */
 static char **job_argv(sup_driver *d, char *np) {
     const sup_config *c = d->c;
-    int n = 0, cap = 32 + c->train_argc;
+    int n = 0, cap = 40 + c->train_argc;
     char **a = calloc((size_t)cap, sizeof *a);
     if (!a) return NULL;
     a[n++] = (char *)(c->mpirun ? c->mpirun : "mpirun");
     if (getuid() == 0) a[n++] = "--allow-run-as-root";
     if (!c->hostfile) a[n++] = "--oversubscribe";
+    /* Open MPI binds each rank of a job of 1 or 2 to one core: its threads (the trainer's
+     * default is the host's cores over its ranks) would share that core */
+    a[n++] = "--bind-to";
+    a[n++] = "none";
     a[n++] = "-np";
     a[n++] = np;
     a[n++] = "-x";

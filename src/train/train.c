@@ -261,13 +261,20 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
     return MS_OK;
 }
 
-/* --threads, or the cores shared by the ranks of this node. */
+/* --threads, or the cores shared by the ranks of this node, at most the CPUs this rank may
+ * run on (mpirun binds each rank of a job of 1 or 2 to one core by default: 32 threads of a
+ * 64-core host's 2 ranks took turns on one core each).  Alone: 0, OpenMP's default (which
+ * counts the CPUs of the affinity). */
 static int threads_per_rank(const train_config *tc) {
     if (tc->threads > 0) return tc->threads;
     int local = ms_ctx_get()->local_size;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (local <= 1 || cores < 1) return 0;
-    return cores / local > 0 ? (int)(cores / local) : 1;
+    int per = cores / local > 0 ? (int)(cores / local) : 1;
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < per)
+        per = CPU_COUNT(&set);
+    return per;
 }
 
 /* Training tokens consumed after `steps` steps (those before the resume
