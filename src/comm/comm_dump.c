@@ -235,8 +235,14 @@ void comm_dump_poll(comm_world *w) {
     int asked = ms_ctx_get()->dump_requests; /* SIGUSR2: the supervisor, or a person */
     if (asked != w->signal_seen) {
         w->signal_seen = asked;
+        /* one request comes twice (the supervisor signals mpirun, which forwards it, and the
+         * ranks it started): one within a second of the last dump is answered by it (the
+         * second wrote the dump again, and a reader found its temp file beside the first) */
+        if (w->signal_dump_t > 0 && ms_now() - w->signal_dump_t < 1.0) return;
         /* (after this rank's own timeout: that dump stays); counted when one is on disk */
         if (comm_dump_write(w, "signal", 0)) atomic_fetch_add(&w->dump_answers, 1);
+        w->signal_dump_t = ms_now();
+        w->signal_seen = ms_ctx_get()->dump_requests; /* those that came while it was written */
     }
 }
 

@@ -182,6 +182,7 @@ struct comm_world {
     unsigned long long dump_seen;         /* comm thread: board dump requests handled */
     int dumped; /* comm thread: this rank asked the host's others, or answered one that did */
     int signal_seen;                      /* comm thread: ms_ctx dump_requests handled */
+    double signal_dump_t;                 /* comm thread: when its last SIGUSR2 dump ended */
     _Atomic int dump_answers;             /* SIGUSR2 requests answered (comm_world_dumps) */
     int dump_final; /* comm thread: the dump of this rank's own timeout is written; every op
                        failed right after, so a later one would show nothing in flight */
