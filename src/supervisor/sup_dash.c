@@ -12,6 +12,8 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "base/timeutil.h"
@@ -301,6 +303,52 @@ static enum MHD_Result bad_request(struct MHD_Connection *c, const char *why) {
     return send_reply(c, MHD_HTTP_BAD_REQUEST, "text/plain", why, strlen(why));
 }
 
+/* 1 if a process holds an flock on path (the kernel's list, /proc/locks: read, never taken,
+ * so that a driver starting meanwhile never finds it held by this server), 0 if none does,
+ * -1 when it cannot be told (no such file: a run of an older version, or events alone). */
+static int flock_held(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) != 0) return -1;
+    FILE *f = fopen("/proc/locks", "r");
+    if (!f) return -1;
+    char line[256], want[64];
+    snprintf(want, sizeof want, " %02x:%02x:%llu ", major(sb.st_dev), minor(sb.st_dev),
+             (unsigned long long)sb.st_ino);
+    int held = 0;
+    for (int n = 0; !held && n < 100000 && fgets(line, sizeof line, f); n++)
+        held = strstr(line, " FLOCK ") && strstr(line, want);
+    fclose(f);
+    return held;
+}
+
+/* What the page should know that the files do not say (d->mu held), or "": the events file
+ * gone (the run directory deleted or moved), or a job that has not ended with no driver
+ * left (killed, or its host lost): its state would read "running" for ever. */
+static void files_warning(sup_dash *d, cJSON *status, char *out, size_t n) {
+    out[0] = 0;
+    if (access(d->events.path, F_OK) != 0) {
+        snprintf(out, n,
+                 "%s is gone (the run directory deleted or moved?): what is shown is what was "
+                 "read before",
+                 d->events.path);
+        return;
+    }
+    cJSON *job = cJSON_GetObjectItemCaseSensitive(status, "job");
+    const cJSON *state = cJSON_GetObjectItemCaseSensitive(job, "state");
+    const char *now = cJSON_IsString(state) ? state->valuestring : "";
+    if (d->live || !strcmp(now, "done") || !strcmp(now, "failed") || !strcmp(now, "stopped"))
+        return;
+    char lock[4200];
+    snprintf(lock, sizeof lock, "%s/driver.lock", d->run_dir);
+    if (flock_held(lock) != 0) return;
+    cJSON_ReplaceItemInObjectCaseSensitive(job, "state", cJSON_CreateString("abandoned"));
+    snprintf(out, n,
+             "no driver holds %s and the events end without the job's end: its driver was "
+             "killed or its host lost (`megascale launch` with the same --run-dir takes the job "
+             "over)",
+             lock);
+}
+
 static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *url) {
     long since = query_long(c, "since", -1, 2000000000L, -1);
     if (since == -2) return bad_request(c, "since: an integer >= -1\n");
@@ -316,6 +364,12 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     if (!strcmp(url, "/api/status")) {
         const sup_dash_live *live = d->live ? live_view(d) : NULL;
         o = dash_model_status(d->model, d->live && !live ? &none : live, d->run_dir, ms_wall_now());
+        char warn[4600];
+        if (o) files_warning(d, o, warn, sizeof warn);
+        if (o && warn[0])
+            cJSON_AddStringToObject(o, "warning", warn);
+        else if (o)
+            cJSON_AddNullToObject(o, "warning");
     } else if (!strcmp(url, "/api/metrics"))
         o = dash_model_metrics(d->model, since, val_since, /* -1: step 0's val too */
                                DASH_METRICS_REPLY);
@@ -417,9 +471,11 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     } else if (*upload_size) { /* not reached: a request with a body was answered above */
         return MHD_NO;
     }
+    /* the token first: every request without it is 401, whatever its method (a POST was
+     * 405, which told a stranger what the server takes) */
+    if (!authorized(d, c)) return send_reply(c, MHD_HTTP_UNAUTHORIZED, NULL, "", 0);
     if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
         return send_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "", 0);
-    if (!authorized(d, c)) return send_reply(c, MHD_HTTP_UNAUTHORIZED, NULL, "", 0);
     const dash_asset *a = dash_asset_find(url);
     if (a) return send_page(d, c, a);
     if (!strncmp(url, "/api/", 5)) return api(d, c, url);

@@ -234,7 +234,19 @@ void dash_model_metrics_line(dash_model *m, const char *line, size_t len) {
 
 /* ---- events ----------------------------------------------------------------- */
 
-static int find_node(dash_model *m, const char *name, int add) {
+/* s into out (n bytes) with every control character a '?': a run directory's events may
+ * hold anything, and each such byte printed as \u00XX six times its size (a status reply of
+ * 65536 ranks' hosts grew past its bound) */
+static void printable(char *out, size_t n, const char *s) {
+    if (s != out) snprintf(out, n, "%s", s);
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+/* Node `raw` (its control characters '?', as the ranks' names: they went to the page raw). */
+static int find_node(dash_model *m, const char *raw, int add) {
+    char name[SUP_NODE_NAME];
+    printable(name, sizeof name, raw);
     for (int i = 0; i < m->n_nodes; i++)
         if (!strcmp(m->nodes[i].name, name)) return i;
     if (!add || m->n_nodes == SUP_MAX_NODES || !*name) return -1;
@@ -285,15 +297,6 @@ static void set_ranks(dash_model *m, int np) {
         hs[k] = -1;
 }
 
-/* s into out (n bytes) with every control character a '?': a run directory's events may
- * hold anything, and each such byte printed as \u00XX six times its size (a status reply of
- * 65536 ranks' hosts grew past its bound) */
-static void printable(char *out, size_t n, const char *s) {
-    if (s != out) snprintf(out, n, "%s", s);
-    for (char *p = out; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-}
-
 static void launch_node(dash_model *m, const char *name, int k) {
     int i = find_node(m, name, 1);
     if (i >= 0) m->nodes[i].state = N_ACTIVE;
@@ -333,20 +336,40 @@ static void on_launch(dash_model *m, const cJSON *o) {
     snprintf(m->job_state, sizeof m->job_state, "starting");
 }
 
-static void on_fault(dash_model *m, const cJSON *o) {
-    m->faults++;
-    const char *kind = str(o, "kind"), *action = str(o, "action");
-    int r = int_in(o, "rank", 0, m->np - 1, -1), step = int_in(o, "step", 0, INT_MAX, -1);
-    if (!action || !strcmp(action, "restart"))
-        snprintf(m->job_state, sizeof m->job_state, "recovering");
-    if (r < 0 || !kind) return;
+/* A fault on rank r (one of the event's ranks): counted unless skipped, named as its last. */
+static void fault_on_rank(dash_model *m, int r, const char *kind, int step, int counted) {
     rank_rec *x = &m->ranks[r];
-    x->faults++;
+    x->faults += counted;
     if (step >= 0)
         snprintf(x->last_fault, sizeof x->last_fault, "%s at step %d", kind, step);
     else
         snprintf(x->last_fault, sizeof x->last_fault, "%s", kind);
     printable(x->last_fault, sizeof x->last_fault, x->last_fault);
+}
+
+static void on_fault(dash_model *m, const cJSON *o) {
+    const char *kind = str(o, "kind"), *action = str(o, "action");
+    /* a skipped update is no fault of the summary's (the run goes on without it, or the
+     * streak's stop is the fault): counted as the summary counts, it said 10 to its 2 */
+    int counted = !action || strcmp(action, "skip");
+    m->faults += counted;
+    int r = int_in(o, "rank", 0, m->np - 1, -1), step = int_in(o, "step", 0, INT_MAX, -1);
+    if (!action || !strcmp(action, "restart"))
+        snprintf(m->job_state, sizeof m->job_state, "recovering");
+    if (r < 0 || !kind) return;
+    fault_on_rank(m, r, kind, step, counted);
+    /* every rank the event names (a NaN in the own gradients of ranks 0 and 1) */
+    const cJSON *ranks = cJSON_GetObjectItemCaseSensitive(o, "ranks"), *it;
+    if (!cJSON_IsArray(ranks)) ranks = NULL;
+    int named = 0;
+    cJSON_ArrayForEach(it, ranks) {
+        if (++named > m->np) break; /* bounded by the job, whatever the line holds */
+        if (cJSON_IsNumber(it) && it->valuedouble >= 0 && it->valuedouble < m->np &&
+            (int)it->valuedouble != r)
+            fault_on_rank(m, (int)it->valuedouble, kind, step, counted);
+    }
+    m->work += named;
+    rank_rec *x = &m->ranks[r];
     if (action && strcmp(action, "restart")) return; /* redone in place, or watched */
     if (!strcmp(kind, "hang") || !strcmp(kind, "startup"))
         x->state = R_HUNG;

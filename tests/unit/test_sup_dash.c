@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -1189,6 +1190,83 @@ static void test_method_not_allowed(void) {
     sup_dash_stop(d);
 }
 
+/* Faults as the summary counts them: a skipped update is none (10 to the summary's 2), every
+ * rank an event names has it, and a node name's control characters are '?' (they went to the
+ * page raw). */
+static void test_fault_counts(void) {
+    dash_model *m = dash_model_new();
+    feed(event_line_of, m, "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":2}");
+    feed(event_line_of, m,
+         "{\"time\":2,\"t\":1,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"a\\u0007b\"}");
+    feed(event_line_of, m,
+         "{\"time\":3,\"t\":2,\"event\":\"fault_detected\",\"kind\":\"nonfinite\",\"rank\":0,"
+         "\"ranks\":[0,1],\"step\":5,\"action\":\"redo\"}");
+    for (int s = 6; s < 9; s++) {
+        char line[256];
+        snprintf(line, sizeof line,
+                 "{\"time\":3,\"t\":2,\"event\":\"fault_detected\",\"kind\":\"nonfinite\","
+                 "\"rank\":0,\"ranks\":[0,1,7,-1,\"x\"],\"step\":%d,\"action\":\"skip\"}",
+                 s);
+        feed(event_line_of, m, line);
+    }
+    cJSON *st = dash_model_status(m, NULL, "run", 4);
+    T_EQ_INT(item(item(st, "job"), "faults")->valueint, 1);
+    const cJSON *r1 = cJSON_GetArrayItem(item(st, "ranks"), 1);
+    T_EQ_INT(item(r1, "faults")->valueint, 1);
+    T_OK(!strcmp(item(r1, "last_fault")->valuestring, "nonfinite at step 8"));
+    T_OK(!strcmp(item(cJSON_GetArrayItem(item(st, "nodes"), 0), "node")->valuestring, "a?b"));
+    cJSON_Delete(st);
+    dash_model_free(m);
+}
+
+/* Over the files alone: a job that has not ended and whose driver.lock no process holds is
+ * "abandoned", with a warning (it read "running" for ever); the events file gone is said;
+ * a request without the token is 401 whatever its method (a POST was 405). */
+static void test_files_warning(void) {
+    char dir[512], path[600], url[256], body[1 << 16], why[256];
+    snprintf(dir, sizeof dir, "%s", tpath("abandoned"));
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    append(path, "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":1}\n", "w");
+    sup_dash *d = NULL;
+    sup_dash_config c = {dir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(url, sizeof url, "/api/status?token=%s", sup_dash_token(d));
+    T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
+    cJSON *st = cJSON_Parse(body); /* no driver.lock: an older run, nothing said */
+    T_OK(cJSON_IsNull(item(st, "warning")));
+    cJSON_Delete(st);
+    snprintf(path, sizeof path, "%s/driver.lock", dir);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    T_OK(fd >= 0 && flock(fd, LOCK_EX) == 0); /* a driver runs */
+    usleep(300000);                           /* past the refresh interval */
+    T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
+    st = cJSON_Parse(body);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "starting"));
+    T_OK(cJSON_IsNull(item(st, "warning")));
+    cJSON_Delete(st);
+    close(fd); /* the driver is gone */
+    T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
+    st = cJSON_Parse(body);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "abandoned"));
+    T_OK(cJSON_IsString(item(st, "warning")) &&
+         strstr(item(st, "warning")->valuestring, "no driver holds") != NULL);
+    cJSON_Delete(st);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    unlink(path); /* the run directory deleted under it */
+    T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
+    st = cJSON_Parse(body);
+    T_OK(cJSON_IsString(item(st, "warning")) &&
+         strstr(item(st, "warning")->valuestring, "events.jsonl is gone") != NULL);
+    cJSON_Delete(st);
+    int code;
+    char *r = get_all(sup_dash_addr(d), "POST", "/api/status", &code);
+    T_EQ_INT(code, 401);
+    free(r);
+    sup_dash_stop(d);
+}
+
 /* `launch --events PATH` keeps the events elsewhere: the dashboard reads
  * them there (it showed no ranks and no events). */
 static void test_events_elsewhere(void) {
@@ -1224,6 +1302,8 @@ int main(void) {
     test_server();
     test_finish();
     test_events_elsewhere();
+    test_fault_counts();
+    test_files_warning();
     test_method_not_allowed();
     test_slow_clients();
     test_push_not_blocked();

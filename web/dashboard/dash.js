@@ -44,6 +44,7 @@
     rankUpGroup: null, // the newest row when it collapses rank_up events
     errors: new Map(), // endpoint -> message, shown in the banner
     heat: null,
+    chartsPending: false, // a draw of the charts is asked for the next frame
     gridKey: '',
     nodesKey: '',
     ckptKey: '',
@@ -81,6 +82,7 @@
   }
   function fmtSec(s) {
     if (!isNum(s)) return dash;
+    if (s < 0) return 'none'; // the summary's -1: nothing recovered (it read -1000.00 ms)
     if (s < 1) return fmtMs(s * 1000);
     if (s < 60) return `${s.toFixed(1)} s`;
     return fmtDuration(s);
@@ -212,6 +214,10 @@
     live.className = `live ${s.live ? 'on' : 'off'}`;
     live.title = s.live ? 'the supervisor is running' : 'no supervisor is running: the run as it was left';
     $('#run-dir').textContent = s.run_dir || '';
+    // what the files do not say: the events file gone, a job whose driver is gone
+    const notice = $('#notice');
+    notice.hidden = !s.warning;
+    notice.textContent = s.warning || '';
     $('#updated').textContent = `updated ${fmtClock(isNum(s.now) ? s.now : Date.now() / 1000)}`;
     document.title = `${job.state || '?'} ${job.step ?? ''}${isNum(job.steps) ? `/${job.steps}` : ''} · MegaScale-C`;
 
@@ -565,9 +571,20 @@
     if (st.events.length > MAX_EVENT_ROWS * 2) st.events.splice(0, st.events.length - MAX_EVENT_ROWS);
     if (e.event === 'fault_detected') {
       st.faultMarks.push({ step: e.step, time: e.time });
-      for (const c of charts) c.chart.draw();
+      drawChartsSoon();
     }
     showEvent(e);
+  }
+
+  // The charts drawn once a frame, however many faults arrive in it: one draw a fault drew
+  // every mark so far each time (30,000 faults stalled the page for seconds).
+  function drawChartsSoon() {
+    if (st.chartsPending) return;
+    st.chartsPending = true;
+    requestAnimationFrame(() => {
+      st.chartsPending = false;
+      for (const c of charts) c.chart.draw();
+    });
   }
 
   const HIDDEN_FIELDS = new Set(['seq', 'time', 't', 'event', 'rank', 'node', 'host', 'step', 'detail']);
@@ -606,8 +623,9 @@
   }
 
   function eventCells(e, event, details) {
+    const where = eventWhere(e); // cut to the column's width (a long host name squeezed the details)
     return `<td class="t">${esc(fmtSince(e.t))}</td><td class="clock">${esc(fmtClock(e.time))}</td>` +
-      `<td class="ev">${esc(event)}</td><td class="where">${esc(eventWhere(e))}</td>` +
+      `<td class="ev">${esc(event)}</td><td class="where" title="${esc(where)}">${esc(where)}</td>` +
       `<td class="step">${isNum(e.step) ? esc(fmtInt(e.step)) : ''}</td><td class="details">${details}</td>`;
   }
 
@@ -683,6 +701,17 @@
     drawHeatmap();
   }
 
+  // s cut with an ellipsis to w pixels (fillText's maxWidth squeezed a long node name flat).
+  function fitText(ctx, s, w) {
+    if (ctx.measureText(s).width <= w) return s;
+    let lo = 0, hi = s.length;
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (ctx.measureText(`${s.slice(0, mid)}…`).width <= w) lo = mid; else hi = mid - 1;
+    }
+    return `${s.slice(0, lo)}…`;
+  }
+
   function heatGeometry(h, width) {
     const nr = h.ranks.length, ns = h.steps.length;
     const rowH = nr <= 16 ? 22 : nr <= 64 ? 10 : 4;
@@ -729,7 +758,7 @@
           ctx.fillStyle = isStrag ? '#d63b3b' : '#3b4656';
           ctx.font = `${isStrag ? '600 ' : ''}11px ${getComputedStyle(document.body).fontFamily}`;
           const label = (h.labels && h.labels[r]) || `r${ranks[r]}`;
-          ctx.fillText(isStrag ? `⚠ ${label}` : label, 4, y + g.rowH / 2, g.labelW - 8);
+          ctx.fillText(fitText(ctx, isStrag ? `⚠ ${label}` : label, g.labelW - 8), 4, y + g.rowH / 2);
         }
         if (isStrag) {
           ctx.strokeStyle = '#d63b3b';
