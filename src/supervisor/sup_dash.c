@@ -39,7 +39,7 @@ struct sup_dash {
     struct MHD_Daemon *mhd;
     int fd;
     int live;
-    char run_dir[4096], token[33], addr[64], url[160];
+    char run_dir[4096], token[33], addr[64], url[512];
     pthread_mutex_t mu; /* the model, the files' readers */
     dash_model *model;
     dash_tail events, metrics, compute;
@@ -523,7 +523,18 @@ int sup_dash_start(sup_dash **out, const sup_dash_config *c, char *why, size_t n
         sup_dash_stop(d);
         return -1;
     }
-    snprintf(d->url, sizeof d->url, "http://%s/?token=%s", d->addr, d->token);
+    /* bound to every address (0.0.0.0, ::): the URL names this host, which a browser
+     * elsewhere can open (http://0.0.0.0:PORT/ opens nothing) */
+    char where[sizeof d->addr + 256];
+    snprintf(where, sizeof where, "%s", d->addr);
+    const char *colon = strrchr(d->addr, ':');
+    char host[256];
+    if (colon && (!strncmp(d->addr, "0.0.0.0:", 8) || !strncmp(d->addr, "[::]:", 5)) &&
+        gethostname(host, sizeof host) == 0) {
+        host[sizeof host - 1] = 0;
+        snprintf(where, sizeof where, "%s%s", host, colon);
+    }
+    snprintf(d->url, sizeof d->url, "http://%s/?token=%s", where, d->token);
     *out = d;
     return 0;
 }
