@@ -164,8 +164,11 @@ int main(int argc, char **argv) {
     printf("persist_mb_s %.1f\n", (double)elems * 4 / 1e6 / median(p, reps));
     ckpt_manager_destroy(cm);
 
-    /* step time: blocks without / with checkpoints, alternated */
+    /* step time: blocks without / with checkpoints, alternated.  The same run goes on
+     * (--resume auto): a fresh start in a directory of commits is refused, and the restore
+     * below reads this run's commits */
     double *a = v, *b = v + cycles;
+    o.resume = "auto";
     MS_CHECK(ckpt_manager_create(&cm, &o, x.m, x.o, NULL) == MS_OK);
     MS_CHECK(ckpt_manager_resume(cm, &st0, &got, &found) == MS_OK);
     step(&x); /* warm-up */

@@ -32,6 +32,22 @@
 #        On d12 a short MS_CUDA_PROFILE=1 run prints the per-op device times.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+case ${1:-} in
+  -h | --help)
+    sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'
+    exit 0
+    ;;
+  -*)
+    echo "bench/gpu_step.sh: unknown option '$1' (usage: bench/gpu_step.sh [OUT_DIR]; --help)" >&2
+    exit 2
+    ;;
+esac
+# a GPU first: without one nothing here can run (it went on to a CUDA build and its tests)
+if ! command -v nvidia-smi > /dev/null 2>&1 || ! nvidia-smi -L > /dev/null 2>&1; then
+  echo "bench/gpu_step.sh: skipped: no NVIDIA GPU here (nvidia-smi $(command -v nvidia-smi \
+> /dev/null 2>&1 && echo "lists none" || echo "not found")); it runs on the GPU machine" >&2
+  exit 77
+fi
 out=${1:-${OUT:-$root/runs/gpu_step}}
 steps=${STEPS:-30}
 cases=${CASES:-"d12:64 d24:32"}

@@ -8,6 +8,7 @@ Eager or torch.compile.  Prints one JSON line per step and a summary line:
 usage: gpu_torch.py --layers L --dim C --heads H --batch B --seq T
                     --steps N [--compile]"""
 import argparse
+import sys
 import json
 import math
 import statistics
@@ -76,6 +77,12 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--device", default="cuda")  # cpu: a smoke test of this script only
     a = ap.parse_args()
+    for k in ("layers", "dim", "heads", "batch", "seq", "steps", "vocab"):
+        if getattr(a, k) < 1:
+            ap.error(f"--{k} must be >= 1, got {getattr(a, k)}")
+    if a.device == "cuda" and not torch.cuda.is_available():  # a reason, not a traceback
+        sys.exit("bench/gpu_torch.py: skipped: PyTorch sees no CUDA device here "
+                 "(--device cpu runs the script's smoke test)")
     torch.manual_seed(0)
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
