@@ -22,6 +22,7 @@ usage: bench/cpu_gemm_ab.py [--bin build/megascale] [--cases d12:4:64,d6:8:256]
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,20 +47,53 @@ def gemm_name(binary, value):
     return name
 
 
+def parse_cases(ap, text):
+    """--cases as [(case, model, B, T)], each case MODEL:B:T (B and T as
+    strings); a bad case is a usage error."""
+    out = []
+    for case in text.split(","):
+        parts = case.split(":")
+        if len(parts) != 3:
+            ap.error(f"--cases: case '{case}' is not MODEL:B:T (for example d12:4:64)")
+        model, B, T = parts
+        if model not in PRESETS:
+            ap.error(f"--cases: case {case}: model {model} is not one of {', '.join(PRESETS)}")
+        if not re.fullmatch(r"[0-9]+", B) or int(B) < 1:
+            ap.error(f"--cases: case {case}: B {B} is not a positive integer")
+        if not re.fullmatch(r"[0-9]+", T) or not 1 <= int(T) <= 1024:
+            ap.error(f"--cases: case {case}: T {T} is not in 1..1024 (the models' seq-max)")
+        out.append((case, model, str(int(B)), str(int(T))))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "megascale"))
-    ap.add_argument("--cases", default="d12:4:64,d6:8:256")
+    ap.add_argument("--cases", default="d12:4:64,d6:8:256",
+                    help=f"MODEL:B:T, comma-separated; MODEL one of {', '.join(PRESETS)}, "
+                    "T at most 1024")
     ap.add_argument("--gemm", default="openblas,auto",
                     help="MS_CPU_GEMM values, comma-separated; the first is the baseline")
     ap.add_argument("--pairs", type=int, default=3, help="rounds of one run per value")
     ap.add_argument("--steps", type=int, default=7)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--warmup", type=int, default=2,
+                    help="first steps of each run left out of its median (0 <= W < --steps)")
+    ap.add_argument("--threads", type=int, default=2, help="at least 1")
     a = ap.parse_args()
     values = a.gemm.split(",")
-    if len(values) < 2 or a.pairs < 1 or a.steps <= a.warmup:
-        sys.exit("cpu_gemm_ab: --gemm needs two values or more, --pairs >= 1, --steps > --warmup")
+    if len(values) < 2 or "" in values or len(set(values)) < len(values):
+        ap.error(f"--gemm {a.gemm}: needs two different values or more, comma-separated")
+    if a.pairs < 1:
+        ap.error(f"--pairs {a.pairs}: must be at least 1")
+    if a.warmup < 0 or a.steps <= a.warmup:
+        ap.error(f"--steps {a.steps} --warmup {a.warmup}: need 0 <= --warmup < --steps (the "
+                 "median is over the steps after the warm-up)")
+    if a.threads < 1:
+        ap.error(f"--threads {a.threads}: must be at least 1 (OMP_NUM_THREADS and the "
+                 "trainer's --threads)")
+    cases = parse_cases(ap, a.cases)
+    if not (os.path.isfile(a.bin) and os.access(a.bin, os.X_OK)):
+        ap.error(f"--bin {a.bin}: not an executable file (cmake --build build)")
     names = {v: gemm_name(a.bin, v) for v in values}
     print("machine:", isa_line(a.bin)[0])
     print("fp32 GEMMs: " + ", ".join(f"{v} = {names[v]}" for v in values))
@@ -72,11 +106,7 @@ def main():
 
         def parse(_):
             return [json.loads(l)["ms"] for l in open(metrics) if '"loss"' in l]
-        for case in a.cases.split(","):
-            model, B, T = case.split(":")
-            if model not in PRESETS:
-                sys.exit(f"cpu_gemm_ab: case {case}: model {model} is not one of "
-                         f"{', '.join(PRESETS)}")
+        for case, model, B, T in cases:
             runs = {v: [] for v in values}
             for _ in range(a.pairs):
                 for v in values:

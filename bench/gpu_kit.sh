@@ -81,9 +81,15 @@ find_lib() {
 }
 
 install_kit() {
-  local kit=$1 dir=$2 cudalibs="" d n
+  local kit=$1 dir=$2 cudalibs="" d n up=$2
+  # what mkdir -p makes here (DIR, or its first missing parent) goes again
+  # when the install fails (set -e ends the script)
+  made=""
+  while [[ ! -e $up ]]; do made=$up up=$(dirname "$up"); done
+  trap '[[ -z $made ]] || rm -rf "$made"' EXIT
   mkdir -p "$dir"
-  xz -dc "$kit" | tar -C "$dir" -xf -
+  xz -dc "$kit" | tar -C "$dir" -xf - ||
+    { echo "gpu_kit: $kit: unpacking failed (a kit is the xz tar of bench/gpu_kit.sh pack)" >&2; exit 1; }
   if [[ -z ${MS_KIT_OWN_MPI:-} && -d /usr/lib/x86_64-linux-gnu/openmpi ]] &&
     command -v mpirun > /dev/null; then
     echo "gpu_kit: this machine's OpenMPI ($(command -v mpirun)) is used" >&2
@@ -120,11 +126,16 @@ install_kit() {
       "$dir/lib$cudalibs" "$p" > "$dir/bin/$n"
     chmod +x "$dir/bin/$n"
   done
+  made="" # installed: DIR stays
   echo "$dir/bin"
 }
 
 case ${1:-} in
   pack) shift; pack "$@" ;;
-  install) [[ $# -eq 3 ]] || { echo "usage: $0 install KIT DIR" >&2; exit 2; }; install_kit "$2" "$3" ;;
+  install)
+    [[ $# -eq 3 && -n $3 ]] || { echo "usage: $0 install KIT DIR" >&2; exit 2; }
+    [[ -r $2 && ! -d $2 ]] || { echo "gpu_kit: install: KIT $2: not a readable file" >&2; exit 2; }
+    install_kit "$2" "$3" ;;
+  -h|--help) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *) sed -n '2,/^set -euo/{/^#/p}' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -10,7 +10,7 @@
 # column is what to read.  MS_BENCH_NAIVE_MAX (default 64): largest world
 # that also runs the naive scheme (it is slow when oversubscribed).
 set -euo pipefail
-build=${1:-${MS_BUILD:-build}}
+build=${1:-${MS_BUILD:-$(cd "$(dirname "$0")/.." && pwd)/build}}
 bin=$build/tests/bench_init_groups
 [[ -x $bin ]] || { echo "init_groups: $bin not built (cmake --build $build --target bench_init_groups)" >&2; exit 1; }
 command -v mpirun >/dev/null || { echo "init_groups: mpirun not found (openmpi-bin)" >&2; exit 1; }

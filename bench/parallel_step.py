@@ -19,7 +19,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from cpu_step import write_shard  # noqa: E402
+from cpu_step import PRESETS, write_shard  # noqa: E402
 
 
 def run(cmd, metrics):
@@ -42,11 +42,33 @@ def main():
     ap.add_argument("--model", default="d12")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--seq", type=int, default=64)
-    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--steps", type=int, default=6, help="at least 2: the first is a warm-up")
     ap.add_argument("--dp", type=int, default=2)
     ap.add_argument("--tp", type=int, default=1)
     ap.add_argument("--pp", type=int, default=1)
     a = ap.parse_args()
+    for name in ("batch", "seq", "dp", "tp", "pp"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} {getattr(a, name)}: must be at least 1")
+    if a.seq > 1024:
+        ap.error(f"--seq {a.seq}: must be at most 1024 (the model presets' seq-max)")
+    if a.steps < 2:
+        ap.error(f"--steps {a.steps}: must be at least 2 (the median is over the steps after "
+                 "the first, a warm-up)")
+    if a.batch % a.dp:
+        ap.error(f"--batch {a.batch} is not a multiple of --dp {a.dp} (each replica trains "
+                 "batch / dp sequences a step)")
+    if a.model in PRESETS:
+        layers, _, heads = PRESETS[a.model]
+        if heads % a.tp:
+            ap.error(f"--tp {a.tp} does not divide the {heads} heads of {a.model}")
+        if layers % a.pp:
+            ap.error(f"--pp {a.pp} does not divide the {layers} layers of {a.model}")
+    if a.batch // a.dp * a.seq % a.tp:
+        ap.error(f"--tp {a.tp}: a micro-batch of {a.batch // a.dp} x --seq {a.seq} rows is not "
+                 "divisible by it (make --seq a multiple of --tp)")
+    if not (os.path.isfile(a.bin) and os.access(a.bin, os.X_OK)):
+        ap.error(f"--bin {a.bin}: not an executable file (cmake --build build)")
     mpirun = shutil.which("mpirun")
     if not mpirun:
         sys.exit("bench: mpirun not found (apt-get install openmpi-bin)")

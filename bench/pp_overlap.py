@@ -167,6 +167,38 @@ def report(label, stats, want):
               f"({(f - g) / want:+.2f} of the formula)")
 
 
+def check(ap, a):
+    """The options' values against each other, before anything runs; a bad
+    one is a usage error."""
+    for name in ("vpp", "layers", "dim", "heads", "seq", "batch", "micro_batch", "steps",
+                 "repeat"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} {getattr(a, name)}: must be at least 1")
+    if a.pp < 2:
+        ap.error(f"--pp {a.pp}: must be at least 2 (the bench measures a pipeline)")
+    for name in ("skip", "threads"):  # --threads 0: the trainer's all cores
+        if getattr(a, name) < 0:
+            ap.error(f"--{name} {getattr(a, name)}: must be at least 0")
+    if a.steps <= a.skip:
+        ap.error(f"--steps {a.steps}: must be more than --skip {a.skip} (the medians are over "
+                 "the steps after the first --skip)")
+    if not 2 <= a.vocab <= 65536:
+        ap.error(f"--vocab {a.vocab}: must be in 2..65536 (the shard's tokens are 16-bit)")
+    if a.dim % a.heads:
+        ap.error(f"--dim {a.dim} is not divisible by --heads {a.heads}")
+    if a.layers % (a.pp * a.vpp):
+        ap.error(f"--layers {a.layers} is not a multiple of --pp {a.pp} x --vpp {a.vpp} (each "
+                 "stage's chunks hold whole blocks)")
+    if a.batch % a.micro_batch:
+        ap.error(f"--batch {a.batch} is not a multiple of --micro-batch {a.micro_batch}")
+    if a.vpp > 1 and (a.batch // a.micro_batch) % a.pp:
+        ap.error(f"--vpp {a.vpp}: the interleaved schedule needs the micro-batches a step "
+                 f"(--batch / --micro-batch = {a.batch // a.micro_batch}) to be a multiple of "
+                 f"--pp {a.pp}")
+    if not (os.path.isfile(a.bin) and os.access(a.bin, os.X_OK)):
+        ap.error(f"--bin {a.bin}: not an executable file (cmake --build build)")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(HERE, "..", "build", "megascale"))
@@ -175,6 +207,7 @@ def main():
                           ("steps", 8), ("skip", 2), ("repeat", 1), ("threads", 1)):
         ap.add_argument("--" + name, type=int, default=default)
     a = ap.parse_args()
+    check(ap, a)
     mpirun = shutil.which("mpirun")
     if not mpirun:
         sys.exit("bench: mpirun not found (apt-get install openmpi-bin)")

@@ -3,20 +3,45 @@ fp32, tied head, AdamW with decay on 2-D tensors, grad clipping) trained on
 random tokens with the same batch, sequence and thread count.  Prints one
 JSON line per step: {"step": s, "ms": ...}.
 usage: torch_gpt_step.py LAYERS DIM HEADS VOCAB B T STEPS THREADS"""
+import argparse
 import json
 import math
 import os
 import sys
 import time
 
-import torch
+ARGS = ("LAYERS", "DIM", "HEADS", "VOCAB", "B", "T", "STEPS", "THREADS")
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "torch"))
-import gpt_ref  # noqa: E402
+
+def positive(s):
+    try:
+        n = int(s)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{s!r} is not a positive integer")
+    return n
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(prog="torch_gpt_step.py", description=__doc__.split("\nusage:")[0])
+    helps = {"DIM": "a multiple of HEADS", "T": "at most 1024 (the position table's rows)"}
+    for name in ARGS:
+        ap.add_argument(name, type=positive, help=helps.get(name, "a positive integer"))
+    a = ap.parse_args()
+    if a.DIM % a.HEADS:
+        ap.error(f"DIM {a.DIM} is not divisible by HEADS {a.HEADS}")
+    if a.T > 1024:
+        ap.error(f"T {a.T}: must be at most 1024 (the position table's rows)")
+    return [getattr(a, name) for name in ARGS]
 
 
 def main():
-    L, C, H, V, B, T, steps, threads = map(int, sys.argv[1:9])
+    L, C, H, V, B, T, steps, threads = parse_args()
+    import torch  # after the arguments: --help and a usage error need no PyTorch
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests",
+                                    "torch"))
+    import gpt_ref
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     Vp = (V + 127) // 128 * 128
