@@ -13,7 +13,6 @@
 #include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "base/timeutil.h"
@@ -311,9 +310,11 @@ static int flock_held(const char *path) {
     if (stat(path, &sb) != 0) return -1;
     FILE *f = fopen("/proc/locks", "r");
     if (!f) return -1;
+    /* the inode alone: the device a container's overlay file system reports in stat is not
+     * always the one the kernel lists (a lock missed would call a live job abandoned; a
+     * foreign lock on the same inode number only keeps the warning back) */
     char line[256], want[64];
-    snprintf(want, sizeof want, " %02x:%02x:%llu ", major(sb.st_dev), minor(sb.st_dev),
-             (unsigned long long)sb.st_ino);
+    snprintf(want, sizeof want, ":%llu ", (unsigned long long)sb.st_ino);
     int held = 0;
     for (int n = 0; !held && n < 100000 && fgets(line, sizeof line, f); n++)
         held = strstr(line, " FLOCK ") && strstr(line, want);
