@@ -200,10 +200,7 @@ void comm_post_batch(comm_world *w, comm_req *r) {
             r = next;
             continue;
         }
-        pthread_mutex_lock(&w->mu);
-        int broken = w->poisoned;
-        pthread_mutex_unlock(&w->mu);
-        if (broken) {
+        if (comm_world_broken(w)) {
             comm_fail_all(w, next);
             return;
         }
@@ -449,10 +446,7 @@ static void *comm_thread_main(void *arg) {
             if (w->nactive) progress |= comm_progress(w);
             /* a collective that completed with an error broke the world just now: its other
              * ops fail with that (next pass), never as a timeout with a settle and a dump */
-            pthread_mutex_lock(&w->mu);
-            int broke = w->poisoned;
-            pthread_mutex_unlock(&w->mu);
-            if (w->nactive && !broke) comm_check_deadlines(w);
+            if (w->nactive && !comm_world_broken(w)) comm_check_deadlines(w);
             comm_board_heartbeat(w);
         }
         nactive = w->nactive;

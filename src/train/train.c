@@ -261,6 +261,13 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
     return MS_OK;
 }
 
+/* The CPUs this process may run on (its affinity: mpirun's binding, taskset, a cpuset), or 0
+ * when it cannot be told. */
+static int affinity_cpus(void) {
+    cpu_set_t set;
+    return sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+}
+
 /* --threads, or the cores shared by the ranks of this node, at most the CPUs this rank may
  * run on (mpirun binds each rank of a job of 1 or 2 to one core by default: 32 threads of a
  * 64-core host's 2 ranks took turns on one core each).  Alone: 0, OpenMP's default (which
@@ -271,10 +278,8 @@ static int threads_per_rank(const train_config *tc) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     if (local <= 1 || cores < 1) return 0;
     int per = cores / local > 0 ? (int)(cores / local) : 1;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0 && CPU_COUNT(&set) < per)
-        per = CPU_COUNT(&set);
-    return per;
+    int mine = affinity_cpus();
+    return mine > 0 && mine < per ? mine : per;
 }
 
 /* Training tokens consumed after `steps` steps (those before the resume
@@ -892,9 +897,7 @@ static void print_layout(const trainer *t) {
      * each rank to one core by default; taskset; a cgroup's cpuset), or than the host has
      * for all of its ranks */
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    int local = ms_ctx_get()->local_size > 0 ? ms_ctx_get()->local_size : 1, mine = 0;
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) mine = CPU_COUNT(&set);
+    int local = ms_ctx_get()->local_size > 0 ? ms_ctx_get()->local_size : 1, mine = affinity_cpus();
     if (kernels && mine > 0 && t->be->threads > mine && ms_ctx_get()->local_rank == 0)
         ms_warn("%d thread(s) on a rank that may run on %d CPU(s) (its affinity: mpirun binds "
                 "each rank to a core unless --bind-to none; taskset; a cpuset): they take turns "
