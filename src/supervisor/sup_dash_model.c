@@ -354,8 +354,11 @@ static void on_fault(dash_model *m, const cJSON *o) {
     int counted = !action || strcmp(action, "skip");
     m->faults += counted;
     int r = int_in(o, "rank", 0, m->np - 1, -1), step = int_in(o, "step", 0, INT_MAX, -1);
-    if (!action || !strcmp(action, "restart"))
-        snprintf(m->job_state, sizeof m->job_state, "recovering");
+    /* stop: the attempt stops, and the policy has given up on the job */
+    int stops = !action || !strcmp(action, "restart") || !strcmp(action, "stop");
+    if (stops)
+        snprintf(m->job_state, sizeof m->job_state, "%s",
+                 action && !strcmp(action, "stop") ? "failing" : "recovering");
     if (r < 0 || !kind) return;
     fault_on_rank(m, r, kind, step, counted);
     /* every rank the event names (a NaN in the own gradients of ranks 0 and 1) */
@@ -370,7 +373,7 @@ static void on_fault(dash_model *m, const cJSON *o) {
     }
     m->work += named;
     rank_rec *x = &m->ranks[r];
-    if (action && strcmp(action, "restart")) return; /* redone in place, or watched */
+    if (!stops) return; /* redone in place, or watched */
     if (!strcmp(kind, "hang") || !strcmp(kind, "startup"))
         x->state = R_HUNG;
     else if (!strcmp(kind, "straggler"))
@@ -553,7 +556,7 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
     add_num(o, "now", now);
     const char *state = m->job_state;
     int ended = !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped");
-    if (live && live->recovering && !ended) state = "recovering";
+    if (live && live->recovering && !ended && strcmp(state, "failing")) state = "recovering";
     cJSON_AddStringToObject(job, "state", state);
     int best = m->n_pts ? m->pts[m->n_pts - 1].step : 0;
     if (m->best_step > best) best = m->best_step;

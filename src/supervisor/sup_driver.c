@@ -657,12 +657,22 @@ static int refused_options(const sup_driver *d) {
            (j->exited && !j->adopted && WIFEXITED(j->status) && WEXITSTATUS(j->status) == 2);
 }
 
+int sup_policy_verdict(const sup_driver *d, int prev_best, int *no_progress) {
+    /* the progress the attempt made up to its fault (a beat of a later step
+     * that comes in while the job stops does not change the verdict that
+     * the fault's event announced) */
+    int best = d->fault ? d->fault_best : d->best_step;
+    *no_progress = best > prev_best ? 0 : d->no_progress + 1;
+    if (*no_progress >= d->c->no_progress_limit) return SUP_EXIT_NO_PROGRESS;
+    return d->restarts >= d->c->max_restarts ? SUP_EXIT_GAVE_UP : 0;
+}
+
 /* The restart policy after a fault: 0 to go on, else the exit code. */
 static int policy(sup_driver *d, int prev_best) {
     /* kept only once the restart is made: a driver stopped in the back-off
      * leaves the fault to the next launch's policy, which counts it then */
-    int no_progress = d->best_step > prev_best ? 0 : d->no_progress + 1;
-    if (no_progress >= d->c->no_progress_limit) {
+    int no_progress, verdict = sup_policy_verdict(d, prev_best, &no_progress);
+    if (verdict == SUP_EXIT_NO_PROGRESS) {
         d->no_progress = no_progress;
         fprintf(stderr,
                 "megascale launch: giving up: %d restart(s) in a row made no progress "
@@ -670,7 +680,7 @@ static int policy(sup_driver *d, int prev_best) {
                 d->no_progress, d->best_step);
         return SUP_EXIT_NO_PROGRESS;
     }
-    if (d->restarts >= d->c->max_restarts) {
+    if (verdict == SUP_EXIT_GAVE_UP) {
         fprintf(stderr,
                 "megascale launch: giving up: the restart budget (--max-restarts %d) is "
                 "spent\n",

@@ -426,6 +426,7 @@ typedef struct {
     int fault;
     char kind[24], detail[1100];
     int fault_rank, fault_step;
+    int fault_best;     /* the best step when it was seen: the attempt's progress (policy) */
     int fault_reporter; /* >= 0: the rank whose error told of the fault (comm: a survivor) */
     int options_ok;     /* a start of this job reached training: its options are not what fails */
     int fault_booked;         /* it is in the summary's faults (book_fault) */
@@ -525,6 +526,11 @@ double sup_ettr(const sup_driver *d);
 /* After a stopped attempt: diag on the nodes, evictions; 0 to go on, else
  * the exit code (SUP_EXIT_*). */
 int sup_recover(sup_driver *d);
+/* What the restart policy makes of the fault being seen: 0 (a restart), or
+ * SUP_EXIT_NO_PROGRESS / SUP_EXIT_GAVE_UP; *no_progress: the restarts in a
+ * row that made none, with this one.  prev_best: the attempt's best step at
+ * its start. */
+int sup_policy_verdict(const sup_driver *d, int prev_best, int *no_progress);
 /* Before the first start (--preflight): diag on every node not on the
  * blocklist (the spares too), evicting the ones that fail, so a node slow
  * or broken from the start never joins the job; 0 to go on, else the exit

@@ -368,6 +368,7 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
         cJSON_AddStringToObject(f, "kind", d->kind);
         cJSON_AddNumberToObject(f, "rank", d->fault_rank);
         cJSON_AddNumberToObject(f, "step", d->fault_step);
+        cJSON_AddNumberToObject(f, "best", d->fault_best);
         cJSON_AddStringToObject(f, "detail", d->detail);
         cJSON_AddNumberToObject(f, "at", ms_wall_now() - (ms_now() - d->t_detect));
         cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
@@ -544,6 +545,8 @@ static int restore_fault(sup_driver *d, const cJSON *f) {
     snprintf(d->detail, sizeof d->detail, "%s", detail->valuestring);
     d->fault_rank = rank >= 0 && rank < d->c->np ? (int)rank : -1;
     d->fault_step = (int)step;
+    const cJSON *best = item(f, "best"); /* absent in older states: the state's best step */
+    d->fault_best = cJSON_IsNumber(best) ? (int)best->valuedouble : d->best_step;
     d->t_detect = ms_now() - (ms_wall_now() - at);
     d->t_stall = d->t_detect - (det > 0 ? det : 0);
     d->fault_booked = cJSON_IsTrue(item(f, "booked"));

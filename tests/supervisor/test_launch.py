@@ -217,6 +217,10 @@ def check_crash_loop(d, shard):
        "crash loop: says why and records it", err[-2000:])
     ok(len([e for e in ev if e["event"] == "launch"]) == 3, "crash loop: two restarts, then stop",
        str([e["event"] for e in ev]))
+    acts = [e.get("action") for e in ev if e["event"] == "fault_detected"]
+    ok(acts == ["restart", "restart", "stop"],
+       "crash loop: the faults' actions say restart, restart, then stop (the policy gives up "
+       "on the third)", str(acts))
 
 
 def check_bad_beats(d, shard):

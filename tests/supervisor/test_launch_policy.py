@@ -610,7 +610,7 @@ def check_conn_lost(d, shard):
                f"rc {rc}, events {names}, faults {faults}\n{err[-1500:]}")
         else:
             ok(rc == 3 and len(faults) == 1 and faults[0]["kind"] == "crash"
-               and faults[0]["detect_s"] >= 1.0,
+               and faults[0]["detect_s"] >= 1.0 and faults[0]["action"] == "stop",
                "a rank whose process ends after its connection closed: a crash, detected from "
                "the close",
                f"rc {rc}, events {names}, faults {faults}\n{err[-1500:]}")
@@ -813,7 +813,8 @@ def check_hang_at_step2(d, shard):
                      ["--steps", "4", "--ckpt-every", "1", "--ckpt-dir",
                       os.path.join(run, "ckpt")])
     hangs = [e for e in events(run) if e["event"] == "fault_detected" and e["kind"] == "hang"]
-    ok(rc == 0 and len(hangs) == 1 and hangs[0]["step"] == 1 and hangs[0]["detect_s"] < 15,
+    ok(rc == 0 and len(hangs) == 1 and hangs[0]["step"] == 1 and hangs[0]["detect_s"] < 15
+       and hangs[0]["action"] == "restart",
        "a hang at step 2 (after one step): found within the no-progress limit, not "
        "--startup-timeout", f"rc {rc}, hangs {hangs}\n{err[-2000:]}")
 

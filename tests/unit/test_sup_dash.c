@@ -309,6 +309,31 @@ static void test_events(void) {
     dash_model_free(m);
 }
 
+/* A fault whose action is stop (the policy gave up when it was seen): the
+ * job reads failing, also beside a live view that says it recovers, and
+ * its rank dead, until job_failed. */
+static void test_fault_stop(void) {
+    dash_model *m = dash_model_new();
+    static const char *const lines[] = {
+        "{\"time\":1,\"event\":\"job_start\",\"np\":2,\"pool\":\"n0,n1\"}",
+        "{\"time\":2,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0,n1\"}",
+        "{\"time\":3,\"event\":\"fault_detected\",\"kind\":\"crash\",\"rank\":1,\"step\":7,"
+        "\"action\":\"stop\"}"};
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        feed(event_line_of, m, lines[i]);
+    sup_dash_live live = {.attempt = 1, .best_step = 7, .recovering = 1};
+    cJSON *st = dash_model_status(m, &live, "run", 4);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "failing"));
+    T_OK(!strcmp(state_of(st, 1), "dead"));
+    T_EQ_INT(item(item(st, "job"), "faults")->valueint, 1);
+    cJSON_Delete(st);
+    feed(event_line_of, m, "{\"time\":5,\"event\":\"job_failed\",\"exit\":3}");
+    st = dash_model_status(m, NULL, "run", 6);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "failed"));
+    cJSON_Delete(st);
+    dash_model_free(m);
+}
+
 /* A second job_start in the run directory: a new job (the first one ended)
  * has its own fault and restart counts; a driver that took over its
  * predecessor's job (driver_resumed, then job_start) goes on counting. */
@@ -1290,6 +1315,7 @@ int main(void) {
     test_metrics();
     test_events();
     test_events_big();
+    test_fault_stop();
     test_second_job();
     test_heatmap();
     test_no_layout();
