@@ -56,7 +56,8 @@ struct dash_model {
     int n_ckpts;
     long epoch;
     int world, dp, pp, tp, steps;
-    char model[64];
+    char model[96];
+    double params; /* the model's parameters (NAN: not known) */
     /* events */
     char **ev; /* ring of DASH_MAX_EVENTS lines */
     long first_seq, next_seq;
@@ -92,7 +93,7 @@ dash_model *dash_model_new(void) {
         return NULL;
     }
     m->straggler_score = 0.6;
-    m->t0 = m->started = NAN;
+    m->t0 = m->started = m->params = NAN;
     snprintf(m->job_state, sizeof m->job_state, "starting");
     return m;
 }
@@ -174,6 +175,42 @@ static void thin_points(dash_model *m) {
     m->epoch++;
 }
 
+/* s into out (n bytes) with every control character a '?': a run directory's events may
+ * hold anything, and each such byte printed as \u00XX six times its size (a status reply of
+ * 65536 ranks' hosts grew past its bound) */
+static void printable(char *out, size_t n, const char *s) {
+    if (s != out) snprintf(out, n, "%s", s);
+    for (char *p = out; *p; p++)
+        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+/* The model the config line's options describe: the preset, or the
+ * --init-from file's name, and the dimensions given beside it (a "d6" of
+ * 2 layers of width 32 read "d6" before). */
+static void model_label(dash_model *m, const cJSON *opt) {
+    const char *base = str(opt, "model"), *from = str(opt, "init-from");
+    if (!(base && *base) && from && *from) {
+        const char *slash = strrchr(from, '/');
+        base = slash && slash[1] ? slash + 1 : from;
+    }
+    static const char *const dims[][2] = {
+        {"layers", "%d layers"}, {"dim", "dim %d"}, {"heads", "%d heads"}, {"vocab", "vocab %d"}};
+    char given[80] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof dims / sizeof *dims && n < sizeof given; i++) {
+        int v = int_in(opt, dims[i][0], 1, INT_MAX, 0);
+        if (!v) continue;
+        if (n) n += (size_t)snprintf(given + n, sizeof given - n, ", ");
+        if (n < sizeof given) n += (size_t)snprintf(given + n, sizeof given - n, dims[i][1], v);
+    }
+    char buf[sizeof m->model];
+    if (base && *base && given[0])
+        snprintf(buf, sizeof buf, "%s (%s)", base, given);
+    else
+        snprintf(buf, sizeof buf, "%s", base && *base ? base : given);
+    if (buf[0]) printable(m->model, sizeof m->model, buf);
+}
+
 static void on_config(dash_model *m, const cJSON *o) {
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
     m->world = int_in(lay, "world", 1, DASH_MAX_RANKS, m->world);
@@ -186,8 +223,9 @@ static void on_config(dash_model *m, const cJSON *o) {
     if ((long long)m->dp * m->pp * m->tp > DASH_MAX_RANKS) m->world = m->dp = m->pp = m->tp = 0;
     const cJSON *opt = cJSON_GetObjectItemCaseSensitive(o, "options");
     m->steps = int_in(opt, "steps", 0, INT_MAX, m->steps);
-    const char *model = str(opt, "model");
-    if (model) snprintf(m->model, sizeof m->model, "%s", model);
+    model_label(m, opt);
+    double params = num(o, "params");
+    m->params = isfinite(params) && params > 0 ? params : NAN;
 }
 
 static void on_step(dash_model *m, const cJSON *o, int step) {
@@ -233,15 +271,6 @@ void dash_model_metrics_line(dash_model *m, const char *line, size_t len) {
 }
 
 /* ---- events ----------------------------------------------------------------- */
-
-/* s into out (n bytes) with every control character a '?': a run directory's events may
- * hold anything, and each such byte printed as \u00XX six times its size (a status reply of
- * 65536 ranks' hosts grew past its bound) */
-static void printable(char *out, size_t n, const char *s) {
-    if (s != out) snprintf(out, n, "%s", s);
-    for (char *p = out; *p; p++)
-        if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
-}
 
 /* Node `raw` (its control characters '?', as the ranks' names: they went to the page raw). */
 static int find_node(dash_model *m, const char *raw, int add) {
@@ -581,6 +610,7 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
         cJSON_AddStringToObject(job, "model", m->model);
     else
         cJSON_AddNullToObject(job, "model");
+    add_num(job, "params", m->params);
     add_num(job, "tokens", m->n_pts ? m->pts[m->n_pts - 1].tokens : NAN);
     cJSON_AddItemToObject(o, "job", job);
     if (m->world) {

@@ -6,9 +6,10 @@
 // full-page screenshot is not blank, and the page logged no errors.
 //
 //   node tests/dashboard/browser.mjs --url URL --shot OUT.png
-//        [--fault-rank R] [--timeout S] [--chromium PATH]
+//        [--fault-rank R] [--model TEXT] [--timeout S] [--chromium PATH]
 //
 // URL is the dashboard's address with its token (http://HOST:PORT/?token=T).
+// --model: the header's job line must name this model (and its parameters).
 // Prints one "browser: ..." line per step passed and "browser: ok" at the
 // end; exits 1 with "browser: FAIL: ..." (and still writes the screenshot),
 // 2 on bad usage, 77 with "browser: SKIP: ..." when playwright-core
@@ -17,13 +18,13 @@
 // web/dashboard/dash.js.
 import fs from 'node:fs';
 
-const USAGE = 'usage: node browser.mjs --url URL --shot OUT.png [--fault-rank R] [--timeout S] [--chromium PATH]';
+const USAGE = 'usage: node browser.mjs --url URL --shot OUT.png [--fault-rank R] [--model TEXT] [--timeout S] [--chromium PATH]';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const MIN_COLOURS = 50; // distinct colours a rendered dashboard has at least
 
 function parseArgs(argv) {
-  const o = { url: null, shot: null, faultRank: null, timeout: 180, chromium: '/usr/bin/chromium' };
+  const o = { url: null, shot: null, faultRank: null, model: null, timeout: 180, chromium: '/usr/bin/chromium' };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i], v = argv[i + 1];
     const need = () => {
@@ -34,6 +35,7 @@ function parseArgs(argv) {
     if (k === '--url') o.url = need();
     else if (k === '--shot') o.shot = need();
     else if (k === '--fault-rank') o.faultRank = Number(need());
+    else if (k === '--model') o.model = need();
     else if (k === '--timeout') o.timeout = Number(need());
     else if (k === '--chromium') o.chromium = need();
     else if (k === '--help' || k === '-h') { console.log(USAGE); process.exit(0); }
@@ -154,6 +156,13 @@ async function run() {
   if (res && !res.ok()) throw new Error(`${opt.url} answered HTTP ${res.status()} ${res.statusText()} (a wrong token?)`);
   await waitFor('body[data-ready="1"] (the first api/status poll)', () => document.body.dataset.ready === '1');
   say(`page ready after ${await page.$eval('body', (b) => b.dataset.polls)} status poll(s)`);
+  if (opt.model !== null) {
+    const info = await waitFor(`#job-info naming "model ${opt.model}, ... params"`, (m) => {
+      const t = document.querySelector('#job-info').textContent;
+      return t.includes(`model ${m}, `) && / params/.test(t) ? t : false;
+    }, opt.model);
+    say(`job line: ${info}`);
+  }
 
   // 2. The loss curve has points and gains more while the job trains.
   const n1 = await waitFor('#loss-chart data-points >= 2', () => {

@@ -181,7 +181,8 @@ def browser_start(url, d):
         if r.returncode:
             return 77, "browser: SKIP: npm install of playwright-core failed: " + r.stderr[-300:]
     return subprocess.Popen(["node", os.path.join(here, "browser.mjs"), "--url", url, "--shot",
-                             os.path.join(d, "dashboard.png"), "--fault-rank", "2", "--timeout",
+                             os.path.join(d, "dashboard.png"), "--fault-rank", "2", "--model",
+                             "d6 (4 layers, dim 128, 4 heads, vocab 256)", "--timeout",
                              "240"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

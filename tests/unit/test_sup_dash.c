@@ -117,8 +117,27 @@ static void test_metrics(void) {
     T_EQ_INT(item(item(st, "layout"), "pp")->valueint, 2);
     T_EQ_INT(item(item(st, "job"), "steps")->valueint, 300);
     T_OK(!strcmp(item(item(st, "job"), "model")->valuestring, "d6"));
+    T_OK(cJSON_IsNull(item(item(st, "job"), "params")));
     T_NEAR(item(item(st, "last"), "loss")->valuedouble, 7, 0);
     cJSON_Delete(st);
+    /* dimensions given beside the preset, or an --init-from file's shape: said, with the
+     * parameters (the header read "d6" for a run of 2 layers of width 32) */
+    static const char *const cfgs[][2] = {
+        {"{\"model\":\"d6\",\"layers\":2,\"dim\":32,\"heads\":0,\"vocab\":256}",
+         "d6 (2 layers, dim 32, vocab 256)"},
+        {"{\"init-from\":\"/w/gpt2.safetensors\",\"layers\":0}", "gpt2.safetensors"},
+        {"{\"model\":\"d12\",\"heads\":6}", "d12 (6 heads)"},
+        {"{\"model\":\"d12\\n\",\"layers\":-3}", "d12?"}};
+    for (size_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        char line[256];
+        snprintf(line, sizeof line, "{\"type\":\"config\",\"params\":1634720,\"options\":%s}",
+                 cfgs[i][0]);
+        feed(dash_model_metrics_line, m, line);
+        st = dash_model_status(m, NULL, "run", 1000);
+        T_OK(!strcmp(item(item(st, "job"), "model")->valuestring, cfgs[i][1]));
+        T_NEAR(item(item(st, "job"), "params")->valuedouble, 1634720, 0);
+        cJSON_Delete(st);
+    }
     /* the file replaced: everything forgotten, a new epoch */
     dash_model_metrics_reset(m);
     r = dash_model_metrics(m, 0, 0, 100);

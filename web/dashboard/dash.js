@@ -257,7 +257,10 @@
     $('#bl-tokens').title = isNum(job.tokens) ? `${fmtInt(job.tokens)} tokens trained` : '';
 
     const parts = [];
-    if (job.model) parts.push(`model ${job.model}`);
+    if (job.model) {
+      parts.push(isNum(job.params) ? `model ${job.model}, ${fmtCompact(job.params)} params`
+        : `model ${job.model}`);
+    }
     if (layout) parts.push(`dp ${layout.dp} × pp ${layout.pp} × tp ${layout.tp}`);
     if (isNum(job.attempt)) parts.push(`attempt ${job.attempt}`);
     if (job.outcome) parts.push(`outcome ${job.outcome}`);
