@@ -27,6 +27,9 @@
 #define CONN_LIMIT 64              /* past it the quietest connection is closed (see on_conn) */
 #define CONN_HARD (2 * CONN_LIMIT) /* libmicrohttpd's own bound, closing ones included */
 #define CONN_MEMORY (64u << 10)    /* a request's line and headers: more gets 431 / 414 */
+/* the endpoints a page reads after the driver's end (sup_dash_finish waits for all) */
+enum { FINAL_STATUS = 1, FINAL_EVENTS = 2, FINAL_METRICS = 4, FINAL_HEATMAP = 8, FINAL_CKPTS = 16 };
+#define FINAL_ALL 31
 
 typedef struct {
     struct MHD_Connection *c;
@@ -60,7 +63,8 @@ struct sup_dash {
     size_t heat_len;
     long heat_version;
     double t_asked; /* the last request's time (view_mu) */
-    int final_seen; /* after sup_dash_finish: 1 status, 2 events served (d->mu) */
+    int finishing;  /* sup_dash_finish was called: the server exits after it (d->mu) */
+    int final_seen; /* after it: a FINAL_* bit for each endpoint served in full (d->mu) */
 };
 
 /* ---- the files ------------------------------------------------------------ */
@@ -360,8 +364,15 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     cJSON *o = NULL;
     int known = 1;
     static const sup_dash_live none = {.ettr = NAN}; /* a driver that has not pushed yet */
-    if (!d->live) /* what a page saw after the driver's end (sup_dash_finish) */
-        d->final_seen |= !strcmp(url, "/api/status") ? 1 : !strcmp(url, "/api/events") ? 2 : 0;
+    /* what a page read after the driver's end (sup_dash_finish): a paged
+     * reply counts once it is the last page */
+    int final_bit = !d->finishing                      ? 0
+                    : !strcmp(url, "/api/status")      ? FINAL_STATUS
+                    : !strcmp(url, "/api/events")      ? FINAL_EVENTS
+                    : !strcmp(url, "/api/metrics")     ? FINAL_METRICS
+                    : !strcmp(url, "/api/heatmap")     ? FINAL_HEATMAP
+                    : !strcmp(url, "/api/checkpoints") ? FINAL_CKPTS
+                                                       : 0;
     if (!strcmp(url, "/api/status")) {
         const sup_dash_live *live = d->live ? live_view(d) : NULL;
         o = dash_model_status(d->model, d->live && !live ? &none : live, d->run_dir, ms_wall_now());
@@ -371,6 +382,8 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
             cJSON_AddStringToObject(o, "warning", warn);
         else if (o)
             cJSON_AddNullToObject(o, "warning");
+        /* the job has ended and this server exits once the page has read the rest */
+        if (o) cJSON_AddBoolToObject(o, "closing", d->finishing);
     } else if (!strcmp(url, "/api/metrics"))
         o = dash_model_metrics(d->model, since, val_since, /* -1: step 0's val too */
                                DASH_METRICS_REPLY);
@@ -383,12 +396,14 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
             d->heat_version = d->version;
         }
         enum MHD_Result ret = send_text(c, d->heat, d->heat_len); /* copied */
+        if (ret == MHD_YES) d->final_seen |= final_bit;
         pthread_mutex_unlock(&d->mu);
         return ret;
     } else if (!strcmp(url, "/api/checkpoints"))
         o = dash_model_checkpoints(d->model);
     else
         known = 0;
+    if (o && !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "more"))) d->final_seen |= final_bit;
     pthread_mutex_unlock(&d->mu);
     if (!known) return send_reply(c, MHD_HTTP_NOT_FOUND, "text/plain", "not found\n", 10);
     return send_json(c, o);
@@ -556,6 +571,7 @@ void sup_dash_finish(sup_dash *d, double linger_s) {
     if (!d) return;
     pthread_mutex_lock(&d->mu);
     d->live = 0; /* the files alone from now on: the job's end as the events say it */
+    d->finishing = 1;
     d->final_seen = 0;
     d->t_refresh = -1e9; /* the last lines, at the next request */
     pthread_mutex_unlock(&d->mu);
@@ -568,7 +584,7 @@ void sup_dash_finish(sup_dash *d, double linger_s) {
         pthread_mutex_lock(&d->mu);
         int seen = d->final_seen;
         pthread_mutex_unlock(&d->mu);
-        if (seen == 3 || ms_now() - t0 >= linger_s) return;
+        if (seen == FINAL_ALL || ms_now() - t0 >= linger_s) return;
         usleep(50000);
     }
 }

@@ -43,10 +43,12 @@ const char *sup_dash_token(const sup_dash *d);
 const char *sup_dash_addr(const sup_dash *d); /* "127.0.0.1:PORT" */
 void sup_dash_stop(sup_dash *d);              /* NULL is ignored */
 /* The driver is ending, its last events on disk: the live view is dropped
- * (the status is the files', the job's end as the events say it), and if a
- * page asked anything in the last SUP_DASH_WATCHED_S, the server goes on
- * until that page has read the status and the events once more, at most
- * linger_s: a page left open sees how the job ended.  NULL is ignored. */
+ * (the status is the files', the job's end as the events say it, with
+ * "closing": true), and if a page asked anything in the last
+ * SUP_DASH_WATCHED_S, the server goes on until that page has read each of
+ * its endpoints once more in full, at most linger_s: a page left open sees
+ * how the job ended, and asks nothing after (no refused connections).
+ * NULL is ignored. */
 #define SUP_DASH_WATCHED_S 5.0
 void sup_dash_finish(sup_dash *d, double linger_s);
 

@@ -544,8 +544,10 @@ int sup_evict(sup_driver *d, int i, const char *by, const char *reason);
  * before the driver acts (a fault, a stopped job, a start). */
 #define SUP_SAVE_WAIT_S 10.0
 #define SUP_EXIT_FLUSH_S 30.0 /* at exit: the longest the driver waits for its writes */
-#define SUP_DASH_LINGER_S 3.0 /* then, the longest a watched dashboard stays up (sup_dash_finish)  \
-                               */
+/* then, the longest a watched dashboard stays up (sup_dash_finish): a page
+ * polls each second, and reads its five endpoints once more after the
+ * status it sees closing */
+#define SUP_DASH_LINGER_S 5.0
 void sup_state_save(sup_driver *d, int finished, int sync);
 /* The --faults plan as a spec: the diag:* entries (diag 1, for the
  * self-test) or the others (diag 0, for the trainer), those past

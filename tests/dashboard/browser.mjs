@@ -6,10 +6,14 @@
 // full-page screenshot is not blank, and the page logged no errors.
 //
 //   node tests/dashboard/browser.mjs --url URL --shot OUT.png
-//        [--fault-rank R] [--model TEXT] [--timeout S] [--chromium PATH]
+//        [--fault-rank R] [--model TEXT] [--to-end] [--timeout S] [--chromium PATH]
 //
 // URL is the dashboard's address with its token (http://HOST:PORT/?token=T).
 // --model: the header's job line must name this model (and its parameters).
+// --to-end: the page then follows the job to its end: it reads the end
+// (state done) before the server exits, stops asking (body[data-gone]), and
+// no request of it fails then (before, each endpoint's next poll was
+// refused: ERR_CONNECTION_REFUSED in the console).
 // Prints one "browser: ..." line per step passed and "browser: ok" at the
 // end; exits 1 with "browser: FAIL: ..." (and still writes the screenshot),
 // 2 on bad usage, 77 with "browser: SKIP: ..." when playwright-core
@@ -18,13 +22,13 @@
 // web/dashboard/dash.js.
 import fs from 'node:fs';
 
-const USAGE = 'usage: node browser.mjs --url URL --shot OUT.png [--fault-rank R] [--model TEXT] [--timeout S] [--chromium PATH]';
+const USAGE = 'usage: node browser.mjs --url URL --shot OUT.png [--fault-rank R] [--model TEXT] [--to-end] [--timeout S] [--chromium PATH]';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const MIN_COLOURS = 50; // distinct colours a rendered dashboard has at least
 
 function parseArgs(argv) {
-  const o = { url: null, shot: null, faultRank: null, model: null, timeout: 180, chromium: '/usr/bin/chromium' };
+  const o = { url: null, shot: null, faultRank: null, model: null, toEnd: false, timeout: 180, chromium: '/usr/bin/chromium' };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i], v = argv[i + 1];
     const need = () => {
@@ -36,6 +40,7 @@ function parseArgs(argv) {
     else if (k === '--shot') o.shot = need();
     else if (k === '--fault-rank') o.faultRank = Number(need());
     else if (k === '--model') o.model = need();
+    else if (k === '--to-end') o.toEnd = true;
     else if (k === '--timeout') o.timeout = Number(need());
     else if (k === '--chromium') o.chromium = need();
     else if (k === '--help' || k === '-h') { console.log(USAGE); process.exit(0); }
@@ -150,6 +155,7 @@ async function run() {
     if (m.type() === 'error') errors.push(`console: ${m.text()} (${m.location().url || 'page'})`);
   });
   page.on('pageerror', (e) => errors.push(`uncaught: ${e.message}`));
+  page.on('requestfailed', (r) => errors.push(`request failed: ${r.url().replace(/token=[0-9a-f]+/, 'token=...')} (${r.failure()?.errorText})`));
 
   // 1. The page loads and its first status poll succeeds.
   const res = await page.goto(opt.url, { timeout: left(), waitUntil: 'load' });
@@ -214,7 +220,17 @@ async function run() {
   say(`loss chart grew to ${n3} points${opt.faultRank !== null ? ' after the fault' : ''}`);
   await checkShot();
 
-  // 5. Nothing went wrong in the page.
+  // 5. The job's end: read before the server goes, and nothing asked after.
+  if (opt.toEnd) {
+    const end = await waitFor('body[data-gone="1"] (the page read the end and stopped asking)', () => {
+      return document.body.dataset.gone === '1' ? document.querySelector('#job-state').textContent : false;
+    });
+    if (end !== 'done') throw new Error(`the page stopped asking with the job ${end}, not done`);
+    await page.waitForTimeout(Math.min(6000, left()));
+    say(`the page read the job's end (${end}) and asked nothing after the server went`);
+  }
+
+  // 6. Nothing went wrong in the page.
   if (errors.length) throw new Error(`the page logged ${errors.length} error(s):\n  ${errors.join('\n  ')}`);
   say('no console errors');
 }

@@ -11,7 +11,8 @@ driver restarts the job from its checkpoint:
 2. the browser (tests/dashboard/browser.mjs: headless Chromium driven by
    playwright-core, started with the API checks of 1.): the loss curve gains points while the job trains, the
    fault appears in the event log and on the grid, training goes on, the
-   screenshot is not blank, no script error.  Skipped, with the reason, where
+   screenshot is not blank; the page reads the job's end and stops asking
+   before the server exits (no request of it fails), no script error.  Skipped, with the reason, where
    Chromium or playwright-core cannot be had;
 3. after the job: `megascale dashboard RUN_DIR` serves the finished run from
    its files: state done, the fault on rank 2, every step of the metrics
@@ -182,7 +183,7 @@ def browser_start(url, d):
             return 77, "browser: SKIP: npm install of playwright-core failed: " + r.stderr[-300:]
     return subprocess.Popen(["node", os.path.join(here, "browser.mjs"), "--url", url, "--shot",
                              os.path.join(d, "dashboard.png"), "--fault-rank", "2", "--model",
-                             "d6 (4 layers, dim 128, 4 heads, vocab 256)", "--timeout",
+                             "d6 (4 layers, dim 128, 4 heads, vocab 256)", "--to-end", "--timeout",
                              "240"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

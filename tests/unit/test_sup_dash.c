@@ -998,10 +998,31 @@ static void test_finish(void) {
     usleep(100000);
     T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
     T_OK(strstr(body, "\"live\":false") != NULL && strstr(body, "\"state\":\"done\"") != NULL);
+    T_OK(strstr(body, "\"closing\":true") != NULL); /* the page reads the rest, then stops */
+    static const char *const rest[] = {"events", "metrics", "heatmap", "checkpoints"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(path, sizeof path, "/api/%s?token=%s", rest[i], tok);
+        T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    }
+    pthread_join(th, NULL);
+    T_OK(f.took_s > 0 && f.took_s < 10); /* once all five were read, not the whole 30 s */
+    sup_dash_stop(d);
+    /* status and events alone (a script, a page of before): the linger's bound */
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    addr = sup_dash_addr(d), tok = sup_dash_token(d);
+    sup_dash_push(d, &l);
+    snprintf(path, sizeof path, "/api/status?token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    T_OK(strstr(body, "\"closing\":false") != NULL);
+    f = (finisher){d, 1.0, -1};
+    pthread_create(&th, NULL, finish_thread, &f);
+    usleep(100000);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
     snprintf(path, sizeof path, "/api/events?token=%s", tok);
     T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
     pthread_join(th, NULL);
-    T_OK(f.took_s > 0 && f.took_s < 10); /* once both were read, not the whole 30 s */
+    T_OK(f.took_s >= 0.9 && f.took_s < 10);
     sup_dash_stop(d);
 }
 

@@ -28,6 +28,8 @@
   // the x-axis toggle can rebuild every series from them.
   const st = {
     ended: false,
+    closing: false, // the server exits once each endpoint is read again (the job ended)
+    closed: new Set(), // the endpoints read for the last time
     polls: 0,
     t0: null, // the job's start, epoch s: wall-time x = wall - t0
     xMode: 'step',
@@ -147,8 +149,18 @@
   function poll(name, fn) {
     const loop = async () => {
       try {
+        // A read begun once the server said it is closing (the job's end)
+        // is this endpoint's last: then the loop stops, and the server,
+        // which waits for every endpoint's last read, exits with nothing
+        // asked of it after (no refused connections in the console).
+        const last = st.closing;
         await fn();
         setError(name, null);
+        if (last || (name === 'status' && st.closing)) {
+          st.closed.add(name);
+          if (st.closed.size === POLLED.length) serverGone();
+          return;
+        }
       } catch (e) {
         if (e instanceof NetError && st.ended) {
           // The job ended and its supervisor is gone (with it this server
@@ -162,7 +174,7 @@
           console.error(e);
         }
       }
-      setTimeout(loop, st.ended ? SLOW_MS : FAST_MS);
+      setTimeout(loop, st.closing ? 0 : st.ended ? SLOW_MS : FAST_MS);
     };
     loop();
   }
@@ -207,6 +219,7 @@
   function renderStatus(s) {
     const job = s.job || {};
     st.ended = ENDED.has(job.state) && s.live === false;
+    st.closing = st.ended && s.closing === true;
     if (st.t0 === null && isNum(job.started)) st.t0 = job.started;
 
     const live = $('#live');
@@ -843,12 +856,10 @@
     canvas.addEventListener('mouseleave', () => { $('#heat-tip').hidden = true; });
     new ResizeObserver(() => drawHeatmap()).observe(canvas.parentElement);
 
-    poll('status', pollStatus);
-    poll('metrics', pollMetrics);
-    poll('events', pollEvents);
-    poll('heatmap', pollHeatmap);
-    poll('checkpoints', pollCheckpoints);
+    for (const [name, fn] of POLLED) poll(name, fn);
   }
 
+  const POLLED = [['status', pollStatus], ['metrics', pollMetrics], ['events', pollEvents],
+    ['heatmap', pollHeatmap], ['checkpoints', pollCheckpoints]];
   start();
 })();
