@@ -223,7 +223,8 @@ ms_status ckpt_slot_open(ckpt_slot **out, const char *path, const char *root, ui
     s->h = (shm_header *)s->map;
     shm_header *h = s->h;
     if ((uint64_t)sb.st_size != bytes || memcmp(h->magic, SHM_MAGIC, 8) ||
-        h->version != SHM_VERSION || h->meta_cap != mcap || h->data_elems != data_elems) {
+        h->version != SHM_VERSION || h->meta_cap != mcap || h->data_elems != data_elems ||
+        h->meta_off != moff || h->data_off != doff || h->file_bytes != bytes) {
         memset(h, 0, sizeof *h); /* another layout: start empty */
         memcpy(h->magic, SHM_MAGIC, 8);
         h->version = SHM_VERSION;
@@ -521,6 +522,16 @@ static ms_status parse_meta(const char *path, const char *text, size_t len, ckpt
     return st;
 }
 
+/* Do the header's sizes lie within the file's len bytes?  Each compared
+ * without overflow: 2^62 floats are 0 bytes in 64 bits, and such a size
+ * passed, its data CRC that of no bytes at all. */
+static int sizes_fit(const shm_header *h, size_t len) {
+    const uint64_t n = len;
+    return h->file_bytes == n && h->meta_off <= n && h->meta_cap <= n - h->meta_off &&
+           h->meta_len < h->meta_cap && h->data_off <= n &&
+           h->data_elems <= (n - h->data_off) / sizeof(float);
+}
+
 ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
     const void *map = NULL;
     size_t len = 0;
@@ -535,10 +546,13 @@ ms_status ckpt_snap_open(const char *path, ckpt_snap_view *v, void **handle) {
     else if (h->version != SHM_VERSION)
         st = ms_error(MS_ERR_FORMAT, "%s: a snapshot of format version %u, this build reads %d",
                       path, h->version, SHM_VERSION);
-    else if (h->file_bytes != len || h->meta_off + h->meta_cap > len ||
-             h->data_off + h->data_elems * sizeof(float) > len || h->meta_len >= h->meta_cap)
-        st = ms_error(MS_ERR_FORMAT, "%s: snapshot sizes disagree with the file (%zu bytes)", path,
-                      len);
+    else if (!sizes_fit(h, len))
+        st = ms_error(MS_ERR_FORMAT,
+                      "%s: snapshot sizes disagree with the file (%zu bytes; the header says "
+                      "%" PRIu64 " bytes, meta %" PRIu64 " of %" PRIu64 " at %" PRIu64 ", %" PRIu64
+                      " floats at %" PRIu64 ")",
+                      path, len, h->file_bytes, h->meta_len, h->meta_cap, h->meta_off,
+                      h->data_elems, h->data_off);
     else if (!__atomic_load_n(&h->complete, __ATOMIC_ACQUIRE))
         st = h->step < 0 ? ms_error(MS_ERR_NOTFOUND, /* nothing there yet: not a fault */
                                     "%s: an empty snapshot slot (the process ended before its "
