@@ -79,6 +79,11 @@ ms_status ms_file_read_max(const char *path, size_t max, char **data, size_t *le
         rc = ms_error(MS_ERR_ARG, "%s is a directory, not a file", path);
         goto out;
     }
+    if (S_ISREG(st.st_mode) && (uint64_t)st.st_size > max) { /* said before a byte is read */
+        rc = ms_error(MS_ERR_FORMAT, "%s: larger than %zu bytes (%llu)", path, max,
+                      (unsigned long long)st.st_size);
+        goto out;
+    }
     cap = (st.st_size > 0 ? (size_t)st.st_size : 4096);
     if (cap > max) cap = max; /* the first read past max fails */
     cap += 2;

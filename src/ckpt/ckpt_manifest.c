@@ -1,6 +1,7 @@
 /* ckpt_manifest.c - the JSON of checkpoints: manifest.json (built by rank 0
  * from every rank's part, parsed and cross-checked by the loader), the
  * model and trainer-state objects shared with the /dev/shm snapshots. */
+#include <dirent.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -517,18 +518,47 @@ static ms_status parse_root(const cJSON *root, ckpt_manifest *mf, const char *wh
     return MS_OK;
 }
 
+/* The most a manifest beside n_files shard files can hold: 1 MiB, and 16
+ * MiB for each (some 64k slices of 250 bytes a rank: a 48-layer model's
+ * tensors, params and moments, hold 2k).  Bounded by the commit's own
+ * files: a 10k-rank manifest passes 1 GiB, and 8 GB of anything else was
+ * read whole before it was refused. */
+#define MANIFEST_BASE_BYTES ((size_t)1 << 20)
+#define MANIFEST_FILE_BYTES ((size_t)16 << 20)
+
+/* The shard files (shard-*.safetensors) in dir. */
+static size_t count_shards(const char *dir) {
+    DIR *d = opendir(dir);
+    size_t n = 0;
+    if (!d) return 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        n += !strncmp(e->d_name, "shard-", 6) && l > 12 &&
+             !strcmp(e->d_name + l - 12, ".safetensors");
+    }
+    closedir(d);
+    return n;
+}
+
 ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf) {
     char path[4200];
     char *text = NULL;
     size_t len = 0;
     memset(mf, 0, sizeof *mf);
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_MANIFEST);
-    /* a checkpoint's own file, not the cap for input given by mistake: a
-     * manifest of 10k ranks' slices passes 1 GiB */
-    ms_status st = ms_file_read_max(path, SIZE_MAX / 2, &text, &len);
+    size_t files = count_shards(dir);
+    size_t max = files < (SIZE_MAX / 4 - MANIFEST_BASE_BYTES) / MANIFEST_FILE_BYTES
+                     ? MANIFEST_BASE_BYTES + files * MANIFEST_FILE_BYTES
+                     : SIZE_MAX / 4;
+    ms_status st = ms_file_read_max(path, max, &text, &len);
     if (st == MS_ERR_NOTFOUND)
         return ms_error(MS_ERR_NOTFOUND, "%s: no %s: not a committed checkpoint", dir,
                         CKPT_MANIFEST);
+    if (st == MS_ERR_FORMAT && strstr(ms_errmsg(), "larger than"))
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: larger than a manifest of %zu shard file(s) can be (%zu bytes: 1 "
+                        "MiB and 16 MiB a shard): damaged, or not a manifest",
+                        path, files, max);
     if (st != MS_OK) return st;
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root) {

@@ -143,6 +143,9 @@ def damage_cases(ws, ref_m, ref_w):
         at = text.index(f'"{field}":\t') + len(f'"{field}":\t')
         open(p, "w").write(text[:at] + str((int(text[at]) + 1) % 10) + text[at + 1:])
 
+    def huge_manifest(d):  # 8 GB (sparse): refused from its size, not read into memory
+        os.truncate(os.path.join(d, "manifest.json"), 8 << 30)
+
     def opt_steps_edited(d):  # 10 -> 20
         edit_digit(d, "opt_steps")
 
@@ -159,6 +162,8 @@ def damage_cases(ws, ref_m, ref_w):
     cases = [("truncated shard", truncate, [shard, "truncated"]),
              ("flipped bit", flip, [shard, "CRC32C", "tensor '"]),
              ("missing manifest", no_manifest, ["no manifest.json"]),
+             ("huge manifest", huge_manifest, ["manifest.json: larger than a manifest of 1 "
+                                               "shard file(s) can be"]),
              ("manifest of another step", other_step, ["holds step 5, but the directory is step 10"]),
              # what loading rejects, verify rejects too, and resume falls back
              ("model contradicting its tensors", model_contradicts, ["but its model", "vocab 300"]),
