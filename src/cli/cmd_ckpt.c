@@ -249,10 +249,11 @@ int cmd_ckpt(int argc, char **argv) {
             st = ms_error(MS_ERR_ARG, "ckpt export: --format %s (only safetensors)", o.format);
         char hf[4200] = ""; /* the config.json written beside the weights */
         if (st == MS_OK) ckpt_hf_config_path(o.out, hf, sizeof hf);
+        /* the checkpoint tools' own check first: it says more (the commit it reads, "lies in") */
+        if (st == MS_OK) st = ckpt_out_precheck(path, o.out, 0, "ckpt export");
         if (st == MS_OK) st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out", o.out, NULL);
         if (st == MS_OK)
             st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out's config.json", hf, NULL);
-        if (st == MS_OK) st = ckpt_out_precheck(path, o.out, 0, "ckpt export");
         struct stat so; /* an export already there is a saved model too */
         if (st == MS_OK && !o.force && stat(o.out, &so) == 0 && S_ISREG(so.st_mode))
             st = ms_error(MS_ERR_ARG,

@@ -16,6 +16,7 @@
 
 #include "base/fileio.h"
 #include "base/strnum.h"
+#include "ckpt/ckpt.h"
 
 static const opts_spec *find(const opts_spec *spec, int n, const char *name, size_t len) {
     for (int i = 0; i < n; i++)
@@ -423,6 +424,13 @@ ms_status opts_check_output(const opts_spec *spec, int n, const void *dst, const
     MS_CHECKF(s && s->type == OPT_T_LIST, "opts_check_output: the table records no --config files");
     const opts_list *cfg = (const opts_list *)((const char *)dst + s->offset);
     char match[4400];
+    /* every command's, not train's alone: trace merge -o DIR/step_N/manifest.json replaced a
+     * commit's manifest with a trace, and --png a shard with a picture */
+    if (path && *path && ckpt_is_part(path, match, sizeof match))
+        return ms_error(MS_ERR_ARG,
+                        "%s %s is %s: an output never replaces a checkpoint's file; nothing was "
+                        "written",
+                        opt, path, match);
     for (int i = 0; path && *path && i < cfg->n; i++) {
         if (!names && ms_path_is_input(path, cfg->v[i], NULL, 0))
             return ms_error(MS_ERR_ARG,

@@ -1714,6 +1714,24 @@ def test_output_guard(d):
            not (os.path.exists(path) and path != old and not path.endswith("r00001.jsonl.1")),
            f"trace {cmd} {opt} {os.path.basename(path)}: refused", f"rc={rc}\n{se}")
     ok(open(old, "rb").read() == before, "the rotated log is untouched")
+    # nor a checkpoint's file: merge -o over a commit's manifest replaced it with a trace,
+    # --png over its shard with a picture (the commit lost)
+    commit = os.path.join(d, "ck", "step_00000006")
+    os.makedirs(commit, exist_ok=True)
+    files = {n: f"{n} of the commit".encode() for n in
+             ("manifest.json", "shard-00000-of-00001.safetensors")}
+    for n, b in files.items():
+        open(os.path.join(commit, n), "wb").write(b)
+    open(os.path.join(d, "ck", "latest"), "w").write("step_00000006\n")
+    for cmd, opt, name in (("merge", "-o", "manifest.json"),
+                           ("stragglers", "--png", "shard-00000-of-00001.safetensors"),
+                           ("merge", "-o", "new.json"), ("merge", "-o", "../latest")):
+        path = os.path.join(commit, name)
+        rc, so, se = run("trace", cmd, d, opt, path)
+        ok(rc == 2 and "an output never replaces a checkpoint's file; nothing was written" in se
+           and all(open(os.path.join(commit, n), "rb").read() == b for n, b in files.items())
+           and not os.path.exists(os.path.join(commit, "new.json")),
+           f"trace {cmd} {opt} into a commit ({name}): refused", f"rc={rc}\n{se}")
     rc, so, se = run("trace", "merge", d, "-o", os.path.join(d, "events_r00005.jsonl.new"))
     ok(rc == 0, "a name the tools do not read is written", se)
 
