@@ -25,7 +25,8 @@ static int64_t jint(const cJSON *o, const char *key, int64_t def) {
     return trace_json_int(o, key, INT64_MIN / 2, INT64_MAX / 2, &v) ? v : def;
 }
 
-static ms_status parse_op(const cJSON *o, hang_op *op, const char *path, const char *group) {
+static ms_status parse_op(const cJSON *o, hang_op *op, const char *path, const char *group,
+                          int world) {
     int64_t seq;
     if (!cJSON_IsObject(o) || !jstr(o, "op", NULL) || !trace_json_int(o, "seq", 0, INT64_MAX, &seq))
         return ms_error(MS_ERR_FORMAT,
@@ -38,6 +39,12 @@ static ms_status parse_op(const cJSON *o, hang_op *op, const char *path, const c
     ms_utf8_fix(op->state);
     op->seq = seq;
     op->peer = jint(o, "peer", -1);
+    /* -1: none (a collective's) */
+    if (cJSON_GetObjectItemCaseSensitive(o, "peer") && (op->peer < -1 || op->peer >= world))
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: group '%s': %s #%lld's \"peer\" is not a rank of world %d (as a "
+                        "group's members must be)",
+                        path, group, op->op, (long long)seq, world);
     op->tag = jint(o, "tag", -1);
     op->bytes = jint(o, "bytes", 0);
     const cJSON *age = cJSON_GetObjectItemCaseSensitive(o, "age_s");
@@ -69,11 +76,11 @@ static ms_status parse_group(const cJSON *o, hang_group *g, int world, const cha
         g->ranks[g->n_ranks++] = (int)x->valuedouble;
     }
     if (cJSON_IsObject(last)) {
-        MS_TRY(parse_op(last, &g->last, path, g->name));
+        MS_TRY(parse_op(last, &g->last, path, g->name, world));
         g->has_last = 1;
     }
     cJSON_ArrayForEach(x, fl) {
-        MS_TRY(parse_op(x, &g->in_flight[g->n_in_flight], path, g->name));
+        MS_TRY(parse_op(x, &g->in_flight[g->n_in_flight], path, g->name, world));
         g->n_in_flight++;
     }
     return MS_OK;
@@ -609,7 +616,11 @@ static void pick_dumps(const char *dir, char **paths, const int *ranks, int n, i
         any_current |= m[i].cur == 1;
     }
     for (int i = 0; i < n; i++) {
-        if (any_current && m[i].cur == 0) {
+        if (m[i].world && ranks[i] >= m[i].world) { /* no vote: its world is damaged */
+            keep[i] = 0;
+            ms_warn("%s: skipped: the dump of rank %d says a world of %d (damaged)", paths[i],
+                    ranks[i], m[i].world);
+        } else if (any_current && m[i].cur == 0) {
             keep[i] = 0;
             ms_warn("%s: skipped: an earlier hang's dump (pid %d; rank %d's event log is from pid "
                     "%d, which wrote no dump)",

@@ -1256,6 +1256,33 @@ def test_hang_bad_world(d):
        "a huge world alone: the text stays short", so[-2000:])
 
 
+def test_hang_rank_past_world(d):
+    """Two dumps; the newest, rank 1's, says world 1 (damaged: a rank past its world).  It
+    is the one skipped, not rank 0's good dump of world 8 (before, rank 0's was skipped as of
+    another run, the tie going to the newest, and then rank 1's failed the load: no analysis,
+    exit 3).  And an op whose peer is no rank of the world is refused, named, as a group's
+    member past it is."""
+    write_hang(d, skip=range(2, 8), extra=lambda r: dict(wall_s=1.7e9 + r))
+    p = os.path.join(d, "hang_r00001.json")
+    j = json.load(open(p))
+    j["world"] = 1
+    json.dump(j, open(p, "w"))
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and j.get("world") == 8 and j.get("dumps") == [0] and 1 in j.get("missing", [])
+       and "hang_r00001.json: skipped: the dump of rank 1 says a world of 1 (damaged)" in se,
+       "a dump whose rank is past its world is the one skipped", so[-500:] + se)
+    os.remove(p)
+    p = os.path.join(d, "hang_r00000.json")
+    j = json.load(open(p))
+    pp = next(g for g in j["groups"] if g["name"] == "pp")
+    pp["in_flight"][0]["peer"] = 99
+    json.dump(j, open(p, "w"))
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 3 and "hang_r00000.json: group 'pp': recv #7's \"peer\" is not a rank of world 8"
+       in se, "an op's peer past the world: refused, named", f"rc={rc}\n{se}")
+
+
 def test_hang_driver(d):
     """2 ranks on 2 hosts, rank 1 SIGSTOPped: the supervisor asked for the dumps while rank 1
     was silent, and rank 1 wrote its dump only after the SIGCONT before the stop, in the same
@@ -1771,7 +1798,8 @@ def main():
                          ("stragglers_long", test_stragglers_long),
                          ("merge_memory", test_merge_memory),
                          ("merge_p2p_memory", test_merge_p2p_memory),
-                         ("hang_missing", test_hang_missing), ("hang_placed", test_hang_placed),
+                         ("hang_missing", test_hang_missing),
+                         ("hang_rank_past_world", test_hang_rank_past_world), ("hang_placed", test_hang_placed),
                          ("hang_placed_table", test_hang_placed_table),
                          ("hang_rerun", test_hang_rerun),
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
