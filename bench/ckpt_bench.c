@@ -144,7 +144,7 @@ int main(int argc, char **argv) {
     char root[4096];
     snprintf(root, sizeof root, "%s/ckpt", dir);
     const char *shm = getenv("MS_CKPT_SHM_DIR"); /* NULL: /dev/shm */
-    ckpt_options o = {root, 0, 0, 2, "", shm, NULL, 0};
+    ckpt_options o = {root, 0, 0, 2, "", shm, NULL, 0, 0};
     ckpt_manager *cm;
     MS_CHECK(ckpt_manager_create(&cm, &o, x.m, x.o, NULL) == MS_OK);
     ckpt_train_state st0 = state(&x, 0), got;
@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
     ckpt_manager_destroy(cm);
     model y;
     model_make(&y, preset, B, T);
-    ckpt_options ro = {root, 0, 0, 100, "auto", shm, NULL, 0};
+    ckpt_options ro = {root, 0, 0, 100, "auto", shm, NULL, 0, 0};
     for (int r = 0; r < 2; r++) {
         if (r == 1) MS_CHECK(ckpt_shm_list(root, shm, 1, 1) == MS_OK); /* drop the snapshots */
         if (r == 1 && getenv("MS_BENCH_DROP_CACHES"))

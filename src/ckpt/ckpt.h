@@ -75,6 +75,15 @@ typedef struct {
      * older run's higher step); 1 (--new-run) moves them to
      * DIR/previous-YYYYmmdd-HHMMSS/ first */
     int new_run;
+    /* nonzero (train --restart-job, set by `megascale launch`): a restart
+     * of the job whose first start wrote this id to DIR/job and has no
+     * commit of its own yet.  When DIR/job still holds it, that start's
+     * set-up (--new-run's move, a rollback's, a foreign --resume's new id)
+     * is not done again, and the state resumed is the job's own newest (its
+     * /dev/shm snapshots, its commits in DIR: as --resume auto), else
+     * --resume's PATH (else a fresh start).  Before, each restart was a
+     * first start again and disowned the job's own snapshots. */
+    uint64_t restart_job;
 } ckpt_options;
 
 /* The trainer's state besides the tensors.  The model's initialisation RNG

@@ -35,6 +35,8 @@
 struct ckpt_manager {
     ckpt_options o;
     char root[4096], resume[4096], shm_dir[4096]; /* shm_dir: "" for /dev/shm */
+    char resume_else[4096]; /* a restart's (o.restart_job): --resume PATH when the job has no
+                             * state of its own to resume ("" none: a fresh start) */
     char previous[4300]; /* rank 0, --new-run: where the earlier run's commits went ("" none) */
     int saving;
     int lock_fd;        /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
@@ -313,9 +315,30 @@ static ms_status rollback(ckpt_manager *cm, int *rolled) {
     return st;
 }
 
+/* Rank 0: 1 if this start is a restart of the job o.restart_job names and
+ * DIR/job still holds that id (the job's first start wrote it); a warning
+ * when it holds another (the start is then made as a first one). */
+static int restarts_job(const ckpt_manager *cm) {
+    uint64_t cur = 0;
+    if (!cm->o.restart_job) return 0;
+    if (ckpt_job_id(cm->root, 0, &cur) == MS_OK && cur == cm->o.restart_job) return 1;
+    ms_warn("--restart-job %016" PRIx64 ": %s/job says %016" PRIx64
+            " (another run's since): started as the job's first start was",
+            cm->o.restart_job, cm->root, cur);
+    return 0;
+}
+
 static ms_status setup_dir(ckpt_manager *cm) {
     ms_status st = MS_OK;
-    if (cm->rank == 0) {
+    int32_t again = 0; /* a restart of the job (restarts_job): rank 0's, on every rank */
+    if (cm->rank == 0 && (again = restarts_job(cm)) != 0) {
+        st = ms_mkdirs(cm->root);
+        if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd);
+        cm->job = cm->o.restart_job;
+        ms_info("resume: a restart of job %016" PRIx64 ": its own newest state in %s, else %s",
+                cm->job, cm->root,
+                !cm->resume[0] || !strcmp(cm->resume, "auto") ? "a fresh start" : cm->resume);
+    } else if (cm->rank == 0) {
         int rolled = 0, foreign = resume_is_foreign(cm);
         char mf[4400];
         struct stat sb;
@@ -336,6 +359,12 @@ static ms_status setup_dir(ckpt_manager *cm) {
     }
     MS_TRY(share_status(cm->group, cm->rank, st, "create the checkpoint directory"));
     if (cm->group) MS_TRY(comm_broadcast(cm->group, &cm->job, 1, COMM_I64, 0));
+    if (cm->group) MS_TRY(comm_broadcast(cm->group, &again, 1, COMM_I32, 0));
+    if (again) { /* the job's own state first (as auto), then what its first start took */
+        snprintf(cm->resume_else, sizeof cm->resume_else, "%s",
+                 strcmp(cm->resume, "auto") ? cm->resume : "");
+        snprintf(cm->resume, sizeof cm->resume, "auto");
+    }
     ckpt_persist_config pc = {cm->root,
                               cm->o.keep,
                               cm->rank,
@@ -784,6 +813,15 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
     if (*kind == RES_NONE && shm_step >= 0) {
         *kind = RES_SHM;
         *step = (int)shm_step;
+    }
+    if (*kind == RES_NONE && is_auto && cm->resume_else[0]) {
+        /* a restart with no state of its own yet: what its first start resumed from */
+        char own[sizeof cm->resume];
+        snprintf(own, sizeof own, "%s", cm->resume);
+        snprintf(cm->resume, sizeof cm->resume, "%s", cm->resume_else);
+        ms_status st = choose(cm, -1, kind, step, reader);
+        snprintf(cm->resume, sizeof cm->resume, "%s", own);
+        if (st != MS_OK || *kind != RES_NONE) return st;
     }
     if (*kind == RES_DISK) {
         ckpt_step_path(cm->chosen, sizeof cm->chosen, root, *step);

@@ -131,6 +131,10 @@ static const opts_spec train_opts[] = {
               "1 (or a bare --new-run): start afresh in a --ckpt-dir that holds another run's "
               "commits, moving them to "
               "DIR/previous-<date>/ (without it, or --resume auto, such a start is refused)"),
+    O("restart-job", OPT_T_STR, restart_job, NULL,
+      "set by megascale launch on a restart before the job's first commit: the job id its "
+      "first start wrote to --ckpt-dir's job file (16 hex digits); the job's own newest state "
+      "is resumed, else --resume's PATH, and --new-run's or a rollback's set-up is not redone"),
     OE("ckpt-shm-dir", OPT_T_STR, ckpt_shm_dir, "/dev/shm", "MS_CKPT_SHM_DIR", NULL,
        "directory of the host-memory snapshots (stage 1 of each checkpoint)"),
     R("val-every", OPT_T_INT, val_every, "100", "[0,)",
@@ -260,8 +264,8 @@ static ms_status check_not_config(const train_cli *c, const char *events_opt, co
 
 /* Left out of train.cfg: set by `megascale launch` for one job (its
  * driver's address and token), or a test's faults. */
-static const char *const not_in_cfg[] = {"heartbeat", "heartbeat-token", "node-map",
-                                         "inject-fault", "ckpt-fault", NULL};
+static const char *const not_in_cfg[] = {
+    "heartbeat", "heartbeat-token", "node-map", "inject-fault", "ckpt-fault", "restart-job", NULL};
 /* Written as "(secret)" in the metrics' first line (a file others may
  * read): the token lets whoever holds it send the job's driver beats. */
 static const char *const secrets[] = {"heartbeat-token", NULL};

@@ -149,6 +149,21 @@ static int own_commit(const sup_driver *d) {
     return now[0] && strcmp(now, d->latest0) != 0;
 }
 
+/* 1 once the job's first start has set up CKPT_DIR with --resume PATH or
+ * --new-run: CKPT_DIR/job holds another id than before it (--new-run's
+ * fresh start, --resume of another directory, a rollback past newer
+ * commits each write a new one); the id into d->restart_job.  Until then a
+ * restart is a first start again (what was there is another run's). */
+static int first_start_done(sup_driver *d) {
+    char job[40];
+    ckpt_text(d, "job", job, sizeof job);
+    if (!strcmp(d->job0, "-") || strspn(job, "0123456789abcdef") != 16 || job[16] ||
+        !strcmp(job, d->job0))
+        return 0;
+    snprintf(d->restart_job, sizeof d->restart_job, "%s", job);
+    return 1;
+}
+
 /* 1 if every rank said "done" at --steps. */
 static int all_reached(const sup_driver *d) {
     for (int i = 0; i < d->c->np; i++)
@@ -225,6 +240,8 @@ static char **job_argv(sup_driver *d, char *np) {
         a[n++] = "--resume", a[n++] = "auto", a[n++] = "--new-run", a[n++] = "0";
     else if (!c->resume[0] && !c->new_run) /* a job started again continues */
         a[n++] = "--resume", a[n++] = "auto";
+    else if (first_start_done(d)) /* its own state first, not disowned (ckpt.h) */
+        a[n++] = "--restart-job", a[n++] = d->restart_job;
     if (d->own_metrics) a[n++] = "--metrics", a[n++] = d->metrics_path; /* the dashboard's */
     if (d->peak_cache[0]) a[n++] = "--peak-cache", a[n++] = d->peak_cache;
     if (d->plan.n) { /* the trainer's faults still ahead (the diag:* ones go to diag) */
@@ -1150,8 +1167,10 @@ int sup_run(const sup_config *c) {
         if (resume == -2) code = SUP_EXIT_USAGE;
         goto out;
     }
-    if (!d->resumed) /* what the job's first start finds (a resumed driver's state says) */
+    if (!d->resumed) { /* what the job's first start finds (a resumed driver's state says) */
         latest_id(d, d->latest0, sizeof d->latest0);
+        ckpt_text(d, "job", d->job0, sizeof d->job0);
+    }
     if (open_dashboard(d, why, sizeof why) != 0) {
         fprintf(stderr, "megascale launch: error: %s\n", why);
         goto out;

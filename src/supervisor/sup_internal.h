@@ -455,6 +455,8 @@ typedef struct {
     int recovering;     /* stopped after a fault, not restarted yet (saved in driver.json) */
     int recover_prev_best; /* the best step when the attempt started (its policy's) */
     char latest0[4200]; /* CKPT_DIR/latest's identity before the job's first start */
+    char job0[40];      /* CKPT_DIR/job's text then ("-": not known, an older state) */
+    char restart_job[40];                   /* the --restart-job of the job's argv (job_argv) */
     const volatile sig_atomic_t *stop_flag; /* the driver's signal flag (diag gives up on it) */
     ms_fault_plan plan;                     /* --faults: the faults to hand out */
     int faults_through;                     /* the faults at steps <= this have fired */

@@ -345,6 +345,7 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
+    cJSON_AddStringToObject(o, "job0", d->job0);
     /* a start trained with these options: a successor with the same ones
      * takes a later refusal of them for a node's fault (sup_driver.c) */
     cJSON_AddBoolToObject(o, "options_ok", d->options_ok);
@@ -693,6 +694,8 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     d->resumed = 1;
     const cJSON *l0 = item(o, "latest0"); /* absent: any commit */
     snprintf(d->latest0, sizeof d->latest0, "%s", cJSON_IsString(l0) ? l0->valuestring : "");
+    const cJSON *j0 = item(o, "job0"); /* absent: not known (no --restart-job) */
+    snprintf(d->job0, sizeof d->job0, "%s", cJSON_IsString(j0) ? j0->valuestring : "-");
     resume_faults(d, o, faults);
     const cJSON *rec = item(o, "recovering"); /* absent: no */
     const cJSON *rpb = item(o, "recover_prev_best");

@@ -339,8 +339,10 @@ static void hb_release(trainer *t) {
 static ms_status setup_ckpt(trainer *t) {
     const train_config *tc = t->tc;
     if (!(tc->ckpt_dir && *tc->ckpt_dir) && !(tc->resume && *tc->resume)) return MS_OK;
-    ckpt_options o = {tc->ckpt_dir, tc->ckpt_every,   tc->ckpt_every_min, tc->ckpt_keep,
-                      tc->resume,   tc->ckpt_shm_dir, t->fault_spec,      tc->new_run};
+    ckpt_options o = {tc->ckpt_dir,  tc->ckpt_every, tc->ckpt_every_min,
+                      tc->ckpt_keep, tc->resume,     tc->ckpt_shm_dir,
+                      t->fault_spec, tc->new_run,    0};
+    MS_TRY(train_restart_job(tc, &o.restart_job));
     if (tc->ckpt_dir && *tc->ckpt_dir) /* one directory for every host? */
         MS_TRY(ckpt_dir_probe(tc->ckpt_dir, t->world));
     MS_TRY(ckpt_manager_create_world(&t->ckpt, &o, t->model, t->opt, t->zero, t->world));
@@ -442,7 +444,25 @@ ms_status train_check_hparams(const train_config *tc) {
     return MS_OK;
 }
 
+ms_status train_restart_job(const train_config *tc, uint64_t *job) {
+    const char *s = tc->restart_job;
+    *job = 0;
+    if (!s || !*s) return MS_OK;
+    size_t n = strspn(s, "0123456789abcdefABCDEF");
+    if (n == 16 && !s[16]) *job = strtoull(s, NULL, 16);
+    if (!*job)
+        return ms_error(MS_ERR_ARG,
+                        "--restart-job '%s': not a job id (16 hex digits, not all 0, as "
+                        "--ckpt-dir's job file holds)",
+                        s);
+    if (!(tc->ckpt_dir && *tc->ckpt_dir))
+        return ms_error(MS_ERR_ARG, "--restart-job needs --ckpt-dir (the job's directory)");
+    return MS_OK;
+}
+
 ms_status train_check_outputs(const train_config *tc) {
+    uint64_t job;
+    MS_TRY(train_restart_job(tc, &job));
     if (tc->new_run && tc->resume && !strcmp(tc->resume, "auto"))
         return ms_error(MS_ERR_ARG, "--resume auto continues the run in --ckpt-dir and --new-run "
                                     "starts a new one there (its commits moved aside): pass one "

@@ -64,6 +64,7 @@ typedef struct {
     int ckpt_every, ckpt_keep;
     double ckpt_every_min;
     int new_run; /* --new-run: a fresh start in a --ckpt-dir with commits moves them aside */
+    char *restart_job; /* --restart-job: launch's restart of the job with this id (ckpt.h) */
     double peak_flops;
     char *peak_cache; /* directory of the probed peak's cache (monitor/peakcache.h); NULL: none */
     int log_every;
@@ -100,6 +101,9 @@ ms_status train_check_not_input(const train_config *tc, const char *opt, const c
  * and not 0 or subnormal in float (the clip and the decay may be 0), else
  * the error naming it (MS_ERR_ARG). */
 ms_status train_check_hparams(const train_config *tc);
+/* --restart-job as a job id into *job (0 when not given); MS_ERR_ARG for
+ * one that is not 16 hex digits, or without --ckpt-dir. */
+ms_status train_restart_job(const train_config *tc, uint64_t *job);
 /* train_check_outputs: those three, and --resume auto with --new-run (one
  * continues the run in --ckpt-dir, the other starts a new one there). */
 ms_status train_check_outputs(const train_config *tc);

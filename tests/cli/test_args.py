@@ -636,6 +636,15 @@ def test_other_flags(d, train, ck):
                        "--resume", "auto", "--new-run", "--trace-dir", "none")
     ok(rc == 2 and "pass one of them" in err and sorted(os.listdir(mine)) == before,
        "train --resume auto --new-run: refused, nothing moved", err)
+    # --restart-job (launch's): a job id of 16 hex digits, and a --ckpt-dir to hold it
+    for v, extra, needle in (("xyz", ["--ckpt-dir", mine], "not a job id (16 hex digits"),
+                             ("0" * 16, ["--ckpt-dir", mine], "not a job id"),
+                             ("0123456789abcdef0", ["--ckpt-dir", mine], "not a job id"),
+                             ("0123456789abcdef", [], "--restart-job needs --ckpt-dir")):
+        rc, out, err = run("train", "--train-data", train, *TINY, "--steps", "1",
+                           "--trace-dir", "none", "--restart-job", v, *extra)
+        ok(rc == 2 and needle in err and sorted(os.listdir(mine)) == before,
+           f"train --restart-job {v!r}: refused, nothing moved", err)
     # ckpt shm-orphans PATH, an unknown command with a PATH: the command is what is wrong
     for args, needle in ((["shm-orphans", "/no/such/dir"], "takes no PATH"),
                          (["bogus", "/no/such/dir"], "unknown ckpt command 'bogus'")):

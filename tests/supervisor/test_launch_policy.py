@@ -60,6 +60,7 @@ tiny job (one rank unless said, a 2-layer model, a few steps each):
 
 Environment: MS_BIN (the megascale binary)."""
 import json
+import shutil
 import os
 import signal
 import socket
@@ -180,6 +181,34 @@ def check_restart_resume(d, shard):
         n = 0
     ok(rc == 0 and n == 6, "resume: --new-run trains a new run in a finished run's directory",
        f"rc {rc}, {n} step(s) logged\n{err[-2000:]}")
+
+
+def check_restart_before_commit(d, shard):
+    """A restart before the job's first commit of its own resumes the job's own newest state
+    (its /dev/shm snapshot), else what its first start took: before, it was passed --new-run 1
+    or --resume PATH again, disowned its own snapshot and trained those steps again.  Each
+    job: a snapshot of step 4 whose commit is slow (3 s), a crash at step 7 before it lands."""
+    r1 = os.path.join(d, "r1")  # check_restart_resume's: commits 2, 4, 6
+    cases = (("--new-run 1 over another run's commits", "newrun", True, ["--new-run", "1"],
+              "continuing at step 4 from", 2),
+             ("--resume DIR/step_2 past newer commits (a rollback)", "rollback", True,
+              ["--resume", "CKPT/step_00000002"], "continuing at step 4 from", 2),
+             ("--resume of another directory's step 6, no snapshot before the crash", "foreign",
+              False, ["--resume", os.path.join(r1, "ckpt", "step_00000006")],
+              "continuing at step 6 from " + os.path.join(r1, "ckpt", "step_00000006"), 0))
+    for label, name, copy, start, needle, want in cases:
+        run = os.path.join(d, "before-" + name)
+        ck = os.path.join(run, "ckpt")
+        if copy:
+            shutil.copytree(os.path.join(r1, "ckpt"), ck)
+        faults = "stage2:slow=3000@4,kill@7" if name != "foreign" else "kill@7"
+        rc, err = launch(run, shard, ["--faults", faults],
+                         ["--steps", "10", "--ckpt-every", "4", "--ckpt-dir", ck,
+                          *[a.replace("CKPT", ck) for a in start]])
+        again = err.split("a restart of job", 1)[-1] if "a restart of job" in err else ""
+        ok(rc == 0 and needle in again and "disowns" not in again and redone(run) == want,
+           f"restart before the first commit, {label}: the job's own state resumed "
+           f"({want} step(s) redone)", f"rc {rc}, redone {redone(run)}\n{err[-2500:]}")
 
 
 def check_idle_conns(d, shard):
@@ -988,6 +1017,7 @@ def main():
     check_refused_after_training(d, shard, True)
     check_early_failure(d, shard)
     check_restart_resume(d, shard)
+    check_restart_before_commit(d, shard)
     check_idle_conns(d, shard)
     check_unasked_stop(d, shard)
     check_stop_final_ckpt(d, shard)

@@ -724,7 +724,7 @@ static void test_manager(void) {
     fix_make(&f, 4);
     char root[512], dir[600];
     path_in(root, sizeof root, "run");
-    ckpt_options o = {root, 2, 0, 2, "", g_shm, NULL, 0};
+    ckpt_options o = {root, 2, 0, 2, "", g_shm, NULL, 0, 0};
     ckpt_manager *cm;
     T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
     ckpt_train_state now = state_at(&f, 0), got;
@@ -804,7 +804,7 @@ static void test_manager(void) {
      * than the commit of step 6 and complete, so it wins */
     fixture g;
     fix_make(&g, 99);
-    ckpt_options ro = {root, 2, 0, 2, "auto", g_shm, NULL, 0};
+    ckpt_options ro = {root, 2, 0, 2, "auto", g_shm, NULL, 0, 0};
     T_OK(ckpt_manager_create(&cm, &ro, g.m, g.o, NULL) == MS_OK);
     now = state_at(&g, 0);
     T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && found);
@@ -877,7 +877,7 @@ static void test_manager_damaged(void) {
     path_in(root, sizeof root, "run_damaged");
     path_in(shm, sizeof shm, "shm_damaged");
     MS_CHECK(ms_mkdirs(shm) == MS_OK);
-    ckpt_options o = {root, 2, 0, 3, "", shm, "stage2:flip-shm@4", 0};
+    ckpt_options o = {root, 2, 0, 3, "", shm, "stage2:flip-shm@4", 0, 0};
     ckpt_manager *cm;
     T_OK(ckpt_manager_create(&cm, &o, f.m, f.o, NULL) == MS_OK);
     ckpt_train_state now = state_at(&f, 0), got;
@@ -916,7 +916,7 @@ static void test_manager_damaged(void) {
     /* resume: the snapshot of step 4 is the newest, but damaged */
     fixture g;
     fix_make(&g, 97);
-    ckpt_options ro = {root, 2, 0, 3, "auto", shm, NULL, 0};
+    ckpt_options ro = {root, 2, 0, 3, "auto", shm, NULL, 0, 0};
     T_OK(ckpt_manager_create(&cm, &ro, g.m, g.o, NULL) == MS_OK);
     now = state_at(&g, 0);
     T_OK(ckpt_manager_resume(cm, &now, &got, &found) == MS_OK && found);
@@ -944,7 +944,7 @@ static ckpt_manager *fault_run(fixture *f, const char *name, const char *fault, 
                                int *hooked) {
     char root[512];
     path_in(root, sizeof root, name);
-    ckpt_options o = {root, 1, 0, 2, "", g_shm, fault, 0};
+    ckpt_options o = {root, 1, 0, 2, "", g_shm, fault, 0, 0};
     ckpt_manager *cm;
     T_OK(ckpt_manager_create(&cm, &o, f->m, f->o, NULL) == MS_OK);
     if (hooked) ckpt_manager_set_wait_hook(cm, count_wait, hooked);
