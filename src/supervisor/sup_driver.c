@@ -679,7 +679,9 @@ int sup_policy_verdict(const sup_driver *d, int prev_best, int *no_progress) {
      * that comes in while the job stops does not change the verdict that
      * the fault's event announced) */
     int best = d->fault ? d->fault_best : d->best_step;
-    *no_progress = best > prev_best ? 0 : d->no_progress + 1;
+    /* restarts in a row: the job's first attempt is none (one that failed at once counted,
+     * and --no-progress-restarts 3 gave up after 2 restarts, saying 3) */
+    *no_progress = best > prev_best ? 0 : d->no_progress + (d->restarts > 0);
     if (*no_progress >= d->c->no_progress_limit) return SUP_EXIT_NO_PROGRESS;
     return d->restarts >= d->c->max_restarts ? SUP_EXIT_GAVE_UP : 0;
 }

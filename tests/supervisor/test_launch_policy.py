@@ -347,23 +347,33 @@ def check_stop_in_backoff(d, shard, sig):
 
 
 def check_resume_after_stop_in_backoff(d, shard):
-    """SIGTERM in the back-off after a fault that made no progress (a crash at step 1), then
-    the same launch again with --no-progress-restarts 2: that fault counts once toward the
-    limit, so the job restarts and is done.  Counted twice (once by the stopped driver, once
-    by the next one), it ended at once with exit 4 and no restart."""
+    """SIGTERM in the back-off after a restart that made no progress (a crash at step 1, then
+    a restart whose mpirun fails at once), then the same launch again with
+    --no-progress-restarts 2: that fault counts once toward the limit, so the job restarts
+    and is done.  Counted twice (once by the stopped driver, once by the next one), it ended
+    at once with exit 4 and no restart.  (The first attempt's fault is no restart's: it
+    counts for none.)"""
     run = os.path.join(d, "stopres")
+    os.makedirs(run)
+    count, wrap = os.path.join(run, "starts"), os.path.join(run, "mpirun-fail-second")
+    with open(wrap, "w") as f:  # the second start fails at once, the others are mpirun's
+        f.write(f'#!/bin/sh\nn=$(cat "{count}" 2>/dev/null || echo 0)\nn=$((n + 1))\n'
+                f'echo $n > "{count}"\n[ "$n" = 2 ] && exit 1\nexec "{MPIRUN}" "$@"\n')
+    os.chmod(wrap, 0o755)
     args = ["--steps", "4", "--ckpt-dir", os.path.join(run, "ckpt")]
-    lim = ["--faults", "exit@1", "--no-progress-restarts", "2"]
-    p = launch(run, shard, ["--backoff", "20", *lim], args, wait=False)
+    lim = ["--mpirun", wrap, "--faults", "exit@1", "--no-progress-restarts", "2"]
+    # back-offs of 2 s, then 4 s after the restart that made no progress: the stop is sent
+    # in the second, once that restart's job has stopped
+    p = launch(run, shard, ["--backoff", "2", *lim], args, wait=False)
     t_end = time.time() + 120
-    while time.time() < t_end and not any(e["event"] == "job_stopped" for e in events(run)):
+    while time.time() < t_end and sum(e["event"] == "job_stopped" for e in events(run)) < 2:
         time.sleep(0.05)
     time.sleep(0.3)
     p.send_signal(signal.SIGTERM)
     p.communicate(timeout=30)
     rc, err = launch(run, shard, ["--backoff", "0.1", *lim], args)
     ev = [e["event"] for e in events(run)]
-    ok(p.returncode == 5 and rc == 0 and ev[-1] == "job_done" and ev.count("restart") == 1,
+    ok(p.returncode == 5 and rc == 0 and ev[-1] == "job_done" and ev.count("restart") == 2,
        "stopped in the back-off, launched again: the fault counts once toward "
        "--no-progress-restarts", f"rc {p.returncode} then {rc}, events {ev}\n{err[-1500:]}")
 
@@ -506,6 +516,11 @@ def check_early_failure(d, shard):
     ok(rc == 4 and "storage" not in err.split("giving up")[-1],
        "a failure before the checkpoint directory exists is not broken storage",
        f"rc {rc}: {err[-1500:]}")
+    n_restart = sum(e["event"] == "restart" for e in events(run))
+    ok(n_restart == 1 and "giving up: 1 restart(s) in a row made no progress" in err,
+       "--no-progress-restarts 1: one restart that made no progress, then the end (the first "
+       "start's failure is no restart's: before, it counted, and no restart was made)",
+       f"{n_restart} restart(s): {err[-1500:]}")
     last = [l for l in err.splitlines() if "megascale launch: no progress after" in l]
     ok(last and "recovery p50 none / worst none" in last[-1],
        "a fault never recovered from: the summary line says so, not nan", str(last))
