@@ -523,11 +523,14 @@ static void stop_attempt(sup_driver *d) {
     if (d->fault && !strcmp(d->kind, "hang")) {
         double t0 = ms_now();
         int asked, n = sup_hang_dumps(d, "hang", &asked);
+        /* the next start's rank 0 moves them to prev/: where they are when the user looks */
+        int moved = !d->fault_final && !g_stop;
         if (asked)
             fprintf(stderr,
                     "megascale launch: hang dumps: %d of %d rank(s) wrote theirs in %.1f s "
-                    "(after the restart: megascale trace hang %s/prev)\n",
-                    n, asked, ms_now() - t0, d->trace_dir);
+                    "(%smegascale trace hang %s%s)\n",
+                    n, asked, ms_now() - t0, moved ? "after the restart: " : "", d->trace_dir,
+                    moved ? "/prev" : "");
     }
     double took = sup_job_stop(&d->job, ranks_can_checkpoint(d), d->c->grace, pids,
                                pids ? d->c->np : 0, serve_tick, d);

@@ -427,6 +427,7 @@ typedef struct {
     char kind[24], detail[1100];
     int fault_rank, fault_step;
     int fault_best;     /* the best step when it was seen: the attempt's progress (policy) */
+    int fault_final;    /* the policy gave up on the job when it was seen: no restart follows */
     int fault_reporter; /* >= 0: the rank whose error told of the fault (comm: a survivor) */
     int options_ok;     /* a start of this job reached training: its options are not what fails */
     int fault_booked;         /* it is in the summary's faults (book_fault) */

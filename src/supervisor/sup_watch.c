@@ -78,9 +78,9 @@ void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, co
     /* the attempt stops (see sup_recover); then a restart, unless the
      * policy has already given up on the job (it exits after the diag) */
     int np;
-    int last =
+    d->fault_final =
         sup_policy_verdict(d, d->recover_prev_best, &np) != 0 || (d->fault_usage && !d->options_ok);
-    cJSON_AddStringToObject(f, "action", last ? "stop" : "restart");
+    cJSON_AddStringToObject(f, "action", d->fault_final ? "stop" : "restart");
     cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
     sup_events_put(&d->ev, "fault_detected", f);
     fprintf(stderr, "megascale launch: fault: %s, rank %d (node %s), step %d: %s\n", kind, rank,

@@ -327,6 +327,10 @@ def check_stage_hang(d, shard, tag="", extra=()):
        dumps[0].get("silent") == [],
        f"tp2 x pp2{tag}: the driver asked for the hang dumps and all 4 came (none silent)",
        str(dumps))
+    hint = re.search(r"hang dumps: 4 of 4 rank\(s\) wrote theirs in [0-9.]+ s \(([^)]*)\)", err)
+    ok(hint and hint.group(1) == "megascale trace hang " + os.path.join(run, "trace"),
+       f"tp2 x pp2{tag}: no restart follows (--max-restarts 0): the hint names the dumps' "
+       "directory, not the prev/ a restart would move them to", hint and hint.group(1))
     t = subprocess.run([BIN, "trace", "hang", os.path.join(run, "trace"), "--json"],
                        capture_output=True, text=True)
     try:
