@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +20,8 @@
 #include "supervisor/sup_internal.h"
 
 #define DIAG_OUT_MAX (1 << 20)
+/* a stopped diag run: how long its mpirun has to end its ranks (SIGTERM) before SIGKILL */
+#define DIAG_TERM_S 3.0
 
 static const char *const SPEED_CHECK[SUP_DIAG_SPEEDS] = {"gemm", "memory"};
 static const char *const SPEED_UNIT[SUP_DIAG_SPEEDS] = {"GFLOP/s", "GB/s"};
@@ -196,7 +199,7 @@ static int diag_spawn(const sup_diag_config *c, const int *idx, int k, const cha
         return snprintf(why, n, "out of memory"), -1;
     }
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid < 0) {
         close(fds[0]), close(fds[1]);
         free(dp->buf), dp->buf = NULL;
@@ -204,6 +207,10 @@ static int diag_spawn(const sup_diag_config *c, const int *idx, int k, const cha
     }
     if (pid == 0) {
         setpgid(0, 0);
+        /* a driver killed (-9) during diag: mpirun is told, and ends its ranks (nothing
+         * adopts a diag run, as a successor adopts the job) */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent) _exit(127);
         dup2(fds[1], 1);
         int devnull = open("/dev/null", O_RDONLY);
         if (devnull >= 0) dup2(devnull, 0);
@@ -245,10 +252,17 @@ static int diag_collect(diag_proc *dp, int m, const sup_diag_config *c) {
             if (got <= 0) close(dp[i].fd), dp[i].fd = -1, open_n--;
         }
     }
+    for (int i = 0; i < m; i++) /* mpirun ends its ranks on SIGTERM (SIGKILL left them) */
+        if (timed_out) kill(-dp[i].pid, SIGTERM);
     for (int i = 0; i < m; i++) {
         if (dp[i].fd >= 0) close(dp[i].fd), dp[i].fd = -1;
-        if (timed_out) kill(-dp[i].pid, SIGKILL);
         int st = 0;
+        for (double t0 = ms_now(); timed_out && ms_now() - t0 < DIAG_TERM_S;) {
+            pid_t w = waitpid(dp[i].pid, &st, WNOHANG);
+            if (w == dp[i].pid || (w < 0 && errno != EINTR)) break;
+            usleep(20000);
+        }
+        if (timed_out) kill(-dp[i].pid, SIGKILL);
         while (waitpid(dp[i].pid, &st, 0) < 0 && errno == EINTR) {
         }
         kill(-dp[i].pid, SIGKILL); /* anything of its group left */

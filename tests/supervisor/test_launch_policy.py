@@ -999,6 +999,19 @@ def check_stop_during_diag(d, shard):
         time.sleep(0.1)
     time.sleep(6)
     err = signal_and_wait(p, signal.SIGINT)
+    # nothing of the diag run outlives the driver: its mpirun is told to stop (SIGTERM) and
+    # ends its ranks; before, the SIGKILL to mpirun's group left the ranks running (ppid 1)
+    diag_arg = ("--history-dir\0" + os.path.join(run, "diag")).encode()
+    left = []
+    for pid in [int(x) for x in os.listdir("/proc") if x.isdigit()]:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if diag_arg in f.read():
+                    left.append(pid)
+        except OSError:
+            pass
+    ok(not left, "SIGINT during the pre-flight diag: no process of the diag run is left",
+       str(left))
     for pid in [int(x) for x in os.listdir("/proc") if x.isdigit()]:  # the held-back wrapper
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
