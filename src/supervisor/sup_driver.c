@@ -871,6 +871,10 @@ static int run_loop(sup_driver *d) {
         }
         if (r == 2) { /* asked to stop: the ranks take a final checkpoint (SIGUSR1) */
             stop_attempt(d);
+            /* a fault seen just before the stop, or while the job stopped (a rank killed
+             * then): in this summary, and once only (the state says it is booked; the next
+             * launch recovers from it).  Before, the summary said 0 faults */
+            if (d->fault && !d->fault_booked) book_fault(d);
             finish(d, "stopped", SUP_EXIT_STOPPED);
             return SUP_EXIT_STOPPED;
         }

@@ -378,6 +378,33 @@ def check_resume_after_stop_in_backoff(d, shard):
        "--no-progress-restarts", f"rc {p.returncode} then {rc}, events {ev}\n{err[-1500:]}")
 
 
+def check_stop_after_crash(d, shard):
+    """A rank killed (-9) and the driver SIGTERMed at once: the crash, seen just before the
+    stop or while the job stops, is in the summary (once); before, the summary said 0 faults
+    although the events had its fault_detected."""
+    run = os.path.join(d, "stopcrash")
+    p = launch(run, shard, ["--faults", "slow=30@1+"],
+               ["--steps", "300", "--dp", "2", "--ckpt-dir", os.path.join(run, "ckpt")], np=2,
+               wait=False)
+    t_end, pid = time.time() + 120, 0
+    while time.time() < t_end and not pid and p.poll() is None:
+        up = [e for e in events(run) if e["event"] == "rank_up" and e.get("rank") == 1]
+        pid = up[0].get("pid", 0) if up else 0
+        time.sleep(0.05)
+    time.sleep(1)
+    if pid:
+        os.kill(pid, signal.SIGKILL)
+    err = signal_and_wait(p, signal.SIGTERM)
+    ev = events(run)
+    summ = [e for e in ev if e["event"] == "summary"]
+    n_det = sum(e["event"] == "fault_detected" for e in ev)
+    faults = summ[-1].get("faults", {}) if summ else None
+    ok(pid and p.returncode == 5 and summ and n_det == 1 and sum(faults.values()) == 1,
+       "a rank killed and the driver stopped at once: the summary counts the fault the events "
+       "name", f"rc {p.returncode}, {n_det} fault_detected, summary faults {faults}\n"
+       f"{err[-1500:]}")
+
+
 def check_usage(d, shard):
     ck = ["--ckpt-dir", os.path.join(d, "u", "ckpt"), "--steps", "2"]
     for opt, val in [("--heartbeat-timeout", "0"), ("--backoff", "-1"), ("--grace", "-1"),
@@ -1049,6 +1076,7 @@ def main():
     check_idle_conns(d, shard)
     check_unasked_stop(d, shard)
     check_stop_final_ckpt(d, shard)
+    check_stop_after_crash(d, shard)
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
     check_resume_after_stop_in_backoff(d, shard)
