@@ -84,8 +84,12 @@ static ms_status share_status(comm_group *g, int rank, ms_status st, const char 
     snprintf(msg, sizeof msg, "%s", ms_errmsg());
     int32_t v = (int32_t)st;
     MS_TRY(comm_broadcast(g, &v, 1, COMM_I32, 0));
+    if (v != MS_OK) /* rank 0's reason on every rank: the one whose beat the driver reads first
+                     * said only "see its log", and the fault named it */
+        MS_TRY(comm_broadcast(g, msg, sizeof msg, COMM_U8, 0));
+    msg[sizeof msg - 1] = 0;
     if (rank == 0) return st == MS_OK ? MS_OK : ms_error(st, "%s", msg);
-    return v == MS_OK ? MS_OK : ms_error((ms_status)v, "rank 0 could not %s (see its log)", what);
+    return v == MS_OK ? MS_OK : ms_error((ms_status)v, "rank 0 could not %s: %s", what, msg);
 }
 
 /* A new directory DIR/KIND-STAMP (previous-20261203-154500, or with -2,

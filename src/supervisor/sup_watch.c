@@ -102,6 +102,17 @@ static const char *classify(const char *err) {
     return "error";
 }
 
+/* The rank an error line says failed ("resume: rank 0 could not choose a checkpoint ...:
+ * WHY", a step the ranks share, which that rank failed: the checkpoint manager's), or -1. */
+static int peer_failed(const char *err) {
+    for (const char *p = err; (p = strstr(p, "rank ")); p += 5) {
+        int r = -1, at = 0;
+        if ((p == err || p[-1] == ' ') && sscanf(p, "rank %d could not %n", &r, &at) == 1 && at > 0)
+            return r;
+    }
+    return -1;
+}
+
 /* The nonfinite fault_detected event of `step` (action redo or skip), naming the ranks whose
  * own gradients it was in when the beat knows them (known), else the beat's rank. */
 static void put_nonfinite(sup_driver *d, const sup_beat *b, const char *action, int step, int known,
@@ -443,6 +454,11 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
             /* a persistent non-finite gradient: the rank whose own gradients
              * it was in, when the beat names one */
             int rank = !strcmp(kind, "nonfinite") && b->n_nan_ranks > 0 ? b->nan_ranks[0] : b->rank;
+            /* "rank 0 could not ...: WHY" (a step the ranks share, which rank 0 failed: the
+             * checkpoint manager's): the fault is that rank's, reported by this one */
+            int origin = peer_failed(b->error);
+            if (origin >= 0 && origin < d->c->np && origin != b->rank)
+                rank = origin, d->fault_reporter = d->fault ? d->fault_reporter : b->rank;
             double since = 0;
             int quiet = !strcmp(kind, "comm") && !d->fault ? lost_peer(d, b->rank, &since) : -1;
             if (quiet >= 0) { /* the lost peer, not the survivor that reports it */

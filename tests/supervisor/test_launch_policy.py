@@ -405,6 +405,21 @@ def check_stop_after_crash(d, shard):
        f"{err[-1500:]}")
 
 
+def check_peer_error_named(d, shard):
+    """--resume of a path that is not there, 2 ranks: rank 0 fails to choose a checkpoint,
+    rank 1 says so; whichever beat comes first, the fault names rank 0 and its reason (before,
+    rank 1's beat often won: "rank 1: rank 0 could not choose a checkpoint (see its log)")."""
+    run = os.path.join(d, "peererr")
+    rc, err = launch(run, shard, ["--max-restarts", "0"],
+                     ["--steps", "3", "--dp", "2", "--ckpt-dir", os.path.join(run, "ckpt"),
+                      "--resume", os.path.join(d, "no-such-ckpt")], np=2)
+    f = [e for e in events(run) if e["event"] == "fault_detected"]
+    ok(rc == 3 and len(f) == 1 and f[0]["rank"] == 0 and
+       "no-such-ckpt: No such file or directory" in f[0]["detail"],
+       "a failure rank 0 shares with the others: the fault names rank 0 and its reason",
+       f"rc {rc}, {f}\n{err[-1500:]}")
+
+
 def check_usage(d, shard):
     ck = ["--ckpt-dir", os.path.join(d, "u", "ckpt"), "--steps", "2"]
     for opt, val in [("--heartbeat-timeout", "0"), ("--backoff", "-1"), ("--grace", "-1"),
@@ -1077,6 +1092,7 @@ def main():
     check_unasked_stop(d, shard)
     check_stop_final_ckpt(d, shard)
     check_stop_after_crash(d, shard)
+    check_peer_error_named(d, shard)
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
     check_resume_after_stop_in_backoff(d, shard)
