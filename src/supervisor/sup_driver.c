@@ -371,11 +371,11 @@ static int attempt(sup_driver *d, char *why, size_t n) {
                 !d->job
                      .adopted) /* a clean end short of --steps: a signal the driver did not send */
                 sup_set_fault(d, "stopped", -1, 0,
-                              "mpirun ended with %s at step %d, short of --steps %d: stopped by "
+                              "mpirun ended (%s) at step %d, short of --steps %d: stopped by "
                               "something other than the driver",
                               st, d->best_step, d->c->steps);
             else
-                sup_set_fault(d, "exit", -1, 0, "mpirun ended with %s", st);
+                sup_set_fault(d, "exit", -1, 0, "mpirun ended (%s)", st);
             return 0;
         }
         sup_watch(d);
