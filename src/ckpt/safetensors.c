@@ -197,7 +197,7 @@ static int cmp_span(const void *a, const void *b) {
 }
 
 /* Reject overlapping spans (empty spans overlap nothing).  Sorts `sp`. */
-static ms_status st_check_overlap(const ckpt_st_file *f, st_span *sp, int n) {
+static ms_status st_check_overlap(const ckpt_st_file *f, st_span *sp, int n, uint64_t data_len) {
     const st_span *last = NULL;
     qsort(sp, (size_t)n, sizeof *sp, cmp_span);
     for (int i = 0; i < n; i++) {
@@ -208,8 +208,24 @@ static ms_status st_check_overlap(const ckpt_st_file *f, st_span *sp, int n) {
                             ", %" PRIu64 ") overlap",
                             f->path, f->t[last->idx].name, last->begin, last->end,
                             f->t[sp[i].idx].name, sp[i].begin, sp[i].end);
+        /* every byte of the data section is a tensor's (the format's rule, which its
+         * reference loader checks): a hole or bytes past the last tensor are no file that
+         * a writer made whole (appended to, or a header of another file's tensors) */
+        uint64_t at = last ? last->end : 0;
+        if (sp[i].begin != at)
+            return ms_error(MS_ERR_FORMAT,
+                            "%s: data bytes [%" PRIu64 ", %" PRIu64 ") belong to no tensor (before "
+                            "\"%s\"): every byte of the data section must be a tensor's",
+                            f->path, at, sp[i].begin, f->t[sp[i].idx].name);
         last = &sp[i];
     }
+    uint64_t end = last ? last->end : 0;
+    if (end != data_len)
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: %" PRIu64 " byte(s) after the last tensor's data (the data section "
+                        "is %" PRIu64 " bytes, the tensors end at %" PRIu64
+                        "): appended to, or damaged",
+                        f->path, data_len - end, data_len, end);
     return MS_OK;
 }
 
@@ -280,7 +296,7 @@ static ms_status st_load_entries(ckpt_st_file *f, const uint8_t *data, uint64_t 
                           f->t[f->by_name[i]].name);
             goto out;
         }
-    rc = st_check_overlap(f, sp, n);
+    rc = st_check_overlap(f, sp, n, data_len);
 out:
     free(sp);
     return rc;

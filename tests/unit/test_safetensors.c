@@ -145,7 +145,13 @@ static void test_writer_errors(void) {
 }
 
 /* Files from other writers: the reference implementation's doc example and
- * an unpadded header with a gap between tensors are both accepted. */
+ * an unpadded header with tensors out of header order (and an empty one)
+ * are accepted; a hole in the data section, or bytes after the last
+ * tensor, are not (the reference loader's rule: every byte a tensor's;
+ * before, both were taken, an appended-to file as good). */
+static void expect_bad(const char *name, int64_t hlen, const char *json, size_t ndata,
+                       const char *what);
+
 static void test_foreign_files(void) {
     ckpt_st_file *f = NULL;
     write_st(tpath("ref.safetensors"), -1,
@@ -156,18 +162,29 @@ static void test_foreign_files(void) {
         T_OK(t && t->nbytes == 16 && ((const uint8_t *)t->data)[15] == 15);
         ckpt_st_close(f);
     }
-    write_st(tpath("gap.safetensors"), -1,
-             "{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[8,10]},"
+    write_st(tpath("order.safetensors"), -1,
+             "{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[3,5]},"
              "\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]},"
              "\"z\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[1,1]}}  ",
-             12);
-    T_EQ_INT(ckpt_st_open(&f, tpath("gap.safetensors")), MS_OK);
+             5);
+    T_EQ_INT(ckpt_st_open(&f, tpath("order.safetensors")), MS_OK);
     if (f) {
         T_EQ_INT(ckpt_st_count(f), 3);
         T_OK(strcmp(ckpt_st_get(f, 0)->name, "b") == 0); /* header order */
-        T_EQ_INT(((const uint8_t *)ckpt_st_find(f, "b")->data)[0], 8);
+        T_EQ_INT(((const uint8_t *)ckpt_st_find(f, "b")->data)[0], 3);
         ckpt_st_close(f);
     }
+    static const char *const gap =
+        "{\"b\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[8,10]},"
+        "\"a\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}";
+    expect_bad("gap.safetensors", -1, gap, 10,
+               "data bytes [3, 8) belong to no tensor (before \"b\")");
+    expect_bad("trail.safetensors", -1,
+               "{\"a\":{\"dtype\":\"U8\",\"shape\":[3],"
+               "\"data_offsets\":[0,3]}}",
+               103,
+               "100 byte(s) after the last tensor's data (the data section is 103 bytes, the "
+               "tensors end at 3)");
 }
 
 /* One corrupt file: open must fail with MS_ERR_FORMAT, name the file and
