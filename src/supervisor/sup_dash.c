@@ -359,20 +359,26 @@ static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *ur
     if (since == -2) return bad_request(c, "since: an integer >= -1\n");
     long val_since = query_long(c, "val_since", -1, 2000000000L, since); /* default: since */
     if (val_since == -2) return bad_request(c, "val_since: an integer >= -1\n");
+    long final = query_long(c, "final", 0, 1, 0); /* a page's last read of this endpoint */
+    if (final == -2) return bad_request(c, "final: 0 or 1\n");
     pthread_mutex_lock(&d->mu);
     refresh(d);
     cJSON *o = NULL;
     int known = 1;
     static const sup_dash_live none = {.ettr = NAN}; /* a driver that has not pushed yet */
-    /* what a page read after the driver's end (sup_dash_finish): a paged
-     * reply counts once it is the last page */
-    int final_bit = !d->finishing                      ? 0
-                    : !strcmp(url, "/api/status")      ? FINAL_STATUS
-                    : !strcmp(url, "/api/events")      ? FINAL_EVENTS
-                    : !strcmp(url, "/api/metrics")     ? FINAL_METRICS
-                    : !strcmp(url, "/api/heatmap")     ? FINAL_HEATMAP
-                    : !strcmp(url, "/api/checkpoints") ? FINAL_CKPTS
-                                                       : 0;
+    /* what a page read after the driver's end (sup_dash_finish): a read it
+     * marks as its last of an endpoint (final=1: begun once it knew the
+     * server closes; a read begun before, still in flight, is not, and the
+     * page reads again), a paged reply once it is the last page; the
+     * status that says closing is the page's last status read */
+    int final_bit = !d->finishing                          ? 0
+                    : !final && strcmp(url, "/api/status") ? 0
+                    : !strcmp(url, "/api/status")          ? FINAL_STATUS
+                    : !strcmp(url, "/api/events")          ? FINAL_EVENTS
+                    : !strcmp(url, "/api/metrics")         ? FINAL_METRICS
+                    : !strcmp(url, "/api/heatmap")         ? FINAL_HEATMAP
+                    : !strcmp(url, "/api/checkpoints")     ? FINAL_CKPTS
+                                                           : 0;
     if (!strcmp(url, "/api/status")) {
         const sup_dash_live *live = d->live ? live_view(d) : NULL;
         o = dash_model_status(d->model, d->live && !live ? &none : live, d->run_dir, ms_wall_now());

@@ -11,6 +11,7 @@
  * the files, a moved run directory, the heat map made once per change. */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -1000,12 +1001,20 @@ static void test_finish(void) {
     T_OK(strstr(body, "\"live\":false") != NULL && strstr(body, "\"state\":\"done\"") != NULL);
     T_OK(strstr(body, "\"closing\":true") != NULL); /* the page reads the rest, then stops */
     static const char *const rest[] = {"events", "metrics", "heatmap", "checkpoints"};
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++) { /* a read begun before the page knew: not its last */
         snprintf(path, sizeof path, "/api/%s?token=%s", rest[i], tok);
         T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
     }
+    usleep(300000);
+    T_EQ_INT(pthread_tryjoin_np(th, NULL), EBUSY); /* still serving: no final read yet */
+    snprintf(path, sizeof path, "/api/heatmap?final=2&token=%s", tok);
+    T_EQ_INT(get(addr, path, NULL, body, sizeof body), 400);
+    for (int i = 0; i < 4; i++) { /* the page's last reads */
+        snprintf(path, sizeof path, "/api/%s?final=1&token=%s", rest[i], tok);
+        T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
+    }
     pthread_join(th, NULL);
-    T_OK(f.took_s > 0 && f.took_s < 10); /* once all five were read, not the whole 30 s */
+    T_OK(f.took_s > 0.3 && f.took_s < 10); /* once all five were read, not the whole 30 s */
     sup_dash_stop(d);
     /* status and events alone (a script, a page of before): the linger's bound */
     T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
@@ -1019,7 +1028,7 @@ static void test_finish(void) {
     pthread_create(&th, NULL, finish_thread, &f);
     usleep(100000);
     T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
-    snprintf(path, sizeof path, "/api/events?token=%s", tok);
+    snprintf(path, sizeof path, "/api/events?final=1&token=%s", tok);
     T_EQ_INT(get(addr, path, NULL, body, sizeof body), 200);
     pthread_join(th, NULL);
     T_OK(f.took_s >= 0.9 && f.took_s < 10);

@@ -154,7 +154,7 @@
         // which waits for every endpoint's last read, exits with nothing
         // asked of it after (no refused connections in the console).
         const last = st.closing;
-        await fn();
+        await fn(last);
         setError(name, null);
         if (last || (name === 'status' && st.closing)) {
           st.closed.add(name);
@@ -462,11 +462,15 @@
 
   function xLabel(x) { return st.xMode === 'step' ? `step ${fmtInt(x)}` : `${fmtDuration(x)} since start`; }
 
-  async function pollMetrics() {
+  // final: the endpoint's last read (begun once the server said it closes; the server waits
+  // for the last read of each, not for one already in flight, before it exits).
+  const fin = (final) => (final ? { final: 1 } : {});
+
+  async function pollMetrics(final) {
     // Page through "more" replies at once; an epoch change means the server
     // dropped its points (steps redone after a restart): start from 0.
     for (let page = 0; page < 100; page++) {
-      const m = await getJson('api/metrics', { since: st.sinceStep, val_since: st.valSince });
+      const m = await getJson('api/metrics', { since: st.sinceStep, val_since: st.valSince, ...fin(final) });
       if (st.epoch !== null && m.epoch !== st.epoch) {
         st.epoch = m.epoch;
         clearMetrics();
@@ -571,9 +575,9 @@
 
   /* ---------- events ---------- */
 
-  async function pollEvents() {
+  async function pollEvents(final) {
     for (let page = 0; page < 100; page++) {
-      const r = await getJson('api/events', { since: st.nextSeq });
+      const r = await getJson('api/events', { since: st.nextSeq, ...fin(final) });
       const evs = r.events || [];
       for (const e of evs) addEvent(e);
       if (isNum(r.next)) st.nextSeq = r.next;
@@ -706,8 +710,8 @@
     return `rgb(${c[0]},${c[1]},${c[2]})`;
   }
 
-  async function pollHeatmap() {
-    const h = await getJson('api/heatmap');
+  async function pollHeatmap(final) {
+    const h = await getJson('api/heatmap', fin(final));
     // Redraw only when it changed: new steps, other ranks or stragglers.
     const s = h.steps || [];
     const key = `${s.length}:${s[0]}:${s[s.length - 1]}:${(h.ranks || []).length}:${h.stragglers}`;
@@ -826,8 +830,8 @@
 
   /* ---------- checkpoints ---------- */
 
-  async function pollCheckpoints() {
-    const r = await getJson('api/checkpoints');
+  async function pollCheckpoints(final) {
+    const r = await getJson('api/checkpoints', fin(final));
     const list = (r.checkpoints || []).slice().sort((a, b) => b.step - a.step); // newest first
     const html = list.length === 0
       ? '<tr class="empty"><td colspan="6">no checkpoints yet</td></tr>'
