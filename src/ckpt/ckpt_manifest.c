@@ -550,15 +550,18 @@ ms_status ckpt_manifest_read(const char *dir, ckpt_manifest *mf) {
     size_t max = files < (SIZE_MAX / 4 - MANIFEST_BASE_BYTES) / MANIFEST_FILE_BYTES
                      ? MANIFEST_BASE_BYTES + files * MANIFEST_FILE_BYTES
                      : SIZE_MAX / 4;
-    ms_status st = ms_file_read_max(path, max, &text, &len);
+    uint64_t size = 0;
+    ms_status st = ms_file_size(path, &size);
+    if (st == MS_OK && size > max)
+        return ms_error(MS_ERR_FORMAT,
+                        "%s: larger than a manifest of %zu shard file(s) can be (%" PRIu64
+                        " bytes; at most %zu: 1 MiB and 16 MiB a shard): damaged, or not a "
+                        "manifest",
+                        path, files, size, max);
+    if (st == MS_OK) st = ms_file_read_max(path, max, &text, &len);
     if (st == MS_ERR_NOTFOUND)
         return ms_error(MS_ERR_NOTFOUND, "%s: no %s: not a committed checkpoint", dir,
                         CKPT_MANIFEST);
-    if (st == MS_ERR_FORMAT && strstr(ms_errmsg(), "larger than"))
-        return ms_error(MS_ERR_FORMAT,
-                        "%s: larger than a manifest of %zu shard file(s) can be (%zu bytes: 1 "
-                        "MiB and 16 MiB a shard): damaged, or not a manifest",
-                        path, files, max);
     if (st != MS_OK) return st;
     cJSON *root = cJSON_ParseWithLength(text, len);
     if (!root) {
