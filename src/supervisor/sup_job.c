@@ -342,6 +342,11 @@ double sup_job_stop(sup_job *j, int ask, double grace, const int *pids, int n, v
     for (int i = 0; i < n; i++) /* wait until the ranks are gone (they are not our children) */
         for (int k = 0; k < 500 && pids[i] > 0 && alive(j, pids[i]); k++)
             usleep(10000);
+    /* and the group's processes killed (mpirun behind a wrapper): on a loaded host one
+     * still dying was taken for alive, and its session directory was left */
+    for (int i = 0; i < j->n_killed; i++)
+        for (int k = 0; k < 500 && sup_pid_alive(j->killed[i]); k++)
+            usleep(10000);
     sup_job_sweep(j);
     return ms_now() - t0;
 }

@@ -536,8 +536,11 @@ def preflight(d, shard, ref_w):
     rc, err = finished(p)
     check_done(run, rc, err, ref_w, "pre-flight")
     diag = {e["node"]: (e["ok"], e["when"], e["failed"]) for e in of(run, "diag") if "node" in e}
-    ok(diag == {"node0": (True, "preflight", ""), "node1": (False, "preflight", "gemm"),
-                "node2": (True, "preflight", "")},
+    # node1's GEMM is slowed; its memory bandwidth may read slow too beside another test's
+    # job on a loaded 2-core host (a CI run said "gemm, memory"): the GEMM must be among them
+    n1 = diag.get("node1", (None, None, ""))
+    ok(diag.get("node0") == (True, "preflight", "") and diag.get("node2") == (True, "preflight", "")
+       and n1[:2] == (False, "preflight") and "gemm" in n1[2].split(", "),
        "pre-flight: diag on every node before the start fails node1's GEMM speed", str(diag))
     slow = [e["detail"] for e in of(run, "diag") if e.get("node") == "node1"]
     ok(slow and "x the median" in slow[0] and "of the other nodes" in slow[0],
