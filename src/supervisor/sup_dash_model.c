@@ -466,7 +466,8 @@ static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
         m->ranks[r].state = R_RUNNING;
         /* counted, not every rank looked at for each (65536 ranks' rank_up lines: 4e9 steps) */
         if (!m->ranks[r].up) m->ranks[r].up = 1, m->n_up++;
-        if (m->n_up == m->np && strcmp(m->job_state, "recovering"))
+        if (m->n_up == m->np && strcmp(m->job_state, "recovering") &&
+            strcmp(m->job_state, "failing"))
             snprintf(m->job_state, sizeof m->job_state, "running");
     } else if (!strcmp(ev, "fault_detected")) {
         on_fault(m, o);

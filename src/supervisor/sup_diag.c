@@ -254,10 +254,11 @@ static int diag_collect(diag_proc *dp, int m, const sup_diag_config *c) {
     }
     for (int i = 0; i < m; i++) /* mpirun ends its ranks on SIGTERM (SIGKILL left them) */
         if (timed_out) kill(-dp[i].pid, SIGTERM);
+    const double t_term = ms_now() + DIAG_TERM_S; /* one grace for all of them */
     for (int i = 0; i < m; i++) {
         if (dp[i].fd >= 0) close(dp[i].fd), dp[i].fd = -1;
         int st = 0;
-        for (double t0 = ms_now(); timed_out && ms_now() - t0 < DIAG_TERM_S;) {
+        while (timed_out && ms_now() < t_term) {
             pid_t w = waitpid(dp[i].pid, &st, WNOHANG);
             if (w == dp[i].pid || (w < 0 && errno != EINTR)) break;
             usleep(20000);

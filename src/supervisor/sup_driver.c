@@ -152,13 +152,15 @@ static int own_commit(const sup_driver *d) {
 /* 1 once the job's first start has set up CKPT_DIR with --resume PATH or
  * --new-run: CKPT_DIR/job holds another id than before it (--new-run's
  * fresh start, --resume of another directory, a rollback past newer
- * commits each write a new one); the id into d->restart_job.  Until then a
+ * commits each write a new one), or a start of the job reached training
+ * (options_ok: its set-up was done; a --resume of the directory's own
+ * newest commit keeps the id); the id into d->restart_job.  Until then a
  * restart is a first start again (what was there is another run's). */
 static int first_start_done(sup_driver *d) {
     char job[40];
     ckpt_text(d, "job", job, sizeof job);
     if (!strcmp(d->job0, "-") || strspn(job, "0123456789abcdef") != 16 || job[16] ||
-        !strcmp(job, d->job0))
+        (!strcmp(job, d->job0) && !d->options_ok))
         return 0;
     snprintf(d->restart_job, sizeof d->restart_job, "%s", job);
     return 1;
@@ -363,7 +365,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
                 sup_events_put(&d->ev, "mpirun_failed_after_done", g);
                 fprintf(stderr,
                         "megascale launch: every rank was done at step %d, then mpirun ended "
-                        "with %s; the job is finished\n",
+                        "(%s); the job is finished\n",
                         d->c->steps, st);
                 return 1;
             }
@@ -671,7 +673,7 @@ static int has_opt(const sup_config *c, const char *name) {
  * that --tp x --pp does not divide), said in its last beat or by mpirun's
  * exit code?  No restart or diag can change that.  (The beat often comes
  * first: the driver stops the job before mpirun can exit 2 itself.) */
-static int refused_options(const sup_driver *d) {
+int sup_refused_options(const sup_driver *d) {
     const sup_job *j = &d->job;
     return d->fault_usage ||
            (j->exited && !j->adopted && WIFEXITED(j->status) && WEXITSTATUS(j->status) == 2);
@@ -772,17 +774,17 @@ static int after_fault(sup_driver *d, int prev_best) {
     book_stop(d);
     d->recovering = 1, d->recover_prev_best = prev_best;
     sup_state_save(d, 0, 1); /* killed from here to the restart: the successor recovers */
-    if (!g_stop && refused_options(d) && d->options_ok) /* the same options trained before */
+    if (!g_stop && sup_refused_options(d) && d->options_ok) /* the same options trained before */
         fprintf(stderr,
                 "megascale launch: the job refused its options on this start, with which an "
                 "earlier start trained: taken for a fault of a node's environment (a lost "
                 "mount, a file missing on one host), not of the options; diagnosing and "
                 "restarting\n");
-    else if (!g_stop && refused_options(d)) {
+    else if (!g_stop && sup_refused_options(d)) {
         fprintf(stderr,
                 "megascale launch: error: the job refused its options (%s, a usage error: the "
                 "ranks' error above names the option); a restart would be refused the same way\n",
-                d->fault_usage ? "a rank's last heartbeat" : "mpirun ended with exit code 2");
+                d->fault_usage ? "a rank's last heartbeat" : "mpirun's exit code 2");
         finish(d, "usage", SUP_EXIT_USAGE);
         return SUP_EXIT_USAGE;
     }

@@ -735,6 +735,10 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
      * while no driver watched (run_loop counts that as a fault) */
     d->lost_pid = mp > 0 && mps > 0 && !job && !cJSON_IsTrue(rec) && !d->fault ? (pid_t)mp : 0;
     d->recover_prev_best = cJSON_IsNumber(rpb) ? (int)rpb->valuedouble : d->best_step;
+    if (d->fault) { /* the verdict its event announced, made again from the same counters */
+        int np;
+        d->fault_final = sup_policy_verdict(d, d->recover_prev_best, &np) != 0;
+    }
     if (job) {
         /* its ranks reconnect to the same address with the same token */
         snprintf(d->token, sizeof d->token, "%s", tok->valuestring);

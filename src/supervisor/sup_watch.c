@@ -2,6 +2,7 @@
  * and the detectors (see sup_driver.c for the list and their latency). */
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <netinet/in.h>
@@ -78,8 +79,8 @@ void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, co
     /* the attempt stops (see sup_recover); then a restart, unless the
      * policy has already given up on the job (it exits after the diag) */
     int np;
-    d->fault_final =
-        sup_policy_verdict(d, d->recover_prev_best, &np) != 0 || (d->fault_usage && !d->options_ok);
+    d->fault_final = sup_policy_verdict(d, d->recover_prev_best, &np) != 0 ||
+                     (sup_refused_options(d) && !d->options_ok); /* after_fault's usage exit (2) */
     cJSON_AddStringToObject(f, "action", d->fault_final ? "stop" : "restart");
     cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
     sup_events_put(&d->ev, "fault_detected", f);
@@ -102,13 +103,21 @@ static const char *classify(const char *err) {
     return "error";
 }
 
+/* R if text p starts "rank R" and then `then`, else -1. */
+static int rank_then(const char *p, const char *then) {
+    int r = -1, len = 0;
+    if (strncmp(p, "rank ", 5) || !isdigit((unsigned char)p[5]) ||
+        sscanf(p, "rank %d%n", &r, &len) != 1 || r < 0)
+        return -1;
+    return !strncmp(p + len, then, strlen(then)) ? r : -1;
+}
+
 /* The rank an error line says failed ("resume: rank 0 could not choose a checkpoint ...:
  * WHY", a step the ranks share, which that rank failed: the checkpoint manager's), or -1. */
 static int peer_failed(const char *err) {
     for (const char *p = err; (p = strstr(p, "rank ")); p += 5) {
-        int r = -1, at = 0;
-        if ((p == err || p[-1] == ' ') && sscanf(p, "rank %d could not %n", &r, &at) == 1 && at > 0)
-            return r;
+        int r = p == err || p[-1] == ' ' ? rank_then(p, " could not ") : -1;
+        if (r >= 0) return r;
     }
     return -1;
 }
@@ -202,12 +211,9 @@ static void on_skipped(sup_driver *d, const sup_beat *b) {
  * src/ckpt/ckpt_persist.c; "rank R: ...", rank R's own message as rank 0
  * passes it on), else the beat's own rank. */
 static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
-    int r = -1, len = 0;
-    const char *e = b->ckpt_error;
-    if (sscanf(e, "rank %d%n", &r, &len) == 1 && r >= 0 && r < d->c->np &&
-        (e[len] == ':' || !strncmp(e + len, " failed to ", 11)))
-        return r;
-    return b->rank;
+    int r = rank_then(b->ckpt_error, ":");
+    if (r < 0) r = rank_then(b->ckpt_error, " failed to ");
+    return r >= 0 && r < d->c->np ? r : b->rank;
 }
 
 /* Checkpoints that fail to commit (the rank's persist reports it; the

@@ -189,21 +189,25 @@ def check_restart_before_commit(d, shard):
     or --resume PATH again, disowned its own snapshot and trained those steps again.  Each
     job: a snapshot of step 4 whose commit is slow (3 s), a crash at step 7 before it lands."""
     r1 = os.path.join(d, "r1")  # check_restart_resume's: commits 2, 4, 6
+    slow4, slow8 = "stage2:slow=3000@4,kill@7", "stage2:slow=3000@8,kill@11"
     cases = (("--new-run 1 over another run's commits", "newrun", True, ["--new-run", "1"],
-              "continuing at step 4 from", 2),
+              slow4, "continuing at step 4 from", 2),
              ("--resume DIR/step_2 past newer commits (a rollback)", "rollback", True,
-              ["--resume", "CKPT/step_00000002"], "continuing at step 4 from", 2),
+              ["--resume", "CKPT/step_00000002"], slow4, "continuing at step 4 from", 2),
+             # the directory's own newest commit: no new job id (the first start reached
+             # training: its set-up is done), and the snapshot of step 8 is the job's own
+             ("--resume DIR's own newest commit, step 6", "ownnewest", True,
+              ["--resume", "CKPT/step_00000006"], slow8, "continuing at step 8 from", 2),
              ("--resume of another directory's step 6, no snapshot before the crash", "foreign",
-              False, ["--resume", os.path.join(r1, "ckpt", "step_00000006")],
+              False, ["--resume", os.path.join(r1, "ckpt", "step_00000006")], "kill@7",
               "continuing at step 6 from " + os.path.join(r1, "ckpt", "step_00000006"), 0))
-    for label, name, copy, start, needle, want in cases:
+    for label, name, copy, start, faults, needle, want in cases:
         run = os.path.join(d, "before-" + name)
         ck = os.path.join(run, "ckpt")
         if copy:
             shutil.copytree(os.path.join(r1, "ckpt"), ck)
-        faults = "stage2:slow=3000@4,kill@7" if name != "foreign" else "kill@7"
         rc, err = launch(run, shard, ["--faults", faults],
-                         ["--steps", "10", "--ckpt-every", "4", "--ckpt-dir", ck,
+                         ["--steps", "14", "--ckpt-every", "4", "--ckpt-dir", ck,
                           *[a.replace("CKPT", ck) for a in start]])
         again = err.split("a restart of job", 1)[-1] if "a restart of job" in err else ""
         ok(rc == 0 and needle in again and "disowns" not in again and redone(run) == want,
