@@ -465,8 +465,11 @@ def check_usage(d, shard):
                      ["--ckpt-dir", os.path.join(run, "ckpt"), "--steps", "2", "--tp", "2"],
                      np=3, timeout=120)
     starts = [e for e in events(run) if e.get("event") == "restart"]
-    ok(rc == 2 and "--tp 2" in err and "refused its options" in err and not starts,
-       "a layout the ranks refuse: usage error (exit 2), no restart", f"rc {rc}: {err[-1500:]}")
+    acts = [e.get("action") for e in events(run) if e.get("event") == "fault_detected"]
+    ok(rc == 2 and "--tp 2" in err and "refused its options" in err and not starts
+       and acts == ["stop"],
+       "a layout the ranks refuse: usage error (exit 2), no restart, its fault's action stop",
+       f"rc {rc}, actions {acts}: {err[-1500:]}")
     # refused once the ranks beat (a batch that --dp 3 does not divide): the
     # error beat says usage, which the driver sees before mpirun can exit 2
     run = os.path.join(d, "lay2")
@@ -474,7 +477,9 @@ def check_usage(d, shard):
                      ["--ckpt-dir", os.path.join(run, "ckpt"), "--steps", "2", "--dp", "3",
                       "--batch", "4"], np=3, timeout=120)
     starts = [e for e in events(run) if e.get("event") in ("restart", "diag")]
-    ok(rc == 2 and "--dp 3" in err and "refused its options" in err and not starts,
+    acts = [e.get("action") for e in events(run) if e.get("event") == "fault_detected"]
+    ok(rc == 2 and "--dp 3" in err and "refused its options" in err and not starts
+       and acts == ["stop"],
        "a batch the ranks refuse after their first beat: usage error (exit 2), no diag or "
        "restart", f"rc {rc}, events {[e.get('event') for e in events(run)]}: {err[-1500:]}")
     # fault plans that would fire at every start, or never: refused before anything starts
