@@ -1178,7 +1178,9 @@ int sup_run(const sup_config *c) {
         if (resume == -2) code = SUP_EXIT_USAGE;
         goto out;
     }
-    if (!d->resumed) { /* what the job's first start finds (a resumed driver's state says) */
+    /* what the job's first start finds (a resumed driver's state says; a requeue's is its
+     * ended job's) */
+    if (!d->resumed && !d->requeued) {
         latest_id(d, d->latest0, sizeof d->latest0);
         ckpt_text(d, "job", d->job0, sizeof d->job0);
     }

@@ -452,6 +452,7 @@ typedef struct {
     int stopping;       /* the driver is stopping this attempt (its "stopped" beats are no fault) */
     double t_all_done;  /* when every rank had said "done" (0: not yet) */
     int resumed;        /* taken over from an earlier driver's state (driver.json) */
+    int requeued;       /* a new job after one that ended, same options (inherit_start) */
     pid_t lost_pid;     /* that state's mpirun, which ended while no driver watched (0: not so) */
     int recovering;     /* stopped after a fault, not restarted yet (saved in driver.json) */
     int recover_prev_best; /* the best step when the attempt started (its policy's) */

@@ -660,6 +660,31 @@ static void say_resumed(sup_driver *d, double prev_pid, int adopted) {
                 d->state_path, prev_pid, d->best_step, d->restarts, fault);
 }
 
+/* A new job after one that ended (gave up, no progress, no nodes, the
+ * storage; or done) in this run directory with the same train options: a
+ * requeue of that job.  Its first start's set-up (--resume PATH's rollback
+ * or load, --new-run's move) was made: the new job inherits what that first
+ * start found (latest0, job0) and whether a start trained, so that its own
+ * first start continues the training (--resume auto once the ended job had a
+ * commit, else --restart-job) instead of doing the set-up again and setting
+ * the job's progress aside. */
+static void inherit_start(sup_driver *d, const cJSON *o) {
+    const cJSON *train = item(o, "train"), *l0 = item(o, "latest0"), *j0 = item(o, "job0");
+    char what[1400];
+    if (!cJSON_IsArray(train) || !cJSON_IsString(l0) || !cJSON_IsString(j0)) return;
+    train_diff(d->c, train, what, sizeof what);
+    if (what[0]) return; /* other options: a new job of its own */
+    snprintf(d->latest0, sizeof d->latest0, "%s", l0->valuestring);
+    snprintf(d->job0, sizeof d->job0, "%s", j0->valuestring);
+    d->options_ok = cJSON_IsTrue(item(o, "options_ok"));
+    d->requeued = 1;
+    if ((d->c->resume[0] && strcmp(d->c->resume, "auto")) || d->c->new_run)
+        fprintf(stderr,
+                "megascale launch: the job that ended in %s had these train options: this one "
+                "continues its training (its first start's %s is not done again)\n",
+                d->c->run_dir, d->c->new_run ? "--new-run" : "--resume PATH");
+}
+
 int sup_state_resume(sup_driver *d, char *why, size_t n) {
     struct stat sb;
     if (stat(d->state_path, &sb) != 0) return 0; /* a new job */
@@ -672,6 +697,7 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
     int bad = !cJSON_IsObject(o) || num(o, "v", &bad) != 1;
     const cJSON *fin = item(o, "finished");
     if (!bad && cJSON_IsTrue(fin)) { /* that job ended: this is a new one */
+        inherit_start(d, o);
         cJSON_Delete(o);
         return 0;
     }

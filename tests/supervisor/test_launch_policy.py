@@ -215,6 +215,26 @@ def check_restart_before_commit(d, shard):
            f"({want} step(s) redone)", f"rc {rc}, redone {redone(run)}\n{err[-2500:]}")
 
 
+def check_requeue_after_give_up(d, shard):
+    """A job that gave up (exit 3) launched again with the same command, as a scheduler
+    requeues it: a new job that continues the training (the ended job's own snapshot of
+    step 4), not the first start's --resume DIR/step_2 again (a rollback that set the job's
+    own state aside, every requeue undoing the training)."""
+    r1, run = os.path.join(d, "r1"), os.path.join(d, "requeue")
+    ck = os.path.join(run, "ckpt")
+    shutil.copytree(os.path.join(r1, "ckpt"), ck)
+    args = (["--max-restarts", "0", "--faults", "stage2:slow=3000@4,kill@7"],
+            ["--steps", "10", "--ckpt-every", "4", "--ckpt-dir", ck, "--resume",
+             os.path.join(ck, "step_00000002")])
+    rc1, err1 = launch(run, shard, *args)
+    rc2, err2 = launch(run, shard, *args)
+    ok(rc1 == 3 and rc2 == 3 and "continues its training" in err2 and
+       "continuing at step 4 from" in err2 and "newer commit" not in err2 and
+       "disowns" not in err2,
+       "a requeue after the job gave up continues its training, not its first start's "
+       "rollback", f"rc {rc1} then {rc2}\n{err2[-2500:]}")
+
+
 def check_idle_conns(d, shard):
     run = os.path.join(d, "idle")
     p = launch(run, shard, ["--faults", "slow=300@1+", "--max-restarts", "0"],
@@ -1097,6 +1117,7 @@ def main():
     check_early_failure(d, shard)
     check_restart_resume(d, shard)
     check_restart_before_commit(d, shard)
+    check_requeue_after_give_up(d, shard)
     check_idle_conns(d, shard)
     check_unasked_stop(d, shard)
     check_stop_final_ckpt(d, shard)
