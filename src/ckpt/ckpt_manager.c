@@ -325,10 +325,15 @@ static ms_status rollback(ckpt_manager *cm, int *rolled) {
 static int restarts_job(const ckpt_manager *cm) {
     uint64_t cur = 0;
     if (!cm->o.restart_job) return 0;
-    if (ckpt_job_id(cm->root, 0, &cur) == MS_OK && cur == cm->o.restart_job) return 1;
-    ms_warn("--restart-job %016" PRIx64 ": %s/job says %016" PRIx64
-            " (another run's since): started as the job's first start was",
-            cm->o.restart_job, cm->root, cur);
+    int known = ckpt_job_id(cm->root, 0, &cur) == MS_OK;
+    if (known && cur == cm->o.restart_job) return 1;
+    char said[64];
+    if (known)
+        snprintf(said, sizeof said, "says %016" PRIx64 " (another run's since)", cur);
+    else
+        snprintf(said, sizeof said, "is not there, or holds no job id");
+    ms_warn("--restart-job %016" PRIx64 ": %s/job %s: started as the job's first start was",
+            cm->o.restart_job, cm->root, said);
     return 0;
 }
 
