@@ -131,7 +131,12 @@ static int metrics_step(const sup_driver *d) {
     for (ssize_t i = 0; got > 0 && i < got; i++) /* the text holds no NUL: strstr below */
         if (!buf[i]) buf[i] = ' ';
     if (got > 0) buf[got] = 0;
-    for (const char *p = got > 0 ? buf : ""; (p = strstr(p, "\"step\":")); p += 7) {
+    /* the current start's lines: those after its config line, when the tail holds one (a
+     * rollback's earlier history, later steps, came before it) */
+    const char *from = got > 0 ? buf : "";
+    for (const char *c = from; (c = strstr(c, "\"type\":\"config\"")); c++)
+        from = c;
+    for (const char *p = from; (p = strstr(p, "\"step\":")); p += 7) {
         int s;
         if (sscanf(p + 7, "%d", &s) == 1 && s > best) best = s;
     }
@@ -567,6 +572,10 @@ static void book_fault(sup_driver *d) {
         e->recover_s[d->pending_fault] = NAN;
     }
     d->fault_booked = 1;
+    /* the steps rank 0 logged that no beat told (a rank killed while a successor took the
+     * job over: its kill@10 was booked at step 8 and handed out again) */
+    int logged = metrics_step(d);
+    if (logged > d->best_step) d->best_step = logged;
     /* an injected fault fires at the start of its step: the one that did
      * is at most the step after the last one done */
     d->faults_through = d->best_step + 1;

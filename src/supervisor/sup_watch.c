@@ -285,6 +285,17 @@ static int rank_lives(const sup_rank *s) {
 }
 
 static void crash(sup_driver *d, int rank, double t_stall) {
+    /* another rank already gone, unseen (its connection lost before, or not back after a
+     * takeover): it died first, and this one's end follows from it (its collective failed
+     * and it exited).  A successor blamed the survivor whose connection closed first. */
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (i != rank && !s->done && !s->failed && !s->stopped && !s->connected &&
+            (s->t_lost > 0 || s->adopted) && s->pid_start && !rank_lives(s)) {
+            rank = i, t_stall = s->t_lost > 0 ? s->t_lost : t_stall;
+            break;
+        }
+    }
     sup_set_fault(d, "crash", rank, t_stall, "rank %d (pid %d) is gone: %s", rank, d->r[rank].pid,
                   d->r[rank].adopted ? "its process ended before it reconnected to this driver "
                                        "(which took the job over from an earlier one)"
