@@ -38,6 +38,7 @@ struct ckpt_manager {
     char resume_else[4096]; /* a restart's (o.restart_job): --resume PATH when the job has no
                              * state of its own to resume ("" none: a fresh start) */
     char previous[4300]; /* rank 0, --new-run: where the earlier run's commits went ("" none) */
+    int previous_step;   /* and the newest of them (-1 none) */
     int saving;
     int lock_fd;        /* rank 0: ckpt_dir_lock of root, held until destroy; -1 none */
     int hold;           /* ckpt_manager_hold: no checkpoint while skipped steps are not made good */
@@ -128,6 +129,7 @@ static ms_status fresh_start(ckpt_manager *cm, int foreign) {
     }
     closedir(dir);
     if (!n) return MS_OK;
+    cm->previous_step = ckpt_dir_step(newest);
     if (!cm->o.new_run && foreign) /* its commits would be pruned by this run's, or mixed in */
         return ms_error(MS_ERR_ARG,
                         "--resume %s is not a checkpoint of --ckpt-dir %s, which already holds "
@@ -178,9 +180,7 @@ static ms_status fresh_start(ckpt_manager *cm, int foreign) {
  * the start is the user's explicit choice, and it is also how
  * `megascale launch` restarts such a job until its first commit: the
  * snapshot is disowned, with a warning. */
-static ms_status new_job(ckpt_manager *cm, int foreign) {
-    uint64_t old = 0;
-    if (ckpt_job_id(cm->root, 0, &old) != MS_OK) old = 0;
+static ms_status new_job(ckpt_manager *cm, int foreign, uint64_t old) {
     for (int k = 0; old && k < 2; k++) {
         char path[4300];
         ckpt_snap_view v;
@@ -191,6 +191,7 @@ static ms_status new_job(ckpt_manager *cm, int foreign) {
             continue;
         int mine = v.job == old, step = v.step;
         ckpt_snap_close(&v, h);
+        if (mine && step <= cm->previous_step) continue; /* a commit holds it (set aside) */
         if (mine && !cm->o.new_run && !foreign)
             return ms_error(MS_ERR_ARG,
                             "%s: its earlier run left step %d in host memory (%s) and no commit "
@@ -359,10 +360,14 @@ static ms_status setup_dir(ckpt_manager *cm) {
                           cm->root, CKPT_MANIFEST);
         if (st == MS_OK) st = ms_mkdirs(cm->root);
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
+        /* the earlier run's id, before --new-run moves DIR/job aside: its snapshot newer
+         * than its commits (the only copy of that step) is still named as disowned */
+        uint64_t old = 0;
+        if (ckpt_job_id(cm->root, 0, &old) != MS_OK) old = 0;
         if (st == MS_OK && (!cm->resume[0] || foreign)) st = fresh_start(cm, foreign);
         if (st == MS_OK && cm->resume[0] && !foreign) st = rollback(cm, &rolled);
         if (st == MS_OK)
-            st = !cm->resume[0] || foreign ? new_job(cm, foreign)
+            st = !cm->resume[0] || foreign ? new_job(cm, foreign, old)
                  : rolled                  ? ckpt_job_new(cm->root, &cm->job)
                                            : ckpt_job_id(cm->root, 1, &cm->job);
     }
@@ -428,7 +433,7 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     cm->zero = zero;
     cm->be = gpt_backend(m);
     cm->world = cm->dp_size = 1;
-    cm->last_saved = -1;
+    cm->last_saved = cm->previous_step = -1;
     cm->slot_step[0] = cm->slot_step[1] = -1;
     cm->last_save_time = ms_now();
     snprintf(cm->optimizer, sizeof cm->optimizer, "%s", opt_kind_name(opt_get_config(opt)->kind));

@@ -355,6 +355,26 @@ def fresh_start_case(ws):
     continue_case(ws, "fresh start over a snapshot", root, m7, w7, 5, extra=("--seed", "7"))
 
 
+def new_run_over_newer_snapshot_case(ws):
+    """--new-run over a run that committed step 5 and died in the persist of step 10 (its
+    snapshot the only copy of step 10): the start names that snapshot as disowned (before,
+    --new-run moved DIR/job aside first, and the snapshot went unnamed, to be found later as
+    "written by another job").  Over a finished run (its snapshot is its last commit's) no
+    such warning: a commit holds it."""
+    root = ws.path("newrun_over_snapshot")
+    r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", root, "--ckpt-every", "5"),
+            fault="stage2:start@10")
+    ok(r.returncode == -9 and committed_steps(r.stderr) == [5], "the earlier run: step 5 committed, "
+       "killed in the persist of step 10", f"{r.returncode}\n{r.stderr}")
+    r = run(ws, ws.train_args("--steps", "2", "--ckpt-dir", root, "--new-run", "1"))
+    ok(r.returncode == 0 and "holds step 10 of an earlier run" in r.stderr and
+       "this run disowns it" in r.stderr, "--new-run over a snapshot newer than every commit: "
+       "named as disowned", r.stderr)
+    r = run(ws, ws.train_args("--steps", "2", "--ckpt-dir", root, "--new-run", "1"))
+    ok(r.returncode == 0 and "disowns" not in r.stderr,
+       "--new-run over a finished run: no snapshot named (its last commit holds it)", r.stderr)
+
+
 def slow_disk_case(ws, ref_m, ref_w):
     """Every persist 150 ms slower (stage2:slow), a checkpoint every 2 steps of
     ~1 ms: both /dev/shm slots are soon busy (one persisting, one queued), and a
@@ -423,6 +443,7 @@ def main():
         io_cases(ws, *refs["20"], *refs["10"])
         shm_damage_cases(ws, *refs["20"], *refs["10"])
         fresh_start_case(ws)
+        new_run_over_newer_snapshot_case(ws)
         slow_disk_case(ws, *refs["20"])
         tmpfs_case(ws, *refs["20"])
     finally:
