@@ -177,9 +177,9 @@ static ms_status fresh_start(ckpt_manager *cm, int foreign) {
  * run any more.  (Before, a warning told the user to stop and pass --resume
  * auto, which by then found the snapshot "written by another job" and
  * started from scratch.)  With a --resume of another directory (foreign)
- * the start is the user's explicit choice, and it is also how
- * `megascale launch` restarts such a job until its first commit: the
- * snapshot is disowned, with a warning. */
+ * the start is the user's explicit choice: the snapshot is disowned, with
+ * a warning (`megascale launch` restarts such a job with --restart-job,
+ * which keeps its own: restarts_job). */
 static ms_status new_job(ckpt_manager *cm, int foreign, uint64_t old) {
     for (int k = 0; old && k < 2; k++) {
         char path[4300];
