@@ -1232,16 +1232,22 @@ def test_hang_exited(d):
        "text: the exit reported", so + se)
 
 
+def edit_dump(d, rank, edit):
+    """Rank's hang dump in d changed by edit(its JSON); its path."""
+    p = os.path.join(d, f"hang_r{rank:05d}.json")
+    j = json.load(open(p))
+    edit(j)
+    json.dump(j, open(p, "w"))
+    return p
+
+
 def test_hang_bad_world(d):
     """One damaged dump (the newest) says world 100000: the world most of the newest hang's
     dumps agree on (8) is analysed and the damaged one skipped (it won, as the newest, and
     every good dump was skipped instead, with a line per rank of its world).  Alone, its
     text stays short: ranks without a dump in a row are one line, no state tables."""
     write_hang(d, extra=lambda r: dict(wall_s=1.7e9 + (9 if r == 3 else r)))
-    p = os.path.join(d, "hang_r00003.json")
-    j = json.load(open(p))
-    j["world"] = 100000
-    json.dump(j, open(p, "w"))
+    p = edit_dump(d, 3, lambda j: j.update(world=100000))
     rc, so, se = run("trace", "hang", d, "--json")
     j = json.loads(so) if rc == 0 else {}
     ok(rc == 0 and j.get("world") == 8 and j.get("missing") == [3] and
@@ -1263,21 +1269,15 @@ def test_hang_rank_past_world(d):
     exit 3).  And an op whose peer is no rank of the world is refused, named, as a group's
     member past it is."""
     write_hang(d, skip=range(2, 8), extra=lambda r: dict(wall_s=1.7e9 + r))
-    p = os.path.join(d, "hang_r00001.json")
-    j = json.load(open(p))
-    j["world"] = 1
-    json.dump(j, open(p, "w"))
+    p = edit_dump(d, 1, lambda j: j.update(world=1))
     rc, so, se = run("trace", "hang", d, "--json")
     j = json.loads(so) if rc == 0 else {}
     ok(rc == 0 and j.get("world") == 8 and j.get("dumps") == [0] and 1 in j.get("missing", [])
        and "hang_r00001.json: skipped: the dump of rank 1 says a world of 1 (damaged)" in se,
        "a dump whose rank is past its world is the one skipped", so[-500:] + se)
     os.remove(p)
-    p = os.path.join(d, "hang_r00000.json")
-    j = json.load(open(p))
-    pp = next(g for g in j["groups"] if g["name"] == "pp")
-    pp["in_flight"][0]["peer"] = 99
-    json.dump(j, open(p, "w"))
+    edit_dump(d, 0, lambda j: next(g for g in j["groups"] if g["name"] == "pp")["in_flight"][0]
+              .update(peer=99))
     rc, so, se = run("trace", "hang", d)
     ok(rc == 3 and "hang_r00000.json: group 'pp': recv #7's \"peer\" is not a rank of world 8"
        in se, "an op's peer past the world: refused, named", f"rc={rc}\n{se}")
