@@ -121,7 +121,8 @@ static void latest_id(const sup_driver *d, char *buf, size_t n) {
 
 /* The newest step in the metrics (rank 0's lines; -1: none, or not
  * readable): what a driver that takes a job over knows of the steps made
- * while no driver watched.  Only the file's last 64 KiB are read. */
+ * while no driver watched, and of those no beat told when a fault is
+ * booked.  Only the file's last 64 KiB are read. */
 static int metrics_step(const sup_driver *d) {
     enum { TAIL = 65536 };
     int fd = open(d->metrics_path, O_RDONLY | O_CLOEXEC), best = -1;
