@@ -362,8 +362,8 @@ static ms_status setup_dir(ckpt_manager *cm) {
         if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
         /* the earlier run's id, before --new-run moves DIR/job aside: its snapshot newer
          * than its commits (the only copy of that step) is still named as disowned */
-        uint64_t old = 0;
-        if (ckpt_job_id(cm->root, 0, &old) != MS_OK) old = 0;
+        uint64_t old = 0; /* (not read after an error: its message is the one shared) */
+        if (st != MS_OK || ckpt_job_id(cm->root, 0, &old) != MS_OK) old = 0;
         if (st == MS_OK && (!cm->resume[0] || foreign)) st = fresh_start(cm, foreign);
         if (st == MS_OK && cm->resume[0] && !foreign) st = rollback(cm, &rolled);
         if (st == MS_OK)
