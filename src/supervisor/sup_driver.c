@@ -305,6 +305,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
         return 2; /* asked to stop before this start: none */
     } else {
         d->attempt_no++;
+        d->step_before = d->best_step;
         if (d->c->hostfile &&
             sup_nodes_write_hostfile(d->pool, d->pool->active, d->pool->needed, d->pool->per_node,
                                      d->hostfile_path, why, n) != 0)
@@ -343,9 +344,12 @@ static int attempt(sup_driver *d, char *why, size_t n) {
         if (d->pending_recovery && d->best_step > d->step_at_fault) /* caught up */
             book_recovered(d);
         if (!d->redone_booked && d->r[0].started) { /* where this attempt resumed */
-            if (d->restarts > 0 && d->step_at_fault > d->r[0].resume_step)
-                d->ev.redone += d->step_at_fault - d->r[0].resume_step;
-            if (d->restarts == 0) d->start_step = d->r[0].resume_step;
+            /* after a restart, or a launch again after a stop whose final checkpoint
+             * did not commit (killed past --grace): the steps since its commit are
+             * redone (before, only a restart's were counted) */
+            if (d->attempt_no > 1 && d->step_before > d->r[0].resume_step)
+                d->ev.redone += d->step_before - d->r[0].resume_step;
+            if (d->start_step < 0) d->start_step = d->r[0].resume_step;
             d->redone_booked = 1;
         }
         if (g_stop) return 2;
@@ -612,7 +616,8 @@ static void stats(const double *v, int n, double *med, double *worst) {
 double sup_ettr(const sup_driver *d) {
     double wall = ms_wall_now() - d->ev.t0;
     double step_s = d->step_ms_n ? d->step_ms_sum / (double)d->step_ms_n / 1e3 : 0;
-    return wall > 0 ? (double)(d->best_step - d->start_step) * step_s / wall : 0;
+    int from = d->start_step > 0 ? d->start_step : 0;
+    return wall > 0 ? (double)(d->best_step - from) * step_s / wall : 0;
 }
 
 static void summary(sup_driver *d, const char *outcome) {
@@ -1131,6 +1136,7 @@ int sup_run(const sup_config *c) {
     d->fault_rank = d->fault_reporter = -1;
     d->evict_node = -1;
     d->ckpt_fault = d->pending_fault = -1;
+    d->start_step = -1; /* where the job's first training start resumed: not known yet */
     char why[4400] = "", events[4200];
     code = SUP_EXIT_USAGE;
     if (!(d->writer = sup_writer_start(why, sizeof why))) {

@@ -449,6 +449,8 @@ typedef struct {
     int pending_fault; /* the summary's entry of the fault being recovered from (-1) */
     double t_recovery_from;
     int step_at_fault;
+    int step_before;    /* the step the job had reached when this attempt started: what its
+                         * ranks redo when they resume from an earlier commit */
     int stopping;       /* the driver is stopping this attempt (its "stopped" beats are no fault) */
     double t_all_done;  /* when every rank had said "done" (0: not yet) */
     int resumed;        /* taken over from an earlier driver's state (driver.json) */

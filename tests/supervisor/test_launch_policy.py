@@ -348,6 +348,47 @@ def check_stop_final_ckpt(d, shard):
        f"rc {p.returncode}, faults {faults}, commits {steps}\n{err[-2000:]}")
 
 
+def metrics_rows(run):
+    """metrics.jsonl's rows: the config line of each start and the steps after it."""
+    try:
+        with open(os.path.join(run, "metrics.jsonl")) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def check_stop_redone(d, shard):
+    """SIGTERM to the driver while each persist takes 5 s, with --grace 0.5: the ranks are
+    killed before their final checkpoint commits, and the launch again (on a host whose
+    snapshots in memory are gone: another MS_CKPT_SHM_DIR) resumes from the commit of step 3
+    and redoes the steps after it.  The summary counts them (before, only a restart's
+    redone steps were counted: a launch after a stop said 0)."""
+    run = os.path.join(d, "stopredo")
+    args = ["--steps", "7", "--ckpt-every", "3", "--ckpt-dir", os.path.join(run, "ckpt")]
+    p = launch(run, shard, ["--grace", "0.5", "--faults", "slow=300@1+,stage2:slow=5000@4+"],
+               args, wait=False)
+    t_end = time.time() + 120
+    while time.time() < t_end and p.poll() is None and \
+            not any(r.get("step") == 4 for r in metrics_rows(run)):
+        time.sleep(0.05)
+    err = signal_and_wait(p, signal.SIGTERM)
+    best = state(run).get("best_step")
+    shm = ENV["MS_CKPT_SHM_DIR"]
+    ENV["MS_CKPT_SHM_DIR"] = os.path.join(d, "shm-other")
+    os.makedirs(ENV["MS_CKPT_SHM_DIR"], exist_ok=True)
+    try:
+        rc, err2 = launch(run, shard, [], args)
+    finally:
+        ENV["MS_CKPT_SHM_DIR"] = shm
+    cfg = [r for r in metrics_rows(run) if r.get("type") == "config"]
+    resumed = cfg[-1].get("resume_step") if len(cfg) >= 2 else None
+    want = best - resumed if isinstance(best, int) and isinstance(resumed, int) else None
+    ok(p.returncode == 5 and rc == 0 and want and want > 0 and redone(run) == want,
+       "a launch again after a stop whose final checkpoint did not commit: its redone steps "
+       "are counted", f"rc {p.returncode} then {rc}, best step {best}, resumed from step "
+       f"{resumed}, redone {redone(run)} (want {want})\n{err[-1000:]}\n{err2[-1500:]}")
+
+
 def check_stop_in_backoff(d, shard, sig):
     run = os.path.join(d, f"stop{int(sig)}")
     p = launch(run, shard, ["--backoff", "20", "--faults", "exit@3"],
@@ -1122,6 +1163,7 @@ def main():
     check_unasked_stop(d, shard)
     check_stop_final_ckpt(d, shard)
     check_stop_after_crash(d, shard)
+    check_stop_redone(d, shard)
     check_peer_error_named(d, shard)
     check_stop_in_backoff(d, shard, signal.SIGTERM)
     check_stop_in_backoff(d, shard, signal.SIGHUP)
