@@ -338,6 +338,34 @@ static int restarts_job(const ckpt_manager *cm) {
     return 0;
 }
 
+/* A --resume of another directory's checkpoint, checked before the fresh
+ * start moves anything aside (--new-run): one that is not there, or not a
+ * checkpoint, is an error that leaves the directory as it was.  (Before, a
+ * mistyped path with --new-run set the earlier run's commits aside, then
+ * the start failed, and the next --resume auto started from scratch;
+ * without --new-run the error said the directory held another run's
+ * checkpoints, and its advice, --new-run, led there.) */
+static ms_status check_foreign_target(const ckpt_manager *cm) {
+    char target[4300];
+    const char *res = cm->resume;
+    struct stat sb;
+    if (ckpt_latest_target(res, target, sizeof target)) res = target;
+    if (stat(res, &sb) != 0)
+        return ms_error(MS_ERR_NOTFOUND, "--resume %s: %s (nothing was moved or changed)", res,
+                        strerror(errno));
+    MS_TRY(ckpt_check_path("--resume ", res));
+    if (ckpt_is_step_dir(res)) return MS_OK;
+    int *steps = NULL, n = 0;
+    MS_TRY(ckpt_list_steps(res, &steps, &n));
+    free(steps);
+    if (n == 0)
+        return ms_error(MS_ERR_NOTFOUND,
+                        "--resume %s: neither a checkpoint (no %s) nor a directory of checkpoints "
+                        "(no step_* directory); nothing was moved or changed",
+                        res, CKPT_MANIFEST);
+    return MS_OK;
+}
+
 static ms_status setup_dir(ckpt_manager *cm) {
     ms_status st = MS_OK;
     int32_t again = 0; /* a restart of the job (restarts_job): rank 0's, on every rank */
@@ -364,6 +392,7 @@ static ms_status setup_dir(ckpt_manager *cm) {
          * than its commits (the only copy of that step) is still named as disowned */
         uint64_t old = 0; /* (not read after an error: its message is the one shared) */
         if (st != MS_OK || ckpt_job_id(cm->root, 0, &old) != MS_OK) old = 0;
+        if (st == MS_OK && foreign) st = check_foreign_target(cm);
         if (st == MS_OK && (!cm->resume[0] || foreign)) st = fresh_start(cm, foreign);
         if (st == MS_OK && cm->resume[0] && !foreign) st = rollback(cm, &rolled);
         if (st == MS_OK)

@@ -375,6 +375,37 @@ def new_run_over_newer_snapshot_case(ws):
        "--new-run over a finished run: no snapshot named (its last commit holds it)", r.stderr)
 
 
+def foreign_resume_missing_case(ws):
+    """--resume of another directory's checkpoint that is not there (a typo), into a directory
+    that holds a run's commits: an error that names the missing path, with or without
+    --new-run, and nothing moved (before, --new-run set the commits aside, then failed, and
+    the next --resume auto started from scratch; without it the error said the directory held
+    another run's checkpoints and advised --new-run)."""
+    root = ws.path("foreign_missing")
+    r = run(ws, ws.train_args("--steps", "2", "--ckpt-dir", root, "--ckpt-every", "2"))
+    ok(r.returncode == 0 and committed_steps(r.stderr) == [2], "a run commits step 2", r.stderr)
+    missing = ws.path("no_such_run") + "/ckpt"
+    for extra in ((), ("--new-run", "1")):
+        r = run(ws, ws.train_args("--steps", "4", "--ckpt-dir", root, "--resume", missing,
+                                  *extra))
+        left = sorted(n for n in os.listdir(root) if n.startswith(("step_", "previous")))
+        ok(r.returncode != 0 and f"--resume {missing}: No such file or directory" in r.stderr
+           and "nothing was moved" in r.stderr and left == ["step_00000002"],
+           f"--resume of a missing path{' with --new-run' if extra else ''}: named, nothing "
+           "moved", f"rc {r.returncode}, {left}\n{r.stderr[-1500:]}")
+    empty = ws.path("empty_dir")
+    os.makedirs(empty, exist_ok=True)
+    r = run(ws, ws.train_args("--steps", "4", "--ckpt-dir", root, "--resume", empty,
+                              "--new-run", "1"))
+    left = sorted(n for n in os.listdir(root) if n.startswith(("step_", "previous")))
+    ok(r.returncode != 0 and "neither a checkpoint" in r.stderr and left == ["step_00000002"],
+       "--new-run --resume of a directory that holds no checkpoint: refused, nothing moved",
+       f"rc {r.returncode}, {left}\n{r.stderr[-1500:]}")
+    r = run(ws, ws.train_args("--steps", "4", "--ckpt-dir", root, "--resume", "auto"))
+    ok(r.returncode == 0 and "step_00000002" in r.stderr and "step     1/" not in r.stderr,
+       "then --resume auto continues from its step 2", r.stderr[-1500:])
+
+
 def slow_disk_case(ws, ref_m, ref_w):
     """Every persist 150 ms slower (stage2:slow), a checkpoint every 2 steps of
     ~1 ms: both /dev/shm slots are soon busy (one persisting, one queued), and a
@@ -444,6 +475,7 @@ def main():
         shm_damage_cases(ws, *refs["20"], *refs["10"])
         fresh_start_case(ws)
         new_run_over_newer_snapshot_case(ws)
+        foreign_resume_missing_case(ws)
         slow_disk_case(ws, *refs["20"])
         tmpfs_case(ws, *refs["20"])
     finally:
