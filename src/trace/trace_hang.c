@@ -442,7 +442,10 @@ static ms_status stuck_op(trace_hang *h, hang_rank *r, const hang_group *g) {
 /* An op that the other ranks entered only just before the dumps is where
  * ranks got to while the job was already stuck: no evidence of who stopped
  * it.  The ops that count have waited at least half as long as the oldest
- * (which is about --comm-timeout old). */
+ * (which is about --comm-timeout old), and at least HANG_MIN_AGE_S: the
+ * dumps of a job that runs (`launch --ctl dump`, a SIGUSR2) hold ops a few
+ * milliseconds old, the ranks' normal waits for each other.  (Before, such
+ * a wait of 0.0 s named a suspect in a healthy job.) */
 static void set_min_age(trace_hang *h) {
     double oldest = 0;
     for (int rk = 0; rk < h->world; rk++)
@@ -451,7 +454,8 @@ static void set_min_age(trace_hang *h) {
                 double a = h->ranks[rk].groups[g].in_flight[i].age_s;
                 oldest = a > oldest ? a : oldest;
             }
-    h->min_age = oldest / 2;
+    h->oldest = oldest;
+    h->min_age = oldest / 2 > HANG_MIN_AGE_S ? oldest / 2 : HANG_MIN_AGE_S;
 }
 
 static ms_status find_suspects(trace_hang *h) {

@@ -10,6 +10,9 @@
 
 #include "trace/trace_internal.h"
 
+/* In-flight ops younger than this are no evidence of a hang (trace_hang.c, set_min_age). */
+#define HANG_MIN_AGE_S 1.0
+
 typedef struct {
     char op[32], state[16];
     int64_t seq, peer, tag, bytes; /* peer -1 for collectives, tag -1 when none */
@@ -63,7 +66,9 @@ enum {
 struct trace_hang {
     char *dir;
     int top_cls;    /* the strongest class of any rank (0: none) */
-    double min_age; /* in-flight ops younger than this are no evidence (half the oldest's age) */
+    double min_age; /* in-flight ops younger than this are no evidence (half the oldest's age,
+                     * at least HANG_MIN_AGE_S) */
+    double oldest;  /* the age of the oldest op in flight in any dump (s) */
     int world, n_dumps;
     trace_coord shape;
     hang_rank *ranks; /* [world], by global rank */

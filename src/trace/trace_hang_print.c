@@ -239,7 +239,13 @@ void trace_hang_print(const trace_hang *h, FILE *f) {
                     o->state, r->reason);
         }
     }
-    if (!trace_hang_n_suspects(h)) fprintf(f, "suspects: none found\n");
+    if (!trace_hang_n_suspects(h) && h->oldest < HANG_MIN_AGE_S)
+        fprintf(f,
+                "suspects: none found (no op in flight had waited %.1f s: the dumps show a job "
+                "that was making progress, not a hang)\n",
+                HANG_MIN_AGE_S);
+    else if (!trace_hang_n_suspects(h))
+        fprintf(f, "suspects: none found\n");
     for (int pass = 0; pass < 2; pass++)
         for (int rk = 0, lines = 0; rk < h->world; rk++) {
             const hang_rank *r = &h->ranks[rk];

@@ -1123,6 +1123,25 @@ def test_hang_young_op(d):
        "an op entered just before the dumps is no evidence", so + se)
 
 
+def test_hang_healthy(d):
+    """Dumps of a job that runs (`launch --ctl dump`: reason "signal"): rank 0 posted its
+    reduce_scatter #1 on 'dp' 0.01 s before, rank 1 had not reached it yet.  A wait that short
+    is the ranks' normal wait for each other: no suspect, and the report says the job was
+    making progress (before, rank 1 was named: "never entered reduce_scatter #1")."""
+    shape = (2, 1, 1)
+    dp = lambda ops, issued: ("dp", [0, 1], issued, 0, ops)
+    hang_dump(d, 0, 2, shape, "h", [dp([("reduce_scatter", 1, -1, -1, 0.01)], 1)],
+              reason="signal")
+    hang_dump(d, 1, 2, shape, "h", [dp([], 0)], reason="signal")
+    rc, so, se = run("trace", "hang", d, "--json")
+    j = json.loads(so) if rc == 0 else {}
+    ok(rc == 0 and not j.get("suspects") and not j.get("notes"),
+       "the dumps of a job that runs: no suspect", so + se)
+    rc, so, se = run("trace", "hang", d)
+    ok(rc == 0 and "suspects: none found (no op in flight had waited 1.0 s" in so,
+       "... and the report says it was making progress", so + se)
+
+
 def test_hang_stale(d):
     """Rank 5 was stopped: the others' dumps say its heartbeat is stale; its
     own late dump says they exited (they gave up on it).  Rank 6 is behind
@@ -1805,6 +1824,7 @@ def main():
                          ("hang_smaller_rerun", test_hang_smaller_rerun),
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
                          ("hang_young_op", test_hang_young_op),
+                         ("hang_healthy", test_hang_healthy),
                          ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid),
                          ("hang_stuck_group", test_hang_stuck_group),
