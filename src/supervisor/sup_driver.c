@@ -1220,10 +1220,16 @@ int sup_run(const sup_config *c) {
     cJSON_AddNumberToObject(f, "straggler_score", c->straggler_score);
     if (d->dash) cJSON_AddStringToObject(f, "dashboard", sup_dash_addr(d->dash)); /* no token */
     sup_events_put(&d->ev, "job_start", f);
+    /* the spares left: a node on the blocklist (evicted by an earlier job) is none */
+    int usable = sup_nodes_usable(d->pool), blocked = d->pool->n - usable;
+    char held[4300] = "";
+    if (blocked > 0)
+        snprintf(held, sizeof held, ", %d blocked (%s)", blocked, d->pool->blocklist_path);
     fprintf(stderr,
-            "megascale launch: %d rank(s) on %d node(s) (+%d spare), heartbeats on %s, control "
+            "megascale launch: %d rank(s) on %d node(s) (+%d spare%s), heartbeats on %s, control "
             "on %s, events in %s\n",
-            c->np, d->pool->needed, d->pool->n - d->pool->needed, d->addr, d->ctl_addr, d->ev.path);
+            c->np, d->pool->needed, usable > d->pool->needed ? usable - d->pool->needed : 0, held,
+            d->addr, d->ctl_addr, d->ev.path);
     code = run_loop(d);
 out:
     if (d->lfd >= 0) close(d->lfd);

@@ -84,11 +84,14 @@ void sup_set_fault(sup_driver *d, const char *kind, int rank, double t_stall, co
     cJSON_AddStringToObject(f, "action", d->fault_final ? "stop" : "restart");
     cJSON_AddNumberToObject(f, "detect_s", d->t_detect - d->t_stall);
     sup_events_put(&d->ev, "fault_detected", f);
-    fprintf(stderr, "megascale launch: fault: %s, rank %d (node %s), step %d: %s\n", kind, rank,
-            rank >= 0            ? sup_node_name(d, rank)
-            : d->evict_node >= 0 ? d->pool->name[d->evict_node] /* as fault_fields says */
-                                 : "-",
-            d->fault_step, d->detail);
+    /* no rank (mpirun's end, an eviction by the control socket): none said (before, "rank -1") */
+    char who[32] = "";
+    if (rank >= 0) snprintf(who, sizeof who, ", rank %d", rank);
+    const char *node = rank >= 0            ? sup_node_name(d, rank)
+                       : d->evict_node >= 0 ? d->pool->name[d->evict_node] /* as fault_fields */
+                                            : NULL;
+    fprintf(stderr, "megascale launch: fault: %s%s%s%s%s, step %d: %s\n", kind, who,
+            node ? " (node " : "", node ? node : "", node ? ")" : "", d->fault_step, d->detail);
 }
 
 /* What an error line says about the fault's class. */

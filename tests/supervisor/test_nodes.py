@@ -219,6 +219,14 @@ def manual_evict(d, shard, ref_w):
     ok([(e["node"], e["by"]) for e in of(run, "evict")] == [("node1", "manual")] and
        node_sets(run) == ["node0,node1", "node0,node2"] and not of(run, "diag"),
        "manual eviction: no diag, the spare took over", str(node_sets(run)))
+    ok("fault: evicted (node node1), step " in err and "rank -1" not in err,
+       "manual eviction: the console names the node, and no rank (before, 'rank -1')", err)
+    # the same job again (done: nothing to train): node1 stays on the blocklist, so no spare
+    # is left (before, the banner said "+1 spare")
+    _, p = launch(d, "evict", shard, ["--faults", "slow=150@6+"])
+    rc, err = finished(p)
+    ok(rc == 0 and "on 2 node(s) (+0 spare, 1 blocked (" in err,
+       "launched again after the eviction: the banner counts no spare, one node blocked", err)
 
 
 def transient_nan(d, shard, ref_w):
