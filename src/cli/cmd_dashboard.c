@@ -72,7 +72,14 @@ int cmd_dashboard(int argc, char **argv) {
             snprintf(events, sizeof events, "%s", o.events);
         else
             snprintf(events, sizeof events, "%s/events.jsonl", pos[0]);
-        if (access(events, R_OK) != 0)
+        char metrics[4300];
+        snprintf(metrics, sizeof metrics, "%s/metrics.jsonl", pos[0]);
+        if (access(events, R_OK) != 0 && !(o.events && *o.events) && access(metrics, R_OK) == 0)
+            fprintf(stderr,
+                    "megascale dashboard: %s: no events file: a run without `megascale "
+                    "launch`; its curves and state come from %s\n",
+                    events, metrics);
+        else if (access(events, R_OK) != 0)
             fprintf(stderr,
                     "megascale dashboard: warning: %s: no events file (yet): is RUN_DIR "
                     "the --run-dir of a `megascale launch` (and --events its --events)?\n",

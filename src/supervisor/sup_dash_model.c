@@ -577,6 +577,19 @@ static void rank_coord(const dash_model *m, int r, int *dp, int *pp, int *tp) {
     *pp = (int)(r / (TP * DP));
 }
 
+/* The state of a run without a supervisor (no events: `megascale dashboard` of a
+ * plain --out-dir run), from its metrics: done at --steps; running while its
+ * newest step is recent (within 10 of its steps, and at least 5 minutes);
+ * else stopped (it ended short of --steps, or hangs: no driver says which).
+ * Before, such a run said "starting" for good. */
+static const char *plain_state(const dash_model *m, int best, double now) {
+    if (m->steps > 0 && best >= m->steps) return "done";
+    if (!m->n_pts) return "starting";
+    const point *p = &m->pts[m->n_pts - 1];
+    double quiet = isfinite(p->ms) && p->ms * 10 / 1e3 > 300 ? p->ms * 10 / 1e3 : 300;
+    return isfinite(p->wall) && now - p->wall > quiet ? "stopped" : "running";
+}
+
 cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const char *run_dir,
                          double now) {
     cJSON *o = cJSON_CreateObject(), *job = cJSON_CreateObject();
@@ -584,13 +597,13 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
     cJSON_AddBoolToObject(o, "live", live != NULL);
     cJSON_AddStringToObject(o, "run_dir", run_dir);
     add_num(o, "now", now);
-    const char *state = m->job_state;
-    int ended = !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped");
-    if (live && live->recovering && !ended && strcmp(state, "failing")) state = "recovering";
-    cJSON_AddStringToObject(job, "state", state);
     int best = m->n_pts ? m->pts[m->n_pts - 1].step : 0;
     if (m->best_step > best) best = m->best_step;
     if (live && live->best_step > best) best = live->best_step;
+    const char *state = !live && !m->next_seq ? plain_state(m, best, now) : m->job_state;
+    int ended = !strcmp(state, "done") || !strcmp(state, "failed") || !strcmp(state, "stopped");
+    if (live && live->recovering && !ended && strcmp(state, "failing")) state = "recovering";
+    cJSON_AddStringToObject(job, "state", state);
     cJSON_AddNumberToObject(job, "attempt", live && live->attempt ? live->attempt : m->attempt);
     cJSON_AddNumberToObject(job, "restarts", live ? live->restarts : m->restarts);
     cJSON_AddNumberToObject(job, "step", best);

@@ -414,6 +414,45 @@ static void test_second_job(void) {
     dash_model_free(m);
 }
 
+/* A run without a supervisor (metrics, no events): its state from the
+ * metrics: starting before a step, running while its newest step is recent
+ * (10 of its steps, at least 5 minutes), stopped after, done at --steps
+ * (before: "starting" for good). */
+static void test_plain_state(void) {
+    dash_model *m = dash_model_new();
+    feed(dash_model_metrics_line, m, "{\"type\":\"config\",\"options\":{\"steps\":3}}");
+    cJSON *st = dash_model_status(m, NULL, "run", 100);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "starting"));
+    cJSON_Delete(st);
+    feed(dash_model_metrics_line, m, "{\"step\":1,\"loss\":5,\"ms\":40000,\"wall\":100}");
+    static const struct {
+        double now;
+        const char *want;
+    } at[] = {{150, "running"}, {399, "running"}, {401, "running"}, {501, "stopped"}};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; i++) { /* 10 x 40 s steps: 400 s */
+        st = dash_model_status(m, NULL, "run", at[i].now);
+        T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, at[i].want));
+        cJSON_Delete(st);
+    }
+    feed(dash_model_metrics_line, m, "{\"step\":2,\"loss\":5,\"ms\":10,\"wall\":600}");
+    st = dash_model_status(m, NULL, "run", 899);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "running"));
+    cJSON_Delete(st);
+    st = dash_model_status(m, NULL, "run", 901);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "stopped"));
+    cJSON_Delete(st);
+    feed(dash_model_metrics_line, m, "{\"step\":3,\"loss\":5,\"ms\":10,\"wall\":610}");
+    st = dash_model_status(m, NULL, "run", 5000);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "done"));
+    cJSON_Delete(st);
+    /* with events (a supervised run), the events say it: a job_start alone is starting */
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":1}");
+    st = dash_model_status(m, NULL, "run", 5000);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "starting"));
+    cJSON_Delete(st);
+    dash_model_free(m);
+}
+
 /* Before the metrics' config line (or without one) the layout is not
  * known: no coordinates (they said pp 0, 1, 2: as many pipeline stages as
  * ranks), and the heat map's labels have none; then the layout's. */
@@ -1368,6 +1407,7 @@ int main(void) {
     test_second_job();
     test_heatmap();
     test_no_layout();
+    test_plain_state();
     test_tail();
     test_tail_stop();
     test_events_hostile();
