@@ -417,6 +417,15 @@ int cmd_plan(int argc, char **argv) {
         rc = cli_fail("plan", st);
         goto out;
     }
+    /* a cluster file of `plan measure` without its second, mpirun step: its links are
+     * placeholders (latency 0, the memory's bandwidth), so a prediction of more than one rank
+     * would be silently too fast (before, only the file's "source" said so) */
+    if ((l.gpus > 1 || o.search) && strstr(c.source, "links not measured"))
+        fprintf(stderr,
+                "megascale plan: warning: --cluster %s: its links were not measured (%s): the "
+                "communication below is a placeholder; measure them with `mpirun -np N "
+                "megascale plan measure --base %s --out FILE`\n",
+                o.cluster, c.source, o.cluster);
     if (o.search) {
         rc = run_search(&o, &m, &l, &f, &c);
         goto out;

@@ -60,8 +60,19 @@ def test_mpi():
        r.stderr + json.dumps(c2))
     r = plan("--cluster", two, "--gpus", "2", "--tp", "2", "--batch", "8", "--model", "d6",
              "--seq", "64", "--features", "ours", "--json")
-    ok(r.returncode == 0 and json.loads(r.stdout)["parts"]["tp"] > 0,
-       "a cluster file measured under mpirun plans tp2", r.stderr)
+    ok(r.returncode == 0 and json.loads(r.stdout)["parts"]["tp"] > 0 and
+       "not measured" not in r.stderr, "a cluster file measured under mpirun plans tp2",
+       r.stderr)
+    # the one-process file's links are placeholders: a plan of 2 ranks says so, of 1 does not
+    r = plan("--cluster", one, "--gpus", "2", "--batch", "8", "--model", "d6", "--seq", "64",
+             "--json")
+    ok(r.returncode == 0 and "its links were not measured" in r.stderr and
+       f"plan measure --base {one}" in r.stderr,
+       "a plan of 2 ranks on a cluster file whose links were not measured: a warning", r.stderr)
+    r = plan("--cluster", one, "--gpus", "1", "--batch", "8", "--model", "d6", "--seq", "64",
+             "--json")
+    ok(r.returncode == 0 and "not measured" not in r.stderr,
+       "... and none for one rank (no link used)", r.stderr)
     shutil.rmtree(d, ignore_errors=True)
     print(f"{counts['passed']} passed, {counts['failed']} failed")
     return 1 if counts["failed"] else 0
