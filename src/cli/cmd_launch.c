@@ -226,7 +226,20 @@ int cmd_launch(int argc, char **argv) {
             "spent, 4 no progress (do not requeue), 5 stopped by a signal, 6 too few healthy "
             "nodes, 7 the checkpoint storage fails on every node.");
     } else if (st != MS_OK) {
-        rc = cli_fail("launch", st);
+        /* a train option before the "--" (or with none): said, with where it goes */
+        const char *bad = NULL;
+        for (int i = 0; i < sep && !bad; i++)
+            if (!strncmp(ms_errmsg(), "unknown option '", 16) && !strncmp(argv[i], "--", 2) &&
+                !strncmp(ms_errmsg() + 16, argv[i], strcspn(argv[i], "=")) &&
+                cmd_train_has_option(argv[i] + 2, strcspn(argv[i] + 2, "=")))
+                bad = argv[i];
+        if (bad)
+            fprintf(stderr,
+                    "megascale launch: error: %.*s is a train option: put the train options "
+                    "after '--' (megascale launch --np N --run-dir DIR [launch options] -- "
+                    "[train options])\n",
+                    (int)strcspn(bad, "="), bad);
+        rc = bad ? 2 : cli_fail("launch", st);
     } else if (sep == argc) {
         fprintf(stderr, "megascale launch: error: no train options: put them after '--' "
                         "(see megascale launch --help)\n");

@@ -270,6 +270,12 @@ static const char *const not_in_cfg[] = {
  * read): the token lets whoever holds it send the job's driver beats. */
 static const char *const secrets[] = {"heartbeat-token", NULL};
 
+int cmd_train_has_option(const char *name, size_t len) {
+    for (int i = 0; i < N_TRAIN_OPTS; i++)
+        if (strlen(train_opts[i].name) == len && !strncmp(train_opts[i].name, name, len)) return 1;
+    return 0;
+}
+
 int cmd_train_check(int argc, char **argv, const char *events_opt, const char *events,
                     const char *run_dir, const char *const *run_files, cli_train_view *v) {
     train_cli c = {0};

@@ -4,6 +4,8 @@
 #ifndef CLI_COMMANDS_H
 #define CLI_COMMANDS_H
 
+#include <stddef.h>
+
 #include "base/status.h"
 
 int cmd_train(int argc, char **argv);
@@ -26,6 +28,8 @@ typedef struct {
  * such an error. */
 int cmd_train_check(int argc, char **argv, const char *events_opt, const char *events,
                     const char *run_dir, const char *const *run_files, cli_train_view *v);
+/* 1 if NAME (without "--", len characters) is a train option. */
+int cmd_train_has_option(const char *name, size_t len);
 int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);

@@ -365,6 +365,10 @@ def test_bad_input(d, w, val, train, ck):
                                               "--train-data"]))],
         (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--", *TR[1:],
           "--save-weights", train], ["the train options: --save-weights", train, "is an input"]),
+        # a train option before the '--' (it was forgotten): said where it goes (before, only
+        # "unknown option '--layers'")
+        (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--layers=1", "--", *TR[1:]],
+         ["--layers is a train option: put the train options after '--'"]),
         # an output of the run as --events, even one not written yet: the weights renamed
         # over the events lost them all (exit 0), the next launch appended JSON to them
         (["launch", "--np", "1", "--run-dir", os.path.join(d, "lr"), "--events",
