@@ -334,6 +334,11 @@ def test_bad_input(d, w, val, train, ck):
         ([*SA, "--weights", w, "--tokenizer", adir], ["--tokenizer", adir, "is a directory"]),
         (["data", "prepare", "--input", text, "--out", os.path.join(d, "o3"), "--tokenizer", adir],
          ["--tokenizer", adir, "is a directory"]),
+        # a mistyped name: the names there are (before: "gpt3: open: No such file")
+        (["data", "prepare", "--input", text, "--out", os.path.join(d, "o3"), "--tokenizer",
+          "gpt3"], ["--tokenizer gpt3: no such tokenizer", "(gpt2, bytes)"]),
+        ([*SA, "--weights", w, "--tokenizer", "gpt3"],
+         ["--tokenizer gpt3: no such tokenizer", "(auto, gpt2, bytes, ids)"]),
         (["plan", "measure", "--out", os.path.join(d, "m.json"), "--base", adir],
          ["--base", adir, "is a directory, not a file"]),
         (["diag", "--history", adir], ["--history", adir, "is a directory"]),
