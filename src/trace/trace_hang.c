@@ -133,6 +133,21 @@ static void peer_states(trace_hang *h) {
     }
 }
 
+/* What a rank's record holds freed, the record as new (no dump). */
+static void rank_clear(hang_rank *r) {
+    for (int g = 0; g < r->n_groups; g++) {
+        free(r->groups[g].ranks);
+        free(r->groups[g].in_flight);
+    }
+    free(r->groups);
+    cJSON_Delete(r->seen_stale);
+    cJSON_Delete(r->seen_exited);
+    for (int i = 0; i < r->n_why; i++)
+        free(r->why[i]);
+    free(r->why);
+    memset(r, 0, sizeof *r);
+}
+
 /* One dump into h->ranks[rank]; the first dump fixes world and shape. */
 static ms_status load_dump(trace_hang *h, const char *path, int file_rank) {
     char *text = NULL;
@@ -626,8 +641,8 @@ static void pick_dumps(const char *dir, char **paths, const int *ranks, int n, i
                     ranks[i], m[i].world);
         } else if (any_current && m[i].cur == 0) {
             keep[i] = 0;
-            ms_warn("%s: skipped: an earlier hang's dump (pid %d; rank %d's event log is from pid "
-                    "%d, which wrote no dump)",
+            ms_warn("%s: skipped: another run's dump (pid %d; rank %d's event log here is from "
+                    "pid %d, which wrote no dump)",
                     paths[i], m[i].pid, ranks[i], m[i].log_pid);
         } else if (m[i].world && (newest < 0 || m[i].wall_s > m[newest].wall_s)) {
             newest = i;
@@ -720,15 +735,32 @@ ms_status trace_hang_load(const char *dir, trace_hang **out) {
     if (st == MS_OK && n == 0)
         st = ms_error(MS_ERR_NOTFOUND, "%s: no hang dumps (hang_r*.json) in this directory", dir);
     if (st == MS_OK) pick_dumps(dir, paths, ranks, n, keep);
+    /* a damaged dump (empty, cut short, of another format) is skipped with a warning and
+     * its rank counts as one without a dump: the others still say where the job hung
+     * (before, one such file stopped the analysis) */
+    int n_bad = 0;
     for (int i = 0; st == MS_OK && i < n; i++) {
         if (!keep[i]) continue;
-        if (h->world && ranks[i] >= h->world)
-            st = ms_error(MS_ERR_FORMAT, "%s: rank %d is outside world %d", paths[i], ranks[i],
-                          h->world);
-        else
-            st = load_dump(h, paths[i], ranks[i]);
-        if (st == MS_OK) h->ranks[ranks[i]].rank = ranks[i];
+        ms_status one = h->world && ranks[i] >= h->world
+                            ? ms_error(MS_ERR_FORMAT, "%s: rank %d is outside world %d", paths[i],
+                                       ranks[i], h->world)
+                            : load_dump(h, paths[i], ranks[i]);
+        if (one == MS_ERR_NOMEM) {
+            st = one;
+        } else if (one != MS_OK) {
+            ms_warn("%s (skipped: rank %d counts as a rank without a dump)", ms_errmsg(), ranks[i]);
+            if (h->ranks && ranks[i] < h->world) {
+                h->n_dumps -= h->ranks[ranks[i]].has_dump;
+                rank_clear(&h->ranks[ranks[i]]);
+            }
+            n_bad++;
+        } else {
+            h->ranks[ranks[i]].rank = ranks[i];
+        }
     }
+    if (st == MS_OK && !h->n_dumps)
+        st = ms_error(MS_ERR_FORMAT, "%s: no readable hang dump (%d damaged: see the warnings)",
+                      dir, n_bad);
     trace_rank_files_free(ranks, paths, n);
     free(keep);
     if (st == MS_OK) peer_states(h);
@@ -745,19 +777,8 @@ ms_status trace_hang_load(const char *dir, trace_hang **out) {
 
 void trace_hang_free(trace_hang *h) {
     if (!h) return;
-    for (int rk = 0; h->ranks && rk < h->world; rk++) {
-        hang_rank *r = &h->ranks[rk];
-        for (int g = 0; g < r->n_groups; g++) {
-            free(r->groups[g].ranks);
-            free(r->groups[g].in_flight);
-        }
-        free(r->groups);
-        cJSON_Delete(r->seen_stale);
-        cJSON_Delete(r->seen_exited);
-        for (int i = 0; i < r->n_why; i++)
-            free(r->why[i]);
-        free(r->why);
-    }
+    for (int rk = 0; h->ranks && rk < h->world; rk++)
+        rank_clear(&h->ranks[rk]);
     free(h->ranks);
     free(h->dir);
     free(h);

@@ -1040,7 +1040,7 @@ def test_hang_rerun(d):
     j = json.loads(so) if rc == 0 else {}
     ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [5] and
        j.get("missing") == [5] and
-       "hang_r00005.json: skipped: an earlier hang's dump (pid 99; rank 5's event log is from "
+       "hang_r00005.json: skipped: another run's dump (pid 99; rank 5's event log here is from "
        "pid 1005" in se, "a dump of an earlier hang is skipped", so + se)
 
 
@@ -1599,7 +1599,23 @@ def test_bad_input(root):
     os.makedirs(d)
     open(os.path.join(d, "hang_r00000.json"), "w").write('{"type":"hang_dump", "rank": 0,')
     rc, so, se = run("trace", "hang", d)
-    ok(rc == 3 and "hang_r00000.json" in se, "a truncated dump is named", se)
+    ok(rc == 3 and "hang_r00000.json" in se and "no readable hang dump" in se,
+       "a truncated dump is named", se)
+    # beside the others' dumps, a damaged one is skipped: its rank counts as one without a dump
+    # (before, one empty file stopped the analysis)
+    d = os.path.join(root, "baddump2")
+    os.makedirs(d)
+    dp = lambda ops, issued: ("dp", [0, 1, 2], issued, 0, ops)
+    for r in (0, 2):
+        hang_dump(d, r, 3, (3, 1, 1), "h", [dp([("all_reduce", 1, -1, -1, 5.0)], 1)])
+    for bad in ("", '{"type":"hang_dump", "rank": 1,', "\x00\x01binary"):
+        open(os.path.join(d, "hang_r00001.json"), "w").write(bad)
+        rc, so, se = run("trace", "hang", d, "--json")
+        j = json.loads(so) if rc == 0 else {}
+        ok(rc == 0 and [s["rank"] for s in j.get("suspects", [])] == [1] and
+           j.get("missing") == [1] and "hang_r00001.json" in se and "skipped: rank 1 counts" in se,
+           f"a damaged dump ({bad[:12]!r}) beside good ones: skipped, its rank the suspect",
+           f"rc={rc}\n{so}{se}")
     d = os.path.join(root, "v2")  # another version of the formats is refused, not misread
     os.makedirs(d)
     path = RankLog(0, 1, (1, 1, 1), "h").write(d)
@@ -1794,7 +1810,8 @@ def test_fifo(d):
             os.mkfifo(os.path.join(d, "hang_r00003.json"))
         rc, so, se = run_bytes(["trace", cmd, d], timeout=30)
         name = "hang_r00003.json" if cmd == "hang" else "events_r00001.jsonl"
-        ok(rc == 3 and f"{name}: not a regular file (a FIFO)" in se,
+        # (a dump among others is skipped, its rank one without a dump: the others still speak)
+        ok(rc == (0 if cmd == "hang" else 3) and f"{name}: not a regular file (a FIFO)" in se,
            f"trace {cmd}: a FIFO in a file's place is refused, named", f"rc={rc}\n{se}")
 
 
