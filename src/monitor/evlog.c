@@ -243,11 +243,13 @@ static int put_header(FILE *f, const mon_identity *id, long long *opened_ns) {
     long long mono = (long long)ms_ev_now();
     long long wall_ns = (long long)wall.tv_sec * 1000000000LL + wall.tv_nsec;
     int dp = id->has_grid ? id->dp : id->rank, DP = id->has_grid ? id->DP : id->world;
-    char opened[48] = "";
+    char opened[96] = "";
+    int o = 0;
     if (*opened_ns)
-        snprintf(opened, sizeof opened, ",\"opened_wall_ns\":%lld", *opened_ns);
+        o = snprintf(opened, sizeof opened, ",\"opened_wall_ns\":%lld", *opened_ns);
     else
         *opened_ns = wall_ns;
+    if (id->run) snprintf(opened + o, sizeof opened - (size_t)o, ",\"run\":\"%016llx\"", id->run);
     return fprintf(f,
                    "{\"type\":\"header\",\"version\":1,\"rank\":%d,\"world\":%d,\"host\":%s,"
                    "\"pid\":%d,\"coord\":{\"dp\":%d,\"pp\":%d,\"tp\":%d},\"shape\":{\"dp\":%d,"

@@ -21,6 +21,8 @@ typedef struct {
     int has_grid;   /* 0: a single process or a job without a grid */
     int dp, pp, tp; /* coordinates */
     int DP, PP, TP; /* shape */
+    unsigned long long run; /* the same on every rank of one start of the job (0: none said):
+                             * the trace tools keep one run's logs */
 } mon_identity;
 
 typedef struct mon_evlog mon_evlog;

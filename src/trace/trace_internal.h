@@ -54,6 +54,7 @@ typedef struct {
     int64_t wall0_ns;         /* the header's of the log's .1, read before it; 0: none */
     int64_t opened_ns;        /* when its process opened the log (wall): the header's
                                  opened_wall_ns in a rotated file, else its wall_ns */
+    uint64_t run;             /* the header's "run": one start of the job (0: not said) */
     trace_clock *clocks;
     int n_clocks, cap_clocks;
     trace_span *spans;

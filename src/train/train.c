@@ -534,6 +534,12 @@ static ms_status setup_trace(trainer *t) {
         id.has_grid = 1;
         id.dp = c.dp, id.pp = c.pp, id.tp = c.tp, id.DP = sh.dp, id.PP = sh.pp, id.TP = sh.tp;
     }
+    /* this start's id, rank 0's on every rank: the trace tools keep one run's logs */
+    int64_t run = 0;
+    if (t->rank == 0 && getrandom(&run, sizeof run, GRND_NONBLOCK) != (ssize_t)sizeof run)
+        run = (int64_t)(ms_wall_now() * 1e6) ^ ((int64_t)getpid() << 32);
+    if (t->world) MS_TRY(comm_broadcast(comm_world_group(t->world), &run, 1, COMM_I64, 0));
+    id.run = (unsigned long long)run;
     double max_bytes = t->tc->trace_max_mb * 1048576.0; /* huge: as good as unbounded */
     MS_TRY(mon_evlog_open(&t->evlog, t->trace_dir, &id, 0,
                           max_bytes < 9e18 ? (long long)max_bytes : 0));

@@ -372,6 +372,32 @@ def straggler_logs(d, steps=10):
         log.write(d)
 
 
+def test_other_run_same_world(d):
+    """A log of another start of a job with the same world and grid (its header's "run"
+    differs), copied in or left behind: skipped with a warning, whether it is older or newer
+    than the others, and its rank named as one without a log (before, it was mixed in: a
+    healthy job's rank named a straggler, send/receive arrows backwards in time)."""
+    for sub, wall in (("older", 1_600_000_000), ("newer", 1_800_000_000)):
+        dd = os.path.join(d, sub)
+        os.makedirs(dd)
+        for r in range(3):
+            log = RankLog(r, 3, (3, 1, 1), "h", wall_ns=(wall if r == 2 else 1_700_000_000) * 10**9)
+            log.run = ("b" if r == 2 else "a") * 16
+            for s in range(1, 11):
+                t = 1000 * MS * s
+                slow = 5 if r == 2 else 1  # the other run's rank: a straggler there
+                log.span("compute", "step", t, t + 100 * MS * slow, step=s)
+                log.span("compute", "fwd", t, t + 20 * MS * slow, step=s, mb=0)
+                log.span("compute", "bwd", t + 50 * MS, t + 50 * MS + 20 * MS * slow, step=s, mb=0)
+            log.write(dd)
+        rc, so, se = run("trace", "stragglers", dd)
+        ok(rc == 0 and "events_r00002.jsonl: skipped: a log of another run (run bbbbbbbbbbbbbbbb;"
+           " most logs here are of run aaaaaaaaaaaaaaaa)" in se and
+           "no event log for 1 of the 3 ranks: 2" in se and "STRAGGLER" not in so,
+           f"a log of another run of the same world ({sub}): skipped, its rank without a log",
+           so + se)
+
+
 def test_stragglers(d):
     straggler_logs(d)
     rc, so, se = run("trace", "stragglers", d)
@@ -1842,6 +1868,7 @@ def main():
                          ("hang_behind", test_hang_behind), ("hang_blocked", test_hang_blocked),
                          ("hang_young_op", test_hang_young_op),
                          ("hang_healthy", test_hang_healthy),
+                         ("other_run_same_world", test_other_run_same_world),
                          ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid),
                          ("hang_stuck_group", test_hang_stuck_group),

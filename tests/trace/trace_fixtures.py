@@ -50,6 +50,7 @@ class RankLog:
         self.rank, self.world, self.shape, self.host = rank, world, shape, host
         self.coord = None  # the header's coord: None: the position formula's
         self.wall_ns = wall_ns  # the header's: when the run opened the log
+        self.run = None  # the header's "run" (16 hex digits), None: not said
         self.clocks = list(clocks)
         self.lines = []
 
@@ -78,6 +79,8 @@ class RankLog:
         header = dict(type="header", version=1, rank=self.rank, world=self.world, host=self.host,
                       pid=1000 + self.rank, coord=self.coord or coord_of(self.rank, self.shape),
                       shape=dict(dp=dp, pp=pp, tp=tp), mono_ns=1000, wall_ns=self.wall_ns)
+        if self.run:
+            header["run"] = self.run
         out = [json.dumps(header)]
         for start, o, e in self.clocks:
             out.append(json.dumps(dict(type="clock", mono_ns=start - o, offset_ns=o, err_ns=e)))
