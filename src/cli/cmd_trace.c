@@ -80,7 +80,7 @@ static ms_status check_output(const trace_cli *o, const char *opt, const char *p
                         opt, path, match);
     if (named_as_input(path, dir))
         return ms_error(MS_ERR_ARG,
-                        "%s %s is named as a file of the run in %s (events_rNNNNN.jsonl[.1], "
+                        "%s %s is named as a file of the run in %s (events_rNNNNN.jsonl[.1|.new], "
                         "hang_rNNNNN.json, hang_driver.json): every later read would take it "
                         "for one; an output never replaces an input; nothing was written",
                         opt, path, dir);

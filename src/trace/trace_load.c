@@ -370,14 +370,25 @@ static ms_status load_log(trace_set *s, trace_log *l, const char *path, unsigned
  * first, when the same process wrote it (same pid, host and rank in the
  * headers), then PATH.  A .1 of another process (an earlier run's) is
  * ignored. */
+static int ends_with(const char *s, const char *tail) {
+    size_t n = strlen(s), k = strlen(tail);
+    return n >= k && !strcmp(s + n - k, tail);
+}
+
 static ms_status load_rank_log(trace_set *s, trace_log *l, const char *path, unsigned flags,
                                int header_only, int *no_header) {
-    char older[4200];
+    char older[4200] = "";
     trace_log a, b;
-    snprintf(older, sizeof older, "%s.1", path);
-    if (!header_only && access(older, F_OK) == 0 && trace_log_read_header(older, &a) == MS_OK &&
-        trace_log_read_header(path, &b) == MS_OK && a.pid > 0 && a.pid == b.pid &&
-        a.rank == b.rank && !strcmp(a.host, b.host) && a.wall_ns <= b.wall_ns) {
+    /* the older half of PATH: PATH.1; of a stand-in NAME.jsonl.new, NAME.jsonl.1; a lone
+     * NAME.jsonl.1 has none */
+    if (ends_with(path, ".jsonl.new"))
+        snprintf(older, sizeof older, "%.*s.1", (int)(strlen(path) - 4), path);
+    else if (!ends_with(path, ".jsonl.1"))
+        snprintf(older, sizeof older, "%s.1", path);
+    if (!header_only && older[0] && access(older, F_OK) == 0 &&
+        trace_log_read_header(older, &a) == MS_OK && trace_log_read_header(path, &b) == MS_OK &&
+        a.pid > 0 && a.pid == b.pid && a.rank == b.rank && !strcmp(a.host, b.host) &&
+        a.wall_ns <= b.wall_ns) {
         MS_TRY(load_log(s, l, older, flags, 0, no_header));
         l->wall0_ns = l->wall_ns;
     }
@@ -552,11 +563,61 @@ static void keep_one_run(trace_set *s) {
     ms_warn("%s: no event log for %d of the %d ranks: %s", s->dir, world - n, world, list);
 }
 
+static int cmp_int_key(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/* A rank without its log but with events_rNNNNN.jsonl.new (killed between the two renames
+ * of a rotation, or the second failed: the log went on there), else with only its older half
+ * events_rNNNNN.jsonl.1: that file stands in, with a warning (before, the rank's events were
+ * left out, and the warning said only that it had no log).  ranks/paths (sorted by rank,
+ * n of them) grow; 0 or MS_ERR_NOMEM. */
+static ms_status add_stand_ins(const char *dir, int **ranks, char ***paths, int *n) {
+    static const char *const tails[2] = {".jsonl.new", ".jsonl.1"};
+    for (int t = 0; t < 2; t++) {
+        int *rk = NULL, m = 0;
+        char **ps = NULL;
+        if (trace_rank_files(dir, "events_r", tails[t], &rk, &ps, &m) != MS_OK) continue;
+        for (int i = 0; i < m; i++) {
+            if (*n && bsearch(&rk[i], *ranks, (size_t)*n, sizeof **ranks, cmp_int_key))
+                continue; /* its log is there */
+            int *nr = realloc(*ranks, ((size_t)*n + 1) * sizeof *nr);
+            if (nr) *ranks = nr;
+            char **np = nr ? realloc(*paths, ((size_t)*n + 1) * sizeof *np) : NULL;
+            if (!np) {
+                trace_rank_files_free(rk, ps, m);
+                return ms_error(MS_ERR_NOMEM, "%s: out of memory", dir);
+            }
+            *paths = np;
+            int at = *n;
+            while (at > 0 && (*ranks)[at - 1] > rk[i]) { /* sorted by rank */
+                (*ranks)[at] = (*ranks)[at - 1], (*paths)[at] = (*paths)[at - 1];
+                at--;
+            }
+            (*ranks)[at] = rk[i], (*paths)[at] = ps[i];
+            ps[i] = NULL;
+            (*n)++;
+            ms_warn("%s: the rank's log %.*s is missing: read in its place (%s)", (*paths)[at],
+                    (int)(strlen((*paths)[at]) - strlen(tails[t]) + 6), (*paths)[at],
+                    t == 0 ? "the rank ended while it rotated its log"
+                           : "its older half only: the rest is lost");
+        }
+        trace_rank_files_free(rk, ps, m);
+    }
+    return MS_OK;
+}
+
 ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
     *out = NULL;
     int *ranks = NULL, n = 0;
     char **paths = NULL;
     MS_TRY(trace_rank_files(dir, "events_r", ".jsonl", &ranks, &paths, &n));
+    ms_status sa = add_stand_ins(dir, &ranks, &paths, &n);
+    if (sa != MS_OK) {
+        trace_rank_files_free(ranks, paths, n);
+        return sa;
+    }
     trace_set *s = calloc(1, sizeof *s);
     ms_status st = s && (s->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK && n == 0)

@@ -38,6 +38,7 @@ static int rank_of_name(const char *name, const char *prefix, const char *suffix
 int trace_is_input_name(const char *name) {
     return rank_of_name(name, "events_r", ".jsonl") >= 0 ||
            rank_of_name(name, "events_r", ".jsonl.1") >= 0 ||
+           rank_of_name(name, "events_r", ".jsonl.new") >= 0 ||
            rank_of_name(name, "hang_r", ".json") >= 0 || !strcmp(name, "hang_driver.json");
 }
 

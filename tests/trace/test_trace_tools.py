@@ -398,6 +398,23 @@ def test_other_run_same_world(d):
            so + se)
 
 
+def test_stand_in_logs(d):
+    """A rank whose log is missing but whose events_rNNNNN.jsonl.new (killed while it rotated
+    its log) or .1 (its older half) is there: that file is read in its place, with a warning
+    (before: "no event log for 1 of the 2 ranks", its events left out)."""
+    for tail in (".new", ".1"):
+        dd = os.path.join(d, tail[1:])
+        os.makedirs(dd)
+        straggler_logs(dd)
+        os.rename(os.path.join(dd, "events_r00001.jsonl"),
+                  os.path.join(dd, "events_r00001.jsonl" + tail))
+        rc, so, se = run("trace", "merge", dd, "-o", os.path.join(dd, "m.json"))
+        ok(rc == 0 and f"events_r00001.jsonl{tail}: the rank's log" in se and
+           "is missing: read in its place" in se and "merged 2 rank(s)" in so + se and
+           "no event log" not in se, f"a rank with only its log's {tail}: read in its place",
+           so + se)
+
+
 def test_stragglers(d):
     straggler_logs(d)
     rc, so, se = run("trace", "stragglers", d)
@@ -1820,7 +1837,11 @@ def test_output_guard(d):
            and all(open(os.path.join(commit, n), "rb").read() == b for n, b in files.items())
            and not os.path.exists(os.path.join(commit, "new.json")),
            f"trace {cmd} {opt} into a commit ({name}): refused", f"rc={rc}\n{se}")
+    # (a rank's .new stands in for its missing log: refused too)
     rc, so, se = run("trace", "merge", d, "-o", os.path.join(d, "events_r00005.jsonl.new"))
+    ok(rc == 2 and "is named as a file of the run" in se, "a rank's .new: refused as an output",
+       se)
+    rc, so, se = run("trace", "merge", d, "-o", os.path.join(d, "events_r00005.jsonl.old"))
     ok(rc == 0, "a name the tools do not read is written", se)
 
 
@@ -1869,6 +1890,7 @@ def main():
                          ("hang_young_op", test_hang_young_op),
                          ("hang_healthy", test_hang_healthy),
                          ("other_run_same_world", test_other_run_same_world),
+                         ("stand_in_logs", test_stand_in_logs),
                          ("hang_stale", test_hang_stale),
                          ("hang_nogrid", test_hang_nogrid),
                          ("hang_stuck_group", test_hang_stuck_group),
