@@ -25,11 +25,14 @@ void plan_result_print(FILE *f, const plan_model *m, const plan_layout *l, const
     fprintf(f, "iteration %.4f s | %.0f tokens/s | MFU %.1f%% | memory %.1f GB per GPU%s\n",
             r->iter_s, r->tokens_per_s, 100 * r->mfu, r->memory_gb,
             r->fits ? "" : "  (does NOT fit)");
-    if (m->window > 0 && m->window < m->seq) /* the formula's full attention, and the window's */
+    /* the formula's full attention, and the attention computed (causal, in the window):
+     * said with a window, or where the two differ by more than 5% (a long sequence) */
+    int windowed = m->window > 0 && m->window < m->seq;
+    if (windowed || r->mfu > 1 || r->mfu_window < 0.95 * r->mfu)
         fprintf(f,
                 "  MFU counts full attention (Megatron's formula, as the papers do); with the "
-                "window's attention only: %.1f%%%s\n",
-                100 * r->mfu_window,
+                "attention computed (causal%s): %.1f%%%s\n",
+                windowed ? ", the window's only" : ", half of it", 100 * r->mfu_window,
                 r->mfu > 1 ? " (the GPUs compute far fewer attention FLOPs than the formula "
                              "counts: the first figure passes 100%)"
                            : "");

@@ -217,8 +217,12 @@ double plan_megatron_flops_per_token(const plan_model *m) {
     return megatron_flops(m, m->seq);
 }
 
+/* The formula with the attention the GPUs compute: causal, a token attends to the tokens
+ * before it (s/2 of them on average, where the formula counts s), or within a window w
+ * (w (1 - w/2s)).  Before, the full s without a window: a long sequence's MFU passed 100%. */
 double plan_window_flops_per_token(const plan_model *m) {
-    return megatron_flops(m, m->window > 0 && m->window < m->seq ? m->window : m->seq);
+    double s = m->seq, w = m->window;
+    return megatron_flops(m, w > 0 && w < s ? w * (1 - w / (2 * s)) : s / 2);
 }
 
 int plan_recompute_flags(plan_recompute rc) {
