@@ -61,6 +61,15 @@ int ms_fault_is_ckpt(const char *kind) {
     return 0;
 }
 
+int ms_fault_rank0_only(const char *kind) {
+    static const char *const k[] = {"stage2:after-manifest", "stage2:after-commit",
+                                    "io:enospc-manifest",    "io:eio-fsync-manifest",
+                                    "io:eio-fsync-commit",   "io:noexchange"};
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(kind, k[i])) return 1;
+    return 0;
+}
+
 static ms_status add(ms_fault_plan *p, const ms_fault *f, const char *what) {
     if (p->n == MS_FAULT_MAX)
         return ms_error(MS_ERR_ARG, "%s: more than %d faults", what, MS_FAULT_MAX);
@@ -248,6 +257,13 @@ static ms_status parse_one(ms_fault_plan *p, const char *e, const char *what) {
     /* no STEP: the trainer's kinds fire at step 1 (as documented; they never fired), the
      * checkpoint's at the first checkpoint of the process, the self-test's at its run */
     if (f.step < 0 && !ms_fault_is_ckpt(f.kind) && strncmp(f.kind, "diag:", 5)) f.step = 1;
+    /* the manifest and the commit are rank 0's: such a point aimed at another rank never
+     * fired, and a chaos run reported 0 faults without a word */
+    if (ms_fault_rank0_only(f.kind) && f.rank > 0)
+        return ms_error(MS_ERR_ARG,
+                        "%s: '%s': %s fires on rank 0 only (the rank that writes the manifest "
+                        "and commits): give :0 or no target",
+                        what, e, f.kind);
     if (!strcmp(f.kind, "spike") && (f.rank >= 0 || f.node[0]))
         return ms_error(MS_ERR_ARG,
                         "%s: '%s': spike takes no rank or node target (it applies on every rank, "

@@ -84,6 +84,9 @@ const ms_fault *ms_fault_find(const ms_fault_plan *p, const char *kind, int step
 /* 1 if kind is one of the checkpoint's points (stage1:*, stage2:*, io:*,
  * signal:*). */
 int ms_fault_is_ckpt(const char *kind);
+/* 1 if kind is a checkpoint point that only rank 0 reaches (the manifest, the commit): an
+ * entry aimed at another rank is refused. */
+int ms_fault_rank0_only(const char *kind);
 /* 1 if any entry of `kind` exists for `rank` and the plan's node. */
 int ms_fault_any(const ms_fault_plan *p, const char *kind, int rank);
 /* The plan as a spec string (entries with step > after_step only, so a

@@ -139,10 +139,16 @@ static void test_no_step(void) {
     T_STR_EQ(buf, "stage1:mid:1,stage2:after-commit,diag:gemm:2,io:noexchange");
     /* the longest kinds with a rank of several digits: longer than a kind, split first */
     ms_fault_plan q = {.n = 0};
-    T_EQ_INT(ms_fault_parse(&q, "stage2:after-manifest:10,io:eio-fsync-manifest:1000", WHAT),
-             MS_OK);
-    T_OK(q.n == 2 && !strcmp(q.f[0].kind, "stage2:after-manifest") && q.f[0].rank == 10 &&
-         !strcmp(q.f[1].kind, "io:eio-fsync-manifest") && q.f[1].rank == 1000);
+    T_EQ_INT(ms_fault_parse(&q, "stage2:after-shard:10,io:eio-fsync-shard:1000", WHAT), MS_OK);
+    T_OK(q.n == 2 && !strcmp(q.f[0].kind, "stage2:after-shard") && q.f[0].rank == 10 &&
+         !strcmp(q.f[1].kind, "io:eio-fsync-shard") && q.f[1].rank == 1000);
+    /* the manifest's and the commit's points are rank 0's: aimed elsewhere, refused (they
+     * never fired, and a chaos run said nothing) */
+    ms_fault_plan z = {.n = 0};
+    T_EQ_INT(ms_fault_parse(&z, "stage2:after-manifest:0,io:eio-fsync-commit@4", WHAT), MS_OK);
+    expect_bad("stage2:after-manifest:10", "'stage2:after-manifest:10'", "rank 0 only");
+    expect_bad("stage2:after-commit@30:1", "'stage2:after-commit@30:1'", "rank 0 only");
+    expect_bad("io:noexchange:3", "'io:noexchange:3'", "give :0 or no target");
     expect_bad("exit:1:node=b", "'exit:1:node=b'", "one target");
     expect_bad("exit:1@2", "unknown fault 'exit:1'", NULL);
     expect_bad("exit:x", "unknown fault 'exit:x'", NULL);
