@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -283,6 +284,7 @@ int cmd_launch(int argc, char **argv) {
                         .faults = o.faults,
                         .train_argc = argc - sep - 1,
                         .train_argv = argv + sep + 1,
+                        .train_effective = tv.effective,
                         .ckpt_dir = tv.ckpt_dir,
                         .resume = tv.resume,
                         .new_run = tv.new_run,
@@ -293,6 +295,8 @@ int cmd_launch(int argc, char **argv) {
                         .device = tv.device};
         rc = sup_run(&c);
     }
+    free(tv.effective);
+    tv.effective = NULL;
     opts_free(launch_opts, N_LAUNCH_OPTS, &o);
     return rc;
 }

@@ -305,6 +305,7 @@ int cmd_train_check(int argc, char **argv, const char *events_opt, const char *e
         v->steps = tc->steps;
         v->new_run = tc->new_run;
         v->peak_cache_given = tc->peak_cache != NULL;
+        v->effective = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &c);
     }
     opts_free(train_opts, N_TRAIN_OPTS, &c);
     return rc;

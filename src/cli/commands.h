@@ -17,6 +17,8 @@ typedef struct {
     char trace_dir[4096];              /* as given: "" (beside the metrics), none, off, a DIR */
     char device[16];
     int steps, new_run, peak_cache_given;
+    char *effective; /* every option's effective value that the ranks share, as a JSON object's
+                      * text (malloc'd: the caller frees it; NULL on OOM) */
 } cli_train_view;
 /* Parse train options as `megascale train` would, before a launch starts
  * anything: 0 and *v filled, or 2 (usage) with the error printed, naming the

@@ -69,6 +69,9 @@ typedef struct {
     uint64_t compute_log_max_bytes; /* compute.jsonl rotated to .1 past this (0: never) */
     int train_argc;
     char **train_argv; /* the train options (after "--") */
+    /* their effective values (--config files and the environment included), a JSON object's
+     * text, or NULL: a job taken over or requeued is compared by these */
+    const char *train_effective;
     /* their effective values (command line, --config file, --out-dir),
      * parsed by the caller before anything starts */
     const char *ckpt_dir; /* the job's checkpoints: restarts resume from there */

@@ -361,6 +361,8 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON *train = cJSON_AddArrayToObject(o, "train");
     for (int i = 0; i < d->c->train_argc; i++)
         cJSON_AddItemToArray(train, cJSON_CreateString(d->c->train_argv[i]));
+    cJSON *eff = d->c->train_effective ? cJSON_Parse(d->c->train_effective) : NULL;
+    if (eff) cJSON_AddItemToObject(o, "train_effective", eff);
     /* the attempt's fault from the moment it is seen (an eviction from the
      * moment it is accepted) to the restart: a successor stops the job,
      * counts the fault once and evicts the node */
@@ -454,7 +456,47 @@ static int same_value(const char *a, const char *b) {
  * none).  Options are compared by value (the last one given counts; numbers
  * as numbers), so the same options in another order or spelling are the
  * same. */
-static void train_diff(const sup_config *c, const cJSON *saved, char *out, size_t n) {
+/* The same by the options' effective values (saved: the state's "train_effective"): the
+ * first option whose value differs, whichever way it was given (the command line, a --config
+ * file, the environment).  1 if both sides have them (out says the difference, "" if none),
+ * 0 if not (an older state: the argv are compared). */
+static int effective_diff(const sup_config *c, const cJSON *saved, char *out, size_t n) {
+    cJSON *mine = c->train_effective ? cJSON_Parse(c->train_effective) : NULL;
+    out[0] = 0;
+    if (!cJSON_IsObject(saved) || !cJSON_IsObject(mine)) {
+        cJSON_Delete(mine);
+        return 0;
+    }
+    for (int side = 0; side < 2 && !out[0]; side++) {
+        const cJSON *e, *of = side ? (const cJSON *)mine : saved;
+        cJSON_ArrayForEach(e, of) {
+            const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, e->string),
+                        *is = cJSON_GetObjectItemCaseSensitive(mine, e->string);
+            int same = was && is &&
+                       (cJSON_Compare(was, is, 1) || (cJSON_IsNumber(was) && cJSON_IsNumber(is) &&
+                                                      was->valuedouble == is->valuedouble));
+            if (same) continue;
+            char *a = was ? cJSON_PrintUnformatted(was) : NULL,
+                 *b = is ? cJSON_PrintUnformatted(is) : NULL;
+            snprintf(out, n,
+                     "train option --%s: the job has %.300s, this command gives %.300s (its "
+                     "value from the command line, a --config file or the environment)",
+                     e->string, a ? a : "none", b ? b : "none");
+            cJSON_free(a);
+            cJSON_free(b);
+            break;
+        }
+    }
+    cJSON_Delete(mine);
+    return 1;
+}
+
+static void train_diff(const sup_config *c, const cJSON *saved, const cJSON *effective, char *out,
+                       size_t n) {
+    /* by value where both sides know them: a --config file changed under the same command
+     * line was taken over without a word (and its new lr ran after the next restart), and
+     * an option given on the command line with the value its --config file had was refused */
+    if (effective_diff(c, effective, out, n)) return;
     int k = cJSON_GetArraySize(saved);
     char **a = calloc((size_t)k + 1, sizeof *a);
     out[0] = 0;
@@ -501,7 +543,7 @@ static void options_diff(const sup_driver *d, const cJSON *o, char *what, size_t
                  "--spares/--hostfile: the job's node pool is %.500s, this command's is %.500s",
                  pool->valuestring, mine);
     else if (cJSON_IsArray(train))
-        train_diff(d->c, train, what, wn);
+        train_diff(d->c, train, item(o, "train_effective"), what, wn);
     free(mine);
 }
 
@@ -672,7 +714,7 @@ static void inherit_start(sup_driver *d, const cJSON *o) {
     const cJSON *train = item(o, "train"), *l0 = item(o, "latest0"), *j0 = item(o, "job0");
     char what[1400];
     if (!cJSON_IsArray(train) || !cJSON_IsString(l0) || !cJSON_IsString(j0)) return;
-    train_diff(d->c, train, what, sizeof what);
+    train_diff(d->c, train, item(o, "train_effective"), what, sizeof what);
     if (what[0]) return; /* other options: a new job of its own */
     snprintf(d->latest0, sizeof d->latest0, "%s", l0->valuestring);
     snprintf(d->job0, sizeof d->job0, "%s", j0->valuestring);

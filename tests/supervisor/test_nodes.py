@@ -349,20 +349,39 @@ def driver_options(d, shard, ref_w):
                              "gives 4"),
                             ("--spares", c[:j + 1] + ["2"] + c[j + 2:], "node0,node1,node2, this "
                              "command's is node0,node1,node2,node3"),
-                            ("--lr", c + ["--lr", "2e-3"], "the job has 1e-3, this command gives "
-                             "2e-3")]:
+                            ("--lr", c + ["--lr", "2e-3"], "the job has 0.001, this command gives "
+                             "0.002")]:
         env = dict(os.environ, OMP_NUM_THREADS="1")
         r = subprocess.run(bad, capture_output=True, text=True, env=env, timeout=60)
         ok(r.returncode == 2 and name in r.stderr and want in r.stderr,
            f"a new driver with another {name} than the running job: refused, naming both values",
            f"rc {r.returncode}: {r.stderr[-800:]}")
+    # the same command line, another value from a --config file or the environment: compared
+    # by the effective values (before, only the command lines were: the changed file was taken
+    # over without a word, and its value ran from the next restart on)
+    changed, same_cfg = os.path.join(d, "opts-changed.cfg"), os.path.join(d, "opts-same.cfg")
+    with open(changed, "w") as f:
+        f.write("nonfinite-redo = 2\n")
+    with open(same_cfg, "w") as f:
+        f.write("nonfinite-redo = 1\n")
+    for name, bad, extra, want in [
+            ("--config", c + ["--config", changed], {}, "the job has 1, this command gives 2"),
+            ("MS_NONFINITE_REDO", c, {"MS_NONFINITE_REDO": "3"},
+             "the job has 1, this command gives 3")]:
+        env = dict(os.environ, OMP_NUM_THREADS="1", **extra)
+        r = subprocess.run(bad, capture_output=True, text=True, env=env, timeout=60)
+        want = "train option --nonfinite-redo: " + want
+        ok(r.returncode == 2 and want in r.stderr,
+           f"a new driver whose {name} gives another value than the running job's: refused, "
+           "naming both values", f"rc {r.returncode}: {r.stderr[-800:]}")
     with open(os.path.join(run, "driver.json")) as f:
         same = f.read() == saved
     ok(same and len(events(run)) == n_ev and st.get("mpirun_pid") and
        os.path.exists(f"/proc/{st['mpirun_pid']}"),
        "refused drivers leave the job and driver.json untouched", f"same {same}")
     # the same options, --lr spelled 0.001 (the job's 1e-3): compared as numbers, not text
-    rc, err = relaunch(c + ["--lr", "0.001"])
+    # (and a --config file that gives the job's value is the same options)
+    rc, err = relaunch(c + ["--lr", "0.001", "--config", same_cfg])
     check_done(run, rc, err, ref_w, "the same command (--lr 0.001 for 1e-3) after refused ones")
     res = of(run, "driver_resumed")
     ok(res and res[0]["adopted"] is True and not of(run, "fault_detected"),
