@@ -123,7 +123,7 @@ static void latest_id(const sup_driver *d, char *buf, size_t n) {
  * readable): what a driver that takes a job over knows of the steps made
  * while no driver watched, and of those no beat told when a fault is
  * booked.  Only the file's last 64 KiB are read. */
-static int metrics_step(const sup_driver *d) {
+int sup_metrics_step(const sup_driver *d) {
     enum { TAIL = 65536 };
     int fd = open(d->metrics_path, O_RDONLY | O_CLOEXEC), best = -1;
     struct stat sb;
@@ -553,7 +553,12 @@ static void stop_attempt(sup_driver *d) {
     cJSON_AddStringToObject(f, "ended_by", how[d->job.escalation]);
     char st[96];
     sup_job_describe(&d->job, st, sizeof st);
-    cJSON_AddStringToObject(f, "mpirun", d->job.exited ? st : "still running");
+    /* no job: it ended before this driver (taken over from a state whose job was gone);
+     * before, "still running" beside ended_by "had_exited" */
+    cJSON_AddStringToObject(f, "mpirun",
+                            !d->job.pid     ? "none (it had ended before this driver started)"
+                            : d->job.exited ? st
+                                            : "still running");
     if (d->job.swept_segments || d->job.swept_session) {
         cJSON_AddNumberToObject(f, "shm_segments_removed", d->job.swept_segments);
         cJSON_AddNumberToObject(f, "shm_mb_removed", d->job.swept_mb);
@@ -579,7 +584,7 @@ static void book_fault(sup_driver *d) {
     d->fault_booked = 1;
     /* the steps rank 0 logged that no beat told (a rank killed while a successor took the
      * job over: its kill@10 was booked at step 8 and handed out again) */
-    int logged = metrics_step(d);
+    int logged = sup_metrics_step(d);
     if (logged > d->best_step) d->best_step = logged;
     /* an injected fault fires at the start of its step: the one that did
      * is at most the step after the last one done */
@@ -810,7 +815,7 @@ static int run_loop(sup_driver *d) {
     char why[512] = "";
     int code = 0;
     if (d->adopt_pid || d->lost_pid) { /* the steps made while no driver watched */
-        int m = metrics_step(d);
+        int m = sup_metrics_step(d);
         if (m > d->best_step) d->best_step = m;
     }
     int last = d->lost_pid ? latest_commit(d) : -1;

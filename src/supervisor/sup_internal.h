@@ -540,6 +540,8 @@ int sup_policy_verdict(const sup_driver *d, int prev_best, int *no_progress);
 /* Did the job refuse its options (a usage error, said by a rank's last beat
  * or by mpirun's exit code 2)?  No restart or diag can change that. */
 int sup_refused_options(const sup_driver *d);
+/* The newest step rank 0 logged in the metrics since its start's config line (-1: none). */
+int sup_metrics_step(const sup_driver *d);
 /* Before the first start (--preflight): diag on every node not on the
  * blocklist (the spares too), evicting the ones that fail, so a node slow
  * or broken from the start never joins the job; 0 to go on, else the exit

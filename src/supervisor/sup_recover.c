@@ -827,6 +827,12 @@ int sup_state_resume(sup_driver *d, char *why, size_t n) {
                     gone.swept_session ? " and its session directory" : "");
     }
     resume_ranks(d, ranks, adopted);
+    /* the steps made while no driver watched, said in driver_resumed (before, the state's
+     * older step: "taken over at step 37" of a job at step 60) */
+    if (job || d->lost_pid) {
+        int m = sup_metrics_step(d);
+        if (m > d->best_step) d->best_step = m;
+    }
     say_resumed(d, prev_pid, adopted);
     cJSON_Delete(o);
     return 0;

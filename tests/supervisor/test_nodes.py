@@ -254,6 +254,8 @@ def driver_killed(d, shard):
     p1.wait()
     log1.close()
     time.sleep(0.5)
+    with open(os.path.join(run, "m.jsonl")) as f:  # the steps made meanwhile
+        logged = max((json.loads(l).get("step", -1) for l in f if l.strip()), default=-1)
     p2 = subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           errors="replace", env=env)
     rc, err = finished(p2)
@@ -262,6 +264,9 @@ def driver_killed(d, shard):
     res = of(run, "driver_resumed")
     ok(res and res[0]["adopted"] is True, "driver killed: the new driver takes over the job",
        str(res) + err[-2000:])
+    ok(res and res[0]["step"] >= logged > 0, "driver killed: driver_resumed says the step the "
+       "job had reached, from its metrics (before, the state's older one)",
+       f"logged {logged}, {res}")
     ok(not of(run, "restart") and not of(run, "fault_detected"),
        "driver killed: no restart, no fault", str([e["event"] for e in events(run)]))
     summ = of(run, "summary")
