@@ -288,6 +288,7 @@ static int rank_lives(const sup_rank *s) {
 }
 
 static void crash(sup_driver *d, int rank, double t_stall) {
+    if (d->fault) return; /* one fault an attempt: the first seen */
     /* another rank already gone, unseen (its connection lost before, or not back after a
      * takeover): it died first, and this one's end follows from it (its collective failed
      * and it exited).  A successor blamed the survivor whose connection closed first. */
@@ -299,10 +300,40 @@ static void crash(sup_driver *d, int rank, double t_stall) {
             break;
         }
     }
-    sup_set_fault(d, "crash", rank, t_stall, "rank %d (pid %d) is gone: %s", rank, d->r[rank].pid,
+    /* the others gone as well (killed at once, or by mpirun after it): said, the first 8
+     * (before, only the rank blamed was named, and the others' ends were in no record).
+     * Processes killed together end a few milliseconds apart (a large one's exit takes
+     * longer): looked at for up to 20 ms, unless every other rank is gone before */
+    char also[160] = "";
+    int n_also = 0;
+    for (int t = 0; t < 20; t++) {
+        int gone = 0, others = 0;
+        for (int i = 0; i < d->c->np; i++) {
+            const sup_rank *s = &d->r[i];
+            if (i == rank || s->done || s->failed || s->stopped || !s->pid_start) continue;
+            others++;
+            gone += !rank_lives(s);
+        }
+        if (gone == others) break;
+        usleep(1000);
+    }
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (i == rank || s->done || s->failed || s->stopped || !s->pid_start || rank_lives(s))
+            continue;
+        size_t o = strlen(also);
+        if (n_also++ < 8)
+            snprintf(also + o, sizeof also - o, "%s%d", n_also > 1 ? ", " : "", i);
+        else if (n_also == 9)
+            snprintf(also + o, sizeof also - o, ", ...");
+    }
+    sup_set_fault(d, "crash", rank, t_stall, "rank %d (pid %d) is gone: %s%s%s%s", rank,
+                  d->r[rank].pid,
                   d->r[rank].adopted ? "its process ended before it reconnected to this driver "
                                        "(which took the job over from an earlier one)"
-                                     : "its heartbeat connection closed before it finished");
+                                     : "its heartbeat connection closed before it finished",
+                  n_also ? (n_also > 1 ? "; also gone: ranks " : "; also gone: rank ") : "", also,
+                  n_also ? " (their processes ended too)" : "");
 }
 
 /* A rank whose process (on this host: known by its start time) is gone

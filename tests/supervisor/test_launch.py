@@ -148,6 +148,26 @@ def check_recovery(d, shard, ref_w, name, sig, victim):
     print(f"{name}: detected in {det[0] if det else '?'} s; {err.strip().splitlines()[-1]}")
 
 
+def check_all_killed(d, shard, ref_w):
+    """kill -9 of every rank at once: one crash (of whichever end the driver read first), the
+    others named in its detail as gone too (before, their ends were in no record); restarted,
+    and bitwise the fault-free run."""
+    run, p = launch(d, "killall", shard)
+    pids = wait_step(run, 12, p)
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    rc, err = finished(p)
+    f = [e for e in events(run) if e["event"] == "fault_detected"]
+    others = [r for r in pids if f and r != f[0].get("rank")]
+    want = "; also gone: rank" + ("s " if len(others) > 1 else " ") + ", ".join(map(str, others))
+    ok(rc == 0 and len(f) == 1 and f[0]["kind"] == "crash" and len(pids) >= 2 and
+       want in f[0].get("detail", ""),
+       "every rank killed at once: one crash, the other ranks named as gone too",
+       f"rc {rc}, {f}, pids {pids}\n{err[-2000:]}")
+    ok(sha(os.path.join(run, "w.safetensors")) == ref_w,
+       "every rank killed at once: final weights bitwise equal to the fault-free run")
+
+
 def check_comm_lost_peer(d, shard):
     """Rank 1 SIGSTOPped with a --comm-timeout shorter than the heartbeat
     timeout: rank 0's collective times out first and rank 0 reports the
@@ -427,6 +447,7 @@ def main():
        "the metrics (mode 0644) say the heartbeat token is set, not what it is", str(first)[:600])
     check_recovery(d, shard, ref_w, "kill9", signal.SIGKILL, 1)
     check_recovery(d, shard, ref_w, "sigstop", signal.SIGSTOP, 0)
+    check_all_killed(d, shard, ref_w)
     check_comm_lost_peer(d, shard)
     check_crash_loop(d, shard)
     check_bad_beats(d, shard)
