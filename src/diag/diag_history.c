@@ -3,6 +3,7 @@
  * diag.h, "History"). */
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +23,17 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* 1 if the object o is an entry of key k; its value in *v. */
-static int entry_matches(const cJSON *o, const diag_hist_key *k, double *v) {
+/* The most a device can do, far past any made (a GEMM: 100 PFLOP/s; memory: 1 PB/s): a
+ * value beyond it is a damaged entry.  (A history line of 1e308 GFLOP/s made every later run
+ * SLOW, and a failed run is not appended: the node failed for good.) */
+static double plausible_max(const char *check) {
+    return !strcmp(check, "gemm") ? 1e8 : !strcmp(check, "memory") ? 1e6 : INFINITY;
+}
+
+/* 1 if the object o is an entry of key k, its value in *v; -1 if it is one of k whose value
+ * cannot be a result (not a number, not positive, beyond any device: *why says which);
+ * else 0. */
+static int entry_matches(const cJSON *o, const diag_hist_key *k, double *v, const char **why) {
     const cJSON *ch = cJSON_GetObjectItemCaseSensitive(o, "check");
     const cJSON *dev = cJSON_GetObjectItemCaseSensitive(o, "device");
     const cJSON *size = cJSON_GetObjectItemCaseSensitive(o, "size");
@@ -33,9 +43,24 @@ static int entry_matches(const cJSON *o, const diag_hist_key *k, double *v) {
     if (!cJSON_IsString(dev) || strcmp(dev->valuestring, k->device)) return 0;
     if (!cJSON_IsNumber(size) || size->valueint != k->size) return 0;
     if (cJSON_IsNumber(lr) && lr->valueint != k->local_rank) return 0;
-    if (!cJSON_IsNumber(val) || !(val->valuedouble > 0)) return 0;
+    *why = !cJSON_IsNumber(val)                         ? "its value is not a number"
+           : !(val->valuedouble > 0)                    ? "its value is not positive"
+           : val->valuedouble > plausible_max(k->check) ? "its value is beyond any device"
+                                                        : NULL;
+    if (*why) return -1;
     *v = val->valuedouble;
     return 1;
+}
+
+/* Each damaged line of a history is said once a process (every check reads the file: the
+ * warnings came twice). */
+static int warned_once(const char *path, int lineno) {
+    static char last[4096];
+    static int upto;
+    if (!strcmp(last, path) && lineno <= upto) return 1;
+    if (strcmp(last, path)) snprintf(last, sizeof last, "%s", path), upto = 0;
+    upto = lineno;
+    return 0;
 }
 
 ms_status diag_history_median(const char *path, const diag_hist_key *k, double *median, int *n) {
@@ -54,10 +79,15 @@ ms_status diag_history_median(const char *path, const diag_hist_key *k, double *
         lineno++;
         if (!line[strspn(line, " \t\r")]) continue;
         cJSON *o = cJSON_Parse(line);
-        double v;
-        if (!cJSON_IsObject(o))
+        double v = 0;
+        const char *why = NULL;
+        int m = cJSON_IsObject(o) ? entry_matches(o, k, &v, &why) : 0;
+        if (!cJSON_IsObject(o) && !warned_once(path, lineno))
             ms_warn("diag: %s:%d: not a JSON object; line skipped", path, lineno);
-        else if (entry_matches(o, k, &v))
+        else if (m < 0 && !warned_once(path, lineno))
+            ms_warn("diag: %s:%d: a %s entry whose %s; line skipped", path, lineno, k->check,
+                    why + 4);
+        else if (m > 0)
             vals[seen++ % DIAG_HISTORY_MEDIAN] = v; /* a ring: the newest entries */
         cJSON_Delete(o);
     }
@@ -73,9 +103,11 @@ ms_status diag_history_median(const char *path, const diag_hist_key *k, double *
 /* 1 if o is a diag entry: a check, a device and a value (what
  * diag_history_append writes; the other keys are not needed). */
 static int is_entry(const cJSON *o) {
+    /* (a value that is no number is a damaged entry, skipped by the reader with a warning
+     * naming its line: before, it refused the whole file without saying where) */
     return cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "check")) &&
            cJSON_IsString(cJSON_GetObjectItemCaseSensitive(o, "device")) &&
-           cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(o, "value"));
+           cJSON_GetObjectItemCaseSensitive(o, "value");
 }
 
 /* Whether text (len bytes, NUL-terminated: ms_file_read_*) can be a history:

@@ -214,6 +214,20 @@ def test_history(d):
         rc, out, err = run("--history", other, "--slow-factor", "0.001")
         ok(rc == 2 and f"--history {other} holds JSON objects that are not diag entries" in err
            and open(other).read() == text, f"--history {name}: refused, kept", f"rc={rc}\n{err}")
+    # damaged entries: a value beyond any device (1e308 GFLOP/s: every later run was SLOW,
+    # and a failed run is not appended, so the node failed for good) or not a number ("fast":
+    # the whole file was refused without a line named): skipped, each named once
+    dam = os.path.join(d, "damaged.jsonl")
+    ent = {"check": "gemm", "unit": "GFLOP/s", "device": "cpu", "size": 192, "local_rank": 0}
+    with open(dam, "w") as f:
+        for v in (1e308, 1e308, 1e308, 1e308, "fast"):
+            f.write(json.dumps(dict(ent, value=v)) + "\n")
+    rc, out, err = run("--history", dam)
+    ok(rc == 0 and f"{dam}:1: a gemm entry whose value is beyond any device; line skipped" in err
+       and f"{dam}:5: a gemm entry whose value is not a number; line skipped" in err
+       and err.count(f"{dam}:1:") == 1 and "SLOW" not in out + err,
+       "a history's damaged entries: skipped, each line named once; the node passes",
+       f"rc={rc}\n{out}\n{err}")
     empty = os.path.join(d, "no_entries.jsonl")
     open(empty, "w").write("not json\n")
     rc, out, err = run("--history", empty, "--slow-factor", "0.001")
