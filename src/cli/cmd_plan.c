@@ -177,6 +177,9 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
     if (!*s)
         return ms_error(MS_ERR_ARG, "--features is empty (megatron, megascale, ours, a list, or "
                                     "none)");
+    size_t len = strlen(s); /* (strtok passed over an empty entry: "fused,,lamb") */
+    if (strstr(s, ",,") || s[0] == ',' || (len && s[len - 1] == ','))
+        return ms_error(MS_ERR_ARG, "--features %s: an empty entry in the list", s);
     /* the whole list (before, a copy of 255 characters dropped what came after) */
     char *buf = strdup(s);
     if (!buf) return ms_error(MS_ERR_NOMEM, "--features: out of memory");
@@ -201,6 +204,12 @@ static ms_status features_of(const char *s, plan_features *f, int *parallel, int
             f->lamb = 1;
         else if (!strcmp(t, "fp32-gather"))
             f->fp32_gather = 1;
+        else if (!strcmp(t, "megatron") || !strcmp(t, "megascale") || !strcmp(t, "ours"))
+            st = ms_error(MS_ERR_ARG,
+                          "--features %s: '%s' is a preset, given alone (--features %s); a "
+                          "list names features: parallel, window, tp-overlap, pp-overlap, "
+                          "dp-overlap, fused, data, lamb, fp32-gather",
+                          s, t, t);
         else if (strcmp(t, "none"))
             st = ms_error(MS_ERR_ARG,
                           "--features: unknown feature '%s' (megatron, megascale, ours, or a "

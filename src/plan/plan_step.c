@@ -276,11 +276,13 @@ int plan_seq_max(const plan_model *m) {
 }
 
 ms_status plan_check(const plan_model *m, const plan_layout *l) {
-    if (m->layers < 1 || m->dim < 1 || m->heads < 1 || m->vocab < 2 || m->seq < 1)
+    if (m->layers < 1 || m->dim < 1 || m->heads < 1 || m->vocab < 1 || m->seq < 1)
         return ms_error(MS_ERR_ARG,
                         "the model needs --layers, --dim, --heads, --vocab and --seq "
                         "(or --model): got %d, %d, %d, %d, %d",
                         m->layers, m->dim, m->heads, m->vocab, m->seq);
+    if (m->vocab < 2) /* (said as missing before: "needs --vocab ... got 1") */
+        return ms_error(MS_ERR_ARG, "--vocab %d: a vocabulary needs at least 2 tokens", m->vocab);
     if (m->dim % m->heads)
         return ms_error(MS_ERR_ARG, "--dim %d is not divisible by --heads %d", m->dim, m->heads);
     if (m->seq_max < 0 || (m->seq_max > 0 && m->seq > m->seq_max))

@@ -250,6 +250,15 @@ def main():
              "megascale-175b", "--search", "--tp", "5")
     ok(r.returncode == 2 and "--search --tp 5: tp must divide --heads 128" in r.stderr,
        "search --tp 5 (no divisor of the heads): the fixed --tp's own reason", r.stderr)
+    # a preset in a list, an empty entry, a vocabulary of 1: each said as what it is (before:
+    # "unknown feature 'ours' (megatron, megascale, ours, ...)", accepted, "needs --vocab")
+    for args, want in ((["--features", "ours,fused"], "'ours' is a preset, given alone"),
+                       (["--features", "fused,,lamb"], "--features fused,,lamb: an empty entry"),
+                       (["--layers", "2", "--dim", "64", "--heads", "4", "--vocab", "1", "--seq",
+                         "32"], "--vocab 1: a vocabulary needs at least 2 tokens")):
+        r = plan("--cluster", "dev-cpu", "--gpus", "1", "--batch", "1",
+                 *(["--model", "d6"] if "--layers" not in args else []), *args)
+        ok(r.returncode == 2 and want in r.stderr, f"plan {' '.join(args)}: {want}", r.stderr)
     r = plan("--cluster", "a100-megascale", "--gpus", "256", "--batch", "768", "--model",
              "megascale-175b", "--search", "--pp", "1", "--vpp", "2")
     ok(r.returncode == 2 and "--vpp 2 needs --pp >= 2" in r.stderr,
