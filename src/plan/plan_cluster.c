@@ -31,7 +31,7 @@ typedef struct {
 #define F(k, field, lo, hi, incl, opt)                                                             \
     { k, offsetof(plan_cluster, field), lo, hi, incl, opt }
 static const num_key top_keys[] = {
-    F("peak_tflops", peak_flops, 0, 1e6, 0, 0),
+    F("peak_tflops", peak_flops, 1e-6, 1e6, 1, 0), /* (1e-30 planned a step of 1.4e30 s) */
     F("mem_gb", mem_gb, 0, 1e6, 0, 0),
     F("reserved_gb", reserved_gb, 0, 1e6, 1, 0),
     F("hbm_gbps", hbm_gbps, 0, 1e6, 0, 0),
@@ -103,6 +103,9 @@ ms_status plan_cluster_check(const plan_cluster *c, const char *what) {
     if (c->act_bytes != 2 && c->act_bytes != 4)
         return ms_error(MS_ERR_FORMAT, "%s: \"act_bytes\" is %g, must be 2 (bf16) or 4 (fp32)",
                         what, c->act_bytes);
+    if (c->grad_bytes != 2 && c->grad_bytes != 4) /* (3 was taken) */
+        return ms_error(MS_ERR_FORMAT, "%s: \"grad_bytes\" is %g, must be 2 (bf16) or 4 (fp32)",
+                        what, c->grad_bytes);
     if (c->n_gemm < 1 || c->n_gemm > PLAN_GEMM_POINTS)
         return ms_error(MS_ERR_FORMAT, "%s: \"gemm\" needs 1 to %d [n, efficiency] points (has %d)",
                         what, PLAN_GEMM_POINTS, c->n_gemm);

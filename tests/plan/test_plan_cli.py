@@ -499,7 +499,9 @@ def main():
     json.dump(cfg, open(bad, "w"))
     cases.append((["--cluster", bad, *base], 3, "hbm_gbps"))
     for key, value, needle in [("reserved_gb", cfg["mem_gb"], '"reserved_gb" is'),
-                               ("act_bytes", 3, '"act_bytes" is 3, must be 2 (bf16) or 4')]:
+                               ("act_bytes", 3, '"act_bytes" is 3, must be 2 (bf16) or 4'),
+                               ("grad_bytes", 3, '"grad_bytes" is 3, must be 2 (bf16) or 4'),
+                               ("peak_tflops", 1e-30, '"peak_tflops"')]:
         path = os.path.join(d, f"bad_{key}.json")
         json.dump({**json.load(open(one)), key: value}, open(path, "w"))
         cases.append((["--cluster", path, *base], 3, f"{path}: {needle}"))
