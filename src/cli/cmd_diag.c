@@ -112,13 +112,21 @@ static ms_status emit(const diag_report *r, void *arg) {
  * would never fire here: better say so). */
 static ms_status parse_faults(ms_fault_plan *plan, const char *spec) {
     MS_TRY(ms_fault_parse(plan, spec, "--inject-fault"));
-    for (int i = 0; i < plan->n; i++)
+    int world = ms_ctx_get()->world > 0 ? ms_ctx_get()->world : 1;
+    for (int i = 0; i < plan->n; i++) {
         if (strncmp(plan->f[i].kind, "diag:", 5))
             return ms_error(MS_ERR_ARG,
                             "--inject-fault: '%s' is not a fault of the self-test (diag:gemm, "
                             "diag:nan, diag:memory, diag:comm, diag:storage, diag:slow, "
                             "diag:blip)",
                             plan->f[i].kind);
+        /* (a rank the run does not have: it passed, as if the fault had been tried) */
+        if (plan->f[i].rank >= world)
+            return ms_error(MS_ERR_ARG,
+                            "--inject-fault: %s:%d: rank %d is not one of this run's %d "
+                            "process(es); it would never fire",
+                            plan->f[i].kind, plan->f[i].rank, plan->f[i].rank, world);
+    }
     return MS_OK;
 }
 
@@ -168,6 +176,9 @@ int cmd_diag(int argc, char **argv) {
     if (st == MS_OK)
         st = opts_check_output(diag_opts, N_DIAG_OPTS, &o, "--history-dir", o.history_dir,
                                hist_dir_files);
+    if (st == MS_OK && o.storage_dir && !*o.storage_dir) /* (it skipped the check unsaid) */
+        st = ms_error(MS_ERR_ARG, "--storage-dir is empty: give the directory whose writes are "
+                                  "checked, or leave the option out to skip that check");
     if (st == MS_OK) st = diag_config_check(&c);
     if (st == MS_OK) st = diag_run(&c, &r);
     if (st != MS_OK)

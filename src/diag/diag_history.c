@@ -52,14 +52,20 @@ static int entry_matches(const cJSON *o, const diag_hist_key *k, double *v, cons
     return 1;
 }
 
-/* Each damaged line of a history is said once a process (every check reads the file: the
- * warnings came twice). */
+/* 1 if line lineno of path was said already by this process, else marks it (each check
+ * reads the file: the warnings came twice).  The lines of one file, the history's newest
+ * DIAG_HISTORY_KEEP and a few more; a line past them is said each time. */
 static int warned_once(const char *path, int lineno) {
     static char last[4096];
-    static int upto;
-    if (!strcmp(last, path) && lineno <= upto) return 1;
-    if (strcmp(last, path)) snprintf(last, sizeof last, "%s", path), upto = 0;
-    upto = lineno;
+    static unsigned char said[4096 / 8];
+    if (strcmp(last, path)) {
+        snprintf(last, sizeof last, "%s", path);
+        memset(said, 0, sizeof said);
+    }
+    if (lineno < 0 || lineno >= (int)sizeof said * 8) return 0;
+    unsigned char bit = (unsigned char)(1u << (lineno % 8));
+    if (said[lineno / 8] & bit) return 1;
+    said[lineno / 8] |= bit;
     return 0;
 }
 

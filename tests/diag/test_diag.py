@@ -297,6 +297,10 @@ def test_usage():
                          (["--node-map", "a,,b"], "--node-map: node name 2 is empty"),
                          (["--node-map", "a b"], "--node-map: node name 1 'a b'"),
                          (["--history", "h.jsonl", "--history-dir", "hd"], "--history-dir hd"),
+                         # (both passed without a word: the check skipped, the fault untried)
+                         (["--storage-dir", ""], "--storage-dir is empty"),
+                         (["--inject-fault", "diag:gemm:1"],
+                          "rank 1 is not one of this run's 1 process(es)"),
                          (["--device", "nosuch"], "nosuch"), (["extra"], "extra")]:
         rc, out, err = run(*args)
         ok(rc == 2 and needle in err, f"bad option {args}: exit 2 naming it", f"rc={rc}\n{err}")
