@@ -479,8 +479,15 @@ static ms_status find_suspects(trace_hang *h) {
     for (int rk = 0; rk < h->world; rk++) {
         hang_rank *r = &h->ranks[rk];
         r->oldest_g = r->oldest_i = -1;
-        if (!r->has_dump)
+        /* a damaged dump (cut short by a full disk, killed while writing) was written: no
+         * evidence that the rank stopped, and none of what it waited in (before, it read as
+         * "wrote no dump", the strongest class, above the culprit the others showed) */
+        if (!r->has_dump && !r->damaged)
             MS_TRY(add_why(r, HANG_DEAD, "wrote no dump: stopped, hung in compute, or dead"));
+        if (r->damaged)
+            MS_TRY(add_why(r, HANG_UNREAD,
+                           "its dump is damaged and was skipped: nothing is known of what it "
+                           "waited in"));
         /* what the driver and the other ranks' dumps saw of it: for a rank without a dump,
          * which of those */
         if (r->drv_silent)
@@ -752,6 +759,7 @@ ms_status trace_hang_load(const char *dir, trace_hang **out) {
             if (h->ranks && ranks[i] < h->world) {
                 h->n_dumps -= h->ranks[ranks[i]].has_dump;
                 rank_clear(&h->ranks[ranks[i]]);
+                h->ranks[ranks[i]].damaged = 1;
             }
             n_bad++;
         } else {

@@ -33,6 +33,7 @@ typedef struct {
 
 typedef struct {
     int rank, has_dump;
+    int damaged;                /* its dump was there but could not be read (skipped: has_dump 0) */
     char host[256], reason[32]; /* reason: why the dump was written */
     trace_coord coord;
     hang_group *groups;
@@ -61,6 +62,7 @@ enum {
                     * transfer) and it never completed: the link, or a member stuck inside */
     HANG_NO_SEND,  /* a peer waits to receive from it; it sends nothing */
     HANG_BLOCKED,  /* never entered it, but waits in an op itself (most often for a suspect) */
+    HANG_UNREAD,   /* its dump is damaged: nothing is known of what it waited in */
 };
 
 struct trace_hang {

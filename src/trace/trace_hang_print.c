@@ -229,7 +229,7 @@ void trace_hang_print(const trace_hang *h, FILE *f) {
         }
         fprintf(f, "  rank %d %s %s: ", rk, trace_coord_str(c, sizeof c, r->coord), r->host);
         if (!r->has_dump) {
-            fprintf(f, "no dump\n");
+            fprintf(f, "%s\n", r->damaged ? "damaged dump (skipped)" : "no dump");
         } else if (r->oldest_g < 0) {
             fprintf(f, "nothing in flight (dump: %s)\n", r->reason);
         } else {
@@ -239,7 +239,7 @@ void trace_hang_print(const trace_hang *h, FILE *f) {
                     o->state, r->reason);
         }
     }
-    if (!trace_hang_n_suspects(h) && h->oldest < HANG_MIN_AGE_S)
+    if (!trace_hang_n_suspects(h) && h->oldest > 0 && h->oldest < HANG_MIN_AGE_S)
         fprintf(f,
                 "suspects: none found (no op in flight had waited %.1f s: the dumps show a job "
                 "that was making progress, not a hang)\n",

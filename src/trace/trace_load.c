@@ -454,32 +454,6 @@ void trace_set_align(trace_set *s) {
  * seconds apart, not ten minutes. */
 #define TRACE_RUN_SPREAD_NS (600 * 1000000000LL)
 
-static int cmp_u64(const void *a, const void *b) {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* The run most logs of the newest log's world and grid say (the newest's on a tie: one log
- * copied in later does not outvote the run's own); 0 when none says one. */
-static uint64_t majority_run(const trace_set *s, int newest) {
-    const trace_log *nl = &s->logs[newest];
-    uint64_t *v = malloc(((size_t)s->n_logs + 1) * sizeof *v), best = nl->run;
-    int k = 0, best_n = 0;
-    if (!v) return nl->run;
-    for (int i = 0; i < s->n_logs; i++)
-        if (s->logs[i].run && s->logs[i].world == nl->world &&
-            !trace_coord_cmp(s->logs[i].shape, nl->shape))
-            v[k++] = s->logs[i].run;
-    qsort(v, (size_t)k, sizeof *v, cmp_u64);
-    for (int i = 0, j; i < k; i = j) {
-        for (j = i; j < k && v[j] == v[i]; j++) {
-        }
-        if (j - i > best_n || (j - i == best_n && v[i] == nl->run)) best = v[i], best_n = j - i;
-    }
-    free(v);
-    return best;
-}
-
 /* Keep the logs of the newest run only: DIR may still hold the logs of
  * ranks that an earlier run with a larger world had (a new run replaces
  * only its own ranks' files).  The log opened last (a rotated file's
@@ -492,16 +466,9 @@ static void keep_one_run(trace_set *s) {
     int newest = 0, n = 0;
     for (int i = 1; i < s->n_logs; i++)
         if (s->logs[i].opened_ns > s->logs[newest].opened_ns) newest = i;
-    /* the run of that world most logs say: the newest is then the newest of that run's */
-    uint64_t run = majority_run(s, newest);
-    if (run && s->logs[newest].run && s->logs[newest].run != run) {
-        int pick = -1; /* (one there is: the majority is of these logs) */
-        for (int i = 0; i < s->n_logs; i++)
-            if (s->logs[i].run == run &&
-                (pick < 0 || s->logs[i].opened_ns > s->logs[pick].opened_ns))
-                pick = i;
-        newest = pick >= 0 ? pick : newest;
-    }
+    /* the newest log's run: the logs of another run of the same world and grid are skipped
+     * (a rank's log left by an earlier start, or one copied in) */
+    uint64_t run = s->logs[newest].run;
     /* copied: the loop below moves the logs it keeps */
     int world = s->logs[newest].world;
     trace_coord shape = s->logs[newest].shape;
@@ -525,9 +492,9 @@ static void keep_one_run(trace_set *s) {
          * "run"), a log an earlier run left or one copied in: mixed in, it named a healthy
          * job's rank as a straggler, and its arrows ran backwards in time */
         if (l->world == world && run && l->run && l->run != run) {
-            ms_warn("%s: skipped: a log of another run (run %016llx; most logs here are of "
-                    "run %016llx)",
-                    l->path, (unsigned long long)l->run, (unsigned long long)run);
+            ms_warn("%s: skipped: a log of another run (run %016llx; %s, the newest log, is "
+                    "of run %016llx)",
+                    l->path, (unsigned long long)l->run, path, (unsigned long long)run);
             trace_log_unload(l);
             free(l->path);
             continue;
