@@ -232,6 +232,7 @@ int cmd_launch(int argc, char **argv) {
         for (int i = 0; i < sep && !bad; i++)
             if (!strncmp(ms_errmsg(), "unknown option '", 16) && !strncmp(argv[i], "--", 2) &&
                 !strncmp(ms_errmsg() + 16, argv[i], strcspn(argv[i], "=")) &&
+                ms_errmsg()[16 + strcspn(argv[i], "=")] == '\'' && /* the whole name */
                 cmd_train_has_option(argv[i] + 2, strcspn(argv[i] + 2, "=")))
                 bad = argv[i];
         if (bad)

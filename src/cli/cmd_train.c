@@ -305,6 +305,10 @@ int cmd_train_check(int argc, char **argv, const char *events_opt, const char *e
         v->steps = tc->steps;
         v->new_run = tc->new_run;
         v->peak_cache_given = tc->peak_cache != NULL;
+        if ((!tc->model || !*tc->model) && !(tc->init_from && *tc->init_from)) {
+            free(tc->model); /* the default preset, as the run has it (cmd_train) */
+            tc->model = strdup("d6");
+        }
         v->effective = opts_to_json_shared(train_opts, N_TRAIN_OPTS, &c);
     }
     opts_free(train_opts, N_TRAIN_OPTS, &c);

@@ -461,6 +461,11 @@ static int same_value(const char *a, const char *b) {
  * file, the environment).  1 if both sides have them (out says the difference, "" if none),
  * 0 if not (an older state: the argv are compared). */
 static int effective_diff(const sup_config *c, const cJSON *saved, char *out, size_t n) {
+    /* the options the driver gives each start itself (a --config that is the out-dir's
+     * train.cfg, which the job's rank 0 rewrote, holds them), or the user's first start only */
+    static const char *const managed[] = {
+        "resume",          "new-run",  "restart-job",  "peak-cache", "metrics", "heartbeat",
+        "heartbeat-token", "node-map", "inject-fault", "ckpt-fault", NULL};
     cJSON *mine = c->train_effective ? cJSON_Parse(c->train_effective) : NULL;
     out[0] = 0;
     if (!cJSON_IsObject(saved) || !cJSON_IsObject(mine)) {
@@ -472,9 +477,12 @@ static int effective_diff(const sup_config *c, const cJSON *saved, char *out, si
         cJSON_ArrayForEach(e, of) {
             const cJSON *was = cJSON_GetObjectItemCaseSensitive(saved, e->string),
                         *is = cJSON_GetObjectItemCaseSensitive(mine, e->string);
-            int same = was && is &&
-                       (cJSON_Compare(was, is, 1) || (cJSON_IsNumber(was) && cJSON_IsNumber(is) &&
-                                                      was->valuedouble == is->valuedouble));
+            int skip = !was || !is; /* an option of another version: not compared */
+            for (int k = 0; !skip && managed[k]; k++)
+                skip = !strcmp(e->string, managed[k]);
+            int same =
+                skip || (cJSON_Compare(was, is, 1) || (cJSON_IsNumber(was) && cJSON_IsNumber(is) &&
+                                                       was->valuedouble == is->valuedouble));
             if (same) continue;
             char *a = was ? cJSON_PrintUnformatted(was) : NULL,
                  *b = is ? cJSON_PrintUnformatted(is) : NULL;

@@ -367,8 +367,8 @@ def driver_options(d, shard, ref_w):
     changed, same_cfg = os.path.join(d, "opts-changed.cfg"), os.path.join(d, "opts-same.cfg")
     with open(changed, "w") as f:
         f.write("nonfinite-redo = 2\n")
-    with open(same_cfg, "w") as f:
-        f.write("nonfinite-redo = 1\n")
+    with open(same_cfg, "w") as f:  # and the options a start's rank 0 writes into train.cfg
+        f.write(f'nonfinite-redo = 1\nresume = "auto"\npeak-cache = "{run}"\n')
     for name, bad, extra, want in [
             ("--config", c + ["--config", changed], {}, "the job has 1, this command gives 2"),
             ("MS_NONFINITE_REDO", c, {"MS_NONFINITE_REDO": "3"},
