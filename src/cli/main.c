@@ -1,8 +1,10 @@
 /* main.c - the megascale binary: dispatch to subcommands. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -171,6 +173,23 @@ int cli_fail(const char *cmd, ms_status st) {
     return cli_exit_code(st);
 }
 
+/* A command's exit code rc, once its stdout is written: a write that failed (a full disk:
+ * `eval --json > result.json`) is a storage error, exit 4, with the reason (before, exit 0
+ * and an empty or cut file).  A reader that went away (EPIPE: `| head`) is none. */
+static int stdout_checked(const char *cmd, int rc) {
+    int bad = ferror(stdout), err = 0;
+    errno = 0;
+    if (fflush(stdout) != 0) bad = 1, err = errno;
+    /* a pipe or a socket fails only when its reader is gone (an earlier EPIPE left just the
+     * error flag), never for lack of space */
+    struct stat sb;
+    int piped = fstat(STDOUT_FILENO, &sb) == 0 && (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode));
+    if (!bad || err == EPIPE || piped) return rc;
+    fprintf(stderr, "megascale %s: error: stdout: %s: its output is incomplete\n", cmd,
+            err ? strerror(err) : "a write failed");
+    return rc ? rc : 4;
+}
+
 int main(int argc, char **argv) {
     blas_core(argc, argv);
     /* tests: the refusal of --cpu-dtype bf16 on a CPU without bf16, shown
@@ -190,16 +209,15 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof offline / sizeof *offline; i++)
         if (!strcmp(cmd, offline[i]) && ms_ctx_get()->world <= 1)
             snprintf(ms_ctx_mut()->log_tag, sizeof ms_ctx_mut()->log_tag, "%s", cmd);
-    if (!strcmp(cmd, "train")) return cmd_train(argc - 2, argv + 2);
-    if (!strcmp(cmd, "sample")) return cmd_sample(argc - 2, argv + 2);
-    if (!strcmp(cmd, "eval")) return cmd_eval(argc - 2, argv + 2);
-    if (!strcmp(cmd, "data")) return cmd_data(argc - 2, argv + 2);
-    if (!strcmp(cmd, "ckpt")) return cmd_ckpt(argc - 2, argv + 2);
-    if (!strcmp(cmd, "trace")) return cmd_trace(argc - 2, argv + 2);
-    if (!strcmp(cmd, "launch")) return cmd_launch(argc - 2, argv + 2);
-    if (!strcmp(cmd, "diag")) return cmd_diag(argc - 2, argv + 2);
-    if (!strcmp(cmd, "dashboard")) return cmd_dashboard(argc - 2, argv + 2);
-    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } cmds[] = {{"train", cmd_train},   {"sample", cmd_sample}, {"eval", cmd_eval},
+                {"data", cmd_data},     {"ckpt", cmd_ckpt},     {"trace", cmd_trace},
+                {"launch", cmd_launch}, {"diag", cmd_diag},     {"dashboard", cmd_dashboard},
+                {"plan", cmd_plan}};
+    for (size_t i = 0; i < sizeof cmds / sizeof *cmds; i++)
+        if (!strcmp(cmd, cmds[i].name)) return stdout_checked(cmd, cmds[i].run(argc - 2, argv + 2));
     fprintf(stderr, "megascale: error: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -531,6 +531,28 @@ def test_special_outputs(d, w, train, ck):
     ok(rc == 0, "--metrics and --log-file /dev/null (appended) still work", err[-800:])
 
 
+def test_stdout_full(w, val, train):
+    """A command whose stdout cannot be written (a full disk: /dev/full) exits 4 naming it
+    (before, `eval --json > result.json` exited 0 with an empty file); into a pipe whose reader
+    went away (`| head`) it is no error."""
+    if not os.path.exists("/dev/full"):
+        print("SKIP: stdout on a full disk (no /dev/full)")
+        return
+    for args in (["eval", "--weights", w, "--val-data", val, "--batch", "2", "--seq", "8",
+                  "--val-batches", "1", "--json"],
+                 ["sample", "--weights", w, "--tokens", "3", "--tokenizer", "ids", "--prompt", "1"],
+                 ["data", "inspect", train]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([BIN, *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                               timeout=120)
+        ok(p.returncode == 4 and f"megascale {args[0]}: error: stdout: " in p.stderr and
+           "its output is incomplete" in p.stderr,
+           f"{args[0]} with stdout on a full disk: exit 4, named", f"rc={p.returncode}\n{p.stderr}")
+    p = subprocess.run(f"'{BIN}' data inspect '{train}' | head -c 1", shell=True,
+                       capture_output=True, text=True, timeout=60, executable="/bin/bash")
+    ok(p.returncode == 0 and "error" not in p.stderr, "data inspect | head: no error", p.stderr)
+
+
 def test_config_as_output(d, train, ck):
     """An output of a command that is its own --config file (or a file the
     command writes into an output directory): exit 2 naming the option, the
@@ -896,6 +918,7 @@ def main():
         test_input_handling(d, train)
         test_nonfinite_weights(d, w, val)
         test_warmup_past_steps(d, train)
+        test_stdout_full(w, val, train)
     from test_cli import passed, failed  # noqa: E402 (the counters ok() kept)
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
