@@ -130,6 +130,57 @@ static void free_inputs(inputs *in) {
     in->n = 0;
 }
 
+typedef struct {
+    dev_t dev;
+    ino_t ino;
+    int input;
+    const char *path;
+} file_id;
+
+static int cmp_file_id(const void *a, const void *b) {
+    const file_id *x = a, *y = b;
+    if (x->dev != y->dev) return x->dev < y->dev ? -1 : 1;
+    if (x->ino != y->ino) return x->ino < y->ino ? -1 : 1;
+    return (x->input > y->input) - (x->input < y->input);
+}
+
+/* A file that the inputs name twice (two --input that overlap: a file and its directory, a
+ * glob, a link to it) is refused: its documents would be read twice, and with --val-fraction
+ * be in both the validation and the training shards (before, it was read twice unsaid). */
+static ms_status no_file_twice(const inputs *in) {
+    size_t total = 0;
+    for (int i = 0; i < in->n; i++)
+        total += (size_t)in->v[i].n_paths;
+    file_id *f = malloc((total + 1) * sizeof *f);
+    if (!f) return ms_error(MS_ERR_NOMEM, "out of memory");
+    size_t k = 0;
+    for (int i = 0; i < in->n; i++)
+        for (int j = 0; j < in->v[i].n_paths; j++) {
+            struct stat sb;
+            if (stat(in->v[i].paths[j], &sb) != 0) continue; /* the reader says why */
+            f[k++] = (file_id){sb.st_dev, sb.st_ino, i, in->v[i].paths[j]};
+        }
+    qsort(f, k, sizeof *f, cmp_file_id);
+    ms_status st = MS_OK;
+    for (size_t i = 1; i < k && st == MS_OK; i++) {
+        if (f[i].dev != f[i - 1].dev || f[i].ino != f[i - 1].ino) continue;
+        const file_id *a = &f[i - 1], *b = &f[i];
+        if (a->input == b->input)
+            st = ms_error(MS_ERR_ARG,
+                          "--input %s reads one file twice (%s and %s: a link to it?): its "
+                          "documents would be read twice; give each file once",
+                          in->v[a->input].name, a->path, b->path);
+        else
+            st = ms_error(MS_ERR_ARG,
+                          "--input %s and --input %s both read %s: its documents would be read "
+                          "twice (with --val-fraction, in both the validation and the training "
+                          "shards); give each file once",
+                          in->v[a->input].name, in->v[b->input].name, b->path);
+    }
+    free(f);
+    return st;
+}
+
 static ms_status parse_inputs(const opts_list *l, inputs *in) {
     memset(in, 0, sizeof *in);
     if (l->n == 0) return ms_error(MS_ERR_ARG, "--input is required");
@@ -154,6 +205,7 @@ static ms_status parse_inputs(const opts_list *l, inputs *in) {
         ms_status st = list_inputs(name, &d->paths, &d->n_paths);
         if (st != MS_OK) return ms_error_wrap(st, "--input"); /* "--input: X*: no files match" */
     }
+    MS_TRY(no_file_twice(in));
     for (int i = 0; i < in->n; i++)
         if ((in->v[i].weight > 0) != (in->v[0].weight > 0))
             return ms_error(MS_ERR_ARG,

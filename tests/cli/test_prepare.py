@@ -553,10 +553,34 @@ def test_val_rotates(d):
        "a --force run with fewer val shards leaves none of the old ones", err + str(now))
 
 
+def test_file_twice(d):
+    """Inputs that name one file twice (a file and its directory, the same file, a glob that
+    matches it, a link to it in the same directory) are refused before anything is written:
+    its documents were read twice, and with --val-fraction were in both val and train."""
+    src = os.path.join(d, "src")
+    os.makedirs(src)
+    for i in range(3):
+        with open(os.path.join(src, f"{i}.txt"), "w") as f:
+            f.write(f"document {i} " * 50)
+    os.symlink(os.path.join(src, "0.txt"), os.path.join(src, "0-link.txt"))
+    a = os.path.join(src, "0.txt")
+    for inputs, want in (((a, src), f"--input {a} and --input {src} both read"),
+                         ((a, a), f"--input {a} and --input {a} both read"),
+                         ((a, os.path.join(src, "*.txt")), "both read"),
+                         ((src,), f"--input {src} reads one file twice")):
+        out = os.path.join(d, "out")
+        rc, err, _, _ = prepare(out, *inputs, extra=("--val-fraction", "0.3"))
+        ok(rc == 2 and want in err and "read twice" in err and not os.path.exists(out),
+           f"one file named twice {inputs}: refused, nothing written", f"rc={rc}\n{err}")
+    os.remove(os.path.join(src, "0-link.txt"))
+    rc, err, val, train = prepare(os.path.join(d, "out"), src, extra=("--val-fraction", "0.3"))
+    ok(rc == 0 and val and train, "each file once: prepared", err)
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_prep_")
     for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend,
-              test_failed_run, test_out_dir, test_val_rotates):
+              test_failed_run, test_out_dir, test_val_rotates, test_file_twice):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)
