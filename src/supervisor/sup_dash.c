@@ -331,7 +331,9 @@ static int flock_held(const char *path) {
  * left (killed, or its host lost): its state would read "running" for ever. */
 static void files_warning(sup_dash *d, cJSON *status, char *out, size_t n) {
     out[0] = 0;
-    if (access(d->events.path, F_OK) != 0) {
+    /* gone: read before (a plain `train --out-dir` run has none: no warning; before, every
+     * such run said its events file "is gone") */
+    if (d->events.ino && access(d->events.path, F_OK) != 0) {
         snprintf(out, n,
                  "%s is gone (the run directory deleted or moved?): what is shown is what was "
                  "read before",
@@ -345,8 +347,18 @@ static void files_warning(sup_dash *d, cJSON *status, char *out, size_t n) {
         return;
     char lock[4200];
     snprintf(lock, sizeof lock, "%s/driver.lock", d->run_dir);
-    if (flock_held(lock) != 0) return;
+    /* a lock file that is not there is held by none (a run directory copied without it read
+     * "running" for ever); only a kernel's list that cannot be read says nothing */
+    int held = flock_held(lock);
+    if (held == 1 || (held < 0 && access(lock, F_OK) == 0)) return;
+    if (!d->events.ino) return; /* no events: a plain run, no driver to lose */
     cJSON_ReplaceItemInObjectCaseSensitive(job, "state", cJSON_CreateString("abandoned"));
+    /* its time ends with its last sign of life (before, it counted on to now) */
+    const cJSON *started = cJSON_GetObjectItemCaseSensitive(job, "started");
+    double last = dash_model_last_time(d->model);
+    if (cJSON_IsNumber(started) && isfinite(last) && last >= started->valuedouble)
+        cJSON_ReplaceItemInObjectCaseSensitive(job, "wall_s",
+                                               cJSON_CreateNumber(last - started->valuedouble));
     snprintf(out, n,
              "no driver holds %s and the events end without the job's end: its driver was "
              "killed or its host lost (`megascale launch` with the same --run-dir takes the job "

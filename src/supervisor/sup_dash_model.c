@@ -64,6 +64,8 @@ struct dash_model {
     size_t ev_bytes; /* of the lines first_seq .. next_seq - 1 */
     char metrics_path[4200];
     double t0, started, straggler_score;
+    double cfg_wall;  /* the first metrics config line's time: a plain run's start (NAN) */
+    double last_time; /* the newest time an event or a step says (NAN: none) */
     char job_state[16], outcome[32];
     int attempt, restarts, faults, best_step;
     int resumed; /* driver_resumed was the last event: the next job_start goes on its job */
@@ -93,7 +95,7 @@ dash_model *dash_model_new(void) {
         return NULL;
     }
     m->straggler_score = 0.6;
-    m->t0 = m->started = m->params = NAN;
+    m->t0 = m->started = m->params = m->cfg_wall = m->last_time = NAN;
     snprintf(m->job_state, sizeof m->job_state, "starting");
     return m;
 }
@@ -111,6 +113,10 @@ void dash_model_free(dash_model *m) {
     free(m->heat_ms);
     cJSON_Delete(m->summary);
     free(m);
+}
+
+double dash_model_last_time(const dash_model *m) {
+    return m->last_time;
 }
 
 const char *dash_model_metrics_path(const dash_model *m) {
@@ -211,7 +217,12 @@ static void model_label(dash_model *m, const cJSON *opt) {
     if (buf[0]) printable(m->model, sizeof m->model, buf);
 }
 
+static void saw_time(dash_model *m, double t) {
+    if (isfinite(t) && !(t <= m->last_time)) m->last_time = t;
+}
+
 static void on_config(dash_model *m, const cJSON *o) {
+    if (!isfinite(m->cfg_wall)) m->cfg_wall = num(o, "wall");
     const cJSON *lay = cJSON_GetObjectItemCaseSensitive(o, "layout");
     m->world = int_in(lay, "world", 1, DASH_MAX_RANKS, m->world);
     m->dp = int_in(lay, "dp", 1, DASH_MAX_RANKS, m->dp);
@@ -235,6 +246,7 @@ static void on_step(dash_model *m, const cJSON *o, int step) {
         m->epoch++;
     }
     if (m->n_pts == DASH_MAX_POINTS) thin_points(m);
+    saw_time(m, num(o, "wall"));
     m->pts[m->n_pts++] = (point){step,          num(o, "wall"),      num(o, "loss"),
                                  num(o, "lr"),  num(o, "grad_norm"), num(o, "tok_s"),
                                  num(o, "mfu"), num(o, "ms"),        num(o, "tokens")};
@@ -362,7 +374,11 @@ static void on_launch(dash_model *m, const cJSON *o) {
             snprintf(m->ranks[r].node, sizeof m->ranks[r].node, "%s", name);
         p += n + (p[n] == ',');
     }
-    snprintf(m->job_state, sizeof m->job_state, "starting");
+    /* a restart's launch: the job recovers until it is past the step it failed at (the
+     * `recovered` event), as the driver's own page says (before, "starting", then "running"
+     * at its ranks' rank_up) */
+    if (strcmp(m->job_state, "recovering") && strcmp(m->job_state, "failing"))
+        snprintf(m->job_state, sizeof m->job_state, "starting");
 }
 
 /* A fault on rank r (one of the event's ranks): counted unless skipped, named as its last. */
@@ -524,6 +540,7 @@ long dash_model_event_line(dash_model *m, const char *line, size_t len) {
         return 1;
     }
     m->work = 1; /* the loops over every rank add theirs */
+    saw_time(m, num(o, "time"));
     apply_event(m, o, ev);
     long work = m->work;
     /* the server's sequence number, once (a line that had its own "seq" was sent with two) */
@@ -615,10 +632,16 @@ cJSON *dash_model_status(const dash_model *m, const sup_dash_live *live, const c
         cJSON_AddStringToObject(job, "outcome", m->outcome);
     else
         cJSON_AddNullToObject(job, "outcome");
-    add_num(job, "started", m->started);
-    double wall = m->summary             ? num(m->summary, "wall_s")
-                  : isfinite(m->started) ? now - m->started
-                                         : NAN;
+    /* a plain run (no events): its start is its metrics' first config line; once it is not
+     * running, its time ends at its last step (before, no start: no wall time, and the
+     * wall-time axis was empty) */
+    int plain = !live && !m->next_seq;
+    double started = isfinite(m->started) ? m->started : m->cfg_wall;
+    add_num(job, "started", started);
+    double until = plain && strcmp(state, "running") && isfinite(m->last_time) ? m->last_time : now;
+    double wall = m->summary          ? num(m->summary, "wall_s")
+                  : isfinite(started) ? until - started
+                                      : NAN;
     add_num(job, "wall_s", wall);
     if (m->model[0])
         cJSON_AddStringToObject(job, "model", m->model);
@@ -709,7 +732,7 @@ cJSON *dash_model_metrics(const dash_model *m, long since, long val_since, int m
     cJSON_AddNumberToObject(o, "epoch", (double)m->epoch);
     cJSON_AddNumberToObject(o, "since", (double)since);
     cJSON_AddNumberToObject(o, "last_step", m->n_pts ? m->pts[m->n_pts - 1].step : 0);
-    add_num(o, "t0", m->t0);
+    add_num(o, "t0", isfinite(m->t0) ? m->t0 : m->cfg_wall); /* a plain run's: its start */
     cJSON *cols = cJSON_AddArrayToObject(o, "columns");
     static const char *const C[] = {"step",      "wall",  "loss", "lr",
                                     "grad_norm", "tok_s", "mfu",  "ms"};

@@ -420,7 +420,7 @@ static void test_second_job(void) {
  * (before: "starting" for good). */
 static void test_plain_state(void) {
     dash_model *m = dash_model_new();
-    feed(dash_model_metrics_line, m, "{\"type\":\"config\",\"options\":{\"steps\":3}}");
+    feed(dash_model_metrics_line, m, "{\"type\":\"config\",\"wall\":90,\"options\":{\"steps\":3}}");
     cJSON *st = dash_model_status(m, NULL, "run", 100);
     T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "starting"));
     cJSON_Delete(st);
@@ -444,12 +444,41 @@ static void test_plain_state(void) {
     feed(dash_model_metrics_line, m, "{\"step\":3,\"loss\":5,\"ms\":10,\"wall\":610}");
     st = dash_model_status(m, NULL, "run", 5000);
     T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "done"));
+    /* its start: the config line's time; its time ends with its last step (it had none: the
+     * wall-time axis was empty) */
+    T_NEAR(item(item(st, "job"), "started")->valuedouble, 90, 0);
+    T_NEAR(item(item(st, "job"), "wall_s")->valuedouble, 520, 1e-9);
     cJSON_Delete(st);
+    cJSON *mt = dash_model_metrics(m, 0, 0, 100);
+    T_NEAR(item(mt, "t0")->valuedouble, 90, 0);
+    cJSON_Delete(mt);
     /* with events (a supervised run), the events say it: a job_start alone is starting */
     feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":1}");
     st = dash_model_status(m, NULL, "run", 5000);
     T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "starting"));
     cJSON_Delete(st);
+    dash_model_free(m);
+    /* from the files alone, a restart's launch and rank_up leave a job recovering until its
+     * `recovered` (they said "starting", then "running", while the driver's page said
+     * recovering) */
+    m = dash_model_new();
+    static const char *const ev[] = {
+        "{\"time\":1,\"event\":\"job_start\",\"np\":1}",
+        "{\"time\":2,\"event\":\"launch\",\"attempt\":1,\"nodes\":\"n0\"}",
+        "{\"time\":3,\"event\":\"rank_up\",\"rank\":0}",
+        "{\"time\":4,\"event\":\"fault_detected\",\"kind\":\"crash\",\"rank\":0,"
+        "\"action\":\"restart\"}",
+        "{\"time\":5,\"event\":\"launch\",\"attempt\":2,\"nodes\":\"n0\"}",
+        "{\"time\":6,\"event\":\"rank_up\",\"rank\":0}",
+        "{\"time\":7,\"event\":\"recovered\",\"step\":9}"};
+    static const char *const want[] = {"starting",   "starting",   "running", "recovering",
+                                       "recovering", "recovering", "running"};
+    for (int i = 0; i < 7; i++) {
+        feed(event_line_of, m, ev[i]);
+        st = dash_model_status(m, NULL, "run", 8);
+        T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, want[i]));
+        cJSON_Delete(st);
+    }
     dash_model_free(m);
 }
 
@@ -1347,8 +1376,12 @@ static void test_files_warning(void) {
     if (!d) return;
     snprintf(url, sizeof url, "/api/status?token=%s", sup_dash_token(d));
     T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
-    cJSON *st = cJSON_Parse(body); /* no driver.lock: an older run, nothing said */
-    T_OK(cJSON_IsNull(item(st, "warning")));
+    /* no driver.lock (a run directory copied without it): held by none, abandoned (it read
+     * "running" for ever), its time ending with its last event (it counted on to now) */
+    cJSON *st = cJSON_Parse(body);
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "abandoned"));
+    T_OK(cJSON_IsString(item(st, "warning")));
+    T_NEAR(item(item(st, "job"), "wall_s")->valuedouble, 0, 1e-9);
     cJSON_Delete(st);
     snprintf(path, sizeof path, "%s/driver.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT, 0600);
@@ -1380,6 +1413,31 @@ static void test_files_warning(void) {
     sup_dash_stop(d);
 }
 
+/* A plain run's directory (metrics, no events, no driver.lock): no warning (it said its
+ * events file "is gone"), and its state from the metrics. */
+static void test_plain_no_warning(void) {
+    char dir[512], path[600], url[256], body[1 << 16], why[256];
+    snprintf(dir, sizeof dir, "%s", tpath("plainrun"));
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/metrics.jsonl", dir);
+    append(path,
+           "{\"type\":\"config\",\"wall\":10,\"options\":{\"steps\":2}}\n"
+           "{\"step\":1,\"loss\":5,\"ms\":1,\"wall\":11}\n{\"step\":2,\"loss\":4,\"ms\":1,"
+           "\"wall\":12}\n",
+           "w");
+    sup_dash *d = NULL;
+    sup_dash_config c = {dir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(url, sizeof url, "/api/status?token=%s", sup_dash_token(d));
+    T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
+    cJSON *st = cJSON_Parse(body);
+    T_OK(cJSON_IsNull(item(st, "warning")));
+    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "done"));
+    cJSON_Delete(st);
+    sup_dash_stop(d);
+}
+
 /* `launch --events PATH` keeps the events elsewhere: the dashboard reads
  * them there (it showed no ranks and no events). */
 static void test_events_elsewhere(void) {
@@ -1408,6 +1466,7 @@ int main(void) {
     test_heatmap();
     test_no_layout();
     test_plain_state();
+    test_plain_no_warning();
     test_tail();
     test_tail_stop();
     test_events_hostile();
