@@ -97,6 +97,18 @@ static void metrics_replaced(void *arg) {
     dash_model_metrics_reset(d->model);
 }
 
+/* 1 if path is the driver's default metrics file (NAME/metrics.jsonl) of a directory other
+ * than run_dir. */
+static int other_default(const char *path, const char *run_dir) {
+    const char *slash = strrchr(path, '/');
+    if (!slash || strcmp(slash + 1, "metrics.jsonl")) return 0;
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    struct stat a, b;
+    return stat(dir, &a) == 0 && stat(run_dir, &b) == 0 &&
+           (a.st_dev != b.st_dev || a.st_ino != b.st_ino);
+}
+
 /* Read what the files gained (d->mu held). */
 static void refresh(sup_dash *d) {
     double now = ms_now();
@@ -105,13 +117,14 @@ static void refresh(sup_dash *d) {
     d->work = 0;
     dash_tail_read(&d->events, READ_PER_REFRESH, event_line, d, NULL);
     /* the file job_start names, an absolute path: if it is not there (the
-     * run directory was copied or moved since), the driver's default one */
+     * run directory was copied or moved since), the driver's default one; and
+     * that one too when job_start names the default of another directory (a
+     * copy of a run whose original is still there: it showed the original's) */
     const char *mp = dash_model_metrics_path(d->model);
     char want[4200];
-    if (*mp && access(mp, F_OK) == 0)
+    snprintf(want, sizeof want, "%s/metrics.jsonl", d->run_dir);
+    if (*mp && access(mp, F_OK) == 0 && !(access(want, F_OK) == 0 && other_default(mp, d->run_dir)))
         snprintf(want, sizeof want, "%s", mp);
-    else
-        snprintf(want, sizeof want, "%s/metrics.jsonl", d->run_dir);
     if (strcmp(want, d->metrics.path)) { /* the events named another metrics file */
         dash_tail_free(&d->metrics);
         dash_tail_init(&d->metrics, want);

@@ -6,10 +6,13 @@
 // full-page screenshot is not blank, and the page logged no errors.
 //
 //   node tests/dashboard/browser.mjs --url URL --shot OUT.png
-//        [--fault-rank R] [--model TEXT] [--to-end] [--timeout S] [--chromium PATH]
+//        [--fault-rank R] [--model TEXT] [--to-end] [--big] [--timeout S] [--chromium PATH]
 //
 // URL is the dashboard's address with its token (http://HOST:PORT/?token=T).
 // --model: the header's job line must name this model (and its parameters).
+// --big: a finished run with oversized files (`megascale dashboard`): an event detail of
+//   512 KiB is shown cut, the checkpoints past the newest 200 are one line, a click on "show
+//   each rank_up" redraws the log, and nothing went wrong; the live steps are skipped.
 // --to-end: the page then follows the job to its end: it reads the end
 // (state done) before the server exits, stops asking (body[data-gone]), and
 // no request of it fails then (before, each endpoint's next poll was
@@ -22,7 +25,7 @@
 // web/dashboard/dash.js.
 import fs from 'node:fs';
 
-const USAGE = 'usage: node browser.mjs --url URL --shot OUT.png [--fault-rank R] [--model TEXT] [--to-end] [--timeout S] [--chromium PATH]';
+const USAGE = 'usage: node browser.mjs --url URL --shot OUT.png [--fault-rank R] [--model TEXT] [--to-end] [--big] [--timeout S] [--chromium PATH]';
 const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
   '--disable-background-networking', '--disable-component-update', '--disable-sync'];
 const MIN_COLOURS = 50; // distinct colours a rendered dashboard has at least
@@ -41,6 +44,7 @@ function parseArgs(argv) {
     else if (k === '--fault-rank') o.faultRank = Number(need());
     else if (k === '--model') o.model = need();
     else if (k === '--to-end') o.toEnd = true;
+    else if (k === '--big') o.big = true;
     else if (k === '--timeout') o.timeout = Number(need());
     else if (k === '--chromium') o.chromium = need();
     else if (k === '--help' || k === '-h') { console.log(USAGE); process.exit(0); }
@@ -170,6 +174,8 @@ async function run() {
     say(`job line: ${info}`);
   }
 
+  if (opt.big) return checkBig();
+
   // 2. The loss curve has points and gains more while the job trains.
   const n1 = await waitFor('#loss-chart data-points >= 2', () => {
     const n = Number(document.querySelector('#loss-chart').dataset.points || 0);
@@ -231,6 +237,33 @@ async function run() {
   }
 
   // 6. Nothing went wrong in the page.
+  if (errors.length) throw new Error(`the page logged ${errors.length} error(s):\n  ${errors.join('\n  ')}`);
+  say('no console errors');
+}
+
+// A finished run with oversized files: the long detail cut, the old checkpoints one line,
+// the log redrawn on a click, no error.
+async function checkBig() {
+  const cutLen = await waitFor('an event detail cut ("more characters")', () => {
+    for (const td of document.querySelectorAll('#events td.details')) {
+      if (td.textContent.includes('more characters)')) return td.textContent.length;
+    }
+    return false;
+  });
+  if (cutLen > 5000) throw new Error(`the cut detail still has ${cutLen} characters`);
+  say(`the long detail is shown cut (${cutLen} characters)`);
+  const older = await waitFor('#checkpoints tr.more (the older checkpoints in one line)', () => {
+    const tr = document.querySelector('#checkpoints tr.more');
+    return tr ? `${document.querySelectorAll('#checkpoints tr[data-step]').length} rows + "${tr.textContent}"` : false;
+  });
+  say(`checkpoints: ${older}`);
+  await page.click('#show-rank-up', { timeout: left() });
+  const rows = await waitFor('the log redrawn with each rank_up', () => {
+    const n = document.querySelectorAll('#events tr[data-event="rank_up"]').length;
+    return n >= 2 ? n : false;
+  });
+  say(`"show each rank_up": ${rows} rank_up rows`);
+  await page.screenshot({ path: opt.shot, fullPage: false, timeout: left() });
   if (errors.length) throw new Error(`the page logged ${errors.length} error(s):\n  ${errors.join('\n  ')}`);
   say('no console errors');
 }

@@ -163,10 +163,11 @@ def rank_pid(run, rank):
     return pid
 
 
-def browser_start(url, d):
+def browser_start(url, d, args=None):
     """Start the browser test (its Popen), or (77, why) where it cannot run.
     Started before the API checks: Chromium takes long to start on busy
-    cores, and the job must still train when the page is up."""
+    cores, and the job must still train when the page is up.  args: browser.mjs's
+    options past --url (default: the live job's checks)."""
     here = os.path.join(SRC, "tests", "dashboard")
     if not os.path.exists("/usr/bin/chromium"):
         return 77, "browser: SKIP: /usr/bin/chromium is missing (Debian package chromium)"
@@ -181,10 +182,11 @@ def browser_start(url, d):
                            cwd=here, capture_output=True, text=True)
         if r.returncode:
             return 77, "browser: SKIP: npm install of playwright-core failed: " + r.stderr[-300:]
-    return subprocess.Popen(["node", os.path.join(here, "browser.mjs"), "--url", url, "--shot",
-                             os.path.join(d, "dashboard.png"), "--fault-rank", "2", "--model",
-                             "d6 (4 layers, dim 128, 4 heads, vocab 256)", "--to-end", "--timeout",
-                             "240"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if args is None:
+        args = ["--shot", os.path.join(d, "dashboard.png"), "--fault-rank", "2", "--model",
+                "d6 (4 layers, dim 128, 4 heads, vocab 256)", "--to-end", "--timeout", "240"]
+    return subprocess.Popen(["node", os.path.join(here, "browser.mjs"), "--url", url, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def browser_finish(p, run):
@@ -251,6 +253,44 @@ def check_offline(run, d):
         ok(hm and len(hm["ranks"]) == 4 and len(hm["steps"]) == 200 and hm["steps"][-1] == STEPS,
            "afterwards: the heat map of the last 200 steps",
            json.dumps(hm and hm["steps"][-3:]))
+    finally:
+        p.terminate()
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def check_big(run, d):
+    """The finished run copied with oversized files: an event whose detail is 512 KiB and 300
+    more checkpoints.  The page shows the detail cut and the checkpoints past the newest 200 in
+    one line, redraws the log on a click, with no error (30 such details froze it for half a
+    minute; 4,096 checkpoints were redrawn on every poll)."""
+    big = os.path.join(d, "big")
+    shutil.copytree(run, big, ignore=shutil.ignore_patterns("ckpt", "trace", "*.lock"))
+    with open(os.path.join(big, "events.jsonl"), "a") as f:
+        f.write(json.dumps({"time": time.time(), "t": 1.0, "event": "anomaly", "kind": "test",
+                            "detail": "x" * (1 << 19)}) + "\n")
+    with open(os.path.join(big, "metrics.jsonl"), "a") as f:
+        for i in range(300):
+            f.write(json.dumps({"type": "ckpt", "step": 100000 + i, "bytes": 1000,
+                                "stall_ms": 1, "persist_ms": 2, "wall": time.time()}) + "\n")
+    p = subprocess.Popen([BIN, "dashboard", big, "--port", "0"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        m = re.search(r"(http://[0-9.]+:\d+/\?token=[0-9a-f]{32})", p.stdout.readline())
+        ok(m is not None, "the oversized run's dashboard prints its URL")
+        if not m:
+            return
+        page = browser_start(m.group(1), d, ["--shot", os.path.join(d, "big.png"), "--big",
+                                             "--timeout", "120"])
+        if isinstance(page, tuple):
+            print(page[1])
+            return
+        out, _ = page.communicate(timeout=300)
+        print(out.strip())
+        ok(page.returncode == 0, "oversized files: the detail cut, the old checkpoints one line, "
+           "the log redrawn on a click, no error", out[-2000:])
     finally:
         p.terminate()
         try:
@@ -341,6 +381,7 @@ def main():
             job.terminate()
             job.wait(30)
     check_offline(run, d)
+    check_big(run, d)
     return d
 
 

@@ -575,15 +575,22 @@
 
   /* ---------- events ---------- */
 
+  // Every page there is, then drawn once: a log of 100,000 events was drawn row by row, page
+  // after page (the newest event showed after half a minute, the page frozen meanwhile); many
+  // new events rebuild the table's newest rows in one go.
   async function pollEvents(final) {
+    const batch = [];
     for (let page = 0; page < 100; page++) {
       const r = await getJson('api/events', { since: st.nextSeq, ...fin(final) });
       const evs = r.events || [];
-      for (const e of evs) addEvent(e);
+      for (const e of evs) batch.push(e);
       if (isNum(r.next)) st.nextSeq = r.next;
       else if (evs.length) st.nextSeq = evs[evs.length - 1].seq;
       if (!r.more) break;
     }
+    for (const e of batch) addEvent(e);
+    if (batch.length > MAX_EVENT_ROWS / 8) redrawEvents();
+    else for (const e of batch) showEvent(e);
   }
 
   function addEvent(e) {
@@ -593,7 +600,14 @@
       st.faultMarks.push({ step: e.step, time: e.time });
       drawChartsSoon();
     }
-    showEvent(e);
+  }
+
+  // A long text cut for the table (an event's detail may be 1 MiB: 30 of them froze the page
+  // for half a minute); the events file has it whole.
+  const MAX_SHOWN = 2000;
+  function cut(v) {
+    const s = String(v);
+    return s.length > MAX_SHOWN ? `${s.slice(0, MAX_SHOWN)}… (${fmtInt(s.length - MAX_SHOWN)} more characters)` : s;
   }
 
   // The charts drawn once a frame, however many faults arrive in it: one draw a fault drew
@@ -625,13 +639,13 @@
     if (v === null || v === undefined) return `${k}=${dash}`;
     if (typeof v === 'object') {
       const inner = Array.isArray(v) ? v.join(',') : Object.entries(v).map(([a, b]) => `${a}:${b}`).join(',');
-      return `${k}=${inner}`;
+      return `${k}=${cut(inner)}`;
     }
     if (isNum(v) && /_s$/.test(k)) return `${k}=${fmtSec(v)}`;
     if (isNum(v) && /_ms$/.test(k)) return `${k}=${fmtMs(v)}`;
     if (isNum(v) && k === 'bytes') return `${k}=${fmtBytes(v)}`;
     if (Number.isInteger(v)) return `${k}=${v}`; // pids, counts, steps: no separators
-    return `${k}=${isNum(v) ? fmtNum(v) : v}`;
+    return `${k}=${isNum(v) ? fmtNum(v) : cut(v)}`;
   }
 
   function eventWhere(e) {
@@ -649,8 +663,7 @@
       `<td class="step">${isNum(e.step) ? esc(fmtInt(e.step)) : ''}</td><td class="details">${details}</td>`;
   }
 
-  function showEvent(e) {
-    const tbody = $('#events tbody');
+  function showEvent(e, tbody = $('#events tbody')) {
     const empty = tbody.querySelector('tr.empty');
     if (empty) empty.remove();
     const collapse = e.event === 'rank_up' && !$('#show-rank-up').checked;
@@ -674,7 +687,7 @@
     } else {
       st.rankUpGroup = null;
       const rest = Object.keys(e).filter((k) => !HIDDEN_FIELDS.has(k) && e[k] !== '').map((k) => fieldText(k, e[k]));
-      const lead = e.detail ? `${esc(e.detail)}${rest.length ? ' · ' : ''}` : '';
+      const lead = e.detail ? `${esc(cut(e.detail))}${rest.length ? ' · ' : ''}` : '';
       tr.innerHTML = eventCells(e, e.event, lead + rest.map((s) => {
         const i = s.indexOf('=');
         return `<span class="k">${esc(s.slice(0, i))}=</span>${esc(s.slice(i + 1))}`;
@@ -689,12 +702,15 @@
     return `${n} rank${n > 1 ? 's' : ''} up: ${ranks.map((r) => `r${r}`).join(' ')}`;
   }
 
+  // The table built aside and put in place once (row by row in the page, 2,000 rows took
+  // 3 s to show after a click on "show each rank_up").
   function redrawEvents() {
-    const tbody = $('#events tbody');
-    tbody.innerHTML = '';
+    const old = $('#events tbody');
+    const tbody = document.createElement('tbody');
     st.rankUpGroup = null;
-    for (const e of st.events) showEvent(e);
+    for (const e of st.events.slice(-MAX_EVENT_ROWS)) showEvent(e, tbody);
     if (st.events.length === 0) tbody.innerHTML = '<tr class="empty"><td colspan="6">no events yet</td></tr>';
+    old.replaceWith(tbody);
   }
 
   /* ---------- heat map ---------- */
@@ -830,16 +846,23 @@
 
   /* ---------- checkpoints ---------- */
 
+  // The newest MAX_CKPT_ROWS, drawn only when the list changed: 4,096 rows formatted and
+  // compared on every poll held the page for a second each time.
+  const MAX_CKPT_ROWS = 200;
   async function pollCheckpoints(final) {
     const r = await getJson('api/checkpoints', fin(final));
-    const list = (r.checkpoints || []).slice().sort((a, b) => b.step - a.step); // newest first
+    const all = r.checkpoints || [];
+    const key = `${all.length}|${JSON.stringify(all[0] || null)}|${JSON.stringify(all[all.length - 1] || null)}|${st.t0}`;
+    if (key === st.ckptKey) return;
+    st.ckptKey = key;
+    const list = all.slice().sort((a, b) => b.step - a.step).slice(0, MAX_CKPT_ROWS); // newest first
+    const more = all.length - list.length;
     const html = list.length === 0
       ? '<tr class="empty"><td colspan="6">no checkpoints yet</td></tr>'
       : list.map((c) => `<tr data-step="${esc(c.step)}"><td>${esc(fmtInt(c.step))}</td><td>${esc(fmtBytes(c.bytes))}</td>` +
         `<td>${esc(fmtMs(c.stall_ms))}</td><td>${esc(fmtMs(c.persist_ms))}</td>` +
-        `<td>${esc(isNum(c.wall) && isNum(st.t0) ? fmtSince(c.wall - st.t0) : dash)}</td><td>${esc(fmtClock(c.wall))}</td></tr>`).join('');
-    if (html === st.ckptKey) return;
-    st.ckptKey = html;
+        `<td>${esc(isNum(c.wall) && isNum(st.t0) ? fmtSince(c.wall - st.t0) : dash)}</td><td>${esc(fmtClock(c.wall))}</td></tr>`).join('') +
+        (more > 0 ? `<tr class="more"><td colspan="6">… ${esc(fmtInt(more))} older checkpoint${more > 1 ? 's' : ''} (in the metrics file)</td></tr>` : '');
     $('#checkpoints tbody').innerHTML = html;
   }
 
