@@ -222,14 +222,24 @@ static int save_locked(const mon_peak *p, const be_backend *be) {
     cJSON_AddNumberToObject(doc, "version", CACHE_VERSION);
     entries = cJSON_AddArrayToObject(doc, "entries");
     int kept = 1, done = 0;
+    mon_peak best = *p; /* this key's best: the higher of this process's and the entry's */
     const cJSON *olds = cJSON_GetObjectItemCaseSensitive(old, "entries");
     for (const cJSON *e = old ? olds->child : NULL; e && !done; e = e->next) {
-        if (key_match(cJSON_GetObjectItemCaseSensitive(e, "key"), key, scratch, sizeof scratch))
-            done = num(e, "probes") >= p->probes; /* another rank of this host wrote it */
-        else if (kept++ < CACHE_ENTRIES)
+        if (key_match(cJSON_GetObjectItemCaseSensitive(e, "key"), key, scratch, sizeof scratch)) {
+            /* another rank of this host wrote it: kept when it is as good, else this one
+             * with the higher peak of the two (the ranks of a host probe at once and read
+             * different peaks: the lower one, written last, halved the peak the next start
+             * read, and its MFU doubled at the same speed) */
+            double f = num(e, "flops"), f32 = num(e, "fp32_flops");
+            int probes = (int)num(e, "probes");
+            done = probes >= p->probes && f >= p->probed;
+            if (f > best.probed) best.probed = f, best.fp32_flops = f32 > 0 ? f32 : 0;
+            if (probes > best.probes) best.probes = probes;
+        } else if (kept++ < CACHE_ENTRIES) {
             cJSON_AddItemToArray(entries, cJSON_Duplicate(e, 1));
+        }
     }
-    cJSON_InsertItemInArray(entries, 0, entry_new(p, key));
+    cJSON_InsertItemInArray(entries, 0, entry_new(&best, key));
     char *text = done ? NULL : cJSON_Print(doc);
     int rc = done ? 0 : 1;
     if (!done && (!text || ms_file_write_atomic(p->cache_path, text, strlen(text)) != MS_OK)) {

@@ -263,6 +263,18 @@ static void test_peak_cache(const char *dir) {
     T_EQ_INT(q.probe_n, 2048);
     mon_peak_reprobe(&q, be); /* a full cached peak is not probed again */
     T_OK(q.probes == MON_PEAK_PROBES && q.probes_run == 0 && q.cached && q.flops == 6e10);
+    /* another rank of the host, its probes at a busy moment (a lower peak), writes after:
+     * the entry keeps the higher peak (the lower one replaced it: the next start's MFU
+     * doubled at the same speed); a higher one replaces it */
+    peak_probed(&p, 3e10, MON_PEAK_PROBES);
+    mon_peak_cache_save(&p, be);
+    memset(&q, 0, sizeof q);
+    T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 6e10);
+    peak_probed(&p, 7e10, MON_PEAK_PROBES);
+    T_EQ_INT(mon_peak_cache_save(&p, be), 1);
+    memset(&q, 0, sizeof q);
+    T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 7e10);
+    T_EQ_INT(cache_entries(path), 1);
 
     /* another key (2 threads) misses, and its entry is kept beside the first */
     memset(&q, 0, sizeof q);
@@ -271,7 +283,7 @@ static void test_peak_cache(const char *dir) {
     T_EQ_INT(mon_peak_cache_save(&q, be2), 1);
     T_EQ_INT(cache_entries(path), 2);
     memset(&q, 0, sizeof q);
-    T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 6e10);
+    T_OK(mon_peak_cache_load(&q, be, dir) == 1 && q.flops == 7e10);
     memset(&q, 0, sizeof q);
     T_OK(mon_peak_cache_load(&q, be2, dir) == 1 && q.flops == 9e10);
 
