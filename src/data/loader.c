@@ -258,6 +258,17 @@ uint64_t data_loader_total_tokens(const data_loader *dl) {
 uint64_t data_loader_num_windows(const data_loader *dl) {
     return dl->n_windows;
 }
+ms_status data_loader_check_same_kind(const data_loader *a, const char *a_opt, const data_loader *b,
+                                      const char *b_opt) {
+    if (!a->n_shards || !b->n_shards) return MS_OK;
+    const data_shard *x = &a->shards[0], *y = &b->shards[0];
+    if (x->magic == y->magic && x->version == y->version) return MS_OK;
+    return ms_error(MS_ERR_FORMAT,
+                    "%s %s is %s shard, but %s %s is %s one: the ids of two tokenizers (its "
+                    "loss would mean nothing); give shards that one tokenizer made",
+                    b_opt, y->path, data_shard_kind(y), a_opt, x->path, data_shard_kind(x));
+}
+
 int data_loader_num_shards(const data_loader *dl) {
     return dl->n_shards;
 }

@@ -84,5 +84,10 @@ uint64_t data_loader_num_windows(const data_loader *dl);
 ms_status data_loader_windows(data_loader *dl, uint64_t first, int n, int32_t *inputs,
                               int32_t *targets);
 int data_loader_num_shards(const data_loader *dl);
+/* MS_OK if b's shards hold the ids of a's tokenizer (the same header kind: GPT-2 uint16 or
+ * uint32, llama-3), else MS_ERR_FORMAT naming both (a_opt, b_opt: the options that gave
+ * them, as "--train-data"). */
+ms_status data_loader_check_same_kind(const data_loader *a, const char *a_opt, const data_loader *b,
+                                      const char *b_opt);
 
 #endif

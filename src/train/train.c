@@ -123,6 +123,10 @@ static ms_status open_loaders(trainer *t) {
                                .world = t->world,
                                .grid = t->grid};
         MS_TRY(train_val_open(&t->val, &vc));
+        /* (shards of another tokenizer than the training data's were read: a val_loss of
+         * nothing) */
+        MS_TRY(data_loader_check_same_kind(t->train, "--train-data", train_val_loader(t->val),
+                                           "--val-data"));
     }
     return MS_OK;
 }

@@ -3,6 +3,7 @@
 #define TRAIN_INTERNAL_H
 
 #include "comm/grid.h"
+#include "data/loader.h"
 #include "model/gpt.h"
 #include "train/train.h"
 
@@ -161,6 +162,8 @@ typedef struct train_val train_val;
  * (--val-batches x --batch) when it does not; the loader's errors (no
  * shard, a bad header). */
 ms_status train_val_open(train_val **out, const train_val_config *c);
+/* Its data loader (the validation shards). */
+const data_loader *train_val_loader(const train_val *v);
 void train_val_close(train_val *v);
 int64_t train_val_sequences(const train_val *v);
 /* Rank 0's info line: what the set is, and this rank's share. */

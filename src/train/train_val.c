@@ -36,6 +36,10 @@ struct train_val {
     double *sums;               /* [n_seq + 1]: every sequence's sum, then the failed ranks */
 };
 
+const data_loader *train_val_loader(const train_val *v) {
+    return v->dl;
+}
+
 ms_status train_val_open(train_val **out, const train_val_config *c) {
     *out = NULL;
     int dp = 1, dp_rank = 0;

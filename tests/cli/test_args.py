@@ -717,6 +717,15 @@ def test_input_handling(d, train):
     the ranges and texts of --help, and the notes of data prepare and
     tokenizer-train."""
     tr = ["train", "--train-data", train, "--trace-dir", "none", "--steps", "1"]
+    # validation shards of another tokenizer than the training data's (uint32 ids against
+    # uint16): refused naming both (its val_loss meant nothing, with no word)
+    val32 = os.path.join(d, "val32_000000.bin")
+    write_shard(val32, text_tokens(4000), version=2)
+    rc, _, err = run(*tr, "--layers", "1", "--dim", "32", "--heads", "1", "--seq-max", "16",
+                     "--seq", "16", "--batch", "2", "--val-data", val32, "--val-batches", "1")
+    ok(rc == 3 and f"--val-data {val32} is a GPT-2 uint32 shard, but --train-data" in err and
+       "the ids of two tokenizers" in err,
+       "train --val-data of another tokenizer's shards: refused, exit 3", f"rc={rc}\n{err}")
     # --seq-max beyond its range: the parser's error, exit 2 (it was allocated: exit 137)
     rc, _, err = run(*tr, "--layers", "1", "--dim", "32", "--heads", "1", "--seq-max",
                      "100000000", "--seq", "16", "--batch", "2")
