@@ -105,6 +105,7 @@ mon_sink mon_sink_progress(int log_every) {
 typedef struct {
     FILE *f;
     char path[4096];
+    char prev[4200]; /* a fresh run's: the earlier run's file, kept until the first step ("") */
 } metrics_sink;
 
 /* A number, or null for NaN / Inf (JSON has no spelling for them). */
@@ -132,6 +133,10 @@ static ms_status metrics_put(metrics_sink *m, cJSON *o) {
 
 static ms_status metrics_step(void *ctx, const mon_step *s) {
     metrics_sink *m = ctx;
+    if (m->prev[0]) { /* the run trains: the earlier run's lines are replaced for good */
+        unlink(m->prev);
+        m->prev[0] = 0;
+    }
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "step", s->step);
     add_num(o, "loss", s->loss);
@@ -189,6 +194,10 @@ static ms_status metrics_ckpt(void *ctx, const mon_ckpt *c) {
 static void metrics_close(void *ctx) {
     metrics_sink *m = ctx;
     if (m->f) fclose(m->f);
+    /* a fresh run that ended before its first step (bad data at its first batch): the
+     * earlier run's file back in place (before, it was lost, cut to this run's config line) */
+    if (m->prev[0] && rename(m->prev, m->path) == 0)
+        ms_warn("%s: this run made no step: the file holds the earlier run's lines again", m->path);
     free(m);
 }
 
@@ -248,6 +257,12 @@ ms_status mon_sink_metrics(mon_sink *out, const char *path, int resume_step,
     if (!m) return ms_error(MS_ERR_NOMEM, "metrics: out of memory");
     snprintf(m->path, sizeof m->path, "%s", path);
     ms_status st = resume_step > 0 ? trim_metrics(path, resume_step) : MS_OK;
+    /* a fresh run over an earlier run's file: that one kept aside until the first step */
+    struct stat sb;
+    if (resume_step <= 0 && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+        snprintf(m->prev, sizeof m->prev, "%s.prev", path);
+        if (rename(path, m->prev) != 0) m->prev[0] = 0; /* then replaced at once, as before */
+    }
     if (st == MS_OK && !(m->f = fopen(path, resume_step > 0 ? "a" : "w")))
         st = ms_error(MS_ERR_IO, "%s: open metrics: %s", path, strerror(errno));
     if (st == MS_OK) st = metrics_config(m, config_json, resume_step);

@@ -726,6 +726,26 @@ def test_input_handling(d, train):
     ok(rc == 3 and f"--val-data {val32} is a GPT-2 uint32 shard, but --train-data" in err and
        "the ids of two tokenizers" in err,
        "train --val-data of another tokenizer's shards: refused, exit 3", f"rc={rc}\n{err}")
+    # a fresh run over an earlier run's metrics that fails at its first batch (a token past
+    # the vocabulary): the earlier file is left as it was (it was cut to the new config line);
+    # one that trains replaces it, leaving no copy
+    metrics = os.path.join(d, "keep_m.jsonl")
+    earlier = '{"type":"config"}\n{"step":1,"loss":5.0}\n{"step":2,"loss":4.0}\n'
+    open(metrics, "w").write(earlier)
+    badtok = os.path.join(d, "badtok_000000.bin")
+    write_shard(badtok, [1, 2, 3, 65535] + text_tokens(4000))
+    small = ["--layers", "1", "--dim", "32", "--heads", "1", "--seq-max", "16", "--seq", "16",
+             "--batch", "2", "--vocab", "256", "--data-order", "sequential"]
+    rc, _, err = run("train", "--train-data", badtok, "--trace-dir", "none", "--steps", "1",
+                     *small, "--metrics", metrics)
+    ok(rc == 3 and "is >= vocab size" in err and open(metrics).read() == earlier and
+       not os.path.exists(metrics + ".prev") and "made no step" in err,
+       "a fresh run that fails at its first batch: the earlier metrics kept",
+       f"rc={rc}\n{err[-800:]}")
+    rc, _, err = run(*tr, *small[:-2], "--metrics", metrics)
+    ok(rc == 0 and '"loss":5.0' not in open(metrics).read() and
+       not os.path.exists(metrics + ".prev"), "... and one that trains replaces it",
+       f"rc={rc}\n{err[-800:]}")
     # --seq-max beyond its range: the parser's error, exit 2 (it was allocated: exit 137)
     rc, _, err = run(*tr, "--layers", "1", "--dim", "32", "--heads", "1", "--seq-max",
                      "100000000", "--seq", "16", "--batch", "2")
