@@ -238,6 +238,12 @@ static ms_status run_sample(const sample_config *sc) {
                       "start a document with: give text to continue (without --prompt: a "
                       "newline)");
         goto out;
+    } else if (n == 0 && tx.tok) { /* (it got the message of --tokenizer ids) */
+        st = ms_error(MS_ERR_ARG,
+                      "--prompt is empty, and the tokenizer %s has no end-of-text token to "
+                      "start a document with: give text to continue",
+                      data_tok_name(tx.tok));
+        goto out;
     } else if (n == 0) {
         st = ms_error(MS_ERR_ARG,
                       "the --prompt%s holds no token id (--tokenizer ids: ids separated by "
