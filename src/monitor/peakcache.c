@@ -232,8 +232,10 @@ static int save_locked(const mon_peak *p, const be_backend *be) {
              * read, and its MFU doubled at the same speed) */
             double f = num(e, "flops"), f32 = num(e, "fp32_flops");
             int probes = (int)num(e, "probes");
-            done = probes >= p->probes && f >= p->probed;
-            if (f > best.probed) best.probed = f, best.fp32_flops = f32 > 0 ? f32 : 0;
+            done = probes >= p->probes && f >= p->probed &&
+                   !(p->fp32_flops > 0 && !(f32 >= p->fp32_flops));
+            if (f > best.probed) best.probed = f;
+            if (f32 > best.fp32_flops) best.fp32_flops = f32; /* each peak the higher, on its own */
             if (probes > best.probes) best.probes = probes;
         } else if (kept++ < CACHE_ENTRIES) {
             cJSON_AddItemToArray(entries, cJSON_Duplicate(e, 1));
@@ -268,13 +270,22 @@ int mon_peak_cache_save(const mon_peak *p, const be_backend *be) {
         note(p->cache_path, why);
         return -1;
     }
-    int rc = 0;
-    if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+    /* the ranks of a host save at once: each waits its turn (up to 2 s: a save is a read and
+     * a write of a small file), so that every peak is merged (before, a rank that found the
+     * lock held skipped its save: a higher peak than the writer's was lost) */
+    int rc = 0, locked = 0, err = 0;
+    for (int t = 0; t < 200 && !locked; t++) {
+        locked = flock(fd, LOCK_EX | LOCK_NB) == 0;
+        err = locked ? 0 : errno;
+        if (!locked && err != EWOULDBLOCK) break;
+        if (!locked) usleep(10000);
+    }
+    if (locked) {
         rc = save_locked(p, be);
         flock(fd, LOCK_UN);
-    } else if (errno != EWOULDBLOCK) { /* held: another rank of this host writes it */
+    } else if (err != EWOULDBLOCK) {
         snprintf(why, sizeof why, "cannot be locked (%.300s: %s): the next start probes again",
-                 lock, strerror(errno));
+                 lock, strerror(err));
         note(p->cache_path, why);
         rc = -1;
     }

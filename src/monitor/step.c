@@ -249,6 +249,23 @@ static ms_status metrics_config(metrics_sink *m, const char *config_json, int re
     return metrics_put(m, o);
 }
 
+/* 1 if the metrics file at path holds a step line (one of a run that trained): looked for in
+ * its first 64 KiB, past its config line. */
+static int holds_step(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char *buf = malloc(65537);
+    size_t n = buf ? fread(buf, 1, 65536, f) : 0;
+    fclose(f);
+    if (!buf) return 1; /* not known: kept, as a run's */
+    buf[n] = 0;
+    for (size_t i = 0; i < n; i++) /* (a NUL of a damaged file: the search goes on) */
+        if (!buf[i]) buf[i] = ' ';
+    int found = strstr(buf, "{\"step\":") != NULL;
+    free(buf);
+    return found;
+}
+
 ms_status mon_sink_metrics(mon_sink *out, const char *path, int resume_step,
                            const char *config_json) {
     *out = (mon_sink){0};
@@ -257,11 +274,16 @@ ms_status mon_sink_metrics(mon_sink *out, const char *path, int resume_step,
     if (!m) return ms_error(MS_ERR_NOMEM, "metrics: out of memory");
     snprintf(m->path, sizeof m->path, "%s", path);
     ms_status st = resume_step > 0 ? trim_metrics(path, resume_step) : MS_OK;
-    /* a fresh run over an earlier run's file: that one kept aside until the first step */
+    /* a fresh run over an earlier run's file: that one kept aside until the first step.  Only
+     * a plain file (lstat: a link, /dev/stdout's, is written through as before: renamed, it
+     * was replaced by a file of that name); one that holds no step (the config line of a start
+     * killed before its first step) is not moved over the FILE.prev that start kept */
     struct stat sb;
-    if (resume_step <= 0 && stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
+    if (resume_step <= 0 && lstat(path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0) {
         snprintf(m->prev, sizeof m->prev, "%s.prev", path);
-        if (rename(path, m->prev) != 0) m->prev[0] = 0; /* then replaced at once, as before */
+        struct stat pb;
+        int kept = lstat(m->prev, &pb) == 0 && S_ISREG(pb.st_mode) && !holds_step(path);
+        if (!kept && rename(path, m->prev) != 0) m->prev[0] = 0; /* replaced at once, as before */
     }
     if (st == MS_OK && !(m->f = fopen(path, resume_step > 0 ? "a" : "w")))
         st = ms_error(MS_ERR_IO, "%s: open metrics: %s", path, strerror(errno));

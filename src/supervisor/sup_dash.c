@@ -123,7 +123,12 @@ static void refresh(sup_dash *d) {
     const char *mp = dash_model_metrics_path(d->model);
     char want[4200];
     snprintf(want, sizeof want, "%s/metrics.jsonl", d->run_dir);
-    if (*mp && access(mp, F_OK) == 0 && !(access(want, F_OK) == 0 && other_default(mp, d->run_dir)))
+    /* (only the driver's own file of a copied run: not the driver's server, whose job names
+     * the file it writes, nor a file the train options named, as O/metrics.jsonl of an
+     * --out-dir O beside a stale RUN_DIR/metrics.jsonl) */
+    if (*mp && access(mp, F_OK) == 0 &&
+        !(!d->live && dash_model_own_metrics(d->model) && access(want, F_OK) == 0 &&
+          other_default(mp, d->run_dir)))
         snprintf(want, sizeof want, "%s", mp);
     if (strcmp(want, d->metrics.path)) { /* the events named another metrics file */
         dash_tail_free(&d->metrics);

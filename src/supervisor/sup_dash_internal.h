@@ -46,6 +46,8 @@ void dash_model_compute_line(dash_model *m, const char *line, size_t len);
 /* The metrics file was replaced (a restart rewrote it): forget its lines;
  * the epoch the clients see changes. */
 void dash_model_metrics_reset(dash_model *m);
+/* 1 if the metrics file the events name is the driver's own RUN_DIR/metrics.jsonl. */
+int dash_model_own_metrics(const dash_model *m);
 /* The newest time (seconds since the epoch) an event or a step says; NAN if none. */
 double dash_model_last_time(const dash_model *m);
 /* The metrics file the events name ("" if none yet); valid until the next call. */

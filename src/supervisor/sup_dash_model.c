@@ -63,6 +63,7 @@ struct dash_model {
     long first_seq, next_seq;
     size_t ev_bytes; /* of the lines first_seq .. next_seq - 1 */
     char metrics_path[4200];
+    int own_metrics; /* it is the driver's RUN_DIR/metrics.jsonl (job_start's own_metrics) */
     double t0, started, straggler_score;
     double cfg_wall;  /* the first metrics config line's time: a plain run's start (NAN) */
     double last_time; /* the newest time an event or a step says (NAN: none) */
@@ -167,7 +168,12 @@ static cJSON *parse_object(dash_model *m, const char *line, size_t len) {
 
 void dash_model_metrics_reset(dash_model *m) {
     m->n_pts = m->n_val = m->n_ckpts = 0;
+    m->cfg_wall = NAN; /* a new run's file: its own start (it kept the earlier run's) */
     m->epoch++;
+}
+
+int dash_model_own_metrics(const dash_model *m) {
+    return m->own_metrics;
 }
 
 /* Past the cap, every other older point goes (the newest stays): a long
@@ -464,6 +470,7 @@ static void apply_event(dash_model *m, const cJSON *o, const char *ev) {
         if (!isfinite(m->t0)) m->t0 = m->started;
         const char *mp = str(o, "metrics");
         if (mp) snprintf(m->metrics_path, sizeof m->metrics_path, "%s", mp);
+        m->own_metrics = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "own_metrics"));
         double s = num(o, "straggler_score");
         if (s > 0) m->straggler_score = s;
         each_name(m, str(o, "pool"), pool_node);

@@ -1222,6 +1222,7 @@ int sup_run(const sup_config *c) {
     sup_nodes_pool(d->pool, pool, sizeof pool);
     cJSON_AddStringToObject(f, "pool", pool);
     cJSON_AddStringToObject(f, "metrics", d->metrics_path);
+    if (d->own_metrics) cJSON_AddBoolToObject(f, "own_metrics", 1); /* RUN_DIR's: a copy's too */
     cJSON_AddNumberToObject(f, "straggler_score", c->straggler_score);
     if (d->dash) cJSON_AddStringToObject(f, "dashboard", sup_dash_addr(d->dash)); /* no token */
     sup_events_put(&d->ev, "job_start", f);

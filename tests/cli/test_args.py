@@ -548,9 +548,14 @@ def test_stdout_full(w, val, train):
         ok(p.returncode == 4 and f"megascale {args[0]}: error: stdout: " in p.stderr and
            "its output is incomplete" in p.stderr,
            f"{args[0]} with stdout on a full disk: exit 4, named", f"rc={p.returncode}\n{p.stderr}")
-    p = subprocess.run(f"'{BIN}' data inspect '{train}' | head -c 1", shell=True,
-                       capture_output=True, text=True, timeout=60, executable="/bin/bash")
-    ok(p.returncode == 0 and "error" not in p.stderr, "data inspect | head: no error", p.stderr)
+    # (more than a pipe holds, so that the writes after head has gone fail with EPIPE; the
+    # status is the command's, not head's)
+    p = subprocess.run(f"'{BIN}' sample --weights '{w}' --tokens 40000 --tokenizer ids "
+                       f"--prompt 1 | head -c 1; exit ${{PIPESTATUS[0]}}", shell=True,
+                       capture_output=True, text=True, timeout=120, executable="/bin/bash")
+    ok(p.returncode in (0, 141) and "error" not in p.stderr,
+       "sample | head: no error (SIGPIPE ends it, as any Unix tool)",
+       f"rc={p.returncode}\n{p.stderr[-500:]}")
 
 
 def test_config_as_output(d, train, ck):
@@ -742,10 +747,28 @@ def test_input_handling(d, train):
        not os.path.exists(metrics + ".prev") and "made no step" in err,
        "a fresh run that fails at its first batch: the earlier metrics kept",
        f"rc={rc}\n{err[-800:]}")
+    # a start killed before its first step left FILE.prev (the earlier lines) and FILE (its
+    # config line): the next fresh start keeps FILE.prev (it moved FILE over it: lost)
+    open(metrics + ".prev", "w").write(earlier)
+    open(metrics, "w").write('{"type":"config"}\n')
+    rc, _, err = run("train", "--train-data", badtok, "--trace-dir", "none", "--steps", "1",
+                     *small, "--metrics", metrics)
+    ok(rc == 3 and open(metrics).read() == earlier and not os.path.exists(metrics + ".prev"),
+       "after a start killed before its first step: the earlier lines kept",
+       f"rc={rc}\n{err[-800:]}")
     rc, _, err = run(*tr, *small[:-2], "--metrics", metrics)
     ok(rc == 0 and '"loss":5.0' not in open(metrics).read() and
        not os.path.exists(metrics + ".prev"), "... and one that trains replaces it",
        f"rc={rc}\n{err[-800:]}")
+    # a link as --metrics is written through (renamed aside, it became a file of its own
+    # name, and the link's target never got the run's lines: /dev/stdout's case)
+    target, link = os.path.join(d, "m_target.jsonl"), os.path.join(d, "m_link.jsonl")
+    open(target, "w").write(earlier)
+    os.symlink(target, link)
+    rc, _, err = run(*tr, *small[:-2], "--metrics", link)
+    ok(rc == 0 and os.path.islink(link) and '"loss":5.0' not in open(target).read() and
+       '"step":1' in open(target).read() and not os.path.exists(link + ".prev"),
+       "--metrics LINK: the link kept, its target written", f"rc={rc}\n{err[-800:]}")
     # --seq-max beyond its range: the parser's error, exit 2 (it was allocated: exit 137)
     rc, _, err = run(*tr, "--layers", "1", "--dim", "32", "--heads", "1", "--seq-max",
                      "100000000", "--seq", "16", "--batch", "2")

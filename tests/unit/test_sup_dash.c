@@ -452,6 +452,14 @@ static void test_plain_state(void) {
     cJSON *mt = dash_model_metrics(m, 0, 0, 100);
     T_NEAR(item(mt, "t0")->valuedouble, 90, 0);
     cJSON_Delete(mt);
+    /* the file replaced by a new run's: that run's start (the earlier one's stayed) */
+    dash_model_metrics_reset(m);
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"wall\":700,\"options\":{\"steps\":3}}");
+    mt = dash_model_metrics(m, 0, 0, 100);
+    T_NEAR(item(mt, "t0")->valuedouble, 700, 0);
+    cJSON_Delete(mt);
+    feed(dash_model_metrics_line, m, "{\"step\":3,\"loss\":5,\"ms\":10,\"wall\":710}");
     /* with events (a supervised run), the events say it: a job_start alone is starting */
     feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":1}");
     st = dash_model_status(m, NULL, "run", 5000);

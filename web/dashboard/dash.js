@@ -580,17 +580,20 @@
   // new events rebuild the table's newest rows in one go.
   async function pollEvents(final) {
     const batch = [];
-    for (let page = 0; page < 100; page++) {
-      const r = await getJson('api/events', { since: st.nextSeq, ...fin(final) });
-      const evs = r.events || [];
-      for (const e of evs) batch.push(e);
-      if (isNum(r.next)) st.nextSeq = r.next;
-      else if (evs.length) st.nextSeq = evs[evs.length - 1].seq;
-      if (!r.more) break;
+    try {
+      for (let page = 0; page < 100; page++) {
+        const r = await getJson('api/events', { since: st.nextSeq, ...fin(final) });
+        const evs = r.events || [];
+        for (const e of evs) batch.push(e);
+        if (isNum(r.next)) st.nextSeq = r.next;
+        else if (evs.length) st.nextSeq = evs[evs.length - 1].seq;
+        if (!r.more) break;
+      }
+    } finally { // the pages read before a failed one are kept (the next poll asks past them)
+      for (const e of batch) addEvent(e);
+      if (batch.length > MAX_EVENT_ROWS / 8) redrawEvents();
+      else for (const e of batch) showEvent(e);
     }
-    for (const e of batch) addEvent(e);
-    if (batch.length > MAX_EVENT_ROWS / 8) redrawEvents();
-    else for (const e of batch) showEvent(e);
   }
 
   function addEvent(e) {
@@ -708,7 +711,7 @@
     const old = $('#events tbody');
     const tbody = document.createElement('tbody');
     st.rankUpGroup = null;
-    for (const e of st.events.slice(-MAX_EVENT_ROWS)) showEvent(e, tbody);
+    for (const e of st.events) showEvent(e, tbody); // (rows past MAX_EVENT_ROWS trimmed)
     if (st.events.length === 0) tbody.innerHTML = '<tr class="empty"><td colspan="6">no events yet</td></tr>';
     old.replaceWith(tbody);
   }
