@@ -460,12 +460,18 @@ static int same_value(const char *a, const char *b) {
  * first option whose value differs, whichever way it was given (the command line, a --config
  * file, the environment).  1 if both sides have them (out says the difference, "" if none),
  * 0 if not (an older state: the argv are compared). */
+/* 1 if a --resume value means auto: none (null, "") or "auto". */
+static int resume_auto(const cJSON *v) {
+    return cJSON_IsNull(v) ||
+           (cJSON_IsString(v) && (!*v->valuestring || !strcmp(v->valuestring, "auto")));
+}
+
 static int effective_diff(const sup_config *c, const cJSON *saved, char *out, size_t n) {
     /* the options the driver gives each start itself (a --config that is the out-dir's
      * train.cfg, which the job's rank 0 rewrote, holds them), or the user's first start only */
-    static const char *const managed[] = {
-        "resume",          "new-run",  "restart-job",  "peak-cache", "metrics", "heartbeat",
-        "heartbeat-token", "node-map", "inject-fault", "ckpt-fault", NULL};
+    static const char *const managed[] = {"restart-job",     "peak-cache", "metrics",
+                                          "heartbeat",       "node-map",   "inject-fault",
+                                          "heartbeat-token", "ckpt-fault", NULL};
     cJSON *mine = c->train_effective ? cJSON_Parse(c->train_effective) : NULL;
     out[0] = 0;
     if (!cJSON_IsObject(saved) || !cJSON_IsObject(mine)) {
@@ -480,6 +486,10 @@ static int effective_diff(const sup_config *c, const cJSON *saved, char *out, si
             int skip = !was || !is; /* an option of another version: not compared */
             for (int k = 0; !skip && managed[k]; k++)
                 skip = !strcmp(e->string, managed[k]);
+            /* --resume: none is auto (the driver gives each start --resume auto, and a
+             * train.cfg rank 0 rewrote says so); a PATH, or --new-run 1, is the user's choice,
+             * compared (a --new-run after a finished job is a new job) */
+            if (!skip && !strcmp(e->string, "resume")) skip = resume_auto(was) && resume_auto(is);
             int same =
                 skip || (cJSON_Compare(was, is, 1) || (cJSON_IsNumber(was) && cJSON_IsNumber(is) &&
                                                        was->valuedouble == is->valuedouble));
