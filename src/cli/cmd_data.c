@@ -216,25 +216,26 @@ static ms_status parse_inputs(const opts_list *l, inputs *in) {
     return MS_OK;
 }
 
-/* A --tokenizer that is a mistyped name ("gpt3"): no file of that name, and no path.
- * Before, the error was only "gpt3: open: No such file or directory". */
-static int no_such_name(const char *name) {
-    struct stat sb;
-    return strcmp(name, "gpt2") && !strchr(name, '/') && stat(name, &sb) != 0 && errno == ENOENT;
+ms_status cli_tokenizer_load(data_tokenizer **tok, const char *name, const char *data_dir,
+                             const char *names) {
+    ms_status st = data_tok_load(tok, name, data_dir);
+    struct stat sb; /* a mistyped name ("gpt3"): no file of that name, and no path (before,
+                     * the error was only "gpt3: open: No such file or directory") */
+    if (st != MS_OK && strcmp(name, "gpt2") && !strchr(name, '/') && stat(name, &sb) != 0 &&
+        errno == ENOENT)
+        return ms_error(MS_ERR_NOTFOUND,
+                        "--tokenizer %s: no such tokenizer: not a file, and not a built-in one "
+                        "(%s); give one of those, or the path of a tokenizer file (`megascale "
+                        "data tokenizer-train` writes one)",
+                        name, names);
+    return st == MS_OK ? MS_OK : ms_error_wrap(st, "--tokenizer");
 }
 
 /* NULL tokenizer for "bytes". */
 static ms_status load_tokenizer(const char *name, const char *data_dir, data_tokenizer **tok) {
     *tok = NULL;
     if (!strcmp(name, "bytes")) return MS_OK;
-    ms_status st = data_tok_load(tok, name, data_dir);
-    if (st != MS_OK && no_such_name(name))
-        return ms_error(MS_ERR_NOTFOUND,
-                        "--tokenizer %s: no such tokenizer: not a file, and not a built-in one "
-                        "(gpt2, bytes); give one of those, or the path of a tokenizer file "
-                        "(`megascale data tokenizer-train` writes one)",
-                        name);
-    return st == MS_OK ? MS_OK : ms_error_wrap(st, "--tokenizer");
+    return cli_tokenizer_load(tok, name, data_dir, "gpt2, bytes");
 }
 
 /* The summary's lines for each input (several inputs only). */

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "base/rng.h"
 #include "ckpt/ckpt.h"
@@ -65,13 +64,6 @@ typedef struct {
     data_tokenizer *tok; /* NULL for bytes / ids */
 } sample_text;
 
-/* A --tokenizer that is a mistyped name ("gpt3"): no file of that name, and no path.
- * Before, the error was only "gpt3: open: No such file or directory". */
-static int no_such_name(const char *name) {
-    struct stat sb;
-    return strcmp(name, "gpt2") && !strchr(name, '/') && stat(name, &sb) != 0 && errno == ENOENT;
-}
-
 static ms_status text_open(sample_text *tx, const char *name, const char *data_dir,
                            const gpt_config *c, const char *wpath) {
     memset(tx, 0, sizeof *tx);
@@ -95,14 +87,7 @@ static ms_status text_open(sample_text *tx, const char *name, const char *data_d
         tx->bytes = 1;
         return MS_OK;
     }
-    ms_status st = data_tok_load(&tx->tok, name, data_dir);
-    if (st != MS_OK && no_such_name(name))
-        return ms_error(MS_ERR_NOTFOUND,
-                        "--tokenizer %s: no such tokenizer: not a file, and not a built-in one "
-                        "(auto, gpt2, bytes, ids); give one of those, or the path of a "
-                        "tokenizer file (`megascale data tokenizer-train` writes one)",
-                        name);
-    if (st != MS_OK) return ms_error_wrap(st, "--tokenizer");
+    MS_TRY(cli_tokenizer_load(&tx->tok, name, data_dir, "auto, gpt2, bytes, ids"));
     if (data_tok_vocab_size(tx->tok) > c->vocab)
         return ms_error(MS_ERR_ARG, "tokenizer %s has %d ids but the model only %d", name,
                         data_tok_vocab_size(tx->tok), c->vocab);

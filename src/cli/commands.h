@@ -32,6 +32,12 @@ int cmd_train_check(int argc, char **argv, const char *events_opt, const char *e
                     const char *run_dir, const char *const *run_files, cli_train_view *v);
 /* 1 if NAME (without "--", len characters) is a train option. */
 int cmd_train_has_option(const char *name, size_t len);
+/* Load --tokenizer NAME (data_tok_load); a name that is neither a file nor a path is
+ * MS_ERR_NOTFOUND naming the built-in names (as "gpt2, bytes"), another error is wrapped
+ * with "--tokenizer" (cmd_data.c). */
+struct data_tokenizer;
+ms_status cli_tokenizer_load(struct data_tokenizer **tok, const char *name, const char *data_dir,
+                             const char *names);
 int cmd_sample(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_data(int argc, char **argv);
