@@ -547,7 +547,7 @@ static void fill_missing(trace_hang *h) {
             h->ranks[rk].coord = trace_coord_of(rk, h->shape);
             snprintf(h->ranks[rk].host, sizeof h->ranks[rk].host, "unknown");
         }
-    if (trace_rank_files(h->dir, "events_r", ".jsonl", &ranks, &paths, &n) != MS_OK) return;
+    if (trace_log_files(h->dir, 0, &ranks, &paths, &n) != MS_OK) return;
     for (int i = 0; i < n; i++) {
         if (ranks[i] >= h->world || h->ranks[ranks[i]].has_dump) continue;
         trace_log l;
@@ -583,8 +583,8 @@ static void dump_meta_read(const char *dir, const char *path, int rank, dump_met
     m->world = trace_json_int(j, "world", 1, TRACE_MAX_WORLD, &v) ? (int)v : 0;
     const cJSON *wall = cJSON_GetObjectItemCaseSensitive(j, "wall_s");
     m->wall_s = cJSON_IsNumber(wall) ? wall->valuedouble : 0;
-    snprintf(ev, sizeof ev, "%s/events_r%05d.jsonl", dir, rank);
-    if (m->pid && access(ev, F_OK) == 0 && trace_log_read_header(ev, &l) == MS_OK && l.pid > 0) {
+    if (m->pid && trace_log_path(dir, rank, ev, sizeof ev) &&
+        trace_log_read_header(ev, &l) == MS_OK && l.pid > 0) {
         m->log_pid = l.pid;
         m->cur = m->pid == l.pid && !strcmp(jstr(j, "host", l.host), l.host);
     }

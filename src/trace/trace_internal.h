@@ -109,6 +109,14 @@ ms_status trace_log_read_header(const char *path, trace_log *l);
 ms_status trace_rank_files(const char *dir, const char *prefix, const char *suffix, int **ranks,
                            char ***paths, int *n);
 void trace_rank_files_free(int *ranks, char **paths, int n);
+/* The event logs of DIR's ranks, as trace_rank_files: events_rNNNNN.jsonl, and for a rank
+ * without one the file that stands in for it, events_rNNNNN.jsonl.new (the rank ended while
+ * it rotated its log), else its older half events_rNNNNN.jsonl.1 (warn: say so, once per
+ * file).  Errors: as trace_rank_files, NOMEM. */
+ms_status trace_log_files(const char *dir, int warn, int **ranks, char ***paths, int *n);
+/* The path of RANK's event log in DIR (or of the file standing in for it, as
+ * trace_log_files) into buf: 1, or 0 when it has none. */
+int trace_log_path(const char *dir, int rank, char *buf, size_t size);
 
 /* Open a run's file for reading (*f; fclose it), refusing anything but a regular file
  * (FORMAT, naming it): a FIFO named like a log would block the open, and the tool, for

@@ -540,7 +540,7 @@ static int cmp_int_key(const void *a, const void *b) {
  * events_rNNNNN.jsonl.1: that file stands in, with a warning (before, the rank's events were
  * left out, and the warning said only that it had no log).  ranks/paths (sorted by rank,
  * n of them) grow; 0 or MS_ERR_NOMEM. */
-static ms_status add_stand_ins(const char *dir, int **ranks, char ***paths, int *n) {
+static ms_status add_stand_ins(const char *dir, int warn, int **ranks, char ***paths, int *n) {
     static const char *const tails[2] = {".jsonl.new", ".jsonl.1"};
     for (int t = 0; t < 2; t++) {
         int *rk = NULL, m = 0;
@@ -565,26 +565,41 @@ static ms_status add_stand_ins(const char *dir, int **ranks, char ***paths, int 
             (*ranks)[at] = rk[i], (*paths)[at] = ps[i];
             ps[i] = NULL;
             (*n)++;
-            ms_warn("%s: the rank's log %.*s is missing: read in its place (%s)", (*paths)[at],
-                    (int)(strlen((*paths)[at]) - strlen(tails[t]) + 6), (*paths)[at],
-                    t == 0 ? "the rank ended while it rotated its log"
-                           : "its older half only: the rest is lost");
+            if (warn)
+                ms_warn("%s: the rank's log %.*s is missing: read in its place (%s)", (*paths)[at],
+                        (int)(strlen((*paths)[at]) - strlen(tails[t]) + 6), (*paths)[at],
+                        t == 0 ? "the rank ended while it rotated its log"
+                               : "its older half only: the rest is lost");
         }
         trace_rank_files_free(rk, ps, m);
     }
     return MS_OK;
 }
 
+ms_status trace_log_files(const char *dir, int warn, int **ranks, char ***paths, int *n) {
+    MS_TRY(trace_rank_files(dir, "events_r", ".jsonl", ranks, paths, n));
+    ms_status st = add_stand_ins(dir, warn, ranks, paths, n);
+    if (st != MS_OK) {
+        trace_rank_files_free(*ranks, *paths, *n);
+        *ranks = NULL, *paths = NULL, *n = 0;
+    }
+    return st;
+}
+
+int trace_log_path(const char *dir, int rank, char *buf, size_t size) {
+    static const char *const tails[3] = {".jsonl", ".jsonl.new", ".jsonl.1"};
+    for (int t = 0; t < 3; t++) {
+        int w = snprintf(buf, size, "%s/events_r%05d%s", dir, rank, tails[t]);
+        if (w > 0 && (size_t)w < size && access(buf, F_OK) == 0) return 1;
+    }
+    return 0;
+}
+
 ms_status trace_set_load(const char *dir, unsigned flags, trace_set **out) {
     *out = NULL;
     int *ranks = NULL, n = 0;
     char **paths = NULL;
-    MS_TRY(trace_rank_files(dir, "events_r", ".jsonl", &ranks, &paths, &n));
-    ms_status sa = add_stand_ins(dir, &ranks, &paths, &n);
-    if (sa != MS_OK) {
-        trace_rank_files_free(ranks, paths, n);
-        return sa;
-    }
+    MS_TRY(trace_log_files(dir, 1, &ranks, &paths, &n));
     trace_set *s = calloc(1, sizeof *s);
     ms_status st = s && (s->dir = strdup(dir)) ? MS_OK : ms_error(MS_ERR_NOMEM, "out of memory");
     if (st == MS_OK && n == 0)

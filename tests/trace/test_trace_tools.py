@@ -1024,6 +1024,33 @@ def test_hang_missing(d):
        so + se)
 
 
+def test_hang_stand_in(d):
+    """Rank 5 wrote no dump and ended while it rotated its log: only events_r00005.jsonl.new
+    is there.  Its host and coordinates come from that file's header, as from the log's
+    (before, the hang report said "unknown"); rank 6's dump of an earlier hang (another pid
+    than its older half events_r00006.jsonl.1) is skipped, as beside a log."""
+    write_hang(d, skip=(5,), extra=lambda r: dict(pid=99 if r == 6 else 1000 + r))
+    log = RankLog(5, 8, SHAPE8, "hostB5")
+    log.coord = {"dp": 1, "pp": 1, "tp": 0}
+    log.write(d)
+    os.rename(os.path.join(d, "events_r00005.jsonl"), os.path.join(d, "events_r00005.jsonl.new"))
+    for r in (0, 1, 2, 3, 4, 6, 7):
+        RankLog(r, 8, SHAPE8, "hostA" if r < 4 else "hostB").write(d)  # pid 1000 + rank
+    os.rename(os.path.join(d, "events_r00006.jsonl"), os.path.join(d, "events_r00006.jsonl.1"))
+    rc, so, se = run("trace", "hang", d, "--json")
+    try:
+        j = json.loads(so)
+    except ValueError:
+        j = {}
+    sus = {s["rank"]: s for s in j.get("suspects", [])}
+    ok(rc == 0 and 5 in sus and sus[5]["host"] == "hostB5" and
+       sus[5]["coord"] == {"dp": 1, "pp": 1, "tp": 0},
+       "a rank without a dump or log: host and coordinates from its .jsonl.new", so + se)
+    ok(rc == 0 and j.get("missing") == [5, 6] and
+       "hang_r00006.json: skipped: another run's dump (pid 99; rank 6's event log here is from "
+       "pid 1006" in se, "a dump of an earlier hang is skipped beside a .jsonl.1", so + se)
+
+
 def test_hang_placed(d):
     """A grid placed host by host (mpirun dealt the ranks out round-robin):
     rank 5's position is not the formula's (dp 0, pp 1, tp 1).  It wrote no
@@ -1881,6 +1908,7 @@ def main():
                          ("merge_memory", test_merge_memory),
                          ("merge_p2p_memory", test_merge_p2p_memory),
                          ("hang_missing", test_hang_missing),
+                         ("hang_stand_in", test_hang_stand_in),
                          ("hang_rank_past_world", test_hang_rank_past_world), ("hang_placed", test_hang_placed),
                          ("hang_placed_table", test_hang_placed_table),
                          ("hang_rerun", test_hang_rerun),
