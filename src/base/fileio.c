@@ -8,6 +8,8 @@
  */
 #include "base/fileio.h"
 
+#include "base/ctx.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
@@ -169,23 +171,26 @@ void ms_file_set_sigbus_hook(void (*fn)(void)) {
     atomic_store(&g_bus_hook, fn);
 }
 
-static void put_str(const char *s) {
-    size_t n = strlen(s);
-    while (n > 0) {
-        ssize_t w = write(2, s, n);
-        if (w <= 0) return;
-        s += w, n -= (size_t)w;
-    }
+/* The handler's line, built with async-signal-safe code only and written at once (the lines
+ * of several ranks that hit it together stay whole). */
+typedef struct {
+    char b[4608];
+    size_t n;
+} bus_line;
+
+static void put_str(bus_line *l, const char *s) {
+    while (*s && l->n < sizeof l->b - 1)
+        l->b[l->n++] = *s++;
 }
 
-static void put_u64(uint64_t v) {
+static void put_u64(bus_line *l, uint64_t v) {
     char b[24];
     int i = (int)sizeof b - 1;
     b[i] = '\0';
     do
         b[--i] = (char)('0' + v % 10);
     while ((v /= 10) > 0 && i > 0);
-    put_str(b + i);
+    put_str(l, b + i);
 }
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
@@ -196,13 +201,29 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
         size_t len = atomic_load(&g_maps[i].len);
         const char *path = atomic_load(&g_maps[i].path);
         if (!base || a < base || a - base >= len || !path) continue;
-        put_str("megascale: error: ");
-        put_str(path);
-        put_str(": the file changed on disk while it was read (byte ");
-        put_u64(a - base);
-        put_str(" of the ");
-        put_u64(len);
-        put_str(" it had is gone: was it truncated or rewritten by another process?)\n");
+        bus_line l;
+        const ms_ctx *c = ms_ctx_get();
+        l.n = 0; /* ms_log's prefix: "[megascale r3 error] " */
+        put_str(&l, "[megascale ");
+        if (c->log_tag[0]) {
+            put_str(&l, c->log_tag);
+        } else {
+            put_str(&l, "r");
+            put_u64(&l, c->rank > 0 ? (uint64_t)c->rank : 0);
+        }
+        put_str(&l, " error] ");
+        put_str(&l, path);
+        put_str(&l, ": the file changed on disk while it was read (byte ");
+        put_u64(&l, a - base);
+        put_str(&l, " of the ");
+        put_u64(&l, len);
+        put_str(&l, " it had is gone: was it truncated or rewritten by another process?)");
+        l.b[l.n++] = '\n';
+        for (size_t o = 0; o < l.n;) {
+            ssize_t w = write(2, l.b + o, l.n - o);
+            if (w <= 0) break;
+            o += (size_t)w;
+        }
         void (*hook)(void) = atomic_load(&g_bus_hook);
         if (hook) hook(); /* what the command would remove on any failure */
         _exit(4);

@@ -270,6 +270,7 @@ static void test_map_truncated(void) {
     waitpid(pid, &status, 0);
     T_OK(WIFEXITED(status) && WEXITSTATUS(status) == 4);
     T_STR_CONTAINS(out, "shrinks.bin: the file changed on disk while it was read");
+    T_OK(strncmp(out, "[megascale r0 error] ", 21) == 0); /* as ms_log's lines */
 }
 
 /* A bounded read: max bytes are fine, one more is an error, and an endless
