@@ -224,6 +224,29 @@ static int u_escape(const char *s, size_t room) {
     return v;
 }
 
+/* Whether the JSON text s[0..at) opens more than cJSON's CJSON_NESTING_LIMIT arrays and
+ * objects inside each other (valid JSON the parser refuses: said so, not "not valid"). */
+static int nested_too_deep(const char *s, size_t at) {
+    size_t depth = 0;
+    int in_str = 0;
+    for (size_t i = 0; i < at; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"')
+                in_str = 0;
+        } else if (c == '"') {
+            in_str = 1;
+        } else if (c == '[' || c == '{') {
+            if (++depth > CJSON_NESTING_LIMIT) return 1;
+        } else if ((c == ']' || c == '}') && depth > 0) {
+            depth--;
+        }
+    }
+    return 0;
+}
+
 /* A copy of the line s[0, n) with each lone UTF-16 surrogate escape (\ud800 without its
  * \udc00.. pair, or the second half alone) written \ufffd, the replacement character: the
  * same length, so byte positions stay.  JSON allows them and Python's json reads them (web
@@ -305,7 +328,13 @@ static ms_status next_line(data_docs *d, const char **text, size_t *len) {
             size_t at = end && end >= s && end <= s + n ? (size_t)(end - s) : 0;
             cJSON_Delete(j);
             free(fixed);
-            MS_TRY(bad_line(d, "not valid JSON (at byte %zu of the line)", at + 1));
+            if (nested_too_deep(s, at + 1 < n ? at + 1 : n))
+                MS_TRY(bad_line(d,
+                                "arrays and objects nested more than %d deep (at byte %zu of the "
+                                "line: the JSON parser's limit)",
+                                CJSON_NESTING_LIMIT, at + 1));
+            else
+                MS_TRY(bad_line(d, "not valid JSON (at byte %zu of the line)", at + 1));
             continue;
         }
         const cJSON *f = last_member(j, d->field);

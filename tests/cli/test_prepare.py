@@ -144,7 +144,11 @@ def test_jsonl(d):
            "nul": ('{"text": "abc\\u0000def"}', 'member "text" holds \\u0000'),
            # a raw NUL byte: cJSON kept it, and the text ended there (no error)
            "rawnul": ('{"text": "abc\0def"}', "a NUL byte (at byte 14 of the line"),
-           "string": ('"hello"', ":2: a string, not a JSON object")}
+           "string": ('"hello"', ":2: a string, not a JSON object"),
+           # valid JSON past the parser's depth: said so (it read "not valid JSON"); a
+           # bracket inside a string does not count
+           "deep": ('{"text": "[[[", "m": ' + "[" * 1001 + "]" * 1001 + "}",
+                    "arrays and objects nested more than 1000 deep (at byte 1021 of the line")}
     for name, (line, needle) in bad.items():
         p = os.path.join(d, f"bad_{name}.jsonl")
         write_jsonl(p, [good, line, good])
