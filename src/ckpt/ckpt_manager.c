@@ -19,6 +19,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -453,8 +454,12 @@ ms_status ckpt_manager_create_world(ckpt_manager **out, const ckpt_options *o, g
     snprintf(cm->root, sizeof cm->root, "%s", saving ? o->dir : "");
     /* DIR/latest is the commit it names, from here on: a rollback to it was not seen as one
      * (the newer commits were replaced one by one, two histories mixed in DIR) */
-    char target[4300];
+    char target[4300], real[PATH_MAX];
     if (strcmp(res, "auto") && ckpt_latest_target(res, target, sizeof target)) res = target;
+    /* ... and a --resume that is there, its real path: DIR/step_N/. or a link to one of DIR's
+     * commits was not seen as DIR's own (a rollback to it was refused as another run's, and
+     * the --new-run that the refusal advised moved the commit itself away) */
+    if (res[0] && strcmp(res, "auto") && realpath(res, real)) res = real;
     snprintf(cm->resume, sizeof cm->resume, "%s", res);
     snprintf(cm->shm_dir, sizeof cm->shm_dir, "%s", o->shm_dir ? o->shm_dir : "");
     cm->m = m;

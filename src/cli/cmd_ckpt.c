@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -210,7 +211,8 @@ int cmd_ckpt(int argc, char **argv) {
         }
     } else if (path && cmd && (!strcmp(cmd, "list") || !strcmp(cmd, "shm")) &&
                ckpt_is_step_dir(path)) { /* a commit: its directory's (it found none, exit 0) */
-        snprintf(root, sizeof root, "%s", path);
+        char real[PATH_MAX]; /* DIR/step_N/. or a link to a commit: the directory it lies in */
+        snprintf(root, sizeof root, "%s", realpath(path, real) ? real : path);
         ms_path_dir(root);
         path = root;
     }

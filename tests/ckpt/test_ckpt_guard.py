@@ -273,6 +273,43 @@ def test_rollback_latest(ws):
        str(moved))
 
 
+def test_rollback_spelling(ws):
+    """A rollback to the directory's own commit spelled DIR/step_N/. or through a link to it is
+    the rollback it is: the newer commits set aside.  Before, the parent of the spelling was
+    compared with --ckpt-dir, the commit was called another run's, and the --new-run that the
+    refusal advised moved the commit itself away (then: no such file, and --resume auto started
+    from scratch).  `ckpt list` of such a spelling lists the commit's directory."""
+    d = ws.path("rollback_spelling")
+    keep = ["--ckpt-every", "2", "--ckpt-keep", "10", "--ckpt-dir", d]
+    r = run(ws, ws.train_args("--steps", "4", *keep))
+    steps = sorted(int(n[5:]) for n in os.listdir(d) if n.startswith("step_")) \
+        if os.path.isdir(d) else []
+    ok(r.returncode == 0 and len(steps) >= 2, f"a first history ({steps})", r.stderr)
+    if len(steps) < 2:
+        return
+    e = steps[0]
+    lst = subprocess.run([BIN, "ckpt", "list", step_dir(d, e) + "/."], capture_output=True,
+                         text=True, env=ws.env)
+    ok(lst.returncode == 0 and f"step_{steps[-1]:08d}" in lst.stdout,
+       "ckpt list DIR/step_N/. lists DIR", lst.stdout + lst.stderr)
+    link = ws.path("rollback_spelling_link")
+    os.symlink(step_dir(d, e), link)
+    for spelled in (step_dir(d, e) + "/.", link):
+        r = run(ws, ws.train_args("--steps", str(e + 1), *keep, "--resume", spelled))
+        aside = [n for n in os.listdir(d) if n.startswith("abandoned-")]
+        ok(r.returncode == 0 and resumed_at(r.stderr) == e and "another history" in r.stderr and
+           aside and "another run" not in r.stderr and os.path.isdir(step_dir(d, e)),
+           f"--resume {spelled[len(ws.path('')):]}: a rollback to the directory's own step {e}",
+           r.stderr)
+        for a in aside:  # the next spelling rolls back again
+            for n in os.listdir(os.path.join(d, a)):
+                if n.startswith("step_"):
+                    os.rename(os.path.join(d, a, n), os.path.join(d, n))
+            shutil.rmtree(os.path.join(d, a))
+        if os.path.isdir(step_dir(d, e + 1)):
+            shutil.rmtree(step_dir(d, e + 1))
+
+
 def test_prune_killed(ws):
     """A run killed while it prunes (SIGKILL at its second unlinkat, by strace's fault
     injection) leaves every commit whole: a pruned one goes out of sight in one rename
@@ -469,6 +506,7 @@ def main():
         test_prune_symlink(ws)
         test_prune_killed(ws)
         test_rollback_latest(ws)
+        test_rollback_spelling(ws)
         test_lock(ws)
         test_out_refusals(ws)
         test_resume_step_dir(ws)
