@@ -277,6 +277,10 @@ static const char *special_kind(const struct stat *sb) {
                                                           : "not a regular file";
 }
 
+const char *ms_file_kind(const struct stat *sb) {
+    return S_ISDIR(sb->st_mode) ? "a directory" : special_kind(sb);
+}
+
 ms_status ms_file_map(const char *path, const void **data, size_t *len) {
     ms_status rc = MS_OK;
     struct stat st;

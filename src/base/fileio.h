@@ -16,6 +16,10 @@
 /* Size of a regular file; MS_ERR_FORMAT (bad input) naming what else it is (a directory, a
  * FIFO, a device), MS_ERR_NOTFOUND or MS_ERR_IO when it cannot be stat()ed. */
 ms_status ms_file_size(const char *path, uint64_t *size);
+struct stat;
+/* What a file that is not a regular one is, for messages ("a directory", "a FIFO", "a
+ * character device", ...); NULL for a regular file. */
+const char *ms_file_kind(const struct stat *sb);
 
 /* The most ms_file_read_all reads: none of the files it reads whole (a
  * tokenizer, a state, a dump, a history) comes near it, and a stream given

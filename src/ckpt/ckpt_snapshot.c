@@ -195,12 +195,24 @@ ms_status ckpt_slot_open(ckpt_slot **out, const char *path, const char *root, ui
     uint64_t bytes = round_page(doff + data_elems * sizeof(float));
     struct stat sb;
     char *rp = root ? realpath(root, NULL) : NULL;
-    int fd = s->fd = open_locked(path);
+    int fresh = 0, fd = s->fd = open_locked(path);
     if (fd < 0) {
         st = ms_error(MS_ERR_IO, "%s: open snapshot: %s", path, strerror(errno));
         goto out;
     }
-    if (fstat(fd, &sb) != 0 || ((uint64_t)sb.st_size != bytes && ftruncate(fd, (off_t)bytes))) {
+    if (fstat(fd, &sb) != 0) {
+        st = ms_error(MS_ERR_IO, "%s: fstat snapshot: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(sb.st_mode)) { /* (a FIFO opened O_RDWR: ftruncate said "Invalid argument") */
+        st = ms_error(MS_ERR_FORMAT,
+                      "%s: not a regular file (%s), where this rank's host-memory snapshot goes: "
+                      "remove it, or give another --ckpt-shm-dir",
+                      path, ms_file_kind(&sb));
+        goto out;
+    }
+    fresh = sb.st_size == 0; /* made here (or an empty one): removed again on a failure */
+    if ((uint64_t)sb.st_size != bytes && ftruncate(fd, (off_t)bytes)) {
         st = ms_error(MS_ERR_IO, "%s: size snapshot to %" PRIu64 " bytes: %s", path, bytes,
                       strerror(errno));
         goto out;
@@ -243,8 +255,9 @@ ms_status ckpt_slot_open(ckpt_slot **out, const char *path, const char *root, ui
     h->root_len = (uint32_t)rl;
 out:
     free(rp);
-    if (st != MS_OK) {
-        ckpt_slot_close(s, 0);
+    if (st != MS_OK) { /* one this start made is not left behind, empty (a file-size limit, a
+                          full /dev/shm) */
+        ckpt_slot_close(s, fresh);
         return st;
     }
     *out = s;

@@ -1,5 +1,6 @@
 /* main.c - the megascale binary: dispatch to subcommands. */
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,6 +192,10 @@ static int stdout_checked(const char *cmd, int rc) {
 }
 
 int main(int argc, char **argv) {
+    /* a file-size limit (ulimit -f) is a write error (EFBIG) that names the file and cleans up
+     * like a full disk's, not a SIGXFSZ that ends the process without a word and leaves its
+     * staged files behind */
+    signal(SIGXFSZ, SIG_IGN);
     blas_core(argc, argv);
     /* tests: the refusal of --cpu-dtype bf16 on a CPU without bf16, shown
      * on one that has it (tests/mpi/test_cpu_bf16.py) */

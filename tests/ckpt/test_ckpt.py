@@ -134,14 +134,25 @@ def test_tools(ws, c, ref_w, ref_m):
     # no --out: its job file made every retry "a checkpoint directory", refused
     out = ws.path("resharded")
 
-    def small_files():
+    def small_files():  # (SIGXFSZ as the shell leaves it: it ended the tools without a word)
         resource.setrlimit(resource.RLIMIT_FSIZE, (50000, 50000))
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 
     r = subprocess.run([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", "2", "--out", out],
                        capture_output=True, text=True, preexec_fn=small_files)
     ok(r.returncode == 4 and "File too large" in r.stderr and not os.path.exists(out),
        "reshard that fails on a write leaves no --out (no job file)", r.stderr)
+    big = ws.path("too_big.safetensors")
+    r = subprocess.run([BIN, "ckpt", "export", step_dir(c, 8), "--out", big],
+                       capture_output=True, text=True, preexec_fn=small_files)
+    ok(r.returncode == 4 and f"{big}.tmp." in r.stderr and "File too large" in r.stderr and
+       not [n for n in os.listdir(ws.dir) if n.startswith("too_big")],
+       "export past a file-size limit: the error names the file, nothing is left", r.stderr)
+    limited, slots_before = ws.path("limited"), sorted(os.listdir(ws.shm))
+    r = subprocess.run([BIN, *ws.train_args("--steps", "2", "--ckpt-dir", limited)],
+                       capture_output=True, text=True, env=ws.env, preexec_fn=small_files)
+    ok(r.returncode == 4 and "size snapshot to" in r.stderr and "File too large" in r.stderr and
+       sorted(os.listdir(ws.shm)) == slots_before, "train past a file-size limit: exit 4 naming its snapshot, "
+       "none left (empty) in the snapshot directory", r.stderr + str(os.listdir(ws.shm)))
     # offline reshard to dp 2, then a single process resumes from that layout
     r = subprocess.run([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", "2", "--out", out],
                        capture_output=True, text=True)

@@ -310,6 +310,23 @@ def test_rollback_spelling(ws):
             shutil.rmtree(step_dir(d, e + 1))
 
 
+def test_slot_taken(ws):
+    """This rank's snapshot name in the snapshot directory taken by a FIFO: bad input (exit 3)
+    naming it and what it is, and the FIFO is left alone.  Before: "size snapshot to N bytes:
+    Invalid argument", exit 4 (a storage fault)."""
+    d = ws.path("slot_taken")
+    os.makedirs(d)
+    h = 1469598103934665603
+    for b in os.path.realpath(d).encode():
+        h = ((h ^ b) * 1099511628211) & (2**64 - 1)
+    fifo = os.path.join(ws.shm, f"megascale-ckpt-{h:016x}-r00000-s0")
+    os.mkfifo(fifo)
+    r = run(ws, ws.train_args("--steps", "2", "--ckpt-dir", d))
+    ok(r.returncode == 3 and f"{fifo}: not a regular file (a FIFO)" in r.stderr and
+       os.path.exists(fifo), "a FIFO where the snapshot goes: exit 3 naming it", r.stderr)
+    os.unlink(fifo)
+
+
 def test_prune_killed(ws):
     """A run killed while it prunes (SIGKILL at its second unlinkat, by strace's fault
     injection) leaves every commit whole: a pruned one goes out of sight in one rename
@@ -507,6 +524,7 @@ def main():
         test_prune_killed(ws)
         test_rollback_latest(ws)
         test_rollback_spelling(ws)
+        test_slot_taken(ws)
         test_lock(ws)
         test_out_refusals(ws)
         test_resume_step_dir(ws)
