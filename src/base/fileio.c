@@ -336,13 +336,46 @@ static ms_status refuse_special(const char *path, const char *kind) {
                     path, kind);
 }
 
-ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
+/* The file a chain of symbolic links ends at (one that does not exist yet included: a dangling
+ * link names where the file goes) into out (n bytes); path itself when it is no link.
+ * MS_ERR_ARG: a loop, or a name too long. */
+static ms_status link_target(const char *path, char *out, size_t n) {
+    char cur[4096], link[4096];
+    if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur)
+        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path, sizeof cur - 1);
+    for (int hops = 0;; hops++) {
+        struct stat sb;
+        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) break;
+        ssize_t k = readlink(cur, link, sizeof link - 1);
+        if (k <= 0 || hops >= 40)
+            return ms_error(MS_ERR_ARG, "%s: a symbolic link that cannot be followed (%s)", path,
+                            k <= 0 ? strerror(errno) : "a loop, or more than 40 links");
+        link[k] = '\0';
+        const char *slash = strrchr(cur, '/');
+        char next[8192];
+        if (link[0] == '/' || !slash) /* absolute, or relative to "." (where cur is) */
+            snprintf(next, sizeof next, "%s", link);
+        else
+            snprintf(next, sizeof next, "%.*s/%s", (int)(slash - cur), cur, link);
+        if (strlen(next) >= sizeof cur)
+            return ms_error(MS_ERR_ARG, "%s: its link's target is a path longer than %zu bytes",
+                            path, sizeof cur - 1);
+        snprintf(cur, sizeof cur, "%s", next);
+    }
+    if (strlen(cur) >= n)
+        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", cur, n - 1);
+    snprintf(out, n, "%s", cur);
+    return MS_OK;
+}
+
+ms_status ms_atomic_open(ms_atomic_file *af, const char *given) {
     af->f = NULL;
     af->path[0] = '\0';
     af->tmp[0] = '\0';
-    if (strlen(path) >= sizeof af->path)
-        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path,
-                        sizeof af->path - 1);
+    /* a link is written through: renamed over, it was replaced by a file (before, `ckpt export
+     * --out /dev/stdout > f` as root replaced the system's /dev/stdout link) */
+    char path[4096];
+    MS_TRY(link_target(given, path, sizeof path - 32));
     struct stat sb; /* the rename would fail at the end, after all the writing */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return ms_error(MS_ERR_ARG, "%s is a directory, not a file (give a file name in it)", path);

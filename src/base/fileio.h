@@ -59,7 +59,9 @@ void ms_file_unmap(const void *data, size_t len);
  * appends; ms_atomic_commit flushes, fsyncs, renames and fsyncs the
  * directory; ms_atomic_abort removes the temp file.  After any failed call the
  * writer must still be closed with ms_atomic_abort; the target path is never
- * touched unless commit succeeds. */
+ * touched unless commit succeeds.  A path that is a symbolic link is written
+ * through it (the file it names is replaced, the link stays, as `cp` and a
+ * shell's redirection do); af->path is then that file. */
 typedef struct {
     FILE *f;
     char path[4096];

@@ -145,6 +145,31 @@ static void test_atomic(void) {
     ms_atomic_abort(&af);                               /* after commit: must not touch p */
     T_OK(strcmp(slurp(p), "new 42-x") == 0);
 
+    /* a link is written through: the file it names is replaced, the link stays (before, the
+     * rename replaced the link; `ckpt export --out /dev/stdout > f` as root replaced the
+     * system's /dev/stdout); a relative link is relative to its own directory, a dangling one
+     * names where the file goes, and a loop is an error naming the path */
+    char atomic_txt[512]; /* (tpath's buffers are reused) */
+    snprintf(atomic_txt, sizeof atomic_txt, "%s", p);
+    T_EQ_INT(ms_mkdirs(tpath("links")), MS_OK);
+    T_OK(symlink("../atomic.txt", tpath("links/to_atomic")) == 0);
+    T_OK(symlink("to_atomic", tpath("links/chain")) == 0);
+    T_EQ_INT(ms_file_write_atomic(tpath("links/chain"), "through", 7), MS_OK);
+    T_OK(strcmp(slurp(atomic_txt), "through") == 0);
+    struct stat lsb;
+    T_OK(lstat(tpath("links/chain"), &lsb) == 0 && S_ISLNK(lsb.st_mode));
+    T_OK(lstat(tpath("links/to_atomic"), &lsb) == 0 && S_ISLNK(lsb.st_mode));
+    T_OK(symlink("fresh.txt", tpath("links/dangling")) == 0);
+    T_EQ_INT(ms_file_write_atomic(tpath("links/dangling"), "new", 3), MS_OK);
+    T_OK(strcmp(slurp(tpath("links/fresh.txt")), "new") == 0);
+    T_OK(lstat(tpath("links/dangling"), &lsb) == 0 && S_ISLNK(lsb.st_mode));
+    T_OK(symlink("loop_b", tpath("links/loop_a")) == 0);
+    T_OK(symlink("loop_a", tpath("links/loop_b")) == 0);
+    T_EQ_INT(ms_atomic_open(&af, tpath("links/loop_a")), MS_ERR_ARG);
+    T_STR_CONTAINS(ms_errmsg(), "loop_a: a symbolic link that cannot be followed");
+    ms_atomic_abort(&af);
+    write_raw(atomic_txt, "new 42-x");
+
     /* open in a missing directory: error names the path and the directory,
      * not the temp file's "create ...tmp.PID: No such file or directory" */
     T_EQ_INT(ms_atomic_open(&af, tpath("nodir/x.bin")), MS_ERR_IO);
