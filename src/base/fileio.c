@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
@@ -167,8 +168,11 @@ static atomic_int g_bus_installed;
 static struct sigaction g_bus_prev; /* the handler before ours (MPI's, say) */
 static void (*_Atomic g_bus_hook)(void); /* ms_file_set_sigbus_hook */
 
+static void install_interrupt(void);
+
 void ms_file_set_sigbus_hook(void (*fn)(void)) {
     atomic_store(&g_bus_hook, fn);
+    if (fn) install_interrupt(); /* an interrupt runs it too */
 }
 
 /* The handler's line, built with async-signal-safe code only and written at once (the lines
@@ -191,6 +195,111 @@ static void put_u64(bus_line *l, uint64_t v) {
         b[--i] = (char)('0' + v % 10);
     while ((v /= 10) > 0 && i > 0);
     put_str(l, b + i);
+}
+
+/* ---- what an interrupted command removes ------------------------------- */
+
+/* The files and directories a command has staged and not yet published (ms_cleanup_add):
+ * an atomic writer's temp file, a reshard's staging directory.  A SIGINT, SIGTERM or SIGHUP
+ * that ends the command (one left at its default action), and the SIGBUS exit, remove them
+ * first, the newest first, with async-signal-safe calls only; then the signal takes its
+ * course (the exit status says it).  Before, Ctrl-C left `.tmp.PID` files, and an
+ * interrupted `ckpt reshard` its --out with a `job` file that every retry was refused on. */
+#define CLEAN_MAX 128
+static struct {
+    atomic_int used;      /* claimed (compare-and-swap), then kind and seq, then path */
+    _Atomic(char *) path; /* NULL: nothing to remove (free, or being filled) */
+    atomic_int kind;
+    atomic_long seq;
+} g_clean[CLEAN_MAX];
+static atomic_long g_clean_seq;
+static atomic_int g_clean_installed;
+
+static void clean_dir_files(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) return;
+    char buf[4096] __attribute__((aligned(8)));
+    for (long n; (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
+        for (long off = 0; off < n;) {
+            struct { /* linux_dirent64 */
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *e = (void *)(buf + off);
+            off += e->reclen;
+            if (strcmp(e->name, ".") && strcmp(e->name, "..")) unlinkat(fd, e->name, 0);
+        }
+    close(fd);
+    rmdir(dir);
+}
+
+void ms_cleanup_run(void) {
+    for (;;) { /* the newest entry first: a directory's files before the directory */
+        int best = -1;
+        long best_seq = -1;
+        for (int i = 0; i < CLEAN_MAX; i++)
+            if (atomic_load(&g_clean[i].path) && atomic_load(&g_clean[i].seq) > best_seq)
+                best = i, best_seq = atomic_load(&g_clean[i].seq);
+        if (best < 0) return;
+        char *p = atomic_exchange(&g_clean[best].path, NULL);
+        if (!p) continue;
+        int kind = atomic_load(&g_clean[best].kind);
+        if (kind == MS_CLEAN_FILE)
+            unlink(p);
+        else if (kind == MS_CLEAN_DIR)
+            rmdir(p);
+        else
+            clean_dir_files(p); /* (p is not freed: free is not async-signal-safe) */
+    }
+}
+
+static void on_interrupt(int sig) {
+    void (*hook)(void) = atomic_load(&g_bus_hook);
+    if (hook) hook(); /* what the command would remove on any failure */
+    ms_cleanup_run();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void install_interrupt(void) {
+    if (atomic_exchange(&g_clean_installed, 1)) return;
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+        struct sigaction old, sa;
+        /* only a signal left at its default (the end of the process): a trainer's stop
+         * request, the driver's and the dashboard's are theirs */
+        if (sigaction(sigs[i], NULL, &old) != 0 || old.sa_handler != SIG_DFL ||
+            (old.sa_flags & SA_SIGINFO))
+            continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_interrupt;
+        sigemptyset(&sa.sa_mask);
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
+int ms_cleanup_add(const char *path, ms_clean_kind kind) {
+    install_interrupt();
+    char *p = strdup(path);
+    if (!p) return 0; /* not removed on a signal, as before */
+    for (int i = 0; i < CLEAN_MAX; i++) {
+        int free_slot = 0;
+        if (!atomic_compare_exchange_strong(&g_clean[i].used, &free_slot, 1)) continue;
+        atomic_store(&g_clean[i].kind, (int)kind);
+        atomic_store(&g_clean[i].seq, atomic_fetch_add(&g_clean_seq, 1));
+        atomic_store(&g_clean[i].path, p);
+        return i + 1;
+    }
+    free(p);
+    return 0;
+}
+
+void ms_cleanup_drop(int id) {
+    if (id < 1 || id > CLEAN_MAX) return;
+    free(atomic_exchange(&g_clean[id - 1].path, NULL));
+    atomic_store(&g_clean[id - 1].used, 0);
 }
 
 static void on_sigbus(int sig, siginfo_t *si, void *uc) {
@@ -226,6 +335,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
         }
         void (*hook)(void) = atomic_load(&g_bus_hook);
         if (hook) hook(); /* what the command would remove on any failure */
+        ms_cleanup_run();
         _exit(4);
     }
     sigaction(sig, &g_bus_prev, NULL); /* not a mapped file's page: the crash it is, */
@@ -372,6 +482,7 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *given) {
     af->f = NULL;
     af->path[0] = '\0';
     af->tmp[0] = '\0';
+    af->clean = 0;
     /* a link is written through: renamed over, it was replaced by a file (before, `ckpt export
      * --out /dev/stdout > f` as root replaced the system's /dev/stdout link) */
     char path[4096];
@@ -384,6 +495,7 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *given) {
     if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
     strcpy(af->path, path);
     snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%ld", path, (long)getpid());
+    af->clean = ms_cleanup_add(af->tmp, MS_CLEAN_FILE); /* first: a signal at any time finds it */
     af->f = fopen(af->tmp, "wbe");
     if (!af->f) {
         int err = errno;
@@ -400,6 +512,8 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *given) {
             rc = ms_error(MS_ERR_IO, "%s: create %s: %s", path, af->tmp, strerror(err));
         }
         af->tmp[0] = '\0'; /* nothing was created: abort must not unlink */
+        ms_cleanup_drop(af->clean);
+        af->clean = 0;
         return rc;
     }
     return MS_OK;
@@ -459,13 +573,11 @@ ms_status ms_atomic_commit(ms_atomic_file *af) {
     if (fclose(f) != 0 && rc == MS_OK) rc = io_fail(MS_ERR_IO, af->tmp, "close", errno);
     if (rc == MS_OK && rename(af->tmp, af->path) != 0)
         rc = ms_error(MS_ERR_IO, "%s: rename from %s: %s", af->path, af->tmp, strerror(errno));
-    if (rc != MS_OK) {
-        unlink(af->tmp);
-        af->tmp[0] = '\0';
-        return rc;
-    }
+    if (rc != MS_OK) unlink(af->tmp);
     af->tmp[0] = '\0'; /* the temp name is gone; abort must not unlink */
-    return fsync_parent_dir(af->path);
+    ms_cleanup_drop(af->clean);
+    af->clean = 0;
+    return rc != MS_OK ? rc : fsync_parent_dir(af->path);
 }
 
 void ms_atomic_abort(ms_atomic_file *af) {
@@ -473,6 +585,8 @@ void ms_atomic_abort(ms_atomic_file *af) {
     af->f = NULL;
     if (af->tmp[0]) unlink(af->tmp);
     af->tmp[0] = '\0';
+    ms_cleanup_drop(af->clean);
+    af->clean = 0;
 }
 
 ms_status ms_file_write_atomic(const char *path, const void *data, size_t n) {

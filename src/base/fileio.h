@@ -49,10 +49,27 @@ ms_status ms_file_pread(FILE *f, const char *path, void *dst, size_t n, uint64_t
  * page read past the end of a file that shrank meanwhile (SIGBUS) prints
  * the file's name, calls the hook set below, and exits with 4. */
 ms_status ms_file_map(const char *path, const void **data, size_t *len);
-/* The function the SIGBUS exit above calls first (NULL: none): it runs in
- * a signal handler, so it may call only async-signal-safe functions
- * (unlink, rmdir, open, getdents64, close). */
+/* The function the SIGBUS exit above calls first (NULL: none), and a SIGINT, SIGTERM or
+ * SIGHUP that ends the process (ms_cleanup_add): what the command removes on any failure.  It
+ * runs in a signal handler, so it may call only async-signal-safe functions (unlink, rmdir,
+ * open, getdents64, close). */
 void ms_file_set_sigbus_hook(void (*fn)(void));
+
+/* What a command has staged and not yet published, removed when a SIGINT, SIGTERM or SIGHUP
+ * left at its default action ends the process (or the SIGBUS exit above), the newest entry
+ * first, before the signal takes its course.  ms_cleanup_add installs that handler once (only
+ * for a signal nobody else handles: a trainer's stop request stays its own) and returns an id
+ * for ms_cleanup_drop (0: not registered, out of slots or memory; dropping 0 is a no-op).
+ * Drop the entry once the path is published or removed by the command itself. */
+typedef enum {
+    MS_CLEAN_FILE = 1, /* unlink */
+    MS_CLEAN_DIR,      /* rmdir: only if empty (a directory the command made) */
+    MS_CLEAN_DIR_FILES /* its files (not subdirectories), then rmdir: a staging directory */
+} ms_clean_kind;
+int ms_cleanup_add(const char *path, ms_clean_kind kind);
+void ms_cleanup_drop(int id);
+/* Remove what is registered now (the handler's work; async-signal-safe). */
+void ms_cleanup_run(void);
 void ms_file_unmap(const void *data, size_t len);
 
 /* Atomic writer.  ms_atomic_open creates the temp file; ms_atomic_write
@@ -66,6 +83,7 @@ typedef struct {
     FILE *f;
     char path[4096];
     char tmp[4096 + 32];
+    int clean; /* the temp file's ms_cleanup_add id (0: none) */
 } ms_atomic_file;
 
 ms_status ms_atomic_open(ms_atomic_file *af, const char *path);

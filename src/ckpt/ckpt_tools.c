@@ -172,11 +172,19 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     char job_path[4200];
     struct stat jb;
     snprintf(job_path, sizeof job_path, "%s/job", out_root);
-    int made_out = stat(out_root, &jb) != 0, made_job = 0;
+    int made_out = stat(out_root, &jb) != 0, made_job = 0, clean[3] = {0, 0, 0};
+    /* ... and by a SIGINT or SIGTERM meanwhile (Ctrl-C: it left them) */
+    if (st == MS_OK && made_out) clean[0] = ms_cleanup_add(out_root, MS_CLEAN_DIR);
     if (st == MS_OK) st = ms_mkdirs(out_root);
     if (st == MS_OK) made_job = stat(job_path, &jb) != 0;
+    if (st == MS_OK && made_job) clean[1] = ms_cleanup_add(job_path, MS_CLEAN_FILE);
     if (st == MS_OK) st = ckpt_job_id(out_root, 1, &job);
-    if (st == MS_OK) st = ckpt_staging_create(out_root, mf->step);
+    char staging_dir[4200] = "";
+    if (st == MS_OK) {
+        ckpt_staging_path(staging_dir, sizeof staging_dir, out_root, mf->step);
+        clean[2] = ms_cleanup_add(staging_dir, MS_CLEAN_DIR_FILES);
+        st = ckpt_staging_create(out_root, mf->step);
+    }
     staged = st == MS_OK;
     for (int rk = 0; st == MS_OK && rk < dp; rk++)
         st = reshard_rank(out_root, mf->step, rk, dp, m, tens, logical, &parts[rk]);
@@ -186,6 +194,8 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0)
                   : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
     }
+    for (int i = 2; i >= 0; i--) /* committed (the job file is its own then), or removed below */
+        ms_cleanup_drop(clean[i]);
     if (st != MS_OK && (staged || made_job || made_out)) {
         /* only what this call created; the first error is reported */
         char staging[4200], msg[2048];

@@ -153,6 +153,20 @@ def test_tools(ws, c, ref_w, ref_m):
     ok(r.returncode == 4 and "size snapshot to" in r.stderr and "File too large" in r.stderr and
        sorted(os.listdir(ws.shm)) == slots_before, "train past a file-size limit: exit 4 naming its snapshot, "
        "none left (empty) in the snapshot directory", r.stderr + str(os.listdir(ws.shm)))
+    # ... nor one that a SIGTERM (Ctrl-C) ends while it writes: before, --out and its job file
+    # were left, and every retry was refused
+    p = subprocess.Popen([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", "3000", "--out", out],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0, seen = time.time(), False
+    while p.poll() is None and time.time() - t0 < 60:
+        if os.path.exists(os.path.join(out, "job")):
+            seen = True
+            p.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.002)
+    rc = p.wait(timeout=60)
+    ok(seen and rc == -signal.SIGTERM and not os.path.exists(out),
+       "a reshard ended by SIGTERM while it writes leaves no --out", f"seen {seen}, rc {rc}")
     # offline reshard to dp 2, then a single process resumes from that layout
     r = subprocess.run([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", "2", "--out", out],
                        capture_output=True, text=True)

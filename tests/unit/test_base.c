@@ -298,6 +298,53 @@ static void test_map_truncated(void) {
     T_OK(strncmp(out, "[megascale r0 error] ", 21) == 0); /* as ms_log's lines */
 }
 
+/* A SIGTERM that ends a command removes what it staged (ms_cleanup_add), the newest first: an
+ * atomic writer's temp file, a staging directory's files and the directory, a directory it
+ * made; what it dropped (published) stays, and the exit is the signal's.  A signal with a
+ * handler of its own (a trainer's stop request) is left to it. */
+static void test_cleanup_on_signal(void) {
+    char out_dir[512], stage[512], kept[512], made[512];
+    snprintf(out_dir, sizeof out_dir, "%s", tpath("clean_out"));
+    snprintf(stage, sizeof stage, "%s", tpath("clean_out/.stage"));
+    snprintf(kept, sizeof kept, "%s", tpath("clean_out/kept"));
+    snprintf(made, sizeof made, "%s", tpath("clean_out/made"));
+    pid_t pid = fork();
+    if (pid == 0) {
+        ms_atomic_file af;
+        int dir_id = ms_cleanup_add(out_dir, MS_CLEAN_DIR);
+        if (ms_mkdirs(stage) != MS_OK || ms_mkdirs(made) != MS_OK) _exit(1);
+        write_raw(kept, "published");
+        int kept_id = ms_cleanup_add(kept, MS_CLEAN_FILE);
+        ms_cleanup_drop(kept_id); /* published: not removed */
+        (void)ms_cleanup_add(made, MS_CLEAN_DIR);
+        (void)ms_cleanup_add(stage, MS_CLEAN_DIR_FILES);
+        write_raw(tpath("clean_out/.stage/a"), "a");
+        write_raw(tpath("clean_out/.stage/b"), "b");
+        if (ms_atomic_open(&af, tpath("clean_out/.stage/c")) != MS_OK ||
+            ms_atomic_write(&af, "c", 1) != MS_OK)
+            _exit(1);
+        (void)dir_id;
+        raise(SIGTERM);
+        _exit(0); /* not reached */
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    T_OK(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+    T_OK(!exists(stage) && !exists(made));
+    T_OK(exists(kept) && exists(out_dir)); /* out_dir: not empty, so kept */
+    /* a handler of its own: the registry leaves the signal to it */
+    pid = fork();
+    if (pid == 0) {
+        signal(SIGTERM, SIG_IGN);
+        if (ms_mkdirs(tpath("clean_own")) != MS_OK) _exit(1);
+        (void)ms_cleanup_add(tpath("clean_own"), MS_CLEAN_DIR);
+        raise(SIGTERM);
+        _exit(exists(tpath("clean_own")) ? 7 : 8);
+    }
+    waitpid(pid, &status, 0);
+    T_OK(WIFEXITED(status) && WEXITSTATUS(status) == 7);
+}
+
 /* A bounded read: max bytes are fine, one more is an error, and an endless
  * file ends (issue 13, defect 13: the config parser read /dev/zero forever). */
 static void test_read_max(void) {
@@ -803,6 +850,7 @@ int main(void) {
     test_atomic();
     test_mkdirs_glob();
     test_map_truncated();
+    test_cleanup_on_signal();
     test_path_writable();
     test_path_same();
     test_read_max();
