@@ -189,6 +189,31 @@ static ms_status do_verify(const char *arg) {
     return MS_OK;
 }
 
+/* An option of another ckpt command, given to this one (a value other than its default): a
+ * usage error naming the commands it belongs to (before, `ckpt list DIR --remove 1` listed and
+ * removed nothing, exit 0; `reshard --force` or `export --dp 2` were ignored). */
+static ms_status check_options_belong(const char *cmd, const ckpt_cli *o) {
+    static const struct {
+        const char *opt, *cmds; /* cmds: " list shm " (spaces around each) */
+    } own[] = {{"--out", " export reshard "}, {"--format", " export "},
+               {"--save-dtype", " export "},  {"--dp", " reshard "},
+               {"--force", " export shm "},   {"--remove", " shm shm-orphans "}};
+    const int given[] = {o->out != NULL,
+                         o->format && strcmp(o->format, "safetensors"),
+                         o->save_dtype && strcmp(o->save_dtype, "f32"),
+                         o->dp != 1,
+                         o->force != 0,
+                         o->remove != 0};
+    char key[64];
+    snprintf(key, sizeof key, " %s ", cmd);
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (given[i] && !strstr(own[i].cmds, key))
+            return ms_error(MS_ERR_ARG,
+                            "ckpt %s takes no %s (an option of ckpt%.*s); nothing was done", cmd,
+                            own[i].opt, (int)strlen(own[i].cmds) - 1, own[i].cmds);
+    return MS_OK;
+}
+
 int cmd_ckpt(int argc, char **argv) {
     ckpt_cli o = {0};
     char *pos[2] = {NULL, NULL};
@@ -231,6 +256,8 @@ int cmd_ckpt(int argc, char **argv) {
                                   "where to look)");
     else if (st == MS_OK && !path && !orphans)
         st = ms_error(MS_ERR_ARG, "ckpt %s: expected a PATH (see megascale ckpt --help)", cmd);
+    else if (st == MS_OK && (st = check_options_belong(cmd, &o)) != MS_OK)
+        ; /* said */
     else if (st == MS_OK && path) {
         char what[64];
         snprintf(what, sizeof what, "ckpt %.40s: ", cmd);
@@ -256,7 +283,14 @@ int cmd_ckpt(int argc, char **argv) {
         if (st == MS_OK) st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out", o.out, NULL);
         if (st == MS_OK)
             st = opts_check_output(ckpt_opts, N_CKPT_OPTS, &o, "--out's config.json", hf, NULL);
-        struct stat so; /* an export already there is a saved model too */
+        struct stat so; /* a directory or a FIFO where config.json goes: said before the weights
+                           are written (it failed after them, exit 4; --force removed a FIFO) */
+        if (st == MS_OK && hf[0] && stat(hf, &so) == 0 && !S_ISREG(so.st_mode))
+            st = ms_error(MS_ERR_ARG,
+                          "ckpt export: %s is %s, where the export writes the config.json of "
+                          "--out %s: remove it, or choose another --out; nothing was written",
+                          hf, ms_file_kind(&so), o.out);
+        /* an export already there is a saved model too */
         if (st == MS_OK && !o.force && stat(o.out, &so) == 0 && S_ISREG(so.st_mode))
             st = ms_error(MS_ERR_ARG,
                           "ckpt export: --out %s exists: --force 1 replaces it, or choose another "

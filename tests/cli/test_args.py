@@ -151,6 +151,7 @@ def test_bad_input(d, w, val, train, ck):
     open(trunc, "wb").write(open(val, "rb").read()[:600])
     open(text, "w").write("some text to tokenize " * 50)
     os.makedirs(adir, exist_ok=True)
+    os.makedirs(os.path.join(d, "cj.config.json"), exist_ok=True)  # where an export's goes
     trunc_w = os.path.join(d, "trunc.safetensors")
     raw = open(w, "rb").read()
     open(trunc_w, "wb").write(raw[:len(raw) // 2])
@@ -256,6 +257,14 @@ def test_bad_input(d, w, val, train, ck):
         (["data", "tokenizer-train", "--input", text, "--out", os.path.join(d, "v.tok"),
           "--vocab-size", "100"], ["--vocab-size must be in [257,16777216], got '100'"]),
         (["ckpt", "reshard", ck, "--dp", "0", "--out", adir], ["--dp must be in [1,65536]"]),
+        # an option of another ckpt command: refused (it was ignored, exit 0)
+        (["ckpt", "list", ck, "--remove", "1"],
+         ["ckpt list takes no --remove (an option of ckpt shm shm-orphans)"]),
+        (["ckpt", "export", ck, "--dp", "2", "--out", os.path.join(d, "dp.st")],
+         ["ckpt export takes no --dp (an option of ckpt reshard)"]),
+        (["ckpt", "reshard", ck, "--force", "--out", os.path.join(d, "rs")],
+         ["ckpt reshard takes no --force (an option of ckpt export shm)"]),
+        (["ckpt", "verify", ck, "--save-dtype", "bf16"], ["ckpt verify takes no --save-dtype"]),
         (["plan", "--cluster", "h100-node", "--model", "d12", "--gpus", "-1", "--batch", "8"],
          ["--gpus must be"]),
         (["dashboard", d, "--port", "70000"], ["--port must be in [0,65535]"]),
@@ -330,6 +339,9 @@ def test_bad_input(d, w, val, train, ck):
         ([*TR[:2], adir, *TR[3:]], [adir, "is a directory, not a token shard", f"'{adir}/*.bin'"]),
         (["data", "inspect", adir], [adir, "is a directory, not a token shard"]),
         ([*TR, "--save-weights", adir], ["--save-weights", adir, "is a directory"]),
+        # ... and where ckpt export writes its config.json: said before the weights are written
+        (["ckpt", "export", ck, "--out", os.path.join(d, "cj.safetensors")],
+         [os.path.join(d, "cj.config.json") + " is a directory, where the export writes"]),
         ([*TR, "--config", adir], ["--config", adir, "is a directory, not a file"]),
         ([*SA, "--weights", w, "--tokenizer", adir], ["--tokenizer", adir, "is a directory"]),
         (["data", "prepare", "--input", text, "--out", os.path.join(d, "o3"), "--tokenizer", adir],
