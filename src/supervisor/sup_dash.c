@@ -358,6 +358,18 @@ static void files_warning(sup_dash *d, cJSON *status, char *out, size_t n) {
                  d->events.path);
         return;
     }
+    /* not read to its end yet (a long run's first look, a line of many MiB: a refresh reads
+     * READ_PER_REFRESH of each): the state it shows is the one read so far; before, such a
+     * job with its end still unread was called abandoned */
+    const dash_tail *tails[] = {&d->events, &d->metrics};
+    for (size_t i = 0; i < sizeof tails / sizeof *tails; i++)
+        if (tails[i]->ino && tails[i]->off < tails[i]->size) {
+            snprintf(out, n,
+                     "%s is still being read (%.1f of its %.1f MB so far): what is shown is what "
+                     "was read, and the rest follows",
+                     tails[i]->path, (double)tails[i]->off / 1e6, (double)tails[i]->size / 1e6);
+            return;
+        }
     cJSON *job = cJSON_GetObjectItemCaseSensitive(status, "job");
     const cJSON *state = cJSON_GetObjectItemCaseSensitive(job, "state");
     const char *now = cJSON_IsString(state) ? state->valuestring : "";
@@ -386,9 +398,9 @@ static void files_warning(sup_dash *d, cJSON *status, char *out, size_t n) {
 
 static enum MHD_Result api(sup_dash *d, struct MHD_Connection *c, const char *url) {
     long since = query_long(c, "since", -1, 2000000000L, -1);
-    if (since == -2) return bad_request(c, "since: an integer >= -1\n");
+    if (since == -2) return bad_request(c, "since: an integer in [-1, 2000000000]\n");
     long val_since = query_long(c, "val_since", -1, 2000000000L, since); /* default: since */
-    if (val_since == -2) return bad_request(c, "val_since: an integer >= -1\n");
+    if (val_since == -2) return bad_request(c, "val_since: an integer in [-1, 2000000000]\n");
     long final = query_long(c, "final", 0, 1, 0); /* a page's last read of this endpoint */
     if (final == -2) return bad_request(c, "final: 0 or 1\n");
     pthread_mutex_lock(&d->mu);

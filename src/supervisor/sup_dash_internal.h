@@ -79,6 +79,8 @@ typedef struct {
     char *partial; /* an unterminated last line, kept until its newline */
     size_t plen, pcap;
     int skipping; /* inside an over-long line */
+    off_t size;   /* the file's size at the last read: off < size, lines not read yet (the
+                     read's bound, or its budget of work, ended it) */
 } dash_tail;
 
 void dash_tail_init(dash_tail *t, const char *path);

@@ -126,6 +126,7 @@ int dash_tail_read(dash_tail *t, size_t max_bytes, dash_line_fn line, void *arg,
     }
     t->ino = st.st_ino;
     t->dev = st.st_dev;
+    t->size = st.st_size;
     long got = read_lines(t, fd, max_bytes, line, arg);
     close(fd);
     return got < 0 ? -1 : again;

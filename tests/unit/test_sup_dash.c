@@ -1421,6 +1421,48 @@ static void test_files_warning(void) {
     sup_dash_stop(d);
 }
 
+/* An events file not read to its end at the first look (a line of 20 MiB: a refresh reads 16
+ * MiB of it): the status says so and shows what was read, not "abandoned" (the job's end was
+ * still unread); the next refreshes read on, to the job's end. */
+static void test_still_reading(void) {
+    char dir[512], path[600], url[256], body[1 << 16], why[256];
+    snprintf(dir, sizeof dir, "%s", tpath("still_reading"));
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/events.jsonl", dir);
+    append(path, "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":1}\n", "w");
+    FILE *f = fopen(path, "a");
+    T_OK(f != NULL);
+    if (!f) return;
+    fputs("{\"time\":2,\"t\":1,\"event\":\"note\",\"x\":\"", f);
+    for (int i = 0; i < 20 << 10; i++)
+        fprintf(f, "%01023d", 0);
+    fputs("\"}\n{\"time\":3,\"t\":2,\"event\":\"job_done\"}\n", f);
+    fclose(f);
+    sup_dash *d = NULL;
+    sup_dash_config c = {dir, NULL, 0, 0, NULL};
+    T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
+    if (!d) return;
+    snprintf(url, sizeof url, "/api/status?token=%s", sup_dash_token(d));
+    T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
+    cJSON *st = cJSON_Parse(body);
+    T_OK(strcmp(item(item(st, "job"), "state")->valuestring, "abandoned") != 0);
+    T_OK(cJSON_IsString(item(st, "warning")) &&
+         strstr(item(st, "warning")->valuestring, "events.jsonl is still being read") != NULL);
+    cJSON_Delete(st);
+    st = NULL;
+    const char *state = "";
+    for (int i = 0; i < 20 && strcmp(state, "done"); i++) {
+        usleep(300000); /* past the refresh interval */
+        T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
+        cJSON_Delete(st);
+        st = cJSON_Parse(body);
+        state = item(item(st, "job"), "state")->valuestring;
+    }
+    T_OK(!strcmp(state, "done") && cJSON_IsNull(item(st, "warning")));
+    cJSON_Delete(st);
+    sup_dash_stop(d);
+}
+
 /* A plain run's directory (metrics, no events, no driver.lock): no warning (it said its
  * events file "is gone"), and its state from the metrics. */
 static void test_plain_no_warning(void) {
@@ -1486,6 +1528,7 @@ int main(void) {
     test_events_elsewhere();
     test_fault_counts();
     test_files_warning();
+    test_still_reading();
     test_method_not_allowed();
     test_slow_clients();
     test_push_not_blocked();
