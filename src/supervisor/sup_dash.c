@@ -497,8 +497,13 @@ static void conn_asked(sup_dash *d, struct MHD_Connection *c) {
     double now = ms_now();
     for (int i = 0; i < d->n_conns; i++)
         if (d->conns[i].c == c) d->conns[i].t = now;
+}
+
+/* A page with the token asked: sup_dash_finish waits for its last reads (a request without
+ * the token is none: it kept a driver's end waiting for 5 s). */
+static void page_asked(sup_dash *d) {
     pthread_mutex_lock(&d->view_mu);
-    d->t_asked = now;
+    d->t_asked = ms_now();
     pthread_mutex_unlock(&d->view_mu);
 }
 
@@ -538,6 +543,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     /* the token first: every request without it is 401, whatever its method (a POST was
      * 405, which told a stranger what the server takes) */
     if (!authorized(d, c)) return send_reply(c, MHD_HTTP_UNAUTHORIZED, NULL, "", 0);
+    page_asked(d);
     if (strcmp(method, MHD_HTTP_METHOD_GET) && strcmp(method, MHD_HTTP_METHOD_HEAD))
         return send_reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, "text/plain", "", 0);
     const dash_asset *a = dash_asset_find(url);
