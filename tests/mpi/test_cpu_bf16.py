@@ -1,9 +1,9 @@
 """The CPU backend's bf16 mode (--cpu-dtype bf16) end to end:
 
 1. one process: the loss curve of 40 steps follows the fp32 run's within
-   bf16 tolerance (2e-3 relative over the first 5 steps, 5e-2 at every
+   bf16 tolerance (2e-3 relative over the first 5 steps, 1e-2 at every
    step: the rounding noise compounds), and falls; the final weights are
-   within 1e-1 of fp32's (relative L2 of all of them);
+   within 2e-2 of fp32's (relative L2 of all of them);
 2. dp2 (ZeRO-2), tp2 (vocabulary-parallel classifier, sequence parallel)
    and pp2 x dp2 under mpirun follow the bf16 single process the same way
    (another split of the GEMMs rounds differently; the fp32 layouts are
@@ -31,7 +31,7 @@ C = 64
 def base(shard, steps=40):
     return ["train", "--train-data", shard, "--vocab", "256", "--layers", "4", "--dim", str(C),
             "--heads", "4", "--seq-max", "32", "--seq", "32", "--batch", "8", "--steps",
-            str(steps), "--lr", "3e-3", "--log-every", "100", "--peak-flops", "1e11",
+            str(steps), "--lr", "1e-3", "--log-every", "100", "--peak-flops", "1e11",
             "--eps", "1e-6", "--data-order", "sequential"]
 
 
@@ -50,10 +50,13 @@ def rel(a, b, first=None):
 
 def follows(label, got, ref):
     """bf16 rounding noise compounds over the steps: the first 5 losses
-    within 2e-3 (one step's rounding), every loss within 5e-2."""
+    within 2e-3 (one step's rounding), every loss within 1e-2.  At --lr 1e-3: at 3e-3 this
+    small model on repeated text trains at the edge of a loss spike, where any rounding (another
+    CPU's kernels: AMX's against AVX512-BF16's, each as exact per product) took one step 10%
+    off fp32's on one CPU and 1.6% on another."""
     e5, e = rel(got, ref, 5), rel(got, ref)
-    ok(e5 <= 2e-3 and e <= 5e-2, f"{label}: loss rel {e5:.2e} over 5 steps (<= 2e-3), {e:.2e} "
-       f"over {len(ref)} (<= 5e-2)", f"{got}\n{ref}")
+    ok(e5 <= 2e-3 and e <= 1e-2, f"{label}: loss rel {e5:.2e} over 5 steps (<= 2e-3), {e:.2e} "
+       f"over {len(ref)} (<= 1e-2)", f"{got}\n{ref}")
     return e5, e
 
 
@@ -94,7 +97,7 @@ def main():
     v = np.concatenate([b[k].ravel() for k in sorted(a)])
     werr = float(np.linalg.norm(u - v) / np.linalg.norm(u))
     worst, where = compare_weights(w32, w16, C)
-    ok(werr <= 1e-1, f"final weights near fp32: rel {werr:.2e} over all (<= 1e-1)")
+    ok(werr <= 2e-2, f"final weights near fp32: rel {werr:.2e} over all (<= 2e-2)")
     print(f"one process: loss rel {e5:.2e} over 5 steps, {e:.2e} over {len(l32)} ({l32[-1]:.4f} "
           f"fp32, {l16[-1]:.4f} bf16), weights rel "
           f"{werr:.2e} over all, worst tensor {worst:.2e} ({where})")
