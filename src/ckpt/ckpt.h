@@ -337,6 +337,9 @@ ms_status ckpt_out_precheck(const char *path, const char *out, int is_dir, const
  * force) a valid snapshot of this job newer than every commit of root: the
  * only copy of that state (train --resume auto persists it). */
 ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove, int force);
+/* The snapshot directory (NULL or "": /dev/shm) exists and is one, else MS_ERR_ARG naming
+ * --ckpt-shm-dir and what is wrong (said when it is named, not as a slot's open). */
+ms_status ckpt_shm_dir_check(const char *shm_dir);
 /* Remove the job's slots in shm_dir of ranks >= world (left by a run with
  * more ranks), except those a live process holds. */
 void ckpt_shm_remove_beyond(const char *root, const char *shm_dir, int world);

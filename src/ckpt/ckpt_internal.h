@@ -166,9 +166,6 @@ ms_status ckpt_job_new(const char *root, uint64_t *job);
 /* Directory for snapshots: shm_dir (ckpt_options.shm_dir), or /dev/shm when
  * it is NULL or "". */
 const char *ckpt_shm_dir(const char *shm_dir);
-/* That directory exists and is one, else MS_ERR_ARG naming --ckpt-shm-dir
- * and what is wrong (said when it is named, not as a slot's open). */
-ms_status ckpt_shm_dir_check(const char *shm_dir);
 /* Path of slot `slot` of `rank` in shm_dir for the job whose checkpoint root
  * is root. */
 ms_status ckpt_shm_path(char *buf, size_t n, const char *shm_dir, const char *root, int rank,

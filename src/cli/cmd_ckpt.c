@@ -71,6 +71,7 @@ static ms_status do_list(const char *root, const char *shm_dir) {
     int *steps = NULL, n = 0;
     char path[4300], *latest = NULL;
     size_t ll = 0;
+    MS_TRY(ckpt_shm_dir_check(shm_dir)); /* first: it came after the listing */
     MS_TRY(ckpt_list_steps(root, &steps, &n));
     snprintf(path, sizeof path, "%s/latest", root);
     if (ms_file_read_all(path, &latest, &ll) == MS_OK) latest[strcspn(latest, "\n")] = '\0';
