@@ -640,7 +640,7 @@ static int unlink_locked(int fd, const char *path) {
 static int slot_remove(const char *path, uint32_t *pid) {
     /* O_NONBLOCK: a FIFO of the name (anyone may make one in /dev/shm) hung the open */
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc = 0;
-    if (fd < 0) return errno == ENOENT ? 0 : -1;
+    if (fd < 0) return errno == ENOENT ? 0 : errno == ELOOP ? 2 : -1; /* ELOOP: a link */
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         close(fd);
@@ -755,20 +755,35 @@ ms_status ckpt_shm_list(const char *root, const char *shm_dir, int remove, int f
 }
 
 /* One slot for ckpt_shm_orphans: 0 not an orphan (or not this user's, or
- * held), 1 an orphan (removed when remove), 2 no directory recorded (an
- * older format); *bytes its size. */
+ * held, or no snapshot at all: said when print), 1 an orphan (removed when
+ * remove), 2 no directory recorded (an older format); *bytes its size. */
 static int orphan_one(const char *path, int remove, int print, uint64_t *bytes) {
     struct stat sb;
     shm_header h;
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK), rc = 0; /* a FIFO */
-    if (fd < 0) return 0;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_uid != geteuid()) goto out;
+    if (fd < 0) { /* a link (ELOOP): said, as another kind of file is (it was skipped unsaid) */
+        if (print && errno == ELOOP)
+            printf("kept     %s  (a symbolic link, not a snapshot)\n", path);
+        return 0;
+    }
+    if (fstat(fd, &sb) != 0 || sb.st_uid != geteuid()) goto out;
+    if (!S_ISREG(sb.st_mode)) {
+        if (print) printf("kept     %s  (%s, not a snapshot)\n", path, ms_file_kind(&sb));
+        goto out;
+    }
     *bytes = (uint64_t)sb.st_size;
-    if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h || memcmp(h.magic, SHM_MAGIC, 8) ||
-        h.version != SHM_VERSION || h.root_len == 0 || h.root_len >= SHM_ROOT_MAX) {
+    ssize_t got = pread(fd, &h, sizeof h, 0);
+    if (got != (ssize_t)sizeof h || memcmp(h.magic, SHM_MAGIC, 8)) {
+        if (print)
+            printf("unknown  %s  (not a snapshot: %s; kept)\n", path,
+                   got != (ssize_t)sizeof h ? "shorter than a snapshot's header"
+                                            : "no snapshot's magic");
+        goto out; /* (not one of an older format: that one has the magic) */
+    }
+    if (h.version != SHM_VERSION || h.root_len == 0 || h.root_len >= SHM_ROOT_MAX) {
         if (print)
             printf("unknown  %s  (no checkpoint directory recorded: format version %u; kept)\n",
-                   path, memcmp(h.magic, SHM_MAGIC, 8) ? 0 : h.version);
+                   path, h.version);
         rc = 2;
         goto out;
     }

@@ -388,9 +388,24 @@ def test_shm_orphans(ws):
             return None
 
     r = no_hang(["ckpt", "shm-orphans", "--remove", "1"], "orphans with a FIFO")
-    ok(r is not None and r.returncode == 0 and os.path.exists(fifo),
-       "orphans: a FIFO of a snapshot's name is no snapshot, kept, no hang",
+    ok(r is not None and r.returncode == 0 and os.path.exists(fifo) and
+       f"kept     {fifo}  (a FIFO, not a snapshot)" in r.stdout,
+       "orphans: a FIFO of a snapshot's name is no snapshot, kept and said, no hang",
        r.stdout + r.stderr if r else "")
+    # a link and a file of junk of a snapshot's name: kept and said (the link was skipped
+    # unsaid, the junk called "format version 0 ... an older format")
+    link, junk = (os.path.join(shm, f"megascale-ckpt-000000000000000{i}-r00000-s0")
+                  for i in (1, 2))
+    os.symlink("/etc/passwd", link)
+    open(junk, "w").write("junk\n")
+    r = no_hang(["ckpt", "shm-orphans", "--remove", "1"], "orphans with a link and junk")
+    ok(r is not None and r.returncode == 0 and os.path.islink(link) and os.path.exists(junk) and
+       f"kept     {link}  (a symbolic link, not a snapshot)" in r.stdout and
+       f"unknown  {junk}  (not a snapshot: shorter than a snapshot's header; kept)" in r.stdout
+       and "older format" not in r.stdout, "orphans: a link and junk are kept and said",
+       r.stdout + r.stderr if r else "")
+    os.remove(link)
+    os.remove(junk)
     r = no_hang(ws.train_args("--steps", "2", "--ckpt-dir", croot, "--ckpt-every", "1"),
                 "train beside a FIFO")
     ok(r is not None and r.returncode == 0, "train starts beside the FIFO",
