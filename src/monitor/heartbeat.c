@@ -58,6 +58,7 @@ struct mon_heartbeat {
     char error[1024];
     int usage;     /* the error is a usage error */
     int stop_here; /* phase stopped: this rank was asked to stop (not another's agreement) */
+    int start;     /* the step the training loop began at (mon_heartbeat_train; -1: not yet) */
 };
 
 static ms_status parse_addr(mon_heartbeat *hb, const char *addr) {
@@ -140,6 +141,7 @@ static char *beat_line(mon_heartbeat *hb) {
     add_num(o, "loss", hb->loss);
     add_num(o, "grad_norm", hb->grad_norm);
     cJSON_AddNumberToObject(o, "redone", hb->redone);
+    if (hb->start >= 0) cJSON_AddNumberToObject(o, "start", hb->start);
     if (hb->skipped > 0) {
         cJSON_AddNumberToObject(o, "skipped", hb->skipped);
         cJSON_AddNumberToObject(o, "skip_step", hb->skip_step);
@@ -268,6 +270,7 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
     gethostname(hb->hostname, sizeof hb->hostname - 1);
     hb->rank = c->rank, hb->world = c->world;
     hb->stage = c->has_stage && c->stage >= 0 ? c->stage : -1;
+    hb->start = -1;
     hb->period_s = c->period_s > 0 ? c->period_s : 1.0;
     hb->comm_bytes = c->comm_bytes, hb->comm_ctx = c->comm_ctx;
     hb->comm_blocked_s = c->comm_blocked_s;
@@ -325,6 +328,9 @@ void mon_heartbeat_train(mon_heartbeat *hb, int step) {
     if (!hb) return;
     pthread_mutex_lock(&hb->mu);
     hb->step = step;
+    hb->start = step; /* said in every beat: a beat covers the latest state only, and under load
+                         the first one the driver got said step start+1 (it counted one step
+                         fewer redone) */
     pthread_mutex_unlock(&hb->mu);
     update(hb, "train", NULL);
 }

@@ -100,6 +100,7 @@ typedef struct {
     double step_ms, loss, grad_norm, comm_bytes, compute_ms; /* NaN when absent or null */
     double comm_wait_s; /* blocked in communication for, now (>= 0; NaN when absent) */
     int redone; /* steps redone after a non-finite result, finite then, cumulative (0: absent) */
+    int start;  /* the step the training loop began at: where a resumed run started (-1: absent) */
     int skipped, skip_step; /* updates skipped (not finite, nor their redos), cumulative, and
                                the last such step (0 and 0: absent) */
     /* the last step with a non-finite gradient (0: absent) and the ranks

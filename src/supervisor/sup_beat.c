@@ -20,7 +20,7 @@ static const char *const known[] = {
     "node",       "seq",        "step",       "phase",       "step_ms",     "loss",
     "grad_norm",  "comm_bytes", "compute_ms", "redone",      "ckpt_commit", "ckpt_failed",
     "ckpt_error", "error",      "stage",      "comm_wait_s", "usage",       "dumps",
-    "nan_step",   "nan_ranks",  "stop_here",  "skipped",     "skip_step"};
+    "nan_step",   "nan_ranks",  "stop_here",  "skipped",     "skip_step",   "start"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -115,6 +115,11 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
     if (cJSON_GetObjectItemCaseSensitive(o, "stage")) {
         if (get_int(o, "stage", 0, world - 1, &v)) return *why = "stage out of range", -1;
         b->stage = (int)v;
+    }
+    b->start = -1;
+    if (cJSON_GetObjectItemCaseSensitive(o, "start")) {
+        if (get_int(o, "start", 0, b->step, &v)) return *why = "start out of range", -1;
+        b->start = (int)v;
     }
     b->dumps = -1;
     if (cJSON_GetObjectItemCaseSensitive(o, "dumps")) {

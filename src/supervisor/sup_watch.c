@@ -410,7 +410,9 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (!s->started && (!strcmp(b->phase, "train") || b->step > 0)) {
         s->started = 1; /* the progress clock starts here: the first step is timed too */
         s->last_progress = now;
-        s->resume_step = b->step; /* beats carry the steps done: a resumed run's start */
+        /* the loop's start, as the beat says it (a beat carries the latest state: the first
+         * one may come a step or more later); else the steps done, a run's of before */
+        s->resume_step = b->start >= 0 ? b->start : b->step;
         s->step = b->step;
     }
     if (b->redone > s->redone) {

@@ -83,6 +83,14 @@ static void test_valid(void) {
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_commit\":1.5"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"redone\":\"2\""), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"node\":\"../etc\""), -1);
+    /* the loop's start: at most the step (GOOD's is 57) */
+    T_EQ_INT(b.start, -1); /* not sent */
+    char started[sizeof GOOD + 16];
+    snprintf(started, sizeof started, "%.*s,\"start\":50}", (int)strlen(GOOD) - 1, GOOD);
+    T_EQ_INT(sup_beat_parse(started, strlen(started), TOK, 8, &b, &why), 0);
+    T_EQ_INT(b.start, 50);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"start\":58"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"start\":-1"), -1);
     /* skipped updates: the count with the last such step, together */
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"skipped\":2,\"skip_step\":9"), 0);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"skipped\":2"), -1);   /* alone */
@@ -298,8 +306,11 @@ static void test_client(void) {
                    .redone = 1,
                    .nan_ranks = {1},
                    .n_nan_ranks = 1};
+    mon_heartbeat_train(hb, 6); /* the loop starts at step 6 (a resumed run) */
     T_EQ_INT(s.on_step(s.ctx, &st), MS_OK);
-    T_OK(read_until(fd, "train", &b) >= 1);
+    for (int i = 0; i < 50 && b.step != 7; i++) /* the state covers both: step 7, start 6 */
+        T_OK(read_until(fd, "train", &b) >= 1);
+    T_EQ_INT(b.start, 6);
     T_EQ_INT(b.redone, 1);
     T_EQ_INT(b.nan_step, 7); /* the step and the rank where the gradient was not finite */
     T_EQ_INT(b.n_nan_ranks, 1);
