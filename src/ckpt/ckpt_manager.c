@@ -928,8 +928,11 @@ static ms_status decide(ckpt_manager *cm, int64_t mine[2], int32_t dec[2], ckpt_
         int kind = RES_NONE, step = -1;
         ms_status st = cm->rank == 0 ? choose(cm, shm_step, &kind, &step, reader) : MS_OK;
         st = share_status(cm->wg, cm->rank, st, "choose a checkpoint to resume from");
-        dec[0] = kind;
-        dec[1] = step;
+        /* no decision when the choice failed, on every rank alike: rank 0's kind (the commit
+         * it opened, of another model) took it into the outcome's all-reduce below its
+         * caller, which the other ranks skipped: it waited there until they had gone */
+        dec[0] = st == MS_OK ? kind : RES_NONE;
+        dec[1] = st == MS_OK ? step : -1;
         if (st == MS_OK && cm->wg) st = comm_broadcast(cm->wg, dec, 2, COMM_I32, 0);
         if (st != MS_OK || dec[0] != RES_SHM) return st;
         int32_t bad = shm_verify(cm, dec[1]) != MS_OK, any = bad;

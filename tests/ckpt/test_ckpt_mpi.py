@@ -18,6 +18,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 from ckpt_common import (BIN, MPIRUN, Workspace, ckpt_lines, committed_steps, flip_snapshot_byte, losses,
                          mpi, ok, rel_err, resumed_at, run, sha, shard_sizes, slots, step_dir,
@@ -94,6 +95,20 @@ def main():
         err = rel_err(losses(ref2_m)[10:], losses(m))
         ok(r.returncode == 0 and resumed_at(r.stderr) == 10 and err <= 1e-5,
            f"saved by one process, resumed by dp2 (rel {err:.1e})", r.stderr)
+
+        # a commit of another model (--attn-window 4 here), refused on every rank at once:
+        # rank 0 names it.  Before, rank 0 went on into one more all-reduce than the others and
+        # waited there until they had gone (its line said the collective, only rank 1's the
+        # reason), seconds later
+        t0 = time.time()
+        r = mpi(ws, 2, ws.train_args("--steps", "20", *dp2, "--attn-window", "4", "--resume",
+                                     step_dir(c, 10), "--ckpt-dir", ws.path("other_model")))
+        took = time.time() - t0
+        first = next((l for l in r.stderr.splitlines() if "megascale train: error" in l), "")
+        ok(r.returncode == 2 and "(rank 0 of 2" in first and "holds another model" in first and
+           "all_reduce" not in r.stderr and took < 20,
+           f"dp2: a commit of another model refused on every rank, rank 0 says why ({took:.1f} s)",
+           r.stderr[-3000:])
 
         # rank 1 killed after its shard of step 10
         k = ws.path("kill")
