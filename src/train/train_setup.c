@@ -146,12 +146,17 @@ ms_status train_check_tp(const train_config *tc, const gpt_config *c, int micro)
 
 ms_status train_overlap_parse(const char *s, int *mask) {
     *mask = TRAIN_OVERLAP_ALL;
-    if (!s || !*s || !strcmp(s, "all")) return MS_OK;
+    if (!s || !strcmp(s, "all")) return MS_OK;
     *mask = 0;
     if (!strcmp(s, "none")) return MS_OK;
     char buf[64];
     if (strlen(s) >= sizeof buf)
         return ms_error(MS_ERR_ARG, "--overlap %.40s...: all, none, or a list of dp, tp, pp", s);
+    /* an empty list or entry ran with what nobody could tell (it read as all) */
+    if (!*s || *s == ',' || s[strlen(s) - 1] == ',' || strstr(s, ",,"))
+        return ms_error(MS_ERR_ARG,
+                        "--overlap '%s': an empty %s (all, none, or a list of dp, tp, pp)", s,
+                        *s ? "entry" : "value");
     snprintf(buf, sizeof buf, "%s", s);
     char *save = NULL;
     for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {

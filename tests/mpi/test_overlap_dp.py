@@ -48,6 +48,11 @@ def main():
     r = mpi(2, *base, "--dp", "2", "--overlap", "bogus")
     ok(r.returncode != 0 and "--overlap bogus" in r.stderr and "'bogus' is not a dimension"
        in r.stderr, "--overlap bogus is refused, naming the value", r.stderr)
+    # an empty value or entry: refused (it ran, taken as all, and the metrics said "")
+    for v, what in (("", "value"), ("dp,,tp", "entry"), ("dp,", "entry")):
+        r = mpi(2, *base, "--dp", "2", "--overlap", v)
+        ok(r.returncode == 2 and f"--overlap '{v}': an empty {what}" in r.stderr,
+           f"--overlap '{v}' is refused", r.stderr)
     finish(d)
 
 
