@@ -846,8 +846,8 @@ static ms_status choose(ckpt_manager *cm, int64_t shm_step, int *kind, int *step
             *step = steps[i];
         } else if (commit_unreadable(path, why, sizeof why)) {
             free(steps);
-            return ms_error(MS_ERR_IO,
-                            "resume: %s cannot be read (%s): a permission problem, not damage; "
+            return ms_error(MS_ERR_IO, /* (the caller says "resume: ") */
+                            "%s cannot be read (%s): a permission problem, not damage; "
                             "fix it, or move the commit away, and start again (nothing was "
                             "changed)",
                             path, why);

@@ -428,6 +428,10 @@ static int find_file(const ckpt_manifest *mf, const char *name) {
     return -1;
 }
 
+static int cmp_name(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
 static ms_status parse_files(const cJSON *root, ckpt_manifest *mf, const char *where) {
     const cJSON *fs = cJSON_GetObjectItemCaseSensitive(root, "files"), *f;
     if (!cJSON_IsArray(fs) || cJSON_GetArraySize(fs) < 1)
@@ -446,6 +450,21 @@ static ms_status parse_files(const cJSON *root, ckpt_manifest *mf, const char *w
         MS_TRY(get_int(f, "rank", 0, INT32_MAX, &fi->rank, where));
         MS_TRY(get_u64(f, "bytes", &fi->bytes, where));
     }
+    /* a file listed twice: its slices, CRCs and size would be checked against one entry
+     * (verify passed such a manifest) */
+    const char **names = malloc((size_t)mf->n_files * sizeof *names);
+    if (!names) return ms_error(MS_ERR_NOMEM, "%s: out of memory", where);
+    for (int k = 0; k < mf->n_files; k++)
+        names[k] = mf->files[k].name;
+    qsort(names, (size_t)mf->n_files, sizeof *names, cmp_name);
+    for (int k = 1; k < mf->n_files; k++)
+        if (!strcmp(names[k], names[k - 1])) {
+            ms_status st =
+                ms_error(MS_ERR_FORMAT, "%s: file '%s' is listed twice", where, names[k]);
+            free(names);
+            return st;
+        }
+    free(names);
     return MS_OK;
 }
 
@@ -494,6 +513,10 @@ static ms_status parse_root(const cJSON *root, ckpt_manifest *mf, const char *wh
     MS_TRY(get_int(lay, "dp", 1, 1 << 24, &mf->dp, where));
     MS_TRY(get_int(lay, "tp", 1, 1 << 24, &mf->tp, where));
     MS_TRY(get_int(lay, "pp", 1, 1 << 24, &mf->pp, where));
+    int64_t dt = (int64_t)mf->dp * mf->tp; /* (each at most 2^24: dt and dt x pp fit) */
+    if (dt > mf->world || dt * mf->pp != mf->world)
+        return ms_error(MS_ERR_FORMAT, "%s: layout: world %d is not dp %d x tp %d x pp %d", where,
+                        mf->world, mf->dp, mf->tp, mf->pp);
     mf->vpp = 1; /* absent in older commits: no interleaving */
     if (cJSON_GetObjectItemCaseSensitive(lay, "vpp"))
         MS_TRY(get_int(lay, "vpp", 1, 1 << 24, &mf->vpp, where));

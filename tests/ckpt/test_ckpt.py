@@ -72,6 +72,26 @@ def test_manifest(ws, c):
        {s["state"] for s in sl} == {"param", "m", "v"} and
        all(k in sl[0] for k in ("tensor", "file", "key", "offset", "shape", "range", "crc32c")),
        "slices: param/m/v of every tensor with box, range, CRC", json.dumps(sl[:1]))
+    # a manifest without a checksum of its own (format version 1, as before it) whose layout's
+    # world is not dp x tp x pp, or that lists a file twice: refused (verify passed both)
+    for what, edit, needle in (
+            ("world 1000000", lambda x: x["layout"].update(world=1000000),
+             "layout: world 1000000 is not dp 1 x tp 1 x pp 1"),
+            ("a file twice", lambda x: x["files"].append(dict(x["files"][0])),
+             "is listed twice")):
+        bad = ws.path("bad_manifest")
+        shutil.rmtree(bad, ignore_errors=True)
+        shutil.copytree(step_dir(c, 16), os.path.join(bad, "step_00000016"))
+        x = json.loads(json.dumps(m))
+        x["version"] = 1
+        del x["manifest_crc32c"]
+        edit(x)
+        json.dump(x, open(os.path.join(bad, "step_00000016", "manifest.json"), "w"))
+        r = subprocess.run([BIN, "ckpt", "verify", os.path.join(bad, "step_00000016")],
+                           capture_output=True, text=True)
+        ok(r.returncode == 3 and needle in r.stderr, f"a version 1 manifest with {what}: refused",
+           r.stdout + r.stderr)
+    shutil.rmtree(bad, ignore_errors=True)
 
 
 def test_tools(ws, c, ref_w, ref_m):
