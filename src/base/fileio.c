@@ -446,57 +446,73 @@ static ms_status refuse_special(const char *path, const char *kind) {
                     path, kind);
 }
 
-/* The file a chain of symbolic links ends at (one that does not exist yet included: a dangling
- * link names where the file goes) into out (n bytes); path itself when it is no link.
- * MS_ERR_ARG: a loop, or a name too long. */
-static ms_status link_target(const char *path, char *out, size_t n) {
+/* 1 if path, or a symbolic link on the way from it, names one of this process's file
+ * descriptors (/dev/stdout, /dev/fd/1, /proc/self/fd/1, /proc/PID/fd/N): a link the system
+ * keeps, which the rename into place would replace by a regular file. */
+static int names_fd(const char *path) {
     char cur[4096], link[4096];
-    if (snprintf(cur, sizeof cur, "%s", path) >= (int)sizeof cur)
-        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path, sizeof cur - 1);
-    for (int hops = 0;; hops++) {
+    snprintf(cur, sizeof cur, "%s", path);
+    for (int hops = 0; hops < 40; hops++) {
+        int digits = 0;
+        if (!strncmp(cur, "/proc/", 6)) { /* /proc/self/fd/, /proc/thread-self/fd/, /proc/N/fd/ */
+            const char *p = cur + 6;
+            while (*p >= '0' && *p <= '9')
+                p++, digits++;
+            if ((digits || !strncmp(p, "self", 4) || !strncmp(p, "thread-self", 11)) &&
+                strstr(p, "/fd/"))
+                return 1;
+        }
+        if (!strncmp(cur, "/dev/fd/", 8) || !strcmp(cur, "/dev/stdout") ||
+            !strcmp(cur, "/dev/stderr") || !strcmp(cur, "/dev/stdin"))
+            return 1;
         struct stat sb;
-        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) break;
+        if (lstat(cur, &sb) != 0 || !S_ISLNK(sb.st_mode)) return 0;
         ssize_t k = readlink(cur, link, sizeof link - 1);
-        if (k <= 0 || hops >= 40)
-            return ms_error(MS_ERR_ARG, "%s: a symbolic link that cannot be followed (%s)", path,
-                            k <= 0 ? strerror(errno) : "a loop, or more than 40 links");
+        if (k <= 0 || k >= (ssize_t)sizeof link - 1) return 0; /* (stat says the rest) */
         link[k] = '\0';
         const char *slash = strrchr(cur, '/');
         char next[8192];
-        if (link[0] == '/' || !slash) /* absolute, or relative to "." (where cur is) */
+        if (link[0] == '/' || !slash)
             snprintf(next, sizeof next, "%s", link);
         else
             snprintf(next, sizeof next, "%.*s/%s", (int)(slash - cur), cur, link);
-        if (strlen(next) >= sizeof cur)
-            return ms_error(MS_ERR_ARG, "%s: its link's target is a path longer than %zu bytes",
-                            path, sizeof cur - 1);
         snprintf(cur, sizeof cur, "%s", next);
     }
-    if (strlen(cur) >= n)
-        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", cur, n - 1);
-    snprintf(out, n, "%s", cur);
-    return MS_OK;
+    return 0;
 }
 
-ms_status ms_atomic_open(ms_atomic_file *af, const char *given) {
+ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     af->f = NULL;
     af->path[0] = '\0';
     af->tmp[0] = '\0';
     af->clean = 0;
-    /* a link is written through: renamed over, it was replaced by a file (before, `ckpt export
-     * --out /dev/stdout > f` as root replaced the system's /dev/stdout link) */
-    char path[4096];
-    MS_TRY(link_target(given, path, sizeof path - 32));
+    if (strlen(path) >= sizeof af->path - 32)
+        return ms_error(MS_ERR_ARG, "%.64s...: path longer than %zu bytes", path,
+                        sizeof af->path - 33);
     struct stat sb; /* the rename would fail at the end, after all the writing */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return ms_error(MS_ERR_ARG, "%s is a directory, not a file (give a file name in it)", path);
     /* the rename would replace a device or a FIFO by a file (before, `ckpt
      * export --out /dev/null` as root replaced /dev/null) */
     if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
+    /* ... and a link to a file descriptor by a regular file: /dev/stdout, with the output
+     * redirected to a file (before, as root, `ckpt export --out /dev/stdout > f` replaced the
+     * system's /dev/stdout) */
+    if (names_fd(path))
+        return ms_error(MS_ERR_ARG,
+                        "%s names a file descriptor of this process (a link the system keeps): "
+                        "this output is written whole and renamed into place, which would "
+                        "replace it (give a file name)",
+                        path);
     strcpy(af->path, path);
     snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%ld", path, (long)getpid());
     af->clean = ms_cleanup_add(af->tmp, MS_CLEAN_FILE); /* first: a signal at any time finds it */
-    af->f = fopen(af->tmp, "wbe");
+    /* a new file of that name, never through a link planted there (a dead process's file of
+     * the same pid is removed first) */
+    unlink(af->tmp);
+    int tfd = open(af->tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    af->f = tfd >= 0 ? fdopen(tfd, "wb") : NULL;
+    if (!af->f && tfd >= 0) close(tfd);
     if (!af->f) {
         int err = errno;
         ms_status rc;
@@ -673,6 +689,15 @@ ms_status ms_path_check_replaceable(const char *path) {
     MS_TRY(ms_path_check_writable(path, 0));
     struct stat sb;
     if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
+    /* ... and a link to a file descriptor by a regular file: /dev/stdout, with the output
+     * redirected to a file (before, as root, `ckpt export --out /dev/stdout > f` replaced the
+     * system's /dev/stdout) */
+    if (names_fd(path))
+        return ms_error(MS_ERR_ARG,
+                        "%s names a file descriptor of this process (a link the system keeps): "
+                        "this output is written whole and renamed into place, which would "
+                        "replace it (give a file name)",
+                        path);
     return MS_OK;
 }
 

@@ -68,7 +68,8 @@ typedef enum {
 } ms_clean_kind;
 int ms_cleanup_add(const char *path, ms_clean_kind kind);
 void ms_cleanup_drop(int id);
-/* Remove what is registered now (the handler's work; async-signal-safe). */
+/* Remove what is registered now: the signal handlers' work, async-signal-safe, before the
+ * process ends (the entries are not released for reuse). */
 void ms_cleanup_run(void);
 void ms_file_unmap(const void *data, size_t len);
 
@@ -76,9 +77,10 @@ void ms_file_unmap(const void *data, size_t len);
  * appends; ms_atomic_commit flushes, fsyncs, renames and fsyncs the
  * directory; ms_atomic_abort removes the temp file.  After any failed call the
  * writer must still be closed with ms_atomic_abort; the target path is never
- * touched unless commit succeeds.  A path that is a symbolic link is written
- * through it (the file it names is replaced, the link stays, as `cp` and a
- * shell's redirection do); af->path is then that file. */
+ * touched unless commit succeeds.  A path that is a symbolic link is replaced
+ * by the new file (the rename's semantics), except a link to a file descriptor
+ * (/dev/stdout), which is refused: the system keeps it.  The temp file is made
+ * new (O_EXCL), never opened through a link planted at its name. */
 typedef struct {
     FILE *f;
     char path[4096];
