@@ -235,7 +235,14 @@ static void clean_dir_files(const char *dir) {
     rmdir(dir);
 }
 
+static atomic_int g_clean_hold; /* ms_cleanup_hold */
+
+void ms_cleanup_hold(int on) {
+    atomic_store(&g_clean_hold, on != 0);
+}
+
 void ms_cleanup_run(void) {
+    if (atomic_load(&g_clean_hold)) return; /* publishing: what is staged may be published */
     for (;;) { /* the newest entry first: a directory's files before the directory */
         int best = -1;
         long best_seq = -1;

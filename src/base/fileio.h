@@ -71,6 +71,10 @@ void ms_cleanup_drop(int id);
 /* Remove what is registered now: the signal handlers' work, async-signal-safe, before the
  * process ends (the entries are not released for reuse). */
 void ms_cleanup_run(void);
+/* on: the command publishes what it staged (a rename that makes it a commit, and what follows
+ * it): a signal meanwhile removes nothing (it could catch the staged files half renamed, and
+ * remove a committed output's); off: as before.  A signal then leaves what a kill leaves. */
+void ms_cleanup_hold(int on);
 void ms_file_unmap(const void *data, size_t len);
 
 /* Atomic writer.  ms_atomic_open creates the temp file; ms_atomic_write
