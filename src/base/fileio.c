@@ -262,10 +262,17 @@ void ms_cleanup_run(void) {
     }
 }
 
-static void on_interrupt(int sig) {
+/* What the command would remove on any failure: its hook's, then the registry's (nothing
+ * while it publishes: ms_cleanup_hold). */
+static void cleanup_all(void) {
+    if (atomic_load(&g_clean_hold)) return;
     void (*hook)(void) = atomic_load(&g_bus_hook);
-    if (hook) hook(); /* what the command would remove on any failure */
+    if (hook) hook();
     ms_cleanup_run();
+}
+
+static void on_interrupt(int sig) {
+    cleanup_all();
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -340,9 +347,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc) {
             if (w <= 0) break;
             o += (size_t)w;
         }
-        void (*hook)(void) = atomic_load(&g_bus_hook);
-        if (hook) hook(); /* what the command would remove on any failure */
-        ms_cleanup_run();
+        cleanup_all();
         _exit(4);
     }
     sigaction(sig, &g_bus_prev, NULL); /* not a mapped file's page: the crash it is, */

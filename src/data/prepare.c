@@ -640,8 +640,12 @@ static ms_status run(prep *p) {
                         c->val_fraction, (unsigned long long)p->total_bytes);
     if (p->val.open) MS_TRY(stream_commit(p, &p->val));
     if (p->train.open) MS_TRY(stream_commit(p, &p->train));
-    MS_TRY(publish(p));
-    p->published = 1;
+    ms_cleanup_hold(1); /* publishing: a signal now leaves what a kill leaves (it removed the
+                           shards not yet renamed, after some were) */
+    ms_status st = publish(p);
+    if (st == MS_OK) p->published = 1;
+    ms_cleanup_hold(0);
+    MS_TRY(st);
     return remove_stale(p);
 }
 
