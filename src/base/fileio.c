@@ -219,18 +219,25 @@ static void clean_dir_files(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return;
     char buf[4096] __attribute__((aligned(8)));
-    for (long n; (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
-        for (long off = 0; off < n;) {
-            struct { /* linux_dirent64 */
-                uint64_t ino;
-                int64_t off;
-                unsigned short reclen;
-                unsigned char type;
-                char name[];
-            } *e = (void *)(buf + off);
-            off += e->reclen;
-            if (strcmp(e->name, ".") && strcmp(e->name, "..")) unlinkat(fd, e->name, 0);
-        }
+    /* again from the start while a pass removed something: entries removed while the
+     * directory is read can make the read skip others */
+    for (int pass = 0, removed = 1; removed && pass < 16; pass++) {
+        removed = 0;
+        lseek(fd, 0, SEEK_SET);
+        for (long n; (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
+            for (long off = 0; off < n;) {
+                struct { /* linux_dirent64 */
+                    uint64_t ino;
+                    int64_t off;
+                    unsigned short reclen;
+                    unsigned char type;
+                    char name[];
+                } *e = (void *)(buf + off);
+                off += e->reclen;
+                if (strcmp(e->name, ".") && strcmp(e->name, "..") && unlinkat(fd, e->name, 0) == 0)
+                    removed = 1;
+            }
+    }
     close(fd);
     rmdir(dir);
 }
