@@ -715,7 +715,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(train_check(tc, &t->mc, t->dp, &t->micro, &t->accum));
     MS_TRY(train_check_tp(tc, &t->mc, t->micro));
     MS_TRY(train_overlap_parse(tc->overlap, &t->overlap));
-    if (t->rank == 0) train_warn_pipeline(tc, t->dp, t->pp, t->accum);
+    if (t->rank == 0) train_warn_pipeline(tc, t->mc.n_layer, t->dp, t->pp, t->accum);
     /* whole: the driver hands plans of up to MS_FAULT_SPEC_MAX bytes (a copy
      * cut at 8 KiB failed to parse, or moved a fault: "exit@12345" as @12) */
     const char *inj = tc->inject_fault ? tc->inject_fault : "",

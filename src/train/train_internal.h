@@ -38,8 +38,9 @@ ms_status train_check_layout(const train_config *tc, int world, int *dp);
 /* Rank 0, pp > 1 and 1F1B (--vpp 1): one warning when the step's accum
  * micro-batches are fewer than the pp stages, with the schedule's bubble
  * and the --micro-batch (or --batch) that gives one micro-batch per stage.
- * With --vpp > 1 that layout is refused by the schedule: no warning. */
-void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum);
+ * With --vpp > 1 that layout is refused by the schedule, and n_layer not divisible by
+ * pp x vpp by the model: no warning (it came before the refusal that ended the run). */
+void train_warn_pipeline(const train_config *tc, int n_layer, int dp, int pp, int accum);
 
 /* train_gate.c: a multi-rank command's errors printed once, by rank 0,
  * naming the failing ranks.  train_gate_open: collective over the world

@@ -75,9 +75,9 @@ static ms_status plan_list(train_pipe *p, par_comm comm, pipe_list *l) {
         par_schedule_comm(kind, comm, p->pp, p->vpp, p->n_micro, p->stage, &l->list, &l->n);
     if (st != MS_OK)
         return ms_error_wrap(st,
-                             "--pp %d --vpp %d with %d micro-batches per step (--batch / (--dp x "
+                             "--pp %d --vpp %d with %d micro-batch%s per step (--batch / (--dp x "
                              "--micro-batch))",
-                             p->pp, p->vpp, p->n_micro);
+                             p->pp, p->vpp, p->n_micro, p->n_micro == 1 ? "" : "es");
     l->slot = malloc(sizeof(int) * (size_t)p->n_micro * p->vpp);
     if (!l->slot) return ms_error(MS_ERR_NOMEM, "pipeline: out of memory");
     MS_TRY(par_schedule_slots(l->list, l->n, p->vpp, p->n_micro, l->slot, &l->n_slots));

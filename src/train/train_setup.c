@@ -191,20 +191,20 @@ ms_status train_check_layout(const train_config *tc, int world, int *dp) {
                         tc->vpp);
     if (*dp == 0)
         return ms_error(MS_ERR_ARG,
-                        "the job has %d ranks, which --tp %d x --pp %d = %lld does not divide "
+                        "the job has %d rank%s, which --tp %d x --pp %d = %lld does not divide "
                         "(--dp is not given, so it would be world / (tp x pp))",
-                        world, tp, pp, (long long)tp * pp);
+                        world, world == 1 ? "" : "s", tp, pp, (long long)tp * pp);
     if ((long long)tp * pp * *dp != world)
-        return ms_error(MS_ERR_ARG, "the job has %d ranks but --tp %d x --pp %d x --dp %d = %lld",
-                        world, tp, pp, *dp, (long long)tp * pp * *dp);
+        return ms_error(MS_ERR_ARG, "the job has %d rank%s but --tp %d x --pp %d x --dp %d = %lld",
+                        world, world == 1 ? "" : "s", tp, pp, *dp, (long long)tp * pp * *dp);
     return MS_OK;
 }
 
-void train_warn_pipeline(const train_config *tc, int dp, int pp, int accum) {
+void train_warn_pipeline(const train_config *tc, int n_layer, int dp, int pp, int accum) {
     /* --vpp > 1 with fewer micro-batches than stages is no layout at all: the
      * interleaved schedule needs a multiple of pp, and its own error follows
      * (the 1F1B advice here would name a --micro-batch it refuses too) */
-    if (pp < 2 || accum >= pp || tc->vpp > 1) return;
+    if (pp < 2 || accum >= pp || tc->vpp > 1 || n_layer % pp) return;
     double f = 0; /* the schedule's idle time / compute time */
     if (par_schedule_bubble_fraction(PAR_SCHED_1F1B, pp, 1, accum, &f) != MS_OK)
         f = (double)(pp - 1) / accum; /* the textbook 1F1B number */

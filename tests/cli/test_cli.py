@@ -498,7 +498,7 @@ def test_option_ranges(d, base):
     for cmd in ([*base, "--steps", "1"],
                 ["eval", "--weights", "w.safetensors", "--val-data", "v.bin"]):
         expect_error([*cmd, "--tp", "65536", "--pp", "65536"],
-                     "the job has 1 ranks, which --tp 65536 x --pp 65536 = 4294967296 does not "
+                     "the job has 1 rank, which --tp 65536 x --pp 65536 = 4294967296 does not "
                      "divide", what=f"{cmd[0]} --tp 65536 --pp 65536 is refused, not a crash")
     _, out, _ = run("train", "--help")
     ok(re.search(r"^  --beta1 X .*\[0\.9\] \(in \[0,1\)\)$", out, re.M)
