@@ -159,6 +159,10 @@ static const opts_spec train_opts[] = {
     OEL("heartbeat-token", OPT_T_STR, heartbeat_token, NULL, "MS_HEARTBEAT_TOKEN", NULL,
         "the job's heartbeat token (set by megascale launch; a secret: the metrics say only "
         "that it is set, train.cfg leaves it out)"),
+    OEL("heartbeat-attempt", OPT_T_INT, heartbeat_attempt, "0", "MS_HEARTBEAT_ATTEMPT",
+        "[0,2147483647]",
+        "the attempt of the job these beats belong to (set by megascale launch: the driver "
+        "ignores a rank of an earlier attempt; 0: not sent)"),
     OEL("node-map", OPT_T_STR, node_map, NULL, "MS_NODE_MAP", NULL,
         "node names NAME,NAME,... ([A-Za-z0-9._-], up to 4096): world rank r is on node "
         "names[r * n / world] (default: the host name); for :node=NAME faults and the heartbeats"),
@@ -265,7 +269,8 @@ static ms_status check_not_config(const train_cli *c, const char *events_opt, co
 /* Left out of train.cfg: set by `megascale launch` for one job (its
  * driver's address and token), or a test's faults. */
 static const char *const not_in_cfg[] = {
-    "heartbeat", "heartbeat-token", "node-map", "inject-fault", "ckpt-fault", "restart-job", NULL};
+    "heartbeat",    "heartbeat-token", "heartbeat-attempt", "node-map",
+    "inject-fault", "ckpt-fault",      "restart-job",       NULL};
 /* Written as "(secret)" in the metrics' first line (a file others may
  * read): the token lets whoever holds it send the job's driver beats. */
 static const char *const secrets[] = {"heartbeat-token", NULL};

@@ -59,6 +59,7 @@ struct mon_heartbeat {
     int usage;     /* the error is a usage error */
     int stop_here; /* phase stopped: this rank was asked to stop (not another's agreement) */
     int start;     /* the step the training loop began at (mon_heartbeat_train; -1: not yet) */
+    int attempt;   /* mon_heartbeat_config's (0: not sent) */
 };
 
 static ms_status parse_addr(mon_heartbeat *hb, const char *addr) {
@@ -132,6 +133,7 @@ static char *beat_line(mon_heartbeat *hb) {
     cJSON_AddStringToObject(o, "host", hb->hostname);
     if (hb->node[0]) cJSON_AddStringToObject(o, "node", hb->node);
     if (hb->stage >= 0) cJSON_AddNumberToObject(o, "stage", hb->stage);
+    if (hb->attempt > 0) cJSON_AddNumberToObject(o, "attempt", hb->attempt);
     cJSON_AddNumberToObject(o, "seq", (double)++hb->seq);
     pthread_mutex_lock(&hb->mu);
     cJSON_AddNumberToObject(o, "step", hb->step);
@@ -271,6 +273,7 @@ ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c)
     hb->rank = c->rank, hb->world = c->world;
     hb->stage = c->has_stage && c->stage >= 0 ? c->stage : -1;
     hb->start = -1;
+    hb->attempt = c->attempt > 0 ? c->attempt : 0;
     hb->period_s = c->period_s > 0 ? c->period_s : 1.0;
     hb->comm_bytes = c->comm_bytes, hb->comm_ctx = c->comm_ctx;
     hb->comm_blocked_s = c->comm_blocked_s;

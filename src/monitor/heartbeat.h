@@ -41,6 +41,7 @@ typedef struct {
      * job */
     int (*comm_dumps)(void *ctx);
     void *comm_ctx;
+    int attempt; /* the job's attempt (megascale launch's), sent in every beat (0: not sent) */
 } mon_heartbeat_config;
 
 typedef struct mon_heartbeat mon_heartbeat;

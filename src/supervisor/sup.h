@@ -101,6 +101,7 @@ typedef struct {
     double comm_wait_s; /* blocked in communication for, now (>= 0; NaN when absent) */
     int redone; /* steps redone after a non-finite result, finite then, cumulative (0: absent) */
     int start;  /* the step the training loop began at: where a resumed run started (-1: absent) */
+    int attempt; /* the job's attempt that started the rank (megascale launch's; 0: absent) */
     int skipped, skip_step; /* updates skipped (not finite, nor their redos), cumulative, and
                                the last such step (0 and 0: absent) */
     /* the last step with a non-finite gradient (0: absent) and the ranks
@@ -124,9 +125,10 @@ int sup_beat_parse(const char *line, size_t len, const char *token, int world, s
  * rank_connected says b's rank already has a connection of its own: NULL
  * to take it, else the reason to drop the connection (a beat for another
  * rank than the connection's, a sequence number not above the last, a
- * second connection for a rank). */
+ * second connection for a rank, a rank of another attempt than the driver's
+ * current one: attempt, 0 when unknown). */
 const char *sup_beat_admit(const sup_beat *b, int conn_rank, unsigned long long conn_seq,
-                           int rank_connected);
+                           int rank_connected, int attempt);
 
 /* The control socket (sup_ctl.c): one line a connection. */
 #define SUP_CTL_LINE_MAX 1024

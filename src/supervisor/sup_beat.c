@@ -16,11 +16,11 @@
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
-    "v",          "token",      "rank",       "world",       "pid",         "host",
-    "node",       "seq",        "step",       "phase",       "step_ms",     "loss",
-    "grad_norm",  "comm_bytes", "compute_ms", "redone",      "ckpt_commit", "ckpt_failed",
-    "ckpt_error", "error",      "stage",      "comm_wait_s", "usage",       "dumps",
-    "nan_step",   "nan_ranks",  "stop_here",  "skipped",     "skip_step",   "start"};
+    "v",           "token",  "rank",        "world",       "pid",        "host",      "node",
+    "seq",         "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
+    "compute_ms",  "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error",     "stage",
+    "comm_wait_s", "usage",  "dumps",       "nan_step",    "nan_ranks",  "stop_here", "skipped",
+    "skip_step",   "start",  "attempt"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -116,6 +116,11 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
         if (get_int(o, "stage", 0, world - 1, &v)) return *why = "stage out of range", -1;
         b->stage = (int)v;
     }
+    b->attempt = 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, "attempt")) {
+        if (get_int(o, "attempt", 1, 2147483647, &v)) return *why = "attempt out of range", -1;
+        b->attempt = (int)v;
+    }
     b->start = -1;
     if (cJSON_GetObjectItemCaseSensitive(o, "start")) {
         if (get_int(o, "start", 0, b->step, &v)) return *why = "start out of range", -1;
@@ -204,7 +209,9 @@ int sup_beat_parse(const char *line, size_t len, const char *token, int world, s
 }
 
 const char *sup_beat_admit(const sup_beat *b, int conn_rank, unsigned long long conn_seq,
-                           int rank_connected) {
+                           int rank_connected, int attempt) {
+    if (b->attempt > 0 && attempt > 0 && b->attempt != attempt)
+        return "a rank of another attempt of the job (an earlier start's, left behind)";
     if (conn_rank >= 0 && b->rank != conn_rank) return "another rank on the connection";
     if (b->seq <= conn_seq) return "out of order";
     if (conn_rank < 0 && rank_connected) return "a second connection for the rank";

@@ -230,6 +230,8 @@ static char **job_argv(sup_driver *d, char *np) {
     a[n++] = "-x";
     a[n++] = "MS_HEARTBEAT_TOKEN";
     a[n++] = "-x";
+    a[n++] = "MS_HEARTBEAT_ATTEMPT";
+    a[n++] = "-x";
     a[n++] = "MS_NODE_MAP";
     if (ms_ctx_get()->cpu_gemm[0]) /* the fp32 GEMMs chosen here, on every host */
         a[n++] = "-x", a[n++] = "MS_CPU_GEMM";
@@ -312,7 +314,8 @@ static int attempt(sup_driver *d, char *why, size_t n) {
             return -1;
         char **argv = job_argv(d, np);
         if (!argv) return snprintf(why, n, "out of memory"), -1;
-        int rc = sup_job_start(&d->job, argv, d->addr, d->token, d->node_map, d->lock_fd, why, n);
+        int rc = sup_job_start(&d->job, argv, d->addr, d->token, d->attempt_no, d->node_map,
+                               d->lock_fd, why, n);
         /* mpirun's pid on disk before it runs: a driver killed from here on
          * leaves a job its successor adopts (or, held still, none), never
          * one it does not know of beside the one it starts (before, a kill

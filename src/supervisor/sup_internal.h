@@ -40,7 +40,7 @@ typedef struct {
 } sup_job;
 
 /* Fork the process that runs mpirun (argv NULL-terminated) in a new
- * process group, with the heartbeat address and token and the node map
+ * process group, with the heartbeat address, token and attempt and the node map
  * (MS_NODE_MAP: the node of each block of ranks) in its environment, and
  * hold it before its exec: the caller saves its pid first, then
  * sup_job_release lets it run.  A driver that dies in between leaves no
@@ -49,7 +49,7 @@ typedef struct {
  * closes at once (held, it kept the lock from a successor).  0 (j->pid
  * set), or -1 with why set. */
 int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
-                  const char *node_map, int lock_fd, char *why, size_t n);
+                  int attempt, const char *node_map, int lock_fd, char *why, size_t n);
 /* 1 if pid runs another program than this process (its /proc/PID/exe is
  * not ours): a child forked here that has exec'd; 0 if the same, or not
  * known. */

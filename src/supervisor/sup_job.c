@@ -15,26 +15,30 @@
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
-/* environ with NAME=value set for the three variables (malloc'd: the
- * array and the three strings; the child gets it ready-made, since a fork
+/* environ with NAME=value set for the four variables (malloc'd: the
+ * array and the four strings; the child gets it ready-made, since a fork
  * of a process with threads (the dashboard's) may only exec). */
-static char **job_env(const char *hb_addr, const char *token, const char *node_map) {
+#define JOB_ENV_N 4
+static char **job_env(const char *hb_addr, const char *token, int attempt, const char *node_map) {
     extern char **environ;
-    static const char *const names[3] = {"MS_HEARTBEAT=", "MS_HEARTBEAT_TOKEN=", "MS_NODE_MAP="};
-    const char *vals[3] = {hb_addr, token, node_map};
+    static const char *const names[JOB_ENV_N] = {
+        "MS_HEARTBEAT=", "MS_HEARTBEAT_TOKEN=", "MS_HEARTBEAT_ATTEMPT=", "MS_NODE_MAP="};
+    char att[16];
+    snprintf(att, sizeof att, "%d", attempt);
+    const char *vals[JOB_ENV_N] = {hb_addr, token, att, node_map};
     size_t n = 0;
     while (environ[n])
         n++;
-    char **env = calloc(n + 4, sizeof *env);
+    char **env = calloc(n + JOB_ENV_N + 1, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         int ours = 0;
-        for (int v = 0; v < 3; v++)
+        for (int v = 0; v < JOB_ENV_N; v++)
             ours |= !strncmp(environ[i], names[v], strlen(names[v]));
         if (!ours) env[k++] = environ[i];
     }
-    for (int v = 0; v < 3; v++) {
+    for (int v = 0; v < JOB_ENV_N; v++) {
         size_t len = strlen(names[v]) + strlen(vals[v]) + 1;
         if (!(env[k] = malloc(len))) return env; /* caller frees: a short env fails below */
         snprintf(env[k++], len, "%s%s", names[v], vals[v]);
@@ -46,7 +50,7 @@ static void job_env_free(char **env) {
     size_t n = 0;
     while (env && env[n])
         n++;
-    for (size_t i = n >= 3 ? n - 3 : 0; env && i < n; i++)
+    for (size_t i = n >= JOB_ENV_N ? n - JOB_ENV_N : 0; env && i < n; i++)
         free(env[i]);
     free(env);
 }
@@ -67,10 +71,10 @@ void sup_mpirun_tmpdir(char *out, size_t n) {
 }
 
 int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const char *token,
-                  const char *node_map, int lock_fd, char *why, size_t n) {
+                  int attempt, const char *node_map, int lock_fd, char *why, size_t n) {
     memset(j, 0, sizeof *j);
     sup_mpirun_tmpdir(j->tmp, sizeof j->tmp);
-    char **env = job_env(hb_addr, token, node_map);
+    char **env = job_env(hb_addr, token, attempt, node_map);
     size_t ne = 0;
     while (env && env[ne])
         ne++;

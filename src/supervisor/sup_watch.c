@@ -7,6 +7,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -555,6 +556,34 @@ static void reject(sup_driver *d, const char *what, const char *why) {
     sup_events_put(&d->ev, what, f);
 }
 
+/* A rank of an earlier attempt that beats now: it was still starting when that attempt was
+ * stopped (no beat recorded its pid, so the stop's sweep did not kill it) and outlived its
+ * mpirun.  Before, its beats were taken as the new attempt's rank: a crash was blamed on the
+ * new node when it exited, with a stop, a diag and a restart for nothing.  Killed when it is
+ * the driver's own (an orphan the subreaper took: its parent is the driver now); said in the
+ * events either way. */
+static void stale_rank(sup_driver *d, const sup_beat *b) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", b->pid);
+    int ppid = -1, killed = 0;
+    FILE *f = fopen(path, "re");
+    if (f) {
+        size_t got = fread(buf, 1, sizeof buf - 1, f);
+        buf[got] = 0;
+        fclose(f);
+        const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
+        if (!paren || sscanf(paren + 1, " %*c %d", &ppid) != 1) ppid = -1;
+    }
+    if (ppid == (int)getpid() && kill(b->pid, SIGKILL) == 0) killed = 1;
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "rank", b->rank);
+    cJSON_AddNumberToObject(o, "pid", b->pid);
+    cJSON_AddNumberToObject(o, "attempt", b->attempt);
+    cJSON_AddNumberToObject(o, "current", d->attempt_no);
+    cJSON_AddBoolToObject(o, "killed", killed);
+    sup_events_put(&d->ev, "stale_rank", o);
+}
+
 /* Read what k has; 0 to keep it, -1 to drop it. */
 static int read_conn(sup_driver *d, sup_conn *k) {
     for (;;) {
@@ -567,8 +596,11 @@ static int read_conn(sup_driver *d, sup_conn *k) {
             size_t n = (size_t)(nl - k->buf);
             sup_beat b;
             const char *why = "";
-            if (sup_beat_parse(k->buf, n, d->token, d->c->np, &b, &why) == 0)
-                why = sup_beat_admit(&b, k->rank, k->seq, d->r[b.rank].connected);
+            int parsed = sup_beat_parse(k->buf, n, d->token, d->c->np, &b, &why) == 0;
+            if (parsed)
+                why = sup_beat_admit(&b, k->rank, k->seq, d->r[b.rank].connected, d->attempt_no);
+            if (parsed && why && b.attempt > 0 && d->attempt_no > 0 && b.attempt != d->attempt_no)
+                stale_rank(d, &b);
             if (why) {
                 reject(d, "beat_rejected", why);
                 return -1;

@@ -584,7 +584,8 @@ static ms_status setup_heartbeat(trainer *t) {
                               .comm_bytes = t->world ? hb_comm_bytes : NULL,
                               .comm_blocked_s = t->world ? hb_comm_blocked_s : NULL,
                               .comm_dumps = t->world && t->trace_dir[0] ? hb_comm_dumps : NULL,
-                              .comm_ctx = t->world};
+                              .comm_ctx = t->world,
+                              .attempt = tc->heartbeat_attempt};
     return mon_heartbeat_open(&t->hb, &c);
 }
 

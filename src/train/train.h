@@ -81,6 +81,7 @@ typedef struct {
     /* supervision (megascale launch sets these through the environment) */
     char *heartbeat;       /* HOST:PORT of the driver, or NULL */
     char *heartbeat_token; /* the job's token */
+    int heartbeat_attempt; /* the job's attempt the beats belong to (0: not sent) */
     char *node_map;        /* node names, comma-separated (base/node.h); NULL/"": the host name */
     /* injected faults (base/fault.h): --inject-fault, and --ckpt-fault
      * appended to it; one registry serves the trainer and the checkpoints */

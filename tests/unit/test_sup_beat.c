@@ -168,19 +168,33 @@ static void test_admit(void) {
     sup_beat b;
     const char *why = "";
     T_EQ_INT(sup_beat_parse(GOOD, strlen(GOOD), TOK, 8, &b, &why), 0); /* rank 3, seq 12 */
-    T_OK(sup_beat_admit(&b, -1, 0, 0) == NULL);   /* a new connection's first beat */
-    T_OK(sup_beat_admit(&b, 3, 11, 1) == NULL);   /* the next on its own connection */
-    T_OK(sup_beat_admit(&b, 3, 1, 1) == NULL);    /* a gap is fine (beats are dropped) */
-    const char *r = sup_beat_admit(&b, 3, 12, 1); /* a repeat */
+    T_OK(sup_beat_admit(&b, -1, 0, 0, 0) == NULL);   /* a new connection's first beat */
+    T_OK(sup_beat_admit(&b, 3, 11, 1, 0) == NULL);   /* the next on its own connection */
+    T_OK(sup_beat_admit(&b, 3, 1, 1, 0) == NULL);    /* a gap is fine (beats are dropped) */
+    const char *r = sup_beat_admit(&b, 3, 12, 1, 0); /* a repeat */
     T_STR_CONTAINS(r, "out of order");
-    r = sup_beat_admit(&b, 3, 13, 1); /* older than the last */
+    r = sup_beat_admit(&b, 3, 13, 1, 0); /* older than the last */
     T_STR_CONTAINS(r, "out of order");
-    r = sup_beat_admit(&b, -1, 0, 1); /* rank 3 is connected elsewhere */
+    r = sup_beat_admit(&b, -1, 0, 1, 0); /* rank 3 is connected elsewhere */
     T_STR_CONTAINS(r, "a second connection for the rank");
-    r = sup_beat_admit(&b, 2, 11, 1); /* the connection spoke for rank 2 */
+    r = sup_beat_admit(&b, 2, 11, 1, 0); /* the connection spoke for rank 2 */
     T_STR_CONTAINS(r, "another rank on the connection");
-    r = sup_beat_admit(&b, 2, 12, 1); /* both: the rank is named first */
+    r = sup_beat_admit(&b, 2, 12, 1, 0); /* both: the rank is named first */
     T_STR_CONTAINS(r, "another rank on the connection");
+    /* the job's attempt: a rank of another one (an earlier start's, left behind) is refused,
+     * whatever its connection; without the field, or a driver that does not know, taken */
+    b.attempt = 2;
+    T_OK(sup_beat_admit(&b, -1, 0, 0, 2) == NULL);
+    T_OK(sup_beat_admit(&b, -1, 0, 0, 0) == NULL);
+    r = sup_beat_admit(&b, -1, 0, 0, 3);
+    T_STR_CONTAINS(r, "a rank of another attempt of the job");
+    b.attempt = 0;
+    T_OK(sup_beat_admit(&b, -1, 0, 0, 3) == NULL);
+    char with[sizeof GOOD + 16];
+    snprintf(with, sizeof with, "%.*s,\"attempt\":4}", (int)strlen(GOOD) - 1, GOOD);
+    T_EQ_INT(sup_beat_parse(with, strlen(with), TOK, 8, &b, &why), 0);
+    T_EQ_INT(b.attempt, 4);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"attempt\":0"), -1);
 }
 
 /* --heartbeat HOST:PORT: a port outside 1..65535 is refused (getaddrinfo
@@ -280,7 +294,8 @@ static int open_client(int rank, double period_s, char *addr, size_t n, int *lfd
                               .comm_blocked_s = rank == 1 ? blocked_s : NULL,
                               .comm_dumps = rank == 1 ? dumps_answered : NULL,
                               .comm_ctx = (void *)&blocked,
-                              .period_s = period_s};
+                              .period_s = period_s,
+                              .attempt = rank == 1 ? 3 : 0}; /* rank 1 says its job's attempt */
     T_EQ_INT(mon_heartbeat_open(hb, &c), MS_OK);
     int fd = accept(*lfd, NULL, NULL);
     T_OK(fd >= 0);
@@ -311,6 +326,7 @@ static void test_client(void) {
     for (int i = 0; i < 50 && b.step != 7; i++) /* the state covers both: step 7, start 6 */
         T_OK(read_until(fd, "train", &b) >= 1);
     T_EQ_INT(b.start, 6);
+    T_EQ_INT(b.attempt, 3);
     T_EQ_INT(b.redone, 1);
     T_EQ_INT(b.nan_step, 7); /* the step and the rank where the gradient was not finite */
     T_EQ_INT(b.n_nan_ranks, 1);
