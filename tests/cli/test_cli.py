@@ -274,6 +274,7 @@ ENV_OPTIONS = {
               "MS_CUDA_PROFILE": "cuda-profile", "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu",
               "MS_CPU_PROFILE": "cpu-profile", "MS_CPU_DTYPE": "cpu-dtype",
               "MS_HEARTBEAT": "heartbeat", "MS_HEARTBEAT_TOKEN": "heartbeat-token",
+              "MS_HEARTBEAT_ATTEMPT": "heartbeat-attempt",
               "MS_NONFINITE_REDO": "nonfinite-redo", "MS_NODE_MAP": "node-map"},
     "sample": {"MS_DATA_DIR": "data-dir", "MS_CUDA_PROFILE": "cuda-profile",
                "MS_CUDA_FUSE_GELU": "cuda-fuse-gelu"},
