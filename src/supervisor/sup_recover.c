@@ -714,9 +714,9 @@ static void say_resumed(sup_driver *d, double prev_pid, int adopted) {
                 d->state_path, prev_pid, d->best_step, d->restarts, fault);
     else /* the job may have run on after the state was saved: its commits say where */
         fprintf(stderr,
-                "megascale launch: resuming from %s (driver pid %.0f is gone): its job is gone; "
-                "restarting it from its newest checkpoint (the state last saw step %d), %d "
-                "restart(s) so far%s\n",
+                "megascale launch: resuming from %s (driver pid %.0f is gone): its job is gone "
+                "(the state last saw step %d, %d restart(s) so far); its checkpoints say what "
+                "comes next%s\n",
                 d->state_path, prev_pid, d->best_step, d->restarts, fault);
 }
 
