@@ -861,6 +861,8 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
             int end = i + 1;
             while (end < np && (!m->world || ord[end].pp == ord[i].pp))
                 end++;
+            /* the lower median: of two ranks the faster (the mean made the healthy peer
+             * of a straggler look as far off as the straggler) */
             for (int c = 0; c < nc; c++) {
                 const double *rw =
                     m->heat_ms + (size_t)(steps[first + c] % m->heat_keep) * (size_t)np;
@@ -870,7 +872,19 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
                     if (isfinite(rw[ord[j].r])) v[k++] = rw[ord[j].r];
                 qsort(v, (size_t)k, sizeof *v, sup_cmp_double);
                 n_sorted[c] = k;
-                med[c] = k ? (k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2])) : NAN;
+                med[c] = k ? v[(k - 1) / 2] : NAN;
+            }
+            /* a stage of one rank (pipeline parallelism alone): its own lower median over
+             * the steps shown (each step's own time read 1x, and a rank that slowed down
+             * did not show) */
+            if (m->world && end - i == 1 && np > 1) {
+                int k = 0;
+                for (int c = 0; c < nc; c++)
+                    if (isfinite(med[c])) tmp[k++] = med[c];
+                qsort(tmp, (size_t)k, sizeof *tmp, sup_cmp_double);
+                double own = k ? tmp[(k - 1) / 2] : NAN;
+                for (int c = 0; c < nc; c++)
+                    med[c] = own;
             }
         }
         int r = ord[i].r;

@@ -1,8 +1,8 @@
 /* trace_heatmap.c - the straggler heat map: ranks (sorted by pp, dp, tp)
  * down, steps across, each cell the rank's compute time over the step's
- * median across the ranks of its pipeline stage on a log colour scale
- * (viridis, 0.5x .. 2x); straggler rows boxed and labelled in red.  Drawn
- * with cairo. */
+ * (lower) median across the ranks of its pipeline stage, or for a stage of
+ * one rank over its own steps, on a log colour scale (viridis, 0.5x .. 2x);
+ * straggler rows boxed and labelled in red.  Drawn with cairo. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,18 +48,31 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* The median compute time of each shown step over the ranks of each
- * pipeline stage (0 where none): med[stage[row] * n_cols + column].  Rows
- * are in ord's order, sorted by pp first, so a stage's rows are together.
- * Stages do different work, so a rank is compared with its own stage. */
-static double *step_medians(const trace_strag *s, const layout *L, const int *ord, int *stage) {
+/* The lower median of v[0..n) (n >= 1; sorted here): the lower of the two middle values of an
+ * even count, so that of a stage of two ranks the faster one is the measure (the mean made
+ * the healthy peer of a straggler look as far off as the straggler). */
+static double lower_median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return v[(n - 1) / 2];
+}
+
+/* The baseline of each shown step of each pipeline stage (0 where none):
+ * med[stage[row] * n_cols + column], the step's lower median over the stage's
+ * ranks.  Rows are in ord's order, sorted by pp first, so a stage's rows are
+ * together.  Stages do different work, so a rank is compared with its own
+ * stage; a stage of one rank (pipeline parallelism alone), with its own lower
+ * median over the steps shown (the step's own time read 1x everywhere, and a
+ * rank that slowed down did not show).  *alone: 1 if some stage has one rank. */
+static double *step_medians(const trace_strag *s, const layout *L, const int *ord, int *stage,
+                            int *alone) {
     int nc = L->n_cols, n_stages = 1;
     for (int row = 0; row < s->n_ranks; row++) {
         if (row && s->ranks[ord[row]].coord.pp != s->ranks[ord[row - 1]].coord.pp) n_stages++;
         stage[row] = n_stages - 1;
     }
     double *med = calloc((size_t)n_stages * nc + 1, sizeof *med);
-    double *tmp = malloc(((size_t)s->n_ranks + 1) * sizeof *tmp);
+    double *tmp = malloc(((size_t)(s->n_ranks > nc ? s->n_ranks : nc) + 1) * sizeof *tmp);
+    *alone = 0;
     if (!med || !tmp) {
         free(med);
         free(tmp);
@@ -68,16 +81,25 @@ static double *step_medians(const trace_strag *s, const layout *L, const int *or
     for (int a = 0, b; a < s->n_ranks; a = b) {
         for (b = a + 1; b < s->n_ranks && stage[b] == stage[a];)
             b++;
+        if (b - a == 1 && s->n_ranks > 1) { /* one rank: its own steps */
+            int n = 0;
+            for (int k = 0; k < nc; k++) {
+                double c = cell(&s->ranks[ord[a]], L->first_step + k);
+                if (c >= 0) tmp[n++] = c;
+            }
+            double own = n ? lower_median(tmp, n) : 0;
+            for (int k = 0; k < nc; k++)
+                med[(size_t)stage[a] * nc + k] = own;
+            *alone = 1;
+            continue;
+        }
         for (int k = 0; k < nc; k++) {
             int n = 0;
             for (int row = a; row < b; row++) {
                 double c = cell(&s->ranks[ord[row]], L->first_step + k);
                 if (c >= 0) tmp[n++] = c;
             }
-            if (!n) continue;
-            qsort(tmp, (size_t)n, sizeof *tmp, cmp_d);
-            med[(size_t)stage[a] * nc + k] =
-                n % 2 ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+            if (n) med[(size_t)stage[a] * nc + k] = lower_median(tmp, n);
         }
     }
     free(tmp);
@@ -213,7 +235,7 @@ static layout make_layout(const trace_strag *s) {
 }
 
 static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const int *ord,
-                      const int *stage, const double *med) {
+                      const int *stage, const double *med, int alone) {
     cairo_set_source_rgb(cr, 1, 1, 1);
     cairo_paint(cr);
     cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
@@ -221,8 +243,8 @@ static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const 
     draw_axes(cr, s, L, ord);
     draw_legend(cr, L);
     char title[4400];
-    snprintf(title, sizeof title, "compute time per step / the step's median over its stage: %s",
-             s->dir);
+    snprintf(title, sizeof title, "compute time per step / the step's median over its stage%s: %s",
+             alone ? " (a stage of one rank: its own median over the steps)" : "", s->dir);
     cairo_set_source_rgb(cr, 0, 0, 0);
     text(cr, 14, 22, 14, title, 0);
     int n_bad = 0;
@@ -260,7 +282,8 @@ ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
         }
         ord[j] = i;
     }
-    if (ord && stage) med = step_medians(s, &L, ord, stage);
+    int alone = 0;
+    if (ord && stage) med = step_medians(s, &L, ord, stage, &alone);
     if (!med) {
         free(ord);
         free(stage);
@@ -268,7 +291,7 @@ ms_status trace_strag_heatmap(const trace_strag *s, const char *png_path) {
     }
     cairo_surface_t *sf = cairo_image_surface_create(CAIRO_FORMAT_RGB24, L.width, L.height);
     cairo_t *cr = cairo_create(sf);
-    ms_status st = draw(cr, s, &L, ord, stage, med);
+    ms_status st = draw(cr, s, &L, ord, stage, med, alone);
     ms_atomic_file af;
     if (st == MS_OK) st = ms_atomic_open(&af, png_path);
     if (st == MS_OK) {

@@ -546,13 +546,16 @@ static void test_heatmap(void) {
     T_EQ_INT(cJSON_GetArrayItem(item(h, "ranks"), 2)->valueint, 2);
     T_EQ_INT(cJSON_GetArraySize(item(h, "stragglers")), 1);
     T_EQ_INT(cJSON_GetArrayItem(item(h, "stragglers"), 0)->valueint, 2);
-    /* its colour: the step's compute time over its stage's median (ranks
-     * 2 and 3: 20 and 10.5, or 20 alone where rank 3 has no value) */
+    /* its colour: the step's compute time over its stage's lower median (ranks 2 and 3: 20
+     * and 10.5, the faster; 20 alone where rank 3 has no value); the healthy peer reads 1x
+     * (over their mean both read as far off, 1.31x and 0.69x) */
     const cJSON *row2 = cJSON_GetArrayItem(item(h, "ratio"), 2);
     double hi = 0;
     for (const cJSON *v = row2->child; v; v = v->next)
         if (cJSON_IsNumber(v) && v->valuedouble > hi) hi = v->valuedouble;
-    T_NEAR(hi, 20 / 15.25, 0.01);
+    T_NEAR(hi, 20 / 10.5, 0.01);
+    const cJSON *q3 = cJSON_GetArrayItem(cJSON_GetArrayItem(item(h, "ratio"), 3), 0);
+    T_OK(cJSON_IsNumber(q3) && fabs(q3->valuedouble - 1) < 1e-9);
     int nulls = 0;
     for (const cJSON *v = cJSON_GetArrayItem(item(h, "ratio"), 3)->child; v; v = v->next)
         nulls += cJSON_IsNull(v);
@@ -582,6 +585,24 @@ static void test_heatmap(void) {
         const cJSON *q = cJSON_GetArrayItem(cJSON_GetArrayItem(item(h, "ratio"), r), 0);
         T_OK(cJSON_IsNumber(q) && q->valuedouble > 0.95 && q->valuedouble < 1.05);
     }
+    cJSON_Delete(h);
+    dash_model_free(m);
+    /* pp 3 alone (a stage of one rank each): rank 1 at 3x from step 31 on shows, against its
+     * own median over the steps (over the step's own time every cell read 1x) */
+    m = dash_model_new();
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"layout\":{\"world\":3,\"dp\":1,\"tp\":1,\"pp\":3}}");
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
+    for (int s = 1; s <= 40; s++) {
+        snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,%d,12]}", s,
+                 s > 30 ? 30 : 10);
+        feed(dash_model_compute_line, m, line);
+    }
+    h = dash_model_heatmap(m, DASH_HEAT_COLS);
+    const cJSON *r1 = cJSON_GetArrayItem(item(h, "ratio"), 1);
+    T_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 1, 1e-9);
+    T_NEAR(cJSON_GetArrayItem(r1, cJSON_GetArraySize(r1) - 1)->valuedouble, 3, 1e-9);
+    T_NEAR(cJSON_GetArrayItem(cJSON_GetArrayItem(item(h, "ratio"), 2), 39)->valuedouble, 1, 1e-9);
     cJSON_Delete(h);
     dash_model_free(m);
 }
