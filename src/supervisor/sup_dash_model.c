@@ -874,15 +874,15 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
                 n_sorted[c] = k;
                 med[c] = k ? v[(k - 1) / 2] : NAN;
             }
-            /* a stage of one rank (pipeline parallelism alone): its own lower median over
-             * the steps shown (each step's own time read 1x, and a rank that slowed down
-             * did not show) */
+            /* a stage of one rank (pipeline parallelism alone): its own lower quartile over
+             * the steps shown, its speed when not slowed (each step's own time read 1x, and
+             * a rank that slowed down did not show) */
             if (m->world && end - i == 1 && np > 1) {
                 int k = 0;
                 for (int c = 0; c < nc; c++)
                     if (isfinite(med[c])) tmp[k++] = med[c];
                 qsort(tmp, (size_t)k, sizeof *tmp, sup_cmp_double);
-                double own = k ? tmp[(k - 1) / 2] : NAN;
+                double own = k ? tmp[(k - 1) / 4] : NAN;
                 for (int c = 0; c < nc; c++)
                     med[c] = own;
             }

@@ -1,7 +1,7 @@
 /* trace_heatmap.c - the straggler heat map: ranks (sorted by pp, dp, tp)
  * down, steps across, each cell the rank's compute time over the step's
  * (lower) median across the ranks of its pipeline stage, or for a stage of
- * one rank over its own steps, on a log colour scale (viridis, 0.5x .. 2x);
+ * one rank over its own steps' lower quartile, on a log colour scale (viridis, 0.5x .. 2x);
  * straggler rows boxed and labelled in red.  Drawn with cairo. */
 #include <math.h>
 #include <stdlib.h>
@@ -61,7 +61,7 @@ static double lower_median(double *v, int n) {
  * ranks.  Rows are in ord's order, sorted by pp first, so a stage's rows are
  * together.  Stages do different work, so a rank is compared with its own
  * stage; a stage of one rank (pipeline parallelism alone), with its own lower
- * median over the steps shown (the step's own time read 1x everywhere, and a
+ * quartile over the steps shown (the step's own time read 1x everywhere, and a
  * rank that slowed down did not show).  *alone: 1 if some stage has one rank. */
 static double *step_medians(const trace_strag *s, const layout *L, const int *ord, int *stage,
                             int *alone) {
@@ -87,7 +87,12 @@ static double *step_medians(const trace_strag *s, const layout *L, const int *or
                 double c = cell(&s->ranks[ord[a]], L->first_step + k);
                 if (c >= 0) tmp[n++] = c;
             }
-            double own = n ? lower_median(tmp, n) : 0;
+            double own = 0; /* its lower quartile: its speed when not slowed (a median
+                               read the steps before a slowdown as fast, when most came after) */
+            if (n) {
+                lower_median(tmp, n); /* (sorts) */
+                own = tmp[(n - 1) / 4];
+            }
             for (int k = 0; k < nc; k++)
                 med[(size_t)stage[a] * nc + k] = own;
             *alone = 1;
@@ -244,7 +249,7 @@ static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const 
     draw_legend(cr, L);
     char title[4400];
     snprintf(title, sizeof title, "compute time per step / the step's median over its stage%s: %s",
-             alone ? " (a stage of one rank: its own median over the steps)" : "", s->dir);
+             alone ? " (a stage of one rank: its own lower quartile over the steps)" : "", s->dir);
     cairo_set_source_rgb(cr, 0, 0, 0);
     text(cr, 14, 22, 14, title, 0);
     int n_bad = 0;
