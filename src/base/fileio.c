@@ -465,23 +465,28 @@ static ms_status refuse_special(const char *path, const char *kind) {
                     path, kind);
 }
 
-/* 1 if path, or a symbolic link on the way from it, names one of this process's file
- * descriptors (/dev/stdout, /dev/fd/1, /proc/self/fd/1, /proc/PID/fd/N): a link the system
- * keeps, which the rename into place would replace by a regular file. */
-static int names_fd(const char *path) {
+/* 1 if cur is /proc/(N|self|thread-self)/fd/... */
+static int proc_fd_path(const char *cur) {
+    if (strncmp(cur, "/proc/", 6)) return 0;
+    const char *p = cur + 6, *q = p;
+    while (*q >= '0' && *q <= '9')
+        q++;
+    if (q == p) {
+        if (!strncmp(p, "self/", 5))
+            q = p + 4;
+        else if (!strncmp(p, "thread-self/", 12))
+            q = p + 11;
+        else
+            return 0;
+    }
+    return !strncmp(q, "/fd/", 4);
+}
+
+int ms_path_names_fd(const char *path) {
     char cur[4096], link[4096];
     snprintf(cur, sizeof cur, "%s", path);
     for (int hops = 0; hops < 40; hops++) {
-        int digits = 0;
-        if (!strncmp(cur, "/proc/", 6)) { /* /proc/self/fd/, /proc/thread-self/fd/, /proc/N/fd/ */
-            const char *p = cur + 6;
-            while (*p >= '0' && *p <= '9')
-                p++, digits++;
-            if ((digits || !strncmp(p, "self", 4) || !strncmp(p, "thread-self", 11)) &&
-                strstr(p, "/fd/"))
-                return 1;
-        }
-        if (!strncmp(cur, "/dev/fd/", 8) || !strcmp(cur, "/dev/stdout") ||
+        if (proc_fd_path(cur) || !strncmp(cur, "/dev/fd/", 8) || !strcmp(cur, "/dev/stdout") ||
             !strcmp(cur, "/dev/stderr") || !strcmp(cur, "/dev/stdin"))
             return 1;
         struct stat sb;
@@ -517,7 +522,7 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     /* ... and a link to a file descriptor by a regular file: /dev/stdout, with the output
      * redirected to a file (before, as root, `ckpt export --out /dev/stdout > f` replaced the
      * system's /dev/stdout) */
-    if (names_fd(path))
+    if (ms_path_names_fd(path))
         return ms_error(MS_ERR_ARG,
                         "%s names a file descriptor of this process (a link the system keeps): "
                         "this output is written whole and renamed into place, which would "
@@ -711,7 +716,7 @@ ms_status ms_path_check_replaceable(const char *path) {
     /* ... and a link to a file descriptor by a regular file: /dev/stdout, with the output
      * redirected to a file (before, as root, `ckpt export --out /dev/stdout > f` replaced the
      * system's /dev/stdout) */
-    if (names_fd(path))
+    if (ms_path_names_fd(path))
         return ms_error(MS_ERR_ARG,
                         "%s names a file descriptor of this process (a link the system keeps): "
                         "this output is written whole and renamed into place, which would "

@@ -93,6 +93,10 @@ typedef struct {
 } ms_atomic_file;
 
 ms_status ms_atomic_open(ms_atomic_file *af, const char *path);
+/* 1 if path, or a symbolic link on the way from it, names one of this process's file
+ * descriptors (/dev/stdout, /dev/fd/1, /proc/self/fd/1, /proc/PID/fd/N): a link the system
+ * keeps, which a rename into place would replace by a regular file. */
+int ms_path_names_fd(const char *path);
 ms_status ms_atomic_write(ms_atomic_file *af, const void *data, size_t n);
 ms_status ms_atomic_printf(ms_atomic_file *af, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

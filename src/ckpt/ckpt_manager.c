@@ -922,6 +922,7 @@ static ms_status shm_verify(ckpt_manager *cm, int step) {
  * So the data is read for its CRC only when a snapshot is to be loaded. */
 static ms_status decide(ckpt_manager *cm, int64_t mine[2], int32_t dec[2], ckpt_reader **reader) {
     for (int round = 0;; round++) {
+        dec[0] = RES_NONE, dec[1] = -1; /* (an early return below decides nothing) */
         MS_CHECK(round < 3); /* each round drops one of the two candidates */
         int64_t shm_step = -1;
         MS_TRY(shm_common(cm, mine, &shm_step));

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -207,6 +208,16 @@ static ms_status trim_metrics(const char *path, int keep) {
     char *text = NULL;
     size_t len = 0;
     struct stat sb; /* a device or a FIFO (--metrics /dev/stdout) holds no lines to keep */
+    char real[PATH_MAX];
+    if (lstat(path, &sb) != 0) return MS_OK;
+    if (S_ISLNK(sb.st_mode)) {
+        /* a file descriptor's (/dev/stdout redirected to a file): appended to, not rewritten
+         * (its rename refused, every resumed start failed); another link: the file it names is
+         * rewritten, the link stays (the rename replaced the link by a file of its own, and
+         * the lines went there from then on) */
+        if (ms_path_names_fd(path) || !realpath(path, real)) return MS_OK;
+        path = real;
+    }
     if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) return MS_OK;
     /* the run's own file (a long run's passes 1 GiB): no cap */
     if (ms_file_read_max(path, SIZE_MAX / 2, &text, &len) != MS_OK) return MS_OK;

@@ -400,6 +400,7 @@ typedef struct {
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
     double t_lost;                /* its connection closed while its process lived (0: not so) */
     int adopted; /* its pid is from an earlier driver's state: no beat to this driver yet */
+    int stale_pid; /* the last rank of another attempt refused for this rank (said once) */
     char host[128], phase[16], error[1024];
 } sup_rank;
 

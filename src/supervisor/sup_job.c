@@ -40,7 +40,13 @@ static char **job_env(const char *hb_addr, const char *token, int attempt, const
     }
     for (int v = 0; v < JOB_ENV_N; v++) {
         size_t len = strlen(names[v]) + strlen(vals[v]) + 1;
-        if (!(env[k] = malloc(len))) return env; /* caller frees: a short env fails below */
+        if (!(env[k] = malloc(len))) { /* only the strings made here are freed (a short array
+                                          given back freed environ's own) */
+            while (v-- > 0)
+                free(env[--k]);
+            free(env);
+            return NULL;
+        }
         snprintf(env[k++], len, "%s%s", names[v], vals[v]);
     }
     return env;
@@ -75,13 +81,7 @@ int sup_job_start(sup_job *j, char *const argv[], const char *hb_addr, const cha
     memset(j, 0, sizeof *j);
     sup_mpirun_tmpdir(j->tmp, sizeof j->tmp);
     char **env = job_env(hb_addr, token, attempt, node_map);
-    size_t ne = 0;
-    while (env && env[ne])
-        ne++;
-    if (!env || !strstr(env[ne - 1], "MS_NODE_MAP=")) {
-        job_env_free(env);
-        return snprintf(why, n, "out of memory"), -1;
-    }
+    if (!env) return snprintf(why, n, "out of memory"), -1;
     /* the child reports a failed exec through a close-on-exec pipe: a
      * missing --mpirun is a clear error here (SUP_EXIT_ERROR), not a job
      * that "exits 127", a diag of the nodes and restarts.  It waits for

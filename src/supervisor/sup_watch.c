@@ -559,14 +559,18 @@ static void reject(sup_driver *d, const char *what, const char *why) {
 /* A rank of an earlier attempt that beats now: it was still starting when that attempt was
  * stopped (no beat recorded its pid, so the stop's sweep did not kill it) and outlived its
  * mpirun.  Before, its beats were taken as the new attempt's rank: a crash was blamed on the
- * new node when it exited, with a stop, a diag and a restart for nothing.  Killed when it is
- * the driver's own (an orphan the subreaper took: its parent is the driver now); said in the
- * events either way. */
+ * new node when it exited, with a stop, a diag and a restart for nothing.  Killed when it runs
+ * on this host and is the driver's own (an orphan the subreaper took: its parent is the driver
+ * now; never the job's mpirun); said in the events once a process (it reconnects every 2 s). */
 static void stale_rank(sup_driver *d, const sup_beat *b) {
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", b->pid);
+    char path[64], buf[512], me[256] = "";
     int ppid = -1, killed = 0;
-    FILE *f = fopen(path, "re");
+    gethostname(me, sizeof me - 1);
+    FILE *f = NULL;
+    if (!strcmp(b->host, me) && b->pid != d->job.pid) {
+        snprintf(path, sizeof path, "/proc/%d/stat", b->pid);
+        f = fopen(path, "re");
+    }
     if (f) {
         size_t got = fread(buf, 1, sizeof buf - 1, f);
         buf[got] = 0;
@@ -575,9 +579,13 @@ static void stale_rank(sup_driver *d, const sup_beat *b) {
         if (!paren || sscanf(paren + 1, " %*c %d", &ppid) != 1) ppid = -1;
     }
     if (ppid == (int)getpid() && kill(b->pid, SIGKILL) == 0) killed = 1;
+    sup_rank *s = &d->r[b->rank];
+    if (s->stale_pid == b->pid && !killed) return;
+    s->stale_pid = b->pid;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "rank", b->rank);
     cJSON_AddNumberToObject(o, "pid", b->pid);
+    cJSON_AddStringToObject(o, "host", b->host);
     cJSON_AddNumberToObject(o, "attempt", b->attempt);
     cJSON_AddNumberToObject(o, "current", d->attempt_no);
     cJSON_AddBoolToObject(o, "killed", killed);

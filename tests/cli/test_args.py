@@ -781,6 +781,26 @@ def test_input_handling(d, train):
     ok(rc == 0 and os.path.islink(link) and '"loss":5.0' not in open(target).read() and
        '"step":1' in open(target).read() and not os.path.exists(link + ".prev"),
        "--metrics LINK: the link kept, its target written", f"rc={rc}\n{err[-800:]}")
+    # ... and on a resume, whose trim rewrites the file: the link still kept, the target
+    # trimmed (the rename replaced the link by a file of its own); a link to a file descriptor
+    # (/dev/stdout redirected to a file) is appended to (its rename was refused: exit 2)
+    ck = os.path.join(d, "m_link_ck")
+    rc, _, err = run(*tr, *small[:-2], "--metrics", link, "--ckpt-dir", ck)
+    rc2, _, err2 = run(*tr, *small[:-2], "--steps", "3", "--metrics", link, "--ckpt-dir", ck,
+                       "--resume", "auto")
+    ok(rc == 0 and rc2 == 0 and os.path.islink(link) and '"step":3' in open(target).read(),
+       "--metrics LINK on a resume: the link kept, its target trimmed and written",
+       f"rc={rc} {rc2}\n{err[-800:]}{err2[-800:]}")
+    out = os.path.join(d, "m_stdout.txt")
+    fd_link = os.path.join(d, "m_fd_link")
+    with open(out, "w") as f:
+        os.symlink(f"/proc/self/fd/{f.fileno()}", fd_link)
+        p = subprocess.run([BIN, *tr, *small[:-2], "--steps", "4", "--metrics", fd_link,
+                            "--ckpt-dir", ck, "--resume", "auto"], stdout=f,
+                           stderr=subprocess.PIPE, text=True, pass_fds=(f.fileno(),))
+    ok(p.returncode == 0 and os.path.islink(fd_link) and '"step":4' in open(out).read(),
+       "--metrics naming a file descriptor on a resume: appended to, not refused",
+       p.stderr[-800:])
     # --seq-max beyond its range: the parser's error, exit 2 (it was allocated: exit 137)
     rc, _, err = run(*tr, "--layers", "1", "--dim", "32", "--heads", "1", "--seq-max",
                      "100000000", "--seq", "16", "--batch", "2")
