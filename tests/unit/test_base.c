@@ -169,6 +169,11 @@ static void test_atomic(void) {
     T_STR_CONTAINS(ms_errmsg(), "links/chain names a file descriptor of this process");
     ms_atomic_abort(&af);
     T_OK(lstat(tpath("links/stdout"), &lsb) == 0 && S_ISLNK(lsb.st_mode));
+    T_OK(ms_path_names_fd("/proc/self/fd/1") && ms_path_names_fd("/proc/123/fd/4") &&
+         ms_path_names_fd("/proc/thread-self/fd/2") && ms_path_names_fd("/dev/fd/3") &&
+         ms_path_names_fd("/dev/stdout"));
+    T_OK(!ms_path_names_fd("/proc/self/cwd/run/fd/out.bin") &&
+         !ms_path_names_fd("/proc/selfx/fd/1") && !ms_path_names_fd("/proc/1/root/x/fd/y"));
     if (regular_fd >= 0) close(regular_fd);
     char tmpname[600];
     snprintf(tmpname, sizeof tmpname, "%s.tmp.%ld", tpath("links/victim_out"), (long)getpid());
