@@ -361,7 +361,7 @@ static void files_warning(sup_dash *d, cJSON *status, char *out, size_t n) {
     /* not read to its end yet (a long run's first look, a line of many MiB: a refresh reads
      * READ_PER_REFRESH of each): the state it shows is the one read so far; before, such a
      * job with its end still unread was called abandoned */
-    const dash_tail *tails[] = {&d->events, &d->metrics};
+    const dash_tail *tails[] = {&d->events, &d->metrics, &d->compute};
     for (size_t i = 0; i < sizeof tails / sizeof *tails; i++)
         if (tails[i]->ino && tails[i]->off < tails[i]->size) {
             snprintf(out, n,

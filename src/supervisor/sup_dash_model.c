@@ -27,6 +27,8 @@ typedef struct {
     double bytes, stall_ms, persist_ms, wall;
 } ckpt_rec;
 
+#define DASH_EARLY 16
+
 typedef enum { R_STARTING, R_RUNNING, R_SLOW, R_HUNG, R_DEAD, R_EVICTED, R_STOPPED, R_DONE } rstate;
 static const char *const RSTATE[] = {"starting", "running", "slow",    "hung",
                                      "dead",     "evicted", "stopped", "done"};
@@ -36,6 +38,11 @@ typedef struct {
     rstate state;
     int faults, step;
     int up; /* a rank_up since the attempt's launch */
+    /* its first DASH_EARLY compute times (any attempt) and their lower quartile: its own
+     * early speed, the heat map's measure for a stage of one rank (NAN: not enough yet) */
+    float early[DASH_EARLY];
+    int n_early;
+    double early_ms;
 } rank_rec;
 
 typedef enum { N_ACTIVE, N_SPARE, N_EVICTED } nstate;
@@ -342,6 +349,8 @@ static void set_ranks(dash_model *m, int np) {
     m->heat_ms = hm;
     for (int k = 0; k < heat; k++)
         hs[k] = -1;
+    for (int i = 0; i < np; i++)
+        r[i].early_ms = NAN;
 }
 
 static void launch_node(dash_model *m, const char *name, int k) {
@@ -571,6 +580,11 @@ long dash_model_event_line(dash_model *m, const char *line, size_t len) {
 
 /* ---- compute rows ---------------------------------------------------------------- */
 
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
 void dash_model_compute_line(dash_model *m, const char *line, size_t len) {
     cJSON *o = parse_object(m, line, len);
     if (!o) return;
@@ -587,7 +601,19 @@ void dash_model_compute_line(dash_model *m, const char *line, size_t len) {
     int r = 0;
     for (const cJSON *v = ms->child; v && r < m->np; v = v->next, r++) {
         row[r] = cJSON_IsNumber(v) && v->valuedouble >= 0 ? v->valuedouble : NAN;
-        if (isfinite(row[r])) m->ranks[r].step = step; /* its last step heard */
+        if (!isfinite(row[r])) continue;
+        rank_rec *rr = &m->ranks[r];
+        rr->step = step; /* its last step heard */
+        if (rr->n_early < DASH_EARLY) {
+            rr->early[rr->n_early++] = (float)row[r];
+            if (rr->n_early == DASH_EARLY) { /* the lower quartile: a start's slow first steps
+                                                (its set-up) do not move it */
+                float v4[DASH_EARLY];
+                memcpy(v4, rr->early, sizeof v4);
+                qsort(v4, DASH_EARLY, sizeof *v4, cmp_float);
+                rr->early_ms = v4[(DASH_EARLY - 1) / 4];
+            }
+        }
     }
     cJSON_Delete(o);
 }
@@ -874,15 +900,20 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
                 n_sorted[c] = k;
                 med[c] = k ? v[(k - 1) / 2] : NAN;
             }
-            /* a stage of one rank (pipeline parallelism alone): its own lower quartile over
-             * the steps shown, its speed when not slowed (each step's own time read 1x, and
-             * a rank that slowed down did not show) */
+            /* a stage of one rank (pipeline parallelism alone): its own early speed (the
+             * lower quartile of its first 16 compute times), else, before it has them, its
+             * lower quartile over the steps shown (each step's own time read 1x, and a rank
+             * that slowed down did not show; over the steps shown alone, one slowed for most
+             * of them read as fast before) */
             if (m->world && end - i == 1 && np > 1) {
-                int k = 0;
-                for (int c = 0; c < nc; c++)
-                    if (isfinite(med[c])) tmp[k++] = med[c];
-                qsort(tmp, (size_t)k, sizeof *tmp, sup_cmp_double);
-                double own = k ? tmp[(k - 1) / 4] : NAN;
+                double own = m->ranks[ord[i].r].early_ms;
+                if (!isfinite(own) || own <= 0) {
+                    int k = 0;
+                    for (int c = 0; c < nc; c++)
+                        if (isfinite(med[c])) tmp[k++] = med[c];
+                    qsort(tmp, (size_t)k, sizeof *tmp, sup_cmp_double);
+                    own = k ? tmp[(k - 1) / 4] : NAN;
+                }
                 for (int c = 0; c < nc; c++)
                     med[c] = own;
             }

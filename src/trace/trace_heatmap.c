@@ -1,7 +1,7 @@
 /* trace_heatmap.c - the straggler heat map: ranks (sorted by pp, dp, tp)
  * down, steps across, each cell the rank's compute time over the step's
  * (lower) median across the ranks of its pipeline stage, or for a stage of
- * one rank over its own steps' lower quartile, on a log colour scale (viridis, 0.5x .. 2x);
+ * one rank over its own earlier speed, on a log colour scale (viridis, 0.5x .. 2x);
  * straggler rows boxed and labelled in red.  Drawn with cairo. */
 #include <math.h>
 #include <stdlib.h>
@@ -60,9 +60,9 @@ static double lower_median(double *v, int n) {
  * med[stage[row] * n_cols + column], the step's lower median over the stage's
  * ranks.  Rows are in ord's order, sorted by pp first, so a stage's rows are
  * together.  Stages do different work, so a rank is compared with its own
- * stage; a stage of one rank (pipeline parallelism alone), with its own lower
- * quartile over the steps shown (the step's own time read 1x everywhere, and a
- * rank that slowed down did not show).  *alone: 1 if some stage has one rank. */
+ * stage; a stage of one rank (pipeline parallelism alone), with its own earlier
+ * speed (the step's own time read 1x everywhere, and a rank that slowed down
+ * did not show).  *alone: 1 if some stage has one rank. */
 static double *step_medians(const trace_strag *s, const layout *L, const int *ord, int *stage,
                             int *alone) {
     int nc = L->n_cols, n_stages = 1;
@@ -82,13 +82,18 @@ static double *step_medians(const trace_strag *s, const layout *L, const int *or
         for (b = a + 1; b < s->n_ranks && stage[b] == stage[a];)
             b++;
         if (b - a == 1 && s->n_ranks > 1) { /* one rank: its own steps */
+            const trace_strag_rank *r = &s->ranks[ord[a]];
+            /* its earlier speed, the individual score's (the 10th percentile of its earlier
+             * windows); without windows, its lower quartile over the steps shown (a median
+             * read the steps before a slowdown as fast when most came after; over the steps
+             * shown alone, one slowed for most of them did) */
+            double own =
+                r->windows > 0 && r->last_ms - r->slowed_ms > 0 ? r->last_ms - r->slowed_ms : 0;
             int n = 0;
-            for (int k = 0; k < nc; k++) {
-                double c = cell(&s->ranks[ord[a]], L->first_step + k);
+            for (int k = 0; !own && k < nc; k++) {
+                double c = cell(r, L->first_step + k);
                 if (c >= 0) tmp[n++] = c;
             }
-            double own = 0; /* its lower quartile: its speed when not slowed (a median
-                               read the steps before a slowdown as fast, when most came after) */
             if (n) {
                 lower_median(tmp, n); /* (sorts) */
                 own = tmp[(n - 1) / 4];
@@ -249,7 +254,7 @@ static ms_status draw(cairo_t *cr, const trace_strag *s, const layout *L, const 
     draw_legend(cr, L);
     char title[4400];
     snprintf(title, sizeof title, "compute time per step / the step's median over its stage%s: %s",
-             alone ? " (a stage of one rank: its own lower quartile over the steps)" : "", s->dir);
+             alone ? " (a stage of one rank: its own earlier speed)" : "", s->dir);
     cairo_set_source_rgb(cr, 0, 0, 0);
     text(cr, 14, 22, 14, title, 0);
     int n_bad = 0;

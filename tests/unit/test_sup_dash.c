@@ -587,9 +587,10 @@ static void test_heatmap(void) {
     }
     cJSON_Delete(h);
     dash_model_free(m);
-    /* pp 3 alone (a stage of one rank each): rank 1 at 3x from step 11 on (most of the steps)
-     * shows, against its own lower quartile over the steps, its speed when not slowed (over
-     * the step's own time every cell read 1x) */
+    /* pp 3 alone (a stage of one rank each): rank 1 at 3x from step 11 on shows, against its
+     * own early speed (the lower quartile of its first 16 times), also once every step shown
+     * is a slowed one (over the step's own time every cell read 1x; over the steps shown
+     * alone, such a rank read 1x again) */
     m = dash_model_new();
     feed(dash_model_metrics_line, m,
          "{\"type\":\"config\",\"layout\":{\"world\":3,\"dp\":1,\"tp\":1,\"pp\":3}}");
@@ -604,6 +605,14 @@ static void test_heatmap(void) {
     T_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 1, 1e-9);
     T_NEAR(cJSON_GetArrayItem(r1, cJSON_GetArraySize(r1) - 1)->valuedouble, 3, 1e-9);
     T_NEAR(cJSON_GetArrayItem(cJSON_GetArrayItem(item(h, "ratio"), 2), 39)->valuedouble, 1, 1e-9);
+    cJSON_Delete(h);
+    for (int s = 41; s <= 40 + 2 * DASH_HEAT_COLS; s++) { /* the slowed steps fill the map */
+        snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,30,12]}", s);
+        feed(dash_model_compute_line, m, line);
+    }
+    h = dash_model_heatmap(m, DASH_HEAT_COLS);
+    r1 = cJSON_GetArrayItem(item(h, "ratio"), 1);
+    T_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 3, 1e-9);
     cJSON_Delete(h);
     dash_model_free(m);
 }

@@ -720,7 +720,7 @@
 
   // Diverging blue → white → red over log2(ratio) in [-1, 1] (0.5x .. 2x):
   // red is slower than the step's (lower) median over the rank's pipeline stage,
-  // or, for a stage of one rank, than the rank's own lower quartile over the steps shown.
+  // or, for a stage of one rank, than the rank's own early speed.
   const HEAT_STOPS = [[33, 102, 172], [103, 169, 207], [247, 247, 247], [239, 138, 98], [178, 24, 43]];
   function heatColor(ratio) {
     if (!isNum(ratio) || ratio <= 0) return '#e9ecf1';
