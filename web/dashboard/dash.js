@@ -183,6 +183,7 @@
     st.errors.clear();
     const b = $('#banner');
     b.hidden = false;
+    b.className = 'banner ended'; // an end, not an error (it was drawn in the error's red)
     b.textContent = 'the job has ended and the dashboard server has exited: this is the run as it ended '
       + '(`megascale dashboard RUN_DIR` serves it again)';
     const live = $('#live');
@@ -197,6 +198,7 @@
     // The status endpoint's message first: it is the one the page hangs on.
     const msgs = [...st.errors.entries()].sort((a, b2) => (b2[0] === 'status') - (a[0] === 'status')).map((e) => e[1]);
     b.hidden = msgs.length === 0;
+    if (msgs.length) b.className = 'banner';
     const others = msgs.length > 1 ? ` (${msgs.length - 1} more request${msgs.length > 2 ? 's' : ''} failing)` : '';
     b.textContent = msgs.length ? `${msgs[0]}${others}; retrying` : '';
     if (name === 'status' && msg) { // until the next good status poll
