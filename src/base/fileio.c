@@ -215,28 +215,39 @@ static struct {
 static atomic_long g_clean_seq;
 static atomic_int g_clean_installed;
 
+int ms_unlinkat_matching(int dirfd, int (*want)(const char *name, const void *arg),
+                         const void *arg) {
+    char buf[4096] __attribute__((aligned(8)));
+    int removed = 0;
+    lseek(dirfd, 0, SEEK_SET);
+    for (long n; (n = syscall(SYS_getdents64, dirfd, buf, sizeof buf)) > 0;)
+        for (long off = 0; off < n;) {
+            struct { /* linux_dirent64 */
+                uint64_t ino;
+                int64_t off;
+                unsigned short reclen;
+                unsigned char type;
+                char name[];
+            } *e = (void *)(buf + off);
+            off += e->reclen;
+            if (strcmp(e->name, ".") && strcmp(e->name, "..") && want(e->name, arg) &&
+                unlinkat(dirfd, e->name, 0) == 0)
+                removed++;
+        }
+    return removed;
+}
+
+static int any_name(const char *name, const void *arg) {
+    (void)name, (void)arg;
+    return 1;
+}
+
 static void clean_dir_files(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return;
-    char buf[4096] __attribute__((aligned(8)));
     /* again from the start while a pass removed something: entries removed while the
      * directory is read can make the read skip others */
-    for (int pass = 0, removed = 1; removed && pass < 16; pass++) {
-        removed = 0;
-        lseek(fd, 0, SEEK_SET);
-        for (long n; (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
-            for (long off = 0; off < n;) {
-                struct { /* linux_dirent64 */
-                    uint64_t ino;
-                    int64_t off;
-                    unsigned short reclen;
-                    unsigned char type;
-                    char name[];
-                } *e = (void *)(buf + off);
-                off += e->reclen;
-                if (strcmp(e->name, ".") && strcmp(e->name, "..") && unlinkat(fd, e->name, 0) == 0)
-                    removed = 1;
-            }
+    for (int pass = 0; pass < 16 && ms_unlinkat_matching(fd, any_name, NULL) > 0; pass++) {
     }
     close(fd);
     rmdir(dir);
@@ -505,6 +516,22 @@ int ms_path_names_fd(const char *path) {
     return 0;
 }
 
+/* What the rename into place would replace that is no file of its own: a device or a FIFO
+ * (before, `ckpt export --out /dev/null` as root replaced /dev/null), a link to a file
+ * descriptor (before, as root, `ckpt export --out /dev/stdout > f` replaced the system's
+ * /dev/stdout): MS_ERR_ARG naming it; else MS_OK. */
+static ms_status refuse_unreplaceable(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
+    if (ms_path_names_fd(path))
+        return ms_error(MS_ERR_ARG,
+                        "%s names a file descriptor of this process (a link the system keeps): "
+                        "this output is written whole and renamed into place, which would "
+                        "replace it (give a file name)",
+                        path);
+    return MS_OK;
+}
+
 ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     af->f = NULL;
     af->path[0] = '\0';
@@ -516,18 +543,7 @@ ms_status ms_atomic_open(ms_atomic_file *af, const char *path) {
     struct stat sb; /* the rename would fail at the end, after all the writing */
     if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
         return ms_error(MS_ERR_ARG, "%s is a directory, not a file (give a file name in it)", path);
-    /* the rename would replace a device or a FIFO by a file (before, `ckpt
-     * export --out /dev/null` as root replaced /dev/null) */
-    if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
-    /* ... and a link to a file descriptor by a regular file: /dev/stdout, with the output
-     * redirected to a file (before, as root, `ckpt export --out /dev/stdout > f` replaced the
-     * system's /dev/stdout) */
-    if (ms_path_names_fd(path))
-        return ms_error(MS_ERR_ARG,
-                        "%s names a file descriptor of this process (a link the system keeps): "
-                        "this output is written whole and renamed into place, which would "
-                        "replace it (give a file name)",
-                        path);
+    MS_TRY(refuse_unreplaceable(path));
     strcpy(af->path, path);
     snprintf(af->tmp, sizeof af->tmp, "%s.tmp.%ld", path, (long)getpid());
     af->clean = ms_cleanup_add(af->tmp, MS_CLEAN_FILE); /* first: a signal at any time finds it */
@@ -711,18 +727,7 @@ static ms_status check_dir_makes_files(const char *path, const char *dir) {
 
 ms_status ms_path_check_replaceable(const char *path) {
     MS_TRY(ms_path_check_writable(path, 0));
-    struct stat sb;
-    if (stat(path, &sb) == 0 && special_kind(&sb)) return refuse_special(path, special_kind(&sb));
-    /* ... and a link to a file descriptor by a regular file: /dev/stdout, with the output
-     * redirected to a file (before, as root, `ckpt export --out /dev/stdout > f` replaced the
-     * system's /dev/stdout) */
-    if (ms_path_names_fd(path))
-        return ms_error(MS_ERR_ARG,
-                        "%s names a file descriptor of this process (a link the system keeps): "
-                        "this output is written whole and renamed into place, which would "
-                        "replace it (give a file name)",
-                        path);
-    return MS_OK;
+    return refuse_unreplaceable(path);
 }
 
 ms_status ms_path_check_writable(const char *path, int is_dir) {

@@ -67,6 +67,12 @@ typedef enum {
     MS_CLEAN_DIR_FILES /* its files (not subdirectories), then rmdir: a staging directory */
 } ms_clean_kind;
 int ms_cleanup_add(const char *path, ms_clean_kind kind);
+/* Unlink each entry of the open directory dirfd (read from its start) whose name want(name,
+ * arg) takes ("." and ".." never): the number removed.  Async-signal-safe (getdents64,
+ * unlinkat), for the signal handlers' cleanup; removing while reading may skip entries, so a
+ * caller that must remove all calls it again until it removes none. */
+int ms_unlinkat_matching(int dirfd, int (*want)(const char *name, const void *arg),
+                         const void *arg);
 void ms_cleanup_drop(int id);
 /* Remove what is registered now: the signal handlers' work, async-signal-safe, before the
  * process ends (the entries are not released for reuse). */

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "base/fileio.h"
@@ -464,25 +463,17 @@ static void first_missing(const char *path, char *out, size_t n) {
  * Before, that exit left all three under --out. */
 static prep *g_bus_prep;
 
+static int staged_of(const char *entry, const void *name) {
+    return is_leftover(entry, name, "train") || is_leftover(entry, name, "val");
+}
+
 static void bus_cleanup(void) {
     prep *p = g_bus_prep;
     if (!p || p->published) return;
-    const char *name = p->cfg->name;
     int fd = open(p->cfg->out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    char buf[4096] __attribute__((aligned(8)));
-    for (long n; fd >= 0 && (n = syscall(SYS_getdents64, fd, buf, sizeof buf)) > 0;)
-        for (long off = 0; off < n;) {
-            struct { /* linux_dirent64 */
-                uint64_t ino;
-                int64_t off;
-                unsigned short reclen;
-                unsigned char type;
-                char name[];
-            } *e = (void *)(buf + off);
-            off += e->reclen;
-            if (is_leftover(e->name, name, "train") || is_leftover(e->name, name, "val"))
-                unlinkat(fd, e->name, 0);
-        }
+    for (int pass = 0; fd >= 0 && pass < 16 && ms_unlinkat_matching(fd, staged_of, p->cfg->name);
+         pass++) {
+    }
     if (fd >= 0) close(fd);
     if (p->lock_fd >= 0) unlink(p->lock_path);
     static char d[sizeof p->made_from];

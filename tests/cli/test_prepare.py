@@ -581,10 +581,45 @@ def test_file_twice(d):
     ok(rc == 0 and val and train, "each file once: prepared", err)
 
 
+def test_interrupted(d):
+    """A SIGTERM (Ctrl-C's SIGINT the same) while data prepare writes: its staged shards, its
+    lock and the directories it made for --out are removed before it ends (exit 143, the
+    signal's).  Before, all three were left under --out."""
+    import signal
+    import subprocess
+    import time
+    from test_cli import BIN
+    src = os.path.join(os.environ.get("MS_SRC", "."), "data", "kjv.txt.gz")
+    text = gzip.decompress(open(src, "rb").read())
+    big = os.path.join(d, "big.txt")
+    with open(big, "wb") as f:
+        for _ in range(8):  # 35 MB: seconds of BPE on any machine
+            f.write(text)
+    out = os.path.join(d, "made", "out")
+    p = subprocess.Popen([BIN, "data", "prepare", "--input", big, "--tokenizer", "gpt2", "--out",
+                          out, "--name", "b", "--shard-tokens", "200000"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0, seen = time.time(), False
+    while p.poll() is None and time.time() - t0 < 120:
+        if os.path.isdir(out) and any(n.endswith(".staged") for n in os.listdir(out)):
+            seen = True
+            p.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.005)
+    rc = p.wait(timeout=120)
+    if not seen:
+        print(f"SKIP: data prepare interrupted: it ended (rc {rc}) before a shard was staged")
+        return
+    ok(rc == -signal.SIGTERM and not os.path.exists(os.path.join(d, "made")),
+       "data prepare ended by SIGTERM: its staged shards, lock and made directories removed",
+       f"rc {rc}; left: {os.listdir(d)}")
+
+
 def main():
     d = tempfile.mkdtemp(prefix="ms_prep_")
     for t in (test_val_cut, test_val_documents, test_jsonl, test_batches, test_blend,
-              test_failed_run, test_out_dir, test_val_rotates, test_file_twice):
+              test_failed_run, test_out_dir, test_val_rotates, test_file_twice,
+              test_interrupted):
         sub = os.path.join(d, t.__name__)
         os.makedirs(sub)
         t(sub)
