@@ -65,6 +65,8 @@ int sup_pid_alive(pid_t pid);
 /* The start time of pid in clock ticks since boot (/proc/PID/stat), 0 if unknown:
  * with the pid it names a process for good (pids are reused). */
 unsigned long long sup_pid_start(pid_t pid);
+/* pid's parent (/proc/PID/stat), or -1 when it is gone. */
+pid_t sup_pid_parent(pid_t pid);
 /* pid if it is still the process started at `start` (alive, same start
  * time), else 0; a start of 0 (unknown) verifies nothing: 0. */
 pid_t sup_pid_same(pid_t pid, unsigned long long start);

@@ -171,9 +171,9 @@ void sup_job_adopt(sup_job *j, pid_t pid) {
     sup_mpirun_tmpdir(j->tmp, sizeof j->tmp);
 }
 
-/* Field 3 (state), 5 (process group; pgrp may be NULL) and 22 (start
- * time) of /proc/PID/stat; -1 if gone. */
-static int proc_stat(pid_t pid, char *state, int *pgrp, unsigned long long *start) {
+/* Field 3 (state), 4 (parent; ppid may be NULL), 5 (process group; pgrp may be NULL) and 22
+ * (start time) of /proc/PID/stat; -1 if gone. */
+static int proc_stat(pid_t pid, char *state, int *ppid, int *pgrp, unsigned long long *start) {
     char path[64], buf[1024];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
@@ -186,10 +186,12 @@ static int proc_stat(pid_t pid, char *state, int *pgrp, unsigned long long *star
     unsigned long long v = 0;
     int field = 2;
     *state = '?';
+    if (ppid) *ppid = -1;
     if (pgrp) *pgrp = -1;
     for (char *save = NULL, *t = strtok_r(p + 1, " ", &save); t; t = strtok_r(NULL, " ", &save)) {
         field++;
         if (field == 3) *state = t[0];
+        if (field == 4 && ppid) *ppid = atoi(t);
         if (field == 5 && pgrp) *pgrp = atoi(t);
         if (field == 22) {
             v = strtoull(t, NULL, 10);
@@ -211,7 +213,7 @@ static int group_members(pid_t pgid, pid_t *out, int max) {
         char state;
         int pgrp;
         pid_t pid = (pid_t)atoi(e->d_name);
-        if (pid > 0 && proc_stat(pid, &state, &pgrp, NULL) == 0 && pgrp == (int)pgid)
+        if (pid > 0 && proc_stat(pid, &state, NULL, &pgrp, NULL) == 0 && pgrp == (int)pgid)
             out[n++] = pid;
     }
     closedir(d);
@@ -221,14 +223,20 @@ static int group_members(pid_t pgid, pid_t *out, int max) {
 int sup_pid_alive(pid_t pid) {
     char state;
     if (pid <= 0) return 0;
-    if (proc_stat(pid, &state, NULL, NULL) != 0) return kill(pid, 0) == 0 || errno == EPERM;
+    if (proc_stat(pid, &state, NULL, NULL, NULL) != 0) return kill(pid, 0) == 0 || errno == EPERM;
     return state != 'Z' && state != 'X';
 }
 
 unsigned long long sup_pid_start(pid_t pid) {
     char state;
     unsigned long long start = 0;
-    return pid > 0 && proc_stat(pid, &state, NULL, &start) == 0 ? start : 0;
+    return pid > 0 && proc_stat(pid, &state, NULL, NULL, &start) == 0 ? start : 0;
+}
+
+pid_t sup_pid_parent(pid_t pid) {
+    char state;
+    int ppid = -1;
+    return pid > 0 && proc_stat(pid, &state, &ppid, NULL, NULL) == 0 ? (pid_t)ppid : -1;
 }
 
 pid_t sup_pid_same(pid_t pid, unsigned long long start) {

@@ -371,10 +371,15 @@ static int lost_peer(const sup_driver *d, int reporter, double *since) {
 }
 
 /* pid's start time if host is this host, else 0 (unknown: never signalled). */
-static unsigned long long local_pid_start(const char *host, int pid) {
+/* 1 if a beat's host is this one (its pid is one of this host's). */
+static int local_host(const char *host) {
     char me[256] = "";
     gethostname(me, sizeof me - 1);
-    return !strcmp(host, me) ? sup_pid_start(pid) : 0;
+    return !strcmp(host, me);
+}
+
+static unsigned long long local_pid_start(const char *host, int pid) {
+    return local_host(host) ? sup_pid_start(pid) : 0;
 }
 
 void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
@@ -563,22 +568,8 @@ static void reject(sup_driver *d, const char *what, const char *why) {
  * on this host and is the driver's own (an orphan the subreaper took: its parent is the driver
  * now; never the job's mpirun); said in the events once a process (it reconnects every 2 s). */
 static void stale_rank(sup_driver *d, const sup_beat *b) {
-    char path[64], buf[512], me[256] = "";
-    int ppid = -1, killed = 0;
-    gethostname(me, sizeof me - 1);
-    FILE *f = NULL;
-    if (!strcmp(b->host, me) && b->pid != d->job.pid) {
-        snprintf(path, sizeof path, "/proc/%d/stat", b->pid);
-        f = fopen(path, "re");
-    }
-    if (f) {
-        size_t got = fread(buf, 1, sizeof buf - 1, f);
-        buf[got] = 0;
-        fclose(f);
-        const char *paren = strrchr(buf, ')'); /* the name may hold spaces and parentheses */
-        if (!paren || sscanf(paren + 1, " %*c %d", &ppid) != 1) ppid = -1;
-    }
-    if (ppid == (int)getpid() && kill(b->pid, SIGKILL) == 0) killed = 1;
+    int killed = local_host(b->host) && b->pid != d->job.pid &&
+                 sup_pid_parent(b->pid) == getpid() && kill(b->pid, SIGKILL) == 0;
     sup_rank *s = &d->r[b->rank];
     if (s->stale_pid == b->pid && !killed) return;
     s->stale_pid = b->pid;
