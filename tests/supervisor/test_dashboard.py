@@ -206,6 +206,15 @@ def browser_finish(p, run):
     return p.returncode, "".join(out)
 
 
+def stop_server(p):
+    """End a `megascale dashboard` this test started: SIGTERM, then SIGKILL after 10 s."""
+    p.terminate()
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+
+
 def check_offline(run, d):
     r = subprocess.run([BIN, "dashboard", run, "--bind", "localhost"], capture_output=True,
                        text=True, timeout=30)
@@ -254,11 +263,7 @@ def check_offline(run, d):
            "afterwards: the heat map of the last 200 steps",
            json.dumps(hm and hm["steps"][-3:]))
     finally:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_server(p)
 
 
 def check_big(run, d):
@@ -292,11 +297,7 @@ def check_big(run, d):
         ok(page.returncode == 0, "oversized files: the detail cut, the old checkpoints one line, "
            "the log redrawn on a click, no error", out[-2000:])
     finally:
-        p.terminate()
-        try:
-            p.wait(10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        stop_server(p)
 
 
 def check_config_metrics(d, shard):
