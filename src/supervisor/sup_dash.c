@@ -383,6 +383,18 @@ static void files_warning(sup_dash *d, cJSON *status, char *out, size_t n) {
     if (held == 1 || (held < 0 && access(lock, F_OK) == 0)) return;
     if (!d->events.ino) return; /* no events: a plain run, no driver to lose */
     cJSON_ReplaceItemInObjectCaseSensitive(job, "state", cJSON_CreateString("abandoned"));
+    /* nor are its ranks known to run any more (before, they read "running" for ever): each
+     * live one reads "unknown", what the events said last kept as last_state */
+    cJSON *ranks = cJSON_GetObjectItemCaseSensitive(status, "ranks"), *r;
+    cJSON_ArrayForEach(r, ranks) {
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(r, "state");
+        const char *was = cJSON_IsString(rs) ? rs->valuestring : "";
+        if (strcmp(was, "starting") && strcmp(was, "running") && strcmp(was, "slow") &&
+            strcmp(was, "hung"))
+            continue;
+        cJSON_AddStringToObject(r, "last_state", was); /* before the replace frees it */
+        cJSON_ReplaceItemInObjectCaseSensitive(r, "state", cJSON_CreateString("unknown"));
+    }
     /* its time ends with its last sign of life (before, it counted on to now) */
     const cJSON *started = cJSON_GetObjectItemCaseSensitive(job, "started");
     double last = dash_model_last_time(d->model);

@@ -869,6 +869,7 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
     cJSON *jl = cJSON_AddArrayToObject(o, "labels"), *ratio = cJSON_AddArrayToObject(o, "ratio");
     cJSON *cms = cJSON_AddArrayToObject(o, "compute_ms"),
           *strag = cJSON_AddArrayToObject(o, "stragglers");
+    cJSON *jag = cJSON_AddArrayToObject(o, "against"); /* each row's reference: "stage", "own" */
     add_num(o, "threshold", m->straggler_score);
     if (!steps || !ord || !med || !tmp || !sorted || !n_sorted) goto out;
     int nc = n - first;
@@ -879,6 +880,7 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
         rank_coord(m, r, &ord[r].dp, &ord[r].pp, &ord[r].tp);
     }
     qsort(ord, (size_t)np, sizeof *ord, cmp_rank);
+    int own_ref = 0; /* this stage's rows are against the rank's own early speed */
     for (int i = 0; i < np; i++) {
         /* each step's median over the ranks of this rank's pipeline stage
          * (consecutive in ord; all ranks before the layout is known):
@@ -905,7 +907,8 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
              * lower quartile over the steps shown (each step's own time read 1x, and a rank
              * that slowed down did not show; over the steps shown alone, one slowed for most
              * of them read as fast before) */
-            if (m->world && end - i == 1 && np > 1) {
+            own_ref = m->world && end - i == 1 && np > 1;
+            if (own_ref) {
                 double own = m->ranks[ord[i].r].early_ms;
                 if (!isfinite(own) || own <= 0) {
                     int k = 0;
@@ -927,6 +930,7 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
             snprintf(label, sizeof label, "r%d %s", r, m->ranks[r].node);
         cJSON_AddItemToArray(jr, cJSON_CreateNumber(r));
         cJSON_AddItemToArray(jl, cJSON_CreateString(label));
+        cJSON_AddItemToArray(jag, cJSON_CreateString(own_ref ? "own" : "stage"));
         cJSON *a = cJSON_CreateArray(), *b = cJSON_CreateArray();
         int k = 0;
         for (int c = 0; c < nc; c++) {

@@ -193,6 +193,16 @@ async function run() {
     hranks: document.querySelector('#heatmap').dataset.ranks,
   }));
   say(`rank grid shows ${seen.ranks} ranks, heat map ${seen.steps} steps x ${seen.hranks} ranks`);
+  if (Number(seen.steps) > 0) {
+    // The first cell's tooltip names what its ratio is over (it said "× median" for both).
+    await page.hover('#heatmap', { position: { x: 172, y: 8 }, timeout: left() });
+    const tip = await waitFor('#heat-tip shown with a ratio or "no data"', () => {
+      const t = document.querySelector('#heat-tip');
+      return t && !t.hidden && t.textContent ? t.textContent : false;
+    });
+    if (!/× (the stage median|its own early speed)|no data/.test(tip)) throw new Error(`heat map tooltip: ${tip}`);
+    say(`heat map tooltip: ${tip}`);
+  }
   // The event log starts at the first event (seq 0: job_start).
   const first = await waitFor('the first event (#events tr[data-seq="0"])', () => {
     const tr = document.querySelector('#events tr[data-seq="0"]');

@@ -584,6 +584,7 @@ static void test_heatmap(void) {
     for (int r = 0; r < 6; r++) {
         const cJSON *q = cJSON_GetArrayItem(cJSON_GetArrayItem(item(h, "ratio"), r), 0);
         T_OK(cJSON_IsNumber(q) && q->valuedouble > 0.95 && q->valuedouble < 1.05);
+        T_OK(!strcmp(cJSON_GetArrayItem(item(h, "against"), r)->valuestring, "stage"));
     }
     cJSON_Delete(h);
     dash_model_free(m);
@@ -605,6 +606,8 @@ static void test_heatmap(void) {
     T_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 1, 1e-9);
     T_NEAR(cJSON_GetArrayItem(r1, cJSON_GetArraySize(r1) - 1)->valuedouble, 3, 1e-9);
     T_NEAR(cJSON_GetArrayItem(cJSON_GetArrayItem(item(h, "ratio"), 2), 39)->valuedouble, 1, 1e-9);
+    /* each row says its reference (the tooltip read "x median" for these too) */
+    T_OK(!strcmp(cJSON_GetArrayItem(item(h, "against"), 1)->valuestring, "own"));
     cJSON_Delete(h);
     for (int s = 41; s <= 40 + 2 * DASH_HEAT_COLS; s++) { /* the slowed steps fill the map */
         snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,30,12]}", s);
@@ -1411,7 +1414,12 @@ static void test_files_warning(void) {
     snprintf(dir, sizeof dir, "%s", tpath("abandoned"));
     mkdir(dir, 0700);
     snprintf(path, sizeof path, "%s/events.jsonl", dir);
-    append(path, "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":1}\n", "w");
+    append(path, "{\"time\":1,\"t\":0,\"event\":\"job_start\",\"np\":3}\n", "w");
+    append(path, "{\"time\":1,\"t\":0,\"event\":\"rank_up\",\"rank\":0}\n", "a");
+    append(path,
+           "{\"time\":1,\"t\":0,\"event\":\"fault_detected\",\"kind\":\"crash\",\"rank\":2,"
+           "\"step\":3,\"action\":\"restart\"}\n",
+           "a");
     sup_dash *d = NULL;
     sup_dash_config c = {dir, NULL, 0, 0, NULL};
     T_EQ_INT(sup_dash_start(&d, &c, why, sizeof why), 0);
@@ -1424,6 +1432,15 @@ static void test_files_warning(void) {
     T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "abandoned"));
     T_OK(cJSON_IsString(item(st, "warning")));
     T_NEAR(item(item(st, "job"), "wall_s")->valuedouble, 0, 1e-9);
+    /* nor do its ranks read "running" (they did): unknown, with what was said last; a rank
+     * the events said had died stays dead */
+    const cJSON *rk = item(st, "ranks");
+    T_EQ_INT(cJSON_GetArraySize(rk), 3);
+    T_OK(!strcmp(item(cJSON_GetArrayItem(rk, 0), "state")->valuestring, "unknown"));
+    T_OK(!strcmp(item(cJSON_GetArrayItem(rk, 0), "last_state")->valuestring, "running"));
+    T_OK(!strcmp(item(cJSON_GetArrayItem(rk, 1), "last_state")->valuestring, "starting"));
+    T_OK(!strcmp(item(cJSON_GetArrayItem(rk, 2), "state")->valuestring, "dead"));
+    T_OK(item(cJSON_GetArrayItem(rk, 2), "last_state") == NULL);
     cJSON_Delete(st);
     snprintf(path, sizeof path, "%s/driver.lock", dir);
     int fd = open(path, O_RDWR | O_CREAT, 0600);
@@ -1431,8 +1448,11 @@ static void test_files_warning(void) {
     usleep(300000);                           /* past the refresh interval */
     T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);
     st = cJSON_Parse(body);
-    T_OK(!strcmp(item(item(st, "job"), "state")->valuestring, "starting"));
+    T_OK(strcmp(item(item(st, "job"), "state")->valuestring, "abandoned") != 0);
     T_OK(cJSON_IsNull(item(st, "warning")));
+    rk = item(st, "ranks"); /* a driver watches: the events' states */
+    T_OK(!strcmp(item(cJSON_GetArrayItem(rk, 0), "state")->valuestring, "running"));
+    T_OK(item(cJSON_GetArrayItem(rk, 0), "last_state") == NULL);
     cJSON_Delete(st);
     close(fd); /* the driver is gone */
     T_EQ_INT(get(sup_dash_addr(d), url, NULL, body, sizeof body), 200);

@@ -19,7 +19,7 @@
   const FETCH_TIMEOUT_MS = 10000;
   const MAX_EVENT_ROWS = 2000; // the log keeps the newest rows only
   const ENDED = new Set(['done', 'failed', 'stopped']);
-  const RANK_STATES = ['starting', 'running', 'slow', 'hung', 'dead', 'evicted', 'stopped', 'done'];
+  const RANK_STATES = ['starting', 'running', 'slow', 'hung', 'dead', 'evicted', 'stopped', 'done', 'unknown'];
 
   const $ = (sel) => document.querySelector(sel);
   const token = readToken();
@@ -342,7 +342,8 @@
     const meta = [`step ${fmtInt(r.step)}`];
     if (isNum(r.compute_ms)) meta.push(fmtMs(r.compute_ms));
     if (isNum(r.beat_age_s) && r.beat_age_s >= 2) meta.push(`beat ${fmtSec(r.beat_age_s)} ago`);
-    const title = [`rank ${r.rank}: ${state}`, isNum(r.dp) ? `dp ${r.dp} pp ${r.pp} tp ${r.tp}` : 'layout not known yet',
+    const said = r.last_state ? ` (last said ${r.last_state}; no driver watches it)` : '';
+    const title = [`rank ${r.rank}: ${state}${said}`, isNum(r.dp) ? `dp ${r.dp} pp ${r.pp} tp ${r.tp}` : 'layout not known yet',
       `node ${r.node || dash}, host ${r.host || dash}`,
       `step ${r.step ?? dash}, compute ${fmtMs(r.compute_ms)}, last beat ${fmtSec(r.beat_age_s)} ago`,
       `faults ${faults}${r.last_fault ? ` (last: ${r.last_fault})` : ''}`].join('\n');
@@ -835,7 +836,8 @@
     const label = (h.labels && h.labels[r]) || `r${h.ranks[r]}`;
     const strag = (h.stragglers || []).includes(h.ranks[r]) ? ' · straggler' : '';
     tip.innerHTML = `<b>${esc(label)}</b>${esc(strag)}<br>step ${esc(h.steps[s])} · compute ${esc(fmtMs(ms))}` +
-      ` · ${isNum(ratio) ? `${ratio.toFixed(2)}× median` : 'no data'}`;
+      ` · ${isNum(ratio) ? `${ratio.toFixed(2)}× ${h.against && h.against[r] === 'own'
+        ? 'its own early speed (the only rank of its stage)' : 'the stage median'}` : 'no data'}`;
     tip.hidden = false;
     const x = Math.min(ev.offsetX + 14, canvas.clientWidth - tip.offsetWidth - 4);
     tip.style.left = `${Math.max(0, x)}px`;
