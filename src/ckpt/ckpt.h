@@ -171,6 +171,11 @@ void ckpt_manager_hold(ckpt_manager *cm, int hold);
  * (0: the last one committed) and the last failure's message. */
 void ckpt_manager_commit_status(ckpt_manager *cm, int *last_commit, int *fail_streak, char *msg,
                                 size_t n);
+/* Without blocking, on rank 0 (the rank that commits): the commits that
+ * stood with a warning so far (the directory's fsync after the rename, or
+ * DIR/latest, failed: the commit loads, but the disk is suspect), the step
+ * of the last one (-1: none) and its message. */
+void ckpt_manager_commit_warnings(ckpt_manager *cm, int *warned, int *step, char *msg, size_t n);
 /* One committed checkpoint, as rank 0 saw it. */
 typedef struct {
     int step;          /* the checkpoint's step */

@@ -231,9 +231,11 @@ ms_status ckpt_rmdir_flat(const char *dir);
 ms_status ckpt_staging_create(const char *root, int step);
 /* Rank 0: write the manifest into the staging dir, fsync, rename to
  * step_N (swapping out an older directory of the same step), replace
- * DIR/latest, keep the newest `keep` commits up to this one. */
+ * DIR/latest, keep the newest `keep` commits up to this one.  A commit
+ * that stands with a warning (the directory's fsync or DIR/latest failed:
+ * the disk) returns MS_OK and says it in warn (else "", warn may be NULL). */
 ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep,
-                      const ckpt_fault *fault, int fault_first);
+                      const ckpt_fault *fault, int fault_first, char *warn, size_t warn_n);
 
 /* The stage-2 thread. */
 typedef struct ckpt_persist ckpt_persist;
@@ -279,6 +281,9 @@ ms_status ckpt_persist_wait(ckpt_persist *p, int *last_commit);
  * that failed since (0: the last one committed), and the last failure's
  * message ("" when fail_streak is 0). */
 void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, char *msg, size_t n);
+/* Without blocking (rank 0, which commits): the commits that stood with a
+ * warning so far, the step of the last one and its message. */
+void ckpt_persist_warnings(ckpt_persist *p, int *warned, int *step, char *msg, size_t n);
 /* Without blocking: up to max of the commit records not yet taken (rank 0
  * keeps the newest CKPT_COMMIT_QUEUE), oldest first; returns how many. */
 #define CKPT_COMMIT_QUEUE 64

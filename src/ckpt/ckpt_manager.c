@@ -609,6 +609,12 @@ void ckpt_manager_commit_status(ckpt_manager *cm, int *last_commit, int *fail_st
     if (cm && cm->persist) ckpt_persist_status(cm->persist, last_commit, fail_streak, msg, n);
 }
 
+void ckpt_manager_commit_warnings(ckpt_manager *cm, int *warned, int *step, char *msg, size_t n) {
+    *warned = 0, *step = -1;
+    if (msg && n) msg[0] = 0;
+    if (cm && cm->persist) ckpt_persist_warnings(cm->persist, warned, step, msg, n);
+}
+
 int ckpt_manager_take_commits(ckpt_manager *cm, ckpt_commit_record *out, int max) {
     return cm && cm->persist && max > 0 ? ckpt_persist_take_commits(cm->persist, out, max) : 0;
 }

@@ -379,8 +379,9 @@ static ms_status replace_moving_aside(const char *root, int step, const char *st
 }
 
 ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep,
-                      const ckpt_fault *fault, int fault_first) {
+                      const ckpt_fault *fault, int fault_first, char *warn, size_t warn_n) {
     char staging[4200], final[4200], latest[4200], text[64];
+    if (warn && warn_n) warn[0] = 0;
     ckpt_staging_path(staging, sizeof staging, root, step);
     ckpt_step_path(final, sizeof final, root, step);
     MS_TRY(write_manifest(staging, manifest, fault, step, fault_first));
@@ -406,17 +407,26 @@ ms_status ckpt_commit(const char *root, int step, const char *manifest, int keep
     ms_status synced = ckpt_fault_hits(fault, "io:eio-fsync-commit", step, fault_first)
                            ? ms_error(MS_ERR_IO, "%s: fsync directory: %s", root, strerror(EIO))
                            : fsync_dir(root);
-    if (synced != MS_OK)
-        ms_warn("checkpoint: step %d is committed (%s is in place), but %s: a crash or power loss "
-                "before the file system writes the directory back may undo the commit",
-                step, final, ms_errmsg());
+    if (synced != MS_OK) {
+        char w[1024];
+        snprintf(w, sizeof w,
+                 "checkpoint: step %d is committed (%s is in place), but %s: a crash or power "
+                 "loss before the file system writes the directory back may undo the commit",
+                 step, final, ms_errmsg());
+        ms_warn("%s", w);
+        if (warn && warn_n) snprintf(warn, warn_n, "%s", w); /* the supervisor is told */
+    }
     ckpt_fault_kill(fault, "stage2:after-commit", step, fault_first);
     snprintf(latest, sizeof latest, "%s/latest", root);
     int n = snprintf(text, sizeof text, "step_%08d\n", step);
     ms_status st = ms_file_write_atomic(latest, text, (size_t)n);
-    if (st != MS_OK) /* the commit stands; the loader scans the directory anyway */
-        ms_warn("checkpoint: step %d is committed but %s was not updated: %s", step, latest,
-                ms_errmsg());
+    if (st != MS_OK) { /* the commit stands; the loader scans the directory anyway */
+        char w[1024];
+        snprintf(w, sizeof w, "checkpoint: step %d is committed but %s was not updated: %s", step,
+                 latest, ms_errmsg());
+        ms_warn("%s", w);
+        if (warn && warn_n && !warn[0]) snprintf(warn, warn_n, "%s", w);
+    }
     prune(root, step, keep < 1 ? 1 : keep);
     return MS_OK;
 }
@@ -438,6 +448,9 @@ struct ckpt_persist {
     char last_msg[1024];
     int last_commit;
     int fail_streak; /* persists that failed since the last commit */
+    /* rank 0: the commits that stood with a warning (the disk), the last one's step and text */
+    int warned, warned_step;
+    char warned_msg[512];
     /* rank 0: the commits not yet taken (ckpt_persist_take_commits), oldest first */
     ckpt_commit_record commits[CKPT_COMMIT_QUEUE];
     int n_commits;
@@ -448,6 +461,7 @@ struct ckpt_persist {
 typedef struct {
     uint64_t bytes, total;
     double commit_mono, commit_wall; /* ms_now(), ms_wall_now() */
+    char warning[512];               /* a commit that stood with a warning: what it said */
 } persist_result;
 
 /* All ranks learn whether any rank failed, and the lowest that did (MIN of
@@ -492,7 +506,7 @@ static ms_status gather_parts(const ckpt_persist *p, const char *mine, cJSON **p
 /* Rank 0: the manifest from the parts, or the first rank's error; *total:
  * the bytes of every rank's shard (the parts' "file" entries). */
 static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON **parts, int first,
-                              uint64_t *total) {
+                              uint64_t *total, char *warn, size_t warn_n) {
     const ckpt_persist_config *c = &p->cfg;
     *total = 0;
     for (int r = 0; r < c->world; r++) { /* the ranks persist the same steps in the same order */
@@ -514,7 +528,7 @@ static ms_status commit_parts(ckpt_persist *p, const ckpt_train_state *tr, cJSON
                            c->optimizer, tr,       c->tensors, c->n_tensors};
     char *text = ckpt_manifest_text_layout(&ci, parts, c->world, c->tp, c->pp, c->vpp);
     if (!text) return ms_error(MS_ERR_NOMEM, "checkpoint: out of memory building the manifest");
-    ms_status st = ckpt_commit(c->root, tr->step, text, c->keep, c->fault, first);
+    ms_status st = ckpt_commit(c->root, tr->step, text, c->keep, c->fault, first, warn, warn_n);
     free(text);
     return st;
 }
@@ -574,7 +588,7 @@ static ms_status persist_one(ckpt_persist *p, ckpt_slot *s, const ckpt_train_sta
     snprintf(own_msg, sizeof own_msg, "%s", ms_errmsg());
     st = gather_parts(p, text, parts); /* also the barrier: every shard is fsynced */
     if (st == MS_OK && c->rank == 0) {
-        st = commit_parts(p, tr, parts, first, &res->total);
+        st = commit_parts(p, tr, parts, first, &res->total, res->warning, sizeof res->warning);
         res->commit_mono = ms_now(); /* committed (DIR/latest and the pruning done too) */
         res->commit_wall = ms_wall_now();
         if (st != MS_OK) {
@@ -648,6 +662,11 @@ static void *persist_main(void *arg) {
         snprintf(p->last_msg, sizeof p->last_msg, "%s", st == MS_OK ? "" : ms_errmsg());
         if (st == MS_OK) p->last_commit = tr.step;
         p->fail_streak = st == MS_OK ? 0 : p->fail_streak + 1;
+        if (st == MS_OK && res.warning[0]) {
+            p->warned++;
+            p->warned_step = tr.step;
+            snprintf(p->warned_msg, sizeof p->warned_msg, "%s", res.warning);
+        }
         if (st == MS_OK && p->cfg.rank == 0) {
             ckpt_commit_record c = {tr.step, res.total, stall_ms, (res.commit_mono - t0) * 1e3,
                                     res.commit_wall};
@@ -736,6 +755,14 @@ void ckpt_persist_status(ckpt_persist *p, int *last_commit, int *fail_streak, ch
     *last_commit = p->last_commit;
     *fail_streak = p->fail_streak;
     if (msg && n) snprintf(msg, n, "%s", p->fail_streak ? p->last_msg : "");
+    pthread_mutex_unlock(&p->mu);
+}
+
+void ckpt_persist_warnings(ckpt_persist *p, int *warned, int *step, char *msg, size_t n) {
+    pthread_mutex_lock(&p->mu);
+    *warned = p->warned;
+    *step = p->warned_step;
+    if (msg && n) snprintf(msg, n, "%s", p->warned_msg);
     pthread_mutex_unlock(&p->mu);
 }
 

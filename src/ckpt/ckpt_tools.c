@@ -192,7 +192,7 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         ckpt_commit_info ci = {mf->step, dp, dp, &mf->model, mf->optimizer, &mf->trainer, tens, nt};
         text = ckpt_manifest_text(&ci, parts, dp);
         ms_cleanup_hold(1); /* the commit's rename publishes it: a signal removes nothing now */
-        st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0)
+        st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0, NULL, 0)
                   : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
     }
     for (int i = 2; i >= 0; i--) /* committed (the job file is its own then), or removed below */

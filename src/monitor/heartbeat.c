@@ -53,6 +53,8 @@ struct mon_heartbeat {
     int nan_ranks[MON_NAN_RANKS], n_nan_ranks; /* ...and the ranks where it was */
     int ckpt_commit, ckpt_failed; /* mon_heartbeat_ckpt (-1, 0: nothing to say) */
     char ckpt_error[512];
+    int ckpt_warned, ckpt_warn_step; /* mon_heartbeat_ckpt_warned (0: nothing to say) */
+    char ckpt_warning[512];
     double step_ms, compute_ms, loss, grad_norm;
     char phase[16];
     char error[1024];
@@ -159,6 +161,11 @@ static char *beat_line(mon_heartbeat *hb) {
     if (hb->ckpt_failed > 0) {
         cJSON_AddNumberToObject(o, "ckpt_failed", hb->ckpt_failed);
         cJSON_AddStringToObject(o, "ckpt_error", hb->ckpt_error);
+    }
+    if (hb->ckpt_warned > 0) {
+        cJSON_AddNumberToObject(o, "ckpt_warned", hb->ckpt_warned);
+        cJSON_AddNumberToObject(o, "ckpt_warn_step", hb->ckpt_warn_step);
+        cJSON_AddStringToObject(o, "ckpt_warning", hb->ckpt_warning);
     }
     if (hb->error[0]) cJSON_AddStringToObject(o, "error", hb->error);
     if (hb->usage) cJSON_AddTrueToObject(o, "usage");
@@ -348,6 +355,21 @@ void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, con
     for (char *c = hb->ckpt_error; *c; c++) /* one line, printable */
         if ((unsigned char)*c < 0x20) *c = ' ';
     if (changed) {
+        hb->dirty = 1;
+        pthread_cond_signal(&hb->cv);
+    }
+    pthread_mutex_unlock(&hb->mu);
+}
+
+void mon_heartbeat_ckpt_warned(mon_heartbeat *hb, int warned, int step, const char *msg) {
+    if (!hb || warned <= 0) return;
+    pthread_mutex_lock(&hb->mu);
+    if (warned != hb->ckpt_warned) {
+        hb->ckpt_warned = warned;
+        hb->ckpt_warn_step = step > 0 ? step : 0;
+        snprintf(hb->ckpt_warning, sizeof hb->ckpt_warning, "%s", msg ? msg : "");
+        for (char *c = hb->ckpt_warning; *c; c++) /* one line, printable */
+            if ((unsigned char)*c < 0x20) *c = ' ';
         hb->dirty = 1;
         pthread_cond_signal(&hb->cv);
     }

@@ -67,6 +67,11 @@ void mon_heartbeat_train(mon_heartbeat *hb, int step);
  * checkpoints that failed to commit since (0 normally) and the last
  * failure's message; sent with the next beat.  NULL is ignored. */
 void mon_heartbeat_ckpt(mon_heartbeat *hb, int last_commit, int fail_streak, const char *msg);
+/* The commits that stood with a warning (rank 0, which commits: the
+ * directory's fsync or DIR/latest failed), the last one's step and its
+ * message; sent with the next beat once the count changes.  NULL or a
+ * count of 0 is ignored. */
+void mon_heartbeat_ckpt_warned(mon_heartbeat *hb, int warned, int step, const char *msg);
 /* Send the beat now and wait (up to timeout_s) until it is out: before an
  * injected fault that ends or stops the process, so the driver knows the
  * steps done and which fault fired (a beat still queued would be lost, and

@@ -110,6 +110,9 @@ typedef struct {
     int dumps;  /* hang dumps asked for by SIGUSR2 and answered so far (-1: absent) */
     int ckpt_commit, ckpt_failed; /* last commit (-1: absent), failed commits since (0) */
     char ckpt_error[512];
+    /* commits that stood with a warning (the disk), the last one's step, its text (0: absent) */
+    int ckpt_warned, ckpt_warn_step;
+    char ckpt_warning[512];
     char error[1024];
     int usage;     /* phase error: the rank refused its options (it exits 2) */
     int stop_here; /* phase stopped: this rank was the one asked to stop (a signal to it) */

@@ -16,11 +16,12 @@
 #include "supervisor/sup.h"
 
 static const char *const known[] = {
-    "v",           "token",  "rank",        "world",       "pid",        "host",      "node",
-    "seq",         "step",   "phase",       "step_ms",     "loss",       "grad_norm", "comm_bytes",
-    "compute_ms",  "redone", "ckpt_commit", "ckpt_failed", "ckpt_error", "error",     "stage",
-    "comm_wait_s", "usage",  "dumps",       "nan_step",    "nan_ranks",  "stop_here", "skipped",
-    "skip_step",   "start",  "attempt"};
+    "v",          "token",       "rank",           "world",       "pid",         "host",
+    "node",       "seq",         "step",           "phase",       "step_ms",     "loss",
+    "grad_norm",  "comm_bytes",  "compute_ms",     "redone",      "ckpt_commit", "ckpt_failed",
+    "ckpt_error", "error",       "stage",          "comm_wait_s", "usage",       "dumps",
+    "nan_step",   "nan_ranks",   "stop_here",      "skipped",     "skip_step",   "start",
+    "attempt",    "ckpt_warned", "ckpt_warn_step", "ckpt_warning"};
 
 static int is_known(const char *k) {
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
@@ -86,7 +87,7 @@ static int phase_ok(const char *p) {
 }
 
 static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
-    double v = 0;
+    double v = 0, v2 = 0;
     *why = "bad or missing field";
     if (get_int(o, "v", 1, 1, &v)) return *why = "not version 1", -1;
     if (get_int(o, "rank", 0, world - 1, &v)) return *why = "rank out of range", -1;
@@ -172,6 +173,17 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
         b->ckpt_failed = (int)v;
     }
     if (get_str(o, "ckpt_error", b->ckpt_error, sizeof b->ckpt_error, 0)) return -1;
+    b->ckpt_warned = b->ckpt_warn_step = 0;
+    if (cJSON_GetObjectItemCaseSensitive(o, "ckpt_warned")) {
+        if (get_int(o, "ckpt_warned", 1, 2147483647, &v) ||
+            get_int(o, "ckpt_warn_step", 0, 2147483647, &v2) ||
+            get_str(o, "ckpt_warning", b->ckpt_warning, sizeof b->ckpt_warning, 1))
+            return *why = "ckpt_warned, ckpt_warn_step and ckpt_warning go together", -1;
+        b->ckpt_warned = (int)v, b->ckpt_warn_step = (int)v2;
+    } else if (cJSON_GetObjectItemCaseSensitive(o, "ckpt_warn_step") ||
+               cJSON_GetObjectItemCaseSensitive(o, "ckpt_warning")) {
+        return *why = "ckpt_warned, ckpt_warn_step and ckpt_warning go together", -1;
+    }
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "usage");
     if (u && (!cJSON_IsBool(u) || strcmp(b->phase, "error")))
         return *why = "usage is true or false, with phase error", -1;

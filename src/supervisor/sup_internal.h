@@ -394,6 +394,7 @@ typedef struct {
     int connected, pid, step, first_step, done, failed, redone, skipped;
     int stopped;     /* said "stopped": ended cleanly before --steps */
     int ckpt_failed; /* its last beat's failed commits in a row */
+    int ckpt_warned; /* its beats' commits that stood with a warning, the most said */
     int started;     /* in the training loop (phase train, or a step done) */
     int resume_step; /* the step it started the loop at (-1: not yet) */
     double last_beat, last_progress;

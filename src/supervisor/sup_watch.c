@@ -220,6 +220,29 @@ static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
     return r >= 0 && r < d->c->np ? r : b->rank;
 }
 
+static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
+    cJSON_AddStringToObject(f, "kind", kind);
+    sup_events_put(&d->ev, "anomaly", f);
+    d->n_anomalies++;
+}
+
+/* A checkpoint that committed with a warning (the directory's fsync after the rename, or
+ * DIR/latest, failed): it loads and the job goes on, but the disk is suspect and a crash
+ * could undo the commit; before, only the rank's log said it.  One anomaly a warning. */
+static void on_ckpt_warned(sup_driver *d, const sup_beat *b) {
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "rank", b->rank);
+    cJSON_AddStringToObject(f, "node", sup_node_name(d, b->rank));
+    cJSON_AddNumberToObject(f, "step", b->ckpt_warn_step);
+    cJSON_AddNumberToObject(f, "count", b->ckpt_warned);
+    cJSON_AddStringToObject(f, "detail", b->ckpt_warning);
+    anomaly(d, "ckpt_durability", f);
+    fprintf(stderr,
+            "megascale launch: step %d: the checkpoint committed with a warning (the disk of "
+            "rank %d, node %s, is suspect; the job goes on): %s\n",
+            b->ckpt_warn_step, b->rank, sup_node_name(d, b->rank), b->ckpt_warning);
+}
+
 /* Checkpoints that fail to commit (the rank's persist reports it; the
  * older commits are intact): the job goes on and retries at its next
  * checkpoint, until --ckpt-fail-limit fail in a row; then it is stopped
@@ -275,12 +298,6 @@ static void on_ckpt(sup_driver *d, const sup_beat *b) {
         cJSON_AddBoolToObject(g, "commit", 1);
         sup_events_put(e, "recovered", g);
     }
-}
-
-static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
-    cJSON_AddStringToObject(f, "kind", kind);
-    sup_events_put(&d->ev, "anomaly", f);
-    d->n_anomalies++;
 }
 
 /* 1 while rank s's process runs (same host: its pid with its start time). */
@@ -430,6 +447,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         on_skipped(d, b);
     }
     if (!d->fault) on_ckpt(d, b);
+    if (b->ckpt_warned > s->ckpt_warned) { /* said while stopping after a fault too */
+        s->ckpt_warned = b->ckpt_warned;
+        on_ckpt_warned(d, b);
+    }
     if (b->step > s->step) {
         /* the step a stopping job finishes after a fault waited for the
          * faulty rank: not a step time to learn the hang limit from */

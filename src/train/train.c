@@ -815,6 +815,16 @@ static ms_status report_commits(trainer *t) {
     return first;
 }
 
+/* Rank 0, which commits: the commits that stood with a warning (the directory's fsync or
+ * DIR/latest failed: the disk) into the heartbeat, for the supervisor's event log. */
+static void hb_ckpt_warnings(trainer *t) {
+    if (!t->hb || !t->ckpt) return;
+    int warned, step;
+    char msg[512];
+    ckpt_manager_commit_warnings(t->ckpt, &warned, &step, msg, sizeof msg);
+    mon_heartbeat_ckpt_warned(t->hb, warned, step, msg);
+}
+
 /* Free everything; finalize MPI only after a run that every rank finished
  * (after a failure on one rank the others may be stuck in a collective: the
  * caller exits non-zero and mpirun ends the job). */
@@ -1354,6 +1364,7 @@ static ms_status loop(trainer *t) {
             char msg[512];
             ckpt_manager_commit_status(t->ckpt, &last, &failed, msg, sizeof msg);
             mon_heartbeat_ckpt(t->hb, last, failed, msg);
+            hb_ckpt_warnings(t);
         }
         if (t->evlog && t->world && tc->trace_clock_every > 0 &&
             t->done % tc->trace_clock_every == 0) /* the clocks drift: a new reference */
@@ -1413,6 +1424,7 @@ ms_status train_run(const train_config *tc) {
         st = ckpt_manager_finish(t.ckpt, &cs);
         ms_status rs = report_commits(&t); /* also after a failed last persist: the earlier ones */
         if (st == MS_OK) st = rs;
+        hb_ckpt_warnings(&t); /* the last beat says the final commit's warning too */
         /* a clean stop short of --steps: said in DIR/stopped, so that a driver
          * that takes the job over tells it from a crash */
         if (st == MS_OK && t.stopped && t.rank == 0) ckpt_manager_mark_stopped(t.ckpt, t.done);

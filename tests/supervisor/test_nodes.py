@@ -511,7 +511,10 @@ def spike(d, shard):
 
 
 def commit_once(d, shard, ref_w):
-    run, p = launch(d, "commit", shard, ["--faults", "io:eio-fsync-shard@8"])
+    """A commit that failed (step 8), and one that stood with a warning (step 16: the
+    directory's fsync after the rename failed): the first is a watched fault, the second an
+    anomaly that names the disk (before, only the rank's log said it)."""
+    run, p = launch(d, "commit", shard, ["--faults", "io:eio-fsync-shard@8,io:eio-fsync-commit@16"])
     rc, err = finished(p)
     check_done(run, rc, err, ref_w, "a failed commit")
     f = of(run, "fault_detected")
@@ -521,6 +524,12 @@ def commit_once(d, shard, ref_w):
     rec = [e for e in of(run, "recovered") if e.get("commit")]
     ok(rec and rec[0]["step"] == 12 and not of(run, "restart"),
        "a failed commit: the next one commits, no restart", str(rec))
+    a = [e for e in of(run, "anomaly") if e["kind"] == "ckpt_durability"]
+    ok(len(a) == 1 and (a[0]["step"], a[0]["rank"], a[0]["node"]) == (16, 0, "node0")
+       and "fsync directory" in a[0]["detail"] and "step 16 is committed" in a[0]["detail"]
+       and "committed with a warning" in err,
+       "a commit with a warning: one ckpt_durability anomaly, step 16, rank 0 on node0",
+       str(a) + err[-1500:])
 
 
 def commit_rank(d, shard, ref_w):

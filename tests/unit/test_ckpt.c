@@ -399,7 +399,7 @@ static void commit_runs(const char *root, int step, int keep, const gpt_config *
                            .seq = 16};
     ckpt_commit_info ci = {step, 1, 1, model, "adamw", &tr, tens, nt};
     char *text = ckpt_manifest_text(&ci, &part, 1);
-    T_OK(text && ckpt_commit(root, step, text, keep, NULL, 0) == MS_OK);
+    T_OK(text && ckpt_commit(root, step, text, keep, NULL, 0, NULL, 0) == MS_OK);
     free(text);
     cJSON_Delete(part);
     free(crcs);

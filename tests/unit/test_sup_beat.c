@@ -80,6 +80,20 @@ static void test_valid(void) {
                         "56,\"ckpt_failed\":1,\"ckpt_error\":\"No space left on device\""),
              0);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_failed\":-1"), -1);
+    /* commits that stood with a warning: the count, the last one's step and text, together */
+    char warned[sizeof GOOD + 128];
+    snprintf(warned, sizeof warned,
+             "%.*s,\"ckpt_warned\":2,\"ckpt_warn_step\":16,\"ckpt_warning\":\"fsync directory\"}",
+             (int)strlen(GOOD) - 1, GOOD);
+    T_EQ_INT(sup_beat_parse(warned, strlen(warned), TOK, 8, &b, &why), 0);
+    T_OK(b.ckpt_warned == 2 && b.ckpt_warn_step == 16 &&
+         !strcmp(b.ckpt_warning, "fsync directory"));
+    T_EQ_INT(parse(GOOD), 0);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_warned\":1,\"ckpt_warn_step\":4"), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_warning\":\"x\""), -1);
+    T_EQ_INT(parse_edit("\"comm_bytes\":1048576",
+                        "\"ckpt_warned\":0,\"ckpt_warn_step\":4,\"ckpt_warning\":\"x\""),
+             -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"ckpt_commit\":1.5"), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"redone\":\"2\""), -1);
     T_EQ_INT(parse_edit("\"comm_bytes\":1048576", "\"node\":\"../etc\""), -1);
