@@ -124,6 +124,7 @@ static void cpu_lamb_range(const cpu_adam_k *kp, float *restrict g, const float 
     size_t i = lo;
     for (; i + 16 <= hi; i += 16) { /* lane j: element i + j, then i + 8 + j */
         float gb[16], wb[16], mb[16], vb[16];
+        cpu_opt_ahead(w, g, m, v, i);
         for (int j = 0; j < 16; j++) {
             gb[j] = g[i + j];
             wb[j] = w[i + j];
@@ -193,6 +194,7 @@ void cpu_lamb_apply(be_backend *be, float *w, void *w_act, float *u, size_t n, f
     void *act = w_act != (void *)w ? w_act : NULL;
     float *wa = be->act_dtype == BE_F32 ? act : NULL;
     uint16_t *wh = be->act_dtype == BE_BF16 ? act : NULL;
+    /* (lines asked for ahead, as AdamW's, made this pass 8% slower on the AMX Xeon) */
 #pragma omp parallel for schedule(static) num_threads(cpu_ctx_of(be)->threads)
     for (size_t i = 0; i < n; i++) {
         float wi = w[i] - step * u[i];
