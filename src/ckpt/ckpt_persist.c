@@ -689,6 +689,7 @@ ms_status ckpt_persist_start(ckpt_persist **out, const ckpt_persist_config *cfg)
     p->cfg = *cfg;
     p->queued = p->running = -1;
     p->last_commit = -1;
+    p->warned_step = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     if (pthread_create(&p->thread, NULL, persist_main, p) != 0) {

@@ -125,6 +125,20 @@ static void add_num(cJSON *o, const char *k, double v) {
 }
 
 /* This beat's line (malloc'd, newline-terminated), from the state under mu. */
+/* o's string k cut to at most max bytes (not inside a UTF-8 sequence), if it is longer. */
+static void shorten(cJSON *o, const char *k, size_t max) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsString(x) || strlen(x->valuestring) <= max) return;
+    char cut[1024];
+    if (max >= sizeof cut) max = sizeof cut - 1;
+    const char *s = x->valuestring; /* longer than max: s[max] is its next byte */
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80)
+        max--;
+    memcpy(cut, s, max);
+    cut[max] = 0;
+    cJSON_ReplaceItemInObjectCaseSensitive(o, k, cJSON_CreateString(cut));
+}
+
 static char *beat_line(mon_heartbeat *hb) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "v", 1);
@@ -182,6 +196,15 @@ static char *beat_line(mon_heartbeat *hb) {
         cJSON_AddNumberToObject(o, "dumps", hb->dumps_sent);
     }
     char *text = cJSON_PrintUnformatted(o);
+    if (text && strlen(text) + 1 > MON_HB_LINE_MAX) {
+        /* the texts, escaped (a quote or a backslash doubles), could pass the line's bound,
+         * and a line too long is never sent: the driver would hear nothing more */
+        shorten(o, "ckpt_warning", 160);
+        shorten(o, "ckpt_error", 320);
+        shorten(o, "error", 640);
+        free(text);
+        text = cJSON_PrintUnformatted(o);
+    }
     cJSON_Delete(o);
     size_t n = text ? strlen(text) : 0;
     char *line = text ? realloc(text, n + 2) : NULL;

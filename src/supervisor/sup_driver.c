@@ -303,6 +303,7 @@ static int attempt(sup_driver *d, char *why, size_t n) {
          * saying no mpirun, and the next launch started a second job beside it) */
         adopt_job(d);
         d->redone_booked = 1;
+        d->ckpt_warned = d->ckpt_warned_adopt; /* said by the driver before */
     } else if (g_stop) {
         return 2; /* asked to stop before this start: none */
     } else {

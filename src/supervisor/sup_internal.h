@@ -394,7 +394,6 @@ typedef struct {
     int connected, pid, step, first_step, done, failed, redone, skipped;
     int stopped;     /* said "stopped": ended cleanly before --steps */
     int ckpt_failed; /* its last beat's failed commits in a row */
-    int ckpt_warned; /* its beats' commits that stood with a warning, the most said */
     int started;     /* in the training loop (phase train, or a step done) */
     int resume_step; /* the step it started the loop at (-1: not yet) */
     double last_beat, last_progress;
@@ -477,6 +476,10 @@ typedef struct {
     double first_interval; /* the longest first step of an attempt (s): the limit's base
                             * until a later step is timed */
     int n_anomalies;
+    /* commits that stood with a warning, as rank 0's beats count them in this attempt (the
+     * most said; an adopted job's from the state file, so a driver that takes over does not
+     * say them again) */
+    int ckpt_warned, ckpt_warned_adopt;
     /* an earlier driver's job to take over (sup_recover.c) */
     pid_t adopt_pid;
     pid_t *adopt_pids;                /* [np]: its ranks (0: unknown or gone) */

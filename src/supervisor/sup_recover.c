@@ -344,6 +344,7 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "first_interval", d->first_interval);
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
+    cJSON_AddNumberToObject(o, "ckpt_warned", d->ckpt_warned);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
     cJSON_AddStringToObject(o, "job0", d->job0);
     /* a start trained with these options: a successor with the same ones
@@ -662,6 +663,10 @@ static int resume_counters(sup_driver *d, const cJSON *o, double *t0) {
     const cJSON *fi = item(o, "first_interval");
     d->first_interval = cJSON_IsNumber(fi) && isfinite(fi->valuedouble) ? fi->valuedouble : 0;
     d->n_anomalies = (int)num(o, "anomalies", &bad);
+    const cJSON *cw = item(o, "ckpt_warned"); /* absent in older states: none said */
+    d->ckpt_warned_adopt = cJSON_IsNumber(cw) && cw->valuedouble >= 0 && cw->valuedouble < 1e9
+                               ? (int)cw->valuedouble
+                               : 0;
     *t0 = num(o, "t0", &bad);
     d->attempt_no = (int)num(o, "attempt", &bad);
     return bad;

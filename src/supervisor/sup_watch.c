@@ -228,7 +228,8 @@ static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
 
 /* A checkpoint that committed with a warning (the directory's fsync after the rename, or
  * DIR/latest, failed): it loads and the job goes on, but the disk is suspect and a crash
- * could undo the commit; before, only the rank's log said it.  One anomaly a warning. */
+ * could undo the commit; before, only the rank's log said it.  One anomaly for each beat
+ * that raises the count (two commits between beats: one, with count 2 and the later step). */
 static void on_ckpt_warned(sup_driver *d, const sup_beat *b) {
     cJSON *f = cJSON_CreateObject();
     cJSON_AddNumberToObject(f, "rank", b->rank);
@@ -447,9 +448,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         on_skipped(d, b);
     }
     if (!d->fault) on_ckpt(d, b);
-    if (b->ckpt_warned > s->ckpt_warned) { /* said while stopping after a fault too */
-        s->ckpt_warned = b->ckpt_warned;
+    if (b->ckpt_warned > d->ckpt_warned) { /* said while stopping after a fault too */
+        d->ckpt_warned = b->ckpt_warned;
         on_ckpt_warned(d, b);
+        sup_state_save(d, 0, 0); /* the count with the event: a successor says neither again */
     }
     if (b->step > s->step) {
         /* the step a stopping job finishes after a fault waited for the
@@ -1146,6 +1148,7 @@ void sup_reset_ranks(sup_driver *d) {
     d->fault_booked = 0;
     d->fault_usage = 0;
     d->redone_booked = 0;
+    d->ckpt_warned = 0;
     d->evict_node = -1;
     d->evict_reason[0] = 0;
     d->straggler_warned = 0;

@@ -836,6 +836,7 @@ static void teardown(trainer *t, ms_status st) {
         (void)ckpt_manager_wait(t->ckpt); /* as long as destroy would wait for it */
         (void)report_commits(t);
     }
+    hb_ckpt_warnings(t);           /* the last beat says a warned commit of a failed run too */
     ckpt_manager_destroy(t->ckpt); /* waits for a persist in flight */
     mon_record_destroy(t->rec);
     data_shm_close(t->ring);

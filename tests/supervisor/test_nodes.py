@@ -243,8 +243,10 @@ def transient_nan(d, shard, ref_w):
 
 def driver_killed(d, shard):
     # long enough that the job outlives the driver's restart (its ranks
-    # reconnect within a few seconds)
-    run, c = cmd(d, "driver", shard, extra_train=["--steps", "150"])
+    # reconnect within a few seconds); step 4's commit stands with a warning, which the
+    # first driver says and the second must not say again (rank 0's beats still count it)
+    run, c = cmd(d, "driver", shard, ["--faults", "io:eio-fsync-commit@4"],
+                 extra_train=["--steps", "150"])
     env = dict(os.environ, OMP_NUM_THREADS="1")
     os.makedirs(run, exist_ok=True)
     log1 = open(os.path.join(run, "driver1.log"), "w")
@@ -272,6 +274,10 @@ def driver_killed(d, shard):
     summ = of(run, "summary")
     ok(summ and summ[-1]["steps"] == 150, "driver killed: the summary covers the whole job",
        str(summ))
+    a = [e for e in of(run, "anomaly") if e["kind"] == "ckpt_durability"]
+    ok([e["step"] for e in a] == [4],
+       "driver killed: step 4's warned commit is one anomaly, not said again after the takeover",
+       str(a))
 
 
 def kill_driver(run, p):
