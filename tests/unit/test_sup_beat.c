@@ -379,6 +379,23 @@ static void test_client(void) {
     T_OK(b.usage == 1 && strstr(b.error, "--batch 16") != NULL);
     close(fd);
     close(lfd);
+    /* a warned commit, a failed one and an error, each all quotes: escaped they pass the
+     * line's bound, which a beat never crosses (before, such a beat was never sent, and the
+     * driver heard nothing more): the texts are cut, the rest says what it said */
+    fd = open_client(1, 0.05, addr, sizeof addr, &lfd, &hb);
+    char quotes[1024];
+    memset(quotes, '"', sizeof quotes - 1);
+    quotes[sizeof quotes - 1] = 0;
+    mon_heartbeat_ckpt(hb, 4, 2, quotes);
+    mon_heartbeat_ckpt_warned(hb, 1, 8, quotes);
+    mon_heartbeat_error(hb, quotes, 0);
+    mon_heartbeat_close(hb);
+    T_OK(read_until(fd, "error", &b) >= 1);
+    T_OK(!strcmp(b.phase, "error") && b.ckpt_warned == 1 && b.ckpt_warn_step == 8 &&
+         b.ckpt_failed == 2 && b.ckpt_commit == 4);
+    T_OK(strlen(b.ckpt_warning) == 160 && strlen(b.ckpt_error) == 320 && strlen(b.error) == 640);
+    close(fd);
+    close(lfd);
     /* a malformed address or token is an error naming it */
     mon_heartbeat_config c = {.addr = "nowhere", .token = TOK, .rank = 1, .world = 2};
     T_OK(mon_heartbeat_open(&hb, &c) == MS_ERR_ARG);
