@@ -27,7 +27,7 @@
 #define LOCK_NAME "lock"
 #define LOCK_WAIT_TRIES 20 /* x 100 ms: a predecessor that is still exiting */
 
-ms_status ckpt_dir_lock(const char *root, int *out) {
+ms_status ckpt_dir_lock(const char *root, const char *flag, int *out) {
     char path[4200], holder[512] = "";
     *out = -1;
     snprintf(path, sizeof path, "%s/%s", root, LOCK_NAME);
@@ -45,11 +45,12 @@ ms_status ckpt_dir_lock(const char *root, int *out) {
         close(fd);
         if (err != EWOULDBLOCK) return ms_error(MS_ERR_IO, "%s: flock: %s", path, strerror(err));
         return ms_error(MS_ERR_ARG,
-                        "--ckpt-dir %s is in use by another run (%s holds %s); two runs "
+                        "%s %s is in use by another run (%s holds %s); two runs "
                         "writing one checkpoint directory replace each other's commits: stop "
-                        "that run, or give this one another --ckpt-dir",
-                        root, *holder ? holder : "a process that has not yet written its name",
-                        path);
+                        "that run, or give this one another %s",
+                        flag, root,
+                        *holder ? holder : "a process that has not yet written its name", path,
+                        flag);
     }
     char host[256] = "?", when[32] = "?";
     if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
@@ -87,6 +88,25 @@ static int is_ckpt_dir(const char *dir, char *what, size_t n) {
     }
     closedir(d);
     return found;
+}
+
+ms_status ckpt_out_still_new(const char *out, const char *tool) {
+    DIR *d = opendir(out);
+    if (!d) return ms_error(MS_ERR_IO, "%s: --out %s: %s", tool, out, strerror(errno));
+    struct dirent *e;
+    char what[256] = "";
+    while (!what[0] && (e = readdir(d))) {
+        const char *s = e->d_name;
+        if (!strncmp(s, "step_", 5) || !strncmp(s, ".step_", 6) || !strcmp(s, "latest") ||
+            !strcmp(s, "job") || !strcmp(s, CKPT_MANIFEST))
+            snprintf(what, sizeof what, "%s", s);
+    }
+    closedir(d);
+    if (!what[0]) return MS_OK;
+    return ms_error(MS_ERR_ARG,
+                    "%s: --out %s was written by another command meanwhile (it now holds %s); "
+                    "nothing was written",
+                    tool, out, what);
 }
 
 int ckpt_latest_target(const char *path, char *out, size_t n) {

@@ -295,8 +295,12 @@ void ckpt_persist_stop(ckpt_persist *p);
 /* Take the exclusive lock of the checkpoint directory root (flock on
  * root/lock, held until ckpt_dir_unlock or the process's death; waits up
  * to 2 s for a holder that is exiting).  Another holder: MS_ERR_ARG naming
- * root and the holder (pid, host, since when).  *fd: the lock's descriptor. */
-ms_status ckpt_dir_lock(const char *root, int *fd);
+ * root (as the option flag names it: "--ckpt-dir", "--out") and the holder (pid, host,
+ * since when).  *fd: the lock's descriptor. */
+ms_status ckpt_dir_lock(const char *root, const char *flag, int *fd);
+/* A tool's --out that it holds the lock of: MS_OK if nothing but the lock is there yet,
+ * else MS_ERR_ARG (another command started at the same moment wrote it meanwhile). */
+ms_status ckpt_out_still_new(const char *out, const char *tool);
 void ckpt_dir_unlock(int fd); /* fd < 0: nothing */
 /* A tool's output (tool: "ckpt export", ...) may not be the commit src, its
  * directory, a checkpoint directory (step_* / .step_* entries, latest, job,

@@ -372,7 +372,7 @@ static ms_status setup_dir(ckpt_manager *cm) {
     int32_t again = 0; /* a restart of the job (restarts_job): rank 0's, on every rank */
     if (cm->rank == 0 && (again = restarts_job(cm)) != 0) {
         st = ms_mkdirs(cm->root);
-        if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd);
+        if (st == MS_OK) st = ckpt_dir_lock(cm->root, "--ckpt-dir", &cm->lock_fd);
         cm->job = cm->o.restart_job;
         ms_info("resume: a restart of job %016" PRIx64 ": its own newest state in %s, else %s",
                 cm->job, cm->root,
@@ -388,7 +388,8 @@ static ms_status setup_dir(ckpt_manager *cm) {
                           "give the directory that holds it (--resume takes a commit)",
                           cm->root, CKPT_MANIFEST);
         if (st == MS_OK) st = ms_mkdirs(cm->root);
-        if (st == MS_OK) st = ckpt_dir_lock(cm->root, &cm->lock_fd); /* before writing anything */
+        if (st == MS_OK)
+            st = ckpt_dir_lock(cm->root, "--ckpt-dir", &cm->lock_fd); /* before writing anything */
         /* the earlier run's id, before --new-run moves DIR/job aside: its snapshot newer
          * than its commits (the only copy of that step) is still named as disowned */
         uint64_t old = 0; /* (not read after an error: its message is the one shared) */

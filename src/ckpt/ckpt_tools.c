@@ -172,10 +172,21 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     char job_path[4200];
     struct stat jb;
     snprintf(job_path, sizeof job_path, "%s/job", out_root);
-    int made_out = stat(out_root, &jb) != 0, made_job = 0, clean[3] = {0, 0, 0};
+    int made_out = stat(out_root, &jb) != 0, made_job = 0, clean[4] = {0, 0, 0, 0};
     /* ... and by a SIGINT or SIGTERM meanwhile (Ctrl-C: it left them) */
     if (st == MS_OK && made_out) clean[0] = ms_cleanup_add(out_root, MS_CLEAN_DIR);
     if (st == MS_OK) st = ms_mkdirs(out_root);
+    /* one writer of --out at a time, its lock file made here removed again if this fails:
+     * another reshard started at the same moment passed the check above too (the load of
+     * the commit takes seconds), and the two wrote into one --out (before, both "succeeded",
+     * each replacing the other's files); the lock held, nothing else may be there yet */
+    char lock_path[4200];
+    snprintf(lock_path, sizeof lock_path, "%s/lock", out_root);
+    int lock_fd = -1, made_lock = st == MS_OK && stat(lock_path, &jb) != 0;
+    if (st == MS_OK) st = ckpt_dir_lock(out_root, "--out", &lock_fd);
+    if (st != MS_OK) made_lock = 0; /* not held: never this call's to remove */
+    if (made_lock) clean[3] = ms_cleanup_add(lock_path, MS_CLEAN_FILE); /* before out's rmdir */
+    if (st == MS_OK) st = ckpt_out_still_new(out_root, "ckpt reshard");
     if (st == MS_OK) made_job = stat(job_path, &jb) != 0;
     if (st == MS_OK && made_job) clean[1] = ms_cleanup_add(job_path, MS_CLEAN_FILE);
     if (st == MS_OK) st = ckpt_job_id(out_root, 1, &job);
@@ -195,9 +206,11 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
         st = text ? ckpt_commit(out_root, mf->step, text, INT_MAX, NULL, 0, NULL, 0)
                   : ms_error(MS_ERR_NOMEM, "reshard: out of memory");
     }
-    for (int i = 2; i >= 0; i--) /* committed (the job file is its own then), or removed below */
+    for (int i = 3; i >= 0; i--) /* committed (the job file is its own then), or removed below */
         ms_cleanup_drop(clean[i]);
     ms_cleanup_hold(0);
+    if (st != MS_OK && made_lock) unlink(lock_path); /* held still: a waiter retries */
+    ckpt_dir_unlock(lock_fd);
     if (st != MS_OK && (staged || made_job || made_out)) {
         /* only what this call created; the first error is reported */
         char staging[4200], msg[2048];

@@ -195,6 +195,26 @@ def test_tools(ws, c, ref_w, ref_m):
     m = json.load(open(os.path.join(step_dir(out, 8), "manifest.json")))
     ok(m["layout"]["dp"] == 2 and len(m["files"]) == 2, "the resharded commit has 2 shards",
        str(m["layout"]))
+    # two reshards into one new --out at the same moment: both passed the check of --out
+    # (it was new), and both wrote into it; now one holds its lock and commits, and the other
+    # is refused (the lock held, or the commit already there), naming --out
+    out2 = ws.path("resharded_twice")
+    ps = [subprocess.Popen([BIN, "ckpt", "reshard", step_dir(c, 8), "--dp", str(dp), "--out", out2],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+          for dp in (300, 3)]
+    res = [(p.wait(timeout=300), p.communicate()[1]) for p in ps]
+    won = [i for i, (rc, _) in enumerate(res) if rc == 0]
+    lost = [e for rc, e in res if rc != 0]
+    why = ("is in use by another run", "was written by another command meanwhile",
+           "is a checkpoint directory")
+    ok(len(won) == 1 and len(lost) == 1 and out2 in lost[0] and any(w in lost[0] for w in why),
+       "two reshards into one --out: one commits, the other is refused naming --out",
+       str(res))
+    m2 = json.load(open(os.path.join(step_dir(out2, 8), "manifest.json")))
+    ok(won and verify(step_dir(out2, 8)) and m2["layout"]["dp"] == (300, 3)[won[0]] and
+       not [n for n in os.listdir(out2) if n.startswith(".step_")],
+       "two reshards into one --out: the winner's commit is whole, no staging left",
+       f"{m2['layout']} {os.listdir(out2)}")
     rm = ws.path("reshard_resume.jsonl")
     r = run(ws, ws.train_args("--steps", "16", "--resume", step_dir(out, 8), "--metrics", rm))
     err = rel_err(losses(ref_m)[8:], losses(rm))
