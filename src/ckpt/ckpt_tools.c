@@ -178,8 +178,9 @@ ms_status ckpt_reshard(const char *dir, int dp, const char *out_root) {
     if (st == MS_OK) st = ms_mkdirs(out_root);
     /* one writer of --out at a time, its lock file made here removed again if this fails:
      * another reshard started at the same moment passed the check above too (the load of
-     * the commit takes seconds), and the two wrote into one --out (before, both "succeeded",
-     * each replacing the other's files); the lock held, nothing else may be there yet */
+     * the commit takes seconds), and the two wrote into one staging directory (before: one
+     * failed on a file the other renamed, or both did); the lock held, nothing else may be
+     * there yet */
     char lock_path[4200];
     snprintf(lock_path, sizeof lock_path, "%s/lock", out_root);
     int lock_fd = -1, made_lock = st == MS_OK && stat(lock_path, &jb) != 0;
