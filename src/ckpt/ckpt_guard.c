@@ -183,10 +183,13 @@ static ms_status out_common(const char *out, int is_dir, const char *tool) {
     struct stat so;
     if (stat(out, &so) == 0 && S_ISDIR(so.st_mode) && is_ckpt_dir(out, what, sizeof what))
         return ms_error(MS_ERR_ARG,
-                        "%s: --out %s is a checkpoint directory (it holds %s); writing there "
+                        "%s: --out %s is a checkpoint directory (it holds %s%s); writing there "
                         "could replace its commits: choose a new or empty directory; nothing "
                         "was written",
-                        tool, out, what);
+                        tool, out, what,
+                        what[0] == '.' ? ": a checkpoint being written there now, or one a "
+                                         "crash left part way"
+                                       : "");
     /* the directory out goes into */
     snprintf(parent, sizeof parent, "%s", out);
     size_t l = strlen(parent);

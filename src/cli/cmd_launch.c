@@ -290,6 +290,8 @@ int cmd_launch(int argc, char **argv) {
                         .resume = tv.resume,
                         .new_run = tv.new_run,
                         .steps = tv.steps,
+                        .ckpt_every = tv.ckpt_every,
+                        .ckpt_every_min = tv.ckpt_every_min,
                         .metrics = tv.metrics,
                         .trace_dir = tv.trace_dir,
                         .peak_cache_given = tv.peak_cache_given,

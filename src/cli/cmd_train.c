@@ -308,6 +308,8 @@ int cmd_train_check(int argc, char **argv, const char *events_opt, const char *e
         snprintf(v->trace_dir, sizeof v->trace_dir, "%s", tc->trace_dir ? tc->trace_dir : "");
         snprintf(v->device, sizeof v->device, "%s", tc->device ? tc->device : "");
         v->steps = tc->steps;
+        v->ckpt_every = tc->ckpt_every;
+        v->ckpt_every_min = tc->ckpt_every_min;
         v->new_run = tc->new_run;
         v->peak_cache_given = tc->peak_cache != NULL;
         if ((!tc->model || !*tc->model) && !(tc->init_from && *tc->init_from)) {

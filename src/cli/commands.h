@@ -17,6 +17,8 @@ typedef struct {
     char trace_dir[4096];              /* as given: "" (beside the metrics), none, off, a DIR */
     char device[16];
     int steps, new_run, peak_cache_given;
+    int ckpt_every;        /* --ckpt-every (0: only the final checkpoint) */
+    double ckpt_every_min; /* --ckpt-every-min (0: none) */
     char *effective; /* every option's effective value that the ranks share, as a JSON object's
                       * text (malloc'd: the caller frees it; NULL on OOM) */
 } cli_train_view;

@@ -78,6 +78,8 @@ typedef struct {
     const char *resume;   /* --resume ("": none): the first start's only */
     int new_run;          /* --new-run: the first start's only */
     int steps;            /* --steps: the job is done when its ranks reach it */
+    int ckpt_every;       /* the train options' --ckpt-every (0: the final checkpoint only) */
+    double ckpt_every_min; /* and --ckpt-every-min (0: none): the steps a checkpoint is at */
     const char *metrics;  /* --metrics ("": none given: the driver adds RUN_DIR's) */
     const char *trace_dir; /* --trace-dir as given ("": beside the metrics; none, off) */
     int peak_cache_given;  /* --peak-cache given (else the driver adds RUN_DIR) */

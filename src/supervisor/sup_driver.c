@@ -1082,7 +1082,8 @@ static int check_config(const sup_config *c) {
 }
 
 /* 1 (why said) when an entry of the fault plan targets a rank outside the
- * job, a node outside the pool, or step 0: it could never fire. */
+ * job, a node outside the pool, step 0, a step past --steps, or a checkpoint point at a step
+ * no checkpoint is taken at: it could never fire. */
 static int plan_unreachable(const sup_driver *d, char *why, size_t n) {
     for (int i = 0; i < d->plan.n; i++) {
         const ms_fault *f = &d->plan.f[i];
@@ -1108,6 +1109,17 @@ static int plan_unreachable(const sup_driver *d, char *why, size_t n) {
                             "step of the checkpoint it hits (without one it fires at the first "
                             "checkpoint of every start of the job)",
                             f->kind, i + 1),
+                   1;
+        /* a checkpoint point at a step no checkpoint is taken at (before, accepted, counted in
+         * faults_planned, and never fired: a test that tested nothing) */
+        const sup_config *c = d->c;
+        int ckpt_step = f->step > 0 && ms_fault_is_ckpt(f->kind) && !f->from &&
+                        f->step <= c->steps && c->ckpt_every_min <= 0;
+        if (ckpt_step && f->step != c->steps && (c->ckpt_every <= 0 || f->step % c->ckpt_every))
+            return snprintf(why, n,
+                            "%s (entry %d): no checkpoint is taken at step %d (--ckpt-every %d "
+                            "and the final one at --steps %d): it would never fire",
+                            f->kind, i + 1, f->step, c->ckpt_every, c->steps),
                    1;
         if (d->c->steps > 0 && f->step > d->c->steps)
             return snprintf(why, n,

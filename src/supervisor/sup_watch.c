@@ -240,8 +240,9 @@ static void on_ckpt_warned(sup_driver *d, const sup_beat *b) {
     anomaly(d, "ckpt_durability", f);
     fprintf(stderr,
             "megascale launch: step %d: the checkpoint committed with a warning (the disk of "
-            "rank %d, node %s, is suspect; the job goes on): %s\n",
-            b->ckpt_warn_step, b->rank, sup_node_name(d, b->rank), b->ckpt_warning);
+            "rank %d, node %s, is suspect%s): %s\n",
+            b->ckpt_warn_step, b->rank, sup_node_name(d, b->rank),
+            b->ckpt_warn_step < d->c->steps ? "; the job goes on" : "", b->ckpt_warning);
 }
 
 /* Checkpoints that fail to commit (the rank's persist reports it; the

@@ -545,7 +545,8 @@ def check_usage(d, shard):
        "restart", f"rc {rc}, events {[e.get('event') for e in events(run)]}: {err[-1500:]}")
     # fault plans that would fire at every start, or never: refused before anything starts
     for faults, needle in [("stage2:after-commit", "needs @STEP under launch"),
-                           ("kill@25:0", "step 25 is past --steps 2")]:
+                           ("kill@25:0", "step 25 is past --steps 2"),
+                           ("io:eio-fsync-commit@1", "no checkpoint is taken at step 1")]:
         rc, err = launch(os.path.join(d, "u"), shard, ["--faults", faults], ck, timeout=30)
         ok(rc == 2 and needle in err, f"--faults {faults}: usage error ({needle})",
            f"rc {rc}: {err[-800:]}")
