@@ -902,12 +902,13 @@ cJSON *dash_model_heatmap(const dash_model *m, int cols) {
                 n_sorted[c] = k;
                 med[c] = k ? v[(k - 1) / 2] : NAN;
             }
-            /* a stage of one rank (pipeline parallelism alone): its own early speed (the
+            /* a stage of one rank (pipeline parallelism alone, or a job of one rank: before,
+             * its every cell read 1x against itself): its own early speed (the
              * lower quartile of its first 16 compute times), else, before it has them, its
              * lower quartile over the steps shown (each step's own time read 1x, and a rank
              * that slowed down did not show; over the steps shown alone, one slowed for most
              * of them read as fast before) */
-            own_ref = m->world && end - i == 1 && np > 1;
+            own_ref = m->world && end - i == 1;
             if (own_ref) {
                 double own = m->ranks[ord[i].r].early_ms;
                 if (!isfinite(own) || own <= 0) {

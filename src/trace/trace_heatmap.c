@@ -81,7 +81,7 @@ static double *step_medians(const trace_strag *s, const layout *L, const int *or
     for (int a = 0, b; a < s->n_ranks; a = b) {
         for (b = a + 1; b < s->n_ranks && stage[b] == stage[a];)
             b++;
-        if (b - a == 1 && s->n_ranks > 1) { /* one rank: its own steps */
+        if (b - a == 1) { /* one rank (also a job of one): its own steps */
             const trace_strag_rank *r = &s->ranks[ord[a]];
             /* its earlier speed, the individual score's (the 10th percentile of its earlier
              * windows); without windows, its lower quartile over the steps shown (a median

@@ -618,6 +618,23 @@ static void test_heatmap(void) {
     T_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 3, 1e-9);
     cJSON_Delete(h);
     dash_model_free(m);
+    /* a job of one rank: over its own early speed too (every cell read 1x against itself) */
+    m = dash_model_new();
+    feed(dash_model_metrics_line, m,
+         "{\"type\":\"config\",\"layout\":{\"world\":1,\"dp\":1,\"tp\":1,\"pp\":1}}");
+    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":1}");
+    for (int s = 1; s <= 40; s++) {
+        snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[%d]}", s,
+                 s > 30 ? 20 : 10);
+        feed(dash_model_compute_line, m, line);
+    }
+    h = dash_model_heatmap(m, DASH_HEAT_COLS);
+    r1 = cJSON_GetArrayItem(item(h, "ratio"), 0);
+    T_NEAR(cJSON_GetArrayItem(r1, 0)->valuedouble, 1, 1e-9);
+    T_NEAR(cJSON_GetArrayItem(r1, 39)->valuedouble, 2, 1e-9);
+    T_OK(!strcmp(cJSON_GetArrayItem(item(h, "against"), 0)->valuestring, "own"));
+    cJSON_Delete(h);
+    dash_model_free(m);
 }
 
 typedef struct {
