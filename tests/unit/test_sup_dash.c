@@ -526,11 +526,22 @@ static void test_no_layout(void) {
     dash_model_free(m);
 }
 
-static void test_heatmap(void) {
+/* A model whose metrics said a layout of dp x pp ranks (tp 1) and whose job started with
+ * them all: the heat map's set-up. */
+static dash_model *layout_job(int dp, int pp) {
+    char cfg[160], start[96];
+    snprintf(cfg, sizeof cfg,
+             "{\"type\":\"config\",\"layout\":{\"world\":%d,\"dp\":%d,\"tp\":1,\"pp\":%d}}",
+             dp * pp, dp, pp);
+    snprintf(start, sizeof start, "{\"time\":1,\"event\":\"job_start\",\"np\":%d}", dp * pp);
     dash_model *m = dash_model_new();
-    feed(dash_model_metrics_line, m,
-         "{\"type\":\"config\",\"layout\":{\"world\":4,\"dp\":2,\"tp\":1,\"pp\":2}}");
-    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":4}");
+    feed(dash_model_metrics_line, m, cfg);
+    feed(event_line_of, m, start);
+    return m;
+}
+
+static void test_heatmap(void) {
+    dash_model *m = layout_job(2, 2);
     char line[256];
     for (int s = 1; s <= 300; s++) { /* rank 2 at half speed */
         snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,11,%d,%s]}", s,
@@ -570,10 +581,7 @@ static void test_heatmap(void) {
     /* pp 3 x dp 2 whose last stage (ranks 4, 5: the head and the loss too)
      * takes 3x the others' time on every step: a healthy layout, no
      * straggler, every rank's colour near its stage's median */
-    m = dash_model_new();
-    feed(dash_model_metrics_line, m,
-         "{\"type\":\"config\",\"layout\":{\"world\":6,\"dp\":2,\"tp\":1,\"pp\":3}}");
-    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":6}");
+    m = layout_job(2, 3);
     for (int s = 1; s <= 40; s++) {
         snprintf(line, sizeof line,
                  "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,10.4,10.2,10.1,30,31]}", s);
@@ -592,10 +600,7 @@ static void test_heatmap(void) {
      * own early speed (the lower quartile of its first 16 times), also once every step shown
      * is a slowed one (over the step's own time every cell read 1x; over the steps shown
      * alone, such a rank read 1x again) */
-    m = dash_model_new();
-    feed(dash_model_metrics_line, m,
-         "{\"type\":\"config\",\"layout\":{\"world\":3,\"dp\":1,\"tp\":1,\"pp\":3}}");
-    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":3}");
+    m = layout_job(1, 3);
     for (int s = 1; s <= 40; s++) {
         snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[10,%d,12]}", s,
                  s > 10 ? 30 : 10);
@@ -619,10 +624,7 @@ static void test_heatmap(void) {
     cJSON_Delete(h);
     dash_model_free(m);
     /* a job of one rank: over its own early speed too (every cell read 1x against itself) */
-    m = dash_model_new();
-    feed(dash_model_metrics_line, m,
-         "{\"type\":\"config\",\"layout\":{\"world\":1,\"dp\":1,\"tp\":1,\"pp\":1}}");
-    feed(event_line_of, m, "{\"time\":1,\"event\":\"job_start\",\"np\":1}");
+    m = layout_job(1, 1);
     for (int s = 1; s <= 40; s++) {
         snprintf(line, sizeof line, "{\"step\":%d,\"attempt\":1,\"compute_ms\":[%d]}", s,
                  s > 30 ? 20 : 10);
