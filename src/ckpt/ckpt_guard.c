@@ -73,36 +73,33 @@ void ckpt_dir_unlock(int fd) {
 }
 
 /* 1 when dir holds what a checkpoint directory holds (step_* or .step_*
- * entries, latest, job, lock, or a manifest: a commit itself); the name of
- * the first such entry goes to what. */
-static int is_ckpt_dir(const char *dir, char *what, size_t n) {
+ * entries, latest, job, the lock unless lock is 0, or a manifest: a commit
+ * itself), the name of the first such entry into what; 0 when it holds none;
+ * -1 when it cannot be read (errno). */
+static int ckpt_entry(const char *dir, int lock, char *what, size_t n) {
     DIR *d = opendir(dir);
-    if (!d) return 0;
+    if (!d) return -1;
     struct dirent *e;
     int found = 0;
     while (!found && (e = readdir(d))) {
         const char *s = e->d_name;
         found = !strncmp(s, "step_", 5) || !strncmp(s, ".step_", 6) || !strcmp(s, "latest") ||
-                !strcmp(s, "job") || !strcmp(s, LOCK_NAME) || !strcmp(s, CKPT_MANIFEST);
+                !strcmp(s, "job") || (lock && !strcmp(s, LOCK_NAME)) || !strcmp(s, CKPT_MANIFEST);
         if (found) snprintf(what, n, "%s", s);
     }
     closedir(d);
     return found;
 }
 
+static int is_ckpt_dir(const char *dir, char *what, size_t n) {
+    return ckpt_entry(dir, 1, what, n) > 0;
+}
+
 ms_status ckpt_out_still_new(const char *out, const char *tool) {
-    DIR *d = opendir(out);
-    if (!d) return ms_error(MS_ERR_IO, "%s: --out %s: %s", tool, out, strerror(errno));
-    struct dirent *e;
-    char what[256] = "";
-    while (!what[0] && (e = readdir(d))) {
-        const char *s = e->d_name;
-        if (!strncmp(s, "step_", 5) || !strncmp(s, ".step_", 6) || !strcmp(s, "latest") ||
-            !strcmp(s, "job") || !strcmp(s, CKPT_MANIFEST))
-            snprintf(what, sizeof what, "%s", s);
-    }
-    closedir(d);
-    if (!what[0]) return MS_OK;
+    char what[256];
+    int found = ckpt_entry(out, 0, what, sizeof what); /* its own lock aside */
+    if (found < 0) return ms_error(MS_ERR_IO, "%s: --out %s: %s", tool, out, strerror(errno));
+    if (!found) return MS_OK;
     return ms_error(MS_ERR_ARG,
                     "%s: --out %s was written by another command meanwhile (it now holds %s); "
                     "nothing was written",
