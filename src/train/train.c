@@ -836,7 +836,7 @@ static void teardown(trainer *t, ms_status st) {
         (void)ckpt_manager_wait(t->ckpt); /* as long as destroy would wait for it */
         (void)report_commits(t);
     }
-    hb_ckpt_warnings(t);           /* the last beat says a warned commit of a failed run too */
+    hb_ckpt_warnings(t); /* the last beat says a warned commit, the final one's, a failed run's */
     ckpt_manager_destroy(t->ckpt); /* waits for a persist in flight */
     mon_record_destroy(t->rec);
     data_shm_close(t->ring);
@@ -1425,7 +1425,6 @@ ms_status train_run(const train_config *tc) {
         st = ckpt_manager_finish(t.ckpt, &cs);
         ms_status rs = report_commits(&t); /* also after a failed last persist: the earlier ones */
         if (st == MS_OK) st = rs;
-        hb_ckpt_warnings(&t); /* the last beat says the final commit's warning too */
         /* a clean stop short of --steps: said in DIR/stopped, so that a driver
          * that takes the job over tells it from a crash */
         if (st == MS_OK && t.stopped && t.rank == 0) ckpt_manager_mark_stopped(t.ckpt, t.done);
