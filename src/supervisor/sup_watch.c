@@ -210,13 +210,19 @@ static void on_skipped(sup_driver *d, const sup_beat *b) {
             b->skip_step);
 }
 
+static int lost_peer(const sup_driver *d, int reporter, double *since);
+
 /* The rank whose own write failed: the rank a failed commit's error names
  * ("rank R failed to ...", what the other ranks report: agree() in
  * src/ckpt/ckpt_persist.c; "rank R: ...", rank R's own message as rank 0
- * passes it on), else the beat's own rank. */
+ * passes it on); for a commit whose collective timed out, the peer it lost
+ * (as for a rank's comm error: before, a host cut off during a checkpoint was
+ * booked on the survivor that reported it); else the beat's own rank. */
 static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
     int r = rank_then(b->ckpt_error, ":");
     if (r < 0) r = rank_then(b->ckpt_error, " failed to ");
+    double since = 0;
+    if (r < 0 && !strcmp(classify(b->ckpt_error), "comm")) r = lost_peer(d, b->rank, &since);
     return r >= 0 && r < d->c->np ? r : b->rank;
 }
 
