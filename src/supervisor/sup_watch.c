@@ -211,6 +211,7 @@ static void on_skipped(sup_driver *d, const sup_beat *b) {
 }
 
 static int lost_peer(const sup_driver *d, int reporter, double *since);
+static int stuck_peer(const sup_driver *d, int reporter, const char *err, double *since);
 
 /* The rank whose own write failed: the rank a failed commit's error names
  * ("rank R failed to ...", what the other ranks report: agree() in
@@ -223,6 +224,8 @@ static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
     if (r < 0) r = rank_then(b->ckpt_error, " failed to ");
     double since = 0;
     if (r < 0 && !strcmp(classify(b->ckpt_error), "comm")) r = lost_peer(d, b->rank, &since);
+    if (r < 0 && !strcmp(classify(b->ckpt_error), "comm"))
+        r = stuck_peer(d, b->rank, b->ckpt_error, &since);
     return r >= 0 && r < d->c->np ? r : b->rank;
 }
 
@@ -395,6 +398,62 @@ static int lost_peer(const sup_driver *d, int reporter, double *since) {
     return who;
 }
 
+/* 1 if a comm error's arrival report names global rank g as one the op waited for: in its
+ * "not arrived: ..." or "unknown (other host): ..." part (up to the next "; "), or as a
+ * point-to-point op's "peer rank R (global g)" (src/comm/comm_board.c writes both). */
+static int names_waited_for(const char *err, int g) {
+    static const char *const parts[] = {"not arrived: ", "unknown (other host): ", "peer rank "};
+    char key[32];
+    snprintf(key, sizeof key, "(global %d", g);
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        const char *p = strstr(err, parts[k]), *end;
+        if (!p) continue;
+        end = strstr(p, "; ");
+        for (const char *q = p; (q = strstr(q, key)) && (!end || q < end); q += strlen(key))
+            if (q[strlen(key)] == ',' || q[strlen(key)] == ' ' || q[strlen(key)] == ')') return 1;
+    }
+    return 0;
+}
+
+/* The peer a survivor's communication timed out waiting for when every other rank still
+ * beats: one stuck in its own work (a hung kernel, a deadlock in its compute), which
+ * --comm-timeout shorter than the hang detector's no-progress limit reports first.  Of the
+ * others, a rank that made no step while the reporter waited, beat in the wait's second half,
+ * and was blocked in communication at no beat since the wait began (the ranks waiting for it
+ * are); those the error names as not arrived first, then the one without a step the longest.
+ * -1 when no rank fits (every other one waits too: a lost message, no rank to blame) or the
+ * beats do not say (no beat late in the wait, or a rank that sends no wait time).  The wait is
+ * the error's "timed out after X s", else the reporter's time since its last step.
+ * *since: the rank's last step. */
+static int stuck_peer(const sup_driver *d, int reporter, const char *err, double *since) {
+    double now = ms_now(), waited = 0;
+    const char *t = strstr(err, "timed out after ");
+    if (!t || sscanf(t, "timed out after %lf", &waited) != 1 || !(waited > 0))
+        waited = now - d->r[reporter].last_progress;
+    if (!(waited > 0)) return -1;
+    double began = now - waited;
+    int who = -1, named_who = 0;
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (i == reporter || s->done || s->failed || s->stopped || !s->connected || !s->started)
+            continue;
+        if (isnan(s->comm_wait_s)) return -1;
+        /* a beat in the wait's second half (a state from before the wait says nothing), and
+         * blocked at none since the wait began: a rank blocked then may have timed out itself
+         * a moment ago, its newest beat saying 0 while its error is on the way (before, a
+         * dp peer's report named the tp peer of the stuck rank so) */
+        double late = began + 0.5 * waited;
+        if (s->last_beat < late || s->t_blocked >= began || s->last_progress > late)
+            continue; /* no beat late in the wait, waited in it too, or made a step */
+        int named = names_waited_for(err, i);
+        if (who < 0 || named > named_who ||
+            (named == named_who && s->last_progress < d->r[who].last_progress))
+            who = i, named_who = named;
+    }
+    if (who >= 0) *since = d->r[who].last_progress;
+    return who;
+}
+
 /* pid's start time if host is this host, else 0 (unknown: never signalled). */
 /* 1 if a beat's host is this one (its pid is one of this host's). */
 static int local_host(const char *host) {
@@ -430,6 +489,7 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     s->pid = b->pid;
     s->last_beat = now;
     s->comm_wait_s = b->comm_wait_s;
+    if (b->comm_wait_s > 0) s->t_blocked = now;
     s->dumps = b->dumps;
     snprintf(s->host, sizeof s->host, "%s", b->host);
     /* a validation or a checkpoint's wait (10x the no-progress limit) is
@@ -549,12 +609,20 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
             if (origin >= 0 && origin < d->c->np && origin != b->rank)
                 rank = origin, d->fault_reporter = d->fault ? d->fault_reporter : b->rank;
             double since = 0;
-            int quiet = !strcmp(kind, "comm") && !d->fault ? lost_peer(d, b->rank, &since) : -1;
+            int comm = !strcmp(kind, "comm") && !d->fault;
+            int quiet = comm ? lost_peer(d, b->rank, &since) : -1;
+            int stuck = comm && quiet < 0 ? stuck_peer(d, b->rank, b->error, &since) : -1;
             if (quiet >= 0) { /* the lost peer, not the survivor that reports it */
                 d->fault_reporter = b->rank;
                 sup_set_fault(d, kind, quiet, since,
                               "rank %d (on %s) went silent %.1f s before rank %d reported: %s",
                               quiet, d->r[quiet].host, ms_now() - since, b->rank, b->error);
+            } else if (stuck >= 0) { /* the peer it waited for, stuck in its own work */
+                d->fault_reporter = b->rank;
+                sup_set_fault(d, kind, stuck, since,
+                              "rank %d (on %s) beats but made no step for %.1f s and waits in no "
+                              "communication, while rank %d waited for it: %s",
+                              stuck, d->r[stuck].host, ms_now() - since, b->rank, b->error);
             } else {
                 sup_set_fault(d, kind, rank, 0, "%s", b->error);
             }

@@ -1005,6 +1005,25 @@ def check_hang_named_short_timeout(d, shard):
        f"\n{err[-2000:]}")
 
 
+def check_comm_stuck_peer(d, shard):
+    """A rank of tp2 x dp2 that hangs in its own work (it beats, waits in no communication)
+    with a --comm-timeout (2 s) shorter than the hang detector's limit (10 s): a survivor's
+    collective times out first, and the fault is the stuck rank's, the survivor its
+    reported_by.  Before, it was booked on the survivor (its node diagnosed and, with a
+    spare, evicted): the comm error's peer was looked for among silent ranks only."""
+    run = os.path.join(d, "commstuck")
+    rc, err = launch(run, shard, ["--heartbeat-timeout", "10", "--max-restarts", "1",
+                                  "--faults", "hang@4:2"],
+                     ["--steps", "6", "--tp", "2", "--dp", "2", "--comm-timeout", "2",
+                      "--ckpt-every", "1", "--ckpt-dir", os.path.join(run, "ckpt")], np=4)
+    first = next((e for e in events(run) if e["event"] == "fault_detected"), {})
+    ok(rc == 0 and first.get("kind") == "comm" and first.get("rank") == 2
+       and first.get("reported_by") in (0, 1, 3) and "waits in no communication" in
+       first.get("detail", "") and first.get("action") == "restart",
+       "a comm timeout while a peer is stuck in its compute: the fault is the stuck rank's",
+       json.dumps(first) + err[-2000:])
+
+
 def check_compute_log_rotation(d, shard):
     """--compute-log-max-mb: compute.jsonl past it is renamed compute.jsonl.1 and started
     again at a row's end; the two hold the newest rows, in order, each a whole JSON line
@@ -1181,6 +1200,7 @@ def main():
     check_hang_after_ckpt_wait(d, shard)
     check_hang_at_step2(d, shard)
     check_hang_named_short_timeout(d, shard)
+    check_comm_stuck_peer(d, shard)
     check_compute_log_rotation(d, shard)
     check_stop_escalation(d, shard, False)
     check_stop_escalation(d, shard, True)

@@ -852,6 +852,90 @@ static void test_unclear_hang(void) {
     beat_driver_free(d);
 }
 
+/* A survivor's comm error while every other rank beats: the peer it waited for, stuck in its
+ * own work (beats, no step, blocked in no communication during the wait), is the fault's rank
+ * and the survivor is reported_by.  Before, the fault was the survivor's whenever
+ * --comm-timeout ended before the hang detector's limit (a hang of rank 2 of tp2 x dp2 was
+ * booked on rank 1, with a diagnosis of its node). */
+#define STUCK_ERR(g)                                                                               \
+    "comm: reduce_scatter #40 (64 x f32) on group 'dp' (2 ranks) timed out after 2.0 s "           \
+    "(limit 2.0 s): not arrived: rank 1 (global " #g ", pid 7 alive, heartbeat 0.2 s ago, at "     \
+    "#39 of this group); arrived: ranks 0"
+
+/* np ranks at step 3 stalled for 2.5 s, each beating now, rank r blocked in communication
+ * from 1.5 s into the stall (and still) where blocked[r], else not. */
+static sup_driver *comm_stall(sup_config *c, int np, sup_conn *k, const int *blocked) {
+    sup_driver *d = beat_driver(c, np);
+    beat_attempt(d, k);
+    beat_steps(d, k, 0, 3, 100);
+    for (int r = 0; r < np; r++) {
+        d->r[r].last_progress -= 2.5;
+        beat_send_wait(d, k, r, 3, NAN, "train", "", blocked[r] ? 1.0 : 0);
+    }
+    return d;
+}
+
+static void expect_comm_fault(sup_driver *d, int rank, int reporter, const char *text) {
+    T_EQ_INT(d->fault, 1);
+    T_OK(!strcmp(d->kind, "comm"));
+    T_EQ_INT(d->fault_rank, rank);
+    T_EQ_INT(d->fault_reporter, reporter);
+    T_STR_CONTAINS(d->detail, text);
+}
+
+static void test_comm_stuck_peer(void) {
+    sup_config c;
+    sup_conn k[4];
+    /* dp2: rank 1 stuck before its reduce-scatter, rank 0's times out */
+    sup_driver *d = comm_stall(&c, 2, k, (int[]){1, 0});
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) beats but made no step for 2.5 s");
+    T_STR_CONTAINS(d->detail, "while rank 0 waited for it: comm: reduce_scatter");
+    beat_driver_free(d);
+    /* both wait (a message lost): no rank to blame but the reporter */
+    d = comm_stall(&c, 2, k, (int[]){1, 1});
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
+    beat_driver_free(d);
+    /* tp2 x dp2, rank 2 stuck: its tp peer 3 waited for it and timed out itself a moment ago
+     * (its newest beat says 0, its error on the way) while rank 1's dp op names rank 3 */
+    d = comm_stall(&c, 4, k, (int[]){1, 1, 0, 1});
+    beat_send_wait(d, k, 3, 3, NAN, "train", "", 0);
+    beat_send_wait(d, k, 1, 3, NAN, "error", STUCK_ERR(3), 0);
+    expect_comm_fault(d, 2, 1, "rank 2 (on elsewhere) beats but made no step");
+    beat_driver_free(d);
+    /* a rank that made a step during the wait is not the one waited for */
+    d = comm_stall(&c, 2, k, (int[]){1, 0});
+    d->r[1].last_progress = ms_now() - 0.2;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
+    beat_driver_free(d);
+    /* no beat from it late in the wait: its state then is unknown */
+    d = comm_stall(&c, 2, k, (int[]){1, 0});
+    d->r[1].last_beat -= 1.5;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
+    beat_driver_free(d);
+    /* beats without wait times (an older trainer): not judged */
+    d = comm_stall(&c, 2, k, (int[]){1, 0});
+    d->r[1].comm_wait_s = NAN;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
+    beat_driver_free(d);
+    /* two ranks fit: the one the error names as not arrived, though the other's step is
+     * older; then, named neither, the one without a step the longest */
+    d = comm_stall(&c, 3, k, (int[]){1, 0, 0});
+    d->r[1].last_progress -= 1;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(2), 0);
+    expect_comm_fault(d, 2, 0, "rank 2 (on elsewhere)");
+    beat_driver_free(d);
+    d = comm_stall(&c, 3, k, (int[]){1, 0, 0});
+    d->r[1].last_progress -= 1;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(12), 0);
+    expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) beats but made no step for 3.5 s");
+    beat_driver_free(d);
+}
+
 /* `--ctl evict` of an active node while no job runs (the pre-flight check, between
  * attempts, the end) is refused: the eviction rides on the running attempt's fault, which
  * the next attempt's sup_reset_ranks cleared.  Before, the reply said "evicting; the job
@@ -904,6 +988,7 @@ int main(void) {
     test_step_time();
     test_comm_after_gone();
     test_unclear_hang();
+    test_comm_stuck_peer();
     test_ctl_evict_no_job();
     return ms_test_summary("test_sup_parts");
 }
