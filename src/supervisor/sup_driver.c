@@ -272,7 +272,12 @@ static void adopt_job(sup_driver *d) {
         d->r[i].pid_start = d->adopt_starts[i];
         d->r[i].adopted = d->adopt_starts[i] != 0;
         snprintf(d->r[i].host, sizeof d->r[i].host, "%s", d->adopt_hosts[i]);
+        /* its beats count from the attempt's start: what the earlier driver said, not again
+         * (before, each rank's first beat to this driver raised its count from 0 and said
+         * every redo and skip of the attempt anew, as the current step's, each a fault) */
+        d->r[i].redone = d->redone_adopt, d->r[i].skipped = d->skipped_adopt;
     }
+    d->nan_step = d->nan_step_adopt, d->skip_step = d->skip_step_adopt;
     d->adopt_pid = 0;
 }
 

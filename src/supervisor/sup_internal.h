@@ -481,6 +481,10 @@ typedef struct {
      * most said; an adopted job's from the state file, so a driver that takes over does not
      * say them again) */
     int ckpt_warned, ckpt_warned_adopt;
+    /* an adopted job's steps redone and skipped as its ranks' beats had said them (the most
+     * a rank said) and the steps of the last redo and skip events: a driver that takes over
+     * does not say them again */
+    int redone_adopt, skipped_adopt, nan_step_adopt, skip_step_adopt;
     /* an earlier driver's job to take over (sup_recover.c) */
     pid_t adopt_pid;
     pid_t *adopt_pids;                /* [np]: its ranks (0: unknown or gone) */

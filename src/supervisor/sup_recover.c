@@ -345,6 +345,14 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "t0", d->ev.t0);
     cJSON_AddNumberToObject(o, "anomalies", d->n_anomalies);
     cJSON_AddNumberToObject(o, "ckpt_warned", d->ckpt_warned);
+    int redone = 0, skipped = 0; /* the attempt's, as its ranks' beats said them */
+    for (int i = 0; i < d->c->np; i++)
+        redone = d->r[i].redone > redone ? d->r[i].redone : redone,
+        skipped = d->r[i].skipped > skipped ? d->r[i].skipped : skipped;
+    cJSON_AddNumberToObject(o, "ranks_redone", redone);
+    cJSON_AddNumberToObject(o, "ranks_skipped", skipped);
+    cJSON_AddNumberToObject(o, "nan_step", d->nan_step);
+    cJSON_AddNumberToObject(o, "skip_step", d->skip_step);
     cJSON_AddStringToObject(o, "latest0", d->latest0);
     cJSON_AddStringToObject(o, "job0", d->job0);
     /* a start trained with these options: a successor with the same ones
@@ -639,6 +647,12 @@ static void resume_ranks(sup_driver *d, const cJSON *ranks, int adopted) {
 
 /* The state's counters into d; 1 if one is missing or not a number (its
  * start time t0 into *t0, taken only once the state is known good). */
+/* A count a state holds: 0 when absent (an older state) or out of range. */
+static int count_or_0(const cJSON *x) {
+    return cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 1e9 ? (int)x->valuedouble
+                                                                            : 0;
+}
+
 static int resume_counters(sup_driver *d, const cJSON *o, double *t0) {
     int bad = 0;
     d->restarts = (int)num(o, "restarts", &bad);
@@ -664,9 +678,12 @@ static int resume_counters(sup_driver *d, const cJSON *o, double *t0) {
     d->first_interval = cJSON_IsNumber(fi) && isfinite(fi->valuedouble) ? fi->valuedouble : 0;
     d->n_anomalies = (int)num(o, "anomalies", &bad);
     const cJSON *cw = item(o, "ckpt_warned"); /* absent in older states: none said */
-    d->ckpt_warned_adopt = cJSON_IsNumber(cw) && cw->valuedouble >= 0 && cw->valuedouble < 1e9
-                               ? (int)cw->valuedouble
-                               : 0;
+    d->ckpt_warned_adopt = count_or_0(cw);
+    /* absent in older states: none said */
+    d->redone_adopt = count_or_0(item(o, "ranks_redone"));
+    d->skipped_adopt = count_or_0(item(o, "ranks_skipped"));
+    d->nan_step_adopt = count_or_0(item(o, "nan_step"));
+    d->skip_step_adopt = count_or_0(item(o, "skip_step"));
     *t0 = num(o, "t0", &bad);
     d->attempt_no = (int)num(o, "attempt", &bad);
     return bad;

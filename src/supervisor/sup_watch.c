@@ -506,13 +506,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         s->resume_step = b->start >= 0 ? b->start : b->step;
         s->step = b->step;
     }
-    if (b->redone > s->redone) {
-        s->redone = b->redone;
-        on_redone(d, b);
-    }
-    if (b->skipped > s->skipped) {
-        s->skipped = b->skipped;
-        on_skipped(d, b);
+    if (b->redone > s->redone || b->skipped > s->skipped) {
+        if (b->redone > s->redone) s->redone = b->redone, on_redone(d, b);
+        if (b->skipped > s->skipped) s->skipped = b->skipped, on_skipped(d, b);
+        sup_state_save(d, 0, 0); /* the counts with the events: a successor says none again */
     }
     if (!d->fault) on_ckpt(d, b);
     if (b->ckpt_warned > d->ckpt_warned) { /* said while stopping after a fault too */

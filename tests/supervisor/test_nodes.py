@@ -241,6 +241,26 @@ def transient_nan(d, shard, ref_w):
     ok(not of(run, "restart") and len(of(run, "launch")) == 1, "transient NaN: no restart")
 
 
+def redo_takeover(d, shard, ref_w):
+    """A step redone in place (a transient NaN at step 4 on rank 1), then the driver killed
+    and a new one started while the job trains on: the redo is said once.  Before, each
+    rank's first beat to the new driver raised its count of steps redone from 0: the redo
+    was said again, as a fault at the current step, and the summary counted two."""
+    run, c = cmd(d, "redotk", shard, ["--faults", "nan-grad@4:1,slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    kill_driver(run, p1)
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "a redo, then the driver killed")
+    f = of(run, "fault_detected")
+    summ = of(run, "summary")
+    ok(of(run, "driver_resumed") and [(e["kind"], e["action"], e["step"]) for e in f] ==
+       [("nonfinite", "redo", 4)] and summ and summ[-1]["faults"] == {"nonfinite": 1}
+       and not of(run, "restart"),
+       "a redo, then the driver killed: said once, one fault in the summary",
+       f"{f} {summ[-1:] if summ else None}\n{err[-2000:]}")
+
+
 def driver_killed(d, shard):
     # long enough that the job outlives the driver's restart (its ranks
     # reconnect within a few seconds); step 4's commit stands with a warning, which the
@@ -720,6 +740,7 @@ def main():
              "evict": lambda: manual_evict(d, shard, ref_w),
              "transient": lambda: transient_nan(d, shard, ref_w),
              "driver": lambda: driver_killed(d, shard),
+             "redotk": lambda: redo_takeover(d, shard, ref_w),
              "straggler": lambda: straggler(d, shard, ref_w),
              "spike": lambda: spike(d, shard),
              "commit": lambda: commit_once(d, shard, ref_w),
