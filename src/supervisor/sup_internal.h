@@ -399,6 +399,7 @@ typedef struct {
     double last_beat, last_progress;
     double comm_wait_s; /* its last beat's: blocked in communication for (NaN: not sent) */
     double t_blocked;   /* its newest beat that said it waited in communication (0: none) */
+    double t_wait_from; /* when that wait began, as the beat said (0: none) */
     int dumps;          /* its last beat's: SIGUSR2 hang-dump requests answered (-1: not sent) */
     unsigned long long pid_start; /* /proc start time (same host), 0: unknown */
     double t_lost;                /* its connection closed while its process lived (0: not so) */

@@ -211,7 +211,6 @@ static void on_skipped(sup_driver *d, const sup_beat *b) {
 }
 
 static int lost_peer(const sup_driver *d, int reporter, double *since);
-static int stuck_peer(const sup_driver *d, int reporter, const char *err, double *since);
 
 /* The rank whose own write failed: the rank a failed commit's error names
  * ("rank R failed to ...", what the other ranks report: agree() in
@@ -224,8 +223,6 @@ static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
     if (r < 0) r = rank_then(b->ckpt_error, " failed to ");
     double since = 0;
     if (r < 0 && !strcmp(classify(b->ckpt_error), "comm")) r = lost_peer(d, b->rank, &since);
-    if (r < 0 && !strcmp(classify(b->ckpt_error), "comm"))
-        r = stuck_peer(d, b->rank, b->ckpt_error, &since);
     return r >= 0 && r < d->c->np ? r : b->rank;
 }
 
@@ -417,31 +414,35 @@ static int names_waited_for(const char *err, int g) {
 
 /* The peer a survivor's communication timed out waiting for when every other rank still
  * beats: one stuck in its own work (a hung kernel, a deadlock in its compute), which
- * --comm-timeout shorter than the hang detector's no-progress limit reports first.  Of the
- * others, a rank that made no step while the reporter waited, beat in the wait's second half,
- * and was blocked in communication at no beat since the wait began (the ranks waiting for it
- * are); those the error names as not arrived first, then the one without a step the longest.
- * -1 when no rank fits (every other one waits too: a lost message, no rank to blame) or the
- * beats do not say (no beat late in the wait, or a rank that sends no wait time).  The wait is
- * the error's "timed out after X s", else the reporter's time since its last step.
- * *since: the rank's last step. */
+ * --comm-timeout shorter than the hang detector's no-progress limit reports first.  The wait
+ * is the reporter's own, as its beats said it: from when its newest wait began to its last
+ * beat in it (its error comes later: the rank tears down first, a persist in flight, the
+ * dumps' grace); a reporter with no beat in a wait since its last step, the error's "timed
+ * out after X s" up to now.  Of the others, a rank that made no step while the reporter
+ * waited, beat in the wait's second half or since, and was blocked in communication at no
+ * beat since the wait began (the ranks waiting for it are; one that timed out itself a
+ * moment ago says 0 at its newest beat, its error on the way: before, a dp peer's report
+ * named the tp peer of the stuck rank so); those the error names as not arrived first,
+ * then the one without a step the longest.  -1 when no rank fits (every other one waits
+ * too: a lost message, no rank to blame) or the beats do not say (no beat late in the
+ * wait, or a rank that sends no wait time).  *since: the rank's last step. */
 static int stuck_peer(const sup_driver *d, int reporter, const char *err, double *since) {
-    double now = ms_now(), waited = 0;
-    const char *t = strstr(err, "timed out after ");
-    if (!t || sscanf(t, "timed out after %lf", &waited) != 1 || !(waited > 0))
-        waited = now - d->r[reporter].last_progress;
+    const sup_rank *rep = &d->r[reporter];
+    double now = ms_now(), began, waited = 0;
+    if (rep->t_blocked > rep->last_progress && rep->t_wait_from > 0) {
+        began = rep->t_wait_from, waited = rep->t_blocked - began;
+    } else {
+        const char *t = strstr(err, "timed out after ");
+        if (!t || sscanf(t, "timed out after %lf", &waited) != 1) waited = 0;
+        began = now - waited;
+    }
     if (!(waited > 0)) return -1;
-    double began = now - waited;
     int who = -1, named_who = 0;
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         if (i == reporter || s->done || s->failed || s->stopped || !s->connected || !s->started)
             continue;
         if (isnan(s->comm_wait_s)) return -1;
-        /* a beat in the wait's second half (a state from before the wait says nothing), and
-         * blocked at none since the wait began: a rank blocked then may have timed out itself
-         * a moment ago, its newest beat saying 0 while its error is on the way (before, a
-         * dp peer's report named the tp peer of the stuck rank so) */
         double late = began + 0.5 * waited;
         if (s->last_beat < late || s->t_blocked >= began || s->last_progress > late)
             continue; /* no beat late in the wait, waited in it too, or made a step */
@@ -489,7 +490,7 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     s->pid = b->pid;
     s->last_beat = now;
     s->comm_wait_s = b->comm_wait_s;
-    if (b->comm_wait_s > 0) s->t_blocked = now;
+    if (b->comm_wait_s > 0) s->t_blocked = now, s->t_wait_from = now - b->comm_wait_s;
     s->dumps = b->dumps;
     snprintf(s->host, sizeof s->host, "%s", b->host);
     /* a validation or a checkpoint's wait (10x the no-progress limit) is

@@ -722,6 +722,59 @@ static void test_step_time(void) {
     beat_driver_free(d);
 }
 
+/* The steps redone and skipped that the ranks' beats said in this attempt, and the steps of
+ * the last redo and skip events, go into driver.json and back: a driver that takes the job
+ * over starts its ranks' counts there and says none again (an older state: 0, as before). */
+static void test_state_redo_counts(void) {
+    char dir[] = "/tmp/ms_sup_redo_XXXXXX";
+    T_OK(mkdtemp(dir) != NULL);
+    sup_config c, c2;
+    sup_driver *d = beat_driver(&c, 3);
+    sup_conn k[3];
+    beat_attempt(d, k);
+    beat_steps(d, k, 0, 6, 100);
+    d->r[0].redone = 2, d->r[1].redone = 3, d->r[2].redone = 1; /* rank 1's beat came last */
+    d->r[1].skipped = 1;
+    d->nan_step = 5, d->skip_step = 6;
+    char why[512];
+    d->writer = sup_writer_start(why, sizeof why);
+    T_OK(d->writer != NULL);
+    snprintf(d->state_path, sizeof d->state_path, "%s/driver.json", dir);
+    snprintf(d->token, sizeof d->token, "%s", TOK);
+    sup_state_save(d, 0, 1);
+    T_EQ_INT(sup_writer_stop(d->writer, 10), 0);
+    d->writer = NULL;
+    sup_driver *e = beat_resumed(&c2, 3, d->state_path);
+    T_EQ_INT(e->redone_adopt, 3);
+    T_EQ_INT(e->skipped_adopt, 1);
+    T_EQ_INT(e->nan_step_adopt, 5);
+    T_EQ_INT(e->skip_step_adopt, 6);
+    beat_driver_free(e);
+    /* an older state, without them */
+    FILE *f = fopen(d->state_path, "r");
+    T_OK(f != NULL);
+    char buf[8192] = "";
+    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[got] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    T_OK(cJSON_IsObject(o));
+    const char *keys[] = {"ranks_redone", "ranks_skipped", "nan_step", "skip_step"};
+    for (int i = 0; i < 4; i++)
+        cJSON_DeleteItemFromObjectCaseSensitive(o, keys[i]);
+    char *text = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    write_file(d->state_path, text ? text : "");
+    cJSON_free(text);
+    e = beat_resumed(&c2, 3, d->state_path);
+    T_OK(e->redone_adopt == 0 && e->skipped_adopt == 0 && e->nan_step_adopt == 0 &&
+         e->skip_step_adopt == 0);
+    beat_driver_free(e);
+    unlink(d->state_path);
+    rmdir(dir);
+    beat_driver_free(d);
+}
+
 /* A communication error on a surviving rank after another rank's process is
  * gone (its close not read yet) is that rank's crash, from when its
  * connection was lost; with no rank gone it is the reporter's comm fault,
@@ -934,6 +987,30 @@ static void test_comm_stuck_peer(void) {
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(12), 0);
     expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) beats but made no step for 3.5 s");
     beat_driver_free(d);
+    /* the error 2.5 s after the reporter's last beat in its wait (it tore down first: a
+     * persist in flight, the dumps' grace): the wait is the one its beats said, so the tp
+     * peer blocked then (its newest beat 0: timed out itself) is still not the one; before,
+     * the wait was the error's 2 s up to its arrival, and rank 3 was named */
+    d = comm_stall(&c, 4, k, (int[]){1, 1, 0, 1});
+    for (int r = 0; r < 4; r++) {
+        sup_rank *s = &d->r[r];
+        s->last_beat -= 2.5, s->last_progress -= 2.5;
+        if (s->t_blocked > 0) s->t_blocked -= 2.5, s->t_wait_from -= 2.5;
+    }
+    for (int r = 0; r < 4; r++)
+        if (r != 1) beat_send_wait(d, k, r, 3, NAN, "train", "", r == 0 ? 3.5 : 0);
+    beat_send_wait(d, k, 1, 3, NAN, "error", STUCK_ERR(3), 0);
+    expect_comm_fault(d, 2, 1, "rank 2 (on elsewhere) beats but made no step for 5.0 s");
+    beat_driver_free(d);
+    /* a reporter whose beats never said it waited: the error's 2 s, up to now */
+    d = comm_stall(&c, 2, k, (int[]){0, 0});
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) beats but made no step for 2.5 s");
+    beat_driver_free(d);
+    d = comm_stall(&c, 2, k, (int[]){0, 0});
+    beat_send_wait(d, k, 0, 3, NAN, "error", "comm: recv timed out (no time said)", 0);
+    expect_comm_fault(d, 0, -1, "no time said");
+    beat_driver_free(d);
 }
 
 /* `--ctl evict` of an active node while no job runs (the pre-flight check, between
@@ -989,6 +1066,7 @@ int main(void) {
     test_comm_after_gone();
     test_unclear_hang();
     test_comm_stuck_peer();
+    test_state_redo_counts();
     test_ctl_evict_no_job();
     return ms_test_summary("test_sup_parts");
 }
