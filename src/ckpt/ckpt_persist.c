@@ -619,6 +619,7 @@ static double thread_cpu(void) {
 static void *persist_main(void *arg) {
     ckpt_persist *p = arg;
     setpriority(PRIO_PROCESS, (id_t)gettid(), 10); /* training comes first */
+    comm_thread_set_background(1); /* its waits are not the training's (the heartbeats) */
     static _Atomic uint16_t c_lane, c_persist;
     ms_ev_thread_init(ms_ev_id(&c_lane, "ckpt"));
     uint16_t persist = ms_ev_id(&c_persist, "persist");

@@ -224,8 +224,16 @@ long long comm_thread_wait_ns(void);
 /* Seconds the longest of this process's comm_wait calls in progress has
  * blocked so far, 0 when no thread waits (the heartbeats: a rank whose
  * training thread is stuck elsewhere waits in nothing, while its peers
- * block in communication waiting for it).  NULL: 0.  Thread-safe. */
+ * block in communication waiting for it).  A background thread's waits
+ * (comm_thread_set_background) are not counted.  NULL: 0.  Thread-safe. */
 double comm_world_blocked_s(comm_world *w);
+/* This thread's waits from now on are a background thread's (on != 0): a
+ * checkpoint's persist thread, whose collectives wait for the slowest
+ * writer.  comm_world_blocked_s leaves them out (before, the persist
+ * thread of a rank stuck in its training thread, waiting for a slow
+ * writer, made that rank look like one blocked in communication, and the
+ * supervisor named a rank waiting for it); the hang dumps still list them. */
+void comm_thread_set_background(int on);
 /* A wait on another rank outside the communicator (a follower of the tp
  * group's shared-memory batch ring waiting for its leader, the leader for
  * a follower): comm_world_blocked_s counts it from this call until

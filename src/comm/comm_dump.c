@@ -28,6 +28,7 @@
  * All of it runs on the communication thread.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -135,7 +136,7 @@ static void comm_dump_group(ms_atomic_file *af, comm_world *w, const comm_group 
 static void comm_dump_outside(ms_atomic_file *af, comm_world *w, int comma) {
     long long now = (long long)ms_ev_now();
     for (int i = 0; i < COMM_WAIT_SLOTS; i++) {
-        long long t = atomic_load(&w->wait_since[i]);
+        long long t = llabs(atomic_load(&w->wait_since[i])); /* < 0: a background thread's */
         const char *where = atomic_load(&w->wait_where[i]);
         int peer = atomic_load(&w->wait_peer[i]);
         if (!t || !where) continue;
@@ -285,7 +286,7 @@ double comm_world_blocked_s(comm_world *w) {
     long long now = (long long)ms_ev_now(), oldest = 0;
     for (int i = 0; w && i < COMM_WAIT_SLOTS; i++) {
         long long t = atomic_load(&w->wait_since[i]);
-        if (t && (!oldest || t < oldest)) oldest = t;
+        if (t > 0 && (!oldest || t < oldest)) oldest = t; /* < 0: a background thread's */
     }
     return oldest && now > oldest ? (double)(now - oldest) / 1e9 : 0;
 }

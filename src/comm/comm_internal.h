@@ -188,8 +188,9 @@ struct comm_world {
                        failed right after, so a later one would show nothing in flight */
     _Atomic long long bytes_done;         /* bytes of the ops completed (comm_world_bytes) */
     _Atomic long long wait_ns;            /* callers' time in comm_wait (comm_world_wait_ns) */
-    /* when each caller now blocked in comm_wait began (ms_ev_now; 0: a free
-     * slot; a caller past the slots goes unseen): comm_world_blocked_s */
+    /* when each caller now blocked in comm_wait began (ms_ev_now, negated for
+     * a background thread's wait; 0: a free slot; a caller past the slots
+     * goes unseen): comm_world_blocked_s */
     _Atomic long long wait_since[COMM_WAIT_SLOTS];
     /* a wait outside the communicator (comm_world_wait_begin): where (NULL:
      * a comm_wait, whose op the dump lists with its group) and for whom */

@@ -407,11 +407,20 @@ long long comm_thread_wait_ns(void) {
     return thread_wait_ns;
 }
 
-/* A free slot of w->wait_since, now holding t0 (-1: none free). */
+static _Thread_local int thread_background; /* comm_thread_set_background */
+
+void comm_thread_set_background(int on) {
+    thread_background = on != 0;
+}
+
+/* A free slot of w->wait_since, now holding t0, negated for a background thread's wait
+ * (-1: none free). */
 static int wait_slot_take(comm_world *w, int64_t t0) {
+    long long v = t0 > 0 ? t0 : 1;
     for (int i = 0; w && i < COMM_WAIT_SLOTS; i++) {
         long long free_slot = 0;
-        if (atomic_compare_exchange_strong(&w->wait_since[i], &free_slot, t0 > 0 ? t0 : 1))
+        if (atomic_compare_exchange_strong(&w->wait_since[i], &free_slot,
+                                           thread_background ? -v : v))
             return i;
     }
     return -1;

@@ -372,6 +372,8 @@ void sup_heatlog_close(sup_heatlog *h); /* flushes; a zeroed h is fine */
 /* a hang the beats pin on no rank waits this long at most for a beat from each
  * (ranks beat every second; 2 s leaves one late beat a second) */
 #define SUP_UNCLEAR_WAIT_S 2.0
+/* no beat for this long: at least one missed (ranks beat every second) */
+#define SUP_BEAT_MISSED_S 1.5
 
 typedef struct {
     int fd, rank;  /* rank -1 until its first valid beat */

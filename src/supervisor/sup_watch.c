@@ -423,10 +423,15 @@ static int names_waited_for(const char *err, int g) {
  * beat since the wait began (the ranks waiting for it are; one that timed out itself a
  * moment ago says 0 at its newest beat, its error on the way: before, a dp peer's report
  * named the tp peer of the stuck rank so); those the error names as not arrived first,
- * then the one without a step the longest.  -1 when no rank fits (every other one waits
- * too: a lost message, no rank to blame) or the beats do not say (no beat late in the
- * wait, or a rank that sends no wait time).  *since: the rank's last step. */
-static int stuck_peer(const sup_driver *d, int reporter, const char *err, double *since) {
+ * then the one without a step the longest.  Also, before those, a rank that went quiet in
+ * the wait: no beat in its second half or since, and none for more than SUP_BEAT_MISSED_S
+ * (stopped, cut off: lost_peer names it only once silent about two beats, and a
+ * --comm-timeout of 2 s reported it first); *quiet says which.  -1 when no rank fits (every
+ * other one waits too: a lost message, no rank to blame) or the beats do not say (no beat
+ * late in the wait, or a rank that sends no wait time).  *since: the rank's last step, or
+ * its last beat if quiet. */
+static int stuck_peer(const sup_driver *d, int reporter, const char *err, double *since,
+                      int *quiet) {
     const sup_rank *rep = &d->r[reporter];
     double now = ms_now(), began, waited = 0;
     if (rep->t_blocked > rep->last_progress && rep->t_wait_from > 0) {
@@ -437,21 +442,25 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
         began = now - waited;
     }
     if (!(waited > 0)) return -1;
-    int who = -1, named_who = 0;
+    int who = -1, rank_who = 0;
+    double late = began + 0.5 * waited;
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         if (i == reporter || s->done || s->failed || s->stopped || !s->connected || !s->started)
             continue;
         if (isnan(s->comm_wait_s)) return -1;
-        double late = began + 0.5 * waited;
-        if (s->last_beat < late || s->t_blocked >= began || s->last_progress > late)
-            continue; /* no beat late in the wait, waited in it too, or made a step */
-        int named = names_waited_for(err, i);
-        if (who < 0 || named > named_who ||
-            (named == named_who && s->last_progress < d->r[who].last_progress))
-            who = i, named_who = named;
+        if (s->last_progress > late) continue; /* made a step in the wait */
+        int silent = s->last_beat < late && now - s->last_beat > SUP_BEAT_MISSED_S;
+        if (!silent && (s->last_beat < late || s->t_blocked >= began))
+            continue; /* no beat late in the wait, or waited in it too */
+        int rank = 2 * names_waited_for(err, i) + silent; /* named first, then quiet */
+        if (who < 0 || rank > rank_who ||
+            (rank == rank_who && s->last_progress < d->r[who].last_progress))
+            who = i, rank_who = rank;
     }
-    if (who >= 0) *since = d->r[who].last_progress;
+    if (who < 0) return -1;
+    *quiet = rank_who & 1;
+    *since = *quiet ? d->r[who].last_beat : d->r[who].last_progress;
     return who;
 }
 
@@ -609,7 +618,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
             double since = 0;
             int comm = !strcmp(kind, "comm") && !d->fault;
             int quiet = comm ? lost_peer(d, b->rank, &since) : -1;
-            int stuck = comm && quiet < 0 ? stuck_peer(d, b->rank, b->error, &since) : -1;
+            int went_quiet = 0;
+            int stuck =
+                comm && quiet < 0 ? stuck_peer(d, b->rank, b->error, &since, &went_quiet) : -1;
+            if (went_quiet) quiet = stuck, stuck = -1;
             if (quiet >= 0) { /* the lost peer, not the survivor that reports it */
                 d->fault_reporter = b->rank;
                 sup_set_fault(d, kind, quiet, since,

@@ -1010,18 +1010,26 @@ def check_comm_stuck_peer(d, shard):
     with a --comm-timeout (2 s) shorter than the hang detector's limit (10 s): a survivor's
     collective times out first, and the fault is the stuck rank's, the survivor its
     reported_by.  Before, it was booked on the survivor (its node diagnosed and, with a
-    spare, evicted): the comm error's peer was looked for among silent ranks only."""
-    run = os.path.join(d, "commstuck")
-    rc, err = launch(run, shard, ["--heartbeat-timeout", "10", "--max-restarts", "1",
-                                  "--faults", "hang@4:2"],
-                     ["--steps", "6", "--tp", "2", "--dp", "2", "--comm-timeout", "2",
-                      "--ckpt-every", "1", "--ckpt-dir", os.path.join(run, "ckpt")], np=4)
-    first = next((e for e in events(run) if e["event"] == "fault_detected"), {})
-    ok(rc == 0 and first.get("kind") == "comm" and first.get("rank") == 2
-       and first.get("reported_by") in (0, 1, 3) and "waits in no communication" in
-       first.get("detail", "") and first.get("action") == "restart",
-       "a comm timeout while a peer is stuck in its compute: the fault is the stuck rank's",
-       json.dumps(first) + err[-2000:])
+    spare, evicted): the comm error's peer was looked for among silent ranks only.  The
+    same with rank 0's persist of step 3 still running (the stuck rank's persist thread
+    waits in the checkpoint's all-reduce for it: before, that wait made the stuck rank look
+    blocked in communication), and with the rank SIGSTOPped (silent 2 s: one missed beat,
+    not yet the two that made it lost before)."""
+    cases = [("commstuck", "hang@4:2", 2, "waits in no communication"),
+             ("commstuckckpt", "hang@4:2,stage2:slow=2500@3:0", 2, "waits in no communication"),
+             ("commstop", "stop@4:1", 1, "went silent")]
+    for name, faults, victim, text in cases:
+        run = os.path.join(d, name)
+        rc, err = launch(run, shard, ["--heartbeat-timeout", "10", "--max-restarts", "1",
+                                      "--faults", faults],
+                         ["--steps", "6", "--tp", "2", "--dp", "2", "--comm-timeout", "2",
+                          "--ckpt-every", "1", "--ckpt-dir", os.path.join(run, "ckpt")], np=4)
+        first = next((e for e in events(run) if e["event"] == "fault_detected"), {})
+        ok(rc == 0 and first.get("kind") == "comm" and first.get("rank") == victim
+           and first.get("reported_by") in {0, 1, 2, 3} - {victim}
+           and text in first.get("detail", "") and first.get("action") == "restart",
+           f"a comm timeout while rank {victim} is stuck ({faults}): the fault is its own",
+           json.dumps(first) + err[-2000:])
 
 
 def check_compute_log_rotation(d, shard):

@@ -963,11 +963,21 @@ static void test_comm_stuck_peer(void) {
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
     expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
     beat_driver_free(d);
-    /* no beat from it late in the wait: its state then is unknown */
+    /* no beat from it late in the wait, its last one 1.2 s ago (not a beat missed yet): its
+     * state then is unknown */
     d = comm_stall(&c, 2, k, (int[]){1, 0});
-    d->r[1].last_beat -= 1.5;
+    d->r[1].last_beat -= 1.2;
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
     expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
+    beat_driver_free(d);
+    /* none for 2 s (a beat missed, not yet lost_peer's silence of about two): gone quiet
+     * in the wait, SIGSTOPped or cut off; before, a --comm-timeout of 2 s booked the
+     * survivor.  Named before a rank stuck in its work, though its last step is newer */
+    d = comm_stall(&c, 3, k, (int[]){1, 0, 0});
+    d->r[1].last_beat -= 2.0;
+    d->r[2].last_progress -= 1;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(7), 0);
+    expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) went silent 2.0 s before rank 0 reported");
     beat_driver_free(d);
     /* beats without wait times (an older trainer): not judged */
     d = comm_stall(&c, 2, k, (int[]){1, 0});
