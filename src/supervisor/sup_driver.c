@@ -278,6 +278,7 @@ static void adopt_job(sup_driver *d) {
         d->r[i].redone = d->redone_adopt, d->r[i].skipped = d->skipped_adopt;
     }
     d->nan_step = d->nan_step_adopt, d->skip_step = d->skip_step_adopt;
+    d->straggler_warned = d->straggler_warned_adopt; /* said once an attempt */
     d->adopt_pid = 0;
 }
 

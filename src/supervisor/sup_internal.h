@@ -488,6 +488,7 @@ typedef struct {
      * a rank said) and the steps of the last redo and skip events: a driver that takes over
      * does not say them again */
     int redone_adopt, skipped_adopt, nan_step_adopt, skip_step_adopt;
+    int straggler_warned_adopt; /* the adopted attempt's straggler anomaly was said */
     /* an earlier driver's job to take over (sup_recover.c) */
     pid_t adopt_pid;
     pid_t *adopt_pids;                /* [np]: its ranks (0: unknown or gone) */

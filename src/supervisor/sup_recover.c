@@ -353,6 +353,19 @@ void sup_state_save(sup_driver *d, int finished, int sync) {
     cJSON_AddNumberToObject(o, "ranks_skipped", skipped);
     cJSON_AddNumberToObject(o, "nan_step", d->nan_step);
     cJSON_AddNumberToObject(o, "skip_step", d->skip_step);
+    cJSON_AddNumberToObject(o, "straggler_warned", d->straggler_warned);
+    /* the loss-spike detector's history: a successor goes on with it (before, it started
+     * afresh and missed every spike of its first 16 steps) */
+    const sup_spike *sp = &d->spike;
+    cJSON *spike = cJSON_AddObjectToObject(o, "spike");
+    if (spike) {
+        cJSON_AddItemToObject(spike, "changes", cJSON_CreateDoubleArray(sp->v, sp->n));
+        cJSON_AddNumberToObject(spike, "next", sp->next);
+        cJSON_AddNumberToObject(spike, "prev", sp->have_prev ? sp->prev : 0);
+        cJSON_AddNumberToObject(spike, "last_step", sp->last_step);
+        cJSON_AddBoolToObject(spike, "have_prev", sp->have_prev);
+        cJSON_AddBoolToObject(spike, "skip_next", sp->skip_next);
+    }
     cJSON_AddStringToObject(o, "latest0", d->latest0);
     cJSON_AddStringToObject(o, "job0", d->job0);
     /* a start trained with these options: a successor with the same ones
@@ -647,6 +660,34 @@ static void resume_ranks(sup_driver *d, const cJSON *ranks, int adopted) {
 
 /* The state's counters into d; 1 if one is missing or not a number (its
  * start time t0 into *t0, taken only once the state is known good). */
+/* The loss-spike detector's history from a state's "spike" (absent in older states, or
+ * not well formed: none, as a new driver's). */
+static void resume_spike(sup_spike *sp, const cJSON *o) {
+    memset(sp, 0, sizeof *sp);
+    const cJSON *ch = item(o, "changes"), *nx = item(o, "next"), *pv = item(o, "prev"),
+                *ls = item(o, "last_step");
+    int n = cJSON_GetArraySize(ch);
+    if (!cJSON_IsObject(o) || !cJSON_IsArray(ch) || n > SUP_SPIKE_WINDOW || !cJSON_IsNumber(nx) ||
+        !(nx->valuedouble >= 0 && nx->valuedouble < SUP_SPIKE_WINDOW) || !cJSON_IsNumber(pv) ||
+        !isfinite(pv->valuedouble) || !cJSON_IsNumber(ls) ||
+        !(ls->valuedouble >= 0 && ls->valuedouble < 1e9))
+        return;
+    for (int i = 0; i < n; i++) {
+        const cJSON *x = cJSON_GetArrayItem(ch, i);
+        if (!cJSON_IsNumber(x) || !isfinite(x->valuedouble)) {
+            memset(sp, 0, sizeof *sp);
+            return;
+        }
+        sp->v[i] = x->valuedouble;
+    }
+    sp->n = n;
+    sp->next = n < SUP_SPIKE_WINDOW ? n : (int)nx->valuedouble; /* the ring fills in order */
+    sp->prev = pv->valuedouble;
+    sp->last_step = (int)ls->valuedouble;
+    sp->have_prev = cJSON_IsTrue(item(o, "have_prev"));
+    sp->skip_next = cJSON_IsTrue(item(o, "skip_next"));
+}
+
 /* A count a state holds: 0 when absent (an older state) or out of range. */
 static int count_or_0(const cJSON *x) {
     return cJSON_IsNumber(x) && x->valuedouble >= 0 && x->valuedouble < 1e9 ? (int)x->valuedouble
@@ -684,6 +725,8 @@ static int resume_counters(sup_driver *d, const cJSON *o, double *t0) {
     d->skipped_adopt = count_or_0(item(o, "ranks_skipped"));
     d->nan_step_adopt = count_or_0(item(o, "nan_step"));
     d->skip_step_adopt = count_or_0(item(o, "skip_step"));
+    d->straggler_warned_adopt = count_or_0(item(o, "straggler_warned")) > 0;
+    resume_spike(&d->spike, item(o, "spike"));
     *t0 = num(o, "t0", &bad);
     d->attempt_no = (int)num(o, "attempt", &bad);
     return bad;

@@ -261,6 +261,22 @@ def redo_takeover(d, shard, ref_w):
        f"{f} {summ[-1:] if summ else None}\n{err[-2000:]}")
 
 
+def spike_takeover(d, shard):
+    """The driver killed at step 20 and a new one started: the loss spike at step 24 is
+    still found (the detector needs the changes of 16 steps before it, and the new driver
+    goes on with those driver.json kept).  Before, it started its history afresh and said
+    no spike in its first 16 steps."""
+    run, c = cmd(d, "spiketk", shard, ["--faults", "spike=100@24,slow=150@18+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 20, p1)
+    kill_driver(run, p1)
+    rc, err = relaunch(c)
+    a = of(run, "anomaly")
+    ok(rc == 0 and of(run, "driver_resumed") and len(a) == 1 and a[0]["kind"] == "loss_spike"
+       and 24 <= a[0]["step"] <= 27, "a loss spike after a driver's take-over: found",
+       f"{a}\n{err[-2000:]}")
+
+
 def driver_killed(d, shard):
     # long enough that the job outlives the driver's restart (its ranks
     # reconnect within a few seconds); step 4's commit stands with a warning, which the
@@ -741,6 +757,7 @@ def main():
              "transient": lambda: transient_nan(d, shard, ref_w),
              "driver": lambda: driver_killed(d, shard),
              "redotk": lambda: redo_takeover(d, shard, ref_w),
+             "spiketk": lambda: spike_takeover(d, shard),
              "straggler": lambda: straggler(d, shard, ref_w),
              "spike": lambda: spike(d, shard),
              "commit": lambda: commit_once(d, shard, ref_w),

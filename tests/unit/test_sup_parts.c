@@ -722,9 +722,10 @@ static void test_step_time(void) {
     beat_driver_free(d);
 }
 
-/* The steps redone and skipped that the ranks' beats said in this attempt, and the steps of
- * the last redo and skip events, go into driver.json and back: a driver that takes the job
- * over starts its ranks' counts there and says none again (an older state: 0, as before). */
+/* The steps redone and skipped that the ranks' beats said in this attempt, the steps of the
+ * last redo and skip events, whether its straggler anomaly was said, and the loss-spike
+ * detector's history go into driver.json and back: a driver that takes the job over starts
+ * there, says none again and misses no spike (an older state: none, as before). */
 static void test_state_redo_counts(void) {
     char dir[] = "/tmp/ms_sup_redo_XXXXXX";
     T_OK(mkdtemp(dir) != NULL);
@@ -736,6 +737,10 @@ static void test_state_redo_counts(void) {
     d->r[0].redone = 2, d->r[1].redone = 3, d->r[2].redone = 1; /* rank 1's beat came last */
     d->r[1].skipped = 1;
     d->nan_step = 5, d->skip_step = 6;
+    d->straggler_warned = 1;
+    for (int step = 1; step <= 40; step++) /* the spike detector's ring wrapped */
+        sup_spike_feed(&d->spike, step, 5.0 - 0.01 * step + 0.001 * (step % 3), 6, NULL, NULL);
+    T_EQ_INT(d->spike.n, SUP_SPIKE_WINDOW);
     char why[512];
     d->writer = sup_writer_start(why, sizeof why);
     T_OK(d->writer != NULL);
@@ -749,6 +754,13 @@ static void test_state_redo_counts(void) {
     T_EQ_INT(e->skipped_adopt, 1);
     T_EQ_INT(e->nan_step_adopt, 5);
     T_EQ_INT(e->skip_step_adopt, 6);
+    T_EQ_INT(e->straggler_warned_adopt, 1);
+    /* cJSON writes a double with 15 digits where that reads back within its epsilon */
+    T_OK(e->spike.n == d->spike.n && e->spike.next == d->spike.next && e->spike.last_step == 40 &&
+         e->spike.have_prev);
+    T_NEAR(e->spike.prev, d->spike.prev, 1e-12);
+    for (int i = 0; i < SUP_SPIKE_WINDOW; i++)
+        T_NEAR(e->spike.v[i], d->spike.v[i], 1e-12);
     beat_driver_free(e);
     /* an older state, without them */
     FILE *f = fopen(d->state_path, "r");
@@ -759,8 +771,9 @@ static void test_state_redo_counts(void) {
     buf[got] = 0;
     cJSON *o = cJSON_Parse(buf);
     T_OK(cJSON_IsObject(o));
-    const char *keys[] = {"ranks_redone", "ranks_skipped", "nan_step", "skip_step"};
-    for (int i = 0; i < 4; i++)
+    const char *keys[] = {"ranks_redone", "ranks_skipped",    "nan_step",
+                          "skip_step",    "straggler_warned", "spike"};
+    for (int i = 0; i < 6; i++)
         cJSON_DeleteItemFromObjectCaseSensitive(o, keys[i]);
     char *text = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
@@ -768,7 +781,8 @@ static void test_state_redo_counts(void) {
     cJSON_free(text);
     e = beat_resumed(&c2, 3, d->state_path);
     T_OK(e->redone_adopt == 0 && e->skipped_adopt == 0 && e->nan_step_adopt == 0 &&
-         e->skip_step_adopt == 0);
+         e->skip_step_adopt == 0 && e->straggler_warned_adopt == 0 && e->spike.n == 0 &&
+         !e->spike.have_prev);
     beat_driver_free(e);
     unlink(d->state_path);
     rmdir(dir);
