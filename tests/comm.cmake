@@ -67,7 +67,7 @@ add_executable(test_comm_fault unit/test_comm_fault.c)
 target_link_libraries(test_comm_fault PRIVATE mscore)
 target_include_directories(test_comm_fault PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 foreach(mode dead split late stopped stopped-late dead-dev dump signal-noboard signal-first
-    postfail)
+    postfail outside)
   add_test(NAME test_comm_fault_${mode} COMMAND ${MS_COMM_FAULT} "${MPIEXEC_EXECUTABLE}"
     ${MPIEXEC_NUMPROC_FLAG} $<TARGET_FILE:test_comm_fault> ${mode} 3)
   set_tests_properties(test_comm_fault_${mode} PROPERTIES LABELS "mpi;faults" SKIP_RETURN_CODE 77

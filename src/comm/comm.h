@@ -156,6 +156,16 @@ double comm_world_timeout(const comm_world *w);
 void comm_world_set_timeout(comm_world *w, double seconds);
 /* 1 after a timeout broke the world (see above). */
 int comm_world_broken(const comm_world *w);
+/* Break the world for a failure outside the communicator (a wait for a rank,
+ * comm_world_wait_begin, that timed out), as a timeout of its own breaks it: later ops are
+ * refused at once with msg (before, a follower of a hung batch-ring leader then waited out a
+ * gate's collective for the same rank: twice the time to report), and MPI is not finalised.
+ * The first failure wins; w NULL: nothing. */
+void comm_world_fail(comm_world *w, ms_status code, const char *msg);
+/* MS_OK, or once the world is broken its failure as this thread's error ("comm: WHAT: world
+ * broken by an earlier failure: ...", the code the failure had): for a wait outside the
+ * communicator (comm_world_wait_begin) that a broken world will never end.  w NULL: MS_OK. */
+ms_status comm_world_check(const comm_world *w, const char *what);
 /* Hosts (comm_hosts.c): the host name of world rank `rank` (its
  * gethostname(), at most 63 bytes; "?" for a rank outside the world), its
  * host's index (hosts numbered 0.. in the order of their lowest world

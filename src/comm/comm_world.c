@@ -349,3 +349,22 @@ int comm_world_broken(const comm_world *w) {
     pthread_mutex_unlock(&m->mu);
     return b;
 }
+
+void comm_world_fail(comm_world *w, ms_status code, const char *msg) {
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    comm_poison_locked(w, code, msg);
+    pthread_mutex_unlock(&w->mu);
+}
+
+ms_status comm_world_check(const comm_world *w, const char *what) {
+    if (!w) return MS_OK;
+    comm_world *m = (comm_world *)w;
+    pthread_mutex_lock(&m->mu);
+    ms_status st = MS_OK;
+    if (m->poisoned)
+        st = ms_error(m->poison_code, "comm: %s: world broken by an earlier failure: %s", what,
+                      m->poison_msg);
+    pthread_mutex_unlock(&m->mu);
+    return st;
+}

@@ -118,6 +118,13 @@ static ms_status wait_until(data_shm *s, double deadline, int member, uint64_t b
         pthread_mutex_unlock(&s->h->mu);
         return ms_error(MS_ERR_IO, "%s: a process sharing the batch ring died", s->name);
     }
+    if (s->cfg.give_up && s->cfg.give_up(s->cfg.wait_ctx)) {
+        pthread_mutex_unlock(&s->h->mu);
+        char w[96];
+        return ms_error(MS_ERR_IO, "%s: given up waiting for %s to %s batch %llu", s->name,
+                        who(s, member, w, sizeof w), member ? "read" : "publish",
+                        (unsigned long long)b);
+    }
     return MS_OK;
 }
 

@@ -40,6 +40,12 @@ typedef struct {
      * dumps); the call returns when the wait is over.  It must not block. */
     void (*on_wait)(void *ctx, int member);
     void *wait_ctx;
+    /* optional: asked, with wait_ctx, at least every 0.2 s while a call waits; nonzero ends
+     * the wait at once (MS_ERR_IO "...: given up waiting for ..."): the caller's other
+     * communication failed meanwhile, and the member waited for will not come (before, a
+     * follower of a hung leader waited out its whole timeout after its peers' collective had
+     * already timed out: twice the time to detect).  It must not block. */
+    int (*give_up)(void *ctx);
 } data_shm_config;
 
 ms_status data_shm_open_leader(data_shm **out, const data_shm_config *cfg);

@@ -160,6 +160,26 @@ static void ring_waits(void *ctx, int member) {
         comm_world_wait_peer(t->world, t->ring_wait, peer);
 }
 
+/* The ring's wait ends once the world broke (data_shm_config.give_up). */
+static int ring_gives_up(void *ctx) {
+    trainer *t = ctx;
+    return comm_world_broken(t->world);
+}
+
+/* A ring call's failure st: the world's, the root cause, when it broke first (a collective
+ * of the rank waited for timed out: its "not arrived" names it for the supervisor); else the
+ * ring's own, which breaks the world as a timeout of a collective does (the gates at the end
+ * are refused at once instead of waiting for the same rank again). */
+static ms_status ring_failure(trainer *t, ms_status st) {
+    if (st == MS_OK || !t->world) return st;
+    char ring[1024];
+    snprintf(ring, sizeof ring, "%s", ms_errmsg());
+    if (comm_world_broken(t->world)) return comm_world_check(t->world, ring);
+    ms_status code = strstr(ring, "timed out") ? MS_ERR_TIMEOUT : st;
+    comm_world_fail(t->world, code, ring);
+    return ms_error(code, "%s", ring);
+}
+
 static ms_status open_ring(trainer *t) {
     if (!t->grid || comm_grid_dim_size(t->grid, COMM_DIM_TP) < 2) return MS_OK;
     comm_group *tp = comm_grid_group(t->grid, COMM_DIM_TP);
@@ -203,6 +223,7 @@ static ms_status open_ring(trainer *t) {
                           .member = comm_group_rank(g),
                           .ranks = named ? ranks : NULL,
                           .on_wait = ring_waits,
+                          .give_up = ring_gives_up,
                           .wait_ctx = t};
     t->ring_wait = -1;
     if (t->ring_leader) {
@@ -246,7 +267,7 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
         ms_status st = data_shm_get(t->ring, bi, bt, wait);
         comm_world_wait_end(t->world, t->ring_wait);
         t->ring_wait = -1;
-        MS_TRY(st);
+        MS_TRY(ring_failure(t, st));
     } else {
         MS_TRY(data_prefetch_next(t->prefetch, bi, bt, wait));
         if (t->ring) {
@@ -254,7 +275,7 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
             ms_status st = data_shm_put(t->ring, bi, bt, &put_wait);
             comm_world_wait_end(t->world, t->ring_wait);
             t->ring_wait = -1;
-            MS_TRY(st);
+            MS_TRY(ring_failure(t, st));
             *wait += put_wait; /* not the leader's compute (the straggler scores) */
         }
     }

@@ -1014,10 +1014,14 @@ def check_comm_stuck_peer(d, shard):
     same with rank 0's persist of step 3 still running (the stuck rank's persist thread
     waits in the checkpoint's all-reduce for it: before, that wait made the stuck rank look
     blocked in communication), and with the rank SIGSTOPped (silent 2 s: one missed beat,
-    not yet the two that made it lost before)."""
+    not yet the two that made it lost before).  And rank 0, the leader of its tp group's
+    batch ring, found within about one --comm-timeout: its follower's ring wait times out
+    and breaks the world (before, the follower then waited out the end gate's collective
+    for the same rank: twice the timeout)."""
     cases = [("commstuck", "hang@4:2", 2, "waits in no communication"),
              ("commstuckckpt", "hang@4:2,stage2:slow=2500@3:0", 2, "waits in no communication"),
-             ("commstop", "stop@4:1", 1, "went silent")]
+             ("commstop", "stop@4:1", 1, "went silent"),
+             ("commleader", "hang@4:0", 0, "waits in no communication")]
     for name, faults, victim, text in cases:
         run = os.path.join(d, name)
         rc, err = launch(run, shard, ["--heartbeat-timeout", "10", "--max-restarts", "1",
@@ -1027,7 +1031,8 @@ def check_comm_stuck_peer(d, shard):
         first = next((e for e in events(run) if e["event"] == "fault_detected"), {})
         ok(rc == 0 and first.get("kind") == "comm" and first.get("rank") == victim
            and first.get("reported_by") in {0, 1, 2, 3} - {victim}
-           and text in first.get("detail", "") and first.get("action") == "restart",
+           and text in first.get("detail", "") and first.get("action") == "restart"
+           and first.get("detect_s", 99) < 3.5,
            f"a comm timeout while rank {victim} is stuck ({faults}): the fault is its own",
            json.dumps(first) + err[-2000:])
 

@@ -32,6 +32,9 @@
  *           the host's other ranks for theirs (rank 1 sees the request on
  *           the board).  Before, any dump written earlier kept it from
  *           asking, and the others' stale dumps were read as current.
+ *   outside  rank 0 breaks its world for a failure outside the
+ *           communicator (comm_world_fail: a batch ring's wait that timed
+ *           out); comm_world_check and the next op say that failure at once.
  *   postfail rank 2's MPI_Iallreduce fails as it is posted (this program
  *           wraps it through MPI's profiling interface, PMPI): the op fails
  *           naming the call, the world is broken (the next op fails at once,
@@ -197,6 +200,37 @@ static int signal_first_mode(comm_world *w, int R, double timeout) {
     _exit(rc);
 }
 
+/* outside: rank 0 breaks the world for a failure outside the communicator (a batch ring's
+ * wait for rank 2 that timed out): comm_world_check says it, naming that failure, a later op
+ * is refused at once with it, a second failure does not replace it, and MPI is not
+ * finalised; the other ranks' worlds are whole (each rank's own). */
+static int outside_mode(comm_world *w, int R) {
+    comm_group *g = comm_world_group(w);
+    if (R != 0) {
+        T_EQ_INT(comm_world_check(w, "nothing"), MS_OK);
+        T_OK(!comm_world_broken(w));
+        if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r%d outside: a whole world\n", R);
+        char name[64];
+        snprintf(name, sizeof name, "test_comm_fault outside r%d", R);
+        _exit(ms_test_summary(name) ? 1 : 0); /* no finalize: rank 0 will not meet it */
+    }
+    T_EQ_INT(comm_world_check(w, "nothing"), MS_OK);
+    comm_world_fail(w, MS_ERR_TIMEOUT, "ring: timed out after 5 s waiting for rank 2");
+    T_OK(comm_world_broken(w));
+    comm_world_fail(w, MS_ERR_IO, "a later failure");
+    T_EQ_INT(comm_world_check(w, "the ring's wait"), MS_ERR_TIMEOUT);
+    T_STR_CONTAINS(ms_errmsg(), "comm: the ring's wait: world broken by an earlier failure: "
+                                "ring: timed out after 5 s waiting for rank 2");
+    double t0 = ms_now();
+    T_EQ_INT(comm_barrier(g), MS_ERR_TIMEOUT);
+    T_OK(ms_now() - t0 < 1.0);
+    T_STR_CONTAINS(ms_errmsg(), "world broken by an earlier failure: ring: timed out");
+    T_EQ_INT(comm_world_finalize(w), MS_ERR_TIMEOUT);
+    T_STR_CONTAINS(ms_errmsg(), "MPI not finalized");
+    if (ms_t_fail == 0) fprintf(stderr, "FAULT-OK r0 outside: broken from outside\n");
+    return ms_test_summary("test_comm_fault outside r0");
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "dead";
     ms_ctx_init(); /* rank-aware log lines */
@@ -212,6 +246,7 @@ int main(int argc, char **argv) {
     comm_group *g = comm_world_group(w);
     T_EQ_INT(N, 3);
     T_EQ_INT(comm_barrier(g), MS_OK); /* everyone is up */
+    if (!strcmp(mode, "outside")) return outside_mode(w, R);
     if (R == 2) {
         if (!strcmp(mode, "postfail")) return postfail_mode(w);
         if (!strcmp(mode, "dead") || !strcmp(mode, "split") || !strcmp(mode, "dead-dev")) _exit(0);

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/timeutil.h"
 #include "check.h"
 #include "data/loader.h"
 #include "data/prefetch.h"
@@ -82,6 +83,13 @@ static void fill(int32_t *x, size_t n, int k) {
 }
 
 /* Follower process: read `nb` batches, exit 0 if all are right. */
+static double give_up_at; /* give_up_later: yes from this time on */
+
+static int give_up_later(void *ctx) {
+    (void)ctx;
+    return ms_now() >= give_up_at;
+}
+
 static int follower(const data_shm_config *c, int nb, int die_after) {
     data_shm *s;
     if (data_shm_open_follower(&s, c) != MS_OK) {
@@ -207,6 +215,32 @@ static void test_shm(void) {
     T_STR_CONTAINS(ms_errmsg(), "waiting for the leader (rank 10) to publish batch 3");
     data_shm_close(fw);
     waitpid(lead, NULL, 0);
+
+    /* the same with give_up saying yes 0.3 s into the wait (the caller's world broke):
+     * the follower stops waiting then, not at its 5 s timeout */
+    c.timeout_s = 5.0;
+    lead = fork();
+    if (lead == 0) {
+        data_shm *l;
+        c.member = 0;
+        if (data_shm_open_leader(&l, &c) != MS_OK) _exit(2);
+        usleep(2000000);
+        data_shm_close(l);
+        _exit(0);
+    }
+    usleep(100000); /* the leader's segment exists */
+    c.member = 1;
+    give_up_at = ms_now() + 0.3;
+    c.give_up = give_up_later;
+    T_EQ_INT(data_shm_open_follower(&fw, &c), MS_OK);
+    double t0 = ms_now();
+    T_EQ_INT(data_shm_get(fw, in, tg, NULL), MS_ERR_IO);
+    T_OK(ms_now() - t0 < 1.5);
+    T_STR_CONTAINS(ms_errmsg(), "given up waiting for the leader (rank 10) to publish batch 0");
+    data_shm_close(fw);
+    waitpid(lead, NULL, 0);
+    c.give_up = NULL;
+    c.timeout_s = 1.0;
 
     /* the leader's put reports how long it waited for a slow follower: the
      * ring holds 3 batches, so the 4th put waits for the first read */
