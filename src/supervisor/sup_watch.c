@@ -362,6 +362,29 @@ static void crash(sup_driver *d, int rank, double t_stall) {
                   n_also ? " (their processes ended too)" : "");
 }
 
+static int read_conn(sup_driver *d, sup_conn *k);
+
+/* The beats every connection but `cur` holds unread, taken in now (a rank's last words
+ * before it exited: its error, its end), with no fault decided on them (the beat being read
+ * decides); a connection's end is left for the next pass, which drops it. */
+static void read_ahead(sup_driver *d, sup_conn *cur) {
+    if (d->reading_ahead) return;
+    d->reading_ahead = 1;
+    for (int i = 0; i < d->n_conns; i++)
+        if (&d->conns[i] != cur) (void)read_conn(d, &d->conns[i]);
+    d->reading_ahead = 0;
+}
+
+/* 1 if a rank that reported an error of its own has exited since (on this host): mpirun
+ * ends the job's other ranks once one exits so, and their being gone says nothing. */
+static int exited_after_error(const sup_driver *d) {
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (s->failed && s->pid_start && !rank_lives(s)) return 1;
+    }
+    return 0;
+}
+
 /* A rank whose process (on this host: known by its start time) is gone
  * though it never said it ended (done, error, stopped), or -1. */
 static int gone_rank(const sup_driver *d) {
@@ -424,8 +447,8 @@ static int names_waited_for(const char *err, int g) {
  * moment ago says 0 at its newest beat, its error on the way: before, a dp peer's report
  * named the tp peer of the stuck rank so); those the error names as not arrived first,
  * then the one without a step the longest.  Also, before those, a rank that went quiet in
- * the wait: no beat in its second half or since, and none for more than SUP_BEAT_MISSED_S
- * (stopped, cut off: lost_peer names it only once silent about two beats, and a
+ * the wait: none of its beats for more than SUP_BEAT_MISSED_S (stopped, cut off: lost_peer names it
+ * only once silent about two beats, and a
  * --comm-timeout of 2 s reported it first); *quiet says which.  -1 when no rank fits (every
  * other one waits too: a lost message, no rank to blame) or the beats do not say (no beat
  * late in the wait, or a rank that sends no wait time).  *since: the rank's last step, or
@@ -442,23 +465,23 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
         began = now - waited;
     }
     if (!(waited > 0)) return -1;
-    int who = -1, rank_who = 0;
+    int who = -1, rank_who = 0, unknown = 0;
     double late = began + 0.5 * waited;
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         if (i == reporter || s->done || s->failed || s->stopped || !s->connected || !s->started)
             continue;
-        if (isnan(s->comm_wait_s)) return -1;
         if (s->last_progress > late) continue; /* made a step in the wait */
-        int silent = s->last_beat < late && now - s->last_beat > SUP_BEAT_MISSED_S;
-        if (!silent && (s->last_beat < late || s->t_blocked >= began))
+        int silent = now - s->last_beat > SUP_BEAT_MISSED_S; /* a beat missed, now */
+        if (!silent && isnan(s->comm_wait_s)) unknown = 1;   /* its waits unsaid */
+        if (!silent && (isnan(s->comm_wait_s) || s->last_beat < late || s->t_blocked >= began))
             continue; /* no beat late in the wait, or waited in it too */
         int rank = 2 * names_waited_for(err, i) + silent; /* named first, then quiet */
         if (who < 0 || rank > rank_who ||
             (rank == rank_who && s->last_progress < d->r[who].last_progress))
             who = i, rank_who = rank;
     }
-    if (who < 0) return -1;
+    if (who < 0 || (unknown && !(rank_who & 1))) return -1; /* stuck: only if every rank says */
     *quiet = rank_who & 1;
     *since = *quiet ? d->r[who].last_beat : d->r[who].last_progress;
     return who;
@@ -598,11 +621,22 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (!strcmp(b->phase, "error") && !s->failed) {
         s->failed = 1;
         snprintf(s->error, sizeof s->error, "%s", b->error);
+        if (d->reading_ahead) return; /* the beat being read decides */
         /* a peer lost: when a rank's process is known gone, that rank is
          * the fault (its end was not seen first: it had not reconnected to
          * a driver that took the job over, or its close is still unread) */
         const char *kind = classify(b->error);
         int gone = strcmp(kind, "comm") ? -1 : gone_rank(d);
+        if (gone >= 0) {
+            /* unless its last words are still unread: a rank that reported an error of its
+             * own and exited (mpirun then kills the rest, and they are gone too, an abort's
+             * cascade, no crash).  Before, the error of one survivor read before another's
+             * booked that one, or a rank mpirun killed, as the crash (under load, 2 runs in
+             * 5 of a SIGSTOPped rank's comm fault) */
+            read_ahead(d, k);
+            gone = gone_rank(d);
+            if (gone >= 0 && exited_after_error(d)) gone = -1; /* the beats decide below */
+        }
         if (gone >= 0)
             crash(d, gone, d->r[gone].t_lost > 0 ? d->r[gone].t_lost : 0);
         else {
