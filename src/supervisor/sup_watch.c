@@ -176,7 +176,9 @@ static void on_redone(sup_driver *d, const sup_beat *b) {
         e->n_faults++;
     }
     cJSON *g = cJSON_CreateObject();
-    cJSON_AddNumberToObject(g, "step", b->step);
+    /* the step redone, as the fault's (a beat read late, by a driver that took the job over,
+     * says a later one: before, the fault said step 6 and its recovery step 16) */
+    cJSON_AddNumberToObject(g, "step", known ? b->nan_step : b->step);
     cJSON_AddNumberToObject(g, "recover_s", isfinite(b->step_ms) ? b->step_ms / 1e3 : 0);
     cJSON_AddBoolToObject(g, "in_place", 1);
     sup_events_put(&d->ev, "recovered", g);

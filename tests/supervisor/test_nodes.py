@@ -239,6 +239,9 @@ def transient_nan(d, shard, ref_w):
     ok(f and (f[0].get("rank"), f[0].get("ranks"), f[0].get("node"), f[0].get("step")) ==
        (1, [1], "node1", 7), "transient NaN: the event names rank 1 (node1) and step 7", str(f))
     ok(not of(run, "restart") and len(of(run, "launch")) == 1, "transient NaN: no restart")
+    rec = [e for e in of(run, "recovered") if e.get("in_place")]
+    ok(len(rec) == 1 and rec[0]["step"] == 7, "transient NaN: recovered in place at step 7",
+       str(rec))
 
 
 def redo_takeover(d, shard, ref_w):
