@@ -623,7 +623,10 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     if (!strcmp(b->phase, "error") && !s->failed) {
         s->failed = 1;
         snprintf(s->error, sizeof s->error, "%s", b->error);
-        if (d->reading_ahead) return; /* the beat being read decides */
+        if (d->reading_ahead) { /* the beat being read decides, with this one's cause */
+            if (d->ahead_rank < 0 && strcmp(classify(b->error), "comm")) d->ahead_rank = b->rank;
+            return;
+        }
         /* a peer lost: when a rank's process is known gone, that rank is
          * the fault (its end was not seen first: it had not reconnected to
          * a driver that took the job over, or its close is still unread) */
@@ -635,7 +638,15 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
              * cascade, no crash).  Before, the error of one survivor read before another's
              * booked that one, or a rank mpirun killed, as the crash (under load, 2 runs in
              * 5 of a SIGSTOPped rank's comm fault) */
+            d->ahead_rank = -1;
             read_ahead(d, k);
+            int own = d->ahead_rank; /* an error of its own read ahead: the cause, not a peer */
+            if (own >= 0 && !d->fault) {
+                const sup_rank *o = &d->r[own];
+                d->fault_reporter = b->rank;
+                sup_set_fault(d, classify(o->error), own, 0, "%s", o->error);
+                return;
+            }
             gone = gone_rank(d);
             if (gone >= 0 && exited_after_error(d)) gone = -1; /* the beats decide below */
         }

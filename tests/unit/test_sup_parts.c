@@ -855,6 +855,49 @@ static void test_comm_after_gone(void) {
     T_EQ_INT(d->fault_rank, 2);
     T_STR_CONTAINS(d->detail, "rank 2 (on elsewhere) went silent 2.0 s before rank 0 reported");
     beat_driver_free(d);
+    /* rank 1 gone, its last beat still unread on its connection: read first.  Its own
+     * error (a device's) is the cause, rank 0's comm error its consequence; its comm error,
+     * a survivor's like rank 0's: no crash, the beats decide (rank 2 silent); nothing unread:
+     * rank 1's crash, as before */
+    static const struct {
+        const char *unread, *kind, *text;
+        int rank;
+    } ahead[] = {
+        {"CUDA error: an illegal memory access", "device", "CUDA error", 1},
+        {"comm: all_reduce #9 timed out after 30 s", "comm", "rank 2 (on elsewhere) went silent",
+         2},
+        {NULL, "crash", "rank 1 (pid", 1},
+    };
+    for (size_t i = 0; i < sizeof ahead / sizeof *ahead; i++) {
+        d = beat_driver(&c, 3);
+        snprintf(d->token, sizeof d->token, "%s", TOK);
+        beat_attempt(d, k);
+        beat_steps(d, k, 0, 3, 100);
+        d->r[0].pid_start = 0;
+        d->r[1].pid = child, d->r[1].pid_start = child_start;
+        d->r[2].last_beat -= 2.0, d->r[2].last_progress -= 20;
+        int sp[2];
+        T_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+        d->conns[0] = k[1], d->conns[0].fd = sp[0], d->n_conns = 1;
+        if (ahead[i].unread) {
+            char line[1024];
+            int n = snprintf(line, sizeof line,
+                             "{\"v\":1,\"token\":\"%s\",\"rank\":1,\"world\":3,\"pid\":%d,"
+                             "\"host\":\"elsewhere\",\"seq\":%llu,\"step\":3,\"phase\":"
+                             "\"error\",\"step_ms\":null,\"loss\":null,\"grad_norm\":null,"
+                             "\"comm_bytes\":0,\"error\":\"%s\"}\n",
+                             TOK, (int)child, k[1].seq + 1, ahead[i].unread);
+            T_EQ_INT((int)write(sp[1], line, (size_t)n), n);
+        }
+        beat_send(d, k, 0, 3, NAN, "error", "all-reduce timed out after 30 s (world broken)");
+        T_EQ_INT(d->fault, 1);
+        T_OK(!strcmp(d->kind, ahead[i].kind));
+        T_EQ_INT(d->fault_rank, ahead[i].rank);
+        T_STR_CONTAINS(d->detail, ahead[i].text);
+        close(sp[0]), close(sp[1]);
+        d->n_conns = 0;
+        beat_driver_free(d);
+    }
 }
 
 /* A driver of np ranks at step 3 whose ranks all made their last step
