@@ -214,6 +214,15 @@ static void on_skipped(sup_driver *d, const sup_beat *b) {
 
 static int lost_peer(const sup_driver *d, int reporter, double *since);
 
+/* The first global rank a comm error's arrival report says did not arrive ("not arrived:
+ * rank i (global G, ..."), or -1. */
+static int first_not_arrived(const char *err) {
+    const char *p = strstr(err, "not arrived: rank ");
+    int g = -1;
+    if (p) p = strstr(p, "(global ");
+    return p && sscanf(p, "(global %d", &g) == 1 && g >= 0 ? g : -1;
+}
+
 /* The rank whose own write failed: the rank a failed commit's error names
  * ("rank R failed to ...", what the other ranks report: agree() in
  * src/ckpt/ckpt_persist.c; "rank R: ...", rank R's own message as rank 0
@@ -225,6 +234,10 @@ static int ckpt_failed_rank(const sup_driver *d, const sup_beat *b) {
     if (r < 0) r = rank_then(b->ckpt_error, " failed to ");
     double since = 0;
     if (r < 0 && !strcmp(classify(b->ckpt_error), "comm")) r = lost_peer(d, b->rank, &since);
+    /* else the rank its collective waited for (a writer slower than --comm-timeout: the
+     * persist's collectives wait for it; before, the rank that reported it, then each
+     * rank whose next commit was refused in the broken world) */
+    if (r < 0 && !strcmp(classify(b->ckpt_error), "comm")) r = first_not_arrived(b->ckpt_error);
     return r >= 0 && r < d->c->np ? r : b->rank;
 }
 

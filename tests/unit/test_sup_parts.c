@@ -1015,6 +1015,45 @@ static void expect_comm_fault(sup_driver *d, int rank, int reporter, const char 
     T_STR_CONTAINS(d->detail, text);
 }
 
+/* Commits that failed because a writer was slower than --comm-timeout (the persist's
+ * collective waited for it and timed out; the next commits were refused in the broken world):
+ * the fault is the writer's, the rank the error says did not arrive.  Before, the rank whose
+ * beat said it first (rank 2 here, or rank 3 for the limit's fault). */
+static void test_ckpt_slow_writer(void) {
+    sup_config c;
+    sup_conn k[4];
+    sup_driver *d = beat_driver(&c, 4);
+    beat_attempt(d, k);
+    beat_steps(d, k, 0, 5, 100);
+    sup_beat b = {.rank = 2,
+                  .world = 4,
+                  .pid = 1002,
+                  .stage = -1,
+                  .seq = ++k[2].seq,
+                  .step = 5,
+                  .step_ms = 100,
+                  .loss = NAN,
+                  .grad_norm = NAN,
+                  .comm_bytes = NAN,
+                  .compute_ms = 100,
+                  .comm_wait_s = 0,
+                  .ckpt_commit = 2,
+                  .ckpt_failed = 3};
+    snprintf(b.host, sizeof b.host, "elsewhere");
+    snprintf(b.phase, sizeof b.phase, "train");
+    snprintf(b.ckpt_error, sizeof b.ckpt_error,
+             "comm: all_reduce #0 (1 x i32) on group 'ckpt' (4 ranks) refused: world broken by "
+             "an earlier failure: comm: all_reduce #13 (1 x i64) on group 'ckpt' (4 ranks) timed "
+             "out after 2.0 s (limit 2.0 s): not arrived: rank 1 (global 1, pid 7 alive, "
+             "heartbeat 0.2 s ago, at #12 of this group); arrived: ranks 0,2,3");
+    sup_on_beat(d, &k[2], &b);
+    T_EQ_INT(d->fault, 1);
+    T_OK(!strcmp(d->kind, "ckpt_commit"));
+    T_EQ_INT(d->fault_rank, 1);
+    T_STR_CONTAINS(d->detail, "3 checkpoint(s) in a row failed to commit");
+    beat_driver_free(d);
+}
+
 static void test_comm_stuck_peer(void) {
     sup_config c;
     sup_conn k[4];
@@ -1155,6 +1194,7 @@ int main(void) {
     test_comm_after_gone();
     test_unclear_hang();
     test_comm_stuck_peer();
+    test_ckpt_slow_writer();
     test_state_redo_counts();
     test_ctl_evict_no_job();
     return ms_test_summary("test_sup_parts");
