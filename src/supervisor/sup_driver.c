@@ -146,6 +146,39 @@ int sup_metrics_step(const sup_driver *d) {
     return best;
 }
 
+void sup_metrics_catch_up(sup_driver *d) {
+    enum { TAIL = 262144 };
+    int fd = open(d->metrics_path, O_RDONLY | O_CLOEXEC);
+    struct stat sb;
+    char *buf = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? malloc(TAIL + 1) : NULL;
+    ssize_t got = buf ? pread(fd, buf, TAIL, sb.st_size > TAIL ? sb.st_size - TAIL : 0) : -1;
+    if (fd >= 0) close(fd);
+    if (got <= 0) {
+        free(buf);
+        return;
+    }
+    for (ssize_t i = 0; i < got; i++) /* the text holds no NUL: strstr below */
+        if (!buf[i]) buf[i] = ' ';
+    buf[got] = 0;
+    char *from = buf; /* the current start's lines, whole ones (the first may be cut) */
+    for (char *c = buf; (c = strstr(c, "\"type\":\"config\"")); c++)
+        from = c;
+    char *nl = strchr(from, '\n');
+    for (char *line = nl ? nl + 1 : NULL; line && *line; line = nl ? nl + 1 : NULL) {
+        nl = strchr(line, '\n');
+        if (!nl) break; /* a line being written */
+        *nl = 0;
+        cJSON *o = cJSON_Parse(line);
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(o, "step"),
+                    *lo = cJSON_GetObjectItemCaseSensitive(o, "loss");
+        if (cJSON_IsNumber(st) && cJSON_IsNumber(lo) && st->valuedouble > d->spike.last_step &&
+            st->valuedouble < 1e9)
+            sup_feed_loss(d, (int)st->valuedouble, lo->valuedouble);
+        cJSON_Delete(o);
+    }
+    free(buf);
+}
+
 /* 1 once the job has committed a checkpoint of its own: CKPT_DIR/latest
  * is another than before its first start (what was there then is another
  * run's, or the one --resume names). */
@@ -279,6 +312,7 @@ static void adopt_job(sup_driver *d) {
     }
     d->nan_step = d->nan_step_adopt, d->skip_step = d->skip_step_adopt;
     d->straggler_warned = d->straggler_warned_adopt; /* said once an attempt */
+    sup_metrics_catch_up(d); /* the steps it trained while no driver watched */
     d->adopt_pid = 0;
 }
 

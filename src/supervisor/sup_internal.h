@@ -560,6 +560,12 @@ int sup_policy_verdict(const sup_driver *d, int prev_best, int *no_progress);
 int sup_refused_options(const sup_driver *d);
 /* The newest step rank 0 logged in the metrics since its start's config line (-1: none). */
 int sup_metrics_step(const sup_driver *d);
+/* Rank 0's loss of `step` to the loss-spike detector (once a step); a spike is an anomaly. */
+void sup_feed_loss(sup_driver *d, int step, double loss);
+/* The losses rank 0 logged in the metrics after the detector's last step (the steps a job
+ * trained while no driver watched it, before this one took it over), fed to the detector in
+ * order; those in the metrics' last 256 KB, of the current start's lines. */
+void sup_metrics_catch_up(sup_driver *d);
 /* Before the first start (--preflight): diag on every node not on the
  * blocklist (the spares too), evicting the ones that fail, so a node slow
  * or broken from the start never joins the job; 0 to go on, else the exit

@@ -247,6 +247,25 @@ static void anomaly(sup_driver *d, const char *kind, cJSON *f) {
     d->n_anomalies++;
 }
 
+void sup_feed_loss(sup_driver *d, int step, double loss) {
+    double mean = 0, sd = 0, z;
+    if (d->c->loss_spike_z <= 0 ||
+        (z = sup_spike_feed(&d->spike, step, loss, d->c->loss_spike_z, &mean, &sd)) <= 0)
+        return;
+    cJSON *f = cJSON_CreateObject();
+    cJSON_AddNumberToObject(f, "rank", 0);
+    cJSON_AddNumberToObject(f, "step", step);
+    cJSON_AddNumberToObject(f, "loss", loss);
+    cJSON_AddNumberToObject(f, "from", mean);
+    cJSON_AddNumberToObject(f, "sd", sd);
+    cJSON_AddNumberToObject(f, "z", z);
+    anomaly(d, "loss_spike", f);
+    fprintf(stderr,
+            "megascale launch: step %d: loss spike: %.4g from %.4g, %.1f standard deviations "
+            "above the last %d steps' changes\n",
+            step, loss, mean, z, d->spike.n);
+}
+
 /* A checkpoint that committed with a warning (the directory's fsync after the rename, or
  * DIR/latest, failed): it loads and the job goes on, but the disk is suspect and a crash
  * could undo the commit; before, only the rank's log said it.  One anomaly for each beat
@@ -595,22 +614,7 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         if (b->step > s->resume_step + SUP_STRAGGLER_WARMUP) /* not the first steps' set-up */
             sup_straggler_feed(&d->strag, b->rank, b->stage, b->step, b->compute_ms);
         sup_heatlog_feed(&d->heat, d->attempt_no, b->rank, b->step, b->compute_ms);
-        double mean = 0, sd = 0, z;
-        if (b->rank == 0 && d->c->loss_spike_z > 0 &&
-            (z = sup_spike_feed(&d->spike, b->step, b->loss, d->c->loss_spike_z, &mean, &sd)) > 0) {
-            cJSON *f = cJSON_CreateObject();
-            cJSON_AddNumberToObject(f, "rank", 0);
-            cJSON_AddNumberToObject(f, "step", b->step);
-            cJSON_AddNumberToObject(f, "loss", b->loss);
-            cJSON_AddNumberToObject(f, "from", mean);
-            cJSON_AddNumberToObject(f, "sd", sd);
-            cJSON_AddNumberToObject(f, "z", z);
-            anomaly(d, "loss_spike", f);
-            fprintf(stderr,
-                    "megascale launch: step %d: loss spike: %.4g from %.4g, %.1f standard "
-                    "deviations above the last %d steps' changes\n",
-                    b->step, b->loss, mean, z, d->spike.n);
-        }
+        if (b->rank == 0) sup_feed_loss(d, b->step, b->loss);
     }
     if (b->step > d->best_step) d->best_step = b->step;
     if (!strcmp(b->phase, "done")) s->done = 1;

@@ -265,14 +265,23 @@ def redo_takeover(d, shard, ref_w):
 
 
 def spike_takeover(d, shard):
-    """The driver killed at step 20 and a new one started: the loss spike at step 24 is
-    still found (the detector needs the changes of 16 steps before it, and the new driver
-    goes on with those driver.json kept).  Before, it started its history afresh and said
-    no spike in its first 16 steps."""
-    run, c = cmd(d, "spiketk", shard, ["--faults", "spike=100@24,slow=150@18+"])
+    """The driver killed at step 7, a new one started once the job trained on to step 16
+    without a driver: the loss spike at step 24 is still found (the detector needs the
+    changes of 16 steps before it; the new driver goes on with those driver.json kept, and
+    takes the steps it did not watch from the metrics).  Before, it started its history
+    afresh and said no spike in its first 16 steps; then, with driver.json's alone, the steps
+    unwatched were missing (5 + 7 changes by step 24)."""
+    run, c = cmd(d, "spiketk", shard, ["--faults", "spike=100@24,slow=150@6+"])
     p1 = start_logged(run, c, "driver1.log")
-    wait_step(run, 20, p1)
+    wait_step(run, 7, p1)
     kill_driver(run, p1)
+    reached, t_end = 0, time.time() + 60
+    while reached < 16 and time.time() < t_end:
+        try:
+            reached = sum(1 for l in open(os.path.join(run, "m.jsonl")) if '"loss"' in l)
+        except OSError:
+            pass
+        time.sleep(0.05)
     rc, err = relaunch(c)
     a = of(run, "anomaly")
     ok(rc == 0 and of(run, "driver_resumed") and len(a) == 1 and a[0]["kind"] == "loss_spike"
