@@ -99,7 +99,7 @@ static ms_status wait_until(data_shm *s, double deadline, int member, uint64_t b
     if (left <= 0) {
         pthread_mutex_unlock(&s->h->mu);
         char w[96];
-        return ms_error(MS_ERR_IO, "%s: timed out after %.0f s waiting for %s to %s batch %llu",
+        return ms_error(MS_ERR_IO, "%s: timed out after %g s waiting for %s to %s batch %llu",
                         s->name, s->cfg.timeout_s, who(s, member, w, sizeof w),
                         member ? "read" : "publish", (unsigned long long)b);
     }
