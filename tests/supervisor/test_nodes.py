@@ -275,13 +275,7 @@ def spike_takeover(d, shard):
     p1 = start_logged(run, c, "driver1.log")
     wait_step(run, 7, p1)
     kill_driver(run, p1)
-    reached, t_end = 0, time.time() + 60
-    while reached < 16 and time.time() < t_end:
-        try:
-            reached = sum(1 for l in open(os.path.join(run, "m.jsonl")) if '"loss"' in l)
-        except OSError:
-            pass
-        time.sleep(0.05)
+    metrics_steps(run, 16)
     rc, err = relaunch(c)
     a = of(run, "anomaly")
     ok(rc == 0 and of(run, "driver_resumed") and len(a) == 1 and a[0]["kind"] == "loss_spike"
@@ -343,6 +337,18 @@ def kill_driver(run, p):
     os.kill(p.pid, signal.SIGKILL)
     p.wait()
     return st
+
+
+def metrics_steps(run, n, timeout=60):
+    """Wait until the job's metrics hold n steps (at most timeout s); the steps they hold."""
+    reached, t_end = 0, time.time() + timeout
+    while reached < n and time.time() < t_end:
+        try:
+            reached = sum(1 for l in open(os.path.join(run, "m.jsonl")) if '"loss"' in l)
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return reached
 
 
 def start_logged(run, c, name):
@@ -458,13 +464,7 @@ def rank_gone_takeover(d, shard, ref_w):
        str(st))
     # the ranks train on without a driver: rank 1 dies some steps later (the new driver's
     # fault said the step the dead one last saved, from driver.json)
-    reached, t_end = 0, time.time() + 60
-    while reached < 14 and time.time() < t_end:
-        try:
-            reached = sum(1 for l in open(os.path.join(run, "m.jsonl")) if '"loss"' in l)
-        except OSError:
-            pass
-        time.sleep(0.05)
+    reached = metrics_steps(run, 14)
     if len(st.get("ranks", [])) == 2:
         os.kill(st["ranks"][1][0], signal.SIGKILL)
     rc, err = relaunch(c)

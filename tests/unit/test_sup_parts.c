@@ -588,6 +588,31 @@ static void beat_driver_free(sup_driver *d) {
     free(d->conns), free(d->r), free(d->pool), free(d);
 }
 
+/* d's state written to DIR/driver.json (d->state_path), through its writer thread. */
+static void save_state(sup_driver *d, const char *dir) {
+    char why[512];
+    d->writer = sup_writer_start(why, sizeof why);
+    T_OK(d->writer != NULL);
+    snprintf(d->state_path, sizeof d->state_path, "%s/driver.json", dir);
+    snprintf(d->token, sizeof d->token, "%s", TOK);
+    sup_state_save(d, 0, 1);
+    T_EQ_INT(sup_writer_stop(d->writer, 10), 0);
+    d->writer = NULL;
+}
+
+/* The state at path as JSON (an older state is made by deleting keys from it). */
+static cJSON *read_state(const char *path) {
+    FILE *f = fopen(path, "r");
+    T_OK(f != NULL);
+    char buf[8192] = "";
+    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[got] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    T_OK(cJSON_IsObject(o));
+    return o;
+}
+
 /* A driver that takes over from the state at path (driver.json). */
 static sup_driver *beat_resumed(sup_config *c, int np, const char *path) {
     sup_driver *d = beat_driver(c, np);
@@ -675,14 +700,7 @@ static void test_step_time(void) {
     T_NEAR(d->step_ms_sum, 1200, 1e-9);
     T_EQ_INT(d->timed_step, 12);
     /* a driver that takes over (driver.json) times the steps after them only */
-    char why[512];
-    d->writer = sup_writer_start(why, sizeof why);
-    T_OK(d->writer != NULL);
-    snprintf(d->state_path, sizeof d->state_path, "%s/driver.json", dir);
-    snprintf(d->token, sizeof d->token, "%s", TOK);
-    sup_state_save(d, 0, 1);
-    T_EQ_INT(sup_writer_stop(d->writer, 10), 0);
-    d->writer = NULL;
+    save_state(d, dir);
     sup_config c2;
     sup_driver *e = beat_resumed(&c2, 2, d->state_path);
     T_EQ_INT(e->timed_step, 12);
@@ -700,14 +718,7 @@ static void test_step_time(void) {
     beat_driver_free(e);
     /* an older state, without timed_step: its steps up to best_step were timed */
     char *text = NULL;
-    FILE *f = fopen(d->state_path, "r");
-    T_OK(f != NULL);
-    char buf[8192] = "";
-    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[got] = 0;
-    cJSON *o = cJSON_Parse(buf);
-    T_OK(cJSON_IsObject(o));
+    cJSON *o = read_state(d->state_path);
     cJSON_DeleteItemFromObjectCaseSensitive(o, "timed_step");
     cJSON_SetNumberValue(cJSON_GetObjectItemCaseSensitive(o, "best_step"), 11);
     text = cJSON_PrintUnformatted(o);
@@ -741,14 +752,7 @@ static void test_state_redo_counts(void) {
     for (int step = 1; step <= 40; step++) /* the spike detector's ring wrapped */
         sup_spike_feed(&d->spike, step, 5.0 - 0.01 * step + 0.001 * (step % 3), 6, NULL, NULL);
     T_EQ_INT(d->spike.n, SUP_SPIKE_WINDOW);
-    char why[512];
-    d->writer = sup_writer_start(why, sizeof why);
-    T_OK(d->writer != NULL);
-    snprintf(d->state_path, sizeof d->state_path, "%s/driver.json", dir);
-    snprintf(d->token, sizeof d->token, "%s", TOK);
-    sup_state_save(d, 0, 1);
-    T_EQ_INT(sup_writer_stop(d->writer, 10), 0);
-    d->writer = NULL;
+    save_state(d, dir);
     sup_driver *e = beat_resumed(&c2, 3, d->state_path);
     T_EQ_INT(e->redone_adopt, 3);
     T_EQ_INT(e->skipped_adopt, 1);
@@ -763,14 +767,7 @@ static void test_state_redo_counts(void) {
         T_NEAR(e->spike.v[i], d->spike.v[i], 1e-12);
     beat_driver_free(e);
     /* an older state, without them */
-    FILE *f = fopen(d->state_path, "r");
-    T_OK(f != NULL);
-    char buf[8192] = "";
-    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
-    if (f) fclose(f);
-    buf[got] = 0;
-    cJSON *o = cJSON_Parse(buf);
-    T_OK(cJSON_IsObject(o));
+    cJSON *o = read_state(d->state_path);
     const char *keys[] = {"ranks_redone", "ranks_skipped",    "nan_step",
                           "skip_step",    "straggler_warned", "spike"};
     for (int i = 0; i < 6; i++)
@@ -787,6 +784,16 @@ static void test_state_redo_counts(void) {
     unlink(d->state_path);
     rmdir(dir);
     beat_driver_free(d);
+}
+
+/* A driver of np ranks at step 3; the reporter's pid unknown (the beats say pid 1000 + rank:
+ * no process of this host's to look at). */
+static sup_driver *at_step3(sup_config *c, int np, sup_conn *k) {
+    sup_driver *d = beat_driver(c, np);
+    beat_attempt(d, k);
+    beat_steps(d, k, 0, 3, 100);
+    d->r[0].pid_start = 0;
+    return d;
 }
 
 /* A communication error on a surviving rank after another rank's process is
@@ -815,13 +822,8 @@ static void test_comm_after_gone(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         sup_config c;
-        sup_driver *d = beat_driver(&c, 2);
         sup_conn k[2];
-        beat_attempt(d, k);
-        beat_steps(d, k, 0, 3, 100);
-        /* the reporter's pid unknown (its beats say pid 1000: no process of this host's to
-         * look at), rank 1's this process or the dead child */
-        d->r[0].pid_start = 0;
+        sup_driver *d = at_step3(&c, 2, k); /* rank 1: this process or the dead child */
         d->r[1].pid = cases[i].gone ? child : getpid();
         d->r[1].pid_start = cases[i].gone ? child_start : sup_pid_start(getpid());
         d->r[1].t_lost = cases[i].gone ? ms_now() - 2.0 : 0; /* its connection broke 2 s ago */
@@ -840,11 +842,8 @@ static void test_comm_after_gone(void) {
      * silent 2 s.  Before, rank 2 was booked as a crash (and under load, a survivor whose
      * error was still unread, rank 1 here) */
     sup_config c;
-    sup_driver *d = beat_driver(&c, 3);
     sup_conn k[3];
-    beat_attempt(d, k);
-    beat_steps(d, k, 0, 3, 100);
-    d->r[0].pid_start = 0;
+    sup_driver *d = at_step3(&c, 3, k);
     for (int r = 1; r < 3; r++)
         d->r[r].pid = child, d->r[r].pid_start = child_start;
     d->r[1].failed = 1; /* its error read, no fault taken on it yet */
@@ -869,11 +868,8 @@ static void test_comm_after_gone(void) {
         {NULL, "crash", "rank 1 (pid", 1},
     };
     for (size_t i = 0; i < sizeof ahead / sizeof *ahead; i++) {
-        d = beat_driver(&c, 3);
+        d = at_step3(&c, 3, k);
         snprintf(d->token, sizeof d->token, "%s", TOK);
-        beat_attempt(d, k);
-        beat_steps(d, k, 0, 3, 100);
-        d->r[0].pid_start = 0;
         d->r[1].pid = child, d->r[1].pid_start = child_start;
         d->r[2].last_beat -= 2.0, d->r[2].last_progress -= 20;
         int sp[2];
