@@ -425,6 +425,7 @@ typedef struct {
     unsigned long serve_passes; /* sup_serve_for's passes begun (one nests in an eviction's save) */
     int reading_ahead;          /* read_ahead (sup_watch.c): beats read ahead decide no fault */
     int ahead_rank;             /* the first of them with an error of its own (not comm), or -1 */
+    sup_beat ahead_beat;        /* its beat */
     double rej_t0;      /* rejected connections: the second their events are counted in */
     int rej_n, rej_cut; /* events written in it, and those left out (a flood: one line a cut) */
     sup_rank *r;

@@ -409,14 +409,25 @@ static void read_ahead(sup_driver *d, sup_conn *cur) {
     d->reading_ahead = 0;
 }
 
-/* 1 if a rank that reported an error of its own has exited since (on this host): mpirun
- * ends the job's other ranks once one exits so, and their being gone says nothing. */
-static int exited_after_error(const sup_driver *d) {
+/* 1 if a rank other than `reporter` that reported an error has exited since (on this
+ * host): mpirun ends the job's other ranks once one exits so, and their being gone says
+ * nothing. */
+static int exited_after_error(const sup_driver *d, int reporter) {
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
-        if (s->failed && s->pid_start && !rank_lives(s)) return 1;
+        if (i != reporter && s->failed && s->pid_start && !rank_lives(s)) return 1;
     }
     return 0;
+}
+
+/* 1 if a comm error's arrival report says global rank g's process exited ("(global G,
+ * process P exited", src/comm/comm_board.c): it died before the op failed, the crash. */
+static int says_exited(const char *err, int g) {
+    char key[32];
+    snprintf(key, sizeof key, "(global %d, process ", g);
+    const char *p = strstr(err, key), *close = p ? strchr(p, ')') : NULL;
+    const char *ex = p ? strstr(p, " exited") : NULL;
+    return ex && close && ex < close;
 }
 
 /* A rank whose process (on this host: known by its start time) is gone
@@ -533,6 +544,41 @@ static unsigned long long local_pid_start(const char *host, int pid) {
     return local_host(host) ? sup_pid_start(pid) : 0;
 }
 
+/* The fault of rank b->rank's error beat, of class kind (no rank known gone): its own, the
+ * rank whose gradients were not finite, the rank it names as failed, or for a comm error the
+ * peer it lost (lost_peer, stuck_peer), reported by it. */
+static void on_error(sup_driver *d, const sup_beat *b, const char *kind) {
+    d->fault_usage |= b->usage && !d->fault;
+    /* a persistent non-finite gradient: the rank whose own gradients
+     * it was in, when the beat names one */
+    int rank = !strcmp(kind, "nonfinite") && b->n_nan_ranks > 0 ? b->nan_ranks[0] : b->rank;
+    /* "rank 0 could not ...: WHY" (a step the ranks share, which rank 0 failed: the
+     * checkpoint manager's): the fault is that rank's, reported by this one */
+    int origin = peer_failed(b->error);
+    if (origin >= 0 && origin < d->c->np && origin != b->rank)
+        rank = origin, d->fault_reporter = d->fault ? d->fault_reporter : b->rank;
+    double since = 0;
+    int comm = !strcmp(kind, "comm") && !d->fault;
+    int quiet = comm ? lost_peer(d, b->rank, &since) : -1;
+    int went_quiet = 0;
+    int stuck = comm && quiet < 0 ? stuck_peer(d, b->rank, b->error, &since, &went_quiet) : -1;
+    if (went_quiet) quiet = stuck, stuck = -1;
+    if (quiet >= 0) { /* the lost peer, not the survivor that reports it */
+        d->fault_reporter = b->rank;
+        sup_set_fault(d, kind, quiet, since,
+                      "rank %d (on %s) went silent %.1f s before rank %d reported: %s", quiet,
+                      d->r[quiet].host, ms_now() - since, b->rank, b->error);
+    } else if (stuck >= 0) { /* the peer it waited for, stuck in its own work */
+        d->fault_reporter = b->rank;
+        sup_set_fault(d, kind, stuck, since,
+                      "rank %d (on %s) beats but made no step for %.1f s and waits in no "
+                      "communication, while rank %d waited for it: %s",
+                      stuck, d->r[stuck].host, ms_now() - since, b->rank, b->error);
+    } else {
+        sup_set_fault(d, kind, rank, 0, "%s", b->error);
+    }
+}
+
 void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
     sup_rank *s = &d->r[b->rank];
     double now = ms_now();
@@ -641,66 +687,38 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         s->failed = 1;
         snprintf(s->error, sizeof s->error, "%s", b->error);
         if (d->reading_ahead) { /* the beat being read decides, with this one's cause */
-            if (d->ahead_rank < 0 && strcmp(classify(b->error), "comm")) d->ahead_rank = b->rank;
+            if (d->ahead_rank < 0 && strcmp(classify(b->error), "comm"))
+                d->ahead_rank = b->rank, d->ahead_beat = *b;
             return;
+        }
+        const char *kind = classify(b->error);
+        if (!strcmp(kind, "comm")) {
+            /* the beats the other connections hold unread first: a rank's last words before
+             * it exited (its own error, the cause of this one: decided as its own), and the
+             * newest beats of the ranks the analysis below judges (a beat still unread made a
+             * rank look quiet, or not blocked) */
+            d->ahead_rank = -1;
+            read_ahead(d, k);
+            if (d->ahead_rank >= 0 && !d->fault) {
+                on_error(d, &d->ahead_beat, classify(d->ahead_beat.error));
+                return;
+            }
         }
         /* a peer lost: when a rank's process is known gone, that rank is
          * the fault (its end was not seen first: it had not reconnected to
-         * a driver that took the job over, or its close is still unread) */
-        const char *kind = classify(b->error);
+         * a driver that took the job over, or its close is still unread),
+         * unless another rank that reported an error has exited since and this error does
+         * not say the gone one's process exited: mpirun then kills the rest, and their being
+         * gone is that abort's cascade, no crash (before, under load, a survivor whose
+         * error was still unread, or a rank mpirun killed, was booked as the crash: 2 runs
+         * in 5 of a SIGSTOPped rank's comm fault) */
         int gone = strcmp(kind, "comm") ? -1 : gone_rank(d);
-        if (gone >= 0) {
-            /* unless its last words are still unread: a rank that reported an error of its
-             * own and exited (mpirun then kills the rest, and they are gone too, an abort's
-             * cascade, no crash).  Before, the error of one survivor read before another's
-             * booked that one, or a rank mpirun killed, as the crash (under load, 2 runs in
-             * 5 of a SIGSTOPped rank's comm fault) */
-            d->ahead_rank = -1;
-            read_ahead(d, k);
-            int own = d->ahead_rank; /* an error of its own read ahead: the cause, not a peer */
-            if (own >= 0 && !d->fault) {
-                const sup_rank *o = &d->r[own];
-                d->fault_reporter = b->rank;
-                sup_set_fault(d, classify(o->error), own, 0, "%s", o->error);
-                return;
-            }
-            gone = gone_rank(d);
-            if (gone >= 0 && exited_after_error(d)) gone = -1; /* the beats decide below */
-        }
+        if (gone >= 0 && exited_after_error(d, b->rank) && !says_exited(b->error, gone))
+            gone = -1; /* the beats decide */
         if (gone >= 0)
             crash(d, gone, d->r[gone].t_lost > 0 ? d->r[gone].t_lost : 0);
-        else {
-            d->fault_usage |= b->usage && !d->fault;
-            /* a persistent non-finite gradient: the rank whose own gradients
-             * it was in, when the beat names one */
-            int rank = !strcmp(kind, "nonfinite") && b->n_nan_ranks > 0 ? b->nan_ranks[0] : b->rank;
-            /* "rank 0 could not ...: WHY" (a step the ranks share, which rank 0 failed: the
-             * checkpoint manager's): the fault is that rank's, reported by this one */
-            int origin = peer_failed(b->error);
-            if (origin >= 0 && origin < d->c->np && origin != b->rank)
-                rank = origin, d->fault_reporter = d->fault ? d->fault_reporter : b->rank;
-            double since = 0;
-            int comm = !strcmp(kind, "comm") && !d->fault;
-            int quiet = comm ? lost_peer(d, b->rank, &since) : -1;
-            int went_quiet = 0;
-            int stuck =
-                comm && quiet < 0 ? stuck_peer(d, b->rank, b->error, &since, &went_quiet) : -1;
-            if (went_quiet) quiet = stuck, stuck = -1;
-            if (quiet >= 0) { /* the lost peer, not the survivor that reports it */
-                d->fault_reporter = b->rank;
-                sup_set_fault(d, kind, quiet, since,
-                              "rank %d (on %s) went silent %.1f s before rank %d reported: %s",
-                              quiet, d->r[quiet].host, ms_now() - since, b->rank, b->error);
-            } else if (stuck >= 0) { /* the peer it waited for, stuck in its own work */
-                d->fault_reporter = b->rank;
-                sup_set_fault(d, kind, stuck, since,
-                              "rank %d (on %s) beats but made no step for %.1f s and waits in no "
-                              "communication, while rank %d waited for it: %s",
-                              stuck, d->r[stuck].host, ms_now() - since, b->rank, b->error);
-            } else {
-                sup_set_fault(d, kind, rank, 0, "%s", b->error);
-            }
-        }
+        else
+            on_error(d, b, kind);
     }
 }
 

@@ -854,6 +854,24 @@ static void test_comm_after_gone(void) {
     T_EQ_INT(d->fault_rank, 2);
     T_STR_CONTAINS(d->detail, "rank 2 (on elsewhere) went silent 2.0 s before rank 0 reported");
     beat_driver_free(d);
+    /* a crash all the same: the reporter itself exited (its own exit is no cascade's
+     * cause), and rank 2 exited after its error but rank 0's error says rank 1's process
+     * had exited before (the arrival board saw it) */
+    for (int say = 0; say < 2; say++) {
+        d = at_step3(&c, 3, k);
+        d->r[0].pid = child, d->r[0].pid_start = child_start; /* the reporter, gone */
+        d->r[1].pid = child, d->r[1].pid_start = child_start;
+        if (say) d->r[2].pid = child, d->r[2].pid_start = child_start, d->r[2].failed = 1;
+        beat_send(d, k, 0, 3, NAN, "error",
+                  say ? "comm: all_reduce #9 cannot complete, a peer process exited (after 0.2 s, "
+                        "timeout 30.0 s): not arrived: rank 1 (global 1, process "
+                        "4242 exited, at #8 of this group); arrived: ranks 0,2"
+                      : "all-reduce timed out after 30 s (world broken)");
+        T_EQ_INT(d->fault, 1);
+        T_OK(!strcmp(d->kind, "crash"));
+        T_EQ_INT(d->fault_rank, 1);
+        beat_driver_free(d);
+    }
     /* rank 1 gone, its last beat still unread on its connection: read first.  Its own
      * error (a device's) is the cause, rank 0's comm error its consequence; its comm error,
      * a survivor's like rank 0's: no crash, the beats decide (rank 2 silent); nothing unread:
