@@ -123,47 +123,45 @@ static void latest_id(const sup_driver *d, char *buf, size_t n) {
  * readable): what a driver that takes a job over knows of the steps made
  * while no driver watched, and of those no beat told when a fault is
  * booked.  Only the file's last 64 KiB are read. */
-int sup_metrics_step(const sup_driver *d) {
-    enum { TAIL = 65536 };
-    int fd = open(d->metrics_path, O_RDONLY | O_CLOEXEC), best = -1;
+/* The metrics' last `tail` bytes as text (malloc'd, NUL bytes made spaces so that strstr
+ * reads it whole), or NULL when none can be read; *from: the current start's lines, from
+ * its config line when the tail holds one (a rollback's earlier history, later steps, came
+ * before it), else the tail's start (its first line may be cut). */
+static char *metrics_tail(const sup_driver *d, size_t tail, char **from) {
+    int fd = open(d->metrics_path, O_RDONLY | O_CLOEXEC);
     struct stat sb;
-    char *buf = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? malloc(TAIL + 1) : NULL;
-    ssize_t got = buf ? pread(fd, buf, TAIL, sb.st_size > TAIL ? sb.st_size - TAIL : 0) : -1;
-    for (ssize_t i = 0; got > 0 && i < got; i++) /* the text holds no NUL: strstr below */
+    char *buf = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? malloc(tail + 1) : NULL;
+    ssize_t got =
+        buf ? pread(fd, buf, tail, (size_t)sb.st_size > tail ? sb.st_size - (off_t)tail : 0) : -1;
+    if (fd >= 0) close(fd);
+    if (got <= 0) {
+        free(buf);
+        return NULL;
+    }
+    for (ssize_t i = 0; i < got; i++)
         if (!buf[i]) buf[i] = ' ';
-    if (got > 0) buf[got] = 0;
-    /* the current start's lines: those after its config line, when the tail holds one (a
-     * rollback's earlier history, later steps, came before it) */
-    const char *from = got > 0 ? buf : "";
-    for (const char *c = from; (c = strstr(c, "\"type\":\"config\"")); c++)
-        from = c;
-    for (const char *p = from; (p = strstr(p, "\"step\":")); p += 7) {
+    buf[got] = 0;
+    *from = buf;
+    for (char *c = buf; (c = strstr(c, "\"type\":\"config\"")); c++)
+        *from = c;
+    return buf;
+}
+
+int sup_metrics_step(const sup_driver *d) {
+    char *from = NULL, *buf = metrics_tail(d, 65536, &from);
+    int best = -1;
+    for (const char *p = from; buf && (p = strstr(p, "\"step\":")); p += 7) {
         int s;
         if (sscanf(p + 7, "%d", &s) == 1 && s > best) best = s;
     }
     free(buf);
-    if (fd >= 0) close(fd);
     return best;
 }
 
 void sup_metrics_catch_up(sup_driver *d) {
-    enum { TAIL = 262144 };
-    int fd = open(d->metrics_path, O_RDONLY | O_CLOEXEC);
-    struct stat sb;
-    char *buf = fd >= 0 && fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? malloc(TAIL + 1) : NULL;
-    ssize_t got = buf ? pread(fd, buf, TAIL, sb.st_size > TAIL ? sb.st_size - TAIL : 0) : -1;
-    if (fd >= 0) close(fd);
-    if (got <= 0) {
-        free(buf);
-        return;
-    }
-    for (ssize_t i = 0; i < got; i++) /* the text holds no NUL: strstr below */
-        if (!buf[i]) buf[i] = ' ';
-    buf[got] = 0;
-    char *from = buf; /* the current start's lines, whole ones (the first may be cut) */
-    for (char *c = buf; (c = strstr(c, "\"type\":\"config\"")); c++)
-        from = c;
-    char *nl = strchr(from, '\n');
+    char *from = NULL, *buf = metrics_tail(d, 262144, &from);
+    if (!buf) return;
+    char *nl = strchr(from, '\n'); /* whole lines only: past the config line, or a cut one */
     for (char *line = nl ? nl + 1 : NULL; line && *line; line = nl ? nl + 1 : NULL) {
         nl = strchr(line, '\n');
         if (!nl) break; /* a line being written */

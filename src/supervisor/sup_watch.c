@@ -492,9 +492,9 @@ static int names_waited_for(const char *err, int g) {
  * moment ago says 0 at its newest beat, its error on the way: before, a dp peer's report
  * named the tp peer of the stuck rank so); those the error names as not arrived first,
  * then the one without a step the longest.  Also, before those, a rank that went quiet in
- * the wait: none of its beats for more than SUP_BEAT_MISSED_S (stopped, cut off: lost_peer names it
- * only once silent about two beats, and a
- * --comm-timeout of 2 s reported it first); *quiet says which.  -1 when no rank fits (every
+ * the wait: none of its beats for more than SUP_BEAT_MISSED_S (stopped, cut off: lost_peer
+ * names it only once silent about two beats, and a --comm-timeout of 2 s reported it
+ * first); *quiet says which.  -1 when no rank fits (every
  * other one waits too: a lost message, no rank to blame) or the beats do not say (no beat
  * late in the wait, or a rank that sends no wait time).  *since: the rank's last step, or
  * its last beat if quiet. */
