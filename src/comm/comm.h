@@ -162,6 +162,16 @@ int comm_world_broken(const comm_world *w);
  * gate's collective for the same rank: twice the time to report), and MPI is not finalised.
  * The first failure wins; w NULL: nothing. */
 void comm_world_fail(comm_world *w, ms_status code, const char *msg);
+/* comm_world_fail for a wait outside the communicator for world rank `peer` (rank `member`
+ * of the group it was waited for in: the batch ring's) that gave up with msg, and the failure
+ * returned as this thread's error, msg followed by the peer's state on the arrival board in
+ * the form a point-to-point op's timeout gives it ("; peer rank M (global G): pid P not
+ * responding for 2.1 s (stopped?)").  The board is let settle first (at most 2.5 s), as for
+ * an op's timeout: before, a ring leader stopped a moment before its follower's
+ * --comm-timeout of 1 s was not told from a live one, and the supervisor booked the hang on
+ * the follower that reported it.  peer < 0: msg alone. */
+ms_status comm_world_fail_wait(comm_world *w, int peer, int member, ms_status code,
+                               const char *msg);
 /* MS_OK, or once the world is broken its failure as this thread's error ("comm: WHAT: world
  * broken by an earlier failure: ...", the code the failure had): for a wait outside the
  * communicator (comm_world_wait_begin) that a broken world will never end.  w NULL: MS_OK. */

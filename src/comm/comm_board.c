@@ -459,6 +459,16 @@ static void comm_describe_collective(comm_world *w, const comm_req *r, char *buf
                  " (every rank arrived: a peer failed inside the op, or MPI is stuck)");
 }
 
+void comm_board_peer_state(comm_world *w, int gr, char *buf, size_t n) {
+    comm_board_slot *s = comm_board_slot_of(w, gr);
+    if (s)
+        comm_peer_state(&w->board, s, buf, n);
+    else if (!w->board.shm)
+        snprintf(buf, n, "state unknown (no arrival board: %s)", w->board.why_off);
+    else
+        snprintf(buf, n, "on host %s (another host), state unknown", comm_world_host(w, gr));
+}
+
 void comm_board_describe(comm_world *w, const comm_req *r, char *buf, size_t n) {
     const comm_group *g = r->g;
     char st[160];

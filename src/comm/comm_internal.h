@@ -357,6 +357,10 @@ void comm_board_heartbeat(comm_world *w);
 int comm_board_dead_missing(comm_world *w, const comm_req *r);
 /* Append "not arrived: ...; arrived: ..." (or the p2p peer's state) to buf. */
 void comm_board_describe(comm_world *w, const comm_req *r, char *buf, size_t n);
+/* World rank gr's state as a p2p op's report gives its peer's ("pid P alive, heartbeat 0.1 s
+ * ago", "... not responding for 2.1 s (stopped?)", "process P exited"), or why it is unknown
+ * (another host, no board). */
+void comm_board_peer_state(comm_world *w, int gr, char *buf, size_t n);
 /* Hang dumps: ask every rank of the host to dump (bumps the request
  * counter); read the counter; acknowledge request `gen` (this rank
  * dumped); count the live ranks of the host (other than this one) that

@@ -357,6 +357,21 @@ void comm_world_fail(comm_world *w, ms_status code, const char *msg) {
     pthread_mutex_unlock(&w->mu);
 }
 
+ms_status comm_world_fail_wait(comm_world *w, int peer, int member, ms_status code,
+                               const char *msg) {
+    char text[COMM_MSG_MAX], state[200];
+    snprintf(text, sizeof text, "%s", msg);
+    if (w && peer >= 0 && peer < w->size) {
+        comm_board_settle(w, 2.5);
+        comm_board_peer_state(w, peer, state, sizeof state);
+        size_t len = strlen(text);
+        snprintf(text + len, sizeof text - len, "; peer rank %d (global %d): %s", member, peer,
+                 state);
+    }
+    comm_world_fail(w, code, text);
+    return ms_error(code, "%s", text);
+}
+
 ms_status comm_world_check(const comm_world *w, const char *what) {
     if (!w) return MS_OK;
     comm_world *m = (comm_world *)w;

@@ -57,6 +57,7 @@ typedef struct {
     comm_group *ring_group;  /* the ranks of this rank's tp group on its host */
     int ring_leader;
     int ring_wait;     /* the wait for a ring member in progress (comm_world_wait_*; -1) */
+    int ring_member;   /* the member its last wait was for (the ring's errors name its state) */
     mon_record *rec;   /* the step record's sinks */
     mon_evlog *evlog;  /* --trace-dir (NULL: tracing off) */
     mon_heartbeat *hb; /* --heartbeat (NULL: not supervised) */
@@ -154,6 +155,7 @@ static ms_status setup_dist(trainer *t) {
 static void ring_waits(void *ctx, int member) {
     trainer *t = ctx;
     int peer = comm_group_global_rank(t->ring_group, member);
+    t->ring_member = member;
     if (t->ring_wait < 0)
         t->ring_wait = comm_world_wait_begin(t->world, "batch_ring", peer);
     else
@@ -169,15 +171,17 @@ static int ring_gives_up(void *ctx) {
 /* A ring call's failure st: the world's, the root cause, when it broke first (a collective
  * of the rank waited for timed out: its "not arrived" names it for the supervisor); else the
  * ring's own, which breaks the world as a timeout of a collective does (the gates at the end
- * are refused at once instead of waiting for the same rank again). */
+ * are refused at once instead of waiting for the same rank again), with the state of the
+ * member it waited for as the arrival board sees it (stopped, exited, alive: the supervisor
+ * books the hang on it, not on this rank). */
 static ms_status ring_failure(trainer *t, ms_status st) {
     if (st == MS_OK || !t->world) return st;
     char ring[1024];
     snprintf(ring, sizeof ring, "%s", ms_errmsg());
     if (comm_world_broken(t->world)) return comm_world_check(t->world, ring);
-    ms_status code = strstr(ring, "timed out") ? MS_ERR_TIMEOUT : st;
-    comm_world_fail(t->world, code, ring);
-    return ms_error(code, "%s", ring);
+    int timed_out = strstr(ring, "timed out") != NULL, m = t->ring_member;
+    int peer = timed_out && m >= 0 ? comm_group_global_rank(t->ring_group, m) : -1;
+    return comm_world_fail_wait(t->world, peer, m, timed_out ? MS_ERR_TIMEOUT : st, ring);
 }
 
 static ms_status open_ring(trainer *t) {
@@ -226,6 +230,7 @@ static ms_status open_ring(trainer *t) {
                           .give_up = ring_gives_up,
                           .wait_ctx = t};
     t->ring_wait = -1;
+    t->ring_member = -1;
     if (t->ring_leader) {
         MS_TRY(data_shm_open_leader(&t->ring, &rc));
         MS_TRY(comm_barrier(g));  /* the segment exists before followers look */
