@@ -487,7 +487,8 @@ static int names_waited_for(const char *err, int g) {
  * beat in it (its error comes later: the rank tears down first, a persist in flight, the
  * dumps' grace); a reporter with no beat in a wait since its last step, the error's "timed
  * out after X s" up to now.  Of the others, a rank that made no step while the reporter
- * waited, beat in the wait's second half or since, and was blocked in communication at no
+ * waited, beat since the wait began, in its second half or at most SUP_BEAT_MISSED_S ago,
+ * and was blocked in communication at no
  * beat since the wait began (the ranks waiting for it are; one that timed out itself a
  * moment ago says 0 at its newest beat, its error on the way: before, a dp peer's report
  * named the tp peer of the stuck rank so); those the error names as not arrived first,
@@ -511,7 +512,12 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
     }
     if (!(waited > 0)) return -1;
     int who = -1, rank_who = 0, unknown = 0;
-    double late = began + 0.5 * waited;
+    /* a beat that says the rank's state in the wait: since the wait began, and in its second
+     * half or at most SUP_BEAT_MISSED_S old (a rank beats once a second: in a wait under 2 s
+     * its newest beat can come before the half; before, a rank hung in its compute whose
+     * newest beat came 1.01 s before a 1.9 s wait ended was not judged, and the reporter was
+     * booked, 1 run in 7 of tp2 x pp2 under load) */
+    double late = began + 0.5 * waited, fresh = fmax(began, fmin(late, now - SUP_BEAT_MISSED_S));
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         if (i == reporter || s->done || s->failed || s->stopped || !s->connected || !s->started)
@@ -519,7 +525,7 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
         if (s->last_progress > late) continue; /* made a step in the wait */
         int silent = now - s->last_beat > SUP_BEAT_MISSED_S; /* a beat missed, now */
         if (!silent && isnan(s->comm_wait_s)) unknown = 1;   /* its waits unsaid */
-        if (!silent && (isnan(s->comm_wait_s) || s->last_beat < late || s->t_blocked >= began))
+        if (!silent && (isnan(s->comm_wait_s) || s->last_beat < fresh || s->t_blocked >= began))
             continue; /* no beat late in the wait, or waited in it too */
         int rank = 2 * names_waited_for(err, i) + silent; /* named first, then quiet */
         if (who < 0 || rank > rank_who ||

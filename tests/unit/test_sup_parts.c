@@ -1095,10 +1095,25 @@ static void test_comm_stuck_peer(void) {
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
     expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
     beat_driver_free(d);
-    /* no beat from it late in the wait, its last one 1.2 s ago (not a beat missed yet): its
-     * state then is unknown */
+    /* no beat from it since the wait began (1 s ago), its last one 1.2 s ago (not a beat
+     * missed yet): its state in the wait is unknown */
     d = comm_stall(&c, 2, k, (int[]){1, 0});
     d->r[1].last_beat -= 1.2;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
+    beat_driver_free(d);
+    /* a wait of 1.9 s, the stuck rank's newest beat 1.0 s ago: in the wait, though before its
+     * second half (a rank beats once a second); before, not judged, and the reporter booked */
+    d = comm_stall(&c, 2, k, (int[]){1, 0});
+    d->r[0].t_wait_from -= 0.9;
+    d->r[1].last_beat -= 1.0;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) beats but made no step for 2.5 s");
+    beat_driver_free(d);
+    /* ... but not one blocked at that beat (it waits too) */
+    d = comm_stall(&c, 2, k, (int[]){1, 1});
+    d->r[0].t_wait_from -= 0.9;
+    d->r[1].last_beat -= 1.0, d->r[1].t_blocked -= 1.0;
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
     expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
     beat_driver_free(d);
