@@ -377,6 +377,7 @@ void sup_heatlog_close(sup_heatlog *h); /* flushes; a zeroed h is fine */
 
 typedef struct {
     int fd, rank;  /* rank -1 until its first valid beat */
+    int ended;     /* read to its end or rejected (read_conn): dropped on the next pass */
     double t_open; /* accepted at; dropped if no valid beat within SUP_HB_AUTH_S */
     unsigned long long seq;
     size_t len;

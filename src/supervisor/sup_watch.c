@@ -397,6 +397,7 @@ static void crash(sup_driver *d, int rank, double t_stall) {
 }
 
 static int read_conn(sup_driver *d, sup_conn *k);
+static int read_lines(sup_driver *d, sup_conn *k);
 
 /* The beats every connection but `cur` holds unread, taken in now (a rank's last words
  * before it exited: its error, its end), with no fault decided on them (the beat being read
@@ -781,6 +782,13 @@ static void stale_rank(sup_driver *d, const sup_beat *b) {
 
 /* Read what k has; 0 to keep it, -1 to drop it. */
 static int read_conn(sup_driver *d, sup_conn *k) {
+    int rc = k->ended ? -1 : read_lines(d, k);
+    k->ended = rc != 0; /* a rejected line is not read (nor its event written) again: before,
+                         * read_ahead's pass rejected it and the next pass did once more */
+    return rc;
+}
+
+static int read_lines(sup_driver *d, sup_conn *k) {
     for (;;) {
         ssize_t got = recv(k->fd, k->buf + k->len, sizeof k->buf - 1 - k->len, MSG_DONTWAIT);
         if (got == 0) return -1;
@@ -1023,7 +1031,7 @@ static void accept_all(sup_driver *d, int lfd, int ctl) {
             drop_conn(d, old);
         }
         sup_conn *k = &d->conns[d->n_conns++];
-        k->fd = fd, k->rank = -1, k->seq = 0, k->len = 0, k->t_open = ms_now();
+        k->fd = fd, k->rank = -1, k->ended = 0, k->seq = 0, k->len = 0, k->t_open = ms_now();
     }
 }
 
@@ -1080,6 +1088,8 @@ void sup_serve_for(sup_driver *d, int ms) {
     free(p);
     free(ctl_of);
     double now = ms_now();
+    for (int i = d->n_conns - 1; i >= 0; i--) /* ended in read_ahead, nothing new on it since */
+        if (d->conns[i].ended) drop_conn(d, i);
     for (int i = d->n_conns - 1; i >= 0; i--) /* nor a heartbeat client without a valid beat */
         if (d->conns[i].rank < 0 && now - d->conns[i].t_open > SUP_HB_AUTH_S) {
             reject(d, "beat_rejected", "no valid beat within 5 s");

@@ -912,6 +912,25 @@ static void test_comm_after_gone(void) {
         d->n_conns = 0;
         beat_driver_free(d);
     }
+    /* a line read ahead that is rejected (a wrong token) is rejected once: the next pass drops
+     * its connection without reading the line again (before, the next pass read it again,
+     * and its beat_rejected event came twice) */
+    d = at_step3(&c, 3, k);
+    snprintf(d->token, sizeof d->token, "%s", TOK);
+    int sp[2];
+    T_EQ_INT(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
+    d->conns[0] = k[1], d->conns[0].fd = sp[0], d->n_conns = 1;
+    static const char bad[] = "{\"v\":1,\"token\":\"wrong\",\"rank\":1}\n";
+    T_EQ_INT((int)write(sp[1], bad, sizeof bad - 1), (int)sizeof bad - 1);
+    beat_send(d, k, 0, 3, NAN, "error", "all-reduce timed out after 30 s (world broken)");
+    T_EQ_INT(d->rej_n, 1);
+    T_EQ_INT(d->n_conns, 1);                 /* left for the next pass */
+    T_EQ_INT((int)write(sp[1], "\n", 1), 1); /* more from it (the next pass polls it) */
+    sup_serve_for(d, 10);
+    T_EQ_INT(d->rej_n, 1);
+    T_EQ_INT(d->n_conns, 0); /* dropped (sp[0] closed with it) */
+    close(sp[1]);
+    beat_driver_free(d);
 }
 
 /* A driver of np ranks at step 3 whose ranks all made their last step
