@@ -363,6 +363,9 @@ ms_status comm_world_fail_wait(comm_world *w, int peer, int member, ms_status co
     snprintf(text, sizeof text, "%s", msg);
     if (w && peer >= 0 && peer < w->size) {
         comm_board_settle(w, 2.5);
+        /* a collective that timed out meanwhile broke the world first: its report is the
+         * root cause (its "not arrived" names the rank), as it is before the settle */
+        if (comm_world_broken(w)) return comm_world_check(w, msg);
         comm_board_peer_state(w, peer, state, sizeof state);
         size_t len = strlen(text);
         snprintf(text + len, sizeof text - len, "; peer rank %d (global %d): %s", member, peer,

@@ -374,6 +374,8 @@ void sup_heatlog_close(sup_heatlog *h); /* flushes; a zeroed h is fine */
 #define SUP_UNCLEAR_WAIT_S 2.0
 /* no beat for this long: at least one missed (ranks beat every second) */
 #define SUP_BEAT_MISSED_S 1.5
+/* a beat at most this old: a rank's newest, its next one not overdue (a quarter second late) */
+#define SUP_BEAT_RECENT_S 1.25
 
 typedef struct {
     int fd, rank;  /* rank -1 until its first valid beat */

@@ -422,13 +422,20 @@ static int exited_after_error(const sup_driver *d, int reporter) {
 }
 
 /* 1 if a comm error's arrival report says global rank g's process exited ("(global G,
- * process P exited", src/comm/comm_board.c): it died before the op failed, the crash. */
+ * process P exited", or "(global G): process P exited": src/comm/comm_board.c): it died
+ * before the op failed, the crash. */
 static int says_exited(const char *err, int g) {
     char key[32];
     snprintf(key, sizeof key, "(global %d, process ", g);
     const char *p = strstr(err, key), *close = p ? strchr(p, ')') : NULL;
     const char *ex = p ? strstr(p, " exited") : NULL;
-    return ex && close && ex < close;
+    if (ex && close && ex < close) return 1;
+    /* a point-to-point op's, or the batch ring's, "peer rank R (global G): process P exited" */
+    snprintf(key, sizeof key, "(global %d): process ", g);
+    p = strstr(err, key);
+    const char *end = p ? strstr(p, "; ") : NULL;
+    ex = p ? strstr(p, " exited") : NULL;
+    return ex && (!end || ex < end);
 }
 
 /* A rank whose process (on this host: known by its start time) is gone
@@ -488,7 +495,7 @@ static int names_waited_for(const char *err, int g) {
  * beat in it (its error comes later: the rank tears down first, a persist in flight, the
  * dumps' grace); a reporter with no beat in a wait since its last step, the error's "timed
  * out after X s" up to now.  Of the others, a rank that made no step while the reporter
- * waited, beat since the wait began, in its second half or at most SUP_BEAT_MISSED_S ago,
+ * waited, beat since the wait began, in its second half or at most SUP_BEAT_RECENT_S ago,
  * and was blocked in communication at no
  * beat since the wait began (the ranks waiting for it are; one that timed out itself a
  * moment ago says 0 at its newest beat, its error on the way: before, a dp peer's report
@@ -514,11 +521,12 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
     if (!(waited > 0)) return -1;
     int who = -1, rank_who = 0, unknown = 0;
     /* a beat that says the rank's state in the wait: since the wait began, and in its second
-     * half or at most SUP_BEAT_MISSED_S old (a rank beats once a second: in a wait under 2 s
-     * its newest beat can come before the half; before, a rank hung in its compute whose
+     * half or at most SUP_BEAT_RECENT_S old, the newest of a rank that beats once a second (in
+     * a wait under 2 s it can come before the half; before, a rank hung in its compute whose
      * newest beat came 1.01 s before a 1.9 s wait ended was not judged, and the reporter was
-     * booked, 1 run in 7 of tp2 x pp2 under load) */
-    double late = began + 0.5 * waited, fresh = fmax(began, fmin(late, now - SUP_BEAT_MISSED_S));
+     * booked, 1 run in 7 of tp2 x pp2 under load).  Not older: a rank whose next beat is
+     * overdue may have begun to wait since (for the same rank as the reporter) */
+    double late = began + 0.5 * waited, fresh = fmax(began, fmin(late, now - SUP_BEAT_RECENT_S));
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         if (i == reporter || s->done || s->failed || s->stopped || !s->connected || !s->started)

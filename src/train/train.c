@@ -269,18 +269,19 @@ static ms_status next_batch(trainer *t, int k, const int32_t **inp, const int32_
      * oldest slot, is a wait for a rank (ring_waits): the heartbeats and
      * the hang dumps say so */
     if (t->ring && !t->ring_leader) {
-        ms_status st = data_shm_get(t->ring, bi, bt, wait);
-        comm_world_wait_end(t->world, t->ring_wait);
+        ms_status st = ring_failure(t, data_shm_get(t->ring, bi, bt, wait));
+        comm_world_wait_end(t->world, t->ring_wait); /* after the failure's report: its
+                                                      * settle is still a wait for the rank */
         t->ring_wait = -1;
-        MS_TRY(ring_failure(t, st));
+        MS_TRY(st);
     } else {
         MS_TRY(data_prefetch_next(t->prefetch, bi, bt, wait));
         if (t->ring) {
             double put_wait = 0;
-            ms_status st = data_shm_put(t->ring, bi, bt, &put_wait);
+            ms_status st = ring_failure(t, data_shm_put(t->ring, bi, bt, &put_wait));
             comm_world_wait_end(t->world, t->ring_wait);
             t->ring_wait = -1;
-            MS_TRY(ring_failure(t, st));
+            MS_TRY(st);
             *wait += put_wait; /* not the leader's compute (the straggler scores) */
         }
     }
