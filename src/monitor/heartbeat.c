@@ -22,6 +22,7 @@
 #define HB_CONNECT_S 5.0
 #define HB_RECONNECT_S 2.0
 #define HB_TOKEN_MAX 64
+#define HB_WAIT_NEWS_S 0.25 /* a wait this long, not in the last beat: beaten at once */
 
 struct mon_heartbeat {
     char host[256], port[16], token[HB_TOKEN_MAX + 1], hostname[128];
@@ -32,6 +33,8 @@ struct mon_heartbeat {
     double (*comm_blocked_s)(void *);
     int (*comm_dumps)(void *);
     int dumps_sent; /* the beat thread's: comm_dumps in the last beat */
+    double wait_from_sent; /* the beat thread's: when the wait the last beat showed began (0:
+                            * it showed none) */
     void *comm_ctx;
     int fd;                 /* thread: -1 while disconnected */
     double next_connect;    /* thread */
@@ -188,9 +191,11 @@ static char *beat_line(mon_heartbeat *hb) {
     pthread_mutex_unlock(&hb->mu);
     cJSON_AddNumberToObject(o, "comm_bytes",
                             hb->comm_bytes ? (double)hb->comm_bytes(hb->comm_ctx) : 0);
-    if (hb->comm_blocked_s) /* 0.1 s is plenty for telling a stuck rank from its waiting peers */
-        cJSON_AddNumberToObject(o, "comm_wait_s",
-                                round(hb->comm_blocked_s(hb->comm_ctx) * 10) / 10);
+    if (hb->comm_blocked_s) { /* 0.1 s is plenty for telling a stuck rank from its waiting peers */
+        double w = hb->comm_blocked_s(hb->comm_ctx);
+        hb->wait_from_sent = w > 0 ? ms_now() - w : 0;
+        cJSON_AddNumberToObject(o, "comm_wait_s", round(w * 10) / 10);
+    }
     if (hb->comm_dumps) {
         hb->dumps_sent = hb->comm_dumps(hb->comm_ctx);
         cJSON_AddNumberToObject(o, "dumps", hb->dumps_sent);
@@ -252,19 +257,35 @@ static void send_beat(mon_heartbeat *hb, int urgent) {
     }
 }
 
+/* 1 if this rank has waited in communication for HB_WAIT_NEWS_S or more in a wait that began
+ * after the one the last beat showed (none, or an earlier one). */
+static int wait_news(mon_heartbeat *hb) {
+    double w = hb->comm_blocked_s(hb->comm_ctx);
+    return w >= HB_WAIT_NEWS_S && ms_now() - w > hb->wait_from_sent + 0.1;
+}
+
 static void *beat_main(void *arg) {
     mon_heartbeat *hb = arg;
     pthread_mutex_lock(&hb->mu);
     while (!hb->stop) {
         /* the next beat after a period; with comm_dumps, as soon as a hang
          * dump was answered too (the supervisor waits for it to stop a hung
-         * job), looked at every 0.1 s */
+         * job), and with comm_blocked_s, once a wait in communication that
+         * the last beat did not show has lasted HB_WAIT_NEWS_S: looked at
+         * every 0.1 s.  A rank that began to wait just after a beat said so
+         * only a period later: a peer's --comm-timeout of 1 s ran out first,
+         * and the supervisor, which books such a timeout on the rank it
+         * waited for when that rank beats but waits for nobody, took the
+         * waiting rank for the stuck one (the tp follower of a hung or stopped
+         * ring leader in tp2 x pp2, 3 runs in 43) */
         for (double left = hb->period_s; !hb->dirty && !hb->stop && left > 0;) {
-            double slice = hb->comm_dumps && left > 0.1 ? 0.1 : left;
+            int look = hb->comm_dumps || hb->comm_blocked_s;
+            double slice = look && left > 0.1 ? 0.1 : left;
             struct timespec ts = ms_deadline(CLOCK_MONOTONIC, slice);
             pthread_cond_timedwait(&hb->cv, &hb->mu, &ts);
             left -= slice;
             if (hb->comm_dumps && hb->comm_dumps(hb->comm_ctx) != hb->dumps_sent) break;
+            if (hb->comm_blocked_s && wait_news(hb)) break;
         }
         if (hb->stop) break;
         unsigned long long gen = ++hb->taken; /* holds every update made before this */

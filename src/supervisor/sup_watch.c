@@ -536,13 +536,16 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
         if (!silent && isnan(s->comm_wait_s)) unknown = 1;   /* its waits unsaid */
         if (!silent && (isnan(s->comm_wait_s) || s->last_beat < fresh || s->t_blocked >= began))
             continue; /* no beat late in the wait, or waited in it too */
-        int rank = 2 * names_waited_for(err, i) + silent; /* named first, then quiet */
+        /* quiet first (before, a rank the error named outranked it: the tp follower, waiting
+         * for its stopped ring leader with no beat yet to say so, was booked for it), then
+         * named */
+        int rank = 2 * silent + names_waited_for(err, i);
         if (who < 0 || rank > rank_who ||
             (rank == rank_who && s->last_progress < d->r[who].last_progress))
             who = i, rank_who = rank;
     }
-    if (who < 0 || (unknown && !(rank_who & 1))) return -1; /* stuck: only if every rank says */
-    *quiet = rank_who & 1;
+    if (who < 0 || (unknown && !(rank_who >> 1))) return -1; /* stuck: only if every rank says */
+    *quiet = rank_who >> 1;
     *since = *quiet ? d->r[who].last_beat : d->r[who].last_progress;
     return who;
 }

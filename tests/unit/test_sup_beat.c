@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "base/rng.h"
+#include "base/timeutil.h"
 #include "check.h"
 #include "monitor/heartbeat.h"
 #include "supervisor/sup.h"
@@ -404,6 +405,51 @@ static void test_client(void) {
     T_OK(mon_heartbeat_open(&hb, &c) == MS_ERR_ARG);
 }
 
+/* The time waited in communication as comm_world_blocked_s says it: since *ctx (0: none). */
+static double waiting_since(void *ctx) {
+    double t = *(volatile double *)ctx;
+    return t > 0 ? ms_now() - t : 0;
+}
+
+/* A wait in communication that the last beat did not show is beaten once it lasts 0.25 s,
+ * not a period later; once per wait (before, a rank that began to wait just after a beat
+ * said so a period later: a peer's --comm-timeout of 1 s ran out first, and the supervisor
+ * took the waiting rank for the stuck one it waited for). */
+static void test_wait_news(void) {
+    char addr[64];
+    static double since = 0;
+    int lfd = listen_loopback(addr, sizeof addr);
+    mon_heartbeat *hb = NULL;
+    mon_heartbeat_config c = {.addr = addr,
+                              .token = TOK,
+                              .rank = 1,
+                              .world = 2,
+                              .comm_blocked_s = waiting_since,
+                              .comm_ctx = &since,
+                              .period_s = 30};
+    T_EQ_INT(mon_heartbeat_open(&hb, &c), MS_OK);
+    int fd = accept(lfd, NULL, NULL);
+    T_OK(fd >= 0);
+    sup_beat b;
+    T_OK(read_until(fd, "start", &b) >= 1);
+    T_NEAR(b.comm_wait_s, 0, 0);
+    for (int round = 0; round < 2; round++) { /* a wait, its end, and a second wait */
+        double t0 = ms_now();
+        since = t0;
+        struct pollfd p = {fd, POLLIN, 0};
+        T_EQ_INT(poll(&p, 1, 2000), 1); /* 0.25 s and a slice of 0.1 s: not 30 s */
+        T_OK(read_until(fd, "start", &b) >= 1);
+        T_OK(ms_now() - t0 >= 0.2 && ms_now() - t0 < 1.5);
+        T_OK(b.comm_wait_s >= 0.2 && b.comm_wait_s <= 1.5);
+        T_EQ_INT(poll(&p, 1, 600), 0); /* the same wait: said once */
+        since = 0;
+        T_EQ_INT(poll(&p, 1, 300), 0); /* its end: no news */
+    }
+    mon_heartbeat_close(hb);
+    close(fd);
+    close(lfd);
+}
+
 /* mon_heartbeat_flush: when it returns, the beat with the latest step is
  * out (before an injected fault ends the process: the driver must know the
  * steps done, or it hands the fault that fired to the next start again). */
@@ -515,6 +561,7 @@ int main(void) {
     test_client();
     test_driver_gone();
     test_flush();
+    test_wait_news();
     test_flush_reconnects();
     test_valid();
     test_rejected();

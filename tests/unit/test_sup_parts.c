@@ -1150,6 +1150,14 @@ static void test_comm_stuck_peer(void) {
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(7), 0);
     expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) went silent 2.0 s before rank 0 reported");
     beat_driver_free(d);
+    /* quiet before named: rank 1 silent 2 s (stopped), rank 2 named by the error, beating
+     * and not blocked at its beat (the tp follower waiting for rank 1 in the batch ring, no
+     * beat since it began to wait); before, the named one was booked */
+    d = comm_stall(&c, 3, k, (int[]){1, 0, 0});
+    d->r[1].last_beat -= 2.0;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(2), 0);
+    expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) went silent 2.0 s before rank 0 reported");
+    beat_driver_free(d);
     /* beats without wait times (an older trainer): not judged */
     d = comm_stall(&c, 2, k, (int[]){1, 0});
     d->r[1].comm_wait_s = NAN;
