@@ -169,7 +169,8 @@ void comm_world_fail(comm_world *w, ms_status code, const char *msg);
  * responding for 2.1 s (stopped?)").  The board is let settle first (at most 2.5 s), as for
  * an op's timeout: before, a ring leader stopped a moment before its follower's
  * --comm-timeout of 1 s was not told from a live one, and the supervisor booked the hang on
- * the follower that reported it.  peer < 0: msg alone. */
+ * the follower that reported it.  A world broken during the settle (a collective that
+ * timed out meanwhile) returns that failure, as comm_world_check does.  peer < 0: msg alone. */
 ms_status comm_world_fail_wait(comm_world *w, int peer, int member, ms_status code,
                                const char *msg);
 /* MS_OK, or once the world is broken its failure as this thread's error ("comm: WHAT: world
