@@ -495,8 +495,8 @@ static int names_waited_for(const char *err, int g) {
  * beat in it (its error comes later: the rank tears down first, a persist in flight, the
  * dumps' grace); a reporter with no beat in a wait since its last step, the error's "timed
  * out after X s" up to now.  Of the others, a rank that made no step while the reporter
- * waited, beat since the wait began, in its second half or at most SUP_BEAT_RECENT_S ago,
- * and was blocked in communication at no
+ * waited, beat in the wait's second half or at most SUP_BEAT_RECENT_S ago, waiting in
+ * nothing at its newest beat, and was blocked in communication at no
  * beat since the wait began (the ranks waiting for it are; one that timed out itself a
  * moment ago says 0 at its newest beat, its error on the way: before, a dp peer's report
  * named the tp peer of the stuck rank so); those the error names as not arrived first,
@@ -520,13 +520,16 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
     }
     if (!(waited > 0)) return -1;
     int who = -1, rank_who = 0, unknown = 0;
-    /* a beat that says the rank's state in the wait: since the wait began, and in its second
-     * half or at most SUP_BEAT_RECENT_S old, the newest of a rank that beats once a second (in
-     * a wait under 2 s it can come before the half; before, a rank hung in its compute whose
-     * newest beat came 1.01 s before a 1.9 s wait ended was not judged, and the reporter was
-     * booked, 1 run in 7 of tp2 x pp2 under load).  Not older: a rank whose next beat is
-     * overdue may have begun to wait since (for the same rank as the reporter) */
-    double late = began + 0.5 * waited, fresh = fmax(began, fmin(late, now - SUP_BEAT_RECENT_S));
+    /* a beat that says the rank's state in the wait: in its second half, or at most
+     * SUP_BEAT_RECENT_S old, the newest of a rank that beats once a second (in a wait under
+     * 2 s it can come before the half, or before the wait: the beat of the rank's last step;
+     * before, a rank hung in its compute whose newest beat came 1.0 s before the report was
+     * not judged, and the reporter was booked, 6 runs in 10 of tp2 x pp2 under heavy load at
+     * --comm-timeout 1).  A rank that waits says so within HB_WAIT_NEWS_S (0.25 s,
+     * src/monitor/heartbeat.c), so a newest beat that says it waits in none, with no wait
+     * said since, is one that does not.  Not older: a rank whose next beat is overdue may
+     * have begun to wait since (for the same rank as the reporter) */
+    double late = began + 0.5 * waited, fresh = fmin(late, now - SUP_BEAT_RECENT_S);
     for (int i = 0; i < d->c->np; i++) {
         const sup_rank *s = &d->r[i];
         if (i == reporter || s->done || s->failed || s->stopped || !s->connected || !s->started)
@@ -534,8 +537,9 @@ static int stuck_peer(const sup_driver *d, int reporter, const char *err, double
         if (s->last_progress > late) continue; /* made a step in the wait */
         int silent = now - s->last_beat > SUP_BEAT_MISSED_S; /* a beat missed, now */
         if (!silent && isnan(s->comm_wait_s)) unknown = 1;   /* its waits unsaid */
-        if (!silent && (isnan(s->comm_wait_s) || s->last_beat < fresh || s->t_blocked >= began))
-            continue; /* no beat late in the wait, or waited in it too */
+        if (!silent && (isnan(s->comm_wait_s) || s->comm_wait_s > 0 || s->last_beat < fresh ||
+                        s->t_blocked >= began))
+            continue; /* no beat late in the wait, or waits, or waited in it too */
         /* quiet first (before, a rank the error named outranked it: the tp follower, waiting
          * for its stopped ring leader with no beat yet to say so, was booked for it), then
          * named */

@@ -1119,10 +1119,24 @@ static void test_comm_stuck_peer(void) {
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
     expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
     beat_driver_free(d);
-    /* no beat from it since the wait began (1 s ago), its last one 1.2 s ago (not a beat
-     * missed yet): its state in the wait is unknown */
+    /* its newest beat 1.3 s ago (the next one overdue, not a beat missed yet): its state in
+     * the wait is unknown */
     d = comm_stall(&c, 2, k, (int[]){1, 0});
-    d->r[1].last_beat -= 1.2;
+    d->r[1].last_beat -= 1.3;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
+    beat_driver_free(d);
+    /* its newest beat 1.1 s ago, before the wait began (1 s ago: its last step's), waiting in
+     * nothing and no wait said since (a rank says one within 0.25 s): the stuck one; before,
+     * not judged, and the reporter booked */
+    d = comm_stall(&c, 2, k, (int[]){1, 0});
+    d->r[1].last_beat -= 1.1;
+    beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
+    expect_comm_fault(d, 1, 0, "rank 1 (on elsewhere) beats but made no step for 2.5 s");
+    beat_driver_free(d);
+    /* ... but not when that beat said it waits (a wait begun before the reporter's) */
+    d = comm_stall(&c, 2, k, (int[]){1, 1});
+    d->r[1].last_beat -= 1.1, d->r[1].t_blocked -= 1.1, d->r[1].t_wait_from -= 1.1;
     beat_send_wait(d, k, 0, 3, NAN, "error", STUCK_ERR(1), 0);
     expect_comm_fault(d, 0, -1, "comm: reduce_scatter");
     beat_driver_free(d);
