@@ -239,6 +239,10 @@ static void send_beat(mon_heartbeat *hb, int urgent) {
             pthread_mutex_lock(&hb->mu);
             hb->dirty = 0; /* left set, the thread's wait returned at once: a spinning core */
             pthread_mutex_unlock(&hb->mu);
+            if (hb->comm_blocked_s) { /* nor the news of a wait, every 0.1 s while it lasts */
+                double w = hb->comm_blocked_s(hb->comm_ctx);
+                hb->wait_from_sent = w > 0 ? ms_now() - w : 0;
+            }
             return;
         }
         char *line = beat_line(hb);
