@@ -8,6 +8,7 @@
  * heartbeat client's beats parse and carry the step record (label threads:
  * also under TSan). */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -407,7 +408,7 @@ static void test_client(void) {
 
 /* The time waited in communication as comm_world_blocked_s says it: since *ctx (0: none). */
 static double waiting_since(void *ctx) {
-    double t = *(volatile double *)ctx;
+    double t = atomic_load((_Atomic double *)ctx); /* set by the test, read by the beat thread */
     return t > 0 ? ms_now() - t : 0;
 }
 
@@ -417,7 +418,7 @@ static double waiting_since(void *ctx) {
  * took the waiting rank for the stuck one it waited for). */
 static void test_wait_news(void) {
     char addr[64];
-    static double since = 0;
+    static _Atomic double since = 0;
     int lfd = listen_loopback(addr, sizeof addr);
     mon_heartbeat *hb = NULL;
     mon_heartbeat_config c = {.addr = addr,
@@ -435,14 +436,14 @@ static void test_wait_news(void) {
     T_NEAR(b.comm_wait_s, 0, 0);
     for (int round = 0; round < 2; round++) { /* a wait, its end, and a second wait */
         double t0 = ms_now();
-        since = t0;
+        atomic_store(&since, t0);
         struct pollfd p = {fd, POLLIN, 0};
         T_EQ_INT(poll(&p, 1, 2000), 1); /* 0.25 s and a slice of 0.1 s: not 30 s */
         T_OK(read_until(fd, "start", &b) >= 1);
         T_OK(ms_now() - t0 >= 0.2 && ms_now() - t0 < 1.5);
         T_OK(b.comm_wait_s >= 0.2 && b.comm_wait_s <= 1.5);
         T_EQ_INT(poll(&p, 1, 600), 0); /* the same wait: said once */
-        since = 0;
+        atomic_store(&since, 0.0);
         T_EQ_INT(poll(&p, 1, 300), 0); /* its end: no news */
     }
     mon_heartbeat_close(hb);
