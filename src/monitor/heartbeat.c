@@ -142,6 +142,14 @@ static void shorten(cJSON *o, const char *k, size_t max) {
     cJSON_ReplaceItemInObjectCaseSensitive(o, k, cJSON_CreateString(cut));
 }
 
+/* The time this rank has waited in communication (comm_blocked_s), taken as said: the wait
+ * is no news to wait_news (beat thread only). */
+static double wait_said(mon_heartbeat *hb) {
+    double w = hb->comm_blocked_s(hb->comm_ctx);
+    hb->wait_from_sent = w > 0 ? ms_now() - w : 0;
+    return w;
+}
+
 static char *beat_line(mon_heartbeat *hb) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "v", 1);
@@ -192,9 +200,7 @@ static char *beat_line(mon_heartbeat *hb) {
     cJSON_AddNumberToObject(o, "comm_bytes",
                             hb->comm_bytes ? (double)hb->comm_bytes(hb->comm_ctx) : 0);
     if (hb->comm_blocked_s) { /* 0.1 s is plenty for telling a stuck rank from its waiting peers */
-        double w = hb->comm_blocked_s(hb->comm_ctx);
-        hb->wait_from_sent = w > 0 ? ms_now() - w : 0;
-        cJSON_AddNumberToObject(o, "comm_wait_s", round(w * 10) / 10);
+        cJSON_AddNumberToObject(o, "comm_wait_s", round(wait_said(hb) * 10) / 10);
     }
     if (hb->comm_dumps) {
         hb->dumps_sent = hb->comm_dumps(hb->comm_ctx);
@@ -239,10 +245,8 @@ static void send_beat(mon_heartbeat *hb, int urgent) {
             pthread_mutex_lock(&hb->mu);
             hb->dirty = 0; /* left set, the thread's wait returned at once: a spinning core */
             pthread_mutex_unlock(&hb->mu);
-            if (hb->comm_blocked_s) { /* nor the news of a wait, every 0.1 s while it lasts */
-                double w = hb->comm_blocked_s(hb->comm_ctx);
-                hb->wait_from_sent = w > 0 ? ms_now() - w : 0;
-            }
+            if (hb->comm_blocked_s) /* nor the news of a wait, every 0.1 s while it lasts */
+                (void)wait_said(hb);
             return;
         }
         char *line = beat_line(hb);

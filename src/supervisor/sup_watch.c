@@ -1103,13 +1103,14 @@ void sup_serve_for(sup_driver *d, int ms) {
     free(p);
     free(ctl_of);
     double now = ms_now();
-    for (int i = d->n_conns - 1; i >= 0; i--) /* ended in read_ahead, nothing new on it since */
-        if (d->conns[i].ended) drop_conn(d, i);
-    for (int i = d->n_conns - 1; i >= 0; i--) /* nor a heartbeat client without a valid beat */
-        if (d->conns[i].rank < 0 && now - d->conns[i].t_open > SUP_HB_AUTH_S) {
-            reject(d, "beat_rejected", "no valid beat within 5 s");
+    for (int i = d->n_conns - 1; i >= 0; i--) {
+        if (d->conns[i].ended) { /* in read_ahead, nothing new on it since */
+            drop_conn(d, i);
+        } else if (d->conns[i].rank < 0 && now - d->conns[i].t_open > SUP_HB_AUTH_S) {
+            reject(d, "beat_rejected", "no valid beat within 5 s"); /* nor a client without one */
             drop_conn(d, i);
         }
+    }
     for (int i = d->n_ctl - 1; i >= 0; i--) /* a silent client does not hold a slot */
         if (!d->ctl[i].busy && now - d->ctl[i].t_open > CTL_READ_S) {
             reject(d, "ctl_rejected", "no line within 2 s");
