@@ -54,6 +54,11 @@
 #define CPU_SGEMM_NC 3072
 #define CPU_SGEMM_MC 512
 #define CPU_SGEMM_MT 1024
+/* Where a panel and a strip fit L1 together, few_rows packs a block of panels at once whose
+ * rows of op(B) span at least this many bytes: 6 cache lines, so that the weights' rows
+ * come from memory in runs the prefetcher follows (AVX2's 24-column panels read 1.5 lines a
+ * row, one panel at a time; docs/perf.md) */
+#define CPU_SGEMM_ROW_BYTES 384
 /* Most floats of op(A) read in place for few_rows to take each panel
  * through all of K: 256 K floats, 1 MB, which holds GPT-2 124M's 256 tokens
  * x 768 (the classifier's logits) */

@@ -141,23 +141,21 @@ static void run_block(const cpu_sgemm_kern *kn, const cpu_sgemm_scratch *s, floa
               ta ? at : NULL, ap, A, lda, M, k0, kb, alpha, beta, C, ldc);
 }
 
-/* Few rows (M <= MC, or <= MT when op(A) is transposed): each thread takes
- * its share of op(B)'s panels, a block at a time (run_block).  Where a
- * panel and a strip of op(A) do not fit in L1 together (by_strips), a block
- * is at most as many panels as half of L2 holds (the share cut evenly) and
- * each strip runs across it: the strip stays in L1 while the panels stream
- * from L2, and C is written row by row.  (One panel at a time past every
- * strip left both operands in L2 with AVX-512's 72 KB panels; the weight
- * gradients ran 7% slower on an Emerald Rapids Xeon, while a Zen 5 ran
- * blocks of 1-3 panels 1-3% faster: docs/perf.md.)  Otherwise a block is
- * one panel, packed just before use and kept in L1 while every strip
- * passes.  op(A) is read in place, or packed once a k-block, shared, when
- * transposed.  Where op(A) is read in place and stays in the core's cache
- * (M*K <= CPU_SGEMM_A_CACHED floats), each block runs through all of K
- * before the next, so that its columns of C stay in cache from one k-block
- * to the next (the classifier's logits, 256 x 50257 floats, are larger than
- * the last level cache); otherwise each k-block runs through all the
- * blocks, so that op(A)'s block stays in cache while C is read again. */
+/* Few rows (M <= MC, or <= MT when op(A) is transposed): each thread takes its share of op(B)'s
+ * panels, a block at a time (run_block). Where a panel and a strip of op(A) do not fit in L1
+ * together (by_strips), a block is at most as many panels as half of L2 holds (the share cut
+ * evenly) and each strip runs across it: the strip stays in L1 while the panels stream from L2,
+ * and C is written row by row. (One panel at a time past every strip left both operands in L2 with
+ * AVX-512's 72 KB panels; the weight gradients ran 7% slower on an Emerald Rapids Xeon, while a
+ * Zen 5 ran blocks of 1-3 panels 1-3% faster: docs/perf.md.) Otherwise a block is the few panels
+ * whose rows span CPU_SGEMM_ROW_BYTES, packed together just before use, each kept in L1 while
+ * every strip passes (one panel at a time read AVX2's 96-byte rows of the weights 1.5 lines at a
+ * time, and the forward products ran 5% slower on a Xeon: docs/perf.md). op(A) is read in place,
+ * or packed once a k-block, shared, when transposed. Where op(A) is read in place and stays in the
+ * core's cache (M*K <= CPU_SGEMM_A_CACHED floats), each block runs through all of K before the
+ * next, so that its columns of C stay in cache from one k-block to the next (the classifier's
+ * logits, 256 x 50257 floats, are larger than the last level cache); otherwise each k-block runs
+ * through all the blocks, so that op(A)'s block stays in cache while C is read again. */
 static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads, int ta, int tb,
                      int M, int N, int K, float alpha, const float *A, int lda, const float *B,
                      int ldb, float beta, float *C, int ldc) {
@@ -165,8 +163,12 @@ static void few_rows(const cpu_sgemm_kern *kn, cpu_sgemm_scratch *s, int threads
     int panels = (N + NR - 1) / NR, strips = (M + MR - 1) / MR;
     int block_outer = !ta && (size_t)M * K <= CPU_SGEMM_A_CACHED;
     int kmax = K < KC ? K : KC;
-    /* the most panels a block (the same for every k-block) */
-    size_t few = by_strips(kn, s, kmax) ? s->b_block / ((size_t)NR * kmax) : 1;
+    /* the most panels a block (the same for every k-block): as many as half of L2 holds, or
+     * in the panel order those that span CPU_SGEMM_ROW_BYTES of a row */
+    size_t fit = s->b_block / ((size_t)NR * kmax), row = (size_t)NR * sizeof(float);
+    size_t few = by_strips(kn, s, kmax) ? fit : (CPU_SGEMM_ROW_BYTES + row - 1) / row;
+    if (few > fit) few = fit;
+    if (few < 1) few = 1;
 #pragma omp parallel num_threads(threads)
     {
         int tid = omp_get_thread_num(), nt = omp_get_num_threads();
