@@ -16,15 +16,21 @@
  * megascale picks on this CPU).  OpenBLAS runs the kernels of the same
  * width (OPENBLAS_CORETYPE SkylakeX or Haswell), so that on an AVX-512
  * machine "--kernel avx2" compares the two as an AVX2 machine would.
+ * --l1 and --l2 (bytes) plan the own kernel's blocks as for a CPU with
+ * those caches (the loop order and blocks only: the caches stay this
+ * CPU's), e.g. "--kernel avx2 --l1 32768 --l2 524288" as AMD's Zen 2 and 3
+ * would order them.
  *
  * usage: bench_cpu_gemm [--threads 2] [--reps 9] [--sets 12]
- *                       [--cases d12:4:64,d6:8:256] [--kernel avx512|avx2] */
+ *                       [--cases d12:4:64,d6:8:256] [--kernel avx512|avx2]
+ *                       [--l1 BYTES] [--l2 BYTES] */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_internal.h"
 #include "base/arena.h"
 #include "base/rng.h"
 #include "base/timeutil.h"
@@ -53,13 +59,15 @@ static float *fill(size_t n, uint64_t seed) {
 
 static int usage(void) {
     fprintf(stderr, "usage: bench_cpu_gemm [--threads N] [--reps N] [--sets N] "
-                    "[--cases d12:4:64,d6:8:256] [--kernel avx512|avx2]\n");
+                    "[--cases d12:4:64,d6:8:256] [--kernel avx512|avx2] [--l1 BYTES] "
+                    "[--l2 BYTES]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     int threads = 2, reps = 9, sets = 12, kind = be_cpu_gemm_best();
     const char *cases = "d12:4:64,d6:8:256";
+    long l1 = 0, l2 = 0; /* 0: this CPU's */
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 == argc) /* a flag without its value, or --help */
             return usage();
@@ -75,11 +83,17 @@ int main(int argc, char **argv) {
             kind = BE_CPU_GEMM_AVX512;
         else if (!strcmp(argv[i], "--kernel") && !strcmp(argv[i + 1], "avx2"))
             kind = BE_CPU_GEMM_AVX2;
+        else if (!strcmp(argv[i], "--l1"))
+            l1 = atol(argv[i + 1]);
+        else if (!strcmp(argv[i], "--l2"))
+            l2 = atol(argv[i + 1]);
         else
             return usage();
     }
-    if (threads < 1 || reps < 1 || sets < 1 || sets > 64) {
-        fprintf(stderr, "bench_cpu_gemm: --threads, --reps >= 1, --sets in [1, 64]\n");
+    if (threads < 1 || reps < 1 || sets < 1 || sets > 64 || l1 < 0 || (l1 && l1 < 4096) || l2 < 0 ||
+        (l2 && l2 < 65536)) {
+        fprintf(stderr, "bench_cpu_gemm: --threads, --reps >= 1, --sets in [1, 64], --l1 >= 4096 "
+                        "and --l2 >= 65536 bytes\n");
         return 2;
     }
     if (kind == BE_CPU_GEMM_OPENBLAS || !be_cpu_gemm_runs(kind)) {
@@ -106,10 +120,16 @@ int main(int argc, char **argv) {
         fprintf(stderr, "bench_cpu_gemm: %s\n", ms_errmsg());
         return 1;
     }
-    char blas[320];
+    cpu_set_sgemm_caches(be, (size_t)l1, (size_t)l2 / 2 / sizeof(float));
+    char blas[320], plan[96] = "";
+    if (l1 || l2)
+        snprintf(plan, sizeof plan, ", blocks planned for an L1 of %ld KB and an L2 of %ld KB",
+                 (l1 ? l1 : sysconf(_SC_LEVEL1_DCACHE_SIZE)) / 1024,
+                 (l2 ? l2 : sysconf(_SC_LEVEL2_CACHE_SIZE)) / 1024);
     printf("%s against OpenBLAS (%s), %d threads, medians of %d calls, weights cycling through "
-           "%d copies\n",
-           be_cpu_gemm_name(kind), be_cpu_blas_describe(blas, sizeof blas), threads, reps, sets);
+           "%d copies%s\n",
+           be_cpu_gemm_name(kind), be_cpu_blas_describe(blas, sizeof blas), threads, reps, sets,
+           plan);
     printf("%-10s %-4s %-20s %6s %10s %10s %8s\n", "case", "op", "shape MxNxK", "calls", "OpenBLAS",
            "own", "own/OB");
     char *list = strdup(cases);
