@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
@@ -216,6 +217,16 @@ static ms_status load_config(const opts_spec *spec, int n, void *dst, const char
     size_t len = 0;
     ms_status st = ms_file_read_max(path, CONFIG_MAX_BYTES, &text, &len);
     if (st != MS_OK) return ms_error_wrap(st, "--config");
+    /* a FIFO read before its writer opened it ends at once: its options were lost without a
+     * word (a --config <(...) has its writer already) */
+    struct stat sb;
+    if (len == 0 && stat(path, &sb) == 0 && S_ISFIFO(sb.st_mode)) {
+        free(text);
+        return ms_error(MS_ERR_FORMAT,
+                        "--config %s: a FIFO that gave nothing to read (no writer had it open, "
+                        "or its writer wrote nothing): give the file itself, or --config <(...)",
+                        path);
+    }
     const char *nul = memchr(text, 0, len);
     if (nul) {
         int at = 1;

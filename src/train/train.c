@@ -703,6 +703,35 @@ static void check_cpu_bf16(trainer *t) {
                 t->peak.flops / 1e9, f32 / 1e9);
 }
 
+/* --inject-fault / --ckpt-fault entries this run can never meet: a rank it does not have, or
+ * step 0, is refused (a test that tests nothing; `launch --faults` and `diag --inject-fault`
+ * refuse theirs too; before, `exit@3:5` in a run of one process trained and exited 0); a
+ * trainer's fault past --steps is said (the checkpoint's points past it are the tests' way to
+ * arm the serial persist without firing, src/ckpt/ckpt_fault.c).  A node target that no rank
+ * has never fires, as documented. */
+static ms_status check_faults(const trainer *t, const train_config *tc) {
+    int world = t->world ? comm_world_size(t->world) : 1;
+    for (int i = 0; i < t->fault.n; i++) {
+        const ms_fault *f = &t->fault.f[i];
+        char e[96] = "";
+        if (f->step >= 0) snprintf(e, sizeof e, "@%d%s", f->step, f->from ? "+" : "");
+        char at[128];
+        snprintf(at, sizeof at, "%s%s", f->kind, e);
+        if (f->rank >= world)
+            return ms_error(MS_ERR_ARG,
+                            "--inject-fault / --ckpt-fault: %s:%d: rank %d is not one of this "
+                            "run's %d process(es); it would never fire",
+                            at, f->rank, f->rank, world);
+        if (f->step == 0)
+            return ms_error(MS_ERR_ARG,
+                            "--inject-fault / --ckpt-fault: %s: step 0: steps count from 1", at);
+        if (t->rank == 0 && f->step > tc->steps && !ms_fault_is_ckpt(f->kind))
+            ms_warn("--inject-fault: %s is past --steps %d: it never fires in this run", at,
+                    tc->steps);
+    }
+    return MS_OK;
+}
+
 /* The model's shape: the preset's, or --init-from's.  --init-from is the
  * first start's only: a run that resumes takes its commit's weights.  When
  * the file is gone (cleaned up while a job ran: a restart under the
@@ -755,6 +784,7 @@ static ms_status setup(trainer *t) {
     MS_TRY(
         ms_fault_parse(&t->fault, t->fault_spec, "--inject-fault / --ckpt-fault (MS_CKPT_FAULT)"));
     ms_fault_plan_set_node(&t->fault, t->node); /* ":node=NAME" entries fire on this node only */
+    MS_TRY(check_faults(t, tc));
     MS_TRY(train_check_hparams(tc));
     opt_config oc = {OPT_ADAMW,      (float)tc->beta1,        (float)tc->beta2,
                      (float)tc->eps, (float)tc->weight_decay, (float)tc->grad_clip};

@@ -224,6 +224,12 @@ def test_bad_input(d, w, val, train, ck):
     cases = [  # (args, needles in stderr)
         *[(a, [fifo, "not a regular file (a FIFO)"]) for a in (
             [*SA, "--weights", fifo], [*EV, "--weights", fifo], [*TR, "--init-from", fifo])],
+        # a FIFO as --config with no writer read as an empty config: its options lost, exit 0
+        ([*TR, "--config", fifo], [fifo, "a FIFO that gave nothing to read"]),
+        # an injected fault this run can never meet (it trained and exited 0)
+        ([*TR, "--inject-fault", "exit@3:5"],
+         ["exit@3:5: rank 5 is not one of this run's 1 process(es); it would never fire"]),
+        ([*TR, "--inject-fault", "kill@0"], ["kill@0: step 0: steps count from 1"]),
         ([*SA, "--weights", state], [state, "an llm.c training state (magic 20240327"]),
         # no command, an unknown one: the commands on stderr (they were on stdout)
         ([], ["usage: megascale <command>", "train    train a GPT model"]),

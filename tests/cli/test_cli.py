@@ -621,6 +621,11 @@ def test_node_targets(d, base):
                  what="a bad node target")
     expect_error([*base, "--inject-fault", "exit@2:0:node=a"], "one target only",
                  what="a rank and a node target")
+    # a fault past --steps never fires: said (a checkpoint point past it arms the serial
+    # persist for tests, and is not)
+    rc, _, err = run(*base, "--steps", "3", "--inject-fault", "exit@9,stage2:start@50")
+    ok(rc == 0 and "exit@9 is past --steps 3: it never fires in this run" in err and
+       "stage2:start@50" not in err, "exit@9 past --steps 3: said, the run trains", err)
 
 
 def st_header(path):
