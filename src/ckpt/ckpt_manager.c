@@ -748,8 +748,13 @@ static void shm_local(ckpt_manager *cm, int64_t steps[2]) {
                             : v.rank != cm->rank || v.world != cm->world ||
                                     !ckpt_snap_matches(&v, cm->runs, cm->n_runs)
                                 ? LAYOUT
-                            : snap_nonfinite(&v) ? "holds weights that are NaN or Inf"
-                                                 : NULL;
+                            : !snap_nonfinite(&v) ? NULL
+                            /* damage in host memory reads alike: said as such (it was
+                             * reported as weights an update made non-finite) */
+                            : ckpt_snap_verify(path, &v) != MS_OK
+                                ? "fails its data CRC (damaged in host memory: its weights "
+                                  "read NaN or Inf)"
+                                : "holds weights that are NaN or Inf";
         if (!other) {
             steps[k] = v.step;
         } else if (v.step > unused_step) {

@@ -315,7 +315,12 @@ static void *beat_main(void *arg) {
 
 ms_status mon_heartbeat_open(mon_heartbeat **out, const mon_heartbeat_config *c) {
     *out = NULL;
-    if (!c->token || !*c->token || strlen(c->token) > HB_TOKEN_MAX ||
+    if (!c->token || !*c->token) /* the driver's beats are refused without it */
+        return ms_error(MS_ERR_ARG,
+                        "--heartbeat %s needs --heartbeat-token (env MS_HEARTBEAT_TOKEN): the "
+                        "job's token, which megascale launch gives every rank",
+                        c->addr ? c->addr : "");
+    if (strlen(c->token) > HB_TOKEN_MAX ||
         strspn(c->token, "0123456789abcdefABCDEF") != strlen(c->token))
         return ms_error(MS_ERR_ARG, "--heartbeat-token: expected up to %d hex digits",
                         HB_TOKEN_MAX);

@@ -203,6 +203,14 @@ def flip_snapshot_byte(path):
         f.write(bytes([b[0] ^ 0x10]))
 
 
+def nan_snapshot_word(path):
+    """Write 0xffffffff (a NaN) over the first float of the snapshot's data (a weight)."""
+    with open(path, "r+b") as f:
+        data_off, _ = struct.unpack_from("<QQ", f.read(72), 56)
+        f.seek(data_off)
+        f.write(b"\xff\xff\xff\xff")
+
+
 def _crc32c_table():
     t = []
     for i in range(256):

@@ -40,8 +40,8 @@ import sys
 import tempfile
 
 from ckpt_common import (BIN, Workspace, committed_steps, flip_snapshot_byte, losses,
-                         manifest_reseal, manifest_to_v1, ok, resumed_at, run, sha, slots,
-                         step_dir, summary, tree, verify)
+                         manifest_reseal, manifest_to_v1, nan_snapshot_word, ok, resumed_at, run,
+                         sha, slots, step_dir, summary, tree, verify)
 
 
 def leftovers(root):
@@ -159,6 +159,17 @@ def damage_cases(ws, ref_m, ref_w):
         edit_manifest(d, lambda m: next(s for s in m["slices"] if s["tensor"] == "ln_f.bias"
                                         and s["state"] == "param").update(shape=[16]))
 
+    # values no trainer writes (resealed: a buggy writer or a hand edit with its checksum
+    # redone): verified as ok before, and resume advised --data-order random, itself refused
+    def unknown_order(d):
+        edit_manifest(d, lambda m: m["trainer"]["data"].update(order="random"))
+
+    def beta1_out_of_range(d):
+        edit_manifest(d, lambda m: m["trainer"]["optimizer"].update(beta1=7))
+
+    def unknown_optimizer(d):
+        edit_manifest(d, lambda m: m.update(optimizer="sgd"))
+
     cases = [("truncated shard", truncate, [shard, "truncated"]),
              ("flipped bit", flip, [shard, "CRC32C", "tensor '"]),
              ("missing manifest", no_manifest, ["no manifest.json"]),
@@ -169,7 +180,11 @@ def damage_cases(ws, ref_m, ref_w):
              ("model contradicting its tensors", model_contradicts, ["but its model", "vocab 300"]),
              ("slice range outside its box", box_too_small, ["ln_f.bias", "outside its box of 16"]),
              ("opt_steps edited", opt_steps_edited, ["manifest.json", "manifest_crc32c says"]),
-             ("data cursor edited", cursor_edited, ["manifest.json", "manifest_crc32c says"])]
+             ("data cursor edited", cursor_edited, ["manifest.json", "manifest_crc32c says"]),
+             ("unknown data order", unknown_order, ["trainer data", "unknown data order "
+                                                    "'random'"]),
+             ("beta1 out of range", beta1_out_of_range, ["trainer optimizer: beta1 7"]),
+             ("unknown optimizer", unknown_optimizer, ["optimizer", "unknown optimizer 'sgd'"])]
     for label, damage, needles in cases:
         root = ws.path("damage_" + label.replace(" ", "_"))
         shutil.copytree(pristine, root)
@@ -277,6 +292,17 @@ def shm_damage_cases(ws, ref20_m, ref20_w, ref10_m, ref10_w):
     continue_case(ws, "resume past a damaged snapshot", root, ref20_m, ref20_w, 5,
                   must=["resume: not resuming from " + s10[0], "fails its data CRC"])
     ok(sha(ws.path("cont.st")) == clean_w, "shm flip: final weights equal the clean resume's")
+    # (a2) the same damage as a NaN over a weight: named as damage by the data CRC (it was
+    # said as weights an update made NaN or Inf)
+    nroot = ws.path("shm_nan")
+    r = run(ws, ws.train_args("--steps", "20", "--ckpt-dir", nroot, "--ckpt-every", "5"),
+            fault="stage2:start@10")
+    n10 = [p for p, (step, complete) in slots(ws.shm, nroot).items() if step == 10 and complete]
+    ok(r.returncode == -9 and len(n10) == 1, "shm nan: killed before persisting 10", r.stderr)
+    if len(n10) == 1:
+        nan_snapshot_word(n10[0])
+        continue_case(ws, "resume past a snapshot damaged into a NaN", nroot, ref20_m, ref20_w, 5,
+                      must=["fails its data CRC (damaged in host memory: its weights read NaN"])
     # what the resumed run committed is what the clean one did (which steps
     # are committed besides the final one depends on timing: superseded
     # snapshots), so no damaged data became a commit

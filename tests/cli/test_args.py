@@ -230,6 +230,9 @@ def test_bad_input(d, w, val, train, ck):
         ([*TR, "--inject-fault", "exit@3:5"],
          ["exit@3:5: rank 5 is not one of this run's 1 process(es); it would never fire"]),
         ([*TR, "--inject-fault", "kill@0"], ["kill@0: step 0: steps count from 1"]),
+        # --heartbeat without its token: the token's format was blamed
+        ([*TR, "--heartbeat", "127.0.0.1:1"],
+         ["--heartbeat 127.0.0.1:1 needs --heartbeat-token (env MS_HEARTBEAT_TOKEN)"]),
         ([*SA, "--weights", state], [state, "an llm.c training state (magic 20240327"]),
         # no command, an unknown one: the commands on stderr (they were on stdout)
         ([], ["usage: megascale <command>", "train    train a GPT model"]),
