@@ -321,6 +321,18 @@ static void fmt_arg(char *out, size_t n, double x) {
     if (strtod(out, NULL) != x) snprintf(out, n, "%.17g", x);
 }
 
+int ms_fault_entry_format(const ms_fault *f, char *buf, size_t n) {
+    char a[32] = "", at[24] = "", tgt[96] = "";
+    if (f->arg > 0) {
+        a[0] = '=';
+        fmt_arg(a + 1, sizeof a - 1, f->arg);
+    }
+    if (f->step >= 0) snprintf(at, sizeof at, "@%d%s", f->step, f->from ? "+" : "");
+    if (f->rank >= 0) snprintf(tgt, sizeof tgt, ":%d", f->rank);
+    if (f->node[0]) snprintf(tgt, sizeof tgt, ":node=%s", f->node);
+    return snprintf(buf, n, "%s%s%s%s", f->kind, a, at, tgt);
+}
+
 int ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n) {
     size_t len = 0;
     int left_out = 0;
@@ -328,15 +340,9 @@ int ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n)
     for (int i = 0; i < p->n; i++) {
         const ms_fault *f = &p->f[i];
         if (f->step >= 0 && f->step <= after_step && !f->from) continue;
-        char e[256], a[32] = "", at[24] = "", tgt[96] = "";
-        if (f->arg > 0) {
-            a[0] = '=';
-            fmt_arg(a + 1, sizeof a - 1, f->arg);
-        }
-        if (f->step >= 0) snprintf(at, sizeof at, "@%d%s", f->step, f->from ? "+" : "");
-        if (f->rank >= 0) snprintf(tgt, sizeof tgt, ":%d", f->rank);
-        if (f->node[0]) snprintf(tgt, sizeof tgt, ":node=%s", f->node);
-        int k = snprintf(e, sizeof e, "%s%s%s%s%s", len ? "," : "", f->kind, a, at, tgt);
+        char e[256] = ","; /* the comma before every entry but the first */
+        int c = len ? 1 : 0, k = ms_fault_entry_format(f, e + c, sizeof e - 1);
+        if (k >= 0) k += c;
         if (k < 0 || (size_t)k >= n - len) { /* whole entries only: "exit@1" of "exit@12" */
             left_out++;
             continue;

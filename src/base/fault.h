@@ -94,6 +94,9 @@ int ms_fault_any(const ms_fault_plan *p, const char *kind, int rank);
  * Whole entries only: returns how many did not fit in n bytes (none when
  * n >= MS_FAULT_SPEC_MAX). */
 int ms_fault_format(const ms_fault_plan *p, int after_step, char *buf, size_t n);
+/* One entry as a plan spells it (KIND[=ARG][@STEP[+]][:RANK | :node=NAME]) into buf, as
+ * snprintf does; returns its length. */
+int ms_fault_entry_format(const ms_fault *f, char *buf, size_t n);
 /* Fire the trainer's process faults of `step` on `rank`: exit, kill, stop
  * (these end or stop the process, with a line naming the fault first), hang
  * (never returns).  Returns when none of them fires. */

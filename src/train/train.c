@@ -713,15 +713,13 @@ static ms_status check_faults(const trainer *t, const train_config *tc) {
     int world = t->world ? comm_world_size(t->world) : 1;
     for (int i = 0; i < t->fault.n; i++) {
         const ms_fault *f = &t->fault.f[i];
-        char e[96] = "";
-        if (f->step >= 0) snprintf(e, sizeof e, "@%d%s", f->step, f->from ? "+" : "");
-        char at[128];
-        snprintf(at, sizeof at, "%s%s", f->kind, e);
+        char at[256];
+        ms_fault_entry_format(f, at, sizeof at);
         if (f->rank >= world)
             return ms_error(MS_ERR_ARG,
-                            "--inject-fault / --ckpt-fault: %s:%d: rank %d is not one of this "
+                            "--inject-fault / --ckpt-fault: %s: rank %d is not one of this "
                             "run's %d process(es); it would never fire",
-                            at, f->rank, f->rank, world);
+                            at, f->rank, world);
         if (f->step == 0)
             return ms_error(MS_ERR_ARG,
                             "--inject-fault / --ckpt-fault: %s: step 0: steps count from 1", at);
