@@ -57,3 +57,15 @@ void ms_utf8_fix(char *s) {
             *p++ = '?';
     }
 }
+
+int ms_json_has_nul(const char *s, size_t n) {
+    if (memchr(s, 0, n)) return 1;
+    /* a backslash is only valid inside a string, so no string state is kept: each escape is
+     * looked at and stepped over whole (an escaped backslash before "u0000" is text) */
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] != '\\') continue;
+        if (s[i + 1] == 'u' && i + 5 < n && !memcmp(s + i + 2, "0000", 4)) return 1;
+        i++;
+    }
+    return 0;
+}

@@ -19,4 +19,10 @@ void ms_utf8_fix(char *s);
  * invalid UTF-8 bytes become '?'.  6 * strlen(s) + 10 bytes always hold it. */
 const char *ms_json_quote(char *buf, size_t n, const char *s);
 
+/* 1 if the JSON text s[0, n) holds a NUL byte, raw or escaped (\u0000 in a
+ * string): cJSON's strings end at it, so a value "T\u0000junk" would be read
+ * as "T" (a token compared by strlen passed with junk after it).  The
+ * servers refuse such a line. */
+int ms_json_has_nul(const char *s, size_t n);
+
 #endif

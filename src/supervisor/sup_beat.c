@@ -5,13 +5,15 @@
  * executed or used as a path: the driver only stores numbers and copies
  * the host and error strings (bounded) into its events.  Strict: version
  * 1, the job's token (compared in constant time), every required field
- * with its JSON type and range, no unknown field, no NUL byte.
+ * with its JSON type and range, no unknown field, no NUL byte (raw, or
+ * escaped as \u0000 in a string: cJSON's string would end there).
  */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base/jsonstr.h"
 #include "base/node.h"
 #include "supervisor/sup.h"
 
@@ -198,7 +200,8 @@ static int fill(const cJSON *o, int world, sup_beat *b, const char **why) {
 int sup_beat_parse(const char *line, size_t len, const char *token, int world, sup_beat *out,
                    const char **why) {
     memset(out, 0, sizeof *out);
-    if (len == 0 || memchr(line, 0, len)) return *why = "empty line or a NUL byte", -1;
+    if (len == 0 || ms_json_has_nul(line, len))
+        return *why = "empty line or a NUL byte (raw or \\u0000)", -1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
     if (!o || !cJSON_IsObject(o)) {

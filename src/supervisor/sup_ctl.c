@@ -18,11 +18,13 @@
 #include <unistd.h>
 
 #include "base/fileio.h"
+#include "base/jsonstr.h"
 #include "base/timeutil.h"
 #include "supervisor/sup_internal.h"
 
 #define CTL_FILE_MAX 4096
 #define CTL_REPLY_MAX (1 << 20) /* a status of 1024 nodes with blocklist reasons: < 300 KiB */
+#define CTL_TRIES 5             /* a request the driver dropped unread is sent again (exchange) */
 
 int sup_ctl_write(const char *run_dir, const char *addr, const char *token, char *why, size_t n) {
     char path[4200], text[512];
@@ -49,8 +51,8 @@ int sup_file_private(const char *path, const char *text, char *why, size_t n) {
 int sup_ctl_parse(const char *line, size_t len, const char *token, sup_ctl_msg *out,
                   const char **why) {
     memset(out, 0, sizeof *out);
-    if (len == 0 || len > SUP_CTL_LINE_MAX || memchr(line, 0, len))
-        return *why = "empty, oversized or a NUL byte", -1;
+    if (len == 0 || len > SUP_CTL_LINE_MAX || ms_json_has_nul(line, len))
+        return *why = "empty, oversized or a NUL byte (raw or \\u0000)", -1;
     const char *end = NULL;
     cJSON *o = cJSON_ParseWithLengthOpts(line, len, &end, 0);
     int rc = -1;
@@ -144,6 +146,65 @@ static int read_control(const char *run_dir, char *addr, size_t an, char *token,
     return ok ? 0 : -1;
 }
 
+/* One request: connect to sa, send line (len bytes, its newline included), print the reply.
+ * *again: the driver closed the connection before a reply (or the send failed), so it did not
+ * act on the request. */
+static int exchange(const struct sockaddr_in *sa, const char *addr, const char *run_dir,
+                    const char *line, size_t len, char *reply, const char *cmd, int *again) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct timeval tv = {.tv_sec = 10};
+    if (fd >= 0) {
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    }
+    if (fd < 0 || connect(fd, (const struct sockaddr *)sa, sizeof *sa) != 0) {
+        int e = errno;
+        fprintf(stderr, "megascale launch --ctl: error: cannot reach the driver at %s: %s%s%s%s\n",
+                addr, strerror(e), e == ECONNREFUSED ? " (is a driver running with --run-dir " : "",
+                e == ECONNREFUSED ? run_dir : "",
+                e == ECONNREFUSED ? "? Its control.json is one a driver that ended left)" : "");
+        if (fd >= 0) close(fd);
+        return SUP_EXIT_ERROR;
+    }
+    int rc = SUP_EXIT_ERROR;
+    size_t got_len = 0;
+    if (send(fd, line, len, MSG_NOSIGNAL) != (ssize_t)len) {
+        *again = errno == EPIPE || errno == ECONNRESET;
+        if (!*again)
+            fprintf(stderr, "megascale launch --ctl: error: cannot send to the driver at %s: %s\n",
+                    addr, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    ssize_t got = 0;
+    while (got_len < CTL_REPLY_MAX &&
+           (got = recv(fd, reply + got_len, CTL_REPLY_MAX - got_len, 0)) > 0)
+        got_len += (size_t)got;
+    int reset = got_len == 0 && (got == 0 || errno == ECONNRESET);
+    reply[got_len] = 0;
+    close(fd);
+    if (reset) {
+        *again = 1;
+        return rc;
+    }
+    cJSON *r = cJSON_Parse(reply);
+    const cJSON *ok = cJSON_GetObjectItemCaseSensitive(r, "ok");
+    const cJSON *msg = cJSON_GetObjectItemCaseSensitive(r, "msg");
+    if (cJSON_IsBool(ok)) {
+        if (cJSON_IsTrue(ok) && !strcmp(cmd, "status"))
+            printf("%s", reply); /* the state, as JSON */
+        else
+            fprintf(
+                cJSON_IsTrue(ok) ? stdout : stderr, "megascale launch --ctl: %s%s\n",
+                cJSON_IsTrue(ok) ? "" : "refused: ", cJSON_IsString(msg) ? msg->valuestring : "");
+        rc = cJSON_IsTrue(ok) ? 0 : SUP_EXIT_ERROR;
+    } else {
+        fprintf(stderr, "megascale launch --ctl: error: no reply from the driver at %s\n", addr);
+    }
+    cJSON_Delete(r);
+    return rc;
+}
+
 int sup_ctl_client(const char *run_dir, int argc, char **argv) {
     int bare = argc >= 1 && (!strcmp(argv[0], "status") || !strcmp(argv[0], "dump"));
     if (argc < 1 || (strcmp(argv[0], "evict") && !bare) ||
@@ -173,58 +234,38 @@ int sup_ctl_client(const char *run_dir, int argc, char **argv) {
     }
     sa.sin_port = htons((uint16_t)atoi(colon + 1));
     *colon = ':';
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct timeval tv = {.tv_sec = 10};
-    if (fd >= 0) {
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    }
-    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        int e = errno;
-        fprintf(stderr, "megascale launch --ctl: error: cannot reach the driver at %s: %s%s%s%s\n",
-                addr, strerror(e), e == ECONNREFUSED ? " (is a driver running with --run-dir " : "",
-                e == ECONNREFUSED ? run_dir : "",
-                e == ECONNREFUSED ? "? Its control.json is one a driver that ended left)" : "");
-        if (fd >= 0) close(fd);
-        return SUP_EXIT_ERROR;
-    }
     cJSON *m = cJSON_CreateObject();
     cJSON_AddNumberToObject(m, "v", 1);
     cJSON_AddStringToObject(m, "token", token);
     cJSON_AddStringToObject(m, "cmd", argv[0]);
     if (argc == 2) cJSON_AddStringToObject(m, "node", argv[1]);
-    char *line = cJSON_PrintUnformatted(m);
+    char *obj = cJSON_PrintUnformatted(m);
     cJSON_Delete(m);
-    int rc = SUP_EXIT_ERROR;
-    char *reply = malloc(CTL_REPLY_MAX + 1);
-    size_t len = 0;
-    if (line && reply && send(fd, line, strlen(line), MSG_NOSIGNAL) == (ssize_t)strlen(line) &&
-        send(fd, "\n", 1, MSG_NOSIGNAL) == 1) {
-        ssize_t got;
-        while (len < CTL_REPLY_MAX && (got = recv(fd, reply + len, CTL_REPLY_MAX - len, 0)) > 0)
-            len += (size_t)got;
-        reply[len] = 0;
-        cJSON *r = cJSON_Parse(reply);
-        const cJSON *ok = cJSON_GetObjectItemCaseSensitive(r, "ok");
-        const cJSON *msg = cJSON_GetObjectItemCaseSensitive(r, "msg");
-        if (cJSON_IsBool(ok)) {
-            if (cJSON_IsTrue(ok) && !strcmp(argv[0], "status"))
-                printf("%s", reply); /* the state, as JSON */
-            else
-                fprintf(cJSON_IsTrue(ok) ? stdout : stderr, "megascale launch --ctl: %s%s\n",
-                        cJSON_IsTrue(ok) ? "" : "refused: ",
-                        cJSON_IsString(msg) ? msg->valuestring : "");
-            rc = cJSON_IsTrue(ok) ? 0 : SUP_EXIT_ERROR;
-        } else {
-            fprintf(stderr, "megascale launch --ctl: error: no reply from the driver at %s\n",
-                    addr);
-        }
-        cJSON_Delete(r);
-    } else {
-        fprintf(stderr, "megascale launch --ctl: error: cannot send to the driver at %s\n", addr);
+    size_t n = obj ? strlen(obj) : 0;
+    char *line = obj ? malloc(n + 2) : NULL, *reply = malloc(CTL_REPLY_MAX + 1);
+    if (line) memcpy(line, obj, n), memcpy(line + n, "\n", 2);
+    cJSON_free(obj);
+    if (!line || !reply) {
+        fprintf(stderr, "megascale launch --ctl: error: out of memory\n");
+        free(line);
+        free(reply);
+        return SUP_EXIT_ERROR;
     }
-    cJSON_free(line);
+    /* A connection the driver closed without a word (it sends one on everything it read) was
+     * dropped unread: every slot taken by other clients (a flood of connections that never
+     * send makes the oldest silent one room).  Nothing was done, so it is tried again. */
+    int rc = SUP_EXIT_ERROR, again = 1;
+    for (int attempt = 0; again && attempt < CTL_TRIES; attempt++) {
+        if (attempt) usleep(100000u << (attempt - 1)); /* 0.1, 0.2, 0.4, 0.8 s */
+        again = 0;
+        rc = exchange(&sa, addr, run_dir, line, n + 1, reply, argv[0], &again);
+    }
+    if (again)
+        fprintf(stderr,
+                "megascale launch --ctl: error: the driver at %s closed the connection unread %d "
+                "times (every control slot taken: other connections flood its port?)\n",
+                addr, CTL_TRIES);
+    free(line);
     free(reply);
-    close(fd);
     return rc;
 }

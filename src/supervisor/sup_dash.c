@@ -545,7 +545,10 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_TRANSFER_ENCODING);
     if (!*req) {
         *req = d;
-        conn_asked(d, c);
+        /* only a request with the token keeps its connection from being the quiet one that
+         * makes room (on_conn): token-less requests on held connections kept them looking
+         * busy, and a flood of them crowded out the page's own */
+        if (authorized(d, c)) conn_asked(d, c);
         if (!body &&
             (!strcmp(method, MHD_HTTP_METHOD_GET) || !strcmp(method, MHD_HTTP_METHOD_HEAD)))
             return MHD_YES;

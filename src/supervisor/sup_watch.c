@@ -748,7 +748,6 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
  * second, so that a local process flooding the ports cannot fill the disk
  * with the event log (one rejects_left_out event counts the rest). */
 #define REJECT_PER_S 20
-#define ACCEPT_PER_PASS 64 /* connections taken a pass: the beats are read between */
 static void reject_flush(sup_driver *d) {
     if (!d->rej_cut) return;
     cJSON *f = cJSON_CreateObject();
@@ -757,7 +756,9 @@ static void reject_flush(sup_driver *d) {
     d->rej_cut = 0;
 }
 
-static void reject(sup_driver *d, const char *what, const char *why) {
+/* 1 if one more event of what others send may be written this second; else it is counted for
+ * the next rejects_left_out. */
+static int reject_budget(sup_driver *d) {
     double now = ms_now();
     if (now - d->rej_t0 >= 1.0) {
         reject_flush(d);
@@ -765,9 +766,14 @@ static void reject(sup_driver *d, const char *what, const char *why) {
     }
     if (d->rej_n >= REJECT_PER_S) {
         d->rej_cut++;
-        return;
+        return 0;
     }
     d->rej_n++;
+    return 1;
+}
+
+static void reject(sup_driver *d, const char *what, const char *why) {
+    if (!reject_budget(d)) return;
     cJSON *f = cJSON_CreateObject();
     cJSON_AddStringToObject(f, "why", why);
     sup_events_put(&d->ev, what, f);
@@ -785,6 +791,9 @@ static void stale_rank(sup_driver *d, const sup_beat *b) {
     sup_rank *s = &d->r[b->rank];
     if (s->stale_pid == b->pid && !killed) return;
     s->stale_pid = b->pid;
+    /* within the rejects' budget: a beat that names a new pid each time wrote one event a
+     * beat, without bound */
+    if (!reject_budget(d)) return;
     cJSON *o = cJSON_CreateObject();
     cJSON_AddNumberToObject(o, "rank", b->rank);
     cJSON_AddNumberToObject(o, "pid", b->pid);
@@ -1009,51 +1018,6 @@ static void drop_ctl(sup_driver *d, int i) {
     d->ctl[i] = d->ctl[--d->n_ctl];
 }
 
-static void accept_all(sup_driver *d, int lfd, int ctl) {
-    for (int taken = 0; taken < ACCEPT_PER_PASS; taken++) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0) return;
-        if (ctl) {
-            if (d->n_ctl >= SUP_MAX_CTL) {
-                /* full: the oldest makes room (it had the longest to say its
-                 * line), so connections held idle cannot lock the owner out */
-                int old = -1;
-                for (int i = 0; i < d->n_ctl; i++)
-                    if (!d->ctl[i].busy && (old < 0 || d->ctl[i].t_open < d->ctl[old].t_open))
-                        old = i;
-                if (old < 0) { /* every one is being answered */
-                    close(fd);
-                    continue;
-                }
-                reject(d, "ctl_rejected", "every slot taken: the oldest connection made room");
-                drop_ctl(d, old);
-            }
-            sup_ctl_conn *k = &d->ctl[d->n_ctl++];
-            k->fd = fd, k->busy = 0, k->len = 0, k->t_open = ms_now();
-            continue;
-        }
-        if (d->n_conns >= SUP_MAX_CONNS || d->n_conns >= 4 * d->c->np + 16) {
-            /* full: the oldest connection that has not said a valid beat
-             * makes room (a real rank beats at once; an idle one is not a rank) */
-            int old = -1;
-            for (int i = 0; i < d->n_conns; i++)
-                if (d->conns[i].rank < 0 && (old < 0 || d->conns[i].t_open < d->conns[old].t_open))
-                    old = i;
-            if (old < 0) {
-                close(fd);
-                continue;
-            }
-            drop_conn(d, old);
-        }
-        sup_conn *k = &d->conns[d->n_conns++];
-        k->fd = fd, k->rank = -1, k->ended = 0, k->seq = 0, k->len = 0, k->t_open = ms_now();
-    }
-}
-
-void sup_serve(sup_driver *d) {
-    sup_serve_for(d, SUP_TICK_MS);
-}
-
 /* The control connection pass `pass` answered; `done`: dropped.  The answer
  * may have nested a pass (an eviction waits for its state on disk, serving
  * the sockets meanwhile) that dropped or accepted others: it is found again. */
@@ -1064,6 +1028,67 @@ static void ctl_answered(sup_driver *d, unsigned long pass, int done) {
             if (done) drop_ctl(d, i);
             return;
         }
+}
+
+/* Take the connections waiting on lfd (the heartbeat port, or the control port with ctl), at
+ * most half the slots a pass, and read each at once: a client with something to say has
+ * usually said it by the time it is taken (it waited behind the others), and it is then
+ * answered, or known for a rank, before the next one can make room.  Full, the oldest that
+ * said nothing makes room (a control client that sent part of its line, and a rank, are left
+ * alone): so a flood of connections that never send cannot crowd the owner out, nor a rank
+ * reconnecting.  Before, 64 were taken a pass and the oldest made room, so that under a flood
+ * the owner's `launch --ctl` was dropped unread in 16 calls of 25. */
+static void accept_all(sup_driver *d, int lfd, int ctl, unsigned long pass) {
+    int slots = ctl ? SUP_MAX_CTL : 4 * d->c->np + 16;
+    if (slots > SUP_MAX_CONNS) slots = SUP_MAX_CONNS;
+    for (int taken = 0; taken < (slots + 1) / 2 && d->serve_passes == pass; taken++) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) return;
+        if (ctl) {
+            if (d->n_ctl >= SUP_MAX_CTL) {
+                int old = -1; /* the oldest silent one, else the oldest */
+                for (int i = 0; i < d->n_ctl; i++) {
+                    if (d->ctl[i].busy) continue;
+                    int quiet = d->ctl[i].len == 0, was = old >= 0 && d->ctl[old].len == 0;
+                    if (old < 0 || quiet > was ||
+                        (quiet == was && d->ctl[i].t_open < d->ctl[old].t_open))
+                        old = i;
+                }
+                if (old < 0) { /* every one is being answered */
+                    close(fd);
+                    continue;
+                }
+                reject(d, "ctl_rejected", "every slot taken: the oldest connection made room");
+                drop_ctl(d, old);
+            }
+            sup_ctl_conn *k = &d->ctl[d->n_ctl++];
+            k->fd = fd, k->busy = pass, k->len = 0, k->t_open = ms_now();
+            ctl_answered(d, pass, read_ctl(d, k));
+            continue;
+        }
+        if (d->n_conns >= slots) {
+            int old =
+                -1; /* the oldest that has not said a valid beat (a real rank beats at once) */
+            for (int i = 0; i < d->n_conns; i++)
+                if (d->conns[i].rank < 0 && (old < 0 || d->conns[i].t_open < d->conns[old].t_open))
+                    old = i;
+            if (old < 0) {
+                close(fd);
+                continue;
+            }
+            reject(d, "beat_rejected",
+                   "every slot taken: the oldest connection without a beat made room");
+            drop_conn(d, old);
+        }
+        int i = d->n_conns++;
+        sup_conn *k = &d->conns[i];
+        k->fd = fd, k->rank = -1, k->ended = 0, k->seq = 0, k->len = 0, k->t_open = ms_now();
+        if (read_conn(d, k) != 0) drop_conn(d, i);
+    }
+}
+
+void sup_serve(sup_driver *d) {
+    sup_serve_for(d, SUP_TICK_MS);
 }
 
 /* One pass over the sockets.  It nests in an answer on the control socket
@@ -1097,8 +1122,8 @@ void sup_serve_for(sup_driver *d, int ms) {
         }
         for (int i = n - 1; i >= 0 && d->serve_passes == pass; i--)
             if (p[i + 2].revents && read_conn(d, &d->conns[i]) != 0) drop_conn(d, i);
-        if (d->serve_passes == pass && (p[0].revents & POLLIN)) accept_all(d, d->lfd, 0);
-        if (d->serve_passes == pass && (p[1].revents & POLLIN)) accept_all(d, d->ctl_fd, 1);
+        if (d->serve_passes == pass && (p[0].revents & POLLIN)) accept_all(d, d->lfd, 0, pass);
+        if (d->serve_passes == pass && (p[1].revents & POLLIN)) accept_all(d, d->ctl_fd, 1, pass);
     }
     free(p);
     free(ctl_of);

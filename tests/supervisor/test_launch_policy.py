@@ -66,6 +66,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "mpi"))
@@ -800,6 +801,41 @@ def check_ctl_slots(d, shard):
         ok(r.returncode == 0 and '"ok":true' in r.stdout,
            "--ctl status is answered while 8 idle connections hold the control slots",
            f"rc {r.returncode}: {r.stdout} {r.stderr}")
+        # a flood: connections opened as fast as a thread can, none of them sending (before,
+        # 64 were taken a pass, the oldest making room: the owner's was dropped unread in
+        # 16 calls of 25)
+        stop, opened = threading.Event(), [0]
+
+        def flood():  # bounded: until the calls end, at most 60 s or 300000 connections
+            conns, t_flood = [], time.time()
+            while not stop.is_set() and opened[0] < 300000 and time.time() - t_flood < 60:
+                c = socket.socket()
+                c.setblocking(False)
+                c.connect_ex((host, int(port)))
+                conns.append(c)
+                opened[0] += 1
+                if len(conns) > 200:
+                    conns.pop(0).close()
+            for c in conns:
+                c.close()
+
+        t = threading.Thread(target=flood)
+        t.start()
+        answered, errs = 0, []
+        try:
+            for _ in range(12):
+                r = subprocess.run([BIN, "launch", "--ctl", run, "status"], capture_output=True,
+                                   text=True, timeout=30)
+                if r.returncode == 0 and '"ok":true' in r.stdout:
+                    answered += 1
+                else:
+                    errs.append(r.stderr.strip())
+        finally:
+            stop.set()
+            t.join()
+        ok(answered == 12 and opened[0] > 1000,
+           "--ctl status is answered 12 times in 12 while connections flood the control port",
+           f"{answered} of 12 answered, {opened[0]} flood connections: {errs[:3]}")
     finally:
         for s in held:
             s.close()

@@ -150,6 +150,10 @@ static void test_valid(void) {
 static void test_rejected(void) {
     T_EQ_INT(parse_edit(TOK, "0123456789abcdef0123456789abcdee"), -1); /* wrong token */
     T_EQ_INT(parse_edit(TOK, "0123456789abcdef"), -1);                 /* a prefix of it */
+    /* the token, then an escaped NUL and junk: cJSON's string ends at the NUL, and the
+     * comparison passed it */
+    T_EQ_INT(parse_edit(TOK, TOK "\\u0000junk"), -1);
+    T_EQ_INT(parse_edit("\"host\":\"node7\"", "\"host\":\"node7\\u0000x\""), -1);
     T_EQ_INT(parse_edit("\"v\":1", "\"v\":2"), -1);
     T_EQ_INT(parse_edit("\"rank\":3", "\"rank\":8"), -1); /* out of the world */
     T_EQ_INT(parse_edit("\"rank\":3", "\"rank\":-1"), -1);

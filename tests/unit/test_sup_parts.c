@@ -69,6 +69,12 @@ static void test_ctl(void) {
     T_EQ_INT(ctl(big), -1); /* oversized, even with a valid object first */
     const char nul[] = "{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\"}\0";
     T_EQ_INT(sup_ctl_parse(nul, sizeof nul - 1, TOK, &m, &why), -1);
+    /* an escaped NUL ends cJSON's string: the token with junk after it was answered, and
+     * "stat\u0000us" read as stat */
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\\u0000junk\",\"cmd\":\"status\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"status\\u0000x\"}"), -1);
+    T_EQ_INT(ctl("{\"v\":1,\"token\":\"" TOK "\",\"cmd\":\"evict\",\"node\":\"node1\\u0000x\"}"),
+             -1);
     /* every truncation */
     for (size_t n = 0; n < strlen(EVICT); n++)
         T_EQ_INT(sup_ctl_parse(EVICT, n, TOK, &m, &why), -1);

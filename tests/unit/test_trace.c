@@ -71,6 +71,16 @@ static void test_coords(void) {
     T_OK(trace_coord_cmp((trace_coord){0, 1, 1}, (trace_coord){1, 1, 0}) < 0);
     char buf[64];
     T_STR_CONTAINS(ms_json_quote(buf, sizeof buf, "a\"b\\c\n"), "\"a\\\"b\\\\c\\u000a\"");
+    /* a NUL in JSON text, raw or escaped; an escaped backslash before u0000 is text */
+#define HAS_NUL(s) ms_json_has_nul(s, sizeof(s) - 1)
+    T_EQ_INT(HAS_NUL("{\"t\":\"ab\\u0000c\"}"), 1);
+    T_EQ_INT(HAS_NUL("{\"t\":\"ab\0c\"}"), 1);
+    T_EQ_INT(HAS_NUL("{\"t\":\"ab\\\\u0000c\"}"), 0);
+    T_EQ_INT(HAS_NUL("{\"t\":\"ab\\\\\\u0000c\"}"), 1);
+    T_EQ_INT(HAS_NUL("{\"t\":\"ab\\u0001\\u000\"}"), 0);
+    T_EQ_INT(HAS_NUL("\"\\u000"), 0); /* cut short */
+    T_EQ_INT(HAS_NUL("\\u0000"), 1);
+#undef HAS_NUL
 }
 
 int main(void) {
