@@ -302,6 +302,7 @@ static void adopt_job(sup_driver *d) {
         d->r[i].pid = d->adopt_pids[i];
         d->r[i].pid_start = d->adopt_starts[i];
         d->r[i].adopted = d->adopt_starts[i] != 0;
+        d->r[i].last_beat = d->t_launch; /* nothing heard from it since the takeover */
         snprintf(d->r[i].host, sizeof d->r[i].host, "%s", d->adopt_hosts[i]);
         /* its beats count from the attempt's start: what the earlier driver said, not again
          * (before, each rank's first beat to this driver raised its count from 0 and said
@@ -664,7 +665,8 @@ double sup_ettr(const sup_driver *d) {
     double wall = ms_wall_now() - d->ev.t0;
     double step_s = d->step_ms_n ? d->step_ms_sum / (double)d->step_ms_n / 1e3 : 0;
     int from = d->start_step > 0 ? d->start_step : 0;
-    return wall > 0 ? (double)(d->best_step - from) * step_s / wall : 0;
+    double r = wall > 0 ? (double)(d->best_step - from) * step_s / wall : 0;
+    return r < 1 ? r : 1; /* a ratio of the wall time: a mean inflated by a slow step is not more */
 }
 
 static void summary(sup_driver *d, const char *outcome) {

@@ -369,6 +369,9 @@ void sup_heatlog_close(sup_heatlog *h); /* flushes; a zeroed h is fine */
 #define SUP_MAX_CONNS 4096
 #define SUP_MAX_CTL 8
 #define SUP_HB_AUTH_S 5.0 /* a heartbeat connection must send a valid beat within this */
+/* A rank of a job taken over reconnects within this of the takeover: its beat client redials
+ * every 2 s (HB_RECONNECT_S, src/monitor/heartbeat.c), at a beat (1 s apart) */
+#define SUP_REDIAL_S 3.0
 /* a hang the beats pin on no rank waits this long at most for a beat from each
  * (ranks beat every second; 2 s leaves one late beat a second) */
 #define SUP_UNCLEAR_WAIT_S 2.0

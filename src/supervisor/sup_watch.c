@@ -673,9 +673,12 @@ void sup_on_beat(sup_driver *d, sup_conn *k, const sup_beat *b) {
         /* the mean step time of the ETTR: rank 0's time of each step once,
          * however the ranks' beats of it arrive (best_step may already be
          * there by another rank's), not a step redone after a restart (it
-         * was timed), nor the steps a stopping job finishes (one of them
-         * waited for the faulty rank: they are timed when redone) */
-        if (b->rank == 0 && !d->fault && isfinite(b->step_ms) && b->step > d->timed_step) {
+         * was timed), nor the steps a stopping job finishes, after a fault or
+         * a stop the driver was asked for (one of them waited for the faulty
+         * rank, or for one stopped (SIGSTOP) that the stop's SIGCONT let go:
+         * a 152 s step that made the ETTR 1.24; they are timed when redone) */
+        if (b->rank == 0 && !d->fault && !d->stopping && isfinite(b->step_ms) &&
+            b->step > d->timed_step) {
             d->step_ms_sum += b->step_ms, d->step_ms_n++;
             d->timed_step = b->step;
         }
@@ -1147,8 +1150,24 @@ void sup_serve_for(sup_driver *d, int ms) {
 double sup_rank_silence(const sup_driver *d, int i, double now) {
     const sup_rank *s = &d->r[i];
     double quiet = fmin(3.0, 0.6 * d->c->hb_timeout);
-    if (s->done || s->failed || !s->connected || now - s->last_beat <= quiet) return -1;
+    if (s->done || s->failed || (!s->connected && !s->adopted)) return -1;
+    /* a rank of a job taken over that has not reconnected: silent since the takeover, once a
+     * live one would have redialled (before, it was never silent, and a rank stopped before
+     * the takeover left the rank that waited for it to be named) */
+    if (!s->connected) quiet += SUP_REDIAL_S;
+    if (now - s->last_beat <= quiet) return -1;
     return now - s->last_beat;
+}
+
+/* A rank of a job taken over that may still reconnect (not yet silent by sup_rank_silence). */
+static int adopted_pending(const sup_driver *d, double now) {
+    for (int i = 0; i < d->c->np; i++) {
+        const sup_rank *s = &d->r[i];
+        if (s->adopted && !s->connected && !s->done && !s->failed &&
+            sup_rank_silence(d, i, now) < 0)
+            return 1;
+    }
+    return 0;
 }
 
 /* The rank whose last beat is oldest, if it has gone silent
@@ -1251,6 +1270,17 @@ void sup_watch(sup_driver *d) {
             crash(d, i, s->t_lost > 0 ? s->t_lost : d->t_launch);
             continue;
         }
+        if (s->adopted && !s->connected) {
+            /* alive, and silent since the takeover past a redial: stopped or stuck (before,
+             * only --startup-timeout, 600 s, applied to it) */
+            if (now - s->last_beat > c->hb_timeout + SUP_REDIAL_S)
+                sup_set_fault(d, "hang", i, s->last_beat,
+                              "rank %d (pid %d) has sent no heartbeat in the %.1f s since this "
+                              "driver took the job over (--heartbeat-timeout %.0f s, + %.0f s to "
+                              "reconnect): stopped or stuck",
+                              i, s->pid, now - s->last_beat, c->hb_timeout, SUP_REDIAL_S);
+            continue;
+        }
         if (!s->started) {
             if (now - d->t_launch > c->startup_timeout)
                 sup_set_fault(d, "startup", i, d->t_launch,
@@ -1280,6 +1310,9 @@ void sup_watch(sup_driver *d) {
          * that also went silent, if any, else the one that waits in no
          * communication (the others are waiting for it) */
         int silent = silent_rank(d, now), n_blocked;
+        /* a rank of a job taken over may yet reconnect, or be found silent: every other
+         * rank's stall may be its, so the verdict waits (at most SUP_REDIAL_S + quiet) */
+        if (silent < 0 && adopted_pending(d, now)) break;
         double longest;
         int stuck = silent < 0 ? unblocked_rank(d, now, &n_blocked, &longest) : -1;
         /* neither: the beats may be older than the stall's shape (a rank's

@@ -1457,7 +1457,10 @@ ms_status train_run(const train_config *tc) {
                     t.start, tc->steps);
         if (t.val) st = log_val(&t, t.start);
     }
-    mon_heartbeat_train(t.hb, t.start); /* the driver times the first step from here */
+    /* the driver times the first step from here; a set-up that failed trains nothing (its
+     * beat said "train" before the error, and the driver booked the steps since the commit
+     * it should have resumed from as redone: 1200 for 3 starts that found no valid one) */
+    if (st == MS_OK) mon_heartbeat_train(t.hb, t.start);
     t.last_update = t.start;
     if (st == MS_OK) st = loop(&t);
     if (st == MS_OK && t.zero) st = par_zero_gather_wait_all(t.zero);

@@ -349,6 +349,34 @@ def check_stop_final_ckpt(d, shard):
        f"rc {p.returncode}, faults {faults}, commits {steps}\n{err[-2000:]}")
 
 
+def check_stop_of_stalled_job(d, shard):
+    """SIGTERM to the driver while a rank is stopped (SIGSTOP) and the hang limits are far
+    off: the driver lets it go (SIGCONT) and the step that waited for it ends during the
+    stop; that step's time is no step time of the job's.  Before, it entered the ETTR's
+    mean step time: 32 steps and one of 152 s gave an ETTR of 1.24."""
+    run = os.path.join(d, "stopstalled")
+    ck = os.path.join(run, "ckpt")
+    p = launch(run, shard, ["--progress-factor", "1000", "--heartbeat-timeout", "60"],
+               ["--steps", "400", "--dp", "2", "--ckpt-every", "1000", "--ckpt-dir", ck,
+                "--inject-fault", "slow=100@1+"], np=2, wait=False)
+    t_end, pid1 = time.time() + 120, 0
+    while time.time() < t_end and p.poll() is None and not pid1:
+        rows = [r for r in metrics_rows(run) if "loss" in r]
+        st = state(run)
+        if len(rows) >= 5 and len(st.get("ranks", [])) == 2:
+            pid1 = st["ranks"][1][0]
+        time.sleep(0.05)
+    if pid1:
+        os.kill(pid1, signal.SIGSTOP)
+        time.sleep(6)
+    err = signal_and_wait(p, signal.SIGTERM)
+    summ = [e for e in events(run) if e["event"] == "summary"]
+    ettr = summ[-1]["ettr"] if summ else None
+    ok(pid1 and p.returncode == 5 and ettr is not None and 0 < ettr < 0.5,
+       "SIGTERM while a rank is stopped: the 6 s step it waited for is not in the ETTR",
+       f"rc {p.returncode}, ettr {ettr}\n{err[-1500:]}")
+
+
 def metrics_rows(run):
     """metrics.jsonl's rows: the config line of each start and the steps after it."""
     try:
@@ -644,6 +672,20 @@ def check_early_failure(d, shard):
     rc, err = launch(os.path.join(d, "cfg"), shard, [], ["--config", cfg])
     ok(rc == 0 and os.path.exists(os.path.join(d, "cfg", "ckpt", "latest")),
        "--ckpt-dir in the train --config file", f"rc {rc}: {err[-1500:]}")
+    # the same job launched again once its commits are damaged: every start fails to resume
+    # and nothing trains (before, each start's beat said "train" before its error, and the
+    # summary counted the 3 steps as redone by each of the 2 starts: 6)
+    cdir = os.path.join(d, "cfg", "ckpt")
+    for c in os.listdir(cdir):
+        if c.startswith("step_"):
+            with open(os.path.join(cdir, c, "manifest.json"), "w") as f:
+                f.write('{"garbage": ')
+    rc, err = launch(os.path.join(d, "cfg"), shard, ["--no-progress-restarts", "1"],
+                     ["--config", cfg])
+    summ = [e for e in events(os.path.join(d, "cfg")) if e["event"] == "summary"]
+    ok(rc == 4 and "no valid checkpoint" in err and summ and summ[-1]["steps_redone"] == 0,
+       "starts that cannot resume (every commit damaged) redo no step",
+       f"rc {rc}, {summ[-1:]}\n{err[-1500:]}")
     # the driver takes the train options as the trainer parses them: every --config file,
     # `_` for `-`; before, it read the last file's exact names only, so --out-dir here was
     # missed: it added --metrics RUN/metrics.jsonl (OUT's metrics never written) and
@@ -1236,6 +1278,7 @@ def main():
     check_idle_conns(d, shard)
     check_unasked_stop(d, shard)
     check_stop_final_ckpt(d, shard)
+    check_stop_of_stalled_job(d, shard)
     check_stop_after_crash(d, shard)
     check_stop_redone(d, shard)
     check_peer_error_named(d, shard)

@@ -480,6 +480,29 @@ def rank_gone_takeover(d, shard, ref_w):
        "rank gone in the take-over: the fault names its host (from driver.json)", str(f))
 
 
+def rank_stopped_takeover(d, shard, ref_w):
+    """A rank stopped (SIGSTOP) while no driver watched never reconnects to the new one.
+    Before, only --startup-timeout (600 s) applied to it, and the rank that waited for it was
+    named for the hang after the progress limit (its node diagnosed, the stopped one not)."""
+    run, c = cmd(d, "stoptk1", shard, ["--faults", "slow=150@6+"])
+    p1 = start_logged(run, c, "driver1.log")
+    wait_step(run, 8, p1)
+    st = kill_driver(run, p1)
+    ok(len(st.get("ranks", [])) == 2, "rank stopped in the take-over: driver.json names the ranks",
+       str(st))
+    metrics_steps(run, 12)
+    if len(st.get("ranks", [])) == 2:
+        os.kill(st["ranks"][1][0], signal.SIGSTOP)
+    rc, err = relaunch(c)
+    check_done(run, rc, err, ref_w, "rank stopped in the take-over")
+    f = of(run, "fault_detected")
+    ok(f and (f[0]["kind"], f[0]["rank"], f[0]["node"]) == ("hang", 1, "node1") and
+       of(run, "restart"), "rank stopped in the take-over: a hang of rank 1 (node1), then a "
+       "restart", f"{f}\n{err[-2000:]}")
+    ok(f and f[0]["detect_s"] <= 4 + 3 + 2, "rank stopped in the take-over: found within the "
+       "heartbeat timeout and a redial (4 + 3 s) of the takeover", str(f))
+
+
 def job_gone_takeover(d, shard, ref_w):
     """Before, the new driver restarted a job that had ended while no driver watched with no
     fault and no restart counted: the summary said 0 restarts for two starts, and the
@@ -779,6 +802,7 @@ def main():
              "evicttk": lambda: evict_takeover(d, shard, ref_w),
              "options": lambda: driver_options(d, shard, ref_w),
              "ranktk": lambda: rank_gone_takeover(d, shard, ref_w),
+             "rankstoptk": lambda: rank_stopped_takeover(d, shard, ref_w),
              "jobtk": lambda: job_gone_takeover(d, shard, ref_w),
              "stoptk": lambda: job_stopped_takeover(d, shard, ref_w),
              "preflight": lambda: preflight(d, shard, ref_w),
