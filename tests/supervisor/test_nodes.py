@@ -453,15 +453,21 @@ def driver_options(d, shard, ref_w):
        "the same command takes the job over", str(res))
 
 
-def rank_gone_takeover(d, shard, ref_w):
-    """Before, the dead rank had no connection to this driver to close: rank 0's error
-    (a peer process exited) came first and was reported as a comm fault of rank 0."""
-    run, c = cmd(d, "ranktk", shard, ["--faults", "slow=150@6+"])
+def driver_gone(d, name, shard, label):
+    """A 2-rank job of slow steps whose driver is killed (-9) at step 8: its run directory,
+    its launch command (to take it over) and the dead driver's state."""
+    run, c = cmd(d, name, shard, ["--faults", "slow=150@6+"])
     p1 = start_logged(run, c, "driver1.log")
     wait_step(run, 8, p1)
     st = kill_driver(run, p1)
-    ok(len(st.get("ranks", [])) == 2, "rank gone in the take-over: driver.json names the ranks",
-       str(st))
+    ok(len(st.get("ranks", [])) == 2, f"{label}: driver.json names the ranks", str(st))
+    return run, c, st
+
+
+def rank_gone_takeover(d, shard, ref_w):
+    """Before, the dead rank had no connection to this driver to close: rank 0's error
+    (a peer process exited) came first and was reported as a comm fault of rank 0."""
+    run, c, st = driver_gone(d, "ranktk", shard, "rank gone in the take-over")
     # the ranks train on without a driver: rank 1 dies some steps later (the new driver's
     # fault said the step the dead one last saved, from driver.json)
     reached = metrics_steps(run, 14)
@@ -484,12 +490,7 @@ def rank_stopped_takeover(d, shard, ref_w):
     """A rank stopped (SIGSTOP) while no driver watched never reconnects to the new one.
     Before, only --startup-timeout (600 s) applied to it, and the rank that waited for it was
     named for the hang after the progress limit (its node diagnosed, the stopped one not)."""
-    run, c = cmd(d, "stoptk1", shard, ["--faults", "slow=150@6+"])
-    p1 = start_logged(run, c, "driver1.log")
-    wait_step(run, 8, p1)
-    st = kill_driver(run, p1)
-    ok(len(st.get("ranks", [])) == 2, "rank stopped in the take-over: driver.json names the ranks",
-       str(st))
+    run, c, st = driver_gone(d, "stoptk1", shard, "rank stopped in the take-over")
     metrics_steps(run, 12)
     if len(st.get("ranks", [])) == 2:
         os.kill(st["ranks"][1][0], signal.SIGSTOP)
